@@ -1,0 +1,109 @@
+#!/usr/bin/env node
+// `npm test [filters...]`: runs the Node-side and then the workerd-side vitest project, each with
+// the default reporter (progress for humans) and the JSON reporter (for counting), then prints
+// one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed or a project
+// crashed. Extra arguments are passed to both projects as vitest filters.
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const vitest = join(root, "node_modules", ".bin", process.platform === "win32" ? "vitest.cmd" : "vitest");
+const resultsDir = join(root, "test-results");
+const filters = process.argv.slice(2);
+
+const projects = [
+  { name: "node", config: "vitest.node.config.ts" },
+  { name: "workers", config: "vitest.workers.config.ts" },
+];
+
+/** @type {import("node:child_process").ChildProcess | undefined} */
+let current;
+let interrupted = false;
+for (const signal of /** @type {const} */ (["SIGINT", "SIGTERM"])) {
+  process.on(signal, () => {
+    interrupted = true;
+    current?.kill(signal);
+  });
+}
+
+/**
+ * @param {string[]} args
+ * @returns {Promise<number>} exit code (signals map to 128+n, spawn errors to 1)
+ */
+function run(args) {
+  return new Promise((resolve) => {
+    const child = spawn(vitest, args, {
+      cwd: root,
+      stdio: "inherit",
+      env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+    });
+    current = child;
+    child.on("error", (err) => {
+      console.error(`[test] could not start vitest: ${err.message}`);
+      resolve(1);
+    });
+    child.on("exit", (code, signal) => resolve(code ?? (signal ? 129 : 1)));
+  });
+}
+
+/**
+ * Counts from vitest's JSON report. A test file that failed to load or a run that exited non-zero
+ * without a failed test counts as one failure; a missing or unreadable report counts as one too.
+ * @param {string} file
+ * @param {number} exitCode
+ */
+function count(file, exitCode) {
+  const totals = { passed: 0, failed: 0, skipped: 0 };
+  /** @type {any} */
+  let report;
+  try {
+    report = JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    totals.failed = 1;
+    return { ...totals, note: "no JSON report (crashed?)" };
+  }
+  totals.passed = report.numPassedTests ?? 0;
+  totals.failed = report.numFailedTests ?? 0;
+  totals.skipped = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
+  for (const suite of report.testResults ?? []) {
+    const anyTestFailed = (suite.assertionResults ?? []).some((/** @type {any} */ t) => t.status === "failed");
+    if (suite.status === "failed" && !anyTestFailed) totals.failed += 1; // load error, failing hook, ...
+  }
+  if (exitCode !== 0 && totals.failed === 0) {
+    totals.failed = 1;
+    return { ...totals, note: `vitest exited ${exitCode}` };
+  }
+  return { ...totals, note: "" };
+}
+
+mkdirSync(resultsDir, { recursive: true });
+const sum = { passed: 0, failed: 0, skipped: 0 };
+for (const project of projects) {
+  if (interrupted) break;
+  const output = join(resultsDir, `${project.name}.json`);
+  rmSync(output, { force: true });
+  const started = Date.now();
+  console.log(`\n[test] ${project.name}: vitest run --config ${project.config} ${filters.join(" ")}`.trimEnd());
+  const args = [
+    "run",
+    "--config", project.config,
+    "--reporter=default",
+    "--reporter=json",
+    `--outputFile.json=${output}`,
+    ...(filters.length > 0 ? ["--passWithNoTests"] : []),
+    ...filters,
+  ];
+  const code = await run(args);
+  const c = count(output, code);
+  sum.passed += c.passed;
+  sum.failed += c.failed;
+  sum.skipped += c.skipped;
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`[test] ${project.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`);
+}
+if (interrupted) sum.failed = Math.max(sum.failed, 1);
+
+console.log(`${sum.passed} passed, ${sum.failed} failed${sum.skipped > 0 ? `, ${sum.skipped} skipped` : ""}`);
+process.exit(sum.failed > 0 ? 1 : 0);

@@ -1,0 +1,131 @@
+// One node of a trace as the assembly holds it: the received map as spans, with the two
+// parts that can change after arrival (`semantic_parents` grows by links, the last routing
+// row is repaired) held apart so the rest is written back byte for byte.
+
+import { DeltaError } from "./errors";
+import { parseNdArray, writeNdArray, type NdArray } from "./ndarray";
+import { Reader } from "../wire/reader";
+import { ChunkWriter, encodeStr } from "../wire/writer";
+
+const KEY_PARENTS = encodeStr("semantic_parents");
+const KEY_ROUTED = encodeStr("routed_experts");
+
+export interface NodeState {
+  /** The node exactly as received. */
+  readonly span: Uint8Array;
+  /** Key spans in output order (`semantic_parents` appended when the node had none). */
+  readonly keys: Uint8Array[];
+  /** Value spans aligned with `keys`; the parents and routing slots are rendered from state. */
+  readonly values: Uint8Array[];
+  readonly parentsAt: number;
+  parents: Uint8Array[];
+  /** Index of `routed_experts` in `keys`, or -1. */
+  readonly routedAt: number;
+  /** The routing array, or null when the node has none (key absent or nil). */
+  routed: NdArray | null;
+  /** True while the node's encoding is exactly `span`. */
+  pristine: boolean;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * Parse a node map (a span already validated as msgpack). The reference stores a copy
+ * `{**node, "semantic_parents": list(node.get("semantic_parents") or [])}`: a nil list becomes
+ * `[]` in place and a missing one is appended last.
+ */
+export function readNode(r: Reader, field: string): NodeState {
+  const start = r.pos;
+  const n = r.mapHeader();
+  if (n < 0) throw new DeltaError("wrong_type", field, "node must be a map");
+  const keys: Uint8Array[] = [];
+  const values: Uint8Array[] = [];
+  let parentsAt = -1;
+  let parents: Uint8Array[] = [];
+  let routedAt = -1;
+  let routed: NdArray | null = null;
+  let pristine = true;
+  for (let i = 0; i < n; i++) {
+    const key = r.span();
+    const value = r.span();
+    if (sameBytes(key, KEY_PARENTS)) {
+      parentsAt = i;
+      parents = arrayItems(new Reader(value), `${field}.semantic_parents`, true);
+      if (value[0] === 0xc0) pristine = false;
+    } else if (sameBytes(key, KEY_ROUTED)) {
+      routedAt = i;
+      if (value[0] !== 0xc0) routed = parseNdArray(value, `${field}.routed_experts`);
+    }
+    keys.push(key);
+    values.push(value);
+  }
+  const span = r.bytes.subarray(start, r.pos);
+  if (parentsAt < 0) {
+    parentsAt = keys.length;
+    keys.push(KEY_PARENTS);
+    values.push(new Uint8Array(0));
+    pristine = false;
+  }
+  return { span, keys, values, parentsAt, parents, routedAt, routed, pristine };
+}
+
+/** Items of the array at the reader as spans; nil counts as an empty array when `nilIsEmpty`. */
+export function arrayItems(r: Reader, field: string, nilIsEmpty = false): Uint8Array[] {
+  if (nilIsEmpty && r.nil()) return [];
+  const n = r.arrayHeader();
+  if (n < 0) throw new DeltaError("wrong_type", field, "must be an array");
+  const items: Uint8Array[] = new Array(n);
+  for (let i = 0; i < n; i++) items[i] = r.span();
+  return items;
+}
+
+export function writeNode(w: ChunkWriter, node: NodeState): void {
+  if (node.pristine) return w.raw(node.span);
+  const { keys, values } = node;
+  w.mapHeader(keys.length);
+  for (let i = 0; i < keys.length; i++) {
+    w.raw(keys[i]!);
+    if (i === node.parentsAt) {
+      w.arrayHeader(node.parents.length);
+      for (const p of node.parents) w.raw(p);
+    } else if (i === node.routedAt && node.routed) writeNdArray(w, node.routed);
+    else w.raw(values[i]!);
+  }
+}
+
+/**
+ * For a node the producer re-sent after a lost ack: what it carries beyond the held copy.
+ * Only the mutable parts may differ (more links, a repaired final row); anything else is a
+ * producer conflict. Returns the extra links and the new final row (or null if unchanged).
+ */
+export function resentNodeExtras(held: NodeState, resent: NodeState, field: string): { links: Uint8Array[]; row: NdArray | null } {
+  const conflict = (what: string) => new DeltaError("producer_conflict", field, `re-sent node differs from the held node in ${what}`);
+  if (held.keys.length !== resent.keys.length) throw conflict("its keys");
+  for (let i = 0; i < held.keys.length; i++) {
+    if (!sameBytes(held.keys[i]!, resent.keys[i]!)) throw conflict("its keys");
+    if (i === held.parentsAt || i === held.routedAt) continue;
+    if (!sameBytes(held.values[i]!, resent.values[i]!)) throw conflict("a value");
+  }
+  if (resent.parents.length < held.parents.length) throw conflict("semantic_parents (fewer links)");
+  for (let i = 0; i < held.parents.length; i++) {
+    if (!sameBytes(held.parents[i]!, resent.parents[i]!)) throw conflict(`semantic_parents[${i}]`);
+  }
+  const links = resent.parents.slice(held.parents.length);
+  let row: NdArray | null = null;
+  const a = held.routed;
+  const b = resent.routed;
+  if ((a === null) !== (b === null)) throw conflict("routed_experts");
+  if (a && b) {
+    if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) throw conflict("routed_experts shape");
+    if (a.dtype !== b.dtype || !sameBytes(a.last, b.last)) {
+      row = { dtype: b.dtype, shape: [1, ...b.shape.slice(1)], body: new Uint8Array(0), last: b.last, span: null };
+    }
+  }
+  return { links, row };
+}
+
+export { sameBytes };

@@ -1,0 +1,63 @@
+// The upstream reply that ends a run: `{success, error, head, traces: [{id, nodes, calls}]}`.
+
+import { mapEntries, asDeltaError, type Entry } from "./delta";
+import { DeltaError } from "./errors";
+import type { TraceSummary } from "./episode-assembly";
+import { Reader } from "../wire/reader";
+
+export interface ParsedReply {
+  success: boolean;
+  error: string | null;
+  /** The episode head's entries (nil head → null). */
+  head: Entry[] | null;
+  summaries: TraceSummary[];
+}
+
+export function parseReply(bytes: Uint8Array): ParsedReply {
+  const r = new Reader(bytes);
+  try {
+    r.span();
+    if (!r.atEnd()) r.fail("trailing bytes after the reply");
+  } catch (e) {
+    throw asDeltaError(e, "reply");
+  }
+  r.pos = 0;
+  const top = mapEntries(r, "reply");
+  const get = (k: string) => top.find((e) => e.key === k);
+  const success = get("success");
+  const ok = success ? new Reader(success.value).bool() : undefined;
+  if (ok === undefined) throw new DeltaError("wrong_type", "success", "reply.success must be a bool");
+  let error: string | null = null;
+  const err = get("error");
+  if (err && err.value[0] !== 0xc0) {
+    const s = new Reader(err.value).str();
+    if (s === undefined) throw new DeltaError("wrong_type", "error", "reply.error must be a str or nil");
+    error = s;
+  }
+  let head: Entry[] | null = null;
+  const h = get("head");
+  if (h && h.value[0] !== 0xc0) head = mapEntries(new Reader(h.value), "head");
+  if (ok && !head) throw new DeltaError("wrong_type", "head", "a successful reply needs a head map");
+  const summaries: TraceSummary[] = [];
+  const t = get("traces");
+  if (t && t.value[0] !== 0xc0) {
+    const tr = new Reader(t.value);
+    const n = tr.arrayHeader();
+    if (n < 0) throw new DeltaError("wrong_type", "traces", "reply.traces must be an array");
+    for (let i = 0; i < n; i++) {
+      const entries = mapEntries(tr, `traces[${i}]`);
+      const field = (k: string) => entries.find((e) => e.key === k)?.value;
+      const id = field("id");
+      const nodes = field("nodes");
+      const calls = field("calls");
+      const idStr = id ? new Reader(id).str() : undefined;
+      const nodesN = nodes ? new Reader(nodes).int() : undefined;
+      const callsN = calls ? new Reader(calls).int() : undefined;
+      if (idStr === undefined) throw new DeltaError("wrong_type", `traces[${i}].id`, "must be a str");
+      if (nodesN === undefined || nodesN < 0) throw new DeltaError("wrong_type", `traces[${i}].nodes`, "must be a non-negative int");
+      if (callsN === undefined || callsN < 0) throw new DeltaError("wrong_type", `traces[${i}].calls`, "must be a non-negative int");
+      summaries.push({ id: idStr, nodes: nodesN, calls: callsN });
+    }
+  } else if (ok) throw new DeltaError("wrong_type", "traces", "a successful reply needs traces");
+  return { success: ok, error, head, summaries };
+}

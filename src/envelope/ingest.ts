@@ -1,0 +1,75 @@
+// Ingest of one producer message into an assembly: bare delta, envelope, or batch, all or
+// nothing. Returns the deltas as applied (trimmed for exactly-once), which is what gets
+// logged and fanned out, so a replay of the log rebuilds the same state.
+
+import { parseDelta, asDeltaError } from "../assembly/delta";
+import { DeltaError } from "../assembly/errors";
+import type { EpisodeAssembly, Undo } from "../assembly/episode-assembly";
+import { parseIngestMessage, type Envelope } from "./envelope";
+import { trimDelta } from "./trim";
+
+export interface IngestResult {
+  /** Upstream deltas as applied, in order (empty when everything was a duplicate). */
+  applied: Uint8Array[];
+  /** Envelopes skipped because their seq was already applied. */
+  duplicates: number;
+  /** Producer → highest seq applied, for the producers this message named. */
+  producers: Map<string, number>;
+}
+
+/** Highest applied seq per producer. */
+export type ProducerLedger = Map<string, number>;
+
+export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array): IngestResult {
+  const msg = parseIngestMessage(message);
+  if (msg.kind === "delta") {
+    asm.apply(msg.delta);
+    return { applied: [msg.delta], duplicates: 0, producers: new Map() };
+  }
+  const undo: Undo = [];
+  const ledgerBefore = new Map(ledger);
+  const applied: Uint8Array[] = [];
+  const producers = new Map<string, number>();
+  let duplicates = 0;
+  const batch = msg.envelopes.length > 1;
+  try {
+    msg.envelopes.forEach((env, i) => {
+      const where = batch ? `batch[${i}]` : "";
+      try {
+        const out = applyEnvelope(asm, ledger, env, undo);
+        if (out) applied.push(out);
+        else duplicates++;
+        if (env.seq > 0) producers.set(env.producer, ledger.get(env.producer) ?? 0);
+      } catch (e) {
+        const err = asDeltaError(e, "delta");
+        throw where ? new DeltaError(err.code, `${where}.${err.field}`, err.detail) : err;
+      }
+    });
+  } catch (e) {
+    for (let i = undo.length - 1; i >= 0; i--) undo[i]!();
+    ledger.clear();
+    for (const [k, v] of ledgerBefore) ledger.set(k, v);
+    throw e;
+  }
+  return { applied, duplicates, producers };
+}
+
+/** Apply one envelope; null when its seq was already applied. */
+function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelope, undo: Undo): Uint8Array | null {
+  if (env.seq > 0) {
+    const last = ledger.get(env.producer) ?? 0;
+    if (env.seq <= last) return null;
+  }
+  let parsed = parseDelta(env.delta);
+  let bytes = env.delta;
+  if (env.acked) {
+    const trimmed = trimDelta(asm, parsed, env.acked);
+    if (trimmed) {
+      bytes = trimmed;
+      parsed = parseDelta(trimmed);
+    }
+  }
+  asm.applyParsed(parsed, undo);
+  if (env.seq > 0) ledger.set(env.producer, env.seq);
+  return bytes;
+}

@@ -1,0 +1,303 @@
+// Raw-span msgpack reader for the data path.
+//
+// Why not @msgpack/msgpack here: a generic decoder turns `1.0` into the JS number 1 (and
+// re-encodes it as an int), folds int map keys into strings or reorders them in plain
+// objects, and would copy every value the relay never needs to look into. The relay instead
+// walks the bytes, validates them, and keeps each value as a view (`subarray`) of the frame
+// it arrived in; those spans are written back out untouched. Only the handful of fields the
+// assembly must interpret (delta keys, node keys, ndarray maps, link/repair indices) are read.
+//
+// Validation done while walking: truncation, reserved byte 0xc1, ext types (never on this
+// wire), float32 (never on this wire), nesting depth, UTF-8 of every str, and canonical
+// (minimal) formats. The canonical check is what makes "keep the received bytes" equal to
+// "what the Python reference would re-encode": msgpack-python always writes minimal formats,
+// so a non-minimal value cannot have come from it and would break byte equality downstream.
+
+import { WireError } from "./errors";
+
+/** Deepest nesting accepted (the public vectors reach ~70 levels). */
+export const MAX_DEPTH = 200;
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+/** Reads msgpack structure over one frame. All positions are absolute offsets into `bytes`. */
+export class Reader {
+  readonly bytes: Uint8Array;
+  readonly view: DataView;
+  pos: number;
+  readonly end: number;
+
+  constructor(bytes: Uint8Array, pos = 0, end = bytes.length) {
+    this.bytes = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.pos = pos;
+    this.end = end;
+  }
+
+  fail(message: string, at = this.pos): never {
+    throw new WireError(message, at);
+  }
+
+  need(n: number): void {
+    if (this.pos + n > this.end) this.fail(`truncated: needs ${n} more byte(s)`);
+  }
+
+  /** The kind of the next value without consuming it. */
+  peekKind(): Kind {
+    this.need(1);
+    return kindOf(this.bytes[this.pos]!);
+  }
+
+  /** Skip one complete value, validating it; returns the span [start, end). */
+  skip(depth = 0): number {
+    const start = this.pos;
+    this.skipValue(depth);
+    return start;
+  }
+
+  /** A view of the next complete value. */
+  span(depth = 0): Uint8Array {
+    const start = this.pos;
+    this.skipValue(depth);
+    return this.bytes.subarray(start, this.pos);
+  }
+
+  private skipValue(depth: number): void {
+    if (depth > MAX_DEPTH) this.fail(`nesting deeper than ${MAX_DEPTH}`);
+    const b = this.bytes;
+    if (this.pos >= this.end) this.fail("truncated: value expected");
+    const t = b[this.pos]!;
+    if (t < 0x80 || t >= 0xe0 || t === 0xc0 || t === 0xc2 || t === 0xc3) {
+      this.pos += 1;
+      return;
+    }
+    if (t <= 0x8f) return this.skipMapBody(t & 0x0f, depth, 1);
+    if (t <= 0x9f) return this.skipArrayBody(t & 0x0f, depth, 1);
+    if (t <= 0xbf) return this.skipStr(t & 0x1f, 1);
+    switch (t) {
+      case 0xc4: return this.skipBin(this.u8At(1), 2, 0);
+      case 0xc5: return this.skipBin(this.u16At(1), 3, 0x100);
+      case 0xc6: return this.skipBin(this.u32At(1), 5, 0x10000);
+      case 0xca: this.fail("float32 is not allowed (floats are float64 on this wire)");
+      case 0xcb: this.need(9); this.pos += 9; return;
+      case 0xcc: if (this.u8At(1) < 0x80) this.nonMinimal("uint8"); this.pos += 2; return;
+      case 0xcd: if (this.u16At(1) < 0x100) this.nonMinimal("uint16"); this.pos += 3; return;
+      case 0xce: if (this.u32At(1) < 0x10000) this.nonMinimal("uint32"); this.pos += 5; return;
+      case 0xcf: this.need(9); if (this.view.getUint32(this.pos + 1) === 0) this.nonMinimal("uint64"); this.pos += 9; return;
+      case 0xd0: this.need(2); if (this.view.getInt8(this.pos + 1) >= -32) this.nonMinimal("int8"); this.pos += 2; return;
+      case 0xd1: this.need(3); if (this.view.getInt16(this.pos + 1) >= -128) this.nonMinimal("int16"); this.pos += 3; return;
+      case 0xd2: this.need(5); if (this.view.getInt32(this.pos + 1) >= -32768) this.nonMinimal("int32"); this.pos += 5; return;
+      case 0xd3: this.need(9); if (this.view.getBigInt64(this.pos + 1) >= -2147483648n) this.nonMinimal("int64"); this.pos += 9; return;
+      case 0xd9: { const n = this.u8At(1); if (n < 32) this.nonMinimal("str8"); return this.skipStr(n, 2); }
+      case 0xda: { const n = this.u16At(1); if (n < 0x100) this.nonMinimal("str16"); return this.skipStr(n, 3); }
+      case 0xdb: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("str32"); return this.skipStr(n, 5); }
+      case 0xdc: { const n = this.u16At(1); if (n < 16) this.nonMinimal("array16"); return this.skipArrayBody(n, depth, 3); }
+      case 0xdd: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("array32"); return this.skipArrayBody(n, depth, 5); }
+      case 0xde: { const n = this.u16At(1); if (n < 16) this.nonMinimal("map16"); return this.skipMapBody(n, depth, 3); }
+      case 0xdf: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("map32"); return this.skipMapBody(n, depth, 5); }
+      case 0xc1: this.fail("reserved byte 0xc1");
+      default: this.fail(`ext type 0x${t.toString(16)} is not allowed`);
+    }
+  }
+
+  private nonMinimal(format: string): never {
+    this.fail(`non-canonical msgpack: ${format} used for a value that fits a smaller format`);
+  }
+
+  private u8At(off: number): number {
+    this.need(off + 1);
+    return this.bytes[this.pos + off]!;
+  }
+  private u16At(off: number): number {
+    this.need(off + 2);
+    return this.view.getUint16(this.pos + off);
+  }
+  private u32At(off: number): number {
+    this.need(off + 4);
+    return this.view.getUint32(this.pos + off);
+  }
+
+  private skipBin(n: number, head: number, min: number): void {
+    if (n < min) this.nonMinimal(head === 3 ? "bin16" : "bin32");
+    if (this.pos + head + n > this.end) this.fail(`truncated: bin of ${n} bytes`);
+    this.pos += head + n;
+  }
+
+  private skipStr(n: number, head: number): void {
+    const from = this.pos + head;
+    const to = from + n;
+    if (to > this.end) this.fail(`truncated: str of ${n} bytes`);
+    const b = this.bytes;
+    for (let i = from; i < to; i++) {
+      if (b[i]! >= 0x80) {
+        checkUtf8(b, from, to, this.pos);
+        break;
+      }
+    }
+    this.pos = to;
+  }
+
+  private skipArrayBody(n: number, depth: number, head: number): void {
+    this.pos += head;
+    for (let i = 0; i < n; i++) this.skipValue(depth + 1);
+  }
+
+  private skipMapBody(n: number, depth: number, head: number): void {
+    this.pos += head;
+    for (let i = 0; i < n; i++) {
+      this.skipValue(depth + 1);
+      this.skipValue(depth + 1);
+    }
+  }
+
+  // ---- typed reads of the fields the assembly interprets ----
+
+  /** Map header; returns the entry count or -1 when the next value is not a map. */
+  mapHeader(): number {
+    this.need(1);
+    const t = this.bytes[this.pos]!;
+    if (t >= 0x80 && t <= 0x8f) { this.pos += 1; return t & 0x0f; }
+    if (t === 0xde) { const n = this.u16At(1); if (n < 16) this.nonMinimal("map16"); this.pos += 3; return n; }
+    if (t === 0xdf) { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("map32"); this.pos += 5; return n; }
+    return -1;
+  }
+
+  /** Array header; returns the item count or -1 when the next value is not an array. */
+  arrayHeader(): number {
+    this.need(1);
+    const t = this.bytes[this.pos]!;
+    if (t >= 0x90 && t <= 0x9f) { this.pos += 1; return t & 0x0f; }
+    if (t === 0xdc) { const n = this.u16At(1); if (n < 16) this.nonMinimal("array16"); this.pos += 3; return n; }
+    if (t === 0xdd) { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("array32"); this.pos += 5; return n; }
+    return -1;
+  }
+
+  /** A str value as a JS string, or undefined (nothing consumed) when the next value is not a str. */
+  str(): string | undefined {
+    const t = this.bytes[this.pos];
+    if (t === undefined) this.fail("truncated: value expected");
+    if (!((t >= 0xa0 && t <= 0xbf) || t === 0xd9 || t === 0xda || t === 0xdb)) return undefined;
+    const start = this.pos;
+    this.skipValue(0);
+    return decodeStrSpan(this.bytes.subarray(start, this.pos));
+  }
+
+  /** A bin value as a view, or undefined (nothing consumed) when the next value is not a bin. */
+  bin(): Uint8Array | undefined {
+    const t = this.bytes[this.pos];
+    if (t === undefined) this.fail("truncated: value expected");
+    if (t !== 0xc4 && t !== 0xc5 && t !== 0xc6) return undefined;
+    const start = this.pos;
+    this.skipValue(0);
+    const head = t === 0xc4 ? 2 : t === 0xc5 ? 3 : 5;
+    return this.bytes.subarray(start + head, this.pos);
+  }
+
+  /**
+   * An integer as a JS number (exact up to 2^53), or undefined (nothing consumed) when the
+   * next value is not an int. Larger magnitudes are refused: no index or count gets there.
+   */
+  int(): number | undefined {
+    const t = this.bytes[this.pos];
+    if (t === undefined) this.fail("truncated: value expected");
+    const at = this.pos;
+    let v: number;
+    if (t < 0x80) v = t;
+    else if (t >= 0xe0) v = t - 0x100;
+    else if (t >= 0xcc && t <= 0xd3) {
+      this.skipValue(0);
+      const dv = this.view;
+      switch (t) {
+        case 0xcc: return dv.getUint8(at + 1);
+        case 0xcd: return dv.getUint16(at + 1);
+        case 0xce: return dv.getUint32(at + 1);
+        case 0xd0: return dv.getInt8(at + 1);
+        case 0xd1: return dv.getInt16(at + 1);
+        case 0xd2: return dv.getInt32(at + 1);
+        default: {
+          const big = t === 0xcf ? dv.getBigUint64(at + 1) : dv.getBigInt64(at + 1);
+          if (big > BigInt(Number.MAX_SAFE_INTEGER) || big < -BigInt(Number.MAX_SAFE_INTEGER)) {
+            this.fail("integer too large here", at);
+          }
+          return Number(big);
+        }
+      }
+    } else return undefined;
+    this.pos += 1;
+    return v;
+  }
+
+  /** A bool, or undefined (nothing consumed) when the next value is not a bool. */
+  bool(): boolean | undefined {
+    const t = this.bytes[this.pos];
+    if (t === 0xc2) { this.pos += 1; return false; }
+    if (t === 0xc3) { this.pos += 1; return true; }
+    if (t === undefined) this.fail("truncated: value expected");
+    return undefined;
+  }
+
+  /** True (and consumed) when the next value is nil. */
+  nil(): boolean {
+    if (this.bytes[this.pos] === 0xc0) { this.pos += 1; return true; }
+    return false;
+  }
+
+  atEnd(): boolean {
+    return this.pos === this.end;
+  }
+}
+
+export type Kind = "nil" | "bool" | "int" | "float" | "str" | "bin" | "array" | "map" | "ext" | "reserved";
+
+export function kindOf(t: number): Kind {
+  if (t < 0x80 || t >= 0xe0) return "int";
+  if (t <= 0x8f) return "map";
+  if (t <= 0x9f) return "array";
+  if (t <= 0xbf) return "str";
+  switch (t) {
+    case 0xc0: return "nil";
+    case 0xc2: case 0xc3: return "bool";
+    case 0xc4: case 0xc5: case 0xc6: return "bin";
+    case 0xca: case 0xcb: return "float";
+    case 0xd9: case 0xda: case 0xdb: return "str";
+    case 0xdc: case 0xdd: return "array";
+    case 0xde: case 0xdf: return "map";
+    case 0xc1: return "reserved";
+  }
+  if (t >= 0xcc && t <= 0xd3) return "int";
+  return "ext";
+}
+
+function checkUtf8(b: Uint8Array, from: number, to: number, at: number): void {
+  try {
+    utf8.decode(b.subarray(from, to));
+  } catch {
+    throw new WireError("invalid UTF-8 in str", at);
+  }
+}
+
+/** The JS string of an already validated str span (header included). */
+export function decodeStrSpan(span: Uint8Array): string {
+  const t = span[0]!;
+  const head = t <= 0xbf ? 1 : t === 0xd9 ? 2 : t === 0xda ? 3 : 5;
+  const body = span.subarray(head);
+  // Short ASCII keys dominate; avoid TextDecoder's call overhead for them.
+  if (body.length < 24) {
+    let s = "";
+    for (let i = 0; i < body.length; i++) {
+      const c = body[i]!;
+      if (c >= 0x80) return utf8.decode(body);
+      s += String.fromCharCode(c);
+    }
+    return s;
+  }
+  return utf8.decode(body);
+}
+
+/** Validates that `bytes` is exactly one canonical msgpack value; returns it. */
+export function checkDocument(bytes: Uint8Array): Uint8Array {
+  const r = new Reader(bytes);
+  r.span();
+  if (!r.atEnd()) r.fail(`trailing bytes after the msgpack value`);
+  return bytes;
+}

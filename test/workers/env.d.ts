@@ -1,0 +1,13 @@
+// Types for tests that run inside workerd (vitest-pool-workers):
+// `env` / `exports` from "cloudflare:workers" and helpers from "cloudflare:test".
+/// <reference types="@cloudflare/vitest-pool-workers/types" />
+
+declare namespace Cloudflare {
+  interface Env extends EpisodeRelayEnv {}
+  interface GlobalProps {
+    mainModule: typeof import("../../src/index");
+    durableNamespaces: "Episode";
+  }
+}
+
+type EpisodeRelayEnv = import("../../src/env").Env;
