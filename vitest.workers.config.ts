@@ -1,11 +1,42 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
+import { Response } from "miniflare";
+import { readFile } from "node:fs/promises";
+import { join, normalize } from "node:path";
 import { defineConfig } from "vitest/config";
 
-// Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml.
+// Golden vectors live beside the project (../shared/golden) and workerd has no filesystem:
+// tests fetch them through this service binding, which runs here in Node.
+const golden = process.env.GOLDEN_DIR ?? join(import.meta.dirname, "..", "shared", "golden");
+
+// Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml;
+// the limits are lowered so the 413 paths can be reached with small bodies.
 export default defineConfig({
-  plugins: [cloudflareTest({ wrangler: { configPath: "./wrangler.toml" } })],
+  plugins: [
+    cloudflareTest({
+      wrangler: { configPath: "./wrangler.toml" },
+      miniflare: {
+        bindings: { MAX_MESSAGE_BYTES: String(4 * 1024 * 1024), MAX_EPISODE_BYTES: String(10 * 1024 * 1024) },
+        serviceBindings: {
+          async GOLDEN(request) {
+            const name = normalize(decodeURIComponent(new URL(request.url).pathname)).replace(/^\/+/, "");
+            if (name === "" || name === "." ) {
+              const { readdir } = await import("node:fs/promises");
+              return new Response(JSON.stringify((await readdir(golden)).filter((f) => f.endsWith(".msgpack")).sort()));
+            }
+            if (name.includes("..")) return new Response("bad name", { status: 400 });
+            try {
+              return new Response(await readFile(join(golden, name)));
+            } catch {
+              return new Response("not found", { status: 404 });
+            }
+          },
+        },
+      },
+    }),
+  ],
   test: {
     name: "workers",
     include: ["test/workers/**/*.test.ts"],
+    testTimeout: 60_000,
   },
 });

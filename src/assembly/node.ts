@@ -4,6 +4,7 @@
 
 import { DeltaError } from "./errors";
 import { parseNdArray, writeNdArray, type NdArray } from "./ndarray";
+import { equalBytes } from "../wire/bytes";
 import { Reader } from "../wire/reader";
 import { ChunkWriter, encodeStr } from "../wire/writer";
 
@@ -27,11 +28,6 @@ export interface NodeState {
   pristine: boolean;
 }
 
-function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
 
 /**
  * Parse a node map (a span already validated as msgpack). The reference stores a copy
@@ -52,11 +48,11 @@ export function readNode(r: Reader, field: string): NodeState {
   for (let i = 0; i < n; i++) {
     const key = r.span();
     const value = r.span();
-    if (sameBytes(key, KEY_PARENTS)) {
+    if (equalBytes(key, KEY_PARENTS)) {
       parentsAt = i;
       parents = arrayItems(new Reader(value), `${field}.semantic_parents`, true);
       if (value[0] === 0xc0) pristine = false;
-    } else if (sameBytes(key, KEY_ROUTED)) {
+    } else if (equalBytes(key, KEY_ROUTED)) {
       routedAt = i;
       if (value[0] !== 0xc0) routed = parseNdArray(value, `${field}.routed_experts`);
     }
@@ -106,13 +102,13 @@ export function resentNodeExtras(held: NodeState, resent: NodeState, field: stri
   const conflict = (what: string) => new DeltaError("producer_conflict", field, `re-sent node differs from the held node in ${what}`);
   if (held.keys.length !== resent.keys.length) throw conflict("its keys");
   for (let i = 0; i < held.keys.length; i++) {
-    if (!sameBytes(held.keys[i]!, resent.keys[i]!)) throw conflict("its keys");
+    if (!equalBytes(held.keys[i]!, resent.keys[i]!)) throw conflict("its keys");
     if (i === held.parentsAt || i === held.routedAt) continue;
-    if (!sameBytes(held.values[i]!, resent.values[i]!)) throw conflict("a value");
+    if (!equalBytes(held.values[i]!, resent.values[i]!)) throw conflict("a value");
   }
   if (resent.parents.length < held.parents.length) throw conflict("semantic_parents (fewer links)");
   for (let i = 0; i < held.parents.length; i++) {
-    if (!sameBytes(held.parents[i]!, resent.parents[i]!)) throw conflict(`semantic_parents[${i}]`);
+    if (!equalBytes(held.parents[i]!, resent.parents[i]!)) throw conflict(`semantic_parents[${i}]`);
   }
   const links = resent.parents.slice(held.parents.length);
   let row: NdArray | null = null;
@@ -121,11 +117,9 @@ export function resentNodeExtras(held: NodeState, resent: NodeState, field: stri
   if ((a === null) !== (b === null)) throw conflict("routed_experts");
   if (a && b) {
     if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) throw conflict("routed_experts shape");
-    if (a.dtype !== b.dtype || !sameBytes(a.last, b.last)) {
+    if (a.dtype !== b.dtype || !equalBytes(a.last, b.last)) {
       row = { dtype: b.dtype, shape: [1, ...b.shape.slice(1)], body: new Uint8Array(0), last: b.last, span: null };
     }
   }
   return { links, row };
 }
-
-export { sameBytes };

@@ -57,7 +57,14 @@ export function parseIngestMessage(bytes: Uint8Array): IngestMessage {
     }
     return { kind: "envelopes", envelopes };
   }
-  if (kind !== "map") throw new DeltaError("wrong_type", "message", "expected a delta map, an envelope map or an array of envelopes");
+  if (kind !== "map") {
+    try {
+      new Reader(bytes).span();
+    } catch (e) {
+      throw asDeltaError(e, "message");
+    }
+    throw new DeltaError("wrong_type", "message", "expected a delta map, an envelope map or an array of envelopes");
+  }
   const env = tryEnvelope(bytes, "envelope");
   return env ? { kind: "envelopes", envelopes: [env] } : { kind: "delta", delta: bytes };
 }

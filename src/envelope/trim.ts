@@ -13,7 +13,8 @@ import type { EpisodeAssembly } from "../assembly/episode-assembly";
 import { DeltaError } from "../assembly/errors";
 import { LIST_FIELDS, type ListField } from "../assembly/fields";
 import { writeNdArray, type NdArray } from "../assembly/ndarray";
-import { resentNodeExtras, sameBytes } from "../assembly/node";
+import { resentNodeExtras } from "../assembly/node";
+import { equalBytes } from "../wire/bytes";
 import type { Entry, ParsedDelta } from "../assembly/delta";
 import type { ProducerAck } from "./envelope";
 import { ChunkWriter, encodeStr } from "../wire/writer";
@@ -56,7 +57,7 @@ export function trimDelta(asm: EpisodeAssembly, d: ParsedDelta, acked: ProducerA
         const extras = resentNodeExtras(held.nodes[at]!, d.nodes![k]!, `nodes[${k}]`);
         if (extras.links.length) extraLinks.push({ index: at, items: extras.links });
         if (extras.row) extraRows.push({ index: at, row: extras.row });
-      } else if (!sameBytes(held.items[f as Exclude<ListField, "nodes">][at]!, items[k] as Uint8Array)) {
+      } else if (!equalBytes(held.items[f as Exclude<ListField, "nodes">][at]!, items[k] as Uint8Array)) {
         throw conflict(`${f}[${k}]`, `re-sent item differs from the held ${f}[${at}]`);
       }
     }
@@ -79,7 +80,7 @@ export function trimDelta(asm: EpisodeAssembly, d: ParsedDelta, acked: ProducerA
     if (dup < 0) throw conflict(`acked.links[${index}]`, `the producer had ${base} links acknowledged, the relay holds ${have}`);
     if (dup > items.length) throw conflict(`links[${index}]`, `the relay holds ${dup} links past the acknowledged count, the delta re-sends ${items.length}`);
     for (let k = 0; k < dup; k++) {
-      if (!sameBytes(node.parents[base + k]!, items[k]!)) throw conflict(`links[${index}][${k}]`, "re-sent link differs from the held one");
+      if (!equalBytes(node.parents[base + k]!, items[k]!)) throw conflict(`links[${index}][${k}]`, "re-sent link differs from the held one");
     }
     if (dup > 0) changed = true;
     if (dup < items.length) links.push({ index, items: items.slice(dup) });

@@ -1,9 +1,327 @@
-import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../env";
+// One Durable Object per episode: owns its SQLite storage, its sockets and its lifecycle, and
+// calls the pure modules (assembly, envelope) for everything else.
+//
+// Durability: each ingest is applied in memory (all or nothing), then its frames, producer
+// seqs and counters are written in one `transactionSync`; the answer (HTTP response or socket
+// ack) goes out after that, and the platform's output gate holds it until the write is durable.
+// If the write throws, the in-memory state is dropped and rebuilt from storage on next use.
 
-/** One Durable Object per episode (SQLite-backed, see the v1 migration in wrangler.toml). */
+import { DurableObject } from "cloudflare:workers";
+import { EpisodeAssembly } from "../assembly/episode-assembly";
+import { FinishError } from "../assembly/errors";
+import { parseReply } from "../assembly/reply";
+import { ingest, type ProducerLedger } from "../envelope/ingest";
+import type { Env } from "../env";
+import { readBody } from "../http/body";
+import { HttpError, describeError, errorResponse } from "../http/errors";
+import { METHODS, parseRoute } from "../http/route";
+import { equalBytes } from "../wire/bytes";
+import { decodeLossless } from "../wire/lossless";
+import { toJson } from "../wire/json-view";
+import { ChunkWriter, concatChunks } from "../wire/writer";
+import { limitsFrom, type Limits } from "./limits";
+import { EpisodeStore, type Meta } from "./storage";
+
+/** Header the Worker sets: the episode id this object serves (objects do not know their name). */
+export const EPISODE_ID_HEADER = "x-episode-id";
+
+const MSGPACK = "application/msgpack";
+
+/** The answer to one ingest message. */
+export interface IngestAck {
+  ok: true;
+  seq: number;
+  applied: number;
+  duplicates: number;
+  producers: Record<string, number>;
+}
+
+interface Live {
+  asm: EpisodeAssembly;
+  ledger: ProducerLedger;
+}
+
+interface SocketAttachment {
+  role: "ingest" | "watch";
+  id: string;
+}
+
 export class Episode extends DurableObject<Env> {
-  async fetch(_request: Request): Promise<Response> {
-    return Response.json({ error: "not_implemented" }, { status: 501 });
+  private readonly store: EpisodeStore;
+  private readonly limits: Limits;
+  /** The assembly rebuilt from the log, loaded on first need (waking up stays cheap). */
+  private live: Live | null = null;
+  /** The finished episode's bytes, once built. */
+  private finished: Uint8Array | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new EpisodeStore(ctx.storage.sql);
+    this.limits = limitsFrom(env);
   }
+
+  async fetch(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    const route = parseRoute(url.pathname);
+    const id = request.headers.get(EPISODE_ID_HEADER);
+    if (route.kind !== "episode" || !id || id !== route.id) {
+      return Response.json({ error: "not_found", message: "no such route" }, { status: 404 });
+    }
+    if (!METHODS[route.action].includes(request.method)) {
+      return Response.json({ error: "method_not_allowed", message: `${request.method} not allowed here` }, { status: 405, headers: { allow: METHODS[route.action].join(", ") } });
+    }
+    try {
+      switch (route.action) {
+        case "deltas":
+          return Response.json(await this.postDeltas(request, id));
+        case "ingest":
+          return this.acceptIngest(request, id);
+        case "reply":
+          return Response.json(await this.postReply(request, id));
+        case "status":
+          return this.getStatus();
+        case "episode":
+          return request.method === "DELETE" ? await this.deleteEpisode() : this.getEpisode(request);
+        case "watch":
+          return Response.json({ error: "not_implemented", message: "watchers are not available yet" }, { status: 501 });
+      }
+    } catch (e) {
+      return errorResponse(e);
+    }
+  }
+
+  // ---- ingest ----
+
+  private async postDeltas(request: Request, id: string): Promise<IngestAck> {
+    const body = await readBody(request, this.limits.maxMessage);
+    return this.ingestMessage(body, id);
+  }
+
+  /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
+  private ingestMessage(body: Uint8Array, id: string): IngestAck {
+    const meta = this.store.meta();
+    if (meta && meta.status !== "live") {
+      throw new HttpError(409, "episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
+    }
+    const size = (meta?.bytes ?? 0) + body.length;
+    if (size > this.limits.maxEpisode) {
+      throw new HttpError(413, "episode_too_large", `the episode would reach ${size} bytes, over the limit of ${this.limits.maxEpisode}`);
+    }
+    const live = this.loadLive();
+    const result = ingest(live.asm, live.ledger, body);
+    const now = Date.now();
+    let saved: Meta;
+    try {
+      saved = this.ctx.storage.transactionSync(() => {
+        const m = meta ?? this.store.create(id, now);
+        for (const frame of result.applied) {
+          m.seq += 1;
+          m.bytes += frame.length;
+          this.store.appendFrame(m.seq, frame);
+        }
+        for (const [name, seq] of result.producers) this.store.saveProducer(name, seq);
+        this.countInto(m, live.asm);
+        m.updated = now;
+        this.store.saveMeta(m);
+        return m;
+      });
+    } catch (e) {
+      this.live = null; // memory is ahead of storage: rebuild from storage next time
+      throw e;
+    }
+    if (!meta) this.scheduleExpiry(saved);
+    return { ok: true, seq: saved.seq, applied: result.applied.length, duplicates: result.duplicates, producers: Object.fromEntries(result.producers) };
+  }
+
+  private countInto(m: Meta, asm: EpisodeAssembly): void {
+    m.traces = asm.traces.size;
+    m.nodes = 0;
+    m.calls = 0;
+    for (const t of asm.traces.values()) {
+      m.nodes += t.nodes.length;
+      m.calls += t.items.calls.length;
+    }
+  }
+
+  private loadLive(): Live {
+    if (this.live) return this.live;
+    const asm = new EpisodeAssembly();
+    for (const { frame } of this.store.frames()) asm.apply(frame);
+    this.live = { asm, ledger: this.store.producers() };
+    return this.live;
+  }
+
+  private acceptIngest(request: Request, id: string): Response {
+    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+      throw new HttpError(426, "upgrade_required", "the ingest endpoint is a WebSocket");
+    }
+    const pair = new WebSocketPair();
+    const [client, server] = Object.values(pair) as [WebSocket, WebSocket];
+    this.ctx.acceptWebSocket(server, ["ingest"]);
+    server.serializeAttachment({ role: "ingest", id } satisfies SocketAttachment);
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    const att = ws.deserializeAttachment() as SocketAttachment | null;
+    if (!att) return ws.close(1011, "socket without state");
+    if (att.role !== "ingest") return; // watchers: see the fan-out
+    if (typeof message === "string") return ws.close(1008, "ingest messages must be binary msgpack");
+    if (message.byteLength > this.limits.maxMessage) {
+      return ws.close(1009, `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`);
+    }
+    try {
+      ws.send(JSON.stringify(this.ingestMessage(new Uint8Array(message), att.id)));
+    } catch (e) {
+      const { status, body } = describeError(e);
+      ws.send(JSON.stringify({ ok: false, status, ...body }));
+    }
+  }
+
+  async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
+    try {
+      ws.close(code === 1005 ? 1000 : code, reason);
+    } catch {
+      // already closed
+    }
+  }
+
+  // ---- finish ----
+
+  private async postReply(request: Request, id: string): Promise<{ ok: true; status: string; seq: number }> {
+    const body = await readBody(request, this.limits.maxMessage);
+    const meta = this.store.meta();
+    if (meta && meta.status !== "live") {
+      const stored = this.store.reply();
+      if (stored && equalBytes(stored, body)) return { ok: true, status: meta.status, seq: meta.seq };
+      throw new HttpError(409, "episode_finished", `the episode is already ${meta.status} with another reply`);
+    }
+    const reply = parseReply(body);
+    let finished: Uint8Array | null = null;
+    if (reply.success) {
+      const live = this.loadLive();
+      try {
+        finished = concatChunks(live.asm.finish(reply.head ?? [], reply.summaries));
+      } catch (e) {
+        if (e instanceof FinishError) throw new HttpError(409, "finish_mismatch", e.message);
+        throw e;
+      }
+    }
+    const now = Date.now();
+    const saved = this.ctx.storage.transactionSync(() => {
+      const m = meta ?? this.store.create(id, now);
+      this.store.saveReply(body);
+      m.status = reply.success ? "finished" : "failed";
+      m.error = reply.error;
+      m.updated = now;
+      this.store.saveMeta(m);
+      return m;
+    });
+    if (!meta) this.scheduleExpiry(saved);
+    this.finished = finished;
+    return { ok: true, status: saved.status, seq: saved.seq };
+  }
+
+  // ---- fetch ----
+
+  private getStatus(): Response {
+    const m = this.requireMeta();
+    return Response.json({
+      id: m.id, status: m.status, seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls, bytes: m.bytes,
+      watchers: this.ctx.getWebSockets("watch").length,
+      created: new Date(m.created).toISOString(), updated: new Date(m.updated).toISOString(),
+      error: m.error,
+    });
+  }
+
+  private getEpisode(request: Request): Response {
+    const m = this.requireMeta();
+    let bytes: Uint8Array;
+    const headers = new Headers({ "cache-control": "no-store" });
+    if (m.status === "finished") {
+      const etag = `"${m.created.toString(36)}-${m.seq}"`;
+      headers.set("etag", etag);
+      headers.set("cache-control", "private, max-age=0, must-revalidate");
+      if (request.headers.get("if-none-match")?.split(",").some((t) => t.trim() === etag || t.trim() === "*")) {
+        return new Response(null, { status: 304, headers });
+      }
+      bytes = this.finishedBytes();
+    } else bytes = this.liveBytes(m);
+    if (wantsJson(request)) {
+      headers.set("content-type", "application/json");
+      return new Response(request.method === "HEAD" ? null : JSON.stringify(toJson(decodeLossless(bytes))), { headers });
+    }
+    headers.set("content-type", MSGPACK);
+    return new Response(request.method === "HEAD" ? null : bytes, { headers });
+  }
+
+  private finishedBytes(): Uint8Array {
+    if (this.finished) return this.finished;
+    const reply = parseReply(this.store.reply()!);
+    this.finished = concatChunks(this.loadLive().asm.finish(reply.head ?? [], reply.summaries));
+    return this.finished;
+  }
+
+  /** `{status, seq, error, traces}`: the live assembly (checkpoint form, with `pending`). */
+  private liveBytes(m: Meta): Uint8Array {
+    const w = new ChunkWriter();
+    w.mapHeader(4);
+    w.str("status");
+    w.str(m.status);
+    w.str("seq");
+    w.int(m.seq);
+    w.str("error");
+    if (m.error === null) w.byte(0xc0);
+    else w.str(m.error);
+    w.str("traces");
+    this.loadLive().asm.writeTraces(w);
+    return w.bytes();
+  }
+
+  private requireMeta(): Meta {
+    const m = this.store.meta();
+    if (!m) throw new HttpError(404, "not_found", "no such episode");
+    return m;
+  }
+
+  // ---- lifecycle ----
+
+  private async deleteEpisode(): Promise<Response> {
+    this.requireMeta();
+    await this.erase("episode deleted");
+    return Response.json({ ok: true, deleted: true });
+  }
+
+  private async erase(reason: string): Promise<void> {
+    for (const ws of this.ctx.getWebSockets()) {
+      try {
+        ws.close(1000, reason);
+      } catch {
+        // already closing
+      }
+    }
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    this.store.forget();
+    this.live = null;
+    this.finished = null;
+  }
+
+  private scheduleExpiry(m: Meta): void {
+    void this.ctx.storage.setAlarm(m.updated + this.limits.retention * 1000);
+  }
+
+  /** Retention: delete the episode once it has had no write for `retention` seconds. */
+  async alarm(): Promise<void> {
+    const m = this.store.meta();
+    if (!m) return;
+    const due = m.updated + this.limits.retention * 1000;
+    if (Date.now() >= due) await this.erase("episode expired");
+    else await this.ctx.storage.setAlarm(due);
+  }
+}
+
+function wantsJson(request: Request): boolean {
+  const accept = request.headers.get("accept") ?? "";
+  return /application\/json/.test(accept) && !/application\/(x-)?msgpack/.test(accept);
 }

@@ -3,7 +3,10 @@
 /// <reference types="@cloudflare/vitest-pool-workers/types" />
 
 declare namespace Cloudflare {
-  interface Env extends EpisodeRelayEnv {}
+  interface Env extends EpisodeRelayEnv {
+    /** Test-only: serves ../shared/golden (GET / lists the case files). */
+    GOLDEN: Fetcher;
+  }
   interface GlobalProps {
     mainModule: typeof import("../../src/index");
     durableNamespaces: "Episode";

@@ -1,30 +1,12 @@
 // Golden cases (`../shared/golden/README.md` format): one msgpack container per case.
-import { decode } from "@msgpack/msgpack";
+import { parseCase, type GoldenCase } from "./case-format";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 
-export interface GoldenCase {
-  name: string;
-  description: string;
-  frames: Uint8Array[];
-  reply: Uint8Array;
-  episode: Uint8Array | null;
-  finish_error: string | null;
-  checkpoints: Array<{ after: number; traces: Uint8Array }>;
-  ack_lost: number[];
-}
+export type { GoldenCase };
 
-// The container holds only str, int, bin, nil and arrays/maps of them, so a generic decoder
-// is exact here; the nested blobs (frames, episode, ...) stay bytes and are never decoded by it.
 export function loadCase(path: string): GoldenCase {
-  const c = decode(readFileSync(path)) as GoldenCase;
-  if (!c || typeof c !== "object" || !Array.isArray(c.frames) || !(c.reply instanceof Uint8Array)) {
-    throw new Error(`${path}: not a golden case container`);
-  }
-  c.name ??= basename(path, ".msgpack");
-  c.ack_lost ??= [];
-  c.checkpoints ??= [];
-  return c;
+  return parseCase(readFileSync(path), basename(path, ".msgpack"));
 }
 
 /** Case files named by the paths: files as given, directories expanded to their `*.msgpack`. */

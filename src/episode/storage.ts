@@ -1,0 +1,137 @@
+// The episode's SQLite storage: one place for the schema and every query.
+//
+// - `meta`: one row (id, status, counters, timestamps, the reply's outcome).
+// - `frames`: the log of deltas as applied (after exactly-once trimming), in seq order. A frame
+//   is split into parts of at most PART_BYTES so no row nears SQLite's 2 MB row limit.
+// - `producers`: the highest applied seq per producer (envelope dedup).
+// - `reply`: the upstream reply bytes once the run ended (parts, like frames).
+//
+// Replaying `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
+// rebuilds the finished episode. Callers wrap writes in `transactionSync`.
+
+import { concatChunks } from "../wire/writer";
+
+export const PART_BYTES = 1 << 20;
+
+export type EpisodeStatus = "live" | "finished" | "failed";
+
+export interface Meta {
+  id: string;
+  status: EpisodeStatus;
+  seq: number;
+  bytes: number;
+  traces: number;
+  nodes: number;
+  calls: number;
+  created: number;
+  updated: number;
+  error: string | null;
+}
+
+export class EpisodeStore {
+  private ready = false;
+
+  constructor(private readonly sql: SqlStorage) {}
+
+  /** True once the episode has been created (storage untouched otherwise). */
+  exists(): boolean {
+    if (this.ready) return true;
+    const found = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length > 0;
+    this.ready = found && this.sql.exec("SELECT 1 FROM meta").toArray().length > 0;
+    return this.ready;
+  }
+
+  /** After deleteAll: the next access sees no episode. */
+  forget(): void {
+    this.ready = false;
+  }
+
+  /** Create the schema and the meta row (first write of a new episode). */
+  create(id: string, now: number): Meta {
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (
+      id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
+      traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
+      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS frames (
+      seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
+    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null };
+    this.sql.exec("INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", id, "live", 0, 0, 0, 0, 0, now, now, null);
+    this.ready = true;
+    return meta;
+  }
+
+  meta(): Meta | null {
+    if (!this.exists()) return null;
+    return this.sql.exec<Record<string, SqlStorageValue>>("SELECT * FROM meta").one() as unknown as Meta;
+  }
+
+  saveMeta(m: Meta): void {
+    this.sql.exec(
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?",
+      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error,
+    );
+  }
+
+  appendFrame(seq: number, frame: Uint8Array): void {
+    for (let part = 0, at = 0; at < frame.length || part === 0; part++, at += PART_BYTES) {
+      this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, toBuffer(frame.subarray(at, at + PART_BYTES)));
+    }
+  }
+
+  /** Frames with seq > after, in order, reassembled from their parts. */
+  *frames(after = 0): Generator<{ seq: number; frame: Uint8Array }> {
+    if (!this.exists()) return;
+    let seq = -1;
+    let parts: Uint8Array[] = [];
+    for (const row of this.sql.exec<{ seq: number; part: number; data: ArrayBuffer }>(
+      "SELECT seq, part, data FROM frames WHERE seq > ? ORDER BY seq, part", after,
+    )) {
+      if (row.seq !== seq && parts.length) {
+        yield { seq, frame: concatChunks(parts) };
+        parts = [];
+      }
+      seq = row.seq;
+      parts.push(new Uint8Array(row.data));
+    }
+    if (parts.length) yield { seq, frame: concatChunks(parts) };
+  }
+
+  /** Lowest seq still in the log (the log may be trimmed at the front), or null when empty. */
+  firstSeq(): number | null {
+    if (!this.exists()) return null;
+    const row = this.sql.exec<{ s: number | null }>("SELECT MIN(seq) AS s FROM frames").one();
+    return row.s;
+  }
+
+  producers(): Map<string, number> {
+    const out = new Map<string, number>();
+    if (!this.exists()) return out;
+    for (const row of this.sql.exec<{ name: string; seq: number }>("SELECT name, seq FROM producers")) out.set(row.name, row.seq);
+    return out;
+  }
+
+  saveProducer(name: string, seq: number): void {
+    this.sql.exec("INSERT INTO producers VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq", name, seq);
+  }
+
+  saveReply(reply: Uint8Array): void {
+    this.sql.exec("DELETE FROM reply");
+    for (let part = 0, at = 0; at < reply.length || part === 0; part++, at += PART_BYTES) {
+      this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, toBuffer(reply.subarray(at, at + PART_BYTES)));
+    }
+  }
+
+  reply(): Uint8Array | null {
+    if (!this.exists()) return null;
+    const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
+    return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
+  }
+}
+
+function toBuffer(view: Uint8Array): ArrayBuffer {
+  if (view.byteOffset === 0 && view.byteLength === view.buffer.byteLength) return view.buffer as ArrayBuffer;
+  return view.slice().buffer;
+}
+

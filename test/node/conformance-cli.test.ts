@@ -1,0 +1,127 @@
+// `npm run conformance` (tools/conformance.ts) as a process: output lines and exit status.
+import { decode, encode } from "@msgpack/msgpack";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { UsageError, parseArgs } from "../../tools/conformance/args";
+import { casePaths, goldenDir } from "../../tools/conformance/cases";
+
+const root = join(import.meta.dirname, "..", "..");
+const tsx = join(root, "node_modules", ".bin", process.platform === "win32" ? "tsx.cmd" : "tsx");
+const cli = join(root, "tools", "conformance.ts");
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function conformance(...args: string[]): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(tsx, [cli, ...args], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const lines = (s: string) => s.split("\n").filter((l) => l !== "");
+
+const temp = mkdtempSync(join(tmpdir(), "conformance-cli-"));
+afterAll(() => rmSync(temp, { recursive: true, force: true }));
+
+describe("conformance CLI", () => {
+  const files = casePaths([goldenDir()]);
+
+  it("passes every golden case, one `ok NAME` line each, and exits 0", async () => {
+    expect(files.length).toBeGreaterThanOrEqual(12);
+    const r = await conformance(goldenDir());
+    expect(r.stderr).toBe("");
+    const out = lines(r.stdout);
+    const names = files.map((f) => basename(f, ".msgpack"));
+    expect(out).toEqual([...names.map((n) => `ok ${n}`), `${files.length} passed, 0 failed`]);
+    expect(r.code).toBe(0);
+  });
+
+  it("reports a case whose expected episode was altered as FAIL and exits 1", async () => {
+    const path = files.find((f) => basename(f) === "chat_basic.msgpack")!;
+    const original = readFileSync(path);
+    // The container holds only str/int/bin/nil, arrays and maps with str keys: a generic codec round-trips it exactly.
+    expect(Buffer.compare(Buffer.from(encode(decode(original))), original)).toBe(0);
+    const c = decode(original) as { episode: Uint8Array };
+    const episode = c.episode.slice();
+    episode[episode.length - 2] ^= 0x01; // a byte inside the last value, still valid msgpack
+    c.episode = episode;
+    const altered = join(temp, "chat_basic.msgpack");
+    writeFileSync(altered, encode(c));
+
+    const r = await conformance(temp);
+    const out = lines(r.stdout);
+    expect(out).toHaveLength(2);
+    expect(out[0]).toMatch(/^FAIL chat_basic: episode \$\.traces\[0\].* expected .+ got .+$/);
+    expect(out[1]).toBe("0 passed, 1 failed");
+    expect(r.code).toBe(1);
+  });
+
+  it("counts an unreadable path as a failed case, not a crash", async () => {
+    const r = await conformance(join(temp, "missing.msgpack"), files[0]!);
+    const out = lines(r.stdout);
+    expect(out[0]).toMatch(/^FAIL missing: cannot read .*missing\.msgpack/);
+    expect(out[1]).toMatch(/^ok /);
+    expect(out[2]).toBe("1 passed, 1 failed");
+    expect(r.code).toBe(1);
+  });
+
+  it("exits 2 on usage errors and on relay mode (not implemented yet)", async () => {
+    const [none, relay, bad] = await Promise.all([
+      conformance(),
+      conformance("--relay", "http://127.0.0.1:8787", "--ingest", "ws", "--watchers", "2", files[0]!),
+      conformance("--bogus", files[0]!),
+    ]);
+    expect(none.code).toBe(2);
+    expect(none.stdout).toBe("");
+    expect(none.stderr).toMatch(/no PATH given/);
+    expect(relay.code).toBe(2);
+    expect(relay.stdout).toBe("");
+    expect(relay.stderr).toMatch(/not implemented yet/);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/unknown option --bogus/);
+  });
+});
+
+describe("conformance CLI options", () => {
+  it("parses local and relay mode", () => {
+    expect(parseArgs(["a", "b"])).toEqual({ help: false, paths: ["a", "b"] });
+    expect(parseArgs(["--relay=http://h:1/", "--ingest", "ws", "--watchers", "3", "--token", "t", "x"])).toEqual({
+      help: false,
+      paths: ["x"],
+      relay: { relay: "http://h:1", ingest: "ws", watchers: 3, token: "t" },
+    });
+    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).relay).toEqual({ relay: "https://h", ingest: "http", watchers: 0 });
+    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).paths).toEqual(["--odd-name"]);
+  });
+
+  it("refuses bad command lines", () => {
+    for (const argv of [
+      [],
+      ["--relay", "http://h"],
+      ["--ingest", "ws", "x"],
+      ["--token", "t", "x"],
+      ["--relay", "ftp://h", "x"],
+      ["--relay", "not a url", "x"],
+      ["--relay", "http://h", "--ingest", "udp", "x"],
+      ["--relay", "http://h", "--watchers", "-1", "x"],
+      ["--relay", "http://h", "--watchers", "1.5", "x"],
+      ["--relay", "http://h", "--relay", "http://i", "x"],
+      ["--relay"],
+      ["--nope", "x"],
+    ]) {
+      expect(() => parseArgs(argv), argv.join(" ")).toThrow(UsageError);
+    }
+  });
+});

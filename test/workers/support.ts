@@ -1,0 +1,95 @@
+// Helpers for workerd-side tests: golden cases through the GOLDEN binding, requests to the Worker.
+import { env, exports } from "cloudflare:workers";
+import { parseCase, type GoldenCase } from "../../tools/conformance/case-format";
+
+export async function goldenNames(): Promise<string[]> {
+  const res = await env.GOLDEN.fetch("http://golden/");
+  return ((await res.json()) as string[]).map((f) => f.replace(/\.msgpack$/, ""));
+}
+
+export async function golden(name: string): Promise<GoldenCase> {
+  const res = await env.GOLDEN.fetch(`http://golden/${name}.msgpack`);
+  if (!res.ok) throw new Error(`golden case ${name}: ${res.status}`);
+  return parseCase(new Uint8Array(await res.arrayBuffer()), name);
+}
+
+let counter = 0;
+/** A fresh episode id per call (tests share storage). */
+export function freshId(prefix: string): string {
+  return `${prefix}-${Date.now().toString(36)}-${(counter++).toString(36)}`;
+}
+
+export const base = "http://relay.test/v1/episodes";
+
+export function relay(path: string, init?: RequestInit): Promise<Response> {
+  return exports.default.fetch(`${base}/${path}`, init);
+}
+
+export function post(path: string, body: Uint8Array, headers: Record<string, string> = {}): Promise<Response> {
+  return relay(path, { method: "POST", body, headers: { "content-type": "application/msgpack", ...headers } });
+}
+
+export async function getBytes(id: string): Promise<Uint8Array> {
+  const res = await relay(id);
+  if (res.status !== 200) throw new Error(`GET ${id}: ${res.status} ${await res.text()}`);
+  return new Uint8Array(await res.arrayBuffer());
+}
+
+export function equal(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Open a WebSocket to the Worker (fetch with Upgrade), accepted, binary as ArrayBuffer. */
+export async function openSocket(path: string, protocols?: string): Promise<WebSocket> {
+  const headers: Record<string, string> = { upgrade: "websocket" };
+  if (protocols) headers["sec-websocket-protocol"] = protocols;
+  const res = await relay(path, { headers });
+  if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade ${path}: ${res.status} ${await res.text()}`);
+  const ws = res.webSocket;
+  ws.binaryType = "arraybuffer";
+  ws.accept();
+  return ws;
+}
+
+/** Messages of a socket, awaited one by one; `closed` resolves with the close event. */
+export function inbox(ws: WebSocket) {
+  const queue: Array<string | ArrayBuffer> = [];
+  const waiters: Array<(m: string | ArrayBuffer) => void> = [];
+  let closeEvent: { code: number; reason: string } | null = null;
+  const closeWaiters: Array<(c: { code: number; reason: string }) => void> = [];
+  ws.addEventListener("message", (e) => {
+    const w = waiters.shift();
+    if (w) w(e.data as string | ArrayBuffer);
+    else queue.push(e.data as string | ArrayBuffer);
+  });
+  ws.addEventListener("close", (e) => {
+    closeEvent = { code: e.code, reason: e.reason };
+    for (const w of closeWaiters.splice(0)) w(closeEvent);
+  });
+  return {
+    next(timeoutMs = 10_000): Promise<string | ArrayBuffer> {
+      const m = queue.shift();
+      if (m !== undefined) return Promise.resolve(m);
+      return new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error("timed out waiting for a message")), timeoutMs);
+        waiters.push((x) => {
+          clearTimeout(t);
+          resolve(x);
+        });
+      });
+    },
+    closed(timeoutMs = 10_000): Promise<{ code: number; reason: string }> {
+      if (closeEvent) return Promise.resolve(closeEvent);
+      return new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error("timed out waiting for close")), timeoutMs);
+        closeWaiters.push((c) => {
+          clearTimeout(t);
+          resolve(c);
+        });
+      });
+    },
+    pending: () => queue.length,
+  };
+}

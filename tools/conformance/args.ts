@@ -1,0 +1,116 @@
+// Command line of `npm run conformance -- [options] PATH...` (tools/conformance.ts).
+//
+// Local mode (the default) runs each case through the project's own assembly. Relay mode
+// (`--relay URL`) runs it against a running relay; its options only mean something there.
+
+export type IngestMode = "http" | "ws";
+
+/** What relay mode needs; handed to `runCaseOnRelay` (tools/conformance/relay.ts) as is. */
+export interface RelayOptions {
+  /** Base URL of the relay, e.g. `http://127.0.0.1:8787` (no trailing slash). */
+  relay: string;
+  /** How frames are sent: `POST .../deltas` per frame, or one `GET .../ingest` WebSocket. */
+  ingest: IngestMode;
+  /** WebSocket watchers that follow each episode while it is ingested (0 = none). */
+  watchers: number;
+  /** Bearer token for the relay, if it wants one. */
+  token?: string;
+}
+
+export interface CliOptions {
+  help: boolean;
+  paths: string[];
+  /** Set when `--relay` was given: relay mode. Undefined: local mode. */
+  relay?: RelayOptions;
+}
+
+/** A command line that cannot be run (the CLI prints the message and the usage, exits 2). */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export const USAGE = `usage: npm run conformance -- [options] PATH...
+
+  PATH              a golden case file (NAME.msgpack) or a directory of them
+                    (format: ../shared/golden/README.md)
+
+  Local mode (default): each case runs through the project's own assembly, frames wrapped
+  in producer envelopes; checkpoints and the finished episode are compared byte for byte.
+
+  --relay URL       run the cases against the relay at URL instead (relay mode)
+  --ingest http|ws  relay mode: send frames by POST .../deltas or over the ingest WebSocket
+                    (default http)
+  --watchers K      relay mode: K WebSocket watchers follow each episode (default 0)
+  --token T         relay mode: bearer token sent to the relay
+  -h, --help        this text
+
+Prints "ok NAME" or "FAIL NAME: <first difference>" per case, then "N passed, N failed".
+Exit status: 0 all passed, 1 some case failed, 2 usage error.`;
+
+const VALUE_OPTIONS = new Set(["--relay", "--ingest", "--watchers", "--token"]);
+
+/** Parse `argv` (without node and the script). Throws UsageError. */
+export function parseArgs(argv: readonly string[]): CliOptions {
+  const paths: string[] = [];
+  const given = new Map<string, string>();
+  let help = false;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--") {
+      paths.push(...argv.slice(i + 1));
+      break;
+    }
+    if (arg === "-h" || arg === "--help") {
+      help = true;
+      continue;
+    }
+    if (!arg.startsWith("-") || arg === "-") {
+      paths.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf("=");
+    const name = eq > 0 ? arg.slice(0, eq) : arg;
+    if (!VALUE_OPTIONS.has(name)) throw new UsageError(`unknown option ${name}`);
+    let value: string | undefined;
+    if (eq > 0) value = arg.slice(eq + 1);
+    else {
+      value = argv[i + 1];
+      if (value === undefined || (value.startsWith("--") && value.length > 2)) throw new UsageError(`${name} needs a value`);
+      i++;
+    }
+    if (given.has(name)) throw new UsageError(`${name} given twice`);
+    given.set(name, value);
+  }
+  if (help) return { help, paths };
+
+  const relay = given.get("--relay");
+  if (relay === undefined) {
+    for (const name of ["--ingest", "--watchers", "--token"]) {
+      if (given.has(name)) throw new UsageError(`${name} only applies to relay mode (--relay URL)`);
+    }
+  }
+  if (paths.length === 0) throw new UsageError("no PATH given");
+  if (relay === undefined) return { help, paths };
+
+  let url: URL;
+  try {
+    url = new URL(relay);
+  } catch {
+    throw new UsageError(`--relay: not a URL: ${JSON.stringify(relay)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--relay: expected an http(s) URL, got ${JSON.stringify(relay)}`);
+  const ingest = given.get("--ingest") ?? "http";
+  if (ingest !== "http" && ingest !== "ws") throw new UsageError(`--ingest: expected http or ws, got ${JSON.stringify(ingest)}`);
+  const watchersText = given.get("--watchers") ?? "0";
+  if (!/^(0|[1-9][0-9]{0,3})$/.test(watchersText)) throw new UsageError(`--watchers: expected a whole number 0..9999, got ${JSON.stringify(watchersText)}`);
+  const token = given.get("--token");
+  if (token !== undefined && token === "") throw new UsageError("--token: empty");
+  return {
+    help,
+    paths,
+    relay: { relay: relay.replace(/\/+$/, ""), ingest, watchers: Number(watchersText), ...(token !== undefined ? { token } : {}) },
+  };
+}
