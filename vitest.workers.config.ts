@@ -9,13 +9,20 @@ import { defineConfig } from "vitest/config";
 const golden = process.env.GOLDEN_DIR ?? join(import.meta.dirname, "..", "shared", "golden");
 
 // Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml;
-// the limits are lowered so the 413 paths can be reached with small bodies.
+// the limits are lowered so the 413, watcher-cap, slow-watcher and log-compaction paths are
+// reached with small cases.
 export default defineConfig({
   plugins: [
     cloudflareTest({
       wrangler: { configPath: "./wrangler.toml" },
       miniflare: {
-        bindings: { MAX_MESSAGE_BYTES: String(4 * 1024 * 1024), MAX_EPISODE_BYTES: String(10 * 1024 * 1024) },
+        bindings: {
+          MAX_MESSAGE_BYTES: String(4 * 1024 * 1024),
+          MAX_EPISODE_BYTES: String(10 * 1024 * 1024),
+          MAX_WATCHERS: "20",
+          WATCHER_LAG_BYTES: String(1024 * 1024),
+          LOG_COMPACT_FRAMES: "6",
+        },
         serviceBindings: {
           async GOLDEN(request) {
             const name = normalize(decodeURIComponent(new URL(request.url).pathname)).replace(/^\/+/, "");

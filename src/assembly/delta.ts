@@ -199,3 +199,16 @@ export function asDeltaError(e: unknown, field: string): DeltaError {
   if (e instanceof RangeError) return new DeltaError("malformed", field, e.message);
   throw e;
 }
+
+/** The `trace` of a delta already known to be valid (a cheap read for routing by trace). */
+export function traceOf(frame: Uint8Array): string {
+  const r = new Reader(frame);
+  const n = r.mapHeader();
+  for (let i = 0; i < n; i++) {
+    const key = r.str() ?? (r.span(), undefined);
+    const value = key === "trace" ? r.str() : undefined;
+    if (value !== undefined) return value;
+    if (key !== "trace") r.span();
+  }
+  throw new DeltaError("wrong_type", "trace", "missing: every delta names its trace");
+}

@@ -11,6 +11,8 @@ import { trimDelta } from "./trim";
 export interface IngestResult {
   /** Upstream deltas as applied, in order (empty when everything was a duplicate). */
   applied: Uint8Array[];
+  /** The trace of each applied delta. */
+  traces: string[];
   /** Envelopes skipped because their seq was already applied. */
   duplicates: number;
   /** Producer → highest seq applied, for the producers this message named. */
@@ -23,12 +25,13 @@ export type ProducerLedger = Map<string, number>;
 export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array): IngestResult {
   const msg = parseIngestMessage(message);
   if (msg.kind === "delta") {
-    asm.apply(msg.delta);
-    return { applied: [msg.delta], duplicates: 0, producers: new Map() };
+    const d = asm.apply(msg.delta);
+    return { applied: [msg.delta], traces: [d.trace], duplicates: 0, producers: new Map() };
   }
   const undo: Undo = [];
   const ledgerBefore = new Map(ledger);
   const applied: Uint8Array[] = [];
+  const traces: string[] = [];
   const producers = new Map<string, number>();
   let duplicates = 0;
   const batch = msg.envelopes.length > 1;
@@ -37,8 +40,10 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
       const where = batch ? `batch[${i}]` : "";
       try {
         const out = applyEnvelope(asm, ledger, env, undo);
-        if (out) applied.push(out);
-        else duplicates++;
+        if (out) {
+          applied.push(out.bytes);
+          traces.push(out.trace);
+        } else duplicates++;
         if (env.seq > 0) producers.set(env.producer, ledger.get(env.producer) ?? 0);
       } catch (e) {
         const err = asDeltaError(e, "delta");
@@ -51,11 +56,11 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
     for (const [k, v] of ledgerBefore) ledger.set(k, v);
     throw e;
   }
-  return { applied, duplicates, producers };
+  return { applied, traces, duplicates, producers };
 }
 
 /** Apply one envelope; null when its seq was already applied. */
-function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelope, undo: Undo): Uint8Array | null {
+function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelope, undo: Undo): { bytes: Uint8Array; trace: string } | null {
   if (env.seq > 0) {
     const last = ledger.get(env.producer) ?? 0;
     if (env.seq <= last) return null;
@@ -71,5 +76,5 @@ function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelo
   }
   asm.applyParsed(parsed, undo);
   if (env.seq > 0) ledger.set(env.producer, env.seq);
-  return bytes;
+  return { bytes, trace: parsed.trace };
 }

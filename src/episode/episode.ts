@@ -19,8 +19,14 @@ import { equalBytes } from "../wire/bytes";
 import { decodeLossless } from "../wire/lossless";
 import { toJson } from "../wire/json-view";
 import { ChunkWriter, concatChunks } from "../wire/writer";
+import { snapshotDeltas, traceSnapshot } from "../assembly/snapshot";
+import { traceOf } from "../assembly/delta";
+import { binItems } from "../wire/reader";
+import { caughtUpMessage, finishMessage, framesMessages, helloMessage, snapshotMessages, type Frame } from "../watch/protocol";
+import { deltaForVariant, isFull, parseVariant, variantKey, type Variant } from "../watch/variant";
 import { limitsFrom, type Limits } from "./limits";
 import { EpisodeStore, type Meta } from "./storage";
+import { CLOSE_READ_ONLY, CLOSE_TOO_MANY, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers";
 
 /** Header the Worker sets: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
@@ -41,10 +47,7 @@ interface Live {
   ledger: ProducerLedger;
 }
 
-interface SocketAttachment {
-  role: "ingest" | "watch";
-  id: string;
-}
+type SocketAttachment = { role: "ingest"; id: string } | WatcherAttachment;
 
 export class Episode extends DurableObject<Env> {
   private readonly store: EpisodeStore;
@@ -53,11 +56,15 @@ export class Episode extends DurableObject<Env> {
   private live: Live | null = null;
   /** The finished episode's bytes, once built. */
   private finished: Uint8Array | null = null;
+  private readonly watchers: Watchers;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.store = new EpisodeStore(ctx.storage.sql);
     this.limits = limitsFrom(env);
+    this.watchers = new Watchers(ctx, this.limits.watcherLagBytes);
+    // Watchers' keep-alive pings are answered by the platform: they never wake the object.
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
 
   async fetch(request: Request): Promise<Response> {
@@ -83,7 +90,7 @@ export class Episode extends DurableObject<Env> {
         case "episode":
           return request.method === "DELETE" ? await this.deleteEpisode() : this.getEpisode(request);
         case "watch":
-          return Response.json({ error: "not_implemented", message: "watchers are not available yet" }, { status: 501 });
+          return this.acceptWatch(request, url, id);
       }
     } catch (e) {
       return errorResponse(e);
@@ -130,6 +137,9 @@ export class Episode extends DurableObject<Env> {
       throw e;
     }
     if (!meta) this.scheduleExpiry(saved);
+    const first = saved.seq - result.applied.length + 1;
+    this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
+    if (saved.seq - saved.base >= this.limits.compactFrames) this.compact(saved, live.asm);
     return { ok: true, seq: saved.seq, applied: result.applied.length, duplicates: result.duplicates, producers: Object.fromEntries(result.producers) };
   }
 
@@ -146,9 +156,32 @@ export class Episode extends DurableObject<Env> {
   private loadLive(): Live {
     if (this.live) return this.live;
     const asm = new EpisodeAssembly();
+    const base = this.store.base();
+    if (base) for (const d of binItems(base)) asm.apply(d);
     for (const { frame } of this.store.frames()) asm.apply(frame);
     this.live = { asm, ledger: this.store.producers() };
     return this.live;
+  }
+
+  /**
+   * Compact the log: the state as snapshot deltas becomes the base, the frames it covers go.
+   * Waking up then replays one snapshot and a short log; watchers resuming from before the
+   * base get a snapshot instead of a replay.
+   */
+  private compact(m: Meta, asm: EpisodeAssembly): void {
+    const w = new ChunkWriter();
+    const deltas = snapshotDeltas(asm);
+    w.arrayHeader(deltas.length);
+    for (const d of deltas) {
+      w.binHeader(d.length);
+      w.raw(d);
+    }
+    const snapshot = w.bytes();
+    this.ctx.storage.transactionSync(() => {
+      this.store.saveBase(m.seq, snapshot);
+      m.base = m.seq;
+      this.store.saveMeta(m);
+    });
   }
 
   private acceptIngest(request: Request, id: string): Response {
@@ -165,7 +198,10 @@ export class Episode extends DurableObject<Env> {
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     const att = ws.deserializeAttachment() as SocketAttachment | null;
     if (!att) return ws.close(1011, "socket without state");
-    if (att.role !== "ingest") return; // watchers: see the fan-out
+    if (att.role === "watch") {
+      // "ping" never gets here (the platform answers it); anything else breaks the protocol
+      return ws.close(CLOSE_READ_ONLY, 'watchers are read-only: send only "ping"');
+    }
     if (typeof message === "string") return ws.close(1008, "ingest messages must be binary msgpack");
     if (message.byteLength > this.limits.maxMessage) {
       return ws.close(1009, `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`);
@@ -184,6 +220,64 @@ export class Episode extends DurableObject<Env> {
     } catch {
       // already closed
     }
+  }
+
+  // ---- watchers ----
+
+  /**
+   * Accept a watcher and, in the same synchronous turn (no ingest can interleave), send it
+   * hello, then a snapshot or the frames after `?after=SEQ`, then caught_up (and finish if
+   * the run has ended). Live frames follow from the broadcasts: no gap, no duplicate.
+   */
+  private acceptWatch(request: Request, url: URL, id: string): Response {
+    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+      throw new HttpError(426, "upgrade_required", "the watch endpoint is a WebSocket");
+    }
+    const afterParam = url.searchParams.get("after");
+    const after = afterParam === null ? null : Number(afterParam);
+    if (after !== null && !(Number.isSafeInteger(after) && after >= 0)) {
+      throw new HttpError(400, "bad_after", "after must be a non-negative integer seq");
+    }
+    const variant = parseVariant(url.searchParams);
+    const pair = new WebSocketPair();
+    const [client, server] = Object.values(pair) as [WebSocket, WebSocket];
+    if (this.watchers.count() >= this.limits.maxWatchers) {
+      this.ctx.acceptWebSocket(server, ["refused"]);
+      server.close(CLOSE_TOO_MANY, `too many watchers (limit ${this.limits.maxWatchers}); try again later`);
+      return new Response(null, { status: 101, webSocket: client });
+    }
+    this.ctx.acceptWebSocket(server, [WATCH_TAG, `v:${variantKey(variant)}`.slice(0, 256)]);
+    server.serializeAttachment({ role: "watch", id, variant } satisfies WatcherAttachment);
+    this.watchers.catchUp(server, this.catchUpMessages(id, variant, after));
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  private catchUpMessages(id: string, variant: Variant, after: number | null): Uint8Array[] {
+    const m = this.store.meta();
+    const seq = m?.seq ?? 0;
+    const out = [helloMessage(id, m?.status ?? "new", seq)];
+    if (after !== null && after <= seq && after >= (m?.base ?? 0)) {
+      // resume: the log still holds every frame after `after`
+      const frames: Frame[] = [];
+      for (const { seq: s, frame } of this.store.frames(after)) {
+        const d = isFull(variant) ? frame : deltaForVariant(frame, traceOf(frame), variant);
+        if (d) frames.push({ seq: s, delta: d });
+      }
+      if (frames.length) out.push(...framesMessages(frames));
+    } else {
+      const reason = after === null ? "join" : after > seq ? "ahead" : "trimmed";
+      const deltas: Uint8Array[] = [];
+      if (m) {
+        for (const t of this.loadLive().asm.traces.values()) {
+          const d = deltaForVariant(traceSnapshot(t), t.id, variant);
+          if (d) deltas.push(d);
+        }
+      }
+      out.push(...snapshotMessages(seq, reason, deltas));
+    }
+    out.push(caughtUpMessage(seq));
+    if (m && m.status !== "live") out.push(finishMessage(m.status, seq, this.store.reply() ?? new Uint8Array(0), m.error));
+    return out;
   }
 
   // ---- finish ----
@@ -219,6 +313,7 @@ export class Episode extends DurableObject<Env> {
     });
     if (!meta) this.scheduleExpiry(saved);
     this.finished = finished;
+    this.watchers.sendAll(finishMessage(saved.status, saved.seq, body, saved.error));
     return { ok: true, status: saved.status, seq: saved.seq };
   }
 

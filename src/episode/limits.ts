@@ -7,6 +7,12 @@ export interface Limits {
   maxEpisode: number;
   /** Seconds an episode is kept after its last write. */
   retention: number;
+  /** Watchers per episode; one more is closed with 1013. */
+  maxWatchers: number;
+  /** Bytes sent to a watcher since its last ping before it is closed with 4008 (too far behind). */
+  watcherLagBytes: number;
+  /** Frames in the log past the base snapshot before the log is compacted. */
+  compactFrames: number;
 }
 
 function num(v: string | undefined, fallback: number): number {
@@ -19,5 +25,8 @@ export function limitsFrom(env: Partial<Env>): Limits {
     maxMessage: num(env.MAX_MESSAGE_BYTES, 32 * 1024 * 1024),
     maxEpisode: num(env.MAX_EPISODE_BYTES, 1024 * 1024 * 1024),
     retention: num(env.RETENTION_SECONDS, 7 * 24 * 3600),
+    maxWatchers: num(env.MAX_WATCHERS, 10_000),
+    watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
+    compactFrames: num(env.LOG_COMPACT_FRAMES, 4096),
   };
 }

@@ -5,8 +5,10 @@
 //   is split into parts of at most PART_BYTES so no row nears SQLite's 2 MB row limit.
 // - `producers`: the highest applied seq per producer (envelope dedup).
 // - `reply`: the upstream reply bytes once the run ended (parts, like frames).
+// - `base`: after a compaction, the state at `meta.base` as snapshot deltas; the log then holds
+//   only the frames after it.
 //
-// Replaying `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
+// Replaying `base` then `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
 // rebuilds the finished episode. Callers wrap writes in `transactionSync`.
 
 import { concatChunks } from "../wire/writer";
@@ -26,6 +28,8 @@ export interface Meta {
   created: number;
   updated: number;
   error: string | null;
+  /** Seq the stored base snapshot stands at (0: none; the log holds every frame). */
+  base: number;
 }
 
 export class EpisodeStore {
@@ -51,13 +55,14 @@ export class EpisodeStore {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (
       id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
       traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
-      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT)`);
+      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS frames (
       seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)`);
     this.sql.exec(`CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
-    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null };
-    this.sql.exec("INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", id, "live", 0, 0, 0, 0, 0, now, now, null);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS base (part INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
+    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0 };
+    this.sql.exec("INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", id, "live", 0, 0, 0, 0, 0, now, now, null, 0);
     this.ready = true;
     return meta;
   }
@@ -69,8 +74,8 @@ export class EpisodeStore {
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?",
-      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error,
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?",
+      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base,
     );
   }
 
@@ -117,15 +122,36 @@ export class EpisodeStore {
   }
 
   saveReply(reply: Uint8Array): void {
-    this.sql.exec("DELETE FROM reply");
-    for (let part = 0, at = 0; at < reply.length || part === 0; part++, at += PART_BYTES) {
-      this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, toBuffer(reply.subarray(at, at + PART_BYTES)));
-    }
+    this.saveBlob("reply", reply);
   }
 
   reply(): Uint8Array | null {
+    return this.blob("reply");
+  }
+
+  /**
+   * Compact the log: store `snapshot` (a msgpack array of upstream deltas rebuilding the state
+   * at `seq`) as the base and drop the frames it covers.
+   */
+  saveBase(seq: number, snapshot: Uint8Array): void {
+    this.saveBlob("base", snapshot);
+    this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
+  }
+
+  base(): Uint8Array | null {
+    return this.blob("base");
+  }
+
+  private saveBlob(table: "reply" | "base", bytes: Uint8Array): void {
+    this.sql.exec(`DELETE FROM ${table}`);
+    for (let part = 0, at = 0; at < bytes.length || part === 0; part++, at += PART_BYTES) {
+      this.sql.exec(`INSERT INTO ${table} VALUES (?, ?)`, part, toBuffer(bytes.subarray(at, at + PART_BYTES)));
+    }
+  }
+
+  private blob(table: "reply" | "base"): Uint8Array | null {
     if (!this.exists()) return null;
-    const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
+    const parts = this.sql.exec<{ data: ArrayBuffer }>(`SELECT data FROM ${table} ORDER BY part`).toArray();
     return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
   }
 }

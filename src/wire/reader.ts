@@ -301,3 +301,17 @@ export function checkDocument(bytes: Uint8Array): Uint8Array {
   if (!r.atEnd()) r.fail(`trailing bytes after the msgpack value`);
   return bytes;
 }
+
+/** The items of a msgpack array of bin values, as views (e.g. a stored list of frames). */
+export function binItems(bytes: Uint8Array): Uint8Array[] {
+  const r = new Reader(bytes);
+  const n = r.arrayHeader();
+  if (n < 0) r.fail("expected an array of bin");
+  const out: Uint8Array[] = [];
+  for (let i = 0; i < n; i++) {
+    const b = r.bin();
+    if (b === undefined) return r.fail("expected bin");
+    out.push(b);
+  }
+  return out;
+}

@@ -1,0 +1,65 @@
+// What a watcher asked to see: routing bytes or not (`?routing=0`), all traces or some
+// (`?traces=ID,ID`). Watchers with the same variant share the bytes of every message.
+
+import { parseDelta } from "../assembly/delta";
+import { writeNode } from "../assembly/node";
+import { ChunkWriter } from "../wire/writer";
+
+export interface Variant {
+  routing: boolean;
+  /** Trace ids to keep, or null for all. */
+  traces: string[] | null;
+}
+
+export const FULL: Variant = { routing: true, traces: null };
+
+export function parseVariant(params: URLSearchParams): Variant {
+  const r = params.get("routing");
+  const t = params.get("traces");
+  const traces = t === null ? null : [...new Set(t.split(",").map((s) => s.trim()).filter(Boolean))].sort();
+  return { routing: !(r === "0" || r === "false"), traces: traces && traces.length ? traces : null };
+}
+
+/** A stable key for grouping watchers (equal variants, equal keys). */
+export function variantKey(v: Variant): string {
+  return `r${v.routing ? 1 : 0}${v.traces ? `:${v.traces.join(",")}` : ""}`;
+}
+
+export function isFull(v: Variant): boolean {
+  return v.routing && v.traces === null;
+}
+
+/**
+ * The delta as this variant sees it: null when its trace is filtered out; without
+ * `routing_repairs` and with every node's `routed_experts` set to nil when routing is off.
+ */
+export function deltaForVariant(delta: Uint8Array, trace: string, v: Variant): Uint8Array | null {
+  if (v.traces && !v.traces.includes(trace)) return null;
+  if (v.routing) return delta;
+  return stripRouting(delta);
+}
+
+/** Drop routing bytes from a delta (routing_repairs removed; node routed_experts → nil). */
+export function stripRouting(delta: Uint8Array): Uint8Array {
+  const d = parseDelta(delta);
+  const hasRouting = d.repairs !== undefined || (d.nodes ?? []).some((n) => n.routedAt >= 0 && n.routed !== null);
+  if (!hasRouting) return delta;
+  const w = new ChunkWriter();
+  const entries = d.entries.filter((e) => e.key !== "routing_repairs");
+  w.mapHeader(entries.length);
+  for (const e of entries) {
+    w.raw(e.keySpan);
+    if (e.key !== "nodes") {
+      w.raw(e.value);
+      continue;
+    }
+    w.arrayHeader(d.nodes!.length);
+    for (const n of d.nodes!) {
+      if (n.routed === null) w.raw(n.span);
+      else writeNode(w, { ...n, routed: null, pristine: false, values: n.values.map((v, i) => (i === n.routedAt ? NIL : v)) });
+    }
+  }
+  return w.bytes();
+}
+
+const NIL = Uint8Array.of(0xc0);
