@@ -22,6 +22,9 @@ export default defineConfig({
           MAX_WATCHERS: "20",
           WATCHER_LAG_BYTES: String(1024 * 1024),
           LOG_COMPACT_FRAMES: "6",
+          // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
+          // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
+          AUTH_OFF_ON_LOOPBACK: "true",
         },
         serviceBindings: {
           async GOLDEN(request) {

@@ -1,15 +1,62 @@
 #!/usr/bin/env node
 // `npm start`: local `wrangler dev` on 127.0.0.1:${PORT:-8787}, Durable Object state in .wrangler/state.
 // Extra arguments are passed on to wrangler. SIGINT/SIGTERM are forwarded to wrangler, which stops workerd.
+//
+// Access control (README "Access control"): with RELAY_SECRET in the environment (passed on with
+// `--var`), in .dev.vars or in .env, auth is on. Without one, auth is off, but only because the
+// relay listens on loopback: then `--var AUTH_OFF_ON_LOOPBACK:true` tells the Worker so. Bound
+// elsewhere (`npm start -- --ip 0.0.0.0`) without a secret, the Worker fails closed (503).
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { findRelaySecret, FROM_ENVIRONMENT, MIN_SECRET_CHARS } from "./dev-vars.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const wrangler = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
 const port = process.env.PORT || "8787";
-const args = ["dev", "--ip", "127.0.0.1", "--port", port, "--persist-to", ".wrangler/state", ...process.argv.slice(2)];
+const extra = process.argv.slice(2);
+
+/** The last `--ip X` / `--ip=X` among the extra arguments, if any. */
+function ipArgument() {
+  /** @type {string | undefined} */
+  let ip;
+  for (let i = 0; i < extra.length; i++) {
+    if (extra[i] === "--ip") ip = extra[i + 1];
+    else if (extra[i]?.startsWith("--ip=")) ip = extra[i]?.slice("--ip=".length);
+  }
+  return ip;
+}
+
+/** @param {string} ip */
+function isLoopback(ip) {
+  const h = ip.toLowerCase().replace(/^\[|\]$/g, "");
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+const userIp = ipArgument();
+const ip = userIp ?? "127.0.0.1";
+const args = ["dev", ...(userIp === undefined ? ["--ip", ip] : []), "--port", port, "--persist-to", ".wrangler/state"];
+
+const found = findRelaySecret(root);
+const bare = ip.replace(/^\[|\]$/g, "");
+const where = `http://${bare.includes(":") ? `[${bare}]` : bare}:${port}`;
+if (found.secret !== null) {
+  // wrangler reads .dev.vars / .env itself; a secret from the environment goes in as a hidden --var
+  // (it wins over the files, as it does for `npm run token`).
+  if (found.source === FROM_ENVIRONMENT) args.push("--var", `RELAY_SECRET:${found.secret}`);
+  console.error(`[dev] auth ON: RELAY_SECRET from ${found.source}. Every request except GET /v1/health needs a bearer token: npm run token -- --role producer --episode '*'`);
+  if (found.secret.length < MIN_SECRET_CHARS) {
+    console.error(`[dev] warning: RELAY_SECRET is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
+  }
+} else if (isLoopback(ip)) {
+  args.push("--var", "AUTH_OFF_ON_LOOPBACK:true");
+  console.error(`[dev] auth OFF: no RELAY_SECRET (environment, .dev.vars, .env) and bound to loopback ${where}, so requests to localhost need no token.`);
+  console.error(`[dev]   For auth: RELAY_SECRET=$(openssl rand -base64 32) npm start, or put RELAY_SECRET in .dev.vars (see .dev.vars.example).`);
+} else {
+  console.error(`[dev] auth FAIL-CLOSED: no RELAY_SECRET and bound to ${ip}, not loopback: every request except GET /v1/health is refused (503). Set RELAY_SECRET.`);
+}
+args.push(...extra);
 
 const child = spawn(wrangler, args, {
   cwd: root,

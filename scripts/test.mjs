@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // `npm test [filters...]`: runs the Node-side and then the workerd-side vitest project, each with
-// the default reporter (progress for humans) and the JSON reporter (for counting), then prints
-// one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed or a project
-// crashed. Extra arguments are passed to both projects as vitest filters.
+// the default reporter (progress for humans) and the JSON reporter (for counting), then the
+// Python client's pytest suite (clients/python/run-tests.sh, counted from its JUnit XML), then
+// prints one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed or a
+// project crashed. Extra arguments are passed to the vitest projects as filters (the Python
+// suite then runs only if "python" is one of them).
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -78,6 +80,30 @@ function count(file, exitCode) {
   return { ...totals, note: "" };
 }
 
+/**
+ * Counts from a pytest JUnit XML report (attributes of its <testsuite> elements).
+ * @param {string} file
+ * @param {number} exitCode
+ */
+function countJunit(file, exitCode) {
+  const totals = { passed: 0, failed: 0, skipped: 0 };
+  let xml;
+  try {
+    xml = readFileSync(file, "utf8");
+  } catch {
+    return { ...totals, failed: 1, note: `no JUnit report (exit ${exitCode})` };
+  }
+  for (const m of xml.matchAll(/<testsuite\b([^>]*)>/g)) {
+    const attr = (/** @type {string} */ name) => Number(new RegExp(`\\b${name}="(\\d+)"`).exec(m[1] ?? "")?.[1] ?? 0);
+    const failed = attr("failures") + attr("errors");
+    totals.failed += failed;
+    totals.skipped += attr("skipped");
+    totals.passed += attr("tests") - failed - attr("skipped");
+  }
+  if (exitCode !== 0 && totals.failed === 0) return { ...totals, failed: 1, note: `pytest exited ${exitCode}` };
+  return { ...totals, note: "" };
+}
+
 mkdirSync(resultsDir, { recursive: true });
 const sum = { passed: 0, failed: 0, skipped: 0 };
 for (const project of projects) {
@@ -102,6 +128,24 @@ for (const project of projects) {
   sum.skipped += c.skipped;
   const secs = ((Date.now() - started) / 1000).toFixed(1);
   console.log(`[test] ${project.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`);
+}
+if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
+  const output = join(resultsDir, "python.xml");
+  rmSync(output, { force: true });
+  const started = Date.now();
+  console.log("\n[test] python: clients/python/run-tests.sh");
+  const code = await new Promise((resolve) => {
+    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], { cwd: root, stdio: "inherit" });
+    current = child;
+    child.on("error", () => resolve(1));
+    child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));
+  });
+  const c = countJunit(output, /** @type {number} */ (code));
+  sum.passed += c.passed;
+  sum.failed += c.failed;
+  sum.skipped += c.skipped;
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`[test] python: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`);
 }
 if (interrupted) sum.failed = Math.max(sum.failed, 1);
 

@@ -15,6 +15,18 @@ export interface Env {
   WATCHER_LAG_BYTES?: string;
   /** Log frames past the base snapshot before compaction (decimal string). */
   LOG_COMPACT_FRAMES?: string;
-  /** Optional shared secret (from .dev.vars or `wrangler secret put`). */
+  /**
+   * HMAC key (its UTF-8 bytes) of the HS256 bearer tokens: a Wrangler secret in production
+   * (`wrangler secret put RELAY_SECRET`), .dev.vars or the environment of `npm start` locally.
+   * Set: every request but /v1/health needs a token. Unset: see AUTH_OFF_ON_LOOPBACK.
+   */
   RELAY_SECRET?: string;
+  /**
+   * "true" only from `npm start` (scripts/dev.mjs, `--var`) when no RELAY_SECRET is configured:
+   * auth is then off for requests addressed to a local host name. Never set in wrangler.toml;
+   * without it and without a secret the Worker refuses everything but /v1/health (503).
+   */
+  AUTH_OFF_ON_LOOPBACK?: string;
+  /** Origins allowed by CORS: "" (none), "*" (any), or a comma list of origins. */
+  CORS_ORIGINS?: string;
 }

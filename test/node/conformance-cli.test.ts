@@ -77,18 +77,11 @@ describe("conformance CLI", () => {
     expect(r.code).toBe(1);
   });
 
-  it("exits 2 on usage errors and on relay mode (not implemented yet)", async () => {
-    const [none, relay, bad] = await Promise.all([
-      conformance(),
-      conformance("--relay", "http://127.0.0.1:8787", "--ingest", "ws", "--watchers", "2", files[0]!),
-      conformance("--bogus", files[0]!),
-    ]);
+  it("exits 2 on usage errors", async () => {
+    const [none, bad] = await Promise.all([conformance(), conformance("--bogus", files[0]!)]);
     expect(none.code).toBe(2);
     expect(none.stdout).toBe("");
     expect(none.stderr).toMatch(/no PATH given/);
-    expect(relay.code).toBe(2);
-    expect(relay.stdout).toBe("");
-    expect(relay.stderr).toMatch(/not implemented yet/);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/unknown option --bogus/);
   });

@@ -1,0 +1,34 @@
+"""Episode Relay client: feed an Episode Relay from verifiers' episode stream.
+
+- :class:`RelaySink`: the ``send`` callable of ``verifiers``' ``DeltaStreamer`` (worker side):
+  exactly-once delivery through the producer envelope, returns only after the relay's durable
+  write, raises on any failure so the streamer re-diffs.
+- :class:`RelayForwarder`: for a process that receives deltas (the env client's delta
+  callback): non-blocking ``on_delta`` / ``on_reply``, ordered background delivery with
+  same-seq retries and a bounded buffer.
+"""
+
+from .forwarder import RelayForwarder
+from .producer import Outgoing, ProducerCursor, TraceAck
+from .sink import RelaySink
+from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
+from .wire import LIST_FIELDS, pack, unpack
+
+__all__ = [
+    "RelaySink",
+    "RelayForwarder",
+    "RelayError",
+    "FinishMismatch",
+    "DeltaChannel",
+    "HttpChannel",
+    "WebSocketChannel",
+    "RelayHttp",
+    "ProducerCursor",
+    "TraceAck",
+    "Outgoing",
+    "LIST_FIELDS",
+    "pack",
+    "unpack",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,153 @@
+"""Test fixtures: a real relay (`wrangler dev`) for the whole session, and the golden cases."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List
+
+import httpx
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the package from source, even without pytest's `pythonpath`
+sys.path.insert(0, str(HERE))
+
+from helpers import mint_token  # noqa: E402
+
+ROOT = HERE.parents[2]  # tests -> python -> clients -> repository root
+GOLDEN = Path(os.environ.get("GOLDEN_DIR") or ROOT.parent / "shared" / "golden")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def group_members(pgid: int) -> List[str]:
+    """`pid comm` of every live process in process group `pgid`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
+        rest = stat[stat.rindex(")") + 2 :].split()
+        if rest[0] != "Z" and int(rest[2]) == pgid:
+            out.append(f"{entry.name} {stat[stat.index('(') + 1 : stat.rindex(')')]}")
+    return out
+
+
+def workerd_on_port(port: int) -> List[str]:
+    """workerd processes (in any group) serving `port`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if "workerd" in cmd and f"127.0.0.1:{port}" in cmd:
+            out.append(f"{entry.name} {cmd[:120]}")
+    return out
+
+
+@dataclass
+class Relay:
+    url: str
+    port: int
+    log: Path
+    secret: str
+    token: str
+    """A producer token for every episode (sent as a bearer token; ignored when auth is off)."""
+
+
+@pytest.fixture(scope="session")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """`wrangler dev` on a free port with its own state directory; stopped (its whole process
+    group) at the end, checking that no workerd is left behind."""
+    external = os.environ.get("EPISODE_RELAY_URL")
+    if external:  # an already running relay (for debugging), with its RELAY_SECRET if any
+        secret = os.environ.get("RELAY_SECRET", "")
+        yield Relay(external.rstrip("/"), 0, Path(os.devnull), secret, mint_token(secret or "unused", "producer", ["*"]))
+        return
+    wrangler = ROOT / "node_modules" / ".bin" / "wrangler"
+    if not wrangler.exists():
+        pytest.fail(f"{wrangler} is missing: run `npm install` (or clients/python/run-tests.sh) first")
+    port = free_port()
+    base = tmp_path_factory.mktemp("relay")
+    state = base / "state"
+    log = base / "wrangler.log"
+    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1"}
+    env.pop("RELAY_SECRET", None)
+    # auth on, with a secret of our own: the clients send real HS256 bearer tokens
+    secret = secrets.token_urlsafe(32)
+    args = ["dev", "--ip", "127.0.0.1", "--port", str(port), "--persist-to", str(state)]
+    args += ["--show-interactive-dev-session=false", "--var", f"RELAY_SECRET:{secret}"]
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            [str(wrangler), *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: wrangler, esbuild and workerd
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"wrangler dev exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the relay did not answer /v1/health within 120 s:\n{log.read_text(errors='replace')[-4000:]}")
+            time.sleep(0.2)
+        yield Relay(url, port, log, secret, mint_token(secret, "producer", ["*"]))
+    finally:
+        _stop(proc, port)
+
+
+def _stop(proc: subprocess.Popen, port: int) -> None:
+    pgid = proc.pid  # start_new_session: the group is led by wrangler's pid
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()
+            if proc.returncode is not None and not group_members(pgid) and not workerd_on_port(port):
+                break
+            time.sleep(0.1)
+        else:
+            continue
+        break
+    proc.poll()
+    left = group_members(pgid) + workerd_on_port(port)
+    assert not left, f"processes left after stopping the relay: {left}"
+
+
+@pytest.fixture(scope="session")
+def golden_dir() -> Path:
+    if not GOLDEN.is_dir():
+        pytest.fail(f"golden cases not found at {GOLDEN} (set GOLDEN_DIR)")
+    return GOLDEN

@@ -1,0 +1,334 @@
+"""RelaySink against a real relay: failures before the relay, transport retries, re-asserted
+fields after a failed send, auth, and the ws transport's reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any, Dict, List
+
+import httpx
+import pytest
+
+from conftest import Relay
+from episode_relay import RelayError, RelaySink, WebSocketChannel
+from helpers import FaultyChannel, FaultyTransport, closed_port, episode_id, live_traces, load_case, packb, ref_apply, unpackb
+
+
+def frames_of(golden: Path, name: str) -> List[Dict[str, Any]]:
+    return [unpackb(f) for f in load_case(golden, name).frames]
+
+
+def test_network_failure_before_the_relay(relay: Relay, golden_dir: Path) -> None:
+    """A send whose request never reaches the relay (connection refused) raises, even after
+    the sink's own retries; the next send of the re-diffed delta succeeds with a new seq, and
+    the episode stays exact."""
+    case = load_case(golden_dir, "chat_basic")
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retries=2, retry_backoff=0.01)
+            for i, frame in enumerate(case.frames):
+                if i == 3:
+                    faulty.fail_next("refused", "refused", "refused")
+                    with pytest.raises(RelayError) as info:
+                        await sink.send(unpackb(frame))
+                    assert info.value.status is None and info.value.retryable
+                    assert sink.cursor.seq == 4  # one seq for the attempt, kept across its retries
+                    # the streamer re-diffs at its next flush: nothing changed meanwhile, so the
+                    # same delta goes again, with a fresh seq
+                ack = await sink.send(unpackb(frame))
+                assert ack["applied"] == 1 and ack["duplicates"] == 0
+            bodies = faulty.delta_bodies()
+            assert [s.fault for s in bodies].count("refused") == 3
+            assert len({s.body for s in bodies if s.fault == "refused"}) == 1  # same envelope each retry
+            seqs = [unpackb(s.body)["seq"] for s in bodies if s.fault is None]
+            assert seqs == [1, 2, 3, 5, 6, 7, 8, 9]
+            await sink.finish(case.reply)
+            assert await sink.fetch() == case.episode
+            await sink.close()
+
+    asyncio.run(run())
+
+
+def test_transport_retry_reuses_the_envelope(relay: Relay, golden_dir: Path) -> None:
+    """An answer lost after the relay applied the delta, then a 503: the sink retries the very
+    same envelope; the relay acknowledges the resend as a duplicate, so send() succeeds and
+    the delta is applied once."""
+    case = load_case(golden_dir, "tool_calls_pending")
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("retry"), token=relay.token, client=client, retries=3, retry_backoff=0.01)
+            for i, frame in enumerate(case.frames):
+                if i in (1, 4):
+                    faulty.fail_next("lost", "503")
+                ack = await sink.send(frame)  # bytes go through untouched
+                if i in (1, 4):
+                    assert ack["applied"] == 0 and ack["duplicates"] == 1, ack
+                else:
+                    assert ack["applied"] == 1 and ack["duplicates"] == 0, ack
+            bodies = faulty.delta_bodies()
+            assert len(bodies) == len(case.frames) + 4
+            for i in (1, 4):
+                attempts = [s for s in bodies if unpackb(s.body)["seq"] == i + 1]
+                assert [s.fault for s in attempts] == ["lost", "503", None]
+                assert len({s.body for s in attempts}) == 1
+            await sink.finish(unpackb(case.reply))
+            assert await sink.fetch() == case.episode
+            await sink.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("transport", ["http", "ws"])
+def test_reasserts_set_and_pending_after_a_failed_send(relay: Relay, golden_dir: Path, transport: str) -> None:
+    """A failed send that did reach the relay overwrote `ok`, `timing` and `pending`; the
+    worker's values then went back to the acknowledged ones, so its re-diffed delta does not
+    carry them. The sink re-asserts them from what was acknowledged and the relay ends equal
+    to the worker."""
+    frames = frames_of(golden_dir, "chat_basic")
+    first = frames[0]
+    tid = first["trace"]
+    acked_ok, acked_timing = first["set"]["ok"], first["set"]["timing"]
+    lost = {"trace": tid, "set": {"ok": not acked_ok, "timing": {"changed": 1.5}}, "pending": [{"role": "tool", "content": "preview"}]}
+    after = {"trace": tid, "set": {"num_input_tokens": 77}}
+
+    async def run() -> None:
+        eid = episode_id(f"reassert-{transport}")
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            channel: Any = "http"
+            if transport == "ws":
+                channel = FaultyChannel(WebSocketChannel(relay.url, eid, token=relay.token))
+            sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, client=client, retries=0)
+            await sink.send(first)
+            (channel if transport == "ws" else faulty).fail_next("lost")
+            with pytest.raises(RelayError):
+                await sink.send(lost)
+            # the relay holds the failed delta's values now
+            held = unpackb(live_traces(await sink.fetch()))[0]
+            assert held["ok"] == (not acked_ok) and held["pending"] == lost["pending"]
+
+            ack = await sink.send(after)
+            assert ack["applied"] == 1
+            sent = unpackb(channel.sent[-1][0] if transport == "ws" else faulty.delta_bodies()[-1].body)
+            delta = unpackb(sent["delta"])
+            assert list(delta) == ["trace", "set", "pending"]
+            assert list(delta["set"]) == ["num_input_tokens", "ok", "timing"]
+            assert delta["set"]["ok"] == acked_ok and delta["set"]["timing"] == acked_timing
+            assert delta["pending"] == []
+
+            # the worker's state: the acknowledged deltas plus its current change
+            worker: Dict[str, Any] = {}
+            ref_apply(worker, copy.deepcopy(first))
+            ref_apply(worker, copy.deepcopy(after))
+            assert live_traces(await sink.fetch()) == packb(list(worker.values()))
+
+            # once a send of the trace succeeded, nothing is re-asserted any more
+            await sink.send({"trace": tid, "set": {"num_output_tokens": 5}})
+            last = unpackb(unpackb(channel.sent[-1][0] if transport == "ws" else faulty.delta_bodies()[-1].body)["delta"])
+            assert last == {"trace": tid, "set": {"num_output_tokens": 5}}
+            await sink.close()
+
+    asyncio.run(run())
+
+
+def test_failed_open_is_resent_whole_and_trimmed(relay: Relay, golden_dir: Path) -> None:
+    """The first delta of a trace (its `open`) reaches the relay but its ack is lost; the
+    worker re-sends `open` with its first nodes. The relay drops the repeated `open`."""
+    frames = frames_of(golden_dir, "chat_basic")
+    tid = frames[0]["trace"]
+    merged = {"trace": tid, "open": frames[0]["open"], **{k: v for k, v in frames[2].items() if k != "trace"}}
+    merged["set"] = {**frames[0]["set"], **frames[1]["set"], **frames[2]["set"]}
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("open"), token=relay.token, client=client, retries=0)
+            faulty.fail_next("lost")
+            with pytest.raises(RelayError):
+                await sink.send(frames[0])
+            assert sink.cursor.traces == {}
+            await sink.send(merged)
+            env = unpackb(faulty.delta_bodies()[-1].body)
+            assert env["acked"] == {"open": False, "links": {}}
+            worker: Dict[str, Any] = {}
+            ref_apply(worker, copy.deepcopy(merged))
+            assert live_traces(await sink.fetch()) == packb(list(worker.values()))
+            await sink.close()
+
+    asyncio.run(run())
+
+
+def test_refusal_is_not_retried(relay: Relay) -> None:
+    """A delta the relay cannot apply (unknown trace) raises at once with the relay's code."""
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retries=3)
+            with pytest.raises(RelayError) as info:
+                await sink.send({"trace": "nope", "calls": [{"x": 1}]})
+            assert info.value.status == 422 and info.value.error == "unknown_trace" and not info.value.retryable
+            assert len(faulty.delta_bodies()) == 1
+            await sink.close()
+
+    asyncio.run(run())
+
+
+def test_token_is_sent_and_required(relay: Relay) -> None:
+    """The token travels as `Authorization: Bearer`; without one an auth-on relay refuses (401),
+    over HTTP and on the ingest socket."""
+    delta = {"trace": "t", "open": {"version": 1, "id": "t", "verifiers": "x", "task": {}}}
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            eid = episode_id("auth")
+            sink = RelaySink(relay.url, eid, token=relay.token, client=client)
+            await sink.send(delta)
+            assert faulty.seen[-1].headers["authorization"] == f"Bearer {relay.token}"
+            await sink.close()
+            probe = await client.get(f"{relay.url}/v1/episodes/{eid}/status")
+        if probe.status_code != 401:
+            pytest.skip(f"this relay does not require tokens (status without one: {probe.status_code})")
+        for transport in ("http", "ws"):
+            anonymous = RelaySink(relay.url, episode_id("anon"), transport=transport, retries=0, timeout=10)
+            with pytest.raises(RelayError) as info:
+                await anonymous.send(delta)
+            assert info.value.status == 401, repr(info.value)
+            assert not info.value.retryable
+            await anonymous.close()
+
+    asyncio.run(run())
+
+
+def test_ws_reconnects_after_a_broken_socket(relay: Relay, golden_dir: Path) -> None:
+    """Over the producer socket: the socket breaks after a delivered message (ack lost) and a
+    connection attempt is refused; the sink reconnects on the next send and the episode is exact."""
+    case = load_case(golden_dir, "multi_trace_links")
+
+    async def run() -> None:
+        eid = episode_id("ws-reconnect")
+        inner = WebSocketChannel(relay.url, eid, token=relay.token, timeout=30)
+        channel = FaultyChannel(inner)
+        sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, retries=0)
+        for i, frame in enumerate(case.frames):
+            if i == 6:
+                channel.fail_next("lost")
+                with pytest.raises(RelayError):
+                    await sink.send(frame)
+                assert inner._ws is None  # dropped; the next send reconnects
+            if i == 9:  # the socket is gone and the relay is unreachable for one send
+                await inner.close()
+                good = inner.url
+                inner.url = f"ws://127.0.0.1:{closed_port()}/v1/episodes/{eid}/ingest"
+                with pytest.raises(RelayError) as info:
+                    await sink.send(frame)
+                assert info.value.retryable
+                inner.url = good
+            ack = await sink.send(frame)
+            assert ack["applied"] == 1
+        await sink.finish(case.reply)
+        assert await sink.fetch() == case.episode
+        await sink.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("transport", ["http", "ws"])
+def test_cancelled_send_then_resend(relay: Relay, golden_dir: Path, transport: str) -> None:
+    """A send cancelled mid-flight (a cancelled rollout's flush) counts as failed: the streamer
+    keeps its cursor and re-sends; the episode stays exact whether or not the cancelled
+    delta had reached the relay."""
+    case = load_case(golden_dir, "large_routing")
+
+    async def run() -> None:
+        sink = RelaySink(relay.url, episode_id(f"cancel-{transport}"), token=relay.token, transport=transport, retries=0)
+        cancelled = 0
+        for i, frame in enumerate(case.frames):
+            if i in (3, 6, 9, 12):
+                task = asyncio.ensure_future(sink.send(frame))
+                if i > 3:  # frame 3 is cancelled before it starts; the others in flight (or done)
+                    await asyncio.sleep(0.001 * (i - 3))
+                task.cancel()
+                try:
+                    await task
+                    continue  # it finished first: acknowledged, as the streamer would see it
+                except asyncio.CancelledError:
+                    cancelled += 1
+            ack = await sink.send(frame)
+            assert ack["applied"] == 1
+        assert cancelled > 0
+        await sink.finish(case.reply)
+        assert await sink.fetch() == case.episode
+        await sink.close()
+
+    asyncio.run(run())
+
+
+def test_named_producer_with_clock_seq(relay: Relay, golden_dir: Path) -> None:
+    """A fixed producer name starts seq from the clock (a uint64 on the wire); a second sink
+    with the same name (a restarted worker with a fresh streamer, re-sending everything) is
+    not mistaken for duplicates, and the relay trims what it already holds."""
+    case = load_case(golden_dir, "routing_repair_u8")
+
+    async def run() -> None:
+        eid = episode_id("named")
+        first = RelaySink(relay.url, eid, token=relay.token, producer="worker-7")
+        assert first.cursor.seq + 1 > 2**32
+        for frame in case.frames[:5]:
+            ack = await first.send(frame)
+        assert ack["producers"] == {"worker-7": first.cursor.seq}
+        await first.close()
+        await asyncio.sleep(0.002)  # the clock moves on
+        again = RelaySink(relay.url, eid, token=relay.token, producer="worker-7")
+        assert again.cursor.seq > first.cursor.seq
+        # the restarted worker's first flush: everything so far in one delta per trace
+        merged: Dict[str, Any] = {}
+        for frame in case.frames[:7]:
+            d = unpackb(frame)
+            for k, v in d.items():
+                if k in ("nodes", "calls"):
+                    merged.setdefault(k, []).extend(v)
+                elif k == "set":
+                    merged.setdefault("set", {}).update(v)
+                elif k != "routing_repairs":
+                    merged.setdefault(k, v)
+        # repairs of the first 7 frames are folded into the re-sent nodes: rebuild them
+        worker_nodes = unpackb(case.episode)["traces"][0]["nodes"] if case.episode else []
+        merged["nodes"] = worker_nodes[: len(merged["nodes"])]
+        merged = {k: merged[k] for k in ("trace", "open", "nodes", "calls", "set")}  # upstream key order
+        ack = await again.send(merged)
+        assert ack["applied"] == 1 and ack["duplicates"] == 0
+        for frame in case.frames[7:]:
+            await again.send(frame)
+        await again.finish(case.reply)
+        assert await again.fetch() == case.episode
+        await again.close()
+
+    asyncio.run(run())
+
+
+def test_failed_run_reply(relay: Relay, golden_dir: Path) -> None:
+    """A failed run's reply (`success: false`, an error, no head) ends the episode as failed."""
+    case = load_case(golden_dir, "chat_basic")
+
+    async def run() -> None:
+        sink = RelaySink(relay.url, episode_id("failed-run"), token=relay.token)
+        for frame in case.frames[:3]:
+            await sink.send(frame)
+        answer = await sink.finish({"success": False, "error": "env crashed", "head": None, "traces": []})
+        assert answer["ok"] is True and answer["status"] == "failed"
+        status = (await sink.http.request("GET", "status")).json()
+        assert status["status"] == "failed" and status["error"] == "env crashed"
+        with pytest.raises(RelayError) as info:  # no more deltas
+            await sink.send(case.frames[3])
+        assert info.value.status == 409 and info.value.error == "episode_finished"
+        await sink.close()
+
+    asyncio.run(run())

@@ -1,0 +1,295 @@
+// TypeScript watcher client (browser and Node): `watchEpisode(url, id, options)` follows one
+// episode live, keeps its assembly with the project's own `EpisodeAssembly`, reconnects with
+// backoff and resumes by seq (no gap, no duplicate), and keeps the relay's slow-watcher rule
+// (ping every few seconds and after every few MiB received).
+//
+// No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
+
+import { decode } from "@msgpack/msgpack";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
+import { FinishError } from "../../src/assembly/errors";
+import { parseReply } from "../../src/assembly/reply";
+import { decodeLossless } from "../../src/wire/lossless";
+import { toJson, type Json } from "../../src/wire/json-view";
+import { concatChunks } from "../../src/wire/writer";
+import { traceOf } from "../../src/assembly/delta";
+
+/** The subset of the WHATWG WebSocket this client uses (browsers' and `ws`'s both fit). */
+export interface SocketLike {
+  binaryType: string;
+  readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+}
+export type SocketFactory = new (url: string, protocols?: string | string[]) => SocketLike;
+
+export interface WatchOptions {
+  /** Bearer token (sent as `?token=`). */
+  token?: string;
+  /** Resume after this seq instead of starting from a snapshot. */
+  after?: number;
+  /** false: ask for `?routing=0` (no routing bytes). Default true. */
+  routing?: boolean;
+  /** Only these traces. */
+  traces?: string[];
+  /** WebSocket implementation (default: globalThis.WebSocket). */
+  WebSocket?: SocketFactory;
+  /** Reconnect when the socket drops (default true). */
+  reconnect?: boolean;
+  /** Backoff between reconnect attempts: first delay and cap, ms (default 250 / 10,000). */
+  backoffMs?: [number, number];
+  /** Keep-alive ping period, ms (default 10,000). */
+  pingIntervalMs?: number;
+  /** Also ping after this many bytes received (default 8 MiB). */
+  pingEveryBytes?: number;
+}
+
+export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "closed";
+
+export type WatchEvent =
+  | { type: "hello"; episode: string; status: string; seq: number }
+  | { type: "snapshot"; seq: number; reason: string }
+  | { type: "caught_up"; seq: number }
+  | { type: "delta"; seq: number; trace: string; delta: Uint8Array }
+  | { type: "finish"; status: "finished" | "failed"; seq: number; episode: Uint8Array | null; error: string | null }
+  | { type: "reconnecting"; attempt: number; delayMs: number; code: number; reason: string }
+  | { type: "state"; state: WatchState }
+  | { type: "error"; error: Error };
+
+type Listener = (e: WatchEvent) => void;
+
+interface Message {
+  type: string;
+  protocol?: number;
+  episode?: string;
+  status?: string;
+  seq?: number;
+  reason?: string;
+  deltas?: Uint8Array[];
+  more?: boolean;
+  frames?: Array<[number, Uint8Array]>;
+  reply?: Uint8Array;
+  error?: string | null;
+}
+
+export class EpisodeWatch {
+  /** The episode as assembled so far (the project's byte-exact assembly). */
+  assembly = new EpisodeAssembly();
+  /** Last seq applied. */
+  seq = 0;
+  state: WatchState = "connecting";
+  /** Finished episode bytes (msgpack), once the run finished. */
+  episode: Uint8Array | null = null;
+  error: string | null = null;
+
+  private readonly listeners = new Set<Listener>();
+  private socket: SocketLike | null = null;
+  private attempt = 0;
+  private stopped = false;
+  private pingTimer: ReturnType<typeof setInterval> | null = null;
+  private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
+  private bytesSincePing = 0;
+  /** A snapshot being received (split over messages): applied here, swapped in when complete. */
+  private incoming: EpisodeAssembly | null = null;
+  /** Where to resume after a drop: the seq our assembly stands at, or null (start from a snapshot). */
+  private resumeAfter: number | null;
+  private readonly done: Promise<EpisodeWatch>;
+  private resolveDone!: (w: EpisodeWatch) => void;
+
+  constructor(
+    readonly url: string,
+    readonly id: string,
+    readonly options: WatchOptions = {},
+  ) {
+    this.resumeAfter = options.after ?? null;
+    this.done = new Promise((r) => (this.resolveDone = r));
+    this.connect();
+  }
+
+  /** Subscribe to events; returns the unsubscribe function. */
+  on(listener: Listener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Resolves when the run finished or failed, or the watch was closed. */
+  finished(): Promise<EpisodeWatch> {
+    return this.done;
+  }
+
+  /** The live traces as JSON (see README "JSON view"). */
+  json(): Json {
+    return toJson(decodeLossless(this.assembly.tracesBytes()));
+  }
+
+  /** Drop the current connection and resume from the last seq (as after a network drop). */
+  reconnectNow(): void {
+    this.socket?.close(4001, "client reconnects");
+  }
+
+  close(): void {
+    this.stopped = true;
+    this.clearTimers();
+    this.socket?.close(1000, "client closed");
+    this.setState(this.state === "finished" || this.state === "failed" ? this.state : "closed");
+    this.resolveDone(this);
+  }
+
+  private emit(e: WatchEvent): void {
+    for (const l of this.listeners) {
+      try {
+        l(e);
+      } catch {
+        // a listener's bug must not break the stream
+      }
+    }
+  }
+
+  private setState(s: WatchState): void {
+    if (this.state === s) return;
+    this.state = s;
+    this.emit({ type: "state", state: s });
+  }
+
+  private socketUrl(): string {
+    const u = new URL(`${this.url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(this.id)}/watch`);
+    u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
+    if (this.resumeAfter !== null) u.searchParams.set("after", String(this.resumeAfter));
+    if (this.options.routing === false) u.searchParams.set("routing", "0");
+    if (this.options.traces?.length) u.searchParams.set("traces", this.options.traces.join(","));
+    if (this.options.token) u.searchParams.set("token", this.options.token);
+    return u.toString();
+  }
+
+  private connect(): void {
+    const Impl = this.options.WebSocket ?? (globalThis as unknown as { WebSocket?: SocketFactory }).WebSocket;
+    if (!Impl) throw new Error("no WebSocket implementation: pass options.WebSocket (e.g. from the `ws` package)");
+    this.setState(this.seq > 0 || this.resumeAfter !== null ? "resuming" : "connecting");
+    const ws = new Impl(this.socketUrl());
+    this.socket = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      this.attempt = 0;
+      this.bytesSincePing = 0;
+      this.pingTimer = setInterval(() => this.ping(), this.options.pingIntervalMs ?? 10_000);
+    };
+    ws.onmessage = (ev) => this.receive(ev.data);
+    ws.onerror = () => {
+      // the close event follows and decides what to do
+    };
+    ws.onclose = (ev) => this.closed(ev.code, ev.reason);
+  }
+
+  private ping(): void {
+    this.bytesSincePing = 0;
+    if (this.socket?.readyState === 1) this.socket.send("ping");
+  }
+
+  private receive(data: unknown): void {
+    if (typeof data === "string") return; // "pong"
+    const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : (data as Uint8Array);
+    this.bytesSincePing += bytes.length;
+    try {
+      this.handle(decode(bytes) as Message);
+    } catch (e) {
+      this.emit({ type: "error", error: e as Error });
+      // our state can no longer be trusted: start over from a snapshot
+      this.resumeAfter = null;
+      this.socket?.close(4000, "client could not apply a message");
+    }
+    if (this.bytesSincePing >= (this.options.pingEveryBytes ?? 8 * 1024 * 1024)) this.ping();
+  }
+
+  private handle(m: Message): void {
+    switch (m.type) {
+      case "hello":
+        this.incoming = null;
+        this.setState("catching_up");
+        this.emit({ type: "hello", episode: m.episode!, status: m.status!, seq: m.seq! });
+        return;
+      case "snapshot": {
+        // a snapshot replaces the state, once all its messages are in
+        const next = (this.incoming ??= new EpisodeAssembly());
+        for (const d of m.deltas!) next.apply(d);
+        if (m.more) return;
+        this.assembly = next;
+        this.incoming = null;
+        this.seq = m.seq!;
+        this.resumeAfter = this.seq;
+        this.emit({ type: "snapshot", seq: m.seq!, reason: m.reason! });
+        return;
+      }
+      case "frames":
+        for (const [seq, delta] of m.frames!) {
+          if (seq <= this.seq) continue; // never apply twice
+          this.assembly.apply(delta);
+          this.seq = seq;
+          this.resumeAfter = seq;
+          this.emit({ type: "delta", seq, trace: traceOf(delta), delta });
+        }
+        return;
+      case "caught_up":
+        this.setState("live");
+        this.emit({ type: "caught_up", seq: m.seq! });
+        return;
+      case "finish": {
+        const status = m.status === "failed" ? "failed" : "finished";
+        this.error = m.error ?? null;
+        if (status === "finished") {
+          try {
+            const reply = parseReply(m.reply!);
+            this.episode = concatChunks(this.assembly.finish(reply.head ?? [], reply.summaries));
+          } catch (e) {
+            this.error = e instanceof FinishError ? e.message : String(e);
+          }
+        }
+        this.setState(status);
+        this.emit({ type: "finish", status, seq: m.seq!, episode: this.episode, error: this.error });
+        this.stopped = true;
+        this.clearTimers();
+        this.socket?.close(1000, "finished");
+        this.resolveDone(this);
+        return;
+      }
+    }
+  }
+
+  private closed(code: number, reason: string): void {
+    this.clearTimers();
+    this.socket = null;
+    if (this.stopped || this.options.reconnect === false) {
+      if (!this.stopped) this.close();
+      return;
+    }
+    const [first, cap] = this.options.backoffMs ?? [250, 10_000];
+    // too slow (4008): resume at once; otherwise back off, with jitter
+    const delayMs = code === 4008 && this.attempt === 0 ? 0 : Math.min(cap, first * 2 ** this.attempt) * (0.5 + Math.random() / 2);
+    this.attempt++;
+    this.setState("resuming");
+    this.emit({ type: "reconnecting", attempt: this.attempt, delayMs, code, reason });
+    this.reconnectTimer = setTimeout(() => this.connect(), delayMs);
+  }
+
+  private clearTimers(): void {
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.pingTimer = this.reconnectTimer = null;
+  }
+}
+
+export function watchEpisode(url: string, id: string, options: WatchOptions = {}): EpisodeWatch {
+  return new EpisodeWatch(url, id, options);
+}
+
+/** GET the episode: msgpack bytes (default) or the JSON view. */
+export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean } = {}): Promise<Uint8Array | Json> {
+  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack" };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const res = await fetch(`${url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(id)}`, { headers });
+  if (!res.ok) throw new Error(`GET episode ${id}: ${res.status} ${await res.text()}`);
+  return options.json ? ((await res.json()) as Json) : new Uint8Array(await res.arrayBuffer());
+}

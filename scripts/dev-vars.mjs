@@ -1,0 +1,37 @@
+// Where local tools find RELAY_SECRET, in the order `wrangler dev` (as started by `npm start`)
+// applies it: the environment (scripts/dev.mjs passes it on with --var, which wins), else
+// .dev.vars if that file exists, else .env then .env.local (wrangler reads those only when there
+// is no .dev.vars). Shared by scripts/dev.mjs and tools/token.ts so tokens match the server.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseEnv } from "node:util";
+
+/** `source` of a secret taken from the process environment. */
+export const FROM_ENVIRONMENT = "the environment";
+
+/**
+ * @param {string} root project directory (where wrangler.toml and .dev.vars live)
+ * @param {NodeJS.ProcessEnv} [env]
+ * @returns {{ secret: string, source: string } | { secret: null, source: string | null }}
+ *   source names where the secret came from, or (secret null) the file that was read without one
+ */
+export function findRelaySecret(root, env = process.env) {
+  if (env.RELAY_SECRET) return { secret: env.RELAY_SECRET, source: FROM_ENVIRONMENT };
+  const devVars = join(root, ".dev.vars");
+  if (existsSync(devVars)) {
+    const secret = parseEnv(readFileSync(devVars, "utf8")).RELAY_SECRET;
+    return secret ? { secret, source: ".dev.vars" } : { secret: null, source: ".dev.vars" };
+  }
+  /** @type {{ secret: string, source: string } | null} */
+  let found = null;
+  for (const name of [".env", ".env.local"]) {
+    const file = join(root, name);
+    if (!existsSync(file)) continue;
+    const secret = parseEnv(readFileSync(file, "utf8")).RELAY_SECRET;
+    if (secret) found = { secret, source: name };
+  }
+  return found ?? { secret: null, source: null };
+}
+
+/** Secrets shorter than this many characters get a warning (use `openssl rand -base64 32`). */
+export const MIN_SECRET_CHARS = 32;

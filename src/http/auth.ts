@@ -1,0 +1,381 @@
+// Access control: scoped HS256 bearer tokens (JWT) signed with RELAY_SECRET.
+//
+// Claims: `role` (producer | watcher | admin), `episodes` (exact ids and/or prefix patterns
+// `PREFIX*`, `*` alone = every episode), `exp` (required). Any other claim is ignored.
+//   producer: read + write its episodes      (deltas, ingest socket, reply, DELETE, GET, status, watch)
+//   watcher:  read its episodes              (GET, status, watch)
+//   admin:    read + write + list            (everything; episode requests still within `episodes`)
+//
+// Where a token may come from: `Authorization: Bearer <token>` on any request; on WebSocket
+// upgrades of `ingest` and `watch` also a `Sec-WebSocket-Protocol` entry `bearer.<token>` (offered
+// together with `episode-relay`, which the server answers) or `?token=<token>`.
+// Precedence: header, then protocol entry, then query parameter.
+//
+// Modes (see `authMode`): RELAY_SECRET set → tokens required. No secret → auth is off only when
+// AUTH_OFF_ON_LOOPBACK = "true" (set by `npm start`, never in wrangler.toml) AND the request URL
+// names a local host; otherwise every request but /v1/health is refused (503, fail closed).
+//
+// Nothing here logs, and no response carries a token, a secret or a jose error text.
+
+import { errors, jwtVerify, SignJWT } from "jose";
+import type { Env } from "../env";
+import { EPISODE_ID, METHODS, type Route } from "./route";
+
+export type Role = "producer" | "watcher" | "admin";
+export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
+
+/** What a request needs from its token. */
+export type Permission = "read" | "write" | "list";
+
+const GRANTS: Record<Role, ReadonlySet<Permission>> = {
+  producer: new Set<Permission>(["read", "write"]),
+  watcher: new Set<Permission>(["read"]),
+  admin: new Set<Permission>(["read", "write", "list"]),
+};
+
+/** The verified claims of a token. */
+export interface Claims {
+  role: Role;
+  episodes: string[];
+  exp: number;
+  sub?: string;
+}
+
+/** The WebSocket subprotocol the relay speaks; a client offering a `bearer.` entry must offer it too. */
+export const WS_PROTOCOL = "episode-relay";
+/** Prefix of the `Sec-WebSocket-Protocol` entry that carries a token. */
+export const WS_TOKEN_PREFIX = "bearer.";
+/** Query parameter that carries a token on WebSocket upgrades. */
+export const TOKEN_PARAM = "token";
+/** Seconds of clock skew tolerated on `exp` and `nbf`. */
+export const CLOCK_TOLERANCE_S = 30;
+/** Longest token accepted (characters); longer is malformed. */
+export const MAX_TOKEN_CHARS = 8192;
+
+// ---- episode patterns ----
+
+const PREFIX_PATTERN = /^[A-Za-z0-9._:-]{0,127}\*$/;
+
+/** An `episodes` entry: an exact episode id, `PREFIX*` (PREFIX of id characters), or `*`. */
+export function isEpisodePattern(p: unknown): p is string {
+  return typeof p === "string" && (EPISODE_ID.test(p) || PREFIX_PATTERN.test(p));
+}
+
+/** Whether `id` is within any of `patterns` (exact match, or `PREFIX*` prefix match). */
+export function inScope(patterns: readonly string[], id: string): boolean {
+  for (const p of patterns) {
+    if (p.endsWith("*") ? id.startsWith(p.slice(0, -1)) : p === id) return true;
+  }
+  return false;
+}
+
+// ---- modes ----
+
+export type AuthMode =
+  | { kind: "on"; key: Uint8Array }
+  /** No secret, started by `npm start`: auth is off for requests addressed to a local host. */
+  | { kind: "loopback" }
+  /** No secret and not local dev: refuse everything but health. */
+  | { kind: "closed" };
+
+type AuthEnv = Pick<Env, "RELAY_SECRET" | "AUTH_OFF_ON_LOOPBACK">;
+
+let cachedKey: { secret: string; key: Uint8Array } | null = null;
+
+export function authMode(env: AuthEnv): AuthMode {
+  const secret = env.RELAY_SECRET;
+  if (typeof secret === "string" && secret !== "") {
+    if (cachedKey?.secret !== secret) cachedKey = { secret, key: new TextEncoder().encode(secret) };
+    return { kind: "on", key: cachedKey.key };
+  }
+  return env.AUTH_OFF_ON_LOOPBACK === "true" ? { kind: "loopback" } : { kind: "closed" };
+}
+
+/**
+ * Host names that only reach this machine: localhost, *.localhost, 127.0.0.0/8, [::1], and the
+ * reserved testing TLD *.test (RFC 6761: never resolvable on the internet; the workerd tests use
+ * relay.test). A `URL.hostname` (lower case, IPv6 in brackets).
+ */
+export function isLocalHostname(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/\.$/, "");
+  return (
+    h === "localhost" ||
+    h.endsWith(".localhost") ||
+    h.endsWith(".test") ||
+    h === "[::1]" ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)
+  );
+}
+
+function localOrigin(origin: string): boolean {
+  try {
+    return isLocalHostname(new URL(origin).hostname);
+  } catch {
+    return false; // "null" (sandboxed pages, file:) and garbage
+  }
+}
+
+// ---- what a request needs ----
+
+export type Need =
+  /** No token (health). */
+  | { kind: "open" }
+  /** Any valid token (unknown paths, bad ids, wrong methods: they end in 4xx after auth). */
+  | { kind: "token" }
+  | { kind: "episode"; permission: "read" | "write"; id: string }
+  | { kind: "list" };
+
+const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
+
+/** The permission a routed request needs. `pathname` is used only to spot the listing path. */
+export function need(method: string, pathname: string, route: Route): Need {
+  if (route.kind === "health") return { kind: "open" };
+  if (route.kind === "episode") {
+    if (!METHODS[route.action].includes(method)) return { kind: "token" };
+    const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
+    return { kind: "episode", permission: write ? "write" : "read", id: route.id };
+  }
+  if ((pathname === "/v1/episodes" || pathname === "/v1/episodes/") && (method === "GET" || method === "HEAD")) {
+    return { kind: "list" };
+  }
+  return { kind: "token" };
+}
+
+// ---- where the token is ----
+
+/** `Upgrade: websocket`. */
+export function isWebSocketUpgrade(request: Request): boolean {
+  return request.headers.get("upgrade")?.toLowerCase() === "websocket";
+}
+
+/** Entries of the request's `Sec-WebSocket-Protocol` header. */
+export function offeredProtocols(request: Request): string[] {
+  const h = request.headers.get("sec-websocket-protocol");
+  return h ? h.split(",").map((s) => s.trim()).filter((s) => s !== "") : [];
+}
+
+const BAD_PROTOCOL = `offer "${WS_PROTOCOL}" together with "${WS_TOKEN_PREFIX}<token>" in Sec-WebSocket-Protocol; the relay answers "${WS_PROTOCOL}"`;
+
+type Found = { token: string } | { missing: string } | { malformed: string } | { badRequest: string };
+
+/** The token a request carries, and from where (upgrades may use the protocol entry or ?token=). */
+export function findToken(request: Request, url: URL, upgrade: boolean): Found {
+  const header = request.headers.get("authorization");
+  if (header !== null) {
+    const m = /^Bearer[ ]+([^\s,]+)\s*$/i.exec(header);
+    if (!m) return { malformed: 'Authorization header must be "Bearer <token>"' };
+    return { token: m[1]! };
+  }
+  const protocols = offeredProtocols(request);
+  const entries = protocols.filter((p) => p.startsWith(WS_TOKEN_PREFIX));
+  if (entries.length > 0) {
+    if (!upgrade) return { malformed: "a bearer.<token> Sec-WebSocket-Protocol entry is accepted only on WebSocket upgrades" };
+    if (!protocols.includes(WS_PROTOCOL)) return { badRequest: BAD_PROTOCOL };
+    if (entries.length > 1) return { malformed: "more than one bearer.<token> Sec-WebSocket-Protocol entry" };
+    return { token: entries[0]!.slice(WS_TOKEN_PREFIX.length) };
+  }
+  const query = url.searchParams.getAll(TOKEN_PARAM);
+  if (query.length > 0) {
+    if (!upgrade) return { missing: "missing bearer token: ?token= is accepted only on WebSocket upgrades; send Authorization: Bearer <token>" };
+    if (query.length > 1) return { malformed: "more than one ?token= parameter" };
+    return { token: query[0]! };
+  }
+  return {
+    missing: upgrade
+      ? "missing bearer token (Authorization: Bearer <token>, Sec-WebSocket-Protocol: episode-relay, bearer.<token>, or ?token=<token>)"
+      : "missing bearer token (Authorization: Bearer <token>)",
+  };
+}
+
+// ---- verification ----
+
+export type Verified = { ok: true; claims: Claims } | { ok: false; reason: string };
+
+/** Verify signature (HS256, constant time in WebCrypto), `exp`/`nbf`, and the claims' shape. */
+export async function verifyToken(token: string, key: Uint8Array, now?: Date): Promise<Verified> {
+  if (token.length === 0 || token.length > MAX_TOKEN_CHARS) return { ok: false, reason: "malformed token" };
+  let payload: Record<string, unknown>;
+  try {
+    ({ payload } = await jwtVerify(token, key, {
+      algorithms: ["HS256"],
+      requiredClaims: ["exp"],
+      clockTolerance: CLOCK_TOLERANCE_S,
+      ...(now ? { currentDate: now } : {}),
+    }));
+  } catch (e) {
+    return { ok: false, reason: verifyFailure(e) };
+  }
+  const { role, episodes, exp, sub } = payload;
+  if (typeof role !== "string" || !(ROLES as readonly string[]).includes(role)) {
+    return { ok: false, reason: 'token claim "role" must be "producer", "watcher" or "admin"' };
+  }
+  if (!Array.isArray(episodes) || !episodes.every(isEpisodePattern)) {
+    return { ok: false, reason: 'token claim "episodes" must be an array of episode ids and PREFIX* patterns' };
+  }
+  return { ok: true, claims: { role: role as Role, episodes: episodes as string[], exp: exp as number, ...(typeof sub === "string" ? { sub } : {}) } };
+}
+
+/** A fixed, token-free reason for a failed verification. */
+function verifyFailure(e: unknown): string {
+  if (e instanceof errors.JWTExpired) return "token expired";
+  if (e instanceof errors.JWSSignatureVerificationFailed) return "token signature does not verify";
+  if (e instanceof errors.JOSEAlgNotAllowed) return "token algorithm must be HS256";
+  if (e instanceof errors.JWTClaimValidationFailed) {
+    if (e.claim === "exp") return 'token has no valid "exp" claim';
+    if (e.claim === "nbf") return "token not yet valid (nbf)";
+    if (e.claim === "iat") return 'token has an invalid "iat" claim';
+    return "token claims are invalid";
+  }
+  return "malformed token";
+}
+
+// ---- the decision ----
+
+export type Decision =
+  | { ok: true; claims: Claims | null }
+  | { ok: false; status: 400 | 401 | 403 | 503; error: string; message: string };
+
+/**
+ * Decide one request: `claims` is null when no token was needed (health, auth off on loopback).
+ * `listedOrigin` says whether an Origin is named in CORS_ORIGINS: with auth off, a browser page
+ * from any other non-local origin is refused (no drive-by writes, no cross-site WebSockets).
+ */
+export async function authorize(
+  request: Request,
+  url: URL,
+  req: Need,
+  mode: AuthMode,
+  listedOrigin: (origin: string) => boolean = () => false,
+): Promise<Decision> {
+  if (req.kind === "open") return { ok: true, claims: null };
+  if (mode.kind === "closed") {
+    return {
+      ok: false,
+      status: 503,
+      error: "auth_not_configured",
+      message: "RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)",
+    };
+  }
+  if (mode.kind === "loopback" && !isLocalHostname(url.hostname)) {
+    return {
+      ok: false,
+      status: 503,
+      error: "auth_not_configured",
+      message: "RELAY_SECRET is not set and auth is off only for requests to localhost or 127.0.0.1: this request names another host, so it is refused",
+    };
+  }
+  const protocols = offeredProtocols(request);
+  if (protocols.some((p) => p.startsWith(WS_TOKEN_PREFIX)) && !protocols.includes(WS_PROTOCOL)) {
+    return { ok: false, status: 400, error: "bad_protocol", message: BAD_PROTOCOL };
+  }
+  if (mode.kind === "loopback") {
+    const origin = request.headers.get("origin");
+    if (origin !== null && !localOrigin(origin) && !listedOrigin(origin)) {
+      return forbidden("auth is off (local dev without RELAY_SECRET): requests from web pages of other origins are refused; list the origin in CORS_ORIGINS");
+    }
+    return { ok: true, claims: null };
+  }
+
+  const found = findToken(request, url, isWebSocketUpgrade(request));
+  if ("badRequest" in found) return { ok: false, status: 400, error: "bad_protocol", message: found.badRequest };
+  if ("missing" in found) return unauthorized(found.missing);
+  if ("malformed" in found) return unauthorized(found.malformed);
+  const v = await verifyToken(found.token, mode.key);
+  if (!v.ok) return unauthorized(v.reason);
+  const { claims } = v;
+  switch (req.kind) {
+    case "token":
+      return { ok: true, claims };
+    case "list":
+      if (!GRANTS[claims.role].has("list")) return forbidden(`role ${claims.role} cannot list episodes (admin only)`);
+      return { ok: true, claims };
+    case "episode":
+      if (!GRANTS[claims.role].has(req.permission)) {
+        return forbidden(`role ${claims.role} cannot ${req.permission === "write" ? "write to or delete" : "read"} episodes`);
+      }
+      if (!inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
+      return { ok: true, claims };
+  }
+}
+
+function unauthorized(message: string): Decision {
+  return { ok: false, status: 401, error: "unauthorized", message };
+}
+
+function forbidden(message: string): Decision {
+  return { ok: false, status: 403, error: "forbidden", message };
+}
+
+/** The refusal as a JSON response (401s carry `WWW-Authenticate: Bearer`, RFC 6750). */
+export function refusal(d: Extract<Decision, { ok: false }>): Response {
+  const headers = new Headers();
+  if (d.status === 401) headers.set("www-authenticate", `Bearer realm="episode-relay", error="invalid_token"`);
+  if (d.status === 403) headers.set("www-authenticate", `Bearer realm="episode-relay", error="insufficient_scope"`);
+  return Response.json({ error: d.error, message: d.message }, { status: d.status, headers });
+}
+
+// ---- hygiene ----
+
+/** `url` with any ?token= value replaced, for anything that logs a URL. */
+export function redactUrl(url: string | URL): string {
+  const u = new URL(url.toString());
+  if (!u.searchParams.has(TOKEN_PARAM)) return u.toString();
+  const params = [...u.searchParams].map(([k, v]) => [k, k === TOKEN_PARAM ? "REDACTED" : v] as [string, string]);
+  u.search = new URLSearchParams(params).toString();
+  return u.toString();
+}
+
+/**
+ * The request as forwarded to the Durable Object: without `Authorization`, without `?token=`,
+ * and without `bearer.` protocol entries, so no token travels past the Worker.
+ */
+export function stripCredentials(request: Request, url: URL, extraHeaders: Record<string, string>): Request {
+  const headers = new Headers(request.headers);
+  headers.delete("authorization");
+  const protocols = offeredProtocols(request);
+  const kept = protocols.filter((p) => !p.startsWith(WS_TOKEN_PREFIX));
+  if (kept.length !== protocols.length) {
+    if (kept.length > 0) headers.set("sec-websocket-protocol", kept.join(", "));
+    else headers.delete("sec-websocket-protocol");
+  }
+  for (const [k, v] of Object.entries(extraHeaders)) headers.set(k, v);
+  if (!url.searchParams.has(TOKEN_PARAM)) return new Request(request, { headers });
+  const clean = new URL(url);
+  clean.searchParams.delete(TOKEN_PARAM);
+  return new Request(clean.toString(), new Request(request, { headers }));
+}
+
+// ---- minting (tools/token.ts, tests, clients) ----
+
+export interface MintOptions {
+  role: Role;
+  episodes: string[];
+  /** Lifetime in seconds. */
+  ttl: number;
+  sub?: string;
+  now?: number;
+}
+
+/** Sign a token with `secret` (its UTF-8 bytes are the HMAC key). */
+export async function mintToken(secret: string, o: MintOptions): Promise<string> {
+  if (!secret) throw new Error("RELAY_SECRET is empty");
+  if (!ROLES.includes(o.role)) throw new Error(`role must be one of ${ROLES.join(", ")}`);
+  const bad = o.episodes.filter((p) => !isEpisodePattern(p));
+  if (bad.length > 0) throw new Error(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 of [A-Za-z0-9._:-])`);
+  if (!(Number.isFinite(o.ttl) && o.ttl > 0)) throw new Error("ttl must be a positive number of seconds");
+  const now = Math.floor((o.now ?? Date.now()) / 1000);
+  const jwt = new SignJWT({ role: o.role, episodes: o.episodes })
+    .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+    .setIssuedAt(now)
+    .setExpirationTime(now + Math.ceil(o.ttl));
+  if (o.sub) jwt.setSubject(o.sub);
+  return jwt.sign(new TextEncoder().encode(secret));
+}
+
+/** `90`, `90s`, `15m`, `1h`, `7d` → seconds; null if unparseable. */
+export function parseTtl(s: string): number | null {
+  const m = /^(\d+)([smhd]?)$/.exec(s.trim());
+  if (!m) return null;
+  const n = Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as "" | "s" | "m" | "h" | "d"];
+  return n > 0 ? n : null;
+}

@@ -1,0 +1,58 @@
+// The conformance command in relay mode against a real relay the test starts (the wrangler
+// bundle in Miniflare, real HTTP and WebSockets): every golden case through HTTP and through the
+// producer socket, each with three watchers (from the start, joining midway, dropping and
+// resuming), all ending with the golden bytes.
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { casePaths, goldenDir } from "../../tools/conformance/cases";
+import { startRelay, type LocalRelay } from "../../tools/local-relay";
+
+const root = join(import.meta.dirname, "..", "..");
+let relay: LocalRelay;
+
+beforeAll(async () => {
+  relay = await startRelay();
+}, 120_000);
+afterAll(async () => {
+  await relay?.stop();
+});
+
+function conformance(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "conformance.ts"), ...args], { cwd: root });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d) => (stdout += d));
+    p.stderr.on("data", (d) => (stderr += d));
+    p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr }));
+  });
+}
+
+describe("conformance through a live relay", () => {
+  const cases = casePaths([goldenDir()]);
+  for (const ingest of ["http", "ws"]) {
+    it(`--ingest ${ingest} --watchers 3: every golden case passes`, async () => {
+      const r = await conformance("--relay", relay.url, "--ingest", ingest, "--watchers", "3", goldenDir());
+      expect(r.stderr).toBe("");
+      const lines = r.stdout.trim().split("\n");
+      expect(lines.filter((l) => l.startsWith("ok ")).length).toBe(cases.length);
+      expect(lines.at(-1)).toBe(`${cases.length} passed, 0 failed`);
+      expect(r.code).toBe(0);
+    }, 180_000);
+  }
+
+  it("a case whose golden episode was altered fails in relay mode too", async () => {
+    const { mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { decode, encode } = await import("@msgpack/msgpack");
+    const c = decode(readFileSync(join(goldenDir(), "chat_basic.msgpack"))) as { episode: Uint8Array };
+    c.episode = c.episode.slice();
+    c.episode[c.episode.length - 1] ^= 1;
+    const dir = mkdtempSync(join(tmpdir(), "relay-conf-"));
+    writeFileSync(join(dir, "chat_basic.msgpack"), encode(c));
+    const r = await conformance("--relay", relay.url, dir);
+    expect(r.stdout).toMatch(/^FAIL chat_basic: episode \$/m);
+    expect(r.code).toBe(1);
+  }, 60_000);
+});

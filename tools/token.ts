@@ -1,0 +1,83 @@
+// `npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]`
+// Prints one HS256 token on its last line (stdout), signed with RELAY_SECRET from the environment,
+// else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth";
+import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
+
+const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]
+  --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. listing)
+  --episode   an episode id, a prefix pattern such as 'run-42:*', or '*' for all; repeat or comma-separate
+  --ttl       lifetime: 90, 90s, 15m, 1h (default), 7d
+  --sub       optional subject (who the token is for)
+The token is signed with RELAY_SECRET from the environment, else .dev.vars (else .env/.env.local).`;
+
+function fail(message: string, code = 2): never {
+  console.error(`token: ${message}`);
+  if (code === 2) console.error(USAGE);
+  process.exit(code);
+}
+
+function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: number; sub?: string } {
+  let role: string | undefined;
+  const episodes: string[] = [];
+  let ttl = "1h";
+  let sub: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "-h" || arg === "--help") {
+      console.error(USAGE);
+      process.exit(0);
+    }
+    const eq = arg.indexOf("=");
+    const [name, inline] = arg.startsWith("--") && eq > 0 ? [arg.slice(0, eq), arg.slice(eq + 1)] : [arg, undefined];
+    const value = (): string => {
+      const v = inline ?? argv[++i];
+      if (v === undefined) fail(`${name} needs a value`);
+      return v;
+    };
+    switch (name) {
+      case "--role":
+        role = value();
+        break;
+      case "--episode":
+      case "--episodes":
+        episodes.push(...value().split(",").map((s) => s.trim()).filter((s) => s !== ""));
+        break;
+      case "--ttl":
+        ttl = value();
+        break;
+      case "--sub":
+        sub = value();
+        break;
+      default:
+        fail(`unknown argument ${arg}`);
+    }
+  }
+  if (!role) fail("--role is required");
+  if (!(ROLES as readonly string[]).includes(role)) fail(`--role must be one of ${ROLES.join(", ")}`);
+  if (episodes.length === 0) fail("at least one --episode is required ('*' for every episode)");
+  const bad = episodes.filter((e) => !isEpisodePattern(e));
+  if (bad.length > 0) {
+    fail(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 characters of [A-Za-z0-9._:-]; a pattern is such a prefix followed by *, e.g. run-42:*)`);
+  }
+  const seconds = parseTtl(ttl);
+  if (seconds === null) fail(`--ttl ${ttl}: expected a number of seconds or 90s, 15m, 1h, 7d`);
+  return { role: role as Role, episodes, ttl: seconds, ...(sub ? { sub } : {}) };
+}
+
+const opts = parseArgs(process.argv.slice(2));
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const found = findRelaySecret(root);
+if (found.secret === null) {
+  fail(`RELAY_SECRET is not set (looked in the environment${found.source ? ` and ${found.source}` : ", .dev.vars, .env"}); see .dev.vars.example`, 1);
+}
+if (found.secret.length < MIN_SECRET_CHARS) {
+  console.error(`token: warning: RELAY_SECRET from ${found.source} is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
+}
+const now = Date.now();
+const token = await mintToken(found.secret, { ...opts, now });
+const expires = new Date(Math.floor(now / 1000) * 1000 + opts.ttl * 1000).toISOString();
+console.error(`token: role=${opts.role} episodes=${JSON.stringify(opts.episodes)} expires=${expires} (secret from ${found.source})`);
+console.log(token);
