@@ -1,0 +1,78 @@
+// The command line against a relay the test starts: `push` a golden case while `tail` follows
+// it; tail's terminal output is read; `get` returns the golden bytes.
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { goldenDir, loadCase } from "../../tools/conformance/cases";
+import { startRelay, type LocalRelay } from "../../tools/local-relay";
+
+const root = join(import.meta.dirname, "..", "..");
+let relay: LocalRelay;
+beforeAll(async () => {
+  relay = await startRelay();
+}, 120_000);
+afterAll(() => relay?.stop());
+
+function cli(...args: string[]) {
+  const p = spawn(process.execPath, [join(root, "bin", "episode-relay.mjs"), ...args], { cwd: root });
+  let stdout = Buffer.alloc(0);
+  let stderr = "";
+  p.stdout.on("data", (d: Buffer) => (stdout = Buffer.concat([stdout, d])));
+  p.stderr.on("data", (d) => (stderr += d));
+  const done = new Promise<{ code: number; stdout: Buffer; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
+  return { done, text: () => stdout.toString("utf8") };
+}
+
+async function until(cond: () => boolean, ms = 20_000) {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+describe("episode-relay CLI", () => {
+  it("tail follows a case pushed by push: turns, tool calls, pending previews, rewards, finish", async () => {
+    const target = `${relay.url}/cli-tail-${Date.now().toString(36)}`;
+    const tail = cli("tail", target);
+    await until(() => tail.text().includes("episode cli-tail-"));
+    const push = await cli("push", join(goldenDir(), "tool_calls_pending.msgpack"), target, "--fast").done;
+    expect(push.code).toBe(0);
+    expect(push.stderr).toMatch(/\[#+\] 11\/11 deltas/);
+    const t = await tail.done;
+    const out = t.stdout.toString("utf8");
+    expect(t.code).toBe(0);
+    expect(out).toMatch(/▶ trace [0-9a-f]{8} opened \(agent solver\)/);
+    expect(out).toMatch(/turn 1 user: Compute 6\*7 with the calculator\./);
+    expect(out).toMatch(/→ tool call calculator\(\{"expr": "6\*7"\}\)/);
+    expect(out).toMatch(/… pending tool: tool says 42/);
+    expect(out).toMatch(/★ rewards \{correct: \{score: 1\.0, weight: 1\.0\}\}/);
+    expect(out).toMatch(/■ finished: seq 11 · 1 trace\(s\) · 9 node\(s\) · 4 call\(s\)/);
+    // the pending preview was printed before the turn that absorbed it
+    expect(out.indexOf("… pending tool: tool says 42")).toBeLessThan(out.indexOf("turn 3 tool: tool says 42"));
+  }, 60_000);
+
+  it("get returns the golden episode bytes, and --json a JSON view", async () => {
+    const c = loadCase(join(goldenDir(), "routing_repair_widen.msgpack"));
+    const target = `${relay.url}/cli-get-${Date.now().toString(36)}`;
+    expect((await cli("push", join(goldenDir(), "routing_repair_widen.msgpack"), target, "--fast").done).code).toBe(0);
+    const bytes = await cli("get", target).done;
+    expect(Buffer.compare(bytes.stdout, Buffer.from(c.episode!))).toBe(0);
+    const json = JSON.parse((await cli("get", target, "--json").done).stdout.toString("utf8")) as { traces: Array<{ nodes: Array<{ routed_experts: { dtype: string } | null }> }> };
+    expect(json.traces[0]!.nodes.some((n) => n.routed_experts?.dtype === "uint16")).toBe(true);
+  }, 60_000);
+
+  it("tail exits 1 on a failed run; usage errors exit 2", async () => {
+    const id = `cli-fail-${Date.now().toString(36)}`;
+    const tail = cli("tail", `${relay.url}/${id}`);
+    await until(() => tail.text().includes("episode cli-fail-"));
+    const { encodeLossless, LMap } = await import("../../src/wire/lossless");
+    const reply = encodeLossless(new LMap([["success", false], ["error", "sandbox crashed"], ["head", null], ["traces", []]]));
+    expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
+    const t = await tail.done;
+    expect(t.code).toBe(1);
+    expect(t.stdout.toString()).toMatch(/■ failed: sandbox crashed/);
+    expect((await cli("tail").done).code).toBe(2);
+    expect((await cli("get", "not a url").done).code).toBe(1);
+  }, 60_000);
+});

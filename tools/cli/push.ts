@@ -1,0 +1,76 @@
+// `episode-relay push FILE URL/ID [--fast] [--token T] [--ingest http|ws]`: replay a recording
+// into a relay as a producer would (envelopes, exactly-once), then post its reply.
+// FILE is a golden case (`*.msgpack`, ../shared/golden format; frames are sent 250 ms apart
+// unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`
+// per line and optionally a last `{"t": seconds, "reply": "<base64 msgpack>"}` (sent at `t`).
+import { readFileSync } from "node:fs";
+import { encodeEnvelope } from "../../src/envelope/envelope";
+import { ProducerCursor } from "../../src/envelope/producer";
+import { parseCase } from "../conformance/case-format";
+import type { Target } from "./target";
+
+interface Recording {
+  frames: Array<{ t: number; delta: Uint8Array }>;
+  reply: { t: number; bytes: Uint8Array } | null;
+}
+
+export function loadRecording(path: string): Recording {
+  const raw = readFileSync(path);
+  if (path.endsWith(".jsonl") || path.endsWith(".ndjson")) {
+    const frames: Recording["frames"] = [];
+    let reply: Recording["reply"] = null;
+    for (const [n, l] of raw.toString("utf8").split("\n").entries()) {
+      if (!l.trim()) continue;
+      const o = JSON.parse(l) as { t?: number; delta?: string; reply?: string };
+      const t = Number(o.t ?? 0);
+      if (o.delta) frames.push({ t, delta: new Uint8Array(Buffer.from(o.delta, "base64")) });
+      else if (o.reply) reply = { t, bytes: new Uint8Array(Buffer.from(o.reply, "base64")) };
+      else throw new Error(`${path}:${n + 1}: expected "delta" or "reply"`);
+    }
+    return { frames, reply };
+  }
+  const c = parseCase(raw, path);
+  return { frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta })), reply: { t: c.frames.length * 0.25, bytes: c.reply } };
+}
+
+export async function push(file: string, t: Target, opts: { fast?: boolean; token?: string; err?: NodeJS.WriteStream }): Promise<number> {
+  const err = opts.err ?? process.stderr;
+  const rec = loadRecording(file);
+  const auth: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
+  const url = `${t.base}/v1/episodes/${encodeURIComponent(t.id)}`;
+  const producer = new ProducerCursor(`push-${process.pid}`);
+  const start = Date.now();
+  const wait = async (at: number) => {
+    if (opts.fast) return;
+    const ms = start + at * 1000 - Date.now();
+    if (ms > 0) await new Promise((r) => setTimeout(r, ms));
+  };
+  const total = rec.frames.length;
+  let bytes = 0;
+  const bar = (i: number) => {
+    const width = 30;
+    const done = Math.round((i / Math.max(total, 1)) * width);
+    return `[${"#".repeat(done)}${"-".repeat(width - done)}] ${i}/${total} deltas, ${(bytes / 1024).toFixed(0)} KiB`;
+  };
+  for (const [i, f] of rec.frames.entries()) {
+    await wait(f.t);
+    const res = await fetch(`${url}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f.delta)), headers: { "content-type": "application/msgpack", ...auth } });
+    const body = await res.text();
+    if (res.status !== 200) {
+      err.write(`\npush: delta ${i} refused: ${res.status} ${body}\n`);
+      return 1;
+    }
+    producer.acknowledge(f.delta);
+    bytes += f.delta.length;
+    err.write(`\r${bar(i + 1)}`);
+  }
+  err.write("\n");
+  if (rec.reply) {
+    await wait(rec.reply.t);
+    const res = await fetch(`${url}/reply`, { method: "POST", body: rec.reply.bytes, headers: { "content-type": "application/msgpack", ...auth } });
+    const body = await res.text();
+    err.write(`reply: ${res.status} ${body}\n`);
+    if (res.status !== 200) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+// `episode-relay tail URL/ID [--token T] [--routing]`: follow an episode live, readable.
+import WebSocket from "ws";
+import { watchEpisode, type SocketFactory } from "../../clients/typescript/watch";
+import { newContext, renderDelta } from "./render";
+import type { Target } from "./target";
+
+export async function tail(t: Target, opts: { token?: string; routing?: boolean; out?: NodeJS.WriteStream }): Promise<number> {
+  const out = opts.out ?? process.stdout;
+  const tty = Boolean(out.isTTY);
+  const ctx = newContext(tty ? out.columns || 100 : 120);
+  let status = "";
+  const line = (s: string) => {
+    if (tty && status) out.write("\r\x1b[2K");
+    out.write(`${s}\n`);
+    if (tty && status) out.write(status);
+  };
+  const setStatus = (s: string) => {
+    status = s;
+    if (tty) out.write(`\r\x1b[2K${s}`);
+  };
+  const w = watchEpisode(t.base, t.id, { token: opts.token, routing: opts.routing ?? false, WebSocket: WebSocket as unknown as SocketFactory });
+  const summary = () => {
+    let nodes = 0;
+    let calls = 0;
+    for (const tr of w.assembly.traces.values()) {
+      nodes += tr.nodes.length;
+      calls += tr.items.calls.length;
+    }
+    return `seq ${w.seq} · ${w.assembly.traces.size} trace(s) · ${nodes} node(s) · ${calls} call(s)`;
+  };
+  w.on((e) => {
+    switch (e.type) {
+      case "hello":
+        line(`episode ${e.episode} (${e.status}, seq ${e.seq}) at ${t.base}`);
+        break;
+      case "snapshot":
+        if (e.seq > 0) line(`… caught up from a snapshot at seq ${e.seq} (${e.reason}): ${summary()}`);
+        break;
+      case "delta":
+        for (const l of renderDelta(ctx, e.seq, e.delta)) line(l);
+        break;
+      case "reconnecting":
+        line(`… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming in ${Math.round(e.delayMs)} ms`);
+        break;
+      case "error":
+        line(`! ${e.error.message}`);
+        break;
+    }
+    if (e.type !== "finish") setStatus(`[${w.state}] ${summary()}`);
+  });
+  await w.finished();
+  if (tty) out.write("\r\x1b[2K");
+  if (w.state === "finished" && w.episode) {
+    out.write(`■ finished: ${summary()}; episode ${w.episode.length} bytes\n`);
+    return 0;
+  }
+  out.write(`■ ${w.state}${w.error ? `: ${w.error}` : ""}\n`);
+  return 1;
+}
