@@ -118,4 +118,27 @@ describe("producer envelopes", () => {
     expect(ok.applied.length).toBe(2);
     expect(asm.traces.size).toBe(0);
   });
+
+  it("after a failed send, set fields and pending the failed delta carried are re-asserted at their acked values", () => {
+    const { asm, ledger, producer } = setup();
+    const open = openDelta(undefined, { set: m({ ok: false, is_completed: false }) });
+    ingest(asm, ledger, encodeEnvelope(producer.envelope(open)));
+    producer.acknowledge(open);
+    // reaches the relay, but the ack is lost
+    const lost = delta({ set: m({ ok: true }), pending: [m({ role: "tool", content: "x" })] });
+    ingest(asm, ledger, encodeEnvelope(producer.envelope(lost)));
+    producer.fail(lost);
+    // meanwhile the worker's value went back: its re-diff carries neither `ok` nor `pending`
+    const next = delta({ set: m({ is_completed: true }) });
+    const env = producer.envelope(next);
+    ingest(asm, ledger, encodeEnvelope(env));
+    producer.acknowledge(env.delta);
+    const t = (decodeLossless(asm.tracesBytes()) as LMap[])[0]!;
+    expect(t.get("ok")).toBe(false);
+    expect(t.get("is_completed")).toBe(true);
+    expect(t.get("pending")).toEqual([]);
+    // once acknowledged, nothing more is re-asserted
+    const later = delta({ set: m({ ok: true }) });
+    expect(Buffer.compare(producer.envelope(later).delta, later)).toBe(0);
+  });
 });

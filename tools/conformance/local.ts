@@ -25,7 +25,8 @@ export function runCaseLocally(c: GoldenCase): string | undefined {
     } catch (e) {
       return `frames[${i}]: refused: ${(e as Error).message}`;
     }
-    if (!lost.has(i)) producer.acknowledge(frame);
+    if (lost.has(i)) producer.fail(frame);
+      else producer.acknowledge(frame);
     const cp = c.checkpoints[k];
     if (cp && cp.after === i + 1) {
       k++;
