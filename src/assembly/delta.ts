@@ -17,8 +17,8 @@ export interface Entry {
 
 export interface ParsedDelta {
   readonly bytes: Uint8Array;
-  readonly trace: string;
-  readonly discard: boolean;
+  trace: string;
+  discard: boolean;
   /** Every top-level entry in wire order (for re-encoding a trimmed delta). */
   readonly entries: Entry[];
   open?: Entry[];
@@ -31,11 +31,15 @@ export interface ParsedDelta {
   pending?: Uint8Array;
 }
 
-const KNOWN = new Set<string>(["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending"]);
+/** Keys the assembly reads, each with a bit (for the duplicate check). */
+const KNOWN = new Map<string, number>(["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending"].map((k, i) => [k, 1 << i]));
 
-/** Parse and check one delta frame. Throws DeltaError naming the field. */
-export function parseDelta(bytes: Uint8Array): ParsedDelta {
-  const r = new Reader(bytes);
+/**
+ * Parse and check one delta frame. Throws DeltaError naming the field. `trusted`: the bytes
+ * were validated before (a logged frame, a delta the relay wrote itself) — skip UTF-8 checks.
+ */
+export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
+  const r = new Reader(bytes, 0, bytes.length, trusted);
   let n: number;
   try {
     n = r.mapHeader();
@@ -51,10 +55,13 @@ export function parseDelta(bytes: Uint8Array): ParsedDelta {
     throw new DeltaError("wrong_type", "delta", "a delta must be a msgpack map");
   }
   const entries: Entry[] = [];
-  const seen = new Set<string>();
-  let trace: string | undefined;
-  let discard = false;
-  const d: Omit<ParsedDelta, "trace" | "discard"> = { bytes, entries, lists: {} };
+  let seen = 0;
+  // One object with every field present from the start: a stable shape, no copy at the end.
+  const d: ParsedDelta = {
+    bytes, trace: "", discard: false, entries, open: undefined, links: undefined, repairs: undefined,
+    nodes: undefined, lists: {}, set: undefined, pending: undefined,
+  };
+  let hasTrace = false;
   for (let i = 0; i < n; i++) {
     const keyStart = r.pos;
     let key: string | undefined;
@@ -64,40 +71,36 @@ export function parseDelta(bytes: Uint8Array): ParsedDelta {
       throw asDeltaError(e, `delta key ${i}`);
     }
     if (key === undefined) throw new DeltaError("wrong_type", `delta key ${i}`, "delta keys must be str");
-    if (seen.has(key) && KNOWN.has(key)) throw new DeltaError("malformed", key, "duplicate key");
-    seen.add(key);
+    const bit = KNOWN.get(key) ?? 0;
+    if (seen & bit) throw new DeltaError("malformed", key, "duplicate key");
+    seen |= bit;
+    if (key === "trace") hasTrace = true;
     const keySpan = bytes.subarray(keyStart, r.pos);
     const valueStart = r.pos;
     try {
-      readField(r, key, d, (t) => (trace = t), (x) => (discard = x));
+      readField(r, key, d);
     } catch (e) {
       throw asDeltaError(e, key);
     }
     entries.push({ key, keySpan, value: bytes.subarray(valueStart, r.pos) });
   }
   if (!r.atEnd()) throw new DeltaError("malformed", "delta", `trailing bytes after the delta (at byte ${r.pos})`);
-  if (trace === undefined) throw new DeltaError("wrong_type", "trace", "missing: every delta names its trace");
-  return { ...d, trace, discard };
+  if (!hasTrace) throw new DeltaError("wrong_type", "trace", "missing: every delta names its trace");
+  return d;
 }
 
-function readField(
-  r: Reader,
-  key: string,
-  d: Omit<ParsedDelta, "trace" | "discard">,
-  setTrace: (t: string) => void,
-  setDiscard: (x: boolean) => void,
-): void {
+function readField(r: Reader, key: string, d: ParsedDelta): void {
   switch (key) {
     case "trace": {
       const t = r.str();
       if (t === undefined) throw new DeltaError("wrong_type", "trace", "must be a str");
-      setTrace(t);
+      d.trace = t;
       return;
     }
     case "discard": {
       const x = r.bool();
       if (x === undefined) throw new DeltaError("wrong_type", "discard", "must be a bool");
-      setDiscard(x);
+      d.discard = x;
       return;
     }
     case "open":

@@ -28,8 +28,8 @@ export class EpisodeAssembly {
   readonly traces = new Map<string, TraceState>();
 
   /** Parse, check and apply one delta frame. Throws DeltaError and changes nothing on failure. */
-  apply(frame: Uint8Array): ParsedDelta {
-    const delta = parseDelta(frame);
+  apply(frame: Uint8Array, trusted = false): ParsedDelta {
+    const delta = parseDelta(frame, trusted);
     this.applyParsed(delta);
     return delta;
   }
@@ -79,16 +79,18 @@ export class EpisodeAssembly {
       const t = trace;
       const counts = LIST_FIELDS.map((f) => t.count(f));
       const pending = t.pending;
-      const fields = delta.set ? new Map(t.fields) : null;
+      // the slots `set` will overwrite (undefined: a key it adds, which goes last and is deleted)
+      const before = (delta.set ?? []).map((e) => [e.key, t.fields.get(e.key)] as const);
       undo.push(() => {
         t.nodes.length = counts[0]!;
         LIST_FIELDS.forEach((f, i) => {
           if (f !== "nodes") t.items[f].length = counts[i]!;
         });
         t.pending = pending;
-        if (fields) {
-          t.fields.clear();
-          for (const [k, v] of fields) t.fields.set(k, v);
+        for (let i = before.length - 1; i >= 0; i--) {
+          const [k, slot] = before[i]!;
+          if (slot) t.fields.set(k, slot);
+          else t.fields.delete(k);
         }
       });
     }

@@ -50,7 +50,7 @@ export function readNode(r: Reader, field: string): NodeState {
     const value = r.span();
     if (equalBytes(key, KEY_PARENTS)) {
       parentsAt = i;
-      parents = arrayItems(new Reader(value), `${field}.semantic_parents`, true);
+      parents = arrayItems(new Reader(value, 0, value.length, true), `${field}.semantic_parents`, true);
       if (value[0] === 0xc0) pristine = false;
     } else if (equalBytes(key, KEY_ROUTED)) {
       routedAt = i;

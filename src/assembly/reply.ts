@@ -21,27 +21,28 @@ export function parseReply(bytes: Uint8Array): ParsedReply {
   } catch (e) {
     throw asDeltaError(e, "reply");
   }
-  r.pos = 0;
-  const top = mapEntries(r, "reply");
+  // validated once above; every read below trusts the bytes
+  const trusted = (b: Uint8Array) => new Reader(b, 0, b.length, true);
+  const top = mapEntries(trusted(bytes), "reply");
   const get = (k: string) => top.find((e) => e.key === k);
   const success = get("success");
-  const ok = success ? new Reader(success.value).bool() : undefined;
+  const ok = success ? trusted(success.value).bool() : undefined;
   if (ok === undefined) throw new DeltaError("wrong_type", "success", "reply.success must be a bool");
   let error: string | null = null;
   const err = get("error");
   if (err && err.value[0] !== 0xc0) {
-    const s = new Reader(err.value).str();
+    const s = trusted(err.value).str();
     if (s === undefined) throw new DeltaError("wrong_type", "error", "reply.error must be a str or nil");
     error = s;
   }
   let head: Entry[] | null = null;
   const h = get("head");
-  if (h && h.value[0] !== 0xc0) head = mapEntries(new Reader(h.value), "head");
+  if (h && h.value[0] !== 0xc0) head = mapEntries(trusted(h.value), "head");
   if (ok && !head) throw new DeltaError("wrong_type", "head", "a successful reply needs a head map");
   const summaries: TraceSummary[] = [];
   const t = get("traces");
   if (t && t.value[0] !== 0xc0) {
-    const tr = new Reader(t.value);
+    const tr = trusted(t.value);
     const n = tr.arrayHeader();
     if (n < 0) throw new DeltaError("wrong_type", "traces", "reply.traces must be an array");
     for (let i = 0; i < n; i++) {
@@ -50,9 +51,9 @@ export function parseReply(bytes: Uint8Array): ParsedReply {
       const id = field("id");
       const nodes = field("nodes");
       const calls = field("calls");
-      const idStr = id ? new Reader(id).str() : undefined;
-      const nodesN = nodes ? new Reader(nodes).int() : undefined;
-      const callsN = calls ? new Reader(calls).int() : undefined;
+      const idStr = id ? trusted(id).str() : undefined;
+      const nodesN = nodes ? trusted(nodes).int() : undefined;
+      const callsN = calls ? trusted(calls).int() : undefined;
       if (idStr === undefined) throw new DeltaError("wrong_type", `traces[${i}].id`, "must be a str");
       if (nodesN === undefined || nodesN < 0) throw new DeltaError("wrong_type", `traces[${i}].nodes`, "must be a non-negative int");
       if (callsN === undefined || callsN < 0) throw new DeltaError("wrong_type", `traces[${i}].calls`, "must be a non-negative int");

@@ -52,7 +52,7 @@ export function parseIngestMessage(bytes: Uint8Array): IngestMessage {
     for (let i = 0; i < n; i++) {
       const span = r.span();
       if (kindOf(span[0]!) !== "map") throw new DeltaError("wrong_type", `batch[${i}]`, "a batch holds envelopes (maps)");
-      const env = tryEnvelope(span, `batch[${i}]`);
+      const env = tryEnvelope(span, `batch[${i}]`, true);
       envelopes.push(env ?? { producer: "", seq: 0, acked: null, delta: span });
     }
     return { kind: "envelopes", envelopes };
@@ -70,69 +70,90 @@ export function parseIngestMessage(bytes: Uint8Array): IngestMessage {
 }
 
 /** The envelope in `span`, or null when the map is a bare delta (it has no `delta` key). */
-function tryEnvelope(span: Uint8Array, field: string): Envelope | null {
-  const r = new Reader(span);
+function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope | null {
+  const r = new Reader(span, 0, span.length, trusted);
+  let n: number;
   // Upstream deltas always lead with `trace`: skip the envelope reading for them.
   try {
-    if (r.mapHeader() > 0 && r.str() === "trace") return null;
+    n = r.mapHeader();
+    const first = r.pos;
+    if (n > 0 && r.str() === "trace") return null;
+    r.pos = first;
   } catch {
     return null; // not readable as an envelope either; the delta parser reports it precisely
   }
-  r.pos = 0;
-  let entries;
+  // One pass over the map: each known key's value is read in place, others are skipped.
+  let delta: Uint8Array | undefined;
+  let producer = "";
+  let seq: number | undefined;
+  let acked: ProducerAck | null = null;
   try {
-    entries = mapEntries(r, field);
+    for (let i = 0; i < n; i++) {
+      const key = r.str();
+      if (key === undefined) {
+        if (delta === undefined) return null; // a non-str key: a bare delta, the delta parser reports it
+        throw new DeltaError("wrong_type", `${field} key ${i}`, "keys must be str");
+      }
+      switch (key) {
+        case "delta":
+          delta = r.bin();
+          if (!delta) throw new DeltaError("wrong_type", `${field}.delta`, "must be bin (the delta's msgpack bytes)");
+          break;
+        case "producer": {
+          if (r.nil()) break;
+          const p = r.str();
+          if (p === undefined || p.length > 256) throw new DeltaError("wrong_type", `${field}.producer`, "must be a str of at most 256 characters");
+          producer = p;
+          break;
+        }
+        case "seq":
+          seq = r.int();
+          if (seq === undefined || seq < 1) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
+          break;
+        case "acked":
+          acked = r.nil() ? null : readAck(r, `${field}.acked`);
+          break;
+        default:
+          r.span();
+      }
+    }
     if (!r.atEnd()) r.fail("trailing bytes");
   } catch (e) {
-    // a bare delta with a non-str key is the delta parser's to report
-    if (e instanceof DeltaError && e.code === "wrong_type") return null;
+    if (delta === undefined && seq === undefined && e instanceof DeltaError && e.code === "wrong_type" && !e.field.startsWith(field)) return null;
     throw asDeltaError(e, field);
   }
-  const get = (k: string) => entries.find((e) => e.key === k)?.value;
-  const delta = get("delta");
   if (!delta) return null;
-  const d = new Reader(delta).bin();
-  if (!d) throw new DeltaError("wrong_type", `${field}.delta`, "must be bin (the delta's msgpack bytes)");
-  const producerSpan = get("producer");
-  let producer = "";
-  if (producerSpan && producerSpan[0] !== 0xc0) {
-    const p = new Reader(producerSpan).str();
-    if (p === undefined || p.length > 256) throw new DeltaError("wrong_type", `${field}.producer`, "must be a str of at most 256 characters");
-    producer = p;
-  }
-  const seqSpan = get("seq");
-  const seq = seqSpan ? new Reader(seqSpan).int() : undefined;
-  if (seq === undefined || seq < 1) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
-  const ackedSpan = get("acked");
-  const acked = ackedSpan && ackedSpan[0] !== 0xc0 ? parseAck(ackedSpan, `${field}.acked`) : null;
-  return { producer, seq, acked, delta: d };
+  if (seq === undefined) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
+  return { producer, seq, acked, delta };
 }
 
-function parseAck(span: Uint8Array, field: string): ProducerAck {
-  const entries = mapEntries(new Reader(span), field);
+function readAck(r: Reader, field: string): ProducerAck {
+  const n = r.mapHeader();
+  if (n < 0) throw new DeltaError("wrong_type", field, "must be a map");
   const ack: ProducerAck = { open: false, counts: {}, links: new Map() };
-  for (const e of entries) {
-    const r = new Reader(e.value);
-    if (e.key === "open") {
+  for (let i = 0; i < n; i++) {
+    const key = r.str();
+    if (key === undefined) throw new DeltaError("wrong_type", `${field} key ${i}`, "keys must be str");
+    if (key === "open") {
       const b = r.bool();
       if (b === undefined) throw new DeltaError("wrong_type", `${field}.open`, "must be a bool");
       ack.open = b;
-    } else if (e.key === "links") {
-      const n = r.mapHeader();
-      if (n < 0) throw new DeltaError("wrong_type", `${field}.links`, "must be a map of node index to count");
-      for (let i = 0; i < n; i++) {
+    } else if (key === "links") {
+      const m = r.mapHeader();
+      if (m < 0) throw new DeltaError("wrong_type", `${field}.links`, "must be a map of node index to count");
+      for (let j = 0; j < m; j++) {
         const k = r.int();
-        const v = r.int();
+        const v = k === undefined ? undefined : r.int();
         if (k === undefined || v === undefined || k < 0 || v < 0) {
           throw new DeltaError("wrong_type", `${field}.links`, "keys and counts must be non-negative ints");
         }
         ack.links.set(k, v);
       }
-    } else if (isListField(e.key)) {
+    } else if (isListField(key)) {
       const v = r.int();
-      if (v === undefined || v < 0) throw new DeltaError("wrong_type", `${field}.${e.key}`, "must be a non-negative int");
-      ack.counts[e.key] = v;
-    }
+      if (v === undefined || v < 0) throw new DeltaError("wrong_type", `${field}.${key}`, "must be a non-negative int");
+      ack.counts[key] = v;
+    } else r.span();
   }
   return ack;
 }

@@ -29,7 +29,8 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
     return { applied: [msg.delta], traces: [d.trace], duplicates: 0, producers: new Map() };
   }
   const undo: Undo = [];
-  const ledgerBefore = new Map(ledger);
+  // the seqs this message may change, to put back on failure
+  const ledgerBefore = new Map(msg.envelopes.map((e) => [e.producer, ledger.get(e.producer)]));
   const applied: Uint8Array[] = [];
   const traces: string[] = [];
   const producers = new Map<string, number>();
@@ -52,8 +53,10 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
     });
   } catch (e) {
     for (let i = undo.length - 1; i >= 0; i--) undo[i]!();
-    ledger.clear();
-    for (const [k, v] of ledgerBefore) ledger.set(k, v);
+    for (const [k, v] of ledgerBefore) {
+      if (v === undefined) ledger.delete(k);
+      else ledger.set(k, v);
+    }
     throw e;
   }
   return { applied, traces, duplicates, producers };
@@ -71,7 +74,7 @@ function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelo
     const trimmed = trimDelta(asm, parsed, env.acked);
     if (trimmed) {
       bytes = trimmed;
-      parsed = parseDelta(trimmed);
+      parsed = parseDelta(trimmed, true); // written by trimDelta from validated spans
     }
   }
   asm.applyParsed(parsed, undo);

@@ -23,15 +23,22 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 /** Reads msgpack structure over one frame. All positions are absolute offsets into `bytes`. */
 export class Reader {
   readonly bytes: Uint8Array;
-  readonly view: DataView;
   pos: number;
   readonly end: number;
+  /** Bytes already validated by this reader's rules: skip the UTF-8 check of str bodies. */
+  readonly trusted: boolean;
+  private dv: DataView | null = null;
 
-  constructor(bytes: Uint8Array, pos = 0, end = bytes.length) {
+  constructor(bytes: Uint8Array, pos = 0, end = bytes.length, trusted = false) {
     this.bytes = bytes;
-    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.pos = pos;
     this.end = end;
+    this.trusted = trusted;
+  }
+
+  /** A DataView over the frame, made on first use (most small reads never need one). */
+  get view(): DataView {
+    return (this.dv ??= new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength));
   }
 
   fail(message: string, at = this.pos): never {
@@ -110,11 +117,15 @@ export class Reader {
   }
   private u16At(off: number): number {
     this.need(off + 2);
-    return this.view.getUint16(this.pos + off);
+    const b = this.bytes;
+    const i = this.pos + off;
+    return (b[i]! << 8) | b[i + 1]!;
   }
   private u32At(off: number): number {
     this.need(off + 4);
-    return this.view.getUint32(this.pos + off);
+    const b = this.bytes;
+    const i = this.pos + off;
+    return b[i]! * 0x1000000 + ((b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!);
   }
 
   private skipBin(n: number, head: number, min: number): void {
@@ -127,6 +138,10 @@ export class Reader {
     const from = this.pos + head;
     const to = from + n;
     if (to > this.end) this.fail(`truncated: str of ${n} bytes`);
+    if (this.trusted) {
+      this.pos = to;
+      return;
+    }
     const b = this.bytes;
     for (let i = from; i < to; i++) {
       if (b[i]! >= 0x80) {
@@ -179,7 +194,8 @@ export class Reader {
     if (!((t >= 0xa0 && t <= 0xbf) || t === 0xd9 || t === 0xda || t === 0xdb)) return undefined;
     const start = this.pos;
     this.skipValue(0);
-    return decodeStrSpan(this.bytes.subarray(start, this.pos));
+    const head = t <= 0xbf ? 1 : t === 0xd9 ? 2 : t === 0xda ? 3 : 5;
+    return decodeStrRange(this.bytes, start + head, this.pos);
   }
 
   /** A bin value as a view, or undefined (nothing consumed) when the next value is not a bin. */
@@ -280,18 +296,22 @@ function checkUtf8(b: Uint8Array, from: number, to: number, at: number): void {
 export function decodeStrSpan(span: Uint8Array): string {
   const t = span[0]!;
   const head = t <= 0xbf ? 1 : t === 0xd9 ? 2 : t === 0xda ? 3 : 5;
-  const body = span.subarray(head);
+  return decodeStrRange(span, head, span.length);
+}
+
+/** The JS string of validated UTF-8 bytes `bytes[from, to)`. */
+export function decodeStrRange(bytes: Uint8Array, from: number, to: number): string {
   // Short ASCII keys dominate; avoid TextDecoder's call overhead for them.
-  if (body.length < 24) {
+  if (to - from < 24) {
     let s = "";
-    for (let i = 0; i < body.length; i++) {
-      const c = body[i]!;
-      if (c >= 0x80) return utf8.decode(body);
+    for (let i = from; i < to; i++) {
+      const c = bytes[i]!;
+      if (c >= 0x80) return utf8.decode(bytes.subarray(from, to));
       s += String.fromCharCode(c);
     }
     return s;
   }
-  return utf8.decode(body);
+  return utf8.decode(bytes.subarray(from, to));
 }
 
 /** Validates that `bytes` is exactly one canonical msgpack value; returns it. */

@@ -9,22 +9,28 @@ const textEncoder = new TextEncoder();
 
 /** Spans shorter than this are copied into the scratch buffer rather than kept as chunks. */
 const INLINE_LIMIT = 512;
+/** Scratch buffers start small (most documents written are small) and grow up to SCRATCH. */
+const FIRST_SCRATCH = 256;
 const SCRATCH = 16 * 1024;
 
 export class ChunkWriter {
   readonly chunks: Uint8Array[] = [];
   length = 0;
-  private buf = new Uint8Array(SCRATCH);
-  private view = new DataView(this.buf.buffer);
+  private buf = new Uint8Array(FIRST_SCRATCH);
+  private dv: DataView | null = null;
   private start = 0;
   private pos = 0;
+
+  private get view(): DataView {
+    return (this.dv ??= new DataView(this.buf.buffer));
+  }
 
   private reserve(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     this.flushScratch();
-    const size = Math.max(SCRATCH, n);
+    const size = Math.max(Math.min(this.buf.length * 4, SCRATCH), n);
     this.buf = new Uint8Array(size);
-    this.view = new DataView(this.buf.buffer);
+    this.dv = null;
     this.start = 0;
     this.pos = 0;
   }

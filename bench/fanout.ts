@@ -1,0 +1,521 @@
+// Bench section `fanout`: one producer, N watchers of one episode, against the real relay
+// (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/ingest.ts `startBenchRelay`)
+// and, under identical load, a bare Node `ws` broadcast server (no logic: every message it gets
+// on a producer connection goes to every watcher connection; it runs on its own thread, so it
+// has a core to itself as workerd does).
+//
+// Cells: N watchers ∈ {10, 100, 1000} × delta sizes {1, 16, 256} KiB (one node whose message
+// text fills the size). Per cell and server, fresh watchers (and for the relay a fresh episode
+// whose first delta, carrying `open`, is sent before the watchers join; each watcher waits for
+// its `caught_up`), a warm-up of WINDOW deltas, then:
+//   latency     a fixed offered rate of 50 deltas/s (LAT_COUNT deltas, fewer when N × size is
+//               large, so the bytes delivered stay bounded): p50/p99 of producer send → watcher
+//               receipt over every (watcher, delta);
+//   throughput  the maximum rate with at most WINDOW deltas in flight, where in flight means
+//               not yet received by every watcher, for ~MAX_MS: deltas/s delivered per watcher
+//               (deltas ÷ time from the first send until every watcher had the last one),
+//               delivered MB/s (all watchers; MB = 10^6 B of delta), p50/p99 as well.
+// The producer writes over the producer socket (`/ingest`; envelopes, acks checked) to the
+// relay and over a plain socket to the bare server, which gets the same delta bytes wrapped as
+// a watcher `frames` message (so both sides' watchers decode the same shape). Watchers: `ws`
+// clients in this process (`?routing=1`, the default variant), msgpack-decoded, every frame's
+// seq checked (each watcher must see every delta once, in order), "ping" every 5 s and after
+// every 8 MiB received. Send and receipt times come from the same clock (this process).
+// The clients (up to 1000 sockets in one Node process) may well be the bottleneck: that is why
+// the bare server under the same clients is the baseline.
+
+import { createRequire } from "node:module";
+import { Worker } from "node:worker_threads";
+import { Decoder } from "@msgpack/msgpack";
+import type { WebSocket } from "ws";
+import { encodeEnvelope } from "../src/envelope/envelope";
+import { ProducerCursor } from "../src/envelope/producer";
+import { framesMessage } from "../src/watch/protocol";
+import { HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest";
+import { sig, type BenchOptions } from "./harness";
+
+export const name = "fanout";
+
+const WATCHERS = [10, 100, 1000];
+const SIZES_KIB = [1, 16, 256];
+const RATE = 50;
+const WINDOW = 8;
+/** Fixed-rate phase: at most this many deltas (2 s at 50/s) ... */
+const LAT_COUNT = 100;
+/** ... and at most this many bytes delivered in all (at least LAT_MIN deltas). */
+const LAT_BUDGET = 2 * 1024 ** 3;
+const LAT_MIN = 8;
+/** Maximum-rate phase: send for about this long. */
+const MAX_MS = 2000;
+/** A phase that has not been delivered to every watcher this long after its last send fails. */
+const DRAIN_TIMEOUT_MS = 60_000;
+const PING_BYTES = 8 * 1024 * 1024;
+const PING_MS = 5000;
+const CONNECT_PARALLEL = 50;
+
+/** The cell the issue sets targets for. */
+export const TARGET_CELL = "1000x16KiB";
+export const TARGETS = { minThroughputRatio: 1.0, maxP99Ratio: 2.0 } as const;
+
+type Target = "relay" | "ws";
+
+// ---- the bare broadcast server (its own thread) ----
+
+const BARE_SERVER = `
+const { parentPort, workerData } = require("node:worker_threads");
+const { WebSocketServer } = require(workerData.ws);
+const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
+const watchers = new Set();
+wss.on("connection", (ws, req) => {
+  if (req.url.startsWith("/producer")) {
+    ws.on("message", (data, isBinary) => { for (const w of watchers) w.send(data, { binary: isBinary }); });
+  } else {
+    watchers.add(ws);
+    ws.on("message", (data, isBinary) => { if (!isBinary && String(data) === "ping") ws.send("pong"); });
+    ws.on("close", () => watchers.delete(ws));
+  }
+});
+wss.on("listening", () => parentPort.postMessage({ port: wss.address().port }));
+parentPort.on("message", (m) => {
+  if (m !== "stop") return;
+  for (const c of wss.clients) c.terminate();
+  wss.close(() => parentPort.close());
+});
+`;
+
+interface BareServer {
+  url: string;
+  stop(): Promise<void>;
+}
+
+async function startBareServer(): Promise<BareServer> {
+  const wsPath = createRequire(import.meta.url).resolve("ws");
+  const worker = new Worker(BARE_SERVER, { eval: true, workerData: { ws: wsPath } });
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once("message", (m: { port: number }) => resolve(m.port));
+    worker.once("error", reject);
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+      worker.postMessage("stop");
+      const t = setTimeout(() => void worker.terminate(), 5000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
+
+// ---- watchers ----
+
+interface Phase {
+  /** Seqs [first, end) belong to the phase. */
+  first: number;
+  end: number;
+  latencies: number[];
+  /** Time every watcher had the phase's last seq. */
+  doneAt: number;
+}
+
+/** N watcher sockets of one cell, and the producer's view of what they received. */
+class Watchers {
+  readonly sockets: WebSocket[] = [];
+  /** Per seq: how many watchers received it. */
+  private received = new Uint32Array(1024);
+  /** Per seq: when the producer sent it. */
+  sentAt = new Float64Array(1024);
+  /** Seqs received by every watcher, counted in order (they complete in order here). */
+  complete = 0;
+  phase: Phase | null = null;
+  errors: string[] = [];
+  private onProgress: (() => void) | null = null;
+  private readonly decoder = new Decoder();
+  private pinger: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly target: Target,
+    readonly n: number,
+    /** Seqs up to this one were sent before the watchers joined (relay: the `open` delta). */
+    readonly startSeq: number,
+  ) {
+    this.complete = startSeq;
+  }
+
+  grow(seq: number): void {
+    if (seq < this.received.length) return;
+    let size = this.received.length;
+    while (size <= seq) size *= 2;
+    const r = new Uint32Array(size);
+    r.set(this.received);
+    this.received = r;
+    const s = new Float64Array(size);
+    s.set(this.sentAt);
+    this.sentAt = s;
+  }
+
+  async connect(url: string): Promise<void> {
+    for (let k = 0; k < this.n; k += CONNECT_PARALLEL) {
+      const batch = Array.from({ length: Math.min(CONNECT_PARALLEL, this.n - k) }, () => this.connectOne(url));
+      this.sockets.push(...(await Promise.all(batch)));
+    }
+    this.pinger = setInterval(() => {
+      for (const ws of this.sockets) if (ws.readyState === 1) ws.send("ping");
+    }, PING_MS);
+  }
+
+  private async connectOne(url: string): Promise<WebSocket> {
+    const ws = await openSocket(url);
+    let last = this.startSeq;
+    let sinceP = 0;
+    await new Promise<void>((resolve, reject) => {
+      let caughtUp = this.target === "ws"; // the bare server has no catch-up
+      if (caughtUp) resolve();
+      ws.on("close", (code, reason) => {
+        const msg = `watcher closed ${code} ${String(reason)}`;
+        if (!caughtUp) reject(new Error(msg));
+        else if (!this.closing) this.fail(msg);
+      });
+      ws.on("message", (data: Buffer, isBinary: boolean) => {
+        const now = performance.now();
+        if (!isBinary) return; // "pong"
+        sinceP += data.length;
+        if (sinceP >= PING_BYTES) {
+          sinceP = 0;
+          ws.send("ping");
+        }
+        const m = this.decoder.decode(data) as { type: string; seq?: number; frames?: Array<[number, Uint8Array]> };
+        if (m.type === "frames") {
+          for (const [seq] of m.frames!) {
+            if (seq !== last + 1) this.fail(`watcher got seq ${seq} after ${last}`);
+            last = seq;
+            this.receipt(seq, now);
+          }
+        } else if (m.type === "caught_up") {
+          if (m.seq !== this.startSeq) reject(new Error(`caught_up at ${m.seq}, expected ${this.startSeq}`));
+          caughtUp = true;
+          resolve();
+        } else if (m.type !== "hello" && m.type !== "snapshot") this.fail(`unexpected ${m.type} message`);
+      });
+    });
+    return ws;
+  }
+
+  closing = false;
+
+  private fail(msg: string): void {
+    if (this.errors.length < 5) this.errors.push(msg);
+    this.onProgress?.();
+  }
+
+  private receipt(seq: number, now: number): void {
+    if (seq >= this.received.length) return this.fail(`seq ${seq} never sent`);
+    const c = ++this.received[seq]!;
+    const p = this.phase;
+    if (p && seq >= p.first && seq < p.end) p.latencies.push(now - this.sentAt[seq]!);
+    if (c === this.n) {
+      while (this.received[this.complete + 1] === this.n) this.complete++;
+      if (p && this.complete >= p.end - 1 && p.doneAt === 0) p.doneAt = now;
+      this.onProgress?.();
+    }
+  }
+
+  /** Resolve when `check` holds (re-checked on every completed seq), or fail after `timeoutMs`. */
+  until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.onProgress = null;
+        reject(new Error(`${this.target}: ${what}: not delivered to all ${this.n} watchers within ${timeoutMs} ms (complete ${this.complete})`));
+      }, timeoutMs);
+      this.onProgress = () => {
+        if (this.errors.length) {
+          clearTimeout(t);
+          this.onProgress = null;
+          reject(new Error(`${this.target}: ${this.errors.join("; ")}`));
+        } else if (check()) {
+          clearTimeout(t);
+          this.onProgress = null;
+          resolve();
+        }
+      };
+      this.onProgress();
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.pinger) clearInterval(this.pinger);
+    await Promise.all(this.sockets.map((ws) => closeSocket(ws)));
+  }
+}
+
+// ---- producer ----
+
+interface Producer {
+  /** Send delta `seq` now (records the send time). */
+  send(seq: number): void;
+  close(): Promise<void>;
+  errors: string[];
+}
+
+async function relayProducer(base: string, id: string, make: DeltaFactory): Promise<Producer> {
+  const ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/ingest`));
+  const cursor = new ProducerCursor("bench");
+  const errors: string[] = [];
+  let acked = 0;
+  let sent = 0;
+  let waiter: (() => void) | null = null;
+  ws.on("message", (data: Buffer, isBinary: boolean) => {
+    const ack = JSON.parse(String(data)) as { ok: boolean };
+    if (isBinary || !ack.ok) errors.push(`ingest refused: ${String(data).slice(0, 300)}`);
+    acked++;
+    if (acked === sent) waiter?.();
+  });
+  const p: Producer = {
+    errors,
+    send(seq) {
+      const d = make(seq - 1); // delta index 0 (with `open`) is seq 1
+      const msg = encodeEnvelope(cursor.envelope(d));
+      cursor.acknowledge(d); // pipelined: the acked view advances as sent (see bench/ingest.ts)
+      sent++;
+      ws.send(msg);
+    },
+    async close() {
+      if (acked < sent) await Promise.race([new Promise<void>((r) => (waiter = r)), new Promise((r) => setTimeout(r, 5000))]);
+      await closeSocket(ws);
+    },
+  };
+  return p;
+}
+
+async function bareProducer(base: string, make: DeltaFactory): Promise<Producer> {
+  const ws = await openSocket(wsUrl(base, "/producer"));
+  return {
+    errors: [],
+    send(seq) {
+      ws.send(framesMessage([{ seq, delta: make(seq - 1) }]));
+    },
+    close: () => closeSocket(ws),
+  };
+}
+
+// ---- one cell ----
+
+interface PhaseFigures {
+  deltas: number;
+  ms: number;
+  p50: number;
+  p99: number;
+  offeredPerS: number;
+}
+
+interface CellFigures {
+  latency: PhaseFigures;
+  throughput: PhaseFigures;
+  deltaBytes: number;
+}
+
+const debug = process.env.FANOUT_DEBUG ? (m: string) => process.stderr.write(`[fanout] ${m}\n`) : () => {};
+
+async function runCell(target: Target, url: string, client: HttpClient | null, n: number, sizeKiB: number, latCount: number): Promise<CellFigures> {
+  debug(`${target} ${n}x${sizeKiB}KiB: start`);
+  const make = sizedDeltas(sizeKiB * 1024);
+  const deltaBytes = make(5).length;
+  let id = "";
+  let producer: Producer;
+  let startSeq: number;
+  if (target === "relay") {
+    id = episodeId(`fanout-${n}x${sizeKiB}`);
+    producer = await relayProducer(url, id, make);
+    // the first delta (with `open`) before anyone watches; confirmed by the status call below
+    producer.send(1);
+    startSeq = 1;
+  } else {
+    producer = await bareProducer(url, make);
+    startSeq = 1;
+  }
+  const w = new Watchers(target, n, startSeq);
+  try {
+    if (target === "relay") {
+      // wait for the `open` delta's commit: a watcher joining now is caught up at seq 1
+      for (let k = 0; k < 200; k++) {
+        const res = await client!.request("GET", `/v1/episodes/${id}/status`);
+        if (res.status === 200 && (JSON.parse(res.body.toString()) as { seq: number }).seq === 1) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+    debug(`${target}: connecting`);
+    await w.connect(target === "relay" ? wsUrl(url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
+    let seq = startSeq;
+    const send = () => {
+      seq++;
+      w.grow(seq);
+      w.sentAt[seq] = performance.now();
+      producer.send(seq);
+    };
+    const check = () => {
+      if (producer.errors.length) throw new Error(`${target}: ${producer.errors[0]}`);
+    };
+
+    debug(`${target}: connected`);
+    // warm-up: WINDOW deltas at once
+    for (let k = 0; k < WINDOW; k++) send();
+    await w.until(() => w.complete >= seq, DRAIN_TIMEOUT_MS, "warm-up");
+    check();
+
+    debug(`${target}: warm`);
+    // latency: fixed offered rate
+    const lat: Phase = { first: seq + 1, end: seq + 1 + latCount, latencies: [], doneAt: 0 };
+    w.phase = lat;
+    const t0 = performance.now();
+    let firstSend = 0;
+    let lastSend = 0;
+    await new Promise<void>((resolve) => {
+      let k = 0;
+      const tick = () => {
+        while (k < latCount && performance.now() >= t0 + (k * 1000) / RATE) {
+          send();
+          if (k === 0) firstSend = w.sentAt[seq]!;
+          lastSend = w.sentAt[seq]!;
+          k++;
+        }
+        if (k < latCount) setTimeout(tick, Math.max(0, t0 + (k * 1000) / RATE - performance.now()));
+        else resolve();
+      };
+      tick();
+    });
+    await w.until(() => w.complete >= lat.end - 1, DRAIN_TIMEOUT_MS, "fixed-rate phase");
+    check();
+    const ls = stats(lat.latencies);
+    const latency: PhaseFigures = {
+      deltas: latCount,
+      ms: lat.doneAt - firstSend,
+      p50: ls.p50,
+      p99: ls.p99,
+      offeredPerS: latCount > 1 ? ((latCount - 1) * 1000) / (lastSend - firstSend) : NaN,
+    };
+
+    debug(`${target}: latency done`);
+    // throughput: at most WINDOW deltas not yet received by every watcher
+    const thr: Phase = { first: seq + 1, end: Number.MAX_SAFE_INTEGER, latencies: [], doneAt: 0 };
+    w.phase = thr;
+    const start = performance.now();
+    let stop = false;
+    await w.until(
+      () => {
+        while (!stop && seq - w.complete < WINDOW) {
+          send();
+          if (performance.now() - start >= MAX_MS) stop = true;
+        }
+        if (stop && thr.end === Number.MAX_SAFE_INTEGER) thr.end = seq + 1;
+        return stop && w.complete >= seq;
+      },
+      MAX_MS + DRAIN_TIMEOUT_MS,
+      "maximum-rate phase",
+    );
+    check();
+    const count = thr.end - thr.first;
+    const ts = stats(thr.latencies);
+    const throughput: PhaseFigures = { deltas: count, ms: thr.doneAt - start, p50: ts.p50, p99: ts.p99, offeredPerS: NaN };
+    return { latency, throughput, deltaBytes };
+  } finally {
+    await w.close();
+    await producer.close();
+    if (client && id) await client.deleteEpisode(id);
+  }
+}
+
+// ---- the section ----
+
+function latCountFor(n: number, sizeKiB: number): number {
+  return Math.max(LAT_MIN, Math.min(LAT_COUNT, Math.floor(LAT_BUDGET / (n * sizeKiB * 1024))));
+}
+
+function fmt(x: number): string {
+  if (!Number.isFinite(x)) return String(x);
+  if (Math.abs(x) >= 100) return Math.round(x).toLocaleString("en-US");
+  if (Math.abs(x) >= 10) return x.toFixed(1);
+  return x.toFixed(2);
+}
+
+export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
+  opts.log("fanout: starting the relay (storage on tmpfs) and the bare ws server (worker thread)");
+  const relay = await startBenchRelay("tmpfs");
+  const client = new HttpClient(relay.url);
+  let bare: BareServer | null = null;
+  const out: Record<string, unknown> = {};
+  const rows: string[][] = [];
+  try {
+    bare = await startBareServer();
+    for (const n of WATCHERS) {
+      for (const sizeKiB of SIZES_KIB) {
+        const key = `${n}x${sizeKiB}KiB`;
+        const latCount = latCountFor(n, sizeKiB);
+        const started = performance.now();
+        // bare server first, then the relay: same clients, sizes, rate and window
+        const b = await runCell("ws", bare.url, null, n, sizeKiB, latCount);
+        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount);
+        const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
+        const mbps = (f: PhaseFigures, bytes: number) => (n * f.deltas * bytes) / 1e3 / f.ms;
+        const fig = {
+          deltas_per_s_per_watcher: sig(perW(r.throughput)),
+          ws_deltas_per_s_per_watcher: sig(perW(b.throughput)),
+          ratio_throughput_vs_ws: sig(perW(r.throughput) / perW(b.throughput), 3),
+          p50_ms: sig(r.latency.p50, 3),
+          p99_ms: sig(r.latency.p99, 3),
+          ws_p50_ms: sig(b.latency.p50, 3),
+          ws_p99_ms: sig(b.latency.p99, 3),
+          ratio_p99_vs_ws: sig(r.latency.p99 / b.latency.p99, 3),
+          mb_per_s: sig(mbps(r.throughput, r.deltaBytes)),
+          ws_mb_per_s: sig(mbps(b.throughput, b.deltaBytes)),
+          max_rate_p50_ms: sig(r.throughput.p50, 3),
+          max_rate_p99_ms: sig(r.throughput.p99, 3),
+          ws_max_rate_p50_ms: sig(b.throughput.p50, 3),
+          ws_max_rate_p99_ms: sig(b.throughput.p99, 3),
+          offered_per_s: sig(r.latency.offeredPerS, 3),
+          ws_offered_per_s: sig(b.latency.offeredPerS, 3),
+          latency_deltas: latCount,
+          throughput_deltas: r.throughput.deltas,
+          ws_throughput_deltas: b.throughput.deltas,
+          delta_bytes: r.deltaBytes,
+        };
+        out[key] = fig;
+        opts.log(
+          `fanout: ${key}: ${fig.deltas_per_s_per_watcher} deltas/s/watcher (ws ${fig.ws_deltas_per_s_per_watcher}, ×${fig.ratio_throughput_vs_ws}); ` +
+            `at ${RATE}/s p50 ${fig.p50_ms} p99 ${fig.p99_ms} ms (ws ${fig.ws_p50_ms} / ${fig.ws_p99_ms}, ×${fig.ratio_p99_vs_ws}) [${((performance.now() - started) / 1000).toFixed(1)} s]`,
+        );
+        let check = "";
+        if (key === TARGET_CELL) {
+          const okT = fig.ratio_throughput_vs_ws >= TARGETS.minThroughputRatio;
+          const okL = fig.ratio_p99_vs_ws <= TARGETS.maxP99Ratio;
+          check = `thr ${okT ? "ok" : "MISSED"} (≥ ${TARGETS.minThroughputRatio}×), p99 ${okL ? "ok" : "MISSED"} (≤ ${TARGETS.maxP99Ratio}×)`;
+        }
+        rows.push([
+          key, String(fig.delta_bytes),
+          fmt(fig.deltas_per_s_per_watcher), fmt(fig.ws_deltas_per_s_per_watcher), fmt(fig.ratio_throughput_vs_ws),
+          fmt(fig.mb_per_s), fmt(fig.ws_mb_per_s),
+          fmt(fig.p50_ms), fmt(fig.p99_ms), fmt(fig.ws_p50_ms), fmt(fig.ws_p99_ms), fmt(fig.ratio_p99_vs_ws),
+          `${fig.latency_deltas}`, check,
+        ]);
+      }
+    }
+  } finally {
+    client.close();
+    await Promise.all([relay.stop(), bare?.stop()]);
+  }
+  out.settings = { rate_per_s: RATE, window: WINDOW, max_rate_ms: MAX_MS, latency_deltas_max: LAT_COUNT, latency_bytes_budget: LAT_BUDGET, storage: "tmpfs", mb: 1e6, variant: "routing=1" };
+  out.notes = "client-side bound: all watchers are ws clients in one Node process (the bare ws server is the baseline under the same clients)";
+  opts.table({
+    title: `fanout: 1 producer (socket) → N watchers of one episode; relay vs bare Node ws broadcast server, same clients`,
+    columns: ["", "delta B", "d/s/watcher", "ws d/s/w", "× ws", "MB/s", "ws MB/s", "p50 ms", "p99 ms", "ws p50", "ws p99", "p99 × ws", "lat n", "target"],
+    rows,
+    notes: [
+      `Throughput (d/s/watcher, MB/s = all watchers, 10^6 B of delta): maximum rate, ≤ ${WINDOW} deltas not yet received by every watcher, ~${MAX_MS / 1000} s.`,
+      `Latency (p50/p99, send → each watcher's receipt, same clock): offered ${RATE} deltas/s for "lat n" deltas (fewer for large N × size).`,
+      `All watchers are ws clients in this one Node process (2-core machine): at 100-1000 watchers the client side is likely`,
+      `the bottleneck, which is why the bare ws server (own thread, no logic) under the same clients is the baseline.`,
+      `Relay storage on tmpfs; watchers ping every 5 s and after 8 MiB; every watcher's seqs are checked (each delta once, in order).`,
+    ],
+  });
+  return out;
+}
