@@ -2,16 +2,12 @@
 // it; tail's terminal output is read; `get` returns the golden bytes.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { goldenDir, loadCase } from "../../tools/conformance/cases";
-import { startRelay, type LocalRelay } from "../../tools/local-relay";
+import { useRelay, until } from "../support/relay";
 
 const root = join(import.meta.dirname, "..", "..");
-let relay: LocalRelay;
-beforeAll(async () => {
-  relay = await startRelay();
-}, 120_000);
-afterAll(() => relay?.stop());
+const relay = useRelay();
 
 function cli(...args: string[]) {
   const p = spawn(process.execPath, [join(root, "bin", "episode-relay.mjs"), ...args], { cwd: root });
@@ -23,13 +19,6 @@ function cli(...args: string[]) {
   return { done, text: () => stdout.toString("utf8") };
 }
 
-async function until(cond: () => boolean, ms = 20_000) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error("timed out");
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 describe("episode-relay CLI", () => {
   it("tail follows a case pushed by push: turns, tool calls, pending previews, rewards, finish", async () => {

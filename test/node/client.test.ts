@@ -1,20 +1,16 @@
 // The TypeScript watcher client against a relay the test starts: events, assembly, JSON view,
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
 import WebSocket from "ws";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { fetchEpisode, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch";
 import { encodeEnvelope } from "../../src/envelope/envelope";
 import { ProducerCursor } from "../../src/envelope/producer";
 import { goldenDir, loadCase, type GoldenCase } from "../../tools/conformance/cases";
-import { startRelay, type LocalRelay } from "../../tools/local-relay";
+import { useRelay, until } from "../support/relay";
 import { join } from "node:path";
 
-let relay: LocalRelay;
-beforeAll(async () => {
-  // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
-  relay = await startRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
-}, 120_000);
-afterAll(() => relay?.stop());
+// a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
+const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
 
 const WS = WebSocket as unknown as SocketFactory;
 const golden = (name: string) => loadCase(join(goldenDir(), `${name}.msgpack`));
@@ -111,10 +107,3 @@ describe("watchEpisode", () => {
   });
 });
 
-async function until(cond: () => boolean, ms = 20_000) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error("timed out");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

@@ -4,18 +4,14 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope";
 import { ProducerCursor } from "../../src/envelope/producer";
 import { goldenDir, loadCase } from "../../tools/conformance/cases";
-import { startRelay, type LocalRelay } from "../../tools/local-relay";
+import { useRelay } from "../support/relay";
 
 const root = join(import.meta.dirname, "..", "..");
-let relay: LocalRelay;
-beforeAll(async () => {
-  relay = await startRelay();
-}, 120_000);
-afterAll(() => relay?.stop());
+const relay = useRelay();
 
 function snippet(name: string): string {
   const readme = readFileSync(join(root, "README.md"), "utf8");

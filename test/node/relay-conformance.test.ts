@@ -4,19 +4,12 @@
 // resuming), all ending with the golden bytes.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { casePaths, goldenDir } from "../../tools/conformance/cases";
-import { startRelay, type LocalRelay } from "../../tools/local-relay";
+import { useRelay } from "../support/relay";
 
 const root = join(import.meta.dirname, "..", "..");
-let relay: LocalRelay;
-
-beforeAll(async () => {
-  relay = await startRelay();
-}, 120_000);
-afterAll(async () => {
-  await relay?.stop();
-});
+const relay = useRelay();
 
 function conformance(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
