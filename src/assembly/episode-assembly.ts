@@ -112,6 +112,8 @@ export class EpisodeAssembly {
       node.routed = routed;
       node.pristine = false;
     }
+    // The parsed nodes become the trace's own (later links and repairs change them in place):
+    // a ParsedDelta is applied once, to one assembly; re-applying means parsing again.
     if (delta.nodes) for (const node of delta.nodes) trace.nodes.push(node);
     for (const f of LIST_FIELDS) {
       if (f === "nodes") continue;

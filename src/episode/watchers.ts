@@ -37,6 +37,8 @@ interface Lag {
 
 export class Watchers {
   private readonly lag = new WeakMap<WebSocket, Lag>();
+  /** Each socket's variant key, read from its attachment once per wake (not once per frame). */
+  private readonly variants = new WeakMap<WebSocket, { key: string; variant: Variant } | null>();
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -52,11 +54,10 @@ export class Watchers {
     if (frames.length === 0) return;
     const byVariant = new Map<string, { variant: Variant; sockets: WebSocket[] }>();
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-      const att = ws.deserializeAttachment() as WatcherAttachment | null;
-      if (!att) continue;
-      const key = variantKey(att.variant);
-      let g = byVariant.get(key);
-      if (!g) byVariant.set(key, (g = { variant: att.variant, sockets: [] }));
+      const v = this.variantOf(ws);
+      if (!v) continue;
+      let g = byVariant.get(v.key);
+      if (!g) byVariant.set(v.key, (g = { variant: v.variant, sockets: [] }));
       g.sockets.push(ws);
     }
     for (const { variant, sockets } of byVariant.values()) {
@@ -69,6 +70,16 @@ export class Watchers {
       const message = framesMessage(visible);
       for (const ws of sockets) this.send(ws, message);
     }
+  }
+
+  private variantOf(ws: WebSocket): { key: string; variant: Variant } | null {
+    let v = this.variants.get(ws);
+    if (v === undefined) {
+      const att = ws.deserializeAttachment() as WatcherAttachment | null;
+      v = att ? { key: variantKey(att.variant), variant: att.variant } : null;
+      this.variants.set(ws, v);
+    }
+    return v;
   }
 
   /** Send the same message to every watcher (e.g. finish), outside lag accounting. */
