@@ -25,13 +25,14 @@
 // the bare server under the same clients is the baseline.
 
 import { createRequire } from "node:module";
+import { loadavg } from "node:os";
 import { Worker } from "node:worker_threads";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
 import { encodeEnvelope } from "../src/envelope/envelope";
 import { ProducerCursor } from "../src/envelope/producer";
 import { framesMessage } from "../src/watch/protocol";
-import { HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest";
+import { ForeignCpu, HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest";
 import { sig, type BenchOptions } from "./harness";
 
 export const name = "fanout";
@@ -164,41 +165,49 @@ class Watchers {
     }, PING_MS);
   }
 
-  private async connectOne(url: string): Promise<WebSocket> {
-    const ws = await openSocket(url);
+  private connectOne(url: string): Promise<WebSocket> {
     let last = this.startSeq;
     let sinceP = 0;
-    await new Promise<void>((resolve, reject) => {
+    return new Promise<WebSocket>((resolve, reject) => {
+      let opened: WebSocket | null = null;
       let caughtUp = this.target === "ws"; // the bare server has no catch-up
-      if (caughtUp) resolve();
-      ws.on("close", (code, reason) => {
-        const msg = `watcher closed ${code} ${String(reason)}`;
-        if (!caughtUp) reject(new Error(msg));
-        else if (!this.closing) this.fail(msg);
-      });
-      ws.on("message", (data: Buffer, isBinary: boolean) => {
-        const now = performance.now();
-        if (!isBinary) return; // "pong"
-        sinceP += data.length;
-        if (sinceP >= PING_BYTES) {
-          sinceP = 0;
-          ws.send("ping");
-        }
-        const m = this.decoder.decode(data) as { type: string; seq?: number; frames?: Array<[number, Uint8Array]> };
-        if (m.type === "frames") {
-          for (const [seq] of m.frames!) {
-            if (seq !== last + 1) this.fail(`watcher got seq ${seq} after ${last}`);
-            last = seq;
-            this.receipt(seq, now);
+      const ready = () => {
+        if (opened && caughtUp) resolve(opened);
+      };
+      // listeners go on before `open`: the relay's catch-up arrives with the 101 response
+      const setup = (ws: WebSocket) => {
+        ws.on("close", (code, reason) => {
+          const msg = `watcher closed ${code} ${String(reason)}`;
+          if (!caughtUp) reject(new Error(msg));
+          else if (!this.closing) this.fail(msg);
+        });
+        ws.on("message", (data: Buffer, isBinary: boolean) => {
+          const now = performance.now();
+          if (!isBinary) return; // "pong"
+          sinceP += data.length;
+          if (sinceP >= PING_BYTES) {
+            sinceP = 0;
+            ws.send("ping");
           }
-        } else if (m.type === "caught_up") {
-          if (m.seq !== this.startSeq) reject(new Error(`caught_up at ${m.seq}, expected ${this.startSeq}`));
-          caughtUp = true;
-          resolve();
-        } else if (m.type !== "hello" && m.type !== "snapshot") this.fail(`unexpected ${m.type} message`);
-      });
+          const m = this.decoder.decode(data) as { type: string; seq?: number; frames?: Array<[number, Uint8Array]> };
+          if (m.type === "frames") {
+            for (const [seq] of m.frames!) {
+              if (seq !== last + 1) this.fail(`watcher got seq ${seq} after ${last}`);
+              last = seq;
+              this.receipt(seq, now);
+            }
+          } else if (m.type === "caught_up") {
+            if (m.seq !== this.startSeq) reject(new Error(`caught_up at ${m.seq}, expected ${this.startSeq}`));
+            caughtUp = true;
+            ready();
+          } else if (m.type !== "hello" && m.type !== "snapshot") this.fail(`unexpected ${m.type} message`);
+        });
+      };
+      openSocket(url, setup).then((ws) => {
+        opened = ws;
+        ready();
+      }, reject);
     });
-    return ws;
   }
 
   closing = false;
@@ -259,18 +268,19 @@ interface Producer {
 }
 
 async function relayProducer(base: string, id: string, make: DeltaFactory): Promise<Producer> {
-  const ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/ingest`));
   const cursor = new ProducerCursor("bench");
   const errors: string[] = [];
   let acked = 0;
   let sent = 0;
   let waiter: (() => void) | null = null;
-  ws.on("message", (data: Buffer, isBinary: boolean) => {
-    const ack = JSON.parse(String(data)) as { ok: boolean };
-    if (isBinary || !ack.ok) errors.push(`ingest refused: ${String(data).slice(0, 300)}`);
-    acked++;
-    if (acked === sent) waiter?.();
-  });
+  const ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/ingest`), (ws) =>
+    ws.on("message", (data: Buffer, isBinary: boolean) => {
+      const ack = JSON.parse(String(data)) as { ok: boolean };
+      if (isBinary || !ack.ok) errors.push(`ingest refused: ${String(data).slice(0, 300)}`);
+      acked++;
+      if (acked === sent) waiter?.();
+    }),
+  );
   const p: Producer = {
     errors,
     send(seq) {
@@ -315,10 +325,11 @@ interface CellFigures {
   deltaBytes: number;
 }
 
-const debug = process.env.FANOUT_DEBUG ? (m: string) => process.stderr.write(`[fanout] ${m}\n`) : () => {};
-
-async function runCell(target: Target, url: string, client: HttpClient | null, n: number, sizeKiB: number, latCount: number): Promise<CellFigures> {
-  debug(`${target} ${n}x${sizeKiB}KiB: start`);
+export async function runCell(
+  target: Target, url: string, client: HttpClient | null, n: number, sizeKiB: number, latCount: number, maxMs: number,
+  /** Called around the measured phases (after the watchers joined; before they leave): for profiling. */
+  hooks: { measuring?: () => Promise<void>; measured?: () => Promise<void> } = {},
+): Promise<CellFigures> {
   const make = sizedDeltas(sizeKiB * 1024);
   const deltaBytes = make(5).length;
   let id = "";
@@ -344,7 +355,6 @@ async function runCell(target: Target, url: string, client: HttpClient | null, n
         await new Promise((r) => setTimeout(r, 10));
       }
     }
-    debug(`${target}: connecting`);
     await w.connect(target === "relay" ? wsUrl(url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
     let seq = startSeq;
     const send = () => {
@@ -357,13 +367,12 @@ async function runCell(target: Target, url: string, client: HttpClient | null, n
       if (producer.errors.length) throw new Error(`${target}: ${producer.errors[0]}`);
     };
 
-    debug(`${target}: connected`);
+    await hooks.measuring?.();
     // warm-up: WINDOW deltas at once
     for (let k = 0; k < WINDOW; k++) send();
     await w.until(() => w.complete >= seq, DRAIN_TIMEOUT_MS, "warm-up");
     check();
 
-    debug(`${target}: warm`);
     // latency: fixed offered rate
     const lat: Phase = { first: seq + 1, end: seq + 1 + latCount, latencies: [], doneAt: 0 };
     w.phase = lat;
@@ -395,7 +404,6 @@ async function runCell(target: Target, url: string, client: HttpClient | null, n
       offeredPerS: latCount > 1 ? ((latCount - 1) * 1000) / (lastSend - firstSend) : NaN,
     };
 
-    debug(`${target}: latency done`);
     // throughput: at most WINDOW deltas not yet received by every watcher
     const thr: Phase = { first: seq + 1, end: Number.MAX_SAFE_INTEGER, latencies: [], doneAt: 0 };
     w.phase = thr;
@@ -405,18 +413,19 @@ async function runCell(target: Target, url: string, client: HttpClient | null, n
       () => {
         while (!stop && seq - w.complete < WINDOW) {
           send();
-          if (performance.now() - start >= MAX_MS) stop = true;
+          if (performance.now() - start >= maxMs) stop = true;
         }
         if (stop && thr.end === Number.MAX_SAFE_INTEGER) thr.end = seq + 1;
         return stop && w.complete >= seq;
       },
-      MAX_MS + DRAIN_TIMEOUT_MS,
+      maxMs + DRAIN_TIMEOUT_MS,
       "maximum-rate phase",
     );
     check();
     const count = thr.end - thr.first;
     const ts = stats(thr.latencies);
     const throughput: PhaseFigures = { deltas: count, ms: thr.doneAt - start, p50: ts.p50, p99: ts.p99, offeredPerS: NaN };
+    await hooks.measured?.();
     return { latency, throughput, deltaBytes };
   } finally {
     await w.close();
@@ -443,18 +452,26 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   const relay = await startBenchRelay("tmpfs");
   const client = new HttpClient(relay.url);
   let bare: BareServer | null = null;
+  let load0 = 0;
   const out: Record<string, unknown> = {};
   const rows: string[][] = [];
   try {
     bare = await startBareServer();
+    // warm-up (JIT of workerd, of the bare server and of this process), not reported
+    await runCell("ws", bare.url, null, 10, 1, 20, 500);
+    await runCell("relay", relay.url, client, 10, 1, 20, 500);
+    load0 = loadavg()[0]!;
     for (const n of WATCHERS) {
       for (const sizeKiB of SIZES_KIB) {
         const key = `${n}x${sizeKiB}KiB`;
         const latCount = latCountFor(n, sizeKiB);
         const started = performance.now();
+        const foreign = new ForeignCpu();
+        foreign.start();
         // bare server first, then the relay: same clients, sizes, rate and window
-        const b = await runCell("ws", bare.url, null, n, sizeKiB, latCount);
-        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount);
+        const b = await runCell("ws", bare.url, null, n, sizeKiB, latCount, MAX_MS);
+        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS);
+        const otherCpu = foreign.stop();
         const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
         const mbps = (f: PhaseFigures, bytes: number) => (n * f.deltas * bytes) / 1e3 / f.ms;
         const fig = {
@@ -478,6 +495,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           throughput_deltas: r.throughput.deltas,
           ws_throughput_deltas: b.throughput.deltas,
           delta_bytes: r.deltaBytes,
+          ...(otherCpu === undefined ? {} : { other_cpu_pct: otherCpu }),
         };
         out[key] = fig;
         opts.log(
@@ -495,7 +513,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           fmt(fig.deltas_per_s_per_watcher), fmt(fig.ws_deltas_per_s_per_watcher), fmt(fig.ratio_throughput_vs_ws),
           fmt(fig.mb_per_s), fmt(fig.ws_mb_per_s),
           fmt(fig.p50_ms), fmt(fig.p99_ms), fmt(fig.ws_p50_ms), fmt(fig.ws_p99_ms), fmt(fig.ratio_p99_vs_ws),
-          `${fig.latency_deltas}`, check,
+          `${fig.latency_deltas}`, fig.other_cpu_pct === undefined ? "" : String(fig.other_cpu_pct), check,
         ]);
       }
     }
@@ -503,17 +521,18 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     client.close();
     await Promise.all([relay.stop(), bare?.stop()]);
   }
-  out.settings = { rate_per_s: RATE, window: WINDOW, max_rate_ms: MAX_MS, latency_deltas_max: LAT_COUNT, latency_bytes_budget: LAT_BUDGET, storage: "tmpfs", mb: 1e6, variant: "routing=1" };
+  out.settings = { rate_per_s: RATE, window: WINDOW, max_rate_ms: MAX_MS, latency_deltas_max: LAT_COUNT, latency_bytes_budget: LAT_BUDGET, storage: "tmpfs", mb: 1e6, variant: "routing=1", loadavg_1min_start_end: [sig(load0, 2), sig(loadavg()[0]!, 2)] };
   out.notes = "client-side bound: all watchers are ws clients in one Node process (the bare ws server is the baseline under the same clients)";
   opts.table({
     title: `fanout: 1 producer (socket) → N watchers of one episode; relay vs bare Node ws broadcast server, same clients`,
-    columns: ["", "delta B", "d/s/watcher", "ws d/s/w", "× ws", "MB/s", "ws MB/s", "p50 ms", "p99 ms", "ws p50", "ws p99", "p99 × ws", "lat n", "target"],
+    columns: ["", "delta B", "d/s/watcher", "ws d/s/w", "× ws", "MB/s", "ws MB/s", "p50 ms", "p99 ms", "ws p50", "ws p99", "p99 × ws", "lat n", "other CPU %", "target"],
     rows,
     notes: [
       `Throughput (d/s/watcher, MB/s = all watchers, 10^6 B of delta): maximum rate, ≤ ${WINDOW} deltas not yet received by every watcher, ~${MAX_MS / 1000} s.`,
       `Latency (p50/p99, send → each watcher's receipt, same clock): offered ${RATE} deltas/s for "lat n" deltas (fewer for large N × size).`,
       `All watchers are ws clients in this one Node process (2-core machine): at 100-1000 watchers the client side is likely`,
       `the bottleneck, which is why the bare ws server (own thread, no logic) under the same clients is the baseline.`,
+      `"other CPU %": CPU used during the cell by processes other than this bench and its workerd (% of one core; 2 cores here).`,
       `Relay storage on tmpfs; watchers ping every 5 s and after 8 MiB; every watcher's seqs are checked (each delta once, in order).`,
     ],
   });

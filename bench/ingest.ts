@@ -1,6 +1,7 @@
 // Bench section `ingest`: deltas/s into one episode, each acknowledged only after the relay
 // committed it (SQLite transaction), against the real relay (tools/local-relay.ts: the
-// wrangler bundle in Miniflare on a loopback port, in-memory storage).
+// wrangler bundle in Miniflare on a loopback port). Durable Object storage on tmpfs (see
+// `startBenchRelay`); the 1 KiB rows are repeated with Miniflare's default on-disk storage.
 //
 // Per delta size (~1 KiB: one node with a 1 KiB message; ~600 KiB: one node whose
 // `routed_experts` is a uint8 ndarray of shape [1500, 50, 8], i.e. 600,000 bytes of routing):
@@ -23,8 +24,9 @@
 // already count the deltas sent ahead of it on the same trace, or the relay reads the in-flight
 // nodes as re-sends (see the `stale_ack_view` check in the section's notes).
 
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import http from "node:http";
+import { loadavg } from "node:os";
 import { WebSocket } from "ws";
 import { encodeEnvelope } from "../src/envelope/envelope";
 import { ProducerCursor } from "../src/envelope/producer";
@@ -140,6 +142,64 @@ export function routingDeltas(trace = TRACE): DeltaFactory {
 
 // ---- small helpers ----
 
+/**
+ * CPU used by other processes on this machine (Linux /proc): this bench shares the machine,
+ * and a busy neighbour skews the figures. `start()` then `stop()` gives the CPU time of every
+ * process except this one and its children (workerd), in % of one core over the interval;
+ * undefined where /proc is not readable.
+ */
+export class ForeignCpu {
+  private t0 = 0;
+  private busy0 = 0;
+  private own0 = 0;
+
+  private static busy(): number {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal
+    return f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!;
+  }
+
+  private static own(): number {
+    let ticks = 0;
+    const statOf = (pid: string) => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    const self = statOf("self");
+    ticks += Number(self[11]) + Number(self[12]) + Number(self[13]) + Number(self[14]);
+    for (const d of readdirSync("/proc")) {
+      if (!/^[0-9]+$/.test(d)) continue;
+      try {
+        const st = statOf(d);
+        if (st[1] === String(process.pid)) ticks += Number(st[11]) + Number(st[12]) + Number(st[13]) + Number(st[14]);
+      } catch {
+        // gone
+      }
+    }
+    return ticks;
+  }
+
+  start(): void {
+    try {
+      this.t0 = performance.now();
+      this.busy0 = ForeignCpu.busy();
+      this.own0 = ForeignCpu.own();
+    } catch {
+      this.t0 = NaN;
+    }
+  }
+
+  /** % of one core used by other processes since `start()`. */
+  stop(): number | undefined {
+    try {
+      if (Number.isNaN(this.t0)) return undefined;
+      const ms = performance.now() - this.t0;
+      const hz = 100; // USER_HZ
+      const foreign = ForeignCpu.busy() - this.busy0 - (ForeignCpu.own() - this.own0);
+      return Math.max(0, Math.round((foreign * (1000 / hz) * 100) / ms));
+    } catch {
+      return undefined;
+    }
+  }
+}
+
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   const k = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
@@ -169,14 +229,21 @@ export function wsUrl(base: string, path: string): string {
   return base.replace(/^http/, "ws") + path;
 }
 
-/** Open a ws client (no permessage-deflate: the relay's sockets do not compress either). */
-export function openSocket(url: string): Promise<WebSocket> {
+/**
+ * Open a ws client (no permessage-deflate: the figures are the relay's, not zlib's).
+ * `setup` attaches listeners before the connection opens: messages that arrive with the 101
+ * response (the relay's catch-up) are emitted in the same tick as `open`, before any code
+ * awaiting this promise runs.
+ */
+export function openSocket(url: string, setup?: (ws: WebSocket) => void): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, { perMessageDeflate: false });
     ws.binaryType = "nodebuffer";
+    setup?.(ws);
     const fail = (e: unknown) => reject(e instanceof Error ? e : new Error(String(e)));
     ws.once("open", () => {
       ws.off("error", fail);
+      ws.on("error", () => {}); // a later failure shows as `close`, which the callers watch
       resolve(ws);
     });
     ws.once("error", fail);
@@ -425,10 +492,14 @@ async function runWs(base: string, id: string, plan: Plan): Promise<Run> {
 
 async function measureMode(relay: LocalRelay, client: HttpClient, mode: Mode, tag: string, plan: Plan): Promise<IngestFigures> {
   const id = episodeId(`${mode}-${tag}`);
+  const foreign = new ForeignCpu();
+  foreign.start();
   const r = mode === "http_single" ? await runHttpSingle(client, id, plan) : mode === "http_batched" ? await runHttpBatched(client, id, plan) : await runWs(relay.url, id, plan);
+  const otherCpu = foreign.stop();
   await client.deleteEpisode(id);
   const s = stats(r.latencies);
   return {
+    ...(otherCpu === undefined ? {} : { other_cpu_pct: otherCpu }),
     deltas_per_s: sig((r.deltas * 1000) / r.ms),
     mb_per_s: sig(r.bytes / 1e3 / r.ms),
     p50_ms: sig(s.p50, 3),
@@ -521,29 +592,30 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     }
   }
   out.on_disk = disk;
-  out.settings = { storage: "tmpfs (/dev/shm); on_disk: Miniflare's default os.tmpdir() on ext4", measure_ms: MEASURE_MS, batch: BATCH, window: WINDOW, mb: 1e6 };
+  out.settings = { loadavg_1min_end: sig(loadavg()[0]!, 2), storage: "tmpfs (/dev/shm); on_disk: Miniflare's default os.tmpdir() on ext4", measure_ms: MEASURE_MS, batch: BATCH, window: WINDOW, mb: 1e6 };
   out.stale_ack_view = stale;
 
   const rows: string[][] = [];
   const row = (label: string, key: string, f: IngestFigures) => {
     const target = (TARGETS as Record<string, number>)[key];
     const check = target === undefined ? "" : `${f.deltas_per_s >= target ? "ok" : "MISSED"} (≥ ${target.toLocaleString("en-US")})`;
-    rows.push([label, String(f.delta_bytes), fmt(f.deltas_per_s), fmt(f.mb_per_s), fmt(f.p50_ms), fmt(f.p99_ms), f.ratio_vs_health === undefined ? "" : fmt(f.ratio_vs_health), String(f.deltas), check]);
+    rows.push([label, String(f.delta_bytes), fmt(f.deltas_per_s), fmt(f.mb_per_s), fmt(f.p50_ms), fmt(f.p99_ms), f.ratio_vs_health === undefined ? "" : fmt(f.ratio_vs_health), String(f.deltas), f.other_cpu_pct === undefined ? "" : String(f.other_cpu_pct), check]);
   };
   for (const size of SIZES) for (const mode of MODES) row(`${mode}_${size.label}`, `${mode}_${size.label}`, out[`${mode}_${size.label}`] as IngestFigures);
   const healthRow = (label: string, o: Record<string, unknown>) =>
-    rows.push([label, "", fmt(o.baseline_health_rps as number), "", fmt(o.baseline_health_p50_ms as number), fmt(o.baseline_health_p99_ms as number), "", "", ""]);
+    rows.push([label, "", fmt(o.baseline_health_rps as number), "", fmt(o.baseline_health_p50_ms as number), fmt(o.baseline_health_p99_ms as number), "", "", "", ""]);
   healthRow("GET /v1/health (baseline)", out);
   for (const mode of MODES) row(`disk: ${mode}_1KiB`, `${mode}_1KiB`, disk[`${mode}_1KiB`] as IngestFigures);
   healthRow("disk: GET /v1/health", disk);
   opts.table({
     title: "ingest: deltas/s into one episode, each acked after commit (real relay: wrangler bundle in Miniflare, loopback)",
-    columns: ["", "delta B", "deltas/s", "MB/s", "p50 ms", "p99 ms", "vs health", "deltas", "target (1 KiB)"],
+    columns: ["", "delta B", "deltas/s", "MB/s", "p50 ms", "p99 ms", "vs health", "deltas", "other CPU %", "target (1 KiB)"],
     rows,
     notes: [
       `http_single: one envelope per POST, sequential; http_batched: ${BATCH} envelopes per POST (p50/p99 per request);`,
       `ws: producer socket, ${WINDOW} messages in flight (p50/p99 send → ack per message). ~${MEASURE_MS / 1000} s or a bounded count per row, fresh episode each.`,
       `GET /v1/health row: requests/s (Worker only, same keep-alive node:http client); "vs health" = deltas/s ÷ that. MB = 10^6 B of upstream delta.`,
+      `"other CPU %": CPU used meanwhile by processes other than this bench and its workerd, in % of one core (2 cores here).`,
       `Storage: Durable Object SQLite on tmpfs. "disk:" rows: Miniflare's default (a dir under os.tmpdir() on this VM's ext4`,
       `disk), where each commit is synced to disk: that costs ms per acknowledged write and is a property of the local disk, not of the relay.`,
       `Batched/pipelined envelopes advance the producer's acked view as they are built. Advanced only on acks (ProducerCursor's`,
