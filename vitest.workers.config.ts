@@ -3,6 +3,10 @@ import { Response } from "miniflare";
 import { readFile } from "node:fs/promises";
 import { join, normalize } from "node:path";
 import { defineConfig } from "vitest/config";
+import { buildDashboard } from "./scripts/build-dashboard.mjs";
+
+// wrangler.toml's [assets] names dashboard/dist, which must exist for the pool to start
+await buildDashboard({ ifMissing: true });
 
 // Golden vectors live beside the project (../shared/golden) and workerd has no filesystem:
 // tests fetch them through this service binding, which runs here in Node.
@@ -22,6 +26,10 @@ export default defineConfig({
           MAX_WATCHERS: "20",
           WATCHER_LAG_BYTES: String(1024 * 1024),
           LOG_COMPACT_FRAMES: "6",
+          // throttled index updates wait for the Episode's alarm, which tests run on demand
+          // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.
+          // while another test aborts every Durable Object)
+          INDEX_FLUSH_MS: String(3600 * 1000),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
           // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
           AUTH_OFF_ON_LOOPBACK: "true",

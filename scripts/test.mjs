@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm test [filters...]`: runs the Node-side and then the workerd-side vitest project, each with
+// `npm test [filters...]`: runs the Node-side, the workerd-side and the browser vitest projects, each with
 // the default reporter (progress for humans) and the JSON reporter (for counting), then the
 // Python client's pytest suite (clients/python/run-tests.sh, counted from its JUnit XML), then
 // prints one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed or a
@@ -18,6 +18,9 @@ const filters = process.argv.slice(2);
 const projects = [
   { name: "node", config: "vitest.node.config.ts" },
   { name: "workers", config: "vitest.workers.config.ts" },
+  // the dashboard in headless Chromium (Debian's, driven by playwright-core); screenshots go to
+  // test-results/screenshots/
+  { name: "browser", config: "vitest.browser.config.ts" },
 ];
 
 /** @type {import("node:child_process").ChildProcess | undefined} */

@@ -1,8 +1,11 @@
 import type { Episode } from "./episode/episode";
+import type { EpisodeIndex } from "./registry/episode-index";
 
 /** Bindings and vars of the episode-relay Worker (see wrangler.toml). */
 export interface Env {
   EPISODES: DurableObjectNamespace<Episode>;
+  /** The episode index (one object, by name "global"): the dashboard's list. */
+  EPISODE_INDEX: DurableObjectNamespace<EpisodeIndex>;
   /** Largest single message accepted, in bytes (decimal string). */
   MAX_MESSAGE_BYTES: string;
   /** Largest total episode size, in bytes (decimal string). */
@@ -15,6 +18,8 @@ export interface Env {
   WATCHER_LAG_BYTES?: string;
   /** Log frames past the base snapshot before compaction (decimal string). */
   LOG_COMPACT_FRAMES?: string;
+  /** Least ms between two throttled index updates of one episode while turns arrive (default 2000). */
+  INDEX_FLUSH_MS?: string;
   /**
    * HMAC key (its UTF-8 bytes) of the HS256 bearer tokens: a Wrangler secret in production
    * (`wrangler secret put RELAY_SECRET`), .dev.vars or the environment of `npm start` locally.

@@ -27,11 +27,20 @@ import { deltaForVariant, isFull, parseVariant, variantKey, type Variant } from 
 import { limitsFrom, type Limits } from "./limits";
 import { EpisodeStore, type Meta } from "./storage";
 import { CLOSE_READ_ONLY, CLOSE_TOO_MANY, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers";
+import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index";
+import type { IndexRow } from "../registry/rows";
+import type { Json } from "../wire/json-view";
 
 /** Header the Worker sets: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
 
 const MSGPACK = "application/msgpack";
+
+/**
+ * The episode index gets at most one update per episode per INDEX_FLUSH_MS (default 2000 ms)
+ * while turns arrive (creation, finish, delete and expiry go at once). Pending updates are
+ * flushed by the alarm.
+ */
 
 /** The answer to one ingest message. */
 export interface IngestAck {
@@ -57,6 +66,8 @@ export class Episode extends DurableObject<Env> {
   /** The finished episode's bytes, once built. */
   private finished: Uint8Array | null = null;
   private readonly watchers: Watchers;
+  /** Index updates from this object, in order (each waits for the one before). */
+  private indexChain: Promise<void> = Promise.resolve();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -136,7 +147,10 @@ export class Episode extends DurableObject<Env> {
       this.live = null; // memory is ahead of storage: rebuild from storage next time
       throw e;
     }
-    if (!meta) this.scheduleExpiry(saved);
+    if (!meta) {
+      this.scheduleExpiry(saved);
+      void this.flushIndex(saved, now); // a new episode shows in the index at once
+    } else this.markIndexDirty(saved, now);
     const first = saved.seq - result.applied.length + 1;
     this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
     if (saved.seq - saved.base >= this.limits.compactFrames) this.compact(saved, live.asm);
@@ -314,6 +328,7 @@ export class Episode extends DurableObject<Env> {
     });
     if (!meta) this.scheduleExpiry(saved);
     this.finished = finished;
+    void this.flushIndex(saved, now);
     this.watchers.sendAll(finishMessage(saved.status, saved.seq, body, saved.error));
     return { ok: true, status: saved.status, seq: saved.seq };
   }
@@ -389,6 +404,7 @@ export class Episode extends DurableObject<Env> {
   }
 
   private async erase(reason: string): Promise<void> {
+    const id = this.store.meta()?.id;
     for (const ws of this.ctx.getWebSockets()) {
       try {
         ws.close(1000, reason);
@@ -401,19 +417,94 @@ export class Episode extends DurableObject<Env> {
     this.store.forget();
     this.live = null;
     this.finished = null;
+    if (id !== undefined) void this.toIndex((index) => index.remove(id));
+  }
+
+  private expiresAt(m: Meta): number {
+    return m.updated + this.limits.retention * 1000;
   }
 
   private scheduleExpiry(m: Meta): void {
-    void this.ctx.storage.setAlarm(m.updated + this.limits.retention * 1000);
+    void this.ctx.storage.setAlarm(this.expiresAt(m));
   }
 
-  /** Retention: delete the episode once it has had no write for `retention` seconds. */
+  /**
+   * The one alarm serves two deadlines: retention (delete the episode once it has had no write
+   * for `retention` seconds) and a pending index update. It is set to the earlier of the two.
+   */
   async alarm(): Promise<void> {
     const m = this.store.meta();
     if (!m) return;
-    const due = m.updated + this.limits.retention * 1000;
-    if (Date.now() >= due) await this.erase("episode expired");
-    else await this.ctx.storage.setAlarm(due);
+    if (Date.now() >= this.expiresAt(m)) {
+      await this.erase("episode expired");
+      await this.indexChain;
+      return;
+    }
+    // A pending index update is flushed whenever the alarm runs (it is never set later than due).
+    if (this.store.indexState().due !== 0) await this.flushIndex(m, Date.now());
+    await this.rearm();
+  }
+
+  /** Set the alarm to the earlier of retention and a pending index update. */
+  private async rearm(): Promise<void> {
+    const m = this.store.meta();
+    if (!m) return;
+    const { due } = this.store.indexState();
+    const expires = this.expiresAt(m);
+    await this.ctx.storage.setAlarm(due !== 0 ? Math.min(due, expires) : expires);
+  }
+
+  // ---- the episode index (advisory: never delays an answer, failures are logged and dropped) ----
+
+  /** A turn changed the episode: schedule an index update unless one is pending (throttled). */
+  private markIndexDirty(m: Meta, now: number): void {
+    if (!this.env.EPISODE_INDEX) return;
+    const st = this.store.indexState();
+    if (st.due !== 0) return;
+    const due = Math.max(now, st.lastFlush + this.limits.indexFlushMs);
+    this.store.saveIndexState({ lastFlush: st.lastFlush, due });
+    void this.ctx.storage.setAlarm(Math.min(due, this.expiresAt(m)));
+  }
+
+  /** Send the episode's row to the index now (in the background of this request). */
+  private flushIndex(m: Meta, now: number): Promise<void> {
+    if (!this.env.EPISODE_INDEX) return Promise.resolve();
+    let row: IndexRow;
+    try {
+      row = {
+        id: m.id, status: m.status, created: m.created, updated: m.updated, seq: m.seq,
+        traces: m.traces, nodes: m.nodes, calls: m.calls, rewards: this.rewards(), error: m.error,
+      };
+    } catch (e) {
+      console.warn(`episode index: could not build the row: ${e instanceof Error ? e.message : String(e)}`);
+      return Promise.resolve();
+    }
+    this.store.saveIndexState({ lastFlush: now, due: 0 });
+    return this.toIndex((index) => index.upsert(row));
+  }
+
+  /** The first (orchestrator) trace's `rewards` as JSON, or null. */
+  private rewards(): Json {
+    const first = this.loadLive().asm.traces.values().next();
+    if (first.done) return null;
+    const slot = first.value.fields.get("rewards");
+    if (!slot || (slot.from !== "set" && slot.from !== "open")) return null;
+    return toJson(decodeLossless(slot.value));
+  }
+
+  /** Run `op` on the index after the updates before it; kept alive by waitUntil, errors logged. */
+  private toIndex(op: (index: DurableObjectStub<EpisodeIndex>) => Promise<unknown>): Promise<void> {
+    const ns = this.env.EPISODE_INDEX;
+    if (!ns) return Promise.resolve();
+    const next = this.indexChain
+      .then(() => op(ns.getByName(INDEX_NAME)))
+      .then(
+        () => undefined,
+        (e: unknown) => console.warn(`episode index update failed: ${e instanceof Error ? e.message : String(e)}`),
+      );
+    this.indexChain = next;
+    this.ctx.waitUntil(next);
+    return next;
   }
 }
 

@@ -13,6 +13,8 @@ export interface Limits {
   watcherLagBytes: number;
   /** Frames in the log past the base snapshot before the log is compacted. */
   compactFrames: number;
+  /** Least time between two throttled updates of an episode's row in the episode index, ms. */
+  indexFlushMs: number;
 }
 
 function num(v: string | undefined, fallback: number): number {
@@ -28,5 +30,6 @@ export function limitsFrom(env: Partial<Env>): Limits {
     maxWatchers: num(env.MAX_WATCHERS, 10_000),
     watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
     compactFrames: num(env.LOG_COMPACT_FRAMES, 4096),
+    indexFlushMs: num(env.INDEX_FLUSH_MS, 2000),
   };
 }

@@ -7,6 +7,8 @@
 // - `reply`: the upstream reply bytes once the run ended (parts, like frames).
 // - `base`: after a compaction, the state at `meta.base` as snapshot deltas; the log then holds
 //   only the frames after it.
+// - `index_state`: when the episode index was last sent this episode's row, and when the next
+//   (throttled) update is due (0: none pending).
 //
 // Replaying `base` then `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
 // rebuilds the finished episode. Callers wrap writes in `transactionSync`.
@@ -32,8 +34,18 @@ export interface Meta {
   base: number;
 }
 
+/** Throttling of the episode index's updates (see Episode.markIndexDirty). */
+export interface IndexState {
+  /** When the index was last sent this episode's row (ms), 0 if never. */
+  lastFlush: number;
+  /** When the pending update is due (ms); 0 when nothing is pending. */
+  due: number;
+}
+
 export class EpisodeStore {
   private ready = false;
+  private indexTable = false;
+  private indexCache: IndexState | null = null;
 
   constructor(private readonly sql: SqlStorage) {}
 
@@ -48,6 +60,30 @@ export class EpisodeStore {
   /** After deleteAll: the next access sees no episode. */
   forget(): void {
     this.ready = false;
+    this.indexTable = false;
+    this.indexCache = null;
+  }
+
+  indexState(): IndexState {
+    if (this.indexCache) return { ...this.indexCache };
+    if (!this.exists()) return { lastFlush: 0, due: 0 };
+    this.ensureIndexTable();
+    const row = this.sql.exec<{ last_flush: number; due: number }>("SELECT last_flush, due FROM index_state").toArray()[0];
+    this.indexCache = row ? { lastFlush: row.last_flush, due: row.due } : { lastFlush: 0, due: 0 };
+    return { ...this.indexCache };
+  }
+
+  saveIndexState(s: IndexState): void {
+    this.ensureIndexTable();
+    this.indexCache = { ...s };
+    this.sql.exec("DELETE FROM index_state");
+    this.sql.exec("INSERT INTO index_state VALUES (?, ?)", s.lastFlush, s.due);
+  }
+
+  private ensureIndexTable(): void {
+    if (this.indexTable) return;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS index_state (last_flush INTEGER NOT NULL, due INTEGER NOT NULL)");
+    this.indexTable = true;
   }
 
   /** Create the schema and the meta row (first write of a new episode). */

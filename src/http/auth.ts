@@ -4,7 +4,9 @@
 // `PREFIX*`, `*` alone = every episode), `exp` (required). Any other claim is ignored.
 //   producer: read + write its episodes      (deltas, ingest socket, reply, DELETE, GET, status, watch)
 //   watcher:  read its episodes              (GET, status, watch)
-//   admin:    read + write + list            (everything; episode requests still within `episodes`)
+//   admin:    read + write                   (everything; episode requests still within `episodes`)
+// Listing (`GET /v1/episodes`, the index socket `/v1/episodes/watch`) takes any valid token and
+// shows only the episodes its `episodes` patterns cover (the Worker passes them to the index).
 //
 // Where a token may come from: `Authorization: Bearer <token>` on any request; on WebSocket
 // upgrades of `ingest` and `watch` also a `Sec-WebSocket-Protocol` entry `bearer.<token>` (offered
@@ -19,7 +21,7 @@
 
 import { errors, jwtVerify, SignJWT } from "jose";
 import type { Env } from "../env";
-import { EPISODE_ID, METHODS, type Route } from "./route";
+import { EPISODE_ID, INDEX_METHODS, METHODS, type Route } from "./route";
 
 export type Role = "producer" | "watcher" | "admin";
 export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
@@ -28,8 +30,8 @@ export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
 export type Permission = "read" | "write" | "list";
 
 const GRANTS: Record<Role, ReadonlySet<Permission>> = {
-  producer: new Set<Permission>(["read", "write"]),
-  watcher: new Set<Permission>(["read"]),
+  producer: new Set<Permission>(["read", "write", "list"]),
+  watcher: new Set<Permission>(["read", "list"]),
   admin: new Set<Permission>(["read", "write", "list"]),
 };
 
@@ -127,15 +129,15 @@ export type Need =
 
 const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
 
-/** The permission a routed request needs. `pathname` is used only to spot the listing path. */
-export function need(method: string, pathname: string, route: Route): Need {
+/** The permission a routed request needs (`_pathname` is kept for callers; the route says it all). */
+export function need(method: string, _pathname: string, route: Route): Need {
   if (route.kind === "health") return { kind: "open" };
   if (route.kind === "episode") {
     if (!METHODS[route.action].includes(method)) return { kind: "token" };
     const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
-  if ((pathname === "/v1/episodes" || pathname === "/v1/episodes/") && (method === "GET" || method === "HEAD")) {
+  if ((route.kind === "list" || route.kind === "index_watch") && INDEX_METHODS[route.kind].includes(method)) {
     return { kind: "list" };
   }
   return { kind: "token" };
@@ -287,7 +289,8 @@ export async function authorize(
     case "token":
       return { ok: true, claims };
     case "list":
-      if (!GRANTS[claims.role].has("list")) return forbidden(`role ${claims.role} cannot list episodes (admin only)`);
+      // every role may list: the index shows each token only the episodes its `episodes` cover
+      if (!GRANTS[claims.role].has("list")) return forbidden(`role ${claims.role} cannot list episodes`);
       return { ok: true, claims };
     case "episode":
       if (!GRANTS[claims.role].has(req.permission)) {

@@ -6,14 +6,26 @@ export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status"
 
 export type Route =
   | { kind: "health" }
+  /** `GET /v1/episodes`: the episode index's list. */
+  | { kind: "list" }
+  /** `GET /v1/episodes/watch`: the episode index's live socket. */
+  | { kind: "index_watch" }
   | { kind: "episode"; id: string; action: EpisodeAction }
   | { kind: "bad_id"; id: string }
   | { kind: "not_found" };
 
 const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch"]);
 
+/** Ids that name index paths, not episodes: `/v1/episodes/watch` is the index socket. */
+export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
+
+/** Methods of the index paths. */
+export const INDEX_METHODS: Record<"list" | "index_watch", string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"] };
+
 export function parseRoute(pathname: string): Route {
   if (pathname === "/v1/health") return { kind: "health" };
+  if (pathname === "/v1/episodes" || pathname === "/v1/episodes/") return { kind: "list" };
+  if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "index_watch" };
   const m = /^\/v1\/episodes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
   if (!m) return { kind: "not_found" };
   let id: string;
@@ -24,7 +36,7 @@ export function parseRoute(pathname: string): Route {
   }
   const action = m[2] ?? "episode";
   if (action !== "episode" && !ACTIONS.has(action)) return { kind: "not_found" };
-  if (!EPISODE_ID.test(id)) return { kind: "bad_id", id };
+  if (!EPISODE_ID.test(id) || RESERVED_IDS.has(id)) return { kind: "bad_id", id };
   return { kind: "episode", id, action: action as EpisodeAction };
 }
 

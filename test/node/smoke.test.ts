@@ -18,4 +18,18 @@ describe("wrangler.toml", () => {
     const classes = /new_sqlite_classes\s*=\s*\[([^\]]*)\]/.exec(v1 ?? "")?.[1] ?? "";
     expect(classes.split(",").map((s) => s.trim().replace(/^"|"$/g, ""))).toContain("Episode");
   });
+
+  it("binds EPISODE_INDEX to EpisodeIndex, created as a SQLite class in migration v2", () => {
+    const bindings = tables("durable_objects.bindings");
+    expect(bindings.some((b) => /name\s*=\s*"EPISODE_INDEX"/.test(b) && /class_name\s*=\s*"EpisodeIndex"/.test(b))).toBe(true);
+    const v2 = tables("migrations").find((m) => /tag\s*=\s*"v2"/.test(m));
+    expect(/new_sqlite_classes\s*=\s*\["EpisodeIndex"\]/.test(v2 ?? "")).toBe(true);
+  });
+
+  it("serves the dashboard as assets; only /v1/* runs the Worker first", () => {
+    const assets = toml.split(/^\[assets\]\s*$/m)[1]?.split(/^\[/m)[0] ?? "";
+    expect(assets).toMatch(/directory\s*=\s*"\.\/dashboard\/dist"/);
+    expect(assets).toMatch(/not_found_handling\s*=\s*"single-page-application"/);
+    expect(assets).toMatch(/run_worker_first\s*=\s*\["\/v1\/\*"\]/);
+  });
 });

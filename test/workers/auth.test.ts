@@ -240,13 +240,15 @@ describe("token validation", () => {
 });
 
 describe("listing and other paths", () => {
-  it("GET /v1/episodes is admin only (not implemented: admins get the routing's 404)", async () => {
-    const url = `${HOST}/v1/episodes`;
+  it("GET /v1/episodes takes any valid token (the index filters by scope: test/workers/index.test.ts)", async () => {
+    const url = `${HOST}/v1/episodes?prefix=${freshId("none")}`;
     expectUnauthorized(await call(AUTH_ENV, "GET", url));
-    expectForbidden(await call(AUTH_ENV, "GET", url, { headers: auth(await token("producer", ["*"])) }));
-    expectForbidden(await call(AUTH_ENV, "GET", url, { headers: auth(await token("watcher", ["*"])) }));
-    const a = await call(AUTH_ENV, "GET", url, { headers: auth(await token("admin", ["*"])) });
-    expect(a.status).toBe(404);
+    for (const role of ROLES) {
+      const a = await call(AUTH_ENV, "GET", url, { headers: auth(await token(role, ["*"])) });
+      expect(a.status, a.text).toBe(200);
+      expect(a.json).toEqual({ episodes: [], cursor: null });
+    }
+    expectUnauthorized(await call(AUTH_ENV, "GET", `${HOST}/v1/episodes/watch`, { headers: upgrade }));
   });
 
   it("unknown paths need a token, then answer as before (404, 400 bad id, 405)", async () => {

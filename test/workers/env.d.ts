@@ -9,7 +9,7 @@ declare namespace Cloudflare {
   }
   interface GlobalProps {
     mainModule: typeof import("../../src/index");
-    durableNamespaces: "Episode";
+    durableNamespaces: "Episode" | "EpisodeIndex";
   }
 }
 

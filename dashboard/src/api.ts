@@ -1,0 +1,70 @@
+// Where the relay is (the page's own origin) and the viewer's token.
+//
+// A token comes from `?token=` in the page URL (then kept in sessionStorage and removed from the
+// address bar) or from the login field; it lives in sessionStorage only (this tab, this session).
+
+const KEY = "episode-relay-token";
+
+export const relayUrl = location.origin;
+
+export function takeTokenFromUrl(): void {
+  const u = new URL(location.href);
+  const t = u.searchParams.get("token");
+  if (t === null) return;
+  setToken(t);
+  u.searchParams.delete("token");
+  history.replaceState(history.state, "", u.pathname + u.search + u.hash);
+}
+
+export function getToken(): string | undefined {
+  try {
+    return sessionStorage.getItem(KEY) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function setToken(t: string | null): void {
+  try {
+    if (t) sessionStorage.setItem(KEY, t.trim());
+    else sessionStorage.removeItem(KEY);
+  } catch {
+    // storage disabled: the token lasts as long as the page
+  }
+}
+
+export function authHeaders(): Record<string, string> {
+  const t = getToken();
+  return t ? { authorization: `Bearer ${t}` } : {};
+}
+
+/** A socket URL on the relay (ws: or wss:). */
+export function socketUrl(path: string): string {
+  const u = new URL(path, relayUrl);
+  u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+  return u.toString();
+}
+
+/** Subprotocols carrying the token (preferred over ?token=, which ends up in request logs). */
+export function socketProtocols(): string[] | undefined {
+  const t = getToken();
+  return t ? ["episode-relay", `bearer.${t}`] : undefined;
+}
+
+export type AccessProblem = { status: 401 | 403 | 503; message: string };
+
+/** Check a GET answers; a refusal comes back as an AccessProblem (anything else throws). */
+export async function probe(path: string): Promise<{ ok: true; status: number; body: unknown } | ({ ok: false } & AccessProblem)> {
+  const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() } });
+  let body: unknown = null;
+  try {
+    body = await res.json();
+  } catch {
+    body = null;
+  }
+  if (res.status === 401 || res.status === 403 || res.status === 503) {
+    const message = (body as { message?: string } | null)?.message ?? res.statusText;
+    return { ok: false, status: res.status, message };
+  }
+  return { ok: true, status: res.status, body };
+}

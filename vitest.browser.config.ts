@@ -1,0 +1,16 @@
+import { defineConfig } from "vitest/config";
+
+// Browser tests: Node-side, they start the relay (Miniflare, with the dashboard's assets), push
+// golden cases, and drive Debian's headless Chromium with playwright-core. One file at a time:
+// Chromium and workerd share the machine's two cores.
+export default defineConfig({
+  test: {
+    name: "browser",
+    environment: "node",
+    include: ["test/browser/**/*.test.ts"],
+    globalSetup: ["test/browser/global-setup.ts"],
+    fileParallelism: false,
+    testTimeout: 60_000,
+    hookTimeout: 240_000,
+  },
+});
