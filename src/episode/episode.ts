@@ -144,7 +144,9 @@ export class Episode extends DurableObject<Env> {
         return m;
       });
     } catch (e) {
-      this.live = null; // memory is ahead of storage: rebuild from storage next time
+      // the transaction rolled back: memory is ahead of storage, rebuild from storage next time
+      this.live = null;
+      this.store.invalidate();
       throw e;
     }
     if (!meta) {
@@ -153,7 +155,7 @@ export class Episode extends DurableObject<Env> {
     } else this.markIndexDirty(saved, now);
     const first = saved.seq - result.applied.length + 1;
     this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
-    if (saved.seq - saved.base >= this.limits.compactFrames) this.compact(saved, live.asm);
+    if (saved.seq - saved.base >= this.limits.compactFrames && saved.seq >= this.nextCompactCheck) this.maybeCompact(saved, live.asm);
     return { ok: true, seq: saved.seq, applied: result.applied.length, duplicates: result.duplicates, producers: Object.fromEntries(result.producers) };
   }
 
@@ -178,6 +180,20 @@ export class Episode extends DurableObject<Env> {
     return this.live;
   }
 
+  /** Seq from which compaction is worth checking again (memory only: rechecked after a wake). */
+  private nextCompactCheck = 0;
+
+  /**
+   * Compact the log once it holds `compactFrames` frames past the base AND at least as many
+   * bytes as the base snapshot: a compaction rewrites the whole state, so it must not run more
+   * often than the state grows (the total work stays linear in the episode's bytes).
+   */
+  private maybeCompact(m: Meta, asm: EpisodeAssembly): void {
+    const { log, base } = this.store.sizes();
+    if (log >= base) return this.compact(m, asm);
+    this.nextCompactCheck = m.seq + Math.ceil(this.limits.compactFrames / 4);
+  }
+
   /**
    * Compact the log: the state as snapshot deltas becomes the base, the frames it covers go.
    * Waking up then replays one snapshot and a short log; watchers resuming from before the
@@ -192,11 +208,16 @@ export class Episode extends DurableObject<Env> {
       w.raw(d);
     }
     const snapshot = w.bytes();
-    this.ctx.storage.transactionSync(() => {
-      this.store.saveBase(m.seq, snapshot);
-      m.base = m.seq;
-      this.store.saveMeta(m);
-    });
+    try {
+      this.ctx.storage.transactionSync(() => {
+        this.store.saveBase(m.seq, snapshot);
+        m.base = m.seq;
+        this.store.saveMeta(m);
+      });
+    } catch (e) {
+      this.store.invalidate(); // the log stays as it was; compaction is retried later
+      console.error(`episode ${m.id}: log compaction failed: ${(e as Error).message}`);
+    }
   }
 
   private acceptIngest(request: Request, id: string): Response {
@@ -317,15 +338,21 @@ export class Episode extends DurableObject<Env> {
       }
     }
     const now = Date.now();
-    const saved = this.ctx.storage.transactionSync(() => {
-      const m = meta ?? this.store.create(id, now);
-      this.store.saveReply(body);
-      m.status = reply.success ? "finished" : "failed";
-      m.error = reply.error;
-      m.updated = now;
-      this.store.saveMeta(m);
-      return m;
-    });
+    let saved: Meta;
+    try {
+      saved = this.ctx.storage.transactionSync(() => {
+        const m = meta ?? this.store.create(id, now);
+        this.store.saveReply(body);
+        m.status = reply.success ? "finished" : "failed";
+        m.error = reply.error;
+        m.updated = now;
+        this.store.saveMeta(m);
+        return m;
+      });
+    } catch (e) {
+      this.store.invalidate(); // rolled back
+      throw e;
+    }
     if (!meta) this.scheduleExpiry(saved);
     this.finished = finished;
     void this.flushIndex(saved, now);

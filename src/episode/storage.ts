@@ -44,6 +44,7 @@ export interface IndexState {
 
 export class EpisodeStore {
   private ready = false;
+  private cached: Meta | null = null;
   private indexTable = false;
   private indexCache: IndexState | null = null;
 
@@ -60,6 +61,7 @@ export class EpisodeStore {
   /** After deleteAll: the next access sees no episode. */
   forget(): void {
     this.ready = false;
+    this.cached = null;
     this.indexTable = false;
     this.indexCache = null;
   }
@@ -100,12 +102,16 @@ export class EpisodeStore {
     const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0 };
     this.sql.exec("INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", id, "live", 0, 0, 0, 0, 0, now, now, null, 0);
     this.ready = true;
+    this.cached = { ...meta };
     return meta;
   }
 
+  /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
   meta(): Meta | null {
+    if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    return this.sql.exec<Record<string, SqlStorageValue>>("SELECT * FROM meta").one() as unknown as Meta;
+    this.cached = this.sql.exec<Record<string, SqlStorageValue>>("SELECT * FROM meta").one() as unknown as Meta;
+    return { ...this.cached };
   }
 
   saveMeta(m: Meta): void {
@@ -113,6 +119,20 @@ export class EpisodeStore {
       "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?",
       m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base,
     );
+    this.cached = { ...m };
+  }
+
+  /** Drop the kept meta row (after a failed transaction, which rolled the row back). */
+  invalidate(): void {
+    this.cached = null;
+  }
+
+  /** Bytes in the log (the frames after the base) and in the base snapshot. */
+  sizes(): { log: number; base: number } {
+    if (!this.exists()) return { log: 0, base: 0 };
+    const log = this.sql.exec<{ n: number }>("SELECT COALESCE(SUM(LENGTH(data)), 0) AS n FROM frames").one().n;
+    const base = this.sql.exec<{ n: number }>("SELECT COALESCE(SUM(LENGTH(data)), 0) AS n FROM base").one().n;
+    return { log, base };
   }
 
   appendFrame(seq: number, frame: Uint8Array): void {

@@ -198,8 +198,9 @@ describe("ingest, finish, fetch", () => {
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
     expect(await runDurableObjectAlarm(stub)).toBe(true); // early: reschedules
     expect((await relay(`${id}/status`)).status).toBe(200);
-    await runInDurableObject(stub, (_i, state) => {
+    await runInDurableObject(stub, (instance, state) => {
       state.storage.sql.exec("UPDATE meta SET updated = ?", Date.now() - 8 * 24 * 3600 * 1000);
+      (instance as unknown as { store: { invalidate(): void } }).store.invalidate(); // it keeps the row in memory
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect((await relay(`${id}/status`)).status).toBe(404);
