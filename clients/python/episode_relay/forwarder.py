@@ -12,9 +12,8 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 
 import httpx
 
-from .producer import ProducerCursor
-from .sink import clock_seq, new_producer_name
-from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
+from .sink import producer_connection
+from .transport import DeltaChannel, FinishMismatch, RelayError
 from .wire import Document, Encoder, default_encoder, to_bytes
 
 logger = logging.getLogger("episode_relay")
@@ -81,19 +80,9 @@ class RelayForwarder:
     ) -> None:
         self.url = url.rstrip("/")
         self.episode_id = episode_id
-        if start_seq is None:
-            start_seq = 1 if producer is None else clock_seq()
-        self.cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq)
-        self.http = RelayHttp(self.url, episode_id, token=token, timeout=timeout, client=client)
-        self.channel: DeltaChannel
-        if transport == "http":
-            self.channel = HttpChannel(self.http)
-        elif transport == "ws":
-            self.channel = WebSocketChannel(self.url, episode_id, token=token, timeout=timeout)
-        elif isinstance(transport, str):
-            raise ValueError(f"transport must be 'http', 'ws' or a DeltaChannel, not {transport!r}")
-        else:
-            self.channel = transport
+        self.cursor, self.http, self.channel = producer_connection(
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+        )
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes
         self.give_up_after = give_up_after

@@ -28,6 +28,34 @@ def clock_seq() -> int:
     return max(1, time.time_ns() // 1000)
 
 
+
+def producer_connection(
+    url: str,
+    episode_id: str,
+    token: Optional[str],
+    producer: Optional[str],
+    transport: Union[str, DeltaChannel],
+    timeout: float,
+    client: Optional[httpx.AsyncClient],
+    start_seq: Optional[int],
+) -> "tuple[ProducerCursor, RelayHttp, DeltaChannel]":
+    """The producer cursor, the HTTP client and the delta channel shared by the sink and the
+    forwarder. A named producer starts its seq from the clock, so a restart never reuses one."""
+    if start_seq is None:
+        start_seq = 1 if producer is None else clock_seq()
+    cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq)
+    http = RelayHttp(url, episode_id, token=token, timeout=timeout, client=client)
+    channel: DeltaChannel
+    if transport == "http":
+        channel = HttpChannel(http)
+    elif transport == "ws":
+        channel = WebSocketChannel(url, episode_id, token=token, timeout=timeout)
+    elif isinstance(transport, str):
+        raise ValueError(f"transport must be 'http', 'ws' or a DeltaChannel, not {transport!r}")
+    else:
+        channel = transport
+    return cursor, http, channel
+
 class RelaySink:
     """Streams one episode's deltas to an Episode Relay, exactly once.
 
@@ -94,19 +122,9 @@ class RelaySink:
     ) -> None:
         self.url = url.rstrip("/")
         self.episode_id = episode_id
-        if start_seq is None:
-            start_seq = 1 if producer is None else clock_seq()
-        self.cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq)
-        self.http = RelayHttp(self.url, episode_id, token=token, timeout=timeout, client=client)
-        self.channel: DeltaChannel
-        if transport == "http":
-            self.channel = HttpChannel(self.http)
-        elif transport == "ws":
-            self.channel = WebSocketChannel(self.url, episode_id, token=token, timeout=timeout)
-        elif isinstance(transport, str):
-            raise ValueError(f"transport must be 'http', 'ws' or a DeltaChannel, not {transport!r}")
-        else:
-            self.channel = transport
+        self.cursor, self.http, self.channel = producer_connection(
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+        )
         self.retries = max(0, int(retries))
         self.retry_backoff = retry_backoff
         self.default = default if default is not None else default_encoder()
