@@ -4,20 +4,10 @@ import { probe, socketProtocols, socketUrl } from "./api";
 import { ago, clear, h } from "./dom";
 import type { Shell } from "./main";
 import { fmt, rewardPairs } from "./model";
-import type { Json } from "../../src/wire/json-view";
+import type { IndexEntry } from "../../src/registry/entry";
 
-interface Entry {
-  id: string;
-  status: "live" | "finished" | "failed";
-  created: string;
-  updated: string;
-  seq: number;
-  traces: number;
-  nodes: number;
-  calls: number;
-  rewards: Json;
-  error: string | null;
-}
+/** A row as the API shows it (the server's own type). */
+type Entry = IndexEntry;
 
 type IndexMessage =
   | { type: "snapshot"; episodes: Entry[]; truncated?: boolean; limit?: number }

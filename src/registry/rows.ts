@@ -1,36 +1,10 @@
 // The episode index's row and the pure parts of its queries (parameters, cursors, scope checks),
 // kept apart from the Durable Object so they can be reasoned about (and tested) on their own.
 
-import type { Json } from "../wire/json-view";
 import { inScope } from "../http/auth";
 
-export type IndexStatus = "live" | "finished" | "failed";
-export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed"];
-
-/** One episode as the index holds it (what the Episode object sends; times in ms since epoch). */
-export interface IndexRow {
-  id: string;
-  status: IndexStatus;
-  created: number;
-  updated: number;
-  seq: number;
-  traces: number;
-  nodes: number;
-  calls: number;
-  /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */
-  rewards: Json;
-  error: string | null;
-}
-
-/** A row as the API shows it (`GET /v1/episodes`, the index socket): times as ISO strings. */
-export interface IndexEntry extends Omit<IndexRow, "created" | "updated"> {
-  created: string;
-  updated: string;
-}
-
-export function entryOf(r: IndexRow): IndexEntry {
-  return { ...r, created: new Date(r.created).toISOString(), updated: new Date(r.updated).toISOString() };
-}
+export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry";
+import { INDEX_STATUSES, type IndexStatus } from "./entry";
 
 /** Header the Worker sets on requests to the index: the viewer's `episodes` patterns as JSON. */
 export const SCOPE_HEADER = "x-episode-scope";

@@ -3,15 +3,13 @@
 
 import { parseDelta } from "../assembly/delta";
 import { writeNode } from "../assembly/node";
-import { ChunkWriter } from "../wire/writer";
+import { ChunkWriter, NIL } from "../wire/writer";
 
 export interface Variant {
   routing: boolean;
   /** Trace ids to keep, or null for all. */
   traces: string[] | null;
 }
-
-export const FULL: Variant = { routing: true, traces: null };
 
 export function parseVariant(params: URLSearchParams): Variant {
   const r = params.get("routing");
@@ -61,5 +59,3 @@ export function stripRouting(delta: Uint8Array): Uint8Array {
   }
   return w.bytes();
 }
-
-const NIL = Uint8Array.of(0xc0);

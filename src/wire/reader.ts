@@ -49,19 +49,6 @@ export class Reader {
     if (this.pos + n > this.end) this.fail(`truncated: needs ${n} more byte(s)`);
   }
 
-  /** The kind of the next value without consuming it. */
-  peekKind(): Kind {
-    this.need(1);
-    return kindOf(this.bytes[this.pos]!);
-  }
-
-  /** Skip one complete value, validating it; returns the span [start, end). */
-  skip(depth = 0): number {
-    const start = this.pos;
-    this.skipValue(depth);
-    return start;
-  }
-
   /** A view of the next complete value. */
   span(depth = 0): Uint8Array {
     const start = this.pos;
@@ -314,13 +301,6 @@ export function decodeStrRange(bytes: Uint8Array, from: number, to: number): str
   return utf8.decode(bytes.subarray(from, to));
 }
 
-/** Validates that `bytes` is exactly one canonical msgpack value; returns it. */
-export function checkDocument(bytes: Uint8Array): Uint8Array {
-  const r = new Reader(bytes);
-  r.span();
-  if (!r.atEnd()) r.fail(`trailing bytes after the msgpack value`);
-  return bytes;
-}
 
 /** The items of a msgpack array of bin values, as views (e.g. a stored list of frames). */
 export function binItems(bytes: Uint8Array): Uint8Array[] {

@@ -180,7 +180,4 @@ export function encodeInt(v: number): Uint8Array {
 }
 
 export const NIL = Uint8Array.of(0xc0);
-export const TRUE = Uint8Array.of(0xc3);
-export const FALSE = Uint8Array.of(0xc2);
 export const EMPTY_ARRAY = Uint8Array.of(0x90);
-export const EMPTY_MAP = Uint8Array.of(0x80);

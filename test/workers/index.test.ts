@@ -12,21 +12,11 @@ import type { Env } from "../../src/env";
 import { encodeEnvelope } from "../../src/envelope/envelope";
 import { ProducerCursor } from "../../src/envelope/producer";
 import { LMap, encodeLossless } from "../../src/wire/lossless";
+import type { IndexEntry } from "../../src/registry/entry";
 import { openDelta } from "../support/deltas";
 import { freshId, golden, inbox, openSocket, post, relay } from "./support";
 
-interface Entry {
-  id: string;
-  status: string;
-  created: string;
-  updated: string;
-  seq: number;
-  traces: number;
-  nodes: number;
-  calls: number;
-  rewards: unknown;
-  error: string | null;
-}
+type Entry = IndexEntry;
 interface Page {
   episodes: Entry[];
   cursor: string | null;
