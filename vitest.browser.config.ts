@@ -8,7 +8,7 @@ export default defineConfig({
     name: "browser",
     environment: "node",
     include: ["test/browser/**/*.test.ts"],
-    globalSetup: ["test/browser/global-setup.ts"],
+    globalSetup: ["test/support/fixtures-setup.ts", "test/browser/global-setup.ts"],
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 240_000,

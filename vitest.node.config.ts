@@ -6,6 +6,7 @@ export default defineConfig({
     name: "node",
     environment: "node",
     include: ["test/node/**/*.test.ts"],
+    globalSetup: ["test/support/fixtures-setup.ts"],
     testTimeout: 30_000,
     hookTimeout: 60_000,
   },

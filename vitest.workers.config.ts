@@ -1,16 +1,18 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
 import { Response } from "miniflare";
 import { readFile } from "node:fs/promises";
-import { join, normalize } from "node:path";
+import { basename } from "node:path";
 import { defineConfig } from "vitest/config";
 import { buildDashboard } from "./scripts/build-dashboard.mjs";
+import { goldenCasePaths } from "./tools/conformance/cases.js";
 
 // wrangler.toml's [assets] names dashboard/dist, which must exist for the pool to start
 await buildDashboard({ ifMissing: true });
 
-// Golden vectors live beside the project (../shared/golden) and workerd has no filesystem:
-// tests fetch them through this service binding, which runs here in Node.
-const golden = process.env.GOLDEN_DIR ?? join(import.meta.dirname, "..", "shared", "golden");
+// Golden cases (test/fixtures/golden, plus GOLDEN_DIR's) by name; workerd has no filesystem, so
+// tests fetch them through the GOLDEN service binding, which runs here in Node. A checkout
+// without its fixtures fails here, once, with a message that says so.
+const golden = new Map(goldenCasePaths().map((p) => [basename(p), p]));
 
 // Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml;
 // the limits are lowered so the 413, watcher-cap, slow-watcher and log-compaction paths are
@@ -36,17 +38,10 @@ export default defineConfig({
         },
         serviceBindings: {
           async GOLDEN(request) {
-            const name = normalize(decodeURIComponent(new URL(request.url).pathname)).replace(/^\/+/, "");
-            if (name === "" || name === "." ) {
-              const { readdir } = await import("node:fs/promises");
-              return new Response(JSON.stringify((await readdir(golden)).filter((f) => f.endsWith(".msgpack")).sort()));
-            }
-            if (name.includes("..")) return new Response("bad name", { status: 400 });
-            try {
-              return new Response(await readFile(join(golden, name)));
-            } catch {
-              return new Response("not found", { status: 404 });
-            }
+            const name = decodeURIComponent(new URL(request.url).pathname).replace(/^\/+/, "");
+            if (name === "") return new Response(JSON.stringify([...golden.keys()].sort()));
+            const path = golden.get(name);
+            return path ? new Response(await readFile(path)) : new Response(`no golden case ${name}`, { status: 404 });
           },
         },
       },

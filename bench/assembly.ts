@@ -13,16 +13,16 @@
 // (or finish_error), so the figures are for work that produces the right bytes.
 
 import { decode } from "@msgpack/msgpack";
-import { EpisodeAssembly } from "../src/assembly/episode-assembly";
-import { FinishError } from "../src/assembly/errors";
-import { parseReply } from "../src/assembly/reply";
-import { encodeEnvelope } from "../src/envelope/envelope";
-import { ingest, type ProducerLedger } from "../src/envelope/ingest";
-import { ProducerCursor } from "../src/envelope/producer";
-import { concatChunks } from "../src/wire/writer";
-import { casePaths, loadCase, type GoldenCase } from "../tools/conformance/cases";
-import { checkFinish } from "../tools/conformance/local";
-import { measure, sig, type BenchOptions } from "./harness";
+import { EpisodeAssembly } from "../src/assembly/episode-assembly.js";
+import { FinishError } from "../src/assembly/errors.js";
+import { parseReply } from "../src/assembly/reply.js";
+import { encodeEnvelope } from "../src/envelope/envelope.js";
+import { ingest, type ProducerLedger } from "../src/envelope/ingest.js";
+import { ProducerCursor } from "../src/envelope/producer.js";
+import { concatChunks } from "../src/wire/writer.js";
+import { loadCase, type GoldenCase } from "../tools/conformance/cases.js";
+import { checkFinish } from "../tools/conformance/local.js";
+import { measure, sig, type BenchOptions } from "./harness.js";
 
 export const name = "assembly";
 
@@ -118,11 +118,11 @@ const fmtMs = (ms: number) => (ms >= 10 ? ms.toFixed(1) : ms >= 1 ? ms.toFixed(2
 const fmtRate = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 
 export async function run(opts: BenchOptions): Promise<Record<string, AssemblyFigures>> {
-  let paths = casePaths([opts.goldenDir]);
+  let paths = opts.casePaths;
   if (opts.cases) {
     const want = new Set(opts.cases);
     paths = paths.filter((p) => want.has(p.replace(/^.*[\\/]/, "").replace(/\.msgpack$/, "")));
-    if (paths.length === 0) throw new Error(`--cases ${opts.cases.join(",")}: no such golden case in ${opts.goldenDir}`);
+    if (paths.length === 0) throw new Error(`--cases ${opts.cases.join(",")}: no such golden case`);
   }
   const result: Record<string, AssemblyFigures> = {};
   const rows: string[][] = [];

@@ -29,11 +29,11 @@ import { loadavg } from "node:os";
 import { Worker } from "node:worker_threads";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/envelope/envelope";
-import { ProducerCursor } from "../src/envelope/producer";
-import { framesMessage } from "../src/watch/protocol";
-import { ForeignCpu, HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest";
-import { sig, type BenchOptions } from "./harness";
+import { encodeEnvelope } from "../src/envelope/envelope.js";
+import { ProducerCursor } from "../src/envelope/producer.js";
+import { framesMessage } from "../src/watch/protocol.js";
+import { ForeignCpu, HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest.js";
+import { sig, type BenchOptions } from "./harness.js";
 
 export const name = "fanout";
 

@@ -23,8 +23,8 @@ export interface BenchOptions {
   minMs: number;
   /** ... and at least this many samples. */
   minSamples: number;
-  /** The golden vectors directory. */
-  goldenDir: string;
+  /** The golden case files (the fixtures, plus GOLDEN_DIR's cases). */
+  casePaths: string[];
   /** Progress for humans; always goes to stderr. */
   log(message: string): void;
   /** Human output of the section; ignored under --json. */

@@ -28,11 +28,11 @@ import { existsSync, readFileSync, readdirSync } from "node:fs";
 import http from "node:http";
 import { loadavg } from "node:os";
 import { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/envelope/envelope";
-import { ProducerCursor } from "../src/envelope/producer";
-import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless";
-import { startRelay, type LocalRelay } from "../tools/local-relay";
-import { sig, type BenchOptions } from "./harness";
+import { encodeEnvelope } from "../src/envelope/envelope.js";
+import { ProducerCursor } from "../src/envelope/producer.js";
+import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless.js";
+import { startRelay, type LocalRelay } from "../tools/local-relay.js";
+import { sig, type BenchOptions } from "./harness.js";
 
 export const name = "ingest";
 

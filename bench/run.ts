@@ -8,14 +8,14 @@
 // its `> episode-relay bench` banner on stdout.)
 
 import { arch, cpus, platform } from "node:os";
-import { goldenDir } from "../tools/conformance/cases";
-import type { BenchOptions, BenchSection, Table } from "./harness";
+import { goldenCasePaths } from "../tools/conformance/cases.js";
+import type { BenchOptions, BenchSection, Table } from "./harness.js";
 
 /** Section name → loader, in run order. Sections load lazily, so --only skips their imports. */
 const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
-  ["assembly", () => import("./assembly")],
-  ["ingest", () => import("./ingest")],
-  ["fanout", () => import("./fanout")],
+  ["assembly", () => import("./assembly.js")],
+  ["ingest", () => import("./ingest.js")],
+  ["fanout", () => import("./fanout.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -138,7 +138,7 @@ async function main(argv: string[]): Promise<number> {
       warmup: args.warmup,
       minMs: args.minMs,
       minSamples: args.minSamples,
-      goldenDir: goldenDir(),
+      casePaths: goldenCasePaths(),
       log: (m) => process.stderr.write(`[bench] ${m}\n`),
       table: (t) => {
         tables++;

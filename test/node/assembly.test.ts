@@ -1,11 +1,11 @@
 // Reference semantics beyond the golden vectors: refusal of malformed deltas (state unchanged),
 // dtype promotion, value preservation, non-mutation of inputs.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { DeltaError } from "../../src/assembly/errors";
-import { parseNdArray, promote, repairLastRow, ndValues } from "../../src/assembly/ndarray";
-import { F64, LMap, decodeLossless, firstDifference, type LValue } from "../../src/wire/lossless";
-import { TRACE, delta, enc, f, intKeyed, m, nd, node, openDelta } from "../support/deltas";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { DeltaError } from "../../src/assembly/errors.js";
+import { parseNdArray, promote, repairLastRow, ndValues } from "../../src/assembly/ndarray.js";
+import { F64, LMap, decodeLossless, firstDifference, type LValue } from "../../src/wire/lossless.js";
+import { TRACE, delta, enc, f, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
 
 function withTwoNodes(): EpisodeAssembly {
   const asm = new EpisodeAssembly();
@@ -212,9 +212,9 @@ describe("values survive the assembly exactly", () => {
 });
 
 describe("snapshot deltas", async () => {
-  const { snapshotDeltas } = await import("../../src/assembly/snapshot");
-  const { casePaths, goldenDir, loadCase } = await import("../../tools/conformance/cases");
-  for (const path of casePaths([goldenDir()])) {
+  const { snapshotDeltas } = await import("../../src/assembly/snapshot.js");
+  const { goldenCasePaths, loadCase } = await import("../../tools/conformance/cases.js");
+  for (const path of goldenCasePaths()) {
     const c = loadCase(path);
     if (c.ack_lost.length) continue;
     it(`${c.name}: after every frame, a fresh assembly fed the snapshot holds the same bytes`, () => {

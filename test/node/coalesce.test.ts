@@ -5,11 +5,11 @@
 import { decode } from "@msgpack/msgpack";
 import WebSocket from "ws";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { goldenDir, loadCase } from "../../tools/conformance/cases";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { join } from "node:path";
-import { until, useRelay } from "../support/relay";
+import { until, useRelay } from "../support/relay.js";
 
 const relay = useRelay();
 
@@ -17,7 +17,7 @@ type Msg = { type: string; frames?: Array<[number, Uint8Array]> };
 
 describe("fan-out coalescing", () => {
   it("a pipelining producer's deltas share watcher messages; none lost, none repeated, acks in order", async () => {
-    const c = loadCase(join(goldenDir(), "multi_trace_links.msgpack"));
+    const c = loadCase(fixturePath("multi_trace_links"));
     const ws = relay.url.replace(/^http/, "ws");
     const id = `coalesce-${Date.now().toString(36)}`;
     const watchers = [0, 1].map(() => new WebSocket(`${ws}/v1/episodes/${id}/watch`));

@@ -5,8 +5,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { UsageError, parseArgs } from "../../tools/conformance/args";
-import { casePaths, goldenDir } from "../../tools/conformance/cases";
+import { UsageError, parseArgs } from "../../tools/conformance/args.js";
+import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const tsx = join(root, "node_modules", ".bin", process.platform === "win32" ? "tsx.cmd" : "tsx");
@@ -36,11 +36,11 @@ const temp = mkdtempSync(join(tmpdir(), "conformance-cli-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 describe("conformance CLI", () => {
-  const files = casePaths([goldenDir()]);
+  const files = goldenCasePaths();
 
   it("passes every golden case, one `ok NAME` line each, and exits 0", async () => {
     expect(files.length).toBeGreaterThanOrEqual(12);
-    const r = await conformance(goldenDir());
+    const r = await conformance(...files);
     expect(r.stderr).toBe("");
     const out = lines(r.stdout);
     const names = files.map((f) => basename(f, ".msgpack"));

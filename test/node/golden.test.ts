@@ -1,13 +1,13 @@
-// The golden vectors (../shared/golden, produced by the Python reference) through the assembly.
+// The golden vectors (test/fixtures/golden, produced by the Python reference) through the assembly.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { parseReply } from "../../src/assembly/reply";
-import { concatChunks } from "../../src/wire/writer";
-import { casePaths, goldenDir, loadCase } from "../../tools/conformance/cases";
-import { compareBytes } from "../../tools/conformance/compare";
-import { checkFinish, runCaseLocally } from "../../tools/conformance/local";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { parseReply } from "../../src/assembly/reply.js";
+import { concatChunks } from "../../src/wire/writer.js";
+import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
+import { compareBytes } from "../../tools/conformance/compare.js";
+import { checkFinish, runCaseLocally } from "../../tools/conformance/local.js";
 
-const cases = casePaths([goldenDir()]).map(loadCase);
+const cases = goldenCasePaths().map(loadCase);
 
 describe("golden cases", () => {
   it("finds the golden vectors", () => {

@@ -5,8 +5,8 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { casePaths, goldenDir } from "../../tools/conformance/cases";
-import { useRelay } from "../support/relay";
+import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
+import { useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
@@ -23,10 +23,10 @@ function conformance(...args: string[]): Promise<{ code: number; stdout: string;
 }
 
 describe("conformance through a live relay", () => {
-  const cases = casePaths([goldenDir()]);
+  const cases = goldenCasePaths();
   for (const ingest of ["http", "ws"]) {
     it(`--ingest ${ingest} --watchers 3: every golden case passes`, async () => {
-      const r = await conformance("--relay", relay.url, "--ingest", ingest, "--watchers", "3", goldenDir());
+      const r = await conformance("--relay", relay.url, "--ingest", ingest, "--watchers", "3", ...cases);
       expect(r.stderr).toBe("");
       const lines = r.stdout.trim().split("\n");
       expect(lines.filter((l) => l.startsWith("ok ")).length).toBe(cases.length);
@@ -39,7 +39,7 @@ describe("conformance through a live relay", () => {
     const { mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const { decode, encode } = await import("@msgpack/msgpack");
-    const c = decode(readFileSync(join(goldenDir(), "chat_basic.msgpack"))) as { episode: Uint8Array };
+    const c = decode(readFileSync(fixturePath("chat_basic"))) as { episode: Uint8Array };
     c.episode = c.episode.slice();
     c.episode[c.episode.length - 1] ^= 1;
     const dir = mkdtempSync(join(tmpdir(), "relay-conf-"));

@@ -4,13 +4,13 @@
 
 declare namespace Cloudflare {
   interface Env extends EpisodeRelayEnv {
-    /** Test-only: serves ../shared/golden (GET / lists the case files). */
+    /** Test-only: serves the golden cases (test/fixtures/golden, plus GOLDEN_DIR's; GET / lists them). */
     GOLDEN: Fetcher;
   }
   interface GlobalProps {
-    mainModule: typeof import("../../src/index");
+    mainModule: typeof import("../../src/index.js");
     durableNamespaces: "Episode" | "EpisodeIndex";
   }
 }
 
-type EpisodeRelayEnv = import("../../src/env").Env;
+type EpisodeRelayEnv = import("../../src/env.js").Env;

@@ -20,10 +20,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the package from source, even without pytest's `pythonpath`
 sys.path.insert(0, str(HERE))
 
-from helpers import mint_token  # noqa: E402
+from helpers import FIXTURES, PUBLIC_CASES, mint_token  # noqa: E402
 
 ROOT = HERE.parents[2]  # tests -> python -> clients -> repository root
-GOLDEN = Path(os.environ.get("GOLDEN_DIR") or ROOT.parent / "shared" / "golden")
 
 
 def free_port() -> int:
@@ -90,7 +89,7 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
     base = tmp_path_factory.mktemp("relay")
     state = base / "state"
     log = base / "wrangler.log"
-    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "NO_COLOR": "1"}
+    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CLOUDFLARE_CF_FETCH_ENABLED": "false", "WRANGLER_HIDE_BANNER": "true", "NO_COLOR": "1"}
     env.pop("RELAY_SECRET", None)
     # auth on, with a secret of our own: the clients send real HS256 bearer tokens
     secret = secrets.token_urlsafe(32)
@@ -146,8 +145,12 @@ def _stop(proc: subprocess.Popen, port: int) -> None:
     assert not left, f"processes left after stopping the relay: {left}"
 
 
-@pytest.fixture(scope="session")
-def golden_dir() -> Path:
-    if not GOLDEN.is_dir():
-        pytest.fail(f"golden cases not found at {GOLDEN} (set GOLDEN_DIR)")
-    return GOLDEN
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A checkout without its golden fixtures stops here, once, instead of failing every test."""
+    missing = [n for n in PUBLIC_CASES if not (FIXTURES / f"{n}.msgpack").is_file()]
+    if missing:
+        pytest.exit(
+            f"golden fixtures missing from {FIXTURES}: {', '.join(missing)}; "
+            "restore them with `git checkout -- test/fixtures/golden`",
+            returncode=1,
+        )

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import time
 import uuid
 from collections import deque
@@ -39,12 +40,31 @@ class Case:
     ack_lost: List[int]
 
 
-def case_names(golden: Path) -> List[str]:
-    return sorted(p.stem for p in golden.glob("*.msgpack"))
+FIXTURES = Path(__file__).resolve().parents[3] / "test" / "fixtures" / "golden"
+"""The public golden cases, kept in the repository (test/fixtures/golden/README.md)."""
+PUBLIC_CASES = (
+    "ack_lost", "chat_basic", "discard_retry", "empty_trace", "failed_sends", "gap_detected",
+    "large_routing", "multi_trace_links", "odd_values", "routing_repair_u8", "routing_repair_widen", "tool_calls_pending",
+)
 
 
-def load_case(golden: Path, name: str) -> Case:
-    c = unpackb((golden / f"{name}.msgpack").read_bytes())
+def case_paths() -> Dict[str, Path]:
+    """Every golden case by name: the fixtures, then those of ``GOLDEN_DIR`` (if set) that the
+    fixtures do not hold."""
+    paths = {p.stem: p for p in sorted(FIXTURES.glob("*.msgpack"))}
+    extra = os.environ.get("GOLDEN_DIR")
+    if extra:
+        for p in sorted(Path(extra).glob("*.msgpack")):
+            paths.setdefault(p.stem, p)
+    return paths
+
+
+def case_names() -> List[str]:
+    return sorted(case_paths())
+
+
+def load_case(name: str) -> Case:
+    c = unpackb(case_paths()[name].read_bytes())
     return Case(
         name=c["name"],
         frames=list(c["frames"]),

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Dict, List
 
 import httpx
@@ -29,10 +28,10 @@ def check_same_envelope_retries(faulty: FaultyTransport, frames: List[bytes]) ->
         assert unpackb(bodies[0])["delta"] == frames[seq - 1]
 
 
-def test_forwarder_delivers_a_case_through_failures(relay: Relay, golden_dir: Path) -> None:
+def test_forwarder_delivers_a_case_through_failures(relay: Relay) -> None:
     """Refused connections, lost answers and 503s at several points: on_delta never blocks,
     every delta is applied exactly once in order, then the reply; the episode is exact."""
-    case = load_case(golden_dir, "multi_trace_links")
+    case = load_case("multi_trace_links")
 
     async def run() -> None:
         faulty = FaultyTransport(paths=("/deltas", "/reply"))
@@ -57,10 +56,10 @@ def test_forwarder_delivers_a_case_through_failures(relay: Relay, golden_dir: Pa
     asyncio.run(run())
 
 
-def test_forwarder_rides_out_an_unreachable_relay(relay: Relay, golden_dir: Path) -> None:
+def test_forwarder_rides_out_an_unreachable_relay(relay: Relay) -> None:
     """Nothing listens for the first second (real connection refusals); deltas arrive from
     another thread meanwhile; once the relay is back everything lands, in order."""
-    case = load_case(golden_dir, "failed_sends")
+    case = load_case("failed_sends")
 
     async def run() -> None:
         faulty = FaultyTransport(paths=("/deltas", "/reply"))
@@ -90,9 +89,9 @@ def test_forwarder_rides_out_an_unreachable_relay(relay: Relay, golden_dir: Path
     asyncio.run(run())
 
 
-def test_forwarder_over_ws(relay: Relay, golden_dir: Path) -> None:
+def test_forwarder_over_ws(relay: Relay) -> None:
     """The same over the producer socket, with acknowledgements lost on a broken socket."""
-    case = load_case(golden_dir, "routing_repair_widen")
+    case = load_case("routing_repair_widen")
 
     async def run() -> None:
         eid = episode_id("fwd-ws")
@@ -111,10 +110,10 @@ def test_forwarder_over_ws(relay: Relay, golden_dir: Path) -> None:
     asyncio.run(run())
 
 
-def test_forwarder_gives_up_when_the_buffer_is_full(caplog: pytest.LogCaptureFixture, golden_dir: Path) -> None:
+def test_forwarder_gives_up_when_the_buffer_is_full(caplog: pytest.LogCaptureFixture) -> None:
     """Nothing listens and the buffer holds 3 messages: the 4th on_delta gives up, with one
     warning, the buffer is discarded, and later calls are ignored; nothing raises."""
-    frames = load_case(golden_dir, "chat_basic").frames
+    frames = load_case("chat_basic").frames
     caplog.set_level(logging.INFO, logger="episode_relay")
 
     async def run() -> None:
@@ -169,9 +168,9 @@ def test_forwarder_gives_up_on_a_refusal(relay: Relay) -> None:
     asyncio.run(run())
 
 
-def test_forwarder_records_a_refused_reply(relay: Relay, golden_dir: Path) -> None:
+def test_forwarder_records_a_refused_reply(relay: Relay) -> None:
     """gap_detected: every delta lands, the reply is refused with the reference text."""
-    case = load_case(golden_dir, "gap_detected")
+    case = load_case("gap_detected")
 
     async def run() -> None:
         fwd = RelayForwarder(relay.url, episode_id("fwd-gap"), token=relay.token)

@@ -8,26 +8,25 @@ the worker whose cursor stayed put. The fetched episode must equal the golden by
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any, Dict, Union
 
 import httpx
 import pytest
 
-from conftest import GOLDEN, Relay
+from conftest import Relay
 from episode_relay import FinishMismatch, RelayError, RelaySink, WebSocketChannel
 from helpers import FaultyChannel, FaultyTransport, case_names, episode_id, live_traces, load_case, packb, unpackb
 
-CASES = case_names(GOLDEN) if GOLDEN.is_dir() else []
+CASES = case_names()
 
 
-def test_golden_cases_present(golden_dir: Path) -> None:
+def test_golden_cases_present() -> None:
     assert len(CASES) >= 12, CASES
     assert "ack_lost" in CASES and "gap_detected" in CASES
 
 
-async def replay(relay: Relay, golden: Path, name: str, transport: str) -> Dict[str, Any]:
-    case = load_case(golden, name)
+async def replay(relay: Relay, name: str, transport: str) -> Dict[str, Any]:
+    case = load_case(name)
     eid = episode_id(f"{name}-{transport}")
     faulty = FaultyTransport()
     client = httpx.AsyncClient(transport=faulty, timeout=60)
@@ -88,12 +87,12 @@ async def replay(relay: Relay, golden: Path, name: str, transport: str) -> Dict[
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_golden_http(relay: Relay, golden_dir: Path, name: str) -> None:
-    stats = asyncio.run(replay(relay, golden_dir, name, "http"))
-    assert stats["lost"] == len(load_case(golden_dir, name).ack_lost)
+def test_golden_http(relay: Relay, name: str) -> None:
+    stats = asyncio.run(replay(relay, name, "http"))
+    assert stats["lost"] == len(load_case(name).ack_lost)
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_golden_ws(relay: Relay, golden_dir: Path, name: str) -> None:
-    stats = asyncio.run(replay(relay, golden_dir, name, "ws"))
-    assert stats["lost"] == len(load_case(golden_dir, name).ack_lost)
+def test_golden_ws(relay: Relay, name: str) -> None:
+    stats = asyncio.run(replay(relay, name, "ws"))
+    assert stats["lost"] == len(load_case(name).ack_lost)

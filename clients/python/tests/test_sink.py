@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from pathlib import Path
 from typing import Any, Dict, List
 
 import httpx
@@ -16,15 +15,15 @@ from episode_relay import RelayError, RelaySink, WebSocketChannel
 from helpers import FaultyChannel, FaultyTransport, closed_port, episode_id, live_traces, load_case, packb, ref_apply, unpackb
 
 
-def frames_of(golden: Path, name: str) -> List[Dict[str, Any]]:
-    return [unpackb(f) for f in load_case(golden, name).frames]
+def frames_of(name: str) -> List[Dict[str, Any]]:
+    return [unpackb(f) for f in load_case(name).frames]
 
 
-def test_network_failure_before_the_relay(relay: Relay, golden_dir: Path) -> None:
+def test_network_failure_before_the_relay(relay: Relay) -> None:
     """A send whose request never reaches the relay (connection refused) raises, even after
     the sink's own retries; the next send of the re-diffed delta succeeds with a new seq, and
     the episode stays exact."""
-    case = load_case(golden_dir, "chat_basic")
+    case = load_case("chat_basic")
 
     async def run() -> None:
         faulty = FaultyTransport()
@@ -53,11 +52,11 @@ def test_network_failure_before_the_relay(relay: Relay, golden_dir: Path) -> Non
     asyncio.run(run())
 
 
-def test_transport_retry_reuses_the_envelope(relay: Relay, golden_dir: Path) -> None:
+def test_transport_retry_reuses_the_envelope(relay: Relay) -> None:
     """An answer lost after the relay applied the delta, then a 503: the sink retries the very
     same envelope; the relay acknowledges the resend as a duplicate, so send() succeeds and
     the delta is applied once."""
-    case = load_case(golden_dir, "tool_calls_pending")
+    case = load_case("tool_calls_pending")
 
     async def run() -> None:
         faulty = FaultyTransport()
@@ -85,12 +84,12 @@ def test_transport_retry_reuses_the_envelope(relay: Relay, golden_dir: Path) -> 
 
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
-def test_reasserts_set_and_pending_after_a_failed_send(relay: Relay, golden_dir: Path, transport: str) -> None:
+def test_reasserts_set_and_pending_after_a_failed_send(relay: Relay, transport: str) -> None:
     """A failed send that did reach the relay overwrote `ok`, `timing` and `pending`; the
     worker's values then went back to the acknowledged ones, so its re-diffed delta does not
     carry them. The sink re-asserts them from what was acknowledged and the relay ends equal
     to the worker."""
-    frames = frames_of(golden_dir, "chat_basic")
+    frames = frames_of("chat_basic")
     first = frames[0]
     tid = first["trace"]
     acked_ok, acked_timing = first["set"]["ok"], first["set"]["timing"]
@@ -137,10 +136,10 @@ def test_reasserts_set_and_pending_after_a_failed_send(relay: Relay, golden_dir:
     asyncio.run(run())
 
 
-def test_failed_open_is_resent_whole_and_trimmed(relay: Relay, golden_dir: Path) -> None:
+def test_failed_open_is_resent_whole_and_trimmed(relay: Relay) -> None:
     """The first delta of a trace (its `open`) reaches the relay but its ack is lost; the
     worker re-sends `open` with its first nodes. The relay drops the repeated `open`."""
-    frames = frames_of(golden_dir, "chat_basic")
+    frames = frames_of("chat_basic")
     tid = frames[0]["trace"]
     merged = {"trace": tid, "open": frames[0]["open"], **{k: v for k, v in frames[2].items() if k != "trace"}}
     merged["set"] = {**frames[0]["set"], **frames[1]["set"], **frames[2]["set"]}
@@ -207,10 +206,10 @@ def test_token_is_sent_and_required(relay: Relay) -> None:
     asyncio.run(run())
 
 
-def test_ws_reconnects_after_a_broken_socket(relay: Relay, golden_dir: Path) -> None:
+def test_ws_reconnects_after_a_broken_socket(relay: Relay) -> None:
     """Over the producer socket: the socket breaks after a delivered message (ack lost) and a
     connection attempt is refused; the sink reconnects on the next send and the episode is exact."""
-    case = load_case(golden_dir, "multi_trace_links")
+    case = load_case("multi_trace_links")
 
     async def run() -> None:
         eid = episode_id("ws-reconnect")
@@ -241,11 +240,11 @@ def test_ws_reconnects_after_a_broken_socket(relay: Relay, golden_dir: Path) -> 
 
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
-def test_cancelled_send_then_resend(relay: Relay, golden_dir: Path, transport: str) -> None:
+def test_cancelled_send_then_resend(relay: Relay, transport: str) -> None:
     """A send cancelled mid-flight (a cancelled rollout's flush) counts as failed: the streamer
     keeps its cursor and re-sends; the episode stays exact whether or not the cancelled
     delta had reached the relay."""
-    case = load_case(golden_dir, "large_routing")
+    case = load_case("large_routing")
 
     async def run() -> None:
         sink = RelaySink(relay.url, episode_id(f"cancel-{transport}"), token=relay.token, transport=transport, retries=0)
@@ -271,11 +270,11 @@ def test_cancelled_send_then_resend(relay: Relay, golden_dir: Path, transport: s
     asyncio.run(run())
 
 
-def test_named_producer_with_clock_seq(relay: Relay, golden_dir: Path) -> None:
+def test_named_producer_with_clock_seq(relay: Relay) -> None:
     """A fixed producer name starts seq from the clock (a uint64 on the wire); a second sink
     with the same name (a restarted worker with a fresh streamer, re-sending everything) is
     not mistaken for duplicates, and the relay trims what it already holds."""
-    case = load_case(golden_dir, "routing_repair_u8")
+    case = load_case("routing_repair_u8")
 
     async def run() -> None:
         eid = episode_id("named")
@@ -314,9 +313,9 @@ def test_named_producer_with_clock_seq(relay: Relay, golden_dir: Path) -> None:
     asyncio.run(run())
 
 
-def test_failed_run_reply(relay: Relay, golden_dir: Path) -> None:
+def test_failed_run_reply(relay: Relay) -> None:
     """A failed run's reply (`success: false`, an error, no head) ends the episode as failed."""
-    case = load_case(golden_dir, "chat_basic")
+    case = load_case("chat_basic")
 
     async def run() -> None:
         sink = RelaySink(relay.url, episode_id("failed-run"), token=relay.token)
