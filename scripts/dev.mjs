@@ -10,7 +10,9 @@ import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
 import { findRelaySecret, FROM_ENVIRONMENT, MIN_SECRET_CHARS } from "./dev-vars.mjs";
+import { QUIET_ENV } from "./quiet-env.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const wrangler = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
@@ -52,16 +54,19 @@ if (found.secret !== null) {
 } else if (isLoopback(ip)) {
   args.push("--var", "AUTH_OFF_ON_LOOPBACK:true");
   console.error(`[dev] auth OFF: no RELAY_SECRET (environment, .dev.vars, .env) and bound to loopback ${where}, so requests to localhost need no token.`);
-  console.error(`[dev]   For auth: RELAY_SECRET=$(openssl rand -base64 32) npm start, or put RELAY_SECRET in .dev.vars (see .dev.vars.example).`);
+  console.error(`[dev]   For auth: echo "RELAY_SECRET=$(openssl rand -base64 32)" > .dev.vars, then npm start (npm run token reads it too).`);
 } else {
   console.error(`[dev] auth FAIL-CLOSED: no RELAY_SECRET and bound to ${ip}, not loopback: every request except GET /v1/health is refused (503). Set RELAY_SECRET.`);
 }
 args.push(...extra);
 
+// wrangler's banner is hidden (its update check is a network look-up): name the version here
+const version = JSON.parse(readFileSync(join(root, "node_modules", "wrangler", "package.json"), "utf8")).version;
+console.error(`[dev] wrangler ${version} dev on ${where} (Durable Objects in .wrangler/state; offline: no metrics, no update check)`);
 const child = spawn(wrangler, args, {
   cwd: root,
   stdio: "inherit",
-  env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+  env: { ...process.env, ...QUIET_ENV },
 });
 
 /** @type {NodeJS.Timeout | undefined} */

@@ -9,6 +9,7 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { QUIET_ENV } from "./quiet-env.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const vitest = join(root, "node_modules", ".bin", process.platform === "win32" ? "vitest.cmd" : "vitest");
@@ -42,7 +43,7 @@ function run(args) {
     const child = spawn(vitest, args, {
       cwd: root,
       stdio: "inherit",
-      env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+      env: { ...process.env, ...QUIET_ENV },
     });
     current = child;
     child.on("error", (err) => {
@@ -138,7 +139,7 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
   const started = Date.now();
   console.log("\n[test] python: clients/python/run-tests.sh");
   const code = await new Promise((resolve) => {
-    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], { cwd: root, stdio: "inherit" });
+    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], { cwd: root, stdio: "inherit", env: { ...process.env, ...QUIET_ENV } });
     current = child;
     child.on("error", () => resolve(1));
     child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));

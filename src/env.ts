@@ -1,5 +1,5 @@
-import type { Episode } from "./episode/episode";
-import type { EpisodeIndex } from "./registry/episode-index";
+import type { Episode } from "./episode/episode.js";
+import type { EpisodeIndex } from "./registry/episode-index.js";
 
 /** Bindings and vars of the episode-relay Worker (see wrangler.toml). */
 export interface Env {

@@ -3,19 +3,19 @@
 // (`GET /v1/episodes`, `GET /v1/episodes/watch`) to the episode index. It holds no state and logs
 // nothing. Everything outside /v1/ is the dashboard, served as static assets (wrangler.toml
 // `[assets]`, `run_worker_first = ["/v1/*"]`) without reaching this code.
-import type { Env } from "./env";
-import { EPISODE_ID_HEADER } from "./episode/episode";
-import { authMode, authorize, isWebSocketUpgrade, need, offeredProtocols, refusal, stripCredentials, WS_PROTOCOL, type Claims } from "./http/auth";
-import { tooLarge } from "./http/body";
-import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors";
-import { errorResponse } from "./http/errors";
-import { INDEX_METHODS, METHODS, parseRoute, RESERVED_IDS, type Route } from "./http/route";
-import { limitsFrom } from "./episode/limits";
-import { INDEX_NAME } from "./registry/episode-index";
-import { SCOPE_HEADER } from "./registry/rows";
+import type { Env } from "./env.js";
+import { EPISODE_ID_HEADER } from "./episode/episode.js";
+import { authMode, authorize, isWebSocketUpgrade, need, offeredProtocols, refusal, stripCredentials, WS_PROTOCOL, type Claims } from "./http/auth.js";
+import { tooLarge } from "./http/body.js";
+import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
+import { errorResponse } from "./http/errors.js";
+import { INDEX_METHODS, METHODS, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
+import { limitsFrom } from "./episode/limits.js";
+import { INDEX_NAME } from "./registry/episode-index.js";
+import { SCOPE_HEADER } from "./registry/rows.js";
 
-export { Episode } from "./episode/episode";
-export { EpisodeIndex } from "./registry/episode-index";
+export { Episode } from "./episode/episode.js";
+export { EpisodeIndex } from "./registry/episode-index.js";
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {

@@ -1,4 +1,4 @@
-// `npm run conformance -- [options] PATH...`: run golden cases (../shared/golden/README.md
+// `npm run conformance -- [options] PATH...`: run golden cases (test/fixtures/golden/README.md
 // format) and print one line per case, then `N passed, N failed`.
 //
 // Local mode (default): `runCaseLocally` (tools/conformance/local.ts), the project's own
@@ -10,9 +10,9 @@
 // a mode that is not implemented).
 
 import { basename } from "node:path";
-import { USAGE, UsageError, parseArgs, type CliOptions, type RelayOptions } from "./conformance/args";
-import { casePaths, loadCase, type GoldenCase } from "./conformance/cases";
-import { runCaseLocally } from "./conformance/local";
+import { USAGE, UsageError, parseArgs, type CliOptions, type RelayOptions } from "./conformance/args.js";
+import { casePaths, loadCase, type GoldenCase } from "./conformance/cases.js";
+import { runCaseLocally } from "./conformance/local.js";
 
 type RunCase = (c: GoldenCase) => Promise<string | undefined>;
 
@@ -48,7 +48,7 @@ function targets(paths: string[]): Target[] {
 async function runner(opts: CliOptions): Promise<RunCase> {
   if (!opts.relay) return async (c) => runCaseLocally(c);
   const relayOpts: RelayOptions = opts.relay;
-  const relay = await import("./conformance/relay");
+  const relay = await import("./conformance/relay.js");
   return async (c) => {
     try {
       return await relay.runCaseOnRelay(c, relayOpts);

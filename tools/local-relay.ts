@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { Log, LogLevel, Miniflare, type WorkerOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { buildDashboard } from "../scripts/build-dashboard.mjs";
+import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -31,7 +32,7 @@ export function bundle(): string {
   bundleDir = mkdtempSync(join(tmpdir(), "episode-relay-bundle-"));
   execFileSync(join(root, "node_modules", ".bin", "wrangler"), ["deploy", "--dry-run", "--outdir", bundleDir, "--config", join(root, "wrangler.toml")], {
     cwd: root,
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+    env: { ...process.env, ...QUIET_ENV },
     stdio: ["ignore", "ignore", "pipe"],
   });
   process.once("exit", () => rmSync(bundleDir!, { recursive: true, force: true }));

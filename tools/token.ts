@@ -1,9 +1,7 @@
 // `npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]`
 // Prints one HS256 token on its last line (stdout), signed with RELAY_SECRET from the environment,
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth";
+import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth.js";
 import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
 
 const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]
@@ -68,8 +66,8 @@ function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: numbe
 }
 
 const opts = parseArgs(process.argv.slice(2));
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const found = findRelaySecret(root);
+// the project directory: where `npm run token` runs, and where `npx episode-relay token` is called
+const found = findRelaySecret(process.cwd());
 if (found.secret === null) {
   fail(`RELAY_SECRET is not set (looked in the environment${found.source ? ` and ${found.source}` : ", .dev.vars, .env"}); see .dev.vars.example`, 1);
 }

@@ -59,6 +59,6 @@ fi
 # wrangler and the relay's own dependencies (a no-op when node_modules is up to date)
 node scripts/ensure-deps.mjs >&2 || { echo "run-tests: npm dependencies could not be installed" >&2; exit 1; }
 
-export WRANGLER_SEND_METRICS=false
+export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false WRANGLER_HIDE_BANNER=true  # no network look-ups (scripts/quiet-env.mjs)
 "$PYTHON" -m pytest clients/python/tests -q "$@"
 exit $?

@@ -6,13 +6,13 @@
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
 
 import { decode } from "@msgpack/msgpack";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { FinishError } from "../../src/assembly/errors";
-import { parseReply } from "../../src/assembly/reply";
-import { decodeLossless } from "../../src/wire/lossless";
-import { toJson, type Json } from "../../src/wire/json-view";
-import { concatChunks } from "../../src/wire/writer";
-import { traceOf } from "../../src/assembly/delta";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { FinishError } from "../../src/assembly/errors.js";
+import { parseReply } from "../../src/assembly/reply.js";
+import { decodeLossless } from "../../src/wire/lossless.js";
+import { toJson, type Json } from "../../src/wire/json-view.js";
+import { concatChunks } from "../../src/wire/writer.js";
+import { traceOf } from "../../src/assembly/delta.js";
 
 /** The subset of the WHATWG WebSocket this client uses (browsers' and `ws`'s both fit). */
 export interface SocketLike {
@@ -48,7 +48,60 @@ export interface WatchOptions {
   pingEveryBytes?: number;
 }
 
-export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "closed";
+/**
+ * connecting (first connection, until the relay's hello), catching_up, live, resuming (a later
+ * connection after a drop), finished / failed (the run ended), refused (the relay refused the
+ * watch: see `EpisodeWatch.refusal`), closed (`close()` was called).
+ */
+export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "closed";
+
+/**
+ * The relay refused the watch (or a request): retrying cannot help, the caller must change
+ * something. `status` is the HTTP status, `code` the relay's error code (`unauthorized`,
+ * `forbidden`, `not_found`, `bad_episode_id`, `auth_not_configured`, ...), `message` says what to do.
+ */
+export class RelayRefusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "RelayRefusal";
+  }
+}
+
+/**
+ * Answers to the probe that mean "try again later": 426 (the endpoint is right, it just wants a
+ * WebSocket), timeouts, rate limits and server errors. Any other answer (401, 403, 404, 400, or a
+ * 200 page that is not the relay at all) ends the watch.
+ */
+function transient(status: number): boolean {
+  return status === 426 || status === 408 || status === 429 || status >= 500;
+}
+
+/** What the caller should do about a refusal, in words. */
+function advice(status: number, code: string, url: string, id: string): string {
+  if (status === 401) return "the relay needs a valid bearer token: pass { token } (a watcher, producer or admin token whose episodes cover this one, e.g. from `npm run token -- --role watcher --episode ID`)";
+  if (status === 403) return `the token may not read episode ${id}: use one whose \`episodes\` patterns cover it`;
+  if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
+  return `check the relay's base URL (${url}) and the episode id (${JSON.stringify(id)})`;
+}
+
+/** A RelayRefusal from a refused HTTP answer (the relay's JSON error body, when it has one). */
+async function refusalOf(res: Response, url: string, id: string): Promise<RelayRefusal> {
+  let code = `http_${res.status}`;
+  let message = res.statusText || "not an Episode Relay answer";
+  try {
+    const body = (await res.json()) as { error?: unknown; message?: unknown };
+    if (typeof body.error === "string") code = body.error;
+    if (typeof body.message === "string") message = body.message;
+  } catch {
+    // not JSON (e.g. a web page): not the relay's answer
+    if (res.ok) message = "the address answered, but not as an Episode Relay";
+  }
+  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, url, id)}`);
+}
 
 export type WatchEvent =
   | { type: "hello"; episode: string; status: string; seq: number }
@@ -57,6 +110,7 @@ export type WatchEvent =
   | { type: "delta"; seq: number; trace: string; delta: Uint8Array }
   | { type: "finish"; status: "finished" | "failed"; seq: number; episode: Uint8Array | null; error: string | null }
   | { type: "reconnecting"; attempt: number; delayMs: number; code: number; reason: string }
+  | { type: "refused"; error: RelayRefusal }
   | { type: "state"; state: WatchState }
   | { type: "error"; error: Error };
 
@@ -85,10 +139,16 @@ export class EpisodeWatch {
   /** Finished episode bytes (msgpack), once the run finished. */
   episode: Uint8Array | null = null;
   error: string | null = null;
+  /** Why the relay refused the watch (state "refused"), else null. */
+  refusal: RelayRefusal | null = null;
 
   private readonly listeners = new Set<Listener>();
   private socket: SocketLike | null = null;
   private attempt = 0;
+  /** Whether any connection of this watch has opened (later ones are "resuming"). */
+  private everOpened = false;
+  /** Whether the current socket opened (a close before that is a failed handshake). */
+  private opened = false;
   private stopped = false;
   private pingTimer: ReturnType<typeof setInterval> | null = null;
   private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
@@ -135,7 +195,7 @@ export class EpisodeWatch {
     this.stopped = true;
     this.clearTimers();
     this.socket?.close(1000, "client closed");
-    this.setState(this.state === "finished" || this.state === "failed" ? this.state : "closed");
+    this.setState(this.state === "finished" || this.state === "failed" || this.state === "refused" ? this.state : "closed");
     this.resolveDone(this);
   }
 
@@ -155,8 +215,13 @@ export class EpisodeWatch {
     this.emit({ type: "state", state: s });
   }
 
+  /** The watch endpoint over HTTP (for the probe after a failed handshake). */
+  private watchUrl(): URL {
+    return new URL(`${this.url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(this.id)}/watch`);
+  }
+
   private socketUrl(): string {
-    const u = new URL(`${this.url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(this.id)}/watch`);
+    const u = this.watchUrl();
     u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
     if (this.resumeAfter !== null) u.searchParams.set("after", String(this.resumeAfter));
     if (this.options.routing === false) u.searchParams.set("routing", "0");
@@ -168,11 +233,13 @@ export class EpisodeWatch {
   private connect(): void {
     const Impl = this.options.WebSocket ?? (globalThis as unknown as { WebSocket?: SocketFactory }).WebSocket;
     if (!Impl) throw new Error("no WebSocket implementation: pass options.WebSocket (e.g. from the `ws` package)");
-    this.setState(this.seq > 0 || this.resumeAfter !== null ? "resuming" : "connecting");
+    this.setState(this.everOpened ? "resuming" : "connecting");
     const ws = new Impl(this.socketUrl());
     this.socket = ws;
+    this.opened = false;
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
+      this.opened = this.everOpened = true;
       this.attempt = 0;
       this.bytesSincePing = 0;
       this.pingTimer = setInterval(() => this.ping(), this.options.pingIntervalMs ?? 10_000);
@@ -265,11 +332,54 @@ export class EpisodeWatch {
       if (!this.stopped) this.close();
       return;
     }
+    if (!this.opened) {
+      // The handshake failed. A WebSocket does not say why (browsers hide the HTTP status), so
+      // ask the same endpoint over plain HTTP: the Worker answers 401/403/404 exactly as it
+      // did the upgrade, and 426 ("upgrade required") when access and route are fine.
+      void this.probe().then((refusal) => (refusal ? this.refuse(refusal) : this.retry(code, reason)));
+      return;
+    }
+    this.retry(code, reason);
+  }
+
+  /** The refusal behind a failed handshake, or null when it was something transient. */
+  private async probe(): Promise<RelayRefusal | null> {
+    const headers: Record<string, string> = {};
+    if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    try {
+      const res = await fetch(this.watchUrl(), { headers });
+      if (!transient(res.status)) return await refusalOf(res, this.url, this.id);
+      if (res.status === 503) {
+        // a relay without RELAY_SECRET refuses everything until it is configured
+        const r = await refusalOf(res, this.url, this.id);
+        return r.code === "auth_not_configured" ? r : null;
+      }
+      await res.body?.cancel();
+    } catch {
+      // unreachable: transient
+    }
+    return null;
+  }
+
+  private refuse(refusal: RelayRefusal): void {
+    if (this.stopped) return;
+    this.refusal = refusal;
+    this.error = refusal.message;
+    this.stopped = true;
+    this.clearTimers();
+    this.setState("refused");
+    this.emit({ type: "refused", error: refusal });
+    this.resolveDone(this);
+  }
+
+  /** Reconnect after a transient failure: at once after a slow-watcher close, else with backoff. */
+  private retry(code: number, reason: string): void {
+    if (this.stopped) return;
     const [first, cap] = this.options.backoffMs ?? [250, 10_000];
     // too slow (4008): resume at once; otherwise back off, with jitter
     const delayMs = code === 4008 && this.attempt === 0 ? 0 : Math.min(cap, first * 2 ** this.attempt) * (0.5 + Math.random() / 2);
     this.attempt++;
-    this.setState("resuming");
+    this.setState(this.everOpened ? "resuming" : "connecting");
     this.emit({ type: "reconnecting", attempt: this.attempt, delayMs, code, reason });
     this.reconnectTimer = setTimeout(() => this.connect(), delayMs);
   }
@@ -285,11 +395,15 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
   return new EpisodeWatch(url, id, options);
 }
 
-/** GET the episode: msgpack bytes (default) or the JSON view. */
+/**
+ * GET the episode: msgpack bytes (default) or the JSON view. A refusal (4xx) throws a
+ * RelayRefusal saying what to do; other failures throw an Error.
+ */
 export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean } = {}): Promise<Uint8Array | Json> {
   const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack" };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
   const res = await fetch(`${url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(id)}`, { headers });
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, url, id);
   if (!res.ok) throw new Error(`GET episode ${id}: ${res.status} ${await res.text()}`);
   return options.json ? ((await res.json()) as Json) : new Uint8Array(await res.arrayBuffer());
 }

@@ -4,17 +4,17 @@
 // rewards, metrics, timing, errors, and the connection state. The page watches with
 // `routing: false` until the routing heatmap is opened; then it re-watches with routing from the
 // start of the log (`after: 0`), so repairs are seen, and swaps over once caught up.
-import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../clients/typescript/watch";
-import type { TraceState } from "../../src/assembly/trace";
-import { getToken, probe, relayUrl } from "./api";
-import { append, clear, duration, h } from "./dom";
-import { heatmap } from "./heatmap";
-import type { ConnState, Shell } from "./main";
+import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../clients/typescript/watch.js";
+import type { TraceState } from "../../src/assembly/trace.js";
+import { getToken, probe, relayUrl } from "./api.js";
+import { append, clear, duration, h } from "./dom.js";
+import { heatmap } from "./heatmap.js";
+import type { ConnState, Shell } from "./main.js";
 import {
   callView, field, fmt, isObject, nodeView, pendingMessages, repairsOf, rewardPairs, json,
   type CallView, type Message, type NodeView,
-} from "./model";
-import type { Json } from "../../src/wire/json-view";
+} from "./model.js";
+import type { Json } from "../../src/wire/json-view.js";
 
 interface TraceDom {
   trace: TraceState;
@@ -28,6 +28,9 @@ interface TraceDom {
   errors: HTMLElement;
   errorCount: number;
 }
+
+/** Badge words for the states that are not a run status. */
+const STATUS_LABELS: Record<string, string> = { missing: "not found", denied: "not allowed" };
 
 const ids = new WeakMap<object, number>();
 let nextId = 1;
@@ -43,14 +46,19 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   let watch: EpisodeWatch | null = null;
   let routingWatch: EpisodeWatch | null = null;
   let routing = false;
-  let status = "new";
+  /**
+   * The run's status as the badge shows it: live, finished, failed, or, before the relay has
+   * the episode, "missing" (no such episode yet: the page keeps watching for it) or "denied"
+   * (the token may not read it).
+   */
+  let status = "missing";
   let error: string | null = null;
   let stopped = false;
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   const repaired = new Map<string, number[]>();
   const traceDoms = new Map<string, TraceDom>();
 
-  const statusPill = h("span.pill.s-new", { id: "ep-status", "data-status": "new" }, "new");
+  const statusPill = h("span.pill.s-missing", { id: "ep-status", "data-status": "missing" }, STATUS_LABELS.missing);
   const stats = h("span.ep-stats.muted");
   const routingButton = h("button.btn", { type: "button", id: "routing-toggle", "aria-pressed": "false", title: "show the MoE routing of each node (loads routing data)" }, "Routing heatmap");
   const banner = h("div.banner", { hidden: true, id: "ep-banner", role: "alert" });
@@ -96,18 +104,18 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       }
     }
     if (w !== watch) return; // a routing watch still catching up: drawn once it takes over
-    if (e.type === "state") setState(e.state);
-    if (e.type === "hello") status = e.status;
+    if (e.type === "state") shell.setConnection(e.state as ConnState);
+    if (e.type === "hello") status = e.status === "new" ? "missing" : e.status;
+    if (e.type === "refused") {
+      status = "denied";
+      waiting.textContent = e.error.message;
+      if (e.error.status === 401 || e.error.status === 403) shell.askToken(e.error.message);
+    }
     if (e.type === "finish") {
       status = e.status;
       error = e.error;
     }
     scheduleRender();
-  }
-
-  function setState(s: string): void {
-    shell.setConnection(s as ConnState);
-    if (s === "live" && status === "new") status = "new";
   }
 
   function start(options: { routing: boolean; after?: number }): EpisodeWatch {
@@ -130,7 +138,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       if (w.state === "finished" || w.state === "failed") {
         status = w.state;
         error = w.error;
-      } else if (status === "new" && w.seq > 0) status = "live";
+      } else if (status === "missing" && w.seq > 0) status = "live";
       routingNote.hidden = true;
       // every trace is redrawn from the new assembly
       for (const d of traceDoms.values()) d.el.remove();
@@ -148,7 +156,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       if (!p.ok) {
         shell.setConnection("offline", p.message);
         shell.askToken(p.status === 401 ? `This relay needs a token: ${p.message}` : p.message);
+        status = "denied";
         waiting.textContent = p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.";
+        drawStatus();
         return;
       }
       if (p.status === 200 && isObject(p.body as Json)) status = String((p.body as { status?: string }).status ?? status);
@@ -171,15 +181,19 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     });
   }
 
+  function drawStatus(): void {
+    statusPill.className = `pill s-${status}`;
+    statusPill.dataset.status = status;
+    statusPill.textContent = STATUS_LABELS[status] ?? status;
+  }
+
   function render(): void {
     const w = watch;
     if (!w) return;
     const asm = w.assembly;
     const traces = [...asm.traces.values()];
-    if (status === "new" && (w.seq > 0 || traces.length > 0)) status = "live";
-    statusPill.className = `pill s-${status}`;
-    statusPill.dataset.status = status;
-    statusPill.textContent = status;
+    if (status === "missing" && (w.seq > 0 || traces.length > 0)) status = "live";
+    drawStatus();
     let nodes = 0;
     let calls = 0;
     for (const t of traces) {
@@ -190,7 +204,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     banner.hidden = !(status === "failed" || error);
     banner.textContent = status === "failed" ? `The run failed${error ? `: ${error}` : ""}` : error ? `Finish error: ${error}` : "";
     waiting.hidden = traces.length > 0;
-    waiting.textContent = w.state === "connecting" ? "Connecting…" : status === "new" ? "Waiting for the first delta…" : "No traces.";
+    if (status !== "denied") {
+      waiting.textContent = w.state === "connecting" ? "Connecting…" : status === "missing" ? "No episode with this id on the relay yet: it shows here as soon as a producer writes it." : "No traces.";
+    }
     renderSummary(traces[0]);
     if (routing && watch === routingWatch) {
       const any = traces.some((t) => t.nodes.some((n) => n.routed));

@@ -3,9 +3,9 @@
 // `routing_repairs` (a token whose routing was rewritten by the next prefill) are marked with a
 // red tick above their column and a red outline.
 
-import type { NdArray } from "../../src/assembly/ndarray";
-import { h } from "./dom";
-import { topExpert } from "./model";
+import type { NdArray } from "../../src/assembly/ndarray.js";
+import { h } from "./dom.js";
+import { topExpert } from "./model.js";
 
 const MARK = 7; // px above the cells for repaired-row marks
 

@@ -1,10 +1,10 @@
 // The episode list: live from the episode index's socket (`/v1/episodes/watch`): a snapshot of the
 // newest episodes, then upserts and deletes. Filter by text (id, status, rewards, error) and status.
-import { probe, socketProtocols, socketUrl } from "./api";
-import { ago, clear, h } from "./dom";
-import type { Shell } from "./main";
-import { fmt, rewardPairs } from "./model";
-import type { IndexEntry } from "../../src/registry/entry";
+import { probe, socketProtocols, socketUrl } from "./api.js";
+import { ago, clear, h } from "./dom.js";
+import type { Shell } from "./main.js";
+import { fmt, rewardPairs } from "./model.js";
+import type { IndexEntry } from "../../src/registry/entry.js";
 
 /** A row as the API shows it (the server's own type). */
 type Entry = IndexEntry;

@@ -1,22 +1,27 @@
 // The dashboard: `/` lists episodes (live, from the episode index's socket), `/episodes/{id}`
 // shows one episode (live, with the TypeScript watcher client). No framework: plain DOM.
 import "./style.css";
-import { getToken, setToken, takeTokenFromUrl } from "./api";
-import { h, clear } from "./dom";
-import { mountEpisode } from "./episode";
-import { mountList } from "./list";
+import { getToken, setToken, takeTokenFromUrl } from "./api.js";
+import { h, clear } from "./dom.js";
+import { mountEpisode } from "./episode.js";
+import { mountList } from "./list.js";
 
-export type ConnState = "connecting" | "live" | "resuming" | "finished" | "failed" | "offline" | "closed" | "catching_up";
+export type ConnState = "connecting" | "live" | "resuming" | "finished" | "failed" | "offline" | "closed" | "catching_up" | "refused";
 
-const LABELS: Record<string, string> = {
+/**
+ * Words for the connection to the relay (the header's pill). They never reuse an episode status
+ * word ("live", "finished", "failed"), so the pill cannot be read as the run's status badge.
+ */
+const LABELS: Record<ConnState, string> = {
   connecting: "connecting",
-  catching_up: "catching up",
-  live: "live",
-  resuming: "resuming",
-  finished: "finished",
-  failed: "failed",
+  catching_up: "syncing",
+  live: "connected",
+  resuming: "reconnecting",
+  finished: "stream ended",
+  failed: "stream ended",
   offline: "offline",
-  closed: "closed",
+  closed: "disconnected",
+  refused: "refused",
 };
 
 export interface Shell {
@@ -28,7 +33,13 @@ export interface Shell {
 }
 
 function shell(root: HTMLElement, onToken: () => void): Shell {
-  const conn = h("span.conn", { id: "connection", "data-state": "connecting", role: "status", "aria-live": "polite" }, h("span.dot"), h("span.conn-label", null, "connecting"));
+  const conn = h(
+    "span.conn",
+    { id: "connection", "data-state": "connecting", role: "status", "aria-live": "polite", "aria-label": "connection to the relay" },
+    h("span.dot"),
+    h("span.conn-prefix", null, "relay"),
+    h("span.conn-label", null, LABELS.connecting),
+  );
   const crumbs = h("nav.crumbs", { "aria-label": "breadcrumb" });
   const tokenInput = h("input.token-input", { type: "password", placeholder: "paste a bearer token", autocomplete: "off", spellcheck: "false", "aria-label": "bearer token" });
   const tokenReason = h("p.token-reason");
@@ -76,7 +87,7 @@ function shell(root: HTMLElement, onToken: () => void): Shell {
     main,
     setConnection(state, detail) {
       conn.dataset.state = state;
-      conn.querySelector(".conn-label")!.textContent = LABELS[state] ?? state;
+      conn.querySelector(".conn-label")!.textContent = LABELS[state];
       conn.title = detail ?? "";
     },
     setTitle(parts) {

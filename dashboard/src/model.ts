@@ -2,12 +2,12 @@
 // EpisodeAssembly): traces, nodes, calls and scalar fields decoded on demand from their msgpack
 // spans, with caches keyed by span identity so an update decodes only what is new.
 
-import type { NdArray } from "../../src/assembly/ndarray";
-import type { NodeState } from "../../src/assembly/node";
-import type { TraceState } from "../../src/assembly/trace";
-import { decodeLossless } from "../../src/wire/lossless";
-import { toJson, type Json } from "../../src/wire/json-view";
-import { Reader } from "../../src/wire/reader";
+import type { NdArray } from "../../src/assembly/ndarray.js";
+import type { NodeState } from "../../src/assembly/node.js";
+import type { TraceState } from "../../src/assembly/trace.js";
+import { decodeLossless } from "../../src/wire/lossless.js";
+import { toJson, type Json } from "../../src/wire/json-view.js";
+import { Reader } from "../../src/wire/reader.js";
 
 export type JsonObject = { [k: string]: Json };
 

@@ -1,12 +1,12 @@
 // One upstream delta, read once into spans: the keys the assembly acts on, each value checked
 // for type, every byte validated as canonical msgpack. Nothing here looks at assembly state.
 
-import { DeltaError } from "./errors";
-import { LIST_FIELDS, isListField, type ListField } from "./fields";
-import { parseNdArray, type NdArray } from "./ndarray";
-import { arrayItems, readNode, type NodeState } from "./node";
-import { Reader } from "../wire/reader";
-import { WireError } from "../wire/errors";
+import { DeltaError } from "./errors.js";
+import { LIST_FIELDS, isListField, type ListField } from "./fields.js";
+import { parseNdArray, type NdArray } from "./ndarray.js";
+import { arrayItems, readNode, type NodeState } from "./node.js";
+import { Reader } from "../wire/reader.js";
+import { WireError } from "../wire/errors.js";
 
 /** A map entry kept as spans: the decoded key, its encoded bytes, the value's bytes. */
 export interface Entry {

@@ -5,14 +5,14 @@
 // runs against the current state first and builds the new values aside; only then is the
 // state changed, by steps that cannot fail.
 
-import { parseDelta, type ParsedDelta } from "./delta";
-import { DeltaError, FinishError } from "./errors";
-import { LIST_FIELDS, type ListField } from "./fields";
-import { repairLastRow, type NdArray } from "./ndarray";
-import type { NodeState } from "./node";
-import { TraceState } from "./trace";
-import { ChunkWriter, EMPTY_ARRAY } from "../wire/writer";
-import type { Entry } from "./delta";
+import { parseDelta, type ParsedDelta } from "./delta.js";
+import { DeltaError, FinishError } from "./errors.js";
+import { LIST_FIELDS, type ListField } from "./fields.js";
+import { repairLastRow, type NdArray } from "./ndarray.js";
+import type { NodeState } from "./node.js";
+import { TraceState } from "./trace.js";
+import { ChunkWriter, EMPTY_ARRAY } from "../wire/writer.js";
+import type { Entry } from "./delta.js";
 
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;

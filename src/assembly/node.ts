@@ -2,11 +2,11 @@
 // parts that can change after arrival (`semantic_parents` grows by links, the last routing
 // row is repaired) held apart so the rest is written back byte for byte.
 
-import { DeltaError } from "./errors";
-import { parseNdArray, writeNdArray, type NdArray } from "./ndarray";
-import { equalBytes } from "../wire/bytes";
-import { Reader } from "../wire/reader";
-import { ChunkWriter, encodeStr } from "../wire/writer";
+import { DeltaError } from "./errors.js";
+import { parseNdArray, writeNdArray, type NdArray } from "./ndarray.js";
+import { equalBytes } from "../wire/bytes.js";
+import { Reader } from "../wire/reader.js";
+import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 const KEY_PARENTS = encodeStr("semantic_parents");
 const KEY_ROUTED = encodeStr("routed_experts");

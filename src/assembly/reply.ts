@@ -1,9 +1,9 @@
 // The upstream reply that ends a run: `{success, error, head, traces: [{id, nodes, calls}]}`.
 
-import { mapEntries, asDeltaError, type Entry } from "./delta";
-import { DeltaError } from "./errors";
-import type { TraceSummary } from "./episode-assembly";
-import { Reader } from "../wire/reader";
+import { mapEntries, asDeltaError, type Entry } from "./delta.js";
+import { DeltaError } from "./errors.js";
+import type { TraceSummary } from "./episode-assembly.js";
+import { Reader } from "../wire/reader.js";
 
 export interface ParsedReply {
   success: boolean;

@@ -2,10 +2,10 @@
 // order. Any reference `EpisodeAssembly` that applies them holds exactly this state (nodes carry
 // their current links and routing; `pending` is sent explicitly, even when `[]`).
 
-import type { EpisodeAssembly } from "./episode-assembly";
-import { LIST_FIELDS } from "./fields";
-import type { TraceState } from "./trace";
-import { ChunkWriter, encodeStr } from "../wire/writer";
+import type { EpisodeAssembly } from "./episode-assembly.js";
+import { LIST_FIELDS } from "./fields.js";
+import type { TraceState } from "./trace.js";
+import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 const KEYS = Object.fromEntries(["trace", "open", "set", "pending", ...LIST_FIELDS].map((k) => [k, encodeStr(k)]));
 

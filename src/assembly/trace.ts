@@ -2,10 +2,10 @@
 // (`{**open, <list fields>: [], pending: []}`, then `set` keys in arrival order), with list
 // items and scalar values kept as received spans.
 
-import type { Entry } from "./delta";
-import { LIST_FIELDS, type ListField } from "./fields";
-import { writeNode, type NodeState } from "./node";
-import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer";
+import type { Entry } from "./delta.js";
+import { LIST_FIELDS, type ListField } from "./fields.js";
+import { writeNode, type NodeState } from "./node.js";
+import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
 
 /** Where a field's value lives: its own span, a list of items, or the pending preview. */
 type Slot = { key: Uint8Array; from: "open" | "set"; value: Uint8Array } | { key: Uint8Array; from: "list"; list: ListField } | { key: Uint8Array; from: "pending" };

@@ -10,11 +10,11 @@
 // `acked` lets the relay trim a re-diffed delta (sent after a lost ack) to what is new.
 // Without `acked` the delta is applied as is.
 
-import { DeltaError } from "../assembly/errors";
-import { LIST_FIELDS, isListField, type ListField } from "../assembly/fields";
-import { asDeltaError, mapEntries } from "../assembly/delta";
-import { Reader, kindOf } from "../wire/reader";
-import { ChunkWriter } from "../wire/writer";
+import { DeltaError } from "../assembly/errors.js";
+import { LIST_FIELDS, isListField, type ListField } from "../assembly/fields.js";
+import { asDeltaError, mapEntries } from "../assembly/delta.js";
+import { Reader, kindOf } from "../wire/reader.js";
+import { ChunkWriter } from "../wire/writer.js";
 
 export interface ProducerAck {
   /** Whether the trace's `open` was acknowledged. */

@@ -2,11 +2,11 @@
 // nothing. Returns the deltas as applied (trimmed for exactly-once), which is what gets
 // logged and fanned out, so a replay of the log rebuilds the same state.
 
-import { parseDelta, asDeltaError } from "../assembly/delta";
-import { DeltaError } from "../assembly/errors";
-import type { EpisodeAssembly, Undo } from "../assembly/episode-assembly";
-import { parseIngestMessage, type Envelope } from "./envelope";
-import { trimDelta } from "./trim";
+import { parseDelta, asDeltaError } from "../assembly/delta.js";
+import { DeltaError } from "../assembly/errors.js";
+import type { EpisodeAssembly, Undo } from "../assembly/episode-assembly.js";
+import { parseIngestMessage, type Envelope } from "./envelope.js";
+import { trimDelta } from "./trim.js";
 
 export interface IngestResult {
   /** Upstream deltas as applied, in order (empty when everything was a duplicate). */

@@ -10,10 +10,10 @@
 // acknowledged value, and `pending` (acknowledged value) if a failed delta carried `pending` and
 // the new one carries neither `pending` nor `nodes`. (The Python sink does the same.)
 
-import { parseDelta, type Entry } from "../assembly/delta";
-import { LIST_FIELDS, type ListField } from "../assembly/fields";
-import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer";
-import type { Envelope, ProducerAck } from "./envelope";
+import { parseDelta, type Entry } from "../assembly/delta.js";
+import { LIST_FIELDS, type ListField } from "../assembly/fields.js";
+import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
+import type { Envelope, ProducerAck } from "./envelope.js";
 
 interface TraceAck {
   open: boolean;

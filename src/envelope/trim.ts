@@ -9,15 +9,15 @@
 // delta that any reference `EpisodeAssembly` holding the same state can apply.
 // `routing_repairs`, `set` and `pending` are idempotent and pass through.
 
-import type { EpisodeAssembly } from "../assembly/episode-assembly";
-import { DeltaError } from "../assembly/errors";
-import { LIST_FIELDS, type ListField } from "../assembly/fields";
-import { writeNdArray, type NdArray } from "../assembly/ndarray";
-import { resentNodeExtras } from "../assembly/node";
-import { equalBytes } from "../wire/bytes";
-import type { Entry, ParsedDelta } from "../assembly/delta";
-import type { ProducerAck } from "./envelope";
-import { ChunkWriter, encodeStr } from "../wire/writer";
+import type { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { DeltaError } from "../assembly/errors.js";
+import { LIST_FIELDS, type ListField } from "../assembly/fields.js";
+import { writeNdArray, type NdArray } from "../assembly/ndarray.js";
+import { resentNodeExtras } from "../assembly/node.js";
+import { equalBytes } from "../wire/bytes.js";
+import type { Entry, ParsedDelta } from "../assembly/delta.js";
+import type { ProducerAck } from "./envelope.js";
+import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 const KEY = Object.fromEntries(["links", "routing_repairs"].map((k) => [k, encodeStr(k)]));
 

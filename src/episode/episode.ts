@@ -7,29 +7,29 @@
 // If the write throws, the in-memory state is dropped and rebuilt from storage on next use.
 
 import { DurableObject } from "cloudflare:workers";
-import { EpisodeAssembly } from "../assembly/episode-assembly";
-import { FinishError } from "../assembly/errors";
-import { parseReply } from "../assembly/reply";
-import { ingest, type ProducerLedger } from "../envelope/ingest";
-import type { Env } from "../env";
-import { readBody } from "../http/body";
-import { HttpError, describeError, errorResponse } from "../http/errors";
-import { METHODS, parseRoute } from "../http/route";
-import { equalBytes } from "../wire/bytes";
-import { decodeLossless } from "../wire/lossless";
-import { toJson } from "../wire/json-view";
-import { ChunkWriter, concatChunks } from "../wire/writer";
-import { snapshotDeltas, traceSnapshot } from "../assembly/snapshot";
-import { traceOf } from "../assembly/delta";
-import { binItems } from "../wire/reader";
-import { caughtUpMessage, finishMessage, framesMessages, helloMessage, snapshotMessages, type Frame } from "../watch/protocol";
-import { deltaForVariant, isFull, parseVariant, variantKey, type Variant } from "../watch/variant";
-import { limitsFrom, type Limits } from "./limits";
-import { EpisodeStore, type Meta } from "./storage";
-import { CLOSE_READ_ONLY, CLOSE_TOO_MANY, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers";
-import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index";
-import type { IndexRow } from "../registry/rows";
-import type { Json } from "../wire/json-view";
+import { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { FinishError } from "../assembly/errors.js";
+import { parseReply } from "../assembly/reply.js";
+import { ingest, type ProducerLedger } from "../envelope/ingest.js";
+import type { Env } from "../env.js";
+import { readBody } from "../http/body.js";
+import { HttpError, describeError, errorResponse } from "../http/errors.js";
+import { METHODS, parseRoute } from "../http/route.js";
+import { equalBytes } from "../wire/bytes.js";
+import { decodeLossless } from "../wire/lossless.js";
+import { toJson } from "../wire/json-view.js";
+import { ChunkWriter, concatChunks } from "../wire/writer.js";
+import { snapshotDeltas, traceSnapshot } from "../assembly/snapshot.js";
+import { traceOf } from "../assembly/delta.js";
+import { binItems } from "../wire/reader.js";
+import { caughtUpMessage, finishMessage, framesMessages, helloMessage, snapshotMessages, type Frame } from "../watch/protocol.js";
+import { deltaForVariant, isFull, parseVariant, variantKey, type Variant } from "../watch/variant.js";
+import { limitsFrom, type Limits } from "./limits.js";
+import { EpisodeStore, type Meta } from "./storage.js";
+import { CLOSE_READ_ONLY, CLOSE_TOO_MANY, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers.js";
+import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index.js";
+import type { IndexRow } from "../registry/rows.js";
+import type { Json } from "../wire/json-view.js";
 
 /** Header the Worker sets: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
@@ -365,27 +365,36 @@ export class Episode extends DurableObject<Env> {
   private getStatus(): Response {
     const m = this.requireMeta();
     return Response.json({
-      id: m.id, status: m.status, seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls, bytes: m.bytes,
+      id: m.id, status: m.status, seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls,
+      // what the log holds (counts toward MAX_EPISODE_BYTES) and what GET answers now (msgpack)
+      frame_bytes: m.bytes, episode_bytes: this.episodeBytes(m).length,
       watchers: this.ctx.getWebSockets("watch").length,
       created: new Date(m.created).toISOString(), updated: new Date(m.updated).toISOString(),
       error: m.error,
     });
   }
 
+  /** What `GET` answers in msgpack: the finished episode, or the live form while the run is on. */
+  private episodeBytes(m: Meta): Uint8Array {
+    return m.status === "finished" ? this.finishedBytes() : this.liveBytes(m);
+  }
+
   private getEpisode(request: Request): Response {
     const m = this.requireMeta();
-    let bytes: Uint8Array;
-    const headers = new Headers({ "cache-control": "no-store" });
+    const json = wantsJson(request);
+    // the msgpack and JSON forms are two representations: each has its own ETag, and caches
+    // must key on Accept
+    const headers = new Headers({ "cache-control": "no-store", vary: "Accept" });
     if (m.status === "finished") {
-      const etag = `"${m.created.toString(36)}-${m.seq}"`;
+      const etag = `"${m.created.toString(36)}-${m.seq}-${json ? "json" : "msgpack"}"`;
       headers.set("etag", etag);
       headers.set("cache-control", "private, max-age=0, must-revalidate");
       if (request.headers.get("if-none-match")?.split(",").some((t) => t.trim() === etag || t.trim() === "*")) {
         return new Response(null, { status: 304, headers });
       }
-      bytes = this.finishedBytes();
-    } else bytes = this.liveBytes(m);
-    if (wantsJson(request)) {
+    }
+    const bytes = this.episodeBytes(m);
+    if (json) {
       headers.set("content-type", "application/json");
       return new Response(request.method === "HEAD" ? null : JSON.stringify(toJson(decodeLossless(bytes))), { headers });
     }

@@ -1,4 +1,4 @@
-import type { Env } from "../env";
+import type { Env } from "../env.js";
 
 export interface Limits {
   /** Largest request body or WebSocket message, bytes. */

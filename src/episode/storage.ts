@@ -13,7 +13,7 @@
 // Replaying `base` then `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
 // rebuilds the finished episode. Callers wrap writes in `transactionSync`.
 
-import { concatChunks } from "../wire/writer";
+import { concatChunks } from "../wire/writer.js";
 
 export const PART_BYTES = 1 << 20;
 

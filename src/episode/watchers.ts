@@ -8,8 +8,8 @@
 // a reason; the client resumes with `?after=SEQ` and loses nothing. Closing or closed sockets
 // are skipped.
 
-import { framesMessage, type Frame } from "../watch/protocol";
-import { deltaForVariant, variantKey, type Variant } from "../watch/variant";
+import { framesMessage, type Frame } from "../watch/protocol.js";
+import { deltaForVariant, variantKey, type Variant } from "../watch/variant.js";
 
 export const WATCH_TAG = "watch";
 export const CLOSE_TOO_SLOW = 4008;

@@ -20,8 +20,7 @@
 // Nothing here logs, and no response carries a token, a secret or a jose error text.
 
 import { errors, jwtVerify, SignJWT } from "jose";
-import type { Env } from "../env";
-import { EPISODE_ID, INDEX_METHODS, METHODS, type Route } from "./route";
+import { EPISODE_ID, INDEX_METHODS, METHODS, type Route } from "./route.js";
 
 export type Role = "producer" | "watcher" | "admin";
 export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
@@ -80,7 +79,11 @@ export type AuthMode =
   /** No secret and not local dev: refuse everything but health. */
   | { kind: "closed" };
 
-type AuthEnv = Pick<Env, "RELAY_SECRET" | "AUTH_OFF_ON_LOOPBACK">;
+/** The vars auth reads (a subset of the Worker's Env, declared here so the CLI can use this module). */
+interface AuthEnv {
+  RELAY_SECRET?: string;
+  AUTH_OFF_ON_LOOPBACK?: string;
+}
 
 let cachedKey: { secret: string; key: Uint8Array } | null = null;
 
@@ -318,15 +321,6 @@ export function refusal(d: Extract<Decision, { ok: false }>): Response {
 }
 
 // ---- hygiene ----
-
-/** `url` with any ?token= value replaced, for anything that logs a URL. */
-export function redactUrl(url: string | URL): string {
-  const u = new URL(url.toString());
-  if (!u.searchParams.has(TOKEN_PARAM)) return u.toString();
-  const params = [...u.searchParams].map(([k, v]) => [k, k === TOKEN_PARAM ? "REDACTED" : v] as [string, string]);
-  u.search = new URLSearchParams(params).toString();
-  return u.toString();
-}
 
 /**
  * The request as forwarded to the Durable Object: without `Authorization`, without `?token=`,

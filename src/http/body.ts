@@ -1,5 +1,5 @@
-import { HttpError } from "./errors";
-import { concatChunks } from "../wire/writer";
+import { HttpError } from "./errors.js";
+import { concatChunks } from "../wire/writer.js";
 
 /** The request body, refused with 413 past `max` bytes (checked before and while reading). */
 export async function readBody(request: Request, max: number): Promise<Uint8Array> {

@@ -2,7 +2,7 @@
 // list of origins ("https://dash.example.com, http://localhost:5173"). Tokens travel in the
 // Authorization header, never in cookies, so credentials mode is never allowed.
 
-import type { Env } from "../env";
+import type { Env } from "../env.js";
 
 export interface CorsConfig {
   any: boolean;

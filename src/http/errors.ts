@@ -1,5 +1,5 @@
 // Refusals as HTTP answers: one JSON shape, one status per error code.
-import { DeltaError, FinishError, type DeltaErrorCode } from "../assembly/errors";
+import { DeltaError, FinishError, type DeltaErrorCode } from "../assembly/errors.js";
 
 /** An error that maps to an HTTP status (or a WebSocket error message). */
 export class HttpError extends Error {

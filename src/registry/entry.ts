@@ -1,7 +1,7 @@
 // An episode index row and its API form: types and a pure conversion with no runtime imports,
 // shared by the index, the Episode object, the dashboard and tests.
 
-import type { Json } from "../wire/json-view";
+import type { Json } from "../wire/json-view.js";
 
 export type IndexStatus = "live" | "finished" | "failed";
 export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed"];

@@ -12,12 +12,12 @@
 //   scope. "ping" is answered "pong" by the platform without waking the object.
 
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../env";
-import type { Json } from "../wire/json-view";
+import type { Env } from "../env.js";
+import type { Json } from "../wire/json-view.js";
 import {
   entryOf, MAX_LIMIT, parseListQuery, QueryError, SCOPE_HEADER, scopeOf, visible, encodeCursor,
   type IndexEntry, type IndexRow, type ListQuery, type Scope,
-} from "./rows";
+} from "./rows.js";
 
 /** Name of the one index object. */
 export const INDEX_NAME = "global";

@@ -1,10 +1,10 @@
 // The episode index's row and the pure parts of its queries (parameters, cursors, scope checks),
 // kept apart from the Durable Object so they can be reasoned about (and tested) on their own.
 
-import { inScope } from "../http/auth";
+import { inScope } from "../http/auth.js";
 
-export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry";
-import { INDEX_STATUSES, type IndexStatus } from "./entry";
+export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
+import { INDEX_STATUSES, type IndexStatus } from "./entry.js";
 
 /** Header the Worker sets on requests to the index: the viewer's `episodes` patterns as JSON. */
 export const SCOPE_HEADER = "x-episode-scope";

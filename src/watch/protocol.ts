@@ -9,7 +9,7 @@
 // A watcher sends nothing but "ping" (answered "pong" by the platform without waking the
 // episode). Large snapshots and replays are split into several messages of about MESSAGE_BYTES.
 
-import { ChunkWriter, encodeStr } from "../wire/writer";
+import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 export const PROTOCOL = 1;
 /** Target size of one message when a snapshot or a replay is split. */

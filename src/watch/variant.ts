@@ -1,9 +1,9 @@
 // What a watcher asked to see: routing bytes or not (`?routing=0`), all traces or some
 // (`?traces=ID,ID`). Watchers with the same variant share the bytes of every message.
 
-import { parseDelta } from "../assembly/delta";
-import { writeNode } from "../assembly/node";
-import { ChunkWriter, NIL } from "../wire/writer";
+import { parseDelta } from "../assembly/delta.js";
+import { writeNode } from "../assembly/node.js";
+import { ChunkWriter, NIL } from "../wire/writer.js";
 
 export interface Variant {
   routing: boolean;

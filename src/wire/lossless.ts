@@ -6,8 +6,8 @@
 // is an `F64`, an int is a `number` (or a `bigint` beyond 2^53), a map is an ordered `LMap`,
 // and str/bin stay `string`/`Uint8Array`.
 
-import { Reader, decodeStrSpan, kindOf } from "./reader";
-import { ChunkWriter, encodeInt, encodeStr } from "./writer";
+import { Reader, decodeStrSpan, kindOf } from "./reader.js";
+import { ChunkWriter, encodeInt, encodeStr } from "./writer.js";
 
 /** A float64 value (kept apart from ints so `1.0` stays a float). */
 export class F64 {

@@ -13,7 +13,7 @@
 // "what the Python reference would re-encode": msgpack-python always writes minimal formats,
 // so a non-minimal value cannot have come from it and would break byte equality downstream.
 
-import { WireError } from "./errors";
+import { WireError } from "./errors.js";
 
 /** Deepest nesting accepted (the public vectors reach ~70 levels). */
 export const MAX_DEPTH = 200;

@@ -8,15 +8,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { mintToken } from "../../src/http/auth";
-import { toJson } from "../../src/wire/json-view";
-import { decodeLossless } from "../../src/wire/lossless";
-import { parseCase, type GoldenCase } from "../../tools/conformance/case-format";
-import { goldenDir } from "../../tools/conformance/cases";
-import { startRelay, type LocalRelay } from "../../tools/local-relay";
-import { CHROMIUM } from "./global-setup";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { mintToken } from "../../src/http/auth.js";
+import { toJson } from "../../src/wire/json-view.js";
+import { decodeLossless } from "../../src/wire/lossless.js";
+import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
+import { fixturePath } from "../../tools/conformance/cases.js";
+import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { CHROMIUM } from "./global-setup.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const SHOTS = join(root, "test-results", "screenshots");
@@ -47,7 +47,7 @@ afterAll(async () => {
 const cases = new Map<string, GoldenCase>();
 function golden(name: string): GoldenCase {
   let c = cases.get(name);
-  if (!c) cases.set(name, (c = parseCase(readFileSync(join(goldenDir(), `${name}.msgpack`)), name)));
+  if (!c) cases.set(name, (c = parseCase(readFileSync(fixturePath(name)), name)));
   return c;
 }
 
@@ -200,9 +200,11 @@ describe("episode page (/episodes/{id})", () => {
     const c = golden("tool_calls_pending");
     const p = producer(() => relay.url, id, c);
     const { context, page, errors } = await open(`/episodes/${id}`);
-    // opened before the episode exists: the watcher waits for it
+    // opened before the episode exists: the watcher waits for it, and the page says it has no such episode yet
     await waitConnection(page, "live");
-    await waitStatus(page, "new");
+    expect(await page.locator("#connection").innerText()).toMatch(/relay\s*connected/);
+    await waitStatus(page, "missing");
+    expect(await page.locator("#ep-status").innerText()).toMatch(/not found/i);
     await p.send(2); // open + the first turn (system, user, assistant with a tool call)
     await page.locator('li.turn[data-node="2"]').waitFor();
     expect(await page.locator('li.turn[data-node="2"] .tool-call').innerText()).toMatch(/calculator[\s\S]*expr: "6\*7"/);
@@ -391,6 +393,10 @@ describe("with auth on", () => {
       await second.page.goto(`${authed.url}/episodes/${other}`);
       await second.page.locator("#token-panel").waitFor({ state: "visible" });
       expect(await second.page.locator("#waiting").innerText()).toMatch(/does not cover/);
+      await waitStatus(second.page, "denied");
+      expect(await second.page.locator("#ep-status").innerText()).toMatch(/not allowed/i);
+      // the connection pill never reads like a run status
+      expect(await second.page.locator("#connection").innerText()).not.toMatch(/\b(live|finished|failed)\b/i);
       expect([...errors, ...second.errors]).toEqual([]);
       await second.context.close();
     } finally {

@@ -3,14 +3,15 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { goldenDir, loadCase } from "../../tools/conformance/cases";
-import { useRelay, until } from "../support/relay";
+import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
+import { startRelay } from "../../tools/local-relay.js";
+import { useRelay, until } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
 
 function cli(...args: string[]) {
-  const p = spawn(process.execPath, [join(root, "bin", "episode-relay.mjs"), ...args], { cwd: root });
+  const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], { cwd: root });
   let stdout = Buffer.alloc(0);
   let stderr = "";
   p.stdout.on("data", (d: Buffer) => (stdout = Buffer.concat([stdout, d])));
@@ -25,7 +26,7 @@ describe("episode-relay CLI", () => {
     const target = `${relay.url}/cli-tail-${Date.now().toString(36)}`;
     const tail = cli("tail", target);
     await until(() => tail.text().includes("episode cli-tail-"));
-    const push = await cli("push", join(goldenDir(), "tool_calls_pending.msgpack"), target, "--fast").done;
+    const push = await cli("push", fixturePath("tool_calls_pending"), target, "--fast").done;
     expect(push.code).toBe(0);
     expect(push.stderr).toMatch(/\[#+\] 11\/11 deltas/);
     const t = await tail.done;
@@ -42,9 +43,9 @@ describe("episode-relay CLI", () => {
   }, 60_000);
 
   it("get returns the golden episode bytes, and --json a JSON view", async () => {
-    const c = loadCase(join(goldenDir(), "routing_repair_widen.msgpack"));
+    const c = loadCase(fixturePath("routing_repair_widen"));
     const target = `${relay.url}/cli-get-${Date.now().toString(36)}`;
-    expect((await cli("push", join(goldenDir(), "routing_repair_widen.msgpack"), target, "--fast").done).code).toBe(0);
+    expect((await cli("push", fixturePath("routing_repair_widen"), target, "--fast").done).code).toBe(0);
     const bytes = await cli("get", target).done;
     expect(Buffer.compare(bytes.stdout, Buffer.from(c.episode!))).toBe(0);
     const json = JSON.parse((await cli("get", target, "--json").done).stdout.toString("utf8")) as { traces: Array<{ nodes: Array<{ routed_experts: { dtype: string } | null }> }> };
@@ -55,7 +56,7 @@ describe("episode-relay CLI", () => {
     const id = `cli-fail-${Date.now().toString(36)}`;
     const tail = cli("tail", `${relay.url}/${id}`);
     await until(() => tail.text().includes("episode cli-fail-"));
-    const { encodeLossless, LMap } = await import("../../src/wire/lossless");
+    const { encodeLossless, LMap } = await import("../../src/wire/lossless.js");
     const reply = encodeLossless(new LMap([["success", false], ["error", "sandbox crashed"], ["head", null], ["traces", []]]));
     expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
     const t = await tail.done;
@@ -63,5 +64,31 @@ describe("episode-relay CLI", () => {
     expect(t.stdout.toString()).toMatch(/■ failed: sandbox crashed/);
     expect((await cli("tail").done).code).toBe(2);
     expect((await cli("get", "not a url").done).code).toBe(1);
+  }, 60_000);
+
+  it("tail and get exit 1 with the relay's reason when it refuses them (no token)", async () => {
+    const authed = await startRelay({ RELAY_SECRET: "cli-test-secret-00112233445566778899aabbccddeeff" });
+    try {
+      const target = `${authed.url}/cli-refused`;
+      const t = await cli("tail", target).done;
+      expect(t.code).toBe(1);
+      expect(t.stdout.toString()).toMatch(/refused: 401 unauthorized: .*token/);
+      expect(t.stdout.toString()).not.toMatch(/resuming/);
+      const g = await cli("get", target).done;
+      expect(g.code).toBe(1);
+      expect(g.stderr).toMatch(/401 unauthorized/);
+    } finally {
+      await authed.stop();
+    }
+  }, 60_000);
+
+  it("tail labels a routing-less episode size as such", async () => {
+    const target = `${relay.url}/cli-size-${Date.now().toString(36)}`;
+    const tail = cli("tail", target);
+    await until(() => tail.text().includes("episode cli-size-"));
+    expect((await cli("push", fixturePath("routing_repair_u8"), target, "--fast").done).code).toBe(0);
+    const t = await tail.done;
+    expect(t.code).toBe(0);
+    expect(t.stdout.toString()).toMatch(/episode \d+ bytes without routing \(--routing for the full episode\)/);
   }, 60_000);
 });

@@ -1,19 +1,21 @@
 // The TypeScript watcher client against a relay the test starts: events, assembly, JSON view,
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
+import { createServer, type AddressInfo } from "node:net";
 import WebSocket from "ws";
-import { describe, expect, it } from "vitest";
-import { fetchEpisode, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { goldenDir, loadCase, type GoldenCase } from "../../tools/conformance/cases";
-import { useRelay, until } from "../support/relay";
-import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fetchEpisode, RelayRefusal, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import { mintToken } from "../../src/http/auth.js";
+import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { fixturePath, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
+import { useRelay, until } from "../support/relay.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
 
 const WS = WebSocket as unknown as SocketFactory;
-const golden = (name: string) => loadCase(join(goldenDir(), `${name}.msgpack`));
+const golden = (name: string) => loadCase(fixturePath(name));
 const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 5)}`;
 
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("t")) {
@@ -107,3 +109,98 @@ describe("watchEpisode", () => {
   });
 });
 
+
+describe("watchEpisode refusals and retries", () => {
+  const secret = "client-test-secret-00112233445566778899aabbccdd";
+  let authed: LocalRelay;
+  beforeAll(async () => {
+    authed = await startRelay({ RELAY_SECRET: secret });
+  }, 120_000);
+  afterAll(() => authed?.stop());
+
+  /** Watch until the watch ends by itself; the states it went through and its events. */
+  async function refusedWatch(url: string, id: string, token?: string) {
+    const w = watchEpisode(url, id, { WebSocket: WS, backoffMs: [20, 100], ...(token ? { token } : {}) });
+    const states: string[] = [w.state];
+    const types: string[] = [];
+    w.on((e) => {
+      types.push(e.type);
+      if (e.type === "state") states.push(e.state);
+    });
+    await w.finished();
+    return { w, states, types };
+  }
+
+  it("401 without a token: the watch ends refused, with what to do, and never retries", async () => {
+    const { w, states, types } = await refusedWatch(authed.url, fresh("noauth"));
+    expect(w.state).toBe("refused");
+    expect(w.refusal).toBeInstanceOf(RelayRefusal);
+    expect(w.refusal).toMatchObject({ status: 401, code: "unauthorized" });
+    expect(w.refusal!.message).toMatch(/token/);
+    expect(states).toEqual(["connecting", "refused"]);
+    expect(types).not.toContain("reconnecting");
+    expect(types.at(-1)).toBe("refused");
+  });
+
+  it("403 with a token for other episodes; 401 with a badly signed one", async () => {
+    const other = await mintToken(secret, { role: "watcher", episodes: ["someone-else:*"], ttl: 600 });
+    const forbidden = await refusedWatch(authed.url, fresh("scope"), other);
+    expect(forbidden.w.refusal).toMatchObject({ status: 403, code: "forbidden" });
+    expect(forbidden.w.refusal!.message).toMatch(/episodes/);
+    const forged = await mintToken(`${secret}-not-it`, { role: "watcher", episodes: ["*"], ttl: 600 });
+    expect((await refusedWatch(authed.url, fresh("forged"), forged)).w.refusal).toMatchObject({ status: 401 });
+  });
+
+  it("a wrong base URL (a 404, or a page that is not the relay) and a bad id end the watch too", async () => {
+    const token = await mintToken(secret, { role: "watcher", episodes: ["*"], ttl: 600 });
+    const notFound = await refusedWatch(`${authed.url}/v1/nope`, fresh("base"), token);
+    expect(notFound.w.refusal).toMatchObject({ status: 404, code: "not_found" });
+    expect(notFound.w.refusal!.message).toMatch(/base URL/);
+    const page = await refusedWatch(`${authed.url}/not-the-relay`, fresh("page"), token);
+    expect(page.w.refusal).toMatchObject({ status: 200 });
+    expect(page.w.refusal!.message).toMatch(/not as an Episode Relay/);
+    expect((await refusedWatch(authed.url, "watch", token)).w.refusal).toMatchObject({ status: 400, code: "bad_episode_id" });
+  });
+
+  it("a relay that is not up yet is retried with backoff, as connecting (not resuming)", async () => {
+    const port = await freePort();
+    const id = fresh("later");
+    const w = watchEpisode(`http://127.0.0.1:${port}`, id, { WebSocket: WS, backoffMs: [20, 200] });
+    const states = new Set<string>();
+    let retries = 0;
+    w.on((e) => {
+      if (e.type === "state") states.add(e.state);
+      if (e.type === "reconnecting") retries++;
+    });
+    await until(() => retries >= 2);
+    expect(w.state).toBe("connecting");
+    // the relay comes up where the watcher looks: it connects, and only later drops count as resuming
+    const late = await startRelay({}, { port });
+    try {
+      await until(() => w.state === "live");
+      expect(states.has("resuming")).toBe(false);
+      w.reconnectNow();
+      await until(() => states.has("resuming") && w.state === "live");
+    } finally {
+      w.close();
+      await late.stop();
+    }
+  }, 60_000);
+
+  it("fetchEpisode throws a RelayRefusal for 401 and 404", async () => {
+    await expect(fetchEpisode(authed.url, fresh("nofetch"))).rejects.toMatchObject({ name: "RelayRefusal", status: 401 });
+    const token = await mintToken(secret, { role: "watcher", episodes: ["*"], ttl: 600 });
+    await expect(fetchEpisode(authed.url, fresh("missing"), { token })).rejects.toMatchObject({ status: 404, code: "not_found" });
+  });
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}

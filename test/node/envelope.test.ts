@@ -1,12 +1,12 @@
 // Exactly-once ingest through producer envelopes.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { DeltaError } from "../../src/assembly/errors";
-import { encodeEnvelope, type Envelope } from "../../src/envelope/envelope";
-import { ingest, type ProducerLedger } from "../../src/envelope/ingest";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless";
-import { enc, delta, intKeyed, m, nd, node, openDelta } from "../support/deltas";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { DeltaError } from "../../src/assembly/errors.js";
+import { encodeEnvelope, type Envelope } from "../../src/envelope/envelope.js";
+import { ingest, type ProducerLedger } from "../../src/envelope/ingest.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
+import { enc, delta, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
 
 function setup() {
   return { asm: new EpisodeAssembly(), ledger: new Map() as ProducerLedger, producer: new ProducerCursor("w1") };

@@ -1,14 +1,16 @@
 // README snippets run as written: the TypeScript watcher snippet is extracted from README.md and
 // run (with tsx, resolving "episode-relay/client" through the package's exports) against a relay
-// the test starts, while a golden case is pushed into the episode it names.
-import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+// the test starts, while a golden case is pushed into the episode it names; the local auth flow
+// runs in a copy of the project; the health answer is the documented one.
+import { spawn, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { goldenDir, loadCase } from "../../tools/conformance/cases";
-import { useRelay } from "../support/relay";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
+import { useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
@@ -34,7 +36,7 @@ it("the README's TypeScript watcher snippet runs as written and ends with the ep
   p.stdout.on("data", (d) => (out += d));
   p.stderr.on("data", (d) => (err += d));
   const exited = new Promise<number>((r) => p.on("close", (c) => r(c ?? 1)));
-  const c = loadCase(join(goldenDir(), "chat_basic.msgpack"));
+  const c = loadCase(fixturePath("chat_basic"));
   await new Promise((r) => setTimeout(r, 1500)); // the snippet connects first
   const producer = new ProducerCursor("readme");
   for (const f of c.frames) {
@@ -46,3 +48,54 @@ it("the README's TypeScript watcher snippet runs as written and ends with the ep
   expect(out).toMatch(/seq \d+: trace [0-9a-f]{32}/);
   expect(out.trim().split("\n").at(-1)).toBe(`finished ${c.episode!.length} bytes`);
 }, 60_000);
+
+/** A shell snippet's lines, as written. */
+function shellSnippet(name: string): string {
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const m = new RegExp(`<!-- readme-snippet: ${name} -->\\s*\`\`\`sh\\n([\\s\\S]*?)\`\`\``).exec(readme);
+  if (!m) throw new Error(`README has no sh snippet ${name}`);
+  return m[1]!;
+}
+
+it("GET /v1/health answers exactly what the README says", async () => {
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const documented = /<!-- readme-health -->`200 (\{[^`]*\})`/.exec(readme);
+  expect(documented).not.toBeNull();
+  const res = await fetch(`${relay.url}/v1/health`);
+  expect(res.status).toBe(200);
+  expect(await res.text()).toBe(documented![1]);
+});
+
+it("the README's local auth flow keeps the secret: npm start and npm run token agree", async () => {
+  // A copy of the project (symlinks to everything but scripts/, copied so their paths resolve
+  // here, and without .dev.vars or .wrangler), where the snippets run as written; only the port
+  // differs (PORT for npm start, the address in the curl line).
+  const copy = mkdtempSync(join(tmpdir(), "episode-relay-readme-"));
+  const skip = new Set([".dev.vars", ".wrangler", ".git", "scripts", "test-results"]);
+  for (const name of readdirSync(root)) if (!skip.has(name)) symlinkSync(join(root, name), join(copy, name));
+  cpSync(join(root, "scripts"), join(copy, "scripts"), { recursive: true });
+  const port = String(40000 + Math.floor(Math.random() * 20000));
+  const start = spawn("bash", ["-c", shellSnippet("auth-start")], { cwd: copy, env: { ...process.env, PORT: port }, detached: true });
+  let log = "";
+  start.stdout.on("data", (d) => (log += d));
+  start.stderr.on("data", (d) => (log += d));
+  try {
+    const ready = Date.now() + 60_000;
+    while (!/Ready on/.test(log)) {
+      if (Date.now() > ready || start.exitCode !== null) throw new Error(`npm start did not get ready:\n${log}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(log).toMatch(/auth ON: RELAY_SECRET from \.dev\.vars/);
+    // no network look-ups, so no error lines on a machine without internet
+    expect(log).not.toMatch(/ENOTFOUND|Error|update available/);
+    const token = spawnSync("bash", ["-c", `${shellSnippet("auth-token").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], { cwd: copy, encoding: "utf8" });
+    expect(token.status, token.stderr).toBe(0);
+    expect(JSON.parse(token.stdout)).toMatchObject({ episodes: [] });
+    // and without the token the relay refuses
+    expect((await fetch(`http://127.0.0.1:${port}/v1/episodes`)).status).toBe(401);
+  } finally {
+    process.kill(-start.pid!, "SIGTERM");
+    await new Promise((r) => start.once("close", r));
+    rmSync(copy, { recursive: true, force: true });
+  }
+}, 120_000);

@@ -4,10 +4,10 @@
 import { env } from "cloudflare:workers";
 import { SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import worker from "../../src/index";
-import type { Env } from "../../src/env";
-import { openDelta } from "../support/deltas";
-import { freshId } from "./support";
+import worker from "../../src/index.js";
+import type { Env } from "../../src/env.js";
+import { openDelta } from "../support/deltas.js";
+import { freshId } from "./support.js";
 
 const SECRET = "auth-test-secret-7f3a9c2e51b84d06a1e2f3c4d5b6a798";
 const WRONG_SECRET = "not-the-relay-secret-0000000000000000000000000000";

@@ -3,11 +3,11 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { decodeLossless, encodeLossless, LMap } from "../../src/wire/lossless";
-import { delta, node, openDelta } from "../support/deltas";
-import { equal, freshId, getBytes, golden, goldenNames, inbox, openSocket, post, relay } from "./support";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { decodeLossless, encodeLossless, LMap } from "../../src/wire/lossless.js";
+import { delta, node, openDelta } from "../support/deltas.js";
+import { equal, freshId, getBytes, golden, goldenNames, inbox, openSocket, post, relay } from "./support.js";
 
 /** Push a case's frames as a real producer would: envelopes, ack_lost frames left unacknowledged. */
 async function pushCase(id: string, name: string, opts: { bare?: boolean; restartEachFrame?: boolean } = {}) {
@@ -166,6 +166,43 @@ describe("ingest, finish, fetch", () => {
     const cached = await relay(id, { headers: { "if-none-match": etag } });
     expect(cached.status).toBe(304);
     expect((await relay(id, { headers: { "if-none-match": '"other"' } })).status).toBe(200);
+  });
+
+  it("the msgpack and JSON forms have their own ETags and vary on Accept", async () => {
+    const id = freshId("etag-json");
+    const c = await pushCase(id, "chat_basic");
+    const live = await relay(id);
+    expect(live.headers.get("vary")).toMatch(/Accept/);
+    await live.arrayBuffer();
+    (await post(`${id}/reply`, c.reply)).body?.cancel();
+    const packed = await relay(id);
+    const asJson = await relay(id, { headers: { accept: "application/json" } });
+    await packed.arrayBuffer();
+    await asJson.text();
+    for (const r of [packed, asJson]) expect(r.headers.get("vary")).toMatch(/Accept/);
+    const [e1, e2] = [packed.headers.get("etag")!, asJson.headers.get("etag")!];
+    expect(e1).not.toBe(e2);
+    // each validates only its own representation
+    expect((await relay(id, { headers: { "if-none-match": e1 } })).status).toBe(304);
+    const cross = await relay(id, { headers: { "if-none-match": e1, accept: "application/json" } });
+    expect(cross.status).toBe(200);
+    expect(cross.headers.get("content-type")).toMatch(/json/);
+    await cross.text();
+    expect((await relay(id, { headers: { "if-none-match": e2, accept: "application/json" } })).status).toBe(304);
+  });
+
+  it("status names its byte counts: frame_bytes (the log) and episode_bytes (what GET answers)", async () => {
+    const id = freshId("status-bytes");
+    const c = await pushCase(id, "routing_repair_u8");
+    const frames = c.frames.reduce((n, f) => n + f.length, 0);
+    const live = (await (await relay(`${id}/status`)).json()) as Record<string, number>;
+    expect(live.frame_bytes).toBe(frames);
+    expect(live.episode_bytes).toBe((await getBytes(id)).length);
+    expect(live).not.toHaveProperty("bytes");
+    (await post(`${id}/reply`, c.reply)).body?.cancel();
+    const done = (await (await relay(`${id}/status`)).json()) as Record<string, number>;
+    expect(done.episode_bytes).toBe(c.episode!.length);
+    expect(done.frame_bytes).toBe(frames);
   });
 
   it("JSON view: bin and ndarray data as base64, big ints and non-finite floats as strings", async () => {

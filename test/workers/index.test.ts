@@ -7,14 +7,14 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { SignJWT } from "jose";
 import { describe, expect, it } from "vitest";
-import worker from "../../src/index";
-import type { Env } from "../../src/env";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { LMap, encodeLossless } from "../../src/wire/lossless";
-import type { IndexEntry } from "../../src/registry/entry";
-import { openDelta } from "../support/deltas";
-import { freshId, golden, inbox, openSocket, post, relay } from "./support";
+import worker from "../../src/index.js";
+import type { Env } from "../../src/env.js";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { LMap, encodeLossless } from "../../src/wire/lossless.js";
+import type { IndexEntry } from "../../src/registry/entry.js";
+import { openDelta } from "../support/deltas.js";
+import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
 
 type Entry = IndexEntry;
 interface Page {

@@ -1,6 +1,6 @@
 // Helpers for workerd-side tests: golden cases through the GOLDEN binding, requests to the Worker.
 import { env, exports } from "cloudflare:workers";
-import { parseCase, type GoldenCase } from "../../tools/conformance/case-format";
+import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
 
 export async function goldenNames(): Promise<string[]> {
   const res = await env.GOLDEN.fetch("http://golden/");

@@ -3,14 +3,14 @@ import { decode } from "@msgpack/msgpack";
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { parseReply } from "../../src/assembly/reply";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless";
-import { concatChunks } from "../../src/wire/writer";
-import type { GoldenCase } from "../../tools/conformance/case-format";
-import { equal, freshId, golden, inbox, openSocket, post } from "./support";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { parseReply } from "../../src/assembly/reply.js";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
+import { concatChunks } from "../../src/wire/writer.js";
+import type { GoldenCase } from "../../tools/conformance/case-format.js";
+import { equal, freshId, golden, inbox, openSocket, post } from "./support.js";
 
 type Msg = { type: string; seq?: number; reason?: string; deltas?: Uint8Array[]; more?: boolean; frames?: Array<[number, Uint8Array]>; status?: string; reply?: Uint8Array; episode?: string };
 

@@ -1,7 +1,7 @@
 // `episode-relay get URL/ID [--json] [--token T] [-o FILE]`: the episode as msgpack (or JSON).
 import { writeFileSync } from "node:fs";
-import { fetchEpisode } from "../../clients/typescript/watch";
-import type { Target } from "./target";
+import { fetchEpisode } from "../../clients/typescript/watch.js";
+import type { Target } from "./target.js";
 
 export async function get(t: Target, opts: { json?: boolean; token?: string; output?: string }): Promise<number> {
   const v = await fetchEpisode(t.base, t.id, { token: opts.token, json: opts.json });

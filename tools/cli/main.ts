@@ -1,8 +1,9 @@
+#!/usr/bin/env node
 // `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, token.
-import { get } from "./get";
-import { push } from "./push";
-import { tail } from "./tail";
-import { parseTarget } from "./target";
+import { get } from "./get.js";
+import { push } from "./push.js";
+import { tail } from "./tail.js";
+import { parseTarget } from "./target.js";
 
 const USAGE = `usage: episode-relay <command> ...
   tail URL/ID [--token T] [--routing]            follow an episode live (exits when the run ends)
@@ -32,7 +33,7 @@ async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (command === "token") {
     process.argv = [process.argv[0]!, "token", ...rest];
-    await import("../token");
+    await import("../token.js");
     return 0;
   }
   const { positional, flags } = options(rest);

@@ -1,13 +1,13 @@
 // `episode-relay push FILE URL/ID [--fast] [--token T] [--ingest http|ws]`: replay a recording
 // into a relay as a producer would (envelopes, exactly-once), then post its reply.
-// FILE is a golden case (`*.msgpack`, ../shared/golden format; frames are sent 250 ms apart
+// FILE is a golden case (`*.msgpack`, test/fixtures/golden/README.md format; frames are sent 250 ms apart
 // unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`
 // per line and optionally a last `{"t": seconds, "reply": "<base64 msgpack>"}` (sent at `t`).
 import { readFileSync } from "node:fs";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { parseCase } from "../conformance/case-format";
-import type { Target } from "./target";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { parseCase } from "../conformance/case-format.js";
+import type { Target } from "./target.js";
 
 interface Recording {
   frames: Array<{ t: number; delta: Uint8Array }>;

@@ -1,8 +1,8 @@
 // `episode-relay tail URL/ID [--token T] [--routing]`: follow an episode live, readable.
 import WebSocket from "ws";
-import { watchEpisode, type SocketFactory } from "../../clients/typescript/watch";
-import { newContext, renderDelta } from "./render";
-import type { Target } from "./target";
+import { watchEpisode, type SocketFactory } from "../../clients/typescript/watch.js";
+import { newContext, renderDelta } from "./render.js";
+import type { Target } from "./target.js";
 
 export async function tail(t: Target, opts: { token?: string; routing?: boolean; out?: NodeJS.WriteStream }): Promise<number> {
   const out = opts.out ?? process.stdout;
@@ -40,7 +40,11 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
         for (const l of renderDelta(ctx, e.seq, e.delta)) line(l);
         break;
       case "reconnecting":
-        line(`… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming in ${Math.round(e.delayMs)} ms`);
+        if (w.state === "connecting") line(`… cannot connect yet (${e.code}${e.reason ? ` ${e.reason}` : ""}); retrying in ${Math.round(e.delayMs)} ms`);
+        else line(`… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming after seq ${w.seq} in ${Math.round(e.delayMs)} ms`);
+        break;
+      case "refused":
+        line(`! refused: ${e.error.message}`);
         break;
       case "error":
         line(`! ${e.error.message}`);
@@ -51,7 +55,9 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
   await w.finished();
   if (tty) out.write("\r\x1b[2K");
   if (w.state === "finished" && w.episode) {
-    out.write(`■ finished: ${summary()}; episode ${w.episode.length} bytes\n`);
+    // without --routing the watch carries no routing bytes: say so, it is not the reference episode
+    const size = opts.routing ? `episode ${w.episode.length} bytes` : `episode ${w.episode.length} bytes without routing (--routing for the full episode)`;
+    out.write(`■ finished: ${summary()}; ${size}\n`);
     return 0;
   }
   out.write(`■ ${w.state}${w.error ? `: ${w.error}` : ""}\n`);

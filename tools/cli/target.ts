@@ -1,5 +1,5 @@
 // `URL/ID` on the command line: `http://127.0.0.1:8787/run-1` or `http://host/v1/episodes/run-1`.
-import { EPISODE_ID } from "../../src/http/route";
+import { EPISODE_ID } from "../../src/http/route.js";
 
 export interface Target {
   base: string;

@@ -35,7 +35,7 @@ export class UsageError extends Error {
 export const USAGE = `usage: npm run conformance -- [options] PATH...
 
   PATH              a golden case file (NAME.msgpack) or a directory of them
-                    (format: ../shared/golden/README.md)
+                    (format: test/fixtures/golden/README.md)
 
   Local mode (default): each case runs through the project's own assembly, frames wrapped
   in producer envelopes; checkpoints and the finished episode are compared byte for byte.

@@ -1,4 +1,4 @@
-// The golden case container (`../shared/golden/README.md`), decoded without touching the filesystem
+// The golden case container (`test/fixtures/golden/README.md`), decoded without touching the filesystem
 // (so workerd-side tests can use it too).
 import { decode } from "@msgpack/msgpack";
 

@@ -1,15 +1,15 @@
 // Run one golden case through the project's own assembly, the way the relay does: each frame
 // wrapped in a producer envelope (acked counts from the frames that were acknowledged, i.e.
 // not in `ack_lost`), checkpoints and the finished episode compared byte for byte.
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly";
-import { FinishError } from "../../src/assembly/errors";
-import { parseReply } from "../../src/assembly/reply";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ingest, type ProducerLedger } from "../../src/envelope/ingest";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { concatChunks } from "../../src/wire/writer";
-import { compareBytes } from "./compare";
-import type { GoldenCase } from "./cases";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { FinishError } from "../../src/assembly/errors.js";
+import { parseReply } from "../../src/assembly/reply.js";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ingest, type ProducerLedger } from "../../src/envelope/ingest.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { concatChunks } from "../../src/wire/writer.js";
+import { compareBytes } from "./compare.js";
+import type { GoldenCase } from "./cases.js";
 
 /** Undefined when the case passes, else the first difference as one line. */
 export function runCaseLocally(c: GoldenCase): string | undefined {

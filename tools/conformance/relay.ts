@@ -8,14 +8,14 @@
 // midway and resuming with `?after=`, round robin.
 
 import WebSocket from "ws";
-import { encodeEnvelope } from "../../src/envelope/envelope";
-import { ProducerCursor } from "../../src/envelope/producer";
-import { watchEpisode, type EpisodeWatch, type SocketFactory } from "../../clients/typescript/watch";
-import type { RelayOptions } from "./args";
-import type { GoldenCase } from "./cases";
-import { compareBytes } from "./compare";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { watchEpisode, type EpisodeWatch, type SocketFactory } from "../../clients/typescript/watch.js";
+import type { RelayOptions } from "./args.js";
+import type { GoldenCase } from "./cases.js";
+import { compareBytes } from "./compare.js";
 
-export type { RelayOptions } from "./args";
+export type { RelayOptions } from "./args.js";
 
 /** Thrown by a relay-mode feature that does not exist yet; the CLI turns it into exit 2. */
 export class NotImplementedError extends Error {

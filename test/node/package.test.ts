@@ -1,0 +1,87 @@
+// The npm package as a user gets it: `npm pack`, installed into an empty folder with nothing
+// else, then its CLI (`npx episode-relay get`) and a short Node script using the client
+// (`episode-relay/client`) against a relay the test starts.
+import { execFileSync, spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
+import { useRelay } from "../support/relay.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const relay = useRelay();
+const work = mkdtempSync(join(tmpdir(), "episode-relay-pack-"));
+const app = join(work, "app");
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+const npm = (args: string[], cwd: string) => execFileSync("npm", args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+
+beforeAll(() => {
+  npm(["pack", "--pack-destination", work, "--silent"], root);
+  const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"))!;
+  execFileSync("mkdir", [app]);
+  npm(["init", "-y"], app);
+  // the dependencies come from the registry (or npm's cache): nothing from this checkout but the tarball
+  npm(["install", "--no-audit", "--no-fund", "--prefer-offline", join(work, tarball)], app);
+}, 180_000);
+
+describe("the packed package, installed into an empty folder", () => {
+  it("ships built JavaScript with declarations, no TypeScript sources and no test data", () => {
+    const list = npm(["pack", "--dry-run", "--json"], root);
+    const files = (JSON.parse(list) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path);
+    expect(files).toContain("dist/clients/typescript/watch.js");
+    expect(files).toContain("dist/clients/typescript/watch.d.ts");
+    expect(files).toContain("dist/tools/cli/main.js");
+    expect(files.filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))).toEqual([]);
+    expect(files.some((f) => f.includes("fixtures"))).toBe(false);
+  });
+
+  it("its declarations type-check in a consumer with Node's ESM resolution (nodenext)", () => {
+    writeFileSync(join(app, "check.mts"), [
+      'import { watchEpisode, RelayRefusal, type WatchEvent, type WatchState } from "episode-relay/client";',
+      'const w = watchEpisode("http://127.0.0.1:8787", "run-42:episode-7");',
+      "const state: WatchState = w.state;",
+      "w.on((e: WatchEvent) => { if (e.type === \"refused\") console.log(e.error instanceof RelayRefusal, e.error.status); });",
+      "console.log(state);",
+    ].join("\n"));
+    const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+    const args = ["--noEmit", "--strict", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022", "--lib", "es2022,dom", "--skipLibCheck", "false", "check.mts"];
+    const r = spawnSync(process.execPath, [tsc, ...args], { cwd: app, encoding: "utf8" });
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+  });
+
+  it("npx episode-relay get and a script using episode-relay/client both get the golden episode", async () => {
+    const c = loadCase(fixturePath("multi_trace_links"));
+    const id = `pack-${Date.now().toString(36)}`;
+    const producer = new ProducerCursor("pack");
+    for (const f of c.frames) {
+      const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      producer.acknowledge(f);
+    }
+    await (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
+
+    const out = join(app, "episode.msgpack");
+    const get = spawnSync("npx", ["--no-install", "episode-relay", "get", `${relay.url}/${id}`, "-o", out], { cwd: app, encoding: "utf8" });
+    expect(get.status, get.stderr).toBe(0);
+    expect(Buffer.compare((await import("node:fs")).readFileSync(out), Buffer.from(c.episode!))).toBe(0);
+
+    writeFileSync(join(app, "watch.mjs"), [
+      'import WebSocket from "ws";',
+      'import { watchEpisode, fetchEpisode } from "episode-relay/client";',
+      "const [url, id] = process.argv.slice(2);",
+      "const watch = watchEpisode(url, id, { WebSocket });",
+      "const done = await watch.finished();",
+      "const fetched = await fetchEpisode(url, id);",
+      "const same = Buffer.compare(Buffer.from(done.episode), Buffer.from(fetched)) === 0;",
+      "console.log(done.state, done.episode.length, same);",
+    ].join("\n"));
+    const script = spawnSync(process.execPath, ["watch.mjs", relay.url, id], { cwd: app, encoding: "utf8" });
+    expect(script.status, script.stderr).toBe(0);
+    expect(script.stdout.trim()).toBe(`finished ${c.episode!.length} true`);
+  }, 60_000);
+});
