@@ -15,7 +15,7 @@ await buildDashboard({ ifMissing: true });
 const golden = new Map(goldenCasePaths().map((p) => [basename(p), p]));
 
 // Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml;
-// the limits are lowered so the 413, watcher-cap, slow-watcher and log-compaction paths are
+// the limits are lowered so the 413, watcher-cap, slow-watcher and log-trimming paths are
 // reached with small cases.
 export default defineConfig({
   plugins: [
@@ -27,7 +27,7 @@ export default defineConfig({
           MAX_EPISODE_BYTES: String(10 * 1024 * 1024),
           MAX_WATCHERS: "20",
           WATCHER_LAG_BYTES: String(1024 * 1024),
-          LOG_COMPACT_FRAMES: "6",
+          LOG_KEEP_FRAMES: "6",
           // throttled index updates wait for the Episode's alarm, which tests run on demand
           // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.
           // while another test aborts every Durable Object)

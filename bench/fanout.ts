@@ -19,8 +19,9 @@
 // relay and over a plain socket to the bare server, which gets the same delta bytes wrapped as
 // a watcher `frames` message (so both sides' watchers decode the same shape). Watchers: `ws`
 // clients in this process (`?routing=1`, the default variant), msgpack-decoded, every frame's
-// seq checked (each watcher must see every delta once, in order), "ping" every 5 s and after
-// every 8 MiB received. Send and receipt times come from the same clock (this process).
+// seq checked (each watcher must see every delta once, in order), an ack every 1 MiB received
+// (as the relay's watcher protocol asks; the bare server ignores it, at the same client cost).
+// Send and receipt times come from the same clock (this process).
 // The clients (up to 1000 sockets in one Node process) may well be the bottleneck: that is why
 // the bare server under the same clients is the baseline.
 
@@ -31,7 +32,7 @@ import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
-import { framesMessage } from "../src/watch/protocol.js";
+import { ACK_BYTES, ackMessage, framesMessage } from "../src/watch/protocol.js";
 import { ForeignCpu, HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest.js";
 import { sig, type BenchOptions } from "./harness.js";
 
@@ -50,8 +51,6 @@ const LAT_MIN = 8;
 const MAX_MS = 2000;
 /** A phase that has not been delivered to every watcher this long after its last send fails. */
 const DRAIN_TIMEOUT_MS = 60_000;
-const PING_BYTES = 8 * 1024 * 1024;
-const PING_MS = 5000;
 const CONNECT_PARALLEL = 50;
 
 /** The cell the issue sets targets for. */
@@ -132,7 +131,6 @@ class Watchers {
   errors: string[] = [];
   private onProgress: (() => void) | null = null;
   private readonly decoder = new Decoder();
-  private pinger: NodeJS.Timeout | null = null;
 
   constructor(
     readonly target: Target,
@@ -160,14 +158,12 @@ class Watchers {
       const batch = Array.from({ length: Math.min(CONNECT_PARALLEL, this.n - k) }, () => this.connectOne(url));
       this.sockets.push(...(await Promise.all(batch)));
     }
-    this.pinger = setInterval(() => {
-      for (const ws of this.sockets) if (ws.readyState === 1) ws.send("ping");
-    }, PING_MS);
   }
 
   private connectOne(url: string): Promise<WebSocket> {
     let last = this.startSeq;
-    let sinceP = 0;
+    let received = 0;
+    let ackedAt = 0;
     return new Promise<WebSocket>((resolve, reject) => {
       let opened: WebSocket | null = null;
       let caughtUp = this.target === "ws"; // the bare server has no catch-up
@@ -184,10 +180,10 @@ class Watchers {
         ws.on("message", (data: Buffer, isBinary: boolean) => {
           const now = performance.now();
           if (!isBinary) return; // "pong"
-          sinceP += data.length;
-          if (sinceP >= PING_BYTES) {
-            sinceP = 0;
-            ws.send("ping");
+          received += data.length;
+          if (received - ackedAt >= ACK_BYTES) {
+            ackedAt = received;
+            ws.send(ackMessage(received));
           }
           const m = this.decoder.decode(data) as { type: string; seq?: number; frames?: Array<[number, Uint8Array]> };
           if (m.type === "frames") {
@@ -253,7 +249,6 @@ class Watchers {
 
   async close(): Promise<void> {
     this.closing = true;
-    if (this.pinger) clearInterval(this.pinger);
     await Promise.all(this.sockets.map((ws) => closeSocket(ws)));
   }
 }

@@ -14,10 +14,16 @@ export interface Env {
   RETENTION_SECONDS: string;
   /** Watchers per episode (decimal string). */
   MAX_WATCHERS?: string;
-  /** Bytes sent to a watcher since its last ping before it is closed as too slow (decimal string). */
+  /** Bytes a live watcher may leave unacknowledged before it is closed as too slow (decimal string). */
   WATCHER_LAG_BYTES?: string;
-  /** Log frames past the base snapshot before compaction (decimal string). */
-  LOG_COMPACT_FRAMES?: string;
+  /** Bytes a catching-up watcher may leave unacknowledged (decimal string). */
+  WATCHER_WINDOW_BYTES?: string;
+  /** Watchers catching up at once (decimal string). */
+  MAX_CATCHUPS?: string;
+  /** Frames the log keeps for watchers resuming with ?after= (decimal string). */
+  LOG_KEEP_FRAMES?: string;
+  /** Bytes of frames the log keeps, about (decimal string). */
+  LOG_KEEP_BYTES?: string;
   /** Least ms between two throttled index updates of one episode while turns arrive (default 2000). */
   INDEX_FLUSH_MS?: string;
   /**

@@ -1,7 +1,8 @@
 // TypeScript watcher client (browser and Node): `watchEpisode(url, id, options)` follows one
 // episode live, keeps its assembly with the project's own `EpisodeAssembly`, reconnects with
-// backoff and resumes by seq (no gap, no duplicate), and keeps the relay's slow-watcher rule
-// (ping every few seconds and after every few MiB received).
+// backoff and resumes by seq (no gap, no duplicate), and acknowledges what it received as the
+// relay asks (every `ack_bytes` of its hello): the relay paces a catch-up by those acks, and
+// closes a watcher that falls too far behind them.
 //
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
 
@@ -42,10 +43,10 @@ export interface WatchOptions {
   reconnect?: boolean;
   /** Backoff between reconnect attempts: first delay and cap, ms (default 250 / 10,000). */
   backoffMs?: [number, number];
-  /** Keep-alive ping period, ms (default 10,000). */
+  /** Keep-alive ping period, ms (default 30,000; answered by the relay's platform, it only keeps idle connections open). */
   pingIntervalMs?: number;
-  /** Also ping after this many bytes received (default 8 MiB). */
-  pingEveryBytes?: number;
+  /** Acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For tests. */
+  ackEveryBytes?: number;
 }
 
 /**
@@ -128,6 +129,7 @@ interface Message {
   frames?: Array<[number, Uint8Array]>;
   reply?: Uint8Array;
   error?: string | null;
+  ack_bytes?: number;
 }
 
 export class EpisodeWatch {
@@ -152,7 +154,11 @@ export class EpisodeWatch {
   private stopped = false;
   private pingTimer: ReturnType<typeof setInterval> | null = null;
   private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
-  private bytesSincePing = 0;
+  /** Binary bytes received on the current socket, and at the last ack. */
+  private received = 0;
+  private ackedAt = 0;
+  /** Bytes between two acks (the relay's hello says). */
+  private ackBytes = 1024 * 1024;
   /** A snapshot being received (split over messages): applied here, swapped in when complete. */
   private incoming: EpisodeAssembly | null = null;
   /** Where to resume after a drop: the seq our assembly stands at, or null (start from a snapshot). */
@@ -241,8 +247,8 @@ export class EpisodeWatch {
     ws.onopen = () => {
       this.opened = this.everOpened = true;
       this.attempt = 0;
-      this.bytesSincePing = 0;
-      this.pingTimer = setInterval(() => this.ping(), this.options.pingIntervalMs ?? 10_000);
+      this.received = this.ackedAt = 0;
+      this.pingTimer = setInterval(() => this.ping(), this.options.pingIntervalMs ?? 30_000);
     };
     ws.onmessage = (ev) => this.receive(ev.data);
     ws.onerror = () => {
@@ -252,14 +258,19 @@ export class EpisodeWatch {
   }
 
   private ping(): void {
-    this.bytesSincePing = 0;
     if (this.socket?.readyState === 1) this.socket.send("ping");
+  }
+
+  /** Tell the relay how much arrived (it sends more, and keeps this watcher, by that). */
+  private ack(): void {
+    this.ackedAt = this.received;
+    if (this.socket?.readyState === 1) this.socket.send(JSON.stringify({ type: "ack", bytes: this.received }));
   }
 
   private receive(data: unknown): void {
     if (typeof data === "string") return; // "pong"
     const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : (data as Uint8Array);
-    this.bytesSincePing += bytes.length;
+    this.received += bytes.length;
     try {
       this.handle(decode(bytes) as Message);
     } catch (e) {
@@ -268,13 +279,14 @@ export class EpisodeWatch {
       this.resumeAfter = null;
       this.socket?.close(4000, "client could not apply a message");
     }
-    if (this.bytesSincePing >= (this.options.pingEveryBytes ?? 8 * 1024 * 1024)) this.ping();
+    if (this.received - this.ackedAt >= (this.options.ackEveryBytes ?? this.ackBytes)) this.ack();
   }
 
   private handle(m: Message): void {
     switch (m.type) {
       case "hello":
         this.incoming = null;
+        if (typeof m.ack_bytes === "number" && m.ack_bytes > 0) this.ackBytes = m.ack_bytes;
         this.setState("catching_up");
         this.emit({ type: "hello", episode: m.episode!, status: m.status!, seq: m.seq! });
         return;

@@ -198,7 +198,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     let calls = 0;
     for (const t of traces) {
       nodes += t.nodes.length;
-      calls += t.items.calls.length;
+      calls += t.items.calls.count;
     }
     stats.textContent = `seq ${w.seq} · ${plural(traces.length, "trace")} · ${plural(nodes, "node")} · ${plural(calls, "call")}`;
     banner.hidden = !(status === "failed" || error);
@@ -287,14 +287,15 @@ export function mountEpisode(shell: Shell, id: string): () => void {
         spawnedBy !== null ? h("button.chip.link", { type: "button", "data-target-trace": first.id, "data-target-node": spawnedBy, onclick: jump }, `spawned by ${traceName(first)} #${spawnedBy}`) : null,
       ),
       rewards.length ? h("div.rewards", null, rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v)))) : null,
-      h("div.trace-counts.muted", null, [plural(t.nodes.length, "node"), plural(t.items.calls.length, "call"), t.items.errors.length ? plural(t.items.errors.length, "error") : ""].filter(Boolean).join(" · ")),
+      h("div.trace-counts.muted", null, [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), t.items.errors.count ? plural(t.items.errors.count, "error") : ""].filter(Boolean).join(" · ")),
     ]);
+    const asm = watch!.assembly;
     // errors
-    if (d.errorCount !== t.items.errors.length) {
-      d.errorCount = t.items.errors.length;
+    if (d.errorCount !== t.items.errors.count) {
+      d.errorCount = t.items.errors.count;
       clear(d.errors);
       d.errors.hidden = d.errorCount === 0;
-      for (const span of t.items.errors) {
+      for (const span of asm.items(t, "errors")) {
         const v = json(span);
         const o = isObject(v) ? v : {};
         d.errors.append(h("div.error-item", null, h("strong", null, typeof o.type === "string" ? o.type : "error"), " ", typeof o.message === "string" ? o.message : JSON.stringify(v)));
@@ -302,9 +303,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     }
     // turns (only changed ones are rebuilt)
     const callsByNode = new Map<number, Uint8Array>();
-    for (const span of t.items.calls) callsByNode.set(callView(span).node, span);
+    for (const span of asm.items(t, "calls")) callsByNode.set(callView(span).node, span);
     for (let i = 0; i < t.nodes.length; i++) {
-      const node = t.nodes[i]!;
+      const node = asm.node(t, i);
       const view = nodeView(node, i);
       const call = callsByNode.get(i) ?? null;
       const rep = repaired.get(`${t.id}\n${i}`) ?? [];
@@ -384,8 +385,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 
   /** The orchestrator node a sub-agent was spawned from (its first subagent_call link). */
   function spawnLink(t: TraceState): number | null {
+    const asm = watch!.assembly;
     for (let i = 0; i < t.nodes.length; i++) {
-      for (const l of nodeView(t.nodes[i]!, i).links) if (l.type === "subagent_call") return l.node;
+      for (const l of nodeView(asm.node(t, i), i).links) if (l.type === "subagent_call") return l.node;
     }
     return null;
   }

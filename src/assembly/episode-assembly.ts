@@ -1,18 +1,23 @@
 // The reference client's `EpisodeAssembly`, byte-exact: apply deltas in order, expose the
 // live traces (checkpoint form) and `finish(head, summaries)` the episode.
 //
-// `apply` is all-or-nothing: every check that can fail (types, indices, routing, dtypes)
-// runs against the current state first and builds the new values aside; only then is the
-// state changed, by steps that cannot fail.
+// The assembly holds an index (traces in arrival order, their fields and pending, per node its
+// NodeInfo, per item list a count and a size) and applies the rules; node and item bytes go to
+// an EpisodeStore (src/assembly/store.ts): in memory by default, SQLite in the relay.
+//
+// `apply` is all-or-nothing: every check that can fail (types, indices, routing, dtypes) runs
+// against the current state first and builds the new values aside; only then is the state
+// changed, by steps that cannot fail.
 
-import { parseDelta, type ParsedDelta } from "./delta.js";
+import { parseDelta, type Entry, type ParsedDelta } from "./delta.js";
 import { DeltaError, FinishError } from "./errors.js";
-import { LIST_FIELDS, type ListField } from "./fields.js";
+import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
 import { repairLastRow, type NdArray } from "./ndarray.js";
-import type { NodeState } from "./node.js";
+import { infoOf, nodeLength, type NodeState } from "./node.js";
+import { drain, MsgpackOut, viewOf, writeCheckpoint, writeFinished, type TraceView } from "./render.js";
+import { MemoryStore, type EpisodeStore } from "./store.js";
 import { TraceState } from "./trace.js";
-import { ChunkWriter, EMPTY_ARRAY } from "../wire/writer.js";
-import type { Entry } from "./delta.js";
+import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
 
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;
@@ -26,6 +31,25 @@ export interface TraceSummary {
 export class EpisodeAssembly {
   /** Live traces in arrival order (the order their `open` was first applied). */
   readonly traces = new Map<string, TraceState>();
+  /** The number the next new trace incarnation gets in the store. */
+  private nextTnum = 1;
+  /** Written into each NodeInfo the next apply makes (the relay sets it to the frame's seq). */
+  version = 0;
+
+  constructor(
+    readonly store: EpisodeStore = new MemoryStore(),
+    loaded: Iterable<TraceState> = [],
+  ) {
+    for (const t of loaded) {
+      this.traces.set(t.id, t);
+      this.nextTnum = Math.max(this.nextTnum, t.tnum + 1);
+    }
+  }
+
+  /** The next incarnation number is at least `n` (a store's numbers are never reused). */
+  reserveTnums(n: number): void {
+    this.nextTnum = Math.max(this.nextTnum, n);
+  }
 
   /** Parse, check and apply one delta frame. Throws DeltaError and changes nothing on failure. */
   apply(frame: Uint8Array, trusted = false): ParsedDelta {
@@ -39,15 +63,20 @@ export class EpisodeAssembly {
    * pushed there, so a caller can roll back several applied deltas (a batch) in reverse.
    */
   applyParsed(delta: ParsedDelta, undo?: Undo): void {
+    const store = this.store;
     if (delta.discard) {
-      if (undo && this.traces.has(delta.trace)) {
+      const gone = this.traces.get(delta.trace);
+      if (!gone) return;
+      if (undo) {
         const order = [...this.traces];
         undo.push(() => {
           this.traces.clear();
           for (const [k, v] of order) this.traces.set(k, v);
+          store.restored(gone);
         });
       }
       this.traces.delete(delta.trace);
+      store.dropped(gone);
       return;
     }
     const held = this.traces.get(delta.trace);
@@ -55,125 +84,163 @@ export class EpisodeAssembly {
       throw new DeltaError("unknown_trace", "trace", `unknown trace ${JSON.stringify(delta.trace)} and no \`open\``);
     }
     const nodeCount = held ? held.nodes.length : 0;
-    const nodes = held ? held.nodes : [];
 
-    // Checks and new values, before any change.
-    for (const { index } of delta.links ?? []) {
+    // Checks and new values, before any change. Nodes a link or a repair touches are read once.
+    const touched = new Map<number, { before: NodeState; after: NodeState }>();
+    const read = (index: number) => {
+      let t = touched.get(index);
+      if (!t) {
+        const n = store.node(held!, index);
+        touched.set(index, (t = { before: n, after: n }));
+      }
+      return t;
+    };
+    for (const { index, items } of delta.links ?? []) {
       if (index >= nodeCount) throw outOfRange("links", index, nodeCount);
+      if (items.length === 0) continue;
+      const t = read(index);
+      t.after = { ...t.after, parents: t.after.parents.concat(items), pristine: false };
     }
-    const repaired: Array<[NodeState, NdArray]> = [];
     for (const { index, row } of delta.repairs ?? []) {
       if (index >= nodeCount) throw outOfRange("routing_repairs", index, nodeCount);
-      const node = nodes[index]!;
-      if (!node.routed) throw new DeltaError("no_routing", `routing_repairs[${index}]`, `node ${index} has no routed_experts to repair`);
-      repaired.push([node, repairLastRow(node.routed, row, `routing_repairs[${index}]`)]);
+      const t = read(index);
+      const routed: NdArray | null = t.after.routed;
+      if (!routed) throw new DeltaError("no_routing", `routing_repairs[${index}]`, `node ${index} has no routed_experts to repair`);
+      t.after = { ...t.after, routed: repairLastRow(routed, row, `routing_repairs[${index}]`), pristine: false };
     }
 
     // Commit: nothing below can fail.
     let trace = held;
     if (!trace) {
-      trace = new TraceState(delta.trace, delta.open!);
-      this.traces.set(delta.trace, trace);
-      undo?.push(() => this.traces.delete(delta.trace));
+      const t = new TraceState(delta.trace, this.nextTnum++, delta.open!);
+      trace = t;
+      this.traces.set(delta.trace, t);
+      store.opened(t);
+      undo?.push(() => {
+        this.traces.delete(delta.trace);
+        store.dropped(t);
+      });
     } else if (undo) {
       const t = trace;
-      const counts = LIST_FIELDS.map((f) => t.count(f));
+      const nodes = t.nodes.length;
+      const items = ITEM_FIELDS.map((f) => ({ ...t.items[f] }));
       const pending = t.pending;
       // the slots `set` will overwrite (undefined: a key it adds, which goes last and is deleted)
       const before = (delta.set ?? []).map((e) => [e.key, t.fields.get(e.key)] as const);
       undo.push(() => {
-        t.nodes.length = counts[0]!;
-        LIST_FIELDS.forEach((f, i) => {
-          if (f !== "nodes") t.items[f].length = counts[i]!;
+        if (t.nodes.length !== nodes) {
+          t.nodes.length = nodes;
+          store.nodesRemoved(t, nodes);
+        }
+        ITEM_FIELDS.forEach((f, i) => {
+          if (t.items[f].count !== items[i]!.count) {
+            t.items[f] = items[i]!;
+            store.itemsRemoved(t, f, items[i]!.count);
+          }
         });
-        t.pending = pending;
+        if (t.pending !== pending) {
+          t.pending = pending;
+          store.pendingSet(t);
+        }
         for (let i = before.length - 1; i >= 0; i--) {
           const [k, slot] = before[i]!;
           if (slot) t.fields.set(k, slot);
           else t.fields.delete(k);
         }
+        if (before.length) store.fieldsSet(t, before.map(([k]) => k));
       });
     }
-    for (const { index, items } of delta.links ?? []) {
-      const node = nodes[index]!;
-      if (items.length === 0) continue;
+    for (const [index, { before, after }] of touched) {
+      const t = trace;
+      const info = t.nodes[index]!;
       if (undo) {
-        const { parents, pristine } = node;
-        undo.push(() => Object.assign(node, { parents, pristine }));
+        undo.push(() => {
+          t.nodes[index] = info;
+          store.nodeRestored(t, index, before);
+        });
       }
-      node.parents = node.parents.concat(items);
-      node.pristine = false;
+      t.nodes[index] = infoOf(after, nodeLength(after), this.version);
+      store.nodeChanged(t, index, after, info);
     }
-    for (const [node, routed] of repaired) {
-      if (undo) {
-        const { routed: before, pristine } = node;
-        undo.push(() => Object.assign(node, { routed: before, pristine }));
-      }
-      node.routed = routed;
-      node.pristine = false;
+    // The parsed nodes become the store's (a ParsedDelta is applied once, to one assembly).
+    if (delta.nodes?.length) {
+      const from = trace.nodes.length;
+      for (const node of delta.nodes) trace.nodes.push(infoOf(node, nodeLength(node), this.version));
+      store.nodesAdded(trace, from, delta.nodes);
     }
-    // The parsed nodes become the trace's own (later links and repairs change them in place):
-    // a ParsedDelta is applied once, to one assembly; re-applying means parsing again.
-    if (delta.nodes) for (const node of delta.nodes) trace.nodes.push(node);
-    for (const f of LIST_FIELDS) {
-      if (f === "nodes") continue;
+    for (const f of ITEM_FIELDS) {
       const items = delta.lists[f];
-      if (items) for (const item of items) trace.items[f].push(item);
+      if (!items?.length) continue;
+      const list = trace.items[f];
+      let bytes = 0;
+      for (const item of items) bytes += item.length;
+      trace.items[f] = { count: list.count + items.length, bytes: list.bytes + bytes };
+      store.itemsAdded(trace, f, list.count, items);
     }
-    if (delta.set) trace.set(delta.set);
-    if (delta.nodes) trace.pending = EMPTY_ARRAY;
-    if (delta.pending) trace.pending = delta.pending;
+    if (delta.set) {
+      trace.set(delta.set);
+      store.fieldsSet(trace, delta.set.map((e) => e.key));
+    }
+    const pending = delta.pending ?? (delta.nodes ? EMPTY_ARRAY : null);
+    if (pending !== null && pending !== trace.pending) {
+      trace.pending = pending;
+      store.pendingSet(trace);
+    }
   }
 
   count(traceId: string, field: ListField): number {
     return this.traces.get(traceId)?.count(field) ?? 0;
   }
 
-  /** The live traces as one msgpack array, in arrival order, each with its `pending`. */
-  writeTraces(w: ChunkWriter): void {
-    w.arrayHeader(this.traces.size);
-    for (const t of this.traces.values()) t.write(w, true);
+  /** Node `index` of a trace, parsed (from the store). */
+  node(t: TraceState, index: number): NodeState {
+    return this.store.node(t, index);
   }
 
+  /** Every item of one list of a trace (from the store). */
+  items(t: TraceState, field: ItemField): Uint8Array[] {
+    return this.store.items(t.tnum, field, 0, t.items[field].count);
+  }
+
+  /** The live traces as they stand, in arrival order, for the writers. */
+  views(): TraceView[] {
+    return [...this.traces.values()].map(viewOf);
+  }
+
+  /** The live traces as one msgpack array, in arrival order, each with its `pending`. */
   tracesBytes(): Uint8Array {
-    const w = new ChunkWriter();
-    this.writeTraces(w);
-    return w.bytes();
+    const out = new MsgpackOut();
+    return concatChunks(drain(out, writeCheckpoint(out, this.store, this.views())));
   }
 
   /**
-   * `{**head, "traces": [...]}` with the traces in the summaries' order, checked against the
-   * summaries' counts. Throws FinishError with the reference's message. Returns chunks.
+   * The traces the reply names, in its order, checked against its counts (the reference's
+   * check). Throws FinishError with the reference's message.
    */
-  finish(head: Entry[], summaries: TraceSummary[]): Uint8Array[] {
-    const picked: TraceState[] = [];
+  pick(summaries: readonly TraceSummary[]): TraceView[] {
+    const picked: TraceView[] = [];
     for (const s of summaries) {
       const t = this.traces.get(s.id);
       if (!t) throw new FinishError(`served episode is missing trace ${s.id}`);
       const n = t.nodes.length;
-      const c = t.items.calls.length;
+      const c = t.items.calls.count;
       if (n !== s.nodes || c !== s.calls) {
         throw new FinishError(`served trace ${s.id} assembled ${n} nodes / ${c} calls, server reports ${s.nodes} / ${s.calls}`);
       }
-      picked.push(t);
+      picked.push(viewOf(t));
     }
-    const w = new ChunkWriter();
-    const hasTraces = head.some((e) => e.key === "traces");
-    w.mapHeader(head.length + (hasTraces ? 0 : 1));
-    const writeTraces = () => {
-      w.arrayHeader(picked.length);
-      for (const t of picked) t.write(w, false);
-    };
-    for (const e of head) {
-      w.raw(e.keySpan);
-      if (e.key === "traces") writeTraces();
-      else w.raw(e.value);
-    }
-    if (!hasTraces) {
-      w.str("traces");
-      writeTraces();
-    }
-    return w.finish();
+    return picked;
+  }
+
+  /** `{**head, "traces": [...]}` with the traces in the summaries' order, as chunks. Throws FinishError. */
+  finish(head: readonly Entry[], summaries: readonly TraceSummary[]): Uint8Array[] {
+    const out = new MsgpackOut();
+    return drain(out, writeFinished(out, this.store, head, this.pick(summaries)));
+  }
+
+  /** `finish` as one buffer. */
+  finishBytes(head: readonly Entry[], summaries: readonly TraceSummary[]): Uint8Array {
+    return concatChunks(this.finish(head, summaries));
   }
 }
 

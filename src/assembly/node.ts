@@ -79,6 +79,41 @@ export function arrayItems(r: Reader, field: string, nilIsEmpty = false): Uint8A
   return items;
 }
 
+/**
+ * What the assembly keeps of a node in its index (the node's bytes live in the store): enough to
+ * check a delta against it and to size the episode without reading it.
+ */
+export interface NodeInfo {
+  /** Length of the node's encoding as it stands. */
+  readonly bytes: number;
+  /** Its `semantic_parents` count. */
+  readonly parents: number;
+  /** Its routing array's dtype and shape, or null when it has none. */
+  readonly routed: { readonly dtype: string; readonly shape: readonly number[] } | null;
+  /** The seq of the frame that last wrote it (0 where the store keeps no versions). */
+  readonly ver: number;
+}
+
+export function infoOf(node: NodeState, bytes: number, ver = 0): NodeInfo {
+  return { bytes, parents: node.parents.length, routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null, ver };
+}
+
+/** The node's encoding (its received bytes while it is unchanged). */
+export function encodeNode(node: NodeState): Uint8Array {
+  if (node.pristine) return node.span;
+  const w = new ChunkWriter();
+  writeNode(w, node);
+  return w.bytes();
+}
+
+/** Length of the node's encoding, without building it. */
+export function nodeLength(node: NodeState): number {
+  if (node.pristine) return node.span.length;
+  const w = new ChunkWriter();
+  writeNode(w, node);
+  return w.length;
+}
+
 export function writeNode(w: ChunkWriter, node: NodeState): void {
   if (node.pristine) return w.raw(node.span);
   const { keys, values } = node;

@@ -1,45 +1,114 @@
-// The live assembly as ordinary upstream deltas: one `open`-bearing delta per trace, in arrival
-// order. Any reference `EpisodeAssembly` that applies them holds exactly this state (nodes carry
-// their current links and routing; `pending` is sent explicitly, even when `[]`).
+// A captured state as ordinary upstream deltas of bounded size, for a watcher that joins late:
+// per trace, the first delta carries `open` and the first list items, later ones more items, and
+// the last one also `set` (every scalar field, in order) and `pending` (explicitly, even `[]`:
+// nodes in the same delta clear the preview first). Any reference `EpisodeAssembly` that applies
+// them, in order, holds exactly the captured state (nodes carry their links and repaired routing).
+//
+// A delta holds at most one range of each list, in the upstream key order, and stays under the
+// budget unless one node alone is larger (a node cannot be split).
 
-import type { EpisodeAssembly } from "./episode-assembly.js";
-import { LIST_FIELDS } from "./fields.js";
-import type { TraceState } from "./trace.js";
+import { LIST_FIELDS, type ListField } from "./fields.js";
+import { writeNode } from "./node.js";
+import { countOf, type TraceView } from "./render.js";
+import type { BodyReader } from "./store.js";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
+
+/** Target size of one snapshot delta. */
+export const DELTA_BYTES = 1 << 20;
 
 const KEYS = Object.fromEntries(["trace", "open", "set", "pending", ...LIST_FIELDS].map((k) => [k, encodeStr(k)]));
 
-export function snapshotDeltas(asm: EpisodeAssembly): Uint8Array[] {
-  return [...asm.traces.values()].map(traceSnapshot);
+interface Range {
+  field: ListField;
+  from: number;
+  to: number;
+  bytes: number;
 }
 
-export function traceSnapshot(t: TraceState): Uint8Array {
-  const open = t.entries("open");
-  const set = t.entries("set");
-  const lists = LIST_FIELDS.filter((f) => t.count(f) > 0);
-  const w = new ChunkWriter();
-  w.mapHeader(3 + lists.length + (set.length ? 1 : 0));
-  w.raw(KEYS.trace!);
-  w.str(t.id);
-  w.raw(KEYS.open!);
-  w.mapHeader(open.length);
-  for (const e of open) {
-    w.raw(e.key);
-    w.raw(e.value);
-  }
-  for (const f of lists) {
-    w.raw(KEYS[f]!);
-    t.writeList(w, f);
-  }
-  if (set.length) {
-    w.raw(KEYS.set!);
-    w.mapHeader(set.length);
-    for (const e of set) {
-      w.raw(e.key);
-      w.raw(e.value);
+/** A list's items split into ranges of about `budget` bytes (items by their average size). */
+function ranges(v: TraceView, field: ListField, budget: number): Range[] {
+  const count = countOf(v, field);
+  const out: Range[] = [];
+  if (field === "nodes") {
+    for (let from = 0; from < count; ) {
+      let to = from + 1;
+      let bytes = v.nodes[from]!.bytes;
+      for (; to < count && bytes + v.nodes[to]!.bytes <= budget; to++) bytes += v.nodes[to]!.bytes;
+      out.push({ field, from, to, bytes });
+      from = to;
+    }
+  } else if (count > 0) {
+    const avg = v.items[field].bytes / count;
+    const per = Math.max(1, Math.floor(budget / Math.max(avg, 1)));
+    for (let from = 0; from < count; from += per) {
+      const to = Math.min(count, from + per);
+      out.push({ field, from, to, bytes: avg * (to - from) });
     }
   }
-  w.raw(KEYS.pending!);
-  w.raw(t.pending);
-  return w.bytes();
+  return out;
+}
+
+/** The deltas that rebuild trace `v` (bodies from `reader`), each at most about `budget` bytes. */
+export function* traceSnapshot(reader: BodyReader, v: TraceView, budget = DELTA_BYTES): Generator<Uint8Array> {
+  const all = LIST_FIELDS.flatMap((f) => ranges(v, f, budget));
+  // group consecutive ranges of distinct fields while they fit
+  const groups: Range[][] = [];
+  let cur: Range[] = [];
+  let bytes = 0;
+  for (const r of all) {
+    if (cur.length > 0 && (cur.at(-1)!.field === r.field || bytes + r.bytes > budget)) {
+      groups.push(cur);
+      cur = [];
+      bytes = 0;
+    }
+    cur.push(r);
+    bytes += r.bytes;
+  }
+  if (cur.length > 0 || groups.length === 0) groups.push(cur);
+  const open = v.slots.filter((s) => s.from === "open");
+  const set = v.slots.filter((s) => s.from === "set");
+  for (let g = 0; g < groups.length; g++) {
+    const first = g === 0;
+    const last = g === groups.length - 1;
+    const w = new ChunkWriter();
+    w.mapHeader(1 + (first ? 1 : 0) + groups[g]!.length + (last ? (set.length ? 2 : 1) : 0));
+    w.raw(KEYS.trace!);
+    w.str(v.id);
+    if (first) {
+      w.raw(KEYS.open!);
+      w.mapHeader(open.length);
+      for (const s of open) {
+        w.raw(s.key);
+        if (s.from === "open") w.raw(s.value);
+      }
+    }
+    for (const r of groups[g]!) {
+      w.raw(KEYS[r.field]!);
+      w.arrayHeader(r.to - r.from);
+      if (r.field === "nodes") {
+        for (const n of reader.nodes(v.tnum, r.from, r.to)) {
+          if (n instanceof Uint8Array) w.raw(n);
+          else writeNode(w, n);
+        }
+      } else for (const item of reader.items(v.tnum, r.field, r.from, r.to)) w.raw(item);
+    }
+    if (last) {
+      if (set.length) {
+        w.raw(KEYS.set!);
+        w.mapHeader(set.length);
+        for (const s of set) {
+          w.raw(s.key);
+          if (s.from === "set") w.raw(s.value);
+        }
+      }
+      w.raw(KEYS.pending!);
+      w.raw(v.pending);
+    }
+    yield w.bytes();
+  }
+}
+
+/** Every trace's snapshot deltas, in arrival order. */
+export function* snapshotDeltas(reader: BodyReader, views: readonly TraceView[], budget = DELTA_BYTES): Generator<Uint8Array> {
+  for (const v of views) yield* traceSnapshot(reader, v, budget);
 }

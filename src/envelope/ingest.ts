@@ -22,11 +22,17 @@ export interface IngestResult {
 /** Highest applied seq per producer. */
 export type ProducerLedger = Map<string, number>;
 
-export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array): IngestResult {
+/**
+ * Apply one producer message to `asm` (all or nothing). `beforeApply` runs before each delta that
+ * is applied (not before a duplicate): the relay numbers the frames there.
+ */
+export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array, beforeApply?: () => void): IngestResult {
   const msg = parseIngestMessage(message);
   if (msg.kind === "delta") {
-    const d = asm.apply(msg.delta);
-    return { applied: [msg.delta], traces: [d.trace], duplicates: 0, producers: new Map() };
+    const parsed = parseDelta(msg.delta);
+    beforeApply?.();
+    asm.applyParsed(parsed);
+    return { applied: [msg.delta], traces: [parsed.trace], duplicates: 0, producers: new Map() };
   }
   const undo: Undo = [];
   // the seqs this message may change, to put back on failure
@@ -40,7 +46,7 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
     msg.envelopes.forEach((env, i) => {
       const where = batch ? `batch[${i}]` : "";
       try {
-        const out = applyEnvelope(asm, ledger, env, undo);
+        const out = applyEnvelope(asm, ledger, env, undo, beforeApply);
         if (out) {
           applied.push(out.bytes);
           traces.push(out.trace);
@@ -63,7 +69,7 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
 }
 
 /** Apply one envelope; null when its seq was already applied. */
-function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelope, undo: Undo): { bytes: Uint8Array; trace: string } | null {
+function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelope, undo: Undo, beforeApply?: () => void): { bytes: Uint8Array; trace: string } | null {
   if (env.seq > 0) {
     const last = ledger.get(env.producer) ?? 0;
     if (env.seq <= last) return null;
@@ -77,6 +83,7 @@ function applyEnvelope(asm: EpisodeAssembly, ledger: ProducerLedger, env: Envelo
       parsed = parseDelta(trimmed, true); // written by trimDelta from validated spans
     }
   }
+  beforeApply?.();
   asm.applyParsed(parsed, undo);
   if (env.seq > 0) ledger.set(env.producer, env.seq);
   return { bytes, trace: parsed.trace };

@@ -11,7 +11,7 @@
 
 import type { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { DeltaError } from "../assembly/errors.js";
-import { LIST_FIELDS, type ListField } from "../assembly/fields.js";
+import { LIST_FIELDS, type ItemField, type ListField } from "../assembly/fields.js";
 import { writeNdArray, type NdArray } from "../assembly/ndarray.js";
 import { resentNodeExtras } from "../assembly/node.js";
 import { equalBytes } from "../wire/bytes.js";
@@ -54,10 +54,10 @@ export function trimDelta(asm: EpisodeAssembly, d: ParsedDelta, acked: ProducerA
     for (let k = 0; k < dup; k++) {
       const at = base + k;
       if (f === "nodes") {
-        const extras = resentNodeExtras(held.nodes[at]!, d.nodes![k]!, `nodes[${k}]`);
+        const extras = resentNodeExtras(asm.node(held, at), d.nodes![k]!, `nodes[${k}]`);
         if (extras.links.length) extraLinks.push({ index: at, items: extras.links });
         if (extras.row) extraRows.push({ index: at, row: extras.row });
-      } else if (!equalBytes(held.items[f as Exclude<ListField, "nodes">][at]!, items[k] as Uint8Array)) {
+      } else if (!equalBytes(asm.store.items(held.tnum, f as ItemField, at, at + 1)[0]!, items[k] as Uint8Array)) {
         throw conflict(`${f}[${k}]`, `re-sent item differs from the held ${f}[${at}]`);
       }
     }
@@ -68,19 +68,20 @@ export function trimDelta(asm: EpisodeAssembly, d: ParsedDelta, acked: ProducerA
   // Links on held nodes: skip the ones past the acked count that the relay already holds.
   const links: Array<{ index: number; items: Uint8Array[] }> = [];
   for (const { index, items } of d.links ?? []) {
-    const node = held.nodes[index];
-    if (!node) {
+    const info = held.nodes[index];
+    if (!info) {
       links.push({ index, items }); // out of range: apply will refuse it with the precise error
       continue;
     }
     const base = acked.links.get(index);
     if (base === undefined) throw conflict(`acked.links[${index}]`, "missing: every node in `links` needs its acknowledged link count");
-    const have = node.parents.length;
+    const have = info.parents;
     const dup = have - base;
     if (dup < 0) throw conflict(`acked.links[${index}]`, `the producer had ${base} links acknowledged, the relay holds ${have}`);
     if (dup > items.length) throw conflict(`links[${index}]`, `the relay holds ${dup} links past the acknowledged count, the delta re-sends ${items.length}`);
+    const parents = dup > 0 ? asm.node(held, index).parents : [];
     for (let k = 0; k < dup; k++) {
-      if (!equalBytes(node.parents[base + k]!, items[k]!)) throw conflict(`links[${index}][${k}]`, "re-sent link differs from the held one");
+      if (!equalBytes(parents[base + k]!, items[k]!)) throw conflict(`links[${index}][${k}]`, "re-sent link differs from the held one");
     }
     if (dup > 0) changed = true;
     if (dup < items.length) links.push({ index, items: items.slice(dup) });

@@ -1,14 +1,17 @@
 // One Durable Object per episode: owns its SQLite storage, its sockets and its lifecycle, and
-// calls the pure modules (assembly, envelope) for everything else.
+// calls the pure modules (assembly, envelope, watch protocol) for everything else.
 //
-// Durability: each ingest is applied in memory (all or nothing), then its frames, producer
-// seqs and counters are written in one `transactionSync`; the answer (HTTP response or socket
-// ack) goes out after that, and the platform's output gate holds it until the write is durable.
-// If the write throws, the in-memory state is dropped and rebuilt from storage on next use.
+// SQLite is the episode: the assembly writes node and item bytes (and its index) through the
+// SqlStore, inside the same `transactionSync` as the frame's log row, the producers' seqs and the
+// counters; the answer (HTTP response or socket ack) goes out after it, and the platform's output
+// gate holds it until the write is durable. Memory holds only the index (per trace its fields,
+// pending, per node a NodeInfo): waking up reads it back, whatever the episode's size. If a write
+// throws, the transaction rolls back and the index is read back from storage on next use.
 
 import { DurableObject } from "cloudflare:workers";
+import { DeltaError, FinishError } from "../assembly/errors.js";
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
-import { FinishError } from "../assembly/errors.js";
+import { finishedSize, JsonOut, MsgpackOut, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
 import { ingest, type ProducerLedger } from "../envelope/ingest.js";
 import type { Env } from "../env.js";
@@ -17,30 +20,22 @@ import { HttpError, describeError, errorResponse } from "../http/errors.js";
 import { METHODS, parseRoute } from "../http/route.js";
 import { equalBytes } from "../wire/bytes.js";
 import { decodeLossless } from "../wire/lossless.js";
-import { toJson } from "../wire/json-view.js";
-import { ChunkWriter, concatChunks } from "../wire/writer.js";
-import { snapshotDeltas, traceSnapshot } from "../assembly/snapshot.js";
-import { traceOf } from "../assembly/delta.js";
-import { binItems } from "../wire/reader.js";
-import { caughtUpMessage, finishMessage, framesMessages, helloMessage, snapshotMessages, type Frame } from "../watch/protocol.js";
-import { deltaForVariant, isFull, parseVariant, variantKey, type Variant } from "../watch/variant.js";
-import { limitsFrom, type Limits } from "./limits.js";
-import { EpisodeStore, type Meta } from "./storage.js";
-import { CLOSE_READ_ONLY, CLOSE_TOO_MANY, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers.js";
+import { toJson, type Json } from "../wire/json-view.js";
+import { finishMessage, parseAck } from "../watch/protocol.js";
+import { parseVariant } from "../watch/variant.js";
 import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
-import type { Json } from "../wire/json-view.js";
+import type { CatchUpSource } from "./catchup.js";
+import { limitsFrom, type Limits } from "./limits.js";
+import { liveSize, streamBody, writeLive } from "./read.js";
+import { SqlStore } from "./sql-store.js";
+import { EpisodeRecord, type Meta } from "./storage.js";
+import { CLOSE_POLICY, CLOSE_TRY_LATER, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers.js";
 
 /** Header the Worker sets: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
 
 const MSGPACK = "application/msgpack";
-
-/**
- * The episode index gets at most one update per episode per INDEX_FLUSH_MS (default 2000 ms)
- * while turns arrive (creation, finish, delete and expiry go at once). Pending updates are
- * flushed by the alarm.
- */
 
 /** The answer to one ingest message. */
 export interface IngestAck {
@@ -51,29 +46,39 @@ export interface IngestAck {
   producers: Record<string, number>;
 }
 
-interface Live {
-  asm: EpisodeAssembly;
-  ledger: ProducerLedger;
-}
-
 type SocketAttachment = { role: "ingest"; id: string } | WatcherAttachment;
 
 export class Episode extends DurableObject<Env> {
-  private readonly store: EpisodeStore;
+  private readonly record: EpisodeRecord;
+  private readonly store: SqlStore;
   private readonly limits: Limits;
-  /** The assembly rebuilt from the log, loaded on first need (waking up stays cheap). */
-  private live: Live | null = null;
-  /** The finished episode's bytes, once built. */
-  private finished: Uint8Array | null = null;
   private readonly watchers: Watchers;
+  /** The index (and the producers' seqs), read from storage on first need. */
+  private live: { asm: EpisodeAssembly; ledger: ProducerLedger } | null = null;
   /** Index updates from this object, in order (each waits for the one before). */
   private indexChain: Promise<void> = Promise.resolve();
+  /** Frames logged since the log was last checked for trimming (memory only). */
+  private sinceTrim = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.store = new EpisodeStore(ctx.storage.sql);
+    this.record = new EpisodeRecord(ctx.storage.sql);
+    this.store = new SqlStore(ctx.storage.sql);
     this.limits = limitsFrom(env);
-    this.watchers = new Watchers(ctx, this.limits.watcherLagBytes);
+    const source: CatchUpSource = {
+      meta: () => this.record.meta(),
+      views: () => this.index().asm.views(),
+      pin: (asOf) => this.store.pin(asOf),
+      reader: (asOf) => this.store.reader(asOf),
+      frames: (after, upTo, maxBytes) => this.record.frames(after, upTo, maxBytes),
+      reply: () => this.record.reply(),
+    };
+    this.watchers = new Watchers(ctx, {
+      maxWatchers: this.limits.maxWatchers, lagBytes: this.limits.watcherLagBytes,
+      window: this.limits.watcherWindowBytes, maxCatchUps: this.limits.maxCatchUps,
+    }, source);
+    // a restart forgets every reader: what was kept for them can go
+    if (this.record.exists() && !this.record.isOldLayout()) this.store.afterRestart();
     // Watchers' keep-alive pings are answered by the platform: they never wake the object.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -91,11 +96,11 @@ export class Episode extends DurableObject<Env> {
     try {
       switch (route.action) {
         case "deltas":
-          return Response.json(await this.postDeltas(request, id));
+          return Response.json(this.ingestMessage(await readBody(request, this.limits.maxMessage), id));
         case "ingest":
           return this.acceptIngest(request, id);
         case "reply":
-          return Response.json(await this.postReply(request, id));
+          return Response.json(await this.postReply(request));
         case "status":
           return this.getStatus();
         case "episode":
@@ -108,45 +113,73 @@ export class Episode extends DurableObject<Env> {
     }
   }
 
-  // ---- ingest ----
+  // ---- the index ----
 
-  private async postDeltas(request: Request, id: string): Promise<IngestAck> {
-    const body = await readBody(request, this.limits.maxMessage);
-    return this.ingestMessage(body, id);
+  /** The index, read from storage (upgrading an old layout first) on first use. */
+  private index(): { asm: EpisodeAssembly; ledger: ProducerLedger } {
+    if (this.live) return this.live;
+    if (this.record.isOldLayout()) this.upgrade();
+    const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
+    const asm = new EpisodeAssembly(this.store, traces);
+    asm.reserveTnums(nextTnum);
+    this.live = { asm, ledger: this.record.producers() };
+    return this.live;
   }
+
+  /** Storage written by a relay that kept the episode in memory: rebuild the state into SQLite, once. */
+  private upgrade(): void {
+    this.ctx.storage.transactionSync(() => {
+      const deltas = this.record.upgrade();
+      const asm = new EpisodeAssembly(this.store);
+      asm.version = this.record.meta()!.seq;
+      for (const d of deltas) asm.apply(d, true);
+    });
+  }
+
+  /** After a failed write: the transaction rolled back, so memory must be read back from storage. */
+  private forgetMemory(): void {
+    this.live = null;
+    this.record.invalidate();
+  }
+
+  // ---- ingest ----
 
   /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
   private ingestMessage(body: Uint8Array, id: string): IngestAck {
-    const meta = this.store.meta();
+    const meta = this.record.meta();
     if (meta && meta.status !== "live") {
       throw new HttpError(409, "episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
     }
-    const size = (meta?.bytes ?? 0) + body.length;
-    if (size > this.limits.maxEpisode) {
-      throw new HttpError(413, "episode_too_large", `the episode would reach ${size} bytes, over the limit of ${this.limits.maxEpisode}`);
-    }
-    const live = this.loadLive();
-    const result = ingest(live.asm, live.ledger, body);
+    const live = this.index();
     const now = Date.now();
+    let result: ReturnType<typeof ingest>;
     let saved: Meta;
     try {
-      saved = this.ctx.storage.transactionSync(() => {
-        const m = meta ?? this.store.create(id, now);
-        for (const frame of result.applied) {
+      ({ result, saved } = this.ctx.storage.transactionSync(() => {
+        const m = meta ?? this.record.create(id, now);
+        let seq = m.seq;
+        const r = ingest(live.asm, live.ledger, body, () => {
+          live.asm.version = ++seq;
+        });
+        // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
+        for (const frame of r.applied) {
           m.seq += 1;
           m.bytes += frame.length;
-          this.store.appendFrame(m.seq, frame);
+          this.record.appendFrame(m.seq, frame);
         }
-        for (const [name, seq] of result.producers) this.store.saveProducer(name, seq);
+        if (m.bytes > this.limits.maxEpisode) {
+          throw new HttpError(413, "episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${this.limits.maxEpisode}`);
+        }
+        for (const [name, seq] of r.producers) this.record.saveProducer(name, seq);
         this.countInto(m, live.asm);
         m.updated = now;
-        this.store.saveMeta(m);
-        return m;
-      });
+        this.record.saveMeta(m);
+        return { result: r, saved: m };
+      }));
     } catch (e) {
-      // the transaction rolled back: memory is ahead of storage, rebuild from storage next time
-      this.live = null;
-      this.store.invalidate();
+      // A refused delta left the index as it was (ingest rolls it back); anything else may not have.
+      if (e instanceof DeltaError) this.record.invalidate();
+      else this.forgetMemory();
       throw e;
     }
     if (!meta) {
@@ -155,7 +188,8 @@ export class Episode extends DurableObject<Env> {
     } else this.markIndexDirty(saved, now);
     const first = saved.seq - result.applied.length + 1;
     this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
-    if (saved.seq - saved.base >= this.limits.compactFrames && saved.seq >= this.nextCompactCheck) this.maybeCompact(saved, live.asm);
+    this.sinceTrim += result.applied.length;
+    if (this.sinceTrim >= 16 || saved.seq - saved.base > this.limits.logKeepFrames) this.trimLog(saved);
     return { ok: true, seq: saved.seq, applied: result.applied.length, duplicates: result.duplicates, producers: Object.fromEntries(result.producers) };
   }
 
@@ -165,58 +199,40 @@ export class Episode extends DurableObject<Env> {
     m.calls = 0;
     for (const t of asm.traces.values()) {
       m.nodes += t.nodes.length;
-      m.calls += t.items.calls.length;
+      m.calls += t.items.calls.count;
     }
   }
 
-  private loadLive(): Live {
-    if (this.live) return this.live;
-    const asm = new EpisodeAssembly();
-    const base = this.store.base();
-    // logged frames were validated when they were applied first: replay them as trusted
-    if (base) for (const d of binItems(base)) asm.apply(d, true);
-    for (const { frame } of this.store.frames()) asm.apply(frame, true);
-    this.live = { asm, ledger: this.store.producers() };
-    return this.live;
-  }
-
-  /** Seq from which compaction is worth checking again (memory only: rechecked after a wake). */
-  private nextCompactCheck = 0;
-
   /**
-   * Compact the log once it holds `compactFrames` frames past the base AND at least as many
-   * bytes as the base snapshot: a compaction rewrites the whole state, so it must not run more
-   * often than the state grows (the total work stays linear in the episode's bytes).
+   * Keep the log to its last LOG_KEEP_FRAMES frames and about LOG_KEEP_BYTES bytes (the state is
+   * in the store; the log only serves watchers that resume or catch up), never dropping a frame a
+   * catching-up watcher still has to read.
    */
-  private maybeCompact(m: Meta, asm: EpisodeAssembly): void {
-    const { log, base } = this.store.sizes();
-    if (log >= base) return this.compact(m, asm);
-    this.nextCompactCheck = m.seq + Math.ceil(this.limits.compactFrames / 4);
-  }
-
-  /**
-   * Compact the log: the state as snapshot deltas becomes the base, the frames it covers go.
-   * Waking up then replays one snapshot and a short log; watchers resuming from before the
-   * base get a snapshot instead of a replay.
-   */
-  private compact(m: Meta, asm: EpisodeAssembly): void {
-    const w = new ChunkWriter();
-    const deltas = snapshotDeltas(asm);
-    w.arrayHeader(deltas.length);
-    for (const d of deltas) {
-      w.binHeader(d.length);
-      w.raw(d);
+  private trimLog(m: Meta): void {
+    let keepFrom = m.seq - this.limits.logKeepFrames; // frames up to keepFrom can go
+    if (this.sinceTrim >= 16) {
+      // the byte rule reads the log's sizes: every 16 frames, not every frame
+      this.sinceTrim = 0;
+      let bytes = 0;
+      for (const f of this.record.logSizes()) {
+        bytes += f.bytes;
+        if (bytes > this.limits.logKeepBytes) {
+          keepFrom = Math.max(keepFrom, f.seq);
+          break;
+        }
+      }
     }
-    const snapshot = w.bytes();
+    const pinned = this.store.oldestPin();
+    const cut = Math.min(keepFrom, pinned ?? keepFrom, m.seq);
+    if (cut <= m.base) return;
     try {
       this.ctx.storage.transactionSync(() => {
-        this.store.saveBase(m.seq, snapshot);
-        m.base = m.seq;
-        this.store.saveMeta(m);
+        this.record.trimLog(cut);
+        this.record.saveMeta({ ...m, base: cut });
       });
     } catch (e) {
-      this.store.invalidate(); // the log stays as it was; compaction is retried later
-      console.error(`episode ${m.id}: log compaction failed: ${(e as Error).message}`);
+      this.record.invalidate(); // the log stays as it was; trimming is retried later
+      console.error(`episode ${m.id}: log trim failed: ${(e as Error).message}`);
     }
   }
 
@@ -235,8 +251,11 @@ export class Episode extends DurableObject<Env> {
     const att = ws.deserializeAttachment() as SocketAttachment | null;
     if (!att) return ws.close(1011, "socket without state");
     if (att.role === "watch") {
-      // "ping" never gets here (the platform answers it); anything else breaks the protocol
-      return ws.close(CLOSE_READ_ONLY, 'watchers are read-only: send only "ping"');
+      // "ping" never gets here (the platform answers it); acks pace the catch-up and the lag rule
+      const acked = typeof message === "string" ? parseAck(message) : null;
+      if (acked === null) return ws.close(CLOSE_POLICY, 'watchers send only acks ({"type":"ack","bytes":N}) and "ping"');
+      this.watchers.ack(ws, acked);
+      return;
     }
     if (typeof message === "string") return ws.close(1008, "ingest messages must be binary msgpack");
     if (message.byteLength > this.limits.maxMessage) {
@@ -251,6 +270,7 @@ export class Episode extends DurableObject<Env> {
   }
 
   async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
+    this.watchers.gone(ws);
     try {
       ws.close(code === 1005 ? 1000 : code, reason);
     } catch {
@@ -258,12 +278,15 @@ export class Episode extends DurableObject<Env> {
     }
   }
 
+  async webSocketError(ws: WebSocket): Promise<void> {
+    this.watchers.gone(ws);
+  }
+
   // ---- watchers ----
 
   /**
-   * Accept a watcher and, in the same synchronous turn (no ingest can interleave), send it
-   * hello, then a snapshot or the frames after `?after=SEQ`, then caught_up (and finish if
-   * the run has ended). Live frames follow from the broadcasts: no gap, no duplicate.
+   * Accept a watcher: hello at once, then its catch-up (a snapshot, or the frames after
+   * `?after=SEQ`), paced by its acks, then live frames (see src/episode/watchers.ts).
    */
   private acceptWatch(request: Request, url: URL, id: string): Response {
     if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
@@ -277,156 +300,108 @@ export class Episode extends DurableObject<Env> {
     const variant = parseVariant(url.searchParams);
     const pair = new WebSocketPair();
     const [client, server] = Object.values(pair) as [WebSocket, WebSocket];
-    if (this.watchers.count() >= this.limits.maxWatchers) {
+    if (this.watchers.full()) {
       this.ctx.acceptWebSocket(server, ["refused"]);
-      server.close(CLOSE_TOO_MANY, `too many watchers (limit ${this.limits.maxWatchers}); try again later`);
+      server.close(CLOSE_TRY_LATER, `too many watchers (limit ${this.limits.maxWatchers}); try again later`);
       return new Response(null, { status: 101, webSocket: client });
     }
-    this.ctx.acceptWebSocket(server, [WATCH_TAG, `v:${variantKey(variant)}`.slice(0, 256)]);
-    server.serializeAttachment({ role: "watch", id, variant } satisfies WatcherAttachment);
-    this.watchers.catchUp(server, this.catchUpMessages(id, variant, after));
+    this.ctx.acceptWebSocket(server, [WATCH_TAG]);
+    this.watchers.accept(server, id, variant, after);
     return new Response(null, { status: 101, webSocket: client });
-  }
-
-  private catchUpMessages(id: string, variant: Variant, after: number | null): Uint8Array[] {
-    const m = this.store.meta();
-    const seq = m?.seq ?? 0;
-    const out = [helloMessage(id, m?.status ?? "new", seq)];
-    if (after !== null && after <= seq && after >= (m?.base ?? 0)) {
-      // resume: the log still holds every frame after `after`
-      const frames: Frame[] = [];
-      for (const { seq: s, frame } of this.store.frames(after)) {
-        const d = isFull(variant) ? frame : deltaForVariant(frame, traceOf(frame), variant);
-        if (d) frames.push({ seq: s, delta: d });
-      }
-      if (frames.length) out.push(...framesMessages(frames));
-    } else {
-      const reason = after === null ? "join" : after > seq ? "ahead" : "trimmed";
-      const deltas: Uint8Array[] = [];
-      if (m) {
-        for (const t of this.loadLive().asm.traces.values()) {
-          const d = deltaForVariant(traceSnapshot(t), t.id, variant);
-          if (d) deltas.push(d);
-        }
-      }
-      out.push(...snapshotMessages(seq, reason, deltas));
-    }
-    out.push(caughtUpMessage(seq));
-    if (m && m.status !== "live") out.push(finishMessage(m.status, seq, this.store.reply() ?? new Uint8Array(0), m.error));
-    return out;
   }
 
   // ---- finish ----
 
-  private async postReply(request: Request, id: string): Promise<{ ok: true; status: string; seq: number }> {
+  private async postReply(request: Request): Promise<{ ok: true; status: string; seq: number }> {
     const body = await readBody(request, this.limits.maxMessage);
-    const meta = this.store.meta();
-    if (meta && meta.status !== "live") {
-      const stored = this.store.reply();
+    const meta = this.requireMeta();
+    if (meta.status !== "live") {
+      const stored = this.record.reply();
       if (stored && equalBytes(stored, body)) return { ok: true, status: meta.status, seq: meta.seq };
       throw new HttpError(409, "episode_finished", `the episode is already ${meta.status} with another reply`);
     }
     const reply = parseReply(body);
-    let finished: Uint8Array | null = null;
+    let size: number | null = null;
     if (reply.success) {
-      const live = this.loadLive();
       try {
-        finished = concatChunks(live.asm.finish(reply.head ?? [], reply.summaries));
+        size = finishedSize(reply.head ?? [], this.index().asm.pick(reply.summaries));
       } catch (e) {
         if (e instanceof FinishError) throw new HttpError(409, "finish_mismatch", e.message);
         throw e;
       }
     }
     const now = Date.now();
-    let saved: Meta;
+    const m: Meta = {
+      ...meta, status: reply.success ? "finished" : "failed", error: reply.error, updated: now,
+      size, etag: size === null ? null : `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`,
+    };
     try {
-      saved = this.ctx.storage.transactionSync(() => {
-        const m = meta ?? this.store.create(id, now);
-        this.store.saveReply(body);
-        m.status = reply.success ? "finished" : "failed";
-        m.error = reply.error;
-        m.updated = now;
-        this.store.saveMeta(m);
-        return m;
+      this.ctx.storage.transactionSync(() => {
+        this.record.saveReply(body);
+        this.record.saveMeta(m);
       });
     } catch (e) {
-      this.store.invalidate(); // rolled back
+      this.record.invalidate(); // rolled back
       throw e;
     }
-    if (!meta) this.scheduleExpiry(saved);
-    this.finished = finished;
-    void this.flushIndex(saved, now);
-    this.watchers.sendAll(finishMessage(saved.status, saved.seq, body, saved.error));
-    return { ok: true, status: saved.status, seq: saved.seq };
+    void this.flushIndex(m, now);
+    this.watchers.sendAll(finishMessage(m.status, m.seq, body, m.error));
+    return { ok: true, status: m.status, seq: m.seq };
   }
 
-  // ---- fetch ----
+  // ---- reads ----
 
   private getStatus(): Response {
     const m = this.requireMeta();
     return Response.json({
       id: m.id, status: m.status, seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls,
       // what the log holds (counts toward MAX_EPISODE_BYTES) and what GET answers now (msgpack)
-      frame_bytes: m.bytes, episode_bytes: this.episodeBytes(m).length,
-      watchers: this.ctx.getWebSockets("watch").length,
+      frame_bytes: m.bytes, episode_bytes: m.size ?? liveSize(m, this.index().asm.views()),
+      watchers: this.watchers.count(),
       created: new Date(m.created).toISOString(), updated: new Date(m.updated).toISOString(),
       error: m.error,
     });
   }
 
-  /** What `GET` answers in msgpack: the finished episode, or the live form while the run is on. */
-  private episodeBytes(m: Meta): Uint8Array {
-    return m.status === "finished" ? this.finishedBytes() : this.liveBytes(m);
-  }
-
+  /** The episode, streamed from storage: the live form, or the finished episode. */
   private getEpisode(request: Request): Response {
     const m = this.requireMeta();
     const json = wantsJson(request);
     // the msgpack and JSON forms are two representations: each has its own ETag, and caches
     // must key on Accept
     const headers = new Headers({ "cache-control": "no-store", vary: "Accept" });
-    if (m.status === "finished") {
-      const etag = `"${m.created.toString(36)}-${m.seq}-${json ? "json" : "msgpack"}"`;
+    const finished = m.status === "finished" && m.etag !== null ? m.etag : null;
+    if (finished !== null) {
+      const etag = `"${finished}-${json ? "json" : "msgpack"}"`;
       headers.set("etag", etag);
       headers.set("cache-control", "private, max-age=0, must-revalidate");
       if (request.headers.get("if-none-match")?.split(",").some((t) => t.trim() === etag || t.trim() === "*")) {
         return new Response(null, { status: 304, headers });
       }
     }
-    const bytes = this.episodeBytes(m);
-    if (json) {
-      headers.set("content-type", "application/json");
-      return new Response(request.method === "HEAD" ? null : JSON.stringify(toJson(decodeLossless(bytes))), { headers });
+    headers.set("content-type", json ? "application/json" : MSGPACK);
+    const asm = this.index().asm;
+    let views;
+    let head = null;
+    if (finished !== null) {
+      const reply = parseReply(this.record.reply()!);
+      head = reply.head ?? [];
+      views = asm.pick(reply.summaries);
+      if (!json) headers.set("content-length", String(m.size));
+    } else {
+      views = asm.views();
+      if (!json) headers.set("content-length", String(liveSize(m, views)));
     }
-    headers.set("content-type", MSGPACK);
-    return new Response(request.method === "HEAD" ? null : bytes, { headers });
-  }
-
-  private finishedBytes(): Uint8Array {
-    if (this.finished) return this.finished;
-    const reply = parseReply(this.store.reply()!);
-    this.finished = concatChunks(this.loadLive().asm.finish(reply.head ?? [], reply.summaries));
-    return this.finished;
-  }
-
-  /** `{status, seq, error, traces}`: the live assembly (checkpoint form, with `pending`). */
-  private liveBytes(m: Meta): Uint8Array {
-    const w = new ChunkWriter();
-    w.mapHeader(4);
-    w.str("status");
-    w.str(m.status);
-    w.str("seq");
-    w.int(m.seq);
-    w.str("error");
-    if (m.error === null) w.byte(0xc0);
-    else w.str(m.error);
-    w.str("traces");
-    this.loadLive().asm.writeTraces(w);
-    return w.bytes();
+    if (request.method === "HEAD") return new Response(null, { headers });
+    const out = json ? new JsonOut() : new MsgpackOut();
+    const pin = this.store.pin(m.seq);
+    const reader = this.store.reader(m.seq);
+    const writer = head !== null ? writeFinished(out, reader, head, views) : writeLive(out, reader, m, views);
+    return new Response(streamBody(out, writer, pin), { headers });
   }
 
   private requireMeta(): Meta {
-    const m = this.store.meta();
+    const m = this.record.meta();
     if (!m) throw new HttpError(404, "not_found", "no such episode");
     return m;
   }
@@ -440,19 +415,12 @@ export class Episode extends DurableObject<Env> {
   }
 
   private async erase(reason: string): Promise<void> {
-    const id = this.store.meta()?.id;
-    for (const ws of this.ctx.getWebSockets()) {
-      try {
-        ws.close(1000, reason);
-      } catch {
-        // already closing
-      }
-    }
+    const id = this.record.meta()?.id;
+    this.watchers.closeAll(1000, reason);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
-    this.store.forget();
+    this.record.forget();
     this.live = null;
-    this.finished = null;
     if (id !== undefined) void this.toIndex((index) => index.remove(id));
   }
 
@@ -469,7 +437,7 @@ export class Episode extends DurableObject<Env> {
    * for `retention` seconds) and a pending index update. It is set to the earlier of the two.
    */
   async alarm(): Promise<void> {
-    const m = this.store.meta();
+    const m = this.record.meta();
     if (!m) return;
     if (Date.now() >= this.expiresAt(m)) {
       await this.erase("episode expired");
@@ -477,15 +445,15 @@ export class Episode extends DurableObject<Env> {
       return;
     }
     // A pending index update is flushed whenever the alarm runs (it is never set later than due).
-    if (this.store.indexState().due !== 0) await this.flushIndex(m, Date.now());
+    if (this.record.indexState().due !== 0) await this.flushIndex(m, Date.now());
     await this.rearm();
   }
 
   /** Set the alarm to the earlier of retention and a pending index update. */
   private async rearm(): Promise<void> {
-    const m = this.store.meta();
+    const m = this.record.meta();
     if (!m) return;
-    const { due } = this.store.indexState();
+    const { due } = this.record.indexState();
     const expires = this.expiresAt(m);
     await this.ctx.storage.setAlarm(due !== 0 ? Math.min(due, expires) : expires);
   }
@@ -495,10 +463,10 @@ export class Episode extends DurableObject<Env> {
   /** A turn changed the episode: schedule an index update unless one is pending (throttled). */
   private markIndexDirty(m: Meta, now: number): void {
     if (!this.env.EPISODE_INDEX) return;
-    const st = this.store.indexState();
+    const st = this.record.indexState();
     if (st.due !== 0) return;
     const due = Math.max(now, st.lastFlush + this.limits.indexFlushMs);
-    this.store.saveIndexState({ lastFlush: st.lastFlush, due });
+    this.record.saveIndexState({ lastFlush: st.lastFlush, due });
     void this.ctx.storage.setAlarm(Math.min(due, this.expiresAt(m)));
   }
 
@@ -515,13 +483,13 @@ export class Episode extends DurableObject<Env> {
       console.warn(`episode index: could not build the row: ${e instanceof Error ? e.message : String(e)}`);
       return Promise.resolve();
     }
-    this.store.saveIndexState({ lastFlush: now, due: 0 });
+    this.record.saveIndexState({ lastFlush: now, due: 0 });
     return this.toIndex((index) => index.upsert(row));
   }
 
   /** The first (orchestrator) trace's `rewards` as JSON, or null. */
   private rewards(): Json {
-    const first = this.loadLive().asm.traces.values().next();
+    const first = this.index().asm.traces.values().next();
     if (first.done) return null;
     const slot = first.value.fields.get("rewards");
     if (!slot || (slot.from !== "set" && slot.from !== "open")) return null;

@@ -9,10 +9,16 @@ export interface Limits {
   retention: number;
   /** Watchers per episode; one more is closed with 1013. */
   maxWatchers: number;
-  /** Bytes sent to a watcher since its last ping before it is closed with 4008 (too far behind). */
+  /** Bytes a live watcher may leave unacknowledged before it is closed with 4008 (too far behind). */
   watcherLagBytes: number;
-  /** Frames in the log past the base snapshot before the log is compacted. */
-  compactFrames: number;
+  /** Bytes a catching-up watcher may leave unacknowledged (its window). */
+  watcherWindowBytes: number;
+  /** Watchers catching up at once; the others wait their turn. */
+  maxCatchUps: number;
+  /** The log keeps at most this many frames (for watchers resuming with ?after=)... */
+  logKeepFrames: number;
+  /** ... and at most about this many bytes of them. */
+  logKeepBytes: number;
   /** Least time between two throttled updates of an episode's row in the episode index, ms. */
   indexFlushMs: number;
 }
@@ -29,7 +35,10 @@ export function limitsFrom(env: Partial<Env>): Limits {
     retention: num(env.RETENTION_SECONDS, 7 * 24 * 3600),
     maxWatchers: num(env.MAX_WATCHERS, 10_000),
     watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
-    compactFrames: num(env.LOG_COMPACT_FRAMES, 4096),
+    watcherWindowBytes: num(env.WATCHER_WINDOW_BYTES, 8 * 1024 * 1024),
+    maxCatchUps: num(env.MAX_CATCHUPS, 4),
+    logKeepFrames: num(env.LOG_KEEP_FRAMES, 4096),
+    logKeepBytes: num(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: num(env.INDEX_FLUSH_MS, 2000),
   };
 }

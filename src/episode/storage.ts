@@ -1,21 +1,20 @@
-// The episode's SQLite storage: one place for the schema and every query.
+// The episode's SQLite storage besides the assembled state (src/episode/sql-store.ts): one place
+// for the schema and every query of the record.
 //
-// - `meta`: one row (id, status, counters, timestamps, the reply's outcome).
-// - `frames`: the log of deltas as applied (after exactly-once trimming), in seq order. A frame
-//   is split into parts of at most PART_BYTES so no row nears SQLite's 2 MB row limit.
+// - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
+//   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
+// - `frames`: the log of deltas as applied (after exactly-once trimming), in seq order, for
+//   watchers that resume (`?after=`) and catch up. A frame is split into parts (sql-store.ts). It is trimmed from the front (see Episode.trimLog).
 // - `producers`: the highest applied seq per producer (envelope dedup).
 // - `reply`: the upstream reply bytes once the run ended (parts, like frames).
-// - `base`: after a compaction, the state at `meta.base` as snapshot deltas; the log then holds
-//   only the frames after it.
 // - `index_state`: when the episode index was last sent this episode's row, and when the next
 //   (throttled) update is due (0: none pending).
 //
-// Replaying `base` then `frames` into a fresh assembly rebuilds the live state byte for byte; the reply
-// rebuilds the finished episode. Callers wrap writes in `transactionSync`.
+// Callers wrap writes in `transactionSync`.
 
+import { createStateTables, eachPart } from "./sql-store.js";
+import { binItems } from "../wire/reader.js";
 import { concatChunks } from "../wire/writer.js";
-
-export const PART_BYTES = 1 << 20;
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -23,6 +22,7 @@ export interface Meta {
   id: string;
   status: EpisodeStatus;
   seq: number;
+  /** Bytes of every frame logged so far (what MAX_EPISODE_BYTES limits). */
   bytes: number;
   traces: number;
   nodes: number;
@@ -30,8 +30,12 @@ export interface Meta {
   created: number;
   updated: number;
   error: string | null;
-  /** Seq the stored base snapshot stands at (0: none; the log holds every frame). */
+  /** The log holds the frames after this seq. */
   base: number;
+  /** The finished episode's size in bytes (msgpack), once finished. */
+  size: number | null;
+  /** The finished episode's ETag (without the representation), once finished. */
+  etag: string | null;
 }
 
 /** Throttling of the episode index's updates (see Episode.markIndexDirty). */
@@ -42,10 +46,11 @@ export interface IndexState {
   due: number;
 }
 
-export class EpisodeStore {
+const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag";
+
+export class EpisodeRecord {
   private ready = false;
   private cached: Meta | null = null;
-  private indexTable = false;
   private indexCache: IndexState | null = null;
 
   constructor(private readonly sql: SqlStorage) {}
@@ -58,13 +63,158 @@ export class EpisodeStore {
     return this.ready;
   }
 
+  /**
+   * Whether the storage was written by a version of the relay that kept the episode in memory
+   * (a `base` snapshot table, no assembled state): Episode upgrades it on first use.
+   */
+  isOldLayout(): boolean {
+    return this.exists() && this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'traces'").toArray().length === 0;
+  }
+
   /** After deleteAll: the next access sees no episode. */
   forget(): void {
     this.ready = false;
     this.cached = null;
-    this.indexTable = false;
     this.indexCache = null;
   }
+
+  /** Create the schema and the meta row (first write of a new episode). */
+  create(id: string, now: number): Meta {
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (
+      id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
+      traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
+      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
+      size INTEGER, etag TEXT)`);
+    this.createLogTables();
+    createStateTables(this.sql);
+    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0, size: null, etag: null };
+    this.sql.exec(`INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, id, "live", 0, 0, 0, 0, 0, now, now, null, 0, null, null);
+    this.ready = true;
+    this.cached = { ...meta };
+    return meta;
+  }
+
+  private createLogTables(): void {
+    this.sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+  }
+
+  /**
+   * Upgrade an old layout: add the new tables and columns, and return the deltas that rebuild
+   * its state (the old base snapshot, then the log), for the caller to apply into the new store.
+   * The old snapshot table is dropped; the log stays.
+   */
+  upgrade(): Uint8Array[] {
+    createStateTables(this.sql);
+    for (const col of ["size INTEGER", "etag TEXT"]) {
+      const name = col.split(" ")[0]!;
+      const has = this.sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('meta')").toArray().some((c) => c.name === name);
+      if (!has) this.sql.exec(`ALTER TABLE meta ADD COLUMN ${col}`);
+    }
+    const deltas: Uint8Array[] = [];
+    const hasBase = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'base'").toArray().length > 0;
+    if (hasBase) {
+      const base = this.blob("base");
+      if (base) deltas.push(...binItems(base));
+      this.sql.exec("DROP TABLE base");
+    }
+    for (const { frame } of this.frames(this.meta()!.base)) deltas.push(frame);
+    this.cached = null;
+    return deltas;
+  }
+
+  /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
+  meta(): Meta | null {
+    if (this.cached) return { ...this.cached };
+    if (!this.exists()) return null;
+    this.cached = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one() as unknown as Meta;
+    return { ...this.cached };
+  }
+
+  saveMeta(m: Meta): void {
+    this.sql.exec(
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?",
+      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base, m.size, m.etag,
+    );
+    this.cached = { ...m };
+  }
+
+  /** Drop what is kept of the rows (after a failed transaction, which rolled them back, maybe the whole episode). */
+  invalidate(): void {
+    this.ready = false;
+    this.cached = null;
+    this.indexCache = null;
+  }
+
+  // ---- the log ----
+
+  appendFrame(seq: number, frame: Uint8Array): void {
+    eachPart(frame, (part, data) => this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, data));
+  }
+
+  /** Frames with after < seq ≤ upTo, in order, reassembled from their parts; at most about `maxBytes` (at least one). */
+  *frames(after = 0, upTo = Number.MAX_SAFE_INTEGER, maxBytes = Number.MAX_SAFE_INTEGER): Generator<{ seq: number; frame: Uint8Array }> {
+    if (!this.exists()) return;
+    let seq = -1;
+    let parts: Uint8Array[] = [];
+    let total = 0;
+    for (const row of this.sql.exec<{ seq: number; data: ArrayBuffer }>(
+      "SELECT seq, data FROM frames WHERE seq > ? AND seq <= ? ORDER BY seq, part", after, upTo,
+    )) {
+      if (row.seq !== seq && parts.length) {
+        const frame = concatChunks(parts);
+        yield { seq, frame };
+        total += frame.length;
+        parts = [];
+        if (total >= maxBytes) return;
+      }
+      seq = row.seq;
+      parts.push(new Uint8Array(row.data));
+    }
+    if (parts.length) yield { seq, frame: concatChunks(parts) };
+  }
+
+  /** Seqs and sizes of the logged frames, newest first. */
+  logSizes(): Array<{ seq: number; bytes: number }> {
+    if (!this.exists()) return [];
+    return this.sql.exec<{ seq: number; bytes: number }>("SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC").toArray();
+  }
+
+  /** Forget the frames up to `seq` (the log then starts after it). */
+  trimLog(seq: number): void {
+    this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
+  }
+
+  // ---- producers and reply ----
+
+  producers(): Map<string, number> {
+    const out = new Map<string, number>();
+    if (!this.exists()) return out;
+    for (const row of this.sql.exec<{ name: string; seq: number }>("SELECT name, seq FROM producers")) out.set(row.name, row.seq);
+    return out;
+  }
+
+  saveProducer(name: string, seq: number): void {
+    this.sql.exec("INSERT INTO producers VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq", name, seq);
+  }
+
+  saveReply(reply: Uint8Array): void {
+    this.sql.exec("DELETE FROM reply");
+    eachPart(reply, (part, data) => this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, data));
+  }
+
+  reply(): Uint8Array | null {
+    return this.blob("reply");
+  }
+
+  private blob(table: "reply" | "base"): Uint8Array | null {
+    if (!this.exists()) return null;
+    const parts = this.sql.exec<{ data: ArrayBuffer }>(`SELECT data FROM ${table} ORDER BY part`).toArray();
+    return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
+  }
+
+  // ---- the episode index's throttle ----
 
   indexState(): IndexState {
     if (this.indexCache) return { ...this.indexCache };
@@ -83,137 +233,6 @@ export class EpisodeStore {
   }
 
   private ensureIndexTable(): void {
-    if (this.indexTable) return;
     this.sql.exec("CREATE TABLE IF NOT EXISTS index_state (last_flush INTEGER NOT NULL, due INTEGER NOT NULL)");
-    this.indexTable = true;
-  }
-
-  /** Create the schema and the meta row (first write of a new episode). */
-  create(id: string, now: number): Meta {
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (
-      id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
-      traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
-      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL)`);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS frames (
-      seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))`);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)`);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS base (part INTEGER PRIMARY KEY, data BLOB NOT NULL)`);
-    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0 };
-    this.sql.exec("INSERT INTO meta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", id, "live", 0, 0, 0, 0, 0, now, now, null, 0);
-    this.ready = true;
-    this.cached = { ...meta };
-    return meta;
-  }
-
-  /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
-  meta(): Meta | null {
-    if (this.cached) return { ...this.cached };
-    if (!this.exists()) return null;
-    this.cached = this.sql.exec<Record<string, SqlStorageValue>>("SELECT * FROM meta").one() as unknown as Meta;
-    return { ...this.cached };
-  }
-
-  saveMeta(m: Meta): void {
-    this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?",
-      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base,
-    );
-    this.cached = { ...m };
-  }
-
-  /** Drop the kept meta row (after a failed transaction, which rolled the row back). */
-  invalidate(): void {
-    this.cached = null;
-  }
-
-  /** Bytes in the log (the frames after the base) and in the base snapshot. */
-  sizes(): { log: number; base: number } {
-    if (!this.exists()) return { log: 0, base: 0 };
-    const log = this.sql.exec<{ n: number }>("SELECT COALESCE(SUM(LENGTH(data)), 0) AS n FROM frames").one().n;
-    const base = this.sql.exec<{ n: number }>("SELECT COALESCE(SUM(LENGTH(data)), 0) AS n FROM base").one().n;
-    return { log, base };
-  }
-
-  appendFrame(seq: number, frame: Uint8Array): void {
-    for (let part = 0, at = 0; at < frame.length || part === 0; part++, at += PART_BYTES) {
-      this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, toBuffer(frame.subarray(at, at + PART_BYTES)));
-    }
-  }
-
-  /** Frames with seq > after, in order, reassembled from their parts. */
-  *frames(after = 0): Generator<{ seq: number; frame: Uint8Array }> {
-    if (!this.exists()) return;
-    let seq = -1;
-    let parts: Uint8Array[] = [];
-    for (const row of this.sql.exec<{ seq: number; part: number; data: ArrayBuffer }>(
-      "SELECT seq, part, data FROM frames WHERE seq > ? ORDER BY seq, part", after,
-    )) {
-      if (row.seq !== seq && parts.length) {
-        yield { seq, frame: concatChunks(parts) };
-        parts = [];
-      }
-      seq = row.seq;
-      parts.push(new Uint8Array(row.data));
-    }
-    if (parts.length) yield { seq, frame: concatChunks(parts) };
-  }
-
-  /** Lowest seq still in the log (the log may be trimmed at the front), or null when empty. */
-  firstSeq(): number | null {
-    if (!this.exists()) return null;
-    const row = this.sql.exec<{ s: number | null }>("SELECT MIN(seq) AS s FROM frames").one();
-    return row.s;
-  }
-
-  producers(): Map<string, number> {
-    const out = new Map<string, number>();
-    if (!this.exists()) return out;
-    for (const row of this.sql.exec<{ name: string; seq: number }>("SELECT name, seq FROM producers")) out.set(row.name, row.seq);
-    return out;
-  }
-
-  saveProducer(name: string, seq: number): void {
-    this.sql.exec("INSERT INTO producers VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq", name, seq);
-  }
-
-  saveReply(reply: Uint8Array): void {
-    this.saveBlob("reply", reply);
-  }
-
-  reply(): Uint8Array | null {
-    return this.blob("reply");
-  }
-
-  /**
-   * Compact the log: store `snapshot` (a msgpack array of upstream deltas rebuilding the state
-   * at `seq`) as the base and drop the frames it covers.
-   */
-  saveBase(seq: number, snapshot: Uint8Array): void {
-    this.saveBlob("base", snapshot);
-    this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
-  }
-
-  base(): Uint8Array | null {
-    return this.blob("base");
-  }
-
-  private saveBlob(table: "reply" | "base", bytes: Uint8Array): void {
-    this.sql.exec(`DELETE FROM ${table}`);
-    for (let part = 0, at = 0; at < bytes.length || part === 0; part++, at += PART_BYTES) {
-      this.sql.exec(`INSERT INTO ${table} VALUES (?, ?)`, part, toBuffer(bytes.subarray(at, at + PART_BYTES)));
-    }
-  }
-
-  private blob(table: "reply" | "base"): Uint8Array | null {
-    if (!this.exists()) return null;
-    const parts = this.sql.exec<{ data: ArrayBuffer }>(`SELECT data FROM ${table} ORDER BY part`).toArray();
-    return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
   }
 }
-
-function toBuffer(view: Uint8Array): ArrayBuffer {
-  if (view.byteOffset === 0 && view.byteLength === view.buffer.byteLength) return view.buffer as ArrayBuffer;
-  return view.slice().buffer;
-}
-

@@ -1,25 +1,35 @@
-// Fan-out to hibernating watcher sockets: group by variant, encode each message once per
-// variant, send the same bytes to every socket of the group.
+// Fan-out to hibernating watcher sockets, with a send budget.
 //
-// Slow watchers: workerd does not expose a socket's send buffer (no `bufferedAmount`), so the
-// relay measures progress by pings: a watcher pings ("ping" → "pong", answered by the platform
-// without waking the object) at least every few seconds and after every few MiB it received.
-// A socket that has been sent more than `lagBytes` since its last ping is closed with 4008 and
-// a reason; the client resumes with `?after=SEQ` and loses nothing. Closing or closed sockets
-// are skipped.
+// - Live watchers get every committed frame: grouped by variant, each message encoded once per
+//   variant and the same bytes sent to every socket of the group. Frames ingested back to back are
+//   coalesced into one message (with a thousand watchers the sends, not the bytes, are the cost).
+// - A new watcher first catches up (src/episode/catchup.ts), paced by what it acknowledges: at
+//   most `window` bytes unacknowledged, and at most `maxCatchUps` watchers catching up at once;
+//   the others wait their turn (they have their hello). Catch-up runs on acks, in small steps:
+//   ingest never waits behind it.
+// - workerd has no send backpressure (no bufferedAmount), so progress is what the watcher
+//   acknowledges (`{"type":"ack","bytes":N}`, see src/watch/protocol.ts). A live watcher more than
+//   `lagBytes` behind is closed with 4008 and a reason; it resumes with `?after=SEQ`.
+// - Per-socket state is memory only, except `live` in the attachment: after the object restarts,
+//   a socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
-import { framesMessage, type Frame } from "../watch/protocol.js";
+import { framesMessage, helloMessage, type Frame } from "../watch/protocol.js";
 import { deltaForVariant, variantKey, type Variant } from "../watch/variant.js";
+import { CatchUp, type CatchUpSource } from "./catchup.js";
 
 export const WATCH_TAG = "watch";
 export const CLOSE_TOO_SLOW = 4008;
-export const CLOSE_TOO_MANY = 1013;
-export const CLOSE_READ_ONLY = 1008;
+export const CLOSE_TRY_LATER = 1013;
+export const CLOSE_POLICY = 1008;
+/** A catch-up silent this long may lose its slot to a waiting watcher. */
+export const STALL_MS = 30_000;
 
 export interface WatcherAttachment {
   role: "watch";
   id: string;
   variant: Variant;
+  /** True once caught up (survives hibernation; catch-up state does not). */
+  live: boolean;
 }
 
 /** A logged frame with the trace it belongs to (for trace-filtered variants). */
@@ -27,37 +37,157 @@ export interface AppliedFrame extends Frame {
   trace: string;
 }
 
-/** Per-socket lag accounting (memory only: after a wake every socket starts afresh). */
-interface Lag {
-  /** Time of the last ping seen. */
-  mark: number;
-  /** Bytes sent since. */
-  bytes: number;
+export interface FanOutLimits {
+  /** Watchers per episode. */
+  maxWatchers: number;
+  /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
+  lagBytes: number;
+  /** Bytes a catching-up watcher may have unacknowledged. */
+  window: number;
+  /** Watchers catching up at once. */
+  maxCatchUps: number;
+}
+
+/** What was sent to a socket and what it acknowledged (bytes since the socket opened, as the watcher counts). */
+interface Flow {
+  sent: number;
+  acked: number;
+  /** The watcher's count when this flow started (after a restart the first ack sets it). */
+  base: number | null;
+}
+
+interface SocketState {
+  key: string;
+  variant: Variant;
+  live: boolean;
 }
 
 export class Watchers {
-  private readonly lag = new WeakMap<WebSocket, Lag>();
-  /** Each socket's variant key, read from its attachment once per wake (not once per frame). */
-  private readonly variants = new WeakMap<WebSocket, { key: string; variant: Variant } | null>();
+  private readonly flows = new WeakMap<WebSocket, Flow>();
+  private readonly states = new WeakMap<WebSocket, SocketState>();
+  private readonly catchUps = new Map<WebSocket, CatchUp>();
+  /** When each catch-up last made progress (started, or got an ack). */
+  private readonly progress = new WeakMap<WebSocket, number>();
+  /** Watchers waiting for a catch-up slot, in arrival order. */
+  private readonly waiting: Array<{ ws: WebSocket; after: number | null }> = [];
+  /** Frames committed but not yet sent to live watchers (coalesced into one message per variant). */
+  private pending: AppliedFrame[] = [];
+  private scheduled = false;
 
   constructor(
     private readonly ctx: DurableObjectState,
-    private readonly lagBytes: number,
+    private readonly limits: FanOutLimits,
+    private readonly source: CatchUpSource,
   ) {}
 
   count(): number {
     return this.ctx.getWebSockets(WATCH_TAG).length;
   }
 
-  /** Frames committed but not yet sent (coalesced into one message per variant). */
-  private pending: AppliedFrame[] = [];
-  private scheduled = false;
+  full(): boolean {
+    return this.count() >= this.limits.maxWatchers;
+  }
+
+  /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
+  accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
+    ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
+    this.states.set(ws, { key: variantKey(variant), variant, live: false });
+    this.flows.set(ws, { sent: 0, acked: 0, base: 0 });
+    const m = this.source.meta();
+    this.send(ws, helloMessage(id, m?.status ?? "new", m?.seq ?? 0));
+    this.waiting.push({ ws, after });
+    this.evictStalled(Date.now());
+    this.startWaiting();
+  }
 
   /**
-   * Queue `frames` (consecutive, as applied) for every watcher. They go out from a zero-delay
-   * timer, so deltas ingested back to back (a pipelining producer) share one message per
-   * variant: with a thousand watchers the sends, not the bytes, are the cost. The timer holds
-   * nothing open: it fires at once.
+   * A catch-up that stopped acknowledging holds a slot others wait for: with every slot taken,
+   * one silent for STALL_MS is closed (4008) so the next can start. Checked when a watcher
+   * arrives, so no timer keeps the object awake.
+   */
+  private evictStalled(now: number): void {
+    if (this.catchUps.size < this.limits.maxCatchUps) return;
+    for (const [ws, c] of [...this.catchUps]) {
+      if (now - (this.progress.get(ws) ?? now) < STALL_MS) continue;
+      close(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
+      c.release();
+      this.catchUps.delete(ws);
+    }
+  }
+
+  /** The watcher acknowledged `bytes` (its count since the socket opened). */
+  ack(ws: WebSocket, bytes: number): void {
+    const f = this.flowOf(ws);
+    if (f.base === null) f.base = bytes - f.acked; // first ack after a restart: count from here
+    f.acked = Math.max(f.acked, bytes - f.base);
+    if (this.catchUps.has(ws)) {
+      this.progress.set(ws, Date.now());
+      this.pump(ws);
+    }
+  }
+
+  /** The socket closed or failed: free its place. */
+  gone(ws: WebSocket): void {
+    const c = this.catchUps.get(ws);
+    if (c) {
+      c.release();
+      this.catchUps.delete(ws);
+    }
+    const w = this.waiting.findIndex((x) => x.ws === ws);
+    if (w >= 0) this.waiting.splice(w, 1);
+    this.startWaiting();
+  }
+
+  /** Close every socket (the episode is gone) and drop every catch-up. */
+  closeAll(code: number, reason: string): void {
+    for (const c of this.catchUps.values()) c.release();
+    this.catchUps.clear();
+    this.waiting.length = 0;
+    this.pending = [];
+    for (const ws of this.ctx.getWebSockets()) {
+      try {
+        ws.close(code, reason);
+      } catch {
+        // already closing
+      }
+    }
+  }
+
+  private startWaiting(): void {
+    while (this.catchUps.size < this.limits.maxCatchUps && this.waiting.length > 0) {
+      const { ws, after } = this.waiting.shift()!;
+      if (ws.readyState !== WebSocket.OPEN) continue;
+      this.flush(); // frames committed before this catch-up's snapshot go to the live watchers first
+      this.catchUps.set(ws, new CatchUp(this.source, this.states.get(ws)!.variant, after));
+      this.progress.set(ws, Date.now());
+      this.pump(ws);
+    }
+  }
+
+  /** Send the catch-up's next messages while its window allows; make it live once caught up. */
+  private pump(ws: WebSocket): void {
+    const c = this.catchUps.get(ws)!;
+    const f = this.flowOf(ws);
+    while (f.sent - f.acked < this.limits.window) {
+      const messages = c.next();
+      if (messages === null) break;
+      for (const m of messages) if (!this.send(ws, m)) return this.gone(ws);
+      if (c.done) {
+        this.catchUps.delete(ws);
+        const s = this.states.get(ws)!;
+        s.live = true;
+        const att = ws.deserializeAttachment() as WatcherAttachment;
+        ws.serializeAttachment({ ...att, live: true } satisfies WatcherAttachment);
+        this.startWaiting();
+        return;
+      }
+    }
+  }
+
+  /**
+   * Queue `frames` (consecutive, as applied) for the live watchers. They go out from a zero-delay
+   * timer, so deltas ingested back to back share one message per variant. The timer holds nothing
+   * open: it fires at once.
    */
   broadcast(frames: AppliedFrame[]): void {
     if (frames.length === 0) return;
@@ -67,22 +197,13 @@ export class Watchers {
     setTimeout(() => this.flush(), 0);
   }
 
-  /** Send what is queued now; `except` (a socket being caught up past these frames) is skipped. */
-  flush(except?: WebSocket): void {
+  /** Send what is queued to the live watchers now. */
+  flush(): void {
     this.scheduled = false;
     const frames = this.pending;
     if (frames.length === 0) return;
     this.pending = [];
-    const byVariant = new Map<string, { variant: Variant; sockets: WebSocket[] }>();
-    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-      if (ws === except) continue;
-      const v = this.variantOf(ws);
-      if (!v) continue;
-      let g = byVariant.get(v.key);
-      if (!g) byVariant.set(v.key, (g = { variant: v.variant, sockets: [] }));
-      g.sockets.push(ws);
-    }
-    for (const { variant, sockets } of byVariant.values()) {
+    for (const { variant, sockets } of this.liveGroups()) {
       const visible: Frame[] = [];
       for (const f of frames) {
         const d = deltaForVariant(f.delta, f.trace, variant);
@@ -90,67 +211,79 @@ export class Watchers {
       }
       if (visible.length === 0) continue;
       const message = framesMessage(visible);
-      for (const ws of sockets) this.send(ws, message);
+      for (const ws of sockets) this.sendLive(ws, message);
     }
   }
 
-  private variantOf(ws: WebSocket): { key: string; variant: Variant } | null {
-    let v = this.variants.get(ws);
-    if (v === undefined) {
-      const att = ws.deserializeAttachment() as WatcherAttachment | null;
-      v = att ? { key: variantKey(att.variant), variant: att.variant } : null;
-      this.variants.set(ws, v);
-    }
-    return v;
-  }
-
-  /** Send the same message to every watcher (e.g. finish), after the queued frames. */
+  /** Send the same message to every live watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
     this.flush();
-    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) trySend(ws, message);
+    for (const { sockets } of this.liveGroups()) for (const ws of sockets) this.send(ws, message);
+  }
+
+  private liveGroups(): Iterable<{ variant: Variant; sockets: WebSocket[] }> {
+    const groups = new Map<string, { variant: Variant; sockets: WebSocket[] }>();
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      const s = this.stateOf(ws);
+      if (!s?.live) continue;
+      let g = groups.get(s.key);
+      if (!g) groups.set(s.key, (g = { variant: s.variant, sockets: [] }));
+      g.sockets.push(ws);
+    }
+    return groups.values();
   }
 
   /**
-   * Catch-up messages for one new watcher (built from storage, so they include the queued
-   * frames: those go to everyone else first); its lag accounting starts after them.
+   * The socket's state, read from its attachment once per wake. A socket that was catching up
+   * when the object restarted has lost its catch-up: it is closed, to reconnect.
    */
-  catchUp(ws: WebSocket, messages: Uint8Array[]): void {
-    this.flush(ws);
-    for (const m of messages) if (!trySend(ws, m)) return;
-    this.lag.set(ws, { mark: this.lastPing(ws), bytes: 0 });
-  }
-
-  private lastPing(ws: WebSocket): number {
-    return this.ctx.getWebSocketAutoResponseTimestamp(ws)?.getTime() ?? 0;
-  }
-
-  private send(ws: WebSocket, message: Uint8Array): void {
-    if (ws.readyState !== 1) return; // closing or closed: skip the ghost
-    const pinged = this.lastPing(ws);
-    let lag = this.lag.get(ws);
-    if (!lag) this.lag.set(ws, (lag = { mark: pinged, bytes: 0 }));
-    if (pinged > lag.mark) {
-      lag.mark = pinged; // a ping newer than the last one seen: the watcher is keeping up
-      lag.bytes = 0;
+  private stateOf(ws: WebSocket): SocketState | null {
+    let s = this.states.get(ws);
+    if (s) return s;
+    const att = ws.deserializeAttachment() as WatcherAttachment | null;
+    if (!att) return null;
+    s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
+    this.states.set(ws, s);
+    if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
+      close(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
+      s.live = false;
     }
-    lag.bytes += message.length;
-    if (lag.bytes > this.lagBytes) {
-      try {
-        ws.close(CLOSE_TOO_SLOW, `too far behind: no ping for ${lag.bytes} bytes; resume with ?after=<last seq received>`);
-      } catch {
-        // already closing
-      }
+    return s;
+  }
+
+  private flowOf(ws: WebSocket): Flow {
+    let f = this.flows.get(ws);
+    if (!f) this.flows.set(ws, (f = { sent: 0, acked: 0, base: null }));
+    return f;
+  }
+
+  /** A live send: refused (close 4008) when the watcher is too far behind. */
+  private sendLive(ws: WebSocket, message: Uint8Array): void {
+    const f = this.flowOf(ws);
+    const behind = f.sent - f.acked + message.length;
+    if (behind > this.limits.lagBytes) {
+      close(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
       return;
     }
-    trySend(ws, message);
+    this.send(ws, message);
+  }
+
+  private send(ws: WebSocket, message: Uint8Array): boolean {
+    if (ws.readyState !== WebSocket.OPEN) return false; // closing or closed: skip the ghost
+    try {
+      ws.send(message);
+    } catch {
+      return false; // the socket went away between listing and sending
+    }
+    this.flowOf(ws).sent += message.length;
+    return true;
   }
 }
 
-function trySend(ws: WebSocket, message: Uint8Array): boolean {
+function close(ws: WebSocket, code: number, reason: string): void {
   try {
-    ws.send(message);
-    return true;
+    ws.close(code, reason);
   } catch {
-    return false; // the socket went away between listing and sending
+    // already closing
   }
 }

@@ -1,23 +1,27 @@
 // Watcher protocol: server → watcher binary msgpack messages (maps with a `type`).
 //
-//   hello      {type, protocol: 1, episode, status, seq}
+//   hello      {type, protocol: 2, episode, status, seq, ack_bytes}
 //   snapshot   {type, seq, reason, deltas: [bin...], more: bool}   state as of `seq`, as upstream deltas
 //   frames     {type, frames: [[seq, bin], ...]}                   deltas as applied, in seq order
 //   caught_up  {type, seq}                                         everything up to `seq` was sent
 //   finish     {type, status, seq, reply: bin, error}              the run ended (upstream reply bytes)
 //
-// A watcher sends nothing but "ping" (answered "pong" by the platform without waking the
-// episode). Large snapshots and replays are split into several messages of about MESSAGE_BYTES.
+// Watcher → server, text: `{"type":"ack","bytes":N}` each time it has received another
+// `ack_bytes` bytes (N: every binary message's length, summed since the socket opened); the relay
+// paces what it sends by it. "ping" is answered "pong" by the platform without waking the episode.
+// Snapshots and replays are split into messages of about MESSAGE_BYTES.
 
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
-export const PROTOCOL = 1;
+export const PROTOCOL = 2;
 /** Target size of one message when a snapshot or a replay is split. */
-export const MESSAGE_BYTES = 4 * 1024 * 1024;
+export const MESSAGE_BYTES = 2 * 1024 * 1024;
+/** How often a watcher acknowledges what it received, in bytes (sent in hello). */
+export const ACK_BYTES = 1024 * 1024;
 
 const K = Object.fromEntries(
   ["type", "protocol", "episode", "status", "seq", "reason", "deltas", "more", "frames", "reply", "error",
-    "hello", "snapshot", "caught_up", "finish"].map((k) => [k, encodeStr(k)]),
+    "hello", "snapshot", "caught_up", "finish", "ack_bytes"].map((k) => [k, encodeStr(k)]),
 );
 
 function head(w: ChunkWriter, type: string, fields: number): void {
@@ -31,9 +35,9 @@ function bin(w: ChunkWriter, b: Uint8Array): void {
   w.raw(b);
 }
 
-export function helloMessage(episode: string, status: string, seq: number): Uint8Array {
+export function helloMessage(episode: string, status: string, seq: number, ackBytes = ACK_BYTES): Uint8Array {
   const w = new ChunkWriter();
-  head(w, "hello", 4);
+  head(w, "hello", 5);
   w.raw(K.protocol!);
   w.int(PROTOCOL);
   w.raw(K.episode!);
@@ -42,26 +46,42 @@ export function helloMessage(episode: string, status: string, seq: number): Uint
   w.str(status);
   w.raw(K.seq!);
   w.int(seq);
+  w.raw(K.ack_bytes!);
+  w.int(ackBytes);
   return w.bytes();
 }
 
-/** Snapshot messages for `deltas` (split near MESSAGE_BYTES; the last has `more: false`). */
-export function snapshotMessages(seq: number, reason: string, deltas: Uint8Array[]): Uint8Array[] {
-  const groups = split(deltas, (d) => d.length);
-  return groups.map((g, i) => {
-    const w = new ChunkWriter();
-    head(w, "snapshot", 4);
-    w.raw(K.seq!);
-    w.int(seq);
-    w.raw(K.reason!);
-    w.str(reason);
-    w.raw(K.deltas!);
-    w.arrayHeader(g.length);
-    for (const d of g) bin(w, d);
-    w.raw(K.more!);
-    w.byte(i < groups.length - 1 ? 0xc3 : 0xc2);
-    return w.bytes();
-  });
+/** One snapshot message: part of the state as of `seq` (`more`: further parts follow). */
+export function snapshotMessage(seq: number, reason: string, deltas: Uint8Array[], more: boolean): Uint8Array {
+  const w = new ChunkWriter();
+  head(w, "snapshot", 4);
+  w.raw(K.seq!);
+  w.int(seq);
+  w.raw(K.reason!);
+  w.str(reason);
+  w.raw(K.deltas!);
+  w.arrayHeader(deltas.length);
+  for (const d of deltas) bin(w, d);
+  w.raw(K.more!);
+  w.byte(more ? 0xc3 : 0xc2);
+  return w.bytes();
+}
+
+/** A watcher's acknowledgement: the bytes it has received on this socket, or null when `text` is not one. */
+export function parseAck(text: string): number | null {
+  if (text.length > 200) return null;
+  try {
+    const v = JSON.parse(text) as { type?: unknown; bytes?: unknown };
+    if (v.type === "ack" && Number.isSafeInteger(v.bytes) && (v.bytes as number) >= 0) return v.bytes as number;
+  } catch {
+    // not JSON
+  }
+  return null;
+}
+
+/** The ack a watcher sends. */
+export function ackMessage(bytes: number): string {
+  return JSON.stringify({ type: "ack", bytes });
 }
 
 export interface Frame {
@@ -83,10 +103,6 @@ export function framesMessage(frames: Frame[]): Uint8Array {
   return w.bytes();
 }
 
-/** Frames split into messages of about MESSAGE_BYTES. */
-export function framesMessages(frames: Frame[]): Uint8Array[] {
-  return split(frames, (f) => f.delta.length).map(framesMessage);
-}
 
 export function caughtUpMessage(seq: number): Uint8Array {
   const w = new ChunkWriter();
@@ -109,22 +125,4 @@ export function finishMessage(status: string, seq: number, reply: Uint8Array, er
   if (error === null) w.byte(0xc0);
   else w.str(error);
   return w.bytes();
-}
-
-function split<T>(items: T[], size: (x: T) => number): T[][] {
-  const out: T[][] = [];
-  let cur: T[] = [];
-  let bytes = 0;
-  for (const x of items) {
-    const n = size(x);
-    if (cur.length && bytes + n > MESSAGE_BYTES) {
-      out.push(cur);
-      cur = [];
-      bytes = 0;
-    }
-    cur.push(x);
-    bytes += n;
-  }
-  if (cur.length || out.length === 0) out.push(cur);
-  return out;
 }

@@ -212,19 +212,35 @@ describe("values survive the assembly exactly", () => {
 });
 
 describe("snapshot deltas", async () => {
-  const { snapshotDeltas } = await import("../../src/assembly/snapshot.js");
+  const { snapshotDeltas, DELTA_BYTES } = await import("../../src/assembly/snapshot.js");
   const { goldenCasePaths, loadCase } = await import("../../tools/conformance/cases.js");
   for (const path of goldenCasePaths()) {
     const c = loadCase(path);
     if (c.ack_lost.length) continue;
-    it(`${c.name}: after every frame, a fresh assembly fed the snapshot holds the same bytes`, () => {
+    it(`${c.name}: after every frame, a fresh assembly fed the snapshot holds the same bytes (whole and split small)`, () => {
       const asm = new EpisodeAssembly();
       for (const frame of c.frames) {
         asm.apply(frame);
-        const copy = new EpisodeAssembly();
-        for (const d of snapshotDeltas(asm)) copy.apply(d);
-        expect(Buffer.compare(copy.tracesBytes(), asm.tracesBytes())).toBe(0);
+        for (const budget of [DELTA_BYTES, 4096, 1]) {
+          const copy = new EpisodeAssembly();
+          const deltas = [...snapshotDeltas(asm.store, asm.views(), budget)];
+          for (const d of deltas) copy.apply(d);
+          expect(Buffer.compare(copy.tracesBytes(), asm.tracesBytes()), `budget ${budget}`).toBe(0);
+          // at least one delta per trace; more when the budget splits a trace's lists
+          expect(deltas.length).toBeGreaterThanOrEqual(asm.traces.size);
+        }
       }
     });
   }
+
+  it("large_routing: a trace's nodes are split over deltas of at most the budget (a single larger node alone)", () => {
+    const c = loadCase(goldenCasePaths().find((p) => p.endsWith("large_routing.msgpack"))!);
+    const asm = new EpisodeAssembly();
+    for (const frame of c.frames) asm.apply(frame);
+    const budget = 1 << 20;
+    const deltas = [...snapshotDeltas(asm.store, asm.views(), budget)];
+    const biggest = Math.max(...[...asm.traces.values()].flatMap((t) => t.nodes.map((n) => n.bytes)));
+    expect(deltas.length).toBeGreaterThan(asm.traces.size);
+    for (const d of deltas) expect(d.length).toBeLessThanOrEqual(Math.max(budget, biggest) + 64 * 1024);
+  });
 });

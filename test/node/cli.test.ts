@@ -57,6 +57,8 @@ describe("episode-relay CLI", () => {
     const tail = cli("tail", `${relay.url}/${id}`);
     await until(() => tail.text().includes("episode cli-fail-"));
     const { encodeLossless, LMap } = await import("../../src/wire/lossless.js");
+    // the run wrote its first delta, then failed (a reply to an episode never written is a 404)
+    await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: loadCase(fixturePath("chat_basic")).frames[0] })).arrayBuffer();
     const reply = encodeLossless(new LMap([["success", false], ["error", "sandbox crashed"], ["head", null], ["traces", []]]));
     expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
     const t = await tail.done;

@@ -77,8 +77,8 @@ describe("watchEpisode", () => {
   it("a watcher that falls behind is closed 4008 by the relay and resumes by itself", async () => {
     const c = golden("large_routing");
     const id = fresh("slow");
-    // never pings on its own: the relay's 1 MiB budget runs out after two ~600 KB frames
-    const w = watchEpisode(relay.url, id, { WebSocket: WS, pingIntervalMs: 3_600_000, pingEveryBytes: 1 << 30, backoffMs: [20, 100] });
+    // never acknowledges: the relay's 1 MiB budget runs out after two ~600 KB frames
+    const w = watchEpisode(relay.url, id, { WebSocket: WS, ackEveryBytes: 1 << 30, backoffMs: [20, 100] });
     const codes: number[] = [];
     const t0 = Date.now();
     w.on((e) => {

@@ -24,15 +24,17 @@ class Watcher {
   finished: Msg | null = null;
   /** Apply what arrives (off for tests that only look at seqs). */
   assemble = true;
+  /** Binary bytes received (what an ack reports). */
+  received = 0;
   constructor(
     readonly ws: WebSocket,
     readonly box: ReturnType<typeof inbox>,
-    readonly ping = true,
+    readonly acks = true,
   ) {}
 
-  static async open(id: string, query = "", ping = true): Promise<Watcher> {
+  static async open(id: string, query = "", acks = true): Promise<Watcher> {
     const ws = await openSocket(`${id}/watch${query}`);
-    return new Watcher(ws, inbox(ws), ping);
+    return new Watcher(ws, inbox(ws), acks);
   }
 
   /** Read messages until `until` holds (or time out). */
@@ -44,6 +46,7 @@ class Watcher {
         continue;
       }
       const m = decode(new Uint8Array(raw)) as Msg;
+      this.received += raw.byteLength;
       this.messages.push(m);
       if (m.type === "snapshot") {
         // a snapshot replaces whatever was held (its first message follows the hello)
@@ -59,7 +62,7 @@ class Watcher {
         }
       } else if (m.type === "caught_up") this.caughtUp = true;
       else if (m.type === "finish") this.finished = m;
-      if (this.ping) this.ws.send("ping");
+      if (this.acks) this.ws.send(JSON.stringify({ type: "ack", bytes: this.received }));
     }
   }
 
@@ -186,7 +189,7 @@ describe("watchers", () => {
     for (const w of [noRouting, full, filtered]) w.close();
   });
 
-  it("watchers are read-only: anything but ping closes 1008; ping is answered pong", async () => {
+  it("watchers only acknowledge: anything but an ack or ping closes 1008; ping is answered pong", async () => {
     const id = freshId("ro");
     const w = await Watcher.open(id);
     await w.read((x) => x.caughtUp);
@@ -209,7 +212,7 @@ describe("watchers", () => {
     for (const w of open) w.close();
   });
 
-  it("a watcher that never pings is closed 4008 once it falls too far behind; pinging ones are not", async () => {
+  it("a watcher that never acknowledges is closed 4008 once it falls too far behind; acknowledging ones are not", async () => {
     const c = await golden("large_routing"); // ~600 KB per frame; WATCHER_LAG_BYTES is 1 MiB in tests
     const id = freshId("slow");
     const slow = await Watcher.open(id, "", false);
@@ -220,7 +223,7 @@ describe("watchers", () => {
     for (let i = 0; i < 6; i++) {
       await push(id, c, i, i + 1, producer);
       await fast.read((x) => x.lastSeq >= i + 1);
-      await new Promise((r) => setTimeout(r, 20)); // let the ping land before the next frame
+      await new Promise((r) => setTimeout(r, 20)); // let the ack land before the next frame
     }
     const closed = await slow.box.closed();
     expect(closed.code).toBe(4008);

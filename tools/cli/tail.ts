@@ -24,7 +24,7 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
     let calls = 0;
     for (const tr of w.assembly.traces.values()) {
       nodes += tr.nodes.length;
-      calls += tr.items.calls.length;
+      calls += tr.items.calls.count;
     }
     return `seq ${w.seq} · ${w.assembly.traces.size} trace(s) · ${nodes} node(s) · ${calls} call(s)`;
   };
