@@ -27,6 +27,8 @@ export default defineConfig({
           MAX_EPISODE_BYTES: String(10 * 1024 * 1024),
           MAX_WATCHERS: "20",
           WATCHER_LAG_BYTES: String(1024 * 1024),
+          WATCHER_WINDOW_BYTES: String(1024 * 1024),
+          MAX_CATCHUPS: "2",
           LOG_KEEP_FRAMES: "6",
           // throttled index updates wait for the Episode's alarm, which tests run on demand
           // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.

@@ -181,7 +181,8 @@ class Watchers {
           const now = performance.now();
           if (!isBinary) return; // "pong"
           received += data.length;
-          if (received - ackedAt >= ACK_BYTES) {
+          // catching up: every message; live: every ACK_BYTES (the watcher protocol)
+          if (!caughtUp || received - ackedAt >= ACK_BYTES) {
             ackedAt = received;
             ws.send(ackMessage(received));
           }

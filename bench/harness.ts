@@ -23,6 +23,8 @@ export interface BenchOptions {
   minMs: number;
   /** ... and at least this many samples. */
   minSamples: number;
+  /** The memory section's episode sizes, MiB. */
+  memorySizes?: number[];
   /** The golden case files (the fixtures, plus GOLDEN_DIR's cases). */
   casePaths: string[];
   /** Progress for humans; always goes to stderr. */

@@ -16,6 +16,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["assembly", () => import("./assembly.js")],
   ["ingest", () => import("./ingest.js")],
   ["fanout", () => import("./fanout.js")],
+  ["memory", () => import("./memory.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -26,6 +27,7 @@ const USAGE = `usage: npm run bench -- [options]
   --warmup N                warm-up iterations per method (default 20, and at least ~50 ms)
   --min-ms N                measure each method at least N ms per case (default 300)
   --min-samples N           ... and at least N samples (default 30)
+  --memory-sizes MIB[,MIB]  memory section: episode sizes in MiB (default 50,200)
   -h, --help                this text`;
 
 class UsageError extends Error {}
@@ -38,6 +40,7 @@ interface Args {
   warmup: number;
   minMs: number;
   minSamples: number;
+  memorySizes?: number[];
 }
 
 function parseArgs(argv: string[]): Args {
@@ -66,6 +69,7 @@ function parseArgs(argv: string[]): Args {
       case "--warmup": a.warmup = count(0); break;
       case "--min-ms": a.minMs = count(0); break;
       case "--min-samples": a.minSamples = count(1); break;
+      case "--memory-sizes": a.memorySizes = list().map(Number).filter((n) => n > 0); break;
       default: throw new UsageError(`unknown argument ${arg}`);
     }
   }
@@ -138,6 +142,7 @@ async function main(argv: string[]): Promise<number> {
       warmup: args.warmup,
       minMs: args.minMs,
       minSamples: args.minSamples,
+      ...(args.memorySizes ? { memorySizes: args.memorySizes } : {}),
       casePaths: goldenCasePaths(),
       log: (m) => process.stderr.write(`[bench] ${m}\n`),
       table: (t) => {

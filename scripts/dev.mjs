@@ -19,15 +19,15 @@ const wrangler = join(root, "node_modules", ".bin", process.platform === "win32"
 const port = process.env.PORT || "8787";
 const extra = process.argv.slice(2);
 
-/** The last `--ip X` / `--ip=X` among the extra arguments, if any. */
-function ipArgument() {
+/** The last `--NAME X` / `--NAME=X` among the extra arguments, if any. */
+function argument(/** @type {string} */ name) {
   /** @type {string | undefined} */
-  let ip;
+  let value;
   for (let i = 0; i < extra.length; i++) {
-    if (extra[i] === "--ip") ip = extra[i + 1];
-    else if (extra[i]?.startsWith("--ip=")) ip = extra[i]?.slice("--ip=".length);
+    if (extra[i] === `--${name}`) value = extra[i + 1];
+    else if (extra[i]?.startsWith(`--${name}=`)) value = extra[i]?.slice(name.length + 3);
   }
-  return ip;
+  return value;
 }
 
 /** @param {string} ip */
@@ -36,9 +36,10 @@ function isLoopback(ip) {
   return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
-const userIp = ipArgument();
+const userIp = argument("ip");
 const ip = userIp ?? "127.0.0.1";
-const args = ["dev", ...(userIp === undefined ? ["--ip", ip] : []), "--port", port, "--persist-to", ".wrangler/state"];
+const persist = argument("persist-to") ?? ".wrangler/state";
+const args = ["dev", ...(userIp === undefined ? ["--ip", ip] : []), "--port", port, ...(argument("persist-to") === undefined ? ["--persist-to", persist] : [])];
 
 const found = findRelaySecret(root);
 const bare = ip.replace(/^\[|\]$/g, "");
@@ -62,7 +63,7 @@ args.push(...extra);
 
 // wrangler's banner is hidden (its update check is a network look-up): name the version here
 const version = JSON.parse(readFileSync(join(root, "node_modules", "wrangler", "package.json"), "utf8")).version;
-console.error(`[dev] wrangler ${version} dev on ${where} (Durable Objects in .wrangler/state; offline: no metrics, no update check)`);
+console.error(`[dev] wrangler ${version} dev on ${where} (Durable Objects in ${persist}; offline: no metrics, no update check)`);
 const child = spawn(wrangler, args, {
   cwd: root,
   stdio: "inherit",

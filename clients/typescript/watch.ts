@@ -45,7 +45,7 @@ export interface WatchOptions {
   backoffMs?: [number, number];
   /** Keep-alive ping period, ms (default 30,000; answered by the relay's platform, it only keeps idle connections open). */
   pingIntervalMs?: number;
-  /** Acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For tests. */
+  /** Once live, acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For tests. */
   ackEveryBytes?: number;
 }
 
@@ -279,7 +279,10 @@ export class EpisodeWatch {
       this.resumeAfter = null;
       this.socket?.close(4000, "client could not apply a message");
     }
-    if (this.received - this.ackedAt >= (this.options.ackEveryBytes ?? this.ackBytes)) this.ack();
+    // while catching up the relay sends as fast as this client acknowledges: ack every message;
+    // once live, every ack_bytes (the relay only checks that this watcher keeps up)
+    const every = this.state === "live" ? (this.options.ackEveryBytes ?? this.ackBytes) : 1;
+    if (this.received - this.ackedAt >= every) this.ack();
   }
 
   private handle(m: Message): void {

@@ -18,7 +18,7 @@ export const DELTA_BYTES = 1 << 20;
 
 const KEYS = Object.fromEntries(["trace", "open", "set", "pending", ...LIST_FIELDS].map((k) => [k, encodeStr(k)]));
 
-interface Range {
+export interface Range {
   field: ListField;
   from: number;
   to: number;
@@ -48,67 +48,82 @@ function ranges(v: TraceView, field: ListField, budget: number): Range[] {
   return out;
 }
 
-/** The deltas that rebuild trace `v` (bodies from `reader`), each at most about `budget` bytes. */
-export function* traceSnapshot(reader: BodyReader, v: TraceView, budget = DELTA_BYTES): Generator<Uint8Array> {
-  const all = LIST_FIELDS.flatMap((f) => ranges(v, f, budget));
-  // group consecutive ranges of distinct fields while they fit
-  const groups: Range[][] = [];
-  let cur: Range[] = [];
-  let bytes = 0;
-  for (const r of all) {
-    if (cur.length > 0 && (cur.at(-1)!.field === r.field || bytes + r.bytes > budget)) {
-      groups.push(cur);
-      cur = [];
-      bytes = 0;
+/** One snapshot delta, planned: which trace, which list ranges, and whether it opens or closes the trace. */
+export interface DeltaPlan {
+  /** Index of the trace in the views. */
+  view: number;
+  first: boolean;
+  last: boolean;
+  ranges: Range[];
+}
+
+/** The deltas that rebuild these traces, planned from the index alone (no body is read). */
+export function snapshotPlan(views: readonly TraceView[], budget = DELTA_BYTES): DeltaPlan[] {
+  const plan: DeltaPlan[] = [];
+  views.forEach((v, view) => {
+    const all = LIST_FIELDS.flatMap((f) => ranges(v, f, budget));
+    // group consecutive ranges of distinct fields while they fit
+    const groups: Range[][] = [];
+    let cur: Range[] = [];
+    let bytes = 0;
+    for (const r of all) {
+      if (cur.length > 0 && (cur.at(-1)!.field === r.field || bytes + r.bytes > budget)) {
+        groups.push(cur);
+        cur = [];
+        bytes = 0;
+      }
+      cur.push(r);
+      bytes += r.bytes;
     }
-    cur.push(r);
-    bytes += r.bytes;
+    if (cur.length > 0 || groups.length === 0) groups.push(cur);
+    groups.forEach((g, i) => plan.push({ view, first: i === 0, last: i === groups.length - 1, ranges: g }));
+  });
+  return plan;
+}
+
+/** Build one planned delta, reading its bodies from `reader`. */
+export function buildDelta(reader: BodyReader, views: readonly TraceView[], p: DeltaPlan): Uint8Array {
+  const v = views[p.view]!;
+  const set = p.last ? v.slots.filter((s) => s.from === "set") : [];
+  const w = new ChunkWriter();
+  w.mapHeader(1 + (p.first ? 1 : 0) + p.ranges.length + (p.last ? (set.length ? 2 : 1) : 0));
+  w.raw(KEYS.trace!);
+  w.str(v.id);
+  if (p.first) {
+    const open = v.slots.filter((s) => s.from === "open");
+    w.raw(KEYS.open!);
+    w.mapHeader(open.length);
+    for (const s of open) {
+      w.raw(s.key);
+      if (s.from === "open") w.raw(s.value);
+    }
   }
-  if (cur.length > 0 || groups.length === 0) groups.push(cur);
-  const open = v.slots.filter((s) => s.from === "open");
-  const set = v.slots.filter((s) => s.from === "set");
-  for (let g = 0; g < groups.length; g++) {
-    const first = g === 0;
-    const last = g === groups.length - 1;
-    const w = new ChunkWriter();
-    w.mapHeader(1 + (first ? 1 : 0) + groups[g]!.length + (last ? (set.length ? 2 : 1) : 0));
-    w.raw(KEYS.trace!);
-    w.str(v.id);
-    if (first) {
-      w.raw(KEYS.open!);
-      w.mapHeader(open.length);
-      for (const s of open) {
+  for (const r of p.ranges) {
+    w.raw(KEYS[r.field]!);
+    w.arrayHeader(r.to - r.from);
+    if (r.field === "nodes") {
+      for (const n of reader.nodes(v.tnum, r.from, r.to)) {
+        if (n instanceof Uint8Array) w.raw(n);
+        else writeNode(w, n);
+      }
+    } else for (const item of reader.items(v.tnum, r.field, r.from, r.to)) w.raw(item);
+  }
+  if (p.last) {
+    if (set.length) {
+      w.raw(KEYS.set!);
+      w.mapHeader(set.length);
+      for (const s of set) {
         w.raw(s.key);
-        if (s.from === "open") w.raw(s.value);
+        if (s.from === "set") w.raw(s.value);
       }
     }
-    for (const r of groups[g]!) {
-      w.raw(KEYS[r.field]!);
-      w.arrayHeader(r.to - r.from);
-      if (r.field === "nodes") {
-        for (const n of reader.nodes(v.tnum, r.from, r.to)) {
-          if (n instanceof Uint8Array) w.raw(n);
-          else writeNode(w, n);
-        }
-      } else for (const item of reader.items(v.tnum, r.field, r.from, r.to)) w.raw(item);
-    }
-    if (last) {
-      if (set.length) {
-        w.raw(KEYS.set!);
-        w.mapHeader(set.length);
-        for (const s of set) {
-          w.raw(s.key);
-          if (s.from === "set") w.raw(s.value);
-        }
-      }
-      w.raw(KEYS.pending!);
-      w.raw(v.pending);
-    }
-    yield w.bytes();
+    w.raw(KEYS.pending!);
+    w.raw(v.pending);
   }
+  return w.bytes();
 }
 
 /** Every trace's snapshot deltas, in arrival order. */
 export function* snapshotDeltas(reader: BodyReader, views: readonly TraceView[], budget = DELTA_BYTES): Generator<Uint8Array> {
-  for (const v of views) yield* traceSnapshot(reader, v, budget);
+  for (const p of snapshotPlan(views, budget)) yield buildDelta(reader, views, p);
 }

@@ -77,8 +77,9 @@ export class Episode extends DurableObject<Env> {
       maxWatchers: this.limits.maxWatchers, lagBytes: this.limits.watcherLagBytes,
       window: this.limits.watcherWindowBytes, maxCatchUps: this.limits.maxCatchUps,
     }, source);
+    if (this.record.isOldLayout()) this.upgrade();
     // a restart forgets every reader: what was kept for them can go
-    if (this.record.exists() && !this.record.isOldLayout()) this.store.afterRestart();
+    if (this.record.exists()) this.store.afterRestart();
     // Watchers' keep-alive pings are answered by the platform: they never wake the object.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -118,7 +119,6 @@ export class Episode extends DurableObject<Env> {
   /** The index, read from storage (upgrading an old layout first) on first use. */
   private index(): { asm: EpisodeAssembly; ledger: ProducerLedger } {
     if (this.live) return this.live;
-    if (this.record.isOldLayout()) this.upgrade();
     const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
     const asm = new EpisodeAssembly(this.store, traces);
     asm.reserveTnums(nextTnum);

@@ -35,7 +35,7 @@ export function limitsFrom(env: Partial<Env>): Limits {
     retention: num(env.RETENTION_SECONDS, 7 * 24 * 3600),
     maxWatchers: num(env.MAX_WATCHERS, 10_000),
     watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
-    watcherWindowBytes: num(env.WATCHER_WINDOW_BYTES, 8 * 1024 * 1024),
+    watcherWindowBytes: num(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
     maxCatchUps: num(env.MAX_CATCHUPS, 4),
     logKeepFrames: num(env.LOG_KEEP_FRAMES, 4096),
     logKeepBytes: num(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),

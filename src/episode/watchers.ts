@@ -15,7 +15,7 @@
 
 import { framesMessage, helloMessage, type Frame } from "../watch/protocol.js";
 import { deltaForVariant, variantKey, type Variant } from "../watch/variant.js";
-import { CatchUp, type CatchUpSource } from "./catchup.js";
+import { CatchUp, Cohort, type CatchUpSource, type SnapshotReason } from "./catchup.js";
 
 export const WATCH_TAG = "watch";
 export const CLOSE_TOO_SLOW = 4008;
@@ -23,6 +23,8 @@ export const CLOSE_TRY_LATER = 1013;
 export const CLOSE_POLICY = 1008;
 /** A catch-up silent this long may lose its slot to a waiting watcher. */
 export const STALL_MS = 30_000;
+/** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */
+export const FIRST_WINDOW = 512 * 1024;
 
 export interface WatcherAttachment {
   role: "watch";
@@ -52,6 +54,8 @@ export interface FanOutLimits {
 interface Flow {
   sent: number;
   acked: number;
+  /** The catch-up window now (grows with acks). */
+  window: number;
   /** The watcher's count when this flow started (after a restart the first ack sets it). */
   base: number | null;
 }
@@ -66,10 +70,16 @@ export class Watchers {
   private readonly flows = new WeakMap<WebSocket, Flow>();
   private readonly states = new WeakMap<WebSocket, SocketState>();
   private readonly catchUps = new Map<WebSocket, CatchUp>();
+  /** Snapshots being sent, by seq, reason and variant: watchers joining together share one. */
+  private readonly cohorts = new Map<string, Cohort>();
   /** When each catch-up last made progress (started, or got an ack). */
   private readonly progress = new WeakMap<WebSocket, number>();
-  /** Watchers waiting for a catch-up slot, in arrival order. */
-  private readonly waiting: Array<{ ws: WebSocket; after: number | null }> = [];
+  /**
+   * Watchers waiting for a catch-up slot, in arrival order. One starts only once it acknowledged
+   * its hello (`ready`): a client that connects and leaves (a reconnect storm) costs an accept
+   * and a hello, no snapshot.
+   */
+  private readonly waiting: Array<{ ws: WebSocket; after: number | null; ready: boolean }> = [];
   /** Frames committed but not yet sent to live watchers (coalesced into one message per variant). */
   private pending: AppliedFrame[] = [];
   private scheduled = false;
@@ -92,12 +102,10 @@ export class Watchers {
   accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
     ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
     this.states.set(ws, { key: variantKey(variant), variant, live: false });
-    this.flows.set(ws, { sent: 0, acked: 0, base: 0 });
+    this.flows.set(ws, { sent: 0, acked: 0, window: FIRST_WINDOW, base: 0 });
     const m = this.source.meta();
     this.send(ws, helloMessage(id, m?.status ?? "new", m?.seq ?? 0));
-    this.waiting.push({ ws, after });
-    this.evictStalled(Date.now());
-    this.startWaiting();
+    this.waiting.push({ ws, after, ready: false });
   }
 
   /**
@@ -121,9 +129,17 @@ export class Watchers {
     if (f.base === null) f.base = bytes - f.acked; // first ack after a restart: count from here
     f.acked = Math.max(f.acked, bytes - f.base);
     if (this.catchUps.has(ws)) {
+      f.window = Math.min(this.limits.window, f.window * 2);
       this.progress.set(ws, Date.now());
       this.pump(ws);
+      return;
     }
+    const w = this.waiting.find((x) => x.ws === ws);
+    if (w && !w.ready) {
+      w.ready = true;
+      this.evictStalled(Date.now());
+      this.startWaiting();
+    } else if (!w) this.stateOf(ws); // a socket caught in a restart mid catch-up is closed here
   }
 
   /** The socket closed or failed: free its place. */
@@ -154,24 +170,45 @@ export class Watchers {
   }
 
   private startWaiting(): void {
-    while (this.catchUps.size < this.limits.maxCatchUps && this.waiting.length > 0) {
-      const { ws, after } = this.waiting.shift()!;
+    while (this.catchUps.size < this.limits.maxCatchUps) {
+      const i = this.waiting.findIndex((w) => w.ready);
+      if (i < 0) return;
+      const { ws, after } = this.waiting.splice(i, 1)[0]!;
       if (ws.readyState !== WebSocket.OPEN) continue;
       this.flush(); // frames committed before this catch-up's snapshot go to the live watchers first
-      this.catchUps.set(ws, new CatchUp(this.source, this.states.get(ws)!.variant, after));
+      this.catchUps.set(ws, new CatchUp(this.source, this.states.get(ws)!.variant, after, (seq, variant, reason) => this.cohortFor(seq, variant, reason)));
       this.progress.set(ws, Date.now());
       this.pump(ws);
     }
+  }
+
+  /** The snapshot cohort for a new catch-up: one started at the same seq for the same view, or a new one. */
+  private cohortFor(seq: number, variant: Variant, reason: SnapshotReason): Cohort {
+    const key = Cohort.key(seq, variant, reason);
+    const have = this.cohorts.get(key);
+    if (have && have.joinable() && have.members.size > 0) return have;
+    const c = new Cohort(this.source, seq, variant, reason, this.source.views());
+    this.cohorts.set(key, c);
+    return c;
+  }
+
+  /** A cohort keeps too much between its members: its slowest continues on a cohort of its own. */
+  private split(c: Cohort): void {
+    const slow = c.slowest();
+    if (!slow || c.members.size < 2) return;
+    slow.moveTo(new Cohort(this.source, c.seq, c.variant, c.reason, c.views, c.startOf(slow.position)));
   }
 
   /** Send the catch-up's next messages while its window allows; make it live once caught up. */
   private pump(ws: WebSocket): void {
     const c = this.catchUps.get(ws)!;
     const f = this.flowOf(ws);
-    while (f.sent - f.acked < this.limits.window) {
+    while (f.sent - f.acked < f.window) {
       const messages = c.next();
       if (messages === null) break;
       for (const m of messages) if (!this.send(ws, m)) return this.gone(ws);
+      const cohort = c.snapshotting;
+      if (cohort?.trim()) this.split(cohort);
       if (c.done) {
         this.catchUps.delete(ws);
         const s = this.states.get(ws)!;
@@ -253,7 +290,7 @@ export class Watchers {
 
   private flowOf(ws: WebSocket): Flow {
     let f = this.flows.get(ws);
-    if (!f) this.flows.set(ws, (f = { sent: 0, acked: 0, base: null }));
+    if (!f) this.flows.set(ws, (f = { sent: 0, acked: 0, window: FIRST_WINDOW, base: null }));
     return f;
   }
 

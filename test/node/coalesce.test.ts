@@ -7,6 +7,7 @@ import WebSocket from "ws";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
+import { ackMessage } from "../../src/watch/protocol.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { join } from "node:path";
 import { until, useRelay } from "../support/relay.js";
@@ -22,7 +23,16 @@ describe("fan-out coalescing", () => {
     const id = `coalesce-${Date.now().toString(36)}`;
     const watchers = [0, 1].map(() => new WebSocket(`${ws}/v1/episodes/${id}/watch`));
     const got: Msg[][] = watchers.map(() => []);
-    watchers.forEach((w, i) => w.on("message", (d: Buffer) => got[i]!.push(decode(d) as Msg)));
+    watchers.forEach((w, i) => {
+      let received = 0;
+      w.on("message", (d: Buffer) => {
+        const m = decode(d) as Msg;
+        got[i]!.push(m);
+        received += d.length;
+        // the watcher protocol: acknowledge each message until caught up (the relay waits for it)
+        if (!got[i]!.some((x) => x.type === "caught_up")) w.send(ackMessage(received));
+      });
+    });
     await until(() => got.every((g) => g.some((m) => m.type === "caught_up")));
     const producer = new WebSocket(`${ws}/v1/episodes/${id}/ingest`);
     const acks: Array<{ ok: boolean; seq: number }> = [];

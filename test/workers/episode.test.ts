@@ -58,7 +58,7 @@ describe("golden cases through the relay", async () => {
       await finishAndCheck(id, name);
     });
   }
-  for (const name of ["multi_trace_links", "routing_repair_widen", "ack_lost", "failed_sends"]) {
+  for (const name of ["multi_trace_links", "routing_repair_widen", "routing_repair_u8", "large_routing", "ack_lost", "failed_sends"]) {
     it(`${name}: the object restarted at every frame boundary still ends with the golden bytes`, async () => {
       const id = freshId(`restart-${name}`);
       await pushCase(id, name, { restartEachFrame: true });

@@ -73,11 +73,15 @@ export function inbox(ws: WebSocket) {
       const m = queue.shift();
       if (m !== undefined) return Promise.resolve(m);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error("timed out waiting for a message")), timeoutMs);
-        waiters.push((x) => {
+        const waiter = (x: string | ArrayBuffer) => {
           clearTimeout(t);
           resolve(x);
-        });
+        };
+        const t = setTimeout(() => {
+          waiters.splice(waiters.indexOf(waiter), 1); // a later message must not go to a waiter that gave up
+          reject(new Error("timed out waiting for a message"));
+        }, timeoutMs);
+        waiters.push(waiter);
       });
     },
     closed(timeoutMs = 10_000): Promise<{ code: number; reason: string }> {

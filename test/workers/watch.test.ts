@@ -3,78 +3,12 @@ import { decode } from "@msgpack/msgpack";
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { parseReply } from "../../src/assembly/reply.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
-import { concatChunks } from "../../src/wire/writer.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, inbox, openSocket, post } from "./support.js";
-
-type Msg = { type: string; seq?: number; reason?: string; deltas?: Uint8Array[]; more?: boolean; frames?: Array<[number, Uint8Array]>; status?: string; reply?: Uint8Array; episode?: string };
-
-/** A watcher that assembles what it receives with the project's assembly. */
-class Watcher {
-  asm = new EpisodeAssembly();
-  seqs: number[] = [];
-  messages: Msg[] = [];
-  lastSeq = 0;
-  caughtUp = false;
-  finished: Msg | null = null;
-  /** Apply what arrives (off for tests that only look at seqs). */
-  assemble = true;
-  /** Binary bytes received (what an ack reports). */
-  received = 0;
-  constructor(
-    readonly ws: WebSocket,
-    readonly box: ReturnType<typeof inbox>,
-    readonly acks = true,
-  ) {}
-
-  static async open(id: string, query = "", acks = true): Promise<Watcher> {
-    const ws = await openSocket(`${id}/watch${query}`);
-    return new Watcher(ws, inbox(ws), acks);
-  }
-
-  /** Read messages until `until` holds (or time out). */
-  async read(until: (w: Watcher) => boolean, timeoutMs = 10_000): Promise<void> {
-    while (!until(this)) {
-      const raw = await this.box.next(timeoutMs);
-      if (typeof raw === "string") {
-        expect(raw).toBe("pong");
-        continue;
-      }
-      const m = decode(new Uint8Array(raw)) as Msg;
-      this.received += raw.byteLength;
-      this.messages.push(m);
-      if (m.type === "snapshot") {
-        // a snapshot replaces whatever was held (its first message follows the hello)
-        if (this.messages.at(-2)?.type === "hello") this.asm = new EpisodeAssembly();
-        if (this.assemble) for (const d of m.deltas!) this.asm.apply(d);
-        this.lastSeq = m.seq!;
-      } else if (m.type === "frames") {
-        for (const [seq, d] of m.frames!) {
-          if (this.lastSeq) expect(seq, "frames arrive in order, without gaps or duplicates").toBeGreaterThan(this.lastSeq);
-          this.seqs.push(seq);
-          if (this.assemble) this.asm.apply(d);
-          this.lastSeq = seq;
-        }
-      } else if (m.type === "caught_up") this.caughtUp = true;
-      else if (m.type === "finish") this.finished = m;
-      if (this.acks) this.ws.send(JSON.stringify({ type: "ack", bytes: this.received }));
-    }
-  }
-
-  episodeBytes(): Uint8Array {
-    const reply = parseReply(this.finished!.reply!);
-    return concatChunks(this.asm.finish(reply.head ?? [], reply.summaries));
-  }
-
-  close(): void {
-    this.ws.close(1000, "done");
-  }
-}
+import { Watcher } from "./watcher.js";
 
 async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
   const lost = new Set(c.ack_lost);
@@ -114,7 +48,7 @@ describe("watchers", () => {
       resumed.asm = dropper.asm; // continues the same assembly
       resumed.lastSeq = resumeAt;
       await resumed.read((w) => w.caughtUp);
-      // frames after resumeAt, or a snapshot when a log compaction (every 6 frames here) passed it
+      // frames after resumeAt, or a snapshot when the log (6 frames here) was trimmed past it
       const snap = resumed.messages.find((m) => m.type === "snapshot");
       if (snap) expect(snap.reason).toBe("trimmed");
       else expect(resumed.seqs[0]).toBe(resumeAt + 1);
@@ -132,7 +66,7 @@ describe("watchers", () => {
     const c = await golden("tool_calls_pending");
     const id = freshId("resume");
     await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
-    // LOG_COMPACT_FRAMES is 6 in tests: the log holds frames after the last compaction (6)
+    // LOG_KEEP_FRAMES is 6 in tests: the log holds the last 6 frames
     for (const after of [6, 8, 10, 11]) {
       const w = await Watcher.open(id, `?after=${after}`);
       w.assemble = false;
@@ -143,7 +77,7 @@ describe("watchers", () => {
     }
   });
 
-  it("resume from before a log compaction, or ahead of the log, gets a snapshot flagged as such", async () => {
+  it("resume from before the trimmed log, or ahead of it, gets a snapshot flagged as such", async () => {
     const c = await golden("tool_calls_pending");
     const id = freshId("trimmed");
     await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
@@ -181,6 +115,7 @@ describe("watchers", () => {
 
     const firstTrace = ((decodeLossless(m.frames[0]!) as LMap).get("trace")) as string;
     const filtered = await Watcher.open(id2, `?traces=${firstTrace}`);
+    await filtered.read((x) => x.caughtUp);
     await push(id2, m, 0, m.frames.length, new ProducerCursor("p"));
     await filtered.read((x) => x.lastSeq > 0 && x.asm.traces.size > 0 && x.seqs.length > 0 && x.box.pending() === 0, 2000).catch(() => undefined);
     expect([...filtered.asm.traces.keys()]).toEqual([firstTrace]);
@@ -215,7 +150,7 @@ describe("watchers", () => {
   it("a watcher that never acknowledges is closed 4008 once it falls too far behind; acknowledging ones are not", async () => {
     const c = await golden("large_routing"); // ~600 KB per frame; WATCHER_LAG_BYTES is 1 MiB in tests
     const id = freshId("slow");
-    const slow = await Watcher.open(id, "", false);
+    const slow = await Watcher.open(id, "", "until_caught_up");
     const fast = await Watcher.open(id);
     await slow.read((x) => x.caughtUp);
     await fast.read((x) => x.caughtUp);
@@ -235,7 +170,7 @@ describe("watchers", () => {
   it("survives hibernation: the object is rebuilt, sockets stay, every frame arrives in order", async () => {
     const c = await golden("chat_basic");
     const id = freshId("hib");
-    const w = await Watcher.open(id, "", false);
+    const w = await Watcher.open(id, "", "until_caught_up");
     await w.read((x) => x.caughtUp);
     const producer = new ProducerCursor("p");
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));

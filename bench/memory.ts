@@ -1,0 +1,448 @@
+// Bench section `memory`: what the relay's runtime holds while a routing-heavy episode is written,
+// read, caught up by many watchers and finished, against the same runtime idle (same run).
+//
+// The relay is what `npm start` runs (scripts/dev.mjs: wrangler dev, its workerd processes, local
+// SQLite on a temporary directory); memory is the resident memory (VmRSS) of every workerd process
+// it started, read from /proc about every 50 ms, as growth over the idle runtime after start-up.
+//
+// Per episode size (default 50 and 200 MiB; --sizes adds more, e.g. 800):
+//   write    the episode: large_routing's first frame, then its 13 turn frames repeated until the
+//            size is reached (ordinary routing-heavy deltas: ~600 KB of routing per turn), over the
+//            producer socket, one envelope at a time (as verifiers' streamer sends);
+//   read     GET of the live episode, streamed to the end;
+//   catch-up 1 watcher alone, then 10 at once, from the start (snapshot, then the log): time until
+//            each has `caught_up`, and the largest message any watcher received;
+//   finish   the reply, then GET of the finished episode, streamed.
+// Then the relay is restarted on the same storage: the first request to the large episode against
+// the first request to a small one (waking reads the index back, not the episode).
+// Storm (on large_routing, 7 MB): a producer sends a turn every 100 ms; acks are timed 10 s without
+// watchers, then while 150 watchers reconnect about every 20 ms for 40 s; /v1/health every 250 ms.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Decoder } from "@msgpack/msgpack";
+import { WebSocket } from "ws";
+import { parseDelta } from "../src/assembly/delta.js";
+import { encodeEnvelope } from "../src/envelope/envelope.js";
+import { ProducerCursor } from "../src/envelope/producer.js";
+import { ackMessage } from "../src/watch/protocol.js";
+import { decodeLossless, encodeLossless, LMap, type LValue } from "../src/wire/lossless.js";
+import { fixturePath, loadCase } from "../tools/conformance/cases.js";
+import { QUIET_ENV } from "../scripts/quiet-env.mjs";
+import type { BenchOptions } from "./harness.js";
+import { closeSocket, openSocket, stats } from "./ingest.js";
+
+export const name = "memory";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const MiB = 1024 * 1024;
+
+/** What the issue asks (reported as checks, not asserted). */
+export const TARGETS = { maxGrowthMiB: 96, maxMessageMiB: 8, maxCatchUpRatio: 3, stormAckP99Ratio: 3, stormMaxAckMs: 30_000, stormGrowthMiB: 256, healthMs: 1000, wakeRatio: 2 } as const;
+
+// ---- the relay as npm start runs it ----
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Pids of `pid`'s descendants whose command is workerd. */
+function workerdPids(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  const comm = new Map<number, string>();
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const ppid = Number(rest[1]);
+      comm.set(Number(e), stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")));
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(e)]);
+    } catch {
+      // gone
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const c of children.get(p) ?? []) {
+      if (comm.get(c) === "workerd") out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+function rssKiB(pids: number[]): number {
+  let sum = 0;
+  for (const p of pids) {
+    try {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${p}/status`, "utf8"));
+      if (m) sum += Number(m[1]);
+    } catch {
+      // gone
+    }
+  }
+  return sum;
+}
+
+class DevRelay {
+  url = "";
+  private child: ChildProcess | null = null;
+  private pids: number[] = [];
+  private sampler: NodeJS.Timeout | null = null;
+  /** Peak RSS (KiB) since the last `mark`. */
+  peak = 0;
+
+  constructor(readonly state: string) {}
+
+  async start(): Promise<void> {
+    const port = await freePort();
+    this.url = `http://127.0.0.1:${port}`;
+    const child = spawn(process.execPath, [join(root, "scripts", "dev.mjs"), "--persist-to", this.state], {
+      cwd: root, env: { ...process.env, ...QUIET_ENV, PORT: String(port) }, stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child = child;
+    let log = "";
+    child.stdout!.on("data", (d) => (log += d));
+    child.stderr!.on("data", (d) => (log += d));
+    const end = Date.now() + 60_000;
+    while (!/Ready on/.test(log)) {
+      if (Date.now() > end || child.exitCode !== null) throw new Error(`npm start did not get ready:\n${log}`);
+      await sleep(50);
+    }
+    this.pids = workerdPids(child.pid!);
+    if (this.pids.length === 0) throw new Error("no workerd process under npm start");
+    this.sampler = setInterval(() => {
+      this.peak = Math.max(this.peak, rssKiB(this.pids));
+    }, 50);
+  }
+
+  rss(): number {
+    return rssKiB(this.pids);
+  }
+
+  /** CPU time the workerd processes used so far (user + system), ms. */
+  cpuMs(): number {
+    let ticks = 0;
+    for (const p of this.pids) {
+      try {
+        const f = readFileSync(`/proc/${p}/stat`, "utf8");
+        const rest = f.slice(f.lastIndexOf(")") + 2).split(" ");
+        ticks += Number(rest[11]) + Number(rest[12]);
+      } catch {
+        // gone
+      }
+    }
+    return ticks * 10; // USER_HZ is 100 on Linux
+  }
+
+  /** Start a new peak from now. */
+  mark(): number {
+    this.peak = this.rss();
+    return this.peak;
+  }
+
+  async stop(): Promise<void> {
+    if (this.sampler) clearInterval(this.sampler);
+    const c = this.child;
+    if (!c || c.exitCode !== null) return;
+    c.kill("SIGINT");
+    await new Promise((r) => c.once("exit", r));
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// ---- the episode ----
+
+/** Frames of a routing-heavy episode of about `bytes`, and its reply with matching counts. */
+function episode(bytes: number): { frames: Uint8Array[]; reply: Uint8Array; frameBytes: number } {
+  const c = loadCase(fixturePath("large_routing"));
+  const frames = [c.frames[0]!];
+  let total = frames[0]!.length;
+  for (let i = 1; total < bytes; i = i === c.frames.length - 1 ? 1 : i + 1) {
+    frames.push(c.frames[i]!);
+    total += c.frames[i]!.length;
+  }
+  const counts = new Map<string, { nodes: number; calls: number }>();
+  for (const f of frames) {
+    const d = parseDelta(f);
+    const n = counts.get(d.trace) ?? { nodes: 0, calls: 0 };
+    n.nodes += d.nodes?.length ?? 0;
+    n.calls += d.lists.calls?.length ?? 0;
+    counts.set(d.trace, n);
+  }
+  const reply = decodeLossless(c.reply) as LMap;
+  for (const t of reply.get("traces") as LMap[]) {
+    const n = counts.get(t.get("id") as string)!;
+    t.entries.forEach((e) => {
+      if (e[0] === "nodes") e[1] = n.nodes;
+      if (e[0] === "calls") e[1] = n.calls;
+    });
+  }
+  return { frames, reply: encodeLossless(reply as LValue), frameBytes: total };
+}
+
+/** Send every frame over the producer socket, one envelope at a time. */
+async function write(url: string, id: string, frames: Uint8Array[], producer = new ProducerCursor("bench")): Promise<void> {
+  const ws = await openSocket(`${url.replace(/^http/, "ws")}/v1/episodes/${id}/ingest`);
+  try {
+    for (const f of frames) {
+      const ack = new Promise<string>((resolve, reject) => {
+        ws.once("message", (d) => resolve(String(d)));
+        ws.once("close", (code) => reject(new Error(`ingest socket closed ${code}`)));
+      });
+      ws.send(encodeEnvelope(producer.envelope(f)));
+      const a = JSON.parse(await ack) as { ok: boolean };
+      if (!a.ok) throw new Error(`refused: ${JSON.stringify(a)}`);
+      producer.acknowledge(f);
+      ws.removeAllListeners("close");
+    }
+  } finally {
+    await closeSocket(ws);
+  }
+}
+
+/** GET the episode, streamed; its size. */
+async function read(url: string, id: string): Promise<number> {
+  const res = await fetch(`${url}/v1/episodes/${id}`);
+  if (!res.ok || !res.body) throw new Error(`GET ${id}: ${res.status}`);
+  let n = 0;
+  for await (const chunk of res.body) n += (chunk as Uint8Array).length;
+  return n;
+}
+
+/** A watcher from the start until `caught_up`: its time and largest message. */
+function catchUp(url: string, id: string): Promise<{ ms: number; largest: number }> {
+  const t0 = performance.now();
+  const decoder = new Decoder();
+  return new Promise((resolve, reject) => {
+    let largest = 0;
+    let received = 0;
+    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/episodes/${id}/watch`, { perMessageDeflate: false, maxPayload: 1 << 30 });
+    ws.on("message", (data: Buffer, binary) => {
+      if (!binary) return;
+      largest = Math.max(largest, data.length);
+      received += data.length;
+      // catching up: ack every message (the relay paces the catch-up by these acks)
+      ws.send(ackMessage(received));
+      const m = decoder.decode(data) as { type: string };
+      if (m.type === "caught_up") {
+        const ms = performance.now() - t0;
+        ws.close(1000);
+        resolve({ ms, largest });
+      }
+    });
+    ws.on("close", (code) => reject(new Error(`watcher closed ${code} before caught_up`)));
+    ws.on("error", reject);
+  });
+}
+
+interface SizeFigures {
+  episode_mib: number;
+  frames: number;
+  growth_mib: { write: number; read: number; catch_up: number; finish: number; peak: number };
+  catch_up_ms: { one: number; ten_max: number; ratio: number };
+  /** CPU the relay's workerd processes spent on the catch-ups (the clients share this machine's cores). */
+  catch_up_relay_cpu_ms: { one: number; ten: number; ratio: number };
+  largest_message_mib: number;
+  write_mib_per_s: number;
+}
+
+async function onSize(relay: DevRelay, mib: number, idleKiB: number, log: (m: string) => void): Promise<SizeFigures & { id: string }> {
+  const id = `mem-${mib}-${Date.now().toString(36)}`;
+  const ep = episode(mib * MiB);
+  log(`memory: ${mib} MiB episode: ${ep.frames.length} frames`);
+  relay.mark();
+  const base = idleKiB; // growth over the idle runtime, whatever ran before
+  const growth = () => (relay.peak - base) / 1024;
+  const t0 = performance.now();
+  await write(relay.url, id, ep.frames);
+  const writeSecs = (performance.now() - t0) / 1000;
+  const afterWrite = growth();
+  const size = await read(relay.url, id);
+  const afterRead = growth();
+  const cpu0 = relay.cpuMs();
+  const one = await catchUp(relay.url, id);
+  const cpu1 = relay.cpuMs();
+  const ten = await Promise.all(Array.from({ length: 10 }, () => catchUp(relay.url, id)));
+  const cpu2 = relay.cpuMs();
+  const afterCatchUp = growth();
+  const res = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: ep.reply });
+  if (res.status !== 200) throw new Error(`reply: ${res.status} ${await res.text()}`);
+  const finished = await read(relay.url, id);
+  const afterFinish = growth();
+  const tenMax = Math.max(...ten.map((t) => t.ms));
+  log(`memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB`);
+  return {
+    id,
+    episode_mib: Math.round(ep.frameBytes / MiB),
+    frames: ep.frames.length,
+    growth_mib: { write: round(afterWrite), read: round(afterRead), catch_up: round(afterCatchUp), finish: round(afterFinish), peak: round(growth()) },
+    catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
+    catch_up_relay_cpu_ms: { one: cpu1 - cpu0, ten: cpu2 - cpu1, ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2) },
+    largest_message_mib: round(Math.max(one.largest, ...ten.map((t) => t.largest)) / MiB, 2),
+    write_mib_per_s: round(ep.frameBytes / MiB / writeSecs),
+  };
+}
+
+const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+
+/** The first request after a restart, to a large and to a small episode. */
+async function wake(relay: DevRelay, large: string, small: string): Promise<{ large_ms: number; small_ms: number; ratio: number }> {
+  const first = async (id: string) => {
+    await relay.stop();
+    await relay.start();
+    const t0 = performance.now();
+    const res = await fetch(`${relay.url}/v1/episodes/${id}/status`);
+    await res.text();
+    return performance.now() - t0;
+  };
+  // each measured on a fresh start, small first then large, twice; the better of two
+  const s = Math.min(await first(small), await first(small));
+  const l = Math.min(await first(large), await first(large));
+  return { large_ms: round(l), small_ms: round(s), ratio: round(l / s, 2) };
+}
+
+/**
+ * 150 clients reconnecting every ~20 ms while a producer sends a turn every 100 ms: first 10 s
+ * quiet, then 20 s of the same clients on `/v1/health` (the runtime's own cost of that many
+ * connections, nothing of the episode: the baseline), then 40 s of them as watchers of the episode.
+ */
+async function storm(relay: DevRelay, log: (m: string) => void) {
+  const c = loadCase(fixturePath("large_routing"));
+  const id = `storm-${Date.now().toString(36)}`;
+  const producer = new ProducerCursor("storm");
+  await write(relay.url, id, c.frames, producer);
+  const ws = await openSocket(`${relay.url.replace(/^http/, "ws")}/v1/episodes/${id}/ingest`);
+  let turn = 1;
+  const acks: number[] = [];
+  let stop = false;
+  const produce = (async () => {
+    while (!stop) {
+      const f = c.frames[turn]!;
+      turn = turn === c.frames.length - 1 ? 1 : turn + 1;
+      const t0 = performance.now();
+      const ack = new Promise<string>((resolve) => ws.once("message", (d) => resolve(String(d))));
+      ws.send(encodeEnvelope(producer.envelope(f)));
+      const a = JSON.parse(await ack) as { ok: boolean };
+      acks.push(performance.now() - t0);
+      if (!a.ok) throw new Error(`storm producer refused: ${JSON.stringify(a)}`);
+      producer.acknowledge(f);
+      await sleep(Math.max(0, 100 - (performance.now() - t0)));
+    }
+  })();
+  const health: number[] = [];
+  let healthOn = true;
+  const probe = (async () => {
+    while (healthOn) {
+      const t0 = performance.now();
+      await (await fetch(`${relay.url}/v1/health`)).text();
+      health.push(performance.now() - t0);
+      await sleep(250);
+    }
+  })();
+  /** `n` clients connecting to `path` (a WebSocket upgrade), each leaving ~20 ms later, for `ms`. */
+  const clients = async (path: string, ms: number) => {
+    let on = true;
+    let connects = 0;
+    const one = async () => {
+      while (on) {
+        const w = new WebSocket(`${relay.url.replace(/^http/, "ws")}${path}`, { perMessageDeflate: false, maxPayload: 1 << 30 });
+        w.on("error", () => {});
+        await new Promise((r) => w.once("open", r).once("close", r).once("unexpected-response", r));
+        connects++;
+        await sleep(20);
+        w.terminate();
+      }
+    };
+    const all = Array.from({ length: 150 }, one);
+    await sleep(ms);
+    on = false;
+    await Promise.all(all);
+    return connects;
+  };
+  await sleep(10_000);
+  const quiet = acks.splice(0);
+  health.splice(0);
+  const baseConnects = await clients("/v1/health", 20_000);
+  const baseline = acks.splice(0);
+  const baseHealth = health.splice(0);
+  const mark = relay.mark();
+  const connects = await clients(`/v1/episodes/${id}/watch`, 40_000);
+  const during = acks.splice(0);
+  const growth = (relay.peak - mark) / 1024;
+  stop = true;
+  healthOn = false;
+  await Promise.all([produce, probe]);
+  await closeSocket(ws);
+  const q = stats(quiet.sort((a, b) => a - b));
+  const b = stats(baseline.sort((a, b) => a - b));
+  const d = stats(during.sort((a, b) => a - b));
+  log(`memory: storm: ${connects} watcher connects in 40 s; ack p99 ${q.p99.toFixed(1)} ms quiet, ${b.p99.toFixed(1)} ms under /v1/health clients, ${d.p99.toFixed(1)} ms under watchers`);
+  return {
+    connects,
+    baseline_connects: baseConnects,
+    ack_p99_ms: { quiet: round(q.p99), health_clients: round(b.p99), watchers: round(d.p99), ratio: round(d.p99 / q.p99, 2), ratio_vs_health_clients: round(d.p99 / b.p99, 2) },
+    ack_max_ms: round(Math.max(...during)),
+    acks_during: during.length,
+    growth_mib: round(growth),
+    health_max_ms: { health_clients: round(Math.max(...baseHealth)), watchers: round(Math.max(...health)) },
+  };
+}
+
+export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
+  const sizes = opts.memorySizes ?? [50, 200];
+  const state = mkdtempSync(join(tmpdir(), "episode-relay-memory-"));
+  const relay = new DevRelay(state);
+  try {
+    await relay.start();
+    // warm the runtime up (the first requests compile the Worker and create an object)
+    const small = `mem-small-${Date.now().toString(36)}`;
+    const chat = loadCase(fixturePath("chat_basic"));
+    await write(relay.url, small, chat.frames);
+    await read(relay.url, small);
+    const idle = relay.rss() / 1024;
+    const bySize: Record<string, SizeFigures> = {};
+    let largest = "";
+    for (const mib of sizes) {
+      const { id, ...f } = await onSize(relay, mib, idle * 1024, opts.log);
+      bySize[`${mib}MiB`] = f;
+      largest = id;
+    }
+    const woke = await wake(relay, largest, small);
+    const stormFigures = await storm(relay, opts.log);
+    const rows = Object.entries(bySize).map(([k, f]) => [
+      k, String(f.frames), `${f.growth_mib.write}`, `${f.growth_mib.read}`, `${f.growth_mib.catch_up}`, `${f.growth_mib.finish}`,
+      `${f.catch_up_ms.one} / ${f.catch_up_ms.ten_max} (${f.catch_up_ms.ratio}×)`,
+      `${f.catch_up_relay_cpu_ms.one} / ${f.catch_up_relay_cpu_ms.ten} (${f.catch_up_relay_cpu_ms.ratio}×)`, `${f.largest_message_mib}`,
+    ]);
+    opts.table({
+      title: `memory: workerd RSS growth over the idle runtime (${round(idle)} MiB after start-up), MiB`,
+      columns: ["episode", "frames", "write", "+read", "+10 catch-ups", "+finish", "catch-up 1 / 10 ms", "relay CPU 1 / 10 ms", "largest msg MiB"],
+      rows,
+      notes: [
+        `targets: growth ≤ ${TARGETS.maxGrowthMiB} MiB and flat in size; 10 catch-ups ≤ ${TARGETS.maxCatchUpRatio}× one; messages ≤ ${TARGETS.maxMessageMiB} MiB`,
+        `wake on ${Object.keys(bySize).at(-1)}: first request ${woke.large_ms} ms vs ${woke.small_ms} ms on a small episode (${woke.ratio}×; target ≤ ${TARGETS.wakeRatio}×)`,
+        `storm (150 watchers reconnecting every ~20 ms for 40 s, ${stormFigures.connects} connects): ack p99 ${stormFigures.ack_p99_ms.quiet} ms quiet → ${stormFigures.ack_p99_ms.watchers} ms (${stormFigures.ack_p99_ms.ratio}×; target ≤ ${TARGETS.stormAckP99Ratio}×); the same clients on /v1/health (${stormFigures.baseline_connects} connects in 20 s): ${stormFigures.ack_p99_ms.health_clients} ms (watchers ${stormFigures.ack_p99_ms.ratio_vs_health_clients}× that)`,
+        `  slowest ack ${stormFigures.ack_max_ms} ms, growth ${stormFigures.growth_mib} MiB, /v1/health ≤ ${stormFigures.health_max_ms.watchers} ms (≤ ${stormFigures.health_max_ms.health_clients} ms under /v1/health clients)`,
+      ],
+    });
+    return { idle_mib: round(idle), sizes: bySize, wake: woke, storm: stormFigures };
+  } finally {
+    await relay.stop();
+    rmSync(state, { recursive: true, force: true });
+  }
+}

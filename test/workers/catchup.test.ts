@@ -1,0 +1,162 @@
+// Catch-up: a joining watcher gets the state as bounded snapshot messages of ordinary deltas, paced
+// by its acks (a window of WATCHER_WINDOW_BYTES, 1 MiB here, that starts small), at most
+// MAX_CATCHUPS (2 here) at once; the log it replays after the snapshot is kept for it; a catch-up
+// cut by a restart ends with 1013.
+import { describe, expect, it } from "vitest";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { FIRST_MESSAGE_BYTES } from "../../src/episode/catchup.js";
+import { FIRST_WINDOW } from "../../src/episode/watchers.js";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { MESSAGE_BYTES } from "../../src/watch/protocol.js";
+import type { GoldenCase } from "../../tools/conformance/case-format.js";
+import { equal, freshId, golden, post } from "./support.js";
+import { Watcher } from "./watcher.js";
+
+const WINDOW = 1024 * 1024; // WATCHER_WINDOW_BYTES in vitest.workers.config.ts
+
+async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
+  for (let i = from; i < to; i++) {
+    const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
+    expect(res.status, await res.clone().text()).toBe(200);
+    await res.arrayBuffer();
+    producer.acknowledge(c.frames[i]!);
+  }
+  return producer;
+}
+
+/** The live traces after every frame of `c`, by the project's assembly (large_routing's checkpoints stop at 12 of 14). */
+function finalTraces(c: GoldenCase): Uint8Array {
+  const asm = new EpisodeAssembly();
+  for (const f of c.frames) asm.apply(f);
+  return asm.tracesBytes();
+}
+
+/** Read whatever arrives within `ms` (the relay has sent what it will until the next ack). */
+async function settle(w: Watcher, ms = 300): Promise<void> {
+  await w.read(() => false, ms).catch(() => undefined);
+}
+
+describe("catch-up", () => {
+  it("a late watcher gets the state in several bounded snapshot messages of ordinary deltas; it assembles the golden bytes", async () => {
+    const c = await golden("large_routing"); // ~7 MB, nodes of ~600 KB
+    const id = freshId("split");
+    await push(id, c);
+    const w = await Watcher.open(id);
+    await w.read((x) => x.caughtUp);
+    const snaps = w.messages.filter((m) => m.type === "snapshot");
+    expect(snaps.length).toBeGreaterThan(2);
+    expect(snaps.slice(0, -1).every((m) => m.more === true) && snaps.at(-1)!.more === false).toBe(true);
+    const biggestNode = 1.3 * 1024 * 1024;
+    expect(w.sizes[1]!, "the first snapshot message is small").toBeLessThanOrEqual(FIRST_MESSAGE_BYTES + biggestNode);
+    for (const size of w.sizes) expect(size).toBeLessThanOrEqual(MESSAGE_BYTES + biggestNode);
+    expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
+    await w.read((x) => x.finished !== null);
+    expect(equal(w.episodeBytes(), c.episode!)).toBe(true);
+    w.close();
+  });
+
+  it("is paced by acks: nothing before the hello is acknowledged, then at most the window unacknowledged", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("paced");
+    await push(id, c);
+    const w = await Watcher.open(id, "", "never");
+    await settle(w);
+    expect(w.messages.map((m) => m.type), "only the hello until it is acknowledged").toEqual(["hello"]);
+    w.ack();
+    await settle(w);
+    const first = w.received;
+    expect(w.messages.length).toBeGreaterThan(1);
+    expect(first - w.sizes[0]!, "the first window is small").toBeLessThanOrEqual(FIRST_WINDOW + MESSAGE_BYTES);
+    // every ack lets at most a window more through; acking to the end catches up
+    for (let i = 0; i < 200 && !w.caughtUp; i++) {
+      const acked = w.received;
+      w.ack();
+      await settle(w, 100);
+      expect(w.received - acked).toBeLessThanOrEqual(WINDOW + MESSAGE_BYTES + 1.3 * 1024 * 1024);
+    }
+    expect(w.caughtUp).toBe(true);
+    expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    w.close();
+  });
+
+  it("at most MAX_CATCHUPS watchers catch up at once; the next starts when one leaves", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("slots");
+    await push(id, c);
+    const a = await Watcher.open(id, "", "never");
+    const b = await Watcher.open(id, "", "never");
+    const third = await Watcher.open(id, "", "never");
+    for (const w of [a, b, third]) {
+      await settle(w, 100);
+      w.ack(); // each acknowledges its hello, then stops reading
+    }
+    for (const w of [a, b, third]) await settle(w);
+    expect(a.messages.some((m) => m.type === "snapshot")).toBe(true);
+    expect(b.messages.some((m) => m.type === "snapshot")).toBe(true);
+    expect(third.messages.map((m) => m.type), "the third waits its turn").toEqual(["hello"]);
+    a.close();
+    await settle(third);
+    expect(third.messages.some((m) => m.type === "snapshot"), "a slot freed: it started").toBe(true);
+    b.close();
+    third.close();
+  });
+
+  it("the log a catching-up watcher still has to replay is kept, however far the log is trimmed meanwhile", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("pinned-log");
+    const producer = await push(id, c, 0, 2);
+    const w = await Watcher.open(id, "", "never");
+    await settle(w, 100);
+    w.ack();
+    await settle(w); // the snapshot as of seq 2 is under way
+    // 12 more frames: LOG_KEEP_FRAMES is 6 here, so the log is trimmed past seq 2 meanwhile
+    await push(id, c, 2, c.frames.length, producer);
+    for (let i = 0; i < 200 && !w.caughtUp; i++) {
+      w.ack();
+      await settle(w, 100);
+    }
+    expect(w.caughtUp).toBe(true);
+    expect(w.seqs, "every frame after the snapshot, once, in order").toEqual(Array.from({ length: c.frames.length - 2 }, (_, i) => i + 3));
+    expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    // a watcher resuming from seq 2 gets the frames after it, or a snapshot if the log has been trimmed since
+    const late = await Watcher.open(id, "?after=2");
+    for (const f of c.frames.slice(0, 2)) late.asm.apply(f);
+    await late.read((x) => x.caughtUp);
+    expect(equal(late.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    for (const x of [w, late]) x.close();
+  });
+
+  it("watchers joining together share the snapshot: the same messages, byte for byte", async () => {
+    const c = await golden("multi_trace_links");
+    const id = freshId("cohort");
+    await push(id, c);
+    const ws = [await Watcher.open(id), await Watcher.open(id)];
+    for (const w of ws) await w.read((x) => x.caughtUp);
+    const snaps = ws.map((w) => w.messages.filter((m) => m.type === "snapshot"));
+    expect(snaps[0]!.length).toBe(snaps[1]!.length);
+    snaps[0]!.forEach((m, i) => expect(m).toEqual(snaps[1]![i]));
+    for (const w of ws) w.close();
+  });
+
+  it("a catch-up cut by a restart (hibernation) is closed 1013; the watcher reconnects and catches up", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("cut");
+    await push(id, c);
+    const w = await Watcher.open(id, "", "never");
+    await settle(w, 100);
+    w.ack();
+    await settle(w);
+    expect(w.caughtUp).toBe(false);
+    await new Promise((r) => setTimeout(r, 12_000)); // idle: the object hibernates, its catch-ups are gone
+    w.ack();
+    const closed = await w.box.closed();
+    expect(closed.code).toBe(1013);
+    expect(closed.reason).toMatch(/reconnect/);
+    const again = await Watcher.open(id);
+    await again.read((x) => x.caughtUp);
+    expect(equal(again.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    again.close();
+  }, 40_000);
+});
