@@ -8,7 +8,8 @@
 // Watchers that need the same snapshot (same seq, variant and reason: they joined at about the
 // same time) share one Cohort: each message is built once, from one read of the bodies, and the
 // same bytes go to each of them. A cohort keeps the messages between its slowest and its fastest
-// member, up to COHORT_BYTES; a member that falls further behind continues on a cohort of its own.
+// member, up to COHORT_BYTES: past that the fastest waits for the slowest, unless the slowest has
+// stopped acknowledging, which then continues on a cohort of its own (Watchers decides).
 
 import { traceOf } from "../assembly/delta.js";
 import type { TraceView } from "../assembly/render.js";
@@ -91,12 +92,16 @@ export class Cohort {
     return { index: k, delta: this.starts[k]! };
   }
 
-  /** Message `k`, built if it is the next; null past the last; undefined when no longer kept. */
-  message(k: number): Uint8Array | null | undefined {
+  /**
+   * Message `k`, built if it is the next; null past the last; undefined when no longer kept;
+   * "wait" when building it would keep more than COHORT_BYTES for a member further behind.
+   */
+  message(k: number): Uint8Array | null | undefined | "wait" {
     if (this.total !== null && k >= this.total) return null;
     if (k < this.first) return undefined;
     while (k >= this.first + this.cache.length) {
       if (this.total !== null) return null;
+      if (this.cacheBytes > COHORT_BYTES && this.trim()) return "wait";
       const m = this.build();
       this.cache.push(m);
       this.cacheBytes += m.length;
@@ -216,12 +221,13 @@ export class CatchUp {
     return this.cohort;
   }
 
-  /** The next messages to send, or null once caught up (the watcher is then live). */
+  /** The next messages to send: none for now (its cohort waits for a slower member), or null once caught up (the watcher is then live). */
   next(): Uint8Array[] | null {
     if (this.done) return null;
     const c = this.cohort;
     if (c) {
       const m = c.message(this.position);
+      if (m === "wait") return [];
       if (m === undefined) throw new Error("snapshot message no longer kept");
       if (m !== null) {
         this.position++;

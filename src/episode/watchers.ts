@@ -23,6 +23,8 @@ export const CLOSE_TRY_LATER = 1013;
 export const CLOSE_POLICY = 1008;
 /** A catch-up silent this long may lose its slot to a waiting watcher. */
 export const STALL_MS = 30_000;
+/** A cohort member silent this long no longer holds the others back. */
+export const SPLIT_MS = 5_000;
 /** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */
 export const FIRST_WINDOW = 512 * 1024;
 
@@ -72,6 +74,9 @@ export class Watchers {
   private readonly catchUps = new Map<WebSocket, CatchUp>();
   /** Snapshots being sent, by seq, reason and variant: watchers joining together share one. */
   private readonly cohorts = new Map<string, Cohort>();
+  private readonly socketOf = new Map<CatchUp, WebSocket>();
+  /** Catch-ups waiting for a slower member of their cohort. */
+  private readonly blocked = new Set<CatchUp>();
   /** When each catch-up last made progress (started, or got an ack). */
   private readonly progress = new WeakMap<WebSocket, number>();
   /**
@@ -118,8 +123,7 @@ export class Watchers {
     for (const [ws, c] of [...this.catchUps]) {
       if (now - (this.progress.get(ws) ?? now) < STALL_MS) continue;
       close(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
-      c.release();
-      this.catchUps.delete(ws);
+      this.gone(ws);
     }
   }
 
@@ -146,8 +150,16 @@ export class Watchers {
   gone(ws: WebSocket): void {
     const c = this.catchUps.get(ws);
     if (c) {
+      const cohort = c.snapshotting;
       c.release();
       this.catchUps.delete(ws);
+      this.socketOf.delete(c);
+      this.blocked.delete(c);
+      // members of its cohort that waited for it may go on
+      for (const other of cohort?.members ?? []) {
+        const ows = this.blocked.delete(other) ? this.socketOf.get(other) : undefined;
+        if (ows) this.pump(ows);
+      }
     }
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
@@ -158,6 +170,8 @@ export class Watchers {
   closeAll(code: number, reason: string): void {
     for (const c of this.catchUps.values()) c.release();
     this.catchUps.clear();
+    this.socketOf.clear();
+    this.blocked.clear();
     this.waiting.length = 0;
     this.pending = [];
     for (const ws of this.ctx.getWebSockets()) {
@@ -176,7 +190,9 @@ export class Watchers {
       const { ws, after } = this.waiting.splice(i, 1)[0]!;
       if (ws.readyState !== WebSocket.OPEN) continue;
       this.flush(); // frames committed before this catch-up's snapshot go to the live watchers first
-      this.catchUps.set(ws, new CatchUp(this.source, this.states.get(ws)!.variant, after, (seq, variant, reason) => this.cohortFor(seq, variant, reason)));
+      const c = new CatchUp(this.source, this.states.get(ws)!.variant, after, (seq, variant, reason) => this.cohortFor(seq, variant, reason));
+      this.catchUps.set(ws, c);
+      this.socketOf.set(c, ws);
       this.progress.set(ws, Date.now());
       this.pump(ws);
     }
@@ -192,10 +208,15 @@ export class Watchers {
     return c;
   }
 
-  /** A cohort keeps too much between its members: its slowest continues on a cohort of its own. */
-  private split(c: Cohort): void {
+  /**
+   * A member of `c` waits for its slowest: if that one stopped acknowledging (for SPLIT_MS), it
+   * continues on a cohort of its own (rebuilding from where it is) so the others go on.
+   */
+  private unblock(c: Cohort, now: number): void {
     const slow = c.slowest();
     if (!slow || c.members.size < 2) return;
+    const ws = this.socketOf.get(slow);
+    if (ws && now - (this.progress.get(ws) ?? now) < SPLIT_MS) return;
     slow.moveTo(new Cohort(this.source, c.seq, c.variant, c.reason, c.views, c.startOf(slow.position)));
   }
 
@@ -203,20 +224,38 @@ export class Watchers {
   private pump(ws: WebSocket): void {
     const c = this.catchUps.get(ws)!;
     const f = this.flowOf(ws);
+    const cohort = c.snapshotting;
+    let sent = false;
     while (f.sent - f.acked < f.window) {
-      const messages = c.next();
-      if (messages === null) break;
+      let messages = c.next();
+      if (messages?.length === 0) {
+        // its cohort waits for a slower member
+        this.unblock(cohort!, Date.now());
+        messages = c.next();
+      }
+      if (messages === null || messages.length === 0) {
+        if (messages) this.blocked.add(c);
+        break;
+      }
+      sent = true;
       for (const m of messages) if (!this.send(ws, m)) return this.gone(ws);
-      const cohort = c.snapshotting;
-      if (cohort?.trim()) this.split(cohort);
       if (c.done) {
         this.catchUps.delete(ws);
+        this.socketOf.delete(c);
         const s = this.states.get(ws)!;
         s.live = true;
         const att = ws.deserializeAttachment() as WatcherAttachment;
         ws.serializeAttachment({ ...att, live: true } satisfies WatcherAttachment);
         this.startWaiting();
-        return;
+        break;
+      }
+    }
+    // members of its cohort that waited for it may go on
+    if (sent && cohort) {
+      for (const other of cohort.members) {
+        if (other === c || !this.blocked.delete(other)) continue;
+        const ows = this.socketOf.get(other);
+        if (ows) this.pump(ows);
       }
     }
   }
