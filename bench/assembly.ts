@@ -3,8 +3,9 @@
 //
 // Timed work per iteration (one whole case):
 //   assembly: `new EpisodeAssembly()`, every frame applied (`asm.apply(frame)`; for a case with
-//             `ack_lost`, the envelope path of tools/conformance/local.ts: `ingest` of each
-//             frame's producer envelope), then `parseReply` + `asm.finish(head, summaries)`
+//             `ack_lost`, the envelope path of tools/conformance/local.ts: a MemoryEpisode's
+//             ingest of each frame's producer envelope, retractions included), then
+//             `parseReply` + `asm.finish(head, summaries)`
 //             (the chunk list is counted, not concatenated; a FinishError is part of the work).
 //             The envelopes are built once beforehand: they are the producer's work, not the relay's.
 //   decode:   `decode(frame)` for every frame.
@@ -17,7 +18,7 @@ import { EpisodeAssembly } from "../src/assembly/episode-assembly.js";
 import { FinishError } from "../src/assembly/errors.js";
 import { parseReply } from "../src/assembly/reply.js";
 import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ingest, type ProducerLedger } from "../src/envelope/ingest.js";
+import { MemoryEpisode } from "../src/envelope/memory-episode.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
 import { concatChunks } from "../src/wire/writer.js";
 import { loadCase, type GoldenCase } from "../tools/conformance/cases.js";
@@ -60,14 +61,13 @@ function prepare(loaded: GoldenCase): Prepared {
   const frameBytes = c.frames.reduce((n, f) => n + f.length, 0);
   if (c.ack_lost.length === 0) return { c, frameBytes, envelopes: null };
   // Exactly the producer sequence of tools/conformance/local.ts `runCaseLocally` (keep the two
-  // in step): envelope from the cursor, then `fail` if the ack was lost, else `acknowledge`.
+  // in step): envelope from the cursor, then `acknowledge` unless the ack was lost.
   // The cursor never looks at the relay's state, so the envelopes can be built beforehand.
   const producer = new ProducerCursor("conformance");
   const lost = new Set(c.ack_lost);
   const envelopes = c.frames.map((frame, i) => {
     const msg = encodeEnvelope(producer.envelope(frame));
-    if (lost.has(i)) producer.fail(frame);
-    else producer.acknowledge(frame);
+    if (!lost.has(i)) producer.acknowledge();
     return msg;
   });
   return { c, frameBytes, envelopes };
@@ -75,10 +75,11 @@ function prepare(loaded: GoldenCase): Prepared {
 
 /** Assemble the case and finish it: the episode's chunks (throws FinishError like the reference). */
 function assemble(p: Prepared): Uint8Array[] {
-  const asm = new EpisodeAssembly();
+  let asm = new EpisodeAssembly();
   if (p.envelopes) {
-    const ledger: ProducerLedger = new Map();
-    for (const m of p.envelopes) ingest(asm, ledger, m);
+    const episode = new MemoryEpisode();
+    for (const m of p.envelopes) episode.ingest(m);
+    asm = episode.asm;
   } else {
     for (const f of p.c.frames) asm.apply(f);
   }

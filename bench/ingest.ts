@@ -380,7 +380,7 @@ async function runHttpSingle(client: HttpClient, id: string, plan: Plan): Promis
   const send = async (i: number) => {
     const d = plan.make(i);
     await client.post(path, encodeEnvelope(cursor.envelope(d)));
-    cursor.acknowledge(d); // one in flight: acknowledge after the relay's ack
+    cursor.acknowledge(); // one in flight: acknowledge after the relay's ack
     return d.length;
   };
   let i = 0;
@@ -408,7 +408,7 @@ async function runHttpBatched(client: HttpClient, id: string, plan: Plan): Promi
     for (let k = 0; k < n; k++, i++) {
       const d = plan.make(i);
       envs.push(encodeEnvelope(cursor.envelope(d)));
-      cursor.acknowledge(d); // several in flight: advance as sent (see the file comment)
+      cursor.acknowledge(); // several in flight: advance as sent (see the file comment)
       bytes += d.length;
     }
     return { body: msgpackArray(envs), bytes };
@@ -457,7 +457,7 @@ async function runWs(base: string, id: string, plan: Plan): Promise<Run> {
         }
         const d = plan.make(sent);
         const msg = encodeEnvelope(cursor.envelope(d));
-        cursor.acknowledge(d); // several in flight: advance as sent (see the file comment)
+        cursor.acknowledge(); // several in flight: advance as sent (see the file comment)
         if (sent >= untimed) bytes += d.length;
         sentAt[sent] = performance.now();
         ws.send(msg);

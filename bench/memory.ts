@@ -207,7 +207,7 @@ async function write(url: string, id: string, frames: Uint8Array[], producer = n
       ws.send(encodeEnvelope(producer.envelope(f)));
       const a = JSON.parse(await ack) as { ok: boolean };
       if (!a.ok) throw new Error(`refused: ${JSON.stringify(a)}`);
-      producer.acknowledge(f);
+      producer.acknowledge();
       ws.removeAllListeners("close");
     }
   } finally {
@@ -340,7 +340,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       const a = JSON.parse(await ack) as { ok: boolean };
       acks.push(performance.now() - t0);
       if (!a.ok) throw new Error(`storm producer refused: ${JSON.stringify(a)}`);
-      producer.acknowledge(f);
+      producer.acknowledge();
       await sleep(Math.max(0, 100 - (performance.now() - t0)));
     }
   })();

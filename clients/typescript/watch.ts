@@ -112,6 +112,8 @@ export type WatchEvent =
   | { type: "finish"; status: "finished" | "failed"; seq: number; episode: Uint8Array | null; error: string | null }
   | { type: "reconnecting"; attempt: number; delayMs: number; code: number; reason: string }
   | { type: "refused"; error: RelayRefusal }
+  /** The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's message). */
+  | { type: "status"; status: string; seq: number; error: string | null }
   | { type: "state"; state: WatchState }
   | { type: "error"; error: Error };
 
@@ -141,6 +143,8 @@ export class EpisodeWatch {
   /** Finished episode bytes (msgpack), once the run finished. */
   episode: Uint8Array | null = null;
   error: string | null = null;
+  /** The run's status as the relay last said (new, live, finish_refused, finished, failed). */
+  status = "new";
   /** Why the relay refused the watch (state "refused"), else null. */
   refusal: RelayRefusal | null = null;
 
@@ -288,7 +292,9 @@ export class EpisodeWatch {
   private handle(m: Message): void {
     switch (m.type) {
       case "hello":
+        // a new hello starts over (a retraction rewound the episode): drop a half-received snapshot
         this.incoming = null;
+        this.status = m.status!;
         if (typeof m.ack_bytes === "number" && m.ack_bytes > 0) this.ackBytes = m.ack_bytes;
         this.setState("catching_up");
         this.emit({ type: "hello", episode: m.episode!, status: m.status!, seq: m.seq! });
@@ -313,6 +319,11 @@ export class EpisodeWatch {
           this.resumeAfter = seq;
           this.emit({ type: "delta", seq, trace: traceOf(delta), delta });
         }
+        return;
+      case "status":
+        this.status = m.status!;
+        this.error = m.error ?? null;
+        this.emit({ type: "status", status: m.status!, seq: m.seq!, error: m.error ?? null });
         return;
       case "caught_up":
         this.setState("live");

@@ -30,7 +30,7 @@ interface TraceDom {
 }
 
 /** Badge words for the states that are not a run status. */
-const STATUS_LABELS: Record<string, string> = { missing: "not found", denied: "not allowed" };
+const STATUS_LABELS: Record<string, string> = { missing: "not found", denied: "not allowed", finish_refused: "finish refused" };
 
 const ids = new WeakMap<object, number>();
 let nextId = 1;
@@ -106,6 +106,10 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (w !== watch) return; // a routing watch still catching up: drawn once it takes over
     if (e.type === "state") shell.setConnection(e.state as ConnState);
     if (e.type === "hello") status = e.status === "new" ? "missing" : e.status;
+    if (e.type === "status") {
+      status = e.status;
+      error = e.error;
+    }
     if (e.type === "refused") {
       status = "denied";
       waiting.textContent = e.error.message;
@@ -201,8 +205,11 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       calls += t.items.calls.count;
     }
     stats.textContent = `seq ${w.seq} · ${plural(traces.length, "trace")} · ${plural(nodes, "node")} · ${plural(calls, "call")}`;
-    banner.hidden = !(status === "failed" || error);
-    banner.textContent = status === "failed" ? `The run failed${error ? `: ${error}` : ""}` : error ? `Finish error: ${error}` : "";
+    banner.hidden = !(status === "failed" || status === "finish_refused" || error);
+    banner.textContent =
+      status === "failed" ? `The run failed${error ? `: ${error}` : ""}`
+      : status === "finish_refused" ? `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The run stays open for a corrected reply.`
+      : error ? `Finish error: ${error}` : "";
     waiting.hidden = traces.length > 0;
     if (status !== "denied") {
       waiting.textContent = w.state === "connecting" ? "Connecting…" : status === "missing" ? "No episode with this id on the relay yet: it shows here as soon as a producer writes it." : "No traces.";

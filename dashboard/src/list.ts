@@ -14,7 +14,7 @@ type IndexMessage =
   | { type: "upsert"; episode: Entry }
   | { type: "delete"; id: string };
 
-const STATUSES = ["all", "live", "finished", "failed"] as const;
+const STATUSES = ["all", "live", "finish_refused", "finished", "failed"] as const;
 
 const n = (count: number, word: string) => `${count} ${word}${count === 1 ? "" : "s"}`;
 
@@ -40,7 +40,7 @@ export function mountList(shell: Shell): () => void {
   });
   const seg = h("div.segmented", { role: "group", "aria-label": "status" });
   for (const s of STATUSES) {
-    const b = h("button", { type: "button", "data-status": s, "aria-pressed": s === status ? "true" : "false" }, s);
+    const b = h("button", { type: "button", "data-status": s, "aria-pressed": s === status ? "true" : "false" }, s.replace("_", " "));
     b.addEventListener("click", () => {
       status = s;
       for (const x of seg.querySelectorAll("button")) x.setAttribute("aria-pressed", x === b ? "true" : "false");
@@ -93,7 +93,7 @@ export function mountList(shell: Shell): () => void {
     const rewards = rewardPairs(e.rewards);
     const href = `/episodes/${encodeURIComponent(e.id)}`;
     return h("a.ep-row", { href, "data-nav": true, role: "row", "data-id": e.id, "data-status": e.status },
-      h("span.cell-status", { role: "cell" }, h(`span.pill.s-${e.status}` as "span", null, e.status)),
+      h("span.cell-status", { role: "cell" }, h(`span.pill.s-${e.status}` as "span", null, e.status.replace("_", " "))),
       h("span.cell-id", { role: "cell" }, h("span.ep-id", { title: e.id }, e.id), e.error ? h("span.ep-error", { title: e.error }, e.error) : null),
       h("span.cell-rewards", { role: "cell" }, rewards.length ? rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))) : h("span.muted", null, "–")),
       h("span.cell-size.muted", { role: "cell" }, `${n(e.traces, "trace")} · ${n(e.nodes, "node")} · ${n(e.calls, "call")}`),

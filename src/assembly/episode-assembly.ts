@@ -46,6 +46,16 @@ export class EpisodeAssembly {
     }
   }
 
+  /**
+   * Hold `loaded` instead of the current traces (the relay reads its index back after rewinding
+   * its store); the store's bodies are the caller's business.
+   */
+  reset(loaded: Iterable<TraceState> = [], nextTnum = 1): void {
+    this.traces.clear();
+    for (const t of loaded) this.traces.set(t.id, t);
+    this.reserveTnums(nextTnum);
+  }
+
   /** The next incarnation number is at least `n` (a store's numbers are never reused). */
   reserveTnums(n: number): void {
     this.nextTnum = Math.max(this.nextTnum, n);

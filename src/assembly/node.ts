@@ -127,34 +127,3 @@ export function writeNode(w: ChunkWriter, node: NodeState): void {
     else w.raw(values[i]!);
   }
 }
-
-/**
- * For a node the producer re-sent after a lost ack: what it carries beyond the held copy.
- * Only the mutable parts may differ (more links, a repaired final row); anything else is a
- * producer conflict. Returns the extra links and the new final row (or null if unchanged).
- */
-export function resentNodeExtras(held: NodeState, resent: NodeState, field: string): { links: Uint8Array[]; row: NdArray | null } {
-  const conflict = (what: string) => new DeltaError("producer_conflict", field, `re-sent node differs from the held node in ${what}`);
-  if (held.keys.length !== resent.keys.length) throw conflict("its keys");
-  for (let i = 0; i < held.keys.length; i++) {
-    if (!equalBytes(held.keys[i]!, resent.keys[i]!)) throw conflict("its keys");
-    if (i === held.parentsAt || i === held.routedAt) continue;
-    if (!equalBytes(held.values[i]!, resent.values[i]!)) throw conflict("a value");
-  }
-  if (resent.parents.length < held.parents.length) throw conflict("semantic_parents (fewer links)");
-  for (let i = 0; i < held.parents.length; i++) {
-    if (!equalBytes(held.parents[i]!, resent.parents[i]!)) throw conflict(`semantic_parents[${i}]`);
-  }
-  const links = resent.parents.slice(held.parents.length);
-  let row: NdArray | null = null;
-  const a = held.routed;
-  const b = resent.routed;
-  if ((a === null) !== (b === null)) throw conflict("routed_experts");
-  if (a && b) {
-    if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) throw conflict("routed_experts shape");
-    if (a.dtype !== b.dtype || !equalBytes(a.last, b.last)) {
-      row = { dtype: b.dtype, shape: [1, ...b.shape.slice(1)], body: new Uint8Array(0), last: b.last, span: null };
-    }
-  }
-  return { links, row };
-}

@@ -1,34 +1,26 @@
-// The producer envelope: an upstream delta plus what its producer had had acknowledged when
-// it diffed that delta, and a per-producer sequence number.
+// The producer envelope: an upstream delta, a per-producer sequence number, and where the
+// producer's cursor stood when it diffed that delta.
 //
-//   {"producer": str, "seq": int, "acked": {"open": bool, "<list field>": int, ...,
-//    "links": {node index: int}}, "delta": bin}
+//   {"producer": str, "seq": int, "cursor": int, "delta": bin}
 //
 // `delta` is the upstream delta's msgpack bytes, nested as bin so they travel untouched.
 // `seq` increases strictly per producer (gaps allowed: a send that never arrived leaves one);
 // an envelope whose seq the relay has already applied is acknowledged again and not re-applied.
-// `acked` lets the relay trim a re-diffed delta (sent after a lost ack) to what is new.
-// Without `acked` the delta is applied as is.
+// `cursor` is the seq of the producer's last send that returned (0: none yet): the frames of this
+// producer the relay applied after it, other than this one, were never acknowledged to it, and
+// its cursor does not reflect them, so the relay retracts them (src/envelope/ledger.ts) before it
+// applies this delta. Without `cursor` the delta is applied as is (de-duplication by seq only).
 
 import { DeltaError } from "../assembly/errors.js";
-import { LIST_FIELDS, isListField, type ListField } from "../assembly/fields.js";
-import { asDeltaError, mapEntries } from "../assembly/delta.js";
+import { asDeltaError } from "../assembly/delta.js";
 import { Reader, kindOf } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
-
-export interface ProducerAck {
-  /** Whether the trace's `open` was acknowledged. */
-  open: boolean;
-  /** Acknowledged item count per list field (absent = 0). */
-  counts: Partial<Record<ListField, number>>;
-  /** Acknowledged `semantic_parents` count per node, for the nodes this delta's `links` name. */
-  links: Map<number, number>;
-}
 
 export interface Envelope {
   producer: string;
   seq: number;
-  acked: ProducerAck | null;
+  /** The seq of the producer's last acknowledged send when it diffed this delta; null when not given. */
+  cursor: number | null;
   delta: Uint8Array;
 }
 
@@ -53,7 +45,7 @@ export function parseIngestMessage(bytes: Uint8Array): IngestMessage {
       const span = r.span();
       if (kindOf(span[0]!) !== "map") throw new DeltaError("wrong_type", `batch[${i}]`, "a batch holds envelopes (maps)");
       const env = tryEnvelope(span, `batch[${i}]`, true);
-      envelopes.push(env ?? { producer: "", seq: 0, acked: null, delta: span });
+      envelopes.push(env ?? { producer: "", seq: 0, cursor: null, delta: span });
     }
     return { kind: "envelopes", envelopes };
   }
@@ -86,7 +78,7 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
   let delta: Uint8Array | undefined;
   let producer = "";
   let seq: number | undefined;
-  let acked: ProducerAck | null = null;
+  let cursor: number | null = null;
   try {
     for (let i = 0; i < n; i++) {
       const key = r.str();
@@ -110,9 +102,13 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
           seq = r.int();
           if (seq === undefined || seq < 1) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
           break;
-        case "acked":
-          acked = r.nil() ? null : readAck(r, `${field}.acked`);
+        case "cursor": {
+          if (r.nil()) break;
+          const c = r.int();
+          if (c === undefined || c < 0) throw new DeltaError("wrong_type", `${field}.cursor`, "must be an int ≥ 0 (the seq of the last acknowledged send)");
+          cursor = c;
           break;
+        }
         default:
           r.span();
       }
@@ -124,64 +120,21 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
   }
   if (!delta) return null;
   if (seq === undefined) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
-  return { producer, seq, acked, delta };
-}
-
-function readAck(r: Reader, field: string): ProducerAck {
-  const n = r.mapHeader();
-  if (n < 0) throw new DeltaError("wrong_type", field, "must be a map");
-  const ack: ProducerAck = { open: false, counts: {}, links: new Map() };
-  for (let i = 0; i < n; i++) {
-    const key = r.str();
-    if (key === undefined) throw new DeltaError("wrong_type", `${field} key ${i}`, "keys must be str");
-    if (key === "open") {
-      const b = r.bool();
-      if (b === undefined) throw new DeltaError("wrong_type", `${field}.open`, "must be a bool");
-      ack.open = b;
-    } else if (key === "links") {
-      const m = r.mapHeader();
-      if (m < 0) throw new DeltaError("wrong_type", `${field}.links`, "must be a map of node index to count");
-      for (let j = 0; j < m; j++) {
-        const k = r.int();
-        const v = k === undefined ? undefined : r.int();
-        if (k === undefined || v === undefined || k < 0 || v < 0) {
-          throw new DeltaError("wrong_type", `${field}.links`, "keys and counts must be non-negative ints");
-        }
-        ack.links.set(k, v);
-      }
-    } else if (isListField(key)) {
-      const v = r.int();
-      if (v === undefined || v < 0) throw new DeltaError("wrong_type", `${field}.${key}`, "must be a non-negative int");
-      ack.counts[key] = v;
-    } else r.span();
-  }
-  return ack;
+  if (cursor !== null && cursor >= seq) throw new DeltaError("wrong_type", `${field}.cursor`, `must be below seq (${cursor} ≥ ${seq})`);
+  return { producer, seq, cursor, delta };
 }
 
 /** Encode an envelope (for TypeScript producers, tools and tests). */
 export function encodeEnvelope(e: Envelope): Uint8Array {
   const w = new ChunkWriter();
-  w.mapHeader(e.acked ? 4 : 3);
+  w.mapHeader(e.cursor === null ? 3 : 4);
   w.str("producer");
   w.str(e.producer);
   w.str("seq");
   w.int(e.seq);
-  if (e.acked) {
-    w.str("acked");
-    const counts = LIST_FIELDS.filter((f) => e.acked!.counts[f] !== undefined);
-    w.mapHeader(2 + counts.length);
-    w.str("open");
-    w.byte(e.acked.open ? 0xc3 : 0xc2);
-    for (const f of counts) {
-      w.str(f);
-      w.int(e.acked.counts[f]!);
-    }
-    w.str("links");
-    w.mapHeader(e.acked.links.size);
-    for (const [k, v] of e.acked.links) {
-      w.int(k);
-      w.int(v);
-    }
+  if (e.cursor !== null) {
+    w.str("cursor");
+    w.int(e.cursor);
   }
   w.str("delta");
   w.binHeader(e.delta.length);

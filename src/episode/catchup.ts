@@ -34,10 +34,15 @@ export interface CatchUpSource {
   reader(asOf: number): BodyReader;
   frames(after: number, upTo: number, maxBytes: number): Iterable<{ seq: number; frame: Uint8Array }>;
   reply(): Uint8Array | null;
+  /** Whether a retraction took back frames after `seq` that a watcher holding it may have seen. */
+  rewoundPast(seq: number): boolean;
 }
 
-/** Why a watcher gets a snapshot: it joined, it resumed from before the log, or from past its end. */
-export type SnapshotReason = "join" | "trimmed" | "ahead";
+/**
+ * Why a watcher gets a snapshot: it joined, it resumed from before the log or from past its end,
+ * or a retraction took back frames it may hold (src/envelope/ledger.ts).
+ */
+export type SnapshotReason = "join" | "trimmed" | "ahead" | "rewind";
 
 /** One snapshot's messages, built once for every watcher that needs them. */
 export class Cohort {
@@ -188,19 +193,21 @@ export class CatchUp {
   private at: number;
   done = false;
 
+  /** @param forced a snapshot for this reason, whatever `after` says (after a retraction) */
   constructor(
     private readonly src: CatchUpSource,
     private readonly variant: Variant,
     after: number | null,
     cohortFor: CohortFor,
+    forced?: SnapshotReason,
   ) {
     const m = src.meta();
     const seq = m?.seq ?? 0;
-    if (after !== null && after <= seq && after >= (m?.base ?? 0)) {
+    if (!forced && after !== null && after <= seq && after >= (m?.base ?? 0) && !src.rewoundPast(after)) {
       this.at = after;
       this.pin = src.pin(after);
     } else {
-      const reason: SnapshotReason = after === null ? "join" : after > seq ? "ahead" : "trimmed";
+      const reason: SnapshotReason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
       this.at = seq;
       this.join(cohortFor(seq, variant, reason));
     }

@@ -13,7 +13,8 @@ import { DeltaError, FinishError } from "../assembly/errors.js";
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { finishedSize, JsonOut, MsgpackOut, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
-import { ingest, type ProducerLedger } from "../envelope/ingest.js";
+import { ingest, type IngestResult } from "../envelope/ingest.js";
+import { confirmAll, retractable, type ProducerLedger } from "../envelope/ledger.js";
 import type { Env } from "../env.js";
 import { readBody } from "../http/body.js";
 import { HttpError, describeError, errorResponse } from "../http/errors.js";
@@ -21,7 +22,7 @@ import { METHODS, parseRoute } from "../http/route.js";
 import { equalBytes } from "../wire/bytes.js";
 import { decodeLossless } from "../wire/lossless.js";
 import { toJson, type Json } from "../wire/json-view.js";
-import { finishMessage, parseAck } from "../watch/protocol.js";
+import { finishMessage, parseAck, statusMessage } from "../watch/protocol.js";
 import { parseVariant } from "../watch/variant.js";
 import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
@@ -29,7 +30,7 @@ import type { CatchUpSource } from "./catchup.js";
 import { limitsFrom, type Limits } from "./limits.js";
 import { liveSize, streamBody, writeLive } from "./read.js";
 import { SqlStore } from "./sql-store.js";
-import { EpisodeRecord, type Meta } from "./storage.js";
+import { EpisodeRecord, publicStatus, type Meta } from "./storage.js";
 import { CLOSE_POLICY, CLOSE_TRY_LATER, WATCH_TAG, Watchers, type WatcherAttachment } from "./watchers.js";
 
 /** Header the Worker sets: the episode id this object serves (objects do not know their name). */
@@ -72,14 +73,18 @@ export class Episode extends DurableObject<Env> {
       reader: (asOf) => this.store.reader(asOf),
       frames: (after, upTo, maxBytes) => this.record.frames(after, upTo, maxBytes),
       reply: () => this.record.reply(),
+      rewoundPast: (seq) => this.record.rewoundPast(seq),
     };
     this.watchers = new Watchers(ctx, {
       maxWatchers: this.limits.maxWatchers, lagBytes: this.limits.watcherLagBytes,
       window: this.limits.watcherWindowBytes, maxCatchUps: this.limits.maxCatchUps,
     }, source);
     if (this.record.isOldLayout()) this.upgrade();
-    // a restart forgets every reader: what was kept for them can go
-    if (this.record.exists()) this.store.afterRestart();
+    if (this.record.exists()) {
+      // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
+      this.store.setFloors(retractable(this.record.producers()).map((s) => s - 1));
+      this.store.afterRestart();
+    }
     // Watchers' keep-alive pings are answered by the platform: they never wake the object.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -123,6 +128,7 @@ export class Episode extends DurableObject<Env> {
     const asm = new EpisodeAssembly(this.store, traces);
     asm.reserveTnums(nextTnum);
     this.live = { asm, ledger: this.record.producers() };
+    this.store.setFloors(retractable(this.live.ledger).map((s) => s - 1));
     return this.live;
   }
 
@@ -131,7 +137,7 @@ export class Episode extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       const deltas = this.record.upgrade();
       const asm = new EpisodeAssembly(this.store);
-      asm.version = this.record.meta()!.seq;
+      asm.version = this.store.version = this.record.meta()!.seq;
       for (const d of deltas) asm.apply(d, true);
     });
   }
@@ -152,45 +158,92 @@ export class Episode extends DurableObject<Env> {
     }
     const live = this.index();
     const now = Date.now();
-    let result: ReturnType<typeof ingest>;
+    let result: IngestResult;
     let saved: Meta;
+    let rewound: number | null = null;
     try {
       ({ result, saved } = this.ctx.storage.transactionSync(() => {
         const m = meta ?? this.record.create(id, now);
-        let seq = m.seq;
-        const r = ingest(live.asm, live.ledger, body, () => {
-          live.asm.version = ++seq;
+        const seqs: number[] = [];
+        const r = ingest(live.asm, live.ledger, body, {
+          nextSeq: () => {
+            const seq = ++m.seq;
+            seqs.push(seq);
+            // the frame may yet be retracted: the state before it stays reachable
+            this.store.addFloor(seq - 1);
+            live.asm.version = this.store.version = seq;
+            return seq;
+          },
+          retract: (gone) => {
+            rewound = this.retract(live, m, gone);
+          },
         });
         // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
-        for (const frame of r.applied) {
-          m.seq += 1;
+        r.applied.forEach((frame, i) => {
           m.bytes += frame.length;
-          this.record.appendFrame(m.seq, frame);
-        }
+          this.record.appendFrame(seqs[i]!, frame);
+        });
         if (m.bytes > this.limits.maxEpisode) {
           throw new HttpError(413, "episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${this.limits.maxEpisode}`);
         }
-        for (const [name, seq] of r.producers) this.record.saveProducer(name, seq);
+        for (const name of r.producers.keys()) this.record.saveProducer(name, live.ledger.get(name)!);
         this.countInto(m, live.asm);
         m.updated = now;
         this.record.saveMeta(m);
         return { result: r, saved: m };
       }));
     } catch (e) {
-      // A refused delta left the index as it was (ingest rolls it back); anything else may not have.
-      if (e instanceof DeltaError) this.record.invalidate();
+      // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
+      // rebuilt it; anything else may not have either.
+      if (e instanceof DeltaError && rewound === null) this.record.invalidate();
       else this.forgetMemory();
+      this.store.setFloors(retractable(this.index().ledger).map((s) => s - 1));
       throw e;
     }
+    // frames that may still be retracted hold the state before them; the rest can go
+    this.store.setFloors(retractable(live.ledger).map((s) => s - 1));
+    this.store.collect();
     if (!meta) {
       this.scheduleExpiry(saved);
       void this.flushIndex(saved, now); // a new episode shows in the index at once
     } else this.markIndexDirty(saved, now);
-    const first = saved.seq - result.applied.length + 1;
-    this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
+    if (rewound !== null) {
+      // every watcher may hold retracted frames: each gets the new state as a snapshot
+      this.watchers.rewind();
+    } else {
+      const first = saved.seq - result.applied.length + 1;
+      this.watchers.broadcast(result.applied.map((delta, i) => ({ seq: first + i, delta, trace: result.traces[i]! })));
+    }
     this.sinceTrim += result.applied.length;
     if (this.sinceTrim >= 16 || saved.seq - saved.base > this.limits.logKeepFrames) this.trimLog(saved);
     return { ok: true, seq: saved.seq, applied: result.applied.length, duplicates: result.duplicates, producers: Object.fromEntries(result.producers) };
+  }
+
+  /**
+   * Retract frames (episode seqs) a producer's cursor says it never had acknowledged: rewind the
+   * store to before the first, read the index back, re-apply the frames kept after it (other
+   * producers'), drop the retracted ones from the log. Inside the ingest's transaction: all of it
+   * commits with the delta that caused it, or none. Returns the seq rewound to.
+   */
+  private retract(live: { asm: EpisodeAssembly; ledger: ProducerLedger }, m: Meta, seqs: number[]): number {
+    const base = Math.min(...seqs) - 1;
+    const gone = new Set(seqs);
+    m.bytes -= this.record.removeFrames(seqs);
+    const redo = [...this.record.frames(base)].filter((f) => !gone.has(f.seq));
+    this.store.rewind(base);
+    const { traces, nextTnum } = this.store.load();
+    live.asm.reset(traces, nextTnum);
+    for (const f of redo) {
+      live.asm.version = this.store.version = f.seq;
+      try {
+        live.asm.apply(f.frame, true);
+      } catch (e) {
+        if (!(e instanceof DeltaError)) throw e;
+        throw new DeltaError("producer_conflict", "cursor", `retracting frame(s) ${seqs.join(", ")} leaves frame ${f.seq} (another producer's) inapplicable: ${e.message}`);
+      }
+    }
+    this.record.saveRewind(base, m.seq);
+    return base;
   }
 
   private countInto(m: Meta, asm: EpisodeAssembly): void {
@@ -222,7 +275,7 @@ export class Episode extends DurableObject<Env> {
         }
       }
     }
-    const pinned = this.store.oldestPin();
+    const pinned = this.store.oldestHold();
     const cut = Math.min(keepFrom, pinned ?? keepFrom, m.seq);
     if (cut <= m.base) return;
     try {
@@ -321,32 +374,50 @@ export class Episode extends DurableObject<Env> {
       throw new HttpError(409, "episode_finished", `the episode is already ${meta.status} with another reply`);
     }
     const reply = parseReply(body);
+    const live = this.index();
     let size: number | null = null;
     if (reply.success) {
       try {
-        size = finishedSize(reply.head ?? [], this.index().asm.pick(reply.summaries));
+        size = finishedSize(reply.head ?? [], live.asm.pick(reply.summaries));
       } catch (e) {
-        if (e instanceof FinishError) throw new HttpError(409, "finish_mismatch", e.message);
-        throw e;
+        if (!(e instanceof FinishError)) throw e;
+        this.refuseFinish(meta, e.message);
+        throw new HttpError(409, "finish_mismatch", e.message);
       }
     }
     const now = Date.now();
     const m: Meta = {
-      ...meta, status: reply.success ? "finished" : "failed", error: reply.error, updated: now,
+      ...meta, status: reply.success ? "finished" : "failed", error: reply.error, updated: now, refused: null,
       size, etag: size === null ? null : `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`,
     };
     try {
       this.ctx.storage.transactionSync(() => {
         this.record.saveReply(body);
         this.record.saveMeta(m);
+        // the run ended: nothing can be retracted any more
+        confirmAll(live.ledger);
+        for (const [name, p] of live.ledger) this.record.saveProducer(name, p);
       });
     } catch (e) {
-      this.record.invalidate(); // rolled back
+      this.forgetMemory(); // rolled back
       throw e;
     }
+    this.store.setFloors([]);
+    this.store.collect();
     void this.flushIndex(m, now);
     this.watchers.sendAll(finishMessage(m.status, m.seq, body, m.error));
     return { ok: true, status: m.status, seq: m.seq };
+  }
+
+  /**
+   * The reply's counts disagree with the assembly: the run stays open for a corrected reply, but
+   * status, the index row and watchers say the finish was refused, with the reference's message.
+   */
+  private refuseFinish(meta: Meta, message: string): void {
+    const m: Meta = { ...meta, refused: message, updated: Date.now() };
+    this.ctx.storage.transactionSync(() => this.record.saveMeta(m));
+    void this.flushIndex(m, m.updated);
+    this.watchers.sendAll(statusMessage(publicStatus(m), m.seq, message));
   }
 
   // ---- reads ----
@@ -354,12 +425,12 @@ export class Episode extends DurableObject<Env> {
   private getStatus(): Response {
     const m = this.requireMeta();
     return Response.json({
-      id: m.id, status: m.status, seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls,
+      id: m.id, status: publicStatus(m), seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls,
       // what the log holds (counts toward MAX_EPISODE_BYTES) and what GET answers now (msgpack)
       frame_bytes: m.bytes, episode_bytes: m.size ?? liveSize(m, this.index().asm.views()),
       watchers: this.watchers.count(),
       created: new Date(m.created).toISOString(), updated: new Date(m.updated).toISOString(),
-      error: m.error,
+      error: m.refused ?? m.error,
     });
   }
 
@@ -476,8 +547,8 @@ export class Episode extends DurableObject<Env> {
     let row: IndexRow;
     try {
       row = {
-        id: m.id, status: m.status, created: m.created, updated: m.updated, seq: m.seq,
-        traces: m.traces, nodes: m.nodes, calls: m.calls, rewards: this.rewards(), error: m.error,
+        id: m.id, status: publicStatus(m), created: m.created, updated: m.updated, seq: m.seq,
+        traces: m.traces, nodes: m.nodes, calls: m.calls, rewards: this.rewards(), error: m.refused ?? m.error,
       };
     } catch (e) {
       console.warn(`episode index: could not build the row: ${e instanceof Error ? e.message : String(e)}`);

@@ -43,6 +43,12 @@ export function streamBody(out: Out, writer: Generator<void>, pin: Pin): Readabl
   return new ReadableStream<Uint8Array>(
     {
       pull(controller) {
+        if (!pin.valid) {
+          // a retraction rewound the episode to before this answer's seq: what it read is gone
+          pin.release();
+          controller.error(new Error("the episode was rewound (a producer's unacknowledged frames were retracted) while this answer streamed; GET it again"));
+          return;
+        }
         let done: boolean | undefined;
         try {
           done = writer.next().done;

@@ -3,9 +3,12 @@
 //
 // - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
-// - `frames`: the log of deltas as applied (after exactly-once trimming), in seq order, for
+// - `frames`: the log of deltas as applied (retracted ones removed), in seq order, for
 //   watchers that resume (`?after=`) and catch up. A frame is split into parts (sql-store.ts). It is trimmed from the front (see Episode.trimLog).
-// - `producers`: the highest applied seq per producer (envelope dedup).
+// - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
+//   confirmed by its cursor (retraction: src/envelope/ledger.ts).
+// - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
+//   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended (parts, like frames).
 // - `index_state`: when the episode index was last sent this episode's row, and when the next
 //   (throttled) update is due (0: none pending).
@@ -13,6 +16,7 @@
 // Callers wrap writes in `transactionSync`.
 
 import { createStateTables, eachPart } from "./sql-store.js";
+import type { ProducerLedger, ProducerState, Unconfirmed } from "../envelope/ledger.js";
 import { binItems } from "../wire/reader.js";
 import { concatChunks } from "../wire/writer.js";
 
@@ -36,6 +40,13 @@ export interface Meta {
   size: number | null;
   /** The finished episode's ETag (without the representation), once finished. */
   etag: string | null;
+  /** The reference's message when a reply was refused (409 finish_mismatch) and no reply finished the run since. */
+  refused: string | null;
+}
+
+/** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
+export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
+  return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
 }
 
 /** Throttling of the episode index's updates (see Episode.markIndexDirty). */
@@ -46,7 +57,7 @@ export interface IndexState {
   due: number;
 }
 
-const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag";
+const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused";
 
 export class EpisodeRecord {
   private ready = false;
@@ -84,11 +95,11 @@ export class EpisodeRecord {
       id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
       traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
       created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
-      size INTEGER, etag TEXT)`);
+      size INTEGER, etag TEXT, refused TEXT)`);
     this.createLogTables();
     createStateTables(this.sql);
-    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0, size: null, etag: null };
-    this.sql.exec(`INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, id, "live", 0, 0, 0, 0, 0, now, now, null, 0, null, null);
+    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0, size: null, etag: null, refused: null };
+    this.sql.exec(`INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, id, "live", 0, 0, 0, 0, 0, now, now, null, 0, null, null, null);
     this.ready = true;
     this.cached = { ...meta };
     return meta;
@@ -96,7 +107,8 @@ export class EpisodeRecord {
 
   private createLogTables(): void {
     this.sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
   }
 
@@ -107,11 +119,9 @@ export class EpisodeRecord {
    */
   upgrade(): Uint8Array[] {
     createStateTables(this.sql);
-    for (const col of ["size INTEGER", "etag TEXT"]) {
-      const name = col.split(" ")[0]!;
-      const has = this.sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('meta')").toArray().some((c) => c.name === name);
-      if (!has) this.sql.exec(`ALTER TABLE meta ADD COLUMN ${col}`);
-    }
+    this.addColumns("meta", ["size INTEGER", "etag TEXT", "refused TEXT"]);
+    this.addColumns("producers", ["unconfirmed TEXT NOT NULL DEFAULT '[]'"]);
+    this.sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
     const deltas: Uint8Array[] = [];
     const hasBase = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'base'").toArray().length > 0;
     if (hasBase) {
@@ -124,6 +134,11 @@ export class EpisodeRecord {
     return deltas;
   }
 
+  private addColumns(table: string, columns: string[]): void {
+    const have = new Set(this.sql.exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`).toArray().map((c) => c.name));
+    for (const col of columns) if (!have.has(col.split(" ")[0]!)) this.sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
+  }
+
   /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
@@ -134,8 +149,8 @@ export class EpisodeRecord {
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?",
-      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base, m.size, m.etag,
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?",
+      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base, m.size, m.etag, m.refused,
     );
     this.cached = { ...m };
   }
@@ -186,17 +201,43 @@ export class EpisodeRecord {
     this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
   }
 
+  /** Retracted frames leave the log; their total size. */
+  removeFrames(seqs: number[]): number {
+    let bytes = 0;
+    for (const seq of seqs) {
+      bytes += this.sql.exec<{ n: number | null }>("SELECT SUM(LENGTH(data)) AS n FROM frames WHERE seq = ?", seq).one().n ?? 0;
+      this.sql.exec("DELETE FROM frames WHERE seq = ?", seq);
+    }
+    return bytes;
+  }
+
+  /** A retraction rewound the episode to `base` when it stood at `upto`. */
+  saveRewind(base: number, upto: number): void {
+    this.sql.exec("INSERT INTO rewinds VALUES (?, ?)", base, upto);
+  }
+
+  /** Whether a watcher that held the state as of `seq` may have seen frames a retraction took back since. */
+  rewoundPast(seq: number): boolean {
+    if (!this.exists()) return false;
+    return this.sql.exec("SELECT 1 FROM rewinds WHERE base < ? AND upto >= ?", seq, seq).toArray().length > 0;
+  }
+
   // ---- producers and reply ----
 
-  producers(): Map<string, number> {
-    const out = new Map<string, number>();
+  producers(): ProducerLedger {
+    const out: ProducerLedger = new Map();
     if (!this.exists()) return out;
-    for (const row of this.sql.exec<{ name: string; seq: number }>("SELECT name, seq FROM producers")) out.set(row.name, row.seq);
+    for (const row of this.sql.exec<{ name: string; seq: number; unconfirmed: string }>("SELECT name, seq, unconfirmed FROM producers")) {
+      out.set(row.name, { last: row.seq, unconfirmed: JSON.parse(row.unconfirmed) as Unconfirmed[] });
+    }
     return out;
   }
 
-  saveProducer(name: string, seq: number): void {
-    this.sql.exec("INSERT INTO producers VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq", name, seq);
+  saveProducer(name: string, p: ProducerState): void {
+    this.sql.exec(
+      "INSERT INTO producers (name, seq, unconfirmed) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, unconfirmed = excluded.unconfirmed",
+      name, p.last, JSON.stringify(p.unconfirmed),
+    );
   }
 
   saveReply(reply: Uint8Array): void {

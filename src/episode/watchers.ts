@@ -13,7 +13,8 @@
 // - Per-socket state is memory only, except `live` in the attachment: after the object restarts,
 //   a socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
-import { framesMessage, helloMessage, type Frame } from "../watch/protocol.js";
+import { framesMessage, helloMessage, statusMessage, type Frame } from "../watch/protocol.js";
+import { publicStatus } from "./storage.js";
 import { deltaForVariant, variantKey, type Variant } from "../watch/variant.js";
 import { CatchUp, Cohort, type CatchUpSource, type SnapshotReason } from "./catchup.js";
 
@@ -84,7 +85,7 @@ export class Watchers {
    * its hello (`ready`): a client that connects and leaves (a reconnect storm) costs an accept
    * and a hello, no snapshot.
    */
-  private readonly waiting: Array<{ ws: WebSocket; after: number | null; ready: boolean }> = [];
+  private readonly waiting: Array<{ ws: WebSocket; after: number | null; ready: boolean; reason?: SnapshotReason }> = [];
   /** Frames committed but not yet sent to live watchers (coalesced into one message per variant). */
   private pending: AppliedFrame[] = [];
   private scheduled = false;
@@ -109,7 +110,8 @@ export class Watchers {
     this.states.set(ws, { key: variantKey(variant), variant, live: false });
     this.flows.set(ws, { sent: 0, acked: 0, window: FIRST_WINDOW, base: 0 });
     const m = this.source.meta();
-    this.send(ws, helloMessage(id, m?.status ?? "new", m?.seq ?? 0));
+    this.send(ws, helloMessage(id, m ? publicStatus(m) : "new", m?.seq ?? 0));
+    if (m?.refused) this.send(ws, statusMessage(publicStatus(m), m.seq, m.refused));
     this.waiting.push({ ws, after, ready: false });
   }
 
@@ -166,6 +168,34 @@ export class Watchers {
     this.startWaiting();
   }
 
+  /**
+   * A retraction took frames back: every watcher may hold some, so each starts over with a new
+   * hello (a client drops any snapshot it had half received) and a snapshot, reason `rewind`,
+   * paced and shared like any catch-up. Frames queued for the live watchers go too (the snapshot
+   * covers them).
+   */
+  rewind(): void {
+    this.pending = [];
+    for (const c of this.catchUps.values()) c.release();
+    this.catchUps.clear();
+    this.socketOf.clear();
+    this.blocked.clear();
+    this.waiting.length = 0;
+    const m = this.source.meta();
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      const s = this.stateOf(ws);
+      if (!s || ws.readyState !== WebSocket.OPEN) continue;
+      if (s.live) {
+        s.live = false;
+        const att = ws.deserializeAttachment() as WatcherAttachment;
+        ws.serializeAttachment({ ...att, live: false } satisfies WatcherAttachment);
+      }
+      this.send(ws, helloMessage(att(ws).id, m ? publicStatus(m) : "live", m?.seq ?? 0));
+      this.waiting.push({ ws, after: null, ready: true, reason: "rewind" });
+    }
+    this.startWaiting();
+  }
+
   /** Close every socket (the episode is gone) and drop every catch-up. */
   closeAll(code: number, reason: string): void {
     for (const c of this.catchUps.values()) c.release();
@@ -187,10 +217,10 @@ export class Watchers {
     while (this.catchUps.size < this.limits.maxCatchUps) {
       const i = this.waiting.findIndex((w) => w.ready);
       if (i < 0) return;
-      const { ws, after } = this.waiting.splice(i, 1)[0]!;
+      const { ws, after, reason } = this.waiting.splice(i, 1)[0]!;
       if (ws.readyState !== WebSocket.OPEN) continue;
       this.flush(); // frames committed before this catch-up's snapshot go to the live watchers first
-      const c = new CatchUp(this.source, this.states.get(ws)!.variant, after, (seq, variant, reason) => this.cohortFor(seq, variant, reason));
+      const c = new CatchUp(this.source, this.states.get(ws)!.variant, after, (seq, variant, why) => this.cohortFor(seq, variant, why), reason);
       this.catchUps.set(ws, c);
       this.socketOf.set(c, ws);
       this.progress.set(ws, Date.now());
@@ -354,6 +384,10 @@ export class Watchers {
     this.flowOf(ws).sent += message.length;
     return true;
   }
+}
+
+function att(ws: WebSocket): WatcherAttachment {
+  return ws.deserializeAttachment() as WatcherAttachment;
 }
 
 function close(ws: WebSocket, code: number, reason: string): void {

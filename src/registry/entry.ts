@@ -3,8 +3,8 @@
 
 import type { Json } from "../wire/json-view.js";
 
-export type IndexStatus = "live" | "finished" | "failed";
-export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed"];
+export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
+export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
 
 /** One episode as the index holds it (what the Episode object sends; times in ms since epoch). */
 export interface IndexRow {

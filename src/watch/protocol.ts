@@ -5,6 +5,7 @@
 //   frames     {type, frames: [[seq, bin], ...]}                   deltas as applied, in seq order
 //   caught_up  {type, seq}                                         everything up to `seq` was sent
 //   finish     {type, status, seq, reply: bin, error}              the run ended (upstream reply bytes)
+//   status     {type, status, seq, error}                          the run's status changed (finish_refused)
 //
 // Watcher → server, text: `{"type":"ack","bytes":N}` each time it has received another
 // `ack_bytes` bytes (N: every binary message's length, summed since the socket opened); the relay
@@ -121,6 +122,22 @@ export function finishMessage(status: string, seq: number, reply: Uint8Array, er
   w.int(seq);
   w.raw(K.reply!);
   bin(w, reply);
+  w.raw(K.error!);
+  if (error === null) w.byte(0xc0);
+  else w.str(error);
+  return w.bytes();
+}
+
+/** The run's status changed without ending: `finish_refused` with the reference's message. */
+export function statusMessage(status: string, seq: number, error: string | null): Uint8Array {
+  const w = new ChunkWriter();
+  w.mapHeader(4);
+  w.str("type");
+  w.str("status");
+  w.raw(K.status!);
+  w.str(status);
+  w.raw(K.seq!);
+  w.int(seq);
   w.raw(K.error!);
   if (error === null) w.byte(0xc0);
   else w.str(error);

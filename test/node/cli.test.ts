@@ -84,6 +84,15 @@ describe("episode-relay CLI", () => {
     }
   }, 60_000);
 
+  it("push honours a recorded case's ack_lost: the relay retracts those frames and ends with the golden episode", async () => {
+    const c = loadCase(fixturePath("ack_lost"));
+    expect(c.ack_lost.length).toBeGreaterThan(0);
+    const target = `${relay.url}/cli-ack-lost-${Date.now().toString(36)}`;
+    const p = await cli("push", fixturePath("ack_lost"), target, "--fast").done;
+    expect(p.code, p.stderr).toBe(0);
+    expect(Buffer.compare((await cli("get", target).done).stdout, Buffer.from(c.episode!))).toBe(0);
+  }, 60_000);
+
   it("tail labels a routing-less episode size as such", async () => {
     const target = `${relay.url}/cli-size-${Date.now().toString(36)}`;
     const tail = cli("tail", target);

@@ -61,7 +61,7 @@ describe("the packed package, installed into an empty folder", () => {
       const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
       expect(res.status).toBe(200);
       await res.arrayBuffer();
-      producer.acknowledge(f);
+      producer.acknowledge();
     }
     await (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
 

@@ -20,7 +20,7 @@ async function pushCase(id: string, name: string, opts: { bare?: boolean; restar
     const res = await post(`${id}/deltas`, body);
     expect(res.status, `frame ${i}: ${await res.clone().text()}`).toBe(200);
     await res.arrayBuffer();
-    if (!lost.has(i)) producer.acknowledge(frame);
+    if (!lost.has(i)) producer.acknowledge();
     if (opts.restartEachFrame) await abortAllDurableObjects();
   }
   return c;
@@ -101,7 +101,7 @@ describe("ingest, finish, fetch", () => {
     // within a batch the producer's cursor advances per delta (the batch lands whole or not at all)
     const envs = [openDelta(), delta({ nodes: [node(0)] }), delta({ nodes: [node(1)] })].map((d) => {
       const env = encodeEnvelope(producer.envelope(d));
-      producer.acknowledge(d);
+      producer.acknowledge();
       return env;
     });
     const bad = encodeEnvelope(producer.envelope(delta({ links: new LMap([[7, []]]) })));
@@ -117,7 +117,7 @@ describe("ingest, finish, fetch", () => {
     expect(await ok.json()).toMatchObject({ ok: true, seq: 3, applied: 3 });
   });
 
-  it("reply: a count mismatch is a 409 with the reference text and leaves the episode live", async () => {
+  it("reply: a count mismatch is a 409 with the reference text and leaves the episode open, shown as finish_refused", async () => {
     const c = await golden("gap_detected");
     const id = freshId("mismatch");
     for (const f of c.frames) (await post(`${id}/deltas`, f)).body?.cancel();
@@ -126,8 +126,8 @@ describe("ingest, finish, fetch", () => {
     expect(res.status).toBe(409);
     expect(await res.json()).toMatchObject({ error: "finish_mismatch", message: c.finish_error });
     expect(equal(await getBytes(id), before)).toBe(true);
-    expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "live", seq: c.frames.length });
-    // more deltas are still taken while live
+    expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "finish_refused", seq: c.frames.length, error: c.finish_error });
+    // more deltas are still taken while it waits for a corrected reply
     expect((await post(`${id}/deltas`, delta({ set: new LMap([["ok", true]]) }, (decodeLossless(c.frames[0]!) as LMap).get("trace") as string))).status).toBe(200);
   });
 
@@ -304,7 +304,7 @@ describe("producer WebSocket", () => {
       ws.send(encodeEnvelope(producer.envelope(c.frames[i]!)));
       const ack = JSON.parse((await box.next()) as string);
       expect(ack).toMatchObject({ ok: true, producers: { ws: i + 1 } });
-      if (!lost.has(i)) producer.acknowledge(c.frames[i]!);
+      if (!lost.has(i)) producer.acknowledge();
     }
     ws.send(Uint8Array.of(0xc1));
     expect(JSON.parse((await box.next()) as string)).toMatchObject({ ok: false, status: 400, error: "malformed" });

@@ -55,7 +55,7 @@ describe("rows follow the episode", () => {
     const send = async (i: number) => {
       const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
       expect(res.status, await res.clone().text()).toBe(200);
-      producer.acknowledge(c.frames[i]!);
+      producer.acknowledge();
     };
     await send(0);
     const first = await eventually(async () => {
@@ -94,6 +94,18 @@ describe("rows follow the episode", () => {
     });
     expect(done).toMatchObject({ nodes: 9, calls: 4, rewards: { correct: { score: 1, weight: 1 } } });
     expect(Date.parse(done.updated)).toBeGreaterThanOrEqual(Date.parse(turned.updated));
+  });
+
+  it("a refused reply shows as finish_refused with the reference's message, until a reply finishes the run", async () => {
+    const c = await golden("gap_detected");
+    const id = freshId("idx-refused");
+    for (const f of c.frames) (await post(`${id}/deltas`, f)).body?.cancel();
+    expect((await post(`${id}/reply`, c.reply)).status).toBe(409);
+    await eventually(async () => expect(await row(id)).toMatchObject({ status: "finish_refused", error: c.finish_error }));
+    const listed = (await (await relay("?status=finish_refused")).json()) as { episodes: Array<{ id: string }> };
+    expect(listed.episodes.some((e) => e.id === id)).toBe(true);
+    (await post(`${id}/reply`, failedReply("gave up"))).body?.cancel();
+    await eventually(async () => expect(await row(id)).toMatchObject({ status: "failed", error: "gave up" }));
   });
 
   it("a failed run shows its error", async () => {

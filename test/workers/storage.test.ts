@@ -33,7 +33,7 @@ async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, p
     const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
     expect(res.status, await res.clone().text()).toBe(200);
     await res.arrayBuffer();
-    if (!c.ack_lost.includes(i)) producer.acknowledge(c.frames[i]!);
+    if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
   return producer;
 }
@@ -121,7 +121,9 @@ describe("the episode lives in SQLite", () => {
     const body = concatChunks(chunks);
     const cp = c.checkpoints.find((x) => x.after === 12)!.traces;
     expect(equal(body.subarray(body.length - cp.length), cp), "the body is the state after frame 12").toBe(true);
-    // the old version of the repaired node went once the reader was done
+    // the old version of the repaired node goes once neither the reader nor a retraction needs it
+    await push(id, c, 13, 14, producer);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await runInDurableObject(stub(id), (_i, state) => {
       expect(state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM stale").one().n).toBe(0);
     });
@@ -131,7 +133,7 @@ describe("the episode lives in SQLite", () => {
     const id = freshId("discard-pin");
     const c = await golden("discard_retry");
     const at = c.frames.findIndex((f) => parseDelta(f).discard);
-    await push(id, c, 0, at);
+    const producer = await push(id, c, 0, at);
     const discard = c.frames[at]!;
     const expected = c.checkpoints.find((x) => x.after === at)!.traces;
     await runInDurableObject(stub(id), (instance) => {
@@ -140,14 +142,19 @@ describe("the episode lives in SQLite", () => {
       const seq = at;
       const views = asm.views();
       const pin = inside.store.pin(seq);
-      inside.ingestMessage(discard, id); // the trace goes from the index...
+      inside.ingestMessage(discard, id); // the trace goes from the index (a bare delta: nothing can retract it)...
       expect(asm.traces.size).toBe(views.length - 1);
       const out = new MsgpackOut();
       const bytes = concatChunks(drain(out, writeCheckpoint(out, inside.store.reader(seq), views)));
       expect(equal(bytes, expected), "...but its bodies are there for the pinned reader").toBe(true);
       pin.release();
     });
+    // the rest of the run, then its reply: nothing can be retracted any more
+    producer.seq++; // the discard went in bare: the producer's next envelope is the one after it
+    await push(id, c, at + 1, c.frames.length, producer);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await runInDurableObject(stub(id), (_i, state) => {
+      // nothing holds the discarded trace any more: it is gone
       expect(state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM traces WHERE dropped IS NOT NULL").one().n).toBe(0);
     });
   });
@@ -208,7 +215,7 @@ describe("issue 10's defects", () => {
     const producer = new ProducerCursor("w");
     const send = (e: Uint8Array) => post(`${id}/deltas`, e);
     expect((await send(encodeEnvelope(producer.envelope(openDelta())))).status).toBe(200);
-    producer.acknowledge(openDelta());
+    producer.acknowledge();
     // MAX_EPISODE_BYTES is 10 MiB in tests: three 3 MiB deltas fit, a fourth would not
     const big = delta({ set: new LMap([["info", new Uint8Array(3 * 1024 * 1024)]]) });
     let last: Uint8Array | null = null;
@@ -217,7 +224,7 @@ describe("issue 10's defects", () => {
       const r = await send(last);
       expect(r.status).toBe(200);
       await r.arrayBuffer();
-      producer.acknowledge(big);
+      producer.acknowledge();
     }
     const retry = await send(last!); // its ack was lost: the same envelope again
     expect(retry.status).toBe(200);

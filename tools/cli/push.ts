@@ -3,6 +3,9 @@
 // FILE is a golden case (`*.msgpack`, test/fixtures/golden/README.md format; frames are sent 250 ms apart
 // unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`
 // per line and optionally a last `{"t": seconds, "reply": "<base64 msgpack>"}` (sent at `t`).
+// A frame marked lost (a golden case's `ack_lost`, or `"ack_lost": true` on a line) is sent but
+// its ack is treated as lost, as the recorded worker saw it: the producer's cursor stays, and the
+// relay retracts the frame when the next one arrives.
 import { readFileSync } from "node:fs";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
@@ -10,7 +13,7 @@ import { parseCase } from "../conformance/case-format.js";
 import type { Target } from "./target.js";
 
 interface Recording {
-  frames: Array<{ t: number; delta: Uint8Array }>;
+  frames: Array<{ t: number; delta: Uint8Array; ackLost?: boolean }>;
   reply: { t: number; bytes: Uint8Array } | null;
 }
 
@@ -21,16 +24,17 @@ export function loadRecording(path: string): Recording {
     let reply: Recording["reply"] = null;
     for (const [n, l] of raw.toString("utf8").split("\n").entries()) {
       if (!l.trim()) continue;
-      const o = JSON.parse(l) as { t?: number; delta?: string; reply?: string };
+      const o = JSON.parse(l) as { t?: number; delta?: string; reply?: string; ack_lost?: boolean };
       const t = Number(o.t ?? 0);
-      if (o.delta) frames.push({ t, delta: new Uint8Array(Buffer.from(o.delta, "base64")) });
+      if (o.delta) frames.push({ t, delta: new Uint8Array(Buffer.from(o.delta, "base64")), ackLost: o.ack_lost === true });
       else if (o.reply) reply = { t, bytes: new Uint8Array(Buffer.from(o.reply, "base64")) };
       else throw new Error(`${path}:${n + 1}: expected "delta" or "reply"`);
     }
     return { frames, reply };
   }
   const c = parseCase(raw, path);
-  return { frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta })), reply: { t: c.frames.length * 0.25, bytes: c.reply } };
+  const lost = new Set(c.ack_lost);
+  return { frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta, ackLost: lost.has(i) })), reply: { t: c.frames.length * 0.25, bytes: c.reply } };
 }
 
 export async function push(file: string, t: Target, opts: { fast?: boolean; token?: string; err?: NodeJS.WriteStream }): Promise<number> {
@@ -60,7 +64,7 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
       err.write(`\npush: delta ${i} refused: ${res.status} ${body}\n`);
       return 1;
     }
-    producer.acknowledge(f.delta);
+    if (!f.ackLost) producer.acknowledge();
     bytes += f.delta.length;
     err.write(`\r${bar(i + 1)}`);
   }

@@ -43,6 +43,9 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
         if (w.state === "connecting") line(`… cannot connect yet (${e.code}${e.reason ? ` ${e.reason}` : ""}); retrying in ${Math.round(e.delayMs)} ms`);
         else line(`… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming after seq ${w.seq} in ${Math.round(e.delayMs)} ms`);
         break;
+      case "status":
+        if (e.status === "finish_refused") line(`⚠ finish refused (the run stays open for a corrected reply): ${e.error}`);
+        break;
       case "refused":
         line(`! refused: ${e.error.message}`);
         break;

@@ -1,32 +1,30 @@
 // Run one golden case through the project's own assembly, the way the relay does: each frame
-// wrapped in a producer envelope (acked counts from the frames that were acknowledged, i.e.
-// not in `ack_lost`), checkpoints and the finished episode compared byte for byte.
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+// wrapped in a producer envelope (the cursor is the last frame acknowledged, i.e. not in
+// `ack_lost`), checkpoints and the finished episode compared byte for byte. A retraction is done
+// the simple way: the assembly is rebuilt from the frames kept.
 import { FinishError } from "../../src/assembly/errors.js";
 import { parseReply } from "../../src/assembly/reply.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ingest, type ProducerLedger } from "../../src/envelope/ingest.js";
+import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { concatChunks } from "../../src/wire/writer.js";
 import { compareBytes } from "./compare.js";
 import type { GoldenCase } from "./cases.js";
 
 /** Undefined when the case passes, else the first difference as one line. */
 export function runCaseLocally(c: GoldenCase): string | undefined {
-  const asm = new EpisodeAssembly();
-  const ledger: ProducerLedger = new Map();
+  const episode = new MemoryEpisode();
+  const asm = episode.asm;
   const producer = new ProducerCursor("conformance");
   const lost = new Set(c.ack_lost);
   let k = 0;
   for (let i = 0; i < c.frames.length; i++) {
     const frame = c.frames[i]!;
     try {
-      ingest(asm, ledger, encodeEnvelope(producer.envelope(frame)));
+      episode.ingest(encodeEnvelope(producer.envelope(frame)));
     } catch (e) {
       return `frames[${i}]: refused: ${(e as Error).message}`;
     }
-    if (lost.has(i)) producer.fail(frame);
-      else producer.acknowledge(frame);
+    if (!lost.has(i)) producer.acknowledge(); // a lost ack: the cursor stays where it was
     const cp = c.checkpoints[k];
     if (cp && cp.after === i + 1) {
       k++;
@@ -37,7 +35,7 @@ export function runCaseLocally(c: GoldenCase): string | undefined {
   if (k !== c.checkpoints.length) return `checkpoints: ${c.checkpoints.length - k} never reached`;
   return checkFinish(c, () => {
     const reply = parseReply(c.reply);
-    return concatChunks(asm.finish(reply.head ?? [], reply.summaries));
+    return asm.finishBytes(reply.head ?? [], reply.summaries);
   });
 }
 

@@ -54,8 +54,7 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
       const frame = c.frames[i]!;
       const err = await send(encodeEnvelope(producer.envelope(frame)));
       if (err) return `frames[${i}]: relay refused: ${err}`;
-      if (lost.has(i)) producer.fail(frame);
-      else producer.acknowledge(frame);
+      if (!lost.has(i)) producer.acknowledge(); // a lost ack: the cursor stays, the relay retracts it later
     }
     const res = await fetch(`${base}/reply`, { method: "POST", body: c.reply, headers: { "content-type": "application/msgpack", ...auth } });
     const text = await res.text();

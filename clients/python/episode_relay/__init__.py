@@ -6,10 +6,13 @@
 - :class:`RelayForwarder`: for a process that receives deltas (the env client's delta
   callback): non-blocking ``on_delta`` / ``on_reply``, ordered background delivery with
   same-seq retries and a bounded buffer.
+- :class:`RelayMirror`: a ``send`` that keeps the worker's own transport primary and mirrors
+  each delta it acknowledged to the relay through a forwarder.
 """
 
 from .forwarder import RelayForwarder
-from .producer import Outgoing, ProducerCursor, TraceAck
+from .mirror import RelayMirror
+from .producer import Outgoing, ProducerCursor
 from .sink import RelaySink
 from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
 from .wire import LIST_FIELDS, pack, unpack
@@ -17,6 +20,7 @@ from .wire import LIST_FIELDS, pack, unpack
 __all__ = [
     "RelaySink",
     "RelayForwarder",
+    "RelayMirror",
     "RelayError",
     "FinishMismatch",
     "DeltaChannel",
@@ -24,7 +28,6 @@ __all__ = [
     "WebSocketChannel",
     "RelayHttp",
     "ProducerCursor",
-    "TraceAck",
     "Outgoing",
     "LIST_FIELDS",
     "pack",

@@ -330,7 +330,7 @@ class RelayForwarder:
                 return
             ack = await self._retry(lambda: self.channel.send(out.envelope), f"delta seq {out.seq}")
             if ack is not None:
-                self.cursor.acknowledge(out)
+                self.cursor.acknowledge(out)  # every forwarded delta is acknowledged: no retraction
                 self.delivered += 1
             return
         try:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any, Dict, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Optional, Union
 
 import httpx
 
@@ -59,28 +59,27 @@ def producer_connection(
 class RelaySink:
     """Streams one episode's deltas to an Episode Relay, exactly once.
 
-    Pass it as ``DeltaStreamer(traces, send=RelaySink(url, episode_id))``. Each call packs
-    the delta (``msgpack.packb(delta, use_bin_type=True)``: the worker's own bytes; a delta
-    given as bytes is sent untouched), wraps it in the producer envelope with the next
-    ``seq`` and the relay's acknowledged view of the delta's trace, and delivers it. It
-    returns only after the relay answered 200, which the relay sends after the durable
-    write; on anything else (a refusal, a network error, a timeout) it raises
-    :class:`~episode_relay.RelayError`, so the streamer keeps its cursor and re-diffs at the
-    next flush.
+    Pass it as ``DeltaStreamer(traces, send=RelaySink(url, episode_id))``. Each call packs the
+    delta (``msgpack.packb(delta, use_bin_type=True)``: the worker's own bytes; a delta given as
+    bytes is sent untouched), wraps it in the producer envelope with the next ``seq`` and the
+    ``cursor`` (the seq of the last send the relay acknowledged), and delivers it. It returns only
+    after the relay answered 200, which the relay sends after the durable write; on anything else
+    it raises :class:`~episode_relay.RelayError`, so the streamer keeps its cursor and re-diffs at
+    the next flush.
 
-    Exactly-once: the acknowledged view advances only on a 200 (per trace: ``open``, item
-    counts of each list field, per node its ``semantic_parents`` count; a ``discard`` drops
-    the trace). A re-diffed delta after a failed send therefore carries the counts the worker
-    diffed against, and the relay drops what it already holds. ``set`` and ``pending`` are
-    overwrites that counts cannot de-duplicate: after a failed send of a trace, fields the
-    failed delta(s) carried and the next delta lacks are re-asserted with their last
-    acknowledged values (see :meth:`ProducerCursor.prepare`), so the relay ends equal to the
-    worker whether or not the failed delta reached it.
+    Exactly-once: a send that raised may still have reached the relay (the ack was lost). The
+    streamer's next delta is diffed against its unchanged cursor, so it repeats or undoes what
+    the lost one carried; its envelope carries the same unchanged cursor, and the relay retracts
+    the lost frame before applying it. The relay ends with exactly the reference assembly over the
+    deltas the streamer counted as sent.
 
-    ``seq`` grows by one per send attempt and is never reused for another delta. With
-    ``retries > 0`` a *retryable* failure (network error, timeout, 5xx, 408, 429) is retried
-    with the very same envelope (same seq: the relay acknowledges a duplicate without
-    applying it again) before ``send`` gives up and raises. Refusals (4xx) never are.
+    A *retryable* failure (network error, timeout, 5xx, 408, 429: e.g. the relay restarting, or a
+    deploy) is retried with the very same envelope (same seq: the relay acknowledges a duplicate
+    without applying it again) until ``retry_for`` seconds have passed, then ``send`` raises.
+    Refusals (4xx) are never retried.
+
+    The streamer swallows a failure of its exit flush: :meth:`finish` re-delivers that last
+    delta (same envelope) before it posts the reply, so the reply's counts match.
 
     Args:
         url: The relay's base URL, e.g. ``http://127.0.0.1:8787``.
@@ -88,16 +87,13 @@ class RelaySink:
         token: Sent as ``Authorization: Bearer <token>`` when given.
         producer: The envelope's producer name. Default: a fresh unique name, with seq from 1.
             With an explicit name, seq starts from :func:`clock_seq` unless ``start_seq`` says
-            otherwise, so a restarted process never reuses a seq the relay already applied
-            (the relay would acknowledge it as a duplicate and drop the delta).
+            otherwise, so a restarted process never reuses a seq the relay already applied.
         transport: ``"http"`` (one keep-alive connection) or ``"ws"`` (the producer
             WebSocket), or any :class:`~episode_relay.transport.DeltaChannel`.
-        timeout: Seconds for one request (connect, write, answer).
-        retries: Transport-level retries of one envelope on retryable failures before
-            ``send`` raises (default 2; 0 raises at once and leaves it to the streamer's
-            re-diff, which only happens at its next flush: the final flush of a run is not
-            retried by the streamer).
-        retry_backoff: Seconds before the first retry; doubles per retry.
+        timeout: Seconds for one attempt (connect, write, answer).
+        retry_for: Seconds to keep retrying one envelope on retryable failures (default 30: long
+            enough to ride out a relay restart or a deploy); 0 raises at the first failure.
+        retry_backoff: Seconds before the first retry; doubles per retry (up to 2 s).
         client: An ``httpx.AsyncClient`` to use instead of the sink's own (not closed by
             :meth:`close`).
         default: msgpack ``default`` encoder for dict deltas; by default verifiers' own
@@ -114,7 +110,7 @@ class RelaySink:
         transport: Union[str, DeltaChannel] = "http",
         *,
         timeout: float = 30.0,
-        retries: int = 2,
+        retry_for: float = 30.0,
         retry_backoff: float = 0.2,
         client: Optional[httpx.AsyncClient] = None,
         default: Optional[Encoder] = None,
@@ -125,11 +121,13 @@ class RelaySink:
         self.cursor, self.http, self.channel = producer_connection(
             self.url, episode_id, token, producer, transport, timeout, client, start_seq
         )
-        self.retries = max(0, int(retries))
+        self.retry_for = max(0.0, float(retry_for))
         self.retry_backoff = retry_backoff
         self.default = default if default is not None else default_encoder()
         self.last_ack: Optional[Dict[str, Any]] = None
         """The relay's answer to the last acknowledged delta."""
+        self.undelivered: Optional[Outgoing] = None
+        """The last delta, when its send raised (the streamer re-diffs it, or :meth:`finish` re-sends it)."""
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -152,33 +150,21 @@ class RelaySink:
             raise RelayError("the sink is closed", error="closed")
         async with self._lock:
             out = self.cursor.prepare(delta, self.default)
-            if out.reasserted:
-                logger.debug("trace %s: re-asserting %s after a failed send", out.trace, ", ".join(out.reasserted))
-            try:
-                ack = await self._deliver(out)
-            except BaseException:
-                self.cursor.fail(out)
-                raise
+            self.undelivered = out
+            ack = await self._deliver(out)
             self.cursor.acknowledge(out)
+            self.undelivered = None
             self.last_ack = ack
             return ack
 
     async def _deliver(self, out: Outgoing) -> Dict[str, Any]:
-        attempt = 0
-        while True:
-            try:
-                return await self.channel.send(out.envelope)
-            except RelayError as e:
-                if not e.retryable or attempt >= self.retries:
-                    raise
-                delay = self.retry_backoff * (2**attempt)
-                attempt += 1
-                logger.info("delta seq %d for trace %s: %s; retrying in %.2f s", out.seq, out.trace, e, delay)
-                await asyncio.sleep(delay)
+        return await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
 
     async def finish(self, reply: Document) -> Dict[str, Any]:
         """POST the run's reply (``{success, error, head, traces}``, a dict or its bytes).
 
+        If the last delta's send raised (the streamer swallows a failed exit flush), it is sent
+        again first, the same envelope, so the relay holds every delta the worker made.
         Returns the relay's JSON (``{"ok": true, "status": "finished"|"failed", ...}``).
         Raises :class:`~episode_relay.FinishMismatch` (a ``RuntimeError``, whose text is the
         reference ``served trace ... assembled ...`` / ``served episode is missing trace ...``
@@ -188,16 +174,13 @@ class RelaySink:
         """
         body = to_bytes(reply, self.default)
         async with self._lock:
-            attempt = 0
-            while True:
-                try:
-                    return await self.http.post("reply", body)
-                except RelayError as e:
-                    if not e.retryable or attempt >= self.retries:
-                        raise
-                    delay = self.retry_backoff * (2**attempt)
-                    attempt += 1
-                    await asyncio.sleep(delay)
+            if self.undelivered is not None:
+                out = self.undelivered
+                logger.info("episode %s: re-sending delta seq %d (its send failed) before the reply", self.episode_id, out.seq)
+                self.last_ack = await self._deliver(out)
+                self.cursor.acknowledge(out)
+                self.undelivered = None
+            return await retrying(lambda: self.http.post("reply", body), "reply", self.retry_for, self.retry_backoff)
 
     async def fetch(self) -> bytes:
         """The episode's msgpack bytes as the relay serves them now."""
@@ -218,3 +201,18 @@ class RelaySink:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str, retry_for: float, backoff: float) -> Dict[str, Any]:
+    """``attempt()`` until it answers, retrying retryable failures for up to ``retry_for`` seconds."""
+    deadline = time.monotonic() + retry_for
+    delay = backoff
+    while True:
+        try:
+            return await attempt()
+        except RelayError as e:
+            if not e.retryable or time.monotonic() + delay > deadline:
+                raise
+            logger.info("%s: %s; retrying in %.2f s", what, e, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)

@@ -33,7 +33,7 @@ async def replay(relay: Relay, name: str, transport: str) -> Dict[str, Any]:
     channel: Union[str, FaultyChannel] = "http"
     if transport == "ws":
         channel = FaultyChannel(WebSocketChannel(relay.url, eid, token=relay.token, timeout=60))
-    sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, client=client, retries=0, timeout=60)
+    sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, client=client, retry_for=0, timeout=60)
     lost = set(case.ack_lost)
     checkpoints = dict(case.checkpoints)
     stats = {"acked": 0, "lost": 0, "duplicates": 0}
@@ -55,13 +55,13 @@ async def replay(relay: Relay, name: str, transport: str) -> Dict[str, Any]:
             if i + 1 in checkpoints:
                 assert live_traces(await sink.fetch()) == checkpoints[i + 1], f"checkpoint after {i + 1} frames"
         # what went on the wire: one envelope per frame, in order, each carrying the frame's
-        # exact bytes (nothing needed re-asserting in these cases)
+        # exact bytes, and the cursor of the last acknowledged send
         bodies = [b for b, _ in channel.sent] if isinstance(channel, FaultyChannel) else [s.body for s in faulty.delta_bodies()]
         envelopes = [unpackb(b) for b in bodies]
         assert [e["delta"] for e in envelopes] == case.frames
         assert [e["seq"] for e in envelopes] == list(range(1, len(case.frames) + 1))
         assert all(e["producer"] == sink.producer for e in envelopes)
-        assert all(list(e) == ["producer", "seq", "acked", "delta"] for e in envelopes)
+        assert all(list(e) == ["producer", "seq", "cursor", "delta"] for e in envelopes)
 
         reply = unpackb(case.reply)
         assert packb(reply) == case.reply

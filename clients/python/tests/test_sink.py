@@ -1,5 +1,6 @@
-"""RelaySink against a real relay: failures before the relay, transport retries, re-asserted
-fields after a failed send, auth, and the ws transport's reconnect."""
+"""RelaySink against a real relay: failures before the relay, transport retries, a lost ack
+retracted by the next send, the last flush re-delivered by finish, auth, the ws transport's
+reconnect, and the mirror beside the worker's own transport."""
 
 from __future__ import annotations
 
@@ -28,20 +29,21 @@ def test_network_failure_before_the_relay(relay: Relay) -> None:
     async def run() -> None:
         faulty = FaultyTransport()
         async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
-            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retries=2, retry_backoff=0.01)
+            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retry_for=0.5, retry_backoff=0.01)
             for i, frame in enumerate(case.frames):
                 if i == 3:
-                    faulty.fail_next("refused", "refused", "refused")
+                    faulty.fail_next(*["refused"] * 200)  # longer than retry_for
                     with pytest.raises(RelayError) as info:
                         await sink.send(unpackb(frame))
                     assert info.value.status is None and info.value.retryable
                     assert sink.cursor.seq == 4  # one seq for the attempt, kept across its retries
+                    faulty.plan.clear()
                     # the streamer re-diffs at its next flush: nothing changed meanwhile, so the
                     # same delta goes again, with a fresh seq
                 ack = await sink.send(unpackb(frame))
                 assert ack["applied"] == 1 and ack["duplicates"] == 0
             bodies = faulty.delta_bodies()
-            assert [s.fault for s in bodies].count("refused") == 3
+            assert [s.fault for s in bodies].count("refused") >= 3  # retried until retry_for ran out
             assert len({s.body for s in bodies if s.fault == "refused"}) == 1  # same envelope each retry
             seqs = [unpackb(s.body)["seq"] for s in bodies if s.fault is None]
             assert seqs == [1, 2, 3, 5, 6, 7, 8, 9]
@@ -61,7 +63,7 @@ def test_transport_retry_reuses_the_envelope(relay: Relay) -> None:
     async def run() -> None:
         faulty = FaultyTransport()
         async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
-            sink = RelaySink(relay.url, episode_id("retry"), token=relay.token, client=client, retries=3, retry_backoff=0.01)
+            sink = RelaySink(relay.url, episode_id("retry"), token=relay.token, client=client, retry_for=5, retry_backoff=0.01)
             for i, frame in enumerate(case.frames):
                 if i in (1, 4):
                     faulty.fail_next("lost", "503")
@@ -84,61 +86,52 @@ def test_transport_retry_reuses_the_envelope(relay: Relay) -> None:
 
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
-def test_reasserts_set_and_pending_after_a_failed_send(relay: Relay, transport: str) -> None:
-    """A failed send that did reach the relay overwrote `ok`, `timing` and `pending`; the
-    worker's values then went back to the acknowledged ones, so its re-diffed delta does not
-    carry them. The sink re-asserts them from what was acknowledged and the relay ends equal
-    to the worker."""
+def test_a_lost_ack_is_retracted_by_the_next_send(relay: Relay, transport: str) -> None:
+    """A send that reached the relay but whose ack was lost overwrote `ok`, `timing` and
+    `pending`; the worker's values then went back, so its re-diffed delta does not carry them.
+    The next envelope carries the old cursor: the relay retracts the lost frame and ends equal
+    to the worker, the delta sent untouched."""
     frames = frames_of("chat_basic")
     first = frames[0]
     tid = first["trace"]
-    acked_ok, acked_timing = first["set"]["ok"], first["set"]["timing"]
-    lost = {"trace": tid, "set": {"ok": not acked_ok, "timing": {"changed": 1.5}}, "pending": [{"role": "tool", "content": "preview"}]}
+    lost = {"trace": tid, "set": {"ok": not first["set"]["ok"], "timing": {"changed": 1.5}}, "pending": [{"role": "tool", "content": "preview"}]}
     after = {"trace": tid, "set": {"num_input_tokens": 77}}
 
     async def run() -> None:
-        eid = episode_id(f"reassert-{transport}")
+        eid = episode_id(f"retract-{transport}")
         faulty = FaultyTransport()
         async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
             channel: Any = "http"
             if transport == "ws":
                 channel = FaultyChannel(WebSocketChannel(relay.url, eid, token=relay.token))
-            sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, client=client, retries=0)
+            sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, client=client, retry_for=0)
             await sink.send(first)
             (channel if transport == "ws" else faulty).fail_next("lost")
             with pytest.raises(RelayError):
                 await sink.send(lost)
-            # the relay holds the failed delta's values now
+            # the relay holds the lost delta's values for now
             held = unpackb(live_traces(await sink.fetch()))[0]
-            assert held["ok"] == (not acked_ok) and held["pending"] == lost["pending"]
+            assert held["ok"] == (not first["set"]["ok"]) and held["pending"] == lost["pending"]
 
             ack = await sink.send(after)
             assert ack["applied"] == 1
             sent = unpackb(channel.sent[-1][0] if transport == "ws" else faulty.delta_bodies()[-1].body)
-            delta = unpackb(sent["delta"])
-            assert list(delta) == ["trace", "set", "pending"]
-            assert list(delta["set"]) == ["num_input_tokens", "ok", "timing"]
-            assert delta["set"]["ok"] == acked_ok and delta["set"]["timing"] == acked_timing
-            assert delta["pending"] == []
+            assert sent["cursor"] == 1 and unpackb(sent["delta"]) == after
 
-            # the worker's state: the acknowledged deltas plus its current change
+            # the worker's state: the acknowledged deltas
             worker: Dict[str, Any] = {}
             ref_apply(worker, copy.deepcopy(first))
             ref_apply(worker, copy.deepcopy(after))
             assert live_traces(await sink.fetch()) == packb(list(worker.values()))
-
-            # once a send of the trace succeeded, nothing is re-asserted any more
-            await sink.send({"trace": tid, "set": {"num_output_tokens": 5}})
-            last = unpackb(unpackb(channel.sent[-1][0] if transport == "ws" else faulty.delta_bodies()[-1].body)["delta"])
-            assert last == {"trace": tid, "set": {"num_output_tokens": 5}}
             await sink.close()
 
     asyncio.run(run())
 
 
-def test_failed_open_is_resent_whole_and_trimmed(relay: Relay) -> None:
+def test_a_lost_open_is_retracted_and_opened_again(relay: Relay) -> None:
     """The first delta of a trace (its `open`) reaches the relay but its ack is lost; the
-    worker re-sends `open` with its first nodes. The relay drops the repeated `open`."""
+    worker re-sends `open` with its first nodes (cursor 0): the relay retracts the first and
+    takes the second as sent."""
     frames = frames_of("chat_basic")
     tid = frames[0]["trace"]
     merged = {"trace": tid, "open": frames[0]["open"], **{k: v for k, v in frames[2].items() if k != "trace"}}
@@ -147,18 +140,79 @@ def test_failed_open_is_resent_whole_and_trimmed(relay: Relay) -> None:
     async def run() -> None:
         faulty = FaultyTransport()
         async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
-            sink = RelaySink(relay.url, episode_id("open"), token=relay.token, client=client, retries=0)
+            sink = RelaySink(relay.url, episode_id("open"), token=relay.token, client=client, retry_for=0)
             faulty.fail_next("lost")
             with pytest.raises(RelayError):
                 await sink.send(frames[0])
-            assert sink.cursor.traces == {}
             await sink.send(merged)
             env = unpackb(faulty.delta_bodies()[-1].body)
-            assert env["acked"] == {"open": False, "links": {}}
+            assert env["cursor"] == 0
             worker: Dict[str, Any] = {}
             ref_apply(worker, copy.deepcopy(merged))
             assert live_traces(await sink.fetch()) == packb(list(worker.values()))
             await sink.close()
+
+    asyncio.run(run())
+
+
+def test_finish_redelivers_a_failed_last_flush(relay: Relay) -> None:
+    """The streamer swallows a failure of its exit flush: finish() sends that last delta again
+    (the same envelope) before the reply, so the reply's counts match and the episode is exact."""
+    case = load_case("tool_calls_pending")
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("last-flush"), token=relay.token, client=client, retry_for=0)
+            for frame in case.frames[:-1]:
+                await sink.send(frame)
+            faulty.fail_next("refused")  # the exit flush never reaches the relay
+            with pytest.raises(RelayError):
+                await sink.send(case.frames[-1])
+            assert sink.undelivered is not None
+            answer = await sink.finish(case.reply)
+            assert answer["status"] == "finished"
+            assert await sink.fetch() == case.episode
+            await sink.close()
+
+    asyncio.run(run())
+
+
+def test_mirror_keeps_the_primary_transport_first(relay: Relay) -> None:
+    """RelayMirror: the worker's own send is primary; only the deltas it acknowledged reach the
+    relay, in the background, so a delta whose primary send failed is replaced by the re-diff
+    there as it is at the env client."""
+    case = load_case("ack_lost")
+
+    async def run() -> None:
+        from episode_relay import RelayForwarder, RelayMirror
+
+        primary_got: List[bytes] = []
+        lost = set(case.ack_lost)
+        sent = 0
+
+        async def primary(delta: Any) -> None:
+            nonlocal sent
+            i = sent
+            sent += 1
+            if i in lost:
+                raise ConnectionError("the env client's ack was lost")
+            primary_got.append(delta)
+
+        forwarder = RelayForwarder(relay.url, episode_id("mirror"), token=relay.token)
+        mirror = RelayMirror(primary, forwarder)
+        for frame in case.frames:
+            try:
+                await mirror(frame)
+            except ConnectionError:
+                pass  # the streamer keeps its cursor and re-diffs
+        forwarder.on_reply(case.reply)
+        assert await forwarder.close(timeout=60)
+        assert forwarder.finish_result is not None and forwarder.finish_result["status"] == "finished"
+        async with httpx.AsyncClient(timeout=30) as client:
+            got = await client.get(f"{relay.url}/v1/episodes/{forwarder.episode_id}", headers={"authorization": f"Bearer {relay.token}"})
+        assert got.content == case.episode
+        assert len(primary_got) == len(case.frames) - len(lost)
 
     asyncio.run(run())
 
@@ -169,7 +223,7 @@ def test_refusal_is_not_retried(relay: Relay) -> None:
     async def run() -> None:
         faulty = FaultyTransport()
         async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
-            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retries=3)
+            sink = RelaySink(relay.url, episode_id("refused"), token=relay.token, client=client, retry_for=5)
             with pytest.raises(RelayError) as info:
                 await sink.send({"trace": "nope", "calls": [{"x": 1}]})
             assert info.value.status == 422 and info.value.error == "unknown_trace" and not info.value.retryable
@@ -196,7 +250,7 @@ def test_token_is_sent_and_required(relay: Relay) -> None:
         if probe.status_code != 401:
             pytest.skip(f"this relay does not require tokens (status without one: {probe.status_code})")
         for transport in ("http", "ws"):
-            anonymous = RelaySink(relay.url, episode_id("anon"), transport=transport, retries=0, timeout=10)
+            anonymous = RelaySink(relay.url, episode_id("anon"), transport=transport, retry_for=0, timeout=10)
             with pytest.raises(RelayError) as info:
                 await anonymous.send(delta)
             assert info.value.status == 401, repr(info.value)
@@ -215,7 +269,7 @@ def test_ws_reconnects_after_a_broken_socket(relay: Relay) -> None:
         eid = episode_id("ws-reconnect")
         inner = WebSocketChannel(relay.url, eid, token=relay.token, timeout=30)
         channel = FaultyChannel(inner)
-        sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, retries=0)
+        sink = RelaySink(relay.url, eid, token=relay.token, transport=channel, retry_for=0)
         for i, frame in enumerate(case.frames):
             if i == 6:
                 channel.fail_next("lost")
@@ -247,7 +301,7 @@ def test_cancelled_send_then_resend(relay: Relay, transport: str) -> None:
     case = load_case("large_routing")
 
     async def run() -> None:
-        sink = RelaySink(relay.url, episode_id(f"cancel-{transport}"), token=relay.token, transport=transport, retries=0)
+        sink = RelaySink(relay.url, episode_id(f"cancel-{transport}"), token=relay.token, transport=transport, retry_for=0)
         cancelled = 0
         for i, frame in enumerate(case.frames):
             if i in (3, 6, 9, 12):
@@ -271,43 +325,23 @@ def test_cancelled_send_then_resend(relay: Relay, transport: str) -> None:
 
 
 def test_named_producer_with_clock_seq(relay: Relay) -> None:
-    """A fixed producer name starts seq from the clock (a uint64 on the wire); a second sink
-    with the same name (a restarted worker with a fresh streamer, re-sending everything) is
-    not mistaken for duplicates, and the relay trims what it already holds."""
+    """A fixed producer name starts seq from the clock (a uint64 on the wire), so a second sink
+    with the same name (a restarted process) never reuses a seq the relay already applied."""
     case = load_case("routing_repair_u8")
 
     async def run() -> None:
         eid = episode_id("named")
         first = RelaySink(relay.url, eid, token=relay.token, producer="worker-7")
         assert first.cursor.seq + 1 > 2**32
-        for frame in case.frames[:5]:
+        for frame in case.frames:
             ack = await first.send(frame)
         assert ack["producers"] == {"worker-7": first.cursor.seq}
+        await first.finish(case.reply)
+        assert await first.fetch() == case.episode
         await first.close()
         await asyncio.sleep(0.002)  # the clock moves on
         again = RelaySink(relay.url, eid, token=relay.token, producer="worker-7")
         assert again.cursor.seq > first.cursor.seq
-        # the restarted worker's first flush: everything so far in one delta per trace
-        merged: Dict[str, Any] = {}
-        for frame in case.frames[:7]:
-            d = unpackb(frame)
-            for k, v in d.items():
-                if k in ("nodes", "calls"):
-                    merged.setdefault(k, []).extend(v)
-                elif k == "set":
-                    merged.setdefault("set", {}).update(v)
-                elif k != "routing_repairs":
-                    merged.setdefault(k, v)
-        # repairs of the first 7 frames are folded into the re-sent nodes: rebuild them
-        worker_nodes = unpackb(case.episode)["traces"][0]["nodes"] if case.episode else []
-        merged["nodes"] = worker_nodes[: len(merged["nodes"])]
-        merged = {k: merged[k] for k in ("trace", "open", "nodes", "calls", "set")}  # upstream key order
-        ack = await again.send(merged)
-        assert ack["applied"] == 1 and ack["duplicates"] == 0
-        for frame in case.frames[7:]:
-            await again.send(frame)
-        await again.finish(case.reply)
-        assert await again.fetch() == case.episode
         await again.close()
 
     asyncio.run(run())

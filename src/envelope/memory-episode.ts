@@ -1,0 +1,35 @@
+// An episode held in memory with the relay's ingest rules: frames numbered as the relay numbers
+// them, duplicates acknowledged, and a retraction done by rebuilding the assembly from the frames
+// kept (the relay rewinds its SQLite instead; both end with the reference assembly over the
+// acknowledged frames). For tools, benches and tests.
+
+import { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { MemoryStore } from "../assembly/store.js";
+import { ingest, type IngestResult } from "./ingest.js";
+import type { ProducerLedger } from "./ledger.js";
+
+export class MemoryEpisode {
+  readonly asm = new EpisodeAssembly(new MemoryStore());
+  readonly ledger: ProducerLedger = new Map();
+  /** The frames applied, by episode seq (retracted ones removed). */
+  readonly frames: Array<{ seq: number; delta: Uint8Array }> = [];
+  seq = 0;
+
+  ingest(message: Uint8Array): IngestResult {
+    const first = this.seq;
+    const result = ingest(this.asm, this.ledger, message, {
+      nextSeq: () => ++this.seq,
+      retract: (seqs) => {
+        const gone = new Set(seqs);
+        const kept = this.frames.filter((f) => !gone.has(f.seq));
+        this.frames.length = 0;
+        this.frames.push(...kept);
+        for (const t of this.asm.traces.values()) this.asm.store.dropped(t);
+        this.asm.reset();
+        for (const f of kept) this.asm.apply(f.delta, true);
+      },
+    });
+    result.applied.forEach((delta, i) => this.frames.push({ seq: first + i + 1, delta }));
+    return result;
+  }
+}
