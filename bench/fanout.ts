@@ -322,7 +322,13 @@ interface CellFigures {
 }
 
 export async function runCell(
-  target: Target, url: string, client: HttpClient | null, n: number, sizeKiB: number, latCount: number, maxMs: number,
+  target: Target,
+  url: string,
+  client: HttpClient | null,
+  n: number,
+  sizeKiB: number,
+  latCount: number,
+  maxMs: number,
   /** Called around the measured phases (after the watchers joined; before they leave): for profiling. */
   hooks: { measuring?: () => Promise<void>; measured?: () => Promise<void> } = {},
 ): Promise<CellFigures> {
@@ -505,11 +511,21 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           check = `thr ${okT ? "ok" : "MISSED"} (≥ ${TARGETS.minThroughputRatio}×), p99 ${okL ? "ok" : "MISSED"} (≤ ${TARGETS.maxP99Ratio}×)`;
         }
         rows.push([
-          key, String(fig.delta_bytes),
-          fmt(fig.deltas_per_s_per_watcher), fmt(fig.ws_deltas_per_s_per_watcher), fmt(fig.ratio_throughput_vs_ws),
-          fmt(fig.mb_per_s), fmt(fig.ws_mb_per_s),
-          fmt(fig.p50_ms), fmt(fig.p99_ms), fmt(fig.ws_p50_ms), fmt(fig.ws_p99_ms), fmt(fig.ratio_p99_vs_ws),
-          `${fig.latency_deltas}`, fig.other_cpu_pct === undefined ? "" : String(fig.other_cpu_pct), check,
+          key,
+          String(fig.delta_bytes),
+          fmt(fig.deltas_per_s_per_watcher),
+          fmt(fig.ws_deltas_per_s_per_watcher),
+          fmt(fig.ratio_throughput_vs_ws),
+          fmt(fig.mb_per_s),
+          fmt(fig.ws_mb_per_s),
+          fmt(fig.p50_ms),
+          fmt(fig.p99_ms),
+          fmt(fig.ws_p50_ms),
+          fmt(fig.ws_p99_ms),
+          fmt(fig.ratio_p99_vs_ws),
+          `${fig.latency_deltas}`,
+          fig.other_cpu_pct === undefined ? "" : String(fig.other_cpu_pct),
+          check,
         ]);
       }
     }
@@ -517,11 +533,37 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     client.close();
     await Promise.all([relay.stop(), bare?.stop()]);
   }
-  out.settings = { rate_per_s: RATE, window: WINDOW, max_rate_ms: MAX_MS, latency_deltas_max: LAT_COUNT, latency_bytes_budget: LAT_BUDGET, storage: "tmpfs", mb: 1e6, variant: "routing=1", loadavg_1min_start_end: [sig(load0, 2), sig(loadavg()[0]!, 2)] };
+  out.settings = {
+    rate_per_s: RATE,
+    window: WINDOW,
+    max_rate_ms: MAX_MS,
+    latency_deltas_max: LAT_COUNT,
+    latency_bytes_budget: LAT_BUDGET,
+    storage: "tmpfs",
+    mb: 1e6,
+    variant: "routing=1",
+    loadavg_1min_start_end: [sig(load0, 2), sig(loadavg()[0]!, 2)],
+  };
   out.notes = "client-side bound: all watchers are ws clients in one Node process (the bare ws server is the baseline under the same clients)";
   opts.table({
     title: `fanout: 1 producer (socket) → N watchers of one episode; relay vs bare Node ws broadcast server, same clients`,
-    columns: ["", "delta B", "d/s/watcher", "ws d/s/w", "× ws", "MB/s", "ws MB/s", "p50 ms", "p99 ms", "ws p50", "ws p99", "p99 × ws", "lat n", "other CPU %", "target"],
+    columns: [
+      "",
+      "delta B",
+      "d/s/watcher",
+      "ws d/s/w",
+      "× ws",
+      "MB/s",
+      "ws MB/s",
+      "p50 ms",
+      "p99 ms",
+      "ws p50",
+      "ws p99",
+      "p99 × ws",
+      "lat n",
+      "other CPU %",
+      "target",
+    ],
     rows,
     notes: [
       `Throughput (d/s/watcher, MB/s = all watchers, 10^6 B of delta): maximum rate, ≤ ${WINDOW} deltas not yet received by every watcher, ~${MAX_MS / 1000} s.`,

@@ -105,7 +105,13 @@ function node(i: number, content: string, routed: LValue): LMap {
   return new LMap([
     ["parent", i === 0 ? null : i - 1],
     ["semantic_parents", []],
-    ["message", new LMap([["role", i % 2 ? "assistant" : "user"], ["content", content]])],
+    [
+      "message",
+      new LMap([
+        ["role", i % 2 ? "assistant" : "user"],
+        ["content", content],
+      ]),
+    ],
     ["sampled", i % 2 === 1],
     ["timestamp", new F64(1754101000.5 + i)],
     ["token_ids", [1, 2, 3]],
@@ -118,7 +124,15 @@ function node(i: number, content: string, routed: LValue): LMap {
 function delta(i: number, content: string, routed: LValue, trace: string): Uint8Array {
   const entries: Array<[LValue, LValue]> = [["trace", trace]];
   if (i === 0) {
-    entries.push(["open", new LMap([["version", 1], ["id", trace], ["verifiers", new LMap([["version", "0.1.15"]])], ["task", new LMap([["type", "MathTask"]])]])]);
+    entries.push([
+      "open",
+      new LMap([
+        ["version", 1],
+        ["id", trace],
+        ["verifiers", new LMap([["version", "0.1.15"]])],
+        ["task", new LMap([["type", "MathTask"]])],
+      ]),
+    ]);
   }
   entries.push(["nodes", [node(i, content, routed)]]);
   return encodeLossless(new LMap(entries));
@@ -136,7 +150,12 @@ export function sizedDeltas(bytes: number, trace = TRACE): DeltaFactory {
 
 /** Routing deltas: one node with `routed_experts` {__nd__, uint8, [1500, 50, 8], 600,000 B}. */
 export function routingDeltas(trace = TRACE): DeltaFactory {
-  const nd = new LMap([["__nd__", true], ["dtype", "uint8"], ["shape", ROUTING_SHAPE], ["data", ROUTING]]);
+  const nd = new LMap([
+    ["__nd__", true],
+    ["dtype", "uint8"],
+    ["shape", ROUTING_SHAPE],
+    ["data", ROUTING],
+  ]);
   return (i) => delta(i, text(64, i), nd, trace);
 }
 
@@ -214,7 +233,12 @@ export function stats(samples: number[]): { p50: number; p99: number } {
 /** A msgpack array of already-encoded items (a batch of envelope maps, not bins). */
 export function msgpackArray(items: Uint8Array[]): Uint8Array {
   const n = items.length;
-  const head = n < 16 ? Uint8Array.of(0x90 | n) : n < 0x10000 ? Uint8Array.of(0xdc, n >> 8, n & 0xff) : Uint8Array.of(0xdd, n >>> 24, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+  const head =
+    n < 16
+      ? Uint8Array.of(0x90 | n)
+      : n < 0x10000
+        ? Uint8Array.of(0xdc, n >> 8, n & 0xff)
+        : Uint8Array.of(0xdd, n >>> 24, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
   const out = new Uint8Array(head.length + items.reduce((a, b) => a + b.length, 0));
   out.set(head);
   let at = head.length;
@@ -494,7 +518,12 @@ async function measureMode(relay: LocalRelay, client: HttpClient, mode: Mode, ta
   const id = episodeId(`${mode}-${tag}`);
   const foreign = new ForeignCpu();
   foreign.start();
-  const r = mode === "http_single" ? await runHttpSingle(client, id, plan) : mode === "http_batched" ? await runHttpBatched(client, id, plan) : await runWs(relay.url, id, plan);
+  const r =
+    mode === "http_single"
+      ? await runHttpSingle(client, id, plan)
+      : mode === "http_batched"
+        ? await runHttpBatched(client, id, plan)
+        : await runWs(relay.url, id, plan);
   const otherCpu = foreign.stop();
   await client.deleteEpisode(id);
   const s = stats(r.latencies);
@@ -576,7 +605,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       for (const size of storage === "tmpfs" ? SIZES : SIZES.slice(0, 1)) {
         for (const mode of MODES) {
           const key = `${mode}_${size.label}`;
-          const f = await measureMode(relay, client, mode, size.label, { make: size.make(), warmup: size.warmup, maxDeltas: size.maxDeltas, maxMs: MEASURE_MS });
+          const f = await measureMode(relay, client, mode, size.label, {
+            make: size.make(),
+            warmup: size.warmup,
+            maxDeltas: size.maxDeltas,
+            maxMs: MEASURE_MS,
+          });
           if (mode === "http_single") f.ratio_vs_health = sig(f.deltas_per_s / health.rps, 3);
           into[key] = f;
           opts.log(`ingest (${storage}): ${key} ${f.deltas_per_s} deltas/s, ${f.mb_per_s} MB/s, p50 ${f.p50_ms} ms, p99 ${f.p99_ms} ms`);
@@ -592,18 +626,47 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     }
   }
   out.on_disk = disk;
-  out.settings = { loadavg_1min_end: sig(loadavg()[0]!, 2), storage: "tmpfs (/dev/shm); on_disk: Miniflare's default os.tmpdir() on ext4", measure_ms: MEASURE_MS, batch: BATCH, window: WINDOW, mb: 1e6 };
+  out.settings = {
+    loadavg_1min_end: sig(loadavg()[0]!, 2),
+    storage: "tmpfs (/dev/shm); on_disk: Miniflare's default os.tmpdir() on ext4",
+    measure_ms: MEASURE_MS,
+    batch: BATCH,
+    window: WINDOW,
+    mb: 1e6,
+  };
   out.stale_ack_view = stale;
 
   const rows: string[][] = [];
   const row = (label: string, key: string, f: IngestFigures) => {
     const target = (TARGETS as Record<string, number>)[key];
     const check = target === undefined ? "" : `${f.deltas_per_s >= target ? "ok" : "MISSED"} (≥ ${target.toLocaleString("en-US")})`;
-    rows.push([label, String(f.delta_bytes), fmt(f.deltas_per_s), fmt(f.mb_per_s), fmt(f.p50_ms), fmt(f.p99_ms), f.ratio_vs_health === undefined ? "" : fmt(f.ratio_vs_health), String(f.deltas), f.other_cpu_pct === undefined ? "" : String(f.other_cpu_pct), check]);
+    rows.push([
+      label,
+      String(f.delta_bytes),
+      fmt(f.deltas_per_s),
+      fmt(f.mb_per_s),
+      fmt(f.p50_ms),
+      fmt(f.p99_ms),
+      f.ratio_vs_health === undefined ? "" : fmt(f.ratio_vs_health),
+      String(f.deltas),
+      f.other_cpu_pct === undefined ? "" : String(f.other_cpu_pct),
+      check,
+    ]);
   };
   for (const size of SIZES) for (const mode of MODES) row(`${mode}_${size.label}`, `${mode}_${size.label}`, out[`${mode}_${size.label}`] as IngestFigures);
   const healthRow = (label: string, o: Record<string, unknown>) =>
-    rows.push([label, "", fmt(o.baseline_health_rps as number), "", fmt(o.baseline_health_p50_ms as number), fmt(o.baseline_health_p99_ms as number), "", "", "", ""]);
+    rows.push([
+      label,
+      "",
+      fmt(o.baseline_health_rps as number),
+      "",
+      fmt(o.baseline_health_p50_ms as number),
+      fmt(o.baseline_health_p99_ms as number),
+      "",
+      "",
+      "",
+      "",
+    ]);
   healthRow("GET /v1/health (baseline)", out);
   for (const mode of MODES) row(`disk: ${mode}_1KiB`, `${mode}_1KiB`, disk[`${mode}_1KiB`] as IngestFigures);
   healthRow("disk: GET /v1/health", disk);

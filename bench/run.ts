@@ -55,22 +55,46 @@ function parseArgs(argv: string[]): Args {
       if (v === undefined || v.startsWith("--")) throw new UsageError(`${key} needs a value`);
       return v;
     };
-    const list = () => value().split(",").map((s) => s.trim()).filter((s) => s !== "");
+    const list = () =>
+      value()
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "");
     const count = (min: number) => {
       const v = value();
       if (!/^[0-9]+$/.test(v) || Number(v) < min) throw new UsageError(`${key}: expected a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
       return Number(v);
     };
     switch (key) {
-      case "-h": case "--help": a.help = true; break;
-      case "--json": a.json = true; break;
-      case "--only": a.only = list(); break;
-      case "--cases": a.cases = list(); break;
-      case "--warmup": a.warmup = count(0); break;
-      case "--min-ms": a.minMs = count(0); break;
-      case "--min-samples": a.minSamples = count(1); break;
-      case "--memory-sizes": a.memorySizes = list().map(Number).filter((n) => n > 0); break;
-      default: throw new UsageError(`unknown argument ${arg}`);
+      case "-h":
+      case "--help":
+        a.help = true;
+        break;
+      case "--json":
+        a.json = true;
+        break;
+      case "--only":
+        a.only = list();
+        break;
+      case "--cases":
+        a.cases = list();
+        break;
+      case "--warmup":
+        a.warmup = count(0);
+        break;
+      case "--min-ms":
+        a.minMs = count(0);
+        break;
+      case "--min-samples":
+        a.minSamples = count(1);
+        break;
+      case "--memory-sizes":
+        a.memorySizes = list()
+          .map(Number)
+          .filter((n) => n > 0);
+        break;
+      default:
+        throw new UsageError(`unknown argument ${arg}`);
     }
   }
   if (a.only) {
@@ -86,7 +110,10 @@ function renderTable(t: Table): string {
   const widths = t.columns.map((c, i) => Math.max(c.length, ...t.rows.map((r) => (r[i] ?? "").length)));
   const align = t.align ?? t.columns.map((_, i) => (i === 0 ? "l" : "r"));
   const line = (cells: string[]) =>
-    cells.map((s, i) => (align[i] === "l" ? s.padEnd(widths[i]!) : s.padStart(widths[i]!))).join("  ").trimEnd();
+    cells
+      .map((s, i) => (align[i] === "l" ? s.padEnd(widths[i]!) : s.padStart(widths[i]!)))
+      .join("  ")
+      .trimEnd();
   const out: string[] = [];
   if (t.title) out.push(t.title, "");
   out.push(line(t.columns), widths.map((w) => "-".repeat(w)).join("  "));
@@ -102,7 +129,7 @@ function genericTable(section: string, result: Record<string, unknown>): Table {
   for (const [, v] of entries) {
     if (v && typeof v === "object" && !Array.isArray(v)) for (const k of Object.keys(v)) if (!cols.includes(k)) cols.push(k);
   }
-  const show = (v: unknown) => (typeof v === "string" ? v : JSON.stringify(v) ?? "");
+  const show = (v: unknown) => (typeof v === "string" ? v : (JSON.stringify(v) ?? ""));
   if (cols.length === 0) return { title: section, columns: ["figure", "value"], rows: entries.map(([k, v]) => [k, show(v)]) };
   return {
     title: section,

@@ -48,7 +48,9 @@ if (found.secret !== null) {
   // wrangler reads .dev.vars / .env itself; a secret from the environment goes in as a hidden --var
   // (it wins over the files, as it does for `npm run token`).
   if (found.source === FROM_ENVIRONMENT) args.push("--var", `RELAY_SECRET:${found.secret}`);
-  console.error(`[dev] auth ON: RELAY_SECRET from ${found.source}. Every request except GET /v1/health needs a bearer token: npm run token -- --role producer --episode '*'`);
+  console.error(
+    `[dev] auth ON: RELAY_SECRET from ${found.source}. Every request except GET /v1/health needs a bearer token: npm run token -- --role producer --episode '*'`,
+  );
   if (found.secret.length < MIN_SECRET_CHARS) {
     console.error(`[dev] warning: RELAY_SECRET is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
   }
@@ -57,7 +59,9 @@ if (found.secret !== null) {
   console.error(`[dev] auth OFF: no RELAY_SECRET (environment, .dev.vars, .env) and bound to loopback ${where}, so requests to localhost need no token.`);
   console.error(`[dev]   For auth: echo "RELAY_SECRET=$(openssl rand -base64 32)" > .dev.vars, then npm start (npm run token reads it too).`);
 } else {
-  console.error(`[dev] auth FAIL-CLOSED: no RELAY_SECRET and bound to ${ip}, not loopback: every request except GET /v1/health is refused (503). Set RELAY_SECRET.`);
+  console.error(
+    `[dev] auth FAIL-CLOSED: no RELAY_SECRET and bound to ${ip}, not loopback: every request except GET /v1/health is refused (503). Set RELAY_SECRET.`,
+  );
 }
 args.push(...extra);
 

@@ -2,14 +2,16 @@
 // `npm test [filters...]`: runs the Node-side, the workerd-side and the browser vitest projects, each with
 // the default reporter (progress for humans) and the JSON reporter (for counting), then the
 // Python client's pytest suite (clients/python/run-tests.sh, counted from its JUnit XML), then
-// prints one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed or a
+// prints one closing line `N passed, N failed[, N skipped]`. Static checks (lint, format, tsc for
+// every tsconfig, wrangler types) run first and count one test each. Exits 1 if any test failed or a
 // project crashed. Extra arguments are passed to the vitest projects as filters (the Python
 // suite then runs only if "python" is one of them).
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QUIET_ENV } from "./quiet-env.mjs";
+import { WRANGLER_TYPES_ARGS } from "./worker-types.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const vitest = join(root, "node_modules", ".bin", process.platform === "win32" ? "vitest.cmd" : "vitest");
@@ -108,8 +110,72 @@ function countJunit(file, exitCode) {
   return { ...totals, note: "" };
 }
 
+/**
+ * Static checks, each counted as one test: the linter and formatter (Biome), the type checker for
+ * every tsconfig (Worker code, its tests, Node tools, the dashboard each see only their own types),
+ * and `Env` against wrangler.toml. They run first and fast; a failure is printed and counted.
+ */
+const CHECKS = [
+  { name: "biome check (lint + format)", bin: "biome", args: ["check", "--error-on-warnings", "."] },
+  ...["tsconfig.json", "src/tsconfig.json", "test/workers/tsconfig.json", "dashboard/tsconfig.json"].map((p) => ({
+    name: `tsc -p ${p}`,
+    bin: "tsc",
+    args: ["--noEmit", "-p", p],
+  })),
+  { name: "wrangler types --check (Env matches wrangler.toml)", bin: "wrangler", args: ["types", ...WRANGLER_TYPES_ARGS, "--check"] },
+];
+
+/**
+ * @param {string} bin a name under node_modules/.bin
+ * @param {string[]} args
+ * @param {boolean} quiet capture output, print it only on failure
+ * @returns {Promise<number>}
+ */
+function runBin(bin, args, quiet) {
+  return new Promise((resolve) => {
+    const child = spawn(join(root, "node_modules", ".bin", process.platform === "win32" ? `${bin}.cmd` : bin), args, {
+      cwd: root,
+      stdio: quiet ? ["ignore", "pipe", "pipe"] : "inherit",
+      env: { ...process.env, ...QUIET_ENV },
+    });
+    current = child;
+    let out = "";
+    child.stdout?.on("data", (d) => {
+      out += d;
+    });
+    child.stderr?.on("data", (d) => {
+      out += d;
+    });
+    child.on("error", (err) => {
+      console.error(`[test] could not start ${bin}: ${err.message}`);
+      resolve(1);
+    });
+    child.on("exit", (code, signal) => {
+      if (code !== 0 && quiet) process.stdout.write(out);
+      resolve(code ?? (signal ? 129 : 1));
+    });
+  });
+}
+
 mkdirSync(resultsDir, { recursive: true });
 const sum = { passed: 0, failed: 0, skipped: 0 };
+if (filters.length === 0 || filters.includes("checks")) {
+  const started = Date.now();
+  console.log("\n[test] checks: biome, tsc per tsconfig, wrangler types");
+  let passed = 0;
+  let failed = 0;
+  for (const check of CHECKS) {
+    if (interrupted) break;
+    const code = await runBin(check.bin, check.args, true);
+    console.log(`  ${code === 0 ? "✓" : "✗"} ${check.name}`);
+    if (code === 0) passed += 1;
+    else failed += 1;
+  }
+  sum.passed += passed;
+  sum.failed += failed;
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`[test] checks: ${passed} passed, ${failed} failed in ${secs} s`);
+}
 for (const project of projects) {
   if (interrupted) break;
   const output = join(resultsDir, `${project.name}.json`);
@@ -118,7 +184,8 @@ for (const project of projects) {
   console.log(`\n[test] ${project.name}: vitest run --config ${project.config} ${filters.join(" ")}`.trimEnd());
   const args = [
     "run",
-    "--config", project.config,
+    "--config",
+    project.config,
     "--reporter=default",
     "--reporter=json",
     `--outputFile.json=${output}`,
@@ -139,7 +206,11 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
   const started = Date.now();
   console.log("\n[test] python: clients/python/run-tests.sh");
   const code = await new Promise((resolve) => {
-    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], { cwd: root, stdio: "inherit", env: { ...process.env, ...QUIET_ENV } });
+    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], {
+      cwd: root,
+      stdio: "inherit",
+      env: { ...process.env, ...QUIET_ENV },
+    });
     current = child;
     child.on("error", () => resolve(1));
     child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));

@@ -3,7 +3,6 @@
 // (`GET /v1/episodes`, `GET /v1/episodes/watch`) to the episode index. It holds no state and logs
 // nothing. Everything outside /v1/ is the dashboard, served as static assets (wrangler.toml
 // `[assets]`, `run_worker_first = ["/v1/*"]`) without reaching this code.
-import type { Env } from "./env.js";
 import { EPISODE_ID_HEADER } from "./episode/episode.js";
 import { authMode, authorize, isWebSocketUpgrade, need, offeredProtocols, refusal, stripCredentials, WS_PROTOCOL, type Claims } from "./http/auth.js";
 import { tooLarge } from "./http/body.js";
@@ -44,14 +43,20 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       return Response.json({ error: "not_found", message: `no route for ${url.pathname}` }, { status: 404 });
     case "bad_id":
       if (RESERVED_IDS.has(route.id)) {
-        return Response.json({ error: "bad_episode_id", message: `"${route.id}" is reserved (/v1/episodes/${route.id} is an index path) and cannot name an episode` }, { status: 400 });
+        return Response.json(
+          { error: "bad_episode_id", message: `"${route.id}" is reserved (/v1/episodes/${route.id} is an index path) and cannot name an episode` },
+          { status: 400 },
+        );
       }
       return Response.json({ error: "bad_episode_id", message: "episode ids are 1-128 characters of [A-Za-z0-9._:-]" }, { status: 400 });
     case "list":
     case "index_watch": {
       const allowed = INDEX_METHODS[route.kind];
       if (!allowed.includes(request.method)) {
-        return Response.json({ error: "method_not_allowed", message: `${request.method} is not allowed on this path` }, { status: 405, headers: { allow: allowed.join(", ") } });
+        return Response.json(
+          { error: "method_not_allowed", message: `${request.method} is not allowed on this path` },
+          { status: 405, headers: { allow: allowed.join(", ") } },
+        );
       }
       // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
       const scope = claims === null ? ["*"] : claims.episodes;
@@ -61,7 +66,10 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   }
   const allowed = METHODS[route.action];
   if (!allowed.includes(request.method)) {
-    return Response.json({ error: "method_not_allowed", message: `${request.method} is not allowed on this path` }, { status: 405, headers: { allow: allowed.join(", ") } });
+    return Response.json(
+      { error: "method_not_allowed", message: `${request.method} is not allowed on this path` },
+      { status: 405, headers: { allow: allowed.join(", ") } },
+    );
   }
   const declared = Number(request.headers.get("content-length") ?? 0);
   const max = limitsFrom(env).maxMessage;

@@ -41,7 +41,12 @@ function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: numbe
         break;
       case "--episode":
       case "--episodes":
-        episodes.push(...value().split(",").map((s) => s.trim()).filter((s) => s !== ""));
+        episodes.push(
+          ...value()
+            .split(",")
+            .map((s) => s.trim())
+            .filter((s) => s !== ""),
+        );
         break;
       case "--ttl":
         ttl = value();
@@ -58,7 +63,9 @@ function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: numbe
   if (episodes.length === 0) fail("at least one --episode is required ('*' for every episode)");
   const bad = episodes.filter((e) => !isEpisodePattern(e));
   if (bad.length > 0) {
-    fail(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 characters of [A-Za-z0-9._:-]; a pattern is such a prefix followed by *, e.g. run-42:*)`);
+    fail(
+      `not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 characters of [A-Za-z0-9._:-]; a pattern is such a prefix followed by *, e.g. run-42:*)`,
+    );
   }
   const seconds = parseTtl(ttl);
   if (seconds === null) fail(`--ttl ${ttl}: expected a number of seconds or 90s, 15m, 1h, 7d`);

@@ -83,7 +83,8 @@ function transient(status: number): boolean {
 
 /** What the caller should do about a refusal, in words. */
 function advice(status: number, code: string, url: string, id: string): string {
-  if (status === 401) return "the relay needs a valid bearer token: pass { token } (a watcher, producer or admin token whose episodes cover this one, e.g. from `npm run token -- --role watcher --episode ID`)";
+  if (status === 401)
+    return "the relay needs a valid bearer token: pass { token } (a watcher, producer or admin token whose episodes cover this one, e.g. from `npm run token -- --role watcher --episode ID`)";
   if (status === 403) return `the token may not read episode ${id}: use one whose \`episodes\` patterns cover it`;
   if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
   return `check the relay's base URL (${url}) and the episode id (${JSON.stringify(id)})`;

@@ -3,7 +3,11 @@
 type Child = Node | string | number | null | undefined | false | Child[];
 type Attrs = Record<string, string | number | boolean | null | undefined | EventListener>;
 
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K | `${K}.${string}` | `${K}#${string}`, attrs?: Attrs | null, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K | `${K}.${string}` | `${K}#${string}`,
+  attrs?: Attrs | null,
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const [name, ...classes] = tag.split(".");
   let id: string | undefined;
   let tagName = name!;

@@ -9,10 +9,20 @@ import type { TraceState } from "../../src/assembly/trace.js";
 import { getToken, probe, relayUrl } from "./api.js";
 import { append, clear, duration, h } from "./dom.js";
 import { heatmap } from "./heatmap.js";
-import type { ConnState, Shell } from "./main.js";
+import type { ConnState, Shell } from "./shell.js";
 import {
-  callView, field, fmt, isObject, nodeView, pendingMessages, repairsOf, rewardPairs, json,
-  type CallView, type Message, type NodeView,
+  callView,
+  field,
+  fmt,
+  isObject,
+  nodeView,
+  pendingMessages,
+  repairsOf,
+  rewardPairs,
+  json,
+  type CallView,
+  type Message,
+  type NodeView,
 } from "./model.js";
 import type { Json } from "../../src/wire/json-view.js";
 
@@ -60,14 +70,20 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 
   const statusPill = h("span.pill.s-missing", { id: "ep-status", "data-status": "missing" }, STATUS_LABELS.missing);
   const stats = h("span.ep-stats.muted");
-  const routingButton = h("button.btn", { type: "button", id: "routing-toggle", "aria-pressed": "false", title: "show the MoE routing of each node (loads routing data)" }, "Routing heatmap");
+  const routingButton = h(
+    "button.btn",
+    { type: "button", id: "routing-toggle", "aria-pressed": "false", title: "show the MoE routing of each node (loads routing data)" },
+    "Routing heatmap",
+  );
   const banner = h("div.banner", { hidden: true, id: "ep-banner", role: "alert" });
   const summary = h("div.summary", { id: "summary" });
   const tracesEl = h("div.traces", { id: "traces" });
   const routingNote = h("p.note", { id: "routing-note", hidden: true });
   const waiting = h("p.empty", { id: "waiting" }, "Connecting…");
   shell.main.append(
-    h("section.episode-page", null,
+    h(
+      "section.episode-page",
+      null,
       h("div.page-head", null, h("h1.ep-title", { title: id }, id), statusPill, stats, h("div.spacer"), routingButton),
       banner,
       summary,
@@ -123,7 +139,12 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   }
 
   function start(options: { routing: boolean; after?: number }): EpisodeWatch {
-    const w = watchEpisode(relayUrl, id, { token: getToken(), routing: options.routing, ...(options.after !== undefined ? { after: options.after } : {}), backoffMs: [250, 5000] });
+    const w = watchEpisode(relayUrl, id, {
+      token: getToken(),
+      routing: options.routing,
+      ...(options.after !== undefined ? { after: options.after } : {}),
+      backoffMs: [250, 5000],
+    });
     w.on((e) => onEvent(w, e));
     return w;
   }
@@ -207,12 +228,21 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     stats.textContent = `seq ${w.seq} · ${plural(traces.length, "trace")} · ${plural(nodes, "node")} · ${plural(calls, "call")}`;
     banner.hidden = !(status === "failed" || status === "finish_refused" || error);
     banner.textContent =
-      status === "failed" ? `The run failed${error ? `: ${error}` : ""}`
-      : status === "finish_refused" ? `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The run stays open for a corrected reply.`
-      : error ? `Finish error: ${error}` : "";
+      status === "failed"
+        ? `The run failed${error ? `: ${error}` : ""}`
+        : status === "finish_refused"
+          ? `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The run stays open for a corrected reply.`
+          : error
+            ? `Finish error: ${error}`
+            : "";
     waiting.hidden = traces.length > 0;
     if (status !== "denied") {
-      waiting.textContent = w.state === "connecting" ? "Connecting…" : status === "missing" ? "No episode with this id on the relay yet: it shows here as soon as a producer writes it." : "No traces.";
+      waiting.textContent =
+        w.state === "connecting"
+          ? "Connecting…"
+          : status === "missing"
+            ? "No episode with this id on the relay yet: it shows here as soon as a producer writes it."
+            : "No traces.";
     }
     renderSummary(traces[0]);
     if (routing && watch === routingWatch) {
@@ -248,10 +278,32 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     const metrics = field(first, "metrics");
     const timing = field(first, "timing");
     summary.append(
-      card("Rewards", "rewards", rewards.length ? h("div.rewards", null, rewards.map(([k, v]) => h("span.reward.big", null, h("span.reward-k", null, k), h("span.reward-v", null, v)))) : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet")),
-      card("Metrics", "metrics", isObject(metrics) && Object.keys(metrics).length ? kv(Object.entries(metrics).map(([k, v]) => [k, fmt(v)])) : h("span.muted", null, "–")),
+      card(
+        "Rewards",
+        "rewards",
+        rewards.length
+          ? h(
+              "div.rewards",
+              null,
+              rewards.map(([k, v]) => h("span.reward.big", null, h("span.reward-k", null, k), h("span.reward-v", null, v))),
+            )
+          : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
+      ),
+      card(
+        "Metrics",
+        "metrics",
+        isObject(metrics) && Object.keys(metrics).length ? kv(Object.entries(metrics).map(([k, v]) => [k, fmt(v)])) : h("span.muted", null, "–"),
+      ),
       card("Timing", "timing", timingView(timing)),
-      card("Tokens", "tokens", kv([["input", fmt(field(first, "num_input_tokens"))], ["output", fmt(field(first, "num_output_tokens"))], ["total", fmt(field(first, "num_total_tokens"))]])),
+      card(
+        "Tokens",
+        "tokens",
+        kv([
+          ["input", fmt(field(first, "num_input_tokens"))],
+          ["output", fmt(field(first, "num_output_tokens"))],
+          ["total", fmt(field(first, "num_total_tokens"))],
+        ]),
+      ),
     );
   }
 
@@ -283,18 +335,40 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     const rewards = rewardPairs(field(t, "rewards"));
     clear(d.head);
     append(d.head, [
-      h("div.trace-title", null,
+      h(
+        "div.trace-title",
+        null,
         h("span.trace-kind", null, orchestrator ? "orchestrator" : "sub-agent"),
         h("h2", null, name),
         h("code.trace-id", { title: t.id }, t.id.slice(0, 8)),
       ),
-      h("div.trace-meta", null,
+      h(
+        "div.trace-meta",
+        null,
         taskType ? h("span.chip.task", null, taskType) : null,
         chips,
-        spawnedBy !== null ? h("button.chip.link", { type: "button", "data-target-trace": first.id, "data-target-node": spawnedBy, onclick: jump }, `spawned by ${traceName(first)} #${spawnedBy}`) : null,
+        spawnedBy !== null
+          ? h(
+              "button.chip.link",
+              { type: "button", "data-target-trace": first.id, "data-target-node": spawnedBy, onclick: jump },
+              `spawned by ${traceName(first)} #${spawnedBy}`,
+            )
+          : null,
       ),
-      rewards.length ? h("div.rewards", null, rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v)))) : null,
-      h("div.trace-counts.muted", null, [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), t.items.errors.count ? plural(t.items.errors.count, "error") : ""].filter(Boolean).join(" · ")),
+      rewards.length
+        ? h(
+            "div.rewards",
+            null,
+            rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))),
+          )
+        : null,
+      h(
+        "div.trace-counts.muted",
+        null,
+        [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), t.items.errors.count ? plural(t.items.errors.count, "error") : ""]
+          .filter(Boolean)
+          .join(" · "),
+      ),
     ]);
     const asm = watch!.assembly;
     // errors
@@ -305,7 +379,15 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       for (const span of asm.items(t, "errors")) {
         const v = json(span);
         const o = isObject(v) ? v : {};
-        d.errors.append(h("div.error-item", null, h("strong", null, typeof o.type === "string" ? o.type : "error"), " ", typeof o.message === "string" ? o.message : JSON.stringify(v)));
+        d.errors.append(
+          h(
+            "div.error-item",
+            null,
+            h("strong", null, typeof o.type === "string" ? o.type : "error"),
+            " ",
+            typeof o.message === "string" ? o.message : JSON.stringify(v),
+          ),
+        );
       }
     }
     // turns (only changed ones are rebuilt)
@@ -340,7 +422,14 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       d.pending.dataset.count = String(msgs.length);
       if (msgs.length) {
         d.pending.classList.toggle("ended", ended);
-        d.pending.append(h("div.pending-head", null, ended ? null : h("span.pulse", { "aria-hidden": "true" }), ended ? "last preview · never committed" : "in flight · not committed yet"));
+        d.pending.append(
+          h(
+            "div.pending-head",
+            null,
+            ended ? null : h("span.pulse", { "aria-hidden": "true" }),
+            ended ? "last preview · never committed" : "in flight · not committed yet",
+          ),
+        );
         for (const m of msgs) d.pending.append(messageBody(m, true));
       }
     }
@@ -348,33 +437,73 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 
   function turn(t: TraceState, v: NodeView, call: CallView | null, orchestrator: boolean, first: TraceState, rep: number[] | null): HTMLElement {
     const m = v.message;
-    const head = h("div.turn-head", null,
+    const head = h(
+      "div.turn-head",
+      null,
       h("span.role", null, m.role),
       m.name ? h("span.tool-name", null, m.name) : null,
       h("span.node-idx", { title: "node index" }, `#${v.index}`),
       v.sampled ? h("span.chip.sampled", { title: "sampled by the policy" }, "sampled") : null,
       h("span.spacer"),
-      call ? h("span.call-info", { title: "model call" }, [call.model, call.finishReason, call.promptTokens !== null ? `${call.promptTokens}→${call.completionTokens ?? "?"} tok` : null, call.seconds !== null ? duration(call.seconds) : null].filter(Boolean).join(" · ")) : v.tokens ? h("span.call-info", null, `${v.tokens} tok`) : null,
+      call
+        ? h(
+            "span.call-info",
+            { title: "model call" },
+            [
+              call.model,
+              call.finishReason,
+              call.promptTokens !== null ? `${call.promptTokens}→${call.completionTokens ?? "?"} tok` : null,
+              call.seconds !== null ? duration(call.seconds) : null,
+            ]
+              .filter(Boolean)
+              .join(" · "),
+          )
+        : v.tokens
+          ? h("span.call-info", null, `${v.tokens} tok`)
+          : null,
     );
     const links = v.links.length
-      ? h("div.turn-links", null, v.links.map((l) => {
-          const cross = !orchestrator && l.type.startsWith("subagent");
-          const target = cross ? first : t;
-          return h("button.chip.link", { type: "button", "data-target-trace": target.id, "data-target-node": l.node, onclick: jump, title: `semantic link: ${l.type}` }, `${l.type} ← ${cross ? `${traceName(first)} ` : ""}#${l.node}`);
-        }))
+      ? h(
+          "div.turn-links",
+          null,
+          v.links.map((l) => {
+            const cross = !orchestrator && l.type.startsWith("subagent");
+            const target = cross ? first : t;
+            return h(
+              "button.chip.link",
+              { type: "button", "data-target-trace": target.id, "data-target-node": l.node, onclick: jump, title: `semantic link: ${l.type}` },
+              `${l.type} ← ${cross ? `${traceName(first)} ` : ""}#${l.node}`,
+            );
+          }),
+        )
       : null;
-    return h(`li.turn.role-${cssSafe(m.role)}` as "li", { "data-node": v.index, "data-role": m.role },
-      head, links, messageBody(m, false),
+    return h(
+      `li.turn.role-${cssSafe(m.role)}` as "li",
+      { "data-node": v.index, "data-role": m.role },
+      head,
+      links,
+      messageBody(m, false),
       rep !== null && v.routed ? heatmap(v.routed, rep, heatmapWidth(t)) : null,
     );
   }
 
   function messageBody(m: Message, pending: boolean): HTMLElement {
-    return h("div.msg", { "data-role": m.role },
+    return h(
+      "div.msg",
+      { "data-role": m.role },
       pending ? h("div.pending-role", null, h("span.role.small", null, m.role), m.name ? h("span.tool-name", null, m.name) : null) : null,
       m.reasoning ? h("details.reasoning", null, h("summary", null, "reasoning"), h("div.text", null, m.reasoning)) : null,
       m.text !== null && m.text !== "" ? h("div.text", null, m.text) : null,
-      m.toolCalls.map((c) => h("div.tool-call", null, h("span.tool-arrow", { "aria-hidden": "true" }, "→"), h("code.tool-fn", null, c.name), h("code.tool-args", null, prettyArgs(c.arguments)), c.id ? h("span.muted.tool-id", null, c.id) : null)),
+      m.toolCalls.map((c) =>
+        h(
+          "div.tool-call",
+          null,
+          h("span.tool-arrow", { "aria-hidden": "true" }, "→"),
+          h("code.tool-fn", null, c.name),
+          h("code.tool-args", null, prettyArgs(c.arguments)),
+          c.id ? h("span.muted.tool-id", null, c.id) : null,
+        ),
+      ),
       m.toolCallId && !pending ? h("div.muted.small", null, `result of ${m.toolCallId}`) : null,
     );
   }
@@ -401,7 +530,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 
   function jump(e: Event): void {
     const b = e.currentTarget as HTMLElement;
-    const el = tracesEl.querySelector<HTMLElement>(`section.trace[data-trace="${CSS.escape(b.dataset.targetTrace ?? "")}"] li.turn[data-node="${CSS.escape(b.dataset.targetNode ?? "")}"]`);
+    const el = tracesEl.querySelector<HTMLElement>(
+      `section.trace[data-trace="${CSS.escape(b.dataset.targetTrace ?? "")}"] li.turn[data-node="${CSS.escape(b.dataset.targetNode ?? "")}"]`,
+    );
     if (!el) return;
     el.scrollIntoView({ behavior: "smooth", block: "center" });
     el.classList.remove("flash");
@@ -431,7 +562,11 @@ function card(title: string, key: string, body: Node): HTMLElement {
 }
 
 function kv(pairs: Array<[string, string]>): HTMLElement {
-  return h("dl.kv", null, pairs.map(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  return h(
+    "dl.kv",
+    null,
+    pairs.map(([k, v]) => [h("dt", null, k), h("dd", null, v)]),
+  );
 }
 
 function flag(on: boolean, yes: string, no: string): HTMLElement {
@@ -468,7 +603,9 @@ function prettyArgs(s: string): string {
   try {
     const v = JSON.parse(s) as unknown;
     if (v && typeof v === "object" && !Array.isArray(v)) {
-      return Object.entries(v as Record<string, unknown>).map(([k, x]) => `${k}: ${JSON.stringify(x)}`).join(", ");
+      return Object.entries(v as Record<string, unknown>)
+        .map(([k, x]) => `${k}: ${JSON.stringify(x)}`)
+        .join(", ");
     }
     return JSON.stringify(v);
   } catch {

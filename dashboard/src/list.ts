@@ -2,8 +2,8 @@
 // newest episodes, then upserts and deletes. Filter by text (id, status, rewards, error) and status.
 import { probe, socketProtocols, socketUrl } from "./api.js";
 import { ago, clear, h } from "./dom.js";
-import type { Shell } from "./main.js";
-import { fmt, rewardPairs } from "./model.js";
+import type { Shell } from "./shell.js";
+import { rewardPairs } from "./model.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
 
 /** A row as the API shows it (the server's own type). */
@@ -51,19 +51,14 @@ export function mountList(shell: Shell): () => void {
   const counts = h("span.counts");
   const rows = h("div.ep-list", { id: "episodes", role: "table", "aria-label": "episodes" });
   const note = h("p.note");
-  shell.main.append(
-    h("section.list-page", null,
-      h("div.page-head", null, h("h1", null, "Episodes"), counts),
-      h("div.toolbar", null, filter, seg),
-      rows,
-      note,
-    ),
-  );
+  shell.main.append(h("section.list-page", null, h("div.page-head", null, h("h1", null, "Episodes"), counts), h("div.toolbar", null, filter, seg), rows, note));
 
   function matches(e: Entry): boolean {
     if (status !== "all" && e.status !== status) return false;
     if (!text) return true;
-    const hay = `${e.id} ${e.status} ${rewardPairs(e.rewards).map(([k, v]) => `${k} ${v}`).join(" ")} ${e.error ?? ""}`.toLowerCase();
+    const hay = `${e.id} ${e.status} ${rewardPairs(e.rewards)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(" ")} ${e.error ?? ""}`.toLowerCase();
     return text.split(/\s+/).every((w) => hay.includes(w));
   }
 
@@ -74,7 +69,9 @@ export function mountList(shell: Shell): () => void {
     counts.textContent = refused ? "" : `${n(all.length, "episode")} · ${live} live`;
     clear(rows);
     rows.append(
-      h("div.ep-row.ep-head", { role: "row" },
+      h(
+        "div.ep-row.ep-head",
+        { role: "row" },
         h("span", { role: "columnheader" }, "Status"),
         h("span", { role: "columnheader" }, "Episode"),
         h("span", { role: "columnheader" }, "Rewards"),
@@ -84,7 +81,18 @@ export function mountList(shell: Shell): () => void {
     );
     for (const e of shown) rows.append(row(e));
     if (shown.length === 0) {
-      rows.append(h("div.empty", null, refused ?? (!loaded ? "Loading…" : all.length === 0 ? "No episodes yet. They appear here as soon as a producer sends the first delta." : "No episode matches the filter.")));
+      rows.append(
+        h(
+          "div.empty",
+          null,
+          refused ??
+            (!loaded
+              ? "Loading…"
+              : all.length === 0
+                ? "No episodes yet. They appear here as soon as a producer sends the first delta."
+                : "No episode matches the filter."),
+        ),
+      );
     }
     note.textContent = truncated ? "Showing the newest episodes only; older ones are not loaded." : "";
   }
@@ -92,13 +100,23 @@ export function mountList(shell: Shell): () => void {
   function row(e: Entry): HTMLElement {
     const rewards = rewardPairs(e.rewards);
     const href = `/episodes/${encodeURIComponent(e.id)}`;
-    return h("a.ep-row", { href, "data-nav": true, role: "row", "data-id": e.id, "data-status": e.status },
+    return h(
+      "a.ep-row",
+      { href, "data-nav": true, role: "row", "data-id": e.id, "data-status": e.status },
       h("span.cell-status", { role: "cell" }, h(`span.pill.s-${e.status}` as "span", null, e.status.replace("_", " "))),
       h("span.cell-id", { role: "cell" }, h("span.ep-id", { title: e.id }, e.id), e.error ? h("span.ep-error", { title: e.error }, e.error) : null),
-      h("span.cell-rewards", { role: "cell" }, rewards.length ? rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))) : h("span.muted", null, "–")),
+      h(
+        "span.cell-rewards",
+        { role: "cell" },
+        rewards.length ? rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))) : h("span.muted", null, "–"),
+      ),
       h("span.cell-size.muted", { role: "cell" }, `${n(e.traces, "trace")} · ${n(e.nodes, "node")} · ${n(e.calls, "call")}`),
-      h("span.cell-age", { role: "cell", title: `created ${e.created}\nupdated ${e.updated}`, "data-updated": e.updated, "data-created": e.created },
-        h("span.age", null, `${ago(Date.parse(e.updated))} ago`), h("span.age-sub.muted", null, `started ${ago(Date.parse(e.created))} ago`)),
+      h(
+        "span.cell-age",
+        { role: "cell", title: `created ${e.created}\nupdated ${e.updated}`, "data-updated": e.updated, "data-created": e.created },
+        h("span.age", null, `${ago(Date.parse(e.updated))} ago`),
+        h("span.age-sub.muted", null, `started ${ago(Date.parse(e.created))} ago`),
+      ),
     );
   }
 

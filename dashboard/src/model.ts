@@ -104,7 +104,7 @@ function keyOf(span: Uint8Array): string {
 function arrayLength(span: Uint8Array): number {
   try {
     const n = new Reader(span).arrayHeader();
-    return n < 0 ? 0 : n;
+    return Math.max(n, 0);
   } catch {
     return 0;
   }
@@ -214,7 +214,7 @@ export function repairsOf(delta: Uint8Array): { trace: string; nodes: number[] }
     const r = new Reader(delta);
     const n = r.mapHeader();
     let trace: string | undefined;
-    let nodes: number[] = [];
+    const nodes: number[] = [];
     for (let i = 0; i < n; i++) {
       const key = r.str();
       if (key === "trace") trace = r.str();

@@ -58,8 +58,17 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
   let seen = 0;
   // One object with every field present from the start: a stable shape, no copy at the end.
   const d: ParsedDelta = {
-    bytes, trace: "", discard: false, entries, open: undefined, links: undefined, repairs: undefined,
-    nodes: undefined, lists: {}, set: undefined, pending: undefined,
+    bytes,
+    trace: "",
+    discard: false,
+    entries,
+    open: undefined,
+    links: undefined,
+    repairs: undefined,
+    nodes: undefined,
+    lists: {},
+    set: undefined,
+    pending: undefined,
   };
   let hasTrace = false;
   for (let i = 0; i < n; i++) {
@@ -208,7 +217,8 @@ export function traceOf(frame: Uint8Array): string {
   const r = new Reader(frame);
   const n = r.mapHeader();
   for (let i = 0; i < n; i++) {
-    const key = r.str() ?? (r.span(), undefined);
+    const key = r.str();
+    if (key === undefined) r.span(); // a non-str key: skip it (its value is skipped below)
     const value = key === "trace" ? r.str() : undefined;
     if (value !== undefined) return value;
     if (key !== "trace") r.span();

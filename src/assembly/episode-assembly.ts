@@ -157,7 +157,11 @@ export class EpisodeAssembly {
           if (slot) t.fields.set(k, slot);
           else t.fields.delete(k);
         }
-        if (before.length) store.fieldsSet(t, before.map(([k]) => k));
+        if (before.length)
+          store.fieldsSet(
+            t,
+            before.map(([k]) => k),
+          );
       });
     }
     for (const [index, { before, after }] of touched) {
@@ -189,7 +193,10 @@ export class EpisodeAssembly {
     }
     if (delta.set) {
       trace.set(delta.set);
-      store.fieldsSet(trace, delta.set.map((e) => e.key));
+      store.fieldsSet(
+        trace,
+        delta.set.map((e) => e.key),
+      );
     }
     const pending = delta.pending ?? (delta.nodes ? EMPTY_ARRAY : null);
     if (pending !== null && pending !== trace.pending) {

@@ -6,7 +6,7 @@
 
 import { DeltaError } from "./errors.js";
 import { Reader } from "../wire/reader.js";
-import { ChunkWriter, encodeStr } from "../wire/writer.js";
+import { type ChunkWriter, encodeStr } from "../wire/writer.js";
 
 export type DType = "uint8" | "uint16" | "uint32" | "uint64" | "int8" | "int16" | "int32" | "int64";
 
@@ -48,8 +48,11 @@ export function parseNdArray(span: Uint8Array, field: string): NdArray {
       r.span();
       continue;
     }
-    if (key === "__nd__") nd = r.bool() ?? (r.span(), false);
-    else if (key === "dtype") {
+    if (key === "__nd__") {
+      const b = r.bool();
+      if (b === undefined) r.span();
+      nd = b ?? false;
+    } else if (key === "dtype") {
       dtype = r.str();
       if (dtype === undefined) throw new DeltaError("bad_ndarray", `${field}.dtype`, "must be a str");
     } else if (key === "shape") {
@@ -132,27 +135,43 @@ type Set = (v: DataView, i: number, x: bigint) => void;
 
 function reader(t: DType): Get {
   switch (t) {
-    case "uint8": return (v, i) => BigInt(v.getUint8(i));
-    case "uint16": return (v, i) => BigInt(v.getUint16(i * 2, true));
-    case "uint32": return (v, i) => BigInt(v.getUint32(i * 4, true));
-    case "uint64": return (v, i) => v.getBigUint64(i * 8, true);
-    case "int8": return (v, i) => BigInt(v.getInt8(i));
-    case "int16": return (v, i) => BigInt(v.getInt16(i * 2, true));
-    case "int32": return (v, i) => BigInt(v.getInt32(i * 4, true));
-    case "int64": return (v, i) => v.getBigInt64(i * 8, true);
+    case "uint8":
+      return (v, i) => BigInt(v.getUint8(i));
+    case "uint16":
+      return (v, i) => BigInt(v.getUint16(i * 2, true));
+    case "uint32":
+      return (v, i) => BigInt(v.getUint32(i * 4, true));
+    case "uint64":
+      return (v, i) => v.getBigUint64(i * 8, true);
+    case "int8":
+      return (v, i) => BigInt(v.getInt8(i));
+    case "int16":
+      return (v, i) => BigInt(v.getInt16(i * 2, true));
+    case "int32":
+      return (v, i) => BigInt(v.getInt32(i * 4, true));
+    case "int64":
+      return (v, i) => v.getBigInt64(i * 8, true);
   }
 }
 
 function writer(t: DType): Set {
   switch (t) {
-    case "uint8": return (v, i, x) => v.setUint8(i, Number(x));
-    case "uint16": return (v, i, x) => v.setUint16(i * 2, Number(x), true);
-    case "uint32": return (v, i, x) => v.setUint32(i * 4, Number(x), true);
-    case "uint64": return (v, i, x) => v.setBigUint64(i * 8, x, true);
-    case "int8": return (v, i, x) => v.setInt8(i, Number(x));
-    case "int16": return (v, i, x) => v.setInt16(i * 2, Number(x), true);
-    case "int32": return (v, i, x) => v.setInt32(i * 4, Number(x), true);
-    case "int64": return (v, i, x) => v.setBigInt64(i * 8, x, true);
+    case "uint8":
+      return (v, i, x) => v.setUint8(i, Number(x));
+    case "uint16":
+      return (v, i, x) => v.setUint16(i * 2, Number(x), true);
+    case "uint32":
+      return (v, i, x) => v.setUint32(i * 4, Number(x), true);
+    case "uint64":
+      return (v, i, x) => v.setBigUint64(i * 8, x, true);
+    case "int8":
+      return (v, i, x) => v.setInt8(i, Number(x));
+    case "int16":
+      return (v, i, x) => v.setInt16(i * 2, Number(x), true);
+    case "int32":
+      return (v, i, x) => v.setInt32(i * 4, Number(x), true);
+    case "int64":
+      return (v, i, x) => v.setBigInt64(i * 8, x, true);
   }
 }
 

@@ -28,7 +28,6 @@ export interface NodeState {
   pristine: boolean;
 }
 
-
 /**
  * Parse a node map (a span already validated as msgpack). The reference stores a copy
  * `{**node, "semantic_parents": list(node.get("semantic_parents") or [])}`: a nil list becomes

@@ -76,7 +76,9 @@ export function snapshotPlan(views: readonly TraceView[], budget = DELTA_BYTES):
       bytes += r.bytes;
     }
     if (cur.length > 0 || groups.length === 0) groups.push(cur);
-    groups.forEach((g, i) => plan.push({ view, first: i === 0, last: i === groups.length - 1, ranges: g }));
+    groups.forEach((g, i) => {
+      plan.push({ view, first: i === 0, last: i === groups.length - 1, ranges: g });
+    });
   });
   return plan;
 }

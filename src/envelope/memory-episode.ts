@@ -29,7 +29,9 @@ export class MemoryEpisode {
         for (const f of kept) this.asm.apply(f.delta, true);
       },
     });
-    result.applied.forEach((delta, i) => this.frames.push({ seq: first + i + 1, delta }));
+    result.applied.forEach((delta, i) => {
+      this.frames.push({ seq: first + i + 1, delta });
+    });
     return result;
   }
 }

@@ -12,7 +12,10 @@ export class ProducerCursor {
   /** The seq of the last send the relay acknowledged (0: none). */
   cursor = 0;
 
-  constructor(readonly producer = "", startSeq = 1) {
+  constructor(
+    readonly producer = "",
+    startSeq = 1,
+  ) {
     this.seq = startSeq - 1;
   }
 

@@ -11,11 +11,11 @@
 import { DurableObject } from "cloudflare:workers";
 import { DeltaError, FinishError } from "../assembly/errors.js";
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
-import { finishedSize, JsonOut, MsgpackOut, writeFinished } from "../assembly/render.js";
+import type { Entry } from "../assembly/delta.js";
+import { finishedSize, JsonOut, MsgpackOut, type TraceView, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
 import { ingest, type IngestResult } from "../envelope/ingest.js";
 import { confirmAll, retractable, type ProducerLedger } from "../envelope/ledger.js";
-import type { Env } from "../env.js";
 import { readBody } from "../http/body.js";
 import { HttpError, describeError, errorResponse } from "../http/errors.js";
 import { METHODS, parseRoute } from "../http/route.js";
@@ -75,10 +75,16 @@ export class Episode extends DurableObject<Env> {
       reply: () => this.record.reply(),
       rewoundPast: (seq) => this.record.rewoundPast(seq),
     };
-    this.watchers = new Watchers(ctx, {
-      maxWatchers: this.limits.maxWatchers, lagBytes: this.limits.watcherLagBytes,
-      window: this.limits.watcherWindowBytes, maxCatchUps: this.limits.maxCatchUps,
-    }, source);
+    this.watchers = new Watchers(
+      ctx,
+      {
+        maxWatchers: this.limits.maxWatchers,
+        lagBytes: this.limits.watcherLagBytes,
+        window: this.limits.watcherWindowBytes,
+        maxCatchUps: this.limits.maxCatchUps,
+      },
+      source,
+    );
     if (this.record.isOldLayout()) this.upgrade();
     if (this.record.exists()) {
       // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
@@ -97,7 +103,10 @@ export class Episode extends DurableObject<Env> {
       return Response.json({ error: "not_found", message: "no such route" }, { status: 404 });
     }
     if (!METHODS[route.action].includes(request.method)) {
-      return Response.json({ error: "method_not_allowed", message: `${request.method} not allowed here` }, { status: 405, headers: { allow: METHODS[route.action].join(", ") } });
+      return Response.json(
+        { error: "method_not_allowed", message: `${request.method} not allowed here` },
+        { status: 405, headers: { allow: METHODS[route.action].join(", ") } },
+      );
     }
     try {
       switch (route.action) {
@@ -239,7 +248,11 @@ export class Episode extends DurableObject<Env> {
         live.asm.apply(f.frame, true);
       } catch (e) {
         if (!(e instanceof DeltaError)) throw e;
-        throw new DeltaError("producer_conflict", "cursor", `retracting frame(s) ${seqs.join(", ")} leaves frame ${f.seq} (another producer's) inapplicable: ${e.message}`);
+        throw new DeltaError(
+          "producer_conflict",
+          "cursor",
+          `retracting frame(s) ${seqs.join(", ")} leaves frame ${f.seq} (another producer's) inapplicable: ${e.message}`,
+        );
       }
     }
     this.record.saveRewind(base, m.seq);
@@ -387,8 +400,13 @@ export class Episode extends DurableObject<Env> {
     }
     const now = Date.now();
     const m: Meta = {
-      ...meta, status: reply.success ? "finished" : "failed", error: reply.error, updated: now, refused: null,
-      size, etag: size === null ? null : `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`,
+      ...meta,
+      status: reply.success ? "finished" : "failed",
+      error: reply.error,
+      updated: now,
+      refused: null,
+      size,
+      etag: size === null ? null : `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`,
     };
     try {
       this.ctx.storage.transactionSync(() => {
@@ -425,11 +443,18 @@ export class Episode extends DurableObject<Env> {
   private getStatus(): Response {
     const m = this.requireMeta();
     return Response.json({
-      id: m.id, status: publicStatus(m), seq: m.seq, traces: m.traces, nodes: m.nodes, calls: m.calls,
+      id: m.id,
+      status: publicStatus(m),
+      seq: m.seq,
+      traces: m.traces,
+      nodes: m.nodes,
+      calls: m.calls,
       // what the log holds (counts toward MAX_EPISODE_BYTES) and what GET answers now (msgpack)
-      frame_bytes: m.bytes, episode_bytes: m.size ?? liveSize(m, this.index().asm.views()),
+      frame_bytes: m.bytes,
+      episode_bytes: m.size ?? liveSize(m, this.index().asm.views()),
       watchers: this.watchers.count(),
-      created: new Date(m.created).toISOString(), updated: new Date(m.updated).toISOString(),
+      created: new Date(m.created).toISOString(),
+      updated: new Date(m.updated).toISOString(),
       error: m.refused ?? m.error,
     });
   }
@@ -446,14 +471,19 @@ export class Episode extends DurableObject<Env> {
       const etag = `"${finished}-${json ? "json" : "msgpack"}"`;
       headers.set("etag", etag);
       headers.set("cache-control", "private, max-age=0, must-revalidate");
-      if (request.headers.get("if-none-match")?.split(",").some((t) => t.trim() === etag || t.trim() === "*")) {
+      if (
+        request.headers
+          .get("if-none-match")
+          ?.split(",")
+          .some((t) => t.trim() === etag || t.trim() === "*")
+      ) {
         return new Response(null, { status: 304, headers });
       }
     }
     headers.set("content-type", json ? "application/json" : MSGPACK);
     const asm = this.index().asm;
-    let views;
-    let head = null;
+    let views: TraceView[];
+    let head: Entry[] | null = null;
     if (finished !== null) {
       const reply = parseReply(this.record.reply()!);
       head = reply.head ?? [];
@@ -547,8 +577,16 @@ export class Episode extends DurableObject<Env> {
     let row: IndexRow;
     try {
       row = {
-        id: m.id, status: publicStatus(m), created: m.created, updated: m.updated, seq: m.seq,
-        traces: m.traces, nodes: m.nodes, calls: m.calls, rewards: this.rewards(), error: m.refused ?? m.error,
+        id: m.id,
+        status: publicStatus(m),
+        created: m.created,
+        updated: m.updated,
+        seq: m.seq,
+        traces: m.traces,
+        nodes: m.nodes,
+        calls: m.calls,
+        rewards: this.rewards(),
+        error: m.refused ?? m.error,
       };
     } catch (e) {
       console.warn(`episode index: could not build the row: ${e instanceof Error ? e.message : String(e)}`);

@@ -1,5 +1,3 @@
-import type { Env } from "../env.js";
-
 export interface Limits {
   /** Largest request body or WebSocket message, bytes. */
   maxMessage: number;

@@ -92,12 +92,25 @@ export class SqlStore implements EpisodeStore {
     const newest = new Map<string, { pos: number; src: number; entry: Entry; tnum: number }>();
     const flush = () => {
       if (!cur) return;
-      newest.set(`${cur.tnum}\n${cur.name}`, { tnum: cur.tnum, pos: cur.pos, src: cur.src, entry: { key: decodeStrSpan(cur.key), keySpan: cur.key, value: concatChunks(cur.parts) } });
+      newest.set(`${cur.tnum}\n${cur.name}`, {
+        tnum: cur.tnum,
+        pos: cur.pos,
+        src: cur.src,
+        entry: { key: decodeStrSpan(cur.key), keySpan: cur.key, value: concatChunks(cur.parts) },
+      });
     };
     for (const f of this.sql.exec<Row>("SELECT tnum, name, ver, pos, src, key, value FROM fields ORDER BY tnum, name, ver, part")) {
       if (!cur || cur.tnum !== f.tnum || cur.name !== f.name || cur.ver !== f.ver) {
         flush();
-        cur = { tnum: f.tnum as number, name: f.name as string, ver: f.ver as number, pos: f.pos as number, src: f.src as number, key: bytes(f.key), parts: [] };
+        cur = {
+          tnum: f.tnum as number,
+          name: f.name as string,
+          ver: f.ver as number,
+          pos: f.pos as number,
+          src: f.src as number,
+          key: bytes(f.key),
+          parts: [],
+        };
       }
       cur.parts.push(bytes(f.value));
     }
@@ -241,9 +254,9 @@ export class SqlStore implements EpisodeStore {
 
   node(t: TraceState, index: number): NodeState {
     const ver = t.nodes[index]!.ver;
-    const parts = this.sql.exec<{ data: ArrayBuffer }>(
-      "SELECT data FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ? ORDER BY part", t.tnum, index, ver,
-    ).toArray();
+    const parts = this.sql
+      .exec<{ data: ArrayBuffer }>("SELECT data FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ? ORDER BY part", t.tnum, index, ver)
+      .toArray();
     const data = concatChunks(parts.map((p) => new Uint8Array(p.data)));
     // stored bodies were validated when they arrived
     return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
@@ -264,7 +277,10 @@ export class SqlStore implements EpisodeStore {
     };
     for (const r of this.sql.exec<{ idx: number; ver: number; data: ArrayBuffer }>(
       "SELECT idx, ver, data FROM bodies WHERE tnum = ? AND kind = 0 AND idx >= ? AND idx < ? AND ver <= ? ORDER BY idx, ver, part",
-      tnum, from, to, asOf,
+      tnum,
+      from,
+      to,
+      asOf,
     )) {
       if (r.idx !== idx || r.ver !== ver) {
         if (r.idx !== idx) flush();
@@ -284,7 +300,10 @@ export class SqlStore implements EpisodeStore {
     let parts: Uint8Array[] = [];
     for (const r of this.sql.exec<{ idx: number; data: ArrayBuffer }>(
       "SELECT idx, data FROM bodies WHERE tnum = ? AND kind = ? AND idx >= ? AND idx < ? ORDER BY idx, part",
-      tnum, KIND[field], from, to,
+      tnum,
+      KIND[field],
+      from,
+      to,
     )) {
       if (r.idx !== idx && idx >= 0) out.push(concatChunks(parts));
       if (r.idx !== idx) parts = [];
@@ -298,8 +317,18 @@ export class SqlStore implements EpisodeStore {
   // ---- EpisodeStore: the assembly's commit steps ----
 
   opened(t: TraceState): void {
-    this.sql.exec("INSERT INTO traces (tnum, id, ord, lists, created, dropped) VALUES (?, ?, ?, ?, ?, NULL)", t.tnum, t.id, this.nextOrd++, listsJson(t), this.version);
-    this.fieldsSet(t, [...t.fields.keys()].filter((k) => t.fields.get(k)!.from === "open"));
+    this.sql.exec(
+      "INSERT INTO traces (tnum, id, ord, lists, created, dropped) VALUES (?, ?, ?, ?, ?, NULL)",
+      t.tnum,
+      t.id,
+      this.nextOrd++,
+      listsJson(t),
+      this.version,
+    );
+    this.fieldsSet(
+      t,
+      [...t.fields.keys()].filter((k) => t.fields.get(k)!.from === "open"),
+    );
     this.pendingSet(t);
   }
 
@@ -360,7 +389,9 @@ export class SqlStore implements EpisodeStore {
   }
 
   itemsAdded(t: TraceState, field: ItemField, from: number, items: Uint8Array[]): void {
-    items.forEach((item, k) => this.writeBody(t.tnum, KIND[field], from + k, this.version, item));
+    items.forEach((item, k) => {
+      this.writeBody(t.tnum, KIND[field], from + k, this.version, item);
+    });
     this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum);
   }
 
@@ -379,7 +410,17 @@ export class SqlStore implements EpisodeStore {
       const pos = order.indexOf(name);
       const src = slot.from === "open" ? 0 : 1;
       eachPart(slot.value, (part, data) => {
-        this.sql.exec("INSERT INTO fields (tnum, name, ver, part, pos, src, key, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", t.tnum, name, this.version, part, pos, src, buffer(slot.key), data);
+        this.sql.exec(
+          "INSERT INTO fields (tnum, name, ver, part, pos, src, key, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+          t.tnum,
+          name,
+          this.version,
+          part,
+          pos,
+          src,
+          buffer(slot.key),
+          data,
+        );
       });
     }
   }
@@ -393,12 +434,20 @@ export class SqlStore implements EpisodeStore {
   private writeMeta(tnum: number, idx: number, info: NodeInfo): void {
     this.sql.exec(
       "INSERT OR REPLACE INTO node_meta (tnum, idx, ver, bytes, parents, dtype, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      tnum, idx, info.ver, info.bytes, info.parents, info.routed?.dtype ?? null, info.routed ? JSON.stringify(info.routed.shape) : null,
+      tnum,
+      idx,
+      info.ver,
+      info.bytes,
+      info.parents,
+      info.routed?.dtype ?? null,
+      info.routed ? JSON.stringify(info.routed.shape) : null,
     );
   }
 
   private writeBody(tnum: number, kind: number, idx: number, ver: number, data: Uint8Array): void {
-    eachPart(data, (part, chunk) => this.sql.exec("INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)", tnum, kind, idx, ver, part, chunk));
+    eachPart(data, (part, chunk) =>
+      this.sql.exec("INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)", tnum, kind, idx, ver, part, chunk),
+    );
   }
 }
 

@@ -98,8 +98,39 @@ export class EpisodeRecord {
       size INTEGER, etag TEXT, refused TEXT)`);
     this.createLogTables();
     createStateTables(this.sql);
-    const meta: Meta = { id, status: "live", seq: 0, bytes: 0, traces: 0, nodes: 0, calls: 0, created: now, updated: now, error: null, base: 0, size: null, etag: null, refused: null };
-    this.sql.exec(`INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, id, "live", 0, 0, 0, 0, 0, now, now, null, 0, null, null, null);
+    const meta: Meta = {
+      id,
+      status: "live",
+      seq: 0,
+      bytes: 0,
+      traces: 0,
+      nodes: 0,
+      calls: 0,
+      created: now,
+      updated: now,
+      error: null,
+      base: 0,
+      size: null,
+      etag: null,
+      refused: null,
+    };
+    this.sql.exec(
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      id,
+      "live",
+      0,
+      0,
+      0,
+      0,
+      0,
+      now,
+      now,
+      null,
+      0,
+      null,
+      null,
+      null,
+    );
     this.ready = true;
     this.cached = { ...meta };
     return meta;
@@ -135,7 +166,12 @@ export class EpisodeRecord {
   }
 
   private addColumns(table: string, columns: string[]): void {
-    const have = new Set(this.sql.exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`).toArray().map((c) => c.name));
+    const have = new Set(
+      this.sql
+        .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
+        .toArray()
+        .map((c) => c.name),
+    );
     for (const col of columns) if (!have.has(col.split(" ")[0]!)) this.sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
   }
 
@@ -150,7 +186,18 @@ export class EpisodeRecord {
   saveMeta(m: Meta): void {
     this.sql.exec(
       "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?",
-      m.status, m.seq, m.bytes, m.traces, m.nodes, m.calls, m.updated, m.error, m.base, m.size, m.etag, m.refused,
+      m.status,
+      m.seq,
+      m.bytes,
+      m.traces,
+      m.nodes,
+      m.calls,
+      m.updated,
+      m.error,
+      m.base,
+      m.size,
+      m.etag,
+      m.refused,
     );
     this.cached = { ...m };
   }
@@ -175,7 +222,9 @@ export class EpisodeRecord {
     let parts: Uint8Array[] = [];
     let total = 0;
     for (const row of this.sql.exec<{ seq: number; data: ArrayBuffer }>(
-      "SELECT seq, data FROM frames WHERE seq > ? AND seq <= ? ORDER BY seq, part", after, upTo,
+      "SELECT seq, data FROM frames WHERE seq > ? AND seq <= ? ORDER BY seq, part",
+      after,
+      upTo,
     )) {
       if (row.seq !== seq && parts.length) {
         const frame = concatChunks(parts);
@@ -236,7 +285,9 @@ export class EpisodeRecord {
   saveProducer(name: string, p: ProducerState): void {
     this.sql.exec(
       "INSERT INTO producers (name, seq, unconfirmed) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, unconfirmed = excluded.unconfirmed",
-      name, p.last, JSON.stringify(p.unconfirmed),
+      name,
+      p.last,
+      JSON.stringify(p.unconfirmed),
     );
   }
 

@@ -122,7 +122,7 @@ export class Watchers {
    */
   private evictStalled(now: number): void {
     if (this.catchUps.size < this.limits.maxCatchUps) return;
-    for (const [ws, c] of [...this.catchUps]) {
+    for (const [ws, _c] of [...this.catchUps]) {
       if (now - (this.progress.get(ws) ?? now) < STALL_MS) continue;
       close(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
       this.gone(ws);
@@ -232,7 +232,7 @@ export class Watchers {
   private cohortFor(seq: number, variant: Variant, reason: SnapshotReason): Cohort {
     const key = Cohort.key(seq, variant, reason);
     const have = this.cohorts.get(key);
-    if (have && have.joinable() && have.members.size > 0) return have;
+    if (have?.joinable() && have.members.size > 0) return have;
     const c = new Cohort(this.source, seq, variant, reason, this.source.views());
     this.cohorts.set(key, c);
     return c;

@@ -103,13 +103,7 @@ export function authMode(env: AuthEnv): AuthMode {
  */
 export function isLocalHostname(hostname: string): boolean {
   const h = hostname.toLowerCase().replace(/\.$/, "");
-  return (
-    h === "localhost" ||
-    h.endsWith(".localhost") ||
-    h.endsWith(".test") ||
-    h === "[::1]" ||
-    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)
-  );
+  return h === "localhost" || h.endsWith(".localhost") || h.endsWith(".test") || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
 function localOrigin(origin: string): boolean {
@@ -156,7 +150,12 @@ export function isWebSocketUpgrade(request: Request): boolean {
 /** Entries of the request's `Sec-WebSocket-Protocol` header. */
 export function offeredProtocols(request: Request): string[] {
   const h = request.headers.get("sec-websocket-protocol");
-  return h ? h.split(",").map((s) => s.trim()).filter((s) => s !== "") : [];
+  return h
+    ? h
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "")
+    : [];
 }
 
 const BAD_PROTOCOL = `offer "${WS_PROTOCOL}" together with "${WS_TOKEN_PREFIX}<token>" in Sec-WebSocket-Protocol; the relay answers "${WS_PROTOCOL}"`;
@@ -236,9 +235,7 @@ function verifyFailure(e: unknown): string {
 
 // ---- the decision ----
 
-export type Decision =
-  | { ok: true; claims: Claims | null }
-  | { ok: false; status: 400 | 401 | 403 | 503; error: string; message: string };
+export type Decision = { ok: true; claims: Claims | null } | { ok: false; status: 400 | 401 | 403 | 503; error: string; message: string };
 
 /**
  * Decide one request: `claims` is null when no token was needed (health, auth off on loopback).

@@ -2,8 +2,6 @@
 // list of origins ("https://dash.example.com, http://localhost:5173"). Tokens travel in the
 // Authorization header, never in cookies, so credentials mode is never allowed.
 
-import type { Env } from "../env.js";
-
 export interface CorsConfig {
   any: boolean;
   /** Normalized origins (scheme://host[:port], lower case, no trailing slash). */
@@ -23,7 +21,15 @@ function normalizeOrigin(o: string): string {
 export function corsConfig(env: Pick<Env, "CORS_ORIGINS">): CorsConfig {
   const raw = (env.CORS_ORIGINS ?? "").trim();
   if (raw === "*") return { any: true, origins: new Set() };
-  return { any: false, origins: new Set(raw.split(",").map(normalizeOrigin).filter((o) => o !== "" && o !== "*")) };
+  return {
+    any: false,
+    origins: new Set(
+      raw
+        .split(",")
+        .map(normalizeOrigin)
+        .filter((o) => o !== "" && o !== "*"),
+    ),
+  };
 }
 
 /** Whether `origin` is listed by name (a "*" configuration lists nothing by name). */

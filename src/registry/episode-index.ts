@@ -12,11 +12,20 @@
 //   scope. "ping" is answered "pong" by the platform without waking the object.
 
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../env.js";
 import type { Json } from "../wire/json-view.js";
 import {
-  entryOf, MAX_LIMIT, parseListQuery, QueryError, SCOPE_HEADER, scopeOf, visible, encodeCursor,
-  type IndexEntry, type IndexRow, type ListQuery, type Scope,
+  entryOf,
+  MAX_LIMIT,
+  parseListQuery,
+  QueryError,
+  SCOPE_HEADER,
+  scopeOf,
+  visible,
+  encodeCursor,
+  type IndexEntry,
+  type IndexRow,
+  type ListQuery,
+  type Scope,
 } from "./rows.js";
 
 /** Name of the one index object. */
@@ -70,7 +79,16 @@ export class EpisodeIndex extends DurableObject<Env> {
          seq = excluded.seq, traces = excluded.traces, nodes = excluded.nodes, calls = excluded.calls,
          rewards = excluded.rewards, error = excluded.error
        WHERE excluded.updated > episodes.updated OR (excluded.updated = episodes.updated AND excluded.seq >= episodes.seq)`,
-      row.id, row.status, row.created, row.updated, row.seq, row.traces, row.nodes, row.calls, rewards, row.error,
+      row.id,
+      row.status,
+      row.created,
+      row.updated,
+      row.seq,
+      row.traces,
+      row.nodes,
+      row.calls,
+      rewards,
+      row.error,
     );
     if (cur.rowsWritten === 0) return false;
     this.broadcast(row.id, JSON.stringify({ type: "upsert", episode: entryOf(row) }));
@@ -133,7 +151,10 @@ export class EpisodeIndex extends DurableObject<Env> {
     }
     const sql = `SELECT * FROM episodes ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY updated DESC, id DESC LIMIT ?`;
     args.push(limit);
-    return this.sql.exec<SqlRow>(sql, ...args).toArray().map(rowOf);
+    return this.sql
+      .exec<SqlRow>(sql, ...args)
+      .toArray()
+      .map(rowOf);
   }
 
   private async acceptWatch(request: Request, url: URL, scope: Scope): Promise<Response> {

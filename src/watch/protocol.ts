@@ -21,8 +21,24 @@ export const MESSAGE_BYTES = 2 * 1024 * 1024;
 export const ACK_BYTES = 1024 * 1024;
 
 const K = Object.fromEntries(
-  ["type", "protocol", "episode", "status", "seq", "reason", "deltas", "more", "frames", "reply", "error",
-    "hello", "snapshot", "caught_up", "finish", "ack_bytes"].map((k) => [k, encodeStr(k)]),
+  [
+    "type",
+    "protocol",
+    "episode",
+    "status",
+    "seq",
+    "reason",
+    "deltas",
+    "more",
+    "frames",
+    "reply",
+    "error",
+    "hello",
+    "snapshot",
+    "caught_up",
+    "finish",
+    "ack_bytes",
+  ].map((k) => [k, encodeStr(k)]),
 );
 
 function head(w: ChunkWriter, type: string, fields: number): void {
@@ -103,7 +119,6 @@ export function framesMessage(frames: Frame[]): Uint8Array {
   }
   return w.bytes();
 }
-
 
 export function caughtUpMessage(seq: number): Uint8Array {
   const w = new ChunkWriter();

@@ -14,8 +14,18 @@ export interface Variant {
 export function parseVariant(params: URLSearchParams): Variant {
   const r = params.get("routing");
   const t = params.get("traces");
-  const traces = t === null ? null : [...new Set(t.split(",").map((s) => s.trim()).filter(Boolean))].sort();
-  return { routing: !(r === "0" || r === "false"), traces: traces && traces.length ? traces : null };
+  const traces =
+    t === null
+      ? null
+      : [
+          ...new Set(
+            t
+              .split(",")
+              .map((s) => s.trim())
+              .filter(Boolean),
+          ),
+        ].sort();
+  return { routing: !(r === "0" || r === "false"), traces: traces?.length ? traces : null };
 }
 
 /** A stable key for grouping watchers (equal variants, equal keys). */

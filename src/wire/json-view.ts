@@ -4,7 +4,7 @@
 // - floats are numbers, except NaN / Infinity / -Infinity, which are those strings;
 // - bin is `{"$bin": "<base64>"}`; an ndarray map keeps its keys with `data` as base64;
 // - map keys become strings (int keys in decimal), order kept.
-import { F64, LMap, type LValue } from "./lossless.js";
+import { F64, type LMap, type LValue } from "./lossless.js";
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 

@@ -44,8 +44,11 @@ function read(r: Reader, depth = 0): LValue {
   if (t === undefined) r.fail("truncated: value expected");
   const kind = kindOf(t);
   switch (kind) {
-    case "nil": r.pos++; return null;
-    case "bool": return r.bool()!;
+    case "nil":
+      r.pos++;
+      return null;
+    case "bool":
+      return r.bool()!;
     case "float": {
       const start = r.pos;
       r.span(depth);
@@ -56,8 +59,10 @@ function read(r: Reader, depth = 0): LValue {
       r.span(depth);
       return intAt(r, start, t);
     }
-    case "str": return decodeStrSpan(r.span(depth));
-    case "bin": return r.bin()!;
+    case "str":
+      return decodeStrSpan(r.span(depth));
+    case "bin":
+      return r.bin()!;
     case "array": {
       const n = r.arrayHeader();
       const out: LValue[] = new Array(n);
@@ -83,14 +88,22 @@ function intAt(r: Reader, at: number, t: number): number | bigint {
   if (t >= 0xe0) return t - 0x100;
   const dv = r.view;
   switch (t) {
-    case 0xcc: return dv.getUint8(at + 1);
-    case 0xcd: return dv.getUint16(at + 1);
-    case 0xce: return dv.getUint32(at + 1);
-    case 0xd0: return dv.getInt8(at + 1);
-    case 0xd1: return dv.getInt16(at + 1);
-    case 0xd2: return dv.getInt32(at + 1);
-    case 0xcf: return narrow(dv.getBigUint64(at + 1));
-    default: return narrow(dv.getBigInt64(at + 1));
+    case 0xcc:
+      return dv.getUint8(at + 1);
+    case 0xcd:
+      return dv.getUint16(at + 1);
+    case 0xce:
+      return dv.getUint32(at + 1);
+    case 0xd0:
+      return dv.getInt8(at + 1);
+    case 0xd1:
+      return dv.getInt16(at + 1);
+    case 0xd2:
+      return dv.getInt32(at + 1);
+    case 0xcf:
+      return narrow(dv.getBigUint64(at + 1));
+    default:
+      return narrow(dv.getBigInt64(at + 1));
   }
 }
 

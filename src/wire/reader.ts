@@ -69,28 +69,94 @@ export class Reader {
     if (t <= 0x9f) return this.skipArrayBody(t & 0x0f, depth, 1);
     if (t <= 0xbf) return this.skipStr(t & 0x1f, 1);
     switch (t) {
-      case 0xc4: return this.skipBin(this.u8At(1), 2, 0);
-      case 0xc5: return this.skipBin(this.u16At(1), 3, 0x100);
-      case 0xc6: return this.skipBin(this.u32At(1), 5, 0x10000);
-      case 0xca: this.fail("float32 is not allowed (floats are float64 on this wire)");
-      case 0xcb: this.need(9); this.pos += 9; return;
-      case 0xcc: if (this.u8At(1) < 0x80) this.nonMinimal("uint8"); this.pos += 2; return;
-      case 0xcd: if (this.u16At(1) < 0x100) this.nonMinimal("uint16"); this.pos += 3; return;
-      case 0xce: if (this.u32At(1) < 0x10000) this.nonMinimal("uint32"); this.pos += 5; return;
-      case 0xcf: this.need(9); if (this.view.getUint32(this.pos + 1) === 0) this.nonMinimal("uint64"); this.pos += 9; return;
-      case 0xd0: this.need(2); if (this.view.getInt8(this.pos + 1) >= -32) this.nonMinimal("int8"); this.pos += 2; return;
-      case 0xd1: this.need(3); if (this.view.getInt16(this.pos + 1) >= -128) this.nonMinimal("int16"); this.pos += 3; return;
-      case 0xd2: this.need(5); if (this.view.getInt32(this.pos + 1) >= -32768) this.nonMinimal("int32"); this.pos += 5; return;
-      case 0xd3: this.need(9); if (this.view.getBigInt64(this.pos + 1) >= -2147483648n) this.nonMinimal("int64"); this.pos += 9; return;
-      case 0xd9: { const n = this.u8At(1); if (n < 32) this.nonMinimal("str8"); return this.skipStr(n, 2); }
-      case 0xda: { const n = this.u16At(1); if (n < 0x100) this.nonMinimal("str16"); return this.skipStr(n, 3); }
-      case 0xdb: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("str32"); return this.skipStr(n, 5); }
-      case 0xdc: { const n = this.u16At(1); if (n < 16) this.nonMinimal("array16"); return this.skipArrayBody(n, depth, 3); }
-      case 0xdd: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("array32"); return this.skipArrayBody(n, depth, 5); }
-      case 0xde: { const n = this.u16At(1); if (n < 16) this.nonMinimal("map16"); return this.skipMapBody(n, depth, 3); }
-      case 0xdf: { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("map32"); return this.skipMapBody(n, depth, 5); }
-      case 0xc1: this.fail("reserved byte 0xc1");
-      default: this.fail(`ext type 0x${t.toString(16)} is not allowed`);
+      case 0xc4:
+        return this.skipBin(this.u8At(1), 2, 0);
+      case 0xc5:
+        return this.skipBin(this.u16At(1), 3, 0x100);
+      case 0xc6:
+        return this.skipBin(this.u32At(1), 5, 0x10000);
+      case 0xca:
+        return this.fail("float32 is not allowed (floats are float64 on this wire)");
+      case 0xcb:
+        this.need(9);
+        this.pos += 9;
+        return;
+      case 0xcc:
+        if (this.u8At(1) < 0x80) this.nonMinimal("uint8");
+        this.pos += 2;
+        return;
+      case 0xcd:
+        if (this.u16At(1) < 0x100) this.nonMinimal("uint16");
+        this.pos += 3;
+        return;
+      case 0xce:
+        if (this.u32At(1) < 0x10000) this.nonMinimal("uint32");
+        this.pos += 5;
+        return;
+      case 0xcf:
+        this.need(9);
+        if (this.view.getUint32(this.pos + 1) === 0) this.nonMinimal("uint64");
+        this.pos += 9;
+        return;
+      case 0xd0:
+        this.need(2);
+        if (this.view.getInt8(this.pos + 1) >= -32) this.nonMinimal("int8");
+        this.pos += 2;
+        return;
+      case 0xd1:
+        this.need(3);
+        if (this.view.getInt16(this.pos + 1) >= -128) this.nonMinimal("int16");
+        this.pos += 3;
+        return;
+      case 0xd2:
+        this.need(5);
+        if (this.view.getInt32(this.pos + 1) >= -32768) this.nonMinimal("int32");
+        this.pos += 5;
+        return;
+      case 0xd3:
+        this.need(9);
+        if (this.view.getBigInt64(this.pos + 1) >= -2147483648n) this.nonMinimal("int64");
+        this.pos += 9;
+        return;
+      case 0xd9: {
+        const n = this.u8At(1);
+        if (n < 32) this.nonMinimal("str8");
+        return this.skipStr(n, 2);
+      }
+      case 0xda: {
+        const n = this.u16At(1);
+        if (n < 0x100) this.nonMinimal("str16");
+        return this.skipStr(n, 3);
+      }
+      case 0xdb: {
+        const n = this.u32At(1);
+        if (n < 0x10000) this.nonMinimal("str32");
+        return this.skipStr(n, 5);
+      }
+      case 0xdc: {
+        const n = this.u16At(1);
+        if (n < 16) this.nonMinimal("array16");
+        return this.skipArrayBody(n, depth, 3);
+      }
+      case 0xdd: {
+        const n = this.u32At(1);
+        if (n < 0x10000) this.nonMinimal("array32");
+        return this.skipArrayBody(n, depth, 5);
+      }
+      case 0xde: {
+        const n = this.u16At(1);
+        if (n < 16) this.nonMinimal("map16");
+        return this.skipMapBody(n, depth, 3);
+      }
+      case 0xdf: {
+        const n = this.u32At(1);
+        if (n < 0x10000) this.nonMinimal("map32");
+        return this.skipMapBody(n, depth, 5);
+      }
+      case 0xc1:
+        return this.fail("reserved byte 0xc1");
+      default:
+        this.fail(`ext type 0x${t.toString(16)} is not allowed`);
     }
   }
 
@@ -158,9 +224,22 @@ export class Reader {
   mapHeader(): number {
     this.need(1);
     const t = this.bytes[this.pos]!;
-    if (t >= 0x80 && t <= 0x8f) { this.pos += 1; return t & 0x0f; }
-    if (t === 0xde) { const n = this.u16At(1); if (n < 16) this.nonMinimal("map16"); this.pos += 3; return n; }
-    if (t === 0xdf) { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("map32"); this.pos += 5; return n; }
+    if (t >= 0x80 && t <= 0x8f) {
+      this.pos += 1;
+      return t & 0x0f;
+    }
+    if (t === 0xde) {
+      const n = this.u16At(1);
+      if (n < 16) this.nonMinimal("map16");
+      this.pos += 3;
+      return n;
+    }
+    if (t === 0xdf) {
+      const n = this.u32At(1);
+      if (n < 0x10000) this.nonMinimal("map32");
+      this.pos += 5;
+      return n;
+    }
     return -1;
   }
 
@@ -168,9 +247,22 @@ export class Reader {
   arrayHeader(): number {
     this.need(1);
     const t = this.bytes[this.pos]!;
-    if (t >= 0x90 && t <= 0x9f) { this.pos += 1; return t & 0x0f; }
-    if (t === 0xdc) { const n = this.u16At(1); if (n < 16) this.nonMinimal("array16"); this.pos += 3; return n; }
-    if (t === 0xdd) { const n = this.u32At(1); if (n < 0x10000) this.nonMinimal("array32"); this.pos += 5; return n; }
+    if (t >= 0x90 && t <= 0x9f) {
+      this.pos += 1;
+      return t & 0x0f;
+    }
+    if (t === 0xdc) {
+      const n = this.u16At(1);
+      if (n < 16) this.nonMinimal("array16");
+      this.pos += 3;
+      return n;
+    }
+    if (t === 0xdd) {
+      const n = this.u32At(1);
+      if (n < 0x10000) this.nonMinimal("array32");
+      this.pos += 5;
+      return n;
+    }
     return -1;
   }
 
@@ -211,12 +303,18 @@ export class Reader {
       this.skipValue(0);
       const dv = this.view;
       switch (t) {
-        case 0xcc: return dv.getUint8(at + 1);
-        case 0xcd: return dv.getUint16(at + 1);
-        case 0xce: return dv.getUint32(at + 1);
-        case 0xd0: return dv.getInt8(at + 1);
-        case 0xd1: return dv.getInt16(at + 1);
-        case 0xd2: return dv.getInt32(at + 1);
+        case 0xcc:
+          return dv.getUint8(at + 1);
+        case 0xcd:
+          return dv.getUint16(at + 1);
+        case 0xce:
+          return dv.getUint32(at + 1);
+        case 0xd0:
+          return dv.getInt8(at + 1);
+        case 0xd1:
+          return dv.getInt16(at + 1);
+        case 0xd2:
+          return dv.getInt32(at + 1);
         default: {
           const big = t === 0xcf ? dv.getBigUint64(at + 1) : dv.getBigInt64(at + 1);
           if (big > BigInt(Number.MAX_SAFE_INTEGER) || big < -BigInt(Number.MAX_SAFE_INTEGER)) {
@@ -233,15 +331,24 @@ export class Reader {
   /** A bool, or undefined (nothing consumed) when the next value is not a bool. */
   bool(): boolean | undefined {
     const t = this.bytes[this.pos];
-    if (t === 0xc2) { this.pos += 1; return false; }
-    if (t === 0xc3) { this.pos += 1; return true; }
+    if (t === 0xc2) {
+      this.pos += 1;
+      return false;
+    }
+    if (t === 0xc3) {
+      this.pos += 1;
+      return true;
+    }
     if (t === undefined) this.fail("truncated: value expected");
     return undefined;
   }
 
   /** True (and consumed) when the next value is nil. */
   nil(): boolean {
-    if (this.bytes[this.pos] === 0xc0) { this.pos += 1; return true; }
+    if (this.bytes[this.pos] === 0xc0) {
+      this.pos += 1;
+      return true;
+    }
     return false;
   }
 
@@ -258,14 +365,30 @@ export function kindOf(t: number): Kind {
   if (t <= 0x9f) return "array";
   if (t <= 0xbf) return "str";
   switch (t) {
-    case 0xc0: return "nil";
-    case 0xc2: case 0xc3: return "bool";
-    case 0xc4: case 0xc5: case 0xc6: return "bin";
-    case 0xca: case 0xcb: return "float";
-    case 0xd9: case 0xda: case 0xdb: return "str";
-    case 0xdc: case 0xdd: return "array";
-    case 0xde: case 0xdf: return "map";
-    case 0xc1: return "reserved";
+    case 0xc0:
+      return "nil";
+    case 0xc2:
+    case 0xc3:
+      return "bool";
+    case 0xc4:
+    case 0xc5:
+    case 0xc6:
+      return "bin";
+    case 0xca:
+    case 0xcb:
+      return "float";
+    case 0xd9:
+    case 0xda:
+    case 0xdb:
+      return "str";
+    case 0xdc:
+    case 0xdd:
+      return "array";
+    case 0xde:
+    case 0xdf:
+      return "map";
+    case 0xc1:
+      return "reserved";
   }
   if (t >= 0xcc && t <= 0xd3) return "int";
   return "ext";
@@ -300,7 +423,6 @@ export function decodeStrRange(bytes: Uint8Array, from: number, to: number): str
   }
   return utf8.decode(bytes.subarray(from, to));
 }
-
 
 /** The items of a msgpack array of bin values, as views (e.g. a stored list of frames). */
 export function binItems(bytes: Uint8Array): Uint8Array[] {

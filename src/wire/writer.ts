@@ -149,9 +149,17 @@ export function encodeStr(s: string): Uint8Array {
   const head = n < 32 ? 1 : n <= 0xff ? 2 : n <= 0xffff ? 3 : 5;
   const out = new Uint8Array(head + n);
   if (head === 1) out[0] = 0xa0 | n;
-  else if (head === 2) { out[0] = 0xd9; out[1] = n; }
-  else if (head === 3) { out[0] = 0xda; out[1] = n >> 8; out[2] = n & 0xff; }
-  else { out[0] = 0xdb; new DataView(out.buffer).setUint32(1, n); }
+  else if (head === 2) {
+    out[0] = 0xd9;
+    out[1] = n;
+  } else if (head === 3) {
+    out[0] = 0xda;
+    out[1] = n >> 8;
+    out[2] = n & 0xff;
+  } else {
+    out[0] = 0xdb;
+    new DataView(out.buffer).setUint32(1, n);
+  }
   out.set(body, head);
   return out;
 }
@@ -165,17 +173,29 @@ export function encodeInt(v: number): Uint8Array {
     if (v <= 0xffff) return Uint8Array.of(0xcd, v >> 8, v & 0xff);
     const out = new Uint8Array(v <= 0xffffffff ? 5 : 9);
     const dv = new DataView(out.buffer);
-    if (out.length === 5) { out[0] = 0xce; dv.setUint32(1, v); }
-    else { out[0] = 0xcf; dv.setBigUint64(1, BigInt(v)); }
+    if (out.length === 5) {
+      out[0] = 0xce;
+      dv.setUint32(1, v);
+    } else {
+      out[0] = 0xcf;
+      dv.setBigUint64(1, BigInt(v));
+    }
     return out;
   }
   if (v >= -32) return Uint8Array.of(v & 0xff);
   if (v >= -128) return Uint8Array.of(0xd0, v & 0xff);
   const out = new Uint8Array(v >= -32768 ? 3 : v >= -2147483648 ? 5 : 9);
   const dv = new DataView(out.buffer);
-  if (out.length === 3) { out[0] = 0xd1; dv.setInt16(1, v); }
-  else if (out.length === 5) { out[0] = 0xd2; dv.setInt32(1, v); }
-  else { out[0] = 0xd3; dv.setBigInt64(1, BigInt(v)); }
+  if (out.length === 3) {
+    out[0] = 0xd1;
+    dv.setInt16(1, v);
+  } else if (out.length === 5) {
+    out[0] = 0xd2;
+    dv.setInt32(1, v);
+  } else {
+    out[0] = 0xd3;
+    dv.setBigInt64(1, BigInt(v));
+  }
   return out;
 }
 

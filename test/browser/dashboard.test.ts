@@ -32,7 +32,16 @@ beforeAll(async () => {
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-quic", "--disable-sync"],
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--no-first-run",
+      "--disable-quic",
+      "--disable-sync",
+    ],
   });
   relay = await startRelay();
 });
@@ -68,7 +77,11 @@ function producer(url: () => string, id: string, c: GoldenCase, auth: Record<str
     async send(count = 1): Promise<void> {
       for (const end = Math.min(c.frames.length, next + count); next < end; next++) {
         const frame = c.frames[next]!;
-        const res = await fetch(`${url()}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(cursor.envelope(frame)), headers: { "content-type": "application/msgpack", ...auth } });
+        const res = await fetch(`${url()}/v1/episodes/${id}/deltas`, {
+          method: "POST",
+          body: encodeEnvelope(cursor.envelope(frame)),
+          headers: { "content-type": "application/msgpack", ...auth },
+        });
         expect(res.status, await res.text()).toBe(200);
         if (!lost.has(next)) cursor.acknowledge();
       }
@@ -77,7 +90,11 @@ function producer(url: () => string, id: string, c: GoldenCase, auth: Record<str
       await this.send(c.frames.length - next);
     },
     async reply(): Promise<void> {
-      const res = await fetch(`${url()}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply, headers: { "content-type": "application/msgpack", ...auth } });
+      const res = await fetch(`${url()}/v1/episodes/${id}/reply`, {
+        method: "POST",
+        body: c.reply,
+        headers: { "content-type": "application/msgpack", ...auth },
+      });
       expect(res.status, await res.text()).toBe(200);
     },
   };
@@ -139,7 +156,22 @@ describe("episode list (/)", () => {
     const res = await fetch(`${relay.url}/v1/episodes/${ids.failed}/reply`, {
       method: "POST",
       // {success: false, error: "sandbox crashed", head: nil, traces: []}
-      body: Uint8Array.from([0x84, 0xa7, ...Buffer.from("success"), 0xc2, 0xa5, ...Buffer.from("error"), 0xaf, ...Buffer.from("sandbox crashed"), 0xa4, ...Buffer.from("head"), 0xc0, 0xa6, ...Buffer.from("traces"), 0x90]),
+      body: Uint8Array.from([
+        0x84,
+        0xa7,
+        ...Buffer.from("success"),
+        0xc2,
+        0xa5,
+        ...Buffer.from("error"),
+        0xaf,
+        ...Buffer.from("sandbox crashed"),
+        0xa4,
+        ...Buffer.from("head"),
+        0xc0,
+        0xa6,
+        ...Buffer.from("traces"),
+        0x90,
+      ]),
       headers: { "content-type": "application/msgpack" },
     });
     expect(res.status, await res.text()).toBe(200);
@@ -156,7 +188,11 @@ describe("episode list (/)", () => {
     expect(await row(ids.failed).innerText()).toContain("sandbox crashed");
     expect(await row(ids.chat).locator(".cell-size").innerText()).toMatch(/1 trace · 7 nodes · 3 calls/);
     // the live one: its turns reach the index by the Episode's throttled flush (its alarm, ~2 s)
-    await page.waitForFunction((id) => /3 traces · 11 nodes · 4 calls/.test((globalThis as any).document.querySelector(`.ep-row[data-id="${id}"] .cell-size`)?.textContent ?? ""), ids.multi, { timeout: 10_000 });
+    await page.waitForFunction(
+      (id) => /3 traces · 11 nodes · 4 calls/.test((globalThis as any).document.querySelector(`.ep-row[data-id="${id}"] .cell-size`)?.textContent ?? ""),
+      ids.multi,
+      { timeout: 10_000 },
+    );
 
     // live: a new episode shows up without a reload, and its finish updates the row
     const later = `${run}:later`;
@@ -286,10 +322,24 @@ describe("episode page (/episodes/{id})", () => {
           painted++;
           colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
         }
-        return { tokens: Number(cv.dataset.tokens), layers: Number(cv.dataset.layers), repaired: cv.dataset.repaired as string, painted, colours: colours.size, node: cv.closest("li.turn").dataset.node };
+        return {
+          tokens: Number(cv.dataset.tokens),
+          layers: Number(cv.dataset.layers),
+          repaired: cv.dataset.repaired as string,
+          painted,
+          colours: colours.size,
+          node: cv.closest("li.turn").dataset.node,
+        };
       }),
     );
-    expect(maps.map((m) => [m.node, m.tokens, m.layers])).toEqual([["2", 9, 4], ["4", 40, 4], ["6", 25, 4], ["8", 38, 4], ["10", 9, 4], ["12", 22, 4]]);
+    expect(maps.map((m) => [m.node, m.tokens, m.layers])).toEqual([
+      ["2", 9, 4],
+      ["4", 40, 4],
+      ["6", 25, 4],
+      ["8", 38, 4],
+      ["10", 9, 4],
+      ["12", 22, 4],
+    ]);
     for (const m of maps) {
       expect(m.painted).toBeGreaterThan(m.tokens * m.layers);
       expect(m.colours).toBeGreaterThan(3);
@@ -310,7 +360,9 @@ describe("episode page (/episodes/{id})", () => {
     await waitConnection(page, "finished");
     await page.click("#routing-toggle");
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 12, null, { timeout: 30_000 });
-    const repaired = await page.evaluate(() => [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].filter((c: any) => c.dataset.repaired !== "").length);
+    const repaired = await page.evaluate(
+      () => [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].filter((c: any) => c.dataset.repaired !== "").length,
+    );
     expect(repaired).toBe(11);
     await shoot(page, "episode-large-routing");
     expect(errors).toEqual([]);

@@ -48,7 +48,18 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
     ["empty", () => new Uint8Array(0), "malformed", "delta"],
     ["no trace", () => enc(m({ nodes: [] })), "wrong_type", "trace"],
     ["trace not a str", () => enc(m({ trace: 7 })), "wrong_type", "trace"],
-    ["non-str delta key", () => enc(new LMap([["trace", TRACE], [1, 2]])), "wrong_type", "delta key 1"],
+    [
+      "non-str delta key",
+      () =>
+        enc(
+          new LMap([
+            ["trace", TRACE],
+            [1, 2],
+          ]),
+        ),
+      "wrong_type",
+      "delta key 1",
+    ],
     ["nodes not an array", () => delta({ nodes: m({}) }), "wrong_type", "nodes"],
     ["node not a map", () => delta({ nodes: [1] }), "wrong_type", "nodes[0]"],
     ["calls not an array", () => delta({ calls: "x" }), "wrong_type", "calls"],
@@ -61,24 +72,76 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
     ["unknown trace without open", () => delta({ nodes: [node(0)] }, "nobody"), "unknown_trace", "trace"],
     ["link on a node that does not exist", () => delta({ links: intKeyed([[2, [m({ node: 0, type: "reply" })]]]) }), "index_out_of_range", "links[2]"],
     ["negative link index", () => delta({ links: intKeyed([[-1, []]]) }), "index_out_of_range", "links[-1]"],
-    ["repair on a node that does not exist", () => delta({ routing_repairs: intKeyed([[5, nd("uint8", [1, 2, 1], [1, 2])]]) }), "index_out_of_range", "routing_repairs[5]"],
+    [
+      "repair on a node that does not exist",
+      () => delta({ routing_repairs: intKeyed([[5, nd("uint8", [1, 2, 1], [1, 2])]]) }),
+      "index_out_of_range",
+      "routing_repairs[5]",
+    ],
     ["repair on a node without routing", () => delta({ routing_repairs: intKeyed([[0, nd("uint8", [1, 2, 1], [1, 2])]]) }), "no_routing", "routing_repairs[0]"],
     ["repair row of another shape", () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [1, 3, 1], [1, 2, 3])]]) }), "bad_ndarray", "routing_repairs[1]"],
     ["repair with two rows", () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [2, 2, 1], [1, 2, 3, 4])]]) }), "bad_ndarray", "routing_repairs[1]"],
     ["unknown dtype", () => delta({ routing_repairs: intKeyed([[1, nd("float16", [1, 2, 1], [1, 2])]]) }), "bad_ndarray", "routing_repairs[1].dtype"],
-    ["data length not matching shape", () => delta({ routing_repairs: intKeyed([[1, m({ __nd__: true, dtype: "uint8", shape: [1, 2, 1], data: Uint8Array.of(1, 2, 3) })]]) }), "bad_ndarray", "routing_repairs[1].data"],
-    ["node routing with data not matching shape", () => delta({ nodes: [node(2, { routed_experts: m({ __nd__: true, dtype: "uint8", shape: [2, 2, 1], data: Uint8Array.of(1) }) })] }), "bad_ndarray", "nodes[0].routed_experts.data"],
+    [
+      "data length not matching shape",
+      () => delta({ routing_repairs: intKeyed([[1, m({ __nd__: true, dtype: "uint8", shape: [1, 2, 1], data: Uint8Array.of(1, 2, 3) })]]) }),
+      "bad_ndarray",
+      "routing_repairs[1].data",
+    ],
+    [
+      "node routing with data not matching shape",
+      () => delta({ nodes: [node(2, { routed_experts: m({ __nd__: true, dtype: "uint8", shape: [2, 2, 1], data: Uint8Array.of(1) }) })] }),
+      "bad_ndarray",
+      "nodes[0].routed_experts.data",
+    ],
     ["invalid UTF-8", () => patch(delta({ set: m({ info: "ab" }) }), Uint8Array.of(0xa2, 0x61, 0x62), Uint8Array.of(0xa2, 0xff, 0xfe)), "malformed", "set"],
-    ["UTF-16 surrogate encoded in UTF-8", () => patch(delta({ set: m({ info: "abc" }) }), Uint8Array.of(0xa3, 0x61, 0x62, 0x63), Uint8Array.of(0xa3, 0xed, 0xa0, 0x80)), "malformed", "set"],
-    ["absurd nesting", () => {
-      let v: LValue = 1;
-      for (let i = 0; i < 1000; i++) v = [v];
-      return delta({ set: m({ info: v }) });
-    }, "malformed", "set"],
-    ["float32", () => patch(delta({ set: m({ info: f(1.5) }) }), Uint8Array.of(0xcb, 0x3f, 0xf8), Uint8Array.of(0xca, 0x3f, 0xc0, 0, 0, 0, 0, 0, 0)), "malformed", "set"],
-    ["ext type", () => patch(delta({ set: m({ info: 1 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x01), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xd4)), "malformed", "set"],
-    ["non-minimal int", () => patch(delta({ set: m({ info: 2 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x02), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xcc)), "malformed", "set"],
-    ["duplicate delta key", () => enc(new LMap([["trace", TRACE], ["nodes", []], ["nodes", []]])), "malformed", "nodes"],
+    [
+      "UTF-16 surrogate encoded in UTF-8",
+      () => patch(delta({ set: m({ info: "abc" }) }), Uint8Array.of(0xa3, 0x61, 0x62, 0x63), Uint8Array.of(0xa3, 0xed, 0xa0, 0x80)),
+      "malformed",
+      "set",
+    ],
+    [
+      "absurd nesting",
+      () => {
+        let v: LValue = 1;
+        for (let i = 0; i < 1000; i++) v = [v];
+        return delta({ set: m({ info: v }) });
+      },
+      "malformed",
+      "set",
+    ],
+    [
+      "float32",
+      () => patch(delta({ set: m({ info: f(1.5) }) }), Uint8Array.of(0xcb, 0x3f, 0xf8), Uint8Array.of(0xca, 0x3f, 0xc0, 0, 0, 0, 0, 0, 0)),
+      "malformed",
+      "set",
+    ],
+    [
+      "ext type",
+      () => patch(delta({ set: m({ info: 1 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x01), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xd4)),
+      "malformed",
+      "set",
+    ],
+    [
+      "non-minimal int",
+      () => patch(delta({ set: m({ info: 2 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x02), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xcc)),
+      "malformed",
+      "set",
+    ],
+    [
+      "duplicate delta key",
+      () =>
+        enc(
+          new LMap([
+            ["trace", TRACE],
+            ["nodes", []],
+            ["nodes", []],
+          ]),
+        ),
+      "malformed",
+      "nodes",
+    ],
   ];
   for (const [name, make, code, field] of cases) {
     it(name, () => refused(withTwoNodes(), make(), code, field));
@@ -86,29 +149,48 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
 
   it("a valid delta with the same shape is accepted (the refusals are specific)", () => {
     const asm = withTwoNodes();
-    asm.apply(delta({ links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]), routing_repairs: intKeyed([[1, nd("uint8", [1, 2, 1], [9, 9])]]), nodes: [node(2)] }));
+    asm.apply(
+      delta({ links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]), routing_repairs: intKeyed([[1, nd("uint8", [1, 2, 1], [9, 9])]]), nodes: [node(2)] }),
+    );
     expect(asm.traces.get(TRACE)!.nodes.length).toBe(3);
   });
 
   it("a failing repair in a delta that also has valid links and nodes changes nothing", () => {
     const asm = withTwoNodes();
-    refused(asm, delta({
-      links: intKeyed([[0, [m({ node: 1, type: "reply" })]]]),
-      routing_repairs: intKeyed([[1, nd("uint8", [1, 2, 1], [7, 7])], [0, nd("uint8", [1, 2, 1], [7, 7])]]),
-      nodes: [node(2)],
-      set: m({ ok: true }),
-    }), "no_routing", "routing_repairs[0]");
+    refused(
+      asm,
+      delta({
+        links: intKeyed([[0, [m({ node: 1, type: "reply" })]]]),
+        routing_repairs: intKeyed([
+          [1, nd("uint8", [1, 2, 1], [7, 7])],
+          [0, nd("uint8", [1, 2, 1], [7, 7])],
+        ]),
+        nodes: [node(2)],
+        set: m({ ok: true }),
+      }),
+      "no_routing",
+      "routing_repairs[0]",
+    );
   });
 });
 
 describe("routing repairs and dtype promotion", () => {
   it("promotes like numpy", () => {
     const table: Array<[string, string, string | undefined]> = [
-      ["uint8", "uint8", "uint8"], ["uint8", "uint16", "uint16"], ["uint16", "uint8", "uint16"],
-      ["uint8", "uint32", "uint32"], ["uint16", "uint64", "uint64"], ["int8", "int16", "int16"],
-      ["uint8", "int8", "int16"], ["int8", "uint8", "int16"], ["uint16", "int8", "int32"],
-      ["uint8", "int16", "int16"], ["uint32", "int32", "int64"], ["uint16", "int64", "int64"],
-      ["uint64", "int8", undefined], ["int64", "uint64", undefined],
+      ["uint8", "uint8", "uint8"],
+      ["uint8", "uint16", "uint16"],
+      ["uint16", "uint8", "uint16"],
+      ["uint8", "uint32", "uint32"],
+      ["uint16", "uint64", "uint64"],
+      ["int8", "int16", "int16"],
+      ["uint8", "int8", "int16"],
+      ["int8", "uint8", "int16"],
+      ["uint16", "int8", "int32"],
+      ["uint8", "int16", "int16"],
+      ["uint32", "int32", "int64"],
+      ["uint16", "int64", "int64"],
+      ["uint64", "int8", undefined],
+      ["int64", "uint64", undefined],
     ];
     for (const [a, b, want] of table) expect(promote(a as never, b as never), `${a}+${b}`).toBe(want);
   });
@@ -141,7 +223,7 @@ describe("routing repairs and dtype promotion", () => {
     asm.apply(repair);
     expect(Buffer.compare(copy, repair)).toBe(0);
     const traces = decodeLossless(asm.tracesBytes()) as LMap[];
-    const n1 = ((traces[0]!.get("nodes") as LValue[])[1] as LMap);
+    const n1 = (traces[0]!.get("nodes") as LValue[])[1] as LMap;
     expect(n1.keys().at(-1)).toBe("routed_experts");
     const want = nd("uint16", [3, 2, 1], [1, 2, 3, 4, 256, 511]);
     expect(firstDifference(want, n1.get("routed_experts")!)).toBeUndefined();
@@ -150,9 +232,21 @@ describe("routing repairs and dtype promotion", () => {
 
 describe("values survive the assembly exactly", () => {
   const info = m({
-    float_one: f(1.0), int_one: 1, neg_zero: f(-0), nan: f(NaN), inf: f(Infinity), ninf: f(-Infinity),
-    tiny: f(5e-324), huge: f(1.7976931348623157e308), u64: 2n ** 64n - 1n, i64: -(2n ** 63n), past53: 2n ** 53n + 1n,
-    bytes: Uint8Array.of(0, 1, 2), empty_bytes: new Uint8Array(0), text: "NUL\u0000 🧑‍🚀 \u202e", nil: null,
+    float_one: f(1.0),
+    int_one: 1,
+    neg_zero: f(-0),
+    nan: f(NaN),
+    inf: f(Infinity),
+    ninf: f(-Infinity),
+    tiny: f(5e-324),
+    huge: f(1.7976931348623157e308),
+    u64: 2n ** 64n - 1n,
+    i64: -(2n ** 63n),
+    past53: 2n ** 53n + 1n,
+    bytes: Uint8Array.of(0, 1, 2),
+    empty_bytes: new Uint8Array(0),
+    text: "NUL\u0000 🧑‍🚀 \u202e",
+    nil: null,
   });
   const mm = m({ "151655": 1, "151652": 2, "2": 3 });
 
@@ -166,8 +260,23 @@ describe("values survive the assembly exactly", () => {
     expect(firstDifference(m({ n: f(3.0) }), t.get("metrics")!)).toBeUndefined();
     expect(firstDifference(m({ n: 3 }), t.get("metrics")!)).toBeDefined();
     // key order: header, lists, pending, then scalars in first-arrival order
-    expect(t.keys()).toEqual(["version", "id", "verifiers", "task", "nodes", "calls", "payload", "errors", "extra_usage",
-      "request_rewrites", "response_rewrites", "pending", "info", "mm_token_type_id_map", "metrics"]);
+    expect(t.keys()).toEqual([
+      "version",
+      "id",
+      "verifiers",
+      "task",
+      "nodes",
+      "calls",
+      "payload",
+      "errors",
+      "extra_usage",
+      "request_rewrites",
+      "response_rewrites",
+      "pending",
+      "info",
+      "mm_token_type_id_map",
+      "metrics",
+    ]);
   });
 
   it("nil semantic_parents becomes [] in place; a missing one is appended last", () => {
@@ -185,7 +294,7 @@ describe("values survive the assembly exactly", () => {
   it("pending: nodes clear it, an explicit [] replaces it, absent leaves it", () => {
     const asm = new EpisodeAssembly();
     asm.apply(openDelta());
-    const pending = () => ((decodeLossless(asm.tracesBytes()) as LMap[])[0]!.get("pending") as LValue[]);
+    const pending = () => (decodeLossless(asm.tracesBytes()) as LMap[])[0]!.get("pending") as LValue[];
     asm.apply(delta({ pending: [m({ role: "tool", content: "42" })] }));
     expect(pending().length).toBe(1);
     asm.apply(delta({ set: m({ ok: true }) }));

@@ -16,10 +16,11 @@ function cli(...args: string[]) {
   let stderr = "";
   p.stdout.on("data", (d: Buffer) => (stdout = Buffer.concat([stdout, d])));
   p.stderr.on("data", (d) => (stderr += d));
-  const done = new Promise<{ code: number; stdout: Buffer; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
+  const done = new Promise<{ code: number; stdout: Buffer; stderr: string }>((resolve) =>
+    p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })),
+  );
   return { done, text: () => stdout.toString("utf8") };
 }
-
 
 describe("episode-relay CLI", () => {
   it("tail follows a case pushed by push: turns, tool calls, pending previews, rewards, finish", async () => {
@@ -48,7 +49,9 @@ describe("episode-relay CLI", () => {
     expect((await cli("push", fixturePath("routing_repair_widen"), target, "--fast").done).code).toBe(0);
     const bytes = await cli("get", target).done;
     expect(Buffer.compare(bytes.stdout, Buffer.from(c.episode!))).toBe(0);
-    const json = JSON.parse((await cli("get", target, "--json").done).stdout.toString("utf8")) as { traces: Array<{ nodes: Array<{ routed_experts: { dtype: string } | null }> }> };
+    const json = JSON.parse((await cli("get", target, "--json").done).stdout.toString("utf8")) as {
+      traces: Array<{ nodes: Array<{ routed_experts: { dtype: string } | null }> }>;
+    };
     expect(json.traces[0]!.nodes.some((n) => n.routed_experts?.dtype === "uint16")).toBe(true);
   }, 60_000);
 
@@ -59,7 +62,14 @@ describe("episode-relay CLI", () => {
     const { encodeLossless, LMap } = await import("../../src/wire/lossless.js");
     // the run wrote its first delta, then failed (a reply to an episode never written is a 404)
     await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: loadCase(fixturePath("chat_basic")).frames[0] })).arrayBuffer();
-    const reply = encodeLossless(new LMap([["success", false], ["error", "sandbox crashed"], ["head", null], ["traces", []]]));
+    const reply = encodeLossless(
+      new LMap([
+        ["success", false],
+        ["error", "sandbox crashed"],
+        ["head", null],
+        ["traces", []],
+      ]),
+    );
     expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
     const t = await tail.done;
     expect(t.code).toBe(1);

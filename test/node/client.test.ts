@@ -100,7 +100,7 @@ describe("watchEpisode", () => {
     await reply(id, c);
     const w = watchEpisode(relay.url, id, { WebSocket: WS, routing: false });
     await w.finished();
-    const nodes = ((w.json() as Array<{ nodes: Array<{ routed_experts: unknown }> }>)[0]!).nodes;
+    const nodes = (w.json() as Array<{ nodes: Array<{ routed_experts: unknown }> }>)[0]!.nodes;
     expect(nodes.every((n) => n.routed_experts === null)).toBe(true);
     const bytes = (await fetchEpisode(relay.url, id)) as Uint8Array;
     expect(Buffer.compare(Buffer.from(bytes), Buffer.from(c.episode!))).toBe(0);
@@ -108,7 +108,6 @@ describe("watchEpisode", () => {
     expect(json.traces.length).toBe(1);
   });
 });
-
 
 describe("watchEpisode refusals and retries", () => {
   const secret = "client-test-secret-00112233445566778899aabbccdd";

@@ -9,7 +9,6 @@ import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { ackMessage } from "../../src/watch/protocol.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { join } from "node:path";
 import { until, useRelay } from "../support/relay.js";
 
 const relay = useRelay();

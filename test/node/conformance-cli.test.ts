@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { UsageError, parseArgs } from "../../tools/conformance/args.js";
-import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
+import { goldenCasePaths } from "../../tools/conformance/cases.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const tsx = join(root, "node_modules", ".bin", process.platform === "win32" ? "tsx.cmd" : "tsx");

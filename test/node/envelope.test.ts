@@ -65,7 +65,10 @@ describe("producer envelopes: exactly once by cursor position", () => {
     expect(r.retracted).toEqual([2]);
     expect(r.applied).toEqual([rediff]); // applied as sent: the delta the worker diffed
     expect(same(w.ep.asm.tracesBytes(), reference(open, rediff))).toBe(true);
-    expect(w.ep.frames.map((f) => f.seq), "the retracted frame left the log").toEqual([1, 3]);
+    expect(
+      w.ep.frames.map((f) => f.seq),
+      "the retracted frame left the log",
+    ).toEqual([1, 3]);
   });
 
   it("an orphan attempt (its open's ack lost, then abandoned) leaves no trace", () => {

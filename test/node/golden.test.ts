@@ -33,10 +33,12 @@ describe("golden cases", () => {
           }
         });
         expect(k).toBe(c.checkpoints.length);
-        expect(checkFinish(c, () => {
-          const reply = parseReply(c.reply);
-          return concatChunks(asm.finish(reply.head ?? [], reply.summaries));
-        })).toBeUndefined();
+        expect(
+          checkFinish(c, () => {
+            const reply = parseReply(c.reply);
+            return concatChunks(asm.finish(reply.head ?? [], reply.summaries));
+          }),
+        ).toBeUndefined();
       });
     }
   }

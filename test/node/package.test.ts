@@ -40,15 +40,32 @@ describe("the packed package, installed into an empty folder", () => {
   });
 
   it("its declarations type-check in a consumer with Node's ESM resolution (nodenext)", () => {
-    writeFileSync(join(app, "check.mts"), [
-      'import { watchEpisode, RelayRefusal, type WatchEvent, type WatchState } from "episode-relay/client";',
-      'const w = watchEpisode("http://127.0.0.1:8787", "run-42:episode-7");',
-      "const state: WatchState = w.state;",
-      "w.on((e: WatchEvent) => { if (e.type === \"refused\") console.log(e.error instanceof RelayRefusal, e.error.status); });",
-      "console.log(state);",
-    ].join("\n"));
+    writeFileSync(
+      join(app, "check.mts"),
+      [
+        'import { watchEpisode, RelayRefusal, type WatchEvent, type WatchState } from "episode-relay/client";',
+        'const w = watchEpisode("http://127.0.0.1:8787", "run-42:episode-7");',
+        "const state: WatchState = w.state;",
+        'w.on((e: WatchEvent) => { if (e.type === "refused") console.log(e.error instanceof RelayRefusal, e.error.status); });',
+        "console.log(state);",
+      ].join("\n"),
+    );
     const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
-    const args = ["--noEmit", "--strict", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022", "--lib", "es2022,dom", "--skipLibCheck", "false", "check.mts"];
+    const args = [
+      "--noEmit",
+      "--strict",
+      "--module",
+      "nodenext",
+      "--moduleResolution",
+      "nodenext",
+      "--target",
+      "es2022",
+      "--lib",
+      "es2022,dom",
+      "--skipLibCheck",
+      "false",
+      "check.mts",
+    ];
     const r = spawnSync(process.execPath, [tsc, ...args], { cwd: app, encoding: "utf8" });
     expect(r.status, r.stdout + r.stderr).toBe(0);
   });
@@ -70,16 +87,19 @@ describe("the packed package, installed into an empty folder", () => {
     expect(get.status, get.stderr).toBe(0);
     expect(Buffer.compare((await import("node:fs")).readFileSync(out), Buffer.from(c.episode!))).toBe(0);
 
-    writeFileSync(join(app, "watch.mjs"), [
-      'import WebSocket from "ws";',
-      'import { watchEpisode, fetchEpisode } from "episode-relay/client";',
-      "const [url, id] = process.argv.slice(2);",
-      "const watch = watchEpisode(url, id, { WebSocket });",
-      "const done = await watch.finished();",
-      "const fetched = await fetchEpisode(url, id);",
-      "const same = Buffer.compare(Buffer.from(done.episode), Buffer.from(fetched)) === 0;",
-      "console.log(done.state, done.episode.length, same);",
-    ].join("\n"));
+    writeFileSync(
+      join(app, "watch.mjs"),
+      [
+        'import WebSocket from "ws";',
+        'import { watchEpisode, fetchEpisode } from "episode-relay/client";',
+        "const [url, id] = process.argv.slice(2);",
+        "const watch = watchEpisode(url, id, { WebSocket });",
+        "const done = await watch.finished();",
+        "const fetched = await fetchEpisode(url, id);",
+        "const same = Buffer.compare(Buffer.from(done.episode), Buffer.from(fetched)) === 0;",
+        "console.log(done.state, done.episode.length, same);",
+      ].join("\n"),
+    );
     const script = spawnSync(process.execPath, ["watch.mjs", relay.url, id], { cwd: app, encoding: "utf8" });
     expect(script.status, script.stderr).toBe(0);
     expect(script.stdout.trim()).toBe(`finished ${c.episode!.length} true`);

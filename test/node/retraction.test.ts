@@ -40,7 +40,9 @@ describe("retraction by cursor position (in memory)", () => {
   it("the scenarios are not vacuous: applying every frame as sent differs from the reference", () => {
     for (const s of scenarios) {
       const ep = new MemoryEpisode();
-      s.frames.forEach((f, i) => ep.ingest(encodeEnvelope({ producer: "p", seq: i + 1, cursor: null, delta: f })));
+      s.frames.forEach((f, i) => {
+        ep.ingest(encodeEnvelope({ producer: "p", seq: i + 1, cursor: null, delta: f }));
+      });
       expect(same(ep.asm.tracesBytes(), s.traces), s.name).toBe(false);
     }
   });

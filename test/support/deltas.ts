@@ -36,12 +36,14 @@ export function node(i: number, extra: Record<string, LValue> = {}): LMap {
 export const TRACE = "t-1";
 
 export function openDelta(trace = TRACE, extra: Record<string, LValue> = {}): Uint8Array {
-  return enc(m({
-    trace,
-    open: m({ version: 1, id: trace, verifiers: m({ version: "0.1.15" }), task: m({ type: "MathTask" }) }),
-    set: m({ agent: m({ name: "solver" }), rewards: m({}), root_reply: null, is_completed: false }),
-    ...extra,
-  }));
+  return enc(
+    m({
+      trace,
+      open: m({ version: 1, id: trace, verifiers: m({ version: "0.1.15" }), task: m({ type: "MathTask" }) }),
+      set: m({ agent: m({ name: "solver" }), rewards: m({}), root_reply: null, is_completed: false }),
+      ...extra,
+    }),
+  );
 }
 
 export function delta(fields: Record<string, LValue>, trace = TRACE): Uint8Array {

@@ -64,7 +64,12 @@ export function narrowerResend(c: GoldenCase): Scenario {
     data8[i] = data16[i * 2]!;
   }
   data8.set(repair.get("data") as Uint8Array, cells - rowCells);
-  const narrowed = new LMap([["__nd__", true], ["dtype", "uint8"], ["shape", shape], ["data", data8]]);
+  const narrowed = new LMap([
+    ["__nd__", true],
+    ["dtype", "uint8"],
+    ["shape", shape],
+    ["data", data8],
+  ]);
   set(node3, "routed_experts", narrowed);
   const rediff = f2;
   set(rediff, "nodes", nodes);
@@ -84,7 +89,11 @@ export function lateOpen(c: GoldenCase): Scenario {
     const n = nodes[index as number]!;
     set(n, "semantic_parents", [...((n.get("semantic_parents") as LValue[] | null) ?? []), ...(items as LValue[])]);
   }
-  const entries: Array<[LValue, LValue]> = [["trace", f3.get("trace")!], ["open", f3.get("open")!], ["nodes", nodes]];
+  const entries: Array<[LValue, LValue]> = [
+    ["trace", f3.get("trace")!],
+    ["open", f3.get("open")!],
+    ["nodes", nodes],
+  ];
   const calls = [...((f3.get("calls") as LValue[] | undefined) ?? []), ...((f6.get("calls") as LValue[] | undefined) ?? [])];
   if (calls.length) entries.push(["calls", calls]);
   const fields = new LMap([...((f3.get("set") as LMap | undefined)?.entries ?? [])]);

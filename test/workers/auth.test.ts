@@ -5,7 +5,6 @@ import { env } from "cloudflare:workers";
 import { SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import worker from "../../src/index.js";
-import type { Env } from "../../src/env.js";
 import { openDelta } from "../support/deltas.js";
 import { freshId } from "./support.js";
 
@@ -38,7 +37,11 @@ async function sign(payload: Record<string, unknown>, opts: { secret?: string; a
   return t;
 }
 
-const b64url = (b: Uint8Array) => btoa(String.fromCharCode(...b)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+const b64url = (b: Uint8Array) =>
+  btoa(String.fromCharCode(...b))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
 
 /** A compact JWS over arbitrary header and payload text, correctly HMAC-signed with SECRET. */
 async function signRaw(header: string, payload: string): Promise<string> {
@@ -381,7 +384,9 @@ describe("modes", () => {
     }
     expect((await call(CLOSED_ENV, "GET", `${HOST}/v1/episodes`)).status).toBe(503);
     expect((await call(CLOSED_ENV, "GET", `${HOST}/nope`)).status).toBe(503);
-    const preflight = await call(CLOSED_ENV, "OPTIONS", `${HOST}/v1/episodes/x/status`, { headers: { origin: DASHBOARD, "access-control-request-method": "GET" } });
+    const preflight = await call(CLOSED_ENV, "OPTIONS", `${HOST}/v1/episodes/x/status`, {
+      headers: { origin: DASHBOARD, "access-control-request-method": "GET" },
+    });
     expect(preflight.status).toBe(503);
   });
 

@@ -63,7 +63,10 @@ describe("catch-up", () => {
     await push(id, c);
     const w = await Watcher.open(id, "", "never");
     await settle(w);
-    expect(w.messages.map((m) => m.type), "only the hello until it is acknowledged").toEqual(["hello"]);
+    expect(
+      w.messages.map((m) => m.type),
+      "only the hello until it is acknowledged",
+    ).toEqual(["hello"]);
     w.ack();
     await settle(w);
     const first = w.received;
@@ -95,10 +98,16 @@ describe("catch-up", () => {
     for (const w of [a, b, third]) await settle(w);
     expect(a.messages.some((m) => m.type === "snapshot")).toBe(true);
     expect(b.messages.some((m) => m.type === "snapshot")).toBe(true);
-    expect(third.messages.map((m) => m.type), "the third waits its turn").toEqual(["hello"]);
+    expect(
+      third.messages.map((m) => m.type),
+      "the third waits its turn",
+    ).toEqual(["hello"]);
     a.close();
     await settle(third);
-    expect(third.messages.some((m) => m.type === "snapshot"), "a slot freed: it started").toBe(true);
+    expect(
+      third.messages.some((m) => m.type === "snapshot"),
+      "a slot freed: it started",
+    ).toBe(true);
     b.close();
     third.close();
   });
@@ -136,7 +145,9 @@ describe("catch-up", () => {
     for (const w of ws) await w.read((x) => x.caughtUp);
     const snaps = ws.map((w) => w.messages.filter((m) => m.type === "snapshot"));
     expect(snaps[0]!.length).toBe(snaps[1]!.length);
-    snaps[0]!.forEach((m, i) => expect(m).toEqual(snaps[1]![i]));
+    snaps[0]!.forEach((m, i) => {
+      expect(m).toEqual(snaps[1]![i]);
+    });
     for (const w of ws) w.close();
   });
 

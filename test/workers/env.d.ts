@@ -1,16 +1,13 @@
-// Types for tests that run inside workerd (vitest-pool-workers):
-// `env` / `exports` from "cloudflare:workers" and helpers from "cloudflare:test".
+// Types for tests that run inside workerd (vitest-pool-workers): the Worker's Env
+// (src/worker-env.d.ts, src/secrets.d.ts) plus the test-only binding, and the helpers of
+// "cloudflare:test".
 /// <reference types="@cloudflare/vitest-pool-workers/types" />
+/// <reference path="../../src/worker-env.d.ts" />
+/// <reference path="../../src/secrets.d.ts" />
 
 declare namespace Cloudflare {
-  interface Env extends EpisodeRelayEnv {
+  interface Env {
     /** Test-only: serves the golden cases (test/fixtures/golden, plus GOLDEN_DIR's; GET / lists them). */
     GOLDEN: Fetcher;
   }
-  interface GlobalProps {
-    mainModule: typeof import("../../src/index.js");
-    durableNamespaces: "Episode" | "EpisodeIndex";
-  }
 }
-
-type EpisodeRelayEnv = import("../../src/env.js").Env;

@@ -128,7 +128,9 @@ describe("ingest, finish, fetch", () => {
     expect(equal(await getBytes(id), before)).toBe(true);
     expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "finish_refused", seq: c.frames.length, error: c.finish_error });
     // more deltas are still taken while it waits for a corrected reply
-    expect((await post(`${id}/deltas`, delta({ set: new LMap([["ok", true]]) }, (decodeLossless(c.frames[0]!) as LMap).get("trace") as string))).status).toBe(200);
+    expect((await post(`${id}/deltas`, delta({ set: new LMap([["ok", true]]) }, (decodeLossless(c.frames[0]!) as LMap).get("trace") as string))).status).toBe(
+      200,
+    );
   });
 
   it("after the reply: the same reply is idempotent, another is 409, deltas are 409", async () => {
@@ -138,7 +140,14 @@ describe("ingest, finish, fetch", () => {
     const again = await post(`${id}/reply`, c.reply);
     expect(again.status).toBe(200);
     expect(await again.json()).toEqual(await first.json());
-    const other = encodeLossless(new LMap([["success", false], ["error", "boom"], ["head", null], ["traces", []]]));
+    const other = encodeLossless(
+      new LMap([
+        ["success", false],
+        ["error", "boom"],
+        ["head", null],
+        ["traces", []],
+      ]),
+    );
     expect((await post(`${id}/reply`, other)).status).toBe(409);
     const more = await post(`${id}/deltas`, c.frames[0]!);
     expect(more.status).toBe(409);
@@ -148,7 +157,14 @@ describe("ingest, finish, fetch", () => {
   it("a failed run records its error", async () => {
     const id = freshId("failed");
     (await post(`${id}/deltas`, openDelta())).body?.cancel();
-    const reply = encodeLossless(new LMap([["success", false], ["error", "sandbox crashed"], ["head", null], ["traces", []]]));
+    const reply = encodeLossless(
+      new LMap([
+        ["success", false],
+        ["error", "sandbox crashed"],
+        ["head", null],
+        ["traces", []],
+      ]),
+    );
     expect(await (await post(`${id}/reply`, reply)).json()).toMatchObject({ ok: true, status: "failed" });
     expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "failed", error: "sandbox crashed" });
     const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<string, unknown>;
@@ -224,7 +240,9 @@ describe("ingest, finish, fetch", () => {
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     expect((await relay(id)).status).toBe(404);
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
-    const tables = await runInDurableObject(stub, (_i, state) => state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'").toArray());
+    const tables = await runInDurableObject(stub, (_i, state) =>
+      state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'").toArray(),
+    );
     expect(tables).toEqual([]);
     expect((await relay(id, { method: "DELETE" })).status).toBe(404);
   });
@@ -257,7 +275,25 @@ describe("refusals leave the stored state exactly as it was", () => {
     ["wrong type", () => delta({ nodes: "x" }), 400, "wrong_type"],
     ["unknown trace", () => delta({ nodes: [node(0)] }, "ghost"), 422, "unknown_trace"],
     ["index out of range", () => delta({ links: new LMap([[9, []]]) }), 422, "index_out_of_range"],
-    ["repair without routing", () => delta({ routing_repairs: new LMap([[0, new LMap([["__nd__", true], ["dtype", "uint8"], ["shape", [1, 1, 1]], ["data", Uint8Array.of(1)]])]]) }), 422, "no_routing"],
+    [
+      "repair without routing",
+      () =>
+        delta({
+          routing_repairs: new LMap([
+            [
+              0,
+              new LMap([
+                ["__nd__", true],
+                ["dtype", "uint8"],
+                ["shape", [1, 1, 1]],
+                ["data", Uint8Array.of(1)],
+              ]),
+            ],
+          ]),
+        }),
+      422,
+      "no_routing",
+    ],
     ["oversized", () => new Uint8Array(4 * 1024 * 1024 + 1), 413, "message_too_large"],
   ];
   for (const [name, body, status, code] of cases) {

@@ -8,7 +8,6 @@ import { env, exports } from "cloudflare:workers";
 import { SignJWT } from "jose";
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index.js";
-import type { Env } from "../../src/env.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { LMap, encodeLossless } from "../../src/wire/lossless.js";
@@ -45,7 +44,15 @@ async function eventually<T>(check: () => Promise<T>, timeoutMs = 5000): Promise
   }
 }
 
-const failedReply = (error: string) => encodeLossless(new LMap([["success", false], ["error", error], ["head", null], ["traces", []]]));
+const failedReply = (error: string) =>
+  encodeLossless(
+    new LMap([
+      ["success", false],
+      ["error", error],
+      ["head", null],
+      ["traces", []],
+    ]),
+  );
 
 describe("rows follow the episode", () => {
   it("appear on the first write, follow turns after the throttled flush, and the finish", async () => {
@@ -179,7 +186,14 @@ describe("GET /v1/episodes", () => {
   });
 
   it("refuses bad parameters with 400, caps limit at 500", async () => {
-    for (const [q, code] of [["status=done", "bad_status"], ["limit=0", "bad_limit"], ["limit=x", "bad_limit"], ["prefix=a/b", "bad_prefix"], ["cursor=%%%", "bad_cursor"], ["cursor=WzEsMl0", "bad_cursor"]] as const) {
+    for (const [q, code] of [
+      ["status=done", "bad_status"],
+      ["limit=0", "bad_limit"],
+      ["limit=x", "bad_limit"],
+      ["prefix=a/b", "bad_prefix"],
+      ["cursor=%%%", "bad_cursor"],
+      ["cursor=WzEsMl0", "bad_cursor"],
+    ] as const) {
       const res = await exports.default.fetch(`http://relay.test/v1/episodes?${q}`);
       expect(res.status, q).toBe(400);
       expect(await res.json()).toMatchObject({ error: code });

@@ -17,12 +17,14 @@ async function scenarios(): Promise<Scenario[]> {
 
 type Send = (body: Uint8Array) => Promise<{ ok: boolean; retracted?: number }>;
 
-const overHttp = (id: string): Send => async (body) => {
-  const res = await post(`${id}/deltas`, body);
-  const json = (await res.json()) as { ok: boolean };
-  expect(res.status, JSON.stringify(json)).toBe(200);
-  return json;
-};
+const overHttp =
+  (id: string): Send =>
+  async (body) => {
+    const res = await post(`${id}/deltas`, body);
+    const json = (await res.json()) as { ok: boolean };
+    expect(res.status, JSON.stringify(json)).toBe(200);
+    return json;
+  };
 
 async function overSocket(id: string): Promise<Send & { close(): void }> {
   const ws = await openSocket(`${id}/ingest`);
@@ -87,7 +89,10 @@ describe("retraction through the relay", async () => {
           expect(equal(w.episodeBytes(), s.episode), `${s.name}: a watcher's episode`).toBe(true);
           w.close();
         }
-        expect(early.messages.some((m) => m.type === "snapshot" && m.reason === "rewind"), "watchers got the new state as a rewind snapshot").toBe(true);
+        expect(
+          early.messages.some((m) => m.type === "snapshot" && m.reason === "rewind"),
+          "watchers got the new state as a rewind snapshot",
+        ).toBe(true);
       });
     }
 

@@ -67,14 +67,18 @@ describe("the episode lives in SQLite", () => {
         const have = [...want.keys()].filter((k) => k.startsWith(`${d.trace}/`)).length;
         for (const { index } of d.links ?? []) want.set(`${d.trace}/${index}`, seq);
         for (const { index } of d.repairs ?? []) want.set(`${d.trace}/${index}`, seq);
-        (d.nodes ?? []).forEach((_, k) => want.set(`${d.trace}/${have + k}`, seq));
+        (d.nodes ?? []).forEach((_, k) => {
+          want.set(`${d.trace}/${have + k}`, seq);
+        });
       });
       await runInDurableObject(stub(id), (_instance, state) => {
-        const rows = state.storage.sql.exec<{ id: string; idx: number; ver: number; versions: number }>(
-          `SELECT t.id AS id, m.idx AS idx, m.ver AS ver,
+        const rows = state.storage.sql
+          .exec<{ id: string; idx: number; ver: number; versions: number }>(
+            `SELECT t.id AS id, m.idx AS idx, m.ver AS ver,
              (SELECT COUNT(DISTINCT b.ver) FROM bodies b WHERE b.tnum = m.tnum AND b.kind = 0 AND b.idx = m.idx) AS versions
            FROM node_meta m JOIN traces t ON t.tnum = m.tnum`,
-        ).toArray();
+          )
+          .toArray();
         expect(rows.length).toBe(want.size);
         for (const r of rows) {
           expect(r.ver, `${name} ${r.id}/${r.idx}`).toBe(want.get(`${r.id}/${r.idx}`));
@@ -198,7 +202,9 @@ describe("an old layout (the episode in memory, a base snapshot and a log) is up
       const bytes = c.frames.reduce((n, f) => n + f.length, 0);
       sql.exec("INSERT INTO meta VALUES (?, 'live', 8, ?, 1, 0, 0, ?, ?, NULL, 4)", id, bytes, Date.now(), Date.now());
       sql.exec("INSERT INTO base VALUES (0, ?)", snapshot.slice().buffer);
-      c.frames.slice(4).forEach((f, i) => sql.exec("INSERT INTO frames VALUES (?, 0, ?)", 5 + i, f.slice().buffer));
+      c.frames.slice(4).forEach((f, i) => {
+        sql.exec("INSERT INTO frames VALUES (?, 0, ?)", 5 + i, f.slice().buffer);
+      });
     });
     await abortAllDurableObjects(); // as a deploy does: the next request starts a new object on the old storage
     const live = await getBytes(id);
@@ -235,7 +241,14 @@ describe("issue 10's defects", () => {
 
   it("a reply to an episode never written is 404, and creates nothing", async () => {
     const id = freshId("reply-unknown");
-    const reply = encodeLossless(new LMap([["success", false], ["error", "crashed"], ["head", null], ["traces", []]]));
+    const reply = encodeLossless(
+      new LMap([
+        ["success", false],
+        ["error", "crashed"],
+        ["head", null],
+        ["traces", []],
+      ]),
+    );
     const res = await post(`${id}/reply`, reply);
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ error: "not_found" });

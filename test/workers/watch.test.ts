@@ -1,11 +1,9 @@
-// Watchers: hibernating WebSockets that join late, resume, filter, and are held to the protocol.
-import { decode } from "@msgpack/msgpack";
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
+import { type LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, inbox, openSocket, post } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -107,15 +105,16 @@ describe("watchers", () => {
     expect(equal(full.episodeBytes(), c.episode!)).toBe(true);
     const stripped = decodeLossless(noRouting.episodeBytes()) as LMap;
     const want = decodeLossless(c.episode!) as LMap;
-    for (const t of want.get("traces") as LMap[]) for (const n of t.get("nodes") as LMap[]) {
-      const i = n.entries.findIndex(([k]) => k === "routed_experts");
-      if (i >= 0) n.entries[i]![1] = null;
-    }
+    for (const t of want.get("traces") as LMap[])
+      for (const n of t.get("nodes") as LMap[]) {
+        const i = n.entries.findIndex(([k]) => k === "routed_experts");
+        if (i >= 0) n.entries[i]![1] = null;
+      }
     expect(equal(encodeLossless(stripped), encodeLossless(want))).toBe(true);
     const anyRepair = noRouting.messages.some((x) => x.frames?.some(([, d]) => (decodeLossless(d) as LMap).has("routing_repairs")));
     expect(anyRepair).toBe(false);
 
-    const firstTrace = ((decodeLossless(m.frames[0]!) as LMap).get("trace")) as string;
+    const firstTrace = (decodeLossless(m.frames[0]!) as LMap).get("trace") as string;
     const filtered = await Watcher.open(id2, `?traces=${firstTrace}`);
     await filtered.read((x) => x.caughtUp);
     await push(id2, m, 0, m.frames.length, new ProducerCursor("p"));

@@ -6,7 +6,17 @@ import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { parseReply } from "../../src/assembly/reply.js";
 import { inbox, openSocket } from "./support.js";
 
-export type Msg = { type: string; seq?: number; reason?: string; deltas?: Uint8Array[]; more?: boolean; frames?: Array<[number, Uint8Array]>; status?: string; reply?: Uint8Array; episode?: string };
+export type Msg = {
+  type: string;
+  seq?: number;
+  reason?: string;
+  deltas?: Uint8Array[];
+  more?: boolean;
+  frames?: Array<[number, Uint8Array]>;
+  status?: string;
+  reply?: Uint8Array;
+  episode?: string;
+};
 
 /** A watcher that assembles what it receives with the project's assembly. */
 export class Watcher {
@@ -80,4 +90,3 @@ export class Watcher {
     this.ws.close(1000, "done");
   }
 }
-

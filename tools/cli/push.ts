@@ -58,7 +58,11 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
   };
   for (const [i, f] of rec.frames.entries()) {
     await wait(f.t);
-    const res = await fetch(`${url}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f.delta)), headers: { "content-type": "application/msgpack", ...auth } });
+    const res = await fetch(`${url}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(f.delta)),
+      headers: { "content-type": "application/msgpack", ...auth },
+    });
     const body = await res.text();
     if (res.status !== 200) {
       err.write(`\npush: delta ${i} refused: ${res.status} ${body}\n`);

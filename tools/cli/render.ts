@@ -17,7 +17,11 @@ export function newContext(width = 100): RenderContext {
 function text(v: LValue | undefined): string {
   if (v === undefined || v === null) return "";
   if (typeof v === "string") return v;
-  if (Array.isArray(v)) return v.map((p) => (p instanceof LMap ? text(p.get("text")) : text(p))).filter(Boolean).join(" ");
+  if (Array.isArray(v))
+    return v
+      .map((p) => (p instanceof LMap ? text(p.get("text")) : text(p)))
+      .filter(Boolean)
+      .join(" ");
   if (v instanceof F64) return String(v.value);
   if (v instanceof LMap) return v.entries.map(([k, x]) => `${String(k)}=${short(x)}`).join(", ");
   return String(v);

@@ -15,8 +15,18 @@ export const FIXTURES_DIR = join(dirname(fileURLToPath(import.meta.url)), "..", 
 
 /** The public cases every checkout holds (see test/fixtures/golden/README.md). */
 export const PUBLIC_CASES = [
-  "ack_lost", "chat_basic", "discard_retry", "empty_trace", "failed_sends", "gap_detected",
-  "large_routing", "multi_trace_links", "odd_values", "routing_repair_u8", "routing_repair_widen", "tool_calls_pending",
+  "ack_lost",
+  "chat_basic",
+  "discard_retry",
+  "empty_trace",
+  "failed_sends",
+  "gap_detected",
+  "large_routing",
+  "multi_trace_links",
+  "odd_values",
+  "routing_repair_u8",
+  "routing_repair_widen",
+  "tool_calls_pending",
 ] as const;
 
 export function loadCase(path: string): GoldenCase {
@@ -41,8 +51,10 @@ export function casePaths(paths: string[]): string[] {
 export function fixturesProblem(): string | null {
   const missing = PUBLIC_CASES.filter((n) => !existsSync(join(FIXTURES_DIR, `${n}.msgpack`)));
   if (missing.length === 0) return null;
-  return `golden fixtures missing from ${FIXTURES_DIR}: ${missing.join(", ")}. They are part of the repository ` +
-    "(test/fixtures/golden); restore them with `git checkout -- test/fixtures/golden`.";
+  return (
+    `golden fixtures missing from ${FIXTURES_DIR}: ${missing.join(", ")}. They are part of the repository ` +
+    "(test/fixtures/golden); restore them with `git checkout -- test/fixtures/golden`."
+  );
 }
 
 /** The path of a public case in the fixtures. */

@@ -2,10 +2,13 @@ import { decodeLossless, firstDifference } from "../../src/wire/lossless.js";
 
 /** Undefined when equal; else `<where> <path> expected <x> got <y>` at the first decoded difference. */
 export function compareBytes(expected: Uint8Array, got: Uint8Array, where: string): string | undefined {
-  if (expected.length === got.length && Buffer.compare(Buffer.from(expected.buffer, expected.byteOffset, expected.length), Buffer.from(got.buffer, got.byteOffset, got.length)) === 0) {
+  if (
+    expected.length === got.length &&
+    Buffer.compare(Buffer.from(expected.buffer, expected.byteOffset, expected.length), Buffer.from(got.buffer, got.byteOffset, got.length)) === 0
+  ) {
     return undefined;
   }
-  let d;
+  let d: ReturnType<typeof firstDifference>;
   try {
     d = firstDifference(decodeLossless(expected), decodeLossless(got));
   } catch (e) {

@@ -80,7 +80,8 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
     if (diff) return diff;
     for (const [i, w] of watchers.entries()) {
       const done = await within(w.finished(), WAIT_MS);
-      if (!done || !w.episode) return `watcher ${i} (${["from the start", "joined midway", "resumed"][roles[i] ?? 0]}): ${done ? `finished without an episode: ${w.error}` : `no finish within ${WAIT_MS} ms (state ${w.state}, seq ${w.seq})`}`;
+      if (!done || !w.episode)
+        return `watcher ${i} (${["from the start", "joined midway", "resumed"][roles[i] ?? 0]}): ${done ? `finished without an episode: ${w.error}` : `no finish within ${WAIT_MS} ms (state ${w.state}, seq ${w.seq})`}`;
       const d = compareBytes(c.episode!, w.episode, `watcher ${i} episode`);
       if (d) return d;
     }
