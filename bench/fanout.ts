@@ -1,5 +1,5 @@
 // Bench section `fanout`: one producer, N watchers of one episode, against the real relay
-// (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/ingest.ts `startBenchRelay`)
+// (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/helpers.ts `startBenchRelay`)
 // and, under identical load, a bare Node `ws` broadcast server (no logic: every message it gets
 // on a producer connection goes to every watcher connection; it runs on its own thread, so it
 // has a core to itself as workerd does).
@@ -33,8 +33,21 @@ import type { WebSocket } from "ws";
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
 import { ACK_BYTES, ackMessage, framesMessage } from "../src/watch/protocol.js";
-import { ForeignCpu, HttpClient, closeSocket, episodeId, openSocket, sizedDeltas, startBenchRelay, stats, wsUrl, type DeltaFactory } from "./ingest.js";
 import { sig, type BenchOptions } from "./harness.js";
+import {
+  ForeignCpu,
+  HttpClient,
+  closeSocket,
+  episodeId,
+  fmt,
+  openSocket,
+  sizedDeltas,
+  sleep,
+  startBenchRelay,
+  stats,
+  wsUrl,
+  type DeltaFactory,
+} from "./helpers.js";
 
 export const name = "fanout";
 
@@ -287,7 +300,7 @@ async function relayProducer(base: string, id: string, make: DeltaFactory): Prom
       ws.send(msg);
     },
     async close() {
-      if (acked < sent) await Promise.race([new Promise<void>((r) => (waiter = r)), new Promise((r) => setTimeout(r, 5000))]);
+      if (acked < sent) await Promise.race([new Promise<void>((r) => (waiter = r)), sleep(5000)]);
       await closeSocket(ws);
     },
   };
@@ -354,7 +367,7 @@ export async function runCell(
       for (let k = 0; k < 200; k++) {
         const res = await client!.request("GET", `/v1/episodes/${id}/status`);
         if (res.status === 200 && (JSON.parse(res.body.toString()) as { seq: number }).seq === 1) break;
-        await new Promise((r) => setTimeout(r, 10));
+        await sleep(10);
       }
     }
     await w.connect(target === "relay" ? wsUrl(url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
@@ -440,13 +453,6 @@ export async function runCell(
 
 function latCountFor(n: number, sizeKiB: number): number {
   return Math.max(LAT_MIN, Math.min(LAT_COUNT, Math.floor(LAT_BUDGET / (n * sizeKiB * 1024))));
-}
-
-function fmt(x: number): string {
-  if (!Number.isFinite(x)) return String(x);
-  if (Math.abs(x) >= 100) return Math.round(x).toLocaleString("en-US");
-  if (Math.abs(x) >= 10) return x.toFixed(1);
-  return x.toFixed(2);
 }
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {

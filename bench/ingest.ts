@@ -1,7 +1,8 @@
 // Bench section `ingest`: deltas/s into one episode, each acknowledged only after the relay
 // committed it (SQLite transaction), against the real relay (tools/local-relay.ts: the
 // wrangler bundle in Miniflare on a loopback port). Durable Object storage on tmpfs (see
-// `startBenchRelay`); the 1 KiB rows are repeated with Miniflare's default on-disk storage.
+// `startBenchRelay` in bench/helpers.ts); the 1 KiB rows are repeated with Miniflare's default
+// on-disk storage.
 //
 // Per delta size (~1 KiB: one node with a 1 KiB message; ~600 KiB: one node whose
 // `routed_experts` is a uint8 ndarray of shape [1500, 50, 8], i.e. 600,000 bytes of routing):
@@ -24,15 +25,26 @@
 // already count the deltas sent ahead of it on the same trace, or the relay reads the in-flight
 // nodes as re-sends (see the `stale_ack_view` check in the section's notes).
 
-import { existsSync, readFileSync, readdirSync } from "node:fs";
-import http from "node:http";
 import { loadavg } from "node:os";
-import { WebSocket } from "ws";
+import { parseAnswer } from "../src/envelope/answer.js";
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
-import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless.js";
-import { startRelay, type LocalRelay } from "../tools/local-relay.js";
+import type { LocalRelay } from "../tools/local-relay.js";
 import { sig, type BenchOptions } from "./harness.js";
+import {
+  ForeignCpu,
+  HttpClient,
+  closeSocket,
+  episodeId,
+  fmt,
+  openSocket,
+  routingDeltas,
+  sizedDeltas,
+  startBenchRelay,
+  stats,
+  wsUrl,
+  type DeltaFactory,
+} from "./helpers.js";
 
 export const name = "ingest";
 
@@ -59,177 +71,6 @@ export interface IngestFigures {
   [k: string]: number | undefined;
 }
 
-// ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
-
-export const TRACE = "bench-trace";
-
-/** Deterministic pseudo-random text (no run a compressor or a fast path could exploit). */
-const TEXT = (() => {
-  const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,";
-  let x = 0x9e3779b9;
-  let s = "";
-  for (let i = 0; i < 300_000; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    s += letters[(x >>> 0) % letters.length];
-  }
-  return s;
-})();
-
-function text(n: number, i: number): string {
-  if (n <= 0) return "";
-  let out = "";
-  let at = (i * 7919) % TEXT.length;
-  while (out.length < n) {
-    const take = Math.min(n - out.length, TEXT.length - at);
-    out += TEXT.slice(at, at + take);
-    at = 0;
-  }
-  return out;
-}
-
-/** Routing bytes of one turn: uint8 expert ids, shape [1500, 50, 8]. */
-export const ROUTING_SHAPE = [1500, 50, 8];
-const ROUTING = (() => {
-  const b = new Uint8Array(1500 * 50 * 8);
-  let x = 12345;
-  for (let i = 0; i < b.length; i++) {
-    x = (x * 1103515245 + 12345) >>> 0;
-    b[i] = (x >>> 16) & 0x7f;
-  }
-  return b;
-})();
-
-function node(i: number, content: string, routed: LValue): LMap {
-  return new LMap([
-    ["parent", i === 0 ? null : i - 1],
-    ["semantic_parents", []],
-    [
-      "message",
-      new LMap([
-        ["role", i % 2 ? "assistant" : "user"],
-        ["content", content],
-      ]),
-    ],
-    ["sampled", i % 2 === 1],
-    ["timestamp", new F64(1754101000.5 + i)],
-    ["token_ids", [1, 2, 3]],
-    ["mask", [false, true, true]],
-    ["logprobs", [new F64(-0.5), new F64(-1.0)]],
-    ["routed_experts", routed],
-  ]);
-}
-
-function delta(i: number, content: string, routed: LValue, trace: string): Uint8Array {
-  const entries: Array<[LValue, LValue]> = [["trace", trace]];
-  if (i === 0) {
-    entries.push([
-      "open",
-      new LMap([
-        ["version", 1],
-        ["id", trace],
-        ["verifiers", new LMap([["version", "0.1.15"]])],
-        ["task", new LMap([["type", "MathTask"]])],
-      ]),
-    ]);
-  }
-  entries.push(["nodes", [node(i, content, routed)]]);
-  return encodeLossless(new LMap(entries));
-}
-
-/** Delta `i` of a trace (`i = 0` carries `open`); each appends one node. */
-export type DeltaFactory = (i: number) => Uint8Array;
-
-/** Deltas of about `bytes` each (the node's message text is sized to fit). */
-export function sizedDeltas(bytes: number, trace = TRACE): DeltaFactory {
-  let pad = Math.max(0, bytes - delta(1, "", null, trace).length);
-  for (let k = 0; k < 3; k++) pad = Math.max(0, pad + bytes - delta(1, text(pad, 1), null, trace).length);
-  return (i) => delta(i, text(pad, i), null, trace);
-}
-
-/** Routing deltas: one node with `routed_experts` {__nd__, uint8, [1500, 50, 8], 600,000 B}. */
-export function routingDeltas(trace = TRACE): DeltaFactory {
-  const nd = new LMap([
-    ["__nd__", true],
-    ["dtype", "uint8"],
-    ["shape", ROUTING_SHAPE],
-    ["data", ROUTING],
-  ]);
-  return (i) => delta(i, text(64, i), nd, trace);
-}
-
-// ---- small helpers ----
-
-/**
- * CPU used by other processes on this machine (Linux /proc): this bench shares the machine,
- * and a busy neighbour skews the figures. `start()` then `stop()` gives the CPU time of every
- * process except this one and its children (workerd), in % of one core over the interval;
- * undefined where /proc is not readable.
- */
-export class ForeignCpu {
-  private t0 = 0;
-  private busy0 = 0;
-  private own0 = 0;
-
-  private static busy(): number {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    // user nice system idle iowait irq softirq steal
-    return f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!;
-  }
-
-  private static own(): number {
-    let ticks = 0;
-    const statOf = (pid: string) => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-    const self = statOf("self");
-    ticks += Number(self[11]) + Number(self[12]) + Number(self[13]) + Number(self[14]);
-    for (const d of readdirSync("/proc")) {
-      if (!/^[0-9]+$/.test(d)) continue;
-      try {
-        const st = statOf(d);
-        if (st[1] === String(process.pid)) ticks += Number(st[11]) + Number(st[12]) + Number(st[13]) + Number(st[14]);
-      } catch {
-        // gone
-      }
-    }
-    return ticks;
-  }
-
-  start(): void {
-    try {
-      this.t0 = performance.now();
-      this.busy0 = ForeignCpu.busy();
-      this.own0 = ForeignCpu.own();
-    } catch {
-      this.t0 = NaN;
-    }
-  }
-
-  /** % of one core used by other processes since `start()`. */
-  stop(): number | undefined {
-    try {
-      if (Number.isNaN(this.t0)) return undefined;
-      const ms = performance.now() - this.t0;
-      const hz = 100; // USER_HZ
-      const foreign = ForeignCpu.busy() - this.busy0 - (ForeignCpu.own() - this.own0);
-      return Math.max(0, Math.round((foreign * (1000 / hz) * 100) / ms));
-    } catch {
-      return undefined;
-    }
-  }
-}
-
-export function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const k = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[k]!;
-}
-
-export function stats(samples: number[]): { p50: number; p99: number } {
-  const s = Float64Array.from(samples).sort();
-  return { p50: percentile(s as unknown as number[], 50), p99: percentile(s as unknown as number[], 99) };
-}
-
 /** A msgpack array of already-encoded items (a batch of envelope maps, not bins). */
 export function msgpackArray(items: Uint8Array[]): Uint8Array {
   const n = items.length;
@@ -247,128 +88,6 @@ export function msgpackArray(items: Uint8Array[]): Uint8Array {
     at += it.length;
   }
   return out;
-}
-
-export function wsUrl(base: string, path: string): string {
-  return base.replace(/^http/, "ws") + path;
-}
-
-/**
- * Open a ws client (no permessage-deflate: the figures are the relay's, not zlib's).
- * `setup` attaches listeners before the connection opens: messages that arrive with the 101
- * response (the relay's catch-up) are emitted in the same tick as `open`, before any code
- * awaiting this promise runs.
- */
-export function openSocket(url: string, setup?: (ws: WebSocket) => void): Promise<WebSocket> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false });
-    ws.binaryType = "nodebuffer";
-    setup?.(ws);
-    const fail = (e: unknown) => reject(e instanceof Error ? e : new Error(String(e)));
-    ws.once("open", () => {
-      ws.off("error", fail);
-      ws.on("error", () => {}); // a later failure shows as `close`, which the callers watch
-      resolve(ws);
-    });
-    ws.once("error", fail);
-    ws.once("unexpected-response", (_req, res) => fail(new Error(`${url}: HTTP ${res.statusCode} instead of an upgrade`)));
-  });
-}
-
-export function closeSocket(ws: WebSocket, timeoutMs = 2000): Promise<void> {
-  if (ws.readyState === WebSocket.CLOSED) return Promise.resolve();
-  return new Promise((resolve) => {
-    const t = setTimeout(() => {
-      ws.terminate();
-      resolve();
-    }, timeoutMs);
-    ws.once("close", () => {
-      clearTimeout(t);
-      resolve();
-    });
-    if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
-    else ws.close(1000, "bench done");
-  });
-}
-
-interface Ack {
-  ok: boolean;
-  seq?: number;
-  applied?: number;
-  duplicates?: number;
-  error?: string;
-  message?: string;
-}
-
-/**
- * A keep-alive HTTP/1.1 client on one connection (node:http). Node's global `fetch` (undici)
- * costs ~0.5 ms more per request here, more than the Worker's own round trip.
- */
-export class HttpClient {
-  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  private readonly host: string;
-  private readonly port: number;
-
-  constructor(base: string) {
-    const u = new URL(base);
-    this.host = u.hostname;
-    this.port = Number(u.port);
-  }
-
-  request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
-    return new Promise((resolve, reject) => {
-      const req = http.request(
-        { host: this.host, port: this.port, path, method, agent: this.agent, headers: body ? { ...headers, "content-length": String(body.length) } : headers },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }));
-          res.on("error", reject);
-        },
-      );
-      req.on("error", reject);
-      req.end(body);
-    });
-  }
-
-  async post(path: string, body: Uint8Array): Promise<Ack> {
-    const res = await this.request("POST", path, body, { "content-type": "application/msgpack" });
-    const json = JSON.parse(res.body.toString()) as Ack;
-    if (res.status !== 200 || !json.ok) throw new Error(`POST ${path}: ${res.status} ${JSON.stringify(json)}`);
-    return json;
-  }
-
-  async deleteEpisode(id: string): Promise<void> {
-    await this.request("DELETE", `/v1/episodes/${id}`);
-  }
-
-  close(): void {
-    this.agent.destroy();
-  }
-}
-
-/** Where the relay's Durable Object SQLite files live (see `startBenchRelay`). */
-export type Storage = "tmpfs" | "disk";
-
-/**
- * `startRelay` with its Durable Object storage on tmpfs or on disk. Miniflare keeps
- * "non-persisted" storage in a fresh directory under `os.tmpdir()`, i.e. SQLite files on the
- * machine's disk (ext4 here), and workerd syncs each commit: ~2-3 ms per acknowledged write on
- * this machine, which says more about the VM's disk than about the relay (and matches nothing
- * in production, where the output gate waits for replicated storage). "tmpfs" points
- * `os.tmpdir()` at /dev/shm while Miniflare starts, so the storage really is in memory.
- */
-export async function startBenchRelay(storage: Storage, vars: Record<string, string> = {}): Promise<LocalRelay> {
-  const shm = "/dev/shm";
-  if (storage === "disk" || !existsSync(shm)) return startRelay(vars);
-  const before = process.env.TMPDIR;
-  process.env.TMPDIR = shm;
-  try {
-    return await startRelay(vars);
-  } finally {
-    if (before === undefined) delete process.env.TMPDIR;
-    else process.env.TMPDIR = before;
-  }
 }
 
 // ---- the three ingest paths ----
@@ -390,12 +109,6 @@ interface Plan {
   maxDeltas: number;
   /** ... for at most this long. */
   maxMs: number;
-}
-
-let episodeCounter = 0;
-
-export function episodeId(tag: string): string {
-  return `bench-${tag}-${process.pid}-${Date.now().toString(36)}-${++episodeCounter}`;
 }
 
 async function runHttpSingle(client: HttpClient, id: string, plan: Plan): Promise<Run> {
@@ -492,7 +205,7 @@ async function runWs(base: string, id: string, plan: Plan): Promise<Run> {
     };
     ws.on("message", (data, isBinary) => {
       if (isBinary) return fail?.(new Error("binary message on the ingest socket"));
-      const ack = JSON.parse(String(data)) as Ack;
+      const ack = parseAnswer(String(data));
       if (!ack.ok) return fail?.(new Error(`ingest refused: ${JSON.stringify(ack)}`));
       const now = performance.now();
       if (acked >= untimed) latencies.push(now - sentAt[acked]!);
@@ -686,11 +399,4 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     ],
   });
   return out;
-}
-
-function fmt(x: number): string {
-  if (!Number.isFinite(x)) return String(x);
-  if (Math.abs(x) >= 100) return Math.round(x).toLocaleString("en-US");
-  if (Math.abs(x) >= 10) return x.toFixed(1);
-  return x.toFixed(2);
 }

@@ -34,7 +34,7 @@ import { decodeLossless, encodeLossless, type LMap, type LValue } from "../src/w
 import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import type { BenchOptions } from "./harness.js";
-import { closeSocket, openSocket, stats } from "./ingest.js";
+import { closeSocket, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
 
 export const name = "memory";
 
@@ -73,10 +73,9 @@ function workerdPids(pid: number): number[] {
   for (const e of readdirSync("/proc")) {
     if (!/^\d+$/.test(e)) continue;
     try {
-      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
-      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const ppid = Number(rest[1]);
-      comm.set(Number(e), stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")));
+      const stat = procStat(e);
+      const ppid = Number(stat.fields[1]);
+      comm.set(Number(e), stat.comm);
       children.set(ppid, [...(children.get(ppid) ?? []), Number(e)]);
     } catch {
       // gone
@@ -149,9 +148,8 @@ class DevRelay {
     let ticks = 0;
     for (const p of this.pids) {
       try {
-        const f = readFileSync(`/proc/${p}/stat`, "utf8");
-        const rest = f.slice(f.lastIndexOf(")") + 2).split(" ");
-        ticks += Number(rest[11]) + Number(rest[12]);
+        const { fields } = procStat(p);
+        ticks += Number(fields[11]) + Number(fields[12]);
       } catch {
         // gone
       }
@@ -173,8 +171,6 @@ class DevRelay {
     await new Promise((r) => c.once("exit", r));
   }
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // ---- the episode ----
 
@@ -208,7 +204,7 @@ function episode(bytes: number): { frames: Uint8Array[]; reply: Uint8Array; fram
 
 /** Send every frame over the producer socket, one envelope at a time. */
 async function write(url: string, id: string, frames: Uint8Array[], producer = new ProducerCursor("bench")): Promise<void> {
-  const ws = await openSocket(`${url.replace(/^http/, "ws")}/v1/episodes/${id}/ingest`);
+  const ws = await openSocket(wsUrl(url, `/v1/episodes/${id}/ingest`));
   try {
     for (const f of frames) {
       const ack = new Promise<string>((resolve, reject) => {
@@ -242,7 +238,7 @@ function catchUp(url: string, id: string): Promise<{ ms: number; largest: number
   return new Promise((resolve, reject) => {
     let largest = 0;
     let received = 0;
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/episodes/${id}/watch`, { perMessageDeflate: false, maxPayload: 1 << 30 });
+    const ws = new WebSocket(wsUrl(url, `/v1/episodes/${id}/watch`), { perMessageDeflate: false, maxPayload: 1 << 30 });
     ws.on("message", (data: Buffer, binary) => {
       if (!binary) return;
       largest = Math.max(largest, data.length);
@@ -337,7 +333,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
   const id = `storm-${Date.now().toString(36)}`;
   const producer = new ProducerCursor("storm");
   await write(relay.url, id, c.frames, producer);
-  const ws = await openSocket(`${relay.url.replace(/^http/, "ws")}/v1/episodes/${id}/ingest`);
+  const ws = await openSocket(wsUrl(relay.url, `/v1/episodes/${id}/ingest`));
   let turn = 1;
   const acks: number[] = [];
   let stop = false;
@@ -371,7 +367,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     let connects = 0;
     const one = async () => {
       while (on) {
-        const w = new WebSocket(`${relay.url.replace(/^http/, "ws")}${path}`, { perMessageDeflate: false, maxPayload: 1 << 30 });
+        const w = new WebSocket(wsUrl(relay.url, path), { perMessageDeflate: false, maxPayload: 1 << 30 });
         w.on("error", () => {});
         await new Promise((r) => w.once("open", r).once("close", r).once("unexpected-response", r));
         connects++;

@@ -9,6 +9,7 @@
 
 import { arch, cpus, platform } from "node:os";
 import { goldenCasePaths } from "../tools/conformance/cases.js";
+import { parseOptions, UsageError } from "../tools/parse-options.js";
 import type { BenchOptions, BenchSection, Table } from "./harness.js";
 
 /** Section name → loader, in run order. Sections load lazily, so --only skips their imports. */
@@ -30,8 +31,6 @@ const USAGE = `usage: npm run bench -- [options]
   --memory-sizes MIB[,MIB]  memory section: episode sizes in MiB (default 50,200)
   -h, --help                this text`;
 
-class UsageError extends Error {}
-
 interface Args {
   help: boolean;
   json: boolean;
@@ -44,58 +43,42 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { help: false, json: false, warmup: 20, minMs: 300, minSamples: 30 };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const eq = arg.indexOf("=");
-    const key = arg.startsWith("--") && eq > 0 ? arg.slice(0, eq) : arg;
-    const value = (): string => {
-      if (eq > 0 && key !== arg) return arg.slice(eq + 1);
-      const v = argv[++i];
-      if (v === undefined || v.startsWith("--")) throw new UsageError(`${key} needs a value`);
-      return v;
-    };
-    const list = () =>
-      value()
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== "");
-    const count = (min: number) => {
-      const v = value();
-      if (!/^[0-9]+$/.test(v) || Number(v) < min) throw new UsageError(`${key}: expected a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
-      return Number(v);
-    };
-    switch (key) {
-      case "-h":
-      case "--help":
-        a.help = true;
-        break;
-      case "--json":
-        a.json = true;
-        break;
-      case "--only":
-        a.only = list();
-        break;
-      case "--cases":
-        a.cases = list();
-        break;
-      case "--warmup":
-        a.warmup = count(0);
-        break;
-      case "--min-ms":
-        a.minMs = count(0);
-        break;
-      case "--min-samples":
-        a.minSamples = count(1);
-        break;
-      case "--memory-sizes":
-        a.memorySizes = list()
-          .map(Number)
-          .filter((n) => n > 0);
-        break;
-      default:
-        throw new UsageError(`unknown argument ${arg}`);
-    }
+  const { values } = parseOptions({
+    args: argv,
+    options: {
+      help: { type: "boolean", short: "h", default: false },
+      json: { type: "boolean", default: false },
+      only: { type: "string" },
+      cases: { type: "string" },
+      warmup: { type: "string", default: "20" },
+      "min-ms": { type: "string", default: "300" },
+      "min-samples": { type: "string", default: "30" },
+      "memory-sizes": { type: "string" },
+    },
+  });
+  // value lists (NAME[,NAME]) and counts are checked here: parseArgs has strings and booleans only
+  const list = (v: string) =>
+    v
+      .split(",")
+      .map((s) => s.trim())
+      .filter((s) => s !== "");
+  const count = (name: string, v: string, min: number) => {
+    if (!/^[0-9]+$/.test(v) || Number(v) < min) throw new UsageError(`--${name}: expected a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
+    return Number(v);
+  };
+  const a: Args = {
+    help: values.help,
+    json: values.json,
+    warmup: count("warmup", values.warmup, 0),
+    minMs: count("min-ms", values["min-ms"], 0),
+    minSamples: count("min-samples", values["min-samples"], 1),
+  };
+  if (values.only !== undefined) a.only = list(values.only);
+  if (values.cases !== undefined) a.cases = list(values.cases);
+  if (values["memory-sizes"] !== undefined) {
+    a.memorySizes = list(values["memory-sizes"])
+      .map(Number)
+      .filter((n) => n > 0);
   }
   if (a.only) {
     const known = new Set(SECTIONS.map(([n]) => n));

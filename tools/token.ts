@@ -3,6 +3,7 @@
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
 import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth.js";
 import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
+import { parseOptions, UsageError } from "./parse-options.js";
 
 const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]
   --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. listing)
@@ -17,47 +18,39 @@ function fail(message: string, code = 2): never {
   process.exit(code);
 }
 
-function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: number; sub?: string } {
-  let role: string | undefined;
-  const episodes: string[] = [];
-  let ttl = "1h";
-  let sub: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "-h" || arg === "--help") {
-      console.error(USAGE);
-      process.exit(0);
-    }
-    const eq = arg.indexOf("=");
-    const [name, inline] = arg.startsWith("--") && eq > 0 ? [arg.slice(0, eq), arg.slice(eq + 1)] : [arg, undefined];
-    const value = (): string => {
-      const v = inline ?? argv[++i];
-      if (v === undefined) fail(`${name} needs a value`);
-      return v;
-    };
-    switch (name) {
-      case "--role":
-        role = value();
-        break;
-      case "--episode":
-      case "--episodes":
-        episodes.push(
-          ...value()
-            .split(",")
-            .map((s) => s.trim())
-            .filter((s) => s !== ""),
-        );
-        break;
-      case "--ttl":
-        ttl = value();
-        break;
-      case "--sub":
-        sub = value();
-        break;
-      default:
-        fail(`unknown argument ${arg}`);
-    }
+function options(argv: string[]) {
+  try {
+    return parseOptions({
+      args: argv,
+      options: {
+        help: { type: "boolean", short: "h" },
+        role: { type: "string" },
+        episode: { type: "string", multiple: true },
+        episodes: { type: "string", multiple: true },
+        ttl: { type: "string", default: "1h" },
+        sub: { type: "string" },
+      },
+      tokens: true,
+    });
+  } catch (e) {
+    if (e instanceof UsageError) fail(e.message);
+    throw e;
   }
+}
+
+function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: number; sub?: string } {
+  const { values, tokens } = options(argv);
+  if (values.help) {
+    console.error(USAGE);
+    process.exit(0);
+  }
+  const { role, ttl, sub } = values;
+  // --episode and --episodes are one list, in command-line order (parseArgs keeps them apart),
+  // each value comma-separated (parseArgs has no value lists)
+  const episodes = tokens
+    .flatMap((t) => (t.kind === "option" && (t.name === "episode" || t.name === "episodes") ? t.value.split(",") : []))
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
   if (!role) fail("--role is required");
   if (!(ROLES as readonly string[]).includes(role)) fail(`--role must be one of ${ROLES.join(", ")}`);
   if (episodes.length === 0) fail("at least one --episode is required ('*' for every episode)");

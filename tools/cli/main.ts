@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, token.
+import { parseOptions, UsageError } from "../parse-options.js";
 import { get } from "./get.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
@@ -13,20 +14,26 @@ const USAGE = `usage: episode-relay <command> ...
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7.
 RELAY_TOKEN in the environment is used when --token is not given.`;
 
-function options(argv: string[]): { positional: string[]; flags: Map<string, string | true> } {
-  const positional: string[] = [];
-  const flags = new Map<string, string | true>();
-  const valued = new Set(["--token", "-o", "--output"]);
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a.startsWith("-")) {
-      const eq = a.indexOf("=");
-      if (eq > 0) flags.set(a.slice(0, eq), a.slice(eq + 1));
-      else if (valued.has(a)) flags.set(a, argv[++i] ?? "");
-      else flags.set(a, true);
-    } else positional.push(a);
+/** The options of tail, push and get (each takes all of them, as before; those it has no use for do nothing). */
+function options(argv: string[]) {
+  const { values, positionals, tokens } = parseOptions({
+    args: argv,
+    options: {
+      token: { type: "string" },
+      routing: { type: "boolean", default: false },
+      fast: { type: "boolean", default: false },
+      json: { type: "boolean", default: false },
+      output: { type: "string", short: "o" },
+    },
+    allowPositionals: true,
+    tokens: true,
+  });
+  // `-o=FILE` means FILE, as `--output=FILE` does (parseArgs reads a short option's `=FILE` as its value)
+  let output: string | undefined;
+  for (const t of tokens) {
+    if (t.kind === "option" && t.name === "output") output = t.rawName === "-o" && t.inlineValue && t.value.startsWith("=") ? t.value.slice(1) : t.value;
   }
-  return { positional, flags };
+  return { ...values, output, positional: positionals };
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -36,25 +43,35 @@ async function main(argv: string[]): Promise<number> {
     await import("../token.js");
     return 0;
   }
-  const { positional, flags } = options(rest);
-  const str = (k: string) => (typeof flags.get(k) === "string" ? (flags.get(k) as string) : undefined);
-  const token = str("--token") ?? process.env.RELAY_TOKEN;
+  if (command === "-h" || command === "--help" || command === "help") {
+    console.log(USAGE);
+    return 0;
+  }
+  if (command !== "tail" && command !== "push" && command !== "get") {
+    console.error(USAGE);
+    return 2;
+  }
+  let o: ReturnType<typeof options>;
+  try {
+    o = options(rest);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(`episode-relay ${command}: ${e.message}\n\n${USAGE}`);
+    return 2;
+  }
+  const { positional } = o;
+  const token = o.token ?? process.env.RELAY_TOKEN;
   try {
     switch (command) {
       case "tail":
         if (positional.length !== 1) break;
-        return await tail(parseTarget(positional[0]!), { token, routing: flags.has("--routing") });
+        return await tail(parseTarget(positional[0]!), { token, routing: o.routing });
       case "push":
         if (positional.length !== 2) break;
-        return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: flags.has("--fast") });
+        return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast });
       case "get":
         if (positional.length !== 1) break;
-        return await get(parseTarget(positional[0]!), { token, json: flags.has("--json"), output: str("-o") ?? str("--output") });
-      case "-h":
-      case "--help":
-      case "help":
-        console.log(USAGE);
-        return 0;
+        return await get(parseTarget(positional[0]!), { token, json: o.json, output: o.output });
     }
   } catch (e) {
     console.error(`episode-relay ${command}: ${(e as Error).message}`);

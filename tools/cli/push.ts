@@ -1,4 +1,4 @@
-// `episode-relay push FILE URL/ID [--fast] [--token T] [--ingest http|ws]`: replay a recording
+// `episode-relay push FILE URL/ID [--fast] [--token T]`: replay a recording
 // into a relay as a producer would (envelopes, exactly-once), then post its reply.
 // FILE is a golden case (`*.msgpack`, test/fixtures/golden/README.md format; frames are sent 250 ms apart
 // unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`

@@ -3,6 +3,10 @@
 // Local mode (the default) runs each case through the project's own assembly. Relay mode
 // (`--relay URL`) runs it against a running relay; its options only mean something there.
 
+import { parseOptions, UsageError } from "../parse-options.js";
+
+export { UsageError };
+
 export type IngestMode = "http" | "ws";
 
 /** What relay mode needs; handed to `runCaseOnRelay` (tools/conformance/relay.ts) as is. */
@@ -24,14 +28,6 @@ export interface CliOptions {
   relay?: RelayOptions;
 }
 
-/** A command line that cannot be run (the CLI prints the message and the usage, exits 2). */
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "UsageError";
-  }
-}
-
 export const USAGE = `usage: npm run conformance -- [options] PATH...
 
   PATH              a golden case file (NAME.msgpack) or a directory of them
@@ -50,46 +46,33 @@ export const USAGE = `usage: npm run conformance -- [options] PATH...
 Prints "ok NAME" or "FAIL NAME: <first difference>" per case, then "N passed, N failed".
 Exit status: 0 all passed, 1 some case failed, 2 usage error.`;
 
-const VALUE_OPTIONS = new Set(["--relay", "--ingest", "--watchers", "--token"]);
+const VALUE_OPTIONS = ["relay", "ingest", "watchers", "token"] as const;
 
 /** Parse `argv` (without node and the script). Throws UsageError. */
 export function parseArgs(argv: readonly string[]): CliOptions {
-  const paths: string[] = [];
-  const given = new Map<string, string>();
-  let help = false;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "--") {
-      paths.push(...argv.slice(i + 1));
-      break;
-    }
-    if (arg === "-h" || arg === "--help") {
-      help = true;
-      continue;
-    }
-    if (!arg.startsWith("-") || arg === "-") {
-      paths.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf("=");
-    const name = eq > 0 ? arg.slice(0, eq) : arg;
-    if (!VALUE_OPTIONS.has(name)) throw new UsageError(`unknown option ${name}`);
-    let value: string | undefined;
-    if (eq > 0) value = arg.slice(eq + 1);
-    else {
-      value = argv[i + 1];
-      if (value === undefined || (value.startsWith("--") && value.length > 2)) throw new UsageError(`${name} needs a value`);
-      i++;
-    }
-    if (given.has(name)) throw new UsageError(`${name} given twice`);
-    given.set(name, value);
+  const { values, positionals, tokens } = parseOptions({
+    args: argv,
+    options: {
+      help: { type: "boolean", short: "h" },
+      relay: { type: "string" },
+      ingest: { type: "string" },
+      watchers: { type: "string" },
+      token: { type: "string" },
+    },
+    allowPositionals: true,
+    tokens: true,
+  });
+  for (const name of VALUE_OPTIONS) {
+    if (tokens.filter((t) => t.kind === "option" && t.name === name).length > 1) throw new UsageError(`--${name} given twice`);
   }
+  const help = values.help ?? false;
+  const paths = positionals;
   if (help) return { help, paths };
 
-  const relay = given.get("--relay");
+  const relay = values.relay;
   if (relay === undefined) {
-    for (const name of ["--ingest", "--watchers", "--token"]) {
-      if (given.has(name)) throw new UsageError(`${name} only applies to relay mode (--relay URL)`);
+    for (const name of ["ingest", "watchers", "token"] as const) {
+      if (values[name] !== undefined) throw new UsageError(`--${name} only applies to relay mode (--relay URL)`);
     }
   }
   if (paths.length === 0) throw new UsageError("no PATH given");
@@ -102,11 +85,11 @@ export function parseArgs(argv: readonly string[]): CliOptions {
     throw new UsageError(`--relay: not a URL: ${JSON.stringify(relay)}`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--relay: expected an http(s) URL, got ${JSON.stringify(relay)}`);
-  const ingest = given.get("--ingest") ?? "http";
+  const ingest = values.ingest ?? "http";
   if (ingest !== "http" && ingest !== "ws") throw new UsageError(`--ingest: expected http or ws, got ${JSON.stringify(ingest)}`);
-  const watchersText = given.get("--watchers") ?? "0";
+  const watchersText = values.watchers ?? "0";
   if (!/^(0|[1-9][0-9]{0,3})$/.test(watchersText)) throw new UsageError(`--watchers: expected a whole number 0..9999, got ${JSON.stringify(watchersText)}`);
-  const token = given.get("--token");
+  const token = values.token;
   if (token !== undefined && token === "") throw new UsageError("--token: empty");
   return {
     help,
