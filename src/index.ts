@@ -1,88 +1,98 @@
-// The Worker: checks access (src/http/auth.ts), answers CORS (src/http/cors.ts), and routes
-// `/v1/episodes/{id}/...` to that episode's Durable Object, and the listing paths
-// (`GET /v1/episodes`, `GET /v1/episodes/watch`) to the episode index. It holds no state and logs
-// nothing. Everything outside /v1/ is the dashboard, served as static assets (wrangler.toml
-// `[assets]`, `run_worker_first = ["/v1/*"]`) without reaching this code.
+// The Worker: checks access (src/http/auth.ts), answers CORS (src/http/cors.ts), routes
+// (src/http/route.ts), and calls the episode's Durable Object (or the episode index) over RPC;
+// WebSocket upgrades are forwarded with fetch. It holds no state; an unexpected error is logged
+// and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
+// dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
 import { EPISODE_ID_HEADER } from "./episode/episode.js";
-import { authMode, authorize, isWebSocketUpgrade, need, offeredProtocols, refusal, stripCredentials, WS_PROTOCOL, type Claims } from "./http/auth.js";
-import { tooLarge } from "./http/body.js";
-import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
-import { errorResponse } from "./http/errors.js";
-import { INDEX_METHODS, METHODS, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
 import { limitsFrom } from "./episode/limits.js";
+import { wantsJson } from "./episode/read.js";
+import { authMode, authorize, type Claims, isWebSocketUpgrade, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
+import { readBody } from "./http/body.js";
+import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
+import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
+import { allowedMethods, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
 import { INDEX_NAME } from "./registry/episode-index.js";
-import { SCOPE_HEADER } from "./registry/rows.js";
+import { parseListQuery, SCOPE_HEADER, scopeOf } from "./registry/rows.js";
 
 export { Episode } from "./episode/episode.js";
 export { EpisodeIndex } from "./registry/episode-index.js";
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
-    const url = new URL(request.url);
     const cors = corsConfig(env);
-    const route = parseRoute(url.pathname);
-    const mode = authMode(env);
-
-    // A preflight carries no credentials: answer it without a token (but not when fail-closed).
-    if (isPreflight(request) && (route.kind === "health" || mode.kind !== "closed")) {
-      return preflightResponse(request, cors);
+    let response: Response;
+    try {
+      const url = new URL(request.url);
+      const route = parseRoute(url.pathname);
+      const mode = authMode(env);
+      // A preflight carries no credentials: answer it without a token (but not when fail-closed).
+      if (isPreflight(request) && (route.kind === "health" || mode.kind !== "closed")) return preflightResponse(request, cors);
+      const decision = await authorize(request, url, need(request.method, route), mode, (o) => listedOrigin(cors, o));
+      response = decision.ok ? await dispatch(request, url, route, env, decision.claims) : errorResponse(decision.refusal);
+    } catch (e) {
+      response = errorResponse(e, `${request.method} ${new URL(request.url).pathname}`);
     }
-
-    const decision = await authorize(request, url, need(request.method, url.pathname, route), mode, (o) => listedOrigin(cors, o));
-    if (!decision.ok) return withCors(refusal(decision), request, cors);
-    return withCors(await dispatch(request, url, route, env, decision.claims), request, cors);
+    return withCors(response, request, cors);
   },
 } satisfies ExportedHandler<Env>;
 
-/** The routing proper (unchanged by access control). */
+/** The routing proper (access was checked). */
 async function dispatch(request: Request, url: URL, route: Route, env: Env, claims: Claims | null): Promise<Response> {
   switch (route.kind) {
     case "health":
       return Response.json({ ok: true, service: "episode-relay" });
     case "not_found":
-      return Response.json({ error: "not_found", message: `no route for ${url.pathname}` }, { status: 404 });
+      throw new RelayError("not_found", `no route for ${url.pathname}`);
     case "bad_id":
-      if (RESERVED_IDS.has(route.id)) {
-        return Response.json(
-          { error: "bad_episode_id", message: `"${route.id}" is reserved (/v1/episodes/${route.id} is an index path) and cannot name an episode` },
-          { status: 400 },
-        );
-      }
-      return Response.json({ error: "bad_episode_id", message: "episode ids are 1-128 characters of [A-Za-z0-9._:-]" }, { status: 400 });
-    case "list":
-    case "index_watch": {
-      const allowed = INDEX_METHODS[route.kind];
-      if (!allowed.includes(request.method)) {
-        return Response.json(
-          { error: "method_not_allowed", message: `${request.method} is not allowed on this path` },
-          { status: 405, headers: { allow: allowed.join(", ") } },
-        );
-      }
-      // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
-      const scope = claims === null ? ["*"] : claims.episodes;
-      const stub = env.EPISODE_INDEX.getByName(INDEX_NAME);
-      return answerProtocol(request, await stub.fetch(stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(scope) })));
-    }
+      throw new RelayError(
+        "bad_episode_id",
+        RESERVED_IDS.has(route.id)
+          ? `"${route.id}" is reserved (/v1/episodes/${route.id} is an index path) and cannot name an episode`
+          : "episode ids are 1-128 characters of [A-Za-z0-9._:-]",
+      );
   }
-  const allowed = METHODS[route.action];
-  if (!allowed.includes(request.method)) {
-    return Response.json(
-      { error: "method_not_allowed", message: `${request.method} is not allowed on this path` },
-      { status: 405, headers: { allow: allowed.join(", ") } },
-    );
+  const allowed = allowedMethods(route);
+  if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
+  // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
+  const scope = scopeOf(claims === null ? ["*"] : claims.episodes);
+  if (route.kind === "list") {
+    const index = env.EPISODE_INDEX.getByName(INDEX_NAME);
+    const page = await index.list(parseListQuery(url.searchParams), scope);
+    const headers = { "content-type": "application/json", "cache-control": "no-store" };
+    return new Response(request.method === "HEAD" ? null : page, { headers });
   }
-  const declared = Number(request.headers.get("content-length") ?? 0);
-  const max = limitsFrom(env).maxMessage;
-  if (declared > max) return errorResponse(tooLarge(declared, max));
-  const stub = env.EPISODES.get(env.EPISODES.idFromName(route.id));
-  // No token travels past the Worker: Authorization, ?token= and bearer.* protocol entries are removed.
-  return answerProtocol(request, await stub.fetch(stripCredentials(request, url, { [EPISODE_ID_HEADER]: route.id })));
+  if (route.kind === "index_watch") {
+    if (!isWebSocketUpgrade(request)) throw upgradeRequired("the index watch endpoint");
+    const index = env.EPISODE_INDEX.getByName(INDEX_NAME);
+    return answerProtocol(request, await index.fetch(stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(scope ?? ["*"]) })));
+  }
+  const episode = env.EPISODES.get(env.EPISODES.idFromName(route.id));
+  const id = route.id;
+  switch (route.action) {
+    case "ingest":
+    case "watch":
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired(`the ${route.action} endpoint`);
+      // No token travels past the Worker: Authorization, ?token= and bearer.* protocol entries are removed.
+      return answerProtocol(request, await episode.fetch(stripCredentials(request, url, { [EPISODE_ID_HEADER]: id })));
+    case "deltas":
+      return answerResponse(await episode.ingest(id, await readBody(request, limitsFrom(env).maxMessage)));
+    case "reply":
+      return answerResponse(await episode.reply(id, await readBody(request, limitsFrom(env).maxMessage)));
+    case "status":
+      return answerResponse(await episode.status(id));
+    case "episode":
+      if (request.method === "DELETE") return answerResponse(await episode.remove(id));
+      return episode.read(id, {
+        json: wantsJson(request.headers.get("accept")),
+        head: request.method === "HEAD",
+        ifNoneMatch: request.headers.get("if-none-match"),
+      });
+  }
 }
 
 /** A 101 to a client that offered our subprotocol (browsers send it with bearer.<token>) must name it. */
 function answerProtocol(request: Request, res: Response): Response {
-  if (res.status === 101 && res.webSocket && isWebSocketUpgrade(request) && offeredProtocols(request).includes(WS_PROTOCOL)) {
-    // The client offered our subprotocol (browsers send it with bearer.<token>): it must be answered.
+  if (res.status === 101 && res.webSocket && offeredProtocols(request).includes(WS_PROTOCOL)) {
     const headers = new Headers(res.headers);
     if (!headers.has("sec-websocket-protocol")) headers.set("sec-websocket-protocol", WS_PROTOCOL);
     return new Response(null, { status: 101, webSocket: res.webSocket, headers });

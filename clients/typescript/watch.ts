@@ -6,13 +6,11 @@
 //
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
 
-import { decode } from "@msgpack/msgpack";
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
-import { parseReply } from "../../src/assembly/reply.js";
 import { decodeLossless } from "../../src/wire/lossless.js";
 import { toJson, type Json } from "../../src/wire/json-view.js";
-import { concatChunks } from "../../src/wire/writer.js";
+import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
 import { traceOf } from "../../src/assembly/delta.js";
 
 /** The subset of the WHATWG WebSocket this client uses (browsers' and `ws`'s both fit). */
@@ -119,21 +117,6 @@ export type WatchEvent =
   | { type: "error"; error: Error };
 
 type Listener = (e: WatchEvent) => void;
-
-interface Message {
-  type: string;
-  protocol?: number;
-  episode?: string;
-  status?: string;
-  seq?: number;
-  reason?: string;
-  deltas?: Uint8Array[];
-  more?: boolean;
-  frames?: Array<[number, Uint8Array]>;
-  reply?: Uint8Array;
-  error?: string | null;
-  ack_bytes?: number;
-}
 
 export class EpisodeWatch {
   /** The episode as assembled so far (the project's byte-exact assembly). */
@@ -269,7 +252,7 @@ export class EpisodeWatch {
   /** Tell the relay how much arrived (it sends more, and keeps this watcher, by that). */
   private ack(): void {
     this.ackedAt = this.received;
-    if (this.socket?.readyState === 1) this.socket.send(JSON.stringify({ type: "ack", bytes: this.received }));
+    if (this.socket?.readyState === 1) this.socket.send(ackMessage(this.received));
   }
 
   private receive(data: unknown): void {
@@ -277,7 +260,7 @@ export class EpisodeWatch {
     const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : (data as Uint8Array);
     this.received += bytes.length;
     try {
-      this.handle(decode(bytes) as Message);
+      this.handle(decodeWatchMessage(bytes));
     } catch (e) {
       this.emit({ type: "error", error: e as Error });
       // our state can no longer be trusted: start over from a snapshot
@@ -290,30 +273,30 @@ export class EpisodeWatch {
     if (this.received - this.ackedAt >= every) this.ack();
   }
 
-  private handle(m: Message): void {
+  private handle(m: WatchMessage): void {
     switch (m.type) {
       case "hello":
         // a new hello starts over (a retraction rewound the episode): drop a half-received snapshot
         this.incoming = null;
-        this.status = m.status!;
-        if (typeof m.ack_bytes === "number" && m.ack_bytes > 0) this.ackBytes = m.ack_bytes;
+        this.status = m.status;
+        if (m.ack_bytes > 0) this.ackBytes = m.ack_bytes;
         this.setState("catching_up");
-        this.emit({ type: "hello", episode: m.episode!, status: m.status!, seq: m.seq! });
+        this.emit({ type: "hello", episode: m.episode, status: m.status, seq: m.seq });
         return;
       case "snapshot": {
         // a snapshot replaces the state, once all its messages are in
         const next = (this.incoming ??= new EpisodeAssembly());
-        for (const d of m.deltas!) next.apply(d);
+        for (const d of m.deltas) next.apply(d);
         if (m.more) return;
         this.assembly = next;
         this.incoming = null;
-        this.seq = m.seq!;
+        this.seq = m.seq;
         this.resumeAfter = this.seq;
-        this.emit({ type: "snapshot", seq: m.seq!, reason: m.reason! });
+        this.emit({ type: "snapshot", seq: m.seq, reason: m.reason });
         return;
       }
       case "frames":
-        for (const [seq, delta] of m.frames!) {
+        for (const [seq, delta] of m.frames) {
           if (seq <= this.seq) continue; // never apply twice
           this.assembly.apply(delta);
           this.seq = seq;
@@ -322,27 +305,26 @@ export class EpisodeWatch {
         }
         return;
       case "status":
-        this.status = m.status!;
-        this.error = m.error ?? null;
-        this.emit({ type: "status", status: m.status!, seq: m.seq!, error: m.error ?? null });
+        this.status = m.status;
+        this.error = m.error;
+        this.emit({ type: "status", status: m.status, seq: m.seq, error: m.error });
         return;
       case "caught_up":
         this.setState("live");
-        this.emit({ type: "caught_up", seq: m.seq! });
+        this.emit({ type: "caught_up", seq: m.seq });
         return;
       case "finish": {
-        const status = m.status === "failed" ? "failed" : "finished";
-        this.error = m.error ?? null;
+        const status = m.status;
+        this.error = m.error;
         if (status === "finished") {
           try {
-            const reply = parseReply(m.reply!);
-            this.episode = concatChunks(this.assembly.finish(reply.head ?? [], reply.summaries));
+            this.episode = this.assembly.finishReply(m.reply);
           } catch (e) {
             this.error = e instanceof FinishError ? e.message : String(e);
           }
         }
         this.setState(status);
-        this.emit({ type: "finish", status, seq: m.seq!, episode: this.episode, error: this.error });
+        this.emit({ type: "finish", status, seq: m.seq, episode: this.episode, error: this.error });
         this.stopped = true;
         this.clearTimers();
         this.socket?.close(1000, "finished");

@@ -5,14 +5,10 @@ import { ago, clear, h } from "./dom.js";
 import type { Shell } from "./shell.js";
 import { rewardPairs } from "./model.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
+import { type IndexMessage, parseIndexMessage } from "../../src/registry/index-protocol.js";
 
 /** A row as the API shows it (the server's own type). */
 type Entry = IndexEntry;
-
-type IndexMessage =
-  | { type: "snapshot"; episodes: Entry[]; truncated?: boolean; limit?: number }
-  | { type: "upsert"; episode: Entry }
-  | { type: "delete"; id: string };
 
 const STATUSES = ["all", "live", "finish_refused", "finished", "failed"] as const;
 
@@ -124,7 +120,7 @@ export function mountList(shell: Shell): () => void {
     if (m.type === "snapshot") {
       episodes.clear();
       for (const e of m.episodes) episodes.set(e.id, e);
-      truncated = m.truncated === true;
+      truncated = m.truncated;
       loaded = true;
     } else if (m.type === "upsert") episodes.set(m.episode.id, m.episode);
     else if (m.type === "delete") episodes.delete(m.id);
@@ -160,7 +156,7 @@ export function mountList(shell: Shell): () => void {
     sock.onmessage = (ev) => {
       if (typeof ev.data !== "string" || ev.data === "pong") return;
       try {
-        onMessage(JSON.parse(ev.data) as IndexMessage);
+        onMessage(parseIndexMessage(ev.data));
       } catch {
         // ignore a message we cannot read
       }

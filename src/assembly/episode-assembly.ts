@@ -17,16 +17,13 @@ import { infoOf, nodeLength, type NodeState } from "./node.js";
 import { drain, MsgpackOut, viewOf, writeCheckpoint, writeFinished, type TraceView } from "./render.js";
 import { MemoryStore, type EpisodeStore } from "./store.js";
 import { TraceState } from "./trace.js";
+import { parseReply, type TraceSummary } from "./reply.js";
 import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
 
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;
 
-export interface TraceSummary {
-  id: string;
-  nodes: number;
-  calls: number;
-}
+export type { TraceSummary } from "./reply.js";
 
 export class EpisodeAssembly {
   /** Live traces in arrival order (the order their `open` was first applied). */
@@ -255,9 +252,10 @@ export class EpisodeAssembly {
     return drain(out, writeFinished(out, this.store, head, this.pick(summaries)));
   }
 
-  /** `finish` as one buffer. */
-  finishBytes(head: readonly Entry[], summaries: readonly TraceSummary[]): Uint8Array {
-    return concatChunks(this.finish(head, summaries));
+  /** The finished episode's bytes for an upstream reply (its bytes). Throws FinishError, DeltaError. */
+  finishReply(reply: Uint8Array): Uint8Array {
+    const r = parseReply(reply);
+    return concatChunks(this.finish(r.head ?? [], r.summaries));
   }
 }
 

@@ -180,7 +180,7 @@ export function writeNdArray(w: ChunkWriter, a: NdArray): void {
   if (a.span) return w.raw(a.span);
   w.mapHeader(4);
   w.raw(KEY_ND);
-  w.byte(0xc3);
+  w.bool(true);
   w.raw(KEY_DTYPE);
   w.raw(encodeStr(a.dtype));
   w.raw(KEY_SHAPE);

@@ -6,7 +6,7 @@ import { DeltaError } from "./errors.js";
 import { parseNdArray, writeNdArray, type NdArray } from "./ndarray.js";
 import { equalBytes } from "../wire/bytes.js";
 import { Reader } from "../wire/reader.js";
-import { ChunkWriter, encodeStr } from "../wire/writer.js";
+import { ChunkWriter, encodeStr, NIL_BYTE } from "../wire/writer.js";
 
 const KEY_PARENTS = encodeStr("semantic_parents");
 const KEY_ROUTED = encodeStr("routed_experts");
@@ -50,10 +50,10 @@ export function readNode(r: Reader, field: string): NodeState {
     if (equalBytes(key, KEY_PARENTS)) {
       parentsAt = i;
       parents = arrayItems(new Reader(value, 0, value.length, true), `${field}.semantic_parents`, true);
-      if (value[0] === 0xc0) pristine = false;
+      if (value[0] === NIL_BYTE) pristine = false;
     } else if (equalBytes(key, KEY_ROUTED)) {
       routedAt = i;
-      if (value[0] !== 0xc0) routed = parseNdArray(value, `${field}.routed_experts`);
+      if (value[0] !== NIL_BYTE) routed = parseNdArray(value, `${field}.routed_experts`);
     }
     keys.push(key);
     values.push(value);

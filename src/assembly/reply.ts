@@ -2,8 +2,15 @@
 
 import { mapEntries, asDeltaError, type Entry } from "./delta.js";
 import { DeltaError } from "./errors.js";
-import type { TraceSummary } from "./episode-assembly.js";
 import { Reader } from "../wire/reader.js";
+import { NIL_BYTE } from "../wire/writer.js";
+
+/** A trace the reply names, with the counts the reference checks. */
+export interface TraceSummary {
+  id: string;
+  nodes: number;
+  calls: number;
+}
 
 export interface ParsedReply {
   success: boolean;
@@ -30,18 +37,18 @@ export function parseReply(bytes: Uint8Array): ParsedReply {
   if (ok === undefined) throw new DeltaError("wrong_type", "success", "reply.success must be a bool");
   let error: string | null = null;
   const err = get("error");
-  if (err && err.value[0] !== 0xc0) {
+  if (err && err.value[0] !== NIL_BYTE) {
     const s = trusted(err.value).str();
     if (s === undefined) throw new DeltaError("wrong_type", "error", "reply.error must be a str or nil");
     error = s;
   }
   let head: Entry[] | null = null;
   const h = get("head");
-  if (h && h.value[0] !== 0xc0) head = mapEntries(trusted(h.value), "head");
+  if (h && h.value[0] !== NIL_BYTE) head = mapEntries(trusted(h.value), "head");
   if (ok && !head) throw new DeltaError("wrong_type", "head", "a successful reply needs a head map");
   const summaries: TraceSummary[] = [];
   const t = get("traces");
-  if (t && t.value[0] !== 0xc0) {
+  if (t && t.value[0] !== NIL_BYTE) {
     const tr = trusted(t.value);
     const n = tr.arrayHeader();
     if (n < 0) throw new DeltaError("wrong_type", "traces", "reply.traces must be an array");

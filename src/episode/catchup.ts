@@ -15,7 +15,8 @@ import { traceOf } from "../assembly/delta.js";
 import type { TraceView } from "../assembly/render.js";
 import { buildDelta, snapshotPlan, type DeltaPlan } from "../assembly/snapshot.js";
 import type { BodyReader } from "../assembly/store.js";
-import { caughtUpMessage, finishMessage, framesMessage, MESSAGE_BYTES, snapshotMessage, type Frame } from "../watch/protocol.js";
+import { caughtUpMessage, finishMessage, framesMessage, MESSAGE_BYTES, snapshotMessage, type Frame, type SnapshotReason } from "../watch/protocol.js";
+export type { SnapshotReason } from "../watch/protocol.js";
 import { deltaForVariant, stripRouting, variantKey, type Variant } from "../watch/variant.js";
 import type { Pin } from "./sql-store.js";
 import type { Meta } from "./storage.js";
@@ -42,7 +43,6 @@ export interface CatchUpSource {
  * Why a watcher gets a snapshot: it joined, it resumed from before the log or from past its end,
  * or a retraction took back frames it may hold (src/envelope/ledger.ts).
  */
-export type SnapshotReason = "join" | "trimmed" | "ahead" | "rewind";
 
 /** One snapshot's messages, built once for every watcher that needs them. */
 export class Cohort {

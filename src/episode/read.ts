@@ -1,13 +1,109 @@
-// GET of an episode: the live form `{status, seq, error, traces}` while the run is on (or failed),
+// GET of an episode and its status: the live form `{status, seq, error, traces}` while the run is on (or failed),
 // the finished episode once the reply finished it; msgpack or the JSON view. The body is streamed:
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
-import { checkpointSize, writeCheckpoint, type Out, type TraceView } from "../assembly/render.js";
+import { checkpointSize, JsonOut, MsgpackOut, type Out, type TraceView, writeCheckpoint, writeFinished } from "../assembly/render.js";
+import { parseReply } from "../assembly/reply.js";
 import type { BodyReader } from "../assembly/store.js";
 import { encodeInt, encodeStr, NIL } from "../wire/writer.js";
 import type { Pin } from "./sql-store.js";
-import type { Meta } from "./storage.js";
+import type { EpisodeState } from "./state.js";
+import { type EpisodeStatus, type Meta, publicStatus } from "./storage.js";
+
+/** What the Worker passes on of a GET or HEAD of the episode. */
+export interface ReadRequest {
+  /** The JSON view (Accept: application/json), else msgpack. */
+  json: boolean;
+  head: boolean;
+  ifNoneMatch: string | null;
+}
+
+export const MSGPACK = "application/msgpack";
+
+export function wantsJson(accept: string | null): boolean {
+  const a = accept ?? "";
+  return /application\/json/.test(a) && !/application\/(x-)?msgpack/.test(a);
+}
+
+/** The representation's ETag, quoted: the msgpack and JSON forms are two representations. */
+export function representationEtag(etag: string, json: boolean): string {
+  return `"${etag}-${json ? "json" : "msgpack"}"`;
+}
+
+/** Whether an If-None-Match header names `etag` (or `*`). */
+export function matchesEtag(ifNoneMatch: string | null, etag: string): boolean {
+  return ifNoneMatch?.split(",").some((t) => t.trim() === etag || t.trim() === "*") ?? false;
+}
+
+/** The episode, streamed from storage: the live form, or the finished episode. */
+export function readEpisode(state: EpisodeState, req: ReadRequest): Response {
+  const m = state.requireMeta();
+  // caches must key on Accept: each representation has its own ETag
+  const headers = new Headers({ "cache-control": "no-store", vary: "Accept" });
+  const finished = m.status === "finished" && m.etag !== null ? m.etag : null;
+  if (finished !== null) {
+    const etag = representationEtag(finished, req.json);
+    headers.set("etag", etag);
+    headers.set("cache-control", "private, max-age=0, must-revalidate");
+    if (matchesEtag(req.ifNoneMatch, etag)) return new Response(null, { status: 304, headers });
+  }
+  headers.set("content-type", req.json ? "application/json" : MSGPACK);
+  const asm = state.index().asm;
+  let views: TraceView[];
+  let head: ReturnType<typeof parseReply>["head"] | null = null;
+  if (finished !== null) {
+    const reply = parseReply(state.record.reply()!);
+    head = reply.head ?? [];
+    views = asm.pick(reply.summaries);
+    if (!req.json) headers.set("content-length", String(m.size));
+  } else {
+    views = asm.views();
+    if (!req.json) headers.set("content-length", String(liveSize(m, views)));
+  }
+  if (req.head) return new Response(null, { headers });
+  const out = req.json ? new JsonOut() : new MsgpackOut();
+  const pin = state.store.pin(m.seq);
+  const reader = state.store.reader(m.seq);
+  const writer = head !== null ? writeFinished(out, reader, head, views) : writeLive(out, reader, m, views);
+  return new Response(streamBody(out, writer, pin), { headers });
+}
+
+/** `GET /v1/episodes/{id}/status`. */
+export interface StatusBody {
+  id: string;
+  status: EpisodeStatus | "finish_refused";
+  seq: number;
+  traces: number;
+  nodes: number;
+  calls: number;
+  /** What the log holds (counts toward MAX_EPISODE_BYTES). */
+  frame_bytes: number;
+  /** What GET answers now (msgpack). */
+  episode_bytes: number;
+  watchers: number;
+  created: string;
+  updated: string;
+  error: string | null;
+}
+
+export function statusOf(state: EpisodeState, watchers: number): StatusBody {
+  const m = state.requireMeta();
+  return {
+    id: m.id,
+    status: publicStatus(m),
+    seq: m.seq,
+    traces: m.traces,
+    nodes: m.nodes,
+    calls: m.calls,
+    frame_bytes: m.bytes,
+    episode_bytes: m.size ?? liveSize(m, state.index().asm.views()),
+    watchers,
+    created: new Date(m.created).toISOString(),
+    updated: new Date(m.updated).toISOString(),
+    error: m.refused ?? m.error,
+  };
+}
 
 const KEYS = Object.fromEntries(["status", "seq", "error", "traces"].map((k) => [k, encodeStr(k)]));
 

@@ -13,15 +13,15 @@
 // - Per-socket state is memory only, except `live` in the attachment: after the object restarts,
 //   a socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
-import { framesMessage, helloMessage, statusMessage, type Frame } from "../watch/protocol.js";
+import { CLOSE_POLICY, CLOSE_TOO_SLOW, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
+import { type Frame, framesMessage, helloMessage, parseWatcherText, type SnapshotReason, statusMessage } from "../watch/protocol.js";
+import { deltaForVariant, parseVariant, type Variant, variantKey } from "../watch/variant.js";
+import { CatchUp, type CatchUpSource, Cohort } from "./catchup.js";
 import { publicStatus } from "./storage.js";
-import { deltaForVariant, variantKey, type Variant } from "../watch/variant.js";
-import { CatchUp, Cohort, type CatchUpSource, type SnapshotReason } from "./catchup.js";
 
 export const WATCH_TAG = "watch";
-export const CLOSE_TOO_SLOW = 4008;
-export const CLOSE_TRY_LATER = 1013;
-export const CLOSE_POLICY = 1008;
+/** Sockets accepted only to be closed at once (too many watchers). */
+export const REFUSED_TAG = "refused";
 /** A catch-up silent this long may lose its slot to a waiting watcher. */
 export const STALL_MS = 30_000;
 /** A cohort member silent this long no longer holds the others back. */
@@ -100,12 +100,43 @@ export class Watchers {
     return this.ctx.getWebSockets(WATCH_TAG).length;
   }
 
-  full(): boolean {
-    return this.count() >= this.limits.maxWatchers;
+  /**
+   * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B]` as a WebSocket: hello at once,
+   * then its catch-up (a snapshot, or the frames after `after`), paced by its acks, then live
+   * frames. Past `maxWatchers`, the socket is accepted and closed 1013 (try later) with a reason.
+   */
+  open(url: URL, id: string): Response {
+    const afterParam = url.searchParams.get("after");
+    const after = afterParam === null ? null : Number(afterParam);
+    if (after !== null && !(Number.isSafeInteger(after) && after >= 0)) {
+      throw new RelayError("bad_after", "after must be a non-negative integer seq", "after");
+    }
+    const variant = parseVariant(url.searchParams);
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    if (this.count() >= this.limits.maxWatchers) {
+      this.ctx.acceptWebSocket(server, [REFUSED_TAG]);
+      safeClose(server, CLOSE_TRY_LATER, `too many watchers (limit ${this.limits.maxWatchers}); try again later`);
+    } else {
+      this.ctx.acceptWebSocket(server, [WATCH_TAG]);
+      this.accept(server, id, variant, after);
+    }
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** A text message from a watcher: acks pace its catch-up and the lag rule; anything else ends it. */
+  message(ws: WebSocket, message: string | ArrayBuffer): void {
+    // "ping" never gets here (the platform answers it)
+    const m = typeof message === "string" ? parseWatcherText(message) : null;
+    if (m === null) {
+      safeClose(ws, CLOSE_POLICY, 'watchers send only acks ({"type":"ack","bytes":N}) and "ping"');
+      this.gone(ws);
+      return;
+    }
+    this.ack(ws, m.bytes);
   }
 
   /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
-  accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
+  private accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
     ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
     this.states.set(ws, { key: variantKey(variant), variant, live: false });
     this.flows.set(ws, { sent: 0, acked: 0, window: FIRST_WINDOW, base: 0 });
@@ -124,13 +155,13 @@ export class Watchers {
     if (this.catchUps.size < this.limits.maxCatchUps) return;
     for (const [ws, _c] of [...this.catchUps]) {
       if (now - (this.progress.get(ws) ?? now) < STALL_MS) continue;
-      close(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
+      safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
       this.gone(ws);
     }
   }
 
   /** The watcher acknowledged `bytes` (its count since the socket opened). */
-  ack(ws: WebSocket, bytes: number): void {
+  private ack(ws: WebSocket, bytes: number): void {
     const f = this.flowOf(ws);
     if (f.base === null) f.base = bytes - f.acked; // first ack after a restart: count from here
     f.acked = Math.max(f.acked, bytes - f.base);
@@ -204,13 +235,7 @@ export class Watchers {
     this.blocked.clear();
     this.waiting.length = 0;
     this.pending = [];
-    for (const ws of this.ctx.getWebSockets()) {
-      try {
-        ws.close(code, reason);
-      } catch {
-        // already closing
-      }
-    }
+    for (const ws of this.ctx.getWebSockets()) safeClose(ws, code, reason);
   }
 
   private startWaiting(): void {
@@ -351,7 +376,7 @@ export class Watchers {
     s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
     this.states.set(ws, s);
     if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
-      close(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
+      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
       s.live = false;
     }
     return s;
@@ -368,7 +393,7 @@ export class Watchers {
     const f = this.flowOf(ws);
     const behind = f.sent - f.acked + message.length;
     if (behind > this.limits.lagBytes) {
-      close(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
+      safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
       return;
     }
     this.send(ws, message);
@@ -388,12 +413,4 @@ export class Watchers {
 
 function att(ws: WebSocket): WatcherAttachment {
   return ws.deserializeAttachment() as WatcherAttachment;
-}
-
-function close(ws: WebSocket, code: number, reason: string): void {
-  try {
-    ws.close(code, reason);
-  } catch {
-    // already closing
-  }
 }

@@ -20,18 +20,19 @@
 // Nothing here logs, and no response carries a token, a secret or a jose error text.
 
 import { errors, jwtVerify, SignJWT } from "jose";
+import { RelayError } from "./errors.js";
 import { EPISODE_ID, INDEX_METHODS, METHODS, type Route } from "./route.js";
 
 export type Role = "producer" | "watcher" | "admin";
 export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
 
-/** What a request needs from its token. */
-export type Permission = "read" | "write" | "list";
+/** What a role may do to the episodes its token covers (every role may list them). */
+export type Permission = "read" | "write";
 
 const GRANTS: Record<Role, ReadonlySet<Permission>> = {
-  producer: new Set<Permission>(["read", "write", "list"]),
-  watcher: new Set<Permission>(["read", "list"]),
-  admin: new Set<Permission>(["read", "write", "list"]),
+  producer: new Set<Permission>(["read", "write"]),
+  watcher: new Set<Permission>(["read"]),
+  admin: new Set<Permission>(["read", "write"]),
 };
 
 /** The verified claims of a token. */
@@ -126,8 +127,8 @@ export type Need =
 
 const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
 
-/** The permission a routed request needs (`_pathname` is kept for callers; the route says it all). */
-export function need(method: string, _pathname: string, route: Route): Need {
+/** The permission a routed request needs. */
+export function need(method: string, route: Route): Need {
   if (route.kind === "health") return { kind: "open" };
   if (route.kind === "episode") {
     if (!METHODS[route.action].includes(method)) return { kind: "token" };
@@ -235,7 +236,7 @@ function verifyFailure(e: unknown): string {
 
 // ---- the decision ----
 
-export type Decision = { ok: true; claims: Claims | null } | { ok: false; status: 400 | 401 | 403 | 503; error: string; message: string };
+export type Decision = { ok: true; claims: Claims | null } | { ok: false; refusal: RelayError };
 
 /**
  * Decide one request: `claims` is null when no token was needed (health, auth off on loopback).
@@ -251,24 +252,16 @@ export async function authorize(
 ): Promise<Decision> {
   if (req.kind === "open") return { ok: true, claims: null };
   if (mode.kind === "closed") {
-    return {
-      ok: false,
-      status: 503,
-      error: "auth_not_configured",
-      message: "RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)",
-    };
+    return notConfigured("RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)");
   }
   if (mode.kind === "loopback" && !isLocalHostname(url.hostname)) {
-    return {
-      ok: false,
-      status: 503,
-      error: "auth_not_configured",
-      message: "RELAY_SECRET is not set and auth is off only for requests to localhost or 127.0.0.1: this request names another host, so it is refused",
-    };
+    return notConfigured(
+      "RELAY_SECRET is not set and auth is off only for requests to localhost or 127.0.0.1: this request names another host, so it is refused",
+    );
   }
   const protocols = offeredProtocols(request);
   if (protocols.some((p) => p.startsWith(WS_TOKEN_PREFIX)) && !protocols.includes(WS_PROTOCOL)) {
-    return { ok: false, status: 400, error: "bad_protocol", message: BAD_PROTOCOL };
+    return { ok: false, refusal: new RelayError("bad_protocol", BAD_PROTOCOL) };
   }
   if (mode.kind === "loopback") {
     const origin = request.headers.get("origin");
@@ -279,7 +272,7 @@ export async function authorize(
   }
 
   const found = findToken(request, url, isWebSocketUpgrade(request));
-  if ("badRequest" in found) return { ok: false, status: 400, error: "bad_protocol", message: found.badRequest };
+  if ("badRequest" in found) return { ok: false, refusal: new RelayError("bad_protocol", found.badRequest) };
   if ("missing" in found) return unauthorized(found.missing);
   if ("malformed" in found) return unauthorized(found.malformed);
   const v = await verifyToken(found.token, mode.key);
@@ -290,7 +283,6 @@ export async function authorize(
       return { ok: true, claims };
     case "list":
       // every role may list: the index shows each token only the episodes its `episodes` cover
-      if (!GRANTS[claims.role].has("list")) return forbidden(`role ${claims.role} cannot list episodes`);
       return { ok: true, claims };
     case "episode":
       if (!GRANTS[claims.role].has(req.permission)) {
@@ -301,20 +293,23 @@ export async function authorize(
   }
 }
 
+// 401s and 403s carry `WWW-Authenticate: Bearer` (RFC 6750)
 function unauthorized(message: string): Decision {
-  return { ok: false, status: 401, error: "unauthorized", message };
+  return {
+    ok: false,
+    refusal: new RelayError("unauthorized", message, undefined, { "www-authenticate": `Bearer realm="episode-relay", error="invalid_token"` }),
+  };
 }
 
 function forbidden(message: string): Decision {
-  return { ok: false, status: 403, error: "forbidden", message };
+  return {
+    ok: false,
+    refusal: new RelayError("forbidden", message, undefined, { "www-authenticate": `Bearer realm="episode-relay", error="insufficient_scope"` }),
+  };
 }
 
-/** The refusal as a JSON response (401s carry `WWW-Authenticate: Bearer`, RFC 6750). */
-export function refusal(d: Extract<Decision, { ok: false }>): Response {
-  const headers = new Headers();
-  if (d.status === 401) headers.set("www-authenticate", `Bearer realm="episode-relay", error="invalid_token"`);
-  if (d.status === 403) headers.set("www-authenticate", `Bearer realm="episode-relay", error="insufficient_scope"`);
-  return Response.json({ error: d.error, message: d.message }, { status: d.status, headers });
+function notConfigured(message: string): Decision {
+  return { ok: false, refusal: new RelayError("auth_not_configured", message) };
 }
 
 // ---- hygiene ----

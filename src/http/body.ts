@@ -1,5 +1,5 @@
-import { HttpError } from "./errors.js";
 import { concatChunks } from "../wire/writer.js";
+import { tooLarge } from "./errors.js";
 
 /** The request body, refused with 413 past `max` bytes (checked before and while reading). */
 export async function readBody(request: Request, max: number): Promise<Uint8Array> {
@@ -20,8 +20,4 @@ export async function readBody(request: Request, max: number): Promise<Uint8Arra
     chunks.push(value);
   }
   return concatChunks(chunks, total);
-}
-
-export function tooLarge(size: number, max: number): HttpError {
-  return new HttpError(413, "message_too_large", `message of ${size} bytes exceeds the limit of ${max} bytes`);
 }

@@ -18,7 +18,7 @@ function normalizeOrigin(o: string): string {
   return o.trim().toLowerCase().replace(/\/+$/, "");
 }
 
-export function corsConfig(env: Pick<Env, "CORS_ORIGINS">): CorsConfig {
+export function corsConfig(env: { CORS_ORIGINS?: string }): CorsConfig {
   const raw = (env.CORS_ORIGINS ?? "").trim();
   if (raw === "*") return { any: true, origins: new Set() };
   return {
@@ -64,7 +64,7 @@ export function preflightResponse(request: Request, cfg: CorsConfig): Response {
 
 /** `response` with Access-Control-Allow-Origin / Expose-Headers when allowed, and Vary: Origin. */
 export function withCors(response: Response, request: Request, cfg: CorsConfig): Response {
-  if (response.status === 101 || response.webSocket) return response; // upgrades: CORS does not apply
+  if (response.status === 101) return response; // upgrades (a WebSocket is always a 101): CORS does not apply
   const allowed = allowOrigin(cfg, request.headers.get("origin"));
   const varies = !cfg.any && cfg.origins.size > 0;
   if (allowed === null && !varies) return response;

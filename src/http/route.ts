@@ -20,10 +20,10 @@ const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch"]
 export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 
 /** Methods of the index paths. */
-export const INDEX_METHODS: Record<"list" | "index_watch", string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"] };
+export const INDEX_METHODS: Record<"list" | "index_watch", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"] };
 
 export function parseRoute(pathname: string): Route {
-  if (pathname === "/v1/health") return { kind: "health" };
+  if (pathname === "/v1/health" || pathname === "/v1/health/") return { kind: "health" };
   if (pathname === "/v1/episodes" || pathname === "/v1/episodes/") return { kind: "list" };
   if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "index_watch" };
   const m = /^\/v1\/episodes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
@@ -34,14 +34,15 @@ export function parseRoute(pathname: string): Route {
   } catch {
     return { kind: "bad_id", id: m[1]! };
   }
+  // no second segment is the episode itself ("episode" is not a path segment)
+  if (m[2] !== undefined && !ACTIONS.has(m[2])) return { kind: "not_found" };
   const action = m[2] ?? "episode";
-  if (action !== "episode" && !ACTIONS.has(action)) return { kind: "not_found" };
   if (!EPISODE_ID.test(id) || RESERVED_IDS.has(id)) return { kind: "bad_id", id };
   return { kind: "episode", id, action: action as EpisodeAction };
 }
 
 /** Methods each action answers. */
-export const METHODS: Record<EpisodeAction, string[]> = {
+export const METHODS: Record<EpisodeAction, readonly string[]> = {
   episode: ["GET", "HEAD", "DELETE"],
   deltas: ["POST"],
   ingest: ["GET"],
@@ -49,3 +50,8 @@ export const METHODS: Record<EpisodeAction, string[]> = {
   status: ["GET"],
   watch: ["GET"],
 };
+
+/** Methods a routed path answers. */
+export function allowedMethods(route: Extract<Route, { kind: "list" | "index_watch" | "episode" }>): readonly string[] {
+  return route.kind === "episode" ? METHODS[route.action] : INDEX_METHODS[route.kind];
+}

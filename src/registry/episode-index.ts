@@ -12,21 +12,29 @@
 //   scope. "ping" is answered "pong" by the platform without waking the object.
 
 import { DurableObject } from "cloudflare:workers";
+import { CLOSE_POLICY, echoClose, errorResponse, safeClose, upgradeRequired } from "../http/errors.js";
 import type { Json } from "../wire/json-view.js";
+import { encodeIndexMessage } from "./index-protocol.js";
 import {
-  entryOf,
-  MAX_LIMIT,
-  parseListQuery,
-  QueryError,
-  SCOPE_HEADER,
-  scopeOf,
-  visible,
   encodeCursor,
+  entryOf,
   type IndexEntry,
   type IndexRow,
   type ListQuery,
+  MAX_LIMIT,
+  parseListQuery,
+  SCOPE_HEADER,
   type Scope,
+  scopeOf,
+  visible,
 } from "./rows.js";
+
+/** A page of `GET /v1/episodes`. */
+export interface ListPage {
+  episodes: IndexEntry[];
+  /** Pass as `?cursor=` for the next page; null on the last. */
+  cursor: string | null;
+}
 
 /** Name of the one index object. */
 export const INDEX_NAME = "global";
@@ -91,7 +99,7 @@ export class EpisodeIndex extends DurableObject<Env> {
       row.error,
     );
     if (cur.rowsWritten === 0) return false;
-    this.broadcast(row.id, JSON.stringify({ type: "upsert", episode: entryOf(row) }));
+    this.broadcast(row.id, encodeIndexMessage({ type: "upsert", episode: entryOf(row) }));
     return true;
   }
 
@@ -99,28 +107,33 @@ export class EpisodeIndex extends DurableObject<Env> {
   remove(id: string): boolean {
     const cur = this.sql.exec("DELETE FROM episodes WHERE id = ?", id);
     if (cur.rowsWritten === 0) return false;
-    this.broadcast(id, JSON.stringify({ type: "delete", id }));
+    this.broadcast(id, encodeIndexMessage({ type: "delete", id }));
     return true;
   }
 
-  // ---- HTTP: list and watch ----
+  // ---- RPC from the Worker: a page of the list ----
+
+  /**
+   * Newest-updated first, paged by an opaque cursor, within the viewer's scope. The page comes
+   * as its JSON text: the Worker answers it as is (and rows carry free-form JSON rewards, which
+   * RPC's types cannot spell).
+   */
+  list(q: ListQuery, scope: Scope): string {
+    const rows = this.query(q, scope, q.limit + 1);
+    const page = rows.slice(0, q.limit);
+    const last = page.at(-1);
+    const body: ListPage = { episodes: page.map(entryOf), cursor: rows.length > q.limit && last ? encodeCursor(last.updated, last.id) : null };
+    return JSON.stringify(body);
+  }
+
+  // ---- the index socket (an upgrade: fetch) ----
 
   async fetch(request: Request): Promise<Response> {
-    const url = new URL(request.url);
-    const scope = readScope(request);
     try {
-      if (url.pathname === "/v1/episodes/watch") return await this.acceptWatch(request, url, scope);
-      const q = parseListQuery(url.searchParams);
-      const rows = this.query(q, scope, q.limit + 1);
-      const page = rows.slice(0, q.limit);
-      const last = page.at(-1);
-      const body = { episodes: page.map(entryOf), cursor: rows.length > q.limit && last ? encodeCursor(last.updated, last.id) : null };
-      return new Response(request.method === "HEAD" ? null : JSON.stringify(body), {
-        headers: { "content-type": "application/json", "cache-control": "no-store" },
-      });
+      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw upgradeRequired("the index watch endpoint");
+      return await this.acceptWatch(new URL(request.url), readScope(request));
     } catch (e) {
-      if (e instanceof QueryError) return Response.json({ error: e.code, field: e.field, message: e.message }, { status: 400 });
-      throw e;
+      return errorResponse(e, "index socket");
     }
   }
 
@@ -157,10 +170,7 @@ export class EpisodeIndex extends DurableObject<Env> {
       .map(rowOf);
   }
 
-  private async acceptWatch(request: Request, url: URL, scope: Scope): Promise<Response> {
-    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
-      return Response.json({ error: "upgrade_required", message: "the index watch endpoint is a WebSocket" }, { status: 426 });
-    }
+  private async acceptWatch(url: URL, scope: Scope): Promise<Response> {
     const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
     const prefix = q.prefix;
     const pair = new WebSocketPair();
@@ -169,7 +179,7 @@ export class EpisodeIndex extends DurableObject<Env> {
     server.serializeAttachment(await this.attachmentFor(scope, prefix));
     const rows = this.query({ status: null, prefix, limit: q.limit, after: null }, scope, q.limit + 1);
     const episodes: IndexEntry[] = rows.slice(0, q.limit).map(entryOf);
-    server.send(JSON.stringify({ type: "snapshot", episodes, truncated: rows.length > q.limit, limit: Math.min(q.limit, MAX_LIMIT) }));
+    server.send(encodeIndexMessage({ type: "snapshot", episodes, truncated: rows.length > q.limit, limit: Math.min(q.limit, MAX_LIMIT) }));
     return new Response(null, { status: 101, webSocket: client });
   }
 
@@ -211,15 +221,16 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   async webSocketMessage(ws: WebSocket): Promise<void> {
     // "ping" never gets here (the platform answers it)
-    ws.close(1008, 'the index socket is read-only: send only "ping"');
+    safeClose(ws, CLOSE_POLICY, 'the index socket is read-only: send only "ping"');
+  }
+
+  async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
+    console.warn("index socket error", error);
+    await this.webSocketClose(ws, 1006, "");
   }
 
   async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
-    try {
-      ws.close(code === 1005 ? 1000 : code, reason);
-    } catch {
-      // already closed
-    }
+    echoClose(ws, code, reason);
     // forget stored scopes no open socket uses any more
     const used = new Set<string>();
     for (const s of this.ctx.getWebSockets(INDEX_TAG)) {

@@ -2,6 +2,7 @@
 // kept apart from the Durable Object so they can be reasoned about (and tested) on their own.
 
 import { inScope } from "../http/auth.js";
+import { RelayError } from "../http/errors.js";
 
 export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
 import { INDEX_STATUSES, type IndexStatus } from "./entry.js";
@@ -34,33 +35,23 @@ export interface ListQuery {
   after: { updated: number; id: string } | null;
 }
 
-export class QueryError extends Error {
-  constructor(
-    readonly code: string,
-    readonly field: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 const PREFIX = /^[A-Za-z0-9._:-]{0,128}$/;
 
-/** `?status=&prefix=&limit=&cursor=`; throws QueryError on a bad value. */
+/** `?status=&prefix=&limit=&cursor=`; throws a RelayError (400, naming the parameter) on a bad value. */
 export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_LIMIT): ListQuery {
   const status = params.get("status") || null;
   if (status !== null && !(INDEX_STATUSES as readonly string[]).includes(status)) {
-    throw new QueryError("bad_status", "status", `status must be one of ${INDEX_STATUSES.join(", ")}`);
+    throw new RelayError("bad_status", `status must be one of ${INDEX_STATUSES.join(", ")}`, "status");
   }
   const prefix = params.get("prefix") || null;
   if (prefix !== null && !PREFIX.test(prefix)) {
-    throw new QueryError("bad_prefix", "prefix", "prefix must be up to 128 characters of [A-Za-z0-9._:-]");
+    throw new RelayError("bad_prefix", "prefix must be up to 128 characters of [A-Za-z0-9._:-]", "prefix");
   }
   const rawLimit = params.get("limit");
   let limit = defaultLimit;
   if (rawLimit !== null && rawLimit !== "") {
     limit = Number(rawLimit);
-    if (!Number.isSafeInteger(limit) || limit < 1) throw new QueryError("bad_limit", "limit", `limit must be an integer from 1 to ${MAX_LIMIT}`);
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new RelayError("bad_limit", `limit must be an integer from 1 to ${MAX_LIMIT}`, "limit");
     limit = Math.min(limit, MAX_LIMIT);
   }
   const cursor = params.get("cursor") || null;
@@ -85,5 +76,5 @@ export function decodeCursor(cursor: string): { updated: number; id: string } {
   } catch {
     // fall through
   }
-  throw new QueryError("bad_cursor", "cursor", "cursor is not one this relay handed out");
+  throw new RelayError("bad_cursor", "cursor is not one this relay handed out", "cursor");
 }

@@ -1,5 +1,7 @@
-// Watcher protocol: server → watcher binary msgpack messages (maps with a `type`).
+// Watcher protocol, both directions, encode and decode side by side: the relay encodes, the
+// TypeScript client (and the dashboard through it) decodes with `decodeWatchMessage`.
 //
+// Server → watcher, binary msgpack maps with a `type`:
 //   hello      {type, protocol: 2, episode, status, seq, ack_bytes}
 //   snapshot   {type, seq, reason, deltas: [bin...], more: bool}   state as of `seq`, as upstream deltas
 //   frames     {type, frames: [[seq, bin], ...]}                   deltas as applied, in seq order
@@ -12,6 +14,7 @@
 // paces what it sends by it. "ping" is answered "pong" by the platform without waking the episode.
 // Snapshots and replays are split into messages of about MESSAGE_BYTES.
 
+import { decode } from "@msgpack/msgpack";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 export const PROTOCOL = 2;
@@ -80,25 +83,8 @@ export function snapshotMessage(seq: number, reason: string, deltas: Uint8Array[
   w.arrayHeader(deltas.length);
   for (const d of deltas) bin(w, d);
   w.raw(K.more!);
-  w.byte(more ? 0xc3 : 0xc2);
+  w.bool(more);
   return w.bytes();
-}
-
-/** A watcher's acknowledgement: the bytes it has received on this socket, or null when `text` is not one. */
-export function parseAck(text: string): number | null {
-  if (text.length > 200) return null;
-  try {
-    const v = JSON.parse(text) as { type?: unknown; bytes?: unknown };
-    if (v.type === "ack" && Number.isSafeInteger(v.bytes) && (v.bytes as number) >= 0) return v.bytes as number;
-  } catch {
-    // not JSON
-  }
-  return null;
-}
-
-/** The ack a watcher sends. */
-export function ackMessage(bytes: number): string {
-  return JSON.stringify({ type: "ack", bytes });
 }
 
 export interface Frame {
@@ -138,23 +124,112 @@ export function finishMessage(status: string, seq: number, reply: Uint8Array, er
   w.raw(K.reply!);
   bin(w, reply);
   w.raw(K.error!);
-  if (error === null) w.byte(0xc0);
-  else w.str(error);
+  w.strOrNil(error);
   return w.bytes();
 }
 
 /** The run's status changed without ending: `finish_refused` with the reference's message. */
 export function statusMessage(status: string, seq: number, error: string | null): Uint8Array {
   const w = new ChunkWriter();
-  w.mapHeader(4);
-  w.str("type");
-  w.str("status");
+  head(w, "status", 3);
   w.raw(K.status!);
   w.str(status);
   w.raw(K.seq!);
   w.int(seq);
   w.raw(K.error!);
-  if (error === null) w.byte(0xc0);
-  else w.str(error);
+  w.strOrNil(error);
   return w.bytes();
+}
+
+// ---- decoding (clients) ----
+
+export type SnapshotReason = "join" | "trimmed" | "ahead" | "rewind";
+
+export type WatchMessage =
+  | { type: "hello"; protocol: number; episode: string; status: string; seq: number; ack_bytes: number }
+  | { type: "snapshot"; seq: number; reason: SnapshotReason; deltas: Uint8Array[]; more: boolean }
+  | { type: "frames"; frames: Array<[number, Uint8Array]> }
+  | { type: "caught_up"; seq: number }
+  | { type: "finish"; status: "finished" | "failed"; seq: number; reply: Uint8Array; error: string | null }
+  | { type: "status"; status: string; seq: number; error: string | null };
+
+/** One server → watcher message, checked field by field; throws on anything else. */
+export function decodeWatchMessage(bytes: Uint8Array): WatchMessage {
+  const m = decode(bytes) as Record<string, unknown> | null;
+  if (typeof m !== "object" || m === null || Array.isArray(m)) throw new Error("watch message: not a map");
+  const seq = () => field(m, "seq", isSeq);
+  const errorOf = () => field(m, "error", (v): v is string | null => v === null || typeof v === "string");
+  switch (m.type) {
+    case "hello":
+      return {
+        type: "hello",
+        protocol: field(m, "protocol", isSeq),
+        episode: field(m, "episode", isStr),
+        status: field(m, "status", isStr),
+        seq: seq(),
+        ack_bytes: field(m, "ack_bytes", isSeq),
+      };
+    case "snapshot":
+      return {
+        type: "snapshot",
+        seq: seq(),
+        reason: field(m, "reason", (v): v is SnapshotReason => v === "join" || v === "trimmed" || v === "ahead" || v === "rewind"),
+        deltas: field(m, "deltas", (v): v is Uint8Array[] => Array.isArray(v) && v.every(isBin)),
+        more: field(m, "more", (v): v is boolean => typeof v === "boolean"),
+      };
+    case "frames":
+      return {
+        type: "frames",
+        frames: field(
+          m,
+          "frames",
+          (v): v is Array<[number, Uint8Array]> => Array.isArray(v) && v.every((f) => Array.isArray(f) && f.length === 2 && isSeq(f[0]) && isBin(f[1])),
+        ),
+      };
+    case "caught_up":
+      return { type: "caught_up", seq: seq() };
+    case "finish":
+      return {
+        type: "finish",
+        status: field(m, "status", (v): v is "finished" | "failed" => v === "finished" || v === "failed"),
+        seq: seq(),
+        reply: field(m, "reply", isBin),
+        error: errorOf(),
+      };
+    case "status":
+      return { type: "status", status: field(m, "status", isStr), seq: seq(), error: errorOf() };
+    default:
+      throw new Error(`watch message: unknown type ${JSON.stringify(m.type)}`);
+  }
+}
+
+function field<T>(m: Record<string, unknown>, key: string, ok: (v: unknown) => v is T): T {
+  const v = m[key];
+  if (!ok(v)) throw new Error(`watch message ${String(m.type)}: bad ${key}`);
+  return v;
+}
+
+const isStr = (v: unknown): v is string => typeof v === "string";
+const isBin = (v: unknown): v is Uint8Array => v instanceof Uint8Array;
+const isSeq = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+
+// ---- watcher → server ----
+
+export type WatcherText = { type: "ack"; bytes: number };
+
+/** The ack a watcher sends: the bytes it has received on this socket. */
+export function ackMessage(bytes: number): string {
+  return JSON.stringify({ type: "ack", bytes } satisfies WatcherText);
+}
+
+/** A watcher's text message, or null when it is not one (the relay closes the socket, 1008). */
+export function parseWatcherText(text: string): WatcherText | null {
+  if (text.length > 200) return null;
+  try {
+    const v = JSON.parse(text) as { type?: unknown; bytes?: unknown };
+    if (v.type === "ack" && isSeq(v.bytes)) return { type: "ack", bytes: v.bytes };
+  } catch {
+    // not JSON
+  }
+  return null;
 }

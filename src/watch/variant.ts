@@ -2,7 +2,7 @@
 // (`?traces=ID,ID`). Watchers with the same variant share the bytes of every message.
 
 import { parseDelta } from "../assembly/delta.js";
-import { writeNode } from "../assembly/node.js";
+import type { NodeState } from "../assembly/node.js";
 import { ChunkWriter, NIL } from "../wire/writer.js";
 
 export interface Variant {
@@ -64,8 +64,22 @@ export function stripRouting(delta: Uint8Array): Uint8Array {
     w.arrayHeader(d.nodes!.length);
     for (const n of d.nodes!) {
       if (n.routed === null) w.raw(n.span);
-      else writeNode(w, { ...n, routed: null, pristine: false, values: n.values.map((v, i) => (i === n.routedAt ? NIL : v)) });
+      else writeWithoutRouting(w, n);
     }
   }
   return w.bytes();
+}
+
+/**
+ * The node as received with `routed_experts` nil and every other byte kept (not the
+ * assembly's stored form: a nil or missing `semantic_parents` stays as it came).
+ */
+function writeWithoutRouting(w: ChunkWriter, n: NodeState): void {
+  const appended = n.values[n.parentsAt]!.length === 0; // readNode's placeholder for a missing key
+  w.mapHeader(n.keys.length - (appended ? 1 : 0));
+  n.keys.forEach((key, i) => {
+    if (appended && i === n.parentsAt) return;
+    w.raw(key);
+    w.raw(i === n.routedAt ? NIL : n.values[i]!);
+  });
 }

@@ -14,11 +14,13 @@
 // so a non-minimal value cannot have come from it and would break byte equality downstream.
 
 import { WireError } from "./errors.js";
+import { FALSE_BYTE, NIL_BYTE, TRUE_BYTE } from "./writer.js";
 
 /** Deepest nesting accepted (the public vectors reach ~70 levels). */
 export const MAX_DEPTH = 200;
 
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+// ignoreBOM: a str that starts with U+FEFF keeps it (the default would strip it, changing the value)
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** Reads msgpack structure over one frame. All positions are absolute offsets into `bytes`. */
 export class Reader {
@@ -293,7 +295,7 @@ export class Reader {
    * next value is not an int. Larger magnitudes are refused: no index or count gets there.
    */
   int(): number | undefined {
-    const t = this.bytes[this.pos];
+    const t = this.peek();
     if (t === undefined) this.fail("truncated: value expected");
     const at = this.pos;
     let v: number;
@@ -330,12 +332,12 @@ export class Reader {
 
   /** A bool, or undefined (nothing consumed) when the next value is not a bool. */
   bool(): boolean | undefined {
-    const t = this.bytes[this.pos];
-    if (t === 0xc2) {
+    const t = this.peek();
+    if (t === FALSE_BYTE) {
       this.pos += 1;
       return false;
     }
-    if (t === 0xc3) {
+    if (t === TRUE_BYTE) {
       this.pos += 1;
       return true;
     }
@@ -345,7 +347,7 @@ export class Reader {
 
   /** True (and consumed) when the next value is nil. */
   nil(): boolean {
-    if (this.bytes[this.pos] === 0xc0) {
+    if (this.peek() === NIL_BYTE) {
       this.pos += 1;
       return true;
     }
@@ -354,6 +356,11 @@ export class Reader {
 
   atEnd(): boolean {
     return this.pos === this.end;
+  }
+
+  /** The next format byte, or undefined at the reader's end. */
+  private peek(): number | undefined {
+    return this.pos < this.end ? this.bytes[this.pos] : undefined;
   }
 }
 

@@ -56,6 +56,20 @@ export class ChunkWriter {
     }
   }
 
+  nil(): void {
+    this.byte(NIL_BYTE);
+  }
+
+  bool(b: boolean): void {
+    this.byte(b ? TRUE_BYTE : FALSE_BYTE);
+  }
+
+  /** A str, or nil for null. */
+  strOrNil(s: string | null): void {
+    if (s === null) this.nil();
+    else this.str(s);
+  }
+
   byte(b: number): void {
     this.reserve(1);
     this.buf[this.pos++] = b;
@@ -199,5 +213,10 @@ export function encodeInt(v: number): Uint8Array {
   return out;
 }
 
-export const NIL = Uint8Array.of(0xc0);
+/** Format bytes of the fixed values (msgpack spec: nil, false, true). */
+export const NIL_BYTE = 0xc0;
+export const FALSE_BYTE = 0xc2;
+export const TRUE_BYTE = 0xc3;
+
+export const NIL = Uint8Array.of(NIL_BYTE);
 export const EMPTY_ARRAY = Uint8Array.of(0x90);

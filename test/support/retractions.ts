@@ -2,7 +2,6 @@
 // golden cases as the worker would have sent them: each scenario is the frames in send order, the
 // ones whose ack is lost, and the reference (the assembly fed only the acknowledged frames).
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { parseReply } from "../../src/assembly/reply.js";
 import { decodeLossless, encodeLossless, LMap, type LValue } from "../../src/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 
@@ -29,8 +28,7 @@ function reference(name: string, frames: Uint8Array[], lost: number[], reply: Ui
   frames.forEach((f, i) => {
     if (!lost.includes(i)) asm.apply(f);
   });
-  const r = parseReply(reply);
-  return { name, frames, lost, reply, traces: asm.tracesBytes(), episode: asm.finishBytes(r.head ?? [], r.summaries) };
+  return { name, frames, lost, reply, traces: asm.tracesBytes(), episode: asm.finishReply(reply) };
 }
 
 /**

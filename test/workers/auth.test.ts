@@ -342,6 +342,7 @@ describe("WebSocket tokens", () => {
 describe("no token travels past the Worker", () => {
   it("the Durable Object gets no Authorization, no ?token=, no bearer.* entry; other params stay", async () => {
     const seen: Request[] = [];
+    const calls: unknown[][] = [];
     const fakeNamespace = {
       idFromName: (name: string) => ({ name }),
       get: () => ({
@@ -349,23 +350,29 @@ describe("no token travels past the Worker", () => {
           seen.push(r);
           return Response.json({ ok: true });
         },
+        // plain requests arrive as RPC calls: only the id and what the method needs
+        status: async (...args: unknown[]) => {
+          calls.push(args);
+          return { ok: true, value: { ok: true } };
+        },
       }),
     };
     const e = { ...AUTH_ENV, EPISODES: fakeNamespace } as unknown as Env;
     const id = freshId("strip");
     const t = await token("producer", [id]);
-    await call(e, "GET", `${HOST}/v1/episodes/${id}/status`, { headers: auth(t) });
+    expect((await call(e, "GET", `${HOST}/v1/episodes/${id}/status?token=${t}`, { headers: auth(t) })).status).toBe(200);
     await call(e, "GET", `${HOST}/v1/episodes/${id}/watch?after=3&token=${t}`, { headers: upgrade });
     await call(e, "GET", `${HOST}/v1/episodes/${id}/ingest`, { headers: { ...upgrade, "sec-websocket-protocol": `episode-relay, bearer.${t}` } });
-    expect(seen).toHaveLength(3);
+    expect(calls).toEqual([[id]]);
+    expect(seen).toHaveLength(2);
     for (const r of seen) {
       expect(r.headers.get("authorization")).toBeNull();
       expect(r.url).not.toContain("token");
       expect(r.headers.get("x-episode-id")).toBe(id);
       expect(JSON.stringify([...r.headers])).not.toContain(t);
     }
-    expect(new URL(seen[1]!.url).searchParams.get("after")).toBe("3");
-    expect(seen[2]!.headers.get("sec-websocket-protocol")).toBe("episode-relay");
+    expect(new URL(seen[0]!.url).searchParams.get("after")).toBe("3");
+    expect(seen[1]!.headers.get("sec-websocket-protocol")).toBe("episode-relay");
   });
 });
 

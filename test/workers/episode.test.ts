@@ -255,7 +255,7 @@ describe("ingest, finish, fetch", () => {
     expect((await relay(`${id}/status`)).status).toBe(200);
     await runInDurableObject(stub, (instance, state) => {
       state.storage.sql.exec("UPDATE meta SET updated = ?", Date.now() - 8 * 24 * 3600 * 1000);
-      (instance as unknown as { record: { invalidate(): void } }).record.invalidate(); // it keeps the row in memory
+      (instance as unknown as { state: { forget(): void } }).state.forget(); // it keeps the row in memory
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect((await relay(`${id}/status`)).status).toBe(404);

@@ -138,7 +138,7 @@ describe("rows follow the episode", () => {
     // the last write was long ago: the retention alarm deletes the episode
     await runInDurableObject(stub, (instance, state) => {
       state.storage.sql.exec("UPDATE meta SET updated = 1");
-      (instance as unknown as { record: { invalidate(): void } }).record.invalidate(); // it keeps the row in memory
+      (instance as unknown as { state: { forget(): void } }).state.forget(); // it keeps the row in memory
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect((await relay(`${id}/status`)).status).toBe(404);

@@ -20,12 +20,15 @@ import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
 
 /** What the tests reach inside the object. */
 interface Inside {
-  live: { asm: EpisodeAssembly } | null;
-  store: {
-    pin(asOf: number): { release(): void };
-    reader(asOf: number): import("../../src/assembly/store.js").BodyReader;
+  state: {
+    index(): { asm: EpisodeAssembly };
+    forget(): void;
+    store: {
+      pin(asOf: number): { release(): void };
+      reader(asOf: number): import("../../src/assembly/store.js").BodyReader;
+    };
   };
-  ingestMessage(body: Uint8Array, id: string): unknown;
+  ingestMessage(id: string, body: Uint8Array): unknown;
 }
 
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
@@ -46,7 +49,7 @@ describe("the episode lives in SQLite", () => {
     const c = await golden("large_routing");
     await push(id, c);
     await runInDurableObject(stub(id), (instance) => {
-      const asm = (instance as unknown as Inside).live!.asm;
+      const asm = (instance as unknown as Inside).state.index().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
         for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parents", "routed", "ver"]);
@@ -142,14 +145,14 @@ describe("the episode lives in SQLite", () => {
     const expected = c.checkpoints.find((x) => x.after === at)!.traces;
     await runInDurableObject(stub(id), (instance) => {
       const inside = instance as unknown as Inside;
-      const asm = inside.live!.asm;
+      const asm = inside.state.index().asm;
       const seq = at;
       const views = asm.views();
-      const pin = inside.store.pin(seq);
-      inside.ingestMessage(discard, id); // the trace goes from the index (a bare delta: nothing can retract it)...
+      const pin = inside.state.store.pin(seq);
+      inside.ingestMessage(id, discard); // the trace goes from the index (a bare delta: nothing can retract it)...
       expect(asm.traces.size).toBe(views.length - 1);
       const out = new MsgpackOut();
-      const bytes = concatChunks(drain(out, writeCheckpoint(out, inside.store.reader(seq), views)));
+      const bytes = concatChunks(drain(out, writeCheckpoint(out, inside.state.store.reader(seq), views)));
       expect(equal(bytes, expected), "...but its bodies are there for the pinned reader").toBe(true);
       pin.release();
     });
@@ -169,7 +172,7 @@ describe("the episode lives in SQLite", () => {
     await push(id, c);
     const before = await getBytes(id);
     await runInDurableObject(stub(id), (instance) => {
-      (instance as unknown as Inside).live = null; // as after an eviction
+      (instance as unknown as Inside).state.forget(); // as after an eviction
     });
     expect(equal(await getBytes(id), before)).toBe(true);
   });

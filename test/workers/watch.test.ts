@@ -193,9 +193,9 @@ describe("watchers", () => {
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
     await push(id, c, 0, 3, producer);
     await w.read((x) => x.lastSeq >= 3);
-    expect(await runInDurableObject(stub, (instance) => (instance as unknown as { live: unknown }).live !== null)).toBe(true);
+    expect(await runInDurableObject(stub, (instance) => (instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
     await new Promise((r) => setTimeout(r, 12_000)); // idle: the object hibernates
-    expect(await runInDurableObject(stub, (instance) => (instance as unknown as { live: unknown }).live === null)).toBe(true);
+    expect(await runInDurableObject(stub, (instance) => !(instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
     await push(id, c, 3, c.frames.length, producer);
     await reply(id, c);
     await w.read((x) => x.finished !== null);

@@ -3,7 +3,6 @@
 import { decode } from "@msgpack/msgpack";
 import { expect } from "vitest";
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { parseReply } from "../../src/assembly/reply.js";
 import { inbox, openSocket } from "./support.js";
 
 export type Msg = {
@@ -82,8 +81,7 @@ export class Watcher {
   }
 
   episodeBytes(): Uint8Array {
-    const reply = parseReply(this.finished!.reply!);
-    return this.asm.finishBytes(reply.head ?? [], reply.summaries);
+    return this.asm.finishReply(this.finished!.reply!);
   }
 
   close(): void {

@@ -3,7 +3,6 @@
 // `ack_lost`), checkpoints and the finished episode compared byte for byte. A retraction is done
 // the simple way: the assembly is rebuilt from the frames kept.
 import { FinishError } from "../../src/assembly/errors.js";
-import { parseReply } from "../../src/assembly/reply.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
@@ -33,10 +32,7 @@ export function runCaseLocally(c: GoldenCase): string | undefined {
     }
   }
   if (k !== c.checkpoints.length) return `checkpoints: ${c.checkpoints.length - k} never reached`;
-  return checkFinish(c, () => {
-    const reply = parseReply(c.reply);
-    return asm.finishBytes(reply.head ?? [], reply.summaries);
-  });
+  return checkFinish(c, () => asm.finishReply(c.reply));
 }
 
 export function checkFinish(c: GoldenCase, finish: () => Uint8Array): string | undefined {

@@ -1,0 +1,132 @@
+// Committing one producer message: everything it changes (the assembled state through the
+// SqlStore, the log, the producers' seqs and cursors, the counters, a retraction's rewind) is
+// written in one SQLite transaction, or nothing is. The caller answers only after it returns.
+
+import { DeltaError } from "../assembly/errors.js";
+import type { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { ingest, type IngestResult } from "../envelope/ingest.js";
+import type { IngestAck } from "../envelope/answer.js";
+import { RelayError } from "../http/errors.js";
+import type { AppliedFrame } from "./watchers.js";
+import type { EpisodeState, LiveIndex } from "./state.js";
+import type { Meta } from "./storage.js";
+
+export interface Committed {
+  ack: IngestAck;
+  /** The meta row as committed. */
+  meta: Meta;
+  /** This message created the episode. */
+  created: boolean;
+  /** A retraction rewound the episode (watchers need the new state, not frames). */
+  rewound: boolean;
+  /** The frames applied, with their episode seqs, for watchers. */
+  frames: AppliedFrame[];
+}
+
+/** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
+export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, maxEpisode: number, now: number): Committed {
+  const meta = state.meta();
+  if (meta && meta.status !== "live") {
+    throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
+  }
+  const live = state.index();
+  let rewound = false;
+  const seqs: number[] = [];
+  let committed: { result: IngestResult; saved: Meta };
+  try {
+    committed = state.transaction(() => {
+      const m = meta ?? state.record.create(id, now);
+      const result = ingest(live.asm, live.ledger, body, {
+        nextSeq: () => {
+          const seq = ++m.seq;
+          seqs.push(seq);
+          // the frame may yet be retracted: the state before it stays reachable
+          state.store.addFloor(seq - 1);
+          live.asm.version = state.store.version = seq;
+          return seq;
+        },
+        retract: (gone) => {
+          retract(state, live, m, gone);
+          rewound = true;
+        },
+      });
+      // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
+      result.applied.forEach((frame, i) => {
+        m.bytes += frame.length;
+        state.record.appendFrame(seqs[i]!, frame);
+      });
+      if (m.bytes > maxEpisode) {
+        throw new RelayError("episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`);
+      }
+      for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
+      countInto(m, live.asm);
+      m.updated = now;
+      state.record.saveMeta(m);
+      return { result, saved: m };
+    }, true);
+  } catch (e) {
+    // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
+    // rebuilt it; then, and on any other error (the size check runs after the apply), it is read
+    // back from storage.
+    if (rewound || !(e instanceof DeltaError)) state.forget();
+    state.holdRetractable();
+    throw e;
+  }
+  const { result, saved } = committed;
+  state.holdRetractable(live.ledger);
+  state.store.collect();
+  return {
+    ack: {
+      ok: true,
+      seq: saved.seq,
+      applied: result.applied.length,
+      duplicates: result.duplicates,
+      producers: Object.fromEntries(result.producers),
+    },
+    meta: saved,
+    created: meta === null,
+    rewound,
+    frames: result.applied.map((delta, i) => ({ seq: seqs[i]!, delta, trace: result.traces[i]! })),
+  };
+}
+
+/**
+ * Retract frames (episode seqs) a producer's cursor says it never had acknowledged: rewind the
+ * store to before the first, read the index back, re-apply the frames kept after it (other
+ * producers'), drop the retracted ones from the log. Inside the ingest's transaction: all of it
+ * commits with the delta that caused it, or none.
+ */
+function retract(state: EpisodeState, live: LiveIndex, m: Meta, seqs: number[]): void {
+  const base = Math.min(...seqs) - 1;
+  const gone = new Set(seqs);
+  m.bytes -= state.record.removeFrames(seqs);
+  const redo = [...state.record.frames(base)].filter((f) => !gone.has(f.seq));
+  state.store.rewind(base);
+  const { traces, nextTnum } = state.store.load();
+  live.asm.reset(traces, nextTnum);
+  for (const f of redo) {
+    live.asm.version = state.store.version = f.seq;
+    try {
+      live.asm.apply(f.frame, true);
+    } catch (e) {
+      if (!(e instanceof DeltaError)) throw e;
+      throw new DeltaError(
+        "producer_conflict",
+        "cursor",
+        `retracting frame(s) ${seqs.join(", ")} leaves frame ${f.seq} (another producer's) inapplicable: ${e.message}`,
+      );
+    }
+  }
+  state.record.saveRewind(base, m.seq);
+}
+
+/** The counters the status and the index show. */
+function countInto(m: Meta, asm: EpisodeAssembly): void {
+  m.traces = asm.traces.size;
+  m.nodes = 0;
+  m.calls = 0;
+  for (const t of asm.traces.values()) {
+    m.nodes += t.nodes.length;
+    m.calls += t.items.calls.count;
+  }
+}

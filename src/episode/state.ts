@@ -1,0 +1,102 @@
+// The episode as the object holds it: its SQLite record (meta, log, producers, reply), its
+// assembled state (SqlStore), and in memory only the index over them (per trace its fields,
+// pending, per node a NodeInfo) and the producers' ledger, read back on first use. Every module
+// that changes the episode goes through here; none keeps a copy of its own.
+
+import { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { type ProducerLedger, retractable } from "../envelope/ledger.js";
+import { RelayError } from "../http/errors.js";
+import { SqlStore } from "./sql-store.js";
+import { EpisodeRecord, type Meta } from "./storage.js";
+
+/** What memory holds of the episode: the assembly's index and the producers' ledger. */
+export interface LiveIndex {
+  asm: EpisodeAssembly;
+  ledger: ProducerLedger;
+}
+
+export class EpisodeState {
+  readonly record: EpisodeRecord;
+  readonly store: SqlStore;
+  private live: LiveIndex | null = null;
+
+  constructor(private readonly storage: DurableObjectStorage) {
+    this.record = new EpisodeRecord(storage.sql);
+    this.store = new SqlStore(storage.sql);
+    if (this.record.isOldLayout()) this.upgrade();
+    if (this.record.exists()) {
+      // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
+      this.holdRetractable(this.record.producers());
+      this.store.afterRestart();
+    }
+  }
+
+  /** Whether the index is in memory (a woken object reads it back on first use). */
+  get loaded(): boolean {
+    return this.live !== null;
+  }
+
+  /** The index, read from storage on first use. */
+  index(): LiveIndex {
+    if (this.live) return this.live;
+    const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
+    const asm = new EpisodeAssembly(this.store, traces);
+    asm.reserveTnums(nextTnum);
+    this.live = { asm, ledger: this.record.producers() };
+    this.holdRetractable(this.live.ledger);
+    return this.live;
+  }
+
+  meta(): Meta | null {
+    return this.record.meta();
+  }
+
+  /** The meta row, or 404. */
+  requireMeta(): Meta {
+    const m = this.record.meta();
+    if (!m) throw new RelayError("not_found", "no such episode");
+    return m;
+  }
+
+  /**
+   * Run `fn` in one SQLite transaction (it commits atomically; an answer sent after it waits for
+   * it to be durable). If it throws, it rolled back: `keepIndex` says the index in memory was left
+   * as it was (a refused delta undoes its own changes), else it is read back on next use.
+   */
+  transaction<T>(fn: () => T, keepIndex = false): T {
+    try {
+      return this.storage.transactionSync(fn);
+    } catch (e) {
+      if (keepIndex) this.record.invalidate();
+      else this.forget();
+      throw e;
+    }
+  }
+
+  /** After a rolled-back write: what memory holds may be ahead of storage. */
+  forget(): void {
+    this.live = null;
+    this.record.invalidate();
+  }
+
+  /** After deleteAll: there is no episode any more. */
+  erased(): void {
+    this.record.forget();
+    this.live = null;
+  }
+
+  /** Frames that may still be retracted hold the state before them; the rest can go. */
+  holdRetractable(ledger: ProducerLedger = this.index().ledger): void {
+    this.store.setFloors(retractable(ledger).map((s) => s - 1));
+  }
+
+  /** Storage written by a relay that kept the episode in memory: rebuild the state into SQLite, once. */
+  private upgrade(): void {
+    this.storage.transactionSync(() => {
+      const deltas = this.record.upgrade();
+      const asm = new EpisodeAssembly(this.store);
+      asm.version = this.store.version = this.record.meta()!.seq;
+      for (const d of deltas) asm.apply(d, true);
+    });
+  }
+}

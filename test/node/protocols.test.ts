@@ -1,0 +1,130 @@
+// The wire protocols' modules, each direction against the other: what the relay encodes, the
+// clients decode to the same values; what is not a message is refused. The bytes of the watch
+// messages are also checked against @msgpack/msgpack's encoding of the same map (an independent
+// encoder: key order and kinds must match).
+import { encode } from "@msgpack/msgpack";
+import { describe, expect, it } from "vitest";
+import { encodeAnswer, type IngestAnswer, parseAnswer } from "../../src/envelope/answer.js";
+import { encodeIndexMessage, type IndexMessage, parseIndexMessage } from "../../src/registry/index-protocol.js";
+import {
+  ackMessage,
+  caughtUpMessage,
+  decodeWatchMessage,
+  finishMessage,
+  framesMessage,
+  helloMessage,
+  parseWatcherText,
+  snapshotMessage,
+  statusMessage,
+} from "../../src/watch/protocol.js";
+
+const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+const bin = (...b: number[]) => Uint8Array.from(b);
+
+describe("watch protocol: server → watcher", () => {
+  const cases: Array<[string, Uint8Array, Record<string, unknown>]> = [
+    ["hello", helloMessage("run:1", "live", 7, 4096), { type: "hello", protocol: 2, episode: "run:1", status: "live", seq: 7, ack_bytes: 4096 }],
+    [
+      "snapshot",
+      snapshotMessage(9, "rewind", [bin(0x80), bin(0x81, 0xa1, 0x61, 0x01)], true),
+      { type: "snapshot", seq: 9, reason: "rewind", deltas: [bin(0x80), bin(0x81, 0xa1, 0x61, 0x01)], more: true },
+    ],
+    [
+      "frames",
+      framesMessage([
+        { seq: 3, delta: bin(1, 2) },
+        { seq: 4, delta: bin() },
+      ]),
+      {
+        type: "frames",
+        frames: [
+          [3, bin(1, 2)],
+          [4, bin()],
+        ],
+      },
+    ],
+    ["caught_up", caughtUpMessage(12), { type: "caught_up", seq: 12 }],
+    ["finish (failed, error)", finishMessage("failed", 5, bin(0xc0), "boom"), { type: "finish", status: "failed", seq: 5, reply: bin(0xc0), error: "boom" }],
+    ["finish (no error)", finishMessage("finished", 5, bin(0x80), null), { type: "finish", status: "finished", seq: 5, reply: bin(0x80), error: null }],
+    ["status", statusMessage("finish_refused", 8, "count mismatch"), { type: "status", status: "finish_refused", seq: 8, error: "count mismatch" }],
+  ];
+  for (const [name, bytes, value] of cases) {
+    it(`${name}: bytes equal an independent encoding, and decode back`, () => {
+      expect(hex(bytes)).toBe(hex(encode(value)));
+      expect(decodeWatchMessage(bytes)).toEqual(value);
+    });
+  }
+
+  it.each<[string, unknown]>([
+    ["not a map", [1, 2]],
+    ["unknown type", { type: "nope", seq: 1 }],
+    ["hello without seq", { type: "hello", protocol: 2, episode: "e", status: "live", ack_bytes: 1 }],
+    ["negative seq", { type: "caught_up", seq: -1 }],
+    ["snapshot with a str delta", { type: "snapshot", seq: 1, reason: "join", deltas: ["x"], more: false }],
+    ["snapshot with an unknown reason", { type: "snapshot", seq: 1, reason: "why", deltas: [], more: false }],
+    ["frames with a 3-tuple", { type: "frames", frames: [[1, bin(), 3]] }],
+    ["finish with status live", { type: "finish", status: "live", seq: 1, reply: bin(), error: null }],
+    ["status with a numeric error", { type: "status", status: "live", seq: 1, error: 3 }],
+  ])("refuses %s", (_name, value) => {
+    expect(() => decodeWatchMessage(encode(value))).toThrow(/watch message/);
+  });
+});
+
+describe("watch protocol: watcher → server", () => {
+  it("an ack round-trips", () => {
+    expect(parseWatcherText(ackMessage(123456))).toEqual({ type: "ack", bytes: 123456 });
+  });
+  it.each([
+    "ping",
+    "{}",
+    '{"type":"ack"}',
+    '{"type":"ack","bytes":-1}',
+    '{"type":"ack","bytes":1.5}',
+    '{"type":"nack","bytes":1}',
+    `{"type":"ack","bytes":1,"x":"${"y".repeat(300)}"}`,
+  ])("refuses %s", (text) => {
+    expect(parseWatcherText(text)).toBeNull();
+  });
+});
+
+describe("producer answers", () => {
+  const answers: IngestAnswer[] = [
+    { ok: true, seq: 4, applied: 2, duplicates: 1, producers: { w1: 3 } },
+    { ok: false, status: 422, error: "unknown_trace", message: "trace: no open for t9", field: "trace" },
+  ];
+  it.each(answers)("round-trips %j", (a) => {
+    expect(parseAnswer(encodeAnswer(a))).toEqual(a);
+  });
+  it.each(["", "null", "[]", '{"ok":true}', '{"ok":true,"seq":-1,"applied":0,"duplicates":0,"producers":{}}', '{"ok":false,"status":400}'])(
+    "refuses %j",
+    (text) => {
+      expect(() => parseAnswer(text)).toThrow(/not a relay answer/);
+    },
+  );
+});
+
+describe("index socket messages", () => {
+  const entry = {
+    id: "run:1",
+    status: "live" as const,
+    created: "2026-01-01T00:00:00.000Z",
+    updated: "2026-01-01T00:00:01.000Z",
+    seq: 3,
+    traces: 1,
+    nodes: 2,
+    calls: 0,
+    rewards: null,
+    error: null,
+  };
+  const messages: IndexMessage[] = [
+    { type: "snapshot", episodes: [entry], truncated: false, limit: 200 },
+    { type: "upsert", episode: entry },
+    { type: "delete", id: "run:1" },
+  ];
+  it.each(messages)("round-trips $type", (m) => {
+    expect(parseIndexMessage(encodeIndexMessage(m))).toEqual(m);
+  });
+  it.each(['{"type":"upsert"}', '{"type":"snapshot","episodes":[{}],"truncated":false,"limit":1}', '{"type":"delete"}', '"x"'])("refuses %s", (text) => {
+    expect(() => parseIndexMessage(text)).toThrow(/not an index message/);
+  });
+});
