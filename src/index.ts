@@ -11,11 +11,12 @@ import { readBody } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
-import { INDEX_NAME } from "./registry/episode-index.js";
-import { parseListQuery, SCOPE_HEADER, scopeOf } from "./registry/rows.js";
+import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runSocket, runView } from "./http/run-routes.js";
+import { scopeOf } from "./registry/rows.js";
 
 export { Episode } from "./episode/episode.js";
 export { EpisodeIndex } from "./registry/episode-index.js";
+export { RunDirectory } from "./registry/run-directory.js";
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
@@ -46,25 +47,29 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "bad_id":
       throw new RelayError(
         "bad_episode_id",
-        RESERVED_IDS.has(route.id)
-          ? `"${route.id}" is reserved (/v1/episodes/${route.id} is an index path) and cannot name an episode`
-          : "episode ids are 1-128 characters of [A-Za-z0-9._:-]",
+        RESERVED_IDS.has(route.id) ? `"${route.id}" is reserved and cannot name an episode` : "episode ids are 1-128 characters of [A-Za-z0-9._:-]",
       );
+    case "bad_run":
+      throw new RelayError("bad_run", "run names are an episode id's part before its last ':' (1-127 of [A-Za-z0-9._:-]), or ~ for ids without one");
   }
   const allowed = allowedMethods(route);
   if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
   // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
   const scope = scopeOf(claims === null ? ["*"] : claims.episodes);
-  if (route.kind === "list") {
-    const index = env.EPISODE_INDEX.getByName(INDEX_NAME);
-    const page = await index.list(parseListQuery(url.searchParams), scope);
-    const headers = { "content-type": "application/json", "cache-control": "no-store" };
-    return new Response(request.method === "HEAD" ? null : page, { headers });
-  }
-  if (route.kind === "index_watch") {
-    if (!isWebSocketUpgrade(request)) throw upgradeRequired("the index watch endpoint");
-    const index = env.EPISODE_INDEX.getByName(INDEX_NAME);
-    return answerProtocol(request, await index.fetch(stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(scope ?? ["*"]) })));
+  const head = request.method === "HEAD";
+  switch (route.kind) {
+    case "list":
+      return listAcrossRuns(env, url, scope, head);
+    case "index_watch":
+      throw indexSocketMoved();
+    case "runs":
+      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, scope));
+      return listRuns(env, url, scope, head);
+    case "run":
+      if (route.action === "episodes") return runEpisodes(env, route.run, url, scope, head);
+      if (route.action === "finished") return bulkFinished(env, route.run, url, request, scope);
+      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
+      return runView(env, route.run, scope, head);
   }
   const episode = env.EPISODES.get(env.EPISODES.idFromName(route.id));
   const id = route.id;

@@ -71,7 +71,7 @@ export class Episode extends DurableObject<Env> {
       { maxWatchers: l.maxWatchers, lagBytes: l.watcherLagBytes, window: l.watcherWindowBytes, maxCatchUps: l.maxCatchUps },
       source,
     );
-    this.indexSync = new IndexSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs);
+    this.indexSync = new IndexSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
     // Watchers' keep-alive pings are answered by the platform: they never wake the object.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
@@ -184,12 +184,10 @@ export class Episode extends DurableObject<Env> {
     const now = Date.now();
     const c = commitIngest(this.state, body, id, this.limits.maxEpisode, now);
     if (c.created) {
+      if (this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
       void this.indexSync.send(c.meta, now); // a new episode shows in the index at once
-      this.setAlarm(c.meta, null);
-    } else {
-      const due = this.indexSync.changed(now);
-      if (due !== null) this.setAlarm(c.meta, due);
-    }
+      this.setAlarm(null);
+    } else this.indexSync.changed(now);
     // every watcher may hold retracted frames: each gets the new state as a snapshot
     if (c.rewound) this.watchers.rewind();
     else this.watchers.broadcast(c.frames);
@@ -210,15 +208,16 @@ export class Episode extends DurableObject<Env> {
     return m.updated + this.limits.retention * 1000;
   }
 
-  /** The alarm serves two deadlines: retention, and a pending index update (`due`, else read). */
-  private setAlarm(m: Meta, due: number | null): void {
-    const st = this.state.record.indexState();
-    void this.ctx.storage.setAlarm(alarmAt(this.expiresAt(m), due === null ? st : { ...st, due }));
+  /** The alarm serves two deadlines: retention, and a pending index update (`due`, else the stored one). */
+  private setAlarm(due: number | null): void {
+    const m = this.state.meta();
+    if (!m) return;
+    void this.ctx.storage.setAlarm(alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due }));
   }
 
   async alarm(): Promise<void> {
     const m = this.state.meta();
-    if (!m) return;
+    if (!m) return this.indexSync.retryTombstone(); // deleted: its row may still have to go
     if (Date.now() >= this.expiresAt(m)) {
       await this.erase("episode expired");
       await this.indexSync.settled();
@@ -226,7 +225,7 @@ export class Episode extends DurableObject<Env> {
     }
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
     if (this.indexSync.pending()) await this.indexSync.send(m, Date.now());
-    this.setAlarm(m, null);
+    this.setAlarm(null);
   }
 }
 

@@ -1,23 +1,35 @@
-// Keeping the episode's row in the episode index: sent on creation, at most every
-// `indexFlushMs` while turns arrive (the alarm carries the pending update), on finish, failure
-// or a refused finish, and removed on delete or expiry. Advisory: an answer never waits for it,
-// and updates go out in order (each after the one before); a failure is logged.
+// Keeping the episode's row in its run's index (src/registry/episode-index.ts): sent on creation,
+// on finish, failure or a refused finish, and while turns arrive at most every `flushMs` (the
+// configured interval, or longer when the run's index asks: backpressure). The alarm carries a
+// pending update. An answer never waits for the index, but an update is not lost either: a send
+// that fails stays due and is retried by the alarm, backing off, until it lands; a delete leaves a
+// tombstone retried the same way. Updates go out in order (each after the one before).
 
-import { INDEX_NAME, type EpisodeIndex } from "../registry/episode-index.js";
+import type { Slot } from "../assembly/trace.js";
+import { type EpisodeIndex, runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
-import { decodeLossless } from "../wire/lossless.js";
+import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
+import { decodeLossless } from "../wire/lossless.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
+/** Retries back off from this, doubling, up to RETRY_MAX_MS. */
+export const RETRY_FIRST_MS = 1000;
+export const RETRY_MAX_MS = 60_000;
+
 /** When the alarm must next run: the earlier of retention and a pending index update. */
-export function alarmAt(expiresAt: number, index: IndexState): number {
+export function alarmAt(expiresAt: number, index: Pick<IndexState, "due">): number {
   return index.due !== 0 ? Math.min(index.due, expiresAt) : expiresAt;
 }
 
-/** When a turn's update is due: now, unless the last one went out less than `flushMs` ago. */
-export function dueAfter(index: IndexState, now: number, flushMs: number): number {
-  return Math.max(now, index.lastFlush + flushMs);
+/** When a turn's update is due: now, unless the last one went out less than the interval ago. */
+export function dueAfter(index: IndexState, now: number, defaultFlushMs: number): number {
+  return Math.max(now, index.lastFlush + Math.max(defaultFlushMs, index.flushMs));
+}
+
+export function retryDelay(attempts: number): number {
+  return Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.max(0, attempts - 1));
 }
 
 export class IndexSync {
@@ -29,19 +41,18 @@ export class IndexSync {
     private readonly ns: DurableObjectNamespace<EpisodeIndex> | undefined,
     private readonly state: EpisodeState,
     private readonly flushMs: number,
+    /** Set the alarm for an update now due at `due` (the object takes the earlier of it and retention). */
+    private readonly rearm: (due: number) => void,
   ) {}
 
-  /**
-   * A turn changed the episode: schedule an update unless one is pending (throttled). Returns
-   * when it is due (the caller sets the alarm), or null when nothing changed.
-   */
-  changed(now: number): number | null {
-    if (!this.ns) return null;
+  /** A turn changed the episode: schedule an update unless one is pending (throttled). */
+  changed(now: number): void {
+    if (!this.ns) return;
     const st = this.state.record.indexState();
-    if (st.due !== 0) return null;
+    if (st.due !== 0) return;
     const due = dueAfter(st, now, this.flushMs);
-    this.state.record.saveIndexState({ lastFlush: st.lastFlush, due });
-    return due;
+    this.state.record.saveIndexState({ ...st, due });
+    this.rearm(due);
   }
 
   /** Whether an update is pending (the alarm sends it). */
@@ -52,20 +63,47 @@ export class IndexSync {
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
-    let row: IndexRow;
-    try {
-      row = rowOf(m, this.rewards());
-    } catch (e) {
-      console.warn(`episode index: could not build the row: ${e instanceof Error ? e.message : String(e)}`);
-      return Promise.resolve();
-    }
-    this.state.record.saveIndexState({ lastFlush: now, due: 0 });
-    return this.enqueue((index) => index.upsert(row));
+    const row = rowOf(m, this.state);
+    const st = this.state.record.indexState();
+    this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
+    return this.enqueue(
+      m.id,
+      (index) => index.upsert(row),
+      (answer) => {
+        const cur = this.state.record.indexState();
+        if (this.state.meta()) this.state.record.saveIndexState({ ...cur, flushMs: answer.flushMs, attempts: 0 });
+      },
+      () => {
+        if (!this.state.meta()) return; // deleted meanwhile: its tombstone takes over
+        const cur = this.state.record.indexState();
+        const attempts = cur.attempts + 1;
+        const due = cur.due === 0 ? Date.now() + retryDelay(attempts) : cur.due;
+        this.state.record.saveIndexState({ ...cur, attempts, due });
+        this.rearm(due);
+      },
+    );
   }
 
-  /** The episode is gone: its row goes too. */
-  removed(id: string): Promise<void> {
-    return this.enqueue((index) => index.remove(id));
+  /** The episode was deleted (storage is empty): drop its row, or leave a tombstone the alarm retries. */
+  removed(id: string, attempts = 0): Promise<void> {
+    return this.enqueue(
+      id,
+      (index) => index.remove(id),
+      () => {
+        if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
+      },
+      () => {
+        if (this.state.meta()) return; // the id was written again: its own row replaces the old one
+        this.state.record.saveTombstone({ id, attempts: attempts + 1 });
+        void this.ctx.storage.setAlarm(Date.now() + retryDelay(attempts + 1));
+      },
+    );
+  }
+
+  /** The alarm fired with no episode: retry a tombstone, if any. */
+  retryTombstone(): Promise<void> {
+    const t = this.state.record.tombstone();
+    return t ? this.removed(t.id, t.attempts) : Promise.resolve();
   }
 
   /** Resolves once every update sent so far has settled. */
@@ -73,43 +111,58 @@ export class IndexSync {
     return this.chain;
   }
 
-  /** The first (orchestrator) trace's `rewards` as JSON, or null. */
-  private rewards(): Json {
-    const first = this.state.index().asm.traces.values().next();
-    if (first.done) return null;
-    const slot = first.value.fields.get("rewards");
-    if (!slot || (slot.from !== "set" && slot.from !== "open")) return null;
-    return toJson(decodeLossless(slot.value));
-  }
-
-  /** Run `op` on the index after the updates before it; kept alive by waitUntil, errors logged. */
-  private enqueue(op: (index: DurableObjectStub<EpisodeIndex>) => Promise<unknown>): Promise<void> {
+  /** Run `op` on the run's index after the updates before it; kept alive by waitUntil. */
+  private enqueue<T>(id: string, op: (index: DurableObjectStub<EpisodeIndex>) => Promise<T>, ok: (value: T) => void, failed: () => void): Promise<void> {
     const ns = this.ns;
     if (!ns) return Promise.resolve();
     const next = this.chain
-      .then(() => op(ns.getByName(INDEX_NAME)))
-      .then(
-        () => undefined,
-        (e: unknown) => console.warn(`episode index update failed: ${e instanceof Error ? e.message : String(e)}`),
-      );
+      .then(() => op(ns.getByName(runIndexName(runOf(id)))) as Promise<T>)
+      .then(ok, (e: unknown) => {
+        console.warn(`episode ${id}: index update failed, will retry: ${e instanceof Error ? e.message : String(e)}`);
+        failed();
+      });
     this.chain = next;
     this.ctx.waitUntil(next);
     return next;
   }
 }
 
-/** The row the index holds for this episode. */
-export function rowOf(m: Meta, rewards: Json): IndexRow {
+/** The row the run's index holds for this episode. */
+export function rowOf(m: Meta, state: EpisodeState): IndexRow {
+  const { asm } = state.index();
+  let rewards: Json = null;
+  let tokens = 0;
+  let first = true;
+  for (const t of asm.traces.values()) {
+    if (first) rewards = scalar(t.fields.get("rewards")) ?? null;
+    first = false;
+    const n = scalar(t.fields.get("num_total_tokens"));
+    if (typeof n === "number") tokens += n;
+  }
+  const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
   return {
     id: m.id,
+    run: runOf(m.id),
     status: publicStatus(m),
     created: m.created,
     updated: m.updated,
+    ended,
     seq: m.seq,
     traces: m.traces,
     nodes: m.nodes,
     calls: m.calls,
+    tokens,
     rewards,
     error: m.refused ?? m.error,
   };
+}
+
+/** A trace's scalar field as JSON (undefined when unset or unreadable). */
+function scalar(slot: Slot | undefined): Json | undefined {
+  if (!slot || (slot.from !== "set" && slot.from !== "open")) return undefined;
+  try {
+    return toJson(decodeLossless(slot.value));
+  } catch {
+    return undefined;
+  }
 }

@@ -10,8 +10,9 @@
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended (parts, like frames).
-// - `index_state`: when the episode index was last sent this episode's row, and when the next
-//   (throttled) update is due (0: none pending).
+// - `index_sync`: when the run's index was last sent this episode's row, when the next
+//   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
+// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by alarm).
 //
 // Callers wrap writes in `transactionSync`.
 
@@ -49,13 +50,19 @@ export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
   return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
 }
 
-/** Throttling of the episode index's updates (see Episode.markIndexDirty). */
+/** The episode's row in its run's index: when it was sent, when the next is due (src/episode/index-sync.ts). */
 export interface IndexState {
   /** When the index was last sent this episode's row (ms), 0 if never. */
   lastFlush: number;
   /** When the pending update is due (ms); 0 when nothing is pending. */
   due: number;
+  /** Least ms between updates, as the run's index last asked (0: the configured default). */
+  flushMs: number;
+  /** Failed sends in a row (the retry backs off by it). */
+  attempts: number;
 }
+
+const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
 const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused";
 
@@ -306,25 +313,41 @@ export class EpisodeRecord {
     return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
   }
 
-  // ---- the episode index's throttle ----
+  // ---- the run index's row ----
 
   indexState(): IndexState {
     if (this.indexCache) return { ...this.indexCache };
-    if (!this.exists()) return { lastFlush: 0, due: 0 };
+    if (!this.exists()) return { ...NO_INDEX_STATE };
     this.ensureIndexTable();
-    const row = this.sql.exec<{ last_flush: number; due: number }>("SELECT last_flush, due FROM index_state").toArray()[0];
-    this.indexCache = row ? { lastFlush: row.last_flush, due: row.due } : { lastFlush: 0, due: 0 };
+    const row = this.sql
+      .exec<{ last_flush: number; due: number; flush_ms: number; attempts: number }>("SELECT last_flush, due, flush_ms, attempts FROM index_sync")
+      .toArray()[0];
+    this.indexCache = row ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts } : { ...NO_INDEX_STATE };
     return { ...this.indexCache };
   }
 
   saveIndexState(s: IndexState): void {
     this.ensureIndexTable();
     this.indexCache = { ...s };
-    this.sql.exec("DELETE FROM index_state");
-    this.sql.exec("INSERT INTO index_state VALUES (?, ?)", s.lastFlush, s.due);
+    this.sql.exec("DELETE FROM index_sync");
+    this.sql.exec("INSERT INTO index_sync VALUES (?, ?, ?, ?)", s.lastFlush, s.due, s.flushMs, s.attempts);
   }
 
   private ensureIndexTable(): void {
-    this.sql.exec("CREATE TABLE IF NOT EXISTS index_state (last_flush INTEGER NOT NULL, due INTEGER NOT NULL)");
+    this.sql.exec(
+      "CREATE TABLE IF NOT EXISTS index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
+    );
+  }
+
+  /** After a delete: the id whose row is still to be dropped from the run's index, and the attempts so far. */
+  tombstone(): { id: string; attempts: number } | null {
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0) return null;
+    return this.sql.exec<{ id: string; attempts: number }>("SELECT id, attempts FROM tombstone").toArray()[0] ?? null;
+  }
+
+  saveTombstone(t: { id: string; attempts: number } | null): void {
+    this.sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
+    this.sql.exec("DELETE FROM tombstone");
+    if (t) this.sql.exec("INSERT INTO tombstone VALUES (?, ?)", t.id, t.attempts);
   }
 }

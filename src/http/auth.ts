@@ -21,7 +21,7 @@
 
 import { errors, jwtVerify, SignJWT } from "jose";
 import { RelayError } from "./errors.js";
-import { EPISODE_ID, INDEX_METHODS, METHODS, type Route } from "./route.js";
+import { EPISODE_ID, INDEX_METHODS, METHODS, type Route, RUN_METHODS } from "./route.js";
 
 export type Role = "producer" | "watcher" | "admin";
 export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
@@ -135,9 +135,11 @@ export function need(method: string, route: Route): Need {
     const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
-  if ((route.kind === "list" || route.kind === "index_watch") && INDEX_METHODS[route.kind].includes(method)) {
+  if ((route.kind === "list" || route.kind === "index_watch" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {
     return { kind: "list" };
   }
+  // a run's pages and sockets are filtered to the token's episodes by the run's index
+  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return { kind: "list" };
   return { kind: "token" };
 }
 

@@ -16,6 +16,8 @@ export const ERROR_STATUS = {
   bad_prefix: 400,
   bad_limit: 400,
   bad_cursor: 400,
+  bad_sort: 400,
+  bad_run: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,

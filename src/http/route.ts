@@ -1,6 +1,11 @@
 // Path grammar of the public API, shared by the Worker and the Episode object.
 
+import { RUN_NAME } from "../registry/run.js";
+
 export const EPISODE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`: bulk fetch. */
+export type RunAction = "run" | "episodes" | "finished";
 
 export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch";
 
@@ -8,8 +13,12 @@ export type Route =
   | { kind: "health" }
   /** `GET /v1/episodes`: the episode index's list. */
   | { kind: "list" }
-  /** `GET /v1/episodes/watch`: the episode index's live socket. */
+  /** `GET /v1/episodes/watch`: the old single index socket (gone: answered 404 with where it went). */
   | { kind: "index_watch" }
+  /** `GET /v1/runs`: the run directory (upgraded: its socket). */
+  | { kind: "runs" }
+  | { kind: "run"; run: string; action: RunAction }
+  | { kind: "bad_run"; run: string }
   | { kind: "episode"; id: string; action: EpisodeAction }
   | { kind: "bad_id"; id: string }
   | { kind: "not_found" };
@@ -20,12 +29,17 @@ const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch"]
 export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 
 /** Methods of the index paths. */
-export const INDEX_METHODS: Record<"list" | "index_watch", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"] };
+export const INDEX_METHODS: Record<"list" | "index_watch" | "runs", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] };
+
+export const RUN_METHODS: Record<RunAction, readonly string[]> = { run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"] };
 
 export function parseRoute(pathname: string): Route {
   if (pathname === "/v1/health" || pathname === "/v1/health/") return { kind: "health" };
   if (pathname === "/v1/episodes" || pathname === "/v1/episodes/") return { kind: "list" };
   if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "index_watch" };
+  if (pathname === "/v1/runs" || pathname === "/v1/runs/") return { kind: "runs" };
+  const r = /^\/v1\/runs\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
+  if (r) return runRoute(r[1]!, r[2]);
   const m = /^\/v1\/episodes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
   if (!m) return { kind: "not_found" };
   let id: string;
@@ -52,6 +66,20 @@ export const METHODS: Record<EpisodeAction, readonly string[]> = {
 };
 
 /** Methods a routed path answers. */
-export function allowedMethods(route: Extract<Route, { kind: "list" | "index_watch" | "episode" }>): readonly string[] {
-  return route.kind === "episode" ? METHODS[route.action] : INDEX_METHODS[route.kind];
+export function allowedMethods(route: Extract<Route, { kind: "list" | "index_watch" | "runs" | "run" | "episode" }>): readonly string[] {
+  if (route.kind === "episode") return METHODS[route.action];
+  if (route.kind === "run") return RUN_METHODS[route.action];
+  return INDEX_METHODS[route.kind];
+}
+
+function runRoute(segment: string, action: string | undefined): Route {
+  if (action !== undefined && action !== "episodes" && action !== "finished") return { kind: "not_found" };
+  let run: string;
+  try {
+    run = decodeURIComponent(segment);
+  } catch {
+    return { kind: "bad_run", run: segment };
+  }
+  if (!RUN_NAME.test(run)) return { kind: "bad_run", run };
+  return { kind: "run", run, action: action ?? "run" };
 }

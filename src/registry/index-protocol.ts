@@ -1,38 +1,95 @@
-// The index socket's protocol (`GET /v1/episodes/watch`), both directions, encode and decode side
-// by side: the index encodes, the dashboard and clients decode with `parseIndexMessage`.
+// The index sockets' protocol, both directions, encode and decode side by side: the index objects
+// encode, the dashboard and clients decode with `parseRunMessage` / `parseRunsMessage`.
 //
-// Server → client, JSON text:
-//   {type: "snapshot", episodes: [entry...], truncated, limit}   the newest episodes in scope, at connect
-//   {type: "upsert", episode: entry}                              an episode changed (or appeared)
-//   {type: "delete", id}                                          an episode was deleted or expired
-// Client → server: only "ping" (answered "pong" by the platform); anything else closes the socket.
+// `GET /v1/runs/{run}` upgraded to a WebSocket (the run's index), JSON text:
+//   {type: "snapshot", run, aggregates, episodes: [entry...], truncated, limit}   at connect
+//   {type: "changes", upserts: [entry...], deletes: [id...], aggregates}          coalesced, at most
+//                                                                                 every PUSH_MS
+// `GET /v1/runs` upgraded (the run directory), JSON text:
+//   {type: "runs", runs: [summary...], truncated, limit}                          at connect
+//   {type: "run_changes", upserts: [summary...], deletes: [run...]}               coalesced
+// `aggregates` is null for a viewer whose token does not cover the whole run (it sees only its
+// episodes). Client → server: only "ping" (answered "pong" by the platform); anything else
+// closes the socket (1008).
 
+import type { RunAggregates } from "./aggregates.js";
 import type { IndexEntry } from "./entry.js";
 
-export type IndexMessage =
-  | { type: "snapshot"; episodes: IndexEntry[]; truncated: boolean; limit: number }
-  | { type: "upsert"; episode: IndexEntry }
-  | { type: "delete"; id: string };
+/** Pushes to one socket are coalesced: at most one message per this many ms. */
+export const PUSH_MS = 250;
 
-export function encodeIndexMessage(m: IndexMessage): string {
+/** A run as the directory lists it (times ISO). */
+export interface RunSummary {
+  run: string;
+  created: string;
+  updated: string;
+  episodes: number;
+  live: number;
+  finished: number;
+  failed: number;
+  finish_refused: number;
+}
+
+export type RunMessage =
+  | { type: "snapshot"; run: string; aggregates: RunAggregates | null; episodes: IndexEntry[]; truncated: boolean; limit: number }
+  | { type: "changes"; upserts: IndexEntry[]; deletes: string[]; aggregates: RunAggregates | null };
+
+export type RunsMessage =
+  | { type: "runs"; runs: RunSummary[]; truncated: boolean; limit: number }
+  | { type: "run_changes"; upserts: RunSummary[]; deletes: string[] };
+
+export function encodeRunMessage(m: RunMessage): string {
   return JSON.stringify(m);
 }
 
-/** One server → client message; throws on anything else. */
-export function parseIndexMessage(text: string): IndexMessage {
-  const m = JSON.parse(text) as Record<string, unknown> | null;
-  if (typeof m === "object" && m !== null) {
-    if (m.type === "snapshot" && Array.isArray(m.episodes) && m.episodes.every(isEntry) && typeof m.truncated === "boolean" && typeof m.limit === "number") {
-      return m as unknown as IndexMessage;
-    }
-    if (m.type === "upsert" && isEntry(m.episode)) return m as unknown as IndexMessage;
-    if (m.type === "delete" && typeof m.id === "string") return m as unknown as IndexMessage;
-  }
-  throw new Error(`not an index message: ${text.slice(0, 80)}`);
+export function encodeRunsMessage(m: RunsMessage): string {
+  return JSON.stringify(m);
 }
 
-function isEntry(v: unknown): v is IndexEntry {
-  if (typeof v !== "object" || v === null) return false;
-  const e = v as Record<string, unknown>;
-  return typeof e.id === "string" && typeof e.status === "string" && typeof e.updated === "string" && typeof e.created === "string";
+/** One run-socket message; throws on anything else. */
+export function parseRunMessage(text: string): RunMessage {
+  const m = parseObject(text);
+  const aggregatesOk = m.aggregates === null || isObject(m.aggregates);
+  if (m.type === "snapshot" && typeof m.run === "string" && aggregatesOk && isList(m.episodes, isEntry) && typeof m.truncated === "boolean") {
+    return m as unknown as RunMessage;
+  }
+  if (m.type === "changes" && aggregatesOk && isList(m.upserts, isEntry) && isList(m.deletes, (x) => typeof x === "string")) {
+    return m as unknown as RunMessage;
+  }
+  throw new Error(`not a run message: ${text.slice(0, 80)}`);
+}
+
+/** One directory-socket message; throws on anything else. */
+export function parseRunsMessage(text: string): RunsMessage {
+  const m = parseObject(text);
+  if (m.type === "runs" && isList(m.runs, isSummary) && typeof m.truncated === "boolean") return m as unknown as RunsMessage;
+  if (m.type === "run_changes" && isList(m.upserts, isSummary) && isList(m.deletes, (x) => typeof x === "string")) return m as unknown as RunsMessage;
+  throw new Error(`not a runs message: ${text.slice(0, 80)}`);
+}
+
+function parseObject(text: string): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new Error(`not an index message (not JSON): ${text.slice(0, 80)}`);
+  }
+  if (!isObject(v)) throw new Error(`not an index message: ${text.slice(0, 80)}`);
+  return v;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function isList(v: unknown, item: (x: unknown) => boolean): boolean {
+  return Array.isArray(v) && v.every(item);
+}
+
+function isEntry(v: unknown): boolean {
+  return isObject(v) && typeof v.id === "string" && typeof v.run === "string" && typeof v.status === "string" && typeof v.updated === "string";
+}
+
+function isSummary(v: unknown): boolean {
+  return isObject(v) && typeof v.run === "string" && typeof v.episodes === "number" && typeof v.updated === "string";
 }

@@ -1,4 +1,4 @@
-// The episode index's row and the pure parts of its queries (parameters, cursors, scope checks),
+// A run index's rows and the pure parts of its queries (parameters, cursors, scope checks),
 // kept apart from the Durable Object so they can be reasoned about (and tested) on their own.
 
 import { inScope } from "../http/auth.js";
@@ -27,17 +27,29 @@ export function visible(scope: Scope, id: string, prefix: string | null = null):
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;
 
+/** Newest-updated first, or best reward first (episodes without one last). */
+export type SortKey = "updated" | "reward";
+export const SORT_KEYS: readonly SortKey[] = ["updated", "reward"];
+
+/** Where a page ends: the sort key's value (null: no reward) and the id of its last row. */
+export interface ListCursor {
+  key: number | null;
+  id: string;
+}
+
 export interface ListQuery {
   status: IndexStatus | null;
+  /** Only ids starting with this. */
   prefix: string | null;
   limit: number;
-  /** Continue after this (updated, id), in newest-updated-first order. */
-  after: { updated: number; id: string } | null;
+  sort: SortKey;
+  /** Continue after this row, in the sort's order. */
+  after: ListCursor | null;
 }
 
 const PREFIX = /^[A-Za-z0-9._:-]{0,128}$/;
 
-/** `?status=&prefix=&limit=&cursor=`; throws a RelayError (400, naming the parameter) on a bad value. */
+/** `?status=&prefix=&sort=&limit=&cursor=`; throws a RelayError (400, naming the parameter) on a bad value. */
 export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_LIMIT): ListQuery {
   const status = params.get("status") || null;
   if (status !== null && !(INDEX_STATUSES as readonly string[]).includes(status)) {
@@ -47,34 +59,47 @@ export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_L
   if (prefix !== null && !PREFIX.test(prefix)) {
     throw new RelayError("bad_prefix", "prefix must be up to 128 characters of [A-Za-z0-9._:-]", "prefix");
   }
+  const sort = params.get("sort") || "updated";
+  if (!(SORT_KEYS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${SORT_KEYS.join(", ")}`, "sort");
   const rawLimit = params.get("limit");
   let limit = defaultLimit;
   if (rawLimit !== null && rawLimit !== "") {
-    limit = Number(rawLimit);
+    limit = /^\d+$/.test(rawLimit) ? Number(rawLimit) : NaN;
     if (!Number.isSafeInteger(limit) || limit < 1) throw new RelayError("bad_limit", `limit must be an integer from 1 to ${MAX_LIMIT}`, "limit");
     limit = Math.min(limit, MAX_LIMIT);
   }
   const cursor = params.get("cursor") || null;
-  return { status: status as IndexStatus | null, prefix, limit, after: cursor === null ? null : decodeCursor(cursor) };
+  return { status: status as IndexStatus | null, prefix, limit, sort: sort as SortKey, after: cursor === null ? null : decodeListCursor(cursor) };
 }
 
-/** An opaque cursor: base64url of `[updated, id]` of the last row of a page. */
-export function encodeCursor(updated: number, id: string): string {
-  const bytes = new TextEncoder().encode(JSON.stringify([updated, id]));
+export function encodeListCursor(c: ListCursor): string {
+  return encodeCursor([c.key, c.id]);
+}
+
+export function decodeListCursor(cursor: string): ListCursor {
+  const v = decodeCursor(cursor);
+  if (Array.isArray(v) && v.length === 2 && (v[0] === null || typeof v[0] === "number") && typeof v[1] === "string") return { key: v[0], id: v[1] };
+  throw badCursor();
+}
+
+/** An opaque cursor: base64url of a JSON value. */
+export function encodeCursor(value: unknown): string {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
   let bin = "";
   for (const b of bytes) bin += String.fromCharCode(b);
   return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
-export function decodeCursor(cursor: string): { updated: number; id: string } {
+/** The JSON value of a cursor this relay handed out (the caller checks its shape). */
+export function decodeCursor(cursor: string): unknown {
   try {
     const bin = atob(cursor.replace(/-/g, "+").replace(/_/g, "/"));
-    const v = JSON.parse(new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)))) as unknown;
-    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string") {
-      return { updated: v[0] as number, id: v[1] };
-    }
+    return JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))));
   } catch {
-    // fall through
+    throw badCursor();
   }
-  throw new RelayError("bad_cursor", "cursor is not one this relay handed out", "cursor");
+}
+
+export function badCursor(): RelayError {
+  return new RelayError("bad_cursor", "cursor is not one this relay handed out", "cursor");
 }

@@ -5,7 +5,14 @@
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { encodeAnswer, type IngestAnswer, parseAnswer } from "../../src/envelope/answer.js";
-import { encodeIndexMessage, type IndexMessage, parseIndexMessage } from "../../src/registry/index-protocol.js";
+import {
+  encodeRunMessage,
+  encodeRunsMessage,
+  parseRunMessage,
+  parseRunsMessage,
+  type RunMessage,
+  type RunsMessage,
+} from "../../src/registry/index-protocol.js";
 import {
   ackMessage,
   caughtUpMessage,
@@ -106,25 +113,43 @@ describe("producer answers", () => {
 describe("index socket messages", () => {
   const entry = {
     id: "run:1",
+    run: "run",
     status: "live" as const,
     created: "2026-01-01T00:00:00.000Z",
     updated: "2026-01-01T00:00:01.000Z",
+    ended: null,
     seq: 3,
     traces: 1,
     nodes: 2,
     calls: 0,
+    tokens: 10,
     rewards: null,
+    reward: null,
     error: null,
   };
-  const messages: IndexMessage[] = [
-    { type: "snapshot", episodes: [entry], truncated: false, limit: 200 },
-    { type: "upsert", episode: entry },
-    { type: "delete", id: "run:1" },
+  const summary = { run: "run", created: entry.created, updated: entry.updated, episodes: 1, live: 1, finished: 0, failed: 0, finish_refused: 0 };
+  const runMessages: RunMessage[] = [
+    { type: "snapshot", run: "run", aggregates: null, episodes: [entry], truncated: false, limit: 200 },
+    { type: "changes", upserts: [entry], deletes: ["run:2"], aggregates: null },
   ];
-  it.each(messages)("round-trips $type", (m) => {
-    expect(parseIndexMessage(encodeIndexMessage(m))).toEqual(m);
+  it.each(runMessages)("run socket: round-trips $type", (m) => {
+    expect(parseRunMessage(encodeRunMessage(m))).toEqual(m);
   });
-  it.each(['{"type":"upsert"}', '{"type":"snapshot","episodes":[{}],"truncated":false,"limit":1}', '{"type":"delete"}', '"x"'])("refuses %s", (text) => {
-    expect(() => parseIndexMessage(text)).toThrow(/not an index message/);
+  const runsMessages: RunsMessage[] = [
+    { type: "runs", runs: [summary], truncated: false, limit: 200 },
+    { type: "run_changes", upserts: [summary], deletes: ["old"] },
+  ];
+  it.each(runsMessages)("runs socket: round-trips $type", (m) => {
+    expect(parseRunsMessage(encodeRunsMessage(m))).toEqual(m);
+  });
+  it.each([
+    '{"type":"changes"}',
+    '{"type":"snapshot","run":"r","aggregates":null,"episodes":[{}],"truncated":false,"limit":1}',
+    '{"type":"runs"}',
+    '"x"',
+    "nope",
+  ])("refuses %s", (text) => {
+    expect(() => parseRunMessage(text)).toThrow(/not a run message|not an index message/);
+    expect(() => parseRunsMessage(text)).toThrow(/not a runs message|not an index message/);
   });
 });

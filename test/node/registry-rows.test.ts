@@ -8,8 +8,8 @@ import {
   INDEX_STATUSES,
   type ListQuery,
   MAX_LIMIT,
-  decodeCursor,
-  encodeCursor,
+  decodeListCursor,
+  encodeListCursor,
   parseListQuery,
   scopeOf,
   visible,
@@ -51,18 +51,19 @@ describe("parseListQuery: accepted values", () => {
     ["limit=1000000", { limit: 500 }],
     ["limit=", { limit: 50 }],
     ["cursor=", { after: null }],
-    [`cursor=${rawCursor('[1754101000123,"run-1"]')}`, { after: { updated: 1754101000123, id: "run-1" } }],
+    [`cursor=${rawCursor('[1754101000123,"run-1"]')}`, { after: { key: 1754101000123, id: "run-1" } }],
     ["status=live&prefix=a&limit=7", { status: "live", prefix: "a", limit: 7, after: null }],
   ])("?%s", (query, expected) => {
     expect(q(query)).toMatchObject(expected);
   });
 
-  it("returns exactly the four fields", () => {
+  it("returns exactly the five fields", () => {
     expect(q("status=failed&prefix=x&limit=3&cursor=" + rawCursor('[5,"x1"]'))).toStrictEqual({
       status: "failed",
       prefix: "x",
       limit: 3,
-      after: { updated: 5, id: "x1" },
+      sort: "updated",
+      after: { key: 5, id: "x1" },
     });
   });
 
@@ -129,17 +130,17 @@ describe("cursors", () => {
     [1754101000999, "id?with/+chars="],
     [42, ""],
   ])("(%d, %j) round-trips and is base64url of the JSON pair", (updated, id) => {
-    const c = encodeCursor(updated, id);
+    const c = encodeListCursor({ key: updated, id });
     expect(c).toMatch(/^[A-Za-z0-9_-]*$/);
     expect(c).toBe(rawCursor(JSON.stringify([updated, id])));
-    expect(decodeCursor(c)).toStrictEqual({ updated, id });
-    expect(q(`cursor=${c}`).after).toStrictEqual({ updated, id });
+    expect(decodeListCursor(c)).toStrictEqual({ key: updated, id });
+    expect(q(`cursor=${c}`).after).toStrictEqual({ key: updated, id });
   });
 
   it("padded standard base64 of a valid pair is accepted too", () => {
     const std = Buffer.from('[7,"a?>"]').toString("base64");
     expect(std).toMatch(/[=+/]/);
-    expect(decodeCursor(std)).toStrictEqual({ updated: 7, id: "a?>" });
+    expect(decodeListCursor(std)).toStrictEqual({ key: 7, id: "a?>" });
   });
 
   it.each<[string, string]>([
@@ -149,14 +150,12 @@ describe("cursors", () => {
     ["one element", rawCursor("[1]")],
     ["three elements", rawCursor('[1,"a",2]')],
     ["updated as a string", rawCursor('["1","a"]')],
-    ["updated not an integer", rawCursor('[1.5,"a"]')],
-    ["updated beyond 2^53", rawCursor('[9007199254740993,"a"]')],
     ["id not a string", rawCursor("[1,2]")],
     ["id null", rawCursor("[1,null]")],
     ["JSON null", rawCursor("null")],
-    ["a truncated cursor", encodeCursor(1754101000123, "run-1").slice(0, 10)],
+    ["a truncated cursor", encodeListCursor({ key: 1754101000123, id: "run-1" }).slice(0, 10)],
   ])("refuses %s", (_label, cursor) => {
-    const e = queryError(() => decodeCursor(cursor));
+    const e = queryError(() => decodeListCursor(cursor));
     expect([e.code, e.field]).toStrictEqual(["bad_cursor", "cursor"]);
     expect(queryError(() => q(`cursor=${encodeURIComponent(cursor)}`)).code).toBe("bad_cursor");
   });

@@ -1,0 +1,126 @@
+// The read-only sockets of the two index objects (a run's index, the run directory): each socket
+// remembers its viewer's scope (attachments hold 2 KiB: larger scopes are kept in SQLite by hash),
+// and pushes are coalesced: changes collect for PUSH_MS, then each socket gets one message built
+// for its scope. The short timer only delays a push; nothing keeps running while idle.
+
+import { CLOSE_POLICY, echoClose, safeClose } from "../http/errors.js";
+import { PUSH_MS } from "./index-protocol.js";
+import type { Scope } from "./rows.js";
+
+export const INDEX_TAG = "index";
+const INLINE_SCOPE_BYTES = 1500;
+
+type Attachment = { scope: Scope } | { scopeKey: string };
+
+export class IndexSockets {
+  private readonly scopes = new Map<string, string[]>();
+  private timer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly sql: SqlStorage,
+    /** Build one socket's message for what changed since the last push (null: nothing for it). */
+    private readonly messageFor: (scope: Scope) => string | null,
+    /** Called after every socket got its push: the caller forgets what it collected. */
+    private readonly pushed: () => void,
+  ) {
+    sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
+  }
+
+  /** Accept a socket for a viewer with `scope`; `first` is its snapshot message. */
+  async accept(scope: Scope, first: string): Promise<Response> {
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    this.ctx.acceptWebSocket(server, [INDEX_TAG]);
+    server.serializeAttachment(await this.attachmentFor(scope));
+    server.send(first);
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** Something changed: push within PUSH_MS (one message per socket, however many changes). */
+  changed(): void {
+    if (this.timer !== null) return;
+    this.timer = setTimeout(() => this.push(), PUSH_MS);
+  }
+
+  count(): number {
+    return this.ctx.getWebSockets(INDEX_TAG).length;
+  }
+
+  private push(): void {
+    this.timer = null;
+    const byScope = new Map<string, string | null>();
+    for (const ws of this.ctx.getWebSockets(INDEX_TAG)) {
+      const scope = this.scopeOf(ws);
+      if (scope === undefined) continue;
+      const key = JSON.stringify(scope);
+      if (!byScope.has(key)) byScope.set(key, this.messageFor(scope)); // built once per scope, sent to each
+      const message = byScope.get(key);
+      if (message == null || ws.readyState !== WebSocket.OPEN) continue;
+      try {
+        ws.send(message);
+      } catch {
+        // the socket went away between listing and sending
+      }
+    }
+    this.pushed();
+  }
+
+  /** A viewer sent something other than "ping" (the platform answers that): the socket is read-only. */
+  message(ws: WebSocket): void {
+    safeClose(ws, CLOSE_POLICY, 'the index socket is read-only: send only "ping"');
+  }
+
+  /** The socket closed: answer the close, forget stored scopes no open socket uses. */
+  closed(ws: WebSocket, code: number, reason: string): void {
+    echoClose(ws, code, reason);
+    const used = new Set<string>();
+    for (const s of this.ctx.getWebSockets(INDEX_TAG)) {
+      if (s === ws) continue;
+      const att = s.deserializeAttachment() as Attachment | null;
+      if (att && "scopeKey" in att) used.add(att.scopeKey);
+    }
+    for (const { key } of this.sql.exec<{ key: string }>("SELECT key FROM scopes").toArray()) {
+      if (!used.has(key)) {
+        this.sql.exec("DELETE FROM scopes WHERE key = ?", key);
+        this.scopes.delete(key);
+      }
+    }
+  }
+
+  private async attachmentFor(scope: Scope): Promise<Attachment> {
+    const json = JSON.stringify(scope);
+    if (scope === null || json.length <= INLINE_SCOPE_BYTES) return { scope };
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(json)));
+    const key = [...digest].map((b) => b.toString(16).padStart(2, "0")).join("");
+    this.sql.exec("INSERT OR IGNORE INTO scopes VALUES (?, ?)", key, json);
+    this.scopes.set(key, scope);
+    return { scopeKey: key };
+  }
+
+  private scopeOf(ws: WebSocket): Scope | undefined {
+    const att = ws.deserializeAttachment() as Attachment | null;
+    if (!att) return undefined;
+    if ("scope" in att) return att.scope;
+    let s = this.scopes.get(att.scopeKey);
+    if (!s) {
+      const row = this.sql.exec<{ patterns: string }>("SELECT patterns FROM scopes WHERE key = ?", att.scopeKey).toArray()[0];
+      if (!row) return undefined;
+      s = JSON.parse(row.patterns) as string[];
+      this.scopes.set(att.scopeKey, s);
+    }
+    return s;
+  }
+}
+
+/** The viewer's scope from the Worker's header; no header (never from the Worker) sees nothing. */
+export function readScopeHeader(value: string | null): Scope {
+  if (value === null) return [];
+  try {
+    const v = JSON.parse(value) as unknown;
+    if (v === null) return null;
+    if (Array.isArray(v) && v.every((p) => typeof p === "string")) return v.includes("*") ? null : v;
+  } catch {
+    // fall through: nothing visible
+  }
+  return [];
+}
