@@ -71,6 +71,7 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     durableObjects: {
       EPISODES: { className: "Episode", useSQLite: true },
       EPISODE_INDEX: { className: "EpisodeIndex", useSQLite: true },
+      RUN_DIRECTORY: { className: "RunDirectory", useSQLite: true },
     },
     assets: assetOptions(),
     durableObjectsPersist: options.persist ?? false,

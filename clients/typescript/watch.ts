@@ -5,6 +5,8 @@
 // closes a watcher that falls too far behind them.
 //
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
+// This module is the package's `episode-relay/client`: it also exports `fetchRun` (bulk.ts, a
+// run's finished episodes) and `RelayRefusal` (refusal.ts).
 
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
@@ -12,6 +14,10 @@ import { decodeLossless } from "../../src/wire/lossless.js";
 import { toJson, type Json } from "../../src/wire/json-view.js";
 import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
 import { traceOf } from "../../src/assembly/delta.js";
+import { RelayRefusal, refusalBody } from "./refusal.js";
+
+export { RelayRefusal } from "./refusal.js";
+export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
 
 /** The subset of the WHATWG WebSocket this client uses (browsers' and `ws`'s both fit). */
 export interface SocketLike {
@@ -55,22 +61,6 @@ export interface WatchOptions {
 export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "closed";
 
 /**
- * The relay refused the watch (or a request): retrying cannot help, the caller must change
- * something. `status` is the HTTP status, `code` the relay's error code (`unauthorized`,
- * `forbidden`, `not_found`, `bad_episode_id`, `auth_not_configured`, ...), `message` says what to do.
- */
-export class RelayRefusal extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = "RelayRefusal";
-  }
-}
-
-/**
  * Answers to the probe that mean "try again later": 426 (the endpoint is right, it just wants a
  * WebSocket), timeouts, rate limits and server errors. Any other answer (401, 403, 404, 400, or a
  * 200 page that is not the relay at all) ends the watch.
@@ -90,16 +80,7 @@ function advice(status: number, code: string, url: string, id: string): string {
 
 /** A RelayRefusal from a refused HTTP answer (the relay's JSON error body, when it has one). */
 async function refusalOf(res: Response, url: string, id: string): Promise<RelayRefusal> {
-  let code = `http_${res.status}`;
-  let message = res.statusText || "not an Episode Relay answer";
-  try {
-    const body = (await res.json()) as { error?: unknown; message?: unknown };
-    if (typeof body.error === "string") code = body.error;
-    if (typeof body.message === "string") message = body.message;
-  } catch {
-    // not JSON (e.g. a web page): not the relay's answer
-    if (res.ok) message = "the address answered, but not as an Episode Relay";
-  }
+  const { code, message } = await refusalBody(res);
   return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, url, id)}`);
 }
 

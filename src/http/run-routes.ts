@@ -132,7 +132,8 @@ const BULK_PAGE = 32;
 
 /**
  * `GET /v1/runs/{run}/finished[?cursor=C]`: the run's finished episodes within the token's scope,
- * oldest-ended first, streamed. msgpack (default): a msgpack sequence of maps
+ * in the order their rows became finished in the run's index (so one that lands late still comes
+ * after a cursor handed out before it), streamed. msgpack (default): a msgpack sequence of maps
  * `{id, cursor, episode}` where `episode` is the finished episode's exact bytes (as GET answers
  * them) embedded as is; `Accept: application/x-ndjson`: one JSON line `{"id","cursor","episode"}`
  * per episode, `episode` as the JSON view. Resume with `?cursor=` the last element's cursor. One
@@ -141,11 +142,11 @@ const BULK_PAGE = 32;
 export function bulkFinished(env: Env, run: string, url: URL, request: Request, scope: Scope): Response {
   const ndjson = /application\/(x-)?ndjson/.test(request.headers.get("accept") ?? "");
   const raw = url.searchParams.get("cursor");
-  let after: { ended: number; id: string } | null = null;
+  let after = 0;
   if (raw) {
-    const v = decodeCursor(raw);
-    if (!(Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")) throw badCursor();
-    after = { ended: v[0] as number, id: v[1] };
+    const v = decodeCursor(raw) as { f?: unknown } | null;
+    if (!(typeof v === "object" && v !== null && Number.isSafeInteger(v.f) && (v.f as number) >= 0)) throw badCursor();
+    after = v.f as number;
   }
   const headers = { "content-type": ndjson ? "application/x-ndjson" : MSGPACK, "cache-control": "no-store" };
   if (request.method === "HEAD") return new Response(null, { headers });
@@ -172,8 +173,7 @@ export function bulkFinished(env: Env, run: string, url: URL, request: Request, 
           if (ndjson) await writer.write(new TextEncoder().encode("}\n"));
         }
         if (items.length < BULK_PAGE) break;
-        const last = items.at(-1)!;
-        after = { ended: (decodeCursor(last.cursor) as [number, string])[0], id: last.id };
+        after = (decodeCursor(items.at(-1)!.cursor) as { f: number }).f;
       }
       await writer.close();
     } catch (e) {

@@ -47,7 +47,11 @@ export interface UpdateAnswer {
   flushMs: number;
 }
 
-/** A finished episode in bulk-fetch order (by when it ended, then id). */
+/**
+ * A finished episode in bulk-fetch order: the order its row became finished here (`finished_seq`,
+ * assigned by this index), so an update that lands late still comes after a cursor handed out
+ * before it, whatever the episodes' clocks said.
+ */
 export interface FinishedItem {
   id: string;
   cursor: string;
@@ -83,10 +87,10 @@ export class EpisodeIndex extends DurableObject<Env> {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS rows (
       id TEXT PRIMARY KEY, run TEXT NOT NULL, status TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
       ended INTEGER, seq INTEGER NOT NULL, traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
-      tokens INTEGER NOT NULL, rewards TEXT, reward REAL, error TEXT)`);
+      tokens INTEGER NOT NULL, rewards TEXT, reward REAL, error TEXT, finished_seq INTEGER)`);
     this.sql.exec("CREATE INDEX IF NOT EXISTS rows_by_updated ON rows (updated DESC, id DESC)");
     this.sql.exec("CREATE INDEX IF NOT EXISTS rows_by_reward ON rows (reward DESC, id DESC)");
-    this.sql.exec("CREATE INDEX IF NOT EXISTS rows_finished ON rows (ended, id) WHERE status = 'finished'");
+    this.sql.exec("CREATE INDEX IF NOT EXISTS rows_finished ON rows (finished_seq) WHERE finished_seq IS NOT NULL");
     this.sql.exec("CREATE TABLE IF NOT EXISTS scores (id TEXT NOT NULL, key TEXT NOT NULL, score REAL NOT NULL, PRIMARY KEY (id, key))");
     this.sql.exec("CREATE INDEX IF NOT EXISTS scores_by_key ON scores (key, score)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS throughput (minute INTEGER PRIMARY KEY, n INTEGER NOT NULL)");
@@ -110,8 +114,8 @@ export class EpisodeIndex extends DurableObject<Env> {
       const c = this.loadCounters();
       if (old) this.apply(c, old, contributionOf(old), -1);
       this.sql.exec(
-        `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         row.id,
         row.run,
         row.status,
@@ -126,6 +130,7 @@ export class EpisodeIndex extends DurableObject<Env> {
         row.rewards === null ? null : JSON.stringify(row.rewards),
         rewardOf(row.rewards),
         row.error,
+        this.finishedSeq(row, old),
       );
       this.apply(c, row, contributionOf(row), 1);
       this.saveRun(c, row.run, row.created, row.updated);
@@ -166,23 +171,18 @@ export class EpisodeIndex extends DurableObject<Env> {
     return JSON.stringify(this.aggregatesNow(run));
   }
 
-  /** Finished episodes after `after` (a FinishedItem cursor), oldest-ended first, within `scope`. */
-  finished(after: { ended: number; id: string } | null, limit: number, scope: Scope): FinishedItem[] {
+  /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
+  finished(after: number, limit: number, scope: Scope): FinishedItem[] {
     const out: FinishedItem[] = [];
     let from = after;
     // scope filtering is done here, so a narrow scope may need more than one batch
     while (out.length < limit) {
       const batch = this.sql
-        .exec<{ id: string; ended: number }>(
-          `SELECT id, ended FROM rows WHERE status = 'finished' ${from ? "AND (ended > ? OR (ended = ? AND id > ?))" : ""} ORDER BY ended, id LIMIT ?`,
-          ...(from ? [from.ended, from.ended, from.id] : []),
-          limit,
-        )
+        .exec<{ id: string; f: number }>("SELECT id, finished_seq AS f FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?", from, limit)
         .toArray();
-      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, cursor: encodeCursor([r.ended, r.id]) });
+      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, cursor: encodeCursor({ f: r.f }) });
       if (batch.length < limit) break;
-      const last = batch.at(-1)!;
-      from = { ended: last.ended, id: last.id };
+      from = batch.at(-1)!.f;
     }
     return out;
   }
@@ -244,6 +244,17 @@ export class EpisodeIndex extends DurableObject<Env> {
   }
 
   // ---- internals ----
+
+  /** The row's place in bulk-fetch order: a new one when it becomes finished, else the one it had. */
+  private finishedSeq(row: IndexRow, old: IndexRow | null): number | null {
+    if (row.status !== "finished") return null;
+    if (old?.status === "finished") {
+      return this.sql.exec<{ f: number | null }>("SELECT finished_seq AS f FROM rows WHERE id = ?", row.id).one().f;
+    }
+    const next = Number(this.state("finished_seq") ?? 0) + 1;
+    this.setState("finished_seq", String(next));
+    return next;
+  }
 
   private changed(id: string, row: IndexRow | null): void {
     this.changes.set(id, row);

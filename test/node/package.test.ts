@@ -34,6 +34,7 @@ describe("the packed package, installed into an empty folder", () => {
     const files = (JSON.parse(list) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path);
     expect(files).toContain("dist/clients/typescript/watch.js");
     expect(files).toContain("dist/clients/typescript/watch.d.ts");
+    expect(files).toContain("dist/clients/typescript/bulk.js");
     expect(files).toContain("dist/tools/cli/main.js");
     expect(files.filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))).toEqual([]);
     expect(files.some((f) => f.includes("fixtures"))).toBe(false);
@@ -43,11 +44,14 @@ describe("the packed package, installed into an empty folder", () => {
     writeFileSync(
       join(app, "check.mts"),
       [
-        'import { watchEpisode, RelayRefusal, type WatchEvent, type WatchState } from "episode-relay/client";',
+        'import { watchEpisode, fetchRun, RelayRefusal, type RunEpisode, type WatchEvent, type WatchState } from "episode-relay/client";',
         'const w = watchEpisode("http://127.0.0.1:8787", "run-42:episode-7");',
         "const state: WatchState = w.state;",
         'w.on((e: WatchEvent) => { if (e.type === "refused") console.log(e.error instanceof RelayRefusal, e.error.status); });',
         "console.log(state);",
+        'for await (const e of fetchRun("http://127.0.0.1:8787", "run-42", { cursor: undefined })) { const bytes: Uint8Array = e.episode; console.log(e.id, e.cursor, bytes.length); }',
+        'const views: AsyncIterable<RunEpisode<unknown>> = fetchRun("http://127.0.0.1:8787", "run-42", { json: true });',
+        "console.log(views);",
       ].join("\n"),
     );
     const tsc = join(root, "node_modules", "typescript", "bin", "tsc");

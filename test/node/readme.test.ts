@@ -37,16 +37,50 @@ it("the README's TypeScript watcher snippet runs as written and ends with the ep
   p.stderr.on("data", (d) => (err += d));
   const exited = new Promise<number>((r) => p.on("close", (c) => r(c ?? 1)));
   const c = loadCase(fixturePath("chat_basic"));
-  await new Promise((r) => setTimeout(r, 1500)); // the snippet connects first
   const producer = new ProducerCursor("readme");
-  for (const f of c.frames) {
+  const send = async (f: Uint8Array) => {
     await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) })).arrayBuffer();
     producer.acknowledge();
+  };
+  // the first frame, then the rest once the snippet watches (tsx may take seconds to start): it sees them as deltas
+  await send(c.frames[0]!);
+  const ready = Date.now() + 30_000;
+  const watchers = async () => ((await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/status`)).json()) as { watchers?: number }).watchers ?? 0;
+  while ((await watchers()) < 1) {
+    if (Date.now() > ready || p.exitCode !== null) throw new Error(`the snippet did not start watching:\n${out}${err}`);
+    await new Promise((r) => setTimeout(r, 50));
   }
+  for (const f of c.frames.slice(1)) await send(f);
   await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/reply`, { method: "POST", body: c.reply })).arrayBuffer();
   expect(await exited, err).toBe(0);
   expect(out).toMatch(/seq \d+: trace [0-9a-f]{32}/);
   expect(out.trim().split("\n").at(-1)).toBe(`finished ${c.episode!.length} bytes`);
+}, 60_000);
+
+it("the README's bulk fetch snippet runs as written and lists the run's finished episodes", async () => {
+  const code = snippet("bulk");
+  expect(code).toContain('from "episode-relay/client"');
+  const c = loadCase(fixturePath("multi_trace_links"));
+  const id = "run-42:episode-bulk";
+  const producer = new ProducerCursor("readme-bulk");
+  for (const f of c.frames) {
+    await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) })).arrayBuffer();
+    producer.acknowledge();
+  }
+  expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).status).toBe(200);
+  // the run's index takes the finished row in the background
+  const end = Date.now() + 20_000;
+  while (!(await (await fetch(`${relay.url}/v1/runs/run-42/episodes?status=finished`)).text()).includes(id)) {
+    if (Date.now() > end) throw new Error(`${id} never showed as finished in run-42's index`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const dir = join(root, "test-results", "readme");
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, "bulk-snippet.mts");
+  writeFileSync(file, code.replaceAll("http://127.0.0.1:8787", relay.url));
+  const r = spawnSync(join(root, "node_modules", ".bin", "tsx"), [file], { cwd: root, encoding: "utf8" });
+  expect(r.status, r.stderr).toBe(0);
+  expect(r.stdout.split("\n")).toContain(`${id} ${c.episode!.length} bytes`);
 }, 60_000);
 
 /** A shell snippet's lines, as written. */

@@ -449,6 +449,35 @@ describe("bulk fetch of a run's finished episodes", () => {
   });
 });
 
+describe("bulk fetch resumes without skipping", () => {
+  it("an episode whose finish reached the index late (retried) comes after a cursor handed out before", async () => {
+    const run = freshId("late");
+    const [a, b] = [`${run}:a`, `${run}:b`];
+    for (const id of [a, b]) expect((await post(`${id}/deltas`, openDelta())).status).toBe(200);
+    await eventually(async () => expect((await runRows(run)).length).toBe(2));
+    const index = env.EPISODE_INDEX.getByName(runIndexName(run));
+    await breakIndex(index, true);
+    expect((await post(`${a}/reply`, reply(true))).status).toBe(200); // finishes first, its row update fails
+    const stubA = env.EPISODES.getByName(a);
+    await eventually(async () =>
+      expect(
+        await runInDurableObject(stubA, (_o, state) => state.storage.sql.exec<{ attempts: number }>("SELECT attempts FROM index_sync").one().attempts),
+      ).toBe(1),
+    );
+    await breakIndex(index, false);
+    expect((await post(`${b}/reply`, reply(true))).status).toBe(200);
+    await eventually(async () => expect((await row(b))!.status).toBe("finished"));
+    const { decodeMulti } = await import("@msgpack/msgpack");
+    const first = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished`)).arrayBuffer()))] as Array<{ id: string; cursor: string }>;
+    expect(first.map((x) => x.id)).toEqual([b]);
+    expect(await runDurableObjectAlarm(stubA)).toBe(true); // the retry lands: a's row is finished now
+    await eventually(async () => expect((await row(a))!.status).toBe("finished"));
+    expect(Date.parse((await row(a))!.ended!)).toBeLessThan(Date.parse((await row(b))!.ended!));
+    const rest = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished?cursor=${first[0]!.cursor}`)).arrayBuffer()))] as Array<{ id: string }>;
+    expect(rest.map((x) => x.id)).toEqual([a]);
+  });
+});
+
 describe("scope", () => {
   const SECRET = "index-test-secret-6d1f0c3b9a8e47f2b5c4d3e2f1a09b8c";
   const AUTH_ENV: Env = { ...(env as unknown as Env), RELAY_SECRET: SECRET, AUTH_OFF_ON_LOOPBACK: undefined };

@@ -1,17 +1,20 @@
 #!/usr/bin/env node
 // `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, token.
 import { parseOptions, UsageError } from "../parse-options.js";
-import { get } from "./get.js";
+import { get, getRun } from "./get.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
-import { parseTarget } from "./target.js";
+import { parseBase, parseTarget } from "./target.js";
 
 const USAGE = `usage: episode-relay <command> ...
   tail URL/ID [--token T] [--routing]            follow an episode live (exits when the run ends)
   push FILE URL/ID [--fast] [--token T]          replay a golden case or a JSON-lines recording into a relay
   get URL/ID [--json] [--token T] [-o FILE]      fetch the episode (msgpack, or --json)
+  get --run R --out DIR URL [--json] [--token T] every finished episode of run R into DIR/<id>.msgpack (or .json);
+                                                 a second call resumes after the last one written (DIR/.cursor)
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
-URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7.
+URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
+URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
 RELAY_TOKEN in the environment is used when --token is not given.`;
 
 /** The options of tail, push and get (each takes all of them, as before; those it has no use for do nothing). */
@@ -24,6 +27,8 @@ function options(argv: string[]) {
       fast: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
       output: { type: "string", short: "o" },
+      run: { type: "string" },
+      out: { type: "string" },
     },
     allowPositionals: true,
     tokens: true,
@@ -34,6 +39,11 @@ function options(argv: string[]) {
     if (t.kind === "option" && t.name === "output") output = t.rawName === "-o" && t.inlineValue && t.value.startsWith("=") ? t.value.slice(1) : t.value;
   }
   return { ...values, output, positional: positionals };
+}
+
+function usage(command: string, message: string): number {
+  console.error(`episode-relay ${command}: ${message}\n\n${USAGE}`);
+  return 2;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -56,8 +66,7 @@ async function main(argv: string[]): Promise<number> {
     o = options(rest);
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
-    console.error(`episode-relay ${command}: ${e.message}\n\n${USAGE}`);
-    return 2;
+    return usage(command, e.message);
   }
   const { positional } = o;
   const token = o.token ?? process.env.RELAY_TOKEN;
@@ -71,6 +80,11 @@ async function main(argv: string[]): Promise<number> {
         return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast });
       case "get":
         if (positional.length !== 1) break;
+        if (o.run !== undefined) {
+          if (o.out === undefined || o.output !== undefined) return usage(command, "--run needs --out DIR (and no -o)");
+          return await getRun(parseBase(positional[0]!), o.run, { out: o.out, token, json: o.json });
+        }
+        if (o.out !== undefined) return usage(command, "--out DIR goes with --run R (one episode: -o FILE)");
         return await get(parseTarget(positional[0]!), { token, json: o.json, output: o.output });
     }
   } catch (e) {

@@ -20,3 +20,15 @@ export function parseTarget(arg: string): Target {
   if (prefix.length >= 2 && prefix.at(-1) === "episodes" && prefix.at(-2) === "v1") prefix.splice(-2, 2);
   return { base: `${u.origin}${prefix.length ? `/${prefix.join("/")}` : ""}`, id };
 }
+
+/** A relay's base URL on the command line (`http://127.0.0.1:8787`, or with a path prefix), without a trailing `/`. */
+export function parseBase(arg: string): string {
+  let u: URL;
+  try {
+    u = new URL(arg);
+  } catch {
+    throw new Error(`expected the relay's URL (e.g. http://127.0.0.1:8787), got ${JSON.stringify(arg)}`);
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error(`expected an http(s) URL, got ${JSON.stringify(arg)}`);
+  return `${u.origin}${u.pathname.replace(/\/+$/, "")}`;
+}

@@ -8,8 +8,11 @@
   same-seq retries and a bounded buffer.
 - :class:`RelayMirror`: a ``send`` that keeps the worker's own transport primary and mirrors
   each delta it acknowledged to the relay through a forwarder.
+- :func:`fetch_run`: the finished episodes of a run, streamed, each as the exact bytes the
+  relay serves (resumable by cursor).
 """
 
+from .bulk import fetch_run
 from .forwarder import RelayForwarder
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
@@ -21,6 +24,7 @@ __all__ = [
     "RelaySink",
     "RelayForwarder",
     "RelayMirror",
+    "fetch_run",
     "RelayError",
     "FinishMismatch",
     "DeltaChannel",

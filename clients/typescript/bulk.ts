@@ -1,0 +1,179 @@
+// Bulk fetch of a run's finished episodes (browser and Node): `fetchRun(url, run, options)` reads
+// `GET /v1/runs/{run}/finished` as it arrives and yields one element per finished episode, oldest
+// ended first. msgpack (default): the body is a msgpack sequence of maps `{id, cursor, episode}`;
+// elements are split with the project's lossless Reader (`span()`), so `episode` is a view of the
+// exact bytes `GET /v1/episodes/{id}` answers, never decoded. Only the unread tail of the body is
+// kept. `json: true`: NDJSON, `episode` is the parsed JSON view. Pass an element's `cursor` as
+// `options.cursor` to continue after it (e.g. after a dropped connection).
+
+import { WireError } from "../../src/wire/errors.js";
+import { Reader } from "../../src/wire/reader.js";
+import { RelayRefusal, refusalBody } from "./refusal.js";
+
+export interface FetchRunOptions {
+  /** Bearer token (any valid token: the relay sends only the episodes its `episodes` patterns cover). */
+  token?: string;
+  /** Continue after the element that carried this cursor. */
+  cursor?: string;
+  /** NDJSON: `episode` is the JSON view, parsed. Default false (msgpack, exact bytes). */
+  json?: boolean;
+  /** Aborts the request (the iteration then throws the abort reason). */
+  signal?: AbortSignal;
+}
+
+/** One finished episode of the run: its id, the cursor to continue after it, and the episode. */
+export interface RunEpisode<E = Uint8Array> {
+  id: string;
+  cursor: string;
+  /** msgpack: the exact bytes `GET /v1/episodes/{id}` answers; json: the parsed JSON view. */
+  episode: E;
+}
+
+/**
+ * The finished episodes of `run` (an episode id's part before its last `:`, or `~` for ids
+ * without one), oldest ended first, read incrementally. A refusal (4xx) throws a RelayRefusal;
+ * another failure (5xx, a dropped or truncated body) throws an Error: resume with the last
+ * element's cursor.
+ */
+export function fetchRun(url: string, run: string, options: FetchRunOptions & { json: true }): AsyncIterable<RunEpisode<unknown>>;
+export function fetchRun(url: string, run: string, options?: FetchRunOptions & { json?: false }): AsyncIterable<RunEpisode>;
+export function fetchRun(url: string, run: string, options?: FetchRunOptions): AsyncIterable<RunEpisode<unknown>>;
+export function fetchRun(url: string, run: string, options: FetchRunOptions = {}): AsyncIterable<RunEpisode<unknown>> {
+  return stream(url, run, options);
+}
+
+async function* stream(url: string, run: string, options: FetchRunOptions): AsyncGenerator<RunEpisode<unknown>> {
+  const target = new URL(`${url.replace(/\/$/, "")}/v1/runs/${encodeURIComponent(run)}/finished`);
+  if (options.cursor) target.searchParams.set("cursor", options.cursor);
+  const headers: Record<string, string> = { accept: options.json ? "application/x-ndjson" : "application/msgpack" };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const res = await fetch(target, { headers, signal: options.signal });
+  if (res.status >= 400 && res.status < 500) {
+    const { code, message } = await refusalBody(res);
+    throw new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, url, run)}`);
+  }
+  if (!res.ok) throw new Error(`GET run ${run} finished episodes: ${res.status} ${await res.text()}`);
+  if (!res.body) throw new Error(`GET run ${run} finished episodes: the answer has no body`);
+  const reader = res.body.getReader();
+  try {
+    for await (const element of options.json ? ndjsonElements(reader, run) : msgpackElements(reader, run)) {
+      yield element;
+      // aborted while the caller held this element: stop before the next (already buffered) one
+      options.signal?.throwIfAborted();
+    }
+  } finally {
+    // the caller stopped early (or it failed): release the connection
+    await reader.cancel().catch(() => {});
+  }
+}
+
+function advice(status: number, code: string, url: string, run: string): string {
+  if (status === 401) return "the relay needs a valid bearer token: pass { token } (any valid token; it sees the episodes its `episodes` patterns cover)";
+  if (code === "bad_cursor") return "pass the `cursor` of an element this run's fetch returned";
+  return `check the relay's base URL (${url}) and the run name (${JSON.stringify(run)})`;
+}
+
+/** The chunks joined into one array (the only chunk as is). */
+function join(chunks: Uint8Array[], length: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.length;
+  }
+  return out;
+}
+
+/**
+ * msgpack sequence elements. Each read chunk is appended to the unread tail; an element that is
+ * not complete yet is tried again once the tail has doubled (or the body ended), so a large
+ * episode is walked a bounded number of times. Yielded episodes are views of buffers that are
+ * never written again.
+ */
+async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode> {
+  let chunks: Uint8Array[] = [];
+  let buffered = 0;
+  let retryAt = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (value?.length) {
+      chunks.push(value);
+      buffered += value.length;
+    }
+    if (!done && buffered < retryAt) continue;
+    const buf = join(chunks, buffered);
+    let pos = 0;
+    while (pos < buf.length) {
+      const element = parseElement(buf, pos);
+      if (element === null) break;
+      pos = element.end;
+      yield element.value;
+    }
+    // keep only the unread tail (a copy: the consumed part's memory goes with the yielded views)
+    const tail = pos === 0 ? buf : buf.slice(pos);
+    chunks = tail.length > 0 ? [tail] : [];
+    buffered = tail.length;
+    retryAt = 2 * tail.length;
+    if (done) {
+      if (buffered > 0) throw new Error(`run ${run}: the answer ended inside an element (${buffered} bytes left); resume with the last cursor`);
+      return;
+    }
+  }
+}
+
+/** The element at `pos`, or null when `buf` ends before it does. Other malformed bytes throw. */
+function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode; end: number } | null {
+  const r: Reader = new Reader(buf, pos);
+  try {
+    const n = r.mapHeader();
+    if (n < 0) r.fail("expected an element map {id, cursor, episode}");
+    let id: string | undefined;
+    let cursor: string | undefined;
+    let episode: Uint8Array | undefined;
+    for (let i = 0; i < n; i++) {
+      const key = r.str() ?? r.fail("expected a str key");
+      if (key === "episode") episode = r.span();
+      else if (key === "id") id = r.str() ?? r.fail("id: expected a str");
+      else if (key === "cursor") cursor = r.str() ?? r.fail("cursor: expected a str");
+      else r.span(); // a field this client does not know
+    }
+    if (id === undefined || cursor === undefined || episode === undefined) r.fail("an element lacks id, cursor or episode", pos);
+    return { value: { id, cursor, episode }, end: r.pos };
+  } catch (e) {
+    if (e instanceof WireError && e.message.startsWith("truncated")) return null;
+    throw e;
+  }
+}
+
+/** NDJSON lines, parsed; a line is split only at its newline (JSON text has no raw newlines). */
+async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode<unknown>> {
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  let pending: Uint8Array[] = [];
+  let pendingBytes = 0;
+  const line = (last: Uint8Array): RunEpisode<unknown> | null => {
+    const bytes = join([...pending, last], pendingBytes + last.length);
+    pending = [];
+    pendingBytes = 0;
+    const text = utf8.decode(bytes);
+    if (text.trim() === "") return null;
+    const v = JSON.parse(text) as { id?: unknown; cursor?: unknown; episode?: unknown };
+    if (typeof v.id !== "string" || typeof v.cursor !== "string" || !("episode" in v)) throw new Error(`run ${run}: a line lacks id, cursor or episode`);
+    return { id: v.id, cursor: v.cursor, episode: v.episode };
+  };
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    let from = 0;
+    for (let nl = value.indexOf(10); nl >= 0; nl = value.indexOf(10, from)) {
+      const element = line(value.subarray(from, nl));
+      from = nl + 1;
+      if (element) yield element;
+    }
+    if (from < value.length) {
+      pending.push(value.slice(from));
+      pendingBytes += value.length - from;
+    }
+  }
+  if (pendingBytes > 0) throw new Error(`run ${run}: the answer ended inside a line; resume with the last cursor`);
+}

@@ -1,0 +1,32 @@
+// The error every client call throws when the relay refuses it (shared by watch.ts and bulk.ts).
+
+/**
+ * The relay refused the watch (or a request): retrying cannot help, the caller must change
+ * something. `status` is the HTTP status, `code` the relay's error code (`unauthorized`,
+ * `forbidden`, `not_found`, `bad_episode_id`, `auth_not_configured`, ...), `message` says what to do.
+ */
+export class RelayRefusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "RelayRefusal";
+  }
+}
+
+/** The relay's error code and message from a refused answer's JSON body (or what stands in for them). */
+export async function refusalBody(res: Response): Promise<{ code: string; message: string }> {
+  let code = `http_${res.status}`;
+  let message = res.statusText || "not an Episode Relay answer";
+  try {
+    const body = (await res.json()) as { error?: unknown; message?: unknown };
+    if (typeof body.error === "string") code = body.error;
+    if (typeof body.message === "string") message = body.message;
+  } catch {
+    // not JSON (e.g. a web page): not the relay's answer
+    if (res.ok) message = "the address answered, but not as an Episode Relay";
+  }
+  return { code, message };
+}
