@@ -60,3 +60,30 @@ export function fmtNumber(v: unknown): string {
   if (v === null || v === undefined) return "–";
   return JSON.stringify(v);
 }
+
+/** "<n> ago" for an ISO time, kept fresh by `tickAges` (the element carries the time). */
+export function agoSpan(iso: string, cls = "age"): HTMLElement {
+  return h(`span.${cls}` as "span", { "data-ago": iso, title: new Date(iso).toLocaleString() }, `${ago(Date.parse(iso))} ago`);
+}
+
+/** Refresh every `agoSpan` under `root` every few seconds; returns the stop function. */
+export function tickAges(root: Element, everyMs = 5000): () => void {
+  const t = setInterval(() => {
+    for (const el of root.querySelectorAll<HTMLElement>("[data-ago]")) el.textContent = `${ago(Date.parse(el.dataset.ago!))} ago`;
+  }, everyMs);
+  return () => clearInterval(t);
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** h() for inline SVG: s("rect", {x: 0, ...}, child...). */
+export function s<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs?: Record<string, string | number> | null,
+  ...children: Array<Node | string>
+): SVGElementTagNameMap[K] {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) el.setAttribute(k, String(v));
+  for (const c of children) el.append(c);
+  return el;
+}

@@ -9,6 +9,7 @@ import type { TraceState } from "../../src/assembly/trace.js";
 import { getToken, probe, relayUrl } from "./api.js";
 import { append, clear, duration, h } from "./dom.js";
 import { heatmap } from "./heatmap.js";
+import { idInRun, runHref, runLabel, runOf } from "./links.js";
 import type { ConnState, Shell } from "./shell.js";
 import {
   callView,
@@ -52,7 +53,13 @@ function idOf(o: object | null): number {
 }
 
 export function mountEpisode(shell: Shell, id: string): () => void {
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Episodes"), h("span.crumb.crumb-id", { title: id }, id)]);
+  // back to the run that counts this episode (its id up to the last ':')
+  const run = runOf(id);
+  shell.setTitle([
+    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
+    h("span.crumb.crumb-id", { title: id }, idInRun(id, run)),
+  ]);
   let watch: EpisodeWatch | null = null;
   let routingWatch: EpisodeWatch | null = null;
   let routing = false;

@@ -1,27 +1,46 @@
-// The dashboard: `/` lists episodes (live, from the episode index's socket), `/episodes/{id}`
-// shows one episode (live, with the TypeScript watcher client). No framework: plain DOM.
+// The dashboard: `/` lists the runs (live, from the run directory's socket), `/runs/{run}` shows
+// one run (its counters, reward histograms, throughput and episodes, live from the run's socket),
+// `/episodes/{id}` shows one episode (live, with the TypeScript watcher client). No framework:
+// plain DOM.
 import "./style.css";
 import { takeTokenFromUrl } from "./api.js";
 import { mountEpisode } from "./episode.js";
-import { mountList } from "./list.js";
+import { runLabel } from "./links.js";
+import { mountRun } from "./run.js";
+import { mountRuns } from "./runs.js";
 import { shell } from "./shell.js";
 
 let unmount: (() => void) | null = null;
+
+/** A path segment decoded, or null when it is not valid percent-encoding. */
+function segment(raw: string): string | null {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return null;
+  }
+}
 
 function route(): void {
   unmount?.();
   unmount = null;
   const root = document.getElementById("app")!;
   const s = shell(root, route);
-  const m = /^\/episodes\/([^/]+)\/?$/.exec(location.pathname);
-  if (m) {
-    const id = decodeURIComponent(m[1]!);
+  const episode = /^\/episodes\/([^/]+)\/?$/.exec(location.pathname);
+  const run = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
+  const id = episode ? segment(episode[1]!) : null;
+  const name = run ? segment(run[1]!) : null;
+  if (id !== null) {
     document.title = `${id} · Episode Relay`;
     unmount = mountEpisode(s, id);
+  } else if (name !== null) {
+    document.title = `${runLabel(name)} · Episode Relay`;
+    unmount = mountRun(s, name);
   } else {
-    document.title = "Episodes · Episode Relay";
-    unmount = mountList(s);
+    document.title = "Runs · Episode Relay";
+    unmount = mountRuns(s);
   }
+  window.scrollTo(0, 0);
 }
 
 takeTokenFromUrl();

@@ -1,16 +1,20 @@
 // The dashboard in a real browser: Debian's headless Chromium driven by playwright-core, against
 // the real relay bundle (Miniflare, with the dashboard's static assets), fed golden cases the
-// way a producer feeds it (envelopes over HTTP). Screenshots of each page at a desktop (1280×800)
-// and a phone-sized (390×844) viewport go to test-results/screenshots/.
+// way a producer feeds it (envelopes over HTTP), and a run of 240 small episodes sent as bare
+// deltas. Screenshots of each page at a desktop (1280×800) and a phone (390×844) viewport go to
+// test-results/screenshots/ (`<page>-desktop.png`, `<page>-phone.png`).
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { encode } from "@msgpack/msgpack";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { mintToken } from "../../src/http/auth.js";
+import { HISTOGRAM_BINS, binOf } from "../../src/registry/aggregates.js";
+import { rewardOf } from "../../src/registry/rewards.js";
 import { toJson } from "../../src/wire/json-view.js";
 import { decodeLossless } from "../../src/wire/lossless.js";
 import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
@@ -21,7 +25,7 @@ import { CHROMIUM } from "./global-setup.js";
 const root = join(import.meta.dirname, "..", "..");
 const SHOTS = join(root, "test-results", "screenshots");
 const DESKTOP = { width: 1280, height: 800 };
-const NARROW = { width: 390, height: 844 };
+const PHONE = { width: 390, height: 844 };
 
 let browser: Browser;
 let relay: LocalRelay;
@@ -118,18 +122,25 @@ async function open(path: string, base = relay.url): Promise<{ context: BrowserC
   return { context, page, errors };
 }
 
-/** Save `name-desktop.png` (1280×800) and `name-narrow.png` (390×844), full page. */
+/**
+ * Save `name-desktop.png` (1280×800) and `name-phone.png` (390×844), full page; at the phone's
+ * width the page must not scroll sideways.
+ */
 async function shoot(page: Page, name: string): Promise<void> {
   await page.evaluate(() => (globalThis as any).scrollTo(0, 0)); // a full-page shot of a scrolled page repeats the sticky bar
   await page.setViewportSize(DESKTOP);
   await page.waitForTimeout(150);
   await page.screenshot({ path: join(SHOTS, `${name}-desktop.png`), fullPage: true });
-  await page.setViewportSize(NARROW);
+  await page.setViewportSize(PHONE);
   await page.waitForTimeout(150);
   await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  await page.screenshot({ path: join(SHOTS, `${name}-narrow.png`), fullPage: true });
+  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
+  await page.screenshot({ path: join(SHOTS, `${name}-phone.png`), fullPage: true });
   await page.setViewportSize(DESKTOP);
 }
+
+/** How wide the page's content is (more than the viewport: it scrolls sideways). */
+const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
 
 const connection = (page: Page) => page.locator("#connection").getAttribute("data-state");
 
@@ -142,11 +153,41 @@ async function waitStatus(page: Page, status: string, timeout = 15_000): Promise
   await page.waitForFunction((s) => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === s, status, { timeout });
 }
 
-// ---- the list ----
+// ---- runs and a run (golden cases) ----
 
-describe("episode list (/)", () => {
-  it("shows the episodes with status and rewards, live, with a working filter", async () => {
-    const run = freshId("list");
+/** `{success: false, error, head: nil, traces: []}`: the producer gave up on the episode. */
+function failReply(error: string): Uint8Array {
+  return encode({ success: false, error, head: null, traces: [] });
+}
+
+const runRow = (page: Page, run: string) => page.locator(`.run-row[data-run="${run}"]`);
+const statValue = (page: Page, key: string) => page.locator(`.stat[data-stat="${key}"]`).getAttribute("data-value");
+const episodeRow = (page: Page, id: string) => page.locator(`.ep-row[data-id="${id}"]`);
+
+/** Wait until the runs page shows `run` with these counts (the directory hears of a run within ~1 s). */
+async function waitRunCounts(page: Page, run: string, counts: Record<string, number>, timeout = 15_000): Promise<void> {
+  await page.waitForFunction(
+    ([r, want]) => {
+      const row = (globalThis as any).document.querySelector(`.run-row[data-run="${r}"]`);
+      return !!row && Object.entries(want).every(([k, v]) => row.querySelector(`[data-count="${k}"]`)?.dataset.value === String(v));
+    },
+    [run, counts] as const,
+    { timeout },
+  );
+}
+
+/** Wait until the run page's counters read these values. */
+async function waitStats(page: Page, stats: Record<string, number>, timeout = 15_000): Promise<void> {
+  await page.waitForFunction(
+    (want) => Object.entries(want).every(([k, v]) => (globalThis as any).document.querySelector(`.stat[data-stat="${k}"]`)?.dataset.value === String(v)),
+    stats,
+    { timeout },
+  );
+}
+
+describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
+  it("lists the run live with its counts, opens it, and lists its episodes with status, rewards and size", async () => {
+    const run = freshId("golden");
     const ids = { chat: `${run}:chat`, tools: `${run}:tools`, multi: `${run}:multi`, failed: `${run}:failed` };
     await pushCase("chat_basic", ids.chat);
     await pushCase("tool_calls_pending", ids.tools);
@@ -155,74 +196,356 @@ describe("episode list (/)", () => {
     await fail.send(3);
     const res = await fetch(`${relay.url}/v1/episodes/${ids.failed}/reply`, {
       method: "POST",
-      // {success: false, error: "sandbox crashed", head: nil, traces: []}
-      body: Uint8Array.from([
-        0x84,
-        0xa7,
-        ...Buffer.from("success"),
-        0xc2,
-        0xa5,
-        ...Buffer.from("error"),
-        0xaf,
-        ...Buffer.from("sandbox crashed"),
-        0xa4,
-        ...Buffer.from("head"),
-        0xc0,
-        0xa6,
-        ...Buffer.from("traces"),
-        0x90,
-      ]),
+      body: failReply("sandbox crashed"),
       headers: { "content-type": "application/msgpack" },
     });
     expect(res.status, await res.text()).toBe(200);
 
     const { context, page, errors } = await open("/");
     await waitConnection(page, "live");
-    const row = (id: string) => page.locator(`.ep-row[data-id="${id}"]`);
-    await row(ids.failed).waitFor();
-    expect(await row(ids.chat).getAttribute("data-status")).toBe("finished");
-    expect(await row(ids.tools).getAttribute("data-status")).toBe("finished");
-    expect(await row(ids.multi).getAttribute("data-status")).toBe("live");
-    expect(await row(ids.failed).getAttribute("data-status")).toBe("failed");
-    expect(await row(ids.tools).locator(".cell-rewards").innerText()).toMatch(/correct\s*1/);
-    expect(await row(ids.failed).innerText()).toContain("sandbox crashed");
-    expect(await row(ids.chat).locator(".cell-size").innerText()).toMatch(/1 trace · 7 nodes · 3 calls/);
+    await waitRunCounts(page, run, { live: 1, finished: 2, failed: 1, finish_refused: 0, episodes: 4 });
+
+    // live: a new episode of the run counts without a reload, and so does its finish
+    const later = `${run}:later`;
+    const p = producer(() => relay.url, later, golden("routing_repair_u8"));
+    await p.send(1);
+    await waitRunCounts(page, run, { live: 2, episodes: 5 });
+    await p.rest();
+    await p.reply();
+    await waitRunCounts(page, run, { live: 1, finished: 3, episodes: 5 });
+
+    // the run's row opens the run in place
+    await runRow(page, run).click();
+    await page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+    await waitStats(page, { episodes: 5, live: 1, finished: 3, failed: 1, finish_refused: 0 });
+    expect(await episodeRow(page, ids.chat).getAttribute("data-status")).toBe("finished");
+    expect(await episodeRow(page, ids.multi).getAttribute("data-status")).toBe("live");
+    expect(await episodeRow(page, ids.failed).getAttribute("data-status")).toBe("failed");
+    expect(await episodeRow(page, ids.tools).locator(".cell-rewards").innerText()).toMatch(/correct\s*1/);
+    expect(await episodeRow(page, later).locator(".cell-rewards").innerText()).toMatch(/proof\s*0\.75/);
+    expect(await episodeRow(page, ids.failed).innerText()).toContain("sandbox crashed");
+    expect(await episodeRow(page, ids.chat).locator(".cell-size").innerText()).toMatch(/1 trace · 7 nodes · 3 calls/);
     // the live one: its turns reach the index by the Episode's throttled flush (its alarm, ~2 s)
     await page.waitForFunction(
       (id) => /3 traces · 11 nodes · 4 calls/.test((globalThis as any).document.querySelector(`.ep-row[data-id="${id}"] .cell-size`)?.textContent ?? ""),
       ids.multi,
       { timeout: 10_000 },
     );
+    // the histogram of `correct` counts the episodes scored on it
+    const scored = await page.locator('.hist[data-key="correct"]').getAttribute("data-count");
+    expect(Number(scored)).toBe(await page.locator(".ep-row[data-id] .reward-k", { hasText: /^correct$/ }).count());
 
-    // live: a new episode shows up without a reload, and its finish updates the row
-    const later = `${run}:later`;
-    const p = producer(() => relay.url, later, golden("routing_repair_u8"));
-    await p.send(1);
-    await row(later).waitFor({ timeout: 10_000 });
-    expect(await row(later).getAttribute("data-status")).toBe("live");
-    await p.rest();
-    await p.reply();
-    await page.waitForFunction((id) => (globalThis as any).document.querySelector(`.ep-row[data-id="${id}"]`)?.dataset.status === "finished", later);
-    expect(await row(later).locator(".cell-rewards").innerText()).toMatch(/proof\s*0\.75/);
-
-    // the text filter
-    await page.fill("#filter", "tools");
-    await page.waitForFunction((n) => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length === n, 1);
+    // the text filter on ids
+    await page.fill("#episode-filter", "tools");
+    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length === 1);
     expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(ids.tools);
-    await page.fill("#filter", run);
-    await page.click('.segmented button[data-status="finished"]');
-    await page.waitForFunction(() => [...(globalThis as any).document.querySelectorAll(".ep-row[data-id]")].every((r: any) => r.dataset.status === "finished"));
-    await page.click('.segmented button[data-status="all"]');
-    await page.fill("#filter", "");
-    await shoot(page, "list");
+    await page.fill("#episode-filter", "");
 
-    // a row opens its episode in place; a failed run says so, and why
-    await row(ids.failed).click();
+    // a row opens its episode; a failed run says so, and why; the breadcrumb leads back to the run
+    await episodeRow(page, ids.failed).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(ids.failed)}`);
     await waitConnection(page, "failed");
     await waitStatus(page, "failed");
     expect(await page.locator("#ep-banner").innerText()).toContain("sandbox crashed");
+    expect(await page.locator("#crumb-run").innerText()).toBe(run);
     await shoot(page, "episode-failed");
+    await page.click("#crumb-run");
+    await page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+    await episodeRow(page, ids.failed).waitFor();
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
+
+// ---- a run of 240 episodes ----
+
+type Status = "live" | "finished" | "failed" | "finish_refused";
+interface Planned {
+  id: string;
+  status: Status;
+  /** Scores by reward key (absent: the episode has no score on that key). */
+  scores: Record<string, number>;
+  calls: number;
+  tokens: number;
+}
+
+/** Weights the seeded episodes give their rewards (the reward an episode sorts by is their weighted mean). */
+const WEIGHTS: Record<string, number> = { correct: 1, format: 0.25 };
+
+/** Episode n of a seeded run: its outcome, scores, turns and tokens (deterministic, varied). */
+function planned(run: string, n: number): Planned {
+  const status: Status = n % 4 === 0 || n % 4 === 2 ? "finished" : n % 8 === 1 ? "failed" : n % 16 === 3 ? "finish_refused" : "live";
+  const scores: Record<string, number> = {};
+  if (n % 10 !== 9) scores.correct = ((n * 37) % 101) / 100; // 0 … 1, one in ten unscored
+  if (n % 3 === 0) scores.format = (n % 5) / 4; // 0, 0.25, 0.5, 0.75, 1
+  return { id: `${run}:${n}`, status, scores, calls: n % 4, tokens: 100 + n };
+}
+
+function rewardsOf(p: Planned) {
+  return Object.fromEntries(Object.entries(p.scores).map(([k, score]) => [k, { score, weight: WEIGHTS[k]! }]));
+}
+
+/**
+ * Create the episode as a producer would with bare deltas: an open delta with its nodes and
+ * calls, its rewards and token count; then the reply that finishes it, fails it, or is refused
+ * (its node count disagrees with the assembly: 409, the episode shows as finish_refused).
+ */
+async function create(p: Planned): Promise<void> {
+  const trace = `t${p.id.replace(/[^A-Za-z0-9]/g, "")}`;
+  const nodes = Array.from({ length: p.calls }, (_, i) => ({
+    parent: i === 0 ? null : i - 1,
+    semantic_parents: [],
+    message: { role: "assistant", content: `turn ${i} of ${p.id}` },
+    sampled: true,
+    timestamp: 1754101000 + i,
+    token_ids: [1, 2, 3],
+    mask: [true, true, true],
+    logprobs: [0, -0.5, -1],
+    routed_experts: null,
+  }));
+  const calls = nodes.map((_, i) => ({
+    node: i,
+    model: "policy",
+    finish_reason: "stop",
+    usage: { prompt_tokens: 10, completion_tokens: 3 },
+    time: { start: 1754101000 + i, end: 1754101000.5 + i },
+  }));
+  await post(`/v1/episodes/${p.id}/deltas`, {
+    trace,
+    open: { version: 1, id: trace },
+    ...(p.calls > 0 ? { nodes, calls } : {}),
+    set: { rewards: rewardsOf(p), num_total_tokens: p.tokens },
+  });
+  await finish(p, trace);
+}
+
+async function finish(p: Planned, trace = `t${p.id.replace(/[^A-Za-z0-9]/g, "")}`): Promise<void> {
+  const counts = { id: trace, nodes: p.calls, calls: p.calls };
+  if (p.status === "finished") await post(`/v1/episodes/${p.id}/reply`, { success: true, error: null, head: {}, traces: [counts] });
+  if (p.status === "failed") await post(`/v1/episodes/${p.id}/reply`, { success: false, error: `sandbox crashed (${p.id})`, head: null, traces: [] });
+  if (p.status === "finish_refused")
+    await post(`/v1/episodes/${p.id}/reply`, { success: true, error: null, head: {}, traces: [{ ...counts, nodes: p.calls + 1 }] }, 409);
+}
+
+async function post(path: string, body: unknown, status = 200): Promise<void> {
+  const res = await fetch(`${relay.url}${path}`, { method: "POST", body: encode(body), headers: { "content-type": "application/msgpack" } });
+  expect(res.status, `${path}: ${await res.text()}`).toBe(status);
+}
+
+/** What the run's counters must read for these episodes. */
+function expectedStats(plans: Planned[]): Record<string, number> {
+  const count = (s: Status) => plans.filter((p) => p.status === s).length;
+  return { episodes: plans.length, live: count("live"), finished: count("finished"), failed: count("failed"), finish_refused: count("finish_refused") };
+}
+
+/** The relay's reward order: best weighted-mean reward first, unscored last, then id descending. */
+function byReward(a: Planned, b: Planned): number {
+  const [x, y] = [rewardOf(rewardsOf(a)), rewardOf(rewardsOf(b))];
+  if (x !== y) return x === null ? 1 : y === null ? -1 : y - x;
+  return a.id < b.id ? 1 : -1;
+}
+
+const shownIds = (page: Page) => page.$$eval(".ep-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
+
+/** The run page draws 50 rows, then 50 more per "show more". */
+const STEP = 50;
+
+async function waitRows(page: Page, n: number): Promise<void> {
+  await page.waitForFunction((want) => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length === want, n);
+}
+
+/** Click "show more" until `n` rows are drawn (each click draws up to STEP more, loading a page when needed). */
+async function showAll(page: Page, n: number): Promise<void> {
+  for (let shown = Math.min(n, STEP); ; ) {
+    await waitRows(page, shown);
+    if (shown === n) break;
+    await page.click("#episodes-more");
+    shown = Math.min(n, shown + STEP);
+  }
+  expect(await page.locator("#episodes-more").isHidden()).toBe(true);
+}
+
+describe("a run of 240 episodes", () => {
+  const run = freshId("grpo");
+  const plans = Array.from({ length: 240 }, (_, n) => planned(run, n));
+
+  beforeAll(async () => {
+    // 16 producers at a time
+    for (let i = 0; i < plans.length; i += 16) await Promise.all(plans.slice(i, i + 16).map(create));
+  }, 120_000);
+
+  it("the runs page lists the run with the counts of what was created", async () => {
+    const want = expectedStats(plans);
+    expect(want).toEqual({ episodes: 240, live: 75, finished: 120, failed: 30, finish_refused: 15 });
+    const { context, page, errors } = await open("/");
+    await waitConnection(page, "live");
+    await waitRunCounts(page, run, want);
+    expect(await runRow(page, run).locator(".run-name").innerText()).toBe(run);
+    // the filter narrows the runs by name
+    await page.fill("#run-filter", run);
+    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".run-row[data-run]").length === 1);
+    await page.fill("#run-filter", "");
+    await shoot(page, "runs");
+    // on a phone a run is a card: its counts as words ("75 live"), zeros left out
+    await page.setViewportSize(PHONE);
+    expect(await runRow(page, run).innerText()).toMatch(/75 live[\s\S]*120 finished[\s\S]*30 failed[\s\S]*15 refused/);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("the run page shows counters, a histogram per reward key and the throughput of what was created", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    await waitConnection(page, "live");
+    await waitStats(page, expectedStats(plans));
+    expect(await statValue(page, "mean_turns")).toBe(String(plans.reduce((a, p) => a + p.calls, 0) / plans.length)); // 1.5
+    expect(await page.locator('.stat[data-stat="mean_turns"] .stat-value').innerText()).toBe("1.5");
+    expect(await page.locator('.stat[data-stat="mean_tokens"] .stat-value').innerText()).toBe("219.5");
+    // all 150 ended within the last ten minutes: 15 a minute
+    expect(await statValue(page, "per_minute")).toBe("15");
+
+    for (const key of ["correct", "format"]) {
+      const scores = plans.flatMap((p) => (key in p.scores ? [p.scores[key]!] : []));
+      const hist = page.locator(`.hist[data-key="${key}"]`);
+      const bars = await hist.locator(".hist-bins .hist-bar").evaluateAll((els) => els.map((e) => Number((e as any).dataset.count)));
+      const expected = new Array<number>(HISTOGRAM_BINS).fill(0);
+      for (const x of scores) expected[binOf(x)]!++;
+      expect(bars, `${key} bins`).toEqual(expected);
+      expect(bars.reduce((a, b) => a + b, 0)).toBe(scores.length); // 216 and 80: every scored episode, once
+      expect(await hist.locator(".hist-bar.outside").count()).toBe(0);
+      const stat = (k: string) => hist.locator(`[data-stat="${k}"] dd`).innerText();
+      expect(await stat("count")).toBe(String(scores.length));
+      expect(Number(await stat("mean"))).toBeCloseTo(scores.reduce((a, b) => a + b, 0) / scores.length, 2);
+      expect(await stat("min")).toBe(String(Math.min(...scores)));
+      expect(await stat("max")).toBe(String(Math.max(...scores)));
+    }
+    expect(await page.locator(".hist").count()).toBe(2);
+
+    // the sparkline: 60 minutes, the ended episodes all in the last few
+    const spark = page.locator("svg.sparkline");
+    expect(await spark.getAttribute("data-points")).toBe("60");
+    expect(await spark.getAttribute("data-total")).toBe("150");
+    const ys = (await spark.locator("polyline").getAttribute("points"))!.split(" ").map((pt) => Number(pt.split(",")[1]));
+    expect(ys).toHaveLength(60);
+    expect(Math.min(...ys.slice(-3))).toBeLessThan(ys[0]!); // the line rises at the end (y grows downwards)
+    expect(await page.locator('#throughput [data-stat="last hour"] dd').innerText()).toBe("150");
+
+    // the list: the 50 most recently updated first, then more on demand
+    await waitRows(page, STEP);
+    expect(await page.locator("#episodes-shown").innerText()).toBe("50 of 240 episodes");
+    const updated = await page.$$eval(".ep-row[data-id] .cell-age .age", (els) => els.map((e) => Date.parse((e as any).dataset.ago)));
+    expect(updated).toEqual([...updated].sort((a, b) => b - a));
+    await showAll(page, 240);
+    expect(new Set(await shownIds(page))).toEqual(new Set(plans.map((p) => p.id)));
+    await page.reload();
+    await waitStats(page, expectedStats(plans));
+    await waitRows(page, STEP);
+    await shoot(page, "run");
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("filters by status and id, sorts by reward, and a row opens its episode", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    await waitConnection(page, "live");
+    await waitRows(page, STEP);
+    for (const status of ["failed", "finish_refused", "live"] as const) {
+      await page.click(`.segmented button[data-status="${status}"]`);
+      const want = plans.filter((p) => p.status === status).map((p) => p.id);
+      await showAll(page, want.length);
+      expect(new Set(await shownIds(page))).toEqual(new Set(want));
+      expect(await page.locator("#episodes-shown").innerText()).toBe(`${want.length} of ${want.length} episodes`);
+    }
+    // by reward: the relay's order, best first
+    await page.click('.segmented button[data-status="all"]');
+    await page.click('.segmented button[data-sort="reward"]');
+    const best = [...plans].sort(byReward).map((p) => p.id);
+    await page.waitForFunction((first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first, best[0]);
+    expect(await shownIds(page)).toEqual(best.slice(0, STEP));
+    const rewards = await page.$$eval(".ep-row[data-id]", (rows) => rows.map((r) => Number((r as any).dataset.reward)));
+    expect(rewards).toEqual([...rewards].sort((a, b) => b - a));
+    expect(rewards[0]).toBe(rewardOf(rewardsOf(plans.find((p) => p.id === best[0])!)));
+    // failed ones by reward
+    await page.click('.segmented button[data-status="failed"]');
+    await waitRows(page, 30);
+    expect(await shownIds(page)).toEqual(best.filter((id) => plans.find((p) => p.id === id)!.status === "failed"));
+    // the id filter: "<run>:17" is episode 17 and 170-179
+    await page.click('.segmented button[data-status="all"]');
+    await page.fill("#episode-filter", `${run}:17`);
+    const seventeen = best.filter((id) => id.includes(`${run}:17`));
+    expect(seventeen).toHaveLength(11);
+    await waitRows(page, seventeen.length);
+    expect(await shownIds(page)).toEqual(seventeen);
+
+    // a row opens its episode page; its rewards are the ones created
+    const p = plans[174]!;
+    expect(p.status).toBe("finished");
+    expect(p.calls).toBe(2);
+    await episodeRow(page, p.id).click();
+    await page.waitForURL(`**/episodes/${encodeURIComponent(p.id)}`);
+    await waitStatus(page, "finished");
+    expect(await page.locator('.card[data-card="rewards"]').innerText()).toMatch(new RegExp(`correct\\s*${p.scores.correct}`));
+    expect(await page.locator("li.turn").count()).toBe(p.calls);
+    await page.goBack();
+    await page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+    await waitStats(page, expectedStats(plans));
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("with a snapshot cut short (?limit=30) the list, the status and the reward views page the relay's list", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}?limit=30`);
+    await waitConnection(page, "live");
+    await waitRows(page, 30);
+    expect(await page.locator(".run-episodes").getAttribute("data-complete")).toBe("false");
+    expect(await page.locator("#episodes-shown").innerText()).toBe("30 of 240 episodes");
+    // the default view goes on with the relay's pages (the first page overlaps the snapshot)
+    await page.click("#episodes-more");
+    await waitRows(page, 80);
+    const newest = await shownIds(page);
+    expect(new Set(newest).size).toBe(80);
+    // reward order comes from the relay (the snapshot has the newest 30 only)
+    await page.click('.segmented button[data-sort="reward"]');
+    const best = [...plans].sort(byReward).map((p) => p.id);
+    await page.waitForFunction((first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first, best[0]);
+    expect(await shownIds(page)).toEqual(best.slice(0, STEP));
+    await showAll(page, 240); // a page of 200, then the last 40
+    expect(await shownIds(page)).toEqual(best);
+    // a status from the relay too
+    await page.click('.segmented button[data-sort="updated"]');
+    await page.click('.segmented button[data-status="finished"]');
+    await showAll(page, 120);
+    expect(new Set(await shownIds(page))).toEqual(new Set(plans.filter((p) => p.status === "finished").map((p) => p.id)));
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("a finish and a new episode update the counters, the list and the sparkline without a reload", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    await waitConnection(page, "live");
+    await waitStats(page, expectedStats(plans));
+    await page.evaluate(() => {
+      (globalThis as any).notReloaded = true;
+    });
+    // finish one more (a live one, no score on `format`)
+    const p = plans[5]!;
+    expect(p.status).toBe("live");
+    p.status = "finished";
+    await finish(p);
+    await waitStats(page, expectedStats(plans));
+    expect(await statValue(page, "finished")).toBe("121");
+    expect(await statValue(page, "live")).toBe("74");
+    await page.waitForFunction((id) => (globalThis as any).document.querySelector(`.ep-row[data-id="${id}"]`)?.dataset.status === "finished", p.id);
+    expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(p.id); // the latest update is on top
+    expect(await page.locator("svg.sparkline").getAttribute("data-total")).toBe("151");
+    // a new episode
+    const added = planned(run, 240);
+    plans.push(added);
+    await create(added);
+    await waitStats(page, expectedStats(plans));
+    expect(await statValue(page, "episodes")).toBe("241");
+    await episodeRow(page, added.id).waitFor();
+    expect(await page.locator('.hist[data-key="correct"]').getAttribute("data-count")).toBe(String(plans.filter((x) => "correct" in x.scores).length));
+    expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
     expect(errors).toEqual([]);
     await context.close();
   });
@@ -295,7 +618,7 @@ describe("episode page (/episodes/{id})", () => {
     expect(new Set(boxes.map((b) => Math.round(b!.y))).size).toBe(1);
     await shoot(page, "episode-multi");
     // stacked on a phone
-    await page.setViewportSize(NARROW);
+    await page.setViewportSize(PHONE);
     await page.waitForTimeout(150);
     const narrow = await Promise.all([0, 1].map((i) => traces.nth(i).boundingBox()));
     expect(narrow[1]!.y).toBeGreaterThan(narrow[0]!.y + narrow[0]!.height - 1);
@@ -408,39 +731,63 @@ describe("episode page (/episodes/{id})", () => {
 // ---- tokens ----
 
 describe("with auth on", () => {
-  it("asks for a token, takes one from the login field or ?token=, and shows only the token's episodes", async () => {
+  it("asks for a token, takes one from the login field or ?token=, and shows only the token's runs and episodes", async () => {
     const secret = "browser-test-secret-0c1d2e3f4a5b6c7d8e9f00112233";
     const authed = await startRelay({ RELAY_SECRET: secret });
     try {
       const run = freshId("auth");
-      const [mine, other] = [`${run}:mine`, `${run}-x:other`];
+      const [mine, theirs, other] = [`${run}:mine`, `${run}:theirs`, `${run}-x:other`];
       const producerToken = await mintToken(secret, { role: "producer", episodes: [`${run}*`], ttl: 600 });
-      for (const id of [mine, other]) {
+      for (const id of [mine, theirs, other]) {
         const p = producer(() => authed.url, id, golden("chat_basic"), { authorization: `Bearer ${producerToken}` });
         await p.rest();
         await p.reply();
       }
+      // covers the run `run` whole, not the run `run-x`
       const watcher = await mintToken(secret, { role: "watcher", episodes: [`${run}:*`], ttl: 600 });
+      // covers one episode of `run`: no run whole
+      const narrow = await mintToken(secret, { role: "watcher", episodes: [mine], ttl: 600 });
 
-      // no token: the list says why and offers the field
+      // no token: the runs page says why and offers the field
       const { context, page, errors } = await open("/", authed.url);
       await page.locator("#token-panel").waitFor({ state: "visible" });
       expect(await page.locator(".token-reason").innerText()).toMatch(/needs a token/);
       expect(await connection(page)).toBe("offline");
-      await shoot(page, "list-token");
+      expect(await page.locator("#runs .empty").innerText()).toMatch(/Sign in with a token/);
+      await shoot(page, "runs-token");
       await page.fill(".token-input", watcher);
       await page.click('#token-panel button[type="submit"]');
       await waitConnection(page, "live");
-      await page.locator(`.ep-row[data-id="${mine}"]`).waitFor();
-      expect(await page.locator(`.ep-row[data-id="${other}"]`).count()).toBe(0);
+      await waitRunCounts(page, run, { finished: 2, episodes: 2 });
+      expect(await runRow(page, `${run}-x`).count()).toBe(0);
       expect(await page.evaluate(() => (globalThis as any).sessionStorage.getItem("episode-relay-token"))).toBe(watcher);
+      // the run the token covers: counters and both episodes
+      await runRow(page, run).click();
+      await waitStats(page, { episodes: 2, finished: 2 });
+      await episodeRow(page, theirs).waitFor();
+      expect(new Set(await shownIds(page))).toEqual(new Set([mine, theirs]));
+      expect(await page.locator("#run-partial").isHidden()).toBe(true);
       await context.close();
 
       // ?token= in the page URL: kept for the tab, taken out of the address bar, passed to the watcher
-      const second = await open(`/episodes/${mine}?token=${watcher}`, authed.url);
+      const second = await open(`/episodes/${mine}?token=${narrow}`, authed.url);
       await waitConnection(second.page, "finished");
       expect(await second.page.locator("li.turn").count()).toBe(7);
       expect(second.page.url()).not.toContain("token=");
+      // its run, for a token that covers only part of it: the episodes it may see, no run totals
+      await second.page.click("#crumb-run");
+      await second.page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+      await waitConnection(second.page, "live");
+      await episodeRow(second.page, mine).waitFor();
+      await second.page.locator("#run-partial").waitFor({ state: "visible" });
+      expect(await shownIds(second.page)).toEqual([mine]);
+      expect(await second.page.locator("#run-stats").isVisible()).toBe(false);
+      expect(await second.page.locator(".hist").count()).toBe(0);
+      await shoot(second.page, "run-partial");
+      // and the runs page lists no run for it
+      await second.page.click('.crumbs a[href="/"]');
+      await waitConnection(second.page, "live");
+      await second.page.waitForFunction(() => /No runs yet/.test((globalThis as any).document.querySelector("#runs .empty")?.textContent ?? ""));
       // a token that does not cover the episode: the page says so
       await second.page.goto(`${authed.url}/episodes/${other}`);
       await second.page.locator("#token-panel").waitFor({ state: "visible" });

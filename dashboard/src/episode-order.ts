@@ -1,0 +1,26 @@
+// The orders a run's episodes are listed in, exactly as the relay pages them
+// (src/registry/episode-index.ts: `updated DESC, id DESC`, or `reward IS NULL, reward DESC, id DESC`),
+// so rows the socket brings and rows a page brings interleave the same way on both sides.
+import type { IndexEntry } from "../../src/registry/entry.js";
+
+export type SortKey = "updated" | "reward";
+
+/** Negative when `a` is listed before `b`. */
+export function compareEntries(sort: SortKey, a: IndexEntry, b: IndexEntry): number {
+  if (sort === "updated") {
+    const d = Date.parse(b.updated) - Date.parse(a.updated);
+    if (d !== 0) return d;
+  } else if (a.reward !== b.reward) {
+    if (a.reward === null) return 1;
+    if (b.reward === null) return -1;
+    return b.reward - a.reward;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** The newer of two versions of one episode's row (the relay's own rule: later update, then higher seq). */
+export function newer(a: IndexEntry | undefined, b: IndexEntry): IndexEntry {
+  if (!a) return b;
+  if (a.updated !== b.updated) return Date.parse(b.updated) > Date.parse(a.updated) ? b : a;
+  return b.seq >= a.seq ? b : a;
+}

@@ -1,0 +1,24 @@
+// Where things live in the dashboard, and how a run is named on screen. The run of an episode is
+// the server's own rule (src/registry/run.ts), so a breadcrumb always points at the run that
+// counts the episode.
+import { NO_RUN, runOf } from "../../src/registry/run.js";
+
+export { NO_RUN, runOf };
+
+export function runHref(run: string): string {
+  return `/runs/${encodeURIComponent(run)}`;
+}
+
+export function episodeHref(id: string): string {
+  return `/episodes/${encodeURIComponent(id)}`;
+}
+
+/** A run's name for people: the NO_RUN bucket ("~") gets words instead of a tilde. */
+export function runLabel(run: string): string {
+  return run === NO_RUN ? "(no run)" : run;
+}
+
+/** An episode's id without its run's prefix ("grpo-42:17" in run "grpo-42" → "17"): the run is on screen already. */
+export function idInRun(id: string, run: string): string {
+  return run !== NO_RUN && id.startsWith(`${run}:`) ? id.slice(run.length + 1) : id;
+}

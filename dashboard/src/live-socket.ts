@@ -1,0 +1,91 @@
+// A read-only JSON socket to the relay that stays up: a plain GET first (a refusal, 401/403, is
+// readable there and not on a failed socket), then the socket; when it drops, the same again with
+// backoff. The header's connection pill follows it. Used by the runs page and the run page.
+import { type AccessProblem, probe, socketProtocols, socketUrl } from "./api.js";
+import type { Shell } from "./shell.js";
+
+export interface LiveSocketOptions<M> {
+  shell: Shell;
+  /** A GET the relay answers under the same rules as the socket. */
+  probePath: string;
+  socketPath: string;
+  /** Decode one text message (throws on anything else: such a message is ignored). */
+  parse: (text: string) => M;
+  /** The probe's answer (before every connect); false: do not connect (the page says why). */
+  onProbe?: (status: number, body: unknown) => boolean;
+  onMessage: (m: M) => void;
+  /** The relay refused (the token form is already shown); no retry until the token changes (a re-route). */
+  onRefused: (problem: AccessProblem) => void;
+}
+
+/** Idle sockets are closed by proxies: ping now and then (the relay answers "pong" itself). */
+const PING_MS = 10_000;
+
+export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
+  let stopped = false;
+  let ws: WebSocket | null = null;
+  let attempt = 0;
+  let retry: ReturnType<typeof setTimeout> | null = null;
+  let ping: ReturnType<typeof setInterval> | null = null;
+
+  async function connect(): Promise<void> {
+    if (stopped) return;
+    o.shell.setConnection(attempt === 0 ? "connecting" : "resuming");
+    try {
+      const p = await probe(o.probePath);
+      if (stopped) return;
+      if (!p.ok) {
+        o.shell.setConnection("offline", p.message);
+        o.shell.askToken(p.status === 401 ? `This relay needs a token: ${p.message}` : p.message);
+        o.onRefused(p);
+        return;
+      }
+      if (o.onProbe?.(p.status, p.body) === false) {
+        o.shell.setConnection("closed", `${p.status}`);
+        return;
+      }
+    } catch {
+      return schedule();
+    }
+    if (stopped) return;
+    const sock = new WebSocket(socketUrl(o.socketPath), socketProtocols());
+    ws = sock;
+    sock.onopen = () => {
+      attempt = 0;
+      o.shell.setConnection("live");
+      ping = setInterval(() => sock.readyState === WebSocket.OPEN && sock.send("ping"), PING_MS);
+    };
+    sock.onmessage = (ev) => {
+      if (typeof ev.data !== "string" || ev.data === "pong") return;
+      let m: M;
+      try {
+        m = o.parse(ev.data);
+      } catch {
+        return; // a message this page cannot read
+      }
+      o.onMessage(m);
+    };
+    sock.onclose = () => {
+      if (ping) clearInterval(ping);
+      ping = null;
+      if (ws === sock) ws = null;
+      if (!stopped) schedule();
+    };
+  }
+
+  function schedule(): void {
+    if (stopped) return;
+    o.shell.setConnection("resuming");
+    const delay = Math.min(10_000, 250 * 2 ** attempt) * (0.5 + Math.random() / 2);
+    attempt++;
+    retry = setTimeout(() => void connect(), delay);
+  }
+
+  void connect();
+  return () => {
+    stopped = true;
+    if (retry) clearTimeout(retry);
+    if (ping) clearInterval(ping);
+    ws?.close(1000, "page closed");
+  };
+}

@@ -1,0 +1,57 @@
+// A run's counters (from its aggregates): episodes by status, how fast they end, and how big they
+// are. Tiles keep their elements; an update only rewrites the numbers.
+import { h } from "./dom.js";
+import type { RunAggregates } from "../../src/registry/aggregates.js";
+
+type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens";
+
+const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
+  { key: "episodes", label: "episodes", hint: "episodes in the run" },
+  { key: "live", label: "live", hint: "still streaming" },
+  { key: "finished", label: "finished", hint: "ended with a reply" },
+  { key: "failed", label: "failed", hint: "ended with a failure reply" },
+  { key: "finish_refused", label: "finish refused", hint: "the reply disagreed with the assembled episode; waiting for a corrected one" },
+  { key: "per_minute", label: "episodes / min", hint: "episodes ended per minute, over the last 10 minutes" },
+  { key: "mean_turns", label: "mean turns", hint: "model calls per episode, all traces" },
+  { key: "mean_tokens", label: "mean tokens", hint: "total tokens per episode, all traces" },
+];
+
+const oneDecimal = (v: number) => (Math.round(v * 10) / 10).toLocaleString("en-US");
+
+export interface RunStats {
+  el: HTMLElement;
+  update(a: RunAggregates): void;
+}
+
+export function runStats(): RunStats {
+  const values = new Map<StatKey, { value: HTMLElement; sub: HTMLElement; tile: HTMLElement }>();
+  const el = h(
+    "section.stats",
+    { id: "run-stats", "aria-label": "run counters" },
+    TILES.map(({ key, label, hint }) => {
+      const value = h("div.stat-value", null, "–");
+      const sub = h("div.stat-sub");
+      const tile = h(`div.stat.st-${key}` as "div", { "data-stat": key, title: hint }, h("div.stat-label", null, label), value, sub);
+      values.set(key, { value, sub, tile });
+      return tile;
+    }),
+  );
+  return {
+    el,
+    update(a) {
+      const share = (n: number) => (a.episodes > 0 ? `${Math.round((n / a.episodes) * 100)}%` : "");
+      const set = (key: StatKey, text: string, raw: number | null, sub = "") => {
+        const v = values.get(key)!;
+        v.value.textContent = text;
+        v.tile.dataset.value = raw === null ? "" : String(raw);
+        v.tile.classList.toggle("zero", raw === 0);
+        v.sub.textContent = sub;
+      };
+      set("episodes", a.episodes.toLocaleString("en-US"), a.episodes);
+      for (const k of ["live", "finished", "failed", "finish_refused"] as const) set(k, a.counts[k].toLocaleString("en-US"), a.counts[k], share(a.counts[k]));
+      set("per_minute", oneDecimal(a.episodes_per_minute), a.episodes_per_minute, "last 10 min");
+      set("mean_turns", a.mean_turns === null ? "–" : oneDecimal(a.mean_turns), a.mean_turns, "calls / episode");
+      set("mean_tokens", a.mean_tokens === null ? "–" : oneDecimal(a.mean_tokens), a.mean_tokens, "tokens / episode");
+    },
+  };
+}

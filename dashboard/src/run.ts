@@ -1,0 +1,119 @@
+// One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
+// per reward key and the throughput sparkline, all from the run's aggregates (redrawn with each
+// coalesced change, at most a few times a second), and under them the run's episodes. A token
+// that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
+import type { AccessProblem } from "./api.js";
+import { agoSpan, clear, h, tickAges } from "./dom.js";
+import { runLabel } from "./links.js";
+import { liveSocket } from "./live-socket.js";
+import { rewardHistogram } from "./reward-histogram.js";
+import { runEpisodes } from "./run-episodes.js";
+import { runStats } from "./run-stats.js";
+import type { Shell } from "./shell.js";
+import { throughputSparkline } from "./throughput-sparkline.js";
+import type { RunAggregates } from "../../src/registry/aggregates.js";
+import { parseRunMessage, type RunMessage } from "../../src/registry/index-protocol.js";
+
+/** Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for fewer. */
+const SNAPSHOT_LIMIT = 500;
+
+function snapshotLimit(): number {
+  const asked = Number(new URLSearchParams(location.search).get("limit"));
+  return Number.isInteger(asked) && asked >= 1 && asked <= SNAPSHOT_LIMIT ? asked : SNAPSHOT_LIMIT;
+}
+
+export function mountRun(shell: Shell, run: string): () => void {
+  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
+  const path = `/v1/runs/${encodeURIComponent(run)}`;
+  let lastUpdate: string | null = null;
+
+  const summary = h("span.counts", { id: "run-summary" });
+  const partial = h(
+    "p.notice",
+    { id: "run-partial", hidden: true },
+    "This token covers only some of this run's episodes, so the run's counts, rewards and throughput are not shown: the list holds the episodes it may see.",
+  );
+  const stats = runStats();
+  const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
+  const overview = h("div.run-overview", { hidden: true }, stats.el, charts);
+  const episodes = runEpisodes(run);
+  const page = h(
+    "section.run-page",
+    { "data-run": run },
+    h("div.page-head", null, h("h1.run-title", { title: run }, runLabel(run)), summary),
+    partial,
+    overview,
+    episodes.el,
+  );
+  shell.main.append(page);
+  const stopAges = tickAges(summary);
+
+  function drawAggregates(a: RunAggregates | null): void {
+    overview.hidden = a === null;
+    episodes.totals(a ? { ...a.counts, episodes: a.episodes } : null);
+    if (!a) return;
+    stats.update(a);
+    clear(charts);
+    const keys = Object.entries(a.rewards);
+    charts.append(
+      throughputSparkline(a.throughput),
+      ...(keys.length
+        ? keys.map(([key, r]) => rewardHistogram(key, r))
+        : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, "No episode has a reward yet."))]),
+    );
+    page.dataset.episodes = String(a.episodes);
+  }
+
+  function drawSummary(): void {
+    clear(summary);
+    if (lastUpdate) summary.append("updated ", agoSpan(lastUpdate, "age-inline"));
+  }
+
+  function noteUpdates(list: Array<{ updated: string }>): void {
+    for (const e of list) if (lastUpdate === null || e.updated > lastUpdate) lastUpdate = e.updated;
+    drawSummary();
+  }
+
+  function onMessage(m: RunMessage): void {
+    if (m.type === "snapshot") {
+      lastUpdate = null;
+      episodes.snapshot(m.episodes, m.truncated);
+      noteUpdates(m.episodes);
+    } else {
+      episodes.changes(m.upserts, m.deletes);
+      noteUpdates(m.upserts);
+    }
+    partial.hidden = m.aggregates !== null;
+    drawAggregates(m.aggregates);
+  }
+
+  function onRefused(p: AccessProblem): void {
+    episodes.refuse(p.status === 401 ? "Sign in with a token (above) to see this run." : `The relay refused to show this run: ${p.message}`);
+    overview.hidden = true;
+  }
+
+  const close = liveSocket({
+    shell,
+    probePath: path,
+    socketPath: `${path}?limit=${snapshotLimit()}`,
+    parse: parseRunMessage,
+    onProbe: (status, body) => {
+      const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
+      if (status !== 200) {
+        episodes.refuse(`The relay cannot show this run: ${b?.message ?? status}`);
+        return false;
+      }
+      if (typeof b?.covered === "boolean") partial.hidden = b.covered;
+      // the counters show before the socket's snapshot arrives
+      if (b?.aggregates) drawAggregates(b.aggregates);
+      return true;
+    },
+    onMessage,
+    onRefused,
+  });
+  return () => {
+    close();
+    stopAges();
+    episodes.destroy();
+  };
+}
