@@ -1,7 +1,17 @@
 // The public API's path grammar (src/http/route.ts): every path kind, trailing slashes,
 // percent-encoding, bad and reserved ids, and the method tables (README "HTTP API").
 import { describe, expect, it } from "vitest";
-import { EPISODE_ID, type EpisodeAction, INDEX_METHODS, METHODS, RESERVED_IDS, type Route, allowedMethods, parseRoute } from "../../src/http/route.js";
+import {
+  EPISODE_ID,
+  type EpisodeAction,
+  INDEX_METHODS,
+  METHODS,
+  RESERVED_IDS,
+  RUN_METHODS,
+  type Route,
+  allowedMethods,
+  parseRoute,
+} from "../../src/http/route.js";
 
 const ep = (id: string, action: EpisodeAction = "episode"): Route => ({ kind: "episode", id, action });
 const ID128 = "a".repeat(128);
@@ -15,6 +25,19 @@ describe("parseRoute", () => {
     ["/v1/episodes/", { kind: "list" }],
     ["/v1/episodes/watch", { kind: "index_watch" }],
     ["/v1/episodes/watch/", { kind: "index_watch" }],
+    // runs, a run, its episodes and its finished episodes (a run name is percent-decoded)
+    ["/v1/runs", { kind: "runs" }],
+    ["/v1/runs/", { kind: "runs" }],
+    ["/v1/runs/exp-7", { kind: "run", run: "exp-7", action: "run" }],
+    ["/v1/runs/exp-7/", { kind: "run", run: "exp-7", action: "run" }],
+    ["/v1/runs/exp-7/episodes", { kind: "run", run: "exp-7", action: "episodes" }],
+    ["/v1/runs/exp-7/finished/", { kind: "run", run: "exp-7", action: "finished" }],
+    ["/v1/runs/exp%3A7", { kind: "run", run: "exp:7", action: "run" }],
+    ["/v1/runs/~", { kind: "run", run: "~", action: "run" }],
+    ["/v1/runs/a%2Fb", { kind: "bad_run", run: "a/b" }],
+    ["/v1/runs/%E0%A4%A", { kind: "bad_run", run: "%E0%A4%A" }],
+    ["/v1/runs/exp-7/status", { kind: "not_found" }],
+    ["/v1/runs/exp-7/episodes/x", { kind: "not_found" }],
     // an episode and each action, with and without a trailing slash
     ["/v1/episodes/run-1", ep("run-1")],
     ["/v1/episodes/run-1/", ep("run-1")],
@@ -121,7 +144,8 @@ describe("method tables", () => {
       status: ["GET"],
       watch: ["GET"],
     });
-    expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], index_watch: ["GET"] });
+    expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] });
+    expect(RUN_METHODS).toStrictEqual({ run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"] });
   });
 
   it("every action of METHODS is routable, and routes to itself", () => {
@@ -140,9 +164,14 @@ describe("method tables", () => {
     ["/v1/episodes/e1/ingest", ["GET"]],
     ["/v1/episodes/e1/status", ["GET"]],
     ["/v1/episodes/e1/watch", ["GET"]],
+    ["/v1/runs", ["GET", "HEAD"]],
+    ["/v1/runs/r1", ["GET", "HEAD"]],
+    ["/v1/runs/r1/episodes", ["GET", "HEAD"]],
+    ["/v1/runs/r1/finished", ["GET", "HEAD"]],
   ])("allowedMethods(%s) → %j", (path, methods) => {
     const route = parseRoute(path);
-    if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "index_watch") throw new Error(`${path} did not route: ${route.kind}`);
+    if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "index_watch" && route.kind !== "runs" && route.kind !== "run")
+      throw new Error(`${path} did not route: ${route.kind}`);
     expect(allowedMethods(route)).toStrictEqual(methods);
   });
 });
