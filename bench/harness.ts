@@ -25,6 +25,8 @@ export interface BenchOptions {
   minSamples: number;
   /** The memory section's episode sizes, MiB. */
   memorySizes?: number[];
+  /** The runscale section's run sizes (episodes written at once into one run). */
+  runscaleSizes?: number[];
   /** The golden case files (the fixtures, plus GOLDEN_DIR's cases). */
   casePaths: string[];
   /** Progress for humans; always goes to stderr. */

@@ -99,6 +99,149 @@ export function sizedDeltas(bytes: number, trace = TRACE): DeltaFactory {
   return (i) => delta(i, text(pad, i), null, trace);
 }
 
+/** Token ids and logprobs the rollout turns take their slices from (deterministic). */
+const TOKEN_POOL = (() => {
+  const ids: number[] = [];
+  const logprobs: F64[] = [];
+  let x = 0x2545f491;
+  for (let i = 0; i < 4096; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    ids.push((x >>> 8) % 151_000);
+    logprobs.push(new F64(-((x >>> 4) % 100_000) / 10_000));
+  }
+  return { ids, logprobs };
+})();
+
+/** Token ids (and logprobs) per rollout turn. */
+export const TURN_TOKENS = 200;
+
+/**
+ * Delta `k` of an LLM rollout trace (no routing): `k = 0` opens the trace (`open`, then `set` of
+ * the agent, empty rewards and `set`); `k ≥ 1` is one turn: a sampled assistant node (TURN_TOKENS
+ * token ids, mask and logprobs, a ~800-character message) with its model call, and `set`. About
+ * 4 KB per turn. `set` is the trace's changed scalars, e.g. `num_total_tokens`.
+ */
+export function rolloutDelta(k: number, set: Array<[string, LValue]>, trace = TRACE): Uint8Array {
+  if (k === 0) {
+    return encodeLossless(
+      new LMap([
+        ["trace", trace],
+        [
+          "open",
+          new LMap([
+            ["version", 1],
+            ["id", trace],
+            ["verifiers", new LMap([["version", "0.1.15"]])],
+            ["task", new LMap([["type", "MathTask"]])],
+          ]),
+        ],
+        ["set", new LMap([["agent", new LMap([["name", "solver"]])], ["rewards", new LMap([])], ["is_completed", false], ...set])],
+      ]),
+    );
+  }
+  const node = k - 1;
+  const at = (k * 131) % (TOKEN_POOL.ids.length - TURN_TOKENS);
+  const t = 1754101000.5 + k;
+  return encodeLossless(
+    new LMap([
+      ["trace", trace],
+      [
+        "nodes",
+        [
+          new LMap([
+            ["parent", node === 0 ? null : node - 1],
+            ["semantic_parents", []],
+            [
+              "message",
+              new LMap([
+                ["role", "assistant"],
+                ["content", text(800, k)],
+                ["reasoning_content", null],
+                ["tool_calls", null],
+              ]),
+            ],
+            ["sampled", true],
+            ["timestamp", new F64(t)],
+            ["token_ids", TOKEN_POOL.ids.slice(at, at + TURN_TOKENS)],
+            ["mask", new Array<boolean>(TURN_TOKENS).fill(true)],
+            ["logprobs", TOKEN_POOL.logprobs.slice(at, at + TURN_TOKENS)],
+            ["routed_experts", null],
+          ]),
+        ],
+      ],
+      [
+        "calls",
+        [
+          new LMap([
+            ["node", node],
+            ["model", "policy-moe-30b"],
+            ["finish_reason", "stop"],
+            [
+              "usage",
+              new LMap([
+                ["prompt_tokens", 64 + node * TURN_TOKENS],
+                ["completion_tokens", TURN_TOKENS],
+              ]),
+            ],
+            [
+              "time",
+              new LMap([
+                ["start", new F64(t - 0.75)],
+                ["end", new F64(t)],
+              ]),
+            ],
+          ]),
+        ],
+      ],
+      ["set", new LMap(set)],
+    ]),
+  );
+}
+
+/** A delta that only `set`s scalars of a trace (e.g. the final `rewards`). */
+export function setDelta(set: Array<[string, LValue]>, trace = TRACE): Uint8Array {
+  return encodeLossless(
+    new LMap([
+      ["trace", trace],
+      ["set", new LMap(set)],
+    ]),
+  );
+}
+
+/**
+ * The upstream reply that ends an episode of one trace (src/assembly/reply.ts): finished with
+ * the trace's `nodes` and `calls` counts, or failed with `error` (no head, no traces).
+ */
+export function replyBody(r: { success: true; nodes: number; calls: number; trace?: string } | { success: false; error: string }): Uint8Array {
+  if (!r.success) {
+    return encodeLossless(
+      new LMap([
+        ["success", false],
+        ["error", r.error],
+        ["head", null],
+        ["traces", []],
+      ]),
+    );
+  }
+  return encodeLossless(
+    new LMap([
+      ["success", true],
+      ["error", null],
+      ["head", new LMap([])],
+      [
+        "traces",
+        [
+          new LMap([
+            ["id", r.trace ?? TRACE],
+            ["nodes", r.nodes],
+            ["calls", r.calls],
+          ]),
+        ],
+      ],
+    ]),
+  );
+}
+
 /** Routing deltas: one node with `routed_experts` {__nd__, uint8, [1500, 50, 8], 600,000 B}. */
 export function routingDeltas(trace = TRACE): DeltaFactory {
   const nd = new LMap([
@@ -179,6 +322,55 @@ export class ForeignCpu {
       return undefined;
     }
   }
+}
+
+/** Pids of this process's descendants whose command is `comm` (e.g. the workerd of a relay it started). */
+export function descendantPids(comm: string, root = process.pid): number[] {
+  const children = new Map<number, number[]>();
+  const names = new Map<number, string>();
+  for (const e of readdirSync("/proc")) {
+    if (!/^[0-9]+$/.test(e)) continue;
+    try {
+      const st = procStat(e);
+      names.set(Number(e), st.comm);
+      const ppid = Number(st.fields[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(e)]);
+    } catch {
+      // gone
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const c of children.get(p) ?? []) {
+      if (names.get(c) === comm) out.push(c);
+      walk(c);
+    }
+  };
+  walk(root);
+  return out;
+}
+
+/** CPU time (user + system) the processes `pids` used so far, ms (processes gone count 0). */
+export function cpuMsOf(pids: number[]): number {
+  let ticks = 0;
+  for (const p of pids) {
+    try {
+      const { fields } = procStat(p);
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone
+    }
+  }
+  return ticks * 10; // USER_HZ is 100 on Linux
+}
+
+/** wrangler.toml `[vars]` (flat `KEY = "string"` lines): the relay's defaults. */
+export function wranglerVars(): Record<string, string> {
+  const toml = readFileSync(new URL("../wrangler.toml", import.meta.url), "utf8");
+  const section = toml.split(/^\[vars\]\s*$/m)[1]?.split(/^\[/m)[0] ?? "";
+  const vars: Record<string, string> = {};
+  for (const m of section.matchAll(/^([A-Z0-9_]+)\s*=\s*"([^"]*)"/gm)) vars[m[1]!] = m[2]!;
+  return vars;
 }
 
 // ---- figures ----

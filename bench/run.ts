@@ -18,6 +18,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["ingest", () => import("./ingest.js")],
   ["fanout", () => import("./fanout.js")],
   ["memory", () => import("./memory.js")],
+  ["runscale", () => import("./runscale.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -29,6 +30,7 @@ const USAGE = `usage: npm run bench -- [options]
   --min-ms N                measure each method at least N ms per case (default 300)
   --min-samples N           ... and at least N samples (default 30)
   --memory-sizes MIB[,MIB]  memory section: episode sizes in MiB (default 50,200)
+  --runscale-sizes N[,N]    runscale section: episodes per run, written at once (default 100,500,1000)
   -h, --help                this text`;
 
 interface Args {
@@ -40,6 +42,7 @@ interface Args {
   minMs: number;
   minSamples: number;
   memorySizes?: number[];
+  runscaleSizes?: number[];
 }
 
 function parseArgs(argv: string[]): Args {
@@ -54,6 +57,7 @@ function parseArgs(argv: string[]): Args {
       "min-ms": { type: "string", default: "300" },
       "min-samples": { type: "string", default: "30" },
       "memory-sizes": { type: "string" },
+      "runscale-sizes": { type: "string" },
     },
   });
   // value lists (NAME[,NAME]) and counts are checked here: parseArgs has strings and booleans only
@@ -79,6 +83,10 @@ function parseArgs(argv: string[]): Args {
     a.memorySizes = list(values["memory-sizes"])
       .map(Number)
       .filter((n) => n > 0);
+  }
+  if (values["runscale-sizes"] !== undefined) {
+    a.runscaleSizes = list(values["runscale-sizes"]).map((v) => count("runscale-sizes", v, 1));
+    if (a.runscaleSizes.length === 0) throw new UsageError("--runscale-sizes: no size given");
   }
   if (a.only) {
     const known = new Set(SECTIONS.map(([n]) => n));
@@ -153,6 +161,7 @@ async function main(argv: string[]): Promise<number> {
       minMs: args.minMs,
       minSamples: args.minSamples,
       ...(args.memorySizes ? { memorySizes: args.memorySizes } : {}),
+      ...(args.runscaleSizes ? { runscaleSizes: args.runscaleSizes } : {}),
       casePaths: goldenCasePaths(),
       log: (m) => process.stderr.write(`[bench] ${m}\n`),
       table: (t) => {
