@@ -233,6 +233,49 @@ describe("rows follow the episode into its run's index", () => {
 });
 
 describe("updates are not lost", () => {
+  it("an update that fails inside the index's transaction leaves its rows and aggregates as they were", async () => {
+    const run = freshId("txn");
+    const id = `${run}:0`;
+    expect((await post(`${id}/deltas`, scored({ correct: 1 }, 10))).status).toBe(200);
+    await eventually(async () => expect((await row(id))?.tokens).toBe(10));
+    const before = await aggregates(run);
+    const index = env.EPISODE_INDEX.getByName(runIndexName(run));
+    // the row is written and its part added, then the write throws: all of it must be undone
+    await runInDurableObject(index, (instance) => {
+      const store = (instance as unknown as { store: { put(row: IndexRow, old: IndexRow | null): void } }).store;
+      const put = store.put.bind(store);
+      store.put = (r, old) => {
+        put(r, old);
+        throw new Error("injected fault");
+      };
+    });
+    const updated: IndexRow = {
+      ...(await runInDurableObject(index, (_o, state) => {
+        const r = state.storage.sql.exec<{ created: number; updated: number }>("SELECT created, updated FROM rows WHERE id = ?", id).one();
+        return { created: r.created, updated: r.updated };
+      })),
+      id,
+      run,
+      status: "finished",
+      ended: Date.now(),
+      seq: 99,
+      traces: 1,
+      nodes: 0,
+      calls: 0,
+      tokens: 500,
+      rewards: { correct: { score: 0, weight: 1 } },
+      error: null,
+    };
+    updated.updated += 1;
+    await expect(runInDurableObject(index, (instance) => (instance as unknown as { upsert(r: IndexRow): unknown }).upsert(updated))).rejects.toThrow(
+      "injected fault",
+    );
+    const after = await aggregates(run);
+    expect([after.episodes, after.counts, after.mean_tokens, after.rewards]).toEqual([before.episodes, before.counts, before.mean_tokens, before.rewards]);
+    expect((await row(id))!.tokens).toBe(10);
+    await expectExact(run);
+  });
+
   it("an update the run's index refused is re-sent by the episode's alarm until it lands", async () => {
     const run = freshId("retry");
     const id = `${run}:0`;
