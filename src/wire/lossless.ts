@@ -6,7 +6,7 @@
 // is an `F64`, an int is a `number` (or a `bigint` beyond 2^53), a map is an ordered `LMap`,
 // and str/bin stay `string`/`Uint8Array`.
 
-import { Reader, decodeStrSpan, kindOf } from "./reader.js";
+import { decodeStrSpan, intAt, kindOf, Reader } from "./reader.js";
 import { ChunkWriter, encodeInt, encodeStr } from "./writer.js";
 
 /** A float64 value (kept apart from ints so `1.0` stays a float). */
@@ -57,7 +57,7 @@ function read(r: Reader, depth = 0): LValue {
     case "int": {
       const start = r.pos;
       r.span(depth);
-      return intAt(r, start, t);
+      return intAt(r.view, start, t);
     }
     case "str":
       return decodeStrSpan(r.span(depth));
@@ -81,34 +81,6 @@ function read(r: Reader, depth = 0): LValue {
     default:
       return r.fail(`unsupported msgpack byte 0x${t.toString(16)}`);
   }
-}
-
-function intAt(r: Reader, at: number, t: number): number | bigint {
-  if (t < 0x80) return t;
-  if (t >= 0xe0) return t - 0x100;
-  const dv = r.view;
-  switch (t) {
-    case 0xcc:
-      return dv.getUint8(at + 1);
-    case 0xcd:
-      return dv.getUint16(at + 1);
-    case 0xce:
-      return dv.getUint32(at + 1);
-    case 0xd0:
-      return dv.getInt8(at + 1);
-    case 0xd1:
-      return dv.getInt16(at + 1);
-    case 0xd2:
-      return dv.getInt32(at + 1);
-    case 0xcf:
-      return narrow(dv.getBigUint64(at + 1));
-    default:
-      return narrow(dv.getBigInt64(at + 1));
-  }
-}
-
-function narrow(v: bigint): number | bigint {
-  return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= -BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
 }
 
 /** Encode with minimal formats, float64 for `F64`, map order and key types as given. */

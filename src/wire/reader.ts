@@ -297,36 +297,15 @@ export class Reader {
   int(): number | undefined {
     const t = this.peek();
     if (t === undefined) this.fail("truncated: value expected");
+    if (t < 0x80 || t >= 0xe0) {
+      this.pos += 1;
+      return t < 0x80 ? t : t - 0x100;
+    }
+    if (t < 0xcc || t > 0xd3) return undefined;
     const at = this.pos;
-    let v: number;
-    if (t < 0x80) v = t;
-    else if (t >= 0xe0) v = t - 0x100;
-    else if (t >= 0xcc && t <= 0xd3) {
-      this.skipValue(0);
-      const dv = this.view;
-      switch (t) {
-        case 0xcc:
-          return dv.getUint8(at + 1);
-        case 0xcd:
-          return dv.getUint16(at + 1);
-        case 0xce:
-          return dv.getUint32(at + 1);
-        case 0xd0:
-          return dv.getInt8(at + 1);
-        case 0xd1:
-          return dv.getInt16(at + 1);
-        case 0xd2:
-          return dv.getInt32(at + 1);
-        default: {
-          const big = t === 0xcf ? dv.getBigUint64(at + 1) : dv.getBigInt64(at + 1);
-          if (big > BigInt(Number.MAX_SAFE_INTEGER) || big < -BigInt(Number.MAX_SAFE_INTEGER)) {
-            this.fail("integer too large here", at);
-          }
-          return Number(big);
-        }
-      }
-    } else return undefined;
-    this.pos += 1;
+    this.skipValue(0);
+    const v = intAt(this.view, at, t);
+    if (typeof v === "bigint") this.fail("integer too large here", at);
     return v;
   }
 
@@ -365,6 +344,33 @@ export class Reader {
 }
 
 export type Kind = "nil" | "bool" | "int" | "float" | "str" | "bin" | "array" | "map" | "ext" | "reserved";
+
+/**
+ * The integer whose type byte `t` (fixint or 0xcc..0xd3) is at `at`, its bytes already checked to be
+ * there: a number when exact (|v| ≤ 2^53 - 1), else a bigint.
+ */
+export function intAt(dv: DataView, at: number, t: number): number | bigint {
+  if (t < 0x80) return t;
+  if (t >= 0xe0) return t - 0x100;
+  switch (t) {
+    case 0xcc:
+      return dv.getUint8(at + 1);
+    case 0xcd:
+      return dv.getUint16(at + 1);
+    case 0xce:
+      return dv.getUint32(at + 1);
+    case 0xd0:
+      return dv.getInt8(at + 1);
+    case 0xd1:
+      return dv.getInt16(at + 1);
+    case 0xd2:
+      return dv.getInt32(at + 1);
+    default: {
+      const big = t === 0xcf ? dv.getBigUint64(at + 1) : dv.getBigInt64(at + 1);
+      return big <= BigInt(Number.MAX_SAFE_INTEGER) && big >= -BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
+    }
+  }
+}
 
 export function kindOf(t: number): Kind {
   if (t < 0x80 || t >= 0xe0) return "int";
