@@ -9,6 +9,7 @@ import { WebSocket } from "ws";
 import { type IngestAck, parseAnswer } from "../src/envelope/answer.js";
 import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless.js";
 import { startRelay, type LocalRelay } from "../tools/local-relay.js";
+import { encodeReply } from "../src/assembly/reply.js";
 
 // ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
 
@@ -208,38 +209,9 @@ export function setDelta(set: Array<[string, LValue]>, trace = TRACE): Uint8Arra
   );
 }
 
-/**
- * The upstream reply that ends an episode of one trace (src/assembly/reply.ts): finished with
- * the trace's `nodes` and `calls` counts, or failed with `error` (no head, no traces).
- */
+/** The upstream reply that ends an episode of one trace: finished with its counts, or failed. */
 export function replyBody(r: { success: true; nodes: number; calls: number; trace?: string } | { success: false; error: string }): Uint8Array {
-  if (!r.success) {
-    return encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", r.error],
-        ["head", null],
-        ["traces", []],
-      ]),
-    );
-  }
-  return encodeLossless(
-    new LMap([
-      ["success", true],
-      ["error", null],
-      ["head", new LMap([])],
-      [
-        "traces",
-        [
-          new LMap([
-            ["id", r.trace ?? TRACE],
-            ["nodes", r.nodes],
-            ["calls", r.calls],
-          ]),
-        ],
-      ],
-    ]),
-  );
+  return encodeReply(r.success ? { success: true, traces: [{ id: r.trace ?? TRACE, nodes: r.nodes, calls: r.calls }] } : r);
 }
 
 /** Routing deltas: one node with `routed_experts` {__nd__, uint8, [1500, 50, 8], 600,000 B}. */

@@ -3,6 +3,7 @@
 import { mapEntries, asDeltaError, type Entry } from "./delta.js";
 import { DeltaError } from "./errors.js";
 import { Reader } from "../wire/reader.js";
+import { encodeLossless, LMap } from "../wire/lossless.js";
 import { NIL_BYTE } from "../wire/writer.js";
 
 /** A trace the reply names, with the counts the reference checks. */
@@ -68,4 +69,29 @@ export function parseReply(bytes: Uint8Array): ParsedReply {
     }
   } else if (ok) throw new DeltaError("wrong_type", "traces", "a successful reply needs traces");
   return { success: ok, error, head, summaries };
+}
+
+/** What `encodeReply` writes: a finished run with its traces' counts, or a failed one with its error. */
+export type ReplyOf = { success: true; traces: TraceSummary[] } | { success: false; error: string };
+
+/** An upstream reply's bytes, key order as upstream sends it (for tests, tools and benches; the relay only parses). */
+export function encodeReply(r: ReplyOf): Uint8Array {
+  const traces = r.success
+    ? r.traces.map(
+        (t) =>
+          new LMap([
+            ["id", t.id],
+            ["nodes", t.nodes],
+            ["calls", t.calls],
+          ]),
+      )
+    : [];
+  return encodeLossless(
+    new LMap([
+      ["success", r.success],
+      ["error", r.success ? null : r.error],
+      ["head", r.success ? new LMap([]) : null],
+      ["traces", traces],
+    ]),
+  );
 }

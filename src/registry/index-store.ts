@@ -19,22 +19,8 @@ export interface FinishedItem {
   cursor: string;
 }
 
-interface SqlRow extends Record<string, SqlStorageValue> {
-  id: string;
-  run: string;
-  status: string;
-  created: number;
-  updated: number;
-  ended: number | null;
-  seq: number;
-  traces: number;
-  nodes: number;
-  calls: number;
-  tokens: number;
-  rewards: string | null;
-  reward: number | null;
-  error: string | null;
-}
+/** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
+type SqlRow = Omit<IndexRow, "status" | "rewards"> & { status: string; rewards: string | null; reward: number | null } & Record<string, SqlStorageValue>;
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */

@@ -14,10 +14,10 @@ import { RelayRefusal } from "../../clients/typescript/watch.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { mintToken } from "../../src/http/auth.js";
-import { encodeLossless, LMap } from "../../src/wire/lossless.js";
 import { ChunkWriter } from "../../src/wire/writer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { useRelay } from "../support/relay.js";
+import { encodeReply } from "../../src/assembly/reply.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const secret = "bulk-test-secret-00112233445566778899aabbccddeeff";
@@ -94,17 +94,7 @@ beforeAll(async () => {
   for (const name of FINISHED) await finish(`R:${name}`, name);
   await push("R:live", golden("chat_basic"), 0, 3);
   await push("R:failed", golden("chat_basic"), 0, 1);
-  await reply(
-    "R:failed",
-    encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", "sandbox crashed"],
-        ["head", null],
-        ["traces", []],
-      ]),
-    ),
-  );
+  await reply("R:failed", encodeReply({ success: false, error: "sandbox crashed" }));
   const gap = golden("gap_detected");
   await push("R:gap", gap);
   await reply("R:gap", gap.reply, 409);

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay } from "../../tools/local-relay.js";
 import { useRelay, until } from "../support/relay.js";
+import { encodeReply } from "../../src/assembly/reply.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
@@ -59,17 +60,9 @@ describe("episode-relay CLI", () => {
     const id = `cli-fail-${Date.now().toString(36)}`;
     const tail = cli("tail", `${relay.url}/${id}`);
     await until(() => tail.text().includes("episode cli-fail-"));
-    const { encodeLossless, LMap } = await import("../../src/wire/lossless.js");
     // the run wrote its first delta, then failed (a reply to an episode never written is a 404)
     await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: loadCase(fixturePath("chat_basic")).frames[0] })).arrayBuffer();
-    const reply = encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", "sandbox crashed"],
-        ["head", null],
-        ["traces", []],
-      ]),
-    );
+    const reply = encodeReply({ success: false, error: "sandbox crashed" });
     expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
     const t = await tail.done;
     expect(t.code).toBe(1);

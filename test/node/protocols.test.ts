@@ -4,6 +4,7 @@
 // encoder: key order and kinds must match).
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
+import { encodeReply, parseReply } from "../../src/assembly/reply.js";
 import { encodeAnswer, type IngestAnswer, parseAnswer } from "../../src/envelope/answer.js";
 import {
   encodeRunMessage,
@@ -91,6 +92,20 @@ describe("watch protocol: watcher → server", () => {
     `{"type":"ack","bytes":1,"x":"${"y".repeat(300)}"}`,
   ])("refuses %s", (text) => {
     expect(parseWatcherText(text)).toBeNull();
+  });
+});
+
+describe("upstream replies (encodeReply for tools and tests; the relay parses)", () => {
+  it("a finished reply: upstream key order, an empty head, the traces' counts; parseReply reads it back", () => {
+    const bytes = encodeReply({ success: true, traces: [{ id: "t-1", nodes: 3, calls: 2 }] });
+    expect(bytes).toEqual(encode({ success: true, error: null, head: {}, traces: [{ id: "t-1", nodes: 3, calls: 2 }] }));
+    expect(parseReply(bytes)).toEqual({ success: true, error: null, head: [], summaries: [{ id: "t-1", nodes: 3, calls: 2 }] });
+  });
+
+  it("a failed reply: its error, no head, no traces", () => {
+    const bytes = encodeReply({ success: false, error: "sandbox crashed" });
+    expect(bytes).toEqual(encode({ success: false, error: "sandbox crashed", head: null, traces: [] }));
+    expect(parseReply(bytes)).toMatchObject({ success: false, error: "sandbox crashed", head: null, summaries: [] });
   });
 });
 

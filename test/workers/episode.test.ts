@@ -5,9 +5,10 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { decodeLossless, encodeLossless, LMap } from "../../src/wire/lossless.js";
+import { decodeLossless, LMap } from "../../src/wire/lossless.js";
 import { delta, node, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, goldenNames, inbox, openSocket, post, relay } from "./support.js";
+import { encodeReply } from "../../src/assembly/reply.js";
 
 /** Push a case's frames as a real producer would: envelopes, ack_lost frames left unacknowledged. */
 async function pushCase(id: string, name: string, opts: { bare?: boolean; restartEachFrame?: boolean } = {}) {
@@ -140,14 +141,7 @@ describe("ingest, finish, fetch", () => {
     const again = await post(`${id}/reply`, c.reply);
     expect(again.status).toBe(200);
     expect(await again.json()).toEqual(await first.json());
-    const other = encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", "boom"],
-        ["head", null],
-        ["traces", []],
-      ]),
-    );
+    const other = encodeReply({ success: false, error: "boom" });
     expect((await post(`${id}/reply`, other)).status).toBe(409);
     const more = await post(`${id}/deltas`, c.frames[0]!);
     expect(more.status).toBe(409);
@@ -157,14 +151,7 @@ describe("ingest, finish, fetch", () => {
   it("a failed run records its error", async () => {
     const id = freshId("failed");
     (await post(`${id}/deltas`, openDelta())).body?.cancel();
-    const reply = encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", "sandbox crashed"],
-        ["head", null],
-        ["traces", []],
-      ]),
-    );
+    const reply = encodeReply({ success: false, error: "sandbox crashed" });
     expect(await (await post(`${id}/reply`, reply)).json()).toMatchObject({ ok: true, status: "failed" });
     expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "failed", error: "sandbox crashed" });
     const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<string, unknown>;

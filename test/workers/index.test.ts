@@ -15,9 +15,10 @@ import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } fro
 import type { IndexEntry, IndexRow } from "../../src/registry/entry.js";
 import { runIndexName } from "../../src/registry/episode-index.js";
 import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/registry/index-protocol.js";
-import { LMap, encodeLossless, F64 } from "../../src/wire/lossless.js";
+import { F64 } from "../../src/wire/lossless.js";
 import { delta, m, openDelta } from "../support/deltas.js";
 import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
+import { encodeReply } from "../../src/assembly/reply.js";
 
 interface Page {
   episodes: IndexEntry[];
@@ -58,45 +59,11 @@ async function eventually<T>(check: () => Promise<T>, timeoutMs = 5000): Promise
   }
 }
 
-const reply = (success: boolean, trace = "t-1", error: string | null = null) =>
-  encodeLossless(
-    new LMap([
-      ["success", success],
-      ["error", error],
-      ["head", success ? new LMap([]) : null],
-      [
-        "traces",
-        success
-          ? [
-              new LMap([
-                ["id", trace],
-                ["nodes", 0],
-                ["calls", 0],
-              ]),
-            ]
-          : [],
-      ],
-    ]),
-  );
+const reply = (success: boolean, trace = "t-1", error = "failed") =>
+  encodeReply(success ? { success, traces: [{ id: trace, nodes: 0, calls: 0 }] } : { success, error });
 
 /** A reply that names 5 nodes for a trace with none: the finish is refused (finish_refused). */
-const wrongCounts = encodeLossless(
-  new LMap([
-    ["success", true],
-    ["error", null],
-    ["head", new LMap([])],
-    [
-      "traces",
-      [
-        new LMap([
-          ["id", "t-1"],
-          ["nodes", 5],
-          ["calls", 0],
-        ]),
-      ],
-    ],
-  ]),
-);
+const wrongCounts = encodeReply({ success: true, traces: [{ id: "t-1", nodes: 5, calls: 0 }] });
 
 /** An open delta whose trace carries rewards and a token count. */
 function scored(scores: Record<string, number>, tokens: number): Uint8Array {

@@ -11,12 +11,13 @@ import { MsgpackOut, drain, writeCheckpoint } from "../../src/assembly/render.js
 import { snapshotDeltas } from "../../src/assembly/snapshot.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { decodeLossless, encodeLossless, LMap } from "../../src/wire/lossless.js";
+import { decodeLossless, LMap } from "../../src/wire/lossless.js";
 import { toJson } from "../../src/wire/json-view.js";
 import { ChunkWriter, concatChunks } from "../../src/wire/writer.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
+import { encodeReply } from "../../src/assembly/reply.js";
 
 /** What the tests reach inside the object. */
 interface Inside {
@@ -244,14 +245,7 @@ describe("issue 10's defects", () => {
 
   it("a reply to an episode never written is 404, and creates nothing", async () => {
     const id = freshId("reply-unknown");
-    const reply = encodeLossless(
-      new LMap([
-        ["success", false],
-        ["error", "crashed"],
-        ["head", null],
-        ["traces", []],
-      ]),
-    );
+    const reply = encodeReply({ success: false, error: "crashed" });
     const res = await post(`${id}/reply`, reply);
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ error: "not_found" });
