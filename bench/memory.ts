@@ -92,17 +92,21 @@ function workerdPids(pid: number): number[] {
   return out;
 }
 
-function rssKiB(pids: number[]): number {
-  let sum = 0;
+/** Resident memory of `pids`, KiB: all of it (VmRSS), and the anonymous part (RssAnon: heaps and
+ * buffers, not the pages of files such as the SQLite database mapped in). */
+function residentKiB(pids: number[]): { rss: number; anon: number } {
+  let rss = 0;
+  let anon = 0;
   for (const p of pids) {
     try {
-      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${p}/status`, "utf8"));
-      if (m) sum += Number(m[1]);
+      const status = readFileSync(`/proc/${p}/status`, "utf8");
+      rss += Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
+      anon += Number(/RssAnon:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
     } catch {
       // gone
     }
   }
-  return sum;
+  return { rss, anon };
 }
 
 class DevRelay {
@@ -110,8 +114,9 @@ class DevRelay {
   private child: ChildProcess | null = null;
   private pids: number[] = [];
   private sampler: NodeJS.Timeout | null = null;
-  /** Peak RSS (KiB) since the last `mark`. */
+  /** Peak RSS and peak anonymous RSS (KiB) since the last `mark`. */
   peak = 0;
+  peakAnon = 0;
 
   constructor(readonly state: string) {}
 
@@ -135,12 +140,18 @@ class DevRelay {
     this.pids = workerdPids(child.pid!);
     if (this.pids.length === 0) throw new Error("no workerd process under npm start");
     this.sampler = setInterval(() => {
-      this.peak = Math.max(this.peak, rssKiB(this.pids));
+      const m = residentKiB(this.pids);
+      this.peak = Math.max(this.peak, m.rss);
+      this.peakAnon = Math.max(this.peakAnon, m.anon);
     }, 50);
   }
 
   rss(): number {
-    return rssKiB(this.pids);
+    return residentKiB(this.pids).rss;
+  }
+
+  anon(): number {
+    return residentKiB(this.pids).anon;
   }
 
   /** CPU time the workerd processes used so far (user + system), ms. */
@@ -159,6 +170,7 @@ class DevRelay {
 
   /** Start a new peak from now. */
   mark(): number {
+    this.peakAnon = this.anon();
     this.peak = this.rss();
     return this.peak;
   }
@@ -261,6 +273,8 @@ interface SizeFigures {
   episode_mib: number;
   frames: number;
   growth_mib: { write: number; read: number; catch_up: number; finish: number; peak: number };
+  /** The anonymous part of the growth (heaps, buffers), at the same points. */
+  anon_growth_mib: { write: number; read: number; catch_up: number; finish: number };
   catch_up_ms: { one: number; ten_max: number; ratio: number };
   /** CPU the relay's workerd processes spent on the catch-ups (the clients share this machine's cores). */
   catch_up_relay_cpu_ms: { one: number; ten: number; ratio: number };
@@ -268,29 +282,34 @@ interface SizeFigures {
   write_mib_per_s: number;
 }
 
-async function onSize(relay: DevRelay, mib: number, idleKiB: number, log: (m: string) => void): Promise<SizeFigures & { id: string }> {
+async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB: number, log: (m: string) => void): Promise<SizeFigures & { id: string }> {
   const id = `mem-${mib}-${Date.now().toString(36)}`;
   const ep = episode(mib * MiB);
   log(`memory: ${mib} MiB episode: ${ep.frames.length} frames`);
   relay.mark();
   const base = idleKiB; // growth over the idle runtime, whatever ran before
   const growth = () => (relay.peak - base) / 1024;
+  const anon = () => (relay.peakAnon - idleAnonKiB) / 1024;
   const t0 = performance.now();
   await write(relay.url, id, ep.frames);
   const writeSecs = (performance.now() - t0) / 1000;
   const afterWrite = growth();
+  const anonWrite = anon();
   const size = await read(relay.url, id);
   const afterRead = growth();
+  const anonRead = anon();
   const cpu0 = relay.cpuMs();
   const one = await catchUp(relay.url, id);
   const cpu1 = relay.cpuMs();
   const ten = await Promise.all(Array.from({ length: 10 }, () => catchUp(relay.url, id)));
   const cpu2 = relay.cpuMs();
   const afterCatchUp = growth();
+  const anonCatchUp = anon();
   const res = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: ep.reply });
   if (res.status !== 200) throw new Error(`reply: ${res.status} ${await res.text()}`);
   const finished = await read(relay.url, id);
   const afterFinish = growth();
+  const anonFinish = anon();
   const tenMax = Math.max(...ten.map((t) => t.ms));
   log(`memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB`);
   return {
@@ -298,6 +317,7 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, log: (m: st
     episode_mib: Math.round(ep.frameBytes / MiB),
     frames: ep.frames.length,
     growth_mib: { write: round(afterWrite), read: round(afterRead), catch_up: round(afterCatchUp), finish: round(afterFinish), peak: round(growth()) },
+    anon_growth_mib: { write: round(anonWrite), read: round(anonRead), catch_up: round(anonCatchUp), finish: round(anonFinish) },
     catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
     catch_up_relay_cpu_ms: { one: cpu1 - cpu0, ten: cpu2 - cpu1, ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2) },
     largest_message_mib: round(Math.max(one.largest, ...ten.map((t) => t.largest)) / MiB, 2),
@@ -430,10 +450,11 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     await write(relay.url, small, chat.frames);
     await read(relay.url, small);
     const idle = relay.rss() / 1024;
+    const idleAnon = relay.anon();
     const bySize: Record<string, SizeFigures> = {};
     let largest = "";
     for (const mib of sizes) {
-      const { id, ...f } = await onSize(relay, mib, idle * 1024, opts.log);
+      const { id, ...f } = await onSize(relay, mib, idle * 1024, idleAnon, opts.log);
       bySize[`${mib}MiB`] = f;
       largest = id;
     }
@@ -446,15 +467,28 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       `${f.growth_mib.read}`,
       `${f.growth_mib.catch_up}`,
       `${f.growth_mib.finish}`,
+      `${f.anon_growth_mib.write} / ${f.anon_growth_mib.catch_up} / ${f.anon_growth_mib.finish}`,
       `${f.catch_up_ms.one} / ${f.catch_up_ms.ten_max} (${f.catch_up_ms.ratio}×)`,
       `${f.catch_up_relay_cpu_ms.one} / ${f.catch_up_relay_cpu_ms.ten} (${f.catch_up_relay_cpu_ms.ratio}×)`,
       `${f.largest_message_mib}`,
     ]);
     opts.table({
       title: `memory: workerd RSS growth over the idle runtime (${round(idle)} MiB after start-up), MiB`,
-      columns: ["episode", "frames", "write", "+read", "+10 catch-ups", "+finish", "catch-up 1 / 10 ms", "relay CPU 1 / 10 ms", "largest msg MiB"],
+      columns: [
+        "episode",
+        "frames",
+        "write",
+        "+read",
+        "+10 catch-ups",
+        "+finish",
+        "anon: write / catch-ups / finish",
+        "catch-up 1 / 10 ms",
+        "relay CPU 1 / 10 ms",
+        "largest msg MiB",
+      ],
       rows,
       notes: [
+        `anon: the anonymous part of the same peaks (RssAnon: heaps, buffers); the rest is file pages mapped in (the SQLite database), which the kernel can drop`,
         `targets: growth ≤ ${TARGETS.maxGrowthMiB} MiB and flat in size; 10 catch-ups ≤ ${TARGETS.maxCatchUpRatio}× one; messages ≤ ${TARGETS.maxMessageMiB} MiB`,
         `wake on ${Object.keys(bySize).at(-1)}: first request ${woke.large_ms} ms vs ${woke.small_ms} ms on a small episode (${woke.ratio}×; target ≤ ${TARGETS.wakeRatio}×)`,
         `storm (150 watchers reconnecting every ~20 ms for 40 s, ${stormFigures.connects} connects): ack p99 ${stormFigures.ack_p99_ms.quiet} ms quiet → ${stormFigures.ack_p99_ms.watchers} ms (${stormFigures.ack_p99_ms.ratio}×; target ≤ ${TARGETS.stormAckP99Ratio}×); the same clients on /v1/health (${stormFigures.baseline_connects} connects in 20 s): ${stormFigures.ack_p99_ms.health_clients} ms (watchers ${stormFigures.ack_p99_ms.ratio_vs_health_clients}× that)`,
