@@ -73,18 +73,20 @@ function node(i: number, content: string, routed: LValue): LMap {
   ]);
 }
 
+/** The `open` header of a bench trace (as verifiers writes it, with a task type). */
+function openHeader(trace: string): LMap {
+  return new LMap([
+    ["version", 1],
+    ["id", trace],
+    ["verifiers", new LMap([["version", "0.1.15"]])],
+    ["task", new LMap([["type", "MathTask"]])],
+  ]);
+}
+
 function delta(i: number, content: string, routed: LValue, trace: string): Uint8Array {
   const entries: Array<[LValue, LValue]> = [["trace", trace]];
   if (i === 0) {
-    entries.push([
-      "open",
-      new LMap([
-        ["version", 1],
-        ["id", trace],
-        ["verifiers", new LMap([["version", "0.1.15"]])],
-        ["task", new LMap([["type", "MathTask"]])],
-      ]),
-    ]);
+    entries.push(["open", openHeader(trace)]);
   }
   entries.push(["nodes", [node(i, content, routed)]]);
   return encodeLossless(new LMap(entries));
@@ -127,15 +129,7 @@ export function rolloutDelta(k: number, set: Array<[string, LValue]>, trace = TR
     return encodeLossless(
       new LMap([
         ["trace", trace],
-        [
-          "open",
-          new LMap([
-            ["version", 1],
-            ["id", trace],
-            ["verifiers", new LMap([["version", "0.1.15"]])],
-            ["task", new LMap([["type", "MathTask"]])],
-          ]),
-        ],
+        ["open", openHeader(trace)],
         ["set", new LMap([["agent", new LMap([["name", "solver"]])], ["rewards", new LMap([])], ["is_completed", false], ...set])],
       ]),
     );

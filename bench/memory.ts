@@ -20,7 +20,6 @@
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -35,6 +34,7 @@ import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import type { BenchOptions } from "./harness.js";
 import { closeSocket, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
+import { freePort } from "../tools/free-port.js";
 
 export const name = "memory";
 
@@ -54,17 +54,6 @@ export const TARGETS = {
 } as const;
 
 // ---- the relay as npm start runs it ----
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Pids of `pid`'s descendants whose command is workerd. */
 function workerdPids(pid: number): number[] {

@@ -4,7 +4,6 @@
 // deltas. Screenshots of each page at a desktop (1280×800) and a phone (390×844) viewport go to
 // test-results/screenshots/ (`<page>-desktop.png`, `<page>-phone.png`).
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
@@ -21,6 +20,7 @@ import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { CHROMIUM } from "./global-setup.js";
+import { freePort } from "../../tools/free-port.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const SHOTS = join(root, "test-results", "screenshots");
@@ -814,17 +814,6 @@ async function startOn(port: number, dir: string): Promise<LocalRelay> {
       await new Promise((r) => setTimeout(r, 250));
     }
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** The string message contents of a case's finished episode (what the page must show). */

@@ -1,6 +1,5 @@
 // The TypeScript watcher client against a relay the test starts: events, assembly, JSON view,
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
-import { createServer, type AddressInfo } from "node:net";
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fetchEpisode, RelayRefusal, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
@@ -10,6 +9,7 @@ import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { fixturePath, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
 import { useRelay, until } from "../support/relay.js";
+import { freePort } from "../../tools/free-port.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
@@ -192,14 +192,3 @@ describe("watchEpisode refusals and retries", () => {
     await expect(fetchEpisode(authed.url, fresh("missing"), { token })).rejects.toMatchObject({ status: 404, code: "not_found" });
   });
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
