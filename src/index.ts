@@ -7,7 +7,7 @@ import { EPISODE_ID_HEADER } from "./episode/episode.js";
 import { limitsFrom } from "./episode/limits.js";
 import { wantsJson } from "./episode/read.js";
 import { authMode, authorize, type Claims, isWebSocketUpgrade, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
-import { readBody } from "./http/body.js";
+import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
@@ -80,9 +80,11 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       // No token travels past the Worker: Authorization, ?token= and bearer.* protocol entries are removed.
       return answerProtocol(request, await episode.fetch(stripCredentials(request, url, { [EPISODE_ID_HEADER]: id })));
     case "deltas":
-      return answerResponse(await episode.ingest(id, await readBody(request, limitsFrom(env).maxMessage)));
+      checkDeclaredLength(request, limitsFrom(env).maxMessage);
+      return answerResponse(await episode.ingest(id, request.body));
     case "reply":
-      return answerResponse(await episode.reply(id, await readBody(request, limitsFrom(env).maxMessage)));
+      checkDeclaredLength(request, limitsFrom(env).maxMessage);
+      return answerResponse(await episode.reply(id, request.body));
     case "status":
       return answerResponse(await episode.status(id));
     case "episode":

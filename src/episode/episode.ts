@@ -15,6 +15,7 @@ import { type IngestAck, encodeAnswer } from "../envelope/answer.js";
 import {
   type Answer,
   answerOf,
+  answerOfAsync,
   CLOSE_NORMAL,
   CLOSE_POLICY,
   CLOSE_INTERNAL,
@@ -26,6 +27,7 @@ import {
   safeClose,
   upgradeRequired,
 } from "../http/errors.js";
+import { readStream } from "../http/body.js";
 import { parseRoute } from "../http/route.js";
 import { finishMessage, statusMessage } from "../watch/protocol.js";
 import type { CatchUpSource } from "./catchup.js";
@@ -79,15 +81,19 @@ export class Episode extends DurableObject<Env> {
 
   // ---- RPC: the Worker's plain requests ----
 
-  /** `POST /v1/episodes/{id}/deltas`: one producer message (an envelope). */
-  ingest(id: string, body: Uint8Array): Answer<IngestAck> {
-    return answerOf(() => this.ingestMessage(id, body));
+  /** `POST /v1/episodes/{id}/deltas`: one producer message (an envelope), its body streamed from the Worker. */
+  ingest(id: string, body: ReadableStream<Uint8Array> | null): Promise<Answer<IngestAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, this.limits.maxMessage);
+      return this.ingestMessage(id, bytes);
+    });
   }
 
   /** `POST /v1/episodes/{id}/reply`: the upstream reply that ends the run. */
-  reply(_id: string, body: Uint8Array): Answer<ReplyAck> {
-    return answerOf(() => {
-      const r = commitReply(this.state, body, Date.now());
+  reply(_id: string, body: ReadableStream<Uint8Array> | null): Promise<Answer<ReplyAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, this.limits.maxMessage);
+      const r = commitReply(this.state, bytes, Date.now());
       if (r.kind === "repeat") return replyAck(r.meta);
       void this.indexSync.send(r.meta, r.meta.updated);
       if (r.kind === "refused") {

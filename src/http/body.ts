@@ -1,12 +1,20 @@
 import { concatChunks } from "../wire/writer.js";
 import { tooLarge } from "./errors.js";
 
-/** The request body, refused with 413 past `max` bytes (checked before and while reading). */
-export async function readBody(request: Request, max: number): Promise<Uint8Array> {
+/** Refuse a request whose declared length is over `max` (413) before anything reads it. */
+export function checkDeclaredLength(request: Request, max: number): void {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > max) throw tooLarge(Number(declared), max);
-  if (!request.body) return new Uint8Array(0);
-  const reader = request.body.getReader();
+}
+
+/**
+ * A request body read to its end, refused with 413 past `max` bytes while reading. The Worker
+ * hands the body to the episode's object as a stream (RPC streams it; a byte array would be copied
+ * and is limited to 32 MiB with its envelope, less than MAX_MESSAGE_BYTES), and the object reads it here.
+ */
+export async function readStream(body: ReadableStream<Uint8Array> | null, max: number): Promise<Uint8Array> {
+  if (!body) return new Uint8Array(0);
+  const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   for (;;) {

@@ -168,10 +168,24 @@ export function answerOf<T>(fn: () => T): Answer<T> {
   try {
     return { ok: true, value: fn() };
   } catch (e) {
-    const r = asRefusal(e);
-    if (!r) throw e;
-    return { ok: false, error: errorBody(r) };
+    return refusalAnswer(e);
   }
+}
+
+/** `answerOf` for work that awaits first (reading a request body). */
+export async function answerOfAsync<T>(fn: () => Promise<T>): Promise<Answer<T>> {
+  try {
+    return { ok: true, value: await fn() };
+  } catch (e) {
+    return refusalAnswer(e);
+  }
+}
+
+/** A refusal as an answer; anything else is rethrown (the caller's catch-all logs it and answers 500). */
+function refusalAnswer(e: unknown): { ok: false; error: ErrorBody } {
+  const r = asRefusal(e);
+  if (!r) throw e;
+  return { ok: false, error: errorBody(r) };
 }
 
 /** The HTTP answer for an RPC answer: its value as JSON, or the refusal. */
