@@ -6,11 +6,11 @@
 import { EPISODE_ID_HEADER } from "./episode/episode.js";
 import { limitsFrom } from "./episode/limits.js";
 import { wantsJson } from "./episode/read.js";
-import { authMode, authorize, type Claims, isWebSocketUpgrade, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
+import { authMode, authorize, type Claims, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
 import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
-import { allowedMethods, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
+import { allowedMethods, isWebSocketUpgrade, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
 import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runSocket, runView } from "./http/run-routes.js";
 import { scopeOf } from "./registry/rows.js";
 

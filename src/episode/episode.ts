@@ -28,7 +28,7 @@ import {
   upgradeRequired,
 } from "../http/errors.js";
 import { readStream } from "../http/body.js";
-import { parseRoute } from "../http/route.js";
+import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { finishMessage, statusMessage } from "../watch/protocol.js";
 import type { CatchUpSource } from "./catchup.js";
 import { commitIngest } from "./commit.js";
@@ -139,7 +139,7 @@ export class Episode extends DurableObject<Env> {
       if (route.kind !== "episode" || id !== route.id || (route.action !== "ingest" && route.action !== "watch")) {
         throw new RelayError("not_found", "the episode object answers only WebSocket upgrades over fetch");
       }
-      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw upgradeRequired(`the ${route.action} endpoint`);
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired(`the ${route.action} endpoint`);
       if (route.action === "watch") return this.watchers.open(url, id);
       const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
       this.ctx.acceptWebSocket(server, [INGEST_TAG]);

@@ -153,7 +153,7 @@ export class Watchers {
    */
   private evictStalled(now: number): void {
     if (this.catchUps.size < this.limits.maxCatchUps) return;
-    for (const [ws, _c] of [...this.catchUps]) {
+    for (const ws of [...this.catchUps.keys()]) {
       if (now - (this.progress.get(ws) ?? now) < STALL_MS) continue;
       safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${STALL_MS / 1000} s while catching up; resume with ?after=<last seq received>`);
       this.gone(ws);
@@ -188,11 +188,7 @@ export class Watchers {
       this.catchUps.delete(ws);
       this.socketOf.delete(c);
       this.blocked.delete(c);
-      // members of its cohort that waited for it may go on
-      for (const other of cohort?.members ?? []) {
-        const ows = this.blocked.delete(other) ? this.socketOf.get(other) : undefined;
-        if (ows) this.pump(ows);
-      }
+      if (cohort) this.wakeCohort(cohort, c);
     }
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
@@ -206,21 +202,12 @@ export class Watchers {
    * covers them).
    */
   rewind(): void {
-    this.pending = [];
-    for (const c of this.catchUps.values()) c.release();
-    this.catchUps.clear();
-    this.socketOf.clear();
-    this.blocked.clear();
-    this.waiting.length = 0;
+    this.dropCatchUps();
     const m = this.source.meta();
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
       const s = this.stateOf(ws);
       if (!s || ws.readyState !== WebSocket.OPEN) continue;
-      if (s.live) {
-        s.live = false;
-        const att = ws.deserializeAttachment() as WatcherAttachment;
-        ws.serializeAttachment({ ...att, live: false } satisfies WatcherAttachment);
-      }
+      if (s.live) setLive(ws, s, false);
       this.send(ws, helloMessage(att(ws).id, m ? publicStatus(m) : "live", m?.seq ?? 0));
       this.waiting.push({ ws, after: null, ready: true, reason: "rewind" });
     }
@@ -229,13 +216,18 @@ export class Watchers {
 
   /** Close every socket (the episode is gone) and drop every catch-up. */
   closeAll(code: number, reason: string): void {
+    this.dropCatchUps();
+    for (const ws of this.ctx.getWebSockets()) safeClose(ws, code, reason);
+  }
+
+  /** Forget every catch-up, waiting watcher and queued frame. */
+  private dropCatchUps(): void {
     for (const c of this.catchUps.values()) c.release();
     this.catchUps.clear();
     this.socketOf.clear();
     this.blocked.clear();
     this.waiting.length = 0;
     this.pending = [];
-    for (const ws of this.ctx.getWebSockets()) safeClose(ws, code, reason);
   }
 
   private startWaiting(): void {
@@ -297,21 +289,20 @@ export class Watchers {
       if (c.done) {
         this.catchUps.delete(ws);
         this.socketOf.delete(c);
-        const s = this.states.get(ws)!;
-        s.live = true;
-        const att = ws.deserializeAttachment() as WatcherAttachment;
-        ws.serializeAttachment({ ...att, live: true } satisfies WatcherAttachment);
+        setLive(ws, this.states.get(ws)!, true);
         this.startWaiting();
         break;
       }
     }
-    // members of its cohort that waited for it may go on
-    if (sent && cohort) {
-      for (const other of cohort.members) {
-        if (other === c || !this.blocked.delete(other)) continue;
-        const ows = this.socketOf.get(other);
-        if (ows) this.pump(ows);
-      }
+    if (sent && cohort) this.wakeCohort(cohort, c);
+  }
+
+  /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */
+  private wakeCohort(cohort: Cohort, c: CatchUp): void {
+    for (const other of cohort.members) {
+      if (other === c || !this.blocked.delete(other)) continue;
+      const ows = this.socketOf.get(other);
+      if (ows) this.pump(ows);
     }
   }
 
@@ -413,4 +404,10 @@ export class Watchers {
 
 function att(ws: WebSocket): WatcherAttachment {
   return ws.deserializeAttachment() as WatcherAttachment;
+}
+
+/** Mark the socket live or not, in memory and in its attachment (which survives hibernation). */
+function setLive(ws: WebSocket, s: SocketState, live: boolean): void {
+  s.live = live;
+  ws.serializeAttachment({ ...att(ws), live } satisfies WatcherAttachment);
 }

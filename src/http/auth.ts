@@ -21,7 +21,7 @@
 
 import { errors, jwtVerify, SignJWT } from "jose";
 import { RelayError } from "./errors.js";
-import { EPISODE_ID, INDEX_METHODS, METHODS, type Route, RUN_METHODS } from "./route.js";
+import { EPISODE_ID, INDEX_METHODS, isWebSocketUpgrade, METHODS, type Route, RUN_METHODS } from "./route.js";
 
 export type Role = "producer" | "watcher" | "admin";
 export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
@@ -144,11 +144,6 @@ export function need(method: string, route: Route): Need {
 }
 
 // ---- where the token is ----
-
-/** `Upgrade: websocket`. */
-export function isWebSocketUpgrade(request: Request): boolean {
-  return request.headers.get("upgrade")?.toLowerCase() === "websocket";
-}
 
 /** Entries of the request's `Sec-WebSocket-Protocol` header. */
 export function offeredProtocols(request: Request): string[] {

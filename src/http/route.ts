@@ -83,3 +83,8 @@ function runRoute(segment: string, action: string | undefined): Route {
   if (!RUN_NAME.test(run)) return { kind: "bad_run", run };
   return { kind: "run", run, action: action ?? "run" };
 }
+
+/** A WebSocket upgrade (the Worker and each object answer plain requests and upgrades apart). */
+export function isWebSocketUpgrade(request: Request): boolean {
+  return request.headers.get("upgrade")?.toLowerCase() === "websocket";
+}

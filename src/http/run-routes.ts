@@ -158,12 +158,13 @@ export function bulkFinished(env: Env, run: string, url: URL, request: Request, 
       for (;;) {
         const items = await index.finished(after, BULK_PAGE, scope);
         for (const item of items) {
+          const cursor = encodeCursor({ f: item.seq });
           const body = await env.EPISODES.get(env.EPISODES.idFromName(item.id)).read(item.id, { json: ndjson, head: false, ifNoneMatch: null });
           if (body.status !== 200 || !body.body) {
             await body.body?.cancel();
             continue; // deleted or expired since it was listed
           }
-          await writer.write(ndjson ? ndjsonHead(item.id, item.cursor) : msgpackHead(item.id, item.cursor));
+          await writer.write(ndjson ? ndjsonHead(item.id, cursor) : msgpackHead(item.id, cursor));
           const reader = body.body.getReader();
           for (;;) {
             const { done, value } = await reader.read();
@@ -173,7 +174,7 @@ export function bulkFinished(env: Env, run: string, url: URL, request: Request, 
           if (ndjson) await writer.write(new TextEncoder().encode("}\n"));
         }
         if (items.length < BULK_PAGE) break;
-        after = (decodeCursor(items.at(-1)!.cursor) as { f: number }).f;
+        after = items.at(-1)!.seq;
       }
       await writer.close();
     } catch (e) {

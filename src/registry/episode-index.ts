@@ -8,6 +8,7 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
+import { isWebSocketUpgrade } from "../http/route.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
 import { IndexSockets, readScopeHeader } from "./index-sockets.js";
@@ -114,7 +115,7 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   async fetch(request: Request): Promise<Response> {
     try {
-      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw upgradeRequired("the run socket");
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired("the run socket");
       const url = new URL(request.url);
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const run = decodeURIComponent(url.pathname.split("/")[3] ?? "");

@@ -73,6 +73,8 @@ export class IndexSockets {
   /** The socket closed: answer the close, forget stored scopes no open socket uses. */
   closed(ws: WebSocket, code: number, reason: string): void {
     echoClose(ws, code, reason);
+    const mine = ws.deserializeAttachment() as Attachment | null;
+    if (!mine || !("scopeKey" in mine)) return; // an inline scope: nothing stored for it
     const used = new Set<string>();
     for (const s of this.ctx.getWebSockets(INDEX_TAG)) {
       if (s === ws) continue;

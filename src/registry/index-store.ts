@@ -7,7 +7,7 @@ import type { Json } from "../wire/json-view.js";
 import { aggregatesOf, applyContribution, type Contribution, type Counters, contributionOf, emptyCounters, type RunAggregates } from "./aggregates.js";
 import type { RunRow } from "./run-directory.js";
 import { rewardOf } from "./rewards.js";
-import { encodeCursor, type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
+import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
 
 /**
  * A finished episode in bulk-fetch order: the order its row became finished here (`finished_seq`,
@@ -16,7 +16,8 @@ import { encodeCursor, type IndexRow, type ListQuery, type Scope, visible } from
  */
 export interface FinishedItem {
   id: string;
-  cursor: string;
+  /** Its `finished_seq`: the bulk fetch's cursor position after it. */
+  seq: number;
 }
 
 /** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
@@ -176,7 +177,7 @@ export class IndexStore {
       const batch = this.sql
         .exec<{ id: string; f: number }>("SELECT id, finished_seq AS f FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?", from, limit)
         .toArray();
-      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, cursor: encodeCursor({ f: r.f }) });
+      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, seq: r.f });
       if (batch.length < limit) break;
       from = batch.at(-1)!.f;
     }

@@ -6,6 +6,7 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
+import { isWebSocketUpgrade } from "../http/route.js";
 import { encodeRunsMessage, type RunSummary } from "./index-protocol.js";
 import { IndexSockets, readScopeHeader } from "./index-sockets.js";
 import { coversRun, mayHold } from "./run.js";
@@ -133,7 +134,7 @@ export class RunDirectory extends DurableObject<Env> {
 
   async fetch(request: Request): Promise<Response> {
     try {
-      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") throw upgradeRequired("the runs socket");
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired("the runs socket");
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const page = this.runs(null, RUNS_SNAPSHOT_LIMIT, scope, null, true);
       return await this.sockets.accept(
