@@ -16,7 +16,6 @@ import type { TraceView } from "../assembly/render.js";
 import { buildDelta, snapshotPlan, type DeltaPlan } from "../assembly/snapshot.js";
 import type { BodyReader } from "../assembly/store.js";
 import { caughtUpMessage, finishMessage, framesMessage, MESSAGE_BYTES, snapshotMessage, type Frame, type SnapshotReason } from "../watch/protocol.js";
-export type { SnapshotReason } from "../watch/protocol.js";
 import { deltaForVariant, stripRouting, variantKey, type Variant } from "../watch/variant.js";
 import type { Pin } from "./sql-store.js";
 import type { Meta } from "./storage.js";
@@ -38,11 +37,6 @@ export interface CatchUpSource {
   /** Whether a retraction took back frames after `seq` that a watcher holding it may have seen. */
   rewoundPast(seq: number): boolean;
 }
-
-/**
- * Why a watcher gets a snapshot: it joined, it resumed from before the log or from past its end,
- * or a retraction took back frames it may hold (src/envelope/ledger.ts).
- */
 
 /** One snapshot's messages, built once for every watcher that needs them. */
 export class Cohort {

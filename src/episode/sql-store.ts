@@ -200,9 +200,15 @@ export class SqlStore implements EpisodeStore {
   /** Delete the kept versions and dropped traces nothing holds any more. */
   collect(): void {
     if (!this.hasTables()) return;
-    const rows = this.sql.exec<{ what: string; tnum: number; idx: number; name: string; ver: number; until: number }>("SELECT * FROM stale").toArray();
+    // runs after every commit: rows still held (the `needed` test, in SQL) stay in SQLite, unread
+    const holds = JSON.stringify([...[...this.pins].map((p) => p.asOf), ...this.floors]);
+    const rows = this.sql
+      .exec<{ what: string; tnum: number; idx: number; name: string; ver: number; until: number }>(
+        "SELECT * FROM stale WHERE NOT EXISTS (SELECT 1 FROM json_each(?) AS h WHERE h.value >= stale.ver AND h.value < stale.until)",
+        holds,
+      )
+      .toArray();
     for (const s of rows) {
-      if (this.needed(s.ver, s.until)) continue;
       if (s.what === "trace") this.deleteTrace(s.tnum);
       else this.deleteVersion(s.what, s.tnum, s.idx, s.name, s.ver);
       this.sql.exec("DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?", s.what, s.tnum, s.idx, s.name, s.ver);

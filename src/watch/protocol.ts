@@ -143,6 +143,10 @@ export function statusMessage(status: string, seq: number, error: string | null)
 
 // ---- decoding (clients) ----
 
+/**
+ * Why a watcher gets a snapshot: it joined, it resumed from before the log or from past its end,
+ * or a retraction took back frames it may hold.
+ */
 export type SnapshotReason = "join" | "trimmed" | "ahead" | "rewind";
 
 export type WatchMessage =
