@@ -68,6 +68,8 @@ export class SqlStore implements EpisodeStore {
   private floors: number[] = [];
   /** The seq of the frame being applied: every row written gets it. */
   version = 0;
+  /** Whether `stale` may have rows (false once a collect left it empty, until the next insert). */
+  private maybeStale = true;
   /** Arrival order of the next new trace. */
   private nextOrd = 1;
   /** Whether the tables exist (a watcher may pin an episode nobody has written yet). */
@@ -199,8 +201,9 @@ export class SqlStore implements EpisodeStore {
 
   /** Delete the kept versions and dropped traces nothing holds any more. */
   collect(): void {
-    if (!this.hasTables()) return;
-    // runs after every commit: rows still held (the `needed` test, in SQL) stay in SQLite, unread
+    // runs after every commit: nothing to do unless something was kept; rows still held (the
+    // `needed` test, in SQL) stay in SQLite, unread
+    if (!this.maybeStale || !this.hasTables()) return;
     const holds = JSON.stringify([...[...this.pins].map((p) => p.asOf), ...this.floors]);
     const rows = this.sql
       .exec<{ what: string; tnum: number; idx: number; name: string; ver: number; until: number }>(
@@ -213,6 +216,7 @@ export class SqlStore implements EpisodeStore {
       else this.deleteVersion(s.what, s.tnum, s.idx, s.name, s.ver);
       this.sql.exec("DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?", s.what, s.tnum, s.idx, s.name, s.ver);
     }
+    this.maybeStale = this.sql.exec("SELECT 1 FROM stale LIMIT 1").toArray().length > 0;
   }
 
   /** After a restart no reader is left: what was kept only for readers can go. */
@@ -344,6 +348,7 @@ export class SqlStore implements EpisodeStore {
       // something holds a state with this trace in it: keep it, out of the index, until then
       this.sql.exec("UPDATE traces SET dropped = ? WHERE tnum = ?", this.version, t.tnum);
       this.sql.exec("INSERT INTO stale VALUES ('trace', ?, -1, '', ?, ?)", t.tnum, created, this.version);
+      this.maybeStale = true;
     } else this.deleteTrace(t.tnum);
   }
 
@@ -367,8 +372,10 @@ export class SqlStore implements EpisodeStore {
   private supersede(what: string, tnum: number, idx: number, name: string, old: number | undefined): void {
     if (old === undefined) return;
     if (old === this.version) return this.deleteVersion(what, tnum, idx, name, old); // rewritten within the frame
-    if (this.needed(old, this.version)) this.sql.exec("INSERT INTO stale VALUES (?, ?, ?, ?, ?, ?)", what, tnum, idx, name, old, this.version);
-    else this.deleteVersion(what, tnum, idx, name, old);
+    if (this.needed(old, this.version)) {
+      this.sql.exec("INSERT INTO stale VALUES (?, ?, ?, ?, ?, ?)", what, tnum, idx, name, old, this.version);
+      this.maybeStale = true;
+    } else this.deleteVersion(what, tnum, idx, name, old);
   }
 
   nodesAdded(t: TraceState, from: number, nodes: NodeState[]): void {
