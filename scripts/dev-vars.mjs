@@ -35,3 +35,15 @@ export function findRelaySecret(root, env = process.env) {
 
 /** Secrets shorter than this many characters get a warning (use `openssl rand -base64 32`). */
 export const MIN_SECRET_CHARS = 32;
+
+/**
+ * The files `wrangler dev` would read vars from next to wrangler.toml (.dev.vars, else .env then
+ * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/dev.mjs).
+ * @param {string} root
+ * @returns {string[]}
+ */
+export function devVarsFiles(root) {
+  const devVars = join(root, ".dev.vars");
+  if (existsSync(devVars)) return [devVars];
+  return [".env", ".env.local"].map((n) => join(root, n)).filter((f) => existsSync(f));
+}

@@ -1,6 +1,7 @@
 // The Worker: checks access (src/http/auth.ts), answers CORS (src/http/cors.ts), routes
 // (src/http/route.ts), and calls the episode's Durable Object (or the episode index) over RPC;
-// WebSocket upgrades are forwarded with fetch. It holds no state; an unexpected error is logged
+// WebSocket upgrades are forwarded with fetch: the producer's to the episode, a watcher's to one
+// of the episode's viewer hubs (src/hub/shards.ts), never to the episode itself. It holds no state; an unexpected error is logged
 // and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
 // dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
 import { EPISODE_ID_HEADER } from "./episode/episode.js";
@@ -13,10 +14,15 @@ import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeReq
 import { allowedMethods, isWebSocketUpgrade, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
 import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runSocket, runView } from "./http/run-routes.js";
 import { scopeOf } from "./registry/rows.js";
+import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER, HubCounts, hubName, parseHubs, pickShard } from "./hub/shards.js";
 
 export { Episode } from "./episode/episode.js";
+export { ViewerHub } from "./hub/hub.js";
 export { EpisodeIndex } from "./registry/episode-index.js";
 export { RunDirectory } from "./registry/run-directory.js";
+
+/** How many hubs each episode has, as its hubs last said (per isolate; a miss sends the watcher to shard 0). */
+const hubCounts = new HubCounts();
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
@@ -75,10 +81,12 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   const id = route.id;
   switch (route.action) {
     case "ingest":
-    case "watch":
       if (!isWebSocketUpgrade(request)) throw upgradeRequired(`the ${route.action} endpoint`);
       // No token travels past the Worker: Authorization, ?token= and bearer.* protocol entries are removed.
       return answerProtocol(request, await episode.fetch(stripCredentials(request, url, { [EPISODE_ID_HEADER]: id })));
+    case "watch":
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired(`the ${route.action} endpoint`);
+      return answerProtocol(request, await watch(request, url, id, env));
     case "deltas":
       checkDeclaredLength(request, limitsFrom(env).maxMessage);
       return answerResponse(await episode.ingest(id, request.body));
@@ -95,6 +103,19 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
         ifNoneMatch: request.headers.get("if-none-match"),
       });
   }
+}
+
+/** A watcher's upgrade goes to one of the episode's hubs, drawn at random below the count its hubs last gave. */
+async function watch(request: Request, url: URL, id: string, env: Env): Promise<Response> {
+  const shard = pickShard(hubCounts.get(id));
+  const hub = env.HUBS.get(env.HUBS.idFromName(hubName(id, shard)));
+  const res = await hub.fetch(stripCredentials(request, url, { [HUB_EPISODE_HEADER]: id, [HUB_SHARD_HEADER]: String(shard) }));
+  const hubs = parseHubs(res.headers.get(HUBS_HEADER), limitsFrom(env).maxHubs);
+  if (hubs !== null) hubCounts.set(id, hubs);
+  if (res.status !== 101 || !res.webSocket) return res;
+  const headers = new Headers(res.headers);
+  headers.delete(HUBS_HEADER);
+  return new Response(null, { status: 101, webSocket: res.webSocket, headers });
 }
 
 /** A 101 to a client that offered our subprotocol (browsers send it with bearer.<token>) must name it. */

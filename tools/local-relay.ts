@@ -1,23 +1,29 @@
 // Start the relay locally for tools, Node-side tests and benchmarks: the Worker bundled by
 // wrangler (the same build `wrangler deploy` ships), run by Miniflare's API on a free loopback
 // port, with in-memory Durable Object storage (nothing leaks between runs), and the dashboard's
-// static assets (dashboard/dist, routed as wrangler.toml `[assets]` says).
+// static assets (dashboard/dist, routed as wrangler.toml `[assets]` says). With `tiers`, the hub
+// tier runs in a process of its own, as under `npm start`.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
 import { Log, LogLevel, Miniflare, type WorkerOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { buildDashboard } from "../scripts/build-dashboard.mjs";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
+import { HUB_CLASSES, tierConfigs } from "../scripts/tiers.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 export interface LocalRelay {
   /** Base URL, e.g. http://127.0.0.1:40123 */
   url: string;
+  /** The Miniflare running the episode tier (all of it, unless `tiers`). */
   mf: Miniflare;
+  /** Every Miniflare (each a workerd process): one, or the episode tier and the hub tier. */
+  runtimes: Miniflare[];
   stop(): Promise<void>;
 }
 
@@ -39,18 +45,9 @@ export function bundle(): string {
   return join(bundleDir, "index.js");
 }
 
-/** `[vars]` of wrangler.toml (flat key = "string" lines). */
-function wranglerVars(): Record<string, string> {
-  const toml = readFileSync(join(root, "wrangler.toml"), "utf8");
-  const section = toml.split(/^\[vars\]\s*$/m)[1]?.split(/^\[/m)[0] ?? "";
-  const vars: Record<string, string> = {};
-  for (const m of section.matchAll(/^([A-Z0-9_]+)\s*=\s*"([^"]*)"/gm)) vars[m[1]!] = m[2]!;
-  return vars;
-}
-
-/** The dashboard's asset options, as wrangler derives them from wrangler.toml `[assets]`. */
-function assetOptions(): WorkerOptions["assets"] {
-  return unstable_getMiniflareWorkerOptions(join(root, "wrangler.toml")).workerOptions.assets as WorkerOptions["assets"];
+/** The bundle's Worker options for Miniflare, as wrangler derives them from wrangler.toml. */
+function workerOptions(): ReturnType<typeof unstable_getMiniflareWorkerOptions>["workerOptions"] {
+  return unstable_getMiniflareWorkerOptions(join(root, "wrangler.toml")).workerOptions;
 }
 
 export interface RelayOptions {
@@ -58,29 +55,102 @@ export interface RelayOptions {
   port?: number;
   /** Keep Durable Object storage in this directory (survives a restart); default: in memory. */
   persist?: string;
+  /**
+   * Run the hub tier in a runtime process of its own, as `npm start` does (scripts/tiers.mjs):
+   * the episode tier and the hub tier, each a Miniflare (a workerd process), bound through a dev
+   * registry, behind scripts/router.mjs on a thread of its own. Watchers reach the hub tier's
+   * Worker through a direct socket (no Miniflare entry Worker in between), so its
+   * `no_web_socket_compression` flag holds as on Cloudflare. Default: one process.
+   */
+  tiers?: boolean;
 }
 
 export async function startRelay(vars: Record<string, string> = {}, options: RelayOptions = {}): Promise<LocalRelay> {
   await buildDashboard({ ifMissing: true });
-  const compatibilityDate = /compatibility_date\s*=\s*"([^"]+)"/.exec(readFileSync(join(root, "wrangler.toml"), "utf8"))![1]!;
-  const mf = new Miniflare({
-    modules: true,
+  const w = workerOptions();
+  const shared = {
+    modules: true as const,
     scriptPath: bundle(),
     modulesRoot: dirname(bundle()),
-    compatibilityDate,
-    durableObjects: {
-      EPISODES: { className: "Episode", useSQLite: true },
-      EPISODE_INDEX: { className: "EpisodeIndex", useSQLite: true },
-      RUN_DIRECTORY: { className: "RunDirectory", useSQLite: true },
-    },
-    assets: assetOptions(),
+    compatibilityDate: w.compatibilityDate,
+    compatibilityFlags: w.compatibilityFlags,
+    bindings: { ...(w.bindings as Record<string, string>), AUTH_OFF_ON_LOOPBACK: "true", ...vars },
     durableObjectsPersist: options.persist ?? false,
-    bindings: { ...wranglerVars(), AUTH_OFF_ON_LOOPBACK: "true", ...vars },
     host: "127.0.0.1",
-    port: options.port ?? 0,
     cf: false,
+    inspectorPort: 0,
     log: new Log(LogLevel.WARN),
+  };
+  const durableObjects = w.durableObjects as Record<string, { className: string; useSQLite?: boolean }>;
+  if (!options.tiers) {
+    const mf = new Miniflare({ ...shared, durableObjects, assets: w.assets as WorkerOptions["assets"], port: options.port ?? 0 });
+    const url = (await mf.ready).toString().replace(/\/$/, "");
+    return { url, mf, runtimes: [mf], stop: () => mf.dispose() };
+  }
+  const t = tierConfigs(root);
+  const registry = mkdtempSync(join(tmpdir(), "episode-relay-registry-"));
+  const tier = (hubTier: boolean) =>
+    Object.fromEntries(
+      Object.entries(durableObjects).map(([name, d]) => [
+        name,
+        HUB_CLASSES.includes(d.className) === hubTier ? d : { ...d, scriptName: hubTier ? t.names.episodes : t.names.hubs },
+      ]),
+    );
+  const episodes = new Miniflare({
+    ...shared,
+    name: t.names.episodes,
+    durableObjects: tier(false),
+    assets: w.assets as WorkerOptions["assets"],
+    port: 0,
+    unsafeDevRegistryPath: registry,
   });
-  const url = (await mf.ready).toString().replace(/\/$/, "");
-  return { url, mf, stop: () => mf.dispose() };
+  const hubs = new Miniflare({
+    ...shared,
+    name: t.names.hubs,
+    durableObjects: tier(true),
+    port: 0,
+    unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
+    unsafeDevRegistryPath: registry,
+  });
+  const rest = await episodes.ready;
+  await hubs.ready;
+  const direct = await hubs.unsafeGetDirectURL(t.names.hubs);
+  const router = await startRouterThread({
+    port: options.port ?? 0,
+    rest: { host: rest.hostname, port: Number(rest.port) },
+    watch: { host: direct.hostname, port: Number(direct.port) },
+  });
+  return {
+    url: `http://127.0.0.1:${router.port}`,
+    mf: episodes,
+    runtimes: [episodes, hubs],
+    stop: async () => {
+      await router.stop();
+      await Promise.all([episodes.dispose(), hubs.dispose()]);
+      rmSync(registry, { recursive: true, force: true });
+    },
+  };
+}
+
+/** scripts/router.mjs on a worker thread (not this process's main thread, which runs the clients). */
+async function startRouterThread(options: {
+  port: number;
+  rest: { host: string; port: number };
+  watch: { host: string; port: number };
+}): Promise<{ port: number; stop(): Promise<void> }> {
+  const worker = new Worker(new URL("../scripts/router.mjs", import.meta.url), { workerData: { router: options } });
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once("message", (m: { port: number }) => resolve(m.port));
+    worker.once("error", reject);
+  });
+  return {
+    port,
+    stop: async () => {
+      const exited = new Promise<void>((r) => worker.once("exit", () => r()));
+      worker.postMessage("stop");
+      const t = setTimeout(() => void worker.terminate(), 5000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
 }

@@ -12,7 +12,7 @@ import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
 import { decodeLossless } from "../../src/wire/lossless.js";
 import { toJson, type Json } from "../../src/wire/json-view.js";
-import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
+import { ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/watch/protocol.js";
 import { traceOf } from "../../src/assembly/delta.js";
 import { RelayRefusal, refusalBody } from "./refusal.js";
 
@@ -45,7 +45,12 @@ export interface WatchOptions {
   WebSocket?: SocketFactory;
   /** Reconnect when the socket drops (default true). */
   reconnect?: boolean;
-  /** Backoff between reconnect attempts: first delay and cap, ms (default 250 / 10,000). */
+  /**
+   * Backoff between reconnect attempts: first delay and cap, ms (default 250 / 10,000), with full
+   * jitter (a delay drawn between 0 and the bound), so watchers dropped together (a deploy drops
+   * every socket) come back spread out. A 1013 with the relay's retry hint waits that long (and a
+   * little more, at random) instead.
+   */
   backoffMs?: [number, number];
   /** Keep-alive ping period, ms (default 30,000; answered by the relay's platform, it only keeps idle connections open). */
   pingIntervalMs?: number;
@@ -215,7 +220,6 @@ export class EpisodeWatch {
     ws.binaryType = "arraybuffer";
     ws.onopen = () => {
       this.opened = this.everOpened = true;
-      this.attempt = 0;
       this.received = this.ackedAt = 0;
       this.pingTimer = setInterval(() => this.ping(), this.options.pingIntervalMs ?? 30_000);
     };
@@ -257,6 +261,8 @@ export class EpisodeWatch {
   private handle(m: WatchMessage): void {
     switch (m.type) {
       case "hello":
+        // the relay took this watcher (a refused one is closed before any hello): backoff starts over
+        this.attempt = 0;
         // a new hello starts over (a retraction rewound the episode): drop a half-received snapshot
         this.incoming = null;
         this.status = m.status;
@@ -362,12 +368,10 @@ export class EpisodeWatch {
     this.resolveDone(this);
   }
 
-  /** Reconnect after a transient failure: at once after a slow-watcher close, else with backoff. */
+  /** Reconnect after a transient failure: at once after a slow-watcher close, as hinted after a 1013, else with backoff. */
   private retry(code: number, reason: string): void {
     if (this.stopped) return;
-    const [first, cap] = this.options.backoffMs ?? [250, 10_000];
-    // too slow (4008): resume at once; otherwise back off, with jitter
-    const delayMs = code === 4008 && this.attempt === 0 ? 0 : Math.min(cap, first * 2 ** this.attempt) * (0.5 + Math.random() / 2);
+    const delayMs = reconnectDelay(code, reason, this.attempt, this.options.backoffMs ?? [250, 10_000]);
     this.attempt++;
     this.setState(this.everOpened ? "resuming" : "connecting");
     this.emit({ type: "reconnecting", attempt: this.attempt, delayMs, code, reason });
@@ -379,6 +383,18 @@ export class EpisodeWatch {
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     this.pingTimer = this.reconnectTimer = null;
   }
+}
+
+/**
+ * How long to wait before reconnect attempt `attempt` (0 first) after a close with `code`: a
+ * relay's 1013 retry hint plus up to half again at random; at once after the first 4008 (too
+ * slow: resume now); else full jitter below `first * 2^attempt`, capped.
+ */
+export function reconnectDelay(code: number, reason: string, attempt: number, [first, cap]: [number, number], random: () => number = Math.random): number {
+  const hint = code === 1013 ? retryHintMs(reason) : null;
+  if (hint !== null) return hint * (1 + random() / 2);
+  if (code === 4008 && attempt === 0) return 0;
+  return Math.min(cap, first * 2 ** attempt) * random();
 }
 
 export function watchEpisode(url: string, id: string, options: WatchOptions = {}): EpisodeWatch {

@@ -76,7 +76,8 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
   function schedule(): void {
     if (stopped) return;
     o.shell.setConnection("resuming");
-    const delay = Math.min(10_000, 250 * 2 ** attempt) * (0.5 + Math.random() / 2);
+    // full jitter: pages dropped together (a deploy drops every socket) come back spread out
+    const delay = Math.min(10_000, 250 * 2 ** attempt) * Math.random();
     attempt++;
     retry = setTimeout(() => void connect(), delay);
   }

@@ -1,29 +1,22 @@
-// Catching a watcher up: the state as of a pinned seq as snapshot messages (or, when it resumes
-// with `?after=` inside the log, none), then the log after it, message by message. The caller
-// sends what `next` gives while the watcher's window allows, and calls it again when the watcher
-// acknowledges; ingest goes on in between, and the replay reads it from the log. When the replay
-// reaches the head, in the same turn, `next` gives `caught_up` (and `finish` if the run ended) and
-// the watcher joins the live fan-out: no gap, no duplicate.
-//
-// Watchers that need the same snapshot (same seq, variant and reason: they joined at about the
-// same time) share one Cohort: each message is built once, from one read of the bodies, and the
-// same bytes go to each of them. A cohort keeps the messages between its slowest and its fastest
-// member, up to COHORT_BYTES: past that the fastest waits for the slowest, unless the slowest has
-// stopped acknowledging, which then continues on a cohort of its own (Watchers decides).
+// Catching a watcher up, on the episode's side: the state as of a pinned seq as snapshot messages
+// (or, when it resumes with `?after=` inside the log, none), then the log after it, one message
+// per call. The viewer hub that asked (src/hub/catchup.ts) pulls the messages through a cursor
+// (catchup-cursor.ts) as fast as its watchers acknowledge them, shares them between the watchers
+// that joined together, and bridges from where the stream ends to its own head with the frames it
+// was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
+// it reads), and the replay reads the log as it grows.
 
 import { traceOf } from "../assembly/delta.js";
 import type { TraceView } from "../assembly/render.js";
-import { buildDelta, snapshotPlan, type DeltaPlan } from "../assembly/snapshot.js";
+import { buildDelta, type DeltaPlan, snapshotPlan } from "../assembly/snapshot.js";
 import type { BodyReader } from "../assembly/store.js";
-import { caughtUpMessage, finishMessage, framesMessage, MESSAGE_BYTES, snapshotMessage, type Frame, type SnapshotReason } from "../watch/protocol.js";
-import { deltaForVariant, stripRouting, variantKey, type Variant } from "../watch/variant.js";
+import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage } from "../watch/protocol.js";
+import { deltaForVariant, stripRouting, type Variant } from "../watch/variant.js";
 import type { Pin } from "./sql-store.js";
 import type { Meta } from "./storage.js";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
-/** Messages a cohort keeps between its slowest and its fastest member, bytes. */
-export const COHORT_BYTES = 8 * 1024 * 1024;
 
 /** What a catch-up reads: the episode's record, index and stores. */
 export interface CatchUpSource {
@@ -33,120 +26,43 @@ export interface CatchUpSource {
   pin(asOf: number): Pin;
   reader(asOf: number): BodyReader;
   frames(after: number, upTo: number, maxBytes: number): Iterable<{ seq: number; frame: Uint8Array }>;
-  reply(): Uint8Array | null;
   /** Whether a retraction took back frames after `seq` that a watcher holding it may have seen. */
   rewoundPast(seq: number): boolean;
 }
 
-/** One snapshot's messages, built once for every watcher that needs them. */
-export class Cohort {
+/** One snapshot's messages, built one at a time from SQLite as of `seq` (nothing kept once given). */
+export class SnapshotBuilder {
   private readonly plan: DeltaPlan[];
   private readonly wanted: TraceView[];
   private readonly reader: BodyReader;
-  /** The next planned delta to build, and one built that did not fit the last message. */
-  private next: number;
-  private carried: Uint8Array | null = null;
-  /** Messages kept, `cache[i]` being message `first + i`; `total` once the last one is built. */
-  private cache: Uint8Array[] = [];
-  private cacheBytes = 0;
-  private first: number;
-  /** The planned delta each built message starts with (a member that falls behind resumes there). */
-  private readonly starts: number[] = [];
-  total: number | null = null;
-  readonly members = new Set<CatchUp>();
   private readonly pin: Pin;
+  /** The next planned delta, and one built that did not fit the last message. */
+  private next = 0;
+  private carried: Uint8Array | null = null;
+  private built = 0;
+  done = false;
 
-  /**
-   * @param views the traces as of `seq` (kept: a member that falls behind continues on a new
-   *   cohort built from the same views)
-   * @param from where this cohort starts: message `index`, which starts with planned delta `delta`
-   */
   constructor(
     src: CatchUpSource,
     readonly seq: number,
-    readonly variant: Variant,
-    readonly reason: SnapshotReason,
-    readonly views: TraceView[],
-    from = { index: 0, delta: 0 },
+    private readonly variant: Variant,
+    private readonly reason: SnapshotReason,
   ) {
     this.pin = src.pin(seq);
     this.reader = src.reader(seq);
-    this.wanted = views.filter((v) => variant.traces === null || variant.traces.includes(v.id));
+    this.wanted = src.views().filter((v) => variant.traces === null || variant.traces.includes(v.id));
     this.plan = snapshotPlan(this.wanted);
-    this.first = from.index;
-    this.next = from.delta;
   }
 
-  static key(seq: number, variant: Variant, reason: SnapshotReason): string {
-    return `${seq}|${reason}|${variantKey(variant)}`;
+  /** False once a retraction rewound the episode to before `seq`. */
+  get valid(): boolean {
+    return this.pin.valid;
   }
 
-  /** Whether a new watcher can start here (the first message is still kept). */
-  joinable(): boolean {
-    return this.first === 0;
-  }
-
-  /** Where message `k` starts, for a cohort that continues from it. */
-  startOf(k: number): { index: number; delta: number } {
-    return { index: k, delta: this.starts[k]! };
-  }
-
-  /**
-   * Message `k`, built if it is the next; null past the last; undefined when no longer kept;
-   * "wait" when building it would keep more than COHORT_BYTES for a member further behind.
-   */
-  message(k: number): Uint8Array | null | undefined | "wait" {
-    if (this.total !== null && k >= this.total) return null;
-    if (k < this.first) return undefined;
-    while (k >= this.first + this.cache.length) {
-      if (this.total !== null) return null;
-      if (this.cacheBytes > COHORT_BYTES && this.trim()) return "wait";
-      const m = this.build();
-      this.cache.push(m);
-      this.cacheBytes += m.length;
-    }
-    return this.cache[k - this.first]!;
-  }
-
-  /**
-   * Keep at most COHORT_BYTES: drop the oldest messages every member has sent (until then the
-   * first messages stay, so a watcher arriving a little later still joins); true when the members
-   * themselves are further apart than that.
-   */
-  trim(): boolean {
-    let low = Number.MAX_SAFE_INTEGER;
-    for (const m of this.members) low = Math.min(low, m.position);
-    while (this.cacheBytes > COHORT_BYTES && this.first < low && this.cache.length > 0) {
-      this.cacheBytes -= this.cache.shift()!.length;
-      this.first++;
-    }
-    return this.cacheBytes > COHORT_BYTES;
-  }
-
-  /** The member furthest behind. */
-  slowest(): CatchUp | null {
-    let slow: CatchUp | null = null;
-    for (const m of this.members) if (!slow || m.position < slow.position) slow = m;
-    return slow;
-  }
-
-  leave(member: CatchUp): void {
-    this.members.delete(member);
-    if (this.members.size === 0) this.release();
-    else this.trim();
-  }
-
-  release(): void {
-    this.cache = [];
-    this.cacheBytes = 0;
-    this.pin.release();
-  }
-
-  /** The next message: planned deltas up to about MESSAGE_BYTES (the first one smaller). */
-  private build(): Uint8Array {
-    const index = this.first + this.cache.length;
-    this.starts[index] = this.carried ? this.next - 1 : this.next;
-    const limit = index === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
+  /** The next message: planned deltas up to about MESSAGE_BYTES (the first one smaller); null after the last. */
+  message(): Uint8Array | null {
+    if (this.done) return null;
+    const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
     const batch: Uint8Array[] = [];
     let bytes = 0;
     for (;;) {
@@ -161,11 +77,17 @@ export class Cohort {
       bytes += d.length;
     }
     const more = this.carried !== null;
-    if (!more) this.total = index + 1;
+    this.done = !more;
+    this.built++;
     return snapshotMessage(this.seq, this.reason, batch, more);
   }
 
-  /** The next planned delta as this cohort's variant sees it (routing stripped if asked), or null at the end. */
+  release(): void {
+    this.done = true;
+    this.pin.release();
+  }
+
+  /** The next planned delta as the variant sees it (routing stripped if asked), or null at the end. */
   private nextDelta(): Uint8Array | null {
     if (this.next >= this.plan.length) return null;
     const d = buildDelta(this.reader, this.wanted, this.plan[this.next++]!);
@@ -173,26 +95,21 @@ export class Cohort {
   }
 }
 
-/** Finds or makes the cohort for a snapshot (Watchers keeps them). */
-export type CohortFor = (seq: number, variant: Variant, reason: SnapshotReason) => Cohort;
-
-/** One watcher's catch-up: its place in a cohort's snapshot, then its own replay of the log. */
+/** One catch-up stream: a snapshot (unless resuming inside the log), then the log after it. */
 export class CatchUp {
-  private cohort: Cohort | null = null;
-  /** The next snapshot message to send. */
-  position = 0;
-  /** The log pin while replaying (the cohort's pin holds the log before that). */
+  private snapshot: SnapshotBuilder | null = null;
+  /** The log pin while replaying (the snapshot's pin holds the log before that). */
   private pin: Pin | null = null;
-  /** The last seq sent. */
+  /** The seq the watcher holds once it has every message given so far (-1 while in the snapshot). */
   private at: number;
-  done = false;
+  /** Why the stream starts with a snapshot, if it does. */
+  readonly reason: SnapshotReason | null;
 
   /** @param forced a snapshot for this reason, whatever `after` says (after a retraction) */
   constructor(
     private readonly src: CatchUpSource,
     private readonly variant: Variant,
     after: number | null,
-    cohortFor: CohortFor,
     forced?: SnapshotReason,
   ) {
     const m = src.meta();
@@ -200,47 +117,37 @@ export class CatchUp {
     if (!forced && after !== null && after <= seq && after >= (m?.base ?? 0) && !src.rewoundPast(after)) {
       this.at = after;
       this.pin = src.pin(after);
+      this.reason = null;
     } else {
-      const reason: SnapshotReason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
-      this.at = seq;
-      this.join(cohortFor(seq, variant, reason));
+      this.reason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
+      this.snapshot = new SnapshotBuilder(src, seq, variant, this.reason);
+      this.at = -1;
     }
   }
 
-  private join(c: Cohort): void {
-    this.cohort = c;
-    c.members.add(this);
+  /** False once a retraction took back what this stream has given. */
+  get valid(): boolean {
+    return (this.snapshot ?? this.pin)?.valid ?? true;
   }
 
-  /** Continue on `c` (a cohort of its own, after this one fell behind its old one). */
-  moveTo(c: Cohort): void {
-    this.cohort?.leave(this);
-    this.join(c);
-  }
-
-  get snapshotting(): Cohort | null {
-    return this.cohort;
-  }
-
-  /** The next messages to send: none for now (its cohort waits for a slower member), or null once caught up (the watcher is then live). */
-  next(): Uint8Array[] | null {
-    if (this.done) return null;
-    const c = this.cohort;
-    if (c) {
-      const m = c.message(this.position);
-      if (m === "wait") return [];
-      if (m === undefined) throw new Error("snapshot message no longer kept");
-      if (m !== null) {
-        this.position++;
-        if (c.total === this.position) this.endSnapshot();
-        return [m];
+  /** The next message, or null when the watcher has everything up to `seq` (the episode's head now). */
+  next(): Uint8Array | null {
+    const s = this.snapshot;
+    if (s) {
+      const m = s.message();
+      if (s.done) {
+        // the snapshot is given: hold the log from its seq
+        this.at = s.seq;
+        this.pin = this.src.pin(s.seq);
+        this.snapshot = null;
+        s.release();
       }
-      this.endSnapshot();
+      if (m) return m;
     }
-    const meta = this.src.meta();
-    const head = meta?.seq ?? 0;
+    const head = this.src.meta()?.seq ?? 0;
     while (this.at < head) {
       const visible: Frame[] = [];
+      const from = this.at;
       for (const { seq, frame } of this.src.frames(this.at, head, MESSAGE_BYTES)) {
         this.at = seq;
         const d = deltaForVariant(frame, traceOf(frame), this.variant);
@@ -248,21 +155,16 @@ export class CatchUp {
       }
       if (visible.length) {
         this.repin();
-        return [framesMessage(visible)];
+        return framesMessage(visible);
       }
+      if (this.at === from) this.at = head; // nothing logged after `at` up to the head (retracted frames leave gaps)
     }
-    this.release();
-    const out = [caughtUpMessage(head)];
-    if (meta && meta.status !== "live") out.push(finishMessage(meta.status, head, this.src.reply() ?? new Uint8Array(0), meta.error));
-    return out;
+    return null;
   }
 
-  /** The snapshot is sent: hold the log from its seq, leave the cohort. */
-  private endSnapshot(): void {
-    const c = this.cohort!;
-    this.pin = this.src.pin(c.seq);
-    this.cohort = null;
-    c.leave(this);
+  /** The seq the watcher holds after what was given (meaningful once `next` returned null). */
+  get seq(): number {
+    return this.at;
   }
 
   /** Hold only the log after `at` (what is still to read). */
@@ -275,9 +177,8 @@ export class CatchUp {
 
   /** Done, or the watcher is gone: let go of what it held. */
   release(): void {
-    this.done = true;
-    this.cohort?.leave(this);
-    this.cohort = null;
+    this.snapshot?.release();
+    this.snapshot = null;
     this.pin?.release();
     this.pin = null;
   }

@@ -7,7 +7,7 @@ import type { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { ingest, type IngestResult } from "../envelope/ingest.js";
 import type { IngestAck } from "../envelope/answer.js";
 import { RelayError } from "../http/errors.js";
-import type { AppliedFrame } from "./watchers.js";
+import type { FeedFrame } from "../hub/feed.js";
 import type { EpisodeState, LiveIndex } from "./state.js";
 import type { Meta } from "./storage.js";
 
@@ -20,7 +20,7 @@ export interface Committed {
   /** A retraction rewound the episode (watchers need the new state, not frames). */
   rewound: boolean;
   /** The frames applied, with their episode seqs, for watchers. */
-  frames: AppliedFrame[];
+  frames: FeedFrame[];
 }
 
 /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */

@@ -3,12 +3,15 @@
 //   commit.ts     a producer message → one transaction (assembly, log, ledger, retraction)
 //   finish.ts     the reply → finished / failed / finish_refused
 //   read.ts       GET (streamed from SQLite) and status
-//   watchers.ts   watcher sockets: catch-up (catchup.ts), live fan-out, pacing by acks
+//   feeds.ts      the viewer hubs that hold its watchers (src/hub/), and what each has been fed
+//   catchup.ts    catch-up streams a hub pulls for its watchers (catchup-cursor.ts)
 //   log-trim.ts   keeping the log short
 //   index-sync.ts the episode's row in the episode index, and the alarm's deadlines
 //   state.ts      the record, the store and the index in memory
 // The Worker (src/index.ts) has checked the route, the method and the token: plain requests
-// arrive as RPC calls (ingest, reply, read, status, remove), WebSocket upgrades through fetch.
+// arrive as RPC calls (ingest, reply, read, status, remove), the producer's socket through fetch.
+// Watchers never connect here: they are on viewer hubs, which call hubJoin/hubLoad/hubLeave and
+// catchUp, and are fed after every commit. A watcher connecting costs this object nothing.
 
 import { DurableObject } from "cloudflare:workers";
 import { type IngestAck, encodeAnswer } from "../envelope/answer.js";
@@ -29,17 +32,20 @@ import {
 } from "../http/errors.js";
 import { readStream } from "../http/body.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
-import { finishMessage, statusMessage } from "../watch/protocol.js";
-import type { CatchUpSource } from "./catchup.js";
+import type { Joined } from "../hub/feed.js";
+import type { SnapshotReason } from "../watch/protocol.js";
+import type { Variant } from "../watch/variant.js";
+import { CatchUp, type CatchUpSource } from "./catchup.js";
+import { CatchUpCursor } from "./catchup-cursor.js";
 import { commitIngest } from "./commit.js";
+import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { alarmAt, IndexSync } from "./index-sync.js";
 import { type Limits, limitsFrom } from "./limits.js";
 import { LogTrim } from "./log-trim.js";
 import { type ReadRequest, readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
-import { type Meta, publicStatus } from "./storage.js";
-import { Watchers } from "./watchers.js";
+import type { Meta } from "./storage.js";
 
 /** Header the Worker sets on upgrades: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
@@ -49,34 +55,35 @@ const INGEST_TAG = "ingest";
 export class Episode extends DurableObject<Env> {
   private readonly state: EpisodeState;
   private readonly limits: Limits;
-  private readonly watchers: Watchers;
+  private readonly feeds: HubFeeds;
+  private readonly source: CatchUpSource;
+  /** Catch-up streams hubs are pulling. */
+  private readonly cursors = new Set<CatchUpCursor>();
   private readonly indexSync: IndexSync;
   private readonly logTrim: LogTrim;
+  /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
+  private feedRetryAt = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.limits = limitsFrom(env);
     this.state = new EpisodeState(ctx.storage);
     const { record, store } = this.state;
-    const source: CatchUpSource = {
+    this.source = {
       meta: () => record.meta(),
       views: () => this.state.index().asm.views(),
       pin: (asOf) => store.pin(asOf),
       reader: (asOf) => store.reader(asOf),
       frames: (after, upTo, maxBytes) => record.frames(after, upTo, maxBytes),
-      reply: () => record.reply(),
       rewoundPast: (seq) => record.rewoundPast(seq),
     };
     const l = this.limits;
-    this.watchers = new Watchers(
-      ctx,
-      { maxWatchers: l.maxWatchers, lagBytes: l.watcherLagBytes, window: l.watcherWindowBytes, maxCatchUps: l.maxCatchUps },
-      source,
-    );
+    this.feeds = new HubFeeds(ctx.storage.sql, env.HUBS, this.state, { perHub: l.watchersPerHub, maxHubs: l.maxHubs }, (due) => {
+      this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
+      this.setAlarm(null);
+    });
     this.indexSync = new IndexSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
-    // Watchers' keep-alive pings are answered by the platform: they never wake the object.
-    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
 
   // ---- RPC: the Worker's plain requests ----
@@ -96,12 +103,9 @@ export class Episode extends DurableObject<Env> {
       const r = commitReply(this.state, bytes, Date.now());
       if (r.kind === "repeat") return replyAck(r.meta);
       void this.indexSync.send(r.meta, r.meta.updated);
-      if (r.kind === "refused") {
-        // the run stays open for a corrected reply; status, the index and watchers say why
-        this.watchers.sendAll(statusMessage(publicStatus(r.meta), r.meta.seq, r.message));
-        throw new RelayError("finish_mismatch", r.message);
-      }
-      this.watchers.sendAll(finishMessage(r.meta.status, r.meta.seq, this.state.record.reply()!, r.meta.error));
+      // the hubs tell their watchers: a finish, or (refused) the status and why; the run then stays open for a corrected reply
+      this.feeds.kick();
+      if (r.kind === "refused") throw new RelayError("finish_mismatch", r.message);
       return replyAck(r.meta);
     });
   }
@@ -117,7 +121,7 @@ export class Episode extends DurableObject<Env> {
 
   /** `GET /v1/episodes/{id}/status`. */
   status(_id: string): Answer<StatusBody> {
-    return answerOf(() => statusOf(this.state, this.watchers.count()));
+    return answerOf(() => statusOf(this.state, { watchers: this.feeds.watchers(), hubs: this.feeds.memberCount() }));
   }
 
   /** `DELETE /v1/episodes/{id}`. */
@@ -128,19 +132,45 @@ export class Episode extends DurableObject<Env> {
     return { ok: true, value: { ok: true, deleted: true } };
   }
 
-  // ---- WebSockets ----
+  // ---- RPC: the viewer hubs ----
 
-  /** Upgrades only: `/v1/episodes/{id}/ingest` (producer) and `/v1/episodes/{id}/watch`. */
+  /** A hub's first watcher arrived: it joins (a new session) and gets where to start. */
+  hubJoin(id: string, shard: number, session: number, watchers: number): Joined {
+    return this.feeds.join(id, shard, session, watchers);
+  }
+
+  /** A hub's watcher count moved: the hub count it answers may follow. */
+  hubLoad(_id: string, shard: number, session: number, watchers: number): number {
+    return this.feeds.load(shard, session, watchers);
+  }
+
+  /** A hub's last watcher left. */
+  hubLeave(_id: string, shard: number, session: number): void {
+    this.feeds.leave(shard, session);
+  }
+
+  /**
+   * A catch-up stream for a hub's watcher(s): the snapshot as of now (or the log after `after`),
+   * pulled message by message. Built from SQLite as it is pulled; pinned until closed.
+   */
+  catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpCursor {
+    const now = Date.now();
+    for (const c of [...this.cursors]) c.expire(now);
+    return new CatchUpCursor(new CatchUp(this.source, variant, after, forced ?? undefined), this.cursors);
+  }
+
+  // ---- the producer's socket ----
+
+  /** Upgrades only: `/v1/episodes/{id}/ingest` (the producer's socket). */
   async fetch(request: Request): Promise<Response> {
     try {
       const url = new URL(request.url);
       const route = parseRoute(url.pathname);
       const id = request.headers.get(EPISODE_ID_HEADER);
-      if (route.kind !== "episode" || id !== route.id || (route.action !== "ingest" && route.action !== "watch")) {
-        throw new RelayError("not_found", "the episode object answers only WebSocket upgrades over fetch");
+      if (route.kind !== "episode" || id !== route.id || route.action !== "ingest") {
+        throw new RelayError("not_found", "the episode object answers only the producer's upgrade over fetch");
       }
       if (!isWebSocketUpgrade(request)) throw upgradeRequired(`the ${route.action} endpoint`);
-      if (route.action === "watch") return this.watchers.open(url, id);
       const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
       this.ctx.acceptWebSocket(server, [INGEST_TAG]);
       server.serializeAttachment({ role: "ingest", id });
@@ -151,9 +181,8 @@ export class Episode extends DurableObject<Env> {
   }
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
-    const att = ws.deserializeAttachment() as { role: "ingest" | "watch"; id: string } | null;
-    if (att?.role === "watch") return this.watchers.message(ws, message);
-    if (!att) return safeClose(ws, CLOSE_POLICY, "socket without state");
+    const att = ws.deserializeAttachment() as { role: "ingest"; id: string } | null;
+    if (att?.role !== "ingest") return safeClose(ws, CLOSE_POLICY, "socket without state");
     if (typeof message === "string") return safeClose(ws, CLOSE_POLICY, "ingest messages must be binary msgpack");
     if (message.byteLength > this.limits.maxMessage) {
       return safeClose(ws, CLOSE_TOO_BIG, `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`);
@@ -174,36 +203,39 @@ export class Episode extends DurableObject<Env> {
   }
 
   async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
-    this.watchers.gone(ws);
     echoClose(ws, code, reason);
   }
 
-  async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
+  async webSocketError(_ws: WebSocket, error: unknown): Promise<void> {
     console.warn("episode socket error", error);
-    this.watchers.gone(ws);
   }
 
   // ---- lifecycle ----
 
-  /** Apply one producer message, commit it, then tell watchers, the log and the index. */
+  /** Apply one producer message, commit it, then tell the hubs, the log and the index. */
   private ingestMessage(id: string, body: Uint8Array): IngestAck {
     const now = Date.now();
+    const before = this.state.meta()?.seq ?? 0;
     const c = commitIngest(this.state, body, id, this.limits.maxEpisode, now);
     if (c.created) {
       if (this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
       void this.indexSync.send(c.meta, now); // a new episode shows in the index at once
       this.setAlarm(null);
     } else this.indexSync.changed(now);
-    // every watcher may hold retracted frames: each gets the new state as a snapshot
-    if (c.rewound) this.watchers.rewind();
-    else this.watchers.broadcast(c.frames);
+    // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
+    if (c.rewound) {
+      for (const cur of [...this.cursors]) cur.retracted();
+      this.feeds.rewound(c.meta.seq);
+    } else this.feeds.committed(c.frames, before);
     this.logTrim.afterIngest(c.meta, c.frames.length);
     return c.ack;
   }
 
   private async erase(reason: string): Promise<void> {
     const id = this.state.meta()?.id;
-    this.watchers.closeAll(CLOSE_NORMAL, reason);
+    for (const cur of [...this.cursors]) cur.close();
+    await this.feeds.closeAll(reason);
+    for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
     this.state.erased();
@@ -214,14 +246,21 @@ export class Episode extends DurableObject<Env> {
     return m.updated + this.limits.retention * 1000;
   }
 
-  /** The alarm serves two deadlines: retention, and a pending index update (`due`, else the stored one). */
+  /** The alarm serves three deadlines: retention, a pending index update (`due`, else the stored one), a feed to retry. */
   private setAlarm(due: number | null): void {
     const m = this.state.meta();
-    if (!m) return;
-    void this.ctx.storage.setAlarm(alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due }));
+    if (!m) {
+      if (this.feedRetryAt !== 0) void this.ctx.storage.setAlarm(this.feedRetryAt);
+      return;
+    }
+    const at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
+    void this.ctx.storage.setAlarm(this.feedRetryAt !== 0 ? Math.min(at, this.feedRetryAt) : at);
   }
 
   async alarm(): Promise<void> {
+    // every hub is asked what it holds and fed what it lacks (a retry, or the first feed after a restart)
+    this.feedRetryAt = 0;
+    this.feeds.kick();
     const m = this.state.meta();
     if (!m) return this.indexSync.retryTombstone(); // deleted: its row may still have to go
     if (Date.now() >= this.expiresAt(m)) {

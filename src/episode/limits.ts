@@ -5,13 +5,25 @@ export interface Limits {
   maxEpisode: number;
   /** Seconds an episode is kept after its last write. */
   retention: number;
-  /** Watchers per episode; one more is closed with 1013. */
+  /** Watchers per viewer hub; one more is closed with 1013. */
   maxWatchers: number;
+  /** Watchers a hub should carry: an episode has one hub per this many watchers... */
+  watchersPerHub: number;
+  /** ... and at most this many hubs. */
+  maxHubs: number;
+  /** Catch-ups a hub starts per second at most (bursts of as many). */
+  catchUpRate: number;
+  /** Watchers a hub lets wait for a catch-up slot; one more is closed 1013 with a retry hint. */
+  maxWaiting: number;
+  /** Bytes a hub has sent to its watchers and not yet had acknowledged; past it newcomers get 1013. */
+  hubQueueBytes: number;
+  /** Recent frames a hub keeps in memory for resumes and catch-ups, bytes. */
+  hubWindowBytes: number;
   /** Bytes a live watcher may leave unacknowledged before it is closed with 4008 (too far behind). */
   watcherLagBytes: number;
   /** Bytes a catching-up watcher may leave unacknowledged (its window). */
   watcherWindowBytes: number;
-  /** Watchers catching up at once; the others wait their turn. */
+  /** Watchers catching up at once, per hub; the others wait their turn. */
   maxCatchUps: number;
   /** The log keeps at most this many frames (for watchers resuming with ?after=)... */
   logKeepFrames: number;
@@ -31,7 +43,13 @@ export function limitsFrom(env: Partial<Env>): Limits {
     maxMessage: num(env.MAX_MESSAGE_BYTES, 32 * 1024 * 1024),
     maxEpisode: num(env.MAX_EPISODE_BYTES, 1024 * 1024 * 1024),
     retention: num(env.RETENTION_SECONDS, 7 * 24 * 3600),
-    maxWatchers: num(env.MAX_WATCHERS, 10_000),
+    maxWatchers: num(env.MAX_WATCHERS, 5000),
+    watchersPerHub: num(env.WATCHERS_PER_HUB, 2000),
+    maxHubs: num(env.MAX_HUBS, 64),
+    catchUpRate: num(env.CATCHUP_RATE, 20),
+    maxWaiting: num(env.MAX_WAITING, 256),
+    hubQueueBytes: num(env.HUB_QUEUE_BYTES, 32 * 1024 * 1024),
+    hubWindowBytes: num(env.HUB_WINDOW_BYTES, 8 * 1024 * 1024),
     watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
     watcherWindowBytes: num(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
     maxCatchUps: num(env.MAX_CATCHUPS, 4),

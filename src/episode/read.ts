@@ -81,13 +81,16 @@ export interface StatusBody {
   frame_bytes: number;
   /** What GET answers now (msgpack). */
   episode_bytes: number;
+  /** Watchers on all of the episode's viewer hubs (as the hubs last reported). */
   watchers: number;
+  /** Viewer hubs holding watchers. */
+  hubs: number;
   created: string;
   updated: string;
   error: string | null;
 }
 
-export function statusOf(state: EpisodeState, watchers: number): StatusBody {
+export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs: number }): StatusBody {
   const m = state.requireMeta();
   return {
     id: m.id,
@@ -98,7 +101,8 @@ export function statusOf(state: EpisodeState, watchers: number): StatusBody {
     calls: m.calls,
     frame_bytes: m.bytes,
     episode_bytes: m.size ?? liveSize(m, state.index().asm.views()),
-    watchers,
+    watchers: viewers.watchers,
+    hubs: viewers.hubs,
     created: new Date(m.created).toISOString(),
     updated: new Date(m.updated).toISOString(),
     error: m.refused ?? m.error,

@@ -4,7 +4,8 @@
 // - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
 // - `frames`: the log of deltas as applied (retracted ones removed), in seq order, for
-//   watchers that resume (`?after=`) and catch up. A frame is split into parts (sql-store.ts). It is trimmed from the front (see Episode.trimLog).
+//   catch-up streams (viewer hubs' watchers that resume with `?after=` or catch up) and the hubs'
+//   feeds. A frame is split into parts (sql-store.ts). It is trimmed from the front (log-trim.ts).
 // - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
 //   confirmed by its cursor (retraction: src/envelope/ledger.ts).
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
@@ -70,6 +71,7 @@ export class EpisodeRecord {
   private ready = false;
   private cached: Meta | null = null;
   private indexCache: IndexState | null = null;
+  private rewinds: number | null = null;
 
   constructor(private readonly sql: SqlStorage) {}
 
@@ -94,6 +96,7 @@ export class EpisodeRecord {
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
+    this.rewinds = null;
   }
 
   /** Create the schema and the meta row (first write of a new episode). */
@@ -214,6 +217,7 @@ export class EpisodeRecord {
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
+    this.rewinds = null;
   }
 
   // ---- the log ----
@@ -270,6 +274,14 @@ export class EpisodeRecord {
   /** A retraction rewound the episode to `base` when it stood at `upto`. */
   saveRewind(base: number, upto: number): void {
     this.sql.exec("INSERT INTO rewinds VALUES (?, ?)", base, upto);
+    this.rewinds = null;
+  }
+
+  /** How many retractions the episode had (a hub that saw fewer restarts its watchers). */
+  rewindCount(): number {
+    if (this.rewinds !== null) return this.rewinds;
+    if (!this.exists()) return 0;
+    return (this.rewinds = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM rewinds").one().n);
   }
 
   /** Whether a watcher that held the state as of `seq` may have seen frames a retraction took back since. */

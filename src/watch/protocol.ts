@@ -217,6 +217,19 @@ const isStr = (v: unknown): v is string => typeof v === "string";
 const isBin = (v: unknown): v is Uint8Array => v instanceof Uint8Array;
 const isSeq = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 
+// ---- retry hints (close 1013) ----
+
+/** A 1013 close reason with the relay's retry hint (already jittered; fits a close reason). */
+export function retryReason(reason: string, retryMs: number): string {
+  return `${reason.slice(0, 90)}; retry in ${Math.round(retryMs)} ms`;
+}
+
+/** The retry hint in a close reason, ms, or null when it has none. */
+export function retryHintMs(reason: string): number | null {
+  const m = /retry in (\d{1,7}) ms/.exec(reason);
+  return m ? Number(m[1]) : null;
+}
+
 // ---- watcher → server ----
 
 export type WatcherText = { type: "ack"; bytes: number };

@@ -340,7 +340,7 @@ describe("WebSocket tokens", () => {
 });
 
 describe("no token travels past the Worker", () => {
-  it("the Durable Object gets no Authorization, no ?token=, no bearer.* entry; other params stay", async () => {
+  it("the Durable Objects (episode and viewer hub) get no Authorization, no ?token=, no bearer.* entry; other params stay", async () => {
     const seen: Request[] = [];
     const calls: unknown[][] = [];
     const fakeNamespace = {
@@ -357,7 +357,7 @@ describe("no token travels past the Worker", () => {
         },
       }),
     };
-    const e = { ...AUTH_ENV, EPISODES: fakeNamespace } as unknown as Env;
+    const e = { ...AUTH_ENV, EPISODES: fakeNamespace, HUBS: fakeNamespace } as unknown as Env;
     const id = freshId("strip");
     const t = await token("producer", [id]);
     expect((await call(e, "GET", `${HOST}/v1/episodes/${id}/status?token=${t}`, { headers: auth(t) })).status).toBe(200);
@@ -372,6 +372,7 @@ describe("no token travels past the Worker", () => {
       expect(JSON.stringify([...r.headers])).not.toContain(t);
     }
     expect(new URL(seen[0]!.url).searchParams.get("after")).toBe("3");
+    expect(seen[0]!.headers.get("x-hub-shard"), "a watcher goes to a hub").toBe("0");
     expect(seen[1]!.headers.get("sec-websocket-protocol")).toBe("episode-relay");
   });
 });

@@ -1,11 +1,13 @@
 // Catch-up: a joining watcher gets the state as bounded snapshot messages of ordinary deltas, paced
 // by its acks (a window of WATCHER_WINDOW_BYTES, 1 MiB here, that starts small), at most
 // MAX_CATCHUPS (2 here) at once; the log it replays after the snapshot is kept for it; a catch-up
-// cut by a restart ends with 1013.
+// that stops acknowledging is closed 4008 and its stream let go.
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FIRST_MESSAGE_BYTES } from "../../src/episode/catchup.js";
-import { FIRST_WINDOW } from "../../src/episode/watchers.js";
+import { hubName } from "../../src/hub/shards.js";
+import { FIRST_WINDOW, IDLE_MS } from "../../src/hub/watchers.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { MESSAGE_BYTES } from "../../src/watch/protocol.js";
@@ -30,6 +32,15 @@ function finalTraces(c: GoldenCase): Uint8Array {
   const asm = new EpisodeAssembly();
   for (const f of c.frames) asm.apply(f);
   return asm.tracesBytes();
+}
+
+/** Poll `cond` until it holds (10 s at most). */
+async function until(cond: () => Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out: ${what}`);
 }
 
 /** Read whatever arrives within `ms` (the relay has sent what it will until the next ack). */
@@ -151,20 +162,22 @@ describe("catch-up", () => {
     for (const w of ws) w.close();
   });
 
-  it("a catch-up cut by a restart (hibernation) is closed 1013; the watcher reconnects and catches up", async () => {
+  it("a catch-up that stops acknowledging is closed 4008 after IDLE_MS, its stream let go; the watcher reconnects and catches up", async () => {
     const c = await golden("large_routing");
-    const id = freshId("cut");
+    const id = freshId("idle");
     await push(id, c);
     const w = await Watcher.open(id, "", "never");
     await settle(w, 100);
     w.ack();
     await settle(w);
     expect(w.caughtUp).toBe(false);
-    await new Promise((r) => setTimeout(r, 12_000)); // idle: the object hibernates, its catch-ups are gone
-    w.ack();
-    const closed = await w.box.closed();
-    expect(closed.code).toBe(1013);
+    const hub = env.HUBS.get(env.HUBS.idFromName(hubName(id, 0)));
+    expect((await hub.stats()).watchers).toMatchObject({ catchingUp: 1, cohorts: 1 });
+    const closed = await w.box.closed(IDLE_MS * 2);
+    expect(closed.code).toBe(4008);
     expect(closed.reason).toMatch(/reconnect/);
+    await until(async () => (await hub.stats()).watchers.cohorts === 0, "the hub let go of the stream");
+    expect((await hub.stats()).watchers).toMatchObject({ catchingUp: 0, cohorts: 0 });
     const again = await Watcher.open(id);
     await again.read((x) => x.caughtUp);
     expect(equal(again.asm.tracesBytes(), finalTraces(c))).toBe(true);

@@ -1,0 +1,106 @@
+// The local relay's front door: one address for `npm start`, the tests and the benches, in front
+// of the two runtime processes they run (scripts/tiers.mjs). A watcher's upgrade
+// (`/v1/episodes/{id}/watch`) goes to the hub tier; everything else (producers, GET, the
+// dashboard, run sockets) to the episode tier. It only moves bytes (after a WebSocket handshake,
+// it pipes the two sockets), on a thread of its own, so a storm of watchers never runs on the
+// episode objects' thread. (On Cloudflare the Worker runs on the edge, apart from both.)
+//
+// `stripDeflateOffer`: a watch upgrade's `Sec-WebSocket-Extensions` is dropped. wrangler dev's own
+// front (and Miniflare's entry Worker) would otherwise accept permessage-deflate whatever the
+// Worker's `no_web_socket_compression` flag says, and compress every message for every socket; on
+// Cloudflare the flag is honoured. Runs through a direct socket to the Worker need no stripping.
+import { createServer, request as httpRequest, Agent } from "node:http";
+import { connect } from "node:net";
+import { isMainThread, parentPort, workerData } from "node:worker_threads";
+
+/** A watch upgrade's path (the Worker checks the id and the rest). */
+const WATCH_PATH = /^\/v1\/episodes\/[^/?]+\/watch\/?(?:\?|$)/;
+
+/**
+ * @typedef {{ host: string, port: number }} Target
+ * @typedef {{ host?: string, port?: number, watch: Target, rest: Target, stripDeflateOffer?: boolean }} RouterOptions
+ */
+
+/**
+ * @param {RouterOptions} o
+ * @returns {Promise<{ port: number, close(): Promise<void> }>}
+ */
+export function startRouter(o) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+  /** Upgraded connections (the server forgets them once handed over). */
+  const piped = new Set();
+  const server = createServer((req, res) => {
+    const up = httpRequest({ host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent }, (ur) => {
+      res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
+      ur.pipe(res);
+    });
+    up.on("error", (e) => {
+      if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
+    });
+    req.pipe(up);
+  });
+  server.on("upgrade", (req, socket, head) => {
+    const watch = WATCH_PATH.test(req.url ?? "");
+    const target = watch ? o.watch : o.rest;
+    const up = connect(target.port, target.host);
+    up.setNoDelay(true);
+    if ("setNoDelay" in socket && typeof socket.setNoDelay === "function") socket.setNoDelay(true);
+    piped.add(socket);
+    piped.add(up);
+    const fail = () => {
+      socket.destroy();
+      up.destroy();
+    };
+    up.on("error", fail);
+    socket.on("error", fail);
+    up.on("close", () => {
+      piped.delete(up);
+      socket.end();
+    });
+    socket.on("close", () => {
+      piped.delete(socket);
+      up.end();
+    });
+    up.on("connect", () => {
+      let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+      const raw = req.rawHeaders;
+      for (let i = 0; i < raw.length; i += 2) {
+        if (watch && o.stripDeflateOffer && raw[i]?.toLowerCase() === "sec-websocket-extensions") continue;
+        text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+      }
+      up.write(`${text}\r\n`);
+      if (head.length) up.write(head);
+      up.pipe(socket);
+      socket.pipe(up);
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(o.port ?? 0, o.host ?? "127.0.0.1", () => {
+      const addr = server.address();
+      resolve({
+        port: typeof addr === "object" && addr ? addr.port : 0,
+        close: () =>
+          new Promise((r) => {
+            server.closeAllConnections();
+            for (const s of piped) s.destroy();
+            agent.destroy();
+            server.close(() => r(undefined));
+          }),
+      });
+    });
+  });
+}
+
+// As a worker thread (tools/local-relay.ts): start, say the port, stop when told.
+if (!isMainThread && workerData?.router) {
+  const r = await startRouter(workerData.router);
+  parentPort?.postMessage({ port: r.port });
+  parentPort?.on("message", async (m) => {
+    if (m === "stop") {
+      await r.close();
+      parentPort?.close();
+    }
+  });
+}

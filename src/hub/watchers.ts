@@ -1,0 +1,559 @@
+// A hub's watcher sockets (hibernating), with a send budget.
+//
+// - Live watchers get every frame the hub is fed: grouped by variant, each message encoded once
+//   per variant and the same bytes sent to every socket of the group. Feeds that arrive back to
+//   back are coalesced into one message (with thousands of watchers the sends, not the bytes, are
+//   the cost).
+// - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
+//   its catch-up (src/hub/catchup.ts), paced by what it acknowledges: at most `window` bytes
+//   unacknowledged, at most `maxCatchUps` at once, at most `catchUpsPerSecond` starting
+//   (src/hub/admission.ts). A newcomer past the admission bounds is closed 1013 with a retry hint.
+// - workerd has no send backpressure (no bufferedAmount), so progress is what the watcher
+//   acknowledges (`{"type":"ack","bytes":N}`, see src/watch/protocol.ts). A live watcher more than
+//   `lagBytes` behind is closed with 4008 and a reason; it resumes with `?after=SEQ`. A catching-up
+//   one that stops acknowledging what it was sent is closed 4008 too (after IDLE_MS, which lets go
+//   of its stream so the hub can hibernate; after SPLIT_MS when it holds back its cohort).
+// - Per-socket state is memory only, except `live` in the attachment: after the hub restarts, a
+//   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
+
+import { CLOSE_POLICY, CLOSE_TOO_SLOW, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
+import {
+  caughtUpMessage,
+  finishMessage,
+  type Frame,
+  framesMessage,
+  helloMessage,
+  parseWatcherText,
+  retryReason,
+  type SnapshotReason,
+  statusMessage,
+} from "../watch/protocol.js";
+import { deltaForVariant, parseVariant, type Variant, variantKey } from "../watch/variant.js";
+import { Admission, type AdmissionLimits } from "./admission.js";
+import { type BridgeSource, HubCatchUp, HubCohort, type OpenCursor } from "./catchup.js";
+import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
+import type { HubWindow } from "./window.js";
+
+export const WATCH_TAG = "watch";
+/** Sockets accepted only to be closed at once (refused by admission). */
+export const REFUSED_TAG = "refused";
+/** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
+export const IDLE_MS = 10_000;
+/** A cohort member silent this long no longer holds the others back: it is closed, to resume. */
+export const SPLIT_MS = 5_000;
+/** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */
+export const FIRST_WINDOW = 512 * 1024;
+
+export interface WatcherAttachment {
+  role: "watch";
+  id: string;
+  variant: Variant;
+  /** True once caught up (survives hibernation; catch-up state does not). */
+  live: boolean;
+}
+
+export interface WatcherLimits extends AdmissionLimits {
+  /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
+  lagBytes: number;
+  /** Bytes a catching-up watcher may have unacknowledged. */
+  window: number;
+  /** Watchers catching up at once. */
+  maxCatchUps: number;
+}
+
+/** What the watchers read of their hub. */
+export interface HubSource {
+  view(): HubView;
+  reply(): Uint8Array | null;
+  readonly window: HubWindow;
+  openCursor: OpenCursor;
+}
+
+/** What was sent to a socket and what it acknowledged (bytes since the socket opened, as the watcher counts). */
+interface Flow {
+  sent: number;
+  acked: number;
+  /** The catch-up window now (grows with acks). */
+  window: number;
+  /** The watcher's count when this flow started (after a restart the first ack sets it). */
+  base: number | null;
+}
+
+interface SocketState {
+  key: string;
+  variant: Variant;
+  live: boolean;
+}
+
+interface Waiting {
+  ws: WebSocket;
+  after: number | null;
+  ready: boolean;
+  reason?: SnapshotReason;
+}
+
+export class HubWatchers {
+  private readonly flows = new WeakMap<WebSocket, Flow>();
+  private readonly states = new WeakMap<WebSocket, SocketState>();
+  private readonly catchUps = new Map<WebSocket, HubCatchUp>();
+  /** Catch-up streams by what they carry: watchers joining together share one; a cohort is forgotten once its last member left. */
+  private readonly cohorts = new Map<string, HubCohort>();
+  private readonly socketOf = new Map<HubCatchUp, WebSocket>();
+  /** Catch-ups waiting for their stream, a slower member of their cohort, or the hub's feed. */
+  private readonly blocked = new Set<HubCatchUp>();
+  /** When each catch-up last made progress (started, or got an ack). */
+  private readonly progress = new WeakMap<WebSocket, number>();
+  /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
+  private readonly waiting: Waiting[] = [];
+  /** Frames fed but not yet sent to live watchers (coalesced into one message per variant). */
+  private pending: FeedFrame[] = [];
+  private scheduled = false;
+  /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
+  private startTimer: ReturnType<typeof setTimeout> | null = null;
+  /** A timer that closes idle catch-ups (only while some run). */
+  private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
+  private sockets: number | null = null;
+  private readonly counted = new WeakSet<WebSocket>();
+  /** Bytes sent and not yet acknowledged, all sockets together. */
+  private queued = 0;
+  private readonly admission: Admission;
+  private readonly bridge: BridgeSource;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly limits: WatcherLimits,
+    private readonly hub: HubSource,
+  ) {
+    this.admission = new Admission(limits, Date.now());
+    this.bridge = {
+      head: () => this.hub.view().head,
+      window: hub.window,
+      cohortFor: (variant, after, forced) => this.cohortFor(variant, after, forced),
+    };
+  }
+
+  count(): number {
+    if (this.sockets === null) {
+      this.sockets = 0;
+      for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+        if (ws.readyState !== WebSocket.OPEN || this.counted.has(ws)) continue;
+        this.counted.add(ws);
+        this.sockets++;
+      }
+    }
+    return this.sockets;
+  }
+
+  /** Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged. */
+  load(): { watchers: number; waiting: number; catchingUp: number; cohorts: number; queuedBytes: number } {
+    return { watchers: this.count(), waiting: this.waiting.length, catchingUp: this.catchUps.size, cohorts: this.cohorts.size, queuedBytes: this.queued };
+  }
+
+  /**
+   * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B]` as a WebSocket: refused at once
+   * (1013 with a retry hint) past the admission bounds; else a hello, then its catch-up, paced by
+   * its acks, then live frames. `extra` watchers are on their way in (counted as present).
+   */
+  open(url: URL, id: string, headers: HeadersInit): Response {
+    const afterParam = url.searchParams.get("after");
+    const after = afterParam === null ? null : Number(afterParam);
+    if (after !== null && !(Number.isSafeInteger(after) && after >= 0)) {
+      throw new RelayError("bad_after", "after must be a non-negative integer seq", "after");
+    }
+    const variant = parseVariant(url.searchParams);
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.queued });
+    if (!decision.ok) {
+      this.ctx.acceptWebSocket(server, [REFUSED_TAG]);
+      safeClose(server, CLOSE_TRY_LATER, retryReason(decision.reason, decision.retryMs));
+    } else {
+      this.ctx.acceptWebSocket(server, [WATCH_TAG]);
+      this.sockets = this.count() + 1;
+      this.counted.add(server);
+      this.accept(server, id, variant, after);
+    }
+    return new Response(null, { status: 101, webSocket: client, headers });
+  }
+
+  /** A text message from a watcher: acks pace its catch-up and the lag rule; anything else ends it. */
+  message(ws: WebSocket, message: string | ArrayBuffer): void {
+    // "ping" never gets here (the platform answers it)
+    const m = typeof message === "string" ? parseWatcherText(message) : null;
+    if (m === null) {
+      safeClose(ws, CLOSE_POLICY, 'watchers send only acks ({"type":"ack","bytes":N}) and "ping"');
+      this.gone(ws);
+      return;
+    }
+    this.ack(ws, m.bytes);
+  }
+
+  /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
+  private accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
+    ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
+    this.states.set(ws, { key: variantKey(variant), variant, live: false });
+    this.flows.set(ws, { sent: 0, acked: 0, window: FIRST_WINDOW, base: 0 });
+    const v = this.hub.view();
+    this.send(ws, helloMessage(id, viewStatus(v), v.head));
+    if (v.refused !== null && v.status === "live") this.send(ws, statusMessage(viewStatus(v), v.head, v.refused));
+    this.waiting.push({ ws, after, ready: false });
+  }
+
+  /**
+   * A catch-up that stopped acknowledging what it was sent holds a slot, its stream's pins at the
+   * episode, and keeps the hub awake: after IDLE_MS it is closed (4008; it reconnects). Checked
+   * by a timer that runs only while catch-ups do.
+   */
+  private watchIdle(): void {
+    if (this.idleTimer || this.catchUps.size === 0) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      const now = Date.now();
+      for (const ws of [...this.catchUps.keys()]) {
+        const f = this.flowOf(ws);
+        if (f.sent === f.acked || now - (this.progress.get(ws) ?? now) < IDLE_MS) continue;
+        safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${IDLE_MS / 1000} s while catching up; reconnect to resume`);
+        this.gone(ws);
+      }
+      this.watchIdle();
+    }, IDLE_MS / 2);
+  }
+
+  /** The watcher acknowledged `bytes` (its count since the socket opened). */
+  private ack(ws: WebSocket, bytes: number): void {
+    const f = this.flowOf(ws);
+    if (f.base === null) f.base = bytes - f.acked; // first ack after a restart: count from here
+    const acked = Math.max(f.acked, Math.min(f.sent, bytes - f.base));
+    this.queued -= acked - f.acked;
+    f.acked = acked;
+    if (this.catchUps.has(ws)) {
+      f.window = Math.min(this.limits.window, f.window * 2);
+      this.progress.set(ws, Date.now());
+      this.pump(ws);
+      return;
+    }
+    const w = this.waiting.find((x) => x.ws === ws);
+    if (w && !w.ready) {
+      w.ready = true;
+      this.startWaiting();
+    } else if (!w) this.stateOf(ws); // a socket caught in a restart mid catch-up is closed here
+  }
+
+  /** The socket closed or failed: free its place. */
+  gone(ws: WebSocket): void {
+    const c = this.catchUps.get(ws);
+    if (c) {
+      const cohort = c.snapshotting;
+      c.release();
+      this.catchUps.delete(ws);
+      this.socketOf.delete(c);
+      this.blocked.delete(c);
+      if (cohort) this.wakeCohort(cohort, c);
+    }
+    const w = this.waiting.findIndex((x) => x.ws === ws);
+    if (w >= 0) this.waiting.splice(w, 1);
+    const f = this.flows.get(ws);
+    if (f) {
+      this.queued -= f.sent - f.acked;
+      this.flows.delete(ws);
+    }
+    if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
+    this.startWaiting();
+  }
+
+  /**
+   * The hub starts over (a retraction took back frames, or its feed lost frames the episode no
+   * longer has): every watcher gets a new hello (a client drops any snapshot it had half
+   * received) and a snapshot for `reason`, paced and shared like any catch-up.
+   */
+  restart(reason: SnapshotReason, id: string): void {
+    this.dropCatchUps();
+    const v = this.hub.view();
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      const s = this.stateOf(ws);
+      if (!s || ws.readyState !== WebSocket.OPEN) continue;
+      if (s.live) setLive(ws, s, false);
+      this.send(ws, helloMessage(id, viewStatus(v), v.head));
+      this.waiting.push({ ws, after: null, ready: true, reason });
+    }
+    this.startWaiting();
+  }
+
+  /** Close every socket (the episode is gone, or the hub left) and drop every catch-up. */
+  closeAll(code: number, reason: string): void {
+    this.dropCatchUps();
+    for (const ws of this.ctx.getWebSockets()) {
+      safeClose(ws, code, reason);
+      this.counted.delete(ws);
+    }
+    this.sockets = 0;
+    this.queued = 0;
+  }
+
+  /** Forget every catch-up, waiting watcher, cohort and queued frame. */
+  private dropCatchUps(): void {
+    for (const c of this.catchUps.values()) c.release();
+    for (const c of [...this.cohorts.values()]) c.close();
+    this.cohorts.clear();
+    this.catchUps.clear();
+    this.socketOf.clear();
+    this.blocked.clear();
+    this.waiting.length = 0;
+    this.pending = [];
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
+  private startWaiting(): void {
+    while (this.catchUps.size < this.limits.maxCatchUps) {
+      const i = this.waiting.findIndex((w) => w.ready);
+      if (i < 0) break;
+      const w = this.waiting[i]!;
+      if (w.ws.readyState !== WebSocket.OPEN) {
+        this.waiting.splice(i, 1);
+        continue;
+      }
+      // a resume the window serves costs no stream from the episode: it needs no start token
+      const cheap = !w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after);
+      if (!cheap) {
+        const wait = this.admission.take(Date.now());
+        if (wait > 0) {
+          this.startTimer ??= setTimeout(() => {
+            this.startTimer = null;
+            this.startWaiting();
+          }, wait);
+          break;
+        }
+      }
+      this.waiting.splice(i, 1);
+      this.flush(); // frames fed before this catch-up's stream go to the live watchers first
+      const state = this.states.get(w.ws);
+      if (!state) continue;
+      const c = new HubCatchUp(this.bridge, state.variant, w.after, w.reason);
+      this.catchUps.set(w.ws, c);
+      this.socketOf.set(c, w.ws);
+      this.progress.set(w.ws, Date.now());
+      this.pump(w.ws);
+    }
+    this.watchIdle();
+  }
+
+  /** The stream for a new catch-up: one started for the same view and still joinable, or a new one. */
+  private cohortFor(variant: Variant, after: number | null, forced: SnapshotReason | undefined): HubCohort {
+    const key = HubCohort.key(variant, after, forced);
+    const have = this.cohorts.get(key);
+    if (have?.joinable() && have.members.size > 0) return have;
+    const c = new HubCohort(
+      this.hub.openCursor,
+      key,
+      variant,
+      after,
+      forced,
+      (x) => this.wakeMembers(x),
+      (x) => {
+        if (this.cohorts.get(x.key) === x) this.cohorts.delete(x.key);
+      },
+    );
+    this.cohorts.set(key, c);
+    return c;
+  }
+
+  /**
+   * A member of `c` waits for its slowest: if that one stopped acknowledging (for SPLIT_MS), it is
+   * closed (4008: it resumes on its own) so the others go on.
+   */
+  private unblock(c: HubCohort, now: number): void {
+    const slow = c.slowest();
+    if (!slow || c.members.size < 2) return;
+    const ws = this.socketOf.get(slow);
+    if (!ws || now - (this.progress.get(ws) ?? now) < SPLIT_MS) return;
+    safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${SPLIT_MS / 1000} s while others catch up with it; reconnect to resume`);
+    this.gone(ws);
+  }
+
+  /** Send the catch-up's next messages while its window allows; make it live once caught up. */
+  private pump(ws: WebSocket): void {
+    const c = this.catchUps.get(ws);
+    if (!c) return;
+    const f = this.flowOf(ws);
+    const cohort = c.snapshotting;
+    let sent = false;
+    this.blocked.delete(c);
+    try {
+      while (f.sent - f.acked < f.window) {
+        let messages = c.next();
+        if (messages === "wait" && c.snapshotting) {
+          this.unblock(c.snapshotting, Date.now());
+          if (!this.catchUps.has(ws)) return; // it was the slow one
+          messages = c.next();
+        }
+        if (messages === "wait") {
+          this.blocked.add(c);
+          break;
+        }
+        if (messages === "done") {
+          this.caughtUp(ws, c);
+          break;
+        }
+        sent = true;
+        for (const m of messages) if (!this.send(ws, m)) return this.gone(ws);
+      }
+    } catch (e) {
+      // the stream from the episode broke (it restarted): the watcher reconnects and resumes
+      console.warn("hub: catch-up stream failed", e);
+      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
+      this.gone(ws);
+      return;
+    }
+    if (sent && cohort) this.wakeCohort(cohort, c);
+  }
+
+  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
+  private caughtUp(ws: WebSocket, c: HubCatchUp): void {
+    // frames fed but not yet broadcast are in what this watcher got: they go to the others first
+    this.flush();
+    const v = this.hub.view();
+    this.catchUps.delete(ws);
+    this.socketOf.delete(c);
+    c.release();
+    this.send(ws, caughtUpMessage(v.head));
+    if (v.status === "finished" || v.status === "failed") this.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
+    setLive(ws, this.states.get(ws)!, true);
+    this.startWaiting();
+  }
+
+  /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */
+  private wakeCohort(cohort: HubCohort, c: HubCatchUp): void {
+    for (const other of cohort.members) {
+      if (other === c || !this.blocked.has(other)) continue;
+      const ows = this.socketOf.get(other);
+      if (ows) this.pump(ows);
+    }
+  }
+
+  /** A cohort's stream moved (a message arrived, it ended or failed): its waiting members go on. */
+  private wakeMembers(cohort: HubCohort): void {
+    for (const m of [...cohort.members]) {
+      if (!this.blocked.has(m)) continue;
+      const ws = this.socketOf.get(m);
+      if (ws) this.pump(ws);
+    }
+  }
+
+  /** The feed moved the hub's head: catch-ups waiting for it go on. */
+  private wakeBlocked(): void {
+    for (const c of [...this.blocked]) {
+      if (c.snapshotting) continue; // waiting for its stream, not for the feed
+      const ws = this.socketOf.get(c);
+      if (ws) this.pump(ws);
+    }
+  }
+
+  /**
+   * Queue fed `frames` (consecutive, as applied) for the live watchers. They go out from a
+   * zero-delay timer, so feeds arriving back to back share one message per variant.
+   */
+  broadcast(frames: readonly FeedFrame[]): void {
+    if (frames.length > 0) {
+      this.pending.push(...frames);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setTimeout(() => this.flush(), 0);
+      }
+    }
+    this.wakeBlocked();
+  }
+
+  /** Send what is queued to the live watchers now. */
+  flush(): void {
+    this.scheduled = false;
+    const frames = this.pending;
+    if (frames.length === 0) return;
+    this.pending = [];
+    for (const { variant, sockets } of this.liveGroups()) {
+      const visible: Frame[] = [];
+      for (const f of frames) {
+        const d = deltaForVariant(f.delta, f.trace, variant);
+        if (d) visible.push({ seq: f.seq, delta: d });
+      }
+      if (visible.length === 0) continue;
+      const message = framesMessage(visible);
+      for (const ws of sockets) this.sendLive(ws, message);
+    }
+  }
+
+  /** Send the same message to every live watcher (e.g. finish), after the queued frames. */
+  sendAll(message: Uint8Array): void {
+    this.flush();
+    for (const { sockets } of this.liveGroups()) for (const ws of sockets) this.send(ws, message);
+  }
+
+  private liveGroups(): Iterable<{ variant: Variant; sockets: WebSocket[] }> {
+    const groups = new Map<string, { variant: Variant; sockets: WebSocket[] }>();
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      const s = this.stateOf(ws);
+      if (!s?.live) continue;
+      let g = groups.get(s.key);
+      if (!g) groups.set(s.key, (g = { variant: s.variant, sockets: [] }));
+      g.sockets.push(ws);
+    }
+    return groups.values();
+  }
+
+  /**
+   * The socket's state, read from its attachment once per wake. A socket that was catching up
+   * when the hub restarted has lost its catch-up: it is closed, to reconnect.
+   */
+  private stateOf(ws: WebSocket): SocketState | null {
+    let s = this.states.get(ws);
+    if (s) return s;
+    const att = ws.deserializeAttachment() as WatcherAttachment | null;
+    if (!att) return null;
+    s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
+    this.states.set(ws, s);
+    if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
+      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the hub restarted): reconnect with ?after=<last seq received>");
+      s.live = false;
+    }
+    return s;
+  }
+
+  private flowOf(ws: WebSocket): Flow {
+    let f = this.flows.get(ws);
+    if (!f) this.flows.set(ws, (f = { sent: 0, acked: 0, window: FIRST_WINDOW, base: null }));
+    return f;
+  }
+
+  /** A live send: refused (close 4008) when the watcher is too far behind. */
+  private sendLive(ws: WebSocket, message: Uint8Array): void {
+    const f = this.flowOf(ws);
+    const behind = f.sent - f.acked + message.length;
+    if (behind > this.limits.lagBytes) {
+      safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
+      return;
+    }
+    this.send(ws, message);
+  }
+
+  private send(ws: WebSocket, message: Uint8Array): boolean {
+    if (ws.readyState !== WebSocket.OPEN) return false; // closing or closed: skip the ghost
+    try {
+      ws.send(message);
+    } catch {
+      return false; // the socket went away between listing and sending
+    }
+    this.flowOf(ws).sent += message.length;
+    this.queued += message.length;
+    return true;
+  }
+}
+
+function att(ws: WebSocket): WatcherAttachment {
+  return ws.deserializeAttachment() as WatcherAttachment;
+}
+
+/** Mark the socket live or not, in memory and in its attachment (which survives hibernation). */
+function setLive(ws: WebSocket, s: SocketState, live: boolean): void {
+  s.live = live;
+  ws.serializeAttachment({ ...att(ws), live } satisfies WatcherAttachment);
+}
