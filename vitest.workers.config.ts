@@ -29,6 +29,8 @@ export default defineConfig({
           WATCHER_LAG_BYTES: String(1024 * 1024),
           WATCHER_WINDOW_BYTES: String(1024 * 1024),
           MAX_CATCHUPS: "2",
+          // a hub lets 8 watchers wait for a catch-up slot; the 9th is refused 1013 with a retry hint
+          MAX_WAITING: "8",
           LOG_KEEP_FRAMES: "6",
           // throttled index updates wait for the Episode's alarm, which tests run on demand
           // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.

@@ -24,6 +24,8 @@ export interface LocalRelay {
   mf: Miniflare;
   /** Every Miniflare (each a workerd process): one, or the episode tier and the hub tier. */
   runtimes: Miniflare[];
+  /** Restart the hub tier's runtime (tiers only): every hub restarts, every watcher socket drops. */
+  restartHubs?(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -104,17 +106,20 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     port: 0,
     unsafeDevRegistryPath: registry,
   });
-  const hubs = new Miniflare({
+  const hubOptions = {
     ...shared,
     name: t.names.hubs,
     durableObjects: tier(true),
     port: 0,
     unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
     unsafeDevRegistryPath: registry,
-  });
+  };
+  const hubs = new Miniflare(hubOptions);
   const rest = await episodes.ready;
   await hubs.ready;
   const direct = await hubs.unsafeGetDirectURL(t.names.hubs);
+  // a restart keeps the hub tier where the router sends watchers
+  hubOptions.unsafeDirectSockets = [{ host: "127.0.0.1", port: Number(direct.port) }];
   const router = await startRouterThread({
     port: options.port ?? 0,
     rest: { host: rest.hostname, port: Number(rest.port) },
@@ -124,6 +129,10 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     url: `http://127.0.0.1:${router.port}`,
     mf: episodes,
     runtimes: [episodes, hubs],
+    restartHubs: async () => {
+      await hubs.setOptions(hubOptions);
+      await hubs.ready;
+    },
     stop: async () => {
       await router.stop();
       await Promise.all([episodes.dispose(), hubs.dispose()]);

@@ -120,8 +120,11 @@ export class Episode extends DurableObject<Env> {
   }
 
   /** `GET /v1/episodes/{id}/status`. */
-  status(_id: string): Answer<StatusBody> {
-    return answerOf(() => statusOf(this.state, { watchers: this.feeds.watchers(), hubs: this.feeds.memberCount() }));
+  status(_id: string): Promise<Answer<StatusBody>> {
+    return answerOfAsync(async () => {
+      this.state.requireMeta();
+      return statusOf(this.state, await this.feeds.viewers());
+    });
   }
 
   /** `DELETE /v1/episodes/{id}`. */

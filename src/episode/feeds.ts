@@ -119,8 +119,20 @@ export class HubFeeds {
     return hubCount(this.watchers(), this.limits.perHub, this.limits.maxHubs);
   }
 
-  memberCount(): number {
-    return this.all().size;
+  /** Watchers and hubs as the hubs say now (one call per hub; a hub that does not answer counts as it last said). */
+  async viewers(): Promise<{ watchers: number; hubs: number }> {
+    const members = [...this.all().values()];
+    const ns = this.ns;
+    const id = this.id;
+    if (!ns || id === null) return { watchers: this.watchers(), hubs: members.length };
+    const counts = await Promise.allSettled(members.map((m) => ns.get(ns.idFromName(hubName(id, m.shard))).count(m.session)));
+    let watchers = 0;
+    counts.forEach((c, i) => {
+      const m = members[i]!;
+      if (c.status === "fulfilled" && c.value !== null) m.watchers = c.value;
+      watchers += m.watchers;
+    });
+    return { watchers, hubs: members.length };
   }
 
   // ---- feeding ----

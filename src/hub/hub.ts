@@ -128,7 +128,12 @@ export class ViewerHub extends DurableObject<Env> {
     this.store.clear();
   }
 
-  /** For tests and status: what this hub holds. */
+  /** Its watchers now, for the episode's status (null: not a member of that session). */
+  count(session: number): number | null {
+    return this.store.state()?.session === session ? this.watchers.count() : null;
+  }
+
+  /** For tests and benches: what this hub holds. */
   stats(): { view: HubView | null; session: number | null; window: ReturnType<HubWindow["stats"]>; watchers: ReturnType<HubWatchers["load"]> } {
     const s = this.store.state();
     return { view: s?.view ?? null, session: s?.session ?? null, window: this.window.stats(), watchers: this.watchers.load() };

@@ -35,8 +35,6 @@ import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
 import type { HubWindow } from "./window.js";
 
 export const WATCH_TAG = "watch";
-/** Sockets accepted only to be closed at once (refused by admission). */
-export const REFUSED_TAG = "refused";
 /** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
 export const IDLE_MS = 10_000;
 /** A cohort member silent this long no longer holds the others back: it is closed, to resume. */
@@ -165,7 +163,9 @@ export class HubWatchers {
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
     const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.queued });
     if (!decision.ok) {
-      this.ctx.acceptWebSocket(server, [REFUSED_TAG]);
+      // accepted only to be closed: not a hibernating socket (the runtime holds one closed before
+      // its 101 went out for ~10 s before the client sees the close)
+      server.accept();
       safeClose(server, CLOSE_TRY_LATER, retryReason(decision.reason, decision.retryMs));
     } else {
       this.ctx.acceptWebSocket(server, [WATCH_TAG]);

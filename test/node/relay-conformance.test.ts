@@ -1,11 +1,15 @@
 // The conformance command in relay mode against a real relay the test starts (the wrangler
 // bundle in Miniflare, real HTTP and WebSockets): every golden case through HTTP and through the
 // producer socket, each with three watchers (from the start, joining midway, dropping and
-// resuming), all ending with the golden bytes.
+// resuming), all ending with the golden bytes. Then the same with the relay in two tiers (the hub
+// tier in its own process, as under npm start) and one hub per watcher: six watchers spread over
+// hubs.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
+import { afterAll, beforeAll } from "vitest";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -48,4 +52,21 @@ describe("conformance through a live relay", () => {
     expect(r.stdout).toMatch(/^FAIL chat_basic: episode \$/m);
     expect(r.code).toBe(1);
   }, 60_000);
+});
+
+describe("conformance through the relay in two tiers, watchers spread over hubs", () => {
+  let tiered: LocalRelay;
+  beforeAll(async () => {
+    tiered = await startRelay({ WATCHERS_PER_HUB: "1", MAX_HUBS: "6" }, { tiers: true });
+  }, 120_000);
+  afterAll(() => tiered?.stop());
+  const cases = goldenCasePaths();
+  for (const ingest of ["http", "ws"]) {
+    it(`--ingest ${ingest} --watchers 6: every golden case passes`, async () => {
+      const r = await conformance("--relay", tiered.url, "--ingest", ingest, "--watchers", "6", ...cases);
+      expect(r.stderr).toBe("");
+      expect(r.stdout.trim().split("\n").at(-1)).toBe(`${cases.length} passed, 0 failed`);
+      expect(r.code).toBe(0);
+    }, 180_000);
+  }
 });

@@ -1,0 +1,135 @@
+// The viewer tier inside workerd: watchers are on hub objects, never on the episode. Several hubs
+// of one episode all get every frame, the finish and a retraction's restart; a hub joins with its
+// first watcher and leaves with its last (its streams and storage let go, the episode stops
+// feeding it); status sums the hubs; a newcomer past a hub's bounds is refused 1013 with a retry
+// hint; an offered permessage-deflate is declined.
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { hubName } from "../../src/hub/shards.js";
+import { retryHintMs } from "../../src/watch/protocol.js";
+import type { GoldenCase } from "../../tools/conformance/case-format.js";
+import { equal, freshId, golden, inbox, openSocket, post, relay } from "./support.js";
+import { Watcher } from "./watcher.js";
+
+async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
+  const lost = new Set(c.ack_lost);
+  for (let i = from; i < to; i++) {
+    const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
+    expect(res.status, await res.clone().text()).toBe(200);
+    await res.arrayBuffer();
+    if (!lost.has(i)) producer.acknowledge();
+  }
+}
+
+const hub = (id: string, shard: number) => env.HUBS.get(env.HUBS.idFromName(hubName(id, shard)));
+
+/** A watcher on a given shard, as the Worker would forward it there. */
+async function watcherOn(id: string, shard: number): Promise<Watcher> {
+  const res = await hub(id, shard).fetch(`http://relay.test/v1/episodes/${id}/watch`, {
+    headers: { upgrade: "websocket", "x-episode-id": id, "x-hub-shard": String(shard) },
+  });
+  expect(res.status).toBe(101);
+  const ws = res.webSocket!;
+  ws.binaryType = "arraybuffer";
+  ws.accept();
+  return new Watcher(ws, inbox(ws));
+}
+
+async function status(id: string): Promise<{ watchers: number; hubs: number }> {
+  return (await relay(`${id}/status`)).json();
+}
+
+async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, what: string): Promise<T> {
+  for (let i = 0; i < 200; i++) {
+    const v = await read();
+    if (ok(v)) return v;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out: ${what}`);
+}
+
+describe("viewer hubs", () => {
+  it("watchers on two hubs of one episode each get every frame, a retraction's restart and the finish; status sums them", async () => {
+    const c = await golden("ack_lost");
+    const id = freshId("two-hubs");
+    const producer = new ProducerCursor("p");
+    await push(id, c, 0, 1, producer);
+    const a = await Watcher.open(id); // through the Worker: shard 0
+    const b = await watcherOn(id, 1);
+    for (const w of [a, b]) await w.read((x) => x.caughtUp);
+    expect(await status(id)).toMatchObject({ watchers: 2, hubs: 2 });
+    await push(id, c, 1, c.frames.length, producer);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
+    for (const w of [a, b]) {
+      await w.read((x) => x.finished !== null);
+      expect(equal(w.episodeBytes(), c.episode!), "each ends with the golden episode").toBe(true);
+      expect(
+        w.messages.some((m) => m.type === "snapshot" && m.reason === "rewind"),
+        "the retraction restarted it",
+      ).toBe(true);
+      w.close();
+    }
+  });
+
+  it("a hub leaves with its last watcher: streams and storage let go, the episode stops feeding it; the others go on", async () => {
+    const c = await golden("chat_basic");
+    const id = freshId("leave");
+    const producer = new ProducerCursor("p");
+    await push(id, c, 0, 2, producer);
+    const stay = await Watcher.open(id);
+    const go = await watcherOn(id, 1);
+    for (const w of [stay, go]) await w.read((x) => x.caughtUp);
+    go.close();
+    await eventually(
+      () => status(id),
+      (s) => s.hubs === 1 && s.watchers === 1,
+      "the episode dropped hub 1",
+    );
+    const left = await hub(id, 1).stats();
+    expect(left).toMatchObject({ session: null, view: null, watchers: { catchingUp: 0, cohorts: 0, waiting: 0 } });
+    await push(id, c, 2, c.frames.length, producer);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
+    await stay.read((x) => x.finished !== null);
+    expect(equal(stay.episodeBytes(), c.episode!)).toBe(true);
+    expect((await hub(id, 1).stats()).view, "no feed reached the hub that left").toBeNull();
+    stay.close();
+    await eventually(
+      () => status(id),
+      (s) => s.hubs === 0 && s.watchers === 0,
+      "the last hub left",
+    );
+    expect(await hub(id, 0).stats()).toMatchObject({ session: null, watchers: { cohorts: 0, catchingUp: 0 } });
+  });
+
+  it("past MAX_WAITING (8 here) a newcomer is closed 1013 with a retry hint; the waiting ones are not", async () => {
+    const c = await golden("chat_basic");
+    const id = freshId("admission");
+    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    // watchers that never acknowledge their hello wait for a catch-up slot
+    const waiting = [];
+    for (let i = 0; i < 8; i++) waiting.push(await Watcher.open(id, "", "never"));
+    const extra = await openSocket(`${id}/watch`);
+    const closed = await inbox(extra).closed();
+    expect(closed.code).toBe(1013);
+    expect(closed.reason).toMatch(/busy: 8 catch-ups waiting; retry in \d+ ms/);
+    const hint = retryHintMs(closed.reason)!;
+    expect(hint).toBeGreaterThanOrEqual(1000);
+    expect(hint).toBeLessThanOrEqual(60_000);
+    expect((await hub(id, 0).stats()).watchers).toMatchObject({ watchers: 8, waiting: 8 });
+    for (const w of waiting) w.close();
+  });
+
+  it("a watch upgrade that offers permessage-deflate gets none: one encoding on the wire", async () => {
+    const id = freshId("deflate");
+    const res = await relay(`${id}/watch`, {
+      headers: { upgrade: "websocket", "sec-websocket-extensions": "permessage-deflate; client_max_window_bits" },
+    });
+    expect(res.status).toBe(101);
+    expect(res.headers.get("sec-websocket-extensions")).toBeNull();
+    expect(res.headers.get("x-relay-hubs"), "the hub count stays inside").toBeNull();
+    res.webSocket!.accept();
+    res.webSocket!.close(1000, "done");
+  });
+});
