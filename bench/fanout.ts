@@ -1,8 +1,10 @@
-// Bench section `fanout`: one producer, N watchers of one episode, against the real relay
-// (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/helpers.ts `startBenchRelay`)
-// and, under identical load, a bare Node `ws` broadcast server (no logic: every message it gets
-// on a producer connection goes to every watcher connection; it runs on its own thread, so it
-// has a core to itself as workerd does).
+// Bench section `fanout`: one producer, N watchers of one episode, against the real relay as
+// `npm start` runs it (tools/local-relay.ts `tiers`: the episode tier and the hub tier in two
+// workerd processes, one address; Durable Object storage on tmpfs, see bench/helpers.ts
+// `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
+// message it gets on a producer connection goes to every watcher connection; it runs on its own
+// thread, so it has a core to itself as workerd does). Every client offers permessage-deflate
+// (ws defaults, as browsers do); neither server takes it.
 //
 // Cells: N watchers ∈ {10, 100, 1000} × delta sizes {1, 16, 256} KiB (one node whose message
 // text fills the size). Per cell and server, fresh watchers (and for the relay a fresh episode
@@ -77,7 +79,8 @@ type Target = "relay" | "ws";
 const BARE_SERVER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const { WebSocketServer } = require(workerData.ws);
-const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
+// permessage-deflate: ws's server declines it by default (as the relay does)
+const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: 64 * 1024 * 1024 });
 const watchers = new Set();
 wss.on("connection", (ws, req) => {
   if (req.url.startsWith("/producer")) {
@@ -456,8 +459,8 @@ function latCountFor(n: number, sizeKiB: number): number {
 }
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
-  opts.log("fanout: starting the relay (storage on tmpfs) and the bare ws server (worker thread)");
-  const relay = await startBenchRelay("tmpfs");
+  opts.log("fanout: starting the relay in two tiers (storage on tmpfs) and the bare ws server (worker thread)");
+  const relay = await startBenchRelay("tmpfs", {}, { tiers: true });
   const client = new HttpClient(relay.url);
   let bare: BareServer | null = null;
   let load0 = 0;

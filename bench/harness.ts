@@ -27,6 +27,8 @@ export interface BenchOptions {
   memorySizes?: number[];
   /** The runscale section's run sizes (episodes written at once into one run). */
   runscaleSizes?: number[];
+  /** The tiers section's watchers of one episode. */
+  tierWatchers?: number;
   /** The golden case files (the fixtures, plus GOLDEN_DIR's cases). */
   casePaths: string[];
   /** Progress for humans; always goes to stderr. */

@@ -8,7 +8,7 @@ import http from "node:http";
 import { WebSocket } from "ws";
 import { type IngestAck, parseAnswer } from "../src/envelope/answer.js";
 import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless.js";
-import { startRelay, type LocalRelay } from "../tools/local-relay.js";
+import { type LocalRelay, type RelayOptions, startRelay } from "../tools/local-relay.js";
 import { encodeReply } from "../src/assembly/reply.js";
 
 // ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
@@ -367,14 +367,15 @@ export function wsUrl(base: string, path: string): string {
 }
 
 /**
- * Open a ws client (no permessage-deflate: the figures are the relay's, not zlib's).
+ * Open a ws client with its defaults: it offers permessage-deflate, as every browser does (the
+ * relay declines it: one encoding per message on the wire).
  * `setup` attaches listeners before the connection opens: messages that arrive with the 101
  * response (the relay's catch-up) are emitted in the same tick as `open`, before any code
  * awaiting this promise runs.
  */
 export function openSocket(url: string, setup?: (ws: WebSocket) => void): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false });
+    const ws = new WebSocket(url);
     ws.binaryType = "nodebuffer";
     setup?.(ws);
     const fail = (e: unknown) => reject(e instanceof Error ? e : new Error(String(e)));
@@ -462,13 +463,13 @@ export type Storage = "tmpfs" | "disk";
  * in production, where the output gate waits for replicated storage). "tmpfs" points
  * `os.tmpdir()` at /dev/shm while Miniflare starts, so the storage really is in memory.
  */
-export async function startBenchRelay(storage: Storage, vars: Record<string, string> = {}): Promise<LocalRelay> {
+export async function startBenchRelay(storage: Storage, vars: Record<string, string> = {}, options: RelayOptions = {}): Promise<LocalRelay> {
   const shm = "/dev/shm";
-  if (storage === "disk" || !existsSync(shm)) return startRelay(vars);
+  if (storage === "disk" || !existsSync(shm)) return startRelay(vars, options);
   const before = process.env.TMPDIR;
   process.env.TMPDIR = shm;
   try {
-    return await startRelay(vars);
+    return await startRelay(vars, options);
   } finally {
     if (before === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = before;

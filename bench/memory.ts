@@ -1,9 +1,12 @@
 // Bench section `memory`: what the relay's runtime holds while a routing-heavy episode is written,
 // read, caught up by many watchers and finished, against the same runtime idle (same run).
 //
-// The relay is what `npm start` runs (scripts/dev.mjs: wrangler dev, its workerd processes, local
-// SQLite on a temporary directory); memory is the resident memory (VmRSS) of every workerd process
-// it started, read from /proc about every 50 ms, as growth over the idle runtime after start-up.
+// The relay is what `npm start` runs (scripts/dev.mjs: two wrangler dev sessions, the episode tier
+// and the hub tier, their workerd processes, local SQLite on a temporary directory). Memory is read
+// two ways: as Cloudflare counts it, each of our isolates' JS heap plus ArrayBuffer backing stores
+// (bench/inspector.ts, the runtimes' inspectors, ~every 100 ms; its peak, against the 128 MB an
+// isolate has), and as the machine sees it, the resident memory (VmRSS) of every workerd process,
+// read from /proc about every 50 ms, as growth over the idle runtime after start-up.
 //
 // Per episode size (default 50 and 200 MiB; --sizes adds more, e.g. 800):
 //   write    the episode: large_routing's first frame, then its 13 turn frames repeated until the
@@ -11,12 +14,16 @@
 //            producer socket, one envelope at a time (as verifiers' streamer sends);
 //   read     GET of the live episode, streamed to the end;
 //   catch-up 1 watcher alone, then 10 at once, from the start (snapshot, then the log): time until
-//            each has `caught_up`, and the largest message any watcher received;
+//            each has `caught_up`, the delivery rate (bytes to all of them per second) against
+//            the one alone, and the largest message any watcher received;
 //   finish   the reply, then GET of the finished episode, streamed.
 // Then the relay is restarted on the same storage: the first request to the large episode against
 // the first request to a small one (waking reads the index back, not the episode).
-// Storm (on large_routing, 7 MB): a producer sends a turn every 100 ms; acks are timed 10 s without
-// watchers, then while 150 watchers reconnect about every 20 ms for 40 s; /v1/health every 250 ms.
+// Storm (on large_routing, 7 MB): a producer sends a turn every 250 ms; acks are timed 10 s without
+// watchers, then while 150 watchers (protocol 2: they ack the hello and every message) reconnect
+// about every 20 ms for 40 s, honouring a 1013's retry hint as the TypeScript client does, then 20
+// s of the same clients ignoring it (a hostile storm); /v1/health every 250 ms.
+// Every client offers permessage-deflate (ws defaults), as browsers do.
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -32,8 +39,10 @@ import { ackMessage } from "../src/watch/protocol.js";
 import { decodeLossless, encodeLossless, type LMap, type LValue } from "../src/wire/lossless.js";
 import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
+import { retryHintMs } from "../src/watch/protocol.js";
 import type { BenchOptions } from "./harness.js";
 import { closeSocket, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
+import { HeapSampler, isolatesOf } from "./inspector.js";
 import { freePort } from "../tools/free-port.js";
 
 export const name = "memory";
@@ -46,9 +55,13 @@ export const TARGETS = {
   maxGrowthMiB: 96,
   maxMessageMiB: 8,
   maxCatchUpRatio: 3,
-  stormAckP99Ratio: 3,
+  stormAckP99Ratio: 2,
   stormMaxAckMs: 30_000,
   stormGrowthMiB: 256,
+  /** Each isolate's heap (JS + ArrayBuffers) at its peak, MiB, of the 128 MB Cloudflare gives it. */
+  maxHeapMiB: 64,
+  /** Ten watchers catching up together get at least this share of one alone's delivery rate, each... all together. */
+  minCatchUpRateRatio: 0.7,
   healthMs: 1000,
   wakeRatio: 2,
 } as const;
@@ -106,6 +119,10 @@ class DevRelay {
   /** Peak RSS and peak anonymous RSS (KiB) since the last `mark`. */
   peak = 0;
   peakAnon = 0;
+  /** Our isolates' heaps (the Worker's isolate in each tier's runtime, and the dev registry's proxies). */
+  heap: HeapSampler = new HeapSampler([]);
+  /** The runtime process of each tier. */
+  tierPids = { episodes: 0, hubs: 0 };
 
   constructor(readonly state: string) {}
 
@@ -128,6 +145,13 @@ class DevRelay {
     }
     this.pids = workerdPids(child.pid!);
     if (this.pids.length === 0) throw new Error("no workerd process under npm start");
+    this.heap.stop();
+    const ours = (await isolatesOf(this.pids)).filter((t) => /core:user:/.test(t.name));
+    this.heap = new HeapSampler(ours);
+    const pidOf = (re: RegExp) => Number(ours.find((t) => re.test(t.name))?.name.split(":")[0]);
+    this.tierPids = { episodes: pidOf(/core:user:episode-relay$/), hubs: pidOf(/core:user:episode-relay-hubs$/) };
+    if (!this.tierPids.episodes || !this.tierPids.hubs) throw new Error(`expected the two tiers' isolates, found ${this.heap.names.join(", ") || "none"}`);
+    this.heap.start();
     this.sampler = setInterval(() => {
       const m = residentKiB(this.pids);
       this.peak = Math.max(this.peak, m.rss);
@@ -143,10 +167,10 @@ class DevRelay {
     return residentKiB(this.pids).anon;
   }
 
-  /** CPU time the workerd processes used so far (user + system), ms. */
-  cpuMs(): number {
+  /** CPU time the workerd processes (or one of them) used so far (user + system), ms. */
+  cpuMs(only?: number): number {
     let ticks = 0;
-    for (const p of this.pids) {
+    for (const p of only ? [only] : this.pids) {
       try {
         const { fields } = procStat(p);
         ticks += Number(fields[11]) + Number(fields[12]);
@@ -166,6 +190,7 @@ class DevRelay {
 
   async stop(): Promise<void> {
     if (this.sampler) clearInterval(this.sampler);
+    this.heap.stop();
     const c = this.child;
     if (!c || c.exitCode !== null) return;
     c.kill("SIGINT");
@@ -232,14 +257,14 @@ async function read(url: string, id: string): Promise<number> {
   return n;
 }
 
-/** A watcher from the start until `caught_up`: its time and largest message. */
-function catchUp(url: string, id: string): Promise<{ ms: number; largest: number }> {
+/** A watcher from the start until `caught_up`: its time, bytes received and largest message (it offers permessage-deflate, as browsers do). */
+function catchUp(url: string, id: string): Promise<{ ms: number; bytes: number; largest: number }> {
   const t0 = performance.now();
   const decoder = new Decoder();
   return new Promise((resolve, reject) => {
     let largest = 0;
     let received = 0;
-    const ws = new WebSocket(wsUrl(url, `/v1/episodes/${id}/watch`), { perMessageDeflate: false, maxPayload: 1 << 30 });
+    const ws = new WebSocket(wsUrl(url, `/v1/episodes/${id}/watch`), { maxPayload: 1 << 30 });
     ws.on("message", (data: Buffer, binary) => {
       if (!binary) return;
       largest = Math.max(largest, data.length);
@@ -250,7 +275,7 @@ function catchUp(url: string, id: string): Promise<{ ms: number; largest: number
       if (m.type === "caught_up") {
         const ms = performance.now() - t0;
         ws.close(1000);
-        resolve({ ms, largest });
+        resolve({ ms, bytes: received, largest });
       }
     });
     ws.on("close", (code) => reject(new Error(`watcher closed ${code} before caught_up`)));
@@ -264,7 +289,13 @@ interface SizeFigures {
   growth_mib: { write: number; read: number; catch_up: number; finish: number; peak: number };
   /** The anonymous part of the growth (heaps, buffers), at the same points. */
   anon_growth_mib: { write: number; read: number; catch_up: number; finish: number };
+  /** Each isolate's heap peak (JS + ArrayBuffers), MiB, over all of it (garbage not yet collected included). */
+  heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
+  /** Each isolate's heap after it, once garbage is collected: what it holds. */
+  heap_retained_mib: Record<string, { used: number; backing: number; total: number }>;
   catch_up_ms: { one: number; ten_max: number; ratio: number };
+  /** Bytes delivered per second: to the one alone, and to all ten together; their ratio. */
+  catch_up_mib_per_s: { one: number; ten: number; ratio: number };
   /** CPU the relay's workerd processes spent on the catch-ups (the clients share this machine's cores). */
   catch_up_relay_cpu_ms: { one: number; ten: number; ratio: number };
   largest_message_mib: number;
@@ -276,6 +307,7 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
   const ep = episode(mib * MiB);
   log(`memory: ${mib} MiB episode: ${ep.frames.length} frames`);
   relay.mark();
+  await relay.heap.mark();
   const base = idleKiB; // growth over the idle runtime, whatever ran before
   const growth = () => (relay.peak - base) / 1024;
   const anon = () => (relay.peakAnon - idleAnonKiB) / 1024;
@@ -290,24 +322,34 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
   const cpu0 = relay.cpuMs();
   const one = await catchUp(relay.url, id);
   const cpu1 = relay.cpuMs();
+  const tenStart = performance.now();
   const ten = await Promise.all(Array.from({ length: 10 }, () => catchUp(relay.url, id)));
+  const tenSecs = (performance.now() - tenStart) / 1000;
   const cpu2 = relay.cpuMs();
   const afterCatchUp = growth();
   const anonCatchUp = anon();
+  const heapPeak = relay.heap.peak();
   const res = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: ep.reply });
   if (res.status !== 200) throw new Error(`reply: ${res.status} ${await res.text()}`);
   const finished = await read(relay.url, id);
   const afterFinish = growth();
   const anonFinish = anon();
   const tenMax = Math.max(...ten.map((t) => t.ms));
-  log(`memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB`);
+  const oneRate = one.bytes / MiB / (one.ms / 1000);
+  const tenRate = ten.reduce((n, t) => n + t.bytes, 0) / MiB / tenSecs;
+  log(
+    `memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB, heap peak ${relay.heap.maxPeak().toFixed(1)} MiB; catch-up ${oneRate.toFixed(0)} MiB/s alone, ${tenRate.toFixed(0)} MiB/s to ten`,
+  );
   return {
     id,
     episode_mib: Math.round(ep.frameBytes / MiB),
     frames: ep.frames.length,
     growth_mib: { write: round(afterWrite), read: round(afterRead), catch_up: round(afterCatchUp), finish: round(afterFinish), peak: round(growth()) },
     anon_growth_mib: { write: round(anonWrite), read: round(anonRead), catch_up: round(anonCatchUp), finish: round(anonFinish) },
+    heap_peak_mib: heapPeak,
+    heap_retained_mib: await relay.heap.retained(),
     catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
+    catch_up_mib_per_s: { one: round(oneRate), ten: round(tenRate), ratio: round(tenRate / oneRate, 2) },
     catch_up_relay_cpu_ms: { one: cpu1 - cpu0, ten: cpu2 - cpu1, ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2) },
     largest_message_mib: round(Math.max(one.largest, ...ten.map((t) => t.largest)) / MiB, 2),
     write_mib_per_s: round(ep.frameBytes / MiB / writeSecs),
@@ -332,10 +374,26 @@ async function wake(relay: DevRelay, large: string, small: string): Promise<{ la
   return { large_ms: round(l), small_ms: round(s), ratio: round(l / s, 2) };
 }
 
+/** What a storm phase measured. */
+interface StormPhase {
+  /** CPU each tier's runtime used per second of the phase, ms/s. */
+  cpu_ms_per_s: { episodes: number; hubs: number };
+  heap_retained_mib: Record<string, { used: number; backing: number; total: number }>;
+  connects: number;
+  refused_1013: number;
+  ack_p50_ms: number;
+  ack_p99_ms: number;
+  ack_max_ms: number;
+  health_max_ms: number;
+  growth_mib: number;
+  heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
+}
+
 /**
- * 150 clients reconnecting every ~20 ms while a producer sends a turn every 100 ms: first 10 s
- * quiet, then 20 s of the same clients on `/v1/health` (the runtime's own cost of that many
- * connections, nothing of the episode: the baseline), then 40 s of them as watchers of the episode.
+ * 150 watchers reconnecting every ~20 ms while a producer sends a turn every 250 ms: first 10 s
+ * quiet, then 40 s of watchers that honour a 1013's retry hint (as the TypeScript client and the
+ * dashboard do), then 20 s of the same ignoring it. Each watcher follows protocol 2: it acks the
+ * hello and every message, and offers permessage-deflate.
  */
 async function storm(relay: DevRelay, log: (m: string) => void) {
   const c = loadCase(fixturePath("large_routing"));
@@ -357,7 +415,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       acks.push(performance.now() - t0);
       if (!a.ok) throw new Error(`storm producer refused: ${JSON.stringify(a)}`);
       producer.acknowledge();
-      await sleep(Math.max(0, 100 - (performance.now() - t0)));
+      await sleep(Math.max(0, 250 - (performance.now() - t0)));
     }
   })();
   const health: number[] = [];
@@ -370,60 +428,87 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       await sleep(250);
     }
   })();
-  /** `n` clients connecting to `path` (a WebSocket upgrade), each leaving ~20 ms later, for `ms`. */
-  const clients = async (path: string, ms: number) => {
+  /** 150 watchers, each connecting, acking what it gets, leaving ~20 ms later, again; for `ms`. */
+  const watchers = async (ms: number, honourHints: boolean) => {
     let on = true;
     let connects = 0;
+    let refused = 0;
     const one = async () => {
       while (on) {
-        const w = new WebSocket(wsUrl(relay.url, path), { perMessageDeflate: false, maxPayload: 1 << 30 });
+        const w = new WebSocket(wsUrl(relay.url, `/v1/episodes/${id}/watch`), { maxPayload: 1 << 30 });
+        let received = 0;
+        w.on("message", (data: Buffer, binary) => {
+          if (!binary) return;
+          received += data.length;
+          w.send(ackMessage(received));
+        });
         w.on("error", () => {});
-        await new Promise((r) => w.once("open", r).once("close", r).once("unexpected-response", r));
+        const closed = new Promise<{ code: number; reason: string }>((r) => w.once("close", (code, reason) => r({ code, reason: String(reason) })));
+        await Promise.race([new Promise((r) => w.once("open", r).once("unexpected-response", r)), closed]);
         connects++;
-        await sleep(20);
-        w.terminate();
+        const end = await Promise.race([sleep(20).then(() => null), closed]);
+        if (end === null) w.terminate();
+        else if (end.code === 1013) {
+          refused++;
+          const hint = retryHintMs(end.reason);
+          if (honourHints && hint !== null) await sleep(hint * (1 + Math.random() / 2));
+        }
       }
     };
     const all = Array.from({ length: 150 }, one);
     await sleep(ms);
     on = false;
     await Promise.all(all);
-    return connects;
+    return { connects, refused };
   };
-  await sleep(10_000);
-  const quiet = acks.splice(0);
-  health.splice(0);
-  const baseConnects = await clients("/v1/health", 20_000);
-  const baseline = acks.splice(0);
-  const baseHealth = health.splice(0);
-  const mark = relay.mark();
-  const connects = await clients(`/v1/episodes/${id}/watch`, 40_000);
-  const during = acks.splice(0);
-  const growth = (relay.peak - mark) / 1024;
+  const phase = async (ms: number, honourHints: boolean): Promise<StormPhase> => {
+    acks.splice(0);
+    health.splice(0);
+    const mark = relay.mark();
+    await relay.heap.mark();
+    const cpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs), t: performance.now() };
+    const { connects, refused } = await watchers(ms, honourHints);
+    const secs = (performance.now() - cpu0.t) / 1000;
+    const cpu = { episodes: round((relay.cpuMs(relay.tierPids.episodes) - cpu0.e) / secs), hubs: round((relay.cpuMs(relay.tierPids.hubs) - cpu0.h) / secs) };
+    const during = acks.splice(0).sort((a, b) => a - b);
+    const d = stats(during);
+    const peak = relay.heap.peak();
+    return {
+      cpu_ms_per_s: cpu,
+      heap_retained_mib: await relay.heap.retained(),
+      connects,
+      refused_1013: refused,
+      ack_p50_ms: round(d.p50),
+      ack_p99_ms: round(d.p99),
+      ack_max_ms: round(Math.max(...during)),
+      health_max_ms: round(Math.max(...health)),
+      growth_mib: round((relay.peak - mark) / 1024),
+      heap_peak_mib: peak,
+    };
+  };
+  const quietCpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs) };
+  await sleep(20_000);
+  const quietCpu = { episodes: round((relay.cpuMs(relay.tierPids.episodes) - quietCpu0.e) / 20), hubs: round((relay.cpuMs(relay.tierPids.hubs) - quietCpu0.h) / 20) };
+  const quiet = stats(acks.splice(0).sort((a, b) => a - b));
+  const quietHealth = Math.max(...health.splice(0));
+  const polite = await phase(40_000, true);
+  const hostile = await phase(20_000, false);
   stop = true;
   healthOn = false;
   await Promise.all([produce, probe]);
   await closeSocket(ws);
-  const q = stats(quiet.sort((a, b) => a - b));
-  const b = stats(baseline.sort((a, b) => a - b));
-  const d = stats(during.sort((a, b) => a - b));
+  // idle again (streams kept for joiners have lapsed): what each isolate still holds
+  await sleep(12_000);
+  const idleAfter = await relay.heap.retained();
   log(
-    `memory: storm: ${connects} watcher connects in 40 s; ack p99 ${q.p99.toFixed(1)} ms quiet, ${b.p99.toFixed(1)} ms under /v1/health clients, ${d.p99.toFixed(1)} ms under watchers`,
+    `memory: storm: ack p99 ${quiet.p99.toFixed(1)} ms quiet; ${polite.ack_p99_ms} ms under ${polite.connects} watcher connects (${polite.refused_1013} refused 1013, hints honoured); ${hostile.ack_p99_ms} ms under ${hostile.connects} (hints ignored)`,
   );
   return {
-    connects,
-    baseline_connects: baseConnects,
-    ack_p99_ms: {
-      quiet: round(q.p99),
-      health_clients: round(b.p99),
-      watchers: round(d.p99),
-      ratio: round(d.p99 / q.p99, 2),
-      ratio_vs_health_clients: round(d.p99 / b.p99, 2),
-    },
-    ack_max_ms: round(Math.max(...during)),
-    acks_during: during.length,
-    growth_mib: round(growth),
-    health_max_ms: { health_clients: round(Math.max(...baseHealth)), watchers: round(Math.max(...health)) },
+    quiet: { ack_p50_ms: round(quiet.p50), ack_p99_ms: round(quiet.p99), health_max_ms: round(quietHealth), cpu_ms_per_s: quietCpu },
+    honouring_hints: polite,
+    ignoring_hints: hostile,
+    ack_p99_ratio: { honouring_hints: round(polite.ack_p99_ms / quiet.p99, 2), ignoring_hints: round(hostile.ack_p99_ms / quiet.p99, 2) },
+    idle_after_mib: idleAfter,
   };
 }
 
@@ -440,6 +525,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     await read(relay.url, small);
     const idle = relay.rss() / 1024;
     const idleAnon = relay.anon();
+    const idleHeap = new Map(await relay.heap.sample());
     const bySize: Record<string, SizeFigures> = {};
     let largest = "";
     for (const mib of sizes) {
@@ -458,6 +544,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       `${f.growth_mib.finish}`,
       `${f.anon_growth_mib.write} / ${f.anon_growth_mib.catch_up} / ${f.anon_growth_mib.finish}`,
       `${f.catch_up_ms.one} / ${f.catch_up_ms.ten_max} (${f.catch_up_ms.ratio}×)`,
+      `${f.catch_up_mib_per_s.one} / ${f.catch_up_mib_per_s.ten} (${f.catch_up_mib_per_s.ratio}×)`,
+      `${Math.max(...Object.values(f.heap_peak_mib).map((h) => h.total))} / ${Math.max(...Object.values(f.heap_retained_mib).map((h) => h.total))}`,
       `${f.catch_up_relay_cpu_ms.one} / ${f.catch_up_relay_cpu_ms.ten} (${f.catch_up_relay_cpu_ms.ratio}×)`,
       `${f.largest_message_mib}`,
     ]);
@@ -472,19 +560,34 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         "+finish",
         "anon: write / catch-ups / finish",
         "catch-up 1 / 10 ms",
+        "MiB/s to 1 / to 10",
+        "heap peak / after GC MiB",
         "relay CPU 1 / 10 ms",
         "largest msg MiB",
       ],
       rows,
       notes: [
         `anon: the anonymous part of the same peaks (RssAnon: heaps, buffers); the rest is file pages mapped in (the SQLite database), which the kernel can drop`,
-        `targets: growth ≤ ${TARGETS.maxGrowthMiB} MiB and flat in size; 10 catch-ups ≤ ${TARGETS.maxCatchUpRatio}× one; messages ≤ ${TARGETS.maxMessageMiB} MiB`,
+        `heap: the largest of our isolates' (episode tier, hub tier, and the dev registry's proxies between them) JS heap + ArrayBuffer backing stores, read through the runtime inspector ~every 100 ms: its peak (garbage V8 has not yet collected included: it collects ArrayBuffers once ~64 MB more are held), and after the phase once a heap snapshot made it collect (what is really held); target ≤ ${TARGETS.maxHeapMiB} MiB of 128`,
+        `targets: growth ≤ ${TARGETS.maxGrowthMiB} MiB and flat in size; ten catch-ups together get ≥ ${TARGETS.minCatchUpRateRatio}× one's delivery rate; messages ≤ ${TARGETS.maxMessageMiB} MiB`,
         `wake on ${Object.keys(bySize).at(-1)}: first request ${woke.large_ms} ms vs ${woke.small_ms} ms on a small episode (${woke.ratio}×; target ≤ ${TARGETS.wakeRatio}×)`,
-        `storm (150 watchers reconnecting every ~20 ms for 40 s, ${stormFigures.connects} connects): ack p99 ${stormFigures.ack_p99_ms.quiet} ms quiet → ${stormFigures.ack_p99_ms.watchers} ms (${stormFigures.ack_p99_ms.ratio}×; target ≤ ${TARGETS.stormAckP99Ratio}×); the same clients on /v1/health (${stormFigures.baseline_connects} connects in 20 s): ${stormFigures.ack_p99_ms.health_clients} ms (watchers ${stormFigures.ack_p99_ms.ratio_vs_health_clients}× that)`,
-        `  slowest ack ${stormFigures.ack_max_ms} ms, growth ${stormFigures.growth_mib} MiB, /v1/health ≤ ${stormFigures.health_max_ms.watchers} ms (≤ ${stormFigures.health_max_ms.health_clients} ms under /v1/health clients)`,
+        `storm (turn every 250 ms; 150 protocol-2 watchers offering permessage-deflate reconnect every ~20 ms): producer ack p50/p99 quiet ${stormFigures.quiet.ack_p50_ms}/${stormFigures.quiet.ack_p99_ms} ms`,
+        ...(["honouring_hints", "ignoring_hints"] as const).map((k) => {
+          const p = stormFigures[k];
+          const heap = Object.entries(p.heap_peak_mib)
+            .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
+            .join(", ");
+          const kept = Object.entries(p.heap_retained_mib)
+            .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
+            .join(", ");
+          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB; CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}; heap peak MiB: ${heap}; after GC: ${kept}`;
+        }),
+        `  idle 12 s after the storm, after GC, MiB: ${Object.entries(stormFigures.idle_after_mib)
+          .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
+          .join(", ")}`,
       ],
     });
-    return { idle_mib: round(idle), sizes: bySize, wake: woke, storm: stormFigures };
+    return { idle_mib: round(idle), idle_heap_mib: Object.fromEntries([...idleHeap].map(([k, v]) => [k, round(v.total)])), sizes: bySize, wake: woke, storm: stormFigures };
   } finally {
     await relay.stop();
     rmSync(state, { recursive: true, force: true });

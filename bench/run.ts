@@ -19,6 +19,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["fanout", () => import("./fanout.js")],
   ["memory", () => import("./memory.js")],
   ["runscale", () => import("./runscale.js")],
+  ["tiers", () => import("./tiers.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]
@@ -31,6 +32,7 @@ const USAGE = `usage: npm run bench -- [options]
   --min-samples N           ... and at least N samples (default 30)
   --memory-sizes MIB[,MIB]  memory section: episode sizes in MiB (default 50,200)
   --runscale-sizes N[,N]    runscale section: episodes per run, written at once (default 100,500,1000)
+  --tier-watchers N         tiers section: watchers of one episode over its hubs (default 10000)
   -h, --help                this text`;
 
 interface Args {
@@ -43,6 +45,7 @@ interface Args {
   minSamples: number;
   memorySizes?: number[];
   runscaleSizes?: number[];
+  tierWatchers?: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -58,6 +61,7 @@ function parseArgs(argv: string[]): Args {
       "min-samples": { type: "string", default: "30" },
       "memory-sizes": { type: "string" },
       "runscale-sizes": { type: "string" },
+      "tier-watchers": { type: "string" },
     },
   });
   // value lists (NAME[,NAME]) and counts are checked here: parseArgs has strings and booleans only
@@ -88,6 +92,7 @@ function parseArgs(argv: string[]): Args {
     a.runscaleSizes = list(values["runscale-sizes"]).map((v) => count("runscale-sizes", v, 1));
     if (a.runscaleSizes.length === 0) throw new UsageError("--runscale-sizes: no size given");
   }
+  if (values["tier-watchers"] !== undefined) a.tierWatchers = count("tier-watchers", values["tier-watchers"], 1);
   if (a.only) {
     const known = new Set(SECTIONS.map(([n]) => n));
     const bad = a.only.filter((s) => !known.has(s));
@@ -162,6 +167,7 @@ async function main(argv: string[]): Promise<number> {
       minSamples: args.minSamples,
       ...(args.memorySizes ? { memorySizes: args.memorySizes } : {}),
       ...(args.runscaleSizes ? { runscaleSizes: args.runscaleSizes } : {}),
+      ...(args.tierWatchers ? { tierWatchers: args.tierWatchers } : {}),
       casePaths: goldenCasePaths(),
       log: (m) => process.stderr.write(`[bench] ${m}\n`),
       table: (t) => {

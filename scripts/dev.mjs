@@ -72,8 +72,10 @@ const persist = takeArgument("persist-to") ?? ".wrangler/state";
 const bare = ip.replace(/^\[|\]$/g, "");
 const where = `http://${bare.includes(":") ? `[${bare}]` : bare}:${port}`;
 
-/** Arguments both sessions get besides their own config and ports. */
-const common = ["--ip", "127.0.0.1", "--persist-to", persist, "--show-interactive-dev-session=false"];
+/** Arguments both sessions get besides their own config, ports and storage. */
+const common = ["--ip", "127.0.0.1", "--show-interactive-dev-session=false"];
+/** Each tier's local storage: the episode tier's where it always was, the hub tier's beside it (two runtimes must not share one directory's files). */
+const storage = { episodes: persist, hubs: join(persist, "hub-tier") };
 const found = findRelaySecret(root);
 if (found.secret !== null) {
   // the sessions' configs live in .wrangler/tiers: they get the vars files (or the secret) explicitly
@@ -119,7 +121,8 @@ let router = /** @type {Awaited<ReturnType<typeof startRouter>> | null} */ (null
  * @param {number} inspector
  */
 function session(name, config, tierPort, inspector) {
-  const child = spawn(wrangler, ["dev", "-c", config, "--port", String(tierPort), "--inspector-port", String(inspector), ...common, ...extra], {
+  const dir = name === "hubs" ? storage.hubs : storage.episodes;
+  const child = spawn(wrangler, ["dev", "-c", config, "--port", String(tierPort), "--inspector-port", String(inspector), "--persist-to", dir, ...common, ...extra], {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, ...QUIET_ENV, WRANGLER_REGISTRY_PATH: registry },
@@ -202,7 +205,13 @@ function finish(code) {
   process.exit(code);
 }
 
-for (const signal of /** @type {const} */ (["SIGINT", "SIGTERM"])) process.on(signal, () => stop(128 + constants.signals[signal]));
+for (const signal of /** @type {const} */ (["SIGINT", "SIGTERM", "SIGHUP"])) process.on(signal, () => stop(128 + constants.signals[signal]));
+// whoever started us went away (our output pipe broke): stop too
+for (const out of [process.stdout, process.stderr]) out.on("error", () => stop(1));
+// never leave a session behind, however this process ends
+process.on("exit", () => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGTERM");
+});
 
 session("episodes", configs.episodes, episodesPort, episodesInspector);
 session("hubs", configs.hubs, hubsPort, hubsInspector);

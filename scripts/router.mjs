@@ -2,8 +2,9 @@
 // of the two runtime processes they run (scripts/tiers.mjs). A watcher's upgrade
 // (`/v1/episodes/{id}/watch`) goes to the hub tier; everything else (producers, GET, the
 // dashboard, run sockets) to the episode tier. It only moves bytes (after a WebSocket handshake,
-// it pipes the two sockets), on a thread of its own, so a storm of watchers never runs on the
-// episode objects' thread. (On Cloudflare the Worker runs on the edge, apart from both.)
+// it pipes the two sockets), in a process of its own (npm start's, or a child of the tests'), so
+// a storm of watchers never runs on the episode objects' thread. (On Cloudflare the Worker runs on
+// the edge, apart from both.)
 //
 // `stripDeflateOffer`: a watch upgrade's `Sec-WebSocket-Extensions` is dropped. wrangler dev's own
 // front (and Miniflare's entry Worker) would otherwise accept permessage-deflate whatever the
@@ -11,7 +12,7 @@
 // Cloudflare the flag is honoured. Runs through a direct socket to the Worker need no stripping.
 import { createServer, request as httpRequest, Agent } from "node:http";
 import { connect } from "node:net";
-import { isMainThread, parentPort, workerData } from "node:worker_threads";
+import { pathToFileURL } from "node:url";
 
 /** A watch upgrade's path (the Worker checks the id and the rest). */
 const WATCH_PATH = /^\/v1\/episodes\/[^/?]+\/watch\/?(?:\?|$)/;
@@ -93,14 +94,18 @@ export function startRouter(o) {
   });
 }
 
-// As a worker thread (tools/local-relay.ts): start, say the port, stop when told.
-if (!isMainThread && workerData?.router) {
-  const r = await startRouter(workerData.router);
-  parentPort?.postMessage({ port: r.port });
-  parentPort?.on("message", async (m) => {
-    if (m === "stop") {
-      await r.close();
-      parentPort?.close();
-    }
+// As a child process with an IPC channel (tools/local-relay.ts forks it): options come in the
+// first message; it says its port, stops when told, and when its parent goes.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href && process.send) {
+  process.once("message", async (/** @type {RouterOptions} */ o) => {
+    const r = await startRouter(o);
+    process.send?.({ port: r.port });
+    process.on("message", async (m) => {
+      if (m === "stop") {
+        await r.close();
+        process.exit(0);
+      }
+    });
   });
+  process.on("disconnect", () => process.exit(0));
 }

@@ -3,12 +3,11 @@
 // port, with in-memory Durable Object storage (nothing leaks between runs), and the dashboard's
 // static assets (dashboard/dist, routed as wrangler.toml `[assets]` says). With `tiers`, the hub
 // tier runs in a process of its own, as under `npm start`.
-import { execFileSync } from "node:child_process";
+import { execFileSync, fork } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Worker } from "node:worker_threads";
 import { Log, LogLevel, Miniflare, type WorkerOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { buildDashboard } from "../scripts/build-dashboard.mjs";
@@ -60,7 +59,7 @@ export interface RelayOptions {
   /**
    * Run the hub tier in a runtime process of its own, as `npm start` does (scripts/tiers.mjs):
    * the episode tier and the hub tier, each a Miniflare (a workerd process), bound through a dev
-   * registry, behind scripts/router.mjs on a thread of its own. Watchers reach the hub tier's
+   * registry, behind scripts/router.mjs in a process of its own. Watchers reach the hub tier's
    * Worker through a direct socket (no Miniflare entry Worker in between), so its
    * `no_web_socket_compression` flag holds as on Cloudflare. Default: one process.
    */
@@ -108,6 +107,8 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
   });
   const hubOptions = {
     ...shared,
+    // two runtimes must not share one directory's files
+    durableObjectsPersist: options.persist ? join(options.persist, "hub-tier") : false,
     name: t.names.hubs,
     durableObjects: tier(true),
     port: 0,
@@ -120,7 +121,7 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
   const direct = await hubs.unsafeGetDirectURL(t.names.hubs);
   // a restart keeps the hub tier where the router sends watchers
   hubOptions.unsafeDirectSockets = [{ host: "127.0.0.1", port: Number(direct.port) }];
-  const router = await startRouterThread({
+  const router = await startRouterProcess({
     port: options.port ?? 0,
     rest: { host: rest.hostname, port: Number(rest.port) },
     watch: { host: direct.hostname, port: Number(direct.port) },
@@ -141,23 +142,26 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
   };
 }
 
-/** scripts/router.mjs on a worker thread (not this process's main thread, which runs the clients). */
-async function startRouterThread(options: {
+/** scripts/router.mjs in a child process (its own thread and file descriptors, not this process's). */
+async function startRouterProcess(options: {
   port: number;
   rest: { host: string; port: number };
   watch: { host: string; port: number };
 }): Promise<{ port: number; stop(): Promise<void> }> {
-  const worker = new Worker(new URL("../scripts/router.mjs", import.meta.url), { workerData: { router: options } });
+  const child = fork(fileURLToPath(new URL("../scripts/router.mjs", import.meta.url)), [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   const port = await new Promise<number>((resolve, reject) => {
-    worker.once("message", (m: { port: number }) => resolve(m.port));
-    worker.once("error", reject);
+    child.once("message", (m) => resolve((m as { port: number }).port));
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`the router exited (${code})`)));
+    child.send(options);
   });
   return {
     port,
     stop: async () => {
-      const exited = new Promise<void>((r) => worker.once("exit", () => r()));
-      worker.postMessage("stop");
-      const t = setTimeout(() => void worker.terminate(), 5000);
+      if (child.exitCode !== null) return;
+      const exited = new Promise<void>((r) => child.once("exit", () => r()));
+      child.send("stop");
+      const t = setTimeout(() => child.kill("SIGKILL"), 5000);
       await exited;
       clearTimeout(t);
     },

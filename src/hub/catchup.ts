@@ -14,7 +14,19 @@ import type { CursorStep } from "./feed.js";
 import type { HubWindow } from "./window.js";
 
 /** Messages a cohort keeps between its slowest and its fastest member, bytes. */
-export const COHORT_BYTES = 4 * 1024 * 1024;
+export const COHORT_BYTES = 8 * 1024 * 1024;
+/**
+ * A cohort whose members all left stays joinable this long: watchers arriving in a stream (a
+ * reconnect storm, a deploy) join it and get the messages it kept, so the episode builds one
+ * stream for all of them, not one each.
+ */
+export const LINGER_MS = 10_000;
+/**
+ * A newcomer joins a stream that started at most this many frame bytes ago (fed to the hub since):
+ * it gets that snapshot and the frames after it, instead of a stream of its own. So a storm of
+ * arrivals during a live run asks the episode for a stream every few turns, not one per turn.
+ */
+export const STALE_BYTES = 4 * 1024 * 1024;
 
 /** The episode's cursor as the hub holds it (an RPC stub). */
 export interface Cursor {
@@ -51,17 +63,22 @@ export class HubCohort {
   /** A retraction took back what the stream gave: its members wait for the hub's restart. */
   rewound = false;
   failed: Error | null = null;
+  private shut = false;
   readonly members = new Set<HubCatchUp>();
 
   constructor(
     open: OpenCursor,
     readonly key: string,
+    /** The frame bytes the hub had been fed when the stream was asked for (how stale it is, later). */
+    readonly fedAt: number,
     readonly variant: Variant,
     after: number | null,
     forced: SnapshotReason | undefined,
     /** Called when a message arrived, the stream ended or failed (members may go on). */
     private readonly wake: (c: HubCohort) => void,
-    /** Called once the last member left (the owner forgets the cohort). */
+    /** Called when the last member left (the owner keeps it joinable a while, or closes it). */
+    private readonly idle: (c: HubCohort) => void,
+    /** Called once closed (the owner forgets the cohort). */
     private readonly done: (c: HubCohort) => void,
   ) {
     this.cursor = open(variant, after, forced);
@@ -75,12 +92,13 @@ export class HubCohort {
 
   /** Whether a new watcher can start here (the first message is still kept, the stream is sound). */
   joinable(): boolean {
-    return this.first === 0 && this.failed === null && !this.rewound;
+    return this.first === 0 && this.failed === null && !this.rewound && !this.shut;
   }
 
   /** Message `k`, "wait" (on its way, or held until a slower member moves), or "end" past the last. Throws when the stream failed. */
   message(k: number): Uint8Array | "wait" | "end" {
     if (this.failed) throw this.failed;
+    if (this.shut) throw new Error("catch-up stream closed");
     if (k < this.first) throw new Error("catch-up message no longer kept");
     if (k < this.first + this.cache.length) {
       if (k + 1 === this.first + this.cache.length) this.fill(); // fetch the next one while this one is sent
@@ -100,15 +118,21 @@ export class HubCohort {
 
   leave(member: HubCatchUp): void {
     this.members.delete(member);
-    if (this.members.size === 0) this.close();
+    if (this.members.size === 0) this.idle(this);
     else this.trim();
+  }
+
+  /** Whether it is closed (its stream let go). */
+  get closed(): boolean {
+    return this.shut;
   }
 
   /** Let go of the stream and what is kept (no member left, or the hub starts over). */
   close(): void {
+    if (this.shut) return;
+    this.shut = true;
     this.cache = [];
     this.cacheBytes = 0;
-    this.end ??= -1;
     const c = this.cursor;
     this.cursor = null;
     if (c) release(c);

@@ -100,6 +100,7 @@ export class ViewerHub extends DurableObject<Env> {
     if (watchers === 0) {
       // nobody left to feed (the hub restarted and its sockets dropped): it leaves on this answer
       this.store.clear();
+      this.watchers.forgetStreams();
       return { applied: false, view: null, member: false, watchers };
     }
     const v = s.view;
@@ -200,8 +201,10 @@ export class ViewerHub extends DurableObject<Env> {
           // the episode drops this hub at its next feed anyway (it answers that it has nobody)
           console.warn(`hub ${shard}/${id}: leave failed: ${(e as Error).message}`);
         }
-        if (this.watchers.count() + this.arriving === 0) this.store.clear();
-        else this.store.save({ ...this.store.state()!, session: null });
+        if (this.watchers.count() + this.arriving === 0) {
+          this.store.clear();
+          this.watchers.forgetStreams();
+        } else this.store.save({ ...this.store.state()!, session: null });
       } else if (s?.session != null && Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE))) {
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;

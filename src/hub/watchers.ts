@@ -30,7 +30,7 @@ import {
 } from "../watch/protocol.js";
 import { deltaForVariant, parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
-import { type BridgeSource, HubCatchUp, HubCohort, type OpenCursor } from "./catchup.js";
+import { type BridgeSource, HubCatchUp, HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "./catchup.js";
 import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
 import type { HubWindow } from "./window.js";
 
@@ -115,6 +115,10 @@ export class HubWatchers {
   private readonly counted = new WeakSet<WebSocket>();
   /** Bytes sent and not yet acknowledged, all sockets together. */
   private queued = 0;
+  /** Catch-up streams asked of the episode since this hub woke (for benches and tests). */
+  private opened = 0;
+  /** Frame bytes fed to this hub since it woke (a stream's age, for newcomers who could join it). */
+  private fed = 0;
   private readonly admission: Admission;
   private readonly bridge: BridgeSource;
 
@@ -144,8 +148,15 @@ export class HubWatchers {
   }
 
   /** Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged. */
-  load(): { watchers: number; waiting: number; catchingUp: number; cohorts: number; queuedBytes: number } {
-    return { watchers: this.count(), waiting: this.waiting.length, catchingUp: this.catchUps.size, cohorts: this.cohorts.size, queuedBytes: this.queued };
+  load(): { watchers: number; waiting: number; catchingUp: number; cohorts: number; queuedBytes: number; streamsOpened: number } {
+    return {
+      watchers: this.count(),
+      waiting: this.waiting.length,
+      catchingUp: this.catchUps.size,
+      cohorts: this.cohorts.size,
+      queuedBytes: this.queued,
+      streamsOpened: this.opened,
+    };
   }
 
   /**
@@ -290,6 +301,11 @@ export class HubWatchers {
     this.queued = 0;
   }
 
+  /** The hub left its episode (no watcher): streams kept for joiners go too. */
+  forgetStreams(): void {
+    for (const c of [...this.cohorts.values()]) if (c.members.size === 0) c.close();
+  }
+
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
   private dropCatchUps(): void {
     for (const c of this.catchUps.values()) c.release();
@@ -300,6 +316,7 @@ export class HubWatchers {
     this.blocked.clear();
     this.waiting.length = 0;
     this.pending = [];
+    this.fed += STALE_BYTES + 1; // what was under way is not joinable any more
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
   }
@@ -313,8 +330,12 @@ export class HubWatchers {
         this.waiting.splice(i, 1);
         continue;
       }
-      // a resume the window serves costs no stream from the episode: it needs no start token
-      const cheap = !w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after);
+      // a resume the window serves, or a join to a stream already under way, costs the episode
+      // nothing: it needs no start token
+      const state = this.states.get(w.ws);
+      const cheap =
+        (!w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after)) ||
+        (state !== undefined && this.joinable(this.cohorts.get(HubCohort.key(state.variant, w.after, w.reason))));
       if (!cheap) {
         const wait = this.admission.take(Date.now());
         if (wait > 0) {
@@ -327,7 +348,6 @@ export class HubWatchers {
       }
       this.waiting.splice(i, 1);
       this.flush(); // frames fed before this catch-up's stream go to the live watchers first
-      const state = this.states.get(w.ws);
       if (!state) continue;
       const c = new HubCatchUp(this.bridge, state.variant, w.after, w.reason);
       this.catchUps.set(w.ws, c);
@@ -342,20 +362,37 @@ export class HubWatchers {
   private cohortFor(variant: Variant, after: number | null, forced: SnapshotReason | undefined): HubCohort {
     const key = HubCohort.key(variant, after, forced);
     const have = this.cohorts.get(key);
-    if (have?.joinable() && have.members.size > 0) return have;
+    if (have && this.joinable(have)) return have;
+    if (have?.members.size === 0) have.close();
+    this.opened++;
     const c = new HubCohort(
       this.hub.openCursor,
       key,
+      this.fed,
       variant,
       after,
       forced,
       (x) => this.wakeMembers(x),
+      (x) => this.linger(x),
       (x) => {
         if (this.cohorts.get(x.key) === x) this.cohorts.delete(x.key);
       },
     );
     this.cohorts.set(key, c);
     return c;
+  }
+
+  /** A newcomer may join `c`: it still has its first message, and it started at most STALE_BYTES of frames ago. */
+  private joinable(c: HubCohort | undefined): boolean {
+    return c !== undefined && c.joinable() && this.fed - c.fedAt <= STALE_BYTES;
+  }
+
+  /** Its last member left: a cohort still joinable stays for LINGER_MS (a storm's next arrivals join it), then goes. */
+  private linger(c: HubCohort): void {
+    if (!c.joinable() || this.cohorts.get(c.key) !== c) return c.close();
+    setTimeout(() => {
+      if (c.members.size === 0) c.close();
+    }, LINGER_MS);
   }
 
   /**
@@ -454,6 +491,7 @@ export class HubWatchers {
    * zero-delay timer, so feeds arriving back to back share one message per variant.
    */
   broadcast(frames: readonly FeedFrame[]): void {
+    for (const f of frames) this.fed += f.delta.length;
     if (frames.length > 0) {
       this.pending.push(...frames);
       if (!this.scheduled) {

@@ -45,10 +45,12 @@ function source(window: HubWindow, head: () => number, open: OpenCursor) {
       return new HubCohort(
         open,
         HubCohort.key(variant, after, forced),
+        0,
         variant,
         after,
         forced,
         (c) => woken.push(c),
+        (c) => c.close(), // no lingering here (the hub's watchers keep a cohort joinable a while)
         (c) => done.push(c),
       );
     },

@@ -103,6 +103,31 @@ describe("viewer hubs", () => {
     expect(await hub(id, 0).stats()).toMatchObject({ session: null, watchers: { cohorts: 0, catchingUp: 0 } });
   });
 
+  it("watchers arriving one after another while nothing is fed share one stream from the episode (it lingers after each leaves)", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("linger");
+    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    const keep = await Watcher.open(id); // keeps the hub a member meanwhile
+    await keep.read((x) => x.caughtUp);
+    const firsts: Uint8Array[] = [];
+    for (let i = 0; i < 3; i++) {
+      // each reads its hello and first snapshot message, then leaves
+      const w = await Watcher.open(id, "", "never");
+      await w.read((x) => x.messages.length >= 1);
+      w.ack();
+      const raw = await w.box.next();
+      firsts.push(new Uint8Array(raw as ArrayBuffer));
+      w.close();
+      await eventually(() => hub(id, 0).stats(), (s) => s.watchers.catchingUp === 0, "it left");
+    }
+    const s = await hub(id, 0).stats();
+    expect(s.watchers.streamsOpened, "one stream from the episode for all four").toBe(1);
+    expect(s.watchers.cohorts).toBe(1);
+    expect(firsts[1]).toEqual(firsts[0]);
+    expect(firsts[2]).toEqual(firsts[0]);
+    keep.close();
+  });
+
   it("past MAX_WAITING (8 here) a newcomer is closed 1013 with a retry hint; the waiting ones are not", async () => {
     const c = await golden("chat_basic");
     const id = freshId("admission");
