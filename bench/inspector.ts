@@ -67,7 +67,10 @@ export async function isolatesOf(pids: number[]): Promise<Target[]> {
         const list = (await res.json()) as Array<{ id?: string; title?: string; webSocketDebuggerUrl?: string }>;
         for (const t of list) {
           if (!t.webSocketDebuggerUrl) continue;
-          out.push({ name: `${pid}:${t.id === undefined || /^[0-9a-f-]{36}$/.test(t.id) ? (t.title ?? "?") : t.id}`, url: t.webSocketDebuggerUrl.replace("localhost", "127.0.0.1") });
+          out.push({
+            name: `${pid}:${t.id === undefined || /^[0-9a-f-]{36}$/.test(t.id) ? (t.title ?? "?") : t.id}`,
+            url: t.webSocketDebuggerUrl.replace("localhost", "127.0.0.1"),
+          });
         }
       } catch {
         // not an inspector

@@ -488,7 +488,10 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
   };
   const quietCpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs) };
   await sleep(20_000);
-  const quietCpu = { episodes: round((relay.cpuMs(relay.tierPids.episodes) - quietCpu0.e) / 20), hubs: round((relay.cpuMs(relay.tierPids.hubs) - quietCpu0.h) / 20) };
+  const quietCpu = {
+    episodes: round((relay.cpuMs(relay.tierPids.episodes) - quietCpu0.e) / 20),
+    hubs: round((relay.cpuMs(relay.tierPids.hubs) - quietCpu0.h) / 20),
+  };
   const quiet = stats(acks.splice(0).sort((a, b) => a - b));
   const quietHealth = Math.max(...health.splice(0));
   const polite = await phase(40_000, true);
@@ -587,7 +590,13 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           .join(", ")}`,
       ],
     });
-    return { idle_mib: round(idle), idle_heap_mib: Object.fromEntries([...idleHeap].map(([k, v]) => [k, round(v.total)])), sizes: bySize, wake: woke, storm: stormFigures };
+    return {
+      idle_mib: round(idle),
+      idle_heap_mib: Object.fromEntries([...idleHeap].map(([k, v]) => [k, round(v.total)])),
+      sizes: bySize,
+      wake: woke,
+      storm: stormFigures,
+    };
   } finally {
     await relay.stop();
     rmSync(state, { recursive: true, force: true });

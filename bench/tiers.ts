@@ -34,7 +34,13 @@ interface Delivery {
 }
 
 /** `n` watchers of `id` and a producer; `count` deltas at `perS`; delivery latency. */
-async function deliver(relay: LocalRelay, n: number, perS: number, count: number, log: (m: string) => void): Promise<Delivery & { connectMs: number; hubs: number }> {
+async function deliver(
+  relay: LocalRelay,
+  n: number,
+  perS: number,
+  count: number,
+  log: (m: string) => void,
+): Promise<Delivery & { connectMs: number; hubs: number }> {
   const id = episodeId(`tiers-${n}`);
   const make = sizedDeltas(1024);
   const producer = new ProducerCursor("bench");
@@ -143,7 +149,11 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     { WATCHERS_PER_HUB: "2000", MAX_WATCHERS: "6000", CATCHUP_RATE: "2000", MAX_WAITING: "20000", MAX_HUBS: "16" },
     { tiers: true },
   );
-  const heap = new HeapSampler((await Promise.all(relay.runtimes.map(async (r, i) => isolatesAt(await r.getInspectorURL(), i === 0 ? "episode tier" : "hub tier")))).flat().filter((t) => /core:user:/.test(t.name)));
+  const heap = new HeapSampler(
+    (await Promise.all(relay.runtimes.map(async (r, i) => isolatesAt(await r.getInspectorURL(), i === 0 ? "episode tier" : "hub tier"))))
+      .flat()
+      .filter((t) => /core:user:/.test(t.name)),
+  );
   heap.start();
   try {
     await heap.mark();
@@ -160,12 +170,21 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       errors: d.errors,
       heap_peak_mib: heap.peak(),
     };
-    opts.log(`tiers: ${n} watchers over ${d.hubs} hubs: p50 ${fmt(d.p50)} ms, p99 ${fmt(d.p99)} ms${d.errors.length ? `; errors: ${d.errors.join("; ")}` : ""}`);
+    opts.log(
+      `tiers: ${n} watchers over ${d.hubs} hubs: p50 ${fmt(d.p50)} ms, p99 ${fmt(d.p99)} ms${d.errors.length ? `; errors: ${d.errors.join("; ")}` : ""}`,
+    );
   } finally {
     heap.stop();
     await relay.stop();
   }
-  const s = out.scale as { hubs: number; p50_ms: number; p99_ms: number; connect_s: number; receipts: number; heap_peak_mib: Record<string, { total: number }> };
+  const s = out.scale as {
+    hubs: number;
+    p50_ms: number;
+    p99_ms: number;
+    connect_s: number;
+    receipts: number;
+    heap_peak_mib: Record<string, { total: number }>;
+  };
   const h = out.hop as { one_process: { p50_ms: number; p99_ms: number }; two_tiers: { p50_ms: number; p99_ms: number }; added_p50_ms: number };
   opts.table({
     title: "tiers: the viewer tier (episode tier and hub tier in two processes, as npm start runs them)",

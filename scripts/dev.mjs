@@ -122,11 +122,15 @@ let router = /** @type {Awaited<ReturnType<typeof startRouter>> | null} */ (null
  */
 function session(name, config, tierPort, inspector) {
   const dir = name === "hubs" ? storage.hubs : storage.episodes;
-  const child = spawn(wrangler, ["dev", "-c", config, "--port", String(tierPort), "--inspector-port", String(inspector), "--persist-to", dir, ...common, ...extra], {
-    cwd: root,
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ...QUIET_ENV, WRANGLER_REGISTRY_PATH: registry },
-  });
+  const child = spawn(
+    wrangler,
+    ["dev", "-c", config, "--port", String(tierPort), "--inspector-port", String(inspector), "--persist-to", dir, ...common, ...extra],
+    {
+      cwd: root,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, ...QUIET_ENV, WRANGLER_REGISTRY_PATH: registry },
+    },
+  );
   children.push(child);
   for (const [from, to] of /** @type {const} */ ([
     [child.stdout, process.stdout],

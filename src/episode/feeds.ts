@@ -21,8 +21,8 @@ import type { Meta } from "./storage.js";
 export const FEED_BYTES = 4 * 1024 * 1024;
 /** Frame bytes in feed calls in flight, all hubs together. */
 export const FEEDS_IN_FLIGHT_BYTES = 32 * 1024 * 1024;
-/** Recent frames kept in memory to feed hubs from (older ones are read from the log). */
-export const RECENT_BYTES = 8 * 1024 * 1024;
+/** Recent frames kept in memory to feed hubs from, while it has any (older ones are read from the log). */
+export const RECENT_BYTES = 4 * 1024 * 1024;
 
 export interface HubLimits {
   /** Watchers a hub should carry: the hub count follows total / perHub. */
@@ -139,6 +139,11 @@ export class HubFeeds {
 
   /** Frames were committed (consecutive, as applied): keep them for the feeds, and feed. */
   committed(frames: ReadonlyArray<{ seq: number; trace: string; delta: Uint8Array }>, before: number): void {
+    if (this.all().size === 0) {
+      // nobody to feed: nothing kept (a hub that joins starts from the head)
+      this.forgetRecent(frames.at(-1)?.seq ?? before);
+      return;
+    }
     if (this.recentAfter === null || (this.recent.length === 0 && this.recentAfter !== before)) this.recentAfter = before;
     for (const f of frames) {
       // a copy: the frame is a view of its whole request body
@@ -155,10 +160,14 @@ export class HubFeeds {
 
   /** A retraction rewound the episode: the recent frames may be gone; every hub restarts. */
   rewound(head: number): void {
+    this.forgetRecent(head);
+    this.kick();
+  }
+
+  private forgetRecent(head: number): void {
     this.recent = [];
     this.recentBytes = 0;
     this.recentAfter = head;
-    this.kick();
   }
 
   /** Send each member what it lacks (after a commit, a finish, a refused reply, a retry). */
@@ -172,8 +181,7 @@ export class HubFeeds {
     const ns = this.ns;
     const members = [...this.all().values()];
     this.members = new Map();
-    this.recent = [];
-    this.recentBytes = 0;
+    this.forgetRecent(0);
     this.recentAfter = null;
     if (!ns || this.id === null) return;
     const id = this.id;
@@ -304,6 +312,7 @@ export class HubFeeds {
 
   private drop(m: Member): void {
     this.all().delete(m.shard);
+    if (this.all().size === 0) this.forgetRecent(this.state.meta()?.seq ?? 0);
     this.sql.exec("DELETE FROM hubs WHERE shard = ?", m.shard);
     // an id nobody wrote keeps no storage once nobody watches it
     if (this.all().size === 0 && !this.state.record.exists()) this.sql.exec("DROP TABLE IF EXISTS hubs");

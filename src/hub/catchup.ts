@@ -187,6 +187,49 @@ export interface BridgeSource {
   head(): number;
   readonly window: HubWindow;
   cohortFor(variant: Variant, after: number | null, forced?: SnapshotReason): HubCohort;
+  /** Bridge messages already built, shared by the watchers that need the same one (see `bridgeMessage`). */
+  readonly bridges?: BridgeCache;
+}
+
+/** The frames after `at` in the window, as one message for `variant`, and the seq it brings a watcher to. */
+export function bridgeMessage(window: HubWindow, head: number, variant: Variant, at: number): { message: Uint8Array | null; last: number } {
+  const frames = window.after(at, MESSAGE_BYTES);
+  const last = frames.at(-1)?.seq ?? head; // nothing after `at` up to the head: retracted frames leave gaps
+  const visible: Frame[] = [];
+  for (const f of frames) {
+    const d = deltaForVariant(f.delta, f.trace, variant);
+    if (d) visible.push({ seq: f.seq, delta: d });
+  }
+  return { message: visible.length ? framesMessage(visible) : null, last };
+}
+
+/**
+ * Bridge messages by (variant, from seq), valid until the hub is fed again: watchers that arrive
+ * together end their stream at the same seq, and get the same bytes instead of one copy each.
+ */
+export class BridgeCache {
+  private head = -1;
+  private readonly built = new Map<string, { message: Uint8Array | null; last: number }>();
+
+  get(window: HubWindow, head: number, variant: Variant, at: number): { message: Uint8Array | null; last: number } {
+    if (head !== this.head) {
+      this.built.clear();
+      this.head = head;
+    }
+    const key = `${variantKey(variant)}|${at}`;
+    let b = this.built.get(key);
+    if (!b) {
+      b = bridgeMessage(window, head, variant, at);
+      if (this.built.size >= 16) this.built.clear();
+      this.built.set(key, b);
+    }
+    return b;
+  }
+
+  clear(): void {
+    this.built.clear();
+    this.head = -1;
+  }
 }
 
 /** One watcher's catch-up: its place in a stream from the episode, then the bridge to the hub's head. */
@@ -244,14 +287,9 @@ export class HubCatchUp {
         this.join(this.src.cohortFor(this.variant, at));
         continue;
       }
-      const frames = this.src.window.after(at, MESSAGE_BYTES);
-      this.at = frames.at(-1)?.seq ?? head; // nothing after `at` up to the head: retracted frames leave gaps
-      const visible: Frame[] = [];
-      for (const f of frames) {
-        const d = deltaForVariant(f.delta, f.trace, this.variant);
-        if (d) visible.push({ seq: f.seq, delta: d });
-      }
-      if (visible.length) return [framesMessage(visible)];
+      const b = this.src.bridges ? this.src.bridges.get(this.src.window, head, this.variant, at) : bridgeMessage(this.src.window, head, this.variant, at);
+      this.at = b.last;
+      if (b.message) return [b.message];
     }
   }
 

@@ -99,8 +99,7 @@ export class ViewerHub extends DurableObject<Env> {
     if (!s?.view || s.session !== session) return { applied: false, view: null, member: false, watchers };
     if (watchers === 0) {
       // nobody left to feed (the hub restarted and its sockets dropped): it leaves on this answer
-      this.store.clear();
-      this.watchers.forgetStreams();
+      this.forget();
       return { applied: false, view: null, member: false, watchers };
     }
     const v = s.view;
@@ -126,7 +125,7 @@ export class ViewerHub extends DurableObject<Env> {
     const s = this.store.state();
     if (s?.session !== session) return;
     this.watchers.closeAll(CLOSE_NORMAL, reason);
-    this.store.clear();
+    this.forget();
   }
 
   /** Its watchers now, for the episode's status (null: not a member of that session). */
@@ -161,6 +160,13 @@ export class ViewerHub extends DurableObject<Env> {
   }
 
   // ---- membership ----
+
+  /** This hub serves nobody any more: its row, its window and its streams go. */
+  private forget(): void {
+    this.store.clear();
+    this.window.reset(0);
+    this.watchers.forgetStreams();
+  }
 
   private view(): HubView {
     return this.store.state()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
@@ -202,8 +208,7 @@ export class ViewerHub extends DurableObject<Env> {
           console.warn(`hub ${shard}/${id}: leave failed: ${(e as Error).message}`);
         }
         if (this.watchers.count() + this.arriving === 0) {
-          this.store.clear();
-          this.watchers.forgetStreams();
+          this.forget();
         } else this.store.save({ ...this.store.state()!, session: null });
       } else if (s?.session != null && Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE))) {
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);

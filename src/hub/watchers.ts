@@ -30,7 +30,7 @@ import {
 } from "../watch/protocol.js";
 import { deltaForVariant, parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
-import { type BridgeSource, HubCatchUp, HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "./catchup.js";
+import { BridgeCache, type BridgeSource, HubCatchUp, HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "./catchup.js";
 import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
 import type { HubWindow } from "./window.js";
 
@@ -132,6 +132,7 @@ export class HubWatchers {
       head: () => this.hub.view().head,
       window: hub.window,
       cohortFor: (variant, after, forced) => this.cohortFor(variant, after, forced),
+      bridges: new BridgeCache(),
     };
   }
 
@@ -304,6 +305,7 @@ export class HubWatchers {
   /** The hub left its episode (no watcher): streams kept for joiners go too. */
   forgetStreams(): void {
     for (const c of [...this.cohorts.values()]) if (c.members.size === 0) c.close();
+    this.bridge.bridges?.clear();
   }
 
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
@@ -384,7 +386,7 @@ export class HubWatchers {
 
   /** A newcomer may join `c`: it still has its first message, and it started at most STALE_BYTES of frames ago. */
   private joinable(c: HubCohort | undefined): boolean {
-    return c !== undefined && c.joinable() && this.fed - c.fedAt <= STALE_BYTES;
+    return c?.joinable() === true && this.fed - c.fedAt <= STALE_BYTES;
   }
 
   /** Its last member left: a cohort still joinable stays for LINGER_MS (a storm's next arrivals join it), then goes. */

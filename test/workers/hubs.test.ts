@@ -118,7 +118,11 @@ describe("viewer hubs", () => {
       const raw = await w.box.next();
       firsts.push(new Uint8Array(raw as ArrayBuffer));
       w.close();
-      await eventually(() => hub(id, 0).stats(), (s) => s.watchers.catchingUp === 0, "it left");
+      await eventually(
+        () => hub(id, 0).stats(),
+        (s) => s.watchers.catchingUp === 0,
+        "it left",
+      );
     }
     const s = await hub(id, 0).stats();
     expect(s.watchers.streamsOpened, "one stream from the episode for all four").toBe(1);
