@@ -239,15 +239,20 @@ export function procStat(pid: number | string): { comm: string; fields: string[]
  * process except this one and its children (workerd), in % of one core over the interval;
  * undefined where /proc is not readable.
  */
+/** CPU ticks (USER_HZ, 100/s) the whole machine spent busy so far, and how many cores it has. */
+export function machineBusyTicks(): number {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal
+  return f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!;
+}
+
 export class ForeignCpu {
   private t0 = 0;
   private busy0 = 0;
   private own0 = 0;
 
   private static busy(): number {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    // user nice system idle iowait irq softirq steal
-    return f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!;
+    return machineBusyTicks();
   }
 
   private static own(): number {
@@ -373,9 +378,9 @@ export function wsUrl(base: string, path: string): string {
  * response (the relay's catch-up) are emitted in the same tick as `open`, before any code
  * awaiting this promise runs.
  */
-export function openSocket(url: string, setup?: (ws: WebSocket) => void): Promise<WebSocket> {
+export function openSocket(url: string, setup?: (ws: WebSocket) => void, options?: ConstructorParameters<typeof WebSocket>[2]): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url);
+    const ws = new WebSocket(url, options);
     ws.binaryType = "nodebuffer";
     setup?.(ws);
     const fail = (e: unknown) => reject(e instanceof Error ? e : new Error(String(e)));

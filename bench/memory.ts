@@ -19,15 +19,16 @@
 //   finish   the reply, then GET of the finished episode, streamed.
 // Then the relay is restarted on the same storage: the first request to the large episode against
 // the first request to a small one (waking reads the index back, not the episode).
-// Storm (on large_routing, 7 MB): a producer sends a turn every 250 ms; acks are timed 10 s without
+// Storm (on large_routing, 7 MB): a producer sends a turn every 250 ms; acks are timed 20 s without
 // watchers, then while 150 watchers (protocol 2: they ack the hello and every message) reconnect
 // about every 20 ms for 40 s, honouring a 1013's retry hint as the TypeScript client does, then 20
-// s of the same clients ignoring it (a hostile storm); /v1/health every 250 ms.
+// s of the same clients ignoring it (a hostile storm); /v1/health every 250 ms. The producer and the
+// health probe run in a process of their own (bench/storm-producer.ts), as on another machine.
 // Every client offers permessage-deflate (ws defaults), as browsers do.
 
-import { spawn, type ChildProcess } from "node:child_process";
+import { fork, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpus, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Decoder } from "@msgpack/msgpack";
@@ -41,7 +42,7 @@ import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import { retryHintMs } from "../src/watch/protocol.js";
 import type { BenchOptions } from "./harness.js";
-import { closeSocket, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
+import { closeSocket, machineBusyTicks, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
 import { HeapSampler, isolatesOf } from "./inspector.js";
 import { freePort } from "../tools/free-port.js";
 
@@ -119,6 +120,8 @@ class DevRelay {
   /** Peak RSS and peak anonymous RSS (KiB) since the last `mark`. */
   peak = 0;
   peakAnon = 0;
+  /** Peak RSS (KiB) since the last `mark` of each tier's runtime, and of wrangler's own front processes. */
+  peakBy = { episodes: 0, hubs: 0, fronts: 0 };
   /** Our isolates' heaps (the Worker's isolate in each tier's runtime, and the dev registry's proxies). */
   heap: HeapSampler = new HeapSampler([]);
   /** The runtime process of each tier. */
@@ -156,6 +159,12 @@ class DevRelay {
       const m = residentKiB(this.pids);
       this.peak = Math.max(this.peak, m.rss);
       this.peakAnon = Math.max(this.peakAnon, m.anon);
+      const by = this.rssBy();
+      this.peakBy = {
+        episodes: Math.max(this.peakBy.episodes, by.episodes),
+        hubs: Math.max(this.peakBy.hubs, by.hubs),
+        fronts: Math.max(this.peakBy.fronts, by.fronts),
+      };
     }, 50);
   }
 
@@ -181,10 +190,29 @@ class DevRelay {
     return ticks * 10; // USER_HZ is 100 on Linux
   }
 
+  /** CPU time of the npm start process itself (its router), ms. */
+  routerCpuMs(): number {
+    try {
+      const { fields } = procStat(this.child!.pid!);
+      return (Number(fields[11]) + Number(fields[12])) * 10;
+    } catch {
+      return 0;
+    }
+  }
+
+  /** RSS (KiB) of each tier's runtime process and of the rest (wrangler dev's own front workerd processes). */
+  rssBy(): { episodes: number; hubs: number; fronts: number } {
+    const one = (p: number) => (p ? residentKiB([p]).rss : 0);
+    const episodes = one(this.tierPids.episodes);
+    const hubs = one(this.tierPids.hubs);
+    return { episodes, hubs, fronts: residentKiB(this.pids.filter((p) => p !== this.tierPids.episodes && p !== this.tierPids.hubs)).rss };
+  }
+
   /** Start a new peak from now. */
   mark(): number {
     this.peakAnon = this.anon();
     this.peak = this.rss();
+    this.peakBy = this.rssBy();
     return this.peak;
   }
 
@@ -376,8 +404,12 @@ async function wake(relay: DevRelay, large: string, small: string): Promise<{ la
 
 /** What a storm phase measured. */
 interface StormPhase {
-  /** CPU each tier's runtime used per second of the phase, ms/s. */
-  cpu_ms_per_s: { episodes: number; hubs: number };
+  /** RSS growth at its peak of each tier's runtime and of wrangler dev's front processes, MiB. */
+  growth_by_mib: { episodes: number; hubs: number; fronts: number };
+  /** CPU each tier's runtime and the router (the npm start process) used per second of the phase, ms/s. */
+  cpu_ms_per_s: { episodes: number; hubs: number; router: number };
+  /** The whole machine's CPU in use (all cores, this bench's clients included), %. */
+  machine_busy_pct: number;
   heap_retained_mib: Record<string, { used: number; backing: number; total: number }>;
   connects: number;
   refused_1013: number;
@@ -398,36 +430,28 @@ interface StormPhase {
 async function storm(relay: DevRelay, log: (m: string) => void) {
   const c = loadCase(fixturePath("large_routing"));
   const id = `storm-${Date.now().toString(36)}`;
-  const producer = new ProducerCursor("storm");
-  await write(relay.url, id, c.frames, producer);
-  const ws = await openSocket(wsUrl(relay.url, `/v1/episodes/${id}/ingest`));
-  let turn = 1;
-  const acks: number[] = [];
-  let stop = false;
-  const produce = (async () => {
-    while (!stop) {
-      const f = c.frames[turn]!;
-      turn = turn === c.frames.length - 1 ? 1 : turn + 1;
-      const t0 = performance.now();
-      const ack = new Promise<string>((resolve) => ws.once("message", (d) => resolve(String(d))));
-      ws.send(encodeEnvelope(producer.envelope(f)));
-      const a = JSON.parse(await ack) as { ok: boolean };
-      acks.push(performance.now() - t0);
-      if (!a.ok) throw new Error(`storm producer refused: ${JSON.stringify(a)}`);
-      producer.acknowledge();
-      await sleep(Math.max(0, 250 - (performance.now() - t0)));
-    }
-  })();
-  const health: number[] = [];
-  let healthOn = true;
-  const probe = (async () => {
-    while (healthOn) {
-      const t0 = performance.now();
-      await (await fetch(`${relay.url}/v1/health`)).text();
-      health.push(performance.now() - t0);
-      await sleep(250);
-    }
-  })();
+  await write(relay.url, id, c.frames, new ProducerCursor("storm"));
+  // the producer and the health probe in a process of their own (bench/storm-producer.ts)
+  const child = fork(join(root, "bench", "storm-producer.ts"), [], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const next = <T>(pick: (m: Record<string, unknown>) => boolean) =>
+    new Promise<T>((resolve, reject) => {
+      const on = (m: Record<string, unknown>) => {
+        if (m.error) reject(new Error(String(m.error)));
+        else if (pick(m)) {
+          child.off("message", on);
+          resolve(m as T);
+        }
+      };
+      child.on("message", on);
+    });
+  const ready = next<unknown>((m) => m.ready === true);
+  child.send({ url: relay.url, id, turnMs: 250 });
+  await ready;
+  const take = async () => {
+    const got = next<{ acks: number[]; health: number[] }>((m) => Array.isArray(m.acks));
+    child.send("take");
+    return got;
+  };
   /** 150 watchers, each connecting, acking what it gets, leaving ~20 ms later, again; for `ms`. */
   const watchers = async (ms: number, honourHints: boolean) => {
     let on = true;
@@ -462,19 +486,37 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     return { connects, refused };
   };
   const phase = async (ms: number, honourHints: boolean): Promise<StormPhase> => {
-    acks.splice(0);
-    health.splice(0);
+    await take();
     const mark = relay.mark();
+    const markBy = relay.rssBy();
     await relay.heap.mark();
-    const cpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs), t: performance.now() };
+    const cpu0 = {
+      e: relay.cpuMs(relay.tierPids.episodes),
+      h: relay.cpuMs(relay.tierPids.hubs),
+      r: relay.routerCpuMs(),
+      m: machineBusyTicks(),
+      t: performance.now(),
+    };
     const { connects, refused } = await watchers(ms, honourHints);
     const secs = (performance.now() - cpu0.t) / 1000;
-    const cpu = { episodes: round((relay.cpuMs(relay.tierPids.episodes) - cpu0.e) / secs), hubs: round((relay.cpuMs(relay.tierPids.hubs) - cpu0.h) / secs) };
-    const during = acks.splice(0).sort((a, b) => a - b);
+    const cpu = {
+      episodes: round((relay.cpuMs(relay.tierPids.episodes) - cpu0.e) / secs),
+      hubs: round((relay.cpuMs(relay.tierPids.hubs) - cpu0.h) / secs),
+      router: round((relay.routerCpuMs() - cpu0.r) / secs),
+    };
+    const busyPct = round(((machineBusyTicks() - cpu0.m) * 10) / secs / cpus().length / 10);
+    const { acks, health } = await take();
+    const during = acks.sort((a, b) => a - b);
     const d = stats(during);
     const peak = relay.heap.peak();
     return {
+      growth_by_mib: {
+        episodes: round((relay.peakBy.episodes - markBy.episodes) / 1024),
+        hubs: round((relay.peakBy.hubs - markBy.hubs) / 1024),
+        fronts: round((relay.peakBy.fronts - markBy.fronts) / 1024),
+      },
       cpu_ms_per_s: cpu,
+      machine_busy_pct: busyPct,
       heap_retained_mib: await relay.heap.retained(),
       connects,
       refused_1013: refused,
@@ -486,20 +528,22 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       heap_peak_mib: peak,
     };
   };
+  await sleep(2000);
+  await take();
   const quietCpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs) };
   await sleep(20_000);
   const quietCpu = {
     episodes: round((relay.cpuMs(relay.tierPids.episodes) - quietCpu0.e) / 20),
     hubs: round((relay.cpuMs(relay.tierPids.hubs) - quietCpu0.h) / 20),
   };
-  const quiet = stats(acks.splice(0).sort((a, b) => a - b));
-  const quietHealth = Math.max(...health.splice(0));
+  const q = await take();
+  const quiet = stats(q.acks.sort((a, b) => a - b));
+  const quietHealth = Math.max(...q.health);
   const polite = await phase(40_000, true);
   const hostile = await phase(20_000, false);
-  stop = true;
-  healthOn = false;
-  await Promise.all([produce, probe]);
-  await closeSocket(ws);
+  const stopped = next<unknown>((m) => m.stopped === true);
+  child.send("stop");
+  await stopped;
   // idle again (streams kept for joiners have lapsed): what each isolate still holds
   await sleep(12_000);
   const idleAfter = await relay.heap.retained();
@@ -583,7 +627,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           const kept = Object.entries(p.heap_retained_mib)
             .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
             .join(", ");
-          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB; CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}; heap peak MiB: ${heap}; after GC: ${kept}`;
+          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}`;
         }),
         `  idle 12 s after the storm, after GC, MiB: ${Object.entries(stormFigures.idle_after_mib)
           .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)

@@ -23,6 +23,11 @@ export interface LocalRelay {
   mf: Miniflare;
   /** Every Miniflare (each a workerd process): one, or the episode tier and the hub tier. */
   runtimes: Miniflare[];
+  /**
+   * The hub tier's own address (tiers only), for watch upgrades that skip the router: a bench with
+   * more sockets than the router's file descriptors allow (two per watcher) connects there.
+   */
+  watchUrl?: string;
   /** Restart the hub tier's runtime (tiers only): every hub restarts, every watcher socket drops. */
   restartHubs?(): Promise<void>;
   stop(): Promise<void>;
@@ -130,6 +135,7 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     url: `http://127.0.0.1:${router.port}`,
     mf: episodes,
     runtimes: [episodes, hubs],
+    watchUrl: direct.toString().replace(/\/$/, ""),
     restartHubs: async () => {
       await hubs.setOptions(hubOptions);
       await hubs.ready;

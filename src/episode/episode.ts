@@ -143,7 +143,7 @@ export class Episode extends DurableObject<Env> {
   }
 
   /** A hub's watcher count moved: the hub count it answers may follow. */
-  hubLoad(_id: string, shard: number, session: number, watchers: number): number {
+  hubLoad(_id: string, shard: number, session: number, watchers: number): number | null {
     return this.feeds.load(shard, session, watchers);
   }
 

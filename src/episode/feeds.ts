@@ -91,13 +91,20 @@ export class HubFeeds {
     return { view, reply: view.status === "finished" || view.status === "failed" ? this.state.record.reply() : null, hubs: m.hubsTold };
   }
 
-  /** A hub's watcher count changed a good deal: the hub count may follow. */
-  load(shard: number, session: number, watchers: number): number {
+  /**
+   * A hub's watcher count changed a good deal: the hub count may follow. The hub is fed at once
+   * (it may have restarted and missed feeds). Null when it is not a member of that session (it
+   * joins again).
+   */
+  load(shard: number, session: number, watchers: number): number | null {
     const m = this.all().get(shard);
-    if (m?.session === session && m.watchers !== watchers) {
+    if (m?.session !== session) return null;
+    if (m.watchers !== watchers) {
       m.watchers = watchers;
       this.save(m);
     }
+    m.failures = 0;
+    void this.pump(m);
     return this.hubs();
   }
 
@@ -213,6 +220,7 @@ export class HubFeeds {
           this.drop(m);
           return;
         }
+        if (answer.view === null) throw new Error(`hub ${m.shard} is still joining`);
         if (sent && !answer.applied && sameView(answer.view, m.view!)) throw new Error(`hub ${m.shard} refused a feed that follows its own view`);
         m.view = answer.view;
         m.watchers = answer.watchers;

@@ -34,6 +34,8 @@ export class ViewerHub extends DurableObject<Env> {
   private arriving = 0;
   /** The watcher count the episode last heard (memory only: a woken hub reports again). */
   private reported = -1;
+  /** The session of a join under way (a feed for it may arrive before the join's answer). */
+  private joining: number | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -96,6 +98,8 @@ export class ViewerHub extends DurableObject<Env> {
   feed(session: number, f: Feed | null): FeedAnswer {
     const s = this.store.state();
     const watchers = this.watchers.count() + this.arriving;
+    // not ready yet: the episode tries again shortly
+    if (this.joining === session) return { applied: false, view: null, member: true, watchers };
     if (!s?.view || s.session !== session) return { applied: false, view: null, member: false, watchers };
     if (watchers === 0) {
       // nobody left to feed (the hub restarted and its sockets dropped): it leaves on this answer
@@ -196,10 +200,15 @@ export class ViewerHub extends DurableObject<Env> {
       const n = this.watchers.count() + this.arriving;
       if (n > 0 && (s === null || s.session === null)) {
         const session = Math.floor(Math.random() * Number.MAX_SAFE_INTEGER);
-        const j = await this.episode(id).hubJoin(id, shard, session, n);
-        this.store.save({ id, shard, session, view: j.view, hubs: j.hubs }, j.reply);
-        this.window.reset(j.view.head);
-        this.reported = n;
+        this.joining = session;
+        try {
+          const j = await this.episode(id).hubJoin(id, shard, session, n);
+          this.store.save({ id, shard, session, view: j.view, hubs: j.hubs }, j.reply);
+          this.window.reset(j.view.head);
+          this.reported = n;
+        } finally {
+          this.joining = null;
+        }
       } else if (n === 0 && s?.session != null) {
         try {
           await this.episode(id).hubLeave(id, shard, s.session);
@@ -210,11 +219,16 @@ export class ViewerHub extends DurableObject<Env> {
         if (this.watchers.count() + this.arriving === 0) {
           this.forget();
         } else this.store.save({ ...this.store.state()!, session: null });
-      } else if (s?.session != null && Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE))) {
+      } else if (s?.session != null && (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))) {
+        // (a woken or restarted hub reports once: the episode feeds it what it may have missed)
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;
         const now = this.store.state();
-        if (now?.session === s.session && now.hubs !== hubs) this.store.save({ ...now, hubs });
+        if (hubs === null) {
+          // the episode no longer counts this hub (it dropped it): join again, from where it is now
+          if (now?.session === s.session) this.store.save({ ...now, session: null });
+          void this.sync();
+        } else if (now?.session === s.session && now.hubs !== hubs) this.store.save({ ...now, hubs });
       }
     };
     const next = this.membership.then(step);

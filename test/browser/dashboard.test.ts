@@ -1,5 +1,6 @@
 // The dashboard in a real browser: Debian's headless Chromium driven by playwright-core, against
-// the real relay bundle (Miniflare, with the dashboard's static assets), fed golden cases the
+// the real relay bundle (Miniflare, with the dashboard's static assets; the hub tier in a process
+// of its own, as under npm start), fed golden cases the
 // way a producer feeds it (envelopes over HTTP), and a run of 240 small episodes sent as bare
 // deltas. Screenshots of each page at a desktop (1280×800) and a phone (390×844) viewport go to
 // test-results/screenshots/ (`<page>-desktop.png`, `<page>-phone.png`).
@@ -47,7 +48,7 @@ beforeAll(async () => {
       "--disable-sync",
     ],
   });
-  relay = await startRelay();
+  relay = await startRelay({}, { tiers: true });
 });
 
 afterAll(async () => {
@@ -596,6 +597,33 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator(".trace-errors").innerText()).toContain("upstream returned 502");
     await shoot(page, "episode-tools");
     expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("its watch socket offers permessage-deflate (as Chromium does) and gets none: one encoding on the wire", async () => {
+    const id = freshId("deflate");
+    await pushCase("chat_basic", id);
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await context.newPage();
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Network.enable");
+    const handshakes: Array<{ url: string; request: Record<string, string>; response: Record<string, string> }> = [];
+    const urls = new Map<string, string>();
+    const requests = new Map<string, Record<string, string>>();
+    cdp.on("Network.webSocketCreated", (e: { requestId: string; url: string }) => urls.set(e.requestId, e.url));
+    cdp.on("Network.webSocketWillSendHandshakeRequest", (e: { requestId: string; request: { headers: Record<string, string> } }) =>
+      requests.set(e.requestId, e.request.headers),
+    );
+    cdp.on("Network.webSocketHandshakeResponseReceived", (e: { requestId: string; response: { status: number; headers: Record<string, string> } }) =>
+      handshakes.push({ url: urls.get(e.requestId) ?? "", request: requests.get(e.requestId) ?? {}, response: e.response.headers }),
+    );
+    await page.goto(`${relay.url}/episodes/${id}`);
+    await waitConnection(page, "finished");
+    const watch = handshakes.find((h) => h.url.includes(`/v1/episodes/${id}/watch`));
+    expect(watch, "the page's watch socket").toBeDefined();
+    const header = (h: Record<string, string>, name: string) => Object.entries(h).find(([k]) => k.toLowerCase() === name)?.[1];
+    expect(header(watch!.request, "sec-websocket-extensions"), "Chromium offers it").toMatch(/permessage-deflate/);
+    expect(header(watch!.response, "sec-websocket-extensions"), "the relay declines it").toBeUndefined();
     await context.close();
   });
 
