@@ -4,7 +4,10 @@
 // `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
 // message it gets on a producer connection goes to every watcher connection; it runs on its own
 // thread, so it has a core to itself as workerd does). Every client offers permessage-deflate
-// (ws defaults, as browsers do); neither server takes it.
+// (ws defaults, as browsers do); neither server takes it. The producer reaches the relay at its
+// address; the watchers at the hub tier's own (its Worker, then its hubs): the local router is a
+// Node process that moves every byte, and at 1000 watchers × 16 KiB × 50/s it, not the relay,
+// would be measured (on Cloudflare the edge carries them).
 //
 // Cells: N watchers ∈ {10, 100, 1000} × delta sizes {1, 16, 256} KiB (one node whose message
 // text fills the size). Per cell and server, fresh watchers (and for the relay a fresh episode
@@ -347,6 +350,8 @@ export async function runCell(
   maxMs: number,
   /** Called around the measured phases (after the watchers joined; before they leave): for profiling. */
   hooks: { measuring?: () => Promise<void>; measured?: () => Promise<void> } = {},
+  /** Where watchers connect, if not `url` (the relay's hub tier, skipping the local router). */
+  watchBase?: string,
 ): Promise<CellFigures> {
   const make = sizedDeltas(sizeKiB * 1024);
   const deltaBytes = make(5).length;
@@ -373,7 +378,7 @@ export async function runCell(
         await sleep(10);
       }
     }
-    await w.connect(target === "relay" ? wsUrl(url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
+    await w.connect(target === "relay" ? wsUrl(watchBase ?? url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
     let seq = startSeq;
     const send = () => {
       seq++;
@@ -470,7 +475,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     bare = await startBareServer();
     // warm-up (JIT of workerd, of the bare server and of this process), not reported
     await runCell("ws", bare.url, null, 10, 1, 20, 500);
-    await runCell("relay", relay.url, client, 10, 1, 20, 500);
+    await runCell("relay", relay.url, client, 10, 1, 20, 500, {}, relay.watchUrl);
     load0 = loadavg()[0]!;
     for (const n of WATCHERS) {
       for (const sizeKiB of SIZES_KIB) {
@@ -481,7 +486,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         foreign.start();
         // bare server first, then the relay: same clients, sizes, rate and window
         const b = await runCell("ws", bare.url, null, n, sizeKiB, latCount, MAX_MS);
-        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS);
+        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS, {}, relay.watchUrl);
         const otherCpu = foreign.stop();
         const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
         const mbps = (f: PhaseFigures, bytes: number) => (n * f.deltas * bytes) / 1e3 / f.ms;

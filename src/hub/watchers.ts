@@ -110,6 +110,8 @@ export class HubWatchers {
   private startTimer: ReturnType<typeof setTimeout> | null = null;
   /** A timer that closes idle catch-ups (only while some run). */
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Live sockets by variant key (null until read from the attachments after a wake). */
+  private live: Map<string, { variant: Variant; sockets: Set<WebSocket> }> | null = null;
   /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
   private sockets: number | null = null;
   private readonly counted = new WeakSet<WebSocket>();
@@ -270,6 +272,8 @@ export class HubWatchers {
       this.flows.delete(ws);
     }
     if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
+    const st = this.states.get(ws);
+    if (st) this.live?.get(st.key)?.sockets.delete(ws);
     this.startWaiting();
   }
 
@@ -284,7 +288,7 @@ export class HubWatchers {
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
       const s = this.stateOf(ws);
       if (!s || ws.readyState !== WebSocket.OPEN) continue;
-      if (s.live) setLive(ws, s, false);
+      if (s.live) this.setLive(ws, s, false);
       this.send(ws, helloMessage(id, viewStatus(v), v.head));
       this.waiting.push({ ws, after: null, ready: true, reason });
     }
@@ -300,6 +304,7 @@ export class HubWatchers {
     }
     this.sockets = 0;
     this.queued = 0;
+    this.live = new Map();
   }
 
   /** The hub left its episode (no watcher): streams kept for joiners go too. */
@@ -457,7 +462,7 @@ export class HubWatchers {
     c.release();
     this.send(ws, caughtUpMessage(v.head));
     if (v.status === "finished" || v.status === "failed") this.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
-    setLive(ws, this.states.get(ws)!, true);
+    this.setLive(ws, this.states.get(ws)!, true);
     this.startWaiting();
   }
 
@@ -528,16 +533,31 @@ export class HubWatchers {
     for (const { sockets } of this.liveGroups()) for (const ws of sockets) this.send(ws, message);
   }
 
-  private liveGroups(): Iterable<{ variant: Variant; sockets: WebSocket[] }> {
-    const groups = new Map<string, { variant: Variant; sockets: WebSocket[] }>();
-    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-      const s = this.stateOf(ws);
-      if (!s?.live) continue;
-      let g = groups.get(s.key);
-      if (!g) groups.set(s.key, (g = { variant: s.variant, sockets: [] }));
-      g.sockets.push(ws);
+  /** The live sockets by variant: read from the sockets' attachments once per wake, then kept as they change. */
+  private liveGroups(): Iterable<{ variant: Variant; sockets: Set<WebSocket> }> {
+    if (!this.live) {
+      this.live = new Map();
+      for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+        const s = this.stateOf(ws);
+        if (s?.live && ws.readyState === WebSocket.OPEN) this.liveGroup(s).sockets.add(ws);
+      }
     }
-    return groups.values();
+    return this.live.values();
+  }
+
+  private liveGroup(s: SocketState): { variant: Variant; sockets: Set<WebSocket> } {
+    let g = this.live!.get(s.key);
+    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Set() }));
+    return g;
+  }
+
+  /** Mark the socket live or not, in memory and in its attachment (which survives hibernation). */
+  private setLive(ws: WebSocket, s: SocketState, live: boolean): void {
+    s.live = live;
+    ws.serializeAttachment({ ...att(ws), live } satisfies WatcherAttachment);
+    if (!this.live) return;
+    if (live) this.liveGroup(s).sockets.add(ws);
+    else this.live.get(s.key)?.sockets.delete(ws);
   }
 
   /**
@@ -590,10 +610,4 @@ export class HubWatchers {
 
 function att(ws: WebSocket): WatcherAttachment {
   return ws.deserializeAttachment() as WatcherAttachment;
-}
-
-/** Mark the socket live or not, in memory and in its attachment (which survives hibernation). */
-function setLive(ws: WebSocket, s: SocketState, live: boolean): void {
-  s.live = live;
-  ws.serializeAttachment({ ...att(ws), live } satisfies WatcherAttachment);
 }
