@@ -5,23 +5,11 @@
 // hint; an offered permessage-deflate is declined.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { hubName } from "../../src/hub/shards.js";
 import { retryHintMs } from "../../src/watch/protocol.js";
-import type { GoldenCase } from "../../tools/conformance/case-format.js";
-import { equal, freshId, golden, inbox, openSocket, post, relay } from "./support.js";
+import { equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
-
-async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
-  const lost = new Set(c.ack_lost);
-  for (let i = from; i < to; i++) {
-    const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
-    expect(res.status, await res.clone().text()).toBe(200);
-    await res.arrayBuffer();
-    if (!lost.has(i)) producer.acknowledge();
-  }
-}
 
 const hub = (id: string, shard: number) => env.HUBS.get(env.HUBS.idFromName(hubName(id, shard)));
 
@@ -55,12 +43,12 @@ describe("viewer hubs", () => {
     const c = await golden("ack_lost");
     const id = freshId("two-hubs");
     const producer = new ProducerCursor("p");
-    await push(id, c, 0, 1, producer);
+    await pushFrames(id, c, 0, 1, producer);
     const a = await Watcher.open(id); // through the Worker: shard 0
     const b = await watcherOn(id, 1);
     for (const w of [a, b]) await w.read((x) => x.caughtUp);
     expect(await status(id)).toMatchObject({ watchers: 2, hubs: 2 });
-    await push(id, c, 1, c.frames.length, producer);
+    await pushFrames(id, c, 1, c.frames.length, producer);
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     for (const w of [a, b]) {
       await w.read((x) => x.finished !== null);
@@ -77,7 +65,7 @@ describe("viewer hubs", () => {
     const c = await golden("chat_basic");
     const id = freshId("leave");
     const producer = new ProducerCursor("p");
-    await push(id, c, 0, 2, producer);
+    await pushFrames(id, c, 0, 2, producer);
     const stay = await Watcher.open(id);
     const go = await watcherOn(id, 1);
     for (const w of [stay, go]) await w.read((x) => x.caughtUp);
@@ -89,7 +77,7 @@ describe("viewer hubs", () => {
     );
     const left = await hub(id, 1).stats();
     expect(left).toMatchObject({ session: null, view: null, watchers: { catchingUp: 0, cohorts: 0, waiting: 0 } });
-    await push(id, c, 2, c.frames.length, producer);
+    await pushFrames(id, c, 2, c.frames.length, producer);
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await stay.read((x) => x.finished !== null);
     expect(equal(stay.episodeBytes(), c.episode!)).toBe(true);
@@ -106,7 +94,7 @@ describe("viewer hubs", () => {
   it("watchers arriving one after another while nothing is fed share one stream from the episode (it lingers after each leaves)", async () => {
     const c = await golden("large_routing");
     const id = freshId("linger");
-    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     const keep = await Watcher.open(id); // keeps the hub a member meanwhile
     await keep.read((x) => x.caughtUp);
     const firsts: Uint8Array[] = [];
@@ -135,7 +123,7 @@ describe("viewer hubs", () => {
   it("past MAX_WAITING (8 here) a newcomer is closed 1013 with a retry hint; the waiting ones are not", async () => {
     const c = await golden("chat_basic");
     const id = freshId("admission");
-    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     // watchers that never acknowledge their hello wait for a catch-up slot
     const waiting = [];
     for (let i = 0; i < 8; i++) waiting.push(await Watcher.open(id, "", "never"));

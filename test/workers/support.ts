@@ -1,5 +1,8 @@
 // Helpers for workerd-side tests: golden cases through the GOLDEN binding, requests to the Worker.
 import { env, exports } from "cloudflare:workers";
+import { expect } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import type { ProducerCursor } from "../../src/envelope/producer.js";
 import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
 
 export async function goldenNames(): Promise<string[]> {
@@ -96,4 +99,15 @@ export function inbox(ws: WebSocket) {
     },
     pending: () => queue.length,
   };
+}
+
+/** Frames `from`..`to` of `c` as envelopes over HTTP; frames the case lists in `ack_lost` are not acknowledged (the relay retracts them later). */
+export async function pushFrames(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
+  const lost = new Set(c.ack_lost);
+  for (let i = from; i < to; i++) {
+    const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
+    expect(res.status, await res.clone().text()).toBe(200);
+    await res.arrayBuffer();
+    if (!lost.has(i)) producer.acknowledge();
+  }
 }

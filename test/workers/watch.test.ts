@@ -1,22 +1,11 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { type LMap, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
-import { equal, freshId, golden, inbox, openSocket, post } from "./support.js";
+import { equal, freshId, golden, inbox, openSocket, post, pushFrames } from "./support.js";
 import { Watcher } from "./watcher.js";
-
-async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
-  const lost = new Set(c.ack_lost);
-  for (let i = from; i < to; i++) {
-    const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
-    expect(res.status, await res.clone().text()).toBe(200);
-    await res.arrayBuffer();
-    if (!lost.has(i)) producer.acknowledge();
-  }
-}
 
 const reply = async (id: string, c: GoldenCase) => (await post(`${id}/reply`, c.reply)).arrayBuffer();
 
@@ -30,7 +19,7 @@ describe("watchers", () => {
       await early.read((w) => w.caughtUp);
       expect(early.messages[0]).toMatchObject({ type: "hello", episode: id, status: "new", seq: 0 });
       const half = Math.floor(c.frames.length / 2);
-      await push(id, c, 0, half, producer);
+      await pushFrames(id, c, 0, half, producer);
       const late = await Watcher.open(id);
       await late.read((w) => w.caughtUp);
       // its snapshot may be the one the early watcher got (a stream a few frames old is shared), then the frames since
@@ -41,11 +30,11 @@ describe("watchers", () => {
       // one that drops after a few frames and resumes with ?after=
       const dropper = await Watcher.open(id);
       await dropper.read((w) => w.caughtUp);
-      await push(id, c, half, half + 2, producer);
+      await pushFrames(id, c, half, half + 2, producer);
       await dropper.read((w) => w.lastSeq >= half + 2);
       const resumeAt = dropper.lastSeq;
       dropper.close();
-      await push(id, c, half + 2, c.frames.length, producer);
+      await pushFrames(id, c, half + 2, c.frames.length, producer);
       const resumed = await Watcher.open(id, `?after=${resumeAt}`);
       resumed.asm = dropper.asm; // continues the same assembly
       resumed.lastSeq = resumeAt;
@@ -69,7 +58,7 @@ describe("watchers", () => {
   it("resume from several points gives exactly the missing frames", async () => {
     const c = await golden("tool_calls_pending");
     const id = freshId("resume");
-    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     // LOG_KEEP_FRAMES is 6 in tests: the log holds the last 6 frames
     for (const after of [6, 8, 10, 11]) {
       const w = await Watcher.open(id, `?after=${after}`);
@@ -84,7 +73,7 @@ describe("watchers", () => {
   it("resume from before the trimmed log, or ahead of it, gets a snapshot flagged as such", async () => {
     const c = await golden("tool_calls_pending");
     const id = freshId("trimmed");
-    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     const trimmed = await Watcher.open(id, "?after=2");
     await trimmed.read((x) => x.caughtUp);
     expect(trimmed.messages[1]).toMatchObject({ type: "snapshot", reason: "trimmed", seq: 11 });
@@ -103,7 +92,7 @@ describe("watchers", () => {
     const id2 = freshId("variant2");
     const noRouting = await Watcher.open(id, "?routing=0");
     const full = await Watcher.open(id);
-    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     await reply(id, c);
     for (const w of [noRouting, full]) await w.read((x) => x.finished !== null);
     expect(equal(full.episodeBytes(), c.episode!)).toBe(true);
@@ -121,7 +110,7 @@ describe("watchers", () => {
     const firstTrace = (decodeLossless(m.frames[0]!) as LMap).get("trace") as string;
     const filtered = await Watcher.open(id2, `?traces=${firstTrace}`);
     await filtered.read((x) => x.caughtUp);
-    await push(id2, m, 0, m.frames.length, new ProducerCursor("p"));
+    await pushFrames(id2, m, 0, m.frames.length, new ProducerCursor("p"));
     await filtered.read((x) => x.lastSeq > 0 && x.asm.traces.size > 0 && x.seqs.length > 0 && x.box.pending() === 0, 2000).catch(() => undefined);
     expect([...filtered.asm.traces.keys()]).toEqual([firstTrace]);
     const everyFrameOfThatTrace = m.frames.filter((f) => (decodeLossless(f) as LMap).get("trace") === firstTrace).length;
@@ -177,7 +166,7 @@ describe("watchers", () => {
     await fast.read((x) => x.caughtUp);
     const producer = new ProducerCursor("p");
     for (let i = 0; i < 6; i++) {
-      await push(id, c, i, i + 1, producer);
+      await pushFrames(id, c, i, i + 1, producer);
       await fast.read((x) => x.lastSeq >= i + 1);
       await new Promise((r) => setTimeout(r, 20)); // let the ack land before the next frame
     }
@@ -195,12 +184,12 @@ describe("watchers", () => {
     await w.read((x) => x.caughtUp);
     const producer = new ProducerCursor("p");
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
-    await push(id, c, 0, 3, producer);
+    await pushFrames(id, c, 0, 3, producer);
     await w.read((x) => x.lastSeq >= 3);
     expect(await runInDurableObject(stub, (instance) => (instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
     await new Promise((r) => setTimeout(r, 12_000)); // idle: the object hibernates
     expect(await runInDurableObject(stub, (instance) => !(instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
-    await push(id, c, 3, c.frames.length, producer);
+    await pushFrames(id, c, 3, c.frames.length, producer);
     await reply(id, c);
     await w.read((x) => x.finished !== null);
     expect(w.seqs).toEqual(Array.from({ length: c.frames.length }, (_, i) => i + 1));
