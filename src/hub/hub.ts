@@ -15,7 +15,8 @@ import type { Cursor } from "./catchup.js";
 import { type Feed, type FeedAnswer, type HubView, viewStatus } from "./feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "./shards.js";
 import { HubStore } from "./store.js";
-import { HubWatchers, type WatcherAttachment } from "./watchers.js";
+import type { WatcherAttachment } from "./live.js";
+import { HubWatchers } from "./watchers.js";
 import { HubWindow } from "./window.js";
 
 /** The window keeps at most this many frames (besides its byte bound). */

@@ -1,37 +1,25 @@
-// A hub's watcher sockets (hibernating), with a send budget.
+// A hub's watcher sockets (hibernating): admission, hellos, catch-ups and the step to live.
 //
-// - Live watchers get every frame the hub is fed: grouped by variant, each message encoded once
-//   per variant and the same bytes sent to every socket of the group. Feeds that arrive back to
-//   back are coalesced into one message (with thousands of watchers the sends, not the bytes, are
-//   the cost).
 // - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
-//   its catch-up (src/hub/catchup.ts), paced by what it acknowledges: at most `window` bytes
-//   unacknowledged, at most `maxCatchUps` at once, at most `catchUpsPerSecond` starting
-//   (src/hub/admission.ts). A newcomer past the admission bounds is closed 1013 with a retry hint.
-// - workerd has no send backpressure (no bufferedAmount), so progress is what the watcher
-//   acknowledges (`{"type":"ack","bytes":N}`, see src/watch/protocol.ts). A live watcher more than
-//   `lagBytes` behind is closed with 4008 and a reason; it resumes with `?after=SEQ`. A catching-up
-//   one that stops acknowledging what it was sent is closed 4008 too (after IDLE_MS, which lets go
-//   of its stream so the hub can hibernate; after SPLIT_MS when it holds back its cohort).
+//   its catch-up (src/hub/catchup.ts), paced by what it acknowledges (src/hub/flows.ts): at most
+//   `window` bytes unacknowledged, at most `maxCatchUps` at once, at most `catchUpsPerSecond`
+//   starting (src/hub/admission.ts). A newcomer past the admission bounds is closed 1013 with a
+//   retry hint. Caught up, it joins the live fan-out (src/hub/live.ts).
+// - A catching-up watcher that stops acknowledging what it was sent is closed 4008 (after IDLE_MS,
+//   which lets go of its stream so the hub can hibernate; after SPLIT_MS when it holds back its
+//   cohort); it reconnects.
 // - Per-socket state is memory only, except `live` in the attachment: after the hub restarts, a
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
 import { CLOSE_POLICY, CLOSE_TOO_SLOW, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
-import {
-  caughtUpMessage,
-  finishMessage,
-  type Frame,
-  framesMessage,
-  helloMessage,
-  parseWatcherText,
-  retryReason,
-  type SnapshotReason,
-  statusMessage,
-} from "../watch/protocol.js";
-import { deltaForVariant, parseVariant, type Variant, variantKey } from "../watch/variant.js";
+import { caughtUpMessage, finishMessage, helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../watch/protocol.js";
+import { parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
-import { BridgeCache, type BridgeSource, HubCatchUp, HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "./catchup.js";
+import { BridgeCache, type BridgeSource, HubCatchUp, type HubCohort, type OpenCursor } from "./catchup.js";
 import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
+import { Flows } from "./flows.js";
+import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
+import { Streams } from "./streams.js";
 import type { HubWindow } from "./window.js";
 
 export const WATCH_TAG = "watch";
@@ -39,16 +27,6 @@ export const WATCH_TAG = "watch";
 export const IDLE_MS = 10_000;
 /** A cohort member silent this long no longer holds the others back: it is closed, to resume. */
 export const SPLIT_MS = 5_000;
-/** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */
-export const FIRST_WINDOW = 512 * 1024;
-
-export interface WatcherAttachment {
-  role: "watch";
-  id: string;
-  variant: Variant;
-  /** True once caught up (survives hibernation; catch-up state does not). */
-  live: boolean;
-}
 
 export interface WatcherLimits extends AdmissionLimits {
   /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
@@ -67,22 +45,6 @@ export interface HubSource {
   openCursor: OpenCursor;
 }
 
-/** What was sent to a socket and what it acknowledged (bytes since the socket opened, as the watcher counts). */
-interface Flow {
-  sent: number;
-  acked: number;
-  /** The catch-up window now (grows with acks). */
-  window: number;
-  /** The watcher's count when this flow started (after a restart the first ack sets it). */
-  base: number | null;
-}
-
-interface SocketState {
-  key: string;
-  variant: Variant;
-  live: boolean;
-}
-
 interface Waiting {
   ws: WebSocket;
   after: number | null;
@@ -91,11 +53,11 @@ interface Waiting {
 }
 
 export class HubWatchers {
-  private readonly flows = new WeakMap<WebSocket, Flow>();
+  private readonly flows = new Flows();
+  private readonly live: LiveFanOut;
   private readonly states = new WeakMap<WebSocket, SocketState>();
   private readonly catchUps = new Map<WebSocket, HubCatchUp>();
-  /** Catch-up streams by what they carry: watchers joining together share one; a cohort is forgotten once its last member left. */
-  private readonly cohorts = new Map<string, HubCohort>();
+  private readonly streams: Streams;
   private readonly socketOf = new Map<HubCatchUp, WebSocket>();
   /** Catch-ups waiting for their stream, a slower member of their cohort, or the hub's feed. */
   private readonly blocked = new Set<HubCatchUp>();
@@ -103,24 +65,13 @@ export class HubWatchers {
   private readonly progress = new WeakMap<WebSocket, number>();
   /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
   private readonly waiting: Waiting[] = [];
-  /** Frames fed but not yet sent to live watchers (coalesced into one message per variant). */
-  private pending: FeedFrame[] = [];
-  private scheduled = false;
   /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
   private startTimer: ReturnType<typeof setTimeout> | null = null;
   /** A timer that closes idle catch-ups (only while some run). */
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
-  /** Live sockets by variant key (null until read from the attachments after a wake). */
-  private live: Map<string, { variant: Variant; sockets: Set<WebSocket> }> | null = null;
   /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
   private sockets: number | null = null;
   private readonly counted = new WeakSet<WebSocket>();
-  /** Bytes sent and not yet acknowledged, all sockets together. */
-  private queued = 0;
-  /** Catch-up streams asked of the episode since this hub woke (for benches and tests). */
-  private opened = 0;
-  /** Frame bytes fed to this hub since it woke (a stream's age, for newcomers who could join it). */
-  private fed = 0;
   private readonly admission: Admission;
   private readonly bridge: BridgeSource;
 
@@ -130,10 +81,12 @@ export class HubWatchers {
     private readonly hub: HubSource,
   ) {
     this.admission = new Admission(limits, Date.now());
+    this.live = new LiveFanOut(this.flows, limits.lagBytes, () => this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })));
+    this.streams = new Streams(hub.openCursor, (c) => this.wakeMembers(c));
     this.bridge = {
       head: () => this.hub.view().head,
       window: hub.window,
-      cohortFor: (variant, after, forced) => this.cohortFor(variant, after, forced),
+      cohortFor: (variant, after, forced) => this.streams.for(variant, after, forced),
       bridges: new BridgeCache(),
     };
   }
@@ -156,9 +109,9 @@ export class HubWatchers {
       watchers: this.count(),
       waiting: this.waiting.length,
       catchingUp: this.catchUps.size,
-      cohorts: this.cohorts.size,
-      queuedBytes: this.queued,
-      streamsOpened: this.opened,
+      cohorts: this.streams.size,
+      queuedBytes: this.flows.queued,
+      streamsOpened: this.streams.opened,
     };
   }
 
@@ -175,7 +128,7 @@ export class HubWatchers {
     }
     const variant = parseVariant(url.searchParams);
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
-    const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.queued });
+    const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.flows.queued });
     if (!decision.ok) {
       // accepted only to be closed: not a hibernating socket (the runtime holds one closed before
       // its 101 went out for ~10 s before the client sees the close)
@@ -206,10 +159,10 @@ export class HubWatchers {
   private accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
     ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
     this.states.set(ws, { key: variantKey(variant), variant, live: false });
-    this.flows.set(ws, { sent: 0, acked: 0, window: FIRST_WINDOW, base: 0 });
+    this.flows.start(ws);
     const v = this.hub.view();
-    this.send(ws, helloMessage(id, viewStatus(v), v.head));
-    if (v.refused !== null && v.status === "live") this.send(ws, statusMessage(viewStatus(v), v.head, v.refused));
+    this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
+    if (v.refused !== null && v.status === "live") this.flows.send(ws, statusMessage(viewStatus(v), v.head, v.refused));
     this.waiting.push({ ws, after, ready: false });
   }
 
@@ -224,8 +177,7 @@ export class HubWatchers {
       this.idleTimer = null;
       const now = Date.now();
       for (const ws of [...this.catchUps.keys()]) {
-        const f = this.flowOf(ws);
-        if (f.sent === f.acked || now - (this.progress.get(ws) ?? now) < IDLE_MS) continue;
+        if (this.flows.behind(ws) === 0 || now - (this.progress.get(ws) ?? now) < IDLE_MS) continue;
         safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${IDLE_MS / 1000} s while catching up; reconnect to resume`);
         this.gone(ws);
       }
@@ -235,13 +187,9 @@ export class HubWatchers {
 
   /** The watcher acknowledged `bytes` (its count since the socket opened). */
   private ack(ws: WebSocket, bytes: number): void {
-    const f = this.flowOf(ws);
-    if (f.base === null) f.base = bytes - f.acked; // first ack after a restart: count from here
-    const acked = Math.max(f.acked, Math.min(f.sent, bytes - f.base));
-    this.queued -= acked - f.acked;
-    f.acked = acked;
+    this.flows.ack(ws, bytes);
     if (this.catchUps.has(ws)) {
-      f.window = Math.min(this.limits.window, f.window * 2);
+      this.flows.grow(ws, this.limits.window);
       this.progress.set(ws, Date.now());
       this.pump(ws);
       return;
@@ -266,14 +214,9 @@ export class HubWatchers {
     }
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
-    const f = this.flows.get(ws);
-    if (f) {
-      this.queued -= f.sent - f.acked;
-      this.flows.delete(ws);
-    }
+    this.flows.forget(ws);
     if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
-    const st = this.states.get(ws);
-    if (st) this.live?.get(st.key)?.sockets.delete(ws);
+    this.live.drop(ws, this.states.get(ws));
     this.startWaiting();
   }
 
@@ -288,8 +231,8 @@ export class HubWatchers {
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
       const s = this.stateOf(ws);
       if (!s || ws.readyState !== WebSocket.OPEN) continue;
-      if (s.live) this.setLive(ws, s, false);
-      this.send(ws, helloMessage(id, viewStatus(v), v.head));
+      if (s.live) this.live.set(ws, s, false);
+      this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
       this.waiting.push({ ws, after: null, ready: true, reason });
     }
     this.startWaiting();
@@ -303,27 +246,25 @@ export class HubWatchers {
       this.counted.delete(ws);
     }
     this.sockets = 0;
-    this.queued = 0;
-    this.live = new Map();
+    this.flows.clear();
+    this.live.reset(true);
   }
 
   /** The hub left its episode (no watcher): streams kept for joiners go too. */
   forgetStreams(): void {
-    for (const c of [...this.cohorts.values()]) if (c.members.size === 0) c.close();
+    this.streams.forgetIdle();
     this.bridge.bridges?.clear();
   }
 
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
   private dropCatchUps(): void {
     for (const c of this.catchUps.values()) c.release();
-    for (const c of [...this.cohorts.values()]) c.close();
-    this.cohorts.clear();
+    this.streams.closeAll();
     this.catchUps.clear();
     this.socketOf.clear();
     this.blocked.clear();
     this.waiting.length = 0;
-    this.pending = [];
-    this.fed += STALE_BYTES + 1; // what was under way is not joinable any more
+    this.live.reset();
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
   }
@@ -342,7 +283,7 @@ export class HubWatchers {
       const state = this.states.get(w.ws);
       const cheap =
         (!w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after)) ||
-        (state !== undefined && this.joinable(this.cohorts.get(HubCohort.key(state.variant, w.after, w.reason))));
+        (state !== undefined && this.streams.joinable(state.variant, w.after, w.reason));
       if (!cheap) {
         const wait = this.admission.take(Date.now());
         if (wait > 0) {
@@ -354,7 +295,7 @@ export class HubWatchers {
         }
       }
       this.waiting.splice(i, 1);
-      this.flush(); // frames fed before this catch-up's stream go to the live watchers first
+      this.live.flush(); // frames fed before this catch-up's stream go to the live watchers first
       if (!state) continue;
       const c = new HubCatchUp(this.bridge, state.variant, w.after, w.reason);
       this.catchUps.set(w.ws, c);
@@ -363,43 +304,6 @@ export class HubWatchers {
       this.pump(w.ws);
     }
     this.watchIdle();
-  }
-
-  /** The stream for a new catch-up: one started for the same view and still joinable, or a new one. */
-  private cohortFor(variant: Variant, after: number | null, forced: SnapshotReason | undefined): HubCohort {
-    const key = HubCohort.key(variant, after, forced);
-    const have = this.cohorts.get(key);
-    if (have && this.joinable(have)) return have;
-    if (have?.members.size === 0) have.close();
-    this.opened++;
-    const c = new HubCohort(
-      this.hub.openCursor,
-      key,
-      this.fed,
-      variant,
-      after,
-      forced,
-      (x) => this.wakeMembers(x),
-      (x) => this.linger(x),
-      (x) => {
-        if (this.cohorts.get(x.key) === x) this.cohorts.delete(x.key);
-      },
-    );
-    this.cohorts.set(key, c);
-    return c;
-  }
-
-  /** A newcomer may join `c`: it still has its first message, and it started at most STALE_BYTES of frames ago. */
-  private joinable(c: HubCohort | undefined): boolean {
-    return c?.joinable() === true && this.fed - c.fedAt <= STALE_BYTES;
-  }
-
-  /** Its last member left: a cohort still joinable stays for LINGER_MS (a storm's next arrivals join it), then goes. */
-  private linger(c: HubCohort): void {
-    if (!c.joinable() || this.cohorts.get(c.key) !== c) return c.close();
-    setTimeout(() => {
-      if (c.members.size === 0) c.close();
-    }, LINGER_MS);
   }
 
   /**
@@ -419,12 +323,11 @@ export class HubWatchers {
   private pump(ws: WebSocket): void {
     const c = this.catchUps.get(ws);
     if (!c) return;
-    const f = this.flowOf(ws);
     const cohort = c.snapshotting;
     let sent = false;
     this.blocked.delete(c);
     try {
-      while (f.sent - f.acked < f.window) {
+      while (this.flows.open(ws)) {
         let messages = c.next();
         if (messages === "wait" && c.snapshotting) {
           this.unblock(c.snapshotting, Date.now());
@@ -440,7 +343,7 @@ export class HubWatchers {
           break;
         }
         sent = true;
-        for (const m of messages) if (!this.send(ws, m)) return this.gone(ws);
+        for (const m of messages) if (!this.flows.send(ws, m)) return this.gone(ws);
       }
     } catch (e) {
       // the stream from the episode broke (it restarted): the watcher reconnects and resumes
@@ -455,14 +358,14 @@ export class HubWatchers {
   /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
   private caughtUp(ws: WebSocket, c: HubCatchUp): void {
     // frames fed but not yet broadcast are in what this watcher got: they go to the others first
-    this.flush();
+    this.live.flush();
     const v = this.hub.view();
     this.catchUps.delete(ws);
     this.socketOf.delete(c);
     c.release();
-    this.send(ws, caughtUpMessage(v.head));
-    if (v.status === "finished" || v.status === "failed") this.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
-    this.setLive(ws, this.states.get(ws)!, true);
+    this.flows.send(ws, caughtUpMessage(v.head));
+    if (v.status === "finished" || v.status === "failed") this.flows.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
+    this.live.set(ws, this.states.get(ws)!, true);
     this.startWaiting();
   }
 
@@ -493,71 +396,16 @@ export class HubWatchers {
     }
   }
 
-  /**
-   * Queue fed `frames` (consecutive, as applied) for the live watchers. They go out from a
-   * zero-delay timer, so feeds arriving back to back share one message per variant.
-   */
+  /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
   broadcast(frames: readonly FeedFrame[]): void {
-    for (const f of frames) this.fed += f.delta.length;
-    if (frames.length > 0) {
-      this.pending.push(...frames);
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setTimeout(() => this.flush(), 0);
-      }
-    }
+    for (const f of frames) this.streams.fedBytes(f.delta.length);
+    this.live.queue(frames);
     this.wakeBlocked();
   }
 
-  /** Send what is queued to the live watchers now. */
-  flush(): void {
-    this.scheduled = false;
-    const frames = this.pending;
-    if (frames.length === 0) return;
-    this.pending = [];
-    for (const { variant, sockets } of this.liveGroups()) {
-      const visible: Frame[] = [];
-      for (const f of frames) {
-        const d = deltaForVariant(f.delta, f.trace, variant);
-        if (d) visible.push({ seq: f.seq, delta: d });
-      }
-      if (visible.length === 0) continue;
-      const message = framesMessage(visible);
-      for (const ws of sockets) this.sendLive(ws, message);
-    }
-  }
-
-  /** Send the same message to every live watcher (e.g. finish), after the queued frames. */
+  /** The same message to every live watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
-    this.flush();
-    for (const { sockets } of this.liveGroups()) for (const ws of sockets) this.send(ws, message);
-  }
-
-  /** The live sockets by variant: read from the sockets' attachments once per wake, then kept as they change. */
-  private liveGroups(): Iterable<{ variant: Variant; sockets: Set<WebSocket> }> {
-    if (!this.live) {
-      this.live = new Map();
-      for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-        const s = this.stateOf(ws);
-        if (s?.live && ws.readyState === WebSocket.OPEN) this.liveGroup(s).sockets.add(ws);
-      }
-    }
-    return this.live.values();
-  }
-
-  private liveGroup(s: SocketState): { variant: Variant; sockets: Set<WebSocket> } {
-    let g = this.live!.get(s.key);
-    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Set() }));
-    return g;
-  }
-
-  /** Mark the socket live or not, in memory and in its attachment (which survives hibernation). */
-  private setLive(ws: WebSocket, s: SocketState, live: boolean): void {
-    s.live = live;
-    ws.serializeAttachment({ ...att(ws), live } satisfies WatcherAttachment);
-    if (!this.live) return;
-    if (live) this.liveGroup(s).sockets.add(ws);
-    else this.live.get(s.key)?.sockets.delete(ws);
+    this.live.sendAll(message);
   }
 
   /**
@@ -577,37 +425,4 @@ export class HubWatchers {
     }
     return s;
   }
-
-  private flowOf(ws: WebSocket): Flow {
-    let f = this.flows.get(ws);
-    if (!f) this.flows.set(ws, (f = { sent: 0, acked: 0, window: FIRST_WINDOW, base: null }));
-    return f;
-  }
-
-  /** A live send: refused (close 4008) when the watcher is too far behind. */
-  private sendLive(ws: WebSocket, message: Uint8Array): void {
-    const f = this.flowOf(ws);
-    const behind = f.sent - f.acked + message.length;
-    if (behind > this.limits.lagBytes) {
-      safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
-      return;
-    }
-    this.send(ws, message);
-  }
-
-  private send(ws: WebSocket, message: Uint8Array): boolean {
-    if (ws.readyState !== WebSocket.OPEN) return false; // closing or closed: skip the ghost
-    try {
-      ws.send(message);
-    } catch {
-      return false; // the socket went away between listing and sending
-    }
-    this.flowOf(ws).sent += message.length;
-    this.queued += message.length;
-    return true;
-  }
-}
-
-function att(ws: WebSocket): WatcherAttachment {
-  return ws.deserializeAttachment() as WatcherAttachment;
 }
