@@ -129,10 +129,8 @@ export class HubFeeds {
   /** Watchers and hubs as the hubs say now (one call per hub; a hub that does not answer counts as it last said). */
   async viewers(): Promise<{ watchers: number; hubs: number }> {
     const members = [...this.all().values()];
-    const ns = this.ns;
-    const id = this.id;
-    if (!ns || id === null) return { watchers: this.watchers(), hubs: members.length };
-    const counts = await Promise.allSettled(members.map((m) => ns.get(ns.idFromName(hubName(id, m.shard))).count(m.session)));
+    if (!this.ns || this.id === null) return { watchers: this.watchers(), hubs: members.length };
+    const counts = await Promise.allSettled(members.map((m) => this.hub(m.shard).count(m.session)));
     let watchers = 0;
     counts.forEach((c, i) => {
       const m = members[i]!;
@@ -185,20 +183,23 @@ export class HubFeeds {
 
   /** The episode is gone: every hub closes its watchers; membership ends. */
   async closeAll(reason: string): Promise<void> {
-    const ns = this.ns;
     const members = [...this.all().values()];
     this.members = new Map();
     this.forgetRecent(0);
     this.recentAfter = null;
-    if (!ns || this.id === null) return;
-    const id = this.id;
-    await Promise.allSettled(members.map((m) => ns.get(ns.idFromName(hubName(id, m.shard))).closeAll(m.session, reason)));
+    if (!this.ns || this.id === null) return;
+    await Promise.allSettled(members.map((m) => this.hub(m.shard).closeAll(m.session, reason)));
+  }
+
+  /** The stub of hub `shard` (the caller checked there is a namespace and an id). */
+  private hub(shard: number) {
+    return this.ns!.get(this.ns!.idFromName(hubName(this.id!, shard)));
   }
 
   private async pump(m: Member): Promise<void> {
     if (m.busy || !this.ns || this.id === null) return;
     m.busy = true;
-    const hub = this.ns.get(this.ns.idFromName(hubName(this.id, m.shard)));
+    const hub = this.hub(m.shard);
     try {
       for (;;) {
         if (this.all().get(m.shard) !== m) return; // left, or joined again with a new session
