@@ -144,7 +144,7 @@ function session(name, config, tierPort, inspector) {
         if (/Ready on /.test(line)) {
           ready.add(name);
           to.write(`[dev] ${name} tier ready\n`);
-          if (ready.size === 2) void open();
+          if (ready.size === 2) open();
         } else if (line.trim() !== "" && !QUIET_LINE.test(line)) {
           to.write(`[${name}] ${line}\n`);
         }
@@ -161,26 +161,9 @@ function session(name, config, tierPort, inspector) {
   });
 }
 
-/** Both tiers are up: open the public address. */
-async function open() {
-  try {
-    router = await startRouter({
-      host: bare,
-      port: Number(port),
-      rest: { host: "127.0.0.1", port: episodesPort },
-      watch: { host: "127.0.0.1", port: hubsPort },
-      stripDeflateOffer: true,
-    });
-    console.error(`[dev] Ready on ${where}`);
-  } catch (e) {
-    const err = /** @type {NodeJS.ErrnoException} */ (e);
-    console.error(
-      err.code === "EADDRINUSE"
-        ? `[dev] port ${port} is already in use (another npm start?): pick another with PORT, e.g. PORT=${Number(port) + 1} npm start`
-        : `[dev] could not listen on ${where}: ${err.message}`,
-    );
-    stop(1);
-  }
+/** Both tiers are up: the public address (open already) leads somewhere. */
+function open() {
+  console.error(`[dev] Ready on ${where}`);
 }
 
 let stopping = false;
@@ -217,5 +200,24 @@ process.on("exit", () => {
   for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGTERM");
 });
 
+// the public address first: a busy port is said at once, before any session starts
+try {
+  router = await startRouter({
+    host: bare,
+    port: Number(port),
+    rest: { host: "127.0.0.1", port: episodesPort },
+    watch: { host: "127.0.0.1", port: hubsPort },
+    stripDeflateOffer: true,
+  });
+} catch (e) {
+  const err = /** @type {NodeJS.ErrnoException} */ (e);
+  console.error(
+    err.code === "EADDRINUSE"
+      ? `[dev] port ${port} is already in use (another npm start?): pick another with PORT, e.g. PORT=${Number(port) + 1} npm start`
+      : `[dev] could not listen on ${where}: ${err.message}`,
+  );
+  rmSync(registry, { recursive: true, force: true });
+  process.exit(1);
+}
 session("episodes", configs.episodes, episodesPort, episodesInspector);
 session("hubs", configs.hubs, hubsPort, hubsInspector);

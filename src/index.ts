@@ -11,7 +11,7 @@ import { authMode, authorize, type Claims, need, offeredProtocols, stripCredenti
 import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
-import { allowedMethods, isWebSocketUpgrade, parseRoute, RESERVED_IDS, type Route } from "./http/route.js";
+import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
 import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runSocket, runView } from "./http/run-routes.js";
 import { scopeOf } from "./registry/rows.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER, HubCounts, hubName, parseHubs, pickShard } from "./hub/shards.js";
@@ -39,7 +39,7 @@ export default {
     } catch (e) {
       response = errorResponse(e, `${request.method} ${new URL(request.url).pathname}`);
     }
-    return withCors(response, request, cors);
+    return withCors(relayAnswer(response), request, cors);
   },
 } satisfies ExportedHandler<Env>;
 
@@ -51,10 +51,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "not_found":
       throw new RelayError("not_found", `no route for ${url.pathname}`);
     case "bad_id":
-      throw new RelayError(
-        "bad_episode_id",
-        RESERVED_IDS.has(route.id) ? `"${route.id}" is reserved and cannot name an episode` : "episode ids are 1-128 characters of [A-Za-z0-9._:-]",
-      );
+      throw new RelayError("bad_episode_id", episodeIdProblem(route.id) ?? EPISODE_ID_RULE);
     case "bad_run":
       throw new RelayError("bad_run", "run names are an episode id's part before its last ':' (1-127 of [A-Za-z0-9._:-]), or ~ for ids without one");
   }
@@ -103,6 +100,14 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
         ifNoneMatch: request.headers.get("if-none-match"),
       });
   }
+}
+
+/** The answer marked as the relay's (RELAY_HEADER), so a client told the wrong address can say so. */
+function relayAnswer(res: Response): Response {
+  if (res.status === 101) return res;
+  const out = new Response(res.body, res); // answers from stubs have immutable headers
+  out.headers.set(RELAY_HEADER, "1");
+  return out;
 }
 
 /** A watcher's upgrade goes to one of the episode's hubs, drawn at random below the count its hubs last gave. */

@@ -1,6 +1,8 @@
 // `npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]`
 // Prints one HS256 token on its last line (stdout), signed with RELAY_SECRET from the environment,
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth.js";
 import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
 import { parseOptions, UsageError } from "./parse-options.js";
@@ -69,7 +71,12 @@ const opts = parseArgs(process.argv.slice(2));
 // the project directory: where `npm run token` runs, and where `npx episode-relay token` is called
 const found = findRelaySecret(process.cwd());
 if (found.secret === null) {
-  fail(`RELAY_SECRET is not set (looked in the environment${found.source ? ` and ${found.source}` : ", .dev.vars, .env"}); see .dev.vars.example`, 1);
+  // in the project there is an example file; in an installed package there is none
+  const example = existsSync(join(process.cwd(), ".dev.vars.example")) ? "; see .dev.vars.example" : "";
+  fail(
+    `RELAY_SECRET is not set (looked in the environment${found.source ? ` and ${found.source}` : ", .dev.vars, .env"}): set it to the relay's secret, e.g. RELAY_SECRET=... npx episode-relay token ...${example}`,
+    1,
+  );
 }
 if (found.secret.length < MIN_SECRET_CHARS) {
   console.error(`token: warning: RELAY_SECRET from ${found.source} is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);

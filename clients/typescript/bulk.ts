@@ -8,7 +8,7 @@
 
 import { WireError } from "../../src/wire/errors.js";
 import { Reader } from "../../src/wire/reader.js";
-import { RelayRefusal, refusalBody } from "./refusal.js";
+import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
 export interface FetchRunOptions {
   /** Bearer token (any valid token: the relay sends only the episodes its `episodes` patterns cover). */
@@ -19,6 +19,8 @@ export interface FetchRunOptions {
   json?: boolean;
   /** Aborts the request (the iteration then throws the abort reason). */
   signal?: AbortSignal;
+  /** How a refusal tells the caller to pass a token (default: the library's `{ token }`). */
+  hints?: Hints;
 }
 
 /** One finished episode of the run: its id, the cursor to continue after it, and the episode. */
@@ -43,15 +45,13 @@ export function fetchRun(url: string, run: string, options: FetchRunOptions = {}
 }
 
 async function* stream(url: string, run: string, options: FetchRunOptions): AsyncGenerator<RunEpisode<unknown>> {
-  const target = new URL(`${url.replace(/\/$/, "")}/v1/runs/${encodeURIComponent(run)}/finished`);
+  const base = checkBaseUrl(url);
+  const target = new URL(`${base}/v1/runs/${encodeURIComponent(run)}/finished`);
   if (options.cursor) target.searchParams.set("cursor", options.cursor);
   const headers: Record<string, string> = { accept: options.json ? "application/x-ndjson" : "application/msgpack" };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
-  const res = await fetch(target, { headers, signal: options.signal });
-  if (res.status >= 400 && res.status < 500) {
-    const { code, message } = await refusalBody(res);
-    throw new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, url, run)}`);
-  }
+  const res = await relayFetch(target, { headers, signal: options.signal });
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `run ${JSON.stringify(run)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET run ${run} finished episodes: ${res.status} ${await res.text()}`);
   if (!res.body) throw new Error(`GET run ${run} finished episodes: the answer has no body`);
   const reader = res.body.getReader();
@@ -65,12 +65,6 @@ async function* stream(url: string, run: string, options: FetchRunOptions): Asyn
     // the caller stopped early (or it failed): release the connection
     await reader.cancel().catch(() => {});
   }
-}
-
-function advice(status: number, code: string, url: string, run: string): string {
-  if (status === 401) return "the relay needs a valid bearer token: pass { token } (any valid token; it sees the episodes its `episodes` patterns cover)";
-  if (code === "bad_cursor") return "pass the `cursor` of an element this run's fetch returned";
-  return `check the relay's base URL (${url}) and the run name (${JSON.stringify(run)})`;
 }
 
 /** The chunks joined into one array (the only chunk as is). */

@@ -14,21 +14,26 @@ import { decodeLossless } from "../../src/wire/lossless.js";
 import { toJson, type Json } from "../../src/wire/json-view.js";
 import { ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/watch/protocol.js";
 import { traceOf } from "../../src/assembly/delta.js";
-import { RelayRefusal, refusalBody } from "./refusal.js";
+import { RelayRefusal } from "./refusal.js";
+import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachable, refusalOf, relayFetch } from "./relay-fetch.js";
 
 export { RelayRefusal } from "./refusal.js";
+export { RelayUnreachable, type Hints } from "./relay-fetch.js";
 export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
 
-/** The subset of the WHATWG WebSocket this client uses (browsers' and `ws`'s both fit). */
+/**
+ * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and `ws`'s fit it
+ * as they are (pass either as `options.WebSocket`, no cast): the handlers are set, never read.
+ */
 export interface SocketLike {
   binaryType: string;
-  readyState: number;
+  readonly readyState: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  onopen: ((ev: any) => void) | null;
+  onmessage: ((ev: any) => void) | null;
+  onclose: ((ev: any) => void) | null;
+  onerror: ((ev: any) => void) | null;
 }
 export type SocketFactory = new (url: string, protocols?: string | string[]) => SocketLike;
 
@@ -56,37 +61,31 @@ export interface WatchOptions {
   pingIntervalMs?: number;
   /** Once live, acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For tests. */
   ackEveryBytes?: number;
+  /**
+   * Give up when the relay has not answered for this long since the watch started and it never
+   * connected (default 30,000 ms): `finished()` then rejects with a RelayUnreachable saying why.
+   * Once connected, a watch retries for as long as it takes.
+   */
+  giveUpMs?: number;
+  /** How a refusal tells the caller to pass a token (default: the library's `{ token }`). */
+  hints?: Hints;
 }
 
 /**
  * connecting (first connection, until the relay's hello), catching_up, live, resuming (a later
  * connection after a drop), finished / failed (the run ended), refused (the relay refused the
- * watch: see `EpisodeWatch.refusal`), closed (`close()` was called).
+ * watch: see `EpisodeWatch.refusal`), unreachable (the relay never answered within `giveUpMs`:
+ * see `EpisodeWatch.unreachable`), closed (`close()` was called).
  */
-export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "closed";
+export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "unreachable" | "closed";
 
 /**
  * Answers to the probe that mean "try again later": 426 (the endpoint is right, it just wants a
  * WebSocket), timeouts, rate limits and server errors. Any other answer (401, 403, 404, 400, or a
- * 200 page that is not the relay at all) ends the watch.
+ * page that is not the relay at all) ends the watch.
  */
 function transient(status: number): boolean {
   return status === 426 || status === 408 || status === 429 || status >= 500;
-}
-
-/** What the caller should do about a refusal, in words. */
-function advice(status: number, code: string, url: string, id: string): string {
-  if (status === 401)
-    return "the relay needs a valid bearer token: pass { token } (a watcher, producer or admin token whose episodes cover this one, e.g. from `npm run token -- --role watcher --episode ID`)";
-  if (status === 403) return `the token may not read episode ${id}: use one whose \`episodes\` patterns cover it`;
-  if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
-  return `check the relay's base URL (${url}) and the episode id (${JSON.stringify(id)})`;
-}
-
-/** A RelayRefusal from a refused HTTP answer (the relay's JSON error body, when it has one). */
-async function refusalOf(res: Response, url: string, id: string): Promise<RelayRefusal> {
-  const { code, message } = await refusalBody(res);
-  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, url, id)}`);
 }
 
 export type WatchEvent =
@@ -97,6 +96,8 @@ export type WatchEvent =
   | { type: "finish"; status: "finished" | "failed"; seq: number; episode: Uint8Array | null; error: string | null }
   | { type: "reconnecting"; attempt: number; delayMs: number; code: number; reason: string }
   | { type: "refused"; error: RelayRefusal }
+  /** The relay never answered (within `giveUpMs` of the watch's start); the watch ended. */
+  | { type: "unreachable"; error: RelayUnreachable }
   /** The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's message). */
   | { type: "status"; status: string; seq: number; error: string | null }
   | { type: "state"; state: WatchState }
@@ -117,6 +118,8 @@ export class EpisodeWatch {
   status = "new";
   /** Why the relay refused the watch (state "refused"), else null. */
   refusal: RelayRefusal | null = null;
+  /** Why the relay could not be reached (state "unreachable"), else null. */
+  unreachable: RelayUnreachable | null = null;
 
   private readonly listeners = new Set<Listener>();
   private socket: SocketLike | null = null;
@@ -139,14 +142,25 @@ export class EpisodeWatch {
   private resumeAfter: number | null;
   private readonly done: Promise<EpisodeWatch>;
   private resolveDone!: (w: EpisodeWatch) => void;
+  private rejectDone!: (e: Error) => void;
+  private readonly startedAt = Date.now();
+  /** The last network failure of a probe (named when the watch gives up). */
+  private lastUnreachable: RelayUnreachable | null = null;
 
+  /** Throws a RelayRefusal at once (nothing sent) for a URL without http(s):// or an id the relay cannot take. */
   constructor(
     readonly url: string,
     readonly id: string,
     readonly options: WatchOptions = {},
   ) {
+    this.url = checkBaseUrl(url);
+    checkEpisodeId(id);
     this.resumeAfter = options.after ?? null;
-    this.done = new Promise((r) => (this.resolveDone = r));
+    this.done = new Promise((resolve, reject) => {
+      this.resolveDone = resolve;
+      this.rejectDone = reject;
+    });
+    this.done.catch(() => {}); // a refusal with nobody awaiting finished() is not an unhandled rejection
     this.connect();
   }
 
@@ -156,7 +170,10 @@ export class EpisodeWatch {
     return () => this.listeners.delete(listener);
   }
 
-  /** Resolves when the run finished or failed, or the watch was closed. */
+  /**
+   * Resolves when the run finished or failed, or the watch was closed; rejects with the
+   * RelayRefusal when the relay refused the watch, or the RelayUnreachable when it never answered.
+   */
   finished(): Promise<EpisodeWatch> {
     return this.done;
   }
@@ -175,7 +192,8 @@ export class EpisodeWatch {
     this.stopped = true;
     this.clearTimers();
     this.socket?.close(1000, "client closed");
-    this.setState(this.state === "finished" || this.state === "failed" || this.state === "refused" ? this.state : "closed");
+    if (this.state === "refused" || this.state === "unreachable") return;
+    this.setState(this.state === "finished" || this.state === "failed" ? this.state : "closed");
     this.resolveDone(this);
   }
 
@@ -197,7 +215,7 @@ export class EpisodeWatch {
 
   /** The watch endpoint over HTTP (for the probe after a failed handshake). */
   private watchUrl(): URL {
-    return new URL(`${this.url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(this.id)}/watch`);
+    return new URL(`${this.url}/v1/episodes/${encodeURIComponent(this.id)}/watch`);
   }
 
   private socketUrl(): string {
@@ -342,17 +360,21 @@ export class EpisodeWatch {
   private async probe(): Promise<RelayRefusal | null> {
     const headers: Record<string, string> = {};
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    const hints = this.options.hints ?? LIBRARY_HINTS;
+    const what = `episode ${JSON.stringify(this.id)}`;
     try {
-      const res = await fetch(this.watchUrl(), { headers });
-      if (!transient(res.status)) return await refusalOf(res, this.url, this.id);
+      const res = await relayFetch(this.watchUrl(), { headers }, 10_000);
+      this.lastUnreachable = null;
+      if (!transient(res.status)) return await refusalOf(res, what, this.url, hints);
       if (res.status === 503) {
         // a relay without RELAY_SECRET refuses everything until it is configured
-        const r = await refusalOf(res, this.url, this.id);
+        const r = await refusalOf(res, what, this.url, hints);
         return r.code === "auth_not_configured" ? r : null;
       }
       await res.body?.cancel();
-    } catch {
-      // unreachable: transient
+    } catch (e) {
+      if (e instanceof RelayRefusal) return e; // not the relay at that address
+      if (e instanceof RelayUnreachable) this.lastUnreachable = e; // transient, unless it lasts
     }
     return null;
   }
@@ -365,12 +387,30 @@ export class EpisodeWatch {
     this.clearTimers();
     this.setState("refused");
     this.emit({ type: "refused", error: refusal });
-    this.resolveDone(this);
+    this.rejectDone(refusal);
+  }
+
+  /** The relay never answered within `giveUpMs`: the watch ends, saying what failed. */
+  private giveUp(e: RelayUnreachable): void {
+    this.unreachable = e;
+    this.error = e.message;
+    this.stopped = true;
+    this.clearTimers();
+    this.setState("unreachable");
+    this.emit({ type: "unreachable", error: e });
+    this.rejectDone(e);
   }
 
   /** Reconnect after a transient failure: at once after a slow-watcher close, as hinted after a 1013, else with backoff. */
   private retry(code: number, reason: string): void {
     if (this.stopped) return;
+    const giveUpMs = this.options.giveUpMs ?? 30_000;
+    if (!this.everOpened && Date.now() - this.startedAt >= giveUpMs) {
+      const why = this.lastUnreachable?.message ?? `the relay closed every attempt (${code}${reason ? ` ${reason}` : ""})`;
+      return this.giveUp(
+        new RelayUnreachable(this.lastUnreachable?.kind ?? "network", this.watchUrl().toString(), `gave up after ${Math.round(giveUpMs / 1000)} s: ${why}`),
+      );
+    }
     const delayMs = reconnectDelay(code, reason, this.attempt, this.options.backoffMs ?? [250, 10_000]);
     this.attempt++;
     this.setState(this.everOpened ? "resuming" : "connecting");
@@ -402,14 +442,18 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
 }
 
 /**
- * GET the episode: msgpack bytes (default) or the JSON view. A refusal (4xx) throws a
- * RelayRefusal saying what to do; other failures throw an Error.
+ * GET the episode: msgpack bytes (default) or the JSON view. A refusal (4xx, a bad URL or id, an
+ * answer that is not the relay's) throws a RelayRefusal saying what to do; a relay that does not
+ * answer throws a RelayUnreachable saying why; other failures throw an Error.
  */
-export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean } = {}): Promise<Uint8Array | Json> {
+export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
+  const base = checkBaseUrl(url);
+  checkEpisodeId(id);
   const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack" };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
-  const res = await fetch(`${url.replace(/\/$/, "")}/v1/episodes/${encodeURIComponent(id)}`, { headers });
-  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, url, id);
+  // the answer's headers come at once (the body streams): 10 s without them is no answer
+  const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, 10_000);
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET episode ${id}: ${res.status} ${await res.text()}`);
   return options.json ? ((await res.json()) as Json) : new Uint8Array(await res.arrayBuffer());
 }

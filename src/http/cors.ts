@@ -10,7 +10,7 @@ export interface CorsConfig {
 
 export const ALLOW_METHODS = "GET, HEAD, POST, DELETE, OPTIONS";
 export const ALLOW_HEADERS = "Authorization, Content-Type, Accept, If-None-Match";
-export const EXPOSE_HEADERS = "ETag, WWW-Authenticate, Content-Length";
+export const EXPOSE_HEADERS = "ETag, WWW-Authenticate, Content-Length, X-Episode-Relay";
 /** Seconds a browser may cache a preflight (Chromium caps at 7200). */
 export const MAX_AGE = "7200";
 

@@ -4,6 +4,19 @@ import { RUN_NAME } from "../registry/run.js";
 
 export const EPISODE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** The rule an episode id follows, in words (the Worker's refusal and every client's say the same). */
+export const EPISODE_ID_RULE = 'episode ids are 1-128 characters of [A-Za-z0-9._:-], and not "watch"';
+
+/** Why `id` cannot name an episode, or null when it can. */
+export function episodeIdProblem(id: string): string | null {
+  if (RESERVED_IDS.has(id)) return `"${id}" is reserved and cannot name an episode`;
+  if (!EPISODE_ID.test(id)) return `${JSON.stringify(id)} is not an episode id: ${EPISODE_ID_RULE}`;
+  return null;
+}
+
+/** Set by the Worker on every answer it gives (not on the dashboard's files): a client knows the relay answered, not some other page. */
+export const RELAY_HEADER = "x-episode-relay";
+
 /** `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`: bulk fetch. */
 export type RunAction = "run" | "episodes" | "finished";
 

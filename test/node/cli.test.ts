@@ -77,14 +77,49 @@ describe("episode-relay CLI", () => {
       const target = `${authed.url}/cli-refused`;
       const t = await cli("tail", target).done;
       expect(t.code).toBe(1);
-      expect(t.stdout.toString()).toMatch(/refused: 401 unauthorized: .*token/);
-      expect(t.stdout.toString()).not.toMatch(/resuming/);
+      const out = t.stdout.toString();
+      expect(out).toMatch(/refused: 401 unauthorized: .*pass --token T \(or set RELAY_TOKEN\)/);
+      expect(out.match(/401 unauthorized/g), "the refusal is printed once").toHaveLength(1);
+      expect(out).not.toMatch(/resuming/);
       const g = await cli("get", target).done;
       expect(g.code).toBe(1);
-      expect(g.stderr).toMatch(/401 unauthorized/);
+      expect(g.stderr).toMatch(/401 unauthorized.*--token T/);
     } finally {
       await authed.stop();
     }
+  }, 60_000);
+
+  it("nothing goes to another id than the one given: #, ? and / in an id, and a page that is not the relay, fail with what was wrong", async () => {
+    for (const bad of [`${relay.url}/run:a#b`, `${relay.url}/run:a?b=1`]) {
+      const p = await cli("push", fixturePath("chat_basic"), bad, "--fast").done;
+      expect(p.code, bad).toBe(1);
+      expect(p.stderr).toMatch(/cannot contain "#" or "\?".*\[A-Za-z0-9\._:-\]/);
+    }
+    const slash = await cli("push", fixturePath("chat_basic"), `${relay.url}/run/a`, "--fast").done;
+    expect(slash.code).toBe(1);
+    expect(slash.stderr).toMatch(/not as an Episode Relay: check the relay's base URL/);
+    // the dashboard's URL for an episode: its page, not the episode
+    const page = await cli("get", `${relay.url}/episodes/run:1`, "-o", "/dev/null").done;
+    expect(page.code).toBe(1);
+    expect(page.stderr).toMatch(/answered 200 \(text\/html.*not as an Episode Relay/);
+  }, 60_000);
+
+  it("network failures name their cause; a URL without a scheme and an unknown command are refused at once", async () => {
+    const port = await (await import("../../tools/free-port.js")).freePort();
+    const refused = await cli("get", `http://127.0.0.1:${port}/ep`).done;
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}: is the relay running there\\?`));
+    const scheme = await cli("get", "127.0.0.1:8787/ep").done;
+    expect(scheme.code).toBe(1);
+    expect(scheme.stderr).toMatch(/must start with http:\/\/ or https:\/\//);
+    const unknown = await cli("fetch", "x").done;
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/unknown command "fetch"/);
+    const t0 = Date.now();
+    const tail = await cli("tail", `http://127.0.0.1:${port}/ep`, "--wait", "1").done;
+    expect(tail.code).toBe(1);
+    expect(tail.stdout.toString()).toMatch(/unreachable: gave up after 1 s: connection refused/);
+    expect(Date.now() - t0).toBeLessThan(15_000);
   }, 60_000);
 
   it("push honours a recorded case's ack_lost: the relay retracts those frames and ends with the golden episode", async () => {

@@ -2,7 +2,7 @@
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fetchEpisode, RelayRefusal, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import { fetchEpisode, RelayRefusal, RelayUnreachable, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
 import { mintToken } from "../../src/http/auth.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
@@ -14,7 +14,7 @@ import { freePort } from "../../tools/free-port.js";
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
 
-const WS = WebSocket as unknown as SocketFactory;
+const WS: SocketFactory = WebSocket;
 const golden = (name: string) => loadCase(fixturePath(name));
 const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 5)}`;
 
@@ -126,7 +126,11 @@ describe("watchEpisode refusals and retries", () => {
       types.push(e.type);
       if (e.type === "state") states.push(e.state);
     });
-    await w.finished();
+    const ended = await w.finished().then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(ended, "finished() rejects with the refusal").toBe(w.refusal);
     return { w, states, types };
   }
 
@@ -156,9 +160,55 @@ describe("watchEpisode refusals and retries", () => {
     expect(notFound.w.refusal).toMatchObject({ status: 404, code: "not_found" });
     expect(notFound.w.refusal!.message).toMatch(/base URL/);
     const page = await refusedWatch(`${authed.url}/not-the-relay`, fresh("page"), token);
-    expect(page.w.refusal).toMatchObject({ status: 200 });
-    expect(page.w.refusal!.message).toMatch(/not as an Episode Relay/);
-    expect((await refusedWatch(authed.url, "watch", token)).w.refusal).toMatchObject({ status: 400, code: "bad_episode_id" });
+    expect(page.w.refusal).toMatchObject({ status: 200, code: "not_the_relay" });
+    expect(page.w.refusal!.message).toMatch(/answered 200 \(text\/html.*not as an Episode Relay: check the relay's base URL/);
+  });
+
+  it("an id the relay cannot take, or a URL without http(s)://, is refused at once, with the rule; nothing is sent", () => {
+    for (const bad of ["watch", "run:a#b", "run:a?b=1", "a/b", "", "x".repeat(129)]) {
+      expect(() => watchEpisode(authed.url, bad, { WebSocket: WS }), bad).toThrow(RelayRefusal);
+      try {
+        watchEpisode(authed.url, bad, { WebSocket: WS });
+      } catch (e) {
+        expect((e as RelayRefusal).code).toBe("bad_episode_id");
+        expect((e as RelayRefusal).message).toMatch(/\[A-Za-z0-9\._:-\]|reserved/);
+      }
+    }
+    expect(() => watchEpisode("127.0.0.1:8787", "ok", { WebSocket: WS })).toThrow(/must start with http:\/\/ or https:\/\//);
+  });
+
+  it("fetchEpisode names what it got at an address that is not the relay (the dashboard's page), and refuses bad ids and URLs", async () => {
+    await expect(fetchEpisode(`${authed.url}/episodes`, "run:1")).rejects.toMatchObject({ name: "RelayRefusal", code: "not_the_relay" });
+    await expect(fetchEpisode(authed.url, "a/b")).rejects.toMatchObject({ code: "bad_episode_id" });
+    await expect(fetchEpisode("localhost:8787", "ok")).rejects.toMatchObject({ code: "bad_url" });
+  });
+
+  it("network failures name their cause and the URL: refused, DNS, https against an http relay", async () => {
+    const port = await freePort();
+    await expect(fetchEpisode(`http://127.0.0.1:${port}`, "ep")).rejects.toMatchObject({
+      name: "RelayUnreachable",
+      kind: "refused",
+      message: expect.stringMatching(new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}.*http://127\\.0\\.0\\.1:${port}/v1/episodes/ep`)),
+    });
+    await expect(fetchEpisode("http://no-such-relay.invalid", "ep")).rejects.toMatchObject({ kind: "dns", message: expect.stringMatching(/does not resolve/) });
+    // a plain-HTTP server waits on a TLS hello rather than refusing it: named after fetchEpisode's 10 s
+    await expect(fetchEpisode(authed.url.replace("http://", "https://"), "ep")).rejects.toMatchObject({
+      name: "RelayUnreachable",
+      message: expect.stringMatching(/https:\/\/ URL for a relay that speaks http:\/\//),
+    });
+  }, 30_000);
+
+  it("a watch of a relay that never answers gives up after giveUpMs, naming why; finished() rejects", async () => {
+    const port = await freePort();
+    const w = watchEpisode(`http://127.0.0.1:${port}`, fresh("never"), { WebSocket: WS, backoffMs: [20, 100], giveUpMs: 500 });
+    const e = await w.finished().then(
+      () => null,
+      (x: unknown) => x,
+    );
+    expect(e).toBeInstanceOf(RelayUnreachable);
+    expect((e as RelayUnreachable).kind).toBe("refused");
+    expect((e as RelayUnreachable).message).toMatch(/gave up after 1 s: connection refused/);
+    expect(w.state).toBe("unreachable");
   });
 
   it("a relay that is not up yet is retried with backoff, as connecting (not resuming)", async () => {

@@ -135,7 +135,7 @@ describe("preflightResponse", () => {
     expect([ALLOW_METHODS, ALLOW_HEADERS, EXPOSE_HEADERS, MAX_AGE]).toStrictEqual([
       "GET, HEAD, POST, DELETE, OPTIONS",
       "Authorization, Content-Type, Accept, If-None-Match",
-      "ETag, WWW-Authenticate, Content-Length",
+      "ETag, WWW-Authenticate, Content-Length, X-Episode-Relay",
       "7200",
     ]);
   });
@@ -151,7 +151,7 @@ describe("withCors", () => {
     expect(await res.text()).toBe("body");
     expect(headerList(res)).toStrictEqual([
       ["access-control-allow-origin", "https://dash.example.com"],
-      ["access-control-expose-headers", "ETag, WWW-Authenticate, Content-Length"],
+      ["access-control-expose-headers", "ETag, WWW-Authenticate, Content-Length, X-Episode-Relay"],
       ["content-type", "text/plain"],
       ["etag", '"abc"'],
       ["vary", "Origin"],

@@ -107,5 +107,13 @@ describe("the packed package, installed into an empty folder", () => {
     const script = spawnSync(process.execPath, ["watch.mjs", relay.url, id], { cwd: app, encoding: "utf8" });
     expect(script.status, script.stderr).toBe(0);
     expect(script.stdout.trim()).toBe(`finished ${c.episode!.length} true`);
+
+    // `token` without a secret says what to do where it runs: the package has no .dev.vars.example
+    const env = { ...process.env };
+    delete env.RELAY_SECRET;
+    const token = spawnSync("npx", ["--no-install", "episode-relay", "token", "--role", "watcher", "--episode", "*"], { cwd: app, encoding: "utf8", env });
+    expect(token.status).toBe(1);
+    expect(token.stderr).toMatch(/RELAY_SECRET is not set.*RELAY_SECRET=\.\.\. npx episode-relay token/);
+    expect(token.stderr).not.toMatch(/dev\.vars\.example/);
   }, 60_000);
 });

@@ -1,7 +1,9 @@
 // README snippets run as written: the TypeScript watcher snippet is extracted from README.md and
 // run (with tsx, resolving "episode-relay/client" through the package's exports) against a relay
-// the test starts, while a golden case is pushed into the episode it names; the local auth flow
-// runs in a copy of the project; the health answer is the documented one.
+// the test starts, while a golden case is pushed into the episode it names; both TypeScript
+// snippets type-check (strict, Node's ESM resolution, @types/ws); the delta-by-hand and compare
+// shell snippets run against the relay; the local auth flow runs in a copy of the project; the
+// health answer is the documented one.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -83,6 +85,61 @@ it("the README's bulk fetch snippet runs as written and lists the run's finished
   expect(r.stdout.split("\n")).toContain(`${id} ${c.episode!.length} bytes`);
 }, 60_000);
 
+it("the README's TypeScript snippets type-check as written (strict, nodenext, with ws's types)", () => {
+  const dir = join(root, "test-results", "readme-types");
+  mkdirSync(dir, { recursive: true });
+  const files = ["watch", "bulk"].map((name) => {
+    const file = join(dir, `${name}.mts`);
+    writeFileSync(file, snippet(name));
+    return file;
+  });
+  const tsc = join(root, "node_modules", ".bin", "tsc");
+  const args = [
+    "--noEmit",
+    "--strict",
+    "--module",
+    "nodenext",
+    "--moduleResolution",
+    "nodenext",
+    "--target",
+    "es2022",
+    "--types",
+    "node",
+    "--skipLibCheck",
+    ...files,
+  ];
+  const r = spawnSync(tsc, args, { cwd: root, encoding: "utf8" });
+  expect(r.stdout + r.stderr).toBe("");
+  expect(r.status).toBe(0);
+}, 60_000);
+
+it("the README's delta by hand (push and curl) and its comparison with a fixture run as written", () => {
+  const dir = mkdtempSync(join(tmpdir(), "episode-relay-hello-"));
+  try {
+    const run = (name: string) => {
+      // the snippets run in the project (npx episode-relay, @msgpack/msgpack, test/fixtures); files land in `dir`
+      const code = shellSnippet(name)
+        .replaceAll("http://127.0.0.1:8787", relay.url)
+        .replaceAll("test/fixtures/", `${join(root, "test", "fixtures")}/`)
+        .replaceAll("hello.jsonl", join(dir, "hello.jsonl"))
+        .replaceAll("open.msgpack", join(dir, "open.msgpack"))
+        .replaceAll("got.msgpack", join(dir, "got.msgpack"));
+      const r = spawnSync("bash", ["-euo", "pipefail", "-c", code], { cwd: root, encoding: "utf8" });
+      expect(r.status, `${name}: ${r.stderr}`).toBe(0);
+      return r.stdout;
+    };
+    const hello = JSON.parse(run("hello")) as { id: string; traces: Array<{ id: string; nodes: Array<{ message: { content: string } }> }> };
+    expect(hello.id).toBe("hello-1");
+    expect(hello.traces[0]!.nodes[0]!.message.content).toBe("What is 6*7?");
+    const curl = run("hello-curl").trim().split("\n");
+    expect(JSON.parse(curl[0]!)).toMatchObject({ ok: true, seq: 1, applied: 1 });
+    expect(JSON.parse(curl[1]!)).toMatchObject({ id: "hello-2", status: "live", traces: 1 });
+    expect(run("compare").trim()).toBe("identical");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
+
 /** A shell snippet's lines, as written. */
 function shellSnippet(name: string): string {
   const readme = readFileSync(join(root, "README.md"), "utf8");
@@ -90,6 +147,26 @@ function shellSnippet(name: string): string {
   if (!m) throw new Error(`README has no sh snippet ${name}`);
   return m[1]!;
 }
+
+it("npm start on a busy port says which port, and how to pick another in the README's terms (PORT=)", async () => {
+  const { createServer } = await import("node:net");
+  const busy = createServer();
+  await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
+  const port = (busy.address() as { port: number }).port;
+  try {
+    const r = spawnSync(process.execPath, [join(root, "scripts", "dev.mjs")], {
+      cwd: root,
+      encoding: "utf8",
+      env: { ...process.env, PORT: String(port) },
+      timeout: 30_000,
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`port ${port} is already in use .*PORT=${port + 1} npm start`));
+    expect(r.stderr).not.toMatch(/--port|stack|at /);
+  } finally {
+    busy.close();
+  }
+}, 60_000);
 
 it("GET /v1/health answers exactly what the README says", async () => {
   const readme = readFileSync(join(root, "README.md"), "utf8");

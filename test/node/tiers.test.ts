@@ -15,7 +15,7 @@ import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until } from "../support/relay.js";
 
-const WS = WebSocket as unknown as SocketFactory;
+const WS: SocketFactory = WebSocket;
 const golden = (name: string) => loadCase(fixturePath(name));
 const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 5)}`;
 

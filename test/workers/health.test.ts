@@ -16,6 +16,23 @@ describe("worker", () => {
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ error: "not_found" });
   });
+
+  it("every answer of the Worker says it is the relay's (X-Episode-Relay), refusals and errors too", async () => {
+    for (const [path, status] of [
+      ["/v1/health", 200],
+      ["/v1/nope", 404],
+      ["/v1/episodes/a%2Fb", 400],
+      ["/v1/episodes/never-written-x", 404],
+      ["/v1/episodes/never-written-x/watch", 426],
+    ] as const) {
+      const res = await exports.default.fetch(`http://relay.test${path}`);
+      expect(res.status, path).toBe(status);
+      expect(res.headers.get("x-episode-relay"), path).toBe("1");
+      await res.body?.cancel();
+    }
+    const bad = await (await exports.default.fetch("http://relay.test/v1/episodes/a%23b")).json();
+    expect(bad).toMatchObject({ error: "bad_episode_id", message: expect.stringMatching(/1-128 characters of \[A-Za-z0-9\._:-\]/) });
+  });
 });
 
 describe("Episode Durable Object", () => {

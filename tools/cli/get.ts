@@ -6,10 +6,11 @@ import { join } from "node:path";
 import { fetchRun } from "../../clients/typescript/bulk.js";
 import { fetchEpisode } from "../../clients/typescript/watch.js";
 import { EPISODE_ID } from "../../src/http/route.js";
+import { CLI_HINTS } from "./hints.js";
 import type { Target } from "./target.js";
 
 export async function get(t: Target, opts: { json?: boolean; token?: string; output?: string }): Promise<number> {
-  const v = await fetchEpisode(t.base, t.id, { token: opts.token, json: opts.json });
+  const v = await fetchEpisode(t.base, t.id, { token: opts.token, json: opts.json, hints: CLI_HINTS });
   const bytes = v instanceof Uint8Array ? v : jsonBytes(v);
   if (opts.output) writeFileSync(opts.output, bytes);
   else process.stdout.write(bytes);
@@ -42,7 +43,7 @@ export async function getRun(base: string, run: string, opts: { out: string; jso
   const cursor = existsSync(cursorPath) ? readFileSync(cursorPath, "utf8").trim() || undefined : undefined;
   let written = 0;
   try {
-    for await (const e of fetchRun(base, run, { token: opts.token, cursor, json: opts.json })) {
+    for await (const e of fetchRun(base, run, { token: opts.token, cursor, json: opts.json, hints: CLI_HINTS })) {
       // the id names a file: it must be an episode id (no `/`; the extension keeps it from being `.` or `..`)
       if (!EPISODE_ID.test(e.id)) throw new Error(`the relay sent an element whose id is not an episode id: ${JSON.stringify(e.id)}`);
       writeAtomic(join(opts.out, `${e.id}.${opts.json ? "json" : "msgpack"}`), opts.json ? jsonBytes(e.episode) : (e.episode as Uint8Array));

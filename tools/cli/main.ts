@@ -7,7 +7,8 @@ import { tail } from "./tail.js";
 import { parseBase, parseTarget } from "./target.js";
 
 const USAGE = `usage: episode-relay <command> ...
-  tail URL/ID [--token T] [--routing]            follow an episode live (exits when the run ends)
+  tail URL/ID [--token T] [--routing] [--wait S] follow an episode live (exits when the run ends; gives up
+                                                 after S seconds, default 30, if the relay never answers)
   push FILE URL/ID [--fast] [--token T]          replay a golden case or a JSON-lines recording into a relay
   get URL/ID [--json] [--token T] [-o FILE]      fetch the episode (msgpack, or --json)
   get --run R --out DIR URL [--json] [--token T] every finished episode of run R into DIR/<id>.msgpack (or .json);
@@ -24,6 +25,7 @@ function options(argv: string[]) {
     options: {
       token: { type: "string" },
       routing: { type: "boolean", default: false },
+      wait: { type: "string" },
       fast: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
       output: { type: "string", short: "o" },
@@ -58,7 +60,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command !== "tail" && command !== "push" && command !== "get") {
-    console.error(USAGE);
+    console.error(`${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`);
     return 2;
   }
   let o: ReturnType<typeof options>;
@@ -74,7 +76,8 @@ async function main(argv: string[]): Promise<number> {
     switch (command) {
       case "tail":
         if (positional.length !== 1) break;
-        return await tail(parseTarget(positional[0]!), { token, routing: o.routing });
+        if (o.wait !== undefined && !/^[0-9]+(\.[0-9]+)?$/.test(o.wait)) return usage(command, `--wait: expected seconds, got ${JSON.stringify(o.wait)}`);
+        return await tail(parseTarget(positional[0]!), { token, routing: o.routing, ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }) });
       case "push":
         if (positional.length !== 2) break;
         return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast });

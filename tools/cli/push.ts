@@ -9,7 +9,9 @@
 import { readFileSync } from "node:fs";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
+import { refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { parseCase } from "../conformance/case-format.js";
+import { CLI_HINTS } from "./hints.js";
 import type { Target } from "./target.js";
 
 interface Recording {
@@ -58,16 +60,20 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
   };
   for (const [i, f] of rec.frames.entries()) {
     await wait(f.t);
-    const res = await fetch(`${url}/deltas`, {
+    const res = await relayFetch(`${url}/deltas`, {
       method: "POST",
       body: encodeEnvelope(producer.envelope(f.delta)),
       headers: { "content-type": "application/msgpack", ...auth },
     });
-    const body = await res.text();
     if (res.status !== 200) {
-      err.write(`\npush: delta ${i} refused: ${res.status} ${body}\n`);
+      const why =
+        res.status >= 400 && res.status < 500
+          ? (await refusalOf(res, `episode ${JSON.stringify(t.id)}`, t.base, CLI_HINTS)).message
+          : `${res.status} ${await res.text()}`;
+      err.write(`\npush: delta ${i} refused: ${why}\n`);
       return 1;
     }
+    await res.arrayBuffer();
     if (!f.ackLost) producer.acknowledge();
     bytes += f.delta.length;
     err.write(`\r${bar(i + 1)}`);
@@ -75,7 +81,7 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
   err.write("\n");
   if (rec.reply) {
     await wait(rec.reply.t);
-    const res = await fetch(`${url}/reply`, { method: "POST", body: rec.reply.bytes, headers: { "content-type": "application/msgpack", ...auth } });
+    const res = await relayFetch(`${url}/reply`, { method: "POST", body: rec.reply.bytes, headers: { "content-type": "application/msgpack", ...auth } });
     const body = await res.text();
     err.write(`reply: ${res.status} ${body}\n`);
     if (res.status !== 200) return 1;

@@ -1,10 +1,11 @@
 // `episode-relay tail URL/ID [--token T] [--routing]`: follow an episode live, readable.
 import WebSocket from "ws";
-import { watchEpisode, type SocketFactory } from "../../clients/typescript/watch.js";
+import { watchEpisode } from "../../clients/typescript/watch.js";
+import { CLI_HINTS } from "./hints.js";
 import { newContext, renderDelta } from "./render.js";
 import type { Target } from "./target.js";
 
-export async function tail(t: Target, opts: { token?: string; routing?: boolean; out?: NodeJS.WriteStream }): Promise<number> {
+export async function tail(t: Target, opts: { token?: string; routing?: boolean; giveUpMs?: number; out?: NodeJS.WriteStream }): Promise<number> {
   const out = opts.out ?? process.stdout;
   const tty = Boolean(out.isTTY);
   const ctx = newContext(tty ? out.columns || 100 : 120);
@@ -18,7 +19,13 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
     status = s;
     if (tty) out.write(`\r\x1b[2K${s}`);
   };
-  const w = watchEpisode(t.base, t.id, { token: opts.token, routing: opts.routing ?? false, WebSocket: WebSocket as unknown as SocketFactory });
+  const w = watchEpisode(t.base, t.id, {
+    token: opts.token,
+    routing: opts.routing ?? false,
+    WebSocket,
+    hints: CLI_HINTS,
+    ...(opts.giveUpMs === undefined ? {} : { giveUpMs: opts.giveUpMs }),
+  });
   const summary = () => {
     let nodes = 0;
     let calls = 0;
@@ -46,16 +53,14 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
       case "status":
         if (e.status === "finish_refused") line(`⚠ finish refused (the run stays open for a corrected reply): ${e.error}`);
         break;
-      case "refused":
-        line(`! refused: ${e.error.message}`);
-        break;
       case "error":
         line(`! ${e.error.message}`);
         break;
     }
     if (e.type !== "finish") setStatus(`[${w.state}] ${summary()}`);
   });
-  await w.finished();
+  // a refusal or an unreachable relay rejects: said once, below
+  await w.finished().catch(() => undefined);
   if (tty) out.write("\r\x1b[2K");
   if (w.state === "finished" && w.episode) {
     // without --routing the watch carries no routing bytes: say so, it is not the reference episode

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import httpx
 import msgpack
 
-from .transport import MSGPACK, RelayError, auth_headers, error_from_answer
+from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_relay_answer, error_from_answer, network_error
 
 #: One finished episode: ``(id, cursor, episode_bytes)``.
 RunEpisode = Tuple[str, str, bytes]
@@ -51,14 +51,16 @@ def fetch_run(
     (``error="truncated"``); resume with the last cursor. Stopping the iteration early closes
     the connection.
     """
+    base = check_base_url(url)
     own = client is None
     http = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout))
-    target = url.rstrip("/") + run_path(run)
+    target = base + run_path(run)
     params = {"cursor": cursor} if cursor else None
     headers = {**auth_headers(token), "accept": MSGPACK}
     what = f"GET run {run} finished episodes"
     try:
         with http.stream("GET", target, params=params, headers=headers) as res:
+            check_relay_answer(res, what)
             if res.status_code != 200:
                 raise error_from_answer(res.status_code, res.read(), what)
             splitter = _Splitter()
@@ -70,10 +72,8 @@ def fetch_run(
                     status=200,
                     error="truncated",
                 )
-    except httpx.TimeoutException as e:
-        raise RelayError(f"{what}: timed out after {timeout} s", error="timeout") from e
-    except httpx.HTTPError as e:
-        raise RelayError(f"{what}: {type(e).__name__}: {e}", error="network") from e
+    except (httpx.HTTPError, OSError) as e:
+        raise network_error(e, f"{what} ({target})", timeout) from e
     finally:
         if own:
             http.close()

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 import httpx
 
 from .sink import producer_connection
-from .transport import DeltaChannel, FinishMismatch, RelayError
+from .transport import DeltaChannel, FinishMismatch, RelayError, check_base_url, check_episode_id
 from .wire import Document, Encoder, default_encoder, to_bytes
 
 logger = logging.getLogger("episode_relay")
@@ -78,8 +78,8 @@ class RelayForwarder:
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.episode_id = episode_id
+        self.url = check_base_url(url)
+        self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
             self.url, episode_id, token, producer, transport, timeout, client, start_seq
         )

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Union
 import httpx
 
 from .producer import Outgoing, ProducerCursor
-from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel
+from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id
 from .wire import Document, Encoder, default_encoder, to_bytes
 
 logger = logging.getLogger("episode_relay")
@@ -116,8 +116,8 @@ class RelaySink:
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.episode_id = episode_id
+        self.url = check_base_url(url)
+        self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
             self.url, episode_id, token, producer, transport, timeout, client, start_seq
         )

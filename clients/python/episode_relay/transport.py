@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from typing import Any, Dict, Mapping, Optional, Protocol
 from urllib.parse import quote
 
@@ -28,6 +29,13 @@ import httpx
 
 
 MSGPACK = "application/msgpack"
+
+#: The relay sets this header on every answer it gives (src/http/route.ts RELAY_HEADER): an answer
+#: without it is not the relay's (a web page, a proxy's error).
+RELAY_HEADER = "x-episode-relay"
+#: The rule an episode id follows (the relay's refusal and the TypeScript client say the same).
+EPISODE_ID_RULE = 'episode ids are 1-128 characters of [A-Za-z0-9._:-], and not "watch"'
+_EPISODE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class RelayError(Exception):
@@ -98,6 +106,56 @@ def _refusal(info: Dict[str, Any], fallback: str) -> RelayError:
         error=_str_or_none(info.get("error")),
         field=_str_or_none(info.get("field")),
     )
+
+
+def check_base_url(url: str) -> str:
+    """The relay's base URL without a trailing ``/``; raises :class:`RelayError` (``bad_url``, not
+    retryable) at once for anything but ``http://`` / ``https://``."""
+    if not isinstance(url, str) or not re.match(r"(?i)https?://[^/\s]+", url):
+        raise RelayError(f"the relay's URL must start with http:// or https://, got {url!r} (e.g. http://127.0.0.1:8787)", status=0, error="bad_url")
+    return url.rstrip("/")
+
+
+def check_episode_id(episode_id: str) -> str:
+    """``episode_id`` if the relay can take it; raises :class:`RelayError` (``bad_episode_id``) at once otherwise."""
+    if episode_id == "watch":
+        raise RelayError('"watch" is reserved and cannot name an episode', status=400, error="bad_episode_id")
+    if not isinstance(episode_id, str) or not _EPISODE_ID.fullmatch(episode_id):
+        raise RelayError(f"{episode_id!r} is not an episode id: {EPISODE_ID_RULE}", status=400, error="bad_episode_id")
+    return episode_id
+
+
+def network_error(e: BaseException, what: str, timeout: float) -> RelayError:
+    """A :class:`RelayError` that names what failed: refused, DNS, TLS, timeout, or else the error."""
+    if isinstance(e, httpx.TimeoutException) or isinstance(e, asyncio.TimeoutError):
+        return RelayError(f"{what}: no answer within {timeout} s", error="timeout")
+    # the reason may sit a few causes down (anyio wraps "Connect call failed" in "All connection attempts failed")
+    chain = []
+    x: Optional[BaseException] = e
+    while x is not None and len(chain) < 8:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    if any(isinstance(c, ConnectionRefusedError) for c in chain):
+        return RelayError(f"{what}: connection refused: is the relay running there?", error="network")
+    text = " ".join(f"{type(c).__name__}: {c}" for c in chain)
+    if re.search(r"Connection refused|ECONNREFUSED|Errno 111", text):
+        return RelayError(f"{what}: connection refused: is the relay running there?", error="network")
+    if re.search(r"Name or service not known|nodename nor servname|getaddrinfo|Temporary failure in name resolution|Errno -[23]", text):
+        return RelayError(f"{what}: the host name does not resolve", error="network")
+    if re.search(r"SSL|TLS|WRONG_VERSION_NUMBER|certificate", text, re.I):
+        return RelayError(f"{what}: TLS failed ({e}): an https:// URL for a relay that speaks http://?", error="network")
+    return RelayError(f"{what}: {type(e).__name__}: {e}", error="network")
+
+
+def check_relay_answer(r: httpx.Response, what: str) -> None:
+    """Raise :class:`RelayError` (``not_the_relay``) when the answer is not the relay's."""
+    if r.headers.get(RELAY_HEADER) is None:
+        kind = r.headers.get("content-type", "no content type")
+        raise RelayError(
+            f"{what}: the address answered {r.status_code} ({kind}) but not as an Episode Relay: check the relay's base URL",
+            status=r.status_code,
+            error="not_the_relay",
+        )
 
 
 def episode_path(episode_id: str, action: str = "") -> str:
@@ -171,13 +229,11 @@ class RelayHttp:
         task.add_done_callback(_settled)
         task.add_done_callback(self._inflight.discard)
         try:
-            return await asyncio.shield(task)
-        except httpx.TimeoutException as e:
-            raise RelayError(f"{what}: timed out after {self.timeout} s ({type(e).__name__})", error="timeout") from e
-        except httpx.HTTPError as e:
-            raise RelayError(f"{what}: {type(e).__name__}: {e}", error="network") from e
-        except OSError as e:
-            raise RelayError(f"{what}: {type(e).__name__}: {e}", error="network") from e
+            r = await asyncio.shield(task)
+        except (httpx.HTTPError, OSError) as e:
+            raise network_error(e, what, self.timeout) from e
+        check_relay_answer(r, what)
+        return r
 
     async def post(self, action: str, body: bytes) -> Dict[str, Any]:
         """POST msgpack ``body``; the JSON answer on 200, else :class:`RelayError`."""
@@ -265,7 +321,9 @@ class WebSocketChannel:
             raise RelayError(f"connect {self.url}: timed out after {self.timeout} s", error="timeout") from e
         except Exception as e:  # InvalidStatus / InvalidStatusCode, OSError, InvalidHandshake, ...
             status = getattr(getattr(e, "response", None), "status_code", None) or getattr(e, "status_code", None)
-            raise RelayError(f"connect {self.url}: {type(e).__name__}: {e}", status=status, error="network" if status is None else "handshake") from e
+            if status is None:
+                raise network_error(e, f"connect {self.url}", self.timeout) from e
+            raise RelayError(f"connect {self.url}: {type(e).__name__}: {e}", status=status, error="handshake") from e
 
     def _discard(self) -> None:
         """Forget the socket at once (its acknowledgements can no longer be paired with

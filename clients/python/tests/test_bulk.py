@@ -127,7 +127,7 @@ def scripted(chunks: List[bytes], seen: Optional[List[int]] = None) -> httpx.Cli
 
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/runs/S/finished"
-        return httpx.Response(200, content=body(), headers={"content-type": "application/msgpack"})
+        return httpx.Response(200, content=body(), headers={"content-type": "application/msgpack", "x-episode-relay": "1"})
 
     return httpx.Client(transport=httpx.MockTransport(handler))
 

@@ -1,0 +1,120 @@
+// Every client request to the relay goes through here (watch.ts, bulk.ts, the CLI): the base URL
+// and the episode id are checked before anything is sent, a network failure says what failed
+// (refused, DNS, TLS or scheme, timeout) and where, and an answer is taken as the relay's only if
+// it carries the relay's header (a web page at that address, or a proxy's error, is named as such).
+// `hints.token` says how to pass a token in the caller's terms (`{ token }` for the library,
+// `--token T` for the CLI).
+
+import { episodeIdProblem, RELAY_HEADER } from "../../src/http/route.js";
+import { RelayRefusal, refusalBody } from "./refusal.js";
+
+/** How the caller passes what a refusal asks for (the library's option names by default). */
+export interface Hints {
+  token: string;
+}
+
+export const LIBRARY_HINTS: Hints = { token: "pass { token }" };
+
+/** What kind of network failure: the relay never answered. */
+export type Unreachable = "refused" | "dns" | "tls" | "timeout" | "reset" | "network";
+
+/** The relay did not answer at all (nothing listens there, the name does not resolve, TLS failed, it timed out). */
+export class RelayUnreachable extends Error {
+  constructor(
+    readonly kind: Unreachable,
+    readonly url: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "RelayUnreachable";
+  }
+}
+
+/** A relay base URL as given (`http://host:port[/prefix]`), without a trailing `/`; throws at once on anything else. */
+export function checkBaseUrl(url: string): string {
+  if (!/^https?:\/\//i.test(url)) {
+    throw new RelayRefusal(0, "bad_url", `the relay's URL must start with http:// or https://, got ${JSON.stringify(url)} (e.g. http://127.0.0.1:8787)`);
+  }
+  try {
+    new URL(url);
+  } catch {
+    throw new RelayRefusal(0, "bad_url", `${JSON.stringify(url)} is not a URL`);
+  }
+  return url.replace(/\/+$/, "");
+}
+
+/** Throws a RelayRefusal (nothing sent) when `id` cannot name an episode. */
+export function checkEpisodeId(id: string): void {
+  const problem = episodeIdProblem(id);
+  if (problem) throw new RelayRefusal(400, "bad_episode_id", problem);
+}
+
+/** The network failure behind a failed fetch, in words, naming the URL. */
+export function unreachable(e: unknown, url: string): RelayUnreachable {
+  const err = e as { name?: string; message?: string; cause?: { code?: string; message?: string; name?: string } };
+  const code = err.cause?.code ?? "";
+  const detail = `${err.cause?.message ?? err.message ?? String(e)}`;
+  const host = (() => {
+    try {
+      return new URL(url).host;
+    } catch {
+      return url;
+    }
+  })();
+  if (err.name === "TimeoutError" || code === "UND_ERR_CONNECT_TIMEOUT" || code === "ETIMEDOUT" || code === "UND_ERR_HEADERS_TIMEOUT") {
+    // a server that speaks plain HTTP often just waits on a TLS hello: say so for https URLs
+    const tls = url.startsWith("https:") ? ": an https:// URL for a relay that speaks http://?" : "";
+    return new RelayUnreachable("timeout", url, `no answer from ${host} in time${tls} (${url})`);
+  }
+  if (code === "ECONNREFUSED") return new RelayUnreachable("refused", url, `connection refused by ${host}: is the relay running there? (${url})`);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return new RelayUnreachable("dns", url, `the name ${host} does not resolve (${url})`);
+  if (/SSL|TLS|EPROTO|CERT|wrong version number|certificate/i.test(`${code} ${detail}`)) {
+    return new RelayUnreachable("tls", url, `TLS failed with ${host} (${detail}): an https:// URL for a relay that speaks http://? (${url})`);
+  }
+  if (code === "ECONNRESET" || code === "UND_ERR_SOCKET") return new RelayUnreachable("reset", url, `${host} closed the connection (${detail}) (${url})`);
+  return new RelayUnreachable("network", url, `cannot reach ${host}: ${detail} (${url})`);
+}
+
+/** A refusal for an answer that is not the relay's: what came, and where to look. */
+export async function notTheRelay(res: Response, url: string): Promise<RelayRefusal> {
+  const type = res.headers.get("content-type") ?? "no content type";
+  await res.body?.cancel().catch(() => {});
+  return new RelayRefusal(
+    res.status,
+    "not_the_relay",
+    `${url} answered ${res.status} (${type}) but not as an Episode Relay: check the relay's base URL (a page such as the dashboard is not the API)`,
+  );
+}
+
+/**
+ * `fetch`, with network failures named (RelayUnreachable) and an answer that is not the relay's
+ * refused (RelayRefusal `not_the_relay`). `timeoutMs` bounds the wait for the answer's headers.
+ */
+export async function relayFetch(url: string | URL, init: RequestInit = {}, timeoutMs = 30_000): Promise<Response> {
+  const href = url.toString();
+  let res: Response;
+  try {
+    const timeout = AbortSignal.timeout(timeoutMs);
+    res = await fetch(url, { ...init, signal: init.signal ? AbortSignal.any([init.signal, timeout]) : timeout });
+  } catch (e) {
+    if (init.signal?.aborted) throw e;
+    throw unreachable(e, href);
+  }
+  if (res.headers.get(RELAY_HEADER) === null) throw await notTheRelay(res, href);
+  return res;
+}
+
+/** A RelayRefusal from the relay's refused answer (4xx), saying what to do in the caller's terms. */
+export async function refusalOf(res: Response, what: string, base: string, hints: Hints): Promise<RelayRefusal> {
+  const { code, message } = await refusalBody(res);
+  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, base, what, hints)}`);
+}
+
+function advice(status: number, code: string, base: string, what: string, hints: Hints): string {
+  if (status === 401)
+    return `the relay needs a valid bearer token: ${hints.token} (a token whose episodes cover ${what}, e.g. from \`npm run token -- --role watcher --episode ID\`)`;
+  if (status === 403) return `the token may not read ${what}: use one whose \`episodes\` patterns cover it`;
+  if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
+  if (code === "bad_cursor") return "pass the `cursor` of an element this run's fetch returned";
+  return `check the relay's base URL (${base}) and ${what}`;
+}
