@@ -238,7 +238,7 @@ function scriptFetch(chunks: Uint8Array[], hold = false) {
         controller.close();
       },
     });
-    return new Response(body, { headers: { "content-type": "application/msgpack" } });
+    return new Response(body, { headers: { "content-type": "application/msgpack", "x-episode-relay": "1" } });
   });
   return { spy, release };
 }
