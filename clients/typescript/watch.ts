@@ -382,23 +382,23 @@ export class EpisodeWatch {
   private refuse(refusal: RelayRefusal): void {
     if (this.stopped) return;
     this.refusal = refusal;
-    this.error = refusal.message;
-    this.stopped = true;
-    this.clearTimers();
-    this.setState("refused");
-    this.emit({ type: "refused", error: refusal });
-    this.rejectDone(refusal);
+    this.end("refused", { type: "refused", error: refusal });
   }
 
   /** The relay never answered within `giveUpMs`: the watch ends, saying what failed. */
   private giveUp(e: RelayUnreachable): void {
     this.unreachable = e;
-    this.error = e.message;
+    this.end("unreachable", { type: "unreachable", error: e });
+  }
+
+  /** Ends the watch for good: the state, its event, and `finished()` rejected with the error. */
+  private end(state: "refused" | "unreachable", event: Extract<WatchEvent, { type: "refused" | "unreachable" }>): void {
+    this.error = event.error.message;
     this.stopped = true;
     this.clearTimers();
-    this.setState("unreachable");
-    this.emit({ type: "unreachable", error: e });
-    this.rejectDone(e);
+    this.setState(state);
+    this.emit(event);
+    this.rejectDone(event.error);
   }
 
   /** Reconnect after a transient failure: at once after a slow-watcher close, as hinted after a 1013, else with backoff. */

@@ -10,6 +10,7 @@ import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { useRelay } from "../support/relay.js";
+import { typeCheckAsConsumer } from "../support/typecheck.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
@@ -55,23 +56,8 @@ describe("the packed package, installed into an empty folder", () => {
       ].join("\n"),
     );
     const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
-    const args = [
-      "--noEmit",
-      "--strict",
-      "--module",
-      "nodenext",
-      "--moduleResolution",
-      "nodenext",
-      "--target",
-      "es2022",
-      "--lib",
-      "es2022,dom",
-      "--skipLibCheck",
-      "false",
-      "check.mts",
-    ];
-    const r = spawnSync(process.execPath, [tsc, ...args], { cwd: app, encoding: "utf8" });
-    expect(r.status, r.stdout + r.stderr).toBe(0);
+    const r = typeCheckAsConsumer(tsc, app, ["check.mts"], ["--lib", "es2022,dom", "--skipLibCheck", "false"]);
+    expect(r.status, r.output).toBe(0);
   });
 
   it("npx episode-relay get and a script using episode-relay/client both get the golden episode", async () => {
