@@ -3,10 +3,11 @@
 //
 // hop    what the extra hop costs (episode → hub feed across processes, and the router): delivery
 //        latency to 10 watchers at 50 deltas/s of 1 KiB on the relay in one process (its hubs on
-//        the same thread) against the two-tier relay; p50/p99 of send → receipt. These watchers
-//        alone do not offer permessage-deflate: the one-process relay sits behind Miniflare's
-//        entry Worker, which would compress for them (see scripts/router.mjs), and the cell is
-//        about the hop, not zlib.
+//        the same thread) against the two-tier relay; p50/p99 of send → receipt. Measured twice:
+//        as browsers connect (offering permessage-deflate; what each relay grants is printed) and
+//        without the offer. The one-process relay sits behind Miniflare's entry Worker, which
+//        compresses for clients that offer (see scripts/router.mjs) where Cloudflare, with
+//        `no_web_socket_compression`, does not: the cells without the offer isolate the hop.
 // scale  N watchers (default 10,000; --tier-watchers) of one episode, spread by the Worker over
 //        K hubs (WATCHERS_PER_HUB 2000 → K = 5), then 1 KiB deltas at 5/s for 10 s: delivery
 //        p50/p99 over every (watcher, delta), every seq checked (each once, in order), and each
@@ -47,7 +48,7 @@ async function deliver(
   log: (m: string) => void,
   watchBase = relay.url,
   socketOptions?: Parameters<typeof openSocket>[2],
-): Promise<Delivery & { connectMs: number; hubs: number }> {
+): Promise<Delivery & { connectMs: number; hubs: number; extensions: string }> {
   const id = episodeId(`tiers-${n}`);
   const make = sizedDeltas(1024);
   const producer = new ProducerCursor("bench");
@@ -129,32 +130,41 @@ async function deliver(
   if (latencies.length < expected) errors.push(`${expected - latencies.length} receipts missing`);
   if (acks.length) errors.push(...acks);
   const s = stats(latencies.sort((a, b) => a - b));
+  const extensions = sockets[0]?.extensions ?? ""; // what the relay granted the offer, if anything
   await Promise.all(sockets.map((ws) => closeSocket(ws, 5000)));
   await closeSocket(ingest);
-  return { p50: s.p50, p99: s.p99, receipts: latencies.length, errors, connectMs, hubs };
+  return { p50: s.p50, p99: s.p99, receipts: latencies.length, errors, connectMs, hubs, extensions };
 }
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
   const n = opts.tierWatchers ?? 10_000;
   const out: Record<string, unknown> = {};
-  // hop: one process against two tiers, 10 watchers
-  const hop: Record<string, Delivery> = {};
+  // hop: one process against two tiers, 10 watchers, offering deflate as browsers do and not
+  type Hop = Record<"one_process" | "two_tiers", Record<"offered" | "plain", Delivery & { extensions: string }>>;
+  const hop = { one_process: {}, two_tiers: {} } as Hop;
   for (const tiers of [false, true]) {
     const relay = await startBenchRelay("tmpfs", {}, { tiers });
+    const mode = tiers ? "two_tiers" : "one_process";
     try {
-      const plain = { perMessageDeflate: false }; // see "hop" above
-      await deliver(relay, 10, 50, 50, opts.log, relay.url, plain); // warm-up
-      hop[tiers ? "two_tiers" : "one_process"] = await deliver(relay, 10, 50, 200, opts.log, relay.url, plain);
+      for (const offer of ["offered", "plain"] as const) {
+        const options = offer === "plain" ? { perMessageDeflate: false } : undefined; // ws offers by default
+        await deliver(relay, 10, 50, 50, opts.log, relay.url, options); // warm-up
+        hop[mode][offer] = await deliver(relay, 10, 50, 200, opts.log, relay.url, options);
+      }
     } finally {
       await relay.stop();
     }
   }
+  const cell = (d: Delivery & { extensions: string }) => ({ p50_ms: fmtn(d.p50), p99_ms: fmtn(d.p99), granted: d.extensions || "none" });
   out.hop = {
-    one_process: { p50_ms: fmtn(hop.one_process!.p50), p99_ms: fmtn(hop.one_process!.p99) },
-    two_tiers: { p50_ms: fmtn(hop.two_tiers!.p50), p99_ms: fmtn(hop.two_tiers!.p99) },
-    added_p50_ms: fmtn(hop.two_tiers!.p50 - hop.one_process!.p50),
+    one_process: cell(hop.one_process.plain),
+    two_tiers: cell(hop.two_tiers.plain),
+    added_p50_ms: fmtn(hop.two_tiers.plain.p50 - hop.one_process.plain.p50),
+    offering_deflate: { one_process: cell(hop.one_process.offered), two_tiers: cell(hop.two_tiers.offered) },
   };
-  opts.log(`tiers: hop: p50 ${fmt(hop.one_process!.p50)} ms in one process, ${fmt(hop.two_tiers!.p50)} ms in two tiers`);
+  opts.log(
+    `tiers: hop: p50 ${fmt(hop.one_process.plain.p50)} ms in one process, ${fmt(hop.two_tiers.plain.p50)} ms in two tiers; offering deflate: ${fmt(hop.one_process.offered.p50)} ms (granted ${hop.one_process.offered.extensions || "none"}), ${fmt(hop.two_tiers.offered.p50)} ms (granted ${hop.two_tiers.offered.extensions || "none"})`,
+  );
   // scale
   const relay = await startBenchRelay(
     "tmpfs",
@@ -199,13 +209,17 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     receipts: number;
     heap_peak_mib: Record<string, { total: number }>;
   };
-  const h = out.hop as { one_process: { p50_ms: number; p99_ms: number }; two_tiers: { p50_ms: number; p99_ms: number }; added_p50_ms: number };
+  type Cell = { p50_ms: number; p99_ms: number; granted: string };
+  const h = out.hop as { one_process: Cell; two_tiers: Cell; added_p50_ms: number; offering_deflate: { one_process: Cell; two_tiers: Cell } };
+  const hopRow = (label: string, c: Cell, note: string) => [label, "10", "1", fmt(c.p50_ms), fmt(c.p99_ms), note];
   opts.table({
     title: "tiers: the viewer tier (episode tier and hub tier in two processes, as npm start runs them)",
     columns: ["", "watchers", "hubs", "p50 ms", "p99 ms", "notes"],
     rows: [
-      ["hop: one process", "10", "1", fmt(h.one_process.p50_ms), fmt(h.one_process.p99_ms), "50 × 1 KiB deltas/s, 200 deltas"],
-      ["hop: two tiers", "10", "1", fmt(h.two_tiers.p50_ms), fmt(h.two_tiers.p99_ms), `+${fmt(h.added_p50_ms)} ms p50: the feed's hop and the router`],
+      hopRow("hop: one process", h.one_process, "50 × 1 KiB deltas/s, 200 deltas; no deflate offer"),
+      hopRow("hop: two tiers", h.two_tiers, `+${fmt(h.added_p50_ms)} ms p50: the feed's hop and the router; no deflate offer`),
+      hopRow("hop: one process, offering deflate", h.offering_deflate.one_process, `granted: ${h.offering_deflate.one_process.granted} (Miniflare's entry)`),
+      hopRow("hop: two tiers, offering deflate", h.offering_deflate.two_tiers, `granted: ${h.offering_deflate.two_tiers.granted} (as on Cloudflare)`),
       [
         "scale",
         String(n),
