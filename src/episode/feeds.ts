@@ -11,7 +11,7 @@
 // A failed call is retried by the episode's alarm, backing off.
 
 import { traceOf } from "../assembly/delta.js";
-import { type Feed, type FeedAnswer, type FeedFrame, feedBytes, type HubView, type Joined, type Restart, sameView } from "../hub/feed.js";
+import { type Feed, type FeedAnswer, type FeedFrame, feedBytes, type HubView, type Joined, type Restart, sameView, viewEnded } from "../hub/feed.js";
 import { hubCount, hubName } from "../hub/shards.js";
 import { retryDelay } from "./index-sync.js";
 import type { EpisodeState } from "./state.js";
@@ -88,7 +88,7 @@ export class HubFeeds {
     this.all().set(shard, m);
     this.save(m);
     m.hubsTold = this.hubs();
-    return { view, reply: view.status === "finished" || view.status === "failed" ? this.state.record.reply() : null, hubs: m.hubsTold };
+    return { view, reply: viewEnded(view) ? this.state.record.reply() : null, hubs: m.hubsTold };
   }
 
   /**
@@ -259,12 +259,12 @@ export class HubFeeds {
   }
 
   private restart(base: { session: number; after: number; hubs: number }, target: HubView, reason: Restart): Feed {
-    return { ...base, restart: reason, frames: [], view: target, reply: ended(target) ? this.state.record.reply() : null };
+    return { ...base, restart: reason, frames: [], view: target, reply: viewEnded(target) ? this.state.record.reply() : null };
   }
 
   /** The reply goes with the feed that tells a hub the run ended. */
   private replyFor(v: HubView, target: HubView): Uint8Array | null {
-    return ended(target) && !ended(v) ? this.state.record.reply() : null;
+    return viewEnded(target) && !viewEnded(v) ? this.state.record.reply() : null;
   }
 
   /** The view a hub fed up to now would hold. */
@@ -326,8 +326,4 @@ export class HubFeeds {
     // an id nobody wrote keeps no storage once nobody watches it
     if (this.all().size === 0 && !this.state.record.exists()) this.sql.exec("DROP TABLE IF EXISTS hubs");
   }
-}
-
-function ended(v: HubView): boolean {
-  return v.status === "finished" || v.status === "failed";
 }

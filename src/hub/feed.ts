@@ -69,6 +69,11 @@ export function sameView(a: HubView | null, b: HubView): boolean {
   return a !== null && a.head === b.head && a.epoch === b.epoch && a.status === b.status && a.refused === b.refused && a.error === b.error;
 }
 
+/** The run ended (finished or failed): the reply goes with the view. */
+export function viewEnded(v: HubView): boolean {
+  return v.status === "finished" || v.status === "failed";
+}
+
 /** The public status a view shows (a hello, a status message). */
 export function viewStatus(v: HubView): string {
   return v.status === "live" && v.refused !== null ? "finish_refused" : v.status;

@@ -12,7 +12,7 @@ import { CLOSE_NORMAL, CLOSE_POLICY, echoClose, errorResponse, RelayError, safeC
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { finishMessage, statusMessage } from "../watch/protocol.js";
 import type { Cursor } from "./catchup.js";
-import { type Feed, type FeedAnswer, type HubView, viewStatus } from "./feed.js";
+import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus } from "./feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "./shards.js";
 import { HubStore } from "./store.js";
 import type { WatcherAttachment } from "./live.js";
@@ -111,7 +111,7 @@ export class ViewerHub extends DurableObject<Env> {
     if (!f) return { applied: false, view: v, member: true, watchers };
     if (f.restart) {
       this.window.reset(f.view.head);
-      this.store.save({ ...s, view: f.view, hubs: f.hubs }, ended(f.view) ? (f.reply ?? undefined) : null);
+      this.store.save({ ...s, view: f.view, hubs: f.hubs }, viewEnded(f.view) ? (f.reply ?? undefined) : null);
       this.watchers.restart(f.restart, s.id);
       return { applied: true, view: f.view, member: true, watchers };
     }
@@ -120,7 +120,7 @@ export class ViewerHub extends DurableObject<Env> {
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
     this.watchers.broadcast(f.frames);
     const n = f.view;
-    if (!ended(v) && ended(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
+    if (!viewEnded(v) && viewEnded(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
     else if (n.status === "live" && n.refused !== v.refused) this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
     return { applied: true, view: n, member: true, watchers };
   }
@@ -236,8 +236,4 @@ export class ViewerHub extends DurableObject<Env> {
     this.membership = next.catch((e: unknown) => console.warn("hub membership", e));
     return next;
   }
-}
-
-function ended(v: HubView): boolean {
-  return v.status === "finished" || v.status === "failed";
 }

@@ -16,7 +16,7 @@ import { caughtUpMessage, finishMessage, helloMessage, parseWatcherText, retryRe
 import { parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type HubCohort, type OpenCursor } from "./catchup.js";
-import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
+import { type FeedFrame, type HubView, viewEnded, viewStatus } from "./feed.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { Streams } from "./streams.js";
@@ -364,7 +364,7 @@ export class HubWatchers {
     this.socketOf.delete(c);
     c.release();
     this.flows.send(ws, caughtUpMessage(v.head));
-    if (v.status === "finished" || v.status === "failed") this.flows.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
+    if (viewEnded(v)) this.flows.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
     this.live.set(ws, this.states.get(ws)!, true);
     this.startWaiting();
   }
