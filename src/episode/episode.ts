@@ -68,6 +68,8 @@ export class Episode extends DurableObject<Env> {
     super(ctx, env);
     this.limits = limitsFrom(env);
     this.state = new EpisodeState(ctx.storage);
+    // no request is delivered until storage is at this release's schema (or the object refuses them)
+    void ctx.blockConcurrencyWhile(async () => this.state.open());
     const { record, store } = this.state;
     this.source = {
       meta: () => record.meta(),

@@ -309,7 +309,7 @@ export class HubFeeds {
   }
 
   private save(m: Member): void {
-    this.sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
+    this.state.schema.ensure();
     this.sql.exec(
       "INSERT INTO hubs (shard, id, session, watchers) VALUES (?, ?, ?, ?) ON CONFLICT(shard) DO UPDATE SET id = excluded.id, session = excluded.session, watchers = excluded.watchers",
       m.shard,
@@ -324,6 +324,6 @@ export class HubFeeds {
     if (this.all().size === 0) this.forgetRecent(this.state.meta()?.seq ?? 0);
     this.sql.exec("DELETE FROM hubs WHERE shard = ?", m.shard);
     // an id nobody wrote keeps no storage once nobody watches it
-    if (this.all().size === 0 && !this.state.record.exists()) this.sql.exec("DROP TABLE IF EXISTS hubs");
+    if (this.all().size === 0 && !this.state.record.exists()) this.state.schema.drop();
   }
 }

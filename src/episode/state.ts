@@ -6,6 +6,8 @@
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { type ProducerLedger, retractable } from "../envelope/ledger.js";
 import { RelayError } from "../http/errors.js";
+import { SchemaState } from "../storage/schema.js";
+import { EPISODE_SCHEMA } from "./schema.js";
 import { SqlStore } from "./sql-store.js";
 import { EpisodeRecord, type Meta } from "./storage.js";
 
@@ -18,13 +20,22 @@ export interface LiveIndex {
 export class EpisodeState {
   readonly record: EpisodeRecord;
   readonly store: SqlStore;
+  readonly schema: SchemaState;
   private live: LiveIndex | null = null;
+  private opened = false;
 
   constructor(private readonly storage: DurableObjectStorage) {
-    this.record = new EpisodeRecord(storage.sql);
+    this.schema = new SchemaState(storage, EPISODE_SCHEMA);
+    this.record = new EpisodeRecord(storage.sql, this.schema);
     this.store = new SqlStore(storage.sql);
-    if (this.record.isOldLayout()) this.upgrade();
-    if (this.record.exists()) {
+  }
+
+  /** Once, inside the constructor's `blockConcurrencyWhile`: storage is brought to this release's schema, then read. */
+  open(): void {
+    if (this.opened) return;
+    this.opened = true;
+    this.schema.open();
+    if (this.schema.failed === null && this.record.exists()) {
       // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
       this.holdRetractable(this.record.producers());
       this.store.afterRestart();
@@ -39,6 +50,8 @@ export class EpisodeState {
   /** The index, read from storage on first use. */
   index(): LiveIndex {
     if (this.live) return this.live;
+    this.open();
+    this.schema.check();
     const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
     const asm = new EpisodeAssembly(this.store, traces);
     asm.reserveTnums(nextTnum);
@@ -48,12 +61,14 @@ export class EpisodeState {
   }
 
   meta(): Meta | null {
+    this.open();
+    this.schema.check();
     return this.record.meta();
   }
 
   /** The meta row, or 404. */
   requireMeta(): Meta {
-    const m = this.record.meta();
+    const m = this.meta();
     if (!m) throw new RelayError("not_found", "no such episode");
     return m;
   }
@@ -88,15 +103,5 @@ export class EpisodeState {
   /** Frames that may still be retracted hold the state before them; the rest can go. */
   holdRetractable(ledger: ProducerLedger = this.index().ledger): void {
     this.store.setFloors(retractable(ledger).map((s) => s - 1));
-  }
-
-  /** Storage written by a relay that kept the episode in memory: rebuild the state into SQLite, once. */
-  private upgrade(): void {
-    this.storage.transactionSync(() => {
-      const deltas = this.record.upgrade();
-      const asm = new EpisodeAssembly(this.store);
-      asm.version = this.store.version = this.record.meta()!.seq;
-      for (const d of deltas) asm.apply(d, true);
-    });
   }
 }

@@ -15,11 +15,11 @@
 //   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
 // - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by alarm).
 //
-// Callers wrap writes in `transactionSync`.
+// The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import { createStateTables, eachPart } from "./sql-store.js";
+import { eachPart } from "./sql-store.js";
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../envelope/ledger.js";
-import { binItems } from "../wire/reader.js";
+import type { SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
@@ -73,7 +73,10 @@ export class EpisodeRecord {
   private indexCache: IndexState | null = null;
   private rewinds: number | null = null;
 
-  constructor(private readonly sql: SqlStorage) {}
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly schema: SchemaState,
+  ) {}
 
   /** True once the episode has been created (storage untouched otherwise). */
   exists(): boolean {
@@ -83,16 +86,9 @@ export class EpisodeRecord {
     return this.ready;
   }
 
-  /**
-   * Whether the storage was written by a version of the relay that kept the episode in memory
-   * (a `base` snapshot table, no assembled state): Episode upgrades it on first use.
-   */
-  isOldLayout(): boolean {
-    return this.exists() && this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'traces'").toArray().length === 0;
-  }
-
   /** After deleteAll: the next access sees no episode. */
   forget(): void {
+    this.schema.forget();
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
@@ -101,13 +97,7 @@ export class EpisodeRecord {
 
   /** Create the schema and the meta row (first write of a new episode). */
   create(id: string, now: number): Meta {
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS meta (
-      id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
-      traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
-      created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
-      size INTEGER, etag TEXT, refused TEXT)`);
-    this.createLogTables();
-    createStateTables(this.sql);
+    this.schema.ensure();
     const meta: Meta = {
       id,
       status: "live",
@@ -146,45 +136,6 @@ export class EpisodeRecord {
     return meta;
   }
 
-  private createLogTables(): void {
-    this.sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
-  }
-
-  /**
-   * Upgrade an old layout: add the new tables and columns, and return the deltas that rebuild
-   * its state (the old base snapshot, then the log), for the caller to apply into the new store.
-   * The old snapshot table is dropped; the log stays.
-   */
-  upgrade(): Uint8Array[] {
-    createStateTables(this.sql);
-    this.addColumns("meta", ["size INTEGER", "etag TEXT", "refused TEXT"]);
-    this.addColumns("producers", ["unconfirmed TEXT NOT NULL DEFAULT '[]'"]);
-    this.sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
-    const deltas: Uint8Array[] = [];
-    const hasBase = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'base'").toArray().length > 0;
-    if (hasBase) {
-      const base = this.blob("base");
-      if (base) deltas.push(...binItems(base));
-      this.sql.exec("DROP TABLE base");
-    }
-    for (const { frame } of this.frames(this.meta()!.base)) deltas.push(frame);
-    this.cached = null;
-    return deltas;
-  }
-
-  private addColumns(table: string, columns: string[]): void {
-    const have = new Set(
-      this.sql
-        .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
-        .toArray()
-        .map((c) => c.name),
-    );
-    for (const col of columns) if (!have.has(col.split(" ")[0]!)) this.sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
-  }
-
   /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
@@ -214,6 +165,7 @@ export class EpisodeRecord {
 
   /** Drop what is kept of the rows (after a failed transaction, which rolled them back, maybe the whole episode). */
   invalidate(): void {
+    this.schema.forget();
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
@@ -316,12 +268,8 @@ export class EpisodeRecord {
   }
 
   reply(): Uint8Array | null {
-    return this.blob("reply");
-  }
-
-  private blob(table: "reply" | "base"): Uint8Array | null {
     if (!this.exists()) return null;
-    const parts = this.sql.exec<{ data: ArrayBuffer }>(`SELECT data FROM ${table} ORDER BY part`).toArray();
+    const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
     return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
   }
 
@@ -330,7 +278,6 @@ export class EpisodeRecord {
   indexState(): IndexState {
     if (this.indexCache) return { ...this.indexCache };
     if (!this.exists()) return { ...NO_INDEX_STATE };
-    this.ensureIndexTable();
     const row = this.sql
       .exec<{ last_flush: number; due: number; flush_ms: number; attempts: number }>("SELECT last_flush, due, flush_ms, attempts FROM index_sync")
       .toArray()[0];
@@ -339,16 +286,9 @@ export class EpisodeRecord {
   }
 
   saveIndexState(s: IndexState): void {
-    this.ensureIndexTable();
     this.indexCache = { ...s };
     this.sql.exec("DELETE FROM index_sync");
     this.sql.exec("INSERT INTO index_sync VALUES (?, ?, ?, ?)", s.lastFlush, s.due, s.flushMs, s.attempts);
-  }
-
-  private ensureIndexTable(): void {
-    this.sql.exec(
-      "CREATE TABLE IF NOT EXISTS index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
-    );
   }
 
   /** After a delete: the id whose row is still to be dropped from the run's index, and the attempts so far. */
@@ -358,7 +298,7 @@ export class EpisodeRecord {
   }
 
   saveTombstone(t: { id: string; attempts: number } | null): void {
-    this.sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
+    this.schema.ensure();
     this.sql.exec("DELETE FROM tombstone");
     if (t) this.sql.exec("INSERT INTO tombstone VALUES (?, ?)", t.id, t.attempts);
   }

@@ -38,6 +38,8 @@ export const ERROR_STATUS = {
   // the relay
   internal: 500,
   auth_not_configured: 503,
+  /** The object's storage could not be brought to this release's schema (src/storage/schema.ts). */
+  storage_upgrade_failed: 503,
 } as const satisfies Record<DeltaErrorCode, number> & Record<string, number>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -60,6 +62,9 @@ export class RelayError extends Error {
   }
 }
 
+/** How the refusal of an object whose storage could not be upgraded begins (recognised across RPC). */
+export const STORAGE_UPGRADE_FAILED = "storage upgrade failed";
+
 /** The JSON body of every refusal. */
 export interface ErrorBody {
   error: ErrorCode;
@@ -70,6 +75,8 @@ export interface ErrorBody {
 /** An error as a refusal, or null when it is not one (a bug). */
 export function asRefusal(e: unknown): RelayError | null {
   if (e instanceof RelayError) return e;
+  // thrown by an object over RPC, where an error keeps only its message (src/storage/schema.ts)
+  if (e instanceof Error && e.message.startsWith(STORAGE_UPGRADE_FAILED)) return new RelayError("storage_upgrade_failed", e.message);
   if (e instanceof DeltaError) return new RelayError(e.code, e.message, e.field);
   if (e instanceof FinishError) return new RelayError("finish_mismatch", e.message);
   return null;

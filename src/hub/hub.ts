@@ -42,8 +42,10 @@ export class ViewerHub extends DurableObject<Env> {
     super(ctx, env);
     const l = limitsFrom(env);
     this.perHub = l.watchersPerHub;
-    this.store = new HubStore(ctx.storage.sql);
-    this.window = new HubWindow(this.store.state()?.view?.head ?? 0, l.hubWindowBytes, WINDOW_FRAMES);
+    this.store = new HubStore(ctx.storage);
+    // no request is delivered until storage is at this release's schema (or the hub refuses them)
+    void ctx.blockConcurrencyWhile(async () => this.store.open());
+    this.window = new HubWindow(this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0, l.hubWindowBytes, WINDOW_FRAMES);
     this.watchers = new HubWatchers(
       ctx,
       {

@@ -4,6 +4,7 @@
 // watcher leaves.
 
 import { eachPart } from "../episode/sql-store.js";
+import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
 import type { HubStatus, HubView } from "./feed.js";
 
@@ -16,13 +17,41 @@ export interface HubState {
   hubs: number;
 }
 
+/** The hub's tables, version by version (src/storage/schema.ts). */
+export const HUB_SCHEMA: Schema = checkSchema({
+  object: "ViewerHub",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        sql.exec(`CREATE TABLE IF NOT EXISTS hub (id TEXT NOT NULL, shard INTEGER NOT NULL, session INTEGER, head INTEGER, epoch INTEGER NOT NULL,
+          status TEXT NOT NULL, refused TEXT, error TEXT, hubs INTEGER NOT NULL)`);
+        sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+      },
+    },
+  ],
+});
+
 export class HubStore {
   private cached: HubState | null | undefined;
+  private readonly sql: SqlStorage;
+  readonly schema: SchemaState;
 
-  constructor(private readonly sql: SqlStorage) {}
+  constructor(storage: DurableObjectStorage) {
+    this.sql = storage.sql;
+    this.schema = new SchemaState(storage, HUB_SCHEMA);
+  }
+
+  /** Bring storage to this release's schema (the constructor's `blockConcurrencyWhile`; also on first use). */
+  open(): void {
+    this.schema.open();
+  }
 
   /** The row, or null for a hub that serves nobody yet. */
   state(): HubState | null {
+    this.open();
+    this.schema.check();
     if (this.cached !== undefined) return this.cached;
     if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hub'").toArray().length === 0) return (this.cached = null);
     const r = this.sql
@@ -44,9 +73,7 @@ export class HubStore {
   }
 
   save(s: HubState, reply?: Uint8Array | null): void {
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS hub (id TEXT NOT NULL, shard INTEGER NOT NULL, session INTEGER, head INTEGER, epoch INTEGER NOT NULL,
-      status TEXT NOT NULL, refused TEXT, error TEXT, hubs INTEGER NOT NULL)`);
-    this.sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+    this.schema.ensure();
     const v = s.view;
     this.sql.exec("DELETE FROM hub");
     this.sql.exec(
@@ -76,8 +103,7 @@ export class HubStore {
 
   /** Nobody is served any more: nothing is kept. */
   clear(): void {
-    this.sql.exec("DROP TABLE IF EXISTS hub");
-    this.sql.exec("DROP TABLE IF EXISTS reply");
+    this.schema.drop();
     this.cached = null;
   }
 }

@@ -12,7 +12,9 @@ import { isWebSocketUpgrade } from "../http/route.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
 import { IndexSockets, readScopeHeader } from "./index-sockets.js";
+import { SchemaState } from "../storage/schema.js";
 import { type FinishedItem, IndexStore } from "./index-store.js";
+import { INDEX_SCHEMA } from "./schemas.js";
 import { RUNS_NAME } from "./run-directory.js";
 import { coversRun } from "./run.js";
 import { rewardOf } from "./rewards.js";
@@ -48,6 +50,7 @@ export interface UpdateAnswer {
 }
 
 export class EpisodeIndex extends DurableObject<Env> {
+  private readonly schema: SchemaState;
   private readonly store: IndexStore;
   private readonly sockets: IndexSockets;
   /** Rows changed since the last push (null: removed). */
@@ -55,6 +58,9 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
+    this.schema = new SchemaState(ctx.storage, INDEX_SCHEMA);
+    // no request is delivered until storage is at this release's schema (or the object refuses them)
+    void ctx.blockConcurrencyWhile(async () => this.schema.open(true));
     this.store = new IndexStore(ctx.storage.sql);
     this.sockets = new IndexSockets(
       ctx,
@@ -69,6 +75,7 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   /** Insert or replace the episode's row (an update older than the held one is ignored). */
   upsert(row: IndexRow): UpdateAnswer {
+    this.schema.check();
     const applied = this.write(() => {
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
@@ -81,6 +88,7 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   /** Drop the episode's row (deleted or expired). */
   remove(id: string): UpdateAnswer {
+    this.schema.check();
     const removed = this.write(() => {
       const old = this.store.row(id);
       if (old) this.store.delete(old);
@@ -94,6 +102,7 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   /** A page of the run's episodes within `scope`, as JSON text `{episodes, cursor}` (rewards are free-form JSON). */
   list(q: ListQuery, scope: Scope): string {
+    this.schema.check();
     const rows = this.store.query(q, scope, q.limit + 1);
     const page = rows.slice(0, q.limit);
     const last = page.at(-1);
@@ -103,11 +112,13 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   /** The run's aggregates as JSON text (the Worker shows them only to viewers covering the run). */
   aggregates(run: string): string {
+    this.schema.check();
     return JSON.stringify(this.aggregatesNow(run));
   }
 
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
   finished(after: number, limit: number, scope: Scope): FinishedItem[] {
+    this.schema.check();
     return this.store.finished(after, limit, scope);
   }
 
@@ -115,6 +126,7 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   async fetch(request: Request): Promise<Response> {
     try {
+      this.schema.check();
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the run socket");
       const url = new URL(request.url);
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
@@ -151,6 +163,7 @@ export class EpisodeIndex extends DurableObject<Env> {
   // ---- the directory (by alarm, retried until it lands) ----
 
   async alarm(): Promise<void> {
+    if (this.schema.failed !== null) return;
     const run = this.store.run;
     if (run === null) return;
     const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);

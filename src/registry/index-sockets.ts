@@ -23,9 +23,7 @@ export class IndexSockets {
     private readonly messageFor: (scope: Scope) => string | null,
     /** Called after every socket got its push: the caller forgets what it collected. */
     private readonly pushed: () => void,
-  ) {
-    sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
-  }
+  ) {} // the scopes table is in the object's schema (schemas.ts)
 
   /** Accept a socket for a viewer with `scope`; `first` is its snapshot message. */
   async accept(scope: Scope, first: string): Promise<Response> {

@@ -5,6 +5,8 @@
 // coalesced changes.
 
 import { DurableObject } from "cloudflare:workers";
+import { SchemaState } from "../storage/schema.js";
+import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
 import { isWebSocketUpgrade } from "../http/route.js";
 import { encodeRunsMessage, type RunSummary } from "./index-protocol.js";
@@ -50,16 +52,16 @@ export function decodeRunCursor(cursor: string): RunCursor {
 
 export class RunDirectory extends DurableObject<Env> {
   private readonly sql: SqlStorage;
+  private readonly schema: SchemaState;
   private readonly sockets: IndexSockets;
   private changes = new Map<string, RunRow | null>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS runs (
-      run TEXT PRIMARY KEY, created INTEGER NOT NULL, updated INTEGER NOT NULL, episodes INTEGER NOT NULL,
-      live INTEGER NOT NULL, finished INTEGER NOT NULL, failed INTEGER NOT NULL, finish_refused INTEGER NOT NULL)`);
-    this.sql.exec("CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created DESC, run DESC)");
+    this.schema = new SchemaState(ctx.storage, DIRECTORY_SCHEMA);
+    // no request is delivered until storage is at this release's schema (or the object refuses them)
+    void ctx.blockConcurrencyWhile(async () => this.schema.open(true));
     this.sockets = new IndexSockets(
       ctx,
       this.sql,
@@ -72,6 +74,7 @@ export class RunDirectory extends DurableObject<Env> {
   // ---- RPC from run indexes ----
 
   upsertRun(r: RunRow): void {
+    this.schema.check();
     this.sql.exec(
       "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       r.run,
@@ -88,6 +91,7 @@ export class RunDirectory extends DurableObject<Env> {
   }
 
   removeRun(run: string): void {
+    this.schema.check();
     if (this.sql.exec("DELETE FROM runs WHERE run = ?", run).rowsWritten === 0) return;
     this.changes.set(run, null);
     this.sockets.changed();
@@ -97,6 +101,7 @@ export class RunDirectory extends DurableObject<Env> {
 
   /** Runs newest-created first after `after`, whose ids may fall in `scope` and start with `prefix`. */
   runs(after: RunCursor | null, limit: number, scope: Scope, prefix: string | null, whole: boolean): { runs: RunSummary[]; cursor: string | null } {
+    this.schema.check();
     const out: RunRow[] = [];
     let from = after;
     let more = false;
@@ -126,6 +131,7 @@ export class RunDirectory extends DurableObject<Env> {
 
   /** One run's row, or null. */
   run(run: string): RunSummary | null {
+    this.schema.check();
     const r = this.sql.exec<RunRow & Record<string, SqlStorageValue>>("SELECT * FROM runs WHERE run = ?", run).toArray()[0];
     return r ? summaryOf(r) : null;
   }

@@ -1,0 +1,84 @@
+// The Episode object's tables, version by version (src/storage/schema.ts runs them). Tables:
+// storage.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
+// assembled state: traces, fields, pending, node_meta, bodies, stale) and feeds.ts (hubs).
+
+import { EpisodeAssembly } from "../assembly/episode-assembly.js";
+import { checkSchema, type Schema } from "../storage/schema.js";
+import { binItems } from "../wire/reader.js";
+import { concatChunks } from "../wire/writer.js";
+import { createStateTables, SqlStore } from "./sql-store.js";
+
+function hasTable(sql: SqlStorage, name: string): boolean {
+  return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
+}
+
+function addColumns(sql: SqlStorage, table: string, columns: string[]): void {
+  const have = new Set(
+    sql
+      .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
+      .toArray()
+      .map((c) => c.name),
+  );
+  for (const col of columns) if (!have.has(col.split(" ")[0]!)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
+}
+
+/**
+ * Storage of the releases that kept the episode in memory (a `base` snapshot table, the log, no
+ * assembled state): the state is rebuilt into SQLite from the snapshot and the log.
+ */
+function rebuildState(sql: SqlStorage): void {
+  const meta = sql.exec<{ seq: number; base: number }>("SELECT seq, base FROM meta").toArray()[0];
+  if (!meta) return;
+  const deltas: Uint8Array[] = [];
+  if (hasTable(sql, "base")) {
+    const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
+    if (parts.length) deltas.push(...binItems(concatChunks(parts.map((p) => new Uint8Array(p.data)))));
+    sql.exec("DROP TABLE base");
+  }
+  let seq = -1;
+  let parts: Uint8Array[] = [];
+  for (const row of sql.exec<{ seq: number; data: ArrayBuffer }>("SELECT seq, data FROM frames WHERE seq > ? ORDER BY seq, part", meta.base)) {
+    if (row.seq !== seq && parts.length) {
+      deltas.push(concatChunks(parts));
+      parts = [];
+    }
+    seq = row.seq;
+    parts.push(new Uint8Array(row.data));
+  }
+  if (parts.length) deltas.push(concatChunks(parts));
+  const store = new SqlStore(sql);
+  const asm = new EpisodeAssembly(store);
+  asm.version = store.version = meta.seq;
+  for (const d of deltas) asm.apply(d, true);
+}
+
+export const EPISODE_SCHEMA: Schema = checkSchema({
+  object: "Episode",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        const inMemory = hasTable(sql, "meta") && !hasTable(sql, "traces");
+        sql.exec(`CREATE TABLE IF NOT EXISTS meta (
+          id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
+          traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
+          created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
+          size INTEGER, etag TEXT, refused TEXT)`);
+        addColumns(sql, "meta", ["size INTEGER", "etag TEXT", "refused TEXT"]);
+        sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
+        sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')");
+        addColumns(sql, "producers", ["unconfirmed TEXT NOT NULL DEFAULT '[]'"]);
+        sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
+        );
+        sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
+        createStateTables(sql);
+        if (inMemory) rebuildState(sql);
+      },
+    },
+  ],
+});

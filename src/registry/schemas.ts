@@ -1,0 +1,45 @@
+// The tables of the two registry objects, version by version (src/storage/schema.ts runs them):
+// a run's EpisodeIndex (index-store.ts, and index-sockets.ts's scopes) and the RunDirectory.
+
+import { checkSchema, type Schema } from "../storage/schema.js";
+
+export const INDEX_SCHEMA: Schema = checkSchema({
+  object: "EpisodeIndex",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        sql.exec(`CREATE TABLE IF NOT EXISTS rows (
+          id TEXT PRIMARY KEY, run TEXT NOT NULL, status TEXT NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL,
+          ended INTEGER, seq INTEGER NOT NULL, traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
+          tokens INTEGER NOT NULL, rewards TEXT, reward REAL, error TEXT, finished_seq INTEGER)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_updated ON rows (updated DESC, id DESC)");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_reward ON rows (reward DESC, id DESC)");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_finished ON rows (finished_seq) WHERE finished_seq IS NOT NULL");
+        sql.exec("CREATE TABLE IF NOT EXISTS scores (id TEXT NOT NULL, key TEXT NOT NULL, score REAL NOT NULL, PRIMARY KEY (id, key))");
+        sql.exec("CREATE INDEX IF NOT EXISTS scores_by_key ON scores (key, score)");
+        sql.exec("CREATE TABLE IF NOT EXISTS throughput (minute INTEGER PRIMARY KEY, n INTEGER NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
+      },
+    },
+  ],
+});
+
+export const DIRECTORY_SCHEMA: Schema = checkSchema({
+  object: "RunDirectory",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        sql.exec(`CREATE TABLE IF NOT EXISTS runs (
+          run TEXT PRIMARY KEY, created INTEGER NOT NULL, updated INTEGER NOT NULL, episodes INTEGER NOT NULL,
+          live INTEGER NOT NULL, finished INTEGER NOT NULL, failed INTEGER NOT NULL, finish_refused INTEGER NOT NULL)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created DESC, run DESC)");
+        sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
+      },
+    },
+  ],
+});
