@@ -1,7 +1,7 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
 import { Response } from "miniflare";
 import { readFile } from "node:fs/promises";
-import { basename } from "node:path";
+import { basename, join } from "node:path";
 import { defineConfig } from "vitest/config";
 import { buildDashboard } from "./scripts/build-dashboard.mjs";
 import { goldenCasePaths } from "./tools/conformance/cases.js";
@@ -48,6 +48,12 @@ export default defineConfig({
             if (name === "") return new Response(JSON.stringify([...golden.keys()].sort()));
             const path = golden.get(name);
             return path ? new Response(await readFile(path)) : new Response(`no golden case ${name}`, { status: 404 });
+          },
+          // storage written by an earlier release (test/fixtures/storage), for the migration tests
+          async STORAGE_FIXTURES(request) {
+            const name = decodeURIComponent(new URL(request.url).pathname).replace(/^\/+/, "");
+            if (!/^[\w.-]+\/[\w.-]+\.json$/.test(name)) return new Response("bad name", { status: 400 });
+            return new Response(await readFile(join(import.meta.dirname, "test", "fixtures", "storage", name)));
           },
         },
       },

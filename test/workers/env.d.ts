@@ -9,5 +9,7 @@ declare namespace Cloudflare {
   interface Env {
     /** Test-only: serves the golden cases (test/fixtures/golden, plus GOLDEN_DIR's; GET / lists them). */
     GOLDEN: Fetcher;
+    /** Test-only: serves test/fixtures/storage/<release>/<file>.json (storage an earlier release wrote). */
+    STORAGE_FIXTURES: Fetcher;
   }
 }

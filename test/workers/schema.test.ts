@@ -1,0 +1,211 @@
+// Versioned schemas (src/storage/schema.ts): storage written by the last release before versions
+// (test/fixtures/storage/release-89af552, made by running that release: see its README) is
+// restored into this release's objects, which upgrade it at construction and answer as that
+// release did; a migration that fails, or storage newer than the release, leaves the object
+// refusing with 503 storage_upgrade_failed and its storage untouched.
+import { env } from "cloudflare:workers";
+import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
+import { HUB_SCHEMA } from "../../src/hub/store.js";
+import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/registry/schemas.js";
+import { checkSchema, latestVersion, storedVersion } from "../../src/storage/schema.js";
+import { equal, getBytes, golden, post, relay } from "./support.js";
+import { Watcher } from "./watcher.js";
+
+const RELEASE = "release-89af552";
+
+interface Dumped {
+  class: string;
+  name: string;
+  schema: Array<{ type: string; name: string; sql: string }>;
+  rows: Record<string, unknown[][]>;
+}
+
+/** Any of the four namespaces (their stubs' RPC types differ; only storage is touched here). */
+interface Namespace {
+  getByName(name: string): unknown;
+}
+
+interface Observed {
+  commit: string;
+  observed: Record<string, unknown>;
+}
+
+async function fixture<T>(file: string): Promise<T> {
+  const res = await env.STORAGE_FIXTURES.fetch(`http://fixtures/${RELEASE}/${file}`);
+  if (!res.ok) throw new Error(`storage fixture ${file}: ${res.status}`);
+  return (await res.json()) as T;
+}
+
+function unbase64(s: string): ArrayBuffer {
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out.buffer;
+}
+
+async function sha256(b: Uint8Array): Promise<string> {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", b));
+  return [...d].map((x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/** Replace the object's storage with what the release wrote (`tweak` may spoil it first). */
+async function restore(ns: Namespace, d: Dumped, tweak?: (sql: SqlStorage) => void): Promise<void> {
+  await runInDurableObject(ns.getByName(d.name) as DurableObjectStub, async (_instance, state) => {
+    await state.storage.deleteAll();
+    const sql = state.storage.sql;
+    for (const s of d.schema) sql.exec(s.sql);
+    for (const [table, rows] of Object.entries(d.rows)) {
+      for (const r of rows) {
+        const values = r.map((v) => (v !== null && typeof v === "object" && "bin" in v ? unbase64((v as { bin: string }).bin) : v)) as SqlStorageValue[];
+        sql.exec(`INSERT INTO "${table}" VALUES (${values.map(() => "?").join(", ")})`, ...values);
+      }
+    }
+    tweak?.(sql);
+  });
+}
+
+async function versionOf(ns: Namespace, name: string): Promise<number | null> {
+  return runInDurableObject(ns.getByName(name) as DurableObjectStub, (_i, state) => storedVersion(state.storage.sql));
+}
+
+const EPISODES = ["chat_basic", "multi_trace_links", "routing_repair_widen", "discard_retry"];
+
+describe(`storage written by the last release before versions (${RELEASE}) is upgraded`, () => {
+  it("every object opens it at this release's version and answers as that release did", async () => {
+    const seen = await fixture<Observed>("observed.json");
+    const dumps = await Promise.all([
+      ...EPISODES.map((n) => fixture<Dumped>(`Episode-fixture_${n}.json`)),
+      fixture<Dumped>("EpisodeIndex-run_fixture.json"),
+      fixture<Dumped>("RunDirectory-runs.json"),
+      fixture<Dumped>("ViewerHub-0_fixture_chat_basic.json"),
+    ]);
+    const ns: Record<string, Namespace> = {
+      Episode: env.EPISODES,
+      EpisodeIndex: env.EPISODE_INDEX,
+      RunDirectory: env.RUN_DIRECTORY,
+      ViewerHub: env.HUBS,
+    };
+    for (const d of dumps) await restore(ns[d.class]!, d);
+    await abortAllDurableObjects(); // as a deploy does: the next request starts this release's objects on the old storage
+
+    // the run's list and the directory first: nothing below has written to them yet
+    const list = (await (await relay("../runs/fixture/episodes")).json()) as unknown;
+    expect(list).toEqual(seen.observed["run:episodes"]);
+    expect(await (await relay("../runs")).json()).toEqual(seen.observed.runs);
+
+    for (const name of EPISODES) {
+      const id = `fixture:${name}`;
+      const o = seen.observed[id] as { frames: number; finished: boolean; bytes: number; sha256: string; status: Record<string, unknown> };
+      const got = await getBytes(id);
+      expect(got.length, id).toBe(o.bytes);
+      expect(await sha256(got), id).toBe(o.sha256);
+      const status = (await (await relay(`${id}/status`)).json()) as Record<string, unknown>;
+      for (const k of ["id", "status", "seq", "traces", "nodes", "calls", "frame_bytes", "episode_bytes", "created", "updated", "error"]) {
+        expect(status[k], `${id} status.${k}`).toEqual(o.status[k]);
+      }
+      const c = await golden(name);
+      if (o.finished) expect(equal(got, c.episode!), `${id}: the golden episode`).toBe(true);
+      else {
+        // the live one goes on where the release left it, with the same producer, and finishes exactly
+        const producer = new ProducerCursor("fixture");
+        for (const f of c.frames.slice(0, o.frames)) {
+          producer.envelope(f);
+          producer.acknowledge();
+        }
+        for (const f of c.frames.slice(o.frames)) {
+          const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(f)));
+          expect(r.status, await r.clone().text()).toBe(200);
+          expect(await r.json()).toMatchObject({ applied: 1, duplicates: 0 });
+          producer.acknowledge();
+        }
+        (await post(`${id}/reply`, c.reply)).body?.cancel();
+        expect(equal(await getBytes(id), c.episode!), `${id}: finished after the upgrade`).toBe(true);
+      }
+      expect(await versionOf(env.EPISODES, id)).toBe(latestVersion(EPISODE_SCHEMA));
+    }
+
+    // the hub kept its row through the upgrade; a watcher on it gets the finished episode
+    const w = await Watcher.open("fixture:chat_basic");
+    await w.read((x) => x.finished !== null);
+    expect(equal(w.episodeBytes(), (await golden("chat_basic")).episode!)).toBe(true);
+    w.close();
+    expect(await versionOf(env.HUBS, "0/fixture:chat_basic")).toBe(latestVersion(HUB_SCHEMA));
+    expect(await versionOf(env.EPISODE_INDEX, "run:fixture")).toBe(latestVersion(INDEX_SCHEMA));
+    expect(await versionOf(env.RUN_DIRECTORY, "runs")).toBe(latestVersion(DIRECTORY_SCHEMA));
+  });
+});
+
+describe("an object whose storage cannot be upgraded refuses every request, its storage untouched", () => {
+  async function tablesOf(name: string): Promise<string[]> {
+    return runInDurableObject(env.EPISODES.getByName(name) as DurableObjectStub, (_i, state) =>
+      state.storage.sql
+        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name")
+        .toArray()
+        .map((r) => r.name),
+    );
+  }
+
+  it("a migration that fails: 503 storage_upgrade_failed with what failed, nothing half-done", async () => {
+    const d = await fixture<Dumped>("Episode-fixture_chat_basic.json");
+    const spoiled = { ...d, name: "schema-fail:chat_basic" };
+    // an index where migration 1 creates a table: its CREATE TABLE fails
+    await restore(env.EPISODES, spoiled, (sql) => {
+      sql.exec("DROP TABLE IF EXISTS rewinds");
+      sql.exec("CREATE INDEX rewinds ON meta (id)");
+    });
+    const before = await tablesOf(spoiled.name);
+    await abortAllDurableObjects();
+    for (const [path, init] of [
+      [spoiled.name, undefined],
+      [`${spoiled.name}/status`, undefined],
+      [`${spoiled.name}/deltas`, { method: "POST", body: new Uint8Array([0x80]) }],
+    ] as const) {
+      const res = await relay(path, init);
+      expect(res.status, path).toBe(503);
+      const body = (await res.json()) as { error: string; message: string };
+      expect(body.error).toBe("storage_upgrade_failed");
+      expect(body.message).toMatch(
+        /Episode storage could not go from schema version 0 to \d+ \(the layout of the releases before versioned schemas\): .*rewinds/,
+      );
+    }
+    expect(await tablesOf(spoiled.name), "the failed migration rolled back whole").toEqual(before);
+    expect(before).not.toContain("schema_version");
+  });
+
+  it("storage written by a newer release: refused, not downgraded", async () => {
+    const d = await fixture<Dumped>("Episode-fixture_multi_trace_links.json");
+    const newer = { ...d, name: "schema-newer:multi_trace_links" };
+    await restore(env.EPISODES, newer, (sql) => {
+      sql.exec("CREATE TABLE schema_version (version INTEGER NOT NULL)");
+      sql.exec("INSERT INTO schema_version VALUES (99)");
+    });
+    await abortAllDurableObjects();
+    const res = await relay(newer.name);
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { message: string }).message).toContain("schema version 99, newer than this release's");
+    expect(await versionOf(env.EPISODES, newer.name)).toBe(99);
+  });
+
+  it("a schema's migrations are numbered 1..n in order", () => {
+    const up = () => {};
+    expect(() => checkSchema({ object: "X", migrations: [{ version: 2, what: "x", up }] })).toThrow(/numbered 2, expected 1/);
+    expect(checkSchema({ object: "X", migrations: [{ version: 1, what: "x", up }] }).migrations).toHaveLength(1);
+  });
+});
+
+describe("storage nobody wrote stays empty", () => {
+  it("a GET of an unknown episode creates no table; the first write creates them at the latest version", async () => {
+    const id = `schema-empty-${Date.now().toString(36)}`;
+    expect((await relay(id)).status).toBe(404);
+    expect(await versionOf(env.EPISODES, id)).toBeNull();
+    const c = await golden("chat_basic");
+    const r = await post(`${id}/deltas`, encodeEnvelope(new ProducerCursor("p").envelope(c.frames[0]!)));
+    expect(r.status).toBe(200);
+    await r.arrayBuffer();
+    expect(await versionOf(env.EPISODES, id)).toBe(latestVersion(EPISODE_SCHEMA));
+  });
+});
