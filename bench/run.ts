@@ -20,6 +20,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["memory", () => import("./memory.js")],
   ["runscale", () => import("./runscale.js")],
   ["tiers", () => import("./tiers.js")],
+  ["cost", () => import("./cost.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]

@@ -63,6 +63,8 @@ class ByteBudget {
 export class HubFeeds {
   private members: Map<number, Member> | null = null;
   private id: string | null = null;
+  /** Shards that were members since this object woke (their usage belongs to the episode's). */
+  private readonly seen = new Set<number>();
   /** Frames committed lately (seq order, after `recentAfter`), copied out of their request. */
   private recent: FeedFrame[] = [];
   private recentAfter: number | null = null;
@@ -83,6 +85,7 @@ export class HubFeeds {
   /** A hub's first watcher arrived: it joins with a new session and starts from the episode as it is now. */
   join(id: string, shard: number, session: number, watchers: number): Joined {
     this.id = id;
+    this.seen.add(shard);
     const view = this.target();
     const m: Member = { shard, session, watchers, view, hubsTold: 0, busy: false, failures: 0 };
     this.all().set(shard, m);
@@ -119,6 +122,13 @@ export class HubFeeds {
     let n = 0;
     for (const m of this.all().values()) n += m.watchers;
     return n;
+  }
+
+  /** Names of the hubs that are members, or were since this object woke (memory only). */
+  names(): string[] {
+    for (const shard of this.all().keys()) this.seen.add(shard);
+    const id = this.id;
+    return id === null ? [] : [...this.seen].sort((a, b) => a - b).map((shard) => hubName(id, shard));
   }
 
   /** How many hubs new watchers are spread over. */

@@ -6,7 +6,7 @@
 // tombstone retried the same way. Updates go out in order (each after the one before).
 
 import type { Slot } from "../assembly/trace.js";
-import { type EpisodeIndex, runIndexName } from "../registry/episode-index.js";
+import { runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
 import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
@@ -38,7 +38,7 @@ export class IndexSync {
 
   constructor(
     private readonly ctx: DurableObjectState,
-    private readonly ns: DurableObjectNamespace<EpisodeIndex> | undefined,
+    private readonly ns: Env["EPISODE_INDEX"] | undefined,
     private readonly state: EpisodeState,
     private readonly flushMs: number,
     /** Set the alarm for an update now due at `due` (the object takes the earlier of it and retention). */
@@ -112,7 +112,12 @@ export class IndexSync {
   }
 
   /** Run `op` on the run's index after the updates before it; kept alive by waitUntil. */
-  private enqueue<T>(id: string, op: (index: DurableObjectStub<EpisodeIndex>) => Promise<T>, ok: (value: T) => void, failed: () => void): Promise<void> {
+  private enqueue<T>(
+    id: string,
+    op: (index: ReturnType<Env["EPISODE_INDEX"]["get"]>) => Promise<T>,
+    ok: (value: T) => void,
+    failed: () => void,
+  ): Promise<void> {
     const ns = this.ns;
     if (!ns) return Promise.resolve();
     const next = this.chain

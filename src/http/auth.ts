@@ -5,6 +5,7 @@
 //   producer: read + write its episodes      (deltas, ingest socket, reply, DELETE, GET, status, watch)
 //   watcher:  read its episodes              (GET, status, watch)
 //   admin:    read + write                   (everything; episode requests still within `episodes`)
+// The usage routes (`/v1/episodes/{id}/usage`, `/v1/runs/{run}/usage`: billing units) are admin only.
 // Listing (`GET /v1/episodes`, the index socket `/v1/episodes/watch`) takes any valid token and
 // shows only the episodes its `episodes` patterns cover (the Worker passes them to the index).
 //
@@ -123,6 +124,8 @@ export type Need =
   /** Any valid token (unknown paths, bad ids, wrong methods: they end in 4xx after auth). */
   | { kind: "token" }
   | { kind: "episode"; permission: "read" | "write"; id: string }
+  /** The admin role (an episode's, within its `episodes`; null: a run's). */
+  | { kind: "admin"; id: string | null }
   | { kind: "list" };
 
 const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
@@ -132,6 +135,7 @@ export function need(method: string, route: Route): Need {
   if (route.kind === "health") return { kind: "open" };
   if (route.kind === "episode") {
     if (!METHODS[route.action].includes(method)) return { kind: "token" };
+    if (route.action === "usage") return { kind: "admin", id: route.id };
     const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
@@ -139,7 +143,7 @@ export function need(method: string, route: Route): Need {
     return { kind: "list" };
   }
   // a run's pages and sockets are filtered to the token's episodes by the run's index
-  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return { kind: "list" };
+  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return route.action === "usage" ? { kind: "admin", id: null } : { kind: "list" };
   return { kind: "token" };
 }
 
@@ -286,6 +290,10 @@ export async function authorize(
         return forbidden(`role ${claims.role} cannot ${req.permission === "write" ? "write to or delete" : "read"} episodes`);
       }
       if (!inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
+      return { ok: true, claims };
+    case "admin":
+      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot read usage (admin only)`);
+      if (req.id !== null && !inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
   }
 }

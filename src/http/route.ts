@@ -17,10 +17,11 @@ export function episodeIdProblem(id: string): string | null {
 /** Set by the Worker on every answer it gives (not on the dashboard's files): a client knows the relay answered, not some other page. */
 export const RELAY_HEADER = "x-episode-relay";
 
-/** `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`: bulk fetch. */
-export type RunAction = "run" | "episodes" | "finished";
+/** `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`: bulk fetch; `/usage` (admin): billing units. */
+export type RunAction = "run" | "episodes" | "finished" | "usage";
 
-export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch";
+/** `usage` (admin): the billing units its objects counted (src/billing/usage.ts). */
+export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage";
 
 export type Route =
   | { kind: "health" }
@@ -36,7 +37,7 @@ export type Route =
   | { kind: "bad_id"; id: string }
   | { kind: "not_found" };
 
-const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch"]);
+const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch", "usage"]);
 
 /** Ids that name index paths, not episodes: `/v1/episodes/watch` is the index socket. */
 export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
@@ -44,7 +45,7 @@ export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 /** Methods of the index paths. */
 export const INDEX_METHODS: Record<"list" | "index_watch" | "runs", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] };
 
-export const RUN_METHODS: Record<RunAction, readonly string[]> = { run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"] };
+export const RUN_METHODS: Record<RunAction, readonly string[]> = { run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"], usage: ["GET"] };
 
 export function parseRoute(pathname: string): Route {
   if (pathname === "/v1/health" || pathname === "/v1/health/") return { kind: "health" };
@@ -76,6 +77,7 @@ export const METHODS: Record<EpisodeAction, readonly string[]> = {
   reply: ["POST"],
   status: ["GET"],
   watch: ["GET"],
+  usage: ["GET"],
 };
 
 /** Methods a routed path answers. */
@@ -86,7 +88,7 @@ export function allowedMethods(route: Extract<Route, { kind: "list" | "index_wat
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && action !== "episodes" && action !== "finished") return { kind: "not_found" };
+  if (action !== undefined && action !== "episodes" && action !== "finished" && action !== "usage") return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);

@@ -143,9 +143,10 @@ describe("method tables", () => {
       reply: ["POST"],
       status: ["GET"],
       watch: ["GET"],
+      usage: ["GET"],
     });
     expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] });
-    expect(RUN_METHODS).toStrictEqual({ run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"] });
+    expect(RUN_METHODS).toStrictEqual({ run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"], usage: ["GET"] });
   });
 
   it("every action of METHODS is routable, and routes to itself", () => {
@@ -164,10 +165,12 @@ describe("method tables", () => {
     ["/v1/episodes/e1/ingest", ["GET"]],
     ["/v1/episodes/e1/status", ["GET"]],
     ["/v1/episodes/e1/watch", ["GET"]],
+    ["/v1/episodes/e1/usage", ["GET"]],
     ["/v1/runs", ["GET", "HEAD"]],
     ["/v1/runs/r1", ["GET", "HEAD"]],
     ["/v1/runs/r1/episodes", ["GET", "HEAD"]],
     ["/v1/runs/r1/finished", ["GET", "HEAD"]],
+    ["/v1/runs/r1/usage", ["GET"]],
   ])("allowedMethods(%s) → %j", (path, methods) => {
     const route = parseRoute(path);
     if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "index_watch" && route.kind !== "runs" && route.kind !== "run")

@@ -1,0 +1,660 @@
+// Bench section `cost`: what a run costs on Cloudflare, from the billing units the relay's objects
+// count themselves (src/billing/usage.ts, read through the admin usage routes) priced with
+// Cloudflare's published prices (bench/prices.ts: marginal, included allowances taken as spent).
+// The relay runs as `npm start` does (tools/local-relay.ts `tiers`; storage on tmpfs).
+//
+//   (a) one episode: TURNS_A routing-heavy turns (bench/helpers.ts routingDeltas: one node with
+//       ~600 KB of routing each) written live over the producer socket, DASHBOARDS dashboards
+//       watching (`?routing=0`, as the dashboard does; acking as the watcher protocol asks;
+//       offering permessage-deflate), then the reply; the episode is archived to R2 (its status
+//       says so; skipped if this relay has no archive), kept KEEP_DAYS days (stored bytes ×
+//       KEEP_DAYS/30 month × price, SQLite and R2 apart), fetched once in bulk
+//       (`GET /v1/runs/{run}/finished`). Usage of the episode, its hubs, the run's index and the
+//       run directory; Worker requests as the clients made them.
+//   (b) one run of EPISODES_B episodes of TURNS_B such turns, no dashboards, measured the same way.
+//   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
+//       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
+//       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what the bench compresses
+//       added per turn).
+// The bench's own status polls (each an RPC call on the episode) are subtracted; usage reads count
+// nothing.
+// Caveats, printed too: this bench writes at full speed, so an episode's wall time (and the
+// duration billed for it) is compressed; the duration is a model (usage.ts); the Worker's own R2
+// reads (archived GETs and bulk fetches) are not seen by any object and are counted here, one
+// GetObject per archived episode read; the Worker's CPU is not metered (an upper bound is shown).
+
+import { Decoder } from "@msgpack/msgpack";
+import type { WebSocket } from "ws";
+import { IDLE_MS, type Usage } from "../src/billing/usage.js";
+import { encodeEnvelope } from "../src/envelope/envelope.js";
+import { ProducerCursor } from "../src/envelope/producer.js";
+import { ACK_BYTES, ackMessage } from "../src/watch/protocol.js";
+import type { LocalRelay } from "../tools/local-relay.js";
+import { sig, type BenchOptions, type Table } from "./harness.js";
+import {
+  closeSocket,
+  cpuMsOf,
+  descendantPids,
+  type DeltaFactory,
+  fmt,
+  HttpClient,
+  openSocket,
+  replyBody,
+  routingDeltas,
+  sleep,
+  startBenchRelay,
+  wsUrl,
+} from "./helpers.js";
+import * as P from "./prices.js";
+
+export const name = "cost";
+
+const TURNS_A = 200;
+const DASHBOARDS = 3;
+const EPISODES_B = 100;
+const TURNS_B = 20;
+const KEEP_DAYS = 7;
+const SCALE_EPISODES = 1000;
+/**
+ * The paced model's turn interval: one routing-heavy turn (1,500 tokens, the routing's first
+ * dimension) every 20 s, i.e. ~75 tokens/s of generation. An assumption, not a measurement.
+ */
+const TURN_GAP_S = 20;
+/** Producer messages in flight on one socket. */
+const WINDOW = 4;
+/** Episodes of (b) written at once. */
+const PARALLEL_B = 4;
+/** How long an episode may take to be archived before R2 is left out (e.g. a relay without an R2 binding). */
+const ARCHIVE_WAIT_MS = 30_000;
+
+// ---- the units ----
+
+/** Billing units of some objects and their clients, summed. */
+interface Counts {
+  workerRequests: number;
+  doRequests: number;
+  wsIn: number;
+  /** Duration, ms (usage.ts's model). */
+  activeMs: number;
+  rowsRead: number;
+  rowsWritten: number;
+  sqliteBytes: number;
+  r2ClassA: number;
+  r2ClassB: number;
+  r2Bytes: number;
+}
+
+const ZERO: Counts = {
+  workerRequests: 0,
+  doRequests: 0,
+  wsIn: 0,
+  activeMs: 0,
+  rowsRead: 0,
+  rowsWritten: 0,
+  sqliteBytes: 0,
+  r2ClassA: 0,
+  r2ClassB: 0,
+  r2Bytes: 0,
+};
+
+function ofUsage(us: readonly Usage[]): Counts {
+  const c = { ...ZERO };
+  for (const u of us) {
+    c.doRequests += u.requests;
+    c.wsIn += u.wsIn;
+    c.activeMs += u.activeMs;
+    c.rowsRead += u.rowsRead;
+    c.rowsWritten += u.rowsWritten;
+    c.sqliteBytes += u.sqliteBytes;
+    c.r2ClassA += u.r2.classA;
+    c.r2ClassB += u.r2.classB;
+    c.r2Bytes += u.r2.bytesStored ?? 0;
+  }
+  return c;
+}
+
+function add(...cs: Counts[]): Counts {
+  const out = { ...ZERO };
+  for (const c of cs) for (const k of Object.keys(out) as Array<keyof Counts>) out[k] += c[k];
+  return out;
+}
+
+function scale(c: Counts, f: number): Counts {
+  const out = { ...ZERO };
+  for (const k of Object.keys(out) as Array<keyof Counts>) out[k] = c[k] * f;
+  return out;
+}
+
+/** `a - b` (a cumulative object read twice: the run directory is shared by the runs). */
+function minus(a: Usage, b: Usage | null): Usage {
+  if (!b) return a;
+  return {
+    ...a,
+    requests: a.requests - b.requests,
+    wsIn: a.wsIn - b.wsIn,
+    rowsRead: a.rowsRead - b.rowsRead,
+    rowsWritten: a.rowsWritten - b.rowsWritten,
+    activeMs: a.activeMs - b.activeMs,
+    busyMs: a.busyMs - b.busyMs,
+    r2: { ...a.r2, classA: a.r2.classA - b.r2.classA, classB: a.r2.classB - b.r2.classB },
+  };
+}
+
+interface Line {
+  unit: string;
+  count: number;
+  usd: number;
+}
+
+/** Each unit priced. */
+function priced(c: Counts): Line[] {
+  const gbS = (c.activeMs / 1000) * P.DO_MEMORY_GB;
+  return [
+    { unit: "Worker requests", count: c.workerRequests, usd: P.cost(P.WORKER_REQUEST, c.workerRequests) },
+    { unit: "DO requests (fetch, RPC, alarms)", count: c.doRequests, usd: P.cost(P.DO_REQUEST, c.doRequests) },
+    { unit: "DO WebSocket messages in (20:1)", count: c.wsIn, usd: P.cost(P.DO_REQUEST, c.wsIn / P.WS_IN_PER_REQUEST) },
+    { unit: "DO duration, GB-s (model)", count: gbS, usd: P.cost(P.DO_GB_S, gbS) },
+    { unit: "SQLite rows read", count: c.rowsRead, usd: P.cost(P.ROW_READ, c.rowsRead) },
+    { unit: "SQLite rows written", count: c.rowsWritten, usd: P.cost(P.ROW_WRITTEN, c.rowsWritten) },
+    { unit: `SQLite bytes kept ${KEEP_DAYS} d`, count: c.sqliteBytes, usd: P.storageCost(P.SQLITE_GB_MONTH, c.sqliteBytes, KEEP_DAYS) },
+    { unit: "R2 class A ops", count: c.r2ClassA, usd: P.cost(P.R2_CLASS_A, c.r2ClassA) },
+    { unit: "R2 class B ops", count: c.r2ClassB, usd: P.cost(P.R2_CLASS_B, c.r2ClassB) },
+    { unit: `R2 bytes kept ${KEEP_DAYS} d`, count: c.r2Bytes, usd: P.storageCost(P.R2_GB_MONTH, c.r2Bytes, KEEP_DAYS) },
+  ];
+}
+
+const total = (lines: Line[]) => lines.reduce((s, l) => s + l.usd, 0);
+
+function usdText(x: number): string {
+  if (x === 0) return "0";
+  if (x >= 1) return `$${x.toFixed(2)}`;
+  return `$${x.toPrecision(3)}`;
+}
+
+function costTable(title: string, lines: Line[], notes: string[]): Table {
+  const sum = total(lines);
+  return {
+    title,
+    columns: ["unit", "count", "$", "share"],
+    rows: [
+      ...lines.map((l) => [l.unit, fmt(l.count), usdText(l.usd), sum > 0 ? `${((100 * l.usd) / sum).toFixed(1)}%` : "-"]),
+      ["total", "", usdText(sum), "100%"],
+    ],
+    notes,
+  };
+}
+
+function unitsJson(lines: Line[]): Record<string, { count: number; usd: number }> {
+  return Object.fromEntries(lines.map((l) => [l.unit, { count: sig(l.count), usd: sig(l.usd) }]));
+}
+
+// ---- the relay's answers ----
+
+class Admin {
+  /** Requests the bench made that count as the episode's own (status polls): subtracted. */
+  statusCalls = new Map<string, number>();
+
+  constructor(private readonly http: HttpClient) {}
+
+  async json<T>(path: string): Promise<T> {
+    const res = await this.http.request("GET", path);
+    if (res.status !== 200) throw new Error(`GET ${path}: ${res.status} ${res.body.toString().slice(0, 300)}`);
+    return JSON.parse(res.body.toString()) as T;
+  }
+
+  episodeUsage(id: string): Promise<{ episode: Usage; hubs: Usage[] }> {
+    return this.json(`/v1/episodes/${id}/usage`);
+  }
+
+  runUsage(run: string): Promise<{ index: Usage; directory: Usage }> {
+    return this.json(`/v1/runs/${encodeURIComponent(run)}/usage`);
+  }
+
+  async status(id: string): Promise<{ status: string; archived?: boolean }> {
+    this.statusCalls.set(id, (this.statusCalls.get(id) ?? 0) + 1);
+    return this.json(`/v1/episodes/${id}/status`);
+  }
+
+  /**
+   * Wait until the episode is archived: its usage shows both puts (reading usage counts nothing),
+   * then its status says so. False when this relay does not archive (no `archived` in status), or
+   * not within `waitMs`.
+   */
+  async archived(id: string, waitMs = ARCHIVE_WAIT_MS): Promise<boolean> {
+    const first = await this.status(id);
+    if (first.archived === undefined) return false;
+    if (first.archived) return true;
+    const end = Date.now() + waitMs;
+    while (Date.now() < end) {
+      const u = await this.episodeUsage(id);
+      if (u.episode.r2.classA >= 2 && (await this.status(id)).archived) return true;
+      await sleep(250);
+    }
+    return false;
+  }
+
+  /** The episode's usage without the bench's status polls (each one RPC call). */
+  ownUsage(id: string, u: Usage): Usage {
+    return { ...u, requests: u.requests - (this.statusCalls.get(id) ?? 0) };
+  }
+}
+
+// ---- clients ----
+
+/** A producer socket (envelopes, one answer per message, in order). */
+class Producer {
+  private readonly cursor = new ProducerCursor("bench");
+  private acked = 0;
+  private sent = 0;
+  private wake: (() => void) | null = null;
+  private error: Error | null = null;
+
+  private constructor(readonly ws: WebSocket) {}
+
+  static async open(base: string, id: string): Promise<Producer> {
+    let p: Producer | null = null;
+    const ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/ingest`), (s) =>
+      s.on("message", (data: Buffer) => {
+        const a = JSON.parse(String(data)) as { ok: boolean };
+        if (!a.ok) p!.error ??= new Error(`ingest refused: ${String(data).slice(0, 300)}`);
+        p!.acked++;
+        p!.wake?.();
+      }),
+    );
+    p = new Producer(ws);
+    return p;
+  }
+
+  /** Deltas `from`..`to` - 1, WINDOW in flight; resolves when all are acknowledged. */
+  send(make: DeltaFactory, from: number, to: number): Promise<void> {
+    const target = this.sent + (to - from);
+    let k = from;
+    return new Promise<void>((resolve, reject) => {
+      const pump = () => {
+        if (this.error) return reject(this.error);
+        while (this.sent - this.acked < WINDOW && k < to) {
+          this.ws.send(encodeEnvelope(this.cursor.envelope(make(k++))));
+          this.cursor.acknowledge();
+          this.sent++;
+        }
+        if (this.acked >= target) {
+          this.wake = null;
+          resolve();
+        }
+      };
+      this.wake = pump;
+      pump();
+    });
+  }
+
+  close(): Promise<void> {
+    return closeSocket(this.ws);
+  }
+}
+
+/** A dashboard on the episode: acks as the watcher protocol asks, tells when caught up and finished. */
+class Dashboard {
+  ws: WebSocket | null = null;
+  received = 0;
+  acks = 0;
+  openedAt = 0;
+  closedAt = 0;
+  caughtUp: Promise<void>;
+  finished: Promise<void>;
+  private onCaughtUp!: () => void;
+  private onFinished!: () => void;
+  private readonly decoder = new Decoder();
+
+  constructor() {
+    this.caughtUp = new Promise((r) => (this.onCaughtUp = r));
+    this.finished = new Promise((r) => (this.onFinished = r));
+  }
+
+  async open(base: string, id: string): Promise<void> {
+    let live = false;
+    let ackedAt = 0;
+    this.ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/watch?routing=0`), (ws) =>
+      ws.on("message", (data: Buffer, isBinary: boolean) => {
+        if (!isBinary) return;
+        this.received += data.length;
+        // catching up: every message; live: every ACK_BYTES
+        if (!live || this.received - ackedAt >= ACK_BYTES) {
+          ackedAt = this.received;
+          ws.send(ackMessage(this.received));
+          this.acks++;
+        }
+        const m = this.decoder.decode(data) as { type: string };
+        if (m.type === "caught_up") {
+          live = true;
+          this.onCaughtUp();
+        } else if (m.type === "finish") this.onFinished();
+      }),
+    );
+    this.openedAt = performance.now();
+  }
+
+  async close(): Promise<void> {
+    if (this.ws) await closeSocket(this.ws);
+    this.closedAt = performance.now();
+  }
+
+  get hours(): number {
+    return (this.closedAt - this.openedAt) / 3_600_000;
+  }
+}
+
+/** `GET /v1/runs/{run}/finished`, read to the end: its bytes. */
+async function bulkFetch(http: HttpClient, run: string): Promise<number> {
+  const res = await http.request("GET", `/v1/runs/${encodeURIComponent(run)}/finished`);
+  if (res.status !== 200) throw new Error(`bulk fetch of ${run}: ${res.status}`);
+  return res.body.length;
+}
+
+// ---- the cases ----
+
+interface Measured {
+  counts: Counts;
+  /** Per part, for the model. */
+  parts: { episodes: Counts; hubs: Counts; registry: Counts; clients: Counts };
+  episodes: number;
+  turns: number;
+  watcherHours: number;
+  archived: number;
+  bulkBytes: number;
+  /** For the fit: the episode objects' own usage, summed. */
+  episodeUsage: Usage[];
+  hubUsage: Usage[];
+  /** The run's index, and the directory's part (its usage over the case). */
+  indexUsage: Usage;
+  directoryUsage: Usage;
+  acks: number;
+  wallS: number;
+}
+
+async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage | null): Promise<Measured> {
+  const t0 = performance.now();
+  const run = `bench-cost-a-${process.pid}-${Date.now().toString(36)}`;
+  const id = `${run}:0`;
+  const make = routingDeltas();
+  let workerRequests = 0;
+  log(`cost (a): ${TURNS_A} routing-heavy turns, ${DASHBOARDS} dashboards`);
+  const producer = await Producer.open(relay.url, id);
+  workerRequests++; // the ingest upgrade
+  await producer.send(make, 0, 1);
+  const dashboards = Array.from({ length: DASHBOARDS }, () => new Dashboard());
+  for (const d of dashboards) await d.open(relay.watchUrl ?? relay.url, id);
+  workerRequests += DASHBOARDS;
+  await Promise.all(dashboards.map((d) => d.caughtUp));
+  await producer.send(make, 1, TURNS_A);
+  await producer.close();
+  const reply = await http.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_A, calls: 0 }), {
+    "content-type": "application/msgpack",
+  });
+  workerRequests++;
+  if (reply.status !== 200) throw new Error(`reply: ${reply.status} ${reply.body.toString().slice(0, 300)}`);
+  await Promise.all(dashboards.map((d) => d.finished));
+  for (const d of dashboards) await d.close();
+  log("cost (a): written and watched; waiting for the archive");
+  const archived = await admin.archived(id);
+  if (!archived) log(`cost (a): not archived within ${ARCHIVE_WAIT_MS / 1000} s (or this relay does not archive): R2 left out`);
+  const bulkBytes = await bulkFetch(http, run);
+  workerRequests++;
+  await sleep(1500); // the run's counts reach the directory (DIRECTORY_MS)
+  const u = await admin.episodeUsage(id);
+  const r = await admin.runUsage(run);
+  const episode = admin.ownUsage(id, u.episode);
+  const workerR2 = archived ? 1 : 0; // the bulk fetch's GetObject, by the Worker
+  const parts = {
+    episodes: ofUsage([episode]),
+    hubs: ofUsage(u.hubs),
+    registry: ofUsage([r.index, minus(r.directory, dirBefore)]),
+    clients: { ...ZERO, workerRequests, r2ClassB: workerR2 },
+  };
+  return {
+    counts: add(parts.episodes, parts.hubs, parts.registry, parts.clients),
+    parts,
+    episodes: 1,
+    turns: TURNS_A,
+    watcherHours: dashboards.reduce((s, d) => s + d.hours, 0),
+    archived: archived ? 1 : 0,
+    bulkBytes,
+    episodeUsage: [episode],
+    hubUsage: u.hubs,
+    indexUsage: r.index,
+    directoryUsage: minus(r.directory, dirBefore),
+    acks: dashboards.reduce((s, d) => s + d.acks, 0),
+    wallS: (performance.now() - t0) / 1000,
+  };
+}
+
+async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage, archives: boolean): Promise<Measured> {
+  const t0 = performance.now();
+  const run = `bench-cost-b-${process.pid}-${Date.now().toString(36)}`;
+  const ids = Array.from({ length: EPISODES_B }, (_, i) => `${run}:${i}`);
+  const make = routingDeltas();
+  let workerRequests = 0;
+  log(`cost (b): ${EPISODES_B} episodes of ${TURNS_B} turns in one run, ${PARALLEL_B} at a time`);
+  let next = 0;
+  const writer = async (client: HttpClient) => {
+    while (next < ids.length) {
+      const id = ids[next++]!;
+      const producer = await Producer.open(relay.url, id);
+      await producer.send(make, 0, TURNS_B);
+      await producer.close();
+      const reply = await client.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_B, calls: 0 }), {
+        "content-type": "application/msgpack",
+      });
+      if (reply.status !== 200) throw new Error(`reply ${id}: ${reply.status} ${reply.body.toString().slice(0, 300)}`);
+      workerRequests += 2;
+    }
+  };
+  // one HTTP connection per writer (HttpClient keeps one socket)
+  const clients = Array.from({ length: PARALLEL_B }, () => new HttpClient(relay.url));
+  try {
+    await Promise.all(clients.map((c) => writer(c)));
+  } finally {
+    for (const c of clients) c.close();
+  }
+  let archived = 0;
+  if (archives) {
+    log("cost (b): written; waiting for the archives");
+    for (const id of ids) if (await admin.archived(id)) archived++;
+  }
+  const bulkBytes = await bulkFetch(http, run);
+  workerRequests++;
+  await sleep(1500);
+  const episodes: Usage[] = [];
+  for (const id of ids) episodes.push(admin.ownUsage(id, (await admin.episodeUsage(id)).episode));
+  const r = await admin.runUsage(run);
+  const parts = {
+    episodes: ofUsage(episodes),
+    hubs: { ...ZERO },
+    registry: ofUsage([r.index, minus(r.directory, dirBefore)]),
+    clients: { ...ZERO, workerRequests, r2ClassB: archived },
+  };
+  return {
+    counts: add(parts.episodes, parts.hubs, parts.registry, parts.clients),
+    parts,
+    episodes: EPISODES_B,
+    turns: TURNS_B,
+    watcherHours: 0,
+    archived,
+    bulkBytes,
+    episodeUsage: episodes,
+    hubUsage: [],
+    indexUsage: r.index,
+    directoryUsage: minus(r.directory, dirBefore),
+    acks: 0,
+    wallS: (performance.now() - t0) / 1000,
+  };
+}
+
+// ---- the section ----
+
+/**
+ * One (a)-sized episode at a real pace (a turn every TURN_GAP_S), from (a)'s and (b)'s counts: what
+ * this bench compresses is added per turn. Each turn is committed alone, so the episode feeds each
+ * hub once (a hub request) and sends its index row once (INDEX_FLUSH_MS is shorter than the gap:
+ * an alarm, i.e. an episode request and a setAlarm row, and an index upsert with (b)'s rows per
+ * upsert); the episode and each hub are active min(gap, IDLE_MS) per turn; the run's index and the
+ * directory are active the whole run (its episodes together send rows far more often than every
+ * 10 s), shared by `episodesInRun`; watcher-hours are the dashboards × the turns' span.
+ */
+function pacedEpisode(a: Measured, b: Measured, episodesInRun: number): { counts: Counts; watcherHours: number } {
+  const hubs = Math.max(1, a.hubUsage.length);
+  const turns = a.turns;
+  const idx = b.indexUsage;
+  const rowsPerUpsert = idx.requests > 0 ? idx.rowsWritten / idx.requests : 0;
+  const readsPerUpsert = idx.requests > 0 ? idx.rowsRead / idx.requests : 0;
+  const activeS = Math.min(TURN_GAP_S, IDLE_MS / 1000);
+  const spanS = turns * TURN_GAP_S;
+  const episode = { ...a.parts.episodes, doRequests: a.parts.episodes.doRequests + turns, rowsWritten: a.parts.episodes.rowsWritten + turns };
+  episode.activeMs = Math.max(a.parts.episodes.activeMs, turns * activeS * 1000);
+  const hub = { ...a.parts.hubs, doRequests: Math.max(a.parts.hubs.doRequests, DASHBOARDS + turns * hubs) };
+  hub.activeMs = Math.max(a.parts.hubs.activeMs, hubs * turns * activeS * 1000);
+  const registry = add(scale(ofUsage([b.indexUsage, b.directoryUsage]), 1 / b.episodes), {
+    ...ZERO,
+    doRequests: turns,
+    rowsWritten: turns * rowsPerUpsert,
+    rowsRead: turns * readsPerUpsert,
+  });
+  registry.activeMs = (2 * spanS * 1000) / episodesInRun;
+  return { counts: add(episode, hub, registry, a.parts.clients), watcherHours: (DASHBOARDS * spanS) / 3600 };
+}
+
+/** What grows with turns and what is paid once per episode: a line through (b)'s mean episode (TURNS_B) and (a)'s (TURNS_A). */
+function lineThrough(a: number, b: number): { fixed: number; perTurn: number } {
+  const perTurn = (a - b) / (TURNS_A - TURNS_B);
+  return { fixed: b - TURNS_B * perTurn, perTurn };
+}
+
+export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
+  opts.log("cost: starting the relay in two tiers (storage on tmpfs)");
+  const relay = await startBenchRelay("tmpfs", {}, { tiers: true });
+  const http = new HttpClient(relay.url);
+  const admin = new Admin(http);
+  const workerd = descendantPids("workerd");
+  const cpu0 = cpuMsOf(workerd);
+  try {
+    const dir0 = (await admin.runUsage("bench-cost-none")).directory;
+    const a = await caseA(relay, http, admin, opts.log, dir0);
+    const dirA = (await admin.runUsage("bench-cost-none")).directory;
+    const b = await caseB(relay, http, admin, opts.log, dirA, a.archived === 1);
+    const cpuMs = cpuMsOf(workerd) - cpu0;
+
+    // (a)
+    const linesA = priced(a.counts);
+    const usdA = total(linesA);
+    const keptR2 = a.parts.episodes.r2Bytes;
+    const keptSqlite = a.counts.sqliteBytes;
+    const r2Share = keptR2 + keptSqlite > 0 ? keptR2 / (keptR2 + keptSqlite) : 0;
+    const hubsA = a.parts.hubs;
+    const notesA = [
+      `${TURNS_A} turns (${fmt(a.episodeUsage[0]!.rowsWritten / TURNS_A)} rows written per turn), ${DASHBOARDS} dashboards for ${fmt(a.watcherHours * 3600)} watcher-s (${a.acks} acks sent; their hubs counted ${hubsA.wsIn} messages in: acks and closes), ${a.archived ? "archived to R2" : `not archived within ${ARCHIVE_WAIT_MS / 1000} s (R2 left out)`}, bulk fetch ${fmt(a.bulkBytes / 1e6)} MB; ${fmt(a.wallS)} s`,
+      `requests by object: episode ${a.parts.episodes.doRequests}, hubs ${hubsA.doRequests}, index ${a.indexUsage.requests}, directory ${a.directoryUsage.requests}; messages in: episode ${a.parts.episodes.wsIn} (the producer's), hubs ${hubsA.wsIn} (acks)`,
+      `bytes kept ${KEEP_DAYS} days: SQLite ${fmt(keptSqlite / 1e6)} MB, R2 ${fmt(keptR2 / 1e6)} MB (R2's share of the bytes: ${(100 * r2Share).toFixed(1)}%)`,
+      `duration model: ${fmt(a.counts.activeMs / 1000)} s active (events + 10 s idle each), ${fmt((a.episodeUsage[0]!.busyMs + a.hubUsage.reduce((s, u) => s + u.busyMs, 0)) / 1000)} s busy (the lower bound) for the episode and its hubs`,
+      `$ per episode: ${usdText(usdA)}; Worker CPU (not in the total: every workerd's CPU, objects included, an upper bound): ${fmt(cpuMs)} ms = ${usdText(P.cost(P.WORKER_CPU_MS, cpuMs))} for (a) and (b)`,
+    ];
+    opts.table(
+      costTable(`cost (a): one episode, ${TURNS_A} routing-heavy turns, ${DASHBOARDS} dashboards (prices read ${P.READ_ON}, marginal)`, linesA, notesA),
+    );
+
+    // (b)
+    const linesB = priced(b.counts);
+    const usdB = total(linesB);
+    opts.table(
+      costTable(`cost (b): one run of ${EPISODES_B} episodes of ${TURNS_B} turns, no dashboards`, linesB, [
+        `${b.archived} of ${EPISODES_B} archived; bulk fetch ${fmt(b.bulkBytes / 1e6)} MB; ${fmt(b.wallS)} s`,
+        `$ per run: ${usdText(usdB)}; $ per episode: ${usdText(usdB / EPISODES_B)}`,
+      ]),
+    );
+
+    // 1,000 episodes of (a)'s size in one run
+    const perEpisodeA = add(a.parts.episodes, a.parts.hubs, a.parts.clients);
+    const registryPerEpisode = scale(b.parts.registry, 1 / EPISODES_B);
+    const bulk = { ...ZERO, workerRequests: 1 };
+    const counts1000 = add(scale(perEpisodeA, SCALE_EPISODES), scale(registryPerEpisode, SCALE_EPISODES), bulk);
+    const lines1000 = priced(counts1000);
+    const usd1000 = total(lines1000);
+    const watcherHours1000 = a.watcherHours * SCALE_EPISODES;
+    const hubUsd1000 = total(priced(scale(a.parts.hubs, SCALE_EPISODES)));
+    const meanB = (k: keyof Counts) => b.parts.episodes[k] / EPISODES_B;
+    const grows = (label: string, k: keyof Counts, unit = "") => {
+      const f = lineThrough(a.parts.episodes[k], meanB(k));
+      return `${label}: ${fmt(f.fixed)}${unit} per episode + ${fmt(f.perTurn)}${unit} per turn`;
+    };
+    const perTurnWatcher = (k: keyof Counts) => hubsA[k] / (TURNS_A * DASHBOARDS);
+    const notes1000 = [
+      "computed: per episode, (a)'s episode object, hubs, R2 and Worker requests; per episode of the run, (b)'s index and directory; one bulk fetch",
+      "what grows with what (episode objects, a line through (b)'s mean episode and (a)'s):",
+      `  ${grows("requests", "doRequests")}; ${grows("rows written", "rowsWritten")}; ${grows("rows read", "rowsRead")}`,
+      `  ${grows("SQLite bytes kept", "sqliteBytes", " B")}; ${grows("R2 bytes kept", "r2Bytes", " B")}; R2 class A: ${fmt(a.parts.episodes.r2ClassA)} per episode`,
+      `  hubs, per turn and watcher: ${fmt(perTurnWatcher("doRequests"))} requests, ${fmt(perTurnWatcher("wsIn"))} messages in; their duration grows with the time turns arrive while watched (per watcher-hour here: ${fmt(a.watcherHours > 0 ? hubsA.activeMs / 1000 / a.watcherHours : 0)} s active)`,
+      `  index + directory, per episode: ${fmt(registryPerEpisode.doRequests)} requests, ${fmt(registryPerEpisode.rowsWritten)} rows written, ${fmt(registryPerEpisode.sqliteBytes)} B kept`,
+      `$ per run: ${usdText(usd1000)}; per episode ${usdText(usd1000 / SCALE_EPISODES)}; per 1,000 watcher-hours: ${usdText((usd1000 / watcherHours1000) * 1000)} all in, ${usdText((hubUsd1000 / watcherHours1000) * 1000)} the hubs alone`,
+      `(watcher-hours as connected here: ${fmt(a.watcherHours * 3600)} s per episode, written at full speed; at a real pace the same turns span more watcher-hours, so these per-watcher-hour figures are upper bounds, and durations grow toward wall time)`,
+    ];
+    opts.table(costTable(`cost: ${SCALE_EPISODES} episodes of (a)'s size in one run (computed)`, lines1000, notes1000));
+
+    const pace = pacedEpisode(a, b, SCALE_EPISODES);
+    const linesPaced = priced(add(scale(pace.counts, SCALE_EPISODES), bulk));
+    const usdPaced = total(linesPaced);
+    const watcherHoursPaced = pace.watcherHours * SCALE_EPISODES;
+    opts.table(
+      costTable(`cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model)`, linesPaced, [
+        `per turn, beyond (a)'s counts: one feed per hub, one index row (an alarm and a setAlarm row on the episode, an upsert of ${fmt(b.indexUsage.requests > 0 ? b.indexUsage.rowsWritten / b.indexUsage.requests : 0)} rows on the index), min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s active for the episode and each hub; the index and directory active for the whole run`,
+        `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
+      ]),
+    );
+
+    return {
+      prices: {
+        read_on: P.READ_ON,
+        marginal: true,
+        sources: [P.WORKER_REQUEST.source, P.DO_REQUEST.source, P.R2_GB_MONTH.source],
+      },
+      episode: {
+        usd: sig(usdA),
+        stored_r2_share: sig(r2Share),
+        turns: TURNS_A,
+        dashboards: DASHBOARDS,
+        watcher_hours: sig(a.watcherHours),
+        archived: a.archived === 1,
+        kept_bytes: { sqlite: keptSqlite, r2: keptR2 },
+        units: unitsJson(linesA),
+        acks: a.acks,
+        hub_ws_in: hubsA.wsIn,
+        wall_s: sig(a.wallS),
+      },
+      run100: {
+        episodes: EPISODES_B,
+        turns: TURNS_B,
+        usd: sig(usdB),
+        usd_per_episode: sig(usdB / EPISODES_B),
+        archived: b.archived,
+        units: unitsJson(linesB),
+        wall_s: sig(b.wallS),
+      },
+      run1000: {
+        episodes: SCALE_EPISODES,
+        usd: sig(usd1000),
+        usd_per_episode: sig(usd1000 / SCALE_EPISODES),
+        usd_per_1000_watcher_hours: sig((usd1000 / watcherHours1000) * 1000),
+        hubs_usd_per_1000_watcher_hours: sig((hubUsd1000 / watcherHours1000) * 1000),
+        units: unitsJson(lines1000),
+        paced: {
+          turn_gap_s: TURN_GAP_S,
+          usd: sig(usdPaced),
+          usd_per_episode: sig(usdPaced / SCALE_EPISODES),
+          usd_per_1000_watcher_hours: sig((usdPaced / watcherHoursPaced) * 1000),
+          units: unitsJson(linesPaced),
+        },
+      },
+      worker_cpu_ms_upper_bound: cpuMs,
+    };
+  } finally {
+    http.close();
+    await relay.stop();
+  }
+}

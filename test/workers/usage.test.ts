@@ -1,0 +1,141 @@
+// Billing units counted by the objects themselves (src/billing/), read through the Worker's admin
+// routes: a golden case posted, watched and read shows in its episode's and its hub's usage;
+// reading usage counts as nothing; the run's index and directory answer theirs; only an admin
+// token may read it. The exported classes stay classes (instanceof holds both ways).
+import { runInDurableObject } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import type { Usage } from "../../src/billing/usage.js";
+import { usageOf } from "../../src/billing/metered.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { Episode as EpisodeObject } from "../../src/episode/episode.js";
+import { mintToken } from "../../src/http/auth.js";
+import worker, { Episode } from "../../src/index.js";
+import { freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";
+import { Watcher } from "./watcher.js";
+
+type EpisodeUsage = { episode: Usage; hubs: Usage[] };
+
+async function usage(id: string): Promise<EpisodeUsage> {
+  const res = await relay(`${id}/usage`);
+  expect(res.status, await res.clone().text()).toBe(200);
+  return res.json();
+}
+
+async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, what: string): Promise<T> {
+  let v = await read();
+  for (let i = 0; i < 200 && !ok(v); i++) {
+    await new Promise((r) => setTimeout(r, 25));
+    v = await read();
+  }
+  if (!ok(v)) throw new Error(`timed out: ${what}: ${JSON.stringify(v)}`);
+  return v;
+}
+
+describe("usage", () => {
+  it("a golden case posted, watched and read: requests, rows, bytes and the watcher's acks are counted", async () => {
+    const c = await golden("chat_basic");
+    const id = `usage-run-${freshId("r")}:ep`;
+    const producer = new ProducerCursor("p");
+    await pushFrames(id, c, 0, 1, producer);
+    const w = await Watcher.open(id);
+    let acks = 0;
+    const ack = w.ack.bind(w);
+    w.ack = () => {
+      acks++;
+      ack();
+    };
+    await w.read((x) => x.caughtUp);
+    await pushFrames(id, c, 1, c.frames.length, producer);
+    await (await post(`${id}/reply`, c.reply)).arrayBuffer();
+    await w.read((x) => x.finished !== null);
+    await getBytes(id);
+
+    const calls = c.frames.length + 2; // the deltas, the reply, the GET (each one RPC call from the Worker)
+    const u = await eventually(
+      () => usage(id),
+      (x) => x.hubs.length === 1 && x.hubs[0]!.wsIn >= acks,
+      "the hub counts every ack",
+    );
+    const e = u.episode;
+    expect(e.object).toBe("Episode");
+    expect(e.requests).toBeGreaterThanOrEqual(calls);
+    expect(e.rowsWritten).toBeGreaterThan(0);
+    expect(e.rowsRead).toBeGreaterThan(0);
+    expect(e.sqliteBytes).toBeGreaterThan(0);
+    expect(e.wakes).toBeGreaterThanOrEqual(1);
+    expect(e.activeMs).toBeGreaterThanOrEqual(10_000); // at least one event and its idle tail (the model)
+    expect(e.activeMs).toBeGreaterThanOrEqual(e.busyMs);
+    expect(e.wsIn).toBe(0); // the producer posted over HTTP
+    const h = u.hubs[0]!;
+    expect(h.object).toBe("ViewerHub");
+    expect(acks).toBeGreaterThan(2);
+    expect(h.wsIn).toBeGreaterThanOrEqual(acks);
+    expect(h.requests).toBeGreaterThanOrEqual(2); // the upgrade and the episode's feeds
+    w.close();
+
+    // reading usage is not a request, of the episode or its hubs
+    const again = await usage(id);
+    expect(again.episode.requests).toBe(e.requests);
+    expect(again.hubs[0]!.requests).toBe(h.requests);
+  });
+
+  it("a run's usage: its index and the run directory", async () => {
+    const run = `usage-run-${freshId("idx")}`;
+    const id = `${run}:ep`;
+    await pushFrames(id, await golden("chat_basic"), 0, 1, new ProducerCursor("p"));
+    const read = async () => {
+      const res = await exports.default.fetch(`http://relay.test/v1/runs/${run}/usage`);
+      expect(res.status, await res.clone().text()).toBe(200);
+      return (await res.json()) as { index: Usage; directory: Usage };
+    };
+    const u = await eventually(read, (x) => x.index.requests >= 1 && x.index.rowsWritten > 0, "the episode's row reaches its index");
+    expect(u.index.object).toBe("EpisodeIndex");
+    expect(u.directory.object).toBe("RunDirectory");
+    expect(u.index.sqliteBytes).toBeGreaterThan(0);
+  });
+
+  it("the archive code counts R2 operations through usageOf; the exported class is a class, instanceof holds", async () => {
+    const id = freshId("usage-r2");
+    await pushFrames(id, await golden("chat_basic"), 0, 1, new ProducerCursor("p"));
+    const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
+    const before = (await usage(id)).episode.r2;
+    await runInDurableObject(stub, (instance) => {
+      expect(instance).toBeInstanceOf(Episode);
+      expect(instance).toBeInstanceOf(EpisodeObject);
+      const u = usageOf(instance)!;
+      u.r2Put(1000);
+      u.r2Get();
+      u.r2Delete(1000);
+    });
+    const { r2 } = (await usage(id)).episode;
+    expect(r2).toStrictEqual({
+      classA: before.classA + 1,
+      classB: before.classB + 1,
+      deletes: before.deletes + 1,
+      bytesWritten: before.bytesWritten + 1000,
+      bytesStored: before.bytesStored ?? 0,
+    });
+  });
+
+  it("only an admin token reads usage", async () => {
+    const secret = "usage-test-secret-3c9e1b7a5d2f4e6081a2b3c4d5e6f708";
+    const e: Env = { ...(env as unknown as Env), RELAY_SECRET: secret, AUTH_OFF_ON_LOOPBACK: undefined };
+    const id = freshId("usage-auth");
+    const get = async (path: string, role?: "producer" | "watcher" | "admin", episodes = ["*"]) => {
+      const headers: Record<string, string> = {};
+      if (role) headers.authorization = `Bearer ${await mintToken(secret, { role, episodes, ttl: 600 })}`;
+      const res = await worker.fetch(new Request(`https://relay.example.com/v1/${path}`, { headers }), e);
+      await res.arrayBuffer();
+      return res.status;
+    };
+    for (const path of [`episodes/${id}/usage`, "runs/some-run/usage"]) {
+      expect(await get(path)).toBe(401);
+      expect(await get(path, "watcher")).toBe(403);
+      expect(await get(path, "producer")).toBe(403);
+      expect(await get(path, "admin")).toBe(200);
+    }
+    expect(await get(`episodes/${id}/usage`, "admin", ["other-*"])).toBe(403);
+    expect(await get(`episodes/${id}/usage`, "admin", [id])).toBe(200);
+  });
+});
