@@ -38,6 +38,8 @@ export default defineConfig({
           INDEX_FLUSH_MS: String(3600 * 1000),
           // backpressure shows with a few episodes: 2 live in one run already ask for more than the hour above
           INDEX_WRITES_PER_S: "0.0005",
+          // finished episodes are archived when a test runs the alarm (runDurableObjectAlarm), not by themselves
+          ARCHIVE_AFTER_SECONDS: "3600",
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
           // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
           AUTH_OFF_ON_LOOPBACK: "true",

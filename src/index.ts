@@ -4,22 +4,33 @@
 // of the episode's viewer hubs (src/hub/shards.ts), never to the episode itself. It holds no state; an unexpected error is logged
 // and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
 // dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
-import { EPISODE_ID_HEADER } from "./episode/episode.js";
+import { metered } from "./billing/metered.js";
+import type { Usage } from "./billing/usage.js";
+import { EPISODE_ID_HEADER, Episode as EpisodeObject } from "./episode/episode.js";
 import { limitsFrom } from "./episode/limits.js";
 import { wantsJson } from "./episode/read.js";
 import { authMode, authorize, type Claims, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
+import { readArchived } from "./http/archive-read.js";
 import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
 import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runSocket, runView } from "./http/run-routes.js";
+import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "./registry/episode-index.js";
+import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "./registry/run-directory.js";
 import { scopeOf } from "./registry/rows.js";
+import { ViewerHub as ViewerHubObject } from "./hub/hub.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER, HubCounts, hubName, parseHubs, pickShard } from "./hub/shards.js";
 
-export { Episode } from "./episode/episode.js";
-export { ViewerHub } from "./hub/hub.js";
-export { EpisodeIndex } from "./registry/episode-index.js";
-export { RunDirectory } from "./registry/run-directory.js";
+// The objects as wrangler.toml binds them, each counting its billing units (src/billing/metered.ts).
+export const Episode = metered(EpisodeObject, { peers: (e) => e.hubNames() });
+export type Episode = InstanceType<typeof Episode>;
+export const ViewerHub = metered(ViewerHubObject);
+export type ViewerHub = InstanceType<typeof ViewerHub>;
+export const EpisodeIndex = metered(EpisodeIndexObject);
+export type EpisodeIndex = InstanceType<typeof EpisodeIndex>;
+export const RunDirectory = metered(RunDirectoryObject);
+export type RunDirectory = InstanceType<typeof RunDirectory>;
 
 /** How many hubs each episode has, as its hubs last said (per isolate; a miss sends the watcher to shard 0). */
 const hubCounts = new HubCounts();
@@ -71,6 +82,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "run":
       if (route.action === "episodes") return runEpisodes(env, route.run, url, scope, head);
       if (route.action === "finished") return bulkFinished(env, route.run, url, request, scope);
+      if (route.action === "usage") return Response.json(await runUsage(env, route.run));
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
       return runView(env, route.run, scope, head);
   }
@@ -92,14 +104,30 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       return answerResponse(await episode.reply(id, request.body));
     case "status":
       return answerResponse(await episode.status(id));
-    case "episode":
+    case "usage":
+      return Response.json(await episodeUsage(env, episode));
+    case "episode": {
       if (request.method === "DELETE") return answerResponse(await episode.remove(id));
-      return episode.read(id, {
-        json: wantsJson(request.headers.get("accept")),
-        head: request.method === "HEAD",
-        ifNoneMatch: request.headers.get("if-none-match"),
-      });
+      const req = { json: wantsJson(request.headers.get("accept")), head: request.method === "HEAD", ifNoneMatch: request.headers.get("if-none-match") };
+      // a finished episode is read from its archive without waking its object (src/episode/archive.ts)
+      const archived = await readArchived(env.ARCHIVE, id, req);
+      if (archived) return archived;
+      return episode.read(id, req);
+    }
   }
+}
+
+/** `GET /v1/episodes/{id}/usage`: the episode's billing units, and its hubs' (those it names). */
+async function episodeUsage(env: Env, episode: ReturnType<Env["EPISODES"]["get"]>): Promise<{ episode: Usage; hubs: Usage[] }> {
+  const { peers, ...own } = await episode.usage();
+  const hubs = await Promise.all((peers ?? []).map((name) => env.HUBS.get(env.HUBS.idFromName(name)).usage()));
+  return { episode: own, hubs };
+}
+
+/** `GET /v1/runs/{run}/usage`: the run index's billing units and the run directory's. */
+async function runUsage(env: Env, run: string): Promise<{ index: Usage; directory: Usage }> {
+  const [index, directory] = await Promise.all([env.EPISODE_INDEX.getByName(runIndexName(run)).usage(), env.RUN_DIRECTORY.getByName(RUNS_NAME).usage()]);
+  return { index, directory };
 }
 
 /** The answer marked as the relay's (RELAY_HEADER), so a client told the wrong address can say so. */

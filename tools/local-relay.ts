@@ -82,6 +82,9 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     compatibilityFlags: w.compatibilityFlags,
     bindings: { ...(w.bindings as Record<string, string>), AUTH_OFF_ON_LOOPBACK: "true", ...vars },
     durableObjectsPersist: options.persist ?? false,
+    // the archive of finished episodes (wrangler.toml [[r2_buckets]]), kept beside the objects when persisted
+    r2Buckets: w.r2Buckets as WorkerOptions["r2Buckets"],
+    r2Persist: options.persist ? join(options.persist, "r2") : false,
     host: "127.0.0.1",
     cf: false,
     inspectorPort: 0,

@@ -25,14 +25,15 @@ export class CatchUpCursor extends RpcTarget {
     open.add(this);
   }
 
-  next(): CursorStep {
+  async next(): Promise<CursorStep> {
     if (this.closed) throw new Error("catch-up cursor closed");
     this.used = Date.now();
     if (this.rewound || !this.stream.valid) {
       this.close();
       return { rewound: true };
     }
-    const message = this.stream.next();
+    const message = await this.stream.next();
+    if (this.closed) throw new Error("catch-up cursor closed");
     if (message) return { message };
     const end = this.stream.seq;
     this.close();

@@ -28,45 +28,38 @@ export interface CatchUpSource {
   frames(after: number, upTo: number, maxBytes: number): Iterable<{ seq: number; frame: Uint8Array }>;
   /** Whether a retraction took back frames after `seq` that a watcher holding it may have seen. */
   rewoundPast(seq: number): boolean;
+  /** The snapshot as of `seq`: from SQLite (SnapshotBuilder), or from the archive once the bodies left it. */
+  snapshot(seq: number, variant: Variant, reason: SnapshotReason): SnapshotMessages;
 }
 
-/** One snapshot's messages, built one at a time from SQLite as of `seq` (nothing kept once given). */
-export class SnapshotBuilder {
-  private readonly plan: DeltaPlan[];
-  private readonly wanted: TraceView[];
-  private readonly reader: BodyReader;
-  private readonly pin: Pin;
-  /** The next planned delta, and one built that did not fit the last message. */
-  private next = 0;
+/** A snapshot's messages, built one at a time as pulled (nothing kept once given). */
+export abstract class SnapshotMessages {
+  /** One delta built that did not fit the last message. */
   private carried: Uint8Array | null = null;
   private built = 0;
   done = false;
 
   constructor(
-    src: CatchUpSource,
     readonly seq: number,
-    private readonly variant: Variant,
+    protected readonly variant: Variant,
     private readonly reason: SnapshotReason,
-  ) {
-    this.pin = src.pin(seq);
-    this.reader = src.reader(seq);
-    this.wanted = src.views().filter((v) => variant.traces === null || variant.traces.includes(v.id));
-    this.plan = snapshotPlan(this.wanted);
-  }
+  ) {}
 
   /** False once a retraction rewound the episode to before `seq`. */
-  get valid(): boolean {
-    return this.pin.valid;
-  }
+  abstract get valid(): boolean;
+  /** The next delta as the variant sees it, or null at the end. */
+  protected abstract nextDelta(): Uint8Array | null | Promise<Uint8Array | null>;
+  /** Let go of what the snapshot holds. */
+  abstract release(): void;
 
-  /** The next message: planned deltas up to about MESSAGE_BYTES (the first one smaller); null after the last. */
-  message(): Uint8Array | null {
+  /** The next message: deltas up to about MESSAGE_BYTES (the first one smaller); null after the last. */
+  async message(): Promise<Uint8Array | null> {
     if (this.done) return null;
     const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
     const batch: Uint8Array[] = [];
     let bytes = 0;
     for (;;) {
-      const d = this.carried ?? this.nextDelta();
+      const d = this.carried ?? (await this.nextDelta());
       this.carried = null;
       if (d === null) break;
       if (batch.length > 0 && bytes + d.length > limit) {
@@ -81,6 +74,28 @@ export class SnapshotBuilder {
     this.built++;
     return snapshotMessage(this.seq, this.reason, batch, more);
   }
+}
+
+/** A snapshot built from SQLite as of `seq`, planned from the index. */
+export class SnapshotBuilder extends SnapshotMessages {
+  private readonly plan: DeltaPlan[];
+  private readonly wanted: TraceView[];
+  private readonly reader: BodyReader;
+  private readonly pin: Pin;
+  /** The next planned delta. */
+  private next = 0;
+
+  constructor(src: Pick<CatchUpSource, "pin" | "reader" | "views">, seq: number, variant: Variant, reason: SnapshotReason) {
+    super(seq, variant, reason);
+    this.pin = src.pin(seq);
+    this.reader = src.reader(seq);
+    this.wanted = src.views().filter((v) => variant.traces === null || variant.traces.includes(v.id));
+    this.plan = snapshotPlan(this.wanted);
+  }
+
+  get valid(): boolean {
+    return this.pin.valid;
+  }
 
   release(): void {
     this.done = true;
@@ -88,7 +103,7 @@ export class SnapshotBuilder {
   }
 
   /** The next planned delta as the variant sees it (routing stripped if asked), or null at the end. */
-  private nextDelta(): Uint8Array | null {
+  protected nextDelta(): Uint8Array | null {
     if (this.next >= this.plan.length) return null;
     const d = buildDelta(this.reader, this.wanted, this.plan[this.next++]!);
     return this.variant.routing ? d : stripRouting(d);
@@ -97,7 +112,7 @@ export class SnapshotBuilder {
 
 /** One catch-up stream: a snapshot (unless resuming inside the log), then the log after it. */
 export class CatchUp {
-  private snapshot: SnapshotBuilder | null = null;
+  private snapshot: SnapshotMessages | null = null;
   /** The log pin while replaying (the snapshot's pin holds the log before that). */
   private pin: Pin | null = null;
   /** The seq the watcher holds once it has every message given so far (-1 while in the snapshot). */
@@ -120,7 +135,7 @@ export class CatchUp {
       this.reason = null;
     } else {
       this.reason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
-      this.snapshot = new SnapshotBuilder(src, seq, variant, this.reason);
+      this.snapshot = src.snapshot(seq, variant, this.reason);
       this.at = -1;
     }
   }
@@ -131,10 +146,10 @@ export class CatchUp {
   }
 
   /** The next message, or null when the watcher has everything up to `seq` (the episode's head now). */
-  next(): Uint8Array | null {
+  async next(): Promise<Uint8Array | null> {
     const s = this.snapshot;
     if (s) {
-      const m = s.message();
+      const m = await s.message();
       if (s.done) {
         // the snapshot is given: hold the log from its seq
         this.at = s.seq;

@@ -6,6 +6,7 @@
 //   feeds.ts      the viewer hubs that hold its watchers (src/hub/), and what each has been fed
 //   catchup.ts    catch-up streams a hub pulls for its watchers (catchup-cursor.ts)
 //   log-trim.ts   keeping the log short
+//   archive.ts    a finished episode to R2, its bodies and log out of SQLite
 //   index-sync.ts the episode's row in the episode index, and the alarm's deadlines
 //   state.ts      the record, the store and the index in memory
 // The Worker (src/index.ts) has checked the route, the method and the token: plain requests
@@ -14,6 +15,9 @@
 // catchUp, and are fed after every commit. A watcher connecting costs this object nothing.
 
 import { DurableObject } from "cloudflare:workers";
+import { parseReply } from "../assembly/reply.js";
+import { usageOf } from "../billing/metered.js";
+import { readArchived } from "../http/archive-read.js";
 import { type IngestAck, encodeAnswer } from "../envelope/answer.js";
 import {
   type Answer,
@@ -35,7 +39,9 @@ import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import type { Joined } from "../hub/feed.js";
 import type { SnapshotReason } from "../watch/protocol.js";
 import type { Variant } from "../watch/variant.js";
-import { CatchUp, type CatchUpSource } from "./catchup.js";
+import { ARCHIVE_MAX_WAIT_MS, ARCHIVE_RETRY_MS, EpisodeArchive } from "./archive.js";
+import { ArchivedSnapshot } from "./archived-snapshot.js";
+import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
 import { CatchUpCursor } from "./catchup-cursor.js";
 import { commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
@@ -63,13 +69,17 @@ export class Episode extends DurableObject<Env> {
   private readonly logTrim: LogTrim;
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
   private feedRetryAt = 0;
+  private readonly archive: EpisodeArchive;
+  /** When the archive step is tried again after a reader held the bodies or R2 failed (0: as soon as due), and the failures in a row. */
+  private archiveRetryAt = 0;
+  private archiveFailures = 0;
+  /** Since when readers have held the bodies the archive step would drop (0: none did). */
+  private archiveBusySince = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.limits = limitsFrom(env);
     this.state = new EpisodeState(ctx.storage);
-    // no request is delivered until storage is at this release's schema (or the object refuses them)
-    void ctx.blockConcurrencyWhile(async () => this.state.open());
     const { record, store } = this.state;
     this.source = {
       meta: () => record.meta(),
@@ -78,7 +88,14 @@ export class Episode extends DurableObject<Env> {
       reader: (asOf) => store.reader(asOf),
       frames: (after, upTo, maxBytes) => record.frames(after, upTo, maxBytes),
       rewoundPast: (seq) => record.rewoundPast(seq),
+      snapshot: (seq, variant, reason) => {
+        const m = record.meta();
+        if (m?.archived == null) return new SnapshotBuilder(this.source, seq, variant, reason);
+        const traceIds = parseReply(record.reply()!).summaries.map((s) => s.id);
+        return new ArchivedSnapshot(() => this.archive.body(m.id), seq, variant, reason, traceIds);
+      },
     };
+    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this));
     const l = this.limits;
     this.feeds = new HubFeeds(ctx.storage.sql, env.HUBS, this.state, { perHub: l.watchersPerHub, maxHubs: l.maxHubs }, (due) => {
       this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
@@ -86,6 +103,12 @@ export class Episode extends DurableObject<Env> {
     });
     this.indexSync = new IndexSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
+    // no request is delivered until storage is at this release's schema (or the object refuses them);
+    // a finished episode an older release left in SQLite gets the alarm that archives it
+    void ctx.blockConcurrencyWhile(async () => {
+      this.state.open();
+      if (this.state.schema.failed === null && this.archive.due()) this.setAlarm(null);
+    });
   }
 
   // ---- RPC: the Worker's plain requests ----
@@ -108,13 +131,20 @@ export class Episode extends DurableObject<Env> {
       // the hubs tell their watchers: a finish, or (refused) the status and why; the run then stays open for a corrected reply
       this.feeds.kick();
       if (r.kind === "refused") throw new RelayError("finish_mismatch", r.message);
+      if (this.archive.due(r.meta)) this.setAlarm(null); // archived by the alarm, at once
       return replyAck(r.meta);
     });
   }
 
   /** `GET|HEAD /v1/episodes/{id}`: the episode, streamed from storage (a refusal as its HTTP answer). */
-  read(_id: string, req: ReadRequest): Response {
+  async read(id: string, req: ReadRequest): Promise<Response> {
     try {
+      // archived since the Worker looked (or the Worker skipped R2): the archive answers
+      if (this.state.meta()?.archived != null) {
+        const res = await readArchived(this.env.ARCHIVE, id, req);
+        if (res) return res;
+        throw new RelayError("internal", `the archive of episode ${id} is missing`);
+      }
       return readEpisode(this.state, req);
     } catch (e) {
       return errorResponse(e, "episode read");
@@ -152,6 +182,11 @@ export class Episode extends DurableObject<Env> {
   /** A hub's last watcher left. */
   hubLeave(_id: string, shard: number, session: number): void {
     this.feeds.leave(shard, session);
+  }
+
+  /** Names of this episode's hubs, now and since it woke (for its usage: src/billing/metered.ts `peers`). */
+  hubNames(): string[] {
+    return this.feeds.names();
   }
 
   /**
@@ -240,6 +275,8 @@ export class Episode extends DurableObject<Env> {
     const id = this.state.meta()?.id;
     for (const cur of [...this.cursors]) cur.close();
     await this.feeds.closeAll(reason);
+    // both copies go: the archive first (if R2 refuses, nothing is erased and the delete can be repeated)
+    if (id !== undefined) await this.archive.remove(id);
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
@@ -258,8 +295,11 @@ export class Episode extends DurableObject<Env> {
       if (this.feedRetryAt !== 0) void this.ctx.storage.setAlarm(this.feedRetryAt);
       return;
     }
-    const at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
-    void this.ctx.storage.setAlarm(this.feedRetryAt !== 0 ? Math.min(at, this.feedRetryAt) : at);
+    let at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
+    if (this.feedRetryAt !== 0) at = Math.min(at, this.feedRetryAt);
+    // a finished episode not archived yet (kept in storage: a restart finds it due again)
+    if (this.archive.due(m)) at = Math.min(at, this.archiveRetryAt || m.updated + this.limits.archiveAfterMs);
+    void this.ctx.storage.setAlarm(at);
   }
 
   async alarm(): Promise<void> {
@@ -275,7 +315,23 @@ export class Episode extends DurableObject<Env> {
     }
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
     if (this.indexSync.pending()) await this.indexSync.send(m, Date.now());
+    if (this.archive.due(m) && Date.now() >= this.archiveRetryAt) await this.archiveNow();
     this.setAlarm(null);
+  }
+
+  /** The archive step (archive.ts); retried by the alarm, backing off, while readers hold the bodies or R2 fails. */
+  private async archiveNow(): Promise<void> {
+    try {
+      const now = Date.now();
+      const outcome = await this.archive.run(this.archiveBusySince !== 0 && now - this.archiveBusySince > ARCHIVE_MAX_WAIT_MS);
+      this.archiveBusySince = outcome === "busy" ? this.archiveBusySince || now : 0;
+      this.archiveFailures = outcome === "busy" ? this.archiveFailures : 0;
+      this.archiveRetryAt = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
+    } catch (e) {
+      this.archiveFailures++;
+      this.archiveRetryAt = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.archiveFailures, 600_000);
+      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.archiveFailures}), retried by the alarm`, e);
+    }
   }
 }
 

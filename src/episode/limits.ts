@@ -31,6 +31,8 @@ export interface Limits {
   logKeepBytes: number;
   /** Least time between two throttled updates of an episode's row in the episode index, ms. */
   indexFlushMs: number;
+  /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/episode/archive.ts), ms. */
+  archiveAfterMs: number;
 }
 
 function num(v: string | undefined, fallback: number): number {
@@ -56,5 +58,6 @@ export function limitsFrom(env: Partial<Env>): Limits {
     logKeepFrames: num(env.LOG_KEEP_FRAMES, 4096),
     logKeepBytes: num(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: num(env.INDEX_FLUSH_MS, 2000),
+    archiveAfterMs: num(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
   };
 }

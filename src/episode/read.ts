@@ -85,6 +85,8 @@ export interface StatusBody {
   watchers: number;
   /** Viewer hubs holding watchers. */
   hubs: number;
+  /** The finished episode is in R2 and its bodies left the object's storage (src/episode/archive.ts). */
+  archived: boolean;
   created: string;
   updated: string;
   error: string | null;
@@ -103,6 +105,7 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     episode_bytes: m.size ?? liveSize(m, state.index().asm.views()),
     watchers: viewers.watchers,
     hubs: viewers.hubs,
+    archived: m.archived !== null,
     created: new Date(m.created).toISOString(),
     updated: new Date(m.updated).toISOString(),
     error: m.refused ?? m.error,

@@ -219,6 +219,23 @@ export class SqlStore implements EpisodeStore {
     this.maybeStale = this.sql.exec("SELECT 1 FROM stale LIMIT 1").toArray().length > 0;
   }
 
+  /** Readers holding a state now (GETs and catch-ups streaming from SQLite). */
+  readers(): number {
+    return this.pins.size;
+  }
+
+  /**
+   * The episode is archived (src/episode/archive.ts): its node and item bodies, previews and old
+   * versions leave SQLite. The index rows stay (traces, scalar fields, node sizes and shapes), so
+   * the object still knows the episode; what reads bodies reads the archive from now on.
+   */
+  dropBodies(): void {
+    if (!this.hasTables()) return;
+    for (const table of ["bodies", "pending", "stale"]) this.sql.exec(`DELETE FROM ${table}`);
+    this.sql.exec("DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)");
+    this.maybeStale = false;
+  }
+
   /** After a restart no reader is left: what was kept only for readers can go. */
   afterRestart(): void {
     this.pins.clear();

@@ -44,6 +44,8 @@ export interface Meta {
   etag: string | null;
   /** The reference's message when a reply was refused (409 finish_mismatch) and no reply finished the run since. */
   refused: string | null;
+  /** When the finished episode was archived in R2 and its bodies and log left SQLite (archive.ts); null before. */
+  archived: number | null;
 }
 
 /** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
@@ -65,7 +67,7 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
-const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused";
+const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived";
 
 export class EpisodeRecord {
   private ready = false;
@@ -113,9 +115,10 @@ export class EpisodeRecord {
       size: null,
       etag: null,
       refused: null,
+      archived: null,
     };
     this.sql.exec(
-      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       id,
       "live",
       0,
@@ -127,6 +130,7 @@ export class EpisodeRecord {
       now,
       null,
       0,
+      null,
       null,
       null,
       null,
@@ -146,7 +150,7 @@ export class EpisodeRecord {
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?",
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?",
       m.status,
       m.seq,
       m.bytes,
@@ -159,6 +163,7 @@ export class EpisodeRecord {
       m.size,
       m.etag,
       m.refused,
+      m.archived,
     );
     this.cached = { ...m };
   }

@@ -2,6 +2,7 @@
 // sockets, the list across runs, and the bulk fetch of a run's finished episodes. Each asks the
 // objects over RPC (sockets: fetch) and shapes the answer; no state is kept here.
 
+import { readArchived } from "./archive-read.js";
 import { MSGPACK } from "../episode/read.js";
 import { runIndexName } from "../registry/episode-index.js";
 import { encodeCursor, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";
@@ -159,7 +160,9 @@ export function bulkFinished(env: Env, run: string, url: URL, request: Request, 
         const items = await index.finished(after, BULK_PAGE, scope);
         for (const item of items) {
           const cursor = encodeCursor({ f: item.seq });
-          const body = await env.EPISODES.get(env.EPISODES.idFromName(item.id)).read(item.id, { json: ndjson, head: false, ifNoneMatch: null });
+          const req = { json: ndjson, head: false, ifNoneMatch: null };
+          // archived episodes come from R2 without waking their objects
+          const body = (await readArchived(env.ARCHIVE, item.id, req)) ?? (await env.EPISODES.get(env.EPISODES.idFromName(item.id)).read(item.id, req));
           if (body.status !== 200 || !body.body) {
             await body.body?.cancel();
             continue; // deleted or expired since it was listed

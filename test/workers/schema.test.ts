@@ -4,7 +4,7 @@
 // release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
 import { env } from "cloudflare:workers";
-import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
+import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
@@ -132,8 +132,15 @@ describe(`storage written by the last release before versions (${RELEASE}) is up
     const w = await Watcher.open("fixture:chat_basic");
     await w.read((x) => x.finished !== null);
     expect(equal(w.episodeBytes(), (await golden("chat_basic")).episode!)).toBe(true);
-    w.close();
+    // the hub holds its row while its watcher is connected (it drops its storage when the last one leaves)
     expect(await versionOf(env.HUBS, "0/fixture:chat_basic")).toBe(latestVersion(HUB_SCHEMA));
+    w.close();
+    // a finished episode that release kept in SQLite is archived by its alarm (set on wake), the same bytes after
+    expect(await runDurableObjectAlarm(env.EPISODES.getByName("fixture:multi_trace_links") as unknown as DurableObjectStub)).toBe(true);
+    expect(((await (await relay("fixture:multi_trace_links/status")).json()) as { archived: boolean }).archived).toBe(true);
+    const archived = await relay("fixture:multi_trace_links");
+    expect(archived.headers.get("x-episode-archive")).toBe("1");
+    expect(equal(new Uint8Array(await archived.arrayBuffer()), (await golden("multi_trace_links")).episode!)).toBe(true);
     expect(await versionOf(env.EPISODE_INDEX, "run:fixture")).toBe(latestVersion(INDEX_SCHEMA));
     expect(await versionOf(env.RUN_DIRECTORY, "runs")).toBe(latestVersion(DIRECTORY_SCHEMA));
   });
