@@ -31,15 +31,25 @@ export function startRouter(o) {
   /** Upgraded connections (the server forgets them once handed over). */
   const piped = new Set();
   const server = createServer((req, res) => {
-    const up = httpRequest({ host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent }, (ur) => {
-      res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
-      ur.pipe(res);
-    });
-    up.on("error", (e) => {
-      if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
-      res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
-    });
-    req.pipe(up);
+    /** @type {Buffer[]} */
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => forward(Buffer.concat(chunks), false));
+    /** @param {Buffer} body @param {boolean} retried */
+    const forward = (body, retried) => {
+      const up = httpRequest({ host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent }, (ur) => {
+        res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
+        ur.pipe(res);
+      });
+      up.on("error", (e) => {
+        // a kept-alive socket the tier closed as it was reused: sent again, once (every request of
+        // the API may be repeated: deltas and replies are exactly-once by the producer's seq)
+        if (!retried && up.reusedSocket && !res.headersSent) return forward(body, true);
+        if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
+      });
+      up.end(body);
+    };
   });
   server.on("upgrade", (req, socket, head) => {
     const watch = WATCH_PATH.test(req.url ?? "");
