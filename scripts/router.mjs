@@ -42,9 +42,9 @@ export function startRouter(o) {
         ur.pipe(res);
       });
       up.on("error", (e) => {
-        // a kept-alive socket the tier closed as it was reused: sent again, once (every request of
-        // the API may be repeated: deltas and replies are exactly-once by the producer's seq)
-        if (!retried && up.reusedSocket && !res.headersSent) return forward(body, true);
+        // a kept-alive socket the tier closed as it was reused: sent again, once (deltas and replies
+        // are exactly-once by the producer's seq; a DELETE repeated would answer 404, so it is not)
+        if (!retried && up.reusedSocket && !res.headersSent && req.method !== "DELETE") return forward(body, true);
         if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
         res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
       });

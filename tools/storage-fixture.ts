@@ -78,7 +78,10 @@ async function writeWithRelease(script: string): Promise<Record<string, unknown>
         await r.arrayBuffer();
         producer.acknowledge();
       }
-      if (stop === null) (await mf.dispatchFetch(`${base}/episodes/${id}/reply`, { method: "POST", body: c.reply })).body?.cancel();
+      if (stop === null) {
+        const r = await mf.dispatchFetch(`${base}/episodes/${id}/reply`, { method: "POST", body: c.reply });
+        if (r.status !== 200) throw new Error(`${id} reply: ${r.status} ${await r.text()}`);
+      }
       const got = new Uint8Array(await (await mf.dispatchFetch(`${base}/episodes/${id}`)).arrayBuffer());
       const status = await (await mf.dispatchFetch(`${base}/episodes/${id}/status`)).json();
       observed[id] = { case: name, frames: stop ?? c.frames.length, finished: stop === null, bytes: got.length, sha256: sha256(got), status };

@@ -39,6 +39,11 @@ export const ARCHIVE_RETRY_MS = 5_000;
 export const ARCHIVE_MAX_WAIT_MS = 600_000;
 
 export class EpisodeArchive {
+  /** The archive step under way (a delete waits for it, so no put lands after the delete). */
+  private inflight: Promise<ArchiveOutcome> | null = null;
+  /** Set while the episode is being erased: no step starts. */
+  private stopped = false;
+
   constructor(
     private readonly state: EpisodeState,
     private readonly bucket: R2Bucket,
@@ -51,12 +56,23 @@ export class EpisodeArchive {
   }
 
   /** Write both representations to R2, then drop the bodies and the log (see the header); `force`: even under a reader. */
-  async run(force = false): Promise<ArchiveOutcome> {
+  run(force = false): Promise<ArchiveOutcome> {
+    if (this.stopped) return Promise.resolve("none");
+    const run = this.step(force).finally(() => {
+      if (this.inflight === run) this.inflight = null;
+    });
+    this.inflight = run;
+    return run;
+  }
+
+  private async step(force: boolean): Promise<ArchiveOutcome> {
     const m = this.state.meta();
     if (!m || !this.due(m)) return "none";
     const metadata: ArchiveMetadata = { etag: m.etag!, seq: String(m.seq) };
     await this.put(m, false, metadata);
+    if (this.stopped) return "none";
     await this.put(m, true, metadata);
+    if (this.stopped) return "none";
     // a reader streaming from SQLite keeps what it reads; the next alarm tries again
     if (this.state.store.readers() > 0 && !force) return "busy";
     const now = this.state.meta();
@@ -69,10 +85,20 @@ export class EpisodeArchive {
     return "archived";
   }
 
-  /** Remove both copies from R2 (a delete or the end of retention; before SQLite is erased). */
+  /**
+   * Remove both copies from R2 (a delete or the end of retention; before SQLite is erased). A step
+   * under way ends first, and none starts until `resume` (after the erase): no put lands after this.
+   */
   async remove(id: string): Promise<void> {
+    this.stopped = true;
+    await this.inflight?.catch(() => undefined);
     await this.bucket.delete([archiveKey(id, false), archiveKey(id, true)]);
     this.meter()?.r2Delete();
+  }
+
+  /** The erase is over (or failed): the episode may be archived again (an id written anew). */
+  resume(): void {
+    this.stopped = false;
   }
 
   /** The archived msgpack, as a stream (a watcher's catch-up); throws if it is missing. */
@@ -87,14 +113,20 @@ export class EpisodeArchive {
   private async put(m: Meta, json: boolean, metadata: ArchiveMetadata): Promise<void> {
     const size = json ? this.jsonSize(m) : m.size!;
     const { readable, writable } = new FixedLengthStream(size);
-    const written = this.finishedStream(m, json).pipeTo(writable);
-    await Promise.all([
-      written,
-      this.bucket.put(archiveKey(m.id, json), readable, {
-        httpMetadata: { contentType: json ? "application/json" : MSGPACK },
-        customMetadata: metadata,
-      }),
-    ]);
+    // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
+    const abort = new AbortController();
+    const written = this.finishedStream(m, json).pipeTo(writable, { signal: abort.signal });
+    const put = this.bucket.put(archiveKey(m.id, json), readable, {
+      httpMetadata: { contentType: json ? "application/json" : MSGPACK },
+      customMetadata: metadata,
+    });
+    try {
+      await Promise.all([written, put]);
+    } catch (e) {
+      abort.abort(e);
+      await Promise.allSettled([written, put]);
+      throw e;
+    }
     this.meter()?.r2Put(size);
   }
 

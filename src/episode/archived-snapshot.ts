@@ -34,10 +34,20 @@ export class ArchivedSnapshot extends SnapshotMessages {
   }
 
   protected async nextDelta(): Promise<Uint8Array | null> {
-    this.deltas ??= finishedDeltas(await this.open(), undefined, { traceIds: this.traceIds });
+    if (this.done) return null;
+    if (!this.deltas) {
+      const body = await this.open();
+      // released while R2 answered: nothing to read
+      if (this.done) {
+        await body.cancel();
+        return null;
+      }
+      this.deltas = finishedDeltas(body, undefined, { traceIds: this.traceIds });
+    }
+    const deltas = this.deltas;
     for (;;) {
-      const r = await this.deltas.next();
-      if (r.done) return null;
+      const r = await deltas.next();
+      if (r.done || this.done) return null;
       const d = deltaForVariant(r.value, traceOf(r.value), this.variant);
       if (d) return d;
     }

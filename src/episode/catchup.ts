@@ -150,6 +150,7 @@ export class CatchUp {
     const s = this.snapshot;
     if (s) {
       const m = await s.message();
+      if (this.snapshot !== s) return null; // released while it was built (the cursor closed)
       if (s.done) {
         // the snapshot is given: hold the log from its seq
         this.at = s.seq;

@@ -276,11 +276,17 @@ export class Episode extends DurableObject<Env> {
     for (const cur of [...this.cursors]) cur.close();
     await this.feeds.closeAll(reason);
     // both copies go: the archive first (if R2 refuses, nothing is erased and the delete can be repeated)
-    if (id !== undefined) await this.archive.remove(id);
+    try {
+      if (id !== undefined) await this.archive.remove(id);
+    } catch (e) {
+      this.archive.resume();
+      throw e;
+    }
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
     this.state.erased();
+    this.archive.resume();
     if (id !== undefined) void this.indexSync.removed(id);
   }
 
@@ -309,7 +315,14 @@ export class Episode extends DurableObject<Env> {
     const m = this.state.meta();
     if (!m) return this.indexSync.retryTombstone(); // deleted: its row may still have to go
     if (Date.now() >= this.expiresAt(m)) {
-      await this.erase("episode expired");
+      try {
+        await this.erase("episode expired");
+      } catch (e) {
+        // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
+        console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);
+        await this.ctx.storage.setAlarm(Date.now() + 60_000);
+        return;
+      }
       await this.indexSync.settled();
       return;
     }

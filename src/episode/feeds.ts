@@ -334,6 +334,6 @@ export class HubFeeds {
     if (this.all().size === 0) this.forgetRecent(this.state.meta()?.seq ?? 0);
     this.sql.exec("DELETE FROM hubs WHERE shard = ?", m.shard);
     // an id nobody wrote keeps no storage once nobody watches it
-    if (this.all().size === 0 && !this.state.record.exists()) this.state.schema.drop();
+    if (this.all().size === 0 && !this.state.record.exists() && !this.state.record.tombstone()) this.state.schema.drop();
   }
 }

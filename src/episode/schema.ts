@@ -85,7 +85,7 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       what: "finished episodes archived in R2",
       up(sql) {
         // when the finished episode went to R2 and its bodies and log left SQLite (archive.ts)
-        sql.exec("ALTER TABLE meta ADD COLUMN archived INTEGER");
+        addColumns(sql, "meta", ["archived INTEGER"]);
       },
     },
   ],

@@ -43,8 +43,9 @@ export class ViewerHub extends DurableObject<Env> {
     const l = limitsFrom(env);
     this.perHub = l.watchersPerHub;
     this.store = new HubStore(ctx.storage);
-    // no request is delivered until storage is at this release's schema (or the hub refuses them)
-    void ctx.blockConcurrencyWhile(async () => this.store.open());
+    // storage is brought to this release's schema before anything reads it (the constructor runs
+    // before any event; blockConcurrencyWhile's callback may run after the constructor's code)
+    this.store.open();
     this.window = new HubWindow(this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0, l.hubWindowBytes, WINDOW_FRAMES);
     this.watchers = new HubWatchers(
       ctx,

@@ -41,10 +41,13 @@ export function checkSchema(schema: Schema): Schema {
   return schema;
 }
 
-/** Tables of ours in this storage (not SQLite's, not the platform's `_cf_` ones). */
+/**
+ * Tables of ours in this storage: not SQLite's (`sqlite_`), nor the runtime's (`_cf_KV`, and
+ * Miniflare's `__miniflare_do_name` under `wrangler dev`). None of ours starts with `_`.
+ */
 function userTables(sql: SqlStorage): string[] {
   return sql
-    .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\'")
+    .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 1) <> '_'")
     .toArray()
     .map((r) => r.name);
 }
@@ -86,10 +89,17 @@ export class SchemaState {
     this.opened = true;
     const sql = this.storage.sql;
     const latest = latestVersion(this.schema);
-    const at = storedVersion(sql);
-    if (at === null && create) this.storage.transactionSync(() => this.ensure());
+    let at: number | null;
+    try {
+      at = storedVersion(sql);
+      if (at === null && create) this.storage.transactionSync(() => this.ensure());
+    } catch (e) {
+      this.failure = `${STORAGE_UPGRADE_FAILED}: ${this.schema.object} storage could not be read: ${e instanceof Error ? e.message : String(e)}`;
+      console.error(this.failure, e);
+      return;
+    }
     if (at === null || at === latest) {
-      this.ready = at === latest;
+      this.ready = at === latest || create;
       return;
     }
     if (at > latest) {

@@ -193,6 +193,18 @@ describe("watchers of an archived episode", () => {
 });
 
 describe("both copies go", () => {
+  it("a DELETE while the archive step writes to R2 waits for it, then removes both: no copy outlives the episode", async () => {
+    const id = freshId("arch-delrace");
+    await finish(id, await golden("multi_trace_links"));
+    await runInDurableObject(stub(id), async (instance) => {
+      const o = instance as unknown as Inside & { erase(reason: string): Promise<void> };
+      const step = o.archive.run(); // under way: its puts are in flight
+      await Promise.all([step, o.erase("episode deleted")]);
+    });
+    expect(await inR2(id)).toEqual([false, false]);
+    expect((await relay(id)).status).toBe(404);
+  });
+
   it("DELETE removes the archive and the object's storage", async () => {
     const id = freshId("arch-del");
     await finish(id, await golden("chat_basic"));

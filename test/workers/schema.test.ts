@@ -197,6 +197,19 @@ describe("an object whose storage cannot be upgraded refuses every request, its 
     expect(await versionOf(env.EPISODES, newer.name)).toBe(99);
   });
 
+  it("tables of the runtime (`_cf_KV`, Miniflare's `__miniflare_do_name`) do not make storage non-empty", async () => {
+    const name = `schema-runtime-${Date.now().toString(36)}`;
+    await runInDurableObject(env.EPISODES.getByName(name) as unknown as DurableObjectStub, (_i, state) => {
+      state.storage.sql.exec("CREATE TABLE __miniflare_do_name (name TEXT)");
+      expect(storedVersion(state.storage.sql)).toBeNull();
+    });
+    const c = await golden("chat_basic");
+    const r = await post(`${name}/deltas`, encodeEnvelope(new ProducerCursor("p").envelope(c.frames[0]!)));
+    expect(r.status, await r.clone().text()).toBe(200);
+    await r.arrayBuffer();
+    expect(await versionOf(env.EPISODES, name)).toBe(latestVersion(EPISODE_SCHEMA));
+  });
+
   it("a schema's migrations are numbered 1..n in order", () => {
     const up = () => {};
     expect(() => checkSchema({ object: "X", migrations: [{ version: 2, what: "x", up }] })).toThrow(/numbered 2, expected 1/);
