@@ -369,6 +369,8 @@ interface Measured {
   directoryUsage: Usage;
   acks: number;
   wallS: number;
+  /** Requests and wakes the episode objects saw while their archived episodes were read back ((a) only). */
+  wokenByReads?: { requests: number; wakes: number };
 }
 
 async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage | null): Promise<Measured> {
@@ -397,13 +399,19 @@ async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   log("cost (a): written and watched; waiting for the archive");
   const archived = await admin.archived(id);
   if (!archived) log(`cost (a): not archived within ${ARCHIVE_WAIT_MS / 1000} s (or this relay does not archive): R2 left out`);
+  // the archived episode read back (a GET and the run's bulk fetch): its object must see none of it
+  const before = (await admin.episodeUsage(id)).episode;
+  const got = await http.request("GET", `/v1/episodes/${id}`);
+  if (got.status !== 200) throw new Error(`GET ${id}: ${got.status}`);
   const bulkBytes = await bulkFetch(http, run);
-  workerRequests++;
+  workerRequests += 2;
+  const after = (await admin.episodeUsage(id)).episode;
+  const wokenByReads = { requests: after.requests - before.requests, wakes: after.wakes - before.wakes };
   await sleep(1500); // the run's counts reach the directory (DIRECTORY_MS)
   const u = await admin.episodeUsage(id);
   const r = await admin.runUsage(run);
   const episode = admin.ownUsage(id, u.episode);
-  const workerR2 = archived ? 1 : 0; // the bulk fetch's GetObject, by the Worker
+  const workerR2 = archived ? 2 : 0; // the GET's and the bulk fetch's GetObject, by the Worker
   const parts = {
     episodes: ofUsage([episode]),
     hubs: ofUsage(u.hubs),
@@ -424,6 +432,7 @@ async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
     directoryUsage: minus(r.directory, dirBefore),
     acks: dashboards.reduce((s, d) => s + d.acks, 0),
     wallS: (performance.now() - t0) / 1000,
+    wokenByReads,
   };
 }
 
@@ -552,6 +561,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const notesA = [
       `${TURNS_A} turns (${fmt(a.episodeUsage[0]!.rowsWritten / TURNS_A)} rows written per turn), ${DASHBOARDS} dashboards for ${fmt(a.watcherHours * 3600)} watcher-s (${a.acks} acks sent; their hubs counted ${hubsA.wsIn} messages in: acks and closes), ${a.archived ? "archived to R2" : `not archived within ${ARCHIVE_WAIT_MS / 1000} s (R2 left out)`}, bulk fetch ${fmt(a.bulkBytes / 1e6)} MB; ${fmt(a.wallS)} s`,
       `requests by object: episode ${a.parts.episodes.doRequests}, hubs ${hubsA.doRequests}, index ${a.indexUsage.requests}, directory ${a.directoryUsage.requests}; messages in: episode ${a.parts.episodes.wsIn} (the producer's), hubs ${hubsA.wsIn} (acks)`,
+      `reading the archived episode back (a GET, the run's bulk fetch): ${a.wokenByReads?.requests ?? "?"} requests and ${a.wokenByReads?.wakes ?? "?"} wakes of its object`,
       `bytes kept ${KEEP_DAYS} days: SQLite ${fmt(keptSqlite / 1e6)} MB, R2 ${fmt(keptR2 / 1e6)} MB (R2's share of the bytes: ${(100 * r2Share).toFixed(1)}%)`,
       `duration model: ${fmt(a.counts.activeMs / 1000)} s active (events + 10 s idle each), ${fmt((a.episodeUsage[0]!.busyMs + a.hubUsage.reduce((s, u) => s + u.busyMs, 0)) / 1000)} s busy (the lower bound) for the episode and its hubs`,
       `$ per episode: ${usdText(usdA)}; Worker CPU (not in the total: every workerd's CPU, objects included, an upper bound): ${fmt(cpuMs)} ms = ${usdText(P.cost(P.WORKER_CPU_MS, cpuMs))} for (a) and (b)`,
@@ -625,6 +635,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         units: unitsJson(linesA),
         acks: a.acks,
         hub_ws_in: hubsA.wsIn,
+        object_requests_for_archived_reads: a.wokenByReads?.requests ?? null,
         wall_s: sig(a.wallS),
       },
       run100: {

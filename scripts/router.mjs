@@ -37,10 +37,14 @@ export function startRouter(o) {
     req.on("end", () => forward(Buffer.concat(chunks), false));
     /** @param {Buffer} body @param {boolean} retried */
     const forward = (body, retried) => {
-      const up = httpRequest({ host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent }, (ur) => {
-        res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
-        ur.pipe(res);
-      });
+      // the retry goes on a new connection: every pooled socket may have been closed by the tier
+      const up = httpRequest(
+        { host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent: retried ? false : agent },
+        (ur) => {
+          res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
+          ur.pipe(res);
+        },
+      );
       up.on("error", (e) => {
         // a kept-alive socket the tier closed as it was reused: sent again, once (deltas and replies
         // are exactly-once by the producer's seq; a DELETE repeated would answer 404, so it is not)
