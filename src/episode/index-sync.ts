@@ -5,6 +5,7 @@
 // that fails stays due and is retried by the alarm, backing off, until it lands; a delete leaves a
 // tombstone retried the same way. Updates go out in order (each after the one before).
 
+import { parseReply } from "../assembly/reply.js";
 import type { Slot } from "../assembly/trace.js";
 import { runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
@@ -138,13 +139,24 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
   let rewards: Json = null;
   let tokens = 0;
   let first = true;
+  let task: string | null = null;
+  let stop: string | null = null;
+  let truncated = false;
   for (const t of asm.traces.values()) {
-    if (first) rewards = scalar(t.fields.get("rewards")) ?? null;
+    if (first) {
+      rewards = scalar(t.fields.get("rewards")) ?? null;
+      task = stringAt(scalar(t.fields.get("task")), "key");
+      const s = scalar(t.fields.get("stop_condition"));
+      stop = typeof s === "string" ? s : null;
+      truncated = scalar(t.fields.get("is_timeout")) === true;
+    }
     first = false;
     const n = scalar(t.fields.get("num_total_tokens"));
     if (typeof n === "number") tokens += n;
   }
   const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
+  // the reply's head names the rollout group and the run (once the run ended)
+  const head = ended !== null ? replyHead(state) : null;
   return {
     id: m.id,
     run: runOf(m.id),
@@ -159,7 +171,35 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     tokens,
     rewards,
     error: m.refused ?? m.error,
+    task,
+    group: stringAt(head?.group, "id") ?? task,
+    stop_condition: stop,
+    truncated,
+    run_name: stringAt(head?.run, "name"),
   };
+}
+
+/** `v[key]` when `v` is a map and that entry a string. */
+function stringAt(v: Json | undefined, key: string): string | null {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+  const s = (v as Record<string, Json>)[key];
+  return typeof s === "string" ? s : null;
+}
+
+/** The stored reply's head entries `group` and `run` as JSON (null when unreadable). */
+function replyHead(state: EpisodeState): { group: Json; run: Json } | null {
+  const bytes = state.record.reply();
+  if (!bytes) return null;
+  try {
+    const head = parseReply(bytes).head ?? [];
+    const get = (k: string): Json => {
+      const e = head.find((x) => x.key === k);
+      return e ? toJson(decodeLossless(e.value)) : null;
+    };
+    return { group: get("group"), run: get("run") };
+  } catch {
+    return null;
+  }
 }
 
 /** A trace's scalar field as JSON (undefined when unset or unreadable). */

@@ -3,23 +3,13 @@
 // assembled state: traces, fields, pending, node_meta, bodies, stale) and feeds.ts (hubs).
 
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
-import { checkSchema, type Schema } from "../storage/schema.js";
+import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { binItems } from "../wire/reader.js";
 import { concatChunks } from "../wire/writer.js";
 import { createStateTables, SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
-}
-
-function addColumns(sql: SqlStorage, table: string, columns: string[]): void {
-  const have = new Set(
-    sql
-      .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
-      .toArray()
-      .map((c) => c.name),
-  );
-  for (const col of columns) if (!have.has(col.split(" ")[0]!)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
 }
 
 /**

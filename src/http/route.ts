@@ -17,8 +17,11 @@ export function episodeIdProblem(id: string): string | null {
 /** Set by the Worker on every answer it gives (not on the dashboard's files): a client knows the relay answered, not some other page. */
 export const RELAY_HEADER = "x-episode-relay";
 
-/** `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`: bulk fetch; `/usage` (admin): billing units. */
-export type RunAction = "run" | "episodes" | "finished" | "usage";
+/**
+ * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
+ * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one.
+ */
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group";
 
 /** `usage` (admin): the billing units its objects counted (src/billing/usage.ts). */
 export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage";
@@ -31,7 +34,7 @@ export type Route =
   | { kind: "index_watch" }
   /** `GET /v1/runs`: the run directory (upgraded: its socket). */
   | { kind: "runs" }
-  | { kind: "run"; run: string; action: RunAction }
+  | { kind: "run"; run: string; action: RunAction; group?: string }
   | { kind: "bad_run"; run: string }
   | { kind: "episode"; id: string; action: EpisodeAction }
   | { kind: "bad_id"; id: string }
@@ -45,13 +48,22 @@ export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 /** Methods of the index paths. */
 export const INDEX_METHODS: Record<"list" | "index_watch" | "runs", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] };
 
-export const RUN_METHODS: Record<RunAction, readonly string[]> = { run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"], usage: ["GET"] };
+export const RUN_METHODS: Record<RunAction, readonly string[]> = {
+  groups: ["GET", "HEAD"],
+  group: ["GET", "HEAD"],
+  run: ["GET", "HEAD"],
+  episodes: ["GET", "HEAD"],
+  finished: ["GET", "HEAD"],
+  usage: ["GET"],
+};
 
 export function parseRoute(pathname: string): Route {
   if (pathname === "/v1/health" || pathname === "/v1/health/") return { kind: "health" };
   if (pathname === "/v1/episodes" || pathname === "/v1/episodes/") return { kind: "list" };
   if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "index_watch" };
   if (pathname === "/v1/runs" || pathname === "/v1/runs/") return { kind: "runs" };
+  const g = /^\/v1\/runs\/([^/]+)\/groups\/([^/]+)\/?$/.exec(pathname);
+  if (g) return groupRoute(g[1]!, g[2]!);
   const r = /^\/v1\/runs\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
   if (r) return runRoute(r[1]!, r[2]);
   const m = /^\/v1\/episodes\/([^/]+)(?:\/([^/]+))?\/?$/.exec(pathname);
@@ -87,8 +99,19 @@ export function allowedMethods(route: Extract<Route, { kind: "list" | "index_wat
   return INDEX_METHODS[route.kind];
 }
 
+/** `/v1/runs/{run}/groups/{group}`: the group id is any URL-encoded string (a reply head's `group.id`). */
+function groupRoute(segment: string, group: string): Route {
+  const r = runRoute(segment, "groups");
+  if (r.kind !== "run") return r;
+  try {
+    return { ...r, action: "group", group: decodeURIComponent(group) };
+  } catch {
+    return { kind: "not_found" };
+  }
+}
+
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && action !== "episodes" && action !== "finished" && action !== "usage") return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups"].includes(action)) return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);
@@ -96,7 +119,7 @@ function runRoute(segment: string, action: string | undefined): Route {
     return { kind: "bad_run", run: segment };
   }
   if (!RUN_NAME.test(run)) return { kind: "bad_run", run };
-  return { kind: "run", run, action: action ?? "run" };
+  return { kind: "run", run, action: (action ?? "run") as RunAction };
 }
 
 /** A WebSocket upgrade (the Worker and each object answer plain requests and upgrades apart). */

@@ -3,6 +3,7 @@
 // objects over RPC (sockets: fetch) and shapes the answer; no state is kept here.
 
 import { readArchived } from "./archive-read.js";
+import { GROUP_SORTS, type GroupSort } from "../registry/group-store.js";
 import { MSGPACK } from "../episode/read.js";
 import { runIndexName } from "../registry/episode-index.js";
 import { encodeCursor, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";
@@ -38,6 +39,29 @@ export async function runView(env: Env, run: string, scope: Scope, head: boolean
   const covers = coversRun(scope, run);
   const aggregates = covers ? await env.EPISODE_INDEX.getByName(runIndexName(run)).aggregates(run) : "null";
   return json(`{"run":${JSON.stringify(run)},"covered":${covers},"aggregates":${aggregates}}`, head);
+}
+
+/** `GET /v1/runs/{run}/groups?sort=spread|size|task&limit=&cursor=`: the run's rollout groups (a viewer covering the whole run only). */
+export async function runGroups(env: Env, run: string, url: URL, scope: Scope, head: boolean): Promise<Response> {
+  needsWholeRun(scope, run);
+  const sort = url.searchParams.get("sort") || "spread";
+  if (!(GROUP_SORTS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
+  const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
+  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).groups(run, sort as GroupSort, limit, url.searchParams.get("cursor"));
+  return json(page, head);
+}
+
+/** `GET /v1/runs/{run}/groups/{group}`: one group, its rollouts and their advantages. */
+export async function runGroup(env: Env, run: string, group: string, scope: Scope, head: boolean): Promise<Response> {
+  needsWholeRun(scope, run);
+  const body = await env.EPISODE_INDEX.getByName(runIndexName(run)).group(group);
+  if (body === null) throw new RelayError("not_found", `run ${run} has no group ${JSON.stringify(group)}`);
+  return json(body, head);
+}
+
+/** Groups mix episodes: only a viewer whose token covers the whole run sees them. */
+function needsWholeRun(scope: Scope, run: string): void {
+  if (!coversRun(scope, run)) throw new RelayError("forbidden", `a run's groups need a token covering the whole run (episodes: ["${run}:*"])`);
 }
 
 /** `GET /v1/runs/{run}/episodes?status=&sort=&limit=&cursor=`. */

@@ -97,6 +97,8 @@ export interface RunAggregates {
     string,
     { count: number; mean: number; min: number | null; max: number | null; histogram: { edges: number[]; counts: number[]; below: number; above: number } }
   >;
+  /** The run's rollout groups (src/registry/groups.ts): how many, how many complete, and the complete ones with zero reward variance. */
+  groups?: { total: number; finished: number; zero_variance: number; zero_variance_share: number | null };
 }
 
 export const HISTOGRAM_EDGES: readonly number[] = Array.from({ length: HISTOGRAM_BINS + 1 }, (_, i) => i / HISTOGRAM_BINS);

@@ -27,6 +27,16 @@ export interface IndexRow {
   /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */
   rewards: Json;
   error: string | null;
+  /** The first trace's task key (`open.task.key`), null without one. (Absent from rows sent by older releases.) */
+  task?: string | null;
+  /** The rollout group: the reply head's `group.id`, else (live) the task key (src/registry/groups.ts). */
+  group?: string | null;
+  /** The first trace's `stop_condition` (null: none). */
+  stop_condition?: string | null;
+  /** The first trace's `is_timeout`. */
+  truncated?: boolean;
+  /** The reply head's `run.name`, once finished. */
+  run_name?: string | null;
 }
 
 /** A row as the API shows it (lists, index sockets): times as ISO strings, and the reward to sort by. */

@@ -13,6 +13,8 @@ import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
 import { IndexSockets, readScopeHeader } from "./index-sockets.js";
 import { SchemaState } from "../storage/schema.js";
+import type { GroupSort } from "./group-store.js";
+import { groupJson, rolloutJson } from "./groups.js";
 import { type FinishedItem, IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import { RUNS_NAME } from "./run-directory.js";
@@ -114,6 +116,34 @@ export class EpisodeIndex extends DurableObject<Env> {
   aggregates(run: string): string {
     this.schema.check();
     return JSON.stringify(this.aggregatesNow(run));
+  }
+
+  /** A page of the run's rollout groups as JSON text (the Worker asks only for viewers covering the run). */
+  groups(run: string, sort: GroupSort, limit: number, cursor: string | null): string {
+    this.schema.check();
+    const page = this.store.groups.page(sort, limit, cursor);
+    const c = this.store.groups.counts();
+    return JSON.stringify({
+      run,
+      groups_total: c.groups,
+      finished_groups: c.complete,
+      zero_variance_groups: c.zeroVariance,
+      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      groups: page.groups.map(groupJson),
+      cursor: page.cursor,
+    });
+  }
+
+  /** One group with its rollouts (best reward first) and their advantages, as JSON text; null when there is no such group. */
+  group(id: string): string | null {
+    this.schema.check();
+    const g = this.store.groups.group(id);
+    if (!g) return null;
+    const rollouts = this.store.groups.members(id).flatMap((m) => {
+      const row = this.store.row(m);
+      return row ? [rolloutJson(row, g)] : [];
+    });
+    return JSON.stringify({ ...groupJson(g), rollouts });
   }
 
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
@@ -221,6 +251,13 @@ export class EpisodeIndex extends DurableObject<Env> {
   }
 
   private aggregatesNow(run: string): RunAggregates {
-    return this.store.aggregates(run, Date.now());
+    const c = this.store.groups.counts();
+    const groups = {
+      total: c.groups,
+      finished: c.complete,
+      zero_variance: c.zeroVariance,
+      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+    };
+    return { ...this.store.aggregates(run, Date.now()), groups };
   }
 }

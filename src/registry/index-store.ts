@@ -5,6 +5,7 @@
 
 import type { Json } from "../wire/json-view.js";
 import { aggregatesOf, applyContribution, type Contribution, type Counters, contributionOf, emptyCounters, type RunAggregates } from "./aggregates.js";
+import { GroupStore } from "./group-store.js";
 import type { RunRow } from "./run-directory.js";
 import { rewardOf } from "./rewards.js";
 import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
@@ -21,14 +22,28 @@ export interface FinishedItem {
 }
 
 /** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
-type SqlRow = Omit<IndexRow, "status" | "rewards"> & { status: string; rewards: string | null; reward: number | null } & Record<string, SqlStorageValue>;
+type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name"> & {
+  status: string;
+  rewards: string | null;
+  reward: number | null;
+  task: string | null;
+  grp: string | null;
+  stop: string | null;
+  truncated: number | null;
+  run_name: string | null;
+} & Record<string, SqlStorageValue>;
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */
   private counters: Counters | null = null;
 
+  /** The run's rollout groups, recounted as their rows change. */
+  readonly groups: GroupStore;
+
   /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
-  constructor(private readonly sql: SqlStorage) {}
+  constructor(private readonly sql: SqlStorage) {
+    this.groups = new GroupStore(sql);
+  }
 
   /** The run these rows belong to (null before the first row). */
   get run(): string | null {
@@ -48,8 +63,9 @@ export class IndexStore {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
     this.sql.exec(
-      `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
+         task, grp, stop, truncated, run_name)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -65,8 +81,15 @@ export class IndexStore {
       rewardOf(row.rewards),
       row.error,
       this.finishedSeq(row, old),
+      row.task ?? null,
+      row.group ?? null,
+      row.stop_condition ?? null,
+      row.truncated ? 1 : 0,
+      row.run_name ?? null,
     );
     this.apply(c, row, contributionOf(row), 1);
+    if (old?.group && old.group !== row.group) this.groups.recount(old.group);
+    this.groups.recount(row.group);
     this.saveRun(c, row.run, row.created, row.updated);
   }
 
@@ -75,6 +98,7 @@ export class IndexStore {
     const c = this.loadCounters();
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
+    this.groups.recount(old.group);
     this.saveRun(c, old.run, old.created, Date.now());
   }
 
@@ -227,5 +251,10 @@ function rowOf(r: SqlRow): IndexRow {
     tokens: r.tokens,
     rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
     error: r.error,
+    task: r.task,
+    group: r.grp,
+    stop_condition: r.stop,
+    truncated: r.truncated === 1,
+    run_name: r.run_name,
   };
 }

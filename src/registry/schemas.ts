@@ -1,7 +1,7 @@
 // The tables of the two registry objects, version by version (src/storage/schema.ts runs them):
 // a run's EpisodeIndex (index-store.ts, and index-sockets.ts's scopes) and the RunDirectory.
 
-import { checkSchema, type Schema } from "../storage/schema.js";
+import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",
@@ -22,6 +22,21 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE TABLE IF NOT EXISTS throughput (minute INTEGER PRIMARY KEY, n INTEGER NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
+      },
+    },
+    {
+      version: 2,
+      what: "rollout groups",
+      up(sql) {
+        // rows sent before this release have none of these: they join no group until rewritten
+        addColumns(sql, "rows", ["task TEXT", "grp TEXT", "stop TEXT", "truncated INTEGER", "run_name TEXT"]);
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_grp ON rows (grp) WHERE grp IS NOT NULL");
+        // one row per group: its summary (groups.ts) and the keys its pages sort by
+        sql.exec(`CREATE TABLE IF NOT EXISTS groups (grp TEXT PRIMARY KEY, task_key TEXT NOT NULL, size INTEGER NOT NULL,
+          spread_key REAL NOT NULL, complete INTEGER NOT NULL, zero INTEGER NOT NULL, summary TEXT NOT NULL)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS groups_by_spread ON groups (spread_key DESC, grp)");
+        sql.exec("CREATE INDEX IF NOT EXISTS groups_by_size ON groups (size DESC, grp)");
+        sql.exec("CREATE INDEX IF NOT EXISTS groups_by_task ON groups (task_key, grp)");
       },
     },
   ],

@@ -52,6 +52,17 @@ function userTables(sql: SqlStorage): string[] {
     .map((r) => r.name);
 }
 
+/** Add the columns a table lacks (idempotent: a migration may meet storage that already has some). */
+export function addColumns(sql: SqlStorage, table: string, columns: string[]): void {
+  const have = new Set(
+    sql
+      .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
+      .toArray()
+      .map((c) => c.name),
+  );
+  for (const col of columns) if (!have.has(col.split(" ")[0]!)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${col}`);
+}
+
 /** The version storage is at: null when empty, 0 when written before versions. */
 export function storedVersion(sql: SqlStorage): number | null {
   const tables = userTables(sql);

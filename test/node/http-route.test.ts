@@ -135,6 +135,14 @@ describe("EPISODE_ID and RESERVED_IDS", () => {
 });
 
 describe("method tables", () => {
+  it("a run's groups and one group (its id URL-encoded)", () => {
+    expect(parseRoute("/v1/runs/r1/groups")).toEqual({ kind: "run", run: "r1", action: "groups" });
+    expect(parseRoute("/v1/runs/r1/groups/g%2F1%20x")).toEqual({ kind: "run", run: "r1", action: "group", group: "g/1 x" });
+    expect(parseRoute("/v1/runs/r%ZZ/groups/g")).toEqual({ kind: "bad_run", run: "r%ZZ" });
+    expect(parseRoute("/v1/runs/r1/groups/%ZZ")).toEqual({ kind: "not_found" });
+    expect(parseRoute("/v1/runs/r1/nope")).toEqual({ kind: "not_found" });
+  });
+
   it("METHODS is the documented table", () => {
     expect(METHODS).toStrictEqual({
       episode: ["GET", "HEAD", "DELETE"],
@@ -146,7 +154,14 @@ describe("method tables", () => {
       usage: ["GET"],
     });
     expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] });
-    expect(RUN_METHODS).toStrictEqual({ run: ["GET", "HEAD"], episodes: ["GET", "HEAD"], finished: ["GET", "HEAD"], usage: ["GET"] });
+    expect(RUN_METHODS).toStrictEqual({
+      groups: ["GET", "HEAD"],
+      group: ["GET", "HEAD"],
+      run: ["GET", "HEAD"],
+      episodes: ["GET", "HEAD"],
+      finished: ["GET", "HEAD"],
+      usage: ["GET"],
+    });
   });
 
   it("every action of METHODS is routable, and routes to itself", () => {

@@ -93,8 +93,10 @@ describe(`storage written by the last release before versions (${RELEASE}) is up
     await abortAllDurableObjects(); // as a deploy does: the next request starts this release's objects on the old storage
 
     // the run's list and the directory first: nothing below has written to them yet
-    const list = (await (await relay("../runs/fixture/episodes")).json()) as unknown;
-    expect(list).toEqual(seen.observed["run:episodes"]);
+    // every field that release answered, the same (later releases add fields: rows it wrote have them null)
+    const list = (await (await relay("../runs/fixture/episodes")).json()) as { episodes: Array<Record<string, unknown>> };
+    expect(list).toMatchObject(seen.observed["run:episodes"] as object);
+    expect(list.episodes.map((e) => e.group ?? null)).toEqual(list.episodes.map(() => null));
     expect(await (await relay("../runs")).json()).toEqual(seen.observed.runs);
 
     for (const name of EPISODES) {

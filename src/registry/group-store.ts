@@ -1,0 +1,104 @@
+// A run index's rollout groups in SQLite (src/registry/groups.ts computes them): one row per group
+// with its summary, kept by recounting the group from its members (`rows WHERE grp = ?`, indexed)
+// whenever one of them is written or goes, and the run's counts of complete and zero-variance
+// groups kept in step. Called by IndexStore inside its transactions; pages are read by keyset.
+
+import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
+import { type GroupMember, type GroupSummary, groupSummary } from "./groups.js";
+import type { Json } from "../wire/json-view.js";
+
+export type GroupSort = "spread" | "size" | "task";
+export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
+
+/** The run's group counts (what the aggregates and the groups page show). */
+export interface GroupCounts {
+  groups: number;
+  complete: number;
+  zeroVariance: number;
+}
+
+const ORDER: Record<GroupSort, { key: string; dir: "ASC" | "DESC" }> = {
+  spread: { key: "spread_key", dir: "DESC" },
+  size: { key: "size", dir: "DESC" },
+  task: { key: "task_key", dir: "ASC" },
+};
+
+export class GroupStore {
+  constructor(private readonly sql: SqlStorage) {}
+
+  /** Recount group `id` from its members (none left: it goes), and keep the run's counts in step. */
+  recount(id: string | null | undefined): void {
+    if (!id) return;
+    const members = this.sql
+      .exec<{ status: string; rewards: string | null; task: string | null }>("SELECT status, rewards, task FROM rows WHERE grp = ?", id)
+      .toArray()
+      .map((r) => ({ status: r.status, rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json), task: r.task }) as GroupMember);
+    const before = this.sql.exec<{ complete: number; zero: number }>("SELECT complete, zero FROM groups WHERE grp = ?", id).toArray()[0];
+    const c = this.counts();
+    if (before) {
+      c.groups--;
+      c.complete -= before.complete;
+      c.zeroVariance -= before.zero;
+    }
+    if (members.length === 0) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
+    else {
+      const g = groupSummary(id, members);
+      this.sql.exec(
+        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        id,
+        g.task ?? "",
+        g.size,
+        g.spread ?? -1,
+        g.complete ? 1 : 0,
+        g.zeroVariance ? 1 : 0,
+        JSON.stringify(g),
+      );
+      c.groups++;
+      c.complete += g.complete ? 1 : 0;
+      c.zeroVariance += g.zeroVariance ? 1 : 0;
+    }
+    this.sql.exec("INSERT OR REPLACE INTO state VALUES ('group_counts', ?)", JSON.stringify(c));
+  }
+
+  counts(): GroupCounts {
+    const v = this.sql.exec<{ v: string }>("SELECT v FROM state WHERE k = 'group_counts'").toArray()[0]?.v;
+    return v ? (JSON.parse(v) as GroupCounts) : { groups: 0, complete: 0, zeroVariance: 0 };
+  }
+
+  group(id: string): GroupSummary | null {
+    const r = this.sql.exec<{ summary: string }>("SELECT summary FROM groups WHERE grp = ?", id).toArray()[0];
+    return r ? (JSON.parse(r.summary) as GroupSummary) : null;
+  }
+
+  /** A page of groups in `sort`'s order after `cursor`: at most `limit`, and the cursor after them (null at the end). */
+  page(sort: GroupSort, limit: number, cursor: string | null): { groups: GroupSummary[]; cursor: string | null } {
+    const { key, dir } = ORDER[sort];
+    const args: SqlStorageValue[] = [];
+    let where = "";
+    if (cursor !== null) {
+      const v = decodeCursor(cursor);
+      if (!(Array.isArray(v) && v.length === 2 && (typeof v[0] === "number" || typeof v[0] === "string") && typeof v[1] === "string")) throw badCursor();
+      where = `WHERE (${key} ${dir === "DESC" ? "<" : ">"} ? OR (${key} = ? AND grp > ?))`;
+      args.push(v[0] as SqlStorageValue, v[0] as SqlStorageValue, v[1] as string);
+    }
+    const rows = this.sql
+      .exec<{ grp: string; k: number | string; summary: string }>(
+        `SELECT grp, ${key} AS k, summary FROM groups ${where} ORDER BY ${key} ${dir}, grp ASC LIMIT ?`,
+        ...args,
+        limit + 1,
+      )
+      .toArray();
+    const more = rows.length > limit;
+    const page = rows.slice(0, limit);
+    const last = page.at(-1);
+    return { groups: page.map((r) => JSON.parse(r.summary) as GroupSummary), cursor: more && last ? encodeCursor([last.k, last.grp]) : null };
+  }
+
+  /** The rows of group `id`, best reward first. */
+  members(id: string): string[] {
+    return this.sql
+      .exec<{ id: string }>("SELECT id FROM rows WHERE grp = ? ORDER BY reward IS NULL, reward DESC, id", id)
+      .toArray()
+      .map((r) => r.id);
+  }
+}

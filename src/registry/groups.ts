@@ -1,0 +1,108 @@
+// Rollout groups (GRPO and its relatives sample a group of rollouts per task and learn from the
+// reward differences inside it). A group is the episodes of a run sharing the reply head's
+// `group.id`, or while live their first trace's task key. Pure: the run's index recounts a group
+// from its members whenever one of them changes (index-store.ts), so a group's numbers always
+// equal a recount, whatever the order rows arrive, finish, fail or go.
+
+import type { IndexRow, IndexStatus } from "./entry.js";
+import { rewardOf, scoresOf } from "./rewards.js";
+
+/** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */
+export interface RewardStats {
+  mean: number;
+  std: number;
+  min: number;
+  max: number;
+}
+
+export interface GroupSummary {
+  id: string;
+  task: string | null;
+  /** Rollouts in the group, and by status. */
+  size: number;
+  finished: number;
+  failed: number;
+  live: number;
+  /** Per reward key, over the finished rollouts that have it. */
+  rewards: Record<string, RewardStats>;
+  /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
+  spread: number | null;
+  /** No rollout is still running. */
+  complete: boolean;
+  /** Complete, at least two finished rollouts with rewards, and every key's rewards equal: its advantages are all 0. */
+  zeroVariance: boolean;
+}
+
+/** What a group's numbers are computed from: each member's status, rewards and task. */
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task">;
+
+const LIVE: ReadonlySet<IndexStatus> = new Set(["live", "finish_refused"]);
+
+export function groupSummary(id: string, members: readonly GroupMember[]): GroupSummary {
+  const scores = new Map<string, number[]>();
+  let finished = 0;
+  let failed = 0;
+  let live = 0;
+  let withRewards = 0;
+  let task: string | null = null;
+  for (const m of members) {
+    task ??= m.task ?? null;
+    if (LIVE.has(m.status)) live++;
+    else if (m.status === "failed") failed++;
+    else {
+      finished++;
+      const s = scoresOf(m.rewards);
+      if (s.length) withRewards++;
+      for (const [k, v] of s) scores.set(k, [...(scores.get(k) ?? []), v]);
+    }
+  }
+  const rewards: Record<string, RewardStats> = {};
+  let spread: number | null = null;
+  let equal = true;
+  for (const k of [...scores.keys()].sort()) {
+    const v = scores.get(k)!;
+    const mean = v.reduce((a, b) => a + b, 0) / v.length;
+    const std = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / v.length);
+    const min = Math.min(...v);
+    const max = Math.max(...v);
+    rewards[k] = { mean, std, min, max };
+    spread = Math.max(spread ?? 0, max - min);
+    if (min !== max) equal = false;
+  }
+  const complete = live === 0;
+  return { id, task, size: members.length, finished, failed, live, rewards, spread, complete, zeroVariance: complete && withRewards >= 2 && equal };
+}
+
+/** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
+export function advantagesOf(rewards: IndexRow["rewards"], group: GroupSummary): Record<string, { raw: number; normalized: number | null }> {
+  const out: Record<string, { raw: number; normalized: number | null }> = {};
+  for (const [k, v] of scoresOf(rewards)) {
+    const s = group.rewards[k];
+    if (!s) continue;
+    const raw = v - s.mean;
+    out[k] = { raw, normalized: s.std > 0 ? raw / s.std : null };
+  }
+  return out;
+}
+
+/** A group as the API shows it. */
+export function groupJson(g: GroupSummary) {
+  const { complete: _c, zeroVariance: _z, ...rest } = g;
+  return rest;
+}
+
+/** A group's rollout as the API shows it (best reward first is the caller's order). */
+export function rolloutJson(r: IndexRow, g: GroupSummary) {
+  return {
+    id: r.id,
+    status: r.status,
+    rewards: r.rewards,
+    reward: rewardOf(r.rewards),
+    advantage: advantagesOf(r.rewards, g),
+    calls: r.calls,
+    tokens: r.tokens,
+    stop_condition: r.stop_condition ?? null,
+    truncated: r.truncated ?? false,
+    error: r.error,
+  };
+}

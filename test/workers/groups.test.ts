@@ -1,0 +1,157 @@
+// Rollout groups in the run index (src/registry/groups.ts, group-store.ts): each group's numbers,
+// the run's zero-variance count and every rollout's advantage equal a recount from the rows after
+// any sequence of creates, turns, finishes, failures and deletes, in any order of arrival; the
+// HTTP pages; and the group and task an episode's row carries from its reply and first trace.
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { groupSummary } from "../../src/registry/groups.js";
+import type { IndexRow } from "../../src/registry/entry.js";
+import { golden, post, relay } from "./support.js";
+
+type Page = {
+  groups_total: number;
+  finished_groups: number;
+  zero_variance_groups: number;
+  zero_variance_share: number | null;
+  groups: Array<Record<string, unknown> & { id: string }>;
+  cursor: string | null;
+};
+
+function row(run: string, n: number, status: IndexRow["status"], group: string, score: number | null, updated: number): IndexRow {
+  return {
+    id: `${run}:e${n}`,
+    run,
+    status,
+    created: 1,
+    updated,
+    ended: status === "finished" || status === "failed" ? updated : null,
+    seq: updated,
+    traces: 1,
+    nodes: 3,
+    calls: 2,
+    tokens: 100,
+    rewards: score === null ? null : { correct: { score, weight: 1 }, format: { score: score > 0.5 ? 1 : 0, weight: 0.5 } },
+    error: status === "failed" ? "crashed" : null,
+    task: `task-${group}`,
+    group,
+    stop_condition: null,
+    truncated: false,
+    run_name: null,
+  };
+}
+
+/** A seeded generator, so a failure can be replayed. */
+function rng(seed: number): () => number {
+  return () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+}
+
+async function allGroups(run: string): Promise<Page & { all: Page["groups"] }> {
+  const all: Page["groups"] = [];
+  let cursor: string | null = null;
+  let first: Page | null = null;
+  do {
+    const res = await relay(`../runs/${run}/groups?limit=3&sort=size${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    expect(res.status, await res.clone().text()).toBe(200);
+    const page = (await res.json()) as Page;
+    first ??= page;
+    all.push(...page.groups);
+    cursor = page.cursor;
+  } while (cursor);
+  return { ...first!, all };
+}
+
+describe("groups equal a recount after any order of writes", () => {
+  it("random creates, updates, finishes, failures and deletes over 6 groups of up to 5", async () => {
+    const run = `grp-${Date.now().toString(36)}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const rand = rng(42);
+    const rows = new Map<number, IndexRow>();
+    let clock = 10;
+    for (let step = 0; step < 120; step++) {
+      const n = Math.floor(rand() * 24);
+      const group = `g${n % 6}`;
+      const have = rows.get(n);
+      const r = rand();
+      if (have && r < 0.12) {
+        await index.remove(have.id);
+        rows.delete(n);
+      } else {
+        const status: IndexRow["status"] = r < 0.45 ? "live" : r < 0.85 ? "finished" : "failed";
+        // zero-variance groups appear: scores are drawn from few values
+        const score = status === "finished" ? [0, 1, 1][Math.floor(rand() * 3)]! : null;
+        const next = row(run, n, status, group, score, clock++);
+        await index.upsert(next);
+        rows.set(n, next);
+      }
+      if (step % 20 !== 19) continue;
+      const got = await allGroups(run);
+      const byGroup = new Map<string, IndexRow[]>();
+      for (const x of rows.values()) byGroup.set(x.group!, [...(byGroup.get(x.group!) ?? []), x]);
+      const want = [...byGroup].map(([id, m]) => groupSummary(id, m));
+      expect(got.groups_total).toBe(want.length);
+      expect(got.finished_groups).toBe(want.filter((g) => g.complete).length);
+      expect(got.zero_variance_groups).toBe(want.filter((g) => g.zeroVariance).length);
+      const strip = ({ complete: _c, zeroVariance: _z, ...g }: ReturnType<typeof groupSummary>) => g;
+      expect(got.all.sort((a, b) => a.id.localeCompare(b.id))).toEqual(want.map(strip).sort((a, b) => a.id.localeCompare(b.id)));
+    }
+  });
+
+  it("a group's page: rollouts best first with advantages (reward − mean, ÷ std); zero variance counted", async () => {
+    const run = `grp1-${Date.now().toString(36)}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const scores = [1, 0, 1, 0];
+    for (const [i, s] of scores.entries()) await index.upsert(row(run, i, "finished", "a", s, 10 + i));
+    for (const i of [4, 5]) await index.upsert(row(run, i, "finished", "same", 1, 20 + i));
+    const res = await relay(`../runs/${run}/groups/a`);
+    expect(res.status).toBe(200);
+    const g = (await res.json()) as {
+      size: number;
+      rewards: Record<string, { mean: number; std: number }>;
+      rollouts: Array<{ id: string; advantage: Record<string, { raw: number; normalized: number | null }> }>;
+    };
+    expect(g.size).toBe(4);
+    expect(g.rewards.correct).toEqual({ mean: 0.5, std: 0.5, min: 0, max: 1 });
+    expect(g.rollouts.map((r) => r.advantage.correct)).toEqual([
+      { raw: 0.5, normalized: 1 },
+      { raw: 0.5, normalized: 1 },
+      { raw: -0.5, normalized: -1 },
+      { raw: -0.5, normalized: -1 },
+    ]);
+    const page = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
+    expect([page.finished_groups, page.zero_variance_groups, page.zero_variance_share]).toEqual([2, 1, 0.5]);
+    expect(
+      page.groups.map((x) => x.id),
+      "sorted by spread, largest first",
+    ).toEqual(["a", "same"]);
+    expect((await relay(`../runs/${run}/groups/nope`)).status).toBe(404);
+    expect((await relay(`../runs/${run}/groups?sort=nope`)).status).toBe(400);
+    const agg = (await (await relay(`../runs/${run}`)).json()) as { aggregates: { groups: unknown } };
+    expect(agg.aggregates.groups).toEqual({ total: 2, finished: 2, zero_variance: 1, zero_variance_share: 0.5 });
+  });
+});
+
+describe("an episode's row carries its task and group", () => {
+  it("the reply head's group.id once finished; the first trace's task key while live", async () => {
+    const run = `grpe-${Date.now().toString(36)}`;
+    const c = await golden("multi_trace_links");
+    const id = `${run}:x`;
+    const producer = new ProducerCursor("p");
+    for (const f of c.frames) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(f)));
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    const live = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
+    expect(live.groups.map((g) => [g.id, g.task])).toEqual([["f5c5d5d61e062b74", "f5c5d5d61e062b74"]]);
+    (await post(`${id}/reply`, c.reply)).body?.cancel();
+    const done = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
+    expect(done.groups.map((g) => [g.id, g.task, g.finished])).toEqual([["ff2a2a75403787784bd9ede96d0db119", "f5c5d5d61e062b74", 1]]);
+    const list = (await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Array<{ group: string; run_name: string }> };
+    expect(list.episodes[0]).toMatchObject({ group: "ff2a2a75403787784bd9ede96d0db119", run_name: "multi-agent-env-eval" });
+  });
+});
