@@ -19,9 +19,10 @@ export const RELAY_HEADER = "x-episode-relay";
 
 /**
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
- * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one.
+ * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
+ * `/tasks`: per-task results.
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group";
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks";
 
 /** `usage` (admin): the billing units its objects counted (src/billing/usage.ts). */
 export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage";
@@ -51,6 +52,7 @@ export const INDEX_METHODS: Record<"list" | "index_watch" | "runs", readonly str
 export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   groups: ["GET", "HEAD"],
   group: ["GET", "HEAD"],
+  tasks: ["GET", "HEAD"],
   run: ["GET", "HEAD"],
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
@@ -111,7 +113,7 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups"].includes(action)) return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks"].includes(action)) return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);

@@ -59,6 +59,17 @@ export async function runGroup(env: Env, run: string, group: string, scope: Scop
   return json(body, head);
 }
 
+/** `GET /v1/runs/{run}/tasks?key=K&threshold=T&limit=&cursor=`: per task, rollouts, means and the solve rate (K ≥ T). */
+export async function runTasks(env: Env, run: string, url: URL, scope: Scope, head: boolean): Promise<Response> {
+  needsWholeRun(scope, run);
+  const key = url.searchParams.get("key") || "reward";
+  const threshold = Number(url.searchParams.get("threshold") ?? "1");
+  if (!Number.isFinite(threshold)) throw new RelayError("malformed", "threshold must be a number", "threshold");
+  const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
+  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).tasks(key, threshold, limit, url.searchParams.get("cursor"));
+  return json(page, head);
+}
+
 /** Groups mix episodes: only a viewer whose token covers the whole run sees them. */
 function needsWholeRun(scope: Scope, run: string): void {
   if (!coversRun(scope, run)) throw new RelayError("forbidden", `a run's groups need a token covering the whole run (episodes: ["${run}:*"])`);

@@ -146,6 +146,12 @@ export class EpisodeIndex extends DurableObject<Env> {
     return JSON.stringify({ ...groupJson(g), rollouts });
   }
 
+  /** A page of the run's tasks (solve rate: `key` at or above `threshold`) as JSON text. */
+  tasks(key: string, threshold: number, limit: number, cursor: string | null): string {
+    this.schema.check();
+    return JSON.stringify({ key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) });
+  }
+
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
   finished(after: number, limit: number, scope: Scope): FinishedItem[] {
     this.schema.check();

@@ -5,9 +5,23 @@
 
 import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
 import { type GroupMember, type GroupSummary, groupSummary } from "./groups.js";
+import { scoresOf } from "./rewards.js";
 import type { Json } from "../wire/json-view.js";
 
 export type GroupSort = "spread" | "size" | "task";
+
+/** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
+export interface TaskSummary {
+  task: string;
+  rollouts: number;
+  finished: number;
+  failed: number;
+  mean_turns: number;
+  mean_tokens: number;
+  /** Over the finished rollouts with the chosen reward key; null without any. */
+  mean_reward: number | null;
+  solve_rate: number | null;
+}
 export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
 
 /** The run's group counts (what the aggregates and the groups page show). */
@@ -92,6 +106,53 @@ export class GroupStore {
     const page = rows.slice(0, limit);
     const last = page.at(-1);
     return { groups: page.map((r) => JSON.parse(r.summary) as GroupSummary), cursor: more && last ? encodeCursor([last.k, last.grp]) : null };
+  }
+
+  /** Recount task `task` from its rollouts (none left: it goes). */
+  recountTask(task: string | null | undefined): void {
+    if (!task) return;
+    const t = this.sql
+      .exec<{ n: number; finished: number | null; failed: number | null; calls: number | null; tokens: number | null }>(
+        `SELECT COUNT(*) AS n, SUM(status = 'finished') AS finished, SUM(status = 'failed') AS failed, SUM(calls) AS calls, SUM(tokens) AS tokens
+         FROM rows WHERE task = ?`,
+        task,
+      )
+      .one();
+    if (t.n === 0) this.sql.exec("DELETE FROM tasks WHERE task = ?", task);
+    else this.sql.exec("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", task, t.n, t.finished ?? 0, t.failed ?? 0, t.calls ?? 0, t.tokens ?? 0);
+  }
+
+  /**
+   * A page of tasks (by name) after `cursor`: rollouts, finished, failed, mean turns and tokens, and
+   * over the finished rollouts the mean of `key` and the share at or above `threshold` (the solve
+   * rate). Reads the rows of the tasks on the page only.
+   */
+  tasks(key: string, threshold: number, limit: number, cursor: string | null): { tasks: TaskSummary[]; cursor: string | null } {
+    const rows = this.sql
+      .exec<{ task: string; rollouts: number; finished: number; failed: number; calls: number; tokens: number }>(
+        `SELECT * FROM tasks ${cursor === null ? "" : "WHERE task > ?"} ORDER BY task LIMIT ?`,
+        ...(cursor === null ? [] : [cursor]),
+        limit + 1,
+      )
+      .toArray();
+    const page = rows.slice(0, limit).map((t) => {
+      const scores: number[] = [];
+      for (const r of this.sql.exec<{ rewards: string | null }>("SELECT rewards FROM rows WHERE task = ? AND status = 'finished'", t.task)) {
+        const s = scoresOf(r.rewards === null ? null : (JSON.parse(r.rewards) as Json)).find(([k]) => k === key);
+        if (s) scores.push(s[1]);
+      }
+      return {
+        task: t.task,
+        rollouts: t.rollouts,
+        finished: t.finished,
+        failed: t.failed,
+        mean_turns: t.calls / t.rollouts,
+        mean_tokens: t.tokens / t.rollouts,
+        mean_reward: scores.length ? scores.reduce((a, b) => a + b, 0) / scores.length : null,
+        solve_rate: scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null,
+      };
+    });
+    return { tasks: page, cursor: rows.length > limit ? page.at(-1)!.task : null };
   }
 
   /** The rows of group `id`, best reward first. */

@@ -90,6 +90,8 @@ export class IndexStore {
     this.apply(c, row, contributionOf(row), 1);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
+    if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
+    this.groups.recountTask(row.task);
     this.saveRun(c, row.run, row.created, row.updated);
   }
 
@@ -99,6 +101,7 @@ export class IndexStore {
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.groups.recount(old.group);
+    this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());
   }
 

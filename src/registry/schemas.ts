@@ -39,6 +39,16 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE INDEX IF NOT EXISTS groups_by_task ON groups (task_key, grp)");
       },
     },
+    {
+      version: 3,
+      what: "per-task results",
+      up(sql) {
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_task ON rows (task) WHERE task IS NOT NULL");
+        // one row per task: counts and sums over its rollouts (group-store.ts), recounted like a group's
+        sql.exec(`CREATE TABLE IF NOT EXISTS tasks (task TEXT PRIMARY KEY, rollouts INTEGER NOT NULL, finished INTEGER NOT NULL,
+          failed INTEGER NOT NULL, calls INTEGER NOT NULL, tokens INTEGER NOT NULL)`);
+      },
+    },
   ],
 });
 

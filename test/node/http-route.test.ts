@@ -157,6 +157,7 @@ describe("method tables", () => {
     expect(RUN_METHODS).toStrictEqual({
       groups: ["GET", "HEAD"],
       group: ["GET", "HEAD"],
+      tasks: ["GET", "HEAD"],
       run: ["GET", "HEAD"],
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],

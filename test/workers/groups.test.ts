@@ -135,6 +135,27 @@ describe("groups equal a recount after any order of writes", () => {
   });
 });
 
+describe("per-task results", () => {
+  it("rollouts, finished, failed, mean turns and tokens, mean reward and solve rate at a threshold; a delete is taken back", async () => {
+    const run = `task-${Date.now().toString(36)}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    // task-a: four rollouts (1, 0, 1 finished; one failed); task-b: one live
+    for (const [i, s] of [1, 0, 1].entries()) await index.upsert(row(run, i, "finished", "a", s, 10 + i));
+    await index.upsert(row(run, 3, "failed", "a", null, 20));
+    await index.upsert(row(run, 4, "live", "b", null, 21));
+    const get = async (q: string) =>
+      (await (await relay(`../runs/${run}/tasks${q}`)).json()) as { tasks: Array<Record<string, unknown>>; cursor: string | null };
+    const page = await get("?key=correct&threshold=0.5");
+    expect(page.tasks).toEqual([
+      { task: "task-a", rollouts: 4, finished: 3, failed: 1, mean_turns: 2, mean_tokens: 100, mean_reward: 2 / 3, solve_rate: 2 / 3 },
+      { task: "task-b", rollouts: 1, finished: 0, failed: 0, mean_turns: 2, mean_tokens: 100, mean_reward: null, solve_rate: null },
+    ]);
+    expect((await get("?key=correct&threshold=1&limit=1")).cursor).toBe("task-a");
+    await index.remove(`${run}:e1`);
+    expect((await get("?key=correct&threshold=0.5")).tasks[0]).toMatchObject({ rollouts: 3, finished: 2, mean_reward: 1, solve_rate: 1 });
+  });
+});
+
 describe("an episode's row carries its task and group", () => {
   it("the reply head's group.id once finished; the first trace's task key while live", async () => {
     const run = `grpe-${Date.now().toString(36)}`;
