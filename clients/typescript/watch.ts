@@ -6,7 +6,8 @@
 //
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
 // This module is the package's `episode-relay/client`: it also exports `fetchRun` (bulk.ts, a
-// run's finished episodes) and `RelayRefusal` (refusal.ts).
+// run's finished episodes), `fetchGroups`, `fetchGroupsPage` and `fetchGroup` (groups.ts, a run's
+// groups and their rollouts' advantages) and `RelayRefusal` (refusal.ts).
 
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
@@ -20,6 +21,19 @@ import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachab
 export { RelayRefusal } from "./refusal.js";
 export { RelayUnreachable, type Hints } from "./relay-fetch.js";
 export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
+export {
+  type Advantage,
+  type FetchGroupsOptions,
+  fetchGroup,
+  fetchGroups,
+  fetchGroupsPage,
+  type GroupDetail,
+  type GroupRollout,
+  type GroupSort,
+  type GroupSummary,
+  type GroupsPage,
+  type RewardStats,
+} from "./groups.js";
 
 /**
  * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and `ws`'s fit it

@@ -3,7 +3,7 @@
 // objects over RPC (sockets: fetch) and shapes the answer; no state is kept here.
 
 import { readArchived } from "./archive-read.js";
-import { GROUP_SORTS, type GroupSort } from "../registry/group-store.js";
+import { GROUP_SORTS, type GroupSort, groupCursor } from "../registry/group-store.js";
 import { MSGPACK } from "../episode/read.js";
 import { runIndexName } from "../registry/episode-index.js";
 import { encodeCursor, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";
@@ -47,7 +47,9 @@ export async function runGroups(env: Env, run: string, url: URL, scope: Scope, h
   const sort = url.searchParams.get("sort") || "spread";
   if (!(GROUP_SORTS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
   const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
-  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).groups(run, sort as GroupSort, limit, url.searchParams.get("cursor"));
+  const cursor = url.searchParams.get("cursor") || null;
+  if (cursor !== null) groupCursor(cursor); // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
+  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).groups(run, sort as GroupSort, limit, cursor);
   return json(page, head);
 }
 

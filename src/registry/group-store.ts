@@ -37,6 +37,13 @@ const ORDER: Record<GroupSort, { key: string; dir: "ASC" | "DESC" }> = {
   task: { key: "task_key", dir: "ASC" },
 };
 
+/** A groups page's cursor: the last group's sort key and id (throws 400 bad_cursor; the Worker checks it before the index is asked). */
+export function groupCursor(cursor: string): [number | string, string] {
+  const v = decodeCursor(cursor);
+  if (!(Array.isArray(v) && v.length === 2 && (typeof v[0] === "number" || typeof v[0] === "string") && typeof v[1] === "string")) throw badCursor();
+  return v as [number | string, string];
+}
+
 export class GroupStore {
   constructor(private readonly sql: SqlStorage) {}
 
@@ -90,8 +97,7 @@ export class GroupStore {
     const args: SqlStorageValue[] = [];
     let where = "";
     if (cursor !== null) {
-      const v = decodeCursor(cursor);
-      if (!(Array.isArray(v) && v.length === 2 && (typeof v[0] === "number" || typeof v[0] === "string") && typeof v[1] === "string")) throw badCursor();
+      const v = groupCursor(cursor);
       where = `WHERE (${key} ${dir === "DESC" ? "<" : ">"} ? OR (${key} = ? AND grp > ?))`;
       args.push(v[0] as SqlStorageValue, v[0] as SqlStorageValue, v[1] as string);
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, token.
+// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, token.
 import { parseOptions, UsageError } from "../parse-options.js";
 import { get, getRun } from "./get.js";
+import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
 import { parseBase, parseTarget } from "./target.js";
@@ -13,12 +14,17 @@ const USAGE = `usage: episode-relay <command> ...
   get URL/ID [--json] [--token T] [-o FILE]      fetch the episode (msgpack, or --json)
   get --run R --out DIR URL [--json] [--token T] every finished episode of run R into DIR/<id>.msgpack (or .json);
                                                  a second call resumes after the last one written (DIR/.cursor)
+  groups --run R URL [--sort spread|size|task] [--json] [--token T]
+                                                 run R's groups (rollouts sharing the reply head's group.id): the
+                                                 zero-variance share and per group its size and reward mean±std
+  groups --run R --group G URL [--json] [--token T]
+                                                 the group's rollouts, best reward first, with their advantages
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
 RELAY_TOKEN in the environment is used when --token is not given.`;
 
-/** The options of tail, push and get (each takes all of them, as before; those it has no use for do nothing). */
+/** The options of tail, push, get and groups (each takes all of them, as before; those it has no use for do nothing). */
 function options(argv: string[]) {
   const { values, positionals, tokens } = parseOptions({
     args: argv,
@@ -31,6 +37,8 @@ function options(argv: string[]) {
       output: { type: "string", short: "o" },
       run: { type: "string" },
       out: { type: "string" },
+      sort: { type: "string" },
+      group: { type: "string" },
     },
     allowPositionals: true,
     tokens: true,
@@ -59,7 +67,7 @@ async function main(argv: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  if (command !== "tail" && command !== "push" && command !== "get") {
+  if (command !== "tail" && command !== "push" && command !== "get" && command !== "groups") {
     console.error(`${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`);
     return 2;
   }
@@ -89,6 +97,18 @@ async function main(argv: string[]): Promise<number> {
         }
         if (o.out !== undefined) return usage(command, "--out DIR goes with --run R (one episode: -o FILE)");
         return await get(parseTarget(positional[0]!), { token, json: o.json, output: o.output });
+      case "groups": {
+        if (positional.length !== 1) break;
+        if (o.run === undefined) return usage(command, "--run R is required");
+        if (o.group !== undefined) {
+          if (o.sort !== undefined) return usage(command, "--sort lists the run's groups; with --group G the rollouts come best reward first");
+          return await group(parseBase(positional[0]!), o.run, o.group, { token, json: o.json });
+        }
+        const sort = o.sort as (typeof GROUP_SORTS)[number] | undefined;
+        if (sort !== undefined && !GROUP_SORTS.includes(sort))
+          return usage(command, `--sort: expected one of ${GROUP_SORTS.join(", ")}, got ${JSON.stringify(o.sort)}`);
+        return await groups(parseBase(positional[0]!), o.run, { token, sort, json: o.json });
+      }
     }
   } catch (e) {
     console.error(`episode-relay ${command}: ${(e as Error).message}`);

@@ -10,10 +10,14 @@
   each delta it acknowledged to the relay through a forwarder.
 - :func:`fetch_run`: the finished episodes of a run, streamed, each as the exact bytes the
   relay serves (resumable by cursor).
+- :func:`fetch_groups` / :func:`fetch_groups_page` / :func:`fetch_group`: a run's groups (the
+  rollouts sharing the reply head's ``group.id``), the zero-variance share, and one group's
+  rollouts with their advantages.
 """
 
 from .bulk import fetch_run
 from .forwarder import RelayForwarder
+from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, fetch_group, fetch_groups, fetch_groups_page
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
 from .sink import RelaySink
@@ -25,6 +29,13 @@ __all__ = [
     "RelayForwarder",
     "RelayMirror",
     "fetch_run",
+    "fetch_groups",
+    "fetch_groups_page",
+    "fetch_group",
+    "GroupsPage",
+    "GroupSummary",
+    "GroupDetail",
+    "GroupRollout",
     "RelayError",
     "FinishMismatch",
     "DeltaChannel",

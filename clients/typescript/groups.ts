@@ -1,0 +1,194 @@
+// Groups of a run (browser and Node): the rollouts that share the reply head's `group.id` (GRPO's
+// group; while a rollout is live, its task key stands in). `fetchGroupsPage(url, run, options)`
+// reads one page of `GET /v1/runs/{run}/groups` (the run's numbers: groups, finished groups, the
+// zero-variance share, and the page's group summaries), `fetchGroups(url, run, options)` iterates
+// over every group following the cursors, and `fetchGroup(url, run, group, options)` reads
+// `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
+// The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
+
+import { RelayRefusal } from "./refusal.js";
+import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
+
+/** How a group's list is ordered: by reward spread (default, largest first), size, or task. */
+export type GroupSort = "spread" | "size" | "task";
+
+/** One reward key over a group's finished rollouts (`std`: the population standard deviation). */
+export interface RewardStats {
+  mean: number;
+  std: number;
+  min: number;
+  max: number;
+}
+
+/** A group of a run: its rollouts counted by status, and per reward key its statistics. */
+export interface GroupSummary {
+  id: string;
+  task: string | null;
+  /** Rollouts in the group. */
+  size: number;
+  finished: number;
+  failed: number;
+  live: number;
+  /** Per reward key, over the finished rollouts. */
+  rewards: Record<string, RewardStats>;
+  /** How far apart the group's rewards are (null before two rollouts finished). */
+  spread: number | null;
+}
+
+/** One page of a run's groups, with the run's numbers. */
+export interface GroupsPage {
+  run: string;
+  groups_total: number;
+  /** Groups with no live rollout. */
+  finished_groups: number;
+  /** Finished groups with at least 2 finished rollouts whose every reward key has std 0 (no learning signal). */
+  zero_variance_groups: number;
+  /** zero_variance_groups / finished_groups; null while no group finished. */
+  zero_variance_share: number | null;
+  groups: GroupSummary[];
+  /** Pass as `options.cursor` for the next page; null on the last one. */
+  cursor: string | null;
+}
+
+/** A reward key's advantage: the score less the group's mean, and that over the group's std (null when std is 0). */
+export interface Advantage {
+  raw: number;
+  normalized: number | null;
+}
+
+/** One rollout of a group. */
+export interface GroupRollout {
+  /** The episode id. */
+  id: string;
+  status: string;
+  /** The index row's rewards (the first trace's `rewards` field, as JSON). */
+  rewards: unknown;
+  /** The weighted mean of the reward scores (null without rewards). */
+  reward: number | null;
+  advantage: Record<string, Advantage>;
+  calls: number;
+  tokens: number;
+  stop_condition: string | null;
+  truncated: boolean;
+  error: string | null;
+}
+
+/** A group with its rollouts, best reward first. */
+export interface GroupDetail extends GroupSummary {
+  rollouts: GroupRollout[];
+}
+
+export interface FetchGroupsOptions {
+  /** Bearer token; its `episodes` patterns must cover the whole run. */
+  token?: string;
+  /** Order of the groups (the relay's default: spread). */
+  sort?: GroupSort;
+  /** Groups per page (the relay's default 50, at most 500). */
+  limit?: number;
+  /** Aborts the request(s). */
+  signal?: AbortSignal;
+  /** How a refusal tells the caller to pass a token (default: the library's `{ token }`). */
+  hints?: Hints;
+}
+
+/** What a refusal names: the groups need a token that covers the whole run. */
+function runWhat(run: string): string {
+  return `the whole run ${JSON.stringify(run)} (a pattern such as ${JSON.stringify(run === "~" ? "*" : `${run}:*`)})`;
+}
+
+/** GET a JSON answer of the relay: 4xx throws a RelayRefusal, another failure an Error. */
+async function getJson(
+  target: URL,
+  what: string,
+  refusalWhat: string,
+  base: string,
+  options: { token?: string; signal?: AbortSignal; hints?: Hints },
+): Promise<unknown> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const res = await relayFetch(target, { headers, signal: options.signal });
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, refusalWhat, base, options.hints ?? LIBRARY_HINTS);
+  if (!res.ok) throw new Error(`GET ${what}: ${res.status} ${await res.text()}`);
+  const text = await res.text();
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new Error(`GET ${what}: the relay answered ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`);
+  }
+}
+
+/**
+ * `value` escaped as one path segment; throws a RelayRefusal (nothing sent) for "", "." and "..",
+ * which a URL cannot carry as a segment (they would name another path).
+ */
+function segment(value: string, what: "run" | "group"): string {
+  if (value === "" || value === "." || value === "..") {
+    throw new RelayRefusal(400, `bad_${what}`, `${JSON.stringify(value)} cannot name a ${what} in a URL path`);
+  }
+  return encodeURIComponent(value);
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * One page of `run`'s groups, with the run's numbers (groups, finished groups, zero-variance
+ * groups and share). `cursor`: the previous page's. A refusal (4xx: no token, a token that does
+ * not cover the whole run, a bad parameter) throws a RelayRefusal; a relay that does not answer a
+ * RelayUnreachable; another failure an Error.
+ */
+export async function fetchGroupsPage(url: string, run: string, options: FetchGroupsOptions & { cursor?: string | null } = {}): Promise<GroupsPage> {
+  const base = checkBaseUrl(url);
+  const target = new URL(`${base}/v1/runs/${segment(run, "run")}/groups`);
+  if (options.sort !== undefined) target.searchParams.set("sort", options.sort);
+  if (options.limit !== undefined) target.searchParams.set("limit", String(options.limit));
+  if (options.cursor) target.searchParams.set("cursor", options.cursor);
+  const what = `run ${run} groups`;
+  const page = await getJson(target, what, runWhat(run), base, options);
+  if (!isObject(page) || !Array.isArray(page.groups) || !(page.cursor === null || typeof page.cursor === "string")) {
+    throw new Error(`GET ${what}: the answer is not a page of groups {groups: [...], cursor}`);
+  }
+  return page as unknown as GroupsPage;
+}
+
+/**
+ * Every group of `run`, page after page (following the cursors), in the relay's order for
+ * `sort`. Refusals and failures throw as `fetchGroupsPage` does; the run's numbers come with each
+ * page (`fetchGroupsPage`).
+ */
+export async function* fetchGroups(url: string, run: string, options: FetchGroupsOptions = {}): AsyncGenerator<GroupSummary> {
+  let cursor: string | null = null;
+  for (;;) {
+    const page: GroupsPage = await fetchGroupsPage(url, run, { ...options, cursor });
+    for (const g of page.groups) {
+      yield g;
+      options.signal?.throwIfAborted();
+    }
+    if (page.cursor === null) return;
+    if (page.cursor === cursor) throw new Error(`GET run ${run} groups: the relay answered the same cursor again`);
+    cursor = page.cursor;
+  }
+}
+
+/**
+ * One group of `run` (its id as the relay lists it, e.g. the reply head's `group.id`): the summary
+ * plus its rollouts, best reward first, each with its advantage per reward key. An unknown group
+ * throws a RelayRefusal with status 404 (`not_found`); other refusals and failures as
+ * `fetchGroupsPage`.
+ */
+export async function fetchGroup(
+  url: string,
+  run: string,
+  group: string,
+  options: { token?: string; signal?: AbortSignal; hints?: Hints } = {},
+): Promise<GroupDetail> {
+  const base = checkBaseUrl(url);
+  const target = new URL(`${base}/v1/runs/${segment(run, "run")}/groups/${segment(group, "group")}`);
+  const what = `run ${run} group ${group}`;
+  const detail = await getJson(target, what, `group ${JSON.stringify(group)} of ${runWhat(run)}`, base, options);
+  if (!isObject(detail) || typeof detail.id !== "string" || !Array.isArray(detail.rollouts)) {
+    throw new Error(`GET ${what}: the answer is not a group {id, ..., rollouts: [...]}`);
+  }
+  return detail as unknown as GroupDetail;
+}
