@@ -68,3 +68,11 @@ export async function probe(path: string): Promise<{ ok: true; status: number; b
   }
   return { ok: true, status: res.status, body };
 }
+
+/** GET a JSON answer of the relay (with the token); a refusal or failure throws an Error carrying the relay's message (and `status`). */
+export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
+  const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() }, signal });
+  const body = (await res.json().catch(() => null)) as (T & { message?: string }) | null;
+  if (!res.ok || body === null) throw Object.assign(new Error(body?.message ?? `${res.status} ${res.statusText}`), { status: res.status });
+  return body;
+}

@@ -22,3 +22,7 @@ export function runLabel(run: string): string {
 export function idInRun(id: string, run: string): string {
   return run !== NO_RUN && id.startsWith(`${run}:`) ? id.slice(run.length + 1) : id;
 }
+
+export function groupHref(run: string, group: string): string {
+  return `/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}`;
+}

@@ -1,10 +1,12 @@
 // The dashboard: `/` lists the runs (live, from the run directory's socket), `/runs/{run}` shows
 // one run (its counters, reward histograms, throughput and episodes, live from the run's socket),
+// `/runs/{run}/groups/{group}` one rollout group (its numbers and rollouts, refreshed while live),
 // `/episodes/{id}` shows one episode (live, with the TypeScript watcher client). No framework:
 // plain DOM.
 import "./style.css";
 import { takeTokenFromUrl } from "./api.js";
 import { mountEpisode } from "./episode.js";
+import { mountGroup } from "./group.js";
 import { runLabel } from "./links.js";
 import { mountRun } from "./run.js";
 import { mountRuns } from "./runs.js";
@@ -28,9 +30,15 @@ function route(): void {
   const s = shell(root, route);
   const episode = /^\/episodes\/([^/]+)\/?$/.exec(location.pathname);
   const run = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
+  const group = /^\/runs\/([^/]+)\/groups\/([^/]+)\/?$/.exec(location.pathname);
+  const groupRun = group ? segment(group[1]!) : null;
+  const groupId = group ? segment(group[2]!) : null;
   const id = episode ? segment(episode[1]!) : null;
   const name = run ? segment(run[1]!) : null;
-  if (id !== null) {
+  if (groupRun !== null && groupId !== null) {
+    document.title = `${groupId} · ${runLabel(groupRun)} · Episode Relay`;
+    unmount = mountGroup(s, groupRun, groupId);
+  } else if (id !== null) {
     document.title = `${id} · Episode Relay`;
     unmount = mountEpisode(s, id);
   } else if (name !== null) {

@@ -3,7 +3,7 @@
 import { h } from "./dom.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
 
-type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens";
+type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens" | "zero_variance";
 
 const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
   { key: "episodes", label: "episodes", hint: "episodes in the run" },
@@ -14,7 +14,15 @@ const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
   { key: "per_minute", label: "episodes / min", hint: "episodes ended per minute, over the last 10 minutes" },
   { key: "mean_turns", label: "mean turns", hint: "model calls per episode, all traces" },
   { key: "mean_tokens", label: "mean tokens", hint: "total tokens per episode, all traces" },
+  {
+    key: "zero_variance",
+    label: "zero var.",
+    hint: "finished rollout groups whose rewards are all equal (their advantages are all 0: no learning signal), over the finished groups",
+  },
 ];
+
+/** A share as a percentage with one decimal ("33.3%"). */
+export const percent = (v: number) => `${(Math.round(v * 1000) / 10).toLocaleString("en-US")}%`;
 
 const oneDecimal = (v: number) => (Math.round(v * 10) / 10).toLocaleString("en-US");
 
@@ -52,6 +60,16 @@ export function runStats(): RunStats {
       set("per_minute", oneDecimal(a.episodes_per_minute), a.episodes_per_minute, "last 10 min");
       set("mean_turns", a.mean_turns === null ? "–" : oneDecimal(a.mean_turns), a.mean_turns, "calls / episode");
       set("mean_tokens", a.mean_tokens === null ? "–" : oneDecimal(a.mean_tokens), a.mean_tokens, "tokens / episode");
+      const g = a.groups;
+      const zv = g?.zero_variance_share ?? null;
+      set(
+        "zero_variance",
+        zv === null ? "–" : percent(zv),
+        zv,
+        g && g.finished > 0
+          ? `${g.zero_variance.toLocaleString("en-US")} of ${g.finished.toLocaleString("en-US")} finished group${g.finished === 1 ? "" : "s"}`
+          : "no finished group yet",
+      );
     },
   };
 }

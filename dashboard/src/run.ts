@@ -8,6 +8,7 @@ import { runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { runEpisodes } from "./run-episodes.js";
+import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
@@ -37,12 +38,20 @@ export function mountRun(shell: Shell, run: string): () => void {
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
   const overview = h("div.run-overview", { hidden: true }, stats.el, charts);
   const episodes = runEpisodes(run);
+  const groups = runGroups(run);
+  const tasks = runTasks(run);
+  // the run's display name: the reply heads' `run.name` (rows carry it as `run_name` once finished)
+  let displayName: string | null = null;
+  const title = h("h1.run-title", { id: "run-title", title: run }, runLabel(run));
+  const runId = h("span.run-id.muted", { id: "run-id", hidden: true }, run);
   const page = h(
     "section.run-page",
     { "data-run": run },
-    h("div.page-head", null, h("h1.run-title", { title: run }, runLabel(run)), summary),
+    h("div.page-head", null, h("div.run-names", null, title, runId), summary),
     partial,
     overview,
+    groups.el,
+    tasks.el,
     episodes.el,
   );
   shell.main.append(page);
@@ -50,6 +59,8 @@ export function mountRun(shell: Shell, run: string): () => void {
 
   function drawAggregates(a: RunAggregates | null): void {
     overview.hidden = a === null;
+    groups.update(a);
+    tasks.update(a);
     episodes.totals(a ? { ...a.counts, episodes: a.episodes } : null);
     if (!a) return;
     stats.update(a);
@@ -69,9 +80,17 @@ export function mountRun(shell: Shell, run: string): () => void {
     if (lastUpdate) summary.append("updated ", agoSpan(lastUpdate, "age-inline"));
   }
 
-  function noteUpdates(list: Array<{ updated: string }>): void {
+  function noteUpdates(list: Array<{ updated: string; run_name?: string | null }>): void {
     for (const e of list) if (lastUpdate === null || e.updated > lastUpdate) lastUpdate = e.updated;
     drawSummary();
+    const named = list.find((e) => typeof e.run_name === "string" && e.run_name !== "")?.run_name;
+    if (named && named !== displayName) {
+      displayName = named;
+      title.textContent = named;
+      page.dataset.runName = named;
+      runId.hidden = named === run;
+      document.title = `${named} · Episode Relay`;
+    }
   }
 
   function onMessage(m: RunMessage): void {
@@ -90,6 +109,8 @@ export function mountRun(shell: Shell, run: string): () => void {
   function onRefused(p: AccessProblem): void {
     episodes.refuse(p.status === 401 ? "Sign in with a token (above) to see this run." : `The relay refused to show this run: ${p.message}`);
     overview.hidden = true;
+    groups.update(null);
+    tasks.update(null);
   }
 
   const close = liveSocket({
@@ -115,5 +136,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     close();
     stopAges();
     episodes.destroy();
+    groups.destroy();
+    tasks.destroy();
   };
 }

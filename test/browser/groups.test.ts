@@ -1,0 +1,480 @@
+// Rollout groups in the dashboard, in Debian's headless Chromium (playwright-core) against the
+// real relay bundle (Miniflare with the dashboard's assets). A run of 16 groups of 4 rollouts over
+// 4 tasks, pushed as the clients' tests do (test/node/groups-client.test.ts): the golden case
+// chat_basic per rollout (its task key set per task), one more delta setting its rewards
+// (`correct`, weight 1, and `format`, weight 0.25), then a reply whose head's `group.id` the test
+// sets; 4 groups whose rewards are all equal (zero variance), 2 with a failed rollout (a reply
+// `{success: false, error}` with the group in its head), and a group still live. Checked: the
+// zero-variance share (equal to the API's, live), the groups table and its orders, the per-task
+// solve rate at a key and threshold, and the group page's rollouts, order and advantages.
+// Screenshots at 1280×800 and 390×844 go to test-results/screenshots/ (`run-groups-*.png`,
+// `group-*.png`).
+import { existsSync, mkdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rewardOf } from "../../src/registry/rewards.js";
+import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
+import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
+import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { enc, f, m } from "../support/deltas.js";
+import { CHROMIUM } from "./global-setup.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const SHOTS = join(root, "test-results", "screenshots");
+const DESKTOP = { width: 1280, height: 800 };
+const PHONE = { width: 390, height: 844 };
+
+let browser: Browser;
+let relay: LocalRelay;
+
+// ---- the run: 16 groups × 4 rollouts over 4 tasks, plus a live group ----
+
+const chat = loadCase(fixturePath("chat_basic"));
+const TRACE = (decodeLossless(chat.frames[0]!) as LMap).get("trace") as string;
+/** The reply head's run.name in chat_basic: the run's display name. */
+const RUN_NAME = "chat-env-eval";
+const RUN = `grp-ui-${Date.now().toString(36)}`;
+const TASKS = ["task-a", "task-b", "task-c", "task-d"];
+const GROUPS = 16;
+const SIZE = 4;
+const ZERO = new Set([0, 4, 8, 13]);
+/** Groups whose last rollout fails. */
+const FAILING = new Set([3, 7]);
+const LIVE_GROUP = "task-live";
+const WEIGHTS = { correct: 1, format: 0.25 };
+
+type Scores = { correct: number; format: number };
+interface Rollout {
+  id: string;
+  group: string;
+  task: string;
+  scores: Scores;
+  outcome: "finished" | "failed" | "live";
+}
+
+const groupId = (i: number) => `g${String(i).padStart(2, "0")}`;
+
+function plan(): Rollout[] {
+  const out: Rollout[] = [];
+  for (let i = 0; i < GROUPS; i++) {
+    for (let j = 0; j < SIZE; j++) {
+      const scores: Scores = ZERO.has(i)
+        ? { correct: i % 8 === 0 ? 1 : 0, format: 0.5 }
+        : { correct: [1, 0, 0, 1][(i + j) % 4]!, format: ((i * 3 + j) % 5) / 4 };
+      out.push({
+        id: `${RUN}:${groupId(i)}-${j}`,
+        group: groupId(i),
+        task: TASKS[i % TASKS.length]!,
+        scores,
+        outcome: FAILING.has(i) && j === SIZE - 1 ? "failed" : "finished",
+      });
+    }
+  }
+  out.push({ id: `${RUN}:live-0`, group: LIVE_GROUP, task: LIVE_GROUP, scores: { correct: 1, format: 1 }, outcome: "finished" });
+  out.push({ id: `${RUN}:live-1`, group: LIVE_GROUP, task: LIVE_GROUP, scores: { correct: 0, format: 0 }, outcome: "live" });
+  return out;
+}
+const rollouts = plan();
+
+const rewardsOf = (s: Scores) =>
+  m({ correct: m({ score: f(s.correct), weight: f(WEIGHTS.correct) }), format: m({ score: f(s.format), weight: f(WEIGHTS.format) }) });
+const rewardJson = (s: Scores) => ({ correct: { score: s.correct, weight: WEIGHTS.correct }, format: { score: s.format, weight: WEIGHTS.format } });
+
+/** `map[key] = value` on a lossless map (kept in place when present). */
+function put(map: LMap, key: string, value: LValue): void {
+  const at = map.entries.findIndex(([k]) => k === key);
+  if (at >= 0) map.entries[at] = [key, value];
+  else map.entries.push([key, value]);
+}
+
+async function post(path: string, body: Uint8Array): Promise<void> {
+  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { "content-type": "application/msgpack" } });
+  expect(res.status, `${path}: ${await res.text()}`).toBe(200);
+}
+
+/** chat_basic into the rollout (its task key set), one more delta with its rewards, then its reply (unless live). */
+async function push(r: Rollout): Promise<void> {
+  for (const [n, frame] of chat.frames.entries()) {
+    if (n === 0) {
+      const first = decodeLossless(frame) as LMap;
+      put((first.get("open") as LMap).get("task") as LMap, "key", r.task);
+      await post(`/v1/episodes/${r.id}/deltas`, enc(first));
+    } else await post(`/v1/episodes/${r.id}/deltas`, frame);
+  }
+  await post(`/v1/episodes/${r.id}/deltas`, enc(m({ trace: TRACE, set: m({ rewards: rewardsOf(r.scores) }) })));
+  if (r.outcome !== "live") await reply(r);
+}
+
+async function reply(r: Rollout): Promise<void> {
+  if (r.outcome === "failed") {
+    await post(
+      `/v1/episodes/${r.id}/reply`,
+      enc(m({ success: false, error: `sandbox crashed (${r.id})`, head: m({ group: m({ id: r.group }) }), traces: [] })),
+    );
+    return;
+  }
+  const body = decodeLossless(chat.reply) as LMap;
+  const head = body.get("head") as LMap;
+  put(head, "group", m({ id: r.group }));
+  put(head.get("task") as LMap, "key", r.task);
+  await post(`/v1/episodes/${r.id}/reply`, enc(body));
+}
+
+async function api<T>(path: string): Promise<T> {
+  const res = await fetch(`${relay.url}${path}`);
+  expect(res.status, path).toBe(200);
+  return (await res.json()) as T;
+}
+
+/** Wait until the run's index shows these counts (episodes update it in the background). */
+async function indexed(counts: Record<string, number>): Promise<void> {
+  const end = Date.now() + 30_000;
+  for (;;) {
+    const got = (await api<{ aggregates?: { counts?: Record<string, number> } }>(`/v1/runs/${RUN}`)).aggregates?.counts ?? {};
+    if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
+    if (Date.now() > end) throw new Error(`run ${RUN} not indexed with ${JSON.stringify(counts)}: ${JSON.stringify(got)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const count = (o: Rollout["outcome"]) => rollouts.filter((r) => r.outcome === o).length;
+
+interface GroupsPage {
+  groups_total: number;
+  finished_groups: number;
+  zero_variance_groups: number;
+  zero_variance_share: number | null;
+  groups: Array<{
+    id: string;
+    task: string | null;
+    size: number;
+    finished: number;
+    spread: number | null;
+    rewards: Record<string, { mean: number; std: number }>;
+  }>;
+  cursor: string | null;
+}
+
+beforeAll(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--no-first-run",
+      "--disable-quic",
+      "--disable-sync",
+    ],
+  });
+  relay = await startRelay({});
+  // 16 producers at a time
+  for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
+  await indexed({ finished: count("finished"), failed: count("failed"), live: count("live") });
+}, 240_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await relay?.stop();
+});
+
+// ---- page helpers ----
+
+async function open(path: string): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
+  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text())) errors.push(msg.text());
+  });
+  await page.goto(`${relay.url}${path}`);
+  return { context, page, errors };
+}
+
+const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+
+/** `name-desktop.png` and `name-phone.png`, full page; no sideways scroll on the phone; both files written and non-empty. */
+async function shoot(page: Page, name: string): Promise<string[]> {
+  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
+  await page.setViewportSize(DESKTOP);
+  await page.waitForTimeout(150);
+  const desktop = join(SHOTS, `${name}-desktop.png`);
+  await page.screenshot({ path: desktop, fullPage: true });
+  await page.setViewportSize(PHONE);
+  await page.waitForTimeout(150);
+  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
+  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
+  const phone = join(SHOTS, `${name}-phone.png`);
+  await page.screenshot({ path: phone, fullPage: true });
+  await page.setViewportSize(DESKTOP);
+  for (const file of [desktop, phone]) {
+    expect(existsSync(file), file).toBe(true);
+    expect(statSync(file).size, file).toBeGreaterThan(0);
+  }
+  return [desktop, phone];
+}
+
+async function waitConnection(page: Page, state: string): Promise<void> {
+  await page.waitForFunction((s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s, state, { timeout: 15_000 });
+}
+
+async function waitGroupIds(page: Page, ids: string[]): Promise<void> {
+  await page.waitForFunction(
+    (want) =>
+      JSON.stringify([...(globalThis as any).document.querySelectorAll("#groups .g-row[data-group]")].map((r: any) => r.dataset.group)) ===
+      JSON.stringify(want),
+    ids,
+    { timeout: 15_000 },
+  );
+}
+
+async function waitZeroShare(page: Page, share: number | null): Promise<void> {
+  await page.waitForFunction(
+    (want) => (globalThis as any).document.querySelector('.stat[data-stat="zero_variance"]')?.dataset.value === want,
+    share === null ? "" : String(share),
+    { timeout: 15_000 },
+  );
+}
+
+/** The solve rate of a task at (key, threshold), over its finished rollouts, as the relay defines it. */
+function solveRate(task: string, key: keyof Scores, threshold: number): number | null {
+  const scores = rollouts.filter((r) => r.task === task && r.outcome === "finished").map((r) => r.scores[key]);
+  return scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null;
+}
+
+async function waitSolveRates(page: Page, key: keyof Scores, threshold: number): Promise<void> {
+  const want = Object.fromEntries([...TASKS, LIVE_GROUP].map((t) => [t, String(solveRate(t, key, threshold))]));
+  await page.waitForFunction(
+    (w) => Object.entries(w).every(([t, v]) => (globalThis as any).document.querySelector(`#tasks .t-row[data-task="${t}"]`)?.dataset.solveRate === v),
+    want,
+    { timeout: 15_000 },
+  );
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const pstd = (xs: number[]) => Math.sqrt(mean(xs.map((x) => (x - mean(xs)) ** 2)));
+
+// ---- the tests ----
+
+describe("rollout groups on the run page (/runs/{run})", () => {
+  it("shows the zero-variance share (the API's, live), the groups table in each order, and the per-task solve rate", async () => {
+    const first = await api<GroupsPage>(`/v1/runs/${RUN}/groups?limit=500`);
+    expect(first.groups_total).toBe(GROUPS + 1);
+    expect(first.finished_groups).toBe(GROUPS);
+    expect(first.zero_variance_groups).toBe(ZERO.size);
+    expect(first.zero_variance_share).toBe(ZERO.size / GROUPS);
+
+    const { context, page, errors } = await open(`/runs/${RUN}`);
+    await waitConnection(page, "live");
+    // the run's display name (reply heads' run.name), its id under it
+    await page.waitForFunction((n) => (globalThis as any).document.querySelector("#run-title")?.textContent === n, RUN_NAME);
+    expect(await page.locator("#run-id").innerText()).toBe(RUN);
+    // the zero-variance share beside the counters: the API's
+    await waitZeroShare(page, first.zero_variance_share);
+    const tile = page.locator('.stat[data-stat="zero_variance"]');
+    expect(await tile.locator(".stat-value").innerText()).toBe("25%");
+    expect(await tile.locator(".stat-sub").innerText()).toBe(`${ZERO.size} of ${GROUPS} finished groups`);
+
+    // groups: by spread (the default), 10 rows, then the rest with "show more", in the relay's order
+    const bySpread = first.groups.map((g) => g.id);
+    await waitGroupIds(page, bySpread.slice(0, 10));
+    expect(await page.locator("#groups-shown").innerText()).toBe(`10 of ${GROUPS + 1} groups`);
+    await page.click("#groups-more");
+    await waitGroupIds(page, bySpread);
+    expect(await page.locator("#groups-more").isHidden()).toBe(true);
+    const spreads = await page.$$eval("#groups .g-row[data-group]", (rows) => rows.map((r) => (r as any).dataset.spread as string));
+    const numeric = spreads.filter((s) => s !== "").map(Number);
+    expect(numeric).toEqual([...numeric].sort((a, b) => b - a));
+    // each row: task, size, finished, per key mean ± std, spread; zero-variance groups marked
+    for (const g of first.groups) {
+      const row = page.locator(`#groups .g-row[data-group="${g.id}"]`);
+      expect(await row.getAttribute("data-task")).toBe(g.task);
+      expect(await row.getAttribute("data-size")).toBe(String(g.size));
+      expect(await row.getAttribute("data-finished")).toBe(String(g.finished));
+      for (const [k, s] of Object.entries(g.rewards)) {
+        expect(Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-mean")), `${g.id} ${k}`).toBeCloseTo(s.mean, 9);
+        expect(Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-std")), `${g.id} ${k}`).toBeCloseTo(s.std, 9);
+      }
+      const i = Number(g.id.slice(1));
+      expect(await row.getAttribute("data-zero"), g.id).toBe(String(g.id !== LIVE_GROUP && ZERO.has(i)));
+    }
+    const g01 = first.groups.find((g) => g.id === "g01")!;
+    const xs = rollouts.filter((r) => r.group === "g01").map((r) => r.scores.correct);
+    expect(g01.rewards.correct!.std).toBeCloseTo(pstd(xs), 9);
+    expect(await page.locator('#groups .g-row[data-group="g01"] .reward[data-key="correct"] .reward-v').innerText()).toBe(
+      `${Math.round(mean(xs) * 1000) / 1000} ± ${Math.round(pstd(xs) * 1000) / 1000}`,
+    );
+
+    // by size, by task: the API's order (first page)
+    for (const sort of ["size", "task"] as const) {
+      const want = (await api<GroupsPage>(`/v1/runs/${RUN}/groups?sort=${sort}&limit=10`)).groups.map((g) => g.id);
+      await page.click(`.segmented button[data-gsort="${sort}"]`);
+      await waitGroupIds(page, want);
+    }
+    const tasks = await page.$$eval("#groups .g-row[data-group]", (rows) => rows.map((r) => (r as any).dataset.task as string));
+    expect(tasks).toEqual([...tasks].sort());
+
+    // tasks: key `correct` (the first of the aggregates' keys), threshold 1
+    expect(await page.locator("#task-key").inputValue()).toBe("correct");
+    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["correct", "format"]);
+    expect(await page.locator("#task-threshold").inputValue()).toBe("1");
+    await waitSolveRates(page, "correct", 1);
+    const a = page.locator('#tasks .t-row[data-task="task-a"]');
+    expect(await a.locator('[data-k="rollouts"]').innerText()).toBe(String(rollouts.filter((r) => r.task === "task-a").length));
+    expect(await a.locator('[data-k="solve_rate"]').innerText()).toBe(`${Math.round(solveRate("task-a", "correct", 1)! * 1000) / 10}%`);
+    expect(await a.locator('[data-k="mean_turns"]').innerText()).toBe("3");
+    // another key and threshold re-ask the relay
+    await page.selectOption("#task-key", "format");
+    await page.fill("#task-threshold", "0.5");
+    await waitSolveRates(page, "format", 0.5);
+    expect(solveRate("task-b", "format", 0.5)).not.toBe(solveRate("task-b", "correct", 1));
+    await page.fill("#task-threshold", "0.75");
+    await waitSolveRates(page, "format", 0.75);
+
+    const shots = await shoot(page, "run-groups");
+
+    // live: the last rollout finishes; its group is complete (and varied), the share drops without a reload
+    await page.evaluate(() => {
+      (globalThis as any).notReloaded = true;
+    });
+    const last = rollouts.find((r) => r.outcome === "live")!;
+    last.outcome = "finished";
+    await reply(last);
+    await indexed({ finished: count("finished"), live: 0 });
+    const after = await api<GroupsPage>(`/v1/runs/${RUN}/groups`);
+    expect(after.zero_variance_share).toBe(ZERO.size / (GROUPS + 1));
+    await waitZeroShare(page, after.zero_variance_share);
+    expect(await tile.locator(".stat-value").innerText()).toBe(`${Math.round((ZERO.size / (GROUPS + 1)) * 1000) / 10}%`);
+    expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
+    expect(errors).toEqual([]);
+    await context.close();
+    console.error(`[groups] screenshots: ${shots.join(", ")}`);
+  });
+
+  it("a group's id opens the group page", async () => {
+    const { context, page, errors } = await open(`/runs/${RUN}`);
+    await waitConnection(page, "live");
+    await page.locator('#groups .g-row[data-group="g02"] a.g-id').click();
+    await page.waitForURL(`**/runs/${RUN}/groups/g02`);
+    await page.locator("#rollouts .r-row[data-id]").first().waitFor();
+    expect(await page.locator(".group-title").innerText()).toBe("g02");
+    await page.click("#crumb-run");
+    await page.waitForURL(`**/runs/${RUN}`);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
+
+describe("the group page (/runs/{run}/groups/{group})", () => {
+  /** The relay's order: reward descending (unscored last), then id. */
+  function bestFirst(group: string): Rollout[] {
+    return rollouts
+      .filter((r) => r.group === group)
+      .sort((x, y) => {
+        const [a, b] = [rewardOf(rewardJson(x.scores)), rewardOf(rewardJson(y.scores))];
+        if (a !== b) return b! - a!;
+        return x.id < y.id ? -1 : x.id > y.id ? 1 : 0;
+      });
+  }
+
+  it("shows the group's numbers beside its rollouts, best and worst first, with their advantages per key", async () => {
+    const group = "g03"; // 3 finished (varied) and 1 failed
+    const { context, page, errors } = await open(`/runs/${RUN}/groups/${group}`);
+    await page.locator("#rollouts .r-row[data-id]").first().waitFor();
+    const detail = await api<{ rollouts: Array<{ id: string }> }>(`/v1/runs/${RUN}/groups/${group}`);
+    const want = bestFirst(group).map((r) => r.id);
+    expect(detail.rollouts.map((r) => r.id)).toEqual(want);
+    const ids = () => page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
+    expect(await ids()).toEqual(want);
+    // the numbers
+    const stat = (k: string) => page.locator(`#group-numbers dd[data-stat="${k}"]`).innerText();
+    expect(await stat("task")).toBe("task-d");
+    expect([await stat("size"), await stat("finished"), await stat("failed"), await stat("live")]).toEqual(["4", "3", "1", "0"]);
+    const members = rollouts.filter((r) => r.group === group);
+    const done = members.filter((r) => r.outcome === "finished");
+    for (const key of ["correct", "format"] as const) {
+      const xs = done.map((r) => r.scores[key]);
+      const s = page.locator(`#group-numbers tr[data-key="${key}"]`);
+      expect(Number(await s.getAttribute("data-mean"))).toBeCloseTo(mean(xs), 9);
+      expect(Number(await s.getAttribute("data-std"))).toBeCloseTo(pstd(xs), 9);
+      // each rollout's advantage: raw = score − mean, normalized = raw / std
+      for (const r of members) {
+        const cell = page.locator(`#rollouts .r-row[data-id="${r.id}"] .cell-adv[data-key="${key}"]`);
+        const raw = r.scores[key] - mean(xs);
+        expect(Number(await cell.getAttribute("data-raw")), `${r.id} ${key}`).toBeCloseTo(raw, 9);
+        expect(Number(await cell.getAttribute("data-normalized")), `${r.id} ${key}`).toBeCloseTo(raw / pstd(xs), 9);
+      }
+    }
+    // side by side on a desktop
+    const [nb, rb] = await Promise.all([page.locator("#group-numbers").boundingBox(), page.locator(".group-rollouts").boundingBox()]);
+    expect(rb!.x).toBeGreaterThan(nb!.x + nb!.width - 1);
+    expect(Math.abs(rb!.y - nb!.y)).toBeLessThan(60);
+    // the failed one says why; turns, tokens, stop condition of a finished one
+    const failed = members.find((r) => r.outcome === "failed")!;
+    expect(await page.locator(`#rollouts .r-row[data-id="${failed.id}"]`).getAttribute("data-status")).toBe("failed");
+    expect(await page.locator(`#rollouts .r-row[data-id="${failed.id}"] .ep-error`).innerText()).toContain("sandbox crashed");
+    const top = page.locator(`#rollouts .r-row[data-id="${want[0]}"]`);
+    expect(await top.locator('[data-k="calls"]').innerText()).toBe("3");
+    expect(await top.locator(".cell-stop").innerText()).toBe("agent_completed");
+    expect(await top.locator(".cell-trunc").getAttribute("data-truncated")).toBe("false");
+    expect(await top.locator(".rank").innerText()).toMatch(/best/i);
+    // worst first
+    await page.click('.segmented button[data-order="worst"]');
+    await page.waitForFunction((id) => (globalThis as any).document.querySelector("#rollouts .r-row[data-id]")?.dataset.id === id, want.at(-1));
+    expect(await ids()).toEqual([...want].reverse());
+    await page.click('.segmented button[data-order="best"]');
+    const shots = await shoot(page, "group");
+    console.error(`[groups] screenshots: ${shots.join(", ")}`);
+    // a rollout's id opens its episode
+    await page.locator(`#rollouts .r-row[data-id="${want[0]}"] a.ep-id`).click();
+    await page.waitForURL(`**/episodes/${encodeURIComponent(want[0]!)}`);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("a zero-variance group: every advantage 0, none normalized", async () => {
+    const { context, page, errors } = await open(`/runs/${RUN}/groups/g04`);
+    await page.locator("#rollouts .r-row[data-id]").first().waitFor();
+    await page.locator("#group-zero").waitFor();
+    const cells = await page.$$eval("#rollouts .cell-adv", (els) => els.map((e) => [(e as any).dataset.raw, (e as any).dataset.normalized]));
+    expect(cells).toHaveLength(SIZE * 2);
+    for (const [raw, normalized] of cells) expect([Number(raw), normalized]).toEqual([0, ""]);
+    // equal rewards: the relay's id order
+    expect(await page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id))).toEqual(bestFirst("g04").map((r) => r.id));
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("re-reads the group every few seconds while a rollout is live", async () => {
+    const id = `${RUN}:later-live`;
+    const later: Rollout = { id, group: "later", task: "later", scores: { correct: 0.5, format: 0.5 }, outcome: "live" };
+    rollouts.push(later);
+    await push(later);
+    const mate: Rollout = { id: `${RUN}:later-done`, group: "later", task: "later", scores: { correct: 1, format: 0 }, outcome: "finished" };
+    rollouts.push(mate);
+    await push(mate);
+    await indexed({ live: 1, finished: count("finished") });
+    const { context, page, errors } = await open(`/runs/${RUN}/groups/later`);
+    await page.waitForFunction(() => (globalThis as any).document.querySelector(".group-page")?.dataset.live === "1");
+    expect(await page.locator(`#rollouts .r-row[data-id="${id}"]`).getAttribute("data-status")).toBe("live");
+    await page.evaluate(() => {
+      (globalThis as any).notReloaded = true;
+    });
+    later.outcome = "finished";
+    await reply(later);
+    await page.waitForFunction((rid) => (globalThis as any).document.querySelector(`#rollouts .r-row[data-id="${rid}"]`)?.dataset.status === "finished", id, {
+      timeout: 15_000,
+    });
+    expect(await page.locator('#group-numbers dd[data-stat="finished"]').innerText()).toBe("2");
+    expect(await page.locator(".group-page").getAttribute("data-live")).toBe("0");
+    expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
