@@ -61,9 +61,31 @@ export function fmtNumber(v: unknown): string {
   return JSON.stringify(v);
 }
 
+/** Date and time with the time zone, in the viewer's zone: "2026-12-01 20:14:05 UTC" (or "… GMT+2", "… PST"). */
+export function dateTime(ms: number): string {
+  const d = new Date(ms);
+  if (Number.isNaN(d.getTime())) return "–";
+  const parts = new Intl.DateTimeFormat("en-US", {
+    year: "numeric",
+    month: "2-digit",
+    day: "2-digit",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    hourCycle: "h23",
+    timeZoneName: "short",
+  }).formatToParts(d);
+  const p = (t: Intl.DateTimeFormatPartTypes) => parts.find((x) => x.type === t)?.value ?? "";
+  return `${p("year")}-${p("month")}-${p("day")} ${p("hour")}:${p("minute")}:${p("second")} ${p("timeZoneName")}`.trim();
+}
+
 /** "<n> ago" for an ISO time, kept fresh by `tickAges` (the element carries the time). */
 export function agoSpan(iso: string, cls = "age"): HTMLElement {
-  return h(`span.${cls}` as "span", { "data-ago": iso, title: new Date(iso).toLocaleString() }, `${ago(Date.parse(iso))} ago`);
+  return h(
+    `span.${cls}` as "span",
+    { "data-ago": iso, "data-time": dateTime(Date.parse(iso)), title: dateTime(Date.parse(iso)) },
+    `${ago(Date.parse(iso))} ago`,
+  );
 }
 
 /** Refresh every `agoSpan` under `root` every few seconds; returns the stop function. */

@@ -6,11 +6,11 @@
 // start of the log (`after: 0`), so repairs are seen, and swaps over once caught up.
 import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../clients/typescript/watch.js";
 import type { TraceState } from "../../src/assembly/trace.js";
-import { getToken, probe, relayUrl } from "./api.js";
-import { append, clear, duration, h } from "./dom.js";
+import { authHeaders, getToken, probe, relayUrl } from "./api.js";
+import { append, clear, dateTime, duration, h } from "./dom.js";
 import { heatmap } from "./heatmap.js";
 import { idInRun, runHref, runLabel, runOf } from "./links.js";
-import type { ConnState, Shell } from "./shell.js";
+import { refusal, type ConnState, type Shell } from "./shell.js";
 import {
   callView,
   field,
@@ -82,6 +82,18 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     { type: "button", id: "routing-toggle", "aria-pressed": "false", title: "show the MoE routing of each node (loads routing data)" },
     "Routing heatmap",
   );
+  const downloadNote = h("span.download-note.muted.small", { id: "download-note", role: "status" });
+  const downloads = h(
+    "div.downloads",
+    { role: "group", "aria-label": "download the episode" },
+    h("span.muted.small", null, "Download"),
+    h("button.btn", { type: "button", id: "download-msgpack", "data-format": "msgpack", title: "GET /v1/episodes/{id} as msgpack (the wire form)" }, "msgpack"),
+    h("button.btn", { type: "button", id: "download-json", "data-format": "json", title: "GET /v1/episodes/{id} as its JSON view" }, "JSON"),
+    downloadNote,
+  );
+  for (const b of downloads.querySelectorAll<HTMLButtonElement>("button[data-format]")) {
+    b.addEventListener("click", () => void download(b, b.dataset.format === "json" ? "json" : "msgpack"));
+  }
   const banner = h("div.banner", { hidden: true, id: "ep-banner", role: "alert" });
   const summary = h("div.summary", { id: "summary" });
   const tracesEl = h("div.traces", { id: "traces" });
@@ -91,7 +103,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     h(
       "section.episode-page",
       null,
-      h("div.page-head", null, h("h1.ep-title", { title: id }, id), statusPill, stats, h("div.spacer"), routingButton),
+      h("div.page-head", null, h("h1.ep-title", { title: id }, id), statusPill, stats, h("div.spacer"), downloads, routingButton),
       banner,
       summary,
       routingNote,
@@ -107,6 +119,32 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (routing && !routingWatch && watch) startRoutingWatch();
     scheduleRender();
   });
+
+  /** The episode as the relay serves it (with the token: a plain link cannot send one, nor an Accept), saved through a Blob URL. */
+  async function download(button: HTMLButtonElement, format: "json" | "msgpack"): Promise<void> {
+    button.disabled = true;
+    downloadNote.textContent = "";
+    try {
+      const res = await fetch(new URL(`/v1/episodes/${encodeURIComponent(id)}`, relayUrl), {
+        headers: { accept: format === "json" ? "application/json" : "application/msgpack", ...authHeaders() },
+      });
+      if (!res.ok) {
+        const body = (await res.json().catch(() => null)) as { message?: string } | null;
+        throw new Error(body?.message ?? `${res.status} ${res.statusText}`);
+      }
+      const blob = await res.blob();
+      const url = URL.createObjectURL(blob);
+      const a = h("a", { href: url, download: `${id.replace(/[^\w.-]+/g, "_")}.${format}`, hidden: true });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (e) {
+      downloadNote.textContent = `Download failed: ${e instanceof Error ? e.message : String(e)}`;
+    } finally {
+      button.disabled = false;
+    }
+  }
 
   // ---- watching ----
 
@@ -127,7 +165,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       }
     }
     if (w !== watch) return; // a routing watch still catching up: drawn once it takes over
-    if (e.type === "state") shell.setConnection(e.state as ConnState);
+    if (e.type === "state") shell.setConnection(e.state === "unreachable" ? "offline" : (e.state as ConnState));
     if (e.type === "hello") status = e.status === "new" ? "missing" : e.status;
     if (e.type === "status") {
       status = e.status;
@@ -136,7 +174,10 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (e.type === "refused") {
       status = "denied";
       waiting.textContent = e.error.message;
-      if (e.error.status === 401 || e.error.status === 403) shell.askToken(e.error.message);
+      if (e.error.status === 401 || e.error.status === 403) {
+        shell.setConnection(refusal(e.error.status), e.error.message);
+        shell.askToken(e.error.message);
+      }
     }
     if (e.type === "finish") {
       status = e.status;
@@ -186,7 +227,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     try {
       const p = await probe(`/v1/episodes/${encodeURIComponent(id)}/status`);
       if (!p.ok) {
-        shell.setConnection("offline", p.message);
+        shell.setConnection(refusal(p.status), p.message);
         shell.askToken(p.status === 401 ? `This relay needs a token: ${p.message}` : p.message);
         status = "denied";
         waiting.textContent = p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.";
@@ -251,7 +292,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
             ? "No episode with this id on the relay yet: it shows here as soon as a producer writes it."
             : "No traces.";
     }
-    renderSummary(traces[0]);
+    renderSummary(traces);
     if (routing && watch === routingWatch) {
       const any = traces.some((t) => t.nodes.some((n) => n.routed));
       routingNote.hidden = any;
@@ -278,9 +319,19 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     }
   }
 
-  function renderSummary(first: TraceState | undefined): void {
+  function renderSummary(traces: TraceState[]): void {
     clear(summary);
+    const first = traces[0];
     if (!first) return;
+    // tokens over every trace (as the run's episode list counts them); "–" when no trace says
+    const tokenSum = (name: string): string => {
+      let sum: number | null = null;
+      for (const t of traces) {
+        const v = field(t, name);
+        if (typeof v === "number") sum = (sum ?? 0) + v;
+      }
+      return sum === null ? "–" : fmt(sum);
+    };
     const rewards = rewardPairs(field(first, "rewards"));
     const metrics = field(first, "metrics");
     const timing = field(first, "timing");
@@ -303,12 +354,12 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       ),
       card("Timing", "timing", timingView(timing)),
       card(
-        "Tokens",
+        traces.length > 1 ? `Tokens (all ${traces.length} traces)` : "Tokens",
         "tokens",
         kv([
-          ["input", fmt(field(first, "num_input_tokens"))],
-          ["output", fmt(field(first, "num_output_tokens"))],
-          ["total", fmt(field(first, "num_total_tokens"))],
+          ["input", tokenSum("num_input_tokens")],
+          ["output", tokenSum("num_output_tokens")],
+          ["total", tokenSum("num_total_tokens")],
         ]),
       ),
     );
@@ -494,27 +545,6 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     );
   }
 
-  function messageBody(m: Message, pending: boolean): HTMLElement {
-    return h(
-      "div.msg",
-      { "data-role": m.role },
-      pending ? h("div.pending-role", null, h("span.role.small", null, m.role), m.name ? h("span.tool-name", null, m.name) : null) : null,
-      m.reasoning ? h("details.reasoning", null, h("summary", null, "reasoning"), h("div.text", null, m.reasoning)) : null,
-      m.text !== null && m.text !== "" ? h("div.text", null, m.text) : null,
-      m.toolCalls.map((c) =>
-        h(
-          "div.tool-call",
-          null,
-          h("span.tool-arrow", { "aria-hidden": "true" }, "→"),
-          h("code.tool-fn", null, c.name),
-          h("code.tool-args", null, prettyArgs(c.arguments)),
-          c.id ? h("span.muted.tool-id", null, c.id) : null,
-        ),
-      ),
-      m.toolCallId && !pending ? h("div.muted.small", null, `result of ${m.toolCallId}`) : null,
-    );
-  }
-
   /** Room for a heatmap in the trace's column (the column's width less the turn's padding). */
   function heatmapWidth(t: TraceState): number {
     const col = traceDoms.get(t.id)?.turns.clientWidth || tracesEl.clientWidth || 640;
@@ -564,6 +594,28 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   };
 }
 
+/** One message (a turn's or a pending one): reasoning, text, tool calls. */
+export function messageBody(m: Message, pending: boolean): HTMLElement {
+  return h(
+    "div.msg",
+    { "data-role": m.role },
+    pending ? h("div.pending-role", null, h("span.role.small", null, m.role), m.name ? h("span.tool-name", null, m.name) : null) : null,
+    m.reasoning ? h("details.reasoning", null, h("summary", null, "reasoning"), h("div.text", null, m.reasoning)) : null,
+    m.text !== null && m.text !== "" ? h("div.text", null, m.text) : null,
+    m.toolCalls.map((c) =>
+      h(
+        "div.tool-call",
+        null,
+        h("span.tool-arrow", { "aria-hidden": "true" }, "→"),
+        h("code.tool-fn", null, c.name),
+        h("code.tool-args", null, prettyArgs(c.arguments)),
+        c.id ? h("span.muted.tool-id", null, c.id) : null,
+      ),
+    ),
+    m.toolCallId && !pending ? h("div.muted.small", null, `result of ${m.toolCallId}`) : null,
+  );
+}
+
 function card(title: string, key: string, body: Node): HTMLElement {
   return h("div.card", { "data-card": key }, h("div.card-title", null, title), body);
 }
@@ -602,7 +654,7 @@ function timingView(timing: Json | undefined): Node {
   // wall time once the run was scored (while it runs, the phases' ends are still 0)
   const scored = phase("scoring");
   if (start !== null && scored && scored[1] > start) pairs.unshift(["wall", duration(last - start)]);
-  if (start !== null) pairs.push(["started", new Date(start * 1000).toLocaleTimeString()]);
+  if (start !== null) pairs.push(["started", dateTime(start * 1000)]);
   return pairs.length ? kv(pairs) : h("span.muted", null, "–");
 }
 

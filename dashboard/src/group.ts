@@ -5,9 +5,10 @@
 // rollout is live the page re-reads the group every REFRESH_MS.
 import { getJson } from "./api.js";
 import { clear, fmtNumber, h } from "./dom.js";
+import { compareHref } from "./compare.js";
 import { episodeHref, idInRun, runHref, runLabel } from "./links.js";
 import { rewardPairs } from "./model.js";
-import type { Shell } from "./shell.js";
+import { refusal, type Shell } from "./shell.js";
 import type { GroupDetail, GroupRollout } from "../../clients/typescript/groups.js";
 import type { Json } from "../../src/wire/json-view.js";
 
@@ -41,6 +42,11 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   let readAt: Date | null = null;
 
   const status = h("span.counts", { id: "group-updated" });
+  const compareLink = h(
+    "a.btn",
+    { id: "compare-best-worst", "data-nav": true, hidden: true, title: "the best and the worst rollout's conversations side by side" },
+    "compare best and worst",
+  );
   const banner = h("div.banner", { id: "group-error", hidden: true });
   const numbers = h("section.card.group-numbers", { id: "group-numbers", "aria-label": "the group's numbers" });
   const orderSeg = h("div.segmented", { role: "group", "aria-label": "order of the rollouts", "data-group": "order" });
@@ -66,7 +72,7 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   const page = h(
     "section.group-page",
     { "data-run": run, "data-group": group },
-    h("div.page-head", null, h("h1.group-title", { title: group }, group), status),
+    h("div.page-head", null, h("h1.group-title", { title: group }, group), status, h("div.spacer"), compareLink),
     banner,
     h("div.group-layout", null, numbers, rollouts),
   );
@@ -136,6 +142,8 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
     const scored = g.rollouts.filter((r) => r.reward !== null);
     const best = scored[0]?.id;
     const worst = scored.length > 1 ? scored.at(-1)?.id : undefined;
+    compareLink.hidden = !(best && worst);
+    if (best && worst) compareLink.setAttribute("href", compareHref(best, worst));
     const rows = list.map((r) => {
       const scores = new Map(rewardPairs(r.rewards as Json));
       return h(
@@ -211,7 +219,7 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
       const code = (e as { status?: number }).status;
       banner.textContent = `Could not read the group: ${message}`;
       banner.hidden = false;
-      shell.setConnection("offline", message);
+      shell.setConnection(refusal(code), message);
       if (code === 401 || code === 403) shell.askToken(code === 401 ? `This relay needs a token: ${message}` : message);
       // a refusal waits for a token (a re-route); anything else is tried again
       again = code !== 401 && code !== 403 && (detail === null || detail.live > 0);

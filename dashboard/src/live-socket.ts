@@ -2,7 +2,7 @@
 // readable there and not on a failed socket), then the socket; when it drops, the same again with
 // backoff. The header's connection pill follows it. Used by the runs page and the run page.
 import { type AccessProblem, probe, socketProtocols, socketUrl } from "./api.js";
-import type { Shell } from "./shell.js";
+import { refusal, type Shell } from "./shell.js";
 
 export interface LiveSocketOptions<M> {
   shell: Shell;
@@ -35,7 +35,7 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
       const p = await probe(o.probePath);
       if (stopped) return;
       if (!p.ok) {
-        o.shell.setConnection("offline", p.message);
+        o.shell.setConnection(refusal(p.status), p.message);
         o.shell.askToken(p.status === 401 ? `This relay needs a token: ${p.message}` : p.message);
         o.onRefused(p);
         return;

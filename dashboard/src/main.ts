@@ -1,10 +1,11 @@
 // The dashboard: `/` lists the runs (live, from the run directory's socket), `/runs/{run}` shows
 // one run (its counters, reward histograms, throughput and episodes, live from the run's socket),
 // `/runs/{run}/groups/{group}` one rollout group (its numbers and rollouts, refreshed while live),
-// `/episodes/{id}` shows one episode (live, with the TypeScript watcher client). No framework:
-// plain DOM.
+// `/episodes/{id}` shows one episode (live, with the TypeScript watcher client), `/compare/{a}/{b}`
+// two episodes' conversations side by side, their first difference marked. No framework: plain DOM.
 import "./style.css";
 import { takeTokenFromUrl } from "./api.js";
+import { mountCompare } from "./compare.js";
 import { mountEpisode } from "./episode.js";
 import { mountGroup } from "./group.js";
 import { runLabel } from "./links.js";
@@ -31,11 +32,17 @@ function route(): void {
   const episode = /^\/episodes\/([^/]+)\/?$/.exec(location.pathname);
   const run = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
   const group = /^\/runs\/([^/]+)\/groups\/([^/]+)\/?$/.exec(location.pathname);
+  const compare = /^\/compare\/([^/]+)\/([^/]+)\/?$/.exec(location.pathname);
+  const compareA = compare ? segment(compare[1]!) : null;
+  const compareB = compare ? segment(compare[2]!) : null;
   const groupRun = group ? segment(group[1]!) : null;
   const groupId = group ? segment(group[2]!) : null;
   const id = episode ? segment(episode[1]!) : null;
   const name = run ? segment(run[1]!) : null;
-  if (groupRun !== null && groupId !== null) {
+  if (compareA !== null && compareB !== null) {
+    document.title = `Compare ${compareA} · ${compareB} · Episode Relay`;
+    unmount = mountCompare(s, compareA, compareB);
+  } else if (groupRun !== null && groupId !== null) {
     document.title = `${groupId} · ${runLabel(groupRun)} · Episode Relay`;
     unmount = mountGroup(s, groupRun, groupId);
   } else if (id !== null) {

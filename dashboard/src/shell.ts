@@ -3,7 +3,18 @@
 import { getToken, setToken } from "./api.js";
 import { clear, h } from "./dom.js";
 
-export type ConnState = "connecting" | "live" | "resuming" | "finished" | "failed" | "offline" | "closed" | "catching_up" | "refused";
+export type ConnState =
+  | "connecting"
+  | "live"
+  | "resuming"
+  | "finished"
+  | "failed"
+  | "offline"
+  | "closed"
+  | "catching_up"
+  | "refused"
+  | "unauthorized"
+  | "forbidden";
 
 /**
  * Words for the connection to the relay (the header's pill). They never reuse an episode status
@@ -19,7 +30,14 @@ const LABELS: Record<ConnState, string> = {
   offline: "offline",
   closed: "disconnected",
   refused: "refused",
+  unauthorized: "token needed",
+  forbidden: "no access",
 };
+
+/** The pill's state for a refused request: the relay answered, so it is not "offline" (401: no or a bad token; 403: the token does not cover it). */
+export function refusal(status: number | undefined): ConnState {
+  return status === 401 ? "unauthorized" : status === 403 ? "forbidden" : "offline";
+}
 
 export interface Shell {
   main: HTMLElement;

@@ -780,7 +780,9 @@ describe("with auth on", () => {
       const { context, page, errors } = await open("/", authed.url);
       await page.locator("#token-panel").waitFor({ state: "visible" });
       expect(await page.locator(".token-reason").innerText()).toMatch(/needs a token/);
-      expect(await connection(page)).toBe("offline");
+      // the relay answered (401): the pill says a token is needed, not that the relay is offline
+      expect(await connection(page)).toBe("unauthorized");
+      expect(await page.locator("#connection .conn-label").innerText()).toBe("token needed");
       expect(await page.locator("#runs .empty").innerText()).toMatch(/Sign in with a token/);
       await shoot(page, "runs-token");
       await page.fill(".token-input", watcher);
@@ -822,6 +824,9 @@ describe("with auth on", () => {
       expect(await second.page.locator("#waiting").innerText()).toMatch(/does not cover/);
       await waitStatus(second.page, "denied");
       expect(await second.page.locator("#ep-status").innerText()).toMatch(/not allowed/i);
+      // 403: the relay answered, the token does not cover the episode
+      expect(await connection(second.page)).toBe("forbidden");
+      expect(await second.page.locator("#connection .conn-label").innerText()).toBe("no access");
       // the connection pill never reads like a run status
       expect(await second.page.locator("#connection").innerText()).not.toMatch(/\b(live|finished|failed)\b/i);
       expect([...errors, ...second.errors]).toEqual([]);
