@@ -7,13 +7,13 @@
 // (`compare-*.png`).
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { enc, f, m } from "../support/deltas.js";
-import { CHROMIUM } from "./global-setup.js";
+import { launchChromium } from "./chromium.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const SHOTS = join(root, "test-results", "screenshots");
@@ -69,20 +69,7 @@ async function push(id: string, correct: number, change: boolean): Promise<void>
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--no-first-run",
-      "--disable-quic",
-      "--disable-sync",
-    ],
-  });
+  browser = await launchChromium();
   relay = await startRelay({});
   await push(A, 1, false);
   await push(B, 0, true);

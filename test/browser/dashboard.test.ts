@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
@@ -20,7 +20,7 @@ import { decodeLossless } from "../../src/wire/lossless.js";
 import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
-import { CHROMIUM } from "./global-setup.js";
+import { launchChromium } from "./chromium.js";
 import { freePort } from "../../tools/free-port.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -33,21 +33,7 @@ let relay: LocalRelay;
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  // playwright gives every launch a fresh, temporary --user-data-dir of its own
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--no-first-run",
-      "--disable-quic",
-      "--disable-sync",
-    ],
-  });
+  browser = await launchChromium();
   relay = await startRelay({}, { tiers: true });
 });
 

@@ -11,14 +11,14 @@
 // `group-*.png`).
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rewardOf } from "../../src/registry/rewards.js";
 import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { enc, f, m } from "../support/deltas.js";
-import { CHROMIUM } from "./global-setup.js";
+import { launchChromium } from "./chromium.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const SHOTS = join(root, "test-results", "screenshots");
@@ -158,20 +158,7 @@ interface GroupsPage {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--no-first-run",
-      "--disable-quic",
-      "--disable-sync",
-    ],
-  });
+  browser = await launchChromium();
   relay = await startRelay({});
   // 16 producers at a time
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
