@@ -9,31 +9,12 @@
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
-/** How a group's list is ordered: by reward spread (default, largest first), size, or task. */
-export type GroupSort = "spread" | "size" | "task";
+import type { GroupJson, GroupSort } from "../../src/registry/groups.js";
 
-/** One reward key over a group's finished rollouts (`std`: the population standard deviation). */
-export interface RewardStats {
-  mean: number;
-  std: number;
-  min: number;
-  max: number;
-}
-
+// The relay's own types for what it answers (src/registry/groups.ts): one definition for both sides.
+export type { GroupSort, RewardStats } from "../../src/registry/groups.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
-export interface GroupSummary {
-  id: string;
-  task: string | null;
-  /** Rollouts in the group. */
-  size: number;
-  finished: number;
-  failed: number;
-  live: number;
-  /** Per reward key, over the finished rollouts. */
-  rewards: Record<string, RewardStats>;
-  /** How far apart the group's rewards are (null before two rollouts finished). */
-  spread: number | null;
-}
+export type GroupSummary = GroupJson;
 
 /** One page of a run's groups, with the run's numbers. */
 export interface GroupsPage {

@@ -3,7 +3,8 @@
 // objects over RPC (sockets: fetch) and shapes the answer; no state is kept here.
 
 import { readArchived } from "./archive-read.js";
-import { GROUP_SORTS, type GroupSort, groupCursor } from "../registry/group-store.js";
+import { groupCursor } from "../registry/group-store.js";
+import { GROUP_SORTS, type GroupSort } from "../registry/groups.js";
 import { MSGPACK } from "../episode/read.js";
 import { runIndexName } from "../registry/episode-index.js";
 import { encodeCursor, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";

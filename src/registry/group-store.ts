@@ -4,11 +4,9 @@
 // groups kept in step. Called by IndexStore inside its transactions; pages are read by keyset.
 
 import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
-import { type GroupMember, type GroupSummary, groupSummary } from "./groups.js";
+import { type GroupMember, type GroupSort, type GroupSummary, groupSummary } from "./groups.js";
 import { scoresOf } from "./rewards.js";
 import type { Json } from "../wire/json-view.js";
-
-export type GroupSort = "spread" | "size" | "task";
 
 /** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
 export interface TaskSummary {
@@ -22,7 +20,6 @@ export interface TaskSummary {
   mean_reward: number | null;
   solve_rate: number | null;
 }
-export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
 
 /** The run's group counts (what the aggregates and the groups page show). */
 export interface GroupCounts {

@@ -15,7 +15,12 @@ export interface RewardStats {
   max: number;
 }
 
-export interface GroupSummary {
+/** How a run's groups are listed: by reward spread (largest first), size (largest first) or task. */
+export type GroupSort = "spread" | "size" | "task";
+export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
+
+/** A group as the API answers it (`GET /v1/runs/{run}/groups`); the clients use this type too. */
+export interface GroupJson {
   id: string;
   task: string | null;
   /** Rollouts in the group, and by status. */
@@ -27,6 +32,10 @@ export interface GroupSummary {
   rewards: Record<string, RewardStats>;
   /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
   spread: number | null;
+}
+
+/** A group as the index keeps it: the API's fields, and two flags the run's counts are kept by. */
+export interface GroupSummary extends GroupJson {
   /** No rollout is still running. */
   complete: boolean;
   /** Complete, at least two finished rollouts with rewards, and every key's rewards equal: its advantages are all 0. */
@@ -86,7 +95,7 @@ export function advantagesOf(rewards: IndexRow["rewards"], group: GroupSummary):
 }
 
 /** A group as the API shows it. */
-export function groupJson(g: GroupSummary) {
+export function groupJson(g: GroupSummary): GroupJson {
   const { complete: _c, zeroVariance: _z, ...rest } = g;
   return rest;
 }
