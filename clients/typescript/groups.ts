@@ -10,9 +10,11 @@ import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
 import type { GroupJson, GroupSort } from "../../src/registry/groups.js";
+import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
 
-// The relay's own types for what it answers (src/registry/groups.ts): one definition for both sides.
+// The relay's own types for what it answers (src/registry/groups.ts, zero-variance-trend.ts): one definition for both sides.
 export type { GroupSort, RewardStats } from "../../src/registry/groups.js";
+export type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
 export type GroupSummary = GroupJson;
 
@@ -26,6 +28,8 @@ export interface GroupsPage {
   zero_variance_groups: number;
   /** zero_variance_groups / finished_groups; null while no group finished. */
   zero_variance_share: number | null;
+  /** Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it stood then. */
+  zero_variance_trend: ZeroVarianceTrend;
   groups: GroupSummary[];
   /** Pass as `options.cursor` for the next page; null on the last one. */
   cursor: string | null;
@@ -77,8 +81,8 @@ function runWhat(run: string): string {
   return `the whole run ${JSON.stringify(run)} (a pattern such as ${JSON.stringify(run === "~" ? "*" : `${run}:*`)})`;
 }
 
-/** GET a JSON answer of the relay: 4xx throws a RelayRefusal, another failure an Error. */
-async function getJson(
+/** GET a JSON answer of the relay: 4xx throws a RelayRefusal, another failure an Error (episodes.ts uses it too). */
+export async function getJson(
   target: URL,
   what: string,
   refusalWhat: string,
@@ -102,14 +106,14 @@ async function getJson(
  * `value` escaped as one path segment; throws a RelayRefusal (nothing sent) for "", "." and "..",
  * which a URL cannot carry as a segment (they would name another path).
  */
-function segment(value: string, what: "run" | "group"): string {
+export function segment(value: string, what: "run" | "group"): string {
   if (value === "" || value === "." || value === "..") {
     throw new RelayRefusal(400, `bad_${what}`, `${JSON.stringify(value)} cannot name a ${what} in a URL path`);
   }
   return encodeURIComponent(value);
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
+export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 

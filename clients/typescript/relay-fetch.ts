@@ -106,8 +106,8 @@ export async function relayFetch(url: string | URL, init: RequestInit = {}, time
 
 /** A RelayRefusal from the relay's refused answer (4xx), saying what to do in the caller's terms. */
 export async function refusalOf(res: Response, what: string, base: string, hints: Hints): Promise<RelayRefusal> {
-  const { code, message } = await refusalBody(res);
-  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, base, what, hints)}`);
+  const { code, message, field } = await refusalBody(res);
+  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, base, what, hints)}`, field);
 }
 
 function advice(status: number, code: string, base: string, what: string, hints: Hints): string {
@@ -116,5 +116,6 @@ function advice(status: number, code: string, base: string, what: string, hints:
   if (status === 403) return `the token may not read ${what}: use one whose \`episodes\` patterns cover it`;
   if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
   if (code === "bad_cursor") return "pass the `cursor` of an element this run's fetch returned";
+  if (code === "bad_filter") return "change that filter value";
   return `check the relay's base URL (${base}) and ${what}`;
 }

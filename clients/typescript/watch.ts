@@ -7,7 +7,9 @@
 // No Node-only APIs: in Node 20 pass a WebSocket implementation (`{ WebSocket }` from "ws").
 // This module is the package's `episode-relay/client`: it also exports `fetchRun` (bulk.ts, a
 // run's finished episodes), `fetchGroups`, `fetchGroupsPage` and `fetchGroup` (groups.ts, a run's
-// groups and their rollouts' advantages) and `RelayRefusal` (refusal.ts).
+// groups and their rollouts' advantages), `listEpisodes` and `fetchEpisodesPage` (episodes.ts, a
+// run's episodes by status, task, stop condition, flags, reward ranges, turns and tokens) and
+// `RelayRefusal` (refusal.ts).
 
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
@@ -33,7 +35,19 @@ export {
   type GroupSummary,
   type GroupsPage,
   type RewardStats,
+  type ZeroVarianceTrend,
 } from "./groups.js";
+export {
+  type EpisodeSort,
+  type EpisodesPage,
+  fetchEpisodesPage,
+  type IndexEntry,
+  type IndexStatus,
+  type ListEpisodesOptions,
+  listEpisodes,
+  type RewardRange,
+  type RowFilter,
+} from "./episodes.js";
 
 /**
  * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and `ws`'s fit it

@@ -4,7 +4,7 @@
 // first turn where the two differ marked (a node's message compared: role, content, reasoning,
 // tool calls) and every turn before it folded away as "same".
 import { getJson } from "./api.js";
-import { clear, h } from "./dom.js";
+import { clear, h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
 import { episodeHref, idInRun, runOf } from "./links.js";
 import { isObject, messageOf, rewardPairs, type Message } from "./model.js";
@@ -95,7 +95,7 @@ export function mountCompare(shell: Shell, a: string, b: string): () => void {
     summary.textContent =
       diff === null
         ? `Same conversation: ${x.messages.length} turns, every message equal.`
-        : `Same for the first ${diff} turn${diff === 1 ? "" : "s"}; they differ from turn #${diff} (A has ${x.messages.length} turns, B ${y.messages.length}).`;
+        : `Same for the first ${plural(diff, "turn")}; they differ from turn #${diff} (A has ${x.messages.length} turns, B ${y.messages.length}).`;
     clear(grid);
     const n = Math.max(x.messages.length, y.messages.length);
     for (let i = 0; i < n; i++) {

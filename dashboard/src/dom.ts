@@ -46,6 +46,17 @@ export function ago(ms: number, now = Date.now()): string {
   return `${Math.floor(s / 86400)} d`;
 }
 
+/** "1 node", "3 nodes": a count with its word, plural by adding "s". */
+export function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+/** A share as a percentage: "50%", "12%", "2.4%" (a decimal only below 10%). */
+export function percent(share: number): string {
+  const p = share * 100;
+  return `${p >= 9.95 || p === 0 ? Math.round(p) : p.toFixed(1)}%`;
+}
+
 export function duration(seconds: number): string {
   if (!Number.isFinite(seconds) || seconds < 0) return "–";
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;

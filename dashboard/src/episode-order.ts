@@ -1,5 +1,5 @@
 // The orders a run's episodes are listed in, exactly as the relay pages them
-// (src/registry/episode-index.ts: `updated DESC, id DESC`, or `reward IS NULL, reward DESC, id DESC`),
+// (src/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` with no reward last),
 // so rows the socket brings and rows a page brings interleave the same way on both sides.
 import type { IndexEntry } from "../../src/registry/entry.js";
 

@@ -1,13 +1,12 @@
 // One reward key's distribution over a run: count, mean, min, max and a bar per histogram bin
 // (20 bins over [0, 1], plus "below 0" and "above 1" bars when any score falls outside). Plain
 // DOM bars: each carries its bin and count, so its tooltip (and a test) can read them.
-import { fmtNumber, h } from "./dom.js";
+import { fmtNumber, h, plural } from "./dom.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
 
 type RewardStats = RunAggregates["rewards"][string];
 
 const score = (v: number | null) => (v === null ? "–" : fmtNumber(v));
-const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 export function rewardHistogram(key: string, r: RewardStats): HTMLElement {
   const { edges, counts, below, above } = r.histogram;

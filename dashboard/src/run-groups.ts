@@ -11,6 +11,7 @@
 // change, at most every REFRESH_MS.
 import { getJson } from "./api.js";
 import { fmtNumber, h } from "./dom.js";
+import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
@@ -124,20 +125,6 @@ export interface RunSection {
   /** The run's aggregates changed (null: the token does not cover the whole run; the section hides). */
   update(a: RunAggregates | null): void;
   destroy(): void;
-}
-
-/** A row of toggle buttons (one pressed); `data-<name>` on each names its value. */
-function segmented<T extends string>(name: string, label: string, options: Array<[T, string]>, initial: T, onPick: (v: T) => void): HTMLElement {
-  const el = h("div.segmented", { role: "group", "aria-label": label, "data-group": name });
-  for (const [value, text] of options) {
-    const b = h("button", { type: "button", [`data-${name}`]: value, "aria-pressed": value === initial ? "true" : "false" }, text);
-    b.addEventListener("click", () => {
-      for (const x of el.querySelectorAll("button")) x.setAttribute("aria-pressed", x === b ? "true" : "false");
-      onPick(value);
-    });
-    el.append(b);
-  }
-  return el;
 }
 
 /** A group counts as zero-variance when it is finished, has two or more finished rollouts, and no reward key varies. */

@@ -1,6 +1,8 @@
 // A run's counters (from its aggregates): episodes by status, how fast they end, and how big they
-// are. Tiles keep their elements; an update only rewrites the numbers.
-import { h } from "./dom.js";
+// are; the zero-variance tile carries its trend over the last hour. Tiles keep their elements; an
+// update only rewrites the numbers (and redraws that small chart).
+import { clear, h } from "./dom.js";
+import { zeroVarianceSpark } from "./zero-variance-spark.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
 
 type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens" | "zero_variance";
@@ -33,13 +35,21 @@ export interface RunStats {
 
 export function runStats(): RunStats {
   const values = new Map<StatKey, { value: HTMLElement; sub: HTMLElement; tile: HTMLElement }>();
+  const zeroTrend = h("div.stat-spark", { id: "zero-variance-trend" });
   const el = h(
     "section.stats",
     { id: "run-stats", "aria-label": "run counters" },
     TILES.map(({ key, label, hint }) => {
       const value = h("div.stat-value", null, "–");
       const sub = h("div.stat-sub");
-      const tile = h(`div.stat.st-${key}` as "div", { "data-stat": key, title: hint }, h("div.stat-label", null, label), value, sub);
+      const tile = h(
+        `div.stat.st-${key}` as "div",
+        { "data-stat": key, title: hint },
+        h("div.stat-label", null, label),
+        value,
+        sub,
+        key === "zero_variance" ? zeroTrend : null,
+      );
       values.set(key, { value, sub, tile });
       return tile;
     }),
@@ -70,6 +80,8 @@ export function runStats(): RunStats {
           ? `${g.zero_variance.toLocaleString("en-US")} of ${g.finished.toLocaleString("en-US")} finished group${g.finished === 1 ? "" : "s"}`
           : "no finished group yet",
       );
+      clear(zeroTrend);
+      if (g?.trend) zeroTrend.append(zeroVarianceSpark(g.trend));
     },
   };
 }

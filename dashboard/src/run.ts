@@ -1,5 +1,6 @@
 // One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
-// per reward key and the throughput sparkline, all from the run's aggregates (redrawn with each
+// per reward key (over the finished episodes, or every one with the toggle), the throughput
+// sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
 // coalesced change, at most a few times a second), and under them the run's episodes. A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
@@ -7,6 +8,10 @@ import { agoSpan, clear, h, tickAges } from "./dom.js";
 import { runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { rewardHistogram } from "./reward-histogram.js";
+import { shownRewards } from "./reward-choice.js";
+import { rewardScope } from "./reward-scope.js";
+import "./rewards.css";
+import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
@@ -36,7 +41,9 @@ export function mountRun(shell: Shell, run: string): () => void {
   );
   const stats = runStats();
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
-  const overview = h("div.run-overview", { hidden: true }, stats.el, charts);
+  let shown: RunAggregates | null = null;
+  const scope = rewardScope(() => drawAggregates(shown));
+  const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
   const episodes = runEpisodes(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);
@@ -58,19 +65,25 @@ export function mountRun(shell: Shell, run: string): () => void {
   const stopAges = tickAges(summary);
 
   function drawAggregates(a: RunAggregates | null): void {
+    shown = a;
     overview.hidden = a === null;
     groups.update(a);
     tasks.update(a);
     episodes.totals(a ? { ...a.counts, episodes: a.episodes } : null);
+    if (a) episodes.rewardKeys(Object.keys(a.rewards));
     if (!a) return;
     stats.update(a);
     clear(charts);
-    const keys = Object.entries(a.rewards);
+    const all = scope.includeAll();
+    const keys = Object.entries(shownRewards(a, all));
+    charts.dataset.rewards = all ? "all" : "finished";
+    const none = all ? "No episode has a reward yet." : "No finished episode has a reward yet.";
     charts.append(
       throughputSparkline(a.throughput),
+      ...(a.reward_trend ? [rewardTrendChart(a.reward_trend)] : []),
       ...(keys.length
         ? keys.map(([key, r]) => rewardHistogram(key, r))
-        : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, "No episode has a reward yet."))]),
+        : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, none))]),
     );
     page.dataset.episodes = String(a.episodes);
   }

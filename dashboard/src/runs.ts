@@ -1,10 +1,12 @@
 // The home page: the runs, live from the run directory's socket (`GET /v1/runs` upgraded): the
-// newest runs, then coalesced upserts and deletes. One row per run with its episode counts;
-// a row opens the run. Only runs the token covers whole are listed (the relay decides).
+// newest runs, then coalesced upserts and deletes. One row per run with its episode counts and
+// its mean reward over the finished episodes (reward-choice.ts picks the key); a row opens the run. Only runs the token covers whole are listed (the relay decides).
 import type { AccessProblem } from "./api.js";
-import { agoSpan, clear, h, tickAges } from "./dom.js";
+import { agoSpan, clear, fmtNumber, h, plural, tickAges } from "./dom.js";
 import { NO_RUN, runHref, runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
+import { primaryRewardKey } from "./reward-choice.js";
+import "./rewards.css";
 import type { Shell } from "./shell.js";
 import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/registry/index-protocol.js";
 
@@ -15,8 +17,6 @@ const COUNTED = [
   ["failed", "failed"],
   ["finish_refused", "refused"],
 ] as const;
-
-const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 /** The directory's order: newest-created first (ties by name, descending, as the relay pages them). */
 function newestFirst(a: RunSummary, b: RunSummary): number {
@@ -59,6 +59,7 @@ export function mountRuns(shell: Shell): () => void {
         h("span", { role: "columnheader" }, "Run"),
         COUNTED.map(([, label]) => h("span.num", { role: "columnheader" }, label)),
         h("span.num", { role: "columnheader" }, "episodes"),
+        h("span.num", { role: "columnheader", title: "over the finished episodes: the key `reward`, else the first key" }, "mean reward"),
         h("span", { role: "columnheader" }, "Updated"),
       ),
     );
@@ -104,7 +105,27 @@ export function mountRuns(shell: Shell): () => void {
         h("span.count-v", null, r.episodes),
         h("span.count-k", null, " in all"),
       ),
+      meanReward(r),
       h("span.cell-age", { role: "cell" }, agoSpan(r.updated)),
+    );
+  }
+
+  /** The run's mean reward on its primary key (– before a finished episode has one); every key's in the tooltip. */
+  function meanReward(r: RunSummary): HTMLElement {
+    const key = primaryRewardKey(r.mean_rewards);
+    const v = key === null ? null : r.mean_rewards![key]!;
+    const all = Object.entries(r.mean_rewards ?? {}).map(([k, m]) => `${k} ${fmtNumber(m)}`);
+    return h(
+      "span.cell-mean.num",
+      {
+        role: "cell",
+        "data-key": key ?? "",
+        "data-value": v ?? "",
+        title: all.length ? `mean over the finished episodes: ${all.join(" · ")}` : "no finished episode with a reward yet",
+      },
+      h("span.count-v", null, v === null ? "–" : fmtNumber(v)),
+      key !== null && key !== "reward" ? h("span.mean-k", null, ` ${key}`) : null,
+      h("span.count-k", null, key === null ? " mean reward" : ` mean ${key}`),
     );
   }
 

@@ -18,6 +18,7 @@ export const ERROR_STATUS = {
   bad_cursor: 400,
   bad_sort: 400,
   bad_run: 400,
+  bad_filter: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,

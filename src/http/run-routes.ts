@@ -119,7 +119,7 @@ export async function listAcrossRuns(env: Env, url: URL, scope: Scope, head: boo
     };
     episodes.push(...page.episodes);
     if (page.cursor !== null) {
-      // this run has more: the page is full
+      // this run has more: a full page, or a short one whose walk stopped on its budget (episode-pages.ts)
       return json(JSON.stringify({ episodes, cursor: encodeAcross({ run: runAfter, current, inner: parseInner(page.cursor) }) }), head);
     }
     runAfter = current;

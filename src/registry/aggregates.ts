@@ -2,7 +2,9 @@
 // row's contribution when it arrives and takes the old one back (an update is "minus old, plus
 // new"; a delete is "minus old"), so the aggregates are never recounted on read. Sums of scores
 // are kept as integers of SCORE_UNIT, so adding and taking back is exact: the aggregates equal a
-// recount from the rows, to the unit, whatever the order of updates.
+// recount from the rows, to the unit, whatever the order of updates. The reward statistics are
+// kept twice: over every row (`rewards`) and over the finished ones only (`finished_rewards`), so a
+// failed or refused episode's scores can be left out without a recount.
 
 import type { IndexRow, IndexStatus } from "./entry.js";
 import { scoresOf } from "./rewards.js";
@@ -49,6 +51,13 @@ export function contributionOf(row: Pick<IndexRow, "status" | "calls" | "tokens"
   };
 }
 
+/** One reward key's kept numbers: count, sum in SCORE_UNITs, histogram (index 0 = below, 1..BINS, BINS+1 = above). */
+export interface RewardCounter {
+  count: number;
+  units: number;
+  bins: number[];
+}
+
 /** The counters kept per run (the score extremes come from an index of the scores). */
 export interface Counters {
   episodes: number;
@@ -58,12 +67,14 @@ export interface Counters {
   finish_refused: number;
   calls: number;
   tokens: number;
-  /** Per reward key: count, sum in SCORE_UNITs, histogram (index 0 = below, 1..BINS, BINS+1 = above). */
-  rewards: Record<string, { count: number; units: number; bins: number[] }>;
+  /** Per reward key, over every row. */
+  rewards: Record<string, RewardCounter>;
+  /** Per reward key, over the finished rows only (what a trainer learns from: no failed, refused or live rows). */
+  finished_rewards: Record<string, RewardCounter>;
 }
 
 export function emptyCounters(): Counters {
-  return { episodes: 0, live: 0, finished: 0, failed: 0, finish_refused: 0, calls: 0, tokens: 0, rewards: {} };
+  return { episodes: 0, live: 0, finished: 0, failed: 0, finish_refused: 0, calls: 0, tokens: 0, rewards: {}, finished_rewards: {} };
 }
 
 /** Add (`sign` 1) or take back (`sign` -1) a contribution. Throughput is kept apart (per minute). */
@@ -72,14 +83,42 @@ export function applyContribution(c: Counters, x: Contribution, sign: 1 | -1): v
   c[x.status] += sign;
   c.calls += sign * x.calls;
   c.tokens += sign * x.tokens;
-  for (const s of x.scores) {
-    let r = c.rewards[s.key];
-    if (!r) r = c.rewards[s.key] = { count: 0, units: 0, bins: new Array<number>(HISTOGRAM_BINS + 2).fill(0) };
+  applyScores(c.rewards, x.scores, sign);
+  if (x.status === "finished") applyScores(c.finished_rewards, x.scores, sign);
+}
+
+/** Add or take back scores in one table of reward counters (a key whose count falls to 0 goes). */
+export function applyScores(table: Record<string, RewardCounter>, scores: Contribution["scores"], sign: 1 | -1): void {
+  for (const s of scores) {
+    let r = table[s.key];
+    if (!r) r = table[s.key] = { count: 0, units: 0, bins: new Array<number>(HISTOGRAM_BINS + 2).fill(0) };
     r.count += sign;
     r.units += sign * s.units;
     r.bins[s.bin + 1]! += sign;
-    if (r.count === 0) delete c.rewards[s.key];
+    if (r.count === 0) delete table[s.key];
   }
+}
+
+/** Per reward key, the mean score over the finished rows (what the run directory lists). */
+export function finishedMeans(c: Counters): Record<string, number> {
+  return Object.fromEntries(sortedKeys(c.finished_rewards).map((k) => [k, meanOf(c.finished_rewards[k]!)]));
+}
+
+function meanOf(r: RewardCounter): number {
+  return (r.units * SCORE_UNIT) / r.count;
+}
+
+function sortedKeys(table: Record<string, unknown>): string[] {
+  return Object.keys(table).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/** One reward key's statistics as the API shows them. */
+export interface RewardStats {
+  count: number;
+  mean: number;
+  min: number | null;
+  max: number | null;
+  histogram: { edges: number[]; counts: number[]; below: number; above: number };
 }
 
 /** A run's aggregates as the API shows them. */
@@ -93,35 +132,63 @@ export interface RunAggregates {
   throughput: { start: string; per_minute: number[] };
   mean_turns: number | null;
   mean_tokens: number | null;
-  rewards: Record<
-    string,
-    { count: number; mean: number; min: number | null; max: number | null; histogram: { edges: number[]; counts: number[]; below: number; above: number } }
-  >;
+  /** Per reward key, over every episode (live, failed and finish-refused ones too). */
+  rewards: Record<string, RewardStats>;
+  /** Per reward key, over the finished episodes only. */
+  finished_rewards: Record<string, RewardStats>;
+  /** Per minute over the last hour, per reward key: finished episodes that ended in it and their mean (reward-trend.ts). */
+  reward_trend?: RewardTrend;
   /** The run's rollout groups (src/registry/groups.ts): how many, how many complete, and the complete ones with zero reward variance. */
-  groups?: { total: number; finished: number; zero_variance: number; zero_variance_share: number | null };
+  groups?: { total: number; finished: number; zero_variance: number; zero_variance_share: number | null; trend?: ZeroVarianceTrend };
+}
+
+/** The run's reward trend (reward-trend.ts): the last THROUGHPUT_MINUTES minutes, oldest first. */
+export interface RewardTrend {
+  /** The first minute's start (ISO); the last entry of each list is the current minute. */
+  start: string;
+  /** Per reward key: finished episodes that ended in each minute, and their mean score (null: none). */
+  keys: Record<string, { count: number[]; mean: Array<number | null> }>;
+}
+
+/** The zero-variance trend (zero-variance-trend.ts): the last THROUGHPUT_MINUTES minutes, oldest first, the last the current one. */
+export interface ZeroVarianceTrend {
+  start: string;
+  /** Groups that became complete in each minute. */
+  completed: number[];
+  /** Of those, the ones with zero variance. */
+  zero_variance: number[];
+  /** zero_variance / completed per minute (null: none completed). */
+  share: Array<number | null>;
+  /** The run's zero-variance share as it stood at the end of each minute: over every group completed by then (null: none yet). */
+  cumulative_share: Array<number | null>;
 }
 
 export const HISTOGRAM_EDGES: readonly number[] = Array.from({ length: HISTOGRAM_BINS + 1 }, (_, i) => i / HISTOGRAM_BINS);
 
-export function aggregatesOf(
-  run: string,
-  c: Counters,
-  throughput: ReadonlyMap<number, number>,
-  now: number,
+/** A key's smallest and largest score, over every row or the finished ones only (`finished`). */
+export type Extremes = (key: string, finished: boolean) => { min: number | null; max: number | null };
+
+function rewardStatsOf(
+  table: Record<string, RewardCounter>,
   extremes: (key: string) => { min: number | null; max: number | null },
-): RunAggregates {
-  const last = minuteOf(now);
-  const perMinute: number[] = [];
-  for (let m = last - THROUGHPUT_MINUTES + 1; m <= last; m++) perMinute.push(throughput.get(m) ?? 0);
-  const rewards: RunAggregates["rewards"] = {};
-  for (const [key, r] of Object.entries(c.rewards).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
-    rewards[key] = {
+): Record<string, RewardStats> {
+  const out: Record<string, RewardStats> = {};
+  for (const key of sortedKeys(table)) {
+    const r = table[key]!;
+    out[key] = {
       count: r.count,
-      mean: (r.units * SCORE_UNIT) / r.count,
+      mean: meanOf(r),
       ...extremes(key),
       histogram: { edges: [...HISTOGRAM_EDGES], counts: r.bins.slice(1, HISTOGRAM_BINS + 1), below: r.bins[0]!, above: r.bins[HISTOGRAM_BINS + 1]! },
     };
   }
+  return out;
+}
+
+export function aggregatesOf(run: string, c: Counters, throughput: ReadonlyMap<number, number>, now: number, extremes: Extremes): RunAggregates {
+  const last = minuteOf(now);
+  const perMinute: number[] = [];
+  for (let m = last - THROUGHPUT_MINUTES + 1; m <= last; m++) perMinute.push(throughput.get(m) ?? 0);
   return {
     run,
     episodes: c.episodes,
@@ -130,7 +197,8 @@ export function aggregatesOf(
     throughput: { start: new Date((last - THROUGHPUT_MINUTES + 1) * 60_000).toISOString(), per_minute: perMinute },
     mean_turns: c.episodes > 0 ? c.calls / c.episodes : null,
     mean_tokens: c.episodes > 0 ? c.tokens / c.episodes : null,
-    rewards,
+    rewards: rewardStatsOf(c.rewards, (key) => extremes(key, false)),
+    finished_rewards: rewardStatsOf(c.finished_rewards, (key) => extremes(key, true)),
   };
 }
 

@@ -11,6 +11,7 @@ import { errorResponse, upgradeRequired } from "../http/errors.js";
 import { isWebSocketUpgrade } from "../http/route.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
+import { NO_FILTER } from "./row-filter.js";
 import { IndexSockets, readScopeHeader } from "./index-sockets.js";
 import { SchemaState } from "../storage/schema.js";
 import { type GroupSort, groupJson, rolloutJson } from "./groups.js";
@@ -18,7 +19,6 @@ import { type FinishedItem, IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import { RUNS_NAME } from "./run-directory.js";
 import { coversRun } from "./run.js";
-import { rewardOf } from "./rewards.js";
 import {
   encodeListCursor,
   entryOf,
@@ -101,14 +101,16 @@ export class EpisodeIndex extends DurableObject<Env> {
 
   // ---- RPC from the Worker ----
 
-  /** A page of the run's episodes within `scope`, as JSON text `{episodes, cursor}` (rewards are free-form JSON). */
+  /**
+   * A page of the run's episodes within `scope` passing `q`'s filters, as JSON text
+   * `{episodes, cursor, searched}` (rewards are free-form JSON). A rare filter may give a short page
+   * with a cursor: the walk stopped on its budget (episode-pages.ts), the next page goes on.
+   */
   list(q: ListQuery, scope: Scope): string {
     this.schema.check();
-    const rows = this.store.query(q, scope, q.limit + 1);
-    const page = rows.slice(0, q.limit);
-    const last = page.at(-1);
-    const cursor = rows.length > q.limit && last ? encodeListCursor({ key: q.sort === "reward" ? rewardOf(last.rewards) : last.updated, id: last.id }) : null;
-    return JSON.stringify({ episodes: page.map(entryOf), cursor });
+    const page = this.store.query(q, scope);
+    const cursor = page.next === null ? null : encodeListCursor(page.next);
+    return JSON.stringify({ episodes: page.rows.map(entryOf), cursor, searched: page.searched });
   }
 
   /** The run's aggregates as JSON text (the Worker shows them only to viewers covering the run). */
@@ -128,6 +130,7 @@ export class EpisodeIndex extends DurableObject<Env> {
       finished_groups: c.complete,
       zero_variance_groups: c.zeroVariance,
       zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      zero_variance_trend: this.store.groups.zeroVarianceTrend(Date.now()),
       groups: page.groups.map(groupJson),
       cursor: page.cursor,
     });
@@ -167,13 +170,14 @@ export class EpisodeIndex extends DurableObject<Env> {
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const run = decodeURIComponent(url.pathname.split("/")[3] ?? "");
       const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
-      const rows = this.store.query({ ...q, after: null }, scope, q.limit + 1);
+      // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with row-filter.ts)
+      const page = this.store.query({ ...q, filter: NO_FILTER, after: null }, scope);
       const first = encodeRunMessage({
         type: "snapshot",
         run,
         aggregates: coversRun(scope, run) ? this.aggregatesNow(run) : null,
-        episodes: rows.slice(0, q.limit).map(entryOf),
-        truncated: rows.length > q.limit,
+        episodes: page.rows.map(entryOf),
+        truncated: page.next !== null,
         limit: Math.min(q.limit, MAX_LIMIT),
       });
       return await this.sockets.accept(scope, first);
@@ -262,6 +266,7 @@ export class EpisodeIndex extends DurableObject<Env> {
       finished: c.complete,
       zero_variance: c.zeroVariance,
       zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      trend: this.store.groups.zeroVarianceTrend(Date.now()),
     };
     return { ...this.store.aggregates(run, Date.now()), groups };
   }

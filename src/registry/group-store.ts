@@ -1,11 +1,14 @@
 // A run index's rollout groups in SQLite (src/registry/groups.ts computes them): one row per group
 // with its summary, kept by recounting the group from its members (`rows WHERE grp = ?`, indexed)
 // whenever one of them is written or goes, and the run's counts of complete and zero-variance
-// groups kept in step. Called by IndexStore inside its transactions; pages are read by keyset.
+// groups (in all, and per minute of completion) kept in step. Called by IndexStore inside its
+// transactions; pages are read by keyset.
 
 import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
 import { type GroupMember, type GroupSort, type GroupSummary, groupSummary } from "./groups.js";
 import { scoresOf } from "./rewards.js";
+import { TrendStore } from "./trend-store.js";
+import { completedMinute, type ZeroVarianceTrend } from "./zero-variance-trend.js";
 import type { Json } from "../wire/json-view.js";
 
 /** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
@@ -41,28 +44,43 @@ export function groupCursor(cursor: string): [number | string, string] {
   return v as [number | string, string];
 }
 
-export class GroupStore {
-  constructor(private readonly sql: SqlStorage) {}
+/** A member's columns a group's recount reads. */
+type GroupRow = { status: string; rewards: string | null; task: string | null; ended: number | null; updated: number };
 
-  /** Recount group `id` from its members (none left: it goes), and keep the run's counts in step. */
+export class GroupStore {
+  /** The per-minute completions, kept by each recount. */
+  private readonly trends: TrendStore;
+
+  constructor(private readonly sql: SqlStorage) {
+    this.trends = new TrendStore(sql);
+  }
+
+  /**
+   * Recount group `id` from its members (none left: it goes), and keep the run's counts and the
+   * per-minute completions (trend-store.ts) in step: the old state taken back, the new one added.
+   */
   recount(id: string | null | undefined): void {
     if (!id) return;
     const members = this.sql
-      .exec<{ status: string; rewards: string | null; task: string | null }>("SELECT status, rewards, task FROM rows WHERE grp = ?", id)
+      .exec<GroupRow>("SELECT status, rewards, task, ended, updated FROM rows WHERE grp = ?", id)
       .toArray()
-      .map((r) => ({ status: r.status, rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json), task: r.task }) as GroupMember);
-    const before = this.sql.exec<{ complete: number; zero: number }>("SELECT complete, zero FROM groups WHERE grp = ?", id).toArray()[0];
+      .map((r) => ({ ...r, status: r.status as GroupMember["status"], rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json) }));
+    const before = this.sql
+      .exec<{ complete: number; zero: number; done_minute: number | null }>("SELECT complete, zero, done_minute FROM groups WHERE grp = ?", id)
+      .toArray()[0];
     const c = this.counts();
     if (before) {
       c.groups--;
       c.complete -= before.complete;
       c.zeroVariance -= before.zero;
+      if (before.complete && before.done_minute !== null) this.trends.addGroup(before.done_minute, before.zero === 1, -1);
     }
     if (members.length === 0) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
     else {
       const g = groupSummary(id, members);
+      const done = g.complete ? completedMinute(members) : null;
       this.sql.exec(
-        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary, done_minute) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         id,
         g.task ?? "",
         g.size,
@@ -70,12 +88,20 @@ export class GroupStore {
         g.complete ? 1 : 0,
         g.zeroVariance ? 1 : 0,
         JSON.stringify(g),
+        done,
       );
       c.groups++;
       c.complete += g.complete ? 1 : 0;
       c.zeroVariance += g.zeroVariance ? 1 : 0;
+      if (done !== null) this.trends.addGroup(done, g.zeroVariance, 1);
     }
     this.sql.exec("INSERT OR REPLACE INTO state VALUES ('group_counts', ?)", JSON.stringify(c));
+  }
+
+  /** The zero-variance trend over the last hour (the minutes kept by `recount`). */
+  zeroVarianceTrend(now: number): ZeroVarianceTrend {
+    const c = this.counts();
+    return this.trends.zeroVarianceTrend({ complete: c.complete, zero: c.zeroVariance }, now);
   }
 
   counts(): GroupCounts {

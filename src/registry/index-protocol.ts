@@ -28,6 +28,8 @@ export interface RunSummary {
   finished: number;
   failed: number;
   finish_refused: number;
+  /** Per reward key, the mean score over the run's finished episodes (absent until the run's index writes its row with them). */
+  mean_rewards?: Record<string, number>;
 }
 
 export type RunMessage =

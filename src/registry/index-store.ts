@@ -1,14 +1,25 @@
 // A run index's SQLite tables and every query on them: the episodes' rows (with their bulk-fetch
-// order), the per-key reward scores (for min/max), the ended-per-minute throughput, the kept
-// counters and a few state values. The object (episode-index.ts) calls these inside its own
+// order), the per-key reward scores (for min/max, with their row's status), the ended-per-minute
+// throughput and reward minutes (trend-store.ts), the kept counters and a few state values. The object (episode-index.ts) calls these inside its own
 // transactions; nothing here decides when to write or whom to tell.
 
-import type { Json } from "../wire/json-view.js";
-import { aggregatesOf, applyContribution, type Contribution, type Counters, contributionOf, emptyCounters, type RunAggregates } from "./aggregates.js";
+import {
+  aggregatesOf,
+  applyContribution,
+  type Contribution,
+  type Counters,
+  contributionOf,
+  emptyCounters,
+  finishedMeans,
+  type RunAggregates,
+} from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
 import type { RunRow } from "./run-directory.js";
 import { rewardOf } from "./rewards.js";
+import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
+import { rowOf, type SqlRow } from "./sql-row.js";
+import { TrendStore } from "./trend-store.js";
 
 /**
  * A finished episode in bulk-fetch order: the order its row became finished here (`finished_seq`,
@@ -21,18 +32,6 @@ export interface FinishedItem {
   seq: number;
 }
 
-/** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
-type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name"> & {
-  status: string;
-  rewards: string | null;
-  reward: number | null;
-  task: string | null;
-  grp: string | null;
-  stop: string | null;
-  truncated: number | null;
-  run_name: string | null;
-} & Record<string, SqlStorageValue>;
-
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */
   private counters: Counters | null = null;
@@ -40,9 +39,13 @@ export class IndexStore {
   /** The run's rollout groups, recounted as their rows change. */
   readonly groups: GroupStore;
 
+  /** The reward minutes, kept with each row's part. */
+  private readonly trends: TrendStore;
+
   /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
   constructor(private readonly sql: SqlStorage) {
     this.groups = new GroupStore(sql);
+    this.trends = new TrendStore(sql);
   }
 
   /** The run these rows belong to (null before the first row). */
@@ -123,10 +126,25 @@ export class IndexStore {
     for (const r of this.sql.exec<{ minute: number; n: number }>("SELECT minute, n FROM throughput ORDER BY minute DESC LIMIT 60")) {
       throughput.set(r.minute, r.n);
     }
-    return aggregatesOf(run, this.loadCounters(), throughput, now, (key) => {
-      const r = this.sql.exec<{ lo: number | null; hi: number | null }>("SELECT MIN(score) AS lo, MAX(score) AS hi FROM scores WHERE key = ?", key).one();
-      return { min: r.lo, max: r.hi };
-    });
+    const a = aggregatesOf(run, this.loadCounters(), throughput, now, (key, finished) => this.extremes(key, finished));
+    return { ...a, reward_trend: this.trends.rewardTrend(now) };
+  }
+
+  /**
+   * A key's smallest and largest score, over every row or the finished ones: one MIN and one MAX
+   * each (SQLite answers a lone MIN or MAX with one seek in scores_by_key or, finished only, the
+   * partial scores_finished_by_key; both in one SELECT would walk every score of the key).
+   */
+  private extremes(key: string, finished: boolean): { min: number | null; max: number | null } {
+    const where = finished ? "key = ? AND status = 'finished'" : "key = ?";
+    const r = this.sql
+      .exec<{ lo: number | null; hi: number | null }>(
+        `SELECT (SELECT MIN(score) FROM scores WHERE ${where}) AS lo, (SELECT MAX(score) FROM scores WHERE ${where}) AS hi`,
+        key,
+        key,
+      )
+      .one();
+    return { min: r.lo, max: r.hi };
   }
 
   /** The run's line in the directory. */
@@ -141,47 +159,13 @@ export class IndexStore {
       finished: c.finished,
       failed: c.failed,
       finish_refused: c.finish_refused,
+      mean_rewards: finishedMeans(c),
     };
   }
 
-  /** Rows in the sort's order, after `q.after`, within `scope`. */
-  query(q: ListQuery, scope: Scope, limit: number): IndexRow[] {
-    const where: string[] = [];
-    const args: SqlStorageValue[] = [];
-    if (q.status !== null) {
-      where.push("status = ?");
-      args.push(q.status);
-    }
-    if (q.prefix !== null) {
-      where.push("substr(id, 1, ?) = ?");
-      args.push(q.prefix.length, q.prefix);
-    }
-    if (q.after !== null) {
-      if (q.sort === "updated") {
-        where.push("(updated < ? OR (updated = ? AND id < ?))");
-        args.push(q.after.key, q.after.key, q.after.id);
-      } else if (q.after.key === null) {
-        where.push("(reward IS NULL AND id < ?)");
-        args.push(q.after.id);
-      } else {
-        where.push("(reward < ? OR (reward = ? AND id < ?) OR reward IS NULL)");
-        args.push(q.after.key, q.after.key, q.after.id);
-      }
-    }
-    if (scope !== null) {
-      // the patterns travel as one JSON parameter: exact ids, or PREFIX*; json_each has an `id` column of its own
-      where.push(`EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
-        CASE WHEN substr(p.value, -1) = '*'
-          THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
-          ELSE rows.id = p.value END)`);
-      args.push(JSON.stringify(scope));
-    }
-    const order = q.sort === "updated" ? "updated DESC, id DESC" : "reward IS NULL, reward DESC, id DESC";
-    args.push(limit);
-    return this.sql
-      .exec<SqlRow>(`SELECT * FROM rows ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order} LIMIT ?`, ...args)
-      .toArray()
-      .map(rowOf);
+  /** A page of rows in the sort's order, after `q.after`, within `scope`, passing `q`'s filters. */
+  query(q: ListQuery, scope: Scope): EpisodePage {
+    return episodePage(this.sql, q, scope);
   }
 
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
@@ -219,15 +203,21 @@ export class IndexStore {
     return next;
   }
 
-  /** Add or take back one row's part: counters, throughput minute, score rows. */
+  /** Add or take back one row's part: counters, throughput minute, reward minutes, score rows. */
   private apply(c: Counters, row: Pick<IndexRow, "id">, x: Contribution, sign: 1 | -1): void {
     applyContribution(c, x, sign);
+    this.trends.addRewards(x, sign);
     if (x.endedMinute !== null) {
       this.sql.exec("INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n", x.endedMinute, sign);
       this.sql.exec("DELETE FROM throughput WHERE minute = ? AND n = 0", x.endedMinute);
     }
-    if (sign < 0) this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
-    else for (const s of x.scores) this.sql.exec("INSERT OR REPLACE INTO scores VALUES (?, ?, ?)", row.id, s.key, s.score);
+    if (sign < 0) {
+      this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
+      return;
+    }
+    // each score carries its row's status, for the finished-only extremes (`extremes`)
+    const insert = "INSERT OR REPLACE INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
+    for (const s of x.scores) this.sql.exec(insert, row.id, s.key, s.score, x.status);
   }
 
   private saveRun(c: Counters, run: string, created: number, updated: number): void {
@@ -237,27 +227,4 @@ export class IndexStore {
     this.setState("created", String(Math.min(first, created)));
     this.setState("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
   }
-}
-
-function rowOf(r: SqlRow): IndexRow {
-  return {
-    id: r.id,
-    run: r.run,
-    status: r.status as IndexRow["status"],
-    created: r.created,
-    updated: r.updated,
-    ended: r.ended,
-    seq: r.seq,
-    traces: r.traces,
-    nodes: r.nodes,
-    calls: r.calls,
-    tokens: r.tokens,
-    rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
-    error: r.error,
-    task: r.task,
-    group: r.grp,
-    stop_condition: r.stop,
-    truncated: r.truncated === 1,
-    run_name: r.run_name,
-  };
 }

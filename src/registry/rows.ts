@@ -6,6 +6,7 @@ import { RelayError } from "../http/errors.js";
 
 export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
 import { INDEX_STATUSES, type IndexStatus } from "./entry.js";
+import { parseRowFilter, type RowFilter } from "./row-filter.js";
 
 /** Header the Worker sets on requests to the index: the viewer's `episodes` patterns as JSON. */
 export const SCOPE_HEADER = "x-episode-scope";
@@ -39,6 +40,8 @@ export interface ListCursor {
 
 export interface ListQuery {
   status: IndexStatus | null;
+  /** Task, stop condition, truncated, errored, reward ranges, turns and tokens (row-filter.ts). */
+  filter: RowFilter;
   /** Only ids starting with this. */
   prefix: string | null;
   limit: number;
@@ -49,7 +52,7 @@ export interface ListQuery {
 
 const PREFIX = /^[A-Za-z0-9._:-]{0,128}$/;
 
-/** `?status=&prefix=&sort=&limit=&cursor=`; throws a RelayError (400, naming the parameter) on a bad value. */
+/** `?status=&prefix=&sort=&limit=&cursor=` and the filters (row-filter.ts); throws a RelayError (400, naming the parameter) on a bad value. */
 export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_LIMIT): ListQuery {
   const status = params.get("status") || null;
   if (status !== null && !(INDEX_STATUSES as readonly string[]).includes(status)) {
@@ -69,7 +72,8 @@ export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_L
     limit = Math.min(limit, MAX_LIMIT);
   }
   const cursor = params.get("cursor") || null;
-  return { status: status as IndexStatus | null, prefix, limit, sort: sort as SortKey, after: cursor === null ? null : decodeListCursor(cursor) };
+  const filter = parseRowFilter(params);
+  return { status: status as IndexStatus | null, filter, prefix, limit, sort: sort as SortKey, after: cursor === null ? null : decodeListCursor(cursor) };
 }
 
 export function encodeListCursor(c: ListCursor): string {

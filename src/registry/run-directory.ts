@@ -28,10 +28,23 @@ export interface RunRow {
   finished: number;
   failed: number;
   finish_refused: number;
+  /** Per reward key, the mean over the finished episodes; null for a row written before the directory kept it. */
+  mean_rewards: Record<string, number> | null;
 }
 
+/** A row as SQLite holds it: the mean rewards as JSON text (NULL in rows written before schema version 2). */
+type SqlRunRow = Omit<RunRow, "mean_rewards"> & { mean_rewards: string | null } & Record<string, SqlStorageValue>;
+
+function runRowOf(r: SqlRunRow): RunRow {
+  return { ...r, mean_rewards: r.mean_rewards === null ? null : (JSON.parse(r.mean_rewards) as Record<string, number>) };
+}
+
+/** A run as the API lists it; `mean_rewards` is left out until the run's index sends it (older rows answer as before). */
 export function summaryOf(r: RunRow): RunSummary {
-  return { ...r, created: new Date(r.created).toISOString(), updated: new Date(r.updated).toISOString() };
+  const { mean_rewards, ...rest } = r;
+  const summary: RunSummary = { ...rest, created: new Date(r.created).toISOString(), updated: new Date(r.updated).toISOString() };
+  if (mean_rewards) summary.mean_rewards = mean_rewards;
+  return summary;
 }
 
 /** Where a page of runs ends: newest-created first. */
@@ -76,7 +89,7 @@ export class RunDirectory extends DurableObject<Env> {
   upsertRun(r: RunRow): void {
     this.schema.check();
     this.sql.exec(
-      "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      "INSERT OR REPLACE INTO runs (run, created, updated, episodes, live, finished, failed, finish_refused, mean_rewards) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
       r.run,
       r.created,
       r.updated,
@@ -85,6 +98,7 @@ export class RunDirectory extends DurableObject<Env> {
       r.finished,
       r.failed,
       r.finish_refused,
+      r.mean_rewards === null ? null : JSON.stringify(r.mean_rewards),
     );
     this.changes.set(r.run, r);
     this.sockets.changed();
@@ -107,12 +121,13 @@ export class RunDirectory extends DurableObject<Env> {
     let more = false;
     while (out.length <= limit) {
       const batch = this.sql
-        .exec<RunRow & Record<string, SqlStorageValue>>(
+        .exec<SqlRunRow>(
           `SELECT * FROM runs ${from ? "WHERE (created < ? OR (created = ? AND run < ?))" : ""} ORDER BY created DESC, run DESC LIMIT ?`,
           ...(from ? [from.created, from.created, from.run] : []),
           limit + 1,
         )
-        .toArray();
+        .toArray()
+        .map(runRowOf);
       for (const r of batch) {
         if (prefix !== null && !mayHold([`${prefix}*`], r.run)) continue; // no id of the run can start with it
         if (whole ? coversRun(scope, r.run) : mayHold(scope, r.run)) out.push(r);
@@ -132,8 +147,8 @@ export class RunDirectory extends DurableObject<Env> {
   /** One run's row, or null. */
   run(run: string): RunSummary | null {
     this.schema.check();
-    const r = this.sql.exec<RunRow & Record<string, SqlStorageValue>>("SELECT * FROM runs WHERE run = ?", run).toArray()[0];
-    return r ? summaryOf(r) : null;
+    const r = this.sql.exec<SqlRunRow>("SELECT * FROM runs WHERE run = ?", run).toArray()[0];
+    return r ? summaryOf(runRowOf(r)) : null;
   }
 
   // ---- the socket ----

@@ -2,6 +2,7 @@
 // a run's EpisodeIndex (index-store.ts, and index-sockets.ts's scopes) and the RunDirectory.
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",
@@ -49,6 +50,38 @@ export const INDEX_SCHEMA: Schema = checkSchema({
           failed INTEGER NOT NULL, calls INTEGER NOT NULL, tokens INTEGER NOT NULL)`);
       },
     },
+    {
+      version: 4,
+      what: "episode-list filters",
+      up(sql) {
+        // each filter the list can run on an index walks its own index in the list's order (row-filter.ts),
+        // so a page reads about a page of rows however rare the matches; the partial ones hold only matching rows
+        sql.exec("DROP INDEX IF EXISTS rows_by_task");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_task ON rows (task, updated DESC, id DESC) WHERE task IS NOT NULL");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_status ON rows (status, updated DESC, id DESC)");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_stop ON rows (stop, updated DESC, id DESC) WHERE stop IS NOT NULL");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_truncated ON rows (updated DESC, id DESC) WHERE truncated = 1");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_errored ON rows (updated DESC, id DESC) WHERE error IS NOT NULL");
+      },
+    },
+    {
+      version: 5,
+      what: "finished-only reward statistics and the per-minute trends",
+      up(sql) {
+        // each score carries its row's status, so a finished-only MIN or MAX per key is one seek in the partial index
+        addColumns(sql, "scores", ["status TEXT"]);
+        sql.exec("UPDATE scores SET status = (SELECT status FROM rows WHERE rows.id = scores.id)");
+        sql.exec("CREATE INDEX IF NOT EXISTS scores_finished_by_key ON scores (key, score) WHERE status = 'finished'");
+        // per minute ended and reward key: finished episodes and their score sum in SCORE_UNITs (reward-trend.ts)
+        sql.exec(`CREATE TABLE IF NOT EXISTS reward_minutes (minute INTEGER NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL,
+          units INTEGER NOT NULL, PRIMARY KEY (minute, key))`);
+        // a complete group's minute (its latest end), and per minute the groups completed and zero-variance ones (zero-variance-trend.ts)
+        addColumns(sql, "groups", ["done_minute INTEGER"]);
+        sql.exec("CREATE TABLE IF NOT EXISTS group_minutes (minute INTEGER PRIMARY KEY, complete INTEGER NOT NULL, zero INTEGER NOT NULL)");
+        backfillRewards(sql);
+        backfillGroups(sql);
+      },
+    },
   ],
 });
 
@@ -64,6 +97,14 @@ export const DIRECTORY_SCHEMA: Schema = checkSchema({
           live INTEGER NOT NULL, finished INTEGER NOT NULL, failed INTEGER NOT NULL, finish_refused INTEGER NOT NULL)`);
         sql.exec("CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created DESC, run DESC)");
         sql.exec("CREATE TABLE IF NOT EXISTS scopes (key TEXT PRIMARY KEY, patterns TEXT NOT NULL)");
+      },
+    },
+    {
+      version: 2,
+      what: "the runs' mean rewards",
+      up(sql) {
+        // per reward key, the mean over the run's finished episodes (JSON); null until the run's index next writes its row
+        addColumns(sql, "runs", ["mean_rewards TEXT"]);
       },
     },
   ],

@@ -21,6 +21,7 @@ import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
+import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 import { freePort } from "../../tools/free-port.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -218,9 +219,14 @@ describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
       ids.multi,
       { timeout: 10_000 },
     );
-    // the histogram of `correct` counts the episodes scored on it
+    // the histogram of `correct` counts the episodes scored on it: the finished ones, or (toggled) all
+    const scoredRows = (status?: string) =>
+      page.locator(`.ep-row[data-id]${status ? `[data-status="${status}"]` : ""} .reward-k`, { hasText: /^correct$/ }).count();
+    expect(Number(await page.locator('.hist[data-key="correct"]').getAttribute("data-count"))).toBe(await scoredRows("finished"));
+    await page.check("#rewards-include-all");
+    await page.waitForFunction(() => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all");
     const scored = await page.locator('.hist[data-key="correct"]').getAttribute("data-count");
-    expect(Number(scored)).toBe(await page.locator(".ep-row[data-id] .reward-k", { hasText: /^correct$/ }).count());
+    expect(Number(scored)).toBe(await scoredRows());
 
     // the text filter on ids
     await page.fill("#episode-filter", "tools");
@@ -389,6 +395,11 @@ describe("a run of 240 episodes", () => {
     expect(await page.locator('.stat[data-stat="mean_tokens"] .stat-value').innerText()).toBe("219.5");
     // all 150 ended within the last ten minutes: 15 a minute
     expect(await statValue(page, "per_minute")).toBe("15");
+    // the histograms count the finished episodes unless "include failed / refused" is checked
+    const finishedCorrect = plans.filter((p) => p.status === "finished" && "correct" in p.scores).length;
+    expect(await page.locator('.hist[data-key="correct"]').getAttribute("data-count")).toBe(String(finishedCorrect));
+    await page.check("#rewards-include-all");
+    await page.waitForFunction(() => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all");
 
     for (const key of ["correct", "format"]) {
       const scores = plans.flatMap((p) => (key in p.scores ? [p.scores[key]!] : []));
@@ -510,6 +521,7 @@ describe("a run of 240 episodes", () => {
     const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
     await waitConnection(page, "live");
     await waitStats(page, expectedStats(plans));
+    await page.check("#rewards-include-all"); // the histograms count every episode, the live new one too
     await page.evaluate(() => {
       (globalThis as any).notReloaded = true;
     });
@@ -684,8 +696,23 @@ describe("episode page (/episodes/{id})", () => {
     // five routing_repairs (nodes 2, 4, 6, 8, 10), each rewrote that node's last row
     expect(maps.map((m) => m.repaired)).toEqual(["8", "39", "24", "37", "8", ""]);
     expect(await page.locator(".repaired-note").count()).toBe(5);
+    // beside each heatmap: its colour key and the node's per-layer expert load, figures as counted from the golden episode
+    await expectRoutingFigures(page, golden("routing_repair_u8"));
     await page.locator('li.turn[data-node="4"]').scrollIntoViewIfNeeded();
     await shoot(page, "episode-heatmap");
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("keys and counts uint16 routing widened by a repair, expert ids past 255 (routing_repair_widen)", async () => {
+    const id = freshId("widen");
+    await pushCase("routing_repair_widen", id);
+    const { context, page, errors } = await open(`/episodes/${id}`);
+    await waitConnection(page, "finished");
+    await page.click("#routing-toggle");
+    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 4, null, { timeout: 15_000 });
+    await expectRoutingFigures(page, golden("routing_repair_widen"));
+    expect(Math.max(...(await shownRouting(page)).map((s) => s.legend.max))).toBeGreaterThan(255);
     expect(errors).toEqual([]);
     await context.close();
   });
@@ -701,6 +728,8 @@ describe("episode page (/episodes/{id})", () => {
       () => [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].filter((c: any) => c.dataset.repaired !== "").length,
     );
     expect(repaired).toBe(11);
+    // sampled heatmaps: the key covers the columns drawn; the 48-layer load tables start folded, figures as counted
+    await expectRoutingFigures(page, golden("large_routing"), { sampled: true });
     await shoot(page, "episode-large-routing");
     expect(errors).toEqual([]);
     await context.close();

@@ -5,15 +5,19 @@
 // (`correct`, weight 1, and `format`, weight 0.25), then a reply whose head's `group.id` the test
 // sets; 4 groups whose rewards are all equal (zero variance), 2 with a failed rollout (a reply
 // `{success: false, error}` with the group in its head), and a group still live. Checked: the
-// zero-variance share (equal to the API's, live), the groups table and its orders, the per-task
-// solve rate at a key and threshold, and the group page's rollouts, order and advantages.
-// Screenshots at 1280×800 and 390×844 go to test-results/screenshots/ (`run-groups-*.png`,
+// zero-variance share (equal to the API's, live) and its trend over the last hour, the reward
+// histograms over the finished rollouts or (toggled) every one, the reward trend, the groups
+// table and its orders, the per-task solve rate at a key and threshold, the runs list's mean
+// reward, and the group page's rollouts, order and advantages. Screenshots at 1280×800 and
+// 390×844 go to test-results/screenshots/ (`run-groups-*.png`, `runs-mean-reward-*.png`,
 // `group-*.png`).
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RunAggregates } from "../../src/registry/aggregates.js";
 import { rewardOf } from "../../src/registry/rewards.js";
+import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
 import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
@@ -145,6 +149,7 @@ interface GroupsPage {
   finished_groups: number;
   zero_variance_groups: number;
   zero_variance_share: number | null;
+  zero_variance_trend: ZeroVarianceTrend;
   groups: Array<{
     id: string;
     task: string | null;
@@ -244,6 +249,25 @@ async function waitSolveRates(page: Page, key: keyof Scores, threshold: number):
   );
 }
 
+/** The run's aggregates once every rollout's rewards reached the index (a live one's turn waits for its flush). */
+async function scoredAll(): Promise<RunAggregates> {
+  const end = Date.now() + 15_000;
+  for (;;) {
+    const a = (await api<{ aggregates: RunAggregates }>(`/v1/runs/${RUN}`)).aggregates;
+    if (a.rewards.correct?.count === rollouts.length || Date.now() > end) return a;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The dashboard's number format (dom.ts fmtNumber): integers as they are, else 3 decimals. */
+const fmt = (v: number) => (Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000));
+
+async function waitAttr(page: Page, selector: string, attr: string, value: string): Promise<void> {
+  await page.waitForFunction(([sel, a, v]) => (globalThis as any).document.querySelector(sel)?.getAttribute(a) === v, [selector, attr, value] as const, {
+    timeout: 15_000,
+  });
+}
+
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const pstd = (xs: number[]) => Math.sqrt(mean(xs.map((x) => (x - mean(xs)) ** 2)));
 
@@ -267,6 +291,45 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     const tile = page.locator('.stat[data-stat="zero_variance"]');
     expect(await tile.locator(".stat-value").innerText()).toBe("25%");
     expect(await tile.locator(".stat-sub").innerText()).toBe(`${ZERO.size} of ${GROUPS} finished groups`);
+
+    // its trend in the tile: every group completed within the last hour, the share now the tile's
+    const agg = await scoredAll();
+    expect(agg.groups!.trend!.completed.reduce((a, b) => a + b, 0)).toBe(GROUPS);
+    expect(agg.groups!.trend!.cumulative_share.at(-1)).toBe(ZERO.size / GROUPS);
+    const zv = "#zero-variance-trend svg.zv-spark";
+    await waitAttr(page, zv, "data-completed", String(GROUPS));
+    expect(await page.locator(zv).getAttribute("data-zero")).toBe(String(ZERO.size));
+    expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / GROUPS));
+    expect(await page.locator(`${zv} rect.zv-bar`).count()).toBeGreaterThan(0);
+
+    // the reward trend beside the throughput: `correct` per minute over the finished rollouts
+    const finishedCorrect = rollouts.filter((r) => r.outcome === "finished").map((r) => r.scores.correct);
+    const trend = agg.reward_trend!.keys.correct!;
+    expect(trend.count.reduce((a, b) => a + b, 0)).toBe(finishedCorrect.length);
+    const line = page.locator('#reward-trend path.trend-line[data-key="correct"]');
+    expect(await line.getAttribute("data-points")).toBe(String(trend.mean.filter((v) => v !== null).length));
+    expect(await line.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+ L/);
+    expect(Number(await page.locator('#reward-trend [data-stat="correct"]').getAttribute("data-mean"))).toBeCloseTo(mean(finishedCorrect), 9);
+    expect(await page.locator('#reward-trend path.trend-line[data-key="format"]').count()).toBe(1);
+
+    // the histograms: finished rollouts only by default; "include failed / refused" counts every one
+    const fin = agg.finished_rewards.correct!;
+    const all = agg.rewards.correct!;
+    expect([fin.count, all.count]).toEqual([finishedCorrect.length, rollouts.length]);
+    expect(fin.mean).toBeCloseTo(mean(finishedCorrect), 9);
+    expect(fmt(fin.mean)).not.toBe(fmt(all.mean));
+    const hist = page.locator('.hist[data-key="correct"]');
+    const histMean = () => hist.locator('[data-stat="mean"] dd').innerText();
+    expect(await page.locator("#rewards-include-all").isChecked()).toBe(false);
+    expect(await hist.getAttribute("data-count")).toBe(String(fin.count));
+    expect(await histMean()).toBe(fmt(fin.mean));
+    await page.check("#rewards-include-all");
+    await waitAttr(page, '.hist[data-key="correct"]', "data-count", String(all.count));
+    expect(await histMean()).toBe(fmt(all.mean));
+    expect(await page.locator("#run-charts").getAttribute("data-rewards")).toBe("all");
+    await page.uncheck("#rewards-include-all");
+    await waitAttr(page, '.hist[data-key="correct"]', "data-count", String(fin.count));
+    expect(await histMean()).toBe(fmt(fin.mean));
 
     // groups: by spread (the default), 10 rows, then the rest with "show more", in the relay's order
     const bySpread = first.groups.map((g) => g.id);
@@ -338,7 +401,38 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(after.zero_variance_share).toBe(ZERO.size / (GROUPS + 1));
     await waitZeroShare(page, after.zero_variance_share);
     expect(await tile.locator(".stat-value").innerText()).toBe(`${Math.round((ZERO.size / (GROUPS + 1)) * 1000) / 10}%`);
+    // the trend follows: one more group completed this hour, and the same in the groups page's trend
+    await waitAttr(page, zv, "data-completed", String(GROUPS + 1));
+    expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / (GROUPS + 1)));
+    expect(after.zero_variance_trend.cumulative_share.at(-1)).toBe(ZERO.size / (GROUPS + 1));
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
+    expect(errors).toEqual([]);
+    await context.close();
+    console.error(`[groups] screenshots: ${shots.join(", ")}`);
+  });
+
+  it("the runs list shows the run's mean reward over its finished rollouts", async () => {
+    const finished = rollouts.filter((r) => r.outcome === "finished").map((r) => r.scores.correct);
+    // the run's index writes its directory row within a second of a change
+    let listed: { mean_rewards?: Record<string, number> } | undefined;
+    const end = Date.now() + 15_000;
+    for (;;) {
+      const dir = await api<{ runs: Array<{ run: string; finished: number; mean_rewards?: Record<string, number> }> }>(`/v1/runs?prefix=${RUN}`);
+      listed = dir.runs.find((r) => r.run === RUN && r.finished === finished.length);
+      if (listed || Date.now() > end) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(listed?.mean_rewards?.correct).toBeCloseTo(mean(finished), 9);
+    expect(Object.keys(listed!.mean_rewards!)).toEqual(["correct", "format"]);
+    const { context, page, errors } = await open("/");
+    await waitConnection(page, "live");
+    // no key named `reward`: the first by name
+    const cell = `.run-row[data-run="${RUN}"] .cell-mean`;
+    await waitAttr(page, cell, "data-value", String(listed!.mean_rewards!.correct));
+    expect(await page.locator(cell).getAttribute("data-key")).toBe("correct");
+    expect(await page.locator(`${cell} .count-v`).innerText()).toBe(fmt(listed!.mean_rewards!.correct!));
+    expect(await page.locator(".run-head").innerText()).toMatch(/mean reward/i);
+    const shots = await shoot(page, "runs-mean-reward");
     expect(errors).toEqual([]);
     await context.close();
     console.error(`[groups] screenshots: ${shots.join(", ")}`);

@@ -105,7 +105,7 @@ function meanStd(s: RewardStats | undefined): string {
   return s ? `${num(s.mean)}±${num(s.std)}` : "-";
 }
 
-function num(x: number, digits = 3): string {
+export function num(x: number, digits = 3): string {
   return Number.isFinite(x) ? x.toFixed(digits) : String(x);
 }
 
@@ -116,13 +116,13 @@ function signed(x: number, digits = 3): string {
   return `+${s}`;
 }
 
-function clip(s: string, width: number): string {
+export function clip(s: string, width: number): string {
   const one = s.replace(/\s+/g, " ").trim();
   return one.length > width ? `${one.slice(0, width - 1)}…` : one;
 }
 
 /** Columns padded to their widest cell (those in `right` aligned right), two spaces apart. */
-function table(head: string[], rows: string[][], right: Set<number>): string[] {
+export function table(head: string[], rows: string[][], right: Set<number>): string[] {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) =>
     cells

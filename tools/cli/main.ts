@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, token.
+// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, episodes, token.
 import { parseOptions, UsageError } from "../parse-options.js";
+import { episodes, parseEpisodesArgs } from "./episodes.js";
 import { get, getRun } from "./get.js";
 import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
@@ -19,6 +20,12 @@ const USAGE = `usage: episode-relay <command> ...
                                                  zero-variance share and per group its size and reward mean±std
   groups --run R --group G URL [--json] [--token T]
                                                  the group's rollouts, best reward first, with their advantages
+  episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated] [--errored|--no-error]
+           [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N] [--sort updated|reward] [--limit N]
+           [--json] [--token T]                  run R's episodes that pass every filter given (--reward: up to 4
+                                                 keys, either bound may be left out, e.g. correct:1.. or format:..0.5):
+                                                 id, status, reward, turns, tokens, task, stop; --json: JSON lines;
+                                                 --limit N: the first N only
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
@@ -67,6 +74,7 @@ async function main(argv: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (command === "episodes") return await episodesMain(rest);
   if (command !== "tail" && command !== "push" && command !== "get" && command !== "groups") {
     console.error(`${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`);
     return 2;
@@ -116,6 +124,23 @@ async function main(argv: string[]): Promise<number> {
   }
   console.error(USAGE);
   return 2;
+}
+
+/** `episodes` reads its own options (its filters mean nothing to the other commands). */
+async function episodesMain(argv: string[]): Promise<number> {
+  let a: ReturnType<typeof parseEpisodesArgs>;
+  try {
+    a = parseEpisodesArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    return usage("episodes", e.message);
+  }
+  try {
+    return await episodes(parseBase(a.url), { ...a, token: a.token ?? process.env.RELAY_TOKEN });
+  } catch (e) {
+    console.error(`episode-relay episodes: ${(e as Error).message}`);
+    return 1;
+  }
 }
 
 process.exitCode = await main(process.argv.slice(2));

@@ -13,11 +13,14 @@
 - :func:`fetch_groups` / :func:`fetch_groups_page` / :func:`fetch_group`: a run's groups (the
   rollouts sharing the reply head's ``group.id``), the zero-variance share, and one group's
   rollouts with their advantages.
+- :func:`list_episodes` / :func:`fetch_episodes_page`: a run's episodes filtered by status, task,
+  stop condition, truncated, errored, reward ranges, turns and tokens (following the cursors).
 """
 
 from .bulk import fetch_run
+from .episodes import EpisodeEntry, EpisodesPage, fetch_episodes_page, list_episodes
 from .forwarder import RelayForwarder
-from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, fetch_group, fetch_groups, fetch_groups_page
+from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
 from .sink import RelaySink
@@ -36,6 +39,11 @@ __all__ = [
     "GroupSummary",
     "GroupDetail",
     "GroupRollout",
+    "ZeroVarianceTrend",
+    "list_episodes",
+    "fetch_episodes_page",
+    "EpisodeEntry",
+    "EpisodesPage",
     "RelayError",
     "FinishMismatch",
     "DeltaChannel",

@@ -2,7 +2,8 @@
 
 A *group* is the rollouts of a run that share the reply head's ``group.id`` (GRPO's group; while
 a rollout is live, its task key stands in). The list answers the run's numbers (``groups_total``,
-``finished_groups``, ``zero_variance_groups``, ``zero_variance_share``) and a page of group
+``finished_groups``, ``zero_variance_groups``, ``zero_variance_share``, and per minute over the
+last hour ``zero_variance_trend``) and a page of group
 summaries (per reward key ``mean``, ``std``, ``min``, ``max`` over the finished rollouts); one
 group answers its summary plus its rollouts, best reward first, each with its advantage per
 reward key (``raw``: the score less the group's mean; ``normalized``: that over the group's std,
@@ -48,6 +49,18 @@ class GroupSummary(TypedDict):
     spread: Optional[float]
 
 
+class ZeroVarianceTrend(TypedDict):
+    """The last hour, per minute, oldest first (``start``: the first minute, ISO): groups that
+    completed then, how many of them had zero variance, that share (None: none completed), and the
+    run's share as it stood at the end of the minute (None: no group completed by then)."""
+
+    start: str
+    completed: List[int]
+    zero_variance: List[int]
+    share: List[Optional[float]]
+    cumulative_share: List[Optional[float]]
+
+
 class GroupsPage(TypedDict):
     """One page of a run's groups, with the run's numbers; ``cursor`` is None on the last page."""
 
@@ -56,6 +69,7 @@ class GroupsPage(TypedDict):
     finished_groups: int
     zero_variance_groups: int
     zero_variance_share: Optional[float]
+    zero_variance_trend: ZeroVarianceTrend
     groups: List[GroupSummary]
     cursor: Optional[str]
 

@@ -1,0 +1,143 @@
+// A page of a run's episode list, read from SQLite without scanning the run (a run may hold
+// 100,000 rows). Each page walks one index in the list's order from the cursor on:
+//  - sorted by update, the index of the most selective filter given (task, stop condition,
+//    truncated, errored, status: schemas.ts v4), so a page of those reads about a page of rows;
+//  - sorted by reward, the reward index (rewarded rows, then those without a reward).
+// Every other condition (the rest of the filters, a prefix, the viewer's scope) is checked on the
+// rows the walk passes, and a walk stops after SCAN_BUDGET rows: a rare match then gives a short
+// page whose cursor continues where the walk stopped, instead of a request that reads the run.
+
+import type { IndexRow } from "./entry.js";
+import type { RowFilter } from "./row-filter.js";
+import type { ListCursor, ListQuery, Scope } from "./rows.js";
+import { rowOf, type SqlRow } from "./sql-row.js";
+
+/** Rows one page may walk past (matching or not). */
+export const SCAN_BUDGET = 1000;
+
+export interface EpisodePage {
+  /** At most `q.limit` rows, in the sort's order. */
+  rows: IndexRow[];
+  /** Where the next page starts; null when the walk reached the end. */
+  next: ListCursor | null;
+  /** Rows walked past to make this page. */
+  searched: number;
+}
+
+/** One index walk: its index, its range (a filter's value and the cursor), its order. */
+interface Walk {
+  index: string;
+  where: string[];
+  args: SqlStorageValue[];
+  order: string;
+}
+
+/** The row as walked: all columns, and whether it passes every condition. */
+type WalkedRow = SqlRow & { ok: number };
+
+export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
+  const check = conditions(q, scope);
+  const rows: IndexRow[] = [];
+  let searched = 0;
+  let last: ListCursor | null = null;
+  for (const walk of walksOf(q)) {
+    const room = budget - searched;
+    const cursor = sql.exec<WalkedRow>(
+      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
+       ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
+      ...check.args,
+      ...walk.args,
+      room,
+    );
+    let walked = 0;
+    for (const r of cursor) {
+      walked++;
+      if (r.ok === 1) {
+        // one match past the page only says there is more: the page ends at the one before
+        if (rows.length === q.limit) return { rows, next: last, searched: searched + walked };
+        rows.push(rowOf(r));
+      }
+      last = { key: q.sort === "updated" ? r.updated : r.reward, id: r.id };
+    }
+    searched += walked;
+    // the walk stopped on the budget, not at the end of its index: the next page goes on from here
+    if (walked === room) return { rows, next: last, searched };
+  }
+  return { rows, next: null, searched };
+}
+
+/** The walks a page makes, in order, from `q.after` on. */
+function walksOf(q: ListQuery): Walk[] {
+  const after = q.after;
+  if (q.sort === "updated") {
+    const walk = drivingWalk(q.filter, q.status);
+    if (after !== null) {
+      walk.where.push("(updated, id) < (?, ?)");
+      walk.args.push(after.key, after.id);
+    }
+    return [walk];
+  }
+  // reward: SQLite orders NULL last under DESC, so the rewarded rows come first, then the rest by id
+  const order = "reward DESC, id DESC";
+  const rewarded: Walk = { index: "rows_by_reward", where: ["reward IS NOT NULL"], args: [], order };
+  const unrewarded: Walk = { index: "rows_by_reward", where: ["reward IS NULL"], args: [], order };
+  if (after === null) return [rewarded, unrewarded];
+  if (after.key === null) {
+    unrewarded.where.push("id < ?");
+    unrewarded.args.push(after.id);
+    return [unrewarded];
+  }
+  rewarded.where.push("(reward, id) < (?, ?)");
+  rewarded.args.push(after.key, after.id);
+  return [rewarded, unrewarded];
+}
+
+/** Sorted by update: the index of the first filter given that has one, else all rows by update. */
+function drivingWalk(f: RowFilter, status: string | null): Walk {
+  const order = "updated DESC, id DESC";
+  if (f.task !== null) return { index: "rows_by_task", where: ["task = ?"], args: [f.task], order };
+  if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };
+  if (f.truncated === true) return { index: "rows_truncated", where: ["truncated = 1"], args: [], order };
+  if (f.errored === true) return { index: "rows_errored", where: ["error IS NOT NULL"], args: [], order };
+  if (status !== null) return { index: "rows_by_status", where: ["status = ?"], args: [status], order };
+  return { index: "rows_by_updated", where: [], args: [], order };
+}
+
+/** Every condition of the query as one SQL expression (checked on each walked row; "1" when none). */
+function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorageValue[] } {
+  const parts: string[] = [];
+  const args: SqlStorageValue[] = [];
+  const add = (part: string, ...values: SqlStorageValue[]) => {
+    parts.push(part);
+    args.push(...values);
+  };
+  const f = q.filter;
+  if (q.status !== null) add("rows.status = ?", q.status);
+  if (q.prefix !== null) add("substr(rows.id, 1, ?) = ?", q.prefix.length, q.prefix);
+  if (f.task !== null) add("rows.task = ?", f.task);
+  if (f.stop !== null) add("rows.stop = ?", f.stop);
+  if (f.truncated !== null) add(f.truncated ? "rows.truncated = 1" : "COALESCE(rows.truncated, 0) = 0");
+  if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
+  if (f.minTurns !== null) add("rows.calls >= ?", f.minTurns);
+  if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);
+  for (const r of f.rewards) {
+    // scores holds each row's scores by key (index-store.ts): one primary-key lookup per walked row
+    add(
+      "EXISTS (SELECT 1 FROM scores s WHERE s.id = rows.id AND s.key = ? AND s.score >= ? AND s.score <= ?)",
+      r.key,
+      r.min ?? -Number.MAX_VALUE,
+      r.max ?? Number.MAX_VALUE,
+    );
+  }
+  if (scope !== null) {
+    // the patterns travel as one JSON parameter: exact ids, or PREFIX*; json_each has an `id` column of its own
+    add(
+      `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
+        CASE WHEN substr(p.value, -1) = '*'
+          THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
+          ELSE rows.id = p.value END)`,
+      JSON.stringify(scope),
+    );
+  }
+  return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };
+}

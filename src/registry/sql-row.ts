@@ -1,0 +1,39 @@
+// A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
+
+import type { Json } from "../wire/json-view.js";
+import type { IndexRow } from "./entry.js";
+
+/** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
+export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name"> & {
+  status: string;
+  rewards: string | null;
+  reward: number | null;
+  task: string | null;
+  grp: string | null;
+  stop: string | null;
+  truncated: number | null;
+  run_name: string | null;
+} & Record<string, SqlStorageValue>;
+
+export function rowOf(r: SqlRow): IndexRow {
+  return {
+    id: r.id,
+    run: r.run,
+    status: r.status as IndexRow["status"],
+    created: r.created,
+    updated: r.updated,
+    ended: r.ended,
+    seq: r.seq,
+    traces: r.traces,
+    nodes: r.nodes,
+    calls: r.calls,
+    tokens: r.tokens,
+    rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+    error: r.error,
+    task: r.task,
+    group: r.grp,
+    stop_condition: r.stop,
+    truncated: r.truncated === 1,
+    run_name: r.run_name,
+  };
+}

@@ -1,0 +1,46 @@
+// What the browser tests do with a page: open one (collecting its errors), and screenshot it at
+// desktop and phone size (no sideways scroll on the phone).
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { expect } from "vitest";
+
+export const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
+export const DESKTOP = { width: 1280, height: 800 };
+export const PHONE = { width: 390, height: 844 };
+
+/** A fresh context at desktop size on `url`; `errors` collects page errors and console errors (not socket noise). */
+export async function openPage(browser: Browser, url: string): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
+  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text())) errors.push(msg.text());
+  });
+  await page.goto(url);
+  return { context, page, errors };
+}
+
+const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+
+/** `name-desktop.png` and `name-phone.png`, full page, in SHOTS; both written and non-empty. */
+export async function shoot(page: Page, name: string): Promise<string[]> {
+  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
+  await page.setViewportSize(DESKTOP);
+  await page.waitForTimeout(150);
+  const desktop = join(SHOTS, `${name}-desktop.png`);
+  await page.screenshot({ path: desktop, fullPage: true });
+  await page.setViewportSize(PHONE);
+  await page.waitForTimeout(150);
+  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
+  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
+  const phone = join(SHOTS, `${name}-phone.png`);
+  await page.screenshot({ path: phone, fullPage: true });
+  await page.setViewportSize(DESKTOP);
+  for (const file of [desktop, phone]) {
+    expect(existsSync(file), file).toBe(true);
+    expect(statSync(file).size, file).toBeGreaterThan(0);
+  }
+  return [desktop, phone];
+}

@@ -1,0 +1,126 @@
+// The episode list's filter parameters (src/registry/row-filter.ts): parsing, refusing, writing
+// back, and matching a row the way the index's SQL does (that agreement is checked at 100,000 rows
+// in test/workers/list-filters.test.ts).
+import { describe, expect, it } from "vitest";
+import { RelayError } from "../../src/http/errors.js";
+import type { IndexRow } from "../../src/registry/entry.js";
+import { filterParams, isFiltered, NO_FILTER, parseRowFilter, rowMatches, type RowFilter } from "../../src/registry/row-filter.js";
+
+const parse = (q: string) => parseRowFilter(new URLSearchParams(q));
+
+function row(over: Partial<IndexRow> = {}): IndexRow {
+  return {
+    id: "r:e1",
+    run: "r",
+    status: "finished",
+    created: 1,
+    updated: 2,
+    ended: 2,
+    seq: 3,
+    traces: 1,
+    nodes: 4,
+    calls: 3,
+    tokens: 500,
+    rewards: { correct: { score: 1, weight: 1 }, format: { score: 0.25, weight: 0.5 } },
+    error: null,
+    task: "t1",
+    group: "g1",
+    stop_condition: "agent_completed",
+    truncated: false,
+    run_name: null,
+    ...over,
+  };
+}
+
+describe("parseRowFilter", () => {
+  it("reads every filter, and nothing as no filter", () => {
+    expect(parse("")).toEqual(NO_FILTER);
+    expect(isFiltered(parse("status=live&limit=3"))).toBe(false);
+    expect(parse("task=t1&stop=max_turns&truncated=1&errored=false&reward=correct:0.5..1&reward=format:..0.25&min_turns=3&min_tokens=100")).toEqual({
+      task: "t1",
+      stop: "max_turns",
+      truncated: true,
+      errored: false,
+      rewards: [
+        { key: "correct", min: 0.5, max: 1 },
+        { key: "format", min: null, max: 0.25 },
+      ],
+      minTurns: 3,
+      minTokens: 100,
+    });
+  });
+
+  it("takes a reward key with colons (the bounds follow the last one) and exponents", () => {
+    expect(parse("reward=judge:v2:-1e-3..2E1").rewards).toEqual([{ key: "judge:v2", min: -0.001, max: 20 }]);
+  });
+
+  it("refuses bad values with bad_filter naming the parameter", () => {
+    for (const [q, field] of [
+      ["truncated=yes", "truncated"],
+      ["errored=2", "errored"],
+      ["min_turns=1.5", "min_turns"],
+      ["min_tokens=-3", "min_tokens"],
+      ["task=a%0Ab", "task"],
+      [`stop=${"x".repeat(257)}`, "stop"],
+      ["reward=correct", "reward"],
+      ["reward=:0..1", "reward"],
+      ["reward=correct:0..1..2", "reward"],
+      ["reward=correct:1..0", "reward"],
+      ["reward=correct:abc..", "reward"],
+      ["reward=correct:Infinity..", "reward"],
+      ["reward=correct:0..&reward=correct:..1", "reward"],
+      ["reward=a:..&reward=b:..&reward=c:..&reward=d:..&reward=e:..", "reward"],
+    ] as const) {
+      let caught: unknown = null;
+      try {
+        parse(q);
+      } catch (e) {
+        caught = e;
+      }
+      expect(caught, q).toBeInstanceOf(RelayError);
+      expect((caught as RelayError).code, q).toBe("bad_filter");
+      expect((caught as RelayError).field, q).toBe(field);
+      expect((caught as RelayError).status, q).toBe(400);
+    }
+  });
+
+  it("filterParams writes what parseRowFilter reads", () => {
+    const f = parse("task=t%20one&truncated=0&errored=1&reward=correct:0.5..&reward=format:..1&min_turns=0&min_tokens=7");
+    expect(parseRowFilter(new URLSearchParams(filterParams(f)))).toEqual(f);
+    expect(filterParams(NO_FILTER)).toEqual([]);
+  });
+});
+
+describe("rowMatches", () => {
+  const f = (q: string): RowFilter => parse(q);
+
+  it("each filter on its own", () => {
+    expect(rowMatches(row(), NO_FILTER)).toBe(true);
+    expect(rowMatches(row(), f("task=t1"))).toBe(true);
+    expect(rowMatches(row(), f("task=t2"))).toBe(false);
+    expect(rowMatches(row({ task: null }), f("task=t1"))).toBe(false);
+    expect(rowMatches(row(), f("stop=agent_completed"))).toBe(true);
+    expect(rowMatches(row({ stop_condition: null }), f("stop=agent_completed"))).toBe(false);
+    expect(rowMatches(row(), f("truncated=0"))).toBe(true);
+    expect(rowMatches(row({ truncated: true }), f("truncated=1"))).toBe(true);
+    // rows from older releases carry no `truncated`: not truncated
+    expect(rowMatches(row({ truncated: undefined }), f("truncated=0"))).toBe(true);
+    expect(rowMatches(row({ status: "failed", error: "crashed" }), f("errored=1"))).toBe(true);
+    expect(rowMatches(row(), f("errored=1"))).toBe(false);
+    expect(rowMatches(row(), f("min_turns=3"))).toBe(true);
+    expect(rowMatches(row(), f("min_turns=4"))).toBe(false);
+    expect(rowMatches(row(), f("min_tokens=500"))).toBe(true);
+    expect(rowMatches(row(), f("min_tokens=501"))).toBe(false);
+  });
+
+  it("reward ranges are inclusive, need the key's score, and all must hold", () => {
+    expect(rowMatches(row(), f("reward=correct:1..1"))).toBe(true);
+    expect(rowMatches(row(), f("reward=correct:..0.99"))).toBe(false);
+    expect(rowMatches(row(), f("reward=format:0.25..&reward=correct:1.."))).toBe(true);
+    expect(rowMatches(row(), f("reward=format:0.3..&reward=correct:1.."))).toBe(false);
+    expect(rowMatches(row(), f("reward=speed:..10"))).toBe(false);
+    expect(rowMatches(row({ rewards: null }), f("reward=correct:.."))).toBe(false);
+    // a bare number is one reward named "reward"
+    expect(rowMatches(row({ rewards: 0.5 }), f("reward=reward:0.5..0.5"))).toBe(true);
+  });
+});

@@ -1,0 +1,137 @@
+// `episode-relay episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]
+// [--errored|--no-error] [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N]
+// [--sort updated|reward] [--limit N] [--json] [--token T]`: run R's episodes that pass the filters
+// (`GET /v1/runs/{run}/episodes`), one line each: id, status, reward, turns, tokens, task, stop
+// condition (and error), or with --json one JSON line each as the relay lists it. Every page is
+// followed to the end (a short page with a cursor is not the end), or until --limit episodes.
+// The filters are read with the relay's own parser (src/registry/row-filter.ts), so a bad value is
+// a usage error here, with the relay's rule, before anything is sent.
+import { type EpisodeSort, type IndexEntry, type IndexStatus, listEpisodes, type RowFilter } from "../../clients/typescript/episodes.js";
+import { RelayError } from "../../src/http/errors.js";
+import { INDEX_STATUSES } from "../../src/registry/entry.js";
+import { parseRowFilter } from "../../src/registry/row-filter.js";
+import { parseOptions, UsageError } from "../parse-options.js";
+import { clip, num, table } from "./groups.js";
+import { CLI_HINTS } from "./hints.js";
+
+const SORTS = { updated: true, reward: true } as const satisfies Record<EpisodeSort, true>;
+export const EPISODE_SORTS = Object.keys(SORTS) as EpisodeSort[];
+
+/** Episodes per request (the relay's maximum). */
+const PAGE = 500;
+
+export interface EpisodesArgs {
+  /** The relay's base URL as given (parseBase checks it). */
+  url: string;
+  run: string;
+  token?: string;
+  status?: IndexStatus;
+  filter: RowFilter;
+  sort?: EpisodeSort;
+  /** At most this many episodes (all when absent). */
+  limit?: number;
+  json: boolean;
+}
+
+/** The relay's parameter as a flag of this command. */
+const FLAGS: Record<string, string> = {
+  task: "--task",
+  stop: "--stop",
+  truncated: "--truncated",
+  errored: "--errored",
+  reward: "--reward",
+  min_turns: "--min-turns",
+  min_tokens: "--min-tokens",
+};
+
+/** `episodes`' command line (after the command); throws UsageError. */
+export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
+  const { values: o, positionals } = parseOptions({
+    args: argv,
+    options: {
+      run: { type: "string" },
+      token: { type: "string" },
+      status: { type: "string" },
+      task: { type: "string" },
+      stop: { type: "string" },
+      truncated: { type: "boolean" },
+      "not-truncated": { type: "boolean" },
+      errored: { type: "boolean" },
+      "no-error": { type: "boolean" },
+      reward: { type: "string", multiple: true },
+      "min-turns": { type: "string" },
+      "min-tokens": { type: "string" },
+      sort: { type: "string" },
+      limit: { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+    allowPositionals: true,
+  });
+  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`);
+  if (o.run === undefined) throw new UsageError("--run R is required");
+  if (o.truncated && o["not-truncated"]) throw new UsageError("--truncated and --not-truncated exclude each other");
+  if (o.errored && o["no-error"]) throw new UsageError("--errored and --no-error exclude each other");
+  const status = o.status as IndexStatus | undefined;
+  if (status !== undefined && !INDEX_STATUSES.includes(status))
+    throw new UsageError(`--status: expected one of ${INDEX_STATUSES.join(", ")}, got ${JSON.stringify(o.status)}`);
+  const sort = o.sort as EpisodeSort | undefined;
+  if (sort !== undefined && !EPISODE_SORTS.includes(sort))
+    throw new UsageError(`--sort: expected one of ${EPISODE_SORTS.join(", ")}, got ${JSON.stringify(o.sort)}`);
+  let limit: number | undefined;
+  if (o.limit !== undefined) {
+    limit = /^\d{1,9}$/.test(o.limit) ? Number(o.limit) : 0;
+    if (limit < 1) throw new UsageError(`--limit: expected a whole number from 1, got ${JSON.stringify(o.limit)}`);
+  }
+  for (const name of ["task", "stop"] as const) if (o[name] === "") throw new UsageError(`--${name} needs a value`);
+  // the flags as the relay's parameters, read by the relay's own parser
+  const params = new URLSearchParams();
+  if (o.task !== undefined) params.set("task", o.task);
+  if (o.stop !== undefined) params.set("stop", o.stop);
+  if (o.truncated || o["not-truncated"]) params.set("truncated", o.truncated ? "1" : "0");
+  if (o.errored || o["no-error"]) params.set("errored", o.errored ? "1" : "0");
+  for (const r of o.reward ?? []) params.append("reward", r);
+  if (o["min-turns"] !== undefined) params.set("min_turns", o["min-turns"]);
+  if (o["min-tokens"] !== undefined) params.set("min_tokens", o["min-tokens"]);
+  let filter: RowFilter;
+  try {
+    filter = parseRowFilter(params);
+  } catch (e) {
+    if (!(e instanceof RelayError)) throw e;
+    throw new UsageError(`${FLAGS[e.field ?? ""] ?? e.field}: ${e.message}`);
+  }
+  return { url: positionals[0]!, run: o.run, token: o.token, status, filter, sort, limit, json: o.json };
+}
+
+/** Lists the episodes (text or JSON lines); 0 when done. Refusals and failures throw. */
+export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
+  const pageSize = Math.min(a.limit ?? PAGE, PAGE);
+  const found: IndexEntry[] = [];
+  let count = 0;
+  let stopped = false;
+  for await (const e of listEpisodes(base, a.run, { token: a.token, status: a.status, filter: a.filter, sort: a.sort, limit: pageSize, hints: CLI_HINTS })) {
+    if (a.json) process.stdout.write(`${JSON.stringify(e)}\n`);
+    else found.push(e);
+    if (a.limit !== undefined && ++count >= a.limit) {
+      stopped = true;
+      break;
+    }
+  }
+  if (a.json) return 0;
+  const more = stopped ? ` (stopped at --limit ${a.limit})` : "";
+  console.log(`run ${a.run}: ${found.length} episode(s)${more}`);
+  if (found.length === 0) return 0;
+  const head = ["id", "status", "reward", "turns", "tokens", "task", "stop", "error"];
+  const rows = found.map((e) => [
+    e.id,
+    e.status,
+    e.reward === null ? "-" : num(e.reward),
+    String(e.calls),
+    String(e.tokens),
+    clip(e.task ?? "-", 32),
+    `${e.stop_condition ?? "-"}${e.truncated ? " (truncated)" : ""}`,
+    e.error === null ? "" : clip(e.error, 40),
+  ]);
+  console.log("");
+  for (const line of table(head, rows, new Set([2, 3, 4]))) console.log(line);
+  return 0;
+}
