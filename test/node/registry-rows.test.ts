@@ -1,6 +1,7 @@
 // The episode index's pure query parts (src/registry/rows.ts): `?status=&prefix=&limit=&cursor=`
 // parsing with its error codes, the opaque cursor, and scope checks with exact ids and PREFIX*
 // patterns.
+import { NO_FILTER } from "../../src/registry/row-filter.js";
 import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/http/errors.js";
 import {
@@ -57,9 +58,10 @@ describe("parseListQuery: accepted values", () => {
     expect(q(query)).toMatchObject(expected);
   });
 
-  it("returns exactly the five fields", () => {
-    expect(q("status=failed&prefix=x&limit=3&cursor=" + rawCursor('[5,"x1"]'))).toStrictEqual({
+  it("returns exactly the six fields (the filters: row-filter.ts)", () => {
+    expect(q("status=failed&prefix=x&task=t1&limit=3&cursor=" + rawCursor('[5,"x1"]'))).toStrictEqual({
       status: "failed",
+      filter: { ...NO_FILTER, task: "t1" },
       prefix: "x",
       limit: 3,
       sort: "updated",
