@@ -54,9 +54,11 @@ export const DO_REQUEST: Price = {
   quote: "1 million, + $0.15/million; includes HTTP requests, RPC sessions, WebSocket messages, and alarm invocations",
 };
 
-/** Inbound WebSocket messages per billed request (outbound ones and protocol pings are free). */
+/**
+ * Inbound WebSocket messages per billed request (outbound ones and protocol pings are free): the
+ * Durable Objects page (DO above), footnote 2: "a 20:1 ratio is applied to incoming WebSocket messages".
+ */
 export const WS_IN_PER_REQUEST = 20;
-export const WS_IN_SOURCE = `${DO} (footnote 2: "a 20:1 ratio is applied to incoming WebSocket messages")`;
 
 /** Durable Objects: duration, wall-clock while active, for the 128 MB every object is billed. */
 export const DO_GB_S: Price = {

@@ -43,6 +43,7 @@ import { ProducerCursor } from "../src/envelope/producer.js";
 import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../src/registry/aggregates.js";
 import type { IndexEntry, IndexRow } from "../src/registry/entry.js";
 import { PUSH_MS, parseRunMessage } from "../src/registry/index-protocol.js";
+import { flushIntervalMs, type IndexPacing, indexPacingFrom } from "../src/limits/vars.js";
 import { F64, LMap, type LValue } from "../src/wire/lossless.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import { sig, type BenchOptions } from "./harness.js";
@@ -315,204 +316,274 @@ interface LoadOptions {
   n: number;
   windowS: number;
   tag: string;
-  flushBase: number;
-  writesPerS: number;
+  /** INDEX_FLUSH_MS and INDEX_WRITES_PER_S as the indexed relay has them. */
+  pacing: IndexPacing;
   log: (m: string) => void;
 }
 
-async function runLoad(t: Target, o: LoadOptions): Promise<LoadFigures> {
-  const { n } = o;
-  const base = t.relay.url;
-  const run = `bench-runscale-${o.tag}-${t.label}-${n}-${process.pid}-${Date.now().toString(36)}`;
-  const errors: string[] = [];
-  const fail = (m: string) => {
-    if (errors.length < 20) errors.push(m);
-  };
-  const clients = Array.from({ length: HTTP_CLIENTS }, () => new HttpClient(base));
-  const eps: Episode[] = Array.from({ length: n }, (_, i) => ({
-    i,
-    id: `${run}:${i}`,
-    ws: null,
-    cursor: new ProducerCursor("bench"),
-    inFlight: [],
-    turns: 0,
-    tokens: 0,
-    seq: 0,
-    status: "live",
-    reward: null,
-  }));
-  const dashboards = Array.from({ length: DASHBOARDS }, (_, k) => new Dashboard(run, n, errors, k === 0));
-  const ackLatencies: number[] = [];
-  const steadyAcks: number[] = [];
-  const startAcks: number[] = [];
-  let t0 = Number.POSITIVE_INFINITY;
-  let closing = false;
-  let inFlight = 0;
+/** What the measured window gave: its length, the client's and relays' CPU, the sends and whether the rate was held. */
+interface WindowFigures {
+  windowMs: number;
+  /** This process's CPU over the window (process.cpuUsage, µs). */
+  cpu: NodeJS.CpuUsage;
+  relayCpuMs: number;
+  idleCpuMs: number;
+  otherCpu: number | undefined;
+  flushTold: number;
+  /** (turn, dashboard) pairs not seen after the window. */
+  unseen: number;
+  sendLate: { p50: number; p99: number };
+  sendsPerS: number;
+  held: boolean;
+}
 
-  const send = (ep: Episode, delta: Uint8Array, tokens: number, measured: boolean, done?: (ok: boolean) => void) => {
+/** After finishing and settling: the listed rows against what was written, the dashboards' and the aggregates'. */
+interface SettleFigures {
+  /** Episodes whose listed row differs from what was written. */
+  wrong: string[];
+  settleMs: number;
+  dashWrong: number;
+  aggDiffs: string[];
+}
+
+async function runLoad(t: Target, o: LoadOptions): Promise<LoadFigures> {
+  const load = new Load(t, o);
+  try {
+    await load.open();
+    const w = await load.measureWindow();
+    await load.finishAll();
+    const settled = await load.settle();
+    return load.figures(w, settled);
+  } finally {
+    await load.close();
+  }
+}
+
+/** One load's run, its episodes (producer sockets) and dashboards, and what they sent and received. */
+class Load {
+  readonly n: number;
+  readonly base: string;
+  readonly run: string;
+  readonly errors: string[] = [];
+  readonly clients: HttpClient[];
+  readonly eps: Episode[];
+  readonly dashboards: Dashboard[];
+  readonly ackLatencies: number[] = [];
+  readonly steadyAcks: number[] = [];
+  readonly startAcks: number[] = [];
+  /** When the measured window opened (turns acked before it are not measured). */
+  t0 = Number.POSITIVE_INFINITY;
+  /** The producer sockets are being closed: a close is no error. */
+  closing = false;
+  inFlight = 0;
+  /** When the last reply was answered. */
+  lastReply = 0;
+
+  constructor(
+    readonly t: Target,
+    readonly o: LoadOptions,
+  ) {
+    this.n = o.n;
+    this.base = t.relay.url;
+    this.run = `bench-runscale-${o.tag}-${t.label}-${o.n}-${process.pid}-${Date.now().toString(36)}`;
+    this.clients = Array.from({ length: HTTP_CLIENTS }, () => new HttpClient(this.base));
+    this.eps = Array.from({ length: o.n }, (_, i) => ({
+      i,
+      id: `${this.run}:${i}`,
+      ws: null,
+      cursor: new ProducerCursor("bench"),
+      inFlight: [],
+      turns: 0,
+      tokens: 0,
+      seq: 0,
+      status: "live",
+      reward: null,
+    }));
+    this.dashboards = Array.from({ length: DASHBOARDS }, (_, k) => new Dashboard(this.run, o.n, this.errors, k === 0));
+  }
+
+  fail(m: string): void {
+    if (this.errors.length < 20) this.errors.push(m);
+  }
+
+  send(ep: Episode, delta: Uint8Array, tokens: number, measured: boolean, done?: (ok: boolean) => void): void {
     const msg = encodeEnvelope(ep.cursor.envelope(delta));
     ep.cursor.acknowledge(); // pipelined (an ack may take longer than a turn): the acked view advances as sent
     ep.inFlight.push({ at: performance.now(), tokens, measured, ...(done ? { done } : {}) });
-    inFlight++;
+    this.inFlight++;
     ep.ws!.send(msg);
-  };
-  const sendAndWait = (ep: Episode, delta: Uint8Array, tokens: number) =>
-    new Promise<boolean>((resolve) => {
-      send(ep, delta, tokens, false, resolve);
-    });
+  }
 
-  const connect = async (ep: Episode) => {
-    ep.ws = await openSocket(wsUrl(base, `/v1/episodes/${ep.id}/ingest`), (ws) => {
-      ws.on("message", (data: Buffer, isBinary: boolean) => {
-        const now = performance.now();
-        const s = ep.inFlight.shift();
-        if (!s) return fail(`${ep.id}: an answer for nothing sent`);
-        inFlight--;
-        let ok = false;
-        try {
-          const a = isBinary ? null : parseAnswer(String(data));
-          if (a?.ok) {
-            ok = true;
-            ep.seq = Math.max(ep.seq, a.seq);
-          } else fail(`${ep.id}: refused: ${String(data).slice(0, 300)}`);
-        } catch (e) {
-          fail(`${ep.id}: ${String(e)}`);
-        }
-        if (ok && s.measured) {
-          ackLatencies.push(now - s.at);
-          (s.at >= t0 + START_MS ? steadyAcks : startAcks).push(now - s.at);
-          if (t.indexed && s.tokens > 0) for (const d of dashboards) d.expect(ep.i, s.tokens, now, s.at);
-        }
-        s.done?.(ok);
-      });
+  sendAndWait(ep: Episode, delta: Uint8Array, tokens: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      this.send(ep, delta, tokens, false, resolve);
+    });
+  }
+
+  /** Episode `ep`'s producer socket: each answer is matched with the oldest message in flight. */
+  async connect(ep: Episode): Promise<void> {
+    ep.ws = await openSocket(wsUrl(this.base, `/v1/episodes/${ep.id}/ingest`), (ws) => {
+      ws.on("message", (data: Buffer, isBinary: boolean) => this.answered(ep, data, isBinary));
       ws.on("close", (code, reason) => {
-        if (!closing) fail(`${ep.id}: producer socket closed ${code} ${String(reason)}`);
+        if (!this.closing) this.fail(`${ep.id}: producer socket closed ${code} ${String(reason)}`);
       });
     });
-  };
+  }
 
-  const until = async (check: () => boolean, timeoutMs: number, step = 50) => {
-    const end = performance.now() + timeoutMs;
-    while (!check() && performance.now() < end) await sleep(step);
-    return check();
-  };
+  private answered(ep: Episode, data: Buffer, isBinary: boolean): void {
+    const now = performance.now();
+    const s = ep.inFlight.shift();
+    if (!s) return this.fail(`${ep.id}: an answer for nothing sent`);
+    this.inFlight--;
+    let ok = false;
+    try {
+      const a = isBinary ? null : parseAnswer(String(data));
+      if (a?.ok) {
+        ok = true;
+        ep.seq = Math.max(ep.seq, a.seq);
+      } else this.fail(`${ep.id}: refused: ${String(data).slice(0, 300)}`);
+    } catch (e) {
+      this.fail(`${ep.id}: ${String(e)}`);
+    }
+    if (ok && s.measured) {
+      this.ackLatencies.push(now - s.at);
+      (s.at >= this.t0 + START_MS ? this.steadyAcks : this.startAcks).push(now - s.at);
+      if (this.t.indexed && s.tokens > 0) for (const d of this.dashboards) d.expect(ep.i, s.tokens, now, s.at);
+    }
+    s.done?.(ok);
+  }
 
-  try {
-    // dashboards first (an empty run's snapshot), then the producers, each opening its trace
-    await Promise.all(dashboards.map((d) => d.connect(base)));
-    for (let k = 0; k < n; k += CONNECT_PARALLEL) {
+  /** Dashboards first (an empty run's snapshot), then the producers, each opening its trace; until every dashboard lists them. */
+  async open(): Promise<void> {
+    await Promise.all(this.dashboards.map((d) => d.connect(this.base)));
+    for (let k = 0; k < this.n; k += CONNECT_PARALLEL) {
       await Promise.all(
-        eps.slice(k, k + CONNECT_PARALLEL).map(async (ep) => {
-          await connect(ep);
-          send(ep, rolloutDelta(0, [["num_total_tokens", 0]]), 0, false);
+        this.eps.slice(k, k + CONNECT_PARALLEL).map(async (ep) => {
+          await this.connect(ep);
+          this.send(ep, rolloutDelta(0, [["num_total_tokens", 0]]), 0, false);
         }),
       );
     }
-    if (!(await until(() => inFlight === 0, ACK_DRAIN_MS))) throw new Error(`${run}: ${inFlight} creations unanswered after ${ACK_DRAIN_MS} ms`);
-    if (!(await until(() => dashboards.every((d) => d.known === n), 60_000))) {
-      throw new Error(`${run}: dashboards list ${dashboards.map((d) => d.known).join("/")} of ${n} episodes 60 s after creation`);
+    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS))) throw new Error(`${this.run}: ${this.inFlight} creations unanswered after ${ACK_DRAIN_MS} ms`);
+    if (!(await until(() => this.dashboards.every((d) => d.known === this.n), 60_000))) {
+      throw new Error(`${this.run}: dashboards list ${this.dashboards.map((d) => d.known).join("/")} of ${this.n} episodes 60 s after creation`);
     }
-    if (errors.length) throw new Error(`${run}: ${errors.join("; ")}`);
+    if (this.errors.length) throw new Error(`${this.run}: ${this.errors.join("; ")}`);
     await sleep(1000);
+  }
 
-    // the measured window: episode i sends turn k at t0 + k s + i/N s
+  /** The measured window: episode i sends turn k at t0 + k s + i/N s; then the acks and the dashboards catch up. */
+  async measureWindow(): Promise<WindowFigures> {
+    const { t, o, n, dashboards } = this;
     const cpu0 = process.cpuUsage();
     const relay0 = cpuMsOf(t.pids);
     const idle0 = cpuMsOf(t.others);
     const foreign = new ForeignCpu();
     foreign.start();
     for (const d of dashboards) d.startMeasuring();
-    t0 = performance.now() + 20;
+    this.t0 = performance.now() + 20;
     const total = o.windowS * n;
-    const late: number[] = [];
-    let lastSend = t0;
-    await new Promise<void>((resolve) => {
-      let p = 0;
-      const tick = () => {
-        let now = performance.now();
-        while (p < total) {
-          const turn = Math.floor(p / n) + 1;
-          const ep = eps[p % n]!;
-          const at = t0 + (turn - 1) * TURN_MS + (ep.i * TURN_MS) / n;
-          if (at > now) break;
-          ep.turns = turn;
-          ep.tokens = tokensAt(ep.i, turn);
-          send(ep, rolloutDelta(turn, [["num_total_tokens", ep.tokens]]), ep.tokens, true);
-          late.push(now - at);
-          p++;
-          now = lastSend = performance.now();
-        }
-        if (p < total) {
-          const turn = Math.floor(p / n) + 1;
-          const at = t0 + (turn - 1) * TURN_MS + ((p % n) * TURN_MS) / n;
-          setTimeout(tick, Math.max(0, at - performance.now()));
-        } else resolve();
-      };
-      setTimeout(tick, Math.max(0, t0 - performance.now()));
-    });
-    const windowMs = Math.max(o.windowS * TURN_MS, lastSend - t0);
+    const { late, lastSend } = await this.sendTurns(total);
+    const windowMs = Math.max(o.windowS * TURN_MS, lastSend - this.t0);
     const cpu = process.cpuUsage(cpu0);
-    const relayCpu = cpuMsOf(t.pids) - relay0;
-    const idleCpu = cpuMsOf(t.others) - idle0;
+    const relayCpuMs = cpuMsOf(t.pids) - relay0;
+    const idleCpuMs = cpuMsOf(t.others) - idle0;
     const otherCpu = foreign.stop();
     for (const d of dashboards) d.measuring = false;
-    const flushTold = Math.max(o.flushBase, Math.ceil((n * 1000) / o.writesPerS));
+    const flushTold = flushIntervalMs(o.pacing, n);
 
-    if (!(await until(() => inFlight === 0, ACK_DRAIN_MS))) fail(`${inFlight} turns unanswered ${ACK_DRAIN_MS} ms after the window`);
+    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS))) this.fail(`${this.inFlight} turns unanswered ${ACK_DRAIN_MS} ms after the window`);
     if (t.indexed) await until(() => dashboards.every((d) => d.pendingCount === 0), flushTold + PUSH_MS + 5000);
     const unseen = dashboards.reduce((a, d) => a + d.pendingCount, 0);
     const sendLate = stats(late);
     const sendsPerS = (total * 1000) / windowMs;
     const held = sendsPerS >= HELD_SHARE * n && sendLate.p99 <= LATE_MS;
     o.log(
-      `runscale: ${t.label} N=${n}: ${Math.round(sendsPerS)} sends/s (late p99 ${sendLate.p99.toFixed(0)} ms), client CPU ${Math.round((cpu.user + cpu.system) / 10 / windowMs)}%, relay CPU ${Math.round((relayCpu * 100) / windowMs)}% (pids ${t.pids.join(",")}; the other relay ${Math.round((idleCpu * 100) / windowMs)}%, other processes ${otherCpu ?? "?"}%)`,
+      `runscale: ${t.label} N=${n}: ${Math.round(sendsPerS)} sends/s (late p99 ${sendLate.p99.toFixed(0)} ms), client CPU ${Math.round((cpu.user + cpu.system) / 10 / windowMs)}%, relay CPU ${Math.round((relayCpuMs * 100) / windowMs)}% (pids ${t.pids.join(",")}; the other relay ${Math.round((idleCpuMs * 100) / windowMs)}%, other processes ${otherCpu ?? "?"}%)`,
     );
+    return { windowMs, cpu, relayCpuMs, idleCpuMs, otherCpu, flushTold, unseen, sendLate, sendsPerS, held };
+  }
 
-    // finish: the last delta sets the rewards, then the reply (a few fail)
+  /** `total` turns on schedule from t0: how late each was sent, and when the last one went. */
+  private sendTurns(total: number): Promise<{ late: number[]; lastSend: number }> {
+    const { n, eps } = this;
+    const late: number[] = [];
+    let lastSend = this.t0;
+    return new Promise((resolve) => {
+      let p = 0;
+      const tick = () => {
+        let now = performance.now();
+        while (p < total) {
+          const turn = Math.floor(p / n) + 1;
+          const ep = eps[p % n]!;
+          const at = this.t0 + (turn - 1) * TURN_MS + (ep.i * TURN_MS) / n;
+          if (at > now) break;
+          ep.turns = turn;
+          ep.tokens = tokensAt(ep.i, turn);
+          this.send(ep, rolloutDelta(turn, [["num_total_tokens", ep.tokens]]), ep.tokens, true);
+          late.push(now - at);
+          p++;
+          now = lastSend = performance.now();
+        }
+        if (p < total) {
+          const turn = Math.floor(p / n) + 1;
+          const at = this.t0 + (turn - 1) * TURN_MS + ((p % n) * TURN_MS) / n;
+          setTimeout(tick, Math.max(0, at - performance.now()));
+        } else resolve({ late, lastSend });
+      };
+      setTimeout(tick, Math.max(0, this.t0 - performance.now()));
+    });
+  }
+
+  /** Finish every episode: the last delta sets the rewards, then the reply (a few fail); then the producer sockets close. */
+  async finishAll(): Promise<void> {
     const finishStart = performance.now();
     let next = 0;
-    let lastReply = 0;
-    const finishOne = async (ep: Episode, client: HttpClient) => {
-      const failed = failsAt(ep.i);
-      if (!failed) {
-        const score = scoreOf(ep.i);
-        const rewards = new LMap([
-          [
-            "correct",
-            new LMap([
-              ["score", new F64(score)],
-              ["weight", 1],
-            ]),
-          ],
-        ]);
-        const set: Array<[string, LValue]> = [
-          ["rewards", rewards],
-          ["is_completed", true],
-        ];
-        if (!(await sendAndWait(ep, setDelta(set), 0))) return;
-        ep.reward = score;
-      }
-      const body = failed ? replyBody({ success: false, error: "bench: the rollout failed" }) : replyBody({ success: true, nodes: ep.turns, calls: ep.turns });
-      const res = await client.request("POST", `/v1/episodes/${ep.id}/reply`, body, { "content-type": "application/msgpack" });
-      lastReply = performance.now();
-      if (res.status !== 200) return fail(`${ep.id}: reply: ${res.status} ${res.body.toString().slice(0, 300)}`);
-      const a = JSON.parse(res.body.toString()) as { ok: boolean; status: string; seq: number };
-      if (a.status !== (failed ? "failed" : "finished")) fail(`${ep.id}: reply answered status ${a.status}`);
-      ep.status = failed ? "failed" : "finished";
-      if (a.seq !== ep.seq) fail(`${ep.id}: reply answered seq ${a.seq}, the last ack said ${ep.seq}`);
-      ep.seq = a.seq;
-    };
     await Promise.all(
       Array.from({ length: FINISH_PARALLEL }, async (_, w) => {
-        const client = clients[w % HTTP_CLIENTS]!;
-        while (next < n) await finishOne(eps[next++]!, client);
+        const client = this.clients[w % HTTP_CLIENTS]!;
+        while (next < this.n) await this.finishOne(this.eps[next++]!, client);
       }),
     );
-    closing = true;
-    await Promise.all(eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)));
-    o.log(`runscale: ${t.label} N=${n}: finished ${n} episodes in ${((performance.now() - finishStart) / 1000).toFixed(1)} s; settling`);
+    this.closing = true;
+    await Promise.all(this.eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)));
+    this.o.log(`runscale: ${this.t.label} N=${this.n}: finished ${this.n} episodes in ${((performance.now() - finishStart) / 1000).toFixed(1)} s; settling`);
+  }
 
-    // settle: the listed rows against what was written
+  private async finishOne(ep: Episode, client: HttpClient): Promise<void> {
+    const failed = failsAt(ep.i);
+    if (!failed) {
+      const score = scoreOf(ep.i);
+      const rewards = new LMap([
+        [
+          "correct",
+          new LMap([
+            ["score", new F64(score)],
+            ["weight", 1],
+          ]),
+        ],
+      ]);
+      const set: Array<[string, LValue]> = [
+        ["rewards", rewards],
+        ["is_completed", true],
+      ];
+      if (!(await this.sendAndWait(ep, setDelta(set), 0))) return;
+      ep.reward = score;
+    }
+    const body = failed ? replyBody({ success: false, error: "bench: the rollout failed" }) : replyBody({ success: true, nodes: ep.turns, calls: ep.turns });
+    const res = await client.request("POST", `/v1/episodes/${ep.id}/reply`, body, { "content-type": "application/msgpack" });
+    this.lastReply = performance.now();
+    if (res.status !== 200) return this.fail(`${ep.id}: reply: ${res.status} ${res.body.toString().slice(0, 300)}`);
+    const a = JSON.parse(res.body.toString()) as { ok: boolean; status: string; seq: number };
+    if (a.status !== (failed ? "failed" : "finished")) this.fail(`${ep.id}: reply answered status ${a.status}`);
+    ep.status = failed ? "failed" : "finished";
+    if (a.seq !== ep.seq) this.fail(`${ep.id}: reply answered seq ${a.seq}, the last ack said ${ep.seq}`);
+    ep.seq = a.seq;
+  }
+
+  /** Settle: the listed rows against what was written (polled up to SETTLE_MS), then the dashboards' last rows and the aggregates. */
+  async settle(): Promise<SettleFigures> {
+    const { eps, dashboards, clients, run } = this;
     const settleStart = performance.now();
     let rows: IndexEntry[] = [];
     let wrong: string[] = [];
@@ -522,7 +593,7 @@ async function runLoad(t: Target, o: LoadOptions): Promise<LoadFigures> {
       if (wrong.length === 0 || performance.now() - settleStart > SETTLE_MS) break;
       await sleep(500);
     }
-    const settleMs = wrong.length === 0 ? performance.now() - lastReply : NaN;
+    const settleMs = wrong.length === 0 ? performance.now() - this.lastReply : NaN;
     // the dashboards' last rows (pushed within PUSH_MS of the index's last change)
     await sleep(2 * PUSH_MS + 200);
     let dashWrong = 0;
@@ -535,67 +606,99 @@ async function runLoad(t: Target, o: LoadOptions): Promise<LoadFigures> {
     const lastPushed = dashboards[0]!.aggregates;
     if (agg && lastPushed && JSON.stringify(stable(lastPushed)) !== JSON.stringify(stable(agg)))
       aggDiffs.push("the dashboards' last pushed aggregates differ from GET's");
+    return { wrong, settleMs, dashWrong, aggDiffs };
+  }
 
-    const ack = stats(ackLatencies);
-    const steady = stats(steadyAcks);
-    const stale = stats(dashboards.flatMap((d) => d.staleness));
-    const fromSend = stats(dashboards.flatMap((d) => d.fromSend));
-    const gaps = stats(dashboards[0]!.gaps);
-    const perSecond = new Map<number, number>();
-    for (const at of dashboards[0]!.rowTimes) perSecond.set(Math.floor((at - t0) / 1000), (perSecond.get(Math.floor((at - t0) / 1000)) ?? 0) + 1);
+  /** The load's figures (and its summary line in the log). */
+  figures(w: WindowFigures, s: SettleFigures): LoadFigures {
+    const { t, n, dashboards, errors } = this;
+    const ack = stats(this.ackLatencies);
     const f: LoadFigures = {
       episodes: n,
       offered_per_s: (n * 1000) / TURN_MS,
-      sends_per_s: sig(sendsPerS, 4),
-      send_late_p99_ms: sig(sendLate.p99, 3),
-      rate_held: held,
+      sends_per_s: sig(w.sendsPerS, 4),
+      send_late_p99_ms: sig(w.sendLate.p99, 3),
+      rate_held: w.held,
       ack_p50_ms: sig(ack.p50, 3),
       ack_p99_ms: sig(ack.p99, 3),
-      acks: ackLatencies.length,
-      steady_ack_p50_ms: sig(steady.p50, 3),
-      steady_ack_p99_ms: sig(steady.p99, 3),
-      start_ack_p99_ms: sig(stats(startAcks).p99, 3),
-      ...(t.indexed
-        ? {
-            stale_p50_ms: Math.round(stale.p50),
-            stale_p99_ms: Math.round(stale.p99),
-            stale_from_send_p50_ms: Math.round(fromSend.p50),
-            stale_from_send_p99_ms: Math.round(fromSend.p99),
-            stale_samples: dashboards.reduce((a, d) => a + d.staleness.length, 0),
-            stale_early: dashboards.reduce((a, d) => a + d.early, 0),
-            stale_within_bound: stale.p99 <= flushTold + PUSH_MS + STALE_SLACK_MS,
-            stale_unseen: unseen,
-            flush_told_ms: flushTold,
-            flush_seen_ms: Math.round(gaps.p50),
-          }
-        : {}),
+      acks: this.ackLatencies.length,
+      ...this.ackSplit(),
+      ...(t.indexed ? this.staleness(w) : {}),
+      ...this.dashboardRates(w.windowMs),
+      row_regressions: dashboards.reduce((a, d) => a + d.regressions, 0),
+      lost: s.wrong.length,
+      lost_examples: s.wrong.slice(0, 5),
+      dashboard_mismatches: s.dashWrong,
+      settle_ms: Math.round(s.settleMs),
+      aggregates: s.aggDiffs,
+      client_cpu_pct: Math.round((w.cpu.user + w.cpu.system) / 10 / w.windowMs),
+      relay_cpu_pct: Math.round((w.relayCpuMs * 100) / w.windowMs),
+      other_relay_cpu_pct: Math.round((w.idleCpuMs * 100) / w.windowMs),
+      ...(w.otherCpu === undefined ? {} : { other_cpu_pct: w.otherCpu }),
+      errors,
+    };
+    this.o.log(
+      `runscale: ${t.label} N=${n}: ack p50 ${fmt(ack.p50)} p99 ${fmt(ack.p99)} ms` +
+        (t.indexed ? `, staleness p50 ${f.stale_p50_ms} p99 ${f.stale_p99_ms} ms (flush told ${w.flushTold}, seen ${f.flush_seen_ms} ms)` : "") +
+        `, lost ${s.wrong.length}, aggregates ${s.aggDiffs.length ? "DIFFER" : "exact"}${errors.length ? `, ${errors.length} errors: ${errors[0]}` : ""}`,
+    );
+    return f;
+  }
+
+  /** Acks of the steady state (turns sent START_MS or more into the window) and of its start. */
+  private ackSplit(): Pick<LoadFigures, "steady_ack_p50_ms" | "steady_ack_p99_ms" | "start_ack_p99_ms"> {
+    const steady = stats(this.steadyAcks);
+    return { steady_ack_p50_ms: sig(steady.p50, 3), steady_ack_p99_ms: sig(steady.p99, 3), start_ack_p99_ms: sig(stats(this.startAcks).p99, 3) };
+  }
+
+  /** A turn's ack → each dashboard's receipt of it, and the flush interval told and seen (the indexed relay only). */
+  private staleness(w: WindowFigures): Partial<LoadFigures> {
+    const { dashboards } = this;
+    const stale = stats(dashboards.flatMap((d) => d.staleness));
+    const fromSend = stats(dashboards.flatMap((d) => d.fromSend));
+    const gaps = stats(dashboards[0]!.gaps);
+    return {
+      stale_p50_ms: Math.round(stale.p50),
+      stale_p99_ms: Math.round(stale.p99),
+      stale_from_send_p50_ms: Math.round(fromSend.p50),
+      stale_from_send_p99_ms: Math.round(fromSend.p99),
+      stale_samples: dashboards.reduce((a, d) => a + d.staleness.length, 0),
+      stale_early: dashboards.reduce((a, d) => a + d.early, 0),
+      stale_within_bound: stale.p99 <= w.flushTold + PUSH_MS + STALE_SLACK_MS,
+      stale_unseen: w.unseen,
+      flush_told_ms: w.flushTold,
+      flush_seen_ms: Math.round(gaps.p50),
+    };
+  }
+
+  /** Row updates and messages the dashboards received per second of the window. */
+  private dashboardRates(
+    windowMs: number,
+  ): Pick<LoadFigures, "rows_per_s_per_dashboard" | "rows_per_s_peak" | "rows_per_message_max" | "msgs_per_s_per_dashboard_max"> {
+    const { dashboards } = this;
+    const perSecond = new Map<number, number>();
+    for (const at of dashboards[0]!.rowTimes) perSecond.set(Math.floor((at - this.t0) / 1000), (perSecond.get(Math.floor((at - this.t0) / 1000)) ?? 0) + 1);
+    return {
       rows_per_s_per_dashboard: sig((dashboards[0]!.windowRows * 1000) / windowMs, 3),
       rows_per_s_peak: Math.max(0, ...perSecond.values()),
       rows_per_message_max: dashboards[0]!.maxRowsPerMessage,
       msgs_per_s_per_dashboard_max: sig(Math.max(...dashboards.map((d) => (d.windowMessages * 1000) / windowMs)), 3),
-      row_regressions: dashboards.reduce((a, d) => a + d.regressions, 0),
-      lost: wrong.length,
-      lost_examples: wrong.slice(0, 5),
-      dashboard_mismatches: dashWrong,
-      settle_ms: Math.round(settleMs),
-      aggregates: aggDiffs,
-      client_cpu_pct: Math.round((cpu.user + cpu.system) / 10 / windowMs),
-      relay_cpu_pct: Math.round((relayCpu * 100) / windowMs),
-      other_relay_cpu_pct: Math.round((idleCpu * 100) / windowMs),
-      ...(otherCpu === undefined ? {} : { other_cpu_pct: otherCpu }),
-      errors,
     };
-    o.log(
-      `runscale: ${t.label} N=${n}: ack p50 ${fmt(ack.p50)} p99 ${fmt(ack.p99)} ms` +
-        (t.indexed ? `, staleness p50 ${f.stale_p50_ms} p99 ${f.stale_p99_ms} ms (flush told ${flushTold}, seen ${f.flush_seen_ms} ms)` : "") +
-        `, lost ${wrong.length}, aggregates ${aggDiffs.length ? "DIFFER" : "exact"}${errors.length ? `, ${errors.length} errors: ${errors[0]}` : ""}`,
-    );
-    return f;
-  } finally {
-    closing = true;
-    await Promise.all([...eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)), ...dashboards.map((d) => d.close())]);
-    for (const c of clients) c.close();
   }
+
+  /** Every socket closed, every HTTP client too. */
+  async close(): Promise<void> {
+    this.closing = true;
+    await Promise.all([...this.eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)), ...this.dashboards.map((d) => d.close())]);
+    for (const c of this.clients) c.close();
+  }
+}
+
+/** Poll `check` every `step` ms until it holds or `timeoutMs` passed; whether it holds. */
+async function until(check: () => boolean, timeoutMs: number, step = 50): Promise<boolean> {
+  const end = performance.now() + timeoutMs;
+  while (!check() && performance.now() < end) await sleep(step);
+  return check();
 }
 
 /** Every row of the run (pages of 500). */
@@ -695,15 +798,21 @@ async function startTarget(label: string, indexed: boolean, vars: Record<string,
   return { relay, pids, others: [], indexed, label };
 }
 
+/** One size's figures on both relays, and the ratios of their acks. */
+interface SizeFigures {
+  index: LoadFigures;
+  no_index: LoadFigures;
+  ack_p50_ratio: number;
+  ack_p99_ratio: number;
+}
+
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
   const sizes = opts.runscaleSizes ?? DEFAULT_SIZES;
-  const vars = wranglerVars();
-  const flushBase = Number(vars.INDEX_FLUSH_MS) || 2000;
-  const writesPerS = Number(vars.INDEX_WRITES_PER_S) || 250;
+  const pacing = indexPacingFrom(wranglerVars());
   const cpu = cpus();
   const machine = `${cpu.length} × ${cpu[0]?.model.trim() ?? "unknown cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB`;
   opts.log(
-    `runscale: starting two relays (storage on tmpfs): as configured (INDEX_FLUSH_MS ${flushBase}) and without index traffic (INDEX_FLUSH_MS ${NO_INDEX_FLUSH_MS})`,
+    `runscale: starting two relays (storage on tmpfs): as configured (INDEX_FLUSH_MS ${pacing.flushMs}) and without index traffic (INDEX_FLUSH_MS ${NO_INDEX_FLUSH_MS})`,
   );
   const indexed = await startTarget("index", true, {});
   const bare = await startTarget("no-index", false, { INDEX_FLUSH_MS: NO_INDEX_FLUSH_MS });
@@ -716,92 +825,115 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   try {
     // warm-up (JIT of workerd and of this process), not reported
     opts.log("runscale: warm-up (20 episodes, 3 s, each relay)");
-    for (const t of [bare, indexed]) await runLoad(t, { n: 20, windowS: 3, tag: "warmup", flushBase, writesPerS, log: () => {} });
+    for (const t of [bare, indexed]) await runLoad(t, { n: 20, windowS: 3, tag: "warmup", pacing, log: () => {} });
     for (const n of sizes) {
-      const started = performance.now();
-      opts.log(`runscale: N=${n}: ${n} episodes × 1 turn/s for ${WINDOW_S} s, ${DASHBOARDS} dashboards; no-index relay first`);
-      const common = { n, windowS: WINDOW_S, tag: "m", flushBase, writesPerS, log: opts.log };
-      const b = await runLoad(bare, common);
-      const x = await runLoad(indexed, common);
-      const fig = {
-        index: x,
-        no_index: b,
-        ack_p50_ratio: sig(x.ack_p50_ms / b.ack_p50_ms, 3),
-        ack_p99_ratio: sig(x.ack_p99_ms / b.ack_p99_ms, 3),
-      };
+      const fig = await runSize(n, bare, indexed, pacing, opts.log);
       out[`N${n}`] = fig;
-      opts.log(`runscale: N=${n} done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-      const held = (f: LoadFigures) => `${fmt(f.sends_per_s)}${f.rate_held ? "" : "!"}`;
-      const aggText = (f: LoadFigures) => (f.aggregates.length === 0 ? "exact" : `DIFF (${f.aggregates.length})`);
-      const cpuText = (f: LoadFigures) => `${f.client_cpu_pct}/${f.relay_cpu_pct}/${f.other_cpu_pct ?? "?"}`;
-      const dash = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "–" : fmt(v));
-      rows.push([
-        String(n),
-        `${held(x)} / ${held(b)}`,
-        `${fmt(x.ack_p50_ms)} / ${fmt(x.ack_p99_ms)}`,
-        `${fmt(b.ack_p50_ms)} / ${fmt(b.ack_p99_ms)}`,
-        `${fmt(fig.ack_p50_ratio)} / ${fmt(fig.ack_p99_ratio)}`,
-        `${fmt(x.steady_ack_p99_ms)} / ${fmt(b.steady_ack_p99_ms)}`,
-        `${dash(x.stale_p50_ms)} / ${dash(x.stale_p99_ms)}${x.stale_within_bound ? "" : "!"}`,
-        `${dash(x.flush_told_ms)} / ${dash(x.flush_seen_ms)}`,
-        `${fmt(x.rows_per_s_per_dashboard)} / ${fmt(x.rows_per_s_peak)}`,
-        fmt(x.msgs_per_s_per_dashboard_max),
-        `${x.lost} / ${b.lost}`,
-        `${aggText(x)} / ${aggText(b)}`,
-        `${cpuText(x)} | ${cpuText(b)}`,
-      ]);
+      rows.push(tableRow(n, fig));
       for (const [label, f] of [
-        ["index", x],
-        ["no-index", b],
+        ["index", fig.index],
+        ["no-index", fig.no_index],
       ] as const) {
-        if (!f.rate_held) {
-          const why =
-            f.relay_cpu_pct >= SATURATED_PCT
-              ? `the relay's workerd was saturated (${f.relay_cpu_pct}% of a core)`
-              : (f.other_cpu_pct ?? 0) >= BUSY_PCT
-                ? `other processes used ${f.other_cpu_pct}% of a core meanwhile: the machine was oversubscribed`
-                : `client-bound (client CPU ${f.client_cpu_pct}%)`;
-          notes.push(
-            `N=${n} ${label}: the offered ${n} turns/s was not held (sent ${fmt(f.sends_per_s)}/s, sends late by ${fmt(f.send_late_p99_ms)} ms p99): ${why}.`,
-          );
-        }
-        if (f.relay_cpu_pct >= SATURATED_PCT)
-          notes.push(`N=${n} ${label}: relay-bound: workerd used ${f.relay_cpu_pct}% of a core (its Worker and objects run on one thread).`);
-        if (f.lost) notes.push(`N=${n} ${label}: LOST UPDATES ${f.lost}: ${f.lost_examples.join("; ")}`);
-        if (f.dashboard_mismatches)
-          notes.push(`N=${n} ${label}: ${f.dashboard_mismatches} episodes whose last row on some dashboard differs from what was written`);
-        if (f.row_regressions) notes.push(`N=${n} ${label}: ${f.row_regressions} upserts with fewer tokens than the dashboard had already seen`);
-        if (f.stale_unseen) notes.push(`N=${n} ${label}: ${f.stale_unseen} (turn, dashboard) pairs not seen within the flush interval + 5 s after the window`);
-        if (f.stale_early) {
-          notes.push(
-            `N=${n} ${label}: ${f.stale_early} (turn, dashboard) pairs had the row before the producer had its ack (late acks); from the send: p50 ${f.stale_from_send_p50_ms} / p99 ${f.stale_from_send_p99_ms} ms`,
-          );
-        }
-        for (const a of f.aggregates) notes.push(`N=${n} ${label}: aggregates: ${a}`);
-        for (const e of f.errors.slice(0, 5)) notes.push(`N=${n} ${label}: error: ${e}`);
+        notes.push(...loadNotes(n, label, f));
       }
     }
   } finally {
     await Promise.all([indexed.relay.stop(), bare.relay.stop()]);
   }
-  const allLost = Object.values(out).reduce(
-    (a: number, f) => a + (f as { index: LoadFigures; no_index: LoadFigures }).index.lost + (f as { no_index: LoadFigures }).no_index.lost,
-    0,
-  );
+  const allLost = Object.values(out).reduce((a: number, f) => a + (f as SizeFigures).index.lost + (f as SizeFigures).no_index.lost, 0);
   out.settings = {
     machine,
     window_s: WINDOW_S,
     turn_ms: TURN_MS,
     dashboards: DASHBOARDS,
     fail_every: FAIL_EVERY,
-    index_flush_ms: flushBase,
-    index_writes_per_s: writesPerS,
+    index_flush_ms: pacing.flushMs,
+    index_writes_per_s: pacing.writesPerS,
     push_ms: PUSH_MS,
     no_index_flush_ms: Number(NO_INDEX_FLUSH_MS),
     storage: "tmpfs",
     loadavg_1min_start_end: [sig(load0, 2), sig(loadavg()[0]!, 2)],
   };
   out.lost_total = allLost;
+  report(opts, rows, notes, { allLost, machine, pacing });
+  return out;
+}
+
+/** N episodes on the no-index relay, then on the indexed one. */
+async function runSize(n: number, bare: Target, indexed: Target, pacing: IndexPacing, log: (m: string) => void): Promise<SizeFigures> {
+  const started = performance.now();
+  log(`runscale: N=${n}: ${n} episodes × 1 turn/s for ${WINDOW_S} s, ${DASHBOARDS} dashboards; no-index relay first`);
+  const common = { n, windowS: WINDOW_S, tag: "m", pacing, log };
+  const b = await runLoad(bare, common);
+  const x = await runLoad(indexed, common);
+  const fig = {
+    index: x,
+    no_index: b,
+    ack_p50_ratio: sig(x.ack_p50_ms / b.ack_p50_ms, 3),
+    ack_p99_ratio: sig(x.ack_p99_ms / b.ack_p99_ms, 3),
+  };
+  log(`runscale: N=${n} done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  return fig;
+}
+
+/** One size's line of the table. */
+function tableRow(n: number, fig: SizeFigures): string[] {
+  const { index: x, no_index: b } = fig;
+  const held = (f: LoadFigures) => `${fmt(f.sends_per_s)}${f.rate_held ? "" : "!"}`;
+  const aggText = (f: LoadFigures) => (f.aggregates.length === 0 ? "exact" : `DIFF (${f.aggregates.length})`);
+  const cpuText = (f: LoadFigures) => `${f.client_cpu_pct}/${f.relay_cpu_pct}/${f.other_cpu_pct ?? "?"}`;
+  const dash = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "–" : fmt(v));
+  return [
+    String(n),
+    `${held(x)} / ${held(b)}`,
+    `${fmt(x.ack_p50_ms)} / ${fmt(x.ack_p99_ms)}`,
+    `${fmt(b.ack_p50_ms)} / ${fmt(b.ack_p99_ms)}`,
+    `${fmt(fig.ack_p50_ratio)} / ${fmt(fig.ack_p99_ratio)}`,
+    `${fmt(x.steady_ack_p99_ms)} / ${fmt(b.steady_ack_p99_ms)}`,
+    `${dash(x.stale_p50_ms)} / ${dash(x.stale_p99_ms)}${x.stale_within_bound ? "" : "!"}`,
+    `${dash(x.flush_told_ms)} / ${dash(x.flush_seen_ms)}`,
+    `${fmt(x.rows_per_s_per_dashboard)} / ${fmt(x.rows_per_s_peak)}`,
+    fmt(x.msgs_per_s_per_dashboard_max),
+    `${x.lost} / ${b.lost}`,
+    `${aggText(x)} / ${aggText(b)}`,
+    `${cpuText(x)} | ${cpuText(b)}`,
+  ];
+}
+
+/** What the table's notes say about one load: a rate not held and why, saturation, losses, mismatches, errors. */
+function loadNotes(n: number, label: string, f: LoadFigures): string[] {
+  const notes: string[] = [];
+  if (!f.rate_held) {
+    const why =
+      f.relay_cpu_pct >= SATURATED_PCT
+        ? `the relay's workerd was saturated (${f.relay_cpu_pct}% of a core)`
+        : (f.other_cpu_pct ?? 0) >= BUSY_PCT
+          ? `other processes used ${f.other_cpu_pct}% of a core meanwhile: the machine was oversubscribed`
+          : `client-bound (client CPU ${f.client_cpu_pct}%)`;
+    notes.push(
+      `N=${n} ${label}: the offered ${n} turns/s was not held (sent ${fmt(f.sends_per_s)}/s, sends late by ${fmt(f.send_late_p99_ms)} ms p99): ${why}.`,
+    );
+  }
+  if (f.relay_cpu_pct >= SATURATED_PCT)
+    notes.push(`N=${n} ${label}: relay-bound: workerd used ${f.relay_cpu_pct}% of a core (its Worker and objects run on one thread).`);
+  if (f.lost) notes.push(`N=${n} ${label}: LOST UPDATES ${f.lost}: ${f.lost_examples.join("; ")}`);
+  if (f.dashboard_mismatches) notes.push(`N=${n} ${label}: ${f.dashboard_mismatches} episodes whose last row on some dashboard differs from what was written`);
+  if (f.row_regressions) notes.push(`N=${n} ${label}: ${f.row_regressions} upserts with fewer tokens than the dashboard had already seen`);
+  if (f.stale_unseen) notes.push(`N=${n} ${label}: ${f.stale_unseen} (turn, dashboard) pairs not seen within the flush interval + 5 s after the window`);
+  if (f.stale_early) {
+    notes.push(
+      `N=${n} ${label}: ${f.stale_early} (turn, dashboard) pairs had the row before the producer had its ack (late acks); from the send: p50 ${f.stale_from_send_p50_ms} / p99 ${f.stale_from_send_p99_ms} ms`,
+    );
+  }
+  for (const a of f.aggregates) notes.push(`N=${n} ${label}: aggregates: ${a}`);
+  for (const e of f.errors.slice(0, 5)) notes.push(`N=${n} ${label}: error: ${e}`);
+  return notes;
+}
+
+/** The section's table: a line per size, then what the columns mean and the notes. */
+function report(opts: BenchOptions, rows: string[][], notes: string[], at: { allLost: number; machine: string; pacing: IndexPacing }): void {
+  const { allLost, machine } = at;
+  const { flushMs: flushBase, writesPerS } = at.pacing;
   opts.table({
     title: `runscale: N episodes of one run, 1 turn/s each (~4 KB), ${DASHBOARDS} dashboards on the run socket, ${WINDOW_S} s; index (as configured) vs no-index (INDEX_FLUSH_MS=${NO_INDEX_FLUSH_MS})`,
     columns: [
@@ -838,5 +970,4 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       ...notes,
     ],
   });
-  return out;
 }

@@ -1,5 +1,5 @@
 // The Worker: checks access (src/http/auth.ts), answers CORS (src/http/cors.ts), routes
-// (src/http/route.ts), and calls the episode's Durable Object (or the episode index) over RPC;
+// (src/http/route.ts), and calls the episode's Durable Object (or a run's index, or the run directory) over RPC;
 // WebSocket upgrades are forwarded with fetch: the producer's to the episode, a watcher's to one
 // of the episode's viewer hubs (src/hub/shards.ts), never to the episode itself. It holds no state; an unexpected error is logged
 // and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
@@ -7,15 +7,16 @@
 import { metered } from "./billing/metered.js";
 import type { Usage } from "./billing/usage.js";
 import { EPISODE_ID_HEADER, Episode as EpisodeObject } from "./episode/episode.js";
-import { limitsFrom } from "./episode/limits.js";
-import { wantsJson } from "./episode/read.js";
-import { authMode, authorize, type Claims, need, offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/auth.js";
+import { limitsFrom } from "./limits/limits.js";
+import { wantsJson } from "./http/representation.js";
+import { authMode, authorize, type Claims, need, stripCredentials } from "./http/auth.js";
+import { offeredProtocols, WS_PROTOCOL } from "./http/credentials.js";
 import { readArchived } from "./http/archive-read.js";
 import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
-import { bulkFinished, indexSocketMoved, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runTasks, runView } from "./http/run-routes.js";
+import { bulkFinished, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runTasks, runView } from "./http/run-routes.js";
 import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "./registry/episode-index.js";
 import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "./registry/run-directory.js";
 import { scopeOf } from "./registry/rows.js";
@@ -74,8 +75,6 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   switch (route.kind) {
     case "list":
       return listAcrossRuns(env, url, scope, head);
-    case "index_watch":
-      throw indexSocketMoved();
     case "runs":
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, scope));
       return listRuns(env, url, scope, head);

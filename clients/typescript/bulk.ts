@@ -8,6 +8,7 @@
 
 import { WireError } from "../../src/wire/errors.js";
 import { Reader } from "../../src/wire/reader.js";
+import { concatChunks } from "../../src/wire/writer.js";
 import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
 export interface FetchRunOptions {
@@ -67,18 +68,6 @@ async function* stream(url: string, run: string, options: FetchRunOptions): Asyn
   }
 }
 
-/** The chunks joined into one array (the only chunk as is). */
-function join(chunks: Uint8Array[], length: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(length);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
-
 /**
  * msgpack sequence elements. Each read chunk is appended to the unread tail; an element that is
  * not complete yet is tried again once the tail has doubled (or the body ended), so a large
@@ -96,7 +85,7 @@ async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>,
       buffered += value.length;
     }
     if (!done && buffered < retryAt) continue;
-    const buf = join(chunks, buffered);
+    const buf = concatChunks(chunks, buffered);
     let pos = 0;
     while (pos < buf.length) {
       const element = parseElement(buf, pos);
@@ -146,7 +135,7 @@ async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, 
   let pending: Uint8Array[] = [];
   let pendingBytes = 0;
   const line = (last: Uint8Array): RunEpisode<unknown> | null => {
-    const bytes = join([...pending, last], pendingBytes + last.length);
+    const bytes = concatChunks([...pending, last], pendingBytes + last.length);
     pending = [];
     pendingBytes = 0;
     const text = utf8.decode(bytes);

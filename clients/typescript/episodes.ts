@@ -12,7 +12,7 @@
 
 import type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
 import { filterParams, NO_FILTER, type RowFilter } from "../../src/registry/row-filter.js";
-import type { SortKey } from "../../src/registry/rows.js";
+import type { EpisodesPage, SortKey } from "../../src/registry/rows.js";
 import { getJson, isObject, segment } from "./groups.js";
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints } from "./relay-fetch.js";
@@ -20,18 +20,9 @@ import { checkBaseUrl, type Hints } from "./relay-fetch.js";
 // The relay's own types for what it answers and takes: one definition for both sides.
 export type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
 export type { RewardRange, RowFilter } from "../../src/registry/row-filter.js";
+export type { EpisodesPage } from "../../src/registry/rows.js";
 /** Newest-updated first (the relay's default), or best reward first (episodes without one last). */
 export type EpisodeSort = SortKey;
-
-/** One page of a run's episodes. */
-export interface EpisodesPage {
-  /** At most `limit` episodes, in the sort's order: possibly fewer, even none, with a cursor (see `cursor`). */
-  episodes: IndexEntry[];
-  /** Pass as `options.cursor` for the next page; null on the last one. A short page with a cursor is not the end. */
-  cursor: string | null;
-  /** Index rows the relay walked past (matching or not) to make this page. */
-  searched: number;
-}
 
 export interface ListEpisodesOptions {
   /** Bearer token; the episodes its `episodes` patterns cover are listed. */

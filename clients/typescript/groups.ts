@@ -9,31 +9,13 @@
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
-import type { GroupJson, GroupSort } from "../../src/registry/groups.js";
-import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
+import type { GroupJson, GroupSort, GroupsPage } from "../../src/registry/groups.js";
 
 // The relay's own types for what it answers (src/registry/groups.ts, zero-variance-trend.ts): one definition for both sides.
-export type { GroupSort, RewardStats } from "../../src/registry/groups.js";
+export type { GroupSort, GroupsPage, RewardStats } from "../../src/registry/groups.js";
 export type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
 export type GroupSummary = GroupJson;
-
-/** One page of a run's groups, with the run's numbers. */
-export interface GroupsPage {
-  run: string;
-  groups_total: number;
-  /** Groups with no live rollout. */
-  finished_groups: number;
-  /** Finished groups with at least 2 finished rollouts whose every reward key has std 0 (no learning signal). */
-  zero_variance_groups: number;
-  /** zero_variance_groups / finished_groups; null while no group finished. */
-  zero_variance_share: number | null;
-  /** Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it stood then. */
-  zero_variance_trend: ZeroVarianceTrend;
-  groups: GroupSummary[];
-  /** Pass as `options.cursor` for the next page; null on the last one. */
-  cursor: string | null;
-}
 
 /** A reward key's advantage: the score less the group's mean, and that over the group's std (null when std is 0). */
 export interface Advantage {

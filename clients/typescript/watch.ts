@@ -15,7 +15,8 @@ import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
 import { decodeLossless } from "../../src/wire/lossless.js";
 import { toJson, type Json } from "../../src/wire/json-view.js";
-import { ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/watch/protocol.js";
+import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/watch/protocol.js";
+import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/http/errors.js";
 import { traceOf } from "../../src/assembly/delta.js";
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachable, refusalOf, relayFetch } from "./relay-fetch.js";
@@ -163,7 +164,7 @@ export class EpisodeWatch {
   private received = 0;
   private ackedAt = 0;
   /** Bytes between two acks (the relay's hello says). */
-  private ackBytes = 1024 * 1024;
+  private ackBytes = ACK_BYTES;
   /** A snapshot being received (split over messages): applied here, swapped in when complete. */
   private incoming: EpisodeAssembly | null = null;
   /** Where to resume after a drop: the seq our assembly stands at, or null (start from a snapshot). */
@@ -459,9 +460,9 @@ export class EpisodeWatch {
  * slow: resume now); else full jitter below `first * 2^attempt`, capped.
  */
 export function reconnectDelay(code: number, reason: string, attempt: number, [first, cap]: [number, number], random: () => number = Math.random): number {
-  const hint = code === 1013 ? retryHintMs(reason) : null;
+  const hint = code === CLOSE_TRY_LATER ? retryHintMs(reason) : null;
   if (hint !== null) return hint * (1 + random() / 2);
-  if (code === 4008 && attempt === 0) return 0;
+  if (code === CLOSE_TOO_SLOW && attempt === 0) return 0;
   return Math.min(cap, first * 2 ** attempt) * random();
 }
 

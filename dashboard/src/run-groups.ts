@@ -7,36 +7,22 @@
 // - tasks (`GET /v1/runs/{run}/tasks?key=&threshold=&limit=&cursor=`): rollouts, solve rate at the
 //   chosen reward key and threshold, mean reward, mean turns, mean tokens.
 //
-// Both re-read what they show (from the top, as many rows as are loaded) when the run's aggregates
-// change, at most every REFRESH_MS.
+// Both are paged tables (paged-table.ts): they re-read what they show (from the top, as many rows
+// as are loaded) when the run's aggregates change, at most every REFRESH_MS.
 import { getJson } from "./api.js";
 import { fmtNumber, h } from "./dom.js";
 import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
+import { pagedTable } from "./paged-table.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
-
-/** One task's results (`GET /v1/runs/{run}/tasks`, src/registry/group-store.ts). */
-interface TaskSummary {
-  task: string;
-  rollouts: number;
-  finished: number;
-  failed: number;
-  mean_turns: number;
-  mean_tokens: number;
-  mean_reward: number | null;
-  solve_rate: number | null;
-}
+import type { TaskSummary, TasksPage } from "../../src/registry/groups.js";
 
 /** Groups asked per page (and per "show more"). */
 export const GROUPS_PAGE = 10;
 /** Tasks asked per page. */
 export const TASKS_PAGE = 25;
-/** The relay's largest page: a refresh re-reads at most this many rows. */
-const MAX_PAGE = 500;
-/** Re-read at most this often while the run changes. */
-const REFRESH_MS = 1500;
 
 const SORTS: Array<[GroupSort, string]> = [
   ["spread", "spread"],
@@ -46,79 +32,6 @@ const SORTS: Array<[GroupSort, string]> = [
 
 const num = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? "–" : fmtNumber(Math.round(v * 10 ** digits) / 10 ** digits));
 const oneDecimal = (v: number) => (Math.round(v * 10) / 10).toLocaleString("en-US");
-
-/** A paged list that re-reads itself from the top when asked (serialised: one request at a time). */
-function pagedList<T>(fetchPage: (limit: number, cursor: string | null) => Promise<{ items: T[]; cursor: string | null }>, page: number, draw: () => void) {
-  const state = { items: [] as T[], cursor: null as string | null, loaded: false, loading: false, error: null as string | null };
-  let pending: "more" | "reload" | null = null;
-  let stopped = false;
-  async function run(kind: "more" | "reload"): Promise<void> {
-    if (stopped) return;
-    if (state.loading) {
-      pending = pending === "reload" || kind === "reload" ? "reload" : "more";
-      return;
-    }
-    state.loading = true;
-    draw();
-    try {
-      if (kind === "reload") {
-        const limit = Math.min(MAX_PAGE, Math.max(page, state.items.length));
-        const p = await fetchPage(limit, null);
-        state.items = p.items;
-        state.cursor = p.cursor;
-      } else if (state.cursor !== null) {
-        const p = await fetchPage(page, state.cursor);
-        state.items = [...state.items, ...p.items];
-        state.cursor = p.cursor;
-      }
-      state.loaded = true;
-      state.error = null;
-    } catch (e) {
-      state.error = e instanceof Error ? e.message : String(e);
-    } finally {
-      state.loading = false;
-      if (!stopped) draw();
-    }
-    const next = pending;
-    pending = null;
-    if (next) void run(next);
-  }
-  return {
-    state,
-    reload: () => void run("reload"),
-    /** From the top with the first page only (a new order or a new question). */
-    restart() {
-      state.items = [];
-      state.cursor = null;
-      state.loaded = false;
-      void run("reload");
-    },
-    more: () => void run("more"),
-    stop() {
-      stopped = true;
-    },
-  };
-}
-
-/** Calls `fn` now, or once REFRESH_MS after the last call when called again sooner. */
-function throttle(fn: () => void): { poke(): void; stop(): void } {
-  let last = 0;
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  return {
-    poke() {
-      if (timer) return;
-      const wait = Math.max(0, last + REFRESH_MS - Date.now());
-      timer = setTimeout(() => {
-        timer = null;
-        last = Date.now();
-        fn();
-      }, wait);
-    },
-    stop() {
-      if (timer) clearTimeout(timer);
-    },
-  };
-}
 
 export interface RunSection {
   el: HTMLElement;
@@ -135,24 +48,60 @@ function zeroVariance(g: GroupSummary): boolean {
 export function runGroups(run: string): RunSection {
   const base = `/v1/runs/${encodeURIComponent(run)}/groups`;
   let sort: GroupSort = "spread";
-  let totals: Pick<GroupsPage, "groups_total" | "finished_groups" | "zero_variance_groups" | "zero_variance_share"> | null = null;
-  let lastKey = "";
-  let frame = 0;
-
-  const list = pagedList<GroupSummary>(
-    async (limit, cursor) => {
+  let totals: Pick<GroupsPage, "groups_total"> | null = null;
+  const note = h("span.muted.small", { id: "groups-shown", "aria-live": "polite" });
+  const table = pagedTable<GroupSummary>({
+    page: GROUPS_PAGE,
+    async fetchPage(limit, cursor) {
       const q = new URLSearchParams({ sort, limit: String(limit) });
       if (cursor) q.set("cursor", cursor);
       const p = await getJson<GroupsPage>(`${base}?${q}`);
       totals = p;
       return { items: p.groups, cursor: p.cursor };
     },
-    GROUPS_PAGE,
-    () => schedule(),
+    table: { sel: "div.g-list", id: "groups", label: "rollout groups of the run", bodySel: "div.g-body" },
+    head: groupsHead(),
+    row: (g) => groupRow(run, g),
+    emptyId: "groups-empty",
+    moreId: "groups-more",
+    failed: "Could not list the groups",
+    none: "No rollout groups in this run yet.",
+    drawn(s) {
+      const total = totals?.groups_total ?? 0;
+      note.textContent =
+        s.loaded && total > 0 ? `${s.items.length.toLocaleString("en-US")} of ${total.toLocaleString("en-US")} group${total === 1 ? "" : "s"}` : "";
+    },
+  });
+  const order = segmented("gsort", "order the groups by", SORTS, sort, (v) => {
+    sort = v;
+    el.dataset.sort = v;
+    table.restart();
+  });
+  const el = h(
+    "section.run-groups",
+    { id: "run-groups", "aria-label": "rollout groups", hidden: true },
+    h("div.section-head", null, h("h2", null, "Groups"), note),
+    h("div.toolbar", null, h("div.seg-group", null, h("span.seg-label", null, "Sort"), order)),
+    table.table,
+    table.foot,
   );
-  const refresh = throttle(() => list.reload());
+  el.dataset.sort = sort;
+  table.attach(el);
+  return {
+    el,
+    update(a) {
+      el.hidden = a === null;
+      if (!a) return;
+      // re-read when the run's groups or its rollouts changed
+      const rewardCounts = a.rewards && Object.fromEntries(Object.entries(a.rewards).map(([k, r]) => [k, r.count]));
+      table.changed(JSON.stringify([a.groups ?? null, a.counts, a.episodes, rewardCounts]));
+    },
+    destroy: () => table.destroy(),
+  };
+}
 
-  const head = h(
+function groupsHead(): HTMLElement {
+  return h(
     "div.g-row.g-head",
     { role: "row" },
     h("span", { role: "columnheader" }, "Group"),
@@ -162,160 +111,148 @@ export function runGroups(run: string): RunSection {
     h("span", { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" }, "Rewards (mean ± std)"),
     h("span.num", { role: "columnheader", title: "the largest max − min over the reward keys" }, "Spread"),
   );
-  const body = h("div.g-body", { role: "rowgroup" });
-  const empty = h("div.empty", { id: "groups-empty" });
-  const more = h("button.btn.more", { type: "button", id: "groups-more" }, "Show more");
-  more.addEventListener("click", () => list.more());
-  const note = h("span.muted.small", { id: "groups-shown", "aria-live": "polite" });
-  const el = h(
-    "section.run-groups",
-    { id: "run-groups", "aria-label": "rollout groups", hidden: true },
-    h("div.section-head", null, h("h2", null, "Groups"), note),
+}
+
+function groupRow(run: string, g: GroupSummary): HTMLElement {
+  const zero = zeroVariance(g);
+  return h(
+    "div.g-row",
+    {
+      role: "row",
+      "data-group": g.id,
+      "data-task": g.task ?? "",
+      "data-size": g.size,
+      "data-finished": g.finished,
+      "data-spread": g.spread === null ? "" : g.spread,
+      "data-zero": zero ? "true" : "false",
+    },
     h(
-      "div.toolbar",
-      null,
-      h(
-        "div.seg-group",
-        null,
-        h("span.seg-label", null, "Sort"),
-        segmented("gsort", "order the groups by", SORTS, sort, (v) => {
-          sort = v;
-          el.dataset.sort = v;
-          list.restart();
-        }),
-      ),
+      "span.cell-group",
+      { role: "cell" },
+      h("a.g-id", { href: groupHref(run, g.id), "data-nav": true, title: g.id }, g.id),
+      zero ? h("span.chip.incomplete", { title: "every finished rollout got the same rewards: all advantages are 0" }, "zero variance") : null,
     ),
-    h("div.g-list", { id: "groups", role: "table", "aria-label": "rollout groups of the run" }, head, body, empty),
-    h("div.list-foot", null, more),
+    h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
+    h("span.cell-n.num", { role: "cell", "data-k": "size" }, h("span.n-k", null, "size "), String(g.size)),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "finished" },
+      h("span.n-k", null, "finished "),
+      String(g.finished),
+      g.failed ? h("span.n-sub.bad", null, ` · ${g.failed} failed`) : null,
+      g.live ? h("span.n-sub.live", null, ` · ${g.live} live`) : null,
+    ),
+    h("span.cell-stats", { role: "cell" }, rewardCells(g)),
+    h("span.cell-spread.num", { role: "cell" }, h("span.n-k", null, "spread "), num(g.spread)),
   );
-  el.dataset.sort = sort;
+}
 
-  function schedule(): void {
-    if (frame) return;
-    frame = requestAnimationFrame(() => {
-      frame = 0;
-      render();
-    });
-  }
-
-  function render(): void {
-    const s = list.state;
-    body.replaceChildren(...s.items.map(row));
-    el.dataset.loading = String(s.loading);
-    el.dataset.loaded = String(s.loaded);
-    empty.hidden = s.items.length > 0;
-    empty.textContent = !s.loaded ? (s.error ? `Could not list the groups: ${s.error}` : "Loading…") : "No rollout groups in this run yet.";
-    head.hidden = s.loaded && s.items.length === 0;
-    note.textContent =
-      s.loaded && totals && totals.groups_total > 0
-        ? `${s.items.length.toLocaleString("en-US")} of ${totals.groups_total.toLocaleString("en-US")} group${totals.groups_total === 1 ? "" : "s"}`
-        : "";
-    more.hidden = s.cursor === null;
-    more.disabled = s.loading;
-    more.textContent = s.loading ? "Loading…" : s.error ? "Retry" : "Show more";
-  }
-
-  function row(g: GroupSummary): HTMLElement {
-    const zero = zeroVariance(g);
-    return h(
-      "div.g-row",
-      {
-        role: "row",
-        "data-group": g.id,
-        "data-task": g.task ?? "",
-        "data-size": g.size,
-        "data-finished": g.finished,
-        "data-spread": g.spread === null ? "" : g.spread,
-        "data-zero": zero ? "true" : "false",
-      },
-      h(
-        "span.cell-group",
-        { role: "cell" },
-        h("a.g-id", { href: groupHref(run, g.id), "data-nav": true, title: g.id }, g.id),
-        zero ? h("span.chip.incomplete", { title: "every finished rollout got the same rewards: all advantages are 0" }, "zero variance") : null,
-      ),
-      h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
-      h("span.cell-n.num", { role: "cell", "data-k": "size" }, h("span.n-k", null, "size "), String(g.size)),
-      h(
-        "span.cell-n.num",
-        { role: "cell", "data-k": "finished" },
-        h("span.n-k", null, "finished "),
-        String(g.finished),
-        g.failed ? h("span.n-sub.bad", null, ` · ${g.failed} failed`) : null,
-        g.live ? h("span.n-sub.live", null, ` · ${g.live} live`) : null,
-      ),
-      h(
-        "span.cell-stats",
-        { role: "cell" },
-        Object.keys(g.rewards).length
-          ? Object.entries(g.rewards).map(([k, r]) =>
-              h(
-                "span.reward",
-                { "data-key": k, "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
-                h("span.reward-k", null, k),
-                h("span.reward-v", null, `${num(r.mean)} ± ${num(r.std)}`),
-              ),
-            )
-          : h("span.muted", null, "no rewards yet"),
-      ),
-      h("span.cell-spread.num", { role: "cell" }, h("span.n-k", null, "spread "), num(g.spread)),
-    );
-  }
-
-  return {
-    el,
-    update(a) {
-      el.hidden = a === null;
-      if (!a) return;
-      // re-read when the run's groups or its rollouts changed
-      const key = JSON.stringify([
-        a.groups ?? null,
-        a.counts,
-        a.episodes,
-        a.rewards && Object.fromEntries(Object.entries(a.rewards).map(([k, r]) => [k, r.count])),
-      ]);
-      if (key === lastKey) return;
-      const first = lastKey === "";
-      lastKey = key;
-      if (first) list.reload();
-      else refresh.poke();
-    },
-    destroy() {
-      list.stop();
-      refresh.stop();
-      if (frame) cancelAnimationFrame(frame);
-    },
-  };
+function rewardCells(g: GroupSummary): HTMLElement | HTMLElement[] {
+  if (Object.keys(g.rewards).length === 0) return h("span.muted", null, "no rewards yet");
+  return Object.entries(g.rewards).map(([k, r]) =>
+    h(
+      "span.reward",
+      { "data-key": k, "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
+      h("span.reward-k", null, k),
+      h("span.reward-v", null, `${num(r.mean)} ± ${num(r.std)}`),
+    ),
+  );
 }
 
 export function runTasks(run: string): RunSection {
   const base = `/v1/runs/${encodeURIComponent(run)}/tasks`;
   let key = "";
   let threshold = 1;
-  let keys: string[] = [];
-  let lastKey = "";
-  let frame = 0;
-
-  const list = pagedList<TaskSummary>(
-    async (limit, cursor) => {
+  const table = pagedTable<TaskSummary>({
+    page: TASKS_PAGE,
+    async fetchPage(limit, cursor) {
       const q = new URLSearchParams({ limit: String(limit), threshold: String(threshold) });
       if (key) q.set("key", key);
       if (cursor) q.set("cursor", cursor);
-      const p = await getJson<{ tasks: TaskSummary[]; cursor: string | null }>(`${base}?${q}`);
+      const p = await getJson<TasksPage>(`${base}?${q}`);
       return { items: p.tasks, cursor: p.cursor };
     },
-    TASKS_PAGE,
-    () => schedule(),
-  );
-  const refresh = throttle(() => list.reload());
-
-  const keySelect = h("select.select", { id: "task-key", "aria-label": "reward key the solve rate is measured on" });
-  keySelect.addEventListener("change", () => {
-    key = keySelect.value;
-    el.dataset.key = key;
-    list.restart();
+    table: { sel: "div.t-list", id: "tasks", label: "results per task", bodySel: "div.t-body" },
+    head: tasksHead(),
+    row: taskRow,
+    emptyId: "tasks-empty",
+    moreId: "tasks-more",
+    failed: "Could not list the tasks",
+    none: "No rollout has a task yet.",
   });
-  const thresholdInput = h("input.threshold", {
+  const keys = keyChoice((k) => {
+    key = k;
+    el.dataset.key = k;
+    table.restart();
+  });
+  const thresholdInput = thresholdField((v) => {
+    threshold = v;
+    el.dataset.threshold = String(v);
+    table.restart();
+  });
+  const el = h(
+    "section.run-tasks",
+    { id: "run-tasks", "aria-label": "results per task", hidden: true },
+    h("div.section-head", null, h("h2", null, "Tasks")),
+    tasksToolbar(keys.el, thresholdInput.el),
+    table.table,
+    table.foot,
+  );
+  el.dataset.threshold = "1";
+  table.attach(el);
+  return {
+    el,
+    update(a) {
+      el.hidden = a === null;
+      if (!a) return;
+      const offered = keys.set(Object.keys(a.rewards));
+      const keyChanged = offered !== null && offered !== key;
+      if (offered !== null) {
+        key = offered;
+        el.dataset.key = key;
+      }
+      const means = Object.fromEntries(Object.entries(a.rewards).map(([x, r]) => [x, [r.count, r.mean]]));
+      table.changed(JSON.stringify([a.counts, a.episodes, a.groups ?? null, means]), keyChanged);
+    },
+    destroy() {
+      table.destroy();
+      thresholdInput.stop();
+    },
+  };
+}
+
+function tasksToolbar(keys: HTMLElement, threshold: HTMLElement): HTMLElement {
+  return h(
+    "div.toolbar",
+    null,
+    h("label.seg-group", null, h("span.seg-label", null, "Key"), keys),
+    h("label.seg-group", null, h("span.seg-label", null, "Solved at ≥"), threshold),
+  );
+}
+
+/** The reward key the solve rate is measured on: a select of the run's keys. */
+function keyChoice(onPick: (key: string) => void): { el: HTMLSelectElement; set(keys: string[]): string | null } {
+  const el = h("select.select", { id: "task-key", "aria-label": "reward key the solve rate is measured on" });
+  el.addEventListener("change", () => onPick(el.value));
+  let shown: string[] = [];
+  return {
+    el,
+    /** Offer `keys` (the chosen one kept while offered, else the first): the key chosen now, or null when the keys are the same. */
+    set(keys) {
+      if (keys.join("\n") === shown.join("\n")) return null;
+      const want = keys.includes(el.value) ? el.value : (keys[0] ?? "");
+      shown = keys;
+      el.replaceChildren(...(keys.length ? keys.map((k) => h("option", { value: k }, k)) : [h("option", { value: "" }, "(no reward yet)")]));
+      el.value = want;
+      el.disabled = keys.length === 0;
+      return want;
+    },
+  };
+}
+
+/** The solve threshold: a number field, taken 250 ms after typing stops. */
+function thresholdField(onChange: (v: number) => void): { el: HTMLInputElement; stop(): void } {
+  const el = h("input.threshold", {
     id: "task-threshold",
     type: "number",
     step: "any",
@@ -323,19 +260,27 @@ export function runTasks(run: string): RunSection {
     inputmode: "decimal",
     "aria-label": "solve threshold: a rollout solves its task when the key's score is at or above it",
   });
+  let threshold = 1;
   let typing: ReturnType<typeof setTimeout> | null = null;
-  thresholdInput.addEventListener("input", () => {
+  el.addEventListener("input", () => {
     if (typing) clearTimeout(typing);
     typing = setTimeout(() => {
-      const v = thresholdInput.valueAsNumber;
+      const v = el.valueAsNumber;
       if (!Number.isFinite(v) || v === threshold) return;
       threshold = v;
-      el.dataset.threshold = String(v);
-      list.restart();
+      onChange(v);
     }, 250);
   });
+  return {
+    el,
+    stop() {
+      if (typing) clearTimeout(typing);
+    },
+  };
+}
 
-  const head = h(
+function tasksHead(): HTMLElement {
+  return h(
     "div.t-row.t-head",
     { role: "row" },
     h("span", { role: "columnheader" }, "Task"),
@@ -349,101 +294,28 @@ export function runTasks(run: string): RunSection {
     h("span.num", { role: "columnheader", title: "model calls per rollout" }, "Mean turns"),
     h("span.num", { role: "columnheader" }, "Mean tokens"),
   );
-  const body = h("div.t-body", { role: "rowgroup" });
-  const empty = h("div.empty", { id: "tasks-empty" });
-  const more = h("button.btn.more", { type: "button", id: "tasks-more" }, "Show more");
-  more.addEventListener("click", () => list.more());
-  const el = h(
-    "section.run-tasks",
-    { id: "run-tasks", "aria-label": "results per task", hidden: true },
-    h("div.section-head", null, h("h2", null, "Tasks")),
+}
+
+function taskRow(t: TaskSummary): HTMLElement {
+  return h(
+    "div.t-row",
+    { role: "row", "data-task": t.task, "data-solve-rate": t.solve_rate === null ? "" : t.solve_rate, "data-rollouts": t.rollouts },
+    h("span.cell-task", { role: "cell", title: t.task }, t.task),
     h(
-      "div.toolbar",
-      null,
-      h("label.seg-group", null, h("span.seg-label", null, "Key"), keySelect),
-      h("label.seg-group", null, h("span.seg-label", null, "Solved at ≥"), thresholdInput),
+      "span.cell-n.num",
+      { role: "cell", "data-k": "rollouts" },
+      h("span.n-k", null, "rollouts "),
+      String(t.rollouts),
+      t.failed ? h("span.n-sub.bad", null, ` · ${t.failed} failed`) : null,
     ),
-    h("div.t-list", { id: "tasks", role: "table", "aria-label": "results per task" }, head, body, empty),
-    h("div.list-foot", null, more),
+    h(
+      "span.cell-n.num.cell-solve",
+      { role: "cell", "data-k": "solve_rate" },
+      h("span.n-k", null, "solved "),
+      t.solve_rate === null ? "–" : percent(t.solve_rate),
+    ),
+    h("span.cell-n.num", { role: "cell", "data-k": "mean_reward" }, h("span.n-k", null, "mean reward "), num(t.mean_reward)),
+    h("span.cell-n.num", { role: "cell", "data-k": "mean_turns" }, h("span.n-k", null, "turns "), oneDecimal(t.mean_turns)),
+    h("span.cell-n.num", { role: "cell", "data-k": "mean_tokens" }, h("span.n-k", null, "tokens "), oneDecimal(t.mean_tokens)),
   );
-  el.dataset.threshold = "1";
-
-  function schedule(): void {
-    if (frame) return;
-    frame = requestAnimationFrame(() => {
-      frame = 0;
-      render();
-    });
-  }
-
-  function render(): void {
-    const s = list.state;
-    body.replaceChildren(...s.items.map(row));
-    el.dataset.loading = String(s.loading);
-    el.dataset.loaded = String(s.loaded);
-    empty.hidden = s.items.length > 0;
-    empty.textContent = !s.loaded ? (s.error ? `Could not list the tasks: ${s.error}` : "Loading…") : "No rollout has a task yet.";
-    head.hidden = s.loaded && s.items.length === 0;
-    more.hidden = s.cursor === null;
-    more.disabled = s.loading;
-    more.textContent = s.loading ? "Loading…" : s.error ? "Retry" : "Show more";
-  }
-
-  function row(t: TaskSummary): HTMLElement {
-    return h(
-      "div.t-row",
-      { role: "row", "data-task": t.task, "data-solve-rate": t.solve_rate === null ? "" : t.solve_rate, "data-rollouts": t.rollouts },
-      h("span.cell-task", { role: "cell", title: t.task }, t.task),
-      h(
-        "span.cell-n.num",
-        { role: "cell", "data-k": "rollouts" },
-        h("span.n-k", null, "rollouts "),
-        String(t.rollouts),
-        t.failed ? h("span.n-sub.bad", null, ` · ${t.failed} failed`) : null,
-      ),
-      h(
-        "span.cell-n.num.cell-solve",
-        { role: "cell", "data-k": "solve_rate" },
-        h("span.n-k", null, "solved "),
-        t.solve_rate === null ? "–" : percent(t.solve_rate),
-      ),
-      h("span.cell-n.num", { role: "cell", "data-k": "mean_reward" }, h("span.n-k", null, "mean reward "), num(t.mean_reward)),
-      h("span.cell-n.num", { role: "cell", "data-k": "mean_turns" }, h("span.n-k", null, "turns "), oneDecimal(t.mean_turns)),
-      h("span.cell-n.num", { role: "cell", "data-k": "mean_tokens" }, h("span.n-k", null, "tokens "), oneDecimal(t.mean_tokens)),
-    );
-  }
-
-  function setKeys(next: string[]): boolean {
-    if (next.join("\n") === keys.join("\n")) return false;
-    keys = next;
-    const want = keys.includes(key) ? key : (keys[0] ?? "");
-    keySelect.replaceChildren(...(keys.length ? keys.map((k) => h("option", { value: k }, k)) : [h("option", { value: "" }, "(no reward yet)")]));
-    keySelect.value = want;
-    keySelect.disabled = keys.length === 0;
-    const changed = want !== key;
-    key = want;
-    el.dataset.key = key;
-    return changed;
-  }
-
-  return {
-    el,
-    update(a) {
-      el.hidden = a === null;
-      if (!a) return;
-      const keyChanged = setKeys(Object.keys(a.rewards));
-      const k = JSON.stringify([a.counts, a.episodes, a.groups ?? null, Object.fromEntries(Object.entries(a.rewards).map(([x, r]) => [x, [r.count, r.mean]]))]);
-      if (k === lastKey && !keyChanged) return;
-      const first = lastKey === "";
-      lastKey = k;
-      if (first || keyChanged) list.restart();
-      else refresh.poke();
-    },
-    destroy() {
-      list.stop();
-      refresh.stop();
-      if (typing) clearTimeout(typing);
-      if (frame) cancelAnimationFrame(frame);
-    },
-  };
 }

@@ -138,20 +138,9 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
       }
       return;
     }
-    case "nodes": {
-      const count = r.arrayHeader();
-      if (count < 0) throw new DeltaError("wrong_type", "nodes", "must be an array");
-      const nodes: NodeState[] = new Array(count);
-      for (let i = 0; i < count; i++) {
-        try {
-          nodes[i] = readNode(r, `nodes[${i}]`);
-        } catch (e) {
-          throw asDeltaError(e, `nodes[${i}]`);
-        }
-      }
-      d.nodes = nodes;
+    case "nodes":
+      d.nodes = readNodes(r);
       return;
-    }
     case "pending": {
       const start = r.pos;
       if (r.arrayHeader() < 0) throw new DeltaError("wrong_type", "pending", "must be an array");
@@ -166,6 +155,21 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
       }
       r.span(); // unknown keys travel along untouched, as the reference ignores them
   }
+}
+
+/** The `nodes` array at the reader, each node parsed. */
+function readNodes(r: Reader): NodeState[] {
+  const count = r.arrayHeader();
+  if (count < 0) throw new DeltaError("wrong_type", "nodes", "must be an array");
+  const nodes: NodeState[] = new Array(count);
+  for (let i = 0; i < count; i++) {
+    try {
+      nodes[i] = readNode(r, `nodes[${i}]`);
+    } catch (e) {
+      throw asDeltaError(e, `nodes[${i}]`);
+    }
+  }
+  return nodes;
 }
 
 /** Entries of a str-keyed map at the reader. */

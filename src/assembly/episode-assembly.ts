@@ -23,6 +23,12 @@ import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;
 
+/** A node a link or a repair touches: as stored, and as the delta leaves it. */
+interface Touched {
+  before: NodeState;
+  after: NodeState;
+}
+
 export type { TraceSummary } from "./reply.js";
 
 export class EpisodeAssembly {
@@ -70,34 +76,46 @@ export class EpisodeAssembly {
    * pushed there, so a caller can roll back several applied deltas (a batch) in reverse.
    */
   applyParsed(delta: ParsedDelta, undo?: Undo): void {
-    const store = this.store;
-    if (delta.discard) {
-      const gone = this.traces.get(delta.trace);
-      if (!gone) return;
-      if (undo) {
-        const order = [...this.traces];
-        undo.push(() => {
-          this.traces.clear();
-          for (const [k, v] of order) this.traces.set(k, v);
-          store.restored(gone);
-        });
-      }
-      this.traces.delete(delta.trace);
-      store.dropped(gone);
-      return;
-    }
+    if (delta.discard) return this.discard(delta.trace, undo);
     const held = this.traces.get(delta.trace);
     if (!held && !delta.open) {
       throw new DeltaError("unknown_trace", "trace", `unknown trace ${JSON.stringify(delta.trace)} and no \`open\``);
     }
-    const nodeCount = held ? held.nodes.length : 0;
+    // checks and new values, before any change; then the changes, none of which can fail
+    const touched = this.touchedNodes(held, delta);
+    let trace: TraceState;
+    if (held) {
+      trace = held;
+      undo?.push(undoOfChanges(held, delta, this.store));
+    } else trace = this.open(delta, undo);
+    this.change(trace, delta, touched, undo);
+  }
 
-    // Checks and new values, before any change. Nodes a link or a repair touches are read once.
-    const touched = new Map<number, { before: NodeState; after: NodeState }>();
+  /** The trace leaves (its incarnation goes to the store); a trace not held is ignored. */
+  private discard(id: string, undo?: Undo): void {
+    const store = this.store;
+    const gone = this.traces.get(id);
+    if (!gone) return;
+    if (undo) {
+      const order = [...this.traces];
+      undo.push(() => {
+        this.traces.clear();
+        for (const [k, v] of order) this.traces.set(k, v);
+        store.restored(gone);
+      });
+    }
+    this.traces.delete(id);
+    store.dropped(gone);
+  }
+
+  /** The nodes a link or a repair touches, each read once, before and after; throws if one cannot apply. */
+  private touchedNodes(held: TraceState | undefined, delta: ParsedDelta): Map<number, Touched> {
+    const nodeCount = held ? held.nodes.length : 0;
+    const touched = new Map<number, Touched>();
     const read = (index: number) => {
       let t = touched.get(index);
       if (!t) {
-        const n = store.node(held!, index);
+        const n = this.store.node(held!, index);
         touched.set(index, (t = { before: n, after: n }));
       }
       return t;
@@ -115,63 +133,35 @@ export class EpisodeAssembly {
       if (!routed) throw new DeltaError("no_routing", `routing_repairs[${index}]`, `node ${index} has no routed_experts to repair`);
       t.after = { ...t.after, routed: repairLastRow(routed, row, `routing_repairs[${index}]`), pristine: false };
     }
+    return touched;
+  }
 
-    // Commit: nothing below can fail.
-    let trace = held;
-    if (!trace) {
-      const t = new TraceState(delta.trace, this.nextTnum++, delta.open!);
-      trace = t;
-      this.traces.set(delta.trace, t);
-      store.opened(t);
-      undo?.push(() => {
-        this.traces.delete(delta.trace);
-        store.dropped(t);
-      });
-    } else if (undo) {
-      const t = trace;
-      const nodes = t.nodes.length;
-      const items = ITEM_FIELDS.map((f) => ({ ...t.items[f] }));
-      const pending = t.pending;
-      // the slots `set` will overwrite (undefined: a key it adds, which goes last and is deleted)
-      const before = (delta.set ?? []).map((e) => [e.key, t.fields.get(e.key)] as const);
-      undo.push(() => {
-        if (t.nodes.length !== nodes) {
-          t.nodes.length = nodes;
-          store.nodesRemoved(t, nodes);
-        }
-        ITEM_FIELDS.forEach((f, i) => {
-          if (t.items[f].count !== items[i]!.count) {
-            t.items[f] = items[i]!;
-            store.itemsRemoved(t, f, items[i]!.count);
-          }
-        });
-        if (t.pending !== pending) {
-          t.pending = pending;
-          store.pendingSet(t);
-        }
-        for (let i = before.length - 1; i >= 0; i--) {
-          const [k, slot] = before[i]!;
-          if (slot) t.fields.set(k, slot);
-          else t.fields.delete(k);
-        }
-        if (before.length)
-          store.fieldsSet(
-            t,
-            before.map(([k]) => k),
-          );
-      });
-    }
+  /** A new trace incarnation, from the delta's `open`. */
+  private open(delta: ParsedDelta, undo?: Undo): TraceState {
+    const store = this.store;
+    const t = new TraceState(delta.trace, this.nextTnum++, delta.open!);
+    this.traces.set(delta.trace, t);
+    store.opened(t);
+    undo?.push(() => {
+      this.traces.delete(delta.trace);
+      store.dropped(t);
+    });
+    return t;
+  }
+
+  /** The delta's changes to `trace` (nothing here can fail): touched nodes, new nodes and items, set fields, pending. */
+  private change(trace: TraceState, delta: ParsedDelta, touched: Map<number, Touched>, undo?: Undo): void {
+    const store = this.store;
     for (const [index, { before, after }] of touched) {
-      const t = trace;
-      const info = t.nodes[index]!;
+      const info = trace.nodes[index]!;
       if (undo) {
         undo.push(() => {
-          t.nodes[index] = info;
-          store.nodeRestored(t, index, before);
+          trace.nodes[index] = info;
+          store.nodeRestored(trace, index, before);
         });
       }
-      t.nodes[index] = infoOf(after, nodeLength(after), this.version);
-      store.nodeChanged(t, index, after, info);
+      trace.nodes[index] = infoOf(after, nodeLength(after), this.version);
+      store.nodeChanged(trace, index, after, info);
     }
     // The parsed nodes become the store's (a ParsedDelta is applied once, to one assembly).
     if (delta.nodes?.length) {
@@ -261,4 +251,42 @@ export class EpisodeAssembly {
 
 function outOfRange(field: string, index: number, count: number): DeltaError {
   return new DeltaError("index_out_of_range", `${field}[${index}]`, `node ${index} does not exist (the trace holds ${count} node(s))`);
+}
+
+/**
+ * The inverse of a delta's changes to a trace it did not open: its node count, list sizes,
+ * pending and the fields `set` overwrites or adds, as they were.
+ */
+function undoOfChanges(t: TraceState, delta: ParsedDelta, store: EpisodeStore): () => void {
+  const nodes = t.nodes.length;
+  const items = ITEM_FIELDS.map((f) => ({ ...t.items[f] }));
+  const pending = t.pending;
+  // the slots `set` will overwrite (undefined: a key it adds, which goes last and is deleted)
+  const before = (delta.set ?? []).map((e) => [e.key, t.fields.get(e.key)] as const);
+  return () => {
+    if (t.nodes.length !== nodes) {
+      t.nodes.length = nodes;
+      store.nodesRemoved(t, nodes);
+    }
+    ITEM_FIELDS.forEach((f, i) => {
+      if (t.items[f].count !== items[i]!.count) {
+        t.items[f] = items[i]!;
+        store.itemsRemoved(t, f, items[i]!.count);
+      }
+    });
+    if (t.pending !== pending) {
+      t.pending = pending;
+      store.pendingSet(t);
+    }
+    for (let i = before.length - 1; i >= 0; i--) {
+      const [k, slot] = before[i]!;
+      if (slot) t.fields.set(k, slot);
+      else t.fields.delete(k);
+    }
+    if (before.length)
+      store.fieldsSet(
+        t,
+        before.map(([k]) => k),
+      );
+  };
 }

@@ -12,7 +12,7 @@ import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
 import { writeNode, encodeNode, type NodeInfo, type NodeState } from "./node.js";
 import type { BodyReader } from "./store.js";
 import type { ListSize, Slot, TraceState } from "./trace.js";
-import { decodeStrSpan } from "../wire/reader.js";
+import { decodeStrSpan } from "../wire/utf8.js";
 import { decodeLossless } from "../wire/lossless.js";
 import { toJson } from "../wire/json-view.js";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";

@@ -13,7 +13,8 @@
 
 import { DeltaError } from "../assembly/errors.js";
 import { asDeltaError } from "../assembly/delta.js";
-import { Reader, kindOf } from "../wire/reader.js";
+import { kindOf } from "../wire/format.js";
+import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
 
 export interface Envelope {

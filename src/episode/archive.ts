@@ -15,7 +15,7 @@
 import { JsonOut, MsgpackOut, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
 import type { UsageMeter } from "../billing/usage.js";
-import { MSGPACK } from "./read.js";
+import { MSGPACK } from "../http/representation.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
@@ -43,6 +43,12 @@ export class EpisodeArchive {
   private inflight: Promise<ArchiveOutcome> | null = null;
   /** Set while the episode is being erased: no step starts. */
   private stopped = false;
+  /** When `attempt` is to run again after a reader held the bodies or R2 failed (0: as soon as due; memory only). */
+  private retryTime = 0;
+  /** Failed attempts in a row (the retry backs off by them). */
+  private failures = 0;
+  /** Since when readers have held the bodies the step would drop (0: none did). */
+  private busySince = 0;
 
   constructor(
     private readonly state: EpisodeState,
@@ -63,6 +69,29 @@ export class EpisodeArchive {
     });
     this.inflight = run;
     return run;
+  }
+
+  /** When the alarm is to try `attempt` again (0: as soon as the episode is due). */
+  get retryAt(): number {
+    return this.retryTime;
+  }
+
+  /**
+   * The step as the alarm runs it: forced once readers have held the bodies longer than
+   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2 fails.
+   */
+  async attempt(): Promise<void> {
+    try {
+      const now = Date.now();
+      const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
+      this.busySince = outcome === "busy" ? this.busySince || now : 0;
+      this.failures = outcome === "busy" ? this.failures : 0;
+      this.retryTime = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
+    } catch (e) {
+      this.failures++;
+      this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
+      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.failures}), retried by the alarm`, e);
+    }
   }
 
   private async step(force: boolean): Promise<ArchiveOutcome> {

@@ -12,7 +12,7 @@ import { buildDelta, type DeltaPlan, snapshotPlan } from "../assembly/snapshot.j
 import type { BodyReader } from "../assembly/store.js";
 import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage } from "../watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../watch/variant.js";
-import type { Pin } from "./sql-store.js";
+import type { Pin } from "./holds.js";
 import type { Meta } from "./storage.js";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */

@@ -23,6 +23,12 @@ export interface Committed {
   frames: FeedFrame[];
 }
 
+/** What a message did so far: the seqs its frames got, and whether a retraction rewound the episode. */
+interface Progress {
+  seqs: number[];
+  rewound: boolean;
+}
+
 /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
 export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, maxEpisode: number, now: number): Committed {
   const meta = state.meta();
@@ -30,50 +36,21 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
   }
   const live = state.index();
-  let rewound = false;
-  const seqs: number[] = [];
+  const progress: Progress = { seqs: [], rewound: false };
   let committed: { result: IngestResult; saved: Meta };
   try {
-    committed = state.transaction(() => {
-      const m = meta ?? state.record.create(id, now);
-      const result = ingest(live.asm, live.ledger, body, {
-        nextSeq: () => {
-          const seq = ++m.seq;
-          seqs.push(seq);
-          // the frame may yet be retracted: the state before it stays reachable
-          state.store.addFloor(seq - 1);
-          live.asm.version = state.store.version = seq;
-          return seq;
-        },
-        retract: (gone) => {
-          retract(state, live, m, gone);
-          rewound = true;
-        },
-      });
-      // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
-      result.applied.forEach((frame, i) => {
-        m.bytes += frame.length;
-        state.record.appendFrame(seqs[i]!, frame);
-      });
-      if (m.bytes > maxEpisode) {
-        throw new RelayError("episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`);
-      }
-      for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
-      countInto(m, live.asm);
-      m.updated = now;
-      state.record.saveMeta(m);
-      return { result, saved: m };
-    }, true);
-  } catch (e) {
-    // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
-    // rebuilt it; then, and on any other error (the size check runs after the apply), it is read
-    // back from storage.
-    if (rewound || !(e instanceof DeltaError)) state.forget();
+    committed = state.transaction(
+      () => applyMessage(state, live, meta ?? state.record.create(id, now), body, progress, maxEpisode, now),
+      // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
+      // rebuilt it; then, and on any other error (the size check runs after the apply), it is read
+      // back from storage.
+      (e) => e instanceof DeltaError && !progress.rewound,
+    );
+  } finally {
+    // committed or rolled back, the floors are the ledger's again
     state.holdRetractable();
-    throw e;
   }
   const { result, saved } = committed;
-  state.holdRetractable(live.ledger);
   state.store.collect();
   return {
     ack: {
@@ -85,9 +62,48 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     },
     meta: saved,
     created: meta === null,
-    rewound,
-    frames: result.applied.map((delta, i) => ({ seq: seqs[i]!, delta, trace: result.traces[i]! })),
+    rewound: progress.rewound,
+    frames: result.applied.map((delta, i) => ({ seq: progress.seqs[i]!, delta, trace: result.traces[i]! })),
   };
+}
+
+/** Inside the transaction: the message's frames applied and logged, its producers and the counters saved in `m`. */
+function applyMessage(
+  state: EpisodeState,
+  live: LiveIndex,
+  m: Meta,
+  body: Uint8Array,
+  progress: Progress,
+  maxEpisode: number,
+  now: number,
+): { result: IngestResult; saved: Meta } {
+  const result = ingest(live.asm, live.ledger, body, {
+    nextSeq: () => {
+      const seq = ++m.seq;
+      progress.seqs.push(seq);
+      // the frame may yet be retracted: the state before it stays reachable
+      state.store.addFloor(seq - 1);
+      live.asm.version = state.store.version = seq;
+      return seq;
+    },
+    retract: (gone) => {
+      retract(state, live, m, gone);
+      progress.rewound = true;
+    },
+  });
+  // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
+  result.applied.forEach((frame, i) => {
+    m.bytes += frame.length;
+    state.record.appendFrame(progress.seqs[i]!, frame);
+  });
+  if (m.bytes > maxEpisode) {
+    throw new RelayError("episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`);
+  }
+  for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
+  countInto(m, live.asm);
+  m.updated = now;
+  state.record.saveMeta(m);
+  return { result, saved: m };
 }
 
 /**

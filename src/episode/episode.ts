@@ -7,7 +7,7 @@
 //   catchup.ts    catch-up streams a hub pulls for its watchers (catchup-cursor.ts)
 //   log-trim.ts   keeping the log short
 //   archive.ts    a finished episode to R2, its bodies and log out of SQLite
-//   index-sync.ts the episode's row in the episode index, and the alarm's deadlines
+//   index-sync.ts the episode's row in its run's index, and the alarm's deadlines
 //   state.ts      the record, the store and the index in memory
 // The Worker (src/index.ts) has checked the route, the method and the token: plain requests
 // arrive as RPC calls (ingest, reply, read, status, remove), the producer's socket through fetch.
@@ -39,7 +39,7 @@ import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import type { Joined } from "../hub/feed.js";
 import type { SnapshotReason } from "../watch/protocol.js";
 import type { Variant } from "../watch/variant.js";
-import { ARCHIVE_MAX_WAIT_MS, ARCHIVE_RETRY_MS, EpisodeArchive } from "./archive.js";
+import { EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
 import { CatchUpCursor } from "./catchup-cursor.js";
@@ -47,9 +47,10 @@ import { commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { alarmAt, IndexSync } from "./index-sync.js";
-import { type Limits, limitsFrom } from "./limits.js";
+import { type Limits, limitsFrom } from "../limits/limits.js";
 import { LogTrim } from "./log-trim.js";
-import { type ReadRequest, readEpisode, type StatusBody, statusOf } from "./read.js";
+import type { ReadRequest } from "../http/representation.js";
+import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
@@ -70,11 +71,6 @@ export class Episode extends DurableObject<Env> {
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
   private feedRetryAt = 0;
   private readonly archive: EpisodeArchive;
-  /** When the archive step is tried again after a reader held the bodies or R2 failed (0: as soon as due), and the failures in a row. */
-  private archiveRetryAt = 0;
-  private archiveFailures = 0;
-  /** Since when readers have held the bodies the archive step would drop (0: none did). */
-  private archiveBusySince = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -285,7 +281,7 @@ export class Episode extends DurableObject<Env> {
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
-    this.state.erased();
+    this.state.forget();
     this.archive.resume();
     if (id !== undefined) void this.indexSync.removed(id);
   }
@@ -304,7 +300,7 @@ export class Episode extends DurableObject<Env> {
     let at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
     if (this.feedRetryAt !== 0) at = Math.min(at, this.feedRetryAt);
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
-    if (this.archive.due(m)) at = Math.min(at, this.archiveRetryAt || m.updated + this.limits.archiveAfterMs);
+    if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
     void this.ctx.storage.setAlarm(at);
   }
 
@@ -328,23 +324,8 @@ export class Episode extends DurableObject<Env> {
     }
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
     if (this.indexSync.pending()) await this.indexSync.send(m, Date.now());
-    if (this.archive.due(m) && Date.now() >= this.archiveRetryAt) await this.archiveNow();
+    if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
     this.setAlarm(null);
-  }
-
-  /** The archive step (archive.ts); retried by the alarm, backing off, while readers hold the bodies or R2 fails. */
-  private async archiveNow(): Promise<void> {
-    try {
-      const now = Date.now();
-      const outcome = await this.archive.run(this.archiveBusySince !== 0 && now - this.archiveBusySince > ARCHIVE_MAX_WAIT_MS);
-      this.archiveBusySince = outcome === "busy" ? this.archiveBusySince || now : 0;
-      this.archiveFailures = outcome === "busy" ? this.archiveFailures : 0;
-      this.archiveRetryAt = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
-    } catch (e) {
-      this.archiveFailures++;
-      this.archiveRetryAt = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.archiveFailures, 600_000);
-      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.archiveFailures}), retried by the alarm`, e);
-    }
   }
 }
 

@@ -53,10 +53,13 @@ export class LogTrim {
     const cut = trimPoint(m, this.keepFrames, this.keepBytes, bytesRule ? this.state.record.logSizes() : null, this.state.store.oldestHold());
     if (cut === null) return;
     try {
-      this.state.transaction(() => {
-        this.state.record.trimLog(cut);
-        this.state.record.saveMeta({ ...m, base: cut });
-      }, true);
+      this.state.transaction(
+        () => {
+          this.state.record.trimLog(cut);
+          this.state.record.saveMeta({ ...m, base: cut });
+        },
+        () => true, // a trim does not touch the index
+      );
     } catch (e) {
       // the log stays as it was; trimming is tried again after the next frames
       console.error(`episode ${m.id}: log trim failed: ${(e as Error).message}`);

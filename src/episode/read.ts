@@ -7,34 +7,10 @@ import { checkpointSize, JsonOut, MsgpackOut, type Out, type TraceView, writeChe
 import { parseReply } from "../assembly/reply.js";
 import type { BodyReader } from "../assembly/store.js";
 import { encodeInt, encodeStr, NIL } from "../wire/writer.js";
-import type { Pin } from "./sql-store.js";
+import type { Pin } from "./holds.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
 import type { EpisodeState } from "./state.js";
 import { type EpisodeStatus, type Meta, publicStatus } from "./storage.js";
-
-/** What the Worker passes on of a GET or HEAD of the episode. */
-export interface ReadRequest {
-  /** The JSON view (Accept: application/json), else msgpack. */
-  json: boolean;
-  head: boolean;
-  ifNoneMatch: string | null;
-}
-
-export const MSGPACK = "application/msgpack";
-
-export function wantsJson(accept: string | null): boolean {
-  const a = accept ?? "";
-  return /application\/json/.test(a) && !/application\/(x-)?msgpack/.test(a);
-}
-
-/** The representation's ETag, quoted: the msgpack and JSON forms are two representations. */
-export function representationEtag(etag: string, json: boolean): string {
-  return `"${etag}-${json ? "json" : "msgpack"}"`;
-}
-
-/** Whether an If-None-Match header names `etag` (or `*`). */
-export function matchesEtag(ifNoneMatch: string | null, etag: string): boolean {
-  return ifNoneMatch?.split(",").some((t) => t.trim() === etag || t.trim() === "*") ?? false;
-}
 
 /** The episode, streamed from storage: the live form, or the finished episode. */
 export function readEpisode(state: EpisodeState, req: ReadRequest): Response {

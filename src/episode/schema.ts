@@ -6,10 +6,29 @@ import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { binItems } from "../wire/reader.js";
 import { concatChunks } from "../wire/writer.js";
-import { createStateTables, SqlStore } from "./sql-store.js";
+import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
+}
+
+/** The assembled state's tables (sql-store.ts). */
+function createStateTables(sql: SqlStorage): void {
+  sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
+    lists TEXT NOT NULL, created INTEGER NOT NULL, dropped INTEGER)`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS fields (tnum INTEGER NOT NULL, name TEXT NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL,
+    pos INTEGER NOT NULL, src INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (tnum, name, ver, part))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS pending (tnum INTEGER NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (tnum, ver, part))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS node_meta (tnum INTEGER NOT NULL, idx INTEGER NOT NULL, ver INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    parents INTEGER NOT NULL, dtype TEXT, shape TEXT, PRIMARY KEY (tnum, idx, ver))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
+    ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`);
+  sql.exec("CREATE UNIQUE INDEX IF NOT EXISTS bodies_key ON bodies (tnum, kind, idx, ver, part)");
+  sql.exec("CREATE INDEX IF NOT EXISTS bodies_ver ON bodies (ver)");
+  // what: "node" (body and meta of tnum/idx at ver), "field" (tnum/name at ver), "pending", "trace"
+  sql.exec(`CREATE TABLE IF NOT EXISTS stale (what TEXT NOT NULL, tnum INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
+    ver INTEGER NOT NULL, until INTEGER NOT NULL)`);
 }
 
 /**

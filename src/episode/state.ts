@@ -75,29 +75,27 @@ export class EpisodeState {
 
   /**
    * Run `fn` in one SQLite transaction (it commits atomically; an answer sent after it waits for
-   * it to be durable). If it throws, it rolled back: `keepIndex` says the index in memory was left
-   * as it was (a refused delta undoes its own changes), else it is read back on next use.
+   * it to be durable). If it throws `e`, it rolled back: `keepIndex(e)` says the index in memory
+   * was left as it was (a refused delta undoes its own changes), else it is read back on next use.
+   * What is kept of the record's rows is read back either way.
    */
-  transaction<T>(fn: () => T, keepIndex = false): T {
+  transaction<T>(fn: () => T, keepIndex: (e: unknown) => boolean = () => false): T {
     try {
       return this.storage.transactionSync(fn);
     } catch (e) {
-      if (keepIndex) this.record.invalidate();
+      if (keepIndex(e)) this.record.forget();
       else this.forget();
       throw e;
     }
   }
 
-  /** After a rolled-back write: what memory holds may be ahead of storage. */
+  /**
+   * Memory may be ahead of storage (a rolled-back write), or storage gone (deleteAll): the index
+   * and what is kept of the rows are read back on next use.
+   */
   forget(): void {
     this.live = null;
-    this.record.invalidate();
-  }
-
-  /** After deleteAll: there is no episode any more. */
-  erased(): void {
     this.record.forget();
-    this.live = null;
   }
 
   /** Frames that may still be retracted hold the state before them; the rest can go. */

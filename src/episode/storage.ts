@@ -1,11 +1,11 @@
 // The episode's SQLite storage besides the assembled state (src/episode/sql-store.ts): one place
-// for the schema and every query of the record.
+// for every query of the record.
 //
 // - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
 // - `frames`: the log of deltas as applied (retracted ones removed), in seq order, for
 //   catch-up streams (viewer hubs' watchers that resume with `?after=` or catch up) and the hubs'
-//   feeds. A frame is split into parts (sql-store.ts). It is trimmed from the front (log-trim.ts).
+//   feeds. A frame is split into parts (parts.ts). It is trimmed from the front (log-trim.ts).
 // - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
 //   confirmed by its cursor (retraction: src/envelope/ledger.ts).
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
@@ -17,7 +17,7 @@
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import { eachPart } from "./sql-store.js";
+import { eachPart } from "./parts.js";
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../envelope/ledger.js";
 import type { SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
@@ -88,7 +88,10 @@ export class EpisodeRecord {
     return this.ready;
   }
 
-  /** After deleteAll: the next access sees no episode. */
+  /**
+   * Drop what is kept of the rows: after deleteAll (the next access sees no episode), or after a
+   * failed transaction, which rolled them back (maybe the whole episode).
+   */
   forget(): void {
     this.schema.forget();
     this.ready = false;
@@ -166,15 +169,6 @@ export class EpisodeRecord {
       m.archived,
     );
     this.cached = { ...m };
-  }
-
-  /** Drop what is kept of the rows (after a failed transaction, which rolled them back, maybe the whole episode). */
-  invalidate(): void {
-    this.schema.forget();
-    this.ready = false;
-    this.cached = null;
-    this.indexCache = null;
-    this.rewinds = null;
   }
 
   // ---- the log ----

@@ -4,7 +4,7 @@
 // episode is not archived, or R2 fails: the object answers then.
 
 import { type ArchiveMetadata, archiveKey } from "../episode/archive.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../episode/read.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "./representation.js";
 
 /** Set on answers served from the archive (tests and benches tell the two paths apart by it). */
 export const ARCHIVE_HEADER = "x-episode-archive";

@@ -6,13 +6,12 @@
 //   watcher:  read its episodes              (GET, status, watch)
 //   admin:    read + write                   (everything; episode requests still within `episodes`)
 // The usage routes (`/v1/episodes/{id}/usage`, `/v1/runs/{run}/usage`: billing units) are admin only.
-// Listing (`GET /v1/episodes`, the index socket `/v1/episodes/watch`) takes any valid token and
-// shows only the episodes its `episodes` patterns cover (the Worker passes them to the index).
+// Listing (`GET /v1/episodes`, `/v1/runs` and its socket, a run's pages and socket under
+// `/v1/runs/{run}`) takes any valid token and shows only the episodes its `episodes` patterns
+// cover (the Worker passes them to the run's index). `/v1/episodes/watch`, the old index socket,
+// is gone: any valid token gets a 404.
 //
-// Where a token may come from: `Authorization: Bearer <token>` on any request; on WebSocket
-// upgrades of `ingest` and `watch` also a `Sec-WebSocket-Protocol` entry `bearer.<token>` (offered
-// together with `episode-relay`, which the server answers) or `?token=<token>`.
-// Precedence: header, then protocol entry, then query parameter.
+// Where a request carries its token: credentials.ts. No token travels past the Worker (`stripCredentials`).
 //
 // Modes (see `authMode`): RELAY_SECRET set → tokens required. No secret → auth is off only when
 // AUTH_OFF_ON_LOOPBACK = "true" (set by `npm start`, never in wrangler.toml) AND the request URL
@@ -21,6 +20,7 @@
 // Nothing here logs, and no response carries a token, a secret or a jose error text.
 
 import { errors, jwtVerify, SignJWT } from "jose";
+import { BAD_PROTOCOL, findToken, offeredProtocols, TOKEN_PARAM, WS_PROTOCOL, WS_TOKEN_PREFIX } from "./credentials.js";
 import { RelayError } from "./errors.js";
 import { EPISODE_ID, INDEX_METHODS, isWebSocketUpgrade, METHODS, type Route, RUN_METHODS } from "./route.js";
 
@@ -44,12 +44,6 @@ export interface Claims {
   sub?: string;
 }
 
-/** The WebSocket subprotocol the relay speaks; a client offering a `bearer.` entry must offer it too. */
-export const WS_PROTOCOL = "episode-relay";
-/** Prefix of the `Sec-WebSocket-Protocol` entry that carries a token. */
-export const WS_TOKEN_PREFIX = "bearer.";
-/** Query parameter that carries a token on WebSocket upgrades. */
-export const TOKEN_PARAM = "token";
 /** Seconds of clock skew tolerated on `exp` and `nbf`. */
 export const CLOCK_TOLERANCE_S = 30;
 /** Longest token accepted (characters); longer is malformed. */
@@ -139,58 +133,12 @@ export function need(method: string, route: Route): Need {
     const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
-  if ((route.kind === "list" || route.kind === "index_watch" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {
+  if ((route.kind === "list" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {
     return { kind: "list" };
   }
   // a run's pages and sockets are filtered to the token's episodes by the run's index
   if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return route.action === "usage" ? { kind: "admin", id: null } : { kind: "list" };
   return { kind: "token" };
-}
-
-// ---- where the token is ----
-
-/** Entries of the request's `Sec-WebSocket-Protocol` header. */
-export function offeredProtocols(request: Request): string[] {
-  const h = request.headers.get("sec-websocket-protocol");
-  return h
-    ? h
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== "")
-    : [];
-}
-
-const BAD_PROTOCOL = `offer "${WS_PROTOCOL}" together with "${WS_TOKEN_PREFIX}<token>" in Sec-WebSocket-Protocol; the relay answers "${WS_PROTOCOL}"`;
-
-type Found = { token: string } | { missing: string } | { malformed: string } | { badRequest: string };
-
-/** The token a request carries, and from where (upgrades may use the protocol entry or ?token=). */
-export function findToken(request: Request, url: URL, upgrade: boolean): Found {
-  const header = request.headers.get("authorization");
-  if (header !== null) {
-    const m = /^Bearer[ ]+([^\s,]+)\s*$/i.exec(header);
-    if (!m) return { malformed: 'Authorization header must be "Bearer <token>"' };
-    return { token: m[1]! };
-  }
-  const protocols = offeredProtocols(request);
-  const entries = protocols.filter((p) => p.startsWith(WS_TOKEN_PREFIX));
-  if (entries.length > 0) {
-    if (!upgrade) return { malformed: "a bearer.<token> Sec-WebSocket-Protocol entry is accepted only on WebSocket upgrades" };
-    if (!protocols.includes(WS_PROTOCOL)) return { badRequest: BAD_PROTOCOL };
-    if (entries.length > 1) return { malformed: "more than one bearer.<token> Sec-WebSocket-Protocol entry" };
-    return { token: entries[0]!.slice(WS_TOKEN_PREFIX.length) };
-  }
-  const query = url.searchParams.getAll(TOKEN_PARAM);
-  if (query.length > 0) {
-    if (!upgrade) return { missing: "missing bearer token: ?token= is accepted only on WebSocket upgrades; send Authorization: Bearer <token>" };
-    if (query.length > 1) return { malformed: "more than one ?token= parameter" };
-    return { token: query[0]! };
-  }
-  return {
-    missing: upgrade
-      ? "missing bearer token (Authorization: Bearer <token>, Sec-WebSocket-Protocol: episode-relay, bearer.<token>, or ?token=<token>)"
-      : "missing bearer token (Authorization: Bearer <token>)",
-  };
 }
 
 // ---- verification ----

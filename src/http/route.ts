@@ -29,10 +29,8 @@ export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status"
 
 export type Route =
   | { kind: "health" }
-  /** `GET /v1/episodes`: the episode index's list. */
+  /** `GET /v1/episodes`: the list across runs (each run's index, newest run first). */
   | { kind: "list" }
-  /** `GET /v1/episodes/watch`: the old single index socket (gone: answered 404 with where it went). */
-  | { kind: "index_watch" }
   /** `GET /v1/runs`: the run directory (upgraded: its socket). */
   | { kind: "runs" }
   | { kind: "run"; run: string; action: RunAction; group?: string }
@@ -43,11 +41,14 @@ export type Route =
 
 const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch", "usage"]);
 
-/** Ids that name index paths, not episodes: `/v1/episodes/watch` is the index socket. */
+/**
+ * Ids no episode may take: `/v1/episodes/watch` was the old single index socket's path (it answers
+ * not_found now, never an episode), and clients refuse the id before sending.
+ */
 export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 
-/** Methods of the index paths. */
-export const INDEX_METHODS: Record<"list" | "index_watch" | "runs", readonly string[]> = { list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] };
+/** Methods of the list paths. */
+export const INDEX_METHODS: Record<"list" | "runs", readonly string[]> = { list: ["GET", "HEAD"], runs: ["GET", "HEAD"] };
 
 export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   groups: ["GET", "HEAD"],
@@ -62,7 +63,8 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
 export function parseRoute(pathname: string): Route {
   if (pathname === "/v1/health" || pathname === "/v1/health/") return { kind: "health" };
   if (pathname === "/v1/episodes" || pathname === "/v1/episodes/") return { kind: "list" };
-  if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "index_watch" };
+  // the old index socket's path: not found (not a bad episode id)
+  if (pathname === "/v1/episodes/watch" || pathname === "/v1/episodes/watch/") return { kind: "not_found" };
   if (pathname === "/v1/runs" || pathname === "/v1/runs/") return { kind: "runs" };
   const g = /^\/v1\/runs\/([^/]+)\/groups\/([^/]+)\/?$/.exec(pathname);
   if (g) return groupRoute(g[1]!, g[2]!);
@@ -95,7 +97,7 @@ export const METHODS: Record<EpisodeAction, readonly string[]> = {
 };
 
 /** Methods a routed path answers. */
-export function allowedMethods(route: Extract<Route, { kind: "list" | "index_watch" | "runs" | "run" | "episode" }>): readonly string[] {
+export function allowedMethods(route: Extract<Route, { kind: "list" | "runs" | "run" | "episode" }>): readonly string[] {
   if (route.kind === "episode") return METHODS[route.action];
   if (route.kind === "run") return RUN_METHODS[route.action];
   return INDEX_METHODS[route.kind];

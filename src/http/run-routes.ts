@@ -1,14 +1,16 @@
 // The Worker's run paths: the run directory, a run's aggregates and episode list, the run
 // sockets, the list across runs, and the bulk fetch of a run's finished episodes. Each asks the
-// objects over RPC (sockets: fetch) and shapes the answer; no state is kept here.
+// objects over RPC (sockets: fetch), which answer plain objects, and writes the JSON answer once
+// here; no state is kept here.
 
 import { readArchived } from "./archive-read.js";
 import { groupCursor } from "../registry/group-store.js";
 import { GROUP_SORTS, type GroupSort } from "../registry/groups.js";
-import { MSGPACK } from "../episode/read.js";
-import { runIndexName } from "../registry/episode-index.js";
-import { encodeCursor, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";
-import { decodeRunCursor, encodeRunCursor, RUNS_NAME, type RunCursor } from "../registry/run-directory.js";
+import { MSGPACK } from "./representation.js";
+import { runIndex } from "../registry/episode-index.js";
+import { encodeCursor, type IndexEntry, type ListQuery, parseListQuery, SCOPE_HEADER, type Scope, badCursor, decodeCursor } from "../registry/rows.js";
+import { decodeRunCursor, encodeRunCursor, type RunCursor } from "../registry/directory-store.js";
+import { RUNS_NAME } from "../registry/run-directory.js";
 import { coversRun } from "../registry/run.js";
 import { ChunkWriter } from "../wire/writer.js";
 import { stripCredentials } from "./auth.js";
@@ -23,8 +25,9 @@ function withoutCursor(url: URL): URLSearchParams {
   return p;
 }
 
-function json(body: string, head: boolean): Response {
-  return new Response(head ? null : body, { headers: JSON_HEADERS });
+/** A JSON answer (HEAD: the headers only). */
+function json(body: unknown, head: boolean): Response {
+  return new Response(head ? null : JSON.stringify(body), { headers: JSON_HEADERS });
 }
 
 /** `GET /v1/runs?prefix=&limit=&cursor=`: runs the token covers, newest first. */
@@ -32,14 +35,14 @@ export async function listRuns(env: Env, url: URL, scope: Scope, head: boolean):
   const q = parseListQuery(withoutCursor(url));
   const after = url.searchParams.get("cursor") ? decodeRunCursor(url.searchParams.get("cursor")!) : null;
   const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(after, q.limit, scope, q.prefix, true);
-  return json(JSON.stringify(page), head);
+  return json(page, head);
 }
 
 /** `GET /v1/runs/{run}`: its counts and aggregates (null for a token that does not cover the run). */
 export async function runView(env: Env, run: string, scope: Scope, head: boolean): Promise<Response> {
   const covers = coversRun(scope, run);
-  const aggregates = covers ? await env.EPISODE_INDEX.getByName(runIndexName(run)).aggregates(run) : "null";
-  return json(`{"run":${JSON.stringify(run)},"covered":${covers},"aggregates":${aggregates}}`, head);
+  const aggregates = covers ? await runIndex(env, run).aggregates(run) : null;
+  return json({ run, covered: covers, aggregates }, head);
 }
 
 /** `GET /v1/runs/{run}/groups?sort=spread|size|task&limit=&cursor=`: the run's rollout groups (a viewer covering the whole run only). */
@@ -50,14 +53,14 @@ export async function runGroups(env: Env, run: string, url: URL, scope: Scope, h
   const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
   const cursor = url.searchParams.get("cursor") || null;
   if (cursor !== null) groupCursor(cursor); // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
-  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).groups(run, sort as GroupSort, limit, cursor);
+  const page = await runIndex(env, run).groups(run, sort as GroupSort, limit, cursor);
   return json(page, head);
 }
 
 /** `GET /v1/runs/{run}/groups/{group}`: one group, its rollouts and their advantages. */
 export async function runGroup(env: Env, run: string, group: string, scope: Scope, head: boolean): Promise<Response> {
   needsWholeRun(scope, run);
-  const body = await env.EPISODE_INDEX.getByName(runIndexName(run)).group(group);
+  const body = await runIndex(env, run).group(group);
   if (body === null) throw new RelayError("not_found", `run ${run} has no group ${JSON.stringify(group)}`);
   return json(body, head);
 }
@@ -69,7 +72,7 @@ export async function runTasks(env: Env, run: string, url: URL, scope: Scope, he
   const threshold = Number(url.searchParams.get("threshold") ?? "1");
   if (!Number.isFinite(threshold)) throw new RelayError("malformed", "threshold must be a number", "threshold");
   const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
-  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).tasks(key, threshold, limit, url.searchParams.get("cursor"));
+  const page = await runIndex(env, run).tasks(key, threshold, limit, url.searchParams.get("cursor"));
   return json(page, head);
 }
 
@@ -80,7 +83,7 @@ function needsWholeRun(scope: Scope, run: string): void {
 
 /** `GET /v1/runs/{run}/episodes?status=&sort=&limit=&cursor=`. */
 export async function runEpisodes(env: Env, run: string, url: URL, scope: Scope, head: boolean): Promise<Response> {
-  const page = await env.EPISODE_INDEX.getByName(runIndexName(run)).list(parseListQuery(url.searchParams), scope);
+  const page = await runIndex(env, run).list(parseListQuery(url.searchParams), scope);
   return json(page, head);
 }
 
@@ -88,7 +91,7 @@ export async function runEpisodes(env: Env, run: string, url: URL, scope: Scope,
 export function runSocket(env: Env, request: Request, url: URL, run: string | null, scope: Scope): Promise<Response> {
   const forwarded = stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(scope) });
   if (run === null) return env.RUN_DIRECTORY.getByName(RUNS_NAME).fetch(forwarded);
-  return env.EPISODE_INDEX.getByName(runIndexName(run)).fetch(forwarded);
+  return runIndex(env, run).fetch(forwarded);
 }
 
 /**
@@ -99,7 +102,7 @@ export function runSocket(env: Env, request: Request, url: URL, run: string | nu
 export async function listAcrossRuns(env: Env, url: URL, scope: Scope, head: boolean): Promise<Response> {
   const q = parseListQuery(withoutCursor(url));
   const at = url.searchParams.get("cursor") ? decodeAcross(url.searchParams.get("cursor")!) : null;
-  const episodes: unknown[] = [];
+  const episodes: IndexEntry[] = [];
   let runAfter: RunCursor | null = at?.run ?? null;
   let inner: ListQuery["after"] = at?.inner ?? null;
   let current: RunCursor | null = at?.current ?? null;
@@ -108,24 +111,21 @@ export async function listAcrossRuns(env: Env, url: URL, scope: Scope, head: boo
     if (current === null) {
       const next = await dir.runs(runAfter, 1, scope, q.prefix, false);
       const r = next.runs[0];
-      if (!r) return json(JSON.stringify({ episodes, cursor: null }), head);
+      if (!r) return json({ episodes, cursor: null }, head);
       current = { created: Date.parse(r.created), run: r.run };
       inner = null;
     }
     const want = q.limit - episodes.length;
-    const page = JSON.parse(await env.EPISODE_INDEX.getByName(runIndexName(current.run)).list({ ...q, sort: "updated", limit: want, after: inner }, scope)) as {
-      episodes: unknown[];
-      cursor: string | null;
-    };
+    const page = await runIndex(env, current.run).list({ ...q, sort: "updated", limit: want, after: inner }, scope);
     episodes.push(...page.episodes);
     if (page.cursor !== null) {
       // this run has more: a full page, or a short one whose walk stopped on its budget (episode-pages.ts)
-      return json(JSON.stringify({ episodes, cursor: encodeAcross({ run: runAfter, current, inner: parseInner(page.cursor) }) }), head);
+      return json({ episodes, cursor: encodeAcross({ run: runAfter, current, inner: parseInner(page.cursor) }) }, head);
     }
     runAfter = current;
     current = null;
     if (episodes.length >= q.limit) {
-      return json(JSON.stringify({ episodes, cursor: encodeAcross({ run: runAfter, current: null, inner: null }) }), head);
+      return json({ episodes, cursor: encodeAcross({ run: runAfter, current: null, inner: null }) }, head);
     }
   }
 }
@@ -189,7 +189,7 @@ export function bulkFinished(env: Env, run: string, url: URL, request: Request, 
   }
   const headers = { "content-type": ndjson ? "application/x-ndjson" : MSGPACK, "cache-control": "no-store" };
   if (request.method === "HEAD") return new Response(null, { headers });
-  const index = env.EPISODE_INDEX.getByName(runIndexName(run));
+  const index = runIndex(env, run);
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
   const write = async () => {
     const writer = writable.getWriter();
@@ -242,9 +242,4 @@ function msgpackHead(id: string, cursor: string): Uint8Array {
 
 function ndjsonHead(id: string, cursor: string): Uint8Array {
   return new TextEncoder().encode(`{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},"episode":`);
-}
-
-/** 404 for the old single index socket. */
-export function indexSocketMoved(): RelayError {
-  return new RelayError("not_found", "the index socket is per run now: GET /v1/runs (the runs) or /v1/runs/{run} (one run), upgraded to a WebSocket");
 }

@@ -7,7 +7,7 @@
 // A hub keeps a small row (src/hub/store.ts) and recent frames in memory (src/hub/window.ts).
 
 import { DurableObject } from "cloudflare:workers";
-import { limitsFrom } from "../episode/limits.js";
+import { limitsFrom } from "../limits/limits.js";
 import { CLOSE_NORMAL, CLOSE_POLICY, echoClose, errorResponse, RelayError, safeClose, upgradeRequired } from "../http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { finishMessage, statusMessage } from "../watch/protocol.js";

@@ -3,7 +3,7 @@
 // feed, so a hub woken from hibernation knows where its live watchers stand; dropped when its last
 // watcher leaves.
 
-import { eachPart } from "../episode/sql-store.js";
+import { eachPart } from "../episode/parts.js";
 import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
 import type { HubStatus, HubView } from "./feed.js";
@@ -43,7 +43,7 @@ export class HubStore {
     this.schema = new SchemaState(storage, HUB_SCHEMA);
   }
 
-  /** Bring storage to this release's schema (the constructor's `blockConcurrencyWhile`; also on first use). */
+  /** Bring storage to this release's schema (in the hub's constructor, before any event; also on first use). */
   open(): void {
     this.schema.open();
   }

@@ -1,32 +1,27 @@
-// A hub's watcher sockets (hibernating): admission, hellos, catch-ups and the step to live.
+// A hub's watcher sockets (hibernating): admission, hellos, the wait for a catch-up slot, and the
+// step to live.
 //
 // - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
-//   its catch-up (src/hub/catchup.ts), paced by what it acknowledges (src/hub/flows.ts): at most
-//   `window` bytes unacknowledged, at most `maxCatchUps` at once, at most `catchUpsPerSecond`
-//   starting (src/hub/admission.ts). A newcomer past the admission bounds is closed 1013 with a
-//   retry hint. Caught up, it joins the live fan-out (src/hub/live.ts).
-// - A catching-up watcher that stops acknowledging what it was sent is closed 4008 (after IDLE_MS,
-//   which lets go of its stream so the hub can hibernate; after SPLIT_MS when it holds back its
-//   cohort); it reconnects.
+//   its catch-up (src/hub/running-catchups.ts), paced by what it acknowledges (src/hub/flows.ts):
+//   at most `window` bytes unacknowledged, at most `maxCatchUps` at once, at most
+//   `catchUpsPerSecond` starting (src/hub/admission.ts). A newcomer past the admission bounds is
+//   closed 1013 with a retry hint. Caught up, it joins the live fan-out (src/hub/live.ts).
 // - Per-socket state is memory only, except `live` in the attachment: after the hub restarts, a
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
-import { CLOSE_POLICY, CLOSE_TOO_SLOW, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
-import { caughtUpMessage, finishMessage, helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../watch/protocol.js";
+import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
+import { helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
-import { BridgeCache, type BridgeSource, HubCatchUp, type HubCohort, type OpenCursor } from "./catchup.js";
-import { type FeedFrame, type HubView, viewEnded, viewStatus } from "./feed.js";
+import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "./catchup.js";
+import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
+import { RunningCatchUps } from "./running-catchups.js";
 import { Streams } from "./streams.js";
 import type { HubWindow } from "./window.js";
 
 export const WATCH_TAG = "watch";
-/** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
-export const IDLE_MS = 10_000;
-/** A cohort member silent this long no longer holds the others back: it is closed, to resume. */
-export const SPLIT_MS = 5_000;
 
 export interface WatcherLimits extends AdmissionLimits {
   /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
@@ -56,19 +51,12 @@ export class HubWatchers {
   private readonly flows = new Flows();
   private readonly live: LiveFanOut;
   private readonly states = new WeakMap<WebSocket, SocketState>();
-  private readonly catchUps = new Map<WebSocket, HubCatchUp>();
+  private readonly catchUps: RunningCatchUps;
   private readonly streams: Streams;
-  private readonly socketOf = new Map<HubCatchUp, WebSocket>();
-  /** Catch-ups waiting for their stream, a slower member of their cohort, or the hub's feed. */
-  private readonly blocked = new Set<HubCatchUp>();
-  /** When each catch-up last made progress (started, or got an ack). */
-  private readonly progress = new WeakMap<WebSocket, number>();
   /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
   private readonly waiting: Waiting[] = [];
   /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
   private startTimer: ReturnType<typeof setTimeout> | null = null;
-  /** A timer that closes idle catch-ups (only while some run). */
-  private idleTimer: ReturnType<typeof setTimeout> | null = null;
   /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
   private sockets: number | null = null;
   private readonly counted = new WeakSet<WebSocket>();
@@ -82,7 +70,14 @@ export class HubWatchers {
   ) {
     this.admission = new Admission(limits, Date.now());
     this.live = new LiveFanOut(this.flows, limits.lagBytes, () => this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })));
-    this.streams = new Streams(hub.openCursor, (c) => this.wakeMembers(c));
+    this.catchUps = new RunningCatchUps(this.flows, this.live, hub, limits.window, {
+      gone: (ws) => this.gone(ws),
+      caughtUp: (ws) => {
+        this.live.set(ws, this.states.get(ws)!, true);
+        this.startWaiting();
+      },
+    });
+    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c));
     this.bridge = {
       head: () => this.hub.view().head,
       window: hub.window,
@@ -118,7 +113,7 @@ export class HubWatchers {
   /**
    * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B]` as a WebSocket: refused at once
    * (1013 with a retry hint) past the admission bounds; else a hello, then its catch-up, paced by
-   * its acks, then live frames. `extra` watchers are on their way in (counted as present).
+   * its acks, then live frames.
    */
   open(url: URL, id: string, headers: HeadersInit): Response {
     const afterParam = url.searchParams.get("after");
@@ -166,34 +161,10 @@ export class HubWatchers {
     this.waiting.push({ ws, after, ready: false });
   }
 
-  /**
-   * A catch-up that stopped acknowledging what it was sent holds a slot, its stream's pins at the
-   * episode, and keeps the hub awake: after IDLE_MS it is closed (4008; it reconnects). Checked
-   * by a timer that runs only while catch-ups do.
-   */
-  private watchIdle(): void {
-    if (this.idleTimer || this.catchUps.size === 0) return;
-    this.idleTimer = setTimeout(() => {
-      this.idleTimer = null;
-      const now = Date.now();
-      for (const ws of [...this.catchUps.keys()]) {
-        if (this.flows.behind(ws) === 0 || now - (this.progress.get(ws) ?? now) < IDLE_MS) continue;
-        safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${IDLE_MS / 1000} s while catching up; reconnect to resume`);
-        this.gone(ws);
-      }
-      this.watchIdle();
-    }, IDLE_MS / 2);
-  }
-
   /** The watcher acknowledged `bytes` (its count since the socket opened). */
   private ack(ws: WebSocket, bytes: number): void {
     this.flows.ack(ws, bytes);
-    if (this.catchUps.has(ws)) {
-      this.flows.grow(ws, this.limits.window);
-      this.progress.set(ws, Date.now());
-      this.pump(ws);
-      return;
-    }
+    if (this.catchUps.acked(ws)) return;
     const w = this.waiting.find((x) => x.ws === ws);
     if (w && !w.ready) {
       w.ready = true;
@@ -203,15 +174,7 @@ export class HubWatchers {
 
   /** The socket closed or failed: free its place. */
   gone(ws: WebSocket): void {
-    const c = this.catchUps.get(ws);
-    if (c) {
-      const cohort = c.snapshotting;
-      c.release();
-      this.catchUps.delete(ws);
-      this.socketOf.delete(c);
-      this.blocked.delete(c);
-      if (cohort) this.wakeCohort(cohort, c);
-    }
+    this.catchUps.end(ws);
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
     this.flows.forget(ws);
@@ -258,15 +221,10 @@ export class HubWatchers {
 
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
   private dropCatchUps(): void {
-    for (const c of this.catchUps.values()) c.release();
-    this.streams.closeAll();
     this.catchUps.clear();
-    this.socketOf.clear();
-    this.blocked.clear();
+    this.streams.closeAll();
     this.waiting.length = 0;
     this.live.reset();
-    if (this.idleTimer) clearTimeout(this.idleTimer);
-    this.idleTimer = null;
   }
 
   private startWaiting(): void {
@@ -297,110 +255,16 @@ export class HubWatchers {
       this.waiting.splice(i, 1);
       this.live.flush(); // frames fed before this catch-up's stream go to the live watchers first
       if (!state) continue;
-      const c = new HubCatchUp(this.bridge, state.variant, w.after, w.reason);
-      this.catchUps.set(w.ws, c);
-      this.socketOf.set(c, w.ws);
-      this.progress.set(w.ws, Date.now());
-      this.pump(w.ws);
+      this.catchUps.start(w.ws, new HubCatchUp(this.bridge, state.variant, w.after, w.reason));
     }
-    this.watchIdle();
-  }
-
-  /**
-   * A member of `c` waits for its slowest: if that one stopped acknowledging (for SPLIT_MS), it is
-   * closed (4008: it resumes on its own) so the others go on.
-   */
-  private unblock(c: HubCohort, now: number): void {
-    const slow = c.slowest();
-    if (!slow || c.members.size < 2) return;
-    const ws = this.socketOf.get(slow);
-    if (!ws || now - (this.progress.get(ws) ?? now) < SPLIT_MS) return;
-    safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${SPLIT_MS / 1000} s while others catch up with it; reconnect to resume`);
-    this.gone(ws);
-  }
-
-  /** Send the catch-up's next messages while its window allows; make it live once caught up. */
-  private pump(ws: WebSocket): void {
-    const c = this.catchUps.get(ws);
-    if (!c) return;
-    const cohort = c.snapshotting;
-    let sent = false;
-    this.blocked.delete(c);
-    try {
-      while (this.flows.open(ws)) {
-        let messages = c.next();
-        if (messages === "wait" && c.snapshotting) {
-          this.unblock(c.snapshotting, Date.now());
-          if (!this.catchUps.has(ws)) return; // it was the slow one
-          messages = c.next();
-        }
-        if (messages === "wait") {
-          this.blocked.add(c);
-          break;
-        }
-        if (messages === "done") {
-          this.caughtUp(ws, c);
-          break;
-        }
-        sent = true;
-        for (const m of messages) if (!this.flows.send(ws, m)) return this.gone(ws);
-      }
-    } catch (e) {
-      // the stream from the episode broke (it restarted): the watcher reconnects and resumes
-      console.warn("hub: catch-up stream failed", e);
-      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
-      this.gone(ws);
-      return;
-    }
-    if (sent && cohort) this.wakeCohort(cohort, c);
-  }
-
-  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
-  private caughtUp(ws: WebSocket, c: HubCatchUp): void {
-    // frames fed but not yet broadcast are in what this watcher got: they go to the others first
-    this.live.flush();
-    const v = this.hub.view();
-    this.catchUps.delete(ws);
-    this.socketOf.delete(c);
-    c.release();
-    this.flows.send(ws, caughtUpMessage(v.head));
-    if (viewEnded(v)) this.flows.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
-    this.live.set(ws, this.states.get(ws)!, true);
-    this.startWaiting();
-  }
-
-  /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */
-  private wakeCohort(cohort: HubCohort, c: HubCatchUp): void {
-    for (const other of cohort.members) {
-      if (other === c || !this.blocked.has(other)) continue;
-      const ows = this.socketOf.get(other);
-      if (ows) this.pump(ows);
-    }
-  }
-
-  /** A cohort's stream moved (a message arrived, it ended or failed): its waiting members go on. */
-  private wakeMembers(cohort: HubCohort): void {
-    for (const m of [...cohort.members]) {
-      if (!this.blocked.has(m)) continue;
-      const ws = this.socketOf.get(m);
-      if (ws) this.pump(ws);
-    }
-  }
-
-  /** The feed moved the hub's head: catch-ups waiting for it go on. */
-  private wakeBlocked(): void {
-    for (const c of [...this.blocked]) {
-      if (c.snapshotting) continue; // waiting for its stream, not for the feed
-      const ws = this.socketOf.get(c);
-      if (ws) this.pump(ws);
-    }
+    this.catchUps.watchIdle();
   }
 
   /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
   broadcast(frames: readonly FeedFrame[]): void {
     for (const f of frames) this.streams.fedBytes(f.delta.length);
     this.live.queue(frames);
-    this.wakeBlocked();
+    this.catchUps.wakeBlocked();
   }
 
   /** The same message to every live watcher (e.g. finish), after the queued frames. */

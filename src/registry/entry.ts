@@ -39,12 +39,12 @@ export interface IndexRow {
   run_name?: string | null;
 }
 
-/** A row as the API shows it (lists, index sockets): times as ISO strings, and the reward to sort by. */
+/** A row as the API shows it (lists, run sockets): times as ISO strings, and the reward to sort by. */
 export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ended"> {
   created: string;
   updated: string;
   ended: string | null;
-  /** The weighted mean of the reward scores (src/registry/aggregates.ts `rewardOf`), or null. */
+  /** The weighted mean of the reward scores (src/registry/rewards.ts `rewardOf`), or null. */
   reward: number | null;
 }
 

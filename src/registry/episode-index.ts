@@ -7,14 +7,15 @@
 // coalesced changes with the aggregates.
 
 import { DurableObject } from "cloudflare:workers";
-import { errorResponse, upgradeRequired } from "../http/errors.js";
-import { isWebSocketUpgrade } from "../http/route.js";
+import { errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
+import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
+import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
 import { NO_FILTER } from "./row-filter.js";
-import { IndexSockets, readScopeHeader } from "./index-sockets.js";
+import { readScopeHeader, RunSockets } from "./run-sockets.js";
 import { SchemaState } from "../storage/schema.js";
-import { type GroupSort, groupJson, rolloutJson } from "./groups.js";
+import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "./groups.js";
 import { type FinishedItem, IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import { RUNS_NAME } from "./run-directory.js";
@@ -22,6 +23,7 @@ import { coversRun } from "./run.js";
 import {
   encodeListCursor,
   entryOf,
+  type EpisodesPage,
   type IndexEntry,
   type IndexRow,
   type ListQuery,
@@ -37,11 +39,15 @@ export function runIndexName(run: string): string {
   return `run:${run}`;
 }
 
+/** A run's index (its RPC methods answer plain objects, structured-cloned). */
+export function runIndex(env: Env, run: string) {
+  return env.EPISODE_INDEX.getByName(runIndexName(run));
+}
+
 /** Episodes in the snapshot a socket starts with (`?limit=` up to MAX_LIMIT). */
 export const SNAPSHOT_LIMIT = 200;
 /** The run's counts go to the directory at most this often. */
 export const DIRECTORY_MS = 1000;
-const DEFAULT_WRITES_PER_S = 250;
 
 /** The answer to an update: whether it was newer than the row held, and the episode's next interval. */
 export interface UpdateAnswer {
@@ -53,7 +59,7 @@ export interface UpdateAnswer {
 export class EpisodeIndex extends DurableObject<Env> {
   private readonly schema: SchemaState;
   private readonly store: IndexStore;
-  private readonly sockets: IndexSockets;
+  private readonly sockets: RunSockets;
   /** Rows changed since the last push (null: removed). */
   private changes = new Map<string, IndexRow | null>();
 
@@ -63,7 +69,7 @@ export class EpisodeIndex extends DurableObject<Env> {
     // no request is delivered until storage is at this release's schema (or the object refuses them)
     void ctx.blockConcurrencyWhile(async () => this.schema.open(true));
     this.store = new IndexStore(ctx.storage.sql);
-    this.sockets = new IndexSockets(
+    this.sockets = new RunSockets(
       ctx,
       ctx.storage.sql,
       (scope) => this.changesFor(scope),
@@ -102,29 +108,28 @@ export class EpisodeIndex extends DurableObject<Env> {
   // ---- RPC from the Worker ----
 
   /**
-   * A page of the run's episodes within `scope` passing `q`'s filters, as JSON text
-   * `{episodes, cursor, searched}` (rewards are free-form JSON). A rare filter may give a short page
-   * with a cursor: the walk stopped on its budget (episode-pages.ts), the next page goes on.
+   * A page of the run's episodes within `scope` passing `q`'s filters. A rare filter may give a
+   * short page with a cursor: the walk stopped on its budget (episode-pages.ts), the next page goes on.
    */
-  list(q: ListQuery, scope: Scope): string {
+  list(q: ListQuery, scope: Scope): EpisodesPage {
     this.schema.check();
     const page = this.store.query(q, scope);
     const cursor = page.next === null ? null : encodeListCursor(page.next);
-    return JSON.stringify({ episodes: page.rows.map(entryOf), cursor, searched: page.searched });
+    return { episodes: page.rows.map(entryOf), cursor, searched: page.searched };
   }
 
-  /** The run's aggregates as JSON text (the Worker shows them only to viewers covering the run). */
-  aggregates(run: string): string {
+  /** The run's aggregates (the Worker shows them only to viewers covering the run). */
+  aggregates(run: string): RunAggregates {
     this.schema.check();
-    return JSON.stringify(this.aggregatesNow(run));
+    return this.aggregatesNow(run);
   }
 
-  /** A page of the run's rollout groups as JSON text (the Worker asks only for viewers covering the run). */
-  groups(run: string, sort: GroupSort, limit: number, cursor: string | null): string {
+  /** A page of the run's rollout groups (the Worker asks only for viewers covering the run). */
+  groups(run: string, sort: GroupSort, limit: number, cursor: string | null): GroupsPage {
     this.schema.check();
     const page = this.store.groups.page(sort, limit, cursor);
     const c = this.store.groups.counts();
-    return JSON.stringify({
+    return {
       run,
       groups_total: c.groups,
       finished_groups: c.complete,
@@ -133,11 +138,11 @@ export class EpisodeIndex extends DurableObject<Env> {
       zero_variance_trend: this.store.groups.zeroVarianceTrend(Date.now()),
       groups: page.groups.map(groupJson),
       cursor: page.cursor,
-    });
+    };
   }
 
-  /** One group with its rollouts (best reward first) and their advantages, as JSON text; null when there is no such group. */
-  group(id: string): string | null {
+  /** One group with its rollouts (best reward first) and their advantages; null when there is no such group. */
+  group(id: string): GroupDetailJson | null {
     this.schema.check();
     const g = this.store.groups.group(id);
     if (!g) return null;
@@ -145,13 +150,13 @@ export class EpisodeIndex extends DurableObject<Env> {
       const row = this.store.row(m);
       return row ? [rolloutJson(row, g)] : [];
     });
-    return JSON.stringify({ ...groupJson(g), rollouts });
+    return { ...groupJson(g), rollouts };
   }
 
-  /** A page of the run's tasks (solve rate: `key` at or above `threshold`) as JSON text. */
-  tasks(key: string, threshold: number, limit: number, cursor: string | null): string {
+  /** A page of the run's tasks (solve rate: `key` at or above `threshold`). */
+  tasks(key: string, threshold: number, limit: number, cursor: string | null): TasksPage {
     this.schema.check();
-    return JSON.stringify({ key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) });
+    return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
   }
 
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
@@ -167,8 +172,10 @@ export class EpisodeIndex extends DurableObject<Env> {
       this.schema.check();
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the run socket");
       const url = new URL(request.url);
+      const route = parseRoute(url.pathname);
+      if (route.kind !== "run" || route.action !== "run") throw new RelayError("not_found", "a run's index answers only its run socket over fetch");
+      const { run } = route;
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
-      const run = decodeURIComponent(url.pathname.split("/")[3] ?? "");
       const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
       // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with row-filter.ts)
       const page = this.store.query({ ...q, filter: NO_FILTER, after: null }, scope);
@@ -251,12 +258,10 @@ export class EpisodeIndex extends DurableObject<Env> {
     return encodeRunMessage({ type: "changes", upserts, deletes, aggregates: covers ? this.aggregatesNow(run) : null });
   }
 
-  /** The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together. */
+  /** The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/limits/vars.ts). */
   private flushMs(): number {
-    const base = Number(this.env.INDEX_FLUSH_MS) || 2000;
-    const rate = Number(this.env.INDEX_WRITES_PER_S) || DEFAULT_WRITES_PER_S;
     const c = this.store.loadCounters();
-    return Math.max(base, Math.ceil(((c.live + c.finish_refused) * 1000) / rate));
+    return flushIntervalMs(indexPacingFrom(this.env), c.live + c.finish_refused);
   }
 
   private aggregatesNow(run: string): RunAggregates {

@@ -5,24 +5,11 @@
 // transactions; pages are read by keyset.
 
 import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
-import { type GroupMember, type GroupSort, type GroupSummary, groupSummary } from "./groups.js";
+import { type GroupMember, type GroupSort, type GroupSummary, groupSummary, type TaskSummary } from "./groups.js";
 import { scoresOf } from "./rewards.js";
 import { TrendStore } from "./trend-store.js";
 import { completedMinute, type ZeroVarianceTrend } from "./zero-variance-trend.js";
 import type { Json } from "../wire/json-view.js";
-
-/** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
-export interface TaskSummary {
-  task: string;
-  rollouts: number;
-  finished: number;
-  failed: number;
-  mean_turns: number;
-  mean_tokens: number;
-  /** Over the finished rollouts with the chosen reward key; null without any. */
-  mean_reward: number | null;
-  solve_rate: number | null;
-}
 
 /** The run's group counts (what the aggregates and the groups page show). */
 export interface GroupCounts {

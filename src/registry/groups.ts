@@ -4,8 +4,10 @@
 // from its members whenever one of them changes (index-store.ts), so a group's numbers always
 // equal a recount, whatever the order rows arrive, finish, fail or go.
 
+import type { ZeroVarianceTrend } from "./aggregates.js";
 import type { IndexRow, IndexStatus } from "./entry.js";
 import { rewardOf, scoresOf } from "./rewards.js";
+import type { Json } from "../wire/json-view.js";
 
 /** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */
 export interface RewardStats {
@@ -32,6 +34,63 @@ export interface GroupJson {
   rewards: Record<string, RewardStats>;
   /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
   spread: number | null;
+}
+
+/** One page of a run's groups, with the run's numbers (`GET /v1/runs/{run}/groups`). */
+export interface GroupsPage {
+  run: string;
+  groups_total: number;
+  /** Groups with no live rollout. */
+  finished_groups: number;
+  /** Finished groups with at least 2 finished rollouts whose every reward key has std 0 (no learning signal). */
+  zero_variance_groups: number;
+  /** zero_variance_groups / finished_groups; null while no group finished. */
+  zero_variance_share: number | null;
+  /** Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it stood then. */
+  zero_variance_trend: ZeroVarianceTrend;
+  groups: GroupJson[];
+  /** Pass as `options.cursor` for the next page; null on the last one. */
+  cursor: string | null;
+}
+
+/** A group's rollout as the API shows it: its reward, and per reward key its advantage in the group. */
+export interface RolloutJson {
+  id: string;
+  status: IndexStatus;
+  rewards: Json;
+  reward: number | null;
+  advantage: Record<string, { raw: number; normalized: number | null }>;
+  calls: number;
+  tokens: number;
+  stop_condition: string | null;
+  truncated: boolean;
+  error: string | null;
+}
+
+/** One group with its rollouts, best reward first (`GET /v1/runs/{run}/groups/{group}`). */
+export interface GroupDetailJson extends GroupJson {
+  rollouts: RolloutJson[];
+}
+
+/** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
+export interface TaskSummary {
+  task: string;
+  rollouts: number;
+  finished: number;
+  failed: number;
+  mean_turns: number;
+  mean_tokens: number;
+  /** Over the finished rollouts with the chosen reward key; null without any. */
+  mean_reward: number | null;
+  solve_rate: number | null;
+}
+
+/** A page of a run's tasks by name: the solve rate is the share of `key`'s scores at or above `threshold`. */
+export interface TasksPage {
+  key: string;
+  threshold: number;
+  tasks: TaskSummary[];
+  cursor: string | null;
 }
 
 /** A group as the index keeps it: the API's fields, and two flags the run's counts are kept by. */
@@ -101,7 +160,7 @@ export function groupJson(g: GroupSummary): GroupJson {
 }
 
 /** A group's rollout as the API shows it (best reward first is the caller's order). */
-export function rolloutJson(r: IndexRow, g: GroupSummary) {
+export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
   return {
     id: r.id,
     status: r.status,

@@ -1,5 +1,6 @@
-// The index sockets' protocol, both directions, encode and decode side by side: the index objects
-// encode, the dashboard and clients decode with `parseRunMessage` / `parseRunsMessage`.
+// The run and runs sockets' protocol (run-sockets.ts), both directions, encode and decode side by
+// side: the registry objects encode, the dashboard and clients decode with `parseRunMessage` /
+// `parseRunsMessage`.
 //
 // `GET /v1/runs/{run}` upgraded to a WebSocket (the run's index), JSON text:
 //   {type: "snapshot", run, aggregates, episodes: [entry...], truncated, limit}   at connect

@@ -14,7 +14,7 @@ import {
   type RunAggregates,
 } from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
-import type { RunRow } from "./run-directory.js";
+import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "./rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";

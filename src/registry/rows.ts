@@ -5,7 +5,7 @@ import { inScope } from "../http/auth.js";
 import { RelayError } from "../http/errors.js";
 
 export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
-import { INDEX_STATUSES, type IndexStatus } from "./entry.js";
+import { INDEX_STATUSES, type IndexEntry, type IndexStatus } from "./entry.js";
 import { parseRowFilter, type RowFilter } from "./row-filter.js";
 
 /** Header the Worker sets on requests to the index: the viewer's `episodes` patterns as JSON. */
@@ -48,6 +48,16 @@ export interface ListQuery {
   sort: SortKey;
   /** Continue after this row, in the sort's order. */
   after: ListCursor | null;
+}
+
+/** One page of a run's episodes (`GET /v1/runs/{run}/episodes`); the clients use this type too. */
+export interface EpisodesPage {
+  /** At most `limit` episodes, in the sort's order: possibly fewer, even none, with a cursor (see `cursor`). */
+  episodes: IndexEntry[];
+  /** Pass as `options.cursor` for the next page; null on the last one. A short page with a cursor is not the end. */
+  cursor: string | null;
+  /** Index rows the relay walked past (matching or not) to make this page. */
+  searched: number;
 }
 
 const PREFIX = /^[A-Za-z0-9._:-]{0,128}$/;

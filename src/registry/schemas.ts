@@ -1,5 +1,6 @@
 // The tables of the two registry objects, version by version (src/storage/schema.ts runs them):
-// a run's EpisodeIndex (index-store.ts, and index-sockets.ts's scopes) and the RunDirectory.
+// a run's EpisodeIndex (index-store.ts, and run-sockets.ts's scopes) and the RunDirectory
+// (directory-store.ts, and run-sockets.ts's scopes).
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";

@@ -48,19 +48,3 @@ export function zeroVarianceTrendOf(minutes: ReadonlyMap<number, GroupMinute>, t
     cumulative_share: cumulative,
   };
 }
-
-/** The minutes recounted from the groups' members (tests compare them with the kept ones). */
-export function recountGroupMinutes(
-  groups: Iterable<{ complete: boolean; zeroVariance: boolean; members: ReadonlyArray<Pick<IndexRow, "ended" | "updated">> }>,
-): Map<number, GroupMinute> {
-  const out = new Map<number, GroupMinute>();
-  for (const g of groups) {
-    if (!g.complete) continue;
-    const m = completedMinute(g.members);
-    const at = out.get(m) ?? { complete: 0, zero: 0 };
-    at.complete += 1;
-    at.zero += g.zeroVariance ? 1 : 0;
-    out.set(m, at);
-  }
-  return out;
-}

@@ -6,7 +6,13 @@
 // - map keys become strings (int keys in decimal), order kept.
 import { F64, type LMap, type LValue } from "./lossless.js";
 
-export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+export type Json = null | boolean | number | string | JsonArray | JsonObject;
+// interfaces, not an inline recursive type: the runtime's RPC types (Rpc.Serializable) can then
+// check an answer holding JSON without recursing past TypeScript's instantiation depth
+export interface JsonArray extends Array<Json> {}
+export interface JsonObject {
+  [k: string]: Json;
+}
 
 export function toJson(v: LValue): Json {
   if (v === null || typeof v === "boolean" || typeof v === "string") return v;

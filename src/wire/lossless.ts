@@ -6,7 +6,9 @@
 // is an `F64`, an int is a `number` (or a `bigint` beyond 2^53), a map is an ordered `LMap`,
 // and str/bin stay `string`/`Uint8Array`.
 
-import { decodeStrSpan, intAt, kindOf, Reader } from "./reader.js";
+import { intAt, kindOf } from "./format.js";
+import { Reader } from "./reader.js";
+import { decodeStrSpan } from "./utf8.js";
 import { ChunkWriter, encodeInt, encodeStr } from "./writer.js";
 
 /** A float64 value (kept apart from ints so `1.0` stays a float). */

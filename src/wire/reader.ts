@@ -14,13 +14,12 @@
 // so a non-minimal value cannot have come from it and would break byte equality downstream.
 
 import { WireError } from "./errors.js";
+import { intAt } from "./format.js";
+import { checkUtf8, decodeStrRange } from "./utf8.js";
 import { FALSE_BYTE, NIL_BYTE, TRUE_BYTE } from "./writer.js";
 
 /** Deepest nesting accepted (the public vectors reach ~70 levels). */
 export const MAX_DEPTH = 200;
-
-// ignoreBOM: a str that starts with U+FEFF keeps it (the default would strip it, changing the value)
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** Reads msgpack structure over one frame. All positions are absolute offsets into `bytes`. */
 export class Reader {
@@ -60,23 +59,22 @@ export class Reader {
 
   private skipValue(depth: number): void {
     if (depth > MAX_DEPTH) this.fail(`nesting deeper than ${MAX_DEPTH}`);
-    const b = this.bytes;
     if (this.pos >= this.end) this.fail("truncated: value expected");
-    const t = b[this.pos]!;
+    const t = this.bytes[this.pos]!;
     if (t < 0x80 || t >= 0xe0 || t === 0xc0 || t === 0xc2 || t === 0xc3) {
       this.pos += 1;
       return;
     }
-    if (t <= 0x8f) return this.skipMapBody(t & 0x0f, depth, 1);
-    if (t <= 0x9f) return this.skipArrayBody(t & 0x0f, depth, 1);
+    if (t <= 0x8f) return this.skipValues(2 * (t & 0x0f), depth, 1);
+    if (t <= 0x9f) return this.skipValues(t & 0x0f, depth, 1);
     if (t <= 0xbf) return this.skipStr(t & 0x1f, 1);
+    if (t >= 0xca && t <= 0xd3) return this.skipNumber(t);
+    this.skipSized(t, depth);
+  }
+
+  /** A float (float64 only) or an int of 0xcc..0xd3, which must not fit a smaller format. */
+  private skipNumber(t: number): void {
     switch (t) {
-      case 0xc4:
-        return this.skipBin(this.u8At(1), 2, 0);
-      case 0xc5:
-        return this.skipBin(this.u16At(1), 3, 0x100);
-      case 0xc6:
-        return this.skipBin(this.u32At(1), 5, 0x10000);
       case 0xca:
         return this.fail("float32 is not allowed (floats are float64 on this wire)");
       case 0xcb:
@@ -120,6 +118,18 @@ export class Reader {
         if (this.view.getBigInt64(this.pos + 1) >= -2147483648n) this.nonMinimal("int64");
         this.pos += 9;
         return;
+    }
+  }
+
+  /** A bin, str, array or map with its size in its head, which must not fit a smaller format; else 0xc1 or an ext type, refused. */
+  private skipSized(t: number, depth: number): void {
+    switch (t) {
+      case 0xc4:
+        return this.skipBin(this.u8At(1), 2, 0);
+      case 0xc5:
+        return this.skipBin(this.u16At(1), 3, 0x100);
+      case 0xc6:
+        return this.skipBin(this.u32At(1), 5, 0x10000);
       case 0xd9: {
         const n = this.u8At(1);
         if (n < 32) this.nonMinimal("str8");
@@ -138,22 +148,22 @@ export class Reader {
       case 0xdc: {
         const n = this.u16At(1);
         if (n < 16) this.nonMinimal("array16");
-        return this.skipArrayBody(n, depth, 3);
+        return this.skipValues(n, depth, 3);
       }
       case 0xdd: {
         const n = this.u32At(1);
         if (n < 0x10000) this.nonMinimal("array32");
-        return this.skipArrayBody(n, depth, 5);
+        return this.skipValues(n, depth, 5);
       }
       case 0xde: {
         const n = this.u16At(1);
         if (n < 16) this.nonMinimal("map16");
-        return this.skipMapBody(n, depth, 3);
+        return this.skipValues(2 * n, depth, 3);
       }
       case 0xdf: {
         const n = this.u32At(1);
         if (n < 0x10000) this.nonMinimal("map32");
-        return this.skipMapBody(n, depth, 5);
+        return this.skipValues(2 * n, depth, 5);
       }
       case 0xc1:
         return this.fail("reserved byte 0xc1");
@@ -207,61 +217,41 @@ export class Reader {
     this.pos = to;
   }
 
-  private skipArrayBody(n: number, depth: number, head: number): void {
+  /** The head (`head` bytes) and `count` values of an array (its items) or a map (its keys and values). */
+  private skipValues(count: number, depth: number, head: number): void {
     this.pos += head;
-    for (let i = 0; i < n; i++) this.skipValue(depth + 1);
-  }
-
-  private skipMapBody(n: number, depth: number, head: number): void {
-    this.pos += head;
-    for (let i = 0; i < n; i++) {
-      this.skipValue(depth + 1);
-      this.skipValue(depth + 1);
-    }
+    for (let i = 0; i < count; i++) this.skipValue(depth + 1);
   }
 
   // ---- typed reads of the fields the assembly interprets ----
 
   /** Map header; returns the entry count or -1 when the next value is not a map. */
   mapHeader(): number {
-    this.need(1);
-    const t = this.bytes[this.pos]!;
-    if (t >= 0x80 && t <= 0x8f) {
-      this.pos += 1;
-      return t & 0x0f;
-    }
-    if (t === 0xde) {
-      const n = this.u16At(1);
-      if (n < 16) this.nonMinimal("map16");
-      this.pos += 3;
-      return n;
-    }
-    if (t === 0xdf) {
-      const n = this.u32At(1);
-      if (n < 0x10000) this.nonMinimal("map32");
-      this.pos += 5;
-      return n;
-    }
-    return -1;
+    return this.header(0x80, 0xde, "map");
   }
 
   /** Array header; returns the item count or -1 when the next value is not an array. */
   arrayHeader(): number {
+    return this.header(0x90, 0xdc, "array");
+  }
+
+  /** A map or array header (fix formats from `fix`, 16-bit at `at16`, 32-bit next): its count, or -1 for another type. */
+  private header(fix: number, at16: number, name: string): number {
     this.need(1);
     const t = this.bytes[this.pos]!;
-    if (t >= 0x90 && t <= 0x9f) {
+    if (t >= fix && t <= fix + 0x0f) {
       this.pos += 1;
       return t & 0x0f;
     }
-    if (t === 0xdc) {
+    if (t === at16) {
       const n = this.u16At(1);
-      if (n < 16) this.nonMinimal("array16");
+      if (n < 16) this.nonMinimal(`${name}16`);
       this.pos += 3;
       return n;
     }
-    if (t === 0xdd) {
+    if (t === at16 + 1) {
       const n = this.u32At(1);
-      if (n < 0x10000) this.nonMinimal("array32");
+      if (n < 0x10000) this.nonMinimal(`${name}32`);
       this.pos += 5;
       return n;
     }
@@ -341,100 +331,6 @@ export class Reader {
   private peek(): number | undefined {
     return this.pos < this.end ? this.bytes[this.pos] : undefined;
   }
-}
-
-export type Kind = "nil" | "bool" | "int" | "float" | "str" | "bin" | "array" | "map" | "ext" | "reserved";
-
-/**
- * The integer whose type byte `t` (fixint or 0xcc..0xd3) is at `at`, its bytes already checked to be
- * there: a number when exact (|v| ≤ 2^53 - 1), else a bigint.
- */
-export function intAt(dv: DataView, at: number, t: number): number | bigint {
-  if (t < 0x80) return t;
-  if (t >= 0xe0) return t - 0x100;
-  switch (t) {
-    case 0xcc:
-      return dv.getUint8(at + 1);
-    case 0xcd:
-      return dv.getUint16(at + 1);
-    case 0xce:
-      return dv.getUint32(at + 1);
-    case 0xd0:
-      return dv.getInt8(at + 1);
-    case 0xd1:
-      return dv.getInt16(at + 1);
-    case 0xd2:
-      return dv.getInt32(at + 1);
-    default: {
-      const big = t === 0xcf ? dv.getBigUint64(at + 1) : dv.getBigInt64(at + 1);
-      return big <= BigInt(Number.MAX_SAFE_INTEGER) && big >= -BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
-    }
-  }
-}
-
-export function kindOf(t: number): Kind {
-  if (t < 0x80 || t >= 0xe0) return "int";
-  if (t <= 0x8f) return "map";
-  if (t <= 0x9f) return "array";
-  if (t <= 0xbf) return "str";
-  switch (t) {
-    case 0xc0:
-      return "nil";
-    case 0xc2:
-    case 0xc3:
-      return "bool";
-    case 0xc4:
-    case 0xc5:
-    case 0xc6:
-      return "bin";
-    case 0xca:
-    case 0xcb:
-      return "float";
-    case 0xd9:
-    case 0xda:
-    case 0xdb:
-      return "str";
-    case 0xdc:
-    case 0xdd:
-      return "array";
-    case 0xde:
-    case 0xdf:
-      return "map";
-    case 0xc1:
-      return "reserved";
-  }
-  if (t >= 0xcc && t <= 0xd3) return "int";
-  return "ext";
-}
-
-function checkUtf8(b: Uint8Array, from: number, to: number, at: number): void {
-  try {
-    utf8.decode(b.subarray(from, to));
-  } catch {
-    throw new WireError("invalid UTF-8 in str", at);
-  }
-}
-
-/** The JS string of an already validated str span (header included). */
-export function decodeStrSpan(span: Uint8Array): string {
-  const t = span[0]!;
-  const head = t <= 0xbf ? 1 : t === 0xd9 ? 2 : t === 0xda ? 3 : 5;
-  return decodeStrRange(span, head, span.length);
-}
-
-/** The JS string of validated UTF-8 bytes `bytes[from, to)`. */
-export function decodeStrRange(bytes: Uint8Array, from: number, to: number): string {
-  // Short ASCII keys dominate; avoid TextDecoder's call overhead for them.
-  if (to - from < 24) {
-    let s = "";
-    for (let i = from; i < to; i++) {
-      const c = bytes[i]!;
-      if (c >= 0x80) return utf8.decode(bytes.subarray(from, to));
-      s += String.fromCharCode(c);
-    }
-    return s;
-  }
-  return utf8.decode(bytes.subarray(from, to));
 }
 
 /** The items of a msgpack array of bin values, as views (e.g. a stored list of frames). */

@@ -2,18 +2,15 @@
 // every ack in order, and watchers get every frame once, in order, in fewer messages than frames.
 // (Runs Node-side: vitest-pool-workers' Durable Object wrapper adds awaits before each socket
 // handler and can reorder back-to-back socket messages, which the runtime itself never does.)
-import { decode } from "@msgpack/msgpack";
 import WebSocket from "ws";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { ackMessage } from "../../src/watch/protocol.js";
+import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { until, useRelay } from "../support/relay.js";
 
 const relay = useRelay();
-
-type Msg = { type: string; frames?: Array<[number, Uint8Array]> };
 
 describe("fan-out coalescing", () => {
   it("a pipelining producer's deltas share watcher messages; none lost, none repeated, acks in order", async () => {
@@ -21,11 +18,11 @@ describe("fan-out coalescing", () => {
     const ws = relay.url.replace(/^http/, "ws");
     const id = `coalesce-${Date.now().toString(36)}`;
     const watchers = [0, 1].map(() => new WebSocket(`${ws}/v1/episodes/${id}/watch`));
-    const got: Msg[][] = watchers.map(() => []);
+    const got: WatchMessage[][] = watchers.map(() => []);
     watchers.forEach((w, i) => {
       let received = 0;
       w.on("message", (d: Buffer) => {
-        const m = decode(d) as Msg;
+        const m = decodeWatchMessage(d);
         got[i]!.push(m);
         received += d.length;
         // the watcher protocol: acknowledge each message until caught up (the relay waits for it)
@@ -44,10 +41,10 @@ describe("fan-out coalescing", () => {
     }
     await until(() => acks.length === c.frames.length);
     expect(acks.map((a) => a.seq)).toEqual(c.frames.map((_, i) => i + 1));
-    const framesOf = (g: Msg[]) => g.filter((m) => m.type === "frames");
-    await until(() => got.every((g) => framesOf(g).flatMap((m) => m.frames!).length >= c.frames.length));
+    const framesOf = (g: WatchMessage[]) => g.filter((m) => m.type === "frames");
+    await until(() => got.every((g) => framesOf(g).flatMap((m) => m.frames).length >= c.frames.length));
     for (const g of got) {
-      expect(framesOf(g).flatMap((m) => m.frames!.map(([s]) => s))).toEqual(c.frames.map((_, i) => i + 1));
+      expect(framesOf(g).flatMap((m) => m.frames.map(([s]) => s))).toEqual(c.frames.map((_, i) => i + 1));
       expect(framesOf(g).length).toBeLessThan(c.frames.length);
     }
     for (const w of [...watchers, producer]) w.close();

@@ -18,13 +18,13 @@ const ID128 = "a".repeat(128);
 
 describe("parseRoute", () => {
   it.each<[string, Route]>([
-    // health, list, index socket
+    // health, list; the old index socket's path is not found
     ["/v1/health", { kind: "health" }],
     ["/v1/health/", { kind: "health" }],
     ["/v1/episodes", { kind: "list" }],
     ["/v1/episodes/", { kind: "list" }],
-    ["/v1/episodes/watch", { kind: "index_watch" }],
-    ["/v1/episodes/watch/", { kind: "index_watch" }],
+    ["/v1/episodes/watch", { kind: "not_found" }],
+    ["/v1/episodes/watch/", { kind: "not_found" }],
     // runs, a run, its episodes and its finished episodes (a run name is percent-decoded)
     ["/v1/runs", { kind: "runs" }],
     ["/v1/runs/", { kind: "runs" }],
@@ -153,7 +153,7 @@ describe("method tables", () => {
       watch: ["GET"],
       usage: ["GET"],
     });
-    expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], index_watch: ["GET"], runs: ["GET", "HEAD"] });
+    expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], runs: ["GET", "HEAD"] });
     expect(RUN_METHODS).toStrictEqual({
       groups: ["GET", "HEAD"],
       group: ["GET", "HEAD"],
@@ -174,7 +174,6 @@ describe("method tables", () => {
 
   it.each<[string, string[]]>([
     ["/v1/episodes", ["GET", "HEAD"]],
-    ["/v1/episodes/watch", ["GET"]],
     ["/v1/episodes/e1", ["GET", "HEAD", "DELETE"]],
     ["/v1/episodes/e1/deltas", ["POST"]],
     ["/v1/episodes/e1/reply", ["POST"]],
@@ -189,7 +188,7 @@ describe("method tables", () => {
     ["/v1/runs/r1/usage", ["GET"]],
   ])("allowedMethods(%s) → %j", (path, methods) => {
     const route = parseRoute(path);
-    if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "index_watch" && route.kind !== "runs" && route.kind !== "run")
+    if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "runs" && route.kind !== "run")
       throw new Error(`${path} did not route: ${route.kind}`);
     expect(allowedMethods(route)).toStrictEqual(methods);
   });

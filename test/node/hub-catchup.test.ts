@@ -3,12 +3,12 @@
 // and the fastest member up to COHORT_BYTES, and let go (closed and disposed) with the last
 // member; where the stream ends, a watcher bridges to the hub's head from the window, or from a
 // further stream when the window does not reach back far enough.
-import { decode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { type BridgeSource, COHORT_BYTES, type Cursor, HubCatchUp, HubCohort, type OpenCursor } from "../../src/hub/catchup.js";
 import type { CursorStep } from "../../src/hub/feed.js";
 import { HubWindow } from "../../src/hub/window.js";
 import type { Variant } from "../../src/watch/variant.js";
+import { decodeWatchMessage } from "../../src/watch/protocol.js";
 
 const FULL: Variant = { routing: true, traces: null };
 const settle = () => new Promise((r) => setTimeout(r, 0));
@@ -147,7 +147,11 @@ describe("hub catch-ups", () => {
     const c = new HubCatchUp(src, { routing: true, traces: ["a"] }, null);
     const out = await drain(c);
     expect(out[0]).toEqual(msg(1));
-    const frames = out.slice(1).flatMap((m) => (decode(m) as { frames: Array<[number, Uint8Array]> }).frames.map(([seq]) => seq));
+    const frames = out.slice(1).flatMap((m) => {
+      const msg = decodeWatchMessage(m);
+      if (msg.type !== "frames") throw new Error(`expected frames, got ${msg.type}`);
+      return msg.frames.map(([seq]) => seq);
+    });
     expect(frames, "4 is another trace's; 5 was never logged").toEqual([6]);
     expect(opened).toEqual([{ after: null }]);
   });

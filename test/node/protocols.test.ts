@@ -125,7 +125,7 @@ describe("producer answers", () => {
   );
 });
 
-describe("index socket messages", () => {
+describe("run and runs socket messages", () => {
   const entry = {
     id: "run:1",
     run: "run",

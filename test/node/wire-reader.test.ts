@@ -8,7 +8,9 @@ import { decode as refDecode, encode as refEncode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { WireError } from "../../src/wire/errors.js";
 import { F64, LMap, type LValue, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
-import { MAX_DEPTH, Reader, binItems, decodeStrRange, decodeStrSpan, kindOf, type Kind } from "../../src/wire/reader.js";
+import { kindOf, type Kind } from "../../src/wire/format.js";
+import { MAX_DEPTH, Reader, binItems } from "../../src/wire/reader.js";
+import { decodeStrRange, decodeStrSpan } from "../../src/wire/utf8.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 
 /** Bytes from hex pairs ("cc 80") and/or byte arrays, concatenated. */

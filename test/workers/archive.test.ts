@@ -8,22 +8,35 @@ import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } fro
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/envelope/producer.js";
-import { archiveKey, type EpisodeArchive } from "../../src/episode/archive.js";
-import type { EpisodeState } from "../../src/episode/state.js";
-import type { Meta } from "../../src/episode/storage.js";
+import { archiveKey, EpisodeArchive } from "../../src/episode/archive.js";
+import { EpisodeState } from "../../src/episode/state.js";
 import { ARCHIVE_HEADER } from "../../src/http/archive-read.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
-/** What these tests reach inside the object (private fields, by name). */
-interface Inside {
-  state: EpisodeState;
-  archive: Pick<EpisodeArchive, "run"> & { put(m: Meta, json: boolean, metadata: { etag: string; seq: string }): Promise<void> };
+function stub(id: string) {
+  return env.EPISODES.getByName(id);
 }
 
-function stub(id: string) {
-  return env.EPISODES.getByName(id) as unknown as DurableObjectStub;
+/** The archive step as the object runs it, over the object's storage, writing to `bucket`. */
+function archiveOf(state: DurableObjectState, bucket: R2Bucket = env.ARCHIVE): { episode: EpisodeState; archive: EpisodeArchive } {
+  const episode = new EpisodeState(state.storage);
+  return { episode, archive: new EpisodeArchive(episode, bucket, () => undefined) };
+}
+
+/** The archive bucket, except that writing the JSON view of `id` fails (R2 down, or a crash). */
+function failingJsonPut(id: string): R2Bucket {
+  return new Proxy(env.ARCHIVE, {
+    get(bucket, name) {
+      if (name === "put") {
+        return (key: string, value: ReadableStream, options?: R2PutOptions) =>
+          key === archiveKey(id, true) ? Promise.reject(new Error("R2 is down")) : bucket.put(key, value, options);
+      }
+      const v = Reflect.get(bucket, name);
+      return typeof v === "function" ? v.bind(bucket) : v;
+    },
+  });
 }
 
 async function finish(id: string, c: GoldenCase): Promise<void> {
@@ -115,13 +128,13 @@ describe("a crash at any point of the archive step loses nothing and repeats the
   it("after the msgpack put only: GET still exact (JSON from SQLite), the next alarm finishes the step", async () => {
     const id = freshId("arch-crash1");
     const c = await golden("routing_repair_widen");
-    // the alarm waits (ARCHIVE_AFTER_SECONDS is an hour here): the test runs the first put by hand, then "crashes"
+    // the alarm waits (ARCHIVE_AFTER_SECONDS is an hour here): the test runs the step by hand, and it stops after the first put
     await finish(id, c);
-    await runInDurableObject(stub(id), async (instance) => {
-      const o = instance as unknown as Inside;
-      const m = o.state.meta()!;
-      expect(m.archived).toBeNull();
-      await o.archive.put(m, false, { etag: m.etag!, seq: String(m.seq) });
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const { episode, archive } = archiveOf(state, failingJsonPut(id));
+      expect(episode.meta()!.archived).toBeNull();
+      await expect(archive.run()).rejects.toThrow("R2 is down");
+      expect(episode.meta()!.archived).toBeNull();
     });
     expect(await inR2(id)).toEqual([true, false]);
     await abortAllDurableObjects();
@@ -137,10 +150,10 @@ describe("a crash at any point of the archive step loses nothing and repeats the
     const id = freshId("arch-crash2");
     const c = await golden("chat_basic");
     await finish(id, c);
-    const seen = await runInDurableObject(stub(id), async (instance, state) => {
-      const o = instance as unknown as Inside;
-      const pin = o.state.store.pin(o.state.meta()!.seq); // as a GET streaming from SQLite would
-      const outcome = await o.archive.run();
+    const seen = await runInDurableObject(stub(id), async (_i, state) => {
+      const { episode, archive } = archiveOf(state);
+      const pin = episode.store.pin(episode.meta()!.seq); // as a GET streaming from SQLite would
+      const outcome = await archive.run();
       const rows = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM bodies").one().n;
       pin.release();
       return { outcome, rows };
@@ -162,8 +175,7 @@ describe("a crash at any point of the archive step loses nothing and repeats the
     await abortAllDurableObjects();
     // the object itself (not the Worker's R2 read) serves the archive when asked
     const res = await runInDurableObject(stub(id), async (instance) => {
-      const o = instance as unknown as { read(id: string, r: { json: boolean; head: boolean; ifNoneMatch: null }): Promise<Response> };
-      const r = await o.read(id, { json: false, head: false, ifNoneMatch: null });
+      const r = await instance.read(id, { json: false, head: false, ifNoneMatch: null });
       return new Uint8Array(await r.arrayBuffer());
     });
     expect(equal(res, c.episode!)).toBe(true);
@@ -196,11 +208,16 @@ describe("both copies go", () => {
   it("a DELETE while the archive step writes to R2 waits for it, then removes both: no copy outlives the episode", async () => {
     const id = freshId("arch-delrace");
     await finish(id, await golden("multi_trace_links"));
-    await runInDurableObject(stub(id), async (instance) => {
-      const o = instance as unknown as Inside & { erase(reason: string): Promise<void> };
-      const step = o.archive.run(); // under way: its puts are in flight
-      await Promise.all([step, o.erase("episode deleted")]);
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const { archive } = archiveOf(state);
+      const step = archive.run(); // under way: its puts are in flight
+      await archive.remove(id); // what a delete does first
+      expect(await step).toBe("none"); // stopped: the bodies were not dropped
     });
+    expect(await inR2(id)).toEqual([false, false]);
+    const res = await relay(id, { method: "DELETE" });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
     expect(await inR2(id)).toEqual([false, false]);
     expect((await relay(id)).status).toBe(404);
   });
@@ -220,10 +237,10 @@ describe("both copies go", () => {
     const id = freshId("arch-exp");
     await finish(id, await golden("chat_basic"));
     await archived(id);
-    await runInDurableObject(stub(id), (instance) => {
-      const o = instance as unknown as Inside;
-      o.state.transaction(() => o.state.record.saveMeta({ ...o.state.meta()!, updated: 0 })); // long ago
+    await runInDurableObject(stub(id), (_i, state) => {
+      state.storage.sql.exec("UPDATE meta SET updated = 0"); // long ago
     });
+    await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     await runDurableObjectAlarm(stub(id));
     expect(await inR2(id)).toEqual([false, false]);
     expect((await relay(id)).status).toBe(404);

@@ -14,7 +14,7 @@ const WRONG_SECRET = "not-the-relay-secret-0000000000000000000000000000";
 const HOST = "https://relay.example.com";
 const DASHBOARD = "https://dash.example.com";
 
-const base: Env = { ...(env as unknown as Env) };
+const base: Env = { ...env };
 const AUTH_ENV: Env = { ...base, RELAY_SECRET: SECRET, AUTH_OFF_ON_LOOPBACK: undefined, CORS_ORIGINS: DASHBOARD };
 const CLOSED_ENV: Env = { ...base, RELAY_SECRET: undefined, AUTH_OFF_ON_LOOPBACK: undefined, CORS_ORIGINS: DASHBOARD };
 const LOOPBACK_ENV: Env = { ...base, RELAY_SECRET: undefined, AUTH_OFF_ON_LOOPBACK: "true", CORS_ORIGINS: DASHBOARD };

@@ -8,7 +8,7 @@ import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FIRST_MESSAGE_BYTES } from "../../src/episode/catchup.js";
 import { hubName } from "../../src/hub/shards.js";
 import { FIRST_WINDOW } from "../../src/hub/flows.js";
-import { IDLE_MS } from "../../src/hub/watchers.js";
+import { IDLE_MS } from "../../src/hub/running-catchups.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { MESSAGE_BYTES } from "../../src/watch/protocol.js";

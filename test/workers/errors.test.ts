@@ -1,34 +1,23 @@
 // The catch-all: an unexpected error (a bug, injected here) is logged and answered 500 with CORS
 // headers over HTTP, answered and closed 1011 on the producer socket; it never leaves a request
 // without an answer, and the stored episode stays as it was.
-import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import worker from "../../src/index.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { EpisodeState } from "../../src/episode/state.js";
 import { openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, inbox, openSocket, post } from "./support.js";
 
 const ORIGIN = "https://dash.example";
 const CORS_ENV = { ...env, CORS_ORIGINS: ORIGIN } as Env;
 
-function stub(id: string) {
-  return env.EPISODES.get(env.EPISODES.idFromName(id));
-}
-
-/** Make the object's index throw a TypeError until restored (memory only: storage is untouched). */
-async function injectFault(id: string): Promise<() => Promise<void>> {
-  await runInDurableObject(stub(id), (instance) => {
-    const state = (instance as unknown as { state: { index: () => unknown } }).state;
-    state.index = () => {
-      throw new TypeError("injected fault");
-    };
+/** Make every episode's index throw a TypeError until restored (memory only: storage is untouched). */
+function injectFault(): () => void {
+  const fault = vi.spyOn(EpisodeState.prototype, "index").mockImplementation(() => {
+    throw new TypeError("injected fault");
   });
-  return async () => {
-    await runInDurableObject(stub(id), (instance) => {
-      delete (instance as unknown as { state: { index?: unknown } }).state.index; // the prototype's again
-    });
-  };
+  return () => fault.mockRestore();
 }
 
 afterEach(() => {
@@ -40,7 +29,7 @@ describe("unexpected errors are answered, never dropped", () => {
     const id = freshId("fault");
     (await post(`${id}/deltas`, openDelta())).body?.cancel();
     const before = await getBytes(id);
-    const restore = await injectFault(id);
+    const restore = injectFault();
     const log = vi.spyOn(console, "error").mockImplementation(() => {});
     const res = await worker.fetch(
       new Request(`http://relay.test/v1/episodes/${id}/deltas`, { method: "POST", body: openDelta(), headers: { origin: ORIGIN } }),
@@ -52,7 +41,7 @@ describe("unexpected errors are answered, never dropped", () => {
     expect(body.error).toBe("internal");
     expect(body.message).not.toContain("injected");
     expect(log).toHaveBeenCalled();
-    await restore();
+    restore();
     expect(equal(await getBytes(id), before)).toBe(true);
   });
 
@@ -62,12 +51,12 @@ describe("unexpected errors are answered, never dropped", () => {
     const before = await getBytes(id);
     const ws = await openSocket(`${id}/ingest`);
     const box = inbox(ws);
-    const restore = await injectFault(id);
+    const restore = injectFault();
     ws.send(encodeEnvelope({ producer: "p", seq: 1, cursor: null, delta: openDelta("t-2") }));
     const answer = JSON.parse((await box.next()) as string) as { ok: boolean; status: number; error: string };
     expect(answer).toMatchObject({ ok: false, status: 500, error: "internal" });
     expect((await box.closed()).code).toBe(1011);
-    await restore();
+    restore();
     expect(equal(await getBytes(id), before)).toBe(true);
   });
 

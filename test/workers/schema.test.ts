@@ -138,7 +138,7 @@ describe(`storage written by the last release before versions (${RELEASE}) is up
     expect(await versionOf(env.HUBS, "0/fixture:chat_basic")).toBe(latestVersion(HUB_SCHEMA));
     w.close();
     // a finished episode that release kept in SQLite is archived by its alarm (set on wake), the same bytes after
-    expect(await runDurableObjectAlarm(env.EPISODES.getByName("fixture:multi_trace_links") as unknown as DurableObjectStub)).toBe(true);
+    expect(await runDurableObjectAlarm(env.EPISODES.getByName("fixture:multi_trace_links"))).toBe(true);
     expect(((await (await relay("fixture:multi_trace_links/status")).json()) as { archived: boolean }).archived).toBe(true);
     const archived = await relay("fixture:multi_trace_links");
     expect(archived.headers.get("x-episode-archive")).toBe("1");
@@ -201,7 +201,7 @@ describe("an object whose storage cannot be upgraded refuses every request, its 
 
   it("tables of the runtime (`_cf_KV`, Miniflare's `__miniflare_do_name`) do not make storage non-empty", async () => {
     const name = `schema-runtime-${Date.now().toString(36)}`;
-    await runInDurableObject(env.EPISODES.getByName(name) as unknown as DurableObjectStub, (_i, state) => {
+    await runInDurableObject(env.EPISODES.getByName(name), (_i, state) => {
       state.storage.sql.exec("CREATE TABLE __miniflare_do_name (name TEXT)");
       expect(storedVersion(state.storage.sql)).toBeNull();
     });

@@ -11,6 +11,9 @@ import { MsgpackOut, drain, writeCheckpoint } from "../../src/assembly/render.js
 import { snapshotDeltas } from "../../src/assembly/snapshot.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
+import { commitIngest } from "../../src/episode/commit.js";
+import { limitsFrom } from "../../src/limits/limits.js";
+import { EpisodeState } from "../../src/episode/state.js";
 import { decodeLossless, LMap } from "../../src/wire/lossless.js";
 import { toJson } from "../../src/wire/json-view.js";
 import { ChunkWriter, concatChunks } from "../../src/wire/writer.js";
@@ -18,19 +21,6 @@ import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
 import { encodeReply } from "../../src/assembly/reply.js";
-
-/** What the tests reach inside the object. */
-interface Inside {
-  state: {
-    index(): { asm: EpisodeAssembly };
-    forget(): void;
-    store: {
-      pin(asOf: number): { release(): void };
-      reader(asOf: number): import("../../src/assembly/store.js").BodyReader;
-    };
-  };
-  ingestMessage(id: string, body: Uint8Array): unknown;
-}
 
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
   for (let i = from; i < to; i++) {
@@ -49,8 +39,9 @@ describe("the episode lives in SQLite", () => {
     const id = freshId("index");
     const c = await golden("large_routing");
     await push(id, c);
-    await runInDurableObject(stub(id), (instance) => {
-      const asm = (instance as unknown as Inside).state.index().asm;
+    await runInDurableObject(stub(id), (_i, state) => {
+      // the index as the object reads it from its storage
+      const asm = new EpisodeState(state.storage).index().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
         for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parents", "routed", "ver"]);
@@ -144,19 +135,21 @@ describe("the episode lives in SQLite", () => {
     const producer = await push(id, c, 0, at);
     const discard = c.frames[at]!;
     const expected = c.checkpoints.find((x) => x.after === at)!.traces;
-    await runInDurableObject(stub(id), (instance) => {
-      const inside = instance as unknown as Inside;
-      const asm = inside.state.index().asm;
+    await runInDurableObject(stub(id), (_i, state) => {
+      // the episode as the object holds it, over the object's storage
+      const episode = new EpisodeState(state.storage);
+      const asm = episode.index().asm;
       const seq = at;
       const views = asm.views();
-      const pin = inside.state.store.pin(seq);
-      inside.ingestMessage(id, discard); // the trace goes from the index (a bare delta: nothing can retract it)...
+      const pin = episode.store.pin(seq);
+      commitIngest(episode, discard, id, limitsFrom(env).maxEpisode, Date.now()); // the trace goes from the index (a bare delta: nothing can retract it)...
       expect(asm.traces.size).toBe(views.length - 1);
       const out = new MsgpackOut();
-      const bytes = concatChunks(drain(out, writeCheckpoint(out, inside.state.store.reader(seq), views)));
+      const bytes = concatChunks(drain(out, writeCheckpoint(out, episode.store.reader(seq), views)));
       expect(equal(bytes, expected), "...but its bodies are there for the pinned reader").toBe(true);
       pin.release();
     });
+    await abortAllDurableObjects(); // the object's own index did not see that commit: it reads storage again
     // the rest of the run, then its reply: nothing can be retracted any more
     producer.seq++; // the discard went in bare: the producer's next envelope is the one after it
     await push(id, c, at + 1, c.frames.length, producer);
@@ -172,9 +165,7 @@ describe("the episode lives in SQLite", () => {
     const c = await golden("multi_trace_links");
     await push(id, c);
     const before = await getBytes(id);
-    await runInDurableObject(stub(id), (instance) => {
-      (instance as unknown as Inside).state.forget(); // as after an eviction
-    });
+    await abortAllDurableObjects(); // an eviction
     expect(equal(await getBytes(id), before)).toBe(true);
   });
 });

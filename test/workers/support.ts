@@ -1,4 +1,5 @@
 // Helpers for workerd-side tests: golden cases through the GOLDEN binding, requests to the Worker.
+import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { expect } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
@@ -110,4 +111,12 @@ export async function pushFrames(id: string, c: GoldenCase, from: number, to: nu
     await res.arrayBuffer();
     if (!lost.has(i)) producer.acknowledge();
   }
+}
+
+/**
+ * Run `fn` over the storage of an episode object nobody has written (a fresh id), inside that
+ * object: the storage modules of src/episode tested on a real SqlStorage, the object itself idle.
+ */
+export function withFreshStorage<R>(fn: (storage: DurableObjectStorage, ctx: DurableObjectState) => R | Promise<R>): Promise<R> {
+  return runInDurableObject(env.EPISODES.getByName(freshId("storage")), (_instance, ctx) => fn(ctx.storage, ctx));
 }

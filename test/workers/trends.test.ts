@@ -2,8 +2,9 @@
 // (aggregates.ts, reward-trend.ts, zero-variance-trend.ts, trend-store.ts), and the runs list's
 // mean rewards (run-directory.ts): after creates, finishes, failures, refusals, re-finishes and
 // deletes in a seeded shuffled order (and stale copies that must be ignored) each equals a recount
-// from the rows, computed here from the rows alone; the finished-only extremes read a few index
-// entries, not the run; and storage at schema version 4 upgrades to the same numbers.
+// from the rows, computed here from the rows alone; and storage at schema version 4 upgrades to
+// the same numbers. (That the finished-only extremes read a few index entries, not the run:
+// index-store.test.ts.)
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
@@ -149,7 +150,7 @@ async function expectExact(run: string, rows: IndexRow[]): Promise<RunAggregates
 
 /** The run's line in GET /v1/runs once its index's alarm has sent it. */
 async function listed(run: string): Promise<RunSummary> {
-  await runDurableObjectAlarm(env.EPISODE_INDEX.getByName(`run:${run}`) as unknown as DurableObjectStub);
+  await runDurableObjectAlarm(env.EPISODE_INDEX.getByName(`run:${run}`));
   const page = await getJson<{ runs: RunSummary[] }>(`../runs?prefix=${encodeURIComponent(run)}`);
   const r = page.runs.find((x) => x.run === run);
   if (!r) throw new Error(`run ${run} not listed: ${JSON.stringify(page)}`);
@@ -241,40 +242,6 @@ describe("finished-only rewards and the trends equal a recount", () => {
   });
 });
 
-describe("finished-only extremes read the index, not the run", () => {
-  it("MIN and MAX per key are a few index entries with 300 scored rows", async () => {
-    const run = freshId("trendx");
-    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
-    // the finished rows score within [0.25, 0.75]; failed ones hold the run's 0 and 1
-    const score = (i: number) => (i % 3 === 0 ? i % 2 : 0.25 + (i % 50) / 98);
-    for (let i = 0; i < 300; i++) await index.upsert(row(run, i, i % 3 === 0 ? "failed" : "finished", { correct: score(i) }, 10 + i, Date.now()));
-    await runInDurableObject(index as unknown as DurableObjectStub, (instance, state) => {
-      // the object's storage is a metering view (src/billing/metered.ts) over the runtime's: its exec
-      // calls the runtime object's `exec`, shadowed here by one that keeps each cursor
-      const sql = state.storage.sql;
-      const original = (Object.getPrototypeOf(sql) as SqlStorage).exec;
-      const read: Array<{ query: string; cursor: SqlStorageCursor<Record<string, SqlStorageValue>> }> = [];
-      (sql as unknown as { exec: unknown }).exec = function (this: SqlStorage, query: string, ...args: SqlStorageValue[]) {
-        const cursor = original.call(this, query, ...args);
-        read.push({ query, cursor });
-        return cursor;
-      };
-      try {
-        const a = (instance as unknown as { store: { aggregates(run: string, now: number): RunAggregates } }).store.aggregates(run, Date.now());
-        expect([a.finished_rewards.correct!.min, a.finished_rewards.correct!.max]).toEqual([0.25, 0.75]);
-        expect([a.rewards.correct!.min, a.rewards.correct!.max]).toEqual([0, 1]);
-      } finally {
-        delete (sql as unknown as { exec?: unknown }).exec;
-      }
-      const scores = read.filter((r) => r.query.includes("FROM scores"));
-      expect(scores).toHaveLength(2);
-      for (const r of scores) expect(r.cursor.rowsRead, r.query).toBeLessThan(10);
-      const plan = sql.exec("EXPLAIN QUERY PLAN SELECT MIN(score) FROM scores WHERE key = ? AND status = 'finished'", "correct").toArray();
-      expect(JSON.stringify(plan)).toContain("scores_finished_by_key");
-    });
-  });
-});
-
 describe("storage at schema version 4 upgrades to the same numbers", () => {
   it("scores' status, the finished-only counters, the reward and group minutes are filled from the rows", async () => {
     const run = freshId("trendv4");
@@ -290,7 +257,7 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
     }
     const before = await expectExact(run, rows);
     // take version 5's additions away, as the release before it would have left the storage
-    await runInDurableObject(index as unknown as DurableObjectStub, (_i, state) => {
+    await runInDurableObject(index, (_i, state) => {
       const sql = state.storage.sql;
       sql.exec("DROP INDEX scores_finished_by_key");
       sql.exec("ALTER TABLE scores DROP COLUMN status");
@@ -306,9 +273,7 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
     const after = await expectExact(run, rows);
     expect(after.finished_rewards).toEqual(before.finished_rewards);
     expect(after.groups!.trend!.cumulative_share).toEqual(before.groups!.trend!.cumulative_share);
-    const version = await runInDurableObject(env.EPISODE_INDEX.getByName(name) as unknown as DurableObjectStub, (_i, state) =>
-      storedVersion(state.storage.sql),
-    );
+    const version = await runInDurableObject(env.EPISODE_INDEX.getByName(name), (_i, state) => storedVersion(state.storage.sql));
     expect(version).toBe(latestVersion(INDEX_SCHEMA));
     // and it goes on keeping them: a finish after the upgrade
     const later = row(run, 0, "finished", { correct: 0.5 }, 100, Date.now());

@@ -120,7 +120,7 @@ describe("usage", () => {
 
   it("only an admin token reads usage", async () => {
     const secret = "usage-test-secret-3c9e1b7a5d2f4e6081a2b3c4d5e6f708";
-    const e: Env = { ...(env as unknown as Env), RELAY_SECRET: secret, AUTH_OFF_ON_LOOPBACK: undefined };
+    const e: Env = { ...env, RELAY_SECRET: secret, AUTH_OFF_ON_LOOPBACK: undefined };
     const id = freshId("usage-auth");
     const get = async (path: string, role?: "producer" | "watcher" | "admin", episodes = ["*"]) => {
       const headers: Record<string, string> = {};

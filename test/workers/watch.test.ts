@@ -24,7 +24,9 @@ describe("watchers", () => {
       await late.read((w) => w.caughtUp);
       // its snapshot may be the one the early watcher got (a stream a few frames old is shared), then the frames since
       expect(late.messages[1]).toMatchObject({ type: "snapshot", reason: "join" });
-      const snapSeq = late.messages[1]!.seq!;
+      const snapshot = late.messages[1]!;
+      if (snapshot.type !== "snapshot") throw new Error(`expected a snapshot, got ${snapshot.type}`);
+      const snapSeq = snapshot.seq;
       expect(snapSeq).toBeLessThanOrEqual(half);
       expect(late.messages.find((m) => m.type === "caught_up")?.seq, "then the frames after it, up to the head").toBe(half);
       // one that drops after a few frames and resumes with ?after=
@@ -104,7 +106,7 @@ describe("watchers", () => {
         if (i >= 0) n.entries[i]![1] = null;
       }
     expect(equal(encodeLossless(stripped), encodeLossless(want))).toBe(true);
-    const anyRepair = noRouting.messages.some((x) => x.frames?.some(([, d]) => (decodeLossless(d) as LMap).has("routing_repairs")));
+    const anyRepair = noRouting.messages.some((x) => x.type === "frames" && x.frames.some(([, d]) => (decodeLossless(d) as LMap).has("routing_repairs")));
     expect(anyRepair).toBe(false);
 
     const firstTrace = (decodeLossless(m.frames[0]!) as LMap).get("trace") as string;
@@ -186,9 +188,9 @@ describe("watchers", () => {
     const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
     await pushFrames(id, c, 0, 3, producer);
     await w.read((x) => x.lastSeq >= 3);
-    expect(await runInDurableObject(stub, (instance) => (instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
+    const before = await runInDurableObject(stub, (instance) => instance);
     await new Promise((r) => setTimeout(r, 12_000)); // idle: the object hibernates
-    expect(await runInDurableObject(stub, (instance) => !(instance as unknown as { state: { loaded: boolean } }).state.loaded)).toBe(true);
+    expect(await runInDurableObject(stub, (instance) => instance), "a new instance").not.toBe(before);
     await pushFrames(id, c, 3, c.frames.length, producer);
     await reply(id, c);
     await w.read((x) => x.finished !== null);

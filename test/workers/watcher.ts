@@ -1,30 +1,19 @@
-// A watcher for workerd-side tests: reads the watcher protocol, assembles what it receives with
-// the project's assembly, checks seqs, and acknowledges as told.
-import { decode } from "@msgpack/msgpack";
+// A watcher for workerd-side tests: reads the watcher protocol with the clients' own decoder
+// (src/watch/protocol.ts `decodeWatchMessage`, which checks every field), assembles what it
+// receives with the project's assembly, checks seqs, and acknowledges as told.
 import { expect } from "vitest";
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
 import { inbox, openSocket } from "./support.js";
-
-export type Msg = {
-  type: string;
-  seq?: number;
-  reason?: string;
-  deltas?: Uint8Array[];
-  more?: boolean;
-  frames?: Array<[number, Uint8Array]>;
-  status?: string;
-  reply?: Uint8Array;
-  episode?: string;
-};
 
 /** A watcher that assembles what it receives with the project's assembly. */
 export class Watcher {
   asm = new EpisodeAssembly();
   seqs: number[] = [];
-  messages: Msg[] = [];
+  messages: WatchMessage[] = [];
   lastSeq = 0;
   caughtUp = false;
-  finished: Msg | null = null;
+  finished: Extract<WatchMessage, { type: "finish" }> | null = null;
   /** Apply what arrives (off for tests that only look at seqs). */
   assemble = true;
   /** Binary bytes received (what an ack reports), and each message's size. */
@@ -54,17 +43,17 @@ export class Watcher {
         expect(raw).toBe("pong");
         continue;
       }
-      const m = decode(new Uint8Array(raw)) as Msg;
+      const m: WatchMessage = decodeWatchMessage(new Uint8Array(raw));
       this.received += raw.byteLength;
       this.sizes.push(raw.byteLength);
       this.messages.push(m);
       if (m.type === "snapshot") {
         // a snapshot replaces whatever was held (its first message follows the hello)
         if (this.messages.at(-2)?.type === "hello") this.asm = new EpisodeAssembly();
-        if (this.assemble) for (const d of m.deltas!) this.asm.apply(d);
-        this.lastSeq = m.seq!;
+        if (this.assemble) for (const d of m.deltas) this.asm.apply(d);
+        this.lastSeq = m.seq;
       } else if (m.type === "frames") {
-        for (const [seq, d] of m.frames!) {
+        for (const [seq, d] of m.frames) {
           if (this.lastSeq) expect(seq, "frames arrive in order, without gaps or duplicates").toBeGreaterThan(this.lastSeq);
           this.seqs.push(seq);
           if (this.assemble) this.asm.apply(d);
@@ -77,11 +66,11 @@ export class Watcher {
   }
 
   ack(): void {
-    this.ws.send(JSON.stringify({ type: "ack", bytes: this.received }));
+    this.ws.send(ackMessage(this.received));
   }
 
   episodeBytes(): Uint8Array {
-    return this.asm.finishReply(this.finished!.reply!);
+    return this.asm.finishReply(this.finished!.reply);
   }
 
   close(): void {

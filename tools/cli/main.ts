@@ -31,7 +31,7 @@ URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
 RELAY_TOKEN in the environment is used when --token is not given.`;
 
-/** The options of tail, push, get and groups (each takes all of them, as before; those it has no use for do nothing). */
+/** The options of tail, push, get and groups: each command takes all of them, and ignores those it has no use for. */
 function options(argv: string[]) {
   const { values, positionals, tokens } = parseOptions({
     args: argv,

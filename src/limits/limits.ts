@@ -1,3 +1,9 @@
+// The relay's limits, from wrangler.toml [vars] (each through vars.ts's one parser, with the
+// default written here): what the Worker, the Episode object and the hubs read at construction.
+// Pure: no runtime imports.
+
+import { DEFAULT_INDEX_FLUSH_MS, limitFrom } from "./vars.js";
+
 export interface Limits {
   /** Largest request body or WebSocket message, bytes. */
   maxMessage: number;
@@ -29,35 +35,30 @@ export interface Limits {
   logKeepFrames: number;
   /** ... and at most about this many bytes of them. */
   logKeepBytes: number;
-  /** Least time between two throttled updates of an episode's row in the episode index, ms. */
+  /** Least time between two throttled updates of an episode's row in its run's index, ms. */
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/episode/archive.ts), ms. */
   archiveAfterMs: number;
 }
 
-function num(v: string | undefined, fallback: number): number {
-  const n = v === undefined || v === "" ? NaN : Number(v);
-  return Number.isFinite(n) && n > 0 ? n : fallback;
-}
-
 export function limitsFrom(env: Partial<Env>): Limits {
   return {
-    maxMessage: num(env.MAX_MESSAGE_BYTES, 32 * 1024 * 1024),
-    maxEpisode: num(env.MAX_EPISODE_BYTES, 1024 * 1024 * 1024),
-    retention: num(env.RETENTION_SECONDS, 7 * 24 * 3600),
-    maxWatchers: num(env.MAX_WATCHERS, 5000),
-    watchersPerHub: num(env.WATCHERS_PER_HUB, 2000),
-    maxHubs: num(env.MAX_HUBS, 64),
-    catchUpRate: num(env.CATCHUP_RATE, 20),
-    maxWaiting: num(env.MAX_WAITING, 256),
-    hubQueueBytes: num(env.HUB_QUEUE_BYTES, 32 * 1024 * 1024),
-    hubWindowBytes: num(env.HUB_WINDOW_BYTES, 8 * 1024 * 1024),
-    watcherLagBytes: num(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
-    watcherWindowBytes: num(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
-    maxCatchUps: num(env.MAX_CATCHUPS, 4),
-    logKeepFrames: num(env.LOG_KEEP_FRAMES, 4096),
-    logKeepBytes: num(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
-    indexFlushMs: num(env.INDEX_FLUSH_MS, 2000),
-    archiveAfterMs: num(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    maxMessage: limitFrom(env.MAX_MESSAGE_BYTES, 32 * 1024 * 1024),
+    maxEpisode: limitFrom(env.MAX_EPISODE_BYTES, 1024 * 1024 * 1024),
+    retention: limitFrom(env.RETENTION_SECONDS, 7 * 24 * 3600),
+    maxWatchers: limitFrom(env.MAX_WATCHERS, 5000),
+    watchersPerHub: limitFrom(env.WATCHERS_PER_HUB, 2000),
+    maxHubs: limitFrom(env.MAX_HUBS, 64),
+    catchUpRate: limitFrom(env.CATCHUP_RATE, 20),
+    maxWaiting: limitFrom(env.MAX_WAITING, 256),
+    hubQueueBytes: limitFrom(env.HUB_QUEUE_BYTES, 32 * 1024 * 1024),
+    hubWindowBytes: limitFrom(env.HUB_WINDOW_BYTES, 8 * 1024 * 1024),
+    watcherLagBytes: limitFrom(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
+    watcherWindowBytes: limitFrom(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
+    maxCatchUps: limitFrom(env.MAX_CATCHUPS, 4),
+    logKeepFrames: limitFrom(env.LOG_KEEP_FRAMES, 4096),
+    logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
+    indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
+    archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
   };
 }

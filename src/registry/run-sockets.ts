@@ -1,18 +1,23 @@
-// The read-only sockets of the two index objects (a run's index, the run directory): each socket
-// remembers its viewer's scope (attachments hold 2 KiB: larger scopes are kept in SQLite by hash),
-// and pushes are coalesced: changes collect for PUSH_MS, then each socket gets one message built
-// for its scope. The short timer only delays a push; nothing keeps running while idle.
+// The read-only sockets of the two registry objects: a run's sockets (its EpisodeIndex) and the
+// runs sockets (the RunDirectory). Each socket remembers its viewer's scope (attachments hold
+// 2 KiB: larger scopes are kept in SQLite by hash), and pushes are coalesced: changes collect for
+// PUSH_MS, then each socket gets one message built for its scope. The short timer only delays a
+// push; nothing keeps running while idle.
 
 import { CLOSE_POLICY, echoClose, safeClose } from "../http/errors.js";
 import { PUSH_MS } from "./index-protocol.js";
 import type { Scope } from "./rows.js";
 
-export const INDEX_TAG = "index";
+/**
+ * The tag of these sockets. Hibernated sockets keep the tag they were accepted with, across
+ * deploys: the string stays what earlier releases gave them.
+ */
+export const RUN_SOCKET_TAG = "index";
 const INLINE_SCOPE_BYTES = 1500;
 
 type Attachment = { scope: Scope } | { scopeKey: string };
 
-export class IndexSockets {
+export class RunSockets {
   private readonly scopes = new Map<string, string[]>();
   private timer: ReturnType<typeof setTimeout> | null = null;
 
@@ -28,7 +33,7 @@ export class IndexSockets {
   /** Accept a socket for a viewer with `scope`; `first` is its snapshot message. */
   async accept(scope: Scope, first: string): Promise<Response> {
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
-    this.ctx.acceptWebSocket(server, [INDEX_TAG]);
+    this.ctx.acceptWebSocket(server, [RUN_SOCKET_TAG]);
     server.serializeAttachment(await this.attachmentFor(scope));
     server.send(first);
     return new Response(null, { status: 101, webSocket: client });
@@ -40,14 +45,10 @@ export class IndexSockets {
     this.timer = setTimeout(() => this.push(), PUSH_MS);
   }
 
-  count(): number {
-    return this.ctx.getWebSockets(INDEX_TAG).length;
-  }
-
   private push(): void {
     this.timer = null;
     const byScope = new Map<string, string | null>();
-    for (const ws of this.ctx.getWebSockets(INDEX_TAG)) {
+    for (const ws of this.ctx.getWebSockets(RUN_SOCKET_TAG)) {
       const scope = this.scopeOf(ws);
       if (scope === undefined) continue;
       const key = JSON.stringify(scope);
@@ -65,6 +66,7 @@ export class IndexSockets {
 
   /** A viewer sent something other than "ping" (the platform answers that): the socket is read-only. */
   message(ws: WebSocket): void {
+    // (the close reason is what clients have always been told: "index socket")
     safeClose(ws, CLOSE_POLICY, 'the index socket is read-only: send only "ping"');
   }
 
@@ -74,7 +76,7 @@ export class IndexSockets {
     const mine = ws.deserializeAttachment() as Attachment | null;
     if (!mine || !("scopeKey" in mine)) return; // an inline scope: nothing stored for it
     const used = new Set<string>();
-    for (const s of this.ctx.getWebSockets(INDEX_TAG)) {
+    for (const s of this.ctx.getWebSockets(RUN_SOCKET_TAG)) {
       if (s === ws) continue;
       const att = s.deserializeAttachment() as Attachment | null;
       if (att && "scopeKey" in att) used.add(att.scopeKey);

@@ -1,0 +1,40 @@
+// Limits from wrangler.toml [vars] (src/limits/vars.ts): one parser (a positive finite number, else
+// the default) and the index row's pacing, as the run's index tells it to its episodes and the
+// runscale bench reads it.
+import { describe, expect, it } from "vitest";
+import { DEFAULT_INDEX_FLUSH_MS, DEFAULT_INDEX_WRITES_PER_S, flushIntervalMs, indexPacingFrom, limitFrom } from "../../src/limits/vars.js";
+import { wranglerVars } from "../../bench/helpers.js";
+
+describe("limitFrom", () => {
+  it.each<[string | undefined, number]>([
+    ["2000", 2000],
+    ["0.0005", 0.0005],
+    ["1e3", 1000],
+    [undefined, 7],
+    ["", 7],
+    ["0", 7],
+    ["-5", 7],
+    ["abc", 7],
+    ["Infinity", 7],
+    ["NaN", 7],
+  ])("%j → %d (default 7)", (value, want) => {
+    expect(limitFrom(value, 7)).toBe(want);
+  });
+});
+
+describe("the index row's pacing", () => {
+  it("its defaults are wrangler.toml's values; a bad value is the default", () => {
+    expect(indexPacingFrom({})).toEqual({ flushMs: DEFAULT_INDEX_FLUSH_MS, writesPerS: DEFAULT_INDEX_WRITES_PER_S });
+    expect(indexPacingFrom(wranglerVars())).toEqual(indexPacingFrom({}));
+    expect(indexPacingFrom({ INDEX_FLUSH_MS: "-1", INDEX_WRITES_PER_S: "x" })).toEqual(indexPacingFrom({}));
+    expect(indexPacingFrom({ INDEX_FLUSH_MS: "3600000", INDEX_WRITES_PER_S: "0.0005" })).toEqual({ flushMs: 3_600_000, writesPerS: 0.0005 });
+  });
+
+  it("the interval told: INDEX_FLUSH_MS, or longer so the live episodes stay under INDEX_WRITES_PER_S together", () => {
+    const pacing = { flushMs: 2000, writesPerS: 250 };
+    expect(flushIntervalMs(pacing, 0)).toBe(2000);
+    expect(flushIntervalMs(pacing, 500)).toBe(2000);
+    expect(flushIntervalMs(pacing, 501)).toBe(2004);
+    expect(flushIntervalMs(pacing, 1000)).toBe(4000);
+  });
+});

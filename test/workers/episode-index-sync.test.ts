@@ -1,0 +1,224 @@
+// The episode's row in its run's index (src/episode/index-sync.ts): when the alarm must run
+// (`alarmAt`), when a turn's update is due (`dueAfter`), the retry backoff (`retryDelay`), and
+// `IndexSync` over a real SqlStorage with a stand-in for the run's index: throttled updates,
+// sends in order, a failed send that stays due, a delete's tombstone; and the row it sends.
+import { describe, expect, it } from "vitest";
+import { EpisodeState } from "../../src/episode/state.js";
+import { alarmAt, dueAfter, IndexSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/episode/index-sync.js";
+import { commitIngest } from "../../src/episode/commit.js";
+import { runIndexName } from "../../src/registry/episode-index.js";
+import type { IndexRow } from "../../src/registry/rows.js";
+import { LMap } from "../../src/wire/lossless.js";
+import { delta, enc, f, m, openDelta } from "../support/deltas.js";
+import { withFreshStorage } from "./support.js";
+
+describe("the alarm's deadlines and the update schedule", () => {
+  it("alarmAt: the earlier of retention and a pending update (none pending: retention)", () => {
+    expect(alarmAt(5000, { due: 0 })).toBe(5000);
+    expect(alarmAt(5000, { due: 3000 })).toBe(3000);
+    expect(alarmAt(5000, { due: 9000 })).toBe(5000);
+  });
+
+  it("dueAfter: now, unless the last update went out less than the interval ago (the longer of the default and the index's ask)", () => {
+    const st = { lastFlush: 1000, due: 0, flushMs: 0, attempts: 0 };
+    expect(dueAfter(st, 1200, 500)).toBe(1500);
+    expect(dueAfter(st, 2000, 500)).toBe(2000);
+    expect(dueAfter({ ...st, flushMs: 3000 }, 1200, 500)).toBe(4000);
+    expect(dueAfter({ ...st, lastFlush: 0 }, 1200, 500)).toBe(1200);
+  });
+
+  it("retryDelay: from RETRY_FIRST_MS, doubling per failed attempt, up to RETRY_MAX_MS", () => {
+    expect([0, 1, 2, 3].map(retryDelay)).toEqual([RETRY_FIRST_MS, RETRY_FIRST_MS, 2 * RETRY_FIRST_MS, 4 * RETRY_FIRST_MS]);
+    expect(retryDelay(7)).toBe(Math.min(RETRY_MAX_MS, 64 * RETRY_FIRST_MS));
+    expect(retryDelay(30)).toBe(RETRY_MAX_MS);
+  });
+});
+
+/** A stand-in for the run indexes: what each was asked, in order; it fails while `down`. */
+class FakeIndexes {
+  readonly calls: Array<{ index: string; op: "upsert" | "remove"; id: string }> = [];
+  down = false;
+  flushMs = 7000;
+
+  namespace(): Env["EPISODE_INDEX"] {
+    const stub = (index: string) => ({
+      upsert: async (row: IndexRow) => {
+        this.calls.push({ index, op: "upsert", id: row.id });
+        if (this.down) throw new Error("index down");
+        return { flushMs: this.flushMs };
+      },
+      remove: async (id: string) => {
+        this.calls.push({ index, op: "remove", id });
+        if (this.down) throw new Error("index down");
+      },
+    });
+    return { getByName: stub } as unknown as Env["EPISODE_INDEX"];
+  }
+}
+
+const ID = "sync-run:ep-1";
+
+describe("IndexSync", () => {
+  it("a turn schedules an update (dueAfter) and rearms the alarm; none more while one is pending", async () => {
+    await withFreshStorage((storage, ctx) => {
+      const state = new EpisodeState(storage);
+      commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const rearmed: number[] = [];
+      const sync = new IndexSync(ctx, new FakeIndexes().namespace(), state, 1000, (due) => rearmed.push(due));
+      state.record.saveIndexState({ lastFlush: 5000, due: 0, flushMs: 0, attempts: 0 });
+      expect(sync.pending()).toBe(false);
+      sync.changed(5200);
+      expect(state.record.indexState().due).toBe(6000);
+      expect(rearmed).toEqual([6000]);
+      expect(sync.pending()).toBe(true);
+      sync.changed(5300);
+      expect(rearmed).toEqual([6000]);
+    });
+  });
+
+  it("without an index binding nothing is scheduled or sent", async () => {
+    await withFreshStorage(async (storage, ctx) => {
+      const state = new EpisodeState(storage);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const sync = new IndexSync(ctx, undefined, state, 1000, () => expect.unreachable());
+      sync.changed(10);
+      await sync.send(c.meta, 10);
+      await sync.removed(ID);
+      expect(state.record.indexState()).toEqual({ lastFlush: 0, due: 0, flushMs: 0, attempts: 0 });
+    });
+  });
+
+  it("send: the row goes to the run's index, one update after the other; the index's interval is kept", async () => {
+    await withFreshStorage(async (storage, ctx) => {
+      const state = new EpisodeState(storage);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const indexes = new FakeIndexes();
+      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, () => {});
+      const first = sync.send(c.meta, 100);
+      const second = sync.send(c.meta, 200);
+      expect(indexes.calls).toEqual([]); // sent in the background, in order
+      await second;
+      await first;
+      expect(indexes.calls).toEqual([
+        { index: runIndexName("sync-run"), op: "upsert", id: ID },
+        { index: runIndexName("sync-run"), op: "upsert", id: ID },
+      ]);
+      expect(state.record.indexState()).toEqual({ lastFlush: 200, due: 0, flushMs: 7000, attempts: 0 });
+      await sync.settled();
+    });
+  });
+
+  it("a failed send stays due: retried after retryDelay(attempts), the alarm rearmed; a success resets the attempts", async () => {
+    await withFreshStorage(async (storage, ctx) => {
+      const state = new EpisodeState(storage);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const indexes = new FakeIndexes();
+      indexes.down = true;
+      const rearmed: number[] = [];
+      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, (due) => rearmed.push(due));
+      const log = console.warn;
+      console.warn = () => {};
+      try {
+        const t0 = Date.now();
+        await sync.send(c.meta, 100);
+        const after1 = state.record.indexState();
+        expect(after1.attempts).toBe(1);
+        expect(after1.due).toBeGreaterThanOrEqual(t0 + retryDelay(1));
+        expect(after1.due).toBeLessThanOrEqual(Date.now() + retryDelay(1));
+        expect(rearmed).toEqual([after1.due]);
+        expect(sync.pending()).toBe(true);
+        await sync.send(c.meta, 200);
+        const after2 = state.record.indexState();
+        expect(after2.attempts).toBe(2);
+        expect(after2.due).toBeGreaterThanOrEqual(t0 + retryDelay(2));
+      } finally {
+        console.warn = log;
+      }
+      indexes.down = false;
+      await sync.send(c.meta, 300);
+      expect(state.record.indexState()).toEqual({ lastFlush: 300, due: 0, flushMs: 7000, attempts: 0 });
+    });
+  });
+
+  it("a delete whose removal fails leaves a tombstone and an alarm; the tombstone goes once a retry lands", async () => {
+    await withFreshStorage(async (storage, ctx) => {
+      const state = new EpisodeState(storage); // deleted: storage holds no episode
+      const indexes = new FakeIndexes();
+      indexes.down = true;
+      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, () => {});
+      const log = console.warn;
+      console.warn = () => {};
+      try {
+        const t0 = Date.now();
+        await sync.removed(ID);
+        expect(state.record.tombstone()).toEqual({ id: ID, attempts: 1 });
+        expect(await storage.getAlarm()).toBeGreaterThanOrEqual(t0 + retryDelay(1));
+        await sync.retryTombstone();
+        expect(state.record.tombstone()).toEqual({ id: ID, attempts: 2 });
+      } finally {
+        console.warn = log;
+      }
+      indexes.down = false;
+      await sync.retryTombstone();
+      expect(state.record.tombstone()).toBeNull();
+      expect(indexes.calls.map((c) => c.op)).toEqual(["remove", "remove", "remove"]);
+      await storage.deleteAlarm(); // the object's own alarm is not part of this test
+    });
+  });
+});
+
+describe("rowOf", () => {
+  it("the counters from the meta row; tokens of every trace; rewards, task, stop condition and truncation of the first", async () => {
+    await withFreshStorage((storage) => {
+      const state = new EpisodeState(storage);
+      const rewards = m({ correct: m({ score: f(1), weight: 1 }) });
+      const first = delta({
+        open: m({ version: 1, id: "t-1", task: m({ key: "task-7" }) }),
+        set: m({ rewards, num_total_tokens: 30, stop_condition: "answered", is_timeout: true }),
+      });
+      const second = delta({ open: m({ version: 1, id: "t-2" }), set: m({ num_total_tokens: 12 }) }, "t-2");
+      commitIngest(state, first, ID, Number.MAX_SAFE_INTEGER, 10);
+      const c = commitIngest(state, second, ID, Number.MAX_SAFE_INTEGER, 20);
+      expect(rowOf(c.meta, state)).toEqual({
+        id: ID,
+        run: "sync-run",
+        status: "live",
+        created: 10,
+        updated: 20,
+        ended: null,
+        seq: 2,
+        traces: 2,
+        nodes: 0,
+        calls: 0,
+        tokens: 42,
+        rewards: { correct: { score: 1, weight: 1 } },
+        error: null,
+        task: "task-7",
+        group: "task-7", // live: the task key
+        stop_condition: "answered",
+        truncated: true,
+        run_name: null,
+      });
+    });
+  });
+
+  it("once the run ended: the reply head's group and run name", async () => {
+    await withFreshStorage((storage) => {
+      const state = new EpisodeState(storage);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 10);
+      const reply = enc(
+        new LMap([
+          ["success", true],
+          ["error", null],
+          ["head", m({ group: m({ id: "group-3" }), run: m({ name: "nightly" }) })],
+          ["traces", [m({ id: "t-1", nodes: 0, calls: 0 })]],
+        ]),
+      );
+      state.record.saveReply(reply);
+      const ended = { ...c.meta, status: "finished" as const, updated: 50 };
+      expect(rowOf(ended, state)).toMatchObject({ status: "finished", ended: 50, group: "group-3", run_name: "nightly" });
+      expect(rowOf({ ...ended, status: "failed", error: "boom" }, state)).toMatchObject({ status: "failed", error: "boom" });
+      expect(rowOf({ ...c.meta, refused: "counts differ" }, state)).toMatchObject({ status: "finish_refused", error: "counts differ", ended: null });
+    });
+  });
+});

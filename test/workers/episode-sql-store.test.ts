@@ -1,0 +1,161 @@
+// The assembled state in SQLite (src/episode/sql-store.ts, with load-index.ts, bodies.ts and
+// holds.ts) on a real SqlStorage: the index read back gives the reference's live traces; a
+// superseded version goes at once unless a reader's pin or a retraction's floor holds the state
+// before it; a rewind brings an older state back; archiving drops the bodies, not the index.
+import { describe, expect, it } from "vitest";
+import { parseDelta } from "../../src/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
+import { SqlStore } from "../../src/episode/sql-store.js";
+import { SchemaState } from "../../src/storage/schema.js";
+import { delta, intKeyed, m, node, openDelta } from "../support/deltas.js";
+import { equal, golden, goldenNames, withFreshStorage } from "./support.js";
+
+/** An assembly writing through a SqlStore on `storage`, its tables created, as the episode object holds it. */
+function sqlAssembly(storage: DurableObjectStorage): { store: SqlStore; asm: EpisodeAssembly } {
+  new SchemaState(storage, EPISODE_SCHEMA).ensure();
+  const store = new SqlStore(storage.sql);
+  return { store, asm: new EpisodeAssembly(store) };
+}
+
+/** Apply `frames` as the frames after seq `after` (each row written gets its frame's seq). */
+function applyFrom(asm: EpisodeAssembly, store: SqlStore, after: number, frames: Uint8Array[]): void {
+  frames.forEach((f, i) => {
+    asm.version = store.version = after + i + 1;
+    asm.apply(f);
+  });
+}
+
+/** The index read back from the tables by a new store, as a woken object reads it. */
+function reloaded(storage: DurableObjectStorage): EpisodeAssembly {
+  const store = new SqlStore(storage.sql);
+  const { traces, nextTnum } = store.load();
+  const asm = new EpisodeAssembly(store, traces);
+  asm.reserveTnums(nextTnum);
+  return asm;
+}
+
+/** The reference's live traces after `frames`, assembled in memory. */
+function reference(frames: Uint8Array[]): Uint8Array {
+  const asm = new EpisodeAssembly();
+  for (const f of frames) asm.apply(f);
+  return asm.tracesBytes();
+}
+
+function count(storage: DurableObjectStorage, query: string, ...bindings: SqlStorageValue[]): number {
+  return storage.sql.exec<{ n: number }>(query, ...bindings).one().n;
+}
+
+const nodeVersions = (storage: DurableObjectStorage, idx: number) =>
+  count(storage, "SELECT COUNT(DISTINCT ver) AS n FROM bodies WHERE kind = 0 AND idx = ?", idx);
+const staleRows = (storage: DurableObjectStorage) => count(storage, "SELECT COUNT(*) AS n FROM stale");
+
+describe("SqlStore", () => {
+  it("every golden case: the index read back from SQLite gives the reference's live traces at each checkpoint", async () => {
+    for (const name of await goldenNames()) {
+      const c = await golden(name);
+      if (c.ack_lost.length) continue; // those checkpoints skip frames a retraction took back
+      await withFreshStorage((storage) => {
+        const { store, asm } = sqlAssembly(storage);
+        for (let i = 0; i < c.frames.length; i++) {
+          applyFrom(asm, store, i, [c.frames[i]!]);
+          const cp = c.checkpoints.find((x) => x.after === i + 1);
+          if (!cp) continue;
+          expect(equal(asm.tracesBytes(), cp.traces), `${name} after ${i + 1}`).toBe(true);
+          expect(equal(reloaded(storage).tracesBytes(), cp.traces), `${name} after ${i + 1}, read back`).toBe(true);
+        }
+      });
+    }
+  });
+
+  it("a superseded node version goes at once; while a reader pins the state before it, it stays (stale) and the reader sees it", async () => {
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      applyFrom(asm, store, 0, [openDelta(), delta({ nodes: [node(0), node(1)] })]);
+      const link = (index: number) => delta({ links: intKeyed([[index, [m({ node: 0, type: "reply" })]]]) });
+      applyFrom(asm, store, 2, [link(0)]); // nobody holds seq 2: node 0's old version goes
+      expect([nodeVersions(storage, 0), staleRows(storage)]).toEqual([1, 0]);
+
+      const tnum = asm.traces.get("t-1")!.tnum;
+      const asOf3 = store.nodes(tnum, 0, 2);
+      const pin = store.pin(3);
+      expect(store.readers()).toBe(1);
+      applyFrom(asm, store, 3, [link(1)]);
+      expect([nodeVersions(storage, 1), staleRows(storage)]).toEqual([2, 1]);
+      const held = store.reader(3).nodes(tnum, 0, 2) as Uint8Array[];
+      expect(held.map((b, i) => equal(b, asOf3[i]!))).toEqual([true, true]);
+      expect(equal(store.nodes(tnum, 1, 2)[0]!, asOf3[1]!)).toBe(false);
+      pin.release();
+      pin.release(); // idempotent
+      expect(store.readers()).toBe(0);
+      expect([nodeVersions(storage, 1), staleRows(storage)]).toEqual([1, 0]);
+    });
+  });
+
+  it("floors hold the state before retractable frames: oldestHold, setFloors, addFloor, and collect once they go", async () => {
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      expect(store.oldestHold()).toBeNull();
+      applyFrom(asm, store, 0, [openDelta(), delta({ nodes: [node(0)] })]);
+      store.setFloors([2]);
+      store.addFloor(5);
+      expect(store.oldestHold()).toBe(2);
+      const pin = store.pin(1);
+      expect(store.oldestHold()).toBe(1);
+      pin.release();
+      applyFrom(asm, store, 2, [delta({ links: intKeyed([[0, [m({ node: 0, type: "reply" })]]]) })]);
+      expect([nodeVersions(storage, 0), staleRows(storage)]).toEqual([2, 1]); // the floor at 2 needs the old one
+      store.setFloors([]);
+      expect(store.oldestHold()).toBeNull();
+      store.collect();
+      expect([nodeVersions(storage, 0), staleRows(storage)]).toEqual([1, 0]);
+    });
+  });
+
+  it("after a restart no reader is left: what only readers held goes", async () => {
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      applyFrom(asm, store, 0, [openDelta(), delta({ nodes: [node(0)] })]);
+      store.pin(2); // never released: its reader went with the restart
+      applyFrom(asm, store, 2, [delta({ links: intKeyed([[0, [m({ node: 0, type: "reply" })]]]) })]);
+      expect(staleRows(storage)).toBe(1);
+      store.afterRestart();
+      expect([store.readers(), staleRows(storage), nodeVersions(storage, 0)]).toEqual([0, 0, 1]);
+    });
+  });
+
+  it("rewind: the state as of a held seq is current again (a discarded trace back, later ones gone); later pins are told", async () => {
+    const c = await golden("discard_retry");
+    const discard = c.frames.findIndex((f) => parseDelta(f).discard);
+    expect(discard).toBeGreaterThan(0);
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      applyFrom(asm, store, 0, c.frames.slice(0, discard));
+      store.setFloors([discard]); // a retraction may take the discard and what follows back
+      applyFrom(asm, store, discard, c.frames.slice(discard));
+      const early = store.pin(discard);
+      const late = store.pin(c.frames.length);
+      store.rewind(discard);
+      expect([early.valid, late.valid]).toEqual([true, false]);
+      expect(equal(reloaded(storage).tracesBytes(), reference(c.frames.slice(0, discard)))).toBe(true);
+      early.release();
+      late.release();
+    });
+  });
+
+  it("dropBodies (archived): bodies, previews and old versions go; the index stays", async () => {
+    const c = await golden("multi_trace_links");
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      store.setFloors(c.frames.map((_, i) => i + 1)); // every state held: old versions kept
+      applyFrom(asm, store, 0, c.frames);
+      expect(staleRows(storage)).toBeGreaterThan(0);
+      const before = [...asm.traces.values()].map((t) => [t.id, t.nodes.map((n) => n.bytes)]);
+      store.dropBodies();
+      expect(["bodies", "pending", "stale"].map((t) => count(storage, `SELECT COUNT(*) AS n FROM ${t}`))).toEqual([0, 0, 0]);
+      expect(count(storage, "SELECT COUNT(*) AS n FROM (SELECT tnum, idx FROM node_meta GROUP BY tnum, idx HAVING COUNT(*) > 1)")).toBe(0);
+      const back = [...reloaded(storage).traces.values()].map((t) => [t.id, t.nodes.map((n) => n.bytes)]);
+      expect(back).toEqual(before);
+    });
+  });
+});

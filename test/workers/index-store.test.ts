@@ -1,0 +1,190 @@
+// A run index's store (src/registry/index-store.ts) through its own methods, on the real SqlStorage
+// of a fresh run index (the object opens its schema; the store is then driven directly, the object
+// idle): rows read back as put; the kept counters equal a recount from the rows after replacements
+// and deletes; a transaction that throws leaves the saved counters, read again after
+// `forgetCached`; finished episodes keep the bulk-fetch order they finished in, within a scope;
+// the run's directory line; the finished-only extremes read a few index entries, not the run.
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { recount } from "../../src/registry/aggregates.js";
+import type { IndexRow, IndexStatus } from "../../src/registry/entry.js";
+import { runIndexName } from "../../src/registry/episode-index.js";
+import { IndexStore } from "../../src/registry/index-store.js";
+import { NO_FILTER } from "../../src/registry/row-filter.js";
+import { encodeListCursor, type ListQuery } from "../../src/registry/rows.js";
+import { freshId } from "./support.js";
+
+function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {
+  return {
+    id: `${run}:e${n}`,
+    run,
+    status,
+    created: 100 + n,
+    updated,
+    ended: status === "finished" || status === "failed" ? updated : null,
+    seq: 1,
+    traces: 1,
+    nodes: 2,
+    calls: n,
+    tokens: 10 * n,
+    rewards: { correct: { score: (n % 5) / 4, weight: 1 } },
+    error: status === "failed" ? "crashed" : null,
+    task: `task-${n % 3}`,
+    group: `g${n % 3}`,
+    stop_condition: null,
+    truncated: false,
+    run_name: null,
+    ...extra,
+  };
+}
+
+/**
+ * `fn` with a store over a fresh run index's storage (after one call to the object, so its schema
+ * is open) and that storage; `run` is the run's name.
+ */
+async function withStore<R>(fn: (store: IndexStore, storage: DurableObjectStorage, run: string) => R): Promise<R> {
+  const run = freshId("store");
+  const index = env.EPISODE_INDEX.getByName(runIndexName(run));
+  await index.remove(`${run}:none`); // answered once the object's schema is open; writes nothing
+  return runInDurableObject(index, (_o, state) => fn(new IndexStore(state.storage.sql), state.storage, run));
+}
+
+/** Write `next` over whatever row of its id the store holds, as the object does. */
+function write(store: IndexStore, storage: DurableObjectStorage, next: IndexRow): void {
+  storage.transactionSync(() => store.put(next, store.row(next.id)));
+}
+
+const query = (q: Partial<ListQuery>): ListQuery => ({ status: null, filter: NO_FILTER, prefix: null, limit: 50, sort: "updated", after: null, ...q });
+
+describe("rows and the counters", () => {
+  it("a row reads back as put; the run's name and times come with the first row", async () => {
+    await withStore((store, storage, run) => {
+      expect(store.run).toBeNull();
+      const r = row(run, 1, "live", 500);
+      write(store, storage, r);
+      expect(store.row(r.id)).toEqual(r);
+      expect(store.row(`${run}:missing`)).toBeNull();
+      expect(store.run).toBe(run);
+      expect(store.runRow(run)).toMatchObject({ run, created: 101, updated: 500, episodes: 1, live: 1, finished: 0, mean_rewards: {} });
+    });
+  });
+
+  it("after puts, replacements and deletes the counters equal a recount of the rows held", async () => {
+    await withStore((store, storage, run) => {
+      const held = new Map<string, IndexRow>();
+      const statuses: IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
+      for (let step = 0; step < 60; step++) {
+        const n = (step * 7) % 13;
+        const r = row(run, n, statuses[(step * 3) % 4]!, 1000 + step, { tokens: step, rewards: { correct: { score: (step % 4) / 3, weight: 1 } } });
+        if (step % 9 === 8 && held.has(r.id)) {
+          storage.transactionSync(() => store.delete(held.get(r.id)!));
+          held.delete(r.id);
+        } else {
+          write(store, storage, r);
+          held.set(r.id, r);
+        }
+      }
+      expect(store.loadCounters()).toEqual(recount(held.values()).counters);
+      // the same once read back as saved
+      store.forgetCached();
+      expect(store.loadCounters()).toEqual(recount(held.values()).counters);
+      const groups = store.groups.counts();
+      expect(groups.groups).toBe(new Set([...held.values()].map((r) => r.group)).size);
+    });
+  });
+
+  it("a transaction that throws after a put leaves the saved counters; forgetCached drops the ones in memory", async () => {
+    await withStore((store, storage, run) => {
+      write(store, storage, row(run, 1, "live", 10));
+      const saved = structuredClone(store.loadCounters());
+      expect(() =>
+        storage.transactionSync(() => {
+          store.put(row(run, 2, "finished", 20), null);
+          throw new Error("injected fault");
+        }),
+      ).toThrow("injected fault");
+      expect(store.loadCounters(), "in memory: the rolled-back put").not.toEqual(saved);
+      store.forgetCached();
+      expect(store.loadCounters()).toEqual(saved);
+      expect(store.row(`${run}:e2`)).toBeNull();
+    });
+  });
+
+  it("state values: set, read, replaced", async () => {
+    await withStore((store) => {
+      expect(store.state("k")).toBeNull();
+      store.setState("k", "1");
+      store.setState("k", "2");
+      expect(store.state("k")).toBe("2");
+    });
+  });
+});
+
+describe("pages and the bulk-fetch order", () => {
+  it("query pages the rows by the list's cursor", async () => {
+    await withStore((store, storage, run) => {
+      for (let n = 0; n < 5; n++) write(store, storage, row(run, n, "live", 1000 + n));
+      const first = store.query(query({ limit: 2 }), null);
+      expect(first.rows.map((r) => r.id)).toEqual([`${run}:e4`, `${run}:e3`]);
+      const rest = store.query(query({ limit: 10, after: first.next }), null);
+      expect(rest.rows.map((r) => r.id)).toEqual([`${run}:e2`, `${run}:e1`, `${run}:e0`]);
+      expect(rest.next).toBeNull();
+      expect(first.next && encodeListCursor(first.next)).toBeTypeOf("string");
+      expect(store.query(query({}), [`${run}:e1`]).rows.map((r) => r.id)).toEqual([`${run}:e1`]);
+    });
+  });
+
+  it("finished episodes come in the order they finished here; a re-finish keeps its place; a narrow scope reads on", async () => {
+    await withStore((store, storage, run) => {
+      // finished in the order 3, 0, 4, 1 (their clocks say otherwise)
+      for (const [k, n] of [3, 0, 4, 1].entries()) write(store, storage, row(run, n, "finished", 5000 - k));
+      write(store, storage, row(run, 2, "live", 9000));
+      write(store, storage, row(run, 0, "finished", 9999, { tokens: 1 })); // finished again: same place
+      const all = store.finished(0, 10, null);
+      expect(all.map((x) => x.id)).toEqual([3, 0, 4, 1].map((n) => `${run}:e${n}`));
+      expect(all.map((x) => x.seq)).toEqual([1, 2, 3, 4]);
+      expect(store.finished(2, 10, null).map((x) => x.id)).toEqual([`${run}:e4`, `${run}:e1`]);
+      // a scope passing one in four, a page of 1: batches of 1 are read until it is found
+      expect(store.finished(0, 1, [`${run}:e1`])).toEqual([{ id: `${run}:e1`, seq: 4 }]);
+      // live again: out of the order; finished once more: a new place at the end
+      write(store, storage, row(run, 3, "live", 10_000));
+      write(store, storage, row(run, 3, "finished", 10_001));
+      expect(store.finished(0, 10, null).map((x) => x.id)).toEqual([0, 4, 1, 3].map((n) => `${run}:e${n}`));
+    });
+  });
+});
+
+describe("the finished-only extremes", () => {
+  it("MIN and MAX per key are a few index entries with 300 scored rows", async () => {
+    const read: Array<{ query: string; cursor: SqlStorageCursor<Record<string, SqlStorageValue>> }> = [];
+    await withStore((_store, storage, run) => {
+      // a store over the same storage whose every query is recorded with its cursor (rows read)
+      const recording = new Proxy(storage.sql, {
+        get(target, prop) {
+          if (prop !== "exec") return Reflect.get(target, prop, target);
+          return (q: string, ...args: SqlStorageValue[]) => {
+            const cursor = target.exec(q, ...args);
+            read.push({ query: q, cursor });
+            return cursor;
+          };
+        },
+      });
+      const store = new IndexStore(recording);
+      // the finished rows score within [0.25, 0.75]; failed ones hold the run's 0 and 1
+      const score = (i: number) => (i % 3 === 0 ? i % 2 : 0.25 + (i % 50) / 98);
+      for (let i = 0; i < 300; i++) {
+        write(store, storage, row(run, i, i % 3 === 0 ? "failed" : "finished", 10 + i, { rewards: { correct: { score: score(i), weight: 1 } } }));
+      }
+      read.length = 0;
+      const a = store.aggregates(run, Date.now());
+      expect([a.finished_rewards.correct!.min, a.finished_rewards.correct!.max]).toEqual([0.25, 0.75]);
+      expect([a.rewards.correct!.min, a.rewards.correct!.max]).toEqual([0, 1]);
+      const scores = read.filter((r) => r.query.includes("FROM scores"));
+      expect(scores).toHaveLength(2);
+      for (const r of scores) expect(r.cursor.rowsRead, r.query).toBeLessThan(10);
+      const plan = storage.sql.exec("EXPLAIN QUERY PLAN SELECT MIN(score) FROM scores WHERE key = ? AND status = 'finished'", "correct").toArray();
+      expect(JSON.stringify(plan)).toContain("scores_finished_by_key");
+    });
+  });
+});
