@@ -87,8 +87,10 @@ function applyMessage(
       return seq;
     },
     retract: (gone) => {
-      retract(state, live, m, gone);
+      // set first: a retraction that throws partway has already changed the index in memory, so a
+      // refusal must read it back from storage rather than keep it
       progress.rewound = true;
+      retract(state, live, m, gone);
     },
   });
   // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused

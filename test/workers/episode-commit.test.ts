@@ -162,10 +162,9 @@ describe("commitIngest", () => {
     });
   });
 
-  // Known defect: the retraction had already rebuilt the index in memory when the re-applied frame
-  // failed, but `progress.rewound` is set only once `retract` returns, so the refusal keeps that
-  // half-rewound index.
-  it.fails("...and memory as before: the index the retraction had rebuilt is read back from storage", async () => {
+  // The retraction had already rebuilt the index in memory when the re-applied frame failed: the
+  // refusal must not keep that half-rewound index (commit.ts marks the rewind before retracting).
+  it("...and memory as before: the index the retraction had rebuilt is read back from storage", async () => {
     await withFreshStorage((storage) => {
       const state = new EpisodeState(storage);
       const { before, retraction } = conflicting(state);
