@@ -203,7 +203,7 @@ export class EpisodeArchive {
 
   private finishedParts(m: Meta) {
     const reply = parseReply(this.state.record.reply()!);
-    const views = this.state.index().asm.pick(reply.summaries);
+    const views = this.state.memory().asm.pick(reply.summaries);
     const pin = this.state.store.pin(m.seq);
     return { reader: this.state.store.reader(m.seq), head: reply.head ?? [], views, release: () => pin.release() };
   }

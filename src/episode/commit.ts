@@ -8,7 +8,7 @@ import { ingest, type IngestResult } from "../envelope/ingest.js";
 import type { IngestAck } from "../envelope/answer.js";
 import { RelayError } from "../http/errors.js";
 import type { FeedFrame } from "../hub/feed.js";
-import type { EpisodeState, LiveIndex } from "./state.js";
+import type { EpisodeState, EpisodeMemory } from "./state.js";
 import type { Meta } from "./storage.js";
 
 export interface Committed {
@@ -35,7 +35,7 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
   if (meta && meta.status !== "live") {
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
   }
-  const live = state.index();
+  const live = state.memory();
   const progress: Progress = { seqs: [], rewound: false };
   let committed: { result: IngestResult; saved: Meta };
   try {
@@ -70,7 +70,7 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
 /** Inside the transaction: the message's frames applied and logged, its producers and the counters saved in `m`. */
 function applyMessage(
   state: EpisodeState,
-  live: LiveIndex,
+  live: EpisodeMemory,
   m: Meta,
   body: Uint8Array,
   progress: Progress,
@@ -114,7 +114,7 @@ function applyMessage(
  * producers'), drop the retracted ones from the log. Inside the ingest's transaction: all of it
  * commits with the delta that caused it, or none.
  */
-function retract(state: EpisodeState, live: LiveIndex, m: Meta, seqs: number[]): void {
+function retract(state: EpisodeState, live: EpisodeMemory, m: Meta, seqs: number[]): void {
   const base = Math.min(...seqs) - 1;
   const gone = new Set(seqs);
   m.bytes -= state.record.removeFrames(seqs);

@@ -7,7 +7,7 @@
 //   catchup.ts    catch-up streams a hub pulls for its watchers (catchup-cursor.ts)
 //   log-trim.ts   keeping the log short
 //   archive.ts    a finished episode to R2, its bodies and log out of SQLite
-//   index-sync.ts the episode's row in its run's index, and the alarm's deadlines
+//   run-row-sync.ts the episode's row in its run's index, and the alarm's deadlines
 //   state.ts      the record, the store and the index in memory
 // The Worker (src/index.ts) has checked the route, the method and the token: plain requests
 // arrive as RPC calls (ingest, reply, read, status, remove), the producer's socket through fetch.
@@ -46,7 +46,7 @@ import { CatchUpCursor } from "./catchup-cursor.js";
 import { commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
-import { alarmAt, IndexSync } from "./index-sync.js";
+import { alarmAt, RunRowSync } from "./run-row-sync.js";
 import { type Limits, limitsFrom } from "../limits/limits.js";
 import { LogTrim } from "./log-trim.js";
 import type { ReadRequest } from "../http/representation.js";
@@ -66,7 +66,7 @@ export class Episode extends DurableObject<Env> {
   private readonly source: CatchUpSource;
   /** Catch-up streams hubs are pulling. */
   private readonly cursors = new Set<CatchUpCursor>();
-  private readonly indexSync: IndexSync;
+  private readonly rowSync: RunRowSync;
   private readonly logTrim: LogTrim;
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
   private feedRetryAt = 0;
@@ -79,7 +79,7 @@ export class Episode extends DurableObject<Env> {
     const { record, store } = this.state;
     this.source = {
       meta: () => record.meta(),
-      views: () => this.state.index().asm.views(),
+      views: () => this.state.memory().asm.views(),
       pin: (asOf) => store.pin(asOf),
       reader: (asOf) => store.reader(asOf),
       frames: (after, upTo, maxBytes) => record.frames(after, upTo, maxBytes),
@@ -97,7 +97,7 @@ export class Episode extends DurableObject<Env> {
       this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
       this.setAlarm(null);
     });
-    this.indexSync = new IndexSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
+    this.rowSync = new RunRowSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
     // no request is delivered until storage is at this release's schema (or the object refuses them);
     // a finished episode an older release left in SQLite gets the alarm that archives it
@@ -123,7 +123,7 @@ export class Episode extends DurableObject<Env> {
       const bytes = await readStream(body, this.limits.maxMessage);
       const r = commitReply(this.state, bytes, Date.now());
       if (r.kind === "repeat") return replyAck(r.meta);
-      void this.indexSync.send(r.meta, r.meta.updated);
+      void this.rowSync.send(r.meta, r.meta.updated);
       // the hubs tell their watchers: a finish, or (refused) the status and why; the run then stays open for a corrected reply
       this.feeds.kick();
       if (r.kind === "refused") throw new RelayError("finish_mismatch", r.message);
@@ -255,9 +255,9 @@ export class Episode extends DurableObject<Env> {
     const c = commitIngest(this.state, body, id, this.limits.maxEpisode, now);
     if (c.created) {
       if (this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
-      void this.indexSync.send(c.meta, now); // a new episode shows in the index at once
+      void this.rowSync.send(c.meta, now); // a new episode shows in the index at once
       this.setAlarm(null);
-    } else this.indexSync.changed(now);
+    } else this.rowSync.changed(now);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
       for (const cur of [...this.cursors]) cur.retracted();
@@ -283,7 +283,7 @@ export class Episode extends DurableObject<Env> {
     await this.ctx.storage.deleteAll();
     this.state.forget();
     this.archive.resume();
-    if (id !== undefined) void this.indexSync.removed(id);
+    if (id !== undefined) void this.rowSync.removed(id);
   }
 
   private expiresAt(m: Meta): number {
@@ -309,7 +309,7 @@ export class Episode extends DurableObject<Env> {
     this.feedRetryAt = 0;
     this.feeds.kick();
     const m = this.state.meta();
-    if (!m) return this.indexSync.retryTombstone(); // deleted: its row may still have to go
+    if (!m) return this.rowSync.retryTombstone(); // deleted: its row may still have to go
     if (Date.now() >= this.expiresAt(m)) {
       try {
         await this.erase("episode expired");
@@ -319,11 +319,11 @@ export class Episode extends DurableObject<Env> {
         await this.ctx.storage.setAlarm(Date.now() + 60_000);
         return;
       }
-      await this.indexSync.settled();
+      await this.rowSync.settled();
       return;
     }
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
-    if (this.indexSync.pending()) await this.indexSync.send(m, Date.now());
+    if (this.rowSync.pending()) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
     this.setAlarm(null);
   }

@@ -13,7 +13,7 @@
 import { traceOf } from "../assembly/delta.js";
 import { type Feed, type FeedAnswer, type FeedFrame, feedBytes, type HubView, type Joined, type Restart, sameView, viewEnded } from "../hub/feed.js";
 import { hubCount, hubName } from "../hub/shards.js";
-import { retryDelay } from "./index-sync.js";
+import { retryDelay } from "./run-row-sync.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 

@@ -34,7 +34,7 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     throw new RelayError("episode_finished", `the episode is already ${meta.status} with another reply`);
   }
   const reply = parseReply(body);
-  const live = state.index();
+  const live = state.memory();
   let size: number | null = null;
   if (reply.success) {
     try {

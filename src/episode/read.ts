@@ -25,7 +25,7 @@ export function readEpisode(state: EpisodeState, req: ReadRequest): Response {
     if (matchesEtag(req.ifNoneMatch, etag)) return new Response(null, { status: 304, headers });
   }
   headers.set("content-type", req.json ? "application/json" : MSGPACK);
-  const asm = state.index().asm;
+  const asm = state.memory().asm;
   let views: TraceView[];
   let head: ReturnType<typeof parseReply>["head"] | null = null;
   if (finished !== null) {
@@ -78,7 +78,7 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     nodes: m.nodes,
     calls: m.calls,
     frame_bytes: m.bytes,
-    episode_bytes: m.size ?? liveSize(m, state.index().asm.views()),
+    episode_bytes: m.size ?? liveSize(m, state.memory().asm.views()),
     watchers: viewers.watchers,
     hubs: viewers.hubs,
     archived: m.archived !== null,

@@ -12,7 +12,7 @@ import { SqlStore } from "./sql-store.js";
 import { EpisodeRecord, type Meta } from "./storage.js";
 
 /** What memory holds of the episode: the assembly's index and the producers' ledger. */
-export interface LiveIndex {
+export interface EpisodeMemory {
   asm: EpisodeAssembly;
   ledger: ProducerLedger;
 }
@@ -21,7 +21,7 @@ export class EpisodeState {
   readonly record: EpisodeRecord;
   readonly store: SqlStore;
   readonly schema: SchemaState;
-  private live: LiveIndex | null = null;
+  private live: EpisodeMemory | null = null;
   private opened = false;
 
   constructor(private readonly storage: DurableObjectStorage) {
@@ -47,8 +47,8 @@ export class EpisodeState {
     return this.live !== null;
   }
 
-  /** The index, read from storage on first use. */
-  index(): LiveIndex {
+  /** What memory holds (the assembly's index and the ledger), read from storage on first use. */
+  memory(): EpisodeMemory {
     if (this.live) return this.live;
     this.open();
     this.schema.check();
@@ -99,7 +99,7 @@ export class EpisodeState {
   }
 
   /** Frames that may still be retracted hold the state before them; the rest can go. */
-  holdRetractable(ledger: ProducerLedger = this.index().ledger): void {
+  holdRetractable(ledger: ProducerLedger = this.memory().ledger): void {
     this.store.setFloors(retractable(ledger).map((s) => s - 1));
   }
 }

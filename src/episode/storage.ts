@@ -53,7 +53,7 @@ export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
   return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
 }
 
-/** The episode's row in its run's index: when it was sent, when the next is due (src/episode/index-sync.ts). */
+/** The episode's row in its run's index: when it was sent, when the next is due (src/episode/run-row-sync.ts). */
 export interface IndexState {
   /** When the index was last sent this episode's row (ms), 0 if never. */
   lastFlush: number;

@@ -1,6 +1,6 @@
 // A run's episode index: one SQLite-backed Durable Object per run (by name `run:<run>`), holding
 // one row per episode of the run and the run's aggregates, kept incrementally (aggregates.ts).
-// Episode objects keep their rows current over RPC (src/episode/index-sync.ts); each answer says
+// Episode objects keep their rows current over RPC (src/episode/run-row-sync.ts); each answer says
 // how often the episode may send (backpressure: the run's live episodes together stay under
 // INDEX_WRITES_PER_S). The run's counts reach the run directory at most every DIRECTORY_MS, by
 // alarm, retried until they land. Sockets (`GET /v1/runs/{run}` upgraded) get a snapshot, then

@@ -18,7 +18,7 @@ const ID = "commit-test";
 const NO_LIMIT = Number.MAX_SAFE_INTEGER;
 
 /** The relay's live traces as the episode holds them. */
-const live = (state: EpisodeState) => state.index().asm.tracesBytes();
+const live = (state: EpisodeState) => state.memory().asm.tracesBytes();
 const logged = (state: EpisodeState) => [...state.record.frames()].map((f) => f.seq);
 
 function refusal(fn: () => unknown): Error {
@@ -70,12 +70,12 @@ describe("commitIngest", () => {
     await withFreshStorage((storage) => {
       const state = new EpisodeState(storage);
       commitIngest(state, openDelta(), ID, NO_LIMIT, 0);
-      const index = state.index();
+      const index = state.memory();
       const before = { meta: state.record.meta(), traces: live(state) };
       const e = refusal(() => commitIngest(state, delta({ nodes: [node(0)] }, "t-unknown"), ID, NO_LIMIT, 9));
       expect(e).toBeInstanceOf(DeltaError);
       expect((e as DeltaError).code).toBe("unknown_trace");
-      expect(state.index()).toBe(index);
+      expect(state.memory()).toBe(index);
       expect(state.record.meta()).toEqual(before.meta);
       expect(logged(state)).toEqual([1]);
       expect(equal(live(state), before.traces)).toBe(true);
@@ -93,11 +93,11 @@ describe("commitIngest", () => {
       expect(state.record.exists()).toBe(false);
 
       commitIngest(state, open, ID, open.length + 10, 0);
-      const index = state.index();
+      const index = state.memory();
       const before = live(state);
       const more = refusal(() => commitIngest(state, delta({ nodes: [node(0)] }), ID, open.length + 10, 1));
       expect((more as RelayError).code).toBe("episode_too_large");
-      expect(state.index()).not.toBe(index); // it had applied the delta: read back from storage
+      expect(state.memory()).not.toBe(index); // it had applied the delta: read back from storage
       expect(equal(live(state), before)).toBe(true);
       expect(state.record.meta()!.seq).toBe(1);
     });
@@ -176,5 +176,5 @@ describe("commitIngest", () => {
 
 /** The live traces as a new EpisodeState reads them from storage. */
 function reloadedTraces(storage: DurableObjectStorage): Uint8Array {
-  return new EpisodeState(storage).index().asm.tracesBytes();
+  return new EpisodeState(storage).memory().asm.tracesBytes();
 }

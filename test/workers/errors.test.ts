@@ -14,7 +14,7 @@ const CORS_ENV = { ...env, CORS_ORIGINS: ORIGIN } as Env;
 
 /** Make every episode's index throw a TypeError until restored (memory only: storage is untouched). */
 function injectFault(): () => void {
-  const fault = vi.spyOn(EpisodeState.prototype, "index").mockImplementation(() => {
+  const fault = vi.spyOn(EpisodeState.prototype, "memory").mockImplementation(() => {
     throw new TypeError("injected fault");
   });
   return () => fault.mockRestore();

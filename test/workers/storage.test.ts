@@ -41,7 +41,7 @@ describe("the episode lives in SQLite", () => {
     await push(id, c);
     await runInDurableObject(stub(id), (_i, state) => {
       // the index as the object reads it from its storage
-      const asm = new EpisodeState(state.storage).index().asm;
+      const asm = new EpisodeState(state.storage).memory().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
         for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parents", "routed", "ver"]);
@@ -138,7 +138,7 @@ describe("the episode lives in SQLite", () => {
     await runInDurableObject(stub(id), (_i, state) => {
       // the episode as the object holds it, over the object's storage
       const episode = new EpisodeState(state.storage);
-      const asm = episode.index().asm;
+      const asm = episode.memory().asm;
       const seq = at;
       const views = asm.views();
       const pin = episode.store.pin(seq);

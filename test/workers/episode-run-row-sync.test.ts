@@ -1,10 +1,10 @@
-// The episode's row in its run's index (src/episode/index-sync.ts): when the alarm must run
+// The episode's row in its run's index (src/episode/run-row-sync.ts): when the alarm must run
 // (`alarmAt`), when a turn's update is due (`dueAfter`), the retry backoff (`retryDelay`), and
-// `IndexSync` over a real SqlStorage with a stand-in for the run's index: throttled updates,
+// `RunRowSync` over a real SqlStorage with a stand-in for the run's index: throttled updates,
 // sends in order, a failed send that stays due, a delete's tombstone; and the row it sends.
 import { describe, expect, it } from "vitest";
 import { EpisodeState } from "../../src/episode/state.js";
-import { alarmAt, dueAfter, IndexSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/episode/index-sync.js";
+import { alarmAt, dueAfter, RunRowSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/episode/run-row-sync.js";
 import { commitIngest } from "../../src/episode/commit.js";
 import { runIndexName } from "../../src/registry/episode-index.js";
 import type { IndexRow } from "../../src/registry/rows.js";
@@ -58,13 +58,13 @@ class FakeIndexes {
 
 const ID = "sync-run:ep-1";
 
-describe("IndexSync", () => {
+describe("RunRowSync", () => {
   it("a turn schedules an update (dueAfter) and rearms the alarm; none more while one is pending", async () => {
     await withFreshStorage((storage, ctx) => {
       const state = new EpisodeState(storage);
       commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
       const rearmed: number[] = [];
-      const sync = new IndexSync(ctx, new FakeIndexes().namespace(), state, 1000, (due) => rearmed.push(due));
+      const sync = new RunRowSync(ctx, new FakeIndexes().namespace(), state, 1000, (due) => rearmed.push(due));
       state.record.saveIndexState({ lastFlush: 5000, due: 0, flushMs: 0, attempts: 0 });
       expect(sync.pending()).toBe(false);
       sync.changed(5200);
@@ -80,7 +80,7 @@ describe("IndexSync", () => {
     await withFreshStorage(async (storage, ctx) => {
       const state = new EpisodeState(storage);
       const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
-      const sync = new IndexSync(ctx, undefined, state, 1000, () => expect.unreachable());
+      const sync = new RunRowSync(ctx, undefined, state, 1000, () => expect.unreachable());
       sync.changed(10);
       await sync.send(c.meta, 10);
       await sync.removed(ID);
@@ -93,7 +93,7 @@ describe("IndexSync", () => {
       const state = new EpisodeState(storage);
       const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
       const indexes = new FakeIndexes();
-      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, () => {});
+      const sync = new RunRowSync(ctx, indexes.namespace(), state, 1000, () => {});
       const first = sync.send(c.meta, 100);
       const second = sync.send(c.meta, 200);
       expect(indexes.calls).toEqual([]); // sent in the background, in order
@@ -115,7 +115,7 @@ describe("IndexSync", () => {
       const indexes = new FakeIndexes();
       indexes.down = true;
       const rearmed: number[] = [];
-      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, (due) => rearmed.push(due));
+      const sync = new RunRowSync(ctx, indexes.namespace(), state, 1000, (due) => rearmed.push(due));
       const log = console.warn;
       console.warn = () => {};
       try {
@@ -145,7 +145,7 @@ describe("IndexSync", () => {
       const state = new EpisodeState(storage); // deleted: storage holds no episode
       const indexes = new FakeIndexes();
       indexes.down = true;
-      const sync = new IndexSync(ctx, indexes.namespace(), state, 1000, () => {});
+      const sync = new RunRowSync(ctx, indexes.namespace(), state, 1000, () => {});
       const log = console.warn;
       console.warn = () => {};
       try {

@@ -33,7 +33,7 @@ export function retryDelay(attempts: number): number {
   return Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.max(0, attempts - 1));
 }
 
-export class IndexSync {
+export class RunRowSync {
   /** Index updates from this object, in order (each waits for the one before). */
   private chain: Promise<void> = Promise.resolve();
 
@@ -135,7 +135,7 @@ export class IndexSync {
 
 /** The row the run's index holds for this episode. */
 export function rowOf(m: Meta, state: EpisodeState): IndexRow {
-  const { asm } = state.index();
+  const { asm } = state.memory();
   let rewards: Json = null;
   let tokens = 0;
   let first = true;
