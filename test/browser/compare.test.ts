@@ -5,26 +5,22 @@
 // it): the group page links "compare best and worst", the compare page marks that node as the
 // first difference. Screenshots at 1280×800 and 390×844 go to test-results/screenshots/
 // (`compare-*.png`).
-import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import { mkdirSync, readFileSync } from "node:fs";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
-
-const root = join(import.meta.dirname, "..", "..");
-const SHOTS = join(root, "test-results", "screenshots");
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
+import { openPage, SHOTS, shoot } from "./pages.js";
+import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
 let relay: LocalRelay;
+const { post } = relayCalls(() => relay.url);
 
-const chat = loadCase(fixturePath("chat_basic"));
-const TRACE = (decodeLossless(chat.frames[0]!) as LMap).get("trace") as string;
 const RUN = `cmp-ui-${Date.now().toString(36)}`;
 const GROUP = "pair";
 const A = `${RUN}:best`;
@@ -41,17 +37,6 @@ const DIFF_FRAME = nodeFrames[1]![0];
 const DIFF_NODE = nodeFrames.filter(([i]) => i < DIFF_FRAME).reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 const TOTAL_NODES = nodeFrames.reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 
-function put(map: LMap, key: string, value: LValue): void {
-  const at = map.entries.findIndex(([k]) => k === key);
-  if (at >= 0) map.entries[at] = [key, value];
-  else map.entries.push([key, value]);
-}
-
-async function post(path: string, body: Uint8Array): Promise<void> {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { "content-type": "application/msgpack" } });
-  expect(res.status, `${path}: ${await res.text()}`).toBe(200);
-}
-
 async function push(id: string, correct: number, change: boolean): Promise<void> {
   for (const [n, frame] of chat.frames.entries()) {
     if (change && n === DIFF_FRAME) {
@@ -61,10 +46,8 @@ async function push(id: string, correct: number, change: boolean): Promise<void>
       await post(`/v1/episodes/${id}/deltas`, enc(d));
     } else await post(`/v1/episodes/${id}/deltas`, frame);
   }
-  await post(`/v1/episodes/${id}/deltas`, enc(m({ trace: TRACE, set: m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }) }) })));
-  const body = decodeLossless(chat.reply) as LMap;
-  put(body.get("head") as LMap, "group", m({ id: GROUP }));
-  await post(`/v1/episodes/${id}/reply`, enc(body));
+  await post(`/v1/episodes/${id}/deltas`, setDelta(m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }) })));
+  await post(`/v1/episodes/${id}/reply`, groupReply(GROUP));
 }
 
 beforeAll(async () => {
@@ -81,38 +64,8 @@ afterAll(async () => {
   await relay?.stop();
 });
 
-async function open(path: string, timezoneId = "UTC"): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
-  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1, timezoneId, acceptDownloads: true });
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text())) errors.push(msg.text());
-  });
-  await page.goto(`${relay.url}${path}`);
-  return { context, page, errors };
-}
-
-const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
-
-async function shoot(page: Page, name: string): Promise<void> {
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  await page.setViewportSize(DESKTOP);
-  await page.waitForTimeout(150);
-  const desktop = join(SHOTS, `${name}-desktop.png`);
-  await page.screenshot({ path: desktop, fullPage: true });
-  await page.setViewportSize(PHONE);
-  await page.waitForTimeout(150);
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
-  const phone = join(SHOTS, `${name}-phone.png`);
-  await page.screenshot({ path: phone, fullPage: true });
-  await page.setViewportSize(DESKTOP);
-  for (const file of [desktop, phone]) {
-    expect(existsSync(file), file).toBe(true);
-    expect(statSync(file).size, file).toBeGreaterThan(0);
-  }
-}
+/** A page on `path` of the relay in time zone `timezoneId`, downloads accepted (pages.ts openPage). */
+const open = (path: string, timezoneId = "UTC") => openPage(browser, `${relay.url}${path}`, { timezoneId, acceptDownloads: true });
 
 describe("compare two episodes", () => {
   it("links best and worst from the group page and marks the first differing turn", async () => {

@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
@@ -21,13 +21,9 @@ import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
+import { DESKTOP, openPage, PHONE, SHOTS, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 import { freePort } from "../../tools/free-port.js";
-
-const root = join(import.meta.dirname, "..", "..");
-const SHOTS = join(root, "test-results", "screenshots");
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
 
 let browser: Browser;
 let relay: LocalRelay;
@@ -98,37 +94,8 @@ async function pushCase(name: string, id: string, finish = true): Promise<void> 
   if (finish) await p.reply();
 }
 
-async function open(path: string, base = relay.url): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
-  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1 });
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (m) => {
-    if (m.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(m.text())) errors.push(m.text());
-  });
-  await page.goto(`${base}${path}`);
-  return { context, page, errors };
-}
-
-/**
- * Save `name-desktop.png` (1280×800) and `name-phone.png` (390×844), full page; at the phone's
- * width the page must not scroll sideways.
- */
-async function shoot(page: Page, name: string): Promise<void> {
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0)); // a full-page shot of a scrolled page repeats the sticky bar
-  await page.setViewportSize(DESKTOP);
-  await page.waitForTimeout(150);
-  await page.screenshot({ path: join(SHOTS, `${name}-desktop.png`), fullPage: true });
-  await page.setViewportSize(PHONE);
-  await page.waitForTimeout(150);
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
-  await page.screenshot({ path: join(SHOTS, `${name}-phone.png`), fullPage: true });
-  await page.setViewportSize(DESKTOP);
-}
-
-/** How wide the page's content is (more than the viewport: it scrolls sideways). */
-const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+/** A page on `path` of the relay at `base` (pages.ts openPage; shots with its `shoot`). */
+const open = (path: string, base = relay.url) => openPage(browser, `${base}${path}`);
 
 const connection = (page: Page) => page.locator("#connection").getAttribute("data-state");
 

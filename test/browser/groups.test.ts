@@ -11,31 +11,24 @@
 // reward, and the group page's rollouts, order and advantages. Screenshots at 1280×800 and
 // 390×844 go to test-results/screenshots/ (`run-groups-*.png`, `runs-mean-reward-*.png`,
 // `group-*.png`).
-import { existsSync, mkdirSync, statSync } from "node:fs";
-import { join } from "node:path";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import { mkdirSync } from "node:fs";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
 import { rewardOf } from "../../src/registry/rewards.js";
 import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
-import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
-import { enc, f, m } from "../support/deltas.js";
+import { f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
-
-const root = join(import.meta.dirname, "..", "..");
-const SHOTS = join(root, "test-results", "screenshots");
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
+import { openPage, SHOTS, shoot } from "./pages.js";
+import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
 let relay: LocalRelay;
+const { api, indexed: indexedIn, pushChat, replyChat } = relayCalls(() => relay.url);
 
 // ---- the run: 16 groups × 4 rollouts over 4 tasks, plus a live group ----
 
-const chat = loadCase(fixturePath("chat_basic"));
-const TRACE = (decodeLossless(chat.frames[0]!) as LMap).get("trace") as string;
 /** The reply head's run.name in chat_basic: the run's display name. */
 const RUN_NAME = "chat-env-eval";
 const RUN = `grp-ui-${Date.now().toString(36)}`;
@@ -85,62 +78,17 @@ const rewardsOf = (s: Scores) =>
   m({ correct: m({ score: f(s.correct), weight: f(WEIGHTS.correct) }), format: m({ score: f(s.format), weight: f(WEIGHTS.format) }) });
 const rewardJson = (s: Scores) => ({ correct: { score: s.correct, weight: WEIGHTS.correct }, format: { score: s.format, weight: WEIGHTS.format } });
 
-/** `map[key] = value` on a lossless map (kept in place when present). */
-function put(map: LMap, key: string, value: LValue): void {
-  const at = map.entries.findIndex(([k]) => k === key);
-  if (at >= 0) map.entries[at] = [key, value];
-  else map.entries.push([key, value]);
-}
-
-async function post(path: string, body: Uint8Array): Promise<void> {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { "content-type": "application/msgpack" } });
-  expect(res.status, `${path}: ${await res.text()}`).toBe(200);
-}
-
 /** chat_basic into the rollout (its task key set), one more delta with its rewards, then its reply (unless live). */
 async function push(r: Rollout): Promise<void> {
-  for (const [n, frame] of chat.frames.entries()) {
-    if (n === 0) {
-      const first = decodeLossless(frame) as LMap;
-      put((first.get("open") as LMap).get("task") as LMap, "key", r.task);
-      await post(`/v1/episodes/${r.id}/deltas`, enc(first));
-    } else await post(`/v1/episodes/${r.id}/deltas`, frame);
-  }
-  await post(`/v1/episodes/${r.id}/deltas`, enc(m({ trace: TRACE, set: m({ rewards: rewardsOf(r.scores) }) })));
+  await pushChat(r.id, r.task, m({ rewards: rewardsOf(r.scores) }));
   if (r.outcome !== "live") await reply(r);
 }
 
-async function reply(r: Rollout): Promise<void> {
-  if (r.outcome === "failed") {
-    await post(
-      `/v1/episodes/${r.id}/reply`,
-      enc(m({ success: false, error: `sandbox crashed (${r.id})`, head: m({ group: m({ id: r.group }) }), traces: [] })),
-    );
-    return;
-  }
-  const body = decodeLossless(chat.reply) as LMap;
-  const head = body.get("head") as LMap;
-  put(head, "group", m({ id: r.group }));
-  put(head.get("task") as LMap, "key", r.task);
-  await post(`/v1/episodes/${r.id}/reply`, enc(body));
-}
+/** Its reply: the group and task in the head, or a failed one. */
+const reply = (r: Rollout) => replyChat(r.id, r.group, r.task, r.outcome === "failed");
 
-async function api<T>(path: string): Promise<T> {
-  const res = await fetch(`${relay.url}${path}`);
-  expect(res.status, path).toBe(200);
-  return (await res.json()) as T;
-}
-
-/** Wait until the run's index shows these counts (episodes update it in the background). */
-async function indexed(counts: Record<string, number>): Promise<void> {
-  const end = Date.now() + 30_000;
-  for (;;) {
-    const got = (await api<{ aggregates?: { counts?: Record<string, number> } }>(`/v1/runs/${RUN}`)).aggregates?.counts ?? {};
-    if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-    if (Date.now() > end) throw new Error(`run ${RUN} not indexed with ${JSON.stringify(counts)}: ${JSON.stringify(got)}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+/** Wait until the run's index shows these counts. */
+const indexed = (counts: Record<string, number>) => indexedIn(RUN, counts, 30_000);
 
 const count = (o: Rollout["outcome"]) => rollouts.filter((r) => r.outcome === o).length;
 
@@ -177,40 +125,8 @@ afterAll(async () => {
 
 // ---- page helpers ----
 
-async function open(path: string): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
-  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1 });
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text())) errors.push(msg.text());
-  });
-  await page.goto(`${relay.url}${path}`);
-  return { context, page, errors };
-}
-
-const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
-
-/** `name-desktop.png` and `name-phone.png`, full page; no sideways scroll on the phone; both files written and non-empty. */
-async function shoot(page: Page, name: string): Promise<string[]> {
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  await page.setViewportSize(DESKTOP);
-  await page.waitForTimeout(150);
-  const desktop = join(SHOTS, `${name}-desktop.png`);
-  await page.screenshot({ path: desktop, fullPage: true });
-  await page.setViewportSize(PHONE);
-  await page.waitForTimeout(150);
-  await page.evaluate(() => (globalThis as any).scrollTo(0, 0));
-  expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
-  const phone = join(SHOTS, `${name}-phone.png`);
-  await page.screenshot({ path: phone, fullPage: true });
-  await page.setViewportSize(DESKTOP);
-  for (const file of [desktop, phone]) {
-    expect(existsSync(file), file).toBe(true);
-    expect(statSync(file).size, file).toBeGreaterThan(0);
-  }
-  return [desktop, phone];
-}
+/** A page on `path` of the relay (pages.ts openPage). */
+const open = (path: string) => openPage(browser, `${relay.url}${path}`);
 
 async function waitConnection(page: Page, state: string): Promise<void> {
   await page.waitForFunction((s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s, state, { timeout: 15_000 });

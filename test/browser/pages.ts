@@ -2,16 +2,23 @@
 // desktop and phone size (no sideways scroll on the phone).
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser, BrowserContext, BrowserContextOptions, Page } from "playwright-core";
 import { expect } from "vitest";
 
 export const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
 export const DESKTOP = { width: 1280, height: 800 };
 export const PHONE = { width: 390, height: 844 };
 
-/** A fresh context at desktop size on `url`; `errors` collects page errors and console errors (not socket noise). */
-export async function openPage(browser: Browser, url: string): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
-  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1 });
+/**
+ * A fresh context at desktop size (with `options`, e.g. a time zone) on `url`; `errors` collects
+ * page errors and console errors (not socket noise).
+ */
+export async function openPage(
+  browser: Browser,
+  url: string,
+  options: BrowserContextOptions = {},
+): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
+  const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1, ...options });
   const page = await context.newPage();
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));

@@ -9,18 +9,18 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
-import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
+import { decodeLossless, type LMap } from "../../src/wire/lossless.js";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
-import { enc, f, m } from "../support/deltas.js";
+import { rewardsOf } from "../support/chat-rollouts.js";
+import { m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot } from "./pages.js";
+import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
 let relay: LocalRelay;
+const { api, indexed, pushChat, replyChat } = relayCalls(() => relay.url);
 
-const chat = loadCase(fixturePath("chat_basic"));
-const TRACE = (decodeLossless(chat.frames[0]!) as LMap).get("trace") as string;
 const RUN = `filters-${Date.now().toString(36)}`;
 const GROUPS = 64;
 const SIZE = 8;
@@ -61,61 +61,14 @@ function plan(): Rollout[] {
 }
 const rollouts = plan();
 
-function put(map: LMap, key: string, value: LValue): void {
-  const at = map.entries.findIndex(([k]) => k === key);
-  if (at >= 0) map.entries[at] = [key, value];
-  else map.entries.push([key, value]);
-}
-
-async function post(path: string, body: Uint8Array): Promise<void> {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { "content-type": "application/msgpack" } });
-  expect(res.status, `${path}: ${await res.text()}`).toBe(200);
-}
+/** The frames with nodes and calls (the reply checks their counts); the scalars come in one delta. */
+const withNodes = (frame: Uint8Array) => Boolean((decodeLossless(frame) as LMap).get("nodes"));
 
 async function push(r: Rollout): Promise<void> {
-  for (const [n, frame] of chat.frames.entries()) {
-    // the frames with nodes and calls (the reply checks their counts); the scalars come in one delta below
-    if (n !== 0 && !(decodeLossless(frame) as LMap).get("nodes")) continue;
-    if (n === 0) {
-      const first = decodeLossless(frame) as LMap;
-      put((first.get("open") as LMap).get("task") as LMap, "key", r.task);
-      await post(`/v1/episodes/${r.id}/deltas`, enc(first));
-    } else await post(`/v1/episodes/${r.id}/deltas`, frame);
-  }
-  const rewards = m({ correct: m({ score: f(r.correct), weight: f(1) }), format: m({ score: f(r.format), weight: f(0.25) }) });
   const stop = r.truncated ? "max_turns_reached" : "agent_completed";
-  await post(
-    `/v1/episodes/${r.id}/deltas`,
-    enc(m({ trace: TRACE, set: m({ rewards, stop_condition: stop, is_timeout: r.truncated, num_total_tokens: r.tokens }) })),
-  );
-  if (r.failed) {
-    await post(
-      `/v1/episodes/${r.id}/reply`,
-      enc(m({ success: false, error: `sandbox crashed (${r.id})`, head: m({ group: m({ id: r.group }) }), traces: [] })),
-    );
-    return;
-  }
-  const body = decodeLossless(chat.reply) as LMap;
-  const head = body.get("head") as LMap;
-  put(head, "group", m({ id: r.group }));
-  put(head.get("task") as LMap, "key", r.task);
-  await post(`/v1/episodes/${r.id}/reply`, enc(body));
-}
-
-async function api<T>(path: string): Promise<T> {
-  const res = await fetch(`${relay.url}${path}`);
-  expect(res.status, path).toBe(200);
-  return (await res.json()) as T;
-}
-
-async function indexed(finished: number, failed: number): Promise<void> {
-  const end = Date.now() + 60_000;
-  for (;;) {
-    const got = (await api<{ aggregates?: { counts?: Record<string, number> } }>(`/v1/runs/${RUN}`)).aggregates?.counts ?? {};
-    if (got.finished === finished && got.failed === failed) return;
-    if (Date.now() > end) throw new Error(`run ${RUN} not indexed: ${JSON.stringify(got)}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const set = m({ rewards: rewardsOf([r.correct, r.format]), stop_condition: stop, is_timeout: r.truncated, num_total_tokens: r.tokens });
+  await pushChat(r.id, r.task, set, withNodes);
+  await replyChat(r.id, r.group, r.task, r.failed);
 }
 
 beforeAll(async () => {
@@ -124,7 +77,7 @@ beforeAll(async () => {
   relay = await startRelay({});
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
   const failed = rollouts.filter((r) => r.failed).length;
-  await indexed(rollouts.length - failed, failed);
+  await indexed(RUN, { finished: rollouts.length - failed, failed }, 60_000);
 }, 600_000);
 
 afterAll(async () => {

@@ -7,27 +7,18 @@
 // relay's own `rowMatches` over the unfiltered list); a bad filter is the relay's 400 bad_filter
 // with its field. Following a short page with a cursor (the relay's walk stopped on its budget) is
 // driven by scripted answers.
-import { spawn } from "node:child_process";
-import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { type EpisodesPage, fetchEpisodesPage, type IndexEntry, listEpisodes, RelayRefusal, type RowFilter } from "../../clients/typescript/watch.js";
 import { encodeReply } from "../../src/assembly/reply.js";
 import { mintToken } from "../../src/http/auth.js";
 import { NO_FILTER, rowMatches } from "../../src/registry/row-filter.js";
-import { decodeLossless, encodeLossless, type LMap } from "../../src/wire/lossless.js";
-import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { enc, f, m } from "../support/deltas.js";
-import { useRelay } from "../support/relay.js";
+import type { LMap } from "../../src/wire/lossless.js";
+import { CHAT_TASK as TASK_A, chat, openFrame, rewardsOf, setDelta } from "../support/chat-rollouts.js";
+import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
+import { m } from "../support/deltas.js";
 
-const root = join(import.meta.dirname, "..", "..");
 const secret = "episodes-test-secret-00112233445566778899aabbccddeeff";
-const relay = useRelay({ RELAY_SECRET: secret });
-let admin = "";
-
-const chat = loadCase(fixturePath("chat_basic"));
-const first = decodeLossless(chat.frames[0]!) as LMap;
-const TRACE = first.get("trace") as string;
-const TASK_A = ((first.get("open") as LMap).get("task") as LMap).get("key") as string;
+const relay = useAuthedRelay(secret);
 const TASK_B = "task-b";
 
 const RUN = "eps";
@@ -54,61 +45,21 @@ const ALL = [...FINISHED.map((r) => id(r.name)), id("live"), id("failed")];
 /** Best reward first; those without a reward last, by id descending. */
 const BY_REWARD = ["a-2", "a-0", "b-0", "b-1", "a-1", "a-3", "live", "failed"].map(id);
 
-const rewardsOf = ([c, fm]: [number, number]) => m({ correct: m({ score: f(c), weight: f(1) }), format: m({ score: f(fm), weight: f(0.25) }) });
-
-/** The open frame with another task key. */
-function openFrame(task: string): Uint8Array {
-  if (task === TASK_A) return chat.frames[0]!;
-  const open = decodeLossless(chat.frames[0]!) as LMap;
-  const t = (open.get("open") as LMap).get("task") as LMap;
-  t.entries[t.entries.findIndex(([k]) => k === "key")]![1] = task;
-  return encodeLossless(open);
-}
-
-async function post(path: string, body: Uint8Array) {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${admin}` } });
-  expect(res.status, await res.text()).toBe(200);
-}
+const post = (path: string, body: Uint8Array) => relay.post(path, body);
 
 async function push(name: string, task: string, frames: number, extra: LMap | null) {
   await post(`/v1/episodes/${id(name)}/deltas`, openFrame(task));
   for (const frame of chat.frames.slice(1, frames)) await post(`/v1/episodes/${id(name)}/deltas`, frame);
-  if (extra) await post(`/v1/episodes/${id(name)}/deltas`, enc(m({ trace: TRACE, set: extra })));
-}
-
-/** Wait until the run's index shows these counts (the episodes update it in the background). */
-async function indexed(counts: Record<string, number>) {
-  const end = Date.now() + 20_000;
-  let last = "";
-  for (;;) {
-    last = await (await fetch(`${relay.url}/v1/runs/${RUN}`, { headers: { authorization: `Bearer ${admin}` } })).text();
-    const got = (JSON.parse(last) as { aggregates?: { counts?: Record<string, number> } }).aggregates?.counts ?? {};
-    if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-    if (Date.now() > end) throw new Error(`run ${RUN} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function collect(it: AsyncIterable<IndexEntry>): Promise<IndexEntry[]> {
-  const out: IndexEntry[] = [];
-  for await (const e of it) out.push(e);
-  return out;
+  if (extra) await post(`/v1/episodes/${id(name)}/deltas`, setDelta(extra));
 }
 
 const ids = async (it: AsyncIterable<IndexEntry>) => (await collect(it)).map((e) => e.id);
 const sorted = (xs: string[]) => [...xs].sort();
 
-const failure = (p: Promise<unknown>) =>
-  p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-
 /** Every episode, unfiltered (what the recount matches). */
 let everything: IndexEntry[] = [];
 
 beforeAll(async () => {
-  admin = await mintToken(secret, { role: "admin", episodes: ["*"], ttl: 3600 });
   for (const r of FINISHED) {
     const set = m({ rewards: rewardsOf(r.scores!), ...(r.stop ? { stop_condition: r.stop, is_timeout: true } : {}) });
     await push(r.name, r.task, chat.frames.length, set);
@@ -117,11 +68,11 @@ beforeAll(async () => {
   await push("live", TASK_A, 4, null);
   await push("failed", TASK_A, 2, null);
   await post(`/v1/episodes/${id("failed")}/reply`, encodeReply({ success: false, error: "sandbox crashed" }));
-  await indexed({ finished: FINISHED.length, live: 1, failed: 1 });
+  await relay.indexed(RUN, { finished: FINISHED.length, live: 1, failed: 1 });
   // a live episode's turns reach its row at most every INDEX_FLUSH_MS: wait for its 2 calls
   const end = Date.now() + 20_000;
   for (;;) {
-    everything = await collect(listEpisodes(relay.url, RUN, { token: admin, limit: 500 }));
+    everything = await collect(listEpisodes(relay.url, RUN, { token: relay.admin, limit: 500 }));
     if (everything.find((e) => e.id === id("live"))?.calls === 2) break;
     if (Date.now() > end) throw new Error(`the live episode's row never showed its 2 calls: ${JSON.stringify(everything.find((e) => e.id === id("live")))}`);
     await new Promise((r) => setTimeout(r, 100));
@@ -146,7 +97,7 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
   });
 
   it("each filter gives the expected episodes", async () => {
-    const list = (filter: Partial<RowFilter>, status?: IndexEntry["status"]) => ids(listEpisodes(relay.url, RUN, { token: admin, filter, status }));
+    const list = (filter: Partial<RowFilter>, status?: IndexEntry["status"]) => ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status }));
     expect(sorted(await list({ task: TASK_B }))).toEqual([id("b-0"), id("b-1")]);
     expect(await list({ stop: "max_turns" })).toEqual([id("b-0")]);
     expect(await list({ truncated: true })).toEqual([id("b-0")]);
@@ -184,17 +135,17 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     for (const [filter, status] of filters) {
       const full: RowFilter = { ...NO_FILTER, ...filter };
       const expected = everything.filter((e) => (status === undefined || e.status === status) && rowMatches(e, full)).map((e) => e.id);
-      expect(await ids(listEpisodes(relay.url, RUN, { token: admin, filter, status })), JSON.stringify(filter)).toEqual(expected);
+      expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status })), JSON.stringify(filter)).toEqual(expected);
     }
   });
 
   it("sort=reward: best reward first, those without one last; paged one by one in the same order", async () => {
-    expect(await ids(listEpisodes(relay.url, RUN, { token: admin, sort: "reward" }))).toEqual(BY_REWARD);
-    expect(await ids(listEpisodes(relay.url, RUN, { token: admin, sort: "reward", limit: 1 }))).toEqual(BY_REWARD);
-    expect(await ids(listEpisodes(relay.url, RUN, { token: admin, limit: 1 }))).toEqual(everything.map((e) => e.id));
+    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, sort: "reward" }))).toEqual(BY_REWARD);
+    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 1 }))).toEqual(BY_REWARD);
+    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, limit: 1 }))).toEqual(everything.map((e) => e.id));
     const winners = await ids(
       listEpisodes(relay.url, RUN, {
-        token: admin,
+        token: relay.admin,
         sort: "reward",
         status: "finished",
         filter: { rewards: [{ key: "correct", min: 1, max: null }] },
@@ -202,11 +153,11 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
       }),
     );
     expect(winners).toEqual(["a-2", "a-0", "b-0"].map(id));
-    const one: EpisodesPage = await fetchEpisodesPage(relay.url, RUN, { token: admin, sort: "reward", limit: 2 });
+    const one: EpisodesPage = await fetchEpisodesPage(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 2 });
     expect(one.episodes.map((e) => e.id)).toEqual(BY_REWARD.slice(0, 2));
     expect(typeof one.cursor).toBe("string");
     expect(one.searched).toBeGreaterThanOrEqual(2);
-    const two = await fetchEpisodesPage(relay.url, RUN, { token: admin, sort: "reward", limit: 2, cursor: one.cursor });
+    const two = await fetchEpisodesPage(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 2, cursor: one.cursor });
     expect(two.episodes.map((e) => e.id)).toEqual(BY_REWARD.slice(2, 4));
   });
 
@@ -228,15 +179,15 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
       [{ task: "x".repeat(300) }, "task"],
     ];
     for (const [filter, field] of cases) {
-      const e = await failure(collect(listEpisodes(relay.url, RUN, { token: admin, filter })));
+      const e = await failure(collect(listEpisodes(relay.url, RUN, { token: relay.admin, filter })));
       expect(e, JSON.stringify(filter)).toBeInstanceOf(RelayRefusal);
       const r = e as RelayRefusal;
       expect([r.status, r.code, r.field], JSON.stringify(filter)).toEqual([400, "bad_filter", field]);
       expect(r.message).toMatch(/^400 bad_filter: .*; change that filter value$/);
     }
-    const status = await failure(fetchEpisodesPage(relay.url, RUN, { token: admin, status: "done" as "live" }));
+    const status = await failure(fetchEpisodesPage(relay.url, RUN, { token: relay.admin, status: "done" as "live" }));
     expect([(status as RelayRefusal).code, (status as RelayRefusal).field]).toEqual(["bad_status", "status"]);
-    const sort = await failure(fetchEpisodesPage(relay.url, RUN, { token: admin, sort: "spread" as "reward" }));
+    const sort = await failure(fetchEpisodesPage(relay.url, RUN, { token: relay.admin, sort: "spread" as "reward" }));
     expect([(sort as RelayRefusal).code, (sort as RelayRefusal).field]).toEqual(["bad_sort", "sort"]);
   });
 });
@@ -322,18 +273,11 @@ describe("episodes client (scripted answers)", () => {
 
 // ---- the CLI ----
 
-function cli(...args: string[]) {
-  const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], { cwd: root, env: { ...process.env, RELAY_TOKEN: "" } });
-  let stdout = "";
-  let stderr = "";
-  p.stdout.on("data", (d) => (stdout += d));
-  p.stderr.on("data", (d) => (stderr += d));
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
-}
+const cli = (...args: string[]) => runCli(args);
 
 describe("episode-relay episodes", () => {
   it("prints one line per episode: id, status, reward, turns, tokens, task, stop (and error)", async () => {
-    const r = await cli("episodes", "--run", RUN, relay.url, "--token", admin, "--task", TASK_B);
+    const r = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--task", TASK_B);
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s)`);
@@ -342,7 +286,7 @@ describe("episode-relay episodes", () => {
     expect(row("b-0")).toEqual([id("b-0"), "finished", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
     expect(row("b-1")).toEqual([id("b-1"), "finished", "0.200", "3", "99", TASK_B, "agent_completed"]);
 
-    const failed = await cli("episodes", "--run", RUN, relay.url, "--token", admin, "--errored");
+    const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");
     expect(failed.code, failed.stderr).toBe(0);
     expect(
       failed.stdout
@@ -350,7 +294,7 @@ describe("episode-relay episodes", () => {
         .find((l) => l.startsWith(id("failed")))!
         .split(/\s{2,}/),
     ).toEqual([id("failed"), "failed", "-", "0", "0", TASK_A, "-", "sandbox crashed"]);
-    const none = await cli("episodes", "--run", RUN, relay.url, "--token", admin, "--task", "no-such-task");
+    const none = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--task", "no-such-task");
     expect([none.code, none.stdout]).toEqual([0, `run ${RUN}: 0 episode(s)\n`]);
   }, 60_000);
 
@@ -361,7 +305,7 @@ describe("episode-relay episodes", () => {
       RUN,
       relay.url,
       "--token",
-      admin,
+      relay.admin,
       "--json",
       "--sort",
       "reward",
@@ -385,12 +329,12 @@ describe("episode-relay episodes", () => {
       .map((l) => JSON.parse(l) as IndexEntry);
     expect(got.map((e) => e.id)).toEqual(["a-2", "a-0"].map(id));
     expect(got[0]).toEqual(everything.find((e) => e.id === id("a-2")));
-    const two = await cli("episodes", "--run", RUN, relay.url, "--token", admin, "--sort", "reward", "--limit", "2");
+    const two = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--sort", "reward", "--limit", "2");
     expect(two.code, two.stderr).toBe(0);
     const lines = two.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s) (stopped at --limit 2)`);
     expect(lines.slice(3, 5).map((l) => l.split(/\s{2,}/)[0])).toEqual(BY_REWARD.slice(0, 2));
-    const ranges = await cli("episodes", "--run", RUN, relay.url, "--token", admin, "--json", "--reward", "correct:..0", "--reward", "format:0.5..");
+    const ranges = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--json", "--reward", "correct:..0", "--reward", "format:0.5..");
     expect(
       sorted(
         ranges.stdout
@@ -414,12 +358,12 @@ describe("episode-relay episodes", () => {
       [["--task="], /--task needs a value/],
       [["--group", "g"], /unknown option --group/],
     ] as const) {
-      const r = await cli("episodes", "--run", RUN, relay.url, "--token", admin, ...args);
+      const r = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, ...args);
       expect(r.code, args.join(" ")).toBe(2);
       expect(r.stderr, args.join(" ")).toMatch(message);
     }
-    expect((await cli("episodes", relay.url, "--token", admin)).code).toBe(2); // no --run
-    expect((await cli("episodes", "--run", RUN, "--token", admin)).code).toBe(2); // no URL
+    expect((await cli("episodes", relay.url, "--token", relay.admin)).code).toBe(2); // no --run
+    expect((await cli("episodes", "--run", RUN, "--token", relay.admin)).code).toBe(2); // no URL
     const unauthorized = await cli("episodes", "--run", RUN, relay.url);
     expect(unauthorized.code).toBe(1);
     expect(unauthorized.stderr).toMatch(/401 unauthorized.*pass --token T \(or set RELAY_TOKEN\)/);

@@ -5,26 +5,16 @@
 // one group whose rewards are all equal (zero variance), a group id a path must escape, and a live
 // rollout. The client's checks (URL, names, foreign answers, paging) are also driven by scripted
 // answers.
-import { spawn } from "node:child_process";
-import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { fetchGroup, fetchGroups, fetchGroupsPage, type GroupSummary, RelayRefusal, RelayUnreachable } from "../../clients/typescript/watch.js";
 import { mintToken } from "../../src/http/auth.js";
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
-import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { enc, f, m } from "../support/deltas.js";
-import { useRelay } from "../support/relay.js";
+import { CHAT_TASK as TASK_KEY, chat, groupReply, rewardsOf, setDelta } from "../support/chat-rollouts.js";
+import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
+import { m } from "../support/deltas.js";
 
-const root = join(import.meta.dirname, "..", "..");
 const secret = "groups-test-secret-00112233445566778899aabbccddeeff";
-const relay = useRelay({ RELAY_SECRET: secret });
-let admin = "";
-
-const chat = loadCase(fixturePath("chat_basic"));
-const first = decodeLossless(chat.frames[0]!) as LMap;
-const TRACE = first.get("trace") as string;
-const TASK_KEY = ((first.get("open") as LMap).get("task") as LMap).get("key") as string;
+const relay = useAuthedRelay(secret);
 
 const RUN = "grp";
 /** (correct, format) scores per rollout; weights 1.0 and 0.25 as in the golden case. */
@@ -52,64 +42,27 @@ const ALL_GROUPS = [VARIED, ZERO, ODD, TASK_KEY].sort();
 const weighted = ([c, fm]: [number, number]) => (c + fm * 0.25) / 1.25;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const pstd = (xs: number[]) => Math.sqrt(mean(xs.map((x) => (x - mean(xs)) ** 2)));
-const rewardsOf = ([c, fm]: [number, number]) => m({ correct: m({ score: f(c), weight: f(1) }), format: m({ score: f(fm), weight: f(0.25) }) });
-
-async function post(path: string, body: Uint8Array) {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${admin}` } });
-  expect(res.status, await res.text()).toBe(200);
-}
+const post = (path: string, body: Uint8Array) => relay.post(path, body);
 
 /** chat_basic into `id`; with scores one more delta sets its rewards, and with a group the reply (head `group.id`) finishes it. */
 async function rollout(id: string, group: string | null, scores: [number, number] | null) {
   for (const frame of chat.frames) await post(`/v1/episodes/${id}/deltas`, frame);
-  if (scores) await post(`/v1/episodes/${id}/deltas`, enc(m({ trace: TRACE, set: m({ rewards: rewardsOf(scores) }) })));
+  if (scores) await post(`/v1/episodes/${id}/deltas`, setDelta(m({ rewards: rewardsOf(scores) })));
   if (group === null) return;
-  const reply = decodeLossless(chat.reply) as LMap;
-  const head = reply.get("head") as LMap;
-  const at = head.entries.findIndex(([k]) => k === "group");
-  const entry: [LValue, LValue] = ["group", m({ id: group })];
-  if (at >= 0) head.entries[at] = entry;
-  else head.entries.push(entry);
-  await post(`/v1/episodes/${id}/reply`, enc(reply));
+  await post(`/v1/episodes/${id}/reply`, groupReply(group));
 }
-
-/** Wait until the run's index shows these counts (the episodes update it in the background). */
-async function indexed(run: string, counts: Record<string, number>) {
-  const end = Date.now() + 20_000;
-  let last = "";
-  for (;;) {
-    last = await (await fetch(`${relay.url}/v1/runs/${encodeURIComponent(run)}`, { headers: { authorization: `Bearer ${admin}` } })).text();
-    const got = (JSON.parse(last) as { aggregates?: { counts?: Record<string, number> } }).aggregates?.counts ?? {};
-    if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-    if (Date.now() > end) throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function collect(it: AsyncIterable<GroupSummary>): Promise<GroupSummary[]> {
-  const out: GroupSummary[] = [];
-  for await (const g of it) out.push(g);
-  return out;
-}
-
-const failure = (p: Promise<unknown>) =>
-  p.then(
-    () => null,
-    (e: unknown) => e,
-  );
 
 beforeAll(async () => {
-  admin = await mintToken(secret, { role: "admin", episodes: ["*"], ttl: 3600 });
   for (const [i, s] of VARIED_SCORES.entries()) await rollout(`${RUN}:varied-${i}`, VARIED, s);
   for (const [i, s] of ZERO_SCORES.entries()) await rollout(`${RUN}:zero-${i}`, ZERO, s);
   for (const [i, s] of ODD_SCORES.entries()) await rollout(`${RUN}:odd-${i}`, ODD, s);
   await rollout(`${RUN}:live`, null, null);
-  await indexed(RUN, { finished: VARIED_SCORES.length + ZERO_SCORES.length + ODD_SCORES.length, live: 1 });
+  await relay.indexed(RUN, { finished: VARIED_SCORES.length + ZERO_SCORES.length + ODD_SCORES.length, live: 1 });
 }, 120_000);
 
 describe("fetchGroupsPage / fetchGroups against a relay", () => {
   it("a page carries the run's numbers: groups, finished groups, the zero-variance share", async () => {
-    const page = await fetchGroupsPage(relay.url, RUN, { token: admin });
+    const page = await fetchGroupsPage(relay.url, RUN, { token: relay.admin });
     expect(page.run).toBe(RUN);
     expect(page.groups_total).toBe(4); // VARIED, ZERO, ODD and the live rollout's (its task key)
     expect(page.finished_groups).toBe(3);
@@ -120,7 +73,7 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
   });
 
   it("each group: its counts by status and per reward key mean, population std, min, max", async () => {
-    const groups = new Map((await collect(fetchGroups(relay.url, RUN, { token: admin }))).map((g) => [g.id, g]));
+    const groups = new Map((await collect(fetchGroups(relay.url, RUN, { token: relay.admin }))).map((g) => [g.id, g]));
     const varied = groups.get(VARIED)!;
     expect([varied.size, varied.finished, varied.failed, varied.live]).toEqual([4, 4, 0, 0]);
     expect(varied.task).toBe(TASK_KEY);
@@ -148,27 +101,27 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
 
   it("follows the cursors page after page, in the relay's order for each sort", async () => {
     for (const sort of [undefined, "spread", "size", "task"] as const) {
-      const whole = (await fetchGroupsPage(relay.url, RUN, { token: admin, sort, limit: 500 })).groups.map((g) => g.id);
-      const paged = (await collect(fetchGroups(relay.url, RUN, { token: admin, sort, limit: 1 }))).map((g) => g.id);
+      const whole = (await fetchGroupsPage(relay.url, RUN, { token: relay.admin, sort, limit: 500 })).groups.map((g) => g.id);
+      const paged = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort, limit: 1 }))).map((g) => g.id);
       expect(paged, String(sort)).toEqual(whole);
       expect([...paged].sort(), String(sort)).toEqual(ALL_GROUPS);
     }
-    const one = await fetchGroupsPage(relay.url, RUN, { token: admin, limit: 1 });
+    const one = await fetchGroupsPage(relay.url, RUN, { token: relay.admin, limit: 1 });
     expect(one.groups).toHaveLength(1);
     expect(typeof one.cursor).toBe("string");
     expect(one.groups_total).toBe(4);
-    const two = await fetchGroupsPage(relay.url, RUN, { token: admin, limit: 1, cursor: one.cursor });
+    const two = await fetchGroupsPage(relay.url, RUN, { token: relay.admin, limit: 1, cursor: one.cursor });
     expect(two.groups[0]!.id).not.toBe(one.groups[0]!.id);
-    const sizes = (await collect(fetchGroups(relay.url, RUN, { token: admin, sort: "size" }))).map((g) => g.size);
+    const sizes = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort: "size" }))).map((g) => g.size);
     expect(sizes).toEqual([...sizes].sort((a, b) => b - a));
-    const spread = (await collect(fetchGroups(relay.url, RUN, { token: admin, sort: "spread" }))).map((g) => g.id);
+    const spread = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort: "spread" }))).map((g) => g.id);
     expect(spread.indexOf(VARIED)).toBeLessThan(spread.indexOf(ZERO));
   });
 });
 
 describe("fetchGroup against a relay", () => {
   it("the rollouts, best reward first, each with its advantage per reward key", async () => {
-    const g = await fetchGroup(relay.url, RUN, VARIED, { token: admin });
+    const g = await fetchGroup(relay.url, RUN, VARIED, { token: relay.admin });
     expect([g.id, g.size, g.finished]).toEqual([VARIED, 4, 4]);
     const order = VARIED_SCORES.map((s, i) => [weighted(s), i] as const)
       .sort((a, b) => b[0] - a[0])
@@ -192,21 +145,21 @@ describe("fetchGroup against a relay", () => {
         expect(a.normalized!, `${r.id} ${key}`).toBeCloseTo((s[k] - mean(xs)) / pstd(xs), 9);
       }
     }
-    const zero = await fetchGroup(relay.url, RUN, ZERO, { token: admin });
+    const zero = await fetchGroup(relay.url, RUN, ZERO, { token: relay.admin });
     expect(zero.rollouts).toHaveLength(3);
     for (const r of zero.rollouts) {
       expect(r.advantage.correct).toEqual({ raw: 0, normalized: null });
       expect(r.advantage.format!.normalized).toBeNull();
     }
-    const odd = await fetchGroup(relay.url, RUN, ODD, { token: admin });
+    const odd = await fetchGroup(relay.url, RUN, ODD, { token: relay.admin });
     expect(odd.id).toBe(ODD);
     expect(odd.rollouts.map((r) => r.id)).toEqual([`${RUN}:odd-1`, `${RUN}:odd-0`]);
-    const live = await fetchGroup(relay.url, RUN, TASK_KEY, { token: admin });
+    const live = await fetchGroup(relay.url, RUN, TASK_KEY, { token: relay.admin });
     expect(live.rollouts.map((r) => [r.id, r.status])).toEqual([[`${RUN}:live`, "live"]]);
   });
 
   it("refusals: an unknown group (404), no token (401), a token that covers part of the run (403), a bad sort (400)", async () => {
-    const unknown = await failure(fetchGroup(relay.url, RUN, "no-such-group", { token: admin }));
+    const unknown = await failure(fetchGroup(relay.url, RUN, "no-such-group", { token: relay.admin }));
     expect(unknown).toBeInstanceOf(RelayRefusal);
     expect([(unknown as RelayRefusal).status, (unknown as RelayRefusal).code]).toEqual([404, "not_found"]);
     const none = await failure(fetchGroupsPage(relay.url, RUN));
@@ -220,12 +173,12 @@ describe("fetchGroup against a relay", () => {
     expect(((await failure(fetchGroup(relay.url, RUN, VARIED, { token: some }))) as RelayRefusal).status).toBe(403);
     const whole = await mintToken(secret, { role: "watcher", episodes: [`${RUN}:*`], ttl: 600 });
     expect((await fetchGroupsPage(relay.url, RUN, { token: whole })).groups_total).toBe(4);
-    const sort = await failure(fetchGroupsPage(relay.url, RUN, { token: admin, sort: "reward" as "size" }));
+    const sort = await failure(fetchGroupsPage(relay.url, RUN, { token: relay.admin, sort: "reward" as "size" }));
     expect((sort as RelayRefusal).status).toBe(400);
   });
 
   it("a cursor the relay did not hand out is a 400 bad_cursor refusal", async () => {
-    const cursor = await failure(fetchGroupsPage(relay.url, RUN, { token: admin, cursor: "not-a-cursor" }));
+    const cursor = await failure(fetchGroupsPage(relay.url, RUN, { token: relay.admin, cursor: "not-a-cursor" }));
     expect(cursor).toBeInstanceOf(RelayRefusal);
     expect([(cursor as RelayRefusal).status, (cursor as RelayRefusal).code]).toEqual([400, "bad_cursor"]);
   });
@@ -304,18 +257,11 @@ describe("groups client checks (scripted answers)", () => {
 
 // ---- the CLI ----
 
-function cli(...args: string[]) {
-  const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], { cwd: root, env: { ...process.env, RELAY_TOKEN: "" } });
-  let stdout = "";
-  let stderr = "";
-  p.stdout.on("data", (d) => (stdout += d));
-  p.stderr.on("data", (d) => (stderr += d));
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
-}
+const cli = (...args: string[]) => runCli(args);
 
 describe("episode-relay groups", () => {
   it("prints the zero-variance share and a table: id, task, size, finished, per key mean±std", async () => {
-    const r = await cli("groups", "--run", RUN, relay.url, "--token", admin, "--sort", "size");
+    const r = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--sort", "size");
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 4 group(s), 3 finished`);
@@ -329,7 +275,7 @@ describe("episode-relay groups", () => {
     // --sort size: largest first
     expect(lines.indexOf(lines.find((l) => l.startsWith(`${VARIED} `))!)).toBeLessThan(lines.indexOf(lines.find((l) => l.startsWith(`${ZERO} `))!));
 
-    const json = await cli("groups", "--run", RUN, relay.url, "--token", admin, "--json");
+    const json = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--json");
     expect(json.code, json.stderr).toBe(0);
     const page = JSON.parse(json.stdout) as { groups_total: number; zero_variance_share: number; groups: GroupSummary[] };
     expect(page.groups_total).toBe(4);
@@ -338,15 +284,7 @@ describe("episode-relay groups", () => {
   }, 60_000);
 
   it("--group G prints the rollouts best first with their advantages; RELAY_TOKEN stands in for --token", async () => {
-    const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), "groups", "--run", RUN, "--group", VARIED, relay.url], {
-      cwd: root,
-      env: { ...process.env, RELAY_TOKEN: admin },
-    });
-    let out = "";
-    let err = "";
-    p.stdout.on("data", (d) => (out += d));
-    p.stderr.on("data", (d) => (err += d));
-    const code = await new Promise<number>((r) => p.on("close", (c) => r(c ?? 1)));
+    const { code, stdout: out, stderr: err } = await runCli(["groups", "--run", RUN, "--group", VARIED, relay.url], relay.admin);
     expect(code, err).toBe(0);
     const lines = out.split("\n");
     expect(lines[0]).toBe(`group ${VARIED} of run ${RUN}: task ${TASK_KEY}`);
@@ -372,10 +310,10 @@ describe("episode-relay groups", () => {
     expect(rows[0]!.slice(0, 7)).toEqual([`${RUN}:varied-0`, "finished", "0.900", "1.000", "+0.500 (+1.00)", "0.500", "+0.000 (+0.00)"]);
     expect(rows[0]![9]).toBe("agent_completed");
 
-    const zero = await cli("groups", "--run", RUN, "--group", ZERO, relay.url, "--token", admin);
+    const zero = await cli("groups", "--run", RUN, "--group", ZERO, relay.url, "--token", relay.admin);
     expect(zero.code, zero.stderr).toBe(0);
     expect(zero.stdout).toMatch(/\+0\.000 \(-\)/);
-    const json = await cli("groups", "--run", RUN, "--group", ODD, relay.url, "--token", admin, "--json");
+    const json = await cli("groups", "--run", RUN, "--group", ODD, relay.url, "--token", relay.admin, "--json");
     expect(json.code, json.stderr).toBe(0);
     expect((JSON.parse(json.stdout) as { id: string }).id).toBe(ODD);
   }, 60_000);
@@ -384,12 +322,12 @@ describe("episode-relay groups", () => {
     const none = await cli("groups", "--run", RUN, relay.url);
     expect(none.code).toBe(1);
     expect(none.stderr).toMatch(/401 unauthorized.*pass --token T \(or set RELAY_TOKEN\)/);
-    const unknown = await cli("groups", "--run", RUN, "--group", "no-such-group", relay.url, "--token", admin);
+    const unknown = await cli("groups", "--run", RUN, "--group", "no-such-group", relay.url, "--token", relay.admin);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/404 not_found/);
-    expect((await cli("groups", relay.url, "--token", admin)).code).toBe(2); // no --run
-    expect((await cli("groups", "--run", RUN, "--token", admin)).code).toBe(2); // no URL
-    const sort = await cli("groups", "--run", RUN, relay.url, "--sort", "reward", "--token", admin);
+    expect((await cli("groups", relay.url, "--token", relay.admin)).code).toBe(2); // no --run
+    expect((await cli("groups", "--run", RUN, "--token", relay.admin)).code).toBe(2); // no URL
+    const sort = await cli("groups", "--run", RUN, relay.url, "--sort", "reward", "--token", relay.admin);
     expect(sort.code).toBe(2);
     expect(sort.stderr).toMatch(/--sort: expected one of spread, size, task/);
     expect((await cli("groups", "--run", RUN, "--group", VARIED, "--sort", "size", relay.url)).code).toBe(2);

@@ -15,6 +15,7 @@ import {
 import type { IndexRow } from "../../src/registry/entry.js";
 import { rewardOf, scoresOf } from "../../src/registry/rewards.js";
 import { coversRun, mayHold, NO_RUN, RUN_NAME, runOf } from "../../src/registry/run.js";
+import { indexRow, weightOne } from "../support/index-rows.js";
 
 describe("the run of an episode", () => {
   it.each([
@@ -72,21 +73,7 @@ describe("rewards", () => {
 });
 
 function row(i: number, status: IndexRow["status"], scores: Record<string, number>, ended: number | null): IndexRow {
-  return {
-    id: `r:${i}`,
-    run: "r",
-    status,
-    created: 1,
-    updated: 2,
-    ended,
-    seq: 1,
-    traces: 1,
-    nodes: i,
-    calls: i % 5,
-    tokens: i * 37,
-    rewards: Object.fromEntries(Object.entries(scores).map(([k, s]) => [k, { score: s, weight: 1 }])),
-    error: null,
-  };
+  return indexRow({ id: `r:${i}`, run: "r", status, ended, nodes: i, calls: i % 5, tokens: i * 37, rewards: weightOne(scores) });
 }
 
 describe("aggregates, kept incrementally", () => {

@@ -17,6 +17,7 @@ import { recountRewardMinutes, type RewardMinute, rewardMinutesOf, rewardTrendOf
 import { completedMinute, type GroupMinute, zeroVarianceTrendOf } from "../../src/registry/zero-variance-trend.js";
 import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
 import { stepPath } from "../../dashboard/src/step-path.js";
+import { indexRow, weightOne } from "../support/index-rows.js";
 
 const STATUSES: IndexRow["status"][] = ["live", "finished", "failed", "finish_refused"];
 const NOW = 1_800_000_000_000;
@@ -29,21 +30,7 @@ function rng(seed: number): () => number {
 }
 
 function row(i: number, status: IndexRow["status"], scores: Record<string, number>, ended: number | null): IndexRow {
-  return {
-    id: `r:${i}`,
-    run: "r",
-    status,
-    created: 1,
-    updated: 2,
-    ended,
-    seq: 1,
-    traces: 1,
-    nodes: 1,
-    calls: 1,
-    tokens: 1,
-    rewards: Object.fromEntries(Object.entries(scores).map(([k, s]) => [k, { score: s, weight: 1 }])),
-    error: null,
-  };
+  return indexRow({ id: `r:${i}`, run: "r", status, ended, rewards: weightOne(scores) });
 }
 
 /** Random rows over the last 70 minutes, with scores whose float sums drift (0.1 + 0.2). */

@@ -8,6 +8,7 @@ import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { groupSummary } from "../../src/registry/groups.js";
 import type { IndexRow } from "../../src/registry/entry.js";
+import { currentRow } from "../support/index-rows.js";
 import { golden, post, relay } from "./support.js";
 
 type Page = {
@@ -20,26 +21,8 @@ type Page = {
 };
 
 function row(run: string, n: number, status: IndexRow["status"], group: string, score: number | null, updated: number): IndexRow {
-  return {
-    id: `${run}:e${n}`,
-    run,
-    status,
-    created: 1,
-    updated,
-    ended: status === "finished" || status === "failed" ? updated : null,
-    seq: updated,
-    traces: 1,
-    nodes: 3,
-    calls: 2,
-    tokens: 100,
-    rewards: score === null ? null : { correct: { score, weight: 1 }, format: { score: score > 0.5 ? 1 : 0, weight: 0.5 } },
-    error: status === "failed" ? "crashed" : null,
-    task: `task-${group}`,
-    group,
-    stop_condition: null,
-    truncated: false,
-    run_name: null,
-  };
+  const rewards = score === null ? null : { correct: { score, weight: 1 }, format: { score: score > 0.5 ? 1 : 0, weight: 0.5 } };
+  return currentRow({ id: `${run}:e${n}`, run, status, updated, seq: updated, nodes: 3, calls: 2, tokens: 100, rewards, task: `task-${group}`, group });
 }
 
 /** A seeded generator, so a failure can be replayed. */

@@ -13,30 +13,25 @@ import { runIndexName } from "../../src/registry/episode-index.js";
 import { IndexStore } from "../../src/registry/index-store.js";
 import { NO_FILTER } from "../../src/registry/row-filter.js";
 import { encodeListCursor, type ListQuery } from "../../src/registry/rows.js";
+import { currentRow, weightOne } from "../support/index-rows.js";
 import { freshId } from "./support.js";
 
 function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {
-  return {
-    id: `${run}:e${n}`,
+  const [id, task, group] = [`${run}:e${n}`, `task-${n % 3}`, `g${n % 3}`];
+  return currentRow({
+    id,
     run,
     status,
-    created: 100 + n,
     updated,
-    ended: status === "finished" || status === "failed" ? updated : null,
-    seq: 1,
-    traces: 1,
+    created: 100 + n,
     nodes: 2,
     calls: n,
     tokens: 10 * n,
-    rewards: { correct: { score: (n % 5) / 4, weight: 1 } },
-    error: status === "failed" ? "crashed" : null,
-    task: `task-${n % 3}`,
-    group: `g${n % 3}`,
-    stop_condition: null,
-    truncated: false,
-    run_name: null,
+    rewards: weightOne({ correct: (n % 5) / 4 }),
+    task,
+    group,
     ...extra,
-  };
+  });
 }
 
 /**

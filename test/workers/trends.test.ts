@@ -16,6 +16,7 @@ import { scoresOf } from "../../src/registry/rewards.js";
 import { INDEX_SCHEMA } from "../../src/registry/schemas.js";
 import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
 import { latestVersion, storedVersion } from "../../src/storage/schema.js";
+import { currentRow, weightOne } from "../support/index-rows.js";
 import { freshId, relay } from "./support.js";
 
 const STATUSES: IndexRow["status"][] = ["live", "finished", "failed", "finish_refused"];
@@ -29,26 +30,8 @@ function rng(seed: number): () => number {
 }
 
 function row(run: string, n: number, status: IndexRow["status"], scores: Record<string, number>, updated: number, ended: number | null): IndexRow {
-  return {
-    id: `${run}:e${n}`,
-    run,
-    status,
-    created: 1,
-    updated,
-    ended,
-    seq: 1,
-    traces: 1,
-    nodes: 3,
-    calls: 2,
-    tokens: 10,
-    rewards: Object.fromEntries(Object.entries(scores).map(([k, s]) => [k, { score: s, weight: 1 }])),
-    error: status === "failed" ? "crashed" : null,
-    task: `task-${n % 6}`,
-    group: `g${n % 6}`,
-    stop_condition: null,
-    truncated: false,
-    run_name: null,
-  };
+  const [id, task, group] = [`${run}:e${n}`, `task-${n % 6}`, `g${n % 6}`];
+  return currentRow({ id, run, status, updated, ended, nodes: 3, calls: 2, tokens: 10, rewards: weightOne(scores), task, group });
 }
 
 async function getJson<T>(path: string): Promise<T> {

@@ -1,0 +1,48 @@
+// A group's numbers: rollouts by status, the spread, whether it carries no signal (zero variance),
+// and per reward key mean ± std, min and max over its finished rollouts.
+import { h } from "../dom.js";
+import type { GroupDetail } from "../../../clients/typescript/groups.js";
+import { num } from "./figures.js";
+
+export function groupNumbers(g: GroupDetail): HTMLElement[] {
+  const zero = g.live === 0 && g.finished >= 2 && Object.keys(g.rewards).length > 0 && Object.values(g.rewards).every((r) => r.min === r.max);
+  const kv = (k: string, v: string | Node, key = k) => [h("dt", null, k), h("dd", { "data-stat": key }, v)];
+  return [
+    h("div.card-title", null, "Group"),
+    h(
+      "dl.kv",
+      null,
+      kv("task", g.task ?? "–"),
+      kv("rollouts", String(g.size), "size"),
+      kv("finished", String(g.finished)),
+      kv("failed", String(g.failed)),
+      kv("live", String(g.live)),
+      kv("spread", num(g.spread)),
+    ),
+    ...(zero ? [h("p.zero-note", { id: "group-zero" }, "Zero variance: every finished rollout got the same rewards, so every advantage is 0.")] : []),
+    h("div.card-title.sub-title", null, "Rewards (finished rollouts)"),
+    Object.keys(g.rewards).length ? rewardTable(g) : h("p.muted", null, "No finished rollout has a reward yet."),
+  ];
+}
+
+function rewardTable(g: GroupDetail): HTMLElement {
+  return h(
+    "table.key-stats",
+    null,
+    h("thead", null, h("tr", null, h("th", null, "key"), h("th", null, "mean ± std"), h("th", null, "min"), h("th", null, "max"))),
+    h(
+      "tbody",
+      null,
+      Object.entries(g.rewards).map(([k, r]) =>
+        h(
+          "tr",
+          { "data-key": k, "data-mean": r.mean, "data-std": r.std },
+          h("th", null, k),
+          h("td", null, `${num(r.mean)} ± ${num(r.std)}`),
+          h("td", null, num(r.min)),
+          h("td", null, num(r.max)),
+        ),
+      ),
+    ),
+  );
+}

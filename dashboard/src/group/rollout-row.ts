@@ -1,0 +1,75 @@
+// One rollout of a group as a row: id (best / worst marked, its error), status, reward, per reward
+// key its score and advantage (raw, and normalized by the group's std), turns, tokens, stop
+// condition, truncated. Every row has the same fixed columns (`rolloutColumns`), so they line up.
+import { h } from "../dom.js";
+import { episodeHref, idInRun } from "../links.js";
+import { rewardPairs } from "../model.js";
+import type { GroupRollout } from "../../../clients/typescript/groups.js";
+import type { Json } from "../../../src/wire/json-view.js";
+import { num, signed } from "./figures.js";
+
+/** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */
+export function rolloutColumns(keys: string[]): string {
+  return `--cols: 130px 84px 56px ${keys.map(() => "160px").join(" ")} 44px 56px 110px 50px`;
+}
+
+export function rolloutHead(keys: string[]): HTMLElement {
+  return h(
+    "div.r-row.r-head",
+    { role: "row", style: rolloutColumns(keys) },
+    h("span", { role: "columnheader" }, "Rollout"),
+    h("span", { role: "columnheader" }, "Status"),
+    h("span.num", { role: "columnheader", title: "weighted mean of the reward scores" }, "Reward"),
+    keys.map((k) =>
+      h("span.num", { role: "columnheader", title: `${k}: score, advantage (score − group mean) and normalized (÷ group std)` }, `${k} adv (norm)`),
+    ),
+    h("span.num", { role: "columnheader", title: "model calls" }, "Turns"),
+    h("span.num", { role: "columnheader" }, "Tokens"),
+    h("span", { role: "columnheader" }, "Stop"),
+    h("span", { role: "columnheader", title: "truncated: the rollout hit its time limit (is_timeout)" }, "Trunc."),
+  );
+}
+
+export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
+  const scores = new Map(rewardPairs(r.rewards as Json));
+  return h(
+    "div.r-row",
+    { role: "row", style: rolloutColumns(keys), "data-id": r.id, "data-status": r.status, "data-reward": r.reward === null ? "" : r.reward },
+    h(
+      "span.cell-id",
+      { role: "cell" },
+      h("a.ep-id", { href: episodeHref(r.id), "data-nav": true, title: r.id }, idInRun(r.id, run)),
+      rank === "best" ? h("span.chip.ok.rank", null, "best") : rank === "worst" ? h("span.chip.bad.rank", null, "worst") : null,
+      r.error ? h("span.ep-error", { title: r.error }, r.error) : null,
+    ),
+    h("span.cell-status", { role: "cell" }, h(`span.pill.s-${r.status}` as "span", null, r.status.replace("_", " "))),
+    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), num(r.reward)),
+    keys.map((k) => advantageCell(r, k, scores.get(k))),
+    h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
+    h("span.cell-n.num", { role: "cell", "data-k": "tokens" }, h("span.n-k", null, "tokens "), r.tokens.toLocaleString("en-US")),
+    h("span.cell-stop", { role: "cell" }, r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–")),
+    h(
+      "span.cell-trunc",
+      { role: "cell", "data-truncated": String(r.truncated) },
+      r.truncated ? h("span.chip.incomplete", null, "truncated") : h("span.muted", null, "no"),
+    ),
+  );
+}
+
+function advantageCell(r: GroupRollout, k: string, score: string | undefined): HTMLElement {
+  const a = r.advantage[k];
+  return h(
+    "span.cell-adv.num",
+    { role: "cell", "data-key": k, "data-raw": a ? a.raw : "", "data-normalized": a?.normalized ?? "" },
+    h("span.n-k", null, `${k} `),
+    h("span.adv-score", null, score ?? "–"),
+    a
+      ? h(
+          `span.adv${a.raw > 0 ? ".pos" : a.raw < 0 ? ".neg" : ""}` as "span",
+          null,
+          ` ${signed(a.raw)}`,
+          h("span.adv-norm", null, ` (${a.normalized === null ? "–" : signed(a.normalized, 2)})`),
+        )
+      : null,
+  );
+}
