@@ -12,7 +12,7 @@ import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/registry/schemas.js";
 import { checkSchema, latestVersion, storedVersion } from "../../src/storage/schema.js";
-import { equal, getBytes, golden, post, relay } from "./support.js";
+import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 const RELEASE = "release-89af552";
@@ -35,7 +35,7 @@ interface Observed {
 }
 
 async function fixture<T>(file: string): Promise<T> {
-  const res = await env.STORAGE_FIXTURES.fetch(`http://fixtures/${RELEASE}/${file}`);
+  const res = await fromNode(env.STORAGE_FIXTURES, `http://fixtures/${RELEASE}/${file}`);
   if (!res.ok) throw new Error(`storage fixture ${file}: ${res.status}`);
   return (await res.json()) as T;
 }
