@@ -8,6 +8,7 @@ import { metered } from "./billing/metered.js";
 import type { Usage } from "./billing/usage.js";
 import { EPISODE_ID_HEADER, Episode as EpisodeObject } from "./episode/episode.js";
 import { limitsFrom } from "./limits/limits.js";
+import { MAX_DISPATCH_BYTES } from "./envelope/dispatch.js";
 import { wantsJson } from "./http/representation.js";
 import { authMode, authorize, type Claims, need, stripCredentials } from "./http/auth.js";
 import { offeredProtocols, WS_PROTOCOL } from "./http/credentials.js";
@@ -16,7 +17,7 @@ import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
-import { bulkFinished, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runTasks, runView } from "./http/run-routes.js";
+import { bulkFinished, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runSteps, runTasks, runView } from "./http/run-routes.js";
 import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "./registry/episode-index.js";
 import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "./registry/run-directory.js";
 import { scopeOf } from "./registry/rows.js";
@@ -85,6 +86,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       if (route.action === "groups") return runGroups(env, route.run, url, scope, head);
       if (route.action === "group") return runGroup(env, route.run, route.group!, scope, head);
       if (route.action === "tasks") return runTasks(env, route.run, url, scope, head);
+      if (route.action === "steps") return runSteps(env, route.run, url, scope, head);
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
       return runView(env, route.run, scope, head);
   }
@@ -104,6 +106,11 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "reply":
       checkDeclaredLength(request, limitsFrom(env).maxMessage);
       return answerResponse(await episode.reply(id, request.body));
+    case "dispatch":
+      checkDeclaredLength(request, 4 * MAX_DISPATCH_BYTES);
+      return answerResponse(await episode.dispatch(id, request.body, request.headers.get("content-type")));
+    case "annotations":
+      throw new RelayError("not_found", "annotations: not yet");
     case "status":
       return answerResponse(await episode.status(id));
     case "usage":

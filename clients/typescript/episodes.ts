@@ -57,10 +57,16 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
     rewards: (filter.rewards ?? []).map((r) => ({ key: r.key, min: r.min ?? null, max: r.max ?? null })),
     minTurns: filter.minTurns ?? NO_FILTER.minTurns,
     minTokens: filter.minTokens ?? NO_FILTER.minTokens,
+    kind: filter.kind ?? NO_FILTER.kind,
+    env: filter.env ?? NO_FILTER.env,
+    step: filter.step ? { min: filter.step.min ?? null, max: filter.step.max ?? null } : NO_FILTER.step,
+    policyVersion: filter.policyVersion ?? NO_FILTER.policyVersion,
   };
   for (const [name, v] of [
     ["task", f.task],
     ["stop", f.stop],
+    ["kind", f.kind],
+    ["env", f.env],
   ] as const) {
     if (v === "") throw new RelayRefusal(400, "bad_filter", `filter.${name} is empty: leave it out (or null) not to filter by it`, name);
   }

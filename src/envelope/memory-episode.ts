@@ -5,6 +5,7 @@
 
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { MemoryStore } from "../assembly/store.js";
+import { dispatchConflict, sameDispatch } from "./dispatch.js";
 import { ingest, type IngestResult } from "./ingest.js";
 import type { ProducerLedger } from "./ledger.js";
 
@@ -14,11 +15,21 @@ export class MemoryEpisode {
   /** The frames applied, by episode seq (retracted ones removed). */
   readonly frames: Array<{ seq: number; delta: Uint8Array }> = [];
   seq = 0;
+  /** The rollout's dispatch identity (msgpack), set once as the relay sets it. */
+  dispatch: Uint8Array | null = null;
 
   ingest(message: Uint8Array): IngestResult {
     const first = this.seq;
+    const held = this.dispatch;
     const result = ingest(this.asm, this.ledger, message, {
       nextSeq: () => ++this.seq,
+      dispatch: (identity) => {
+        if (this.dispatch === null) this.dispatch = identity.slice();
+        else if (!sameDispatch(this.dispatch, identity)) {
+          this.dispatch = held; // the message is refused whole
+          throw dispatchConflict(this.dispatch ?? identity, identity);
+        }
+      },
       retract: (seqs) => {
         const gone = new Set(seqs);
         const kept = this.frames.filter((f) => !gone.has(f.seq));

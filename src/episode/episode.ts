@@ -34,7 +34,8 @@ import {
   safeClose,
   upgradeRequired,
 } from "../http/errors.js";
-import { readStream } from "../http/body.js";
+import { isJsonBody, parseJsonBody, readStream } from "../http/body.js";
+import { checkDispatch, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES } from "../envelope/dispatch.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import type { Joined } from "../hub/feed.js";
 import type { SnapshotReason } from "../watch/protocol.js";
@@ -43,7 +44,7 @@ import { EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
 import { CatchUpCursor } from "./catchup-cursor.js";
-import { commitIngest } from "./commit.js";
+import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { alarmAt, RunRowSync } from "./run-row-sync.js";
@@ -52,7 +53,19 @@ import { LogTrim } from "./log-trim.js";
 import type { ReadRequest } from "../http/representation.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
+import { isPending, type Meta, publicStatus } from "./storage.js";
+import type { JsonObject } from "../wire/json-view.js";
+
+/** The answer to `POST /v1/episodes/{id}/dispatch`. */
+export interface DispatchAck {
+  ok: true;
+  /** The episode did not exist: it is now a pending rollout (no traces) until its first trace streams. */
+  created: boolean;
+  /** The identity was set by this request (false: it held the same one). */
+  changed: boolean;
+  status: ReturnType<typeof publicStatus>;
+  dispatch: JsonObject;
+}
 
 /** Header the Worker sets on upgrades: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
@@ -129,6 +142,27 @@ export class Episode extends DurableObject<Env> {
       if (r.kind === "refused") throw new RelayError("finish_mismatch", r.message);
       if (this.archive.due(r.meta)) this.setAlarm(null); // archived by the alarm, at once
       return replyAck(r.meta);
+    });
+  }
+
+  /**
+   * `POST /v1/episodes/{id}/dispatch`: the rollout's identity in the trainer (a JSON object, or a
+   * msgpack map), announced when it is dispatched: the episode is created if it does not exist (a
+   * pending rollout, shown by its run until its first trace streams, it ends, or PENDING_TIMEOUT_SECONDS
+   * pass), else given its identity once (the same again: nothing changes; another: 409).
+   */
+  dispatch(id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<DispatchAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, 4 * MAX_DISPATCH_BYTES);
+      const identity = isJsonBody(contentType) ? dispatchFromJson(parseJsonBody(bytes, "the dispatch identity")) : checkDispatch(bytes);
+      const now = Date.now();
+      const r = commitDispatch(this.state, id, identity, now);
+      if (r.changed) {
+        if (r.created && this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
+        void this.rowSync.send(r.meta, now); // the run shows it at once
+        this.setAlarm(null);
+      }
+      return { ok: true, created: r.created, changed: r.changed, status: publicStatus(r.meta), dispatch: dispatchJson(r.meta.dispatch!) };
     });
   }
 
@@ -257,6 +291,9 @@ export class Episode extends DurableObject<Env> {
       if (this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
       void this.rowSync.send(c.meta, now); // a new episode shows in the index at once
       this.setAlarm(null);
+    } else if (c.dispatched || before === 0) {
+      void this.rowSync.send(c.meta, now); // its identity, or the first trace of a pending rollout: at once
+      this.setAlarm(null);
     } else this.rowSync.changed(now);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
@@ -286,6 +323,11 @@ export class Episode extends DurableObject<Env> {
     if (id !== undefined) void this.rowSync.removed(id);
   }
 
+  /** When a rollout announced by its identity and still without a frame is dropped. */
+  private pendingDeadline(m: Meta): number {
+    return m.created + this.limits.pendingTimeoutMs;
+  }
+
   private expiresAt(m: Meta): number {
     return m.updated + this.limits.retention * 1000;
   }
@@ -301,6 +343,7 @@ export class Episode extends DurableObject<Env> {
     if (this.feedRetryAt !== 0) at = Math.min(at, this.feedRetryAt);
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
+    if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
     void this.ctx.storage.setAlarm(at);
   }
 
@@ -310,9 +353,10 @@ export class Episode extends DurableObject<Env> {
     this.feeds.kick();
     const m = this.state.meta();
     if (!m) return this.rowSync.retryTombstone(); // deleted: its row may still have to go
-    if (Date.now() >= this.expiresAt(m)) {
+    const pendingTooLong = isPending(m) && Date.now() >= this.pendingDeadline(m);
+    if (Date.now() >= this.expiresAt(m) || pendingTooLong) {
       try {
-        await this.erase("episode expired");
+        await this.erase(pendingTooLong ? "the dispatched rollout streamed nothing within PENDING_TIMEOUT_SECONDS" : "episode expired");
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);

@@ -3,6 +3,8 @@
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
+import { dispatchJson } from "../envelope/dispatch.js";
+import type { JsonObject } from "../wire/json-view.js";
 import { checkpointSize, JsonOut, MsgpackOut, type Out, type TraceView, writeCheckpoint, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
 import type { BodyReader } from "../assembly/store.js";
@@ -66,6 +68,8 @@ export interface StatusBody {
   created: string;
   updated: string;
   error: string | null;
+  /** The rollout's dispatch identity in the trainer (src/envelope/dispatch.ts), null without one. */
+  dispatch: JsonObject | null;
 }
 
 export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs: number }): StatusBody {
@@ -85,6 +89,7 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     created: new Date(m.created).toISOString(),
     updated: new Date(m.updated).toISOString(),
     error: m.refused ?? m.error,
+    dispatch: m.dispatch ? dispatchJson(m.dispatch) : null,
   };
 }
 

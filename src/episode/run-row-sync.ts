@@ -6,12 +6,14 @@
 // tombstone retried the same way. Updates go out in order (each after the one before).
 
 import { parseReply } from "../assembly/reply.js";
+import { dispatchFacts, dispatchJson } from "../envelope/dispatch.js";
 import type { Slot } from "../assembly/trace.js";
 import { runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
 import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
 import { decodeLossless } from "../wire/lossless.js";
+import { RowFacts } from "./row-facts.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
@@ -36,6 +38,8 @@ export function retryDelay(attempts: number): number {
 export class RunRowSync {
   /** Index updates from this object, in order (each waits for the one before). */
   private chain: Promise<void> = Promise.resolve();
+  /** The row's live facts, read from what is new since the last row. */
+  private readonly facts: RowFacts;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -44,7 +48,9 @@ export class RunRowSync {
     private readonly flushMs: number,
     /** Set the alarm for an update now due at `due` (the object takes the earlier of it and retention). */
     private readonly rearm: (due: number) => void,
-  ) {}
+  ) {
+    this.facts = new RowFacts(state.store);
+  }
 
   /** A turn changed the episode: schedule an update unless one is pending (throttled). */
   changed(now: number): void {
@@ -64,7 +70,11 @@ export class RunRowSync {
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
-    const row = rowOf(m, this.state);
+    const row = rowOf(m, this.state, this.facts, now);
+    // once the run ended its facts are kept: the archive takes the bodies they are read from
+    if (m.status !== "live" && m.archived === null && row.live && JSON.stringify(row.live) !== JSON.stringify(m.live)) {
+      this.state.record.saveMeta({ ...m, live: row.live });
+    }
     const st = this.state.record.indexState();
     this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
@@ -133,8 +143,8 @@ export class RunRowSync {
   }
 }
 
-/** The row the run's index holds for this episode. */
-export function rowOf(m: Meta, state: EpisodeState): IndexRow {
+/** The row the run's index holds for this episode, its live facts as of `now` (ms). */
+export function rowOf(m: Meta, state: EpisodeState, facts: RowFacts = new RowFacts(state.store), now = Date.now()): IndexRow {
   const { asm } = state.memory();
   let rewards: Json = null;
   let tokens = 0;
@@ -155,8 +165,10 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     if (typeof n === "number") tokens += n;
   }
   const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
-  // the reply's head names the rollout group and the run (once the run ended)
+  // the reply's head names the rollout group and the run (once the run ended); the trainer's
+  // identity names the group from the start, so a rollout stays in its group when it ends
   const head = ended !== null ? replyHead(state) : null;
+  const dispatch = m.dispatch ? dispatchJson(m.dispatch) : null;
   return {
     id: m.id,
     run: runOf(m.id),
@@ -172,10 +184,12 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     rewards,
     error: m.refused ?? m.error,
     task,
-    group: stringAt(head?.group, "id") ?? task,
+    group: dispatchFacts(dispatch).group ?? stringAt(head?.group, "id") ?? task,
     stop_condition: stop,
     truncated,
     run_name: stringAt(head?.run, "name"),
+    dispatch,
+    live: facts.facts(m, asm, dispatchFacts(dispatch), (t, name) => scalar(t.fields.get(name)), now),
   };
 }
 

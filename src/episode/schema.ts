@@ -12,6 +12,9 @@ function hasTable(sql: SqlStorage, name: string): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
 }
 
+/** node_meta's columns of version 3: a node's parent index and message role (sql-store.ts). */
+const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
+
 /** The assembled state's tables (sql-store.ts). */
 function createStateTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
@@ -86,7 +89,11 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
         createStateTables(sql);
-        if (inMemory) rebuildState(sql);
+        if (inMemory) {
+          // the rebuild writes node_meta as this release does (version 3 finds the columns there)
+          addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
+          rebuildState(sql);
+        }
       },
     },
     {
@@ -95,6 +102,18 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         // when the finished episode went to R2 and its bodies and log left SQLite (archive.ts)
         addColumns(sql, "meta", ["archived INTEGER"]);
+      },
+    },
+    {
+      version: 3,
+      what: "the rollout's dispatch identity and its live facts",
+      up(sql) {
+        // msgpack map (src/envelope/dispatch.ts), set once; null for episodes written before or without one.
+        // `live`: the row's live facts as JSON, kept once the run ended (row-facts.ts: the archive takes the bodies)
+        addColumns(sql, "meta", ["dispatch BLOB", "live TEXT"]);
+        // per node its parent index (-1: a root) and message role ("": none): branches and the latest
+        // assistant words without reading bodies; NULL in rows written before (row-facts.ts reads those bodies)
+        addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
       },
     },
   ],

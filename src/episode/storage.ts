@@ -21,6 +21,7 @@ import { eachPart } from "./parts.js";
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../envelope/ledger.js";
 import type { SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
+import type { LiveFacts } from "../registry/entry.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -46,11 +47,20 @@ export interface Meta {
   refused: string | null;
   /** When the finished episode was archived in R2 and its bodies and log left SQLite (archive.ts); null before. */
   archived: number | null;
+  /** The rollout's dispatch identity in the trainer (msgpack map, src/envelope/dispatch.ts), set once; null before. */
+  dispatch: Uint8Array | null;
+  /** The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from); null before. */
+  live: LiveFacts | null;
 }
 
 /** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
 export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
   return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
+}
+
+/** A rollout the trainer announced (`POST .../dispatch`) that has streamed nothing yet. */
+export function isPending(m: Meta): boolean {
+  return m.status === "live" && m.seq === 0;
 }
 
 /** The episode's row in its run's index: when it was sent, when the next is due (src/episode/run-row-sync.ts). */
@@ -67,7 +77,7 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
-const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived";
+const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live";
 
 export class EpisodeRecord {
   private ready = false;
@@ -119,9 +129,11 @@ export class EpisodeRecord {
       etag: null,
       refused: null,
       archived: null,
+      dispatch: null,
+      live: null,
     };
     this.sql.exec(
-      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       id,
       "live",
       0,
@@ -137,6 +149,8 @@ export class EpisodeRecord {
       null,
       null,
       null,
+      null,
+      null,
     );
     this.ready = true;
     this.cached = { ...meta };
@@ -147,13 +161,16 @@ export class EpisodeRecord {
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    this.cached = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one() as unknown as Meta;
+    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
+    const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
+    const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
+    this.cached = { ...(row as unknown as Meta), dispatch, live };
     return { ...this.cached };
   }
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?",
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?",
       m.status,
       m.seq,
       m.bytes,
@@ -167,6 +184,8 @@ export class EpisodeRecord {
       m.etag,
       m.refused,
       m.archived,
+      m.dispatch,
+      m.live === null ? null : JSON.stringify(m.live),
     );
     this.cached = { ...m };
   }

@@ -122,7 +122,7 @@ export type Need =
   | { kind: "admin"; id: string | null }
   | { kind: "list" };
 
-const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
+const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply", "dispatch"]);
 
 /** The permission a routed request needs. */
 export function need(method: string, route: Route): Need {
@@ -130,7 +130,9 @@ export function need(method: string, route: Route): Need {
   if (route.kind === "episode") {
     if (!METHODS[route.action].includes(method)) return { kind: "token" };
     if (route.action === "usage") return { kind: "admin", id: route.id };
-    const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
+    // the trainer's annotations are written by the producer role, read by watchers
+    const write =
+      WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE") || (route.action === "annotations" && method === "POST");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
   if ((route.kind === "list" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {

@@ -28,6 +28,8 @@ export const ERROR_STATUS = {
   episode_finished: 409,
   producer_conflict: 409,
   finish_mismatch: 409,
+  /** An episode's dispatch identity is set once (src/envelope/dispatch.ts). */
+  dispatch_conflict: 409,
   message_too_large: 413,
   episode_too_large: 413,
   // the delta does not fit the episode

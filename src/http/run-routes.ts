@@ -5,6 +5,8 @@
 
 import { readArchived } from "./archive-read.js";
 import { groupCursor } from "../registry/group-store.js";
+import { stepCursor } from "../registry/step-store.js";
+import { STEP_KINDS } from "../registry/steps.js";
 import { GROUP_SORTS, type GroupSort } from "../registry/groups.js";
 import { MSGPACK } from "./representation.js";
 import { runIndex } from "../registry/episode-index.js";
@@ -74,6 +76,19 @@ export async function runTasks(env: Env, run: string, url: URL, scope: Scope, he
   const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
   const page = await runIndex(env, run).tasks(key, threshold, limit, url.searchParams.get("cursor"));
   return json(page, head);
+}
+
+/** `GET /v1/runs/{run}/steps?kind=train|eval&limit=&cursor=`: the run's training steps, by step (a viewer covering the whole run only). */
+export async function runSteps(env: Env, run: string, url: URL, scope: Scope, head: boolean): Promise<Response> {
+  needsWholeRun(scope, run);
+  const kind = url.searchParams.get("kind") || null;
+  if (kind !== null && !(STEP_KINDS as readonly string[]).includes(kind)) {
+    throw new RelayError("bad_filter", `kind must be one of ${STEP_KINDS.join(", ")}`, "kind");
+  }
+  const { limit } = parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}));
+  const cursor = url.searchParams.get("cursor") || null;
+  if (cursor !== null) stepCursor(cursor); // refused here, as 400
+  return json(await runIndex(env, run).steps(kind, limit, cursor), head);
 }
 
 /** Groups mix episodes: only a viewer whose token covers the whole run sees them. */

@@ -39,6 +39,8 @@ export interface Limits {
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/episode/archive.ts), ms. */
   archiveAfterMs: number;
+  /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
+  pendingTimeoutMs: number;
 }
 
 export function limitsFrom(env: Partial<Env>): Limits {
@@ -60,5 +62,6 @@ export function limitsFrom(env: Partial<Env>): Limits {
     logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
   };
 }

@@ -18,6 +18,7 @@ import { SchemaState } from "../storage/schema.js";
 import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "./groups.js";
 import { type FinishedItem, IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
+import type { StepsPage } from "./steps.js";
 import { RUNS_NAME } from "./run-directory.js";
 import { coversRun } from "./run.js";
 import {
@@ -62,6 +63,8 @@ export class EpisodeIndex extends DurableObject<Env> {
   private readonly sockets: RunSockets;
   /** Rows changed since the last push (null: removed). */
   private changes = new Map<string, IndexRow | null>();
+  /** The steps changed since the last push, read once per push (for the sockets covering the run). */
+  private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -73,7 +76,11 @@ export class EpisodeIndex extends DurableObject<Env> {
       ctx,
       ctx.storage.sql,
       (scope) => this.changesFor(scope),
-      () => this.changes.clear(),
+      () => {
+        this.changes.clear();
+        this.store.steps.clearTouched();
+        this.pushSteps = null;
+      },
     );
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -157,6 +164,12 @@ export class EpisodeIndex extends DurableObject<Env> {
   tasks(key: string, threshold: number, limit: number, cursor: string | null): TasksPage {
     this.schema.check();
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
+  }
+
+  /** A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering the run). */
+  steps(kind: string | null, limit: number, cursor: string | null): StepsPage {
+    this.schema.check();
+    return this.store.steps.page(kind, limit, cursor);
   }
 
   /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
@@ -255,7 +268,16 @@ export class EpisodeIndex extends DurableObject<Env> {
     const run = this.store.run ?? "";
     const covers = coversRun(scope, run);
     if (upserts.length === 0 && deletes.length === 0 && !covers) return null;
-    return encodeRunMessage({ type: "changes", upserts, deletes, aggregates: covers ? this.aggregatesNow(run) : null });
+    if (!covers) return encodeRunMessage({ type: "changes", upserts, deletes, aggregates: null });
+    const touched = (this.pushSteps ??= this.store.steps.touchedSteps());
+    return encodeRunMessage({
+      type: "changes",
+      upserts,
+      deletes,
+      aggregates: this.aggregatesNow(run),
+      ...(touched.steps.length ? { steps: touched.steps } : {}),
+      ...(touched.gone.length ? { steps_gone: touched.gone } : {}),
+    });
   }
 
   /** The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/limits/vars.ts). */

@@ -2,7 +2,9 @@
 // 100,000 rows). Each page walks one index in the list's order from the cursor on:
 //  - sorted by update, the index of the most selective filter given (task, stop condition,
 //    truncated, errored, status: schemas.ts v4), so a page of those reads about a page of rows;
-//  - sorted by reward, the reward index (rewarded rows, then those without a reward).
+//  - sorted by reward, the reward index (rewarded rows, then those without a reward);
+//  - sorted by step, the step index (rows with a step, within a step range when one is given, then
+//    those without one).
 // Every other condition (the rest of the filters, a prefix, the viewer's scope) is checked on the
 // rows the walk passes, and a walk stops after SCAN_BUDGET rows: a rare match then gives a short
 // page whose cursor continues where the walk stopped, instead of a request that reads the run.
@@ -57,7 +59,7 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
         if (rows.length === q.limit) return { rows, next: last, searched: searched + walked };
         rows.push(rowOf(r));
       }
-      last = { key: q.sort === "updated" ? r.updated : r.reward, id: r.id };
+      last = { key: q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step, id: r.id };
     }
     searched += walked;
     // the walk stopped on the budget, not at the end of its index: the next page goes on from here
@@ -77,19 +79,34 @@ function walksOf(q: ListQuery): Walk[] {
     }
     return [walk];
   }
-  // reward: SQLite orders NULL last under DESC, so the rewarded rows come first, then the rest by id
-  const order = "reward DESC, id DESC";
-  const rewarded: Walk = { index: "rows_by_reward", where: ["reward IS NOT NULL"], args: [], order };
-  const unrewarded: Walk = { index: "rows_by_reward", where: ["reward IS NULL"], args: [], order };
-  if (after === null) return [rewarded, unrewarded];
-  if (after.key === null) {
-    unrewarded.where.push("id < ?");
-    unrewarded.args.push(after.id);
-    return [unrewarded];
+  // reward, step: SQLite orders NULL last under DESC, so the rows with a value come first, then the rest by id
+  const column = q.sort;
+  const order = `${column} DESC, id DESC`;
+  const index = column === "reward" ? "rows_by_reward" : "rows_by_step";
+  const valued: Walk = { index, where: [`${column} IS NOT NULL`], args: [], order };
+  const unvalued: Walk = { index, where: [`${column} IS NULL`], args: [], order };
+  const range = column === "step" ? q.filter.step : null;
+  if (range !== null) {
+    // a step range bounds the walk itself; rows without a step never match one
+    if (range.min !== null) {
+      valued.where.push("step >= ?");
+      valued.args.push(range.min);
+    }
+    if (range.max !== null) {
+      valued.where.push("step <= ?");
+      valued.args.push(range.max);
+    }
   }
-  rewarded.where.push("(reward, id) < (?, ?)");
-  rewarded.args.push(after.key, after.id);
-  return [rewarded, unrewarded];
+  const walks = range !== null ? [valued] : [valued, unvalued];
+  if (after === null) return walks;
+  if (after.key === null) {
+    unvalued.where.push("id < ?");
+    unvalued.args.push(after.id);
+    return range !== null ? [] : [unvalued];
+  }
+  valued.where.push(`(${column}, id) < (?, ?)`);
+  valued.args.push(after.key, after.id);
+  return walks;
 }
 
 /** Sorted by update: the index of the first filter given that has one, else all rows by update. */
@@ -99,6 +116,10 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };
   if (f.truncated === true) return { index: "rows_truncated", where: ["truncated = 1"], args: [], order };
   if (f.errored === true) return { index: "rows_errored", where: ["error IS NOT NULL"], args: [], order };
+  if (f.step !== null && f.step.min !== null && f.step.min === f.step.max) {
+    return { index: "rows_by_step_updated", where: ["step = ?"], args: [f.step.min], order };
+  }
+  if (f.kind !== null) return { index: "rows_by_kind", where: ["kind = ?"], args: [f.kind], order };
   if (status !== null) return { index: "rows_by_status", where: ["status = ?"], args: [status], order };
   return { index: "rows_by_updated", where: [], args: [], order };
 }
@@ -120,6 +141,14 @@ function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorage
   if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
   if (f.minTurns !== null) add("rows.calls >= ?", f.minTurns);
   if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);
+  if (f.kind !== null) add("rows.kind = ?", f.kind);
+  if (f.env !== null) add("rows.env = ?", f.env);
+  if (f.policyVersion !== null) add("rows.policy_version = ?", f.policyVersion);
+  if (f.step !== null) {
+    add("rows.step IS NOT NULL");
+    if (f.step.min !== null) add("rows.step >= ?", f.step.min);
+    if (f.step.max !== null) add("rows.step <= ?", f.step.max);
+  }
   for (const r of f.rewards) {
     // scores holds each row's scores by key (index-store.ts): one primary-key lookup per walked row
     add(

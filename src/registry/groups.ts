@@ -34,6 +34,9 @@ export interface GroupJson {
   rewards: Record<string, RewardStats>;
   /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
   spread: number | null;
+  /** The training step and kind its rollouts were dispatched for (their identity's; null without one). */
+  step: number | null;
+  kind: string | null;
 }
 
 /** One page of a run's groups, with the run's numbers (`GET /v1/runs/{run}/groups`). */
@@ -55,6 +58,10 @@ export interface GroupsPage {
 
 /** A group's rollout as the API shows it: its reward, and per reward key its advantage in the group. */
 export interface RolloutJson {
+  /** What the group page shows beside the numbers: its task, stage and last words, its identity. */
+  task: string | null;
+  dispatch: IndexRow["dispatch"];
+  live: IndexRow["live"];
   id: string;
   status: IndexStatus;
   rewards: Json;
@@ -101,8 +108,8 @@ export interface GroupSummary extends GroupJson {
   zeroVariance: boolean;
 }
 
-/** What a group's numbers are computed from: each member's status, rewards and task. */
-export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task">;
+/** What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind. */
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & { step?: number | null; kind?: string | null };
 
 const LIVE: ReadonlySet<IndexStatus> = new Set(["live", "finish_refused"]);
 
@@ -113,8 +120,14 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
   let live = 0;
   let withRewards = 0;
   let task: string | null = null;
+  let step: number | null = null;
+  let kind: string | null = null;
   for (const m of members) {
     task ??= m.task ?? null;
+    if (step === null && m.step != null) {
+      step = m.step;
+      kind = m.kind ?? null;
+    }
     if (LIVE.has(m.status)) live++;
     else if (m.status === "failed") failed++;
     else {
@@ -138,7 +151,7 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
     if (min !== max) equal = false;
   }
   const complete = live === 0;
-  return { id, task, size: members.length, finished, failed, live, rewards, spread, complete, zeroVariance: complete && withRewards >= 2 && equal };
+  return { id, task, size: members.length, finished, failed, live, rewards, spread, step, kind, complete, zeroVariance: complete && withRewards >= 2 && equal };
 }
 
 /** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
@@ -162,6 +175,9 @@ export function groupJson(g: GroupSummary): GroupJson {
 /** A group's rollout as the API shows it (best reward first is the caller's order). */
 export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
   return {
+    task: r.task ?? null,
+    dispatch: r.dispatch ?? null,
+    live: r.live ?? null,
     id: r.id,
     status: r.status,
     rewards: r.rewards,

@@ -14,9 +14,11 @@ import {
   type RunAggregates,
 } from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
+import { StepStore } from "./step-store.js";
 import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "./rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
+import { identityOf } from "./entry.js";
 import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 import { TrendStore } from "./trend-store.js";
@@ -39,12 +41,16 @@ export class IndexStore {
   /** The run's rollout groups, recounted as their rows change. */
   readonly groups: GroupStore;
 
+  /** The run's training steps, kept with each row's and group's part. */
+  readonly steps: StepStore;
+
   /** The reward minutes, kept with each row's part. */
   private readonly trends: TrendStore;
 
   /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
   constructor(private readonly sql: SqlStorage) {
-    this.groups = new GroupStore(sql);
+    this.steps = new StepStore(sql);
+    this.groups = new GroupStore(sql, this.steps);
     this.trends = new TrendStore(sql);
   }
 
@@ -65,10 +71,11 @@ export class IndexStore {
   put(row: IndexRow, old: IndexRow | null): void {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
+    const identity = identityOf(row);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -89,8 +96,15 @@ export class IndexStore {
       row.stop_condition ?? null,
       row.truncated ? 1 : 0,
       row.run_name ?? null,
+      row.dispatch ? JSON.stringify(row.dispatch) : null,
+      identity.kind,
+      identity.env,
+      identity.step,
+      identity.policy_version,
+      row.live ? JSON.stringify(row.live) : null,
     );
     this.apply(c, row, contributionOf(row), 1);
+    this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
@@ -103,6 +117,7 @@ export class IndexStore {
     const c = this.loadCounters();
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
+    this.steps.replaceRow(old, null);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());

@@ -28,9 +28,9 @@ export function visible(scope: Scope, id: string, prefix: string | null = null):
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;
 
-/** Newest-updated first, or best reward first (episodes without one last). */
-export type SortKey = "updated" | "reward";
-export const SORT_KEYS: readonly SortKey[] = ["updated", "reward"];
+/** Newest-updated first, best reward first, or latest training step first (episodes without a reward or a step last). */
+export type SortKey = "updated" | "reward" | "step";
+export const SORT_KEYS: readonly SortKey[] = ["updated", "reward", "step"];
 
 /** Where a page ends: the sort key's value (null: no reward) and the id of its last row. */
 export interface ListCursor {

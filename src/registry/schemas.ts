@@ -83,6 +83,23 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         backfillGroups(sql);
       },
     },
+    {
+      version: 6,
+      what: "the trainer's dispatch identity, the rollouts' live facts and the training steps",
+      up(sql) {
+        // the identity and the live facts as JSON; the identity's keys the list filters by as columns (rows
+        // written before this release have none: they count in no step until rewritten)
+        addColumns(sql, "rows", ["dispatch TEXT", "kind TEXT", "env TEXT", "step INTEGER", "policy_version INTEGER", "live TEXT"]);
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_kind ON rows (kind, updated DESC, id DESC) WHERE kind IS NOT NULL");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step_updated ON rows (step, updated DESC, id DESC) WHERE step IS NOT NULL");
+        // sorted by step (rows without one last, as SQLite orders NULL under DESC), and step ranges
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step ON rows (step DESC, id DESC)");
+        // a group's step (its members share one): the step whose zero-variance share it counts in
+        addColumns(sql, "groups", ["kind TEXT", "step INTEGER"]);
+        // one row per step and kind ("" for none): its counters (steps.ts) as JSON
+        sql.exec("CREATE TABLE IF NOT EXISTS steps (step INTEGER NOT NULL, kind TEXT NOT NULL, counters TEXT NOT NULL, PRIMARY KEY (step, kind))");
+      },
+    },
   ],
 });
 

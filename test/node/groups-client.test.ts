@@ -190,7 +190,18 @@ describe("groups client checks (scripted answers)", () => {
   afterEach(() => {
     vi.restoreAllMocks();
   });
-  const summary = (id: string): GroupSummary => ({ id, task: null, size: 1, finished: 1, failed: 0, live: 0, rewards: {}, spread: null });
+  const summary = (id: string): GroupSummary => ({
+    id,
+    task: null,
+    size: 1,
+    finished: 1,
+    failed: 0,
+    live: 0,
+    rewards: {},
+    spread: null,
+    step: null,
+    kind: null,
+  });
   const page = (ids: string[], cursor: string | null) => ({
     run: "S",
     groups_total: 3,

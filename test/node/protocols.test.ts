@@ -141,11 +141,39 @@ describe("run and runs socket messages", () => {
     rewards: null,
     reward: null,
     error: null,
+    kind: "train",
+    env: null,
+    step: 3,
+    policy_version: 2,
+    staleness: 1,
   };
   const summary = { run: "run", created: entry.created, updated: entry.updated, episodes: 1, live: 1, finished: 0, failed: 0, finish_refused: 0 };
   const runMessages: RunMessage[] = [
     { type: "snapshot", run: "run", aggregates: null, episodes: [entry], truncated: false, limit: 200 },
     { type: "changes", upserts: [entry], deletes: ["run:2"], aggregates: null },
+    {
+      type: "changes",
+      upserts: [],
+      deletes: [],
+      aggregates: null,
+      steps: [
+        {
+          step: 3,
+          kind: "train",
+          episodes: 1,
+          live: 1,
+          finished: 0,
+          failed: 0,
+          mean_rewards: {},
+          zero_variance_share: null,
+          groups: { complete: 0, zero_variance: 0 },
+          mean_turns: 2,
+          mean_tokens: 10,
+          staleness: { mean: 1, max: 1 },
+        },
+      ],
+      steps_gone: [{ step: 2, kind: null }],
+    },
   ];
   it.each(runMessages)("run socket: round-trips $type", (m) => {
     expect(parseRunMessage(encodeRunMessage(m))).toEqual(m);

@@ -39,6 +39,18 @@ describe("conformance through a live relay", () => {
     }, 180_000);
   }
 
+  for (const [ingest, via] of [
+    ["ws", "delta"],
+    ["http", "envelope"],
+  ]) {
+    it(`--ingest ${ingest} --watchers 3 --dispatch ${via}: a trainer's identity changes no byte, and arrives`, async () => {
+      const r = await conformance("--relay", relay.url, "--ingest", ingest!, "--watchers", "3", "--dispatch", via!, ...cases);
+      expect(r.stderr).toBe("");
+      expect(r.stdout.trim().split("\n").at(-1)).toBe(`${cases.length} passed, 0 failed`);
+      expect(r.code).toBe(0);
+    }, 180_000);
+  }
+
   it("a case whose golden episode was altered fails in relay mode too", async () => {
     const { mkdtempSync, readFileSync, writeFileSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");

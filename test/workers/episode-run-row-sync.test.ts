@@ -198,6 +198,9 @@ describe("rowOf", () => {
         stop_condition: "answered",
         truncated: true,
         run_name: null,
+        dispatch: null,
+        // no timing, no nodes, no calls yet
+        live: { stage: "pending", started: null, elapsed: null, branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null },
       });
     });
   });

@@ -44,7 +44,7 @@ describe("the episode lives in SQLite", () => {
       const asm = new EpisodeState(state.storage).memory().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
-        for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parents", "routed", "ver"]);
+        for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parent", "parents", "role", "routed", "ver"]);
       }
     });
   });

@@ -6,6 +6,8 @@
 - :class:`RelayForwarder`: for a process that receives deltas (the env client's delta
   callback): non-blocking ``on_delta`` / ``on_reply``, ordered background delivery with
   same-seq retries and a bounded buffer.
+- :func:`announce_dispatch`: a rollout the trainer dispatched, shown as pending until its first
+  trace streams (``RelaySink`` and ``RelayForwarder`` take the same identity as ``dispatch=``).
 - :class:`RelayMirror`: a ``send`` that keeps the worker's own transport primary and mirrors
   each delta it acknowledged to the relay through a forwarder.
 - :func:`fetch_run`: the finished episodes of a run, streamed, each as the exact bytes the
@@ -23,12 +25,13 @@ from .forwarder import RelayForwarder
 from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
-from .sink import RelaySink
+from .sink import RelaySink, announce_dispatch
 from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
 from .wire import LIST_FIELDS, pack, unpack
 
 __all__ = [
     "RelaySink",
+    "announce_dispatch",
     "RelayForwarder",
     "RelayMirror",
     "fetch_run",

@@ -8,7 +8,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Deque, Dict, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -57,7 +57,8 @@ class RelayForwarder:
     forwarder is running (after the first call from the loop, :meth:`start` or
     :meth:`drain`), from any other thread.
 
-    Args: as :class:`~episode_relay.RelaySink`, plus the buffer and backoff settings above.
+    Args: as :class:`~episode_relay.RelaySink` (``dispatch=`` included: the rollout's identity in
+    the trainer, e.g. prime-rl's ``dispatch_info``), plus the buffer and backoff settings above.
     """
 
     def __init__(
@@ -77,11 +78,12 @@ class RelayForwarder:
         client: Optional[httpx.AsyncClient] = None,
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
+        dispatch: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
-            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes

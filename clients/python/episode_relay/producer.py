@@ -2,7 +2,8 @@
 
 This mirrors ``src/envelope/producer.ts`` (``ProducerCursor``). The envelope is::
 
-    {"producer": str, "seq": int, "cursor": int, "delta": <the upstream delta's msgpack bytes, as bin>}
+    {"producer": str, "seq": int, "cursor": int, "delta": <the upstream delta's msgpack bytes, as bin>,
+     "dispatch": <the rollout's dispatch identity, a map; optional>}
 
 ``cursor`` is the seq of the last send the relay acknowledged: what the worker's own cursor
 reflects when it diffs the next delta (verifiers' streamer awaits each send, so there is one in
@@ -15,7 +16,7 @@ relay then holds exactly the reference assembly over the frames the worker count
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from .wire import Document, Encoder, pack, parse_delta, to_bytes
 
@@ -44,12 +45,17 @@ class ProducerCursor:
     relay answers as a duplicate without applying it twice.
     """
 
-    def __init__(self, producer: str, start_seq: int = 1) -> None:
+    def __init__(self, producer: str, start_seq: int = 1, dispatch: Optional[Mapping[str, Any]] = None) -> None:
         if not isinstance(producer, str) or len(producer) > 256:
             raise ValueError("producer must be a str of at most 256 characters")
         if start_seq < 1:
             raise ValueError("start_seq must be >= 1")
+        if dispatch is not None and not isinstance(dispatch, Mapping):
+            raise ValueError("dispatch must be a mapping (the rollout's dispatch identity, e.g. prime-rl's dispatch_info)")
         self.producer = producer
+        self.dispatch: Optional[Dict[str, Any]] = dict(dispatch) if dispatch is not None else None
+        """The rollout's dispatch identity, sent with every envelope until one was acknowledged
+        (the relay sets it once; the same again changes nothing)."""
         self.seq = start_seq - 1
         """The last seq handed out."""
         self.cursor = 0
@@ -60,7 +66,10 @@ class ProducerCursor:
         data = to_bytes(delta, default)
         parsed = parse_delta(data)
         self.seq += 1
-        envelope = pack({"producer": self.producer, "seq": self.seq, "cursor": self.cursor, "delta": data})
+        fields: Dict[str, Any] = {"producer": self.producer, "seq": self.seq, "cursor": self.cursor, "delta": data}
+        if self.dispatch is not None and self.cursor == 0:
+            fields["dispatch"] = self.dispatch
+        envelope = pack(fields, default)
         return Outgoing(trace=parsed["trace"], seq=self.seq, delta=parsed, delta_bytes=data, envelope=envelope)
 
     def acknowledge(self, out: Outgoing) -> None:

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Dict, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
 
 import httpx
 
 from .producer import Outgoing, ProducerCursor
 from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id
-from .wire import Document, Encoder, default_encoder, to_bytes
+from .wire import Document, Encoder, default_encoder, pack, to_bytes
 
 logger = logging.getLogger("episode_relay")
 
@@ -38,12 +38,13 @@ def producer_connection(
     timeout: float,
     client: Optional[httpx.AsyncClient],
     start_seq: Optional[int],
+    dispatch: Optional[Mapping[str, Any]] = None,
 ) -> "tuple[ProducerCursor, RelayHttp, DeltaChannel]":
     """The producer cursor, the HTTP client and the delta channel shared by the sink and the
     forwarder. A named producer starts its seq from the clock, so a restart never reuses one."""
     if start_seq is None:
         start_seq = 1 if producer is None else clock_seq()
-    cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq)
+    cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq, dispatch)
     http = RelayHttp(url, episode_id, token=token, timeout=timeout, client=client)
     channel: DeltaChannel
     if transport == "http":
@@ -99,6 +100,11 @@ class RelaySink:
         default: msgpack ``default`` encoder for dict deltas; by default verifiers' own
             ``msgpack_encoder`` when importable.
         start_seq: The first seq to use.
+        dispatch: The rollout's identity in the trainer, prime-rl's ``dispatch_info`` shape
+            (``{id, kind, env, group, task, policy_version, step, started}``, every key optional):
+            it rides with the envelopes until one is acknowledged. The relay keeps it beside the
+            episode (never in it): the run's list, groups and steps go by it. Set once: another
+            identity for the same episode is refused (409 ``dispatch_conflict``).
     """
 
     def __init__(
@@ -115,11 +121,12 @@ class RelaySink:
         client: Optional[httpx.AsyncClient] = None,
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
+        dispatch: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
-            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
         self.retry_for = max(0.0, float(retry_for))
         self.retry_backoff = retry_backoff
@@ -201,6 +208,30 @@ class RelaySink:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+async def announce_dispatch(
+    url: str,
+    episode_id: str,
+    dispatch: Mapping[str, Any],
+    token: Optional[str] = None,
+    *,
+    timeout: float = 30.0,
+    retry_for: float = 30.0,
+    client: Optional[httpx.AsyncClient] = None,
+) -> Dict[str, Any]:
+    """``POST /v1/episodes/{id}/dispatch``: announce a rollout the trainer dispatched, before its
+    first trace streams. The run lists it as a pending rollout (no traces, stage ``pending``) until
+    its first trace streams, it ends, or the relay's PENDING_TIMEOUT_SECONDS pass. Returns the
+    relay's answer (``{"ok": true, "created", "changed", "status", "dispatch"}``); raises
+    :class:`~episode_relay.RelayError` (409 ``dispatch_conflict`` when the episode already has
+    another identity). Retryable failures are retried (the same identity again changes nothing)."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    body = pack(dict(dispatch))
+    try:
+        return await retrying(lambda: http.post("dispatch", body), "dispatch", retry_for, 0.2)
+    finally:
+        await http.close()
 
 
 async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str, retry_for: float, backoff: float) -> Dict[str, Any]:
