@@ -67,5 +67,8 @@ export default defineConfig({
     name: "workers",
     include: ["test/workers/**/*.test.ts"],
     testTimeout: 60_000,
+    // one file at a time: several files restart every object (abortAllDurableObjects, as a deploy
+    // does), which drops the sockets and requests of whatever another file has in flight
+    fileParallelism: false,
   },
 });
