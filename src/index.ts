@@ -17,7 +17,19 @@ import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
-import { bulkFinished, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runSteps, runTasks, runView } from "./http/run-routes.js";
+import {
+  bulkFinished,
+  listAcrossRuns,
+  listRuns,
+  runEpisodes,
+  runGroup,
+  runGroups,
+  runSearch,
+  runSocket,
+  runSteps,
+  runTasks,
+  runView,
+} from "./http/run-routes.js";
 import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "./registry/episode-index.js";
 import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "./registry/run-directory.js";
 import { scopeOf } from "./registry/rows.js";
@@ -87,6 +99,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       if (route.action === "group") return runGroup(env, route.run, route.group!, scope, head);
       if (route.action === "tasks") return runTasks(env, route.run, url, scope, head);
       if (route.action === "steps") return runSteps(env, route.run, url, scope, head);
+      if (route.action === "search") return runSearch(env, route.run, url, scope, head);
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
       return runView(env, route.run, scope, head);
   }

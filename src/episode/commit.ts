@@ -24,6 +24,8 @@ export interface Committed {
   frames: FeedFrame[];
   /** This message set the rollout's dispatch identity (the run's index should hear of it at once). */
   dispatched: boolean;
+  /** When a retraction rewound the episode: the seq it went back to (what was written after may differ now). */
+  rewoundTo: number | null;
 }
 
 /** What a message did so far: the seqs its frames got, and whether a retraction rewound the episode. */
@@ -31,6 +33,7 @@ interface Progress {
   seqs: number[];
   rewound: boolean;
   dispatched: boolean;
+  rewoundTo: number | null;
 }
 
 /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
@@ -40,7 +43,7 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
   }
   const live = state.memory();
-  const progress: Progress = { seqs: [], rewound: false, dispatched: false };
+  const progress: Progress = { seqs: [], rewound: false, dispatched: false, rewoundTo: null };
   let committed: { result: IngestResult; saved: Meta };
   try {
     committed = state.transaction(
@@ -68,6 +71,7 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     created: meta === null,
     rewound: progress.rewound,
     dispatched: progress.dispatched,
+    rewoundTo: progress.rewoundTo,
     frames: result.applied.map((delta, i) => ({ seq: progress.seqs[i]!, delta, trace: result.traces[i]! })),
   };
 }
@@ -95,6 +99,8 @@ function applyMessage(
       // set first: a retraction that throws partway has already changed the index in memory, so a
       // refusal must read it back from storage rather than keep it
       progress.rewound = true;
+      const base = Math.min(...gone) - 1;
+      progress.rewoundTo = Math.min(progress.rewoundTo ?? base, base);
       retract(state, live, m, gone);
     },
     dispatch: (identity) => {

@@ -334,6 +334,7 @@ export class Episode extends DurableObject<Env> {
     } else this.rowSync.changed(now);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
+      if (c.rewoundTo !== null) this.rowSync.search.rewound(this.state.memory().asm, c.rewoundTo);
       for (const cur of [...this.cursors]) cur.retracted();
       this.feeds.rewound(c.meta.seq);
     } else this.feeds.committed(c.frames, before);
@@ -356,6 +357,7 @@ export class Episode extends DurableObject<Env> {
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
     this.state.forget();
+    this.rowSync.search.forget();
     this.archive.resume();
     if (id !== undefined) void this.rowSync.removed(id);
   }

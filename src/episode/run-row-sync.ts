@@ -14,6 +14,7 @@ import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
 import { decodeLossless } from "../wire/lossless.js";
 import { RowFacts } from "./row-facts.js";
+import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
@@ -40,6 +41,8 @@ export class RunRowSync {
   private chain: Promise<void> = Promise.resolve();
   /** The row's live facts, read from what is new since the last row. */
   private readonly facts: RowFacts;
+  /** The episode's text for its run's search, sent with the rows. */
+  readonly search: SearchSync;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -50,6 +53,7 @@ export class RunRowSync {
     private readonly rearm: (due: number) => void,
   ) {
     this.facts = new RowFacts(state.store);
+    this.search = new SearchSync(ctx.storage.sql, state.store);
   }
 
   /** A turn changed the episode: schedule an update unless one is pending (throttled). */
@@ -75,14 +79,18 @@ export class RunRowSync {
     if (m.status !== "live" && m.archived === null && row.live && JSON.stringify(row.live) !== JSON.stringify(m.live)) {
       this.state.record.saveMeta({ ...m, live: row.live });
     }
+    // the text the run's search lacks (none once archived: what the index holds stays)
+    const text = m.archived === null ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name)) : null;
     const st = this.state.record.indexState();
     this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
       m.id,
-      (index) => index.upsert(row),
+      (index) => index.upsert(row, text?.batch ?? null),
       (answer) => {
         const cur = this.state.record.indexState();
-        if (this.state.meta()) this.state.record.saveIndexState({ ...cur, flushMs: answer.flushMs, attempts: 0 });
+        if (!this.state.meta()) return;
+        this.state.record.saveIndexState({ ...cur, flushMs: answer.flushMs, attempts: 0 });
+        if (text && answer.applied) this.search.sent(text);
       },
       () => {
         if (!this.state.meta()) return; // deleted meanwhile: its tombstone takes over
@@ -214,6 +222,12 @@ function replyHead(state: EpisodeState): { group: Json; run: Json } | null {
   } catch {
     return null;
   }
+}
+
+/** Trace `tnum`'s field `name` (an open or set one) as JSON. */
+function traceScalar(state: EpisodeState, tnum: number, name: string): Json | undefined {
+  for (const t of state.memory().asm.traces.values()) if (t.tnum === tnum) return scalar(t.fields.get(name));
+  return undefined;
 }
 
 /** A trace's scalar field as JSON (undefined when unset or unreadable). */

@@ -106,7 +106,7 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
     },
     {
       version: 3,
-      what: "the rollout's dispatch identity, its live facts and the trainer's annotations",
+      what: "the rollout's dispatch identity, its live facts, the trainer's annotations and the search's text",
       up(sql) {
         // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta
         sql.exec("CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))");
@@ -117,6 +117,10 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         // per node its parent index (-1: a root) and message role ("": none): branches and the latest
         // assistant words without reading bodies; NULL in rows written before (row-facts.ts reads those bodies)
         addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
+        // per trace, what the run's search holds of its text (search-sync.ts)
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
+        );
       },
     },
   ],

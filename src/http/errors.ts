@@ -19,6 +19,8 @@ export const ERROR_STATUS = {
   bad_sort: 400,
   bad_run: 400,
   bad_filter: 400,
+  /** A run search's query (src/search/query.ts). */
+  bad_query: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,

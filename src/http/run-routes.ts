@@ -6,6 +6,8 @@
 import { readArchived } from "./archive-read.js";
 import { groupCursor } from "../registry/group-store.js";
 import { stepCursor } from "../registry/step-store.js";
+import { searchCursor } from "../registry/search-store.js";
+import { parseSearchQuery } from "../search/query.js";
 import { STEP_KINDS } from "../registry/steps.js";
 import { GROUP_SORTS, type GroupSort } from "../registry/groups.js";
 import { MSGPACK } from "./representation.js";
@@ -89,6 +91,18 @@ export async function runSteps(env: Env, run: string, url: URL, scope: Scope, he
   const cursor = url.searchParams.get("cursor") || null;
   if (cursor !== null) stepCursor(cursor); // refused here, as 400
   return json(await runIndex(env, run).steps(kind, limit, cursor), head);
+}
+
+/**
+ * `GET /v1/runs/{run}/search?q=&<list filters>&limit=&cursor=`: the run's episodes whose text
+ * matches `q` (src/search/query.ts), best first, with highlighted snippets; within the token's scope.
+ */
+export async function runSearch(env: Env, run: string, url: URL, scope: Scope, head: boolean): Promise<Response> {
+  const query = parseSearchQuery(url.searchParams.get("q"));
+  const q = parseListQuery(withoutCursor(url), 20);
+  const cursor = url.searchParams.get("cursor") || null;
+  if (cursor !== null) searchCursor(cursor); // refused here, as 400
+  return json(await runIndex(env, run).search(query, q, scope, cursor), head);
 }
 
 /** Groups mix episodes: only a viewer whose token covers the whole run sees them. */

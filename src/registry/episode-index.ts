@@ -19,6 +19,8 @@ import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rollo
 import { type FinishedItem, IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import type { StepsPage } from "./steps.js";
+import type { SearchBatch, SearchPage } from "./search-store.js";
+import type { SearchQuery } from "../search/query.js";
 import { RUNS_NAME } from "./run-directory.js";
 import { coversRun } from "./run.js";
 import {
@@ -88,12 +90,16 @@ export class EpisodeIndex extends DurableObject<Env> {
   // ---- RPC from Episode objects ----
 
   /** Insert or replace the episode's row (an update older than the held one is ignored). */
-  upsert(row: IndexRow): UpdateAnswer {
+  /**
+   * Insert or replace the episode's row (an update older than the held one is ignored), and with it
+   * the text it sends for the run's search (src/registry/search-store.ts).
+   */
+  upsert(row: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
     this.schema.check();
     const applied = this.write(() => {
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
-      this.store.put(row, old);
+      this.store.put(row, old, text);
       return true;
     });
     if (applied) this.changed(row.id, row);
@@ -164,6 +170,12 @@ export class EpisodeIndex extends DurableObject<Env> {
   tasks(key: string, threshold: number, limit: number, cursor: string | null): TasksPage {
     this.schema.check();
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
+  }
+
+  /** A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters. */
+  search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
+    this.schema.check();
+    return this.store.search.search(query, q, scope, cursor);
   }
 
   /** A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering the run). */

@@ -125,8 +125,8 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   return { index: "rows_by_updated", where: [], args: [], order };
 }
 
-/** Every condition of the query as one SQL expression (checked on each walked row; "1" when none). */
-function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorageValue[] } {
+/** Every condition of the query as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
+export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">, scope: Scope): { sql: string; args: SqlStorageValue[] } {
   const parts: string[] = [];
   const args: SqlStorageValue[] = [];
   const add = (part: string, ...values: SqlStorageValue[]) => {

@@ -14,6 +14,7 @@ import {
   type RunAggregates,
 } from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
+import { type SearchBatch, SearchStore } from "./search-store.js";
 import { StepStore } from "./step-store.js";
 import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "./rewards.js";
@@ -44,12 +45,16 @@ export class IndexStore {
   /** The run's training steps, kept with each row's and group's part. */
   readonly steps: StepStore;
 
+  /** The episodes' text, searched. */
+  readonly search: SearchStore;
+
   /** The reward minutes, kept with each row's part. */
   private readonly trends: TrendStore;
 
   /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
   constructor(private readonly sql: SqlStorage) {
     this.steps = new StepStore(sql);
+    this.search = new SearchStore(sql);
     this.groups = new GroupStore(sql, this.steps);
     this.trends = new TrendStore(sql);
   }
@@ -68,7 +73,7 @@ export class IndexStore {
    * Replace `old` (if any) by `row`: the row, its part of the aggregates, its bulk-fetch place, the
    * run's times. Call inside a transaction.
    */
-  put(row: IndexRow, old: IndexRow | null): void {
+  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
     const identity = identityOf(row);
@@ -105,6 +110,7 @@ export class IndexStore {
     );
     this.apply(c, row, contributionOf(row), 1);
     this.steps.replaceRow(old, row);
+    if (text) this.search.apply(row.id, text);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
@@ -118,6 +124,7 @@ export class IndexStore {
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.steps.replaceRow(old, null);
+    this.search.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());

@@ -100,6 +100,23 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE TABLE IF NOT EXISTS steps (step INTEGER NOT NULL, kind TEXT NOT NULL, counters TEXT NOT NULL, PRIMARY KEY (step, kind))");
       },
     },
+    {
+      version: 7,
+      what: "search over the episodes' text",
+      up(sql) {
+        // the text segments episodes send (src/search/segments.ts), and FTS5 over them as an
+        // external-content table (the text kept once, in `segments`), kept by triggers (search-store.ts)
+        sql.exec(`CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY, episode TEXT NOT NULL, trace TEXT NOT NULL, node INTEGER NOT NULL,
+          role TEXT NOT NULL, tool TEXT, kind TEXT NOT NULL, body TEXT NOT NULL)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS segments_by_episode ON segments (episode, trace, node)");
+        sql.exec(`CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, role, tool, content = 'segments', content_rowid = 'id',
+          tokenize = 'unicode61 remove_diacritics 2')`);
+        sql.exec(`CREATE TRIGGER IF NOT EXISTS segments_added AFTER INSERT ON segments BEGIN
+          INSERT INTO search (rowid, body, role, tool) VALUES (new.id, new.body, new.role, new.tool); END`);
+        sql.exec(`CREATE TRIGGER IF NOT EXISTS segments_removed AFTER DELETE ON segments BEGIN
+          INSERT INTO search (search, rowid, body, role, tool) VALUES ('delete', old.id, old.body, old.role, old.tool); END`);
+      },
+    },
   ],
 });
 

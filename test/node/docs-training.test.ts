@@ -54,8 +54,11 @@ it("docs/training.md: announce, stream, list by step, count the step, annotate a
   expect(listed.episodes.map((e) => [e.id, e.step, e.staleness, e.status])).toEqual([[ID, 3, 1, "finished"]]);
   const [steps] = run("steps") as [{ steps: Array<{ step: number; kind: string; episodes: number; finished: number }> }];
   expect(steps.steps).toEqual([expect.objectContaining({ step: 3, kind: "train", episodes: 1, finished: 1 })]);
-  const trace = (JSON.parse(execFileSync("curl", ["-s", `${relay.url}/v1/episodes/${ID}`, "-H", "accept: application/json"], { encoding: "utf8" })) as { traces: Array<{ id: string }> })
-    .traces[0]!.id;
+  const trace = (
+    JSON.parse(execFileSync("curl", ["-s", `${relay.url}/v1/episodes/${ID}`, "-H", "accept: application/json"], { encoding: "utf8" })) as {
+      traces: Array<{ id: string }>;
+    }
+  ).traces[0]!.id;
   const [posted, read] = run("annotate", { TRACE: trace }) as [{ version: number }, { version: number; traces: Array<{ trace_id: string; info: unknown }> }];
   expect(posted).toMatchObject({ ok: true, version: 1 });
   expect(read.version).toBe(1);
