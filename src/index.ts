@@ -24,6 +24,7 @@ import {
   runEpisodes,
   runGroup,
   runGroups,
+  runRules,
   runSearch,
   runSocket,
   runSteps,
@@ -100,6 +101,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       if (route.action === "tasks") return runTasks(env, route.run, url, scope, head);
       if (route.action === "steps") return runSteps(env, route.run, url, scope, head);
       if (route.action === "search") return runSearch(env, route.run, url, scope, head);
+      if (route.action === "rules") return runRules(env, route.run, request, claims, scope);
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
       return runView(env, route.run, scope, head);
   }

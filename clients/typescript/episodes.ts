@@ -61,6 +61,8 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
     env: filter.env ?? NO_FILTER.env,
     step: filter.step ? { min: filter.step.min ?? null, max: filter.step.max ?? null } : NO_FILTER.step,
     policyVersion: filter.policyVersion ?? NO_FILTER.policyVersion,
+    flag: filter.flag ?? NO_FILTER.flag,
+    flagged: filter.flagged ?? NO_FILTER.flagged,
   };
   for (const [name, v] of [
     ["task", f.task],

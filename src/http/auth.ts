@@ -139,6 +139,7 @@ export function need(method: string, route: Route): Need {
     return { kind: "list" };
   }
   // a run's pages and sockets are filtered to the token's episodes by the run's index
+  // (a run's rules are set by an admin or a producer covering the run: src/http/run-routes.ts runRules)
   if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return route.action === "usage" ? { kind: "admin", id: null } : { kind: "list" };
   return { kind: "token" };
 }

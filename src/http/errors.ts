@@ -21,6 +21,8 @@ export const ERROR_STATUS = {
   bad_filter: 400,
   /** A run search's query (src/search/query.ts). */
   bad_query: 400,
+  /** A run's flag rules (src/flags/rules.ts). */
+  bad_rules: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,

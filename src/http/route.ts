@@ -21,9 +21,9 @@ export const RELAY_HEADER = "x-episode-relay";
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
  * `/tasks`: per-task results; `/steps`: per training step (the dispatch identity's); `/search`: its
- * episodes' text.
+ * episodes' text; `/rules`: its flag rules (src/flags/rules.ts).
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search";
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search" | "rules";
 
 /**
  * `usage` (admin): the billing units its objects counted (src/billing/usage.ts); `dispatch`: the
@@ -61,6 +61,7 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   tasks: ["GET", "HEAD"],
   steps: ["GET", "HEAD"],
   search: ["GET", "HEAD"],
+  rules: ["GET", "PUT"],
   run: ["GET", "HEAD"],
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
@@ -124,7 +125,7 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search"].includes(action)) return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules"].includes(action)) return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);

@@ -18,6 +18,8 @@ import { RUNS_NAME } from "../registry/run-directory.js";
 import { coversRun } from "../registry/run.js";
 import { ChunkWriter } from "../wire/writer.js";
 import { stripCredentials } from "./auth.js";
+import type { Claims } from "./auth.js";
+import { checkDeclaredLength, parseJsonBody, readStream } from "./body.js";
 import { RelayError } from "./errors.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
@@ -103,6 +105,24 @@ export async function runSearch(env: Env, run: string, url: URL, scope: Scope, h
   const cursor = url.searchParams.get("cursor") || null;
   if (cursor !== null) searchCursor(cursor); // refused here, as 400
   return json(await runIndex(env, run).search(query, q, scope, cursor), head);
+}
+
+/**
+ * `GET /v1/runs/{run}/rules`: the run's flag rules (the defaults when it set none) and how far a
+ * rescan for them has come; `PUT` (admin, or a producer covering the whole run): replace them
+ * (`{"rules": [...]}`, or `{"defaults": true}`).
+ */
+export async function runRules(env: Env, run: string, request: Request, claims: Claims | null, scope: Scope): Promise<Response> {
+  needsWholeRun(scope, run);
+  if (request.method === "PUT") {
+    if (claims !== null && claims.role === "watcher") throw new RelayError("forbidden", "a run's rules are set by an admin or the run's producer");
+    checkDeclaredLength(request, 64 * 1024);
+    const body = parseJsonBody(await readStream(request.body, 64 * 1024), "the rules");
+    const answer = await runIndex(env, run).setRules(run, body);
+    if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
+    return json(answer.value, false);
+  }
+  return json(await runIndex(env, run).rules(), false);
 }
 
 /** Groups mix episodes: only a viewer whose token covers the whole run sees them. */

@@ -2,6 +2,7 @@
 // shared by the index, the Episode object, the dashboard and tests.
 
 import { dispatchFacts } from "../envelope/dispatch.js";
+import type { Flag } from "../flags/rules.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
 import { rewardOf } from "./rewards.js";
 
@@ -40,8 +41,10 @@ export interface IndexRow {
   run_name?: string | null;
   /** The rollout's dispatch identity in the trainer (src/envelope/dispatch.ts), null without one. */
   dispatch?: JsonObject | null;
-  /** Where the rollout stands (src/registry/stage.ts), with what it has done so far (all traces). */
+  /** Where the rollout stands (src/registry/live-facts.ts), with what it has done so far (all traces). */
   live?: LiveFacts | null;
+  /** The run's flag rules this rollout meets, with their evidence (src/flags/rules.ts; kept by its run's index, not sent). */
+  flags?: Flag[];
 }
 
 /** A rollout's stage, as prime-rl reads it off its first trace's `timing` spans and `errors`. */

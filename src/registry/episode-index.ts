@@ -7,7 +7,8 @@
 // coalesced changes with the aggregates.
 
 import { DurableObject } from "cloudflare:workers";
-import { errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
+import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
+import type { RulesJson } from "./flag-store.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
 import type { RunAggregates } from "./aggregates.js";
@@ -49,6 +50,8 @@ export function runIndex(env: Env, run: string) {
 
 /** Episodes in the snapshot a socket starts with (`?limit=` up to MAX_LIMIT). */
 export const SNAPSHOT_LIMIT = 200;
+/** Between two rescan steps (src/registry/flag-store.ts): live writes go first. */
+export const RESCAN_PAUSE_MS = 50;
 /** The run's counts go to the directory at most this often. */
 export const DIRECTORY_MS = 1000;
 
@@ -172,6 +175,25 @@ export class EpisodeIndex extends DurableObject<Env> {
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
   }
 
+  /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come. */
+  rules(): RulesJson {
+    this.schema.check();
+    return this.store.flags.json();
+  }
+
+  /** Replace the run's flag rules; the alarm rescans what was written for them (paced). */
+  setRules(run: string, body: unknown): Answer<RulesJson> {
+    this.schema.check();
+    return answerOf(() => {
+      this.write(() => {
+        this.store.flags.setRules(body);
+        if (this.store.state("run") === null) this.store.setState("run", run);
+      });
+      void this.ctx.storage.setAlarm(Date.now());
+      return this.store.flags.json();
+    });
+  }
+
   /** A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters. */
   search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
     this.schema.check();
@@ -237,6 +259,13 @@ export class EpisodeIndex extends DurableObject<Env> {
     if (this.schema.failed !== null) return;
     const run = this.store.run;
     if (run === null) return;
+    // a rescan for rules set since: one paced step per alarm, the next one soon after
+    if (this.store.flags.rescanning()) {
+      const moved = this.write(() => this.store.refreshFlags(this.store.flags.rescanStep()));
+      for (const row of moved) this.changed(row.id, row);
+      // the directory hears of the run when the rescan is done (it sees nothing of flags)
+      if (this.store.flags.rescanning()) return this.ctx.storage.setAlarm(Date.now() + RESCAN_PAUSE_MS);
+    }
     const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);
     try {
       if (this.store.loadCounters().episodes === 0) await dir.removeRun(run);
@@ -307,6 +336,6 @@ export class EpisodeIndex extends DurableObject<Env> {
       zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
       trend: this.store.groups.zeroVarianceTrend(Date.now()),
     };
-    return { ...this.store.aggregates(run, Date.now()), groups };
+    return { ...this.store.aggregates(run, Date.now()), groups, flags: this.store.flags.counts() };
   }
 }

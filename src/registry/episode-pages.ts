@@ -145,6 +145,8 @@ export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">, s
   if (f.kind !== null) add("rows.kind = ?", f.kind);
   if (f.env !== null) add("rows.env = ?", f.env);
   if (f.policyVersion !== null) add("rows.policy_version = ?", f.policyVersion);
+  if (f.flag !== null) add("EXISTS (SELECT 1 FROM flags WHERE flags.episode = rows.id AND flags.rule = ?)", f.flag);
+  if (f.flagged !== null) add(f.flagged ? "rows.flags IS NOT NULL" : "rows.flags IS NULL");
   if (f.step !== null) {
     add("rows.step IS NOT NULL");
     if (f.step.min !== null) add("rows.step >= ?", f.step.min);

@@ -14,6 +14,7 @@ import {
   type RunAggregates,
 } from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
+import { FlagStore } from "./flag-store.js";
 import { type SearchBatch, SearchStore } from "./search-store.js";
 import { StepStore } from "./step-store.js";
 import type { RunRow } from "./directory-store.js";
@@ -48,6 +49,9 @@ export class IndexStore {
   /** The episodes' text, searched. */
   readonly search: SearchStore;
 
+  /** The run's flag rules and the rollouts' flags. */
+  readonly flags: FlagStore;
+
   /** The reward minutes, kept with each row's part. */
   private readonly trends: TrendStore;
 
@@ -55,6 +59,7 @@ export class IndexStore {
   constructor(private readonly sql: SqlStorage) {
     this.steps = new StepStore(sql);
     this.search = new SearchStore(sql);
+    this.flags = new FlagStore(sql);
     this.groups = new GroupStore(sql, this.steps);
     this.trends = new TrendStore(sql);
   }
@@ -77,10 +82,13 @@ export class IndexStore {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
     const identity = identityOf(row);
+    // the text first: the flags are read from it (and from the row's rewards)
+    if (text) this.search.apply(row.id, text);
+    const flags = this.flags.update(row, text);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -107,10 +115,10 @@ export class IndexStore {
       identity.step,
       identity.policy_version,
       row.live ? JSON.stringify(row.live) : null,
+      flags.length ? JSON.stringify(flags) : null,
     );
     this.apply(c, row, contributionOf(row), 1);
     this.steps.replaceRow(old, row);
-    if (text) this.search.apply(row.id, text);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
@@ -125,9 +133,22 @@ export class IndexStore {
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.steps.replaceRow(old, null);
     this.search.remove(old.id);
+    this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());
+  }
+
+  /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
+  refreshFlags(ids: readonly string[]): IndexRow[] {
+    const out: IndexRow[] = [];
+    for (const id of ids) {
+      const flags = this.flags.of(id);
+      this.sql.exec("UPDATE rows SET flags = ? WHERE id = ?", flags.length ? JSON.stringify(flags) : null, id);
+      const row = this.row(id);
+      if (row) out.push(row);
+    }
+    return out;
   }
 
   /** After a transaction that threw: the counters in memory may hold its changes; read them again as saved. */

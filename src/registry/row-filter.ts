@@ -38,6 +38,9 @@ export interface RowFilter {
   step: { min: number | null; max: number | null } | null;
   /** The identity's policy_version. */
   policyVersion: number | null;
+  /** Flagged by this rule (src/flags/rules.ts), or flagged by any (true) or none (false). */
+  flag: string | null;
+  flagged: boolean | null;
 }
 
 /** Reward ranges in one query. */
@@ -55,6 +58,8 @@ export const NO_FILTER: RowFilter = Object.freeze({
   env: null,
   step: null,
   policyVersion: null,
+  flag: null,
+  flagged: null,
 }) as RowFilter;
 
 const TEXT_VALUE = /^[^\u0000-\u001f]{1,256}$/;
@@ -74,6 +79,8 @@ export function parseRowFilter(params: URLSearchParams): RowFilter {
     env: text(params, "env"),
     step: stepRange(params),
     policyVersion: count(params, "policy_version"),
+    flag: text(params, "flag"),
+    flagged: flag(params, "flagged"),
   };
 }
 
@@ -94,6 +101,8 @@ export function filterParams(f: RowFilter): Array<[string, string]> {
     out.push(["step", min !== null && min === max ? String(min) : `${min ?? ""}..${max ?? ""}`]);
   }
   if (f.policyVersion !== null) out.push(["policy_version", String(f.policyVersion)]);
+  if (f.flag !== null) out.push(["flag", f.flag]);
+  if (f.flagged !== null) out.push(["flagged", f.flagged ? "1" : "0"]);
   return out;
 }
 
@@ -101,10 +110,13 @@ export function isFiltered(f: RowFilter): boolean {
   return filterParams(f).length > 0;
 }
 
-type FilteredRow = Pick<IndexRow, "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch">;
+type FilteredRow = Pick<IndexRow, "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch" | "flags">;
 
 /** Whether `row` passes `f` (what the index's SQL selects, row by row). */
 export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
+  const flags = row.flags ?? [];
+  if (f.flag !== null && !flags.some((x) => x.rule === f.flag)) return false;
+  if (f.flagged !== null && flags.length > 0 !== f.flagged) return false;
   if (f.kind !== null || f.env !== null || f.step !== null || f.policyVersion !== null) {
     const id = identityOf(row);
     if (f.kind !== null && id.kind !== f.kind) return false;

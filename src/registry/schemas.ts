@@ -102,8 +102,14 @@ export const INDEX_SCHEMA: Schema = checkSchema({
     },
     {
       version: 7,
-      what: "search over the episodes' text",
+      what: "search over the episodes' text, and flag rules",
       up(sql) {
+        // the run's flag rules (none: the defaults) and each episode's flags, also kept as JSON in its row (flag-store.ts)
+        sql.exec("CREATE TABLE IF NOT EXISTS rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)");
+        sql.exec(`CREATE TABLE IF NOT EXISTS flags (episode TEXT NOT NULL, rule TEXT NOT NULL, trace TEXT, node INTEGER, excerpt TEXT NOT NULL,
+          PRIMARY KEY (episode, rule))`);
+        sql.exec("CREATE INDEX IF NOT EXISTS flags_by_rule ON flags (rule, episode)");
+        addColumns(sql, "rows", ["flags TEXT"]);
         // the text segments episodes send (src/search/segments.ts), and FTS5 over them as an
         // external-content table (the text kept once, in `segments`), kept by triggers (search-store.ts)
         sql.exec(`CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY, episode TEXT NOT NULL, trace TEXT NOT NULL, node INTEGER NOT NULL,

@@ -1,6 +1,7 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
 import type { Json, JsonObject } from "../wire/json-view.js";
+import type { Flag } from "../flags/rules.js";
 import type { IndexRow, LiveFacts } from "./entry.js";
 
 /**
@@ -8,7 +9,7 @@ import type { IndexRow, LiveFacts } from "./entry.js";
  * sort key `reward` beside them, and the identity's keys the list filters by (`kind`, `env`,
  * `step`, `policy_version`) as columns of their own.
  */
-export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live"> & {
+export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"> & {
   status: string;
   rewards: string | null;
   reward: number | null;
@@ -23,6 +24,7 @@ export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "s
   step: number | null;
   policy_version: number | null;
   live: string | null;
+  flags: string | null;
 } & Record<string, SqlStorageValue>;
 
 export function rowOf(r: SqlRow): IndexRow {
@@ -47,5 +49,6 @@ export function rowOf(r: SqlRow): IndexRow {
     run_name: r.run_name,
     dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
     live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),
+    flags: r.flags === null || r.flags === undefined ? [] : (JSON.parse(r.flags) as Flag[]),
   };
 }

@@ -51,6 +51,8 @@ describe("parseRowFilter", () => {
       env: null,
       step: null,
       policyVersion: null,
+      flag: null,
+      flagged: null,
     });
     expect(parse("kind=eval&env=gsm8k&step=3&policy_version=2")).toMatchObject({ kind: "eval", env: "gsm8k", step: { min: 3, max: 3 }, policyVersion: 2 });
     expect(parse("step=3..").step).toEqual({ min: 3, max: null });

@@ -182,3 +182,74 @@ describe("search over a run's episodes", () => {
     expect((await search("q=%2217%20*%2023%22")).episodes.map((h) => h.id)).toContain(id);
   });
 });
+
+describe("flags", () => {
+  const FRUN = `flags-${Date.now().toString(36)}`;
+  type Row = { id: string; flags: Array<{ rule: string; trace: string | null; node: number | null; excerpt: string }> };
+  const list = async (q = "") => ((await (await relay(`../runs/${FRUN}/episodes?${q}`)).json()) as { episodes: Row[] }).episodes;
+  const say = (i: number, text: string) => node(i, { message: m({ role: "assistant", content: text }) });
+  const callBash = (i: number, cmd: string) =>
+    node(i, { message: m({ role: "assistant", content: null, tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }) });
+
+  async function rollout(name: string, ...turns: Uint8Array[]): Promise<string> {
+    const id = `${FRUN}:${name}`;
+    const producer = new ProducerCursor(name);
+    for (const d of [openDelta(), ...turns]) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    return id;
+  }
+
+  it("the default rules flag a rollout as its text arrives: evidence in its row, counts in the aggregates, a list filter", async () => {
+    const hack = await rollout("hack", delta({ nodes: [say(0, "solve it"), callBash(1, "cat tests/grader.py")] }));
+    const honest = await rollout("honest", delta({ nodes: [say(0, "solve it"), say(1, "the answer is 42")] }));
+    const rows = await list();
+    const flagged = rows.find((r) => r.id === hack)!;
+    expect(flagged.flags).toEqual([{ rule: "touches-grader", trace: "t-1", node: 1, excerpt: expect.stringContaining("tests/grader.py") }]);
+    expect(rows.find((r) => r.id === honest)!.flags).toEqual([]);
+    expect((await list("flag=touches-grader")).map((r) => r.id)).toEqual([hack]);
+    expect((await list("flagged=0")).map((r) => r.id)).toEqual([honest]);
+    const agg = (await (await relay(`../runs/${FRUN}`)).json()) as { aggregates: { flags: Record<string, number> } };
+    expect(agg.aggregates.flags).toEqual({ "touches-grader": 1 });
+    // a retraction takes the evidence back with the text
+    const id = `${FRUN}:retracted`;
+    const p = new ProducerCursor("r");
+    const send = async (d: Uint8Array, acked = true) => {
+      const r = await post(`${id}/deltas`, encodeEnvelope(p.envelope(d)));
+      await r.arrayBuffer();
+      if (acked) p.acknowledge();
+    };
+    await send(openDelta());
+    await send(delta({ nodes: [callBash(0, "cat grader.py")] }), false);
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await list()).find((r) => r.id === id)!.flags.map((f) => f.rule)).toEqual(["touches-grader"]);
+    await send(delta({ nodes: [callBash(0, "cat main.py")] }));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await list()).find((r) => r.id === id)!.flags).toEqual([]);
+  });
+
+  it("rules set later: PUT replaces them, the alarm rescans what was written (paced), GET says how far; bad rules are 400", async () => {
+    const put = (body: unknown) =>
+      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const before = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: Array<{ id: string }> };
+    expect(before.defaults).toBe(true);
+    expect(before.rules.map((r) => r.id)).toContain("touches-grader");
+    const res = await put({ rules: [{ id: "says-42", description: "the honest answer", match: { pattern: "answer is 42", role: "assistant" } }] });
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(await res.json()).toMatchObject({ defaults: false, rules: [{ id: "says-42" }], rescan: { done: false } });
+    const index = env.EPISODE_INDEX.getByName(`run:${FRUN}`);
+    for (let i = 0; i < 10 && !((await (await relay(`../runs/${FRUN}/rules`)).json()) as { rescan: { done: boolean } }).rescan.done; i++) {
+      await runDurableObjectAlarm(index);
+    }
+    const rows = await list();
+    expect(rows.filter((r) => r.flags.length > 0).map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[`${FRUN}:honest`, ["says-42"]]]);
+    const bad = await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
+    expect((await put({ defaults: true })).status).toBe(200);
+  });
+});
