@@ -175,6 +175,18 @@ export class EpisodeIndex extends DurableObject<Env> {
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
   }
 
+  /** The search bench's baseline: the episodes whose text holds `needle`, by a plain scan (search-store.ts `scan`); no route reaches it. */
+  scanText(needle: string, limit: number): string[] {
+    this.schema.check();
+    return this.store.search.scan(needle, limit);
+  }
+
+  /** Segments and characters the run's search holds, in all (the search bench). */
+  searchSize(): { segments: number; chars: number } {
+    this.schema.check();
+    return this.ctx.storage.sql.exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments").toArray().map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+  }
+
   /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come. */
   rules(): RulesJson {
     this.schema.check();

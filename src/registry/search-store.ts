@@ -69,6 +69,17 @@ export class SearchStore {
     this.sql.exec("DELETE FROM segments WHERE episode = ?", episode);
   }
 
+  /**
+   * The episodes whose segments hold `needle` (any case), read row by row with no index: the
+   * search bench's baseline (a plain scan of the same rows). No route reaches it.
+   */
+  scan(needle: string, limit: number): string[] {
+    return this.sql
+      .exec<{ episode: string }>("SELECT DISTINCT episode FROM segments WHERE instr(lower(body), lower(?)) > 0 LIMIT ?", needle, limit)
+      .toArray()
+      .map((r) => r.episode);
+  }
+
   /** Segments an episode holds, and their characters (the cost bench and tests). */
   held(episode: string): { segments: number; chars: number } {
     const r = this.sql.exec<{ n: number; c: number | null }>("SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?", episode).one();
