@@ -21,14 +21,27 @@ export class MemoryEpisode {
   ingest(message: Uint8Array): IngestResult {
     const first = this.seq;
     const held = this.dispatch;
-    const result = ingest(this.asm, this.ledger, message, {
+    let result: IngestResult;
+    try {
+      result = this.apply(message);
+    } catch (e) {
+      // refused whole: the seqs and the identity as they were (ingest rolled the assembly back)
+      this.seq = first;
+      this.dispatch = held;
+      throw e;
+    }
+    result.applied.forEach((delta, i) => {
+      this.frames.push({ seq: first + i + 1, delta });
+    });
+    return result;
+  }
+
+  private apply(message: Uint8Array): IngestResult {
+    return ingest(this.asm, this.ledger, message, {
       nextSeq: () => ++this.seq,
       dispatch: (identity) => {
         if (this.dispatch === null) this.dispatch = identity.slice();
-        else if (!sameDispatch(this.dispatch, identity)) {
-          this.dispatch = held; // the message is refused whole
-          throw dispatchConflict(this.dispatch ?? identity, identity);
-        }
+        else if (!sameDispatch(this.dispatch, identity)) throw dispatchConflict(this.dispatch, identity);
       },
       retract: (seqs) => {
         const gone = new Set(seqs);
@@ -40,9 +53,5 @@ export class MemoryEpisode {
         for (const f of kept) this.asm.apply(f.delta, true);
       },
     });
-    result.applied.forEach((delta, i) => {
-      this.frames.push({ seq: first + i + 1, delta });
-    });
-    return result;
   }
 }

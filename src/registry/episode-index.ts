@@ -184,7 +184,10 @@ export class EpisodeIndex extends DurableObject<Env> {
   /** Segments and characters the run's search holds, in all (the search bench). */
   searchSize(): { segments: number; chars: number } {
     this.schema.check();
-    return this.ctx.storage.sql.exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments").toArray().map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+    return this.ctx.storage.sql
+      .exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments")
+      .toArray()
+      .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
   }
 
   /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come. */

@@ -9,6 +9,7 @@ import { encodeEnvelope, parseIngestMessage } from "../../src/envelope/envelope.
 import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { RelayError } from "../../src/http/errors.js";
+import { LMap } from "../../src/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { runCaseLocally } from "../../tools/conformance/local.js";
 import { delta, enc, f, m, node, openDelta } from "../support/deltas.js";
@@ -113,6 +114,18 @@ describe("the dispatch identity", () => {
     // a bare delta's key conflicts the same way
     expect(refusal(() => ep.ingest(attachDispatch(delta({ nodes: [node(1)] }), other))).message).toMatch(/set once/);
     expect(Buffer.compare(ep.asm.tracesBytes(), before)).toBe(0);
+  });
+
+  it("a batch refused after its first envelope set the identity leaves none set (the whole message refused)", () => {
+    const ep = new MemoryEpisode();
+    const producer = new ProducerCursor("w");
+    const first = encodeEnvelope({ ...producer.envelope(openDelta()), dispatch: identity });
+    const bad = encodeEnvelope(producer.envelope(delta({ links: new LMap([[0, [m({ node: 9, type: "x" })]]]) })));
+    const batch = new Uint8Array([0x92, ...first, ...bad]);
+    expect(refusal(() => ep.ingest(batch))).toBeInstanceOf(DeltaError);
+    expect(ep.dispatch).toBeNull();
+    expect(ep.seq).toBe(0);
+    expect(ep.asm.traces.size).toBe(0);
   });
 
   const cases = goldenCasePaths().map(loadCase);
