@@ -8,7 +8,7 @@
 // the rules and the flags (src/registry/flag-store.ts). DEFAULT_RULES hold for a run that set none.
 
 import { RelayError } from "../http/errors.js";
-import type { IndexRow } from "../registry/entry.js";
+import type { Flag, IndexRow } from "../registry/entry.js";
 import { scoresOf } from "../registry/rewards.js";
 import type { Segment, SegmentKind } from "../search/segments.js";
 
@@ -37,14 +37,7 @@ export type Rule = {
   | { rewarded_short: { key: string; min: number; max_output_tokens: number } }
 );
 
-/** A rollout's flag: its rule and the evidence (a segment's node and an excerpt; the row's own for a reward rule). */
-export interface Flag {
-  rule: string;
-  trace: string | null;
-  /** The node (-1: the task); null for a reward rule. */
-  node: number | null;
-  excerpt: string;
-}
+export type { Flag } from "../registry/entry.js";
 
 /** Reward hacks reported in the field (verl, TRL, TorchRL issues; prime-rl's own examples); see docs for their false positives. */
 export const DEFAULT_RULES: readonly Rule[] = [

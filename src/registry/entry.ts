@@ -2,7 +2,6 @@
 // shared by the index, the Episode object, the dashboard and tests.
 
 import { dispatchFacts } from "../envelope/dispatch.js";
-import type { Flag } from "../flags/rules.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
 import { rewardOf } from "./rewards.js";
 
@@ -45,6 +44,15 @@ export interface IndexRow {
   live?: LiveFacts | null;
   /** The run's flag rules this rollout meets, with their evidence (src/flags/rules.ts; kept by its run's index, not sent). */
   flags?: Flag[];
+}
+
+/** A rollout's flag (src/flags/rules.ts): its rule and the evidence (a segment's node and an excerpt; the row's own for a reward rule). */
+export interface Flag {
+  rule: string;
+  trace: string | null;
+  /** The node (-1: the task); null for a reward rule. */
+  node: number | null;
+  excerpt: string;
 }
 
 /** A rollout's stage, as prime-rl reads it off its first trace's `timing` spans and `errors`. */

@@ -40,7 +40,7 @@ export class FlagStore {
     const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
     const rules = defaults ? [] : parseRules(body);
     this.sql.exec("DELETE FROM rules");
-    rules.forEach((r, i) => this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r)));
+    for (const [i, r] of rules.entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
     this.setState("rules_set", defaults ? "0" : "1");
     this.cached = null;
     // every flag is looked for again, by the alarm: text from the first segment, rewards from the first row

@@ -1,8 +1,7 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
 import type { Json, JsonObject } from "../wire/json-view.js";
-import type { Flag } from "../flags/rules.js";
-import type { IndexRow, LiveFacts } from "./entry.js";
+import type { Flag, IndexRow, LiveFacts } from "./entry.js";
 
 /**
  * A row as SQLite holds it: rewards, the dispatch identity and the live facts as JSON text, the

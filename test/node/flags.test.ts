@@ -117,7 +117,7 @@ describe("the default rules", () => {
       (ep.traces as JsonObject[]).forEach((t, i) => {
         const task = i === 0 ? taskSegment(t.id as string, t.task as Json) : null;
         if (task) segments.push(task);
-        (t.nodes as JsonObject[]).forEach((n, k) => segments.push(...nodeSegments(t.id as string, k, n.message as Json)));
+        for (const [k, n] of (t.nodes as JsonObject[]).entries()) segments.push(...nodeSegments(t.id as string, k, n.message as Json));
       });
       const flagged = withinBudget(segments, 0).kept.flatMap(hits);
       const first = (ep.traces as JsonObject[])[0]!;

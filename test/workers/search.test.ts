@@ -67,7 +67,7 @@ function segmentsOf(episode: Uint8Array): Segment[] {
       const s = taskSegment(t.id as string, t.task as Json);
       if (s) out.push(s);
     }
-    (t.nodes as JsonObject[]).forEach((n, k) => out.push(...nodeSegments(t.id as string, k, n.message as Json)));
+    for (const [k, n] of (t.nodes as JsonObject[]).entries()) out.push(...nodeSegments(t.id as string, k, n.message as Json));
   });
   return withinBudget(out, 0).kept;
 }
