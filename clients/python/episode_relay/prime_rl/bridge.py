@@ -243,7 +243,8 @@ class Bridge:
         logged = 0.0
         while True:
             try:
-                return await attempt()
+                async with self._gate:  # requests in flight, over all episodes
+                    return await attempt()
             except RelayError as e:
                 if not e.retryable:
                     raise
@@ -280,40 +281,39 @@ class Bridge:
 
     async def _send(self, work: EpisodeWork) -> None:
         """Announce, then the pieces in batches; a refused piece stops its file, not the rest."""
-        async with self._gate:
+        e = self.state.episodes.get(work.episode)
+        if work.announce is not None:
+            await self._announce(work.episode, work.announce)
+        pieces = list(work.pieces)
+        while pieces:
+            batch, size = [], 0
+            for p in pieces:
+                if batch and (len(batch) >= BATCH_ENVELOPES or size + len(p.delta) > BATCH_BYTES):
+                    break
+                batch.append(p)
+                size += len(p.delta) + 64
             e = self.state.episodes.get(work.episode)
-            if work.announce is not None:
-                await self._announce(work.episode, work.announce)
-            pieces = list(work.pieces)
-            while pieces:
-                batch, size = [], 0
-                for p in pieces:
-                    if batch and (len(batch) >= BATCH_ENVELOPES or size + len(p.delta) > BATCH_BYTES):
-                        break
-                    batch.append(p)
-                    size += len(p.delta) + 64
-                e = self.state.episodes.get(work.episode)
-                identity = e.get("dispatch") if e is not None and not e.get("identified") else None
-                body = _batch_body(batch, identity)
-                try:
-                    ack = await self._retrying(f"deltas for {work.episode}", lambda: self._http(work.episode).post("deltas", body))
-                except RelayError as err:
-                    if err.error == "dispatch_conflict" and e is not None and not e.get("identified"):
-                        # the relay holds another identity for this rollout (prime-rl recomputes
-                        # `started` per event): keep the relay's, send the deltas without one
-                        e["dispatch"] = await self._relay_identity(work.episode) or e.get("dispatch")
-                        e["identified"] = True
-                        self.state.count("dispatch_conflicts")
-                        continue
-                    pieces = self._refused(work.episode, err, batch, pieces)
-                    continue
-                if e is not None and identity is not None:
+            identity = e.get("dispatch") if e is not None and not e.get("identified") else None
+            body = _batch_body(batch, identity)
+            try:
+                ack = await self._retrying(f"deltas for {work.episode}", lambda: self._http(work.episode).post("deltas", body))
+            except RelayError as err:
+                if err.error == "dispatch_conflict" and e is not None and not e.get("identified"):
+                    # the relay holds another identity for this rollout (prime-rl recomputes
+                    # `started` per event): keep the relay's, send the deltas without one
+                    e["dispatch"] = await self._relay_identity(work.episode) or e.get("dispatch")
                     e["identified"] = True
-                for p in batch:
-                    p.done()
-                self.state.count("applied", int(ack.get("applied", 0)))
-                self.state.count("duplicates", int(ack.get("duplicates", 0)))
-                pieces = pieces[len(batch) :]
+                    self.state.count("dispatch_conflicts")
+                    continue
+                pieces = self._refused(work.episode, err, batch, pieces)
+                continue
+            if e is not None and identity is not None:
+                e["identified"] = True
+            for p in batch:
+                p.done()
+            self.state.count("applied", int(ack.get("applied", 0)))
+            self.state.count("duplicates", int(ack.get("duplicates", 0)))
+            pieces = pieces[len(batch) :]
 
     def _refused(self, episode: str, err: RelayError, batch: List[Piece], pieces: List[Piece]) -> List[Piece]:
         """The relay refused a batch (4xx: the batch changed nothing). The piece it names stops:
@@ -606,8 +606,7 @@ class Bridge:
 
         async def finish_all(rows: List[Dict[str, Any]]) -> None:
             for row in rows:
-                async with self._gate:
-                    await self._finish_row(row)
+                await self._finish_row(row)
                 waiting.remove(row)
                 self.state.dirty = True
 
