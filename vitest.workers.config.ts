@@ -40,6 +40,8 @@ export default defineConfig({
           INDEX_WRITES_PER_S: "0.0005",
           // finished episodes are archived when a test runs the alarm (runDurableObjectAlarm), not by themselves
           ARCHIVE_AFTER_SECONDS: "3600",
+          // an episode's merged annotations past 256 KiB are refused (413) with small records
+          MAX_ANNOTATION_BYTES: String(256 * 1024),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
           // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
           AUTH_OFF_ON_LOOPBACK: "true",
@@ -65,5 +67,8 @@ export default defineConfig({
     name: "workers",
     include: ["test/workers/**/*.test.ts"],
     testTimeout: 60_000,
+    // one file at a time: several files restart every object (abortAllDurableObjects, as a deploy
+    // does), which drops the sockets and requests of whatever another file has in flight
+    fileParallelism: false,
   },
 });

@@ -109,8 +109,17 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "dispatch":
       checkDeclaredLength(request, 4 * MAX_DISPATCH_BYTES);
       return answerResponse(await episode.dispatch(id, request.body, request.headers.get("content-type")));
-    case "annotations":
-      throw new RelayError("not_found", "annotations: not yet");
+    case "annotations": {
+      if (request.method === "POST") {
+        checkDeclaredLength(request, limitsFrom(env).maxMessage);
+        return answerResponse(await episode.annotate(id, request.body, request.headers.get("content-type")));
+      }
+      return episode.annotations(id, {
+        json: wantsJson(request.headers.get("accept")),
+        head: request.method === "HEAD",
+        ifNoneMatch: request.headers.get("if-none-match"),
+      });
+    }
     case "status":
       return answerResponse(await episode.status(id));
     case "usage":

@@ -8,8 +8,9 @@
 // This module is the package's `episode-relay/client`: it also exports `fetchRun` (bulk.ts, a
 // run's finished episodes), `fetchGroups`, `fetchGroupsPage` and `fetchGroup` (groups.ts, a run's
 // groups and their rollouts' advantages), `listEpisodes` and `fetchEpisodesPage` (episodes.ts, a
-// run's episodes by status, task, stop condition, flags, reward ranges, turns and tokens) and
-// `RelayRefusal` (refusal.ts).
+// run's episodes by status, task, stop condition, flags, reward ranges, turns and tokens),
+// `fetchAnnotations` and `foldOntoNodes` (the trainer's annotations, and their fold onto a trace's
+// nodes as prime-rl folds them) and `RelayRefusal` (refusal.ts).
 
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
@@ -22,6 +23,7 @@ import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachable, refusalOf, relayFetch } from "./relay-fetch.js";
 
 export { RelayRefusal } from "./refusal.js";
+export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/annotations/fold.js";
 export { RelayUnreachable, type Hints } from "./relay-fetch.js";
 export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
 export {
@@ -98,6 +100,11 @@ export interface WatchOptions {
   giveUpMs?: number;
   /** How a refusal tells the caller to pass a token (default: the library's `{ token }`). */
   hints?: Hints;
+  /**
+   * Follow the trainer's annotations (default true): the relay notes when they change, and the
+   * watch reads them (`GET .../annotations`) into `annotations`, emitting an `annotations` event.
+   */
+  annotations?: boolean;
 }
 
 /**
@@ -129,6 +136,8 @@ export type WatchEvent =
   | { type: "unreachable"; error: RelayUnreachable }
   /** The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's message). */
   | { type: "status"; status: string; seq: number; error: string | null }
+  /** The trainer's annotations as the relay merged them (`version` records), read after the relay said they changed. */
+  | { type: "annotations"; version: number; annotations: AnnotationsJson }
   | { type: "state"; state: WatchState }
   | { type: "error"; error: Error };
 
@@ -149,6 +158,11 @@ export class EpisodeWatch {
   refusal: RelayRefusal | null = null;
   /** Why the relay could not be reached (state "unreachable"), else null. */
   unreachable: RelayUnreachable | null = null;
+  /** The trainer's annotations (`GET .../annotations`), once the relay said it has some; null before. */
+  annotations: AnnotationsJson | null = null;
+  /** The annotations version the relay last named (the read follows it). */
+  private annotationsWanted = 0;
+  private annotationsReading = false;
 
   private readonly listeners = new Set<Listener>();
   private socket: SocketLike | null = null;
@@ -253,6 +267,7 @@ export class EpisodeWatch {
     if (this.resumeAfter !== null) u.searchParams.set("after", String(this.resumeAfter));
     if (this.options.routing === false) u.searchParams.set("routing", "0");
     if (this.options.traces?.length) u.searchParams.set("traces", this.options.traces.join(","));
+    if (this.options.annotations !== false) u.searchParams.set("annotations", "1");
     if (this.options.token) u.searchParams.set("token", this.options.token);
     return u.toString();
   }
@@ -347,6 +362,12 @@ export class EpisodeWatch {
         this.setState("live");
         this.emit({ type: "caught_up", seq: m.seq });
         return;
+      case "annotations":
+        this.annotationsWanted = Math.max(this.annotationsWanted, m.version);
+        void this.readAnnotations();
+        return;
+      case "unknown":
+        return; // a later relay's message: nothing this client needs
       case "finish": {
         const status = m.status;
         this.error = m.error;
@@ -383,6 +404,24 @@ export class EpisodeWatch {
       return;
     }
     this.retry(code, reason);
+  }
+
+  /** Read the annotations until what was read is the version the relay last named (one read at a time). */
+  private async readAnnotations(): Promise<void> {
+    if (this.annotationsReading) return;
+    this.annotationsReading = true;
+    try {
+      while ((this.annotations?.version ?? 0) < this.annotationsWanted) {
+        const a = await fetchAnnotations(this.url, this.id, { token: this.options.token, hints: this.options.hints });
+        if (a.version <= (this.annotations?.version ?? 0)) break; // not newer (a stale note): wait for the next
+        this.annotations = a;
+        this.emit({ type: "annotations", version: a.version, annotations: a });
+      }
+    } catch (e) {
+      this.emit({ type: "error", error: e as Error });
+    } finally {
+      this.annotationsReading = false;
+    }
   }
 
   /** The refusal behind a failed handshake, or null when it was something transient. */
@@ -464,6 +503,30 @@ export function reconnectDelay(code: number, reason: string, attempt: number, [f
   if (hint !== null) return hint * (1 + random() / 2);
   if (code === CLOSE_TOO_SLOW && attempt === 0) return 0;
   return Math.min(cap, first * 2 ** attempt) * random();
+}
+
+/** The trainer's annotations of an episode as the relay merged them (src/annotations/records.ts), JSON. */
+export interface AnnotationsJson {
+  episode: string;
+  /** Records merged so far. */
+  version: number;
+  /** Per trace, one merged record in prime-rl's shape: `{version: 1, trace_id, info, branches: [{index, <stream>: [...]}]}`. */
+  traces: Array<{ version: number; trace_id: string; info: Json; branches: Array<{ index: number } & Record<string, Json>> }>;
+}
+
+/**
+ * GET the episode's annotations (`/v1/episodes/{id}/annotations`, the JSON view). Fold a trace's
+ * record onto its nodes with `foldOntoNodes` (src/annotations/fold.ts). Refusals throw a RelayRefusal.
+ */
+export async function fetchAnnotations(url: string, id: string, options: { token?: string; hints?: Hints } = {}): Promise<AnnotationsJson> {
+  const base = checkBaseUrl(url);
+  checkEpisodeId(id);
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}/annotations`, { headers }, 10_000);
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
+  if (!res.ok) throw new Error(`GET annotations of ${id}: ${res.status} ${await res.text()}`);
+  return (await res.json()) as AnnotationsJson;
 }
 
 export function watchEpisode(url: string, id: string, options: WatchOptions = {}): EpisodeWatch {

@@ -15,7 +15,7 @@ import { DeltaError } from "../assembly/errors.js";
 import { RelayError } from "../http/errors.js";
 import { kindOf } from "../wire/format.js";
 import { type Json, type JsonObject, toJson } from "../wire/json-view.js";
-import { decodeLossless, encodeLossless, F64, LMap, type LValue } from "../wire/lossless.js";
+import { decodeLossless, encodeLossless, F64, fromJson, type LMap, type LValue } from "../wire/lossless.js";
 import { WireError } from "../wire/errors.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
@@ -71,7 +71,7 @@ export function checkDispatch(bytes: Uint8Array, field = "dispatch"): Uint8Array
 /** An identity given as JSON (`POST .../dispatch` with a JSON body): its msgpack bytes, checked. */
 export function dispatchFromJson(value: unknown, field = "dispatch"): Uint8Array {
   if (typeof value !== "object" || value === null || Array.isArray(value)) throw new DeltaError("wrong_type", field, "must be a JSON object");
-  const bytes = encodeLossless(fromJson(value as Json));
+  const bytes = encodeLossless(fromJson(value));
   return checkDispatch(bytes, field);
 }
 
@@ -142,14 +142,6 @@ function checkValue(m: LMap, field: string): void {
       throw new DeltaError("wrong_type", where, "must be a number (seconds since the epoch)");
     }
   }
-}
-
-/** A JSON value as msgpack: whole numbers as ints, others as float64, objects as maps in their order. */
-function fromJson(v: Json): LValue {
-  if (v === null || typeof v === "boolean" || typeof v === "string") return v;
-  if (typeof v === "number") return Number.isSafeInteger(v) ? v : new F64(v);
-  if (Array.isArray(v)) return v.map(fromJson);
-  return new LMap(Object.entries(v).map(([k, x]) => [k, fromJson(x)]));
 }
 
 function sameJson(a: Json, b: Json): boolean {

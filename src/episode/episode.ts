@@ -50,7 +50,11 @@ import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { alarmAt, RunRowSync } from "./run-row-sync.js";
 import { type Limits, limitsFrom } from "../limits/limits.js";
 import { LogTrim } from "./log-trim.js";
-import type { ReadRequest } from "../http/representation.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
+import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
+import { toJson } from "../wire/json-view.js";
+import { decodeLossless, fromJson } from "../wire/lossless.js";
+import { decodeBody } from "../http/body.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
 import { isPending, type Meta, publicStatus } from "./storage.js";
@@ -164,6 +168,39 @@ export class Episode extends DurableObject<Env> {
       }
       return { ok: true, created: r.created, changed: r.changed, status: publicStatus(r.meta), dispatch: dispatchJson(r.meta.dispatch!) };
     });
+  }
+
+  /**
+   * `POST /v1/episodes/{id}/annotations`: prime-rl's annotation records (one, or an array; msgpack or
+   * JSON), merged into the episode's per trace (src/episode/annotations.ts), while live, finished or
+   * archived. Its row and its watchers that asked hear of it.
+   */
+  annotate(_id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<AnnotationsAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, this.limits.maxMessage);
+      const value = isJsonBody(contentType) ? fromJson(parseJsonBody(bytes, "the annotations")) : decodeBody(bytes, "annotations");
+      const now = Date.now();
+      const { meta, ack } = commitAnnotations(this.state, value, this.limits.maxAnnotations, now);
+      void this.rowSync.send(meta, now);
+      this.feeds.kick();
+      this.setAlarm(null);
+      return ack;
+    });
+  }
+
+  /** `GET|HEAD /v1/episodes/{id}/annotations`: the merged records (msgpack, or the JSON view), with an ETag by version. */
+  annotations(_id: string, req: ReadRequest): Response {
+    try {
+      const m = this.state.requireMeta();
+      const etag = representationEtag(`a${m.annotations}`, req.json);
+      if (matchesEtag(req.ifNoneMatch, etag)) return new Response(null, { status: 304, headers: { etag } });
+      const doc = annotationsDocument(this.state, m);
+      const body = req.json ? JSON.stringify(toJson(decodeLossless(doc))) : doc;
+      const headers = { "content-type": req.json ? "application/json" : MSGPACK, etag, "cache-control": "no-cache" };
+      return new Response(req.head ? null : body, { headers });
+    } catch (e) {
+      return errorResponse(e, "annotations read");
+    }
   }
 
   /** `GET|HEAD /v1/episodes/{id}`: the episode, streamed from storage (a refusal as its HTTP answer). */

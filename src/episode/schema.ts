@@ -106,8 +106,11 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
     },
     {
       version: 3,
-      what: "the rollout's dispatch identity and its live facts",
+      what: "the rollout's dispatch identity, its live facts and the trainer's annotations",
       up(sql) {
+        // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta
+        sql.exec("CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))");
+        addColumns(sql, "meta", ["annotations INTEGER NOT NULL DEFAULT 0", "annotation_bytes INTEGER NOT NULL DEFAULT 0"]);
         // msgpack map (src/envelope/dispatch.ts), set once; null for episodes written before or without one.
         // `live`: the row's live facts as JSON, kept once the run ended (row-facts.ts: the archive takes the bodies)
         addColumns(sql, "meta", ["dispatch BLOB", "live TEXT"]);

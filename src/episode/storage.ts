@@ -51,6 +51,9 @@ export interface Meta {
   dispatch: Uint8Array | null;
   /** The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from); null before. */
   live: LiveFacts | null;
+  /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
+  annotations: number;
+  annotationBytes: number;
 }
 
 /** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
@@ -77,7 +80,8 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
-const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live";
+const COLUMNS =
+  "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes";
 
 export class EpisodeRecord {
   private ready = false;
@@ -131,9 +135,11 @@ export class EpisodeRecord {
       archived: null,
       dispatch: null,
       live: null,
+      annotations: 0,
+      annotationBytes: 0,
     };
     this.sql.exec(
-      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       id,
       "live",
       0,
@@ -151,6 +157,8 @@ export class EpisodeRecord {
       null,
       null,
       null,
+      0,
+      0,
     );
     this.ready = true;
     this.cached = { ...meta };
@@ -164,13 +172,14 @@ export class EpisodeRecord {
     const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
     const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
-    this.cached = { ...(row as unknown as Meta), dispatch, live };
+    const { annotation_bytes, ...rest } = row;
+    this.cached = { ...(rest as unknown as Meta), dispatch, live, annotations: Number(row.annotations ?? 0), annotationBytes: Number(annotation_bytes ?? 0) };
     return { ...this.cached };
   }
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?",
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?",
       m.status,
       m.seq,
       m.bytes,
@@ -186,6 +195,8 @@ export class EpisodeRecord {
       m.archived,
       m.dispatch,
       m.live === null ? null : JSON.stringify(m.live),
+      m.annotations,
+      m.annotationBytes,
     );
     this.cached = { ...m };
   }

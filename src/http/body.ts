@@ -1,3 +1,4 @@
+import { decodeLossless, type LValue } from "../wire/lossless.js";
 import { concatChunks } from "../wire/writer.js";
 import { RelayError, tooLarge } from "./errors.js";
 
@@ -41,5 +42,14 @@ export function parseJsonBody(bytes: Uint8Array, what: string): unknown {
     return JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
   } catch (e) {
     throw new RelayError("malformed", `${what} is not JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/** A msgpack request body as one value (every distinction kept); 400 malformed naming `what` when it is not one document. */
+export function decodeBody(bytes: Uint8Array, what: string): LValue {
+  try {
+    return decodeLossless(bytes);
+  } catch (e) {
+    throw new RelayError("malformed", `${what}: not one msgpack document (${e instanceof Error ? e.message : String(e)})`);
   }
 }

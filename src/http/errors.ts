@@ -32,6 +32,8 @@ export const ERROR_STATUS = {
   dispatch_conflict: 409,
   message_too_large: 413,
   episode_too_large: 413,
+  /** An episode's trainer annotations are bounded (MAX_ANNOTATION_BYTES). */
+  annotations_too_large: 413,
   // the delta does not fit the episode
   unknown_trace: 422,
   index_out_of_range: 422,

@@ -41,6 +41,8 @@ export interface Limits {
   archiveAfterMs: number;
   /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
   pendingTimeoutMs: number;
+  /** Bytes an episode's merged trainer annotations may take (src/episode/annotations.ts). */
+  maxAnnotations: number;
 }
 
 export function limitsFrom(env: Partial<Env>): Limits {
@@ -63,5 +65,6 @@ export function limitsFrom(env: Partial<Env>): Limits {
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
     pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
+    maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
   };
 }

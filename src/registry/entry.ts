@@ -64,6 +64,8 @@ export interface LiveFacts {
   cost: number | null;
   /** The latest assistant text, whitespace collapsed, at most LAST_CHARS characters; null before any. */
   last: string | null;
+  /** Trainer annotation records merged (GET /v1/episodes/{id}/annotations); absent in rows of earlier releases. */
+  annotations?: number;
 }
 
 /** `last` is cut to this many characters. */

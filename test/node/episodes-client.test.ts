@@ -281,10 +281,10 @@ describe("episode-relay episodes", () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s)`);
-    expect(lines[2]!.split(/\s{2,}/)).toEqual(["id", "status", "reward", "turns", "tokens", "task", "stop", "error"]);
+    expect(lines[2]!.split(/\s{2,}/)).toEqual(["id", "status", "kind", "step", "reward", "turns", "tokens", "task", "stop", "error"]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
-    expect(row("b-0")).toEqual([id("b-0"), "finished", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
-    expect(row("b-1")).toEqual([id("b-1"), "finished", "0.200", "3", "99", TASK_B, "agent_completed"]);
+    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
+    expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.200", "3", "99", TASK_B, "agent_completed"]);
 
     const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");
     expect(failed.code, failed.stderr).toBe(0);
@@ -293,7 +293,7 @@ describe("episode-relay episodes", () => {
         .split("\n")
         .find((l) => l.startsWith(id("failed")))!
         .split(/\s{2,}/),
-    ).toEqual([id("failed"), "failed", "-", "0", "0", TASK_A, "-", "sandbox crashed"]);
+    ).toEqual([id("failed"), "failed", "-", "-", "-", "0", "0", TASK_A, "-", "sandbox crashed"]);
     const none = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--task", "no-such-task");
     expect([none.code, none.stdout]).toEqual([0, `run ${RUN}: 0 episode(s)\n`]);
   }, 60_000);

@@ -152,12 +152,15 @@ describe("method tables", () => {
       status: ["GET"],
       watch: ["GET"],
       usage: ["GET"],
+      dispatch: ["POST"],
+      annotations: ["GET", "HEAD", "POST"],
     });
     expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], runs: ["GET", "HEAD"] });
     expect(RUN_METHODS).toStrictEqual({
       groups: ["GET", "HEAD"],
       group: ["GET", "HEAD"],
       tasks: ["GET", "HEAD"],
+      steps: ["GET", "HEAD"],
       run: ["GET", "HEAD"],
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],

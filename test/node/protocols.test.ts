@@ -15,6 +15,7 @@ import {
   type RunsMessage,
 } from "../../src/registry/index-protocol.js";
 import {
+  annotationsMessage,
   ackMessage,
   caughtUpMessage,
   decodeWatchMessage,
@@ -55,6 +56,7 @@ describe("watch protocol: server → watcher", () => {
     ["finish (failed, error)", finishMessage("failed", 5, bin(0xc0), "boom"), { type: "finish", status: "failed", seq: 5, reply: bin(0xc0), error: "boom" }],
     ["finish (no error)", finishMessage("finished", 5, bin(0x80), null), { type: "finish", status: "finished", seq: 5, reply: bin(0x80), error: null }],
     ["status", statusMessage("finish_refused", 8, "count mismatch"), { type: "status", status: "finish_refused", seq: 8, error: "count mismatch" }],
+    ["annotations", annotationsMessage(3), { type: "annotations", version: 3 }],
   ];
   for (const [name, bytes, value] of cases) {
     it(`${name}: bytes equal an independent encoding, and decode back`, () => {
@@ -65,7 +67,8 @@ describe("watch protocol: server → watcher", () => {
 
   it.each<[string, unknown]>([
     ["not a map", [1, 2]],
-    ["unknown type", { type: "nope", seq: 1 }],
+    ["no type", { seq: 1 }],
+    ["annotations without a version", { type: "annotations" }],
     ["hello without seq", { type: "hello", protocol: 2, episode: "e", status: "live", ack_bytes: 1 }],
     ["negative seq", { type: "caught_up", seq: -1 }],
     ["snapshot with a str delta", { type: "snapshot", seq: 1, reason: "join", deltas: ["x"], more: false }],
@@ -75,6 +78,10 @@ describe("watch protocol: server → watcher", () => {
     ["status with a numeric error", { type: "status", status: "live", seq: 1, error: 3 }],
   ])("refuses %s", (_name, value) => {
     expect(() => decodeWatchMessage(encode(value))).toThrow(/watch message/);
+  });
+
+  it("a type it does not know (a later relay's) decodes as unknown, for the client to skip", () => {
+    expect(decodeWatchMessage(encode({ type: "from_the_future", x: 1 }))).toEqual({ type: "unknown", name: "from_the_future" });
   });
 });
 

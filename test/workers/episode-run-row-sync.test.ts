@@ -200,7 +200,7 @@ describe("rowOf", () => {
         run_name: null,
         dispatch: null,
         // no timing, no nodes, no calls yet
-        live: { stage: "pending", started: null, elapsed: null, branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null },
+        live: { stage: "pending", started: null, elapsed: null, branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null, annotations: 0 },
       });
     });
   });

@@ -14,7 +14,7 @@ import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/registry/schemas.js";
 import { checkSchema, latestVersion, storedVersion } from "../../src/storage/schema.js";
 import { toJson } from "../../src/wire/json-view.js";
 import { decodeLossless } from "../../src/wire/lossless.js";
-import { equal, getBytes, golden, post, relay } from "./support.js";
+import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 /** The releases whose storage this one must open: the first before versioned schemas, then one per release that changed one. */
@@ -40,7 +40,7 @@ interface Observed {
 }
 
 async function fixture<T>(file: string, release = RELEASE): Promise<T> {
-  const res = await env.STORAGE_FIXTURES.fetch(`http://fixtures/${release}/${file}`);
+  const res = await fromNode(env.STORAGE_FIXTURES, `http://fixtures/${release}/${file}`);
   if (!res.ok) throw new Error(`storage fixture ${file}: ${res.status}`);
   return (await res.json()) as T;
 }

@@ -13,11 +13,11 @@ import type { Episode } from "../../src/episode/episode.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
 import { parseRunMessage } from "../../src/registry/index-protocol.js";
 import type { StepJson } from "../../src/registry/steps.js";
-import { decodeLossless } from "../../src/wire/lossless.js";
+import { decodeLossless, encodeLossless, fromJson, type LMap } from "../../src/wire/lossless.js";
 import { toJson, type Json, type JsonObject } from "../../src/wire/json-view.js";
 import { delta, f, m, node, openDelta } from "../support/deltas.js";
 import { PRIME_DISPATCH } from "../support/prime-rl.js";
-import { equal, getBytes, golden, inbox, openSocket, post, relay } from "./support.js";
+import { equal, getBytes, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 const identity = (over: Record<string, Json> = {}) => ({ ...PRIME_DISPATCH, ...over });
@@ -347,5 +347,121 @@ describe("training steps", () => {
     }
     expect(gone).toEqual([{ step: 1, kind: "train" }]);
     socket.close();
+  });
+});
+
+describe("trainer annotations", () => {
+  /** Records for the first trace of `c`, one branch, `n` values per stream. */
+  const record = (trace: string, over: Record<string, Json> = {}) => ({
+    version: 1,
+    trace_id: trace,
+    info: { effective: true, ship: { step: 4, time: 1764644020.5 } },
+    branches: [{ index: 0, advantages: [0, 0, 0.5] }],
+    ...over,
+  });
+  const postJson = (id: string, body: unknown) =>
+    relay(`${id}/annotations`, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+
+  async function finished(name: string): Promise<{ id: string; run: string; trace: string }> {
+    const c = await golden(name);
+    const run = freshRun("ann");
+    const id = `${run}:e`;
+    const producer = new ProducerCursor("p");
+    for (const frame of c.frames) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(frame)));
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    const r = await post(`${id}/reply`, c.reply);
+    await r.arrayBuffer();
+    const ep = toJson(decodeLossless(c.episode!)) as { traces: Array<{ id: string }> };
+    return { id, run, trace: ep.traces[0]!.id };
+  }
+
+  it("merged per trace (info deeply, entries in order), served as JSON or msgpack with an ETag; the episode's bytes untouched", async () => {
+    const { id, run, trace } = await finished("chat_basic");
+    const first = await postJson(id, record(trace));
+    expect(first.status, await first.clone().text()).toBe(200);
+    expect(await first.json()).toMatchObject({ ok: true, version: 1 });
+    // a second record, as msgpack, in an array (the trainer's: info {}, a stream with nulls)
+    const second = await relay(`${id}/annotations`, {
+      method: "POST",
+      body: encodeLossless(
+        fromJson([record(trace, { info: { advantage: 0.5 }, branches: [{ index: 0, trainer_logprobs: [null, -0.1, -0.2], is_masked: [null, false, true] }] })]),
+      ),
+      headers: { "content-type": "application/msgpack" },
+    });
+    expect(await second.json()).toMatchObject({ ok: true, version: 2 });
+    const got = await relay(`${id}/annotations`, { headers: { accept: "application/json" } });
+    expect(got.status).toBe(200);
+    const etag = got.headers.get("etag")!;
+    expect(await got.json()).toEqual({
+      episode: id,
+      version: 2,
+      traces: [
+        {
+          version: 1,
+          trace_id: trace,
+          info: { effective: true, ship: { step: 4, time: 1764644020.5 }, advantage: 0.5 },
+          branches: [
+            { index: 0, advantages: [0, 0, 0.5] },
+            { index: 0, trainer_logprobs: [null, -0.1, -0.2], is_masked: [null, false, true] },
+          ],
+        },
+      ],
+    });
+    expect((await relay(`${id}/annotations`, { headers: { accept: "application/json", "if-none-match": etag } })).status).toBe(304);
+    const bin = await relay(`${id}/annotations`);
+    expect(bin.headers.get("content-type")).toBe("application/msgpack");
+    const doc = decodeLossless(new Uint8Array(await bin.arrayBuffer())) as LMap;
+    expect(doc.get("version")).toBe(2);
+    // the episode is still the golden one; the row counts the records
+    expect(equal(await getBytes(id), (await golden("chat_basic")).episode!)).toBe(true);
+    const [row] = (await episodes(run)).episodes;
+    expect(row!.live!.annotations).toBe(2);
+  });
+
+  it("accepted once archived; refused: an unknown episode (404), a trace it does not hold (422), past MAX_ANNOTATION_BYTES (413), a bad record (400), nothing changed", async () => {
+    const { id, trace } = await finished("tool_calls_pending");
+    for (let i = 0; i < 20 && !(await status(id)).archived; i++) await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await status(id)).archived).toBe(true);
+    expect((await postJson(id, record(trace))).status).toBe(200);
+    expect((await postJson(`${id}x`, record(trace))).status).toBe(404);
+    const unknown = await postJson(id, record("no-such-trace"));
+    expect(unknown.status).toBe(422);
+    expect(((await unknown.json()) as { error: string }).error).toBe("unknown_trace");
+    const bad = await postJson(id, record(trace, { branches: [{ index: 0, entropies: "x" }] }));
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { field: string }).field).toBe("annotations.branches[0].entropies");
+    // a record and a half past the limit (256 KiB here): the whole message refused
+    const big = record(trace, { branches: [{ index: 0, entropies: new Array(20_000).fill(0.123456789) }] });
+    expect((await postJson(id, big)).status).toBe(200);
+    const over = await postJson(id, [big, big]);
+    expect(over.status).toBe(413);
+    expect(((await over.json()) as { error: string }).error).toBe("annotations_too_large");
+    const after = (await (await relay(`${id}/annotations`, { headers: { accept: "application/json" } })).json()) as { version: number };
+    expect(after.version).toBe(2);
+    expect((await relay(`${id}x/annotations`)).status).toBe(404);
+  });
+
+  it("watchers that ask (?annotations=1) are told the version after hello and when it changes; the others are not", async () => {
+    const c = await golden("chat_basic");
+    const run = freshRun("annw");
+    const id = `${run}:e`;
+    await pushFrames(id, c, 0, 3, new ProducerCursor("p"));
+    const trace = (toJson(decodeLossless(c.episode!)) as { traces: Array<{ id: string }> }).traces[0]!.id;
+    expect((await postJson(id, record(trace))).status).toBe(200);
+    const asks = await Watcher.open(id, "?annotations=1");
+    const plain = await Watcher.open(id);
+    await asks.read((w) => w.caughtUp);
+    await plain.read((w) => w.caughtUp);
+    const notes = (w: Watcher) => w.messages.filter((m) => m.type === "annotations").map((m) => (m as { version: number }).version);
+    expect(notes(asks)).toEqual([1]);
+    expect((await postJson(id, record(trace))).status).toBe(200);
+    await asks.read((w) => notes(w).length === 2);
+    expect(notes(asks)).toEqual([1, 2]);
+    expect(notes(plain)).toEqual([]);
+    asks.close();
+    plain.close();
   });
 });

@@ -8,6 +8,8 @@
   same-seq retries and a bounded buffer.
 - :func:`announce_dispatch`: a rollout the trainer dispatched, shown as pending until its first
   trace streams (``RelaySink`` and ``RelayForwarder`` take the same identity as ``dispatch=``).
+- :func:`post_annotations` / :func:`fetch_annotations`: the trainer's per-token annotations
+  (prime-rl's records), merged per trace by the relay.
 - :class:`RelayMirror`: a ``send`` that keeps the worker's own transport primary and mirrors
   each delta it acknowledged to the relay through a forwarder.
 - :func:`fetch_run`: the finished episodes of a run, streamed, each as the exact bytes the
@@ -25,13 +27,15 @@ from .forwarder import RelayForwarder
 from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
-from .sink import RelaySink, announce_dispatch
+from .sink import RelaySink, announce_dispatch, fetch_annotations, post_annotations
 from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
 from .wire import LIST_FIELDS, pack, unpack
 
 __all__ = [
     "RelaySink",
     "announce_dispatch",
+    "post_annotations",
+    "fetch_annotations",
     "RelayForwarder",
     "RelayMirror",
     "fetch_run",

@@ -11,8 +11,8 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
 import httpx
 
 from .producer import Outgoing, ProducerCursor
-from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id
-from .wire import Document, Encoder, default_encoder, pack, to_bytes
+from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id, error_from_answer
+from .wire import Document, Encoder, default_encoder, pack, to_bytes, unpack
 
 logger = logging.getLogger("episode_relay")
 
@@ -230,6 +230,47 @@ async def announce_dispatch(
     body = pack(dict(dispatch))
     try:
         return await retrying(lambda: http.post("dispatch", body), "dispatch", retry_for, 0.2)
+    finally:
+        await http.close()
+
+
+async def post_annotations(
+    url: str,
+    episode_id: str,
+    records: Union[Mapping[str, Any], "list[Mapping[str, Any]]"],
+    token: Optional[str] = None,
+    *,
+    timeout: float = 30.0,
+    retry_for: float = 30.0,
+    client: Optional[httpx.AsyncClient] = None,
+) -> Dict[str, Any]:
+    """``POST /v1/episodes/{id}/annotations``: the trainer's annotation records of the episode's
+    traces, in prime-rl's shape (``{"version": 1, "trace_id", "info", "branches": [{"index",
+    "trainer_logprobs", "entropies", "is_masked", "advantages", ...}]}``; one record or a list). The
+    relay merges them per trace (accepted while live, finished or archived) and tells watchers.
+    Returns ``{"ok": true, "version": records merged, "bytes": ...}``; raises
+    :class:`~episode_relay.RelayError` (422 ``unknown_trace``, 413 ``annotations_too_large``, 400
+    naming the field). Retryable failures are retried; a retry after a lost answer merges the records
+    again (harmless: a later entry equal to an earlier one folds to the same values)."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    body = pack(records if isinstance(records, Mapping) else list(records))
+    try:
+        return await retrying(lambda: http.post("annotations", body), "annotations", retry_for, 0.2)
+    finally:
+        await http.close()
+
+
+async def fetch_annotations(
+    url: str, episode_id: str, token: Optional[str] = None, *, timeout: float = 30.0, client: Optional[httpx.AsyncClient] = None
+) -> Dict[str, Any]:
+    """``GET /v1/episodes/{id}/annotations``: ``{"episode", "version", "traces": [merged record per trace]}``."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    try:
+        r = await http.request("GET", "annotations", headers={"accept": "application/msgpack"})
+        if r.status_code != 200:
+            raise error_from_answer(r.status_code, r.content, f"GET /v1/episodes/{episode_id}/annotations")
+        doc: Dict[str, Any] = unpack(r.content)
+        return doc
     finally:
         await http.close()
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from conftest import Relay
-from episode_relay import RelayError, RelayForwarder, RelaySink, announce_dispatch
+from episode_relay import RelayError, RelayForwarder, RelaySink, announce_dispatch, fetch_annotations, post_annotations
 from helpers import load_case, unpackb
 
 #: prime-rl's ``dispatch_info`` for one rollout (orchestrator/live.py): 8 keys in its order.
@@ -101,5 +101,34 @@ def test_pending_then_forwarded(relay: Relay) -> None:
         with pytest.raises(RelayError) as info:
             await announce_dispatch(relay.url, ep, {**IDENTITY, "group": "other"}, token=relay.token)
         assert info.value.status == 409
+
+    asyncio.run(run())
+
+
+def test_annotations_posted_and_read(relay: Relay) -> None:
+    """``post_annotations`` (prime-rl's records, one or a list) after the rollout ended; the relay
+    merges them per trace; ``fetch_annotations`` reads them back; a trace the episode lacks is 422."""
+    case = load_case("chat_basic")
+    ep = fresh("ann")
+    trace = unpackb(case.frames[0])["trace"]
+
+    async def run() -> None:
+        sink = RelaySink(relay.url, ep, token=relay.token, dispatch=IDENTITY)
+        for frame in case.frames:
+            await sink.send(unpackb(frame))
+        await sink.finish(case.reply)
+        await sink.close()
+        orch = {"version": 1, "trace_id": trace, "info": {"effective": True, "ship": {"step": 4, "time": 1.5}}, "branches": [{"index": 0, "advantages": [0.0, 0.5]}]}
+        trainer = {"version": 1, "trace_id": trace, "info": {}, "branches": [{"index": 0, "trainer_logprobs": [None, -0.25], "is_masked": [None, False]}]}
+        assert (await post_annotations(relay.url, ep, orch, token=relay.token))["version"] == 1
+        assert (await post_annotations(relay.url, ep, [trainer], token=relay.token))["version"] == 2
+        doc = await fetch_annotations(relay.url, ep, token=relay.token)
+        assert doc["version"] == 2 and doc["episode"] == ep
+        [merged] = doc["traces"]
+        assert merged["info"] == {"effective": True, "ship": {"step": 4, "time": 1.5}}
+        assert merged["branches"] == [orch["branches"][0], trainer["branches"][0]]
+        with pytest.raises(RelayError) as info:
+            await post_annotations(relay.url, ep, {**trainer, "trace_id": "nope"}, token=relay.token)
+        assert info.value.status == 422 and info.value.error == "unknown_trace"
 
     asyncio.run(run())
