@@ -180,6 +180,45 @@ def expected_episode(traces_dir: Path, record: Dict[str, Any], how: str) -> Dict
     return {**head, "traces": out}
 
 
+def deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """prime-rl's ``_deep_merge``: maps merge key by key, anything else is replaced."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = deep_merge(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
+    return out
+
+
+def expected_annotations(traces_dir: Path, episode: str, trace_ids: List[str]) -> Optional[Dict[str, Any]]:
+    """What GET .../annotations must answer for the episode: per trace (in the reply's order) the
+    producers' records in name order, each producer's in its index order, merged as the relay
+    documents it (info deeply, a record's empty info skipped; branch entries one after another).
+    None when no record names the episode's traces."""
+    by_trace: Dict[str, List[Dict[str, Any]]] = {}
+    root = traces_dir / "annotations"
+    for index in sorted(root.glob("*.index.jsonl")):
+        producer = index.name[: -len(".index.jsonl")]
+        chunk = (root / producer / "00000.jsonl").read_bytes()
+        for line in index.read_bytes().splitlines():
+            row = json.loads(line)
+            if row["trace_id"] in trace_ids:
+                rec = json.loads(chunk[row["offset"] :].split(b"\n", 1)[0])
+                by_trace.setdefault(row["trace_id"], []).append(rec)
+    traces = []
+    n = 0
+    for t in trace_ids:
+        if t not in by_trace:
+            continue
+        info: Dict[str, Any] = {}
+        branches: List[Any] = []
+        for rec in by_trace[t]:
+            n += 1
+            if rec["info"]:
+                info = deep_merge(info, rec["info"])
+            branches += rec["branches"]
+        traces.append({"version": 1, "trace_id": t, "info": info, "branches": branches})
+    return {"episode": episode, "version": n, "traces": traces} if traces else None
+
+
 class BridgeProcess:
     """``python -m episode_relay.prime_rl`` as a user runs it, in its own process group."""
 
@@ -250,6 +289,13 @@ class Relay:
 
     def episode(self, episode: str) -> bytes:
         r = self.client.get(f"{self.url}/v1/episodes/{episode}", headers={"accept": "application/msgpack"})
+        r.raise_for_status()
+        return r.content
+
+    def annotations(self, episode: str) -> Optional[bytes]:
+        r = self.client.get(f"{self.url}/v1/episodes/{episode}/annotations", headers={"accept": "application/msgpack"})
+        if r.status_code == 404:
+            return None
         r.raise_for_status()
         return r.content
 

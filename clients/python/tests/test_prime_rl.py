@@ -17,7 +17,7 @@ import pytest
 
 from conftest import Relay as RelayFixture
 from helpers import packb, unpackb
-from prime_rl_run import GOLDEN_RUN, RECORDED, TRACES, BridgeProcess, Relay, Replay, cases, expected_episode, fresh_copy, once, seen_by_bridge, stream_records
+from prime_rl_run import GOLDEN_RUN, RECORDED, TRACES, BridgeProcess, Relay, Replay, cases, expected_annotations, expected_episode, fresh_copy, once, read_state, seen_by_bridge, stream_records
 
 
 def run_name(prefix: str) -> str:
@@ -52,6 +52,12 @@ def check_golden_run(relay: Relay, run: str, source: Path) -> None:
             assert status["dispatch"] == rebuilt, name
         else:
             assert status["dispatch"] == pending_identity(source, case["dispatch"]["id"]), name
+        want_ann = expected_annotations(traces_dir, ep, case["final_traces"])
+        got_ann = relay.annotations(ep)
+        if want_ann is None:
+            assert unpackb(got_ann or packb({"version": 0}))["version"] == 0, name
+        else:
+            assert got_ann == packb(want_ann), f"{name}: the relay's annotations differ from the records' merge"
 
 
 def test_golden_run_written_while_the_bridge_runs(relay: RelayFixture, tmp_path: Path) -> None:
@@ -89,6 +95,8 @@ def test_golden_run_written_while_the_bridge_runs(relay: RelayFixture, tmp_path:
         for name, case in cases().items():
             if case["how"] != "pending":
                 api.wait(f"{name} finished", lambda: (api.status(episode_of(run, case)) or {}).get("status") == "finished", bridge=bridge)
+        total = sum(len(GOLDEN_RUN.joinpath("files", TRACES, "annotations", f"{p}.index.jsonl").read_bytes().splitlines()) for p in ("orch", "trainer"))
+        api.wait("every annotation record posted", lambda: read_state(tmp_path / "state.json").get("stats", {}).get("annotations") == total, bridge=bridge)
         check_golden_run(api, run, GOLDEN_RUN)
         waiting = cases()["never_streamed"]
         rows = {r["id"]: r for r in api.rows(run)}

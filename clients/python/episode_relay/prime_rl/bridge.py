@@ -40,7 +40,7 @@ from ..producer import envelope_bytes
 from ..transport import FinishMismatch, RelayError, RelayHttp, check_base_url, error_from_answer
 from ..wire import pack, unpack
 from . import formats
-from .files import Chunks, Cursor, SealedChunk, follow, whole_lines
+from .files import Chunks, Cursor, SealedChunk, cursor_at, follow, whole_lines
 from .state import State
 
 logger = logging.getLogger("episode_relay.prime_rl")
@@ -178,6 +178,7 @@ class Bridge:
         self._client = client
         self._parallel = max(1, parallel)
         self._stream_chunks = Chunks(self.layout.stream, self.layout.traces / "stream.jsonl")
+        self._annotation_chunks: Dict[str, Chunks] = {}
         self._warned: Set[str] = set()
         self._caught_up = False
         if self._stream_chunks.can_read_sealed and self.state.stream.get("sealed"):
@@ -208,6 +209,8 @@ class Bridge:
         finally:
             self.state.save()
             self._stream_chunks.close()
+            for c in self._annotation_chunks.values():
+                c.close()
             if self._own_client and self._client is not None:
                 await self._client.aclose()
                 self._client = None
@@ -398,6 +401,12 @@ class Bridge:
         for _, tid, _path, parsed, cur in sorted(opened, key=lambda o: (o[0], o[1])):
             if self._open_file(works, tid, parsed[0][1]):
                 self._queue_lines(works, tid, parsed, cur)
+        # a discard not acknowledged before the bridge stopped is sent again
+        queued = {(p.producer, p.seq) for w in works.values() for p in w.pieces}
+        for ep, e in self.state.episodes.items():
+            for tid, tr in e["traces"].items():
+                if tr["status"] == "discarding" and (tr["producer"], int(tr["seq"]) + 1) not in queued:
+                    self._queue_discard(self._work(works, ep), ep, tid, tr)
         if works:
             await asyncio.gather(*(self._send(w) for w in works.values()))
         return progress
@@ -700,7 +709,148 @@ class Bridge:
         return marks
 
     async def _annotations(self, marks: Dict[str, int]) -> bool:
-        return False
+        """Each producer's new records (up to its mark) to their episodes, producers in name order
+        (prime-rl's readers fold them in that order), an interrupted producer first."""
+        producers = sorted(marks)
+        posting = self.state.posting
+        if posting is not None and posting.get("producer") in marks:
+            producers.remove(posting["producer"])
+            producers.insert(0, posting["producer"])
+        progress = False
+        for producer in producers:
+            progress = await self._annotate(producer, marks[producer]) or progress
+        return progress
+
+    async def _annotate(self, producer: str, mark: int) -> bool:
+        root = self.layout.annotations
+        st = self.state.annotations.setdefault(producer, {"cursor": None, "skip": {}})
+        skip: Dict[str, int] = st.setdefault("skip", {})
+        posting = self.state.posting
+        if posting is not None and posting.get("producer") == producer:
+            # the last run posted this producer's records and stopped before saving the answers:
+            # what the relay merged since is skipped (the bridge is the episodes' one annotator)
+            for ep, before in posting.get("before", {}).items():
+                now = await self._annotation_version(ep)
+                if now is not None and now > before:
+                    skip[ep] = skip.get(ep, 0) + now - before
+            self.state.posting = None
+            self.state.dirty = True
+        index = root / f"{producer}.index.jsonl"
+        cursor = Cursor.from_json(st["cursor"]) if st.get("cursor") else None
+        got = whole_lines(index, cursor, INDEX_READ_BYTES, limit=mark)
+        if got.status == "replaced":
+            skip.clear()
+        if not got.lines:
+            if got.status == "replaced" and got.cursor is not None:
+                st["cursor"] = got.cursor.to_json()
+                self.state.dirty = True
+            return False
+        chunks = self._annotation_chunks.get(producer)
+        if chunks is None:
+            chunks = self._annotation_chunks[producer] = Chunks(root / producer, root / f"{producer}.jsonl")
+        batches: Dict[str, List[Dict[str, Any]]] = {}
+        end: Cursor = got.cursor  # type: ignore[assignment]
+        left = dict(skip)  # what is still to skip once the cursor has moved past these rows
+        for line, line_end in zip(got.lines, got.ends):
+            try:
+                row = json.loads(line)
+                trace = row["trace_id"]
+                chunk = row.get("chunk")
+                offset = int(row["offset"])
+            except (ValueError, KeyError, TypeError) as err:
+                logger.error("%s: an unreadable index row (%s): skipped", index, err)
+                self.state.count("unreadable_rows")
+                continue
+            ep = self.state.traces.get(trace)
+            if ep is None:
+                if not self._caught_up:
+                    # its episode's record is not read yet: this producer waits for the stream
+                    end = cursor_at(index, line_end - len(line) - 1)
+                    break
+                self._warn_once(f"unmatched:{trace}", "annotations of trace %s (%s): no episode of this run has that trace; skipped", trace, producer)
+                self.state.count("annotations_unmatched")
+                continue
+            try:
+                record = json.loads(chunks.line_at(chunk if isinstance(chunk, int) else None, offset))
+                if not isinstance(record, dict) or record.get("trace_id") != trace:
+                    raise ValueError(f"the record at offset {offset} is not trace {trace}'s")
+            except SealedChunk as err:
+                self._warn_once(
+                    f"sealed-annotations:{producer}:{chunk}",
+                    "annotation chunk %s is sealed (zstd) and this Python has neither `zstandard` nor `pyzstd`: its records are skipped",
+                    err,
+                )
+                self.state.count("sealed_unread")
+                continue
+            except (OSError, ValueError) as err:
+                logger.error("annotations of %s at chunk %s offset %s: %s: skipped", producer, chunk, offset, err)
+                self.state.count("unreadable_records")
+                continue
+            if left.get(ep):
+                left[ep] -= 1
+                if not left[ep]:
+                    del left[ep]
+                self.state.count("annotations_skipped")
+                continue
+            batches.setdefault(ep, []).append(record)
+        if batches:
+            before = {}
+            for ep in batches:
+                known = self.state.annotated.get(ep)
+                before[ep] = known if known is not None else (await self._annotation_version(ep) or 0)
+            self.state.posting = {"producer": producer, "before": before}
+            self.state.dirty = True
+            self.state.save()
+            await asyncio.gather(*(self._post_annotations(ep, records) for ep, records in batches.items()))
+            self.state.posting = None
+        st["cursor"] = end.to_json()
+        st["skip"] = left
+        self.state.dirty = True
+        self.state.save()
+        return True
+
+    async def _annotation_version(self, episode: str) -> Optional[int]:
+        """The relay's count of the episode's annotation records (None: no such episode)."""
+        http = self._http(episode)
+
+        async def attempt() -> Optional[int]:
+            r = await http.request("GET", "annotations", headers={"accept": "application/msgpack"})
+            if r.status_code == 404:
+                return None
+            if r.status_code != 200:
+                raise error_from_answer(r.status_code, r.content, f"GET annotations of {episode}")
+            doc = unpack(r.content)
+            return int(doc["version"])
+
+        return await self._retrying(f"annotations of {episode}", attempt)
+
+    async def _post_annotations(self, episode: str, records: List[Dict[str, Any]]) -> None:
+        """POST the records (in batches); a refused batch is posted record by record, so one
+        refusal (a trace the episode does not hold, the size limit) only loses that record."""
+        pending = list(records)
+        while pending:
+            batch, size = [], 0
+            for r in pending:
+                packed = pack(r)
+                if batch and size + len(packed) > BATCH_BYTES:
+                    break
+                batch.append(packed)
+                size += len(packed)
+            body = msgpack.Packer(use_bin_type=True).pack_array_header(len(batch)) + b"".join(batch)
+            try:
+                ack = await self._retrying(f"annotations for {episode}", lambda: self._http(episode).post("annotations", body))
+            except RelayError as err:
+                if len(batch) > 1:
+                    for one in pending[: len(batch)]:
+                        await self._post_annotations(episode, [one])
+                else:
+                    logger.error("episode %s: the relay refused an annotation record of trace %s: %s (%s)", episode, pending[0].get("trace_id"), err, err.error)
+                    self.state.count("annotations_refused")
+                pending = pending[len(batch) :]
+                continue
+            self.state.set_annotated(episode, int(ack.get("version", 0)), self.keep_ended)
+            self.state.count("annotations", len(batch))
+            pending = pending[len(batch) :]
 
     # ---- orphans ----
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -54,6 +54,8 @@ class Followed:
     lines: List[bytes]
     cursor: Optional[Cursor]
     """The cursor after ``lines`` (None when gone or replaced)."""
+    ends: List[int] = field(default_factory=list)
+    """The offset just after each line (where a cursor stopping after it would stand)."""
     more: bool = False
     """Complete lines are left beyond the budget."""
 
@@ -64,9 +66,9 @@ def _tail(f: Any, offset: int) -> str:
     return bytes(f.read(offset - start)).hex()
 
 
-def follow(path: Path, cursor: Optional[Cursor], budget: int = 8 * 1024 * 1024) -> Followed:
+def follow(path: Path, cursor: Optional[Cursor], budget: int = 8 * 1024 * 1024, limit: Optional[int] = None) -> Followed:
     """The whole lines of ``path`` after ``cursor`` (blank lines dropped), about ``budget`` bytes
-    at most (one longer line is read whole, up to MAX_LINE_BYTES)."""
+    at most (one longer line is read whole, up to MAX_LINE_BYTES), none past byte ``limit``."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -86,8 +88,9 @@ def follow(path: Path, cursor: Optional[Cursor], budget: int = 8 * 1024 * 1024) 
         f.seek(start)
         data = bytearray()
         cut = -1  # where in `data` the last newline is
+        room = None if limit is None else max(0, limit - start)
         while len(data) < budget or cut < 0:
-            block = f.read(_BLOCK)
+            block = f.read(_BLOCK if room is None else min(_BLOCK, room - len(data)))
             if not block:
                 break
             nl = block.rfind(b"\n")
@@ -100,16 +103,29 @@ def follow(path: Path, cursor: Optional[Cursor], budget: int = 8 * 1024 * 1024) 
         if cut < 0:  # nothing whole yet: a torn line waits for its newline
             return Followed(status, [], cursor or Cursor(st.st_ino, 0, ""))
         end = start + cut + 1
-        lines = [ln for ln in bytes(data[: cut + 1]).split(b"\n") if ln.strip()]
-        return Followed(status, lines, Cursor(st.st_ino, end, _tail(f, end)), more=len(data) >= budget)
+        lines: List[bytes] = []
+        ends: List[int] = []
+        pos = start
+        for ln in bytes(data[: cut + 1]).split(b"\n")[:-1]:
+            pos += len(ln) + 1
+            if ln.strip():
+                lines.append(ln)
+                ends.append(pos)
+        return Followed(status, lines, Cursor(st.st_ino, end, _tail(f, end)), ends, more=len(data) >= budget)
 
 
-def whole_lines(path: Path, cursor: Optional[Cursor], budget: int) -> Followed:
+def cursor_at(path: Path, offset: int) -> Cursor:
+    """A cursor at ``offset`` of ``path`` (stopping partway through what :func:`follow` read)."""
+    with open(path, "rb") as f:
+        return Cursor(os.fstat(f.fileno()).st_ino, offset, _tail(f, offset))
+
+
+def whole_lines(path: Path, cursor: Optional[Cursor], budget: int, limit: Optional[int] = None) -> Followed:
     """:func:`follow` for an index: a replaced index is read again from its start."""
-    got = follow(path, cursor, budget)
+    got = follow(path, cursor, budget, limit)
     if got.status == "replaced":
         logger.warning("%s was replaced (a new run in the same directory?): reading it again from the start", path)
-        got = follow(path, None, budget)
+        got = follow(path, None, budget, limit)
         got.status = "replaced"
     return got
 

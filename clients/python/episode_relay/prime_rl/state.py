@@ -30,7 +30,10 @@ class State:
     - ``ended``: the most recent ended episodes (episode → trace ids), so that annotations, which
       come after a rollout ended, find their episode.
     - ``stream``: the index cursor and the rows waiting to finish (their live files are still
-      there); ``annotations``: an index cursor per producer.
+      there); ``annotations``: an index cursor per producer; ``annotated``: per episode the
+      relay's count of annotation records after the bridge's last post; ``posting``: written
+      before a producer's records are posted (the producer, each episode's count before), so a
+      bridge stopped before saving what the relay answered skips what the relay merged.
     - ``stats``: counts since the state was created.
     """
 
@@ -42,6 +45,8 @@ class State:
         self.ended: "OrderedDict[str, List[str]]" = OrderedDict(d.get("ended", []))
         self.stream: Dict[str, Any] = d.get("stream", {"index": None, "waiting": []})
         self.annotations: Dict[str, Any] = d.get("annotations", {})
+        self.annotated: "OrderedDict[str, int]" = OrderedDict(d.get("annotated", []))
+        self.posting: Optional[Dict[str, Any]] = d.get("posting")
         self.stats: Dict[str, int] = d.get("stats", {})
         self.identity: Dict[str, Any] = d.get("identity", {})
         """``output_dir`` and ``run`` the state belongs to."""
@@ -86,6 +91,13 @@ class State:
                     del self.traces[t]
         self.dirty = True
 
+    def set_annotated(self, episode: str, version: int, keep: int) -> None:
+        self.annotated.pop(episode, None)
+        self.annotated[episode] = version
+        while len(self.annotated) > keep:
+            self.annotated.popitem(last=False)
+        self.dirty = True
+
     def to_json(self) -> Dict[str, Any]:
         return {
             "format": FORMAT,
@@ -95,6 +107,8 @@ class State:
             "ended": list(self.ended.items()),
             "stream": self.stream,
             "annotations": self.annotations,
+            "annotated": list(self.annotated.items()),
+            "posting": self.posting,
             "stats": self.stats,
         }
 
