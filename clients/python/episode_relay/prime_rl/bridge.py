@@ -58,6 +58,9 @@ BATCH_ENVELOPES = 512
 INDEX_READ_BYTES = 256 * 1024
 #: Stream rows kept waiting for their live files to go, at most.
 MAX_WAITING = 512
+#: How long a finished record that cannot be read yet (its chunk not there, its line torn) is
+#: tried again before it is skipped.
+RECORD_WAIT_SECONDS = 60.0
 #: Rows of sealed chunks this Python cannot read, kept to finish later (one with zstd).
 MAX_SEALED_KEPT = 10000
 #: How long an announced rollout that never streamed is remembered after its pending file went.
@@ -179,6 +182,7 @@ class Bridge:
         self._parallel = max(1, parallel)
         self._stream_chunks = Chunks(self.layout.stream, self.layout.traces / "stream.jsonl")
         self._annotation_chunks: Dict[str, Chunks] = {}
+        self._unreadable: Dict[Tuple[str, int], float] = {}
         self._warned: Set[str] = set()
         self._caught_up = False
         if self._stream_chunks.can_read_sealed and self.state.stream.get("sealed"):
@@ -362,7 +366,7 @@ class Bridge:
         works: Dict[str, EpisodeWork] = {}
         progress = self._pending_files(works)
         budget = CYCLE_READ_BYTES
-        opened: List[Tuple[float, str, Path, List[Tuple[Dict[str, Any], Optional[Dict[str, Any]]]], Cursor]] = []
+        opened: List[Tuple[float, str, List[Tuple[Dict[str, Any], Optional[Dict[str, Any]]]], Cursor]] = []
         for tid in sorted(present):
             if budget <= 0:
                 progress = True
@@ -393,12 +397,11 @@ class Bridge:
                     # the open line was dropped (prime-rl's event cap): prime-rl cannot fold it either
                     self._refuse_file(tid, "its first line has no `open` (a headerless trace)", path)
                     continue
-                start = (first.get("set") or {}).get("timing", {}).get("start") if isinstance(first.get("set"), dict) else None
-                opened.append((start if isinstance(start, (int, float)) else 0.0, tid, path, parsed, got.cursor))
+                opened.append((_started(first), tid, parsed, got.cursor))
             else:
                 self._queue_lines(works, tid, parsed, got.cursor)
         # new traces in the order they started (the orchestrator before its sub-agents)
-        for _, tid, _path, parsed, cur in sorted(opened, key=lambda o: (o[0], o[1])):
+        for _, tid, parsed, cur in sorted(opened, key=lambda o: (o[0], o[1])):
             if self._open_file(works, tid, parsed[0][1]):
                 self._queue_lines(works, tid, parsed, cur)
         # a discard not acknowledged before the bridge stopped is sent again
@@ -445,11 +448,12 @@ class Bridge:
                 present[p.stem] = p
         progress = False
         now = time.time()
-        for ep, e in self.state.episodes.items():
-            if e.get("pending") and e.get("pending_file") not in present:
+        for e in self.state.episodes.values():
+            if e.get("pending_file") is not None and e["pending_file"] not in present:
+                del e["pending_file"]
                 e["pending"] = False
                 if not e.get("traces"):
-                    e["gone_since"] = now
+                    e["gone_since"] = now  # forgotten after PENDING_KEEP_SECONDS if nothing streams
                 self.state.dirty = True
         announced = {e.get("pending_file") for e in self.state.episodes.values() if e.get("pending")}
         for did, path in sorted(present.items()):
@@ -582,6 +586,11 @@ class Bridge:
         if len(waiting) < MAX_WAITING and index.exists():
             cursor = Cursor.from_json(st["index"]) if st.get("index") else None
             got = whole_lines(index, cursor, INDEX_READ_BYTES)
+            if got.status == "replaced" and waiting:
+                # their offsets point into the stream that was replaced: their records are gone
+                logger.warning("%d finished record(s) waiting to be read went with the replaced stream", len(waiting))
+                self.state.count("records_lost", len(waiting))
+                waiting.clear()
             now = time.time()
             for line in got.lines:
                 try:
@@ -594,7 +603,15 @@ class Bridge:
                 chunk = row.get("chunk")
                 traces = row.get("trace_ids") if isinstance(row.get("trace_ids"), list) else []
                 waiting.append(
-                    {"chunk": chunk if isinstance(chunk, int) else None, "offset": offset, "traces": traces, "kind": row.get("kind"), "env": row.get("env"), "seen": now}
+                    {
+                        "chunk": chunk if isinstance(chunk, int) else None,
+                        "offset": offset,
+                        "id": row.get("id"),
+                        "traces": traces,
+                        "kind": row.get("kind"),
+                        "env": row.get("env"),
+                        "seen": now,
+                    }
                 )
             if got.cursor is not None and (got.lines or got.status == "replaced"):
                 st["index"] = got.cursor.to_json()
@@ -613,47 +630,72 @@ class Bridge:
             known = next((self.state.traces[t] for t in w["traces"] if t in self.state.traces), None)
             by_episode.setdefault(known or f"row:{w['chunk']}:{w['offset']}", []).append(w)
 
+        finished = []
+
         async def finish_all(rows: List[Dict[str, Any]]) -> None:
             for row in rows:
-                await self._finish_row(row)
-                waiting.remove(row)
-                self.state.dirty = True
+                if await self._finish_row(row):
+                    waiting.remove(row)
+                    finished.append(row)
+                    self.state.dirty = True
 
         await asyncio.gather(*(finish_all(rows) for rows in by_episode.values()))
-        return True
+        return progress or bool(finished)
 
     def _still_live(self, traces: List[str]) -> bool:
-        return any(t in self.state.files and not self.state.files[t].get("refused") for t in traces)
+        """A trace of the row still has a live file being read, or one not read yet (it appeared
+        after this pass listed the directory: the next pass reads it first)."""
+        live = self.layout.live
+        for t in traces:
+            f = self.state.files.get(t)
+            if (f is not None and not f.get("refused")) or (f is None and (live / f"{t}.jsonl").exists()):
+                return True
+        return False
 
-    async def _finish_row(self, row: Dict[str, Any]) -> None:
+    async def _finish_row(self, row: Dict[str, Any]) -> bool:
+        """Finish the episode of one index row; False when its record is not readable yet."""
         chunk = row["chunk"]
         try:
-            record = json.loads(self._stream_chunks.line_at(chunk, row["offset"]))
-            traces = formats.record_traces(record)
-            if not isinstance(record.get("id"), str):
-                raise ValueError("a finished record has a str `id`")
+            line = self._stream_chunks.line_at(chunk, row["offset"])
         except SealedChunk as err:
-            self._warn_once(
-                f"sealed:{chunk}",
-                "stream chunk %s is sealed (zstd) and this Python has neither `zstandard` nor `pyzstd`: the episodes "
-                "recorded in it cannot be finished from their records, so the relay keeps them as their live files "
-                "left them (not finished). Install one (Debian: apt-get install python3-zstandard) and start the bridge "
-                "again with the same state file to finish them.",
-                err,
-            )
-            self.state.count("sealed_unread")
-            sealed = self.state.stream.setdefault("sealed", [])
-            if len(sealed) < MAX_SEALED_KEPT:
-                sealed.append({k: v for k, v in row.items() if k != "seen"})
-            return
+            self._sealed_row(row, err)
+            return True
         except (OSError, ValueError) as err:
+            # prime-rl flushes a record before its row; a directory being copied in may not have
+            if time.time() - row["seen"] < RECORD_WAIT_SECONDS:
+                return False
+            logger.error("finished record at chunk %s offset %s: %s (for %.0f s): skipped", chunk, row["offset"], err, RECORD_WAIT_SECONDS)
+            self.state.count("unreadable_records")
+            return True
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+                raise ValueError("a finished record is an object with a str `id`")
+            traces = formats.record_traces(record)
+            if row.get("id") is not None and record["id"] != row["id"]:
+                raise ValueError(f"the record there is episode {record['id']}, not {row['id']} (the stream changed under its index)")
+        except ValueError as err:
             logger.error("finished record at chunk %s offset %s: %s: skipped", chunk, row["offset"], err)
             self.state.count("unreadable_records")
-            return
+            return True
         ep = next((self.state.traces[t["id"]] for t in traces if t["id"] in self.state.traces), None)
-        if ep is None:
-            ep = self.episode_for(record["id"])
-        await self._finish(ep, record, row, traces)
+        await self._finish(ep if ep is not None else self.episode_for(record["id"]), record, row, traces)
+        return True
+
+    def _sealed_row(self, row: Dict[str, Any], err: SealedChunk) -> None:
+        self._warn_once(
+            f"sealed:{row['chunk']}",
+            "stream chunk %s is sealed (zstd) and this Python has neither `zstandard` nor `pyzstd`: the episodes "
+            "recorded in it cannot be finished from their records, so the relay keeps them as their live files "
+            "left them (not finished), and annotations of those it never saw live are skipped. Install one "
+            "(Debian: apt-get install python3-zstandard; pip install zstandard) and start the bridge again with "
+            "the same state file: it finishes them.",
+            err,
+        )
+        self.state.count("sealed_unread")
+        sealed = self.state.stream.setdefault("sealed", [])
+        if len(sealed) < MAX_SEALED_KEPT:
+            sealed.append({k: v for k, v in row.items() if k != "seen"})
 
     async def _finish(self, ep: str, record: Dict[str, Any], row: Dict[str, Any], traces: List[Dict[str, Any]]) -> None:
         status = await self._status(ep)
@@ -763,7 +805,7 @@ class Bridge:
                 continue
             ep = self.state.traces.get(trace)
             if ep is None:
-                if not self._caught_up:
+                if not self._caught_up or any(trace in w["traces"] for w in self.state.stream.get("waiting", [])):
                     # its episode's record is not read yet: this producer waits for the stream
                     end = cursor_at(index, line_end - len(line) - 1)
                     break
@@ -783,7 +825,11 @@ class Bridge:
                 self.state.count("sealed_unread")
                 continue
             except (OSError, ValueError) as err:
-                logger.error("annotations of %s at chunk %s offset %s: %s: skipped", producer, chunk, offset, err)
+                first = self._unreadable.setdefault((producer, offset), time.time())
+                if time.time() - first < RECORD_WAIT_SECONDS:
+                    end = cursor_at(index, line_end - len(line) - 1)  # not there yet: wait for it
+                    break
+                logger.error("annotations of %s at chunk %s offset %s: %s (for %.0f s): skipped", producer, chunk, offset, err, RECORD_WAIT_SECONDS)
                 self.state.count("unreadable_records")
                 continue
             if left.get(ep):
@@ -881,6 +927,14 @@ class Bridge:
             except RelayError as err:
                 logger.error("episode %s: the relay refused the failure reply: %s (%s)", ep, err, err.error)
             self.state.end(ep, self.keep_ended)
+
+
+def _started(first: Dict[str, Any]) -> float:
+    """When a trace started (its first ``set``'s ``timing.start``; 0 when not said)."""
+    scalars = first.get("set")
+    timing = scalars.get("timing") if isinstance(scalars, dict) else None
+    start = timing.get("start") if isinstance(timing, dict) else None
+    return float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else 0.0
 
 
 def _new_episode(dispatch: Optional[Dict[str, Any]]) -> Dict[str, Any]:

@@ -70,20 +70,17 @@ def follow(path: Path, cursor: Optional[Cursor], budget: int = 8 * 1024 * 1024, 
     """The whole lines of ``path`` after ``cursor`` (blank lines dropped), about ``budget`` bytes
     at most (one longer line is read whole, up to MAX_LINE_BYTES), none past byte ``limit``."""
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return Followed("gone", [], None)
-    if cursor is not None and st.st_ino == cursor.ino and st.st_size == cursor.offset:
-        return Followed("same", [], cursor)
-    try:
         f = open(path, "rb")
     except FileNotFoundError:
         return Followed("gone", [], None)
     with f:
         st = os.fstat(f.fileno())
         if cursor is not None:
+            # inodes are reused: a file recreated under the name may even have the old size
             if st.st_ino != cursor.ino or st.st_size < cursor.offset or _tail(f, cursor.offset) != cursor.tail:
                 return Followed("replaced", [], None)
+            if st.st_size == cursor.offset:
+                return Followed("same", [], cursor)
         start = cursor.offset if cursor is not None else 0
         f.seek(start)
         data = bytearray()
