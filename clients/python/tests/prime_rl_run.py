@@ -120,6 +120,12 @@ def seen_by_bridge(state_path: Path, run_dir: Path, event: Dict[str, Any]) -> bo
     return True
 
 
+def all_read(state_path: Path, run_dir: Path) -> bool:
+    """The bridge's saved state has every live file of ``run_dir`` read to its end."""
+    live = run_dir / TRACES / "live"
+    return all(seen_by_bridge(state_path, run_dir, {"path": str(p.relative_to(run_dir))}) for p in live.glob("*.jsonl"))
+
+
 def cases(source: Path = GOLDEN_RUN) -> Dict[str, Dict[str, Any]]:
     data: Dict[str, Dict[str, Any]] = json.loads((source / "cases.json").read_text())
     return data
@@ -322,6 +328,124 @@ class Relay:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}" + (f"\n{bridge.tail()}" if bridge else ""))
             time.sleep(0.1)
+
+
+def seal(plain: Path, frame_bytes: int = 4096) -> Path:
+    """Seal a chunk as prime-rl's ``chunks.seal`` does (pyzstd's SeekableZstdFile): independent
+    zstd frames of at most ``frame_bytes`` decompressed bytes, then the seek table (a skippable
+    frame), written to ``NNNNN.jsonl.zst``; the plain chunk is removed after."""
+    import struct
+
+    import zstandard
+
+    data = plain.read_bytes()
+    frames, entries = [], []
+    for i in range(0, len(data), frame_bytes):
+        piece = data[i : i + frame_bytes]
+        c = zstandard.ZstdCompressor(level=3).compress(piece)
+        frames.append(c)
+        entries.append(struct.pack("<II", len(c), len(piece)))
+    table = b"".join(entries) + struct.pack("<IBI", len(frames), 0, 0x8F92EAB1)
+    sealed = plain.with_name(plain.name + ".zst")
+    sealed.write_bytes(b"".join(frames) + struct.pack("<II", 0x184D2A5E, len(table)) + table)
+    plain.unlink()
+    return sealed
+
+
+def expected_seq(case: Dict[str, Any], source: Path = GOLDEN_RUN) -> int:
+    """The frames the relay applies for a rollout, each once: its live files' lines, a discard
+    per retried trace, one completion per trace a record had to complete or create."""
+    live = source / "files" / TRACES / "live"
+    lines = sum(len(records((live / f"{t}.jsonl").read_bytes())) for t in case["traces"] if (live / f"{t}.jsonl").exists())
+    discards = len(case["traces"]) - len(case["final_traces"])
+    completions = len(case["final_traces"]) if case["how"] in ("short", "record-only") else 0
+    if case["how"] == "short":
+        completions = 1  # the short golden cases have one trace
+    return lines + discards + completions
+
+
+class Proxy:
+    """A TCP forwarder in front of the relay that can go away (a relay outage: connections
+    refused, open ones cut) and come back on the same port."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import socket as _socket
+
+        self.upstream = upstream_port
+        probe = _socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = int(probe.getsockname()[1])
+        probe.close()
+        self._listener: Any = None
+        self._conns: List[Any] = []
+        self._lock = __import__("threading").Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Proxy":
+        import socket as _socket
+        import threading
+
+        ls = _socket.socket()
+        ls.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self._listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+        return self
+
+    def _accept(self, ls: Any) -> None:
+        import socket as _socket
+        import threading
+
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                server = _socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: Any, b: Any) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        import socket as _socket
+
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(_socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
 
 
 def fresh_copy(source: Path, target: Path) -> Path:
