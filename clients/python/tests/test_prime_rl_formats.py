@@ -159,3 +159,26 @@ def test_reading_a_record_by_offset(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         chunks.line_at(2, 0)
     chunks.close()
+
+
+def test_where_prime_rl_writes(tmp_path: Path) -> None:
+    """get_file_monitor_dir(output_dir) = output_dir/monitors/file; a verifiers Flow run (flow.json)
+    keeps its live traces in output_dir/live."""
+    from episode_relay.prime_rl import Layout
+
+    layout = Layout(tmp_path)
+    assert layout.live == tmp_path / "monitors" / "file" / "traces" / "live"
+    assert layout.pending == layout.live / "pending" and layout.stream_index == tmp_path / "monitors" / "file" / "traces" / "stream.index.jsonl"
+    (tmp_path / "flow.json").write_text("{}")
+    assert layout.live == tmp_path / "live" and layout.pending == tmp_path / "live" / "pending"
+
+
+def test_the_older_single_file_stream(tmp_path: Path) -> None:
+    """The older monitor's one-file stream (traces/stream.jsonl, index rows without `chunk`)."""
+    single = tmp_path / "stream.jsonl"
+    single.write_bytes(b'{"id":"a"}\n{"id":"b"}\n')
+    chunks = Chunks(tmp_path / "stream", single)
+    assert chunks.line_at(None, 11) == b'{"id":"b"}' and chunks.line_at(None, 0) == b'{"id":"a"}'
+    with pytest.raises(ValueError, match="newline"):
+        single.write_bytes(b'{"id":"a"}\n{"id":')
+        chunks.line_at(None, 11)
