@@ -87,12 +87,13 @@ function walksOf(q: ListQuery): Walk[] {
   const unvalued: Walk = { index, where: [`${column} IS NULL`], args: [], order };
   const range = column === "step" ? q.filter.step : null;
   if (range !== null) {
-    // a step range bounds the walk itself; rows without a step never match one
+    // a step range bounds the walk itself (rows without a step never match one); its upper end is
+    // where the walk starts, unless a cursor says where (one bound for SQLite to seek by, not two)
     if (range.min !== null) {
       valued.where.push("step >= ?");
       valued.args.push(range.min);
     }
-    if (range.max !== null) {
+    if (range.max !== null && after?.key == null) {
       valued.where.push("step <= ?");
       valued.args.push(range.max);
     }

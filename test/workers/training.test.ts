@@ -10,9 +10,11 @@ import { attachDispatch, dispatchFromJson } from "../../src/envelope/dispatch.js
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import type { Episode } from "../../src/episode/episode.js";
-import type { IndexEntry } from "../../src/registry/entry.js";
+import { identityOf, type IndexEntry, type IndexRow } from "../../src/registry/entry.js";
 import { parseRunMessage } from "../../src/registry/index-protocol.js";
-import type { StepJson } from "../../src/registry/steps.js";
+import { groupSummary } from "../../src/registry/groups.js";
+import { recountSteps, type StepJson, stepJson } from "../../src/registry/steps.js";
+import { currentRow } from "../support/index-rows.js";
 import { decodeLossless, encodeLossless, fromJson, type LMap } from "../../src/wire/lossless.js";
 import { toJson, type Json, type JsonObject } from "../../src/wire/json-view.js";
 import { delta, f, m, node, openDelta } from "../support/deltas.js";
@@ -263,6 +265,75 @@ describe("the row's live facts on hand-made traces", () => {
     // calls: 0.25 + 1 (the lost 0.5 was retracted; the last call gives no cost)
     expect(row!.live).toMatchObject({ cost: 1.25, branches: 2, last: "forked one" });
     expect(row!.calls).toBe(3);
+  });
+});
+
+describe("training steps equal a recount after any order of writes", () => {
+  it("random creates, updates, finishes, failures and deletes across steps, kinds and groups (the index's own RPC)", async () => {
+    const run = freshRun("stepsrand");
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    let seed = 11;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const rows = new Map<number, IndexRow>();
+    let clock = 10;
+    for (let i = 0; i < 240; i++) {
+      const n = Math.floor(rand() * 40);
+      const have = rows.get(n);
+      const r = rand();
+      if (have && r < 0.1) {
+        await index.remove(have.id);
+        rows.delete(n);
+        continue;
+      }
+      // a group's rollouts share its step and kind (as GRPO samples them); some rows have no identity
+      const g = n % 8;
+      const step = Math.floor(g / 2);
+      const kind = g % 2 ? "eval" : "train";
+      const status: IndexRow["status"] = r < 0.4 ? "live" : r < 0.85 ? "finished" : r < 0.95 ? "failed" : "finish_refused";
+      const score = status === "finished" ? [0, 1, 1, 0.5][Math.floor(rand() * 4)]! : null;
+      const next = currentRow({
+        id: `${run}:e${n}`,
+        run,
+        status,
+        updated: clock++,
+        seq: clock,
+        calls: Math.floor(rand() * 9),
+        tokens: Math.floor(rand() * 900),
+        rewards: score === null ? null : { correct: { score, weight: 1 } },
+        group: `g${g}`,
+        dispatch: n % 13 === 0 ? null : { kind, step, group: `g${g}`, policy_version: Math.max(0, step - Math.floor(rand() * 3)) },
+      });
+      await index.upsert(next);
+      rows.set(n, next);
+    }
+    const got: StepJson[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = (await (await relay(`../runs/${run}/steps?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)).json()) as {
+        steps: StepJson[];
+        cursor: string | null;
+      };
+      got.push(...page.steps);
+      cursor = page.cursor;
+    } while (cursor);
+    // the recount: every row's part, and every complete group at its members' step
+    const byGroup = new Map<string, IndexRow[]>();
+    for (const x of rows.values()) byGroup.set(x.group!, [...(byGroup.get(x.group!) ?? []), x]);
+    const complete = [...byGroup].flatMap(([id, members]) => {
+      const s = groupSummary(
+        id,
+        members.map((x) => ({ ...x, step: identityOf(x).step, kind: identityOf(x).kind })),
+      );
+      return s.complete ? [{ key: s.step === null ? null : { step: s.step, kind: s.kind ?? "" }, zero: s.zeroVariance }] : [];
+    });
+    const want = [...recountSteps(rows.values(), complete).values()]
+      .map((e) => stepJson(e.key, e.counters))
+      .sort((a, b) => a.step - b.step || ((a.kind ?? "") < (b.kind ?? "") ? -1 : 1));
+    expect(got.length).toBeGreaterThan(4);
+    expect(got).toEqual(want);
   });
 });
 
