@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -809,7 +808,12 @@ class Bridge:
                     # its episode's record is not read yet: this producer waits for the stream
                     end = cursor_at(index, line_end - len(line) - 1)
                     break
-                self._warn_once(f"unmatched:{trace}", "annotations of trace %s (%s): no episode of this run has that trace; skipped", trace, producer)
+                self._warn_once(
+                    f"unmatched:{producer}",
+                    "annotations of trace %s (%s): no episode of this run has that trace; skipped (further ones are only counted: annotations_unmatched)",
+                    trace,
+                    producer,
+                )
                 self.state.count("annotations_unmatched")
                 continue
             try:

@@ -32,8 +32,6 @@ OPEN_KEYS = ("version", "id", "verifiers", "task")
 #: Keys prime-rl's ``stamp_arrival`` writes into a finished trace's ``info``: the orchestrator's
 #: bookkeeping, not the rollout's (the dispatch identity carries kind and step).
 ARRIVAL_STAMPS = ("kind", "dispatch", "arrival")
-#: The dispatch identity's keys in prime-rl's order (``orchestrator/live.py`` ``dispatch_info``).
-IDENTITY_KEYS = ("id", "kind", "env", "group", "task", "policy_version", "step", "started")
 
 _RUN_CHAR = re.compile(r"[^A-Za-z0-9._:-]")
 
