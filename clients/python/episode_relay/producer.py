@@ -66,12 +66,29 @@ class ProducerCursor:
         data = to_bytes(delta, default)
         parsed = parse_delta(data)
         self.seq += 1
-        fields: Dict[str, Any] = {"producer": self.producer, "seq": self.seq, "cursor": self.cursor, "delta": data}
-        if self.dispatch is not None and self.cursor == 0:
-            fields["dispatch"] = self.dispatch
-        envelope = pack(fields, default)
+        dispatch = self.dispatch if self.cursor == 0 else None
+        envelope = envelope_bytes(self.producer, self.seq, self.cursor, data, dispatch, default)
         return Outgoing(trace=parsed["trace"], seq=self.seq, delta=parsed, delta_bytes=data, envelope=envelope)
 
     def acknowledge(self, out: Outgoing) -> None:
         """The relay answered 200 for ``out``: the cursor moves to it."""
         self.cursor = max(self.cursor, out.seq)
+
+
+def envelope_bytes(
+    producer: str,
+    seq: int,
+    cursor: Optional[int],
+    delta: bytes,
+    dispatch: Optional[Mapping[str, Any]] = None,
+    default: Optional[Encoder] = None,
+) -> bytes:
+    """One envelope's msgpack bytes: ``{producer, seq, cursor, delta[, dispatch]}`` (``cursor`` None:
+    left out, so the relay de-duplicates by seq only)."""
+    fields: Dict[str, Any] = {"producer": producer, "seq": seq}
+    if cursor is not None:
+        fields["cursor"] = cursor
+    fields["delta"] = delta
+    if dispatch is not None:
+        fields["dispatch"] = dict(dispatch)
+    return pack(fields, default)
