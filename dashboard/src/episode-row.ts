@@ -1,7 +1,7 @@
 // One episode in a run's list: status, id (and error), reward, the reward scores, size, ages.
 import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
-import { rewardPairs } from "./model.js";
+import { rewardChips, rewardNumber } from "./reward-chip.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
 
 export function episodeListHead(): HTMLElement {
@@ -18,18 +18,14 @@ export function episodeListHead(): HTMLElement {
 }
 
 export function episodeRow(e: IndexEntry, run: string): HTMLElement {
-  const rewards = rewardPairs(e.rewards);
+  const rewards = rewardChips(e.rewards);
   return h(
     "a.ep-row",
     { href: episodeHref(e.id), "data-nav": true, role: "row", "data-id": e.id, "data-status": e.status, "data-reward": e.reward === null ? "" : e.reward },
     h("span.cell-status", { role: "cell" }, h(`span.pill.s-${e.status}` as "span", null, e.status.replace("_", " "))),
     h("span.cell-id", { role: "cell" }, h("span.ep-id", { title: e.id }, idInRun(e.id, run)), e.error ? h("span.ep-error", { title: e.error }, e.error) : null),
-    h("span.cell-reward.num", { role: "cell" }, e.reward === null ? h("span.muted", null, "–") : h("span.reward-mean", null, fmtNumber(e.reward))),
-    h(
-      "span.cell-rewards",
-      { role: "cell" },
-      rewards.length ? rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))) : null,
-    ),
+    h("span.cell-reward.num", { role: "cell" }, rewardNumber(e.reward, fmtNumber(e.reward))),
+    h("span.cell-rewards", { role: "cell" }, rewards.length ? rewards : null),
     h(
       "span.cell-size.muted",
       { role: "cell" },

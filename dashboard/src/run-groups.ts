@@ -14,6 +14,7 @@ import { fmtNumber, h } from "./dom.js";
 import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
 import { pagedTable } from "./paged-table.js";
+import { rewardChip } from "./reward-chip.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -149,13 +150,11 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
 
 function rewardCells(g: GroupSummary): HTMLElement | HTMLElement[] {
   if (Object.keys(g.rewards).length === 0) return h("span.muted", null, "no rewards yet");
+  // coloured by the mean
   return Object.entries(g.rewards).map(([k, r]) =>
-    h(
-      "span.reward",
-      { "data-key": k, "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
-      h("span.reward-k", null, k),
-      h("span.reward-v", null, `${num(r.mean)} ± ${num(r.std)}`),
-    ),
+    rewardChip(k, r.mean, `${num(r.mean)} ± ${num(r.std)}`, {
+      attrs: { "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
+    }),
   );
 }
 

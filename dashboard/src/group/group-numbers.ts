@@ -3,6 +3,7 @@
 import { h } from "../dom.js";
 import type { GroupDetail } from "../../../clients/typescript/groups.js";
 import { num } from "./figures.js";
+import { toneAttrs } from "../reward-chip.js";
 
 export function groupNumbers(g: GroupDetail): HTMLElement[] {
   const zero = g.live === 0 && g.finished >= 2 && Object.keys(g.rewards).length > 0 && Object.values(g.rewards).every((r) => r.min === r.max);
@@ -38,7 +39,7 @@ function rewardTable(g: GroupDetail): HTMLElement {
           "tr",
           { "data-key": k, "data-mean": r.mean, "data-std": r.std },
           h("th", null, k),
-          h("td", null, `${num(r.mean)} ± ${num(r.std)}`),
+          h("td", null, h("span.toned", toneAttrs(r.mean), num(r.mean)), ` ± ${num(r.std)}`),
           h("td", null, num(r.min)),
           h("td", null, num(r.max)),
         ),

@@ -3,7 +3,7 @@
 // condition, truncated. Every row has the same fixed columns (`rolloutColumns`), so they line up.
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
-import { rewardPairs } from "../model.js";
+import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
 import type { GroupRollout } from "../../../clients/typescript/groups.js";
 import type { Json } from "../../../src/wire/json-view.js";
 import { num, signed } from "./figures.js";
@@ -31,7 +31,7 @@ export function rolloutHead(keys: string[]): HTMLElement {
 }
 
 export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
-  const scores = new Map(rewardPairs(r.rewards as Json));
+  const scores = new Map(rewardScores(r.rewards as Json).map((s) => [s.key, s]));
   return h(
     "div.r-row",
     { role: "row", style: rolloutColumns(keys), "data-id": r.id, "data-status": r.status, "data-reward": r.reward === null ? "" : r.reward },
@@ -43,7 +43,7 @@ export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "
       r.error ? h("span.ep-error", { title: r.error }, r.error) : null,
     ),
     h("span.cell-status", { role: "cell" }, h(`span.pill.s-${r.status}` as "span", null, r.status.replace("_", " "))),
-    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), num(r.reward)),
+    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), rewardNumber(r.reward, num(r.reward))),
     keys.map((k) => advantageCell(r, k, scores.get(k))),
     h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
     h("span.cell-n.num", { role: "cell", "data-k": "tokens" }, h("span.n-k", null, "tokens "), r.tokens.toLocaleString("en-US")),
@@ -56,13 +56,13 @@ export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "
   );
 }
 
-function advantageCell(r: GroupRollout, k: string, score: string | undefined): HTMLElement {
+function advantageCell(r: GroupRollout, k: string, score: RewardScore | undefined): HTMLElement {
   const a = r.advantage[k];
   return h(
     "span.cell-adv.num",
     { role: "cell", "data-key": k, "data-raw": a ? a.raw : "", "data-normalized": a?.normalized ?? "" },
     h("span.n-k", null, `${k} `),
-    h("span.adv-score", null, score ?? "–"),
+    h("span.adv-score.toned", toneAttrs(score?.score ?? null), score?.text ?? "–"),
     a
       ? h(
           `span.adv${a.raw > 0 ? ".pos" : a.raw < 0 ? ".neg" : ""}` as "span",
