@@ -15,6 +15,7 @@ import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
+import "./training.css";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -57,6 +58,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     h("div.page-head", null, h("div.run-names", null, title, runId), summary),
     partial,
     overview,
+    episodes.liveEl,
     groups.el,
     tasks.el,
     episodes.el,
