@@ -110,7 +110,11 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
       h("span.n-k", null, "elapsed "),
       h("span.lr-elapsed-v", null, live?.started ? wholeSeconds(elapsedSince(live.started)) : "–"),
     ),
-    h("span.lr-last", { role: "cell", title: live?.last ?? undefined }, live?.last ? live.last : h("span.muted", null, pending ? "" : "no words yet")),
+    h(
+      "span.lr-last",
+      { role: "cell", title: live?.last ?? undefined },
+      live?.last ? h("span.lr-words", null, live.last) : h("span.muted", null, pending ? "" : "no words yet"),
+    ),
   );
 }
 
