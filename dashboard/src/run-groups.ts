@@ -107,6 +107,7 @@ function groupsHead(): HTMLElement {
     { role: "row" },
     h("span", { role: "columnheader" }, "Group"),
     h("span", { role: "columnheader" }, "Task"),
+    h("span", { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" }, "Step"),
     h("span.num", { role: "columnheader" }, "Size"),
     h("span.num", { role: "columnheader" }, "Finished"),
     h("span", { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" }, "Rewards (mean ± std)"),
@@ -126,6 +127,8 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       "data-finished": g.finished,
       "data-spread": g.spread === null ? "" : g.spread,
       "data-zero": zero ? "true" : "false",
+      "data-step": g.step ?? "",
+      "data-kind": g.kind ?? "",
     },
     h(
       "span.cell-group",
@@ -134,6 +137,12 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       zero ? h("span.chip.incomplete", { title: "every finished rollout got the same rewards: all advantages are 0" }, "zero variance") : null,
     ),
     h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
+    h(
+      "span.cell-gstep",
+      { role: "cell" },
+      g.step === null ? h("span.muted", null, "–") : [h("span.n-k", null, "step "), h("strong", null, String(g.step))],
+      g.kind ? [" ", h(`span.chip.kind.k-${g.kind === "eval" ? "eval" : "train"}` as "span", null, g.kind)] : null,
+    ),
     h("span.cell-n.num", { role: "cell", "data-k": "size" }, h("span.n-k", null, "size "), String(g.size)),
     h(
       "span.cell-n.num",

@@ -149,6 +149,14 @@ describe("per-step charts on the run page", () => {
     expect(await page.locator('#step-rewards .step-dot[data-step="4"]').count()).toBe(0);
     // eval lines are dashed, train solid
     expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(2);
+    // the groups table names each group's step and kind (the relay's groups page)
+    const groups = (await api<{ groups: Array<{ id: string; step: number | null; kind: string | null }> }>(`/v1/runs/${RUN}/groups?limit=10`)).groups;
+    await waitFor(page, "(n) => document.querySelectorAll('#groups .g-row[data-group]').length === n", groups.length);
+    for (const g of groups) {
+      const row = page.locator(`#groups .g-row[data-group="${g.id}"]`);
+      expect([await row.getAttribute("data-step"), await row.getAttribute("data-kind")], g.id).toEqual([String(g.step ?? ""), g.kind ?? ""]);
+      expect((await row.locator(".cell-gstep").innerText()).replace(/\s+/g, " ").trim(), g.id).toBe(g.step === null ? "–" : `${g.step} ${g.kind}`);
+    }
     const shots = await shootPart(page, "#run-charts", "training-steps");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     expect(errors).toEqual([]);
