@@ -6,7 +6,7 @@
 import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { rewardChips, rewardNumber } from "./reward-chip.js";
-import { isPlaceholder, stageChip } from "./stage-chip.js";
+import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
 
 export function episodeListHead(): HTMLElement {
@@ -69,11 +69,7 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
       h("span.n-k", null, "step "),
       e.step === null ? h("span.muted", null, "–") : String(e.step),
     ),
-    h(
-      "span.cell-kind",
-      { role: "cell" },
-      e.kind ? h(`span.chip.kind.k-${e.kind === "eval" ? "eval" : "train"}` as "span", null, e.kind) : h("span.muted", null, "–"),
-    ),
+    h("span.cell-kind", { role: "cell" }, kindChip(e.kind)),
     h("span.cell-reward.num", { role: "cell" }, rewardNumber(e.reward, fmtNumber(e.reward))),
     h("span.cell-rewards", { role: "cell" }, rewards.length ? rewards : null),
     h("span.cell-answer", { role: "cell", title: last ?? undefined }, last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last)),

@@ -15,6 +15,7 @@ import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
 import { pagedTable } from "./paged-table.js";
 import { rewardChip } from "./reward-chip.js";
+import { kindChip } from "./stage-chip.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -141,7 +142,7 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       "span.cell-gstep",
       { role: "cell" },
       g.step === null ? h("span.muted", null, "–") : [h("span.n-k", null, "step "), h("strong", null, String(g.step))],
-      g.kind ? [" ", h(`span.chip.kind.k-${g.kind === "eval" ? "eval" : "train"}` as "span", null, g.kind)] : null,
+      g.kind ? [" ", kindChip(g.kind)] : null,
     ),
     h("span.cell-n.num", { role: "cell", "data-k": "size" }, h("span.n-k", null, "size "), String(g.size)),
     h(

@@ -7,7 +7,7 @@
 // short); this only draws them.
 import { h } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
-import { isPlaceholder, stageChip } from "./stage-chip.js";
+import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 import type { IndexEntry } from "../../src/registry/entry.js";
 
 /** Rows drawn at most (the rest are counted). */
@@ -89,11 +89,7 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
       pending ? h("span.lr-sub.muted", null, "pending · no trace yet") : e.task ? h("span.lr-sub.muted", { title: `task ${e.task}` }, e.task) : null,
     ),
     num("step", "step", e.step === null ? "–" : String(e.step)),
-    h(
-      "span.lr-kind",
-      { role: "cell" },
-      e.kind ? h(`span.chip.kind.k-${e.kind === "eval" ? "eval" : "train"}` as "span", null, e.kind) : h("span.muted", null, "–"),
-    ),
+    h("span.lr-kind", { role: "cell" }, kindChip(e.kind)),
     h("span.lr-env", { role: "cell", title: e.env ?? undefined }, e.env ?? h("span.muted", null, "–")),
     num("turns", "turns", String(e.calls)),
     num("branches", "branches", String(live?.branches ?? 0)),

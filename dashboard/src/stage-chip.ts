@@ -1,6 +1,7 @@
 // A rollout's stage as a chip (the row's `live.stage`, read as prime-rl's live table reads it:
-// src/registry/live-facts.ts), and the tell of a pending placeholder: a rollout the trainer
-// announced (`POST .../dispatch`) whose first trace has not streamed yet.
+// src/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
+// placeholder: a rollout the trainer announced (`POST .../dispatch`) whose first trace has not
+// streamed yet.
 import { h } from "./dom.js";
 import type { IndexEntry, Stage } from "../../src/registry/entry.js";
 
@@ -23,4 +24,11 @@ export function isPlaceholder(e: Pick<IndexEntry, "traces" | "live" | "status">)
 
 export function stageChip(stage: Stage): HTMLElement {
   return h(`span.chip.stage.st-${stage}` as "span", { "data-stage": stage, title: STAGE_HINTS[stage] }, stage);
+}
+
+/** The identity's kind as a chip (train and eval have colours of their own), or a dash without one. */
+export function kindChip(kind: string | null): HTMLElement {
+  if (!kind) return h("span.muted", null, "–");
+  const tone = kind === "train" || kind === "eval" ? kind : "other";
+  return h(`span.chip.kind.k-${tone}` as "span", { "data-kind": kind }, kind);
 }

@@ -159,6 +159,13 @@ describe("per-step charts on the run page", () => {
     }
     const shots = await shootPart(page, "#run-charts", "training-steps");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
+    // a step's column opens that step's episodes (the list filtered by it)
+    await page.click('#step-rewards a.step-hit-link[data-step="2"]');
+    await waitListed(
+      page,
+      (await listed("step=2")).map((r) => r.id),
+    );
+    expect(new URL(page.url()).searchParams.get("step")).toBe("2");
     expect(errors).toEqual([]);
     await context.close();
   });

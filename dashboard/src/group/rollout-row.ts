@@ -6,7 +6,7 @@
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
 import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
-import { stageChip } from "../stage-chip.js";
+import { kindChip, stageChip } from "../stage-chip.js";
 import { identityOf } from "../../../src/registry/entry.js";
 import type { RolloutJson } from "../../../src/registry/groups.js";
 import { num, signed } from "./figures.js";
@@ -67,11 +67,7 @@ export function rolloutRow(r: RolloutJson, run: string, keys: string[], rank: "b
       r.task ? h("code", null, r.task) : h("span.muted", null, "–"),
     ),
     h("span.cell-step.num", { role: "cell", "data-k": "step" }, h("span.n-k", null, "step "), id.step === null ? "–" : String(id.step)),
-    h(
-      "span.cell-kind",
-      { role: "cell" },
-      id.kind ? h(`span.chip.kind.k-${id.kind === "eval" ? "eval" : "train"}` as "span", null, id.kind) : h("span.muted", null, "–"),
-    ),
+    h("span.cell-kind", { role: "cell" }, kindChip(id.kind)),
     h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
     h("span.cell-n.num", { role: "cell", "data-k": "tokens" }, h("span.n-k", null, "tokens "), r.tokens.toLocaleString("en-US")),
     h("span.cell-stop", { role: "cell" }, h("span.n-k", null, "stop "), r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–")),
