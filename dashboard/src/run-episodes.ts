@@ -63,7 +63,8 @@ export interface RunEpisodes {
   destroy(): void;
 }
 
-export function runEpisodes(run: string): RunEpisodes {
+/** `identity(has)`: whether any known row carries the trainer's identity (a run without one hides those columns). */
+export function runEpisodes(run: string, identity: (has: boolean) => void = () => {}): RunEpisodes {
   const known = new EpisodeViews(run, () => schedule());
   const live = runLive(run);
   const rowCache = new Map<string, { entry: IndexEntry; el: HTMLElement }>();
@@ -75,6 +76,7 @@ export function runEpisodes(run: string): RunEpisodes {
   let cap = ROWS_STEP;
   let frame = 0;
   let stopped = false;
+  let hasIdentity: boolean | null = null;
 
   /** The view changed (a control): draw from the top, and ask the relay when the view needs it. */
   const reset = () => {
@@ -152,6 +154,7 @@ export function runEpisodes(run: string): RunEpisodes {
   }
 
   function render(): void {
+    noteIdentity();
     live.draw(refused ? [] : known.rows(LIVE), known.complete || known.view(LIVE).end);
     const v = known.view(q);
     const all = candidates();
@@ -167,6 +170,16 @@ export function runEpisodes(run: string): RunEpisodes {
     more.hidden = refused !== null || !(all.length > cap || (!done && loaded));
     more.disabled = v.loading;
     more.textContent = v.loading ? "Loading…" : v.error ? "Retry" : "Show more";
+  }
+
+  /** Once a row with an identity is known it stays so (until a new snapshot); else every row is looked at. */
+  function noteIdentity(): void {
+    if (hasIdentity) return;
+    let has = false;
+    for (const e of known.entries.values()) if ((has = e.step !== null || e.kind !== null)) break;
+    if (has === hasIdentity) return;
+    hasIdentity = has;
+    identity(has);
   }
 
   function emptyText(v: View, shown: number): string {
@@ -201,6 +214,7 @@ export function runEpisodes(run: string): RunEpisodes {
     liveEl: live.el,
     snapshot(episodes, truncated) {
       rowCache.clear();
+      hasIdentity = null;
       known.snapshot(episodes, truncated);
       loaded = true;
       refused = null;

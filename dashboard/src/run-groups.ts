@@ -108,7 +108,7 @@ function groupsHead(): HTMLElement {
     { role: "row" },
     h("span", { role: "columnheader" }, "Group"),
     h("span", { role: "columnheader" }, "Task"),
-    h("span", { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" }, "Step"),
+    h("span.h-identity", { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" }, "Step"),
     h("span.num", { role: "columnheader" }, "Size"),
     h("span.num", { role: "columnheader" }, "Finished"),
     h("span", { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" }, "Rewards (mean ± std)"),
@@ -139,7 +139,7 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
     ),
     h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
     h(
-      "span.cell-gstep",
+      "span.cell-gstep.c-identity",
       { role: "cell" },
       g.step === null ? h("span.muted", null, "–") : [h("span.n-k", null, "step "), h("strong", null, String(g.step))],
       g.kind ? [" ", kindChip(g.kind)] : null,

@@ -61,9 +61,9 @@ function head(): HTMLElement {
     { role: "row" },
     col("Stage"),
     col("Rollout"),
-    col("Step", undefined, "span.num"),
-    col("Kind"),
-    col("Env"),
+    col("Step", undefined, "span.num.h-identity"),
+    col("Kind", undefined, "span.h-identity"),
+    col("Env", undefined, "span.h-identity"),
     col("Turns", "model calls", "span.num"),
     col("Branches", "sampled paths from the root to a leaf", "span.num"),
     col("Tokens in / out", "input and output tokens, all traces", "span.num"),
@@ -77,7 +77,8 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
   const live = e.live;
   const pending = isPlaceholder(e);
   const stage = live?.stage ?? "pending";
-  const num = (k: string, label: string, v: string) => h("span.lr-n.num", { role: "cell", "data-k": k }, h("span.n-k", null, `${label} `), v);
+  const num = (k: string, label: string, v: string, cls = "") =>
+    h(`span.lr-n.num${cls}` as "span", { role: "cell", "data-k": k }, h("span.n-k", null, `${label} `), v);
   return h(
     `a.lr-row${pending ? ".placeholder" : ""}` as "a",
     { href: episodeHref(e.id), "data-nav": true, role: "row", "data-id": e.id, "data-stage": stage, "data-pending": pending ? "" : undefined },
@@ -88,9 +89,9 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
       h("span.lr-id", { title: e.id }, idInRun(e.id, run)),
       pending ? h("span.lr-sub.muted", null, "pending · no trace yet") : e.task ? h("span.lr-sub.muted", { title: `task ${e.task}` }, e.task) : null,
     ),
-    num("step", "step", e.step === null ? "–" : String(e.step)),
-    h("span.lr-kind", { role: "cell" }, kindChip(e.kind)),
-    h("span.lr-env", { role: "cell", title: e.env ?? undefined }, e.env ?? h("span.muted", null, "–")),
+    num("step", "step", e.step === null ? "–" : String(e.step), ".c-identity"),
+    h("span.lr-kind.c-identity", { role: "cell" }, kindChip(e.kind)),
+    h("span.lr-env.c-identity", { role: "cell", title: e.env ?? undefined }, e.env ?? h("span.muted", null, "–")),
     num("turns", "turns", String(e.calls)),
     num("branches", "branches", String(live?.branches ?? 0)),
     num("tokens", "tokens", `${(live?.input_tokens ?? 0).toLocaleString("en-US")} / ${(live?.output_tokens ?? 0).toLocaleString("en-US")}`),

@@ -47,7 +47,10 @@ export function mountRun(shell: Shell, run: string): () => void {
   let shown: RunAggregates | null = null;
   const scope = rewardScope(() => drawAggregates(shown));
   const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
-  const episodes = runEpisodes(run);
+  // a run whose rows carry no trainer identity shows no step and kind columns
+  const episodes = runEpisodes(run, (has) => {
+    page.dataset.identity = has ? "yes" : "none";
+  });
   const steps = runSteps(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);

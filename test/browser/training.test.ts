@@ -149,7 +149,8 @@ describe("per-step charts on the run page", () => {
     expect(await page.locator('#step-rewards .step-dot[data-step="4"]').count()).toBe(0);
     // eval lines are dashed, train solid
     expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(2);
-    // the groups table names each group's step and kind (the relay's groups page)
+    // the groups table names each group's step and kind (the relay's groups page; a run without identities has no such column)
+    expect(await page.locator(".run-page").getAttribute("data-identity")).toBe("yes");
     const groups = (await api<{ groups: Array<{ id: string; step: number | null; kind: string | null }> }>(`/v1/runs/${RUN}/groups?limit=10`)).groups;
     await waitFor(page, "(n) => document.querySelectorAll('#groups .g-row[data-group]').length === n", groups.length);
     for (const g of groups) {
