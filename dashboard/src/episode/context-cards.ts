@@ -91,7 +91,7 @@ function headGroup(bytes: Uint8Array | null): string | null {
   return null;
 }
 
-/** The training card: the dispatch identity and the links to the group and the step. */
+/** The training card: the dispatch identity and the links to the group and the step (without an identity, the group alone). */
 export function identityCard(dispatch: JsonObject | null, run: string, group: string | null): HTMLElement {
   const id = identityOf({ dispatch });
   const stepLink =
@@ -104,7 +104,7 @@ export function identityCard(dispatch: JsonObject | null, run: string, group: st
   return h(
     "div.card.identity-card",
     { id: "identity", "data-card": "identity", "data-dispatch": dispatch ? "" : undefined },
-    h("div.card-title", null, "Training"),
+    h("div.card-title", null, dispatch ? "Training" : "Group"),
     dispatch
       ? h(
           "dl.kv",
@@ -119,11 +119,6 @@ export function identityCard(dispatch: JsonObject | null, run: string, group: st
           typeof dispatch.id === "string" ? row("rollout", h("code", { title: dispatch.id }, dispatch.id), "id") : [],
           started !== null ? row("started", dateTime(started * 1000), "started") : [],
         )
-      : h(
-          "div",
-          null,
-          h("p.muted.small", null, "No dispatch identity: the trainer named no step, kind or policy for this rollout."),
-          h("dl.kv", null, row("group", groupLink)),
-        ),
+      : h("dl.kv", { title: "no trainer identity: the rollout names no step, kind or policy" }, row("group", groupLink)),
   );
 }

@@ -49,6 +49,7 @@ export function overlays(id: string, isEnded: () => boolean, changed: () => void
       for (const k of cache.keys()) if (!traces.some((t) => t.id === k)) cache.delete(k);
       const scales = episodeScales(all);
       bar.update(all, scales, kind, a, ended);
+      bar.el.hidden = traces.length === 0;
       const signal = bar.signal();
       if (signal === null) return null;
       return {
