@@ -7,7 +7,8 @@ import { getJson } from "./api.js";
 import { clear, h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
 import { episodeHref, idInRun, runOf } from "./links.js";
-import { isObject, messageOf, rewardPairs, type Message } from "./model.js";
+import { isObject, messageOf, type Message } from "./model.js";
+import { rewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
 import type { Json } from "../../src/wire/json-view.js";
 
@@ -21,7 +22,8 @@ interface Side {
   messages: Message[];
   /** Each node's message as JSON text (what "differs" compares). */
   keys: string[];
-  rewards: Array<[string, string]>;
+  /** The first trace's `rewards` (null: none). */
+  rewards: Json;
 }
 
 function sideOf(id: string, body: Json): Side {
@@ -36,7 +38,7 @@ function sideOf(id: string, body: Json): Side {
     status,
     messages: msgs.map(messageOf),
     keys: msgs.map((m) => JSON.stringify(m ?? null)),
-    rewards: first ? rewardPairs(first.rewards) : [],
+    rewards: first?.rewards ?? null,
   };
 }
 
@@ -72,7 +74,7 @@ export function mountCompare(shell: Shell, a: string, b: string): () => void {
     const st = el.querySelector(".compare-status")!;
     st.replaceChildren(h(`span.pill.s-${s.status}` as "span", null, s.status));
     const rw = el.querySelector(".compare-rewards")!;
-    rw.replaceChildren(...s.rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))));
+    rw.replaceChildren(...rewardChips(s.rewards));
   }
 
   function cell(s: Side, i: number): HTMLElement {

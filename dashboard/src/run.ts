@@ -1,7 +1,8 @@
 // One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
 // per reward key (over the finished episodes, or every one with the toggle), the throughput
 // sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
-// coalesced change, at most a few times a second), and under them the run's episodes. A token
+// coalesced change, at most a few times a second), the reward and zero-variance share per training
+// step beside them (run-steps.ts), and under them the run's episodes. A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
@@ -15,6 +16,8 @@ import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
+import { runSteps } from "./run-steps.js";
+import "./training.css";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -44,7 +47,11 @@ export function mountRun(shell: Shell, run: string): () => void {
   let shown: RunAggregates | null = null;
   const scope = rewardScope(() => drawAggregates(shown));
   const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
-  const episodes = runEpisodes(run);
+  // a run whose rows carry no trainer identity shows no step and kind columns
+  const episodes = runEpisodes(run, (has) => {
+    page.dataset.identity = has ? "yes" : "none";
+  });
+  const steps = runSteps(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);
   // the run's display name: the reply heads' `run.name` (rows carry it as `run_name` once finished)
@@ -57,6 +64,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     h("div.page-head", null, h("div.run-names", null, title, runId), summary),
     partial,
     overview,
+    episodes.liveEl,
     groups.el,
     tasks.el,
     episodes.el,
@@ -81,6 +89,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     charts.append(
       throughputSparkline(a.throughput),
       ...(a.reward_trend ? [rewardTrendChart(a.reward_trend)] : []),
+      ...steps.cards,
       ...(keys.length
         ? keys.map(([key, r]) => rewardHistogram(key, r))
         : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, none))]),
@@ -111,8 +120,12 @@ export function mountRun(shell: Shell, run: string): () => void {
       lastUpdate = null;
       episodes.snapshot(m.episodes, m.truncated);
       noteUpdates(m.episodes);
+      // steps come with the aggregates (a token covering the whole run); a reconnect reads them again
+      if (m.aggregates !== null) steps.reload();
+      else steps.hide();
     } else {
       episodes.changes(m.upserts, m.deletes);
+      steps.changes(m.steps, m.steps_gone);
       noteUpdates(m.upserts);
     }
     partial.hidden = m.aggregates !== null;
@@ -149,6 +162,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     close();
     stopAges();
     episodes.destroy();
+    steps.destroy();
     groups.destroy();
     tasks.destroy();
   };

@@ -451,7 +451,9 @@ describe("a run of 240 episodes", () => {
     expect(await page.locator('.card[data-card="rewards"]').innerText()).toMatch(new RegExp(`correct\\s*${p.scores.correct}`));
     expect(await page.locator("li.turn").count()).toBe(p.calls);
     await page.goBack();
-    await page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+    // back on the run page, in the order it was left (the sort lives in the URL)
+    await page.waitForURL((u) => u.pathname === `/runs/${encodeURIComponent(run)}`);
+    expect(new URL(page.url()).searchParams.get("sort")).toBe("reward");
     await waitStats(page, expectedStats(plans));
     expect(errors).toEqual([]);
     await context.close();

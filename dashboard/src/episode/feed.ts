@@ -1,10 +1,12 @@
 // The watches behind the episode page (the TypeScript watcher client keeps the assembly). The
 // page watches with `routing: false` until the routing heatmap is opened; then it re-watches
 // with routing from the start of the log (`after: 0`), so repairs are seen, and swaps over once
-// caught up. The feed also keeps the run's status as the badge shows it, and the token rows
-// each routing repair rewrote (the assembly keeps only the repaired values).
-import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
-import type { Json } from "../../../src/wire/json-view.js";
+// caught up. The feed also keeps the run's status as the badge shows it, the trainer's dispatch
+// identity (`GET .../status` says it; asked again when the episode appears or ends, if it had
+// none), the token rows each routing repair rewrote (the assembly keeps only the repaired
+// values), and hands on the annotations the watch read.
+import { type AnnotationsJson, watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
+import type { Json, JsonObject } from "../../../src/wire/json-view.js";
 import { getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
 import { refusal, type ConnState, type Shell } from "../shell.js";
@@ -16,6 +18,8 @@ export interface FeedHooks {
   refused(message: string): void;
   /** The routing watch took over: every trace is drawn again from its assembly. */
   replaced(): void;
+  /** The watch read the trainer's annotations. */
+  annotations(a: AnnotationsJson): void;
 }
 
 export class EpisodeFeed {
@@ -29,6 +33,8 @@ export class EpisodeFeed {
    */
   status = "missing";
   error: string | null = null;
+  /** The trainer's dispatch identity (null: none, or not known yet). */
+  dispatch: JsonObject | null = null;
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   readonly repaired = new Map<string, number[]>();
   private stopped = false;
@@ -55,7 +61,7 @@ export class EpisodeFeed {
         this.hooks.refused(p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.");
         return;
       }
-      if (p.status === 200 && isObject(p.body as Json)) this.status = String((p.body as { status?: string }).status ?? this.status);
+      if (p.status === 200 && isObject(p.body as Json)) this.noteStatus(p.body as { status?: string; dispatch?: JsonObject | null });
     } catch {
       // the watcher reconnects by itself
     }
@@ -73,6 +79,29 @@ export class EpisodeFeed {
       if ((e.type === "caught_up" || e.type === "finish") && this.watch !== w) this.takeOver(w);
     });
     return true;
+  }
+
+  /** What a status answer says: the status, and the identity. */
+  private noteStatus(body: { status?: string; dispatch?: JsonObject | null }): void {
+    this.status = String(body.status ?? this.status);
+    if (isObject(body.dispatch as Json)) this.dispatch = body.dispatch!;
+  }
+
+  /** Ask the status again for the identity (the episode appeared, or ended, after the first probe). */
+  private async reprobe(): Promise<void> {
+    if (this.dispatch !== null || this.stopped) return;
+    try {
+      const p = await probe(`/v1/episodes/${encodeURIComponent(this.id)}/status`);
+      if (p.ok && p.status === 200 && isObject(p.body as Json)) {
+        const d = (p.body as { dispatch?: JsonObject | null }).dispatch;
+        if (isObject(d as Json)) {
+          this.dispatch = d!;
+          this.hooks.changed();
+        }
+      }
+    } catch {
+      // shown when known
+    }
   }
 
   close(): void {
@@ -108,9 +137,13 @@ export class EpisodeFeed {
 
   private onEvent(w: EpisodeWatch, e: WatchEvent): void {
     if (e.type === "delta") this.noteRepairs(w, e.delta);
+    // either watch's read is as good (the newest version wins)
+    if (e.type === "annotations") this.hooks.annotations(e.annotations);
     if (w !== this.watch) return; // a routing watch still catching up: drawn once it takes over
     if (e.type === "state") this.shell.setConnection(e.state === "unreachable" ? "offline" : (e.state as ConnState));
     if (e.type === "hello") this.status = e.status === "new" ? "missing" : e.status;
+    if ((e.type === "hello" && e.status !== "new") || e.type === "finish") void this.reprobe();
+
     if (e.type === "status" || e.type === "finish") {
       this.status = e.status;
       this.error = e.error;
