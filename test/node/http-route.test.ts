@@ -161,6 +161,8 @@ describe("method tables", () => {
       group: ["GET", "HEAD"],
       tasks: ["GET", "HEAD"],
       steps: ["GET", "HEAD"],
+      search: ["GET", "HEAD"],
+      rules: ["GET", "PUT"],
       run: ["GET", "HEAD"],
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],
