@@ -17,6 +17,31 @@ import { pathToFileURL } from "node:url";
 /** A watch upgrade's path (the Worker checks the id and the rest). */
 const WATCH_PATH = /^\/v1\/episodes\/[^/?]+\/watch\/?(?:\?|$)/;
 
+/** The relay's header (src/http/route.ts RELAY_HEADER): the router's own answers are the relay's too. */
+const RELAY_HEADER = "x-episode-relay";
+/** Seconds a client is told to wait while a tier is not up (Retry-After). */
+const RETRY_AFTER_S = 1;
+
+/**
+ * The answer while a tier is not up (starting, restarting, or not answering): `503 unavailable`
+ * as the relay's, with Retry-After, so clients wait and retry instead of taking it for a foreign
+ * answer (src/http/errors.ts `unavailable`).
+ * @param {string} tier
+ * @param {string} why
+ */
+function unavailable(tier, why) {
+  const body = JSON.stringify({ error: "unavailable", message: `local relay: the ${tier} tier is not up (${why}); retry after ${RETRY_AFTER_S} s` });
+  return {
+    body,
+    headers: {
+      "content-type": "application/json",
+      "content-length": String(Buffer.byteLength(body)),
+      "retry-after": String(RETRY_AFTER_S),
+      [RELAY_HEADER]: "1",
+    },
+  };
+}
+
 /**
  * @typedef {{ host: string, port: number }} Target
  * @typedef {{ host?: string, port?: number, watch: Target, rest: Target, stripDeflateOffer?: boolean }} RouterOptions
@@ -49,8 +74,10 @@ export function startRouter(o) {
         // a kept-alive socket the tier closed as it was reused: sent again, once (deltas and replies
         // are exactly-once by the producer's seq; a DELETE repeated would answer 404, so it is not)
         if (!retried && up.reusedSocket && !res.headersSent && req.method !== "DELETE") return forward(body, true);
-        if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
-        res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
+        if (res.headersSent) return void res.destroy(); // cut mid-answer: the client sees a reset, and retries
+        const a = unavailable("episode", e.message);
+        res.writeHead(503, a.headers);
+        res.end(a.body);
       });
       up.end(body);
     };
@@ -63,11 +90,20 @@ export function startRouter(o) {
     if ("setNoDelay" in socket && typeof socket.setNoDelay === "function") socket.setNoDelay(true);
     piped.add(socket);
     piped.add(up);
+    let connected = false;
     const fail = () => {
       socket.destroy();
       up.destroy();
     };
-    up.on("error", fail);
+    up.on("error", (e) => {
+      if (connected || socket.destroyed) return fail();
+      // the tier is not there: say so as the relay does, on the socket the upgrade came on
+      const a = unavailable(watch ? "hub" : "episode", e.message);
+      let text = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n";
+      for (const [k, v] of Object.entries(a.headers)) text += `${k}: ${v}\r\n`;
+      socket.end(`${text}\r\n${a.body}`);
+      up.destroy();
+    });
     socket.on("error", fail);
     up.on("close", () => {
       piped.delete(up);
@@ -78,6 +114,7 @@ export function startRouter(o) {
       up.end();
     });
     up.on("connect", () => {
+      connected = true;
       let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
       const raw = req.rawHeaders;
       for (let i = 0; i < raw.length; i += 2) {

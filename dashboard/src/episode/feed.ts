@@ -87,6 +87,8 @@ export class EpisodeFeed {
       routing: options.routing,
       ...(options.after !== undefined ? { after: options.after } : {}),
       backoffMs: [250, 5000],
+      // an open page waits for its relay however long it restarts (only a refusal ends the watch)
+      giveUpMs: Number.POSITIVE_INFINITY,
     });
     w.on((e) => this.onEvent(w, e));
     return w;
