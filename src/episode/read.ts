@@ -90,12 +90,13 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
 
 const KEYS = Object.fromEntries(["status", "seq", "error", "traces"].map((k) => [k, encodeStr(k)]));
 
-/** The live form's head values, encoded. */
+/** The live form's head values, encoded: the status and error as `status` says them (a refused reply: finish_refused and its message). */
 function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
+  const error = m.refused ?? m.error;
   return [
-    [KEYS.status!, encodeStr(m.status)],
+    [KEYS.status!, encodeStr(publicStatus(m))],
     [KEYS.seq!, encodeInt(m.seq)],
-    [KEYS.error!, m.error === null ? NIL : encodeStr(m.error)],
+    [KEYS.error!, error === null ? NIL : encodeStr(error)],
   ];
 }
 
