@@ -155,8 +155,8 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     if (typeof n === "number") tokens += n;
   }
   const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
-  // the reply's head names the rollout group and the run (once the run ended)
-  const head = ended !== null ? replyHead(state) : null;
+  // the reply's head names the rollout group and the run (once the run ended, or a reply was refused)
+  const head = ended !== null || m.refused !== null ? replyHead(state) : null;
   return {
     id: m.id,
     run: runOf(m.id),
