@@ -60,7 +60,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       asm: w.assembly,
       ended: feed.status === "finished" || feed.status === "failed",
       routing: routing.on,
-      repairedRows: (trace, node) => feed.repaired.get(`${trace}\n${node}`) ?? [],
+      repairedRows: (trace, node) => feed.repairedRows(trace, node),
     });
   }
 

@@ -91,10 +91,12 @@ export interface NodeInfo {
   readonly routed: { readonly dtype: string; readonly shape: readonly number[] } | null;
   /** The seq of the frame that last wrote it (0 where the store keeps no versions). */
   readonly ver: number;
+  /** A routing repair rewrote its last row (the bytes do not say so; the dashboard marks that row). */
+  readonly repaired: boolean;
 }
 
-export function infoOf(node: NodeState, bytes: number, ver = 0): NodeInfo {
-  return { bytes, parents: node.parents.length, routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null, ver };
+export function infoOf(node: NodeState, bytes: number, ver = 0, repaired = false): NodeInfo {
+  return { bytes, parents: node.parents.length, routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null, ver, repaired };
 }
 
 /** The node's encoding (its received bytes while it is unchanged). */

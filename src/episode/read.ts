@@ -66,6 +66,11 @@ export interface StatusBody {
   created: string;
   updated: string;
   error: string | null;
+  /**
+   * Per trace id, the nodes whose last routing row a repair rewrote (ascending; traces without a
+   * repair left out): the bytes do not say so, and the log that did is trimmed and archived away.
+   */
+  repaired_nodes: Record<string, number[]>;
 }
 
 export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs: number }): StatusBody {
@@ -85,7 +90,17 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     created: new Date(m.created).toISOString(),
     updated: new Date(m.updated).toISOString(),
     error: m.refused ?? m.error,
+    repaired_nodes: repairedNodes(state),
   };
+}
+
+function repairedNodes(state: EpisodeState): Record<string, number[]> {
+  const out: Record<string, number[]> = {};
+  for (const t of state.memory().asm.traces.values()) {
+    const nodes = t.nodes.flatMap((n, i) => (n.repaired ? [i] : []));
+    if (nodes.length) out[t.id] = nodes;
+  }
+  return out;
 }
 
 const KEYS = Object.fromEntries(["status", "seq", "error", "traces"].map((k) => [k, encodeStr(k)]));

@@ -38,6 +38,8 @@ function createStateTables(sql: SqlStorage): void {
 function rebuildState(sql: SqlStorage): void {
   const meta = sql.exec<{ seq: number; base: number }>("SELECT seq, base FROM meta").toArray()[0];
   if (!meta) return;
+  // rebuilt by this release's store, which writes the columns later versions add
+  addColumns(sql, "node_meta", [REPAIRED_COLUMN]);
   const deltas: Uint8Array[] = [];
   if (hasTable(sql, "base")) {
     const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
@@ -60,6 +62,9 @@ function rebuildState(sql: SqlStorage): void {
   asm.version = store.version = meta.seq;
   for (const d of deltas) asm.apply(d, true);
 }
+
+/** node_meta's record of a routing repair (version 3). */
+const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
 
 export const EPISODE_SCHEMA: Schema = checkSchema({
   object: "Episode",
@@ -95,6 +100,14 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         // when the finished episode went to R2 and its bodies and log left SQLite (archive.ts)
         addColumns(sql, "meta", ["archived INTEGER"]);
+      },
+    },
+    {
+      version: 3,
+      what: "the record of routing-repaired nodes",
+      up(sql) {
+        // set by the repair that rewrote the node's last row (sql-store.ts); nodes stored before have none
+        addColumns(sql, "node_meta", [REPAIRED_COLUMN]);
       },
     },
   ],

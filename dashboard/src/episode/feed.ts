@@ -2,10 +2,12 @@
 // page watches with `routing: false` until the routing heatmap is opened; then it re-watches
 // with routing from the start of the log (`after: 0`), so repairs are seen, and swaps over once
 // caught up. The feed also keeps the run's status as the badge shows it, and the token rows
-// each routing repair rewrote (the assembly keeps only the repaired values).
+// each routing repair rewrote (the assembly keeps only the repaired values): those it saw in the
+// deltas, and those the relay recorded (`status.repaired_nodes`), which stay once the log that
+// carried them is trimmed or the episode archived.
 import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
 import type { Json } from "../../../src/wire/json-view.js";
-import { getToken, probe, relayUrl } from "../api.js";
+import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
 import { refusal, type ConnState, type Shell } from "../shell.js";
 
@@ -31,6 +33,8 @@ export class EpisodeFeed {
   error: string | null = null;
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   readonly repaired = new Map<string, number[]>();
+  /** trace → the nodes the relay recorded as repaired (each one's last row). */
+  private recorded = new Map<string, Set<number>>();
   private stopped = false;
 
   constructor(
@@ -55,7 +59,10 @@ export class EpisodeFeed {
         this.hooks.refused(p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.");
         return;
       }
-      if (p.status === 200 && isObject(p.body as Json)) this.status = String((p.body as { status?: string }).status ?? this.status);
+      if (p.status === 200 && isObject(p.body as Json)) {
+        this.status = String((p.body as { status?: string }).status ?? this.status);
+        this.record(p.body);
+      }
     } catch {
       // the watcher reconnects by itself
     }
@@ -69,6 +76,14 @@ export class EpisodeFeed {
     if (this.routingWatch || !this.watch) return false;
     const w = this.start({ routing: true, after: 0 });
     this.routingWatch = w;
+    // the relay's record as the routing watch starts (repairs since the page opened included)
+    void getJson(`/v1/episodes/${encodeURIComponent(this.id)}/status`).then(
+      (s) => {
+        this.record(s);
+        this.hooks.changed();
+      },
+      () => {}, // the record from the page's first probe stays
+    );
     w.on((e) => {
       if ((e.type === "caught_up" || e.type === "finish") && this.watch !== w) this.takeOver(w);
     });
@@ -126,6 +141,21 @@ export class EpisodeFeed {
       }
     }
     this.hooks.changed();
+  }
+
+  /** The token rows of `trace`'s node `node` a repair rewrote: seen in deltas, or recorded by the relay (its last row). */
+  repairedRows(trace: string, node: number): number[] {
+    const seen = this.repaired.get(`${trace}\n${node}`) ?? [];
+    if (!this.recorded.get(trace)?.has(node)) return seen;
+    const rows = this.watch?.assembly.traces.get(trace)?.nodes[node]?.routed?.shape[0];
+    return rows === undefined || seen.includes(rows - 1) ? seen : [...seen, rows - 1].sort((a, b) => a - b);
+  }
+
+  /** `status.repaired_nodes` (per trace, the nodes the relay recorded as repaired). */
+  private record(status: unknown): void {
+    const r = (status as { repaired_nodes?: unknown } | null)?.repaired_nodes;
+    if (typeof r !== "object" || r === null) return;
+    this.recorded = new Map(Object.entries(r).map(([trace, nodes]) => [trace, new Set(Array.isArray(nodes) ? (nodes as number[]) : [])]));
   }
 
   /** A delta's routing repairs rewrote each named node's last row: remember which row that was. */
