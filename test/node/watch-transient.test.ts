@@ -235,7 +235,7 @@ describe("the local router (scripts/router.mjs) while its tier is not up", () =>
       expect(res.status).toBe(503);
       expect(res.headers.get("x-episode-relay")).toBe("1");
       expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
-      expect(await res.json()).toMatchObject({ error: "unavailable", message: expect.stringMatching(/episode tier is not up/) });
+      expect(await res.json()).toMatchObject({ error: "unavailable", message: expect.stringMatching(/the episode tier did not answer/) });
       const upgrade = await new Promise<{ status: number; relay: string | undefined; retry: string | undefined }>((resolve, reject) => {
         const ws = new WebSocket(`${base.replace("http", "ws")}/v1/episodes/x/watch`);
         ws.on("unexpected-response", (_req, r) =>
