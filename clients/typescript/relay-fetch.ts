@@ -1,8 +1,8 @@
 // Every client request to the relay goes through here (watch.ts, bulk.ts, the CLI): the base URL
 // and the episode id are checked before anything is sent, a network failure says what failed
 // (refused, DNS, TLS or scheme, timeout) and where, and an answer is taken as the relay's only if
-// it carries the relay's header: a page (2xx) or a 404 without it is not the relay (a wrong
-// address), any other answer without it is something in front of the relay failing for now (a
+// it carries the relay's header: a page (2xx) or a 404 (405, 410) without it is not the relay (a
+// wrong address), any other answer without it is something in front of the relay failing for now (a
 // proxy's 502, Cloudflare's error page, a local router while the relay starts), so it counts as
 // the relay not answering.
 // `hints.token` says how to pass a token in the caller's terms (`{ token }` for the library,
@@ -94,11 +94,12 @@ export async function notTheRelay(res: Response, url: string): Promise<RelayRefu
 
 /**
  * Whether an answer without the relay's header says for sure that the relay is not at that
- * address: a page (2xx) or a 404 is what a web server or another API answers there. Any other
- * status is a proxy or gateway failing in the relay's place for now.
+ * address: a page (2xx), or a 404 (and its kin 405 and 410: no such path, not that method), is what
+ * a web server or another API answers there. Any other status is a proxy or gateway failing in the
+ * relay's place for now.
  */
 export function foreignAnswerIsFinal(status: number): boolean {
-  return (status >= 200 && status < 300) || status === 404;
+  return (status >= 200 && status < 300) || status === 404 || status === 405 || status === 410;
 }
 
 /** A RelayUnreachable for an answer something in front of the relay gave in its place (transient). */

@@ -75,7 +75,7 @@ export async function probe(path: string): Promise<{ ok: true; status: number; b
     const message = (body as { message?: string } | null)?.message ?? res.statusText;
     return { ok: false, status: res.status as AccessProblem["status"], message };
   }
-  if (res.status >= 500 || res.status === 408 || res.status === 429 || (!relays && !res.ok && res.status !== 404)) {
+  if (res.status >= 500 || res.status === 408 || res.status === 429 || (!relays && !res.ok && ![404, 405, 410].includes(res.status))) {
     throw new Error(`${path}: ${res.status} ${res.statusText}, retrying`);
   }
   return { ok: true, status: res.status, body };

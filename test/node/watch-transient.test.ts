@@ -173,10 +173,11 @@ describe("a definite refusal ends the watch at once", () => {
     expect(r).toMatchObject({ status: 200, code: "not_the_relay" });
   });
 
-  it("a 404 page without the relay's header: not the relay", async () => {
+  it("a 404 or 405 page without the relay's header: not the relay", async () => {
     proxy.fail(PAGE_404, 2);
-    const r = await refused(fresh("page404"));
-    expect(r).toMatchObject({ status: 404, code: "not_the_relay" });
+    expect(await refused(fresh("page404"))).toMatchObject({ status: 404, code: "not_the_relay" });
+    proxy.fail({ ...PAGE_404, status: 405 }, 2);
+    expect(await refused(fresh("page405"))).toMatchObject({ status: 405, code: "not_the_relay" });
   });
 
   it("the relay's own 404 (a wrong base URL), through the proxy", async () => {

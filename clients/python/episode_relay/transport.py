@@ -153,12 +153,13 @@ def network_error(e: BaseException, what: str, timeout: float) -> RelayError:
 
 
 def foreign_answer(status: int, content_type: Optional[str], what: str) -> RelayError:
-    """The :class:`RelayError` for an answer without the relay's header. A page (2xx) or a 404 is
-    what a web server or another API answers there: ``not_the_relay``, final. Any other status (a
+    """The :class:`RelayError` for an answer without the relay's header. A page (2xx) or a 404 (405,
+    410: no such path, not that method) is what a web server or another API answers there:
+    ``not_the_relay``, final. Any other status (a
     proxy's 502, Cloudflare's error page, a local router while the relay starts) is something in
     front of the relay failing in its place: ``gateway``, retryable."""
     kind = content_type or "no content type"
-    if 200 <= status < 300 or status == 404:
+    if 200 <= status < 300 or status in (404, 405, 410):
         return RelayError(
             f"{what}: the address answered {status} ({kind}) but not as an Episode Relay: check the relay's base URL",
             status=status,

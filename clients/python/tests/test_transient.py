@@ -236,7 +236,7 @@ def test_connections_refused_while_the_relay_restarts_are_retried(relay: Relay, 
 
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
-@pytest.mark.parametrize("name,fault,status", [("page", PAGE_200, 200), ("page-404", PAGE_404, 404)])
+@pytest.mark.parametrize("name,fault,status", [("page", PAGE_200, 200), ("page-404", PAGE_404, 404), ("page-405", ("answer", 405, "text/html", b""), 405)])
 def test_a_page_or_404_that_is_not_the_relay_is_not_retried(relay: Relay, transport: str, name: str, fault: Fault, status: int, retries: Retries) -> None:
     async def run() -> None:
         proxy = FlakyProxy(_target(relay))
