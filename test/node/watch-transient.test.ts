@@ -19,6 +19,7 @@ import {
   GATEWAY_503_PAGE,
   PAGE_200,
   PAGE_404,
+  PAGE_405,
   PROXY_401,
   resetAfter,
   startFlakyProxy,
@@ -176,7 +177,7 @@ describe("a definite refusal ends the watch at once", () => {
   it("a 404 or 405 page without the relay's header: not the relay", async () => {
     proxy.fail(PAGE_404, 2);
     expect(await refused(fresh("page404"))).toMatchObject({ status: 404, code: "not_the_relay" });
-    proxy.fail({ ...PAGE_404, status: 405 }, 2);
+    proxy.fail(PAGE_405, 2);
     expect(await refused(fresh("page405"))).toMatchObject({ status: 405, code: "not_the_relay" });
   });
 

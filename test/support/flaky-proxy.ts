@@ -21,6 +21,8 @@ export const GATEWAY_500_EMPTY: Fault = { kind: "answer", status: 500, type: "te
 export const PROXY_401: Fault = { kind: "answer", status: 401, type: "text/html", body: "<!doctype html><title>Sign in</title>" };
 export const PAGE_200: Fault = { kind: "answer", status: 200, type: "text/html", body: "<!doctype html><title>Welcome</title>Hello" };
 export const PAGE_404: Fault = { kind: "answer", status: 404, type: "text/html", body: "<!doctype html><title>Not Found</title>" };
+/** A static server's answer to a method it does not take at that path. */
+export const PAGE_405: Fault = { kind: "answer", status: 405, type: "text/html", body: "" };
 export const resetAfter = (afterBytes: number): Fault => ({ kind: "reset", afterBytes });
 
 export interface FlakyProxy {
