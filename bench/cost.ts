@@ -1,7 +1,7 @@
 // Bench section `cost`: what a run costs on Cloudflare, from the billing units the relay's objects
 // count themselves (src/billing/usage.ts, read through the admin usage routes) priced with
 // Cloudflare's published prices (bench/prices.ts: marginal, included allowances taken as spent).
-// The relay runs as `npm start` does (tools/local-relay.ts `tiers`; storage on tmpfs).
+// The relay runs as `npm run start:tiers` does (tools/local-relay.ts `tiers`; storage on tmpfs).
 //
 //   (a) one episode: TURNS_A routing-heavy turns (bench/helpers.ts routingDeltas: one node with
 //       ~600 KB of routing each) written live over the producer socket, DASHBOARDS dashboards

@@ -1,7 +1,7 @@
 // Where local tools find RELAY_SECRET, in the order `wrangler dev` (as started by `npm start`)
-// applies it: the environment (scripts/dev.mjs passes it on with --var, which wins), else
+// applies it: the environment (scripts/dev-args.mjs passes it on with --var, which wins), else
 // .dev.vars if that file exists, else .env then .env.local (wrangler reads those only when there
-// is no .dev.vars). Shared by scripts/dev.mjs and tools/token.ts so tokens match the server.
+// is no .dev.vars). Shared by scripts/dev-args.mjs and tools/token.ts so tokens match the server.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseEnv } from "node:util";
@@ -38,7 +38,7 @@ export const MIN_SECRET_CHARS = 32;
 
 /**
  * The files `wrangler dev` would read vars from next to wrangler.toml (.dev.vars, else .env then
- * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/dev.mjs).
+ * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/tiers-dev.mjs).
  * @param {string} root
  * @returns {string[]}
  */

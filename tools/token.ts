@@ -8,7 +8,8 @@ import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
 import { parseOptions, UsageError } from "./parse-options.js";
 
 const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]
-  --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. listing)
+  --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. the usage routes);
+              any role lists the runs and episodes its --episode patterns cover
   --episode   an episode id, a prefix pattern such as 'run-42:*', or '*' for all; repeat or comma-separate
   --ttl       lifetime: 90, 90s, 15m, 1h (default), 7d
   --sub       optional subject (who the token is for)

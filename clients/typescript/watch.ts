@@ -116,9 +116,11 @@ export interface WatchOptions {
 export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "unreachable" | "closed";
 
 /**
- * Answers to the probe that mean "try again later": 426 (the endpoint is right, it just wants a
- * WebSocket), timeouts, rate limits and server errors. Any other answer (401, 403, 404, 400, or a
- * page that is not the relay at all) ends the watch.
+ * The relay's answers to the probe that mean "try again later": 426 (the endpoint is right, it
+ * just wants a WebSocket), timeouts, rate limits and server errors (but `auth_not_configured`).
+ * Any other answer of the relay (401, 403, 404, 400) ends the watch. An answer without the relay's
+ * header ends it only when it is a page or a 404 (405, 410: not the relay at that address); any other (a
+ * proxy's 502, a local router's 503) is retried like a refused or reset connection (relay-fetch.ts).
  */
 function transient(status: number): boolean {
   return status === 426 || status === 408 || status === 429 || status >= 500;

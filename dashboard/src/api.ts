@@ -3,6 +3,8 @@
 // A token comes from `?token=` in the page URL (then kept in sessionStorage and removed from the
 // address bar) or from the login field; it lives in sessionStorage only (this tab, this session).
 
+import { RELAY_HEADER } from "../../src/http/route.js";
+
 const KEY = "episode-relay-token";
 
 export const relayUrl = location.origin;
@@ -53,7 +55,12 @@ export function socketProtocols(): string[] | undefined {
 
 export type AccessProblem = { status: 401 | 403 | 503; message: string };
 
-/** Check a GET answers; a refusal comes back as an AccessProblem (anything else throws). */
+/**
+ * Check a GET answers; the relay's refusal (401, 403, 503 `auth_not_configured`) comes back as an
+ * AccessProblem. Anything transient throws, so the caller tries again: a network failure, the
+ * relay's other 5xx, 408 and 429, and an error answer without the relay's header (a proxy's 502,
+ * the local router's 503 while a tier starts).
+ */
 export async function probe(path: string): Promise<{ ok: true; status: number; body: unknown } | ({ ok: false } & AccessProblem)> {
   const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() } });
   let body: unknown = null;
@@ -62,9 +69,14 @@ export async function probe(path: string): Promise<{ ok: true; status: number; b
   } catch {
     body = null;
   }
-  if (res.status === 401 || res.status === 403 || res.status === 503) {
+  const code = (body as { error?: string } | null)?.error;
+  const relays = res.headers.has(RELAY_HEADER);
+  if (relays && (res.status === 401 || res.status === 403 || (res.status === 503 && code === "auth_not_configured"))) {
     const message = (body as { message?: string } | null)?.message ?? res.statusText;
-    return { ok: false, status: res.status, message };
+    return { ok: false, status: res.status as AccessProblem["status"], message };
+  }
+  if (res.status >= 500 || res.status === 408 || res.status === 429 || (!relays && !res.ok && ![404, 405, 410].includes(res.status))) {
+    throw new Error(`${path}: ${res.status} ${res.statusText}, retrying`);
   }
   return { ok: true, status: res.status, body };
 }

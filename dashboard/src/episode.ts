@@ -76,7 +76,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       asm: w.assembly,
       ended: ended(),
       routing: routing.on,
-      repairedRows: (trace, node) => feed.repaired.get(`${trace}\n${node}`) ?? [],
+      repairedRows: (trace, node) => feed.repairedRows(trace, node),
       overlay: signals.update(w.assembly, all, kind, ended()),
     });
   }

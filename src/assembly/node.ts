@@ -100,11 +100,21 @@ export interface NodeInfo {
    */
   readonly parent?: number | null;
   readonly role?: string | null;
+  /** A routing repair rewrote its last row (the bytes do not say so; the dashboard marks that row). */
+  readonly repaired: boolean;
 }
 
-export function infoOf(node: NodeState, bytes: number, ver = 0): NodeInfo {
+export function infoOf(node: NodeState, bytes: number, ver = 0, repaired = false): NodeInfo {
   const { parent, role } = nodeHead(node);
-  return { bytes, parents: node.parents.length, routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null, ver, parent, role };
+  return {
+    bytes,
+    parents: node.parents.length,
+    routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null,
+    ver,
+    repaired,
+    parent,
+    role,
+  };
 }
 
 /** A node's `parent` (an int ≥ 0, else null) and `message.role` (a str, else null), read off its spans. */

@@ -173,9 +173,9 @@ export function rowOf(m: Meta, state: EpisodeState, facts: RowFacts = new RowFac
     if (typeof n === "number") tokens += n;
   }
   const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
-  // the reply's head names the rollout group and the run (once the run ended); the trainer's
-  // identity names the group from the start, so a rollout stays in its group when it ends
-  const head = ended !== null ? replyHead(state) : null;
+  // the reply's head names the rollout group and the run (once the run ended, or a reply was refused);
+  // the trainer's identity names the group from the start, so a rollout stays in its group when it ends
+  const head = ended !== null || m.refused !== null ? replyHead(state) : null;
   const dispatch = m.dispatch ? dispatchJson(m.dispatch) : null;
   return {
     id: m.id,

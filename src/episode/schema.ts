@@ -12,9 +12,6 @@ function hasTable(sql: SqlStorage, name: string): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
 }
 
-/** node_meta's columns of version 3: a node's parent index and message role (sql-store.ts). */
-const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
-
 /** The assembled state's tables (sql-store.ts). */
 function createStateTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
@@ -41,6 +38,8 @@ function createStateTables(sql: SqlStorage): void {
 function rebuildState(sql: SqlStorage): void {
   const meta = sql.exec<{ seq: number; base: number }>("SELECT seq, base FROM meta").toArray()[0];
   if (!meta) return;
+  // rebuilt by this release's store, which writes the columns later versions add
+  addColumns(sql, "node_meta", [REPAIRED_COLUMN, ...NODE_HEAD_COLUMNS]);
   const deltas: Uint8Array[] = [];
   if (hasTable(sql, "base")) {
     const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
@@ -63,6 +62,11 @@ function rebuildState(sql: SqlStorage): void {
   asm.version = store.version = meta.seq;
   for (const d of deltas) asm.apply(d, true);
 }
+
+/** node_meta's record of a routing repair (version 3). */
+const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
+/** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
+const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 export const EPISODE_SCHEMA: Schema = checkSchema({
   object: "Episode",
@@ -89,11 +93,7 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
         createStateTables(sql);
-        if (inMemory) {
-          // the rebuild writes node_meta as this release does (version 3 finds the columns there)
-          addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
-          rebuildState(sql);
-        }
+        if (inMemory) rebuildState(sql);
       },
     },
     {
@@ -106,6 +106,14 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
     },
     {
       version: 3,
+      what: "the record of routing-repaired nodes",
+      up(sql) {
+        // set by the repair that rewrote the node's last row (sql-store.ts); nodes stored before have none
+        addColumns(sql, "node_meta", [REPAIRED_COLUMN]);
+      },
+    },
+    {
+      version: 4,
       what: "the rollout's dispatch identity, its live facts, the trainer's annotations and the search's text",
       up(sql) {
         // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta

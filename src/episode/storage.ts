@@ -10,7 +10,8 @@
 //   confirmed by its cursor (retraction: src/envelope/ledger.ts).
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
-// - `reply`: the upstream reply bytes once the run ended (parts, like frames).
+// - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
+//   ended it (finish_refused; parts, like frames).
 // - `index_sync`: when the run's index was last sent this episode's row, when the next
 //   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
 // - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by alarm).

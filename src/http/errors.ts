@@ -49,6 +49,8 @@ export const ERROR_STATUS = {
   auth_not_configured: 503,
   /** The object's storage could not be brought to this release's schema (src/storage/schema.ts). */
   storage_upgrade_failed: 503,
+  /** A local tier is not up (starting, restarting): answered by the local router with Retry-After (scripts/router.mjs). */
+  unavailable: 503,
 } as const satisfies Record<DeltaErrorCode, number> & Record<string, number>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -1,6 +1,6 @@
 // The dashboard in a real browser: Debian's headless Chromium driven by playwright-core, against
 // the real relay bundle (Miniflare, with the dashboard's static assets; the hub tier in a process
-// of its own, as under npm start), fed golden cases the
+// of its own, as under npm run start:tiers), fed golden cases the
 // way a producer feeds it (envelopes over HTTP), and a run of 240 small episodes sent as bare
 // deltas. Screenshots of each page at a desktop (1280×800) and a phone (390×844) viewport go to
 // test-results/screenshots/ (`<page>-desktop.png`, `<page>-phone.png`).

@@ -2,7 +2,7 @@
 // bundle in Miniflare, real HTTP and WebSockets): every golden case through HTTP and through the
 // producer socket, each with three watchers (from the start, joining midway, dropping and
 // resuming), all ending with the golden bytes. Then the same with the relay in two tiers (the hub
-// tier in its own process, as under npm start) and one hub per watcher: six watchers spread over
+// tier in its own process, as under npm run start:tiers) and one hub per watcher: six watchers spread over
 // hubs.
 import { spawn } from "node:child_process";
 import { join } from "node:path";

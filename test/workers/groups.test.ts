@@ -160,4 +160,26 @@ describe("an episode's row carries its task and group", () => {
     const list = (await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Array<{ group: string; run_name: string }> };
     expect(list.episodes[0]).toMatchObject({ group: "ff2a2a75403787784bd9ede96d0db119", run_name: "multi-agent-env-eval" });
   });
+
+  it("a rollout whose reply was refused stays in its reply's group (no group of one): finish_refused counts as live there", async () => {
+    const run = `grpr-${Date.now().toString(36)}`;
+    const c = await golden("gap_detected");
+    const id = `${run}:refused`;
+    const producer = new ProducerCursor("p");
+    for (const f of c.frames) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(f)));
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    // a sibling of the same group that finished
+    const group = "809e5310700c629b8d2d208533bbb9ba";
+    await env.EPISODE_INDEX.getByName(`run:${run}`).upsert(row(run, 1, "finished", group, 1, 10));
+    const res = await post(`${id}/reply`, c.reply);
+    expect(res.status).toBe(409);
+    await res.arrayBuffer();
+    const page = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
+    expect(page.groups.map((g) => [g.id, g.size, g.finished, g.live])).toEqual([[group, 2, 1, 1]]);
+    const list = (await (await relay(`../runs/${run}/episodes?status=finish_refused`)).json()) as { episodes: Array<{ id: string; group: string }> };
+    expect(list.episodes.map((e) => [e.id, e.group])).toEqual([[id, group]]);
+  });
 });

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
@@ -74,10 +75,11 @@ class RelaySink:
     the lost frame before applying it. The relay ends with exactly the reference assembly over the
     deltas the streamer counted as sent.
 
-    A *retryable* failure (network error, timeout, 5xx, 408, 429: e.g. the relay restarting, or a
-    deploy) is retried with the very same envelope (same seq: the relay acknowledges a duplicate
+    A *retryable* failure (network error, timeout, 5xx, 408, 429, or an error answer without the
+    relay's header such as a proxy's 502: e.g. the relay restarting, or a deploy) is retried, with
+    jittered backoff, with the very same envelope (same seq: the relay acknowledges a duplicate
     without applying it again) until ``retry_for`` seconds have passed, then ``send`` raises.
-    Refusals (4xx) are never retried.
+    Refusals (the relay's 4xx; a page or a 404 that is not the relay) are never retried.
 
     The streamer swallows a failure of its exit flush: :meth:`finish` re-delivers that last
     delta (same envelope) before it posts the reply, so the reply's counts match.
@@ -94,7 +96,8 @@ class RelaySink:
         timeout: Seconds for one attempt (connect, write, answer).
         retry_for: Seconds to keep retrying one envelope on retryable failures (default 30: long
             enough to ride out a relay restart or a deploy); 0 raises at the first failure.
-        retry_backoff: Seconds before the first retry; doubles per retry (up to 2 s).
+        retry_backoff: Seconds before the first retry (drawn between half and all of it); doubles
+            per retry (up to 2 s).
         client: An ``httpx.AsyncClient`` to use instead of the sink's own (not closed by
             :meth:`close`).
         default: msgpack ``default`` encoder for dict deltas; by default verifiers' own
@@ -286,5 +289,6 @@ async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str
             if not e.retryable or time.monotonic() + delay > deadline:
                 raise
             logger.info("%s: %s; retrying in %.2f s", what, e, delay)
-        await asyncio.sleep(delay)
+        # jittered: sinks dropped together (a relay restart) come back spread out
+        await asyncio.sleep(delay * (0.5 + random.random() / 2))
         delay = min(delay * 2, 2.0)

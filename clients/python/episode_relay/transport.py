@@ -44,7 +44,8 @@ class RelayError(Exception):
     Attributes: ``status`` (HTTP status, None for network errors and timeouts), ``error``
     (the relay's error code such as ``producer_conflict``, or ``network`` / ``timeout``),
     ``field`` (where the relay found the problem, when it says), ``retryable`` (True when the
-    same message may succeed later: network errors, timeouts, 5xx, 408, 429).
+    same message may succeed later: network errors, timeouts, 5xx but ``auth_not_configured``,
+    408, 429, and ``gateway``: an answer something in front of the relay gave in its place).
     """
 
     def __init__(self, message: str, status: Optional[int] = None, error: Optional[str] = None, field: Optional[str] = None) -> None:
@@ -56,6 +57,10 @@ class RelayError(Exception):
 
     @property
     def retryable(self) -> bool:
+        if self.error == "gateway":
+            return True
+        if self.error == "auth_not_configured":
+            return False  # the relay refuses everything until it has a RELAY_SECRET
         return self.status is None or self.status >= 500 or self.status in (408, 429)
 
     def __repr__(self) -> str:
@@ -147,15 +152,30 @@ def network_error(e: BaseException, what: str, timeout: float) -> RelayError:
     return RelayError(f"{what}: {type(e).__name__}: {e}", error="network")
 
 
-def check_relay_answer(r: httpx.Response, what: str) -> None:
-    """Raise :class:`RelayError` (``not_the_relay``) when the answer is not the relay's."""
-    if r.headers.get(RELAY_HEADER) is None:
-        kind = r.headers.get("content-type", "no content type")
-        raise RelayError(
-            f"{what}: the address answered {r.status_code} ({kind}) but not as an Episode Relay: check the relay's base URL",
-            status=r.status_code,
+def foreign_answer(status: int, content_type: Optional[str], what: str) -> RelayError:
+    """The :class:`RelayError` for an answer without the relay's header. A page (2xx) or a 404 (405,
+    410: no such path, not that method) is what a web server or another API answers there:
+    ``not_the_relay``, final. Any other status (a
+    proxy's 502, Cloudflare's error page, a local router while the relay starts) is something in
+    front of the relay failing in its place: ``gateway``, retryable."""
+    kind = content_type or "no content type"
+    if 200 <= status < 300 or status in (404, 405, 410):
+        return RelayError(
+            f"{what}: the address answered {status} ({kind}) but not as an Episode Relay: check the relay's base URL",
+            status=status,
             error="not_the_relay",
         )
+    return RelayError(
+        f"{what}: answered {status} ({kind}) in the relay's place (a proxy, or a local relay still starting): try again later",
+        status=status,
+        error="gateway",
+    )
+
+
+def check_relay_answer(r: httpx.Response, what: str) -> None:
+    """Raise :class:`RelayError` when the answer is not the relay's (see :func:`foreign_answer`)."""
+    if r.headers.get(RELAY_HEADER) is None:
+        raise foreign_answer(r.status_code, r.headers.get("content-type"), what)
 
 
 def episode_path(episode_id: str, action: str = "") -> str:
@@ -323,6 +343,10 @@ class WebSocketChannel:
             status = getattr(getattr(e, "response", None), "status_code", None) or getattr(e, "status_code", None)
             if status is None:
                 raise network_error(e, f"connect {self.url}", self.timeout) from e
+            # websockets >= 13: e.response.headers; 10-12: e.headers
+            headers = getattr(getattr(e, "response", None), "headers", None) or getattr(e, "headers", None)
+            if headers is not None and headers.get(RELAY_HEADER) is None:
+                raise foreign_answer(status, headers.get("content-type"), f"connect {self.url}") from e
             raise RelayError(f"connect {self.url}: {type(e).__name__}: {e}", status=status, error="handshake") from e
 
     def _discard(self) -> None:

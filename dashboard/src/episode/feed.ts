@@ -4,10 +4,12 @@
 // caught up. The feed also keeps the run's status as the badge shows it, the trainer's dispatch
 // identity (`GET .../status` says it; asked again when the episode appears or ends, if it had
 // none), the token rows each routing repair rewrote (the assembly keeps only the repaired
-// values), and hands on the annotations the watch read.
+// values): those it saw in the deltas, and those the relay recorded (`status.repaired_nodes`),
+// which stay once the log that carried them is trimmed or the episode archived; and it hands on
+// the annotations the watch read.
 import { type AnnotationsJson, watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
 import type { Json, JsonObject } from "../../../src/wire/json-view.js";
-import { getToken, probe, relayUrl } from "../api.js";
+import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
 import { refusal, type ConnState, type Shell } from "../shell.js";
 
@@ -37,6 +39,8 @@ export class EpisodeFeed {
   dispatch: JsonObject | null = null;
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   readonly repaired = new Map<string, number[]>();
+  /** trace → the nodes the relay recorded as repaired (each one's last row). */
+  private recorded = new Map<string, Set<number>>();
   private stopped = false;
 
   constructor(
@@ -61,7 +65,10 @@ export class EpisodeFeed {
         this.hooks.refused(p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.");
         return;
       }
-      if (p.status === 200 && isObject(p.body as Json)) this.noteStatus(p.body as { status?: string; dispatch?: JsonObject | null });
+      if (p.status === 200 && isObject(p.body as Json)) {
+        this.noteStatus(p.body as { status?: string; dispatch?: JsonObject | null });
+        this.record(p.body);
+      }
     } catch {
       // the watcher reconnects by itself
     }
@@ -75,6 +82,14 @@ export class EpisodeFeed {
     if (this.routingWatch || !this.watch) return false;
     const w = this.start({ routing: true, after: 0 });
     this.routingWatch = w;
+    // the relay's record as the routing watch starts (repairs since the page opened included)
+    void getJson(`/v1/episodes/${encodeURIComponent(this.id)}/status`).then(
+      (s) => {
+        this.record(s);
+        this.hooks.changed();
+      },
+      () => {}, // the record from the page's first probe stays
+    );
     w.on((e) => {
       if ((e.type === "caught_up" || e.type === "finish") && this.watch !== w) this.takeOver(w);
     });
@@ -116,6 +131,8 @@ export class EpisodeFeed {
       routing: options.routing,
       ...(options.after !== undefined ? { after: options.after } : {}),
       backoffMs: [250, 5000],
+      // an open page waits for its relay however long it restarts (only a refusal ends the watch)
+      giveUpMs: Number.POSITIVE_INFINITY,
     });
     w.on((e) => this.onEvent(w, e));
     return w;
@@ -157,6 +174,21 @@ export class EpisodeFeed {
       }
     }
     this.hooks.changed();
+  }
+
+  /** The token rows of `trace`'s node `node` a repair rewrote: seen in deltas, or recorded by the relay (its last row). */
+  repairedRows(trace: string, node: number): number[] {
+    const seen = this.repaired.get(`${trace}\n${node}`) ?? [];
+    if (!this.recorded.get(trace)?.has(node)) return seen;
+    const rows = this.watch?.assembly.traces.get(trace)?.nodes[node]?.routed?.shape[0];
+    return rows === undefined || seen.includes(rows - 1) ? seen : [...seen, rows - 1].sort((a, b) => a - b);
+  }
+
+  /** `status.repaired_nodes` (per trace, the nodes the relay recorded as repaired). */
+  private record(status: unknown): void {
+    const r = (status as { repaired_nodes?: unknown } | null)?.repaired_nodes;
+    if (typeof r !== "object" || r === null) return;
+    this.recorded = new Map(Object.entries(r).map(([trace, nodes]) => [trace, new Set(Array.isArray(nodes) ? (nodes as number[]) : [])]));
   }
 
   /** A delta's routing repairs rewrote each named node's last row: remember which row that was. */
