@@ -6,6 +6,7 @@
 // `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
 // The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
 
+import type { LiveFacts } from "../../src/registry/entry.js";
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
 
@@ -38,6 +39,10 @@ export interface GroupRollout {
   stop_condition: string | null;
   truncated: boolean;
   error: string | null;
+  /** Its task key, its trainer's dispatch identity, and where it stands (null without them). */
+  task: string | null;
+  dispatch: Record<string, unknown> | null;
+  live: LiveFacts | null;
 }
 
 /** A group with its rollouts, best reward first. */

@@ -13,6 +13,7 @@ import type { IndexRow } from "../registry/rows.js";
 import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
 import { decodeLossless } from "../wire/lossless.js";
+import { rolloutGroup } from "../registry/groups.js";
 import { RowFacts } from "./row-facts.js";
 import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
@@ -192,7 +193,7 @@ export function rowOf(m: Meta, state: EpisodeState, facts: RowFacts = new RowFac
     rewards,
     error: m.refused ?? m.error,
     task,
-    group: dispatchFacts(dispatch).group ?? stringAt(head?.group, "id") ?? task,
+    group: rolloutGroup(dispatchFacts(dispatch).group, stringAt(head?.group, "id"), task),
     stop_condition: stop,
     truncated,
     run_name: stringAt(head?.run, "name"),

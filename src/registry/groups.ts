@@ -9,6 +9,14 @@ import type { IndexRow, IndexStatus } from "./entry.js";
 import { rewardOf, scoresOf } from "./rewards.js";
 import type { Json } from "../wire/json-view.js";
 
+/**
+ * The rollout group an episode is in: the trainer's dispatch identity's `group` when it names one,
+ * else the reply head's `group.id` (once a reply came), else (live) the first trace's task key.
+ */
+export function rolloutGroup(dispatchGroup: string | null, headGroupId: string | null, taskKey: string | null): string | null {
+  return dispatchGroup ?? headGroupId ?? taskKey;
+}
+
 /** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */
 export interface RewardStats {
   mean: number;

@@ -9,6 +9,7 @@ import { Reader } from "../../../src/wire/reader.js";
 import { dateTime, h, plural } from "../dom.js";
 import { groupHref, runHref } from "../links.js";
 import { fmt, isObject, json, messageOf } from "../model.js";
+import { rolloutGroup } from "../../../src/registry/groups.js";
 
 /** Data keys shown as the prompt and the expected answer (verifiers' task data, e.g. `{idx, prompt, answer}`). */
 const PROMPT_KEYS = ["prompt", "question", "input"];
@@ -69,7 +70,7 @@ const cut = (s: string) => (s.length > MAX_VALUE ? `${s.slice(0, MAX_VALUE)}…`
 /** The episode's group as the run's index names it (src/episode/run-row-sync.ts): the trainer's, else the reply head's, else the task key. */
 export function groupOf(dispatch: JsonObject | null, finished: Uint8Array | null, taskKey: string | null): string | null {
   const named = dispatch && typeof dispatch.group === "string" ? dispatch.group : null;
-  return named ?? headGroup(finished) ?? taskKey;
+  return rolloutGroup(named, headGroup(finished), taskKey);
 }
 
 /** The finished episode's head `group.id` (its top-level map read key by key; the traces are skipped, not decoded). */
