@@ -121,7 +121,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     );
     const writeS = (performance.now() - t0) / 1000;
     // every finished row (and its text) has landed once the run counts them all
-    const http = new HttpClient(relay.url);
+    const http = new ResilientClient(relay.url);
     for (;;) {
       const a = JSON.parse((await http.request("GET", `/v1/runs/${runName}`)).body.toString()) as { aggregates: { counts: { finished: number } } | null };
       if ((a.aggregates?.counts.finished ?? 0) >= ROLLOUTS) break;
@@ -271,6 +271,27 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     return figures;
   } finally {
     await relay.stop();
+  }
+}
+
+/** An HttpClient that opens a new connection when a kept-alive one was reset (the relay closes idle ones). */
+class ResilientClient {
+  private client: HttpClient;
+  constructor(private readonly base: string) {
+    this.client = new HttpClient(base);
+  }
+  async request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
+    try {
+      return await this.client.request(method, path, body, headers);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ECONNRESET") throw e;
+      this.client.close();
+      this.client = new HttpClient(this.base);
+      return this.client.request(method, path, body, headers);
+    }
+  }
+  post(path: string, body: Uint8Array) {
+    return this.request("POST", path, body, { "content-type": "application/msgpack" });
   }
 }
 
