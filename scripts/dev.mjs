@@ -18,7 +18,7 @@ import { createServer } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { devVarsFiles, findRelaySecret, FROM_ENVIRONMENT, MIN_SECRET_CHARS } from "./dev-vars.mjs";
+import { devVarsFiles, findRelaySecret, FROM_ENVIRONMENT, secretTooShort } from "./dev-vars.mjs";
 import { QUIET_ENV } from "./quiet-env.mjs";
 import { startRouter } from "./router.mjs";
 import { writeTierConfigs } from "./tiers.mjs";
@@ -77,6 +77,12 @@ const common = ["--ip", "127.0.0.1", "--show-interactive-dev-session=false"];
 /** Each tier's local storage: the episode tier's where it always was, the hub tier's beside it (two runtimes must not share one directory's files). */
 const storage = { episodes: persist, hubs: join(persist, "hub-tier") };
 const found = findRelaySecret(root);
+const weak = found.secret === null ? null : secretTooShort(found.secret, found.source);
+if (weak) {
+  // the relay would refuse every request with it: say so now, and start nothing
+  console.error(`[dev] ${weak}; not starting.`);
+  process.exit(1);
+}
 if (found.secret !== null) {
   // the sessions' configs live in .wrangler/tiers: they get the vars files (or the secret) explicitly
   if (found.source === FROM_ENVIRONMENT) common.push("--var", `RELAY_SECRET:${found.secret}`);
@@ -84,9 +90,6 @@ if (found.secret !== null) {
   console.error(
     `[dev] auth ON: RELAY_SECRET from ${found.source}. Every request except GET /v1/health needs a bearer token: npm run token -- --role producer --episode '*'`,
   );
-  if (found.secret.length < MIN_SECRET_CHARS) {
-    console.error(`[dev] warning: RELAY_SECRET is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
-  }
 } else if (isLoopback(ip)) {
   common.push("--var", "AUTH_OFF_ON_LOOPBACK:true");
   for (const f of devVarsFiles(root)) common.push("--env-file", f);

@@ -13,7 +13,7 @@ import { decodeRunCursor, encodeRunCursor, type RunCursor } from "../registry/di
 import { RUNS_NAME } from "../registry/run-directory.js";
 import { coversRun } from "../registry/run.js";
 import { ChunkWriter } from "../wire/writer.js";
-import { stripCredentials } from "./auth.js";
+import { stripCredentials } from "./credentials.js";
 import { RelayError } from "./errors.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
