@@ -3,13 +3,19 @@
 //  - sorted by update, the index of the most selective filter given (task, stop condition,
 //    truncated, errored, status: schemas.ts v4), so a page of those reads about a page of rows;
 //  - sorted by reward, the reward index (rewarded rows, then those without a reward).
-// Every other condition (the rest of the filters, a prefix, the viewer's scope) is checked on the
-// rows the walk passes, and a walk stops after SCAN_BUDGET rows: a rare match then gives a short
-// page whose cursor continues where the walk stopped, instead of a request that reads the run.
+// Every other condition (the rest of the filters, a prefix) is checked on the rows the walk passes,
+// and a walk stops after SCAN_BUDGET rows: a rare match then gives a short page whose cursor
+// continues where the walk stopped, instead of a request that reads the run.
+//
+// A viewer covering part of the run (scope not null) gets its page from the rows it covers only,
+// read by primary key and sorted here (scoped-rows.ts), so `searched` and the cursor say nothing of
+// the others; past SCOPED_BUDGET such rows it walks as above, `searched` counting the rows in its
+// scope only (the Worker seals every cursor: a position may then be a row outside it).
 
 import type { IndexRow } from "./entry.js";
 import type { RowFilter } from "./row-filter.js";
 import type { ListCursor, ListQuery, Scope } from "./rows.js";
+import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** Rows one page may walk past (matching or not). */
@@ -20,7 +26,7 @@ export interface EpisodePage {
   rows: IndexRow[];
   /** Where the next page starts; null when the walk reached the end. */
   next: ListCursor | null;
-  /** Rows walked past to make this page. */
+  /** Rows in the viewer's scope walked past to make this page. */
   searched: number;
 }
 
@@ -32,38 +38,79 @@ interface Walk {
   order: string;
 }
 
-/** The row as walked: all columns, and whether it passes every condition. */
-type WalkedRow = SqlRow & { ok: number };
+/** The row as walked: all columns, whether it passes every condition, and whether it is in scope. */
+type WalkedRow = SqlRow & { ok: number; sc: number };
 
 export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
+  if (scope !== null) {
+    const scoped = scopedPage(sql, q, scope);
+    if (scoped !== null) return scoped;
+  }
   const check = conditions(q, scope);
+  const inScope = scope === null ? { sql: "1", args: [] } : scopeCondition(scope);
   const rows: IndexRow[] = [];
+  let walkedAll = 0;
   let searched = 0;
   let last: ListCursor | null = null;
   for (const walk of walksOf(q)) {
-    const room = budget - searched;
+    const room = budget - walkedAll;
     const cursor = sql.exec<WalkedRow>(
-      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
+      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok, COALESCE(${inScope.sql}, 0) AS sc FROM rows INDEXED BY ${walk.index}
        ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
       ...check.args,
+      ...inScope.args,
       ...walk.args,
       room,
     );
     let walked = 0;
     for (const r of cursor) {
       walked++;
+      if (r.sc === 1) searched++;
       if (r.ok === 1) {
         // one match past the page only says there is more: the page ends at the one before
-        if (rows.length === q.limit) return { rows, next: last, searched: searched + walked };
+        if (rows.length === q.limit) return { rows, next: last, searched };
         rows.push(rowOf(r));
       }
-      last = { key: q.sort === "updated" ? r.updated : r.reward, id: r.id };
+      last = { key: keyOf(q, r), id: r.id };
     }
-    searched += walked;
+    walkedAll += walked;
     // the walk stopped on the budget, not at the end of its index: the next page goes on from here
     if (walked === room) return { rows, next: last, searched };
   }
   return { rows, next: null, searched };
+}
+
+/** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
+function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
+  const check = conditions(q, null);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok, 1 AS sc`, check.args);
+  if (mine === null) return null;
+  const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
+  const page = matching.slice(0, q.limit);
+  const last = page.at(-1);
+  return { rows: page.map(rowOf), next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null, searched: mine.length };
+}
+
+function keyOf(q: ListQuery, r: SqlRow): number | null {
+  return q.sort === "updated" ? r.updated : r.reward;
+}
+
+/** The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward (best first, rows without one last), then by id, descending. */
+function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
+  const ka = keyOf(q, a);
+  const kb = keyOf(q, b);
+  if (ka !== kb) {
+    if (ka === null) return 1;
+    if (kb === null) return -1;
+    return kb - ka;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** Whether `r` comes after the cursor `q.after` in the list's order. */
+function follows(q: ListQuery, r: SqlRow): boolean {
+  if (q.after === null) return true;
+  return order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, id: q.after.id } as SqlRow, r) < 0;
 }
 
 /** The walks a page makes, in order, from `q.after` on. */
@@ -130,14 +177,19 @@ function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorage
     );
   }
   if (scope !== null) {
-    // the patterns travel as one JSON parameter: exact ids, or PREFIX*; json_each has an `id` column of its own
-    add(
-      `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
+    const s = scopeCondition(scope);
+    add(s.sql, ...s.args);
+  }
+  return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };
+}
+
+/** Whether a row is in `scope`, as SQL: the patterns travel as one JSON parameter (json_each has an `id` column of its own). */
+function scopeCondition(scope: readonly string[]): { sql: string; args: SqlStorageValue[] } {
+  return {
+    sql: `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
         CASE WHEN substr(p.value, -1) = '*'
           THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
           ELSE rows.id = p.value END)`,
-      JSON.stringify(scope),
-    );
-  }
-  return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };
+    args: [JSON.stringify(scope)],
+  };
 }

@@ -69,7 +69,8 @@ export class RunDirectory extends DurableObject<Env> {
 
   /**
    * Runs newest-created first after `after`, whose ids may fall in `scope` (`whole`: runs `scope`
-   * covers entirely) and start with `prefix`.
+   * covers entirely) and start with `prefix`; the cursor is the position to go on from, which may
+   * be a run outside the scope (the Worker seals it before a client sees it).
    */
   runs(after: RunCursor | null, limit: number, scope: Scope, prefix: string | null, whole: boolean): { runs: RunSummary[]; cursor: string | null } {
     this.schema.check();
@@ -77,8 +78,7 @@ export class RunDirectory extends DurableObject<Env> {
       if (prefix !== null && !mayHold([`${prefix}*`], run)) return false; // no id of the run can start with it
       return whole ? coversRun(scope, run) : mayHold(scope, run);
     });
-    const last = page.rows.at(-1);
-    return { runs: page.rows.map(summaryOf), cursor: page.more && last ? encodeRunCursor(last) : null };
+    return { runs: page.rows.map(summaryOf), cursor: page.next === null ? null : encodeRunCursor(page.next) };
   }
 
   // ---- the socket ----

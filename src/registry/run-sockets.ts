@@ -1,6 +1,7 @@
 // The read-only sockets of the two registry objects: a run's sockets (its EpisodeIndex) and the
-// runs sockets (the RunDirectory). Each socket remembers its viewer's scope (attachments hold
-// 2 KiB: larger scopes are kept in SQLite by hash), and pushes are coalesced: changes collect for
+// runs sockets (the RunDirectory). Each socket remembers its viewer's scope in its attachment
+// (16 KiB: a token's patterns always fit; sockets of earlier releases kept larger scopes in
+// SQLite by hash, and are still read), and pushes are coalesced: changes collect for
 // PUSH_MS, then each socket gets one message built for its scope. The short timer only delays a
 // push; nothing keeps running while idle.
 
@@ -13,7 +14,8 @@ import type { Scope } from "./rows.js";
  * deploys: the string stays what earlier releases gave them.
  */
 export const RUN_SOCKET_TAG = "index";
-const INLINE_SCOPE_BYTES = 1500;
+/** Scopes up to this long go in the attachment: every token's (at most MAX_TOKEN_CHARS, src/http/auth.ts), so reads store nothing. */
+const INLINE_SCOPE_BYTES = 12 * 1024;
 
 type Attachment = { scope: Scope } | { scopeKey: string };
 
@@ -37,6 +39,14 @@ export class RunSockets {
     server.serializeAttachment(await this.attachmentFor(scope));
     server.send(first);
     return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** Whether an open socket's scope is kept in the table (accepted by an earlier release). */
+  keepsStoredScopes(): boolean {
+    return this.ctx.getWebSockets(RUN_SOCKET_TAG).some((ws) => {
+      const att = ws.deserializeAttachment() as Attachment | null;
+      return att !== null && "scopeKey" in att;
+    });
   }
 
   /** Something changed: push within PUSH_MS (one message per socket, however many changes). */

@@ -1,0 +1,50 @@
+// The rows of a run's index a partial scope covers, read by primary key: for a token that covers
+// some episodes of a run (exact ids, PREFIX* patterns), its pages and its finished episodes are
+// made from the rows it covers only, so neither the work nor any number in the answer depends on
+// the rows it does not cover. Past a budget (a token covering very many episodes of a run without
+// covering the run) the caller walks the run's order instead, within the walk's own budget.
+
+/** Rows a partial scope may read by primary key; past it the caller walks the run's order. */
+export const SCOPED_BUDGET = 1000;
+
+/** Every id character sorts below this (ids are [A-Za-z0-9._:-]): `P` ≤ id < `P\x7f` is the prefix P. */
+const AFTER_ID_CHARS = "\u007f";
+
+/** The patterns without those another PREFIX* already covers, so no row is read twice. */
+function distinct(patterns: readonly string[]): string[] {
+  const stems = patterns.filter((p) => p.endsWith("*")).map((p) => p.slice(0, -1));
+  const out = new Set<string>();
+  for (const p of patterns) {
+    const own = p.endsWith("*") ? p.slice(0, -1) : p;
+    const covered = stems.some((s) => own.startsWith(s) && (s !== own || !p.endsWith("*")));
+    if (!covered) out.add(p);
+  }
+  return [...out];
+}
+
+/**
+ * The rows whose ids `patterns` cover, as `select` (its `?` bound to `args`) gives them, each once;
+ * null when more than `budget` would be read. Only rows in scope are read.
+ */
+export function rowsInScope<T extends Record<string, SqlStorageValue> & { id: string }>(
+  sql: SqlStorage,
+  patterns: readonly string[],
+  select: string,
+  args: readonly SqlStorageValue[],
+  budget = SCOPED_BUDGET,
+): T[] | null {
+  const rows = new Map<string, T>();
+  let read = 0;
+  for (const p of distinct(patterns)) {
+    const room = budget - read + 1;
+    const found = p.endsWith("*")
+      ? sql.exec<T>(`SELECT ${select} FROM rows WHERE id >= ? AND id < ? LIMIT ?`, ...args, p.slice(0, -1), `${p.slice(0, -1)}${AFTER_ID_CHARS}`, room)
+      : sql.exec<T>(`SELECT ${select} FROM rows WHERE id = ?`, ...args, p);
+    for (const r of found) {
+      read++;
+      rows.set(r.id, r);
+    }
+    if (read > budget) return null;
+  }
+  return [...rows.values()];
+}
