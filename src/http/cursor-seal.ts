@@ -4,15 +4,18 @@
 // authenticated (AES-GCM), bound to what it was made for (the list, the run, the token's
 // patterns), and takes back only what it sealed for the same. Pure: WebCrypto only.
 //
-// The key follows from RELAY_SECRET (HKDF), so every isolate and every restart opens what another
-// sealed; during a rollover the previous secret's key still opens. With auth off (loopback dev)
-// the key is a fixed one: everything is visible there anyway.
+// The keys follow from RELAY_SECRET (HKDF), so every isolate and every restart opens what another
+// sealed; during a rollover the previous secret's keys still open. With auth off (loopback dev)
+// they come from a fixed string: everything is visible there anyway. The nonce is synthetic (an
+// HMAC of the binding and the position), so one position seals to one cursor, whichever isolate
+// seals it (two answers name the same place the same way), and distinct positions never share a nonce.
 
 import { badCursor } from "../registry/rows.js";
 
 export interface CursorKeys {
-  /** Seals (the current secret's key). */
+  /** Seals (the current secret's key), with the nonce key beside it. */
   seal: CryptoKey;
+  nonce: CryptoKey;
   /** Open, in turn (the current key, then the previous secret's). */
   open: readonly CryptoKey[];
 }
@@ -21,23 +24,26 @@ export interface CursorKeys {
 const AUTH_OFF = "episode-relay cursor key: auth is off";
 const IV_BYTES = 12;
 
-const derived = new Map<string, Promise<CryptoKey>>();
+const derived = new Map<string, Promise<{ aead: CryptoKey; nonce: CryptoKey }>>();
 
-function keyOf(secret: string): Promise<CryptoKey> {
+function keysOf(secret: string): Promise<{ aead: CryptoKey; nonce: CryptoKey }> {
   let k = derived.get(secret);
   if (!k) {
     const enc = new TextEncoder();
-    k = crypto.subtle
-      .importKey("raw", enc.encode(secret), "HKDF", false, ["deriveKey"])
-      .then((base) =>
-        crypto.subtle.deriveKey(
-          { name: "HKDF", hash: "SHA-256", salt: enc.encode("episode-relay cursors"), info: enc.encode("v1") },
-          base,
-          { name: "AES-GCM", length: 256 },
-          false,
-          ["encrypt", "decrypt"],
-        ),
-      );
+    const salt = enc.encode("episode-relay cursors");
+    k = crypto.subtle.importKey("raw", enc.encode(secret), "HKDF", false, ["deriveKey"]).then(async (base) => ({
+      aead: await crypto.subtle.deriveKey({ name: "HKDF", hash: "SHA-256", salt, info: enc.encode("v1 aead") }, base, { name: "AES-GCM", length: 256 }, false, [
+        "encrypt",
+        "decrypt",
+      ]),
+      nonce: await crypto.subtle.deriveKey(
+        { name: "HKDF", hash: "SHA-256", salt, info: enc.encode("v1 nonce") },
+        base,
+        { name: "HMAC", hash: "SHA-256", length: 256 },
+        false,
+        ["sign"],
+      ),
+    }));
     derived.set(secret, k);
   }
   return k;
@@ -45,8 +51,8 @@ function keyOf(secret: string): Promise<CryptoKey> {
 
 /** The cursor keys of these secrets (the signing one first); none: auth is off. */
 export async function cursorKeys(secrets: readonly string[]): Promise<CursorKeys> {
-  const keys = await Promise.all((secrets.length > 0 ? secrets : [AUTH_OFF]).map(keyOf));
-  return { seal: keys[0]!, open: keys };
+  const keys = await Promise.all((secrets.length > 0 ? secrets : [AUTH_OFF]).map(keysOf));
+  return { seal: keys[0]!.aead, nonce: keys[0]!.nonce, open: keys.map((k) => k.aead) };
 }
 
 /**
@@ -59,7 +65,7 @@ export function cursorBinding(kind: string, run: string | null, scope: readonly 
 
 export async function sealCursor(keys: CursorKeys, binding: string, raw: string): Promise<string> {
   const enc = new TextEncoder();
-  const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
+  const iv = new Uint8Array(await crypto.subtle.sign("HMAC", keys.nonce, enc.encode(`${binding}\u0000${raw}`))).slice(0, IV_BYTES);
   const sealed = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: enc.encode(binding) }, keys.seal, enc.encode(raw)));
   const out = new Uint8Array(IV_BYTES + sealed.length);
   out.set(iv);
