@@ -37,7 +37,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   const partial = h(
     "p.notice",
     { id: "run-partial", hidden: true },
-    "This token covers only some of this run's episodes, so the run's counts, rewards and throughput are not shown: the list holds the episodes it may see.",
+    "This token does not cover the whole run, so the run's counts, rewards and throughput are not shown: the list holds the episodes it covers.",
   );
   const stats = runStats();
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
@@ -133,6 +133,13 @@ export function mountRun(shell: Shell, run: string): () => void {
     parse: parseRunMessage,
     onProbe: (status, body) => {
       const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
+      if (status === 404) {
+        // the relay answers a run nobody wrote and a run this token covers nothing of alike
+        episodes.refuse(`No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`);
+        overview.hidden = true;
+        partial.hidden = true;
+        return "later";
+      }
       if (status !== 200) {
         episodes.refuse(`The relay cannot show this run: ${b?.message ?? status}`);
         return false;

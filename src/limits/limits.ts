@@ -39,6 +39,10 @@ export interface Limits {
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/episode/archive.ts), ms. */
   archiveAfterMs: number;
+  /** Sockets per run index or run directory (run and runs sockets); one more is closed with 1013. */
+  maxRunSockets: number;
+  /** Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint. */
+  runSocketRate: number;
 }
 
 export function limitsFrom(env: Partial<Env>): Limits {
@@ -60,5 +64,7 @@ export function limitsFrom(env: Partial<Env>): Limits {
     logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
+    runSocketRate: limitFrom(env.RUN_SOCKET_RATE, 20),
   };
 }

@@ -14,6 +14,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
+import { limitsFrom } from "../limits/limits.js";
 import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
@@ -34,7 +35,6 @@ import {
   type IndexRow,
   type ListQuery,
   MAX_LIMIT,
-  noSuchRun,
   parseListQuery,
   SCOPE_HEADER,
   type Scope,
@@ -82,6 +82,7 @@ export class EpisodeIndex extends DurableObject<Env> {
       ctx.storage.sql,
       (scope) => this.changesFor(scope),
       () => this.changes.clear(),
+      limitsFrom(env),
     );
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -190,10 +191,12 @@ export class EpisodeIndex extends DurableObject<Env> {
       const route = parseRoute(url.pathname);
       if (route.kind !== "run" || route.action !== "run") throw new RelayError("not_found", "a run's index answers only its run socket over fetch");
       const { run } = route;
+      const refused = this.sockets.refusal();
+      if (refused) return refused;
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
+      // a run nobody wrote yet may be watched (its first rows arrive as changes): its socket stores nothing
       const rows = this.hasRows();
-      if (!rows && scope === null) throw noSuchRun(run);
       // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with row-filter.ts)
       const page = rows ? this.store.query({ ...q, filter: NO_FILTER, after: null }, scope) : { rows: [], next: null };
       const first = encodeRunMessage({

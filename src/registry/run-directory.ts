@@ -5,6 +5,7 @@
 // (`GET /v1/runs` upgraded) get the runs, then coalesced changes (run-sockets.ts).
 
 import { DurableObject } from "cloudflare:workers";
+import { limitsFrom } from "../limits/limits.js";
 import { SchemaState } from "../storage/schema.js";
 import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
@@ -45,6 +46,7 @@ export class RunDirectory extends DurableObject<Env> {
       ctx.storage.sql,
       (scope) => this.changesFor(scope),
       () => this.changes.clear(),
+      limitsFrom(env),
     );
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -86,6 +88,8 @@ export class RunDirectory extends DurableObject<Env> {
   async fetch(request: Request): Promise<Response> {
     try {
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the runs socket");
+      const refused = this.sockets.refusal();
+      if (refused) return refused;
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const page = this.runs(null, RUNS_SNAPSHOT_LIMIT, scope, null, true);
       return await this.sockets.accept(
