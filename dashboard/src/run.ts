@@ -135,7 +135,9 @@ export function mountRun(shell: Shell, run: string): () => void {
       const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
       if (status === 404) {
         // the relay answers a run nobody wrote and a run this token covers nothing of alike
-        episodes.refuse(`No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`);
+        episodes.refuse(
+          `No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`,
+        );
         overview.hidden = true;
         partial.hidden = true;
         return "later";
