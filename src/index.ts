@@ -11,6 +11,7 @@ import { limitsFrom } from "./limits/limits.js";
 import { wantsJson } from "./http/representation.js";
 import { type AuthMode, authMode, authorize, type Claims, need } from "./http/auth.js";
 import { cursorKeys } from "./http/cursor-seal.js";
+import { shareRun } from "./http/share-link.js";
 import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/credentials.js";
 import { readArchived } from "./http/archive-read.js";
 import { checkDeclaredLength } from "./http/body.js";
@@ -111,6 +112,8 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
         return runGroup(env, run, route.group!, head);
       case "tasks":
         return runTasks(env, run, url, head);
+      case "share":
+        return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
       case "run":
         if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, run, viewer));
         return runView(env, run, head);

@@ -162,7 +162,9 @@ export function need(method: string, route: Route): Need {
     return { kind: "list" };
   }
   // a run's pages and sockets are filtered to the token's episodes by the run's index
-  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return route.action === "usage" ? { kind: "admin", id: null } : { kind: "list" };
+  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) {
+    return route.action === "usage" || route.action === "share" ? { kind: "admin", id: null } : { kind: "list" };
+  }
   return { kind: "token" };
 }
 
@@ -295,7 +297,7 @@ export async function authorize(
       if (!inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
     case "admin":
-      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot read usage (admin only)`);
+      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot do this: usage and share links are admin only`);
       if (req.id !== null && !inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
   }

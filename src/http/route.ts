@@ -20,9 +20,9 @@ export const RELAY_HEADER = "x-episode-relay";
 /**
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
- * `/tasks`: per-task results.
+ * `/tasks`: per-task results; `/share` (admin, POST): a read-only token for the run, for a link.
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks";
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "share";
 
 /** `usage` (admin): the billing units its objects counted (src/billing/usage.ts). */
 export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage";
@@ -58,6 +58,7 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
   usage: ["GET"],
+  share: ["POST"],
 };
 
 export function parseRoute(pathname: string): Route {
@@ -115,7 +116,7 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks"].includes(action)) return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "share"].includes(action)) return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);
