@@ -12,7 +12,7 @@ import { episodeHead } from "./episode/page-head.js";
 import { routingPanel } from "./episode/routing-panel.js";
 import { summaryCards } from "./episode/summary-cards.js";
 import { traceList } from "./episode/trace-list.js";
-import { idInRun, runHref, runLabel, runOf } from "./links.js";
+import { idInRun, runHref, runLabel, runOf, homeHref } from "./links.js";
 import type { Shell } from "./shell.js";
 
 // the compare page shows messages as this page does
@@ -84,7 +84,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 function crumbs(id: string): HTMLElement[] {
   const run = runOf(id);
   return [
-    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
     h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
     h("span.crumb.crumb-id", { title: id }, idInRun(id, run)),
   ];

@@ -5,7 +5,7 @@
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
-import { runLabel } from "./links.js";
+import { runLabel, homeHref } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { shownRewards } from "./reward-choice.js";
@@ -15,6 +15,7 @@ import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
+import { shareLink } from "./share-link.js";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -29,7 +30,7 @@ function snapshotLimit(): number {
 }
 
 export function mountRun(shell: Shell, run: string): () => void {
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
+  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
   const path = `/v1/runs/${encodeURIComponent(run)}`;
   let lastUpdate: string | null = null;
 
@@ -54,7 +55,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   const page = h(
     "section.run-page",
     { "data-run": run },
-    h("div.page-head", null, h("div.run-names", null, title, runId), summary),
+    h("div.page-head", null, h("div.run-names", null, title, runId), summary, shareLink(run)),
     partial,
     overview,
     groups.el,
