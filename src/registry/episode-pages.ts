@@ -14,7 +14,7 @@
 
 import type { IndexRow } from "./entry.js";
 import type { RowFilter } from "./row-filter.js";
-import type { ListCursor, ListQuery, Scope } from "./rows.js";
+import { type ListCursor, type ListQuery, type Scope, visible } from "./rows.js";
 import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
@@ -38,16 +38,16 @@ interface Walk {
   order: string;
 }
 
-/** The row as walked: all columns, whether it passes every condition, and whether it is in scope. */
-type WalkedRow = SqlRow & { ok: number; sc: number };
+/** The row as walked: all columns, and whether it passes every condition but the scope (checked on the row). */
+type WalkedRow = SqlRow & { ok: number };
 
 export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
   if (scope !== null) {
     const scoped = scopedPage(sql, q, scope);
     if (scoped !== null) return scoped;
   }
-  const check = conditions(q, scope);
-  const inScope = scope === null ? { sql: "1", args: [] } : scopeCondition(scope);
+  // the scope is checked here, on each row walked (no SQL lookup per pattern and row)
+  const check = conditions(q);
   const rows: IndexRow[] = [];
   let walkedAll = 0;
   let searched = 0;
@@ -55,18 +55,18 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
   for (const walk of walksOf(q)) {
     const room = budget - walkedAll;
     const cursor = sql.exec<WalkedRow>(
-      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok, COALESCE(${inScope.sql}, 0) AS sc FROM rows INDEXED BY ${walk.index}
+      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
        ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
       ...check.args,
-      ...inScope.args,
       ...walk.args,
       room,
     );
     let walked = 0;
     for (const r of cursor) {
       walked++;
-      if (r.sc === 1) searched++;
-      if (r.ok === 1) {
+      const mine = visible(scope, r.id);
+      if (mine) searched++;
+      if (r.ok === 1 && mine) {
         // one match past the page only says there is more: the page ends at the one before
         if (rows.length === q.limit) return { rows, next: last, searched };
         rows.push(rowOf(r));
@@ -82,8 +82,8 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
 
 /** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
 function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
-  const check = conditions(q, null);
-  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok, 1 AS sc`, check.args);
+  const check = conditions(q);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
   if (mine === null) return null;
   const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
   const page = matching.slice(0, q.limit);
@@ -150,8 +150,8 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   return { index: "rows_by_updated", where: [], args: [], order };
 }
 
-/** Every condition of the query as one SQL expression (checked on each walked row; "1" when none). */
-function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorageValue[] } {
+/** Every condition of the query but the scope as one SQL expression (checked on each walked row; "1" when none). */
+function conditions(q: ListQuery): { sql: string; args: SqlStorageValue[] } {
   const parts: string[] = [];
   const args: SqlStorageValue[] = [];
   const add = (part: string, ...values: SqlStorageValue[]) => {
@@ -176,20 +176,5 @@ function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorage
       r.max ?? Number.MAX_VALUE,
     );
   }
-  if (scope !== null) {
-    const s = scopeCondition(scope);
-    add(s.sql, ...s.args);
-  }
   return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };
-}
-
-/** Whether a row is in `scope`, as SQL: the patterns travel as one JSON parameter (json_each has an `id` column of its own). */
-function scopeCondition(scope: readonly string[]): { sql: string; args: SqlStorageValue[] } {
-  return {
-    sql: `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
-        CASE WHEN substr(p.value, -1) = '*'
-          THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
-          ELSE rows.id = p.value END)`,
-    args: [JSON.stringify(scope)],
-  };
 }

@@ -7,6 +7,14 @@
 /** Rows a partial scope may read by primary key; past it the caller walks the run's order. */
 export const SCOPED_BUDGET = 1000;
 
+/**
+ * Scopes found to cover more than the budget, per storage (one object's): their next pages walk at
+ * once instead of reading the budget again first. Kept while the object lives (a scope that later
+ * covers fewer rows is still answered exactly, by the walk); at most WIDE_KEPT per object.
+ */
+const wide = new WeakMap<SqlStorage, Set<string>>();
+const WIDE_KEPT = 256;
+
 /** Every id character sorts below this (ids are [A-Za-z0-9._:-]): `P` ≤ id < `P\x7f` is the prefix P. */
 const AFTER_ID_CHARS = "\u007f";
 
@@ -33,6 +41,8 @@ export function rowsInScope<T extends Record<string, SqlStorageValue> & { id: st
   args: readonly SqlStorageValue[],
   budget = SCOPED_BUDGET,
 ): T[] | null {
+  const key = JSON.stringify(patterns);
+  if (wide.get(sql)?.has(key)) return null;
   const rows = new Map<string, T>();
   let read = 0;
   for (const p of distinct(patterns)) {
@@ -44,7 +54,12 @@ export function rowsInScope<T extends Record<string, SqlStorageValue> & { id: st
       read++;
       rows.set(r.id, r);
     }
-    if (read > budget) return null;
+    if (read > budget) {
+      const known = wide.get(sql) ?? new Set<string>();
+      if (known.size >= WIDE_KEPT) known.clear();
+      wide.set(sql, known.add(key));
+      return null;
+    }
   }
   return [...rows.values()];
 }
