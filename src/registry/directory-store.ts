@@ -97,8 +97,9 @@ export class DirectoryStore {
   private after(from: RunCursor | null, n: number): RunRow[] {
     return this.sql
       .exec<SqlRunRow>(
-        `SELECT * FROM runs ${from ? "WHERE (created < ? OR (created = ? AND run < ?))" : ""} ORDER BY created DESC, run DESC LIMIT ?`,
-        ...(from ? [from.created, from.created, from.run] : []),
+        // a row value: SQLite seeks runs_by_created to it (an OR of the two would scan the table)
+        `SELECT * FROM runs ${from ? "WHERE (created, run) < (?, ?)" : ""} ORDER BY created DESC, run DESC LIMIT ?`,
+        ...(from ? [from.created, from.run] : []),
         n,
       )
       .toArray()
