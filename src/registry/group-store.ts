@@ -31,7 +31,7 @@ export function groupCursor(cursor: string): [number | string, string] {
   return v as [number | string, string];
 }
 
-/** Finished rows one page of tasks may read (for the mean reward and the solve rate). */
+/** Rows one page of tasks may read (its tasks' rows, for the mean reward and the solve rate). */
 export const TASK_ROWS_BUDGET = 5000;
 
 /** A member's columns a group's recount reads. */
@@ -144,8 +144,9 @@ export class GroupStore {
   /**
    * A page of tasks (by name) after `cursor`: rollouts, finished, failed, mean turns and tokens, and
    * over the finished rollouts the mean of `key` and the share at or above `threshold` (the solve
-   * rate). Reads the finished rows of the tasks on the page only, and ends the page before a task
-   * whose rows would take it past `budget` (a page has at least one task): a short page with a cursor.
+   * rate). Reads the rows of the tasks on the page only (their finished ones are parsed), and ends
+   * the page before a task whose rows would take it past `budget` (a page has at least one task):
+   * a short page with a cursor.
    */
   tasks(key: string, threshold: number, limit: number, cursor: string | null, budget = TASK_ROWS_BUDGET): { tasks: TaskSummary[]; cursor: string | null } {
     const listed = this.sql
@@ -155,10 +156,10 @@ export class GroupStore {
         limit + 1,
       )
       .toArray();
-    // the tasks table counts each task's finished rows: the page stops before the budget is passed
+    // the tasks table counts each task's rows (the query below walks them all): the page stops before the budget is passed
     let rowsToRead = 0;
     let fit = 0;
-    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.finished <= budget)) rowsToRead += listed[fit++]!.finished;
+    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.rollouts <= budget)) rowsToRead += listed[fit++]!.rollouts;
     const rows = listed.slice(0, fit + 1);
     const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
