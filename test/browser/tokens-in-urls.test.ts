@@ -195,7 +195,7 @@ describe("a busy relay's sockets", () => {
       const context = await browser.newContext({ viewport: DESKTOP });
       const pages = await Promise.all([0, 1, 2].map(() => context.newPage()));
       const opened = pages.map(() => [] as number[]);
-      pages.forEach((p, i) => p.on("websocket", () => opened[i]!.push(Date.now())));
+      for (const [i, p] of pages.entries()) p.on("websocket", () => opened[i]!.push(Date.now()));
       await Promise.all(pages.map((p) => p.goto(`${busy.url}/`)));
       await Promise.all(pages.map((p) => connection(p, "live", 40_000)));
       // the first in got the one start; the others were refused and came back after the hint, not the usual fast backoff
