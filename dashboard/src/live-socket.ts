@@ -55,13 +55,18 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
     if (stopped) return;
     const sock = new WebSocket(socketUrl(o.socketPath), socketProtocols());
     ws = sock;
+    let answered = false;
     sock.onopen = () => {
-      attempt = 0;
-      o.shell.setConnection("live");
       ping = setInterval(() => sock.readyState === WebSocket.OPEN && sock.send("ping"), PING_MS);
     };
     sock.onmessage = (ev) => {
       if (typeof ev.data !== "string" || ev.data === "pong") return;
+      // connected once the relay sent its first message (a socket it refuses opens, then closes 1013)
+      if (!answered) {
+        answered = true;
+        attempt = 0;
+        o.shell.setConnection("live");
+      }
       let m: M;
       try {
         m = o.parse(ev.data);
