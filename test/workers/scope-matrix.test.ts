@@ -221,6 +221,8 @@ describe("every run route × every token", () => {
         // the whole run
         expect(a.status, a.text).toBe(what === "a group" ? 404 : 200);
         if (what === "a group") expect(a.text).toMatch(/has no group/);
+        // the run directory serves every run: its usage only for a token covering every episode
+        if (what === "the usage") expect((JSON.parse(a.text) as { directory: unknown }).directory === null).toBe(v.name !== "star");
       });
     }
   }
