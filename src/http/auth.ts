@@ -107,16 +107,6 @@ function modeOf(secret: string, previous: string | null, maxTtl: string | undefi
   }
 }
 
-const rings = new Map<string, Promise<SigningKey[]>>();
-
-/** The mode's keys, the signing one first (their ids are hashes: computed once per secret). */
-export function keyRing(mode: Extract<AuthMode, { kind: "on" }>): Promise<SigningKey[]> {
-  const k = mode.secrets.join("\u0000");
-  let ring = rings.get(k);
-  if (!ring) rings.set(k, (ring = Promise.all(mode.secrets.map(signingKey))));
-  return ring;
-}
-
 /**
  * Host names that only reach this machine: localhost, *.localhost, 127.0.0.0/8, [::1], and the
  * reserved testing TLD *.test (RFC 6761: never resolvable on the internet; the workerd tests use
@@ -281,7 +271,8 @@ export async function authorize(
   if ("badRequest" in found) return { ok: false, refusal: new RelayError("bad_protocol", found.badRequest) };
   if ("missing" in found) return unauthorized(found.missing);
   if ("malformed" in found) return unauthorized(found.malformed);
-  const v = await verifyToken(found.token, await keyRing(mode), mode.maxTtl);
+  // the keys' ids are hashes of the secrets, computed once per secret (keys.ts)
+  const v = await verifyToken(found.token, await Promise.all(mode.secrets.map(signingKey)), mode.maxTtl);
   if (!v.ok) return unauthorized(v.reason);
   const { claims } = v;
   switch (req.kind) {
