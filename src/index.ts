@@ -85,40 +85,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   }
   const allowed = allowedMethods(route);
   if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
-  // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
-  const head = request.method === "HEAD";
-  if (route.kind === "list" || route.kind === "runs" || route.kind === "run") {
-    const viewer: Viewer = {
-      scope: scopeOf(claims === null ? ["*"] : claims.episodes),
-      cursors: await cursorKeys(mode.kind === "on" ? mode.secrets : []),
-    };
-    if (route.kind === "list") return listAcrossRuns(env, url, viewer, head);
-    if (route.kind === "runs") {
-      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, viewer));
-      return listRuns(env, url, viewer, head);
-    }
-    // every run route: a token covering no episode of the run is answered as for a run nobody wrote
-    const run = runAccess(viewer, route.run);
-    switch (route.action) {
-      case "episodes":
-        return runEpisodes(env, run, url, head);
-      case "finished":
-        return bulkFinished(env, run, url, request);
-      case "usage":
-        return Response.json(await runUsage(env, run));
-      case "groups":
-        return runGroups(env, run, url, head);
-      case "group":
-        return runGroup(env, run, route.group!, head);
-      case "tasks":
-        return runTasks(env, run, url, head);
-      case "share":
-        return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
-      case "run":
-        if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, run, viewer));
-        return runView(env, run, head);
-    }
-  }
+  if (route.kind === "list" || route.kind === "runs" || route.kind === "run") return runPaths(request, url, route, env, claims, mode);
   const episode = env.EPISODES.get(env.EPISODES.idFromName(route.id));
   const id = route.id;
   switch (route.action) {
@@ -147,6 +114,48 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       if (archived) return archived;
       return episode.read(id, req);
     }
+  }
+}
+
+/** The list, the runs and every run path: the viewer's patterns (with auth off, all) go to the index objects. */
+async function runPaths(
+  request: Request,
+  url: URL,
+  route: Extract<Route, { kind: "list" | "runs" | "run" }>,
+  env: Env,
+  claims: Claims | null,
+  mode: AuthMode,
+): Promise<Response> {
+  const head = request.method === "HEAD";
+  const viewer: Viewer = {
+    scope: scopeOf(claims === null ? ["*"] : claims.episodes),
+    cursors: await cursorKeys(mode.kind === "on" ? mode.secrets : []),
+  };
+  if (route.kind === "list") return listAcrossRuns(env, url, viewer, head);
+  if (route.kind === "runs") {
+    if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, viewer));
+    return listRuns(env, url, viewer, head);
+  }
+  // every run route: a token covering no episode of the run is answered as for a run nobody wrote
+  const run = runAccess(viewer, route.run);
+  switch (route.action) {
+    case "episodes":
+      return runEpisodes(env, run, url, head);
+    case "finished":
+      return bulkFinished(env, run, url, request);
+    case "usage":
+      return Response.json(await runUsage(env, run));
+    case "groups":
+      return runGroups(env, run, url, head);
+    case "group":
+      return runGroup(env, run, route.group!, head);
+    case "tasks":
+      return runTasks(env, run, url, head);
+    case "share":
+      return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
+    case "run":
+      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, run, viewer));
+      return runView(env, run, head);
   }
 }
 
