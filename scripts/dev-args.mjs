@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findRelaySecret, FROM_ENVIRONMENT, MIN_SECRET_CHARS } from "./dev-vars.mjs";
+import { findRelaySecret, FROM_ENVIRONMENT, secretTooShort } from "./dev-vars.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const wrangler = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
@@ -103,15 +103,18 @@ export function authArgs(ip, where, command, envFiles = []) {
   /** @type {string[]} */
   const args = [];
   const found = findRelaySecret(root);
+  const weak = found.secret === null ? null : secretTooShort(found.secret, found.source);
+  if (weak) {
+    // the relay would refuse every request with it: say so now, and start nothing
+    console.error(`[dev] ${weak}; not starting.`);
+    process.exit(1);
+  }
   if (found.secret !== null) {
     if (found.source === FROM_ENVIRONMENT) args.push("--var", `RELAY_SECRET:${found.secret}`);
     for (const f of envFiles) args.push("--env-file", f);
     console.error(
       `[dev] auth ON: RELAY_SECRET from ${found.source}. Every request except GET /v1/health needs a bearer token: npm run token -- --role producer --episode '*'`,
     );
-    if (found.secret.length < MIN_SECRET_CHARS) {
-      console.error(`[dev] warning: RELAY_SECRET is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
-    }
   } else if (isLoopback(ip)) {
     args.push("--var", "AUTH_OFF_ON_LOOPBACK:true");
     for (const f of envFiles) args.push("--env-file", f);

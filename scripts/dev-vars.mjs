@@ -33,8 +33,20 @@ export function findRelaySecret(root, env = process.env) {
   return found ?? { secret: null, source: null };
 }
 
-/** Secrets shorter than this many characters get a warning (use `openssl rand -base64 32`). */
-export const MIN_SECRET_CHARS = 32;
+/** Secrets shorter than this many UTF-8 bytes are refused, as the Worker refuses them (src/http/keys.ts MIN_SECRET_BYTES). */
+export const MIN_SECRET_BYTES = 32;
+
+/**
+ * Why `secret` (found in `source`) cannot be the relay's, or null when it can.
+ * @param {string} secret
+ * @param {string} source
+ * @returns {string | null}
+ */
+export function secretTooShort(secret, source) {
+  const bytes = Buffer.byteLength(secret, "utf8");
+  if (bytes >= MIN_SECRET_BYTES) return null;
+  return `RELAY_SECRET from ${source} is ${bytes} bytes long; it must be at least ${MIN_SECRET_BYTES} (make one with \`openssl rand -base64 32\`)`;
+}
 
 /**
  * The files `wrangler dev` would read vars from next to wrangler.toml (.dev.vars, else .env then

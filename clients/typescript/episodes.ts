@@ -15,7 +15,7 @@ import { filterParams, NO_FILTER, type RowFilter } from "../../src/registry/row-
 import type { EpisodesPage, SortKey } from "../../src/registry/rows.js";
 import { getJson, isObject, segment } from "./groups.js";
 import { RelayRefusal } from "./refusal.js";
-import { checkBaseUrl, type Hints } from "./relay-fetch.js";
+import { checkBaseUrl, type Hints, type TokenOptions } from "./relay-fetch.js";
 
 // The relay's own types for what it answers and takes: one definition for both sides.
 export type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
@@ -24,7 +24,7 @@ export type { EpisodesPage } from "../../src/registry/rows.js";
 /** Newest-updated first (the relay's default), or best reward first (episodes without one last). */
 export type EpisodeSort = SortKey;
 
-export interface ListEpisodesOptions {
+export interface ListEpisodesOptions extends TokenOptions {
   /** Bearer token; the episodes its `episodes` patterns cover are listed. */
   token?: string;
   /** Only episodes in this status. */

@@ -6,7 +6,9 @@
 // proxy's 502, Cloudflare's error page, a local router while the relay starts), so it counts as
 // the relay not answering.
 // `hints.token` says how to pass a token in the caller's terms (`{ token }` for the library,
-// `--token T` for the CLI).
+// `--token T` for the CLI). A token is never sent in clear text to another machine: over http://
+// or ws:// only to this one (localhost, 127.0.0.0/8, [::1]) unless the caller allows it
+// (`allowHttp`, or EPISODE_RELAY_ALLOW_HTTP=1 in Node, as for the Python client).
 
 import { episodeIdProblem, RELAY_HEADER } from "../../src/http/route.js";
 import { RelayRefusal, refusalBody } from "./refusal.js";
@@ -34,6 +36,51 @@ export class RelayUnreachable extends Error {
     super(message);
     this.name = "RelayUnreachable";
   }
+}
+
+/** What every call that may carry a token takes. */
+export interface TokenOptions {
+  /** Bearer token. */
+  token?: string;
+  /**
+   * Send the token over plain http:// (or ws://) to a host other than this machine (default false:
+   * refused before anything is sent, since anyone on the way could read it). In Node,
+   * EPISODE_RELAY_ALLOW_HTTP=1 in the environment does the same.
+   */
+  allowHttp?: boolean;
+}
+
+/** The environment variable that allows a token over plain http:// (Node; the Python client reads it too). */
+export const ALLOW_HTTP_ENV = "EPISODE_RELAY_ALLOW_HTTP";
+
+/** Whether `hostname` (as `URL.hostname` gives it) is this machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/\.$/, "");
+  return h === "localhost" || h.endsWith(".localhost") || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+/**
+ * Throws a RelayRefusal (`insecure_url`, nothing sent) when `options.token` would travel in clear
+ * text to another machine: `url` is http:// or ws:// to a host that is not this one, and the caller
+ * did not allow it.
+ */
+export function checkTokenTransport(url: string | URL, options: TokenOptions): void {
+  if (!options.token) return;
+  const u = new URL(url);
+  if (!(u.protocol === "http:" || u.protocol === "ws:") || isLoopbackHost(u.hostname)) return;
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  if (options.allowHttp || env?.[ALLOW_HTTP_ENV] === "1") return;
+  throw new RelayRefusal(
+    0,
+    "insecure_url",
+    `refusing to send a bearer token over plain ${u.protocol}// to ${u.hostname}: anyone on the way could read it; use https:// (or pass { allowHttp: true }, or set ${ALLOW_HTTP_ENV}=1, e.g. inside a private network)`,
+  );
+}
+
+/** `Authorization: Bearer` for the token (none: no header), once `url` may carry it (`checkTokenTransport`). */
+export function bearer(url: string | URL, options: TokenOptions): Record<string, string> {
+  checkTokenTransport(url, options);
+  return options.token ? { authorization: `Bearer ${options.token}` } : {};
 }
 
 /** A relay base URL as given (`http://host:port[/prefix]`), without a trailing `/`; throws at once on anything else. */

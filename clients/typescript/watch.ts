@@ -20,7 +20,19 @@ import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessa
 import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/http/errors.js";
 import { traceOf } from "../../src/assembly/delta.js";
 import { RelayRefusal } from "./refusal.js";
-import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachable, refusalOf, relayFetch } from "./relay-fetch.js";
+import { WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/http/credentials.js";
+import {
+  bearer,
+  checkBaseUrl,
+  checkEpisodeId,
+  checkTokenTransport,
+  type Hints,
+  LIBRARY_HINTS,
+  RelayUnreachable,
+  refusalOf,
+  relayFetch,
+  type TokenOptions,
+} from "./relay-fetch.js";
 
 export { RelayRefusal } from "./refusal.js";
 export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/annotations/fold.js";
@@ -68,8 +80,12 @@ export interface SocketLike {
 }
 export type SocketFactory = new (url: string, protocols?: string | string[]) => SocketLike;
 
-export interface WatchOptions {
-  /** Bearer token (sent as `?token=`). */
+export interface WatchOptions extends TokenOptions {
+  /**
+   * Bearer token: offered as the WebSocket subprotocol entry `bearer.<token>` beside
+   * `episode-relay` (never in the URL, which logs keep); the probe after a failed handshake sends
+   * it as `Authorization: Bearer`.
+   */
   token?: string;
   /** Resume after this seq instead of starting from a snapshot. */
   after?: number;
@@ -200,6 +216,7 @@ export class EpisodeWatch {
   ) {
     this.url = checkBaseUrl(url);
     checkEpisodeId(id);
+    checkTokenTransport(this.url, options);
     this.resumeAfter = options.after ?? null;
     this.done = new Promise((resolve, reject) => {
       this.resolveDone = resolve;
@@ -270,15 +287,19 @@ export class EpisodeWatch {
     if (this.options.routing === false) u.searchParams.set("routing", "0");
     if (this.options.traces?.length) u.searchParams.set("traces", this.options.traces.join(","));
     if (this.options.annotations !== false) u.searchParams.set("annotations", "1");
-    if (this.options.token) u.searchParams.set("token", this.options.token);
     return u.toString();
+  }
+
+  /** The subprotocols offered: the token rides in one (the relay answers `episode-relay`). */
+  private protocols(): string[] | undefined {
+    return this.options.token ? [WS_PROTOCOL, `${WS_TOKEN_PREFIX}${this.options.token}`] : undefined;
   }
 
   private connect(): void {
     const Impl = this.options.WebSocket ?? (globalThis as unknown as { WebSocket?: SocketFactory }).WebSocket;
     if (!Impl) throw new Error("no WebSocket implementation: pass options.WebSocket (e.g. from the `ws` package)");
     this.setState(this.everOpened ? "resuming" : "connecting");
-    const ws = new Impl(this.socketUrl());
+    const ws = new Impl(this.socketUrl(), this.protocols());
     this.socket = ws;
     this.opened = false;
     ws.binaryType = "arraybuffer";
@@ -428,8 +449,7 @@ export class EpisodeWatch {
 
   /** The refusal behind a failed handshake, or null when it was something transient. */
   private async probe(): Promise<RelayRefusal | null> {
-    const headers: Record<string, string> = {};
-    if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    const headers = bearer(this.url, this.options);
     const hints = this.options.hints ?? LIBRARY_HINTS;
     const what = `episode ${JSON.stringify(this.id)}`;
     try {
@@ -540,11 +560,10 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
  * answer that is not the relay's) throws a RelayRefusal saying what to do; a relay that does not
  * answer throws a RelayUnreachable saying why; other failures throw an Error.
  */
-export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
+export async function fetchEpisode(url: string, id: string, options: TokenOptions & { json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
   const base = checkBaseUrl(url);
   checkEpisodeId(id);
-  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack" };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack", ...bearer(base, options) };
   // the answer's headers come at once (the body streams): 10 s without them is no answer
   const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, 10_000);
   if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);

@@ -1,21 +1,31 @@
 // Where the relay is (the page's own origin) and the viewer's token.
 //
-// A token comes from `?token=` in the page URL (then kept in sessionStorage and removed from the
-// address bar) or from the login field; it lives in sessionStorage only (this tab, this session).
+// A token comes from a link, `#token=` in the page URL's fragment (browsers never send a fragment
+// to a server, nor put it in a Referer), or from the token field; it is then kept in
+// sessionStorage (this tab, this session) and removed from the address bar. `?token=` (older links)
+// is taken the same way, though that request has already carried it to the server. A token that
+// came in a fragment (a share link) rides along in the page's own links' fragments, so a link
+// opened in a new tab (whose session starts empty) still has it; a pasted token does not travel so.
 
 import { RELAY_HEADER } from "../../src/http/route.js";
 
 const KEY = "episode-relay-token";
+/** Set when the token came in a link: the page's links then carry it on. */
+const FROM_LINK = "episode-relay-token-from-link";
 
 export const relayUrl = location.origin;
 
 export function takeTokenFromUrl(): void {
   const u = new URL(location.href);
-  const t = u.searchParams.get("token");
+  const fragment = new URLSearchParams(u.hash.slice(1));
+  const linked = fragment.get("token");
+  const t = linked ?? u.searchParams.get("token");
   if (t === null) return;
-  setToken(t);
+  setToken(t, linked !== null);
   u.searchParams.delete("token");
-  history.replaceState(history.state, "", u.pathname + u.search + u.hash);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  history.replaceState(history.state, "", u.pathname + u.search + (rest ? `#${rest}` : ""));
 }
 
 export function getToken(): string | undefined {
@@ -26,12 +36,37 @@ export function getToken(): string | undefined {
   }
 }
 
-export function setToken(t: string | null): void {
+export function setToken(t: string | null, fromLink = false): void {
   try {
     if (t) sessionStorage.setItem(KEY, t.trim());
     else sessionStorage.removeItem(KEY);
+    if (t && fromLink) sessionStorage.setItem(FROM_LINK, "1");
+    else sessionStorage.removeItem(FROM_LINK);
   } catch {
     // storage disabled: the token lasts as long as the page
+  }
+}
+
+/** `#token=…` for the page's own links when the token came by link (else ""): a new tab opened from one keeps it. */
+export function tokenFragment(): string {
+  try {
+    const t = getToken();
+    return t && sessionStorage.getItem(FROM_LINK) === "1" ? `#token=${encodeURIComponent(t)}` : "";
+  } catch {
+    return "";
+  }
+}
+
+/** The token's role as its payload says (unverified: only to choose what the page offers), or null. */
+export function tokenRole(): string | null {
+  const part = getToken()?.split(".")[1];
+  if (!part) return null;
+  try {
+    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/"));
+    const role = (JSON.parse(json) as { role?: unknown }).role;
+    return typeof role === "string" ? role : null;
+  } catch {
+    return null;
   }
 }
 

@@ -3,17 +3,17 @@
 // `{...head, traces}`), their first traces' conversations turn by turn (node by node), with the
 // first turn where the two differ marked (a node's message compared: role, content, reasoning,
 // tool calls) and every turn before it folded away as "same".
-import { getJson } from "./api.js";
+import { getJson, tokenFragment } from "./api.js";
 import { clear, h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
-import { episodeHref, idInRun, runOf } from "./links.js";
+import { episodeHref, homeHref, idInRun, runOf } from "./links.js";
 import { isObject, messageOf, type Message } from "./model.js";
 import { rewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
 import type { Json } from "../../src/wire/json-view.js";
 
 export function compareHref(a: string, b: string): string {
-  return `/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}`;
+  return `/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}${tokenFragment()}`;
 }
 
 interface Side {
@@ -52,7 +52,7 @@ export function firstDifference(a: string[], b: string[]): number | null {
 export function mountCompare(shell: Shell, a: string, b: string): () => void {
   let stopped = false;
   const ctl = new AbortController();
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb", null, "compare")]);
+  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb", null, "compare")]);
   const banner = h("div.banner", { id: "compare-error", hidden: true, role: "alert" });
   const summary = h("p.compare-summary", { id: "compare-summary" }, "Loading both episodes…");
   const grid = h("ol.compare-grid", { id: "compare", "aria-label": "the two conversations, turn by turn" });

@@ -17,7 +17,7 @@ import { routingPanel } from "./episode/routing-panel.js";
 import { summaryCards } from "./episode/summary-cards.js";
 import { overlays } from "./episode/overlays.js";
 import { traceList } from "./episode/trace-list.js";
-import { idInRun, runHref, runLabel, runOf } from "./links.js";
+import { homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
 import { field, isObject } from "./model.js";
 import { identityOf } from "../../src/registry/entry.js";
 import type { Shell } from "./shell.js";
@@ -111,7 +111,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 function crumbs(id: string): HTMLElement[] {
   const run = runOf(id);
   return [
-    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
     h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
     h("span.crumb.crumb-id", { title: id }, idInRun(id, run)),
   ];

@@ -9,7 +9,7 @@ import { clear, h } from "./dom.js";
 import { compareHref } from "./compare.js";
 import { groupNumbers } from "./group/group-numbers.js";
 import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
-import { runHref, runLabel } from "./links.js";
+import { runHref, runLabel, homeHref } from "./links.js";
 import { segmented } from "./segmented.js";
 import { refusal, type Shell } from "./shell.js";
 import type { GroupDetailJson, RolloutJson } from "../../src/registry/groups.js";
@@ -28,7 +28,7 @@ function ordered(rollouts: RolloutJson[], order: Order): RolloutJson[] {
 
 export function mountGroup(shell: Shell, run: string, group: string): () => void {
   shell.setTitle([
-    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
     h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
     h("span.crumb.crumb-id", { title: group }, group),
   ]);

@@ -66,6 +66,8 @@ document.addEventListener("click", (e) => {
   const a = (e.target as Element | null)?.closest?.("a[data-nav]") as HTMLAnchorElement | null;
   if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;
   e.preventDefault();
-  history.pushState(null, "", a.getAttribute("href")!);
+  // a link's fragment may carry the token (links.ts): it is for new tabs, not this address bar
+  const to = new URL(a.href);
+  history.pushState(null, "", to.pathname + to.search);
   route();
 });

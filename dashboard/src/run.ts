@@ -6,7 +6,7 @@
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
-import { runLabel } from "./links.js";
+import { runLabel, homeHref } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { shownRewards } from "./reward-choice.js";
@@ -17,6 +17,7 @@ import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
 import { runSteps } from "./run-steps.js";
+import { shareLink } from "./share-link.js";
 import "./training.css";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
@@ -32,7 +33,7 @@ function snapshotLimit(): number {
 }
 
 export function mountRun(shell: Shell, run: string): () => void {
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
+  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
   const path = `/v1/runs/${encodeURIComponent(run)}`;
   let lastUpdate: string | null = null;
 
@@ -40,7 +41,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   const partial = h(
     "p.notice",
     { id: "run-partial", hidden: true },
-    "This token covers only some of this run's episodes, so the run's counts, rewards and throughput are not shown: the list holds the episodes it may see.",
+    "This token does not cover the whole run, so the run's counts, rewards and throughput are not shown: the list holds the episodes it covers.",
   );
   const stats = runStats();
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
@@ -61,7 +62,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   const page = h(
     "section.run-page",
     { "data-run": run },
-    h("div.page-head", null, h("div.run-names", null, title, runId), summary),
+    h("div.page-head", null, h("div.run-names", null, title, runId), summary, shareLink(run)),
     partial,
     overview,
     episodes.liveEl,
@@ -146,6 +147,15 @@ export function mountRun(shell: Shell, run: string): () => void {
     parse: parseRunMessage,
     onProbe: (status, body) => {
       const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
+      if (status === 404) {
+        // the relay answers a run nobody wrote and a run this token covers nothing of alike
+        episodes.refuse(
+          `No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`,
+        );
+        overview.hidden = true;
+        partial.hidden = true;
+        return "later";
+      }
       if (status !== 200) {
         episodes.refuse(`The relay cannot show this run: ${b?.message ?? status}`);
         return false;

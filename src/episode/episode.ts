@@ -47,7 +47,7 @@ import { CatchUpCursor } from "./catchup-cursor.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
-import { alarmAt, RunRowSync } from "./run-row-sync.js";
+import { alarmAt, retryDelay, RunRowSync } from "./run-row-sync.js";
 import { type Limits, limitsFrom } from "../limits/limits.js";
 import { LogTrim } from "./log-trim.js";
 import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
@@ -355,7 +355,13 @@ export class Episode extends DurableObject<Env> {
     }
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
-    await this.ctx.storage.deleteAll();
+    if (id === undefined) await this.ctx.storage.deleteAll();
+    else {
+      // the tombstone comes with the erase (one transaction), and an alarm retries it if the removal
+      // below never settles (a crash): the storage is freed only once the run's index dropped the row
+      this.ctx.storage.transactionSync(() => this.state.record.eraseToTombstone(id));
+      void this.ctx.storage.setAlarm(Date.now() + retryDelay(1));
+    }
     this.state.forget();
     this.rowSync.search.forget();
     this.archive.resume();

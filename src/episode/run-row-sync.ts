@@ -104,13 +104,23 @@ export class RunRowSync {
     );
   }
 
-  /** The episode was deleted (storage is empty): drop its row, or leave a tombstone the alarm retries. */
+  /**
+   * The episode was erased (storage holds its tombstone only): drop its row, then free the storage;
+   * a failed removal keeps the tombstone for the alarm to retry.
+   */
   removed(id: string, attempts = 0): Promise<void> {
     return this.enqueue(
       id,
       (index) => index.remove(id),
       () => {
-        if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
+        if (this.state.meta()) {
+          // written again meanwhile: its own row replaces the old one, and its storage stays
+          if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
+          return;
+        }
+        // nothing of the episode is needed any more (issued before any later event writes, so it cannot take their rows)
+        void this.ctx.storage.deleteAll();
+        this.state.forget();
       },
       () => {
         if (this.state.meta()) return; // the id was written again: its own row replaces the old one

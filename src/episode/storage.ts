@@ -14,7 +14,8 @@
 //   ended it (finish_refused; parts, like frames).
 // - `index_sync`: when the run's index was last sent this episode's row, when the next
 //   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
-// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by alarm).
+// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by
+//   alarm); written in the erase's own transaction, the storage freed once the row is gone.
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
@@ -325,6 +326,17 @@ export class EpisodeRecord {
   tombstone(): { id: string; attempts: number } | null {
     if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0) return null;
     return this.sql.exec<{ id: string; attempts: number }>("SELECT id, attempts FROM tombstone").toArray()[0] ?? null;
+  }
+
+  /**
+   * The erase of the episode, in the caller's transaction: every table goes and the tombstone is
+   * written at once, so no crash leaves the run's index holding a row nobody will drop. The
+   * storage itself is freed once the index has dropped it (run-row-sync.ts `removed`).
+   */
+  eraseToTombstone(id: string): void {
+    this.schema.drop();
+    this.forget();
+    this.saveTombstone({ id, attempts: 0 });
   }
 
   saveTombstone(t: { id: string; attempts: number } | null): void {

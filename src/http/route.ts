@@ -21,9 +21,10 @@ export const RELAY_HEADER = "x-episode-relay";
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
  * `/tasks`: per-task results; `/steps`: per training step (the dispatch identity's); `/search`: its
- * episodes' text; `/rules`: its flag rules (src/flags/rules.ts).
+ * episodes' text; `/rules`: its flag rules (src/flags/rules.ts); `/share` (admin, POST): a read-only
+ * token for the run, for a link.
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search" | "rules";
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search" | "rules" | "share";
 
 /**
  * `usage` (admin): the billing units its objects counted (src/billing/usage.ts); `dispatch`: the
@@ -66,6 +67,7 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
   usage: ["GET"],
+  share: ["POST"],
 };
 
 export function parseRoute(pathname: string): Route {
@@ -125,7 +127,8 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules"].includes(action)) return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share"].includes(action))
+    return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);

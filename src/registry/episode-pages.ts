@@ -5,13 +5,19 @@
 //  - sorted by reward, the reward index (rewarded rows, then those without a reward);
 //  - sorted by step, the step index (rows with a step, within a step range when one is given, then
 //    those without one).
-// Every other condition (the rest of the filters, a prefix, the viewer's scope) is checked on the
-// rows the walk passes, and a walk stops after SCAN_BUDGET rows: a rare match then gives a short
-// page whose cursor continues where the walk stopped, instead of a request that reads the run.
+// Every other condition (the rest of the filters, a prefix) is checked on the rows the walk passes,
+// and a walk stops after SCAN_BUDGET rows: a rare match then gives a short page whose cursor
+// continues where the walk stopped, instead of a request that reads the run.
+//
+// A viewer covering part of the run (scope not null) gets its page from the rows it covers only,
+// read by primary key and sorted here (scoped-rows.ts), so `searched` and the cursor say nothing of
+// the others; past SCOPED_BUDGET such rows it walks as above, `searched` counting the rows in its
+// scope only (the Worker seals every cursor: a position may then be a row outside it).
 
 import type { IndexRow } from "./entry.js";
 import type { RowFilter } from "./row-filter.js";
-import type { ListCursor, ListQuery, Scope } from "./rows.js";
+import { type ListCursor, type ListQuery, type Scope, visible } from "./rows.js";
+import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** Rows one page may walk past (matching or not). */
@@ -22,7 +28,7 @@ export interface EpisodePage {
   rows: IndexRow[];
   /** Where the next page starts; null when the walk reached the end. */
   next: ListCursor | null;
-  /** Rows walked past to make this page. */
+  /** Rows in the viewer's scope walked past to make this page. */
   searched: number;
 }
 
@@ -34,16 +40,22 @@ interface Walk {
   order: string;
 }
 
-/** The row as walked: all columns, and whether it passes every condition. */
+/** The row as walked: all columns, and whether it passes every condition but the scope (checked on the row). */
 type WalkedRow = SqlRow & { ok: number };
 
 export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
-  const check = conditions(q, scope);
+  if (scope !== null) {
+    const scoped = scopedPage(sql, q, scope);
+    if (scoped !== null) return scoped;
+  }
+  // the scope is checked here, on each row walked (no SQL lookup per pattern and row)
+  const check = conditions(q);
   const rows: IndexRow[] = [];
+  let walkedAll = 0;
   let searched = 0;
   let last: ListCursor | null = null;
   for (const walk of walksOf(q)) {
-    const room = budget - searched;
+    const room = budget - walkedAll;
     const cursor = sql.exec<WalkedRow>(
       `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
        ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
@@ -54,18 +66,53 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
     let walked = 0;
     for (const r of cursor) {
       walked++;
-      if (r.ok === 1) {
+      const mine = visible(scope, r.id);
+      if (mine) searched++;
+      if (r.ok === 1 && mine) {
         // one match past the page only says there is more: the page ends at the one before
-        if (rows.length === q.limit) return { rows, next: last, searched: searched + walked };
+        if (rows.length === q.limit) return { rows, next: last, searched };
         rows.push(rowOf(r));
       }
-      last = { key: q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step, id: r.id };
+      last = { key: keyOf(q, r), id: r.id };
     }
-    searched += walked;
+    walkedAll += walked;
     // the walk stopped on the budget, not at the end of its index: the next page goes on from here
     if (walked === room) return { rows, next: last, searched };
   }
   return { rows, next: null, searched };
+}
+
+/** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
+function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
+  const check = conditions(q);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
+  if (mine === null) return null;
+  const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
+  const page = matching.slice(0, q.limit);
+  const last = page.at(-1);
+  return { rows: page.map(rowOf), next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null, searched: mine.length };
+}
+
+function keyOf(q: ListQuery, r: SqlRow): number | null {
+  return q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step;
+}
+
+/** The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward or step (highest first, rows without one last), then by id, descending. */
+function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
+  const ka = keyOf(q, a);
+  const kb = keyOf(q, b);
+  if (ka !== kb) {
+    if (ka === null) return 1;
+    if (kb === null) return -1;
+    return kb - ka;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** Whether `r` comes after the cursor `q.after` in the list's order. */
+function follows(q: ListQuery, r: SqlRow): boolean {
+  if (q.after === null) return true;
+  return order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, step: q.after.key, id: q.after.id } as SqlRow, r) < 0;
 }
 
 /** The walks a page makes, in order, from `q.after` on. */
@@ -125,8 +172,8 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   return { index: "rows_by_updated", where: [], args: [], order };
 }
 
-/** Every condition of the query as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
-export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">, scope: Scope): { sql: string; args: SqlStorageValue[] } {
+/** Every condition of the query but the scope as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
+export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): { sql: string; args: SqlStorageValue[] } {
   const parts: string[] = [];
   const args: SqlStorageValue[] = [];
   const add = (part: string, ...values: SqlStorageValue[]) => {
@@ -159,16 +206,6 @@ export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">, s
       r.key,
       r.min ?? -Number.MAX_VALUE,
       r.max ?? Number.MAX_VALUE,
-    );
-  }
-  if (scope !== null) {
-    // the patterns travel as one JSON parameter: exact ids, or PREFIX*; json_each has an `id` column of its own
-    add(
-      `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
-        CASE WHEN substr(p.value, -1) = '*'
-          THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
-          ELSE rows.id = p.value END)`,
-      JSON.stringify(scope),
     );
   }
   return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };

@@ -27,6 +27,11 @@ export class FlagStore {
 
   constructor(private readonly sql: SqlStorage) {}
 
+  /** Read the rules again from storage next time (a transaction threw, or the storage was freed). */
+  forget(): void {
+    this.cached = null;
+  }
+
   rules(): { rules: Rule[]; text: TextRule[] } {
     if (this.cached) return this.cached;
     const stored = this.sql.exec<{ spec: string }>("SELECT spec FROM rules ORDER BY ord").toArray();

@@ -32,6 +32,9 @@ export function groupCursor(cursor: string): [number | string, string] {
   return v as [number | string, string];
 }
 
+/** Rows one page of tasks may read (its tasks' rows, for the mean reward and the solve rate). */
+export const TASK_ROWS_BUDGET = 5000;
+
 /** A member's columns a group's recount reads. */
 type GroupRow = {
   status: string;
@@ -161,17 +164,24 @@ export class GroupStore {
   /**
    * A page of tasks (by name) after `cursor`: rollouts, finished, failed, mean turns and tokens, and
    * over the finished rollouts the mean of `key` and the share at or above `threshold` (the solve
-   * rate). Reads the rows of the tasks on the page only.
+   * rate). Reads the rows of the tasks on the page only (their finished ones are parsed), and ends
+   * the page before a task whose rows would take it past `budget` (a page has at least one task):
+   * a short page with a cursor.
    */
-  tasks(key: string, threshold: number, limit: number, cursor: string | null): { tasks: TaskSummary[]; cursor: string | null } {
-    const rows = this.sql
+  tasks(key: string, threshold: number, limit: number, cursor: string | null, budget = TASK_ROWS_BUDGET): { tasks: TaskSummary[]; cursor: string | null } {
+    const listed = this.sql
       .exec<{ task: string; rollouts: number; finished: number; failed: number; calls: number; tokens: number }>(
         `SELECT * FROM tasks ${cursor === null ? "" : "WHERE task > ?"} ORDER BY task LIMIT ?`,
         ...(cursor === null ? [] : [cursor]),
         limit + 1,
       )
       .toArray();
-    const page = rows.slice(0, limit).map((t) => {
+    // the tasks table counts each task's rows (the query below walks them all): the page stops before the budget is passed
+    let rowsToRead = 0;
+    let fit = 0;
+    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.rollouts <= budget)) rowsToRead += listed[fit++]!.rollouts;
+    const rows = listed.slice(0, fit + 1);
+    const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
       for (const r of this.sql.exec<{ rewards: string | null }>("SELECT rewards FROM rows WHERE task = ? AND status = 'finished'", t.task)) {
         const s = scoresOf(r.rewards === null ? null : (JSON.parse(r.rewards) as Json)).find(([k]) => k === key);
@@ -188,7 +198,7 @@ export class GroupStore {
         solve_rate: scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null,
       };
     });
-    return { tasks: page, cursor: rows.length > limit ? page.at(-1)!.task : null };
+    return { tasks: page, cursor: rows.length > fit ? page.at(-1)!.task : null };
   }
 
   /** The rows of group `id`, best reward first. */

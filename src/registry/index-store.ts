@@ -21,20 +21,10 @@ import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "./rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "./entry.js";
-import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
+import { type FinishedPage, finishedPage } from "./finished-pages.js";
+import type { IndexRow, ListQuery, Scope } from "./rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 import { TrendStore } from "./trend-store.js";
-
-/**
- * A finished episode in bulk-fetch order: the order its row became finished here (`finished_seq`,
- * assigned by this index), so an update that lands late still comes after a cursor handed out
- * before it, whatever the episodes' clocks said.
- */
-export interface FinishedItem {
-  id: string;
-  /** Its `finished_seq`: the bulk fetch's cursor position after it. */
-  seq: number;
-}
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */
@@ -151,9 +141,10 @@ export class IndexStore {
     return out;
   }
 
-  /** After a transaction that threw: the counters in memory may hold its changes; read them again as saved. */
+  /** After a transaction that threw, or the storage freed: what is kept in memory (counters, rules) is read again as saved. */
   forgetCached(): void {
     this.counters = null;
+    this.flags.forget();
   }
 
   loadCounters(): Counters {
@@ -211,20 +202,9 @@ export class IndexStore {
     return episodePage(this.sql, q, scope);
   }
 
-  /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
-  finished(after: number, limit: number, scope: Scope): FinishedItem[] {
-    const out: FinishedItem[] = [];
-    let from = after;
-    // scope filtering is done here, so a narrow scope may need more than one batch
-    while (out.length < limit) {
-      const batch = this.sql
-        .exec<{ id: string; f: number }>("SELECT id, finished_seq AS f FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?", from, limit)
-        .toArray();
-      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, seq: r.f });
-      if (batch.length < limit) break;
-      from = batch.at(-1)!.f;
-    }
-    return out;
+  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
+  finished(after: number, limit: number, scope: Scope): FinishedPage {
+    return finishedPage(this.sql, after, limit, scope);
   }
 
   state(k: string): string | null {

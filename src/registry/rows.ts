@@ -114,6 +114,14 @@ export function decodeCursor(cursor: string): unknown {
   }
 }
 
+/**
+ * The refusal for a run with no episode, and for a run the viewer's token covers no episode of:
+ * the same bytes both ways, so a token learns nothing of runs that are not its own.
+ */
+export function noSuchRun(run: string): RelayError {
+  return new RelayError("not_found", `no run ${JSON.stringify(run)} (no episode of it is within this token's episodes, or none was written)`);
+}
+
 export function badCursor(): RelayError {
   return new RelayError("bad_cursor", "cursor is not one this relay handed out", "cursor");
 }

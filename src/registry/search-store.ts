@@ -3,13 +3,14 @@
 // triggers, so the text is stored once). Episodes send what is new with their rows (a batch per
 // row: the segments from a node on, replacing what was held from there, e.g. after a retraction);
 // a row that goes takes its segments with it. A query ranks episodes by their best segment (FTS5's
-// bm25), filtered by the list's filters and the viewer's scope in the same statement, and reads
-// the snippets of the page's episodes only.
+// bm25), filtered by the list's filters and the viewer's scope in the same statement (a partial
+// scope's matches are its own episodes' only), and reads the snippets of the page's episodes only.
 
 import type { SearchQuery } from "../search/query.js";
 import type { Segment } from "../search/segments.js";
 import { badCursor, decodeCursor, encodeCursor, type ListQuery, type Scope } from "./rows.js";
 import { conditions } from "./episode-pages.js";
+import { inScope } from "./scoped-rows.js";
 
 /** Matching segments one query ranks at most (a word in nearly every segment ranks the first this many). */
 export const SEARCH_MATCH_BUDGET = 50_000;
@@ -91,17 +92,20 @@ export class SearchStore {
    * `q`'s filters within `scope`, after `cursor`.
    */
   search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
-    const cond = conditions(q, scope);
+    const cond = conditions(q);
+    // a partial scope's matches are its own episodes' only: no budget is spent on the others
+    const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
     const after = cursor === null ? null : searchCursor(cursor);
     const having = after ? "HAVING (MIN(m.score), m.episode) > (?, ?)" : "";
     const ranked = this.sql
       .exec<{ episode: string; best: number }>(
         `SELECT m.episode, MIN(m.score) AS best FROM
-           (SELECT s.episode, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid WHERE search MATCH ? LIMIT ?) AS m
+           (SELECT s.episode, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid WHERE search MATCH ? AND ${mine.sql} LIMIT ?) AS m
            JOIN rows ON rows.id = m.episode
          WHERE ${cond.sql}
          GROUP BY m.episode ${having} ORDER BY best, m.episode LIMIT ?`,
         query.match,
+        ...mine.args,
         SEARCH_MATCH_BUDGET,
         ...cond.args,
         ...(after ? [after.score, after.id] : []),

@@ -167,6 +167,7 @@ describe("method tables", () => {
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],
       usage: ["GET"],
+      share: ["POST"],
     });
   });
 
@@ -191,6 +192,7 @@ describe("method tables", () => {
     ["/v1/runs/r1/episodes", ["GET", "HEAD"]],
     ["/v1/runs/r1/finished", ["GET", "HEAD"]],
     ["/v1/runs/r1/usage", ["GET"]],
+    ["/v1/runs/r1/share", ["POST"]],
   ])("allowedMethods(%s) → %j", (path, methods) => {
     const route = parseRoute(path);
     if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "runs" && route.kind !== "run")

@@ -6,6 +6,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
+import { cursorBinding, cursorKeys, sealCursor } from "../../src/http/cursor-seal.js";
 import { SCAN_BUDGET } from "../../src/registry/episode-pages.js";
 import type { IndexEntry, IndexRow } from "../../src/registry/entry.js";
 import { parseRowFilter, rowMatches } from "../../src/registry/row-filter.js";
@@ -130,7 +131,10 @@ describe("episode list filters at 100,000 rows", () => {
 
   it("a page deep into the run reads about a page: the walk starts at the cursor", async () => {
     const at = [...all].sort(updatedOrder)[90_000]!;
-    const cursor = encodeListCursor({ key: at.updated, id: at.id });
+    // a cursor as the relay seals it (auth is off here: its fixed key); an unsealed position is refused
+    const raw = encodeListCursor({ key: at.updated, id: at.id });
+    expect((await relay(`../runs/${RUN}/episodes?limit=50&cursor=${encodeURIComponent(raw)}`)).status).toBe(400);
+    const cursor = await sealed("episodes:updated", raw);
     const before = (await index().usage()).rowsRead;
     const page = await list(`limit=50&cursor=${encodeURIComponent(cursor)}`);
     const read = (await index().usage()).rowsRead - before;
@@ -139,7 +143,9 @@ describe("episode list filters at 100,000 rows", () => {
     expect(read).toBeLessThan(200);
     const rewardAt = [...all].sort(rewardOrder)[60_000]!;
     const before2 = (await index().usage()).rowsRead;
-    const page2 = await list(`limit=50&sort=reward&cursor=${encodeURIComponent(encodeListCursor({ key: rewardAt.reward, id: rewardAt.id }))}`);
+    const page2 = await list(
+      `limit=50&sort=reward&cursor=${encodeURIComponent(await sealed("episodes:reward", encodeListCursor({ key: rewardAt.reward, id: rewardAt.id })))}`,
+    );
     expect(page2.episodes.length).toBe(50);
     expect((await index().usage()).rowsRead - before2).toBeLessThan(200);
     console.log(`deep pages: ${read} and ${(await index().usage()).rowsRead - before2} rows read for 50 rows`);
@@ -214,6 +220,11 @@ describe("episode list filters at 100,000 rows", () => {
     }
   });
 });
+
+/** A position of this run's list sealed as the relay seals it for a viewer of everything (auth off). */
+async function sealed(kind: string, raw: string): Promise<string> {
+  return sealCursor(await cursorKeys([]), cursorBinding(kind, RUN, null), raw);
+}
 
 async function list(query: string): Promise<Page> {
   const res = await relay(`../runs/${RUN}/episodes?${query}`);

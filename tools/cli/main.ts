@@ -33,7 +33,8 @@ const USAGE = `usage: episode-relay <command> ...
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
-RELAY_TOKEN in the environment is used when --token is not given.`;
+RELAY_TOKEN in the environment is used when --token is not given. A token is sent over plain http:// only to
+this machine, unless EPISODE_RELAY_ALLOW_HTTP=1 (e.g. inside a private network); use https:// otherwise.`;
 
 /** The options of tail, push, get and groups: each command takes all of them, and ignores those it has no use for. */
 function options(argv: string[]) {

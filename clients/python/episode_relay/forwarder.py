@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Mapping, Optional, Tup
 
 import httpx
 
-from .sink import producer_connection
+from .sink import log_rebase, producer_connection
 from .transport import DeltaChannel, FinishMismatch, RelayError, check_base_url, check_episode_id
 from .wire import Document, Encoder, default_encoder, to_bytes
 
@@ -330,7 +330,13 @@ class RelayForwarder:
             except Exception as e:
                 self._give_up(f"unreadable delta: {e}")
                 return
-            ack = await self._retry(lambda: self.channel.send(out.envelope), f"delta seq {out.seq}")
+            while True:
+                ack = await self._retry(lambda: self.channel.send(out.envelope), f"delta seq {out.seq}")
+                again = None if ack is None else self.cursor.rebased(out, ack)
+                if again is None:
+                    break
+                log_rebase(self.episode_id, self.cursor.producer, out.seq, again.seq)
+                out = again
             if ack is not None:
                 self.cursor.acknowledge(out)  # every forwarded delta is acknowledged: no retraction
                 self.delivered += 1

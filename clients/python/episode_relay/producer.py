@@ -11,6 +11,13 @@ flight). If a send raised after the relay had applied it (the ack was lost), the
 delta is diffed against the old cursor and repeats (or undoes) what the lost one carried; its
 envelope carries the old cursor, and the relay retracts the lost frame before applying it. The
 relay then holds exactly the reference assembly over the frames the worker counted as sent.
+
+A named producer's seq starts from the clock (``clock_seq``). If the clock stepped back since an
+earlier process of the same name wrote, the relay holds a higher seq of that name than any this
+cursor handed out, and answers its envelopes as duplicates without applying them. The answer
+says so (``producers``: the relay's last seq per name), so :meth:`ProducerCursor.rebased` turns
+that into a new envelope above the relay's seq: exactly once still holds, since none of this
+cursor's envelopes can have been applied.
 """
 
 from __future__ import annotations
@@ -65,10 +72,26 @@ class ProducerCursor:
         """Wrap ``delta`` (a dict, or its msgpack bytes, sent untouched) in the next envelope."""
         data = to_bytes(delta, default)
         parsed = parse_delta(data)
+        return self._next(parsed, data)
+
+    def _next(self, parsed: Dict[str, Any], data: bytes) -> Outgoing:
         self.seq += 1
         dispatch = self.dispatch if self.cursor == 0 else None
         envelope = envelope_bytes(self.producer, self.seq, self.cursor, data, dispatch, default)
         return Outgoing(trace=parsed["trace"], seq=self.seq, delta=parsed, delta_bytes=data, envelope=envelope)
+
+    def rebased(self, out: Outgoing, ack: Dict[str, Any]) -> Optional[Outgoing]:
+        """After the relay answered ``out`` (the last prepared): when it took it as a duplicate
+        only because it holds a seq of this producer above every seq this cursor handed out (an
+        earlier process of the same name, whose clock ran ahead of this one's), none of this
+        cursor's envelopes was applied. The seq then continues above the relay's, and ``out``'s
+        delta comes back in a new envelope to send; otherwise None (``out`` was answered as it is).
+        """
+        held = (ack.get("producers") or {}).get(self.producer)
+        if ack.get("applied") != 0 or not ack.get("duplicates") or not isinstance(held, int) or held <= self.seq:
+            return None
+        self.seq = held
+        return self._next(out.delta, out.delta_bytes)
 
     def acknowledge(self, out: Outgoing) -> None:
         """The relay answered 200 for ``out``: the cursor moves to it."""

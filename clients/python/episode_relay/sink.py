@@ -161,14 +161,21 @@ class RelaySink:
         async with self._lock:
             out = self.cursor.prepare(delta, self.default)
             self.undelivered = out
-            ack = await self._deliver(out)
+            out, ack = await self._deliver(out)
             self.cursor.acknowledge(out)
             self.undelivered = None
             self.last_ack = ack
             return ack
 
-    async def _deliver(self, out: Outgoing) -> Dict[str, Any]:
-        return await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
+    async def _deliver(self, out: Outgoing) -> "tuple[Outgoing, Dict[str, Any]]":
+        """Send ``out`` until the relay answers; the envelope it took (see :meth:`ProducerCursor.rebased`) and its answer."""
+        while True:
+            ack = await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
+            again = self.cursor.rebased(out, ack)
+            if again is None:
+                return out, ack
+            log_rebase(self.episode_id, self.cursor.producer, out.seq, again.seq)
+            self.undelivered = out = again
 
     async def finish(self, reply: Document) -> Dict[str, Any]:
         """POST the run's reply (``{success, error, head, traces}``, a dict or its bytes).
@@ -187,7 +194,7 @@ class RelaySink:
             if self.undelivered is not None:
                 out = self.undelivered
                 logger.info("episode %s: re-sending delta seq %d (its send failed) before the reply", self.episode_id, out.seq)
-                self.last_ack = await self._deliver(out)
+                out, self.last_ack = await self._deliver(out)
                 self.cursor.acknowledge(out)
                 self.undelivered = None
             return await retrying(lambda: self.http.post("reply", body), "reply", self.retry_for, self.retry_backoff)
@@ -276,6 +283,16 @@ async def fetch_annotations(
         return doc
     finally:
         await http.close()
+
+
+def log_rebase(episode_id: str, producer: str, seq: int, now: int) -> None:
+    logger.warning(
+        "episode %s: the relay holds a later seq of producer %r than seq %d (this process's clock is behind an earlier one's): sent again as seq %d",
+        episode_id,
+        producer,
+        seq,
+        now,
+    )
 
 
 async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str, retry_for: float, backoff: float) -> Dict[str, Any]:

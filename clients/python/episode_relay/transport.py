@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ipaddress
 import json
+import os
 import re
 from typing import Any, Dict, Mapping, Optional, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -184,8 +186,44 @@ def episode_path(episode_id: str, action: str = "") -> str:
     return f"{path}/{action}" if action else path
 
 
-def auth_headers(token: Optional[str]) -> Dict[str, str]:
-    return {"authorization": f"Bearer {token}"} if token else {}
+#: Set to ``1`` to send a token over plain ``http://`` (or ``ws://``) to a host that is not this
+#: machine (e.g. a relay inside a private network): otherwise the clients refuse, since anyone on
+#: the way could read the token.
+ALLOW_HTTP_ENV = "EPISODE_RELAY_ALLOW_HTTP"
+
+
+def _loopback(host: Optional[str]) -> bool:
+    if not host:
+        return False
+    h = host.lower().rstrip(".")
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token_transport(url: str) -> None:
+    """Raise :class:`RelayError` (``insecure_url``, not retryable) before a token would travel in
+    clear text: over ``http://``/``ws://`` to a host other than this machine, unless
+    ``EPISODE_RELAY_ALLOW_HTTP=1``."""
+    u = urlsplit(url)
+    if u.scheme.lower() in ("http", "ws") and not _loopback(u.hostname) and os.environ.get(ALLOW_HTTP_ENV) != "1":
+        raise RelayError(
+            f"refusing to send a bearer token over plain {u.scheme}:// to {u.hostname}: anyone on the way could read it; "
+            f"use https:// (or set {ALLOW_HTTP_ENV}=1 to allow it, e.g. inside a private network)",
+            status=0,
+            error="insecure_url",
+        )
+
+
+def auth_headers(token: Optional[str], url: str) -> Dict[str, str]:
+    """``Authorization: Bearer`` for ``token`` (none: no header), once the URL may carry it (:func:`check_token_transport`)."""
+    if not token:
+        return {}
+    check_token_transport(url)
+    return {"authorization": f"Bearer {token}"}
 
 
 def parse_ack(body: bytes, what: str) -> Dict[str, Any]:
@@ -225,6 +263,8 @@ class RelayHttp:
         self.url = url.rstrip("/")
         self.episode_id = episode_id
         self.token = token
+        if token:
+            check_token_transport(self.url)  # at once, not at the first send
         self.timeout = timeout
         self._own_client = client is None
         self._inflight: "set[asyncio.Future[httpx.Response]]" = set()
@@ -236,7 +276,7 @@ class RelayHttp:
     async def request(self, method: str, action: str = "", body: Optional[bytes] = None, headers: Optional[Mapping[str, str]] = None) -> httpx.Response:
         """One request to ``/v1/episodes/{id}[/action]``; network errors become :class:`RelayError`."""
         url = self.url + episode_path(self.episode_id, action)
-        h = {**auth_headers(self.token), **(headers or {})}
+        h = {**auth_headers(self.token, self.url), **(headers or {})}
         if body is not None:
             h.setdefault("content-type", MSGPACK)
         what = f"{method} {url}"
@@ -323,6 +363,8 @@ class WebSocketChannel:
             base = "ws://" + base[len("http://") :]
         self.url = base + episode_path(episode_id, "ingest")
         self.token = token
+        if token:
+            check_token_transport(self.url)
         self.timeout = timeout
         self._ws: Any = None
         self._lock = asyncio.Lock()
@@ -332,7 +374,7 @@ class WebSocketChannel:
         connect = _ws_connect_function()
         params = inspect.signature(connect).parameters
         kwargs: Dict[str, Any] = {"compression": None, "max_size": 16 * 1024 * 1024, "open_timeout": self.timeout}
-        headers = auth_headers(self.token)
+        headers = auth_headers(self.token, self.url)
         if headers:
             kwargs["additional_headers" if "additional_headers" in params else "extra_headers"] = headers
         try:

@@ -127,7 +127,10 @@ export class EpisodeFeed {
 
   private start(options: { routing: boolean; after?: number }): EpisodeWatch {
     const w = watchEpisode(relayUrl, this.id, {
+      // offered as a subprotocol entry, never in the URL; the page and its token came over this
+      // very connection (same origin), so plain http:// adds nothing the page has not already sent
       token: getToken(),
+      allowHttp: true,
       routing: options.routing,
       ...(options.after !== undefined ? { after: options.after } : {}),
       backoffMs: [250, 5000],
