@@ -261,7 +261,7 @@ describe("where the token goes", () => {
       w.close();
       server.close();
     }
-    expect(seen[0]!.url).toBe("/v1/episodes/run-1%3Ae/watch?after=3&routing=0");
+    expect(seen[0]!.url).toBe("/v1/episodes/run-1%3Ae/watch?after=3&routing=0&annotations=1");
     expect(seen[0]!.url).not.toMatch(/token/);
     expect(seen[0]!.protocol.split(/,\s*/)).toEqual(["episode-relay", "bearer.tok.en.sig"]);
   });
