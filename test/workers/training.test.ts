@@ -178,7 +178,10 @@ describe("pending rollouts", () => {
     await runInDurableObject(stub, async (instance: Episode) => {
       await (instance as unknown as { rowSync: { settled(): Promise<void> } }).rowSync.settled();
     });
-    expect((await episodes(run)).episodes).toHaveLength(0);
+    // its run held nothing else: it is gone with it, answered as a run nobody wrote
+    const gone = await relay(`../runs/${run}/episodes`);
+    expect(gone.status).toBe(404);
+    expect(((await gone.json()) as { error: string }).error).toBe("not_found");
   });
 });
 
