@@ -63,8 +63,11 @@ export async function shootPart(page: Page, selector: string, name: string): Pro
     await page.waitForTimeout(150);
     if (size === "phone") expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
     const file = join(SHOTS, `${name}-${size}.png`);
-    // the sticky top bar would cover the part's top once it is scrolled into view
-    await page.locator(selector).first().screenshot({ path: file, style: ".topbar { position: static !important; }" });
+    // the sticky top bar would cover the part's top once it is scrolled into view: set aside through
+    // the CSSOM (Playwright's `style` option injects a <style>, which the pages' CSP refuses)
+    await page.evaluate(() => document.querySelector<HTMLElement>(".topbar")?.style.setProperty("position", "static", "important"));
+    await page.locator(selector).first().screenshot({ path: file });
+    await page.evaluate(() => document.querySelector<HTMLElement>(".topbar")?.style.removeProperty("position"));
     expect(statSync(file).size, file).toBeGreaterThan(0);
     files.push(file);
   }

@@ -72,9 +72,9 @@ class ProducerCursor:
         """Wrap ``delta`` (a dict, or its msgpack bytes, sent untouched) in the next envelope."""
         data = to_bytes(delta, default)
         parsed = parse_delta(data)
-        return self._next(parsed, data)
+        return self._next(parsed, data, default)
 
-    def _next(self, parsed: Dict[str, Any], data: bytes) -> Outgoing:
+    def _next(self, parsed: Dict[str, Any], data: bytes, default: Optional[Encoder] = None) -> Outgoing:
         self.seq += 1
         dispatch = self.dispatch if self.cursor == 0 else None
         envelope = envelope_bytes(self.producer, self.seq, self.cursor, data, dispatch, default)
