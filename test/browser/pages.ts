@@ -65,9 +65,9 @@ export async function shootPart(page: Page, selector: string, name: string): Pro
     const file = join(SHOTS, `${name}-${size}.png`);
     // the sticky top bar would cover the part's top once it is scrolled into view: set aside through
     // the CSSOM (Playwright's `style` option injects a <style>, which the pages' CSP refuses)
-    await page.evaluate(() => document.querySelector<HTMLElement>(".topbar")?.style.setProperty("position", "static", "important"));
+    await page.evaluate(`document.querySelector(".topbar")?.style.setProperty("position", "static", "important")`);
     await page.locator(selector).first().screenshot({ path: file });
-    await page.evaluate(() => document.querySelector<HTMLElement>(".topbar")?.style.removeProperty("position"));
+    await page.evaluate(`document.querySelector(".topbar")?.style.removeProperty("position")`);
     expect(statSync(file).size, file).toBeGreaterThan(0);
     files.push(file);
   }
