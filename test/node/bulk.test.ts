@@ -83,7 +83,14 @@ async function collect<E>(it: AsyncIterable<RunEpisode<E>>, max = Number.POSITIV
 }
 
 async function getEpisode(id: string, accept = "application/msgpack"): Promise<Uint8Array> {
-  const res = await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(id)}`, { headers: { ...auth(), accept } });
+  const url = `${relay.url}/v1/episodes/${encodeURIComponent(id)}`;
+  // once more when the pooled connection was closed as the request went out (the runtime drops an idle
+  // keep-alive connection; comparing a large episode between two GETs leaves it idle that long on a
+  // loaded machine): a GET is idempotent, and undici's fetch does not retry it by itself
+  const res = await fetch(url, { headers: { ...auth(), accept } }).catch((e: unknown) => {
+    if ((e as { cause?: { code?: string } }).cause?.code !== "UND_ERR_SOCKET") throw e;
+    return fetch(url, { headers: { ...auth(), accept } });
+  });
   expect(res.status).toBe(200);
   return new Uint8Array(await res.arrayBuffer());
 }
