@@ -31,6 +31,9 @@ export default defineConfig({
           MAX_CATCHUPS: "2",
           // a hub lets 8 watchers wait for a catch-up slot; the 9th is refused 1013 with a retry hint
           MAX_WAITING: "8",
+          // a run index (or the directory) takes 40 sockets, 10 starting a second: storms reach 1013 with small cases
+          MAX_RUN_SOCKETS: "40",
+          RUN_SOCKET_RATE: "10",
           LOG_KEEP_FRAMES: "6",
           // throttled index updates wait for the Episode's alarm, which tests run on demand
           // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.
@@ -40,6 +43,8 @@ export default defineConfig({
           INDEX_WRITES_PER_S: "0.0005",
           // finished episodes are archived when a test runs the alarm (runDurableObjectAlarm), not by themselves
           ARCHIVE_AFTER_SECONDS: "3600",
+          // an episode's merged annotations past 256 KiB are refused (413) with small records
+          MAX_ANNOTATION_BYTES: String(256 * 1024),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
           // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
           AUTH_OFF_ON_LOOPBACK: "true",

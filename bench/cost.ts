@@ -1,7 +1,7 @@
 // Bench section `cost`: what a run costs on Cloudflare, from the billing units the relay's objects
 // count themselves (src/billing/usage.ts, read through the admin usage routes) priced with
 // Cloudflare's published prices (bench/prices.ts: marginal, included allowances taken as spent).
-// The relay runs as `npm start` does (tools/local-relay.ts `tiers`; storage on tmpfs).
+// The relay runs as `npm run start:tiers` does (tools/local-relay.ts `tiers`; storage on tmpfs).
 //
 //   (a) one episode: TURNS_A routing-heavy turns (bench/helpers.ts routingDeltas: one node with
 //       ~600 KB of routing each) written live over the producer socket, DASHBOARDS dashboards
@@ -11,7 +11,10 @@
 //       KEEP_DAYS/30 month × price, SQLite and R2 apart), fetched once in bulk
 //       (`GET /v1/runs/{run}/finished`). Usage of the episode, its hubs, the run's index and the
 //       run directory; Worker requests as the clients made them.
-//   (b) one run of EPISODES_B episodes of TURNS_B such turns, no dashboards, measured the same way.
+//   (b) one run of EPISODES_B episodes of TURNS_B such turns, no dashboards, measured the same way;
+//       each carries a trainer's dispatch identity as prime-rl's rollouts do (groups of GROUP_B,
+//       GROUP_B × 2 rollouts a step, one in eight groups eval), so the run's index keeps its groups
+//       and steps as in training.
 //   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
 //       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
 //       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what the bench compresses
@@ -26,6 +29,7 @@
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
 import { IDLE_MS, type Usage } from "../src/billing/usage.js";
+import { dispatchFromJson } from "../src/envelope/dispatch.js";
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
 import { ACK_BYTES, ackMessage } from "../src/watch/protocol.js";
@@ -53,6 +57,8 @@ const TURNS_A = 200;
 const DASHBOARDS = 3;
 const EPISODES_B = 100;
 const TURNS_B = 20;
+/** Rollouts of one group in (b) (GRPO samples a group per task). */
+const GROUP_B = 8;
 const KEEP_DAYS = 7;
 const SCALE_EPISODES = 1000;
 /**
@@ -249,9 +255,13 @@ class Producer {
   private wake: (() => void) | null = null;
   private error: Error | null = null;
 
-  private constructor(readonly ws: WebSocket) {}
+  private constructor(
+    readonly ws: WebSocket,
+    /** The rollout's dispatch identity, sent with the first envelope. */
+    private readonly dispatch?: Uint8Array,
+  ) {}
 
-  static async open(base: string, id: string): Promise<Producer> {
+  static async open(base: string, id: string, dispatch?: Uint8Array): Promise<Producer> {
     let p: Producer | null = null;
     const ws = await openSocket(wsUrl(base, `/v1/episodes/${id}/ingest`), (s) =>
       s.on("message", (data: Buffer) => {
@@ -261,7 +271,7 @@ class Producer {
         p!.wake?.();
       }),
     );
-    p = new Producer(ws);
+    p = new Producer(ws, dispatch);
     return p;
   }
 
@@ -273,7 +283,8 @@ class Producer {
       const pump = () => {
         if (this.error) return reject(this.error);
         while (this.sent - this.acked < WINDOW && k < to) {
-          this.ws.send(encodeEnvelope(this.cursor.envelope(make(k++))));
+          const env = this.cursor.envelope(make(k++));
+          this.ws.send(encodeEnvelope(this.dispatch && env.seq === 1 ? { ...env, dispatch: this.dispatch } : env));
           this.cursor.acknowledge();
           this.sent++;
         }
@@ -442,12 +453,24 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   const ids = Array.from({ length: EPISODES_B }, (_, i) => `${run}:${i}`);
   const make = routingDeltas();
   let workerRequests = 0;
-  log(`cost (b): ${EPISODES_B} episodes of ${TURNS_B} turns in one run, ${PARALLEL_B} at a time`);
+  log(`cost (b): ${EPISODES_B} episodes of ${TURNS_B} turns in one run, ${PARALLEL_B} at a time, groups of ${GROUP_B} with their dispatch identity`);
   let next = 0;
   const writer = async (client: HttpClient) => {
     while (next < ids.length) {
-      const id = ids[next++]!;
-      const producer = await Producer.open(relay.url, id);
+      const i = next++;
+      const id = ids[i]!;
+      const group = Math.floor(i / GROUP_B);
+      const identity = dispatchFromJson({
+        id: `d${i}`,
+        kind: group % 8 === 7 ? "eval" : "train",
+        env: "bench",
+        group: `g${group}`,
+        task: `idx=${group}`,
+        policy_version: Math.max(0, Math.floor(group / 2) - (i % 2)),
+        step: Math.floor(group / 2),
+        started: Date.now() / 1000,
+      });
+      const producer = await Producer.open(relay.url, id, identity);
       await producer.send(make, 0, TURNS_B);
       await producer.close();
       const reply = await client.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_B, calls: 0 }), {

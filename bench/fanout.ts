@@ -1,5 +1,5 @@
 // Bench section `fanout`: one producer, N watchers of one episode, against the real relay as
-// `npm start` runs it (tools/local-relay.ts `tiers`: the episode tier and the hub tier in two
+// `npm run start:tiers` runs it (tools/local-relay.ts `tiers`: the episode tier and the hub tier in two
 // workerd processes, one address; Durable Object storage on tmpfs, see bench/helpers.ts
 // `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
 // message it gets on a producer connection goes to every watcher connection; it runs on its own

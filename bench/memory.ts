@@ -1,7 +1,7 @@
 // Bench section `memory`: what the relay's runtime holds while a routing-heavy episode is written,
 // read, caught up by many watchers and finished, against the same runtime idle (same run).
 //
-// The relay is what `npm start` runs (scripts/dev.mjs: two wrangler dev sessions, the episode tier
+// The relay is what `npm run start:tiers` runs (scripts/tiers-dev.mjs: two wrangler dev sessions, the episode tier
 // and the hub tier, their workerd processes, local SQLite on a temporary directory). Memory is read
 // two ways: as Cloudflare counts it, each of our isolates' JS heap plus ArrayBuffer backing stores
 // (bench/inspector.ts, the runtimes' inspectors, ~every 100 ms; its peak, against the 128 MB an
@@ -67,7 +67,7 @@ export const TARGETS = {
   wakeRatio: 2,
 } as const;
 
-// ---- the relay as npm start runs it ----
+// ---- the relay as npm run start:tiers runs it ----
 
 /** Pids of `pid`'s descendants whose command is workerd. */
 function workerdPids(pid: number): number[] {
@@ -132,7 +132,7 @@ class DevRelay {
   async start(): Promise<void> {
     const port = await freePort();
     this.url = `http://127.0.0.1:${port}`;
-    const child = spawn(process.execPath, [join(root, "scripts", "dev.mjs"), "--persist-to", this.state], {
+    const child = spawn(process.execPath, [join(root, "scripts", "tiers-dev.mjs"), "--persist-to", this.state], {
       cwd: root,
       env: { ...process.env, ...QUIET_ENV, PORT: String(port) },
       stdio: ["ignore", "pipe", "pipe"],
@@ -143,11 +143,11 @@ class DevRelay {
     child.stderr!.on("data", (d) => (log += d));
     const end = Date.now() + 60_000;
     while (!/Ready on/.test(log)) {
-      if (Date.now() > end || child.exitCode !== null) throw new Error(`npm start did not get ready:\n${log}`);
+      if (Date.now() > end || child.exitCode !== null) throw new Error(`npm run start:tiers did not get ready:\n${log}`);
       await sleep(50);
     }
     this.pids = workerdPids(child.pid!);
-    if (this.pids.length === 0) throw new Error("no workerd process under npm start");
+    if (this.pids.length === 0) throw new Error("no workerd process under npm run start:tiers");
     this.heap.stop();
     const ours = (await isolatesOf(this.pids)).filter((t) => /core:user:/.test(t.name));
     this.heap = new HeapSampler(ours);
@@ -190,7 +190,7 @@ class DevRelay {
     return ticks * 10; // USER_HZ is 100 on Linux
   }
 
-  /** CPU time of the npm start process itself (its router), ms. */
+  /** CPU time of the start:tiers process itself (its router), ms. */
   routerCpuMs(): number {
     try {
       const { fields } = procStat(this.child!.pid!);
@@ -406,7 +406,7 @@ async function wake(relay: DevRelay, large: string, small: string): Promise<{ la
 interface StormPhase {
   /** RSS growth at its peak of each tier's runtime and of wrangler dev's front processes, MiB. */
   growth_by_mib: { episodes: number; hubs: number; fronts: number };
-  /** CPU each tier's runtime and the router (the npm start process) used per second of the phase, ms/s. */
+  /** CPU each tier's runtime and the router (the start:tiers process) used per second of the phase, ms/s. */
   cpu_ms_per_s: { episodes: number; hubs: number; router: number };
   /** The whole machine's CPU in use (all cores, this bench's clients included), %. */
   machine_busy_pct: number;

@@ -21,6 +21,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["runscale", () => import("./runscale.js")],
   ["tiers", () => import("./tiers.js")],
   ["cost", () => import("./cost.js")],
+  ["search", () => import("./search.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]

@@ -1,4 +1,4 @@
-// Bench section `tiers`: the viewer tier at scale, on the relay as `npm start` runs it (the
+// Bench section `tiers`: the viewer tier at scale, on the relay as `npm run start:tiers` runs it (the
 // episode tier and the hub tier in two workerd processes behind the router; storage on tmpfs).
 //
 // hop    what the extra hop costs (episode → hub feed across processes, and the router): delivery
@@ -213,7 +213,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   const h = out.hop as { one_process: Cell; two_tiers: Cell; added_p50_ms: number; offering_deflate: { one_process: Cell; two_tiers: Cell } };
   const hopRow = (label: string, c: Cell, note: string) => [label, "10", "1", fmt(c.p50_ms), fmt(c.p99_ms), note];
   opts.table({
-    title: "tiers: the viewer tier (episode tier and hub tier in two processes, as npm start runs them)",
+    title: "tiers: the viewer tier (episode tier and hub tier in two processes, as npm run start:tiers runs them)",
     columns: ["", "watchers", "hubs", "p50 ms", "p99 ms", "notes"],
     rows: [
       hopRow("hop: one process", h.one_process, "50 × 1 KiB deltas/s, 200 deltas; no deflate offer"),

@@ -11,7 +11,8 @@ export default defineConfig({
     outDir: "dist",
     emptyOutDir: true,
     target: "es2022",
-    sourcemap: true,
+    // no source maps: nothing deployed but the code that runs
+    sourcemap: false,
     chunkSizeWarningLimit: 1024,
   },
 });

@@ -1,7 +1,7 @@
 // Where local tools find RELAY_SECRET, in the order `wrangler dev` (as started by `npm start`)
-// applies it: the environment (scripts/dev.mjs passes it on with --var, which wins), else
+// applies it: the environment (scripts/dev-args.mjs passes it on with --var, which wins), else
 // .dev.vars if that file exists, else .env then .env.local (wrangler reads those only when there
-// is no .dev.vars). Shared by scripts/dev.mjs and tools/token.ts so tokens match the server.
+// is no .dev.vars). Shared by scripts/dev-args.mjs and tools/token.ts so tokens match the server.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseEnv } from "node:util";
@@ -33,12 +33,24 @@ export function findRelaySecret(root, env = process.env) {
   return found ?? { secret: null, source: null };
 }
 
-/** Secrets shorter than this many characters get a warning (use `openssl rand -base64 32`). */
-export const MIN_SECRET_CHARS = 32;
+/** Secrets shorter than this many UTF-8 bytes are refused, as the Worker refuses them (src/http/keys.ts MIN_SECRET_BYTES). */
+export const MIN_SECRET_BYTES = 32;
+
+/**
+ * Why `secret` (found in `source`) cannot be the relay's, or null when it can.
+ * @param {string} secret
+ * @param {string} source
+ * @returns {string | null}
+ */
+export function secretTooShort(secret, source) {
+  const bytes = Buffer.byteLength(secret, "utf8");
+  if (bytes >= MIN_SECRET_BYTES) return null;
+  return `RELAY_SECRET from ${source} is ${bytes} bytes long; it must be at least ${MIN_SECRET_BYTES} (make one with \`openssl rand -base64 32\`)`;
+}
 
 /**
  * The files `wrangler dev` would read vars from next to wrangler.toml (.dev.vars, else .env then
- * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/dev.mjs).
+ * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/tiers-dev.mjs).
  * @param {string} root
  * @returns {string[]}
  */

@@ -1,10 +1,14 @@
-// The local relay's front door: one address for `npm start`, the tests and the benches, in front
+// The local relay's front door: one address for `npm run start:tiers`, the tests and the benches, in front
 // of the two runtime processes they run (scripts/tiers.mjs). A watcher's upgrade
 // (`/v1/episodes/{id}/watch`) goes to the hub tier; everything else (producers, GET, the
 // dashboard, run sockets) to the episode tier. It only moves bytes (after a WebSocket handshake,
-// it pipes the two sockets), in a process of its own (npm start's, or a child of the tests'), so
+// it pipes the two sockets), in a process of its own (start:tiers's, or a child of the tests'), so
 // a storm of watchers never runs on the episode objects' thread. (On Cloudflare the Worker runs on
 // the edge, apart from both.)
+//
+// While a tier is not up (`notUp`, from npm run start:tiers's supervisor) or does not answer, the
+// router answers `503 unavailable` as the relay (its header, Retry-After) so that clients wait and
+// resume; with `tiers`, GET /v1/health says each tier's state (503 while one is not up).
 //
 // `stripDeflateOffer`: a watch upgrade's `Sec-WebSocket-Extensions` is dropped. wrangler dev's own
 // front (and Miniflare's entry Worker) would otherwise accept permessage-deflate whatever the
@@ -17,9 +21,47 @@ import { pathToFileURL } from "node:url";
 /** A watch upgrade's path (the Worker checks the id and the rest). */
 const WATCH_PATH = /^\/v1\/episodes\/[^/?]+\/watch\/?(?:\?|$)/;
 
+/** The relay's header (src/http/route.ts RELAY_HEADER): the router's own answers are the relay's too. */
+const RELAY_HEADER = "x-episode-relay";
+/** Seconds a client is told to wait while a tier is not up (Retry-After). */
+const RETRY_AFTER_S = 1;
+
+/**
+ * The answer while a tier is not up (starting, restarting, or not answering): `503 unavailable`
+ * as the relay's, with Retry-After, so clients wait and retry instead of taking it for a foreign
+ * answer (src/http/errors.ts `unavailable`).
+ * @param {string} why
+ * @param {Record<string, unknown>} [extra]
+ */
+function unavailable(why, extra = {}) {
+  const body = JSON.stringify({ error: "unavailable", message: `local relay: ${why}; retry after ${RETRY_AFTER_S} s`, ...extra });
+  return {
+    body,
+    headers: {
+      "content-type": "application/json",
+      "content-length": String(Buffer.byteLength(body)),
+      "retry-after": String(RETRY_AFTER_S),
+      [RELAY_HEADER]: "1",
+    },
+  };
+}
+
+/** @param {import("node:net").Socket | import("node:stream").Duplex} socket @param {{ body: string, headers: Record<string, string> }} a */
+function answerOnSocket(socket, a) {
+  let text = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n";
+  for (const [k, v] of Object.entries(a.headers)) text += `${k}: ${v}\r\n`;
+  socket.end(`${text}\r\n${a.body}`);
+}
+
+const HEALTH_PATH = /^\/v1\/health\/?(?:\?|$)/;
+
 /**
  * @typedef {{ host: string, port: number }} Target
- * @typedef {{ host?: string, port?: number, watch: Target, rest: Target, stripDeflateOffer?: boolean }} RouterOptions
+ * @typedef {{
+ *   host?: string, port?: number, watch: Target, rest: Target, stripDeflateOffer?: boolean,
+ *   notUp?: (to: "rest" | "watch") => string | null,
+ *   tiers?: () => Record<string, unknown>,
+ * }} RouterOptions
  */
 
 /**
@@ -31,6 +73,14 @@ export function startRouter(o) {
   /** Upgraded connections (the server forgets them once handed over). */
   const piped = new Set();
   const server = createServer((req, res) => {
+    const down = o.notUp?.("rest") ?? null;
+    const health = o.tiers && HEALTH_PATH.test(req.url ?? "") && (req.method === "GET" || req.method === "HEAD");
+    if (down || (health && o.notUp?.("watch"))) {
+      req.resume();
+      const a = unavailable(down ?? o.notUp?.("watch") ?? "", health && o.tiers ? { ok: false, tiers: o.tiers() } : {});
+      res.writeHead(503, a.headers);
+      return void res.end(req.method === "HEAD" ? undefined : a.body);
+    }
     /** @type {Buffer[]} */
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
@@ -39,8 +89,17 @@ export function startRouter(o) {
     const forward = (body, retried) => {
       // the retry goes on a new connection: every pooled socket may have been closed by the tier
       const up = httpRequest(
-        { host: o.rest.host, port: o.rest.port, method: req.method, path: req.url, headers: req.headers, agent: retried ? false : agent },
+        // the health answer is read here to add the tiers: asked for uncompressed
+        {
+          host: o.rest.host,
+          port: o.rest.port,
+          method: req.method,
+          path: req.url,
+          headers: health ? { ...req.headers, "accept-encoding": "identity" } : req.headers,
+          agent: retried ? false : agent,
+        },
         (ur) => {
+          if (health && o.tiers && ur.statusCode === 200) return void withTiers(ur, res, o.tiers());
           res.writeHead(ur.statusCode ?? 502, ur.rawHeaders);
           ur.pipe(res);
         },
@@ -49,25 +108,35 @@ export function startRouter(o) {
         // a kept-alive socket the tier closed as it was reused: sent again, once (deltas and replies
         // are exactly-once by the producer's seq; a DELETE repeated would answer 404, so it is not)
         if (!retried && up.reusedSocket && !res.headersSent && req.method !== "DELETE") return forward(body, true);
-        if (!res.headersSent) res.writeHead(502, { "content-type": "application/json" });
-        res.end(JSON.stringify({ error: "bad_gateway", message: `local relay: the episode tier did not answer: ${e.message}` }));
+        if (res.headersSent) return void res.destroy(); // cut mid-answer: the client sees a reset, and retries
+        const a = unavailable(`the episode tier did not answer (${e.message})`);
+        res.writeHead(503, a.headers);
+        res.end(a.body);
       });
       up.end(body);
     };
   });
   server.on("upgrade", (req, socket, head) => {
     const watch = WATCH_PATH.test(req.url ?? "");
+    const down = o.notUp?.(watch ? "watch" : "rest") ?? null;
+    if (down) return void answerOnSocket(socket, unavailable(down));
     const target = watch ? o.watch : o.rest;
     const up = connect(target.port, target.host);
     up.setNoDelay(true);
     if ("setNoDelay" in socket && typeof socket.setNoDelay === "function") socket.setNoDelay(true);
     piped.add(socket);
     piped.add(up);
+    let connected = false;
     const fail = () => {
       socket.destroy();
       up.destroy();
     };
-    up.on("error", fail);
+    up.on("error", (e) => {
+      if (connected || socket.destroyed) return fail();
+      // the tier is not there: say so as the relay does, on the socket the upgrade came on
+      answerOnSocket(socket, unavailable(`the ${watch ? "hub" : "episode"} tier did not answer (${e.message})`));
+      up.destroy();
+    });
     socket.on("error", fail);
     up.on("close", () => {
       piped.delete(up);
@@ -78,6 +147,7 @@ export function startRouter(o) {
       up.end();
     });
     up.on("connect", () => {
+      connected = true;
       let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
       const raw = req.rawHeaders;
       for (let i = 0; i < raw.length; i += 2) {
@@ -105,6 +175,32 @@ export function startRouter(o) {
           }),
       });
     });
+  });
+}
+
+/**
+ * The episode tier's health answer with each tier's state added.
+ * @param {import("node:http").IncomingMessage} ur
+ * @param {import("node:http").ServerResponse} res
+ * @param {Record<string, unknown>} tiers
+ */
+function withTiers(ur, res, tiers) {
+  /** @type {Buffer[]} */
+  const parts = [];
+  ur.on("data", (c) => parts.push(c));
+  ur.on("end", () => {
+    let body;
+    try {
+      body = JSON.stringify({ ...JSON.parse(Buffer.concat(parts).toString("utf8")), tiers });
+    } catch {
+      body = Buffer.concat(parts).toString("utf8");
+    }
+    /** @type {Record<string, string | string[]>} */
+    const headers = {};
+    for (const [k, v] of Object.entries(ur.headers)) if (v !== undefined && k !== "content-length" && k !== "transfer-encoding") headers[k] = v;
+    headers["content-length"] = String(Buffer.byteLength(body));
+    res.writeHead(200, headers);
+    res.end(res.req.method === "HEAD" ? undefined : body);
   });
 }
 

@@ -1,4 +1,4 @@
-// The relay as two runtime processes, the way `npm start`, the benches and some tests run it
+// The relay as two runtime processes, the way `npm run start:tiers`, the benches and some tests run it
 // locally. On Cloudflare every Durable Object has a thread of its own; a local workerd process
 // runs all of its objects on one, so a watcher storm on a hub there would land on the episodes'
 // thread. Here the episode tier (the Episode, EpisodeIndex and RunDirectory objects, and the

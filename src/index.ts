@@ -8,15 +8,35 @@ import { metered } from "./billing/metered.js";
 import type { Usage } from "./billing/usage.js";
 import { EPISODE_ID_HEADER, Episode as EpisodeObject } from "./episode/episode.js";
 import { limitsFrom } from "./limits/limits.js";
+import { MAX_DISPATCH_BYTES } from "./envelope/dispatch.js";
 import { wantsJson } from "./http/representation.js";
-import { authMode, authorize, type Claims, need, stripCredentials } from "./http/auth.js";
-import { offeredProtocols, WS_PROTOCOL } from "./http/credentials.js";
+import { type AuthMode, authMode, authorize, type Claims, need } from "./http/auth.js";
+import { cursorKeys } from "./http/cursor-seal.js";
+import { shareRun } from "./http/share-link.js";
+import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "./http/credentials.js";
 import { readArchived } from "./http/archive-read.js";
 import { checkDeclaredLength } from "./http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "./http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "./http/errors.js";
 import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "./http/route.js";
-import { bulkFinished, listAcrossRuns, listRuns, runEpisodes, runGroup, runGroups, runSocket, runTasks, runView } from "./http/run-routes.js";
+import {
+  bulkFinished,
+  listAcrossRuns,
+  listRuns,
+  needsWholeRun,
+  type RunAccess,
+  runAccess,
+  runEpisodes,
+  runGroup,
+  runGroups,
+  runRules,
+  runSearch,
+  runSocket,
+  runSteps,
+  runTasks,
+  runView,
+  type Viewer,
+} from "./http/run-routes.js";
 import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "./registry/episode-index.js";
 import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "./registry/run-directory.js";
 import { scopeOf } from "./registry/rows.js";
@@ -47,7 +67,7 @@ export default {
       // A preflight carries no credentials: answer it without a token (but not when fail-closed).
       if (isPreflight(request) && (route.kind === "health" || mode.kind !== "closed")) return preflightResponse(request, cors);
       const decision = await authorize(request, url, need(request.method, route), mode, (o) => listedOrigin(cors, o));
-      response = decision.ok ? await dispatch(request, url, route, env, decision.claims) : errorResponse(decision.refusal);
+      response = decision.ok ? await dispatch(request, url, route, env, decision.claims, mode) : errorResponse(decision.refusal);
     } catch (e) {
       response = errorResponse(e, `${request.method} ${new URL(request.url).pathname}`);
     }
@@ -56,7 +76,7 @@ export default {
 } satisfies ExportedHandler<Env>;
 
 /** The routing proper (access was checked). */
-async function dispatch(request: Request, url: URL, route: Route, env: Env, claims: Claims | null): Promise<Response> {
+async function dispatch(request: Request, url: URL, route: Route, env: Env, claims: Claims | null, mode: AuthMode): Promise<Response> {
   switch (route.kind) {
     case "health":
       return Response.json({ ok: true, service: "episode-relay" });
@@ -69,25 +89,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   }
   const allowed = allowedMethods(route);
   if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
-  // The index filters by the viewer's `episodes` patterns; with auth off (loopback dev) all.
-  const scope = scopeOf(claims === null ? ["*"] : claims.episodes);
-  const head = request.method === "HEAD";
-  switch (route.kind) {
-    case "list":
-      return listAcrossRuns(env, url, scope, head);
-    case "runs":
-      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, scope));
-      return listRuns(env, url, scope, head);
-    case "run":
-      if (route.action === "episodes") return runEpisodes(env, route.run, url, scope, head);
-      if (route.action === "finished") return bulkFinished(env, route.run, url, request, scope);
-      if (route.action === "usage") return Response.json(await runUsage(env, route.run));
-      if (route.action === "groups") return runGroups(env, route.run, url, scope, head);
-      if (route.action === "group") return runGroup(env, route.run, route.group!, scope, head);
-      if (route.action === "tasks") return runTasks(env, route.run, url, scope, head);
-      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, route.run, scope));
-      return runView(env, route.run, scope, head);
-  }
+  if (route.kind === "list" || route.kind === "runs" || route.kind === "run") return runPaths(request, url, route, env, claims, mode);
   const episode = env.EPISODES.get(env.EPISODES.idFromName(route.id));
   const id = route.id;
   switch (route.action) {
@@ -104,6 +106,20 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "reply":
       checkDeclaredLength(request, limitsFrom(env).maxMessage);
       return answerResponse(await episode.reply(id, request.body));
+    case "dispatch":
+      checkDeclaredLength(request, 4 * MAX_DISPATCH_BYTES);
+      return answerResponse(await episode.dispatch(id, request.body, request.headers.get("content-type")));
+    case "annotations": {
+      if (request.method === "POST") {
+        checkDeclaredLength(request, limitsFrom(env).maxMessage);
+        return answerResponse(await episode.annotate(id, request.body, request.headers.get("content-type")));
+      }
+      return episode.annotations(id, {
+        json: wantsJson(request.headers.get("accept")),
+        head: request.method === "HEAD",
+        ifNoneMatch: request.headers.get("if-none-match"),
+      });
+    }
     case "status":
       return answerResponse(await episode.status(id));
     case "usage":
@@ -119,6 +135,54 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   }
 }
 
+/** The list, the runs and every run path: the viewer's patterns (with auth off, all) go to the index objects. */
+async function runPaths(
+  request: Request,
+  url: URL,
+  route: Extract<Route, { kind: "list" | "runs" | "run" }>,
+  env: Env,
+  claims: Claims | null,
+  mode: AuthMode,
+): Promise<Response> {
+  const head = request.method === "HEAD";
+  const viewer: Viewer = {
+    scope: scopeOf(claims === null ? ["*"] : claims.episodes),
+    cursors: await cursorKeys(mode.kind === "on" ? mode.secrets : []),
+  };
+  if (route.kind === "list") return listAcrossRuns(env, url, viewer, head);
+  if (route.kind === "runs") {
+    if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, null, viewer));
+    return listRuns(env, url, viewer, head);
+  }
+  // every run route: a token covering no episode of the run is answered as for a run nobody wrote
+  const run = runAccess(viewer, route.run);
+  switch (route.action) {
+    case "episodes":
+      return runEpisodes(env, run, url, head);
+    case "finished":
+      return bulkFinished(env, run, url, request);
+    case "usage":
+      return Response.json(await runUsage(env, run));
+    case "groups":
+      return runGroups(env, run, url, head);
+    case "group":
+      return runGroup(env, run, route.group!, head);
+    case "tasks":
+      return runTasks(env, run, url, head);
+    case "steps":
+      return runSteps(env, run, url, head);
+    case "search":
+      return runSearch(env, run, url, head);
+    case "rules":
+      return runRules(env, run, request, claims);
+    case "share":
+      return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
+    case "run":
+      if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, run, viewer));
+      return runView(env, run, head);
+  }
+}
+
 /** `GET /v1/episodes/{id}/usage`: the episode's billing units, and its hubs' (those it names). */
 async function episodeUsage(env: Env, episode: ReturnType<Env["EPISODES"]["get"]>): Promise<{ episode: Usage; hubs: Usage[] }> {
   const { peers, ...own } = await episode.usage();
@@ -126,9 +190,16 @@ async function episodeUsage(env: Env, episode: ReturnType<Env["EPISODES"]["get"]
   return { episode: own, hubs };
 }
 
-/** `GET /v1/runs/{run}/usage`: the run index's billing units and the run directory's. */
-async function runUsage(env: Env, run: string): Promise<{ index: Usage; directory: Usage }> {
-  const [index, directory] = await Promise.all([env.EPISODE_INDEX.getByName(runIndexName(run)).usage(), env.RUN_DIRECTORY.getByName(RUNS_NAME).usage()]);
+/**
+ * `GET /v1/runs/{run}/usage` (admin, covering the whole run): the run index's billing units, and
+ * the run directory's (it serves every run: only to an admin token covering every episode).
+ */
+async function runUsage(env: Env, a: RunAccess): Promise<{ index: Usage; directory: Usage | null }> {
+  needsWholeRun(a, "a run's usage");
+  const [index, directory] = await Promise.all([
+    env.EPISODE_INDEX.getByName(runIndexName(a.run)).usage(),
+    a.viewer.scope === null ? env.RUN_DIRECTORY.getByName(RUNS_NAME).usage() : null,
+  ]);
   return { index, directory };
 }
 

@@ -9,6 +9,11 @@ declare namespace Cloudflare {
      */
     RELAY_SECRET?: string;
     /**
+     * During a key rollover, the secret before RELAY_SECRET: tokens it signed (their `kid` names
+     * it) are still accepted until they expire; new ones are signed with RELAY_SECRET only.
+     */
+    RELAY_SECRET_PREVIOUS?: string;
+    /**
      * "true" only from `npm start` (scripts/dev.mjs, `--var`) when no RELAY_SECRET is configured:
      * auth is then off for requests addressed to a local host name. Never set in wrangler.toml;
      * without it and without a secret the Worker refuses everything but /v1/health (503).

@@ -12,7 +12,7 @@
 import { basename } from "node:path";
 import { USAGE, UsageError, parseArgs, type CliOptions, type RelayOptions } from "./conformance/args.js";
 import { casePaths, loadCase, type GoldenCase } from "./conformance/cases.js";
-import { runCaseLocally } from "./conformance/local.js";
+import { CONFORMANCE_DISPATCH, runCaseLocally } from "./conformance/local.js";
 
 type RunCase = (c: GoldenCase) => Promise<string | undefined>;
 
@@ -46,7 +46,10 @@ function targets(paths: string[]): Target[] {
 }
 
 async function runner(opts: CliOptions): Promise<RunCase> {
-  if (!opts.relay) return async (c) => runCaseLocally(c);
+  if (!opts.relay) {
+    const dispatch = opts.dispatch === "none" ? undefined : { identity: CONFORMANCE_DISPATCH, via: opts.dispatch };
+    return async (c) => runCaseLocally(c, dispatch);
+  }
   const relayOpts: RelayOptions = opts.relay;
   const relay = await import("./conformance/relay.js");
   return async (c) => {

@@ -2,7 +2,7 @@
 // wrangler (the same build `wrangler deploy` ships), run by Miniflare's API on a free loopback
 // port, with in-memory Durable Object storage (nothing leaks between runs), and the dashboard's
 // static assets (dashboard/dist, routed as wrangler.toml `[assets]` says). With `tiers`, the hub
-// tier runs in a process of its own, as under `npm start`.
+// tier runs in a process of its own, as under `npm run start:tiers`.
 import { execFileSync, fork } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -62,7 +62,7 @@ export interface RelayOptions {
   /** Keep Durable Object storage in this directory (survives a restart); default: in memory. */
   persist?: string;
   /**
-   * Run the hub tier in a runtime process of its own, as `npm start` does (scripts/tiers.mjs):
+   * Run the hub tier in a runtime process of its own, as `npm run start:tiers` does (scripts/tiers.mjs):
    * the episode tier and the hub tier, each a Miniflare (a workerd process), bound through a dev
    * registry, behind scripts/router.mjs in a process of its own. Watchers reach the hub tier's
    * Worker through a direct socket (no Miniflare entry Worker in between), so its

@@ -1,16 +1,18 @@
 // `npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]`
 // Prints one HS256 token on its last line (stdout), signed with RELAY_SECRET from the environment,
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { isEpisodePattern, mintToken, parseTtl, ROLES, type Role } from "../src/http/auth.js";
-import { findRelaySecret, MIN_SECRET_CHARS } from "../scripts/dev-vars.mjs";
+import { isEpisodePattern, mintToken, ROLES, type Role } from "../src/http/auth.js";
+import { formatTtl, maxTtlFrom, parseTtl } from "../src/http/keys.js";
+import { findRelaySecret, secretTooShort } from "../scripts/dev-vars.mjs";
 import { parseOptions, UsageError } from "./parse-options.js";
 
 const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]
-  --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. listing)
+  --role      producer (write + read), watcher (read, status, watch), admin (everything, incl. the usage routes);
+              any role lists the runs and episodes its --episode patterns cover
   --episode   an episode id, a prefix pattern such as 'run-42:*', or '*' for all; repeat or comma-separate
-  --ttl       lifetime: 90, 90s, 15m, 1h (default), 7d
+  --ttl       lifetime: 90, 90s, 15m, 1h (default), 7d; at most the role's TOKEN_MAX_TTL (default producer 30d, watcher 7d, admin 1d)
   --sub       optional subject (who the token is for)
 The token is signed with RELAY_SECRET from the environment, else .dev.vars (else .env/.env.local).`;
 
@@ -67,6 +69,18 @@ function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: numbe
   return { role: role as Role, episodes, ttl: seconds, ...(sub ? { sub } : {}) };
 }
 
+/** The relay's TOKEN_MAX_TTL: the environment's, else wrangler.toml's [vars] in this folder, else the defaults. */
+function relayMaxTtl() {
+  let value = process.env.TOKEN_MAX_TTL;
+  const toml = join(process.cwd(), "wrangler.toml");
+  if (value === undefined && existsSync(toml)) value = /^TOKEN_MAX_TTL\s*=\s*"([^"]*)"/m.exec(readFileSync(toml, "utf8"))?.[1];
+  try {
+    return maxTtlFrom(value);
+  } catch (e) {
+    return fail((e as Error).message, 1);
+  }
+}
+
 const opts = parseArgs(process.argv.slice(2));
 // the project directory: where `npm run token` runs, and where `npx episode-relay token` is called
 const found = findRelaySecret(process.cwd());
@@ -78,11 +92,13 @@ if (found.secret === null) {
     1,
   );
 }
-if (found.secret.length < MIN_SECRET_CHARS) {
-  console.error(`token: warning: RELAY_SECRET from ${found.source} is shorter than ${MIN_SECRET_CHARS} characters; use e.g. \`openssl rand -base64 32\``);
-}
+const weak = secretTooShort(found.secret, found.source ?? "the environment");
+if (weak) fail(`${weak}: the relay refuses it`, 1);
+const maxTtl = relayMaxTtl();
+if (opts.ttl > maxTtl[opts.role])
+  fail(`--ttl ${formatTtl(opts.ttl)} is longer than the relay accepts for a ${opts.role} (${formatTtl(maxTtl[opts.role])}, TOKEN_MAX_TTL)`);
 const now = Date.now();
-const token = await mintToken(found.secret, { ...opts, now });
+const token = await mintToken(found.secret, { ...opts, now, maxTtl });
 const expires = new Date(Math.floor(now / 1000) * 1000 + opts.ttl * 1000).toISOString();
 console.error(`token: role=${opts.role} episodes=${JSON.stringify(opts.episodes)} expires=${expires} (secret from ${found.source})`);
 console.log(token);

@@ -4,9 +4,10 @@
 #   clients/python/run-tests.sh [pytest args...]
 #
 # Runs from the repository root with Debian's python3 (/usr/bin/python3, override with PYTHON=...).
-# Installs what is missing, and only that: Debian's python3-msgpack, python3-httpx, python3-websockets
-# and python3-pytest (apt-get; needs root, as on the project's machines), and the npm dependencies
-# (wrangler) through scripts/ensure-deps.mjs. Nothing else is downloaded. Exits with pytest's code.
+# Installs what is missing, and only that: Debian's python3-msgpack, python3-httpx, python3-websockets,
+# python3-pytest and python3-zstandard (the prime-rl bridge's sealed chunks) (apt-get; needs root, as on
+# the project's machines), and the npm dependencies (wrangler) through scripts/ensure-deps.mjs. Nothing
+# else is downloaded. Exits with pytest's code.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,7 +25,7 @@ fi
 
 # module -> Debian package
 missing=()
-for pair in msgpack:python3-msgpack httpx:python3-httpx websockets:python3-websockets pytest:python3-pytest; do
+for pair in msgpack:python3-msgpack httpx:python3-httpx websockets:python3-websockets pytest:python3-pytest zstandard:python3-zstandard; do
   module="${pair%%:*}"
   package="${pair#*:}"
   if ! "$PYTHON" -c "import $module" >/dev/null 2>&1; then

@@ -4,14 +4,16 @@
 // elements are split with the project's lossless Reader (`span()`), so `episode` is a view of the
 // exact bytes `GET /v1/episodes/{id}` answers, never decoded. Only the unread tail of the body is
 // kept. `json: true`: NDJSON, `episode` is the parsed JSON view. Pass an element's `cursor` as
-// `options.cursor` to continue after it (e.g. after a dropped connection).
+// `options.cursor` to continue after it (e.g. after a dropped connection). An answer that stopped on
+// the relay's budget ends with `{cursor, more: true}` (rows it read without sending them): the
+// iteration asks again from there by itself.
 
 import { WireError } from "../../src/wire/errors.js";
 import { Reader } from "../../src/wire/reader.js";
 import { concatChunks } from "../../src/wire/writer.js";
-import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
+import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
 
-export interface FetchRunOptions {
+export interface FetchRunOptions extends TokenOptions {
   /** Bearer token (any valid token: the relay sends only the episodes its `episodes` patterns cover). */
   token?: string;
   /** Continue after the element that carried this cursor. */
@@ -45,12 +47,30 @@ export function fetchRun(url: string, run: string, options: FetchRunOptions = {}
   return stream(url, run, options);
 }
 
+/** The last element of an answer the relay ended on its budget: ask again from `cursor`. */
+interface More {
+  more: string;
+}
+
 async function* stream(url: string, run: string, options: FetchRunOptions): AsyncGenerator<RunEpisode<unknown>> {
+  let cursor = options.cursor;
+  for (;;) {
+    let more: string | null = null;
+    for await (const element of answer(url, run, { ...options, cursor })) {
+      if ("more" in element) more = element.more;
+      else yield element;
+    }
+    if (more === null) return;
+    cursor = more;
+  }
+}
+
+/** One answer's elements, the continuation included. */
+async function* answer(url: string, run: string, options: FetchRunOptions): AsyncGenerator<RunEpisode<unknown> | More> {
   const base = checkBaseUrl(url);
   const target = new URL(`${base}/v1/runs/${encodeURIComponent(run)}/finished`);
   if (options.cursor) target.searchParams.set("cursor", options.cursor);
-  const headers: Record<string, string> = { accept: options.json ? "application/x-ndjson" : "application/msgpack" };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const headers: Record<string, string> = { accept: options.json ? "application/x-ndjson" : "application/msgpack", ...bearer(target, options) };
   const res = await relayFetch(target, { headers, signal: options.signal });
   if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `run ${JSON.stringify(run)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET run ${run} finished episodes: ${res.status} ${await res.text()}`);
@@ -74,7 +94,7 @@ async function* stream(url: string, run: string, options: FetchRunOptions): Asyn
  * episode is walked a bounded number of times. Yielded episodes are views of buffers that are
  * never written again.
  */
-async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode> {
+async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode | More> {
   let chunks: Uint8Array[] = [];
   let buffered = 0;
   let retryAt = 0;
@@ -106,7 +126,7 @@ async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>,
 }
 
 /** The element at `pos`, or null when `buf` ends before it does. Other malformed bytes throw. */
-function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode; end: number } | null {
+function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode | More; end: number } | null {
   const r: Reader = new Reader(buf, pos);
   try {
     const n = r.mapHeader();
@@ -114,13 +134,16 @@ function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode; end: n
     let id: string | undefined;
     let cursor: string | undefined;
     let episode: Uint8Array | undefined;
+    let more = false;
     for (let i = 0; i < n; i++) {
       const key = r.str() ?? r.fail("expected a str key");
       if (key === "episode") episode = r.span();
       else if (key === "id") id = r.str() ?? r.fail("id: expected a str");
       else if (key === "cursor") cursor = r.str() ?? r.fail("cursor: expected a str");
+      else if (key === "more") more = r.bool() ?? r.fail("more: expected a bool");
       else r.span(); // a field this client does not know
     }
+    if (more && cursor !== undefined && id === undefined) return { value: { more: cursor }, end: r.pos };
     if (id === undefined || cursor === undefined || episode === undefined) r.fail("an element lacks id, cursor or episode", pos);
     return { value: { id, cursor, episode }, end: r.pos };
   } catch (e) {
@@ -130,17 +153,18 @@ function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode; end: n
 }
 
 /** NDJSON lines, parsed; a line is split only at its newline (JSON text has no raw newlines). */
-async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode<unknown>> {
+async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode<unknown> | More> {
   const utf8 = new TextDecoder("utf-8", { fatal: true });
   let pending: Uint8Array[] = [];
   let pendingBytes = 0;
-  const line = (last: Uint8Array): RunEpisode<unknown> | null => {
+  const line = (last: Uint8Array): RunEpisode<unknown> | More | null => {
     const bytes = concatChunks([...pending, last], pendingBytes + last.length);
     pending = [];
     pendingBytes = 0;
     const text = utf8.decode(bytes);
     if (text.trim() === "") return null;
-    const v = JSON.parse(text) as { id?: unknown; cursor?: unknown; episode?: unknown };
+    const v = JSON.parse(text) as { id?: unknown; cursor?: unknown; episode?: unknown; more?: unknown };
+    if (v.more === true && typeof v.cursor === "string" && v.id === undefined) return { more: v.cursor };
     if (typeof v.id !== "string" || typeof v.cursor !== "string" || !("episode" in v)) throw new Error(`run ${run}: a line lacks id, cursor or episode`);
     return { id: v.id, cursor: v.cursor, episode: v.episode };
   };

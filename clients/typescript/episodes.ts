@@ -15,7 +15,7 @@ import { filterParams, NO_FILTER, type RowFilter } from "../../src/registry/row-
 import type { EpisodesPage, SortKey } from "../../src/registry/rows.js";
 import { getJson, isObject, segment } from "./groups.js";
 import { RelayRefusal } from "./refusal.js";
-import { checkBaseUrl, type Hints } from "./relay-fetch.js";
+import { checkBaseUrl, type Hints, type TokenOptions } from "./relay-fetch.js";
 
 // The relay's own types for what it answers and takes: one definition for both sides.
 export type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
@@ -24,7 +24,7 @@ export type { EpisodesPage } from "../../src/registry/rows.js";
 /** Newest-updated first (the relay's default), or best reward first (episodes without one last). */
 export type EpisodeSort = SortKey;
 
-export interface ListEpisodesOptions {
+export interface ListEpisodesOptions extends TokenOptions {
   /** Bearer token; the episodes its `episodes` patterns cover are listed. */
   token?: string;
   /** Only episodes in this status. */
@@ -57,10 +57,18 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
     rewards: (filter.rewards ?? []).map((r) => ({ key: r.key, min: r.min ?? null, max: r.max ?? null })),
     minTurns: filter.minTurns ?? NO_FILTER.minTurns,
     minTokens: filter.minTokens ?? NO_FILTER.minTokens,
+    kind: filter.kind ?? NO_FILTER.kind,
+    env: filter.env ?? NO_FILTER.env,
+    step: filter.step ? { min: filter.step.min ?? null, max: filter.step.max ?? null } : NO_FILTER.step,
+    policyVersion: filter.policyVersion ?? NO_FILTER.policyVersion,
+    flag: filter.flag ?? NO_FILTER.flag,
+    flagged: filter.flagged ?? NO_FILTER.flagged,
   };
   for (const [name, v] of [
     ["task", f.task],
     ["stop", f.stop],
+    ["kind", f.kind],
+    ["env", f.env],
   ] as const) {
     if (v === "") throw new RelayRefusal(400, "bad_filter", `filter.${name} is empty: leave it out (or null) not to filter by it`, name);
   }

@@ -6,8 +6,9 @@
 // `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
 // The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
 
+import type { LiveFacts } from "../../src/registry/entry.js";
 import { RelayRefusal } from "./refusal.js";
-import { checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch } from "./relay-fetch.js";
+import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
 
 import type { GroupJson, GroupSort, GroupsPage } from "../../src/registry/groups.js";
 
@@ -38,6 +39,10 @@ export interface GroupRollout {
   stop_condition: string | null;
   truncated: boolean;
   error: string | null;
+  /** Its task key, its trainer's dispatch identity, and where it stands (null without them). */
+  task: string | null;
+  dispatch: Record<string, unknown> | null;
+  live: LiveFacts | null;
 }
 
 /** A group with its rollouts, best reward first. */
@@ -45,7 +50,7 @@ export interface GroupDetail extends GroupSummary {
   rollouts: GroupRollout[];
 }
 
-export interface FetchGroupsOptions {
+export interface FetchGroupsOptions extends TokenOptions {
   /** Bearer token; its `episodes` patterns must cover the whole run. */
   token?: string;
   /** Order of the groups (the relay's default: spread). */
@@ -69,10 +74,9 @@ export async function getJson(
   what: string,
   refusalWhat: string,
   base: string,
-  options: { token?: string; signal?: AbortSignal; hints?: Hints },
+  options: TokenOptions & { signal?: AbortSignal; hints?: Hints },
 ): Promise<unknown> {
-  const headers: Record<string, string> = { accept: "application/json" };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const headers: Record<string, string> = { accept: "application/json", ...bearer(target, options) };
   const res = await relayFetch(target, { headers, signal: options.signal });
   if (res.status >= 400 && res.status < 500) throw await refusalOf(res, refusalWhat, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET ${what}: ${res.status} ${await res.text()}`);
@@ -148,7 +152,7 @@ export async function fetchGroup(
   url: string,
   run: string,
   group: string,
-  options: { token?: string; signal?: AbortSignal; hints?: Hints } = {},
+  options: TokenOptions & { signal?: AbortSignal; hints?: Hints } = {},
 ): Promise<GroupDetail> {
   const base = checkBaseUrl(url);
   const target = new URL(`${base}/v1/runs/${segment(run, "run")}/groups/${segment(group, "group")}`);

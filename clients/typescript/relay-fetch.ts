@@ -1,9 +1,14 @@
 // Every client request to the relay goes through here (watch.ts, bulk.ts, the CLI): the base URL
 // and the episode id are checked before anything is sent, a network failure says what failed
 // (refused, DNS, TLS or scheme, timeout) and where, and an answer is taken as the relay's only if
-// it carries the relay's header (a web page at that address, or a proxy's error, is named as such).
+// it carries the relay's header: a page (2xx) or a 404 (405, 410) without it is not the relay (a
+// wrong address), any other answer without it is something in front of the relay failing for now (a
+// proxy's 502, Cloudflare's error page, a local router while the relay starts), so it counts as
+// the relay not answering.
 // `hints.token` says how to pass a token in the caller's terms (`{ token }` for the library,
-// `--token T` for the CLI).
+// `--token T` for the CLI). A token is never sent in clear text to another machine: over http://
+// or ws:// only to this one (localhost, 127.0.0.0/8, [::1]) unless the caller allows it
+// (`allowHttp`, or EPISODE_RELAY_ALLOW_HTTP=1 in Node, as for the Python client).
 
 import { episodeIdProblem, RELAY_HEADER } from "../../src/http/route.js";
 import { RelayRefusal, refusalBody } from "./refusal.js";
@@ -16,9 +21,12 @@ export interface Hints {
 export const LIBRARY_HINTS: Hints = { token: "pass { token }" };
 
 /** What kind of network failure: the relay never answered. */
-export type Unreachable = "refused" | "dns" | "tls" | "timeout" | "reset" | "network";
+export type Unreachable = "refused" | "dns" | "tls" | "timeout" | "reset" | "network" | "gateway";
 
-/** The relay did not answer at all (nothing listens there, the name does not resolve, TLS failed, it timed out). */
+/**
+ * The relay did not answer at all (nothing listens there, the name does not resolve, TLS failed,
+ * it timed out, or something in front of it answered in its place: `gateway`). Transient: retry.
+ */
 export class RelayUnreachable extends Error {
   constructor(
     readonly kind: Unreachable,
@@ -28,6 +36,51 @@ export class RelayUnreachable extends Error {
     super(message);
     this.name = "RelayUnreachable";
   }
+}
+
+/** What every call that may carry a token takes. */
+export interface TokenOptions {
+  /** Bearer token. */
+  token?: string;
+  /**
+   * Send the token over plain http:// (or ws://) to a host other than this machine (default false:
+   * refused before anything is sent, since anyone on the way could read it). In Node,
+   * EPISODE_RELAY_ALLOW_HTTP=1 in the environment does the same.
+   */
+  allowHttp?: boolean;
+}
+
+/** The environment variable that allows a token over plain http:// (Node; the Python client reads it too). */
+export const ALLOW_HTTP_ENV = "EPISODE_RELAY_ALLOW_HTTP";
+
+/** Whether `hostname` (as `URL.hostname` gives it) is this machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/\.$/, "");
+  return h === "localhost" || h.endsWith(".localhost") || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+/**
+ * Throws a RelayRefusal (`insecure_url`, nothing sent) when `options.token` would travel in clear
+ * text to another machine: `url` is http:// or ws:// to a host that is not this one, and the caller
+ * did not allow it.
+ */
+export function checkTokenTransport(url: string | URL, options: TokenOptions): void {
+  if (!options.token) return;
+  const u = new URL(url);
+  if (!(u.protocol === "http:" || u.protocol === "ws:") || isLoopbackHost(u.hostname)) return;
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  if (options.allowHttp || env?.[ALLOW_HTTP_ENV] === "1") return;
+  throw new RelayRefusal(
+    0,
+    "insecure_url",
+    `refusing to send a bearer token over plain ${u.protocol}// to ${u.hostname}: anyone on the way could read it; use https:// (or pass { allowHttp: true }, or set ${ALLOW_HTTP_ENV}=1, e.g. inside a private network)`,
+  );
+}
+
+/** `Authorization: Bearer` for the token (none: no header), once `url` may carry it (`checkTokenTransport`). */
+export function bearer(url: string | URL, options: TokenOptions): Record<string, string> {
+  checkTokenTransport(url, options);
+  return options.token ? { authorization: `Bearer ${options.token}` } : {};
 }
 
 /** A relay base URL as given (`http://host:port[/prefix]`), without a trailing `/`; throws at once on anything else. */
@@ -87,8 +140,31 @@ export async function notTheRelay(res: Response, url: string): Promise<RelayRefu
 }
 
 /**
- * `fetch`, with network failures named (RelayUnreachable) and an answer that is not the relay's
- * refused (RelayRefusal `not_the_relay`). `timeoutMs` bounds the wait for the answer's headers.
+ * Whether an answer without the relay's header says for sure that the relay is not at that
+ * address: a page (2xx), or a 404 (and its kin 405 and 410: no such path, not that method), is what
+ * a web server or another API answers there. Any other status is a proxy or gateway failing in the
+ * relay's place for now.
+ */
+export function foreignAnswerIsFinal(status: number): boolean {
+  return (status >= 200 && status < 300) || status === 404 || status === 405 || status === 410;
+}
+
+/** A RelayUnreachable for an answer something in front of the relay gave in its place (transient). */
+export async function gatewayAnswer(res: Response, url: string): Promise<RelayUnreachable> {
+  const type = res.headers.get("content-type") ?? "no content type";
+  await res.body?.cancel().catch(() => {});
+  const host = new URL(url).host;
+  return new RelayUnreachable(
+    "gateway",
+    url,
+    `${host} answered ${res.status} (${type}) in the relay's place (a proxy, or a local relay still starting): try again later (${url})`,
+  );
+}
+
+/**
+ * `fetch`, with network failures named (RelayUnreachable), an answer that is not the relay's
+ * refused (RelayRefusal `not_the_relay`), and one given in its place by a gateway taken as the
+ * relay not answering (RelayUnreachable `gateway`). `timeoutMs` bounds the wait for the answer's headers.
  */
 export async function relayFetch(url: string | URL, init: RequestInit = {}, timeoutMs = 30_000): Promise<Response> {
   const href = url.toString();
@@ -100,7 +176,7 @@ export async function relayFetch(url: string | URL, init: RequestInit = {}, time
     if (init.signal?.aborted) throw e;
     throw unreachable(e, href);
   }
-  if (res.headers.get(RELAY_HEADER) === null) throw await notTheRelay(res, href);
+  if (res.headers.get(RELAY_HEADER) === null) throw await (foreignAnswerIsFinal(res.status) ? notTheRelay(res, href) : gatewayAnswer(res, href));
   return res;
 }
 

@@ -8,8 +8,9 @@
 // This module is the package's `episode-relay/client`: it also exports `fetchRun` (bulk.ts, a
 // run's finished episodes), `fetchGroups`, `fetchGroupsPage` and `fetchGroup` (groups.ts, a run's
 // groups and their rollouts' advantages), `listEpisodes` and `fetchEpisodesPage` (episodes.ts, a
-// run's episodes by status, task, stop condition, flags, reward ranges, turns and tokens) and
-// `RelayRefusal` (refusal.ts).
+// run's episodes by status, task, stop condition, flags, reward ranges, turns and tokens),
+// `fetchAnnotations` and `foldOntoNodes` (the trainer's annotations, and their fold onto a trace's
+// nodes as prime-rl folds them) and `RelayRefusal` (refusal.ts).
 
 import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
 import { FinishError } from "../../src/assembly/errors.js";
@@ -19,9 +20,22 @@ import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessa
 import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/http/errors.js";
 import { traceOf } from "../../src/assembly/delta.js";
 import { RelayRefusal } from "./refusal.js";
-import { checkBaseUrl, checkEpisodeId, type Hints, LIBRARY_HINTS, RelayUnreachable, refusalOf, relayFetch } from "./relay-fetch.js";
+import { WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/http/credentials.js";
+import {
+  bearer,
+  checkBaseUrl,
+  checkEpisodeId,
+  checkTokenTransport,
+  type Hints,
+  LIBRARY_HINTS,
+  RelayUnreachable,
+  refusalOf,
+  relayFetch,
+  type TokenOptions,
+} from "./relay-fetch.js";
 
 export { RelayRefusal } from "./refusal.js";
+export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/annotations/fold.js";
 export { RelayUnreachable, type Hints } from "./relay-fetch.js";
 export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
 export {
@@ -66,8 +80,12 @@ export interface SocketLike {
 }
 export type SocketFactory = new (url: string, protocols?: string | string[]) => SocketLike;
 
-export interface WatchOptions {
-  /** Bearer token (sent as `?token=`). */
+export interface WatchOptions extends TokenOptions {
+  /**
+   * Bearer token: offered as the WebSocket subprotocol entry `bearer.<token>` beside
+   * `episode-relay` (never in the URL, which logs keep); the probe after a failed handshake sends
+   * it as `Authorization: Bearer`.
+   */
   token?: string;
   /** Resume after this seq instead of starting from a snapshot. */
   after?: number;
@@ -98,6 +116,11 @@ export interface WatchOptions {
   giveUpMs?: number;
   /** How a refusal tells the caller to pass a token (default: the library's `{ token }`). */
   hints?: Hints;
+  /**
+   * Follow the trainer's annotations (default true): the relay notes when they change, and the
+   * watch reads them (`GET .../annotations`) into `annotations`, emitting an `annotations` event.
+   */
+  annotations?: boolean;
 }
 
 /**
@@ -109,9 +132,11 @@ export interface WatchOptions {
 export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "unreachable" | "closed";
 
 /**
- * Answers to the probe that mean "try again later": 426 (the endpoint is right, it just wants a
- * WebSocket), timeouts, rate limits and server errors. Any other answer (401, 403, 404, 400, or a
- * page that is not the relay at all) ends the watch.
+ * The relay's answers to the probe that mean "try again later": 426 (the endpoint is right, it
+ * just wants a WebSocket), timeouts, rate limits and server errors (but `auth_not_configured`).
+ * Any other answer of the relay (401, 403, 404, 400) ends the watch. An answer without the relay's
+ * header ends it only when it is a page or a 404 (405, 410: not the relay at that address); any other (a
+ * proxy's 502, a local router's 503) is retried like a refused or reset connection (relay-fetch.ts).
  */
 function transient(status: number): boolean {
   return status === 426 || status === 408 || status === 429 || status >= 500;
@@ -129,6 +154,8 @@ export type WatchEvent =
   | { type: "unreachable"; error: RelayUnreachable }
   /** The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's message). */
   | { type: "status"; status: string; seq: number; error: string | null }
+  /** The trainer's annotations as the relay merged them (`version` records), read after the relay said they changed. */
+  | { type: "annotations"; version: number; annotations: AnnotationsJson }
   | { type: "state"; state: WatchState }
   | { type: "error"; error: Error };
 
@@ -149,6 +176,11 @@ export class EpisodeWatch {
   refusal: RelayRefusal | null = null;
   /** Why the relay could not be reached (state "unreachable"), else null. */
   unreachable: RelayUnreachable | null = null;
+  /** The trainer's annotations (`GET .../annotations`), once the relay said it has some; null before. */
+  annotations: AnnotationsJson | null = null;
+  /** The annotations version the relay last named (the read follows it). */
+  private annotationsWanted = 0;
+  private annotationsReading = false;
 
   private readonly listeners = new Set<Listener>();
   private socket: SocketLike | null = null;
@@ -184,6 +216,7 @@ export class EpisodeWatch {
   ) {
     this.url = checkBaseUrl(url);
     checkEpisodeId(id);
+    checkTokenTransport(this.url, options);
     this.resumeAfter = options.after ?? null;
     this.done = new Promise((resolve, reject) => {
       this.resolveDone = resolve;
@@ -253,15 +286,20 @@ export class EpisodeWatch {
     if (this.resumeAfter !== null) u.searchParams.set("after", String(this.resumeAfter));
     if (this.options.routing === false) u.searchParams.set("routing", "0");
     if (this.options.traces?.length) u.searchParams.set("traces", this.options.traces.join(","));
-    if (this.options.token) u.searchParams.set("token", this.options.token);
+    if (this.options.annotations !== false) u.searchParams.set("annotations", "1");
     return u.toString();
+  }
+
+  /** The subprotocols offered: the token rides in one (the relay answers `episode-relay`). */
+  private protocols(): string[] | undefined {
+    return this.options.token ? [WS_PROTOCOL, `${WS_TOKEN_PREFIX}${this.options.token}`] : undefined;
   }
 
   private connect(): void {
     const Impl = this.options.WebSocket ?? (globalThis as unknown as { WebSocket?: SocketFactory }).WebSocket;
     if (!Impl) throw new Error("no WebSocket implementation: pass options.WebSocket (e.g. from the `ws` package)");
     this.setState(this.everOpened ? "resuming" : "connecting");
-    const ws = new Impl(this.socketUrl());
+    const ws = new Impl(this.socketUrl(), this.protocols());
     this.socket = ws;
     this.opened = false;
     ws.binaryType = "arraybuffer";
@@ -347,6 +385,12 @@ export class EpisodeWatch {
         this.setState("live");
         this.emit({ type: "caught_up", seq: m.seq });
         return;
+      case "annotations":
+        this.annotationsWanted = Math.max(this.annotationsWanted, m.version);
+        void this.readAnnotations();
+        return;
+      case "unknown":
+        return; // a later relay's message: nothing this client needs
       case "finish": {
         const status = m.status;
         this.error = m.error;
@@ -385,10 +429,27 @@ export class EpisodeWatch {
     this.retry(code, reason);
   }
 
+  /** Read the annotations until what was read is the version the relay last named (one read at a time). */
+  private async readAnnotations(): Promise<void> {
+    if (this.annotationsReading) return;
+    this.annotationsReading = true;
+    try {
+      while ((this.annotations?.version ?? 0) < this.annotationsWanted) {
+        const a = await fetchAnnotations(this.url, this.id, { token: this.options.token, hints: this.options.hints });
+        if (a.version <= (this.annotations?.version ?? 0)) break; // not newer (a stale note): wait for the next
+        this.annotations = a;
+        this.emit({ type: "annotations", version: a.version, annotations: a });
+      }
+    } catch (e) {
+      this.emit({ type: "error", error: e as Error });
+    } finally {
+      this.annotationsReading = false;
+    }
+  }
+
   /** The refusal behind a failed handshake, or null when it was something transient. */
   private async probe(): Promise<RelayRefusal | null> {
-    const headers: Record<string, string> = {};
-    if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    const headers = bearer(this.url, this.options);
     const hints = this.options.hints ?? LIBRARY_HINTS;
     const what = `episode ${JSON.stringify(this.id)}`;
     try {
@@ -466,6 +527,30 @@ export function reconnectDelay(code: number, reason: string, attempt: number, [f
   return Math.min(cap, first * 2 ** attempt) * random();
 }
 
+/** The trainer's annotations of an episode as the relay merged them (src/annotations/records.ts), JSON. */
+export interface AnnotationsJson {
+  episode: string;
+  /** Records merged so far. */
+  version: number;
+  /** Per trace, one merged record in prime-rl's shape: `{version: 1, trace_id, info, branches: [{index, <stream>: [...]}]}`. */
+  traces: Array<{ version: number; trace_id: string; info: Json; branches: Array<{ index: number } & Record<string, Json>> }>;
+}
+
+/**
+ * GET the episode's annotations (`/v1/episodes/{id}/annotations`, the JSON view). Fold a trace's
+ * record onto its nodes with `foldOntoNodes` (src/annotations/fold.ts). Refusals throw a RelayRefusal.
+ */
+export async function fetchAnnotations(url: string, id: string, options: { token?: string; hints?: Hints } = {}): Promise<AnnotationsJson> {
+  const base = checkBaseUrl(url);
+  checkEpisodeId(id);
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}/annotations`, { headers }, 10_000);
+  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
+  if (!res.ok) throw new Error(`GET annotations of ${id}: ${res.status} ${await res.text()}`);
+  return (await res.json()) as AnnotationsJson;
+}
+
 export function watchEpisode(url: string, id: string, options: WatchOptions = {}): EpisodeWatch {
   return new EpisodeWatch(url, id, options);
 }
@@ -475,11 +560,10 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
  * answer that is not the relay's) throws a RelayRefusal saying what to do; a relay that does not
  * answer throws a RelayUnreachable saying why; other failures throw an Error.
  */
-export async function fetchEpisode(url: string, id: string, options: { token?: string; json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
+export async function fetchEpisode(url: string, id: string, options: TokenOptions & { json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
   const base = checkBaseUrl(url);
   checkEpisodeId(id);
-  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack" };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack", ...bearer(base, options) };
   // the answer's headers come at once (the body streams): 10 s without them is no answer
   const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, 10_000);
   if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);

@@ -1,19 +1,31 @@
 // Where the relay is (the page's own origin) and the viewer's token.
 //
-// A token comes from `?token=` in the page URL (then kept in sessionStorage and removed from the
-// address bar) or from the login field; it lives in sessionStorage only (this tab, this session).
+// A token comes from a link, `#token=` in the page URL's fragment (browsers never send a fragment
+// to a server, nor put it in a Referer), or from the token field; it is then kept in
+// sessionStorage (this tab, this session) and removed from the address bar. `?token=` (older links)
+// is taken the same way, though that request has already carried it to the server. A token that
+// came in a fragment (a share link) rides along in the page's own links' fragments, so a link
+// opened in a new tab (whose session starts empty) still has it; a pasted token does not travel so.
+
+import { RELAY_HEADER } from "../../src/http/route.js";
 
 const KEY = "episode-relay-token";
+/** Set when the token came in a link: the page's links then carry it on. */
+const FROM_LINK = "episode-relay-token-from-link";
 
 export const relayUrl = location.origin;
 
 export function takeTokenFromUrl(): void {
   const u = new URL(location.href);
-  const t = u.searchParams.get("token");
+  const fragment = new URLSearchParams(u.hash.slice(1));
+  const linked = fragment.get("token");
+  const t = linked ?? u.searchParams.get("token");
   if (t === null) return;
-  setToken(t);
+  setToken(t, linked !== null);
   u.searchParams.delete("token");
-  history.replaceState(history.state, "", u.pathname + u.search + u.hash);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  history.replaceState(history.state, "", u.pathname + u.search + (rest ? `#${rest}` : ""));
 }
 
 export function getToken(): string | undefined {
@@ -24,12 +36,37 @@ export function getToken(): string | undefined {
   }
 }
 
-export function setToken(t: string | null): void {
+export function setToken(t: string | null, fromLink = false): void {
   try {
     if (t) sessionStorage.setItem(KEY, t.trim());
     else sessionStorage.removeItem(KEY);
+    if (t && fromLink) sessionStorage.setItem(FROM_LINK, "1");
+    else sessionStorage.removeItem(FROM_LINK);
   } catch {
     // storage disabled: the token lasts as long as the page
+  }
+}
+
+/** `#token=…` for the page's own links when the token came by link (else ""): a new tab opened from one keeps it. */
+export function tokenFragment(): string {
+  try {
+    const t = getToken();
+    return t && sessionStorage.getItem(FROM_LINK) === "1" ? `#token=${encodeURIComponent(t)}` : "";
+  } catch {
+    return "";
+  }
+}
+
+/** The token's role as its payload says (unverified: only to choose what the page offers), or null. */
+export function tokenRole(): string | null {
+  const part = getToken()?.split(".")[1];
+  if (!part) return null;
+  try {
+    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/"));
+    const role = (JSON.parse(json) as { role?: unknown }).role;
+    return typeof role === "string" ? role : null;
+  } catch {
+    return null;
   }
 }
 
@@ -53,7 +90,12 @@ export function socketProtocols(): string[] | undefined {
 
 export type AccessProblem = { status: 401 | 403 | 503; message: string };
 
-/** Check a GET answers; a refusal comes back as an AccessProblem (anything else throws). */
+/**
+ * Check a GET answers; the relay's refusal (401, 403, 503 `auth_not_configured`) comes back as an
+ * AccessProblem. Anything transient throws, so the caller tries again: a network failure, the
+ * relay's other 5xx, 408 and 429, and an error answer without the relay's header (a proxy's 502,
+ * the local router's 503 while a tier starts).
+ */
 export async function probe(path: string): Promise<{ ok: true; status: number; body: unknown } | ({ ok: false } & AccessProblem)> {
   const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() } });
   let body: unknown = null;
@@ -62,9 +104,14 @@ export async function probe(path: string): Promise<{ ok: true; status: number; b
   } catch {
     body = null;
   }
-  if (res.status === 401 || res.status === 403 || res.status === 503) {
+  const code = (body as { error?: string } | null)?.error;
+  const relays = res.headers.has(RELAY_HEADER);
+  if (relays && (res.status === 401 || res.status === 403 || (res.status === 503 && code === "auth_not_configured"))) {
     const message = (body as { message?: string } | null)?.message ?? res.statusText;
-    return { ok: false, status: res.status, message };
+    return { ok: false, status: res.status as AccessProblem["status"], message };
+  }
+  if (res.status >= 500 || res.status === 408 || res.status === 429 || (!relays && !res.ok && ![404, 405, 410].includes(res.status))) {
+    throw new Error(`${path}: ${res.status} ${res.statusText}, retrying`);
   }
   return { ok: true, status: res.status, body };
 }

@@ -3,16 +3,17 @@
 // `{...head, traces}`), their first traces' conversations turn by turn (node by node), with the
 // first turn where the two differ marked (a node's message compared: role, content, reasoning,
 // tool calls) and every turn before it folded away as "same".
-import { getJson } from "./api.js";
+import { getJson, tokenFragment } from "./api.js";
 import { clear, h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
-import { episodeHref, idInRun, runOf } from "./links.js";
-import { isObject, messageOf, rewardPairs, type Message } from "./model.js";
+import { episodeHref, homeHref, idInRun, runOf } from "./links.js";
+import { isObject, messageOf, type Message } from "./model.js";
+import { rewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
 import type { Json } from "../../src/wire/json-view.js";
 
 export function compareHref(a: string, b: string): string {
-  return `/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}`;
+  return `/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}${tokenFragment()}`;
 }
 
 interface Side {
@@ -21,7 +22,8 @@ interface Side {
   messages: Message[];
   /** Each node's message as JSON text (what "differs" compares). */
   keys: string[];
-  rewards: Array<[string, string]>;
+  /** The first trace's `rewards` (null: none). */
+  rewards: Json;
 }
 
 function sideOf(id: string, body: Json): Side {
@@ -36,7 +38,7 @@ function sideOf(id: string, body: Json): Side {
     status,
     messages: msgs.map(messageOf),
     keys: msgs.map((m) => JSON.stringify(m ?? null)),
-    rewards: first ? rewardPairs(first.rewards) : [],
+    rewards: first?.rewards ?? null,
   };
 }
 
@@ -50,7 +52,7 @@ export function firstDifference(a: string[], b: string[]): number | null {
 export function mountCompare(shell: Shell, a: string, b: string): () => void {
   let stopped = false;
   const ctl = new AbortController();
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb", null, "compare")]);
+  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb", null, "compare")]);
   const banner = h("div.banner", { id: "compare-error", hidden: true, role: "alert" });
   const summary = h("p.compare-summary", { id: "compare-summary" }, "Loading both episodes…");
   const grid = h("ol.compare-grid", { id: "compare", "aria-label": "the two conversations, turn by turn" });
@@ -72,7 +74,7 @@ export function mountCompare(shell: Shell, a: string, b: string): () => void {
     const st = el.querySelector(".compare-status")!;
     st.replaceChildren(h(`span.pill.s-${s.status}` as "span", null, s.status));
     const rw = el.querySelector(".compare-rewards")!;
-    rw.replaceChildren(...s.rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))));
+    rw.replaceChildren(...rewardChips(s.rewards));
   }
 
   function cell(s: Side, i: number): HTMLElement {

@@ -19,6 +19,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(
     if (v === null || v === undefined || v === false) continue;
     if (typeof v === "function") el.addEventListener(k.replace(/^on/, ""), v);
     else if (k === "class") el.className = `${el.className} ${v}`.trim();
+    // through the CSSOM: the page's Content-Security-Policy refuses style attributes (dashboard/public/_headers)
+    else if (k === "style") el.style.cssText = String(v);
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   append(el, children);

@@ -1,12 +1,18 @@
 // The run's episode filters (task, stop condition, truncated, errored, one reward key's range,
-// turns and tokens at least): a panel of inputs whose value is the relay's own RowFilter
+// turns and tokens at least; the trainer's identity: kind, env, a step or a step range, the policy
+// version): a panel of inputs whose value is the relay's own RowFilter
 // (src/registry/row-filter.ts), so the page asks the relay exactly what it matches pushed rows with.
-// The filter lives in the page's URL too (`?task=…&truncated=1`): a filtered list can be shared.
+// The filter lives in the page's URL too (`?task=…&truncated=1&step=3..5`): a filtered list can be
+// shared, and a link to a step is the run page with `?step=N`.
 import { h } from "./dom.js";
 import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/registry/row-filter.js";
 
 /** Typing settles for this long before the list is asked again. */
 const TYPING_MS = 350;
+/** The page URL's parameters that hold the filter (row-filter.ts `filterParams` writes them). */
+const FILTER_PARAMS = ["task", "stop", "truncated", "errored", "reward", "min_turns", "min_tokens", "kind", "env", "step", "policy_version"];
+/** The kinds prime-rl dispatches (another kind in the URL is offered too). */
+const KINDS = ["train", "eval"];
 
 export interface EpisodeFilters {
   el: HTMLElement;
@@ -35,6 +41,10 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   const max = input("filter-reward-max", "number", "max", range?.max ?? null);
   const turns = input("filter-min-turns", "number", "at least", initial.minTurns);
   const tokens = input("filter-min-tokens", "number", "at least", initial.minTokens);
+  const kind = kindChoice(initial.kind);
+  const env = input("filter-env", "text", "Env", initial.env);
+  const step = input("filter-step", "text", "N or MIN..MAX", stepText(initial.step));
+  const policy = input("filter-policy-version", "number", "Policy version", initial.policyVersion);
   const problem = h("span.filter-problem", { id: "filter-problem", role: "status", hidden: true });
   const clearBtn = h("button.btn", { type: "button", id: "filter-clear" }, "Clear filters");
   let keys: string[] = range ? [range.key] : [];
@@ -43,16 +53,16 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   let timer = 0;
   fillKeys();
 
-  const fields = [task, stop, min, max, turns, tokens];
+  const fields = [task, stop, min, max, turns, tokens, env, step, policy];
   for (const f of fields) f.addEventListener("input", () => settle(TYPING_MS));
-  for (const s of [truncated, errored]) s.addEventListener("change", () => settle(0));
+  for (const s of [truncated, errored, kind]) s.addEventListener("change", () => settle(0));
   key.addEventListener("change", () => {
     chosenKey = key.value;
     settle(0);
   });
   clearBtn.addEventListener("click", () => {
     for (const f of fields) f.value = "";
-    truncated.value = errored.value = "";
+    truncated.value = errored.value = kind.value = "";
     settle(0);
   });
 
@@ -70,6 +80,10 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
       labelled("Reward", h("span.filter-range", null, key, min, h("span.muted", null, "to"), max), true),
       labelled("Turns", turns),
       labelled("Tokens", tokens),
+      labelled("Kind", kind),
+      labelled("Env", env),
+      labelled("Step", step),
+      labelled("Policy version", policy),
       h("div.filter-actions", null, clearBtn, problem),
     ),
   );
@@ -94,6 +108,10 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
     set("errored", errored.value);
     set("min_turns", turns.value);
     set("min_tokens", tokens.value);
+    set("kind", kind.value);
+    set("env", env.value);
+    set("step", step.value);
+    set("policy_version", policy.value);
     if (chosenKey !== null && (min.value.trim() !== "" || max.value.trim() !== "")) q.set("reward", `${chosenKey}:${min.value.trim()}..${max.value.trim()}`);
     let next: RowFilter;
     try {
@@ -127,7 +145,7 @@ export function sameFilter(a: RowFilter, b: RowFilter): boolean {
 
 function writeUrl(f: RowFilter): void {
   const q = new URLSearchParams(location.search);
-  for (const name of ["task", "stop", "truncated", "errored", "reward", "min_turns", "min_tokens"]) q.delete(name);
+  for (const name of FILTER_PARAMS) q.delete(name);
   for (const [k, v] of filterParams(f)) q.append(k, v);
   const search = q.toString();
   history.replaceState(history.state, "", `${location.pathname}${search ? `?${search}` : ""}${location.hash}`);
@@ -137,6 +155,20 @@ function input(id: string, type: "text" | "number", placeholder: string, value: 
   const el = h("input.filter-input", { id, type, placeholder, "aria-label": placeholder });
   if (type === "number") el.setAttribute("step", "any");
   if (value !== null) el.value = String(value);
+  return el;
+}
+
+/** A step filter as the relay writes it: `N`, `MIN..MAX`, `MIN..` or `..MAX`. */
+function stepText(step: RowFilter["step"]): string | null {
+  return filterParams({ ...NO_FILTER, step })[0]?.[1] ?? null;
+}
+
+/** any, train, eval (and the URL's kind when it is another). */
+function kindChoice(value: string | null): HTMLSelectElement {
+  const el = h("select.select", { id: "filter-kind", "aria-label": "Kind" });
+  const kinds = value !== null && !KINDS.includes(value) ? [...KINDS, value] : KINDS;
+  el.append(h("option", { value: "" }, "any"));
+  for (const k of kinds) el.append(h("option", { value: k, selected: k === value ? true : undefined }, k));
   return el;
 }
 

@@ -1,19 +1,24 @@
 // The orders a run's episodes are listed in, exactly as the relay pages them
-// (src/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` with no reward last),
-// so rows the socket brings and rows a page brings interleave the same way on both sides.
+// (src/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` / `step DESC,
+// id DESC` with the rows without one last), so rows the socket brings and rows a page brings
+// interleave the same way on both sides.
 import type { IndexEntry } from "../../src/registry/entry.js";
+import type { SortKey } from "../../src/registry/rows.js";
 
-export type SortKey = "updated" | "reward";
+export type { SortKey };
 
 /** Negative when `a` is listed before `b`. */
 export function compareEntries(sort: SortKey, a: IndexEntry, b: IndexEntry): number {
   if (sort === "updated") {
     const d = Date.parse(b.updated) - Date.parse(a.updated);
     if (d !== 0) return d;
-  } else if (a.reward !== b.reward) {
-    if (a.reward === null) return 1;
-    if (b.reward === null) return -1;
-    return b.reward - a.reward;
+  } else {
+    const [x, y] = sort === "reward" ? [a.reward, b.reward] : [a.step, b.step];
+    if (x !== y) {
+      if (x === null) return 1;
+      if (y === null) return -1;
+      return y - x;
+    }
   }
   return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
 }

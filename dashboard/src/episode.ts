@@ -1,18 +1,25 @@
 // One episode, live: the TypeScript watcher client (clients/typescript/watch.ts) keeps the
 // assembly; this page draws it. Traces side by side (orchestrator first, sub-agents after, with
 // their semantic links), each turn's message and tool calls, the pending preview as it streams,
-// rewards, metrics, timing, errors, and the connection state; on demand, each node's routing
-// heatmap with its colour key and per-layer expert load. The parts live in ./episode/: the feed
-// (the watches), the page head, the summary cards, the downloads, the routing controls and the
-// trace columns. This file puts them on the page and draws them once per animation frame.
+// rewards, metrics, timing, errors, and the connection state; the task it was about and its place
+// in the training (the trainer's identity, links to its group and step); on demand, each node's
+// routing heatmap with its colour key and per-layer expert load, and the trainer's per-token
+// signals along the sampled tokens. The parts live in ./episode/: the feed (the watches), the page
+// head, the context and summary cards, the downloads, the routing controls, the token overlays
+// and the trace columns. This file puts them on the page and draws them once per animation frame.
+import "./overlays.css";
 import { clear, h } from "./dom.js";
+import { groupOf, identityCard, taskCard } from "./episode/context-cards.js";
 import { EpisodeFeed } from "./episode/feed.js";
 import { downloadButtons } from "./episode/downloads.js";
 import { episodeHead } from "./episode/page-head.js";
 import { routingPanel } from "./episode/routing-panel.js";
 import { summaryCards } from "./episode/summary-cards.js";
+import { overlays } from "./episode/overlays.js";
 import { traceList } from "./episode/trace-list.js";
-import { idInRun, runHref, runLabel, runOf } from "./links.js";
+import { homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
+import { field, isObject } from "./model.js";
+import { identityOf } from "../../src/registry/entry.js";
 import type { Shell } from "./shell.js";
 
 // the compare page shows messages as this page does
@@ -40,12 +47,17 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       traces.reset(); // every trace is redrawn from the new assembly
       scheduleRender();
     },
+    annotations: (a) => signals.offer(a),
   });
+  const ended = () => feed.status === "finished" || feed.status === "failed";
+  const signals = overlays(id, ended, scheduleRender);
   const routing = routingPanel(feed, scheduleRender);
   const head = episodeHead(id, [downloadButtons(id), routing.button]);
   const summary = h("div.summary", { id: "summary" });
+  const context = h("div.context", { id: "context" });
   const traces = traceList();
-  shell.main.append(h("section.episode-page", null, head.row, head.banner, summary, routing.note, head.waiting, traces.el));
+  shell.main.append(h("section.episode-page", null, head.row, head.banner, context, summary, routing.note, signals.bar, head.waiting, traces.el));
+  let wasEnded = false;
 
   function render(): void {
     const w = feed.watch;
@@ -53,15 +65,29 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     const all = [...w.assembly.traces.values()];
     if (feed.status === "missing" && (w.seq > 0 || all.length > 0)) feed.status = "live";
     head.update(w, all, feed.status, feed.error);
+    drawContext(w.episode, all);
     clear(summary);
     summary.append(...summaryCards(all, feed.status));
     routing.update(all);
+    if (ended() && !wasEnded) signals.ended(); // trainers annotate after the rollout ends
+    wasEnded = ended();
+    const kind = identityOf({ dispatch: feed.dispatch }).kind;
     traces.update(all, {
       asm: w.assembly,
-      ended: feed.status === "finished" || feed.status === "failed",
+      ended: ended(),
       routing: routing.on,
-      repairedRows: (trace, node) => feed.repaired.get(`${trace}\n${node}`) ?? [],
+      repairedRows: (trace, node) => feed.repairedRows(trace, node),
+      overlay: signals.update(w.assembly, all, kind, ended()),
     });
+  }
+
+  /** The task (the first trace's `open.task`) and the training identity, with links to the group and the step. */
+  function drawContext(finished: Uint8Array | null, all: Parameters<typeof summaryCards>[0]): void {
+    const task = all[0] ? field(all[0], "task") : undefined;
+    const key = isObject(task) && typeof task.key === "string" ? task.key : null;
+    const card = taskCard(task);
+    context.replaceChildren(...(card ? [card] : []), identityCard(feed.dispatch, runOf(id), groupOf(feed.dispatch, finished, key)));
+    context.hidden = all.length === 0 && feed.dispatch === null;
   }
 
   // heatmaps are drawn to fit their column: redraw them when the width changes
@@ -77,6 +103,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (frame) cancelAnimationFrame(frame);
     feed.close();
     routing.close();
+    signals.close();
   };
 }
 
@@ -84,7 +111,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
 function crumbs(id: string): HTMLElement[] {
   const run = runOf(id);
   return [
-    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
     h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
     h("span.crumb.crumb-id", { title: id }, idInRun(id, run)),
   ];

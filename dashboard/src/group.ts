@@ -1,17 +1,18 @@
 // One rollout group of a run (`GET /v1/runs/{run}/groups/{group}`): its numbers (rollouts by
 // status, per reward key mean ± std, min, max, the spread) beside its rollouts, best or worst
 // first: each one's status, reward, advantage per key (raw: reward − the group's mean; normalized:
-// over the group's std), turns, tokens, stop condition and whether it was truncated. While a
-// rollout is live the page re-reads the group every REFRESH_MS.
+// over the group's std), task, the trainer's step and kind, turns, tokens, the final answer, stop
+// condition and whether it was truncated. While a rollout is live the page re-reads the group
+// every REFRESH_MS.
 import { getJson } from "./api.js";
 import { clear, h } from "./dom.js";
 import { compareHref } from "./compare.js";
 import { groupNumbers } from "./group/group-numbers.js";
 import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
-import { runHref, runLabel } from "./links.js";
+import { runHref, runLabel, homeHref } from "./links.js";
 import { segmented } from "./segmented.js";
 import { refusal, type Shell } from "./shell.js";
-import type { GroupDetail, GroupRollout } from "../../clients/typescript/groups.js";
+import type { GroupDetailJson, RolloutJson } from "../../src/registry/groups.js";
 
 /** Re-read the group this often while any of its rollouts is live (or the last read failed). */
 export const REFRESH_MS = 3000;
@@ -19,7 +20,7 @@ export const REFRESH_MS = 3000;
 type Order = "best" | "worst";
 
 /** Best first is the relay's order (reward descending, unscored last); worst first reverses the scored ones. */
-function ordered(rollouts: GroupRollout[], order: Order): GroupRollout[] {
+function ordered(rollouts: RolloutJson[], order: Order): RolloutJson[] {
   if (order === "best") return rollouts;
   const scored = rollouts.filter((r) => r.reward !== null);
   return [...scored.reverse(), ...rollouts.filter((r) => r.reward === null)];
@@ -27,13 +28,13 @@ function ordered(rollouts: GroupRollout[], order: Order): GroupRollout[] {
 
 export function mountGroup(shell: Shell, run: string, group: string): () => void {
   shell.setTitle([
-    h("a", { href: "/", "data-nav": true }, "Runs"),
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
     h("a.crumb-run", { href: runHref(run), "data-nav": true, id: "crumb-run", title: run }, runLabel(run)),
     h("span.crumb.crumb-id", { title: group }, group),
   ]);
   const path = `/v1/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}`;
   let order: Order = "best";
-  let detail: GroupDetail | null = null;
+  let detail: GroupDetailJson | null = null;
   let stopped = false;
   let timer: ReturnType<typeof setTimeout> | null = null;
   let readAt: Date | null = null;
@@ -75,12 +76,12 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   );
   shell.main.append(page);
 
-  function drawNumbers(g: GroupDetail): void {
+  function drawNumbers(g: GroupDetailJson): void {
     clear(numbers);
-    numbers.append(...groupNumbers(g));
+    numbers.append(...groupNumbers(g, run));
   }
 
-  function drawRollouts(g: GroupDetail): void {
+  function drawRollouts(g: GroupDetailJson): void {
     const keys = Object.keys(g.rewards);
     const scored = g.rollouts.filter((r) => r.reward !== null);
     const best = scored[0]?.id;
@@ -108,7 +109,7 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
     timer = null;
     let again = false;
     try {
-      const g = await getJson<GroupDetail>(path);
+      const g = await getJson<GroupDetailJson>(path);
       if (stopped) return;
       detail = g;
       readAt = new Date();

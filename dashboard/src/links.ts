@@ -2,15 +2,21 @@
 // the server's own rule (src/registry/run.ts), so a breadcrumb always points at the run that
 // counts the episode.
 import { NO_RUN, runOf } from "../../src/registry/run.js";
+import { tokenFragment } from "./api.js";
 
 export { NO_RUN, runOf };
 
+/** The runs page. Every in-app link carries a token that came by link in its fragment (api.ts `tokenFragment`). */
+export function homeHref(): string {
+  return `/${tokenFragment()}`;
+}
+
 export function runHref(run: string): string {
-  return `/runs/${encodeURIComponent(run)}`;
+  return `/runs/${encodeURIComponent(run)}${tokenFragment()}`;
 }
 
 export function episodeHref(id: string): string {
-  return `/episodes/${encodeURIComponent(id)}`;
+  return `/episodes/${encodeURIComponent(id)}${tokenFragment()}`;
 }
 
 /** A run's name for people: the NO_RUN bucket ("~") gets words instead of a tilde. */
@@ -24,5 +30,5 @@ export function idInRun(id: string, run: string): string {
 }
 
 export function groupHref(run: string, group: string): string {
-  return `/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}`;
+  return `/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}${tokenFragment()}`;
 }

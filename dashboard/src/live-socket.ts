@@ -1,6 +1,8 @@
 // A read-only JSON socket to the relay that stays up: a plain GET first (a refusal, 401/403, is
 // readable there and not on a failed socket), then the socket; when it drops, the same again with
-// backoff. The header's connection pill follows it. Used by the runs page and the run page.
+// backoff, or after the relay's retry hint when it closed the socket 1013 (busy: too many sockets
+// starting or open). The header's connection pill follows it. Used by the runs page and the run page.
+import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { type AccessProblem, probe, socketProtocols, socketUrl } from "./api.js";
 import { refusal, type Shell } from "./shell.js";
 
@@ -11,8 +13,8 @@ export interface LiveSocketOptions<M> {
   socketPath: string;
   /** Decode one text message (throws on anything else: such a message is ignored). */
   parse: (text: string) => M;
-  /** The probe's answer (before every connect); false: do not connect (the page says why). */
-  onProbe?: (status: number, body: unknown) => boolean;
+  /** The probe's answer (before every connect); false: do not connect (the page says why); "later": probe again after a while. */
+  onProbe?: (status: number, body: unknown) => boolean | "later";
   onMessage: (m: M) => void;
   /** The relay refused (the token form is already shown); no retry until the token changes (a re-route). */
   onRefused: (problem: AccessProblem) => void;
@@ -40,23 +42,31 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
         o.onRefused(p);
         return;
       }
-      if (o.onProbe?.(p.status, p.body) === false) {
+      const go = o.onProbe?.(p.status, p.body) ?? true;
+      if (go === false) {
         o.shell.setConnection("closed", `${p.status}`);
         return;
       }
+      // "later": the same backoff as after a drop, however the socket last closed
+      if (go === "later") return schedule();
     } catch {
       return schedule();
     }
     if (stopped) return;
     const sock = new WebSocket(socketUrl(o.socketPath), socketProtocols());
     ws = sock;
+    let answered = false;
     sock.onopen = () => {
-      attempt = 0;
-      o.shell.setConnection("live");
       ping = setInterval(() => sock.readyState === WebSocket.OPEN && sock.send("ping"), PING_MS);
     };
     sock.onmessage = (ev) => {
       if (typeof ev.data !== "string" || ev.data === "pong") return;
+      // connected once the relay sent its first message (a socket it refuses opens, then closes 1013)
+      if (!answered) {
+        answered = true;
+        attempt = 0;
+        o.shell.setConnection("live");
+      }
       let m: M;
       try {
         m = o.parse(ev.data);
@@ -65,19 +75,19 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
       }
       o.onMessage(m);
     };
-    sock.onclose = () => {
+    sock.onclose = (ev) => {
       if (ping) clearInterval(ping);
       ping = null;
       if (ws === sock) ws = null;
-      if (!stopped) schedule();
+      if (!stopped) schedule(ev.code, ev.reason);
     };
   }
 
-  function schedule(): void {
+  /** Try again after the close with `code`: as the relay hinted after a 1013, else with full jitter (pages dropped together, as by a deploy, come back spread out). */
+  function schedule(code = 1006, reason = ""): void {
     if (stopped) return;
     o.shell.setConnection("resuming");
-    // full jitter: pages dropped together (a deploy drops every socket) come back spread out
-    const delay = Math.min(10_000, 250 * 2 ** attempt) * Math.random();
+    const delay = reconnectDelay(code, reason, attempt, [250, 10_000]);
     attempt++;
     retry = setTimeout(() => void connect(), delay);
   }

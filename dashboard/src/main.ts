@@ -63,9 +63,13 @@ route();
 window.addEventListener("popstate", route);
 // in-app links: no full page load
 document.addEventListener("click", (e) => {
-  const a = (e.target as Element | null)?.closest?.("a[data-nav]") as HTMLAnchorElement | null;
-  if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;
+  const a = (e.target as Element | null)?.closest?.("a[data-nav]");
+  const href = a?.getAttribute("href");
+  if (!href || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;
   e.preventDefault();
-  history.pushState(null, "", a.getAttribute("href")!);
+  // a link's fragment may carry the token (links.ts): it is for new tabs, not this address bar.
+  // (read as an attribute: an SVG chart's <a> has no string `href` property)
+  const to = new URL(href, location.href);
+  history.pushState(null, "", to.pathname + to.search);
   route();
 });

@@ -1,15 +1,18 @@
 // A run's episode list: filter by status and the relay's filters (task, stop condition, truncated,
-// errored, a reward range, turns and tokens: episode-filters.ts), sort by last update or reward,
-// a text filter on the id. What is known per view, and the relay's pages, live in
+// errored, a reward range, turns and tokens, the trainer's kind, env, step and policy version:
+// episode-filters.ts), sort by last update, reward or step (kept in the page URL as `?sort=`),
+// a text filter on the id; above it, the live rollouts as a table of their own (run-live.ts). What is known per view, and the relay's pages, live in
 // episode-views.ts; this draws it (at most once a frame) and reads the controls.
 import { h, plural, tickAges } from "./dom.js";
 import { episodeFilters, filterFromUrl } from "./episode-filters.js";
 import type { SortKey } from "./episode-order.js";
 import { episodeListHead, episodeRow } from "./episode-row.js";
 import { EpisodeViews, type StatusFilter, type View, type ViewQuery } from "./episode-views.js";
+import { runLive } from "./run-live.js";
+import "./episode-list.css";
 import { segmented } from "./segmented.js";
 import type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
-import { isFiltered } from "../../src/registry/row-filter.js";
+import { isFiltered, NO_FILTER } from "../../src/registry/row-filter.js";
 
 const STATUSES: Array<[StatusFilter, string]> = [
   ["all", "all"],
@@ -21,14 +24,33 @@ const STATUSES: Array<[StatusFilter, string]> = [
 const SORTS: Array<[SortKey, string]> = [
   ["updated", "updated"],
   ["reward", "reward"],
+  ["step", "step"],
 ];
+
+/** The sort in the page URL (`?sort=reward`), else by update. */
+function sortFromUrl(): SortKey {
+  const s = new URLSearchParams(location.search).get("sort");
+  return SORTS.find(([k]) => k === s)?.[0] ?? "updated";
+}
+
+function writeSort(sort: SortKey): void {
+  const q = new URLSearchParams(location.search);
+  if (sort === "updated") q.delete("sort");
+  else q.set("sort", sort);
+  const search = q.toString();
+  history.replaceState(history.state, "", `${location.pathname}${search ? `?${search}` : ""}${location.hash}`);
+}
 /** Rows drawn at first, and added by each "show more". */
 const ROWS_STEP = 50;
+/** The live table's rows: every live one, whatever the list's filter. */
+const LIVE: ViewQuery = { status: "live", sort: "updated", filter: NO_FILTER };
 
 type Totals = Record<IndexStatus, number> & { episodes: number };
 
 export interface RunEpisodes {
   el: HTMLElement;
+  /** The live rollouts' table (placed by the page). */
+  liveEl: HTMLElement;
   /** The socket's first message: the newest episodes; `truncated`: the run has more. */
   snapshot(episodes: IndexEntry[], truncated: boolean): void;
   changes(upserts: IndexEntry[], deletes: string[]): void;
@@ -41,10 +63,12 @@ export interface RunEpisodes {
   destroy(): void;
 }
 
-export function runEpisodes(run: string): RunEpisodes {
+/** `identity(has)`: whether any known row carries the trainer's identity (a run without one hides those columns). */
+export function runEpisodes(run: string, identity: (has: boolean) => void = () => {}): RunEpisodes {
   const known = new EpisodeViews(run, () => schedule());
+  const live = runLive(run);
   const rowCache = new Map<string, { entry: IndexEntry; el: HTMLElement }>();
-  const q: ViewQuery = { status: "all", sort: "updated", filter: filterFromUrl() };
+  const q: ViewQuery = { status: "all", sort: sortFromUrl(), filter: filterFromUrl() };
   let loaded = false;
   let refused: string | null = null;
   let totals: Totals | null = null;
@@ -52,6 +76,7 @@ export function runEpisodes(run: string): RunEpisodes {
   let cap = ROWS_STEP;
   let frame = 0;
   let stopped = false;
+  let hasIdentity: boolean | null = null;
 
   /** The view changed (a control): draw from the top, and ask the relay when the view needs it. */
   const reset = () => {
@@ -99,6 +124,7 @@ export function runEpisodes(run: string): RunEpisodes {
         "Sort",
         segmented("sort", "sort", SORTS, q.sort, (v) => {
           q.sort = v;
+          writeSort(v);
           reset();
         }),
       ),
@@ -128,6 +154,8 @@ export function runEpisodes(run: string): RunEpisodes {
   }
 
   function render(): void {
+    noteIdentity();
+    live.draw(refused ? [] : known.rows(LIVE), known.complete || known.view(LIVE).end);
     const v = known.view(q);
     const all = candidates();
     const rows = all.slice(0, cap);
@@ -142,6 +170,16 @@ export function runEpisodes(run: string): RunEpisodes {
     more.hidden = refused !== null || !(all.length > cap || (!done && loaded));
     more.disabled = v.loading;
     more.textContent = v.loading ? "Loading…" : v.error ? "Retry" : "Show more";
+  }
+
+  /** Once a row with an identity is known it stays so (until a new snapshot); else every row is looked at. */
+  function noteIdentity(): void {
+    if (hasIdentity) return;
+    let has = false;
+    for (const e of known.entries.values()) if ((has = e.step !== null || e.kind !== null)) break;
+    if (has === hasIdentity) return;
+    hasIdentity = has;
+    identity(has);
   }
 
   function emptyText(v: View, shown: number): string {
@@ -173,12 +211,15 @@ export function runEpisodes(run: string): RunEpisodes {
 
   return {
     el,
+    liveEl: live.el,
     snapshot(episodes, truncated) {
       rowCache.clear();
+      hasIdentity = null;
       known.snapshot(episodes, truncated);
       loaded = true;
       refused = null;
       known.ensureLoaded(q);
+      known.ensureLoaded(LIVE);
       schedule();
     },
     changes(upserts, deletes) {
@@ -200,6 +241,7 @@ export function runEpisodes(run: string): RunEpisodes {
     destroy() {
       stopped = true;
       known.stop();
+      live.destroy();
       if (frame) cancelAnimationFrame(frame);
       stopAges();
     },

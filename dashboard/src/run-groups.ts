@@ -14,6 +14,8 @@ import { fmtNumber, h } from "./dom.js";
 import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
 import { pagedTable } from "./paged-table.js";
+import { rewardChip } from "./reward-chip.js";
+import { kindChip } from "./stage-chip.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -106,6 +108,7 @@ function groupsHead(): HTMLElement {
     { role: "row" },
     h("span", { role: "columnheader" }, "Group"),
     h("span", { role: "columnheader" }, "Task"),
+    h("span.h-identity", { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" }, "Step"),
     h("span.num", { role: "columnheader" }, "Size"),
     h("span.num", { role: "columnheader" }, "Finished"),
     h("span", { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" }, "Rewards (mean ± std)"),
@@ -125,6 +128,8 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       "data-finished": g.finished,
       "data-spread": g.spread === null ? "" : g.spread,
       "data-zero": zero ? "true" : "false",
+      "data-step": g.step ?? "",
+      "data-kind": g.kind ?? "",
     },
     h(
       "span.cell-group",
@@ -133,6 +138,12 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       zero ? h("span.chip.incomplete", { title: "every finished rollout got the same rewards: all advantages are 0" }, "zero variance") : null,
     ),
     h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
+    h(
+      "span.cell-gstep.c-identity",
+      { role: "cell" },
+      g.step === null ? h("span.muted", null, "–") : [h("span.n-k", null, "step "), h("strong", null, String(g.step))],
+      g.kind ? [" ", kindChip(g.kind)] : null,
+    ),
     h("span.cell-n.num", { role: "cell", "data-k": "size" }, h("span.n-k", null, "size "), String(g.size)),
     h(
       "span.cell-n.num",
@@ -149,13 +160,11 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
 
 function rewardCells(g: GroupSummary): HTMLElement | HTMLElement[] {
   if (Object.keys(g.rewards).length === 0) return h("span.muted", null, "no rewards yet");
+  // coloured by the mean
   return Object.entries(g.rewards).map(([k, r]) =>
-    h(
-      "span.reward",
-      { "data-key": k, "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
-      h("span.reward-k", null, k),
-      h("span.reward-v", null, `${num(r.mean)} ± ${num(r.std)}`),
-    ),
+    rewardChip(k, r.mean, `${num(r.mean)} ± ${num(r.std)}`, {
+      attrs: { "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
+    }),
   );
 }
 

@@ -1,11 +1,12 @@
 // One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
 // per reward key (over the finished episodes, or every one with the toggle), the throughput
 // sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
-// coalesced change, at most a few times a second), and under them the run's episodes. A token
+// coalesced change, at most a few times a second), the reward and zero-variance share per training
+// step beside them (run-steps.ts), and under them the run's episodes. A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
-import { runLabel } from "./links.js";
+import { runLabel, homeHref } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { shownRewards } from "./reward-choice.js";
@@ -15,6 +16,9 @@ import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
+import { runSteps } from "./run-steps.js";
+import { shareLink } from "./share-link.js";
+import "./training.css";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/registry/aggregates.js";
@@ -29,7 +33,7 @@ function snapshotLimit(): number {
 }
 
 export function mountRun(shell: Shell, run: string): () => void {
-  shell.setTitle([h("a", { href: "/", "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
+  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
   const path = `/v1/runs/${encodeURIComponent(run)}`;
   let lastUpdate: string | null = null;
 
@@ -37,14 +41,18 @@ export function mountRun(shell: Shell, run: string): () => void {
   const partial = h(
     "p.notice",
     { id: "run-partial", hidden: true },
-    "This token covers only some of this run's episodes, so the run's counts, rewards and throughput are not shown: the list holds the episodes it may see.",
+    "This token does not cover the whole run, so the run's counts, rewards and throughput are not shown: the list holds the episodes it covers.",
   );
   const stats = runStats();
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
   let shown: RunAggregates | null = null;
   const scope = rewardScope(() => drawAggregates(shown));
   const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
-  const episodes = runEpisodes(run);
+  // a run whose rows carry no trainer identity shows no step and kind columns
+  const episodes = runEpisodes(run, (has) => {
+    page.dataset.identity = has ? "yes" : "none";
+  });
+  const steps = runSteps(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);
   // the run's display name: the reply heads' `run.name` (rows carry it as `run_name` once finished)
@@ -54,9 +62,10 @@ export function mountRun(shell: Shell, run: string): () => void {
   const page = h(
     "section.run-page",
     { "data-run": run },
-    h("div.page-head", null, h("div.run-names", null, title, runId), summary),
+    h("div.page-head", null, h("div.run-names", null, title, runId), summary, shareLink(run)),
     partial,
     overview,
+    episodes.liveEl,
     groups.el,
     tasks.el,
     episodes.el,
@@ -81,6 +90,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     charts.append(
       throughputSparkline(a.throughput),
       ...(a.reward_trend ? [rewardTrendChart(a.reward_trend)] : []),
+      ...steps.cards,
       ...(keys.length
         ? keys.map(([key, r]) => rewardHistogram(key, r))
         : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, none))]),
@@ -111,8 +121,12 @@ export function mountRun(shell: Shell, run: string): () => void {
       lastUpdate = null;
       episodes.snapshot(m.episodes, m.truncated);
       noteUpdates(m.episodes);
+      // steps come with the aggregates (a token covering the whole run); a reconnect reads them again
+      if (m.aggregates !== null) steps.reload();
+      else steps.hide();
     } else {
       episodes.changes(m.upserts, m.deletes);
+      steps.changes(m.steps, m.steps_gone);
       noteUpdates(m.upserts);
     }
     partial.hidden = m.aggregates !== null;
@@ -133,6 +147,15 @@ export function mountRun(shell: Shell, run: string): () => void {
     parse: parseRunMessage,
     onProbe: (status, body) => {
       const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
+      if (status === 404) {
+        // the relay answers a run nobody wrote and a run this token covers nothing of alike
+        episodes.refuse(
+          `No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`,
+        );
+        overview.hidden = true;
+        partial.hidden = true;
+        return "later";
+      }
       if (status !== 200) {
         episodes.refuse(`The relay cannot show this run: ${b?.message ?? status}`);
         return false;
@@ -149,6 +172,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     close();
     stopAges();
     episodes.destroy();
+    steps.destroy();
     groups.destroy();
     tasks.destroy();
   };

@@ -9,6 +9,7 @@ import { primaryRewardKey } from "./reward-choice.js";
 import "./rewards.css";
 import type { Shell } from "./shell.js";
 import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/registry/index-protocol.js";
+import { toneAttrs } from "./reward-chip.js";
 
 /** The episode statuses a run counts, in the order the columns show them. */
 const COUNTED = [
@@ -123,7 +124,7 @@ export function mountRuns(shell: Shell): () => void {
         "data-value": v ?? "",
         title: all.length ? `mean over the finished episodes: ${all.join(" · ")}` : "no finished episode with a reward yet",
       },
-      h("span.count-v", null, v === null ? "–" : fmtNumber(v)),
+      h("span.count-v.toned", toneAttrs(v), v === null ? "–" : fmtNumber(v)),
       key !== null && key !== "reward" ? h("span.mean-k", null, ` ${key}`) : null,
       h("span.count-k", null, key === null ? " mean reward" : ` mean ${key}`),
     );

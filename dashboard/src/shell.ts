@@ -1,5 +1,6 @@
 // The page's frame: the header (brand, breadcrumbs, the connection pill, the token form) and the
 // main area the list and the episode page draw into.
+import { homeHref } from "./links.js";
 import { getToken, setToken } from "./api.js";
 import { clear, h } from "./dom.js";
 
@@ -107,7 +108,7 @@ export function shell(root: HTMLElement, onToken: () => void): Shell {
     h(
       "div.topbar-inner",
       null,
-      h("a.brand", { href: "/" }, h("span.logo", { "aria-hidden": "true" }), "Episode Relay"),
+      h("a.brand", { href: homeHref() }, h("span.logo", { "aria-hidden": "true" }), "Episode Relay"),
       crumbs,
       h("div.spacer"),
       conn,

@@ -7,6 +7,7 @@ import { parseNdArray, type NdArray } from "./ndarray.js";
 import { arrayItems, readNode, type NodeState } from "./node.js";
 import { Reader } from "../wire/reader.js";
 import { WireError } from "../wire/errors.js";
+import { ChunkWriter } from "../wire/writer.js";
 
 /** A map entry kept as spans: the decoded key, its encoded bytes, the value's bytes. */
 export interface Entry {
@@ -29,10 +30,18 @@ export interface ParsedDelta {
   lists: Partial<Record<Exclude<ListField, "nodes">, Uint8Array[]>>;
   set?: Entry[];
   pending?: Uint8Array;
+  /**
+   * A top-level `dispatch` value (the trainer's identity for the rollout, as prime-rl's live files
+   * carry it on a trace's first line): not part of the delta, the ingest takes it off before
+   * applying (src/envelope/ingest.ts).
+   */
+  dispatch?: Uint8Array;
 }
 
 /** Keys the assembly reads, each with a bit (for the duplicate check). */
-const KNOWN = new Map<string, number>(["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending"].map((k, i) => [k, 1 << i]));
+const KNOWN = new Map<string, number>(
+  ["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending", "dispatch"].map((k, i) => [k, 1 << i]),
+);
 
 /**
  * Parse and check one delta frame. Throws DeltaError naming the field. `trusted`: the bytes
@@ -69,6 +78,7 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
     lists: {},
     set: undefined,
     pending: undefined,
+    dispatch: undefined,
   };
   let hasTrace = false;
   for (let i = 0; i < n; i++) {
@@ -148,6 +158,13 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
       d.pending = r.span();
       return;
     }
+    case "dispatch": {
+      const start = r.pos;
+      if (r.mapHeader() < 0) throw new DeltaError("wrong_type", "dispatch", "must be a map (the rollout's dispatch identity)");
+      r.pos = start;
+      d.dispatch = r.span();
+      return;
+    }
     default:
       if (isListField(key)) {
         d.lists[key as Exclude<ListField, "nodes">] = arrayItems(r, key);
@@ -207,6 +224,18 @@ function* intKeyedMap(r: Reader, field: string): Generator<number> {
     seen.add(index);
     yield index;
   }
+}
+
+/** The delta's bytes without its top-level `dispatch` entry (the other entries' bytes as they were). */
+export function withoutDispatch(d: ParsedDelta): Uint8Array {
+  const kept = d.entries.filter((e) => e.key !== "dispatch");
+  const w = new ChunkWriter();
+  w.mapHeader(kept.length);
+  for (const e of kept) {
+    w.raw(e.keySpan);
+    w.raw(e.value);
+  }
+  return w.bytes();
 }
 
 export function asDeltaError(e: unknown, field: string): DeltaError {

@@ -23,10 +23,11 @@ import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;
 
-/** A node a link or a repair touches: as stored, and as the delta leaves it. */
+/** A node a link or a repair touches: as stored, and as the delta leaves it (and whether a repair did). */
 interface Touched {
   before: NodeState;
   after: NodeState;
+  repaired: boolean;
 }
 
 export type { TraceSummary } from "./reply.js";
@@ -116,7 +117,7 @@ export class EpisodeAssembly {
       let t = touched.get(index);
       if (!t) {
         const n = this.store.node(held!, index);
-        touched.set(index, (t = { before: n, after: n }));
+        touched.set(index, (t = { before: n, after: n, repaired: false }));
       }
       return t;
     };
@@ -132,6 +133,7 @@ export class EpisodeAssembly {
       const routed: NdArray | null = t.after.routed;
       if (!routed) throw new DeltaError("no_routing", `routing_repairs[${index}]`, `node ${index} has no routed_experts to repair`);
       t.after = { ...t.after, routed: repairLastRow(routed, row, `routing_repairs[${index}]`), pristine: false };
+      t.repaired = true;
     }
     return touched;
   }
@@ -152,7 +154,7 @@ export class EpisodeAssembly {
   /** The delta's changes to `trace` (nothing here can fail): touched nodes, new nodes and items, set fields, pending. */
   private change(trace: TraceState, delta: ParsedDelta, touched: Map<number, Touched>, undo?: Undo): void {
     const store = this.store;
-    for (const [index, { before, after }] of touched) {
+    for (const [index, { before, after, repaired }] of touched) {
       const info = trace.nodes[index]!;
       if (undo) {
         undo.push(() => {
@@ -160,7 +162,7 @@ export class EpisodeAssembly {
           store.nodeRestored(trace, index, before);
         });
       }
-      trace.nodes[index] = infoOf(after, nodeLength(after), this.version);
+      trace.nodes[index] = infoOf(after, nodeLength(after), this.version, info.repaired || repaired);
       store.nodeChanged(trace, index, after, info);
     }
     // The parsed nodes become the store's (a ParsedDelta is applied once, to one assembly).

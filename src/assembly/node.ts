@@ -10,6 +10,8 @@ import { ChunkWriter, encodeStr, NIL_BYTE } from "../wire/writer.js";
 
 const KEY_PARENTS = encodeStr("semantic_parents");
 const KEY_ROUTED = encodeStr("routed_experts");
+const KEY_PARENT = encodeStr("parent");
+const KEY_MESSAGE = encodeStr("message");
 
 export interface NodeState {
   /** The node exactly as received. */
@@ -91,10 +93,59 @@ export interface NodeInfo {
   readonly routed: { readonly dtype: string; readonly shape: readonly number[] } | null;
   /** The seq of the frame that last wrote it (0 where the store keeps no versions). */
   readonly ver: number;
+  /**
+   * Its `parent` index (null: a root, or not an int) and its `message.role` (null: none): what the
+   * run's row counts branches and finds the latest assistant words by (src/registry/live-facts.ts).
+   * Undefined for a node an older release stored (its body says).
+   */
+  readonly parent?: number | null;
+  readonly role?: string | null;
+  /** A routing repair rewrote its last row (the bytes do not say so; the dashboard marks that row). */
+  readonly repaired: boolean;
 }
 
-export function infoOf(node: NodeState, bytes: number, ver = 0): NodeInfo {
-  return { bytes, parents: node.parents.length, routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null, ver };
+export function infoOf(node: NodeState, bytes: number, ver = 0, repaired = false): NodeInfo {
+  const { parent, role } = nodeHead(node);
+  return {
+    bytes,
+    parents: node.parents.length,
+    routed: node.routed ? { dtype: node.routed.dtype, shape: node.routed.shape } : null,
+    ver,
+    repaired,
+    parent,
+    role,
+  };
+}
+
+/** A node's `parent` (an int ≥ 0, else null) and `message.role` (a str, else null), read off its spans. */
+export function nodeHead(node: NodeState): { parent: number | null; role: string | null } {
+  let parent: number | null = null;
+  let role: string | null = null;
+  for (let i = 0; i < node.keys.length; i++) {
+    const key = node.keys[i]!;
+    if (equalBytes(key, KEY_PARENT)) {
+      const v = node.values[i]!;
+      // a 64-bit int (uint64, int64) is no node's index, and may be beyond what int() reads
+      const p = v[0] === 0xcf || v[0] === 0xd3 ? undefined : new Reader(v, 0, v.length, true).int();
+      parent = p !== undefined && p >= 0 ? p : null;
+    } else if (equalBytes(key, KEY_MESSAGE)) {
+      role = roleOf(node.values[i]!);
+    }
+  }
+  return { parent, role };
+}
+
+const KEY_ROLE = encodeStr("role");
+
+function roleOf(message: Uint8Array): string | null {
+  const r = new Reader(message, 0, message.length, true);
+  const n = r.mapHeader();
+  for (let i = 0; i < n; i++) {
+    const k = r.span();
+    if (equalBytes(k, KEY_ROLE)) return r.str() ?? null;
+    r.span();
+  }
+  return null;
 }
 
 /** The node's encoding (its received bytes while it is unchanged). */

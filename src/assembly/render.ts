@@ -14,7 +14,7 @@ import type { BodyReader } from "./store.js";
 import type { ListSize, Slot, TraceState } from "./trace.js";
 import { decodeStrSpan } from "../wire/utf8.js";
 import { decodeLossless } from "../wire/lossless.js";
-import { toJson } from "../wire/json-view.js";
+import { jsonText } from "../wire/json-view.js";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 /** Output between two yields of a writer, about. */
@@ -138,7 +138,7 @@ export class JsonOut implements Out {
   }
   value(span: Uint8Array): void {
     this.item();
-    this.put(JSON.stringify(toJson(decodeLossless(span))));
+    this.put(jsonText(decodeLossless(span)));
   }
   node(n: NodeState | Uint8Array): void {
     this.value(n instanceof Uint8Array ? n : encodeNode(n));

@@ -1,7 +1,7 @@
 // The producer envelope: an upstream delta, a per-producer sequence number, and where the
 // producer's cursor stood when it diffed that delta.
 //
-//   {"producer": str, "seq": int, "cursor": int, "delta": bin}
+//   {"producer": str, "seq": int, "cursor": int, "delta": bin, "dispatch": map}
 //
 // `delta` is the upstream delta's msgpack bytes, nested as bin so they travel untouched.
 // `seq` increases strictly per producer (gaps allowed: a send that never arrived leaves one);
@@ -10,9 +10,11 @@
 // producer the relay applied after it, other than this one, were never acknowledged to it, and
 // its cursor does not reflect them, so the relay retracts them (src/envelope/ledger.ts) before it
 // applies this delta. Without `cursor` the delta is applied as is (de-duplication by seq only).
+// `dispatch` (optional) is the rollout's identity in the trainer (src/envelope/dispatch.ts).
 
 import { DeltaError } from "../assembly/errors.js";
 import { asDeltaError } from "../assembly/delta.js";
+import { checkDispatch } from "./dispatch.js";
 import { kindOf } from "../wire/format.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
@@ -23,6 +25,8 @@ export interface Envelope {
   /** The seq of the producer's last acknowledged send when it diffed this delta; null when not given. */
   cursor: number | null;
   delta: Uint8Array;
+  /** The rollout's dispatch identity (msgpack map), when the envelope carries one. */
+  dispatch?: Uint8Array;
 }
 
 /** What one ingest message holds: a bare upstream delta, an envelope, or a batch of them. */
@@ -80,6 +84,7 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
   let producer = "";
   let seq: number | undefined;
   let cursor: number | null = null;
+  let dispatch: Uint8Array | undefined;
   try {
     for (let i = 0; i < n; i++) {
       const key = r.str();
@@ -110,6 +115,11 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
           cursor = c;
           break;
         }
+        case "dispatch": {
+          if (r.nil()) break;
+          dispatch = checkDispatch(r.span(), `${field}.dispatch`);
+          break;
+        }
         default:
           r.span();
       }
@@ -122,13 +132,13 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
   if (!delta) return null;
   if (seq === undefined) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
   if (cursor !== null && cursor >= seq) throw new DeltaError("wrong_type", `${field}.cursor`, `must be below seq (${cursor} ≥ ${seq})`);
-  return { producer, seq, cursor, delta };
+  return dispatch === undefined ? { producer, seq, cursor, delta } : { producer, seq, cursor, delta, dispatch };
 }
 
 /** Encode an envelope (for TypeScript producers, tools and tests). */
 export function encodeEnvelope(e: Envelope): Uint8Array {
   const w = new ChunkWriter();
-  w.mapHeader(e.cursor === null ? 3 : 4);
+  w.mapHeader(3 + (e.cursor === null ? 0 : 1) + (e.dispatch === undefined ? 0 : 1));
   w.str("producer");
   w.str(e.producer);
   w.str("seq");
@@ -140,5 +150,9 @@ export function encodeEnvelope(e: Envelope): Uint8Array {
   w.str("delta");
   w.binHeader(e.delta.length);
   w.raw(e.delta);
+  if (e.dispatch !== undefined) {
+    w.str("dispatch");
+    w.raw(e.dispatch);
+  }
   return w.bytes();
 }

@@ -6,9 +6,10 @@
 // retracted first, through the caller's `retract` (the relay rewinds its storage and re-applies
 // the frames it keeps; an in-memory caller rebuilds from its frames).
 
-import { parseDelta, asDeltaError } from "../assembly/delta.js";
+import { parseDelta, asDeltaError, type ParsedDelta, withoutDispatch } from "../assembly/delta.js";
 import { DeltaError } from "../assembly/errors.js";
 import type { EpisodeAssembly, Undo } from "../assembly/episode-assembly.js";
+import { checkDispatch } from "./dispatch.js";
 import { parseIngestMessage } from "./envelope.js";
 import { copyLedger, decide, record, type ProducerLedger } from "./ledger.js";
 
@@ -33,15 +34,28 @@ export interface IngestHooks {
    * Required for envelopes with a cursor that retract something.
    */
   retract?: (seqs: number[]) => void;
+  /**
+   * The message names the rollout's dispatch identity (msgpack map bytes, checked): called before
+   * the delta it came with applies (not for duplicates); throw to refuse the message.
+   */
+  dispatch?: (identity: Uint8Array) => void;
+}
+
+/** The delta to apply: as parsed, or, when it carries a `dispatch` key, without it (the key handed to the hook). */
+function applicable(parsed: ParsedDelta, hooks: IngestHooks, envelopeDispatch?: Uint8Array): ParsedDelta {
+  if (envelopeDispatch !== undefined) hooks.dispatch?.(envelopeDispatch);
+  if (parsed.dispatch === undefined) return parsed;
+  hooks.dispatch?.(checkDispatch(parsed.dispatch));
+  return parseDelta(withoutDispatch(parsed), true);
 }
 
 export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array, hooks: IngestHooks = {}): IngestResult {
   const msg = parseIngestMessage(message);
   if (msg.kind === "delta") {
-    const parsed = parseDelta(msg.delta);
+    const parsed = applicable(parseDelta(msg.delta), hooks);
     hooks.nextSeq?.();
     asm.applyParsed(parsed);
-    return { applied: [msg.delta], traces: [parsed.trace], duplicates: 0, producers: new Map(), retracted: [] };
+    return { applied: [parsed.bytes], traces: [parsed.trace], duplicates: 0, producers: new Map(), retracted: [] };
   }
   const undo: Undo = [];
   const ledgerBefore = copyLedger(ledger);
@@ -59,7 +73,7 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
         if (d.duplicate) {
           duplicates++;
         } else {
-          const parsed = parseDelta(env.delta);
+          const parsed = applicable(parseDelta(env.delta), hooks, env.dispatch);
           if (d.retract.length) {
             if (!hooks.retract) throw new DeltaError("producer_conflict", "cursor", "this relay cannot retract frames here");
             const seqs = d.retract.map((u) => u.seq);
@@ -69,7 +83,7 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
           const seq = hooks.nextSeq?.() ?? 0;
           asm.applyParsed(parsed, undo);
           record(ledger, env, seq);
-          applied.push(env.delta);
+          applied.push(parsed.bytes);
           traces.push(parsed.trace);
         }
         if (env.seq > 0) producers.set(env.producer, ledger.get(env.producer)?.last ?? 0);

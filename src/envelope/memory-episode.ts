@@ -5,6 +5,7 @@
 
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { MemoryStore } from "../assembly/store.js";
+import { dispatchConflict, sameDispatch } from "./dispatch.js";
 import { ingest, type IngestResult } from "./ingest.js";
 import type { ProducerLedger } from "./ledger.js";
 
@@ -14,11 +15,34 @@ export class MemoryEpisode {
   /** The frames applied, by episode seq (retracted ones removed). */
   readonly frames: Array<{ seq: number; delta: Uint8Array }> = [];
   seq = 0;
+  /** The rollout's dispatch identity (msgpack), set once as the relay sets it. */
+  dispatch: Uint8Array | null = null;
 
   ingest(message: Uint8Array): IngestResult {
     const first = this.seq;
-    const result = ingest(this.asm, this.ledger, message, {
+    const held = this.dispatch;
+    let result: IngestResult;
+    try {
+      result = this.apply(message);
+    } catch (e) {
+      // refused whole: the seqs and the identity as they were (ingest rolled the assembly back)
+      this.seq = first;
+      this.dispatch = held;
+      throw e;
+    }
+    result.applied.forEach((delta, i) => {
+      this.frames.push({ seq: first + i + 1, delta });
+    });
+    return result;
+  }
+
+  private apply(message: Uint8Array): IngestResult {
+    return ingest(this.asm, this.ledger, message, {
       nextSeq: () => ++this.seq,
+      dispatch: (identity) => {
+        if (this.dispatch === null) this.dispatch = identity.slice();
+        else if (!sameDispatch(this.dispatch, identity)) throw dispatchConflict(this.dispatch, identity);
+      },
       retract: (seqs) => {
         const gone = new Set(seqs);
         const kept = this.frames.filter((f) => !gone.has(f.seq));
@@ -29,9 +53,5 @@ export class MemoryEpisode {
         for (const f of kept) this.asm.apply(f.delta, true);
       },
     });
-    result.applied.forEach((delta, i) => {
-      this.frames.push({ seq: first + i + 1, delta });
-    });
-    return result;
   }
 }

@@ -3,6 +3,7 @@
 // written in one SQLite transaction, or nothing is. The caller answers only after it returns.
 
 import { DeltaError } from "../assembly/errors.js";
+import { dispatchConflict, sameDispatch } from "../envelope/dispatch.js";
 import type { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { ingest, type IngestResult } from "../envelope/ingest.js";
 import type { IngestAck } from "../envelope/answer.js";
@@ -21,12 +22,18 @@ export interface Committed {
   rewound: boolean;
   /** The frames applied, with their episode seqs, for watchers. */
   frames: FeedFrame[];
+  /** This message set the rollout's dispatch identity (the run's index should hear of it at once). */
+  dispatched: boolean;
+  /** When a retraction rewound the episode: the seq it went back to (what was written after may differ now). */
+  rewoundTo: number | null;
 }
 
 /** What a message did so far: the seqs its frames got, and whether a retraction rewound the episode. */
 interface Progress {
   seqs: number[];
   rewound: boolean;
+  dispatched: boolean;
+  rewoundTo: number | null;
 }
 
 /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
@@ -36,7 +43,7 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
   }
   const live = state.memory();
-  const progress: Progress = { seqs: [], rewound: false };
+  const progress: Progress = { seqs: [], rewound: false, dispatched: false, rewoundTo: null };
   let committed: { result: IngestResult; saved: Meta };
   try {
     committed = state.transaction(
@@ -63,6 +70,8 @@ export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, 
     meta: saved,
     created: meta === null,
     rewound: progress.rewound,
+    dispatched: progress.dispatched,
+    rewoundTo: progress.rewoundTo,
     frames: result.applied.map((delta, i) => ({ seq: progress.seqs[i]!, delta, trace: result.traces[i]! })),
   };
 }
@@ -90,7 +99,12 @@ function applyMessage(
       // set first: a retraction that throws partway has already changed the index in memory, so a
       // refusal must read it back from storage rather than keep it
       progress.rewound = true;
+      const base = Math.min(...gone) - 1;
+      progress.rewoundTo = Math.min(progress.rewoundTo ?? base, base);
       retract(state, live, m, gone);
+    },
+    dispatch: (identity) => {
+      if (setDispatch(m, identity)) progress.dispatched = true;
     },
   });
   // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
@@ -136,6 +150,37 @@ function retract(state: EpisodeState, live: EpisodeMemory, m: Meta, seqs: number
     }
   }
   state.record.saveRewind(base, m.seq);
+}
+
+/**
+ * Give the episode its dispatch identity: true when it had none (the caller saves `m`), false when
+ * it holds the same one; a different one is refused (409 dispatch_conflict).
+ */
+export function setDispatch(m: Meta, identity: Uint8Array): boolean {
+  if (m.dispatch === null) {
+    m.dispatch = identity.slice(); // its own bytes, not a view of the message
+    return true;
+  }
+  if (!sameDispatch(m.dispatch, identity)) throw dispatchConflict(m.dispatch, identity);
+  return false;
+}
+
+/**
+ * `POST /v1/episodes/{id}/dispatch`: the identity of a rollout the trainer dispatched, before its
+ * first trace streams (or at any time after): creates the episode if it does not exist yet (a
+ * pending rollout: no traces), else sets its identity once. One transaction.
+ */
+export function commitDispatch(state: EpisodeState, id: string, identity: Uint8Array, now: number): { meta: Meta; created: boolean; changed: boolean } {
+  const before = state.meta();
+  return state.transaction(() => {
+    const m = before ?? state.record.create(id, now);
+    const changed = setDispatch(m, identity);
+    if (changed) {
+      m.updated = Math.max(m.updated, now);
+      state.record.saveMeta(m);
+    }
+    return { meta: m, created: before === null, changed };
+  });
 }
 
 /** The counters the status and the index show. */

@@ -34,7 +34,8 @@ import {
   safeClose,
   upgradeRequired,
 } from "../http/errors.js";
-import { readStream } from "../http/body.js";
+import { isJsonBody, parseJsonBody, readStream } from "../http/body.js";
+import { checkDispatch, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES } from "../envelope/dispatch.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import type { Joined } from "../hub/feed.js";
 import type { SnapshotReason } from "../watch/protocol.js";
@@ -43,16 +44,32 @@ import { EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
 import { CatchUpCursor } from "./catchup-cursor.js";
-import { commitIngest } from "./commit.js";
+import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
-import { alarmAt, RunRowSync } from "./run-row-sync.js";
+import { alarmAt, retryDelay, RunRowSync } from "./run-row-sync.js";
 import { type Limits, limitsFrom } from "../limits/limits.js";
 import { LogTrim } from "./log-trim.js";
-import type { ReadRequest } from "../http/representation.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
+import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
+import { toJson } from "../wire/json-view.js";
+import { decodeLossless, fromJson } from "../wire/lossless.js";
+import { decodeBody } from "../http/body.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
+import { isPending, type Meta, publicStatus } from "./storage.js";
+import type { JsonObject } from "../wire/json-view.js";
+
+/** The answer to `POST /v1/episodes/{id}/dispatch`. */
+export interface DispatchAck {
+  ok: true;
+  /** The episode did not exist: it is now a pending rollout (no traces) until its first trace streams. */
+  created: boolean;
+  /** The identity was set by this request (false: it held the same one). */
+  changed: boolean;
+  status: ReturnType<typeof publicStatus>;
+  dispatch: JsonObject;
+}
 
 /** Header the Worker sets on upgrades: the episode id this object serves (objects do not know their name). */
 export const EPISODE_ID_HEADER = "x-episode-id";
@@ -130,6 +147,60 @@ export class Episode extends DurableObject<Env> {
       if (this.archive.due(r.meta)) this.setAlarm(null); // archived by the alarm, at once
       return replyAck(r.meta);
     });
+  }
+
+  /**
+   * `POST /v1/episodes/{id}/dispatch`: the rollout's identity in the trainer (a JSON object, or a
+   * msgpack map), announced when it is dispatched: the episode is created if it does not exist (a
+   * pending rollout, shown by its run until its first trace streams, it ends, or PENDING_TIMEOUT_SECONDS
+   * pass), else given its identity once (the same again: nothing changes; another: 409).
+   */
+  dispatch(id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<DispatchAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, 4 * MAX_DISPATCH_BYTES);
+      const identity = isJsonBody(contentType) ? dispatchFromJson(parseJsonBody(bytes, "the dispatch identity")) : checkDispatch(bytes);
+      const now = Date.now();
+      const r = commitDispatch(this.state, id, identity, now);
+      if (r.changed) {
+        if (r.created && this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
+        void this.rowSync.send(r.meta, now); // the run shows it at once
+        this.setAlarm(null);
+      }
+      return { ok: true, created: r.created, changed: r.changed, status: publicStatus(r.meta), dispatch: dispatchJson(r.meta.dispatch!) };
+    });
+  }
+
+  /**
+   * `POST /v1/episodes/{id}/annotations`: prime-rl's annotation records (one, or an array; msgpack or
+   * JSON), merged into the episode's per trace (src/episode/annotations.ts), while live, finished or
+   * archived. Its row and its watchers that asked hear of it.
+   */
+  annotate(_id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<AnnotationsAck>> {
+    return answerOfAsync(async () => {
+      const bytes = await readStream(body, this.limits.maxMessage);
+      const value = isJsonBody(contentType) ? fromJson(parseJsonBody(bytes, "the annotations")) : decodeBody(bytes, "annotations");
+      const now = Date.now();
+      const { meta, ack } = commitAnnotations(this.state, value, this.limits.maxAnnotations, now);
+      void this.rowSync.send(meta, now);
+      this.feeds.kick();
+      this.setAlarm(null);
+      return ack;
+    });
+  }
+
+  /** `GET|HEAD /v1/episodes/{id}/annotations`: the merged records (msgpack, or the JSON view), with an ETag by version. */
+  annotations(_id: string, req: ReadRequest): Response {
+    try {
+      const m = this.state.requireMeta();
+      const etag = representationEtag(`a${m.annotations}`, req.json);
+      if (matchesEtag(req.ifNoneMatch, etag)) return new Response(null, { status: 304, headers: { etag } });
+      const doc = annotationsDocument(this.state, m);
+      const body = req.json ? JSON.stringify(toJson(decodeLossless(doc))) : doc;
+      const headers = { "content-type": req.json ? "application/json" : MSGPACK, etag, "cache-control": "no-cache" };
+      return new Response(req.head ? null : body, { headers });
+    } catch (e) {
+      return errorResponse(e, "annotations read");
+    }
   }
 
   /** `GET|HEAD /v1/episodes/{id}`: the episode, streamed from storage (a refusal as its HTTP answer). */
@@ -257,9 +328,13 @@ export class Episode extends DurableObject<Env> {
       if (this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
       void this.rowSync.send(c.meta, now); // a new episode shows in the index at once
       this.setAlarm(null);
+    } else if (c.dispatched || before === 0) {
+      void this.rowSync.send(c.meta, now); // its identity, or the first trace of a pending rollout: at once
+      this.setAlarm(null);
     } else this.rowSync.changed(now);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
+      if (c.rewoundTo !== null) this.rowSync.search.rewound(this.state.memory().asm, c.rewoundTo);
       for (const cur of [...this.cursors]) cur.retracted();
       this.feeds.rewound(c.meta.seq);
     } else this.feeds.committed(c.frames, before);
@@ -280,10 +355,22 @@ export class Episode extends DurableObject<Env> {
     }
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
-    await this.ctx.storage.deleteAll();
+    if (id === undefined) await this.ctx.storage.deleteAll();
+    else {
+      // the tombstone comes with the erase (one transaction), and an alarm retries it if the removal
+      // below never settles (a crash): the storage is freed only once the run's index dropped the row
+      this.ctx.storage.transactionSync(() => this.state.record.eraseToTombstone(id));
+      void this.ctx.storage.setAlarm(Date.now() + retryDelay(1));
+    }
     this.state.forget();
+    this.rowSync.search.forget();
     this.archive.resume();
     if (id !== undefined) void this.rowSync.removed(id);
+  }
+
+  /** When a rollout announced by its identity and still without a frame is dropped. */
+  private pendingDeadline(m: Meta): number {
+    return m.created + this.limits.pendingTimeoutMs;
   }
 
   private expiresAt(m: Meta): number {
@@ -301,6 +388,7 @@ export class Episode extends DurableObject<Env> {
     if (this.feedRetryAt !== 0) at = Math.min(at, this.feedRetryAt);
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
+    if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
     void this.ctx.storage.setAlarm(at);
   }
 
@@ -310,9 +398,10 @@ export class Episode extends DurableObject<Env> {
     this.feeds.kick();
     const m = this.state.meta();
     if (!m) return this.rowSync.retryTombstone(); // deleted: its row may still have to go
-    if (Date.now() >= this.expiresAt(m)) {
+    const pendingTooLong = isPending(m) && Date.now() >= this.pendingDeadline(m);
+    if (Date.now() >= this.expiresAt(m) || pendingTooLong) {
       try {
-        await this.erase("episode expired");
+        await this.erase(pendingTooLong ? "the dispatched rollout streamed nothing within PENDING_TIMEOUT_SECONDS" : "episode expired");
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);

@@ -285,6 +285,7 @@ export class HubFeeds {
       status: meta?.status ?? "new",
       refused: meta?.refused ?? null,
       error: meta?.error ?? null,
+      annotations: meta?.annotations ?? 0,
     };
   }
 

@@ -42,7 +42,11 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     } catch (e) {
       if (!(e instanceof FinishError)) throw e;
       const m: Meta = { ...meta, refused: e.message, updated: now };
-      state.transaction(() => state.record.saveMeta(m));
+      // the refused reply is kept until one ends the run: its head names the rollout's group (the index row)
+      state.transaction(() => {
+        state.record.saveReply(body);
+        state.record.saveMeta(m);
+      });
       return { kind: "refused", meta: m, message: e.message };
     }
   }

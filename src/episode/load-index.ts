@@ -91,7 +91,7 @@ function pendingParts(sql: SqlStorage): Map<number, { ver: number; parts: Uint8A
 
 /** Each node's NodeInfo (its newest version) into its trace. */
 function addNodes(sql: SqlStorage, traces: Map<number, TraceState>): void {
-  for (const n of sql.exec<Row>("SELECT tnum, idx, ver, bytes, parents, dtype, shape FROM node_meta ORDER BY tnum, idx, ver")) {
+  for (const n of sql.exec<Row>("SELECT tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role FROM node_meta ORDER BY tnum, idx, ver")) {
     const t = traces.get(n.tnum as number);
     if (!t) continue;
     t.nodes[n.idx as number] = {
@@ -99,6 +99,10 @@ function addNodes(sql: SqlStorage, traces: Map<number, TraceState>): void {
       parents: n.parents as number,
       routed: n.dtype === null ? null : { dtype: n.dtype as string, shape: JSON.parse(n.shape as string) as number[] },
       ver: n.ver as number,
+      repaired: n.repaired === 1,
+      // NULL: stored by an older release, not known here (src/episode/row-facts.ts reads its body)
+      parent: n.parent === null ? undefined : (n.parent as number) < 0 ? null : (n.parent as number),
+      role: n.role === null ? undefined : n.role === "" ? null : (n.role as string),
     };
   }
 }

@@ -3,6 +3,8 @@
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
+import { dispatchJson } from "../envelope/dispatch.js";
+import type { JsonObject } from "../wire/json-view.js";
 import { checkpointSize, JsonOut, MsgpackOut, type Out, type TraceView, writeCheckpoint, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
 import type { BodyReader } from "../assembly/store.js";
@@ -66,6 +68,13 @@ export interface StatusBody {
   created: string;
   updated: string;
   error: string | null;
+  /** The rollout's dispatch identity in the trainer (src/envelope/dispatch.ts), null without one. */
+  dispatch: JsonObject | null;
+  /**
+   * Per trace id, the nodes whose last routing row a repair rewrote (ascending; traces without a
+   * repair left out): the bytes do not say so, and the log that did is trimmed and archived away.
+   */
+  repaired_nodes: Record<string, number[]>;
 }
 
 export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs: number }): StatusBody {
@@ -85,17 +94,29 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     created: new Date(m.created).toISOString(),
     updated: new Date(m.updated).toISOString(),
     error: m.refused ?? m.error,
+    dispatch: m.dispatch ? dispatchJson(m.dispatch) : null,
+    repaired_nodes: repairedNodes(state),
   };
+}
+
+function repairedNodes(state: EpisodeState): Record<string, number[]> {
+  const out: Record<string, number[]> = {};
+  for (const t of state.memory().asm.traces.values()) {
+    const nodes = t.nodes.flatMap((n, i) => (n.repaired ? [i] : []));
+    if (nodes.length) out[t.id] = nodes;
+  }
+  return out;
 }
 
 const KEYS = Object.fromEntries(["status", "seq", "error", "traces"].map((k) => [k, encodeStr(k)]));
 
-/** The live form's head values, encoded. */
+/** The live form's head values, encoded: the status and error as `status` says them (a refused reply: finish_refused and its message). */
 function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
+  const error = m.refused ?? m.error;
   return [
-    [KEYS.status!, encodeStr(m.status)],
+    [KEYS.status!, encodeStr(publicStatus(m))],
     [KEYS.seq!, encodeInt(m.seq)],
-    [KEYS.error!, m.error === null ? NIL : encodeStr(m.error)],
+    [KEYS.error!, error === null ? NIL : encodeStr(error)],
   ];
 }
 

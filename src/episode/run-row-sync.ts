@@ -6,12 +6,16 @@
 // tombstone retried the same way. Updates go out in order (each after the one before).
 
 import { parseReply } from "../assembly/reply.js";
+import { dispatchFacts, dispatchJson } from "../envelope/dispatch.js";
 import type { Slot } from "../assembly/trace.js";
 import { runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../registry/rows.js";
 import { runOf } from "../registry/run.js";
 import { type Json, toJson } from "../wire/json-view.js";
 import { decodeLossless } from "../wire/lossless.js";
+import { rolloutGroup } from "../registry/groups.js";
+import { RowFacts } from "./row-facts.js";
+import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
@@ -36,6 +40,10 @@ export function retryDelay(attempts: number): number {
 export class RunRowSync {
   /** Index updates from this object, in order (each waits for the one before). */
   private chain: Promise<void> = Promise.resolve();
+  /** The row's live facts, read from what is new since the last row. */
+  private readonly facts: RowFacts;
+  /** The episode's text for its run's search, sent with the rows. */
+  readonly search: SearchSync;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -44,7 +52,10 @@ export class RunRowSync {
     private readonly flushMs: number,
     /** Set the alarm for an update now due at `due` (the object takes the earlier of it and retention). */
     private readonly rearm: (due: number) => void,
-  ) {}
+  ) {
+    this.facts = new RowFacts(state.store);
+    this.search = new SearchSync(ctx.storage.sql, state.store);
+  }
 
   /** A turn changed the episode: schedule an update unless one is pending (throttled). */
   changed(now: number): void {
@@ -64,15 +75,23 @@ export class RunRowSync {
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
-    const row = rowOf(m, this.state);
+    const row = rowOf(m, this.state, this.facts, now);
+    // once the run ended its facts are kept: the archive takes the bodies they are read from
+    if (m.status !== "live" && m.archived === null && row.live && JSON.stringify(row.live) !== JSON.stringify(m.live)) {
+      this.state.record.saveMeta({ ...m, live: row.live });
+    }
+    // the text the run's search lacks (none once archived: what the index holds stays)
+    const text = m.archived === null ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name)) : null;
     const st = this.state.record.indexState();
     this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
       m.id,
-      (index) => index.upsert(row),
+      (index) => index.upsert(row, text?.batch ?? null),
       (answer) => {
         const cur = this.state.record.indexState();
-        if (this.state.meta()) this.state.record.saveIndexState({ ...cur, flushMs: answer.flushMs, attempts: 0 });
+        if (!this.state.meta()) return;
+        this.state.record.saveIndexState({ ...cur, flushMs: answer.flushMs, attempts: 0 });
+        if (text && answer.applied) this.search.sent(text);
       },
       () => {
         if (!this.state.meta()) return; // deleted meanwhile: its tombstone takes over
@@ -85,13 +104,23 @@ export class RunRowSync {
     );
   }
 
-  /** The episode was deleted (storage is empty): drop its row, or leave a tombstone the alarm retries. */
+  /**
+   * The episode was erased (storage holds its tombstone only): drop its row, then free the storage;
+   * a failed removal keeps the tombstone for the alarm to retry.
+   */
   removed(id: string, attempts = 0): Promise<void> {
     return this.enqueue(
       id,
       (index) => index.remove(id),
       () => {
-        if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
+        if (this.state.meta()) {
+          // written again meanwhile: its own row replaces the old one, and its storage stays
+          if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
+          return;
+        }
+        // nothing of the episode is needed any more (issued before any later event writes, so it cannot take their rows)
+        void this.ctx.storage.deleteAll();
+        this.state.forget();
       },
       () => {
         if (this.state.meta()) return; // the id was written again: its own row replaces the old one
@@ -133,8 +162,8 @@ export class RunRowSync {
   }
 }
 
-/** The row the run's index holds for this episode. */
-export function rowOf(m: Meta, state: EpisodeState): IndexRow {
+/** The row the run's index holds for this episode, its live facts as of `now` (ms). */
+export function rowOf(m: Meta, state: EpisodeState, facts: RowFacts = new RowFacts(state.store), now = Date.now()): IndexRow {
   const { asm } = state.memory();
   let rewards: Json = null;
   let tokens = 0;
@@ -155,8 +184,10 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     if (typeof n === "number") tokens += n;
   }
   const ended = m.status === "finished" || m.status === "failed" ? m.updated : null;
-  // the reply's head names the rollout group and the run (once the run ended)
-  const head = ended !== null ? replyHead(state) : null;
+  // the reply's head names the rollout group and the run (once the run ended, or a reply was refused);
+  // the trainer's identity names the group from the start, so a rollout stays in its group when it ends
+  const head = ended !== null || m.refused !== null ? replyHead(state) : null;
+  const dispatch = m.dispatch ? dispatchJson(m.dispatch) : null;
   return {
     id: m.id,
     run: runOf(m.id),
@@ -172,10 +203,12 @@ export function rowOf(m: Meta, state: EpisodeState): IndexRow {
     rewards,
     error: m.refused ?? m.error,
     task,
-    group: stringAt(head?.group, "id") ?? task,
+    group: rolloutGroup(dispatchFacts(dispatch).group, stringAt(head?.group, "id"), task),
     stop_condition: stop,
     truncated,
     run_name: stringAt(head?.run, "name"),
+    dispatch,
+    live: facts.facts(m, asm, dispatchFacts(dispatch), (t, name) => scalar(t.fields.get(name)), now),
   };
 }
 
@@ -200,6 +233,12 @@ function replyHead(state: EpisodeState): { group: Json; run: Json } | null {
   } catch {
     return null;
   }
+}
+
+/** Trace `tnum`'s field `name` (an open or set one) as JSON. */
+function traceScalar(state: EpisodeState, tnum: number, name: string): Json | undefined {
+  for (const t of state.memory().asm.traces.values()) if (t.tnum === tnum) return scalar(t.fields.get(name));
+  return undefined;
 }
 
 /** A trace's scalar field as JSON (undefined when unset or unreadable). */

@@ -38,6 +38,8 @@ function createStateTables(sql: SqlStorage): void {
 function rebuildState(sql: SqlStorage): void {
   const meta = sql.exec<{ seq: number; base: number }>("SELECT seq, base FROM meta").toArray()[0];
   if (!meta) return;
+  // rebuilt by this release's store, which writes the columns later versions add
+  addColumns(sql, "node_meta", [REPAIRED_COLUMN, ...NODE_HEAD_COLUMNS]);
   const deltas: Uint8Array[] = [];
   if (hasTable(sql, "base")) {
     const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
@@ -60,6 +62,11 @@ function rebuildState(sql: SqlStorage): void {
   asm.version = store.version = meta.seq;
   for (const d of deltas) asm.apply(d, true);
 }
+
+/** node_meta's record of a routing repair (version 3). */
+const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
+/** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
+const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 export const EPISODE_SCHEMA: Schema = checkSchema({
   object: "Episode",
@@ -95,6 +102,33 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         // when the finished episode went to R2 and its bodies and log left SQLite (archive.ts)
         addColumns(sql, "meta", ["archived INTEGER"]);
+      },
+    },
+    {
+      version: 3,
+      what: "the record of routing-repaired nodes",
+      up(sql) {
+        // set by the repair that rewrote the node's last row (sql-store.ts); nodes stored before have none
+        addColumns(sql, "node_meta", [REPAIRED_COLUMN]);
+      },
+    },
+    {
+      version: 4,
+      what: "the rollout's dispatch identity, its live facts, the trainer's annotations and the search's text",
+      up(sql) {
+        // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta
+        sql.exec("CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))");
+        addColumns(sql, "meta", ["annotations INTEGER NOT NULL DEFAULT 0", "annotation_bytes INTEGER NOT NULL DEFAULT 0"]);
+        // msgpack map (src/envelope/dispatch.ts), set once; null for episodes written before or without one.
+        // `live`: the row's live facts as JSON, kept once the run ended (row-facts.ts: the archive takes the bodies)
+        addColumns(sql, "meta", ["dispatch BLOB", "live TEXT"]);
+        // per node its parent index (-1: a root) and message role ("": none): branches and the latest
+        // assistant words without reading bodies; NULL in rows written before (row-facts.ts reads those bodies)
+        addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
+        // per trace, what the run's search holds of its text (search-sync.ts)
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
+        );
       },
     },
   ],

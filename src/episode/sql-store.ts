@@ -8,7 +8,9 @@
 //   opened it, and the seq that discarded it while something still needed it (`dropped`).
 // - `fields`: its open and set fields (key order by `pos`), values as received, in parts.
 // - `pending`: its pending preview, in parts.
-// - `node_meta`: per node the NodeInfo (bytes, parents, routing dtype/shape).
+// - `node_meta`: per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
+//   repair rewrote its last row: the one record of that, kept through the archive; its parent
+//   index and message role).
 // - `bodies`: node and item bytes, keyed (tnum, kind, idx, ver, part): kind 0 is nodes, 1..6 the
 //   item lists; a body over PART_BYTES is split into parts (parts.ts).
 // The current value of anything is its newest version. A write that supersedes a version deletes
@@ -292,7 +294,7 @@ export class SqlStore implements EpisodeStore {
 
   private writeMeta(tnum: number, idx: number, info: NodeInfo): void {
     this.sql.exec(
-      "INSERT OR REPLACE INTO node_meta (tnum, idx, ver, bytes, parents, dtype, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      "INSERT OR REPLACE INTO node_meta (tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       tnum,
       idx,
       info.ver,
@@ -300,6 +302,10 @@ export class SqlStore implements EpisodeStore {
       info.parents,
       info.routed?.dtype ?? null,
       info.routed ? JSON.stringify(info.routed.shape) : null,
+      info.repaired ? 1 : 0,
+      // NULL is what rows of older releases hold ("not known"): a root is -1, no role ""
+      info.parent === undefined ? null : (info.parent ?? -1),
+      info.role === undefined ? null : (info.role ?? ""),
     );
   }
 

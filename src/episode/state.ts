@@ -30,6 +30,11 @@ export class EpisodeState {
     this.store = new SqlStore(storage.sql);
   }
 
+  /** The object's SQLite (for the modules that own a table of their own: annotations.ts). */
+  get sql(): SqlStorage {
+    return this.storage.sql;
+  }
+
   /** Once, inside the constructor's `blockConcurrencyWhile`: storage is brought to this release's schema, then read. */
   open(): void {
     if (this.opened) return;

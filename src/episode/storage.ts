@@ -10,10 +10,12 @@
 //   confirmed by its cursor (retraction: src/envelope/ledger.ts).
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
-// - `reply`: the upstream reply bytes once the run ended (parts, like frames).
+// - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
+//   ended it (finish_refused; parts, like frames).
 // - `index_sync`: when the run's index was last sent this episode's row, when the next
 //   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
-// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by alarm).
+// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by
+//   alarm); written in the erase's own transaction, the storage freed once the row is gone.
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
@@ -21,6 +23,7 @@ import { eachPart } from "./parts.js";
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../envelope/ledger.js";
 import type { SchemaState } from "../storage/schema.js";
 import { concatChunks } from "../wire/writer.js";
+import type { LiveFacts } from "../registry/entry.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -46,11 +49,23 @@ export interface Meta {
   refused: string | null;
   /** When the finished episode was archived in R2 and its bodies and log left SQLite (archive.ts); null before. */
   archived: number | null;
+  /** The rollout's dispatch identity in the trainer (msgpack map, src/envelope/dispatch.ts), set once; null before. */
+  dispatch: Uint8Array | null;
+  /** The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from); null before. */
+  live: LiveFacts | null;
+  /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
+  annotations: number;
+  annotationBytes: number;
 }
 
 /** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
 export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
   return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
+}
+
+/** A rollout the trainer announced (`POST .../dispatch`) that has streamed nothing yet. */
+export function isPending(m: Meta): boolean {
+  return m.status === "live" && m.seq === 0;
 }
 
 /** The episode's row in its run's index: when it was sent, when the next is due (src/episode/run-row-sync.ts). */
@@ -67,7 +82,8 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
-const COLUMNS = "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived";
+const COLUMNS =
+  "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes";
 
 export class EpisodeRecord {
   private ready = false;
@@ -119,9 +135,13 @@ export class EpisodeRecord {
       etag: null,
       refused: null,
       archived: null,
+      dispatch: null,
+      live: null,
+      annotations: 0,
+      annotationBytes: 0,
     };
     this.sql.exec(
-      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       id,
       "live",
       0,
@@ -137,6 +157,10 @@ export class EpisodeRecord {
       null,
       null,
       null,
+      null,
+      null,
+      0,
+      0,
     );
     this.ready = true;
     this.cached = { ...meta };
@@ -147,13 +171,17 @@ export class EpisodeRecord {
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    this.cached = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one() as unknown as Meta;
+    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
+    const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
+    const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
+    const { annotation_bytes, ...rest } = row;
+    this.cached = { ...(rest as unknown as Meta), dispatch, live, annotations: Number(row.annotations ?? 0), annotationBytes: Number(annotation_bytes ?? 0) };
     return { ...this.cached };
   }
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?",
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?",
       m.status,
       m.seq,
       m.bytes,
@@ -167,6 +195,10 @@ export class EpisodeRecord {
       m.etag,
       m.refused,
       m.archived,
+      m.dispatch,
+      m.live === null ? null : JSON.stringify(m.live),
+      m.annotations,
+      m.annotationBytes,
     );
     this.cached = { ...m };
   }
@@ -294,6 +326,17 @@ export class EpisodeRecord {
   tombstone(): { id: string; attempts: number } | null {
     if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0) return null;
     return this.sql.exec<{ id: string; attempts: number }>("SELECT id, attempts FROM tombstone").toArray()[0] ?? null;
+  }
+
+  /**
+   * The erase of the episode, in the caller's transaction: every table goes and the tombstone is
+   * written at once, so no crash leaves the run's index holding a row nobody will drop. The
+   * storage itself is freed once the index has dropped it (run-row-sync.ts `removed`).
+   */
+  eraseToTombstone(id: string): void {
+    this.schema.drop();
+    this.forget();
+    this.saveTombstone({ id, attempts: 0 });
   }
 
   saveTombstone(t: { id: string; attempts: number } | null): void {

@@ -11,21 +11,23 @@
 // cover (the Worker passes them to the run's index). `/v1/episodes/watch`, the old index socket,
 // is gone: any valid token gets a 404.
 //
-// Where a request carries its token: credentials.ts. No token travels past the Worker (`stripCredentials`).
+// Where a request carries its token, and its removal (no token travels past the Worker: `stripCredentials`): credentials.ts.
 //
 // Modes (see `authMode`): RELAY_SECRET set → tokens required. No secret → auth is off only when
 // AUTH_OFF_ON_LOOPBACK = "true" (set by `npm start`, never in wrangler.toml) AND the request URL
-// names a local host; otherwise every request but /v1/health is refused (503, fail closed).
+// names a local host; otherwise every request but /v1/health is refused (503, fail closed). A
+// secret shorter than 32 bytes, or an unreadable TOKEN_MAX_TTL, fails closed too, saying why.
+// Keys, key ids, the previous secret of a rollover and the lifetimes per role: keys.ts.
 //
 // Nothing here logs, and no response carries a token, a secret or a jose error text.
 
-import { errors, jwtVerify, SignJWT } from "jose";
-import { BAD_PROTOCOL, findToken, offeredProtocols, TOKEN_PARAM, WS_PROTOCOL, WS_TOKEN_PREFIX } from "./credentials.js";
+import { decodeProtectedHeader, errors, jwtVerify, SignJWT } from "jose";
+import { BAD_PROTOCOL, findToken, offeredProtocols, WS_PROTOCOL, WS_TOKEN_PREFIX } from "./credentials.js";
 import { RelayError } from "./errors.js";
+import { DEFAULT_MAX_TTL, lifetimeProblem, maxTtlFrom, ROLES, type Role, secretProblem, type SigningKey, signingKey } from "./keys.js";
 import { EPISODE_ID, INDEX_METHODS, isWebSocketUpgrade, METHODS, type Route, RUN_METHODS } from "./route.js";
 
-export type Role = "producer" | "watcher" | "admin";
-export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
+export { ROLES, type Role } from "./keys.js";
 
 /** What a role may do to the episodes its token covers (every role may list them). */
 export type Permission = "read" | "write";
@@ -69,27 +71,40 @@ export function inScope(patterns: readonly string[], id: string): boolean {
 // ---- modes ----
 
 export type AuthMode =
-  | { kind: "on"; key: Uint8Array }
+  /** `secrets`: the one that signs first, then the previous one of a rollover (verifies only). */
+  | { kind: "on"; secrets: readonly string[]; maxTtl: Readonly<Record<Role, number>> }
   /** No secret, started by `npm start`: auth is off for requests addressed to a local host. */
   | { kind: "loopback" }
-  /** No secret and not local dev: refuse everything but health. */
-  | { kind: "closed" };
+  /** No (usable) secret and not local dev: refuse everything but health, saying why. */
+  | { kind: "closed"; reason?: string };
 
 /** The vars auth reads (a subset of the Worker's Env, declared here so the CLI can use this module). */
 interface AuthEnv {
   RELAY_SECRET?: string;
+  RELAY_SECRET_PREVIOUS?: string;
+  TOKEN_MAX_TTL?: string;
   AUTH_OFF_ON_LOOPBACK?: string;
 }
 
-let cachedKey: { secret: string; key: Uint8Array } | null = null;
+let cachedMode: { env: string; mode: AuthMode } | null = null;
 
 export function authMode(env: AuthEnv): AuthMode {
   const secret = env.RELAY_SECRET;
-  if (typeof secret === "string" && secret !== "") {
-    if (cachedKey?.secret !== secret) cachedKey = { secret, key: new TextEncoder().encode(secret) };
-    return { kind: "on", key: cachedKey.key };
+  if (typeof secret !== "string" || secret === "") return env.AUTH_OFF_ON_LOOPBACK === "true" ? { kind: "loopback" } : { kind: "closed" };
+  const previous = env.RELAY_SECRET_PREVIOUS || null;
+  const key = JSON.stringify([secret, previous, env.TOKEN_MAX_TTL ?? null]);
+  if (cachedMode?.env !== key) cachedMode = { env: key, mode: modeOf(secret, previous, env.TOKEN_MAX_TTL) };
+  return cachedMode.mode;
+}
+
+function modeOf(secret: string, previous: string | null, maxTtl: string | undefined): AuthMode {
+  const problem = secretProblem("RELAY_SECRET", secret) ?? (previous === null ? null : secretProblem("RELAY_SECRET_PREVIOUS", previous));
+  if (problem) return { kind: "closed", reason: `${problem}: this relay refuses every request except GET /v1/health until it is replaced` };
+  try {
+    return { kind: "on", secrets: previous === null ? [secret] : [secret, previous], maxTtl: maxTtlFrom(maxTtl) };
+  } catch (e) {
+    return { kind: "closed", reason: `${(e as Error).message}: this relay refuses every request except GET /v1/health until it is fixed` };
   }
-  return env.AUTH_OFF_ON_LOOPBACK === "true" ? { kind: "loopback" } : { kind: "closed" };
 }
 
 /**
@@ -122,7 +137,7 @@ export type Need =
   | { kind: "admin"; id: string | null }
   | { kind: "list" };
 
-const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply"]);
+const WRITE_ACTIONS = new Set(["deltas", "ingest", "reply", "dispatch"]);
 
 /** The permission a routed request needs. */
 export function need(method: string, route: Route): Need {
@@ -130,14 +145,19 @@ export function need(method: string, route: Route): Need {
   if (route.kind === "episode") {
     if (!METHODS[route.action].includes(method)) return { kind: "token" };
     if (route.action === "usage") return { kind: "admin", id: route.id };
-    const write = WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE");
+    // the trainer's annotations are written by the producer role, read by watchers
+    const write =
+      WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE") || (route.action === "annotations" && method === "POST");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
   if ((route.kind === "list" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {
     return { kind: "list" };
   }
   // a run's pages and sockets are filtered to the token's episodes by the run's index
-  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) return route.action === "usage" ? { kind: "admin", id: null } : { kind: "list" };
+  // (a run's rules are set by an admin or a producer covering the run: src/http/run-routes.ts runRules)
+  if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) {
+    return route.action === "usage" || route.action === "share" ? { kind: "admin", id: null } : { kind: "list" };
+  }
   return { kind: "token" };
 }
 
@@ -145,27 +165,55 @@ export function need(method: string, route: Route): Need {
 
 export type Verified = { ok: true; claims: Claims } | { ok: false; reason: string };
 
-/** Verify signature (HS256, constant time in WebCrypto), `exp`/`nbf`, and the claims' shape. */
-export async function verifyToken(token: string, key: Uint8Array, now?: Date): Promise<Verified> {
+/**
+ * Verify signature (HS256, constant time in WebCrypto) with the key its `kid` names (no `kid`:
+ * each key in turn), `exp`/`nbf`, the lifetime its role allows, and the claims' shape.
+ */
+export async function verifyToken(
+  token: string,
+  keys: readonly SigningKey[],
+  maxTtl: Readonly<Record<Role, number>> = DEFAULT_MAX_TTL,
+  now?: Date,
+): Promise<Verified> {
   if (token.length === 0 || token.length > MAX_TOKEN_CHARS) return { ok: false, reason: "malformed token" };
-  let payload: Record<string, unknown>;
+  let kid: unknown;
   try {
-    ({ payload } = await jwtVerify(token, key, {
-      algorithms: ["HS256"],
-      requiredClaims: ["exp"],
-      clockTolerance: CLOCK_TOLERANCE_S,
-      ...(now ? { currentDate: now } : {}),
-    }));
-  } catch (e) {
-    return { ok: false, reason: verifyFailure(e) };
+    kid = decodeProtectedHeader(token).kid;
+  } catch {
+    return { ok: false, reason: "malformed token" };
   }
-  const { role, episodes, exp, sub } = payload;
+  const candidates = kid === undefined ? keys : keys.filter((k) => k.kid === kid);
+  if (candidates.length === 0) return { ok: false, reason: "token signed with a key this relay does not hold (its kid names none of RELAY_SECRET's)" };
+  let payload: Record<string, unknown> | null = null;
+  let failure: unknown = null;
+  for (const { key } of candidates) {
+    try {
+      ({ payload } = await jwtVerify(token, key, {
+        algorithms: ["HS256"],
+        requiredClaims: ["exp"],
+        clockTolerance: CLOCK_TOLERANCE_S,
+        ...(now ? { currentDate: now } : {}),
+      }));
+      break;
+    } catch (e) {
+      // a bad signature may be the other key's turn; any other failure is the token's own
+      failure = e;
+      if (!(e instanceof errors.JWSSignatureVerificationFailed)) break;
+    }
+  }
+  if (payload === null) return { ok: false, reason: verifyFailure(failure) };
+  const { role, episodes, exp, sub, iat } = payload;
   if (typeof role !== "string" || !(ROLES as readonly string[]).includes(role)) {
     return { ok: false, reason: 'token claim "role" must be "producer", "watcher" or "admin"' };
   }
   if (!Array.isArray(episodes) || !episodes.every(isEpisodePattern)) {
     return { ok: false, reason: 'token claim "episodes" must be an array of episode ids and PREFIX* patterns' };
   }
+  // lived since it was issued (a claimed issue time in the future counts from now)
+  const nowS = Math.floor((now ?? new Date()).getTime() / 1000);
+  const issued = typeof iat === "number" ? Math.min(iat, nowS) : nowS;
+  const tooLong = lifetimeProblem(role as Role, exp as number, issued, maxTtl, CLOCK_TOLERANCE_S);
+  if (tooLong) return { ok: false, reason: tooLong };
   return { ok: true, claims: { role: role as Role, episodes: episodes as string[], exp: exp as number, ...(typeof sub === "string" ? { sub } : {}) } };
 }
 
@@ -201,7 +249,9 @@ export async function authorize(
 ): Promise<Decision> {
   if (req.kind === "open") return { ok: true, claims: null };
   if (mode.kind === "closed") {
-    return notConfigured("RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)");
+    return notConfigured(
+      mode.reason ?? "RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)",
+    );
   }
   if (mode.kind === "loopback" && !isLocalHostname(url.hostname)) {
     return notConfigured(
@@ -224,7 +274,8 @@ export async function authorize(
   if ("badRequest" in found) return { ok: false, refusal: new RelayError("bad_protocol", found.badRequest) };
   if ("missing" in found) return unauthorized(found.missing);
   if ("malformed" in found) return unauthorized(found.malformed);
-  const v = await verifyToken(found.token, mode.key);
+  // the keys' ids are hashes of the secrets, computed once per secret (keys.ts)
+  const v = await verifyToken(found.token, await Promise.all(mode.secrets.map(signingKey)), mode.maxTtl);
   if (!v.ok) return unauthorized(v.reason);
   const { claims } = v;
   switch (req.kind) {
@@ -240,7 +291,7 @@ export async function authorize(
       if (!inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
     case "admin":
-      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot read usage (admin only)`);
+      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot do this: usage and share links are admin only`);
       if (req.id !== null && !inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
   }
@@ -265,28 +316,6 @@ function notConfigured(message: string): Decision {
   return { ok: false, refusal: new RelayError("auth_not_configured", message) };
 }
 
-// ---- hygiene ----
-
-/**
- * The request as forwarded to the Durable Object: without `Authorization`, without `?token=`,
- * and without `bearer.` protocol entries, so no token travels past the Worker.
- */
-export function stripCredentials(request: Request, url: URL, extraHeaders: Record<string, string>): Request {
-  const headers = new Headers(request.headers);
-  headers.delete("authorization");
-  const protocols = offeredProtocols(request);
-  const kept = protocols.filter((p) => !p.startsWith(WS_TOKEN_PREFIX));
-  if (kept.length !== protocols.length) {
-    if (kept.length > 0) headers.set("sec-websocket-protocol", kept.join(", "));
-    else headers.delete("sec-websocket-protocol");
-  }
-  for (const [k, v] of Object.entries(extraHeaders)) headers.set(k, v);
-  if (!url.searchParams.has(TOKEN_PARAM)) return new Request(request, { headers });
-  const clean = new URL(url);
-  clean.searchParams.delete(TOKEN_PARAM);
-  return new Request(clean.toString(), new Request(request, { headers }));
-}
-
 // ---- minting (tools/token.ts, tests, clients) ----
 
 export interface MintOptions {
@@ -296,28 +325,26 @@ export interface MintOptions {
   ttl: number;
   sub?: string;
   now?: number;
+  /** The relay's lifetimes per role (TOKEN_MAX_TTL); default DEFAULT_MAX_TTL. A longer ttl is refused. */
+  maxTtl?: Readonly<Record<Role, number>>;
 }
 
-/** Sign a token with `secret` (its UTF-8 bytes are the HMAC key). */
+/** Sign a token with `secret` (its UTF-8 bytes are the HMAC key; its key id in the header). */
 export async function mintToken(secret: string, o: MintOptions): Promise<string> {
-  if (!secret) throw new Error("RELAY_SECRET is empty");
+  const weak = secretProblem("RELAY_SECRET", secret);
+  if (weak) throw new Error(weak);
   if (!ROLES.includes(o.role)) throw new Error(`role must be one of ${ROLES.join(", ")}`);
   const bad = o.episodes.filter((p) => !isEpisodePattern(p));
   if (bad.length > 0) throw new Error(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 of [A-Za-z0-9._:-])`);
   if (!(Number.isFinite(o.ttl) && o.ttl > 0)) throw new Error("ttl must be a positive number of seconds");
+  const max = (o.maxTtl ?? DEFAULT_MAX_TTL)[o.role];
+  if (o.ttl > max) throw new Error(`ttl ${o.ttl} s exceeds the ${o.role} maximum of ${max} s (TOKEN_MAX_TTL)`);
+  const { kid } = await signingKey(secret);
   const now = Math.floor((o.now ?? Date.now()) / 1000);
   const jwt = new SignJWT({ role: o.role, episodes: o.episodes })
-    .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+    .setProtectedHeader({ alg: "HS256", typ: "JWT", kid })
     .setIssuedAt(now)
     .setExpirationTime(now + Math.ceil(o.ttl));
   if (o.sub) jwt.setSubject(o.sub);
   return jwt.sign(new TextEncoder().encode(secret));
-}
-
-/** `90`, `90s`, `15m`, `1h`, `7d` → seconds; null if unparseable. */
-export function parseTtl(s: string): number | null {
-  const m = /^(\d+)([smhd]?)$/.exec(s.trim());
-  if (!m) return null;
-  const n = Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as "" | "s" | "m" | "h" | "d"];
-  return n > 0 ? n : null;
 }

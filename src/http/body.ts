@@ -1,5 +1,6 @@
+import { decodeLossless, type LValue } from "../wire/lossless.js";
 import { concatChunks } from "../wire/writer.js";
-import { tooLarge } from "./errors.js";
+import { RelayError, tooLarge } from "./errors.js";
 
 /** Refuse a request whose declared length is over `max` (413) before anything reads it. */
 export function checkDeclaredLength(request: Request, max: number): void {
@@ -28,4 +29,27 @@ export async function readStream(body: ReadableStream<Uint8Array> | null, max: n
     chunks.push(value);
   }
   return concatChunks(chunks, total);
+}
+
+/** Whether a request body is JSON by its Content-Type (else it is read as msgpack). */
+export function isJsonBody(contentType: string | null): boolean {
+  return /^application\/(.+\+)?json\b/i.test(contentType?.trim() ?? "");
+}
+
+/** A JSON request body's value; 400 malformed naming `what` when it is not JSON. */
+export function parseJsonBody(bytes: Uint8Array, what: string): unknown {
+  try {
+    return JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
+  } catch (e) {
+    throw new RelayError("malformed", `${what} is not JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/** A msgpack request body as one value (every distinction kept); 400 malformed naming `what` when it is not one document. */
+export function decodeBody(bytes: Uint8Array, what: string): LValue {
+  try {
+    return decodeLossless(bytes);
+  } catch (e) {
+    throw new RelayError("malformed", `${what}: not one msgpack document (${e instanceof Error ? e.message : String(e)})`);
+  }
 }

@@ -1,5 +1,5 @@
-// Where a request carries its bearer token (src/http/auth.ts checks it, and strips it before the
-// request goes on: `stripCredentials`).
+// Where a request carries its bearer token (src/http/auth.ts checks it), and the request without
+// it that goes on past the Worker (`stripCredentials`).
 //
 // A token may come in `Authorization: Bearer <token>` on any request; on WebSocket upgrades of
 // `ingest` and `watch` also as a `Sec-WebSocket-Protocol` entry `bearer.<token>` (offered together
@@ -57,4 +57,24 @@ export function findToken(request: Request, url: URL, upgrade: boolean): Found {
       ? "missing bearer token (Authorization: Bearer <token>, Sec-WebSocket-Protocol: episode-relay, bearer.<token>, or ?token=<token>)"
       : "missing bearer token (Authorization: Bearer <token>)",
   };
+}
+
+/**
+ * The request as forwarded to the Durable Object: without `Authorization`, without `?token=`,
+ * and without `bearer.` protocol entries, so no token travels past the Worker.
+ */
+export function stripCredentials(request: Request, url: URL, extraHeaders: Record<string, string>): Request {
+  const headers = new Headers(request.headers);
+  headers.delete("authorization");
+  const protocols = offeredProtocols(request);
+  const kept = protocols.filter((p) => !p.startsWith(WS_TOKEN_PREFIX));
+  if (kept.length !== protocols.length) {
+    if (kept.length > 0) headers.set("sec-websocket-protocol", kept.join(", "));
+    else headers.delete("sec-websocket-protocol");
+  }
+  for (const [k, v] of Object.entries(extraHeaders)) headers.set(k, v);
+  if (!url.searchParams.has(TOKEN_PARAM)) return new Request(request, { headers });
+  const clean = new URL(url);
+  clean.searchParams.delete(TOKEN_PARAM);
+  return new Request(clean.toString(), new Request(request, { headers }));
 }

@@ -19,6 +19,10 @@ export const ERROR_STATUS = {
   bad_sort: 400,
   bad_run: 400,
   bad_filter: 400,
+  /** A run search's query (src/search/query.ts). */
+  bad_query: 400,
+  /** A run's flag rules (src/flags/rules.ts). */
+  bad_rules: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,
@@ -28,8 +32,12 @@ export const ERROR_STATUS = {
   episode_finished: 409,
   producer_conflict: 409,
   finish_mismatch: 409,
+  /** An episode's dispatch identity is set once (src/envelope/dispatch.ts). */
+  dispatch_conflict: 409,
   message_too_large: 413,
   episode_too_large: 413,
+  /** An episode's trainer annotations are bounded (MAX_ANNOTATION_BYTES). */
+  annotations_too_large: 413,
   // the delta does not fit the episode
   unknown_trace: 422,
   index_out_of_range: 422,
@@ -41,6 +49,8 @@ export const ERROR_STATUS = {
   auth_not_configured: 503,
   /** The object's storage could not be brought to this release's schema (src/storage/schema.ts). */
   storage_upgrade_failed: 503,
+  /** A local tier is not up (starting, restarting): answered by the local router with Retry-After (scripts/router.mjs). */
+  unavailable: 503,
 } as const satisfies Record<DeltaErrorCode, number> & Record<string, number>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

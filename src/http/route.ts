@@ -20,12 +20,18 @@ export const RELAY_HEADER = "x-episode-relay";
 /**
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
- * `/tasks`: per-task results.
+ * `/tasks`: per-task results; `/steps`: per training step (the dispatch identity's); `/search`: its
+ * episodes' text; `/rules`: its flag rules (src/flags/rules.ts); `/share` (admin, POST): a read-only
+ * token for the run, for a link.
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks";
+export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search" | "rules" | "share";
 
-/** `usage` (admin): the billing units its objects counted (src/billing/usage.ts). */
-export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage";
+/**
+ * `usage` (admin): the billing units its objects counted (src/billing/usage.ts); `dispatch`: the
+ * rollout's identity in the trainer, before its first trace (src/envelope/dispatch.ts);
+ * `annotations`: the trainer's per-token signals (src/annotations/).
+ */
+export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage" | "dispatch" | "annotations";
 
 export type Route =
   | { kind: "health" }
@@ -39,7 +45,7 @@ export type Route =
   | { kind: "bad_id"; id: string }
   | { kind: "not_found" };
 
-const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch", "usage"]);
+const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch", "usage", "dispatch", "annotations"]);
 
 /**
  * Ids no episode may take: `/v1/episodes/watch` was the old single index socket's path (it answers
@@ -54,10 +60,14 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   groups: ["GET", "HEAD"],
   group: ["GET", "HEAD"],
   tasks: ["GET", "HEAD"],
+  steps: ["GET", "HEAD"],
+  search: ["GET", "HEAD"],
+  rules: ["GET", "PUT"],
   run: ["GET", "HEAD"],
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
   usage: ["GET"],
+  share: ["POST"],
 };
 
 export function parseRoute(pathname: string): Route {
@@ -94,6 +104,8 @@ export const METHODS: Record<EpisodeAction, readonly string[]> = {
   status: ["GET"],
   watch: ["GET"],
   usage: ["GET"],
+  dispatch: ["POST"],
+  annotations: ["GET", "HEAD", "POST"],
 };
 
 /** Methods a routed path answers. */
@@ -115,7 +127,8 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks"].includes(action)) return { kind: "not_found" };
+  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share"].includes(action))
+    return { kind: "not_found" };
   let run: string;
   try {
     run = decodeURIComponent(segment);

@@ -4,7 +4,8 @@
 // how many may wait. The bytes sent and not yet acknowledged by all watchers together are bounded
 // too (they sit in the runtime's buffers). Past a bound a newcomer is refused at once with 1013
 // and a retry hint, jittered so that watchers dropped together (a deploy drops every socket) do
-// not come back together.
+// not come back together. The run and runs sockets (src/registry/run-sockets.ts) are admitted by the
+// same rules: a cap per object and a start rate (each start sends a snapshot).
 
 export interface AdmissionLimits {
   /** Sockets per hub; one more is refused. */
@@ -37,6 +38,8 @@ export class Admission {
     private readonly limits: AdmissionLimits,
     now: number,
     private readonly random: () => number = Math.random,
+    /** What `maxWatchers` counts, in a refusal's words. */
+    private readonly counted = "watchers on this hub",
   ) {
     this.tokens = this.burst;
     this.refilled = now;
@@ -49,13 +52,24 @@ export class Admission {
   /** Whether a new watcher may connect now, else why not and when to try again. */
   admit(load: HubLoad): Decision {
     const l = this.limits;
-    if (load.watchers >= l.maxWatchers) return this.refuse(`too many watchers on this hub (limit ${l.maxWatchers})`, 5000);
+    if (load.watchers >= l.maxWatchers) return this.refuse(`too many ${this.counted} (limit ${l.maxWatchers})`, 5000);
     if (load.waiting >= l.maxWaiting) {
       // the queue drains at the start rate: come back about when it has
       return this.refuse(`busy: ${load.waiting} catch-ups waiting`, (1000 * load.waiting) / Math.max(0.001, l.catchUpsPerSecond));
     }
     if (load.queuedBytes >= l.maxQueuedBytes) return this.refuse(`busy: ${Math.round(load.queuedBytes / 2 ** 20)} MiB not yet acknowledged by watchers`, 2000);
     return { ok: true };
+  }
+
+  /**
+   * A newcomer that has nothing to wait for (a run or runs socket: its snapshot is sent at once):
+   * admitted and started now (a token is taken), or refused with a hint.
+   */
+  startNow(load: HubLoad, now: number): Decision {
+    const d = this.admit(load);
+    if (!d.ok) return d;
+    const wait = this.take(now);
+    return wait === 0 ? d : this.refuse(`busy: sockets are starting faster than ${this.limits.catchUpsPerSecond} a second`, wait);
   }
 
   /** A catch-up may start now (a token is taken), else the ms until one can. */

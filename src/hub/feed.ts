@@ -22,6 +22,8 @@ export interface HubView {
   refused: string | null;
   /** A failed run's error. */
   error: string | null;
+  /** Trainer annotation records merged (src/episode/annotations.ts); absent in views stored by older releases (0). */
+  annotations?: number;
 }
 
 export interface FeedFrame {
@@ -66,7 +68,15 @@ export interface Joined {
 }
 
 export function sameView(a: HubView | null, b: HubView): boolean {
-  return a !== null && a.head === b.head && a.epoch === b.epoch && a.status === b.status && a.refused === b.refused && a.error === b.error;
+  return (
+    a !== null &&
+    a.head === b.head &&
+    a.epoch === b.epoch &&
+    a.status === b.status &&
+    a.refused === b.refused &&
+    a.error === b.error &&
+    (a.annotations ?? 0) === (b.annotations ?? 0)
+  );
 }
 
 /** The run ended (finished or failed): the reply goes with the view. */

@@ -116,6 +116,7 @@ export class ViewerHub extends DurableObject<Env> {
       this.window.reset(f.view.head);
       this.store.save({ ...s, view: f.view, hubs: f.hubs }, viewEnded(f.view) ? (f.reply ?? undefined) : null);
       this.watchers.restart(f.restart, s.id);
+      this.noteAnnotations(v, f.view);
       return { applied: true, view: f.view, member: true, watchers };
     }
     if (f.after !== v.head) return { applied: false, view: v, member: true, watchers };
@@ -125,7 +126,13 @@ export class ViewerHub extends DurableObject<Env> {
     const n = f.view;
     if (!viewEnded(v) && viewEnded(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
     else if (n.status === "live" && n.refused !== v.refused) this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
+    this.noteAnnotations(v, n);
     return { applied: true, view: n, member: true, watchers };
+  }
+
+  /** The trainer's annotations moved: the watchers that asked are told (they read them over HTTP). */
+  private noteAnnotations(before: HubView, now: HubView): void {
+    if ((now.annotations ?? 0) !== (before.annotations ?? 0)) this.watchers.annotationsChanged(now.annotations ?? 0);
   }
 
   /** The episode is gone (deleted or expired): every watcher is closed; this hub serves nobody. */

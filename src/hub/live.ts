@@ -24,6 +24,8 @@ export interface WatcherAttachment {
   variant: Variant;
   /** True once caught up (survives hibernation; catch-up state does not). */
   live: boolean;
+  /** It asked to hear of the trainer's annotations (`?annotations=1`); absent on sockets older releases accepted. */
+  annotations?: boolean;
 }
 
 type Group = { variant: Variant; sockets: Set<WebSocket> };

@@ -10,7 +10,7 @@
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../http/errors.js";
-import { helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../watch/protocol.js";
+import { annotationsMessage, helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "./catchup.js";
@@ -111,9 +111,10 @@ export class HubWatchers {
   }
 
   /**
-   * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B]` as a WebSocket: refused at once
-   * (1013 with a retry hint) past the admission bounds; else a hello, then its catch-up, paced by
-   * its acks, then live frames.
+   * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B&annotations=1]` as a WebSocket:
+   * refused at once (1013 with a retry hint) past the admission bounds; else a hello, then its
+   * catch-up, paced by its acks, then live frames; with `annotations=1`, a note of the trainer's
+   * annotations (their version) after the hello and whenever they change.
    */
   open(url: URL, id: string, headers: HeadersInit): Response {
     const afterParam = url.searchParams.get("after");
@@ -133,7 +134,7 @@ export class HubWatchers {
       this.ctx.acceptWebSocket(server, [WATCH_TAG]);
       this.sockets = this.count() + 1;
       this.counted.add(server);
-      this.accept(server, id, variant, after);
+      this.accept(server, id, variant, after, url.searchParams.get("annotations") === "1");
     }
     return new Response(null, { status: 101, webSocket: client, headers });
   }
@@ -151,13 +152,14 @@ export class HubWatchers {
   }
 
   /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
-  private accept(ws: WebSocket, id: string, variant: Variant, after: number | null): void {
-    ws.serializeAttachment({ role: "watch", id, variant, live: false } satisfies WatcherAttachment);
+  private accept(ws: WebSocket, id: string, variant: Variant, after: number | null, annotations: boolean): void {
+    ws.serializeAttachment({ role: "watch", id, variant, live: false, annotations } satisfies WatcherAttachment);
     this.states.set(ws, { key: variantKey(variant), variant, live: false });
     this.flows.start(ws);
     const v = this.hub.view();
     this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
     if (v.refused !== null && v.status === "live") this.flows.send(ws, statusMessage(viewStatus(v), v.head, v.refused));
+    if (annotations && (v.annotations ?? 0) > 0) this.flows.send(ws, annotationsMessage(v.annotations!));
     this.waiting.push({ ws, after, ready: false });
   }
 
@@ -270,6 +272,15 @@ export class HubWatchers {
   /** The same message to every live watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
     this.live.sendAll(message);
+  }
+
+  /** The trainer's annotations changed: every watcher that asked is told, caught up or not (a note, not state). */
+  annotationsChanged(version: number): void {
+    const message = annotationsMessage(version);
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      if (ws.readyState !== WebSocket.OPEN || !this.stateOf(ws)) continue;
+      if ((ws.deserializeAttachment() as WatcherAttachment | null)?.annotations) this.flows.send(ws, message);
+    }
   }
 
   /**

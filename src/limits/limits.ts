@@ -39,6 +39,14 @@ export interface Limits {
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/episode/archive.ts), ms. */
   archiveAfterMs: number;
+  /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
+  pendingTimeoutMs: number;
+  /** Bytes an episode's merged trainer annotations may take (src/episode/annotations.ts). */
+  maxAnnotations: number;
+  /** Sockets per run index or run directory (run and runs sockets); one more is closed with 1013. */
+  maxRunSockets: number;
+  /** Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint. */
+  runSocketRate: number;
 }
 
 export function limitsFrom(env: Partial<Env>): Limits {
@@ -60,5 +68,9 @@ export function limitsFrom(env: Partial<Env>): Limits {
     logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
+    maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
+    maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
+    runSocketRate: limitFrom(env.RUN_SOCKET_RATE, 20),
   };
 }

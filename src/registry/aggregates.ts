@@ -138,6 +138,8 @@ export interface RunAggregates {
   finished_rewards: Record<string, RewardStats>;
   /** Per minute over the last hour, per reward key: finished episodes that ended in it and their mean (reward-trend.ts). */
   reward_trend?: RewardTrend;
+  /** Rollouts flagged, per rule of the run's (src/flags/rules.ts). */
+  flags?: Record<string, number>;
   /** The run's rollout groups (src/registry/groups.ts): how many, how many complete, and the complete ones with zero reward variance. */
   groups?: { total: number; finished: number; zero_variance: number; zero_variance_share: number | null; trend?: ZeroVarianceTrend };
 }

@@ -42,6 +42,9 @@ export function decodeRunCursor(cursor: string): RunCursor {
   throw badCursor();
 }
 
+/** Directory rows one page may read past (the runs a token may see can be few among many). */
+export const DIRECTORY_SCAN_BUDGET = 1000;
+
 export class DirectoryStore {
   constructor(private readonly sql: SqlStorage) {}
 
@@ -67,31 +70,36 @@ export class DirectoryStore {
   }
 
   /**
-   * Runs newest-created first after `after` that `keep` accepts: at most `limit`, and whether more
-   * follow. Reads `limit + 1` rows at a time until the page is full or the table ends, so a `keep`
-   * that passes few runs costs more reads, never a short page.
+   * Runs newest-created first after `after` that `keep` accepts: at most `limit`, and where the
+   * next page starts (null: the table ended). Reads `limit + 1` rows at a time until the page is
+   * full, the table ends, or `budget` rows were read: a `keep` that passes few runs then gives a
+   * short page whose position is the last row read (not one the caller may see: the Worker seals it).
    */
-  page(after: RunCursor | null, limit: number, keep: (run: string) => boolean): { rows: RunRow[]; more: boolean } {
+  page(after: RunCursor | null, limit: number, keep: (run: string) => boolean, budget = DIRECTORY_SCAN_BUDGET): { rows: RunRow[]; next: RunCursor | null } {
     const out: RunRow[] = [];
     let from = after;
-    while (out.length <= limit) {
+    let read = 0;
+    for (;;) {
       const batch = this.after(from, limit + 1);
-      for (const r of batch) if (keep(r.run)) out.push(r);
-      if (batch.length <= limit) break;
-      const last = batch.at(-1)!;
-      from = { created: last.created, run: last.run };
+      for (const r of batch) {
+        read++;
+        if (!keep(r.run)) continue;
+        if (out.length === limit) return { rows: out, next: out.at(-1)! };
+        out.push(r);
+      }
+      if (batch.length <= limit) return { rows: out, next: null };
+      from = batch.at(-1)!;
+      if (read >= budget) return { rows: out, next: { created: from.created, run: from.run } };
     }
-    const more = out.length > limit;
-    if (more) out.length = limit;
-    return { rows: out, more };
   }
 
   /** Up to `n` rows after `from`, newest-created first (runs_by_created). */
   private after(from: RunCursor | null, n: number): RunRow[] {
     return this.sql
       .exec<SqlRunRow>(
-        `SELECT * FROM runs ${from ? "WHERE (created < ? OR (created = ? AND run < ?))" : ""} ORDER BY created DESC, run DESC LIMIT ?`,
-        ...(from ? [from.created, from.created, from.run] : []),
+        // a row value: SQLite seeks runs_by_created to it (an OR of the two would scan the table)
+        `SELECT * FROM runs ${from ? "WHERE (created, run) < (?, ?)" : ""} ORDER BY created DESC, run DESC LIMIT ?`,
+        ...(from ? [from.created, from.run] : []),
         n,
       )
       .toArray()

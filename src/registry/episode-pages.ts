@@ -2,14 +2,22 @@
 // 100,000 rows). Each page walks one index in the list's order from the cursor on:
 //  - sorted by update, the index of the most selective filter given (task, stop condition,
 //    truncated, errored, status: schemas.ts v4), so a page of those reads about a page of rows;
-//  - sorted by reward, the reward index (rewarded rows, then those without a reward).
-// Every other condition (the rest of the filters, a prefix, the viewer's scope) is checked on the
-// rows the walk passes, and a walk stops after SCAN_BUDGET rows: a rare match then gives a short
-// page whose cursor continues where the walk stopped, instead of a request that reads the run.
+//  - sorted by reward, the reward index (rewarded rows, then those without a reward);
+//  - sorted by step, the step index (rows with a step, within a step range when one is given, then
+//    those without one).
+// Every other condition (the rest of the filters, a prefix) is checked on the rows the walk passes,
+// and a walk stops after SCAN_BUDGET rows: a rare match then gives a short page whose cursor
+// continues where the walk stopped, instead of a request that reads the run.
+//
+// A viewer covering part of the run (scope not null) gets its page from the rows it covers only,
+// read by primary key and sorted here (scoped-rows.ts), so `searched` and the cursor say nothing of
+// the others; past SCOPED_BUDGET such rows it walks as above, `searched` counting the rows in its
+// scope only (the Worker seals every cursor: a position may then be a row outside it).
 
 import type { IndexRow } from "./entry.js";
 import type { RowFilter } from "./row-filter.js";
-import type { ListCursor, ListQuery, Scope } from "./rows.js";
+import { type ListCursor, type ListQuery, type Scope, visible } from "./rows.js";
+import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** Rows one page may walk past (matching or not). */
@@ -20,7 +28,7 @@ export interface EpisodePage {
   rows: IndexRow[];
   /** Where the next page starts; null when the walk reached the end. */
   next: ListCursor | null;
-  /** Rows walked past to make this page. */
+  /** Rows in the viewer's scope walked past to make this page. */
   searched: number;
 }
 
@@ -32,16 +40,22 @@ interface Walk {
   order: string;
 }
 
-/** The row as walked: all columns, and whether it passes every condition. */
+/** The row as walked: all columns, and whether it passes every condition but the scope (checked on the row). */
 type WalkedRow = SqlRow & { ok: number };
 
 export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
-  const check = conditions(q, scope);
+  if (scope !== null) {
+    const scoped = scopedPage(sql, q, scope);
+    if (scoped !== null) return scoped;
+  }
+  // the scope is checked here, on each row walked (no SQL lookup per pattern and row)
+  const check = conditions(q);
   const rows: IndexRow[] = [];
+  let walkedAll = 0;
   let searched = 0;
   let last: ListCursor | null = null;
   for (const walk of walksOf(q)) {
-    const room = budget - searched;
+    const room = budget - walkedAll;
     const cursor = sql.exec<WalkedRow>(
       `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
        ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
@@ -52,18 +66,53 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
     let walked = 0;
     for (const r of cursor) {
       walked++;
-      if (r.ok === 1) {
+      const mine = visible(scope, r.id);
+      if (mine) searched++;
+      if (r.ok === 1 && mine) {
         // one match past the page only says there is more: the page ends at the one before
-        if (rows.length === q.limit) return { rows, next: last, searched: searched + walked };
+        if (rows.length === q.limit) return { rows, next: last, searched };
         rows.push(rowOf(r));
       }
-      last = { key: q.sort === "updated" ? r.updated : r.reward, id: r.id };
+      last = { key: keyOf(q, r), id: r.id };
     }
-    searched += walked;
+    walkedAll += walked;
     // the walk stopped on the budget, not at the end of its index: the next page goes on from here
     if (walked === room) return { rows, next: last, searched };
   }
   return { rows, next: null, searched };
+}
+
+/** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
+function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
+  const check = conditions(q);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
+  if (mine === null) return null;
+  const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
+  const page = matching.slice(0, q.limit);
+  const last = page.at(-1);
+  return { rows: page.map(rowOf), next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null, searched: mine.length };
+}
+
+function keyOf(q: ListQuery, r: SqlRow): number | null {
+  return q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step;
+}
+
+/** The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward or step (highest first, rows without one last), then by id, descending. */
+function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
+  const ka = keyOf(q, a);
+  const kb = keyOf(q, b);
+  if (ka !== kb) {
+    if (ka === null) return 1;
+    if (kb === null) return -1;
+    return kb - ka;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** Whether `r` comes after the cursor `q.after` in the list's order. */
+function follows(q: ListQuery, r: SqlRow): boolean {
+  if (q.after === null) return true;
+  return order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, step: q.after.key, id: q.after.id } as SqlRow, r) < 0;
 }
 
 /** The walks a page makes, in order, from `q.after` on. */
@@ -77,19 +126,35 @@ function walksOf(q: ListQuery): Walk[] {
     }
     return [walk];
   }
-  // reward: SQLite orders NULL last under DESC, so the rewarded rows come first, then the rest by id
-  const order = "reward DESC, id DESC";
-  const rewarded: Walk = { index: "rows_by_reward", where: ["reward IS NOT NULL"], args: [], order };
-  const unrewarded: Walk = { index: "rows_by_reward", where: ["reward IS NULL"], args: [], order };
-  if (after === null) return [rewarded, unrewarded];
-  if (after.key === null) {
-    unrewarded.where.push("id < ?");
-    unrewarded.args.push(after.id);
-    return [unrewarded];
+  // reward, step: SQLite orders NULL last under DESC, so the rows with a value come first, then the rest by id
+  const column = q.sort;
+  const order = `${column} DESC, id DESC`;
+  const index = column === "reward" ? "rows_by_reward" : "rows_by_step";
+  const valued: Walk = { index, where: [`${column} IS NOT NULL`], args: [], order };
+  const unvalued: Walk = { index, where: [`${column} IS NULL`], args: [], order };
+  const range = column === "step" ? q.filter.step : null;
+  if (range !== null) {
+    // a step range bounds the walk itself (rows without a step never match one); its upper end is
+    // where the walk starts, unless a cursor says where (one bound for SQLite to seek by, not two)
+    if (range.min !== null) {
+      valued.where.push("step >= ?");
+      valued.args.push(range.min);
+    }
+    if (range.max !== null && after?.key == null) {
+      valued.where.push("step <= ?");
+      valued.args.push(range.max);
+    }
   }
-  rewarded.where.push("(reward, id) < (?, ?)");
-  rewarded.args.push(after.key, after.id);
-  return [rewarded, unrewarded];
+  const walks = range !== null ? [valued] : [valued, unvalued];
+  if (after === null) return walks;
+  if (after.key === null) {
+    unvalued.where.push("id < ?");
+    unvalued.args.push(after.id);
+    return range !== null ? [] : [unvalued];
+  }
+  valued.where.push(`(${column}, id) < (?, ?)`);
+  valued.args.push(after.key, after.id);
+  return walks;
 }
 
 /** Sorted by update: the index of the first filter given that has one, else all rows by update. */
@@ -99,12 +164,16 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };
   if (f.truncated === true) return { index: "rows_truncated", where: ["truncated = 1"], args: [], order };
   if (f.errored === true) return { index: "rows_errored", where: ["error IS NOT NULL"], args: [], order };
+  if (f.step !== null && f.step.min !== null && f.step.min === f.step.max) {
+    return { index: "rows_by_step_updated", where: ["step = ?"], args: [f.step.min], order };
+  }
+  if (f.kind !== null) return { index: "rows_by_kind", where: ["kind = ?"], args: [f.kind], order };
   if (status !== null) return { index: "rows_by_status", where: ["status = ?"], args: [status], order };
   return { index: "rows_by_updated", where: [], args: [], order };
 }
 
-/** Every condition of the query as one SQL expression (checked on each walked row; "1" when none). */
-function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorageValue[] } {
+/** Every condition of the query but the scope as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
+export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): { sql: string; args: SqlStorageValue[] } {
   const parts: string[] = [];
   const args: SqlStorageValue[] = [];
   const add = (part: string, ...values: SqlStorageValue[]) => {
@@ -120,6 +189,16 @@ function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorage
   if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
   if (f.minTurns !== null) add("rows.calls >= ?", f.minTurns);
   if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);
+  if (f.kind !== null) add("rows.kind = ?", f.kind);
+  if (f.env !== null) add("rows.env = ?", f.env);
+  if (f.policyVersion !== null) add("rows.policy_version = ?", f.policyVersion);
+  if (f.flag !== null) add("EXISTS (SELECT 1 FROM flags WHERE flags.episode = rows.id AND flags.rule = ?)", f.flag);
+  if (f.flagged !== null) add(f.flagged ? "rows.flags IS NOT NULL" : "rows.flags IS NULL");
+  if (f.step !== null) {
+    add("rows.step IS NOT NULL");
+    if (f.step.min !== null) add("rows.step >= ?", f.step.min);
+    if (f.step.max !== null) add("rows.step <= ?", f.step.max);
+  }
   for (const r of f.rewards) {
     // scores holds each row's scores by key (index-store.ts): one primary-key lookup per walked row
     add(
@@ -127,16 +206,6 @@ function conditions(q: ListQuery, scope: Scope): { sql: string; args: SqlStorage
       r.key,
       r.min ?? -Number.MAX_VALUE,
       r.max ?? Number.MAX_VALUE,
-    );
-  }
-  if (scope !== null) {
-    // the patterns travel as one JSON parameter: exact ids, or PREFIX*; json_each has an `id` column of its own
-    add(
-      `EXISTS (SELECT 1 FROM json_each(?) AS p WHERE
-        CASE WHEN substr(p.value, -1) = '*'
-          THEN substr(rows.id, 1, length(p.value) - 1) = substr(p.value, 1, length(p.value) - 1)
-          ELSE rows.id = p.value END)`,
-      JSON.stringify(scope),
     );
   }
   return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };

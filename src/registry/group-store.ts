@@ -7,6 +7,7 @@
 import { badCursor, decodeCursor, encodeCursor } from "./rows.js";
 import { type GroupMember, type GroupSort, type GroupSummary, groupSummary, type TaskSummary } from "./groups.js";
 import { scoresOf } from "./rewards.js";
+import type { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
 import { completedMinute, type ZeroVarianceTrend } from "./zero-variance-trend.js";
 import type { Json } from "../wire/json-view.js";
@@ -31,14 +32,29 @@ export function groupCursor(cursor: string): [number | string, string] {
   return v as [number | string, string];
 }
 
+/** Rows one page of tasks may read (its tasks' rows, for the mean reward and the solve rate). */
+export const TASK_ROWS_BUDGET = 5000;
+
 /** A member's columns a group's recount reads. */
-type GroupRow = { status: string; rewards: string | null; task: string | null; ended: number | null; updated: number };
+type GroupRow = {
+  status: string;
+  rewards: string | null;
+  task: string | null;
+  ended: number | null;
+  updated: number;
+  step: number | null;
+  kind: string | null;
+};
 
 export class GroupStore {
   /** The per-minute completions, kept by each recount. */
   private readonly trends: TrendStore;
 
-  constructor(private readonly sql: SqlStorage) {
+  constructor(
+    private readonly sql: SqlStorage,
+    /** Each complete group counts in its step's zero-variance share. */
+    private readonly steps: StepStore,
+  ) {
     this.trends = new TrendStore(sql);
   }
 
@@ -49,11 +65,14 @@ export class GroupStore {
   recount(id: string | null | undefined): void {
     if (!id) return;
     const members = this.sql
-      .exec<GroupRow>("SELECT status, rewards, task, ended, updated FROM rows WHERE grp = ?", id)
+      .exec<GroupRow>("SELECT status, rewards, task, ended, updated, step, kind FROM rows WHERE grp = ?", id)
       .toArray()
       .map((r) => ({ ...r, status: r.status as GroupMember["status"], rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json) }));
     const before = this.sql
-      .exec<{ complete: number; zero: number; done_minute: number | null }>("SELECT complete, zero, done_minute FROM groups WHERE grp = ?", id)
+      .exec<{ complete: number; zero: number; done_minute: number | null; step: number | null; kind: string | null }>(
+        "SELECT complete, zero, done_minute, step, kind FROM groups WHERE grp = ?",
+        id,
+      )
       .toArray()[0];
     const c = this.counts();
     if (before) {
@@ -61,13 +80,14 @@ export class GroupStore {
       c.complete -= before.complete;
       c.zeroVariance -= before.zero;
       if (before.complete && before.done_minute !== null) this.trends.addGroup(before.done_minute, before.zero === 1, -1);
+      if (before.complete && before.step !== null) this.steps.addGroup({ step: before.step, kind: before.kind ?? "" }, before.zero === 1, -1);
     }
     if (members.length === 0) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
     else {
       const g = groupSummary(id, members);
       const done = g.complete ? completedMinute(members) : null;
       this.sql.exec(
-        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary, done_minute) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary, done_minute, step, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         id,
         g.task ?? "",
         g.size,
@@ -76,11 +96,14 @@ export class GroupStore {
         g.zeroVariance ? 1 : 0,
         JSON.stringify(g),
         done,
+        g.step,
+        g.step === null ? null : (g.kind ?? ""),
       );
       c.groups++;
       c.complete += g.complete ? 1 : 0;
       c.zeroVariance += g.zeroVariance ? 1 : 0;
       if (done !== null) this.trends.addGroup(done, g.zeroVariance, 1);
+      if (g.complete && g.step !== null) this.steps.addGroup({ step: g.step, kind: g.kind ?? "" }, g.zeroVariance, 1);
     }
     this.sql.exec("INSERT OR REPLACE INTO state VALUES ('group_counts', ?)", JSON.stringify(c));
   }
@@ -141,17 +164,24 @@ export class GroupStore {
   /**
    * A page of tasks (by name) after `cursor`: rollouts, finished, failed, mean turns and tokens, and
    * over the finished rollouts the mean of `key` and the share at or above `threshold` (the solve
-   * rate). Reads the rows of the tasks on the page only.
+   * rate). Reads the rows of the tasks on the page only (their finished ones are parsed), and ends
+   * the page before a task whose rows would take it past `budget` (a page has at least one task):
+   * a short page with a cursor.
    */
-  tasks(key: string, threshold: number, limit: number, cursor: string | null): { tasks: TaskSummary[]; cursor: string | null } {
-    const rows = this.sql
+  tasks(key: string, threshold: number, limit: number, cursor: string | null, budget = TASK_ROWS_BUDGET): { tasks: TaskSummary[]; cursor: string | null } {
+    const listed = this.sql
       .exec<{ task: string; rollouts: number; finished: number; failed: number; calls: number; tokens: number }>(
         `SELECT * FROM tasks ${cursor === null ? "" : "WHERE task > ?"} ORDER BY task LIMIT ?`,
         ...(cursor === null ? [] : [cursor]),
         limit + 1,
       )
       .toArray();
-    const page = rows.slice(0, limit).map((t) => {
+    // the tasks table counts each task's rows (the query below walks them all): the page stops before the budget is passed
+    let rowsToRead = 0;
+    let fit = 0;
+    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.rollouts <= budget)) rowsToRead += listed[fit++]!.rollouts;
+    const rows = listed.slice(0, fit + 1);
+    const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
       for (const r of this.sql.exec<{ rewards: string | null }>("SELECT rewards FROM rows WHERE task = ? AND status = 'finished'", t.task)) {
         const s = scoresOf(r.rewards === null ? null : (JSON.parse(r.rewards) as Json)).find(([k]) => k === key);
@@ -168,7 +198,7 @@ export class GroupStore {
         solve_rate: scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null,
       };
     });
-    return { tasks: page, cursor: rows.length > limit ? page.at(-1)!.task : null };
+    return { tasks: page, cursor: rows.length > fit ? page.at(-1)!.task : null };
   }
 
   /** The rows of group `id`, best reward first. */

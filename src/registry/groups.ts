@@ -9,6 +9,14 @@ import type { IndexRow, IndexStatus } from "./entry.js";
 import { rewardOf, scoresOf } from "./rewards.js";
 import type { Json } from "../wire/json-view.js";
 
+/**
+ * The rollout group an episode is in: the trainer's dispatch identity's `group` when it names one,
+ * else the reply head's `group.id` (once a reply came), else (live) the first trace's task key.
+ */
+export function rolloutGroup(dispatchGroup: string | null, headGroupId: string | null, taskKey: string | null): string | null {
+  return dispatchGroup ?? headGroupId ?? taskKey;
+}
+
 /** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */
 export interface RewardStats {
   mean: number;
@@ -34,6 +42,9 @@ export interface GroupJson {
   rewards: Record<string, RewardStats>;
   /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
   spread: number | null;
+  /** The training step and kind its rollouts were dispatched for (their identity's; null without one). */
+  step: number | null;
+  kind: string | null;
 }
 
 /** One page of a run's groups, with the run's numbers (`GET /v1/runs/{run}/groups`). */
@@ -55,6 +66,10 @@ export interface GroupsPage {
 
 /** A group's rollout as the API shows it: its reward, and per reward key its advantage in the group. */
 export interface RolloutJson {
+  /** What the group page shows beside the numbers: its task, stage and last words, its identity. */
+  task: string | null;
+  dispatch: IndexRow["dispatch"];
+  live: IndexRow["live"];
   id: string;
   status: IndexStatus;
   rewards: Json;
@@ -101,8 +116,8 @@ export interface GroupSummary extends GroupJson {
   zeroVariance: boolean;
 }
 
-/** What a group's numbers are computed from: each member's status, rewards and task. */
-export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task">;
+/** What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind. */
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & { step?: number | null; kind?: string | null };
 
 const LIVE: ReadonlySet<IndexStatus> = new Set(["live", "finish_refused"]);
 
@@ -113,8 +128,14 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
   let live = 0;
   let withRewards = 0;
   let task: string | null = null;
+  let step: number | null = null;
+  let kind: string | null = null;
   for (const m of members) {
     task ??= m.task ?? null;
+    if (step === null && m.step != null) {
+      step = m.step;
+      kind = m.kind ?? null;
+    }
     if (LIVE.has(m.status)) live++;
     else if (m.status === "failed") failed++;
     else {
@@ -138,7 +159,7 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
     if (min !== max) equal = false;
   }
   const complete = live === 0;
-  return { id, task, size: members.length, finished, failed, live, rewards, spread, complete, zeroVariance: complete && withRewards >= 2 && equal };
+  return { id, task, size: members.length, finished, failed, live, rewards, spread, step, kind, complete, zeroVariance: complete && withRewards >= 2 && equal };
 }
 
 /** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
@@ -162,6 +183,9 @@ export function groupJson(g: GroupSummary): GroupJson {
 /** A group's rollout as the API shows it (best reward first is the caller's order). */
 export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
   return {
+    task: r.task ?? null,
+    dispatch: r.dispatch ?? null,
+    live: r.live ?? null,
     id: r.id,
     status: r.status,
     rewards: r.rewards,

@@ -4,17 +4,19 @@
 //
 // `GET /v1/runs/{run}` upgraded to a WebSocket (the run's index), JSON text:
 //   {type: "snapshot", run, aggregates, episodes: [entry...], truncated, limit}   at connect
-//   {type: "changes", upserts: [entry...], deletes: [id...], aggregates}          coalesced, at most
-//                                                                                 every PUSH_MS
+//   {type: "changes", upserts: [entry...], deletes: [id...], aggregates,          coalesced, at most
+//    steps?: [step...], steps_gone?: [{step, kind}...]}                           every PUSH_MS
 // `GET /v1/runs` upgraded (the run directory), JSON text:
 //   {type: "runs", runs: [summary...], truncated, limit}                          at connect
 //   {type: "run_changes", upserts: [summary...], deletes: [run...]}               coalesced
 // `aggregates` is null for a viewer whose token does not cover the whole run (it sees only its
-// episodes). Client → server: only "ping" (answered "pong" by the platform); anything else
+// episodes); so are `steps` and `steps_gone` (the training steps that changed, steps.ts: only
+// for a viewer covering the run, and only when some changed). Client → server: only "ping" (answered "pong" by the platform); anything else
 // closes the socket (1008).
 
 import type { RunAggregates } from "./aggregates.js";
 import type { IndexEntry } from "./entry.js";
+import type { StepJson } from "./steps.js";
 
 /** Pushes to one socket are coalesced: at most one message per this many ms. */
 export const PUSH_MS = 250;
@@ -35,7 +37,14 @@ export interface RunSummary {
 
 export type RunMessage =
   | { type: "snapshot"; run: string; aggregates: RunAggregates | null; episodes: IndexEntry[]; truncated: boolean; limit: number }
-  | { type: "changes"; upserts: IndexEntry[]; deletes: string[]; aggregates: RunAggregates | null };
+  | {
+      type: "changes";
+      upserts: IndexEntry[];
+      deletes: string[];
+      aggregates: RunAggregates | null;
+      steps?: StepJson[];
+      steps_gone?: Array<Pick<StepJson, "step" | "kind">>;
+    };
 
 export type RunsMessage =
   | { type: "runs"; runs: RunSummary[]; truncated: boolean; limit: number }

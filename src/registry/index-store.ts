@@ -14,23 +14,17 @@ import {
   type RunAggregates,
 } from "./aggregates.js";
 import { GroupStore } from "./group-store.js";
+import { FlagStore } from "./flag-store.js";
+import { type SearchBatch, SearchStore } from "./search-store.js";
+import { StepStore } from "./step-store.js";
 import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "./rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
-import { type IndexRow, type ListQuery, type Scope, visible } from "./rows.js";
+import { identityOf } from "./entry.js";
+import { type FinishedPage, finishedPage } from "./finished-pages.js";
+import type { IndexRow, ListQuery, Scope } from "./rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 import { TrendStore } from "./trend-store.js";
-
-/**
- * A finished episode in bulk-fetch order: the order its row became finished here (`finished_seq`,
- * assigned by this index), so an update that lands late still comes after a cursor handed out
- * before it, whatever the episodes' clocks said.
- */
-export interface FinishedItem {
-  id: string;
-  /** Its `finished_seq`: the bulk fetch's cursor position after it. */
-  seq: number;
-}
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */
@@ -39,12 +33,24 @@ export class IndexStore {
   /** The run's rollout groups, recounted as their rows change. */
   readonly groups: GroupStore;
 
+  /** The run's training steps, kept with each row's and group's part. */
+  readonly steps: StepStore;
+
+  /** The episodes' text, searched. */
+  readonly search: SearchStore;
+
+  /** The run's flag rules and the rollouts' flags. */
+  readonly flags: FlagStore;
+
   /** The reward minutes, kept with each row's part. */
   private readonly trends: TrendStore;
 
   /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
   constructor(private readonly sql: SqlStorage) {
-    this.groups = new GroupStore(sql);
+    this.steps = new StepStore(sql);
+    this.search = new SearchStore(sql);
+    this.flags = new FlagStore(sql);
+    this.groups = new GroupStore(sql, this.steps);
     this.trends = new TrendStore(sql);
   }
 
@@ -62,13 +68,17 @@ export class IndexStore {
    * Replace `old` (if any) by `row`: the row, its part of the aggregates, its bulk-fetch place, the
    * run's times. Call inside a transaction.
    */
-  put(row: IndexRow, old: IndexRow | null): void {
+  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
+    const identity = identityOf(row);
+    // the text first: the flags are read from it (and from the row's rewards)
+    if (text) this.search.apply(row.id, text);
+    const flags = this.flags.update(row, text);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -89,8 +99,16 @@ export class IndexStore {
       row.stop_condition ?? null,
       row.truncated ? 1 : 0,
       row.run_name ?? null,
+      row.dispatch ? JSON.stringify(row.dispatch) : null,
+      identity.kind,
+      identity.env,
+      identity.step,
+      identity.policy_version,
+      row.live ? JSON.stringify(row.live) : null,
+      flags.length ? JSON.stringify(flags) : null,
     );
     this.apply(c, row, contributionOf(row), 1);
+    this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
@@ -103,14 +121,30 @@ export class IndexStore {
     const c = this.loadCounters();
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
+    this.steps.replaceRow(old, null);
+    this.search.remove(old.id);
+    this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());
   }
 
-  /** After a transaction that threw: the counters in memory may hold its changes; read them again as saved. */
+  /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
+  refreshFlags(ids: readonly string[]): IndexRow[] {
+    const out: IndexRow[] = [];
+    for (const id of ids) {
+      const flags = this.flags.of(id);
+      this.sql.exec("UPDATE rows SET flags = ? WHERE id = ?", flags.length ? JSON.stringify(flags) : null, id);
+      const row = this.row(id);
+      if (row) out.push(row);
+    }
+    return out;
+  }
+
+  /** After a transaction that threw, or the storage freed: what is kept in memory (counters, rules) is read again as saved. */
   forgetCached(): void {
     this.counters = null;
+    this.flags.forget();
   }
 
   loadCounters(): Counters {
@@ -168,20 +202,9 @@ export class IndexStore {
     return episodePage(this.sql, q, scope);
   }
 
-  /** Finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
-  finished(after: number, limit: number, scope: Scope): FinishedItem[] {
-    const out: FinishedItem[] = [];
-    let from = after;
-    // scope filtering is done here, so a narrow scope may need more than one batch
-    while (out.length < limit) {
-      const batch = this.sql
-        .exec<{ id: string; f: number }>("SELECT id, finished_seq AS f FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?", from, limit)
-        .toArray();
-      for (const r of batch) if (visible(scope, r.id) && out.length < limit) out.push({ id: r.id, seq: r.f });
-      if (batch.length < limit) break;
-      from = batch.at(-1)!.f;
-    }
-    return out;
+  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
+  finished(after: number, limit: number, scope: Scope): FinishedPage {
+    return finishedPage(this.sql, after, limit, scope);
   }
 
   state(k: string): string | null {

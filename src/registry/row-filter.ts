@@ -1,10 +1,11 @@
-// The episode list's filters (`GET /v1/runs/{run}/episodes?task=&stop=&truncated=&errored=&reward=&min_turns=&min_tokens=`):
+// The episode list's filters (`GET /v1/runs/{run}/episodes?task=&stop=&truncated=&errored=&reward=&min_turns=&min_tokens=`,
+// and the dispatch identity's `kind=&env=&step=&policy_version=`):
 // their parameters, and what a row must hold to match. Pure: the index turns a filter into SQL
 // (episode-pages.ts), the dashboard and clients match pushed rows with `rowMatches` and build
 // query strings with `filterParams`, so the three agree on what a filter means.
 
 import { RelayError } from "../http/errors.js";
-import type { IndexRow } from "./entry.js";
+import { identityOf, type IndexRow } from "./entry.js";
 import { scoresOf } from "./rewards.js";
 
 /** One reward key's range, both ends inclusive (null: open). */
@@ -30,6 +31,16 @@ export interface RowFilter {
   minTurns: number | null;
   /** Tokens, all traces, at least this. */
   minTokens: number | null;
+  /** The dispatch identity's kind (train, eval) and env. */
+  kind: string | null;
+  env: string | null;
+  /** The identity's step within this range, both ends inclusive (`step=N` is N..N; null: open). */
+  step: { min: number | null; max: number | null } | null;
+  /** The identity's policy_version. */
+  policyVersion: number | null;
+  /** Flagged by this rule (src/flags/rules.ts), or flagged by any (true) or none (false). */
+  flag: string | null;
+  flagged: boolean | null;
 }
 
 /** Reward ranges in one query. */
@@ -43,6 +54,12 @@ export const NO_FILTER: RowFilter = Object.freeze({
   rewards: [],
   minTurns: null,
   minTokens: null,
+  kind: null,
+  env: null,
+  step: null,
+  policyVersion: null,
+  flag: null,
+  flagged: null,
 }) as RowFilter;
 
 const TEXT_VALUE = /^[^\u0000-\u001f]{1,256}$/;
@@ -58,6 +75,12 @@ export function parseRowFilter(params: URLSearchParams): RowFilter {
     rewards: rewardRanges(params),
     minTurns: count(params, "min_turns"),
     minTokens: count(params, "min_tokens"),
+    kind: text(params, "kind"),
+    env: text(params, "env"),
+    step: stepRange(params),
+    policyVersion: count(params, "policy_version"),
+    flag: text(params, "flag"),
+    flagged: flag(params, "flagged"),
   };
 }
 
@@ -71,6 +94,15 @@ export function filterParams(f: RowFilter): Array<[string, string]> {
   for (const r of f.rewards) out.push(["reward", `${r.key}:${r.min ?? ""}..${r.max ?? ""}`]);
   if (f.minTurns !== null) out.push(["min_turns", String(f.minTurns)]);
   if (f.minTokens !== null) out.push(["min_tokens", String(f.minTokens)]);
+  if (f.kind !== null) out.push(["kind", f.kind]);
+  if (f.env !== null) out.push(["env", f.env]);
+  if (f.step !== null) {
+    const { min, max } = f.step;
+    out.push(["step", min !== null && min === max ? String(min) : `${min ?? ""}..${max ?? ""}`]);
+  }
+  if (f.policyVersion !== null) out.push(["policy_version", String(f.policyVersion)]);
+  if (f.flag !== null) out.push(["flag", f.flag]);
+  if (f.flagged !== null) out.push(["flagged", f.flagged ? "1" : "0"]);
   return out;
 }
 
@@ -78,10 +110,20 @@ export function isFiltered(f: RowFilter): boolean {
   return filterParams(f).length > 0;
 }
 
-type FilteredRow = Pick<IndexRow, "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated">;
+type FilteredRow = Pick<IndexRow, "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch" | "flags">;
 
 /** Whether `row` passes `f` (what the index's SQL selects, row by row). */
 export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
+  const flags = row.flags ?? [];
+  if (f.flag !== null && !flags.some((x) => x.rule === f.flag)) return false;
+  if (f.flagged !== null && flags.length > 0 !== f.flagged) return false;
+  if (f.kind !== null || f.env !== null || f.step !== null || f.policyVersion !== null) {
+    const id = identityOf(row);
+    if (f.kind !== null && id.kind !== f.kind) return false;
+    if (f.env !== null && id.env !== f.env) return false;
+    if (f.policyVersion !== null && id.policy_version !== f.policyVersion) return false;
+    if (f.step !== null && (id.step === null || (f.step.min !== null && id.step < f.step.min) || (f.step.max !== null && id.step > f.step.max))) return false;
+  }
   if (f.task !== null && (row.task ?? null) !== f.task) return false;
   if (f.stop !== null && (row.stop_condition ?? null) !== f.stop) return false;
   if (f.truncated !== null && (row.truncated ?? false) !== f.truncated) return false;
@@ -119,6 +161,18 @@ function count(params: URLSearchParams, name: string): number | null {
   const n = /^\d{1,15}$/.test(v) ? Number(v) : NaN;
   if (!Number.isSafeInteger(n)) throw bad(name, `${name} must be a whole number`);
   return n;
+}
+
+/** `step=N` or `step=MIN..MAX` (either bound may be left out). */
+function stepRange(params: URLSearchParams): RowFilter["step"] {
+  const v = params.get("step");
+  if (v === null || v === "") return null;
+  const m = /^(\d{1,15})?(?:(\.\.)(\d{1,15})?)?$/.exec(v);
+  if (!m || (m[2] === undefined && m[1] === undefined)) throw bad("step", "step must be N or MIN..MAX (whole numbers; either bound may be empty)");
+  const min = m[1] === undefined ? null : Number(m[1]);
+  const max = m[2] === undefined ? min : m[3] === undefined ? null : Number(m[3]);
+  if (min !== null && max !== null && min > max) throw bad("step", "step: MIN is above MAX");
+  return { min, max };
 }
 
 /** `reward=KEY:MIN..MAX`, repeatable; either bound may be left out (`correct:1..`, `reward:..0.5`). */

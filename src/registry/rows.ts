@@ -28,9 +28,9 @@ export function visible(scope: Scope, id: string, prefix: string | null = null):
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;
 
-/** Newest-updated first, or best reward first (episodes without one last). */
-export type SortKey = "updated" | "reward";
-export const SORT_KEYS: readonly SortKey[] = ["updated", "reward"];
+/** Newest-updated first, best reward first, or latest training step first (episodes without a reward or a step last). */
+export type SortKey = "updated" | "reward" | "step";
+export const SORT_KEYS: readonly SortKey[] = ["updated", "reward", "step"];
 
 /** Where a page ends: the sort key's value (null: no reward) and the id of its last row. */
 export interface ListCursor {
@@ -112,6 +112,14 @@ export function decodeCursor(cursor: string): unknown {
   } catch {
     throw badCursor();
   }
+}
+
+/**
+ * The refusal for a run with no episode, and for a run the viewer's token covers no episode of:
+ * the same bytes both ways, so a token learns nothing of runs that are not its own.
+ */
+export function noSuchRun(run: string): RelayError {
+  return new RelayError("not_found", `no run ${JSON.stringify(run)} (no episode of it is within this token's episodes, or none was written)`);
 }
 
 export function badCursor(): RelayError {

@@ -2,9 +2,11 @@
 // so runs can be listed without touching their indexes. Each run's index writes its row here at
 // most every DIRECTORY_MS (whatever its episodes do), so the directory's load grows with the
 // number of active runs, not episodes. Its table and queries are directory-store.ts's. Sockets
-// (`GET /v1/runs` upgraded) get the runs, then coalesced changes (run-sockets.ts).
+// (`GET /v1/runs` upgraded) get the runs, then coalesced changes (run-sockets.ts). Its table comes
+// with the first run: reads before that store nothing.
 
 import { DurableObject } from "cloudflare:workers";
+import { limitsFrom } from "../limits/limits.js";
 import { SchemaState } from "../storage/schema.js";
 import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
@@ -38,13 +40,14 @@ export class RunDirectory extends DurableObject<Env> {
     super(ctx, env);
     this.schema = new SchemaState(ctx.storage, DIRECTORY_SCHEMA);
     // no request is delivered until storage is at this release's schema (or the object refuses them)
-    void ctx.blockConcurrencyWhile(async () => this.schema.open(true));
+    void ctx.blockConcurrencyWhile(async () => this.schema.open());
     this.store = new DirectoryStore(ctx.storage.sql);
     this.sockets = new RunSockets(
       ctx,
       ctx.storage.sql,
       (scope) => this.changesFor(scope),
       () => this.changes.clear(),
+      limitsFrom(env),
     );
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
@@ -53,14 +56,17 @@ export class RunDirectory extends DurableObject<Env> {
 
   upsertRun(r: RunRow): void {
     this.schema.check();
-    this.store.put(r);
+    this.ctx.storage.transactionSync(() => {
+      this.schema.ensure();
+      this.store.put(r);
+    });
     this.changes.set(r.run, r);
     this.sockets.changed();
   }
 
   removeRun(run: string): void {
     this.schema.check();
-    if (!this.store.delete(run)) return;
+    if (!this.schema.present() || !this.store.delete(run)) return;
     this.changes.set(run, null);
     this.sockets.changed();
   }
@@ -69,16 +75,17 @@ export class RunDirectory extends DurableObject<Env> {
 
   /**
    * Runs newest-created first after `after`, whose ids may fall in `scope` (`whole`: runs `scope`
-   * covers entirely) and start with `prefix`.
+   * covers entirely) and start with `prefix`; the cursor is the position to go on from, which may
+   * be a run outside the scope (the Worker seals it before a client sees it).
    */
   runs(after: RunCursor | null, limit: number, scope: Scope, prefix: string | null, whole: boolean): { runs: RunSummary[]; cursor: string | null } {
     this.schema.check();
+    if (!this.schema.present()) return { runs: [], cursor: null };
     const page = this.store.page(after, limit, (run) => {
       if (prefix !== null && !mayHold([`${prefix}*`], run)) return false; // no id of the run can start with it
       return whole ? coversRun(scope, run) : mayHold(scope, run);
     });
-    const last = page.rows.at(-1);
-    return { runs: page.rows.map(summaryOf), cursor: page.more && last ? encodeRunCursor(last) : null };
+    return { runs: page.rows.map(summaryOf), cursor: page.next === null ? null : encodeRunCursor(page.next) };
   }
 
   // ---- the socket ----
@@ -86,6 +93,8 @@ export class RunDirectory extends DurableObject<Env> {
   async fetch(request: Request): Promise<Response> {
     try {
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the runs socket");
+      const refused = this.sockets.refusal();
+      if (refused) return refused;
       const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
       const page = this.runs(null, RUNS_SNAPSHOT_LIMIT, scope, null, true);
       return await this.sockets.accept(

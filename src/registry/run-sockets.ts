@@ -1,10 +1,16 @@
 // The read-only sockets of the two registry objects: a run's sockets (its EpisodeIndex) and the
-// runs sockets (the RunDirectory). Each socket remembers its viewer's scope (attachments hold
-// 2 KiB: larger scopes are kept in SQLite by hash), and pushes are coalesced: changes collect for
+// runs sockets (the RunDirectory). Each socket remembers its viewer's scope in its attachment
+// (16 KiB: a token's patterns always fit; sockets of earlier releases kept larger scopes in
+// SQLite by hash, and are still read), and pushes are coalesced: changes collect for
 // PUSH_MS, then each socket gets one message built for its scope. The short timer only delays a
-// push; nothing keeps running while idle.
+// push; nothing keeps running while idle. Newcomers are admitted as a hub admits watchers
+// (src/hub/admission.ts): at most `maxRunSockets` per object and `runSocketRate` starting per
+// second; past either a socket is closed at once with 1013 and a jittered retry hint.
 
-import { CLOSE_POLICY, echoClose, safeClose } from "../http/errors.js";
+import { CLOSE_POLICY, CLOSE_TRY_LATER, echoClose, safeClose } from "../http/errors.js";
+import { Admission } from "../hub/admission.js";
+import type { Limits } from "../limits/limits.js";
+import { retryReason } from "../watch/protocol.js";
 import { PUSH_MS } from "./index-protocol.js";
 import type { Scope } from "./rows.js";
 
@@ -13,13 +19,15 @@ import type { Scope } from "./rows.js";
  * deploys: the string stays what earlier releases gave them.
  */
 export const RUN_SOCKET_TAG = "index";
-const INLINE_SCOPE_BYTES = 1500;
+/** Scopes up to this long go in the attachment: every token's (at most MAX_TOKEN_CHARS, src/http/auth.ts), so reads store nothing. */
+const INLINE_SCOPE_BYTES = 12 * 1024;
 
 type Attachment = { scope: Scope } | { scopeKey: string };
 
 export class RunSockets {
   private readonly scopes = new Map<string, string[]>();
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private readonly admission: Admission;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -28,15 +36,51 @@ export class RunSockets {
     private readonly messageFor: (scope: Scope) => string | null,
     /** Called after every socket got its push: the caller forgets what it collected. */
     private readonly pushed: () => void,
-  ) {} // the scopes table is in the object's schema (schemas.ts)
+    limits: Pick<Limits, "maxRunSockets" | "runSocketRate">,
+  ) {
+    // the scopes table is in the object's schema (schemas.ts)
+    this.admission = new Admission(
+      {
+        maxWatchers: limits.maxRunSockets,
+        maxWaiting: Number.POSITIVE_INFINITY,
+        catchUpsPerSecond: limits.runSocketRate,
+        maxQueuedBytes: Number.POSITIVE_INFINITY,
+      },
+      Date.now(),
+      Math.random,
+      "sockets on this object",
+    );
+  }
 
-  /** Accept a socket for a viewer with `scope`; `first` is its snapshot message. */
+  /**
+   * Whether a newcomer may open a socket now; null when it may, else a closed socket's answer
+   * (1013 with a retry hint). Ask before building its snapshot.
+   */
+  refusal(): Response | null {
+    const d = this.admission.startNow({ watchers: this.ctx.getWebSockets(RUN_SOCKET_TAG).length, waiting: 0, queuedBytes: 0 }, Date.now());
+    if (d.ok) return null;
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    // accepted only to be closed: not a hibernating socket (as a hub refuses a watcher)
+    server.accept();
+    safeClose(server, CLOSE_TRY_LATER, retryReason(d.reason, d.retryMs));
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** Accept a socket for a viewer with `scope` (admitted: `refusal` said null); `first` is its snapshot message. */
   async accept(scope: Scope, first: string): Promise<Response> {
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
     this.ctx.acceptWebSocket(server, [RUN_SOCKET_TAG]);
     server.serializeAttachment(await this.attachmentFor(scope));
     server.send(first);
     return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /** Whether an open socket's scope is kept in the table (accepted by an earlier release). */
+  keepsStoredScopes(): boolean {
+    return this.ctx.getWebSockets(RUN_SOCKET_TAG).some((ws) => {
+      const att = ws.deserializeAttachment() as Attachment | null;
+      return att !== null && "scopeKey" in att;
+    });
   }
 
   /** Something changed: push within PUSH_MS (one message per socket, however many changes). */

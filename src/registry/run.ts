@@ -36,3 +36,14 @@ export function mayHold(scope: Scope, run: string): boolean {
     return all.startsWith(prefix) || prefix.startsWith(all);
   });
 }
+
+/**
+ * What of `run` the scope covers: null (every episode of it), the scope's patterns that may hold
+ * an episode of it (a part), or "none" (no episode of it: the run is not this scope's to see).
+ * Decided from the patterns alone, never from what is stored.
+ */
+export function scopeInRun(scope: Scope, run: string): string[] | null | "none" {
+  if (coversRun(scope, run)) return null;
+  const mine = scope!.filter((p) => mayHold([p], run));
+  return mine.length === 0 ? "none" : mine;
+}

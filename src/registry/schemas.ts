@@ -83,6 +83,46 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         backfillGroups(sql);
       },
     },
+    {
+      version: 6,
+      what: "the trainer's dispatch identity, the rollouts' live facts and the training steps",
+      up(sql) {
+        // the identity and the live facts as JSON; the identity's keys the list filters by as columns (rows
+        // written before this release have none: they count in no step until rewritten)
+        addColumns(sql, "rows", ["dispatch TEXT", "kind TEXT", "env TEXT", "step INTEGER", "policy_version INTEGER", "live TEXT"]);
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_kind ON rows (kind, updated DESC, id DESC) WHERE kind IS NOT NULL");
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step_updated ON rows (step, updated DESC, id DESC) WHERE step IS NOT NULL");
+        // sorted by step (rows without one last, as SQLite orders NULL under DESC), and step ranges
+        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step ON rows (step DESC, id DESC)");
+        // a group's step (its members share one): the step whose zero-variance share it counts in
+        addColumns(sql, "groups", ["kind TEXT", "step INTEGER"]);
+        // one row per step and kind ("" for none): its counters (steps.ts) as JSON
+        sql.exec("CREATE TABLE IF NOT EXISTS steps (step INTEGER NOT NULL, kind TEXT NOT NULL, counters TEXT NOT NULL, PRIMARY KEY (step, kind))");
+      },
+    },
+    {
+      version: 7,
+      what: "search over the episodes' text, and flag rules",
+      up(sql) {
+        // the run's flag rules (none: the defaults) and each episode's flags, also kept as JSON in its row (flag-store.ts)
+        sql.exec("CREATE TABLE IF NOT EXISTS rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)");
+        sql.exec(`CREATE TABLE IF NOT EXISTS flags (episode TEXT NOT NULL, rule TEXT NOT NULL, trace TEXT, node INTEGER, excerpt TEXT NOT NULL,
+          PRIMARY KEY (episode, rule))`);
+        sql.exec("CREATE INDEX IF NOT EXISTS flags_by_rule ON flags (rule, episode)");
+        addColumns(sql, "rows", ["flags TEXT"]);
+        // the text segments episodes send (src/search/segments.ts), and FTS5 over them as an
+        // external-content table (the text kept once, in `segments`), kept by triggers (search-store.ts)
+        sql.exec(`CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY, episode TEXT NOT NULL, trace TEXT NOT NULL, node INTEGER NOT NULL,
+          role TEXT NOT NULL, tool TEXT, kind TEXT NOT NULL, body TEXT NOT NULL)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS segments_by_episode ON segments (episode, trace, node)");
+        sql.exec(`CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, role, tool, content = 'segments', content_rowid = 'id',
+          tokenize = 'unicode61 remove_diacritics 2')`);
+        sql.exec(`CREATE TRIGGER IF NOT EXISTS segments_added AFTER INSERT ON segments BEGIN
+          INSERT INTO search (rowid, body, role, tool) VALUES (new.id, new.body, new.role, new.tool); END`);
+        sql.exec(`CREATE TRIGGER IF NOT EXISTS segments_removed AFTER DELETE ON segments BEGIN
+          INSERT INTO search (search, rowid, body, role, tool) VALUES ('delete', old.id, old.body, old.role, old.tool); END`);
+      },
+    },
   ],
 });
 

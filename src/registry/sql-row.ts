@@ -1,10 +1,14 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
-import type { Json } from "../wire/json-view.js";
-import type { IndexRow } from "./entry.js";
+import type { Json, JsonObject } from "../wire/json-view.js";
+import type { Flag, IndexRow, LiveFacts } from "./entry.js";
 
-/** A row as SQLite holds it: rewards as JSON text, and the sort key `reward` beside them. */
-export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name"> & {
+/**
+ * A row as SQLite holds it: rewards, the dispatch identity and the live facts as JSON text, the
+ * sort key `reward` beside them, and the identity's keys the list filters by (`kind`, `env`,
+ * `step`, `policy_version`) as columns of their own.
+ */
+export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"> & {
   status: string;
   rewards: string | null;
   reward: number | null;
@@ -13,6 +17,13 @@ export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "s
   stop: string | null;
   truncated: number | null;
   run_name: string | null;
+  dispatch: string | null;
+  kind: string | null;
+  env: string | null;
+  step: number | null;
+  policy_version: number | null;
+  live: string | null;
+  flags: string | null;
 } & Record<string, SqlStorageValue>;
 
 export function rowOf(r: SqlRow): IndexRow {
@@ -35,5 +46,8 @@ export function rowOf(r: SqlRow): IndexRow {
     stop_condition: r.stop,
     truncated: r.truncated === 1,
     run_name: r.run_name,
+    dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
+    live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),
+    flags: r.flags === null || r.flags === undefined ? [] : (JSON.parse(r.flags) as Flag[]),
   };
 }

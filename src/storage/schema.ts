@@ -146,6 +146,11 @@ export class SchemaState {
     this.ready = true;
   }
 
+  /** Whether the tables exist (storage nobody wrote has none: its reads answer as empty). */
+  present(): boolean {
+    return this.ready || storedVersion(this.storage.sql) !== null;
+  }
+
   /** Drop every table (nothing is kept): the next write creates them again. */
   drop(): void {
     for (const t of userTables(this.storage.sql)) this.storage.sql.exec(`DROP TABLE IF EXISTS "${t}"`);

@@ -8,11 +8,15 @@
 //   caught_up  {type, seq}                                         everything up to `seq` was sent
 //   finish     {type, status, seq, reply: bin, error}              the run ended (upstream reply bytes)
 //   status     {type, status, seq, error}                          the run's status changed (finish_refused)
+//   annotations {type, version}                                   the trainer's annotations changed: `version`
+//                                                                  records merged (GET .../annotations has them);
+//                                                                  sent only to watchers that ask (`?annotations=1`)
 //
 // Watcher → server, text: `{"type":"ack","bytes":N}` each time it has received another
 // `ack_bytes` bytes (N: every binary message's length, summed since the socket opened); the relay
 // paces what it sends by it. "ping" is answered "pong" by the platform without waking the episode.
-// Snapshots and replays are split into messages of about MESSAGE_BYTES.
+// Snapshots and replays are split into messages of about MESSAGE_BYTES. A client skips a message
+// type it does not know (a later release may add one).
 
 import { decode } from "@msgpack/msgpack";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
@@ -41,6 +45,8 @@ const K = Object.fromEntries(
     "caught_up",
     "finish",
     "ack_bytes",
+    "annotations",
+    "version",
   ].map((k) => [k, encodeStr(k)]),
 );
 
@@ -141,6 +147,15 @@ export function statusMessage(status: string, seq: number, error: string | null)
   return w.bytes();
 }
 
+/** The trainer's annotations changed: `version` records merged so far (the client reads them over HTTP). */
+export function annotationsMessage(version: number): Uint8Array {
+  const w = new ChunkWriter();
+  head(w, "annotations", 1);
+  w.raw(K.version!);
+  w.int(version);
+  return w.bytes();
+}
+
 // ---- decoding (clients) ----
 
 /**
@@ -155,7 +170,10 @@ export type WatchMessage =
   | { type: "frames"; frames: Array<[number, Uint8Array]> }
   | { type: "caught_up"; seq: number }
   | { type: "finish"; status: "finished" | "failed"; seq: number; reply: Uint8Array; error: string | null }
-  | { type: "status"; status: string; seq: number; error: string | null };
+  | { type: "status"; status: string; seq: number; error: string | null }
+  | { type: "annotations"; version: number }
+  /** A message of a type this release does not know (a later relay's): skipped. */
+  | { type: "unknown"; name: string };
 
 /** One server → watcher message, checked field by field; throws on anything else. */
 export function decodeWatchMessage(bytes: Uint8Array): WatchMessage {
@@ -202,8 +220,11 @@ export function decodeWatchMessage(bytes: Uint8Array): WatchMessage {
       };
     case "status":
       return { type: "status", status: field(m, "status", isStr), seq: seq(), error: errorOf() };
+    case "annotations":
+      return { type: "annotations", version: field(m, "version", isSeq) };
     default:
-      throw new Error(`watch message: unknown type ${JSON.stringify(m.type)}`);
+      if (typeof m.type !== "string") throw new Error("watch message: no type");
+      return { type: "unknown", name: m.type };
   }
 }
 

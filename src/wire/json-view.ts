@@ -3,7 +3,8 @@
 // - ints within ±2^53 are numbers, larger ones are decimal strings;
 // - floats are numbers, except NaN / Infinity / -Infinity, which are those strings;
 // - bin is `{"$bin": "<base64>"}`; an ndarray map keeps its keys with `data` as base64;
-// - map keys become strings (int keys in decimal), order kept.
+// - map keys become strings (int keys in decimal), order kept; every key is kept, `__proto__`
+//   included (an own property, not the object's prototype).
 import { F64, type LMap, type LValue } from "./lossless.js";
 
 export type Json = null | boolean | number | string | JsonArray | JsonObject;
@@ -25,9 +26,56 @@ export function toJson(v: LValue): Json {
   const out: { [k: string]: Json } = {};
   for (const [k, x] of (v as LMap).entries) {
     const key = typeof k === "string" ? k : String(k instanceof F64 ? k.value : k);
-    out[key] = nd && key === "data" ? base64(x as Uint8Array) : toJson(x);
+    const value = nd && key === "data" ? base64(x as Uint8Array) : toJson(x);
+    // `out.__proto__ = v` would set the prototype and drop the key: define it as an own property
+    if (key === "__proto__") Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+    else out[key] = value;
   }
   return out;
+}
+
+/**
+ * The JSON view as text, written value by value: the same mapping as `toJson`, with every map's
+ * keys in their msgpack order (a JS object would put integer-like keys first) and none dropped.
+ * The relay writes its JSON answers and archive copies with this.
+ */
+export function jsonText(v: LValue): string {
+  const parts: string[] = [];
+  writeJson(v, parts);
+  return parts.join("");
+}
+
+function writeJson(v: LValue, out: string[]): void {
+  if (
+    v === null ||
+    typeof v === "boolean" ||
+    typeof v === "string" ||
+    typeof v === "number" ||
+    typeof v === "bigint" ||
+    v instanceof F64 ||
+    v instanceof Uint8Array
+  ) {
+    out.push(JSON.stringify(toJson(v)));
+    return;
+  }
+  if (Array.isArray(v)) {
+    out.push("[");
+    v.forEach((x, i) => {
+      if (i > 0) out.push(",");
+      writeJson(x, out);
+    });
+    out.push("]");
+    return;
+  }
+  const nd = v.get("__nd__") === true && v.get("data") instanceof Uint8Array;
+  out.push("{");
+  v.entries.forEach(([k, x], i) => {
+    const key = typeof k === "string" ? k : String(k instanceof F64 ? k.value : k);
+    out.push(i > 0 ? "," : "", JSON.stringify(key), ":");
+    if (nd && key === "data") out.push(JSON.stringify(base64(x as Uint8Array)));
+    else writeJson(x, out);
+  });
+  out.push("}");
 }
 
 const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

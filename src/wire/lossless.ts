@@ -85,6 +85,17 @@ function read(r: Reader, depth = 0): LValue {
   }
 }
 
+/**
+ * A JSON value (JSON.parse's) as msgpack values: whole numbers as ints, others as float64, objects
+ * as maps in their key order (JSON.parse already put integer-like keys first, as JS objects do).
+ */
+export function fromJson(v: unknown): LValue {
+  if (v === null || typeof v === "boolean" || typeof v === "string") return v;
+  if (typeof v === "number") return Number.isSafeInteger(v) ? v : new F64(v);
+  if (Array.isArray(v)) return v.map(fromJson);
+  return new LMap(Object.entries(v as Record<string, unknown>).map(([k, x]) => [k, fromJson(x)]));
+}
+
 /** Encode with minimal formats, float64 for `F64`, map order and key types as given. */
 export function encodeLossless(v: LValue): Uint8Array {
   const w = new ChunkWriter();

@@ -1,6 +1,6 @@
 // The dashboard in a real browser: Debian's headless Chromium driven by playwright-core, against
 // the real relay bundle (Miniflare, with the dashboard's static assets; the hub tier in a process
-// of its own, as under npm start), fed golden cases the
+// of its own, as under npm run start:tiers), fed golden cases the
 // way a producer feeds it (envelopes over HTTP), and a run of 240 small episodes sent as bare
 // deltas. Screenshots of each page at a desktop (1280×800) and a phone (390×844) viewport go to
 // test-results/screenshots/ (`<page>-desktop.png`, `<page>-phone.png`).
@@ -451,7 +451,9 @@ describe("a run of 240 episodes", () => {
     expect(await page.locator('.card[data-card="rewards"]').innerText()).toMatch(new RegExp(`correct\\s*${p.scores.correct}`));
     expect(await page.locator("li.turn").count()).toBe(p.calls);
     await page.goBack();
-    await page.waitForURL(`**/runs/${encodeURIComponent(run)}`);
+    // back on the run page, in the order it was left (the sort lives in the URL)
+    await page.waitForURL((u) => u.pathname === `/runs/${encodeURIComponent(run)}`);
+    expect(new URL(page.url()).searchParams.get("sort")).toBe("reward");
     await waitStats(page, expectedStats(plans));
     expect(errors).toEqual([]);
     await context.close();

@@ -204,6 +204,10 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator("#run-id").innerText()).toBe(RUN);
     // the zero-variance share beside the counters: the API's
     await waitZeroShare(page, first.zero_variance_share);
+    // no rollout here carries a trainer identity: no step or kind columns, in the groups table or the list
+    await page.waitForFunction(() => (globalThis as any).document.querySelector(".run-page")?.dataset.identity === "none");
+    expect(await page.locator("#groups .g-row[data-group] .cell-gstep").first().isVisible()).toBe(false);
+    expect(await page.locator("#episodes .ep-row[data-id] .cell-kind").first().isVisible()).toBe(false);
     const tile = page.locator('.stat[data-stat="zero_variance"]');
     expect(await tile.locator(".stat-value").innerText()).toBe("25%");
     expect(await tile.locator(".stat-sub").innerText()).toBe(`${ZERO.size} of ${GROUPS} finished groups`);

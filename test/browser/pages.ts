@@ -51,3 +51,26 @@ export async function shoot(page: Page, name: string): Promise<string[]> {
   }
   return [desktop, phone];
 }
+
+/** `name-desktop.png` and `name-phone.png` of the element `selector` only (no sideways scroll on the phone either). */
+export async function shootPart(page: Page, selector: string, name: string): Promise<string[]> {
+  const files: string[] = [];
+  for (const [size, viewport] of [
+    ["desktop", DESKTOP],
+    ["phone", PHONE],
+  ] as const) {
+    await page.setViewportSize(viewport);
+    await page.waitForTimeout(150);
+    if (size === "phone") expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
+    const file = join(SHOTS, `${name}-${size}.png`);
+    // the sticky top bar would cover the part's top once it is scrolled into view: set aside through
+    // the CSSOM (Playwright's `style` option injects a <style>, which the pages' CSP refuses)
+    await page.evaluate(`document.querySelector(".topbar")?.style.setProperty("position", "static", "important")`);
+    await page.locator(selector).first().screenshot({ path: file });
+    await page.evaluate(`document.querySelector(".topbar")?.style.removeProperty("position")`);
+    expect(statSync(file).size, file).toBeGreaterThan(0);
+    files.push(file);
+  }
+  await page.setViewportSize(DESKTOP);
+  return files;
+}

@@ -56,6 +56,30 @@ describe("episode-relay CLI", () => {
     expect(json.traces[0]!.nodes.some((n) => n.routed_experts?.dtype === "uint16")).toBe(true);
   }, 60_000);
 
+  it("push --dispatch gives the rollout its identity; episodes --kind/--step/--sort step list it; a bad identity is refused", async () => {
+    const run = `cli-disp-${Date.now().toString(36)}`;
+    const c = loadCase(fixturePath("chat_basic"));
+    const identity = { kind: "eval", step: 7, policy_version: 5, group: "g-cli", env: "chat" };
+    const p = await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:a`, "--fast", "--dispatch", JSON.stringify(identity)).done;
+    expect(p.code, p.stderr).toBe(0);
+    expect(Buffer.compare((await cli("get", `${relay.url}/${run}:a`).done).stdout, Buffer.from(c.episode!))).toBe(0);
+    expect((await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:b`, "--fast").done).code).toBe(0);
+    const listed = await cli("episodes", "--run", run, relay.url, "--kind", "eval", "--step", "5..9", "--sort", "step", "--json").done;
+    expect(listed.code).toBe(0);
+    const rows = listed.stdout
+      .toString("utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { id: string; step: number; staleness: number; group: string });
+    expect(rows.map((r) => [r.id, r.step, r.staleness, r.group])).toEqual([[`${run}:a`, 7, 2, "g-cli"]]);
+    const table = (await cli("episodes", "--run", run, relay.url, "--sort", "step").done).stdout.toString("utf8");
+    expect(table).toMatch(new RegExp(`${run}:a\\s+finished\\s+eval\\s+7`));
+    const bad = await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:c`, "--fast", "--dispatch", '{"step":"seven"}').done;
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/--dispatch: .*dispatch\.step.*int/);
+    expect((await cli("episodes", "--run", run, relay.url, "--step", "x").done).code).toBe(2);
+  }, 60_000);
+
   it("tail exits 1 on a failed run; usage errors exit 2", async () => {
     const id = `cli-fail-${Date.now().toString(36)}`;
     const tail = cli("tail", `${relay.url}/${id}`);

@@ -242,3 +242,101 @@ describe("watchEpisode refusals and retries", () => {
     await expect(fetchEpisode(authed.url, fresh("missing"), { token })).rejects.toMatchObject({ status: 404, code: "not_found" });
   });
 });
+
+describe("where the token goes", () => {
+  it("the watch offers its token as a subprotocol entry, never in the URL", async () => {
+    const { WebSocketServer } = await import("ws");
+    const server = new WebSocketServer({ port: 0, host: "127.0.0.1", handleProtocols: (p) => (p.has("episode-relay") ? "episode-relay" : false) });
+    const seen: Array<{ url: string; protocol: string }> = [];
+    server.on("connection", (socket, req) => {
+      seen.push({ url: req.url ?? "", protocol: String(req.headers["sec-websocket-protocol"] ?? "") });
+      socket.close(1000, "seen");
+    });
+    await new Promise((r) => server.once("listening", r));
+    const port = (server.address() as { port: number }).port;
+    const w = watchEpisode(`http://127.0.0.1:${port}`, "run-1:e", { WebSocket: WS, token: "tok.en.sig", after: 3, routing: false, backoffMs: [20, 50] });
+    try {
+      await until(() => seen.length >= 1);
+    } finally {
+      w.close();
+      server.close();
+    }
+    expect(seen[0]!.url).toBe("/v1/episodes/run-1%3Ae/watch?after=3&routing=0&annotations=1");
+    expect(seen[0]!.url).not.toMatch(/token/);
+    expect(seen[0]!.protocol.split(/,\s*/)).toEqual(["episode-relay", "bearer.tok.en.sig"]);
+  });
+
+  it("a watch with a token on a relay with a secret: accepted by its subprotocol entry, to the end of the run", async () => {
+    const secret = "client-test-secret-subprotocol-0123456789";
+    const authed = await startRelay({ RELAY_SECRET: secret });
+    try {
+      const id = fresh("sub");
+      const c = golden("chat_basic");
+      const producer = await mintToken(secret, { role: "producer", episodes: [id], ttl: 600 });
+      const producerCursor = new ProducerCursor("t");
+      for (const f of c.frames) {
+        const r = await fetch(`${authed.url}/v1/episodes/${id}/deltas`, {
+          method: "POST",
+          body: encodeEnvelope(producerCursor.envelope(f)),
+          headers: { authorization: `Bearer ${producer}` },
+        });
+        expect(r.status).toBe(200);
+        await r.arrayBuffer();
+        producerCursor.acknowledge();
+      }
+      const token = await mintToken(secret, { role: "watcher", episodes: [id], ttl: 600 });
+      const w = watchEpisode(authed.url, id, { WebSocket: WS, token });
+      await until(() => w.state === "live");
+      await (
+        await fetch(`${authed.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply, headers: { authorization: `Bearer ${producer}` } })
+      ).arrayBuffer();
+      const done = await w.finished();
+      expect(Buffer.compare(Buffer.from(done.episode!), Buffer.from(c.episode!))).toBe(0);
+    } finally {
+      await authed.stop();
+    }
+  }, 60_000);
+
+  it("a token is refused over plain http:// to another machine, before anything is sent, unless allowed", async () => {
+    const { checkTokenTransport } = await import("../../clients/typescript/relay-fetch.js");
+    const { fetchRun, listEpisodes, fetchGroupsPage } = await import("../../clients/typescript/watch.js");
+    const sent: string[] = [];
+    const original = globalThis.fetch;
+    globalThis.fetch = (async (url: string | URL) => {
+      sent.push(String(url));
+      return new Response("{}", { status: 404, headers: { "x-episode-relay": "1", "content-type": "application/json" } });
+    }) as typeof fetch;
+    delete process.env.EPISODE_RELAY_ALLOW_HTTP;
+    try {
+      for (const base of ["http://relay.example.com", "http://10.1.2.3:8787", "http://relay.test"]) {
+        const insecure = { name: "RelayRefusal", code: "insecure_url", message: expect.stringMatching(/plain http:\/\/.*use https:\/\//) };
+        expect(() => watchEpisode(base, "run:1", { WebSocket: WS, token: "t" })).toThrow(/refusing to send a bearer token over plain http/);
+        await expect(fetchEpisode(base, "run:1", { token: "t" })).rejects.toMatchObject(insecure);
+        await expect(
+          (async () => {
+            for await (const _ of fetchRun(base, "run", { token: "t" }));
+          })(),
+        ).rejects.toMatchObject(insecure);
+        await expect(
+          (async () => {
+            for await (const _ of listEpisodes(base, "run", { token: "t" }));
+          })(),
+        ).rejects.toMatchObject(insecure);
+        await expect(fetchGroupsPage(base, "run", { token: "t" })).rejects.toMatchObject(insecure);
+      }
+      expect(sent).toEqual([]);
+      // https, this machine, no token, or told to: it goes
+      for (const ok of ["https://relay.example.com", "http://127.0.0.1:8787", "http://localhost:1", "http://[::1]:1", "ws://a.localhost"]) {
+        expect(() => checkTokenTransport(ok, { token: "t" }), ok).not.toThrow();
+      }
+      expect(() => checkTokenTransport("http://relay.example.com", {})).not.toThrow();
+      await expect(fetchEpisode("http://relay.example.com", "run:1", { token: "t", allowHttp: true })).rejects.toMatchObject({ status: 404 });
+      process.env.EPISODE_RELAY_ALLOW_HTTP = "1";
+      await expect(fetchGroupsPage("http://relay.example.com", "run", { token: "t" })).rejects.toMatchObject({ status: 404 });
+      expect(sent).toEqual(["http://relay.example.com/v1/episodes/run%3A1", "http://relay.example.com/v1/runs/run/groups"]);
+    } finally {
+      globalThis.fetch = original;
+      delete process.env.EPISODE_RELAY_ALLOW_HTTP;
+    }
+  });
+});

@@ -89,13 +89,15 @@ describe("conformance CLI", () => {
 
 describe("conformance CLI options", () => {
   it("parses local and relay mode", () => {
-    expect(parseArgs(["a", "b"])).toEqual({ help: false, paths: ["a", "b"] });
-    expect(parseArgs(["--relay=http://h:1/", "--ingest", "ws", "--watchers", "3", "--token", "t", "x"])).toEqual({
+    expect(parseArgs(["a", "b"])).toEqual({ help: false, paths: ["a", "b"], dispatch: "none" });
+    expect(parseArgs(["--dispatch", "delta", "a"])).toEqual({ help: false, paths: ["a"], dispatch: "delta" });
+    expect(parseArgs(["--relay=http://h:1/", "--ingest", "ws", "--watchers", "3", "--token", "t", "--dispatch", "envelope", "x"])).toEqual({
       help: false,
       paths: ["x"],
-      relay: { relay: "http://h:1", ingest: "ws", watchers: 3, token: "t" },
+      dispatch: "envelope",
+      relay: { relay: "http://h:1", ingest: "ws", watchers: 3, token: "t", dispatch: "envelope" },
     });
-    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).relay).toEqual({ relay: "https://h", ingest: "http", watchers: 0 });
+    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).relay).toEqual({ relay: "https://h", ingest: "http", watchers: 0, dispatch: "none" });
     expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).paths).toEqual(["--odd-name"]);
   });
 
@@ -111,6 +113,7 @@ describe("conformance CLI options", () => {
       ["--relay", "http://h", "--watchers", "-1", "x"],
       ["--relay", "http://h", "--watchers", "1.5", "x"],
       ["--relay", "http://h", "--relay", "http://i", "x"],
+      ["--dispatch", "both", "x"],
       ["--relay"],
       ["--nope", "x"],
     ]) {

@@ -135,6 +135,20 @@ it("prints the Durable Objects, the dashboard's assets and wrangler.toml's vars 
   expect(config.observability).toMatchObject({ enabled: true, head_sampling_rate: 1 });
 });
 
+it("deploys the dashboard without source maps, and with its security headers (dashboard/public/_headers)", () => {
+  const dist = join(copy, "dashboard", "dist");
+  const files = (readdirSync(dist, { recursive: true }) as string[]).map(String);
+  const scripts = files.filter((f) => f.endsWith(".js"));
+  expect(scripts.length, files.join(", ")).toBeGreaterThan(0);
+  expect(files.filter((f) => f.endsWith(".map"))).toEqual([]);
+  for (const f of scripts) expect(readFileSync(join(dist, f), "utf8"), f).not.toMatch(/sourceMappingURL/);
+  const headers = readFileSync(join(dist, "_headers"), "utf8");
+  expect(headers).toMatch(/^\/\*$/m);
+  expect(headers).toMatch(/^ {2}Content-Security-Policy: .*default-src 'none'.*frame-ancestors 'none'/m);
+  expect(headers).toMatch(/^ {2}X-Content-Type-Options: nosniff$/m);
+  expect(headers).toMatch(/^ {2}Referrer-Policy: no-referrer$/m);
+});
+
 it(`writes a bundle within ${BUNDLE_BUDGET_GZIP / 1024} KiB gzipped`, () => {
   const bundle = join(outdir, "index.js");
   expect(existsSync(bundle), run.output).toBe(true);

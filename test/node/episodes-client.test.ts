@@ -225,27 +225,27 @@ describe("episodes client (scripted answers)", () => {
       minTurns: 2,
       minTokens: 100,
     };
-    const got = await ids(listEpisodes("http://relay.test/", "S:x", { token: "t", status: "finished", filter, sort: "reward", limit: 3 }));
+    const got = await ids(listEpisodes("https://relay.test/", "S:x", { token: "t", status: "finished", filter, sort: "reward", limit: 3 }));
     expect(got).toEqual(["S:a", "S:b", "S:c"]);
     const query =
       "status=finished&task=t+1&stop=max_turns&truncated=0&errored=1&reward=correct%3A1..&reward=format%3A..0.5&min_turns=2&min_tokens=100&sort=reward&limit=3";
     expect(spy.mock.calls.map(([u]) => String(u))).toEqual([
-      `http://relay.test/v1/runs/S%3Ax/episodes?${query}`,
-      `http://relay.test/v1/runs/S%3Ax/episodes?${query}&cursor=c1`,
-      `http://relay.test/v1/runs/S%3Ax/episodes?${query}&cursor=c2`,
+      `https://relay.test/v1/runs/S%3Ax/episodes?${query}`,
+      `https://relay.test/v1/runs/S%3Ax/episodes?${query}&cursor=c1`,
+      `https://relay.test/v1/runs/S%3Ax/episodes?${query}&cursor=c2`,
     ]);
     expect((spy.mock.calls[0]![1]!.headers as Record<string, string>).authorization).toBe("Bearer t");
     // one page: short, with its cursor and what the walk searched
     vi.restoreAllMocks();
     script({ "": { episodes: [entry("a")], cursor: "c1", searched: 1000 } });
-    expect(await fetchEpisodesPage("http://relay.test", "S", { limit: 50 })).toEqual({ episodes: [entry("a")], cursor: "c1", searched: 1000 });
+    expect(await fetchEpisodesPage("https://relay.test", "S", { limit: 50 })).toEqual({ episodes: [entry("a")], cursor: "c1", searched: 1000 });
   });
 
   it("no filter sends no filter parameter; fields left undefined are not sent", async () => {
     const spy = script({ "": { episodes: [], cursor: null, searched: 0 } });
-    await fetchEpisodesPage("http://relay.test", "S");
-    await fetchEpisodesPage("http://relay.test", "S", { filter: { task: undefined, rewards: [], minTurns: null } });
-    expect(spy.mock.calls.map(([u]) => String(u))).toEqual(["http://relay.test/v1/runs/S/episodes", "http://relay.test/v1/runs/S/episodes"]);
+    await fetchEpisodesPage("https://relay.test", "S");
+    await fetchEpisodesPage("https://relay.test", "S", { filter: { task: undefined, rewards: [], minTurns: null } });
+    expect(spy.mock.calls.map(([u]) => String(u))).toEqual(["https://relay.test/v1/runs/S/episodes", "https://relay.test/v1/runs/S/episodes"]);
   });
 
   it("refused before sending: an empty task or stop (the relay would read no filter), a run a path cannot carry, a bad URL", async () => {
@@ -254,20 +254,20 @@ describe("episodes client (scripted answers)", () => {
       [{ task: "" }, "task"],
       [{ stop: "" }, "stop"],
     ] as const) {
-      const e = await failure(fetchEpisodesPage("http://relay.test", "S", { filter }));
+      const e = await failure(fetchEpisodesPage("https://relay.test", "S", { filter }));
       expect([(e as RelayRefusal).code, (e as RelayRefusal).field]).toEqual(["bad_filter", field]);
     }
-    expect(((await failure(fetchEpisodesPage("http://relay.test", ".."))) as RelayRefusal).code).toBe("bad_run");
+    expect(((await failure(fetchEpisodesPage("https://relay.test", ".."))) as RelayRefusal).code).toBe("bad_run");
     expect(((await failure(fetchEpisodesPage("relay.test", "S"))) as RelayRefusal).code).toBe("bad_url");
     expect(spy).not.toHaveBeenCalled();
   });
 
   it("a repeated cursor and an answer that is not a page are errors", async () => {
     script({ "": { episodes: [entry("a")], cursor: "c1", searched: 1 }, c1: { episodes: [], cursor: "c1", searched: 1000 } });
-    await expect(collect(listEpisodes("http://relay.test", "S"))).rejects.toThrow(/same cursor/);
+    await expect(collect(listEpisodes("https://relay.test", "S"))).rejects.toThrow(/same cursor/);
     vi.restoreAllMocks();
     script({ "": { episodes: "no" } });
-    await expect(fetchEpisodesPage("http://relay.test", "S")).rejects.toThrow(/not a page of episodes/);
+    await expect(fetchEpisodesPage("https://relay.test", "S")).rejects.toThrow(/not a page of episodes/);
   });
 });
 
@@ -281,10 +281,10 @@ describe("episode-relay episodes", () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s)`);
-    expect(lines[2]!.split(/\s{2,}/)).toEqual(["id", "status", "reward", "turns", "tokens", "task", "stop", "error"]);
+    expect(lines[2]!.split(/\s{2,}/)).toEqual(["id", "status", "kind", "step", "reward", "turns", "tokens", "task", "stop", "error"]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
-    expect(row("b-0")).toEqual([id("b-0"), "finished", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
-    expect(row("b-1")).toEqual([id("b-1"), "finished", "0.200", "3", "99", TASK_B, "agent_completed"]);
+    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
+    expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.200", "3", "99", TASK_B, "agent_completed"]);
 
     const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");
     expect(failed.code, failed.stderr).toBe(0);
@@ -293,7 +293,7 @@ describe("episode-relay episodes", () => {
         .split("\n")
         .find((l) => l.startsWith(id("failed")))!
         .split(/\s{2,}/),
-    ).toEqual([id("failed"), "failed", "-", "0", "0", TASK_A, "-", "sandbox crashed"]);
+    ).toEqual([id("failed"), "failed", "-", "-", "-", "0", "0", TASK_A, "-", "sandbox crashed"]);
     const none = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--task", "no-such-task");
     expect([none.code, none.stdout]).toEqual([0, `run ${RUN}: 0 episode(s)\n`]);
   }, 60_000);

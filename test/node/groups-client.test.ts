@@ -190,7 +190,18 @@ describe("groups client checks (scripted answers)", () => {
   afterEach(() => {
     vi.restoreAllMocks();
   });
-  const summary = (id: string): GroupSummary => ({ id, task: null, size: 1, finished: 1, failed: 0, live: 0, rewards: {}, spread: null });
+  const summary = (id: string): GroupSummary => ({
+    id,
+    task: null,
+    size: 1,
+    finished: 1,
+    failed: 0,
+    live: 0,
+    rewards: {},
+    spread: null,
+    step: null,
+    kind: null,
+  });
   const page = (ids: string[], cursor: string | null) => ({
     run: "S",
     groups_total: 3,
@@ -210,24 +221,24 @@ describe("groups client checks (scripted answers)", () => {
 
   it("sends the parameters and the token, and follows the cursors to the end", async () => {
     const spy = script({ "": page(["a", "b"], "c1"), c1: page(["c"], null) });
-    const got = await collect(fetchGroups("http://relay.test/", "S:x", { token: "t", sort: "size", limit: 2 }));
+    const got = await collect(fetchGroups("https://relay.test/", "S:x", { token: "t", sort: "size", limit: 2 }));
     expect(got.map((g) => g.id)).toEqual(["a", "b", "c"]);
     expect(spy.mock.calls.map(([u]) => String(u))).toEqual([
-      "http://relay.test/v1/runs/S%3Ax/groups?sort=size&limit=2",
-      "http://relay.test/v1/runs/S%3Ax/groups?sort=size&limit=2&cursor=c1",
+      "https://relay.test/v1/runs/S%3Ax/groups?sort=size&limit=2",
+      "https://relay.test/v1/runs/S%3Ax/groups?sort=size&limit=2&cursor=c1",
     ]);
     expect((spy.mock.calls[0]![1]!.headers as Record<string, string>).authorization).toBe("Bearer t");
   });
 
   it("a repeated cursor, an answer that is not a page and one that is not the relay's are errors", async () => {
     script({ "": page(["a"], "c1"), c1: page(["b"], "c1") });
-    await expect(collect(fetchGroups("http://relay.test", "S"))).rejects.toThrow(/same cursor/);
+    await expect(collect(fetchGroups("https://relay.test", "S"))).rejects.toThrow(/same cursor/);
     vi.restoreAllMocks();
     script({ "": { groups: "no" } });
-    await expect(fetchGroupsPage("http://relay.test", "S")).rejects.toThrow(/not a page of groups/);
+    await expect(fetchGroupsPage("https://relay.test", "S")).rejects.toThrow(/not a page of groups/);
     vi.restoreAllMocks();
     script({ "": page([], null) }, {});
-    const foreign = await failure(fetchGroupsPage("http://relay.test", "S"));
+    const foreign = await failure(fetchGroupsPage("https://relay.test", "S"));
     expect(foreign).toBeInstanceOf(RelayRefusal);
     expect((foreign as RelayRefusal).code).toBe("not_the_relay");
   });
@@ -236,13 +247,13 @@ describe("groups client checks (scripted answers)", () => {
     const spy = vi
       .spyOn(globalThis, "fetch")
       .mockImplementation(async () => new Response(JSON.stringify({ ...summary("a/b c"), rollouts: [] }), { headers: { "x-episode-relay": "1" } }));
-    expect((await fetchGroup("http://relay.test", "S", "a/b c")).id).toBe("a/b c");
-    expect(String(spy.mock.calls[0]![0])).toBe("http://relay.test/v1/runs/S/groups/a%2Fb%20c");
+    expect((await fetchGroup("https://relay.test", "S", "a/b c")).id).toBe("a/b c");
+    expect(String(spy.mock.calls[0]![0])).toBe("https://relay.test/v1/runs/S/groups/a%2Fb%20c");
     for (const bad of ["", ".", ".."]) {
-      const e = await failure(fetchGroup("http://relay.test", "S", bad));
+      const e = await failure(fetchGroup("https://relay.test", "S", bad));
       expect((e as RelayRefusal).code, JSON.stringify(bad)).toBe("bad_group");
     }
-    expect(((await failure(fetchGroupsPage("http://relay.test", ".."))) as RelayRefusal).code).toBe("bad_run");
+    expect(((await failure(fetchGroupsPage("https://relay.test", ".."))) as RelayRefusal).code).toBe("bad_run");
     expect(((await failure(fetchGroup("relay.test", "S", "g"))) as RelayRefusal).code).toBe("bad_url");
     expect(spy).toHaveBeenCalledTimes(1);
   });

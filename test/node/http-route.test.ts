@@ -152,16 +152,22 @@ describe("method tables", () => {
       status: ["GET"],
       watch: ["GET"],
       usage: ["GET"],
+      dispatch: ["POST"],
+      annotations: ["GET", "HEAD", "POST"],
     });
     expect(INDEX_METHODS).toStrictEqual({ list: ["GET", "HEAD"], runs: ["GET", "HEAD"] });
     expect(RUN_METHODS).toStrictEqual({
       groups: ["GET", "HEAD"],
       group: ["GET", "HEAD"],
       tasks: ["GET", "HEAD"],
+      steps: ["GET", "HEAD"],
+      search: ["GET", "HEAD"],
+      rules: ["GET", "PUT"],
       run: ["GET", "HEAD"],
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],
       usage: ["GET"],
+      share: ["POST"],
     });
   });
 
@@ -186,6 +192,7 @@ describe("method tables", () => {
     ["/v1/runs/r1/episodes", ["GET", "HEAD"]],
     ["/v1/runs/r1/finished", ["GET", "HEAD"]],
     ["/v1/runs/r1/usage", ["GET"]],
+    ["/v1/runs/r1/share", ["POST"]],
   ])("allowedMethods(%s) → %j", (path, methods) => {
     const route = parseRoute(path);
     if (route.kind !== "episode" && route.kind !== "list" && route.kind !== "runs" && route.kind !== "run")

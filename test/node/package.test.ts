@@ -41,6 +41,13 @@ describe("the packed package, installed into an empty folder", () => {
     expect(files.some((f) => f.includes("fixtures"))).toBe(false);
   });
 
+  it("the tarball `npm pack` leaves in the project is git-ignored", () => {
+    const name = (JSON.parse(npm(["pack", "--dry-run", "--json"], root)) as Array<{ filename: string }>)[0]!.filename;
+    expect(name).toMatch(/\.tgz$/);
+    const check = spawnSync("git", ["check-ignore", "--no-index", "-q", name], { cwd: root });
+    expect(check.status, `${name} is not ignored by .gitignore`).toBe(0);
+  });
+
   it("its declarations type-check in a consumer with Node's ESM resolution (nodenext)", () => {
     writeFileSync(
       join(app, "check.mts"),

@@ -15,6 +15,7 @@ import {
   type RunsMessage,
 } from "../../src/registry/index-protocol.js";
 import {
+  annotationsMessage,
   ackMessage,
   caughtUpMessage,
   decodeWatchMessage,
@@ -55,6 +56,7 @@ describe("watch protocol: server → watcher", () => {
     ["finish (failed, error)", finishMessage("failed", 5, bin(0xc0), "boom"), { type: "finish", status: "failed", seq: 5, reply: bin(0xc0), error: "boom" }],
     ["finish (no error)", finishMessage("finished", 5, bin(0x80), null), { type: "finish", status: "finished", seq: 5, reply: bin(0x80), error: null }],
     ["status", statusMessage("finish_refused", 8, "count mismatch"), { type: "status", status: "finish_refused", seq: 8, error: "count mismatch" }],
+    ["annotations", annotationsMessage(3), { type: "annotations", version: 3 }],
   ];
   for (const [name, bytes, value] of cases) {
     it(`${name}: bytes equal an independent encoding, and decode back`, () => {
@@ -65,7 +67,8 @@ describe("watch protocol: server → watcher", () => {
 
   it.each<[string, unknown]>([
     ["not a map", [1, 2]],
-    ["unknown type", { type: "nope", seq: 1 }],
+    ["no type", { seq: 1 }],
+    ["annotations without a version", { type: "annotations" }],
     ["hello without seq", { type: "hello", protocol: 2, episode: "e", status: "live", ack_bytes: 1 }],
     ["negative seq", { type: "caught_up", seq: -1 }],
     ["snapshot with a str delta", { type: "snapshot", seq: 1, reason: "join", deltas: ["x"], more: false }],
@@ -75,6 +78,10 @@ describe("watch protocol: server → watcher", () => {
     ["status with a numeric error", { type: "status", status: "live", seq: 1, error: 3 }],
   ])("refuses %s", (_name, value) => {
     expect(() => decodeWatchMessage(encode(value))).toThrow(/watch message/);
+  });
+
+  it("a type it does not know (a later relay's) decodes as unknown, for the client to skip", () => {
+    expect(decodeWatchMessage(encode({ type: "from_the_future", x: 1 }))).toEqual({ type: "unknown", name: "from_the_future" });
   });
 });
 
@@ -141,11 +148,39 @@ describe("run and runs socket messages", () => {
     rewards: null,
     reward: null,
     error: null,
+    kind: "train",
+    env: null,
+    step: 3,
+    policy_version: 2,
+    staleness: 1,
   };
   const summary = { run: "run", created: entry.created, updated: entry.updated, episodes: 1, live: 1, finished: 0, failed: 0, finish_refused: 0 };
   const runMessages: RunMessage[] = [
     { type: "snapshot", run: "run", aggregates: null, episodes: [entry], truncated: false, limit: 200 },
     { type: "changes", upserts: [entry], deletes: ["run:2"], aggregates: null },
+    {
+      type: "changes",
+      upserts: [],
+      deletes: [],
+      aggregates: null,
+      steps: [
+        {
+          step: 3,
+          kind: "train",
+          episodes: 1,
+          live: 1,
+          finished: 0,
+          failed: 0,
+          mean_rewards: {},
+          zero_variance_share: null,
+          groups: { complete: 0, zero_variance: 0 },
+          mean_turns: 2,
+          mean_tokens: 10,
+          staleness: { mean: 1, max: 1 },
+        },
+      ],
+      steps_gone: [{ step: 2, kind: null }],
+    },
   ];
   it.each(runMessages)("run socket: round-trips $type", (m) => {
     expect(parseRunMessage(encodeRunMessage(m))).toEqual(m);

@@ -2,7 +2,7 @@
 // bundle in Miniflare, real HTTP and WebSockets): every golden case through HTTP and through the
 // producer socket, each with three watchers (from the start, joining midway, dropping and
 // resuming), all ending with the golden bytes. Then the same with the relay in two tiers (the hub
-// tier in its own process, as under npm start) and one hub per watcher: six watchers spread over
+// tier in its own process, as under npm run start:tiers) and one hub per watcher: six watchers spread over
 // hubs.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
@@ -35,6 +35,18 @@ describe("conformance through a live relay", () => {
       const lines = r.stdout.trim().split("\n");
       expect(lines.filter((l) => l.startsWith("ok ")).length).toBe(cases.length);
       expect(lines.at(-1)).toBe(`${cases.length} passed, 0 failed`);
+      expect(r.code).toBe(0);
+    }, 180_000);
+  }
+
+  for (const [ingest, via] of [
+    ["ws", "delta"],
+    ["http", "envelope"],
+  ]) {
+    it(`--ingest ${ingest} --watchers 3 --dispatch ${via}: a trainer's identity changes no byte, and arrives`, async () => {
+      const r = await conformance("--relay", relay.url, "--ingest", ingest!, "--watchers", "3", "--dispatch", via!, ...cases);
+      expect(r.stderr).toBe("");
+      expect(r.stdout.trim().split("\n").at(-1)).toBe(`${cases.length} passed, 0 failed`);
       expect(r.code).toBe(0);
     }, 180_000);
   }

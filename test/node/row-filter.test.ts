@@ -47,7 +47,17 @@ describe("parseRowFilter", () => {
       ],
       minTurns: 3,
       minTokens: 100,
+      kind: null,
+      env: null,
+      step: null,
+      policyVersion: null,
+      flag: null,
+      flagged: null,
     });
+    expect(parse("kind=eval&env=gsm8k&step=3&policy_version=2")).toMatchObject({ kind: "eval", env: "gsm8k", step: { min: 3, max: 3 }, policyVersion: 2 });
+    expect(parse("step=3..").step).toEqual({ min: 3, max: null });
+    expect(parse("step=..7").step).toEqual({ min: null, max: 7 });
+    expect(parse("step=2..7").step).toEqual({ min: 2, max: 7 });
   });
 
   it("takes a reward key with colons (the bounds follow the last one) and exponents", () => {
@@ -70,6 +80,12 @@ describe("parseRowFilter", () => {
       ["reward=correct:Infinity..", "reward"],
       ["reward=correct:0..&reward=correct:..1", "reward"],
       ["reward=a:..&reward=b:..&reward=c:..&reward=d:..&reward=e:..", "reward"],
+      ["step=x", "step"],
+      ["step=-1", "step"],
+      ["step=7..2", "step"],
+      ["step=1..2..3", "step"],
+      ["policy_version=1.5", "policy_version"],
+      ["kind=a%00b", "kind"],
     ] as const) {
       let caught: unknown = null;
       try {
@@ -87,6 +103,10 @@ describe("parseRowFilter", () => {
   it("filterParams writes what parseRowFilter reads", () => {
     const f = parse("task=t%20one&truncated=0&errored=1&reward=correct:0.5..&reward=format:..1&min_turns=0&min_tokens=7");
     expect(parseRowFilter(new URLSearchParams(filterParams(f)))).toEqual(f);
+    for (const q of ["kind=train&env=e&step=4&policy_version=0", "step=2..9", "step=..9", "step=3.."]) {
+      const g = parse(q);
+      expect(parseRowFilter(new URLSearchParams(filterParams(g))), q).toEqual(g);
+    }
     expect(filterParams(NO_FILTER)).toEqual([]);
   });
 });
@@ -122,5 +142,22 @@ describe("rowMatches", () => {
     expect(rowMatches(row({ rewards: null }), f("reward=correct:.."))).toBe(false);
     // a bare number is one reward named "reward"
     expect(rowMatches(row({ rewards: 0.5 }), f("reward=reward:0.5..0.5"))).toBe(true);
+  });
+
+  it("the dispatch identity's kind, env, step (exact or a range) and policy_version", () => {
+    const dispatched = row({ dispatch: { id: "d1", kind: "train", env: "gsm8k", group: "g", step: 5, policy_version: 4, started: 1.5 } });
+    expect(rowMatches(dispatched, f("kind=train"))).toBe(true);
+    expect(rowMatches(dispatched, f("kind=eval"))).toBe(false);
+    expect(rowMatches(dispatched, f("env=gsm8k&policy_version=4"))).toBe(true);
+    expect(rowMatches(dispatched, f("policy_version=5"))).toBe(false);
+    expect(rowMatches(dispatched, f("step=5"))).toBe(true);
+    expect(rowMatches(dispatched, f("step=6"))).toBe(false);
+    expect(rowMatches(dispatched, f("step=3..5"))).toBe(true);
+    expect(rowMatches(dispatched, f("step=6.."))).toBe(false);
+    expect(rowMatches(dispatched, f("step=..4"))).toBe(false);
+    // no identity, or one without the key: matches none of them
+    expect(rowMatches(row(), f("step=0.."))).toBe(false);
+    expect(rowMatches(row(), f("kind=train"))).toBe(false);
+    expect(rowMatches(row({ dispatch: { kind: "train", step: "5" } }), f("step=5"))).toBe(false);
   });
 });

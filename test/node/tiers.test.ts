@@ -1,4 +1,4 @@
-// The relay as `npm start` and the benches run it: the hub tier in a runtime process of its own
+// The relay as `npm run start:tiers` and the benches run it: the hub tier in a runtime process of its own
 // behind the router (tools/local-relay.ts `tiers`). Watchers spread over several hubs (one hub per
 // watcher here), joining late, resuming, through a retraction, across a restart of every hub
 // (the hub tier's process restarted mid-catch-up), all end with the golden bytes; a client that

@@ -12,6 +12,10 @@ import { archiveKey, EpisodeArchive } from "../../src/episode/archive.js";
 import { EpisodeState } from "../../src/episode/state.js";
 import { ARCHIVE_HEADER } from "../../src/http/archive-read.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
+import { encodeReply } from "../../src/assembly/reply.js";
+import { decodeLossless, LMap } from "../../src/wire/lossless.js";
+import { openDelta, TRACE } from "../support/deltas.js";
+import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
@@ -121,6 +125,52 @@ describe("a finished episode is archived in R2, byte for byte", () => {
     const after = await Promise.all(ids.map(requests));
     expect(after, "no request reached the episode objects").toEqual(before);
     expect(decode(c.episode!)).toEqual(items[0]!.episode);
+  });
+});
+
+describe("the JSON view keeps every key, through GET and the R2 copy", () => {
+  it("odd_values and a crafted __proto__ key: every map key in order, before and after archiving", async () => {
+    // a map key named __proto__ (a plain object would take it as its prototype and drop it), integer-like keys
+    const info = new LMap([
+      ["__proto__", new LMap([["polluted", true]])],
+      ["151655", 1],
+      ["2", new LMap([["__proto__", "inner"]])],
+    ]);
+    const crafted: GoldenCase = {
+      name: "proto",
+      description: "a map key named __proto__",
+      frames: [
+        openDelta(TRACE, {
+          set: new LMap([
+            ["info", info],
+            ["is_completed", true],
+          ]),
+        }),
+      ],
+      reply: encodeReply({ success: true, traces: [{ id: TRACE, nodes: 0, calls: 0 }] }),
+      episode: null,
+      finish_error: null,
+      checkpoints: [],
+      ack_lost: [],
+    };
+    for (const c of [await golden("odd_values"), crafted]) {
+      const id = freshId(`json-keys-${c.name}`);
+      await finish(id, c);
+      const episode = decodeLossless(await getBytes(id));
+      const keys = mapKeysInOrder(episode);
+      const before = await (await json(id)).text();
+      expect(jsonKeysInOrder(before), c.name).toEqual(keys);
+      await archived(id);
+      const after = await json(id);
+      expect(after.headers.get(ARCHIVE_HEADER)).toBe("1");
+      const text = await after.text();
+      expect(text).toBe(before);
+      expect(jsonKeysInOrder(text), c.name).toEqual(keys);
+      if (c === crafted) {
+        expect(keys).toContain("__proto__");
+        expect(text).toContain('"__proto__":{"polluted":true},"151655":1,"2":{"__proto__":"inner"}');
+      }
+    }
   });
 });
 

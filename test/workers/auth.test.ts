@@ -2,8 +2,9 @@
 // called with the test env plus a RELAY_SECRET (vitest-pool-workers cannot change env per test).
 // Tokens are made here with jose's SignJWT, independently of src/http/auth.ts.
 import { env } from "cloudflare:workers";
-import { SignJWT, UnsecuredJWT } from "jose";
+import { decodeProtectedHeader, SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { mintToken } from "../../src/http/auth.js";
 import worker from "../../src/index.js";
 import { openDelta } from "../support/deltas.js";
 import { freshId } from "./support.js";
@@ -440,6 +441,103 @@ describe("modes", () => {
   it("an empty RELAY_SECRET counts as no secret (fail closed)", async () => {
     const a = await hit({ ...CLOSED_ENV, RELAY_SECRET: "" }, ENDPOINTS[4]!, freshId("s"), auth(await token("admin", ["*"])));
     expect(a.status).toBe(503);
+  });
+});
+
+describe("keys and lifetimes", () => {
+  const status = ENDPOINTS[4]!;
+  const OLD = "auth-test-previous-secret-5e8a1f7c2b9d4e6a03c1";
+  const THIRD = "auth-test-unrelated-secret-9f0e1d2c3b4a59687766";
+
+  /** The key id the relay derives from a secret, computed here independently: SHA-256 over the label and the secret. */
+  async function kidOf(secret: string): Promise<string> {
+    const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`episode-relay key id\u0000${secret}`)));
+    return [...d.slice(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  async function signed(secret: string, kid: string | null, claims: Record<string, unknown> = {}): Promise<string> {
+    const t = await new SignJWT({ role: "watcher", episodes: ["*"], exp: now() + 600, ...claims })
+      .setProtectedHeader(kid === null ? { alg: "HS256" } : { alg: "HS256", kid })
+      .setIssuedAt()
+      .sign(new TextEncoder().encode(secret));
+    minted.push(t);
+    return t;
+  }
+
+  it("a secret shorter than 32 bytes fails closed on every request but health, saying why; 32 bytes are enough", async () => {
+    for (const secret of ["x", "s".repeat(31), "é".repeat(15)]) {
+      const e = { ...AUTH_ENV, RELAY_SECRET: secret };
+      for (const ep of ENDPOINTS) {
+        const a = await hit(e, ep, freshId("weak"), auth(await signed(secret.padEnd(32, "!"), null)));
+        expect(a.status, `${ep.name} ${secret.length}`).toBe(503);
+        expect(a.json).toMatchObject({ error: "auth_not_configured" });
+        expect(a.json?.message).toMatch(/RELAY_SECRET is \d+ bytes long; it must be at least 32/);
+      }
+      expect((await call(e, "GET", `${HOST}/v1/runs`)).status).toBe(503);
+      expect((await call(e, "GET", `${HOST}/v1/health`)).status).toBe(200);
+    }
+    const exact = "é".repeat(16); // 16 characters, 32 UTF-8 bytes
+    expectPassed(await hit({ ...AUTH_ENV, RELAY_SECRET: exact }, status, freshId("ok"), auth(await signed(exact, null))), status);
+    const a = await hit({ ...AUTH_ENV, RELAY_SECRET_PREVIOUS: "short" }, status, freshId("weak"), auth(await token("watcher", ["*"])));
+    expect([a.status, a.json?.message]).toEqual([503, expect.stringMatching(/RELAY_SECRET_PREVIOUS is 5 bytes long/)]);
+  });
+
+  it("tokens carry the key id of their secret; one naming no key of the relay is refused", async () => {
+    const t = await mintToken(SECRET, { role: "watcher", episodes: ["*"], ttl: 60 });
+    minted.push(t);
+    expect(decodeProtectedHeader(t)).toMatchObject({ alg: "HS256", kid: await kidOf(SECRET) });
+    expectPassed(await hit(AUTH_ENV, status, freshId("kid"), auth(t)), status);
+    expectUnauthorized(await hit(AUTH_ENV, status, freshId("kid"), auth(await signed(SECRET, "0123456789abcdef"))), /kid names none/);
+  });
+
+  it("a rollover: RELAY_SECRET_PREVIOUS still verifies what it signed (kid or none); a third key and the old one after the rollover do not", async () => {
+    const during = { ...AUTH_ENV, RELAY_SECRET_PREVIOUS: OLD };
+    const old = await signed(OLD, await kidOf(OLD));
+    const oldNoKid = await signed(OLD, null);
+    const current = await signed(SECRET, await kidOf(SECRET));
+    for (const t of [old, oldNoKid, current]) expectPassed(await hit(during, status, freshId("roll"), auth(t)), status);
+    // a token naming the old key but signed by another one: its signature fails against the key it names
+    expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(THIRD, await kidOf(OLD)))), /signature/);
+    expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(THIRD, null))), /signature/);
+    // an old token that is expired says so, whichever key is tried first
+    expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(OLD, null, { exp: now() - 120 }))), /expired/);
+    // the rollover done (the previous secret removed): the old key's tokens stop working
+    expectUnauthorized(await hit(AUTH_ENV, status, freshId("roll"), auth(old)));
+    expectUnauthorized(await hit(AUTH_ENV, status, freshId("roll"), auth(oldNoKid)), /signature/);
+  });
+
+  it("a token may live at most its role's TOKEN_MAX_TTL (default producer 30d, watcher 7d, admin 1d)", async () => {
+    const day = 86400;
+    const life = async (role: Role, seconds: number, extra: Record<string, unknown> = {}) =>
+      hit(AUTH_ENV, status, freshId("ttl"), auth(await token(role, ["*"], { exp: now() + seconds, ...extra })));
+    expectPassed(await life("watcher", 7 * day), status);
+    expectUnauthorized(await life("watcher", 7 * day + 120), /lifetime exceeds the watcher maximum of 7d/);
+    expectPassed(await life("producer", 30 * day), status);
+    expectUnauthorized(await life("producer", 31 * day), /producer maximum of 30d/);
+    expectUnauthorized(await life("admin", 2 * day), /admin maximum of 1d/);
+    // issued long ago: counted from iat, not from now; no iat, or one in the future: counted from now
+    const issuedAt = async (iat: number | null, exp: number) => {
+      const jwt = new SignJWT({ role: "watcher", episodes: ["*"], exp }).setProtectedHeader({ alg: "HS256" });
+      const t = await (iat === null ? jwt : jwt.setIssuedAt(iat)).sign(new TextEncoder().encode(SECRET));
+      minted.push(t);
+      return hit(AUTH_ENV, status, freshId("ttl"), auth(t));
+    };
+    expectUnauthorized(await issuedAt(now() - 7 * day, now() + 3600), /lifetime exceeds/);
+    expectPassed(await issuedAt(now() - 6 * day, now() + 3600), status);
+    expectUnauthorized(await issuedAt(null, now() + 8 * day), /lifetime exceeds/);
+    expectPassed(await issuedAt(null, now() + 6 * day), status);
+    expectUnauthorized(await issuedAt(now() + day, now() + 8 * day), /lifetime exceeds/);
+    // configured: per role, the others keep their defaults; an unreadable value fails closed
+    const short = { ...AUTH_ENV, TOKEN_MAX_TTL: "watcher=1h" };
+    expectUnauthorized(await hit(short, status, freshId("ttl"), auth(await token("watcher", ["*"], { exp: now() + 7200 }))), /maximum of 1h/);
+    expectPassed(await hit(short, status, freshId("ttl"), auth(await token("producer", ["*"], { exp: now() + 7200 }))), status);
+    const bad = await hit({ ...AUTH_ENV, TOKEN_MAX_TTL: "watcher=forever" }, status, freshId("ttl"), auth(await token("watcher", ["*"])));
+    expect([bad.status, bad.json?.error]).toEqual([503, "auth_not_configured"]);
+  });
+
+  it("mintToken refuses a short secret and a lifetime past the role's maximum", async () => {
+    await expect(mintToken("short", { role: "watcher", episodes: ["*"], ttl: 60 })).rejects.toThrow(/at least 32/);
+    await expect(mintToken(SECRET, { role: "admin", episodes: ["*"], ttl: 2 * 86400 })).rejects.toThrow(/admin maximum/);
   });
 });
 

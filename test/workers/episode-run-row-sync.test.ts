@@ -2,15 +2,18 @@
 // (`alarmAt`), when a turn's update is due (`dueAfter`), the retry backoff (`retryDelay`), and
 // `RunRowSync` over a real SqlStorage with a stand-in for the run's index: throttled updates,
 // sends in order, a failed send that stays due, a delete's tombstone; and the row it sends.
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeState } from "../../src/episode/state.js";
 import { alarmAt, dueAfter, RunRowSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/episode/run-row-sync.js";
 import { commitIngest } from "../../src/episode/commit.js";
 import { runIndexName } from "../../src/registry/episode-index.js";
+import { parseRowFilter } from "../../src/registry/row-filter.js";
 import type { IndexRow } from "../../src/registry/rows.js";
 import { LMap } from "../../src/wire/lossless.js";
 import { delta, enc, f, m, openDelta } from "../support/deltas.js";
-import { withFreshStorage } from "./support.js";
+import { freshId, post, relay, withFreshStorage } from "./support.js";
 
 describe("the alarm's deadlines and the update schedule", () => {
   it("alarmAt: the earlier of retention and a pending update (none pending: retention)", () => {
@@ -167,6 +170,52 @@ describe("RunRowSync", () => {
   });
 });
 
+describe("a delete through the real objects", () => {
+  const tables = (id: string) =>
+    runInDurableObject(env.EPISODES.getByName(id), (_i, state) =>
+      state.storage.sql
+        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'")
+        .toArray()
+        .map((r) => r.name),
+    );
+  /** The ids of the run's rows starting with `id` (none: the run has no row at all). */
+  const rowIn = async (id: string) => {
+    const q = { status: null, filter: parseRowFilter(new URLSearchParams()), prefix: id, limit: 5, sort: "updated" as const, after: null };
+    return ((await env.EPISODE_INDEX.getByName(runIndexName("erase-run")).list(q, null))?.episodes ?? []).map((e) => e.id);
+  };
+
+  it("the tombstone is written with the erase: a crash before the run's index hears leaves it, and the alarm drops the row", async () => {
+    const id = `erase-run:${freshId("e")}`;
+    (await post(`${id}/deltas`, openDelta())).body?.cancel();
+    await expect.poll(() => rowIn(id)).toEqual([id]);
+    // the delete, then a crash at once: the object is reset before it hears back from the run's index
+    const stub = env.EPISODES.getByName(id);
+    const crashed = runInDurableObject(stub, async (instance, ctx) => {
+      expect(await instance.remove(id)).toMatchObject({ ok: true });
+      await ctx.storage.sync(); // the erase is durable (as when the DELETE was answered)
+      ctx.abort("crash right after the erase");
+    });
+    await expect(crashed).rejects.toThrow(/crash right after the erase/);
+    expect((await relay(`${id}/status`)).status).toBe(404);
+    const after = env.EPISODES.getByName(id); // a stub of the object as restarted
+    expect(await runInDurableObject(after, (_i, state) => new EpisodeState(state.storage).record.tombstone())).toEqual({ id, attempts: 0 });
+    expect(await runInDurableObject(after, (_i, state) => state.storage.getAlarm())).not.toBeNull();
+    // the alarm retries the tombstone: the row goes, then the episode's storage
+    expect(await runDurableObjectAlarm(after)).toBe(true);
+    await expect.poll(() => rowIn(id)).toEqual([]);
+    await expect.poll(() => tables(id)).toEqual([]);
+  });
+
+  it("once the run's index dropped the row, nothing of the episode is stored", async () => {
+    const id = `erase-run:${freshId("f")}`;
+    (await post(`${id}/deltas`, openDelta())).body?.cancel();
+    expect((await relay(id, { method: "DELETE" })).status).toBe(200);
+    await expect.poll(() => tables(id)).toEqual([]);
+    expect(await rowIn(id)).toEqual([]);
+    expect(await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => state.storage.getAlarm())).toBeNull();
+  });
+});
+
 describe("rowOf", () => {
   it("the counters from the meta row; tokens of every trace; rewards, task, stop condition and truncation of the first", async () => {
     await withFreshStorage((storage) => {
@@ -198,6 +247,9 @@ describe("rowOf", () => {
         stop_condition: "answered",
         truncated: true,
         run_name: null,
+        dispatch: null,
+        // no timing, no nodes, no calls yet
+        live: { stage: "pending", started: null, elapsed: null, branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null, annotations: 0 },
       });
     });
   });

@@ -55,6 +55,10 @@ describe("EpisodeRecord", () => {
         etag: null,
         refused: null,
         archived: null,
+        dispatch: null,
+        live: null,
+        annotations: 0,
+        annotationBytes: 0,
       });
       expect(r.exists()).toBe(true);
       const saved: Meta = {
@@ -70,6 +74,10 @@ describe("EpisodeRecord", () => {
         size: 99,
         etag: "e",
         archived: 3000,
+        dispatch: Uint8Array.of(0x81, 0xa4, 0x73, 0x74, 0x65, 0x70, 0x03),
+        live: { stage: "done", started: 1.5, elapsed: 2, branches: 1, input_tokens: 3, output_tokens: 4, cost: null, last: "ok" },
+        annotations: 3,
+        annotationBytes: 1200,
       };
       r.saveMeta(saved);
       expect(r.meta()).toEqual(saved);

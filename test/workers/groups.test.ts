@@ -135,7 +135,11 @@ describe("per-task results", () => {
       { task: "task-a", rollouts: 4, finished: 3, failed: 1, mean_turns: 2, mean_tokens: 100, mean_reward: 2 / 3, solve_rate: 2 / 3 },
       { task: "task-b", rollouts: 1, finished: 0, failed: 0, mean_turns: 2, mean_tokens: 100, mean_reward: null, solve_rate: null },
     ]);
-    expect((await get("?key=correct&threshold=1&limit=1")).cursor).toBe("task-a");
+    // a page of one ends after task-a (its cursor is sealed: only the relay reads it), the next holds task-b
+    const one = await get("?key=correct&threshold=1&limit=1");
+    expect(one.tasks.map((t) => t.task)).toEqual(["task-a"]);
+    expect(one.cursor).not.toContain("task");
+    expect((await get(`?key=correct&threshold=1&limit=1&cursor=${encodeURIComponent(one.cursor!)}`)).tasks.map((t) => t.task)).toEqual(["task-b"]);
     await index.remove(`${run}:e1`);
     expect((await get("?key=correct&threshold=0.5")).tasks[0]).toMatchObject({ rollouts: 3, finished: 2, mean_reward: 1, solve_rate: 1 });
   });
@@ -159,5 +163,27 @@ describe("an episode's row carries its task and group", () => {
     expect(done.groups.map((g) => [g.id, g.task, g.finished])).toEqual([["ff2a2a75403787784bd9ede96d0db119", "f5c5d5d61e062b74", 1]]);
     const list = (await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Array<{ group: string; run_name: string }> };
     expect(list.episodes[0]).toMatchObject({ group: "ff2a2a75403787784bd9ede96d0db119", run_name: "multi-agent-env-eval" });
+  });
+
+  it("a rollout whose reply was refused stays in its reply's group (no group of one): finish_refused counts as live there", async () => {
+    const run = `grpr-${Date.now().toString(36)}`;
+    const c = await golden("gap_detected");
+    const id = `${run}:refused`;
+    const producer = new ProducerCursor("p");
+    for (const f of c.frames) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(f)));
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    // a sibling of the same group that finished
+    const group = "809e5310700c629b8d2d208533bbb9ba";
+    await env.EPISODE_INDEX.getByName(`run:${run}`).upsert(row(run, 1, "finished", group, 1, 10));
+    const res = await post(`${id}/reply`, c.reply);
+    expect(res.status).toBe(409);
+    await res.arrayBuffer();
+    const page = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
+    expect(page.groups.map((g) => [g.id, g.size, g.finished, g.live])).toEqual([[group, 2, 1, 1]]);
+    const list = (await (await relay(`../runs/${run}/episodes?status=finish_refused`)).json()) as { episodes: Array<{ id: string; group: string }> };
+    expect(list.episodes.map((e) => [e.id, e.group])).toEqual([[id, group]]);
   });
 });

@@ -11,9 +11,11 @@ import { recount } from "../../src/registry/aggregates.js";
 import type { IndexRow, IndexStatus } from "../../src/registry/entry.js";
 import { runIndexName } from "../../src/registry/episode-index.js";
 import { IndexStore } from "../../src/registry/index-store.js";
+import { INDEX_SCHEMA } from "../../src/registry/schemas.js";
 import { NO_FILTER } from "../../src/registry/row-filter.js";
 import { encodeListCursor, type ListQuery } from "../../src/registry/rows.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
+import { SchemaState } from "../../src/storage/schema.js";
 import { freshId } from "./support.js";
 
 function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {
@@ -41,8 +43,11 @@ function row(run: string, n: number, status: IndexStatus, updated: number, extra
 async function withStore<R>(fn: (store: IndexStore, storage: DurableObjectStorage, run: string) => R): Promise<R> {
   const run = freshId("store");
   const index = env.EPISODE_INDEX.getByName(runIndexName(run));
-  await index.remove(`${run}:none`); // answered once the object's schema is open; writes nothing
-  return runInDurableObject(index, (_o, state) => fn(new IndexStore(state.storage.sql), state.storage, run));
+  return runInDurableObject(index, (_o, state) => {
+    // the tables as the object creates them with its first row
+    state.storage.transactionSync(() => new SchemaState(state.storage, INDEX_SCHEMA).ensure());
+    return fn(new IndexStore(state.storage.sql), state.storage, run);
+  });
 }
 
 /** Write `next` over whatever row of its id the store holds, as the object does. */
@@ -130,22 +135,26 @@ describe("pages and the bulk-fetch order", () => {
     });
   });
 
-  it("finished episodes come in the order they finished here; a re-finish keeps its place; a narrow scope reads on", async () => {
+  it("finished episodes come in the order they finished here; a re-finish keeps its place; a narrow scope reads its own rows", async () => {
     await withStore((store, storage, run) => {
       // finished in the order 3, 0, 4, 1 (their clocks say otherwise)
       for (const [k, n] of [3, 0, 4, 1].entries()) write(store, storage, row(run, n, "finished", 5000 - k));
       write(store, storage, row(run, 2, "live", 9000));
       write(store, storage, row(run, 0, "finished", 9999, { tokens: 1 })); // finished again: same place
       const all = store.finished(0, 10, null);
-      expect(all.map((x) => x.id)).toEqual([3, 0, 4, 1].map((n) => `${run}:e${n}`));
-      expect(all.map((x) => x.seq)).toEqual([1, 2, 3, 4]);
-      expect(store.finished(2, 10, null).map((x) => x.id)).toEqual([`${run}:e4`, `${run}:e1`]);
-      // a scope passing one in four, a page of 1: batches of 1 are read until it is found
-      expect(store.finished(0, 1, [`${run}:e1`])).toEqual([{ id: `${run}:e1`, seq: 4 }]);
+      expect(all.items.map((x) => x.id)).toEqual([3, 0, 4, 1].map((n) => `${run}:e${n}`));
+      expect(all.items.map((x) => x.seq)).toEqual([1, 2, 3, 4]);
+      expect(all.next).toBeNull();
+      expect(store.finished(2, 10, null).items.map((x) => x.id)).toEqual([`${run}:e4`, `${run}:e1`]);
+      // a page of 2: the next starts after the second
+      expect(store.finished(0, 2, null)).toEqual({ items: [`${run}:e3`, `${run}:e0`].map((id, i) => ({ id, seq: i + 1 })), next: 2, unsent: 0 });
+      // a scope covering one: its own row is read, the others are not (nor counted anywhere)
+      expect(store.finished(0, 1, [`${run}:e1`])).toEqual({ items: [{ id: `${run}:e1`, seq: 4 }], next: null, unsent: 0 });
+      expect(store.finished(0, 1, [`${run}:e2`])).toEqual({ items: [], next: null, unsent: 1 });
       // live again: out of the order; finished once more: a new place at the end
       write(store, storage, row(run, 3, "live", 10_000));
       write(store, storage, row(run, 3, "finished", 10_001));
-      expect(store.finished(0, 10, null).map((x) => x.id)).toEqual([0, 4, 1, 3].map((n) => `${run}:e${n}`));
+      expect(store.finished(0, 10, null).items.map((x) => x.id)).toEqual([0, 4, 1, 3].map((n) => `${run}:e${n}`));
     });
   });
 });

@@ -1,11 +1,12 @@
 // The episode list's filters at 100,000 rows (src/registry/episode-pages.ts, row-filter.ts): every
-// filter and both sorts, paged over HTTP through the Worker, give exactly the rows a recount
+// filter and every sort (update, reward, step), paged over HTTP through the Worker, give exactly the rows a recount
 // finds (all rows read back and matched with `rowMatches`, in the sort's order); no page reads
 // more than its walk's budget (the index object's own rowsRead, as billed), and a deep page or a
 // rare task reads about a page, not the run.
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
+import { cursorBinding, cursorKeys, sealCursor } from "../../src/http/cursor-seal.js";
 import { SCAN_BUDGET } from "../../src/registry/episode-pages.js";
 import type { IndexEntry, IndexRow } from "../../src/registry/entry.js";
 import { parseRowFilter, rowMatches } from "../../src/registry/row-filter.js";
@@ -19,7 +20,7 @@ const index = () => env.EPISODE_INDEX.getByName(`run:${RUN}`);
 type Page = { episodes: IndexEntry[]; cursor: string | null; searched: number };
 
 /** A row as listed: the API's times back in ms, and the reward it sorts by. */
-type Row = IndexRow & { reward: number | null };
+type Row = IndexRow & Pick<IndexEntry, "reward" | "kind" | "step">;
 
 /** Every row, read back through the unfiltered list (the recount's source). */
 let all: Row[] = [];
@@ -31,16 +32,27 @@ beforeAll(async () => {
     sql.exec("DELETE FROM rows");
     sql.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${N - 1})
       INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error,
-        finished_seq, task, grp, stop, truncated, run_name)
+        finished_seq, task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version)
       SELECT printf('${RUN}:e%06d', i), '${RUN}', st, 1000 + i, 5000000 + (i * 7919) % 50000, NULL, i, 2, 5, i % 30, (i * 13) % 20000,
         CASE WHEN st = 'live' THEN NULL ELSE json_object('correct', json_object('score', c, 'weight', 1), 'format', json_object('score', f, 'weight', 1)) END,
         CASE WHEN st = 'live' THEN NULL ELSE (c + f) / 2.0 END,
         CASE WHEN st IN ('failed', 'finish_refused') OR i % 1001 = 0 THEN 'boom' ELSE NULL END,
         NULL, CASE WHEN i IN (7, 50007, 99998) THEN 'task-rare' ELSE printf('task-%d', i % 5000) END, NULL,
         CASE WHEN i % 97 = 0 THEN 'max_turns' WHEN st = 'finished' THEN 'completed' ELSE NULL END,
-        CASE WHEN i % 53 = 0 THEN 1 ELSE 0 END, NULL
+        CASE WHEN i % 53 = 0 THEN 1 ELSE 0 END, NULL,
+        CASE WHEN i % 10 = 9 THEN NULL ELSE json_object('kind', kd, 'env', printf('env-%d', i % 4), 'step', i / 250, 'policy_version', i / 250 - i % 3) END,
+        CASE WHEN i % 10 = 9 THEN NULL ELSE kd END,
+        CASE WHEN i % 10 = 9 THEN NULL ELSE printf('env-%d', i % 4) END,
+        CASE WHEN i % 10 = 9 THEN NULL ELSE i / 250 END,
+        CASE WHEN i % 10 = 9 THEN NULL ELSE i / 250 - i % 3 END
       FROM (SELECT i, CASE i % 10 WHEN 0 THEN 'failed' WHEN 1 THEN 'live' WHEN 2 THEN 'finish_refused' ELSE 'finished' END AS st,
-        ((i * 37) % 11) / 10.0 AS c, (i % 2) * 1.0 AS f FROM n)`);
+        ((i * 37) % 11) / 10.0 AS c, (i % 2) * 1.0 AS f, CASE WHEN i % 20 = 3 THEN 'eval' ELSE 'train' END AS kd FROM n)`);
+    // the steps table as the index keeps it for those rows (episodes and statuses per step and kind)
+    sql.exec("DELETE FROM steps");
+    sql.exec(`INSERT INTO steps (step, kind, counters) SELECT step, kind, json_object('episodes', COUNT(*), 'live', SUM(status = 'live'),
+        'finished', SUM(status = 'finished'), 'failed', SUM(status = 'failed'), 'finish_refused', SUM(status = 'finish_refused'),
+        'calls', SUM(calls), 'tokens', SUM(tokens), 'rewards', json_object(), 'staleness', json_object(), 'groups_complete', 0, 'groups_zero', 0)
+      FROM rows WHERE step IS NOT NULL GROUP BY step, kind`);
     sql.exec("DELETE FROM scores");
     sql.exec(`INSERT INTO scores (id, key, score) SELECT rows.id, j.key, json_extract(j.value, '$.score') FROM rows, json_each(rows.rewards) AS j
       WHERE rows.rewards IS NOT NULL`);
@@ -69,16 +81,21 @@ describe("episode list filters at 100,000 rows", () => {
     ["errored among finished (an error reported at finish)", "errored=1&status=finished&limit=30"],
     ["not truncated, by reward, two reward ranges", "truncated=0&reward=correct:0.9..&reward=format:..0&sort=reward&limit=200"],
     ["by reward, status live (no rewards: the second walk)", "status=live&sort=reward&limit=500&min_turns=21"],
+    ["the eval rollouts (the kind index)", "kind=eval&limit=200"],
+    ["one training step (its index, by update)", "step=37&limit=50"],
+    ["a step range, by step (the walk bounded by the range)", "sort=step&step=100..120&limit=300"],
+    ["by step, every row (rows without a step last)", "sort=step&limit=500&min_turns=28"],
+    ["a policy version and an env (checked on the walk)", "policy_version=50&env=env-1&limit=50"],
   ];
   for (const [what, query] of cases) {
     it(`${what}: ${query}`, async () => {
       const params = new URLSearchParams(query);
       const filter = parseRowFilter(params);
       const status = params.get("status");
-      const byReward = params.get("sort") === "reward";
+      const sort = params.get("sort");
       const expected = all
         .filter((r) => (status === null || r.status === status) && rowMatches(r, filter))
-        .sort(byReward ? rewardOrder : updatedOrder)
+        .sort(sort === "reward" ? rewardOrder : sort === "step" ? stepOrder : updatedOrder)
         .map((r) => r.id);
       expect(expected.length).toBeGreaterThan(0);
       const got: string[] = [];
@@ -114,7 +131,10 @@ describe("episode list filters at 100,000 rows", () => {
 
   it("a page deep into the run reads about a page: the walk starts at the cursor", async () => {
     const at = [...all].sort(updatedOrder)[90_000]!;
-    const cursor = encodeListCursor({ key: at.updated, id: at.id });
+    // a cursor as the relay seals it (auth is off here: its fixed key); an unsealed position is refused
+    const raw = encodeListCursor({ key: at.updated, id: at.id });
+    expect((await relay(`../runs/${RUN}/episodes?limit=50&cursor=${encodeURIComponent(raw)}`)).status).toBe(400);
+    const cursor = await sealed("episodes:updated", raw);
     const before = (await index().usage()).rowsRead;
     const page = await list(`limit=50&cursor=${encodeURIComponent(cursor)}`);
     const read = (await index().usage()).rowsRead - before;
@@ -123,7 +143,9 @@ describe("episode list filters at 100,000 rows", () => {
     expect(read).toBeLessThan(200);
     const rewardAt = [...all].sort(rewardOrder)[60_000]!;
     const before2 = (await index().usage()).rowsRead;
-    const page2 = await list(`limit=50&sort=reward&cursor=${encodeURIComponent(encodeListCursor({ key: rewardAt.reward, id: rewardAt.id }))}`);
+    const page2 = await list(
+      `limit=50&sort=reward&cursor=${encodeURIComponent(await sealed("episodes:reward", encodeListCursor({ key: rewardAt.reward, id: rewardAt.id })))}`,
+    );
     expect(page2.episodes.length).toBe(50);
     expect((await index().usage()).rowsRead - before2).toBeLessThan(200);
     console.log(`deep pages: ${read} and ${(await index().usage()).rowsRead - before2} rows read for 50 rows`);
@@ -152,6 +174,35 @@ describe("episode list filters at 100,000 rows", () => {
     expect(pages).toBe(Math.floor(N / 10 / SCAN_BUDGET) + 1);
   });
 
+  it("the steps: every page reads about a page, however large the run; their counts are the rows'", async () => {
+    const steps: Array<{ step: number; kind: string | null; episodes: number; finished: number }> = [];
+    let cursor: string | null = null;
+    let maxRead = 0;
+    do {
+      const before = (await index().usage()).rowsRead;
+      const res = await relay(`../runs/${RUN}/steps?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      const page = (await res.json()) as { steps: typeof steps; cursor: string | null };
+      maxRead = Math.max(maxRead, (await index().usage()).rowsRead - before);
+      steps.push(...page.steps);
+      cursor = page.cursor;
+    } while (cursor !== null);
+    expect(maxRead).toBeLessThanOrEqual(110);
+    const counted = new Map<string, { episodes: number; finished: number }>();
+    for (const r of all) {
+      if (r.step === null) continue;
+      const k = `${r.step}/${r.kind}`;
+      const c = counted.get(k) ?? { episodes: 0, finished: 0 };
+      c.episodes++;
+      if (r.status === "finished") c.finished++;
+      counted.set(k, c);
+    }
+    expect(steps.length).toBe(counted.size);
+    for (const s of steps) expect({ episodes: s.episodes, finished: s.finished }, `${s.step}/${s.kind}`).toEqual(counted.get(`${s.step}/${s.kind}`));
+    const eval_ = (await (await relay(`../runs/${RUN}/steps?kind=eval&limit=500`)).json()) as { steps: typeof steps };
+    expect(eval_.steps.every((s) => s.kind === "eval")).toBe(true);
+    console.log(`steps: ${steps.length} steps and kinds over ${N} rows, at most ${maxRead} rows read per page of 100`);
+  });
+
   it("refuses a bad filter with 400 bad_filter naming the parameter", async () => {
     for (const [query, field] of [
       ["truncated=maybe", "truncated"],
@@ -160,6 +211,8 @@ describe("episode list filters at 100,000 rows", () => {
       ["reward=correct:1..0", "reward"],
       ["reward=correct:x..1", "reward"],
       ["reward=a:..1&reward=b:..1&reward=c:..1&reward=d:..1&reward=e:..1", "reward"],
+      ["step=1..x", "step"],
+      ["policy_version=-2", "policy_version"],
     ] as const) {
       const res = await relay(`../runs/${RUN}/episodes?${query}`);
       expect(res.status, query).toBe(400);
@@ -167,6 +220,11 @@ describe("episode list filters at 100,000 rows", () => {
     }
   });
 });
+
+/** A position of this run's list sealed as the relay seals it for a viewer of everything (auth off). */
+async function sealed(kind: string, raw: string): Promise<string> {
+  return sealCursor(await cursorKeys([]), cursorBinding(kind, RUN, null), raw);
+}
 
 async function list(query: string): Promise<Page> {
   const res = await relay(`../runs/${RUN}/episodes?${query}`);
@@ -202,6 +260,13 @@ function rowOfEntry(e: IndexEntry): Row {
 
 function updatedOrder(a: Row, b: Row): number {
   return b.updated - a.updated || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}
+
+function stepOrder(a: Row, b: Row): number {
+  const x = a.step;
+  const y = b.step;
+  if (x === null || y === null) return x === y ? (a.id < b.id ? 1 : -1) : x === null ? 1 : -1;
+  return y - x || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
 }
 
 function rewardOrder(a: Row, b: Row): number {

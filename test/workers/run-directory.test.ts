@@ -103,14 +103,18 @@ describe("the runs list", () => {
     expect((await dir.runs(null, 10, null, null, true)).runs.map((r) => r.run)).toEqual(["y"]);
   });
 
-  it("the store's page takes a filter and says whether more follow", async () => {
+  it("the store's page takes a filter, reads at most its budget, and says where the next starts", async () => {
     const dir = directory();
     for (let i = 0; i < 7; i++) await dir.upsertRun(runRow(`r${i}`, i));
     await runInDurableObject(dir, (_o, state) => {
       const store = new DirectoryStore(state.storage.sql);
       const odd = (run: string) => Number(run.slice(1)) % 2 === 1;
-      expect(store.page(null, 2, odd)).toMatchObject({ rows: [{ run: "r5" }, { run: "r3" }], more: true });
-      expect(store.page({ created: 3, run: "r3" }, 2, odd)).toMatchObject({ rows: [{ run: "r1" }], more: false });
+      expect(store.page(null, 2, odd)).toMatchObject({ rows: [{ run: "r5" }, { run: "r3" }], next: { created: 3, run: "r3" } });
+      expect(store.page({ created: 3, run: "r3" }, 2, odd)).toMatchObject({ rows: [{ run: "r1" }], next: null });
+      // a budget of 3 rows read: the page stops short, at the last row read (r4, not one the filter passes)
+      expect(store.page(null, 2, odd, 3)).toMatchObject({ rows: [{ run: "r5" }], next: { created: 4, run: "r4" } });
+      expect(store.page({ created: 4, run: "r4" }, 2, odd, 3)).toMatchObject({ rows: [{ run: "r3" }, { run: "r1" }], next: { created: 1, run: "r1" } });
+      expect(store.page({ created: 1, run: "r1" }, 2, odd, 3)).toMatchObject({ rows: [], next: null });
       expect(store.delete("r1")).toBe(true);
       expect(store.delete("r1")).toBe(false);
     });

@@ -35,7 +35,7 @@ async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, p
 const stub = (id: string) => env.EPISODES.get(env.EPISODES.idFromName(id));
 
 describe("the episode lives in SQLite", () => {
-  it("memory holds the index (per node its size, links, routing shape), not node bytes", async () => {
+  it("memory holds the index (per node its size, links, routing shape, whether a repair touched it), not node bytes", async () => {
     const id = freshId("index");
     const c = await golden("large_routing");
     await push(id, c);
@@ -44,7 +44,7 @@ describe("the episode lives in SQLite", () => {
       const asm = new EpisodeState(state.storage).memory().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
-        for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parents", "routed", "ver"]);
+        for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parent", "parents", "repaired", "role", "routed", "ver"]);
       }
     });
   });

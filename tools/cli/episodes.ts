@@ -1,8 +1,9 @@
 // `episode-relay episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]
 // [--errored|--no-error] [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N]
-// [--sort updated|reward] [--limit N] [--json] [--token T]`: run R's episodes that pass the filters
-// (`GET /v1/runs/{run}/episodes`), one line each: id, status, reward, turns, tokens, task, stop
-// condition (and error), or with --json one JSON line each as the relay lists it. Every page is
+// [--kind train|eval] [--env E] [--step N|MIN..MAX] [--policy-version N]
+// [--sort updated|reward|step] [--limit N] [--json] [--token T]`: run R's episodes that pass the
+// filters (`GET /v1/runs/{run}/episodes`), one line each: id, status, kind and step, reward, turns,
+// tokens, task, stop condition (and error), or with --json one JSON line each as the relay lists it. Every page is
 // followed to the end (a short page with a cursor is not the end), or until --limit episodes.
 // The filters are read with the relay's own parser (src/registry/row-filter.ts), so a bad value is
 // a usage error here, with the relay's rule, before anything is sent.
@@ -14,7 +15,7 @@ import { parseOptions, UsageError } from "../parse-options.js";
 import { clip, num, table } from "./groups.js";
 import { CLI_HINTS } from "./hints.js";
 
-const SORTS = { updated: true, reward: true } as const satisfies Record<EpisodeSort, true>;
+const SORTS = { updated: true, reward: true, step: true } as const satisfies Record<EpisodeSort, true>;
 export const EPISODE_SORTS = Object.keys(SORTS) as EpisodeSort[];
 
 /** Episodes per request (the relay's maximum). */
@@ -42,6 +43,10 @@ const FLAGS: Record<string, string> = {
   reward: "--reward",
   min_turns: "--min-turns",
   min_tokens: "--min-tokens",
+  kind: "--kind",
+  env: "--env",
+  step: "--step",
+  policy_version: "--policy-version",
 };
 
 /** `episodes`' command line (after the command); throws UsageError. */
@@ -61,6 +66,10 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
       reward: { type: "string", multiple: true },
       "min-turns": { type: "string" },
       "min-tokens": { type: "string" },
+      kind: { type: "string" },
+      env: { type: "string" },
+      step: { type: "string" },
+      "policy-version": { type: "string" },
       sort: { type: "string" },
       limit: { type: "string" },
       json: { type: "boolean", default: false },
@@ -82,7 +91,7 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
     limit = /^\d{1,9}$/.test(o.limit) ? Number(o.limit) : 0;
     if (limit < 1) throw new UsageError(`--limit: expected a whole number from 1, got ${JSON.stringify(o.limit)}`);
   }
-  for (const name of ["task", "stop"] as const) if (o[name] === "") throw new UsageError(`--${name} needs a value`);
+  for (const name of ["task", "stop", "kind", "env", "step"] as const) if (o[name] === "") throw new UsageError(`--${name} needs a value`);
   // the flags as the relay's parameters, read by the relay's own parser
   const params = new URLSearchParams();
   if (o.task !== undefined) params.set("task", o.task);
@@ -92,6 +101,10 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
   for (const r of o.reward ?? []) params.append("reward", r);
   if (o["min-turns"] !== undefined) params.set("min_turns", o["min-turns"]);
   if (o["min-tokens"] !== undefined) params.set("min_tokens", o["min-tokens"]);
+  if (o.kind !== undefined) params.set("kind", o.kind);
+  if (o.env !== undefined) params.set("env", o.env);
+  if (o.step !== undefined) params.set("step", o.step);
+  if (o["policy-version"] !== undefined) params.set("policy_version", o["policy-version"]);
   let filter: RowFilter;
   try {
     filter = parseRowFilter(params);
@@ -120,10 +133,12 @@ export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
   const more = stopped ? ` (stopped at --limit ${a.limit})` : "";
   console.log(`run ${a.run}: ${found.length} episode(s)${more}`);
   if (found.length === 0) return 0;
-  const head = ["id", "status", "reward", "turns", "tokens", "task", "stop", "error"];
+  const head = ["id", "status", "kind", "step", "reward", "turns", "tokens", "task", "stop", "error"];
   const rows = found.map((e) => [
     e.id,
     e.status,
+    e.kind ?? "-",
+    e.step === null ? "-" : String(e.step),
     e.reward === null ? "-" : num(e.reward),
     String(e.calls),
     String(e.tokens),
@@ -132,6 +147,6 @@ export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
     e.error === null ? "" : clip(e.error, 40),
   ]);
   console.log("");
-  for (const line of table(head, rows, new Set([2, 3, 4]))) console.log(line);
+  for (const line of table(head, rows, new Set([3, 4, 5, 6]))) console.log(line);
   return 0;
 }

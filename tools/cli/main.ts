@@ -11,7 +11,10 @@ import { parseBase, parseTarget } from "./target.js";
 const USAGE = `usage: episode-relay <command> ...
   tail URL/ID [--token T] [--routing] [--wait S] follow an episode live (exits when the run ends; gives up
                                                  after S seconds, default 30, if the relay never answers)
-  push FILE URL/ID [--fast] [--token T]          replay a golden case or a JSON-lines recording into a relay
+  push FILE URL/ID [--fast] [--dispatch JSON] [--token T]
+                                                 replay a golden case or a JSON-lines recording into a relay;
+                                                 --dispatch: the rollout's identity in the trainer, e.g.
+                                                 '{"kind":"train","step":3,"group":"g1","policy_version":2}'
   get URL/ID [--json] [--token T] [-o FILE]      fetch the episode (msgpack, or --json)
   get --run R --out DIR URL [--json] [--token T] every finished episode of run R into DIR/<id>.msgpack (or .json);
                                                  a second call resumes after the last one written (DIR/.cursor)
@@ -21,15 +24,17 @@ const USAGE = `usage: episode-relay <command> ...
   groups --run R --group G URL [--json] [--token T]
                                                  the group's rollouts, best reward first, with their advantages
   episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated] [--errored|--no-error]
-           [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N] [--sort updated|reward] [--limit N]
-           [--json] [--token T]                  run R's episodes that pass every filter given (--reward: up to 4
+           [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N] [--kind train|eval] [--env E]
+           [--step N|MIN..MAX] [--policy-version N] [--sort updated|reward|step] [--limit N] [--json] [--token T]
+                                                 run R's episodes that pass every filter given (--reward: up to 4
                                                  keys, either bound may be left out, e.g. correct:1.. or format:..0.5):
-                                                 id, status, reward, turns, tokens, task, stop; --json: JSON lines;
-                                                 --limit N: the first N only
+                                                 id, status, kind, step, reward, turns, tokens, task, stop; --json:
+                                                 JSON lines; --limit N: the first N only
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
-RELAY_TOKEN in the environment is used when --token is not given.`;
+RELAY_TOKEN in the environment is used when --token is not given. A token is sent over plain http:// only to
+this machine, unless EPISODE_RELAY_ALLOW_HTTP=1 (e.g. inside a private network); use https:// otherwise.`;
 
 /** The options of tail, push, get and groups: each command takes all of them, and ignores those it has no use for. */
 function options(argv: string[]) {
@@ -46,6 +51,7 @@ function options(argv: string[]) {
       out: { type: "string" },
       sort: { type: "string" },
       group: { type: "string" },
+      dispatch: { type: "string" },
     },
     allowPositionals: true,
     tokens: true,
@@ -96,7 +102,7 @@ async function main(argv: string[]): Promise<number> {
         return await tail(parseTarget(positional[0]!), { token, routing: o.routing, ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }) });
       case "push":
         if (positional.length !== 2) break;
-        return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast });
+        return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast, dispatch: o.dispatch });
       case "get":
         if (positional.length !== 1) break;
         if (o.run !== undefined) {

@@ -1,5 +1,7 @@
-// `episode-relay push FILE URL/ID [--fast] [--token T]`: replay a recording
-// into a relay as a producer would (envelopes, exactly-once), then post its reply.
+// `episode-relay push FILE URL/ID [--fast] [--dispatch JSON] [--token T]`: replay a recording
+// into a relay as a producer would (envelopes, exactly-once), then post its reply. `--dispatch`
+// gives the rollout its identity in the trainer (src/envelope/dispatch.ts): it rides with the
+// envelopes until one is acknowledged, as the Python sink sends it.
 // FILE is a golden case (`*.msgpack`, test/fixtures/golden/README.md format; frames are sent 250 ms apart
 // unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`
 // per line and optionally a last `{"t": seconds, "reply": "<base64 msgpack>"}` (sent at `t`).
@@ -7,6 +9,7 @@
 // its ack is treated as lost, as the recorded worker saw it: the producer's cursor stays, and the
 // relay retracts the frame when the next one arrives.
 import { readFileSync } from "node:fs";
+import { dispatchFromJson } from "../../src/envelope/dispatch.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
@@ -39,8 +42,16 @@ export function loadRecording(path: string): Recording {
   return { frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta, ackLost: lost.has(i) })), reply: { t: c.frames.length * 0.25, bytes: c.reply } };
 }
 
-export async function push(file: string, t: Target, opts: { fast?: boolean; token?: string; err?: NodeJS.WriteStream }): Promise<number> {
+export async function push(file: string, t: Target, opts: { fast?: boolean; token?: string; dispatch?: string; err?: NodeJS.WriteStream }): Promise<number> {
   const err = opts.err ?? process.stderr;
+  let dispatch: Uint8Array | undefined;
+  if (opts.dispatch !== undefined) {
+    try {
+      dispatch = dispatchFromJson(JSON.parse(opts.dispatch));
+    } catch (e) {
+      throw new Error(`--dispatch: ${e instanceof SyntaxError ? "not JSON" : (e as Error).message} (expected an object such as {"kind":"train","step":3})`);
+    }
+  }
   const rec = loadRecording(file);
   const auth: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
   const url = `${t.base}/v1/episodes/${encodeURIComponent(t.id)}`;
@@ -62,7 +73,7 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
     await wait(f.t);
     const res = await relayFetch(`${url}/deltas`, {
       method: "POST",
-      body: encodeEnvelope(producer.envelope(f.delta)),
+      body: encodeEnvelope({ ...producer.envelope(f.delta), ...(dispatch && producer.cursor === 0 ? { dispatch } : {}) }),
       headers: { "content-type": "application/msgpack", ...auth },
     });
     if (res.status !== 200) {

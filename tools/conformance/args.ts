@@ -9,6 +9,9 @@ export { UsageError };
 
 export type IngestMode = "http" | "ws";
 
+/** Where a trainer's dispatch identity rides (tools/conformance/local.ts `WithDispatch`): none, every envelope, or the opening frames' own key. */
+export type DispatchMode = "none" | "envelope" | "delta";
+
 /** What relay mode needs; handed to `runCaseOnRelay` (tools/conformance/relay.ts) as is. */
 export interface RelayOptions {
   /** Base URL of the relay, e.g. `http://127.0.0.1:8787` (no trailing slash). */
@@ -19,6 +22,8 @@ export interface RelayOptions {
   watchers: number;
   /** Bearer token for the relay, if it wants one. */
   token?: string;
+  /** A trainer's identity with each case's frames (the bytes must not change). */
+  dispatch?: DispatchMode;
 }
 
 export interface CliOptions {
@@ -26,6 +31,8 @@ export interface CliOptions {
   paths: string[];
   /** Set when `--relay` was given: relay mode. Undefined: local mode. */
   relay?: RelayOptions;
+  /** A trainer's identity with each case's frames, in either mode. */
+  dispatch: DispatchMode;
 }
 
 export const USAGE = `usage: npm run conformance -- [options] PATH...
@@ -41,12 +48,16 @@ export const USAGE = `usage: npm run conformance -- [options] PATH...
                     (default http)
   --watchers K      relay mode: K WebSocket watchers follow each episode (default 0)
   --token T         relay mode: bearer token sent to the relay
+  --dispatch envelope|delta
+                    send a trainer's dispatch identity with the frames (prime-rl's shape): on
+                    every envelope, or as the top-level key of each frame that opens a trace;
+                    the bytes must stay the golden ones and the identity must arrive
   -h, --help        this text
 
 Prints "ok NAME" or "FAIL NAME: <first difference>" per case, then "N passed, N failed".
 Exit status: 0 all passed, 1 some case failed, 2 usage error.`;
 
-const VALUE_OPTIONS = ["relay", "ingest", "watchers", "token"] as const;
+const VALUE_OPTIONS = ["relay", "ingest", "watchers", "token", "dispatch"] as const;
 
 /** Parse `argv` (without node and the script). Throws UsageError. */
 export function parseArgs(argv: readonly string[]): CliOptions {
@@ -58,6 +69,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       ingest: { type: "string" },
       watchers: { type: "string" },
       token: { type: "string" },
+      dispatch: { type: "string" },
     },
     allowPositionals: true,
     tokens: true,
@@ -67,7 +79,11 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   }
   const help = values.help ?? false;
   const paths = positionals;
-  if (help) return { help, paths };
+  const dispatch = values.dispatch ?? "none";
+  if (dispatch !== "none" && dispatch !== "envelope" && dispatch !== "delta") {
+    throw new UsageError(`--dispatch: expected envelope or delta, got ${JSON.stringify(dispatch)}`);
+  }
+  if (help) return { help, paths, dispatch };
 
   const relay = values.relay;
   if (relay === undefined) {
@@ -76,7 +92,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
     }
   }
   if (paths.length === 0) throw new UsageError("no PATH given");
-  if (relay === undefined) return { help, paths };
+  if (relay === undefined) return { help, paths, dispatch };
 
   let url: URL;
   try {
@@ -94,6 +110,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   return {
     help,
     paths,
-    relay: { relay: relay.replace(/\/+$/, ""), ingest, watchers: Number(watchersText), ...(token !== undefined ? { token } : {}) },
+    dispatch,
+    relay: { relay: relay.replace(/\/+$/, ""), ingest, watchers: Number(watchersText), dispatch, ...(token !== undefined ? { token } : {}) },
   };
 }

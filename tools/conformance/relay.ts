@@ -8,12 +8,14 @@
 // midway and resuming with `?after=`, round robin.
 
 import WebSocket from "ws";
+import { dispatchJson } from "../../src/envelope/dispatch.js";
 import { encodeEnvelope } from "../../src/envelope/envelope.js";
 import { ProducerCursor } from "../../src/envelope/producer.js";
 import { type EpisodeWatch, watchEpisode } from "../../clients/typescript/watch.js";
 import type { RelayOptions } from "./args.js";
 import type { GoldenCase } from "./cases.js";
 import { compareBytes } from "./compare.js";
+import { CONFORMANCE_DISPATCH, frameWithDispatch, type WithDispatch } from "./local.js";
 
 export type { RelayOptions } from "./args.js";
 
@@ -42,6 +44,7 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
   const roles = Array.from({ length: opts.watchers }, (_, i) => i % 3);
   for (const role of roles) if (role !== 1) watch(role === 2);
   const send = opts.ingest === "ws" ? await socketSender(opts, id) : httpSender(base, auth);
+  const dispatch: WithDispatch | undefined = opts.dispatch && opts.dispatch !== "none" ? { identity: CONFORMANCE_DISPATCH, via: opts.dispatch } : undefined;
   try {
     const producer = new ProducerCursor("conformance");
     const lost = new Set(c.ack_lost);
@@ -51,8 +54,8 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
         for (const role of roles) if (role === 1) watch();
         for (const w of watchers) if ((w as EpisodeWatch & { dropMidway?: boolean }).dropMidway) w.reconnectNow();
       }
-      const frame = c.frames[i]!;
-      const err = await send(encodeEnvelope(producer.envelope(frame)));
+      const env = producer.envelope(frameWithDispatch(c.frames[i]!, dispatch));
+      const err = await send(encodeEnvelope(dispatch?.via === "envelope" ? { ...env, dispatch: dispatch.identity } : env));
       if (err) return `frames[${i}]: relay refused: ${err}`;
       if (!lost.has(i)) producer.acknowledge(); // a lost ack: the cursor stays, the relay retracts it later
     }
@@ -74,6 +77,10 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
       return undefined;
     }
     if (res.status !== 200) return `reply: ${res.status} ${text.slice(0, 300)}`;
+    if (dispatch) {
+      const st = (await (await fetch(`${base}/status`, { headers: auth })).json()) as { dispatch?: unknown };
+      if (JSON.stringify(st.dispatch) !== JSON.stringify(dispatchJson(dispatch.identity))) return `dispatch: the relay holds ${JSON.stringify(st.dispatch)}`;
+    }
     const got = await fetch(base, { headers: { accept: "application/msgpack", ...auth } });
     if (got.status !== 200) return `GET episode: ${got.status} ${(await got.text()).slice(0, 300)}`;
     const diff = compareBytes(c.episode!, new Uint8Array(await got.arrayBuffer()), "episode");

@@ -6,6 +6,10 @@
 - :class:`RelayForwarder`: for a process that receives deltas (the env client's delta
   callback): non-blocking ``on_delta`` / ``on_reply``, ordered background delivery with
   same-seq retries and a bounded buffer.
+- :func:`announce_dispatch`: a rollout the trainer dispatched, shown as pending until its first
+  trace streams (``RelaySink`` and ``RelayForwarder`` take the same identity as ``dispatch=``).
+- :func:`post_annotations` / :func:`fetch_annotations`: the trainer's per-token annotations
+  (prime-rl's records), merged per trace by the relay.
 - :class:`RelayMirror`: a ``send`` that keeps the worker's own transport primary and mirrors
   each delta it acknowledged to the relay through a forwarder.
 - :func:`fetch_run`: the finished episodes of a run, streamed, each as the exact bytes the
@@ -23,12 +27,15 @@ from .forwarder import RelayForwarder
 from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
 from .mirror import RelayMirror
 from .producer import Outgoing, ProducerCursor
-from .sink import RelaySink
+from .sink import RelaySink, announce_dispatch, fetch_annotations, post_annotations
 from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
 from .wire import LIST_FIELDS, pack, unpack
 
 __all__ = [
     "RelaySink",
+    "announce_dispatch",
+    "post_annotations",
+    "fetch_annotations",
     "RelayForwarder",
     "RelayMirror",
     "fetch_run",

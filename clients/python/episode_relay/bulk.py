@@ -6,12 +6,14 @@ The relay answers a msgpack *sequence* (documents one after another) of maps
 :func:`fetch_run` streams the answer and splits it as it arrives with ``msgpack.Unpacker``:
 the id and cursor are decoded, the episode is only *skipped* (walked, never built into Python
 objects) and its span of the received bytes is yielded, so it is byte for byte what the relay
-sent. Only the element being read is kept.
+sent. Only the element being read is kept. An answer the relay ended on its budget (rows it
+read without sending them: outside the token's scope, or gone) ends with ``{"cursor": str,
+"more": true}``; :func:`fetch_run` then asks again from that cursor by itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -21,6 +23,13 @@ from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_
 
 #: One finished episode: ``(id, cursor, episode_bytes)``.
 RunEpisode = Tuple[str, str, bytes]
+
+
+class _More:
+    """The last element of an answer that stopped on the relay's budget: ask again from ``cursor``."""
+
+    def __init__(self, cursor: str) -> None:
+        self.cursor = cursor
 
 
 def run_path(run: str) -> str:
@@ -55,23 +64,32 @@ def fetch_run(
     own = client is None
     http = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout))
     target = base + run_path(run)
-    params = {"cursor": cursor} if cursor else None
-    headers = {**auth_headers(token), "accept": MSGPACK}
+    headers = {**auth_headers(token, base), "accept": MSGPACK}
     what = f"GET run {run} finished episodes"
     try:
-        with http.stream("GET", target, params=params, headers=headers) as res:
-            check_relay_answer(res, what)
-            if res.status_code != 200:
-                raise error_from_answer(res.status_code, res.read(), what)
-            splitter = _Splitter()
-            for chunk in res.iter_bytes():
-                yield from splitter.feed(chunk)
-            if splitter.pending():
-                raise RelayError(
-                    f"{what}: the answer ended inside an element ({splitter.pending()} bytes left); resume with the last cursor",
-                    status=200,
-                    error="truncated",
-                )
+        while True:
+            more: Optional[str] = None
+            params = {"cursor": cursor} if cursor else None
+            with http.stream("GET", target, params=params, headers=headers) as res:
+                check_relay_answer(res, what)
+                if res.status_code != 200:
+                    raise error_from_answer(res.status_code, res.read(), what)
+                splitter = _Splitter()
+                for chunk in res.iter_bytes():
+                    for element in splitter.feed(chunk):
+                        if isinstance(element, _More):
+                            more = element.cursor
+                        else:
+                            yield element
+                if splitter.pending():
+                    raise RelayError(
+                        f"{what}: the answer ended inside an element ({splitter.pending()} bytes left); resume with the last cursor",
+                        status=200,
+                        error="truncated",
+                    )
+            if more is None:
+                return
+            cursor = more
     except (httpx.HTTPError, OSError) as e:
         raise network_error(e, f"{what} ({target})", timeout) from e
     finally:
@@ -102,7 +120,7 @@ class _Splitter:
         """Bytes received that no complete element took."""
         return len(self._buf)
 
-    def feed(self, chunk: bytes) -> Iterator[RunEpisode]:
+    def feed(self, chunk: bytes) -> Iterator[Union[RunEpisode, _More]]:
         self._unpacker.feed(chunk)
         self._buf += chunk
         while True:
@@ -115,7 +133,7 @@ class _Splitter:
             if element is not None:
                 yield element
 
-    def _step(self) -> Optional[RunEpisode]:
+    def _step(self) -> Optional[Union[RunEpisode, _More]]:
         """Read one header, key or value; the element once its last value is read."""
         u = self._unpacker
         if self._left is None:
@@ -128,7 +146,7 @@ class _Splitter:
                 raise RelayError(f"bulk answer: expected a str key, got {key!r:.80}", status=200, error="bad_answer")
             self._key = key
             return None
-        if self._key in ("id", "cursor"):
+        if self._key in ("id", "cursor", "more"):
             value: Any = u.unpack()
         else:
             # the episode (or a field this client does not know): its span, never decoded
@@ -142,14 +160,17 @@ class _Splitter:
         self._left -= 1
         return self._done() if self._left == 0 else None
 
-    def _done(self) -> RunEpisode:
+    def _done(self) -> Union[RunEpisode, _More]:
         f = self._fields
         id_, cursor, episode = f.get("id"), f.get("cursor"), f.get("episode")
-        if not isinstance(id_, str) or not isinstance(cursor, str) or not isinstance(episode, bytes):
+        more = f.get("more") is True and isinstance(cursor, str) and id_ is None
+        if not more and (not isinstance(id_, str) or not isinstance(cursor, str) or not isinstance(episode, bytes)):
             raise RelayError(f"bulk answer: an element lacks id, cursor or episode (keys {sorted(f)})", status=200, error="bad_answer")
         # the element is read: drop its bytes
         end = self._unpacker.tell()
         del self._buf[: end - self._base]
         self._base = end
         self._left, self._fields = None, {}
-        return id_, cursor, episode
+        if more:
+            return _More(str(cursor))
+        return str(id_), str(cursor), bytes(episode)  # type: ignore[arg-type]

@@ -8,11 +8,11 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Deque, Dict, Mapping, Optional, Tuple, Union
 
 import httpx
 
-from .sink import producer_connection
+from .sink import log_rebase, producer_connection
 from .transport import DeltaChannel, FinishMismatch, RelayError, check_base_url, check_episode_id
 from .wire import Document, Encoder, default_encoder, to_bytes
 
@@ -57,7 +57,8 @@ class RelayForwarder:
     forwarder is running (after the first call from the loop, :meth:`start` or
     :meth:`drain`), from any other thread.
 
-    Args: as :class:`~episode_relay.RelaySink`, plus the buffer and backoff settings above.
+    Args: as :class:`~episode_relay.RelaySink` (``dispatch=`` included: the rollout's identity in
+    the trainer, e.g. prime-rl's ``dispatch_info``), plus the buffer and backoff settings above.
     """
 
     def __init__(
@@ -77,11 +78,12 @@ class RelayForwarder:
         client: Optional[httpx.AsyncClient] = None,
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
+        dispatch: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
-            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes
@@ -328,7 +330,13 @@ class RelayForwarder:
             except Exception as e:
                 self._give_up(f"unreadable delta: {e}")
                 return
-            ack = await self._retry(lambda: self.channel.send(out.envelope), f"delta seq {out.seq}")
+            while True:
+                ack = await self._retry(lambda: self.channel.send(out.envelope), f"delta seq {out.seq}")
+                again = None if ack is None else self.cursor.rebased(out, ack)
+                if again is None:
+                    break
+                log_rebase(self.episode_id, self.cursor.producer, out.seq, again.seq)
+                out = again
             if ack is not None:
                 self.cursor.acknowledge(out)  # every forwarded delta is acknowledged: no retraction
                 self.delivered += 1

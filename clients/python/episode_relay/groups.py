@@ -120,7 +120,7 @@ def _get_json(target: str, what: str, params: Optional[Dict[str, str]], token: O
     """GET ``target``: the parsed JSON of a 200 answer; :class:`RelayError` on anything else."""
     own = client is None
     http = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout))
-    headers = {**auth_headers(token), "accept": "application/json"}
+    headers = {**auth_headers(token, target), "accept": "application/json"}
     try:
         res = http.get(target, params=params, headers=headers)
     except (httpx.HTTPError, OSError) as e:

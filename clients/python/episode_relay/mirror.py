@@ -14,7 +14,7 @@ order, retrying. So:
 
 Usage::
 
-    forwarder = RelayForwarder(url, episode_id, token=token)
+    forwarder = RelayForwarder(url, episode_id, token=token, dispatch=dispatch_info)  # dispatch: optional
     mirror = RelayMirror(send_to_env_client, forwarder)
     async with DeltaStreamer(traces, send=mirror) as streamer:
         ...

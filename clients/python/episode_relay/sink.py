@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Dict, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
 
 import httpx
 
 from .producer import Outgoing, ProducerCursor
-from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id
-from .wire import Document, Encoder, default_encoder, to_bytes
+from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id, error_from_answer
+from .wire import Document, Encoder, default_encoder, pack, to_bytes, unpack
 
 logger = logging.getLogger("episode_relay")
 
@@ -38,12 +39,13 @@ def producer_connection(
     timeout: float,
     client: Optional[httpx.AsyncClient],
     start_seq: Optional[int],
+    dispatch: Optional[Mapping[str, Any]] = None,
 ) -> "tuple[ProducerCursor, RelayHttp, DeltaChannel]":
     """The producer cursor, the HTTP client and the delta channel shared by the sink and the
     forwarder. A named producer starts its seq from the clock, so a restart never reuses one."""
     if start_seq is None:
         start_seq = 1 if producer is None else clock_seq()
-    cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq)
+    cursor = ProducerCursor(producer if producer is not None else new_producer_name(), start_seq, dispatch)
     http = RelayHttp(url, episode_id, token=token, timeout=timeout, client=client)
     channel: DeltaChannel
     if transport == "http":
@@ -73,10 +75,11 @@ class RelaySink:
     the lost frame before applying it. The relay ends with exactly the reference assembly over the
     deltas the streamer counted as sent.
 
-    A *retryable* failure (network error, timeout, 5xx, 408, 429: e.g. the relay restarting, or a
-    deploy) is retried with the very same envelope (same seq: the relay acknowledges a duplicate
+    A *retryable* failure (network error, timeout, 5xx, 408, 429, or an error answer without the
+    relay's header such as a proxy's 502: e.g. the relay restarting, or a deploy) is retried, with
+    jittered backoff, with the very same envelope (same seq: the relay acknowledges a duplicate
     without applying it again) until ``retry_for`` seconds have passed, then ``send`` raises.
-    Refusals (4xx) are never retried.
+    Refusals (the relay's 4xx; a page or a 404 that is not the relay) are never retried.
 
     The streamer swallows a failure of its exit flush: :meth:`finish` re-delivers that last
     delta (same envelope) before it posts the reply, so the reply's counts match.
@@ -93,12 +96,18 @@ class RelaySink:
         timeout: Seconds for one attempt (connect, write, answer).
         retry_for: Seconds to keep retrying one envelope on retryable failures (default 30: long
             enough to ride out a relay restart or a deploy); 0 raises at the first failure.
-        retry_backoff: Seconds before the first retry; doubles per retry (up to 2 s).
+        retry_backoff: Seconds before the first retry (drawn between half and all of it); doubles
+            per retry (up to 2 s).
         client: An ``httpx.AsyncClient`` to use instead of the sink's own (not closed by
             :meth:`close`).
         default: msgpack ``default`` encoder for dict deltas; by default verifiers' own
             ``msgpack_encoder`` when importable.
         start_seq: The first seq to use.
+        dispatch: The rollout's identity in the trainer, prime-rl's ``dispatch_info`` shape
+            (``{id, kind, env, group, task, policy_version, step, started}``, every key optional):
+            it rides with the envelopes until one is acknowledged. The relay keeps it beside the
+            episode (never in it): the run's list, groups and steps go by it. Set once: another
+            identity for the same episode is refused (409 ``dispatch_conflict``).
     """
 
     def __init__(
@@ -115,11 +124,12 @@ class RelaySink:
         client: Optional[httpx.AsyncClient] = None,
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
+        dispatch: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
-            self.url, episode_id, token, producer, transport, timeout, client, start_seq
+            self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
         self.retry_for = max(0.0, float(retry_for))
         self.retry_backoff = retry_backoff
@@ -151,14 +161,21 @@ class RelaySink:
         async with self._lock:
             out = self.cursor.prepare(delta, self.default)
             self.undelivered = out
-            ack = await self._deliver(out)
+            out, ack = await self._deliver(out)
             self.cursor.acknowledge(out)
             self.undelivered = None
             self.last_ack = ack
             return ack
 
-    async def _deliver(self, out: Outgoing) -> Dict[str, Any]:
-        return await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
+    async def _deliver(self, out: Outgoing) -> "tuple[Outgoing, Dict[str, Any]]":
+        """Send ``out`` until the relay answers; the envelope it took (see :meth:`ProducerCursor.rebased`) and its answer."""
+        while True:
+            ack = await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
+            again = self.cursor.rebased(out, ack)
+            if again is None:
+                return out, ack
+            log_rebase(self.episode_id, self.cursor.producer, out.seq, again.seq)
+            self.undelivered = out = again
 
     async def finish(self, reply: Document) -> Dict[str, Any]:
         """POST the run's reply (``{success, error, head, traces}``, a dict or its bytes).
@@ -177,7 +194,7 @@ class RelaySink:
             if self.undelivered is not None:
                 out = self.undelivered
                 logger.info("episode %s: re-sending delta seq %d (its send failed) before the reply", self.episode_id, out.seq)
-                self.last_ack = await self._deliver(out)
+                out, self.last_ack = await self._deliver(out)
                 self.cursor.acknowledge(out)
                 self.undelivered = None
             return await retrying(lambda: self.http.post("reply", body), "reply", self.retry_for, self.retry_backoff)
@@ -203,6 +220,81 @@ class RelaySink:
         await self.close()
 
 
+async def announce_dispatch(
+    url: str,
+    episode_id: str,
+    dispatch: Mapping[str, Any],
+    token: Optional[str] = None,
+    *,
+    timeout: float = 30.0,
+    retry_for: float = 30.0,
+    client: Optional[httpx.AsyncClient] = None,
+) -> Dict[str, Any]:
+    """``POST /v1/episodes/{id}/dispatch``: announce a rollout the trainer dispatched, before its
+    first trace streams. The run lists it as a pending rollout (no traces, stage ``pending``) until
+    its first trace streams, it ends, or the relay's PENDING_TIMEOUT_SECONDS pass. Returns the
+    relay's answer (``{"ok": true, "created", "changed", "status", "dispatch"}``); raises
+    :class:`~episode_relay.RelayError` (409 ``dispatch_conflict`` when the episode already has
+    another identity). Retryable failures are retried (the same identity again changes nothing)."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    body = pack(dict(dispatch))
+    try:
+        return await retrying(lambda: http.post("dispatch", body), "dispatch", retry_for, 0.2)
+    finally:
+        await http.close()
+
+
+async def post_annotations(
+    url: str,
+    episode_id: str,
+    records: Union[Mapping[str, Any], "list[Mapping[str, Any]]"],
+    token: Optional[str] = None,
+    *,
+    timeout: float = 30.0,
+    retry_for: float = 30.0,
+    client: Optional[httpx.AsyncClient] = None,
+) -> Dict[str, Any]:
+    """``POST /v1/episodes/{id}/annotations``: the trainer's annotation records of the episode's
+    traces, in prime-rl's shape (``{"version": 1, "trace_id", "info", "branches": [{"index",
+    "trainer_logprobs", "entropies", "is_masked", "advantages", ...}]}``; one record or a list). The
+    relay merges them per trace (accepted while live, finished or archived) and tells watchers.
+    Returns ``{"ok": true, "version": records merged, "bytes": ...}``; raises
+    :class:`~episode_relay.RelayError` (422 ``unknown_trace``, 413 ``annotations_too_large``, 400
+    naming the field). Retryable failures are retried; a retry after a lost answer merges the records
+    again (harmless: a later entry equal to an earlier one folds to the same values)."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    body = pack(records if isinstance(records, Mapping) else list(records))
+    try:
+        return await retrying(lambda: http.post("annotations", body), "annotations", retry_for, 0.2)
+    finally:
+        await http.close()
+
+
+async def fetch_annotations(
+    url: str, episode_id: str, token: Optional[str] = None, *, timeout: float = 30.0, client: Optional[httpx.AsyncClient] = None
+) -> Dict[str, Any]:
+    """``GET /v1/episodes/{id}/annotations``: ``{"episode", "version", "traces": [merged record per trace]}``."""
+    http = RelayHttp(check_base_url(url), check_episode_id(episode_id), token=token, timeout=timeout, client=client)
+    try:
+        r = await http.request("GET", "annotations", headers={"accept": "application/msgpack"})
+        if r.status_code != 200:
+            raise error_from_answer(r.status_code, r.content, f"GET /v1/episodes/{episode_id}/annotations")
+        doc: Dict[str, Any] = unpack(r.content)
+        return doc
+    finally:
+        await http.close()
+
+
+def log_rebase(episode_id: str, producer: str, seq: int, now: int) -> None:
+    logger.warning(
+        "episode %s: the relay holds a later seq of producer %r than seq %d (this process's clock is behind an earlier one's): sent again as seq %d",
+        episode_id,
+        producer,
+        seq,
+        now,
+    )
+
+
 async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str, retry_for: float, backoff: float) -> Dict[str, Any]:
     """``attempt()`` until it answers, retrying retryable failures for up to ``retry_for`` seconds."""
     deadline = time.monotonic() + retry_for
@@ -214,5 +306,6 @@ async def retrying(attempt: "Callable[[], Awaitable[Dict[str, Any]]]", what: str
             if not e.retryable or time.monotonic() + delay > deadline:
                 raise
             logger.info("%s: %s; retrying in %.2f s", what, e, delay)
-        await asyncio.sleep(delay)
+        # jittered: sinks dropped together (a relay restart) come back spread out
+        await asyncio.sleep(delay * (0.5 + random.random() / 2))
         delay = min(delay * 2, 2.0)

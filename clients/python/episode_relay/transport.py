@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ipaddress
 import json
+import os
 import re
 from typing import Any, Dict, Mapping, Optional, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -44,7 +46,8 @@ class RelayError(Exception):
     Attributes: ``status`` (HTTP status, None for network errors and timeouts), ``error``
     (the relay's error code such as ``producer_conflict``, or ``network`` / ``timeout``),
     ``field`` (where the relay found the problem, when it says), ``retryable`` (True when the
-    same message may succeed later: network errors, timeouts, 5xx, 408, 429).
+    same message may succeed later: network errors, timeouts, 5xx but ``auth_not_configured``,
+    408, 429, and ``gateway``: an answer something in front of the relay gave in its place).
     """
 
     def __init__(self, message: str, status: Optional[int] = None, error: Optional[str] = None, field: Optional[str] = None) -> None:
@@ -56,6 +59,10 @@ class RelayError(Exception):
 
     @property
     def retryable(self) -> bool:
+        if self.error == "gateway":
+            return True
+        if self.error == "auth_not_configured":
+            return False  # the relay refuses everything until it has a RELAY_SECRET
         return self.status is None or self.status >= 500 or self.status in (408, 429)
 
     def __repr__(self) -> str:
@@ -147,15 +154,30 @@ def network_error(e: BaseException, what: str, timeout: float) -> RelayError:
     return RelayError(f"{what}: {type(e).__name__}: {e}", error="network")
 
 
-def check_relay_answer(r: httpx.Response, what: str) -> None:
-    """Raise :class:`RelayError` (``not_the_relay``) when the answer is not the relay's."""
-    if r.headers.get(RELAY_HEADER) is None:
-        kind = r.headers.get("content-type", "no content type")
-        raise RelayError(
-            f"{what}: the address answered {r.status_code} ({kind}) but not as an Episode Relay: check the relay's base URL",
-            status=r.status_code,
+def foreign_answer(status: int, content_type: Optional[str], what: str) -> RelayError:
+    """The :class:`RelayError` for an answer without the relay's header. A page (2xx) or a 404 (405,
+    410: no such path, not that method) is what a web server or another API answers there:
+    ``not_the_relay``, final. Any other status (a
+    proxy's 502, Cloudflare's error page, a local router while the relay starts) is something in
+    front of the relay failing in its place: ``gateway``, retryable."""
+    kind = content_type or "no content type"
+    if 200 <= status < 300 or status in (404, 405, 410):
+        return RelayError(
+            f"{what}: the address answered {status} ({kind}) but not as an Episode Relay: check the relay's base URL",
+            status=status,
             error="not_the_relay",
         )
+    return RelayError(
+        f"{what}: answered {status} ({kind}) in the relay's place (a proxy, or a local relay still starting): try again later",
+        status=status,
+        error="gateway",
+    )
+
+
+def check_relay_answer(r: httpx.Response, what: str) -> None:
+    """Raise :class:`RelayError` when the answer is not the relay's (see :func:`foreign_answer`)."""
+    if r.headers.get(RELAY_HEADER) is None:
+        raise foreign_answer(r.status_code, r.headers.get("content-type"), what)
 
 
 def episode_path(episode_id: str, action: str = "") -> str:
@@ -164,8 +186,44 @@ def episode_path(episode_id: str, action: str = "") -> str:
     return f"{path}/{action}" if action else path
 
 
-def auth_headers(token: Optional[str]) -> Dict[str, str]:
-    return {"authorization": f"Bearer {token}"} if token else {}
+#: Set to ``1`` to send a token over plain ``http://`` (or ``ws://``) to a host that is not this
+#: machine (e.g. a relay inside a private network): otherwise the clients refuse, since anyone on
+#: the way could read the token.
+ALLOW_HTTP_ENV = "EPISODE_RELAY_ALLOW_HTTP"
+
+
+def _loopback(host: Optional[str]) -> bool:
+    if not host:
+        return False
+    h = host.lower().rstrip(".")
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token_transport(url: str) -> None:
+    """Raise :class:`RelayError` (``insecure_url``, not retryable) before a token would travel in
+    clear text: over ``http://``/``ws://`` to a host other than this machine, unless
+    ``EPISODE_RELAY_ALLOW_HTTP=1``."""
+    u = urlsplit(url)
+    if u.scheme.lower() in ("http", "ws") and not _loopback(u.hostname) and os.environ.get(ALLOW_HTTP_ENV) != "1":
+        raise RelayError(
+            f"refusing to send a bearer token over plain {u.scheme}:// to {u.hostname}: anyone on the way could read it; "
+            f"use https:// (or set {ALLOW_HTTP_ENV}=1 to allow it, e.g. inside a private network)",
+            status=0,
+            error="insecure_url",
+        )
+
+
+def auth_headers(token: Optional[str], url: str) -> Dict[str, str]:
+    """``Authorization: Bearer`` for ``token`` (none: no header), once the URL may carry it (:func:`check_token_transport`)."""
+    if not token:
+        return {}
+    check_token_transport(url)
+    return {"authorization": f"Bearer {token}"}
 
 
 def parse_ack(body: bytes, what: str) -> Dict[str, Any]:
@@ -205,6 +263,8 @@ class RelayHttp:
         self.url = url.rstrip("/")
         self.episode_id = episode_id
         self.token = token
+        if token:
+            check_token_transport(self.url)  # at once, not at the first send
         self.timeout = timeout
         self._own_client = client is None
         self._inflight: "set[asyncio.Future[httpx.Response]]" = set()
@@ -216,7 +276,7 @@ class RelayHttp:
     async def request(self, method: str, action: str = "", body: Optional[bytes] = None, headers: Optional[Mapping[str, str]] = None) -> httpx.Response:
         """One request to ``/v1/episodes/{id}[/action]``; network errors become :class:`RelayError`."""
         url = self.url + episode_path(self.episode_id, action)
-        h = {**auth_headers(self.token), **(headers or {})}
+        h = {**auth_headers(self.token, self.url), **(headers or {})}
         if body is not None:
             h.setdefault("content-type", MSGPACK)
         what = f"{method} {url}"
@@ -303,6 +363,8 @@ class WebSocketChannel:
             base = "ws://" + base[len("http://") :]
         self.url = base + episode_path(episode_id, "ingest")
         self.token = token
+        if token:
+            check_token_transport(self.url)
         self.timeout = timeout
         self._ws: Any = None
         self._lock = asyncio.Lock()
@@ -312,7 +374,7 @@ class WebSocketChannel:
         connect = _ws_connect_function()
         params = inspect.signature(connect).parameters
         kwargs: Dict[str, Any] = {"compression": None, "max_size": 16 * 1024 * 1024, "open_timeout": self.timeout}
-        headers = auth_headers(self.token)
+        headers = auth_headers(self.token, self.url)
         if headers:
             kwargs["additional_headers" if "additional_headers" in params else "extra_headers"] = headers
         try:
@@ -323,6 +385,10 @@ class WebSocketChannel:
             status = getattr(getattr(e, "response", None), "status_code", None) or getattr(e, "status_code", None)
             if status is None:
                 raise network_error(e, f"connect {self.url}", self.timeout) from e
+            # websockets >= 13: e.response.headers; 10-12: e.headers
+            headers = getattr(getattr(e, "response", None), "headers", None) or getattr(e, "headers", None)
+            if headers is not None and headers.get(RELAY_HEADER) is None:
+                raise foreign_answer(status, headers.get("content-type"), f"connect {self.url}") from e
             raise RelayError(f"connect {self.url}: {type(e).__name__}: {e}", status=status, error="handshake") from e
 
     def _discard(self) -> None:

@@ -8,8 +8,9 @@ import asyncio
 import http.server
 import socket
 import threading
-from typing import Iterator
+from typing import Iterator, List
 
+import httpx
 import pytest
 
 from episode_relay import RelaySink, fetch_run
@@ -105,3 +106,41 @@ def test_a_name_that_does_not_resolve_and_https_against_http_are_named(web_page:
         list(fetch_run(web_page.replace("http://", "https://"), "run-1", timeout=10))
     assert "TLS failed" in str(e.value)
     assert "https://" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://relay.example.com", "http://10.0.0.5:8787", "http://relay.test", "http://127.0.0.1.nip.io"],
+)
+def test_a_token_is_never_sent_over_plain_http_to_another_host(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EPISODE_RELAY_ALLOW_HTTP", raising=False)
+    sent: List[httpx.Request] = []
+    client = httpx.Client(transport=httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500)))
+    with pytest.raises(RelayError) as info:
+        list(fetch_run(url, "run-1", token="t", client=client))
+    assert info.value.error == "insecure_url" and not info.value.retryable
+    assert "https://" in str(info.value) and "EPISODE_RELAY_ALLOW_HTTP=1" in str(info.value)
+    with pytest.raises(RelayError) as info:
+        RelaySink(url, "run-1:e1", token="t")
+    assert info.value.error == "insecure_url"
+    with pytest.raises(RelayError) as info:
+        RelaySink(url, "run-1:e1", token="t", transport="ws")
+    assert info.value.error == "insecure_url"
+    assert sent == []
+    # without a token nothing secret travels; told to allow it, it goes
+    list(fetch_run(url, "run-1", client=httpx.Client(transport=httpx.MockTransport(lambda r: sent.append(r) or _empty_answer()))))
+    monkeypatch.setenv("EPISODE_RELAY_ALLOW_HTTP", "1")
+    list(fetch_run(url, "run-1", token="t", client=httpx.Client(transport=httpx.MockTransport(lambda r: sent.append(r) or _empty_answer()))))
+    assert [r.headers.get("authorization") for r in sent] == [None, "Bearer t"]
+
+
+@pytest.mark.parametrize("url", ["https://relay.example.com", "http://127.0.0.1:8787", "http://localhost:8787", "http://[::1]:8787", "http://a.localhost"])
+def test_a_token_goes_over_https_and_to_this_machine(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EPISODE_RELAY_ALLOW_HTTP", raising=False)
+    sent: List[httpx.Request] = []
+    list(fetch_run(url, "run-1", token="t", client=httpx.Client(transport=httpx.MockTransport(lambda r: sent.append(r) or _empty_answer()))))
+    assert [r.headers.get("authorization") for r in sent] == ["Bearer t"]
+
+
+def _empty_answer() -> httpx.Response:
+    return httpx.Response(200, content=b"", headers={"content-type": "application/msgpack", "x-episode-relay": "1"})

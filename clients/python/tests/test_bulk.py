@@ -100,7 +100,10 @@ def test_fetch_run_scope_and_refusals(relay: Relay, run: str) -> None:
     got = list(fetch_run(relay.url, run, token=some))
     assert [i for i, _, _ in got] == [f"{run}:chat_basic", f"{run}:odd_values"]
     assert got[1][2] == load_case("odd_values").episode
-    assert list(fetch_run(relay.url, run, token=mint_token(relay.secret, "watcher", ["elsewhere:*"]))) == []
+    # a token for another run: refused as for a run that does not exist
+    with pytest.raises(RelayError) as info:
+        list(fetch_run(relay.url, run, token=mint_token(relay.secret, "watcher", ["elsewhere:*"])))
+    assert info.value.status == 404 and info.value.error == "not_found"
     with pytest.raises(RelayError) as info:
         list(fetch_run(relay.url, run))
     assert info.value.status == 401 and info.value.error == "unauthorized"
@@ -161,3 +164,17 @@ def test_fetch_run_refuses_an_answer_that_is_not_elements() -> None:
     with pytest.raises(RelayError) as info:
         list(fetch_run("http://relay.test", "S", client=scripted([b"\x82" + packb("id") + packb("S:x") + packb("cursor") + packb("c")])))
     assert info.value.error == "bad_answer" and "lacks" in str(info.value)
+
+
+def test_fetch_run_asks_again_after_an_answer_the_relay_ended_on_its_budget() -> None:
+    more = b"\x82" + packb("cursor") + packb("c-more") + packb("more") + packb(True)
+    answers = [element(*ITEMS[0]) + more, element(*ITEMS[1])]  # type: ignore[arg-type]
+    asked: List[Optional[str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params.get("cursor"))
+        return httpx.Response(200, content=answers[len(asked) - 1], headers={"content-type": "application/msgpack", "x-episode-relay": "1"})
+
+    got = list(fetch_run("http://127.0.0.1:9", "S", cursor="c-start", client=httpx.Client(transport=httpx.MockTransport(handler))))
+    assert got == ITEMS[:2]
+    assert asked == ["c-start", "c-more"]

@@ -175,7 +175,7 @@ def test_short_and_empty_pages_with_a_cursor_are_followed_and_the_filters_sent()
         seen,
     )
     got = list_episodes(
-        "http://relay.test/",
+        "https://relay.test/",
         "S:x",
         status="finished",
         task="t 1",

@@ -183,3 +183,29 @@ def test_forwarder_records_a_refused_reply(relay: Relay) -> None:
         await fwd.close()
 
     asyncio.run(run())
+
+
+def test_forwarder_of_a_named_producer_whose_clock_stepped_back(relay: Relay) -> None:
+    """A forwarder restarted with its clock behind (same producer name, a lower seq) re-forwards
+    the episode from its first delta: the relay's answers name the later seq it holds, and the
+    forwarder goes on above it; the episode is exact."""
+    case = load_case("chat_basic")
+
+    async def run() -> None:
+        eid = episode_id("fwd-clock")
+        before = RelayForwarder(relay.url, eid, token=relay.token, producer="mirror-2", start_seq=9_000_000)
+        before.on_delta(case.frames[0])
+        assert await before.drain(timeout=30)
+        await before.close()
+        after = RelayForwarder(relay.url, eid, token=relay.token, producer="mirror-2", start_seq=1_000)
+        for frame in case.frames:
+            after.on_delta(frame)
+        after.on_reply(case.reply)
+        assert await after.drain(timeout=60)
+        assert not after.gave_up and after.delivered == len(case.frames)
+        assert after.cursor.seq == 9_000_000 + len(case.frames)
+        assert after.finish_result is not None and after.finish_result["status"] == "finished"
+        assert await after.http.get_episode() == case.episode
+        await after.close()
+
+    asyncio.run(run())

@@ -229,7 +229,7 @@ def page(ids: List[str], cursor: Optional[str]) -> Dict[str, Any]:
 def test_fetch_groups_sends_the_parameters_and_follows_cursors() -> None:
     seen: List[httpx.Request] = []
     client = scripted({None: page(["a", "b"], "c1"), "c1": page(["c"], None)}, seen)
-    assert [g["id"] for g in fetch_groups("http://relay.test/", "S:x", token="t", sort="size", limit=2, client=client)] == ["a", "b", "c"]
+    assert [g["id"] for g in fetch_groups("https://relay.test/", "S:x", token="t", sort="size", limit=2, client=client)] == ["a", "b", "c"]
     assert [r.url.raw_path.decode() for r in seen] == ["/v1/runs/S%3Ax/groups?sort=size&limit=2", "/v1/runs/S%3Ax/groups?sort=size&limit=2&cursor=c1"]
     assert all(r.headers["authorization"] == "Bearer t" for r in seen)
 

@@ -365,3 +365,56 @@ def test_failed_run_reply(relay: Relay) -> None:
         await sink.close()
 
     asyncio.run(run())
+
+
+def test_a_named_producer_whose_clock_stepped_back_loses_nothing(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """A process restarted with its clock behind the one before (same producer name, a lower
+    clock seq) re-streams the episode from scratch: the relay holds a later seq of that name, and
+    would take every new envelope as a duplicate. Its answer names that seq, so the sink goes on
+    above it: every delta applied once, the episode exact."""
+    case = load_case("chat_basic")
+
+    async def run() -> None:
+        eid = episode_id("clock-back")
+        before = RelaySink(relay.url, eid, token=relay.token, producer="worker-9", start_seq=5_000_000)
+        await before.send(case.frames[0])
+        await before.close()
+        # the restart: the clock now reads a million microseconds earlier
+        after = RelaySink(relay.url, eid, token=relay.token, producer="worker-9", start_seq=4_000_000)
+        with caplog.at_level("WARNING", logger="episode_relay"):
+            first = await after.send(case.frames[0])
+        assert first["applied"] == 1 and first["duplicates"] == 0
+        assert first["producers"] == {"worker-9": 5_000_001}
+        assert after.cursor.seq == 5_000_001
+        assert any("sent again as seq 5000001" in r.getMessage() for r in caplog.records)
+        for frame in case.frames[1:]:
+            ack = await after.send(frame)
+            assert ack["applied"] == 1
+        await after.finish(case.reply)
+        assert await after.fetch() == case.episode
+        await after.close()
+
+    asyncio.run(run())
+
+
+def test_a_retry_answered_as_a_duplicate_is_not_sent_again(relay: Relay) -> None:
+    """The genuine duplicate (a retry of an envelope the relay had applied, its answer lost) is
+    answered with the producer's seq equal to this sink's: nothing is re-sent, nothing applied twice."""
+    case = load_case("chat_basic")
+
+    async def run() -> None:
+        faulty = FaultyTransport()
+        async with httpx.AsyncClient(transport=faulty, timeout=30) as client:
+            sink = RelaySink(relay.url, episode_id("dup"), token=relay.token, producer="worker-3", start_seq=70, client=client, retry_backoff=0.01)
+            await sink.send(case.frames[0])
+            faulty.fail_next("lost")  # applied by the relay, the answer lost: the retry is a duplicate
+            ack = await sink.send(case.frames[1])
+            assert ack["applied"] == 0 and ack["duplicates"] == 1 and ack["producers"] == {"worker-3": 71}
+            assert sink.cursor.seq == 71
+            for frame in case.frames[2:]:
+                await sink.send(frame)
+            await sink.finish(case.reply)
+            assert await sink.fetch() == case.episode
+            await sink.close()
+
+    asyncio.run(run())

@@ -1,11 +1,15 @@
 // The watches behind the episode page (the TypeScript watcher client keeps the assembly). The
 // page watches with `routing: false` until the routing heatmap is opened; then it re-watches
 // with routing from the start of the log (`after: 0`), so repairs are seen, and swaps over once
-// caught up. The feed also keeps the run's status as the badge shows it, and the token rows
-// each routing repair rewrote (the assembly keeps only the repaired values).
-import { watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
-import type { Json } from "../../../src/wire/json-view.js";
-import { getToken, probe, relayUrl } from "../api.js";
+// caught up. The feed also keeps the run's status as the badge shows it, the trainer's dispatch
+// identity (`GET .../status` says it; asked again when the episode appears or ends, if it had
+// none), the token rows each routing repair rewrote (the assembly keeps only the repaired
+// values): those it saw in the deltas, and those the relay recorded (`status.repaired_nodes`),
+// which stay once the log that carried them is trimmed or the episode archived; and it hands on
+// the annotations the watch read.
+import { type AnnotationsJson, watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
+import type { Json, JsonObject } from "../../../src/wire/json-view.js";
+import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
 import { refusal, type ConnState, type Shell } from "../shell.js";
 
@@ -16,6 +20,8 @@ export interface FeedHooks {
   refused(message: string): void;
   /** The routing watch took over: every trace is drawn again from its assembly. */
   replaced(): void;
+  /** The watch read the trainer's annotations. */
+  annotations(a: AnnotationsJson): void;
 }
 
 export class EpisodeFeed {
@@ -29,8 +35,12 @@ export class EpisodeFeed {
    */
   status = "missing";
   error: string | null = null;
+  /** The trainer's dispatch identity (null: none, or not known yet). */
+  dispatch: JsonObject | null = null;
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   readonly repaired = new Map<string, number[]>();
+  /** trace → the nodes the relay recorded as repaired (each one's last row). */
+  private recorded = new Map<string, Set<number>>();
   private stopped = false;
 
   constructor(
@@ -55,7 +65,10 @@ export class EpisodeFeed {
         this.hooks.refused(p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.");
         return;
       }
-      if (p.status === 200 && isObject(p.body as Json)) this.status = String((p.body as { status?: string }).status ?? this.status);
+      if (p.status === 200 && isObject(p.body as Json)) {
+        this.noteStatus(p.body as { status?: string; dispatch?: JsonObject | null });
+        this.record(p.body);
+      }
     } catch {
       // the watcher reconnects by itself
     }
@@ -69,10 +82,41 @@ export class EpisodeFeed {
     if (this.routingWatch || !this.watch) return false;
     const w = this.start({ routing: true, after: 0 });
     this.routingWatch = w;
+    // the relay's record as the routing watch starts (repairs since the page opened included)
+    void getJson(`/v1/episodes/${encodeURIComponent(this.id)}/status`).then(
+      (s) => {
+        this.record(s);
+        this.hooks.changed();
+      },
+      () => {}, // the record from the page's first probe stays
+    );
     w.on((e) => {
       if ((e.type === "caught_up" || e.type === "finish") && this.watch !== w) this.takeOver(w);
     });
     return true;
+  }
+
+  /** What a status answer says: the status, and the identity. */
+  private noteStatus(body: { status?: string; dispatch?: JsonObject | null }): void {
+    this.status = String(body.status ?? this.status);
+    if (isObject(body.dispatch as Json)) this.dispatch = body.dispatch!;
+  }
+
+  /** Ask the status again for the identity (the episode appeared, or ended, after the first probe). */
+  private async reprobe(): Promise<void> {
+    if (this.dispatch !== null || this.stopped) return;
+    try {
+      const p = await probe(`/v1/episodes/${encodeURIComponent(this.id)}/status`);
+      if (p.ok && p.status === 200 && isObject(p.body as Json)) {
+        const d = (p.body as { dispatch?: JsonObject | null }).dispatch;
+        if (isObject(d as Json)) {
+          this.dispatch = d!;
+          this.hooks.changed();
+        }
+      }
+    } catch {
+      // shown when known
+    }
   }
 
   close(): void {
@@ -83,10 +127,15 @@ export class EpisodeFeed {
 
   private start(options: { routing: boolean; after?: number }): EpisodeWatch {
     const w = watchEpisode(relayUrl, this.id, {
+      // offered as a subprotocol entry, never in the URL; the page and its token came over this
+      // very connection (same origin), so plain http:// adds nothing the page has not already sent
       token: getToken(),
+      allowHttp: true,
       routing: options.routing,
       ...(options.after !== undefined ? { after: options.after } : {}),
       backoffMs: [250, 5000],
+      // an open page waits for its relay however long it restarts (only a refusal ends the watch)
+      giveUpMs: Number.POSITIVE_INFINITY,
     });
     w.on((e) => this.onEvent(w, e));
     return w;
@@ -108,9 +157,13 @@ export class EpisodeFeed {
 
   private onEvent(w: EpisodeWatch, e: WatchEvent): void {
     if (e.type === "delta") this.noteRepairs(w, e.delta);
+    // either watch's read is as good (the newest version wins)
+    if (e.type === "annotations") this.hooks.annotations(e.annotations);
     if (w !== this.watch) return; // a routing watch still catching up: drawn once it takes over
     if (e.type === "state") this.shell.setConnection(e.state === "unreachable" ? "offline" : (e.state as ConnState));
     if (e.type === "hello") this.status = e.status === "new" ? "missing" : e.status;
+    if ((e.type === "hello" && e.status !== "new") || e.type === "finish") void this.reprobe();
+
     if (e.type === "status" || e.type === "finish") {
       this.status = e.status;
       this.error = e.error;
@@ -124,6 +177,21 @@ export class EpisodeFeed {
       }
     }
     this.hooks.changed();
+  }
+
+  /** The token rows of `trace`'s node `node` a repair rewrote: seen in deltas, or recorded by the relay (its last row). */
+  repairedRows(trace: string, node: number): number[] {
+    const seen = this.repaired.get(`${trace}\n${node}`) ?? [];
+    if (!this.recorded.get(trace)?.has(node)) return seen;
+    const rows = this.watch?.assembly.traces.get(trace)?.nodes[node]?.routed?.shape[0];
+    return rows === undefined || seen.includes(rows - 1) ? seen : [...seen, rows - 1].sort((a, b) => a - b);
+  }
+
+  /** `status.repaired_nodes` (per trace, the nodes the relay recorded as repaired). */
+  private record(status: unknown): void {
+    const r = (status as { repaired_nodes?: unknown } | null)?.repaired_nodes;
+    if (typeof r !== "object" || r === null) return;
+    this.recorded = new Map(Object.entries(r).map(([trace, nodes]) => [trace, new Set(Array.isArray(nodes) ? (nodes as number[]) : [])]));
   }
 
   /** A delta's routing repairs rewrote each named node's last row: remember which row that was. */

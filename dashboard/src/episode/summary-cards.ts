@@ -3,24 +3,19 @@
 import type { TraceState } from "../../../src/assembly/trace.js";
 import type { Json } from "../../../src/wire/json-view.js";
 import { dateTime, duration, h } from "../dom.js";
-import { field, fmt, isObject, rewardPairs } from "../model.js";
+import { field, fmt, isObject } from "../model.js";
+import { rewardChips } from "../reward-chip.js";
 
 export function summaryCards(traces: TraceState[], status: string): HTMLElement[] {
   const first = traces[0];
   if (!first) return [];
-  const rewards = rewardPairs(field(first, "rewards"));
+  const rewards = rewardChips(field(first, "rewards"), true);
   const metrics = field(first, "metrics");
   return [
     card(
       "Rewards",
       "rewards",
-      rewards.length
-        ? h(
-            "div.rewards",
-            null,
-            rewards.map(([k, v]) => h("span.reward.big", null, h("span.reward-k", null, k), h("span.reward-v", null, v))),
-          )
-        : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
+      rewards.length ? h("div.rewards", null, rewards) : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
     ),
     card(
       "Metrics",

@@ -2,6 +2,18 @@
 // turns) take it without importing the page or each other.
 import type { EpisodeAssembly } from "../../../src/assembly/episode-assembly.js";
 import type { TraceState } from "../../../src/assembly/trace.js";
+import type { Scales, Signal, TraceSignals } from "./token-signals.js";
+
+/** The chosen token signal, and what each trace carries (token-signals.ts). */
+export interface Overlay {
+  signal: Signal;
+  /** Changes whenever what the overlays show changes (the signal, the annotations, the scale). */
+  key: string;
+  traces: ReadonlyMap<string, TraceSignals>;
+  scales: Scales;
+  /** The identity's kind (eval episodes carry no trainer streams). */
+  kind: string | null;
+}
 
 export interface TraceContext {
   asm: EpisodeAssembly;
@@ -17,4 +29,6 @@ export interface TraceContext {
   mapWidth(trace: TraceState): number;
   /** Scroll to the turn a link button names. */
   jump: EventListener;
+  /** The token overlay (null: no signal chosen). */
+  overlay: Overlay | null;
 }

@@ -2,7 +2,8 @@
 // the orchestrator turn a sub-agent was spawned from, its rewards and its counts.
 import type { TraceState } from "../../../src/assembly/trace.js";
 import { h, plural } from "../dom.js";
-import { field, isObject, rewardPairs } from "../model.js";
+import { field, isObject } from "../model.js";
+import { rewardChips } from "../reward-chip.js";
 import { linkButton, spawnLink, traceName } from "./semantic-links.js";
 import type { TraceContext } from "./trace-context.js";
 
@@ -12,7 +13,7 @@ export function traceHead(t: TraceState, orchestrator: boolean, ctx: TraceContex
   const task = field(t, "task");
   const taskType = isObject(task) && typeof task.type === "string" ? task.type : null;
   const spawnedBy = orchestrator ? null : spawnLink(ctx.asm, t);
-  const rewards = rewardPairs(field(t, "rewards"));
+  const rewards = rewardChips(field(t, "rewards"));
   const errors = t.items.errors.count;
   return [
     h(
@@ -29,13 +30,7 @@ export function traceHead(t: TraceState, orchestrator: boolean, ctx: TraceContex
       stateChips(t, ctx.ended),
       spawnedBy !== null ? linkButton(ctx.first, spawnedBy, `spawned by ${traceName(ctx.first)} #${spawnedBy}`, ctx.jump) : null,
     ),
-    rewards.length
-      ? h(
-          "div.rewards",
-          null,
-          rewards.map(([k, v]) => h("span.reward", null, h("span.reward-k", null, k), h("span.reward-v", null, v))),
-        )
-      : null,
+    rewards.length ? h("div.rewards", null, rewards) : null,
     h(
       "div.trace-counts.muted",
       null,

@@ -5,6 +5,7 @@ import type { TraceState } from "../../../src/assembly/trace.js";
 import { append, clear, h } from "../dom.js";
 import { callView, isObject, json, nodeView, pendingMessages } from "../model.js";
 import { messageBody } from "./message.js";
+import { emptyReason } from "./token-signals.js";
 import type { TraceContext } from "./trace-context.js";
 import { traceHead } from "./trace-head.js";
 import { turn } from "./turn.js";
@@ -21,6 +22,8 @@ export interface TraceDom {
   pendingEnded: boolean;
   errors: HTMLElement;
   errorCount: number;
+  /** Why the chosen token signal paints nothing on this trace (hidden when it paints something). */
+  note: HTMLElement;
 }
 
 export function newTraceDom(t: TraceState): TraceDom {
@@ -28,14 +31,16 @@ export function newTraceDom(t: TraceState): TraceDom {
   const turns = h("ol.turns");
   const pending = h("div.pending", { hidden: true });
   const errors = h("div.trace-errors", { hidden: true });
-  const el = h("section.trace", { "data-trace": t.id }, head, errors, turns, pending);
-  return { trace: t, el, head, turns, nodes: [], pending, pendingSpan: null, pendingEnded: false, errors, errorCount: -1 };
+  const note = h("p.signal-note", { hidden: true, role: "note" });
+  const el = h("section.trace", { "data-trace": t.id }, head, errors, note, turns, pending);
+  return { trace: t, el, head, turns, nodes: [], pending, pendingSpan: null, pendingEnded: false, errors, errorCount: -1, note };
 }
 
 export function renderTrace(d: TraceDom, index: number, ctx: TraceContext): void {
   clear(d.head);
   append(d.head, traceHead(d.trace, index === 0, ctx));
   renderErrors(d, ctx);
+  renderNote(d, ctx);
   renderTurns(d, index === 0, ctx);
   renderPending(d, ctx.ended);
 }
@@ -61,7 +66,17 @@ function renderErrors(d: TraceDom, ctx: TraceContext): void {
   }
 }
 
-/** Only turns whose key changed are rebuilt: the node, its call, and its heatmap's inputs. */
+/** The line saying why the chosen signal paints nothing here (prime-rl's wording). */
+function renderNote(d: TraceDom, ctx: TraceContext): void {
+  const o = ctx.overlay;
+  const signals = o?.traces.get(d.trace.id);
+  const why = o && signals ? emptyReason(o.signal, signals, o.scales, o.kind) : null;
+  d.note.hidden = why === null;
+  d.note.dataset.reason = why?.title ?? "";
+  d.note.replaceChildren(...(why ? [h("strong", null, why.title), `: ${why.detail}`] : []));
+}
+
+/** Only turns whose key changed are rebuilt: the node, its call, its heatmap's inputs and its token overlay. */
 function renderTurns(d: TraceDom, orchestrator: boolean, ctx: TraceContext): void {
   const t = d.trace;
   const callsByNode = new Map<number, Uint8Array>();
@@ -71,7 +86,7 @@ function renderTurns(d: TraceDom, orchestrator: boolean, ctx: TraceContext): voi
     const call = callsByNode.get(i) ?? null;
     const rep = ctx.repairedRows(t.id, i);
     const showMap = ctx.routing && view.routed !== null;
-    const key = `${idOf(view)}:${idOf(call)}:${showMap ? `${idOf(view.routed)}:${rep.join(",")}:${ctx.mapWidth(t)}` : "-"}:${orchestrator}`;
+    const key = `${idOf(view)}:${idOf(call)}:${showMap ? `${idOf(view.routed)}:${rep.join(",")}:${ctx.mapWidth(t)}` : "-"}:${orchestrator}:${ctx.overlay?.key ?? "-"}`;
     const have = d.nodes[i];
     if (have && have.key === key) continue;
     const el = turn(t, view, call ? callView(call) : null, orchestrator, ctx, showMap ? rep : null);

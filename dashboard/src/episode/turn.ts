@@ -8,6 +8,7 @@ import type { CallView, NodeView } from "../model.js";
 import { messageBody } from "./message.js";
 import { linkButton, traceName } from "./semantic-links.js";
 import type { TraceContext } from "./trace-context.js";
+import { tokenStrip } from "./token-strip.js";
 
 /** `repaired`: the node's repaired token rows when its routing is shown, else null. */
 export function turn(t: TraceState, v: NodeView, call: CallView | null, orchestrator: boolean, ctx: TraceContext, repaired: number[] | null): HTMLElement {
@@ -18,6 +19,7 @@ export function turn(t: TraceState, v: NodeView, call: CallView | null, orchestr
     turnHead(v, call),
     turnLinks(t, v, orchestrator, ctx),
     messageBody(m, false),
+    overlayOf(t, v, ctx),
     repaired !== null && v.routed ? [heatmap(v.routed, repaired, ctx.mapWidth(t)), expertLoadTable(v.routed)] : null,
   );
 }
@@ -63,6 +65,22 @@ function turnLinks(t: TraceState, v: NodeView, orchestrator: boolean, ctx: Trace
       return linkButton(target, l.node, `${l.type} ← ${cross ? `${traceName(ctx.first)} ` : ""}#${l.node}`, ctx.jump, `semantic link: ${l.type}`);
     }),
   );
+}
+
+/** The node's tokens under the chosen signal (token-strip.ts), when one is chosen. */
+function overlayOf(t: TraceState, v: NodeView, ctx: TraceContext): HTMLElement | null {
+  const o = ctx.overlay;
+  const signals = o?.traces.get(t.id);
+  const node = signals?.nodes[v.index];
+  if (!o || !signals || !node) return null;
+  return tokenStrip({
+    signal: o.signal,
+    node,
+    values: signals.values.get(v.index)?.[o.signal],
+    trainer: signals.trainer.get(v.index),
+    scales: o.scales,
+    sampledMessage: v.sampled,
+  });
 }
 
 function cssSafe(s: string): string {

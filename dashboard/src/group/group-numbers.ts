@@ -1,10 +1,13 @@
-// A group's numbers: rollouts by status, the spread, whether it carries no signal (zero variance),
-// and per reward key mean ± std, min and max over its finished rollouts.
+// A group's numbers: its id, task, the trainer's step (a link to that step's episodes) and kind,
+// rollouts by status, the spread, whether it carries no signal (zero variance), and per reward key
+// mean ± std, min and max over its finished rollouts.
 import { h } from "../dom.js";
-import type { GroupDetail } from "../../../clients/typescript/groups.js";
+import { runHref } from "../links.js";
+import type { GroupDetailJson } from "../../../src/registry/groups.js";
 import { num } from "./figures.js";
+import { toneAttrs } from "../reward-chip.js";
 
-export function groupNumbers(g: GroupDetail): HTMLElement[] {
+export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
   const zero = g.live === 0 && g.finished >= 2 && Object.keys(g.rewards).length > 0 && Object.values(g.rewards).every((r) => r.min === r.max);
   const kv = (k: string, v: string | Node, key = k) => [h("dt", null, k), h("dd", { "data-stat": key }, v)];
   return [
@@ -12,7 +15,14 @@ export function groupNumbers(g: GroupDetail): HTMLElement[] {
     h(
       "dl.kv",
       null,
+      kv("group", g.id, "group"),
       kv("task", g.task ?? "–"),
+      kv(
+        "step",
+        g.step === null ? "–" : h("a", { href: `${runHref(run)}?step=${g.step}`, "data-nav": true, title: "this step's episodes" }, String(g.step)),
+        "step",
+      ),
+      kv("kind", g.kind ?? "–", "kind"),
       kv("rollouts", String(g.size), "size"),
       kv("finished", String(g.finished)),
       kv("failed", String(g.failed)),
@@ -25,7 +35,7 @@ export function groupNumbers(g: GroupDetail): HTMLElement[] {
   ];
 }
 
-function rewardTable(g: GroupDetail): HTMLElement {
+function rewardTable(g: GroupDetailJson): HTMLElement {
   return h(
     "table.key-stats",
     null,
@@ -38,7 +48,7 @@ function rewardTable(g: GroupDetail): HTMLElement {
           "tr",
           { "data-key": k, "data-mean": r.mean, "data-std": r.std },
           h("th", null, k),
-          h("td", null, `${num(r.mean)} ± ${num(r.std)}`),
+          h("td", null, h("span.toned", toneAttrs(r.mean), num(r.mean)), ` ± ${num(r.std)}`),
           h("td", null, num(r.min)),
           h("td", null, num(r.max)),
         ),

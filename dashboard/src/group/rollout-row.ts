@@ -1,16 +1,19 @@
-// One rollout of a group as a row: id (best / worst marked, its error), status, reward, per reward
-// key its score and advantage (raw, and normalized by the group's std), turns, tokens, stop
+// One rollout of a group as a row: id (best / worst marked, its error), status (its stage while
+// live), reward, the final answer (the latest assistant words: beside the reward, so a rollout
+// rewarded for the wrong answer stands out), per reward key its score and advantage (raw, and
+// normalized by the group's std), task, the trainer's step and kind, turns, tokens, stop
 // condition, truncated. Every row has the same fixed columns (`rolloutColumns`), so they line up.
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
-import { rewardPairs } from "../model.js";
-import type { GroupRollout } from "../../../clients/typescript/groups.js";
-import type { Json } from "../../../src/wire/json-view.js";
+import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
+import { kindChip, stageChip } from "../stage-chip.js";
+import { identityOf } from "../../../src/registry/entry.js";
+import type { RolloutJson } from "../../../src/registry/groups.js";
 import { num, signed } from "./figures.js";
 
 /** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */
 export function rolloutColumns(keys: string[]): string {
-  return `--cols: 130px 84px 56px ${keys.map(() => "160px").join(" ")} 44px 56px 110px 50px`;
+  return `--cols: 130px 84px 56px 240px ${keys.map(() => "160px").join(" ")} 90px 40px 56px 44px 56px 110px 64px`;
 }
 
 export function rolloutHead(keys: string[]): HTMLElement {
@@ -20,9 +23,13 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span", { role: "columnheader" }, "Rollout"),
     h("span", { role: "columnheader" }, "Status"),
     h("span.num", { role: "columnheader", title: "weighted mean of the reward scores" }, "Reward"),
+    h("span", { role: "columnheader", title: "the latest assistant words" }, "Final answer"),
     keys.map((k) =>
       h("span.num", { role: "columnheader", title: `${k}: score, advantage (score − group mean) and normalized (÷ group std)` }, `${k} adv (norm)`),
     ),
+    h("span", { role: "columnheader", title: "the first trace's task key" }, "Task"),
+    h("span.num", { role: "columnheader", title: "the trainer's step (dispatch identity)" }, "Step"),
+    h("span", { role: "columnheader" }, "Kind"),
     h("span.num", { role: "columnheader", title: "model calls" }, "Turns"),
     h("span.num", { role: "columnheader" }, "Tokens"),
     h("span", { role: "columnheader" }, "Stop"),
@@ -30,8 +37,10 @@ export function rolloutHead(keys: string[]): HTMLElement {
   );
 }
 
-export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
-  const scores = new Map(rewardPairs(r.rewards as Json));
+export function rolloutRow(r: RolloutJson, run: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
+  const scores = new Map(rewardScores(r.rewards).map((s) => [s.key, s]));
+  const id = identityOf(r);
+  const last = r.live?.last ?? null;
   return h(
     "div.r-row",
     { role: "row", style: rolloutColumns(keys), "data-id": r.id, "data-status": r.status, "data-reward": r.reward === null ? "" : r.reward },
@@ -42,12 +51,26 @@ export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "
       rank === "best" ? h("span.chip.ok.rank", null, "best") : rank === "worst" ? h("span.chip.bad.rank", null, "worst") : null,
       r.error ? h("span.ep-error", { title: r.error }, r.error) : null,
     ),
-    h("span.cell-status", { role: "cell" }, h(`span.pill.s-${r.status}` as "span", null, r.status.replace("_", " "))),
-    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), num(r.reward)),
+    h(
+      "span.cell-status",
+      { role: "cell" },
+      h(`span.pill.s-${r.status}` as "span", null, r.status.replace("_", " ")),
+      r.status === "live" && r.live ? stageChip(r.live.stage) : null,
+    ),
+    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), rewardNumber(r.reward, num(r.reward))),
+    h("span.cell-answer", { role: "cell", title: last ?? undefined }, last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last)),
     keys.map((k) => advantageCell(r, k, scores.get(k))),
+    h(
+      "span.cell-task",
+      { role: "cell", title: r.task ?? undefined },
+      h("span.n-k", null, "task "),
+      r.task ? h("code", null, r.task) : h("span.muted", null, "–"),
+    ),
+    h("span.cell-step.num", { role: "cell", "data-k": "step" }, h("span.n-k", null, "step "), id.step === null ? "–" : String(id.step)),
+    h("span.cell-kind", { role: "cell" }, kindChip(id.kind)),
     h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
     h("span.cell-n.num", { role: "cell", "data-k": "tokens" }, h("span.n-k", null, "tokens "), r.tokens.toLocaleString("en-US")),
-    h("span.cell-stop", { role: "cell" }, r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–")),
+    h("span.cell-stop", { role: "cell" }, h("span.n-k", null, "stop "), r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–")),
     h(
       "span.cell-trunc",
       { role: "cell", "data-truncated": String(r.truncated) },
@@ -56,13 +79,13 @@ export function rolloutRow(r: GroupRollout, run: string, keys: string[], rank: "
   );
 }
 
-function advantageCell(r: GroupRollout, k: string, score: string | undefined): HTMLElement {
+function advantageCell(r: RolloutJson, k: string, score: RewardScore | undefined): HTMLElement {
   const a = r.advantage[k];
   return h(
     "span.cell-adv.num",
     { role: "cell", "data-key": k, "data-raw": a ? a.raw : "", "data-normalized": a?.normalized ?? "" },
     h("span.n-k", null, `${k} `),
-    h("span.adv-score", null, score ?? "–"),
+    h("span.adv-score.toned", toneAttrs(score?.score ?? null), score?.text ?? "–"),
     a
       ? h(
           `span.adv${a.raw > 0 ? ".pos" : a.raw < 0 ? ".neg" : ""}` as "span",

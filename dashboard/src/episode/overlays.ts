@@ -1,0 +1,65 @@
+// The episode page's token overlays, put together: the trainer's annotations (what the watch read,
+// re-checked while the ended episode is open: annotations-source.ts), each trace's signals folded
+// from them (token-signals.ts; re-folded only when the trace grew or the annotations changed),
+// the episode's scales, the picker and its legend (signal-bar.ts), and, per frame, the overlay the
+// trace columns draw (trace-context.ts `Overlay`).
+import type { EpisodeAssembly } from "../../../src/assembly/episode-assembly.js";
+import type { TraceState } from "../../../src/assembly/trace.js";
+import type { AnnotationsJson } from "../../../clients/typescript/watch.js";
+import { AnnotationsSource } from "./annotations-source.js";
+import { traceTokens } from "./node-tokens.js";
+import { signalBar } from "./signal-bar.js";
+import type { Overlay } from "./trace-context.js";
+import { episodeScales, type TraceSignals, traceSignals } from "./token-signals.js";
+
+export interface Overlays {
+  /** The picker, its legend and the annotations' state line. */
+  bar: HTMLElement;
+  /** Annotations the watch read. */
+  offer(a: AnnotationsJson): void;
+  /** The episode ended: look for annotations now (and every so often while the tab is open). */
+  ended(): void;
+  /** This frame's overlay (null: no signal chosen), and the bar brought up to date. */
+  update(asm: EpisodeAssembly, traces: TraceState[], kind: string | null, ended: boolean): Overlay | null;
+  close(): void;
+}
+
+export function overlays(id: string, isEnded: () => boolean, changed: () => void): Overlays {
+  const source = new AnnotationsSource(id, isEnded, changed);
+  const bar = signalBar(changed);
+  const cache = new Map<string, { trace: TraceState; nodes: number; version: number; signals: TraceSignals }>();
+
+  function signalsOf(asm: EpisodeAssembly, t: TraceState, a: AnnotationsJson | null): TraceSignals {
+    const version = a?.version ?? 0;
+    const hit = cache.get(t.id);
+    if (hit && hit.trace === t && hit.nodes === t.nodes.length && hit.version === version) return hit.signals;
+    const record = a?.traces.find((r) => r.trace_id === t.id) ?? null;
+    const signals = traceSignals(t.id, traceTokens(asm, t), record);
+    cache.set(t.id, { trace: t, nodes: t.nodes.length, version, signals });
+    return signals;
+  }
+
+  return {
+    bar: bar.el,
+    offer: (a) => source.offer(a),
+    ended: () => void source.check(),
+    update(asm, traces, kind, ended) {
+      const a = source.current;
+      const all = traces.map((t) => signalsOf(asm, t, a));
+      for (const k of cache.keys()) if (!traces.some((t) => t.id === k)) cache.delete(k);
+      const scales = episodeScales(all);
+      bar.update(all, scales, kind, a, ended);
+      bar.el.hidden = traces.length === 0;
+      const signal = bar.signal();
+      if (signal === null) return null;
+      return {
+        signal,
+        key: `${signal}:${a?.version ?? 0}:${scales.maxAbsAdv}:${scales.maxEntropy}:${scales.maxKl}:${kind}`,
+        traces: new Map(all.map((s) => [s.trace, s])),
+        scales,
+        kind,
+      };
+    },
+    close: () => source.close(),
+  };
+}

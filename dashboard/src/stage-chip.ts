@@ -1,0 +1,34 @@
+// A rollout's stage as a chip (the row's `live.stage`, read as prime-rl's live table reads it:
+// src/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
+// placeholder: a rollout the trainer announced (`POST .../dispatch`) whose first trace has not
+// streamed yet.
+import { h } from "./dom.js";
+import type { IndexEntry, Stage } from "../../src/registry/entry.js";
+
+/** What each stage means, for the chip's tooltip. */
+const STAGE_HINTS: Record<Stage, string> = {
+  pending: "dispatched, not started: no trace has streamed yet",
+  boot: "the sandbox is booting",
+  setup: "the environment is setting up",
+  running: "the agent is running (model and tool calls)",
+  finalize: "finalizing",
+  scoring: "being scored",
+  done: "scored",
+  error: "the trace reported errors",
+};
+
+/** A row the trainer announced whose first trace has not streamed yet. */
+export function isPlaceholder(e: Pick<IndexEntry, "traces" | "live" | "status">): boolean {
+  return e.status === "live" && e.traces === 0 && (e.live?.stage ?? "pending") === "pending";
+}
+
+export function stageChip(stage: Stage): HTMLElement {
+  return h(`span.chip.stage.st-${stage}` as "span", { "data-stage": stage, title: STAGE_HINTS[stage] }, stage);
+}
+
+/** The identity's kind as a chip (train and eval have colours of their own), or a dash without one. */
+export function kindChip(kind: string | null): HTMLElement {
+  if (!kind) return h("span.muted", null, "–");
+  const tone = kind === "train" || kind === "eval" ? kind : "other";
+  return h(`span.chip.kind.k-${tone}` as "span", { "data-kind": kind }, kind);
+}

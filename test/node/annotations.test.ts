@@ -1,0 +1,140 @@
+// The trainer's annotations (src/annotations/): prime-rl's records checked and merged per trace
+// (info deeply, branch entries in order), and folded onto the nodes exactly as prime-rl's
+// `fold_trace_updates` folds its updates: on prime-rl's own fixture (its orchestrator's and
+// trainer's records for one trace) and on the cases its fold rules single out.
+import { describe, expect, it } from "vitest";
+import { branchPaths, type FoldNode, foldOntoNodes, mismatchKl } from "../../src/annotations/fold.js";
+import { decodeTraceAnnotations, encodeTraceAnnotations, mergeRecord, parseAnnotationRecords, type TraceAnnotations } from "../../src/annotations/records.js";
+import { DeltaError } from "../../src/assembly/errors.js";
+import { type Json, toJson } from "../../src/wire/json-view.js";
+import { decodeLossless, fromJson } from "../../src/wire/lossless.js";
+
+const TRACE = "5f0c2d6e9a8b4c1d8e7f6a5b4c3d2e1f";
+const nulls = (n: number) => new Array<null>(n).fill(null);
+
+/** prime-rl's fixture trace: a user prompt of 12 tokens, then an assistant node of 5 whose last 2 are sampled (one branch, 17 tokens). */
+const NODES: FoldNode[] = [
+  { parent: null, token_ids: [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198], mask: new Array(12).fill(false) },
+  { parent: 0, token_ids: [151644, 77091, 198, 19, 151645], mask: [false, false, false, true, true] },
+];
+/** Its orchestrator's record (stamp_batch at ship step 4): advantages full length, 0.0 off the sampled tokens. */
+const ORCH = {
+  version: 1,
+  trace_id: TRACE,
+  info: { effective: true, ship: { step: 4, time: 1764644020.5 }, advantage: 0.5 },
+  branches: [{ index: 0, advantages: [...new Array(15).fill(0), 0.5, 0.5] }],
+};
+/** Its trainer's record (AnnotationWriter): info {}, values at the loss mask only, position 0 null. */
+const TRAINER = {
+  version: 1,
+  trace_id: TRACE,
+  info: {},
+  branches: [
+    { index: 0, trainer_logprobs: [...nulls(15), -0.1101, -0.0019], entropies: [...nulls(15), 0.4123, 0.0157], is_masked: [...nulls(15), false, false] },
+  ],
+};
+
+function merged(...records: object[]): TraceAnnotations {
+  let held: TraceAnnotations | null = null;
+  for (const r of records) for (const rec of parseAnnotationRecords(fromJson(r))) held = mergeRecord(held, rec);
+  return held!;
+}
+
+/** The merged record as the API's JSON view shows it (what a reader folds). */
+function asJson(t: TraceAnnotations): { info: Json; branches: Array<{ index: number } & Record<string, unknown>> } {
+  return toJson(decodeLossless(encodeTraceAnnotations(t))) as never;
+}
+
+const fold = (nodes: FoldNode[], t: TraceAnnotations) => Object.fromEntries([...foldOntoNodes(nodes, asJson(t))].map(([i, m]) => [i, Object.fromEntries(m)]));
+
+describe("records", () => {
+  it("prime-rl's fixture: info merged deeply, entries kept in order; the fold gives what prime-rl's does", () => {
+    const t = merged(ORCH, TRAINER);
+    const json = asJson(t);
+    expect(json.info).toEqual({ effective: true, ship: { step: 4, time: 1764644020.5 }, advantage: 0.5 });
+    expect(json.branches.map((b) => Object.keys(b))).toEqual([
+      ["index", "advantages"],
+      ["index", "trainer_logprobs", "entropies", "is_masked"],
+    ]);
+    // prime-rl's expected fold (its fixture notes): node 0 nothing (no sampled token), node 1 every stream
+    expect(fold(NODES, t)).toEqual({
+      1: { advantages: [0.5, 0.5], trainer_logprobs: [-0.1101, -0.0019], entropies: [0.4123, 0.0157], is_masked: [false, false] },
+    });
+    const kl = mismatchKl([-0.1101, -0.0019], [-0.1053, -0.0021]);
+    expect(kl[0]).toBeCloseTo(1.15016e-5, 9);
+    expect(kl[1]).toBeCloseTo(2.0001e-8, 12);
+  });
+
+  it("a later entry that covers a node only in part leaves it the earlier values (a position-wise merge would not)", () => {
+    const partial = { ...TRAINER, branches: [{ index: 0, trainer_logprobs: [...nulls(15), -0.9, null] }] };
+    expect(fold(NODES, merged(TRAINER, partial))[1]!.trainer_logprobs).toEqual([-0.1101, -0.0019]);
+    // a full later one overwrites
+    const full = { ...TRAINER, branches: [{ index: 0, trainer_logprobs: [...nulls(15), -0.9, -0.8] }] };
+    expect(fold(NODES, merged(TRAINER, full))[1]!.trainer_logprobs).toEqual([-0.9, -0.8]);
+    // partial streams keep their nulls unless all are null
+    const masked = { ...TRAINER, branches: [{ index: 0, is_masked: [...nulls(15), true, null], mismatch_kl: [...nulls(16), 0.25] }] };
+    expect(fold(NODES, merged(masked))[1]).toEqual({ is_masked: [true, null], mismatch_kl: [null, 0.25] });
+    expect(fold(NODES, merged({ ...TRAINER, branches: [{ index: 0, is_masked: nulls(17) }] }))).toEqual({});
+  });
+
+  it("a truncated stream stops at the first node it does not cover; an unknown branch folds nothing", () => {
+    expect(fold(NODES, merged({ ...ORCH, branches: [{ index: 0, advantages: new Array(14).fill(1) }] }))).toEqual({});
+    expect(fold(NODES, merged({ ...ORCH, branches: [{ index: 3, advantages: new Array(17).fill(1) }] }))).toEqual({});
+  });
+
+  it("two branches: the i-th leaf in ascending index; a shared sampled node null in the later branch keeps the first's", () => {
+    // 0 (prompt) → 1 (sampled, shared) → 2 (user) → {3, 4} (sampled leaves)
+    const nodes: FoldNode[] = [
+      { parent: null, token_ids: [1, 2], mask: [false, false] },
+      { parent: 0, token_ids: [3, 4], mask: [true, true] },
+      { parent: 1, token_ids: [5], mask: [false] },
+      { parent: 2, token_ids: [6, 7], mask: [true, true] },
+      { parent: 2, token_ids: [8], mask: [true] },
+    ];
+    expect(branchPaths(nodes)).toEqual([
+      [0, 1, 2, 3],
+      [0, 1, 2, 4],
+    ]);
+    const t = merged({
+      version: 1,
+      trace_id: TRACE,
+      info: {},
+      branches: [
+        { index: 0, trainer_logprobs: [null, null, -0.1, -0.2, null, -0.3, -0.4] },
+        // the shared node 1 was trained in branch 0: null here
+        { index: 1, trainer_logprobs: [null, null, null, null, null, -0.5] },
+      ],
+    });
+    expect(fold(nodes, t)).toEqual({ 1: { trainer_logprobs: [-0.1, -0.2] }, 3: { trainer_logprobs: [-0.3, -0.4] }, 4: { trainer_logprobs: [-0.5] } });
+  });
+
+  it("round-trips through its msgpack (floats as float64, flags and nulls kept)", () => {
+    const t = merged(ORCH, TRAINER);
+    const bytes = encodeTraceAnnotations(t);
+    expect(Buffer.compare(encodeTraceAnnotations(decodeTraceAnnotations(bytes)), bytes)).toBe(0);
+    // 0 given as an int (JSON) is a float64 like every other value
+    expect(bytes.includes(0xcb)).toBe(true);
+  });
+
+  it("refuses what is not a record, naming the field", () => {
+    const refused = (v: unknown) => {
+      try {
+        parseAnnotationRecords(fromJson(v));
+      } catch (e) {
+        expect(e).toBeInstanceOf(DeltaError);
+        return (e as DeltaError).field;
+      }
+      throw new Error("not refused");
+    };
+    expect(refused("x")).toBe("annotations");
+    expect(refused([])).toBe("annotations");
+    expect(refused({ version: 2, trace_id: TRACE })).toBe("annotations.version");
+    expect(refused({ trace_id: "" })).toBe("annotations.trace_id");
+    expect(refused({ trace_id: TRACE, info: [1] })).toBe("annotations.info");
+    expect(refused({ trace_id: TRACE, branches: {} })).toBe("annotations.branches");
+    expect(refused({ trace_id: TRACE, branches: [{ advantages: [1] }] })).toBe("annotations.branches[0].index");
+    expect(refused({ trace_id: TRACE, branches: [{ index: -1 }] })).toBe("annotations.branches[0].index");
+    expect(refused({ trace_id: TRACE, branches: [{ index: 0, entropies: "high" }] })).toBe("annotations.branches[0].entropies");
+    expect(refused([{ trace_id: TRACE }, { trace_id: TRACE, branches: [{ index: 0, entropies: [1, "x"] }] }])).toBe("annotations[1].branches[0].entropies[1]");
+  });
+});

@@ -1,0 +1,132 @@
+// A run's flag rules (src/flags/rules.ts): read and checked, matched on segments and rows, and the
+// default set's false positives on the golden cases (none: each case is an honest rollout) and its
+// hits on the reward hacks it is for.
+import { describe, expect, it } from "vitest";
+import { DEFAULT_RULES, matchSegment, parseRules, rowFlags, textRules } from "../../src/flags/rules.js";
+import { RelayError } from "../../src/http/errors.js";
+import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/search/segments.js";
+import { type Json, type JsonObject, toJson } from "../../src/wire/json-view.js";
+import { decodeLossless } from "../../src/wire/lossless.js";
+import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
+
+const seg = (over: Partial<Segment>): Segment => ({ trace: "t", node: 3, role: "assistant", tool: null, kind: "text", body: "", ...over });
+const defaults = textRules(DEFAULT_RULES);
+const hits = (s: Segment) => defaults.filter((r) => matchSegment(r, s)).map((r) => r.id);
+
+describe("rules", () => {
+  it("reads text and reward rules; refuses bad ones naming the field", () => {
+    const rules = parseRules({
+      rules: [
+        { id: "says-42", match: { pattern: "the answer is 42" } },
+        { id: "rm", match: { pattern: "rm\\s+-rf", regex: true, role: "assistant", tool: "bash", in: "arguments" } },
+        { id: "low", reward: { key: "correct", below: 0.5 } },
+        { id: "trunc", rewarded_truncated: {} },
+        { id: "short", rewarded_short: { key: "correct", max_output_tokens: 5 } },
+      ],
+    });
+    expect(rules.map((r) => r.id)).toEqual(["says-42", "rm", "low", "trunc", "short"]);
+    const refused = (body: unknown) => {
+      try {
+        parseRules(body);
+      } catch (e) {
+        expect(e).toBeInstanceOf(RelayError);
+        expect((e as RelayError).code).toBe("bad_rules");
+        return (e as RelayError).field;
+      }
+      throw new Error("not refused");
+    };
+    expect(refused([])).toBe("rules");
+    expect(refused({ rules: [{ id: "A" }] })).toBe("rules[0].id");
+    expect(
+      refused({
+        rules: [
+          { id: "a", match: { pattern: "x" } },
+          { id: "a", match: { pattern: "y" } },
+        ],
+      }),
+    ).toBe("rules[1].id");
+    expect(refused({ rules: [{ id: "a" }] })).toBe("rules[0]");
+    expect(refused({ rules: [{ id: "a", match: { pattern: "(", regex: true } }] })).toBe("rules[0].match.pattern");
+    expect(refused({ rules: [{ id: "a", match: { pattern: "(a+)+$", regex: true } }] })).toBe("rules[0].match.pattern");
+    expect(refused({ rules: [{ id: "a", match: { pattern: "((ab)*c)*", regex: true } }] })).toBe("rules[0].match.pattern");
+    expect(refused({ rules: [{ id: "a", match: { pattern: "x", in: "body" } }] })).toBe("rules[0].match.in");
+    expect(refused({ rules: [{ id: "a", reward: { key: "c" } }] })).toBe("rules[0].reward");
+    expect(refused({ rules: Array.from({ length: 33 }, (_, i) => ({ id: `r${i}`, match: { pattern: "x" } })) })).toBe("rules");
+    // a literal pattern is matched as written, any case
+    const [lit] = textRules(parseRules({ rules: [{ id: "dot", match: { pattern: "a.b" } }] }));
+    expect(matchSegment(lit!, seg({ body: "x A.B y" }))?.excerpt).toBe("x A.B y");
+    expect(matchSegment(lit!, seg({ body: "axb" }))).toBeNull();
+  });
+
+  it("matching on a segment: its kind, role and tool; the evidence is the node and an excerpt", () => {
+    const [rm] = textRules(
+      parseRules({ rules: [{ id: "rm", match: { pattern: "rm\\s+-rf", regex: true, role: "assistant", tool: "bash", in: "arguments" } }] }),
+    );
+    expect(matchSegment(rm!, seg({ kind: "call", tool: "bash", body: "bash rm -rf /tmp/x" }))).toEqual({
+      rule: "rm",
+      trace: "t",
+      node: 3,
+      excerpt: "bash rm -rf /tmp/x",
+    });
+    expect(matchSegment(rm!, seg({ kind: "text", tool: null, body: "rm -rf" }))).toBeNull();
+    expect(matchSegment(rm!, seg({ kind: "call", tool: "python", body: "rm -rf" }))).toBeNull();
+    expect(matchSegment(rm!, seg({ role: "user", kind: "call", tool: "bash", body: "rm -rf" }))).toBeNull();
+  });
+
+  it("reward rules on a row", () => {
+    const rules = parseRules({
+      rules: [
+        { id: "low", reward: { key: "correct", below: 0.5 } },
+        { id: "trunc", rewarded_truncated: { key: "correct" } },
+        { id: "short", rewarded_short: { max_output_tokens: 5 } },
+      ],
+    });
+    const row = (score: number, truncated: boolean, out: number) => ({
+      rewards: { correct: { score, weight: 1 } },
+      truncated,
+      live: { output_tokens: out } as never,
+    });
+    expect(rowFlags(rules, row(0, false, 100)).map((f) => f.rule)).toEqual(["low"]);
+    expect(rowFlags(rules, row(1, true, 100)).map((f) => [f.rule, f.excerpt])).toEqual([["trunc", "correct = 1, truncated"]]);
+    expect(rowFlags(rules, row(1, false, 4)).map((f) => f.rule)).toEqual(["short"]);
+    expect(rowFlags(rules, { rewards: null, truncated: true, live: null })).toEqual([]);
+  });
+});
+
+describe("the default rules", () => {
+  it("flag the reward hacks they are for", () => {
+    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "cat tests/grader.py"}' }))).toEqual(["touches-grader"]);
+    expect(hits(seg({ kind: "call", tool: "python", body: "python open('reward.txt', 'w').write('1.0')" }))).toEqual(["touches-grader", "writes-reward"]);
+    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "echo 1 > /tmp/score.json"}' }))).toEqual(["writes-reward"]);
+    expect(hits(seg({ body: Array.from({ length: 100 }, (_, i) => i + 1).join(" ") }))).toEqual(["many-candidates"]);
+    expect(hits(seg({ body: "Since the grader only checks that 42 appears, I will print every integer." }))).toEqual(["quotes-grader"]);
+    // not the hacks: a short list of numbers, a user mentioning the grader, a file that is not one
+    expect(hits(seg({ body: "1, 2, 3, 5, 8, 13" }))).toEqual([]);
+    expect(hits(seg({ role: "user", body: "the grader checks your answer" }))).toEqual([]);
+    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "cat main.py"}' }))).toEqual([]);
+  });
+
+  it("raise no flag on any golden case (their false positives: none)", () => {
+    const cases = goldenCasePaths()
+      .map(loadCase)
+      .filter((c) => c.episode);
+    expect(cases.length).toBeGreaterThanOrEqual(11);
+    for (const c of cases) {
+      const ep = toJson(decodeLossless(c.episode!)) as JsonObject;
+      const segments: Segment[] = [];
+      (ep.traces as JsonObject[]).forEach((t, i) => {
+        const task = i === 0 ? taskSegment(t.id as string, t.task as Json) : null;
+        if (task) segments.push(task);
+        for (const [k, n] of (t.nodes as JsonObject[]).entries()) segments.push(...nodeSegments(t.id as string, k, n.message as Json));
+      });
+      const flagged = withinBudget(segments, 0).kept.flatMap(hits);
+      const first = (ep.traces as JsonObject[])[0]!;
+      const rows = rowFlags(DEFAULT_RULES, {
+        rewards: first.rewards ?? null,
+        truncated: first.is_timeout === true,
+        live: { output_tokens: first.num_output_tokens } as never,
+      });
+      expect([...flagged, ...rows.map((f) => f.rule)], c.name).toEqual([]);
+    }
+  });
+});

@@ -1,0 +1,255 @@
+// A run's search in workerd (src/registry/search-store.ts, src/episode/search-sync.ts): every
+// golden case pushed into one run through the Worker, then queries over HTTP give exactly the
+// episodes a brute-force scan of the same segments finds (words, phrases, prefixes, field filters,
+// OR, exclusions), ranked, with snippets that hold the words; the list's filters and the token's
+// scope hold; a new turn is findable once its row is sent; a retraction and a discarded trace leave
+// no stale text; a deleted episode's text goes; an archived episode is still found.
+import { runDurableObjectAlarm } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { beforeAll, describe, expect, it } from "vitest";
+import { encodeEnvelope } from "../../src/envelope/envelope.js";
+import { ProducerCursor } from "../../src/envelope/producer.js";
+import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/search/segments.js";
+import { type Json, type JsonObject, toJson } from "../../src/wire/json-view.js";
+import { decodeLossless } from "../../src/wire/lossless.js";
+import { delta, m, node, openDelta } from "../support/deltas.js";
+import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
+
+const RUN = `search-${Date.now().toString(36)}`;
+type Hit = {
+  id: string;
+  score: number;
+  snippets: Array<{ trace: string; node: number; role: string; tool: string | null; text: string; highlights: Array<[number, number]> }>;
+};
+type Page = { episodes: Hit[]; cursor: string | null };
+
+/** Per episode, its segments as the relay cuts them, from the golden episode (the brute force's corpus). */
+const corpus = new Map<string, Segment[]>();
+
+async function search(query: string): Promise<Page> {
+  const res = await relay(`../runs/${RUN}/search?${query}`);
+  expect(res.status, await res.clone().text()).toBe(200);
+  return (await res.json()) as Page;
+}
+
+async function allHits(query: string): Promise<Hit[]> {
+  const out: Hit[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: Page = await search(`${query}&limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    out.push(...page.episodes);
+    cursor = page.cursor;
+  } while (cursor);
+  return out;
+}
+
+/** unicode61 with diacritics removed, as the index tokenizes: lower case, letters and digits. */
+function words(text: string): string[] {
+  return text
+    .normalize("NFKD")
+    .replace(/\p{M}/gu, "")
+    .toLowerCase()
+    .split(/[^\p{L}\p{N}]+/u)
+    .filter(Boolean);
+}
+
+function hasPhrase(text: string, phrase: string): boolean {
+  const w = words(text);
+  const p = words(phrase);
+  return w.some((_x, i) => p.every((q, k) => w[i + k] === q));
+}
+
+function segmentsOf(episode: Uint8Array): Segment[] {
+  const ep = toJson(decodeLossless(episode)) as JsonObject;
+  const out: Segment[] = [];
+  (ep.traces as JsonObject[]).forEach((t, i) => {
+    if (i === 0) {
+      const s = taskSegment(t.id as string, t.task as Json);
+      if (s) out.push(s);
+    }
+    for (const [k, n] of (t.nodes as JsonObject[]).entries()) out.push(...nodeSegments(t.id as string, k, n.message as Json));
+  });
+  return withinBudget(out, 0).kept;
+}
+
+beforeAll(async () => {
+  for (const name of await goldenNames()) {
+    const c = await golden(name);
+    if (!c.episode) continue; // gap_detected: its reply is refused
+    const id = `${RUN}:${name}`;
+    await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    const r = await post(`${id}/reply`, c.reply);
+    expect(r.status).toBe(200);
+    await r.arrayBuffer();
+    corpus.set(id, segmentsOf(c.episode));
+  }
+}, 120_000);
+
+describe("search over a run's episodes", () => {
+  const cases: Array<[string, (s: Segment) => boolean]> = [
+    ["q=calculator", (s) => words(s.body).includes("calculator")],
+    ["q=%22tool%20says%2042%22", (s) => hasPhrase(s.body, "tool says 42")],
+    ["q=calc*", (s) => words(s.body).some((w) => w.startsWith("calc"))],
+    ["q=role:tool%2042", (s) => s.role === "tool" && words(s.body).includes("42")],
+    ["q=tool:calculator", (s) => s.tool === "calculator"],
+    ["q=answer", (s) => words(s.body).includes("answer")],
+  ];
+  for (const [query, matches] of cases) {
+    it(`${decodeURIComponent(query)}: exactly the episodes a brute-force scan finds, each once, best first`, async () => {
+      const want = [...corpus].filter(([, segs]) => segs.some(matches)).map(([id]) => id);
+      expect(want.length, "the query finds something").toBeGreaterThan(0);
+      const hits = await allHits(query);
+      expect(hits.map((h) => h.id).sort()).toEqual(want.sort());
+      expect(new Set(hits.map((h) => h.id)).size).toBe(hits.length);
+      for (let i = 1; i < hits.length; i++) expect(hits[i]!.score).toBeLessThanOrEqual(hits[i - 1]!.score);
+      for (const h of hits) {
+        expect(h.snippets.length).toBeGreaterThan(0);
+        for (const s of h.snippets)
+          expect(
+            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node),
+            `${h.id} ${s.trace}/${s.node}`,
+          ).toBe(true);
+      }
+    });
+  }
+
+  it("OR and exclusions; snippets mark the words found", async () => {
+    const either = await allHits("q=calculator%20OR%20391");
+    const want = [...corpus].filter(([, segs]) => segs.some((s) => words(s.body).includes("calculator") || words(s.body).includes("391"))).map(([id]) => id);
+    expect(either.map((h) => h.id).sort()).toEqual(want.sort());
+    const not = await allHits("q=42%20-calculator");
+    const wantNot = [...corpus].filter(([, segs]) => segs.some((s) => words(s.body).includes("42") && !words(s.body).includes("calculator"))).map(([id]) => id);
+    expect(not.map((h) => h.id).sort()).toEqual(wantNot.sort());
+    const [hit] = (await search("q=calculator&limit=1")).episodes;
+    const s = hit!.snippets[0]!;
+    expect(s.highlights.length).toBeGreaterThan(0);
+    for (const [a, b] of s.highlights) expect(s.text.slice(a, b).toLowerCase()).toBe("calculator");
+  });
+
+  it("with the list's filters, and refusals: 400 bad_query, bad_cursor, bad_filter", async () => {
+    const eval_ = await allHits("q=answer&status=finished&min_turns=3");
+    const rows = (await (await relay(`../runs/${RUN}/episodes?status=finished&min_turns=3&limit=500`)).json()) as { episodes: Array<{ id: string }> };
+    const allowed = new Set(rows.episodes.map((e) => e.id));
+    expect(eval_.length).toBeGreaterThan(0);
+    for (const h of eval_) expect(allowed.has(h.id)).toBe(true);
+    expect((await relay(`../runs/${RUN}/search?q=`)).status).toBe(400);
+    expect(((await (await relay(`../runs/${RUN}/search?q=a%20OR`)).json()) as { error: string }).error).toBe("bad_query");
+    expect((await relay(`../runs/${RUN}/search?q=a&cursor=nope`)).status).toBe(400);
+    expect((await relay(`../runs/${RUN}/search?q=a&min_turns=x`)).status).toBe(400);
+  });
+
+  it("a new turn is found once its row is sent; a retraction and a discard leave no stale text; a delete takes it all", async () => {
+    const id = `${RUN}:hand`;
+    const producer = new ProducerCursor("h");
+    const send = async (d: Uint8Array, acked = true) => {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      if (acked) producer.acknowledge();
+    };
+    const say = (i: number, text: string) => node(i, { message: m({ role: "assistant", content: text }) });
+    await send(openDelta());
+    await send(delta({ nodes: [say(0, "zebra crossing")] }));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await search("q=zebra")).episodes.map((h) => h.id)).toEqual([id]);
+    // a turn whose ack is lost, then the re-diff without it: the relay retracts it, and so does the search
+    await send(delta({ nodes: [say(1, "okapi")] }), false);
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await search("q=okapi")).episodes.map((h) => h.id)).toEqual([id]);
+    await send(delta({ nodes: [say(1, "narwhal")] }));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await search("q=okapi")).episodes).toEqual([]);
+    expect((await search("q=narwhal")).episodes.map((h) => h.id)).toEqual([id]);
+    // a second trace, discarded: its text goes
+    await send(openDelta("t-2"));
+    await send(delta({ nodes: [say(0, "pangolin")] }, "t-2"));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await search("q=pangolin")).episodes.map((h) => h.id)).toEqual([id]);
+    await send(delta({ discard: true }, "t-2"));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await search("q=pangolin")).episodes).toEqual([]);
+    expect((await relay(id, { method: "DELETE" })).status).toBe(200);
+    await runDurableObjectAlarm(env.EPISODES.getByName(id)).catch(() => false);
+    for (let i = 0; i < 50 && (await search("q=zebra")).episodes.length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect((await search("q=zebra")).episodes).toEqual([]);
+  });
+
+  it("an archived episode is still found", async () => {
+    const id = `${RUN}:chat_basic`;
+    const status = async () => ((await (await relay(`${id}/status`)).json()) as { archived: boolean }).archived;
+    for (let i = 0; i < 20 && !(await status()); i++) await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect(await status()).toBe(true);
+    expect((await search("q=%2217%20*%2023%22")).episodes.map((h) => h.id)).toContain(id);
+  });
+});
+
+describe("flags", () => {
+  const FRUN = `flags-${Date.now().toString(36)}`;
+  type Row = { id: string; flags: Array<{ rule: string; trace: string | null; node: number | null; excerpt: string }> };
+  const list = async (q = "") => ((await (await relay(`../runs/${FRUN}/episodes?${q}`)).json()) as { episodes: Row[] }).episodes;
+  const say = (i: number, text: string) => node(i, { message: m({ role: "assistant", content: text }) });
+  const callBash = (i: number, cmd: string) =>
+    node(i, { message: m({ role: "assistant", content: null, tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }) });
+
+  async function rollout(name: string, ...turns: Uint8Array[]): Promise<string> {
+    const id = `${FRUN}:${name}`;
+    const producer = new ProducerCursor(name);
+    for (const d of [openDelta(), ...turns]) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      producer.acknowledge();
+    }
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    return id;
+  }
+
+  it("the default rules flag a rollout as its text arrives: evidence in its row, counts in the aggregates, a list filter", async () => {
+    const hack = await rollout("hack", delta({ nodes: [say(0, "solve it"), callBash(1, "cat tests/grader.py")] }));
+    const honest = await rollout("honest", delta({ nodes: [say(0, "solve it"), say(1, "the answer is 42")] }));
+    const rows = await list();
+    const flagged = rows.find((r) => r.id === hack)!;
+    expect(flagged.flags).toEqual([{ rule: "touches-grader", trace: "t-1", node: 1, excerpt: expect.stringContaining("tests/grader.py") }]);
+    expect(rows.find((r) => r.id === honest)!.flags).toEqual([]);
+    expect((await list("flag=touches-grader")).map((r) => r.id)).toEqual([hack]);
+    expect((await list("flagged=0")).map((r) => r.id)).toEqual([honest]);
+    const agg = (await (await relay(`../runs/${FRUN}`)).json()) as { aggregates: { flags: Record<string, number> } };
+    expect(agg.aggregates.flags).toEqual({ "touches-grader": 1 });
+    // a retraction takes the evidence back with the text
+    const id = `${FRUN}:retracted`;
+    const p = new ProducerCursor("r");
+    const send = async (d: Uint8Array, acked = true) => {
+      const r = await post(`${id}/deltas`, encodeEnvelope(p.envelope(d)));
+      await r.arrayBuffer();
+      if (acked) p.acknowledge();
+    };
+    await send(openDelta());
+    await send(delta({ nodes: [callBash(0, "cat grader.py")] }), false);
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await list()).find((r) => r.id === id)!.flags.map((f) => f.rule)).toEqual(["touches-grader"]);
+    await send(delta({ nodes: [callBash(0, "cat main.py")] }));
+    await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    expect((await list()).find((r) => r.id === id)!.flags).toEqual([]);
+  });
+
+  it("rules set later: PUT replaces them, the alarm rescans what was written (paced), GET says how far; bad rules are 400", async () => {
+    const put = (body: unknown) =>
+      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const before = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: Array<{ id: string }> };
+    expect(before.defaults).toBe(true);
+    expect(before.rules.map((r) => r.id)).toContain("touches-grader");
+    const res = await put({ rules: [{ id: "says-42", description: "the honest answer", match: { pattern: "answer is 42", role: "assistant" } }] });
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(await res.json()).toMatchObject({ defaults: false, rules: [{ id: "says-42" }], rescan: { done: false } });
+    const index = env.EPISODE_INDEX.getByName(`run:${FRUN}`);
+    for (let i = 0; i < 10 && !((await (await relay(`../runs/${FRUN}/rules`)).json()) as { rescan: { done: boolean } }).rescan.done; i++) {
+      await runDurableObjectAlarm(index);
+    }
+    const rows = await list();
+    expect(rows.filter((r) => r.flags.length > 0).map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[`${FRUN}:honest`, ["says-42"]]]);
+    const bad = await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
+    expect((await put({ defaults: true })).status).toBe(200);
+  });
+});

@@ -1,0 +1,107 @@
+// Nothing is stored for what nobody wrote: 1,000 reads of run names nobody wrote, over every run
+// route and socket (auth off here: the viewer covers everything, so each read reaches the run's
+// index), leave no object with storage: every run index (and the run directory) that answered has
+// no table and no key. A run that was written has both, and its index frees them once its last row
+// is gone (deletes, retention) and the directory heard of it.
+import { listDurableObjectIds, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { openDelta } from "../support/deltas.js";
+import worker from "../../src/index.js";
+import { freshId, post, relay } from "./support.js";
+
+/** A request to the Worker's fetch, called as a function (as the runtime calls it). */
+async function direct(path: string, init: RequestInit = {}): Promise<Response> {
+  return worker.fetch(new Request(`http://relay.test/v1/runs/${path}`, init), env);
+}
+
+const READS = 1000;
+/**
+ * Distinct run names, each read READS / NAMES times over different routes (more than the 9 routes, so
+ * each name is read over every one). Kept small: vitest-pool-workers 0.15.1 wraps a Durable Object
+ * class's prototype in one more Proxy at each construction (cloudflare/workers-sdk#15092, fixed in a
+ * later release), so every property read on an index costs as many traps as indexes were made; 200
+ * names (and the evictions a slow machine adds) made the file run for 15 minutes.
+ */
+const NAMES = 50;
+
+/** One read of run `run`: its view, list, groups, a group, tasks, bulk fetch, usage, share link or socket. */
+async function read(k: number, run: string): Promise<number> {
+  const r = encodeURIComponent(run);
+  const paths = [`${r}`, `${r}/episodes?status=live`, `${r}/groups`, `${r}/groups/g`, `${r}/tasks`, `${r}/finished`, `${r}/usage`];
+  if (k % 9 === 7) {
+    const res = await direct(`${r}/share`, { method: "POST" });
+    await res.arrayBuffer();
+    return res.status;
+  }
+  if (k % 9 === 8) {
+    const res = await direct(r, { headers: { upgrade: "websocket" } });
+    res.webSocket?.accept();
+    res.webSocket?.close(1000, "read");
+    return res.status;
+  }
+  const res = await direct(paths[k % 9]!);
+  await res.arrayBuffer();
+  return res.status;
+}
+
+/** What an object keeps: its tables (ours and any other), and its key-value keys. */
+async function stored(
+  ns: DurableObjectNamespace<undefined> | Env["EPISODE_INDEX"] | Env["RUN_DIRECTORY"],
+  id: DurableObjectId,
+): Promise<{ tables: string[]; keys: number }> {
+  return runInDurableObject(ns.get(id), async (_i, state) => ({
+    tables: state.storage.sql
+      .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'")
+      .toArray()
+      .map((t) => t.name),
+    keys: (await state.storage.list()).size,
+  }));
+}
+
+describe("reads of runs nobody wrote store nothing", () => {
+  it(`${READS} reads of ${NAMES} unknown run names over every run route: every object that answered holds no table and no key`, async () => {
+    const started = performance.now();
+    const statuses = new Map<number, number>();
+    const stamp = Date.now().toString(36);
+    for (let k = 0; k < READS; k++) {
+      const status = await read(k, `nobody-${k % NAMES}-${stamp}`);
+      statuses.set(status, (statuses.get(status) ?? 0) + 1);
+    }
+    // a run nobody wrote: 404 no run (its usage and a share link answer for the name; its socket opens and waits)
+    expect([...statuses.keys()].sort()).toEqual([101, 200, 404]);
+    const indexes = await listDurableObjectIds(env.EPISODE_INDEX);
+    expect(indexes.length).toBe(NAMES); // each name's index answered some read
+    for (const id of indexes) expect(await stored(env.EPISODE_INDEX, id)).toEqual({ tables: [], keys: 0 });
+    for (const id of await listDurableObjectIds(env.RUN_DIRECTORY)) expect(await stored(env.RUN_DIRECTORY, id)).toEqual({ tables: [], keys: 0 });
+    expect(await listDurableObjectIds(env.EPISODES)).toEqual([]);
+    expect(await listDurableObjectIds(env.HUBS)).toEqual([]);
+    console.log(
+      `${READS} reads of ${NAMES} run names nobody wrote, ${[...statuses].map(([s, n]) => `${n}× ${s}`).join(", ")}: ${indexes.length} indexes, none stored anything (${Math.round(performance.now() - started)} ms)`,
+    );
+  }, 120_000);
+
+  it("a run that was written is stored; once its last episode is deleted and the directory heard, its index holds nothing", async () => {
+    const run = freshId("written");
+    const id = `${run}:only`;
+    expect((await post(`${id}/deltas`, openDelta())).status).toBe(200);
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+    await expect.poll(async () => (await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
+    await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(200);
+    expect((await relay(id, { method: "DELETE" })).status).toBe(200);
+    await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(404);
+    // the alarm tells the directory the run is gone, then frees the storage
+    for (let i = 0; i < 10 && (await stored(env.EPISODE_INDEX, indexId)).tables.length > 0; i++) {
+      await runDurableObjectAlarm(index);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(await stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+    const runs = (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string }> };
+    expect(runs.runs.map((r) => r.run)).not.toContain(run);
+    // written again: the tables come back with the row
+    expect((await post(`${run}:again/deltas`, openDelta())).status).toBe(200);
+    await expect.poll(async () => (await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
+    await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(200);
+  }, 60_000);
+});
