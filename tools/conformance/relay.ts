@@ -117,8 +117,9 @@ function httpSender(base: string, auth: Record<string, string>): Sender {
 async function socketSender(opts: RelayOptions, id: string): Promise<Sender> {
   const u = new URL(`${opts.relay}/v1/episodes/${id}/ingest`);
   u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
-  if (opts.token) u.searchParams.set("token", opts.token);
-  const ws = new WebSocket(u, { maxPayload: 64 * 1024 * 1024 });
+  // the token in a header, never in the URL (URLs end up in logs)
+  const headers: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
+  const ws = new WebSocket(u, { maxPayload: 64 * 1024 * 1024, headers });
   await new Promise<void>((resolve, reject) => {
     ws.once("open", () => resolve());
     ws.once("error", reject);
