@@ -90,7 +90,7 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
   const allowed = allowedMethods(route);
   if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
   if (route.kind === "list" || route.kind === "runs" || route.kind === "run") return runPaths(request, url, route, env, claims, mode);
-  const episode = env.EPISODES.get(env.EPISODES.idFromName(route.id));
+  const episode = env.EPISODES.getByName(route.id);
   const id = route.id;
   switch (route.action) {
     case "ingest":
@@ -186,7 +186,7 @@ async function runPaths(
 /** `GET /v1/episodes/{id}/usage`: the episode's billing units, and its hubs' (those it names). */
 async function episodeUsage(env: Env, episode: ReturnType<Env["EPISODES"]["get"]>): Promise<{ episode: Usage; hubs: Usage[] }> {
   const { peers, ...own } = await episode.usage();
-  const hubs = await Promise.all((peers ?? []).map((name) => env.HUBS.get(env.HUBS.idFromName(name)).usage()));
+  const hubs = await Promise.all((peers ?? []).map((name) => env.HUBS.getByName(name).usage()));
   return { episode: own, hubs };
 }
 
@@ -214,7 +214,7 @@ function relayAnswer(res: Response): Response {
 /** A watcher's upgrade goes to one of the episode's hubs, drawn at random below the count its hubs last gave. */
 async function watch(request: Request, url: URL, id: string, env: Env): Promise<Response> {
   const shard = pickShard(hubCounts.get(id));
-  const hub = env.HUBS.get(env.HUBS.idFromName(hubName(id, shard)));
+  const hub = env.HUBS.getByName(hubName(id, shard));
   const res = await hub.fetch(stripCredentials(request, url, { [HUB_EPISODE_HEADER]: id, [HUB_SHARD_HEADER]: String(shard) }));
   const hubs = parseHubs(res.headers.get(HUBS_HEADER), limitsFrom(env).maxHubs);
   if (hubs !== null) hubCounts.set(id, hubs);

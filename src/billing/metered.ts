@@ -2,32 +2,33 @@
 // `metered(EpisodeObject)` and so on under the names wrangler.toml binds):
 //
 //  - The subclass's constructor puts a view of `ctx.storage` on the real ctx before `super` (an
-//    own `storage` property: workerd's DurableObject constructor type-checks ctx, so it cannot be
-//    a Proxy). Its `sql.exec` hands each cursor to the meter (rows), `setAlarm` counts a row
-//    written; every other member is the real one, bound to the real storage (transactionSync,
-//    deleteAll...). acceptWebSocket, getWebSockets, blockConcurrencyWhile stay untouched on ctx.
+//    own `storage` property: workerd's DurableObject constructor type-checks ctx). Its `sql.exec`
+//    hands each cursor to the meter (rows), `setAlarm` counts a row written; every other member is
+//    the real one, bound to the real storage (transactionSync, deleteAll...). acceptWebSocket,
+//    getWebSockets, blockConcurrencyWhile stay untouched on ctx.
 //  - Every method of the class's prototype chain (up to DurableObject) is wrapped on the
-//    subclass's prototype, and the constructor returns a Proxy of the instance: the runtime
-//    holds the proxy, so its calls (fetch, alarm, webSocket*, RPC) arrive with `this` = proxy and
-//    count (a request; webSocketMessage/Close a wsIn) with their interval, then run on the real
-//    instance. The methods' own `this.x()` calls then have `this` = the real instance and pass
-//    through uncounted. `usage()` itself counts nothing.
+//    subclass's prototype. A call that arrives from outside (the runtime's fetch, alarm,
+//    webSocket*, an RPC) counts as one event (a request; webSocketMessage/Close a wsIn) for its
+//    interval; the object's own calls run inside that event (an AsyncLocalStorage holds the
+//    instance whose event is running) and count nothing. No Proxy: `this` is the instance itself,
+//    inside and out, and stack traces show the methods. `usage()` itself counts nothing.
 //  - `instanceof` holds for both the exported class and the original; RPC sees every method.
 //
 // For the archive code (R2 operations are counted where they happen):
-//   usageOf(this)?.r2Put(bytes)    // in an object's method (`this` is the real instance)
+//   usageOf(this)?.r2Put(bytes)    // in an object's method
 //   usageOf(storage)?.r2Get()      // or with the ctx, or with `ctx.storage` as the object holds it
 // It answers undefined for an unmetered object (a unit test constructing the class itself).
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import { DurableObject } from "cloudflare:workers";
 import { type EventKind, meterFor, type Usage, type UsageMeter } from "./usage.js";
 
-/** The real instance, its proxy, its ctx and its storage view → its meter. */
+/** The instance, its ctx and its storage view → its meter. */
 const METERS = new WeakMap<object, UsageMeter>();
-/** The proxy the runtime holds → the real instance. */
-const RAW = new WeakMap<object, object>();
+/** The instance whose counted event is running (its own calls then count nothing). */
+const EVENT = new AsyncLocalStorage<object>();
 
-/** The meter of a metered object (its real instance, its proxy, its ctx or `ctx.storage`). */
+/** The meter of a metered object (its instance, its ctx or `ctx.storage`). */
 export function usageOf(x: object): UsageMeter | undefined {
   return METERS.get(x);
 }
@@ -60,8 +61,6 @@ export function metered<T extends DurableObject<Env>>(
   ctx: DurableObjectState,
   env: Env,
 ) => T & Metered {
-  // getters run on the real instance too (what they call is then internal)
-  const handler: ProxyHandler<object> = { get: (target, prop) => Reflect.get(target, prop, target) };
   const object = Base.name;
   const Parent = Base as unknown as new (...args: unknown[]) => DurableObject<Env>;
   class MeteredObject extends Parent {
@@ -70,22 +69,17 @@ export function metered<T extends DurableObject<Env>>(
       const meter = instrument(ctx, object);
       super(ctx, env);
       METERS.set(this, meter);
-      const proxy = new Proxy<MeteredObject>(this, handler);
-      METERS.set(proxy, meter);
-      RAW.set(proxy, this);
-      // biome-ignore lint/correctness/noConstructorReturn: the runtime must call methods through the proxy
-      return proxy;
     }
 
     usage(): Usage {
-      const raw = (RAW.get(this) ?? this) as MeteredObject;
-      const u = METERS.get(raw)!.snapshot(Date.now(), raw.ctx.storage.sql.databaseSize);
-      const peers = options.peers?.(raw as unknown as T);
+      const u = METERS.get(this)!.snapshot(Date.now(), this.ctx.storage.sql.databaseSize);
+      // (what it reads of the object is the object's own call: not a request)
+      const peers = EVENT.run(this, () => options.peers?.(this as unknown as T));
       return peers ? { ...u, peers } : u;
     }
   }
   Object.defineProperty(MeteredObject, "name", { value: object });
-  // the wrappers sit on the prototype: the runtime (and vitest-pool-workers) may look methods up there
+  // the wrappers sit on the prototype: the runtime (and vitest-pool-workers) look methods up there
   for (let p: object | null = Base.prototype; p && p !== DurableObject.prototype && p !== Object.prototype; p = Object.getPrototypeOf(p)) {
     for (const name of Object.getOwnPropertyNames(p)) {
       const d = Object.getOwnPropertyDescriptor(p, name);
@@ -99,37 +93,38 @@ export function metered<T extends DurableObject<Env>>(
   ) => T & Metered;
 }
 
-/** Method `name` counted as one event (until its promise settles), run on the real instance. */
+/** Method `name`: a call from outside the object's own event counts as one event, until its promise settles. */
 function counting(name: string, fn: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
   const kind = kindOf(name);
   // (a computed key names the function: stack traces show the method)
   return {
-    [name](this: unknown, ...args: unknown[]): unknown {
-      const raw = typeof this === "object" && this !== null ? RAW.get(this) : undefined;
-      if (raw === undefined) return fn.apply(this, args); // on the real instance: the object's own call
-      const m = METERS.get(raw)!;
-      m.begin(Date.now(), kind);
-      let out: unknown;
-      try {
-        out = fn.apply(raw, args);
-      } catch (e) {
+    [name](this: object, ...args: unknown[]): unknown {
+      const m = METERS.get(this);
+      if (m === undefined || EVENT.getStore() === this) return fn.apply(this, args); // the object's own call
+      return EVENT.run(this, () => {
+        m.begin(Date.now(), kind);
+        let out: unknown;
+        try {
+          out = fn.apply(this, args);
+        } catch (e) {
+          m.end(Date.now());
+          throw e;
+        }
+        if (out instanceof Promise) {
+          return out.then(
+            (v) => {
+              m.end(Date.now());
+              return v;
+            },
+            (e: unknown) => {
+              m.end(Date.now());
+              throw e;
+            },
+          );
+        }
         m.end(Date.now());
-        throw e;
-      }
-      if (out instanceof Promise) {
-        return out.then(
-          (v) => {
-            m.end(Date.now());
-            return v;
-          },
-          (e: unknown) => {
-            m.end(Date.now());
-            throw e;
-          },
-        );
-      }
-      m.end(Date.now());
-      return out;
+        return out;
+      });
     },
   }[name]!;
 }

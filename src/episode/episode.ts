@@ -116,12 +116,11 @@ export class Episode extends DurableObject<Env> {
     });
     this.rowSync = new RunRowSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
-    // no request is delivered until storage is at this release's schema (or the object refuses them);
+    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
+    // the constructor does it, in every object alike: src/storage/schema.ts);
     // a finished episode an older release left in SQLite gets the alarm that archives it
-    void ctx.blockConcurrencyWhile(async () => {
-      this.state.open();
-      if (this.state.schema.failed === null && this.archive.due()) this.setAlarm(null);
-    });
+    this.state.open();
+    if (this.state.schema.failed === null && this.archive.due()) this.setAlarm(null);
   }
 
   // ---- RPC: the Worker's plain requests ----

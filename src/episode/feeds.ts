@@ -203,7 +203,7 @@ export class HubFeeds {
 
   /** The stub of hub `shard` (the caller checked there is a namespace and an id). */
   private hub(shard: number) {
-    return this.ns!.get(this.ns!.idFromName(hubName(this.id!, shard)));
+    return this.ns!.getByName(hubName(this.id!, shard));
   }
 
   private async pump(m: Member): Promise<void> {

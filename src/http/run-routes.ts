@@ -330,7 +330,7 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
         for (const item of page!.items) {
           const req = { json: ndjson, head: false, ifNoneMatch: null };
           // archived episodes come from R2 without waking their objects
-          const body = (await readArchived(env.ARCHIVE, item.id, req)) ?? (await env.EPISODES.get(env.EPISODES.idFromName(item.id)).read(item.id, req));
+          const body = (await readArchived(env.ARCHIVE, item.id, req)) ?? (await env.EPISODES.getByName(item.id).read(item.id, req));
           if (body.status !== 200 || !body.body) {
             await body.body?.cancel();
             idle++;

@@ -43,8 +43,8 @@ export class ViewerHub extends DurableObject<Env> {
     const l = limitsFrom(env);
     this.perHub = l.watchersPerHub;
     this.store = new HubStore(ctx.storage);
-    // storage is brought to this release's schema before anything reads it (the constructor runs
-    // before any event; blockConcurrencyWhile's callback may run after the constructor's code)
+    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
+    // the constructor does it, in every object alike: src/storage/schema.ts)
     this.store.open();
     this.window = new HubWindow(this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0, l.hubWindowBytes, WINDOW_FRAMES);
     this.watchers = new HubWatchers(
@@ -194,7 +194,7 @@ export class ViewerHub extends DurableObject<Env> {
   }
 
   private episode(id = this.identity().id): ReturnType<Env["EPISODES"]["get"]> {
-    return this.env.EPISODES.get(this.env.EPISODES.idFromName(id));
+    return this.env.EPISODES.getByName(id);
   }
 
   /**

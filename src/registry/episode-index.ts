@@ -81,9 +81,10 @@ export class EpisodeIndex extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.schema = new SchemaState(ctx.storage, INDEX_SCHEMA);
-    // no request is delivered until storage is at this release's schema (or the object refuses them);
+    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
+    // the constructor does it, in every object alike: src/storage/schema.ts);
     // an empty storage stays empty until the first row
-    void ctx.blockConcurrencyWhile(async () => this.schema.open());
+    this.schema.open();
     this.store = new IndexStore(ctx.storage.sql);
     this.sockets = new RunSockets(
       ctx,

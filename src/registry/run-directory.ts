@@ -39,8 +39,9 @@ export class RunDirectory extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.schema = new SchemaState(ctx.storage, DIRECTORY_SCHEMA);
-    // no request is delivered until storage is at this release's schema (or the object refuses them)
-    void ctx.blockConcurrencyWhile(async () => this.schema.open());
+    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
+    // the constructor does it, in every object alike: src/storage/schema.ts)
+    this.schema.open();
     this.store = new DirectoryStore(ctx.storage.sql);
     this.sockets = new RunSockets(
       ctx,

@@ -345,8 +345,7 @@ describe("no token travels past the Worker", () => {
     const seen: Request[] = [];
     const calls: unknown[][] = [];
     const fakeNamespace = {
-      idFromName: (name: string) => ({ name }),
-      get: () => ({
+      getByName: () => ({
         fetch: async (r: Request) => {
           seen.push(r);
           return Response.json({ ok: true });

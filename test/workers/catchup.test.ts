@@ -172,7 +172,7 @@ describe("catch-up", () => {
     w.ack();
     await settle(w);
     expect(w.caughtUp).toBe(false);
-    const hub = env.HUBS.get(env.HUBS.idFromName(hubName(id, 0)));
+    const hub = env.HUBS.getByName(hubName(id, 0));
     expect((await hub.stats()).watchers).toMatchObject({ catchingUp: 1, cohorts: 1 });
     const closed = await w.box.closed(IDLE_MS * 2);
     expect(closed.code).toBe(4008);

@@ -233,7 +233,7 @@ describe("ingest, finish, fetch", () => {
     (await post(`${id}/deltas`, openDelta())).body?.cancel();
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     expect((await relay(id)).status).toBe(404);
-    const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
+    const stub = env.EPISODES.getByName(id);
     // the tombstone stays until the run's index dropped the row (a moment), then nothing is kept
     const tables = () =>
       runInDurableObject(stub, (_i, state) =>
@@ -246,14 +246,14 @@ describe("ingest, finish, fetch", () => {
   it("retention: the alarm deletes an episode idle past its retention, and not before", async () => {
     const id = freshId("expire");
     (await post(`${id}/deltas`, openDelta())).body?.cancel();
-    const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
+    const stub = env.EPISODES.getByName(id);
     expect(await runDurableObjectAlarm(stub)).toBe(true); // early: reschedules
     expect((await relay(`${id}/status`)).status).toBe(200);
     await runInDurableObject(stub, (_i, state) => {
       state.storage.sql.exec("UPDATE meta SET updated = ?", Date.now() - 8 * 24 * 3600 * 1000);
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
-    expect(await runDurableObjectAlarm(env.EPISODES.get(env.EPISODES.idFromName(id)))).toBe(true);
+    expect(await runDurableObjectAlarm(env.EPISODES.getByName(id))).toBe(true);
     expect((await relay(`${id}/status`)).status).toBe(404);
   });
 });

@@ -62,8 +62,7 @@ describe("unexpected errors are answered, never dropped", () => {
 
   it("Worker: an error from the object's RPC is a 500 with CORS headers", async () => {
     const broken = {
-      idFromName: (name: string) => ({ name }),
-      get: () => ({
+      getByName: () => ({
         status: async () => {
           throw new Error("Network connection lost.");
         },

@@ -11,7 +11,7 @@ import { retryHintMs } from "../../src/watch/protocol.js";
 import { equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
-const hub = (id: string, shard: number) => env.HUBS.get(env.HUBS.idFromName(hubName(id, shard)));
+const hub = (id: string, shard: number) => env.HUBS.getByName(hubName(id, shard));
 
 /** A watcher on a given shard, as the Worker would forward it there. */
 async function watcherOn(id: string, shard: number): Promise<Watcher> {

@@ -32,7 +32,7 @@ async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, p
   return producer;
 }
 
-const stub = (id: string) => env.EPISODES.get(env.EPISODES.idFromName(id));
+const stub = (id: string) => env.EPISODES.getByName(id);
 
 describe("the episode lives in SQLite", () => {
   it("memory holds the index (per node its size, links, routing shape, whether a repair touched it), not node bytes", async () => {

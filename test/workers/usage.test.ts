@@ -98,7 +98,7 @@ describe("usage", () => {
   it("the archive code counts R2 operations through usageOf; the exported class is a class, instanceof holds", async () => {
     const id = freshId("usage-r2");
     await pushFrames(id, await golden("chat_basic"), 0, 1, new ProducerCursor("p"));
-    const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
+    const stub = env.EPISODES.getByName(id);
     const before = (await usage(id)).episode.r2;
     await runInDurableObject(stub, (instance) => {
       expect(instance).toBeInstanceOf(Episode);
@@ -116,6 +116,20 @@ describe("usage", () => {
       bytesWritten: before.bytesWritten + 1000,
       bytesStored: before.bytesStored ?? 0,
     });
+  });
+
+  it("each call from outside is one request; the object's own calls (ingest → ingestMessage → ...) count nothing", async () => {
+    const c = await golden("chat_basic");
+    const id = freshId("usage-own");
+    const producer = new ProducerCursor("p");
+    await pushFrames(id, c, 0, 1, producer);
+    const before = (await usage(id)).episode;
+    const n = Math.min(3, c.frames.length - 1);
+    await pushFrames(id, c, 1, 1 + n, producer);
+    const after = (await usage(id)).episode;
+    expect(n).toBeGreaterThan(0);
+    expect(after.requests - before.requests).toBe(n);
+    expect(after.wsIn).toBe(before.wsIn);
   });
 
   it("only an admin token reads usage", async () => {

@@ -185,7 +185,7 @@ describe("watchers", () => {
     const w = await Watcher.open(id, "", "until_caught_up");
     await w.read((x) => x.caughtUp);
     const producer = new ProducerCursor("p");
-    const stub = env.EPISODES.get(env.EPISODES.idFromName(id));
+    const stub = env.EPISODES.getByName(id);
     await pushFrames(id, c, 0, 3, producer);
     await w.read((x) => x.lastSeq >= 3);
     const before = await runInDurableObject(stub, (instance) => instance);
