@@ -11,17 +11,15 @@
 // and an index left without rows by deletes and retention frees its storage (deleteAll) once the
 // directory has dropped the run.
 
-import { DurableObject } from "cloudflare:workers";
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
 import type { RulesJson } from "./flag-store.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
-import { limitsFrom } from "../limits/limits.js";
 import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
 import type { RunAggregates } from "./aggregates.js";
 import { encodeRunMessage } from "./index-protocol.js";
 import { NO_FILTER } from "./row-filter.js";
-import { readScopeHeader, RunSockets } from "./run-sockets.js";
-import { SchemaState } from "../storage/schema.js";
+import { readScopeHeader } from "./run-sockets.js";
+import { RunSideObject } from "./run-side-object.js";
 import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "./groups.js";
 import type { FinishedPage } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
@@ -69,35 +67,21 @@ export interface UpdateAnswer {
   flushMs: number;
 }
 
-export class EpisodeIndex extends DurableObject<Env> {
-  private readonly schema: SchemaState;
+/** Its rows changed since the last push (`changes`, by episode id) are pushed to its sockets. */
+export class EpisodeIndex extends RunSideObject<IndexRow> {
   private readonly store: IndexStore;
-  private readonly sockets: RunSockets;
-  /** Rows changed since the last push (null: removed). */
-  private changes = new Map<string, IndexRow | null>();
   /** The steps changed since the last push, read once per push (for the sockets covering the run). */
   private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
-    super(ctx, env);
-    this.schema = new SchemaState(ctx.storage, INDEX_SCHEMA);
-    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
-    // the constructor does it, in every object alike: src/storage/schema.ts);
-    // an empty storage stays empty until the first row
-    this.schema.open();
+    super(ctx, env, INDEX_SCHEMA, "run socket");
     this.store = new IndexStore(ctx.storage.sql);
-    this.sockets = new RunSockets(
-      ctx,
-      ctx.storage.sql,
-      (scope) => this.changesFor(scope),
-      () => {
-        this.changes.clear();
-        this.store.steps.clearTouched();
-        this.pushSteps = null;
-      },
-      limitsFrom(env),
-    );
-    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
+  }
+
+  protected override pushed(): void {
+    super.pushed();
+    this.store.steps.clearTouched();
+    this.pushSteps = null;
   }
 
   // ---- RPC from Episode objects ----
@@ -280,19 +264,6 @@ export class EpisodeIndex extends DurableObject<Env> {
     }
   }
 
-  async webSocketMessage(ws: WebSocket): Promise<void> {
-    this.sockets.message(ws);
-  }
-
-  async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
-    this.sockets.closed(ws, code, reason);
-  }
-
-  async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
-    console.warn("run socket error", error);
-    this.sockets.closed(ws, 1006, "");
-  }
-
   // ---- the directory (by alarm, retried until it lands) ----
 
   async alarm(): Promise<void> {
@@ -364,7 +335,7 @@ export class EpisodeIndex extends DurableObject<Env> {
     void this.ctx.storage.getAlarm().then((at) => (at === null ? this.ctx.storage.setAlarm(Date.now() + DIRECTORY_MS) : undefined));
   }
 
-  private changesFor(scope: Scope): string | null {
+  protected changesFor(scope: Scope): string | null {
     const upserts: IndexEntry[] = [];
     const deletes: string[] = [];
     for (const [id, row] of this.changes) {

@@ -5,15 +5,13 @@
 // (`GET /v1/runs` upgraded) get the runs, then coalesced changes (run-sockets.ts). Its table comes
 // with the first run: reads before that store nothing.
 
-import { DurableObject } from "cloudflare:workers";
-import { limitsFrom } from "../limits/limits.js";
-import { SchemaState } from "../storage/schema.js";
 import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../http/errors.js";
 import { isWebSocketUpgrade } from "../http/route.js";
 import { encodeRunsMessage, type RunSummary } from "./index-protocol.js";
 import { DirectoryStore, encodeRunCursor, type RunCursor, type RunRow } from "./directory-store.js";
-import { readScopeHeader, RunSockets } from "./run-sockets.js";
+import { readScopeHeader } from "./run-sockets.js";
+import { RunSideObject } from "./run-side-object.js";
 import { coversRun, mayHold } from "./run.js";
 import { MAX_LIMIT, SCOPE_HEADER, type Scope } from "./rows.js";
 
@@ -29,28 +27,13 @@ export function summaryOf(r: RunRow): RunSummary {
   return summary;
 }
 
-export class RunDirectory extends DurableObject<Env> {
-  private readonly schema: SchemaState;
+/** Its runs changed since the last push (`changes`, by run) are pushed to its sockets. */
+export class RunDirectory extends RunSideObject<RunRow> {
   private readonly store: DirectoryStore;
-  private readonly sockets: RunSockets;
-  /** Runs changed since the last push (null: removed). */
-  private changes = new Map<string, RunRow | null>();
 
   constructor(ctx: DurableObjectState, env: Env) {
-    super(ctx, env);
-    this.schema = new SchemaState(ctx.storage, DIRECTORY_SCHEMA);
-    // storage is brought to this release's schema before any event (SQLite opens synchronously, so
-    // the constructor does it, in every object alike: src/storage/schema.ts)
-    this.schema.open();
+    super(ctx, env, DIRECTORY_SCHEMA, "runs socket");
     this.store = new DirectoryStore(ctx.storage.sql);
-    this.sockets = new RunSockets(
-      ctx,
-      ctx.storage.sql,
-      (scope) => this.changesFor(scope),
-      () => this.changes.clear(),
-      limitsFrom(env),
-    );
-    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
 
   // ---- RPC from run indexes ----
@@ -107,20 +90,7 @@ export class RunDirectory extends DurableObject<Env> {
     }
   }
 
-  async webSocketMessage(ws: WebSocket): Promise<void> {
-    this.sockets.message(ws);
-  }
-
-  async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
-    this.sockets.closed(ws, code, reason);
-  }
-
-  async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
-    console.warn("runs socket error", error);
-    this.sockets.closed(ws, 1006, "");
-  }
-
-  private changesFor(scope: Scope): string | null {
+  protected changesFor(scope: Scope): string | null {
     const upserts: RunSummary[] = [];
     const deletes: string[] = [];
     for (const [run, row] of this.changes) {
