@@ -14,13 +14,13 @@
 // (or finish_error), so the figures are for work that produces the right bytes.
 
 import { decode } from "@msgpack/msgpack";
-import { EpisodeAssembly } from "../src/assembly/episode-assembly.js";
-import { FinishError } from "../src/assembly/errors.js";
-import { parseReply } from "../src/assembly/reply.js";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { MemoryEpisode } from "../src/envelope/memory-episode.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { concatChunks } from "../src/wire/writer.js";
+import { EpisodeAssembly } from "../src/protocol/index.js";
+import { FinishError } from "../src/protocol/index.js";
+import { parseReply } from "../src/protocol/index.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { MemoryEpisode } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { concatChunks } from "../src/protocol/index.js";
 import { loadCase, type GoldenCase } from "../tools/conformance/cases.js";
 import { checkFinish } from "../tools/conformance/local.js";
 import { measure, sig, type BenchOptions } from "./harness.js";

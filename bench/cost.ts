@@ -1,5 +1,5 @@
 // Bench section `cost`: what a run costs on Cloudflare, from the billing units the relay's objects
-// count themselves (src/billing/usage.ts, read through the admin usage routes) priced with
+// count themselves (src/protocol/billing/usage.ts, read through the admin usage routes) priced with
 // Cloudflare's published prices (bench/prices.ts: marginal, included allowances taken as spent).
 // The relay runs as `npm run start:tiers` does (tools/local-relay.ts `tiers`; storage on tmpfs).
 //
@@ -28,11 +28,11 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { IDLE_MS, type Usage } from "../src/billing/usage.js";
-import { dispatchFromJson } from "../src/envelope/dispatch.js";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { ACK_BYTES, ackMessage } from "../src/watch/protocol.js";
+import { IDLE_MS, type Usage } from "../src/protocol/index.js";
+import { dispatchFromJson } from "../src/protocol/index.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { ACK_BYTES, ackMessage } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import { sig, type BenchOptions, type Table } from "./harness.js";
 import {

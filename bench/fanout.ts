@@ -35,9 +35,9 @@ import { loadavg } from "node:os";
 import { Worker } from "node:worker_threads";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { ACK_BYTES, ackMessage, framesMessage } from "../src/watch/protocol.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { ACK_BYTES, ackMessage, framesMessage } from "../src/protocol/index.js";
 import { sig, type BenchOptions } from "./harness.js";
 import {
   ForeignCpu,

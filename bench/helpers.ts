@@ -6,10 +6,10 @@
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import http from "node:http";
 import { WebSocket } from "ws";
-import { type IngestAck, parseAnswer } from "../src/envelope/answer.js";
-import { F64, LMap, encodeLossless, type LValue } from "../src/wire/lossless.js";
+import { type IngestAck, parseAnswer } from "../src/protocol/index.js";
+import { F64, LMap, encodeLossless, type LValue } from "../src/protocol/index.js";
 import { type LocalRelay, type RelayOptions, startRelay } from "../tools/local-relay.js";
-import { encodeReply } from "../src/assembly/reply.js";
+import { encodeReply } from "../src/protocol/index.js";
 
 // ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
 

@@ -19,16 +19,16 @@
 // Object, no storage) with the same HTTP client: `ratio_vs_health` = http_single deltas/s ÷
 // health requests/s.
 //
-// Envelopes: src/envelope/producer.ts `ProducerCursor`. With one request in flight the cursor
+// Envelopes: src/protocol/envelope/producer.ts `ProducerCursor`. With one request in flight the cursor
 // is acknowledged after the relay's ack, as a producer does. With several in flight (a batch,
 // the socket window) it is advanced as each envelope is built: an envelope's `acked` view must
 // already count the deltas sent ahead of it on the same trace, or the relay reads the in-flight
 // nodes as re-sends (see the `stale_ack_view` check in the section's notes).
 
 import { loadavg } from "node:os";
-import { parseAnswer } from "../src/envelope/answer.js";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
+import { parseAnswer } from "../src/protocol/index.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import { sig, type BenchOptions } from "./harness.js";
 import {

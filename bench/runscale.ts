@@ -1,6 +1,6 @@
 // Bench section `runscale`: one run of N episodes written at once, watched by dashboards, against
 // the real relay (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/helpers.ts
-// `startBenchRelay`). What the run's index (src/registry/episode-index.ts) costs the writers, how
+// `startBenchRelay`). What the run's index (src/objects/registry/episode-index.ts) costs the writers, how
 // stale the dashboards' view is, and whether the index ends up exact.
 //
 // Per N (default 100, 500, 1000; --runscale-sizes), on two relays started side by side:
@@ -37,14 +37,14 @@
 
 import { cpus, loadavg, totalmem } from "node:os";
 import type { WebSocket } from "ws";
-import { parseAnswer } from "../src/envelope/answer.js";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../src/registry/aggregates.js";
-import type { IndexEntry, IndexRow } from "../src/registry/entry.js";
-import { PUSH_MS, parseRunMessage } from "../src/registry/index-protocol.js";
-import { flushIntervalMs, type IndexPacing, indexPacingFrom } from "../src/limits/vars.js";
-import { F64, LMap, type LValue } from "../src/wire/lossless.js";
+import { parseAnswer } from "../src/protocol/index.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../src/protocol/index.js";
+import type { IndexEntry, IndexRow } from "../src/protocol/index.js";
+import { PUSH_MS, parseRunMessage } from "../src/protocol/index.js";
+import { flushIntervalMs, type IndexPacing, indexPacingFrom } from "../src/protocol/index.js";
+import { F64, LMap, type LValue } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import { sig, type BenchOptions } from "./harness.js";
 import {

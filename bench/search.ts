@@ -1,4 +1,4 @@
-// Bench section `search`: a run's search (src/registry/search-store.ts) on a run of ROLLOUTS
+// Bench section `search`: a run's search (src/objects/registry/search-store.ts) on a run of ROLLOUTS
 // rollouts written live through the Worker (each: a task, a user prompt, a tool call and its
 // result, an assistant answer; words drawn from a Zipf-like vocabulary, so a query can be rare or
 // common), then:
@@ -12,9 +12,9 @@
 //   - what the text costs: the index's rows written and stored bytes per rollout (its own billing
 //     units), beside the segments and characters it holds.
 
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { LMap, type LValue, encodeLossless } from "../src/wire/lossless.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { LMap, type LValue, encodeLossless } from "../src/protocol/index.js";
 import type { BenchOptions } from "./harness.js";
 import { median, sig } from "./harness.js";
 import { HttpClient, sleep, startBenchRelay } from "./helpers.js";

@@ -20,9 +20,9 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
-import { ACK_BYTES, ackMessage } from "../src/watch/protocol.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
+import { ACK_BYTES, ackMessage } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import type { BenchOptions } from "./harness.js";
 import { closeSocket, episodeId, fmt, openSocket, sizedDeltas, sleep, startBenchRelay, stats, wsUrl } from "./helpers.js";

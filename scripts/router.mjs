@@ -21,7 +21,7 @@ import { pathToFileURL } from "node:url";
 /** A watch upgrade's path (the Worker checks the id and the rest). */
 const WATCH_PATH = /^\/v1\/episodes\/[^/?]+\/watch\/?(?:\?|$)/;
 
-/** The relay's header (src/http/route.ts RELAY_HEADER): the router's own answers are the relay's too. */
+/** The relay's header (src/protocol/http/route.ts RELAY_HEADER): the router's own answers are the relay's too. */
 const RELAY_HEADER = "x-episode-relay";
 /** Seconds a client is told to wait while a tier is not up (Retry-After). */
 const RETRY_AFTER_S = 1;
@@ -29,7 +29,7 @@ const RETRY_AFTER_S = 1;
 /**
  * The answer while a tier is not up (starting, restarting, or not answering): `503 unavailable`
  * as the relay's, with Retry-After, so clients wait and retry instead of taking it for a foreign
- * answer (src/http/errors.ts `unavailable`).
+ * answer (src/protocol/http/errors.ts `unavailable`).
  * @param {string} why
  * @param {Record<string, unknown>} [extra]
  */

@@ -117,7 +117,7 @@ function countJunit(file, exitCode) {
  */
 const CHECKS = [
   { name: "biome check (lint + format)", bin: "biome", args: ["check", "--error-on-warnings", "."] },
-  ...["tsconfig.json", "src/tsconfig.json", "test/workers/tsconfig.json", "dashboard/tsconfig.json"].map((p) => ({
+  ...["tsconfig.json", "src/tsconfig.json", "src/protocol/tsconfig.json", "test/workers/tsconfig.json", "dashboard/tsconfig.json"].map((p) => ({
     name: `tsc -p ${p}`,
     bin: "tsc",
     args: ["--noEmit", "-p", p],

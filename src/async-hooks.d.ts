@@ -1,5 +1,5 @@
 // workerd's AsyncLocalStorage (compatibility flag `nodejs_als`), the one member of node:async_hooks
-// the relay uses (src/billing/metered.ts); the Worker's tsconfig has no Node types.
+// the relay uses (src/objects/billing/metered.ts); the Worker's tsconfig has no Node types.
 declare module "node:async_hooks" {
   export class AsyncLocalStorage<T> {
     getStore(): T | undefined;

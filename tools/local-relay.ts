@@ -35,7 +35,7 @@ export interface LocalRelay {
 
 let bundleDir: string | null = null;
 
-/** Bundle src/index.ts once per process with `wrangler deploy --dry-run` (it needs dashboard/dist). */
+/** Bundle src/worker/index.ts once per process with `wrangler deploy --dry-run` (it needs dashboard/dist). */
 export function bundle(): string {
   if (bundleDir) return join(bundleDir, "index.js");
   if (!existsSync(join(root, "dashboard", "dist", "index.html"))) {

@@ -17,8 +17,8 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { Miniflare } from "miniflare";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
-import { encodeEnvelope } from "../src/envelope/envelope.js";
-import { ProducerCursor } from "../src/envelope/producer.js";
+import { encodeEnvelope } from "../src/protocol/index.js";
+import { ProducerCursor } from "../src/protocol/index.js";
 import { fixturePath, loadCase } from "./conformance/cases.js";
 
 const root = resolve(import.meta.dirname, "..");

@@ -3,8 +3,8 @@
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { isEpisodePattern, mintToken, ROLES, type Role } from "../src/http/auth.js";
-import { formatTtl, maxTtlFrom, parseTtl } from "../src/http/keys.js";
+import { isEpisodePattern, mintToken, ROLES, type Role } from "../src/protocol/index.js";
+import { formatTtl, maxTtlFrom, parseTtl } from "../src/protocol/index.js";
 import { findRelaySecret, secretTooShort } from "../scripts/dev-vars.mjs";
 import { parseOptions, UsageError } from "./parse-options.js";
 

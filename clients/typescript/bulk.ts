@@ -8,9 +8,9 @@
 // the relay's budget ends with `{cursor, more: true}` (rows it read without sending them): the
 // iteration asks again from there by itself.
 
-import { WireError } from "../../src/wire/errors.js";
-import { Reader } from "../../src/wire/reader.js";
-import { concatChunks } from "../../src/wire/writer.js";
+import { WireError } from "../../src/protocol/index.js";
+import { Reader } from "../../src/protocol/index.js";
+import { concatChunks } from "../../src/protocol/index.js";
 import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
 
 export interface FetchRunOptions extends TokenOptions {

@@ -1,7 +1,7 @@
 // A run's episodes, filtered (browser and Node): `fetchEpisodesPage(url, run, options)` reads one
 // page of `GET /v1/runs/{run}/episodes` (`{episodes, cursor, searched}`), `listEpisodes(url, run,
 // options)` iterates over every matching episode following the cursors. Filters: `status`, and
-// `filter`, the relay's own `RowFilter` (src/registry/row-filter.ts: task, stop condition,
+// `filter`, the relay's own `RowFilter` (src/protocol/registry/row-filter.ts: task, stop condition,
 // truncated, errored, reward ranges, turns, tokens), turned into query parameters by the relay's
 // own `filterParams`, so the client and the relay agree on what a filter means.
 //
@@ -10,17 +10,17 @@
 // matches. `listEpisodes` keeps following the cursor until it is null; a caller of
 // `fetchEpisodesPage` must do the same. The token sees the episodes its `episodes` patterns cover.
 
-import type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
-import { filterParams, NO_FILTER, type RowFilter } from "../../src/registry/row-filter.js";
-import type { EpisodesPage, SortKey } from "../../src/registry/rows.js";
+import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
+import { filterParams, NO_FILTER, type RowFilter } from "../../src/protocol/index.js";
+import type { EpisodesPage, SortKey } from "../../src/protocol/index.js";
 import { getJson, isObject, segment } from "./groups.js";
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, type TokenOptions } from "./relay-fetch.js";
 
 // The relay's own types for what it answers and takes: one definition for both sides.
-export type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
-export type { RewardRange, RowFilter } from "../../src/registry/row-filter.js";
-export type { EpisodesPage } from "../../src/registry/rows.js";
+export type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
+export type { RewardRange, RowFilter } from "../../src/protocol/index.js";
+export type { EpisodesPage } from "../../src/protocol/index.js";
 /** Newest-updated first (the relay's default), or best reward first (episodes without one last). */
 export type EpisodeSort = SortKey;
 

@@ -6,15 +6,15 @@
 // `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
 // The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
 
-import type { LiveFacts } from "../../src/registry/entry.js";
+import type { LiveFacts } from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
 import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
 
-import type { GroupJson, GroupSort, GroupsPage } from "../../src/registry/groups.js";
+import type { GroupJson, GroupSort, GroupsPage } from "../../src/protocol/index.js";
 
-// The relay's own types for what it answers (src/registry/groups.ts, zero-variance-trend.ts): one definition for both sides.
-export type { GroupSort, GroupsPage, RewardStats } from "../../src/registry/groups.js";
-export type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
+// The relay's own types for what it answers (src/protocol/registry/groups.ts, zero-variance-trend.ts): one definition for both sides.
+export type { GroupRewardStats as RewardStats, GroupSort, GroupsPage } from "../../src/protocol/index.js";
+export type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
 export type GroupSummary = GroupJson;
 

@@ -10,7 +10,7 @@
 // or ws:// only to this one (localhost, 127.0.0.0/8, [::1]) unless the caller allows it
 // (`allowHttp`, or EPISODE_RELAY_ALLOW_HTTP=1 in Node, as for the Python client).
 
-import { episodeIdProblem, RELAY_HEADER } from "../../src/http/route.js";
+import { episodeIdProblem, RELAY_HEADER } from "../../src/protocol/index.js";
 import { RelayRefusal, refusalBody } from "./refusal.js";
 
 /** How the caller passes what a refusal asks for (the library's option names by default). */

@@ -12,15 +12,15 @@
 // `fetchAnnotations` and `foldOntoNodes` (the trainer's annotations, and their fold onto a trace's
 // nodes as prime-rl folds them) and `RelayRefusal` (refusal.ts).
 
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { FinishError } from "../../src/assembly/errors.js";
-import { decodeLossless } from "../../src/wire/lossless.js";
-import { toJson, type Json } from "../../src/wire/json-view.js";
-import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/watch/protocol.js";
-import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/http/errors.js";
-import { traceOf } from "../../src/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/protocol/index.js";
+import { FinishError } from "../../src/protocol/index.js";
+import { decodeLossless } from "../../src/protocol/index.js";
+import { toJson, type Json } from "../../src/protocol/index.js";
+import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/protocol/index.js";
+import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/protocol/index.js";
+import { traceOf } from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
-import { WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/http/credentials.js";
+import { WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/protocol/index.js";
 import {
   bearer,
   checkBaseUrl,
@@ -35,7 +35,7 @@ import {
 } from "./relay-fetch.js";
 
 export { RelayRefusal } from "./refusal.js";
-export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/annotations/fold.js";
+export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/protocol/index.js";
 export { RelayUnreachable, type Hints } from "./relay-fetch.js";
 export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
 export {
@@ -527,7 +527,7 @@ export function reconnectDelay(code: number, reason: string, attempt: number, [f
   return Math.min(cap, first * 2 ** attempt) * random();
 }
 
-/** The trainer's annotations of an episode as the relay merged them (src/annotations/records.ts), JSON. */
+/** The trainer's annotations of an episode as the relay merged them (src/protocol/annotations/records.ts), JSON. */
 export interface AnnotationsJson {
   episode: string;
   /** Records merged so far. */
@@ -538,7 +538,7 @@ export interface AnnotationsJson {
 
 /**
  * GET the episode's annotations (`/v1/episodes/{id}/annotations`, the JSON view). Fold a trace's
- * record onto its nodes with `foldOntoNodes` (src/annotations/fold.ts). Refusals throw a RelayRefusal.
+ * record onto its nodes with `foldOntoNodes` (src/protocol/annotations/fold.ts). Refusals throw a RelayRefusal.
  */
 export async function fetchAnnotations(url: string, id: string, options: { token?: string; hints?: Hints } = {}): Promise<AnnotationsJson> {
   const base = checkBaseUrl(url);

@@ -10,7 +10,7 @@ import { episodeHref, homeHref, idInRun, runOf } from "./links.js";
 import { isObject, messageOf, type Message } from "./model.js";
 import { rewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
-import type { Json } from "../../src/wire/json-view.js";
+import type { Json } from "../../src/protocol/index.js";
 
 export function compareHref(a: string, b: string): string {
   return `/compare/${encodeURIComponent(a)}/${encodeURIComponent(b)}${tokenFragment()}`;

@@ -1,11 +1,11 @@
 // The run's episode filters (task, stop condition, truncated, errored, one reward key's range,
 // turns and tokens at least; the trainer's identity: kind, env, a step or a step range, the policy
 // version): a panel of inputs whose value is the relay's own RowFilter
-// (src/registry/row-filter.ts), so the page asks the relay exactly what it matches pushed rows with.
+// (src/protocol/registry/row-filter.ts), so the page asks the relay exactly what it matches pushed rows with.
 // The filter lives in the page's URL too (`?task=…&truncated=1&step=3..5`): a filtered list can be
 // shared, and a link to a step is the run page with `?step=N`.
 import { h } from "./dom.js";
-import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/registry/row-filter.js";
+import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
 
 /** Typing settles for this long before the list is asked again. */
 const TYPING_MS = 350;

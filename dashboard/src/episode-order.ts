@@ -1,9 +1,9 @@
 // The orders a run's episodes are listed in, exactly as the relay pages them
-// (src/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` / `step DESC,
+// (src/objects/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` / `step DESC,
 // id DESC` with the rows without one last), so rows the socket brings and rows a page brings
 // interleave the same way on both sides.
-import type { IndexEntry } from "../../src/registry/entry.js";
-import type { SortKey } from "../../src/registry/rows.js";
+import type { IndexEntry } from "../../src/protocol/index.js";
+import type { SortKey } from "../../src/protocol/index.js";
 
 export type { SortKey };
 

@@ -2,12 +2,12 @@
 // announced before its first trace), id (its error, its size under it), task, group, the trainer's
 // step and kind (the policy version and staleness in the tooltip), reward, the reward scores, the
 // final answer (the latest assistant words, `live.last`), stop condition, truncated, ages.
-// Every column is the row's own field as the relay sends it (src/registry/entry.ts).
+// Every column is the row's own field as the relay sends it (src/protocol/registry/entry.ts).
 import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { rewardChips, rewardNumber } from "./reward-chip.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
-import type { IndexEntry } from "../../src/registry/entry.js";
+import type { IndexEntry } from "../../src/protocol/index.js";
 
 export function episodeListHead(): HTMLElement {
   const col = (text: string, title?: string, cls = "span") => h(cls as "span", { role: "columnheader", title }, text);

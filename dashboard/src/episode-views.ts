@@ -7,8 +7,8 @@
 // counts the rows the relay searched.
 import { authHeaders, relayUrl } from "./api.js";
 import { compareEntries, newer, type SortKey } from "./episode-order.js";
-import type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
-import { filterParams, NO_FILTER, type RowFilter, rowMatches } from "../../src/registry/row-filter.js";
+import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
+import { filterParams, NO_FILTER, type RowFilter, rowMatches } from "../../src/protocol/index.js";
 
 export type StatusFilter = "all" | IndexStatus;
 

@@ -19,7 +19,7 @@ import { overlays } from "./episode/overlays.js";
 import { traceList } from "./episode/trace-list.js";
 import { homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
 import { field, isObject } from "./model.js";
-import { identityOf } from "../../src/registry/entry.js";
+import { identityOf } from "../../src/protocol/index.js";
 import type { Shell } from "./shell.js";
 
 // the compare page shows messages as this page does

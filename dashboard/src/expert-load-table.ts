@@ -3,7 +3,7 @@
 // a 0–100% scale), max/mean load and the coefficient of variation. Open at once for a few
 // layers; a deep model's table starts folded, its summary line naming the most uneven layer.
 
-import type { NdArray } from "../../src/assembly/ndarray.js";
+import type { NdArray } from "../../src/protocol/index.js";
 import { h, percent } from "./dom.js";
 import { expertLoad, type LayerLoad } from "./expert-load.js";
 import "./routing.css";

@@ -4,7 +4,7 @@
 // has tokens × k routings. The model's expert count is not on the wire, so the mean and the
 // spread are taken over the experts a layer actually used: an idle expert is not seen at all.
 
-import type { NdArray } from "../../src/assembly/ndarray.js";
+import type { NdArray } from "../../src/protocol/index.js";
 
 export interface LayerLoad {
   layer: number;

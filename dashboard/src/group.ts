@@ -12,7 +12,7 @@ import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
 import { runHref, runLabel, homeHref } from "./links.js";
 import { segmented } from "./segmented.js";
 import { refusal, type Shell } from "./shell.js";
-import type { GroupDetailJson, RolloutJson } from "../../src/registry/groups.js";
+import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
 
 /** Re-read the group this often while any of its rollouts is live (or the last read failed). */
 export const REFRESH_MS = 3000;

@@ -3,7 +3,7 @@
 // repaired by `routing_repairs` (a token whose routing was rewritten by the next prefill) are
 // marked with a red tick above their column and a red outline.
 
-import type { NdArray } from "../../src/assembly/ndarray.js";
+import type { NdArray } from "../../src/protocol/index.js";
 import { h } from "./dom.js";
 import { expertColour } from "./expert-colour.js";
 import { heatmapLegend } from "./heatmap-legend.js";

@@ -1,7 +1,7 @@
 // Where things live in the dashboard, and how a run is named on screen. The run of an episode is
-// the server's own rule (src/registry/run.ts), so a breadcrumb always points at the run that
+// the server's own rule (src/protocol/registry/run.ts), so a breadcrumb always points at the run that
 // counts the episode.
-import { NO_RUN, runOf } from "../../src/registry/run.js";
+import { NO_RUN, runOf } from "../../src/protocol/index.js";
 import { tokenFragment } from "./api.js";
 
 export { NO_RUN, runOf };

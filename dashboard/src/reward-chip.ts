@@ -5,7 +5,7 @@
 // (a string, a map without `score`) gets a neutral chip.
 import { fmtNumber, h } from "./dom.js";
 import { fmt, isObject } from "./model.js";
-import type { Json } from "../../src/wire/json-view.js";
+import type { Json } from "../../src/protocol/index.js";
 
 /** The scale's ends: at or below BAD is the worst colour, at or above GOOD the best. */
 export const REWARD_BAD = 0;

@@ -1,7 +1,7 @@
 // Which of the relay's reward numbers a view shows. Pure (no DOM): the Node tests check them.
 //
 // - The runs list shows one mean reward per run: the key named `reward` when the run has it (a
-//   bare number is read as `reward`, src/registry/rewards.ts), else its first key by name.
+//   bare number is read as `reward`, src/protocol/registry/rewards.ts), else its first key by name.
 // - The run page's statistics count the finished episodes only (`finished_rewards`, the default:
 //   a failed or refused episode's scores are not what the trainer learns from) or every episode
 //   (`rewards`, with the failed, finish-refused and live ones' scores so far).

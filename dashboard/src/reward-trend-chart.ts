@@ -4,7 +4,7 @@
 // and counts. Drawn beside the throughput sparkline.
 import { fmtNumber, h, s } from "./dom.js";
 import { stepPath } from "./step-path.js";
-import type { RewardTrend } from "../../src/registry/reward-trend.js";
+import type { RewardTrend } from "../../src/protocol/index.js";
 
 const W = 600;
 const H = 64;

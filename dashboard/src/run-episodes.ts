@@ -11,8 +11,8 @@ import { EpisodeViews, type StatusFilter, type View, type ViewQuery } from "./ep
 import { runLive } from "./run-live.js";
 import "./episode-list.css";
 import { segmented } from "./segmented.js";
-import type { IndexEntry, IndexStatus } from "../../src/registry/entry.js";
-import { isFiltered, NO_FILTER } from "../../src/registry/row-filter.js";
+import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
+import { isFiltered, NO_FILTER } from "../../src/protocol/index.js";
 
 const STATUSES: Array<[StatusFilter, string]> = [
   ["all", "all"],

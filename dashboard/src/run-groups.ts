@@ -18,8 +18,8 @@ import { rewardChip } from "./reward-chip.js";
 import { kindChip } from "./stage-chip.js";
 import { percent } from "./run-stats.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
-import type { RunAggregates } from "../../src/registry/aggregates.js";
-import type { TaskSummary, TasksPage } from "../../src/registry/groups.js";
+import type { RunAggregates } from "../../src/protocol/index.js";
+import type { TaskSummary, TasksPage } from "../../src/protocol/index.js";
 
 /** Groups asked per page (and per "show more"). */
 export const GROUPS_PAGE = 10;

@@ -8,7 +8,7 @@
 import { h } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
-import type { IndexEntry } from "../../src/registry/entry.js";
+import type { IndexEntry } from "../../src/protocol/index.js";
 
 /** Rows drawn at most (the rest are counted). */
 const MAX_ROWS = 100;

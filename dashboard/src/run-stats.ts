@@ -3,7 +3,7 @@
 // update only rewrites the numbers (and redraws that small chart).
 import { clear, h } from "./dom.js";
 import { zeroVarianceSpark } from "./zero-variance-spark.js";
-import type { RunAggregates } from "../../src/registry/aggregates.js";
+import type { RunAggregates } from "../../src/protocol/index.js";
 
 type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens" | "zero_variance";
 

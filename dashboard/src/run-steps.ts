@@ -1,4 +1,4 @@
-// A run's training steps (the trainer's dispatch identity: src/registry/steps.ts): the mean reward
+// A run's training steps (the trainer's dispatch identity: src/protocol/registry/steps.ts): the mean reward
 // per key and the zero-variance share of the complete groups, per step, train and eval apart. Read
 // from the relay's pages (`GET /v1/runs/{run}/steps`, by step) when the run socket connects (every
 // snapshot, so a reconnect re-reads), and kept live from its `changes` (`steps`, `steps_gone`).
@@ -8,7 +8,7 @@ import { getJson } from "./api.js";
 import { h, percent } from "./dom.js";
 import { runHref } from "./links.js";
 import { round3, type StepSeries, stepChart } from "./step-chart.js";
-import type { StepJson, StepsPage } from "../../src/registry/steps.js";
+import type { StepJson, StepsPage } from "../../src/protocol/index.js";
 
 /** Steps asked per page (the relay's largest), and pages read at most (100,000 steps). */
 const PAGE = 500;

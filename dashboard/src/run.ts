@@ -21,8 +21,8 @@ import { shareLink } from "./share-link.js";
 import "./training.css";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
-import type { RunAggregates } from "../../src/registry/aggregates.js";
-import { parseRunMessage, type RunMessage } from "../../src/registry/index-protocol.js";
+import type { RunAggregates } from "../../src/protocol/index.js";
+import { parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
 
 /** Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for fewer. */
 const SNAPSHOT_LIMIT = 500;

@@ -8,7 +8,7 @@ import { liveSocket } from "./live-socket.js";
 import { primaryRewardKey } from "./reward-choice.js";
 import "./rewards.css";
 import type { Shell } from "./shell.js";
-import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/registry/index-protocol.js";
+import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/protocol/index.js";
 import { toneAttrs } from "./reward-chip.js";
 
 /** The episode statuses a run counts, in the order the columns show them. */

@@ -1,9 +1,9 @@
 // A rollout's stage as a chip (the row's `live.stage`, read as prime-rl's live table reads it:
-// src/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
+// src/protocol/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
 // placeholder: a rollout the trainer announced (`POST .../dispatch`) whose first trace has not
 // streamed yet.
 import { h } from "./dom.js";
-import type { IndexEntry, Stage } from "../../src/registry/entry.js";
+import type { IndexEntry, Stage } from "../../src/protocol/index.js";
 
 /** What each stage means, for the chip's tooltip. */
 const STAGE_HINTS: Record<Stage, string> = {

@@ -3,7 +3,7 @@
 // The SVG stretches to its box; strokes keep their width (non-scaling-stroke). Each minute has an
 // invisible column with a tooltip.
 import { h, s } from "./dom.js";
-import type { RunAggregates } from "../../src/registry/aggregates.js";
+import type { RunAggregates } from "../../src/protocol/index.js";
 
 const W = 600;
 const H = 64;

@@ -4,7 +4,7 @@
 // that completed in that minute. Both on 0–100%; a minute with no completed group has no bar.
 import { s } from "./dom.js";
 import { stepPath } from "./step-path.js";
-import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
+import type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 
 const W = 120;
 const H = 28;

@@ -14,9 +14,9 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { RunAggregates } from "../../src/registry/aggregates.js";
-import { rewardOf } from "../../src/registry/rewards.js";
-import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
+import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
+import { rewardOf } from "../../src/protocol/registry/rewards.js";
+import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";

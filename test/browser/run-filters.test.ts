@@ -9,7 +9,7 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeLossless, type LMap } from "../../src/wire/lossless.js";
+import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { rewardsOf } from "../support/chat-rollouts.js";
 import { m } from "../support/deltas.js";

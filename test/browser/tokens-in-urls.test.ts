@@ -8,10 +8,10 @@
 // run-directory sockets: a page told 1013 waits the relay's hint before it tries again.
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { mintToken } from "../../src/http/auth.js";
-import { RETRY_MIN_MS } from "../../src/hub/admission.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
+import { RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";

@@ -6,8 +6,8 @@
 // turns), some only announced (pending placeholders). And the trainer's annotation records for a
 // finished rollout, in prime-rl's shape (its orchestrator's `stamp_batch` and its trainer's
 // AnnotationWriter), built over the relay's own JSON of the episode's nodes.
-import { branchPaths } from "../../src/annotations/fold.js";
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
+import { branchPaths } from "../../src/protocol/annotations/fold.js";
+import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { chat, groupReply, openFrame, put, rewardsOf, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 

@@ -10,10 +10,10 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { foldOntoNodes, mismatchKl } from "../../src/annotations/fold.js";
-import type { IndexEntry } from "../../src/registry/entry.js";
-import type { GroupDetailJson } from "../../src/registry/groups.js";
-import type { StepJson, StepsPage } from "../../src/registry/steps.js";
+import { foldOntoNodes, mismatchKl } from "../../src/protocol/annotations/fold.js";
+import type { IndexEntry } from "../../src/protocol/registry/entry.js";
+import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
+import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";

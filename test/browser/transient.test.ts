@@ -5,8 +5,8 @@
 import { readFileSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";

@@ -1,13 +1,19 @@
-// The trainer's annotations (src/annotations/): prime-rl's records checked and merged per trace
+// The trainer's annotations (src/protocol/annotations/): prime-rl's records checked and merged per trace
 // (info deeply, branch entries in order), and folded onto the nodes exactly as prime-rl's
 // `fold_trace_updates` folds its updates: on prime-rl's own fixture (its orchestrator's and
 // trainer's records for one trace) and on the cases its fold rules single out.
 import { describe, expect, it } from "vitest";
-import { branchPaths, type FoldNode, foldOntoNodes, mismatchKl } from "../../src/annotations/fold.js";
-import { decodeTraceAnnotations, encodeTraceAnnotations, mergeRecord, parseAnnotationRecords, type TraceAnnotations } from "../../src/annotations/records.js";
-import { DeltaError } from "../../src/assembly/errors.js";
-import { type Json, toJson } from "../../src/wire/json-view.js";
-import { decodeLossless, fromJson } from "../../src/wire/lossless.js";
+import { branchPaths, type FoldNode, foldOntoNodes, mismatchKl } from "../../src/protocol/annotations/fold.js";
+import {
+  decodeTraceAnnotations,
+  encodeTraceAnnotations,
+  mergeRecord,
+  parseAnnotationRecords,
+  type TraceAnnotations,
+} from "../../src/protocol/annotations/records.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless, fromJson } from "../../src/protocol/wire/lossless.js";
 
 const TRACE = "5f0c2d6e9a8b4c1d8e7f6a5b4c3d2e1f";
 const nulls = (n: number) => new Array<null>(n).fill(null);

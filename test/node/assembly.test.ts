@@ -1,10 +1,10 @@
 // Reference semantics beyond the golden vectors: refusal of malformed deltas (state unchanged),
 // dtype promotion, value preservation, non-mutation of inputs.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { DeltaError } from "../../src/assembly/errors.js";
-import { parseNdArray, promote, repairLastRow, ndValues } from "../../src/assembly/ndarray.js";
-import { F64, LMap, decodeLossless, firstDifference, type LValue } from "../../src/wire/lossless.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import { parseNdArray, promote, repairLastRow, ndValues } from "../../src/protocol/assembly/ndarray.js";
+import { F64, LMap, decodeLossless, firstDifference, type LValue } from "../../src/protocol/wire/lossless.js";
 import { TRACE, delta, enc, f, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
 
 function withTwoNodes(): EpisodeAssembly {
@@ -321,7 +321,7 @@ describe("values survive the assembly exactly", () => {
 });
 
 describe("snapshot deltas", async () => {
-  const { snapshotDeltas, DELTA_BYTES } = await import("../../src/assembly/snapshot.js");
+  const { snapshotDeltas, DELTA_BYTES } = await import("../../src/protocol/assembly/snapshot.js");
   const { goldenCasePaths, loadCase } = await import("../../tools/conformance/cases.js");
   for (const path of goldenCasePaths()) {
     const c = loadCase(path);

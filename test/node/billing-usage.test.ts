@@ -1,8 +1,8 @@
-// The usage record (src/billing/usage.ts) on its own: cursors counted fully though they grow after
+// The usage record (src/protocol/billing/usage.ts) on its own: cursors counted fully though they grow after
 // they were handed over (and let go past the ring), the duration model's union of intervals, the
 // record found again on a wake, R2 counters.
 import { describe, expect, it } from "vitest";
-import { CURSOR_RING, IDLE_MS, meterFor, sumUsage, UsageMeter } from "../../src/billing/usage.js";
+import { CURSOR_RING, IDLE_MS, meterFor, sumUsage, UsageMeter } from "../../src/protocol/billing/usage.js";
 
 /** A cursor whose counts grow as it is "iterated". */
 class FakeCursor {

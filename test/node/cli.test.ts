@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay } from "../../tools/local-relay.js";
 import { useRelay, until } from "../support/relay.js";
-import { encodeReply } from "../../src/assembly/reply.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();

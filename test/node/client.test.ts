@@ -3,10 +3,10 @@
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fetchEpisode, RelayRefusal, RelayUnreachable, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
-import { mintToken } from "../../src/http/auth.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
 import { useRelay, until } from "../support/relay.js";
 import { freePort } from "../../tools/free-port.js";

@@ -4,9 +4,9 @@
 // handler and can reorder back-to-back socket messages, which the runtime itself never does.)
 import WebSocket from "ws";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/protocol/watch/protocol.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { until, useRelay } from "../support/relay.js";
 

@@ -15,7 +15,7 @@ import { encode } from "@msgpack/msgpack";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { unstable_getMiniflareWorkerOptions, unstable_readConfig } from "wrangler";
-import { mintToken } from "../../src/http/auth.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
 
 const root = join(import.meta.dirname, "..", "..");
 /** The bundle's gzipped size may not pass this (Cloudflare's Free plan allowed 3 MB compressed): a dependency that balloons shows here. */

@@ -1,15 +1,23 @@
-// The trainer's dispatch identity (src/envelope/dispatch.ts): its checks, its sameness, and every
+// The trainer's dispatch identity (src/protocol/envelope/dispatch.ts): its checks, its sameness, and every
 // golden case byte-exact with one attached (on the envelope, or as prime-rl's live files carry it:
 // the opening frame's top-level `dispatch` key, taken off before the assembly sees it).
 import { describe, expect, it } from "vitest";
-import { parseDelta } from "../../src/assembly/delta.js";
-import { DeltaError } from "../../src/assembly/errors.js";
-import { attachDispatch, checkDispatch, dispatchFacts, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES, sameDispatch } from "../../src/envelope/dispatch.js";
-import { encodeEnvelope, parseIngestMessage } from "../../src/envelope/envelope.js";
-import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { RelayError } from "../../src/http/errors.js";
-import { LMap } from "../../src/wire/lossless.js";
+import { parseDelta } from "../../src/protocol/assembly/delta.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import {
+  attachDispatch,
+  checkDispatch,
+  dispatchFacts,
+  dispatchFromJson,
+  dispatchJson,
+  MAX_DISPATCH_BYTES,
+  sameDispatch,
+} from "../../src/protocol/envelope/dispatch.js";
+import { encodeEnvelope, parseIngestMessage } from "../../src/protocol/envelope/envelope.js";
+import { MemoryEpisode } from "../../src/protocol/envelope/memory-episode.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
+import { LMap } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { runCaseLocally } from "../../tools/conformance/local.js";
 import { delta, enc, f, m, node, openDelta } from "../support/deltas.js";

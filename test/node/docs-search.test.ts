@@ -4,8 +4,8 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { useRelay } from "../support/relay.js";
 
@@ -54,7 +54,7 @@ it("docs/search.md: a rollout found by its words, then flagged by a rule set for
     producer.acknowledge();
   }
   const reply = m({ success: true, error: null, head: m({ id: "a" }), traces: [m({ id: "t-1", nodes: 2, calls: 0 })] });
-  const { encodeLossless } = await import("../../src/wire/lossless.js");
+  const { encodeLossless } = await import("../../src/protocol/wire/lossless.js");
   expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: encodeLossless(reply) })).status).toBe(200);
   const [search] = lines("search");
   const found = (await until(

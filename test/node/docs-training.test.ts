@@ -5,8 +5,8 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { useRelay } from "../support/relay.js";
 

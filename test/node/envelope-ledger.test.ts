@@ -1,9 +1,9 @@
-// The producer ledger (src/envelope/ledger.ts) on its own: test/node/envelope.test.ts checks the
+// The producer ledger (src/protocol/envelope/ledger.ts) on its own: test/node/envelope.test.ts checks the
 // resulting episode states through MemoryEpisode; here each function's decision is checked
 // directly, including the parts that test does not reach (retractable, confirmAll, copyLedger).
 import { describe, expect, it } from "vitest";
-import type { Envelope } from "../../src/envelope/envelope.js";
-import { type ProducerLedger, type ProducerState, confirmAll, copyLedger, decide, record, retractable } from "../../src/envelope/ledger.js";
+import type { Envelope } from "../../src/protocol/envelope/envelope.js";
+import { type ProducerLedger, type ProducerState, confirmAll, copyLedger, decide, record, retractable } from "../../src/protocol/envelope/ledger.js";
 
 const DELTA = Uint8Array.of(0x80);
 const env = (producer: string, seq: number, cursor: number | null): Envelope => ({ producer, seq, cursor, delta: DELTA });

@@ -1,12 +1,12 @@
-// Exactly-once ingest by cursor position (src/envelope/ledger.ts), on an episode in memory: each
+// Exactly-once ingest by cursor position (src/protocol/envelope/ledger.ts), on an episode in memory: each
 // case ends equal to a reference assembly fed only the frames the producer had acknowledged.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { DeltaError } from "../../src/assembly/errors.js";
-import { encodeEnvelope, parseIngestMessage, type Envelope } from "../../src/envelope/envelope.js";
-import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { decodeLossless, type LMap } from "../../src/wire/lossless.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import { encodeEnvelope, parseIngestMessage, type Envelope } from "../../src/protocol/envelope/envelope.js";
+import { MemoryEpisode } from "../../src/protocol/envelope/memory-episode.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import { enc, delta, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
 
 /** A worker: sends through a cursor, some sends' acks lost. */

@@ -1,8 +1,8 @@
-// Who holds an older state of the episode (src/episode/holds.ts): readers' pins and retraction's
+// Who holds an older state of the episode (src/protocol/episode/holds.ts): readers' pins and retraction's
 // floors, the oldest of them, whether a version is still needed, and what a rewind or a restart
 // does to the readers.
 import { describe, expect, it } from "vitest";
-import { Holds } from "../../src/episode/holds.js";
+import { Holds } from "../../src/protocol/episode/holds.js";
 
 describe("Holds", () => {
   it("nothing held: no oldest hold, nothing needed", () => {

@@ -1,7 +1,7 @@
-// Values stored in parts of at most PART_BYTES (src/episode/parts.ts): at least one part, the
+// Values stored in parts of at most PART_BYTES (src/protocol/episode/parts.ts): at least one part, the
 // parts in order, each a view of the value (no copy).
 import { describe, expect, it } from "vitest";
-import { eachPart, PART_BYTES } from "../../src/episode/parts.js";
+import { eachPart, PART_BYTES } from "../../src/protocol/episode/parts.js";
 
 function parts(data: Uint8Array): Array<[number, Uint8Array]> {
   const out: Array<[number, Uint8Array]> = [];

@@ -9,10 +9,10 @@
 // driven by scripted answers.
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { type EpisodesPage, fetchEpisodesPage, type IndexEntry, listEpisodes, RelayRefusal, type RowFilter } from "../../clients/typescript/watch.js";
-import { encodeReply } from "../../src/assembly/reply.js";
-import { mintToken } from "../../src/http/auth.js";
-import { NO_FILTER, rowMatches } from "../../src/registry/row-filter.js";
-import type { LMap } from "../../src/wire/lossless.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
+import { NO_FILTER, rowMatches } from "../../src/protocol/registry/row-filter.js";
+import type { LMap } from "../../src/protocol/wire/lossless.js";
 import { CHAT_TASK as TASK_A, chat, openFrame, rewardsOf, setDelta } from "../support/chat-rollouts.js";
 import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
 import { m } from "../support/deltas.js";

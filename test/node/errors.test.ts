@@ -1,7 +1,7 @@
 // The one error model: every refusal maps to one status, one JSON body, one close; anything
 // else is a bug, answered 500 / closed 1011 and logged, never passed off as a refusal.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { DeltaError, FinishError } from "../../src/assembly/errors.js";
+import { DeltaError, FinishError } from "../../src/protocol/assembly/errors.js";
 import {
   answerOf,
   answerResponse,
@@ -12,7 +12,7 @@ import {
   methodNotAllowed,
   RelayError,
   safeClose,
-} from "../../src/http/errors.js";
+} from "../../src/protocol/http/errors.js";
 
 afterEach(() => {
   vi.restoreAllMocks();

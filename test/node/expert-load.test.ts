@@ -2,8 +2,8 @@
 // routing arrays whose figures are worked out by hand in the comments.
 import { describe, expect, it } from "vitest";
 import { expertLoad } from "../../dashboard/src/expert-load.js";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { parseNdArray } from "../../src/assembly/ndarray.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { parseNdArray } from "../../src/protocol/assembly/ndarray.js";
 import { TRACE, delta, enc, intKeyed, nd, node, openDelta } from "../support/deltas.js";
 
 describe("expertLoad", () => {

@@ -1,12 +1,12 @@
-// A run's flag rules (src/flags/rules.ts): read and checked, matched on segments and rows, and the
+// A run's flag rules (src/protocol/flags/rules.ts): read and checked, matched on segments and rows, and the
 // default set's false positives on the golden cases (none: each case is an honest rollout) and its
 // hits on the reward hacks it is for.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_RULES, matchSegment, parseRules, rowFlags, textRules } from "../../src/flags/rules.js";
-import { RelayError } from "../../src/http/errors.js";
-import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/search/segments.js";
-import { type Json, type JsonObject, toJson } from "../../src/wire/json-view.js";
-import { decodeLossless } from "../../src/wire/lossless.js";
+import { DEFAULT_RULES, matchSegment, parseRules, rowFlags, textRules } from "../../src/protocol/flags/rules.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
+import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
+import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 
 const seg = (over: Partial<Segment>): Segment => ({ trace: "t", node: 3, role: "assistant", tool: null, kind: "text", body: "", ...over });

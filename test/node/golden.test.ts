@@ -1,6 +1,6 @@
 // The golden vectors (test/fixtures/golden, produced by the Python reference) through the assembly.
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { compareBytes } from "../../tools/conformance/compare.js";
 import { checkFinish, runCaseLocally } from "../../tools/conformance/local.js";

@@ -7,7 +7,7 @@
 // answers.
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { fetchGroup, fetchGroups, fetchGroupsPage, type GroupSummary, RelayRefusal, RelayUnreachable } from "../../clients/typescript/watch.js";
-import { mintToken } from "../../src/http/auth.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
 import { freePort } from "../../tools/free-port.js";
 import { CHAT_TASK as TASK_KEY, chat, groupReply, rewardsOf, setDelta } from "../support/chat-rollouts.js";
 import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";

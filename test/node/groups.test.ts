@@ -1,6 +1,6 @@
-// The pure part of rollout groups (src/registry/groups.ts): what counts, what does not, advantages.
+// The pure part of rollout groups (src/protocol/registry/groups.ts): what counts, what does not, advantages.
 import { describe, expect, it } from "vitest";
-import { advantagesOf, groupSummary } from "../../src/registry/groups.js";
+import { advantagesOf, groupSummary } from "../../src/protocol/registry/groups.js";
 
 const r = (status: "live" | "finished" | "failed" | "finish_refused", score: number | null, task = "t") => ({
   status,

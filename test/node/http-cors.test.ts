@@ -1,4 +1,4 @@
-// CORS (src/http/cors.ts): CORS_ORIGINS parsing, preflight detection and answers, and the headers
+// CORS (src/protocol/http/cors.ts): CORS_ORIGINS parsing, preflight detection and answers, and the headers
 // added to other responses for listed, unlisted and absent origins (README "CORS").
 import { describe, expect, it } from "vitest";
 import {
@@ -13,7 +13,7 @@ import {
   listedOrigin,
   preflightResponse,
   withCors,
-} from "../../src/http/cors.js";
+} from "../../src/protocol/http/cors.js";
 
 type CorsEnv = Parameters<typeof corsConfig>[0];
 const cfg = (origins: string | undefined): CorsConfig => corsConfig({ CORS_ORIGINS: origins } as CorsEnv); // env-like: the var may be unset

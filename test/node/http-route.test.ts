@@ -1,4 +1,4 @@
-// The public API's path grammar (src/http/route.ts): every path kind, trailing slashes,
+// The public API's path grammar (src/protocol/http/route.ts): every path kind, trailing slashes,
 // percent-encoding, bad and reserved ids, and the method tables (README "HTTP API").
 import { describe, expect, it } from "vitest";
 import {
@@ -11,7 +11,7 @@ import {
   type Route,
   allowedMethods,
   parseRoute,
-} from "../../src/http/route.js";
+} from "../../src/protocol/http/route.js";
 
 const ep = (id: string, action: EpisodeAction = "episode"): Route => ({ kind: "episode", id, action });
 const ID128 = "a".repeat(128);

@@ -1,14 +1,14 @@
-// A hub's catch-ups (src/hub/catchup.ts) against a scripted cursor in place of the episode's: a
+// A hub's catch-ups (src/protocol/hub/catchup.ts) against a scripted cursor in place of the episode's: a
 // stream's messages are fetched once whatever the number of members, kept between the slowest
 // and the fastest member up to COHORT_BYTES, and let go (closed and disposed) with the last
 // member; where the stream ends, a watcher bridges to the hub's head from the window, or from a
 // further stream when the window does not reach back far enough.
 import { describe, expect, it } from "vitest";
-import { type BridgeSource, COHORT_BYTES, type Cursor, HubCatchUp, HubCohort, type OpenCursor } from "../../src/hub/catchup.js";
-import type { CursorStep } from "../../src/hub/feed.js";
-import { HubWindow } from "../../src/hub/window.js";
-import type { Variant } from "../../src/watch/variant.js";
-import { decodeWatchMessage } from "../../src/watch/protocol.js";
+import { type BridgeSource, COHORT_BYTES, type Cursor, HubCatchUp, HubCohort, type OpenCursor } from "../../src/protocol/hub/catchup.js";
+import type { CursorStep } from "../../src/protocol/hub/feed.js";
+import { HubWindow } from "../../src/protocol/hub/window.js";
+import type { Variant } from "../../src/protocol/watch/variant.js";
+import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
 
 const FULL: Variant = { routing: true, traces: null };
 const settle = () => new Promise((r) => setTimeout(r, 0));

@@ -1,14 +1,14 @@
-// The viewer tier's pure parts: which hub a watcher goes to (src/hub/shards.ts), admission
-// (src/hub/admission.ts), a hub's window of recent frames (src/hub/window.ts), the retry hint in a
-// 1013's reason (src/watch/protocol.ts) and how the client waits on it (clients/typescript/watch.ts).
+// The viewer tier's pure parts: which hub a watcher goes to (src/protocol/hub/shards.ts), admission
+// (src/protocol/hub/admission.ts), a hub's window of recent frames (src/protocol/hub/window.ts), the retry hint in a
+// 1013's reason (src/protocol/watch/protocol.ts) and how the client waits on it (clients/typescript/watch.ts).
 import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
-import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/hub/admission.js";
-import type { FeedFrame } from "../../src/hub/feed.js";
-import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/hub/shards.js";
-import { HubWindow } from "../../src/hub/window.js";
-import { closeReason } from "../../src/http/errors.js";
-import { retryHintMs, retryReason } from "../../src/watch/protocol.js";
+import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
+import type { FeedFrame } from "../../src/protocol/hub/feed.js";
+import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
+import { HubWindow } from "../../src/protocol/hub/window.js";
+import { closeReason } from "../../src/protocol/http/errors.js";
+import { retryHintMs, retryReason } from "../../src/protocol/watch/protocol.js";
 
 describe("shards", () => {
   it("one hub per perHub watchers, at least one, at most maxHubs", () => {

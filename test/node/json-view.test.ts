@@ -1,9 +1,9 @@
-// The JSON view (src/wire/json-view.ts) keeps every map key, in its msgpack order: the golden
+// The JSON view (src/protocol/wire/json-view.ts) keeps every map key, in its msgpack order: the golden
 // odd_values episode key for key, and a crafted map whose keys a plain JS object would drop
 // (`__proto__`) or reorder (integer-like strings).
 import { describe, expect, it } from "vitest";
-import { decodeLossless, encodeLossless, LMap } from "../../src/wire/lossless.js";
-import { jsonText, toJson } from "../../src/wire/json-view.js";
+import { decodeLossless, encodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
+import { jsonText, toJson } from "../../src/protocol/wire/json-view.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 

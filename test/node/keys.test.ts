@@ -1,4 +1,4 @@
-// Keys and lifetimes outside the Worker (src/http/keys.ts; the Worker's side is
+// Keys and lifetimes outside the Worker (src/protocol/http/keys.ts; the Worker's side is
 // test/workers/auth.test.ts): the tools that start the relay, deploy it and mint its tokens
 // refuse a secret shorter than 32 bytes as the Worker does, and `npm run token` refuses a
 // lifetime the relay would refuse (TOKEN_MAX_TTL from the environment or wrangler.toml).
@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeProtectedHeader } from "jose";
 import { afterAll, describe, expect, it } from "vitest";
-import { DEFAULT_MAX_TTL, keyId, maxTtlFrom, MIN_SECRET_BYTES, secretProblem } from "../../src/http/keys.js";
+import { DEFAULT_MAX_TTL, keyId, maxTtlFrom, MIN_SECRET_BYTES, secretProblem } from "../../src/protocol/http/keys.js";
 import { MIN_SECRET_BYTES as SCRIPTS_MIN, secretTooShort } from "../../scripts/dev-vars.mjs";
 
 const root = join(import.meta.dirname, "..", "..");

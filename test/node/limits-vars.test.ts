@@ -1,8 +1,8 @@
-// Limits from wrangler.toml [vars] (src/limits/vars.ts): one parser (a positive finite number, else
+// Limits from wrangler.toml [vars] (src/protocol/limits/vars.ts): one parser (a positive finite number, else
 // the default) and the index row's pacing, as the run's index tells it to its episodes and the
 // runscale bench reads it.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_INDEX_FLUSH_MS, DEFAULT_INDEX_WRITES_PER_S, flushIntervalMs, indexPacingFrom, limitFrom } from "../../src/limits/vars.js";
+import { DEFAULT_INDEX_FLUSH_MS, DEFAULT_INDEX_WRITES_PER_S, flushIntervalMs, indexPacingFrom, limitFrom } from "../../src/protocol/limits/vars.js";
 import { wranglerVars } from "../../bench/helpers.js";
 
 describe("limitFrom", () => {

@@ -1,11 +1,11 @@
-// A row's live facts as prime-rl's live table reads them (src/registry/live-facts.ts), and the
-// training steps' counters (src/registry/steps.ts): kept by adding and taking back, always equal
+// A row's live facts as prime-rl's live table reads them (src/protocol/registry/live-facts.ts), and the
+// training steps' counters (src/protocol/registry/steps.ts): kept by adding and taking back, always equal
 // to a recount.
 import { describe, expect, it } from "vitest";
-import type { IndexRow, IndexStatus } from "../../src/registry/entry.js";
-import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../src/registry/live-facts.js";
-import { applyStepGroup, applyStepRow, emptyStep, recountSteps, type StepCounters, stepJson, stepKeyOf } from "../../src/registry/steps.js";
-import type { Json } from "../../src/wire/json-view.js";
+import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
+import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../src/protocol/registry/live-facts.js";
+import { applyStepGroup, applyStepRow, emptyStep, recountSteps, type StepCounters, stepJson, stepKeyOf } from "../../src/protocol/registry/steps.js";
+import type { Json } from "../../src/protocol/wire/json-view.js";
 
 const span = (start: number, end = 0) => ({ start, end });
 /** verifiers' Timing with every span unset (0.0), then `over`. */

@@ -4,8 +4,8 @@
 // encoder: key order and kinds must match).
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { encodeReply, parseReply } from "../../src/assembly/reply.js";
-import { encodeAnswer, type IngestAnswer, parseAnswer } from "../../src/envelope/answer.js";
+import { encodeReply, parseReply } from "../../src/protocol/assembly/reply.js";
+import { encodeAnswer, type IngestAnswer, parseAnswer } from "../../src/protocol/envelope/answer.js";
 import {
   encodeRunMessage,
   encodeRunsMessage,
@@ -13,7 +13,7 @@ import {
   parseRunsMessage,
   type RunMessage,
   type RunsMessage,
-} from "../../src/registry/index-protocol.js";
+} from "../../src/protocol/registry/index-protocol.js";
 import {
   annotationsMessage,
   ackMessage,
@@ -25,7 +25,7 @@ import {
   parseWatcherText,
   snapshotMessage,
   statusMessage,
-} from "../../src/watch/protocol.js";
+} from "../../src/protocol/watch/protocol.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 const bin = (...b: number[]) => Uint8Array.from(b);

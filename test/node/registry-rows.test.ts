@@ -1,9 +1,9 @@
-// The episode index's pure query parts (src/registry/rows.ts): `?status=&prefix=&limit=&cursor=`
+// The episode index's pure query parts (src/protocol/registry/rows.ts): `?status=&prefix=&limit=&cursor=`
 // parsing with its error codes, the opaque cursor, and scope checks with exact ids and PREFIX*
 // patterns.
-import { NO_FILTER } from "../../src/registry/row-filter.js";
+import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import { describe, expect, it } from "vitest";
-import { RelayError } from "../../src/http/errors.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
 import {
   DEFAULT_LIMIT,
   INDEX_STATUSES,
@@ -14,7 +14,7 @@ import {
   parseListQuery,
   scopeOf,
   visible,
-} from "../../src/registry/rows.js";
+} from "../../src/protocol/registry/rows.js";
 
 const q = (query: string, defaultLimit?: number) => parseListQuery(new URLSearchParams(query), defaultLimit);
 

@@ -1,10 +1,10 @@
 // Issue 11's scenarios (test/support/retractions.ts) through the relay's ingest rules on an
 // episode in memory: each ends byte-equal to the reference over the acknowledged frames.
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { decodeLossless, type LMap } from "../../src/wire/lossless.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { MemoryEpisode } from "../../src/protocol/envelope/memory-episode.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { lateOpen, narrowerResend, orphanAttempt, type Scenario } from "../support/retractions.js";
 

@@ -1,10 +1,10 @@
-// The episode list's filter parameters (src/registry/row-filter.ts): parsing, refusing, writing
+// The episode list's filter parameters (src/protocol/registry/row-filter.ts): parsing, refusing, writing
 // back, and matching a row the way the index's SQL does (that agreement is checked at 100,000 rows
 // in test/workers/list-filters.test.ts).
 import { describe, expect, it } from "vitest";
-import { RelayError } from "../../src/http/errors.js";
-import type { IndexRow } from "../../src/registry/entry.js";
-import { filterParams, isFiltered, NO_FILTER, parseRowFilter, rowMatches, type RowFilter } from "../../src/registry/row-filter.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { filterParams, isFiltered, NO_FILTER, parseRowFilter, rowMatches, type RowFilter } from "../../src/protocol/registry/row-filter.js";
 
 const parse = (q: string) => parseRowFilter(new URLSearchParams(q));
 

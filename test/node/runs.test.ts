@@ -11,10 +11,10 @@ import {
   minuteOf,
   recount,
   SCORE_UNIT,
-} from "../../src/registry/aggregates.js";
-import type { IndexRow } from "../../src/registry/entry.js";
-import { rewardOf, scoresOf } from "../../src/registry/rewards.js";
-import { coversRun, mayHold, NO_RUN, RUN_NAME, runOf } from "../../src/registry/run.js";
+} from "../../src/protocol/registry/aggregates.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { rewardOf, scoresOf } from "../../src/protocol/registry/rewards.js";
+import { coversRun, mayHold, NO_RUN, RUN_NAME, runOf } from "../../src/protocol/registry/run.js";
 import { indexRow, weightOne } from "../support/index-rows.js";
 
 describe("the run of an episode", () => {

@@ -1,9 +1,9 @@
-// A run search's parts that need no runtime (src/search/): the segments cut out of a node's message
+// A run search's parts that need no runtime (src/protocol/search/): the segments cut out of a node's message
 // and an episode's task, their bounds, and the user's query read into FTS5 with every term quoted.
 import { describe, expect, it } from "vitest";
-import { RelayError } from "../../src/http/errors.js";
-import { parseSearchQuery } from "../../src/search/query.js";
-import { EPISODE_CHARS, nodeSegments, SEGMENT_CHARS, taskSegment, withinBudget } from "../../src/search/segments.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
+import { parseSearchQuery } from "../../src/protocol/search/query.js";
+import { EPISODE_CHARS, nodeSegments, SEGMENT_CHARS, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
 
 describe("segments", () => {
   it("a node's text, reasoning, tool calls (name and arguments) and a tool's answer naming its tool", () => {

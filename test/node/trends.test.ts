@@ -11,10 +11,10 @@ import {
   recount,
   SCORE_UNIT,
   THROUGHPUT_MINUTES,
-} from "../../src/registry/aggregates.js";
-import type { IndexRow } from "../../src/registry/entry.js";
-import { recountRewardMinutes, type RewardMinute, rewardMinutesOf, rewardTrendOf } from "../../src/registry/reward-trend.js";
-import { completedMinute, type GroupMinute, zeroVarianceTrendOf } from "../../src/registry/zero-variance-trend.js";
+} from "../../src/protocol/registry/aggregates.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { recountRewardMinutes, type RewardMinute, rewardMinutesOf, rewardTrendOf } from "../../src/protocol/registry/reward-trend.js";
+import { completedMinute, type GroupMinute, zeroVarianceTrendOf } from "../../src/protocol/registry/zero-variance-trend.js";
 import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
 import { stepPath } from "../../dashboard/src/step-path.js";
 import { indexRow, weightOne } from "../support/index-rows.js";

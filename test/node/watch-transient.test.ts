@@ -8,8 +8,8 @@
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type EpisodeWatch, fetchEpisode, type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import {
   type Fault,

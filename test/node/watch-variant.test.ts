@@ -1,12 +1,12 @@
-// Watcher variants (src/watch/variant.ts): query parsing, grouping keys, and the per-variant
+// Watcher variants (src/protocol/watch/variant.ts): query parsing, grouping keys, and the per-variant
 // delta (trace filter, routing stripped). Stripped golden frames are checked against bytes built
 // independently through the lossless value model: only `routing_repairs` and the nodes'
 // `routed_experts` may differ from the frame, everything else stays byte for byte.
 import { describe, expect, it } from "vitest";
-import { parseDelta } from "../../src/assembly/delta.js";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { deltaForVariant, isFull, parseVariant, stripRouting, type Variant, variantKey } from "../../src/watch/variant.js";
-import { LMap, type LValue, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
+import { parseDelta } from "../../src/protocol/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { deltaForVariant, isFull, parseVariant, stripRouting, type Variant, variantKey } from "../../src/protocol/watch/variant.js";
+import { LMap, type LValue, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { delta, f, intKeyed, m, nd, node } from "../support/deltas.js";
 

@@ -1,16 +1,16 @@
-// The raw-span msgpack reader (src/wire/reader.ts) and the lossless value model built on it
-// (src/wire/lossless.ts): every format family, the canonical (minimal-format) checks, the
+// The raw-span msgpack reader (src/protocol/wire/reader.ts) and the lossless value model built on it
+// (src/protocol/wire/lossless.ts): every format family, the canonical (minimal-format) checks, the
 // refusals (float32, ext, 0xc1, bad UTF-8, nesting), truncation at every byte, trailing bytes,
 // and byte-exact round trips of the golden fixtures. Expected values are written out by hand or
 // come from @msgpack/msgpack (an independent decoder), never from the module under test.
 import { readFileSync } from "node:fs";
 import { decode as refDecode, encode as refEncode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { WireError } from "../../src/wire/errors.js";
-import { F64, LMap, type LValue, decodeLossless, encodeLossless } from "../../src/wire/lossless.js";
-import { kindOf, type Kind } from "../../src/wire/format.js";
-import { MAX_DEPTH, Reader, binItems } from "../../src/wire/reader.js";
-import { decodeStrRange, decodeStrSpan } from "../../src/wire/utf8.js";
+import { WireError } from "../../src/protocol/wire/errors.js";
+import { F64, LMap, type LValue, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
+import { kindOf, type Kind } from "../../src/protocol/wire/format.js";
+import { MAX_DEPTH, Reader, binItems } from "../../src/protocol/wire/reader.js";
+import { decodeStrRange, decodeStrSpan } from "../../src/protocol/wire/utf8.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 
 /** Bytes from hex pairs ("cc 80") and/or byte arrays, concatenated. */

@@ -1,7 +1,7 @@
 // The golden case chat_basic as the tests push it for rollouts of a run: its open frame with a
 // task key of the test's, one more delta setting its rewards (and what else the test sets), then
 // its reply with the rollout's group in the head, or a failed reply.
-import { decodeLossless, type LMap, type LValue } from "../../src/wire/lossless.js";
+import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { enc, f, m } from "./deltas.js";
 

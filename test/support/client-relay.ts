@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { beforeAll, expect } from "vitest";
-import { mintToken } from "../../src/http/auth.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
 import { useRelay } from "./relay.js";
 
 const root = join(import.meta.dirname, "..", "..");

@@ -1,6 +1,6 @@
-// Index rows (src/registry/entry.ts) for the tests of a run's index and its numbers, built from
+// Index rows (src/protocol/registry/entry.ts) for the tests of a run's index and its numbers, built from
 // what each test sets over one set of defaults. Plain data: used both in Node and inside workerd.
-import type { IndexRow } from "../../src/registry/entry.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
 
 type Named = Pick<IndexRow, "id" | "run" | "status"> & Partial<IndexRow>;
 

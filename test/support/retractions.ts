@@ -1,8 +1,8 @@
 // Issue 11's three ways a lost ack used to leave the relay off the worker, rebuilt from the public
 // golden cases as the worker would have sent them: each scenario is the frames in send order, the
 // ones whose ack is lost, and the reference (the assembly fed only the acknowledged frames).
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { decodeLossless, encodeLossless, LMap, type LValue } from "../../src/wire/lossless.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { decodeLossless, encodeLossless, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 
 export interface Scenario {

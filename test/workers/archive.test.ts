@@ -1,4 +1,4 @@
-// Finished episodes in R2 (src/episode/archive.ts): after the reply the object's alarm writes the
+// Finished episodes in R2 (src/objects/episode/archive.ts): after the reply the object's alarm writes the
 // episode's msgpack and JSON to R2, then drops its bodies and log. GET, HEAD, a run's bulk fetch and
 // a late watcher read the archive with the same bytes and ETags; the Worker answers GET without
 // waking the object; a crash at any point repeats the step and loses nothing; a delete and the end
@@ -7,13 +7,13 @@ import { env } from "cloudflare:workers";
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { archiveKey, EpisodeArchive } from "../../src/episode/archive.js";
-import { EpisodeState } from "../../src/episode/state.js";
-import { ARCHIVE_HEADER } from "../../src/http/archive-read.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { archiveKey, EpisodeArchive } from "../../src/objects/episode/archive.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
+import { ARCHIVE_HEADER } from "../../src/worker/archive-read.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
-import { encodeReply } from "../../src/assembly/reply.js";
-import { decodeLossless, LMap } from "../../src/wire/lossless.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
+import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import { openDelta, TRACE } from "../support/deltas.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";

@@ -1,11 +1,11 @@
 // Access control through the real Worker and the real Durable Objects: the Worker's fetch is
 // called with the test env plus a RELAY_SECRET (vitest-pool-workers cannot change env per test).
-// Tokens are made here with jose's SignJWT, independently of src/http/auth.ts.
+// Tokens are made here with jose's SignJWT, independently of src/protocol/http/auth.ts.
 import { env } from "cloudflare:workers";
 import { decodeProtectedHeader, SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { mintToken } from "../../src/http/auth.js";
-import worker from "../../src/index.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
+import worker from "../../src/worker/index.js";
 import { openDelta } from "../support/deltas.js";
 import { freshId } from "./support.js";
 

@@ -4,14 +4,14 @@
 // that stops acknowledging is closed 4008 and its stream let go.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { FIRST_MESSAGE_BYTES } from "../../src/episode/catchup.js";
-import { hubName } from "../../src/hub/shards.js";
-import { FIRST_WINDOW } from "../../src/hub/flows.js";
-import { IDLE_MS } from "../../src/hub/running-catchups.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { MESSAGE_BYTES } from "../../src/watch/protocol.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { FIRST_MESSAGE_BYTES } from "../../src/objects/episode/catchup.js";
+import { hubName } from "../../src/protocol/hub/shards.js";
+import { FIRST_WINDOW } from "../../src/objects/hub/flows.js";
+import { IDLE_MS } from "../../src/objects/hub/running-catchups.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { MESSAGE_BYTES } from "../../src/protocol/watch/protocol.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post } from "./support.js";
 import { Watcher } from "./watcher.js";

@@ -1,16 +1,16 @@
-// Committing one producer message (src/episode/commit.ts) over a real SqlStorage: the first one
+// Committing one producer message (src/objects/episode/commit.ts) over a real SqlStorage: the first one
 // creates the episode; applied frames get the next seqs and are logged and counted; a duplicate is
 // acknowledged and changes nothing; a refusal leaves storage as it was, and memory too (the index
 // kept when the refused delta undid itself, read back from storage otherwise); a retraction
 // rewinds the state and the log.
 import { describe, expect, it } from "vitest";
-import { DeltaError } from "../../src/assembly/errors.js";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { commitIngest } from "../../src/episode/commit.js";
-import { EpisodeState } from "../../src/episode/state.js";
-import { RelayError } from "../../src/http/errors.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { commitIngest } from "../../src/objects/episode/commit.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
 import { delta, intKeyed, m, node, openDelta } from "../support/deltas.js";
 import { equal, withFreshStorage } from "./support.js";
 

@@ -1,10 +1,10 @@
-// Keeping the log short (src/episode/log-trim.ts): `trimPoint` (the frame rule, the byte rule,
+// Keeping the log short (src/objects/episode/log-trim.ts): `trimPoint` (the frame rule, the byte rule,
 // readers' holds) and `LogTrim` over a real SqlStorage (the byte rule every BYTE_CHECK_FRAMES
 // frames; the log's new start saved in the meta row; nothing a reader holds goes).
 import { describe, expect, it } from "vitest";
-import { BYTE_CHECK_FRAMES, LogTrim, trimPoint } from "../../src/episode/log-trim.js";
-import { EpisodeState } from "../../src/episode/state.js";
-import type { Meta } from "../../src/episode/storage.js";
+import { BYTE_CHECK_FRAMES, LogTrim, trimPoint } from "../../src/objects/episode/log-trim.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
+import type { Meta } from "../../src/objects/episode/storage.js";
 import { withFreshStorage } from "./support.js";
 
 /** Sizes newest first, for frames `from`..`to` of `bytes` each. */

@@ -1,17 +1,17 @@
-// The episode's row in its run's index (src/episode/run-row-sync.ts): when the alarm must run
+// The episode's row in its run's index (src/objects/episode/run-row-sync.ts): when the alarm must run
 // (`alarmAt`), when a turn's update is due (`dueAfter`), the retry backoff (`retryDelay`), and
 // `RunRowSync` over a real SqlStorage with a stand-in for the run's index: throttled updates,
 // sends in order, a failed send that stays due, a delete's tombstone; and the row it sends.
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeState } from "../../src/episode/state.js";
-import { alarmAt, dueAfter, RunRowSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/episode/run-row-sync.js";
-import { commitIngest } from "../../src/episode/commit.js";
-import { runIndexName } from "../../src/registry/episode-index.js";
-import { parseRowFilter } from "../../src/registry/row-filter.js";
-import type { IndexRow } from "../../src/registry/rows.js";
-import { LMap } from "../../src/wire/lossless.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
+import { alarmAt, dueAfter, RunRowSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/objects/episode/run-row-sync.js";
+import { commitIngest } from "../../src/objects/episode/commit.js";
+import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
+import type { IndexRow } from "../../src/protocol/registry/rows.js";
+import { LMap } from "../../src/protocol/wire/lossless.js";
 import { delta, enc, f, m, openDelta } from "../support/deltas.js";
 import { freshId, post, relay, withFreshStorage } from "./support.js";
 

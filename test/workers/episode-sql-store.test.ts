@@ -1,13 +1,13 @@
-// The assembled state in SQLite (src/episode/sql-store.ts, with load-index.ts, bodies.ts and
+// The assembled state in SQLite (src/objects/episode/sql-store.ts, with load-index.ts, bodies.ts and
 // holds.ts) on a real SqlStorage: the index read back gives the reference's live traces; a
 // superseded version goes at once unless a reader's pin or a retraction's floor holds the state
 // before it; a rewind brings an older state back; archiving drops the bodies, not the index.
 import { describe, expect, it } from "vitest";
-import { parseDelta } from "../../src/assembly/delta.js";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
-import { SqlStore } from "../../src/episode/sql-store.js";
-import { SchemaState } from "../../src/storage/schema.js";
+import { parseDelta } from "../../src/protocol/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
+import { SqlStore } from "../../src/objects/episode/sql-store.js";
+import { SchemaState } from "../../src/objects/storage/schema.js";
 import { delta, intKeyed, m, node, openDelta } from "../support/deltas.js";
 import { equal, golden, goldenNames, withFreshStorage } from "./support.js";
 

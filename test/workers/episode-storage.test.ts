@@ -1,12 +1,12 @@
-// The episode's record in SQLite (src/episode/storage.ts): the meta row, the log of frames (in
+// The episode's record in SQLite (src/objects/episode/storage.ts): the meta row, the log of frames (in
 // parts), rewinds, producers, the reply, the run index's row state and the tombstone, on a real
 // SqlStorage. Nothing is created for an episode nobody wrote; what is kept in memory is read back
 // after `forget`.
 import { describe, expect, it } from "vitest";
-import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
-import { PART_BYTES } from "../../src/episode/parts.js";
-import { EpisodeRecord, type Meta, publicStatus } from "../../src/episode/storage.js";
-import { SchemaState, storedVersion } from "../../src/storage/schema.js";
+import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
+import { PART_BYTES } from "../../src/protocol/episode/parts.js";
+import { EpisodeRecord, type Meta, publicStatus } from "../../src/objects/episode/storage.js";
+import { SchemaState, storedVersion } from "../../src/objects/storage/schema.js";
 import { equal, withFreshStorage } from "./support.js";
 
 function recordOf(storage: DurableObjectStorage): EpisodeRecord {

@@ -1,13 +1,13 @@
-// Rollout groups in the run index (src/registry/groups.ts, group-store.ts): each group's numbers,
+// Rollout groups in the run index (src/protocol/registry/groups.ts, group-store.ts): each group's numbers,
 // the run's zero-variance count and every rollout's advantage equal a recount from the rows after
 // any sequence of creates, turns, finishes, failures and deletes, in any order of arrival; the
 // HTTP pages; and the group and task an episode's row carries from its reply and first trace.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { groupSummary } from "../../src/registry/groups.js";
-import type { IndexRow } from "../../src/registry/entry.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { groupSummary } from "../../src/protocol/registry/groups.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import { currentRow } from "../support/index-rows.js";
 import { golden, post, relay } from "./support.js";
 

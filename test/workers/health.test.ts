@@ -1,7 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { Episode } from "../../src/index.js";
+import { Episode } from "../../src/worker/index.js";
 
 describe("worker", () => {
   it("GET /v1/health answers 200 with the service name", async () => {

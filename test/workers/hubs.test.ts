@@ -5,9 +5,9 @@
 // hint; an offered permessage-deflate is declined.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { hubName } from "../../src/hub/shards.js";
-import { retryHintMs } from "../../src/watch/protocol.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { hubName } from "../../src/protocol/hub/shards.js";
+import { retryHintMs } from "../../src/protocol/watch/protocol.js";
 import { equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 

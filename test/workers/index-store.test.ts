@@ -1,4 +1,4 @@
-// A run index's store (src/registry/index-store.ts) through its own methods, on the real SqlStorage
+// A run index's store (src/objects/registry/index-store.ts) through its own methods, on the real SqlStorage
 // of a fresh run index (the object opens its schema; the store is then driven directly, the object
 // idle): rows read back as put; the kept counters equal a recount from the rows after replacements
 // and deletes; a transaction that throws leaves the saved counters, read again after
@@ -7,15 +7,15 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { recount } from "../../src/registry/aggregates.js";
-import type { IndexRow, IndexStatus } from "../../src/registry/entry.js";
-import { runIndexName } from "../../src/registry/episode-index.js";
-import { IndexStore } from "../../src/registry/index-store.js";
-import { INDEX_SCHEMA } from "../../src/registry/schemas.js";
-import { NO_FILTER } from "../../src/registry/row-filter.js";
-import { encodeListCursor, type ListQuery } from "../../src/registry/rows.js";
+import { recount } from "../../src/protocol/registry/aggregates.js";
+import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
+import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { IndexStore } from "../../src/objects/registry/index-store.js";
+import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
+import { encodeListCursor, type ListQuery } from "../../src/protocol/registry/rows.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
-import { SchemaState } from "../../src/storage/schema.js";
+import { SchemaState } from "../../src/objects/storage/schema.js";
 import { freshId } from "./support.js";
 
 function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {

@@ -8,17 +8,17 @@ import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } fro
 import { env, exports } from "cloudflare:workers";
 import { SignJWT } from "jose";
 import { describe, expect, it } from "vitest";
-import worker from "../../src/index.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../../src/registry/aggregates.js";
-import type { IndexEntry, IndexRow } from "../../src/registry/entry.js";
-import { runIndexName } from "../../src/registry/episode-index.js";
-import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/registry/index-protocol.js";
-import { F64 } from "../../src/wire/lossless.js";
+import worker from "../../src/worker/index.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../../src/protocol/registry/aggregates.js";
+import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
+import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
+import { F64 } from "../../src/protocol/wire/lossless.js";
 import { delta, m, openDelta } from "../support/deltas.js";
 import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
-import { encodeReply } from "../../src/assembly/reply.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 interface Page {
   episodes: IndexEntry[];

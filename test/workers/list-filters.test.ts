@@ -1,4 +1,4 @@
-// The episode list's filters at 100,000 rows (src/registry/episode-pages.ts, row-filter.ts): every
+// The episode list's filters at 100,000 rows (src/objects/registry/episode-pages.ts, row-filter.ts): every
 // filter and every sort (update, reward, step), paged over HTTP through the Worker, give exactly the rows a recount
 // finds (all rows read back and matched with `rowMatches`, in the sort's order); no page reads
 // more than its walk's budget (the index object's own rowsRead, as billed), and a deep page or a
@@ -6,11 +6,11 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
-import { cursorBinding, cursorKeys, sealCursor } from "../../src/http/cursor-seal.js";
-import { SCAN_BUDGET } from "../../src/registry/episode-pages.js";
-import type { IndexEntry, IndexRow } from "../../src/registry/entry.js";
-import { parseRowFilter, rowMatches } from "../../src/registry/row-filter.js";
-import { encodeListCursor } from "../../src/registry/rows.js";
+import { cursorBinding, cursorKeys, sealCursor } from "../../src/protocol/http/cursor-seal.js";
+import { SCAN_BUDGET } from "../../src/objects/registry/episode-pages.js";
+import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
+import { parseRowFilter, rowMatches } from "../../src/protocol/registry/row-filter.js";
+import { encodeListCursor } from "../../src/protocol/registry/rows.js";
 import { relay } from "./support.js";
 
 const RUN = "big";

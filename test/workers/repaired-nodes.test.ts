@@ -5,9 +5,9 @@
 import { env } from "cloudflare:workers";
 import { abortAllDurableObjects, runDurableObjectAlarm } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { decodeLossless, LMap } from "../../src/wire/lossless.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, intKeyed, nd, node, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";

@@ -5,8 +5,8 @@
 // reference over the acknowledged frames.
 import { abortAllDurableObjects } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { lateOpen, narrowerResend, orphanAttempt, type Scenario } from "../support/retractions.js";
 import { equal, freshId, getBytes, golden, inbox, openSocket, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";

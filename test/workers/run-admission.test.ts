@@ -1,12 +1,12 @@
-// Run and runs sockets are admitted like a hub's watchers (src/hub/admission.ts through
-// src/registry/run-sockets.ts): a storm of connects is refused past the start rate with 1013 and a
+// Run and runs sockets are admitted like a hub's watchers (src/protocol/hub/admission.ts through
+// src/objects/registry/run-sockets.ts): a storm of connects is refused past the start rate with 1013 and a
 // jittered retry hint, and a socket that waits its hint gets in; past the cap per object every
 // newcomer is refused until one leaves. This config: MAX_RUN_SOCKETS 40, RUN_SOCKET_RATE 10.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/hub/admission.js";
-import { parseRunMessage, parseRunsMessage } from "../../src/registry/index-protocol.js";
-import { retryHintMs } from "../../src/watch/protocol.js";
+import { RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
+import { parseRunMessage, parseRunsMessage } from "../../src/protocol/registry/index-protocol.js";
+import { retryHintMs } from "../../src/protocol/watch/protocol.js";
 import { freshId, inbox } from "./support.js";
 import { exports } from "cloudflare:workers";
 

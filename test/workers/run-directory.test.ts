@@ -1,4 +1,4 @@
-// The run directory (src/registry/run-directory.ts over directory-store.ts, sockets by
+// The run directory (src/objects/registry/run-directory.ts over directory-store.ts, sockets by
 // run-sockets.ts) through its RPC methods and its socket, on fresh directory objects (the relay
 // has one, "runs"; each test here names its own): runs list newest-created first, paged by a
 // cursor that survives a scope or prefix passing few runs; a row's mean rewards show once its run
@@ -7,10 +7,10 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { DirectoryStore, decodeRunCursor, encodeRunCursor, type RunRow } from "../../src/registry/directory-store.js";
-import { parseRunsMessage, PUSH_MS, type RunSummary } from "../../src/registry/index-protocol.js";
-import { RUN_SOCKET_TAG } from "../../src/registry/run-sockets.js";
-import { SCOPE_HEADER, type Scope } from "../../src/registry/rows.js";
+import { DirectoryStore, decodeRunCursor, encodeRunCursor, type RunRow } from "../../src/objects/registry/directory-store.js";
+import { parseRunsMessage, PUSH_MS, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
+import { RUN_SOCKET_TAG } from "../../src/objects/registry/run-sockets.js";
+import { SCOPE_HEADER, type Scope } from "../../src/protocol/registry/rows.js";
 import { freshId, inbox } from "./support.js";
 
 const directory = () => env.RUN_DIRECTORY.getByName(freshId("dir"));

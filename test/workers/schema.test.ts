@@ -1,4 +1,4 @@
-// Versioned schemas (src/storage/schema.ts): storage written by earlier releases (the last before
+// Versioned schemas (src/objects/storage/schema.ts): storage written by earlier releases (the last before
 // versions, test/fixtures/storage/release-89af552, and the one before the dispatch identity,
 // release-6a9651a; each made by running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
@@ -6,14 +6,14 @@
 import { env } from "cloudflare:workers";
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { EPISODE_SCHEMA } from "../../src/episode/schema.js";
-import { HUB_SCHEMA } from "../../src/hub/store.js";
-import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/registry/schemas.js";
-import { checkSchema, latestVersion, storedVersion } from "../../src/storage/schema.js";
-import { toJson } from "../../src/wire/json-view.js";
-import { decodeLossless } from "../../src/wire/lossless.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
+import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
+import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { checkSchema, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
+import { toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 

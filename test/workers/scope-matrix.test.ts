@@ -4,16 +4,16 @@
 // messages, the bulk fetch's bytes) is searched for the ids, rewards and task names of the
 // episodes the token does not cover, and its counts checked against what it covers; a token
 // for another run gets exactly the answer of a run nobody wrote; cursors say nothing and serve
-// their own token only. Tokens are signed here with jose, independently of src/http/auth.ts.
+// their own token only. Tokens are signed here with jose, independently of src/protocol/http/auth.ts.
 import { env } from "cloudflare:workers";
 import { decodeMulti } from "@msgpack/msgpack";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import worker from "../../src/index.js";
-import type { IndexRow } from "../../src/registry/entry.js";
-import { PUSH_MS } from "../../src/registry/index-protocol.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import worker from "../../src/worker/index.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { PUSH_MS } from "../../src/protocol/registry/index-protocol.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
 import { golden, inbox } from "./support.js";
 

@@ -1,4 +1,4 @@
-// A run's search in workerd (src/registry/search-store.ts, src/episode/search-sync.ts): every
+// A run's search in workerd (src/objects/registry/search-store.ts, src/objects/episode/search-sync.ts): every
 // golden case pushed into one run through the Worker, then queries over HTTP give exactly the
 // episodes a brute-force scan of the same segments finds (words, phrases, prefixes, field filters,
 // OR, exclusions), ranked, with snippets that hold the words; the list's filters and the token's
@@ -7,11 +7,11 @@
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/search/segments.js";
-import { type Json, type JsonObject, toJson } from "../../src/wire/json-view.js";
-import { decodeLossless } from "../../src/wire/lossless.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
+import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
 

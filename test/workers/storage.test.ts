@@ -5,22 +5,22 @@
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { parseDelta } from "../../src/assembly/delta.js";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { MsgpackOut, drain, writeCheckpoint } from "../../src/assembly/render.js";
-import { snapshotDeltas } from "../../src/assembly/snapshot.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { commitIngest } from "../../src/episode/commit.js";
-import { limitsFrom } from "../../src/limits/limits.js";
-import { EpisodeState } from "../../src/episode/state.js";
-import { decodeLossless, LMap } from "../../src/wire/lossless.js";
-import { toJson } from "../../src/wire/json-view.js";
-import { ChunkWriter, concatChunks } from "../../src/wire/writer.js";
+import { parseDelta } from "../../src/protocol/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { MsgpackOut, drain, writeCheckpoint } from "../../src/protocol/assembly/render.js";
+import { snapshotDeltas } from "../../src/protocol/assembly/snapshot.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { commitIngest } from "../../src/objects/episode/commit.js";
+import { limitsFrom } from "../../src/protocol/limits/limits.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
+import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
+import { toJson } from "../../src/protocol/wire/json-view.js";
+import { ChunkWriter, concatChunks } from "../../src/protocol/wire/writer.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
-import { encodeReply } from "../../src/assembly/reply.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
   for (let i = from; i < to; i++) {

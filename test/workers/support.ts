@@ -2,8 +2,8 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { expect } from "vitest";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import type { ProducerCursor } from "../../src/envelope/producer.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import type { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
 
 export async function goldenNames(): Promise<string[]> {
@@ -129,7 +129,7 @@ export async function pushFrames(id: string, c: GoldenCase, from: number, to: nu
 
 /**
  * Run `fn` over the storage of an episode object nobody has written (a fresh id), inside that
- * object: the storage modules of src/episode tested on a real SqlStorage, the object itself idle.
+ * object: the storage modules of src/objects/episode tested on a real SqlStorage, the object itself idle.
  */
 export function withFreshStorage<R>(fn: (storage: DurableObjectStorage, ctx: DurableObjectState) => R | Promise<R>): Promise<R> {
   return runInDurableObject(env.EPISODES.getByName(freshId("storage")), (_instance, ctx) => fn(ctx.storage, ctx));

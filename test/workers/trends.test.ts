@@ -8,14 +8,14 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { binOf, HISTOGRAM_BINS, minuteOf, type RunAggregates, SCORE_UNIT, THROUGHPUT_MINUTES, unitsOf } from "../../src/registry/aggregates.js";
-import type { IndexRow } from "../../src/registry/entry.js";
-import { groupSummary } from "../../src/registry/groups.js";
-import type { RunSummary } from "../../src/registry/index-protocol.js";
-import { scoresOf } from "../../src/registry/rewards.js";
-import { INDEX_SCHEMA } from "../../src/registry/schemas.js";
-import type { ZeroVarianceTrend } from "../../src/registry/zero-variance-trend.js";
-import { latestVersion, storedVersion } from "../../src/storage/schema.js";
+import { binOf, HISTOGRAM_BINS, minuteOf, type RunAggregates, SCORE_UNIT, THROUGHPUT_MINUTES, unitsOf } from "../../src/protocol/registry/aggregates.js";
+import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { groupSummary } from "../../src/protocol/registry/groups.js";
+import type { RunSummary } from "../../src/protocol/registry/index-protocol.js";
+import { scoresOf } from "../../src/protocol/registry/rewards.js";
+import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
+import { latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
 import { freshId, relay } from "./support.js";
 

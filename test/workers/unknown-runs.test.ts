@@ -7,7 +7,7 @@ import { listDurableObjectIds, runDurableObjectAlarm, runInDurableObject } from 
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { openDelta } from "../support/deltas.js";
-import worker from "../../src/index.js";
+import worker from "../../src/worker/index.js";
 import { freshId, post, relay } from "./support.js";
 
 /** A request to the Worker's fetch, called as a function (as the runtime calls it). */

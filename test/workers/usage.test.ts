@@ -1,16 +1,16 @@
-// Billing units counted by the objects themselves (src/billing/), read through the Worker's admin
+// Billing units counted by the objects themselves (src/objects/billing/), read through the Worker's admin
 // routes: a golden case posted, watched and read shows in its episode's and its hub's usage;
 // reading usage counts as nothing; the run's index and directory answer theirs; only an admin
 // token may read it. The exported classes stay classes (instanceof holds both ways).
 import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { Usage } from "../../src/billing/usage.js";
-import { usageOf } from "../../src/billing/metered.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
-import { Episode as EpisodeObject } from "../../src/episode/episode.js";
-import { mintToken } from "../../src/http/auth.js";
-import worker, { Episode } from "../../src/index.js";
+import type { Usage } from "../../src/protocol/billing/usage.js";
+import { usageOf } from "../../src/objects/billing/metered.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { Episode as EpisodeObject } from "../../src/objects/episode/episode.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
+import worker, { Episode } from "../../src/worker/index.js";
 import { freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 

@@ -1,9 +1,9 @@
 // A watcher for workerd-side tests: reads the watcher protocol with the clients' own decoder
-// (src/watch/protocol.ts `decodeWatchMessage`, which checks every field), assembles what it
+// (src/protocol/watch/protocol.ts `decodeWatchMessage`, which checks every field), assembles what it
 // receives with the project's assembly, checks seqs, and acknowledges as told.
 import { expect } from "vitest";
-import { EpisodeAssembly } from "../../src/assembly/episode-assembly.js";
-import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/watch/protocol.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/protocol/watch/protocol.js";
 import { inbox, openSocket } from "./support.js";
 
 /** A watcher that assembles what it receives with the project's assembly. */

@@ -5,12 +5,12 @@
 // filters (`GET /v1/runs/{run}/episodes`), one line each: id, status, kind and step, reward, turns,
 // tokens, task, stop condition (and error), or with --json one JSON line each as the relay lists it. Every page is
 // followed to the end (a short page with a cursor is not the end), or until --limit episodes.
-// The filters are read with the relay's own parser (src/registry/row-filter.ts), so a bad value is
+// The filters are read with the relay's own parser (src/protocol/registry/row-filter.ts), so a bad value is
 // a usage error here, with the relay's rule, before anything is sent.
 import { type EpisodeSort, type IndexEntry, type IndexStatus, listEpisodes, type RowFilter } from "../../clients/typescript/episodes.js";
-import { RelayError } from "../../src/http/errors.js";
-import { INDEX_STATUSES } from "../../src/registry/entry.js";
-import { parseRowFilter } from "../../src/registry/row-filter.js";
+import { RelayError } from "../../src/protocol/index.js";
+import { INDEX_STATUSES } from "../../src/protocol/index.js";
+import { parseRowFilter } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
 import { clip, num, table } from "./groups.js";
 import { CLI_HINTS } from "./hints.js";

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "
 import { join } from "node:path";
 import { fetchRun } from "../../clients/typescript/bulk.js";
 import { fetchEpisode } from "../../clients/typescript/watch.js";
-import { EPISODE_ID } from "../../src/http/route.js";
+import { EPISODE_ID } from "../../src/protocol/index.js";
 import { CLI_HINTS } from "./hints.js";
 import type { Target } from "./target.js";
 

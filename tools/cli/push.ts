@@ -1,6 +1,6 @@
 // `episode-relay push FILE URL/ID [--fast] [--dispatch JSON] [--token T]`: replay a recording
 // into a relay as a producer would (envelopes, exactly-once), then post its reply. `--dispatch`
-// gives the rollout its identity in the trainer (src/envelope/dispatch.ts): it rides with the
+// gives the rollout its identity in the trainer (src/protocol/envelope/dispatch.ts): it rides with the
 // envelopes until one is acknowledged, as the Python sink sends it.
 // FILE is a golden case (`*.msgpack`, test/fixtures/golden/README.md format; frames are sent 250 ms apart
 // unless --fast) or a JSON-lines recording: one `{"t": seconds, "delta": "<base64 msgpack>"}`
@@ -9,9 +9,9 @@
 // its ack is treated as lost, as the recorded worker saw it: the producer's cursor stays, and the
 // relay retracts the frame when the next one arrives.
 import { readFileSync } from "node:fs";
-import { dispatchFromJson } from "../../src/envelope/dispatch.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { dispatchFromJson } from "../../src/protocol/index.js";
+import { encodeEnvelope } from "../../src/protocol/index.js";
+import { ProducerCursor } from "../../src/protocol/index.js";
 import { refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { parseCase } from "../conformance/case-format.js";
 import { CLI_HINTS } from "./hints.js";

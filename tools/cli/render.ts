@@ -1,6 +1,6 @@
 // Human-readable lines for `tail`: what a delta adds (turns, tool calls, pending previews,
 // rewards, status), from its msgpack with types kept.
-import { F64, LMap, decodeLossless, type LValue } from "../../src/wire/lossless.js";
+import { F64, LMap, decodeLossless, type LValue } from "../../src/protocol/index.js";
 
 export interface RenderContext {
   width: number;

@@ -2,7 +2,7 @@
 // Nothing is sent to another id than the one given: a fragment (`#...`) or a query (`?...`), which
 // a URL would silently drop, and an id the relay cannot take are refused here, with the rule.
 import { checkBaseUrl } from "../../clients/typescript/relay-fetch.js";
-import { EPISODE_ID_RULE, episodeIdProblem } from "../../src/http/route.js";
+import { EPISODE_ID_RULE, episodeIdProblem } from "../../src/protocol/index.js";
 
 export interface Target {
   base: string;

@@ -1,4 +1,4 @@
-import { decodeLossless, firstDifference } from "../../src/wire/lossless.js";
+import { decodeLossless, firstDifference } from "../../src/protocol/index.js";
 
 /** Undefined when equal; else `<where> <path> expected <x> got <y>` at the first decoded difference. */
 export function compareBytes(expected: Uint8Array, got: Uint8Array, where: string): string | undefined {

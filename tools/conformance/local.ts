@@ -2,14 +2,14 @@
 // wrapped in a producer envelope (the cursor is the last frame acknowledged, i.e. not in
 // `ack_lost`), checkpoints and the finished episode compared byte for byte. A retraction is done
 // the simple way: the assembly is rebuilt from the frames kept. With `dispatch`, a trainer's identity
-// rides along as prime-rl's would (src/envelope/dispatch.ts): on every envelope, or as the
+// rides along as prime-rl's would (src/protocol/envelope/dispatch.ts): on every envelope, or as the
 // top-level `dispatch` key of each frame that opens a trace; the bytes must not change.
-import { FinishError } from "../../src/assembly/errors.js";
-import { parseDelta } from "../../src/assembly/delta.js";
-import { attachDispatch, dispatchFromJson, sameDispatch } from "../../src/envelope/dispatch.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { MemoryEpisode } from "../../src/envelope/memory-episode.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { FinishError } from "../../src/protocol/index.js";
+import { parseDelta } from "../../src/protocol/index.js";
+import { attachDispatch, dispatchFromJson, sameDispatch } from "../../src/protocol/index.js";
+import { encodeEnvelope } from "../../src/protocol/index.js";
+import { MemoryEpisode } from "../../src/protocol/index.js";
+import { ProducerCursor } from "../../src/protocol/index.js";
 import { compareBytes } from "./compare.js";
 import type { GoldenCase } from "./cases.js";
 

@@ -8,9 +8,9 @@
 // midway and resuming with `?after=`, round robin.
 
 import WebSocket from "ws";
-import { dispatchJson } from "../../src/envelope/dispatch.js";
-import { encodeEnvelope } from "../../src/envelope/envelope.js";
-import { ProducerCursor } from "../../src/envelope/producer.js";
+import { dispatchJson } from "../../src/protocol/index.js";
+import { encodeEnvelope } from "../../src/protocol/index.js";
+import { ProducerCursor } from "../../src/protocol/index.js";
 import { type EpisodeWatch, watchEpisode } from "../../clients/typescript/watch.js";
 import type { RelayOptions } from "./args.js";
 import type { GoldenCase } from "./cases.js";

@@ -1,6 +1,6 @@
 """The producer side of the relay's envelope: the next seq, and the cursor.
 
-This mirrors ``src/envelope/producer.ts`` (``ProducerCursor``). The envelope is::
+This mirrors ``src/protocol/envelope/producer.ts`` (``ProducerCursor``). The envelope is::
 
     {"producer": str, "seq": int, "cursor": int, "delta": <the upstream delta's msgpack bytes, as bin>,
      "dispatch": <the rollout's dispatch identity, a map; optional>}

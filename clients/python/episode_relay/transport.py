@@ -32,7 +32,7 @@ import httpx
 
 MSGPACK = "application/msgpack"
 
-#: The relay sets this header on every answer it gives (src/http/route.ts RELAY_HEADER): an answer
+#: The relay sets this header on every answer it gives (src/protocol/http/route.ts RELAY_HEADER): an answer
 #: without it is not the relay's (a web page, a proxy's error).
 RELAY_HEADER = "x-episode-relay"
 #: The rule an episode id follows (the relay's refusal and the TypeScript client say the same).

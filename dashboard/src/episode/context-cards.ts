@@ -3,13 +3,13 @@
 // has them, the rest of its data), and the trainer's dispatch identity (kind, env, step, policy
 // version and staleness, the trainer's task name, its id and start) with links to the episode's
 // group and to its step (the run's list filtered by that step).
-import type { Json, JsonObject } from "../../../src/wire/json-view.js";
-import { identityOf } from "../../../src/registry/entry.js";
-import { Reader } from "../../../src/wire/reader.js";
+import type { Json, JsonObject } from "../../../src/protocol/index.js";
+import { identityOf } from "../../../src/protocol/index.js";
+import { Reader } from "../../../src/protocol/index.js";
 import { dateTime, h, plural } from "../dom.js";
 import { groupHref, runHref } from "../links.js";
 import { fmt, isObject, json, messageOf } from "../model.js";
-import { rolloutGroup } from "../../../src/registry/groups.js";
+import { rolloutGroup } from "../../../src/protocol/index.js";
 
 /** Data keys shown as the prompt and the expected answer (verifiers' task data, e.g. `{idx, prompt, answer}`). */
 const PROMPT_KEYS = ["prompt", "question", "input"];
@@ -67,7 +67,7 @@ function promptView(v: Json): HTMLElement {
 const text = (v: Json): string => (typeof v === "string" ? v : fmt(v));
 const cut = (s: string) => (s.length > MAX_VALUE ? `${s.slice(0, MAX_VALUE)}…` : s);
 
-/** The episode's group as the run's index names it (src/episode/run-row-sync.ts): the trainer's, else the reply head's, else the task key. */
+/** The episode's group as the run's index names it (src/objects/episode/run-row-sync.ts): the trainer's, else the reply head's, else the task key. */
 export function groupOf(dispatch: JsonObject | null, finished: Uint8Array | null, taskKey: string | null): string | null {
   const named = dispatch && typeof dispatch.group === "string" ? dispatch.group : null;
   return rolloutGroup(named, headGroup(finished), taskKey);

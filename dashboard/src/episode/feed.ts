@@ -8,7 +8,7 @@
 // which stay once the log that carried them is trimmed or the episode archived; and it hands on
 // the annotations the watch read.
 import { type AnnotationsJson, watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
-import type { Json, JsonObject } from "../../../src/wire/json-view.js";
+import type { Json, JsonObject } from "../../../src/protocol/index.js";
 import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
 import { refusal, type ConnState, type Shell } from "../shell.js";

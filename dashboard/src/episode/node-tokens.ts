@@ -1,10 +1,10 @@
 // What a node recorded of its tokens, read from the assembly's spans: its parent, `token_ids`,
 // `mask` (true where the policy sampled the token) and `logprobs` (one per sampled token). The
-// trainer's annotations fold onto exactly these (src/annotations/fold.ts). Cached per node: a
+// trainer's annotations fold onto exactly these (src/protocol/annotations/fold.ts). Cached per node: a
 // node's tokens never change once it arrived (repairs rewrite only its routing).
-import type { NodeState } from "../../../src/assembly/node.js";
-import type { TraceState } from "../../../src/assembly/trace.js";
-import type { EpisodeAssembly } from "../../../src/assembly/episode-assembly.js";
+import type { NodeState } from "../../../src/protocol/index.js";
+import type { TraceState } from "../../../src/protocol/index.js";
+import type { EpisodeAssembly } from "../../../src/protocol/index.js";
 import { json } from "../model.js";
 
 export interface NodeTokens {

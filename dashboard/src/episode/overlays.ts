@@ -3,8 +3,8 @@
 // from them (token-signals.ts; re-folded only when the trace grew or the annotations changed),
 // the episode's scales, the picker and its legend (signal-bar.ts), and, per frame, the overlay the
 // trace columns draw (trace-context.ts `Overlay`).
-import type { EpisodeAssembly } from "../../../src/assembly/episode-assembly.js";
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { EpisodeAssembly } from "../../../src/protocol/index.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import type { AnnotationsJson } from "../../../clients/typescript/watch.js";
 import { AnnotationsSource } from "./annotations-source.js";
 import { traceTokens } from "./node-tokens.js";

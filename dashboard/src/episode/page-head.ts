@@ -2,7 +2,7 @@
 // (downloads, the routing toggle); below it, the failure banner and the line that stands in for
 // the traces while there are none (connecting, not on the relay yet, refused).
 import type { EpisodeWatch } from "../../../clients/typescript/watch.js";
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { h, plural } from "../dom.js";
 
 /** Badge words for the states that are not a run status. */

@@ -1,7 +1,7 @@
 // The routing section's controls: the toggle that opens every node's heatmap (the first time, it
 // has the feed load routing data, which the page otherwise does not fetch) and the note that says
 // the data is loading, or that the episode has no MoE routing at all.
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import type { EpisodeFeed } from "./feed.js";
 

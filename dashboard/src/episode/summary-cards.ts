@@ -1,7 +1,7 @@
 // The episode's summary cards above the traces: rewards, metrics and timing (the orchestrator's,
 // the first trace), and tokens summed over every trace.
-import type { TraceState } from "../../../src/assembly/trace.js";
-import type { Json } from "../../../src/wire/json-view.js";
+import type { TraceState } from "../../../src/protocol/index.js";
+import type { Json } from "../../../src/protocol/index.js";
 import { dateTime, duration, h } from "../dom.js";
 import { field, fmt, isObject } from "../model.js";
 import { rewardChips } from "../reward-chip.js";

@@ -3,7 +3,7 @@
 // value and a tooltip (`#position id=… adv=…`), the prompt-side ones faint; then the node's
 // summary (mean and max of the signal there, or how many were masked). A sampled node that
 // recorded no tokens says so; one the signal does not reach says "not covered".
-import type { StreamValue } from "../../../src/annotations/records.js";
+import type { StreamValue } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import type { NodeTokens } from "./node-tokens.js";
 import { nodeSummary, type Scales, SIGNAL_LABELS, type Signal, tokenColour, tokenTip } from "./token-signals.js";

@@ -1,6 +1,6 @@
 // The head of one trace's column: what kind of agent it is and its name, task type, state chips,
 // the orchestrator turn a sub-agent was spawned from, its rewards and its counts.
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { h, plural } from "../dom.js";
 import { field, isObject } from "../model.js";
 import { rewardChips } from "../reward-chip.js";

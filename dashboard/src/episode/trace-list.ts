@@ -1,7 +1,7 @@
 // The traces side by side, in arrival order (orchestrator first, sub-agents after): one column
 // per trace, kept across frames while the assembly keeps the same trace object, dropped when the
 // trace goes (a discard).
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import { jumpWithin } from "./semantic-links.js";
 import type { TraceContext } from "./trace-context.js";

@@ -1,7 +1,7 @@
 // One trace's column, redrawn on every frame but rebuilt only where it changed: its head, its
 // errors (when their count moves), its turns (each keyed by what it shows) and the pending
 // preview of messages in flight (when the preview or the run's end changes).
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { append, clear, h } from "../dom.js";
 import { callView, isObject, json, nodeView, pendingMessages } from "../model.js";
 import { messageBody } from "./message.js";

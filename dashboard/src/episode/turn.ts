@@ -1,6 +1,6 @@
 // One turn (a committed node) of a trace: its role, index and model call, its semantic links,
 // its message, and, with routing open, the node's heatmap and per-layer expert load.
-import type { TraceState } from "../../../src/assembly/trace.js";
+import type { TraceState } from "../../../src/protocol/index.js";
 import { duration, h } from "../dom.js";
 import { expertLoadTable } from "../expert-load-table.js";
 import { heatmap } from "../heatmap.js";

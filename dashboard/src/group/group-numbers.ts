@@ -3,7 +3,7 @@
 // mean ± std, min and max over its finished rollouts.
 import { h } from "../dom.js";
 import { runHref } from "../links.js";
-import type { GroupDetailJson } from "../../../src/registry/groups.js";
+import type { GroupDetailJson } from "../../../src/protocol/index.js";
 import { num } from "./figures.js";
 import { toneAttrs } from "../reward-chip.js";
 

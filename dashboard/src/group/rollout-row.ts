@@ -7,8 +7,8 @@ import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
 import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
 import { kindChip, stageChip } from "../stage-chip.js";
-import { identityOf } from "../../../src/registry/entry.js";
-import type { RolloutJson } from "../../../src/registry/groups.js";
+import { identityOf } from "../../../src/protocol/index.js";
+import type { RolloutJson } from "../../../src/protocol/index.js";
 import { num, signed } from "./figures.js";
 
 /** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */

@@ -1,0 +1,210 @@
+// Finished episodes in R2. A finished episode never changes, and Durable Object storage costs
+// about 13× R2's per byte, so once a reply finished the run the object (by its alarm) writes the
+// episode's two representations to R2 (its exact msgpack and its JSON view, each with the ETag and
+// size GET answers), then drops its node and item bodies and its log in one transaction. What is
+// left in SQLite is the index (traces, scalar fields, node sizes), the reply and the counters.
+//
+// Each step can be cut by a crash and is repeated from the top: the puts write the same bytes
+// again; the drop happens only after both puts landed, in one transaction, and never while a
+// reader (a GET, a catch-up) still streams bodies from SQLite (it waits for the next alarm).
+//
+// From then on GET, HEAD and a run's bulk fetch are answered from R2 by the Worker without waking
+// this object (src/worker/archive-read.ts), and a watcher's catch-up is built from the archived
+// msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes both copies.
+
+import { JsonOut, MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
+import { parseReply } from "../../protocol/assembly/reply.js";
+import type { UsageMeter } from "../../protocol/billing/usage.js";
+import { MSGPACK } from "../../protocol/http/representation.js";
+import type { EpisodeState } from "./state.js";
+import type { Meta } from "./storage.js";
+
+/** The R2 key of an episode's archived representation (ids never hold `/`). */
+export function archiveKey(id: string, json: boolean): string {
+  return `episodes/${json ? "json" : "msgpack"}/${id}`;
+}
+
+/** R2 custom metadata the Worker answers from: the episode's ETag (without the representation). */
+export interface ArchiveMetadata extends Record<string, string> {
+  etag: string;
+  seq: string;
+}
+
+/** What the archive step did: nothing to do, done, or waiting for readers to finish (try again later). */
+export type ArchiveOutcome = "none" | "archived" | "busy";
+
+/** How soon the alarm tries again when a reader held the bodies, or a put failed. */
+export const ARCHIVE_RETRY_MS = 5_000;
+/** A reader holding the bodies longer than this (a stalled GET) no longer delays the drop: it fails instead. */
+export const ARCHIVE_MAX_WAIT_MS = 600_000;
+
+export class EpisodeArchive {
+  /** The archive step under way (a delete waits for it, so no put lands after the delete). */
+  private inflight: Promise<ArchiveOutcome> | null = null;
+  /** Set while the episode is being erased: no step starts. */
+  private stopped = false;
+  /** When `attempt` is to run again after a reader held the bodies or R2 failed (0: as soon as due; memory only). */
+  private retryTime = 0;
+  /** Failed attempts in a row (the retry backs off by them). */
+  private failures = 0;
+  /** Since when readers have held the bodies the step would drop (0: none did). */
+  private busySince = 0;
+
+  constructor(
+    private readonly state: EpisodeState,
+    private readonly bucket: R2Bucket,
+    private readonly meter: () => UsageMeter | undefined,
+  ) {}
+
+  /** Whether the episode is finished and not archived yet. */
+  due(m: Meta | null = this.state.meta()): boolean {
+    return m !== null && m.status === "finished" && m.etag !== null && m.archived === null;
+  }
+
+  /** Write both representations to R2, then drop the bodies and the log (see the header); `force`: even under a reader. */
+  run(force = false): Promise<ArchiveOutcome> {
+    if (this.stopped) return Promise.resolve("none");
+    const run = this.step(force).finally(() => {
+      if (this.inflight === run) this.inflight = null;
+    });
+    this.inflight = run;
+    return run;
+  }
+
+  /** When the alarm is to try `attempt` again (0: as soon as the episode is due). */
+  get retryAt(): number {
+    return this.retryTime;
+  }
+
+  /**
+   * The step as the alarm runs it: forced once readers have held the bodies longer than
+   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2 fails.
+   */
+  async attempt(): Promise<void> {
+    try {
+      const now = Date.now();
+      const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
+      this.busySince = outcome === "busy" ? this.busySince || now : 0;
+      this.failures = outcome === "busy" ? this.failures : 0;
+      this.retryTime = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
+    } catch (e) {
+      this.failures++;
+      this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
+      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.failures}), retried by the alarm`, e);
+    }
+  }
+
+  private async step(force: boolean): Promise<ArchiveOutcome> {
+    const m = this.state.meta();
+    if (!m || !this.due(m)) return "none";
+    const metadata: ArchiveMetadata = { etag: m.etag!, seq: String(m.seq) };
+    await this.put(m, false, metadata);
+    if (this.stopped) return "none";
+    await this.put(m, true, metadata);
+    if (this.stopped) return "none";
+    // a reader streaming from SQLite keeps what it reads; the next alarm tries again
+    if (this.state.store.readers() > 0 && !force) return "busy";
+    const now = this.state.meta();
+    if (!now || now.seq !== m.seq || !this.due(now)) return "none"; // deleted or changed meanwhile
+    this.state.transaction(() => {
+      this.state.store.dropBodies();
+      this.state.record.trimLog(now.seq);
+      this.state.record.saveMeta({ ...now, base: now.seq, archived: Date.now() });
+    });
+    return "archived";
+  }
+
+  /**
+   * Remove both copies from R2 (a delete or the end of retention; before SQLite is erased). A step
+   * under way ends first, and none starts until `resume` (after the erase): no put lands after this.
+   */
+  async remove(id: string): Promise<void> {
+    this.stopped = true;
+    await this.inflight?.catch(() => undefined);
+    await this.bucket.delete([archiveKey(id, false), archiveKey(id, true)]);
+    this.meter()?.r2Delete();
+  }
+
+  /** The erase is over (or failed): the episode may be archived again (an id written anew). */
+  resume(): void {
+    this.stopped = false;
+  }
+
+  /** The archived msgpack, as a stream (a watcher's catch-up); throws if it is missing. */
+  async body(id: string): Promise<ReadableStream<Uint8Array>> {
+    const obj = await this.bucket.get(archiveKey(id, false));
+    this.meter()?.r2Get();
+    if (!obj) throw new Error(`the archive of episode ${id} is missing from R2`);
+    return obj.body;
+  }
+
+  /** One representation, streamed from SQLite into R2 with its exact length. */
+  private async put(m: Meta, json: boolean, metadata: ArchiveMetadata): Promise<void> {
+    const size = json ? this.jsonSize(m) : m.size!;
+    const { readable, writable } = new FixedLengthStream(size);
+    // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
+    const abort = new AbortController();
+    const written = this.finishedStream(m, json).pipeTo(writable, { signal: abort.signal });
+    const put = this.bucket.put(archiveKey(m.id, json), readable, {
+      httpMetadata: { contentType: json ? "application/json" : MSGPACK },
+      customMetadata: metadata,
+    });
+    try {
+      await Promise.all([written, put]);
+    } catch (e) {
+      abort.abort(e);
+      await Promise.allSettled([written, put]);
+      throw e;
+    }
+    this.meter()?.r2Put(size);
+  }
+
+  /** The finished episode, rendered from SQLite a step at a time (the JSON view or msgpack). */
+  private finishedStream(m: Meta, json: boolean): ReadableStream<Uint8Array> {
+    const out = json ? new JsonOut() : new MsgpackOut();
+    const { reader, head, views, release } = this.finishedParts(m);
+    const writer = writeFinished(out, reader, head, views);
+    return new ReadableStream<Uint8Array>(
+      {
+        pull(controller) {
+          let done: boolean | undefined;
+          try {
+            done = writer.next().done;
+          } catch (e) {
+            release();
+            controller.error(e);
+            return;
+          }
+          for (const chunk of out.take()) controller.enqueue(chunk);
+          if (done) {
+            release();
+            controller.close();
+          }
+        },
+        cancel: release,
+      },
+      { highWaterMark: 0 },
+    );
+  }
+
+  /** The JSON view's length (its size is not known from the index: one pass that keeps nothing). */
+  private jsonSize(m: Meta): number {
+    const out = new JsonOut();
+    const { reader, head, views, release } = this.finishedParts(m);
+    try {
+      let size = 0;
+      for (const _ of writeFinished(out, reader, head, views)) for (const c of out.take()) size += c.length;
+      for (const c of out.take()) size += c.length;
+      return size;
+    } finally {
+      release();
+    }
+  }
+
+  private finishedParts(m: Meta) {
+    const reply = parseReply(this.state.record.reply()!);
+    const views = this.state.memory().asm.pick(reply.summaries);
+    const pin = this.state.store.pin(m.seq);
+    return { reader: this.state.store.reader(m.seq), head: reply.head ?? [], views, release: () => pin.release() };
+  }
+}

@@ -1,0 +1,201 @@
+// Catching a watcher up, on the episode's side: the state as of a pinned seq as snapshot messages
+// (or, when it resumes with `?after=` inside the log, none), then the log after it, one message
+// per call. The viewer hub that asked (src/protocol/hub/catchup.ts) pulls the messages through a cursor
+// (catchup-cursor.ts) as fast as its watchers acknowledge them, shares them between the watchers
+// that joined together, and bridges from where the stream ends to its own head with the frames it
+// was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
+// it reads), and the replay reads the log as it grows.
+
+import { traceOf } from "../../protocol/assembly/delta.js";
+import type { TraceView } from "../../protocol/assembly/render.js";
+import { buildDelta, type DeltaPlan, snapshotPlan } from "../../protocol/assembly/snapshot.js";
+import type { BodyReader } from "../../protocol/assembly/store.js";
+import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage } from "../../protocol/watch/protocol.js";
+import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
+import type { Pin } from "../../protocol/episode/holds.js";
+import type { Meta } from "./storage.js";
+
+/** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
+export const FIRST_MESSAGE_BYTES = 256 * 1024;
+
+/** What a catch-up reads: the episode's record, index and stores. */
+export interface CatchUpSource {
+  meta(): Meta | null;
+  /** The live traces as they stand now. */
+  views(): TraceView[];
+  pin(asOf: number): Pin;
+  reader(asOf: number): BodyReader;
+  frames(after: number, upTo: number, maxBytes: number): Iterable<{ seq: number; frame: Uint8Array }>;
+  /** Whether a retraction took back frames after `seq` that a watcher holding it may have seen. */
+  rewoundPast(seq: number): boolean;
+  /** The snapshot as of `seq`: from SQLite (SnapshotBuilder), or from the archive once the bodies left it. */
+  snapshot(seq: number, variant: Variant, reason: SnapshotReason): SnapshotMessages;
+}
+
+/** A snapshot's messages, built one at a time as pulled (nothing kept once given). */
+export abstract class SnapshotMessages {
+  /** One delta built that did not fit the last message. */
+  private carried: Uint8Array | null = null;
+  private built = 0;
+  done = false;
+
+  constructor(
+    readonly seq: number,
+    protected readonly variant: Variant,
+    private readonly reason: SnapshotReason,
+  ) {}
+
+  /** False once a retraction rewound the episode to before `seq`. */
+  abstract get valid(): boolean;
+  /** The next delta as the variant sees it, or null at the end. */
+  protected abstract nextDelta(): Uint8Array | null | Promise<Uint8Array | null>;
+  /** Let go of what the snapshot holds. */
+  abstract release(): void;
+
+  /** The next message: deltas up to about MESSAGE_BYTES (the first one smaller); null after the last. */
+  async message(): Promise<Uint8Array | null> {
+    if (this.done) return null;
+    const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
+    const batch: Uint8Array[] = [];
+    let bytes = 0;
+    for (;;) {
+      const d = this.carried ?? (await this.nextDelta());
+      this.carried = null;
+      if (d === null) break;
+      if (batch.length > 0 && bytes + d.length > limit) {
+        this.carried = d;
+        break;
+      }
+      batch.push(d);
+      bytes += d.length;
+    }
+    const more = this.carried !== null;
+    this.done = !more;
+    this.built++;
+    return snapshotMessage(this.seq, this.reason, batch, more);
+  }
+}
+
+/** A snapshot built from SQLite as of `seq`, planned from the index. */
+export class SnapshotBuilder extends SnapshotMessages {
+  private readonly plan: DeltaPlan[];
+  private readonly wanted: TraceView[];
+  private readonly reader: BodyReader;
+  private readonly pin: Pin;
+  /** The next planned delta. */
+  private next = 0;
+
+  constructor(src: Pick<CatchUpSource, "pin" | "reader" | "views">, seq: number, variant: Variant, reason: SnapshotReason) {
+    super(seq, variant, reason);
+    this.pin = src.pin(seq);
+    this.reader = src.reader(seq);
+    this.wanted = src.views().filter((v) => variant.traces === null || variant.traces.includes(v.id));
+    this.plan = snapshotPlan(this.wanted);
+  }
+
+  get valid(): boolean {
+    return this.pin.valid;
+  }
+
+  release(): void {
+    this.done = true;
+    this.pin.release();
+  }
+
+  /** The next planned delta as the variant sees it (routing stripped if asked), or null at the end. */
+  protected nextDelta(): Uint8Array | null {
+    if (this.next >= this.plan.length) return null;
+    const d = buildDelta(this.reader, this.wanted, this.plan[this.next++]!);
+    return this.variant.routing ? d : stripRouting(d);
+  }
+}
+
+/** One catch-up stream: a snapshot (unless resuming inside the log), then the log after it. */
+export class CatchUp {
+  private snapshot: SnapshotMessages | null = null;
+  /** The log pin while replaying (the snapshot's pin holds the log before that). */
+  private pin: Pin | null = null;
+  /** The seq the watcher holds once it has every message given so far (-1 while in the snapshot). */
+  private at: number;
+  /** Why the stream starts with a snapshot, if it does. */
+  readonly reason: SnapshotReason | null;
+
+  /** @param forced a snapshot for this reason, whatever `after` says (after a retraction) */
+  constructor(
+    private readonly src: CatchUpSource,
+    private readonly variant: Variant,
+    after: number | null,
+    forced?: SnapshotReason,
+  ) {
+    const m = src.meta();
+    const seq = m?.seq ?? 0;
+    if (!forced && after !== null && after <= seq && after >= (m?.base ?? 0) && !src.rewoundPast(after)) {
+      this.at = after;
+      this.pin = src.pin(after);
+      this.reason = null;
+    } else {
+      this.reason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
+      this.snapshot = src.snapshot(seq, variant, this.reason);
+      this.at = -1;
+    }
+  }
+
+  /** False once a retraction took back what this stream has given. */
+  get valid(): boolean {
+    return (this.snapshot ?? this.pin)?.valid ?? true;
+  }
+
+  /** The next message, or null when the watcher has everything up to `seq` (the episode's head now). */
+  async next(): Promise<Uint8Array | null> {
+    const s = this.snapshot;
+    if (s) {
+      const m = await s.message();
+      if (this.snapshot !== s) return null; // released while it was built (the cursor closed)
+      if (s.done) {
+        // the snapshot is given: hold the log from its seq
+        this.at = s.seq;
+        this.pin = this.src.pin(s.seq);
+        this.snapshot = null;
+        s.release();
+      }
+      if (m) return m;
+    }
+    const head = this.src.meta()?.seq ?? 0;
+    while (this.at < head) {
+      const visible: Frame[] = [];
+      const from = this.at;
+      for (const { seq, frame } of this.src.frames(this.at, head, MESSAGE_BYTES)) {
+        this.at = seq;
+        const d = deltaForVariant(frame, traceOf(frame), this.variant);
+        if (d) visible.push({ seq, delta: d });
+      }
+      if (visible.length) {
+        this.repin();
+        return framesMessage(visible);
+      }
+      if (this.at === from) this.at = head; // nothing logged after `at` up to the head (retracted frames leave gaps)
+    }
+    return null;
+  }
+
+  /** The seq the watcher holds after what was given (meaningful once `next` returned null). */
+  get seq(): number {
+    return this.at;
+  }
+
+  /** Hold only the log after `at` (what is still to read). */
+  private repin(): void {
+    if (this.pin?.asOf === this.at) return;
+    const next = this.src.pin(this.at);
+    this.pin?.release();
+    this.pin = next;
+  }
+
+  /** Done, or the watcher is gone: let go of what it held. */
+  release(): void {
+    this.snapshot?.release();
+    this.snapshot = null;
+    this.pin?.release();
+    this.pin = null;
+  }
+}

@@ -1,0 +1,195 @@
+// Committing one producer message: everything it changes (the assembled state through the
+// SqlStore, the log, the producers' seqs and cursors, the counters, a retraction's rewind) is
+// written in one SQLite transaction, or nothing is. The caller answers only after it returns.
+
+import { DeltaError } from "../../protocol/assembly/errors.js";
+import { dispatchConflict, sameDispatch } from "../../protocol/envelope/dispatch.js";
+import type { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
+import { ingest, type IngestResult } from "../../protocol/envelope/ingest.js";
+import type { IngestAck } from "../../protocol/envelope/answer.js";
+import { RelayError } from "../../protocol/http/errors.js";
+import type { FeedFrame } from "../../protocol/hub/feed.js";
+import type { EpisodeState, EpisodeMemory } from "./state.js";
+import type { Meta } from "./storage.js";
+
+export interface Committed {
+  ack: IngestAck;
+  /** The meta row as committed. */
+  meta: Meta;
+  /** This message created the episode. */
+  created: boolean;
+  /** A retraction rewound the episode (watchers need the new state, not frames). */
+  rewound: boolean;
+  /** The frames applied, with their episode seqs, for watchers. */
+  frames: FeedFrame[];
+  /** This message set the rollout's dispatch identity (the run's index should hear of it at once). */
+  dispatched: boolean;
+  /** When a retraction rewound the episode: the seq it went back to (what was written after may differ now). */
+  rewoundTo: number | null;
+}
+
+/** What a message did so far: the seqs its frames got, and whether a retraction rewound the episode. */
+interface Progress {
+  seqs: number[];
+  rewound: boolean;
+  dispatched: boolean;
+  rewoundTo: number | null;
+}
+
+/** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
+export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, maxEpisode: number, now: number): Committed {
+  const meta = state.meta();
+  if (meta && meta.status !== "live") {
+    throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
+  }
+  const live = state.memory();
+  const progress: Progress = { seqs: [], rewound: false, dispatched: false, rewoundTo: null };
+  let committed: { result: IngestResult; saved: Meta };
+  try {
+    committed = state.transaction(
+      () => applyMessage(state, live, meta ?? state.record.create(id, now), body, progress, maxEpisode, now),
+      // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
+      // rebuilt it; then, and on any other error (the size check runs after the apply), it is read
+      // back from storage.
+      (e) => e instanceof DeltaError && !progress.rewound,
+    );
+  } finally {
+    // committed or rolled back, the floors are the ledger's again
+    state.holdRetractable();
+  }
+  const { result, saved } = committed;
+  state.store.collect();
+  return {
+    ack: {
+      ok: true,
+      seq: saved.seq,
+      applied: result.applied.length,
+      duplicates: result.duplicates,
+      producers: Object.fromEntries(result.producers),
+    },
+    meta: saved,
+    created: meta === null,
+    rewound: progress.rewound,
+    dispatched: progress.dispatched,
+    rewoundTo: progress.rewoundTo,
+    frames: result.applied.map((delta, i) => ({ seq: progress.seqs[i]!, delta, trace: result.traces[i]! })),
+  };
+}
+
+/** Inside the transaction: the message's frames applied and logged, its producers and the counters saved in `m`. */
+function applyMessage(
+  state: EpisodeState,
+  live: EpisodeMemory,
+  m: Meta,
+  body: Uint8Array,
+  progress: Progress,
+  maxEpisode: number,
+  now: number,
+): { result: IngestResult; saved: Meta } {
+  const result = ingest(live.asm, live.ledger, body, {
+    nextSeq: () => {
+      const seq = ++m.seq;
+      progress.seqs.push(seq);
+      // the frame may yet be retracted: the state before it stays reachable
+      state.store.addFloor(seq - 1);
+      live.asm.version = state.store.version = seq;
+      return seq;
+    },
+    retract: (gone) => {
+      // set first: a retraction that throws partway has already changed the index in memory, so a
+      // refusal must read it back from storage rather than keep it
+      progress.rewound = true;
+      const base = Math.min(...gone) - 1;
+      progress.rewoundTo = Math.min(progress.rewoundTo ?? base, base);
+      retract(state, live, m, gone);
+    },
+    dispatch: (identity) => {
+      if (setDispatch(m, identity)) progress.dispatched = true;
+    },
+  });
+  // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
+  result.applied.forEach((frame, i) => {
+    m.bytes += frame.length;
+    state.record.appendFrame(progress.seqs[i]!, frame);
+  });
+  if (m.bytes > maxEpisode) {
+    throw new RelayError("episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`);
+  }
+  for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
+  countInto(m, live.asm);
+  m.updated = now;
+  state.record.saveMeta(m);
+  return { result, saved: m };
+}
+
+/**
+ * Retract frames (episode seqs) a producer's cursor says it never had acknowledged: rewind the
+ * store to before the first, read the index back, re-apply the frames kept after it (other
+ * producers'), drop the retracted ones from the log. Inside the ingest's transaction: all of it
+ * commits with the delta that caused it, or none.
+ */
+function retract(state: EpisodeState, live: EpisodeMemory, m: Meta, seqs: number[]): void {
+  const base = Math.min(...seqs) - 1;
+  const gone = new Set(seqs);
+  m.bytes -= state.record.removeFrames(seqs);
+  const redo = [...state.record.frames(base)].filter((f) => !gone.has(f.seq));
+  state.store.rewind(base);
+  const { traces, nextTnum } = state.store.load();
+  live.asm.reset(traces, nextTnum);
+  for (const f of redo) {
+    live.asm.version = state.store.version = f.seq;
+    try {
+      live.asm.apply(f.frame, true);
+    } catch (e) {
+      if (!(e instanceof DeltaError)) throw e;
+      throw new DeltaError(
+        "producer_conflict",
+        "cursor",
+        `retracting frame(s) ${seqs.join(", ")} leaves frame ${f.seq} (another producer's) inapplicable: ${e.message}`,
+      );
+    }
+  }
+  state.record.saveRewind(base, m.seq);
+}
+
+/**
+ * Give the episode its dispatch identity: true when it had none (the caller saves `m`), false when
+ * it holds the same one; a different one is refused (409 dispatch_conflict).
+ */
+export function setDispatch(m: Meta, identity: Uint8Array): boolean {
+  if (m.dispatch === null) {
+    m.dispatch = identity.slice(); // its own bytes, not a view of the message
+    return true;
+  }
+  if (!sameDispatch(m.dispatch, identity)) throw dispatchConflict(m.dispatch, identity);
+  return false;
+}
+
+/**
+ * `POST /v1/episodes/{id}/dispatch`: the identity of a rollout the trainer dispatched, before its
+ * first trace streams (or at any time after): creates the episode if it does not exist yet (a
+ * pending rollout: no traces), else sets its identity once. One transaction.
+ */
+export function commitDispatch(state: EpisodeState, id: string, identity: Uint8Array, now: number): { meta: Meta; created: boolean; changed: boolean } {
+  const before = state.meta();
+  return state.transaction(() => {
+    const m = before ?? state.record.create(id, now);
+    const changed = setDispatch(m, identity);
+    if (changed) {
+      m.updated = Math.max(m.updated, now);
+      state.record.saveMeta(m);
+    }
+    return { meta: m, created: before === null, changed };
+  });
+}
+
+/** The counters the status and the index show. */
+function countInto(m: Meta, asm: EpisodeAssembly): void {
+  m.traces = asm.traces.size;
+  m.nodes = 0;
+  m.calls = 0;
+  for (const t of asm.traces.values()) {
+    m.nodes += t.nodes.length;
+    m.calls += t.items.calls.count;
+  }
+}

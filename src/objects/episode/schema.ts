@@ -1,0 +1,135 @@
+// The Episode object's tables, version by version (src/objects/storage/schema.ts runs them). Tables:
+// storage.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
+// assembled state: traces, fields, pending, node_meta, bodies, stale) and feeds.ts (hubs).
+
+import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
+import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { binItems } from "../../protocol/wire/reader.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
+import { SqlStore } from "./sql-store.js";
+
+function hasTable(sql: SqlStorage, name: string): boolean {
+  return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
+}
+
+/** The assembled state's tables (sql-store.ts). */
+function createStateTables(sql: SqlStorage): void {
+  sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
+    lists TEXT NOT NULL, created INTEGER NOT NULL, dropped INTEGER)`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS fields (tnum INTEGER NOT NULL, name TEXT NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL,
+    pos INTEGER NOT NULL, src INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (tnum, name, ver, part))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS pending (tnum INTEGER NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (tnum, ver, part))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS node_meta (tnum INTEGER NOT NULL, idx INTEGER NOT NULL, ver INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    parents INTEGER NOT NULL, dtype TEXT, shape TEXT, PRIMARY KEY (tnum, idx, ver))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
+    ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`);
+  sql.exec("CREATE UNIQUE INDEX IF NOT EXISTS bodies_key ON bodies (tnum, kind, idx, ver, part)");
+  sql.exec("CREATE INDEX IF NOT EXISTS bodies_ver ON bodies (ver)");
+  // what: "node" (body and meta of tnum/idx at ver), "field" (tnum/name at ver), "pending", "trace"
+  sql.exec(`CREATE TABLE IF NOT EXISTS stale (what TEXT NOT NULL, tnum INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
+    ver INTEGER NOT NULL, until INTEGER NOT NULL)`);
+}
+
+/**
+ * Storage of the releases that kept the episode in memory (a `base` snapshot table, the log, no
+ * assembled state): the state is rebuilt into SQLite from the snapshot and the log.
+ */
+function rebuildState(sql: SqlStorage): void {
+  const meta = sql.exec<{ seq: number; base: number }>("SELECT seq, base FROM meta").toArray()[0];
+  if (!meta) return;
+  // rebuilt by this release's store, which writes the columns later versions add
+  addColumns(sql, "node_meta", [REPAIRED_COLUMN, ...NODE_HEAD_COLUMNS]);
+  const deltas: Uint8Array[] = [];
+  if (hasTable(sql, "base")) {
+    const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
+    if (parts.length) deltas.push(...binItems(concatChunks(parts.map((p) => new Uint8Array(p.data)))));
+    sql.exec("DROP TABLE base");
+  }
+  let seq = -1;
+  let parts: Uint8Array[] = [];
+  for (const row of sql.exec<{ seq: number; data: ArrayBuffer }>("SELECT seq, data FROM frames WHERE seq > ? ORDER BY seq, part", meta.base)) {
+    if (row.seq !== seq && parts.length) {
+      deltas.push(concatChunks(parts));
+      parts = [];
+    }
+    seq = row.seq;
+    parts.push(new Uint8Array(row.data));
+  }
+  if (parts.length) deltas.push(concatChunks(parts));
+  const store = new SqlStore(sql);
+  const asm = new EpisodeAssembly(store);
+  asm.version = store.version = meta.seq;
+  for (const d of deltas) asm.apply(d, true);
+}
+
+/** node_meta's record of a routing repair (version 3). */
+const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
+/** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
+const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
+
+export const EPISODE_SCHEMA: Schema = checkSchema({
+  object: "Episode",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        const inMemory = hasTable(sql, "meta") && !hasTable(sql, "traces");
+        sql.exec(`CREATE TABLE IF NOT EXISTS meta (
+          id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
+          traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
+          created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
+          size INTEGER, etag TEXT, refused TEXT)`);
+        addColumns(sql, "meta", ["size INTEGER", "etag TEXT", "refused TEXT"]);
+        sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
+        sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')");
+        addColumns(sql, "producers", ["unconfirmed TEXT NOT NULL DEFAULT '[]'"]);
+        sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
+        );
+        sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
+        sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
+        createStateTables(sql);
+        if (inMemory) rebuildState(sql);
+      },
+    },
+    {
+      version: 2,
+      what: "finished episodes archived in R2",
+      up(sql) {
+        // when the finished episode went to R2 and its bodies and log left SQLite (archive.ts)
+        addColumns(sql, "meta", ["archived INTEGER"]);
+      },
+    },
+    {
+      version: 3,
+      what: "the record of routing-repaired nodes",
+      up(sql) {
+        // set by the repair that rewrote the node's last row (sql-store.ts); nodes stored before have none
+        addColumns(sql, "node_meta", [REPAIRED_COLUMN]);
+      },
+    },
+    {
+      version: 4,
+      what: "the rollout's dispatch identity, its live facts, the trainer's annotations and the search's text",
+      up(sql) {
+        // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta
+        sql.exec("CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))");
+        addColumns(sql, "meta", ["annotations INTEGER NOT NULL DEFAULT 0", "annotation_bytes INTEGER NOT NULL DEFAULT 0"]);
+        // msgpack map (src/protocol/envelope/dispatch.ts), set once; null for episodes written before or without one.
+        // `live`: the row's live facts as JSON, kept once the run ended (row-facts.ts: the archive takes the bodies)
+        addColumns(sql, "meta", ["dispatch BLOB", "live TEXT"]);
+        // per node its parent index (-1: a root) and message role ("": none): branches and the latest
+        // assistant words without reading bodies; NULL in rows written before (row-facts.ts reads those bodies)
+        addColumns(sql, "node_meta", NODE_HEAD_COLUMNS);
+        // per trace, what the run's search holds of its text (search-sync.ts)
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
+        );
+      },
+    },
+  ],
+});

@@ -1,0 +1,321 @@
+// The episode's assembled state in the Durable Object's SQLite: the EpisodeStore the relay's
+// assembly writes through (src/protocol/assembly/store.ts), so the object keeps only the index in memory
+// (read back by load-index.ts).
+//
+// Every row carries `ver`, the seq of the frame that wrote it (the store's `version` while the
+// frame is applied):
+// - `traces`: one row per trace incarnation (tnum): id, arrival order, list sizes, the seq that
+//   opened it, and the seq that discarded it while something still needed it (`dropped`).
+// - `fields`: its open and set fields (key order by `pos`), values as received, in parts.
+// - `pending`: its pending preview, in parts.
+// - `node_meta`: per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
+//   repair rewrote its last row: the one record of that, kept through the archive; its parent
+//   index and message role).
+// - `bodies`: node and item bytes, keyed (tnum, kind, idx, ver, part): kind 0 is nodes, 1..6 the
+//   item lists; a body over PART_BYTES is split into parts (parts.ts).
+// The current value of anything is its newest version. A write that supersedes a version deletes
+// it, unless something holds the state from before (a reader's pin, a retraction's floor:
+// holds.ts): then `stale` lists it until nothing does. `rewind(R)` deletes every version written
+// after R: what they superseded is current again. The tables are declared in schema.ts.
+
+import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
+import { encodeNode, readNode, type NodeInfo, type NodeState } from "../../protocol/assembly/node.js";
+import type { BodyReader, EpisodeStore } from "../../protocol/assembly/store.js";
+import type { ListSize, TraceState } from "../../protocol/assembly/trace.js";
+import { Reader } from "../../protocol/wire/reader.js";
+import { itemBodies, KIND, nodeBodies, nodeBody, NODES } from "./bodies.js";
+import { Holds, type Pin } from "../../protocol/episode/holds.js";
+import { loadIndex } from "./load-index.js";
+import { buffer, eachPart } from "../../protocol/episode/parts.js";
+
+export class SqlStore implements EpisodeStore {
+  private readonly holds = new Holds(() => this.collect());
+  /** The seq of the frame being applied: every row written gets it. */
+  version = 0;
+  /** Whether `stale` may have rows (false once a collect left it empty, until the next insert). */
+  private maybeStale = true;
+  /** Arrival order of the next new trace. */
+  private nextOrd = 1;
+  /** Whether the tables exist (a watcher may pin an episode nobody has written yet). */
+  private tables = false;
+
+  constructor(private readonly sql: SqlStorage) {}
+
+  private hasTables(): boolean {
+    this.tables ||= this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stale'").toArray().length > 0;
+    return this.tables;
+  }
+
+  // ---- the index, as stored ----
+
+  /** The stored traces in arrival order (the index the object keeps in memory), and the lowest trace number not used yet. */
+  load(): { traces: TraceState[]; nextTnum: number } {
+    const { traces, nextTnum, nextOrd } = loadIndex(this.sql);
+    this.nextOrd = nextOrd;
+    return { traces, nextTnum };
+  }
+
+  // ---- holds: readers and retraction ----
+
+  /** Hold the state as of `asOf` for a reader (versions and discarded traces it may read stay). */
+  pin(asOf: number): Pin {
+    return this.holds.pin(asOf);
+  }
+
+  /** Hold the state as of each of these seqs for a retraction (EpisodeState sets them from its ledger). */
+  setFloors(seqs: number[]): void {
+    this.holds.setFloors(seqs);
+  }
+
+  /** Also hold the state as of `seq` (the seq before a frame being applied, which may yet be retracted). */
+  addFloor(seq: number): void {
+    this.holds.addFloor(seq);
+  }
+
+  /** The oldest held seq, or null when nothing holds an older state. */
+  oldestHold(): number | null {
+    return this.holds.oldestHold();
+  }
+
+  /** Delete the kept versions and dropped traces nothing holds any more. */
+  collect(): void {
+    // runs after every commit: nothing to do unless something was kept; rows still held (the
+    // `needed` test of holds.ts, in SQL) stay in SQLite, unread
+    if (!this.maybeStale || !this.hasTables()) return;
+    const holds = JSON.stringify(this.holds.seqs());
+    const rows = this.sql
+      .exec<{ what: string; tnum: number; idx: number; name: string; ver: number; until: number }>(
+        "SELECT * FROM stale WHERE NOT EXISTS (SELECT 1 FROM json_each(?) AS h WHERE h.value >= stale.ver AND h.value < stale.until)",
+        holds,
+      )
+      .toArray();
+    for (const s of rows) {
+      if (s.what === "trace") this.deleteTrace(s.tnum);
+      else this.deleteVersion(s.what, s.tnum, s.idx, s.name, s.ver);
+      this.sql.exec("DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?", s.what, s.tnum, s.idx, s.name, s.ver);
+    }
+    this.maybeStale = this.sql.exec("SELECT 1 FROM stale LIMIT 1").toArray().length > 0;
+  }
+
+  /** Readers holding a state now (GETs and catch-ups streaming from SQLite). */
+  readers(): number {
+    return this.holds.readers();
+  }
+
+  /**
+   * The episode is archived (src/objects/episode/archive.ts): its node and item bodies, previews and old
+   * versions leave SQLite. The index rows stay (traces, scalar fields, node sizes and shapes), so
+   * the object still knows the episode; what reads bodies reads the archive from now on.
+   */
+  dropBodies(): void {
+    if (!this.hasTables()) return;
+    for (const table of ["bodies", "pending", "stale"]) this.sql.exec(`DELETE FROM ${table}`);
+    this.sql.exec("DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)");
+    this.maybeStale = false;
+  }
+
+  /** After a restart no reader is left: what was kept only for readers can go. */
+  afterRestart(): void {
+    this.holds.dropReaders();
+    this.collect();
+  }
+
+  /**
+   * Rewind to the state as of `seq`: every version written after it goes, what those superseded
+   * is current again, traces opened after it go and traces discarded after it come back. Readers
+   * holding a later state are told (`Pin.valid`). The caller reads the index back (`load`).
+   */
+  rewind(seq: number): void {
+    this.holds.rewound(seq);
+    for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces WHERE created > ?", seq).toArray()) this.deleteTrace(tnum);
+    for (const table of ["bodies", "node_meta", "fields", "pending"]) this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
+    this.sql.exec("UPDATE traces SET dropped = NULL WHERE dropped > ?", seq);
+    this.sql.exec("DELETE FROM stale WHERE until > ?", seq);
+    // list sizes, from the items that are left
+    const sizes = new Map<number, Record<string, ListSize>>();
+    for (const r of this.sql.exec<{ tnum: number; kind: number; count: number; bytes: number }>(
+      `SELECT tnum, kind, COUNT(DISTINCT idx) AS count, SUM(LENGTH(data)) AS bytes FROM bodies WHERE kind > 0 GROUP BY tnum, kind`,
+    )) {
+      const s = sizes.get(r.tnum) ?? {};
+      s[ITEM_FIELDS[r.kind - 1]!] = { count: r.count, bytes: r.bytes };
+      sizes.set(r.tnum, s);
+    }
+    for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces").toArray()) {
+      const s = sizes.get(tnum) ?? {};
+      const lists = Object.fromEntries(ITEM_FIELDS.map((f) => [f, s[f] ?? { count: 0, bytes: 0 }]));
+      this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", JSON.stringify(lists), tnum);
+    }
+  }
+
+  /** Bodies as of `asOf` (a held seq), for the writers. */
+  reader(asOf: number): BodyReader {
+    return {
+      nodes: (tnum, from, to) => nodeBodies(this.sql, tnum, from, to, asOf),
+      items: (tnum, field, from, to) => this.items(tnum, field, from, to),
+    };
+  }
+
+  // ---- EpisodeStore: reads ----
+
+  node(t: TraceState, index: number): NodeState {
+    const data = nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver);
+    // stored bodies were validated when they arrived
+    return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
+  }
+
+  /** Current nodes [from, to): the newest version of each. */
+  nodes(tnum: number, from: number, to: number): Uint8Array[] {
+    return nodeBodies(this.sql, tnum, from, to, Number.MAX_SAFE_INTEGER);
+  }
+
+  items(tnum: number, field: ItemField, from: number, to: number): Uint8Array[] {
+    return itemBodies(this.sql, tnum, field, from, to);
+  }
+
+  // ---- EpisodeStore: the assembly's commit steps ----
+
+  opened(t: TraceState): void {
+    this.sql.exec(
+      "INSERT INTO traces (tnum, id, ord, lists, created, dropped) VALUES (?, ?, ?, ?, ?, NULL)",
+      t.tnum,
+      t.id,
+      this.nextOrd++,
+      listsJson(t),
+      this.version,
+    );
+    this.fieldsSet(
+      t,
+      [...t.fields.keys()].filter((k) => t.fields.get(k)!.from === "open"),
+    );
+    this.pendingSet(t);
+  }
+
+  dropped(t: TraceState): void {
+    const created = this.sql.exec<{ c: number }>("SELECT created AS c FROM traces WHERE tnum = ?", t.tnum).toArray()[0]?.c ?? 0;
+    if (this.holds.needed(created, this.version)) {
+      // something holds a state with this trace in it: keep it, out of the index, until then
+      this.sql.exec("UPDATE traces SET dropped = ? WHERE tnum = ?", this.version, t.tnum);
+      this.sql.exec("INSERT INTO stale VALUES ('trace', ?, -1, '', ?, ?)", t.tnum, created, this.version);
+      this.maybeStale = true;
+    } else this.deleteTrace(t.tnum);
+  }
+
+  restored(): void {
+    // only in a refused batch, whose transaction rolls the drop back
+  }
+
+  private deleteTrace(tnum: number): void {
+    for (const table of ["traces", "fields", "pending", "node_meta", "bodies", "stale"]) this.sql.exec(`DELETE FROM ${table} WHERE tnum = ?`, tnum);
+  }
+
+  private deleteVersion(what: string, tnum: number, idx: number, name: string, ver: number): void {
+    if (what === "node") {
+      this.sql.exec("DELETE FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ?", tnum, idx, ver);
+      this.sql.exec("DELETE FROM node_meta WHERE tnum = ? AND idx = ? AND ver = ?", tnum, idx, ver);
+    } else if (what === "field") this.sql.exec("DELETE FROM fields WHERE tnum = ? AND name = ? AND ver = ?", tnum, name, ver);
+    else if (what === "pending") this.sql.exec("DELETE FROM pending WHERE tnum = ? AND ver = ?", tnum, ver);
+  }
+
+  /** A new version of something whose current version is `old`: keep the old one if it is needed, else delete it. */
+  private supersede(what: string, tnum: number, idx: number, name: string, old: number | undefined): void {
+    if (old === undefined) return;
+    if (old === this.version) return this.deleteVersion(what, tnum, idx, name, old); // rewritten within the frame
+    if (this.holds.needed(old, this.version)) {
+      this.sql.exec("INSERT INTO stale VALUES (?, ?, ?, ?, ?, ?)", what, tnum, idx, name, old, this.version);
+      this.maybeStale = true;
+    } else this.deleteVersion(what, tnum, idx, name, old);
+  }
+
+  nodesAdded(t: TraceState, from: number, nodes: NodeState[]): void {
+    nodes.forEach((node, k) => {
+      const idx = from + k;
+      this.writeMeta(t.tnum, idx, t.nodes[idx]!);
+      this.writeBody(t.tnum, NODES, idx, t.nodes[idx]!.ver, encodeNode(node));
+    });
+  }
+
+  nodesRemoved(): void {
+    // only in a refused batch: the transaction rolls the rows back
+  }
+
+  nodeChanged(t: TraceState, index: number, node: NodeState, before: NodeInfo): void {
+    const info = t.nodes[index]!;
+    this.supersede("node", t.tnum, index, "", before.ver);
+    this.writeMeta(t.tnum, index, info);
+    this.writeBody(t.tnum, NODES, index, info.ver, encodeNode(node));
+  }
+
+  nodeRestored(): void {
+    // only in a refused batch: the transaction rolls the rows back
+  }
+
+  itemsAdded(t: TraceState, field: ItemField, from: number, items: Uint8Array[]): void {
+    items.forEach((item, k) => {
+      this.writeBody(t.tnum, KIND[field], from + k, this.version, item);
+    });
+    this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum);
+  }
+
+  itemsRemoved(): void {
+    // only in a refused batch: the transaction rolls the rows back
+  }
+
+  fieldsSet(t: TraceState, keys: string[]): void {
+    if (keys.length === 0) return;
+    const order = [...t.fields.keys()];
+    for (const name of keys) {
+      const slot = t.fields.get(name);
+      const old = this.sql.exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM fields WHERE tnum = ? AND name = ?", t.tnum, name).one().v;
+      this.supersede("field", t.tnum, -1, name, old ?? undefined);
+      if (!slot || (slot.from !== "open" && slot.from !== "set")) continue;
+      const pos = order.indexOf(name);
+      const src = slot.from === "open" ? 0 : 1;
+      eachPart(slot.value, (part, data) => {
+        this.sql.exec(
+          "INSERT INTO fields (tnum, name, ver, part, pos, src, key, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+          t.tnum,
+          name,
+          this.version,
+          part,
+          pos,
+          src,
+          buffer(slot.key),
+          data,
+        );
+      });
+    }
+  }
+
+  pendingSet(t: TraceState): void {
+    const old = this.sql.exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM pending WHERE tnum = ?", t.tnum).one().v;
+    this.supersede("pending", t.tnum, -1, "", old ?? undefined);
+    eachPart(t.pending, (part, data) => this.sql.exec("INSERT INTO pending (tnum, ver, part, data) VALUES (?, ?, ?, ?)", t.tnum, this.version, part, data));
+  }
+
+  private writeMeta(tnum: number, idx: number, info: NodeInfo): void {
+    this.sql.exec(
+      "INSERT OR REPLACE INTO node_meta (tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      tnum,
+      idx,
+      info.ver,
+      info.bytes,
+      info.parents,
+      info.routed?.dtype ?? null,
+      info.routed ? JSON.stringify(info.routed.shape) : null,
+      info.repaired ? 1 : 0,
+      // NULL is what rows of older releases hold ("not known"): a root is -1, no role ""
+      info.parent === undefined ? null : (info.parent ?? -1),
+      info.role === undefined ? null : (info.role ?? ""),
+    );
+  }
+
+  private writeBody(tnum: number, kind: number, idx: number, ver: number, data: Uint8Array): void {
+    eachPart(data, (part, chunk) =>
+      this.sql.exec("INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)", tnum, kind, idx, ver, part, chunk),
+    );
+  }
+}
+
+function listsJson(t: TraceState): string {
+  return JSON.stringify(t.items);
+}

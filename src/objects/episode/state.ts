@@ -1,0 +1,110 @@
+// The episode as the object holds it: its SQLite record (meta, log, producers, reply), its
+// assembled state (SqlStore), and in memory only the index over them (per trace its fields,
+// pending, per node a NodeInfo) and the producers' ledger, read back on first use. Every module
+// that changes the episode goes through here; none keeps a copy of its own.
+
+import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
+import { type ProducerLedger, retractable } from "../../protocol/envelope/ledger.js";
+import { RelayError } from "../../protocol/http/errors.js";
+import { SchemaState } from "../storage/schema.js";
+import { EPISODE_SCHEMA } from "./schema.js";
+import { SqlStore } from "./sql-store.js";
+import { EpisodeRecord, type Meta } from "./storage.js";
+
+/** What memory holds of the episode: the assembly's index and the producers' ledger. */
+export interface EpisodeMemory {
+  asm: EpisodeAssembly;
+  ledger: ProducerLedger;
+}
+
+export class EpisodeState {
+  readonly record: EpisodeRecord;
+  readonly store: SqlStore;
+  readonly schema: SchemaState;
+  private live: EpisodeMemory | null = null;
+  private opened = false;
+
+  constructor(private readonly storage: DurableObjectStorage) {
+    this.schema = new SchemaState(storage, EPISODE_SCHEMA);
+    this.record = new EpisodeRecord(storage.sql, this.schema);
+    this.store = new SqlStore(storage.sql);
+  }
+
+  /** The object's SQLite (for the modules that own a table of their own: annotations.ts). */
+  get sql(): SqlStorage {
+    return this.storage.sql;
+  }
+
+  /** Once, inside the constructor's `blockConcurrencyWhile`: storage is brought to this release's schema, then read. */
+  open(): void {
+    if (this.opened) return;
+    this.opened = true;
+    this.schema.open();
+    if (this.schema.failed === null && this.record.exists()) {
+      // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
+      this.holdRetractable(this.record.producers());
+      this.store.afterRestart();
+    }
+  }
+
+  /** Whether the index is in memory (a woken object reads it back on first use). */
+  get loaded(): boolean {
+    return this.live !== null;
+  }
+
+  /** What memory holds (the assembly's index and the ledger), read from storage on first use. */
+  memory(): EpisodeMemory {
+    if (this.live) return this.live;
+    this.open();
+    this.schema.check();
+    const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
+    const asm = new EpisodeAssembly(this.store, traces);
+    asm.reserveTnums(nextTnum);
+    this.live = { asm, ledger: this.record.producers() };
+    this.holdRetractable(this.live.ledger);
+    return this.live;
+  }
+
+  meta(): Meta | null {
+    this.open();
+    this.schema.check();
+    return this.record.meta();
+  }
+
+  /** The meta row, or 404. */
+  requireMeta(): Meta {
+    const m = this.meta();
+    if (!m) throw new RelayError("not_found", "no such episode");
+    return m;
+  }
+
+  /**
+   * Run `fn` in one SQLite transaction (it commits atomically; an answer sent after it waits for
+   * it to be durable). If it throws `e`, it rolled back: `keepIndex(e)` says the index in memory
+   * was left as it was (a refused delta undoes its own changes), else it is read back on next use.
+   * What is kept of the record's rows is read back either way.
+   */
+  transaction<T>(fn: () => T, keepIndex: (e: unknown) => boolean = () => false): T {
+    try {
+      return this.storage.transactionSync(fn);
+    } catch (e) {
+      if (keepIndex(e)) this.record.forget();
+      else this.forget();
+      throw e;
+    }
+  }
+
+  /**
+   * Memory may be ahead of storage (a rolled-back write), or storage gone (deleteAll): the index
+   * and what is kept of the rows are read back on next use.
+   */
+  forget(): void {
+    this.live = null;
+    this.record.forget();
+  }
+
+  /** Frames that may still be retracted hold the state before them; the rest can go. */
+  holdRetractable(ledger: ProducerLedger = this.memory().ledger): void {
+    this.store.setFloors(retractable(ledger).map((s) => s - 1));
+  }
+}

@@ -1,0 +1,347 @@
+// The episode's SQLite storage besides the assembled state (src/objects/episode/sql-store.ts): one place
+// for every query of the record.
+//
+// - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
+//   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
+// - `frames`: the log of deltas as applied (retracted ones removed), in seq order, for
+//   catch-up streams (viewer hubs' watchers that resume with `?after=` or catch up) and the hubs'
+//   feeds. A frame is split into parts (parts.ts). It is trimmed from the front (log-trim.ts).
+// - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
+//   confirmed by its cursor (retraction: src/protocol/envelope/ledger.ts).
+// - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
+//   gets a snapshot.
+// - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
+//   ended it (finish_refused; parts, like frames).
+// - `index_sync`: when the run's index was last sent this episode's row, when the next
+//   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
+// - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by
+//   alarm); written in the erase's own transaction, the storage freed once the row is gone.
+//
+// The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
+
+import { eachPart } from "../../protocol/episode/parts.js";
+import type { ProducerLedger, ProducerState, Unconfirmed } from "../../protocol/envelope/ledger.js";
+import type { SchemaState } from "../storage/schema.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
+import type { LiveFacts } from "../../protocol/registry/entry.js";
+
+export type EpisodeStatus = "live" | "finished" | "failed";
+
+export interface Meta {
+  id: string;
+  status: EpisodeStatus;
+  seq: number;
+  /** Bytes of every frame logged so far (what MAX_EPISODE_BYTES limits). */
+  bytes: number;
+  traces: number;
+  nodes: number;
+  calls: number;
+  created: number;
+  updated: number;
+  error: string | null;
+  /** The log holds the frames after this seq. */
+  base: number;
+  /** The finished episode's size in bytes (msgpack), once finished. */
+  size: number | null;
+  /** The finished episode's ETag (without the representation), once finished. */
+  etag: string | null;
+  /** The reference's message when a reply was refused (409 finish_mismatch) and no reply finished the run since. */
+  refused: string | null;
+  /** When the finished episode was archived in R2 and its bodies and log left SQLite (archive.ts); null before. */
+  archived: number | null;
+  /** The rollout's dispatch identity in the trainer (msgpack map, src/protocol/envelope/dispatch.ts), set once; null before. */
+  dispatch: Uint8Array | null;
+  /** The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from); null before. */
+  live: LiveFacts | null;
+  /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
+  annotations: number;
+  annotationBytes: number;
+}
+
+/** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
+export function publicStatus(m: Meta): EpisodeStatus | "finish_refused" {
+  return m.status === "live" && m.refused !== null ? "finish_refused" : m.status;
+}
+
+/** A rollout the trainer announced (`POST .../dispatch`) that has streamed nothing yet. */
+export function isPending(m: Meta): boolean {
+  return m.status === "live" && m.seq === 0;
+}
+
+/** The episode's row in its run's index: when it was sent, when the next is due (src/objects/episode/run-row-sync.ts). */
+export interface IndexState {
+  /** When the index was last sent this episode's row (ms), 0 if never. */
+  lastFlush: number;
+  /** When the pending update is due (ms); 0 when nothing is pending. */
+  due: number;
+  /** Least ms between updates, as the run's index last asked (0: the configured default). */
+  flushMs: number;
+  /** Failed sends in a row (the retry backs off by it). */
+  attempts: number;
+}
+
+const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
+
+const COLUMNS =
+  "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes";
+
+export class EpisodeRecord {
+  private ready = false;
+  private cached: Meta | null = null;
+  private indexCache: IndexState | null = null;
+  private rewinds: number | null = null;
+
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly schema: SchemaState,
+  ) {}
+
+  /** True once the episode has been created (storage untouched otherwise). */
+  exists(): boolean {
+    if (this.ready) return true;
+    const found = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length > 0;
+    this.ready = found && this.sql.exec("SELECT 1 FROM meta").toArray().length > 0;
+    return this.ready;
+  }
+
+  /**
+   * Drop what is kept of the rows: after deleteAll (the next access sees no episode), or after a
+   * failed transaction, which rolled them back (maybe the whole episode).
+   */
+  forget(): void {
+    this.schema.forget();
+    this.ready = false;
+    this.cached = null;
+    this.indexCache = null;
+    this.rewinds = null;
+  }
+
+  /** Create the schema and the meta row (first write of a new episode). */
+  create(id: string, now: number): Meta {
+    this.schema.ensure();
+    const meta: Meta = {
+      id,
+      status: "live",
+      seq: 0,
+      bytes: 0,
+      traces: 0,
+      nodes: 0,
+      calls: 0,
+      created: now,
+      updated: now,
+      error: null,
+      base: 0,
+      size: null,
+      etag: null,
+      refused: null,
+      archived: null,
+      dispatch: null,
+      live: null,
+      annotations: 0,
+      annotationBytes: 0,
+    };
+    this.sql.exec(
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      id,
+      "live",
+      0,
+      0,
+      0,
+      0,
+      0,
+      now,
+      now,
+      null,
+      0,
+      null,
+      null,
+      null,
+      null,
+      null,
+      null,
+      0,
+      0,
+    );
+    this.ready = true;
+    this.cached = { ...meta };
+    return meta;
+  }
+
+  /** A copy of the meta row (read from SQLite once, then kept: every write goes through here). */
+  meta(): Meta | null {
+    if (this.cached) return { ...this.cached };
+    if (!this.exists()) return null;
+    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
+    const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
+    const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
+    const { annotation_bytes, ...rest } = row;
+    this.cached = { ...(rest as unknown as Meta), dispatch, live, annotations: Number(row.annotations ?? 0), annotationBytes: Number(annotation_bytes ?? 0) };
+    return { ...this.cached };
+  }
+
+  saveMeta(m: Meta): void {
+    this.sql.exec(
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?",
+      m.status,
+      m.seq,
+      m.bytes,
+      m.traces,
+      m.nodes,
+      m.calls,
+      m.updated,
+      m.error,
+      m.base,
+      m.size,
+      m.etag,
+      m.refused,
+      m.archived,
+      m.dispatch,
+      m.live === null ? null : JSON.stringify(m.live),
+      m.annotations,
+      m.annotationBytes,
+    );
+    this.cached = { ...m };
+  }
+
+  // ---- the log ----
+
+  appendFrame(seq: number, frame: Uint8Array): void {
+    eachPart(frame, (part, data) => this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, data));
+  }
+
+  /** Frames with after < seq ≤ upTo, in order, reassembled from their parts; at most about `maxBytes` (at least one). */
+  *frames(after = 0, upTo = Number.MAX_SAFE_INTEGER, maxBytes = Number.MAX_SAFE_INTEGER): Generator<{ seq: number; frame: Uint8Array }> {
+    if (!this.exists()) return;
+    let seq = -1;
+    let parts: Uint8Array[] = [];
+    let total = 0;
+    for (const row of this.sql.exec<{ seq: number; data: ArrayBuffer }>(
+      "SELECT seq, data FROM frames WHERE seq > ? AND seq <= ? ORDER BY seq, part",
+      after,
+      upTo,
+    )) {
+      if (row.seq !== seq && parts.length) {
+        const frame = concatChunks(parts);
+        yield { seq, frame };
+        total += frame.length;
+        parts = [];
+        if (total >= maxBytes) return;
+      }
+      seq = row.seq;
+      parts.push(new Uint8Array(row.data));
+    }
+    if (parts.length) yield { seq, frame: concatChunks(parts) };
+  }
+
+  /** Seqs and sizes of the logged frames, newest first. */
+  logSizes(): Array<{ seq: number; bytes: number }> {
+    if (!this.exists()) return [];
+    return this.sql.exec<{ seq: number; bytes: number }>("SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC").toArray();
+  }
+
+  /** Forget the frames up to `seq` (the log then starts after it). */
+  trimLog(seq: number): void {
+    this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
+  }
+
+  /** Retracted frames leave the log; their total size. */
+  removeFrames(seqs: number[]): number {
+    let bytes = 0;
+    for (const seq of seqs) {
+      bytes += this.sql.exec<{ n: number | null }>("SELECT SUM(LENGTH(data)) AS n FROM frames WHERE seq = ?", seq).one().n ?? 0;
+      this.sql.exec("DELETE FROM frames WHERE seq = ?", seq);
+    }
+    return bytes;
+  }
+
+  /** A retraction rewound the episode to `base` when it stood at `upto`. */
+  saveRewind(base: number, upto: number): void {
+    this.sql.exec("INSERT INTO rewinds VALUES (?, ?)", base, upto);
+    this.rewinds = null;
+  }
+
+  /** How many retractions the episode had (a hub that saw fewer restarts its watchers). */
+  rewindCount(): number {
+    if (this.rewinds !== null) return this.rewinds;
+    if (!this.exists()) return 0;
+    return (this.rewinds = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM rewinds").one().n);
+  }
+
+  /** Whether a watcher that held the state as of `seq` may have seen frames a retraction took back since. */
+  rewoundPast(seq: number): boolean {
+    if (!this.exists()) return false;
+    return this.sql.exec("SELECT 1 FROM rewinds WHERE base < ? AND upto >= ?", seq, seq).toArray().length > 0;
+  }
+
+  // ---- producers and reply ----
+
+  producers(): ProducerLedger {
+    const out: ProducerLedger = new Map();
+    if (!this.exists()) return out;
+    for (const row of this.sql.exec<{ name: string; seq: number; unconfirmed: string }>("SELECT name, seq, unconfirmed FROM producers")) {
+      out.set(row.name, { last: row.seq, unconfirmed: JSON.parse(row.unconfirmed) as Unconfirmed[] });
+    }
+    return out;
+  }
+
+  saveProducer(name: string, p: ProducerState): void {
+    this.sql.exec(
+      "INSERT INTO producers (name, seq, unconfirmed) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, unconfirmed = excluded.unconfirmed",
+      name,
+      p.last,
+      JSON.stringify(p.unconfirmed),
+    );
+  }
+
+  saveReply(reply: Uint8Array): void {
+    this.sql.exec("DELETE FROM reply");
+    eachPart(reply, (part, data) => this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, data));
+  }
+
+  reply(): Uint8Array | null {
+    if (!this.exists()) return null;
+    const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
+    return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
+  }
+
+  // ---- the run index's row ----
+
+  indexState(): IndexState {
+    if (this.indexCache) return { ...this.indexCache };
+    if (!this.exists()) return { ...NO_INDEX_STATE };
+    const row = this.sql
+      .exec<{ last_flush: number; due: number; flush_ms: number; attempts: number }>("SELECT last_flush, due, flush_ms, attempts FROM index_sync")
+      .toArray()[0];
+    this.indexCache = row ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts } : { ...NO_INDEX_STATE };
+    return { ...this.indexCache };
+  }
+
+  saveIndexState(s: IndexState): void {
+    this.indexCache = { ...s };
+    this.sql.exec("DELETE FROM index_sync");
+    this.sql.exec("INSERT INTO index_sync VALUES (?, ?, ?, ?)", s.lastFlush, s.due, s.flushMs, s.attempts);
+  }
+
+  /** After a delete: the id whose row is still to be dropped from the run's index, and the attempts so far. */
+  tombstone(): { id: string; attempts: number } | null {
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0) return null;
+    return this.sql.exec<{ id: string; attempts: number }>("SELECT id, attempts FROM tombstone").toArray()[0] ?? null;
+  }
+
+  /**
+   * The erase of the episode, in the caller's transaction: every table goes and the tombstone is
+   * written at once, so no crash leaves the run's index holding a row nobody will drop. The
+   * storage itself is freed once the index has dropped it (run-row-sync.ts `removed`).
+   */
+  eraseToTombstone(id: string): void {
+    this.schema.drop();
+    this.forget();
+    this.saveTombstone({ id, attempts: 0 });
+  }
+
+  saveTombstone(t: { id: string; attempts: number } | null): void {
+    this.schema.ensure();
+    this.sql.exec("DELETE FROM tombstone");
+    if (t) this.sql.exec("INSERT INTO tombstone VALUES (?, ?)", t.id, t.attempts);
+  }
+}

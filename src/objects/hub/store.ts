@@ -1,0 +1,109 @@
+// A hub's storage: one row (which episode and shard it serves, its session with the episode, its
+// view, the hub count) and the upstream reply once the run ended. Small and rewritten with each
+// feed, so a hub woken from hibernation knows where its live watchers stand; dropped when its last
+// watcher leaves.
+
+import { eachPart } from "../../protocol/episode/parts.js";
+import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
+import type { HubStatus, HubView } from "../../protocol/hub/feed.js";
+
+export interface HubState {
+  id: string;
+  shard: number;
+  /** The episode's membership this hub holds (null: not a member). */
+  session: number | null;
+  view: HubView | null;
+  hubs: number;
+}
+
+/** The hub's tables, version by version (src/objects/storage/schema.ts). */
+export const HUB_SCHEMA: Schema = checkSchema({
+  object: "ViewerHub",
+  migrations: [
+    {
+      version: 1,
+      what: "the layout of the releases before versioned schemas",
+      up(sql) {
+        sql.exec(`CREATE TABLE IF NOT EXISTS hub (id TEXT NOT NULL, shard INTEGER NOT NULL, session INTEGER, head INTEGER, epoch INTEGER NOT NULL,
+          status TEXT NOT NULL, refused TEXT, error TEXT, hubs INTEGER NOT NULL)`);
+        sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
+      },
+    },
+  ],
+});
+
+export class HubStore {
+  private cached: HubState | null | undefined;
+  private readonly sql: SqlStorage;
+  readonly schema: SchemaState;
+
+  constructor(storage: DurableObjectStorage) {
+    this.sql = storage.sql;
+    this.schema = new SchemaState(storage, HUB_SCHEMA);
+  }
+
+  /** Bring storage to this release's schema (in the hub's constructor, before any event; also on first use). */
+  open(): void {
+    this.schema.open();
+  }
+
+  /** The row, or null for a hub that serves nobody yet. */
+  state(): HubState | null {
+    this.open();
+    this.schema.check();
+    if (this.cached !== undefined) return this.cached;
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hub'").toArray().length === 0) return (this.cached = null);
+    const r = this.sql
+      .exec<{
+        id: string;
+        shard: number;
+        session: number | null;
+        head: number | null;
+        epoch: number;
+        status: string;
+        refused: string | null;
+        error: string | null;
+        hubs: number;
+      }>("SELECT id, shard, session, head, epoch, status, refused, error, hubs FROM hub")
+      .toArray()[0];
+    if (!r) return (this.cached = null);
+    const view: HubView | null = r.head === null ? null : { head: r.head, epoch: r.epoch, status: r.status as HubStatus, refused: r.refused, error: r.error };
+    return (this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs });
+  }
+
+  save(s: HubState, reply?: Uint8Array | null): void {
+    this.schema.ensure();
+    const v = s.view;
+    this.sql.exec("DELETE FROM hub");
+    this.sql.exec(
+      "INSERT INTO hub VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      s.id,
+      s.shard,
+      s.session,
+      v?.head ?? null,
+      v?.epoch ?? 0,
+      v?.status ?? "new",
+      v?.refused ?? null,
+      v?.error ?? null,
+      s.hubs,
+    );
+    if (reply !== undefined) {
+      this.sql.exec("DELETE FROM reply");
+      if (reply) eachPart(reply, (part, data) => this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, data));
+    }
+    this.cached = { ...s };
+  }
+
+  reply(): Uint8Array | null {
+    if (!this.state()) return null;
+    const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
+    return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
+  }
+
+  /** Nobody is served any more: nothing is kept. */
+  clear(): void {
+    this.schema.drop();
+    this.cached = null;
+  }
+}

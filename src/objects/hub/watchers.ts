@@ -1,0 +1,303 @@
+// A hub's watcher sockets (hibernating): admission, hellos, the wait for a catch-up slot, and the
+// step to live.
+//
+// - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
+//   its catch-up (src/objects/hub/running-catchups.ts), paced by what it acknowledges (src/objects/hub/flows.ts):
+//   at most `window` bytes unacknowledged, at most `maxCatchUps` at once, at most
+//   `catchUpsPerSecond` starting (src/protocol/hub/admission.ts). A newcomer past the admission bounds is
+//   closed 1013 with a retry hint. Caught up, it joins the live fan-out (src/objects/hub/live.ts).
+// - Per-socket state is memory only, except `live` in the attachment: after the hub restarts, a
+//   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
+
+import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
+import { annotationsMessage, helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../../protocol/watch/protocol.js";
+import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
+import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
+import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
+import { type FeedFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import { Flows } from "./flows.js";
+import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
+import { RunningCatchUps } from "./running-catchups.js";
+import { Streams } from "./streams.js";
+import type { HubWindow } from "../../protocol/hub/window.js";
+
+export const WATCH_TAG = "watch";
+
+export interface WatcherLimits extends AdmissionLimits {
+  /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
+  lagBytes: number;
+  /** Bytes a catching-up watcher may have unacknowledged. */
+  window: number;
+  /** Watchers catching up at once. */
+  maxCatchUps: number;
+}
+
+/** What the watchers read of their hub. */
+export interface HubSource {
+  view(): HubView;
+  reply(): Uint8Array | null;
+  readonly window: HubWindow;
+  openCursor: OpenCursor;
+}
+
+interface Waiting {
+  ws: WebSocket;
+  after: number | null;
+  ready: boolean;
+  reason?: SnapshotReason;
+}
+
+export class HubWatchers {
+  private readonly flows = new Flows();
+  private readonly live: LiveFanOut;
+  private readonly states = new WeakMap<WebSocket, SocketState>();
+  private readonly catchUps: RunningCatchUps;
+  private readonly streams: Streams;
+  /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
+  private readonly waiting: Waiting[] = [];
+  /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
+  private startTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
+  private sockets: number | null = null;
+  private readonly counted = new WeakSet<WebSocket>();
+  private readonly admission: Admission;
+  private readonly bridge: BridgeSource;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly limits: WatcherLimits,
+    private readonly hub: HubSource,
+  ) {
+    this.admission = new Admission(limits, Date.now());
+    this.live = new LiveFanOut(this.flows, limits.lagBytes, () => this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })));
+    this.catchUps = new RunningCatchUps(this.flows, this.live, hub, limits.window, {
+      gone: (ws) => this.gone(ws),
+      caughtUp: (ws) => {
+        this.live.set(ws, this.states.get(ws)!, true);
+        this.startWaiting();
+      },
+    });
+    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c));
+    this.bridge = {
+      head: () => this.hub.view().head,
+      window: hub.window,
+      cohortFor: (variant, after, forced) => this.streams.for(variant, after, forced),
+      bridges: new BridgeCache(),
+    };
+  }
+
+  count(): number {
+    if (this.sockets === null) {
+      this.sockets = 0;
+      for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+        if (ws.readyState !== WebSocket.OPEN || this.counted.has(ws)) continue;
+        this.counted.add(ws);
+        this.sockets++;
+      }
+    }
+    return this.sockets;
+  }
+
+  /** Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged. */
+  load(): { watchers: number; waiting: number; catchingUp: number; cohorts: number; queuedBytes: number; streamsOpened: number } {
+    return {
+      watchers: this.count(),
+      waiting: this.waiting.length,
+      catchingUp: this.catchUps.size,
+      cohorts: this.streams.size,
+      queuedBytes: this.flows.queued,
+      streamsOpened: this.streams.opened,
+    };
+  }
+
+  /**
+   * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B&annotations=1]` as a WebSocket:
+   * refused at once (1013 with a retry hint) past the admission bounds; else a hello, then its
+   * catch-up, paced by its acks, then live frames; with `annotations=1`, a note of the trainer's
+   * annotations (their version) after the hello and whenever they change.
+   */
+  open(url: URL, id: string, headers: HeadersInit): Response {
+    const afterParam = url.searchParams.get("after");
+    const after = afterParam === null ? null : Number(afterParam);
+    if (after !== null && !(Number.isSafeInteger(after) && after >= 0)) {
+      throw new RelayError("bad_after", "after must be a non-negative integer seq", "after");
+    }
+    const variant = parseVariant(url.searchParams);
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.flows.queued });
+    if (!decision.ok) {
+      // accepted only to be closed: not a hibernating socket (the runtime holds one closed before
+      // its 101 went out for ~10 s before the client sees the close)
+      server.accept();
+      safeClose(server, CLOSE_TRY_LATER, retryReason(decision.reason, decision.retryMs));
+    } else {
+      this.ctx.acceptWebSocket(server, [WATCH_TAG]);
+      this.sockets = this.count() + 1;
+      this.counted.add(server);
+      this.accept(server, id, variant, after, url.searchParams.get("annotations") === "1");
+    }
+    return new Response(null, { status: 101, webSocket: client, headers });
+  }
+
+  /** A text message from a watcher: acks pace its catch-up and the lag rule; anything else ends it. */
+  message(ws: WebSocket, message: string | ArrayBuffer): void {
+    // "ping" never gets here (the platform answers it)
+    const m = typeof message === "string" ? parseWatcherText(message) : null;
+    if (m === null) {
+      safeClose(ws, CLOSE_POLICY, 'watchers send only acks ({"type":"ack","bytes":N}) and "ping"');
+      this.gone(ws);
+      return;
+    }
+    this.ack(ws, m.bytes);
+  }
+
+  /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
+  private accept(ws: WebSocket, id: string, variant: Variant, after: number | null, annotations: boolean): void {
+    ws.serializeAttachment({ role: "watch", id, variant, live: false, annotations } satisfies WatcherAttachment);
+    this.states.set(ws, { key: variantKey(variant), variant, live: false });
+    this.flows.start(ws);
+    const v = this.hub.view();
+    this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
+    if (v.refused !== null && v.status === "live") this.flows.send(ws, statusMessage(viewStatus(v), v.head, v.refused));
+    if (annotations && (v.annotations ?? 0) > 0) this.flows.send(ws, annotationsMessage(v.annotations!));
+    this.waiting.push({ ws, after, ready: false });
+  }
+
+  /** The watcher acknowledged `bytes` (its count since the socket opened). */
+  private ack(ws: WebSocket, bytes: number): void {
+    this.flows.ack(ws, bytes);
+    if (this.catchUps.acked(ws)) return;
+    const w = this.waiting.find((x) => x.ws === ws);
+    if (w && !w.ready) {
+      w.ready = true;
+      this.startWaiting();
+    } else if (!w) this.stateOf(ws); // a socket caught in a restart mid catch-up is closed here
+  }
+
+  /** The socket closed or failed: free its place. */
+  gone(ws: WebSocket): void {
+    this.catchUps.end(ws);
+    const w = this.waiting.findIndex((x) => x.ws === ws);
+    if (w >= 0) this.waiting.splice(w, 1);
+    this.flows.forget(ws);
+    if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
+    this.live.drop(ws, this.states.get(ws));
+    this.startWaiting();
+  }
+
+  /**
+   * The hub starts over (a retraction took back frames, or its feed lost frames the episode no
+   * longer has): every watcher gets a new hello (a client drops any snapshot it had half
+   * received) and a snapshot for `reason`, paced and shared like any catch-up.
+   */
+  restart(reason: SnapshotReason, id: string): void {
+    this.dropCatchUps();
+    const v = this.hub.view();
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      const s = this.stateOf(ws);
+      if (!s || ws.readyState !== WebSocket.OPEN) continue;
+      if (s.live) this.live.set(ws, s, false);
+      this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
+      this.waiting.push({ ws, after: null, ready: true, reason });
+    }
+    this.startWaiting();
+  }
+
+  /** Close every socket (the episode is gone, or the hub left) and drop every catch-up. */
+  closeAll(code: number, reason: string): void {
+    this.dropCatchUps();
+    for (const ws of this.ctx.getWebSockets()) {
+      safeClose(ws, code, reason);
+      this.counted.delete(ws);
+    }
+    this.sockets = 0;
+    this.flows.clear();
+    this.live.reset(true);
+  }
+
+  /** The hub left its episode (no watcher): streams kept for joiners go too. */
+  forgetStreams(): void {
+    this.streams.forgetIdle();
+    this.bridge.bridges?.clear();
+  }
+
+  /** Forget every catch-up, waiting watcher, cohort and queued frame. */
+  private dropCatchUps(): void {
+    this.catchUps.clear();
+    this.streams.closeAll();
+    this.waiting.length = 0;
+    this.live.reset();
+  }
+
+  private startWaiting(): void {
+    while (this.catchUps.size < this.limits.maxCatchUps) {
+      const i = this.waiting.findIndex((w) => w.ready);
+      if (i < 0) break;
+      const w = this.waiting[i]!;
+      if (w.ws.readyState !== WebSocket.OPEN) {
+        this.waiting.splice(i, 1);
+        continue;
+      }
+      // a resume the window serves, or a join to a stream already under way, costs the episode
+      // nothing: it needs no start token
+      const state = this.states.get(w.ws);
+      const cheap =
+        (!w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after)) ||
+        (state !== undefined && this.streams.joinable(state.variant, w.after, w.reason));
+      if (!cheap) {
+        const wait = this.admission.take(Date.now());
+        if (wait > 0) {
+          this.startTimer ??= setTimeout(() => {
+            this.startTimer = null;
+            this.startWaiting();
+          }, wait);
+          break;
+        }
+      }
+      this.waiting.splice(i, 1);
+      this.live.flush(); // frames fed before this catch-up's stream go to the live watchers first
+      if (!state) continue;
+      this.catchUps.start(w.ws, new HubCatchUp(this.bridge, state.variant, w.after, w.reason));
+    }
+    this.catchUps.watchIdle();
+  }
+
+  /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
+  broadcast(frames: readonly FeedFrame[]): void {
+    for (const f of frames) this.streams.fedBytes(f.delta.length);
+    this.live.queue(frames);
+    this.catchUps.wakeBlocked();
+  }
+
+  /** The same message to every live watcher (e.g. finish), after the queued frames. */
+  sendAll(message: Uint8Array): void {
+    this.live.sendAll(message);
+  }
+
+  /** The trainer's annotations changed: every watcher that asked is told, caught up or not (a note, not state). */
+  annotationsChanged(version: number): void {
+    const message = annotationsMessage(version);
+    for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
+      if (ws.readyState !== WebSocket.OPEN || !this.stateOf(ws)) continue;
+      if ((ws.deserializeAttachment() as WatcherAttachment | null)?.annotations) this.flows.send(ws, message);
+    }
+  }
+
+  /**
+   * The socket's state, read from its attachment once per wake. A socket that was catching up
+   * when the hub restarted has lost its catch-up: it is closed, to reconnect.
+   */
+  private stateOf(ws: WebSocket): SocketState | null {
+    let s = this.states.get(ws);
+    if (s) return s;
+    const att = ws.deserializeAttachment() as WatcherAttachment | null;
+    if (!att) return null;
+    s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
+    this.states.set(ws, s);
+    if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
+      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the hub restarted): reconnect with ?after=<last seq received>");
+      s.live = false;
+    }
+    return s;
+  }
+}

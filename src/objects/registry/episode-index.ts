@@ -1,0 +1,379 @@
+// A run's episode index: one SQLite-backed Durable Object per run (by name `run:<run>`), holding
+// one row per episode of the run and the run's aggregates, kept incrementally (aggregates.ts).
+// Episode objects keep their rows current over RPC (src/objects/episode/run-row-sync.ts); each answer says
+// how often the episode may send (backpressure: the run's live episodes together stay under
+// INDEX_WRITES_PER_S). The run's counts reach the run directory at most every DIRECTORY_MS, by
+// alarm, retried until they land. Sockets (`GET /v1/runs/{run}` upgraded) get a snapshot, then
+// coalesced changes with the aggregates.
+//
+// Nothing is stored for a run nobody wrote: the tables come with the first row (reads of an empty
+// object answer "no run" to a viewer covering the run, an empty page to one covering part of it),
+// and an index left without rows by deletes and retention frees its storage (deleteAll) once the
+// directory has dropped the run.
+
+import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
+import type { RulesJson } from "./flag-store.js";
+import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
+import { flushIntervalMs, indexPacingFrom } from "../../protocol/limits/vars.js";
+import type { RunAggregates } from "../../protocol/registry/aggregates.js";
+import { encodeRunMessage } from "../../protocol/registry/index-protocol.js";
+import { NO_FILTER } from "../../protocol/registry/row-filter.js";
+import { readScopeHeader } from "./run-sockets.js";
+import { RunSideObject } from "./run-side-object.js";
+import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "../../protocol/registry/groups.js";
+import type { FinishedPage } from "./finished-pages.js";
+import { IndexStore } from "./index-store.js";
+import { INDEX_SCHEMA } from "./schemas.js";
+import type { StepsPage } from "../../protocol/registry/steps.js";
+import type { SearchBatch, SearchPage } from "./search-store.js";
+import type { SearchQuery } from "../../protocol/search/query.js";
+import { RUNS_NAME } from "./run-directory.js";
+import { coversRun } from "../../protocol/registry/run.js";
+import {
+  encodeListCursor,
+  entryOf,
+  type EpisodesPage,
+  type IndexEntry,
+  type IndexRow,
+  type ListQuery,
+  MAX_LIMIT,
+  parseListQuery,
+  SCOPE_HEADER,
+  type Scope,
+  visible,
+} from "../../protocol/registry/rows.js";
+
+/** The object of a run's index. */
+export function runIndexName(run: string): string {
+  return `run:${run}`;
+}
+
+/** A run's index (its RPC methods answer plain objects, structured-cloned). */
+export function runIndex(env: Env, run: string) {
+  return env.EPISODE_INDEX.getByName(runIndexName(run));
+}
+
+/** Episodes in the snapshot a socket starts with (`?limit=` up to MAX_LIMIT). */
+export const SNAPSHOT_LIMIT = 200;
+/** Between two rescan steps (src/objects/registry/flag-store.ts): live writes go first. */
+export const RESCAN_PAUSE_MS = 50;
+/** The run's counts go to the directory at most this often. */
+export const DIRECTORY_MS = 1000;
+
+/** The answer to an update: whether it was newer than the row held, and the episode's next interval. */
+export interface UpdateAnswer {
+  applied: boolean;
+  /** Least ms between this episode's next updates (backpressure). */
+  flushMs: number;
+}
+
+/** Its rows changed since the last push (`changes`, by episode id) are pushed to its sockets. */
+export class EpisodeIndex extends RunSideObject<IndexRow> {
+  private readonly store: IndexStore;
+  /** The steps changed since the last push, read once per push (for the sockets covering the run). */
+  private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env, INDEX_SCHEMA, "run socket");
+    this.store = new IndexStore(ctx.storage.sql);
+  }
+
+  protected override pushed(): void {
+    super.pushed();
+    this.store.steps.clearTouched();
+    this.pushSteps = null;
+  }
+
+  // ---- RPC from Episode objects ----
+
+  /** Insert or replace the episode's row (an update older than the held one is ignored). */
+  /**
+   * Insert or replace the episode's row (an update older than the held one is ignored), and with it
+   * the text it sends for the run's search (src/objects/registry/search-store.ts).
+   */
+  upsert(row: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
+    this.schema.check();
+    const applied = this.write(() => {
+      this.schema.ensure();
+      const old = this.store.row(row.id);
+      if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
+      this.store.put(row, old, text);
+      return true;
+    });
+    if (applied) this.changed(row.id, row);
+    return { applied, flushMs: this.flushMs() };
+  }
+
+  /** Drop the episode's row (deleted or expired). */
+  remove(id: string): UpdateAnswer {
+    this.schema.check();
+    if (!this.schema.present()) return { applied: false, flushMs: this.flushMs() };
+    const removed = this.write(() => {
+      const old = this.store.row(id);
+      if (old) this.store.delete(old);
+      return old !== null;
+    });
+    if (removed) this.changed(id, null);
+    return { applied: removed, flushMs: this.flushMs() };
+  }
+
+  // ---- RPC from the Worker ----
+
+  /**
+   * A page of the run's episodes within `scope` passing `q`'s filters. A rare filter may give a
+   * short page with a cursor: the walk stopped on its budget (episode-pages.ts), the next page goes on.
+   */
+  list(q: ListQuery, scope: Scope): EpisodesPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null, searched: 0 };
+    const page = this.store.query(q, scope);
+    const cursor = page.next === null ? null : encodeListCursor(page.next);
+    return { episodes: page.rows.map(entryOf), cursor, searched: page.searched };
+  }
+
+  /** The run's aggregates (the Worker asks only for viewers covering the run); null: no run. */
+  aggregates(run: string): RunAggregates | null {
+    this.schema.check();
+    return this.hasRows() ? this.aggregatesNow(run) : null;
+  }
+
+  /** A page of the run's rollout groups (the Worker asks only for viewers covering the run). */
+  groups(run: string, sort: GroupSort, limit: number, cursor: string | null): GroupsPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return null;
+    const page = this.store.groups.page(sort, limit, cursor);
+    const c = this.store.groups.counts();
+    return {
+      run,
+      groups_total: c.groups,
+      finished_groups: c.complete,
+      zero_variance_groups: c.zeroVariance,
+      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      zero_variance_trend: this.store.groups.zeroVarianceTrend(Date.now()),
+      groups: page.groups.map(groupJson),
+      cursor: page.cursor,
+    };
+  }
+
+  /** One group with its rollouts (best reward first) and their advantages; null when there is no such group, "no_run" when the run has no row. */
+  group(id: string): GroupDetailJson | null | "no_run" {
+    this.schema.check();
+    if (!this.hasRows()) return "no_run";
+    const g = this.store.groups.group(id);
+    if (!g) return null;
+    const rollouts = this.store.groups.members(id).flatMap((m) => {
+      const row = this.store.row(m);
+      return row ? [rolloutJson(row, g)] : [];
+    });
+    return { ...groupJson(g), rollouts };
+  }
+
+  /** A page of the run's tasks (solve rate: `key` at or above `threshold`). */
+  tasks(key: string, threshold: number, limit: number, cursor: string | null): TasksPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return null;
+    return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
+  }
+
+  /** The search bench's baseline: the episodes whose text holds `needle`, by a plain scan (search-store.ts `scan`); no route reaches it. */
+  scanText(needle: string, limit: number): string[] {
+    this.schema.check();
+    return this.schema.present() ? this.store.search.scan(needle, limit) : [];
+  }
+
+  /** Segments and characters the run's search holds, in all (the search bench). */
+  searchSize(): { segments: number; chars: number } {
+    this.schema.check();
+    if (!this.schema.present()) return { segments: 0, chars: 0 };
+    return this.ctx.storage.sql
+      .exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments")
+      .toArray()
+      .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+  }
+
+  /** The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run. */
+  rules(): RulesJson | null {
+    this.schema.check();
+    return this.hasRows() ? this.store.flags.json() : null;
+  }
+
+  /**
+   * Replace the run's flag rules; the alarm rescans what was written for them (paced). "no_run":
+   * the run has no row (rules are kept with the run's rows, and go with them).
+   */
+  setRules(body: unknown): Answer<RulesJson> | "no_run" {
+    this.schema.check();
+    if (!this.hasRows()) return "no_run";
+    return answerOf(() => {
+      this.write(() => this.store.flags.setRules(body));
+      void this.ctx.storage.setAlarm(Date.now());
+      return this.store.flags.json();
+    });
+  }
+
+  /** A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters; null: no run (for a viewer covering it). */
+  search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null };
+    return this.store.search.search(query, q, scope, cursor);
+  }
+
+  /** A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering the run); null: no run. */
+  steps(kind: string | null, limit: number, cursor: string | null): StepsPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return null;
+    return this.store.steps.page(kind, limit, cursor);
+  }
+
+  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`; null: no run (for a viewer covering it). */
+  finished(after: number, limit: number, scope: Scope): FinishedPage | null {
+    this.schema.check();
+    if (!this.hasRows()) return scope === null ? null : { items: [], next: null, unsent: 0 };
+    return this.store.finished(after, limit, scope);
+  }
+
+  // ---- the socket ----
+
+  async fetch(request: Request): Promise<Response> {
+    try {
+      this.schema.check();
+      if (!isWebSocketUpgrade(request)) throw upgradeRequired("the run socket");
+      const url = new URL(request.url);
+      const route = parseRoute(url.pathname);
+      if (route.kind !== "run" || route.action !== "run") throw new RelayError("not_found", "a run's index answers only its run socket over fetch");
+      const { run } = route;
+      const refused = this.sockets.refusal();
+      if (refused) return refused;
+      const scope = readScopeHeader(request.headers.get(SCOPE_HEADER));
+      const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
+      // a run nobody wrote yet may be watched (its first rows arrive as changes): its socket stores nothing
+      const rows = this.hasRows();
+      // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with row-filter.ts)
+      const page = rows ? this.store.query({ ...q, filter: NO_FILTER, after: null }, scope) : { rows: [], next: null };
+      const first = encodeRunMessage({
+        type: "snapshot",
+        run,
+        aggregates: rows && coversRun(scope, run) ? this.aggregatesNow(run) : null,
+        episodes: page.rows.map(entryOf),
+        truncated: page.next !== null,
+        limit: Math.min(q.limit, MAX_LIMIT),
+      });
+      return await this.sockets.accept(scope, first);
+    } catch (e) {
+      return errorResponse(e, "run socket");
+    }
+  }
+
+  // ---- the directory (by alarm, retried until it lands) ----
+
+  async alarm(): Promise<void> {
+    if (this.schema.failed !== null || !this.schema.present()) return;
+    const run = this.store.run;
+    if (run === null) return;
+    // a rescan for rules set since: one paced step per alarm, the next one soon after
+    if (this.store.flags.rescanning()) {
+      const moved = this.write(() => this.store.refreshFlags(this.store.flags.rescanStep()));
+      for (const row of moved) this.changed(row.id, row);
+      // the directory hears of the run when the rescan is done (it sees nothing of flags)
+      if (this.store.flags.rescanning()) return this.ctx.storage.setAlarm(Date.now() + RESCAN_PAUSE_MS);
+    }
+    const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);
+    try {
+      if (this.store.loadCounters().episodes === 0) {
+        await dir.removeRun(run);
+        this.freeIfEmpty();
+        return;
+      }
+      await dir.upsertRun(this.store.runRow(run));
+      this.store.setState("dir_attempts", "0");
+    } catch (e) {
+      const attempts = Number(this.store.state("dir_attempts") ?? 0) + 1;
+      this.store.setState("dir_attempts", String(attempts));
+      console.warn(`run ${run}: directory update failed (attempt ${attempts}): ${e instanceof Error ? e.message : String(e)}`);
+      await this.ctx.storage.setAlarm(Date.now() + Math.min(60_000, DIRECTORY_MS * 2 ** attempts));
+    }
+  }
+
+  // ---- internals ----
+
+  /** Whether the run has a row (no storage, or every row gone: no run). */
+  private hasRows(): boolean {
+    return this.schema.present() && this.store.loadCounters().episodes > 0;
+  }
+
+  /**
+   * The directory dropped the run and no row came back since: nothing is kept (deleteAll; the
+   * next row creates the tables again). Not while changes wait to be pushed to sockets, nor while
+   * a socket of an earlier release keeps its scope in the table: the next alarm tries again.
+   */
+  private freeIfEmpty(): void {
+    if (this.store.loadCounters().episodes !== 0) return;
+    if (this.changes.size > 0 || this.sockets.keepsStoredScopes()) {
+      void this.ctx.storage.setAlarm(Date.now() + DIRECTORY_MS);
+      return;
+    }
+    // issued before any later event's writes, which then find no tables and create them
+    void this.ctx.storage.deleteAll();
+    this.schema.forget();
+    this.store.forgetCached();
+  }
+
+  /** One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved). */
+  private write<T>(body: () => T): T {
+    try {
+      return this.ctx.storage.transactionSync(body);
+    } catch (e) {
+      this.store.forgetCached();
+      throw e;
+    }
+  }
+
+  private changed(id: string, row: IndexRow | null): void {
+    this.changes.set(id, row);
+    this.sockets.changed();
+    // the directory hears of it within DIRECTORY_MS (an alarm already set stays)
+    void this.ctx.storage.getAlarm().then((at) => (at === null ? this.ctx.storage.setAlarm(Date.now() + DIRECTORY_MS) : undefined));
+  }
+
+  protected changesFor(scope: Scope): string | null {
+    const upserts: IndexEntry[] = [];
+    const deletes: string[] = [];
+    for (const [id, row] of this.changes) {
+      if (!visible(scope, id)) continue;
+      if (row) upserts.push(entryOf(row));
+      else deletes.push(id);
+    }
+    const run = this.store.run ?? "";
+    const covers = coversRun(scope, run);
+    if (upserts.length === 0 && deletes.length === 0 && !covers) return null;
+    if (!covers) return encodeRunMessage({ type: "changes", upserts, deletes, aggregates: null });
+    const touched = (this.pushSteps ??= this.store.steps.touchedSteps());
+    return encodeRunMessage({
+      type: "changes",
+      upserts,
+      deletes,
+      aggregates: this.aggregatesNow(run),
+      ...(touched.steps.length ? { steps: touched.steps } : {}),
+      ...(touched.gone.length ? { steps_gone: touched.gone } : {}),
+    });
+  }
+
+  /** The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/protocol/limits/vars.ts). */
+  private flushMs(): number {
+    if (!this.schema.present()) return flushIntervalMs(indexPacingFrom(this.env), 0);
+    const c = this.store.loadCounters();
+    return flushIntervalMs(indexPacingFrom(this.env), c.live + c.finish_refused);
+  }
+
+  private aggregatesNow(run: string): RunAggregates {
+    const c = this.store.groups.counts();
+    const groups = {
+      total: c.groups,
+      finished: c.complete,
+      zero_variance: c.zeroVariance,
+      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      trend: this.store.groups.zeroVarianceTrend(Date.now()),
+    };
+    return { ...this.store.aggregates(run, Date.now()), groups, flags: this.store.flags.counts() };
+  }
+}

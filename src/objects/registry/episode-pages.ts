@@ -1,0 +1,212 @@
+// A page of a run's episode list, read from SQLite without scanning the run (a run may hold
+// 100,000 rows). Each page walks one index in the list's order from the cursor on:
+//  - sorted by update, the index of the most selective filter given (task, stop condition,
+//    truncated, errored, status: schemas.ts v4), so a page of those reads about a page of rows;
+//  - sorted by reward, the reward index (rewarded rows, then those without a reward);
+//  - sorted by step, the step index (rows with a step, within a step range when one is given, then
+//    those without one).
+// Every other condition (the rest of the filters, a prefix) is checked on the rows the walk passes,
+// and a walk stops after SCAN_BUDGET rows: a rare match then gives a short page whose cursor
+// continues where the walk stopped, instead of a request that reads the run.
+//
+// A viewer covering part of the run (scope not null) gets its page from the rows it covers only,
+// read by primary key and sorted here (scoped-rows.ts), so `searched` and the cursor say nothing of
+// the others; past SCOPED_BUDGET such rows it walks as above, `searched` counting the rows in its
+// scope only (the Worker seals every cursor: a position may then be a row outside it).
+
+import type { IndexRow } from "../../protocol/registry/entry.js";
+import type { RowFilter } from "../../protocol/registry/row-filter.js";
+import { type ListCursor, type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
+import { rowsInScope } from "./scoped-rows.js";
+import { rowOf, type SqlRow } from "./sql-row.js";
+
+/** Rows one page may walk past (matching or not). */
+export const SCAN_BUDGET = 1000;
+
+export interface EpisodePage {
+  /** At most `q.limit` rows, in the sort's order. */
+  rows: IndexRow[];
+  /** Where the next page starts; null when the walk reached the end. */
+  next: ListCursor | null;
+  /** Rows in the viewer's scope walked past to make this page. */
+  searched: number;
+}
+
+/** One index walk: its index, its range (a filter's value and the cursor), its order. */
+interface Walk {
+  index: string;
+  where: string[];
+  args: SqlStorageValue[];
+  order: string;
+}
+
+/** The row as walked: all columns, and whether it passes every condition but the scope (checked on the row). */
+type WalkedRow = SqlRow & { ok: number };
+
+export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget = SCAN_BUDGET): EpisodePage {
+  if (scope !== null) {
+    const scoped = scopedPage(sql, q, scope);
+    if (scoped !== null) return scoped;
+  }
+  // the scope is checked here, on each row walked (no SQL lookup per pattern and row)
+  const check = conditions(q);
+  const rows: IndexRow[] = [];
+  let walkedAll = 0;
+  let searched = 0;
+  let last: ListCursor | null = null;
+  for (const walk of walksOf(q)) {
+    const room = budget - walkedAll;
+    const cursor = sql.exec<WalkedRow>(
+      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
+       ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
+      ...check.args,
+      ...walk.args,
+      room,
+    );
+    let walked = 0;
+    for (const r of cursor) {
+      walked++;
+      const mine = visible(scope, r.id);
+      if (mine) searched++;
+      if (r.ok === 1 && mine) {
+        // one match past the page only says there is more: the page ends at the one before
+        if (rows.length === q.limit) return { rows, next: last, searched };
+        rows.push(rowOf(r));
+      }
+      last = { key: keyOf(q, r), id: r.id };
+    }
+    walkedAll += walked;
+    // the walk stopped on the budget, not at the end of its index: the next page goes on from here
+    if (walked === room) return { rows, next: last, searched };
+  }
+  return { rows, next: null, searched };
+}
+
+/** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
+function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
+  const check = conditions(q);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
+  if (mine === null) return null;
+  const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
+  const page = matching.slice(0, q.limit);
+  const last = page.at(-1);
+  return { rows: page.map(rowOf), next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null, searched: mine.length };
+}
+
+function keyOf(q: ListQuery, r: SqlRow): number | null {
+  return q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step;
+}
+
+/** The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward or step (highest first, rows without one last), then by id, descending. */
+function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
+  const ka = keyOf(q, a);
+  const kb = keyOf(q, b);
+  if (ka !== kb) {
+    if (ka === null) return 1;
+    if (kb === null) return -1;
+    return kb - ka;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** Whether `r` comes after the cursor `q.after` in the list's order. */
+function follows(q: ListQuery, r: SqlRow): boolean {
+  if (q.after === null) return true;
+  return order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, step: q.after.key, id: q.after.id } as SqlRow, r) < 0;
+}
+
+/** The walks a page makes, in order, from `q.after` on. */
+function walksOf(q: ListQuery): Walk[] {
+  const after = q.after;
+  if (q.sort === "updated") {
+    const walk = drivingWalk(q.filter, q.status);
+    if (after !== null) {
+      walk.where.push("(updated, id) < (?, ?)");
+      walk.args.push(after.key, after.id);
+    }
+    return [walk];
+  }
+  // reward, step: SQLite orders NULL last under DESC, so the rows with a value come first, then the rest by id
+  const column = q.sort;
+  const order = `${column} DESC, id DESC`;
+  const index = column === "reward" ? "rows_by_reward" : "rows_by_step";
+  const valued: Walk = { index, where: [`${column} IS NOT NULL`], args: [], order };
+  const unvalued: Walk = { index, where: [`${column} IS NULL`], args: [], order };
+  const range = column === "step" ? q.filter.step : null;
+  if (range !== null) {
+    // a step range bounds the walk itself (rows without a step never match one); its upper end is
+    // where the walk starts, unless a cursor says where (one bound for SQLite to seek by, not two)
+    if (range.min !== null) {
+      valued.where.push("step >= ?");
+      valued.args.push(range.min);
+    }
+    if (range.max !== null && after?.key == null) {
+      valued.where.push("step <= ?");
+      valued.args.push(range.max);
+    }
+  }
+  const walks = range !== null ? [valued] : [valued, unvalued];
+  if (after === null) return walks;
+  if (after.key === null) {
+    unvalued.where.push("id < ?");
+    unvalued.args.push(after.id);
+    return range !== null ? [] : [unvalued];
+  }
+  valued.where.push(`(${column}, id) < (?, ?)`);
+  valued.args.push(after.key, after.id);
+  return walks;
+}
+
+/** Sorted by update: the index of the first filter given that has one, else all rows by update. */
+function drivingWalk(f: RowFilter, status: string | null): Walk {
+  const order = "updated DESC, id DESC";
+  if (f.task !== null) return { index: "rows_by_task", where: ["task = ?"], args: [f.task], order };
+  if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };
+  if (f.truncated === true) return { index: "rows_truncated", where: ["truncated = 1"], args: [], order };
+  if (f.errored === true) return { index: "rows_errored", where: ["error IS NOT NULL"], args: [], order };
+  if (f.step !== null && f.step.min !== null && f.step.min === f.step.max) {
+    return { index: "rows_by_step_updated", where: ["step = ?"], args: [f.step.min], order };
+  }
+  if (f.kind !== null) return { index: "rows_by_kind", where: ["kind = ?"], args: [f.kind], order };
+  if (status !== null) return { index: "rows_by_status", where: ["status = ?"], args: [status], order };
+  return { index: "rows_by_updated", where: [], args: [], order };
+}
+
+/** Every condition of the query but the scope as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
+export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): { sql: string; args: SqlStorageValue[] } {
+  const parts: string[] = [];
+  const args: SqlStorageValue[] = [];
+  const add = (part: string, ...values: SqlStorageValue[]) => {
+    parts.push(part);
+    args.push(...values);
+  };
+  const f = q.filter;
+  if (q.status !== null) add("rows.status = ?", q.status);
+  if (q.prefix !== null) add("substr(rows.id, 1, ?) = ?", q.prefix.length, q.prefix);
+  if (f.task !== null) add("rows.task = ?", f.task);
+  if (f.stop !== null) add("rows.stop = ?", f.stop);
+  if (f.truncated !== null) add(f.truncated ? "rows.truncated = 1" : "COALESCE(rows.truncated, 0) = 0");
+  if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
+  if (f.minTurns !== null) add("rows.calls >= ?", f.minTurns);
+  if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);
+  if (f.kind !== null) add("rows.kind = ?", f.kind);
+  if (f.env !== null) add("rows.env = ?", f.env);
+  if (f.policyVersion !== null) add("rows.policy_version = ?", f.policyVersion);
+  if (f.flag !== null) add("EXISTS (SELECT 1 FROM flags WHERE flags.episode = rows.id AND flags.rule = ?)", f.flag);
+  if (f.flagged !== null) add(f.flagged ? "rows.flags IS NOT NULL" : "rows.flags IS NULL");
+  if (f.step !== null) {
+    add("rows.step IS NOT NULL");
+    if (f.step.min !== null) add("rows.step >= ?", f.step.min);
+    if (f.step.max !== null) add("rows.step <= ?", f.step.max);
+  }
+  for (const r of f.rewards) {
+    // scores holds each row's scores by key (index-store.ts): one primary-key lookup per walked row
+    add(
+      "EXISTS (SELECT 1 FROM scores s WHERE s.id = rows.id AND s.key = ? AND s.score >= ? AND s.score <= ?)",
+      r.key,
+      r.min ?? -Number.MAX_VALUE,
+      r.max ?? Number.MAX_VALUE,
+    );
+  }
+  return { sql: parts.length ? `(${parts.join(" AND ")})` : "1", args };
+}

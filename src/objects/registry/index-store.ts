@@ -1,0 +1,253 @@
+// A run index's SQLite tables and every query on them: the episodes' rows (with their bulk-fetch
+// order), the per-key reward scores (for min/max, with their row's status), the ended-per-minute
+// throughput and reward minutes (trend-store.ts), the kept counters and a few state values. The object (episode-index.ts) calls these inside its own
+// transactions; nothing here decides when to write or whom to tell.
+
+import {
+  aggregatesOf,
+  applyContribution,
+  type Contribution,
+  type Counters,
+  contributionOf,
+  emptyCounters,
+  finishedMeans,
+  type RunAggregates,
+} from "../../protocol/registry/aggregates.js";
+import { GroupStore } from "./group-store.js";
+import { FlagStore } from "./flag-store.js";
+import { type SearchBatch, SearchStore } from "./search-store.js";
+import { StepStore } from "./step-store.js";
+import type { RunRow } from "./directory-store.js";
+import { rewardOf } from "../../protocol/registry/rewards.js";
+import { type EpisodePage, episodePage } from "./episode-pages.js";
+import { identityOf } from "../../protocol/registry/entry.js";
+import { type FinishedPage, finishedPage } from "./finished-pages.js";
+import type { IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
+import { rowOf, type SqlRow } from "./sql-row.js";
+import { TrendStore } from "./trend-store.js";
+
+export class IndexStore {
+  /** The counters as saved (read once per object lifetime, then kept in step with every write). */
+  private counters: Counters | null = null;
+
+  /** The run's rollout groups, recounted as their rows change. */
+  readonly groups: GroupStore;
+
+  /** The run's training steps, kept with each row's and group's part. */
+  readonly steps: StepStore;
+
+  /** The episodes' text, searched. */
+  readonly search: SearchStore;
+
+  /** The run's flag rules and the rollouts' flags. */
+  readonly flags: FlagStore;
+
+  /** The reward minutes, kept with each row's part. */
+  private readonly trends: TrendStore;
+
+  /** The tables are INDEX_SCHEMA's (schemas.ts), created by the object before this is used. */
+  constructor(private readonly sql: SqlStorage) {
+    this.steps = new StepStore(sql);
+    this.search = new SearchStore(sql);
+    this.flags = new FlagStore(sql);
+    this.groups = new GroupStore(sql, this.steps);
+    this.trends = new TrendStore(sql);
+  }
+
+  /** The run these rows belong to (null before the first row). */
+  get run(): string | null {
+    return this.state("run");
+  }
+
+  row(id: string): IndexRow | null {
+    const r = this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", id).toArray()[0];
+    return r ? rowOf(r) : null;
+  }
+
+  /**
+   * Replace `old` (if any) by `row`: the row, its part of the aggregates, its bulk-fetch place, the
+   * run's times. Call inside a transaction.
+   */
+  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
+    const c = this.loadCounters();
+    if (old) this.apply(c, old, contributionOf(old), -1);
+    const identity = identityOf(row);
+    // the text first: the flags are read from it (and from the row's rewards)
+    if (text) this.search.apply(row.id, text);
+    const flags = this.flags.update(row, text);
+    this.sql.exec(
+      `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      row.id,
+      row.run,
+      row.status,
+      row.created,
+      row.updated,
+      row.ended,
+      row.seq,
+      row.traces,
+      row.nodes,
+      row.calls,
+      row.tokens,
+      row.rewards === null ? null : JSON.stringify(row.rewards),
+      rewardOf(row.rewards),
+      row.error,
+      this.finishedSeq(row, old),
+      row.task ?? null,
+      row.group ?? null,
+      row.stop_condition ?? null,
+      row.truncated ? 1 : 0,
+      row.run_name ?? null,
+      row.dispatch ? JSON.stringify(row.dispatch) : null,
+      identity.kind,
+      identity.env,
+      identity.step,
+      identity.policy_version,
+      row.live ? JSON.stringify(row.live) : null,
+      flags.length ? JSON.stringify(flags) : null,
+    );
+    this.apply(c, row, contributionOf(row), 1);
+    this.steps.replaceRow(old, row);
+    if (old?.group && old.group !== row.group) this.groups.recount(old.group);
+    this.groups.recount(row.group);
+    if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
+    this.groups.recountTask(row.task);
+    this.saveRun(c, row.run, row.created, row.updated);
+  }
+
+  /** Drop `old` and take back its part of the aggregates. Call inside a transaction. */
+  delete(old: IndexRow): void {
+    const c = this.loadCounters();
+    this.apply(c, old, contributionOf(old), -1);
+    this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
+    this.steps.replaceRow(old, null);
+    this.search.remove(old.id);
+    this.flags.remove(old.id);
+    this.groups.recount(old.group);
+    this.groups.recountTask(old.task);
+    this.saveRun(c, old.run, old.created, Date.now());
+  }
+
+  /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
+  refreshFlags(ids: readonly string[]): IndexRow[] {
+    const out: IndexRow[] = [];
+    for (const id of ids) {
+      const flags = this.flags.of(id);
+      this.sql.exec("UPDATE rows SET flags = ? WHERE id = ?", flags.length ? JSON.stringify(flags) : null, id);
+      const row = this.row(id);
+      if (row) out.push(row);
+    }
+    return out;
+  }
+
+  /** After a transaction that threw, or the storage freed: what is kept in memory (counters, rules) is read again as saved. */
+  forgetCached(): void {
+    this.counters = null;
+    this.flags.forget();
+  }
+
+  loadCounters(): Counters {
+    if (!this.counters) {
+      const saved = this.state("counters");
+      this.counters = saved === null ? emptyCounters() : (JSON.parse(saved) as Counters);
+    }
+    return this.counters;
+  }
+
+  aggregates(run: string, now: number): RunAggregates {
+    const throughput = new Map<number, number>();
+    for (const r of this.sql.exec<{ minute: number; n: number }>("SELECT minute, n FROM throughput ORDER BY minute DESC LIMIT 60")) {
+      throughput.set(r.minute, r.n);
+    }
+    const a = aggregatesOf(run, this.loadCounters(), throughput, now, (key, finished) => this.extremes(key, finished));
+    return { ...a, reward_trend: this.trends.rewardTrend(now) };
+  }
+
+  /**
+   * A key's smallest and largest score, over every row or the finished ones: one MIN and one MAX
+   * each (SQLite answers a lone MIN or MAX with one seek in scores_by_key or, finished only, the
+   * partial scores_finished_by_key; both in one SELECT would walk every score of the key).
+   */
+  private extremes(key: string, finished: boolean): { min: number | null; max: number | null } {
+    const where = finished ? "key = ? AND status = 'finished'" : "key = ?";
+    const r = this.sql
+      .exec<{ lo: number | null; hi: number | null }>(
+        `SELECT (SELECT MIN(score) FROM scores WHERE ${where}) AS lo, (SELECT MAX(score) FROM scores WHERE ${where}) AS hi`,
+        key,
+        key,
+      )
+      .one();
+    return { min: r.lo, max: r.hi };
+  }
+
+  /** The run's line in the directory. */
+  runRow(run: string): RunRow {
+    const c = this.loadCounters();
+    return {
+      run,
+      created: Number(this.state("created") ?? Date.now()),
+      updated: Number(this.state("updated") ?? Date.now()),
+      episodes: c.episodes,
+      live: c.live,
+      finished: c.finished,
+      failed: c.failed,
+      finish_refused: c.finish_refused,
+      mean_rewards: finishedMeans(c),
+    };
+  }
+
+  /** A page of rows in the sort's order, after `q.after`, within `scope`, passing `q`'s filters. */
+  query(q: ListQuery, scope: Scope): EpisodePage {
+    return episodePage(this.sql, q, scope);
+  }
+
+  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
+  finished(after: number, limit: number, scope: Scope): FinishedPage {
+    return finishedPage(this.sql, after, limit, scope);
+  }
+
+  state(k: string): string | null {
+    return this.sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
+  }
+
+  setState(k: string, v: string): void {
+    this.sql.exec("INSERT OR REPLACE INTO state VALUES (?, ?)", k, v);
+  }
+
+  /** The row's place in bulk-fetch order: a new one when it becomes finished, else the one it had. */
+  private finishedSeq(row: IndexRow, old: IndexRow | null): number | null {
+    if (row.status !== "finished") return null;
+    if (old?.status === "finished") {
+      return this.sql.exec<{ f: number | null }>("SELECT finished_seq AS f FROM rows WHERE id = ?", row.id).one().f;
+    }
+    const next = Number(this.state("finished_seq") ?? 0) + 1;
+    this.setState("finished_seq", String(next));
+    return next;
+  }
+
+  /** Add or take back one row's part: counters, throughput minute, reward minutes, score rows. */
+  private apply(c: Counters, row: Pick<IndexRow, "id">, x: Contribution, sign: 1 | -1): void {
+    applyContribution(c, x, sign);
+    this.trends.addRewards(x, sign);
+    if (x.endedMinute !== null) {
+      this.sql.exec("INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n", x.endedMinute, sign);
+      this.sql.exec("DELETE FROM throughput WHERE minute = ? AND n = 0", x.endedMinute);
+    }
+    if (sign < 0) {
+      this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
+      return;
+    }
+    // each score carries its row's status, for the finished-only extremes (`extremes`)
+    const insert = "INSERT OR REPLACE INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
+    for (const s of x.scores) this.sql.exec(insert, row.id, s.key, s.score, x.status);
+  }
+
+  private saveRun(c: Counters, run: string, created: number, updated: number): void {
+    this.setState("counters", JSON.stringify(c));
+    if (this.state("run") === null) this.setState("run", run);
+    const first = Number(this.state("created") ?? created);
+    this.setState("created", String(Math.min(first, created)));
+    this.setState("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
+  }
+}

@@ -1,0 +1,160 @@
+// A run index's search (INDEX_SCHEMA version 7): the episodes' text segments (src/protocol/search/segments.ts)
+// in `segments`, and SQLite's FTS5 index over them (`search`, an external-content table kept by
+// triggers, so the text is stored once). Episodes send what is new with their rows (a batch per
+// row: the segments from a node on, replacing what was held from there, e.g. after a retraction);
+// a row that goes takes its segments with it. A query ranks episodes by their best segment (FTS5's
+// bm25), filtered by the list's filters and the viewer's scope in the same statement (a partial
+// scope's matches are its own episodes' only), and reads the snippets of the page's episodes only.
+
+import type { SearchQuery } from "../../protocol/search/query.js";
+import type { Segment } from "../../protocol/search/segments.js";
+import { badCursor, decodeCursor, encodeCursor, type ListQuery, type Scope } from "../../protocol/registry/rows.js";
+import { conditions } from "./episode-pages.js";
+import { inScope } from "./scoped-rows.js";
+
+/** Matching segments one query ranks at most (a word in nearly every segment ranks the first this many). */
+export const SEARCH_MATCH_BUDGET = 50_000;
+/** Snippets per episode in an answer. */
+export const SNIPPETS_PER_EPISODE = 3;
+
+/** What an episode sends with its row: the traces it holds, per trace the node its segments start from, and the segments. */
+export interface SearchBatch {
+  traces: string[];
+  /** Per trace: segments of nodes at or after this index (-1: the task too) are replaced by the batch's. */
+  from: Record<string, number>;
+  segments: Segment[];
+}
+
+/** One episode found: its score (higher is better) and where the query matched it. */
+export interface SearchHit {
+  id: string;
+  score: number;
+  snippets: Array<{ trace: string; node: number; role: string; tool: string | null; text: string; highlights: Array<[number, number]> }>;
+}
+
+export interface SearchPage {
+  episodes: SearchHit[];
+  /** Pass as `cursor` for the next page; null on the last one. */
+  cursor: string | null;
+}
+
+const OPEN = "\u0002";
+const CLOSE = "\u0003";
+
+export class SearchStore {
+  constructor(private readonly sql: SqlStorage) {}
+
+  /** Apply an episode's batch (inside the caller's transaction). */
+  apply(episode: string, b: SearchBatch): void {
+    const held = this.sql.exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode).toArray();
+    for (const { trace } of held) if (!b.traces.includes(trace)) this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
+    for (const [trace, from] of Object.entries(b.from)) {
+      this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
+    }
+    for (const s of b.segments) {
+      this.sql.exec(
+        "INSERT INTO segments (episode, trace, node, role, tool, kind, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        episode,
+        s.trace,
+        s.node,
+        s.role,
+        s.tool,
+        s.kind,
+        s.body,
+      );
+    }
+  }
+
+  /** The episode went: its segments too. */
+  remove(episode: string): void {
+    this.sql.exec("DELETE FROM segments WHERE episode = ?", episode);
+  }
+
+  /**
+   * The episodes whose segments hold `needle` (any case), read row by row with no index: the
+   * search bench's baseline (a plain scan of the same rows). No route reaches it.
+   */
+  scan(needle: string, limit: number): string[] {
+    return this.sql
+      .exec<{ episode: string }>("SELECT DISTINCT episode FROM segments WHERE instr(lower(body), lower(?)) > 0 LIMIT ?", needle, limit)
+      .toArray()
+      .map((r) => r.episode);
+  }
+
+  /** Segments an episode holds, and their characters (the cost bench and tests). */
+  held(episode: string): { segments: number; chars: number } {
+    const r = this.sql.exec<{ n: number; c: number | null }>("SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?", episode).one();
+    return { segments: r.n, chars: r.c ?? 0 };
+  }
+
+  /**
+   * A page of episodes matching `query`, best first (by their best segment; ties by id), passing
+   * `q`'s filters within `scope`, after `cursor`.
+   */
+  search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
+    const cond = conditions(q);
+    // a partial scope's matches are its own episodes' only: no budget is spent on the others
+    const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
+    const after = cursor === null ? null : searchCursor(cursor);
+    const having = after ? "HAVING (MIN(m.score), m.episode) > (?, ?)" : "";
+    const ranked = this.sql
+      .exec<{ episode: string; best: number }>(
+        `SELECT m.episode, MIN(m.score) AS best FROM
+           (SELECT s.episode, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid WHERE search MATCH ? AND ${mine.sql} LIMIT ?) AS m
+           JOIN rows ON rows.id = m.episode
+         WHERE ${cond.sql}
+         GROUP BY m.episode ${having} ORDER BY best, m.episode LIMIT ?`,
+        query.match,
+        ...mine.args,
+        SEARCH_MATCH_BUDGET,
+        ...cond.args,
+        ...(after ? [after.score, after.id] : []),
+        q.limit + 1,
+      )
+      .toArray();
+    const page = ranked.slice(0, q.limit);
+    const last = page.at(-1);
+    return {
+      episodes: page.map((r) => ({ id: r.episode, score: -r.best, snippets: this.snippets(query, r.episode) })),
+      cursor: ranked.length > q.limit && last ? encodeCursor([last.best, last.episode]) : null,
+    };
+  }
+
+  /** An episode's best segments for the query: its own rows only (by their ids), highlighted. */
+  private snippets(query: SearchQuery, episode: string): SearchHit["snippets"] {
+    return this.sql
+      .exec<{ trace: string; node: number; role: string; tool: string | null; snip: string }>(
+        `SELECT s.trace, s.node, s.role, s.tool, snippet(search, 0, ?, ?, '…', 24) AS snip FROM search JOIN segments s ON s.id = search.rowid
+         WHERE search MATCH ? AND search.rowid IN (SELECT id FROM segments WHERE episode = ?) ORDER BY rank LIMIT ?`,
+        OPEN,
+        CLOSE,
+        query.match,
+        episode,
+        SNIPPETS_PER_EPISODE,
+      )
+      .toArray()
+      .map((r) => ({ trace: r.trace, node: r.node, role: r.role, tool: r.tool, ...highlighted(r.snip) }));
+  }
+}
+
+/** A snippet's text without FTS5's markers, and where they were (UTF-16 offsets in the text). */
+function highlighted(snip: string): { text: string; highlights: Array<[number, number]> } {
+  let text = "";
+  const highlights: Array<[number, number]> = [];
+  let open = -1;
+  for (const ch of snip) {
+    if (ch === OPEN) open = text.length;
+    else if (ch === CLOSE) {
+      if (open >= 0) highlights.push([open, text.length]);
+      open = -1;
+    } else text += ch;
+  }
+  return { text, highlights };
+}
+
+/** A search page's cursor: the last episode's best bm25 and its id (throws 400 bad_cursor). */
+export function searchCursor(cursor: string): { score: number; id: string } {
+  const v = decodeCursor(cursor);
+  if (!(Array.isArray(v) && v.length === 2 && typeof v[0] === "number" && typeof v[1] === "string")) throw badCursor();
+  return { score: v[0], id: v[1] };
+}

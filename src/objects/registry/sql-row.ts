@@ -1,0 +1,53 @@
+// A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
+
+import type { Json, JsonObject } from "../../protocol/wire/json-view.js";
+import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js";
+
+/**
+ * A row as SQLite holds it: rewards, the dispatch identity and the live facts as JSON text, the
+ * sort key `reward` beside them, and the identity's keys the list filters by (`kind`, `env`,
+ * `step`, `policy_version`) as columns of their own.
+ */
+export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"> & {
+  status: string;
+  rewards: string | null;
+  reward: number | null;
+  task: string | null;
+  grp: string | null;
+  stop: string | null;
+  truncated: number | null;
+  run_name: string | null;
+  dispatch: string | null;
+  kind: string | null;
+  env: string | null;
+  step: number | null;
+  policy_version: number | null;
+  live: string | null;
+  flags: string | null;
+} & Record<string, SqlStorageValue>;
+
+export function rowOf(r: SqlRow): IndexRow {
+  return {
+    id: r.id,
+    run: r.run,
+    status: r.status as IndexRow["status"],
+    created: r.created,
+    updated: r.updated,
+    ended: r.ended,
+    seq: r.seq,
+    traces: r.traces,
+    nodes: r.nodes,
+    calls: r.calls,
+    tokens: r.tokens,
+    rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+    error: r.error,
+    task: r.task,
+    group: r.grp,
+    stop_condition: r.stop,
+    truncated: r.truncated === 1,
+    run_name: r.run_name,
+    dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
+    live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),
+    flags: r.flags === null || r.flags === undefined ? [] : (JSON.parse(r.flags) as Flag[]),
+  };
+}

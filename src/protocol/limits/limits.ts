@@ -1,0 +1,101 @@
+// The relay's limits, from wrangler.toml [vars] (each through vars.ts's one parser, with the
+// default written here): what the Worker, the Episode object and the hubs read at construction.
+// Pure: no runtime imports.
+
+import { DEFAULT_INDEX_FLUSH_MS, limitFrom } from "./vars.js";
+
+export interface Limits {
+  /** Largest request body or WebSocket message, bytes. */
+  maxMessage: number;
+  /** Largest episode (sum of its logged frames), bytes. */
+  maxEpisode: number;
+  /** Seconds an episode is kept after its last write. */
+  retention: number;
+  /** Watchers per viewer hub; one more is closed with 1013. */
+  maxWatchers: number;
+  /** Watchers a hub should carry: an episode has one hub per this many watchers... */
+  watchersPerHub: number;
+  /** ... and at most this many hubs. */
+  maxHubs: number;
+  /** Catch-ups a hub starts per second at most (bursts of as many). */
+  catchUpRate: number;
+  /** Watchers a hub lets wait for a catch-up slot; one more is closed 1013 with a retry hint. */
+  maxWaiting: number;
+  /** Bytes a hub has sent to its watchers and not yet had acknowledged; past it newcomers get 1013. */
+  hubQueueBytes: number;
+  /** Recent frames a hub keeps in memory for resumes and catch-ups, bytes. */
+  hubWindowBytes: number;
+  /** Bytes a live watcher may leave unacknowledged before it is closed with 4008 (too far behind). */
+  watcherLagBytes: number;
+  /** Bytes a catching-up watcher may leave unacknowledged (its window). */
+  watcherWindowBytes: number;
+  /** Watchers catching up at once, per hub; the others wait their turn. */
+  maxCatchUps: number;
+  /** The log keeps at most this many frames (for watchers resuming with ?after=)... */
+  logKeepFrames: number;
+  /** ... and at most about this many bytes of them. */
+  logKeepBytes: number;
+  /** Least time between two throttled updates of an episode's row in its run's index, ms. */
+  indexFlushMs: number;
+  /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/objects/episode/archive.ts), ms. */
+  archiveAfterMs: number;
+  /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
+  pendingTimeoutMs: number;
+  /** Bytes an episode's merged trainer annotations may take (src/objects/episode/annotations.ts). */
+  maxAnnotations: number;
+  /** Sockets per run index or run directory (run and runs sockets); one more is closed with 1013. */
+  maxRunSockets: number;
+  /** Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint. */
+  runSocketRate: number;
+}
+
+/** The vars the limits are read from (the Worker's Env has them as strings; absent ones take their defaults). */
+export type LimitVars = { readonly [K in LimitVar]?: string };
+type LimitVar =
+  | "MAX_MESSAGE_BYTES"
+  | "MAX_EPISODE_BYTES"
+  | "RETENTION_SECONDS"
+  | "MAX_WATCHERS"
+  | "WATCHERS_PER_HUB"
+  | "MAX_HUBS"
+  | "CATCHUP_RATE"
+  | "MAX_WAITING"
+  | "HUB_QUEUE_BYTES"
+  | "HUB_WINDOW_BYTES"
+  | "WATCHER_LAG_BYTES"
+  | "WATCHER_WINDOW_BYTES"
+  | "MAX_CATCHUPS"
+  | "LOG_KEEP_FRAMES"
+  | "LOG_KEEP_BYTES"
+  | "INDEX_FLUSH_MS"
+  | "ARCHIVE_AFTER_SECONDS"
+  | "PENDING_TIMEOUT_SECONDS"
+  | "MAX_ANNOTATION_BYTES"
+  | "MAX_RUN_SOCKETS"
+  | "RUN_SOCKET_RATE";
+
+export function limitsFrom(env: LimitVars): Limits {
+  return {
+    maxMessage: limitFrom(env.MAX_MESSAGE_BYTES, 32 * 1024 * 1024),
+    maxEpisode: limitFrom(env.MAX_EPISODE_BYTES, 1024 * 1024 * 1024),
+    retention: limitFrom(env.RETENTION_SECONDS, 7 * 24 * 3600),
+    maxWatchers: limitFrom(env.MAX_WATCHERS, 5000),
+    watchersPerHub: limitFrom(env.WATCHERS_PER_HUB, 2000),
+    maxHubs: limitFrom(env.MAX_HUBS, 64),
+    catchUpRate: limitFrom(env.CATCHUP_RATE, 20),
+    maxWaiting: limitFrom(env.MAX_WAITING, 256),
+    hubQueueBytes: limitFrom(env.HUB_QUEUE_BYTES, 32 * 1024 * 1024),
+    hubWindowBytes: limitFrom(env.HUB_WINDOW_BYTES, 8 * 1024 * 1024),
+    watcherLagBytes: limitFrom(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
+    watcherWindowBytes: limitFrom(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
+    maxCatchUps: limitFrom(env.MAX_CATCHUPS, 4),
+    logKeepFrames: limitFrom(env.LOG_KEEP_FRAMES, 4096),
+    logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
+    indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
+    archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
+    maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
+    maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
+    runSocketRate: limitFrom(env.RUN_SOCKET_RATE, 20),
+  };
+}

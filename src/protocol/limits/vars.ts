@@ -1,0 +1,37 @@
+// Limits from wrangler.toml [vars] (each a string, or absent): the one parser every limit goes
+// through, and the limits more than one side reads. An episode's row is paced by two of them: the
+// Episode object sends it at most every INDEX_FLUSH_MS (limits.ts), and its run's
+// index answers each send with the interval that keeps the run's live episodes under
+// INDEX_WRITES_PER_S together (src/objects/registry/episode-index.ts); the runscale bench reads both to
+// say what the index told. Pure: no runtime imports.
+
+/** A limit's value: a positive finite number, else (absent, empty, zero, negative, not a number) `fallback`. */
+export function limitFrom(value: string | undefined, fallback: number): number {
+  const n = value === undefined || value === "" ? Number.NaN : Number(value);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
+/** `INDEX_FLUSH_MS`'s default: the least time between two throttled sends of an episode's row, ms. */
+export const DEFAULT_INDEX_FLUSH_MS = 2000;
+/** `INDEX_WRITES_PER_S`'s default: the row updates a run's live episodes send per second together, at most. */
+export const DEFAULT_INDEX_WRITES_PER_S = 250;
+
+/** How often an episode's row may be sent to its run's index. */
+export interface IndexPacing {
+  /** Least ms between two throttled sends of one episode's row (`INDEX_FLUSH_MS`). */
+  flushMs: number;
+  /** Row updates per second a run's live episodes send together at most (`INDEX_WRITES_PER_S`). */
+  writesPerS: number;
+}
+
+export function indexPacingFrom(vars: { INDEX_FLUSH_MS?: string; INDEX_WRITES_PER_S?: string }): IndexPacing {
+  return {
+    flushMs: limitFrom(vars.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
+    writesPerS: limitFrom(vars.INDEX_WRITES_PER_S, DEFAULT_INDEX_WRITES_PER_S),
+  };
+}
+
+/** The interval a run's index tells each episode: INDEX_FLUSH_MS, or longer so `live` episodes together stay under INDEX_WRITES_PER_S. */
+export function flushIntervalMs(pacing: IndexPacing, live: number): number {
+  return Math.max(pacing.flushMs, Math.ceil((live * 1000) / pacing.writesPerS));
+}

@@ -1,0 +1,117 @@
+// An episode index row and its API form: types and a pure conversion with no runtime imports,
+// shared by the index, the Episode object, the dashboard and tests.
+
+import { dispatchFacts } from "../envelope/dispatch.js";
+import type { Json, JsonObject } from "../wire/json-view.js";
+import { rewardOf } from "./rewards.js";
+
+export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
+export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
+
+/** One episode as its run's index holds it (what the Episode object sends; times in ms since epoch). */
+export interface IndexRow {
+  id: string;
+  /** The run it belongs to (src/protocol/registry/run.ts). */
+  run: string;
+  status: IndexStatus;
+  created: number;
+  updated: number;
+  /** When it finished or failed, else null. */
+  ended: number | null;
+  seq: number;
+  traces: number;
+  nodes: number;
+  /** Model calls, all traces (the run's "turns"). */
+  calls: number;
+  /** Sum of the traces' `num_total_tokens`. */
+  tokens: number;
+  /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */
+  rewards: Json;
+  error: string | null;
+  /** The first trace's task key (`open.task.key`), null without one. (Absent from rows sent by older releases.) */
+  task?: string | null;
+  /** The rollout group: the reply head's `group.id`, else (live) the task key (src/protocol/registry/groups.ts). */
+  group?: string | null;
+  /** The first trace's `stop_condition` (null: none). */
+  stop_condition?: string | null;
+  /** The first trace's `is_timeout`. */
+  truncated?: boolean;
+  /** The reply head's `run.name`, once finished. */
+  run_name?: string | null;
+  /** The rollout's dispatch identity in the trainer (src/protocol/envelope/dispatch.ts), null without one. */
+  dispatch?: JsonObject | null;
+  /** Where the rollout stands (src/protocol/registry/live-facts.ts), with what it has done so far (all traces). */
+  live?: LiveFacts | null;
+  /** The run's flag rules this rollout meets, with their evidence (src/protocol/flags/rules.ts; kept by its run's index, not sent). */
+  flags?: Flag[];
+}
+
+/** A rollout's flag (src/protocol/flags/rules.ts): its rule and the evidence (a segment's node and an excerpt; the row's own for a reward rule). */
+export interface Flag {
+  rule: string;
+  trace: string | null;
+  /** The node (-1: the task); null for a reward rule. */
+  node: number | null;
+  excerpt: string;
+}
+
+/** A rollout's stage, as prime-rl reads it off its first trace's `timing` spans and `errors`. */
+export type Stage = "pending" | "boot" | "setup" | "running" | "finalize" | "scoring" | "done" | "error";
+export const STAGES: readonly Stage[] = ["pending", "boot", "setup", "running", "finalize", "scoring", "done", "error"];
+
+/** What a row says of the rollout's progress, live or ended (src/objects/episode/row-facts.ts). */
+export interface LiveFacts {
+  stage: Stage;
+  /** When it started (s since the epoch): the dispatch's `started`, else its timing's `start`; null when neither. */
+  started: number | null;
+  /** Seconds from `started` to the row's last update (or to its end); null without a start. */
+  elapsed: number | null;
+  /** Branches (sampled paths from the root to a leaf), all traces. */
+  branches: number;
+  /** Sums of the traces' `num_input_tokens` and `num_output_tokens`. */
+  input_tokens: number;
+  output_tokens: number;
+  /** Sum of the calls' `usage.cost`, null when no call gave one. */
+  cost: number | null;
+  /** The latest assistant text, whitespace collapsed, at most LAST_CHARS characters; null before any. */
+  last: string | null;
+  /** Trainer annotation records merged (GET /v1/episodes/{id}/annotations); absent in rows of earlier releases. */
+  annotations?: number;
+}
+
+/** `last` is cut to this many characters. */
+export const LAST_CHARS = 160;
+
+/** A row as the API shows it (lists, run sockets): times as ISO strings, and the reward to sort by. */
+export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ended"> {
+  created: string;
+  updated: string;
+  ended: string | null;
+  /** The weighted mean of the reward scores (src/protocol/registry/rewards.ts `rewardOf`), or null. */
+  reward: number | null;
+  /** From the dispatch identity (null without one): what the list filters and sorts by. */
+  kind: string | null;
+  env: string | null;
+  step: number | null;
+  policy_version: number | null;
+  /** step − policy_version: how many steps behind the policy it was sampled with was (null unless both). */
+  staleness: number | null;
+}
+
+/** The identity's keys a row is filtered and grouped by, and its staleness. */
+export function identityOf(r: Pick<IndexRow, "dispatch">): Pick<IndexEntry, "kind" | "env" | "step" | "policy_version" | "staleness"> {
+  const f = dispatchFacts(r.dispatch);
+  const staleness = f.step !== null && f.policy_version !== null ? f.step - f.policy_version : null;
+  return { kind: f.kind, env: f.env, step: f.step, policy_version: f.policy_version, staleness };
+}
+
+export function entryOf(r: IndexRow): IndexEntry {
+  return {
+    ...r,
+    created: new Date(r.created).toISOString(),
+    updated: new Date(r.updated).toISOString(),
+    ended: r.ended === null ? null : new Date(r.ended).toISOString(),
+    reward: rewardOf(r.rewards),
+    ...identityOf(r),
+  };
+}

@@ -1,0 +1,200 @@
+// Rollout groups (GRPO and its relatives sample a group of rollouts per task and learn from the
+// reward differences inside it). A group is the episodes of a run sharing the reply head's
+// `group.id`, or while live their first trace's task key. Pure: the run's index recounts a group
+// from its members whenever one of them changes (index-store.ts), so a group's numbers always
+// equal a recount, whatever the order rows arrive, finish, fail or go.
+
+import type { ZeroVarianceTrend } from "./aggregates.js";
+import type { IndexRow, IndexStatus } from "./entry.js";
+import { rewardOf, scoresOf } from "./rewards.js";
+import type { Json } from "../wire/json-view.js";
+
+/**
+ * The rollout group an episode is in: the trainer's dispatch identity's `group` when it names one,
+ * else the reply head's `group.id` (once a reply came), else (live) the first trace's task key.
+ */
+export function rolloutGroup(dispatchGroup: string | null, headGroupId: string | null, taskKey: string | null): string | null {
+  return dispatchGroup ?? headGroupId ?? taskKey;
+}
+
+/** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */
+export interface GroupRewardStats {
+  mean: number;
+  std: number;
+  min: number;
+  max: number;
+}
+
+/** How a run's groups are listed: by reward spread (largest first), size (largest first) or task. */
+export type GroupSort = "spread" | "size" | "task";
+export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
+
+/** A group as the API answers it (`GET /v1/runs/{run}/groups`); the clients use this type too. */
+export interface GroupJson {
+  id: string;
+  task: string | null;
+  /** Rollouts in the group, and by status. */
+  size: number;
+  finished: number;
+  failed: number;
+  live: number;
+  /** Per reward key, over the finished rollouts that have it. */
+  rewards: Record<string, GroupRewardStats>;
+  /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
+  spread: number | null;
+  /** The training step and kind its rollouts were dispatched for (their identity's; null without one). */
+  step: number | null;
+  kind: string | null;
+}
+
+/** One page of a run's groups, with the run's numbers (`GET /v1/runs/{run}/groups`). */
+export interface GroupsPage {
+  run: string;
+  groups_total: number;
+  /** Groups with no live rollout. */
+  finished_groups: number;
+  /** Finished groups with at least 2 finished rollouts whose every reward key has std 0 (no learning signal). */
+  zero_variance_groups: number;
+  /** zero_variance_groups / finished_groups; null while no group finished. */
+  zero_variance_share: number | null;
+  /** Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it stood then. */
+  zero_variance_trend: ZeroVarianceTrend;
+  groups: GroupJson[];
+  /** Pass as `options.cursor` for the next page; null on the last one. */
+  cursor: string | null;
+}
+
+/** A group's rollout as the API shows it: its reward, and per reward key its advantage in the group. */
+export interface RolloutJson {
+  /** What the group page shows beside the numbers: its task, stage and last words, its identity. */
+  task: string | null;
+  dispatch: IndexRow["dispatch"];
+  live: IndexRow["live"];
+  id: string;
+  status: IndexStatus;
+  rewards: Json;
+  reward: number | null;
+  advantage: Record<string, { raw: number; normalized: number | null }>;
+  calls: number;
+  tokens: number;
+  stop_condition: string | null;
+  truncated: boolean;
+  error: string | null;
+}
+
+/** One group with its rollouts, best reward first (`GET /v1/runs/{run}/groups/{group}`). */
+export interface GroupDetailJson extends GroupJson {
+  rollouts: RolloutJson[];
+}
+
+/** One task's results over the run's rollouts (`GET /v1/runs/{run}/tasks`). */
+export interface TaskSummary {
+  task: string;
+  rollouts: number;
+  finished: number;
+  failed: number;
+  mean_turns: number;
+  mean_tokens: number;
+  /** Over the finished rollouts with the chosen reward key; null without any. */
+  mean_reward: number | null;
+  solve_rate: number | null;
+}
+
+/** A page of a run's tasks by name: the solve rate is the share of `key`'s scores at or above `threshold`. */
+export interface TasksPage {
+  key: string;
+  threshold: number;
+  tasks: TaskSummary[];
+  cursor: string | null;
+}
+
+/** A group as the index keeps it: the API's fields, and two flags the run's counts are kept by. */
+export interface GroupSummary extends GroupJson {
+  /** No rollout is still running. */
+  complete: boolean;
+  /** Complete, at least two finished rollouts with rewards, and every key's rewards equal: its advantages are all 0. */
+  zeroVariance: boolean;
+}
+
+/** What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind. */
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & { step?: number | null; kind?: string | null };
+
+const LIVE: ReadonlySet<IndexStatus> = new Set(["live", "finish_refused"]);
+
+export function groupSummary(id: string, members: readonly GroupMember[]): GroupSummary {
+  const scores = new Map<string, number[]>();
+  let finished = 0;
+  let failed = 0;
+  let live = 0;
+  let withRewards = 0;
+  let task: string | null = null;
+  let step: number | null = null;
+  let kind: string | null = null;
+  for (const m of members) {
+    task ??= m.task ?? null;
+    if (step === null && m.step != null) {
+      step = m.step;
+      kind = m.kind ?? null;
+    }
+    if (LIVE.has(m.status)) live++;
+    else if (m.status === "failed") failed++;
+    else {
+      finished++;
+      const s = scoresOf(m.rewards);
+      if (s.length) withRewards++;
+      for (const [k, v] of s) scores.set(k, [...(scores.get(k) ?? []), v]);
+    }
+  }
+  const rewards: Record<string, GroupRewardStats> = {};
+  let spread: number | null = null;
+  let equal = true;
+  for (const k of [...scores.keys()].sort()) {
+    const v = scores.get(k)!;
+    const mean = v.reduce((a, b) => a + b, 0) / v.length;
+    const std = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / v.length);
+    const min = Math.min(...v);
+    const max = Math.max(...v);
+    rewards[k] = { mean, std, min, max };
+    spread = Math.max(spread ?? 0, max - min);
+    if (min !== max) equal = false;
+  }
+  const complete = live === 0;
+  return { id, task, size: members.length, finished, failed, live, rewards, spread, step, kind, complete, zeroVariance: complete && withRewards >= 2 && equal };
+}
+
+/** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
+export function advantagesOf(rewards: IndexRow["rewards"], group: GroupSummary): Record<string, { raw: number; normalized: number | null }> {
+  const out: Record<string, { raw: number; normalized: number | null }> = {};
+  for (const [k, v] of scoresOf(rewards)) {
+    const s = group.rewards[k];
+    if (!s) continue;
+    const raw = v - s.mean;
+    out[k] = { raw, normalized: s.std > 0 ? raw / s.std : null };
+  }
+  return out;
+}
+
+/** A group as the API shows it. */
+export function groupJson(g: GroupSummary): GroupJson {
+  const { complete: _c, zeroVariance: _z, ...rest } = g;
+  return rest;
+}
+
+/** A group's rollout as the API shows it (best reward first is the caller's order). */
+export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
+  return {
+    task: r.task ?? null,
+    dispatch: r.dispatch ?? null,
+    live: r.live ?? null,
+    id: r.id,
+    status: r.status,
+    rewards: r.rewards,
+    reward: rewardOf(r.rewards),
+    advantage: advantagesOf(r.rewards, g),
+    calls: r.calls,
+    tokens: r.tokens,
+    stop_condition: r.stop_condition ?? null,
+    truncated: r.truncated ?? false,
+    error: r.error,
+  };
+}

@@ -1,0 +1,51 @@
+// GET and HEAD of an archived episode, answered from R2 by the Worker (src/objects/episode/archive.ts wrote
+// it): the same bytes, ETag and caching headers the episode's object answers (plus a
+// Content-Length for JSON too, and X-Episode-Archive), and the object is not woken. Null when the
+// episode is not archived, or R2 fails: the object answers then.
+
+import { type ArchiveMetadata, archiveKey } from "../objects/episode/archive.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../protocol/http/representation.js";
+
+/** Set on answers served from the archive (tests and benches tell the two paths apart by it). */
+export const ARCHIVE_HEADER = "x-episode-archive";
+
+export async function readArchived(bucket: R2Bucket, id: string, req: ReadRequest): Promise<Response | null> {
+  try {
+    return await fromR2(bucket, id, req);
+  } catch (e) {
+    // R2 unreachable: the episode's object answers (from SQLite, or with the error if it is archived)
+    console.warn(`episode ${id}: archive read failed, asking the object`, e);
+    return null;
+  }
+}
+
+async function fromR2(bucket: R2Bucket, id: string, req: ReadRequest): Promise<Response | null> {
+  const key = archiveKey(id, req.json);
+  // a conditional or HEAD request needs only the metadata; a GET that will send the body gets it at once
+  const probe = req.head || req.ifNoneMatch !== null ? await bucket.head(key) : null;
+  if ((req.head || req.ifNoneMatch !== null) && !probe) return null;
+  const meta = probe?.customMetadata as ArchiveMetadata | undefined;
+  if (probe && !meta?.etag) return null; // not written by the archive step
+  if (probe && meta && matchesEtag(req.ifNoneMatch, representationEtag(meta.etag, req.json))) {
+    return new Response(null, { status: 304, headers: headersFor(meta, req.json, probe.size) });
+  }
+  if (req.head) return new Response(null, { headers: headersFor(meta!, req.json, probe!.size) });
+  const obj = await bucket.get(key);
+  if (!obj) return null;
+  if (!(obj.customMetadata as Partial<ArchiveMetadata> | undefined)?.etag) {
+    await obj.body.cancel();
+    return null;
+  }
+  return new Response(obj.body, { headers: headersFor(obj.customMetadata as ArchiveMetadata, req.json, obj.size) });
+}
+
+function headersFor(meta: ArchiveMetadata, json: boolean, size: number): Headers {
+  return new Headers({
+    "content-type": json ? "application/json" : MSGPACK,
+    "content-length": String(size),
+    etag: representationEtag(meta.etag, json),
+    "cache-control": "private, max-age=0, must-revalidate",
+    vary: "Accept",
+    [ARCHIVE_HEADER]: "1",
+  });
+}

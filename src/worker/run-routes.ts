@@ -1,0 +1,404 @@
+// The Worker's run paths: the run directory, a run's aggregates and episode list, the run
+// sockets, the list across runs, and the bulk fetch of a run's finished episodes. Each asks the
+// objects over RPC (sockets: fetch), which answer plain objects, and writes the JSON answer once
+// here; no state is kept here.
+//
+// Scope in every byte: every path under `/v1/runs/{run}` starts from `runAccess` (src/worker/index.ts
+// calls it before any run route, so a new route gets it too): a token covering no episode of the
+// run gets exactly the answer a run nobody wrote gets (noSuchRun), before any object is asked. The
+// run's index then gets only the token's patterns that may hold an episode of the run (null: the
+// token covers all of it), and every cursor handed out is sealed (cursor-seal.ts), bound to the
+// list, the run and the token's patterns.
+
+import { readArchived } from "./archive-read.js";
+import { type CursorKeys, cursorBinding, openCursor, sealCursor } from "../protocol/http/cursor-seal.js";
+import { groupCursor } from "../objects/registry/group-store.js";
+import { stepCursor } from "../objects/registry/step-store.js";
+import { searchCursor } from "../objects/registry/search-store.js";
+import { parseSearchQuery } from "../protocol/search/query.js";
+import { STEP_KINDS } from "../protocol/registry/steps.js";
+import { GROUP_SORTS, type GroupSort } from "../protocol/registry/groups.js";
+import { MSGPACK } from "../protocol/http/representation.js";
+import { runIndex } from "../objects/registry/episode-index.js";
+import {
+  type IndexEntry,
+  type ListQuery,
+  noSuchRun,
+  parseListQuery,
+  SCOPE_HEADER,
+  type Scope,
+  badCursor,
+  decodeListCursor,
+} from "../protocol/registry/rows.js";
+import { decodeRunCursor, type RunCursor } from "../objects/registry/directory-store.js";
+import { RUNS_NAME } from "../objects/registry/run-directory.js";
+import { scopeInRun } from "../protocol/registry/run.js";
+import { ChunkWriter } from "../protocol/wire/writer.js";
+import { stripCredentials } from "../protocol/http/credentials.js";
+import type { Claims } from "../protocol/http/auth.js";
+import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http/body.js";
+import { RelayError } from "../protocol/http/errors.js";
+
+const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
+
+/** Who is asking: the token's patterns (null: everything) and the keys that seal its cursors. */
+export interface Viewer {
+  scope: Scope;
+  cursors: CursorKeys;
+}
+
+/** A run as a viewer may see it: what of it the viewer covers (`scope` null: all of it). */
+export interface RunAccess {
+  run: string;
+  scope: Scope;
+  viewer: Viewer;
+}
+
+/**
+ * What of `run` the viewer covers. A viewer covering no episode of it is refused as for a run
+ * nobody wrote (the same bytes), decided from its patterns alone, before any object is asked.
+ */
+export function runAccess(viewer: Viewer, run: string): RunAccess {
+  const scope = scopeInRun(viewer.scope, run);
+  if (scope === "none") throw noSuchRun(run);
+  return { run, scope, viewer };
+}
+
+/** A position sealed for this viewer, this list and this run (null stays null). */
+function seal(v: Viewer, kind: string, run: string | null, raw: string | null): Promise<string | null> | null {
+  return raw === null ? null : sealCursor(v.cursors, cursorBinding(kind, run, v.scope), raw);
+}
+
+/** The position a cursor of this viewer, list and run holds (none given: null); bad_cursor otherwise. */
+async function open(v: Viewer, kind: string, run: string | null, cursor: string | null): Promise<string | null> {
+  return cursor ? openCursor(v.cursors, cursorBinding(kind, run, v.scope), cursor) : null;
+}
+
+/** The list parameters without `cursor` (these lists have cursors of their own shape). */
+function withoutCursor(url: URL): URLSearchParams {
+  const p = new URLSearchParams(url.searchParams);
+  p.delete("cursor");
+  return p;
+}
+
+/** A JSON answer (HEAD: the headers only). */
+function json(body: unknown, head: boolean): Response {
+  return new Response(head ? null : JSON.stringify(body), { headers: JSON_HEADERS });
+}
+
+/** `?limit=` alone, as the lists parse it. */
+function limitOf(url: URL): number {
+  return parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {})).limit;
+}
+
+/** `GET /v1/runs?prefix=&limit=&cursor=`: runs the token covers, newest first. */
+export async function listRuns(env: Env, url: URL, viewer: Viewer, head: boolean): Promise<Response> {
+  const q = parseListQuery(withoutCursor(url));
+  const raw = await open(viewer, "runs", null, url.searchParams.get("cursor"));
+  const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(raw === null ? null : decodeRunCursor(raw), q.limit, viewer.scope, q.prefix, true);
+  return json({ runs: page.runs, cursor: await seal(viewer, "runs", null, page.cursor) }, head);
+}
+
+/** `GET /v1/runs/{run}`: its counts and aggregates (null for a token that covers only part of the run). */
+export async function runView(env: Env, a: RunAccess, head: boolean): Promise<Response> {
+  if (a.scope !== null) return json({ run: a.run, covered: false, aggregates: null }, head);
+  const aggregates = await runIndex(env, a.run).aggregates(a.run);
+  if (aggregates === null) throw noSuchRun(a.run);
+  return json({ run: a.run, covered: true, aggregates }, head);
+}
+
+/** Groups, tasks and usage mix episodes: only a viewer whose token covers the whole run sees them. */
+export function needsWholeRun(a: RunAccess, what: string): void {
+  if (a.scope !== null) throw new RelayError("forbidden", `${what} need a token covering the whole run (episodes: ["${a.run}:*"])`);
+}
+
+/** `GET /v1/runs/{run}/groups?sort=spread|size|task&limit=&cursor=`: the run's rollout groups. */
+export async function runGroups(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
+  needsWholeRun(a, "a run's groups");
+  const sort = url.searchParams.get("sort") || "spread";
+  if (!(GROUP_SORTS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
+  const kind = `groups:${sort}`;
+  const cursor = await open(a.viewer, kind, a.run, url.searchParams.get("cursor"));
+  if (cursor !== null) groupCursor(cursor); // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
+  const page = await runIndex(env, a.run).groups(a.run, sort as GroupSort, limitOf(url), cursor);
+  if (page === null) throw noSuchRun(a.run);
+  return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
+}
+
+/** `GET /v1/runs/{run}/groups/{group}`: one group, its rollouts and their advantages. */
+export async function runGroup(env: Env, a: RunAccess, group: string, head: boolean): Promise<Response> {
+  needsWholeRun(a, "a run's groups");
+  const body = await runIndex(env, a.run).group(group);
+  if (body === "no_run") throw noSuchRun(a.run);
+  if (body === null) throw new RelayError("not_found", `run ${a.run} has no group ${JSON.stringify(group)}`);
+  return json(body, head);
+}
+
+/** `GET /v1/runs/{run}/tasks?key=K&threshold=T&limit=&cursor=`: per task, rollouts, means and the solve rate (K ≥ T). */
+export async function runTasks(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
+  needsWholeRun(a, "a run's tasks");
+  const key = url.searchParams.get("key") || "reward";
+  const threshold = Number(url.searchParams.get("threshold") ?? "1");
+  if (!Number.isFinite(threshold)) throw new RelayError("malformed", "threshold must be a number", "threshold");
+  const cursor = await open(a.viewer, "tasks", a.run, url.searchParams.get("cursor"));
+  const page = await runIndex(env, a.run).tasks(key, threshold, limitOf(url), cursor);
+  if (page === null) throw noSuchRun(a.run);
+  return json({ ...page, cursor: await seal(a.viewer, "tasks", a.run, page.cursor) }, head);
+}
+
+/** `GET /v1/runs/{run}/episodes?status=&sort=&limit=&cursor=` and the filters (row-filter.ts). */
+export async function runEpisodes(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
+  const kind = `episodes:${url.searchParams.get("sort") || "updated"}`;
+  const params = new URLSearchParams(url.searchParams);
+  const raw = await open(a.viewer, kind, a.run, params.get("cursor"));
+  if (raw === null) params.delete("cursor");
+  else params.set("cursor", raw);
+  const page = await runIndex(env, a.run).list(parseListQuery(params), a.scope);
+  if (page === null) throw noSuchRun(a.run);
+  return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
+}
+
+/** `GET /v1/runs/{run}/steps?kind=train|eval&limit=&cursor=`: the run's training steps, by step (a viewer covering the whole run only). */
+export async function runSteps(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
+  needsWholeRun(a, "a run's steps");
+  const kind = url.searchParams.get("kind") || null;
+  if (kind !== null && !(STEP_KINDS as readonly string[]).includes(kind)) {
+    throw new RelayError("bad_filter", `kind must be one of ${STEP_KINDS.join(", ")}`, "kind");
+  }
+  const list = `steps:${kind ?? ""}`;
+  const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
+  if (cursor !== null) stepCursor(cursor); // refused here, as 400
+  const page = await runIndex(env, a.run).steps(kind, limitOf(url), cursor);
+  if (page === null) throw noSuchRun(a.run);
+  return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+}
+
+/**
+ * `GET /v1/runs/{run}/search?q=&<list filters>&limit=&cursor=`: the run's episodes whose text
+ * matches `q` (src/protocol/search/query.ts), best first, with highlighted snippets; within the token's scope.
+ */
+export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
+  const query = parseSearchQuery(url.searchParams.get("q"));
+  const q = parseListQuery(withoutCursor(url), 20);
+  // the cursor is bound to the query and the filters too: one of another search is refused
+  const list = `search:${JSON.stringify([query.match, q.status, q.prefix, q.filter])}`;
+  const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
+  if (cursor !== null) searchCursor(cursor); // refused here, as 400
+  const page = await runIndex(env, a.run).search(query, q, a.scope, cursor);
+  if (page === null) throw noSuchRun(a.run);
+  return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+}
+
+/**
+ * `GET /v1/runs/{run}/rules`: the run's flag rules (the defaults when it set none) and how far a
+ * rescan for them has come; `PUT` (admin, or a producer covering the whole run): replace them
+ * (`{"rules": [...]}`, or `{"defaults": true}`).
+ */
+export async function runRules(env: Env, a: RunAccess, request: Request, claims: Claims | null): Promise<Response> {
+  needsWholeRun(a, "a run's rules");
+  if (request.method === "PUT") {
+    if (claims !== null && claims.role === "watcher") throw new RelayError("forbidden", "a run's rules are set by an admin or the run's producer");
+    checkDeclaredLength(request, 64 * 1024);
+    const body = parseJsonBody(await readStream(request.body, 64 * 1024), "the rules");
+    const answer = await runIndex(env, a.run).setRules(body);
+    if (answer === "no_run") throw noSuchRun(a.run);
+    if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
+    return json(answer.value, false);
+  }
+  const rules = await runIndex(env, a.run).rules();
+  if (rules === null) throw noSuchRun(a.run);
+  return json(rules, false);
+}
+
+/** A run socket (`/v1/runs/{run}` upgraded: `a`) or the directory's (`/v1/runs` upgraded: `a` null). */
+export function runSocket(env: Env, request: Request, url: URL, a: RunAccess | null, viewer: Viewer): Promise<Response> {
+  const forwarded = stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(a === null ? viewer.scope : a.scope) });
+  if (a === null) return env.RUN_DIRECTORY.getByName(RUNS_NAME).fetch(forwarded);
+  return runIndex(env, a.run).fetch(forwarded);
+}
+
+// ---- the list across runs ----
+
+/** Run indexes one page of the list across runs asks, at most (the rest: its cursor). */
+export const ACROSS_RUNS_BUDGET = 8;
+
+interface AcrossCursor {
+  /** Runs up to this one are done. */
+  run: RunCursor | null;
+  /** The run being listed, and where in it (its index's own position). */
+  current: RunCursor | null;
+  inner: string | null;
+}
+
+/**
+ * `GET /v1/episodes?status=&prefix=&limit=&cursor=`: across the runs the token may hold episodes
+ * of. Runs come newest-created first (from the directory), each run's episodes in its own order
+ * (newest-updated first); at most ACROSS_RUNS_BUDGET runs are asked per page, so a page may be
+ * short with a cursor.
+ */
+export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: boolean): Promise<Response> {
+  const q = parseListQuery(withoutCursor(url));
+  const raw = await open(viewer, "across", null, url.searchParams.get("cursor"));
+  const at = raw === null ? null : decodeAcross(raw);
+  const episodes: IndexEntry[] = [];
+  let { run: runAfter, current, inner } = at ?? { run: null, current: null, inner: null };
+  const done = async (c: AcrossCursor | null) => json({ episodes, cursor: c === null ? null : await seal(viewer, "across", null, encodeAcross(c)) }, head);
+  const dir = env.RUN_DIRECTORY.getByName(RUNS_NAME);
+  let queue: RunCursor[] = [];
+  /** Where the directory's last page ended (null: at its end, once `dirEnded`). */
+  let dirNext: RunCursor | null = null;
+  let dirEnded = false;
+  let asked = 0;
+  for (;;) {
+    if (current === null) {
+      if (queue.length === 0) {
+        if (dirEnded) return done(null);
+        if (asked >= ACROSS_RUNS_BUDGET) return done({ run: runAfter, current: null, inner: null });
+        const page = await dir.runs(runAfter, ACROSS_RUNS_BUDGET - asked, viewer.scope, q.prefix, false);
+        queue = page.runs.map((r) => ({ created: Date.parse(r.created), run: r.run }));
+        dirNext = page.cursor === null ? null : decodeRunCursor(page.cursor);
+        dirEnded = dirNext === null;
+        // none in this stretch of the directory (its own budget ended it): go on from where it stopped next time
+        if (queue.length === 0) return done(dirNext === null ? null : { run: dirNext, current: null, inner: null });
+      }
+      current = queue.shift()!;
+      inner = null;
+    }
+    asked++;
+    const scope = scopeInRun(viewer.scope, current.run);
+    const page =
+      scope === "none"
+        ? null
+        : await runIndex(env, current.run).list({ ...q, sort: "updated", limit: q.limit - episodes.length, after: parseInner(inner) }, scope);
+    // (null: the run has no row any more, though the directory has not heard yet)
+    if (page) episodes.push(...page.episodes);
+    if (page?.cursor) return done({ run: runAfter, current, inner: page.cursor });
+    // the run is done: the next starts after it (after the directory's whole page once it is used up)
+    runAfter = queue.length === 0 && dirNext !== null ? dirNext : current;
+    current = null;
+    if (episodes.length >= q.limit) return done({ run: runAfter, current: null, inner: null });
+  }
+}
+
+function encodeAcross(c: AcrossCursor): string {
+  const pos = (r: RunCursor | null) => (r === null ? null : [r.created, r.run]);
+  return JSON.stringify({ r: pos(c.run), c: pos(c.current), i: c.inner });
+}
+
+function decodeAcross(raw: string): AcrossCursor {
+  const pos = (v: unknown): RunCursor | null => {
+    if (v === null) return null;
+    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string") return { created: v[0] as number, run: v[1] };
+    throw badCursor();
+  };
+  const v = JSON.parse(raw) as { r?: unknown; c?: unknown; i?: unknown };
+  if (!(typeof v.i === "string" || v.i === null)) throw badCursor();
+  return { run: pos(v.r ?? null), current: pos(v.c ?? null), inner: v.i };
+}
+
+function parseInner(inner: string | null): ListQuery["after"] {
+  return inner === null ? null : decodeListCursor(inner);
+}
+
+// ---- bulk fetch ----
+
+/** Finished episodes asked from the run's index per round trip. */
+const BULK_PAGE = 32;
+/**
+ * Rows a bulk fetch may read without sending them (outside the token's scope, or gone since),
+ * per request: past it the answer ends with a continuation `{cursor, more: true}`.
+ */
+export const BULK_IDLE_BUDGET = 5000;
+
+/**
+ * `GET /v1/runs/{run}/finished[?cursor=C]`: the run's finished episodes within the token's scope,
+ * in the order their rows became finished in the run's index (so one that lands late still comes
+ * after a cursor handed out before it), streamed. msgpack (default): a msgpack sequence of maps
+ * `{id, cursor, episode}` where `episode` is the finished episode's exact bytes (as GET answers
+ * them) embedded as is; `Accept: application/x-ndjson`: one JSON line `{"id","cursor","episode"}`
+ * per episode, `episode` as the JSON view. Resume with `?cursor=` the last element's cursor. One
+ * episode's body is in flight at a time, read from its object as a stream. A request that has read
+ * BULK_IDLE_BUDGET rows it did not send ends with `{cursor, more: true}`: ask again from there.
+ */
+export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Request): Promise<Response> {
+  const ndjson = /application\/(x-)?ndjson/.test(request.headers.get("accept") ?? "");
+  const raw = await open(a.viewer, "finished", a.run, url.searchParams.get("cursor"));
+  if (raw !== null && !/^\d{1,15}$/.test(raw)) throw badCursor();
+  const index = runIndex(env, a.run);
+  let page = await index.finished(raw === null ? 0 : Number(raw), BULK_PAGE, a.scope);
+  if (page === null) throw noSuchRun(a.run);
+  const headers = { "content-type": ndjson ? "application/x-ndjson" : MSGPACK, "cache-control": "no-store" };
+  if (request.method === "HEAD") return new Response(null, { headers });
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const cursorOf = (seq: number) => seal(a.viewer, "finished", a.run, String(seq)) as Promise<string>;
+  const write = async () => {
+    const writer = writable.getWriter();
+    try {
+      let idle = 0;
+      for (;;) {
+        for (const item of page!.items) {
+          const req = { json: ndjson, head: false, ifNoneMatch: null };
+          // archived episodes come from R2 without waking their objects
+          const body = (await readArchived(env.ARCHIVE, item.id, req)) ?? (await env.EPISODES.getByName(item.id).read(item.id, req));
+          if (body.status !== 200 || !body.body) {
+            await body.body?.cancel();
+            idle++;
+            continue; // deleted or expired since it was listed
+          }
+          const cursor = await cursorOf(item.seq);
+          await writer.write(ndjson ? ndjsonHead(item.id, cursor) : msgpackHead(item.id, cursor));
+          const reader = body.body.getReader();
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) break;
+            await writer.write(value);
+          }
+          if (ndjson) await writer.write(new TextEncoder().encode("}\n"));
+        }
+        idle += page!.unsent;
+        if (page!.next === null) break;
+        if (idle >= BULK_IDLE_BUDGET) {
+          await writer.write(continuation(await cursorOf(page!.next), ndjson));
+          break;
+        }
+        page = await index.finished(page!.next, BULK_PAGE, a.scope);
+        if (page === null) break; // the run's rows went meanwhile
+      }
+      await writer.close();
+    } catch (e) {
+      console.error(`bulk fetch of run ${a.run}:`, e);
+      await writer.abort(e);
+    }
+  };
+  // the stream is written as the client reads it (the writer waits for room)
+  void write();
+  return new Response(readable, { headers });
+}
+
+/** `{id, cursor, episode: ` as msgpack: a 3-entry map whose last value follows as raw bytes. */
+function msgpackHead(id: string, cursor: string): Uint8Array {
+  const w = new ChunkWriter();
+  w.mapHeader(3);
+  w.str("id");
+  w.str(id);
+  w.str("cursor");
+  w.str(cursor);
+  w.str("episode");
+  return w.bytes();
+}
+
+function ndjsonHead(id: string, cursor: string): Uint8Array {
+  return new TextEncoder().encode(`{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},"episode":`);
+}
+
+/** The last element of an answer that stopped on its budget: `{cursor, more: true}`. */
+function continuation(cursor: string, ndjson: boolean): Uint8Array {
+  if (ndjson) return new TextEncoder().encode(`${JSON.stringify({ cursor, more: true })}\n`);
+  const w = new ChunkWriter();
+  w.mapHeader(2);
+  w.str("cursor");
+  w.str(cursor);
+  w.str("more");
+  w.bool(true);
+  return w.bytes();
+}

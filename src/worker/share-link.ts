@@ -1,0 +1,41 @@
+// `POST /v1/runs/{run}/share[?ttl=7d]`: a read-only token for one run, for a link an admin hands
+// out (the dashboard puts it in the URL's fragment, which browsers never send to a server). It
+// takes an admin token covering the whole run; the token it answers is a watcher's for `RUN:*`,
+// living `ttl` (default 7 days, at most TOKEN_MAX_TTL's watcher lifetime). With auth off there is
+// no token to make: the answer says so (`token: null`), and a plain link does.
+
+import { type AuthMode, type Claims, mintToken } from "../protocol/http/auth.js";
+import { RelayError } from "../protocol/http/errors.js";
+import { formatTtl, parseTtl } from "../protocol/http/keys.js";
+import { NO_RUN } from "../protocol/registry/run.js";
+import { needsWholeRun, type RunAccess } from "./run-routes.js";
+
+/** A share link's lifetime unless `?ttl=` says (bounded by the watcher's TOKEN_MAX_TTL). */
+export const SHARE_TTL_S = 7 * 86400;
+
+export interface ShareAnswer {
+  run: string;
+  /** The read-only token (null: auth is off, a link needs none). */
+  token: string | null;
+  role: "watcher";
+  episodes: string[];
+  /** When the token expires (ISO 8601), null without one. */
+  expires: string | null;
+}
+
+export async function shareRun(a: RunAccess, mode: AuthMode, claims: Claims | null, url: URL): Promise<ShareAnswer> {
+  needsWholeRun(a, "share links");
+  if (a.run === NO_RUN) throw new RelayError("bad_run", "episodes without a run (ids without ':') have no run pattern to share: share each by its id");
+  const episodes = [`${a.run}:*`];
+  if (mode.kind !== "on") return { run: a.run, token: null, role: "watcher", episodes, expires: null };
+  const max = mode.maxTtl.watcher;
+  const asked = url.searchParams.get("ttl");
+  const ttl = asked === null ? Math.min(SHARE_TTL_S, max) : parseTtl(asked);
+  if (ttl === null || ttl > max) {
+    throw new RelayError("malformed", `ttl must be a lifetime such as 1h or 7d, at most the watcher's ${formatTtl(max)} (TOKEN_MAX_TTL)`, "ttl");
+  }
+  const now = Date.now();
+  const sub = `share of ${a.run}${claims?.sub ? ` by ${claims.sub}` : ""}`;
+  const token = await mintToken(mode.secrets[0]!, { role: "watcher", episodes, ttl, sub, now, maxTtl: mode.maxTtl });
+  return { run: a.run, token, role: "watcher", episodes, expires: new Date((Math.floor(now / 1000) + ttl) * 1000).toISOString() };
+}
