@@ -14,7 +14,7 @@ import { type AuthMode, authMode, authorize, type Claims, need } from "../protoc
 import { cursorKeys } from "../protocol/http/cursor-seal.js";
 import { shareRun } from "./share-link.js";
 import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";
-import { readArchived } from "./archive-read.js";
+import { readArchived } from "../objects/episode/archive-read.js";
 import { checkDeclaredLength } from "../protocol/http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "../protocol/http/cors.js";
 import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "../protocol/http/errors.js";

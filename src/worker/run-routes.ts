@@ -10,7 +10,7 @@
 // token covers all of it), and every cursor handed out is sealed (cursor-seal.ts), bound to the
 // list, the run and the token's patterns.
 
-import { readArchived } from "./archive-read.js";
+import { readArchived } from "../objects/episode/archive-read.js";
 import { type CursorKeys, cursorBinding, openCursor, sealCursor } from "../protocol/http/cursor-seal.js";
 import { groupCursor } from "../objects/registry/group-store.js";
 import { stepCursor } from "../objects/registry/step-store.js";

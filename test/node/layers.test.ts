@@ -65,6 +65,15 @@ describe("the layers, as folders", () => {
     expect(found[0]!.message).toMatch(/pure protocol/);
   });
 
+  it("the objects do not import the Worker above them", () => {
+    const found = lint({
+      "src/objects/episode/upward.ts": 'import { route } from "../../worker/run-routes.js";\nexport const a = route;\n',
+      "src/objects/episode/fine.ts": 'import { b } from "../../protocol/index.js";\nimport { c } from "../hub/hub.js";\nexport const d = [b, c];\n',
+    });
+    expect([...new Set(found.map((d) => `${d.location.path.replace(/\\/g, "/")}:${d.location.start.line}`))]).toEqual(["src/objects/episode/upward.ts:1"]);
+    expect(found[0]!.message).toMatch(/below the Worker/);
+  });
+
   it("outside src/, only the protocol's entry may be imported: not its modules, not the objects or the Worker", () => {
     const found = lint({
       "tools/probe.ts": [

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { archiveKey, EpisodeArchive } from "../../src/objects/episode/archive.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
-import { ARCHIVE_HEADER } from "../../src/worker/archive-read.js";
+import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";

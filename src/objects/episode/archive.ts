@@ -9,7 +9,7 @@
 // reader (a GET, a catch-up) still streams bodies from SQLite (it waits for the next alarm).
 //
 // From then on GET, HEAD and a run's bulk fetch are answered from R2 by the Worker without waking
-// this object (src/worker/archive-read.ts), and a watcher's catch-up is built from the archived
+// this object (src/objects/episode/archive-read.ts), and a watcher's catch-up is built from the archived
 // msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes both copies.
 
 import { JsonOut, MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";

@@ -17,7 +17,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { parseReply } from "../../protocol/assembly/reply.js";
 import { usageOf } from "../billing/metered.js";
-import { readArchived } from "../../worker/archive-read.js";
+import { readArchived } from "./archive-read.js";
 import { type IngestAck, encodeAnswer } from "../../protocol/envelope/answer.js";
 import {
   type Answer,

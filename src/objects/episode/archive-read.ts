@@ -3,8 +3,8 @@
 // Content-Length for JSON too, and X-Episode-Archive), and the object is not woken. Null when the
 // episode is not archived, or R2 fails: the object answers then.
 
-import { type ArchiveMetadata, archiveKey } from "../objects/episode/archive.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../protocol/http/representation.js";
+import { type ArchiveMetadata, archiveKey } from "./archive.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
 
 /** Set on answers served from the archive (tests and benches tell the two paths apart by it). */
 export const ARCHIVE_HEADER = "x-episode-archive";
