@@ -97,6 +97,18 @@ it.each(pages)("every relative link and #anchor in %s resolves", (page) => {
   expect(broken).toEqual([]);
 });
 
+it("docs/limits.md has a row for every [vars] setting in wrangler.toml", () => {
+  const toml = readFileSync(join(root, "wrangler.toml"), "utf8");
+  const vars = /^\[vars\]\n([\s\S]*?)(?=^\[|(?![\s\S]))/m.exec(toml)![1]!;
+  const names = [...vars.matchAll(/^([A-Z][A-Z0-9_]*)\s*=/gm)].map((m) => m[1]!);
+  expect(names.length).toBeGreaterThan(10);
+  const rows = readFileSync(join(root, "docs", "limits.md"), "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("| `"))
+    .join("\n");
+  expect(names.filter((n) => !rows.includes(`\`${n}\``))).toEqual([]);
+});
+
 it("every docs page is reachable from the index, and the index from the README", () => {
   const readme = links(readFileSync(join(root, "README.md"), "utf8"));
   expect(readme).toContain("docs/README.md");
