@@ -91,12 +91,23 @@ it("docs/typescript.md's bulk fetch snippet runs as written and lists the run's 
   expect(r.stdout.split("\n")).toContain(`${id} ${c.episode!.length} bytes`);
 }, 60_000);
 
+/**
+ * What the groups and episodes snippets take from the page's prose around them: a token and the
+ * relay's address (the episodes snippet follows the groups one, which defines `url`).
+ */
+const PRELUDE: Record<string, string> = {
+  watch: "",
+  bulk: "",
+  groups: "declare const token: string | undefined;\n",
+  episodes: "declare const token: string | undefined;\ndeclare const url: string;\n",
+};
+
 it("docs/typescript.md's TypeScript snippets type-check as written (strict, nodenext, with ws's types)", () => {
   const dir = join(root, "test-results", "readme-types");
   mkdirSync(dir, { recursive: true });
-  const files = ["watch", "bulk"].map((name) => {
+  const files = Object.entries(PRELUDE).map(([name, prelude]) => {
     const file = join(dir, `${name}.mts`);
-    writeFileSync(file, snippet(name));
+    writeFileSync(file, prelude + snippet(name));
     return file;
   });
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
@@ -131,7 +142,6 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
     rmSync(dir, { recursive: true, force: true });
   }
 }, 60_000);
-
 
 it("npm start on a busy port says which port, and how to pick another in the README's terms (PORT=)", async () => {
   const { createServer } = await import("node:net");
@@ -193,7 +203,10 @@ it("docs/access-control.md's local auth flow keeps the secret: npm start and npm
     expect(log).toMatch(/auth ON: RELAY_SECRET from \.dev\.vars/);
     // no network look-ups, so no error lines on a machine without internet
     expect(log).not.toMatch(/ENOTFOUND|Error|update available/);
-    const token = spawnSync("bash", ["-c", `${docSnippet("access-control.md", "auth-token", "sh").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], { cwd: copy, encoding: "utf8" });
+    const token = spawnSync("bash", ["-c", `${docSnippet("access-control.md", "auth-token", "sh").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], {
+      cwd: copy,
+      encoding: "utf8",
+    });
     expect(token.status, token.stderr).toBe(0);
     expect(JSON.parse(token.stdout)).toMatchObject({ episodes: [] });
     // and without the token the relay refuses
