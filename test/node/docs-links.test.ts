@@ -109,6 +109,24 @@ it("docs/limits.md has a row for every [vars] setting in wrangler.toml", () => {
   expect(names.filter((n) => !rows.includes(`\`${n}\``))).toEqual([]);
 });
 
+it("docs/http-api.md's table has a row for every route action the Worker knows (src/http/route.ts)", () => {
+  const route = readFileSync(join(root, "src", "http", "route.ts"), "utf8");
+  const union = (name: string) => [.../"([a-z_]+)"/g[Symbol.matchAll](new RegExp(`type ${name} = ([^;]+);`).exec(route)![1]!)].map((m) => m[1]!);
+  const rows = readFileSync(join(root, "docs", "http-api.md"), "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("| `"))
+    .map((l) => l.split("|")[1]!);
+  const paths = rows.join("\n");
+  // "episode" is /v1/episodes/{id} itself, "run" /v1/runs/{run}, "group" /v1/runs/{run}/groups/{g}
+  const bare: Record<string, string> = { episode: "/v1/episodes/{id}`", run: "/v1/runs/{run}`", group: "/v1/runs/{run}/groups/{g}`" };
+  const missing = [
+    ...union("EpisodeAction").map((a) => bare[a] ?? `/v1/episodes/{id}/${a}\``),
+    ...union("RunAction").map((a) => bare[a] ?? `/v1/runs/{run}/${a}\``),
+  ].filter((p) => !paths.includes(p));
+  expect(union("RunAction").length).toBeGreaterThan(5);
+  expect(missing).toEqual([]);
+});
+
 it("every docs page is reachable from the index, and the index from the README", () => {
   const readme = links(readFileSync(join(root, "README.md"), "utf8"));
   expect(readme).toContain("docs/README.md");
