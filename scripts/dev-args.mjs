@@ -2,7 +2,7 @@
 // port, address and state folder they take, the check that the port is free (made before anything
 // is written or started), and the access-control arguments for wrangler.
 //
-// Access control (README "Access control"): with RELAY_SECRET in the environment (passed on with
+// Access control (docs/access-control.md): with RELAY_SECRET in the environment (passed on with
 // `--var`), in .dev.vars or in .env, auth is on. Without one, auth is off, but only because the
 // relay listens on loopback: then `--var AUTH_OFF_ON_LOOPBACK:true` tells the Worker so. Bound
 // elsewhere (`-- --ip 0.0.0.0`) without a secret, the Worker fails closed (503).

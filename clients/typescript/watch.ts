@@ -240,7 +240,7 @@ export class EpisodeWatch {
     return this.done;
   }
 
-  /** The live traces as JSON (see README "JSON view"). */
+  /** The live traces as JSON (the JSON view: src/protocol/wire/json-view.ts). */
   json(): Json {
     return toJson(decodeLossless(this.assembly.tracesBytes()));
   }

@@ -37,7 +37,7 @@ describe("fan-out coalescing", () => {
     const cursor = new ProducerCursor("p");
     for (const f of c.frames) {
       producer.send(encodeEnvelope(cursor.envelope(f)));
-      cursor.acknowledge(); // pipelining: the view advances as deltas are sent (see README)
+      cursor.acknowledge(); // pipelining: the view advances as deltas are sent (see docs/protocol.md, "Pipelining")
     }
     await until(() => acks.length === c.frames.length);
     expect(acks.map((a) => a.seq)).toEqual(c.frames.map((_, i) => i + 1));

@@ -1,4 +1,4 @@
-// The deploy path, offline and without an account: the README's dry-run command
+// The deploy path, offline and without an account: docs/deploy.md's dry-run command
 // (`npm run deploy -- --dry-run`, plus `--outdir`) runs in a copy of the project, so it builds its
 // own dashboard/dist while other tests serve the checkout's. It must exit 0, print the bindings
 // wrangler.toml declares, and write a bundle within BUNDLE_BUDGET_GZIP. That bundle then starts in
@@ -23,11 +23,11 @@ const BUNDLE_BUDGET_GZIP = 1024 * 1024;
 /** The dashboard build, four tsc runs and wrangler's bundling: ~25 s on 2 idle cores. */
 const DRY_RUN_TIMEOUT_MS = 180_000;
 
-/** The README's command, as written there. */
-function readmeDryRun(): string {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
-  const m = /<!-- readme-snippet: deploy-dry-run -->\s*```sh\n([\s\S]*?)```/.exec(readme);
-  if (!m) throw new Error("README has no sh snippet deploy-dry-run");
+/** docs/deploy.md's command, as written there. */
+function documentedDryRun(): string {
+  const page = readFileSync(join(root, "docs", "deploy.md"), "utf8");
+  const m = /<!-- doc-snippet: deploy-dry-run -->\s*```sh\n([\s\S]*?)```/.exec(page);
+  if (!m) throw new Error("docs/deploy.md has no sh snippet deploy-dry-run");
   return m[1]!.trim();
 }
 
@@ -94,7 +94,7 @@ let command = "";
 beforeAll(async () => {
   copy = projectCopy();
   outdir = mkdtempSync(join(tmpdir(), "episode-relay-bundle-"));
-  command = `${readmeDryRun()} --outdir ${outdir}`;
+  command = `${documentedDryRun()} --outdir ${outdir}`;
   run = await runDryRun(command, copy);
 }, DRY_RUN_TIMEOUT_MS + 10_000);
 
@@ -103,8 +103,8 @@ afterAll(() => {
   if (outdir) rmSync(outdir, { recursive: true, force: true });
 });
 
-it("the README's dry run is `npm run deploy -- --dry-run` and exits 0 offline, with no account and no network look-ups", () => {
-  expect(readmeDryRun()).toBe("npm run deploy -- --dry-run");
+it("docs/deploy.md's dry run is `npm run deploy -- --dry-run` and exits 0 offline, with no account and no network look-ups", () => {
+  expect(documentedDryRun()).toBe("npm run deploy -- --dry-run");
   expect(run.code, `${command}\n${run.output}`).toBe(0);
   // the steps npm run deploy promises, in order
   const steps = ["[dashboard] built dashboard/dist", "[deploy] checking types", "[deploy] wrangler deploy --dry-run", "--dry-run: exiting now."];
@@ -193,8 +193,8 @@ it("the bundle starts in workerd with wrangler.toml's config and answers its fir
   try {
     await mf.ready;
     const base = "https://episode-relay.example.workers.dev";
-    const readme = readFileSync(join(root, "README.md"), "utf8");
-    const health = /<!-- readme-health -->`200 (\{[^`]*\})`/.exec(readme)![1];
+    const api = readFileSync(join(root, "docs", "http-api.md"), "utf8");
+    const health = /<!-- doc-health -->`200 (\{[^`]*\})`/.exec(api)![1];
     const h = await mf.dispatchFetch(`${base}/v1/health`);
     expect(h.status).toBe(200);
     expect(await h.text()).toBe(health);

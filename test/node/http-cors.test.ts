@@ -1,5 +1,5 @@
 // CORS (src/protocol/http/cors.ts): CORS_ORIGINS parsing, preflight detection and answers, and the headers
-// added to other responses for listed, unlisted and absent origins (README "CORS").
+// added to other responses for listed, unlisted and absent origins (docs/access-control.md, "CORS").
 import { describe, expect, it } from "vitest";
 import {
   ALLOW_HEADERS,

@@ -1,5 +1,5 @@
 // The public API's path grammar (src/protocol/http/route.ts): every path kind, trailing slashes,
-// percent-encoding, bad and reserved ids, and the method tables (README "HTTP API").
+// percent-encoding, bad and reserved ids, and the method tables (docs/http-api.md).
 import { describe, expect, it } from "vitest";
 import {
   EPISODE_ID,

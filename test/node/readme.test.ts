@@ -1,9 +1,10 @@
-// README snippets run as written: the TypeScript watcher snippet is extracted from README.md and
-// run (with tsx, resolving "episode-relay/client" through the package's exports) against a relay
-// the test starts, while a golden case is pushed into the episode it names; both TypeScript
-// snippets type-check (strict, Node's ESM resolution, @types/ws); the delta-by-hand and compare
-// shell snippets run against the relay; the local auth flow runs in a copy of the project; the
-// health answer is the documented one.
+// The docs' snippets run as written (each marked `<!-- doc-snippet: NAME -->` on its page):
+// docs/typescript.md's watcher snippet is extracted and run (with tsx, resolving
+// "episode-relay/client" through the package's exports) against a relay the test starts, while a
+// golden case is pushed into the episode it names, and its bulk fetch snippet lists a run; both
+// TypeScript snippets type-check (strict, Node's ESM resolution, @types/ws); docs/protocol.md's
+// delta-by-hand and compare shell snippets run against the relay; docs/access-control.md's local
+// auth flow runs in a copy of the project; the health answer is docs/http-api.md's.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,17 +19,21 @@ import { typeCheckAsConsumer } from "../support/typecheck.js";
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
 
-function snippet(name: string): string {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
-  const m = new RegExp(`<!-- readme-snippet: ${name} -->\\s*\`\`\`ts\\n([\\s\\S]*?)\`\`\``).exec(readme);
-  if (!m) throw new Error(`README has no snippet ${name}`);
+/** A snippet of a docs page (`docs/PAGE`), as written: the fenced block after its marker. */
+function docSnippet(page: string, name: string, lang: "ts" | "sh"): string {
+  const text = readFileSync(join(root, "docs", page), "utf8");
+  const m = new RegExp(`<!-- doc-snippet: ${name} -->\\s*\`\`\`${lang}\\n([\\s\\S]*?)\`\`\``).exec(text);
+  if (!m) throw new Error(`docs/${page} has no ${lang} snippet ${name}`);
   return m[1]!;
 }
 
-it("the README's TypeScript watcher snippet runs as written and ends with the episode", async () => {
+/** docs/typescript.md's TypeScript snippets. */
+const snippet = (name: string) => docSnippet("typescript.md", name, "ts");
+
+it("docs/typescript.md's watcher snippet runs as written and ends with the episode", async () => {
   const code = snippet("watch");
   expect(code).toContain('from "episode-relay/client"');
-  // only the relay address differs from the README: it points at the relay this test started
+  // only the relay address differs from the page: it points at the relay this test started
   const dir = join(root, "test-results", "readme");
   mkdirSync(dir, { recursive: true });
   const file = join(dir, "watch-snippet.mts");
@@ -60,7 +65,7 @@ it("the README's TypeScript watcher snippet runs as written and ends with the ep
   expect(out.trim().split("\n").at(-1)).toBe(`finished ${c.episode!.length} bytes`);
 }, 60_000);
 
-it("the README's bulk fetch snippet runs as written and lists the run's finished episodes", async () => {
+it("docs/typescript.md's bulk fetch snippet runs as written and lists the run's finished episodes", async () => {
   const code = snippet("bulk");
   expect(code).toContain('from "episode-relay/client"');
   const c = loadCase(fixturePath("multi_trace_links"));
@@ -86,12 +91,23 @@ it("the README's bulk fetch snippet runs as written and lists the run's finished
   expect(r.stdout.split("\n")).toContain(`${id} ${c.episode!.length} bytes`);
 }, 60_000);
 
-it("the README's TypeScript snippets type-check as written (strict, nodenext, with ws's types)", () => {
+/**
+ * What the groups and episodes snippets take from the page's prose around them: a token and the
+ * relay's address (the episodes snippet follows the groups one, which defines `url`).
+ */
+const PRELUDE: Record<string, string> = {
+  watch: "",
+  bulk: "",
+  groups: "declare const token: string | undefined;\n",
+  episodes: "declare const token: string | undefined;\ndeclare const url: string;\n",
+};
+
+it("docs/typescript.md's TypeScript snippets type-check as written (strict, nodenext, with ws's types)", () => {
   const dir = join(root, "test-results", "readme-types");
   mkdirSync(dir, { recursive: true });
-  const files = ["watch", "bulk"].map((name) => {
+  const files = Object.entries(PRELUDE).map(([name, prelude]) => {
     const file = join(dir, `${name}.mts`);
-    writeFileSync(file, snippet(name));
+    writeFileSync(file, prelude + snippet(name));
     return file;
   });
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
@@ -100,12 +116,12 @@ it("the README's TypeScript snippets type-check as written (strict, nodenext, wi
   expect(r.status).toBe(0);
 }, 60_000);
 
-it("the README's delta by hand (push and curl) and its comparison with a fixture run as written", () => {
+it("docs/protocol.md's delta by hand (push and curl) and its comparison with a fixture run as written", () => {
   const dir = mkdtempSync(join(tmpdir(), "episode-relay-hello-"));
   try {
     const run = (name: string) => {
       // the snippets run in the project (npx episode-relay, @msgpack/msgpack, test/fixtures); files land in `dir`
-      const code = shellSnippet(name)
+      const code = docSnippet("protocol.md", name, "sh")
         .replaceAll("http://127.0.0.1:8787", relay.url)
         .replaceAll("test/fixtures/", `${join(root, "test", "fixtures")}/`)
         .replaceAll("hello.jsonl", join(dir, "hello.jsonl"))
@@ -127,14 +143,6 @@ it("the README's delta by hand (push and curl) and its comparison with a fixture
   }
 }, 60_000);
 
-/** A shell snippet's lines, as written. */
-function shellSnippet(name: string): string {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
-  const m = new RegExp(`<!-- readme-snippet: ${name} -->\\s*\`\`\`sh\\n([\\s\\S]*?)\`\`\``).exec(readme);
-  if (!m) throw new Error(`README has no sh snippet ${name}`);
-  return m[1]!;
-}
-
 it("npm start on a busy port says which port, and how to pick another in the README's terms (PORT=)", async () => {
   const { createServer } = await import("node:net");
   const busy = createServer();
@@ -155,9 +163,9 @@ it("npm start on a busy port says which port, and how to pick another in the REA
   }
 }, 60_000);
 
-it("GET /v1/health answers exactly what the README says", async () => {
-  const readme = readFileSync(join(root, "README.md"), "utf8");
-  const documented = /<!-- readme-health -->`200 (\{[^`]*\})`/.exec(readme);
+it("GET /v1/health answers exactly what docs/http-api.md says", async () => {
+  const page = readFileSync(join(root, "docs", "http-api.md"), "utf8");
+  const documented = /<!-- doc-health -->`200 (\{[^`]*\})`/.exec(page);
   expect(documented).not.toBeNull();
   // a fresh connection (node:http, no pool): an idle pooled one may have been closed by the relay meanwhile
   const { get } = await import("node:http");
@@ -173,7 +181,7 @@ it("GET /v1/health answers exactly what the README says", async () => {
   expect(body).toBe(documented![1]);
 });
 
-it("the README's local auth flow keeps the secret: npm start and npm run token agree", async () => {
+it("docs/access-control.md's local auth flow keeps the secret: npm start and npm run token agree", async () => {
   // A copy of the project (symlinks to everything but scripts/, copied so their paths resolve
   // here, and without .dev.vars or .wrangler), where the snippets run as written; only the port
   // differs (PORT for npm start, the address in the curl line).
@@ -182,7 +190,7 @@ it("the README's local auth flow keeps the secret: npm start and npm run token a
   for (const name of readdirSync(root)) if (!skip.has(name)) symlinkSync(join(root, name), join(copy, name));
   cpSync(join(root, "scripts"), join(copy, "scripts"), { recursive: true });
   const port = String(40000 + Math.floor(Math.random() * 20000));
-  const start = spawn("bash", ["-c", shellSnippet("auth-start")], { cwd: copy, env: { ...process.env, PORT: port }, detached: true });
+  const start = spawn("bash", ["-c", docSnippet("access-control.md", "auth-start", "sh")], { cwd: copy, env: { ...process.env, PORT: port }, detached: true });
   let log = "";
   start.stdout.on("data", (d) => (log += d));
   start.stderr.on("data", (d) => (log += d));
@@ -195,7 +203,10 @@ it("the README's local auth flow keeps the secret: npm start and npm run token a
     expect(log).toMatch(/auth ON: RELAY_SECRET from \.dev\.vars/);
     // no network look-ups, so no error lines on a machine without internet
     expect(log).not.toMatch(/ENOTFOUND|Error|update available/);
-    const token = spawnSync("bash", ["-c", `${shellSnippet("auth-token").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], { cwd: copy, encoding: "utf8" });
+    const token = spawnSync("bash", ["-c", `${docSnippet("access-control.md", "auth-token", "sh").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], {
+      cwd: copy,
+      encoding: "utf8",
+    });
     expect(token.status, token.stderr).toBe(0);
     expect(JSON.parse(token.stdout)).toMatchObject({ episodes: [] });
     // and without the token the relay refuses

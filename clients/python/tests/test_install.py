@@ -1,4 +1,4 @@
-"""The README's install line for the Python client: the package builds from the clone with its
+"""The Python client's install line (README quickstart, docs/python.md): the package builds from the clone with its
 pyproject.toml and imports from where pip put it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // The JSON view of msgpack data (`Accept: application/json`). JSON cannot hold every msgpack
-// distinction, so the mapping is explicit and documented in README:
+// distinction, so the mapping is explicit:
 // - ints within ±2^53 are numbers, larger ones are decimal strings;
 // - floats are numbers, except NaN / Infinity / -Infinity, which are those strings;
 // - bin is `{"$bin": "<base64>"}`; an ndarray map keeps its keys with `data` as base64;
