@@ -11,7 +11,7 @@
 // A failed call is retried by the episode's alarm, backing off.
 
 import { traceOf } from "../assembly/delta.js";
-import { type Feed, type FeedAnswer, type FeedFrame, feedBytes, type HubView, type Joined, type Restart, sameView, viewEnded } from "../hub/feed.js";
+import { type Feed, type FeedAnswer, type FeedFrame, feedBytes, framed, type HubView, type Joined, type Restart, sameView, viewEnded } from "../hub/feed.js";
 import { hubCount, hubName } from "../hub/shards.js";
 import { retryDelay } from "./run-row-sync.js";
 import type { EpisodeState } from "./state.js";
@@ -161,8 +161,10 @@ export class HubFeeds {
     }
     if (this.recentAfter === null || (this.recent.length === 0 && this.recentAfter !== before)) this.recentAfter = before;
     for (const f of frames) {
-      // a copy: the frame is a view of its whole request body
-      this.recent.push({ seq: f.seq, trace: f.trace, delta: f.delta.slice() });
+      // a copy (the frame is a view of its whole request body), as the watchers' message: the hub
+      // passes those bytes through to every watcher of the whole episode (older hubs read `delta`,
+      // a view of the same buffer, which the call carries once)
+      this.recent.push(framed(f));
       this.recentBytes += f.delta.length;
     }
     while (this.recent.length > 1 && this.recentBytes > RECENT_BYTES) {

@@ -12,7 +12,7 @@ import { CLOSE_NORMAL, CLOSE_POLICY, echoClose, errorResponse, RelayError, safeC
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { finishMessage, statusMessage } from "../watch/protocol.js";
 import type { Cursor } from "./catchup.js";
-import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus } from "./feed.js";
+import { type Feed, type FeedAnswer, type HubView, received, viewEnded, viewStatus } from "./feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "./shards.js";
 import { HubStore } from "./store.js";
 import type { WatcherAttachment } from "./live.js";
@@ -120,9 +120,10 @@ export class ViewerHub extends DurableObject<Env> {
       return { applied: true, view: f.view, member: true, watchers };
     }
     if (f.after !== v.head) return { applied: false, view: v, member: true, watchers };
-    this.window.append(f.frames);
+    const frames = f.frames.map(received);
+    this.window.append(frames);
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
-    this.watchers.broadcast(f.frames);
+    this.watchers.broadcast(frames);
     const n = f.view;
     if (!viewEnded(v) && viewEnded(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
     else if (n.status === "live" && n.refused !== v.refused) this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));

@@ -6,9 +6,8 @@
 // in their attachments (it survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../http/errors.js";
-import { type Frame, framesMessage } from "../watch/protocol.js";
-import { deltaForVariant, type Variant } from "../watch/variant.js";
-import type { FeedFrame } from "./feed.js";
+import type { Variant } from "../watch/variant.js";
+import { type HubFrame, variantMessage } from "./feed.js";
 import type { Flows } from "./flows.js";
 
 /** What a hub knows of a watcher socket. */
@@ -34,7 +33,7 @@ export class LiveFanOut {
   /** Live sockets by variant key (null until read from the attachments after a wake). */
   private live: Map<string, Group> | null = null;
   /** Frames fed but not yet sent (coalesced into one message per variant). */
-  private pending: FeedFrame[] = [];
+  private pending: HubFrame[] = [];
   private scheduled = false;
 
   constructor(
@@ -48,7 +47,7 @@ export class LiveFanOut {
    * Queue fed `frames` (consecutive, as applied). They go out from a zero-delay timer, so feeds
    * arriving back to back share one message per variant.
    */
-  queue(frames: readonly FeedFrame[]): void {
+  queue(frames: readonly HubFrame[]): void {
     if (frames.length === 0) return;
     this.pending.push(...frames);
     if (this.scheduled) return;
@@ -63,13 +62,9 @@ export class LiveFanOut {
     if (frames.length === 0) return;
     this.pending = [];
     for (const { variant, sockets } of this.groups()) {
-      const visible: Frame[] = [];
-      for (const f of frames) {
-        const d = deltaForVariant(f.delta, f.trace, variant);
-        if (d) visible.push({ seq: f.seq, delta: d });
-      }
-      if (visible.length === 0) continue;
-      const message = framesMessage(visible);
+      if (sockets.size === 0) continue;
+      const message = variantMessage(frames, variant);
+      if (!message) continue;
       for (const ws of sockets) this.sendLive(ws, message);
     }
   }

@@ -14,7 +14,7 @@ import { annotationsMessage, helloMessage, parseWatcherText, retryReason, type S
 import { parseVariant, type Variant, variantKey } from "../watch/variant.js";
 import { Admission, type AdmissionLimits } from "./admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "./catchup.js";
-import { type FeedFrame, type HubView, viewStatus } from "./feed.js";
+import { type HubFrame, type HubView, viewStatus } from "./feed.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
@@ -263,7 +263,7 @@ export class HubWatchers {
   }
 
   /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
-  broadcast(frames: readonly FeedFrame[]): void {
+  broadcast(frames: readonly HubFrame[]): void {
     for (const f of frames) this.streams.fedBytes(f.delta.length);
     this.live.queue(frames);
     this.catchUps.wakeBlocked();
