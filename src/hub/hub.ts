@@ -37,6 +37,8 @@ export class ViewerHub extends DurableObject<Env> {
   private reported = -1;
   /** The session of a join under way (a feed for it may arrive before the join's answer). */
   private joining: number | null = null;
+  /** Fed frames since the hub woke: with their message as the episode built it (passed through), or built here (older episodes, log reads). */
+  private readonly fedFrames = { passed: 0, built: 0 };
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -121,6 +123,7 @@ export class ViewerHub extends DurableObject<Env> {
     }
     if (f.after !== v.head) return { applied: false, view: v, member: true, watchers };
     const frames = f.frames.map(received);
+    for (let i = 0; i < frames.length; i++) this.fedFrames[frames[i] === f.frames[i] ? "passed" : "built"]++;
     this.window.append(frames);
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
     this.watchers.broadcast(frames);
@@ -150,9 +153,21 @@ export class ViewerHub extends DurableObject<Env> {
   }
 
   /** For tests and benches: what this hub holds. */
-  stats(): { view: HubView | null; session: number | null; window: ReturnType<HubWindow["stats"]>; watchers: ReturnType<HubWatchers["load"]> } {
+  stats(): {
+    view: HubView | null;
+    session: number | null;
+    window: ReturnType<HubWindow["stats"]>;
+    watchers: ReturnType<HubWatchers["load"]>;
+    fedFrames: { passed: number; built: number };
+  } {
     const s = this.store.state();
-    return { view: s?.view ?? null, session: s?.session ?? null, window: this.window.stats(), watchers: this.watchers.load() };
+    return {
+      view: s?.view ?? null,
+      session: s?.session ?? null,
+      window: this.window.stats(),
+      watchers: this.watchers.load(),
+      fedFrames: { ...this.fedFrames },
+    };
   }
 
   // ---- sockets ----
