@@ -8,7 +8,7 @@
 import { CLOSE_TOO_SLOW, safeClose } from "../http/errors.js";
 import type { Variant } from "../watch/variant.js";
 import { type HubFrame, variantMessage } from "./feed.js";
-import type { Flows } from "./flows.js";
+import type { Flow, Flows } from "./flows.js";
 
 /** What a hub knows of a watcher socket. */
 export interface SocketState {
@@ -27,7 +27,8 @@ export interface WatcherAttachment {
   annotations?: boolean;
 }
 
-type Group = { variant: Variant; sockets: Set<WebSocket> };
+/** Live sockets of one variant, each with its flow record (looked up once, not per send). */
+type Group = { variant: Variant; sockets: Map<WebSocket, Flow> };
 
 export class LiveFanOut {
   /** Live sockets by variant key (null until read from the attachments after a wake). */
@@ -65,14 +66,14 @@ export class LiveFanOut {
       if (sockets.size === 0) continue;
       const message = variantMessage(frames, variant);
       if (!message) continue;
-      for (const ws of sockets) this.sendLive(ws, message);
+      for (const [ws, flow] of sockets) this.sendLive(ws, flow, message);
     }
   }
 
   /** The same message to every live watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
     this.flush();
-    for (const { sockets } of this.groups()) for (const ws of sockets) this.flows.send(ws, message);
+    for (const { sockets } of this.groups()) for (const [ws, flow] of sockets) this.flows.sendOn(ws, flow, message);
   }
 
   /** Mark the socket live or not, in memory and in its attachment. */
@@ -80,7 +81,7 @@ export class LiveFanOut {
     s.live = live;
     ws.serializeAttachment({ ...(ws.deserializeAttachment() as WatcherAttachment), live } satisfies WatcherAttachment);
     if (!this.live) return;
-    if (live) this.group(s).sockets.add(ws);
+    if (live) this.group(s).sockets.set(ws, this.flows.flow(ws));
     else this.live.get(s.key)?.sockets.delete(ws);
   }
 
@@ -98,24 +99,24 @@ export class LiveFanOut {
   private groups(): Iterable<Group> {
     if (!this.live) {
       this.live = new Map();
-      for (const { ws, state } of this.sockets()) if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.add(ws);
+      for (const { ws, state } of this.sockets()) if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.set(ws, this.flows.flow(ws));
     }
     return this.live.values();
   }
 
   private group(s: SocketState): Group {
     let g = this.live!.get(s.key);
-    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Set() }));
+    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Map() }));
     return g;
   }
 
   /** A live send: refused (close 4008) when the watcher is too far behind. */
-  private sendLive(ws: WebSocket, message: Uint8Array): void {
-    const behind = this.flows.behind(ws) + message.length;
+  private sendLive(ws: WebSocket, flow: Flow, message: Uint8Array): void {
+    const behind = flow.sent - flow.acked + message.length;
     if (behind > this.lagBytes) {
       safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
       return;
     }
-    this.flows.send(ws, message);
+    this.flows.sendOn(ws, flow, message);
   }
 }

@@ -91,7 +91,7 @@ describe("viewer hubs", () => {
     await w.read((x) => x.lastSeq === last);
     const got = w.messages.flatMap((m) => (m.type === "frames" ? m.frames : []));
     expect(got.map(([seq]) => seq)).toEqual(frames.map((f) => f.seq));
-    got.forEach(([, d], k) => expect(equal(d, c.frames[k + 1]!), `frame ${k + 1} byte for byte`).toBe(true));
+    for (const [k, [, d]] of got.entries()) expect(equal(d, c.frames[k + 1]!), `frame ${k + 1} byte for byte`).toBe(true);
     const after = await hub(id, 0).stats();
     expect(after.fedFrames, "messages built by the episode cross the RPC with their delta in one buffer, and go out as they are").toEqual({
       passed: Math.floor(frames.length / 2),
