@@ -193,11 +193,12 @@ export class HubWatchers {
   restart(reason: SnapshotReason, id: string): void {
     this.dropCatchUps();
     const v = this.hub.view();
+    const hello = helloMessage(id, viewStatus(v), v.head); // the same bytes to every watcher
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
       const s = this.stateOf(ws);
       if (!s || ws.readyState !== WebSocket.OPEN) continue;
       if (s.live) this.live.set(ws, s, false);
-      this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
+      this.flows.send(ws, hello);
       this.waiting.push({ ws, after: null, ready: true, reason });
     }
     this.startWaiting();
