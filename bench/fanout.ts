@@ -480,6 +480,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     for (const n of WATCHERS) {
       for (const sizeKiB of SIZES_KIB) {
         const key = `${n}x${sizeKiB}KiB`;
+        if (opts.cases && !opts.cases.includes(key)) continue; // --cases 1000x16KiB: only that cell
         const latCount = latCountFor(n, sizeKiB);
         const started = performance.now();
         const foreign = new ForeignCpu();

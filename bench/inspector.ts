@@ -172,6 +172,8 @@ export class HeapSampler {
   private busy = false;
   private peaks = new Map<string, HeapFigure>();
   private last = new Map<string, HeapFigure>();
+  /** Per isolate, MiB: the rises of its heap between consecutive samples, summed since `markAllocated`. */
+  private rises = new Map<string, number>();
 
   constructor(targets: Target[]) {
     this.sessions = targets.map((t) => ({ name: t.name, s: new Session(t.url) }));
@@ -186,6 +188,8 @@ export class HeapSampler {
     const figs = await Promise.all(this.sessions.map(async (x) => [x.name, await x.s.usage()] as const));
     for (const [name, f] of figs) {
       if (!f) continue;
+      const prev = this.last.get(name);
+      if (prev && f.total > prev.total) this.rises.set(name, (this.rises.get(name) ?? 0) + f.total - prev.total);
       this.last.set(name, f);
       const p = this.peaks.get(name);
       if (!p || f.total > p.total) this.peaks.set(name, f);
@@ -205,6 +209,21 @@ export class HeapSampler {
   async mark(): Promise<void> {
     this.peaks = new Map();
     await this.sample();
+  }
+
+  /** The allocation count starts over (see `allocated`). */
+  markAllocated(): void {
+    this.rises = new Map();
+  }
+
+  /**
+   * Bytes each isolate allocated since `markAllocated`, at least: the sum of its heap's rises
+   * between samples (JS heap + ArrayBuffer backing stores), MiB. What was allocated and collected
+   * between two samples is missed, so this is a lower bound, comparable between runs sampled at
+   * the same rate.
+   */
+  allocated(): Record<string, number> {
+    return Object.fromEntries([...this.rises].map(([k, v]) => [k, Math.round(v * 10) / 10]));
   }
 
   peak(): Record<string, HeapFigure> {

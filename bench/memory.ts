@@ -4,8 +4,9 @@
 // The relay is what `npm run start:tiers` runs (scripts/tiers-dev.mjs: two wrangler dev sessions, the episode tier
 // and the hub tier, their workerd processes, local SQLite on a temporary directory). Memory is read
 // two ways: as Cloudflare counts it, each of our isolates' JS heap plus ArrayBuffer backing stores
-// (bench/inspector.ts, the runtimes' inspectors, ~every 100 ms; its peak, against the 128 MB an
-// isolate has), and as the machine sees it, the resident memory (VmRSS) of every workerd process,
+// (bench/inspector.ts, the runtimes' inspectors, ~every 50 ms; its peak, against the 128 MB an
+// isolate has; after a forced GC; and the sum of its rises, a lower bound of what was allocated,
+// per byte delivered to watchers), and as the machine sees it, the resident memory (VmRSS) of every workerd process,
 // read from /proc about every 50 ms, as growth over the idle runtime after start-up.
 //
 // Per episode size (default 50 and 200 MiB; --sizes adds more, e.g. 800):
@@ -154,7 +155,7 @@ class DevRelay {
     const pidOf = (re: RegExp) => Number(ours.find((t) => re.test(t.name))?.name.split(":")[0]);
     this.tierPids = { episodes: pidOf(/core:user:episode-relay$/), hubs: pidOf(/core:user:episode-relay-hubs$/) };
     if (!this.tierPids.episodes || !this.tierPids.hubs) throw new Error(`expected the two tiers' isolates, found ${this.heap.names.join(", ") || "none"}`);
-    this.heap.start();
+    this.heap.start(50);
     this.sampler = setInterval(() => {
       const m = residentKiB(this.pids);
       this.peak = Math.max(this.peak, m.rss);
@@ -319,6 +320,8 @@ interface SizeFigures {
   anon_growth_mib: { write: number; read: number; catch_up: number; finish: number };
   /** Each isolate's heap peak (JS + ArrayBuffers), MiB, over all of it (garbage not yet collected included). */
   heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
+  /** What each isolate allocated during the 1 + 10 catch-ups, per byte delivered to the watchers. */
+  catch_up_alloc: AllocFigures;
   /** Each isolate's heap after it, once garbage is collected: what it holds. */
   heap_retained_mib: Record<string, { used: number; backing: number; total: number }>;
   catch_up_ms: { one: number; ten_max: number; ratio: number };
@@ -348,6 +351,7 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
   const afterRead = growth();
   const anonRead = anon();
   const cpu0 = relay.cpuMs();
+  relay.heap.markAllocated();
   const one = await catchUp(relay.url, id);
   const cpu1 = relay.cpuMs();
   const tenStart = performance.now();
@@ -357,6 +361,7 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
   const afterCatchUp = growth();
   const anonCatchUp = anon();
   const heapPeak = relay.heap.peak();
+  const catchUpAlloc = perDelivered(relay.heap.allocated(), one.bytes + ten.reduce((n, t) => n + t.bytes, 0));
   const res = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: ep.reply });
   if (res.status !== 200) throw new Error(`reply: ${res.status} ${await res.text()}`);
   const finished = await read(relay.url, id);
@@ -376,6 +381,7 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
     anon_growth_mib: { write: round(anonWrite), read: round(anonRead), catch_up: round(anonCatchUp), finish: round(anonFinish) },
     heap_peak_mib: heapPeak,
     heap_retained_mib: await relay.heap.retained(),
+    catch_up_alloc: catchUpAlloc,
     catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
     catch_up_mib_per_s: { one: round(oneRate), ten: round(tenRate), ratio: round(tenRate / oneRate, 2) },
     catch_up_relay_cpu_ms: { one: cpu1 - cpu0, ten: cpu2 - cpu1, ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2) },
@@ -385,6 +391,27 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
 }
 
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+
+/** What each tier's isolate allocated (at least: bench/inspector.ts `allocated`), MiB, and per byte delivered to watchers. */
+interface AllocFigures {
+  delivered_mib: number;
+  allocated_mib: Record<string, number>;
+  per_delivered_byte: Record<string, number>;
+}
+
+function perDelivered(allocated: Record<string, number>, delivered: number): AllocFigures {
+  const short = (n: string) => n.replace(/^.*core:user:/, "");
+  return {
+    delivered_mib: round(delivered / MiB),
+    allocated_mib: Object.fromEntries(Object.entries(allocated).map(([k, v]) => [short(k), v])),
+    per_delivered_byte: Object.fromEntries(Object.entries(allocated).map(([k, v]) => [short(k), round((v * MiB) / Math.max(delivered, 1), 3)])),
+  };
+}
+
+const allocNote = (a: AllocFigures) =>
+  `delivered ${a.delivered_mib} MiB; allocated per byte delivered (≥): ${Object.entries(a.per_delivered_byte)
+    .map(([n, v]) => `${n} ${v}`)
+    .join(", ")}`;
 
 /** The first request after a restart, to a large and to a small episode. */
 async function wake(relay: DevRelay, large: string, small: string): Promise<{ large_ms: number; small_ms: number; ratio: number }> {
@@ -419,6 +446,8 @@ interface StormPhase {
   health_max_ms: number;
   growth_mib: number;
   heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
+  /** What each isolate allocated during the phase, per byte delivered to the watchers. */
+  alloc: AllocFigures;
 }
 
 /**
@@ -457,6 +486,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     let on = true;
     let connects = 0;
     let refused = 0;
+    let delivered = 0;
     const one = async () => {
       while (on) {
         const w = new WebSocket(wsUrl(relay.url, `/v1/episodes/${id}/watch`), { maxPayload: 1 << 30 });
@@ -464,6 +494,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
         w.on("message", (data: Buffer, binary) => {
           if (!binary) return;
           received += data.length;
+          delivered += data.length;
           w.send(ackMessage(received));
         });
         w.on("error", () => {});
@@ -483,13 +514,14 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     await sleep(ms);
     on = false;
     await Promise.all(all);
-    return { connects, refused };
+    return { connects, refused, delivered };
   };
   const phase = async (ms: number, honourHints: boolean): Promise<StormPhase> => {
     await take();
     const mark = relay.mark();
     const markBy = relay.rssBy();
     await relay.heap.mark();
+    relay.heap.markAllocated();
     const cpu0 = {
       e: relay.cpuMs(relay.tierPids.episodes),
       h: relay.cpuMs(relay.tierPids.hubs),
@@ -497,7 +529,8 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       m: machineBusyTicks(),
       t: performance.now(),
     };
-    const { connects, refused } = await watchers(ms, honourHints);
+    const { connects, refused, delivered } = await watchers(ms, honourHints);
+    const alloc = perDelivered(relay.heap.allocated(), delivered);
     const secs = (performance.now() - cpu0.t) / 1000;
     const cpu = {
       episodes: round((relay.cpuMs(relay.tierPids.episodes) - cpu0.e) / secs),
@@ -526,6 +559,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       health_max_ms: round(Math.max(...health)),
       growth_mib: round((relay.peak - mark) / 1024),
       heap_peak_mib: peak,
+      alloc,
     };
   };
   await sleep(2000);
@@ -615,8 +649,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       rows,
       notes: [
         `anon: the anonymous part of the same peaks (RssAnon: heaps, buffers); the rest is file pages mapped in (the SQLite database), which the kernel can drop`,
-        `heap: the largest of our isolates' (episode tier, hub tier, and the dev registry's proxies between them) JS heap + ArrayBuffer backing stores, read through the runtime inspector ~every 100 ms: its peak (garbage V8 has not yet collected included: it collects ArrayBuffers once ~64 MB more are held), and after the phase once a heap snapshot made it collect (what is really held); target ≤ ${TARGETS.maxHeapMiB} MiB of 128`,
+        `heap: the largest of our isolates' (episode tier, hub tier, and the dev registry's proxies between them) JS heap + ArrayBuffer backing stores, read through the runtime inspector ~every 50 ms: its peak (garbage V8 has not yet collected included: it collects ArrayBuffers once ~64 MB more are held), and after the phase once a heap snapshot made it collect (what is really held); target ≤ ${TARGETS.maxHeapMiB} MiB of 128`,
         `targets: growth ≤ ${TARGETS.maxGrowthMiB} MiB and flat in size; ten catch-ups together get ≥ ${TARGETS.minCatchUpRateRatio}× one's delivery rate; messages ≤ ${TARGETS.maxMessageMiB} MiB`,
+        ...Object.entries(bySize).map(([k, f]) => `${k} catch-ups: ${allocNote(f.catch_up_alloc)}`),
         `wake on ${Object.keys(bySize).at(-1)}: first request ${woke.large_ms} ms vs ${woke.small_ms} ms on a small episode (${woke.ratio}×; target ≤ ${TARGETS.wakeRatio}×)`,
         `storm (turn every 250 ms; 150 protocol-2 watchers offering permessage-deflate reconnect every ~20 ms): producer ack p50/p99 quiet ${stormFigures.quiet.ack_p50_ms}/${stormFigures.quiet.ack_p99_ms} ms`,
         ...(["honouring_hints", "ignoring_hints"] as const).map((k) => {
@@ -627,7 +662,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           const kept = Object.entries(p.heap_retained_mib)
             .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
             .join(", ");
-          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}`;
+          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}; ${allocNote(p.alloc)}`;
         }),
         `  idle 12 s after the storm, after GC, MiB: ${Object.entries(stormFigures.idle_after_mib)
           .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)

@@ -28,7 +28,7 @@ const USAGE = `usage: npm run bench -- [options]
 
   --only SECTION[,SECTION]  run only these sections (${SECTIONS.map(([n]) => n).join(", ")})
   --json                    print one JSON object on stdout (progress goes to stderr)
-  --cases NAME[,NAME]       golden-case sections: only these cases
+  --cases NAME[,NAME]       golden-case sections: only these cases; fanout: only these cells (e.g. 1000x16KiB)
   --warmup N                warm-up iterations per method (default 20, and at least ~50 ms)
   --min-ms N                measure each method at least N ms per case (default 300)
   --min-samples N           ... and at least N samples (default 30)

@@ -5,7 +5,7 @@
 // further stream when the window does not reach back far enough.
 import { describe, expect, it } from "vitest";
 import { type BridgeSource, COHORT_BYTES, type Cursor, HubCatchUp, HubCohort, type OpenCursor } from "../../src/protocol/hub/catchup.js";
-import type { CursorStep } from "../../src/protocol/hub/feed.js";
+import { type CursorStep, framed } from "../../src/protocol/hub/feed.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import type { Variant } from "../../src/protocol/watch/variant.js";
 import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
@@ -135,9 +135,9 @@ describe("hub catch-ups", () => {
     const s = scripted([msg(1)], 3);
     const window = new HubWindow(2, 1e6, 1e6);
     window.append([
-      { seq: 3, trace: "a", delta: new Uint8Array([0x80]) },
-      { seq: 4, trace: "b", delta: new Uint8Array([0x80]) },
-      { seq: 6, trace: "a", delta: new Uint8Array([0x80]) },
+      framed({ seq: 3, trace: "a", delta: new Uint8Array([0x80]) }),
+      framed({ seq: 4, trace: "b", delta: new Uint8Array([0x80]) }),
+      framed({ seq: 6, trace: "a", delta: new Uint8Array([0x80]) }),
     ]);
     const { src, opened } = source(
       window,
@@ -158,7 +158,7 @@ describe("hub catch-ups", () => {
 
   it("a resume inside the window needs no stream; one before it gets a stream from the episode", async () => {
     const window = new HubWindow(10, 1e6, 1e6);
-    window.append([{ seq: 11, trace: "t", delta: new Uint8Array([0x80]) }]);
+    window.append([framed({ seq: 11, trace: "t", delta: new Uint8Array([0x80]) })]);
     const s = scripted([], 10);
     const { src, opened } = source(
       window,
@@ -186,7 +186,7 @@ describe("hub catch-ups", () => {
       expect(c.next()).toBe("wait");
       await settle();
     }
-    src.window.append([{ seq: 9, trace: "t", delta: new Uint8Array([0x80]) }]);
+    src.window.append([framed({ seq: 9, trace: "t", delta: new Uint8Array([0x80]) })]);
     head = 9;
     expect(c.next()).toBe("done");
   });

@@ -4,11 +4,11 @@
 import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
-import type { FeedFrame } from "../../src/protocol/hub/feed.js";
+import { type FeedFrame, framed, type HubFrame, received, variantMessage } from "../../src/protocol/hub/feed.js";
 import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import { closeReason } from "../../src/protocol/http/errors.js";
-import { retryHintMs, retryReason } from "../../src/protocol/watch/protocol.js";
+import { retryHintMs, retryReason, decodeWatchMessage, frameMessage, framesMessage, joinFrameMessages } from "../../src/protocol/watch/protocol.js";
 
 describe("shards", () => {
   it("one hub per perHub watchers, at least one, at most maxHubs", () => {
@@ -97,7 +97,7 @@ describe("admission", () => {
 });
 
 describe("a hub's window of recent frames", () => {
-  const frame = (seq: number, bytes = 10): FeedFrame => ({ seq, trace: "t", delta: new Uint8Array(bytes) });
+  const frame = (seq: number, bytes = 10): HubFrame => framed({ seq, trace: "t", delta: new Uint8Array(bytes) });
 
   it("covers what it holds after its base, and gives frames after a seq, bounded", () => {
     const w = new HubWindow(4, 100, 100);
@@ -134,6 +134,61 @@ describe("a hub's window of recent frames", () => {
     for (let s = 1; s <= 5000; s++) w.append([frame(s)]);
     expect(w.stats()).toEqual({ frames: 5, bytes: 50, base: 4995 });
     expect(w.after(4997, 1000).map((f) => f.seq)).toEqual([4998, 4999, 5000]);
+  });
+});
+
+describe("a fed frame's message (passed through to watchers of the whole episode)", () => {
+  const bytes = (n: number, fill = 7) => new Uint8Array(n).fill(fill);
+
+  it("is framesMessage of the frame alone, byte for byte, with the delta its tail; joined, framesMessage of them all", () => {
+    const frames = [0, 10, 255, 256, 300, 65_535, 65_536, 70_000].flatMap((n, i) =>
+      [1, 127, 200, 70_000, 2 ** 33].map((seq) => ({ seq: seq + i, delta: bytes(n, i + 1) })),
+    );
+    for (const f of frames) {
+      const m = frameMessage(f.seq, f.delta);
+      expect(Buffer.from(m).equals(framesMessage([f])), `seq ${f.seq}, ${f.delta.length} B`).toBe(true);
+      expect(Buffer.from(m.subarray(m.length - f.delta.length)).equals(f.delta)).toBe(true);
+      expect(m.byteOffset === 0 && m.buffer.byteLength === m.length, "a buffer of its own, of its size").toBe(true);
+    }
+    const run = frames.slice(0, 20);
+    expect(Buffer.from(joinFrameMessages(run.map((f) => frameMessage(f.seq, f.delta)))).equals(framesMessage(run))).toBe(true);
+    const one = frameMessage(5, bytes(3));
+    expect(joinFrameMessages([one]), "one: those very bytes").toBe(one);
+  });
+
+  it("comes through a structured clone (as an RPC carries it) sharing one buffer; the hub keeps it, an older hub reads the delta", () => {
+    const f = framed({ seq: 42, trace: "t", delta: bytes(20_000, 3) });
+    const cloned = structuredClone(f) as FeedFrame;
+    expect(cloned.delta.buffer, "the delta is a view of the message's buffer, carried once").toBe(cloned.message!.buffer);
+    expect(cloned.delta).toEqual(bytes(20_000, 3));
+    const kept = received(cloned);
+    expect(kept.message, "passed through, not rebuilt").toBe(cloned.message);
+    expect(kept.message).toEqual(framesMessage([{ seq: 42, delta: bytes(20_000, 3) }]));
+  });
+
+  it("is built by the hub when the feed has none (an older episode) or one that does not match its frame", () => {
+    const delta = bytes(600, 9);
+    const old = received({ seq: 3, trace: "t", delta });
+    expect(old.message).toEqual(framesMessage([{ seq: 3, delta }]));
+    expect(old.delta).toEqual(delta);
+    const other = frameMessage(4, delta); // another seq's message
+    expect(received({ seq: 3, trace: "t", delta: other.subarray(other.length - 600), message: other }).message).toEqual(framesMessage([{ seq: 3, delta }]));
+    const apart = received({ seq: 3, trace: "t", delta, message: frameMessage(3, delta) }); // equal bytes, not its buffer
+    expect(apart.message).toEqual(framesMessage([{ seq: 3, delta }]));
+  });
+
+  it("goes as it is to the whole episode's watchers; other variants get their own frames message", () => {
+    const delta = (trace: string) => new Uint8Array([0x81, 0xa5, ...new TextEncoder().encode("trace"), 0xa1, trace.charCodeAt(0)]);
+    const fs = [framed({ seq: 1, trace: "a", delta: delta("a") }), framed({ seq: 2, trace: "b", delta: delta("b") })];
+    const full = { routing: true, traces: null };
+    expect(variantMessage(fs.slice(0, 1), full)).toBe(fs[0]!.message);
+    expect(variantMessage(fs, full)).toEqual(framesMessage(fs));
+    const onlyB = variantMessage(fs, { routing: true, traces: ["b"] })!;
+    expect(onlyB).toEqual(framesMessage([fs[1]!]));
+    const m = decodeWatchMessage(onlyB);
+    expect(m.type === "frames" && m.frames.map(([seq]) => seq)).toEqual([2]);
+    expect(variantMessage(fs, { routing: true, traces: ["c"] })).toBeNull();
+    expect(variantMessage([], full)).toBeNull();
   });
 });
 

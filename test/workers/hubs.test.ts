@@ -8,6 +8,8 @@ import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { hubName } from "../../src/protocol/hub/shards.js";
 import { retryHintMs } from "../../src/protocol/watch/protocol.js";
+import { traceOf } from "../../src/protocol/assembly/delta.js";
+import { type FeedFrame, framed } from "../../src/protocol/hub/feed.js";
 import { equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
@@ -61,6 +63,43 @@ describe("viewer hubs", () => {
     }
   });
 
+  it("mixed releases in a deploy: frames fed in an older episode's shape (no message) and in this one's reach the watchers exact; this one's are passed through", async () => {
+    const c = await golden("chat_basic");
+    expect(c.ack_lost, "a case without retractions").toEqual([]);
+    const id = freshId("feed-shapes");
+    await pushFrames(id, c, 0, 1, new ProducerCursor("p"));
+    const w = await Watcher.open(id);
+    await w.read((x) => x.caughtUp);
+    const before = await hub(id, 0).stats();
+    expect(before.view?.head).toBe(1);
+    // the hub fed as the episode would feed it: seq k + 1 is the case's frame k
+    const frames: FeedFrame[] = c.frames.slice(1).map((delta, i) => {
+      const f = { seq: i + 2, trace: traceOf(delta), delta };
+      return i % 2 === 0 ? f : framed(f); // older episodes: no message; this release: the frame as its message
+    });
+    const last = frames.at(-1)!.seq;
+    const answer = await hub(id, 0).feed(before.session!, {
+      session: before.session!,
+      after: 1,
+      restart: null,
+      frames,
+      view: { ...before.view!, head: last },
+      reply: null,
+      hubs: 1,
+    });
+    expect(answer.applied).toBe(true);
+    await w.read((x) => x.lastSeq === last);
+    const got = w.messages.flatMap((m) => (m.type === "frames" ? m.frames : []));
+    expect(got.map(([seq]) => seq)).toEqual(frames.map((f) => f.seq));
+    for (const [k, [, d]] of got.entries()) expect(equal(d, c.frames[k + 1]!), `frame ${k + 1} byte for byte`).toBe(true);
+    const after = await hub(id, 0).stats();
+    expect(after.fedFrames, "messages built by the episode cross the RPC with their delta in one buffer, and go out as they are").toEqual({
+      passed: Math.floor(frames.length / 2),
+      built: Math.ceil(frames.length / 2),
+    });
+    w.close();
+  });
+
   it("a hub leaves with its last watcher: streams and storage let go, the episode stops feeding it; the others go on", async () => {
     const c = await golden("chat_basic");
     const id = freshId("leave");
@@ -81,6 +120,7 @@ describe("viewer hubs", () => {
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await stay.read((x) => x.finished !== null);
     expect(equal(stay.episodeBytes(), c.episode!)).toBe(true);
+    expect((await hub(id, 0).stats()).fedFrames.passed, "frames committed while it watched came as their messages, passed through").toBeGreaterThan(0);
     expect((await hub(id, 1).stats()).view, "no feed reached the hub that left").toBeNull();
     stay.close();
     await eventually(

@@ -21,22 +21,23 @@ export function nodeBody(sql: SqlStorage, tnum: number, idx: number, ver: number
 export function nodeBodies(sql: SqlStorage, tnum: number, from: number, to: number, asOf: number): Uint8Array[] {
   const out: Uint8Array[] = [];
   let idx = -1;
-  let ver = -1;
   let parts: Uint8Array[] = [];
   const flush = () => {
     if (idx >= 0) out[idx - from] = concatChunks(parts);
   };
-  for (const r of sql.exec<{ idx: number; ver: number; data: ArrayBuffer }>(
-    "SELECT idx, ver, data FROM bodies WHERE tnum = ? AND kind = 0 AND idx >= ? AND idx < ? AND ver <= ? ORDER BY idx, ver, part",
+  // only the newest version's rows come back (older versions' bodies are never read into memory)
+  for (const r of sql.exec<{ idx: number; data: ArrayBuffer }>(
+    `SELECT b.idx, b.data FROM bodies b WHERE b.tnum = ?1 AND b.kind = 0 AND b.idx >= ?2 AND b.idx < ?3
+       AND b.ver = (SELECT max(v.ver) FROM bodies v WHERE v.tnum = ?1 AND v.kind = 0 AND v.idx = b.idx AND v.ver <= ?4)
+     ORDER BY b.idx, b.part`,
     tnum,
     from,
     to,
     asOf,
   )) {
-    if (r.idx !== idx || r.ver !== ver) {
-      if (r.idx !== idx) flush();
+    if (r.idx !== idx) {
+      flush();
       idx = r.idx;
-      ver = r.ver;
       parts = [];
     }
     parts.push(new Uint8Array(r.data));

@@ -8,11 +8,12 @@
 
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
-import { buildDelta, type DeltaPlan, snapshotPlan } from "../../protocol/assembly/snapshot.js";
+import { buildDelta, type DeltaPlan, snapshotPlan, buildDeltaChunks } from "../../protocol/assembly/snapshot.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
-import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage } from "../../protocol/watch/protocol.js";
+import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage, type Chunks } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
 import type { Pin } from "../../protocol/episode/holds.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
 import type { Meta } from "./storage.js";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
@@ -35,7 +36,7 @@ export interface CatchUpSource {
 /** A snapshot's messages, built one at a time as pulled (nothing kept once given). */
 export abstract class SnapshotMessages {
   /** One delta built that did not fit the last message. */
-  private carried: Uint8Array | null = null;
+  private carried: Uint8Array | Chunks | null = null;
   private built = 0;
   done = false;
 
@@ -47,8 +48,8 @@ export abstract class SnapshotMessages {
 
   /** False once a retraction rewound the episode to before `seq`. */
   abstract get valid(): boolean;
-  /** The next delta as the variant sees it, or null at the end. */
-  protected abstract nextDelta(): Uint8Array | null | Promise<Uint8Array | null>;
+  /** The next delta as the variant sees it (whole, or as pieces the message joins), or null at the end. */
+  protected abstract nextDelta(): Uint8Array | Chunks | null | Promise<Uint8Array | Chunks | null>;
   /** Let go of what the snapshot holds. */
   abstract release(): void;
 
@@ -56,14 +57,15 @@ export abstract class SnapshotMessages {
   async message(): Promise<Uint8Array | null> {
     if (this.done) return null;
     const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
-    const batch: Uint8Array[] = [];
+    const batch: Array<Uint8Array | Chunks> = [];
     let bytes = 0;
     for (;;) {
       const d = this.carried ?? (await this.nextDelta());
       this.carried = null;
       if (d === null) break;
       if (batch.length > 0 && bytes + d.length > limit) {
-        this.carried = d;
+        // kept for the next message, joined: pieces are not held across turns (ingest goes on)
+        this.carried = d instanceof Uint8Array ? d : concatChunks(d.chunks, d.length);
         break;
       }
       batch.push(d);
@@ -102,11 +104,14 @@ export class SnapshotBuilder extends SnapshotMessages {
     this.pin.release();
   }
 
-  /** The next planned delta as the variant sees it (routing stripped if asked), or null at the end. */
-  protected nextDelta(): Uint8Array | null {
+  /**
+   * The next planned delta as the variant sees it (routing stripped if asked), or null at the end.
+   * With routing, its pieces as they are (the message is the one copy of the bodies it carries).
+   */
+  protected nextDelta(): Uint8Array | Chunks | null {
     if (this.next >= this.plan.length) return null;
-    const d = buildDelta(this.reader, this.wanted, this.plan[this.next++]!);
-    return this.variant.routing ? d : stripRouting(d);
+    const p = this.plan[this.next++]!;
+    return this.variant.routing ? buildDeltaChunks(this.reader, this.wanted, p) : stripRouting(buildDelta(this.reader, this.wanted, p));
   }
 }
 

@@ -21,6 +21,7 @@ import {
   type Restart,
   sameView,
   viewEnded,
+  framed,
 } from "../../protocol/hub/feed.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { retryDelay } from "./run-row-sync.js";
@@ -171,8 +172,10 @@ export class HubFeeds {
     }
     if (this.recentAfter === null || (this.recent.length === 0 && this.recentAfter !== before)) this.recentAfter = before;
     for (const f of frames) {
-      // a copy: the frame is a view of its whole request body
-      this.recent.push({ seq: f.seq, trace: f.trace, delta: f.delta.slice() });
+      // a copy (the frame is a view of its whole request body), as the watchers' message: the hub
+      // passes those bytes through to every watcher of the whole episode (older hubs read `delta`,
+      // a view of the same buffer, which the call carries once)
+      this.recent.push(framed(f));
       this.recentBytes += f.delta.length;
     }
     while (this.recent.length > 1 && this.recentBytes > RECENT_BYTES) {

@@ -212,25 +212,22 @@ export class EpisodeRecord {
   /** Frames with after < seq ≤ upTo, in order, reassembled from their parts; at most about `maxBytes` (at least one). */
   *frames(after = 0, upTo = Number.MAX_SAFE_INTEGER, maxBytes = Number.MAX_SAFE_INTEGER): Generator<{ seq: number; frame: Uint8Array }> {
     if (!this.exists()) return;
-    let seq = -1;
-    let parts: Uint8Array[] = [];
+    // seqs first (from the primary key's index), then each frame's parts: a read that stops at
+    // `maxBytes` reads no frame it does not give (one query over the range would have read the next)
     let total = 0;
-    for (const row of this.sql.exec<{ seq: number; data: ArrayBuffer }>(
-      "SELECT seq, data FROM frames WHERE seq > ? AND seq <= ? ORDER BY seq, part",
-      after,
-      upTo,
-    )) {
-      if (row.seq !== seq && parts.length) {
-        const frame = concatChunks(parts);
+    let from = after;
+    for (;;) {
+      const seqs = this.sql.exec<{ seq: number }>("SELECT seq FROM frames WHERE seq > ? AND seq <= ? AND part = 0 ORDER BY seq LIMIT 64", from, upTo).toArray();
+      for (const { seq } of seqs) {
+        const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM frames WHERE seq = ? ORDER BY part", seq).toArray();
+        const frame = concatChunks(parts.map((r) => new Uint8Array(r.data)));
         yield { seq, frame };
         total += frame.length;
-        parts = [];
         if (total >= maxBytes) return;
       }
-      seq = row.seq;
-      parts.push(new Uint8Array(row.data));
+      if (seqs.length < 64) return;
+      from = seqs.at(-1)!.seq;
     }
-    if (parts.length) yield { seq, frame: concatChunks(parts) };
   }
 
   /** Seqs and sizes of the logged frames, newest first. */

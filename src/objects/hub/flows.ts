@@ -7,7 +7,10 @@
 /** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */
 export const FIRST_WINDOW = 512 * 1024;
 
-interface Flow {
+/** WebSocket.OPEN (a constant: reading it off the runtime's class on every send costs a lookup). */
+const OPEN = 1;
+
+export interface Flow {
   sent: number;
   acked: number;
   /** The catch-up window now (grows with acks). */
@@ -32,15 +35,29 @@ export class Flows {
     return f;
   }
 
+  /**
+   * The socket's flow record, for callers that send to it often (the live fan-out keeps it beside
+   * the socket: a lookup keyed by a runtime object, per send to a thousand sockets, costs more
+   * than the send). Valid until `forget`.
+   */
+  flow(ws: WebSocket): Flow {
+    return this.of(ws);
+  }
+
   /** Send on a socket that may be closing (then nothing is sent, false); counts what was sent. */
   send(ws: WebSocket, message: Uint8Array): boolean {
-    if (ws.readyState !== WebSocket.OPEN) return false; // closing or closed: skip the ghost
+    return this.sendOn(ws, this.of(ws), message);
+  }
+
+  /** `send` with the socket's flow record at hand (see `flow`). */
+  sendOn(ws: WebSocket, f: Flow, message: Uint8Array): boolean {
+    if (ws.readyState !== OPEN) return false; // closing or closed: skip the ghost
     try {
       ws.send(message);
     } catch {
       return false; // the socket went away between listing and sending
     }
-    this.of(ws).sent += message.length;
+    f.sent += message.length;
     this.queued += message.length;
     return true;
   }

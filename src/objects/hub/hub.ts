@@ -12,7 +12,7 @@ import { CLOSE_NORMAL, CLOSE_POLICY, echoClose, errorResponse, RelayError, safeC
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import type { Cursor } from "../../protocol/hub/catchup.js";
-import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
+import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus, received } from "../../protocol/hub/feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
 import { HubStore } from "./store.js";
 import type { WatcherAttachment } from "./live.js";
@@ -37,6 +37,8 @@ export class ViewerHub extends DurableObject<Env> {
   private reported = -1;
   /** The session of a join under way (a feed for it may arrive before the join's answer). */
   private joining: number | null = null;
+  /** Fed frames since the hub woke: with their message as the episode built it (passed through), or built here (older episodes, log reads). */
+  private readonly fedFrames = { passed: 0, built: 0 };
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -120,9 +122,11 @@ export class ViewerHub extends DurableObject<Env> {
       return { applied: true, view: f.view, member: true, watchers };
     }
     if (f.after !== v.head) return { applied: false, view: v, member: true, watchers };
-    this.window.append(f.frames);
+    const frames = f.frames.map(received);
+    for (let i = 0; i < frames.length; i++) this.fedFrames[frames[i] === f.frames[i] ? "passed" : "built"]++;
+    this.window.append(frames);
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
-    this.watchers.broadcast(f.frames);
+    this.watchers.broadcast(frames);
     const n = f.view;
     if (!viewEnded(v) && viewEnded(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
     else if (n.status === "live" && n.refused !== v.refused) this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
@@ -149,9 +153,21 @@ export class ViewerHub extends DurableObject<Env> {
   }
 
   /** For tests and benches: what this hub holds. */
-  stats(): { view: HubView | null; session: number | null; window: ReturnType<HubWindow["stats"]>; watchers: ReturnType<HubWatchers["load"]> } {
+  stats(): {
+    view: HubView | null;
+    session: number | null;
+    window: ReturnType<HubWindow["stats"]>;
+    watchers: ReturnType<HubWatchers["load"]>;
+    fedFrames: { passed: number; built: number };
+  } {
     const s = this.store.state();
-    return { view: s?.view ?? null, session: s?.session ?? null, window: this.window.stats(), watchers: this.watchers.load() };
+    return {
+      view: s?.view ?? null,
+      session: s?.session ?? null,
+      window: this.window.stats(),
+      watchers: this.watchers.load(),
+      fedFrames: { ...this.fedFrames },
+    };
   }
 
   // ---- sockets ----

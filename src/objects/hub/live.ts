@@ -6,10 +6,9 @@
 // in their attachments (it survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
-import { type Frame, framesMessage } from "../../protocol/watch/protocol.js";
-import { deltaForVariant, type Variant } from "../../protocol/watch/variant.js";
-import type { FeedFrame } from "../../protocol/hub/feed.js";
-import type { Flows } from "./flows.js";
+import type { Variant } from "../../protocol/watch/variant.js";
+import { type HubFrame, variantMessage } from "../../protocol/hub/feed.js";
+import type { Flows, Flow } from "./flows.js";
 
 /** What a hub knows of a watcher socket. */
 export interface SocketState {
@@ -28,13 +27,14 @@ export interface WatcherAttachment {
   annotations?: boolean;
 }
 
-type Group = { variant: Variant; sockets: Set<WebSocket> };
+/** Live sockets of one variant, each with its flow record (looked up once, not per send). */
+type Group = { variant: Variant; sockets: Map<WebSocket, Flow> };
 
 export class LiveFanOut {
   /** Live sockets by variant key (null until read from the attachments after a wake). */
   private live: Map<string, Group> | null = null;
   /** Frames fed but not yet sent (coalesced into one message per variant). */
-  private pending: FeedFrame[] = [];
+  private pending: HubFrame[] = [];
   private scheduled = false;
 
   constructor(
@@ -48,7 +48,7 @@ export class LiveFanOut {
    * Queue fed `frames` (consecutive, as applied). They go out from a zero-delay timer, so feeds
    * arriving back to back share one message per variant.
    */
-  queue(frames: readonly FeedFrame[]): void {
+  queue(frames: readonly HubFrame[]): void {
     if (frames.length === 0) return;
     this.pending.push(...frames);
     if (this.scheduled) return;
@@ -63,21 +63,23 @@ export class LiveFanOut {
     if (frames.length === 0) return;
     this.pending = [];
     for (const { variant, sockets } of this.groups()) {
-      const visible: Frame[] = [];
-      for (const f of frames) {
-        const d = deltaForVariant(f.delta, f.trace, variant);
-        if (d) visible.push({ seq: f.seq, delta: d });
+      if (sockets.size === 0) continue;
+      const message = variantMessage(frames, variant);
+      if (!message) continue;
+      // the lag rule inline (a thousand sockets per message): refused once it would pass lagBytes
+      const n = message.length;
+      const limit = this.lagBytes - n;
+      for (const [ws, flow] of sockets) {
+        if (flow.sent - flow.acked > limit) this.tooSlow(ws, flow.sent - flow.acked + n);
+        else this.flows.sendOn(ws, flow, message);
       }
-      if (visible.length === 0) continue;
-      const message = framesMessage(visible);
-      for (const ws of sockets) this.sendLive(ws, message);
     }
   }
 
   /** The same message to every live watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
     this.flush();
-    for (const { sockets } of this.groups()) for (const ws of sockets) this.flows.send(ws, message);
+    for (const { sockets } of this.groups()) for (const [ws, flow] of sockets) this.flows.sendOn(ws, flow, message);
   }
 
   /** Mark the socket live or not, in memory and in its attachment. */
@@ -85,7 +87,7 @@ export class LiveFanOut {
     s.live = live;
     ws.serializeAttachment({ ...(ws.deserializeAttachment() as WatcherAttachment), live } satisfies WatcherAttachment);
     if (!this.live) return;
-    if (live) this.group(s).sockets.add(ws);
+    if (live) this.group(s).sockets.set(ws, this.flows.flow(ws));
     else this.live.get(s.key)?.sockets.delete(ws);
   }
 
@@ -103,24 +105,19 @@ export class LiveFanOut {
   private groups(): Iterable<Group> {
     if (!this.live) {
       this.live = new Map();
-      for (const { ws, state } of this.sockets()) if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.add(ws);
+      for (const { ws, state } of this.sockets()) if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.set(ws, this.flows.flow(ws));
     }
     return this.live.values();
   }
 
   private group(s: SocketState): Group {
     let g = this.live!.get(s.key);
-    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Set() }));
+    if (!g) this.live!.set(s.key, (g = { variant: s.variant, sockets: new Map() }));
     return g;
   }
 
-  /** A live send: refused (close 4008) when the watcher is too far behind. */
-  private sendLive(ws: WebSocket, message: Uint8Array): void {
-    const behind = this.flows.behind(ws) + message.length;
-    if (behind > this.lagBytes) {
-      safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
-      return;
-    }
-    this.flows.send(ws, message);
+  /** A live watcher too far behind its acknowledgements: closed 4008 (it resumes with ?after=). */
+  private tooSlow(ws: WebSocket, behind: number): void {
+    safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
   }
 }

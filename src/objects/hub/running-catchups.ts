@@ -36,6 +36,8 @@ export class RunningCatchUps {
   private readonly progress = new WeakMap<WebSocket, number>();
   /** A timer that closes idle catch-ups (only while some run). */
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  /** caught_up (and finish) for the view they were built for: the same bytes to every watcher caught up at it. */
+  private ending: { key: string; caughtUp: Uint8Array; finish: Uint8Array | null } | null = null;
 
   constructor(
     private readonly flows: Flows,
@@ -90,6 +92,7 @@ export class RunningCatchUps {
     this.catchUps.clear();
     this.socketOf.clear();
     this.blocked.clear();
+    this.ending = null;
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
   }
@@ -188,9 +191,20 @@ export class RunningCatchUps {
     this.catchUps.delete(ws);
     this.socketOf.delete(c);
     c.release();
-    this.flows.send(ws, caughtUpMessage(v.head));
-    if (viewEnded(v)) this.flows.send(ws, finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error));
+    const end = this.endingFor(v);
+    this.flows.send(ws, end.caughtUp);
+    if (end.finish) this.flows.send(ws, end.finish);
     this.ends.caughtUp(ws);
+  }
+
+  /** The messages that end a catch-up at view `v`, built once per view (finish carries the reply, read from storage). */
+  private endingFor(v: HubView): { caughtUp: Uint8Array; finish: Uint8Array | null } {
+    const key = `${v.head}|${v.epoch}|${v.status}|${v.error ?? ""}`;
+    if (this.ending?.key !== key) {
+      const finish = viewEnded(v) ? finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error) : null;
+      this.ending = { key, caughtUp: caughtUpMessage(v.head), finish };
+    }
+    return this.ending;
   }
 
   /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */

@@ -14,7 +14,7 @@ import { annotationsMessage, helloMessage, parseWatcherText, retryReason, type S
 import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
-import { type FeedFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import { type HubView, viewStatus, type HubFrame } from "../../protocol/hub/feed.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
@@ -193,11 +193,12 @@ export class HubWatchers {
   restart(reason: SnapshotReason, id: string): void {
     this.dropCatchUps();
     const v = this.hub.view();
+    const hello = helloMessage(id, viewStatus(v), v.head); // the same bytes to every watcher
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
       const s = this.stateOf(ws);
       if (!s || ws.readyState !== WebSocket.OPEN) continue;
       if (s.live) this.live.set(ws, s, false);
-      this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
+      this.flows.send(ws, hello);
       this.waiting.push({ ws, after: null, ready: true, reason });
     }
     this.startWaiting();
@@ -263,7 +264,7 @@ export class HubWatchers {
   }
 
   /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
-  broadcast(frames: readonly FeedFrame[]): void {
+  broadcast(frames: readonly HubFrame[]): void {
     for (const f of frames) this.streams.fedBytes(f.delta.length);
     this.live.queue(frames);
     this.catchUps.wakeBlocked();

@@ -11,7 +11,7 @@ import { LIST_FIELDS, type ListField } from "./fields.js";
 import { writeNode } from "./node.js";
 import { countOf, type TraceView } from "./render.js";
 import type { BodyReader } from "./store.js";
-import { ChunkWriter, encodeStr } from "../wire/writer.js";
+import { ChunkWriter, concatChunks, encodeStr } from "../wire/writer.js";
 
 /** Target size of one snapshot delta. */
 export const DELTA_BYTES = 1 << 20;
@@ -85,6 +85,12 @@ export function snapshotPlan(views: readonly TraceView[], budget = DELTA_BYTES):
 
 /** Build one planned delta, reading its bodies from `reader`. */
 export function buildDelta(reader: BodyReader, views: readonly TraceView[], p: DeltaPlan): Uint8Array {
+  const d = buildDeltaChunks(reader, views, p);
+  return concatChunks(d.chunks, d.length);
+}
+
+/** The delta as pieces (views of the stored bodies; header bytes in scratch buffers): written into a message without joining them first. */
+export function buildDeltaChunks(reader: BodyReader, views: readonly TraceView[], p: DeltaPlan): { chunks: Uint8Array[]; length: number } {
   const v = views[p.view]!;
   const set = p.last ? v.slots.filter((s) => s.from === "set") : [];
   const w = new ChunkWriter();
@@ -122,7 +128,7 @@ export function buildDelta(reader: BodyReader, views: readonly TraceView[], p: D
     w.raw(KEYS.pending!);
     w.raw(v.pending);
   }
-  return w.bytes();
+  return { chunks: w.finish(), length: w.length };
 }
 
 /** Every trace's snapshot deltas, in arrival order. */

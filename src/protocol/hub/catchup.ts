@@ -8,9 +8,9 @@
 // own head with the frames in the hub's window, or, when the window no longer reaches back that
 // far, with a further stream from the episode; then it is caught up, and live.
 
-import { framesMessage, MESSAGE_BYTES, type Frame, type SnapshotReason } from "../watch/protocol.js";
-import { deltaForVariant, type Variant, variantKey } from "../watch/variant.js";
-import type { CursorStep } from "./feed.js";
+import { MESSAGE_BYTES, type SnapshotReason } from "../watch/protocol.js";
+import { type Variant, variantKey } from "../watch/variant.js";
+import { type CursorStep, variantMessage } from "./feed.js";
 import type { HubWindow } from "./window.js";
 
 /** Messages a cohort keeps between its slowest and its fastest member, bytes. */
@@ -195,12 +195,7 @@ export interface BridgeSource {
 export function bridgeMessage(window: HubWindow, head: number, variant: Variant, at: number): { message: Uint8Array | null; last: number } {
   const frames = window.after(at, MESSAGE_BYTES);
   const last = frames.at(-1)?.seq ?? head; // nothing after `at` up to the head: retracted frames leave gaps
-  const visible: Frame[] = [];
-  for (const f of frames) {
-    const d = deltaForVariant(f.delta, f.trace, variant);
-    if (d) visible.push({ seq: f.seq, delta: d });
-  }
-  return { message: visible.length ? framesMessage(visible) : null, last };
+  return { message: variantMessage(frames, variant), last };
 }
 
 /**

@@ -7,7 +7,8 @@
 // what it lacks) or behind a retraction is told to restart: its watchers start over from a
 // snapshot. So no feed is queued in memory, and a slow hub never holds back ingest.
 
-import type { SnapshotReason } from "../watch/protocol.js";
+import { type Frame, frameMessage, framesMessage, isFrameMessageOf, joinFrameMessages, type SnapshotReason } from "../watch/protocol.js";
+import { deltaForVariant, isFull, type Variant } from "../watch/variant.js";
 
 export type HubStatus = "new" | "live" | "finished" | "failed";
 
@@ -30,6 +31,28 @@ export interface FeedFrame {
   seq: number;
   trace: string;
   delta: Uint8Array;
+  /**
+   * The frame alone as the watchers' `frames` message (`frameMessage`), `delta` a view of its tail
+   * (one buffer: the feed call carries its bytes once). Watchers of the whole episode get these
+   * bytes as they are. Absent in feeds of older releases, and for frames read back from the log:
+   * the hub builds it.
+   */
+  message?: Uint8Array;
+}
+
+/** A frame as a hub holds it: with its message. */
+export type HubFrame = FeedFrame & { message: Uint8Array };
+
+/** A frame with its message built once (one copy of its delta, which then is the message's tail). */
+export function framed(f: { seq: number; trace: string; delta: Uint8Array }): HubFrame {
+  const message = frameMessage(f.seq, f.delta);
+  return { seq: f.seq, trace: f.trace, delta: message.subarray(message.length - f.delta.length), message };
+}
+
+/** A fed frame as the hub keeps it: the message the episode sent when it is sound, else one built here. */
+export function received(f: FeedFrame): HubFrame {
+  if (f.message instanceof Uint8Array && isFrameMessageOf(f.message, f.seq, f.delta)) return f as HubFrame;
+  return framed(f);
 }
 
 /** Why a hub's watchers start over: frames they hold were retracted, or the frames they lack are gone from the log. */
@@ -102,3 +125,18 @@ export function feedBytes(frames: readonly FeedFrame[]): number {
  * retraction took back what the stream gave (the hub's own restart follows in its feed).
  */
 export type CursorStep = { message: Uint8Array } | { end: number } | { rewound: true };
+
+/**
+ * Consecutive frames as one `frames` message for `variant` (null: it sees none of them). For the
+ * whole episode, the frames' own messages as the episode sent them (one frame: those very bytes).
+ */
+export function variantMessage(frames: readonly HubFrame[], variant: Variant): Uint8Array | null {
+  if (frames.length === 0) return null;
+  if (isFull(variant)) return joinFrameMessages(frames.map((f) => f.message));
+  const visible: Frame[] = [];
+  for (const f of frames) {
+    const d = deltaForVariant(f.delta, f.trace, variant);
+    if (d) visible.push({ seq: f.seq, delta: d });
+  }
+  return visible.length ? framesMessage(visible) : null;
+}

@@ -3,10 +3,10 @@
 // hub's head, read it without asking the episode. It starts empty whenever the hub wakes (memory
 // only); what it lacks, a catch-up reads from the episode.
 
-import type { FeedFrame } from "./feed.js";
+import type { HubFrame } from "./feed.js";
 
 export class HubWindow {
-  private frames: FeedFrame[] = [];
+  private frames: HubFrame[] = [];
   private first = 0;
   private bytes = 0;
   /** The window holds the frames after this seq. */
@@ -28,7 +28,7 @@ export class HubWindow {
     this.base = head;
   }
 
-  append(frames: readonly FeedFrame[]): void {
+  append(frames: readonly HubFrame[]): void {
     for (const f of frames) {
       this.frames.push(f);
       this.bytes += f.delta.length;
@@ -51,8 +51,8 @@ export class HubWindow {
   }
 
   /** Frames with seq > `after`, in order, at most about `maxBytes` (at least one). */
-  after(after: number, maxBytes: number): FeedFrame[] {
-    const out: FeedFrame[] = [];
+  after(after: number, maxBytes: number): HubFrame[] {
+    const out: HubFrame[] = [];
     let bytes = 0;
     // frames are in seq order: find the first after `after` by bisection
     let lo = this.first;

@@ -56,9 +56,16 @@ function head(w: ChunkWriter, type: string, fields: number): void {
   w.raw(K[type]!);
 }
 
-function bin(w: ChunkWriter, b: Uint8Array): void {
+function bin(w: ChunkWriter, b: Uint8Array | Chunks): void {
   w.binHeader(b.length);
-  w.raw(b);
+  if (b instanceof Uint8Array) w.raw(b);
+  else for (const c of b.chunks) w.raw(c);
+}
+
+/** A bin value's bytes as pieces (their concatenation is the value): written without joining them first. */
+export interface Chunks {
+  chunks: readonly Uint8Array[];
+  length: number;
 }
 
 export function helloMessage(episode: string, status: string, seq: number, ackBytes = ACK_BYTES): Uint8Array {
@@ -78,7 +85,7 @@ export function helloMessage(episode: string, status: string, seq: number, ackBy
 }
 
 /** One snapshot message: part of the state as of `seq` (`more`: further parts follow). */
-export function snapshotMessage(seq: number, reason: string, deltas: Uint8Array[], more: boolean): Uint8Array {
+export function snapshotMessage(seq: number, reason: string, deltas: ReadonlyArray<Uint8Array | Chunks>, more: boolean): Uint8Array {
   const w = new ChunkWriter();
   head(w, "snapshot", 4);
   w.raw(K.seq!);
@@ -109,6 +116,58 @@ export function framesMessage(frames: Frame[]): Uint8Array {
     w.int(f.seq);
     bin(w, f.delta);
   }
+  return w.bytes();
+}
+
+/** `{type: "frames", frames: ` as framesMessage writes it: what precedes the frames' array header. */
+const FRAMES_HEAD = (() => {
+  const w = new ChunkWriter();
+  head(w, "frames", 1);
+  w.raw(K.frames!);
+  return w.bytes().slice();
+})();
+
+/** The bytes of `frameMessage(seq, delta)` before the delta's, for a delta of `n` bytes. */
+function frameHead(seq: number, n: number): Uint8Array {
+  const w = new ChunkWriter();
+  w.raw(FRAMES_HEAD);
+  w.arrayHeader(1);
+  w.arrayHeader(2);
+  w.int(seq);
+  w.binHeader(n);
+  return w.bytes();
+}
+
+/**
+ * One frame alone as a `frames` message, in a buffer of its own of exactly its size; the delta's
+ * bytes are its tail (`message.subarray(message.length - delta.length)`). The same bytes as
+ * `framesMessage([frame])`; several such messages join into one with `joinFrameMessages`.
+ */
+export function frameMessage(seq: number, delta: Uint8Array): Uint8Array {
+  const head = frameHead(seq, delta.length);
+  const out = new Uint8Array(head.length + delta.length);
+  out.set(head, 0);
+  out.set(delta, head.length);
+  return out;
+}
+
+/** Whether `message` is `frameMessage(seq, delta)` with `delta` its own tail (a feed's frame as the episode sent it). */
+export function isFrameMessageOf(message: Uint8Array, seq: number, delta: Uint8Array): boolean {
+  if (delta.buffer !== message.buffer || delta.byteOffset + delta.length !== message.byteOffset + message.length) return false;
+  const head = frameHead(seq, delta.length);
+  if (message.length !== head.length + delta.length) return false;
+  // the head is compared (a few bytes); the delta's bytes are the same memory
+  for (let i = 0; i < head.length; i++) if (message[i] !== head[i]) return false;
+  return true;
+}
+
+/** Frame messages (`frameMessage`, consecutive) as one `frames` message: the same bytes as `framesMessage` of their frames. */
+export function joinFrameMessages(messages: readonly Uint8Array[]): Uint8Array {
+  if (messages.length === 1) return messages[0]!;
+  const w = new ChunkWriter();
+  w.raw(FRAMES_HEAD);
+  w.arrayHeader(messages.length);
+  for (const m of messages) w.raw(m.subarray(FRAMES_HEAD.length + 1));
   return w.bytes();
 }
 
