@@ -14,6 +14,7 @@
 
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
+import { parseSearchQuery } from "../src/search/query.js";
 import { LMap, type LValue, encodeLossless } from "../src/wire/lossless.js";
 import type { BenchOptions } from "./harness.js";
 import { median, sig } from "./harness.js";
@@ -190,7 +191,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       const times = { indexMs: [] as number[], scanMs: [] as number[] };
       for (let i = 0; i < REPEATS; i++) {
         let t = performance.now();
-        await index.search({ match: `"${q}"`, terms: [q] }, { status: null, prefix: null, filter: emptyFilter(), limit: 20 }, null, null);
+        await index.search(parseSearchQuery(q), { status: null, prefix: null, filter: emptyFilter(), limit: 20 }, null, null);
         times.indexMs.push(performance.now() - t);
         t = performance.now();
         await index.scanText(q, 20);

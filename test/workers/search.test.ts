@@ -104,11 +104,17 @@ describe("search over a run's episodes", () => {
       for (let i = 1; i < hits.length; i++) expect(hits[i]!.score).toBeLessThanOrEqual(hits[i - 1]!.score);
       for (const h of hits) {
         expect(h.snippets.length).toBeGreaterThan(0);
-        for (const s of h.snippets)
+        for (const s of h.snippets) {
+          // each snippet is from a segment the query matches (a bare word matches a role or a tool's name too)
           expect(
-            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node),
+            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node && (matches(x) || matches({ ...x, body: `${x.role} ${x.tool ?? ""}` }))),
             `${h.id} ${s.trace}/${s.node}`,
           ).toBe(true);
+          // and marks the words it shows, only those
+          const shown = { trace: s.trace, node: s.node, role: s.role, tool: s.tool, kind: "text" as const, body: s.text };
+          if (!query.startsWith("q=tool:") && matches(shown)) expect(s.highlights.length, `${h.id} ${s.text}`).toBeGreaterThan(0);
+          for (const [a, b] of s.highlights) expect(matches({ ...shown, body: s.text.slice(a, b) }), s.text.slice(a, b)).toBe(true);
+        }
       }
     });
   }
