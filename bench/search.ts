@@ -240,7 +240,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
 
     // what the text costs the index, per rollout
     const usage = JSON.parse((await http.request("GET", `/v1/runs/${runName}/usage`)).body.toString()) as {
-      index: { rowsWritten: number; sqliteBytes: number };
+      index: { rowsWritten: number; sqliteBytes: number; wakes: number; requests: number };
     };
     const size = await index.searchSize();
     const figures = {
@@ -257,6 +257,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       chars_per_rollout: sig(size.chars / ROLLOUTS),
       index_rows_written_per_rollout: sig(usage.index.rowsWritten / ROLLOUTS),
       index_bytes_per_rollout: sig(usage.index.sqliteBytes / ROLLOUTS),
+      // a count from zero after a wake would show here (the index's meter record kept through the run)
+      index_wakes: usage.index.wakes,
+      index_requests: usage.index.requests,
     };
     opts.table({
       title: `search: ${ROLLOUTS} rollouts written live in ${fmt(writeS)} s; ${checked} queries checked against a brute-force scan, ${mismatches} mismatches`,
@@ -266,7 +269,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         `all queries: p50 ${fmt(median(all))} ms, p95 ${fmt(p95(all))} ms over HTTP`,
         ...rpc.map((x) => `"${x.q}" by RPC: the index ${fmt(x.indexMs)} ms, a plain scan of the same rows ${fmt(x.scanMs)} ms (${fmt(x.scanMs / x.indexMs)}×)`),
         `a new turn found ${fmt(foundMs)} ms after it was acknowledged (INDEX_FLUSH_MS 2000)`,
-        `the index holds ${fmt(size.segments / ROLLOUTS)} segments, ${fmt(size.chars / ROLLOUTS)} characters per rollout; ${fmt(usage.index.rowsWritten / ROLLOUTS)} rows written and ${fmt(usage.index.sqliteBytes / ROLLOUTS)} B stored per rollout (its whole row, aggregates and text)`,
+        `the index holds ${fmt(size.segments / ROLLOUTS)} segments, ${fmt(size.chars / ROLLOUTS)} characters per rollout; ${fmt(usage.index.rowsWritten / ROLLOUTS)} rows written and ${fmt(usage.index.sqliteBytes / ROLLOUTS)} B stored per rollout (its whole row, aggregates and text), counted over ${usage.index.requests} requests and ${usage.index.wakes} wake(s)`,
       ],
     });
     return figures;
