@@ -13,7 +13,7 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
-import type { RulesJson } from "./flag-store.js";
+import { FlagStore, readRules, type RulesJson } from "./flag-store.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { limitsFrom } from "../limits/limits.js";
 import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
@@ -206,22 +206,29 @@ export class EpisodeIndex extends DurableObject<Env> {
       .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
   }
 
-  /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come; null: no run. */
+  /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come; null: no run (no row, and no rules set). */
   rules(): RulesJson | null {
     this.schema.check();
-    return this.hasRows() ? this.store.flags.json() : null;
+    return this.hasRows() || (this.schema.present() && this.store.flags.set()) ? this.store.flags.json() : null;
   }
 
   /**
-   * Replace the run's flag rules; the alarm rescans what was written for them (paced). "no_run":
-   * the run has no row (rules are kept with the run's rows, and go with them).
+   * Replace the run's flag rules; the alarm rescans what was written for them (paced). A run with
+   * no row yet may set its rules before its first rollout (the storage comes with them; the
+   * defaults need none). Rules go with the run's rows (when they all went, and the directory
+   * dropped the run, nothing is kept).
    */
-  setRules(body: unknown): Answer<RulesJson> | "no_run" {
+  setRules(body: unknown): Answer<RulesJson> {
     this.schema.check();
-    if (!this.hasRows()) return "no_run";
     return answerOf(() => {
-      this.write(() => this.store.flags.setRules(body));
-      void this.ctx.storage.setAlarm(Date.now());
+      const rules = readRules(body); // a bad body touches nothing
+      const rows = this.hasRows();
+      if (!rows && rules === null && !this.schema.present()) return FlagStore.defaultsJson();
+      this.write(() => {
+        this.schema.ensure();
+        this.store.flags.setRules(rules, rows);
+      });
+      if (rows) void this.ctx.storage.setAlarm(Date.now());
       return this.store.flags.json();
     });
   }

@@ -14,6 +14,12 @@ import type { SearchBatch } from "./search-store.js";
 export const RESCAN_SEGMENTS = 2000;
 export const RESCAN_ROWS = 500;
 
+/** A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400 bad_rules). */
+export function readRules(body: unknown): Rule[] | null {
+  const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
+  return defaults ? null : parseRules(body);
+}
+
 /** A run's rules as the API shows them, and how far a rescan for them has come. */
 export interface RulesJson {
   rules: Rule[];
@@ -40,20 +46,32 @@ export class FlagStore {
     return (this.cached = { rules, text: textRules(rules) });
   }
 
-  /** `PUT .../rules`: the run's rules now (`{"rules": []}` keeps none; `{"defaults": true}` goes back to the defaults); flags are rescanned. */
-  setRules(body: unknown): void {
-    const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
-    const rules = defaults ? [] : parseRules(body);
+  /** Whether the run set rules of its own (else the defaults hold). */
+  set(): boolean {
+    return this.state("rules_set") === "1";
+  }
+
+  /**
+   * `PUT .../rules`, read (`readRules`): the run's rules now (null: the defaults again); what was
+   * written is rescanned for them (`rescan`: a run with no row yet has nothing to rescan).
+   */
+  setRules(rules: Rule[] | null, rescan = true): void {
     this.sql.exec("DELETE FROM rules");
-    for (const [i, r] of rules.entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
-    this.setState("rules_set", defaults ? "0" : "1");
+    for (const [i, r] of (rules ?? []).entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
+    this.setState("rules_set", rules === null ? "0" : "1");
     this.cached = null;
+    if (!rescan) return;
     // every flag is looked for again, by the alarm: text from the first segment, rewards from the first row
     this.sql.exec("DELETE FROM flags");
     this.sql.exec("UPDATE rows SET flags = NULL WHERE flags IS NOT NULL");
     this.setState("rescan_segment", "0");
     this.setState("rescan_row", "");
     this.setState("rescan_counts", JSON.stringify({ segments: 0, rows: 0 }));
+  }
+
+  /** The defaults, as a run without storage answers them (nothing stored for them). */
+  static defaultsJson(): RulesJson {
+    return { rules: [...DEFAULT_RULES], defaults: true, rescan: { done: true, segments: 0, rows: 0 } };
   }
 
   json(): RulesJson {

@@ -197,8 +197,9 @@ describe("flags", () => {
   const callBash = (i: number, cmd: string) =>
     node(i, { message: m({ role: "assistant", content: null, tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }) });
 
-  async function rollout(name: string, ...turns: Uint8Array[]): Promise<string> {
-    const id = `${FRUN}:${name}`;
+  const rollout = (name: string, ...turns: Uint8Array[]) => rolloutIn(FRUN, name, ...turns);
+  async function rolloutIn(run: string, name: string, ...turns: Uint8Array[]): Promise<string> {
+    const id = `${run}:${name}`;
     const producer = new ProducerCursor(name);
     for (const d of [openDelta(), ...turns]) {
       const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
@@ -257,5 +258,44 @@ describe("flags", () => {
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
     expect((await put({ defaults: true })).status).toBe(200);
+  });
+
+  it("the default rules round-trip: GET them, PUT them back (as they are, or as the run's own)", async () => {
+    const put = (body: unknown) =>
+      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const got = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: unknown[] };
+    expect(got.defaults).toBe(true);
+    const back = await put(got);
+    expect(back.status, await back.clone().text()).toBe(200);
+    expect(await back.json()).toMatchObject({ defaults: true, rules: got.rules });
+    const own = await put({ rules: got.rules });
+    expect(own.status, await own.clone().text()).toBe(200);
+    expect(await own.json()).toMatchObject({ defaults: false, rules: got.rules });
+    expect((await put({ defaults: true })).status).toBe(200);
+  });
+
+  it("rules set before a run's first rollout: the defaults store nothing, rules of its own are kept and hold from the first row", async () => {
+    const run = `${FRUN}-early`;
+    const put = (body: unknown) =>
+      relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const get = () => relay(`../runs/${run}/rules`);
+    expect((await get()).status).toBe(404);
+    // the defaults: answered, nothing stored (still no run)
+    const defaults = await put({ defaults: true });
+    expect(defaults.status, await defaults.clone().text()).toBe(200);
+    expect(await defaults.json()).toMatchObject({ defaults: true, rescan: { done: true } });
+    expect((await get()).status).toBe(404);
+    expect((await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] })).status).toBe(400);
+    expect((await get()).status).toBe(404);
+    // rules of its own: kept, and GET answers them
+    const rules = [{ id: "says-hello", description: "", match: { pattern: "hello there", regex: false, role: "assistant", tool: null, in: "text" } }];
+    const set = await put({ rules });
+    expect(set.status, await set.clone().text()).toBe(200);
+    expect(await set.json()).toEqual({ rules, defaults: false, rescan: { done: true, segments: 0, rows: 0 } });
+    expect(await (await get()).json()).toMatchObject({ rules, defaults: false });
+    // the first rollouts are flagged by them (and not by the defaults)
+    const hi = await rolloutIn(run, "hi", delta({ nodes: [say(0, "hello there"), callBash(1, "cat tests/grader.py")] }));
+    const rows = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Row[] }).episodes;
+    expect(rows.map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[hi, ["says-hello"]]]);
   });
 });
