@@ -104,7 +104,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     let next = 0;
     await Promise.all(
       Array.from({ length: PARALLEL }, async () => {
-        const http = new HttpClient(relay.url);
+        // a kept-alive connection the relay closes as a POST goes out is opened again and the POST
+        // sent once more (the episode takes a resent envelope as a duplicate, by its seq)
+        const http = new ResilientClient(relay.url);
         while (next < plans.length) {
           const p = plans[next++]!;
           const id = `${runName}:e${p.i}`;
@@ -285,17 +287,21 @@ class ResilientClient {
     this.client = new HttpClient(base);
   }
   async request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
-    try {
-      return await this.client.request(method, path, body, headers);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ECONNRESET") throw e;
-      this.client.close();
-      this.client = new HttpClient(this.base);
-      return this.client.request(method, path, body, headers);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.client.request(method, path, body, headers);
+      } catch (e) {
+        // ECONNRESET: reset, or closed before an answer ("socket hang up")
+        if ((e as NodeJS.ErrnoException).code !== "ECONNRESET" || attempt >= 3) throw e;
+        this.client.close();
+        this.client = new HttpClient(this.base);
+      }
     }
   }
-  post(path: string, body: Uint8Array) {
-    return this.request("POST", path, body, { "content-type": "application/msgpack" });
+  async post(path: string, body: Uint8Array) {
+    const res = await this.request("POST", path, body, { "content-type": "application/msgpack" });
+    if (res.status !== 200) throw new Error(`POST ${path}: ${res.status} ${res.body.toString().slice(0, 300)}`);
+    return res;
   }
 }
 

@@ -155,12 +155,13 @@ export function matchSegment(rule: TextRule, s: Segment): Flag | null {
   return { rule: rule.id, trace: s.trace, node: s.node, excerpt: excerptAround(s.body, m.index, m[0].length) };
 }
 
-/** The flags reward rules raise on a row. */
-export function rowFlags(rules: readonly Rule[], row: Pick<IndexRow, "rewards" | "truncated" | "live">): Flag[] {
+/** The flags reward rules raise on a row (`counts.rewardChecks`: one more per reward rule checked). */
+export function rowFlags(rules: readonly Rule[], row: Pick<IndexRow, "rewards" | "truncated" | "live">, counts?: { rewardChecks: number }): Flag[] {
   const scores = scoresOf(row.rewards);
   const flags: Flag[] = [];
   const score = (key: string): Array<[string, number]> => (key === "*" ? scores : scores.filter(([k]) => k === key));
   for (const r of rules) {
+    if (counts && !("match" in r)) counts.rewardChecks++;
     if ("reward" in r) {
       const hit = score(r.reward.key).find(([, v]) => (r.reward.above === null || v > r.reward.above) && (r.reward.below === null || v < r.reward.below));
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}` });

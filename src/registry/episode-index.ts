@@ -13,7 +13,7 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../http/errors.js";
-import { FlagStore, readRules, type RulesJson } from "./flag-store.js";
+import { type FlagEvaluations, FlagStore, readRules, type RulesJson } from "./flag-store.js";
 import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import { limitsFrom } from "../limits/limits.js";
 import { flushIntervalMs, indexPacingFrom } from "../limits/vars.js";
@@ -204,6 +204,14 @@ export class EpisodeIndex extends DurableObject<Env> {
       .exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments")
       .toArray()
       .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+  }
+
+  /** How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches it. */
+  flagEvaluations(): FlagEvaluations & { textRules: number; rewardRules: number } {
+    this.schema.check();
+    if (!this.schema.present()) return { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
+    const { rules, text } = this.store.flags.rules();
+    return { ...this.store.flags.evaluations, textRules: text.length, rewardRules: rules.length - text.length };
   }
 
   /** The run's flag rules (src/flags/rules.ts) and how far a rescan for them has come; null: no run (no row, and no rules set). */

@@ -28,8 +28,21 @@ export interface RulesJson {
   rescan: { done: boolean; segments: number; rows: number };
 }
 
+/** How often rules ran, since the object started (in memory: the flags bench and tests read it). */
+export interface FlagEvaluations {
+  /** Segments matched against the text rules as they arrived (a rescan's are not counted here). */
+  segments: number;
+  /** Text rule checks on them (each rule once per segment: segments × text rules). */
+  textChecks: number;
+  /** Rows the reward rules ran on (once per update of a row). */
+  rows: number;
+  /** Reward rule checks on them (each rule once per row update: rows × reward rules). */
+  rewardChecks: number;
+}
+
 export class FlagStore {
   private cached: { rules: Rule[]; text: TextRule[] } | null = null;
+  readonly evaluations: FlagEvaluations = { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0 };
 
   constructor(private readonly sql: SqlStorage) {}
 
@@ -101,9 +114,10 @@ export class FlagStore {
         if (!batch.traces.includes(f.trace) || (from !== undefined && f.node >= from))
           this.sql.exec("DELETE FROM flags WHERE episode = ? AND rule = ?", row.id, f.rule);
       }
-      for (const s of batch.segments) this.matchText(row.id, s, text);
+      for (const s of batch.segments) this.matchText(row.id, s, text, this.evaluations);
     }
-    const reward = new Map(rowFlags(rules, row).map((f) => [f.rule, f]));
+    const reward = new Map(rowFlags(rules, row, this.evaluations).map((f) => [f.rule, f]));
+    this.evaluations.rows++;
     for (const r of rules) {
       if ("match" in r) continue;
       const held = this.flag(row.id, r.id);
@@ -182,9 +196,11 @@ export class FlagStore {
   }
 
   /** Match `s` against every text rule the episode has no flag of yet; true when one was raised. */
-  private matchText(episode: string, s: Segment, rules: readonly TextRule[]): boolean {
+  private matchText(episode: string, s: Segment, rules: readonly TextRule[], counts: FlagEvaluations | null = null): boolean {
     let raised = false;
+    if (counts) counts.segments++;
     for (const rule of rules) {
+      if (counts) counts.textChecks++;
       const f = matchSegment(rule, s);
       if (f && this.insert(episode, f, false)) raised = true;
     }

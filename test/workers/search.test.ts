@@ -274,6 +274,50 @@ describe("flags", () => {
     expect((await put({ defaults: true })).status).toBe(200);
   });
 
+  it("each rule is evaluated once per delta: each new segment by every text rule once, each row update by every reward rule once", async () => {
+    const run = `${FRUN}-count`;
+    const rules = [
+      { id: "grader", match: { pattern: "grader" } },
+      { id: "rm", match: { pattern: "rm -rf", in: "arguments" } },
+      { id: "low", reward: { key: "correct", below: 0.5 } },
+    ];
+    const set = await relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify({ rules }), headers: { "content-type": "application/json" } });
+    expect(set.status, await set.clone().text()).toBe(200);
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const before = await index.flagEvaluations();
+    expect(before).toMatchObject({ textRules: 2, rewardRules: 1 });
+    const id = `${run}:ep`;
+    const producer = new ProducerCursor("count");
+    // the task (1 segment), then 2, 1 and 2 segments; each delta's row flushed before the next
+    const deltas = [
+      openDelta(),
+      delta({ nodes: [say(0, "what does the grader check"), callBash(1, "ls")] }),
+      delta({ nodes: [say(2, "nothing yet")] }),
+      delta({ nodes: [callBash(3, "rm -rf /tmp/x"), say(4, "done")] }),
+    ];
+    for (const d of deltas) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      producer.acknowledge();
+      await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    }
+    const after = await index.flagEvaluations();
+    const segments = after.segments - before.segments;
+    const rows = after.rows - before.rows;
+    expect(segments).toBe(6);
+    expect(after.textChecks - before.textChecks).toBe(segments * 2);
+    // one row update per delta at most (a flush carries every delta since the last), each checked by the reward rule once
+    expect(rows).toBeGreaterThanOrEqual(1);
+    expect(rows).toBeLessThanOrEqual(deltas.length);
+    expect(after.rewardChecks - before.rewardChecks).toBe(rows);
+    const [row] = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Row[] }).episodes;
+    expect(row!.flags.map((f) => [f.rule, f.node])).toEqual([
+      ["grader", 0],
+      ["rm", 3],
+    ]);
+  });
+
   it("rules set before a run's first rollout: the defaults store nothing, rules of its own are kept and hold from the first row", async () => {
     const run = `${FRUN}-early`;
     const put = (body: unknown) =>
