@@ -10,7 +10,8 @@
 // POST. Figures: ack p50 and p99 per condition and their ratio (rules ÷ none); the noise floor is
 // the ratio between the two phases of the same condition. The run's index says how often the
 // rules ran (flagEvaluations): text-rule checks per new segment and rule, reward-rule checks per
-// row update and rule (1.00: each rule once), row updates per delta; and the flags raised.
+// row update and rule (1.00: each rule once), row updates per delta; and the flags raised. Beside
+// them, what the run's search index costs per rollout: the rows its text wrote, its payload bytes.
 
 import { encodeEnvelope } from "../src/envelope/envelope.js";
 import { ProducerCursor } from "../src/envelope/producer.js";
@@ -153,7 +154,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
 
     // how often the rules ran, and what they raised
     const ns = (await relay.mf.getDurableObjectNamespace("EPISODE_INDEX")) as unknown as {
-      get(id: unknown): { flagEvaluations(): Promise<Evaluations> };
+      get(id: unknown): {
+        flagEvaluations(): Promise<Evaluations>;
+        searchSize(): Promise<{ segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number }>;
+      };
       idFromName(n: string): unknown;
     };
     const evaluations = async (c: Condition) => ns.get(ns.idFromName(`run:${runs[c]}`)).flagEvaluations();
@@ -162,6 +166,20 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       ((await json("GET", `/v1/runs/${runs[c]}`)).body.aggregates as { flags: Record<string, number> } | null)?.flags ?? {};
     const flags = { rules: await flagCounts("rules"), none: await flagCounts("none") };
     const deltas = 2 * EPISODES * deltasPerRollout;
+    // what the search index costs per rollout (the run with the defaults: its text and its flags), beside the run's whole index
+    const rollouts = 2 * EPISODES;
+    const size = await ns.get(ns.idFromName(`run:${runs.rules}`)).searchSize();
+    const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { rowsWritten: number; sqliteBytes: number; wakes: number };
+    const searchCost = {
+      segments_per_rollout: sig(size.segments / rollouts),
+      chars_per_rollout: sig(size.chars / rollouts),
+      search_rows_written_per_rollout: sig(size.rowsWritten / rollouts),
+      search_text_bytes_per_rollout: sig(size.textBytes / rollouts),
+      search_fts_bytes_per_rollout: sig(size.ftsBytes / rollouts),
+      index_rows_written_per_rollout: sig(usage.rowsWritten / rollouts),
+      index_sqlite_bytes_per_rollout: sig(usage.sqliteBytes / rollouts),
+      index_wakes: usage.wakes,
+    };
 
     const all = (c: Condition) => stats(acks[c].flat());
     const byPhase = (c: Condition) => acks[c].map((xs) => stats(xs));
@@ -191,6 +209,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       reward_checks_per_row_update_and_rule: sig(perRule(ev.rules.rewardChecks, ev.rules.rows, ev.rules.rewardRules)),
       row_updates_per_delta: sig(ev.rules.rows / (deltas / 2)),
       flags,
+      search_cost: searchCost,
     };
     opts.table({
       title: `flags: ${EPISODES} rollouts × ${deltasPerRollout} deltas per phase, ${PARALLEL} producers, phases ${PHASES.join(", ")}; ack = POST deltas → its answer`,
@@ -203,6 +222,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         `rules ÷ none: p50 ${fmt(rules.p50 / none.p50)}×, p99 ${fmt(rules.p99 / none.p99)}×; noise (phase 2 ÷ phase 1 of the same condition): none p99 ${fmt(n2!.p99 / n1!.p99)}×, rules p99 ${fmt(r2!.p99 / r1!.p99)}×`,
         `rules ran: ${ev.rules.segments} segments × ${ev.rules.textRules} text rules = ${ev.rules.textChecks} checks (${fmt(figures.text_checks_per_segment_and_rule)} per segment and rule); ${ev.rules.rows} row updates × ${ev.rules.rewardRules} reward rules = ${ev.rules.rewardChecks} checks (${fmt(figures.reward_checks_per_row_update_and_rule)}); ${fmt(figures.row_updates_per_delta)} row updates per delta`,
         `flags raised: ${JSON.stringify(flags.rules)} with the defaults; ${JSON.stringify(flags.none)} with none (its index checked ${ev.none.textChecks + ev.none.rewardChecks} rules)`,
+        `the search index per rollout: ${fmt(size.segments / rollouts)} segments, ${fmt(size.chars / rollouts)} characters; its text wrote ${fmt(size.rowsWritten / rollouts)} rows and keeps ${fmt(size.textBytes / rollouts)} B of segments and ${fmt(size.ftsBytes / rollouts)} B of FTS5 index (payload, no page overhead); the run's whole index: ${fmt(usage.rowsWritten / rollouts)} rows written, ${fmt(usage.sqliteBytes / rollouts)} B of SQLite per rollout (${usage.wakes} wake(s))`,
       ],
     });
     admin.close();

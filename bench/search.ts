@@ -182,7 +182,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       get(id: unknown): {
         search(...a: unknown[]): Promise<unknown>;
         scanText(n: string, l: number): Promise<string[]>;
-        searchSize(): Promise<{ segments: number; chars: number }>;
+        searchSize(): Promise<{ segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number }>;
       };
       idFromName(n: string): unknown;
     };
@@ -257,6 +257,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       fresh_turn_found_ms: sig(foundMs),
       segments_per_rollout: sig(size.segments / ROLLOUTS),
       chars_per_rollout: sig(size.chars / ROLLOUTS),
+      search_rows_written_per_rollout: sig(size.rowsWritten / ROLLOUTS),
+      search_text_bytes_per_rollout: sig(size.textBytes / ROLLOUTS),
+      search_fts_bytes_per_rollout: sig(size.ftsBytes / ROLLOUTS),
       index_rows_written_per_rollout: sig(usage.index.rowsWritten / ROLLOUTS),
       index_bytes_per_rollout: sig(usage.index.sqliteBytes / ROLLOUTS),
       // a count from zero after a wake would show here (the index's meter record kept through the run)

@@ -196,14 +196,11 @@ export class EpisodeIndex extends DurableObject<Env> {
     return this.schema.present() ? this.store.search.scan(needle, limit) : [];
   }
 
-  /** Segments and characters the run's search holds, in all (the search bench). */
-  searchSize(): { segments: number; chars: number } {
+  /** What the run's search holds, in all, and the rows its text wrote since this object started (the search and flags benches); no route reaches it. */
+  searchSize(): { segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number } {
     this.schema.check();
-    if (!this.schema.present()) return { segments: 0, chars: 0 };
-    return this.ctx.storage.sql
-      .exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments")
-      .toArray()
-      .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+    if (!this.schema.present()) return { segments: 0, chars: 0, textBytes: 0, ftsBytes: 0, rowsWritten: 0 };
+    return { ...this.store.search.size(), rowsWritten: this.store.search.rowsWritten };
   }
 
   /** How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches it. */

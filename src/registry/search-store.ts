@@ -40,17 +40,20 @@ export interface SearchPage {
 }
 
 export class SearchStore {
+  /** Rows the text's statements wrote since the object started (its segments, and FTS5's rows by trigger): the flags bench's cost figure. */
+  rowsWritten = 0;
+
   constructor(private readonly sql: SqlStorage) {}
 
   /** Apply an episode's batch (inside the caller's transaction). */
   apply(episode: string, b: SearchBatch): void {
     const held = this.sql.exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode).toArray();
-    for (const { trace } of held) if (!b.traces.includes(trace)) this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
+    for (const { trace } of held) if (!b.traces.includes(trace)) this.write("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
     for (const [trace, from] of Object.entries(b.from)) {
-      this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
+      this.write("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
     }
     for (const s of b.segments) {
-      this.sql.exec(
+      this.write(
         "INSERT INTO segments (episode, trace, node, role, tool, kind, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
         episode,
         s.trace,
@@ -65,7 +68,27 @@ export class SearchStore {
 
   /** The episode went: its segments too. */
   remove(episode: string): void {
-    this.sql.exec("DELETE FROM segments WHERE episode = ?", episode);
+    this.write("DELETE FROM segments WHERE episode = ?", episode);
+  }
+
+  private write(query: string, ...args: SqlStorageValue[]): void {
+    this.rowsWritten += this.sql.exec(query, ...args).rowsWritten;
+  }
+
+  /**
+   * What the text keeps, in all: segments and characters, and payload bytes (no page overhead) of
+   * the segments' rows and of FTS5's own tables (its index blocks and per-row sizes).
+   */
+  size(): { segments: number; chars: number; textBytes: number; ftsBytes: number } {
+    const r = this.sql
+      .exec<{ segments: number; chars: number | null; text: number | null; fts: number | null }>(
+        `SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars,
+           SUM(LENGTH(CAST(body AS BLOB)) + LENGTH(episode) + LENGTH(trace) + LENGTH(role) + COALESCE(LENGTH(tool), 0) + LENGTH(kind) + 16) AS text,
+           (SELECT SUM(LENGTH(block)) FROM search_data) + (SELECT COALESCE(SUM(LENGTH(sz)), 0) FROM search_docsize) AS fts
+         FROM segments`,
+      )
+      .one();
+    return { segments: r.segments, chars: r.chars ?? 0, textBytes: r.text ?? 0, ftsBytes: r.fts ?? 0 };
   }
 
   /**

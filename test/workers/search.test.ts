@@ -119,6 +119,16 @@ describe("search over a run's episodes", () => {
     });
   }
 
+  it("what the text costs the index: every segment held, the rows it wrote, its payload bytes", async () => {
+    const size = await env.EPISODE_INDEX.getByName(`run:${RUN}`).searchSize();
+    const segments = [...corpus.values()].flat();
+    expect(size.segments).toBe(segments.length);
+    expect(size.chars).toBe(segments.reduce((n, s) => n + s.body.length, 0));
+    expect(size.rowsWritten).toBeGreaterThanOrEqual(size.segments);
+    expect(size.textBytes).toBeGreaterThanOrEqual(size.chars);
+    expect(size.ftsBytes).toBeGreaterThan(0);
+  });
+
   it("OR and exclusions; snippets mark the words found", async () => {
     const either = await allHits("q=calculator%20OR%20391");
     const want = [...corpus].filter(([, segs]) => segs.some((s) => words(s.body).includes("calculator") || words(s.body).includes("391"))).map(([id]) => id);
