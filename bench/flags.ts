@@ -100,6 +100,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       return { status: res.status, body: JSON.parse(res.body.toString()) as Record<string, unknown> };
     };
     // `none` sets no rules before its first rollout; `rules` keeps the defaults (nothing to set)
+    const startedAt = Date.now();
     const set = await json("PUT", `/v1/runs/${runs.none}/rules`, { rules: [] });
     if (set.status !== 200) throw new Error(`PUT rules: ${set.status} ${JSON.stringify(set.body)}`);
     const plans = Array.from({ length: EPISODES }, (_, i) => rollout(i));
@@ -169,7 +170,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     // what the search index costs per rollout (the run with the defaults: its text and its flags), beside the run's whole index
     const rollouts = 2 * EPISODES;
     const size = await ns.get(ns.idFromName(`run:${runs.rules}`)).searchSize();
-    const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { rowsWritten: number; sqliteBytes: number; wakes: number };
+    const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { rowsWritten: number; sqliteBytes: number; wakes: number; since: number };
     const searchCost = {
       segments_per_rollout: sig(size.segments / rollouts),
       chars_per_rollout: sig(size.chars / rollouts),
@@ -179,6 +180,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_rows_written_per_rollout: sig(usage.rowsWritten / rollouts),
       index_sqlite_bytes_per_rollout: sig(usage.sqliteBytes / rollouts),
       index_wakes: usage.wakes,
+      // false: the index's counts started after the rollouts did (a new isolate), so the per-rollout figures are partial
+      index_counted_from_start: usage.since <= startedAt,
     };
 
     const all = (c: Condition) => stats(acks[c].flat());
