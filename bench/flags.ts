@@ -5,10 +5,10 @@
 // producers at a time, into two runs of one relay:
 //   - `rules`: the default rules (the run sets none),
 //   - `none`:  no rules (`PUT .../rules {"rules": []}` before its first rollout),
-// in alternating phases (none, rules, none, rules), each phase waiting until its run counts every
+// in alternating phases (none, rules, four times over), each phase waiting until its run counts every
 // rollout finished (its rows, and the rules on them, have landed). Per delta: send → ack of its
-// POST. Figures: ack p50 and p99 per condition and their ratio (rules ÷ none); the noise floor is
-// the ratio between the two phases of the same condition. The run's index says how often the
+// POST. Figures: ack p50 and p99 per condition and their ratio (rules ÷ none), and per pair of
+// phases; the noise floor is the spread of p99 between the phases of one condition. The run's index says how often the
 // rules ran (flagEvaluations): text-rule checks per new segment and rule, reward-rule checks per
 // row update and rule (1.00: each rule once), row updates per delta; and the flags raised. Beside
 // them, what the run's search index costs per rollout: the rows its text wrote, its payload bytes.
@@ -21,11 +21,12 @@ import { fmt, HttpClient, replyBody, sleep, startBenchRelay, stats } from "./hel
 
 export const name = "flags";
 
-const EPISODES = 200;
+const EPISODES = 100;
 const TURNS = 4;
 const PARALLEL = 8;
-const PHASES = ["none", "rules", "none", "rules"] as const;
-type Condition = (typeof PHASES)[number];
+type Condition = "none" | "rules";
+/** Alternating phases, so a machine whose load drifts weighs on both conditions alike. */
+const PHASES: readonly Condition[] = ["none", "rules", "none", "rules", "none", "rules", "none", "rules"];
 
 const m = (o: Record<string, LValue>) => new LMap(Object.entries(o));
 
@@ -100,9 +101,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       return { status: res.status, body: JSON.parse(res.body.toString()) as Record<string, unknown> };
     };
     // `none` sets no rules before its first rollout; `rules` keeps the defaults (nothing to set)
-    const startedAt = Date.now();
     const set = await json("PUT", `/v1/runs/${runs.none}/rules`, { rules: [] });
     if (set.status !== 200) throw new Error(`PUT rules: ${set.status} ${JSON.stringify(set.body)}`);
+    // the index of the run with rules, woken before its first rollout: when its counts start (the same at the end, or they are partial)
+    const sinceAtStart = ((await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { since: number } | undefined)?.since ?? null;
     const plans = Array.from({ length: EPISODES }, (_, i) => rollout(i));
     const deltasPerRollout = plans[0]!.length;
     const acks: Record<Condition, number[][]> = { rules: [], none: [] };
@@ -161,15 +163,19 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       };
       idFromName(n: string): unknown;
     };
-    const evaluations = async (c: Condition) => ns.get(ns.idFromName(`run:${runs[c]}`)).flagEvaluations();
+    const evaluations = async (c: Condition): Promise<Evaluations> => {
+      const e = await ns.get(ns.idFromName(`run:${runs[c]}`)).flagEvaluations();
+      return { segments: e.segments, textChecks: e.textChecks, rows: e.rows, rewardChecks: e.rewardChecks, textRules: e.textRules, rewardRules: e.rewardRules };
+    };
+    // (plain copies: the stubs' answers go with the relay)
     const ev = { rules: await evaluations("rules"), none: await evaluations("none") };
     const flagCounts = async (c: Condition) =>
       ((await json("GET", `/v1/runs/${runs[c]}`)).body.aggregates as { flags: Record<string, number> } | null)?.flags ?? {};
     const flags = { rules: await flagCounts("rules"), none: await flagCounts("none") };
-    const deltas = 2 * EPISODES * deltasPerRollout;
+    const deltas = EPISODES * PHASES.filter((c) => c === "rules").length * deltasPerRollout;
     // what the search index costs per rollout (the run with the defaults: its text and its flags), beside the run's whole index
-    const rollouts = 2 * EPISODES;
-    const size = await ns.get(ns.idFromName(`run:${runs.rules}`)).searchSize();
+    const rollouts = EPISODES * PHASES.filter((c) => c === "rules").length;
+    const size = { ...(await ns.get(ns.idFromName(`run:${runs.rules}`)).searchSize()) };
     const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { rowsWritten: number; sqliteBytes: number; wakes: number; since: number };
     const searchCost = {
       segments_per_rollout: sig(size.segments / rollouts),
@@ -180,16 +186,20 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_rows_written_per_rollout: sig(usage.rowsWritten / rollouts),
       index_sqlite_bytes_per_rollout: sig(usage.sqliteBytes / rollouts),
       index_wakes: usage.wakes,
-      // false: the index's counts started after the rollouts did (a new isolate), so the per-rollout figures are partial
-      index_counted_from_start: usage.since <= startedAt,
+      // false: the index's counts started again after the rollouts did (a new isolate), so the per-rollout figures are partial
+      index_counted_from_start: sinceAtStart === null ? null : usage.since === sinceAtStart,
     };
 
     const all = (c: Condition) => stats(acks[c].flat());
     const byPhase = (c: Condition) => acks[c].map((xs) => stats(xs));
     const rules = all("rules");
     const none = all("none");
-    const [r1, r2] = byPhase("rules");
-    const [n1, n2] = byPhase("none");
+    const spread = (c: Condition) => {
+      const p99s = byPhase(c).map((x) => x.p99);
+      return Math.max(...p99s) / Math.min(...p99s);
+    };
+    const pairs = byPhase("rules").map((r, k) => r.p99 / byPhase("none")[k]!.p99);
+    const medianPair = [...pairs].sort((a, b) => a - b)[Math.floor(pairs.length / 2)]!;
     const perRule = (checks: number, units: number, n: number) => (units * n > 0 ? checks / (units * n) : Number.NaN);
     const figures = {
       rollouts_per_phase: EPISODES,
@@ -200,17 +210,20 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       none: { p50_ms: sig(none.p50), p99_ms: sig(none.p99) },
       p50_ratio: sig(rules.p50 / none.p50),
       p99_ratio: sig(rules.p99 / none.p99),
-      // the noise floor: the same condition's two phases
-      p99_ratio_none_phases: sig(n2!.p99 / n1!.p99),
-      p99_ratio_rules_phases: sig(r2!.p99 / r1!.p99),
-      phases: PHASES.map((c, i) => ({
-        condition: c,
-        ...Object.fromEntries(Object.entries(byPhase(c)[Math.floor(i / 2)]!).map(([k, v]) => [`${k}_ms`, sig(v)])),
-      })),
+      // each rules phase against the none phase before it
+      p99_ratio_by_pair: pairs.map((x) => sig(x)),
+      p99_ratio_median_pair: sig(medianPair),
+      // the noise floor: the largest p99 of a condition's phases over its smallest
+      p99_spread_none_phases: sig(spread("none")),
+      p99_spread_rules_phases: sig(spread("rules")),
+      phases: PHASES.map((c, i) => {
+        const x = byPhase(c)[Math.floor(i / 2)]!;
+        return { condition: c, p50_ms: sig(x.p50), p99_ms: sig(x.p99) };
+      }),
       evaluations: ev,
       text_checks_per_segment_and_rule: sig(perRule(ev.rules.textChecks, ev.rules.segments, ev.rules.textRules)),
       reward_checks_per_row_update_and_rule: sig(perRule(ev.rules.rewardChecks, ev.rules.rows, ev.rules.rewardRules)),
-      row_updates_per_delta: sig(ev.rules.rows / (deltas / 2)),
+      row_updates_per_delta: sig(ev.rules.rows / deltas),
       flags,
       search_cost: searchCost,
     };
@@ -222,7 +235,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         ["no rules", String(acks.none.flat().length), fmt(none.p50), fmt(none.p99)],
       ],
       notes: [
-        `rules ÷ none: p50 ${fmt(rules.p50 / none.p50)}×, p99 ${fmt(rules.p99 / none.p99)}×; noise (phase 2 ÷ phase 1 of the same condition): none p99 ${fmt(n2!.p99 / n1!.p99)}×, rules p99 ${fmt(r2!.p99 / r1!.p99)}×`,
+        `rules ÷ none: p50 ${fmt(rules.p50 / none.p50)}×, p99 ${fmt(rules.p99 / none.p99)}× (each rules phase ÷ the none phase before it: ${pairs.map(fmt).join(", ")}); noise, the p99 spread of one condition's phases: none ${fmt(spread("none"))}×, rules ${fmt(spread("rules"))}×`,
         `rules ran: ${ev.rules.segments} segments × ${ev.rules.textRules} text rules = ${ev.rules.textChecks} checks (${fmt(figures.text_checks_per_segment_and_rule)} per segment and rule); ${ev.rules.rows} row updates × ${ev.rules.rewardRules} reward rules = ${ev.rules.rewardChecks} checks (${fmt(figures.reward_checks_per_row_update_and_rule)}); ${fmt(figures.row_updates_per_delta)} row updates per delta`,
         `flags raised: ${JSON.stringify(flags.rules)} with the defaults; ${JSON.stringify(flags.none)} with none (its index checked ${ev.none.textChecks + ev.none.rewardChecks} rules)`,
         `the search index per rollout: ${fmt(size.segments / rollouts)} segments, ${fmt(size.chars / rollouts)} characters; its text wrote ${fmt(size.rowsWritten / rollouts)} rows and keeps ${fmt(size.textBytes / rollouts)} B of segments and ${fmt(size.ftsBytes / rollouts)} B of FTS5 index (payload, no page overhead); the run's whole index: ${fmt(usage.rowsWritten / rollouts)} rows written, ${fmt(usage.sqliteBytes / rollouts)} B of SQLite per rollout (${usage.wakes} wake(s))`,

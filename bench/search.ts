@@ -100,8 +100,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const written: Written[] = [];
     const r = rng(7);
     const plans = Array.from({ length: ROLLOUTS }, (_, i) => ({ i, ...rollout(r, i) }));
+    // the run's index, woken before the first rollout: when its counts start (the same at the end, or they are partial)
+    const before = await new ResilientClient(relay.url).request("GET", `/v1/runs/${runName}/usage`);
+    const sinceAtStart = before.status === 200 ? (JSON.parse(before.body.toString()) as { index: { since: number } }).index.since : null;
     const t0 = performance.now();
-    const startedAt = Date.now();
     let next = 0;
     await Promise.all(
       Array.from({ length: PARALLEL }, async () => {
@@ -265,8 +267,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_bytes_per_rollout: sig(usage.index.sqliteBytes / ROLLOUTS),
       // a count from zero after a wake would show here (the index's meter record kept through the run)
       index_wakes: usage.index.wakes,
-      // false: the index's counts started after the writes did (a new isolate: a restarted runtime), so its per-rollout figures are partial
-      index_counted_from_start: usage.index.since <= startedAt,
+      // false: the index's counts started again after the writes did (a new isolate: a restarted runtime), so its per-rollout figures are partial
+      index_counted_from_start: sinceAtStart === null ? null : usage.index.since === sinceAtStart,
       index_requests: usage.index.requests,
     };
     opts.table({
