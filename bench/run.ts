@@ -22,6 +22,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["tiers", () => import("./tiers.js")],
   ["cost", () => import("./cost.js")],
   ["search", () => import("./search.js")],
+  ["flags", () => import("./flags.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]

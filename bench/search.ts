@@ -14,6 +14,7 @@
 
 import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
+import { parseSearchQuery } from "../src/protocol/index.js";
 import { LMap, type LValue, encodeLossless } from "../src/protocol/index.js";
 import type { BenchOptions } from "./harness.js";
 import { median, sig } from "./harness.js";
@@ -99,11 +100,16 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const written: Written[] = [];
     const r = rng(7);
     const plans = Array.from({ length: ROLLOUTS }, (_, i) => ({ i, ...rollout(r, i) }));
+    // the run's index, woken before the first rollout: when its counts start (the same at the end, or they are partial)
+    const before = await new ResilientClient(relay.url).request("GET", `/v1/runs/${runName}/usage`);
+    const sinceAtStart = before.status === 200 ? (JSON.parse(before.body.toString()) as { index: { since: number } }).index.since : null;
     const t0 = performance.now();
     let next = 0;
     await Promise.all(
       Array.from({ length: PARALLEL }, async () => {
-        const http = new HttpClient(relay.url);
+        // a kept-alive connection the relay closes as a POST goes out is opened again and the POST
+        // sent once more (the episode takes a resent envelope as a duplicate, by its seq)
+        const http = new ResilientClient(relay.url);
         while (next < plans.length) {
           const p = plans[next++]!;
           const id = `${runName}:e${p.i}`;
@@ -179,7 +185,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       get(id: unknown): {
         search(...a: unknown[]): Promise<unknown>;
         scanText(n: string, l: number): Promise<string[]>;
-        searchSize(): Promise<{ segments: number; chars: number }>;
+        searchSize(): Promise<{ segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number }>;
       };
       idFromName(n: string): unknown;
     };
@@ -190,7 +196,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       const times = { indexMs: [] as number[], scanMs: [] as number[] };
       for (let i = 0; i < REPEATS; i++) {
         let t = performance.now();
-        await index.search({ match: `"${q}"`, terms: [q] }, { status: null, prefix: null, filter: emptyFilter(), limit: 20 }, null, null);
+        await index.search(parseSearchQuery(q), { status: null, prefix: null, filter: emptyFilter(), limit: 20 }, null, null);
         times.indexMs.push(performance.now() - t);
         t = performance.now();
         await index.scanText(q, 20);
@@ -239,7 +245,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
 
     // what the text costs the index, per rollout
     const usage = JSON.parse((await http.request("GET", `/v1/runs/${runName}/usage`)).body.toString()) as {
-      index: { rowsWritten: number; sqliteBytes: number };
+      index: { rowsWritten: number; sqliteBytes: number; wakes: number; requests: number; since: number };
     };
     const size = await index.searchSize();
     const figures = {
@@ -254,8 +260,16 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       fresh_turn_found_ms: sig(foundMs),
       segments_per_rollout: sig(size.segments / ROLLOUTS),
       chars_per_rollout: sig(size.chars / ROLLOUTS),
+      search_rows_written_per_rollout: sig(size.rowsWritten / ROLLOUTS),
+      search_text_bytes_per_rollout: sig(size.textBytes / ROLLOUTS),
+      search_fts_bytes_per_rollout: sig(size.ftsBytes / ROLLOUTS),
       index_rows_written_per_rollout: sig(usage.index.rowsWritten / ROLLOUTS),
       index_bytes_per_rollout: sig(usage.index.sqliteBytes / ROLLOUTS),
+      // a count from zero after a wake would show here (the index's meter record kept through the run)
+      index_wakes: usage.index.wakes,
+      // false: the index's counts started again after the writes did (a new isolate: a restarted runtime), so its per-rollout figures are partial
+      index_counted_from_start: sinceAtStart === null ? null : usage.index.since === sinceAtStart,
+      index_requests: usage.index.requests,
     };
     opts.table({
       title: `search: ${ROLLOUTS} rollouts written live in ${fmt(writeS)} s; ${checked} queries checked against a brute-force scan, ${mismatches} mismatches`,
@@ -265,7 +279,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         `all queries: p50 ${fmt(median(all))} ms, p95 ${fmt(p95(all))} ms over HTTP`,
         ...rpc.map((x) => `"${x.q}" by RPC: the index ${fmt(x.indexMs)} ms, a plain scan of the same rows ${fmt(x.scanMs)} ms (${fmt(x.scanMs / x.indexMs)}×)`),
         `a new turn found ${fmt(foundMs)} ms after it was acknowledged (INDEX_FLUSH_MS 2000)`,
-        `the index holds ${fmt(size.segments / ROLLOUTS)} segments, ${fmt(size.chars / ROLLOUTS)} characters per rollout; ${fmt(usage.index.rowsWritten / ROLLOUTS)} rows written and ${fmt(usage.index.sqliteBytes / ROLLOUTS)} B stored per rollout (its whole row, aggregates and text)`,
+        `the index holds ${fmt(size.segments / ROLLOUTS)} segments, ${fmt(size.chars / ROLLOUTS)} characters per rollout; ${fmt(usage.index.rowsWritten / ROLLOUTS)} rows written and ${fmt(usage.index.sqliteBytes / ROLLOUTS)} B stored per rollout (its whole row, aggregates and text), counted over ${usage.index.requests} requests and ${usage.index.wakes} wake(s)`,
       ],
     });
     return figures;
@@ -281,17 +295,21 @@ class ResilientClient {
     this.client = new HttpClient(base);
   }
   async request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
-    try {
-      return await this.client.request(method, path, body, headers);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ECONNRESET") throw e;
-      this.client.close();
-      this.client = new HttpClient(this.base);
-      return this.client.request(method, path, body, headers);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.client.request(method, path, body, headers);
+      } catch (e) {
+        // ECONNRESET: reset, or closed before an answer ("socket hang up")
+        if ((e as NodeJS.ErrnoException).code !== "ECONNRESET" || attempt >= 3) throw e;
+        this.client.close();
+        this.client = new HttpClient(this.base);
+      }
     }
   }
-  post(path: string, body: Uint8Array) {
-    return this.request("POST", path, body, { "content-type": "application/msgpack" });
+  async post(path: string, body: Uint8Array) {
+    const res = await this.request("POST", path, body, { "content-type": "application/msgpack" });
+    if (res.status !== 200) throw new Error(`POST ${path}: ${res.status} ${res.body.toString().slice(0, 300)}`);
+    return res;
   }
 }
 

@@ -40,3 +40,4 @@ export * from "./wire/json-view.js";
 export * from "./wire/lossless.js";
 export * from "./wire/reader.js";
 export * from "./wire/writer.js";
+export * from "./search/query.js";

@@ -201,7 +201,6 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
     checkDeclaredLength(request, 64 * 1024);
     const body = parseJsonBody(await readStream(request.body, 64 * 1024), "the rules");
     const answer = await runIndex(env, a.run).setRules(body);
-    if (answer === "no_run") throw noSuchRun(a.run);
     if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
     return json(answer.value, false);
   }

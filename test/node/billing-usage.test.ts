@@ -2,7 +2,7 @@
 // they were handed over (and let go past the ring), the duration model's union of intervals, the
 // record found again on a wake, R2 counters.
 import { describe, expect, it } from "vitest";
-import { CURSOR_RING, IDLE_MS, meterFor, sumUsage, UsageMeter } from "../../src/protocol/billing/usage.js";
+import { CURSOR_RING, IDLE_MS, meterFor, sumUsage, UsageMeter, MAX_RECORDS } from "../../src/protocol/billing/usage.js";
 
 /** A cursor whose counts grow as it is "iterated". */
 class FakeCursor {
@@ -100,6 +100,25 @@ describe("the records", () => {
     expect(again).toBe(first);
     expect(again.snapshot(3, 0)).toMatchObject({ wakes: 2, requests: 1, since: 1 });
     expect(meterFor("ViewerHub", id, 4)).not.toBe(first);
+  });
+
+  it("records go least recently used first: a busy object constructed before many others keeps its counts through a wake", () => {
+    const tag = Math.random();
+    const index = meterFor("EpisodeIndex", `busy-${tag}`, 1);
+    index.rows(0, 7);
+    const idle = meterFor("Episode", `idle-${tag}`, 1);
+    idle.rows(0, 3);
+    for (let i = 0; i < MAX_RECORDS; i++) {
+      meterFor("Episode", `many-${tag}-${i}`, 2);
+      if (i % 1000 === 0) {
+        index.begin(2, "request");
+        index.end(2);
+      }
+    }
+    // the index was used all along: its record is found again; the idle episode's went (a wake starts from zero)
+    expect(meterFor("EpisodeIndex", `busy-${tag}`, 3)).toBe(index);
+    expect(index.snapshot(3, 0)).toMatchObject({ rowsWritten: 7, wakes: 2 });
+    expect(meterFor("Episode", `idle-${tag}`, 3)).not.toBe(idle);
   });
 
   it("R2 counters: class A, class B, free deletes, bytes written and kept; sums", () => {

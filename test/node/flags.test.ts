@@ -52,6 +52,10 @@ describe("rules", () => {
     expect(refused({ rules: [{ id: "a", match: { pattern: "x", in: "body" } }] })).toBe("rules[0].match.in");
     expect(refused({ rules: [{ id: "a", reward: { key: "c" } }] })).toBe("rules[0].reward");
     expect(refused({ rules: Array.from({ length: 33 }, (_, i) => ({ id: `r${i}`, match: { pattern: "x" } })) })).toBe("rules");
+    // the default rules read back as themselves (their JSON, as GET answers it, PUT back)
+    expect(parseRules(JSON.parse(JSON.stringify({ rules: DEFAULT_RULES })))).toEqual(DEFAULT_RULES);
+    // a default's vetted pattern is taken only as itself: a look-alike repeated group is still refused
+    expect(refused({ rules: [{ id: "a", match: { pattern: String.raw`(\d+[\s,]+){39}`, regex: true } }] })).toBe("rules[0].match.pattern");
     // a literal pattern is matched as written, any case
     const [lit] = textRules(parseRules({ rules: [{ id: "dot", match: { pattern: "a.b" } }] }));
     expect(matchSegment(lit!, seg({ body: "x A.B y" }))?.excerpt).toBe("x A.B y");

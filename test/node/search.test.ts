@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import { parseSearchQuery } from "../../src/protocol/search/query.js";
 import { EPISODE_CHARS, nodeSegments, SEGMENT_CHARS, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
+import { matches, phraseOf, SNIPPET_CHARS, snippet } from "../../src/protocol/search/highlight.js";
 
 describe("segments", () => {
   it("a node's text, reasoning, tool calls (name and arguments) and a tool's answer naming its tool", () => {
@@ -54,7 +55,13 @@ describe("segments", () => {
 
 describe("the query", () => {
   it("words, phrases, prefixes, fields, OR and -word, every term quoted", () => {
-    expect(parseSearchQuery("grader")).toEqual({ match: '"grader"', terms: ["grader"] });
+    expect(parseSearchQuery("grader")).toEqual({ match: '"grader"', terms: ["grader"], phrases: [{ words: ["grader"], prefix: false }] });
+    // what the snippets highlight: the text's positive terms, as the tokenizer reads them
+    expect(parseSearchQuery('role:tool needle-in-the-haystack "Every Intéger" grad* -x').phrases).toEqual([
+      { words: ["needle", "in", "the", "haystack"], prefix: false },
+      { words: ["every", "integer"], prefix: false },
+      { words: ["grad"], prefix: true },
+    ]);
     expect(parseSearchQuery('"every integer" grad*').match).toBe('"every integer" AND "grad"*');
     expect(parseSearchQuery("role:tool tool:calculator 42").match).toBe('role : "tool" AND tool : "calculator" AND "42"');
     expect(parseSearchQuery("grader OR verifier -test").match).toBe('"grader" OR "verifier" NOT "test"');
@@ -88,5 +95,40 @@ describe("the query", () => {
       expect((e as RelayError).code, q).toBe("bad_query");
       expect((e as RelayError).field).toBe("q");
     }
+  });
+});
+
+describe("snippets", () => {
+  const marked = (s: { text: string; highlights: Array<[number, number]> }) => s.highlights.map(([a, b]) => s.text.slice(a, b));
+
+  it("words in any case and accents, phrases, prefixes: where they are in the text", () => {
+    const text = "The Grader checks; the grader's graded output: every  integer, Évery Integer.";
+    expect(matches(text, [phraseOf("grader", false)]).map(([a, b]) => text.slice(a, b))).toEqual(["Grader", "grader"]);
+    expect(matches(text, [phraseOf("grad", true)]).map(([a, b]) => text.slice(a, b))).toEqual(["Grader", "grader", "graded"]);
+    expect(matches(text, [phraseOf("every integer", false)]).map(([a, b]) => text.slice(a, b))).toEqual(["every  integer", "Évery Integer"]);
+    // a phrase is not its words apart; the longest term at a place wins, no overlaps
+    expect(matches("integer every", [phraseOf("every integer", false)])).toEqual([]);
+    expect(matches("every integer", [phraseOf("every", false), phraseOf("every integer", false)])).toEqual([[0, 13]]);
+    expect(matches("needle-in-the-haystack", [phraseOf("needle-in-the-haystack", false)])).toEqual([[0, 22]]);
+  });
+
+  it("a snippet is cut around the first match at word bounds, its highlights in its own offsets", () => {
+    const words = Array.from({ length: 200 }, (_, i) => `w${i}`);
+    words[120] = "NEEDLE";
+    words[125] = "needle";
+    const text = words.join(" ");
+    const s = snippet(text, [phraseOf("needle", false)]);
+    expect(s.text.startsWith("…")).toBe(true);
+    expect(s.text.endsWith("…")).toBe(true);
+    expect(s.text.length).toBeLessThanOrEqual(SNIPPET_CHARS + 2);
+    expect(marked(s)).toEqual(["NEEDLE", "needle"]);
+    // whole words: every word of the snippet is one of the text's
+    for (const w of s.text.replace(/…/g, "").split(" ")) expect(words).toContain(w);
+    // short text: whole, no ellipsis; no match (a field-only query): its head, nothing marked
+    expect(snippet("tool says 42", [phraseOf("42", false)])).toEqual({ text: "tool says 42", highlights: [[10, 12]] });
+    const head = snippet(text, []);
+    expect(head.highlights).toEqual([]);
+    expect(head.text.startsWith("w0 w1 ")).toBe(true);
+    expect(head.text.endsWith("…")).toBe(true);
   });
 });

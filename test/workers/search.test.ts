@@ -6,12 +6,14 @@
 // no stale text; a deleted episode's text goes; an archived episode is still found.
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
 import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
+import worker from "../../src/worker/index.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
 
@@ -104,14 +106,31 @@ describe("search over a run's episodes", () => {
       for (let i = 1; i < hits.length; i++) expect(hits[i]!.score).toBeLessThanOrEqual(hits[i - 1]!.score);
       for (const h of hits) {
         expect(h.snippets.length).toBeGreaterThan(0);
-        for (const s of h.snippets)
+        for (const s of h.snippets) {
+          // each snippet is from a segment the query matches (a bare word matches a role or a tool's name too)
           expect(
-            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node),
+            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node && (matches(x) || matches({ ...x, body: `${x.role} ${x.tool ?? ""}` }))),
             `${h.id} ${s.trace}/${s.node}`,
           ).toBe(true);
+          // and marks the words it shows, only those
+          const shown = { trace: s.trace, node: s.node, role: s.role, tool: s.tool, kind: "text" as const, body: s.text };
+          if (!query.startsWith("q=tool:") && matches(shown)) expect(s.highlights.length, `${h.id} ${s.text}`).toBeGreaterThan(0);
+          for (const [a, b] of s.highlights) expect(matches({ ...shown, body: s.text.slice(a, b) }), s.text.slice(a, b)).toBe(true);
+        }
       }
     });
   }
+
+  it("what the text costs the index: every segment held, the rows it wrote, its payload bytes", async () => {
+    const size = await env.EPISODE_INDEX.getByName(`run:${RUN}`).searchSize();
+    const segments = [...corpus.values()].flat();
+    expect(size.segments).toBe(segments.length);
+    // (SQLite's LENGTH counts code points)
+    expect(size.chars).toBe(segments.reduce((n, s) => n + [...s.body].length, 0));
+    expect(size.rowsWritten).toBeGreaterThanOrEqual(size.segments);
+    expect(size.textBytes).toBeGreaterThanOrEqual(size.chars);
+    expect(size.ftsBytes).toBeGreaterThan(0);
+  });
 
   it("OR and exclusions; snippets mark the words found", async () => {
     const either = await allHits("q=calculator%20OR%20391");
@@ -124,6 +143,49 @@ describe("search over a run's episodes", () => {
     const s = hit!.snippets[0]!;
     expect(s.highlights.length).toBeGreaterThan(0);
     for (const [a, b] of s.highlights) expect(s.text.slice(a, b).toLowerCase()).toBe("calculator");
+  });
+
+  it("a token covering part of the run: exactly its own rollouts a brute-force scan of them finds, snippets from them", async () => {
+    const secret = "search-scope-secret-7d1e0c9b2a4f6e8d0c1b3a5f7e9d";
+    const authEnv: Env = { ...env, RELAY_SECRET: secret, AUTH_OFF_ON_LOOPBACK: undefined };
+    const patterns = [`${RUN}:c`, `${RUN}:t`, `${RUN}:r`];
+    const covers = (id: string) => patterns.some((p) => id.startsWith(p));
+    const token = await new SignJWT({ role: "watcher", episodes: patterns.map((p) => `${p}*`) })
+      .setProtectedHeader({ alg: "HS256" })
+      .setIssuedAt()
+      .setExpirationTime("1h")
+      .sign(new TextEncoder().encode(secret));
+    const scoped = async (q: string): Promise<Hit[]> => {
+      const out: Hit[] = [];
+      let cursor: string | null = null;
+      do {
+        const url = `https://relay.example.com/v1/runs/${RUN}/search?q=${q}&limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+        const res = await worker.fetch(new Request(url, { headers: { authorization: `Bearer ${token}` } }), authEnv);
+        expect(res.status, await res.clone().text()).toBe(200);
+        const page = (await res.json()) as Page;
+        out.push(...page.episodes);
+        cursor = page.cursor;
+      } while (cursor);
+      return out;
+    };
+    let filtered = 0;
+    let found = 0;
+    for (const [q, word] of [
+      ["calculator", "calculator"],
+      ["answer", "answer"],
+      ["the", "the"],
+    ] as const) {
+      const all = [...corpus].filter(([, segs]) => segs.some((x) => words(`${x.body} ${x.role} ${x.tool ?? ""}`).includes(word))).map(([id]) => id);
+      const want = all.filter(covers);
+      filtered += all.length - want.length;
+      found += want.length;
+      const hits = await scoped(q);
+      expect(hits.map((h) => h.id).sort(), q).toEqual(want.sort());
+      for (const h of hits) for (const s of h.snippets) expect(corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node)).toBe(true);
+    }
+    // the scope let some rollouts in and left some out (the check can fail)
+    expect(found).toBeGreaterThan(0);
+    expect(filtered).toBeGreaterThan(0);
   });
 
   it("with the list's filters, and refusals: 400 bad_query, bad_cursor, bad_filter", async () => {
@@ -191,8 +253,9 @@ describe("flags", () => {
   const callBash = (i: number, cmd: string) =>
     node(i, { message: m({ role: "assistant", content: null, tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }) });
 
-  async function rollout(name: string, ...turns: Uint8Array[]): Promise<string> {
-    const id = `${FRUN}:${name}`;
+  const rollout = (name: string, ...turns: Uint8Array[]) => rolloutIn(FRUN, name, ...turns);
+  async function rolloutIn(run: string, name: string, ...turns: Uint8Array[]): Promise<string> {
+    const id = `${run}:${name}`;
     const producer = new ProducerCursor(name);
     for (const d of [openDelta(), ...turns]) {
       const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
@@ -251,5 +314,88 @@ describe("flags", () => {
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
     expect((await put({ defaults: true })).status).toBe(200);
+  });
+
+  it("the default rules round-trip: GET them, PUT them back (as they are, or as the run's own)", async () => {
+    const put = (body: unknown) =>
+      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const got = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: unknown[] };
+    expect(got.defaults).toBe(true);
+    const back = await put(got);
+    expect(back.status, await back.clone().text()).toBe(200);
+    expect(await back.json()).toMatchObject({ defaults: true, rules: got.rules });
+    const own = await put({ rules: got.rules });
+    expect(own.status, await own.clone().text()).toBe(200);
+    expect(await own.json()).toMatchObject({ defaults: false, rules: got.rules });
+    expect((await put({ defaults: true })).status).toBe(200);
+  });
+
+  it("each rule is evaluated once per delta: each new segment by every text rule once, each row update by every reward rule once", async () => {
+    const run = `${FRUN}-count`;
+    const rules = [
+      { id: "grader", match: { pattern: "grader" } },
+      { id: "rm", match: { pattern: "rm -rf", in: "arguments" } },
+      { id: "low", reward: { key: "correct", below: 0.5 } },
+    ];
+    const set = await relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify({ rules }), headers: { "content-type": "application/json" } });
+    expect(set.status, await set.clone().text()).toBe(200);
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const before = await index.flagEvaluations();
+    expect(before).toMatchObject({ textRules: 2, rewardRules: 1 });
+    const id = `${run}:ep`;
+    const producer = new ProducerCursor("count");
+    // the task (1 segment), then 2, 1 and 2 segments; each delta's row flushed before the next
+    const deltas = [
+      openDelta(),
+      delta({ nodes: [say(0, "what does the grader check"), callBash(1, "ls")] }),
+      delta({ nodes: [say(2, "nothing yet")] }),
+      delta({ nodes: [callBash(3, "rm -rf /tmp/x"), say(4, "done")] }),
+    ];
+    for (const d of deltas) {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      producer.acknowledge();
+      await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    }
+    const after = await index.flagEvaluations();
+    const segments = after.segments - before.segments;
+    const rows = after.rows - before.rows;
+    expect(segments).toBe(6);
+    expect(after.textChecks - before.textChecks).toBe(segments * 2);
+    // one row update per delta at most (a flush carries every delta since the last), each checked by the reward rule once
+    expect(rows).toBeGreaterThanOrEqual(1);
+    expect(rows).toBeLessThanOrEqual(deltas.length);
+    expect(after.rewardChecks - before.rewardChecks).toBe(rows);
+    const [row] = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Row[] }).episodes;
+    expect(row!.flags.map((f) => [f.rule, f.node])).toEqual([
+      ["grader", 0],
+      ["rm", 3],
+    ]);
+  });
+
+  it("rules set before a run's first rollout: the defaults store nothing, rules of its own are kept and hold from the first row", async () => {
+    const run = `${FRUN}-early`;
+    const put = (body: unknown) =>
+      relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    const get = () => relay(`../runs/${run}/rules`);
+    expect((await get()).status).toBe(404);
+    // the defaults: answered, nothing stored (still no run)
+    const defaults = await put({ defaults: true });
+    expect(defaults.status, await defaults.clone().text()).toBe(200);
+    expect(await defaults.json()).toMatchObject({ defaults: true, rescan: { done: true } });
+    expect((await get()).status).toBe(404);
+    expect((await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] })).status).toBe(400);
+    expect((await get()).status).toBe(404);
+    // rules of its own: kept, and GET answers them
+    const rules = [{ id: "says-hello", description: "", match: { pattern: "hello there", regex: false, role: "assistant", tool: null, in: "text" } }];
+    const set = await put({ rules });
+    expect(set.status, await set.clone().text()).toBe(200);
+    expect(await set.json()).toEqual({ rules, defaults: false, rescan: { done: true, segments: 0, rows: 0 } });
+    expect(await (await get()).json()).toMatchObject({ rules, defaults: false });
+    // the first rollouts are flagged by them (and not by the defaults)
+    const hi = await rolloutIn(run, "hi", delta({ nodes: [say(0, "hello there"), callBash(1, "cat tests/grader.py")] }));
+    const rows = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Row[] }).episodes;
+    expect(rows.map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[hi, ["says-hello"]]]);
   });
 });

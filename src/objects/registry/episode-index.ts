@@ -12,7 +12,7 @@
 // directory has dropped the run.
 
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
-import type { RulesJson } from "./flag-store.js";
+import { type RulesJson, type FlagEvaluations, FlagStore, readRules } from "./flag-store.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { flushIntervalMs, indexPacingFrom } from "../../protocol/limits/vars.js";
 import type { RunAggregates } from "../../protocol/registry/aggregates.js";
@@ -181,32 +181,44 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return this.schema.present() ? this.store.search.scan(needle, limit) : [];
   }
 
-  /** Segments and characters the run's search holds, in all (the search bench). */
-  searchSize(): { segments: number; chars: number } {
+  /** What the run's search holds, in all, and the rows its text wrote since this object started (the search and flags benches); no route reaches it. */
+  searchSize(): { segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number } {
     this.schema.check();
-    if (!this.schema.present()) return { segments: 0, chars: 0 };
-    return this.ctx.storage.sql
-      .exec<{ segments: number; chars: number | null }>("SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars FROM segments")
-      .toArray()
-      .map((r) => ({ segments: r.segments, chars: r.chars ?? 0 }))[0]!;
+    if (!this.schema.present()) return { segments: 0, chars: 0, textBytes: 0, ftsBytes: 0, rowsWritten: 0 };
+    return { ...this.store.search.size(), rowsWritten: this.store.search.rowsWritten };
   }
 
-  /** The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run. */
+  /** How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches it. */
+  flagEvaluations(): FlagEvaluations & { textRules: number; rewardRules: number } {
+    this.schema.check();
+    if (!this.schema.present()) return { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
+    const { rules, text } = this.store.flags.rules();
+    return { ...this.store.flags.evaluations, textRules: text.length, rewardRules: rules.length - text.length };
+  }
+
+  /** The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run (no row, and no rules set). */
   rules(): RulesJson | null {
     this.schema.check();
-    return this.hasRows() ? this.store.flags.json() : null;
+    return this.hasRows() || (this.schema.present() && this.store.flags.set()) ? this.store.flags.json() : null;
   }
 
   /**
-   * Replace the run's flag rules; the alarm rescans what was written for them (paced). "no_run":
-   * the run has no row (rules are kept with the run's rows, and go with them).
+   * Replace the run's flag rules; the alarm rescans what was written for them (paced). A run with
+   * no row yet may set its rules before its first rollout (the storage comes with them; the
+   * defaults need none). Rules go with the run's rows (when they all went, and the directory
+   * dropped the run, nothing is kept).
    */
-  setRules(body: unknown): Answer<RulesJson> | "no_run" {
+  setRules(body: unknown): Answer<RulesJson> {
     this.schema.check();
-    if (!this.hasRows()) return "no_run";
     return answerOf(() => {
-      this.write(() => this.store.flags.setRules(body));
-      void this.ctx.storage.setAlarm(Date.now());
+      const rules = readRules(body); // a bad body touches nothing
+      const rows = this.hasRows();
+      if (!rows && rules === null && !this.schema.present()) return FlagStore.defaultsJson();
+      this.write(() => {
+        this.schema.ensure();
+        this.store.flags.setRules(rules, rows);
+      });
+      if (rows) void this.ctx.storage.setAlarm(Date.now());
       return this.store.flags.json();
     });
   }

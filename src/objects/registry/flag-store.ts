@@ -14,6 +14,12 @@ import type { SearchBatch } from "./search-store.js";
 export const RESCAN_SEGMENTS = 2000;
 export const RESCAN_ROWS = 500;
 
+/** A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400 bad_rules). */
+export function readRules(body: unknown): Rule[] | null {
+  const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
+  return defaults ? null : parseRules(body);
+}
+
 /** A run's rules as the API shows them, and how far a rescan for them has come. */
 export interface RulesJson {
   rules: Rule[];
@@ -22,8 +28,21 @@ export interface RulesJson {
   rescan: { done: boolean; segments: number; rows: number };
 }
 
+/** How often rules ran, since the object started (in memory: the flags bench and tests read it). */
+export interface FlagEvaluations {
+  /** Segments matched against the text rules as they arrived (a rescan's are not counted here). */
+  segments: number;
+  /** Text rule checks on them (each rule once per segment: segments × text rules). */
+  textChecks: number;
+  /** Rows the reward rules ran on (once per update of a row). */
+  rows: number;
+  /** Reward rule checks on them (each rule once per row update: rows × reward rules). */
+  rewardChecks: number;
+}
+
 export class FlagStore {
   private cached: { rules: Rule[]; text: TextRule[] } | null = null;
+  readonly evaluations: FlagEvaluations = { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0 };
 
   constructor(private readonly sql: SqlStorage) {}
 
@@ -40,20 +59,32 @@ export class FlagStore {
     return (this.cached = { rules, text: textRules(rules) });
   }
 
-  /** `PUT .../rules`: the run's rules now (`{"rules": []}` keeps none; `{"defaults": true}` goes back to the defaults); flags are rescanned. */
-  setRules(body: unknown): void {
-    const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
-    const rules = defaults ? [] : parseRules(body);
+  /** Whether the run set rules of its own (else the defaults hold). */
+  set(): boolean {
+    return this.state("rules_set") === "1";
+  }
+
+  /**
+   * `PUT .../rules`, read (`readRules`): the run's rules now (null: the defaults again); what was
+   * written is rescanned for them (`rescan`: a run with no row yet has nothing to rescan).
+   */
+  setRules(rules: Rule[] | null, rescan = true): void {
     this.sql.exec("DELETE FROM rules");
-    for (const [i, r] of rules.entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
-    this.setState("rules_set", defaults ? "0" : "1");
+    for (const [i, r] of (rules ?? []).entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
+    this.setState("rules_set", rules === null ? "0" : "1");
     this.cached = null;
+    if (!rescan) return;
     // every flag is looked for again, by the alarm: text from the first segment, rewards from the first row
     this.sql.exec("DELETE FROM flags");
     this.sql.exec("UPDATE rows SET flags = NULL WHERE flags IS NOT NULL");
     this.setState("rescan_segment", "0");
     this.setState("rescan_row", "");
     this.setState("rescan_counts", JSON.stringify({ segments: 0, rows: 0 }));
+  }
+
+  /** The defaults, as a run without storage answers them (nothing stored for them). */
+  static defaultsJson(): RulesJson {
+    return { rules: [...DEFAULT_RULES], defaults: true, rescan: { done: true, segments: 0, rows: 0 } };
   }
 
   json(): RulesJson {
@@ -83,9 +114,10 @@ export class FlagStore {
         if (!batch.traces.includes(f.trace) || (from !== undefined && f.node >= from))
           this.sql.exec("DELETE FROM flags WHERE episode = ? AND rule = ?", row.id, f.rule);
       }
-      for (const s of batch.segments) this.matchText(row.id, s, text);
+      for (const s of batch.segments) this.matchText(row.id, s, text, this.evaluations);
     }
-    const reward = new Map(rowFlags(rules, row).map((f) => [f.rule, f]));
+    const reward = new Map(rowFlags(rules, row, this.evaluations).map((f) => [f.rule, f]));
+    this.evaluations.rows++;
     for (const r of rules) {
       if ("match" in r) continue;
       const held = this.flag(row.id, r.id);
@@ -164,9 +196,11 @@ export class FlagStore {
   }
 
   /** Match `s` against every text rule the episode has no flag of yet; true when one was raised. */
-  private matchText(episode: string, s: Segment, rules: readonly TextRule[]): boolean {
+  private matchText(episode: string, s: Segment, rules: readonly TextRule[], counts: FlagEvaluations | null = null): boolean {
     let raised = false;
+    if (counts) counts.segments++;
     for (const rule of rules) {
+      if (counts) counts.textChecks++;
       const f = matchSegment(rule, s);
       if (f && this.insert(episode, f, false)) raised = true;
     }

@@ -4,11 +4,12 @@
 // row: the segments from a node on, replacing what was held from there, e.g. after a retraction);
 // a row that goes takes its segments with it. A query ranks episodes by their best segment (FTS5's
 // bm25), filtered by the list's filters and the viewer's scope in the same statement (a partial
-// scope's matches are its own episodes' only), and reads the snippets of the page's episodes only.
+// scope's matches are its own episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).
 
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
 import { badCursor, decodeCursor, encodeCursor, type ListQuery, type Scope } from "../../protocol/registry/rows.js";
+import { snippet } from "../../protocol/search/highlight.js";
 import { conditions } from "./episode-pages.js";
 import { inScope } from "./scoped-rows.js";
 
@@ -38,21 +39,21 @@ export interface SearchPage {
   cursor: string | null;
 }
 
-const OPEN = "\u0002";
-const CLOSE = "\u0003";
-
 export class SearchStore {
+  /** Rows the text's statements wrote since the object started (its segments, and FTS5's rows by trigger): the flags bench's cost figure. */
+  rowsWritten = 0;
+
   constructor(private readonly sql: SqlStorage) {}
 
   /** Apply an episode's batch (inside the caller's transaction). */
   apply(episode: string, b: SearchBatch): void {
     const held = this.sql.exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode).toArray();
-    for (const { trace } of held) if (!b.traces.includes(trace)) this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
+    for (const { trace } of held) if (!b.traces.includes(trace)) this.write("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
     for (const [trace, from] of Object.entries(b.from)) {
-      this.sql.exec("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
+      this.write("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
     }
     for (const s of b.segments) {
-      this.sql.exec(
+      this.write(
         "INSERT INTO segments (episode, trace, node, role, tool, kind, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
         episode,
         s.trace,
@@ -67,7 +68,27 @@ export class SearchStore {
 
   /** The episode went: its segments too. */
   remove(episode: string): void {
-    this.sql.exec("DELETE FROM segments WHERE episode = ?", episode);
+    this.write("DELETE FROM segments WHERE episode = ?", episode);
+  }
+
+  private write(query: string, ...args: SqlStorageValue[]): void {
+    this.rowsWritten += this.sql.exec(query, ...args).rowsWritten;
+  }
+
+  /**
+   * What the text keeps, in all: segments and characters, and payload bytes (no page overhead) of
+   * the segments' rows and of FTS5's own tables (its index blocks and per-row sizes).
+   */
+  size(): { segments: number; chars: number; textBytes: number; ftsBytes: number } {
+    const r = this.sql
+      .exec<{ segments: number; chars: number | null; text: number | null; fts: number | null }>(
+        `SELECT COUNT(*) AS segments, SUM(LENGTH(body)) AS chars,
+           SUM(LENGTH(CAST(body AS BLOB)) + LENGTH(episode) + LENGTH(trace) + LENGTH(role) + COALESCE(LENGTH(tool), 0) + LENGTH(kind) + 16) AS text,
+           (SELECT SUM(LENGTH(block)) FROM search_data) + (SELECT COALESCE(SUM(LENGTH(sz)), 0) FROM search_docsize) AS fts
+         FROM segments`,
+      )
+      .one();
+    return { segments: r.segments, chars: r.chars ?? 0, textBytes: r.text ?? 0, ftsBytes: r.fts ?? 0 };
   }
 
   /**
@@ -89,7 +110,9 @@ export class SearchStore {
 
   /**
    * A page of episodes matching `query`, best first (by their best segment; ties by id), passing
-   * `q`'s filters within `scope`, after `cursor`.
+   * `q`'s filters within `scope`, after `cursor`. One pass of FTS5: the matching segments (ids and
+   * scores) are kept in the statement, ranked per episode, and the page's own come back with it;
+   * their snippets are cut from the stored text (highlight.ts), the page's only.
    */
   search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
     const cond = conditions(q);
@@ -97,13 +120,15 @@ export class SearchStore {
     const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
     const after = cursor === null ? null : searchCursor(cursor);
     const having = after ? "HAVING (MIN(m.score), m.episode) > (?, ?)" : "";
-    const ranked = this.sql
-      .exec<{ episode: string; best: number }>(
-        `SELECT m.episode, MIN(m.score) AS best FROM
-           (SELECT s.episode, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid WHERE search MATCH ? AND ${mine.sql} LIMIT ?) AS m
-           JOIN rows ON rows.id = m.episode
-         WHERE ${cond.sql}
-         GROUP BY m.episode ${having} ORDER BY best, m.episode LIMIT ?`,
+    const found = this.sql
+      .exec<{ episode: string; best: number; id: number }>(
+        `WITH m AS MATERIALIZED
+           (SELECT s.episode AS episode, s.id AS id, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid
+            WHERE search MATCH ? AND ${mine.sql} LIMIT ?),
+         page AS
+           (SELECT m.episode AS episode, MIN(m.score) AS best FROM m JOIN rows ON rows.id = m.episode
+            WHERE ${cond.sql} GROUP BY m.episode ${having} ORDER BY best, m.episode LIMIT ?)
+         SELECT page.episode, page.best, m.id FROM page JOIN m ON m.episode = page.episode ORDER BY page.best, page.episode, m.score, m.id`,
         query.match,
         ...mine.args,
         SEARCH_MATCH_BUDGET,
@@ -112,44 +137,41 @@ export class SearchStore {
         q.limit + 1,
       )
       .toArray();
+    // per episode (in rank order), its best segments' ids
+    const ranked: Array<{ episode: string; best: number; ids: number[] }> = [];
+    for (const r of found) {
+      const last = ranked.at(-1);
+      if (last?.episode === r.episode) {
+        if (last.ids.length < SNIPPETS_PER_EPISODE) last.ids.push(r.id);
+      } else ranked.push({ episode: r.episode, best: r.best, ids: [r.id] });
+    }
     const page = ranked.slice(0, q.limit);
+    const bodies = this.segmentsById(page.flatMap((r) => r.ids));
     const last = page.at(-1);
     return {
-      episodes: page.map((r) => ({ id: r.episode, score: -r.best, snippets: this.snippets(query, r.episode) })),
+      episodes: page.map((r) => ({
+        id: r.episode,
+        score: -r.best,
+        snippets: r.ids.flatMap((id) => {
+          const s = bodies.get(id);
+          return s ? [{ trace: s.trace, node: s.node, role: s.role, tool: s.tool, ...snippet(s.body, query.phrases) }] : [];
+        }),
+      })),
       cursor: ranked.length > q.limit && last ? encodeCursor([last.best, last.episode]) : null,
     };
   }
 
-  /** An episode's best segments for the query: its own rows only (by their ids), highlighted. */
-  private snippets(query: SearchQuery, episode: string): SearchHit["snippets"] {
-    return this.sql
-      .exec<{ trace: string; node: number; role: string; tool: string | null; snip: string }>(
-        `SELECT s.trace, s.node, s.role, s.tool, snippet(search, 0, ?, ?, '…', 24) AS snip FROM search JOIN segments s ON s.id = search.rowid
-         WHERE search MATCH ? AND search.rowid IN (SELECT id FROM segments WHERE episode = ?) ORDER BY rank LIMIT ?`,
-        OPEN,
-        CLOSE,
-        query.match,
-        episode,
-        SNIPPETS_PER_EPISODE,
+  /** Segments by id (the page's snippets: at most SNIPPETS_PER_EPISODE per episode). */
+  private segmentsById(ids: number[]): Map<number, { trace: string; node: number; role: string; tool: string | null; body: string }> {
+    if (ids.length === 0) return new Map();
+    const rows = this.sql
+      .exec<{ id: number; trace: string; node: number; role: string; tool: string | null; body: string }>(
+        "SELECT id, trace, node, role, tool, body FROM segments WHERE id IN (SELECT value FROM json_each(?))",
+        JSON.stringify(ids),
       )
-      .toArray()
-      .map((r) => ({ trace: r.trace, node: r.node, role: r.role, tool: r.tool, ...highlighted(r.snip) }));
+      .toArray();
+    return new Map(rows.map((r) => [r.id, r]));
   }
-}
-
-/** A snippet's text without FTS5's markers, and where they were (UTF-16 offsets in the text). */
-function highlighted(snip: string): { text: string; highlights: Array<[number, number]> } {
-  let text = "";
-  const highlights: Array<[number, number]> = [];
-  let open = -1;
-  for (const ch of snip) {
-    if (ch === OPEN) open = text.length;
-    else if (ch === CLOSE) {
-      if (open >= 0) highlights.push([open, text.length]);
-      open = -1;
-    } else text += ch;
-  }
-  return { text, highlights };
 }
 
 /** A search page's cursor: the last episode's best bm25 and its id (throws 400 bad_cursor). */

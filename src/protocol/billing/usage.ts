@@ -110,6 +110,7 @@ export class UsageMeter {
 
   /** An event (fetch, RPC call, alarm, socket message) starts. */
   begin(now: number, kind: EventKind): void {
+    used(this);
     if (kind === "request") this.requests++;
     else if (kind === "wsIn") this.wsIn++;
     if (this.pending === 0) {
@@ -243,21 +244,37 @@ export class UsageMeter {
   }
 }
 
+/** The records, least recently used first (a Map keeps its insertion order). */
 const records = new Map<string, UsageMeter>();
+/** Meters kept as records (a meter a test constructs itself is not). */
+const kept = new WeakSet<UsageMeter>();
+/** The key last moved to the end of `records` (an object's events in a row move nothing). */
+let lastKey = "";
 
 /**
  * The record of object `id` of class `object` in this isolate, woken (a construction). At most
- * MAX_RECORDS are kept: the least recently constructed goes first (a live object keeps counting
- * on its own record; only a later wake would start again from zero).
+ * MAX_RECORDS are kept: the least recently used goes first. (Dropping the least recently
+ * constructed instead lost a busy object's counts: a run's index, constructed first, was dropped
+ * once 4,096 episodes had been, and its next wake started again from zero.)
  */
 export function meterFor(object: string, id: string, now: number): UsageMeter {
   const key = `${object}:${id}`;
   const m = records.get(key) ?? new UsageMeter(object, id, now);
-  records.delete(key);
-  records.set(key, m);
-  while (records.size > MAX_RECORDS) records.delete(records.keys().next().value!);
+  kept.add(m);
+  used(m);
   m.wake(now);
   return m;
+}
+
+/** `m` was used now: its record goes last in line to be dropped (back in, if it was dropped while its object lived). */
+function used(m: UsageMeter): void {
+  if (!kept.has(m)) return;
+  const key = `${m.object}:${m.id}`;
+  if (records.get(key) === m && lastKey === key) return;
+  records.delete(key);
+  records.set(key, m);
+  lastKey = key;
+  while (records.size > MAX_RECORDS) records.delete(records.keys().next().value!);
 }
 
 /** Sum of several objects' usage (the bench's totals). */

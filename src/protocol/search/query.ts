@@ -10,6 +10,7 @@
 // Terms are ANDed. Pure: the run's index runs the expression (search-store.ts).
 
 import { RelayError } from "../http/errors.js";
+import { type Phrase, phraseOf } from "./highlight.js";
 
 export const MAX_QUERY_CHARS = 256;
 export const MAX_QUERY_TERMS = 16;
@@ -19,8 +20,10 @@ export const QUERY_FIELDS = ["role", "tool"] as const;
 export interface SearchQuery {
   /** The FTS5 MATCH expression. */
   match: string;
-  /** The positive words and phrases, lower-cased (for tests and highlights). */
+  /** The positive words and phrases, lower-cased (for tests). */
   terms: string[];
+  /** The positive words, phrases and prefixes on the text (not role:/tool:), as the snippets highlight them (highlight.ts). */
+  phrases: Phrase[];
 }
 
 type Token = { kind: "term"; text: string; phrase: boolean; prefix: boolean; field: string | null; negated: boolean } | { kind: "or" };
@@ -52,7 +55,8 @@ export function parseSearchQuery(q: string | null): SearchQuery {
     pendingOr = false;
   }
   if (pendingOr) throw bad("OR goes between two terms");
-  return { match: parts.join(" "), terms: terms.filter((t) => !t.negated && !t.field).map((t) => t.text.toLowerCase()) };
+  const positive = terms.filter((t) => !t.negated && !t.field);
+  return { match: parts.join(" "), terms: positive.map((t) => t.text.toLowerCase()), phrases: positive.map((t) => phraseOf(t.text, t.prefix)) };
 }
 
 function tokenize(text: string): Token[] {
