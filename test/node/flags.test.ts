@@ -93,6 +93,14 @@ describe("rules", () => {
     expect(rowFlags(rules, row(0, false, 100)).map((f) => f.rule)).toEqual(["low"]);
     expect(rowFlags(rules, row(1, true, 100)).map((f) => [f.rule, f.excerpt])).toEqual([["trunc", "correct = 1, truncated"]]);
     expect(rowFlags(rules, row(1, false, 4)).map((f) => f.rule)).toEqual(["short"]);
+    // no token counts sent (both sums 0): not judged short; 0 output tokens beside counted input tokens is
+    const counts = (input: number, output: number) => ({
+      rewards: { correct: { score: 1, weight: 1 } },
+      truncated: false,
+      live: { input_tokens: input, output_tokens: output } as never,
+    });
+    expect(rowFlags(rules, counts(0, 0))).toEqual([]);
+    expect(rowFlags(rules, counts(50, 0)).map((f) => f.rule)).toEqual(["short"]);
     expect(rowFlags(rules, { rewards: null, truncated: true, live: null })).toEqual([]);
   });
 });

@@ -80,7 +80,11 @@ export const DEFAULT_RULES: readonly Rule[] = [
     },
   },
   { id: "rewarded-truncated", description: "a full reward on a truncated rollout", rewarded_truncated: { key: "*", min: 1 } },
-  { id: "rewarded-short", description: "a full reward with at most 3 output tokens", rewarded_short: { key: "*", min: 1, max_output_tokens: 3 } },
+  {
+    id: "rewarded-short",
+    description: "a full reward with at most 3 output tokens (judged where the producer sends token counts)",
+    rewarded_short: { key: "*", min: 1, max_output_tokens: 3 },
+  },
 ];
 
 const DEFAULT_PATTERNS = new Set(DEFAULT_RULES.flatMap((r) => ("match" in r && r.match.regex ? [r.match.pattern] : [])));
@@ -170,10 +174,9 @@ export function rowFlags(rules: readonly Rule[], row: Pick<IndexRow, "rewards" |
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}, truncated` });
     } else if ("rewarded_short" in r) {
       const out = row.live?.output_tokens;
-      const hit =
-        typeof out === "number" && out <= r.rewarded_short.max_output_tokens
-          ? score(r.rewarded_short.key).find(([, v]) => v >= r.rewarded_short.min)
-          : undefined;
+      // a rollout whose producer sent no token counts (both sums 0) is not judged: it is not short, just uncounted
+      const counted = typeof out === "number" && (out > 0 || (row.live?.input_tokens ?? 0) > 0);
+      const hit = counted && out <= r.rewarded_short.max_output_tokens ? score(r.rewarded_short.key).find(([, v]) => v >= r.rewarded_short.min) : undefined;
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]} with ${out} output tokens` });
     }
   }
