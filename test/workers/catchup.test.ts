@@ -5,7 +5,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { FIRST_MESSAGE_BYTES } from "../../src/objects/episode/catchup.js";
+import { FIRST_MESSAGE_BYTES } from "../../src/objects/episode/catchup-stream.js";
 import { hubName } from "../../src/protocol/hub/shards.js";
 import { FIRST_WINDOW } from "../../src/objects/hub/flows.js";
 import { IDLE_MS } from "../../src/objects/hub/running-catchups.js";

@@ -7,7 +7,7 @@ import { traceOf } from "../../protocol/assembly/delta.js";
 import { finishedDeltas } from "../../protocol/archive/finished-deltas.js";
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, type Variant } from "../../protocol/watch/variant.js";
-import { SnapshotMessages } from "./catchup.js";
+import { SnapshotMessages } from "./catchup-stream.js";
 
 export class ArchivedSnapshot extends SnapshotMessages {
   private deltas: AsyncGenerator<Uint8Array> | null = null;

@@ -4,7 +4,7 @@
 //   finish.ts     the reply → finished / failed / finish_refused
 //   read.ts       GET (streamed from SQLite) and status
 //   feeds.ts      the viewer hubs that hold its watchers (src/objects/hub/), and what each has been fed
-//   catchup.ts    catch-up streams a hub pulls for its watchers (catchup-cursor.ts)
+//   catchup-stream.ts  catch-up streams a hub pulls for its watchers, through a cursor
 //   log-trim.ts   keeping the log short
 //   archive.ts    a finished episode to R2, its bodies and log out of SQLite
 //   run-row-sync.ts the episode's row in its run's index, and the alarm's deadlines
@@ -42,8 +42,7 @@ import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
 import { EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
-import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
-import { CatchUpCursor } from "./catchup-cursor.js";
+import { CatchUp, CatchUpCursor, type CatchUpSource, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";

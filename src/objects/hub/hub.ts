@@ -64,7 +64,7 @@ export class ViewerHub extends DurableObject<Env> {
         view: () => this.view(),
         reply: () => this.store.reply(),
         window: this.window,
-        openCursor: (variant, after, forced) => this.episode().catchUp(this.identity().id, variant, after, forced ?? null) as unknown as Promise<Cursor>,
+        openCursor: async (variant, after, forced): Promise<Cursor> => await this.episode().catchUp(this.identity().id, variant, after, forced ?? null),
       },
     );
     // Watchers' keep-alive pings are answered by the platform: they never wake the hub.

@@ -1,5 +1,5 @@
 // Catching a watcher up, on the hub's side. The episode builds the catch-up stream (a snapshot as
-// of its head, or the log after `?after=`; src/objects/episode/catchup.ts) and the hub pulls it through a
+// of its head, or the log after `?after=`; src/objects/episode/catchup-stream.ts) and the hub pulls it through a
 // cursor, message by message, as its watchers acknowledge. Watchers that join together with the
 // same view share one stream (a HubCohort): each message is fetched once and the same bytes go to
 // each of them; the cohort keeps the messages between its slowest and its fastest member, up to

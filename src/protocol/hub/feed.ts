@@ -120,7 +120,7 @@ export function feedBytes(frames: readonly FeedFrame[]): number {
 }
 
 /**
- * One step of a catch-up stream pulled from the episode (src/objects/episode/catchup-cursor.ts): the next
+ * One step of a catch-up stream pulled from the episode (src/objects/episode/catchup-stream.ts): the next
  * watcher message, or the end (the watcher then holds everything up to `end`), or word that a
  * retraction took back what the stream gave (the hub's own restart follows in its feed).
  */

@@ -1,7 +1,7 @@
 // Catching a watcher up, on the episode's side: the state as of a pinned seq as snapshot messages
 // (or, when it resumes with `?after=` inside the log, none), then the log after it, one message
 // per call. The viewer hub that asked (src/protocol/hub/catchup.ts) pulls the messages through a cursor
-// (catchup-cursor.ts) as fast as its watchers acknowledge them, shares them between the watchers
+// (CatchUpCursor, below) as fast as its watchers acknowledge them, shares them between the watchers
 // that joined together, and bridges from where the stream ends to its own head with the frames it
 // was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
 // it reads), and the replay reads the log as it grows.
@@ -15,6 +15,8 @@ import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watc
 import type { Pin } from "../../protocol/episode/holds.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { Meta } from "./storage.js";
+import { RpcTarget } from "cloudflare:workers";
+import type { CursorStep } from "../../protocol/hub/feed.js";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
@@ -202,5 +204,69 @@ export class CatchUp {
     this.snapshot = null;
     this.pin?.release();
     this.pin = null;
+  }
+}
+
+// ---- the cursor a hub holds ----
+//
+// A catch-up stream handed to a viewer hub over RPC: an RpcTarget the hub pulls one message at a
+// time (src/protocol/hub/catchup.ts), so nothing is built before the hub's watchers can take it. Each
+// cursor holds its stream's pins; it lets go when the hub closes it, drops it, or leaves it idle
+// for CURSOR_IDLE_MS (a hub that vanished never says so), and once a retraction took back what it
+// read it answers `rewound`.
+
+/** A cursor nobody pulled for this long is closed (checked when another opens). */
+export const CURSOR_IDLE_MS = 120_000;
+
+export class CatchUpCursor extends RpcTarget {
+  private used = Date.now();
+  private closed = false;
+  /** A retraction took back what the stream read: its pins are let go, `next` says so. */
+  private rewound = false;
+
+  constructor(
+    private readonly stream: CatchUp,
+    private readonly open: Set<CatchUpCursor>,
+  ) {
+    super();
+    open.add(this);
+  }
+
+  async next(): Promise<CursorStep> {
+    if (this.closed) throw new Error("catch-up cursor closed");
+    this.used = Date.now();
+    if (this.rewound || !this.stream.valid) {
+      this.close();
+      return { rewound: true };
+    }
+    const message = await this.stream.next();
+    if (this.closed) throw new Error("catch-up cursor closed");
+    if (message) return { message };
+    const end = this.stream.seq;
+    this.close();
+    return { end };
+  }
+
+  /** After a retraction: let go of the stream's pins now if it read what was taken back (the hub hears it at its next pull). */
+  retracted(): void {
+    if (this.closed || this.stream.valid) return;
+    this.rewound = true;
+    this.stream.release();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.stream.release();
+    this.open.delete(this);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** Close it if unused since `now - CURSOR_IDLE_MS`. */
+  expire(now: number): void {
+    if (now - this.used > CURSOR_IDLE_MS) this.close();
   }
 }
