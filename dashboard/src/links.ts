@@ -32,3 +32,8 @@ export function idInRun(id: string, run: string): string {
 export function groupHref(run: string, group: string): string {
   return `/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}${tokenFragment()}`;
 }
+
+/** The compare page for these episodes (two or more), in the order given. */
+export function compareHref(...ids: string[]): string {
+  return `/compare/${ids.map(encodeURIComponent).join("/")}${tokenFragment()}`;
+}
