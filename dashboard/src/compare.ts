@@ -132,7 +132,7 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       `div.compare-fact${differs ? ".differs" : ""}` as "div",
       { role: "row", "data-fact": label, "data-differs": String(differs) },
       h("span.fact-k", { role: "rowheader" }, label),
-      h("div.compare-pair", cols, ...texts.map((t) => h("span.fact-v", { role: "cell" }, t))),
+      h("div.compare-pair", cols, ...texts.map((t, i) => h("span.fact-v", { role: "cell", "data-side": LETTERS[i] ?? String(i + 1) }, t))),
     );
   }
 
