@@ -58,6 +58,9 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   const traces = traceList();
   shell.main.append(h("section.episode-page", null, head.row, head.banner, context, summary, routing.note, signals.bar, head.waiting, traces.el));
   let wasEnded = false;
+  // opened at a turn (`?trace=…&node=…`, a search result's link): scroll there once it is drawn
+  const at = new URLSearchParams(location.search);
+  let jumpTo: { trace: string | null; node: string } | null = at.has("node") ? { trace: at.get("trace"), node: at.get("node")! } : null;
 
   function render(): void {
     const w = feed.watch;
@@ -79,6 +82,15 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       repairedRows: (trace, node) => feed.repairedRows(trace, node),
       overlay: signals.update(w.assembly, all, kind, ended()),
     });
+    if (jumpTo) {
+      const inTrace = jumpTo.trace === null ? "section.trace" : `section.trace[data-trace="${CSS.escape(jumpTo.trace)}"]`;
+      const target = document.querySelector(`${inTrace} li.turn[data-node="${CSS.escape(jumpTo.node)}"]`);
+      if (target) {
+        jumpTo = null;
+        target.classList.add("jump-target");
+        target.scrollIntoView({ block: "center" });
+      }
+    }
   }
 
   /** The task (the first trace's `open.task`) and the training identity, with links to the group and the step. */

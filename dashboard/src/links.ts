@@ -15,8 +15,10 @@ export function runHref(run: string): string {
   return `/runs/${encodeURIComponent(run)}${tokenFragment()}`;
 }
 
-export function episodeHref(id: string): string {
-  return `/episodes/${encodeURIComponent(id)}${tokenFragment()}`;
+/** An episode's page; `at` opens it at a turn (the episode page scrolls there). */
+export function episodeHref(id: string, at?: { trace: string | null; node: number }): string {
+  const q = at ? `?${new URLSearchParams({ ...(at.trace ? { trace: at.trace } : {}), node: String(at.node) })}` : "";
+  return `/episodes/${encodeURIComponent(id)}${q}${tokenFragment()}`;
 }
 
 /** A run's name for people: the NO_RUN bucket ("~") gets words instead of a tilde. */
