@@ -339,7 +339,8 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
     shell.setConnection("connecting");
     const picked = new Map(picksOf(run).map((p) => [p.id, p.group]));
     try {
-      // one at a time into its display form: the page never holds more than the picked episodes
+      // each body turned into its display form as it arrives (and then dropped): the page holds
+      // the picked episodes (at most MAX_PICKS from the tray) and nothing else
       const sides = await Promise.all(
         ids.map(async (id, i) => sideOf(id, i, await getJson<Json>(`/v1/episodes/${encodeURIComponent(id)}`, ctl.signal), picked.get(id) ?? null)),
       );
