@@ -6,6 +6,7 @@
 import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { rewardChips, rewardNumber } from "./reward-chip.js";
+import { pickBox } from "./pick-tray.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 import type { IndexEntry } from "../../src/protocol/index.js";
 
@@ -49,6 +50,7 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
     h(
       "span.cell-status",
       { role: "cell" },
+      pickBox(run, e.id, e.group ?? null),
       pending
         ? h("span.pill.s-pending", { title: "announced by the trainer; no trace has streamed yet" }, "pending")
         : h(`span.pill.s-${e.status}` as "span", null, e.status.replace("_", " ")),

@@ -7,6 +7,7 @@
 // signals along the sampled tokens. The parts live in ./episode/: the feed (the watches), the page
 // head, the context and summary cards, the downloads, the routing controls, the token overlays
 // and the trace columns. This file puts them on the page and draws them once per animation frame.
+import { flagChips } from "./episode/flag-chips.js";
 import "./overlays.css";
 import { clear, h } from "./dom.js";
 import { groupOf, identityCard, taskCard } from "./episode/context-cards.js";
@@ -56,8 +57,12 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   const summary = h("div.summary", { id: "summary" });
   const context = h("div.context", { id: "context" });
   const traces = traceList();
-  shell.main.append(h("section.episode-page", null, head.row, head.banner, context, summary, routing.note, signals.bar, head.waiting, traces.el));
+  const flags = flagChips(id);
+  shell.main.append(h("section.episode-page", null, head.row, head.banner, flags.el, context, summary, routing.note, signals.bar, head.waiting, traces.el));
   let wasEnded = false;
+  // opened at a turn (`?trace=…&node=…`, a search result's link): scroll there once it is drawn
+  const at = new URLSearchParams(location.search);
+  let jumpTo: { trace: string | null; node: string } | null = at.has("node") ? { trace: at.get("trace"), node: at.get("node")! } : null;
 
   function render(): void {
     const w = feed.watch;
@@ -69,7 +74,10 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     clear(summary);
     summary.append(...summaryCards(all, feed.status));
     routing.update(all);
-    if (ended() && !wasEnded) signals.ended(); // trainers annotate after the rollout ends
+    if (ended() && !wasEnded) {
+      signals.ended(); // trainers annotate after the rollout ends
+      flags.refresh(); // and the run's index has the whole rollout's flags
+    }
     wasEnded = ended();
     const kind = identityOf({ dispatch: feed.dispatch }).kind;
     traces.update(all, {
@@ -79,6 +87,15 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       repairedRows: (trace, node) => feed.repairedRows(trace, node),
       overlay: signals.update(w.assembly, all, kind, ended()),
     });
+    if (jumpTo) {
+      const inTrace = jumpTo.trace === null ? "section.trace" : `section.trace[data-trace="${CSS.escape(jumpTo.trace)}"]`;
+      const target = document.querySelector(`${inTrace} li.turn[data-node="${CSS.escape(jumpTo.node)}"]`);
+      if (target) {
+        jumpTo = null;
+        target.classList.add("jump-target");
+        target.scrollIntoView({ block: "center" });
+      }
+    }
   }
 
   /** The task (the first trace's `open.task`) and the training identity, with links to the group and the step. */
@@ -97,8 +114,10 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   window.addEventListener("resize", onResize);
 
   void feed.begin();
+  flags.refresh();
   return () => {
     stopped = true;
+    flags.stop();
     window.removeEventListener("resize", onResize);
     if (frame) cancelAnimationFrame(frame);
     feed.close();

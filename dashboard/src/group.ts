@@ -5,11 +5,12 @@
 // condition and whether it was truncated. While a rollout is live the page re-reads the group
 // every REFRESH_MS.
 import { getJson } from "./api.js";
+import { bestAndWorst, rankRollouts, TIE_RULE } from "./compare-align.js";
 import { clear, h } from "./dom.js";
-import { compareHref } from "./compare.js";
 import { groupNumbers } from "./group/group-numbers.js";
 import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
-import { runHref, runLabel, homeHref } from "./links.js";
+import { compareHref, runHref, runLabel, homeHref } from "./links.js";
+import { pickTray } from "./pick-tray.js";
 import { segmented } from "./segmented.js";
 import { refusal, type Shell } from "./shell.js";
 import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
@@ -19,11 +20,12 @@ export const REFRESH_MS = 3000;
 
 type Order = "best" | "worst";
 
-/** Best first is the relay's order (reward descending, unscored last); worst first reverses the scored ones. */
+/** Best first by the tie rule (compare-align.ts: reward, then fewer tokens, then id; unscored last); worst first reverses the scored ones. */
 function ordered(rollouts: RolloutJson[], order: Order): RolloutJson[] {
-  if (order === "best") return rollouts;
-  const scored = rollouts.filter((r) => r.reward !== null);
-  return [...scored.reverse(), ...rollouts.filter((r) => r.reward === null)];
+  const ranked = rankRollouts(rollouts);
+  if (order === "best") return ranked;
+  const scored = ranked.filter((r) => r.reward !== null);
+  return [...scored.reverse(), ...ranked.filter((r) => r.reward === null)];
 }
 
 export function mountGroup(shell: Shell, run: string, group: string): () => void {
@@ -42,7 +44,7 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   const status = h("span.counts", { id: "group-updated" });
   const compareLink = h(
     "a.btn",
-    { id: "compare-best-worst", "data-nav": true, hidden: true, title: "the best and the worst rollout's conversations side by side" },
+    { id: "compare-best-worst", "data-nav": true, hidden: true, title: `the best and the worst rollout side by side (${TIE_RULE})` },
     "compare best and worst",
   );
   const banner = h("div.banner", { id: "group-error", hidden: true });
@@ -60,11 +62,14 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
       draw();
     },
   );
+  const tray = pickTray(run);
   const table = h("div.r-list", { id: "rollouts", role: "table", "aria-label": "the group's rollouts" });
   const rollouts = h(
     "section.group-rollouts",
     { "aria-label": "rollouts" },
     h("div.section-head.tight", null, h("h2", null, "Rollouts"), h("div.spacer"), orderSeg),
+    h("p.muted.small.tie-rule", { id: "tie-rule" }, `Best and worst: ${TIE_RULE}.`),
+    tray.el,
     table,
   );
   const page = h(
@@ -83,12 +88,12 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
 
   function drawRollouts(g: GroupDetailJson): void {
     const keys = Object.keys(g.rewards);
-    const scored = g.rollouts.filter((r) => r.reward !== null);
-    const best = scored[0]?.id;
-    const worst = scored.length > 1 ? scored.at(-1)?.id : undefined;
+    const bw = bestAndWorst(g.rollouts);
+    const best = bw?.best.id;
+    const worst = bw?.worst.id;
     compareLink.hidden = !(best && worst);
     if (best && worst) compareLink.setAttribute("href", compareHref(best, worst));
-    const rows = ordered(g.rollouts, order).map((r) => rolloutRow(r, run, keys, r.id === best ? "best" : r.id === worst ? "worst" : null));
+    const rows = ordered(g.rollouts, order).map((r) => rolloutRow(r, run, group, keys, r.id === best ? "best" : r.id === worst ? "worst" : null));
     table.replaceChildren(rolloutHead(keys), ...rows);
     if (rows.length === 0) table.append(h("div.empty", null, "No rollouts."));
   }
@@ -135,6 +140,7 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   void load();
   return () => {
     stopped = true;
+    tray.stop();
     if (timer) clearTimeout(timer);
   };
 }

@@ -15,8 +15,10 @@ export function runHref(run: string): string {
   return `/runs/${encodeURIComponent(run)}${tokenFragment()}`;
 }
 
-export function episodeHref(id: string): string {
-  return `/episodes/${encodeURIComponent(id)}${tokenFragment()}`;
+/** An episode's page; `at` opens it at a turn (the episode page scrolls there). */
+export function episodeHref(id: string, at?: { trace: string | null; node: number }): string {
+  const q = at ? `?${new URLSearchParams({ ...(at.trace ? { trace: at.trace } : {}), node: String(at.node) })}` : "";
+  return `/episodes/${encodeURIComponent(id)}${q}${tokenFragment()}`;
 }
 
 /** A run's name for people: the NO_RUN bucket ("~") gets words instead of a tilde. */
@@ -31,4 +33,9 @@ export function idInRun(id: string, run: string): string {
 
 export function groupHref(run: string, group: string): string {
   return `/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(group)}${tokenFragment()}`;
+}
+
+/** The compare page for these episodes (two or more), in the order given. */
+export function compareHref(...ids: string[]): string {
+  return `/compare/${ids.map(encodeURIComponent).join("/")}${tokenFragment()}`;
 }

@@ -1,8 +1,8 @@
 // The dashboard: `/` lists the runs (live, from the run directory's socket), `/runs/{run}` shows
 // one run (its counters, reward histograms, throughput and episodes, live from the run's socket),
 // `/runs/{run}/groups/{group}` one rollout group (its numbers and rollouts, refreshed while live),
-// `/episodes/{id}` shows one episode (live, with the TypeScript watcher client), `/compare/{a}/{b}`
-// two episodes' conversations side by side, their first difference marked. No framework: plain DOM.
+// `/episodes/{id}` shows one episode (live, with the TypeScript watcher client), `/compare/{a}/{b}/…`
+// two or more rollouts side by side, turn by turn, where they diverge marked. No framework: plain DOM.
 import "./style.css";
 import { takeTokenFromUrl } from "./api.js";
 import { mountCompare } from "./compare.js";
@@ -32,16 +32,15 @@ function route(): void {
   const episode = /^\/episodes\/([^/]+)\/?$/.exec(location.pathname);
   const run = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
   const group = /^\/runs\/([^/]+)\/groups\/([^/]+)\/?$/.exec(location.pathname);
-  const compare = /^\/compare\/([^/]+)\/([^/]+)\/?$/.exec(location.pathname);
-  const compareA = compare ? segment(compare[1]!) : null;
-  const compareB = compare ? segment(compare[2]!) : null;
+  const compare = /^\/compare\/([^/]+(?:\/[^/]+)+)\/?$/.exec(location.pathname);
+  const compareIds = compare ? compare[1]!.split("/").map(segment) : null;
   const groupRun = group ? segment(group[1]!) : null;
   const groupId = group ? segment(group[2]!) : null;
   const id = episode ? segment(episode[1]!) : null;
   const name = run ? segment(run[1]!) : null;
-  if (compareA !== null && compareB !== null) {
-    document.title = `Compare ${compareA} · ${compareB} · Episode Relay`;
-    unmount = mountCompare(s, compareA, compareB);
+  if (compareIds?.every((x) => x !== null)) {
+    document.title = `Compare ${compareIds.join(" · ")} · Episode Relay`;
+    unmount = mountCompare(s, compareIds as string[]);
   } else if (groupRun !== null && groupId !== null) {
     document.title = `${groupId} · ${runLabel(groupRun)} · Episode Relay`;
     unmount = mountGroup(s, groupRun, groupId);
@@ -63,6 +62,8 @@ route();
 window.addEventListener("popstate", route);
 // in-app links: no full page load
 document.addEventListener("click", (e) => {
+  // a pick box inside a row link toggles, it does not follow the link (pick-tray.ts)
+  if ((e.target as Element | null)?.closest?.("[data-pick]")) return;
   const a = (e.target as Element | null)?.closest?.("a[data-nav]");
   const href = a?.getAttribute("href");
   if (!href || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;

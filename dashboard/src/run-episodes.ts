@@ -8,6 +8,7 @@ import { episodeFilters, filterFromUrl } from "./episode-filters.js";
 import type { SortKey } from "./episode-order.js";
 import { episodeListHead, episodeRow } from "./episode-row.js";
 import { EpisodeViews, type StatusFilter, type View, type ViewQuery } from "./episode-views.js";
+import { pickTray, syncPickBoxes } from "./pick-tray.js";
 import { runLive } from "./run-live.js";
 import "./episode-list.css";
 import { segmented } from "./segmented.js";
@@ -105,10 +106,12 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
     cap = Math.min(cap, n) + ROWS_STEP;
     schedule();
   });
+  const tray = pickTray(run);
   const el = h(
     "section.run-episodes",
     { "aria-label": "episodes" },
     h("div.section-head", null, h("h2", null, "Episodes"), shownNote),
+    tray.el,
     h(
       "div.toolbar",
       null,
@@ -203,7 +206,7 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
 
   function rowFor(e: IndexEntry): HTMLElement {
     const hit = rowCache.get(e.id);
-    if (hit && hit.entry === e) return hit.el;
+    if (hit && hit.entry === e) return syncPickBoxes(hit.el, run);
     const el = episodeRow(e, run);
     rowCache.set(e.id, { entry: e, el });
     return el;
@@ -244,6 +247,7 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
       live.destroy();
       if (frame) cancelAnimationFrame(frame);
       stopAges();
+      tray.stop();
     },
   };
 }

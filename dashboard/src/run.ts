@@ -16,6 +16,7 @@ import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
+import { runSearch } from "./run-search.js";
 import { runSteps } from "./run-steps.js";
 import { shareLink } from "./share-link.js";
 import "./training.css";
@@ -52,6 +53,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   const episodes = runEpisodes(run, (has) => {
     page.dataset.identity = has ? "yes" : "none";
   });
+  const search = runSearch(run);
   const steps = runSteps(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);
@@ -64,6 +66,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     { "data-run": run },
     h("div.page-head", null, h("div.run-names", null, title, runId), summary, shareLink(run)),
     partial,
+    search.el,
     overview,
     episodes.liveEl,
     groups.el,
@@ -171,6 +174,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   return () => {
     close();
     stopAges();
+    search.stop();
     episodes.destroy();
     steps.destroy();
     groups.destroy();

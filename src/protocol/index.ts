@@ -41,3 +41,4 @@ export * from "./wire/lossless.js";
 export * from "./wire/reader.js";
 export * from "./wire/writer.js";
 export * from "./search/query.js";
+export * from "./registry/rewards.js";

@@ -1,4 +1,4 @@
-// Comparing two episodes in the dashboard (`/compare/{a}/{b}`), and small mends of the episode,
+// Comparing rollouts in the dashboard (`/compare/{a}/{b}/…`, picked or best vs worst), and small mends of the episode,
 // run and runs pages, in Debian's headless Chromium (playwright-core) against the real relay
 // bundle. Two rollouts of one group, both the golden case chat_basic, except that B's second node
 // delta says something else in its first node (so the two agree up to that node and differ from
@@ -14,7 +14,7 @@ import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
-import { openPage, SHOTS, shoot } from "./pages.js";
+import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -29,6 +29,15 @@ const CHANGED = "Are you sure? Prove it with long division.";
 /** multi_trace_links (three traces), live: the episode page sums the tokens of all three. */
 const MULTI = `${RUN}:multi`;
 const multi = loadCase(fixturePath("multi_trace_links"));
+const MULTI2 = `${RUN}:multi2`;
+
+/**
+ * A group of four for picking and the tie rule: q1 and q2 both score 1 (q1 with more tokens, so
+ * q2 is best though q1 comes first by id), q3 (B's changed turn) and q4 both score 0 with equal
+ * tokens (so id order makes q4 the worst).
+ */
+const QUAD = "quad";
+const Q = [1, 2, 3, 4].map((i) => `${RUN}:q${i}`) as [string, string, string, string];
 
 /** The frames with nodes, in order; the second one's first node is where B departs from A. */
 const nodeFrames = chat.frames.map((fr, i) => [i, (decodeLossless(fr) as LMap).get("nodes")] as const).filter(([, n]) => Array.isArray(n));
@@ -37,7 +46,7 @@ const DIFF_FRAME = nodeFrames[1]![0];
 const DIFF_NODE = nodeFrames.filter(([i]) => i < DIFF_FRAME).reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 const TOTAL_NODES = nodeFrames.reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 
-async function push(id: string, correct: number, change: boolean): Promise<void> {
+async function push(id: string, correct: number, change: boolean, group = GROUP, extra: Record<string, LValue> = {}): Promise<void> {
   for (const [n, frame] of chat.frames.entries()) {
     if (change && n === DIFF_FRAME) {
       const d = decodeLossless(frame) as LMap;
@@ -46,8 +55,8 @@ async function push(id: string, correct: number, change: boolean): Promise<void>
       await post(`/v1/episodes/${id}/deltas`, enc(d));
     } else await post(`/v1/episodes/${id}/deltas`, frame);
   }
-  await post(`/v1/episodes/${id}/deltas`, setDelta(m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }) })));
-  await post(`/v1/episodes/${id}/reply`, groupReply(GROUP));
+  await post(`/v1/episodes/${id}/deltas`, setDelta(m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }), ...extra })));
+  await post(`/v1/episodes/${id}/reply`, groupReply(group));
 }
 
 beforeAll(async () => {
@@ -57,6 +66,11 @@ beforeAll(async () => {
   await push(A, 1, false);
   await push(B, 0, true);
   for (const frame of multi.frames) await post(`/v1/episodes/${MULTI}/deltas`, frame);
+  for (const frame of multi.frames) await post(`/v1/episodes/${MULTI2}/deltas`, frame);
+  await push(Q[0], 1, false, QUAD, { num_total_tokens: 99_999 });
+  await push(Q[1], 1, false, QUAD);
+  await push(Q[2], 0, true, QUAD);
+  await push(Q[3], 0, false, QUAD);
 }, 240_000);
 
 afterAll(async () => {
@@ -106,6 +120,129 @@ describe("compare two episodes", () => {
       });
       expect(await page.locator("#first-difference").count()).toBe(0);
       expect(await page.locator("#compare-summary").innerText()).toMatch(/Same conversation/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+});
+
+/** Check the pick box of row `id` (a run list's or a group's), staying on the page. */
+async function pick(page: Page, id: string): Promise<void> {
+  const box = page.locator(`input.pick-box[data-pick="${id}"]`);
+  await box.waitFor({ timeout: 15_000 });
+  const before = page.url();
+  await box.check();
+  expect(page.url(), "a pick box does not follow its row's link").toBe(before);
+}
+
+describe("compare any rollouts", () => {
+  it("picks from the run's list and a group's page (the tray survives), then aligns all four turn by turn", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
+    try {
+      for (const id of [Q[0], Q[2], Q[3]]) await pick(page, id);
+      expect(await page.locator("#pick-tray .chip.pick").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[0], Q[2], Q[3]]);
+      expect(await page.locator("#pick-compare").innerText()).toBe("Compare 3");
+      await shootPart(page, "#pick-tray", "compare-pick-tray");
+      // to the group's page: the picks are still there, checked; a fourth from its rollouts
+      await page.goto(`${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
+      await page.locator("#rollouts .r-row[data-id] input.pick-box").first().waitFor({ timeout: 15_000 });
+      expect(await page.locator(`input.pick-box[data-pick="${Q[2]}"]`).isChecked()).toBe(true);
+      expect(await page.locator(`input.pick-box[data-pick="${Q[1]}"]`).isChecked()).toBe(false);
+      await pick(page, Q[1]);
+      const go = page.locator("#pick-compare");
+      expect(await go.innerText()).toBe("Compare 4");
+      // ids only in the link, in pick order
+      expect(await go.getAttribute("href")).toBe(`/compare/${[Q[0], Q[2], Q[3], Q[1]].map(encodeURIComponent).join("/")}`);
+      await go.click();
+      await page.waitForURL(/\/compare\//);
+      await page.locator("#first-difference").waitFor({ timeout: 15_000 });
+      expect(await page.locator(".compare-col-head").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[0], Q[2], Q[3], Q[1]]);
+      // the whole group turn by turn: the same up to B's changed turn, where B alone departs
+      const rows = await page
+        .locator("#compare li.compare-row")
+        .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same, e.dataset.classes]));
+      expect(rows.length).toBe(TOTAL_NODES);
+      for (const [i, same, classes] of rows) if (i < DIFF_NODE) expect([same, classes], `turn ${i}`).toEqual(["true", "0,0,0,0"]);
+      expect(await page.locator("section.compare-page").getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
+      expect(await page.locator("#first-difference").getAttribute("data-classes")).toBe("0,1,0,0");
+      expect(await page.locator("#first-difference .compare-cell.departs").evaluateAll((els: any[]) => els.map((e) => e.dataset.side))).toEqual(["B"]);
+      // one word diff there, A → B, with B's words in it
+      expect(await page.locator("#first-difference .word-diff").evaluateAll((els: any[]) => els.map((e) => e.dataset.to))).toEqual(["B"]);
+      expect(
+        await page
+          .locator("#first-difference .word-diff ins")
+          .allInnerTexts()
+          .then((t) => t.join(" ")),
+      ).toContain("division");
+      // side by side: the rewards differ, and the advantages are the group's (mean 0.5: ±0.5)
+      expect(await page.locator('[data-fact="reward"]').getAttribute("data-differs")).toBe("true");
+      expect(await page.locator('[data-fact="correct advantage"] .fact-v').allInnerTexts()).toEqual(["+0.5 (+1)", "−0.5 (−1)", "−0.5 (−1)", "+0.5 (+1)"]);
+      expect(await page.locator('[data-fact="stop condition"] .fact-v').count()).toBe(4);
+      // best and worst by the stated rule: q2 (fewer tokens than q1), q4 (after q3 by id)
+      expect(await page.locator("#compare-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
+      expect(await page.locator('[data-fact="rank"] .fact-v').allInnerTexts()).toEqual(["–", "–", "worst", "best"]);
+      await shoot(page, "compare-group");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("shows the word diff of two picked rollouts", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
+    try {
+      await pick(page, Q[0]);
+      await pick(page, Q[2]);
+      await page.click("#pick-compare");
+      await page.locator("#first-difference .word-diff").waitFor({ timeout: 15_000 });
+      const diff = page.locator('#first-difference .word-diff[data-from="A"][data-to="B"]');
+      const added = (await diff.locator("ins").allInnerTexts()).join(" ");
+      const removed = (await diff.locator("del").allInnerTexts()).join(" ");
+      for (const w of ["Prove", "long", "division"]) expect(added).toContain(w);
+      expect(removed.length).toBeGreaterThan(0);
+      expect(removed).not.toContain("division");
+      // what is left of the diff without B's words is A's turn; without A's, B's
+      const bText = await diff.locator(".word-diff-text").evaluate((e: any) => {
+        const c = e.cloneNode(true);
+        for (const d of c.querySelectorAll("del")) d.remove();
+        return c.textContent as string;
+      });
+      expect(bText).toBe(CHANGED);
+      await shootPart(page, "#first-difference", "compare-diff");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("states the tie rule on the group page and links its best and worst by it", async () => {
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
+    try {
+      const link = page.locator("#compare-best-worst");
+      await link.waitFor({ state: "visible", timeout: 15_000 });
+      expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(Q[1])}/${encodeURIComponent(Q[3])}`);
+      expect(await page.locator("#tie-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
+      expect(await page.locator(".r-row[data-id] .rank").allTextContents()).toEqual(["best", "worst"]);
+      expect(await page.locator(".r-row[data-id]").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[1], Q[0], Q[2], Q[3]]);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("compares every trace of multi-trace rollouts", async () => {
+    const { context, page, errors } = await open(`/compare/${encodeURIComponent(MULTI)}/${encodeURIComponent(MULTI2)}`);
+    try {
+      await page.locator("section.compare-trace").nth(2).waitFor({ timeout: 15_000 });
+      const slots = await page.locator("section.compare-trace").evaluateAll((els: any[]) => els.map((e) => [e.dataset.trace, e.dataset.divergence]));
+      expect(slots).toEqual([
+        ["0", ""],
+        ["1", ""],
+        ["2", ""],
+      ]);
+      for (const t of [0, 1, 2]) expect(await page.locator(`section.compare-trace[data-trace="${t}"] li.compare-row`).count()).toBeGreaterThan(0);
+      expect(await page.locator("#compare-summary").innerText()).toContain("3 traces compared");
       expect(errors).toEqual([]);
     } finally {
       await context.close();

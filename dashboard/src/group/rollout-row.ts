@@ -6,6 +6,7 @@
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
 import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
+import { pickBox } from "../pick-tray.js";
 import { kindChip, stageChip } from "../stage-chip.js";
 import { identityOf } from "../../../src/protocol/index.js";
 import type { RolloutJson } from "../../../src/protocol/index.js";
@@ -37,7 +38,7 @@ export function rolloutHead(keys: string[]): HTMLElement {
   );
 }
 
-export function rolloutRow(r: RolloutJson, run: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
+export function rolloutRow(r: RolloutJson, run: string, group: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
   const scores = new Map(rewardScores(r.rewards).map((s) => [s.key, s]));
   const id = identityOf(r);
   const last = r.live?.last ?? null;
@@ -47,6 +48,7 @@ export function rolloutRow(r: RolloutJson, run: string, keys: string[], rank: "b
     h(
       "span.cell-id",
       { role: "cell" },
+      pickBox(run, r.id, group),
       h("a.ep-id", { href: episodeHref(r.id), "data-nav": true, title: r.id }, idInRun(r.id, run)),
       rank === "best" ? h("span.chip.ok.rank", null, "best") : rank === "worst" ? h("span.chip.bad.rank", null, "worst") : null,
       r.error ? h("span.ep-error", { title: r.error }, r.error) : null,

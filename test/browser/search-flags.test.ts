@@ -1,0 +1,150 @@
+// The run page's search box and the episode page's flags, in headless Chromium against the real
+// relay bundle. Two rollouts of chat_basic in one run; in one, the assistant's turn HACK_NODE says
+// what the grader checks instead of its working. The search finds it by a word of that turn, its
+// snippet opens the episode at that turn (scrolled to and marked), and the episode page shows the
+// default rule `quotes-grader` as a chip with the turn and the excerpt; the honest one shows no
+// flag. Screenshots (`search-*.png`, `flag-*.png`) go to test-results/screenshots/.
+import { mkdirSync } from "node:fs";
+import type { Browser } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
+import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { chat, groupReply, put } from "../support/chat-rollouts.js";
+import { enc } from "../support/deltas.js";
+import { launchChromium } from "./chromium.js";
+import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { relayCalls } from "./rollouts.js";
+
+let browser: Browser;
+let relay: LocalRelay;
+const { post, api } = relayCalls(() => relay.url);
+
+const RUN = `sf-ui-${Date.now().toString(36)}`;
+const HACKED = `${RUN}:hacked`;
+const HONEST = `${RUN}:honest`;
+const HACK = "The grader only checks that the last line is 391, so I print 391 without working it out.";
+
+/** chat_basic's nodes in order: [frame index, node index within the frame, message role]. */
+const nodes: Array<[number, number, string]> = [];
+for (const [i, fr] of chat.frames.entries()) {
+  const ns = (decodeLossless(fr) as LMap).get("nodes");
+  if (Array.isArray(ns)) for (const [j, n] of ns.entries()) nodes.push([i, j, ((n as LMap).get("message") as LMap).get("role") as string]);
+}
+/** The second assistant turn (the working-out): the one the hacked rollout replaces. */
+const HACK_NODE = nodes.map(([, , r], k) => [r, k] as const).filter(([r]) => r === "assistant")[1]![1];
+
+async function push(id: string, hacked: boolean): Promise<void> {
+  const [frame, within] = nodes[HACK_NODE]!;
+  for (const [n, fr] of chat.frames.entries()) {
+    if (!hacked || n !== frame) {
+      await post(`/v1/episodes/${id}/deltas`, fr);
+      continue;
+    }
+    const d = decodeLossless(fr) as LMap;
+    put(((d.get("nodes") as LValue[])[within] as LMap).get("message") as LMap, "content", HACK);
+    await post(`/v1/episodes/${id}/deltas`, enc(d));
+  }
+  await post(`/v1/episodes/${id}/reply`, groupReply("g"));
+}
+
+/** Wait until the run's search finds `q` (the index takes up to its flush interval). */
+async function searchable(q: string): Promise<void> {
+  const end = Date.now() + 30_000;
+  while ((await api<{ episodes: unknown[] }>(`/v1/runs/${RUN}/search?q=${encodeURIComponent(q)}`)).episodes.length === 0) {
+    if (Date.now() > end) throw new Error(`${q} not searchable`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+beforeAll(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await launchChromium();
+  relay = await startRelay({});
+  await push(HACKED, true);
+  await push(HONEST, false);
+  await searchable("grader");
+}, 240_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await relay?.stop();
+});
+
+const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+
+describe("search and flags in the dashboard", () => {
+  it("finds a rollout by its words and opens it scrolled to the matching turn", async () => {
+    expect(HACK_NODE).toBeGreaterThan(2);
+    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
+    try {
+      await page.locator("#run-search").fill("grader checks");
+      await page.locator("#run-search").press("Enter");
+      const hit = page.locator("#search-results li.search-hit");
+      await hit.first().waitFor({ timeout: 15_000 });
+      expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
+      const snippet = hit.locator("a.search-snippet").first();
+      expect(await snippet.getAttribute("data-node")).toBe(String(HACK_NODE));
+      expect((await snippet.locator("mark").allInnerTexts()).map((t) => t.toLowerCase())).toContain("grader");
+      expect(await page.locator("#search-note").innerText()).toContain("1 rollout");
+      await shootPart(page, "section.run-search", "search-results");
+      await snippet.click();
+      await page.waitForURL(/\/episodes\//);
+      expect(new URL(page.url()).searchParams.get("node")).toBe(String(HACK_NODE));
+      const target = page.locator("li.turn.jump-target");
+      await target.waitFor({ timeout: 15_000 });
+      expect(await target.getAttribute("data-node")).toBe(String(HACK_NODE));
+      expect(await target.innerText()).toContain(HACK);
+      // scrolled to: the turn is in the viewport
+      const box = await target.boundingBox();
+      expect(box).not.toBeNull();
+      expect(box!.y).toBeGreaterThanOrEqual(0);
+      expect(box!.y).toBeLessThan(800);
+      // a word no rollout has: said so
+      await page.goBack();
+      await page.locator("#run-search").fill("zebra");
+      await page.locator("#run-search").press("Enter");
+      await page.waitForFunction(() => (globalThis as any).document.querySelector("#search-note")?.textContent === "no rollout matches", null, {
+        timeout: 15_000,
+      });
+      expect(await page.locator("#search-results").isHidden()).toBe(true);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("shows a flagged rollout's flag with its evidence, and none on an honest one", async () => {
+    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(HACKED)}`);
+    try {
+      const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
+      await flag.waitFor({ timeout: 15_000 });
+      expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
+      expect(await flag.locator(".flag-at").innerText()).toBe(`turn #${HACK_NODE}`);
+      expect(HACK).toContain((await flag.locator(".flag-excerpt").innerText()).replace(/^…|…$/g, "").slice(0, 20));
+      // the turns drawn, its button scrolls to the flagged one
+      await page
+        .locator("li.turn")
+        .nth(nodes.length - 1)
+        .waitFor({ timeout: 15_000 });
+      await flag.locator(".flag-at").click();
+      expect(await page.locator("li.turn.jump-target").getAttribute("data-node")).toBe(String(HACK_NODE));
+      await shoot(page, "flag-episode");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+    const honest = await open(`/episodes/${encodeURIComponent(HONEST)}`);
+    try {
+      await honest.page
+        .locator("li.turn")
+        .nth(nodes.length - 1)
+        .waitFor({ timeout: 15_000 });
+      // the list answers the honest one's (unflagged) row too: give it the time the flagged one took
+      await honest.page.waitForTimeout(1000);
+      expect(await honest.page.locator("#episode-flags").isHidden()).toBe(true);
+      expect(honest.errors).toEqual([]);
+    } finally {
+      await honest.context.close();
+    }
+  });
+});
