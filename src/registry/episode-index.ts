@@ -23,7 +23,7 @@ import { NO_FILTER } from "./row-filter.js";
 import { readScopeHeader, RunSockets } from "./run-sockets.js";
 import { SchemaState } from "../storage/schema.js";
 import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "./groups.js";
-import type { FinishedPage } from "./finished-pages.js";
+import type { FinishedPage, FinishedSelection } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import type { StepsPage } from "./steps.js";
@@ -241,10 +241,10 @@ export class EpisodeIndex extends DurableObject<Env> {
   }
 
   /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`; null: no run (for a viewer covering it). */
-  finished(after: number, limit: number, scope: Scope): FinishedPage | null {
+  finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { items: [], next: null, unsent: 0 };
-    return this.store.finished(after, limit, scope);
+    return this.store.finished(after, limit, scope, selection);
   }
 
   // ---- the socket ----
