@@ -170,6 +170,7 @@ export async function runSteps(env: Env, a: RunAccess, url: URL, head: boolean):
 /**
  * `GET /v1/runs/{run}/search?q=&<list filters>&limit=&cursor=`: the run's episodes whose text
  * matches `q` (src/search/query.ts), best first, with highlighted snippets; within the token's scope.
+ * `row=1` (an export of the results): each result also carries its index row (`row`).
  */
 export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
   const query = parseSearchQuery(url.searchParams.get("q"));
@@ -178,8 +179,22 @@ export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean)
   const list = `search:${JSON.stringify([query.match, q.status, q.prefix, q.filter])}`;
   const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
   if (cursor !== null) searchCursor(cursor); // refused here, as 400
-  const page = await runIndex(env, a.run).search(query, q, a.scope, cursor);
+  const index = runIndex(env, a.run);
+  const page = await index.search(query, q, a.scope, cursor);
   if (page === null) throw noSuchRun(a.run);
+  if (flagParam(url, "row") && page.episodes.length > 0) {
+    // `row=1` (an export of a search): each result carries its index row as the list shows it
+    const rows = new Map(
+      (
+        await index.rowsById(
+          page.episodes.map((e) => e.id),
+          a.scope,
+        )
+      ).map((r) => [r.id, r]),
+    );
+    const episodes = page.episodes.map((e) => ({ ...e, row: rows.get(e.id) ?? null }));
+    return json({ ...page, episodes, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+  }
   return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
 }
 

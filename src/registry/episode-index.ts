@@ -46,6 +46,10 @@ import {
 } from "./rows.js";
 
 /** The object of a run's index. */
+
+/** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
+export const MAX_ROWS_BY_ID = MAX_LIMIT;
+
 export function runIndexName(run: string): string {
   return `run:${run}`;
 }
@@ -238,6 +242,19 @@ export class EpisodeIndex extends DurableObject<Env> {
     this.schema.check();
     if (!this.hasRows()) return null;
     return this.store.steps.page(kind, limit, cursor);
+  }
+
+  /** The rows of `ids` (at most MAX_ROWS_BY_ID) within `scope` as the list shows them, in that order; those not here or not in scope are left out. */
+  rowsById(ids: string[], scope: Scope): IndexEntry[] {
+    this.schema.check();
+    if (!this.hasRows()) return [];
+    const out: IndexEntry[] = [];
+    for (const id of ids.slice(0, MAX_ROWS_BY_ID)) {
+      if (!visible(scope, id)) continue;
+      const row = this.store.row(id);
+      if (row !== null) out.push(entryOf(row));
+    }
+    return out;
   }
 
   /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`; null: no run (for a viewer covering it). */

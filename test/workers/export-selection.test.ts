@@ -114,6 +114,31 @@ describe("the bulk fetch as an export's source", () => {
     expect((await bulk(token, `stop=max_turns&cursor=${encodeURIComponent(theirs)}`)).status).toBe(400);
   });
 
+  it("a search with row=1: each result carries its index row; a token covering part of the run gets only its own", async () => {
+    type Hit = { id: string; row?: IndexEntry | null };
+    const search = async (token: string, q: string) => {
+      const res = await worker.fetch(
+        new Request(`https://relay.example.com/v1/runs/${RUN}/search?${q}`, { headers: { authorization: `Bearer ${token}` } }),
+        AUTH_ENV,
+      );
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { episodes: Hit[] }).episodes;
+    };
+    let hits: Hit[] = [];
+    for (let i = 0; i < 100 && hits.length === 0; i++) {
+      hits = await search(admin, "q=calculator&row=1");
+      if (hits.length === 0) await new Promise((r) => setTimeout(r, 50)); // the search index is fed in the background
+    }
+    expect(hits.map((h) => h.id)).toContain(`${RUN}:tool_calls_pending`);
+    const listed = new Map(((await (await bulkList(admin)).json()) as { episodes: IndexEntry[] }).episodes.map((e) => [e.id, e]));
+    for (const h of hits) expect(h.row, h.id).toEqual(listed.get(h.id));
+    expect((await search(admin, "q=calculator")).every((h) => !("row" in h))).toBe(true);
+    const partial = await sign("watcher", [`${RUN}:chat_basic`, `${RUN}:odd_values`]);
+    const theirs = await search(partial, "q=calculator&row=1");
+    expect(theirs.map((h) => h.id)).toEqual(hits.map((h) => h.id).filter((id) => id.endsWith(":chat_basic") || id.endsWith(":odd_values")));
+    for (const h of theirs) expect(h.row?.id).toBe(h.id);
+  });
+
   it("NDJSON: each line {id, cursor, row, episode} with the JSON view", async () => {
     const res = await bulk(admin, "row=1&stop=max_turns", "application/x-ndjson");
     const lines = (await res.text())
