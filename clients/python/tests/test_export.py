@@ -284,3 +284,14 @@ def test_rollout_record_of_a_golden_episode() -> None:
     case = load_case("multi_trace_links")
     rec = rollout_record({"id": "r:1", "kind": "train"}, unpackb(case.episode))
     assert rec["traces"] == 3 and rec["kind"] == "train" and rec["rewards"] == {"task": 1.0}
+
+
+def test_without_pandas_or_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
+    with pytest.raises(ImportError, match=r"export_parquet needs pyarrow: pip install 'episode-relay\[export\]'"):
+        export_parquet("http://127.0.0.1:1", "r", tmp_path / "x")
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match=r"read_run needs pandas: pip install 'episode-relay\[export\]'"):
+        read_run("http://127.0.0.1:1", "r")
