@@ -8,7 +8,8 @@
 //           1,000 rollouts are written, and at the end (and VmHWM, its peak);
 //   python  `iter_rollouts` + `rollout_record` a batch of 1,000 rows at a time, written as JSONL
 //           rows (pyarrow is not installable here, so not export_parquet): its VmRSS after 1,000
-//           rollouts and after N, and the peak.
+//           rollouts and after N, and its peak (VmHWM: getrusage's ru_maxrss would carry the
+//           spawning Node process's peak across exec).
 // "Flat in the run's size" means the figure at N is within noise of the one at 1,000.
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -119,11 +120,12 @@ async function main(): Promise<void> {
       [
         "-c",
         `
-import json, sys, resource
+import json, sys
 from episode_relay import iter_rollouts, rollout_record
-def rss():
+def status(key):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'): return int(line.split()[1]) / 1024
+        if line.startswith(key + ':'): return int(line.split()[1]) / 1024
+def rss(): return status('VmRSS')
 out = open(sys.argv[2], 'w'); buf = []; n = 0; at1k = None
 for r in iter_rollouts(sys.argv[1], '${RUN}'):
     buf.append(rollout_record(r.row, r.decoded())); n += 1
@@ -131,7 +133,7 @@ for r in iter_rollouts(sys.argv[1], '${RUN}'):
         for x in buf: out.write(json.dumps(x, default=str) + '\\n')
         buf = []
     if n == 1000: at1k = rss()
-print(json.dumps({"n": n, "at1k": at1k, "atN": rss(), "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"n": n, "at1k": at1k, "atN": rss(), "peak": status('VmHWM')}))
 `,
         relay.url,
         join(dir, "rows.jsonl"),
