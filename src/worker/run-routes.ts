@@ -38,6 +38,9 @@ import { stripCredentials } from "../protocol/http/credentials.js";
 import type { Claims } from "../protocol/http/auth.js";
 import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http/body.js";
 import { RelayError } from "../protocol/http/errors.js";
+import { encode as msgpackEncode } from "@msgpack/msgpack";
+import { filterParams, isFiltered, parseRowFilter } from "../protocol/registry/row-filter.js";
+import type { FinishedSelection } from "../objects/registry/finished-pages.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
 
@@ -176,6 +179,7 @@ export async function runSteps(env: Env, a: RunAccess, url: URL, head: boolean):
 /**
  * `GET /v1/runs/{run}/search?q=&<list filters>&limit=&cursor=`: the run's episodes whose text
  * matches `q` (src/protocol/search/query.ts), best first, with highlighted snippets; within the token's scope.
+ * `row=1` (an export of the results): each result also carries its index row (`row`).
  */
 export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
   const query = parseSearchQuery(url.searchParams.get("q"));
@@ -184,8 +188,22 @@ export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean)
   const list = `search:${JSON.stringify([query.match, q.status, q.prefix, q.filter])}`;
   const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
   if (cursor !== null) searchCursor(cursor); // refused here, as 400
-  const page = await runIndex(env, a.run).search(query, q, a.scope, cursor);
+  const index = runIndex(env, a.run);
+  const page = await index.search(query, q, a.scope, cursor);
   if (page === null) throw noSuchRun(a.run);
+  if (flagParam(url, "row") && page.episodes.length > 0) {
+    // `row=1` (an export of a search): each result carries its index row as the list shows it
+    const rows = new Map(
+      (
+        await index.rowsById(
+          page.episodes.map((e) => e.id),
+          a.scope,
+        )
+      ).map((r) => [r.id, r]),
+    );
+    const episodes = page.episodes.map((e) => ({ ...e, row: rows.get(e.id) ?? null }));
+    return json({ ...page, episodes, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+  }
   return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
 }
 
@@ -318,18 +336,30 @@ export const BULK_IDLE_BUDGET = 5000;
  * per episode, `episode` as the JSON view. Resume with `?cursor=` the last element's cursor. One
  * episode's body is in flight at a time, read from its object as a stream. A request that has read
  * BULK_IDLE_BUDGET rows it did not send ends with `{cursor, more: true}`: ask again from there.
+ *
+ * An export's selection: the list's filters (row-filter.ts: `kind`, `env`, `step`,
+ * `policy_version`, `task`, `stop`, `truncated`, `errored`, `reward`, `min_turns`, `min_tokens`,
+ * `flag`, `flagged`) keep the episodes whose rows pass them (rows that do not count as unsent);
+ * the cursor is then bound to the filters too. `row=1`: each element also carries the episode's
+ * index row as the list shows it, before the episode (`{id, cursor, row, episode}`), so one request
+ * gives both.
  */
 export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Request): Promise<Response> {
   const ndjson = /application\/(x-)?ndjson/.test(request.headers.get("accept") ?? "");
-  const raw = await open(a.viewer, "finished", a.run, url.searchParams.get("cursor"));
+  const filter = parseRowFilter(url.searchParams);
+  const withRows = flagParam(url, "row");
+  const selection: FinishedSelection = { filter, withRows };
+  // a cursor of a filtered bulk fetch is bound to its filters (one of another selection is refused)
+  const list = isFiltered(filter) ? `finished:${JSON.stringify(filterParams(filter))}` : "finished";
+  const raw = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
   if (raw !== null && !/^\d{1,15}$/.test(raw)) throw badCursor();
   const index = runIndex(env, a.run);
-  let page = await index.finished(raw === null ? 0 : Number(raw), BULK_PAGE, a.scope);
+  let page = await index.finished(raw === null ? 0 : Number(raw), BULK_PAGE, a.scope, selection);
   if (page === null) throw noSuchRun(a.run);
   const headers = { "content-type": ndjson ? "application/x-ndjson" : MSGPACK, "cache-control": "no-store" };
   if (request.method === "HEAD") return new Response(null, { headers });
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
-  const cursorOf = (seq: number) => seal(a.viewer, "finished", a.run, String(seq)) as Promise<string>;
+  const cursorOf = (seq: number) => seal(a.viewer, list, a.run, String(seq)) as Promise<string>;
   const write = async () => {
     const writer = writable.getWriter();
     try {
@@ -345,7 +375,7 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
             continue; // deleted or expired since it was listed
           }
           const cursor = await cursorOf(item.seq);
-          await writer.write(ndjson ? ndjsonHead(item.id, cursor) : msgpackHead(item.id, cursor));
+          await writer.write(ndjson ? ndjsonHead(item.id, cursor, item.row) : msgpackHead(item.id, cursor, item.row));
           const reader = body.body.getReader();
           for (;;) {
             const { done, value } = await reader.read();
@@ -360,7 +390,7 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
           await writer.write(continuation(await cursorOf(page!.next), ndjson));
           break;
         }
-        page = await index.finished(page!.next, BULK_PAGE, a.scope);
+        page = await index.finished(page!.next, BULK_PAGE, a.scope, selection);
         if (page === null) break; // the run's rows went meanwhile
       }
       await writer.close();
@@ -374,20 +404,44 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
   return new Response(readable, { headers });
 }
 
-/** `{id, cursor, episode: ` as msgpack: a 3-entry map whose last value follows as raw bytes. */
-function msgpackHead(id: string, cursor: string): Uint8Array {
+/** `?NAME=1|true|0|false` (absent or empty: false). */
+function flagParam(url: URL, name: string): boolean {
+  const v = url.searchParams.get(name);
+  if (v === null || v === "" || v === "0" || v === "false") return false;
+  if (v === "1" || v === "true") return true;
+  throw new RelayError("malformed", `${name} must be 1 or 0`, name);
+}
+
+/** `{id, cursor, [row,] episode: ` as msgpack: a 3- or 4-entry map whose last value follows as raw bytes. */
+function msgpackHead(id: string, cursor: string, row: IndexEntry | undefined): Uint8Array {
   const w = new ChunkWriter();
-  w.mapHeader(3);
+  w.mapHeader(row === undefined ? 3 : 4);
   w.str("id");
   w.str(id);
   w.str("cursor");
   w.str(cursor);
-  w.str("episode");
-  return w.bytes();
+  const head = w.bytes();
+  const tail = new ChunkWriter();
+  tail.str("episode");
+  if (row === undefined) return concat(head, tail.bytes());
+  const key = new ChunkWriter();
+  key.str("row");
+  return concat(head, key.bytes(), msgpackEncode(row), tail.bytes());
 }
 
-function ndjsonHead(id: string, cursor: string): Uint8Array {
-  return new TextEncoder().encode(`{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},"episode":`);
+function concat(...parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+function ndjsonHead(id: string, cursor: string, row: IndexEntry | undefined): Uint8Array {
+  const rowPart = row === undefined ? "" : `"row":${JSON.stringify(row)},`;
+  return new TextEncoder().encode(`{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},${rowPart}"episode":`);
 }
 
 /** The last element of an answer that stopped on its budget: `{cursor, more: true}`. */

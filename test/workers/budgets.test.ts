@@ -139,6 +139,29 @@ describe("the bulk fetch's budget", () => {
     console.log(`bulk fetch, a tenth of ${N} rows covered: at most ${maxRead} rows read per answer`);
   }, 120_000);
 
+  it("a filter no finished row passes, for a token covering the whole run: each answer reads about its budget, then {cursor, more: true}, and the walk reaches the end", async () => {
+    const token = await sign("watcher", [`${RUN}:*`]);
+    let cursor: string | null = null;
+    let answers = 0;
+    let maxRead = 0;
+    for (; answers < 40; answers++) {
+      const { value: items, read } = await rowsRead(async () => {
+        const q = `task=task-none&row=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+        const res = await get(token, `/v1/runs/${RUN}/finished?${q}`, "application/msgpack");
+        expect(res.status).toBe(200);
+        return [...decodeMulti(new Uint8Array(await res.arrayBuffer()))] as Array<{ id?: string; cursor: string; more?: boolean }>;
+      });
+      maxRead = Math.max(maxRead, read);
+      if (items.length === 0) break; // the end of the finished order: no continuation
+      expect(items).toEqual([{ cursor: items[0]!.cursor, more: true }]);
+      cursor = items[0]!.cursor;
+    }
+    expect(maxRead).toBeLessThanOrEqual(BULK_IDLE_BUDGET + FINISHED_WALK_BUDGET + 50);
+    // 90,000 finished rows walked at about BULK_IDLE_BUDGET per answer
+    expect(answers).toBeGreaterThanOrEqual(Math.floor((N - LIVE) / (BULK_IDLE_BUDGET + FINISHED_WALK_BUDGET)));
+    expect(answers).toBeLessThan(40);
+  }, 120_000);
+
   it("a token covering three rows reads those three", async () => {
     const token = await sign("watcher", [id(1), id(2), id(3)]);
     const { value: items, read } = await rowsRead(async () => [

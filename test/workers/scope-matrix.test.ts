@@ -165,6 +165,8 @@ const RUN_ROUTES: Array<[string, string, (run: string) => string]> = [
   ["the tasks", "GET", (r) => `/v1/runs/${r}/tasks?key=correct&threshold=0.5`],
   ["the bulk fetch", "GET", (r) => `/v1/runs/${r}/finished`],
   ["the bulk fetch as NDJSON", "GET", (r) => `/v1/runs/${r}/finished`],
+  ["the bulk fetch with rows (an export)", "GET", (r) => `/v1/runs/${r}/finished?row=1`],
+  ["the bulk fetch with rows, filtered, as NDJSON", "GET", (r) => `/v1/runs/${r}/finished?row=1&min_turns=0`],
   ["the usage", "GET", (r) => `/v1/runs/${r}/usage`],
   ["a share link", "POST", (r) => `/v1/runs/${r}/share`],
 ];
@@ -236,8 +238,11 @@ function checkPartial(v: Viewer, what: string, body: unknown): void {
     return;
   }
   if (what.startsWith("the bulk fetch")) {
-    const ids = (body as Array<{ id: string }>).map((e) => e.id);
+    const elements = body as Array<{ id: string; row?: { id: string } }>;
+    const ids = elements.map((e) => e.id);
     expect(ids.sort()).toEqual(FINISHED.filter(v.covers).sort());
+    // an export's rows: each the row of the episode beside it
+    if (what.includes("with rows")) expect(elements.map((e) => e.row?.id).sort()).toEqual(ids);
     return;
   }
   const page = body as { episodes: Array<{ id: string }>; searched: number; cursor: string | null };

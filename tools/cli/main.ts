@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, episodes, token.
+// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, episodes, export, token.
 import { parseOptions, UsageError } from "../parse-options.js";
 import { episodes, parseEpisodesArgs } from "./episodes.js";
+import { parseExportArgs, runExport } from "./export.js";
 import { get, getRun } from "./get.js";
 import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
@@ -30,6 +31,13 @@ const USAGE = `usage: episode-relay <command> ...
                                                  keys, either bound may be left out, e.g. correct:1.. or format:..0.5):
                                                  id, status, kind, step, reward, turns, tokens, task, stop; --json:
                                                  JSON lines; --limit N: the first N only
+  export --run R --format parquet|jsonl --out PATH URL [--per rollout|branch] [--q QUERY] [--batch N]
+         [the filters of episodes] [--flag RULE] [--flagged|--not-flagged] [--token T]
+                                                 run R's finished episodes (or those passing the filters, or
+                                                 matching --q) into a notebook's files: jsonl, one line per
+                                                 episode {id, cursor, row, episode} (the exact JSON view);
+                                                 parquet, a directory of part files, one row per rollout (or
+                                                 branch). A second call resumes where the last one stopped
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
@@ -81,6 +89,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command === "episodes") return await episodesMain(rest);
+  if (command === "export") return await exportMain(rest);
   if (command !== "tail" && command !== "push" && command !== "get" && command !== "groups") {
     console.error(`${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`);
     return 2;
@@ -145,6 +154,23 @@ async function episodesMain(argv: string[]): Promise<number> {
     return await episodes(parseBase(a.url), { ...a, token: a.token ?? process.env.RELAY_TOKEN });
   } catch (e) {
     console.error(`episode-relay episodes: ${(e as Error).message}`);
+    return 1;
+  }
+}
+
+/** `export` reads its own options (the filters, the format and the search). */
+async function exportMain(argv: string[]): Promise<number> {
+  let a: ReturnType<typeof parseExportArgs>;
+  try {
+    a = parseExportArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    return usage("export", e.message);
+  }
+  try {
+    return await runExport({ ...a, url: parseBase(a.url), token: a.token ?? process.env.RELAY_TOKEN });
+  } catch (e) {
+    console.error(`episode-relay export: ${(e as Error).message}`);
     return 1;
   }
 }

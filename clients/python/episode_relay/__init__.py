@@ -19,9 +19,14 @@
   rollouts with their advantages.
 - :func:`list_episodes` / :func:`fetch_episodes_page`: a run's episodes filtered by status, task,
   stop condition, truncated, errored, reward ranges, turns and tokens (following the cursors).
+- :func:`read_run` / :func:`export_jsonl` / :func:`export_parquet` / :func:`iter_rollouts`: a run,
+  or a filtered or searched selection of it, into a pandas DataFrame (one row per rollout or per
+  branch), or written to JSONL (the exact episodes) or Parquet, streaming and resumable (pandas
+  and pyarrow: the optional ``export`` extra).
 """
 
 from .bulk import fetch_run
+from .export import BRANCH_COLUMNS, ROLLOUT_COLUMNS, Rollout, branch_records, export_jsonl, export_parquet, iter_rollouts, read_run, rollout_record, selection_params
 from .episodes import EpisodeEntry, EpisodesPage, fetch_episodes_page, list_episodes
 from .forwarder import RelayForwarder
 from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
@@ -39,6 +44,16 @@ __all__ = [
     "RelayForwarder",
     "RelayMirror",
     "fetch_run",
+    "read_run",
+    "export_jsonl",
+    "export_parquet",
+    "iter_rollouts",
+    "Rollout",
+    "rollout_record",
+    "branch_records",
+    "selection_params",
+    "ROLLOUT_COLUMNS",
+    "BRANCH_COLUMNS",
     "fetch_groups",
     "fetch_groups_page",
     "fetch_group",

@@ -115,6 +115,8 @@ class _Splitter:
         self._key: Optional[str] = None  # the key whose value is next
         self._start: Optional[int] = None  # stream offset where the value being skipped starts
         self._fields: Dict[str, Any] = {}
+        #: The ``row`` of the element last returned (a bulk fetch with ``row=1``), else None.
+        self.last_row: Any = None
 
     def pending(self) -> int:
         """Bytes received that no complete element took."""
@@ -146,7 +148,7 @@ class _Splitter:
                 raise RelayError(f"bulk answer: expected a str key, got {key!r:.80}", status=200, error="bad_answer")
             self._key = key
             return None
-        if self._key in ("id", "cursor", "more"):
+        if self._key in ("id", "cursor", "more", "row"):
             value: Any = u.unpack()
         else:
             # the episode (or a field this client does not know): its span, never decoded
@@ -170,6 +172,7 @@ class _Splitter:
         end = self._unpacker.tell()
         del self._buf[: end - self._base]
         self._base = end
+        self.last_row = f.get("row")
         self._left, self._fields = None, {}
         if more:
             return _More(str(cursor))

@@ -21,7 +21,7 @@ import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import { readScopeHeader } from "./run-sockets.js";
 import { RunSideObject } from "./run-side-object.js";
 import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "../../protocol/registry/groups.js";
-import type { FinishedPage } from "./finished-pages.js";
+import type { FinishedPage, FinishedSelection } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import type { StepsPage } from "../../protocol/registry/steps.js";
@@ -44,6 +44,10 @@ import {
 } from "../../protocol/registry/rows.js";
 
 /** The object of a run's index. */
+
+/** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
+export const MAX_ROWS_BY_ID = MAX_LIMIT;
+
 export function runIndexName(run: string): string {
   return `run:${run}`;
 }
@@ -237,11 +241,24 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return this.store.steps.page(kind, limit, cursor);
   }
 
+  /** The rows of `ids` (at most MAX_ROWS_BY_ID) within `scope` as the list shows them, in that order; those not here or not in scope are left out. */
+  rowsById(ids: string[], scope: Scope): IndexEntry[] {
+    this.schema.check();
+    if (!this.hasRows()) return [];
+    const out: IndexEntry[] = [];
+    for (const id of ids.slice(0, MAX_ROWS_BY_ID)) {
+      if (!visible(scope, id)) continue;
+      const row = this.store.row(id);
+      if (row !== null) out.push(entryOf(row));
+    }
+    return out;
+  }
+
   /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`; null: no run (for a viewer covering it). */
-  finished(after: number, limit: number, scope: Scope): FinishedPage | null {
+  finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { items: [], next: null, unsent: 0 };
-    return this.store.finished(after, limit, scope);
+    return this.store.finished(after, limit, scope, selection);
   }
 
   // ---- the socket ----

@@ -4,16 +4,25 @@
 // handed out before it, whatever the episodes' clocks said. A viewer covering the whole run walks
 // that order; one covering part of it gets its own finished rows (scoped-rows.ts), or past
 // SCOPED_BUDGET of them walks the order too, at most `budget` rows per page.
+//
+// With the list's filters (row-filter.ts; an export of a selection), the rows walked are checked
+// against them in SQL (episode-pages.ts `conditions`) and the walk reads at most `budget` rows per
+// page, matching or not: a rare filter gives short pages, never a scan of the run.
 
-import type { Scope } from "../../protocol/registry/rows.js";
+import { type Scope, visible } from "../../protocol/registry/rows.js";
 import { rowsInScope } from "./scoped-rows.js";
-import { visible } from "../../protocol/registry/rows.js";
+import { type IndexEntry, entryOf } from "../../protocol/registry/entry.js";
+import { conditions } from "./episode-pages.js";
+import { isFiltered, NO_FILTER, type RowFilter } from "../../protocol/registry/row-filter.js";
+import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** A finished episode in bulk-fetch order. */
 export interface FinishedItem {
   id: string;
   /** Its `finished_seq`: the bulk fetch's cursor position after it. */
   seq: number;
+  /** Its index row as the list shows it (only when asked for: `withRows`). */
+  row?: IndexEntry;
 }
 
 export interface FinishedPage {
@@ -21,42 +30,55 @@ export interface FinishedPage {
   items: FinishedItem[];
   /** Where the next page starts (a `finished_seq`), or null when none follows. */
   next: number | null;
-  /** Rows read that are not in `items` (outside the scope): the caller's budget of idle work. */
+  /** Rows read that are not in `items` (outside the scope, or not passing the filter): the caller's budget of idle work. */
   unsent: number;
 }
 
 /** Rows a page may walk past in the run's finished order. */
 export const FINISHED_WALK_BUDGET = 1000;
 
-/** The finished episodes after `after` within `scope`: at most `limit`. */
-export function finishedPage(sql: SqlStorage, after: number, limit: number, scope: Scope, budget = FINISHED_WALK_BUDGET): FinishedPage {
+/** What a page selects beside the scope: the list's filters, and whether each item carries its row. */
+export interface FinishedSelection {
+  filter: RowFilter;
+  withRows: boolean;
+}
+
+export const ALL_FINISHED: FinishedSelection = Object.freeze({ filter: NO_FILTER, withRows: false });
+
+type Walked = SqlRow & { f: number; ok: number };
+
+/** The finished episodes after `after` within `scope` that pass the selection's filter: at most `limit`. */
+export function finishedPage(
+  sql: SqlStorage,
+  after: number,
+  limit: number,
+  scope: Scope,
+  budget = FINISHED_WALK_BUDGET,
+  selection: FinishedSelection = ALL_FINISHED,
+): FinishedPage {
+  const filtered = isFiltered(selection.filter);
+  const check = conditions({ status: null, prefix: null, filter: selection.filter });
+  const columns = `${selection.withRows ? "rows.*, " : "rows.id AS id, "}rows.finished_seq AS f, COALESCE(${check.sql}, 0) AS ok`;
+  const item = (r: Walked): FinishedItem => (selection.withRows ? { id: r.id, seq: r.f, row: entryOf(rowOf(r)) } : { id: r.id, seq: r.f });
   if (scope !== null) {
-    const mine = rowsInScope<{ id: string; f: number | null }>(sql, scope, "id, finished_seq AS f", []);
+    const mine = rowsInScope<Walked>(sql, scope, columns, check.args);
     if (mine !== null) {
-      const items = mine
-        .filter((r): r is { id: string; f: number } => r.f !== null && r.f > after)
-        .sort((a, b) => a.f - b.f)
-        .map((r) => ({ id: r.id, seq: r.f }));
+      const items = mine.filter((r) => r.f !== null && r.f > after && r.ok === 1).sort((a, b) => a.f - b.f);
       const page = items.slice(0, limit);
-      return { items: page, next: items.length > limit ? page.at(-1)!.seq : null, unsent: mine.length - page.length };
+      return { items: page.map(item), next: items.length > limit ? page.at(-1)!.f : null, unsent: mine.length - page.length };
     }
   }
-  const walked = sql
-    .exec<{ id: string; f: number }>(
-      "SELECT id, finished_seq AS f FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?",
-      after,
-      scope === null ? limit : budget,
-    )
-    .toArray();
+  const walk = scope === null && !filtered ? limit : budget;
+  const walked = sql.exec<Walked>(`SELECT ${columns} FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?`, ...check.args, after, walk).toArray();
   const items: FinishedItem[] = [];
   let read = 0;
   for (const r of walked) {
     read++;
-    if (!visible(scope, r.id)) continue;
-    items.push({ id: r.id, seq: r.f });
+    if (r.ok !== 1 || !visible(scope, r.id)) continue;
+    items.push(item(r));
     if (items.length === limit) break;
   }
-  const full = walked.length === (scope === null ? limit : budget);
+  const full = walked.length === walk;
   const next = read < walked.length || full ? walked[read - 1]!.f : null;
   return { items, next, unsent: read - items.length };
 }

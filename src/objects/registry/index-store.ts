@@ -21,7 +21,7 @@ import type { RunRow } from "./directory-store.js";
 import { rewardOf } from "../../protocol/registry/rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "../../protocol/registry/entry.js";
-import { type FinishedPage, finishedPage } from "./finished-pages.js";
+import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET, type FinishedSelection } from "./finished-pages.js";
 import type { IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 import { TrendStore } from "./trend-store.js";
@@ -203,8 +203,8 @@ export class IndexStore {
   }
 
   /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
-  finished(after: number, limit: number, scope: Scope): FinishedPage {
-    return finishedPage(this.sql, after, limit, scope);
+  finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage {
+    return finishedPage(this.sql, after, limit, scope, FINISHED_WALK_BUDGET, selection);
   }
 
   state(k: string): string | null {
