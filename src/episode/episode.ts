@@ -59,6 +59,7 @@ import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
 import { isPending, type Meta, publicStatus } from "./storage.js";
 import type { JsonObject } from "../wire/json-view.js";
+import { armAlarm } from "./alarm-window.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
 export interface DispatchAck {
@@ -360,7 +361,7 @@ export class Episode extends DurableObject<Env> {
       // the tombstone comes with the erase (one transaction), and an alarm retries it if the removal
       // below never settles (a crash): the storage is freed only once the run's index dropped the row
       this.ctx.storage.transactionSync(() => this.state.record.eraseToTombstone(id));
-      void this.ctx.storage.setAlarm(Date.now() + retryDelay(1));
+      void armAlarm(this.ctx.storage, Date.now() + retryDelay(1));
     }
     this.state.forget();
     this.rowSync.search.forget();
@@ -381,7 +382,7 @@ export class Episode extends DurableObject<Env> {
   private setAlarm(due: number | null): void {
     const m = this.state.meta();
     if (!m) {
-      if (this.feedRetryAt !== 0) void this.ctx.storage.setAlarm(this.feedRetryAt);
+      if (this.feedRetryAt !== 0) void armAlarm(this.ctx.storage, this.feedRetryAt);
       return;
     }
     let at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
@@ -389,7 +390,7 @@ export class Episode extends DurableObject<Env> {
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
     if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
-    void this.ctx.storage.setAlarm(at);
+    void armAlarm(this.ctx.storage, at);
   }
 
   async alarm(): Promise<void> {
@@ -405,7 +406,7 @@ export class Episode extends DurableObject<Env> {
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);
-        await this.ctx.storage.setAlarm(Date.now() + 60_000);
+        await armAlarm(this.ctx.storage, Date.now() + 60_000);
         return;
       }
       await this.rowSync.settled();
