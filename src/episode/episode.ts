@@ -415,6 +415,8 @@ export class Episode extends DurableObject<Env> {
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
     if (this.rowSync.pending()) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
+    // archived by an older release, which kept a JSON copy beside the msgpack: it goes (R2 down: the next alarm)
+    else if (m.archived != null) await this.archive.dropLegacyJson(m.id).catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
     this.setAlarm(null);
   }
 }
