@@ -17,6 +17,8 @@
 
 import { MsgpackOut, writeFinished } from "../assembly/render.js";
 import { parseReply } from "../assembly/reply.js";
+import type { Grant } from "../archive/leases.js";
+import { LEASE_MS } from "../archive/leases.js";
 import type { UsageMeter } from "../billing/usage.js";
 import { MSGPACK } from "../http/representation.js";
 import type { EpisodeState } from "./state.js";
@@ -46,6 +48,12 @@ export const ARCHIVE_RETRY_MS = 5_000;
 /** A reader holding the bodies longer than this (a stalled GET) no longer delays the drop: it fails instead. */
 export const ARCHIVE_MAX_WAIT_MS = 600_000;
 
+/** The class's archive slots (src/archive/gate.ts), asked by the alarm's step; null: unlimited. */
+export interface ArchiveSlots {
+  acquire(holder: string): Promise<Grant>;
+  release(holder: string): Promise<void>;
+}
+
 export class EpisodeArchive {
   /** The archive step under way (a delete waits for it, so no put lands after the delete). */
   private inflight: Promise<ArchiveOutcome> | null = null;
@@ -64,6 +72,7 @@ export class EpisodeArchive {
     private readonly state: EpisodeState,
     private readonly bucket: R2Bucket,
     private readonly meter: () => UsageMeter | undefined,
+    private readonly slots: ArchiveSlots | null = null,
   ) {}
 
   /** Whether the episode is finished and not archived yet. */
@@ -88,9 +97,34 @@ export class EpisodeArchive {
 
   /**
    * The step as the alarm runs it: forced once readers have held the bodies longer than
-   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2 fails.
+   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2
+   * fails. With archive slots, only under a lease (renewed while the step runs, given back after):
+   * without one, it waits (`retryAt`: when the gate says to ask again).
    */
   async attempt(): Promise<void> {
+    const id = this.state.meta()?.id;
+    if (id === undefined) return;
+    let renew: ReturnType<typeof setTimeout> | null = null;
+    let leased = false;
+    if (this.slots) {
+      let grant: Grant;
+      try {
+        grant = await this.slots.acquire(id);
+      } catch (e) {
+        return this.failed(e, "the archive gate did not answer");
+      }
+      if (!grant.granted) {
+        this.retryTime = grant.retryAt;
+        return;
+      }
+      // renewed while the step runs (a renewal in flight as it ends may hold the slot till LEASE_MS: harmless)
+      const slots = this.slots;
+      const again = () => {
+        if (leased) renew = setTimeout(() => leased && void slots.acquire(id).then(again, again), LEASE_MS / 3);
+      };
+      leased = true;
+      again();
+    }
     try {
       const now = Date.now();
       const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
@@ -98,10 +132,21 @@ export class EpisodeArchive {
       this.failures = outcome === "busy" ? this.failures : 0;
       this.retryTime = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
     } catch (e) {
-      this.failures++;
-      this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
-      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.failures}), retried by the alarm`, e);
+      this.failed(e, "archiving failed");
+    } finally {
+      if (this.slots && leased) {
+        leased = false;
+        if (renew !== null) clearTimeout(renew);
+        // unanswered: the lease expires by itself (LEASE_MS)
+        await this.slots.release(id).catch((e) => console.warn(`episode ${id}: archive slot not given back`, e));
+      }
     }
+  }
+
+  private failed(e: unknown, what: string): void {
+    this.failures++;
+    this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
+    console.error(`episode ${this.state.meta()?.id}: ${what} (attempt ${this.failures}), retried by the alarm`, e);
   }
 
   private async step(force: boolean): Promise<ArchiveOutcome> {

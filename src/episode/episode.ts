@@ -40,7 +40,7 @@ import { isWebSocketUpgrade, parseRoute } from "../http/route.js";
 import type { Joined } from "../hub/feed.js";
 import type { SnapshotReason } from "../watch/protocol.js";
 import type { Variant } from "../watch/variant.js";
-import { EpisodeArchive } from "./archive.js";
+import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, type CatchUpSource, SnapshotBuilder } from "./catchup.js";
 import { CatchUpCursor } from "./catchup-cursor.js";
@@ -60,6 +60,7 @@ import { EpisodeState } from "./state.js";
 import { isPending, type Meta, publicStatus } from "./storage.js";
 import type { JsonObject } from "../wire/json-view.js";
 import { armAlarm } from "./alarm-window.js";
+import { archiveGateName } from "../archive/gate.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
 export interface DispatchAck {
@@ -109,8 +110,8 @@ export class Episode extends DurableObject<Env> {
         return new ArchivedSnapshot(() => this.archive.body(m.id), seq, variant, reason, traceIds);
       },
     };
-    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this));
     const l = this.limits;
+    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this), archiveSlots(env, l.archiveSlots));
     this.feeds = new HubFeeds(ctx.storage.sql, env.HUBS, this.state, { perHub: l.watchersPerHub, maxHubs: l.maxHubs }, (due) => {
       this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
       this.setAlarm(null);
@@ -419,6 +420,16 @@ export class Episode extends DurableObject<Env> {
     else if (m.archived != null) await this.archive.dropLegacyJson(m.id).catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
     this.setAlarm(null);
   }
+}
+
+/** The Episode class's archive slots (one ArchiveGate), or null when unlimited (production). */
+function archiveSlots(env: Env, slots: number): ArchiveSlots | null {
+  if (slots <= 0) return null;
+  const gate = () => env.ARCHIVE_GATE.getByName(archiveGateName("Episode"));
+  return {
+    acquire: async (holder) => gate().acquire(holder, slots),
+    release: async (holder) => gate().release(holder),
+  };
 }
 
 /** Send on a socket that may have gone meanwhile (nothing to answer then). */
