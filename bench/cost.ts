@@ -222,7 +222,7 @@ class Admin {
   }
 
   /**
-   * Wait until the episode is archived: its usage shows both puts (reading usage counts nothing),
+   * Wait until the episode is archived: its usage shows the put (reading usage counts nothing),
    * then its status says so. False when this relay does not archive (no `archived` in status), or
    * not within `waitMs`.
    */
@@ -233,7 +233,7 @@ class Admin {
     const end = Date.now() + waitMs;
     while (Date.now() < end) {
       const u = await this.episodeUsage(id);
-      if (u.episode.r2.classA >= 2 && (await this.status(id)).archived) return true;
+      if (u.episode.r2.classA >= 1 && (await this.status(id)).archived) return true;
       await sleep(250);
     }
     return false;
