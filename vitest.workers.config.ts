@@ -43,6 +43,8 @@ export default defineConfig({
           INDEX_WRITES_PER_S: "0.0005",
           // finished episodes are archived when a test runs the alarm (runDurableObjectAlarm), not by themselves
           ARCHIVE_AFTER_SECONDS: "3600",
+          // one archive step at a time per object class, as every local run (src/objects/archive/gate.ts)
+          ARCHIVE_SLOTS: "1",
           // an episode's merged annotations past 256 KiB are refused (413) with small records
           MAX_ANNOTATION_BYTES: String(256 * 1024),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test

@@ -222,7 +222,7 @@ class Admin {
   }
 
   /**
-   * Wait until the episode is archived: its usage shows both puts (reading usage counts nothing),
+   * Wait until the episode is archived: its usage shows the put (reading usage counts nothing),
    * then its status says so. False when this relay does not archive (no `archived` in status), or
    * not within `waitMs`.
    */
@@ -233,7 +233,7 @@ class Admin {
     const end = Date.now() + waitMs;
     while (Date.now() < end) {
       const u = await this.episodeUsage(id);
-      if (u.episode.r2.classA >= 2 && (await this.status(id)).archived) return true;
+      if (u.episode.r2.classA >= 1 && (await this.status(id)).archived) return true;
       await sleep(250);
     }
     return false;
@@ -247,11 +247,71 @@ class Admin {
 
 // ---- clients ----
 
+/**
+ * Every acknowledgement of a case's producers: each message's latency (sent to answered) and the
+ * longest time the relay acknowledged nothing while messages were in flight (issue 28: archive
+ * storms stalled every ack for ~60 s).
+ */
+class AckClock {
+  readonly latencies: number[] = [];
+  private inFlight = 0;
+  private last = 0;
+  longestGapMs = 0;
+  sent(): void {
+    if (this.inFlight++ === 0) this.last = performance.now();
+  }
+  acked(latencyMs: number): void {
+    const now = performance.now();
+    this.latencies.push(latencyMs);
+    this.longestGapMs = Math.max(this.longestGapMs, now - this.last);
+    this.last = now;
+    this.inFlight--;
+  }
+  summary(): { acks: number; p50Ms: number; p99Ms: number; maxMs: number; longestGapMs: number } {
+    const l = [...this.latencies].sort((x, y) => x - y);
+    const at = (q: number) => l[Math.min(l.length - 1, Math.floor(q * l.length))] ?? 0;
+    return { acks: l.length, p50Ms: at(0.5), p99Ms: at(0.99), maxMs: l.at(-1) ?? 0, longestGapMs: this.longestGapMs };
+  }
+}
+
+/** `GET /v1/health` every 250 ms while a case runs: the slowest answer (a timeout counts as 10 s) and the failures. */
+function healthProbe(base: string): { stop(): Promise<{ probes: number; maxMs: number; failures: number }> } {
+  let stopped = false;
+  let probes = 0;
+  let maxMs = 0;
+  let failures = 0;
+  const loop = (async () => {
+    while (!stopped) {
+      const t = performance.now();
+      try {
+        const r = await fetch(`${base}/v1/health`, { signal: AbortSignal.timeout(10_000) });
+        await r.arrayBuffer();
+        if (!r.ok) failures++;
+      } catch {
+        failures++;
+      }
+      probes++;
+      maxMs = Math.max(maxMs, performance.now() - t);
+      await sleep(250);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return { probes, maxMs, failures };
+    },
+  };
+}
+
 /** A producer socket (envelopes, one answer per message, in order). */
 class Producer {
   private readonly cursor = new ProducerCursor("bench");
   private acked = 0;
   private sent = 0;
+  /** When each unanswered message went out (answers come in order). */
+  private readonly sentAt: number[] = [];
+  clock: AckClock | null = null;
   private wake: (() => void) | null = null;
   private error: Error | null = null;
 
@@ -268,6 +328,8 @@ class Producer {
         const a = JSON.parse(String(data)) as { ok: boolean };
         if (!a.ok) p!.error ??= new Error(`ingest refused: ${String(data).slice(0, 300)}`);
         p!.acked++;
+        const at = p!.sentAt.shift();
+        if (at !== undefined) p!.clock?.acked(performance.now() - at);
         p!.wake?.();
       }),
     );
@@ -287,6 +349,8 @@ class Producer {
           this.ws.send(encodeEnvelope(this.dispatch && env.seq === 1 ? { ...env, dispatch: this.dispatch } : env));
           this.cursor.acknowledge();
           this.sent++;
+          this.sentAt.push(performance.now());
+          this.clock?.sent();
         }
         if (this.acked >= target) {
           this.wake = null;
@@ -382,6 +446,12 @@ interface Measured {
   wallS: number;
   /** Requests and wakes the episode objects saw while their archived episodes were read back ((a) only). */
   wokenByReads?: { requests: number; wakes: number };
+  /** Live work while the case wrote and archived ((b) only): acks, /v1/health, R2 bytes written. */
+  live?: {
+    acks: ReturnType<AckClock["summary"]>;
+    health: { probes: number; maxMs: number; failures: number };
+    r2BytesWritten: number;
+  };
 }
 
 async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage | null): Promise<Measured> {
@@ -471,6 +541,7 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
         started: Date.now() / 1000,
       });
       const producer = await Producer.open(relay.url, id, identity);
+      producer.clock = clock;
       await producer.send(make, 0, TURNS_B);
       await producer.close();
       const reply = await client.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_B, calls: 0 }), {
@@ -480,6 +551,8 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
       workerRequests += 2;
     }
   };
+  const clock = new AckClock();
+  const health = healthProbe(relay.url);
   // one HTTP connection per writer (HttpClient keeps one socket)
   const clients = Array.from({ length: PARALLEL_B }, () => new HttpClient(relay.url));
   try {
@@ -492,6 +565,7 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
     log("cost (b): written; waiting for the archives");
     for (const id of ids) if (await admin.archived(id)) archived++;
   }
+  const healthSeen = await health.stop();
   const bulkBytes = await bulkFetch(http, run);
   workerRequests++;
   await sleep(1500);
@@ -518,6 +592,7 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
     directoryUsage: minus(r.directory, dirBefore),
     acks: 0,
     wallS: (performance.now() - t0) / 1000,
+    live: { acks: clock.summary(), health: healthSeen, r2BytesWritten: episodes.reduce((n, u) => n + u.r2.bytesWritten, 0) },
   };
 }
 
@@ -599,6 +674,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     opts.table(
       costTable(`cost (b): one run of ${EPISODES_B} episodes of ${TURNS_B} turns, no dashboards`, linesB, [
         `${b.archived} of ${EPISODES_B} archived; bulk fetch ${fmt(b.bulkBytes / 1e6)} MB; ${fmt(b.wallS)} s`,
+        `live work meanwhile: ${b.live!.acks.acks} acks, latency p50 ${fmt(b.live!.acks.p50Ms)} ms, p99 ${fmt(b.live!.acks.p99Ms)} ms, max ${fmt(b.live!.acks.maxMs)} ms; longest time with no ack while messages were in flight ${fmt(b.live!.acks.longestGapMs)} ms; /v1/health slowest ${fmt(b.live!.health.maxMs)} ms of ${b.live!.health.probes} probes (${b.live!.health.failures} failed); R2 bytes written ${fmt(b.live!.r2BytesWritten / 1e6)} MB`,
         `$ per run: ${usdText(usdB)}; $ per episode: ${usdText(usdB / EPISODES_B)}`,
       ]),
     );
@@ -669,6 +745,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         archived: b.archived,
         units: unitsJson(linesB),
         wall_s: sig(b.wallS),
+        ack_ms: { p50: sig(b.live!.acks.p50Ms), p99: sig(b.live!.acks.p99Ms), max: sig(b.live!.acks.maxMs), longest_gap: sig(b.live!.acks.longestGapMs) },
+        health_ms: { max: sig(b.live!.health.maxMs), probes: b.live!.health.probes, failures: b.live!.health.failures },
+        r2_bytes_written: b.live!.r2BytesWritten,
       },
       run1000: {
         episodes: SCALE_EPISODES,

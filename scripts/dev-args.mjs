@@ -127,3 +127,13 @@ export function authArgs(ip, where, command, envFiles = []) {
   }
   return args;
 }
+
+/**
+ * The `--var` arguments every local run adds to wrangler.toml's vars: one archive step at a time
+ * per object class (a local runtime runs every object on one thread: src/objects/archive/gate.ts);
+ * ARCHIVE_SLOTS in the environment overrides it.
+ * @returns {string[]}
+ */
+export function localVarArgs() {
+  return ["--var", `ARCHIVE_SLOTS:${process.env.ARCHIVE_SLOTS || "1"}`];
+}

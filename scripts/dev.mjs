@@ -9,7 +9,7 @@
 // being killed, or this process being killed (its watchdog); a runtime that dies is restarted, and
 // that is said. A busy port is said before anything starts. The relay as two runtime processes, as
 // production threads it, is `npm run start:tiers` (scripts/tiers-dev.mjs).
-import { address, authArgs, ensurePortFree, root, wrangler, wranglerVersion } from "./dev-args.mjs";
+import { address, authArgs, ensurePortFree, localVarArgs, root, wrangler, wranglerVersion } from "./dev-args.mjs";
 import { Supervisor } from "./supervisor.mjs";
 
 const extra = process.argv.slice(2);
@@ -25,7 +25,19 @@ const supervisor = new Supervisor({
       title: "relay",
       command: wrangler,
       cwd: root,
-      args: ["dev", "--port", String(a.port), "--ip", a.ip, "--persist-to", a.persist, "--show-interactive-dev-session=false", ...auth, ...extra],
+      args: [
+        "dev",
+        "--port",
+        String(a.port),
+        "--ip",
+        a.ip,
+        "--persist-to",
+        a.persist,
+        "--show-interactive-dev-session=false",
+        ...auth,
+        ...localVarArgs(),
+        ...extra,
+      ],
       health: a.health,
     },
   ],

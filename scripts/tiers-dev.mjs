@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { address, authArgs, portTaken, root, wrangler, wranglerVersion } from "./dev-args.mjs";
+import { address, authArgs, localVarArgs, portTaken, root, wrangler, wranglerVersion } from "./dev-args.mjs";
 import { devVarsFiles } from "./dev-vars.mjs";
 import { startRouter } from "./router.mjs";
 import { Supervisor } from "./supervisor.mjs";
@@ -92,6 +92,7 @@ function tier(name, config, port, inspector) {
     args: ["dev", "-c", config, "--port", String(port), "--inspector-port", String(inspector), "--persist-to", dir, "--ip", "127.0.0.1"].concat([
       "--show-interactive-dev-session=false",
       ...auth,
+      ...localVarArgs(),
       ...extra,
     ]),
     env: { WRANGLER_REGISTRY_PATH: registry },

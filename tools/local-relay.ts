@@ -80,7 +80,8 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     modulesRoot: dirname(bundle()),
     compatibilityDate: w.compatibilityDate,
     compatibilityFlags: w.compatibilityFlags,
-    bindings: { ...(w.bindings as Record<string, string>), AUTH_OFF_ON_LOOPBACK: "true", ...vars },
+    // one archive step at a time per object class: a local runtime runs every object on one thread (src/objects/archive/gate.ts)
+    bindings: { ...(w.bindings as Record<string, string>), AUTH_OFF_ON_LOOPBACK: "true", ARCHIVE_SLOTS: "1", ...vars },
     durableObjectsPersist: options.persist ?? false,
     // the archive of finished episodes (wrangler.toml [[r2_buckets]]), kept beside the objects when persisted
     r2Buckets: w.r2Buckets as WorkerOptions["r2Buckets"],

@@ -41,6 +41,7 @@ import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "../objects/reg
 import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "../objects/registry/run-directory.js";
 import { scopeOf } from "../protocol/registry/rows.js";
 import { ViewerHub as ViewerHubObject } from "../objects/hub/hub.js";
+import { ArchiveGate as ArchiveGateObject } from "../objects/archive/gate.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER, HubCounts, hubName, parseHubs, pickShard } from "../protocol/hub/shards.js";
 
 // The objects as wrangler.toml binds them, each counting its billing units (src/objects/billing/metered.ts).
@@ -52,6 +53,8 @@ export const EpisodeIndex = metered(EpisodeIndexObject);
 export type EpisodeIndex = InstanceType<typeof EpisodeIndex>;
 export const RunDirectory = metered(RunDirectoryObject);
 export type RunDirectory = InstanceType<typeof RunDirectory>;
+export const ArchiveGate = metered(ArchiveGateObject);
+export type ArchiveGate = InstanceType<typeof ArchiveGate>;
 
 /** How many hubs each episode has, as its hubs last said (per isolate; a miss sends the watcher to shard 0). */
 const hubCounts = new HubCounts();

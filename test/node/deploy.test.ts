@@ -116,7 +116,7 @@ it("docs/deploy.md's dry run is `npm run deploy -- --dry-run` and exits 0 offlin
 
 it("prints the Durable Objects, the dashboard's assets and wrangler.toml's vars as bindings, and no secret", () => {
   const bindings = printedBindings(run.output);
-  const objects = { EPISODES: "Episode", EPISODE_INDEX: "EpisodeIndex", RUN_DIRECTORY: "RunDirectory", HUBS: "ViewerHub" };
+  const objects = { EPISODES: "Episode", EPISODE_INDEX: "EpisodeIndex", RUN_DIRECTORY: "RunDirectory", HUBS: "ViewerHub", ARCHIVE_GATE: "ArchiveGate" };
   for (const [name, className] of Object.entries(objects))
     expect(bindings.get(name), `${name} in\n${run.output}`).toEqual({ detail: className, type: "Durable Object" });
   const config = unstable_readConfig({ config: join(copy, "wrangler.toml") });

@@ -1,16 +1,18 @@
 // Finished episodes in R2 (src/objects/episode/archive.ts): after the reply the object's alarm writes the
-// episode's msgpack and JSON to R2, then drops its bodies and log. GET, HEAD, a run's bulk fetch and
-// a late watcher read the archive with the same bytes and ETags; the Worker answers GET without
-// waking the object; a crash at any point repeats the step and loses nothing; a delete and the end
-// of retention remove both copies.
+// episode's msgpack to R2 (the only copy: the JSON view is rendered from it as it is read), then
+// drops its bodies and log. GET (msgpack and JSON), HEAD, a run's bulk fetch and a late watcher read
+// the archive with the same bytes and ETags; the Worker answers GET without waking the object; a
+// crash at any point repeats the step and loses nothing; a JSON copy an older release wrote is
+// never read and goes; a delete and the end of retention remove the copy.
 import { env } from "cloudflare:workers";
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { archiveKey, EpisodeArchive } from "../../src/objects/episode/archive.js";
+import { archiveKey, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
 import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
+import { armAlarm } from "../../src/objects/storage/alarm-window.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
@@ -29,13 +31,16 @@ function archiveOf(state: DurableObjectState, bucket: R2Bucket = env.ARCHIVE): {
   return { episode, archive: new EpisodeArchive(episode, bucket, () => undefined) };
 }
 
-/** The archive bucket, except that writing the JSON view of `id` fails (R2 down, or a crash). */
-function failingJsonPut(id: string): R2Bucket {
+/** The archive bucket, except that writing the msgpack of `id` fails (R2 down, or a crash). */
+function failingPut(id: string): R2Bucket {
   return new Proxy(env.ARCHIVE, {
     get(bucket, name) {
       if (name === "put") {
-        return (key: string, value: ReadableStream, options?: R2PutOptions) =>
-          key === archiveKey(id, true) ? Promise.reject(new Error("R2 is down")) : bucket.put(key, value, options);
+        return async (key: string, value: ReadableStream, options?: R2PutOptions) => {
+          if (key !== archiveKey(id)) return bucket.put(key, value, options);
+          await value.cancel();
+          throw new Error("R2 is down");
+        };
       }
       const v = Reflect.get(bucket, name);
       return typeof v === "function" ? v.bind(bucket) : v;
@@ -73,8 +78,17 @@ async function bodyRows(id: string): Promise<number> {
   });
 }
 
+/** Whether R2 holds the episode's msgpack, and a JSON copy (only older releases wrote one). */
 async function inR2(id: string): Promise<[boolean, boolean]> {
-  return [(await env.ARCHIVE.head(archiveKey(id, false))) !== null, (await env.ARCHIVE.head(archiveKey(id, true))) !== null];
+  return [(await env.ARCHIVE.head(archiveKey(id))) !== null, (await env.ARCHIVE.head(legacyJsonKey(id))) !== null];
+}
+
+/** A JSON copy as an older release wrote it beside the msgpack (stale text here: reading it would show). */
+async function plantLegacyJson(id: string, etag: string): Promise<void> {
+  await env.ARCHIVE.put(legacyJsonKey(id), '{"stale":"an older release wrote this"}', {
+    httpMetadata: { contentType: "application/json" },
+    customMetadata: { etag, seq: "1" },
+  });
 }
 
 describe("a finished episode is archived in R2, byte for byte", () => {
@@ -91,7 +105,7 @@ describe("a finished episode is archived in R2, byte for byte", () => {
       const etags = [msgpack.headers.get("etag"), beforeJson.headers.get("etag")];
       await archived(id);
       expect(await bodyRows(id), name).toBe(0);
-      expect(await inR2(id)).toEqual([true, true]);
+      expect(await inR2(id), "R2 keeps the msgpack only").toEqual([true, false]);
 
       const res = await relay(id);
       expect(res.headers.get(ARCHIVE_HEADER), "answered from the archive").toBe("1");
@@ -99,12 +113,17 @@ describe("a finished episode is archived in R2, byte for byte", () => {
       expect(res.headers.get("content-length")).toBe(String(c.episode.length));
       expect(equal(new Uint8Array(await res.arrayBuffer()), c.episode), name).toBe(true);
       const j = await json(id);
-      expect(j.headers.get("etag")).toBe(etags[1]);
-      expect(await j.text(), `${name} JSON`).toBe(jsonText);
+      expect(j.headers.get(ARCHIVE_HEADER), "JSON answered from the archive").toBe("1");
+      expect([j.headers.get("etag"), j.headers.get("content-type")]).toEqual([etags[1], "application/json"]);
+      expect(await j.text(), `${name} JSON rendered from the archived msgpack`).toBe(jsonText);
       const head = await relay(id, { method: "HEAD" });
       expect([head.status, head.headers.get("etag"), head.headers.get("content-length")]).toEqual([200, etags[0], String(c.episode.length)]);
+      const jsonHead = await relay(id, { method: "HEAD", headers: { accept: "application/json" } });
+      expect([jsonHead.status, jsonHead.headers.get("etag")]).toEqual([200, etags[1]]);
       const again = await relay(id, { headers: { "if-none-match": etags[0]! } });
       expect(again.status).toBe(304);
+      const jsonAgain = await relay(id, { headers: { accept: "application/json", "if-none-match": etags[1]! } });
+      expect(jsonAgain.status).toBe(304);
     }
   });
 
@@ -175,28 +194,30 @@ describe("the JSON view keeps every key, through GET and the R2 copy", () => {
 });
 
 describe("a crash at any point of the archive step loses nothing and repeats the step", () => {
-  it("after the msgpack put only: GET still exact (JSON from SQLite), the next alarm finishes the step", async () => {
+  it("the msgpack put fails: GET still exact (msgpack and JSON from SQLite), the next alarm finishes the step", async () => {
     const id = freshId("arch-crash1");
     const c = await golden("routing_repair_widen");
-    // the alarm waits (ARCHIVE_AFTER_SECONDS is an hour here): the test runs the step by hand, and it stops after the first put
+    // the alarm waits (ARCHIVE_AFTER_SECONDS is an hour here): the test runs the step by hand, and its put fails
     await finish(id, c);
+    const before = await (await json(id)).text();
     await runInDurableObject(stub(id), async (_i, state) => {
-      const { episode, archive } = archiveOf(state, failingJsonPut(id));
+      const { episode, archive } = archiveOf(state, failingPut(id));
       expect(episode.meta()!.archived).toBeNull();
       await expect(archive.run()).rejects.toThrow("R2 is down");
       expect(episode.meta()!.archived).toBeNull();
     });
-    expect(await inR2(id)).toEqual([true, false]);
+    expect(await inR2(id)).toEqual([false, false]);
     await abortAllDurableObjects();
     expect(equal(await getBytes(id), c.episode!)).toBe(true);
-    expect((await json(id)).status).toBe(200);
+    expect(await (await json(id)).text()).toBe(before);
     await archived(id);
-    expect(await inR2(id)).toEqual([true, true]);
+    expect(await inR2(id)).toEqual([true, false]);
     expect(equal(await getBytes(id), c.episode!)).toBe(true);
+    expect(await (await json(id)).text()).toBe(before);
     expect(await bodyRows(id)).toBe(0);
   });
 
-  it("after both puts, before the drop (a reader held the bodies): a restart, then the alarm drops them", async () => {
+  it("after the put, before the drop (a reader held the bodies): a restart, then the alarm drops them", async () => {
     const id = freshId("arch-crash2");
     const c = await golden("chat_basic");
     await finish(id, c);
@@ -210,7 +231,7 @@ describe("a crash at any point of the archive step loses nothing and repeats the
     });
     expect(seen.outcome).toBe("busy");
     expect(seen.rows, "the bodies stay while a reader holds them").toBeGreaterThan(0);
-    expect(await inR2(id)).toEqual([true, true]);
+    expect(await inR2(id)).toEqual([true, false]);
     await abortAllDurableObjects(); // the crash: the alarm stays stored
     await archived(id);
     expect(await bodyRows(id)).toBe(0);
@@ -230,6 +251,40 @@ describe("a crash at any point of the archive step loses nothing and repeats the
     });
     expect(equal(res, c.episode!)).toBe(true);
     expect((await status(id)).status).toBe("finished");
+  });
+});
+
+describe("a JSON copy an older release wrote beside the msgpack", () => {
+  it("is never read, and the archive step removes it", async () => {
+    const id = freshId("arch-legacy1");
+    const c = await golden("multi_trace_links");
+    await finish(id, c);
+    const live = await json(id);
+    const before = await live.text();
+    await plantLegacyJson(id, (await relay(id, { method: "HEAD" })).headers.get("etag")!.replaceAll('"', ""));
+    await archived(id);
+    expect(await inR2(id)).toEqual([true, false]);
+    const after = await json(id);
+    expect(after.headers.get(ARCHIVE_HEADER)).toBe("1");
+    expect(after.headers.get("etag")).toBe(live.headers.get("etag"));
+    expect(await after.text()).toBe(before);
+  });
+
+  it("of an episode archived by an older release: ignored by GET, removed when its alarm next runs", async () => {
+    const id = freshId("arch-legacy2");
+    const c = await golden("chat_basic");
+    await finish(id, c);
+    const before = await (await json(id)).text();
+    await archived(id);
+    await plantLegacyJson(id, "x"); // as the older release left it
+    await abortAllDurableObjects(); // a new object (a new release) runs the alarm
+    expect(await (await json(id)).text()).toBe(before);
+    expect(await inR2(id)).toEqual([true, true]);
+    // armed far ahead (it must not fire by itself while the test runs it): runDurableObjectAlarm runs it now
+    await runInDurableObject(stub(id), (_i, state) => armAlarm(state.storage, Date.now() + 3_600_000));
+    await runDurableObjectAlarm(stub(id));
+    expect(await inR2(id)).toEqual([true, false]);
+    expect(await (await json(id)).text()).toBe(before);
   });
 });
 

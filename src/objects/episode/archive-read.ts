@@ -1,8 +1,12 @@
 // GET and HEAD of an archived episode, answered from R2 by the Worker (src/objects/episode/archive.ts wrote
-// it): the same bytes, ETag and caching headers the episode's object answers (plus a
-// Content-Length for JSON too, and X-Episode-Archive), and the object is not woken. Null when the
-// episode is not archived, or R2 fails: the object answers then.
+// it): the same bytes, ETag and caching headers the episode's object answers (plus
+// X-Episode-Archive), and the object is not woken. R2 keeps the msgpack only: the JSON view is
+// rendered from it as it streams out (src/protocol/archive/json-view.ts), the same text the object wrote
+// from SQLite (so no Content-Length for JSON: its size is known only once written). A JSON copy
+// an older release wrote is never read. Null when the episode is not archived, or R2 fails: the
+// object answers then.
 
+import { archivedJsonStream } from "../../protocol/archive/json-view.js";
 import { type ArchiveMetadata, archiveKey } from "./archive.js";
 import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
 
@@ -20,7 +24,7 @@ export async function readArchived(bucket: R2Bucket, id: string, req: ReadReques
 }
 
 async function fromR2(bucket: R2Bucket, id: string, req: ReadRequest): Promise<Response | null> {
-  const key = archiveKey(id, req.json);
+  const key = archiveKey(id);
   // a conditional or HEAD request needs only the metadata; a GET that will send the body gets it at once
   const probe = req.head || req.ifNoneMatch !== null ? await bucket.head(key) : null;
   if ((req.head || req.ifNoneMatch !== null) && !probe) return null;
@@ -36,13 +40,14 @@ async function fromR2(bucket: R2Bucket, id: string, req: ReadRequest): Promise<R
     await obj.body.cancel();
     return null;
   }
-  return new Response(obj.body, { headers: headersFor(obj.customMetadata as ArchiveMetadata, req.json, obj.size) });
+  const headers = headersFor(obj.customMetadata as ArchiveMetadata, req.json, obj.size);
+  return new Response(req.json ? archivedJsonStream(obj.body) : obj.body, { headers });
 }
 
 function headersFor(meta: ArchiveMetadata, json: boolean, size: number): Headers {
   return new Headers({
     "content-type": json ? "application/json" : MSGPACK,
-    "content-length": String(size),
+    ...(json ? {} : { "content-length": String(size) }),
     etag: representationEtag(meta.etag, json),
     "cache-control": "private, max-age=0, must-revalidate",
     vary: "Accept",

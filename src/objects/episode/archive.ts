@@ -1,27 +1,37 @@
 // Finished episodes in R2. A finished episode never changes, and Durable Object storage costs
 // about 13× R2's per byte, so once a reply finished the run the object (by its alarm) writes the
-// episode's two representations to R2 (its exact msgpack and its JSON view, each with the ETag and
-// size GET answers), then drops its node and item bodies and its log in one transaction. What is
-// left in SQLite is the index (traces, scalar fields, node sizes), the reply and the counters.
+// episode's exact msgpack to R2 (with the ETag GET answers), then drops its node and item bodies
+// and its log in one transaction. What is left in SQLite is the index (traces, scalar fields,
+// node sizes), the reply and the counters. The JSON view is not stored: it is rendered from the
+// msgpack as it is read (src/protocol/archive/json-view.ts), the same bytes; writing it too doubled the
+// step's bytes and CPU on the episode tier's one thread (issue 28 item 4).
 //
-// Each step can be cut by a crash and is repeated from the top: the puts write the same bytes
-// again; the drop happens only after both puts landed, in one transaction, and never while a
+// Each step can be cut by a crash and is repeated from the top: the put writes the same bytes
+// again; the drop happens only after the put landed, in one transaction, and never while a
 // reader (a GET, a catch-up) still streams bodies from SQLite (it waits for the next alarm).
 //
 // From then on GET, HEAD and a run's bulk fetch are answered from R2 by the Worker without waking
 // this object (src/objects/episode/archive-read.ts), and a watcher's catch-up is built from the archived
-// msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes both copies.
+// msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes the copy,
+// and the JSON copy an older release wrote beside it (which the step also removes, and nothing reads).
 
-import { JsonOut, MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
+import { MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
+import type { Grant } from "../../protocol/archive/leases.js";
+import { LEASE_MS } from "../../protocol/archive/leases.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
-/** The R2 key of an episode's archived representation (ids never hold `/`). */
-export function archiveKey(id: string, json: boolean): string {
-  return `episodes/${json ? "json" : "msgpack"}/${id}`;
+/** The R2 key of an episode's archived msgpack (ids never hold `/`). */
+export function archiveKey(id: string): string {
+  return `episodes/msgpack/${id}`;
+}
+
+/** Where releases before issue 28 also kept the JSON view: never read, removed by the step and by `remove`. */
+export function legacyJsonKey(id: string): string {
+  return `episodes/json/${id}`;
 }
 
 /** R2 custom metadata the Worker answers from: the episode's ETag (without the representation). */
@@ -38,6 +48,12 @@ export const ARCHIVE_RETRY_MS = 5_000;
 /** A reader holding the bodies longer than this (a stalled GET) no longer delays the drop: it fails instead. */
 export const ARCHIVE_MAX_WAIT_MS = 600_000;
 
+/** The class's archive slots (src/objects/archive/gate.ts), asked by the alarm's step; null: unlimited. */
+export interface ArchiveSlots {
+  acquire(holder: string): Promise<Grant>;
+  release(holder: string): Promise<void>;
+}
+
 export class EpisodeArchive {
   /** The archive step under way (a delete waits for it, so no put lands after the delete). */
   private inflight: Promise<ArchiveOutcome> | null = null;
@@ -49,11 +65,14 @@ export class EpisodeArchive {
   private failures = 0;
   /** Since when readers have held the bodies the step would drop (0: none did). */
   private busySince = 0;
+  /** Whether an older release's JSON copy is known gone (memory only: a restart deletes it once more). */
+  private legacyChecked = false;
 
   constructor(
     private readonly state: EpisodeState,
     private readonly bucket: R2Bucket,
     private readonly meter: () => UsageMeter | undefined,
+    private readonly slots: ArchiveSlots | null = null,
   ) {}
 
   /** Whether the episode is finished and not archived yet. */
@@ -61,7 +80,7 @@ export class EpisodeArchive {
     return m !== null && m.status === "finished" && m.etag !== null && m.archived === null;
   }
 
-  /** Write both representations to R2, then drop the bodies and the log (see the header); `force`: even under a reader. */
+  /** Write the msgpack to R2, then drop the bodies and the log (see the header); `force`: even under a reader. */
   run(force = false): Promise<ArchiveOutcome> {
     if (this.stopped) return Promise.resolve("none");
     const run = this.step(force).finally(() => {
@@ -78,9 +97,34 @@ export class EpisodeArchive {
 
   /**
    * The step as the alarm runs it: forced once readers have held the bodies longer than
-   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2 fails.
+   * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2
+   * fails. With archive slots, only under a lease (renewed while the step runs, given back after):
+   * without one, it waits (`retryAt`: when the gate says to ask again).
    */
   async attempt(): Promise<void> {
+    const id = this.state.meta()?.id;
+    if (id === undefined) return;
+    let renew: ReturnType<typeof setTimeout> | null = null;
+    let leased = false;
+    if (this.slots) {
+      let grant: Grant;
+      try {
+        grant = await this.slots.acquire(id);
+      } catch (e) {
+        return this.failed(e, "the archive gate did not answer");
+      }
+      if (!grant.granted) {
+        this.retryTime = grant.retryAt;
+        return;
+      }
+      // renewed while the step runs (a renewal in flight as it ends may hold the slot till LEASE_MS: harmless)
+      const slots = this.slots;
+      const again = () => {
+        if (leased) renew = setTimeout(() => leased && void slots.acquire(id).then(again, again), LEASE_MS / 3);
+      };
+      leased = true;
+      again();
+    }
     try {
       const now = Date.now();
       const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
@@ -88,20 +132,30 @@ export class EpisodeArchive {
       this.failures = outcome === "busy" ? this.failures : 0;
       this.retryTime = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
     } catch (e) {
-      this.failures++;
-      this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
-      console.error(`episode ${this.state.meta()?.id}: archiving failed (attempt ${this.failures}), retried by the alarm`, e);
+      this.failed(e, "archiving failed");
+    } finally {
+      if (this.slots && leased) {
+        leased = false;
+        if (renew !== null) clearTimeout(renew);
+        // unanswered: the lease expires by itself (LEASE_MS)
+        await this.slots.release(id).catch((e) => console.warn(`episode ${id}: archive slot not given back`, e));
+      }
     }
+  }
+
+  private failed(e: unknown, what: string): void {
+    this.failures++;
+    this.retryTime = Date.now() + Math.min(ARCHIVE_RETRY_MS * 2 ** this.failures, 600_000);
+    console.error(`episode ${this.state.meta()?.id}: ${what} (attempt ${this.failures}), retried by the alarm`, e);
   }
 
   private async step(force: boolean): Promise<ArchiveOutcome> {
     const m = this.state.meta();
     if (!m || !this.due(m)) return "none";
     const metadata: ArchiveMetadata = { etag: m.etag!, seq: String(m.seq) };
-    await this.put(m, false, metadata);
+    await this.put(m, metadata);
     if (this.stopped) return "none";
-    await this.put(m, true, metadata);
-    if (this.stopped) return "none";
+    await this.dropLegacyJson(m.id);
     // a reader streaming from SQLite keeps what it reads; the next alarm tries again
     if (this.state.store.readers() > 0 && !force) return "busy";
     const now = this.state.meta();
@@ -115,14 +169,26 @@ export class EpisodeArchive {
   }
 
   /**
-   * Remove both copies from R2 (a delete or the end of retention; before SQLite is erased). A step
-   * under way ends first, and none starts until `resume` (after the erase): no put lands after this.
+   * Remove the copy (and an older release's JSON copy) from R2 (a delete or the end of retention;
+   * before SQLite is erased). A step under way ends first, and none starts until `resume` (after
+   * the erase): no put lands after this.
    */
   async remove(id: string): Promise<void> {
     this.stopped = true;
     await this.inflight?.catch(() => undefined);
-    await this.bucket.delete([archiveKey(id, false), archiveKey(id, true)]);
+    await this.bucket.delete([archiveKey(id), legacyJsonKey(id)]);
     this.meter()?.r2Delete();
+  }
+
+  /**
+   * The JSON copy an older release wrote beside the msgpack goes (nothing reads it): by the step,
+   * and once per object's life when an archived episode is touched by its alarm.
+   */
+  async dropLegacyJson(id: string): Promise<void> {
+    if (this.legacyChecked) return;
+    await this.bucket.delete(legacyJsonKey(id));
+    this.meter()?.r2Delete();
+    this.legacyChecked = true;
   }
 
   /** The erase is over (or failed): the episode may be archived again (an id written anew). */
@@ -132,21 +198,21 @@ export class EpisodeArchive {
 
   /** The archived msgpack, as a stream (a watcher's catch-up); throws if it is missing. */
   async body(id: string): Promise<ReadableStream<Uint8Array>> {
-    const obj = await this.bucket.get(archiveKey(id, false));
+    const obj = await this.bucket.get(archiveKey(id));
     this.meter()?.r2Get();
     if (!obj) throw new Error(`the archive of episode ${id} is missing from R2`);
     return obj.body;
   }
 
-  /** One representation, streamed from SQLite into R2 with its exact length. */
-  private async put(m: Meta, json: boolean, metadata: ArchiveMetadata): Promise<void> {
-    const size = json ? this.jsonSize(m) : m.size!;
+  /** The msgpack, streamed from SQLite into R2 with its exact length. */
+  private async put(m: Meta, metadata: ArchiveMetadata): Promise<void> {
+    const size = m.size!;
     const { readable, writable } = new FixedLengthStream(size);
     // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
     const abort = new AbortController();
-    const written = this.finishedStream(m, json).pipeTo(writable, { signal: abort.signal });
-    const put = this.bucket.put(archiveKey(m.id, json), readable, {
-      httpMetadata: { contentType: json ? "application/json" : MSGPACK },
+    const written = this.finishedStream(m).pipeTo(writable, { signal: abort.signal });
+    const put = this.bucket.put(archiveKey(m.id), readable, {
+      httpMetadata: { contentType: MSGPACK },
       customMetadata: metadata,
     });
     try {
@@ -159,9 +225,9 @@ export class EpisodeArchive {
     this.meter()?.r2Put(size);
   }
 
-  /** The finished episode, rendered from SQLite a step at a time (the JSON view or msgpack). */
-  private finishedStream(m: Meta, json: boolean): ReadableStream<Uint8Array> {
-    const out = json ? new JsonOut() : new MsgpackOut();
+  /** The finished episode's msgpack, rendered from SQLite a step at a time. */
+  private finishedStream(m: Meta): ReadableStream<Uint8Array> {
+    const out = new MsgpackOut();
     const { reader, head, views, release } = this.finishedParts(m);
     const writer = writeFinished(out, reader, head, views);
     return new ReadableStream<Uint8Array>(
@@ -185,20 +251,6 @@ export class EpisodeArchive {
       },
       { highWaterMark: 0 },
     );
-  }
-
-  /** The JSON view's length (its size is not known from the index: one pass that keeps nothing). */
-  private jsonSize(m: Meta): number {
-    const out = new JsonOut();
-    const { reader, head, views, release } = this.finishedParts(m);
-    try {
-      let size = 0;
-      for (const _ of writeFinished(out, reader, head, views)) for (const c of out.take()) size += c.length;
-      for (const c of out.take()) size += c.length;
-      return size;
-    } finally {
-      release();
-    }
   }
 
   private finishedParts(m: Meta) {

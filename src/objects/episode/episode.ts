@@ -40,7 +40,7 @@ import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import type { Joined } from "../../protocol/hub/feed.js";
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
-import { EpisodeArchive } from "./archive.js";
+import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, CatchUpCursor, type CatchUpSource, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
@@ -58,6 +58,8 @@ import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { EpisodeState } from "./state.js";
 import { isPending, type Meta, publicStatus } from "./storage.js";
 import type { JsonObject } from "../../protocol/wire/json-view.js";
+import { armAlarm } from "../storage/alarm-window.js";
+import { archiveGateName } from "../archive/gate.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
 export interface DispatchAck {
@@ -107,8 +109,8 @@ export class Episode extends DurableObject<Env> {
         return new ArchivedSnapshot(() => this.archive.body(m.id), seq, variant, reason, traceIds);
       },
     };
-    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this));
     const l = this.limits;
+    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this), archiveSlots(env, l.archiveSlots));
     this.feeds = new HubFeeds(ctx.storage.sql, env.HUBS, this.state, { perHub: l.watchersPerHub, maxHubs: l.maxHubs }, (due) => {
       this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
       this.setAlarm(null);
@@ -358,7 +360,7 @@ export class Episode extends DurableObject<Env> {
       // the tombstone comes with the erase (one transaction), and an alarm retries it if the removal
       // below never settles (a crash): the storage is freed only once the run's index dropped the row
       this.ctx.storage.transactionSync(() => this.state.record.eraseToTombstone(id));
-      void this.ctx.storage.setAlarm(Date.now() + retryDelay(1));
+      void armAlarm(this.ctx.storage, Date.now() + retryDelay(1));
     }
     this.state.forget();
     this.rowSync.search.forget();
@@ -379,7 +381,7 @@ export class Episode extends DurableObject<Env> {
   private setAlarm(due: number | null): void {
     const m = this.state.meta();
     if (!m) {
-      if (this.feedRetryAt !== 0) void this.ctx.storage.setAlarm(this.feedRetryAt);
+      if (this.feedRetryAt !== 0) void armAlarm(this.ctx.storage, this.feedRetryAt);
       return;
     }
     let at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
@@ -387,7 +389,7 @@ export class Episode extends DurableObject<Env> {
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
     if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
-    void this.ctx.storage.setAlarm(at);
+    void armAlarm(this.ctx.storage, at);
   }
 
   async alarm(): Promise<void> {
@@ -403,7 +405,7 @@ export class Episode extends DurableObject<Env> {
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);
-        await this.ctx.storage.setAlarm(Date.now() + 60_000);
+        await armAlarm(this.ctx.storage, Date.now() + 60_000);
         return;
       }
       await this.rowSync.settled();
@@ -412,8 +414,20 @@ export class Episode extends DurableObject<Env> {
     // a pending index update is sent whenever the alarm runs (it is never set later than due)
     if (this.rowSync.pending()) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
+    // archived by an older release, which kept a JSON copy beside the msgpack: it goes (R2 down: the next alarm)
+    else if (m.archived != null) await this.archive.dropLegacyJson(m.id).catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
     this.setAlarm(null);
   }
+}
+
+/** The Episode class's archive slots (one ArchiveGate), or null when unlimited (production). */
+function archiveSlots(env: Env, slots: number): ArchiveSlots | null {
+  if (slots <= 0) return null;
+  const gate = () => env.ARCHIVE_GATE.getByName(archiveGateName("Episode"));
+  return {
+    acquire: async (holder) => gate().acquire(holder, slots),
+    release: async (holder) => gate().release(holder),
+  };
 }
 
 /** Send on a socket that may have gone meanwhile (nothing to answer then). */

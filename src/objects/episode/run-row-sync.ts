@@ -18,6 +18,7 @@ import { RowFacts } from "./row-facts.js";
 import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
+import { armAlarm } from "../storage/alarm-window.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
 export const RETRY_FIRST_MS = 1000;
@@ -125,7 +126,7 @@ export class RunRowSync {
       () => {
         if (this.state.meta()) return; // the id was written again: its own row replaces the old one
         this.state.record.saveTombstone({ id, attempts: attempts + 1 });
-        void this.ctx.storage.setAlarm(Date.now() + retryDelay(attempts + 1));
+        void armAlarm(this.ctx.storage, Date.now() + retryDelay(attempts + 1));
       },
     );
   }

@@ -42,6 +42,7 @@ import {
   type Scope,
   visible,
 } from "../../protocol/registry/rows.js";
+import { armAlarm } from "../storage/alarm-window.js";
 
 /** The object of a run's index. */
 
@@ -222,7 +223,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
         this.schema.ensure();
         this.store.flags.setRules(rules, rows);
       });
-      if (rows) void this.ctx.storage.setAlarm(Date.now());
+      if (rows) void armAlarm(this.ctx.storage, Date.now());
       return this.store.flags.json();
     });
   }
@@ -304,7 +305,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const moved = this.write(() => this.store.refreshFlags(this.store.flags.rescanStep()));
       for (const row of moved) this.changed(row.id, row);
       // the directory hears of the run when the rescan is done (it sees nothing of flags)
-      if (this.store.flags.rescanning()) return this.ctx.storage.setAlarm(Date.now() + RESCAN_PAUSE_MS);
+      if (this.store.flags.rescanning()) return armAlarm(this.ctx.storage, Date.now() + RESCAN_PAUSE_MS);
     }
     const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);
     try {
@@ -319,7 +320,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const attempts = Number(this.store.state("dir_attempts") ?? 0) + 1;
       this.store.setState("dir_attempts", String(attempts));
       console.warn(`run ${run}: directory update failed (attempt ${attempts}): ${e instanceof Error ? e.message : String(e)}`);
-      await this.ctx.storage.setAlarm(Date.now() + Math.min(60_000, DIRECTORY_MS * 2 ** attempts));
+      await armAlarm(this.ctx.storage, Date.now() + Math.min(60_000, DIRECTORY_MS * 2 ** attempts));
     }
   }
 
@@ -338,7 +339,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private freeIfEmpty(): void {
     if (this.store.loadCounters().episodes !== 0) return;
     if (this.changes.size > 0 || this.sockets.keepsStoredScopes()) {
-      void this.ctx.storage.setAlarm(Date.now() + DIRECTORY_MS);
+      void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
       return;
     }
     // issued before any later event's writes, which then find no tables and create them
@@ -361,7 +362,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.changes.set(id, row);
     this.sockets.changed();
     // the directory hears of it within DIRECTORY_MS (an alarm already set stays)
-    void this.ctx.storage.getAlarm().then((at) => (at === null ? this.ctx.storage.setAlarm(Date.now() + DIRECTORY_MS) : undefined));
+    void this.ctx.storage.getAlarm().then((at) => (at === null ? armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS) : undefined));
   }
 
   protected changesFor(scope: Scope): string | null {

@@ -39,6 +39,8 @@ export interface Limits {
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/objects/episode/archive.ts), ms. */
   archiveAfterMs: number;
+  /** Archive steps at once per object class (src/objects/archive/gate.ts); 0: unlimited, no gate asked. */
+  archiveSlots: number;
   /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
   pendingTimeoutMs: number;
   /** Bytes an episode's merged trainer annotations may take (src/objects/episode/annotations.ts). */
@@ -72,7 +74,8 @@ type LimitVar =
   | "PENDING_TIMEOUT_SECONDS"
   | "MAX_ANNOTATION_BYTES"
   | "MAX_RUN_SOCKETS"
-  | "RUN_SOCKET_RATE";
+  | "RUN_SOCKET_RATE"
+  | "ARCHIVE_SLOTS";
 
 export function limitsFrom(env: LimitVars): Limits {
   return {
@@ -93,6 +96,7 @@ export function limitsFrom(env: LimitVars): Limits {
     logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
+    archiveSlots: Math.floor(limitFrom(env.ARCHIVE_SLOTS, 0)),
     pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
     maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
     maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
