@@ -35,7 +35,7 @@ export class EpisodeState {
     return this.storage.sql;
   }
 
-  /** Once, inside the constructor's `blockConcurrencyWhile`: storage is brought to this release's schema, then read. */
+  /** Once, in the constructor: storage is brought to this release's schema, then read. */
   open(): void {
     if (this.opened) return;
     this.opened = true;
