@@ -115,7 +115,8 @@ function check(name: string, f: AssemblyFigures): { target: string; ok: boolean;
 }
 
 const fmtInt = (n: number) => n.toLocaleString("en-US");
-const fmtMs = (ms: number) => (ms >= 10 ? ms.toFixed(1) : ms >= 1 ? ms.toFixed(2) : ms >= 0.1 ? ms.toFixed(3) : ms.toFixed(4));
+const fmtMs = (ms: number) =>
+  ms >= 10 ? ms.toFixed(1) : ms >= 1 ? ms.toFixed(2) : ms >= 0.1 ? ms.toFixed(3) : ms.toFixed(4);
 const fmtRate = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 
 export async function run(opts: BenchOptions): Promise<Record<string, AssemblyFigures>> {
@@ -158,8 +159,21 @@ export async function run(opts: BenchOptions): Promise<Record<string, AssemblyFi
     ]);
   }
   opts.table({
-    title: "assembly: EpisodeAssembly (apply every frame, parseReply, finish) vs @msgpack/msgpack decode of the same frames",
-    columns: ["case", "frames", "frame bytes", "asm ms", "decode ms", "asm MB/s", "decode MB/s", "ratio", "target", "check", "iters asm/dec"],
+    title:
+      "assembly: EpisodeAssembly (apply every frame, parseReply, finish) vs @msgpack/msgpack decode of the same frames",
+    columns: [
+      "case",
+      "frames",
+      "frame bytes",
+      "asm ms",
+      "decode ms",
+      "asm MB/s",
+      "decode MB/s",
+      "ratio",
+      "target",
+      "check",
+      "iters asm/dec",
+    ],
     rows,
     align: ["l", "r", "r", "r", "r", "r", "r", "r", "l", "l", "r"],
     notes: [

@@ -162,7 +162,11 @@ function priced(c: Counts): Line[] {
     { unit: "DO duration, GB-s (model)", count: gbS, usd: P.cost(P.DO_GB_S, gbS) },
     { unit: "SQLite rows read", count: c.rowsRead, usd: P.cost(P.ROW_READ, c.rowsRead) },
     { unit: "SQLite rows written", count: c.rowsWritten, usd: P.cost(P.ROW_WRITTEN, c.rowsWritten) },
-    { unit: `SQLite bytes kept ${KEEP_DAYS} d`, count: c.sqliteBytes, usd: P.storageCost(P.SQLITE_GB_MONTH, c.sqliteBytes, KEEP_DAYS) },
+    {
+      unit: `SQLite bytes kept ${KEEP_DAYS} d`,
+      count: c.sqliteBytes,
+      usd: P.storageCost(P.SQLITE_GB_MONTH, c.sqliteBytes, KEEP_DAYS),
+    },
     { unit: "R2 class A ops", count: c.r2ClassA, usd: P.cost(P.R2_CLASS_A, c.r2ClassA) },
     { unit: "R2 class B ops", count: c.r2ClassB, usd: P.cost(P.R2_CLASS_B, c.r2ClassB) },
     { unit: `R2 bytes kept ${KEEP_DAYS} d`, count: c.r2Bytes, usd: P.storageCost(P.R2_GB_MONTH, c.r2Bytes, KEEP_DAYS) },
@@ -183,7 +187,12 @@ function costTable(title: string, lines: Line[], notes: string[]): Table {
     title,
     columns: ["unit", "count", "$", "share"],
     rows: [
-      ...lines.map((l) => [l.unit, fmt(l.count), usdText(l.usd), sum > 0 ? `${((100 * l.usd) / sum).toFixed(1)}%` : "-"]),
+      ...lines.map((l) => [
+        l.unit,
+        fmt(l.count),
+        usdText(l.usd),
+        sum > 0 ? `${((100 * l.usd) / sum).toFixed(1)}%` : "-",
+      ]),
       ["total", "", usdText(sum), "100%"],
     ],
     notes,
@@ -454,7 +463,13 @@ interface Measured {
   };
 }
 
-async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage | null): Promise<Measured> {
+async function caseA(
+  relay: LocalRelay,
+  http: HttpClient,
+  admin: Admin,
+  log: (m: string) => void,
+  dirBefore: Usage | null,
+): Promise<Measured> {
   const t0 = performance.now();
   const run = `bench-cost-a-${process.pid}-${Date.now().toString(36)}`;
   const id = `${run}:0`;
@@ -470,16 +485,22 @@ async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   await Promise.all(dashboards.map((d) => d.caughtUp));
   await producer.send(make, 1, TURNS_A);
   await producer.close();
-  const reply = await http.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_A, calls: 0 }), {
-    "content-type": "application/msgpack",
-  });
+  const reply = await http.request(
+    "POST",
+    `/v1/episodes/${id}/reply`,
+    replyBody({ success: true, nodes: TURNS_A, calls: 0 }),
+    {
+      "content-type": "application/msgpack",
+    },
+  );
   workerRequests++;
   if (reply.status !== 200) throw new Error(`reply: ${reply.status} ${reply.body.toString().slice(0, 300)}`);
   await Promise.all(dashboards.map((d) => d.finished));
   for (const d of dashboards) await d.close();
   log("cost (a): written and watched; waiting for the archive");
   const archived = await admin.archived(id);
-  if (!archived) log(`cost (a): not archived within ${ARCHIVE_WAIT_MS / 1000} s (or this relay does not archive): R2 left out`);
+  if (!archived)
+    log(`cost (a): not archived within ${ARCHIVE_WAIT_MS / 1000} s (or this relay does not archive): R2 left out`);
   // the archived episode read back (a GET and the run's bulk fetch): its object must see none of it
   const before = (await admin.episodeUsage(id)).episode;
   const got = await http.request("GET", `/v1/episodes/${id}`);
@@ -517,13 +538,22 @@ async function caseA(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   };
 }
 
-async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void, dirBefore: Usage, archives: boolean): Promise<Measured> {
+async function caseB(
+  relay: LocalRelay,
+  http: HttpClient,
+  admin: Admin,
+  log: (m: string) => void,
+  dirBefore: Usage,
+  archives: boolean,
+): Promise<Measured> {
   const t0 = performance.now();
   const run = `bench-cost-b-${process.pid}-${Date.now().toString(36)}`;
   const ids = Array.from({ length: EPISODES_B }, (_, i) => `${run}:${i}`);
   const make = routingDeltas();
   let workerRequests = 0;
-  log(`cost (b): ${EPISODES_B} episodes of ${TURNS_B} turns in one run, ${PARALLEL_B} at a time, groups of ${GROUP_B} with their dispatch identity`);
+  log(
+    `cost (b): ${EPISODES_B} episodes of ${TURNS_B} turns in one run, ${PARALLEL_B} at a time, groups of ${GROUP_B} with their dispatch identity`,
+  );
   let next = 0;
   const writer = async (client: HttpClient) => {
     while (next < ids.length) {
@@ -544,9 +574,14 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
       producer.clock = clock;
       await producer.send(make, 0, TURNS_B);
       await producer.close();
-      const reply = await client.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: TURNS_B, calls: 0 }), {
-        "content-type": "application/msgpack",
-      });
+      const reply = await client.request(
+        "POST",
+        `/v1/episodes/${id}/reply`,
+        replyBody({ success: true, nodes: TURNS_B, calls: 0 }),
+        {
+          "content-type": "application/msgpack",
+        },
+      );
       if (reply.status !== 200) throw new Error(`reply ${id}: ${reply.status} ${reply.body.toString().slice(0, 300)}`);
       workerRequests += 2;
     }
@@ -592,7 +627,11 @@ async function caseB(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
     directoryUsage: minus(r.directory, dirBefore),
     acks: 0,
     wallS: (performance.now() - t0) / 1000,
-    live: { acks: clock.summary(), health: healthSeen, r2BytesWritten: episodes.reduce((n, u) => n + u.r2.bytesWritten, 0) },
+    live: {
+      acks: clock.summary(),
+      health: healthSeen,
+      r2BytesWritten: episodes.reduce((n, u) => n + u.r2.bytesWritten, 0),
+    },
   };
 }
 
@@ -615,7 +654,11 @@ function pacedEpisode(a: Measured, b: Measured, episodesInRun: number): { counts
   const readsPerUpsert = idx.requests > 0 ? idx.rowsRead / idx.requests : 0;
   const activeS = Math.min(TURN_GAP_S, IDLE_MS / 1000);
   const spanS = turns * TURN_GAP_S;
-  const episode = { ...a.parts.episodes, doRequests: a.parts.episodes.doRequests + turns, rowsWritten: a.parts.episodes.rowsWritten + turns };
+  const episode = {
+    ...a.parts.episodes,
+    doRequests: a.parts.episodes.doRequests + turns,
+    rowsWritten: a.parts.episodes.rowsWritten + turns,
+  };
   episode.activeMs = Math.max(a.parts.episodes.activeMs, turns * activeS * 1000);
   const hub = { ...a.parts.hubs, doRequests: Math.max(a.parts.hubs.doRequests, DASHBOARDS + turns * hubs) };
   hub.activeMs = Math.max(a.parts.hubs.activeMs, hubs * turns * activeS * 1000);
@@ -629,7 +672,10 @@ function pacedEpisode(a: Measured, b: Measured, episodesInRun: number): { counts
   return { counts: add(episode, hub, registry, a.parts.clients), watcherHours: (DASHBOARDS * spanS) / 3600 };
 }
 
-/** What grows with turns and what is paid once per episode: a line through (b)'s mean episode (TURNS_B) and (a)'s (TURNS_A). */
+/**
+ * What grows with turns and what is paid once per episode: a line through (b)'s mean episode (TURNS_B) and (a)'s
+ * (TURNS_A).
+ */
 function lineThrough(a: number, b: number): { fixed: number; perTurn: number } {
   const perTurn = (a - b) / (TURNS_A - TURNS_B);
   return { fixed: b - TURNS_B * perTurn, perTurn };
@@ -665,7 +711,11 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       `$ per episode: ${usdText(usdA)}; Worker CPU (not in the total: every workerd's CPU, objects included, an upper bound): ${fmt(cpuMs)} ms = ${usdText(P.cost(P.WORKER_CPU_MS, cpuMs))} for (a) and (b)`,
     ];
     opts.table(
-      costTable(`cost (a): one episode, ${TURNS_A} routing-heavy turns, ${DASHBOARDS} dashboards (prices read ${P.READ_ON}, marginal)`, linesA, notesA),
+      costTable(
+        `cost (a): one episode, ${TURNS_A} routing-heavy turns, ${DASHBOARDS} dashboards (prices read ${P.READ_ON}, marginal)`,
+        linesA,
+        notesA,
+      ),
     );
 
     // (b)
@@ -711,10 +761,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const usdPaced = total(linesPaced);
     const watcherHoursPaced = pace.watcherHours * SCALE_EPISODES;
     opts.table(
-      costTable(`cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model)`, linesPaced, [
-        `per turn, beyond (a)'s counts: one feed per hub, one index row (an alarm and a setAlarm row on the episode, an upsert of ${fmt(b.indexUsage.requests > 0 ? b.indexUsage.rowsWritten / b.indexUsage.requests : 0)} rows on the index), min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s active for the episode and each hub; the index and directory active for the whole run`,
-        `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
-      ]),
+      costTable(
+        `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model)`,
+        linesPaced,
+        [
+          `per turn, beyond (a)'s counts: one feed per hub, one index row (an alarm and a setAlarm row on the episode, an upsert of ${fmt(b.indexUsage.requests > 0 ? b.indexUsage.rowsWritten / b.indexUsage.requests : 0)} rows on the index), min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s active for the episode and each hub; the index and directory active for the whole run`,
+          `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
+        ],
+      ),
     );
 
     return {
@@ -745,7 +799,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         archived: b.archived,
         units: unitsJson(linesB),
         wall_s: sig(b.wallS),
-        ack_ms: { p50: sig(b.live!.acks.p50Ms), p99: sig(b.live!.acks.p99Ms), max: sig(b.live!.acks.maxMs), longest_gap: sig(b.live!.acks.longestGapMs) },
+        ack_ms: {
+          p50: sig(b.live!.acks.p50Ms),
+          p99: sig(b.live!.acks.p99Ms),
+          max: sig(b.live!.acks.maxMs),
+          longest_gap: sig(b.live!.acks.longestGapMs),
+        },
         health_ms: { max: sig(b.live!.health.maxMs), probes: b.live!.health.probes, failures: b.live!.health.failures },
         r2_bytes_written: b.live!.r2BytesWritten,
       },

@@ -78,7 +78,9 @@ async function main(): Promise<void> {
     };
     await Promise.all(Array.from({ length: 12 }, worker));
     for (;;) {
-      const r = (await (await fetch(`${relay.url}/v1/runs/${RUN}`)).json()) as { aggregates: { counts: { finished: number } } | null };
+      const r = (await (await fetch(`${relay.url}/v1/runs/${RUN}`)).json()) as {
+        aggregates: { counts: { finished: number } } | null;
+      };
       if ((r.aggregates?.counts.finished ?? 0) >= N) break;
       await new Promise((res) => setTimeout(res, 500));
     }
@@ -89,7 +91,19 @@ async function main(): Promise<void> {
     const state = join(out, "_export.json");
     const cli = spawn(
       process.execPath,
-      [join(root, "dist", "tools", "cli", "main.js"), "export", "--run", RUN, "--format", "parquet", "--batch", "1000", "--out", out, relay.url],
+      [
+        join(root, "dist", "tools", "cli", "main.js"),
+        "export",
+        "--run",
+        RUN,
+        "--format",
+        "parquet",
+        "--batch",
+        "1000",
+        "--out",
+        out,
+        relay.url,
+      ],
       {
         stdio: ["ignore", "pipe", "inherit"],
       },
@@ -143,7 +157,8 @@ print(json.dumps({"n": n, "at1k": at1k, "atN": rss(), "peak": status('VmHWM')}))
     let pyOut = "";
     py.stdout.on("data", (d) => (pyOut += d));
     const pyStart = Date.now();
-    if ((await new Promise<number>((res) => py.on("close", (c) => res(c ?? 1)))) !== 0) throw new Error("python export failed");
+    if ((await new Promise<number>((res) => py.on("close", (c) => res(c ?? 1)))) !== 0)
+      throw new Error("python export failed");
     const pySecs = (Date.now() - pyStart) / 1000;
     const p = JSON.parse(pyOut) as { n: number; at1k: number | null; atN: number; peak: number };
 

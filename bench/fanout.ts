@@ -250,7 +250,11 @@ class Watchers {
     return new Promise((resolve, reject) => {
       const t = setTimeout(() => {
         this.onProgress = null;
-        reject(new Error(`${this.target}: ${what}: not delivered to all ${this.n} watchers within ${timeoutMs} ms (complete ${this.complete})`));
+        reject(
+          new Error(
+            `${this.target}: ${what}: not delivered to all ${this.n} watchers within ${timeoutMs} ms (complete ${this.complete})`,
+          ),
+        );
       }, timeoutMs);
       this.onProgress = () => {
         if (this.errors.length) {
@@ -378,7 +382,9 @@ export async function runCell(
         await sleep(10);
       }
     }
-    await w.connect(target === "relay" ? wsUrl(watchBase ?? url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"));
+    await w.connect(
+      target === "relay" ? wsUrl(watchBase ?? url, `/v1/episodes/${id}/watch?routing=1`) : wsUrl(url, "/watch"),
+    );
     let seq = startSeq;
     const send = () => {
       seq++;
@@ -447,7 +453,13 @@ export async function runCell(
     check();
     const count = thr.end - thr.first;
     const ts = stats(thr.latencies);
-    const throughput: PhaseFigures = { deltas: count, ms: thr.doneAt - start, p50: ts.p50, p99: ts.p99, offeredPerS: NaN };
+    const throughput: PhaseFigures = {
+      deltas: count,
+      ms: thr.doneAt - start,
+      p50: ts.p50,
+      p99: ts.p99,
+      offeredPerS: NaN,
+    };
     await hooks.measured?.();
     return { latency, throughput, deltaBytes };
   } finally {
@@ -559,7 +571,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     variant: "routing=1",
     loadavg_1min_start_end: [sig(load0, 2), sig(loadavg()[0]!, 2)],
   };
-  out.notes = "client-side bound: all watchers are ws clients in one Node process (the bare ws server is the baseline under the same clients)";
+  out.notes =
+    "client-side bound: all watchers are ws clients in one Node process (the bare ws server is the baseline under the same clients)";
   opts.table({
     title: `fanout: 1 producer (socket) → N watchers of one episode; relay vs bare Node ws broadcast server, same clients`,
     columns: [

@@ -39,10 +39,17 @@ function rng(seed: number): () => number {
   };
 }
 
-const WORDS = "the answer is we can check each case so that value of sum then try again next step integer prime list file run output".split(" ");
-const sentence = (r: () => number, n: number) => Array.from({ length: n }, () => WORDS[Math.floor(r() * WORDS.length)]!).join(" ");
+const WORDS =
+  "the answer is we can check each case so that value of sum then try again next step integer prime list file run output".split(
+    " ",
+  );
+const sentence = (r: () => number, n: number) =>
+  Array.from({ length: n }, () => WORDS[Math.floor(r() * WORDS.length)]!).join(" ");
 
-/** Rollout `i`'s deltas (open, TURNS turns, rewards); every tenth touches the grader, every twentieth prints many candidates. */
+/**
+ * Rollout `i`'s deltas (open, TURNS turns, rewards); every tenth touches the grader, every twentieth prints many
+ * candidates.
+ */
 function rollout(i: number): Uint8Array[] {
   const r = rng(1000 + i);
   const trace = "t";
@@ -63,7 +70,12 @@ function rollout(i: number): Uint8Array[] {
     encodeLossless(
       m({
         trace,
-        open: m({ version: 1, id: trace, verifiers: m({ version: "0" }), task: m({ type: "T", data: m({ prompt: sentence(r, 30), answer: "42" }) }) }),
+        open: m({
+          version: 1,
+          id: trace,
+          verifiers: m({ version: "0" }),
+          task: m({ type: "T", data: m({ prompt: sentence(r, 30), answer: "42" }) }),
+        }),
       }),
     ),
   ];
@@ -72,7 +84,15 @@ function rollout(i: number): Uint8Array[] {
     const cmd = hack ? "cat tests/test_solution.py" : `python solve.py --n ${Math.floor(r() * 100)}`;
     const says = `${sentence(r, 120)}${t === 2 && i % 25 === 0 ? ". The grader only checks that 42 appears" : ""}`;
     const result = t === 3 && i % 20 === 0 ? Array.from({ length: 45 }, (_, j) => j * 7).join(", ") : sentence(r, 150);
-    const nodes = [node(m({ role: "assistant", content: says, tool_calls: [m({ id: `c${t}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }))];
+    const nodes = [
+      node(
+        m({
+          role: "assistant",
+          content: says,
+          tool_calls: [m({ id: `c${t}`, name: "bash", arguments: JSON.stringify({ cmd }) })],
+        }),
+      ),
+    ];
     k++;
     nodes.push(node(m({ role: "tool", content: result, name: "bash", tool_call_id: `c${t}` })));
     k++;
@@ -93,18 +113,28 @@ interface Evaluations {
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
   const relay = await startBenchRelay("tmpfs");
-  const runs: Record<Condition, string> = { rules: `bench-flags-rules-${process.pid}`, none: `bench-flags-none-${process.pid}` };
+  const runs: Record<Condition, string> = {
+    rules: `bench-flags-rules-${process.pid}`,
+    none: `bench-flags-none-${process.pid}`,
+  };
   try {
     const admin = new HttpClient(relay.url);
     const json = async (method: string, path: string, body?: unknown) => {
-      const res = await admin.request(method, path, body === undefined ? undefined : Buffer.from(JSON.stringify(body)), { "content-type": "application/json" });
+      const res = await admin.request(
+        method,
+        path,
+        body === undefined ? undefined : Buffer.from(JSON.stringify(body)),
+        { "content-type": "application/json" },
+      );
       return { status: res.status, body: JSON.parse(res.body.toString()) as Record<string, unknown> };
     };
     // `none` sets no rules before its first rollout; `rules` keeps the defaults (nothing to set)
     const set = await json("PUT", `/v1/runs/${runs.none}/rules`, { rules: [] });
     if (set.status !== 200) throw new Error(`PUT rules: ${set.status} ${JSON.stringify(set.body)}`);
-    // the index of the run with rules, woken before its first rollout: when its counts start (the same at the end, or they are partial)
-    const sinceAtStart = ((await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { since: number } | undefined)?.since ?? null;
+    // the index of the run with rules, woken before its first rollout: when its counts start (the same at the end, or
+    // they are partial)
+    const sinceAtStart =
+      ((await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { since: number } | undefined)?.since ?? null;
     const plans = Array.from({ length: EPISODES }, (_, i) => rollout(i));
     const deltasPerRollout = plans[0]!.length;
     const acks: Record<Condition, number[][]> = { rules: [], none: [] };
@@ -129,10 +159,16 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
                 samples.push(performance.now() - t);
                 producer.acknowledge();
               }
-              const res = await http.request("POST", `/v1/episodes/${id}/reply`, replyBody({ success: true, nodes: 2 * TURNS, calls: 0, trace: "t" }), {
-                "content-type": "application/msgpack",
-              });
-              if (res.status !== 200) throw new Error(`reply ${id}: ${res.status} ${res.body.toString().slice(0, 200)}`);
+              const res = await http.request(
+                "POST",
+                `/v1/episodes/${id}/reply`,
+                replyBody({ success: true, nodes: 2 * TURNS, calls: 0, trace: "t" }),
+                {
+                  "content-type": "application/msgpack",
+                },
+              );
+              if (res.status !== 200)
+                throw new Error(`reply ${id}: ${res.status} ${res.body.toString().slice(0, 200)}`);
             }
           } finally {
             http.close();
@@ -148,35 +184,58 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         const a = await json("GET", `/v1/runs/${runName}`);
         const counts = (a.body.aggregates as { counts: { finished: number } } | null)?.counts;
         if ((counts?.finished ?? 0) >= finished[condition]) break;
-        if (performance.now() - waited > 120_000) throw new Error(`${runName}: ${counts?.finished ?? 0} of ${finished[condition]} rows finished after 120 s`);
+        if (performance.now() - waited > 120_000)
+          throw new Error(`${runName}: ${counts?.finished ?? 0} of ${finished[condition]} rows finished after 120 s`);
         await sleep(200);
       }
       const s = stats(samples);
-      opts.log(`flags: phase ${p + 1} (${condition}): ${samples.length} acks in ${fmt(streamS)} s, p50 ${fmt(s.p50)} ms, p99 ${fmt(s.p99)} ms`);
+      opts.log(
+        `flags: phase ${p + 1} (${condition}): ${samples.length} acks in ${fmt(streamS)} s, p50 ${fmt(s.p50)} ms, p99 ${fmt(s.p99)} ms`,
+      );
     }
 
     // how often the rules ran, and what they raised
     const ns = (await relay.mf.getDurableObjectNamespace("EPISODE_INDEX")) as unknown as {
       get(id: unknown): {
         flagEvaluations(): Promise<Evaluations>;
-        searchSize(): Promise<{ segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number }>;
+        searchSize(): Promise<{
+          segments: number;
+          chars: number;
+          textBytes: number;
+          ftsBytes: number;
+          rowsWritten: number;
+        }>;
       };
       idFromName(n: string): unknown;
     };
     const evaluations = async (c: Condition): Promise<Evaluations> => {
       const e = await ns.get(ns.idFromName(`run:${runs[c]}`)).flagEvaluations();
-      return { segments: e.segments, textChecks: e.textChecks, rows: e.rows, rewardChecks: e.rewardChecks, textRules: e.textRules, rewardRules: e.rewardRules };
+      return {
+        segments: e.segments,
+        textChecks: e.textChecks,
+        rows: e.rows,
+        rewardChecks: e.rewardChecks,
+        textRules: e.textRules,
+        rewardRules: e.rewardRules,
+      };
     };
     // (plain copies: the stubs' answers go with the relay)
     const ev = { rules: await evaluations("rules"), none: await evaluations("none") };
     const flagCounts = async (c: Condition) =>
-      ((await json("GET", `/v1/runs/${runs[c]}`)).body.aggregates as { flags: Record<string, number> } | null)?.flags ?? {};
+      ((await json("GET", `/v1/runs/${runs[c]}`)).body.aggregates as { flags: Record<string, number> } | null)?.flags ??
+      {};
     const flags = { rules: await flagCounts("rules"), none: await flagCounts("none") };
     const deltas = EPISODES * PHASES.filter((c) => c === "rules").length * deltasPerRollout;
-    // what the search index costs per rollout (the run with the defaults: its text and its flags), beside the run's whole index
+    // what the search index costs per rollout (the run with the defaults: its text and its flags), beside the run's
+    // whole index
     const rollouts = EPISODES * PHASES.filter((c) => c === "rules").length;
     const size = { ...(await ns.get(ns.idFromName(`run:${runs.rules}`)).searchSize()) };
-    const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { rowsWritten: number; sqliteBytes: number; wakes: number; since: number };
+    const usage = (await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as {
+      rowsWritten: number;
+      sqliteBytes: number;
+      wakes: number;
+      since: number;
+    };
     const searchCost = {
       segments_per_rollout: sig(size.segments / rollouts),
       chars_per_rollout: sig(size.chars / rollouts),
@@ -186,7 +245,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_rows_written_per_rollout: sig(usage.rowsWritten / rollouts),
       index_sqlite_bytes_per_rollout: sig(usage.sqliteBytes / rollouts),
       index_wakes: usage.wakes,
-      // false: the index's counts started again after the rollouts did (a new isolate), so the per-rollout figures are partial
+      // false: the index's counts started again after the rollouts did (a new isolate), so the per-rollout figures are
+      // partial
       index_counted_from_start: sinceAtStart === null ? null : usage.since === sinceAtStart,
     };
 

@@ -73,7 +73,10 @@ function fold(v: unknown): void {
  *    method has `minMs` of samples and `minSamples` samples (capped at `maxMs` in all);
  *  - result: the median per-iteration time of each method's samples.
  */
-export function measure(fns: Array<() => unknown>, o: { warmup: number; minMs: number; minSamples: number; maxMs?: number; sampleMs?: number }): Measurement[] {
+export function measure(
+  fns: Array<() => unknown>,
+  o: { warmup: number; minMs: number; minSamples: number; maxMs?: number; sampleMs?: number },
+): Measurement[] {
   const sampleMs = o.sampleMs ?? 1;
   const maxMs = o.maxMs ?? Math.max(20 * o.minMs, 10_000);
   const warm = fns.map(() => ({ ms: 0, n: 0 }));
@@ -105,7 +108,12 @@ export function measure(fns: Array<() => unknown>, o: { warmup: number; minMs: n
     const enough = samples.every((s, k) => s.length >= o.minSamples && spent[k]! >= o.minMs);
     if (enough || (performance.now() - start > maxMs && samples[0]!.length >= 5)) break;
   }
-  return samples.map((s, k) => ({ medianMs: median(s), samples: s.length, batch: batch[k]!, iterations: s.length * batch[k]! }));
+  return samples.map((s, k) => ({
+    medianMs: median(s),
+    samples: s.length,
+    batch: batch[k]!,
+    iterations: s.length * batch[k]!,
+  }));
 }
 
 export function median(xs: number[]): number {

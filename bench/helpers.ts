@@ -130,7 +130,15 @@ export function rolloutDelta(k: number, set: Array<[string, LValue]>, trace = TR
       new LMap([
         ["trace", trace],
         ["open", openHeader(trace)],
-        ["set", new LMap([["agent", new LMap([["name", "solver"]])], ["rewards", new LMap([])], ["is_completed", false], ...set])],
+        [
+          "set",
+          new LMap([
+            ["agent", new LMap([["name", "solver"]])],
+            ["rewards", new LMap([])],
+            ["is_completed", false],
+            ...set,
+          ]),
+        ],
       ]),
     );
   }
@@ -204,8 +212,12 @@ export function setDelta(set: Array<[string, LValue]>, trace = TRACE): Uint8Arra
 }
 
 /** The upstream reply that ends an episode of one trace: finished with its counts, or failed. */
-export function replyBody(r: { success: true; nodes: number; calls: number; trace?: string } | { success: false; error: string }): Uint8Array {
-  return encodeReply(r.success ? { success: true, traces: [{ id: r.trace ?? TRACE, nodes: r.nodes, calls: r.calls }] } : r);
+export function replyBody(
+  r: { success: true; nodes: number; calls: number; trace?: string } | { success: false; error: string },
+): Uint8Array {
+  return encodeReply(
+    r.success ? { success: true, traces: [{ id: r.trace ?? TRACE, nodes: r.nodes, calls: r.calls }] } : r,
+  );
 }
 
 /** Routing deltas: one node with `routed_experts` {__nd__, uint8, [1500, 50, 8], 600,000 B}. */
@@ -230,7 +242,10 @@ export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
  */
 export function procStat(pid: number | string): { comm: string; fields: string[] } {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return { comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), fields: stat.slice(stat.lastIndexOf(")") + 2).split(" ") };
+  return {
+    comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
+    fields: stat.slice(stat.lastIndexOf(")") + 2).split(" "),
+  };
 }
 
 /**
@@ -378,7 +393,11 @@ export function wsUrl(base: string, path: string): string {
  * response (the relay's catch-up) are emitted in the same tick as `open`, before any code
  * awaiting this promise runs.
  */
-export function openSocket(url: string, setup?: (ws: WebSocket) => void, options?: ConstructorParameters<typeof WebSocket>[2]): Promise<WebSocket> {
+export function openSocket(
+  url: string,
+  setup?: (ws: WebSocket) => void,
+  options?: ConstructorParameters<typeof WebSocket>[2],
+): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, options);
     ws.binaryType = "nodebuffer";
@@ -390,7 +409,9 @@ export function openSocket(url: string, setup?: (ws: WebSocket) => void, options
       resolve(ws);
     });
     ws.once("error", fail);
-    ws.once("unexpected-response", (_req, res) => fail(new Error(`${url}: HTTP ${res.statusCode} instead of an upgrade`)));
+    ws.once("unexpected-response", (_req, res) =>
+      fail(new Error(`${url}: HTTP ${res.statusCode} instead of an upgrade`)),
+    );
   });
 }
 
@@ -425,14 +446,28 @@ export class HttpClient {
     this.port = Number(u.port);
   }
 
-  request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
+  request(
+    method: string,
+    path: string,
+    body?: Uint8Array,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; body: Buffer }> {
     return new Promise((resolve, reject) => {
       const req = http.request(
-        { host: this.host, port: this.port, path, method, agent: this.agent, headers: body ? { ...headers, "content-length": String(body.length) } : headers },
+        {
+          host: this.host,
+          port: this.port,
+          path,
+          method,
+          agent: this.agent,
+          headers: body ? { ...headers, "content-length": String(body.length) } : headers,
+        },
         (res) => {
           const chunks: Buffer[] = [];
           res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }));
+          res.on("end", () =>
+            resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }),
+          );
           res.on("error", reject);
         },
       );
@@ -468,7 +503,11 @@ export type Storage = "tmpfs" | "disk";
  * in production, where the output gate waits for replicated storage). "tmpfs" points
  * `os.tmpdir()` at /dev/shm while Miniflare starts, so the storage really is in memory.
  */
-export async function startBenchRelay(storage: Storage, vars: Record<string, string> = {}, options: RelayOptions = {}): Promise<LocalRelay> {
+export async function startBenchRelay(
+  storage: Storage,
+  vars: Record<string, string> = {},
+  options: RelayOptions = {},
+): Promise<LocalRelay> {
   const shm = "/dev/shm";
   if (storage === "disk" || !existsSync(shm)) return startRelay(vars, options);
   const before = process.env.TMPDIR;

@@ -227,7 +227,13 @@ async function runWs(base: string, id: string, plan: Plan): Promise<Run> {
   }
 }
 
-async function measureMode(relay: LocalRelay, client: HttpClient, mode: Mode, tag: string, plan: Plan): Promise<IngestFigures> {
+async function measureMode(
+  relay: LocalRelay,
+  client: HttpClient,
+  mode: Mode,
+  tag: string,
+  plan: Plan,
+): Promise<IngestFigures> {
   const id = episodeId(`${mode}-${tag}`);
   const foreign = new ForeignCpu();
   foreign.start();
@@ -281,7 +287,9 @@ async function staleAckCheck(client: HttpClient): Promise<string> {
   const make = sizedDeltas(256);
   const cursor = new ProducerCursor("bench");
   const body = msgpackArray([encodeEnvelope(cursor.envelope(make(0))), encodeEnvelope(cursor.envelope(make(1)))]);
-  const res = await client.request("POST", `/v1/episodes/${id}/deltas`, body, { "content-type": "application/msgpack" });
+  const res = await client.request("POST", `/v1/episodes/${id}/deltas`, body, {
+    "content-type": "application/msgpack",
+  });
   await client.deleteEpisode(id);
   return `${res.status} ${res.body.toString()}`;
 }
@@ -297,7 +305,12 @@ const MODES: Mode[] = ["http_single", "http_batched", "ws"];
 async function warmUp(relay: LocalRelay, client: HttpClient): Promise<void> {
   for (const size of SIZES) {
     for (const mode of MODES) {
-      await measureMode(relay, client, mode, "warmup", { make: size.make(), warmup: 0, maxDeltas: size.label === "1KiB" ? 2000 : 8, maxMs: 300 });
+      await measureMode(relay, client, mode, "warmup", {
+        make: size.make(),
+        warmup: 0,
+        maxDeltas: size.label === "1KiB" ? 2000 : 8,
+        maxMs: 300,
+      });
     }
   }
 }
@@ -326,7 +339,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           });
           if (mode === "http_single") f.ratio_vs_health = sig(f.deltas_per_s / health.rps, 3);
           into[key] = f;
-          opts.log(`ingest (${storage}): ${key} ${f.deltas_per_s} deltas/s, ${f.mb_per_s} MB/s, p50 ${f.p50_ms} ms, p99 ${f.p99_ms} ms`);
+          opts.log(
+            `ingest (${storage}): ${key} ${f.deltas_per_s} deltas/s, ${f.mb_per_s} MB/s, p50 ${f.p50_ms} ms, p99 ${f.p99_ms} ms`,
+          );
         }
       }
       into.baseline_health_rps = sig(health.rps);
@@ -352,7 +367,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   const rows: string[][] = [];
   const row = (label: string, key: string, f: IngestFigures) => {
     const target = (TARGETS as Record<string, number>)[key];
-    const check = target === undefined ? "" : `${f.deltas_per_s >= target ? "ok" : "MISSED"} (≥ ${target.toLocaleString("en-US")})`;
+    const check =
+      target === undefined ? "" : `${f.deltas_per_s >= target ? "ok" : "MISSED"} (≥ ${target.toLocaleString("en-US")})`;
     rows.push([
       label,
       String(f.delta_bytes),
@@ -366,7 +382,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       check,
     ]);
   };
-  for (const size of SIZES) for (const mode of MODES) row(`${mode}_${size.label}`, `${mode}_${size.label}`, out[`${mode}_${size.label}`] as IngestFigures);
+  for (const size of SIZES)
+    for (const mode of MODES)
+      row(`${mode}_${size.label}`, `${mode}_${size.label}`, out[`${mode}_${size.label}`] as IngestFigures);
   const healthRow = (label: string, o: Record<string, unknown>) =>
     rows.push([
       label,
@@ -384,8 +402,20 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   for (const mode of MODES) row(`disk: ${mode}_1KiB`, `${mode}_1KiB`, disk[`${mode}_1KiB`] as IngestFigures);
   healthRow("disk: GET /v1/health", disk);
   opts.table({
-    title: "ingest: deltas/s into one episode, each acked after commit (real relay: wrangler bundle in Miniflare, loopback)",
-    columns: ["", "delta B", "deltas/s", "MB/s", "p50 ms", "p99 ms", "vs health", "deltas", "other CPU %", "target (1 KiB)"],
+    title:
+      "ingest: deltas/s into one episode, each acked after commit (real relay: wrangler bundle in Miniflare, loopback)",
+    columns: [
+      "",
+      "delta B",
+      "deltas/s",
+      "MB/s",
+      "p50 ms",
+      "p99 ms",
+      "vs health",
+      "deltas",
+      "other CPU %",
+      "target (1 KiB)",
+    ],
     rows,
     notes: [
       `http_single: one envelope per POST, sequential; http_batched: ${BATCH} envelopes per POST (p50/p99 per request);`,

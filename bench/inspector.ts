@@ -101,8 +101,12 @@ class Session {
       ws.on("open", () => resolve(ws));
       ws.on("error", reject);
       ws.on("message", (data) => {
-        const m = JSON.parse(String(data)) as { id?: number; result?: { usedSize: number; backingStorageSize: number } };
-        if (m.id !== undefined) this.waiting.get(m.id)?.((m.result as { usedSize: number; backingStorageSize: number } | undefined) ?? null);
+        const m = JSON.parse(String(data)) as {
+          id?: number;
+          result?: { usedSize: number; backingStorageSize: number };
+        };
+        if (m.id !== undefined)
+          this.waiting.get(m.id)?.((m.result as { usedSize: number; backingStorageSize: number } | undefined) ?? null);
       });
       ws.on("close", () => {
         if (this.ws === ws) this.ws = null;
@@ -110,7 +114,9 @@ class Session {
     });
   }
 
-  /** Collect garbage (a heap snapshot collects first: the inspector's collectGarbage does not answer here), then read. */
+  /**
+   * Collect garbage (a heap snapshot collects first: the inspector's collectGarbage does not answer here), then read.
+   */
   async retained(): Promise<HeapFigure | null> {
     try {
       this.ws ??= await this.open();

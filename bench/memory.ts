@@ -144,7 +144,8 @@ class DevRelay {
     child.stderr!.on("data", (d) => (log += d));
     const end = Date.now() + 60_000;
     while (!/Ready on/.test(log)) {
-      if (Date.now() > end || child.exitCode !== null) throw new Error(`npm run start:tiers did not get ready:\n${log}`);
+      if (Date.now() > end || child.exitCode !== null)
+        throw new Error(`npm run start:tiers did not get ready:\n${log}`);
       await sleep(50);
     }
     this.pids = workerdPids(child.pid!);
@@ -154,7 +155,8 @@ class DevRelay {
     this.heap = new HeapSampler(ours);
     const pidOf = (re: RegExp) => Number(ours.find((t) => re.test(t.name))?.name.split(":")[0]);
     this.tierPids = { episodes: pidOf(/core:user:episode-relay$/), hubs: pidOf(/core:user:episode-relay-hubs$/) };
-    if (!this.tierPids.episodes || !this.tierPids.hubs) throw new Error(`expected the two tiers' isolates, found ${this.heap.names.join(", ") || "none"}`);
+    if (!this.tierPids.episodes || !this.tierPids.hubs)
+      throw new Error(`expected the two tiers' isolates, found ${this.heap.names.join(", ") || "none"}`);
     this.heap.start(50);
     this.sampler = setInterval(() => {
       const m = residentKiB(this.pids);
@@ -206,7 +208,11 @@ class DevRelay {
     const one = (p: number) => (p ? residentKiB([p]).rss : 0);
     const episodes = one(this.tierPids.episodes);
     const hubs = one(this.tierPids.hubs);
-    return { episodes, hubs, fronts: residentKiB(this.pids.filter((p) => p !== this.tierPids.episodes && p !== this.tierPids.hubs)).rss };
+    return {
+      episodes,
+      hubs,
+      fronts: residentKiB(this.pids.filter((p) => p !== this.tierPids.episodes && p !== this.tierPids.hubs)).rss,
+    };
   }
 
   /** Start a new peak from now. */
@@ -258,7 +264,12 @@ function episode(bytes: number): { frames: Uint8Array[]; reply: Uint8Array; fram
 }
 
 /** Send every frame over the producer socket, one envelope at a time. */
-async function write(url: string, id: string, frames: Uint8Array[], producer = new ProducerCursor("bench")): Promise<void> {
+async function write(
+  url: string,
+  id: string,
+  frames: Uint8Array[],
+  producer = new ProducerCursor("bench"),
+): Promise<void> {
   const ws = await openSocket(wsUrl(url, `/v1/episodes/${id}/ingest`));
   try {
     for (const f of frames) {
@@ -286,7 +297,10 @@ async function read(url: string, id: string): Promise<number> {
   return n;
 }
 
-/** A watcher from the start until `caught_up`: its time, bytes received and largest message (it offers permessage-deflate, as browsers do). */
+/**
+ * A watcher from the start until `caught_up`: its time, bytes received and largest message (it offers
+ * permessage-deflate, as browsers do).
+ */
 function catchUp(url: string, id: string): Promise<{ ms: number; bytes: number; largest: number }> {
   const t0 = performance.now();
   const decoder = new Decoder();
@@ -333,7 +347,13 @@ interface SizeFigures {
   write_mib_per_s: number;
 }
 
-async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB: number, log: (m: string) => void): Promise<SizeFigures & { id: string }> {
+async function onSize(
+  relay: DevRelay,
+  mib: number,
+  idleKiB: number,
+  idleAnonKiB: number,
+  log: (m: string) => void,
+): Promise<SizeFigures & { id: string }> {
   const id = `mem-${mib}-${Date.now().toString(36)}`;
   const ep = episode(mib * MiB);
   log(`memory: ${mib} MiB episode: ${ep.frames.length} frames`);
@@ -377,14 +397,29 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
     id,
     episode_mib: Math.round(ep.frameBytes / MiB),
     frames: ep.frames.length,
-    growth_mib: { write: round(afterWrite), read: round(afterRead), catch_up: round(afterCatchUp), finish: round(afterFinish), peak: round(growth()) },
-    anon_growth_mib: { write: round(anonWrite), read: round(anonRead), catch_up: round(anonCatchUp), finish: round(anonFinish) },
+    growth_mib: {
+      write: round(afterWrite),
+      read: round(afterRead),
+      catch_up: round(afterCatchUp),
+      finish: round(afterFinish),
+      peak: round(growth()),
+    },
+    anon_growth_mib: {
+      write: round(anonWrite),
+      read: round(anonRead),
+      catch_up: round(anonCatchUp),
+      finish: round(anonFinish),
+    },
     heap_peak_mib: heapPeak,
     heap_retained_mib: await relay.heap.retained(),
     catch_up_alloc: catchUpAlloc,
     catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
     catch_up_mib_per_s: { one: round(oneRate), ten: round(tenRate), ratio: round(tenRate / oneRate, 2) },
-    catch_up_relay_cpu_ms: { one: cpu1 - cpu0, ten: cpu2 - cpu1, ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2) },
+    catch_up_relay_cpu_ms: {
+      one: cpu1 - cpu0,
+      ten: cpu2 - cpu1,
+      ratio: round((cpu2 - cpu1) / Math.max(cpu1 - cpu0, 1), 2),
+    },
     largest_message_mib: round(Math.max(one.largest, ...ten.map((t) => t.largest)) / MiB, 2),
     write_mib_per_s: round(ep.frameBytes / MiB / writeSecs),
   };
@@ -392,7 +427,10 @@ async function onSize(relay: DevRelay, mib: number, idleKiB: number, idleAnonKiB
 
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
-/** What each tier's isolate allocated (at least: bench/inspector.ts `allocated`), MiB, and per byte delivered to watchers. */
+/**
+ * What each tier's isolate allocated (at least: bench/inspector.ts `allocated`), MiB, and per byte delivered to
+ * watchers.
+ */
 interface AllocFigures {
   delivered_mib: number;
   allocated_mib: Record<string, number>;
@@ -404,7 +442,9 @@ function perDelivered(allocated: Record<string, number>, delivered: number): All
   return {
     delivered_mib: round(delivered / MiB),
     allocated_mib: Object.fromEntries(Object.entries(allocated).map(([k, v]) => [short(k), v])),
-    per_delivered_byte: Object.fromEntries(Object.entries(allocated).map(([k, v]) => [short(k), round((v * MiB) / Math.max(delivered, 1), 3)])),
+    per_delivered_byte: Object.fromEntries(
+      Object.entries(allocated).map(([k, v]) => [short(k), round((v * MiB) / Math.max(delivered, 1), 3)]),
+    ),
   };
 }
 
@@ -414,7 +454,11 @@ const allocNote = (a: AllocFigures) =>
     .join(", ")}`;
 
 /** The first request after a restart, to a large and to a small episode. */
-async function wake(relay: DevRelay, large: string, small: string): Promise<{ large_ms: number; small_ms: number; ratio: number }> {
+async function wake(
+  relay: DevRelay,
+  large: string,
+  small: string,
+): Promise<{ large_ms: number; small_ms: number; ratio: number }> {
   const first = async (id: string) => {
     await relay.stop();
     await relay.start();
@@ -461,7 +505,10 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
   const id = `storm-${Date.now().toString(36)}`;
   await write(relay.url, id, c.frames, new ProducerCursor("storm"));
   // the producer and the health probe in a process of their own (bench/storm-producer.ts)
-  const child = fork(join(root, "bench", "storm-producer.ts"), [], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const child = fork(join(root, "bench", "storm-producer.ts"), [], {
+    execArgv: ["--import", "tsx"],
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
   const next = <T>(pick: (m: Record<string, unknown>) => boolean) =>
     new Promise<T>((resolve, reject) => {
       const on = (m: Record<string, unknown>) => {
@@ -498,7 +545,9 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
           w.send(ackMessage(received));
         });
         w.on("error", () => {});
-        const closed = new Promise<{ code: number; reason: string }>((r) => w.once("close", (code, reason) => r({ code, reason: String(reason) })));
+        const closed = new Promise<{ code: number; reason: string }>((r) =>
+          w.once("close", (code, reason) => r({ code, reason: String(reason) })),
+        );
         await Promise.race([new Promise((r) => w.once("open", r).once("unexpected-response", r)), closed]);
         connects++;
         const end = await Promise.race([sleep(20).then(() => null), closed]);
@@ -585,10 +634,18 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     `memory: storm: ack p99 ${quiet.p99.toFixed(1)} ms quiet; ${polite.ack_p99_ms} ms under ${polite.connects} watcher connects (${polite.refused_1013} refused 1013, hints honoured); ${hostile.ack_p99_ms} ms under ${hostile.connects} (hints ignored)`,
   );
   return {
-    quiet: { ack_p50_ms: round(quiet.p50), ack_p99_ms: round(quiet.p99), health_max_ms: round(quietHealth), cpu_ms_per_s: quietCpu },
+    quiet: {
+      ack_p50_ms: round(quiet.p50),
+      ack_p99_ms: round(quiet.p99),
+      health_max_ms: round(quietHealth),
+      cpu_ms_per_s: quietCpu,
+    },
     honouring_hints: polite,
     ignoring_hints: hostile,
-    ack_p99_ratio: { honouring_hints: round(polite.ack_p99_ms / quiet.p99, 2), ignoring_hints: round(hostile.ack_p99_ms / quiet.p99, 2) },
+    ack_p99_ratio: {
+      honouring_hints: round(polite.ack_p99_ms / quiet.p99, 2),
+      ignoring_hints: round(hostile.ack_p99_ms / quiet.p99, 2),
+    },
     idle_after_mib: idleAfter,
   };
 }

@@ -33,7 +33,8 @@ export const WORKER_REQUEST: Price = {
   per: 1e6,
   unit: "request",
   source: WORKERS,
-  quote: "10 million included per month, +$0.30 per additional million; WebSocket messages routed through a Worker do not count as requests",
+  quote:
+    "10 million included per month, +$0.30 per additional million; WebSocket messages routed through a Worker do not count as requests",
 };
 
 /** Workers Standard: CPU time beyond the 30 M ms included. */
@@ -66,7 +67,8 @@ export const DO_GB_S: Price = {
   per: 1e6,
   unit: "GB-s",
   source: DO,
-  quote: "400,000 GB-s, + $12.50/million GB-s; charges for the 128 MB of memory your Durable Object is allocated, regardless of actual usage",
+  quote:
+    "400,000 GB-s, + $12.50/million GB-s; charges for the 128 MB of memory your Durable Object is allocated, regardless of actual usage",
 };
 export const DO_MEMORY_GB = 0.128;
 

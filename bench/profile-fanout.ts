@@ -75,7 +75,11 @@ const n = Number(process.argv[2] ?? 1000);
 const kib = Number(process.argv[3] ?? 16);
 const relay = await startBenchRelay("tmpfs", {}, { tiers: true });
 const client = new HttpClient(relay.url);
-const targets = (await Promise.all(relay.runtimes.map(async (r, i) => isolatesAt(await r.getInspectorURL(), i === 0 ? "episodes" : "hubs")))).flat();
+const targets = (
+  await Promise.all(
+    relay.runtimes.map(async (r, i) => isolatesAt(await r.getInspectorURL(), i === 0 ? "episodes" : "hubs")),
+  )
+).flat();
 const ours = targets.filter((t) => /core:user:/.test(t.name));
 const remotes = await Promise.all(ours.map(async (t) => ({ name: t.name, r: await Remote.open(t.url) })));
 const local = new Session();

@@ -1,4 +1,5 @@
-// `npm run bench -- [--only SECTION[,SECTION]] [--json] [--cases NAME[,NAME]] [--min-ms N] [--min-samples N] [--warmup N]`
+// `npm run bench -- [--only SECTION[,SECTION]] [--json] [--cases NAME[,NAME]] [--min-ms N] [--min-samples N] [--warmup
+// N]`
 //
 // Runs the bench sections in order. A section is a module in bench/ exporting `name` and
 // `run(opts)` (bench/harness.ts `BenchSection`); add it to SECTIONS below.
@@ -74,7 +75,8 @@ function parseArgs(argv: string[]): Args {
       .map((s) => s.trim())
       .filter((s) => s !== "");
   const count = (name: string, v: string, min: number) => {
-    if (!/^[0-9]+$/.test(v) || Number(v) < min) throw new UsageError(`--${name}: expected a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
+    if (!/^[0-9]+$/.test(v) || Number(v) < min)
+      throw new UsageError(`--${name}: expected a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
     return Number(v);
   };
   const a: Args = {
@@ -126,14 +128,19 @@ function genericTable(section: string, result: Record<string, unknown>): Table {
   const entries = Object.entries(result);
   const cols: string[] = [];
   for (const [, v] of entries) {
-    if (v && typeof v === "object" && !Array.isArray(v)) for (const k of Object.keys(v)) if (!cols.includes(k)) cols.push(k);
+    if (v && typeof v === "object" && !Array.isArray(v))
+      for (const k of Object.keys(v)) if (!cols.includes(k)) cols.push(k);
   }
   const show = (v: unknown) => (typeof v === "string" ? v : (JSON.stringify(v) ?? ""));
-  if (cols.length === 0) return { title: section, columns: ["figure", "value"], rows: entries.map(([k, v]) => [k, show(v)]) };
+  if (cols.length === 0)
+    return { title: section, columns: ["figure", "value"], rows: entries.map(([k, v]) => [k, show(v)]) };
   return {
     title: section,
     columns: ["", ...cols],
-    rows: entries.map(([k, v]) => [k, ...cols.map((c) => (v && typeof v === "object" ? show((v as Record<string, unknown>)[c]) : ""))]),
+    rows: entries.map(([k, v]) => [
+      k,
+      ...cols.map((c) => (v && typeof v === "object" ? show((v as Record<string, unknown>)[c]) : "")),
+    ]),
   };
 }
 
@@ -154,7 +161,9 @@ async function main(argv: string[]): Promise<number> {
     if (!args.json) process.stdout.write(s);
   };
   const cpu = cpus();
-  human(`node ${process.version} ${platform()}/${arch()}, ${cpu.length} × ${cpu[0]?.model.trim() ?? "unknown cpu"}\n\n`);
+  human(
+    `node ${process.version} ${platform()}/${arch()}, ${cpu.length} × ${cpu[0]?.model.trim() ?? "unknown cpu"}\n\n`,
+  );
 
   const out: Record<string, Record<string, unknown>> = {};
   for (const [name, load] of SECTIONS) {

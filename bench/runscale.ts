@@ -86,11 +86,17 @@ const NO_INDEX_FLUSH_MS = "86400000";
 /** The offered rate counts as held when ≥ this share of N/s is sent and sends are late by ≤ LATE_MS (p99). */
 const HELD_SHARE = 0.97;
 const LATE_MS = 250;
-/** Acks of turns sent this long after the window opened are the steady state (the first turn of every episode flushes at once). */
+/**
+ * Acks of turns sent this long after the window opened are the steady state (the first turn of every episode flushes at
+ * once).
+ */
 const START_MS = 5000;
 /** Staleness p99 is within its bound when ≤ flush told + PUSH_MS + this (the alarm, the RPC, the push). */
 const STALE_SLACK_MS = 250;
-/** Relay CPU (% of one core) from which the relay counts as saturated, other processes' CPU from which the machine counts as busy. */
+/**
+ * Relay CPU (% of one core) from which the relay counts as saturated, other processes' CPU from which the machine
+ * counts as busy.
+ */
 const SATURATED_PCT = 90;
 const BUSY_PCT = 50;
 
@@ -208,7 +214,8 @@ class Dashboard {
   private absorb(e: IndexEntry, now: number): void {
     const colon = e.id.lastIndexOf(":");
     const i = Number(e.id.slice(colon + 1));
-    if (e.id.slice(0, colon) !== this.run || !Number.isInteger(i) || i < 0 || i >= this.n) return this.fail(`a row of another run: ${e.id}`);
+    if (e.id.slice(0, colon) !== this.run || !Number.isInteger(i) || i < 0 || i >= this.n)
+      return this.fail(`a row of another run: ${e.id}`);
     if (this.last[i] === undefined) this.known++;
     this.last[i] = e;
     if (this.measuring) {
@@ -453,7 +460,10 @@ class Load {
     s.done?.(ok);
   }
 
-  /** Dashboards first (an empty run's snapshot), then the producers, each opening its trace; until every dashboard lists them. */
+  /**
+   * Dashboards first (an empty run's snapshot), then the producers, each opening its trace; until every dashboard lists
+   * them.
+   */
   async open(): Promise<void> {
     await Promise.all(this.dashboards.map((d) => d.connect(this.base)));
     for (let k = 0; k < this.n; k += CONNECT_PARALLEL) {
@@ -464,9 +474,12 @@ class Load {
         }),
       );
     }
-    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS))) throw new Error(`${this.run}: ${this.inFlight} creations unanswered after ${ACK_DRAIN_MS} ms`);
+    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS)))
+      throw new Error(`${this.run}: ${this.inFlight} creations unanswered after ${ACK_DRAIN_MS} ms`);
     if (!(await until(() => this.dashboards.every((d) => d.known === this.n), 60_000))) {
-      throw new Error(`${this.run}: dashboards list ${this.dashboards.map((d) => d.known).join("/")} of ${this.n} episodes 60 s after creation`);
+      throw new Error(
+        `${this.run}: dashboards list ${this.dashboards.map((d) => d.known).join("/")} of ${this.n} episodes 60 s after creation`,
+      );
     }
     if (this.errors.length) throw new Error(`${this.run}: ${this.errors.join("; ")}`);
     await sleep(1000);
@@ -492,7 +505,8 @@ class Load {
     for (const d of dashboards) d.measuring = false;
     const flushTold = flushIntervalMs(o.pacing, n);
 
-    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS))) this.fail(`${this.inFlight} turns unanswered ${ACK_DRAIN_MS} ms after the window`);
+    if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS)))
+      this.fail(`${this.inFlight} turns unanswered ${ACK_DRAIN_MS} ms after the window`);
     if (t.indexed) await until(() => dashboards.every((d) => d.pendingCount === 0), flushTold + PUSH_MS + 5000);
     const unseen = dashboards.reduce((a, d) => a + d.pendingCount, 0);
     const sendLate = stats(late);
@@ -535,7 +549,10 @@ class Load {
     });
   }
 
-  /** Finish every episode: the last delta sets the rewards, then the reply (a few fail); then the producer sockets close. */
+  /**
+   * Finish every episode: the last delta sets the rewards, then the reply (a few fail); then the producer sockets
+   * close.
+   */
   async finishAll(): Promise<void> {
     const finishStart = performance.now();
     let next = 0;
@@ -547,7 +564,9 @@ class Load {
     );
     this.closing = true;
     await Promise.all(this.eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)));
-    this.o.log(`runscale: ${this.t.label} N=${this.n}: finished ${this.n} episodes in ${((performance.now() - finishStart) / 1000).toFixed(1)} s; settling`);
+    this.o.log(
+      `runscale: ${this.t.label} N=${this.n}: finished ${this.n} episodes in ${((performance.now() - finishStart) / 1000).toFixed(1)} s; settling`,
+    );
   }
 
   private async finishOne(ep: Episode, client: HttpClient): Promise<void> {
@@ -570,8 +589,12 @@ class Load {
       if (!(await this.sendAndWait(ep, setDelta(set), 0))) return;
       ep.reward = score;
     }
-    const body = failed ? replyBody({ success: false, error: "bench: the rollout failed" }) : replyBody({ success: true, nodes: ep.turns, calls: ep.turns });
-    const res = await client.request("POST", `/v1/episodes/${ep.id}/reply`, body, { "content-type": "application/msgpack" });
+    const body = failed
+      ? replyBody({ success: false, error: "bench: the rollout failed" })
+      : replyBody({ success: true, nodes: ep.turns, calls: ep.turns });
+    const res = await client.request("POST", `/v1/episodes/${ep.id}/reply`, body, {
+      "content-type": "application/msgpack",
+    });
     this.lastReply = performance.now();
     if (res.status !== 200) return this.fail(`${ep.id}: reply: ${res.status} ${res.body.toString().slice(0, 300)}`);
     const a = JSON.parse(res.body.toString()) as { ok: boolean; status: string; seq: number };
@@ -581,7 +604,10 @@ class Load {
     ep.seq = a.seq;
   }
 
-  /** Settle: the listed rows against what was written (polled up to SETTLE_MS), then the dashboards' last rows and the aggregates. */
+  /**
+   * Settle: the listed rows against what was written (polled up to SETTLE_MS), then the dashboards' last rows and the
+   * aggregates.
+   */
   async settle(): Promise<SettleFigures> {
     const { eps, dashboards, clients, run } = this;
     const settleStart = performance.now();
@@ -639,7 +665,9 @@ class Load {
     };
     this.o.log(
       `runscale: ${t.label} N=${n}: ack p50 ${fmt(ack.p50)} p99 ${fmt(ack.p99)} ms` +
-        (t.indexed ? `, staleness p50 ${f.stale_p50_ms} p99 ${f.stale_p99_ms} ms (flush told ${w.flushTold}, seen ${f.flush_seen_ms} ms)` : "") +
+        (t.indexed
+          ? `, staleness p50 ${f.stale_p50_ms} p99 ${f.stale_p99_ms} ms (flush told ${w.flushTold}, seen ${f.flush_seen_ms} ms)`
+          : "") +
         `, lost ${s.wrong.length}, aggregates ${s.aggDiffs.length ? "DIFFER" : "exact"}${errors.length ? `, ${errors.length} errors: ${errors[0]}` : ""}`,
     );
     return f;
@@ -648,7 +676,11 @@ class Load {
   /** Acks of the steady state (turns sent START_MS or more into the window) and of its start. */
   private ackSplit(): Pick<LoadFigures, "steady_ack_p50_ms" | "steady_ack_p99_ms" | "start_ack_p99_ms"> {
     const steady = stats(this.steadyAcks);
-    return { steady_ack_p50_ms: sig(steady.p50, 3), steady_ack_p99_ms: sig(steady.p99, 3), start_ack_p99_ms: sig(stats(this.startAcks).p99, 3) };
+    return {
+      steady_ack_p50_ms: sig(steady.p50, 3),
+      steady_ack_p99_ms: sig(steady.p99, 3),
+      start_ack_p99_ms: sig(stats(this.startAcks).p99, 3),
+    };
   }
 
   /** A turn's ack → each dashboard's receipt of it, and the flush interval told and seen (the indexed relay only). */
@@ -674,10 +706,14 @@ class Load {
   /** Row updates and messages the dashboards received per second of the window. */
   private dashboardRates(
     windowMs: number,
-  ): Pick<LoadFigures, "rows_per_s_per_dashboard" | "rows_per_s_peak" | "rows_per_message_max" | "msgs_per_s_per_dashboard_max"> {
+  ): Pick<
+    LoadFigures,
+    "rows_per_s_per_dashboard" | "rows_per_s_peak" | "rows_per_message_max" | "msgs_per_s_per_dashboard_max"
+  > {
     const { dashboards } = this;
     const perSecond = new Map<number, number>();
-    for (const at of dashboards[0]!.rowTimes) perSecond.set(Math.floor((at - this.t0) / 1000), (perSecond.get(Math.floor((at - this.t0) / 1000)) ?? 0) + 1);
+    for (const at of dashboards[0]!.rowTimes)
+      perSecond.set(Math.floor((at - this.t0) / 1000), (perSecond.get(Math.floor((at - this.t0) / 1000)) ?? 0) + 1);
     return {
       rows_per_s_per_dashboard: sig((dashboards[0]!.windowRows * 1000) / windowMs, 3),
       rows_per_s_peak: Math.max(0, ...perSecond.values()),
@@ -689,7 +725,10 @@ class Load {
   /** Every socket closed, every HTTP client too. */
   async close(): Promise<void> {
     this.closing = true;
-    await Promise.all([...this.eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)), ...this.dashboards.map((d) => d.close())]);
+    await Promise.all([
+      ...this.eps.map((ep) => (ep.ws ? closeSocket(ep.ws) : undefined)),
+      ...this.dashboards.map((d) => d.close()),
+    ]);
     for (const c of this.clients) c.close();
   }
 }
@@ -756,7 +795,8 @@ function aggregateDiffs(agg: RunAggregates, entries: IndexEntry[]): string[] {
   const { counters: c, throughput } = recount(rows);
   const d: string[] = [];
   const eq = (what: string, kept: unknown, recounted: unknown) => {
-    if (JSON.stringify(kept) !== JSON.stringify(recounted)) d.push(`${what}: kept ${JSON.stringify(kept)}, recount ${JSON.stringify(recounted)}`);
+    if (JSON.stringify(kept) !== JSON.stringify(recounted))
+      d.push(`${what}: kept ${JSON.stringify(kept)}, recount ${JSON.stringify(recounted)}`);
   };
   const n = rows.length;
   eq("episodes", agg.episodes, n);
@@ -840,7 +880,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   } finally {
     await Promise.all([indexed.relay.stop(), bare.relay.stop()]);
   }
-  const allLost = Object.values(out).reduce((a: number, f) => a + (f as SizeFigures).index.lost + (f as SizeFigures).no_index.lost, 0);
+  const allLost = Object.values(out).reduce(
+    (a: number, f) => a + (f as SizeFigures).index.lost + (f as SizeFigures).no_index.lost,
+    0,
+  );
   out.settings = {
     machine,
     window_s: WINDOW_S,
@@ -860,7 +903,13 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
 }
 
 /** N episodes on the no-index relay, then on the indexed one. */
-async function runSize(n: number, bare: Target, indexed: Target, pacing: IndexPacing, log: (m: string) => void): Promise<SizeFigures> {
+async function runSize(
+  n: number,
+  bare: Target,
+  indexed: Target,
+  pacing: IndexPacing,
+  log: (m: string) => void,
+): Promise<SizeFigures> {
   const started = performance.now();
   log(`runscale: N=${n}: ${n} episodes × 1 turn/s for ${WINDOW_S} s, ${DASHBOARDS} dashboards; no-index relay first`);
   const common = { n, windowS: WINDOW_S, tag: "m", pacing, log };
@@ -915,11 +964,20 @@ function loadNotes(n: number, label: string, f: LoadFigures): string[] {
     );
   }
   if (f.relay_cpu_pct >= SATURATED_PCT)
-    notes.push(`N=${n} ${label}: relay-bound: workerd used ${f.relay_cpu_pct}% of a core (its Worker and objects run on one thread).`);
+    notes.push(
+      `N=${n} ${label}: relay-bound: workerd used ${f.relay_cpu_pct}% of a core (its Worker and objects run on one thread).`,
+    );
   if (f.lost) notes.push(`N=${n} ${label}: LOST UPDATES ${f.lost}: ${f.lost_examples.join("; ")}`);
-  if (f.dashboard_mismatches) notes.push(`N=${n} ${label}: ${f.dashboard_mismatches} episodes whose last row on some dashboard differs from what was written`);
-  if (f.row_regressions) notes.push(`N=${n} ${label}: ${f.row_regressions} upserts with fewer tokens than the dashboard had already seen`);
-  if (f.stale_unseen) notes.push(`N=${n} ${label}: ${f.stale_unseen} (turn, dashboard) pairs not seen within the flush interval + 5 s after the window`);
+  if (f.dashboard_mismatches)
+    notes.push(
+      `N=${n} ${label}: ${f.dashboard_mismatches} episodes whose last row on some dashboard differs from what was written`,
+    );
+  if (f.row_regressions)
+    notes.push(`N=${n} ${label}: ${f.row_regressions} upserts with fewer tokens than the dashboard had already seen`);
+  if (f.stale_unseen)
+    notes.push(
+      `N=${n} ${label}: ${f.stale_unseen} (turn, dashboard) pairs not seen within the flush interval + 5 s after the window`,
+    );
   if (f.stale_early) {
     notes.push(
       `N=${n} ${label}: ${f.stale_early} (turn, dashboard) pairs had the row before the producer had its ack (late acks); from the send: p50 ${f.stale_from_send_p50_ms} / p99 ${f.stale_from_send_p99_ms} ms`,
@@ -931,7 +989,12 @@ function loadNotes(n: number, label: string, f: LoadFigures): string[] {
 }
 
 /** The section's table: a line per size, then what the columns mean and the notes. */
-function report(opts: BenchOptions, rows: string[][], notes: string[], at: { allLost: number; machine: string; pacing: IndexPacing }): void {
+function report(
+  opts: BenchOptions,
+  rows: string[][],
+  notes: string[],
+  at: { allLost: number; machine: string; pacing: IndexPacing },
+): void {
   const { allLost, machine } = at;
   const { flushMs: flushBase, writesPerS } = at.pacing;
   opts.table({

@@ -71,7 +71,17 @@ function rollout(r: () => number, i: number): { deltas: Uint8Array[]; reply: Uin
       routed_experts: null,
     });
   const deltas = [
-    encodeLossless(m({ trace, open: m({ version: 1, id: trace, verifiers: m({ version: "0" }), task: m({ type: "T", data: m({ prompt: task }) }) }) })),
+    encodeLossless(
+      m({
+        trace,
+        open: m({
+          version: 1,
+          id: trace,
+          verifiers: m({ version: "0" }),
+          task: m({ type: "T", data: m({ prompt: task }) }),
+        }),
+      }),
+    ),
     encodeLossless(
       m({
         trace,
@@ -81,9 +91,19 @@ function rollout(r: () => number, i: number): { deltas: Uint8Array[]; reply: Uin
         ],
       }),
     ),
-    encodeLossless(m({ trace, nodes: [node(2, m({ role: "tool", content: result, name: "bash" })), node(3, m({ role: "assistant", content: answer }))] })),
+    encodeLossless(
+      m({
+        trace,
+        nodes: [
+          node(2, m({ role: "tool", content: result, name: "bash" })),
+          node(3, m({ role: "assistant", content: answer })),
+        ],
+      }),
+    ),
   ];
-  const reply = encodeLossless(m({ success: true, error: null, head: m({ id: `e${i}` }), traces: [m({ id: trace, nodes: 4, calls: 0 })] }));
+  const reply = encodeLossless(
+    m({ success: true, error: null, head: m({ id: `e${i}` }), traces: [m({ id: trace, nodes: 4, calls: 0 })] }),
+  );
   return { deltas, reply, text: [task, prompt, `bash ${args}`, result, answer] };
 }
 
@@ -102,7 +122,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const plans = Array.from({ length: ROLLOUTS }, (_, i) => ({ i, ...rollout(r, i) }));
     // the run's index, woken before the first rollout: when its counts start (the same at the end, or they are partial)
     const before = await new ResilientClient(relay.url).request("GET", `/v1/runs/${runName}/usage`);
-    const sinceAtStart = before.status === 200 ? (JSON.parse(before.body.toString()) as { index: { since: number } }).index.since : null;
+    const sinceAtStart =
+      before.status === 200 ? (JSON.parse(before.body.toString()) as { index: { since: number } }).index.since : null;
     const t0 = performance.now();
     let next = 0;
     await Promise.all(
@@ -118,7 +139,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
             await http.post(`/v1/episodes/${encodeURIComponent(id)}/deltas`, encodeEnvelope(producer.envelope(d)));
             producer.acknowledge();
           }
-          const res = await http.request("POST", `/v1/episodes/${encodeURIComponent(id)}/reply`, p.reply, { "content-type": "application/msgpack" });
+          const res = await http.request("POST", `/v1/episodes/${encodeURIComponent(id)}/reply`, p.reply, {
+            "content-type": "application/msgpack",
+          });
           if (res.status !== 200) throw new Error(`reply ${id}: ${res.status} ${res.body.toString().slice(0, 200)}`);
           written.push({ id, text: p.text });
           if (written.length % 1000 === 0) opts.log(`search: ${written.length} of ${ROLLOUTS} rollouts written`);
@@ -129,22 +152,41 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     // every finished row (and its text) has landed once the run counts them all
     const http = new ResilientClient(relay.url);
     for (;;) {
-      const a = JSON.parse((await http.request("GET", `/v1/runs/${runName}`)).body.toString()) as { aggregates: { counts: { finished: number } } | null };
+      const a = JSON.parse((await http.request("GET", `/v1/runs/${runName}`)).body.toString()) as {
+        aggregates: { counts: { finished: number } } | null;
+      };
       if ((a.aggregates?.counts.finished ?? 0) >= ROLLOUTS) break;
       await sleep(200);
     }
 
     const corpus = new Map(written.map((w) => [w.id, w.text.map(words)]));
-    const bruteForce = (test: (ws: string[]) => boolean) => new Set([...corpus].filter(([, segs]) => segs.some(test)).map(([id]) => id));
+    const bruteForce = (test: (ws: string[]) => boolean) =>
+      new Set([...corpus].filter(([, segs]) => segs.some(test)).map(([id]) => id));
     type Q = { klass: string; q: string; test: (ws: string[]) => boolean };
     const queries: Q[] = [
       ...[0, 1, 5, 20].map((k) => ({ klass: "common word", q: word(k), test: (ws: string[]) => ws.includes(word(k)) })),
       ...[200, 700, 1500].map((k) => ({ klass: "mid word", q: word(k), test: (ws: string[]) => ws.includes(word(k)) })),
-      ...[3000, 3500, 3990].map((k) => ({ klass: "rare word", q: word(k), test: (ws: string[]) => ws.includes(word(k)) })),
-      { klass: "rare word", q: "needle-in-the-haystack", test: (ws: string[]) => ws.join(" ").includes("needle in the haystack") },
-      { klass: "phrase", q: `"${word(0)} ${word(1)}"`, test: (ws: string[]) => ws.join(" ").includes(`${word(0)} ${word(1)}`) },
+      ...[3000, 3500, 3990].map((k) => ({
+        klass: "rare word",
+        q: word(k),
+        test: (ws: string[]) => ws.includes(word(k)),
+      })),
+      {
+        klass: "rare word",
+        q: "needle-in-the-haystack",
+        test: (ws: string[]) => ws.join(" ").includes("needle in the haystack"),
+      },
+      {
+        klass: "phrase",
+        q: `"${word(0)} ${word(1)}"`,
+        test: (ws: string[]) => ws.join(" ").includes(`${word(0)} ${word(1)}`),
+      },
       { klass: "prefix", q: "w39*", test: (ws: string[]) => ws.some((w) => w.startsWith("w39")) },
-      { klass: "two words", q: `${word(50)} ${word(60)}`, test: (ws: string[]) => ws.includes(word(50)) && ws.includes(word(60)) },
+      {
+        klass: "two words",
+        q: `${word(50)} ${word(60)}`,
+        test: (ws: string[]) => ws.includes(word(50)) && ws.includes(word(60)),
+      },
     ];
     const byClass = new Map<string, number[]>();
     let checked = 0;
@@ -165,7 +207,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       } while (cursor);
       // a word in nearly every segment is ranked over its first SEARCH_MATCH_BUDGET matches only: checked as a subset
       const exact = want.size <= 5000;
-      const ok = exact ? got.size === want.size && [...want].every((id) => got.has(id)) : [...got].every((id) => want.has(id));
+      const ok = exact
+        ? got.size === want.size && [...want].every((id) => got.has(id))
+        : [...got].every((id) => want.has(id));
       checked++;
       if (!ok) mismatches++;
       for (let k = 0; k < REPEATS; k++) {
@@ -180,12 +224,19 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const all = [...byClass.values()].flat();
     const p95 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.95))]!;
 
-    // the index's gain: a single word by the index and by a plain scan of the same rows, both over RPC in the same object
+    // the index's gain: a single word by the index and by a plain scan of the same rows, both over RPC in the same
+    // object
     const ns = (await relay.mf.getDurableObjectNamespace("EPISODE_INDEX")) as unknown as {
       get(id: unknown): {
         search(...a: unknown[]): Promise<unknown>;
         scanText(n: string, l: number): Promise<string[]>;
-        searchSize(): Promise<{ segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number }>;
+        searchSize(): Promise<{
+          segments: number;
+          chars: number;
+          textBytes: number;
+          ftsBytes: number;
+          rowsWritten: number;
+        }>;
       };
       idFromName(n: string): unknown;
     };
@@ -196,7 +247,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       const times = { indexMs: [] as number[], scanMs: [] as number[] };
       for (let i = 0; i < REPEATS; i++) {
         let t = performance.now();
-        await index.search(parseSearchQuery(q), { status: null, prefix: null, filter: emptyFilter(), limit: 20 }, null, null);
+        await index.search(
+          parseSearchQuery(q),
+          { status: null, prefix: null, filter: emptyFilter(), limit: 20 },
+          null,
+          null,
+        );
         times.indexMs.push(performance.now() - t);
         t = performance.now();
         await index.scanText(q, 20);
@@ -209,7 +265,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const fresh = `${runName}:fresh`;
     const producer = new ProducerCursor("fresh");
     const plan = rollout(rng(99), 0);
-    await http.post(`/v1/episodes/${encodeURIComponent(fresh)}/deltas`, encodeEnvelope(producer.envelope(plan.deltas[0]!)));
+    await http.post(
+      `/v1/episodes/${encodeURIComponent(fresh)}/deltas`,
+      encodeEnvelope(producer.envelope(plan.deltas[0]!)),
+    );
     producer.acknowledge();
     const unseen = "zyzzyvaunseen";
     const turn = encodeLossless(
@@ -256,7 +315,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       p50_ms: sig(median(all)),
       p95_ms: sig(p95(all)),
       by_class: Object.fromEntries([...byClass].map(([k, v]) => [k, { p50_ms: sig(median(v)), p95_ms: sig(p95(v)) }])),
-      index_vs_scan: rpc.map((x) => ({ ...x, indexMs: sig(x.indexMs), scanMs: sig(x.scanMs), ratio: sig(x.scanMs / x.indexMs) })),
+      index_vs_scan: rpc.map((x) => ({
+        ...x,
+        indexMs: sig(x.indexMs),
+        scanMs: sig(x.scanMs),
+        ratio: sig(x.scanMs / x.indexMs),
+      })),
       fresh_turn_found_ms: sig(foundMs),
       segments_per_rollout: sig(size.segments / ROLLOUTS),
       chars_per_rollout: sig(size.chars / ROLLOUTS),
@@ -267,7 +331,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_bytes_per_rollout: sig(usage.index.sqliteBytes / ROLLOUTS),
       // a count from zero after a wake would show here (the index's meter record kept through the run)
       index_wakes: usage.index.wakes,
-      // false: the index's counts started again after the writes did (a new isolate: a restarted runtime), so its per-rollout figures are partial
+      // false: the index's counts started again after the writes did (a new isolate: a restarted runtime), so its
+      // per-rollout figures are partial
       index_counted_from_start: sinceAtStart === null ? null : usage.index.since === sinceAtStart,
       index_requests: usage.index.requests,
     };
@@ -277,7 +342,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       rows: [...byClass].map(([k, v]) => [k, fmt(median(v)), fmt(p95(v))]),
       notes: [
         `all queries: p50 ${fmt(median(all))} ms, p95 ${fmt(p95(all))} ms over HTTP`,
-        ...rpc.map((x) => `"${x.q}" by RPC: the index ${fmt(x.indexMs)} ms, a plain scan of the same rows ${fmt(x.scanMs)} ms (${fmt(x.scanMs / x.indexMs)}×)`),
+        ...rpc.map(
+          (x) =>
+            `"${x.q}" by RPC: the index ${fmt(x.indexMs)} ms, a plain scan of the same rows ${fmt(x.scanMs)} ms (${fmt(x.scanMs / x.indexMs)}×)`,
+        ),
         `a new turn found ${fmt(foundMs)} ms after it was acknowledged (INDEX_FLUSH_MS 2000)`,
         `the index holds ${fmt(size.segments / ROLLOUTS)} segments, ${fmt(size.chars / ROLLOUTS)} characters per rollout; ${fmt(usage.index.rowsWritten / ROLLOUTS)} rows written and ${fmt(usage.index.sqliteBytes / ROLLOUTS)} B stored per rollout (its whole row, aggregates and text), counted over ${usage.index.requests} requests and ${usage.index.wakes} wake(s)`,
       ],
@@ -294,7 +362,12 @@ class ResilientClient {
   constructor(private readonly base: string) {
     this.client = new HttpClient(base);
   }
-  async request(method: string, path: string, body?: Uint8Array, headers: Record<string, string> = {}): Promise<{ status: number; body: Buffer }> {
+  async request(
+    method: string,
+    path: string,
+    body?: Uint8Array,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; body: Buffer }> {
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.client.request(method, path, body, headers);

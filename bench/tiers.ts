@@ -25,7 +25,17 @@ import { ProducerCursor } from "../src/protocol/index.js";
 import { ACK_BYTES, ackMessage } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import type { BenchOptions } from "./harness.js";
-import { closeSocket, episodeId, fmt, openSocket, sizedDeltas, sleep, startBenchRelay, stats, wsUrl } from "./helpers.js";
+import {
+  closeSocket,
+  episodeId,
+  fmt,
+  openSocket,
+  sizedDeltas,
+  sleep,
+  startBenchRelay,
+  stats,
+  wsUrl,
+} from "./helpers.js";
 import { HeapSampler, isolatesAt } from "./inspector.js";
 
 export const name = "tiers";
@@ -155,7 +165,11 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       await relay.stop();
     }
   }
-  const cell = (d: Delivery & { extensions: string }) => ({ p50_ms: fmtn(d.p50), p99_ms: fmtn(d.p99), granted: d.extensions || "none" });
+  const cell = (d: Delivery & { extensions: string }) => ({
+    p50_ms: fmtn(d.p50),
+    p99_ms: fmtn(d.p99),
+    granted: d.extensions || "none",
+  });
   out.hop = {
     one_process: cell(hop.one_process.plain),
     two_tiers: cell(hop.two_tiers.plain),
@@ -172,7 +186,13 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     { tiers: true },
   );
   const heap = new HeapSampler(
-    (await Promise.all(relay.runtimes.map(async (r, i) => isolatesAt(await r.getInspectorURL(), i === 0 ? "episode tier" : "hub tier"))))
+    (
+      await Promise.all(
+        relay.runtimes.map(async (r, i) =>
+          isolatesAt(await r.getInspectorURL(), i === 0 ? "episode tier" : "hub tier"),
+        ),
+      )
+    )
       .flat()
       .filter((t) => /core:user:/.test(t.name)),
   );
@@ -210,23 +230,42 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     heap_peak_mib: Record<string, { total: number }>;
   };
   type Cell = { p50_ms: number; p99_ms: number; granted: string };
-  const h = out.hop as { one_process: Cell; two_tiers: Cell; added_p50_ms: number; offering_deflate: { one_process: Cell; two_tiers: Cell } };
+  const h = out.hop as {
+    one_process: Cell;
+    two_tiers: Cell;
+    added_p50_ms: number;
+    offering_deflate: { one_process: Cell; two_tiers: Cell };
+  };
   const hopRow = (label: string, c: Cell, note: string) => [label, "10", "1", fmt(c.p50_ms), fmt(c.p99_ms), note];
   opts.table({
     title: "tiers: the viewer tier (episode tier and hub tier in two processes, as npm run start:tiers runs them)",
     columns: ["", "watchers", "hubs", "p50 ms", "p99 ms", "notes"],
     rows: [
       hopRow("hop: one process", h.one_process, "50 × 1 KiB deltas/s, 200 deltas; no deflate offer"),
-      hopRow("hop: two tiers", h.two_tiers, `+${fmt(h.added_p50_ms)} ms p50: the feed's hop and the router; no deflate offer`),
-      hopRow("hop: one process, offering deflate", h.offering_deflate.one_process, `granted: ${h.offering_deflate.one_process.granted} (Miniflare's entry)`),
-      hopRow("hop: two tiers, offering deflate", h.offering_deflate.two_tiers, `granted: ${h.offering_deflate.two_tiers.granted} (as on Cloudflare)`),
+      hopRow(
+        "hop: two tiers",
+        h.two_tiers,
+        `+${fmt(h.added_p50_ms)} ms p50: the feed's hop and the router; no deflate offer`,
+      ),
+      hopRow(
+        "hop: one process, offering deflate",
+        h.offering_deflate.one_process,
+        `granted: ${h.offering_deflate.one_process.granted} (Miniflare's entry)`,
+      ),
+      hopRow(
+        "hop: two tiers, offering deflate",
+        h.offering_deflate.two_tiers,
+        `granted: ${h.offering_deflate.two_tiers.granted} (as on Cloudflare)`,
+      ),
       [
         "scale",
         String(n),
         String(s.hubs),
         fmt(s.p50_ms),
         fmt(s.p99_ms),
-        `5 × 1 KiB deltas/s for 10 s, ${s.receipts} receipts; seated in ${s.connect_s} s; heap peak MiB ${Object.entries(s.heap_peak_mib)
+        `5 × 1 KiB deltas/s for 10 s, ${s.receipts} receipts; seated in ${s.connect_s} s; heap peak MiB ${Object.entries(
+          s.heap_peak_mib,
+        )
           .map(([k, v]) => `${k.replace(/:core:user:.*/, "")} ${v.total}`)
           .join(", ")}`,
       ],

@@ -24,7 +24,12 @@ const win = process.platform === "win32";
  */
 function step(what, command, args) {
   console.error(`[deploy] ${what}`);
-  const r = spawnSync(command, args, { cwd: root, stdio: "inherit", env: { ...process.env, ...QUIET_ENV }, shell: win });
+  const r = spawnSync(command, args, {
+    cwd: root,
+    stdio: "inherit",
+    env: { ...process.env, ...QUIET_ENV },
+    shell: win,
+  });
   if (r.status !== 0) {
     console.error(`[deploy] stopped: ${what} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`})`);
     process.exit(r.status || 1);
@@ -46,7 +51,8 @@ try {
   process.exit(1);
 }
 step("checking types (npm run typecheck)", "npm", ["run", "-s", "typecheck"]);
-step(`wrangler deploy ${process.argv.slice(2).join(" ")}`.trimEnd(), join(root, "node_modules", ".bin", win ? "wrangler.cmd" : "wrangler"), [
-  "deploy",
-  ...process.argv.slice(2),
-]);
+step(
+  `wrangler deploy ${process.argv.slice(2).join(" ")}`.trimEnd(),
+  join(root, "node_modules", ".bin", win ? "wrangler.cmd" : "wrangler"),
+  ["deploy", ...process.argv.slice(2)],
+);

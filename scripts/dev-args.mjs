@@ -15,7 +15,9 @@ import { findRelaySecret, FROM_ENVIRONMENT, secretTooShort } from "./dev-vars.mj
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const wrangler = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
 /** wrangler's banner is hidden (its update check is a network look-up): the scripts name the version. */
-export const wranglerVersion = JSON.parse(readFileSync(join(root, "node_modules", "wrangler", "package.json"), "utf8")).version;
+export const wranglerVersion = JSON.parse(
+  readFileSync(join(root, "node_modules", "wrangler", "package.json"), "utf8"),
+).version;
 
 /**
  * The last `--NAME X` / `--NAME=X` among `args`, if any; removed from them.
@@ -118,8 +120,12 @@ export function authArgs(ip, where, command, envFiles = []) {
   } else if (isLoopback(ip)) {
     args.push("--var", "AUTH_OFF_ON_LOOPBACK:true");
     for (const f of envFiles) args.push("--env-file", f);
-    console.error(`[dev] auth OFF: no RELAY_SECRET (environment, .dev.vars, .env) and bound to loopback ${where}, so requests to localhost need no token.`);
-    console.error(`[dev]   For auth: echo "RELAY_SECRET=$(openssl rand -base64 32)" > .dev.vars, then ${command} (npm run token reads it too).`);
+    console.error(
+      `[dev] auth OFF: no RELAY_SECRET (environment, .dev.vars, .env) and bound to loopback ${where}, so requests to localhost need no token.`,
+    );
+    console.error(
+      `[dev]   For auth: echo "RELAY_SECRET=$(openssl rand -base64 32)" > .dev.vars, then ${command} (npm run token reads it too).`,
+    );
   } else {
     console.error(
       `[dev] auth FAIL-CLOSED: no RELAY_SECRET and bound to ${ip}, not loopback: every request except GET /v1/health is refused (503). Set RELAY_SECRET.`,

@@ -33,7 +33,10 @@ export function findRelaySecret(root, env = process.env) {
   return found ?? { secret: null, source: null };
 }
 
-/** Secrets shorter than this many UTF-8 bytes are refused, as the Worker refuses them (src/protocol/http/keys.ts MIN_SECRET_BYTES). */
+/**
+ * Secrets shorter than this many UTF-8 bytes are refused, as the Worker refuses them (src/protocol/http/keys.ts
+ * MIN_SECRET_BYTES).
+ */
 export const MIN_SECRET_BYTES = 32;
 
 /**

@@ -16,7 +16,9 @@ const extra = process.argv.slice(2);
 const a = address(extra);
 await ensurePortFree(a.bare, a.port, "npm start");
 const auth = authArgs(a.ip, a.where, "npm start");
-console.error(`[dev] wrangler ${wranglerVersion} dev on ${a.where} (Durable Objects in ${a.persist}; offline: no metrics, no update check)`);
+console.error(
+  `[dev] wrangler ${wranglerVersion} dev on ${a.where} (Durable Objects in ${a.persist}; offline: no metrics, no update check)`,
+);
 const supervisor = new Supervisor({
   label: "[dev]",
   sessions: [

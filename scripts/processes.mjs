@@ -26,7 +26,14 @@ export function processTable() {
       const close = stat.lastIndexOf(")");
       const f = stat.slice(close + 2).split(" ");
       const comm = stat.slice(stat.indexOf("(") + 1, close);
-      table.set(Number(name), { pid: Number(name), ppid: Number(f[1]), pgid: Number(f[2]), state: f[0] ?? "", comm, start: Number(f[19]) });
+      table.set(Number(name), {
+        pid: Number(name),
+        ppid: Number(f[1]),
+        pgid: Number(f[2]),
+        state: f[0] ?? "",
+        comm,
+        start: Number(f[19]),
+      });
     }
     return table;
   }
@@ -35,7 +42,14 @@ export function processTable() {
     const m = /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.*)$/.exec(line);
     if (!m) continue;
     const comm = (m[5] ?? "").split("/").pop() ?? "";
-    table.set(Number(m[1]), { pid: Number(m[1]), ppid: Number(m[2]), pgid: Number(m[3]), state: m[4]?.[0] ?? "", comm, start: 0 });
+    table.set(Number(m[1]), {
+      pid: Number(m[1]),
+      ppid: Number(m[2]),
+      pgid: Number(m[3]),
+      state: m[4]?.[0] ?? "",
+      comm,
+      start: 0,
+    });
   }
   return table;
 }

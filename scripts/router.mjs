@@ -34,7 +34,11 @@ const RETRY_AFTER_S = 1;
  * @param {Record<string, unknown>} [extra]
  */
 function unavailable(why, extra = {}) {
-  const body = JSON.stringify({ error: "unavailable", message: `local relay: ${why}; retry after ${RETRY_AFTER_S} s`, ...extra });
+  const body = JSON.stringify({
+    error: "unavailable",
+    message: `local relay: ${why}; retry after ${RETRY_AFTER_S} s`,
+    ...extra,
+  });
   return {
     body,
     headers: {
@@ -46,7 +50,10 @@ function unavailable(why, extra = {}) {
   };
 }
 
-/** @param {import("node:net").Socket | import("node:stream").Duplex} socket @param {{ body: string, headers: Record<string, string> }} a */
+/**
+ * @param {import("node:net").Socket | import("node:stream").Duplex} socket @param {{ body: string, headers:
+ * Record<string, string> }} a
+ */
 function answerOnSocket(socket, a) {
   let text = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n";
   for (const [k, v] of Object.entries(a.headers)) text += `${k}: ${v}\r\n`;
@@ -197,7 +204,8 @@ function withTiers(ur, res, tiers) {
     }
     /** @type {Record<string, string | string[]>} */
     const headers = {};
-    for (const [k, v] of Object.entries(ur.headers)) if (v !== undefined && k !== "content-length" && k !== "transfer-encoding") headers[k] = v;
+    for (const [k, v] of Object.entries(ur.headers))
+      if (v !== undefined && k !== "content-length" && k !== "transfer-encoding") headers[k] = v;
     headers["content-length"] = String(Buffer.byteLength(body));
     res.writeHead(200, headers);
     res.end(res.req.method === "HEAD" ? undefined : body);

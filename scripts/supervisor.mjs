@@ -121,7 +121,8 @@ export class Supervisor {
       process.on(signal, () => void this.stop(128 + constants.signals[signal], `${signal} received`));
     }
     // whoever started us went away (our output pipe broke): stop too
-    for (const out of [process.stdout, process.stderr]) out.on("error", () => void this.stop(1, "the output pipe closed"));
+    for (const out of [process.stdout, process.stderr])
+      out.on("error", () => void this.stop(1, "the output pipe closed"));
     // never leave a group behind, however this process ends (the watchdog covers SIGKILL)
     process.on("exit", () => {
       for (const s of this.sessions) if (s.child?.pid !== undefined) this.signal(s.child.pid, s.child, "SIGKILL");
@@ -156,12 +157,16 @@ export class Supervisor {
         });
       }
     }
-    child.on("error", (err) => void this.stop(1, `could not start ${s.spec.command}: ${err.message} (run npm install)`));
+    child.on(
+      "error",
+      (err) => void this.stop(1, `could not start ${s.spec.command}: ${err.message} (run npm install)`),
+    );
     child.on("exit", (code, signal) => this.exited(s, child, code, signal));
     const until = Date.now() + READY_MS;
     while (!(await answers(s.spec.health))) {
       if (this.stopping || s.child !== child || child.exitCode !== null || child.signalCode !== null) return;
-      if (Date.now() > until) return void this.stop(1, `the ${s.spec.title} did not answer ${s.spec.health} within ${READY_MS / 1000} s`);
+      if (Date.now() > until)
+        return void this.stop(1, `the ${s.spec.title} did not answer ${s.spec.health} within ${READY_MS / 1000} s`);
       await sleep(200);
     }
     if (this.stopping || s.child !== child) return;
@@ -214,7 +219,14 @@ export class Supervisor {
     if (child.pid !== undefined && GROUPS) this.signal(child.pid, child, "SIGTERM");
     if (this.stopping || s.child !== child) return;
     // stopped on purpose (a signal to it, or wrangler's own clean exit): everything stops
-    if (signal === "SIGINT" || signal === "SIGTERM" || signal === "SIGHUP" || code === 0 || code === 130 || code === 143) {
+    if (
+      signal === "SIGINT" ||
+      signal === "SIGTERM" ||
+      signal === "SIGHUP" ||
+      code === 0 ||
+      code === 130 ||
+      code === 143
+    ) {
       return void this.stop(
         code ?? 128 + constants.signals[/** @type {NodeJS.Signals} */ (signal)],
         `the ${s.spec.title}'s wrangler stopped (${signal ?? code})`,
@@ -229,7 +241,8 @@ export class Supervisor {
     const now = Date.now();
     s.deaths = [...s.deaths.filter((t) => now - t < DEATH_WINDOW_MS), now];
     s.lastDeath = cause;
-    if (s.deaths.length >= MAX_DEATHS) return void this.stop(1, `the ${s.spec.title} died ${s.deaths.length} times within a minute (last: ${cause})`);
+    if (s.deaths.length >= MAX_DEATHS)
+      return void this.stop(1, `the ${s.spec.title} died ${s.deaths.length} times within a minute (last: ${cause})`);
     s.state = "restarting";
     s.restarts++;
     this.say(`the ${s.spec.title} died: ${cause}; restarting it`);
@@ -240,7 +253,10 @@ export class Supervisor {
     if (!this.stopping) await this.launch(s);
   }
 
-  /** Stop one wrangler process and its group; resolves when none of it is left. @param {import("node:child_process").ChildProcess | null} child */
+  /**
+   * Stop one wrangler process and its group; resolves when none of it is left. @param
+   * {import("node:child_process").ChildProcess | null} child
+   */
   async end(child) {
     if (!child?.pid) return;
     const pid = child.pid;

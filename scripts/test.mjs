@@ -117,12 +117,22 @@ function countJunit(file, exitCode) {
  */
 const CHECKS = [
   { name: "biome check (lint + format)", bin: "biome", args: ["check", "--error-on-warnings", "."] },
-  ...["tsconfig.json", "src/tsconfig.json", "src/protocol/tsconfig.json", "test/workers/tsconfig.json", "dashboard/tsconfig.json"].map((p) => ({
+  ...[
+    "tsconfig.json",
+    "src/tsconfig.json",
+    "src/protocol/tsconfig.json",
+    "test/workers/tsconfig.json",
+    "dashboard/tsconfig.json",
+  ].map((p) => ({
     name: `tsc -p ${p}`,
     bin: "tsc",
     args: ["--noEmit", "-p", p],
   })),
-  { name: "wrangler types --check (Env matches wrangler.toml)", bin: "wrangler", args: ["types", ...WRANGLER_TYPES_ARGS, "--check"] },
+  {
+    name: "wrangler types --check (Env matches wrangler.toml)",
+    bin: "wrangler",
+    args: ["types", ...WRANGLER_TYPES_ARGS, "--check"],
+  },
 ];
 
 /**
@@ -198,7 +208,9 @@ for (const project of projects) {
   sum.failed += c.failed;
   sum.skipped += c.skipped;
   const secs = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(`[test] ${project.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`);
+  console.log(
+    `[test] ${project.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
+  );
 }
 if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
   const output = join(resultsDir, "python.xml");
@@ -220,7 +232,9 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
   sum.failed += c.failed;
   sum.skipped += c.skipped;
   const secs = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(`[test] python: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`);
+  console.log(
+    `[test] python: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
+  );
 }
 if (interrupted) sum.failed = Math.max(sum.failed, 1);
 

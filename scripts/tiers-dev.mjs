@@ -60,7 +60,9 @@ try {
     stripDeflateOffer: true,
     notUp: (to) => {
       const down = NEEDS[to].filter((n) => !supervisor?.up(n));
-      return down.length ? `the ${down.map((n) => (n === "hubs" ? "hub" : "episode")).join(" and ")} tier${down.length > 1 ? "s are" : " is"} not up` : null;
+      return down.length
+        ? `the ${down.map((n) => (n === "hubs" ? "hub" : "episode")).join(" and ")} tier${down.length > 1 ? "s are" : " is"} not up`
+        : null;
     },
     tiers: () => supervisor?.report() ?? {},
   });
@@ -89,12 +91,19 @@ function tier(name, config, port, inspector) {
     title: name === "hubs" ? "hub tier" : "episode tier",
     command: wrangler,
     cwd: root,
-    args: ["dev", "-c", config, "--port", String(port), "--inspector-port", String(inspector), "--persist-to", dir, "--ip", "127.0.0.1"].concat([
-      "--show-interactive-dev-session=false",
-      ...auth,
-      ...localVarArgs(),
-      ...extra,
-    ]),
+    args: [
+      "dev",
+      "-c",
+      config,
+      "--port",
+      String(port),
+      "--inspector-port",
+      String(inspector),
+      "--persist-to",
+      dir,
+      "--ip",
+      "127.0.0.1",
+    ].concat(["--show-interactive-dev-session=false", ...auth, ...localVarArgs(), ...extra]),
     env: { WRANGLER_REGISTRY_PATH: registry },
     health: `http://127.0.0.1:${port}/v1/health`,
     output: (/** @type {string} */ line, /** @type {NodeJS.WriteStream} */ to) => {
@@ -106,7 +115,10 @@ function tier(name, config, port, inspector) {
 let ready = false;
 supervisor = new Supervisor({
   label: "[dev]",
-  sessions: [tier("episodes", configs.episodes, episodesPort, episodesInspector), tier("hubs", configs.hubs, hubsPort, hubsInspector)],
+  sessions: [
+    tier("episodes", configs.episodes, episodesPort, episodesInspector),
+    tier("hubs", configs.hubs, hubsPort, hubsInspector),
+  ],
   onChange: () => {
     if (!ready && supervisor?.up("episodes") && supervisor.up("hubs")) {
       ready = true;

@@ -33,10 +33,18 @@ export function tierConfigs(root) {
     });
     const migrations = (base.migrations ?? []).map((/** @type {any} */ m) => ({
       ...m,
-      new_sqlite_classes: (m.new_sqlite_classes ?? []).filter((/** @type {string} */ c) => HUB_CLASSES.includes(c) === hubTier),
+      new_sqlite_classes: (m.new_sqlite_classes ?? []).filter(
+        (/** @type {string} */ c) => HUB_CLASSES.includes(c) === hubTier,
+      ),
     }));
     /** @type {any} */
-    const c = { ...base, name: hubTier ? hubs : episodes, main: resolve(root, base.main), durable_objects: { bindings }, migrations };
+    const c = {
+      ...base,
+      name: hubTier ? hubs : episodes,
+      main: resolve(root, base.main),
+      durable_objects: { bindings },
+      migrations,
+    };
     if (hubTier) delete c.assets;
     else if (c.assets) c.assets = { ...c.assets, directory: resolve(root, c.assets.directory) };
     return c;

@@ -6,6 +6,9 @@ export const WRANGLER_TYPES_ARGS = ["src/worker-env.d.ts", "--include-runtime=fa
 // `npm run types`: regenerate it.
 if (process.argv[1] && import.meta.url === (await import("node:url")).pathToFileURL(process.argv[1]).href) {
   const { spawnSync } = await import("node:child_process");
-  const r = spawnSync("wrangler", ["types", ...WRANGLER_TYPES_ARGS], { stdio: "inherit", shell: process.platform === "win32" });
+  const r = spawnSync("wrangler", ["types", ...WRANGLER_TYPES_ARGS], {
+    stdio: "inherit",
+    shell: process.platform === "win32",
+  });
   process.exit(r.status ?? 1);
 }

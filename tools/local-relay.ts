@@ -42,11 +42,15 @@ export function bundle(): string {
     throw new Error("dashboard/dist is missing: run `npm run build:dashboard` (startRelay builds it)");
   }
   bundleDir = mkdtempSync(join(tmpdir(), "episode-relay-bundle-"));
-  execFileSync(join(root, "node_modules", ".bin", "wrangler"), ["deploy", "--dry-run", "--outdir", bundleDir, "--config", join(root, "wrangler.toml")], {
-    cwd: root,
-    env: { ...process.env, ...QUIET_ENV },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
+  execFileSync(
+    join(root, "node_modules", ".bin", "wrangler"),
+    ["deploy", "--dry-run", "--outdir", bundleDir, "--config", join(root, "wrangler.toml")],
+    {
+      cwd: root,
+      env: { ...process.env, ...QUIET_ENV },
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
   process.once("exit", () => rmSync(bundleDir!, { recursive: true, force: true }));
   return join(bundleDir, "index.js");
 }
@@ -80,7 +84,8 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     modulesRoot: dirname(bundle()),
     compatibilityDate: w.compatibilityDate,
     compatibilityFlags: w.compatibilityFlags,
-    // one archive step at a time per object class: a local runtime runs every object on one thread (src/objects/archive/gate.ts)
+    // one archive step at a time per object class: a local runtime runs every object on one thread
+    // (src/objects/archive/gate.ts)
     bindings: { ...(w.bindings as Record<string, string>), AUTH_OFF_ON_LOOPBACK: "true", ARCHIVE_SLOTS: "1", ...vars },
     durableObjectsPersist: options.persist ?? false,
     // the archive of finished episodes (wrangler.toml [[r2_buckets]]), kept beside the objects when persisted
@@ -93,7 +98,12 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
   };
   const durableObjects = w.durableObjects as Record<string, { className: string; useSQLite?: boolean }>;
   if (!options.tiers) {
-    const mf = new Miniflare({ ...shared, durableObjects, assets: w.assets as WorkerOptions["assets"], port: options.port ?? 0 });
+    const mf = new Miniflare({
+      ...shared,
+      durableObjects,
+      assets: w.assets as WorkerOptions["assets"],
+      port: options.port ?? 0,
+    });
     const url = (await mf.ready).toString().replace(/\/$/, "");
     return { url, mf, runtimes: [mf], stop: () => mf.dispose() };
   }
@@ -103,7 +113,9 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
     Object.fromEntries(
       Object.entries(durableObjects).map(([name, d]) => [
         name,
-        HUB_CLASSES.includes(d.className) === hubTier ? d : { ...d, scriptName: hubTier ? t.names.episodes : t.names.hubs },
+        HUB_CLASSES.includes(d.className) === hubTier
+          ? d
+          : { ...d, scriptName: hubTier ? t.names.episodes : t.names.hubs },
       ]),
     );
   const episodes = new Miniflare({
@@ -158,7 +170,9 @@ async function startRouterProcess(options: {
   rest: { host: string; port: number };
   watch: { host: string; port: number };
 }): Promise<{ port: number; stop(): Promise<void> }> {
-  const child = fork(fileURLToPath(new URL("../scripts/router.mjs", import.meta.url)), [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const child = fork(fileURLToPath(new URL("../scripts/router.mjs", import.meta.url)), [], {
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
   const port = await new Promise<number>((resolve, reject) => {
     child.once("message", (m) => resolve((m as { port: number }).port));
     child.once("error", reject);

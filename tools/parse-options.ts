@@ -12,7 +12,9 @@ export class UsageError extends Error {
 }
 
 /** `parseArgs(config)` with `strict: true`. Throws UsageError. */
-export function parseOptions<const T extends Omit<ParseArgsConfig, "strict">>(config: T): ReturnType<typeof parseArgs<T & { strict: true }>> {
+export function parseOptions<const T extends Omit<ParseArgsConfig, "strict">>(
+  config: T,
+): ReturnType<typeof parseArgs<T & { strict: true }>> {
   try {
     return parseArgs({ ...config, strict: true as const });
   } catch (e) {
@@ -21,7 +23,10 @@ export function parseOptions<const T extends Omit<ParseArgsConfig, "strict">>(co
   }
 }
 
-/** What strict parsing refused (the first unknown option, missing value, value given to a flag or unwanted argument), naming it as typed. */
+/**
+ * What strict parsing refused (the first unknown option, missing value, value given to a flag or unwanted argument),
+ * naming it as typed.
+ */
 function refusal(config: Omit<ParseArgsConfig, "strict">): string | undefined {
   const options = config.options ?? {};
   const { tokens } = parseArgs({ ...config, strict: false, allowPositionals: true, tokens: true });
@@ -31,7 +36,8 @@ function refusal(config: Omit<ParseArgsConfig, "strict">): string | undefined {
     const type = Object.hasOwn(options, t.name) ? options[t.name]!.type : undefined;
     if (type === undefined) return `unknown option ${t.rawName}`;
     if (type === "boolean" && t.value !== undefined) return `${t.rawName} takes no value`;
-    if (type === "string" && (t.value === undefined || (!t.inlineValue && t.value.startsWith("--")))) return `${t.rawName} needs a value`;
+    if (type === "string" && (t.value === undefined || (!t.inlineValue && t.value.startsWith("--"))))
+      return `${t.rawName} needs a value`;
     // strict parseArgs reads `--opt -x` as a forgotten value; `--opt=-x` passes one
     if (type === "string" && !t.inlineValue && t.value!.length > 1 && t.value!.startsWith("-")) {
       return `${t.rawName} needs a value (write ${t.rawName}=${t.value} to pass ${t.value})`;

@@ -30,7 +30,12 @@ if (!commit || !outArg) {
 const out = resolve(outArg);
 const RUN = "fixture";
 /** The objects and the unique keys their files live under (the same in both Miniflares). */
-const CLASSES = { EPISODES: "Episode", EPISODE_INDEX: "EpisodeIndex", RUN_DIRECTORY: "RunDirectory", HUBS: "ViewerHub" } as const;
+const CLASSES = {
+  EPISODES: "Episode",
+  EPISODE_INDEX: "EpisodeIndex",
+  RUN_DIRECTORY: "RunDirectory",
+  HUBS: "ViewerHub",
+} as const;
 const uniqueKey = (cls: string) => `fixture-${cls}`;
 const work = mkdtempSync(join(tmpdir(), "storage-fixture-"));
 const tree = join(work, "tree");
@@ -38,7 +43,10 @@ const persist = join(work, "persist");
 
 function objects() {
   return Object.fromEntries(
-    Object.entries(CLASSES).map(([binding, className]) => [binding, { className, useSQLite: true, unsafeUniqueKey: uniqueKey(className) }]),
+    Object.entries(CLASSES).map(([binding, className]) => [
+      binding,
+      { className, useSQLite: true, unsafeUniqueKey: uniqueKey(className) },
+    ]),
   );
 }
 
@@ -73,7 +81,10 @@ async function writeWithRelease(script: string): Promise<Record<string, unknown>
       const id = `${RUN}:${name}`;
       const producer = new ProducerCursor("fixture");
       for (const f of c.frames.slice(0, stop ?? c.frames.length)) {
-        const r = await mf.dispatchFetch(`${base}/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+        const r = await mf.dispatchFetch(`${base}/episodes/${id}/deltas`, {
+          method: "POST",
+          body: encodeEnvelope(producer.envelope(f)),
+        });
         if (r.status !== 200) throw new Error(`${id}: ${r.status} ${await r.text()}`);
         await r.arrayBuffer();
         producer.acknowledge();
@@ -84,10 +95,19 @@ async function writeWithRelease(script: string): Promise<Record<string, unknown>
       }
       const got = new Uint8Array(await (await mf.dispatchFetch(`${base}/episodes/${id}`)).arrayBuffer());
       const status = await (await mf.dispatchFetch(`${base}/episodes/${id}/status`)).json();
-      observed[id] = { case: name, frames: stop ?? c.frames.length, finished: stop === null, bytes: got.length, sha256: sha256(got), status };
+      observed[id] = {
+        case: name,
+        frames: stop ?? c.frames.length,
+        finished: stop === null,
+        bytes: got.length,
+        sha256: sha256(got),
+        status,
+      };
     }
     // a watcher on a finished episode: its hub keeps its row and the reply while it is connected
-    const res = await mf.dispatchFetch(`${base}/episodes/${RUN}:chat_basic/watch`, { headers: { upgrade: "websocket" } });
+    const res = await mf.dispatchFetch(`${base}/episodes/${RUN}:chat_basic/watch`, {
+      headers: { upgrade: "websocket" },
+    });
     const ws = res.webSocket!;
     ws.accept();
     await new Promise<void>((done) => {
@@ -130,7 +150,13 @@ export default {
 
 /** Open the same files with the dumper and write one JSON file per object. */
 async function dump(observed: Record<string, unknown>): Promise<void> {
-  const mf = new Miniflare({ modules: true, script: DUMPER, compatibilityDate: "2026-05-01", durableObjects: objects(), durableObjectsPersist: persist });
+  const mf = new Miniflare({
+    modules: true,
+    script: DUMPER,
+    compatibilityDate: "2026-05-01",
+    durableObjects: objects(),
+    durableObjectsPersist: persist,
+  });
   rmSync(out, { recursive: true, force: true });
   mkdirSync(out, { recursive: true });
   try {
@@ -139,10 +165,15 @@ async function dump(observed: Record<string, unknown>): Promise<void> {
       if (!existsSync(dir)) continue;
       for (const file of readdirSync(dir).filter((f) => /^[0-9a-f]{64}\.sqlite$/.test(f))) {
         const id = file.replace(/\.sqlite$/, "");
-        const tables = (await (await mf.dispatchFetch(`http://dump/?binding=${binding}&id=${id}`)).json()) as { rows: Record<string, unknown[][]> };
+        const tables = (await (await mf.dispatchFetch(`http://dump/?binding=${binding}&id=${id}`)).json()) as {
+          rows: Record<string, unknown[][]>;
+        };
         // which episode, run or hub this is (the files are named by object id)
         const name = nameOf(className, tables.rows);
-        writeFileSync(join(out, `${className}-${name.replace(/[^A-Za-z0-9._-]/g, "_")}.json`), `${JSON.stringify({ class: className, name, ...tables })}\n`);
+        writeFileSync(
+          join(out, `${className}-${name.replace(/[^A-Za-z0-9._-]/g, "_")}.json`),
+          `${JSON.stringify({ class: className, name, ...tables })}\n`,
+        );
       }
     }
   } finally {

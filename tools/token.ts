@@ -73,7 +73,8 @@ function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: numbe
 function relayMaxTtl() {
   let value = process.env.TOKEN_MAX_TTL;
   const toml = join(process.cwd(), "wrangler.toml");
-  if (value === undefined && existsSync(toml)) value = /^TOKEN_MAX_TTL\s*=\s*"([^"]*)"/m.exec(readFileSync(toml, "utf8"))?.[1];
+  if (value === undefined && existsSync(toml))
+    value = /^TOKEN_MAX_TTL\s*=\s*"([^"]*)"/m.exec(readFileSync(toml, "utf8"))?.[1];
   try {
     return maxTtlFrom(value);
   } catch (e) {
@@ -96,9 +97,13 @@ const weak = secretTooShort(found.secret, found.source ?? "the environment");
 if (weak) fail(`${weak}: the relay refuses it`, 1);
 const maxTtl = relayMaxTtl();
 if (opts.ttl > maxTtl[opts.role])
-  fail(`--ttl ${formatTtl(opts.ttl)} is longer than the relay accepts for a ${opts.role} (${formatTtl(maxTtl[opts.role])}, TOKEN_MAX_TTL)`);
+  fail(
+    `--ttl ${formatTtl(opts.ttl)} is longer than the relay accepts for a ${opts.role} (${formatTtl(maxTtl[opts.role])}, TOKEN_MAX_TTL)`,
+  );
 const now = Date.now();
 const token = await mintToken(found.secret, { ...opts, now, maxTtl });
 const expires = new Date(Math.floor(now / 1000) * 1000 + opts.ttl * 1000).toISOString();
-console.error(`token: role=${opts.role} episodes=${JSON.stringify(opts.episodes)} expires=${expires} (secret from ${found.source})`);
+console.error(
+  `token: role=${opts.role} episodes=${JSON.stringify(opts.episodes)} expires=${expires} (secret from ${found.source})`,
+);
 console.log(token);

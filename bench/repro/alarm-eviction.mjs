@@ -110,7 +110,10 @@ const perIter = (await spin(probe)) / probe;
 const busyN = Math.round(8_000 / perIter); // about 8 s of one thread
 
 const t0 = Date.now(); // the first Durable Object request starts the namespace's sweeps
-const offsets = Array.from({ length: OBJECTS }, (_, i) => 2 * SWEEP - 4_000 + Math.round((i * 3_500) / Math.max(1, OBJECTS - 1)));
+const offsets = Array.from(
+  { length: OBJECTS },
+  (_, i) => 2 * SWEEP - 4_000 + Math.round((i * 3_500) / Math.max(1, OBJECTS - 1)),
+);
 for (const [i, at] of offsets.entries()) {
   const r = await fetch(`${url}arm?name=o${i}&ms=${t0 + at - Date.now()}`);
   if (!r.ok) throw new Error(`arm o${i}: ${r.status}`);
@@ -119,7 +122,9 @@ console.log(
   `${OBJECTS} objects armed for t0 + ${offsets[0] / 1000}–${offsets.at(-1) / 1000} s (sweeps at t0 + 70, 140 s; AVOID=${AVOID ? 1 : 0}, MALLOC_PERTURB_=${process.env.MALLOC_PERTURB_}); idle`,
 );
 await new Promise((r) => setTimeout(r, t0 + 2 * SWEEP - 5_000 - Date.now()));
-console.log(`t0 + ${Math.round((Date.now() - t0) / 1000)} s: the thread is kept busy ~8 s, across the alarms and the sweep`);
+console.log(
+  `t0 + ${Math.round((Date.now() - t0) / 1000)} s: the thread is kept busy ~8 s, across the alarms and the sweep`,
+);
 await spin(busyN).catch(() => undefined);
 
 const until = t0 + 2 * SWEEP + 10_000;

@@ -11,7 +11,15 @@
 import { WireError } from "../../src/protocol/index.js";
 import { Reader } from "../../src/protocol/index.js";
 import { concatChunks } from "../../src/protocol/index.js";
-import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
+import {
+  bearer,
+  checkBaseUrl,
+  type Hints,
+  LIBRARY_HINTS,
+  refusalOf,
+  relayFetch,
+  type TokenOptions,
+} from "./relay-fetch.js";
 
 export interface FetchRunOptions extends TokenOptions {
   /** Bearer token (any valid token: the relay sends only the episodes its `episodes` patterns cover). */
@@ -40,8 +48,16 @@ export interface RunEpisode<E = Uint8Array> {
  * another failure (5xx, a dropped or truncated body) throws an Error: resume with the last
  * element's cursor.
  */
-export function fetchRun(url: string, run: string, options: FetchRunOptions & { json: true }): AsyncIterable<RunEpisode<unknown>>;
-export function fetchRun(url: string, run: string, options?: FetchRunOptions & { json?: false }): AsyncIterable<RunEpisode>;
+export function fetchRun(
+  url: string,
+  run: string,
+  options: FetchRunOptions & { json: true },
+): AsyncIterable<RunEpisode<unknown>>;
+export function fetchRun(
+  url: string,
+  run: string,
+  options?: FetchRunOptions & { json?: false },
+): AsyncIterable<RunEpisode>;
 export function fetchRun(url: string, run: string, options?: FetchRunOptions): AsyncIterable<RunEpisode<unknown>>;
 export function fetchRun(url: string, run: string, options: FetchRunOptions = {}): AsyncIterable<RunEpisode<unknown>> {
   return stream(url, run, options);
@@ -70,9 +86,13 @@ async function* answer(url: string, run: string, options: FetchRunOptions): Asyn
   const base = checkBaseUrl(url);
   const target = new URL(`${base}/v1/runs/${encodeURIComponent(run)}/finished`);
   if (options.cursor) target.searchParams.set("cursor", options.cursor);
-  const headers: Record<string, string> = { accept: options.json ? "application/x-ndjson" : "application/msgpack", ...bearer(target, options) };
+  const headers: Record<string, string> = {
+    accept: options.json ? "application/x-ndjson" : "application/msgpack",
+    ...bearer(target, options),
+  };
   const res = await relayFetch(target, { headers, signal: options.signal });
-  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `run ${JSON.stringify(run)}`, base, options.hints ?? LIBRARY_HINTS);
+  if (res.status >= 400 && res.status < 500)
+    throw await refusalOf(res, `run ${JSON.stringify(run)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET run ${run} finished episodes: ${res.status} ${await res.text()}`);
   if (!res.body) throw new Error(`GET run ${run} finished episodes: the answer has no body`);
   const reader = res.body.getReader();
@@ -94,7 +114,10 @@ async function* answer(url: string, run: string, options: FetchRunOptions): Asyn
  * episode is walked a bounded number of times. Yielded episodes are views of buffers that are
  * never written again.
  */
-async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode | More> {
+async function* msgpackElements(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  run: string,
+): AsyncGenerator<RunEpisode | More> {
   let chunks: Uint8Array[] = [];
   let buffered = 0;
   let retryAt = 0;
@@ -119,7 +142,10 @@ async function* msgpackElements(reader: ReadableStreamDefaultReader<Uint8Array>,
     buffered = tail.length;
     retryAt = 2 * tail.length;
     if (done) {
-      if (buffered > 0) throw new Error(`run ${run}: the answer ended inside an element (${buffered} bytes left); resume with the last cursor`);
+      if (buffered > 0)
+        throw new Error(
+          `run ${run}: the answer ended inside an element (${buffered} bytes left); resume with the last cursor`,
+        );
       return;
     }
   }
@@ -144,7 +170,8 @@ function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode | More;
       else r.span(); // a field this client does not know
     }
     if (more && cursor !== undefined && id === undefined) return { value: { more: cursor }, end: r.pos };
-    if (id === undefined || cursor === undefined || episode === undefined) r.fail("an element lacks id, cursor or episode", pos);
+    if (id === undefined || cursor === undefined || episode === undefined)
+      r.fail("an element lacks id, cursor or episode", pos);
     return { value: { id, cursor, episode }, end: r.pos };
   } catch (e) {
     if (e instanceof WireError && e.message.startsWith("truncated")) return null;
@@ -153,7 +180,10 @@ function parseElement(buf: Uint8Array, pos: number): { value: RunEpisode | More;
 }
 
 /** NDJSON lines, parsed; a line is split only at its newline (JSON text has no raw newlines). */
-async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, run: string): AsyncGenerator<RunEpisode<unknown> | More> {
+async function* ndjsonElements(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  run: string,
+): AsyncGenerator<RunEpisode<unknown> | More> {
   const utf8 = new TextDecoder("utf-8", { fatal: true });
   let pending: Uint8Array[] = [];
   let pendingBytes = 0;
@@ -165,7 +195,8 @@ async function* ndjsonElements(reader: ReadableStreamDefaultReader<Uint8Array>, 
     if (text.trim() === "") return null;
     const v = JSON.parse(text) as { id?: unknown; cursor?: unknown; episode?: unknown; more?: unknown };
     if (v.more === true && typeof v.cursor === "string" && v.id === undefined) return { more: v.cursor };
-    if (typeof v.id !== "string" || typeof v.cursor !== "string" || !("episode" in v)) throw new Error(`run ${run}: a line lacks id, cursor or episode`);
+    if (typeof v.id !== "string" || typeof v.cursor !== "string" || !("episode" in v))
+      throw new Error(`run ${run}: a line lacks id, cursor or episode`);
     return { id: v.id, cursor: v.cursor, episode: v.episode };
   };
   for (;;) {

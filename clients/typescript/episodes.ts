@@ -70,13 +70,20 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
     ["kind", f.kind],
     ["env", f.env],
   ] as const) {
-    if (v === "") throw new RelayRefusal(400, "bad_filter", `filter.${name} is empty: leave it out (or null) not to filter by it`, name);
+    if (v === "")
+      throw new RelayRefusal(
+        400,
+        "bad_filter",
+        `filter.${name} is empty: leave it out (or null) not to filter by it`,
+        name,
+      );
   }
   for (const [name, v] of [
     ["truncated", f.truncated],
     ["errored", f.errored],
   ] as const) {
-    if (v !== null && typeof v !== "boolean") throw new RelayRefusal(400, "bad_filter", `filter.${name} must be true, false or null`, name);
+    if (v !== null && typeof v !== "boolean")
+      throw new RelayRefusal(400, "bad_filter", `filter.${name} must be true, false or null`, name);
   }
   return f;
 }
@@ -88,7 +95,11 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
  * bad filter, 400 `bad_filter` with the parameter as `field`) throws a RelayRefusal; a relay that
  * does not answer a RelayUnreachable; another failure an Error.
  */
-export async function fetchEpisodesPage(url: string, run: string, options: ListEpisodesOptions & { cursor?: string | null } = {}): Promise<EpisodesPage> {
+export async function fetchEpisodesPage(
+  url: string,
+  run: string,
+  options: ListEpisodesOptions & { cursor?: string | null } = {},
+): Promise<EpisodesPage> {
   const base = checkBaseUrl(url);
   const target = new URL(`${base}/v1/runs/${segment(run, "run")}/episodes`);
   if (options.status !== undefined) target.searchParams.set("status", options.status);
@@ -101,7 +112,11 @@ export async function fetchEpisodesPage(url: string, run: string, options: ListE
   if (!isObject(page) || !Array.isArray(page.episodes) || !(page.cursor === null || typeof page.cursor === "string")) {
     throw new Error(`GET ${what}: the answer is not a page of episodes {episodes: [...], cursor}`);
   }
-  return { episodes: page.episodes as IndexEntry[], cursor: page.cursor, searched: typeof page.searched === "number" ? page.searched : 0 };
+  return {
+    episodes: page.episodes as IndexEntry[],
+    cursor: page.cursor,
+    searched: typeof page.searched === "number" ? page.searched : 0,
+  };
 }
 
 /**
@@ -110,7 +125,11 @@ export async function fetchEpisodesPage(url: string, run: string, options: ListE
  * rare filter may take several pages that walk the index without a match). Refusals and failures
  * throw as `fetchEpisodesPage` does.
  */
-export async function* listEpisodes(url: string, run: string, options: ListEpisodesOptions = {}): AsyncGenerator<IndexEntry> {
+export async function* listEpisodes(
+  url: string,
+  run: string,
+  options: ListEpisodesOptions = {},
+): AsyncGenerator<IndexEntry> {
   let cursor: string | null = null;
   for (;;) {
     const page: EpisodesPage = await fetchEpisodesPage(url, run, { ...options, cursor });

@@ -8,11 +8,20 @@
 
 import type { LiveFacts } from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
-import { bearer, checkBaseUrl, type Hints, LIBRARY_HINTS, refusalOf, relayFetch, type TokenOptions } from "./relay-fetch.js";
+import {
+  bearer,
+  checkBaseUrl,
+  type Hints,
+  LIBRARY_HINTS,
+  refusalOf,
+  relayFetch,
+  type TokenOptions,
+} from "./relay-fetch.js";
 
 import type { GroupJson, GroupSort, GroupsPage } from "../../src/protocol/index.js";
 
-// The relay's own types for what it answers (src/protocol/registry/groups.ts, zero-variance-trend.ts): one definition for both sides.
+// The relay's own types for what it answers (src/protocol/registry/groups.ts, zero-variance-trend.ts): one definition
+// for both sides.
 export type { GroupRewardStats as RewardStats, GroupSort, GroupsPage } from "../../src/protocol/index.js";
 export type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
@@ -78,13 +87,16 @@ export async function getJson(
 ): Promise<unknown> {
   const headers: Record<string, string> = { accept: "application/json", ...bearer(target, options) };
   const res = await relayFetch(target, { headers, signal: options.signal });
-  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, refusalWhat, base, options.hints ?? LIBRARY_HINTS);
+  if (res.status >= 400 && res.status < 500)
+    throw await refusalOf(res, refusalWhat, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET ${what}: ${res.status} ${await res.text()}`);
   const text = await res.text();
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw new Error(`GET ${what}: the relay answered ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`);
+    throw new Error(
+      `GET ${what}: the relay answered ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`,
+    );
   }
 }
 
@@ -109,7 +121,11 @@ export function isObject(v: unknown): v is Record<string, unknown> {
  * not cover the whole run, a bad parameter) throws a RelayRefusal; a relay that does not answer a
  * RelayUnreachable; another failure an Error.
  */
-export async function fetchGroupsPage(url: string, run: string, options: FetchGroupsOptions & { cursor?: string | null } = {}): Promise<GroupsPage> {
+export async function fetchGroupsPage(
+  url: string,
+  run: string,
+  options: FetchGroupsOptions & { cursor?: string | null } = {},
+): Promise<GroupsPage> {
   const base = checkBaseUrl(url);
   const target = new URL(`${base}/v1/runs/${segment(run, "run")}/groups`);
   if (options.sort !== undefined) target.searchParams.set("sort", options.sort);
@@ -128,7 +144,11 @@ export async function fetchGroupsPage(url: string, run: string, options: FetchGr
  * `sort`. Refusals and failures throw as `fetchGroupsPage` does; the run's numbers come with each
  * page (`fetchGroupsPage`).
  */
-export async function* fetchGroups(url: string, run: string, options: FetchGroupsOptions = {}): AsyncGenerator<GroupSummary> {
+export async function* fetchGroups(
+  url: string,
+  run: string,
+  options: FetchGroupsOptions = {},
+): AsyncGenerator<GroupSummary> {
   let cursor: string | null = null;
   for (;;) {
     const page: GroupsPage = await fetchGroupsPage(url, run, { ...options, cursor });

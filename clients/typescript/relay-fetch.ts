@@ -86,7 +86,11 @@ export function bearer(url: string | URL, options: TokenOptions): Record<string,
 /** A relay base URL as given (`http://host:port[/prefix]`), without a trailing `/`; throws at once on anything else. */
 export function checkBaseUrl(url: string): string {
   if (!/^https?:\/\//i.test(url)) {
-    throw new RelayRefusal(0, "bad_url", `the relay's URL must start with http:// or https://, got ${JSON.stringify(url)} (e.g. http://127.0.0.1:8787)`);
+    throw new RelayRefusal(
+      0,
+      "bad_url",
+      `the relay's URL must start with http:// or https://, got ${JSON.stringify(url)} (e.g. http://127.0.0.1:8787)`,
+    );
   }
   try {
     new URL(url);
@@ -114,17 +118,29 @@ export function unreachable(e: unknown, url: string): RelayUnreachable {
       return url;
     }
   })();
-  if (err.name === "TimeoutError" || code === "UND_ERR_CONNECT_TIMEOUT" || code === "ETIMEDOUT" || code === "UND_ERR_HEADERS_TIMEOUT") {
+  if (
+    err.name === "TimeoutError" ||
+    code === "UND_ERR_CONNECT_TIMEOUT" ||
+    code === "ETIMEDOUT" ||
+    code === "UND_ERR_HEADERS_TIMEOUT"
+  ) {
     // a server that speaks plain HTTP often just waits on a TLS hello: say so for https URLs
     const tls = url.startsWith("https:") ? ": an https:// URL for a relay that speaks http://?" : "";
     return new RelayUnreachable("timeout", url, `no answer from ${host} in time${tls} (${url})`);
   }
-  if (code === "ECONNREFUSED") return new RelayUnreachable("refused", url, `connection refused by ${host}: is the relay running there? (${url})`);
-  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return new RelayUnreachable("dns", url, `the name ${host} does not resolve (${url})`);
+  if (code === "ECONNREFUSED")
+    return new RelayUnreachable("refused", url, `connection refused by ${host}: is the relay running there? (${url})`);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN")
+    return new RelayUnreachable("dns", url, `the name ${host} does not resolve (${url})`);
   if (/SSL|TLS|EPROTO|CERT|wrong version number|certificate/i.test(`${code} ${detail}`)) {
-    return new RelayUnreachable("tls", url, `TLS failed with ${host} (${detail}): an https:// URL for a relay that speaks http://? (${url})`);
+    return new RelayUnreachable(
+      "tls",
+      url,
+      `TLS failed with ${host} (${detail}): an https:// URL for a relay that speaks http://? (${url})`,
+    );
   }
-  if (code === "ECONNRESET" || code === "UND_ERR_SOCKET") return new RelayUnreachable("reset", url, `${host} closed the connection (${detail}) (${url})`);
+  if (code === "ECONNRESET" || code === "UND_ERR_SOCKET")
+    return new RelayUnreachable("reset", url, `${host} closed the connection (${detail}) (${url})`);
   return new RelayUnreachable("network", url, `cannot reach ${host}: ${detail} (${url})`);
 }
 
@@ -176,21 +192,28 @@ export async function relayFetch(url: string | URL, init: RequestInit = {}, time
     if (init.signal?.aborted) throw e;
     throw unreachable(e, href);
   }
-  if (res.headers.get(RELAY_HEADER) === null) throw await (foreignAnswerIsFinal(res.status) ? notTheRelay(res, href) : gatewayAnswer(res, href));
+  if (res.headers.get(RELAY_HEADER) === null)
+    throw await (foreignAnswerIsFinal(res.status) ? notTheRelay(res, href) : gatewayAnswer(res, href));
   return res;
 }
 
 /** A RelayRefusal from the relay's refused answer (4xx), saying what to do in the caller's terms. */
 export async function refusalOf(res: Response, what: string, base: string, hints: Hints): Promise<RelayRefusal> {
   const { code, message, field } = await refusalBody(res);
-  return new RelayRefusal(res.status, code, `${res.status} ${code}: ${message}; ${advice(res.status, code, base, what, hints)}`, field);
+  return new RelayRefusal(
+    res.status,
+    code,
+    `${res.status} ${code}: ${message}; ${advice(res.status, code, base, what, hints)}`,
+    field,
+  );
 }
 
 function advice(status: number, code: string, base: string, what: string, hints: Hints): string {
   if (status === 401)
     return `the relay needs a valid bearer token: ${hints.token} (a token whose episodes cover ${what}, e.g. from \`npm run token -- --role watcher --episode ID\`)`;
   if (status === 403) return `the token may not read ${what}: use one whose \`episodes\` patterns cover it`;
-  if (code === "auth_not_configured") return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
+  if (code === "auth_not_configured")
+    return "the relay has no RELAY_SECRET set, so it refuses everything: set it (`wrangler secret put RELAY_SECRET`)";
   if (code === "bad_cursor") return "pass the `cursor` of an element this run's fetch returned";
   if (code === "bad_filter") return "change that filter value";
   return `check the relay's base URL (${base}) and ${what}`;

@@ -104,9 +104,14 @@ export interface WatchOptions extends TokenOptions {
    * little more, at random) instead.
    */
   backoffMs?: [number, number];
-  /** Keep-alive ping period, ms (default 30,000; answered by the relay's platform, it only keeps idle connections open). */
+  /**
+   * Keep-alive ping period, ms (default 30,000; answered by the relay's platform, it only keeps idle connections open).
+   */
   pingIntervalMs?: number;
-  /** Once live, acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For tests. */
+  /**
+   * Once live, acknowledge after this many bytes received (default: what the relay's hello asks, else 1 MiB). For
+   * tests.
+   */
   ackEveryBytes?: number;
   /**
    * Give up when the relay has not answered for this long since the watch started and it never
@@ -129,7 +134,16 @@ export interface WatchOptions extends TokenOptions {
  * watch: see `EpisodeWatch.refusal`), unreachable (the relay never answered within `giveUpMs`:
  * see `EpisodeWatch.unreachable`), closed (`close()` was called).
  */
-export type WatchState = "connecting" | "catching_up" | "live" | "resuming" | "finished" | "failed" | "refused" | "unreachable" | "closed";
+export type WatchState =
+  | "connecting"
+  | "catching_up"
+  | "live"
+  | "resuming"
+  | "finished"
+  | "failed"
+  | "refused"
+  | "unreachable"
+  | "closed";
 
 /**
  * The relay's answers to the probe that mean "try again later": 426 (the endpoint is right, it
@@ -152,7 +166,10 @@ export type WatchEvent =
   | { type: "refused"; error: RelayRefusal }
   /** The relay never answered (within `giveUpMs` of the watch's start); the watch ended. */
   | { type: "unreachable"; error: RelayUnreachable }
-  /** The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's message). */
+  /**
+   * The run's status changed without ending: `finish_refused` (a reply whose counts disagreed, with the reference's
+   * message).
+   */
   | { type: "status"; status: string; seq: number; error: string | null }
   /** The trainer's annotations as the relay merged them (`version` records), read after the relay said they changed. */
   | { type: "annotations"; version: number; annotations: AnnotationsJson }
@@ -491,14 +508,21 @@ export class EpisodeWatch {
     this.rejectDone(event.error);
   }
 
-  /** Reconnect after a transient failure: at once after a slow-watcher close, as hinted after a 1013, else with backoff. */
+  /**
+   * Reconnect after a transient failure: at once after a slow-watcher close, as hinted after a 1013, else with backoff.
+   */
   private retry(code: number, reason: string): void {
     if (this.stopped) return;
     const giveUpMs = this.options.giveUpMs ?? 30_000;
     if (!this.everOpened && Date.now() - this.startedAt >= giveUpMs) {
-      const why = this.lastUnreachable?.message ?? `the relay closed every attempt (${code}${reason ? ` ${reason}` : ""})`;
+      const why =
+        this.lastUnreachable?.message ?? `the relay closed every attempt (${code}${reason ? ` ${reason}` : ""})`;
       return this.giveUp(
-        new RelayUnreachable(this.lastUnreachable?.kind ?? "network", this.watchUrl().toString(), `gave up after ${Math.round(giveUpMs / 1000)} s: ${why}`),
+        new RelayUnreachable(
+          this.lastUnreachable?.kind ?? "network",
+          this.watchUrl().toString(),
+          `gave up after ${Math.round(giveUpMs / 1000)} s: ${why}`,
+        ),
       );
     }
     const delayMs = reconnectDelay(code, reason, this.attempt, this.options.backoffMs ?? [250, 10_000]);
@@ -520,7 +544,13 @@ export class EpisodeWatch {
  * relay's 1013 retry hint plus up to half again at random; at once after the first 4008 (too
  * slow: resume now); else full jitter below `first * 2^attempt`, capped.
  */
-export function reconnectDelay(code: number, reason: string, attempt: number, [first, cap]: [number, number], random: () => number = Math.random): number {
+export function reconnectDelay(
+  code: number,
+  reason: string,
+  attempt: number,
+  [first, cap]: [number, number],
+  random: () => number = Math.random,
+): number {
   const hint = code === CLOSE_TRY_LATER ? retryHintMs(reason) : null;
   if (hint !== null) return hint * (1 + random() / 2);
   if (code === CLOSE_TOO_SLOW && attempt === 0) return 0;
@@ -532,21 +562,34 @@ export interface AnnotationsJson {
   episode: string;
   /** Records merged so far. */
   version: number;
-  /** Per trace, one merged record in prime-rl's shape: `{version: 1, trace_id, info, branches: [{index, <stream>: [...]}]}`. */
-  traces: Array<{ version: number; trace_id: string; info: Json; branches: Array<{ index: number } & Record<string, Json>> }>;
+  /**
+   * Per trace, one merged record in prime-rl's shape: `{version: 1, trace_id, info, branches: [{index, <stream>:
+   * [...]}]}`.
+   */
+  traces: Array<{
+    version: number;
+    trace_id: string;
+    info: Json;
+    branches: Array<{ index: number } & Record<string, Json>>;
+  }>;
 }
 
 /**
  * GET the episode's annotations (`/v1/episodes/{id}/annotations`, the JSON view). Fold a trace's
  * record onto its nodes with `foldOntoNodes` (src/protocol/annotations/fold.ts). Refusals throw a RelayRefusal.
  */
-export async function fetchAnnotations(url: string, id: string, options: { token?: string; hints?: Hints } = {}): Promise<AnnotationsJson> {
+export async function fetchAnnotations(
+  url: string,
+  id: string,
+  options: { token?: string; hints?: Hints } = {},
+): Promise<AnnotationsJson> {
   const base = checkBaseUrl(url);
   checkEpisodeId(id);
   const headers: Record<string, string> = { accept: "application/json" };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
   const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}/annotations`, { headers }, 10_000);
-  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
+  if (res.status >= 400 && res.status < 500)
+    throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET annotations of ${id}: ${res.status} ${await res.text()}`);
   return (await res.json()) as AnnotationsJson;
 }
@@ -560,13 +603,21 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
  * answer that is not the relay's) throws a RelayRefusal saying what to do; a relay that does not
  * answer throws a RelayUnreachable saying why; other failures throw an Error.
  */
-export async function fetchEpisode(url: string, id: string, options: TokenOptions & { json?: boolean; hints?: Hints } = {}): Promise<Uint8Array | Json> {
+export async function fetchEpisode(
+  url: string,
+  id: string,
+  options: TokenOptions & { json?: boolean; hints?: Hints } = {},
+): Promise<Uint8Array | Json> {
   const base = checkBaseUrl(url);
   checkEpisodeId(id);
-  const headers: Record<string, string> = { accept: options.json ? "application/json" : "application/msgpack", ...bearer(base, options) };
+  const headers: Record<string, string> = {
+    accept: options.json ? "application/json" : "application/msgpack",
+    ...bearer(base, options),
+  };
   // the answer's headers come at once (the body streams): 10 s without them is no answer
   const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, 10_000);
-  if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
+  if (res.status >= 400 && res.status < 500)
+    throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET episode ${id}: ${res.status} ${await res.text()}`);
   return options.json ? ((await res.json()) as Json) : new Uint8Array(await res.arrayBuffer());
 }

@@ -96,7 +96,9 @@ export type AccessProblem = { status: 401 | 403 | 503; message: string };
  * relay's other 5xx, 408 and 429, and an error answer without the relay's header (a proxy's 502,
  * the local router's 503 while a tier starts).
  */
-export async function probe(path: string): Promise<{ ok: true; status: number; body: unknown } | ({ ok: false } & AccessProblem)> {
+export async function probe(
+  path: string,
+): Promise<{ ok: true; status: number; body: unknown } | ({ ok: false } & AccessProblem)> {
   const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() } });
   let body: unknown = null;
   try {
@@ -110,16 +112,28 @@ export async function probe(path: string): Promise<{ ok: true; status: number; b
     const message = (body as { message?: string } | null)?.message ?? res.statusText;
     return { ok: false, status: res.status as AccessProblem["status"], message };
   }
-  if (res.status >= 500 || res.status === 408 || res.status === 429 || (!relays && !res.ok && ![404, 405, 410].includes(res.status))) {
+  if (
+    res.status >= 500 ||
+    res.status === 408 ||
+    res.status === 429 ||
+    (!relays && !res.ok && ![404, 405, 410].includes(res.status))
+  ) {
     throw new Error(`${path}: ${res.status} ${res.statusText}, retrying`);
   }
   return { ok: true, status: res.status, body };
 }
 
-/** GET a JSON answer of the relay (with the token); a refusal or failure throws an Error carrying the relay's message (and `status`). */
+/**
+ * GET a JSON answer of the relay (with the token); a refusal or failure throws an Error carrying the relay's message
+ * (and `status`).
+ */
 export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await fetch(new URL(path, relayUrl), { headers: { accept: "application/json", ...authHeaders() }, signal });
+  const res = await fetch(new URL(path, relayUrl), {
+    headers: { accept: "application/json", ...authHeaders() },
+    signal,
+  });
   const body = (await res.json().catch(() => null)) as (T & { message?: string }) | null;
-  if (!res.ok || body === null) throw Object.assign(new Error(body?.message ?? `${res.status} ${res.statusText}`), { status: res.status });
+  if (!res.ok || body === null)
+    throw Object.assign(new Error(body?.message ?? `${res.status} ${res.statusText}`), { status: res.status });
   return body;
 }

@@ -12,7 +12,8 @@ export interface Rankable {
 }
 
 /** The tie rule, as the pages state it. */
-export const TIE_RULE = "ranked by reward (higher first); ties go to fewer tokens, then to the episode id in alphabetical order; unscored last";
+export const TIE_RULE =
+  "ranked by reward (higher first); ties go to fewer tokens, then to the episode id in alphabetical order; unscored last";
 
 /** Best first: reward descending, then fewer tokens, then id ascending; unscored rollouts last (by id). */
 export function rankRollouts<T extends Rankable>(rollouts: readonly T[]): T[] {

@@ -79,7 +79,11 @@ function sideOf(id: string, i: number, body: Json, pickedGroup: string | null): 
 
 /** The text a turn's diff compares: reasoning, content and tool calls, one per line. */
 function turnText(m: Message): string {
-  return [m.reasoning ? `(reasoning) ${m.reasoning}` : null, m.text, ...m.toolCalls.map((c) => `${c.name}(${c.arguments})`)]
+  return [
+    m.reasoning ? `(reasoning) ${m.reasoning}` : null,
+    m.text,
+    ...m.toolCalls.map((c) => `${c.name}(${c.arguments})`),
+  ]
     .filter((x) => x !== null && x !== "")
     .join("\n");
 }
@@ -97,7 +101,11 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
   const banner = h("div.banner", { id: "compare-error", hidden: true, role: "alert" });
   const summary = h("p.compare-summary", { id: "compare-summary" }, `Loading ${plural(ids.length, "episode")}…`);
   const rule = h("p.muted.small.tie-rule", { id: "compare-rule" }, `Best and worst: ${TIE_RULE}.`);
-  const facts = h("div.compare-facts", { id: "compare-facts", role: "table", "aria-label": "rewards, advantages, metrics and stop conditions side by side" });
+  const facts = h("div.compare-facts", {
+    id: "compare-facts",
+    role: "table",
+    "aria-label": "rewards, advantages, metrics and stop conditions side by side",
+  });
   const heads = h("div.compare-heads", cols);
   const traces = h("div.compare-traces");
   const page = h(
@@ -120,7 +128,11 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       h("span.compare-side", null, s.letter),
       h("a.ep-id", { href: episodeHref(s.id), "data-nav": true, title: s.id }, idInRun(s.id, run)),
       h("span.compare-status", null, h(`span.pill.s-${s.status}` as "span", null, s.status)),
-      s.rank === "best" ? h("span.chip.ok.rank", null, "best") : s.rank === "worst" ? h("span.chip.bad.rank", null, "worst") : null,
+      s.rank === "best"
+        ? h("span.chip.ok.rank", null, "best")
+        : s.rank === "worst"
+          ? h("span.chip.bad.rank", null, "worst")
+          : null,
       h("span.compare-rewards", null, ...rewardChips(s.traces[0]?.rewards ?? null)),
     );
   }
@@ -132,7 +144,11 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       `div.compare-fact${differs ? ".differs" : ""}` as "div",
       { role: "row", "data-fact": label, "data-differs": String(differs) },
       h("span.fact-k", { role: "rowheader" }, label),
-      h("div.compare-pair", cols, ...texts.map((t, i) => h("span.fact-v", { role: "cell", "data-side": LETTERS[i] ?? String(i + 1) }, t))),
+      h(
+        "div.compare-pair",
+        cols,
+        ...texts.map((t, i) => h("span.fact-v", { role: "cell", "data-side": LETTERS[i] ?? String(i + 1) }, t)),
+      ),
     );
   }
 
@@ -153,7 +169,9 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
     ];
     const slots = Math.max(...sides.map((s) => s.traces.length));
     const union = (pick: (t: TraceSide) => Json) => [
-      ...new Set(sides.flatMap((s) => s.traces.flatMap((t) => (isObject(pick(t)) ? Object.keys(pick(t) as object) : [])))),
+      ...new Set(
+        sides.flatMap((s) => s.traces.flatMap((t) => (isObject(pick(t)) ? Object.keys(pick(t) as object) : []))),
+      ),
     ];
     for (const k of union((t) => t.rewards)) {
       rows.push(
@@ -231,7 +249,9 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         h("span.compare-side", null, s.letter),
         h("span.role", null, m.role),
         m.name ? h("span.tool-name", null, m.name) : null,
-        differs && s.letter !== "A" ? h(`span.chip${agrees ? "" : ".incomplete"}` as "span", null, agrees ? "as A" : "differs from A") : null,
+        differs && s.letter !== "A"
+          ? h(`span.chip${agrees ? "" : ".incomplete"}` as "span", null, agrees ? "as A" : "differs from A")
+          : null,
       ),
       messageBody(m, false),
     );
@@ -249,15 +269,28 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         h(
           "div.word-diff",
           { "data-from": "A", "data-to": s.letter },
-          h("div.word-diff-head", null, `A → ${s.letter}`, h("span.muted.small", null, " · words only in A struck out, only in ", s.letter, " underlined")),
-          h("div.word-diff-text", null, ...pieces.map((p) => (p.kind === "same" ? p.text : h(p.kind === "added" ? "ins" : "del", null, p.text)))),
+          h(
+            "div.word-diff-head",
+            null,
+            `A → ${s.letter}`,
+            h("span.muted.small", null, " · words only in A struck out, only in ", s.letter, " underlined"),
+          ),
+          h(
+            "div.word-diff-text",
+            null,
+            ...pieces.map((p) => (p.kind === "same" ? p.text : h(p.kind === "added" ? "ins" : "del", null, p.text))),
+          ),
         ),
       ];
     });
     return parts.length ? h("div.compare-diffs", null, ...parts) : null;
   }
 
-  function drawTrace(sides: Side[], slot: number, slots: number): { el: HTMLElement; divergence: number | null; turns: number } {
+  function drawTrace(
+    sides: Side[],
+    slot: number,
+    slots: number,
+  ): { el: HTMLElement; divergence: number | null; turns: number } {
     const alignment = alignTurns(sides.map((s) => s.traces[slot]?.keys ?? []));
     const { divergence } = alignment;
     const grid = h("ol.compare-grid", {
@@ -279,9 +312,17 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
             "div.compare-idx",
             null,
             h("span.node-idx", null, `#${t.index}`),
-            first ? h("span.chip.bad", null, "diverge here") : t.same ? h("span.chip", null, "same") : h("span.chip.incomplete", null, "differs"),
+            first
+              ? h("span.chip.bad", null, "diverge here")
+              : t.same
+                ? h("span.chip", null, "same")
+                : h("span.chip.incomplete", null, "differs"),
           ),
-          h("div.compare-pair", cols, ...sides.map((s, j) => cell(s, s.traces[slot]?.messages[t.index], t.classes[j] === t.classes[0], !t.same))),
+          h(
+            "div.compare-pair",
+            cols,
+            ...sides.map((s, j) => cell(s, s.traces[slot]?.messages[t.index], t.classes[j] === t.classes[0], !t.same)),
+          ),
           first ? diffs(sides, slot, t.index, t.classes) : null,
         ),
       );
@@ -294,7 +335,12 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
     const el = h(
       "section.compare-trace",
       { "data-trace": slot, "data-divergence": divergence === null ? "" : divergence },
-      h("h2", null, slots > 1 ? `Trace ${slot + 1} of ${slots}` : "Conversation", h("span.muted.small", null, ` · ${said}`)),
+      h(
+        "h2",
+        null,
+        slots > 1 ? `Trace ${slot + 1} of ${slots}` : "Conversation",
+        h("span.muted.small", null, ` · ${said}`),
+      ),
       grid,
     );
     return { el, divergence, turns: alignment.turns.length };
@@ -320,14 +366,20 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         ? `Same conversation: ${plural(first.turns, "turn")}, every message equal.`
         : `Same for the first ${plural(first.divergence, "turn")}; they differ from turn #${first.divergence} (turns: ${counts}).`) +
       (slots > 1 ? ` ${plural(slots, "trace")} compared; ${others} more diverge.` : "");
-    if (first.divergence !== null && first.divergence > 0) document.getElementById("first-difference")?.scrollIntoView({ block: "center" });
+    if (first.divergence !== null && first.divergence > 0)
+      document.getElementById("first-difference")?.scrollIntoView({ block: "center" });
   }
 
   /** Each side's rollout row of its group (advantages are the group's); a group that cannot be read leaves "–". */
   async function rollouts(sides: Side[]): Promise<void> {
     const groups = [...new Set(sides.map((s) => s.group).filter((g): g is string => g !== null))];
     const details = await Promise.all(
-      groups.map((g) => getJson<GroupDetailJson>(`/v1/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(g)}`, ctl.signal).catch(() => null)),
+      groups.map((g) =>
+        getJson<GroupDetailJson>(
+          `/v1/runs/${encodeURIComponent(run)}/groups/${encodeURIComponent(g)}`,
+          ctl.signal,
+        ).catch(() => null),
+      ),
     );
     for (const s of sides) {
       const d = details[groups.indexOf(s.group ?? "")];
@@ -342,7 +394,14 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       // each body turned into its display form as it arrives (and then dropped): the page holds
       // the picked episodes (at most MAX_PICKS from the tray) and nothing else
       const sides = await Promise.all(
-        ids.map(async (id, i) => sideOf(id, i, await getJson<Json>(`/v1/episodes/${encodeURIComponent(id)}`, ctl.signal), picked.get(id) ?? null)),
+        ids.map(async (id, i) =>
+          sideOf(
+            id,
+            i,
+            await getJson<Json>(`/v1/episodes/${encodeURIComponent(id)}`, ctl.signal),
+            picked.get(id) ?? null,
+          ),
+        ),
       );
       await rollouts(sides);
       if (stopped) return;

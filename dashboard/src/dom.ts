@@ -104,7 +104,8 @@ export function agoSpan(iso: string, cls = "age"): HTMLElement {
 /** Refresh every `agoSpan` under `root` every few seconds; returns the stop function. */
 export function tickAges(root: Element, everyMs = 5000): () => void {
   const t = setInterval(() => {
-    for (const el of root.querySelectorAll<HTMLElement>("[data-ago]")) el.textContent = `${ago(Date.parse(el.dataset.ago!))} ago`;
+    for (const el of root.querySelectorAll<HTMLElement>("[data-ago]"))
+      el.textContent = `${ago(Date.parse(el.dataset.ago!))} ago`;
   }, everyMs);
   return () => clearInterval(t);
 }

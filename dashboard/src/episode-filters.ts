@@ -10,7 +10,19 @@ import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } f
 /** Typing settles for this long before the list is asked again. */
 const TYPING_MS = 350;
 /** The page URL's parameters that hold the filter (row-filter.ts `filterParams` writes them). */
-const FILTER_PARAMS = ["task", "stop", "truncated", "errored", "reward", "min_turns", "min_tokens", "kind", "env", "step", "policy_version"];
+const FILTER_PARAMS = [
+  "task",
+  "stop",
+  "truncated",
+  "errored",
+  "reward",
+  "min_turns",
+  "min_tokens",
+  "kind",
+  "env",
+  "step",
+  "policy_version",
+];
 /** The kinds prime-rl dispatches (another kind in the URL is offered too). */
 const KINDS = ["train", "eval"];
 
@@ -112,7 +124,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
     set("env", env.value);
     set("step", step.value);
     set("policy_version", policy.value);
-    if (chosenKey !== null && (min.value.trim() !== "" || max.value.trim() !== "")) q.set("reward", `${chosenKey}:${min.value.trim()}..${max.value.trim()}`);
+    if (chosenKey !== null && (min.value.trim() !== "" || max.value.trim() !== ""))
+      q.set("reward", `${chosenKey}:${min.value.trim()}..${max.value.trim()}`);
     let next: RowFilter;
     try {
       next = parseRowFilter(q);
@@ -151,7 +164,12 @@ function writeUrl(f: RowFilter): void {
   history.replaceState(history.state, "", `${location.pathname}${search ? `?${search}` : ""}${location.hash}`);
 }
 
-function input(id: string, type: "text" | "number", placeholder: string, value: string | number | null): HTMLInputElement {
+function input(
+  id: string,
+  type: "text" | "number",
+  placeholder: string,
+  value: string | number | null,
+): HTMLInputElement {
   const el = h("input.filter-input", { id, type, placeholder, "aria-label": placeholder });
   if (type === "number") el.setAttribute("step", "any");
   if (value !== null) el.value = String(value);
@@ -180,7 +198,9 @@ function choice(id: string, label: string, value: boolean | null): HTMLSelectEle
     ["1", "yes"],
     ["0", "no"],
   ] as const) {
-    el.append(h("option", { value: v, selected: (value === null ? "" : value ? "1" : "0") === v ? true : undefined }, text));
+    el.append(
+      h("option", { value: v, selected: (value === null ? "" : value ? "1" : "0") === v ? true : undefined }, text),
+    );
   }
   return el;
 }

@@ -74,7 +74,11 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
     h("span.cell-kind.c-identity", { role: "cell" }, kindChip(e.kind)),
     h("span.cell-reward.num", { role: "cell" }, rewardNumber(e.reward, fmtNumber(e.reward))),
     h("span.cell-rewards", { role: "cell" }, rewards.length ? rewards : null),
-    h("span.cell-answer", { role: "cell", title: last ?? undefined }, last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last)),
+    h(
+      "span.cell-answer",
+      { role: "cell", title: last ?? undefined },
+      last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last),
+    ),
     h(
       "span.cell-stop",
       { role: "cell", title: e.stop_condition ?? undefined },
@@ -85,7 +89,12 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
       { role: "cell", "data-truncated": String(e.truncated ?? false) },
       e.truncated ? h("span.chip.incomplete", null, "truncated") : h("span.muted", null, "no"),
     ),
-    h("span.cell-age", { role: "cell" }, agoSpan(e.updated), h("span.age-sub.muted", null, "started ", agoSpan(e.created, "age-inline"))),
+    h(
+      "span.cell-age",
+      { role: "cell" },
+      agoSpan(e.updated),
+      h("span.age-sub.muted", null, "started ", agoSpan(e.created, "age-inline")),
+    ),
   );
 }
 

@@ -56,7 +56,11 @@ export class EpisodeViews {
   view(q: ViewQuery): View {
     const key = `${q.status}|${q.sort}|${new URLSearchParams(filterParams(q.filter))}`;
     let v = this.views.get(key);
-    if (!v) this.views.set(key, (v = { frontier: null, cursor: null, end: this.complete, searched: 0, loading: false, error: null }));
+    if (!v)
+      this.views.set(
+        key,
+        (v = { frontier: null, cursor: null, end: this.complete, searched: 0, loading: false, error: null }),
+      );
     return v;
   }
 
@@ -90,7 +94,8 @@ export class EpisodeViews {
       for (let i = 0; i < PAGES_PER_LOAD && !v.end; i++) {
         const page = await this.page(q, v.cursor);
         if (this.stopped || !this.isCurrent(v)) return;
-        for (const e of page.episodes) if (!this.deleted.has(e.id)) this.entries.set(e.id, newer(this.entries.get(e.id), e));
+        for (const e of page.episodes)
+          if (!this.deleted.has(e.id)) this.entries.set(e.id, newer(this.entries.get(e.id), e));
         v.cursor = page.cursor ?? null;
         v.end = v.cursor === null;
         v.searched += page.searched ?? 0;
@@ -136,7 +141,10 @@ export class EpisodeViews {
     this.stopped = true;
   }
 
-  private async page(q: ViewQuery, cursor: string | null): Promise<{ episodes: IndexEntry[]; cursor?: string | null; searched?: number }> {
+  private async page(
+    q: ViewQuery,
+    cursor: string | null,
+  ): Promise<{ episodes: IndexEntry[]; cursor?: string | null; searched?: number }> {
     const params = new URLSearchParams({ sort: q.sort, limit: String(PAGE) });
     if (q.status !== "all") params.set("status", q.status);
     for (const [k, value] of filterParams(q.filter)) params.append(k, value);
@@ -144,8 +152,14 @@ export class EpisodeViews {
     const res = await fetch(new URL(`/v1/runs/${encodeURIComponent(this.run)}/episodes?${params}`, relayUrl), {
       headers: { accept: "application/json", ...authHeaders() },
     });
-    const page = (await res.json().catch(() => null)) as { episodes?: IndexEntry[]; cursor?: string | null; searched?: number; message?: string } | null;
-    if (!res.ok || !page || !Array.isArray(page.episodes)) throw new Error(page?.message ?? `${res.status} ${res.statusText}`);
+    const page = (await res.json().catch(() => null)) as {
+      episodes?: IndexEntry[];
+      cursor?: string | null;
+      searched?: number;
+      message?: string;
+    } | null;
+    if (!res.ok || !page || !Array.isArray(page.episodes))
+      throw new Error(page?.message ?? `${res.status} ${res.statusText}`);
     return page as { episodes: IndexEntry[] };
   }
 

@@ -58,11 +58,27 @@ export function mountEpisode(shell: Shell, id: string): () => void {
   const context = h("div.context", { id: "context" });
   const traces = traceList();
   const flags = flagChips(id);
-  shell.main.append(h("section.episode-page", null, head.row, head.banner, flags.el, context, summary, routing.note, signals.bar, head.waiting, traces.el));
+  shell.main.append(
+    h(
+      "section.episode-page",
+      null,
+      head.row,
+      head.banner,
+      flags.el,
+      context,
+      summary,
+      routing.note,
+      signals.bar,
+      head.waiting,
+      traces.el,
+    ),
+  );
   let wasEnded = false;
   // opened at a turn (`?trace=…&node=…`, a search result's link): scroll there once it is drawn
   const at = new URLSearchParams(location.search);
-  let jumpTo: { trace: string | null; node: string } | null = at.has("node") ? { trace: at.get("trace"), node: at.get("node")! } : null;
+  let jumpTo: { trace: string | null; node: string } | null = at.has("node")
+    ? { trace: at.get("trace"), node: at.get("node")! }
+    : null;
 
   function render(): void {
     const w = feed.watch;
@@ -88,7 +104,8 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       overlay: signals.update(w.assembly, all, kind, ended()),
     });
     if (jumpTo) {
-      const inTrace = jumpTo.trace === null ? "section.trace" : `section.trace[data-trace="${CSS.escape(jumpTo.trace)}"]`;
+      const inTrace =
+        jumpTo.trace === null ? "section.trace" : `section.trace[data-trace="${CSS.escape(jumpTo.trace)}"]`;
       const target = document.querySelector(`${inTrace} li.turn[data-node="${CSS.escape(jumpTo.node)}"]`);
       if (target) {
         jumpTo = null;
@@ -103,7 +120,10 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     const task = all[0] ? field(all[0], "task") : undefined;
     const key = isObject(task) && typeof task.key === "string" ? task.key : null;
     const card = taskCard(task);
-    context.replaceChildren(...(card ? [card] : []), identityCard(feed.dispatch, runOf(id), groupOf(feed.dispatch, finished, key)));
+    context.replaceChildren(
+      ...(card ? [card] : []),
+      identityCard(feed.dispatch, runOf(id), groupOf(feed.dispatch, finished, key)),
+    );
     context.hidden = all.length === 0 && feed.dispatch === null;
   }
 

@@ -35,7 +35,11 @@ export function expertLoadTable(a: NdArray): HTMLElement | null {
       ` · ${tokens} tokens × top-${k} = ${first.routings} routings a layer · most uneven: layer ${worst.layer}, max/mean ${worst.maxOverMean.toFixed(2)}`,
     ),
     h("div.load-scroll", null, h("table.load-table", null, tableHead(), h("tbody", null, layers.map(layerRow)))),
-    h("p.load-note", null, "Each token's top-k choices all count. Mean and CV are over the experts a layer used: the model's expert count is not sent."),
+    h(
+      "p.load-note",
+      null,
+      "Each token's top-k choices all count. Mean and CV are over the experts a layer used: the model's expert count is not sent.",
+    ),
   );
 }
 
@@ -73,7 +77,12 @@ function layerRow(l: LayerLoad): HTMLElement {
     h("td", null, String(l.layer)),
     h("td", null, String(l.used)),
     h("td", { title: `${l.busiestCount} of ${l.routings} routings` }, `#${l.busiest}`),
-    h("td.load-share", null, h("span.load-bar", { "aria-hidden": "true" }, h("span", { style: `width: ${(l.share * 100).toFixed(1)}%` })), percent(l.share)),
+    h(
+      "td.load-share",
+      null,
+      h("span.load-bar", { "aria-hidden": "true" }, h("span", { style: `width: ${(l.share * 100).toFixed(1)}%` })),
+      percent(l.share),
+    ),
     h("td", null, l.maxOverMean.toFixed(2)),
     h("td", null, l.cv.toFixed(2)),
   );

@@ -20,7 +20,10 @@ export const REFRESH_MS = 3000;
 
 type Order = "best" | "worst";
 
-/** Best first by the tie rule (compare-align.ts: reward, then fewer tokens, then id; unscored last); worst first reverses the scored ones. */
+/**
+ * Best first by the tie rule (compare-align.ts: reward, then fewer tokens, then id; unscored last); worst first
+ * reverses the scored ones.
+ */
 function ordered(rollouts: RolloutJson[], order: Order): RolloutJson[] {
   const ranked = rankRollouts(rollouts);
   if (order === "best") return ranked;
@@ -44,7 +47,12 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
   const status = h("span.counts", { id: "group-updated" });
   const compareLink = h(
     "a.btn",
-    { id: "compare-best-worst", "data-nav": true, hidden: true, title: `the best and the worst rollout side by side (${TIE_RULE})` },
+    {
+      id: "compare-best-worst",
+      "data-nav": true,
+      hidden: true,
+      title: `the best and the worst rollout side by side (${TIE_RULE})`,
+    },
     "compare best and worst",
   );
   const banner = h("div.banner", { id: "group-error", hidden: true });
@@ -93,7 +101,9 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
     const worst = bw?.worst.id;
     compareLink.hidden = !(best && worst);
     if (best && worst) compareLink.setAttribute("href", compareHref(best, worst));
-    const rows = ordered(g.rollouts, order).map((r) => rolloutRow(r, run, group, keys, r.id === best ? "best" : r.id === worst ? "worst" : null));
+    const rows = ordered(g.rollouts, order).map((r) =>
+      rolloutRow(r, run, group, keys, r.id === best ? "best" : r.id === worst ? "worst" : null),
+    );
     table.replaceChildren(rolloutHead(keys), ...rows);
     if (rows.length === 0) table.append(h("div.empty", null, "No rollouts."));
   }
@@ -105,7 +115,9 @@ export function mountGroup(shell: Shell, run: string, group: string): () => void
     page.dataset.live = String(detail.live);
     clear(status);
     status.append(
-      detail.live > 0 ? h("span.chip.running", null, `${detail.live} live · refreshing every ${REFRESH_MS / 1000} s`) : h("span.chip.done", null, "all ended"),
+      detail.live > 0
+        ? h("span.chip.running", null, `${detail.live} live · refreshing every ${REFRESH_MS / 1000} s`)
+        : h("span.chip.done", null, "all ended"),
       readAt ? ` read ${readAt.toLocaleTimeString()}` : "",
     );
   }

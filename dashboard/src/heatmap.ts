@@ -62,13 +62,23 @@ export function heatmap(a: NdArray, repaired: readonly number[], maxWidth = 640)
       "figcaption",
       null,
       `${tokens} tokens (→) × ${layers} layers (↓) · ${a.dtype} top-${a.shape[2] ?? 1} · colour = top-1 expert, ${drawn.size} distinct${sampled}`,
-      repaired.length ? h("span.repaired-note", null, ` · ▼ repaired row${repaired.length > 1 ? "s" : ""} ${repaired.map((t) => `#${t}`).join(", ")}`) : null,
+      repaired.length
+        ? h(
+            "span.repaired-note",
+            null,
+            ` · ▼ repaired row${repaired.length > 1 ? "s" : ""} ${repaired.map((t) => `#${t}`).join(", ")}`,
+          )
+        : null,
     ),
   );
 }
 
 /** Paint one pixel per drawn cell, scaled up without smoothing; returns drawn cells per top-1 expert. */
-function drawCells(ctx: CanvasRenderingContext2D, a: NdArray, { tokens, layers, cols, width, ch }: Layout): Map<number, number> {
+function drawCells(
+  ctx: CanvasRenderingContext2D,
+  a: NdArray,
+  { tokens, layers, cols, width, ch }: Layout,
+): Map<number, number> {
   const cells = new Map<number, number>();
   const img = new ImageData(cols, layers);
   for (let c = 0; c < cols; c++) {
@@ -94,12 +104,19 @@ function drawCells(ctx: CanvasRenderingContext2D, a: NdArray, { tokens, layers, 
 }
 
 /** A red tick above each repaired row's column and a red outline around it. */
-function drawRepairs(ctx: CanvasRenderingContext2D, repaired: readonly number[], { tokens, layers, cw, ch, width }: Layout): void {
+function drawRepairs(
+  ctx: CanvasRenderingContext2D,
+  repaired: readonly number[],
+  { tokens, layers, cw, ch, width }: Layout,
+): void {
   for (const t of repaired) {
     if (t < 0 || t >= tokens) continue;
     const w = Math.max(cw, 3);
     // centre of the row's column, kept far enough from the edges for the mark to show whole
-    const mid = Math.min(width - Math.max(4, w / 2 + 1), Math.max(Math.max(4, w / 2 + 1), ((t + 0.5) * width) / tokens));
+    const mid = Math.min(
+      width - Math.max(4, w / 2 + 1),
+      Math.max(Math.max(4, w / 2 + 1), ((t + 0.5) * width) / tokens),
+    );
     ctx.fillStyle = "#dc2626";
     ctx.beginPath();
     ctx.moveTo(mid - 4, 0);

@@ -13,7 +13,10 @@ export interface LiveSocketOptions<M> {
   socketPath: string;
   /** Decode one text message (throws on anything else: such a message is ignored). */
   parse: (text: string) => M;
-  /** The probe's answer (before every connect); false: do not connect (the page says why); "later": probe again after a while. */
+  /**
+   * The probe's answer (before every connect); false: do not connect (the page says why); "later": probe again after a
+   * while.
+   */
   onProbe?: (status: number, body: unknown) => boolean | "later";
   onMessage: (m: M) => void;
   /** The relay refused (the token form is already shown); no retry until the token changes (a re-route). */
@@ -83,7 +86,10 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
     };
   }
 
-  /** Try again after the close with `code`: as the relay hinted after a 1013, else with full jitter (pages dropped together, as by a deploy, come back spread out). */
+  /**
+   * Try again after the close with `code`: as the relay hinted after a 1013, else with full jitter (pages dropped
+   * together, as by a deploy, come back spread out).
+   */
   function schedule(code = 1006, reason = ""): void {
     if (stopped) return;
     o.shell.setConnection("resuming");

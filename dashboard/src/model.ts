@@ -69,7 +69,9 @@ export function messageOf(v: Json | undefined): Message {
   let text: string | null = null;
   if (typeof content === "string") text = content;
   else if (Array.isArray(content)) {
-    text = content.map((p) => (isObject(p) ? (typeof p.text === "string" ? p.text : `[${String(p.type ?? "part")}]`) : String(p))).join("\n");
+    text = content
+      .map((p) => (isObject(p) ? (typeof p.text === "string" ? p.text : `[${String(p.type ?? "part")}]`) : String(p)))
+      .join("\n");
   } else if (content !== null && content !== undefined) text = JSON.stringify(content);
   const calls = Array.isArray(m.tool_calls) ? m.tool_calls : [];
   return {
@@ -133,7 +135,9 @@ export function nodeView(node: NodeState, index: number): NodeView {
   }
   const links: Link[] = node.parents.map((p) => {
     const v = json(p);
-    return isObject(v) ? { node: typeof v.node === "number" ? v.node : -1, type: typeof v.type === "string" ? v.type : "link" } : { node: -1, type: "link" };
+    return isObject(v)
+      ? { node: typeof v.node === "number" ? v.node : -1, type: typeof v.type === "string" ? v.type : "link" }
+      : { node: -1, type: "link" };
   });
   const view: NodeView = { index, parent, message, sampled, timestamp, tokens, links, routed: node.routed };
   nodeCache.set(node, { links: node.parents.length, routed: node.routed, view });

@@ -121,7 +121,11 @@ export function pagedTable<T>(o: PagedTableOptions<T>): PagedTable<T> {
 }
 
 /** A paged list that re-reads itself from the top when asked (serialised: one request at a time). */
-function pagedList<T>(fetchPage: (limit: number, cursor: string | null) => Promise<Page<T>>, page: number, draw: () => void) {
+function pagedList<T>(
+  fetchPage: (limit: number, cursor: string | null) => Promise<Page<T>>,
+  page: number,
+  draw: () => void,
+) {
   const state: PagedState<T> = { items: [], cursor: null, loaded: false, loading: false, error: null };
   let pending: "more" | "reload" | null = null;
   let stopped = false;

@@ -61,7 +61,8 @@ export function pickBox(run: string, id: string, group: string | null): HTMLInpu
 /** `el` with its pick boxes set to what is picked now (a cached row drawn again); returns `el`. */
 export function syncPickBoxes<T extends Element>(el: T, run: string): T {
   const picked = new Set(picksOf(run).map((p) => p.id));
-  for (const box of el.querySelectorAll<HTMLInputElement>("input.pick-box")) box.checked = picked.has(box.dataset.pick ?? "");
+  for (const box of el.querySelectorAll<HTMLInputElement>("input.pick-box"))
+    box.checked = picked.has(box.dataset.pick ?? "");
   return el;
 }
 
@@ -71,7 +72,14 @@ export function pickTray(run: string): { el: HTMLElement; stop: () => void } {
   const go = h("a.btn.primary", { id: "pick-compare", "data-nav": true }, "Compare");
   const clear = h("button.btn", { type: "button", id: "pick-clear" }, "Clear");
   const note = h("span.muted.small", { id: "pick-note" });
-  const el = h("div.pick-tray", { id: "pick-tray", role: "region", "aria-label": "rollouts picked to compare", hidden: true }, list, note, go, clear);
+  const el = h(
+    "div.pick-tray",
+    { id: "pick-tray", role: "region", "aria-label": "rollouts picked to compare", hidden: true },
+    list,
+    note,
+    go,
+    clear,
+  );
   clear.addEventListener("click", () => save(run, []));
 
   function draw(): void {
@@ -90,7 +98,8 @@ export function pickTray(run: string): { el: HTMLElement; stop: () => void } {
       go.setAttribute("href", compareHref(...picks.map((p) => p.id)));
       go.textContent = `Compare ${picks.length}`;
     }
-    note.textContent = picks.length === 1 ? "pick one more to compare" : picks.length >= MAX_PICKS ? `at most ${MAX_PICKS}` : "";
+    note.textContent =
+      picks.length === 1 ? "pick one more to compare" : picks.length >= MAX_PICKS ? `at most ${MAX_PICKS}` : "";
     syncPickBoxes(document.body, run);
   }
 

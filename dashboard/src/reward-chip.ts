@@ -50,7 +50,10 @@ export function rewardScores(v: Json | undefined): RewardScore[] {
   });
 }
 
-/** A key and its value as one chip, coloured by `score` (`text` defaults to the score written out; `attrs` go on the chip). */
+/**
+ * A key and its value as one chip, coloured by `score` (`text` defaults to the score written out; `attrs` go on the
+ * chip).
+ */
 export function rewardChip(
   key: string,
   score: number | null,

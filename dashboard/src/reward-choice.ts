@@ -13,6 +13,9 @@ export function primaryRewardKey(means: Readonly<Record<string, number>> | null 
 }
 
 /** The statistics to show: every episode's, or the finished ones'. */
-export function shownRewards<T>(a: { rewards: Record<string, T>; finished_rewards: Record<string, T> }, includeAll: boolean): Record<string, T> {
+export function shownRewards<T>(
+  a: { rewards: Record<string, T>; finished_rewards: Record<string, T> },
+  includeAll: boolean,
+): Record<string, T> {
   return includeAll ? a.rewards : a.finished_rewards;
 }

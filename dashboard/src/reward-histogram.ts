@@ -20,12 +20,22 @@ export function rewardHistogram(key: string, r: RewardStats): HTMLElement {
   const bins = counts.map((c, i) => {
     const from = edges[i]!;
     const to = edges[i + 1]!;
-    return bar(c, String(from), String(to), `${fmtNumber(from)} – ${fmtNumber(to)}${i === counts.length - 1 ? " (incl.)" : ""}`);
+    return bar(
+      c,
+      String(from),
+      String(to),
+      `${fmtNumber(from)} – ${fmtNumber(to)}${i === counts.length - 1 ? " (incl.)" : ""}`,
+    );
   });
   return h(
     "div.card.hist",
     { "data-key": key, "data-count": r.count },
-    h("div.card-title", null, h("span.hist-key", { title: key }, key), h("span.hist-peak.muted", { title: "most episodes in one bin" }, `max bin ${peak}`)),
+    h(
+      "div.card-title",
+      null,
+      h("span.hist-key", { title: key }, key),
+      h("span.hist-peak.muted", { title: "most episodes in one bin" }, `max bin ${peak}`),
+    ),
     h(
       "dl.hist-stats",
       null,
@@ -38,7 +48,10 @@ export function rewardHistogram(key: string, r: RewardStats): HTMLElement {
     ),
     h(
       "div.hist-plot",
-      { role: "img", "aria-label": `${key}: ${plural(r.count, "score")} over ${counts.length} bins from ${edges[0]} to ${edges.at(-1)}` },
+      {
+        role: "img",
+        "aria-label": `${key}: ${plural(r.count, "score")} over ${counts.length} bins from ${edges[0]} to ${edges.at(-1)}`,
+      },
       below > 0 ? bar(below, "-Infinity", String(edges[0]), `below ${edges[0]}`, ".outside") : null,
       h("div.hist-bins", null, bins),
       above > 0 ? bar(above, String(edges.at(-1)), "Infinity", `above ${edges.at(-1)}`, ".outside") : null,

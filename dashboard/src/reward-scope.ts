@@ -24,7 +24,10 @@ export function rewardScope(onChange: () => void): RewardScope {
   box.checked = stored();
   const el = h(
     "label.reward-scope",
-    { title: "count the rewards of every episode (failed, finish-refused and live ones too), not only the finished ones" },
+    {
+      title:
+        "count the rewards of every episode (failed, finish-refused and live ones too), not only the finished ones",
+    },
     box,
     h("span", null, "include failed / refused"),
   );

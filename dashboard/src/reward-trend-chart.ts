@@ -31,7 +31,8 @@ export function rewardTrendChart(t: RewardTrend): HTMLElement {
   const [lo, hi] = [Math.min(0, ...all), Math.max(1, ...all)];
   const y = (v: number) => H - 2 - ((v - lo) / (hi - lo)) * (H - 8);
   const start = Date.parse(t.start);
-  const minute = (i: number) => new Date(start + i * 60_000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const minute = (i: number) =>
+    new Date(start + i * 60_000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   const tip = (i: number) => {
     const shown = keys.filter((k) => t.keys[k]!.count[i]! > 0);
     return `${minute(i)}: ${shown.length ? shown.map((k) => `${k} ${round(t.keys[k]!.mean[i]!)} (${t.keys[k]!.count[i]} finished)`).join(", ") : "none finished"}`;
@@ -55,7 +56,9 @@ export function rewardTrendChart(t: RewardTrend): HTMLElement {
         "data-points": t.keys[k]!.mean.filter((v) => v !== null).length,
       }),
     ),
-    ...Array.from({ length: n }, (_, i) => s("rect", { class: "spark-hit", x: (i / n) * W, y: 0, width: W / n, height: H }, s("title", null, tip(i)))),
+    ...Array.from({ length: n }, (_, i) =>
+      s("rect", { class: "spark-hit", x: (i / n) * W, y: 0, width: W / n, height: H }, s("title", null, tip(i))),
+    ),
   );
   return h(
     "div.card.reward-trend",
@@ -77,6 +80,12 @@ export function rewardTrendChart(t: RewardTrend): HTMLElement {
         )
       : h("p.muted.spark-stats", null, "No episode finished in the last hour."),
     h("div.spark-box", null, svg),
-    h("div.spark-axis", null, h("span", null, `${n} min ago`), h("span", null, `${round(lo)} – ${round(hi)}`), h("span", null, "now")),
+    h(
+      "div.spark-axis",
+      null,
+      h("span", null, `${n} min ago`),
+      h("span", null, `${round(lo)} – ${round(hi)}`),
+      h("span", null, "now"),
+    ),
   );
 }

@@ -1,7 +1,8 @@
 // A run's episode list: filter by status and the relay's filters (task, stop condition, truncated,
 // errored, a reward range, turns and tokens, the trainer's kind, env, step and policy version:
 // episode-filters.ts), sort by last update, reward or step (kept in the page URL as `?sort=`),
-// a text filter on the id; above it, the live rollouts as a table of their own (run-live.ts). What is known per view, and the relay's pages, live in
+// a text filter on the id; above it, the live rollouts as a table of their own (run-live.ts). What is known per view,
+// and the relay's pages, live in
 // episode-views.ts; this draws it (at most once a frame) and reads the controls.
 import { h, plural, tickAges } from "./dom.js";
 import { episodeFilters, filterFromUrl } from "./episode-filters.js";
@@ -85,7 +86,12 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
     known.ensureLoaded(q);
     schedule();
   };
-  const idFilter = h("input.filter", { type: "search", placeholder: "Filter by episode id…", "aria-label": "filter episodes by id", id: "episode-filter" });
+  const idFilter = h("input.filter", {
+    type: "search",
+    placeholder: "Filter by episode id…",
+    "aria-label": "filter episodes by id",
+    id: "episode-filter",
+  });
   idFilter.addEventListener("input", () => {
     words = idFilter.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
     cap = ROWS_STEP;
@@ -133,7 +139,13 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
       ),
     ),
     filters.el,
-    h("div.ep-list", { id: "episodes", role: "table", "aria-label": "episodes of the run" }, episodeListHead(), body, empty),
+    h(
+      "div.ep-list",
+      { id: "episodes", role: "table", "aria-label": "episodes of the run" },
+      episodeListHead(),
+      body,
+      empty,
+    ),
     h("div.list-foot", null, more),
   );
   const stopAges = tickAges(el);
@@ -198,8 +210,18 @@ export function runEpisodes(run: string, identity: (has: boolean) => void = () =
   function shownText(v: View, shown: number, all: number): string {
     const done = known.complete || v.end;
     const filtered = isFiltered(q.filter);
-    const total = words.length > 0 ? null : done ? all : filtered || !totals ? null : q.status === "all" ? totals.episodes : totals[q.status];
-    const searched = filtered && !done && v.searched > 0 ? ` · the relay searched ${plural(v.searched, "episode")} so far` : "";
+    const total =
+      words.length > 0
+        ? null
+        : done
+          ? all
+          : filtered || !totals
+            ? null
+            : q.status === "all"
+              ? totals.episodes
+              : totals[q.status];
+    const searched =
+      filtered && !done && v.searched > 0 ? ` · the relay searched ${plural(v.searched, "episode")} so far` : "";
     const idNote = words.length && !done ? " · the id filter searches the loaded episodes" : "";
     return `${shown.toLocaleString("en-US")}${total !== null ? ` of ${plural(total, "episode")}` : " shown"}${searched}${idNote}`;
   }

@@ -32,7 +32,8 @@ const SORTS: Array<[GroupSort, string]> = [
   ["task", "task"],
 ];
 
-const num = (v: number | null | undefined, digits = 3) => (v === null || v === undefined ? "–" : fmtNumber(Math.round(v * 10 ** digits) / 10 ** digits));
+const num = (v: number | null | undefined, digits = 3) =>
+  v === null || v === undefined ? "–" : fmtNumber(Math.round(v * 10 ** digits) / 10 ** digits);
 const oneDecimal = (v: number) => (Math.round(v * 10) / 10).toLocaleString("en-US");
 
 export interface RunSection {
@@ -44,7 +45,12 @@ export interface RunSection {
 
 /** A group counts as zero-variance when it is finished, has two or more finished rollouts, and no reward key varies. */
 function zeroVariance(g: GroupSummary): boolean {
-  return g.live === 0 && g.finished >= 2 && Object.keys(g.rewards).length > 0 && Object.values(g.rewards).every((r) => r.min === r.max);
+  return (
+    g.live === 0 &&
+    g.finished >= 2 &&
+    Object.keys(g.rewards).length > 0 &&
+    Object.values(g.rewards).every((r) => r.min === r.max)
+  );
 }
 
 export function runGroups(run: string): RunSection {
@@ -71,7 +77,9 @@ export function runGroups(run: string): RunSection {
     drawn(s) {
       const total = totals?.groups_total ?? 0;
       note.textContent =
-        s.loaded && total > 0 ? `${s.items.length.toLocaleString("en-US")} of ${total.toLocaleString("en-US")} group${total === 1 ? "" : "s"}` : "";
+        s.loaded && total > 0
+          ? `${s.items.length.toLocaleString("en-US")} of ${total.toLocaleString("en-US")} group${total === 1 ? "" : "s"}`
+          : "";
     },
   });
   const order = segmented("gsort", "order the groups by", SORTS, sort, (v) => {
@@ -108,10 +116,18 @@ function groupsHead(): HTMLElement {
     { role: "row" },
     h("span", { role: "columnheader" }, "Group"),
     h("span", { role: "columnheader" }, "Task"),
-    h("span.h-identity", { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" }, "Step"),
+    h(
+      "span.h-identity",
+      { role: "columnheader", title: "the trainer's step and kind its rollouts were dispatched for" },
+      "Step",
+    ),
     h("span.num", { role: "columnheader" }, "Size"),
     h("span.num", { role: "columnheader" }, "Finished"),
-    h("span", { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" }, "Rewards (mean ± std)"),
+    h(
+      "span",
+      { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" },
+      "Rewards (mean ± std)",
+    ),
     h("span.num", { role: "columnheader", title: "the largest max − min over the reward keys" }, "Spread"),
   );
 }
@@ -135,7 +151,13 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
       "span.cell-group",
       { role: "cell" },
       h("a.g-id", { href: groupHref(run, g.id), "data-nav": true, title: g.id }, g.id),
-      zero ? h("span.chip.incomplete", { title: "every finished rollout got the same rewards: all advantages are 0" }, "zero variance") : null,
+      zero
+        ? h(
+            "span.chip.incomplete",
+            { title: "every finished rollout got the same rewards: all advantages are 0" },
+            "zero variance",
+          )
+        : null,
     ),
     h("span.cell-task", { role: "cell", title: g.task ?? "" }, g.task ?? h("span.muted", null, "–")),
     h(
@@ -246,12 +268,19 @@ function keyChoice(onPick: (key: string) => void): { el: HTMLSelectElement; set(
   let shown: string[] = [];
   return {
     el,
-    /** Offer `keys` (the chosen one kept while offered, else the first): the key chosen now, or null when the keys are the same. */
+    /**
+     * Offer `keys` (the chosen one kept while offered, else the first): the key chosen now, or null when the keys are
+     * the same.
+     */
     set(keys) {
       if (keys.join("\n") === shown.join("\n")) return null;
       const want = keys.includes(el.value) ? el.value : (keys[0] ?? "");
       shown = keys;
-      el.replaceChildren(...(keys.length ? keys.map((k) => h("option", { value: k }, k)) : [h("option", { value: "" }, "(no reward yet)")]));
+      el.replaceChildren(
+        ...(keys.length
+          ? keys.map((k) => h("option", { value: k }, k))
+          : [h("option", { value: "" }, "(no reward yet)")]),
+      );
       el.value = want;
       el.disabled = keys.length === 0;
       return want;
@@ -296,7 +325,10 @@ function tasksHead(): HTMLElement {
     h("span.num", { role: "columnheader" }, "Rollouts"),
     h(
       "span.num",
-      { role: "columnheader", title: "finished rollouts whose key scored at or above the threshold, over the finished rollouts with that key" },
+      {
+        role: "columnheader",
+        title: "finished rollouts whose key scored at or above the threshold, over the finished rollouts with that key",
+      },
       "Solve rate",
     ),
     h("span.num", { role: "columnheader", title: "mean score of the key over the finished rollouts" }, "Mean reward"),
@@ -308,7 +340,12 @@ function tasksHead(): HTMLElement {
 function taskRow(t: TaskSummary): HTMLElement {
   return h(
     "div.t-row",
-    { role: "row", "data-task": t.task, "data-solve-rate": t.solve_rate === null ? "" : t.solve_rate, "data-rollouts": t.rollouts },
+    {
+      role: "row",
+      "data-task": t.task,
+      "data-solve-rate": t.solve_rate === null ? "" : t.solve_rate,
+      "data-rollouts": t.rollouts,
+    },
     h("span.cell-task", { role: "cell", title: t.task }, t.task),
     h(
       "span.cell-n.num",
@@ -323,8 +360,23 @@ function taskRow(t: TaskSummary): HTMLElement {
       h("span.n-k", null, "solved "),
       t.solve_rate === null ? "–" : percent(t.solve_rate),
     ),
-    h("span.cell-n.num", { role: "cell", "data-k": "mean_reward" }, h("span.n-k", null, "mean reward "), num(t.mean_reward)),
-    h("span.cell-n.num", { role: "cell", "data-k": "mean_turns" }, h("span.n-k", null, "turns "), oneDecimal(t.mean_turns)),
-    h("span.cell-n.num", { role: "cell", "data-k": "mean_tokens" }, h("span.n-k", null, "tokens "), oneDecimal(t.mean_tokens)),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "mean_reward" },
+      h("span.n-k", null, "mean reward "),
+      num(t.mean_reward),
+    ),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "mean_turns" },
+      h("span.n-k", null, "turns "),
+      oneDecimal(t.mean_turns),
+    ),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "mean_tokens" },
+      h("span.n-k", null, "tokens "),
+      oneDecimal(t.mean_tokens),
+    ),
   );
 }

@@ -81,20 +81,35 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
     h(`span.lr-n.num${cls}` as "span", { role: "cell", "data-k": k }, h("span.n-k", null, `${label} `), v);
   return h(
     `a.lr-row${pending ? ".placeholder" : ""}` as "a",
-    { href: episodeHref(e.id), "data-nav": true, role: "row", "data-id": e.id, "data-stage": stage, "data-pending": pending ? "" : undefined },
+    {
+      href: episodeHref(e.id),
+      "data-nav": true,
+      role: "row",
+      "data-id": e.id,
+      "data-stage": stage,
+      "data-pending": pending ? "" : undefined,
+    },
     h("span.lr-stage", { role: "cell" }, stageChip(stage)),
     h(
       "span.lr-id-cell",
       { role: "cell" },
       h("span.lr-id", { title: e.id }, idInRun(e.id, run)),
-      pending ? h("span.lr-sub.muted", null, "pending · no trace yet") : e.task ? h("span.lr-sub.muted", { title: `task ${e.task}` }, e.task) : null,
+      pending
+        ? h("span.lr-sub.muted", null, "pending · no trace yet")
+        : e.task
+          ? h("span.lr-sub.muted", { title: `task ${e.task}` }, e.task)
+          : null,
     ),
     num("step", "step", e.step === null ? "–" : String(e.step), ".c-identity"),
     h("span.lr-kind.c-identity", { role: "cell" }, kindChip(e.kind)),
     h("span.lr-env.c-identity", { role: "cell", title: e.env ?? undefined }, e.env ?? h("span.muted", null, "–")),
     num("turns", "turns", String(e.calls)),
     num("branches", "branches", String(live?.branches ?? 0)),
-    num("tokens", "tokens", `${(live?.input_tokens ?? 0).toLocaleString("en-US")} / ${(live?.output_tokens ?? 0).toLocaleString("en-US")}`),
+    num(
+      "tokens",
+      "tokens",
+      `${(live?.input_tokens ?? 0).toLocaleString("en-US")} / ${(live?.output_tokens ?? 0).toLocaleString("en-US")}`,
+    ),
     num("cost", "cost", live?.cost === null || live?.cost === undefined ? "–" : `$${live.cost.toFixed(4)}`),
     h(
       "span.lr-n.num.lr-elapsed",

@@ -61,7 +61,10 @@ export function runSearch(run: string): { el: HTMLElement; stop: () => void } {
     const mine = (ctl = new AbortController());
     note.textContent = "searching…";
     try {
-      const a = await getJson<SearchAnswer>(`/v1/runs/${encodeURIComponent(run)}/search?q=${encodeURIComponent(q)}&limit=${SEARCH_LIMIT}`, mine.signal);
+      const a = await getJson<SearchAnswer>(
+        `/v1/runs/${encodeURIComponent(run)}/search?q=${encodeURIComponent(q)}&limit=${SEARCH_LIMIT}`,
+        mine.signal,
+      );
       if (mine.signal.aborted) return;
       note.textContent = a.episodes.length
         ? `${plural(a.episodes.length, "rollout")}${a.cursor ? ` (the best ${SEARCH_LIMIT})` : ""}, best match first`
@@ -97,7 +100,11 @@ function hit(run: string, ep: SearchAnswer["episodes"][number]): HTMLElement {
               "data-nav": true,
               "data-node": s.node ?? "",
             },
-            h("span.chip", null, s.node === null || s.node < 0 ? "task" : `#${s.node} ${s.role ?? ""}${s.tool ? ` · ${s.tool}` : ""}`),
+            h(
+              "span.chip",
+              null,
+              s.node === null || s.node < 0 ? "task" : `#${s.node} ${s.role ?? ""}${s.tool ? ` · ${s.tool}` : ""}`,
+            ),
             " ",
             ...marked(s.text, s.highlights),
           ),

@@ -5,14 +5,27 @@ import { clear, h } from "./dom.js";
 import { zeroVarianceSpark } from "./zero-variance-spark.js";
 import type { RunAggregates } from "../../src/protocol/index.js";
 
-type StatKey = "episodes" | "live" | "finished" | "failed" | "finish_refused" | "per_minute" | "mean_turns" | "mean_tokens" | "zero_variance";
+type StatKey =
+  | "episodes"
+  | "live"
+  | "finished"
+  | "failed"
+  | "finish_refused"
+  | "per_minute"
+  | "mean_turns"
+  | "mean_tokens"
+  | "zero_variance";
 
 const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
   { key: "episodes", label: "episodes", hint: "episodes in the run" },
   { key: "live", label: "live", hint: "still streaming" },
   { key: "finished", label: "finished", hint: "ended with a reply" },
   { key: "failed", label: "failed", hint: "ended with a failure reply" },
-  { key: "finish_refused", label: "finish refused", hint: "the reply disagreed with the assembled episode; waiting for a corrected one" },
+  {
+    key: "finish_refused",
+    label: "finish refused",
+    hint: "the reply disagreed with the assembled episode; waiting for a corrected one",
+  },
   { key: "per_minute", label: "episodes / min", hint: "episodes ended per minute, over the last 10 minutes" },
   { key: "mean_turns", label: "mean turns", hint: "model calls per episode, all traces" },
   { key: "mean_tokens", label: "mean tokens", hint: "total tokens per episode, all traces" },
@@ -66,7 +79,8 @@ export function runStats(): RunStats {
         v.sub.textContent = sub;
       };
       set("episodes", a.episodes.toLocaleString("en-US"), a.episodes);
-      for (const k of ["live", "finished", "failed", "finish_refused"] as const) set(k, a.counts[k].toLocaleString("en-US"), a.counts[k], share(a.counts[k]));
+      for (const k of ["live", "finished", "failed", "finish_refused"] as const)
+        set(k, a.counts[k].toLocaleString("en-US"), a.counts[k], share(a.counts[k]));
       set("per_minute", oneDecimal(a.episodes_per_minute), a.episodes_per_minute, "last 10 min");
       set("mean_turns", a.mean_turns === null ? "–" : oneDecimal(a.mean_turns), a.mean_turns, "calls / episode");
       set("mean_tokens", a.mean_tokens === null ? "–" : oneDecimal(a.mean_tokens), a.mean_tokens, "tokens / episode");

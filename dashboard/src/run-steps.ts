@@ -80,17 +80,24 @@ export function runSteps(run: string): RunSteps {
   }
 
   function draw(): void {
-    const list = [...steps.values()].sort((a, b) => a.step - b.step || kindName(a.kind).localeCompare(kindName(b.kind)));
+    const list = [...steps.values()].sort(
+      (a, b) => a.step - b.step || kindName(a.kind).localeCompare(kindName(b.kind)),
+    );
     const none = hidden || list.length === 0;
     rewardCard.hidden = zeroCard.hidden = none && error === null;
     if (hidden) return;
     if (error !== null && list.length === 0) {
-      rewardCard.replaceChildren(title("Reward by step", ""), h("p.muted", null, `Could not read the run's steps: ${error}`));
+      rewardCard.replaceChildren(
+        title("Reward by step", ""),
+        h("p.muted", null, `Could not read the run's steps: ${error}`),
+      );
       zeroCard.hidden = true;
       return;
     }
     if (none) return;
-    const kinds = [...new Set(list.map((s) => kindName(s.kind)))].sort((a, b) => (a === "train" ? -1 : b === "train" ? 1 : a.localeCompare(b)));
+    const kinds = [...new Set(list.map((s) => kindName(s.kind)))].sort((a, b) =>
+      a === "train" ? -1 : b === "train" ? 1 : a.localeCompare(b),
+    );
     const keys = [...new Set(list.flatMap((s) => Object.keys(s.mean_rewards)))].sort().slice(0, MAX_KEYS);
     const stepHref = (step: number) => `${runHref(run)}?step=${step}`;
     const rewardSeries: StepSeries[] = kinds.flatMap((kind) =>
@@ -99,7 +106,9 @@ export function runSteps(run: string): RunSteps {
         key,
         kind,
         tone,
-        values: new Map(list.filter((s) => kindName(s.kind) === kind).map((s) => [s.step, s.mean_rewards[key] ?? null])),
+        values: new Map(
+          list.filter((s) => kindName(s.kind) === kind).map((s) => [s.step, s.mean_rewards[key] ?? null]),
+        ),
       })),
     );
     const zeroSeries: StepSeries[] = kinds.map((kind, i) => ({
@@ -118,7 +127,12 @@ export function runSteps(run: string): RunSteps {
         ? h(
             "div.spark-box",
             null,
-            stepChart(rewardSeries, { domain: [0, 1], format: round3, stepHref, label: "mean reward of the finished rollouts per step" }),
+            stepChart(rewardSeries, {
+              domain: [0, 1],
+              format: round3,
+              stepHref,
+              label: "mean reward of the finished rollouts per step",
+            }),
           )
         : h("p.muted", null, "No step has a finished rollout with a reward yet."),
       h("div.spark-axis", null, h("span", null, span), h("span", null, "click a step for its episodes")),
@@ -129,7 +143,12 @@ export function runSteps(run: string): RunSteps {
       h(
         "div.spark-box",
         null,
-        stepChart(zeroSeries, { domain: [0, 1], format: percent, stepHref, label: "zero-variance share of the complete groups per step" }),
+        stepChart(zeroSeries, {
+          domain: [0, 1],
+          format: percent,
+          stepHref,
+          label: "zero-variance share of the complete groups per step",
+        }),
       ),
       h("div.spark-axis", null, h("span", null, span), h("span", null, "0 – 100%")),
     );
@@ -175,6 +194,12 @@ function legend(series: StepSeries[]): HTMLElement {
   return h(
     "div.step-legend",
     null,
-    series.map((sr) => h(`span.tk-key.tk-${sr.tone}${sr.kind === "eval" ? ".eval" : ""}` as "span", { "data-key": sr.key, "data-kind": sr.kind }, sr.label)),
+    series.map((sr) =>
+      h(
+        `span.tk-key.tk-${sr.tone}${sr.kind === "eval" ? ".eval" : ""}` as "span",
+        { "data-key": sr.key, "data-kind": sr.kind },
+        sr.label,
+      ),
+    ),
   );
 }

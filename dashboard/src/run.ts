@@ -25,7 +25,10 @@ import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/protocol/index.js";
 import { parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
 
-/** Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for fewer. */
+/**
+ * Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for
+ * fewer.
+ */
 const SNAPSHOT_LIMIT = 500;
 
 function snapshotLimit(): number {
@@ -34,7 +37,10 @@ function snapshotLimit(): number {
 }
 
 export function mountRun(shell: Shell, run: string): () => void {
-  shell.setTitle([h("a", { href: homeHref(), "data-nav": true }, "Runs"), h("span.crumb.crumb-id", { title: run }, runLabel(run))]);
+  shell.setTitle([
+    h("a", { href: homeHref(), "data-nav": true }, "Runs"),
+    h("span.crumb.crumb-id", { title: run }, runLabel(run)),
+  ]);
   const path = `/v1/runs/${encodeURIComponent(run)}`;
   let lastUpdate: string | null = null;
 
@@ -137,7 +143,11 @@ export function mountRun(shell: Shell, run: string): () => void {
   }
 
   function onRefused(p: AccessProblem): void {
-    episodes.refuse(p.status === 401 ? "Sign in with a token (above) to see this run." : `The relay refused to show this run: ${p.message}`);
+    episodes.refuse(
+      p.status === 401
+        ? "Sign in with a token (above) to see this run."
+        : `The relay refused to show this run: ${p.message}`,
+    );
     overview.hidden = true;
     groups.update(null);
     tasks.update(null);

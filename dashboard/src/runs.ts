@@ -1,6 +1,7 @@
 // The home page: the runs, live from the run directory's socket (`GET /v1/runs` upgraded): the
 // newest runs, then coalesced upserts and deletes. One row per run with its episode counts and
-// its mean reward over the finished episodes (reward-choice.ts picks the key); a row opens the run. Only runs the token covers whole are listed (the relay decides).
+// its mean reward over the finished episodes (reward-choice.ts picks the key); a row opens the run. Only runs the token
+// covers whole are listed (the relay decides).
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, fmtNumber, h, plural, tickAges } from "./dom.js";
 import { NO_RUN, runHref, runLabel } from "./links.js";
@@ -34,7 +35,12 @@ export function mountRuns(shell: Shell): () => void {
   /** Why the relay refused to list (401/403), shown instead of the runs. */
   let refused: string | null = null;
 
-  const filter = h("input.filter", { type: "search", placeholder: "Filter runs by name…", "aria-label": "filter runs", id: "run-filter" });
+  const filter = h("input.filter", {
+    type: "search",
+    placeholder: "Filter runs by name…",
+    "aria-label": "filter runs",
+    id: "run-filter",
+  });
   filter.addEventListener("input", () => {
     text = filter.value.trim().toLowerCase();
     render();
@@ -43,7 +49,14 @@ export function mountRuns(shell: Shell): () => void {
   const table = h("div.run-list", { id: "runs", role: "table", "aria-label": "runs" });
   const note = h("p.note");
   const toolbar = h("div.toolbar", null, filter);
-  const page = h("section.runs-page", null, h("div.page-head", null, h("h1", null, "Runs"), counts), toolbar, table, note);
+  const page = h(
+    "section.runs-page",
+    null,
+    h("div.page-head", null, h("h1", null, "Runs"), counts),
+    toolbar,
+    table,
+    note,
+  );
   shell.main.append(page);
 
   function render(): void {
@@ -60,7 +73,11 @@ export function mountRuns(shell: Shell): () => void {
         h("span", { role: "columnheader" }, "Run"),
         COUNTED.map(([, label]) => h("span.num", { role: "columnheader" }, label)),
         h("span.num", { role: "columnheader" }, "episodes"),
-        h("span.num", { role: "columnheader", title: "over the finished episodes: the key `reward`, else the first key" }, "mean reward"),
+        h(
+          "span.num",
+          { role: "columnheader", title: "over the finished episodes: the key `reward`, else the first key" },
+          "mean reward",
+        ),
         h("span", { role: "columnheader" }, "Updated"),
       ),
     );
@@ -89,7 +106,11 @@ export function mountRuns(shell: Shell): () => void {
       h(
         "span.cell-run",
         { role: "cell" },
-        h(`span.run-name${r.run === NO_RUN ? ".no-run" : ""}` as "span", { title: r.run === NO_RUN ? "episodes whose id has no ':'" : r.run }, runLabel(r.run)),
+        h(
+          `span.run-name${r.run === NO_RUN ? ".no-run" : ""}` as "span",
+          { title: r.run === NO_RUN ? "episodes whose id has no ':'" : r.run },
+          runLabel(r.run),
+        ),
         h("span.run-created.muted", null, "started ", agoSpan(r.created, "age-inline")),
       ),
       COUNTED.map(([key, label]) =>
@@ -122,7 +143,9 @@ export function mountRuns(shell: Shell): () => void {
         role: "cell",
         "data-key": key ?? "",
         "data-value": v ?? "",
-        title: all.length ? `mean over the finished episodes: ${all.join(" · ")}` : "no finished episode with a reward yet",
+        title: all.length
+          ? `mean over the finished episodes: ${all.join(" · ")}`
+          : "no finished episode with a reward yet",
       },
       h("span.count-v.toned", toneAttrs(v), v === null ? "–" : fmtNumber(v)),
       key !== null && key !== "reward" ? h("span.mean-k", null, ` ${key}`) : null,
@@ -144,7 +167,10 @@ export function mountRuns(shell: Shell): () => void {
   }
 
   function onRefused(p: AccessProblem): void {
-    refused = p.status === 401 ? "Sign in with a token (above) to see the runs." : `The relay refused to list runs: ${p.message}`;
+    refused =
+      p.status === 401
+        ? "Sign in with a token (above) to see the runs."
+        : `The relay refused to list runs: ${p.message}`;
     loaded = true;
     render();
   }

@@ -2,10 +2,20 @@
 import { h } from "./dom.js";
 
 /** `data-<name>` on each button names its value; `onPick` runs when another is pressed. */
-export function segmented<T extends string>(name: string, label: string, options: Array<[T, string]>, initial: T, onPick: (v: T) => void): HTMLElement {
+export function segmented<T extends string>(
+  name: string,
+  label: string,
+  options: Array<[T, string]>,
+  initial: T,
+  onPick: (v: T) => void,
+): HTMLElement {
   const el = h("div.segmented", { role: "group", "aria-label": label, "data-group": name });
   for (const [value, text] of options) {
-    const b = h("button", { type: "button", [`data-${name}`]: value, "aria-pressed": value === initial ? "true" : "false" }, text);
+    const b = h(
+      "button",
+      { type: "button", [`data-${name}`]: value, "aria-pressed": value === initial ? "true" : "false" },
+      text,
+    );
     b.addEventListener("click", () => {
       for (const x of el.querySelectorAll("button")) x.setAttribute("aria-pressed", x === b ? "true" : "false");
       onPick(value);

@@ -8,7 +8,13 @@ import { h } from "./dom.js";
 export function shareLink(run: string): HTMLElement | null {
   if (tokenRole() !== "admin") return null;
   const button = h("button.btn", { type: "button", id: "share-run" }, "Share read-only link");
-  const field = h("input.share-url", { type: "text", id: "share-url", readonly: true, "aria-label": "read-only link to this run", hidden: true });
+  const field = h("input.share-url", {
+    type: "text",
+    id: "share-url",
+    readonly: true,
+    "aria-label": "read-only link to this run",
+    hidden: true,
+  });
   const note = h("span.share-note.muted", { id: "share-note", role: "status" });
   button.addEventListener("click", async () => {
     button.disabled = true;
@@ -18,14 +24,20 @@ export function shareLink(run: string): HTMLElement | null {
         method: "POST",
         headers: { accept: "application/json", ...authHeaders() },
       });
-      const body = (await res.json().catch(() => null)) as { token?: string | null; expires?: string | null; message?: string } | null;
+      const body = (await res.json().catch(() => null)) as {
+        token?: string | null;
+        expires?: string | null;
+        message?: string;
+      } | null;
       if (!res.ok || body === null) throw new Error(body?.message ?? `${res.status} ${res.statusText}`);
       const link = new URL(`/runs/${encodeURIComponent(run)}`, location.origin);
       if (body.token) link.hash = `token=${encodeURIComponent(body.token)}`;
       field.value = link.toString();
       field.hidden = false;
       field.select();
-      note.textContent = body.expires ? `read-only, until ${new Date(body.expires).toLocaleString()}` : "auth is off here: the link needs no token";
+      note.textContent = body.expires
+        ? `read-only, until ${new Date(body.expires).toLocaleString()}`
+        : "auth is off here: the link needs no token";
       await navigator.clipboard?.writeText(field.value).then(
         () => (note.textContent += " · copied"),
         () => {},

@@ -35,7 +35,10 @@ const LABELS: Record<ConnState, string> = {
   forbidden: "no access",
 };
 
-/** The pill's state for a refused request: the relay answered, so it is not "offline" (401: no or a bad token; 403: the token does not cover it). */
+/**
+ * The pill's state for a refused request: the relay answered, so it is not "offline" (401: no or a bad token; 403: the
+ * token does not cover it).
+ */
 export function refusal(status: number | undefined): ConnState {
   return status === 401 ? "unauthorized" : status === 403 ? "forbidden" : "offline";
 }
@@ -51,7 +54,13 @@ export interface Shell {
 export function shell(root: HTMLElement, onToken: () => void): Shell {
   const conn = h(
     "span.conn",
-    { id: "connection", "data-state": "connecting", role: "status", "aria-live": "polite", "aria-label": "connection to the relay" },
+    {
+      id: "connection",
+      "data-state": "connecting",
+      role: "status",
+      "aria-live": "polite",
+      "aria-label": "connection to the relay",
+    },
     h("span.dot"),
     h("span.conn-prefix", null, "relay"),
     h("span.conn-label", null, LABELS.connecting),
@@ -76,7 +85,13 @@ export function shell(root: HTMLElement, onToken: () => void): Shell {
       h("button.btn.primary", { type: "submit" }, "Use token"),
       h("button.btn", { type: "button", id: "token-clear" }, "Clear"),
     ),
-    h("p.hint", null, "Kept in this tab's session storage only. Make one with ", h("code", null, "npm run token -- --role watcher --episode '*'"), "."),
+    h(
+      "p.hint",
+      null,
+      "Kept in this tab's session storage only. Make one with ",
+      h("code", null, "npm run token -- --role watcher --episode '*'"),
+      ".",
+    ),
   );
   tokenPanel.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -128,7 +143,11 @@ export function shell(root: HTMLElement, onToken: () => void): Shell {
     },
     setTitle(parts) {
       clear(crumbs);
-      for (const p of parts) crumbs.append(h("span.crumb-sep", { "aria-hidden": "true" }, "/"), typeof p === "string" ? h("span.crumb", null, p) : p);
+      for (const p of parts)
+        crumbs.append(
+          h("span.crumb-sep", { "aria-hidden": "true" }, "/"),
+          typeof p === "string" ? h("span.crumb", null, p) : p,
+        );
     },
     askToken(reason) {
       tokenReason.textContent = reason;

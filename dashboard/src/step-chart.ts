@@ -1,7 +1,8 @@
 // A chart over training steps (x: the trainer's step, y: a value per step): one line per series
 // (a reward key of train or eval rollouts, or a kind's zero-variance share), a marker per step
 // that has a value (a step of the series without one, e.g. nothing finished yet, leaves a gap
-// rather than reading as 0; steps the series has no row for, e.g. between evals, are joined), and per step an invisible column whose tooltip lists every series there and which links
+// rather than reading as 0; steps the series has no row for, e.g. between evals, are joined), and per step an invisible
+// column whose tooltip lists every series there and which links
 // to the run's list filtered by that step. Train lines are solid, eval lines dashed. Markers are
 // zero-length round-capped strokes, so they stay round when the SVG stretches to its box.
 import { fmtNumber, s } from "./dom.js";
@@ -80,7 +81,11 @@ export function stepChart(series: StepSeries[], o: StepChartOptions): SVGSVGElem
     s(
       "a",
       { href: o.stepHref(st), "data-nav": "", "data-step": st, class: "step-hit-link" },
-      s("rect", { class: "spark-hit", x: Math.max(0, x(st) - col / 2), y: 0, width: Math.min(col, W), height: H }, s("title", null, tip(st))),
+      s(
+        "rect",
+        { class: "spark-hit", x: Math.max(0, x(st) - col / 2), y: 0, width: Math.min(col, W), height: H },
+        s("title", null, tip(st)),
+      ),
     ),
   );
   return s(
@@ -103,8 +108,15 @@ export function stepChart(series: StepSeries[], o: StepChartOptions): SVGSVGElem
   );
 }
 
-/** The series' values joined step to step (an eval every few steps is one line); a step of its own without a value breaks it. */
-function linePath(values: ReadonlyMap<number, number | null>, x: (s: number) => number, y: (v: number) => number): string {
+/**
+ * The series' values joined step to step (an eval every few steps is one line); a step of its own without a value
+ * breaks it.
+ */
+function linePath(
+  values: ReadonlyMap<number, number | null>,
+  x: (s: number) => number,
+  y: (v: number) => number,
+): string {
   const parts: string[] = [];
   let joined = false;
   for (const st of [...values.keys()].sort((a, b) => a - b)) {

@@ -18,7 +18,8 @@ export function throughputSparkline(t: RunAggregates["throughput"]): HTMLElement
   const y = (v: number) => H - 2 - (v / top) * (H - 8);
   const points = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
   const start = Date.parse(t.start);
-  const minute = (i: number) => new Date(start + i * 60_000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const minute = (i: number) =>
+    new Date(start + i * 60_000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   const svg = s(
     "svg",
     {
@@ -34,7 +35,11 @@ export function throughputSparkline(t: RunAggregates["throughput"]): HTMLElement
     s("path", { class: "spark-area", d: n ? `M0,${H - 2} L${points.replace(/ /g, " L")} L${W},${H - 2} Z` : "" }),
     s("polyline", { class: "spark-line", points }),
     ...values.map((v, i) =>
-      s("rect", { class: "spark-hit", x: Math.max(0, x(i) - W / n / 2), y: 0, width: W / n, height: H }, s("title", null, `${minute(i)}: ${v} ended`)),
+      s(
+        "rect",
+        { class: "spark-hit", x: Math.max(0, x(i) - W / n / 2), y: 0, width: W / n, height: H },
+        s("title", null, `${minute(i)}: ${v} ended`),
+      ),
     ),
   );
   return h(

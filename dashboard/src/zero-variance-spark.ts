@@ -18,7 +18,9 @@ export function zeroVarianceSpark(t: ZeroVarianceTrend): SVGSVGElement {
   const zero = t.zero_variance.reduce((a, b) => a + b, 0);
   const last = t.cumulative_share.at(-1) ?? null;
   const bars = t.share.flatMap((v, i) =>
-    v === null ? [] : [s("rect", { class: "zv-bar", x: (i / n) * W, y: y(v), width: W / n, height: H - 1 - y(v), "data-minute": i })],
+    v === null
+      ? []
+      : [s("rect", { class: "zv-bar", x: (i / n) * W, y: y(v), width: W / n, height: H - 1 - y(v), "data-minute": i })],
   );
   return s(
     "svg",
@@ -33,7 +35,11 @@ export function zeroVarianceSpark(t: ZeroVarianceTrend): SVGSVGElement {
       "data-points": t.cumulative_share.filter((v) => v !== null).length,
       "data-last": last ?? "",
     },
-    s("title", null, `zero-variance share over the last hour: ${completed} groups completed, ${zero} with zero variance`),
+    s(
+      "title",
+      null,
+      `zero-variance share over the last hour: ${completed} groups completed, ${zero} with zero variance`,
+    ),
     s("line", { class: "spark-base", x1: 0, y1: H - 1, x2: W, y2: H - 1 }),
     ...bars,
     s("path", { class: "zv-line", d: stepPath(t.cumulative_share, W, y) }),

@@ -1,7 +1,9 @@
 // The Worker: checks access (src/protocol/http/auth.ts), answers CORS (src/protocol/http/cors.ts), routes
-// (src/protocol/http/route.ts), and calls the episode's Durable Object (or a run's index, or the run directory) over RPC;
+// (src/protocol/http/route.ts), and calls the episode's Durable Object (or a run's index, or the run directory) over
+// RPC;
 // WebSocket upgrades are forwarded with fetch: the producer's to the episode, a watcher's to one
-// of the episode's viewer hubs (src/protocol/hub/shards.ts), never to the episode itself. It holds no state; an unexpected error is logged
+// of the episode's viewer hubs (src/protocol/hub/shards.ts), never to the episode itself. It holds no state; an
+// unexpected error is logged
 // and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
 // dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
 import { metered } from "../objects/billing/metered.js";
@@ -17,8 +19,22 @@ import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/htt
 import { readArchived } from "../objects/episode/archive-read.js";
 import { checkDeclaredLength } from "../protocol/http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "../protocol/http/cors.js";
-import { answerResponse, errorResponse, methodNotAllowed, RelayError, upgradeRequired } from "../protocol/http/errors.js";
-import { allowedMethods, EPISODE_ID_RULE, episodeIdProblem, isWebSocketUpgrade, parseRoute, RELAY_HEADER, type Route } from "../protocol/http/route.js";
+import {
+  answerResponse,
+  errorResponse,
+  methodNotAllowed,
+  RelayError,
+  upgradeRequired,
+} from "../protocol/http/errors.js";
+import {
+  allowedMethods,
+  EPISODE_ID_RULE,
+  episodeIdProblem,
+  isWebSocketUpgrade,
+  parseRoute,
+  RELAY_HEADER,
+  type Route,
+} from "../protocol/http/route.js";
 import {
   bulkFinished,
   listAcrossRuns,
@@ -42,7 +58,15 @@ import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "../objects/regist
 import { scopeOf } from "../protocol/registry/rows.js";
 import { ViewerHub as ViewerHubObject } from "../objects/hub/hub.js";
 import { ArchiveGate as ArchiveGateObject } from "../objects/archive/gate.js";
-import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER, HubCounts, hubName, parseHubs, pickShard } from "../protocol/hub/shards.js";
+import {
+  HUB_EPISODE_HEADER,
+  HUB_SHARD_HEADER,
+  HUBS_HEADER,
+  HubCounts,
+  hubName,
+  parseHubs,
+  pickShard,
+} from "../protocol/hub/shards.js";
 
 // The objects as wrangler.toml binds them, each counting its billing units (src/objects/billing/metered.ts).
 export const Episode = metered(EpisodeObject, { peers: (e) => e.hubNames() });
@@ -68,9 +92,12 @@ export default {
       const route = parseRoute(url.pathname);
       const mode = authMode(env);
       // A preflight carries no credentials: answer it without a token (but not when fail-closed).
-      if (isPreflight(request) && (route.kind === "health" || mode.kind !== "closed")) return preflightResponse(request, cors);
+      if (isPreflight(request) && (route.kind === "health" || mode.kind !== "closed"))
+        return preflightResponse(request, cors);
       const decision = await authorize(request, url, need(request.method, route), mode, (o) => listedOrigin(cors, o));
-      response = decision.ok ? await dispatch(request, url, route, env, decision.claims, mode) : errorResponse(decision.refusal);
+      response = decision.ok
+        ? await dispatch(request, url, route, env, decision.claims, mode)
+        : errorResponse(decision.refusal);
     } catch (e) {
       response = errorResponse(e, `${request.method} ${new URL(request.url).pathname}`);
     }
@@ -79,7 +106,14 @@ export default {
 } satisfies ExportedHandler<Env>;
 
 /** The routing proper (access was checked). */
-async function dispatch(request: Request, url: URL, route: Route, env: Env, claims: Claims | null, mode: AuthMode): Promise<Response> {
+async function dispatch(
+  request: Request,
+  url: URL,
+  route: Route,
+  env: Env,
+  claims: Claims | null,
+  mode: AuthMode,
+): Promise<Response> {
   switch (route.kind) {
     case "health":
       return Response.json({ ok: true, service: "episode-relay" });
@@ -88,11 +122,15 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
     case "bad_id":
       throw new RelayError("bad_episode_id", episodeIdProblem(route.id) ?? EPISODE_ID_RULE);
     case "bad_run":
-      throw new RelayError("bad_run", "run names are an episode id's part before its last ':' (1-127 of [A-Za-z0-9._:-]), or ~ for ids without one");
+      throw new RelayError(
+        "bad_run",
+        "run names are an episode id's part before its last ':' (1-127 of [A-Za-z0-9._:-]), or ~ for ids without one",
+      );
   }
   const allowed = allowedMethods(route);
   if (!allowed.includes(request.method)) throw methodNotAllowed(request.method, allowed);
-  if (route.kind === "list" || route.kind === "runs" || route.kind === "run") return runPaths(request, url, route, env, claims, mode);
+  if (route.kind === "list" || route.kind === "runs" || route.kind === "run")
+    return runPaths(request, url, route, env, claims, mode);
   const episode = env.EPISODES.getByName(route.id);
   const id = route.id;
   switch (route.action) {
@@ -129,7 +167,11 @@ async function dispatch(request: Request, url: URL, route: Route, env: Env, clai
       return Response.json(await episodeUsage(env, episode));
     case "episode": {
       if (request.method === "DELETE") return answerResponse(await episode.remove(id));
-      const req = { json: wantsJson(request.headers.get("accept")), head: request.method === "HEAD", ifNoneMatch: request.headers.get("if-none-match") };
+      const req = {
+        json: wantsJson(request.headers.get("accept")),
+        head: request.method === "HEAD",
+        ifNoneMatch: request.headers.get("if-none-match"),
+      };
       // a finished episode is read from its archive without waking its object (src/objects/episode/archive.ts)
       const archived = await readArchived(env.ARCHIVE, id, req);
       if (archived) return archived;
@@ -187,7 +229,10 @@ async function runPaths(
 }
 
 /** `GET /v1/episodes/{id}/usage`: the episode's billing units, and its hubs' (those it names). */
-async function episodeUsage(env: Env, episode: ReturnType<Env["EPISODES"]["get"]>): Promise<{ episode: Usage; hubs: Usage[] }> {
+async function episodeUsage(
+  env: Env,
+  episode: ReturnType<Env["EPISODES"]["get"]>,
+): Promise<{ episode: Usage; hubs: Usage[] }> {
   const { peers, ...own } = await episode.usage();
   const hubs = await Promise.all((peers ?? []).map((name) => env.HUBS.getByName(name).usage()));
   return { episode: own, hubs };
@@ -218,7 +263,9 @@ function relayAnswer(res: Response): Response {
 async function watch(request: Request, url: URL, id: string, env: Env): Promise<Response> {
   const shard = pickShard(hubCounts.get(id));
   const hub = env.HUBS.getByName(hubName(id, shard));
-  const res = await hub.fetch(stripCredentials(request, url, { [HUB_EPISODE_HEADER]: id, [HUB_SHARD_HEADER]: String(shard) }));
+  const res = await hub.fetch(
+    stripCredentials(request, url, { [HUB_EPISODE_HEADER]: id, [HUB_SHARD_HEADER]: String(shard) }),
+  );
   const hubs = parseHubs(res.headers.get(HUBS_HEADER), limitsFrom(env).maxHubs);
   if (hubs !== null) hubCounts.set(id, hubs);
   if (res.status !== 101 || !res.webSocket) return res;

@@ -91,14 +91,22 @@ function json(body: unknown, head: boolean): Response {
 
 /** `?limit=` alone, as the lists parse it. */
 function limitOf(url: URL): number {
-  return parseListQuery(new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {})).limit;
+  return parseListQuery(
+    new URLSearchParams(url.searchParams.has("limit") ? { limit: url.searchParams.get("limit")! } : {}),
+  ).limit;
 }
 
 /** `GET /v1/runs?prefix=&limit=&cursor=`: runs the token covers, newest first. */
 export async function listRuns(env: Env, url: URL, viewer: Viewer, head: boolean): Promise<Response> {
   const q = parseListQuery(withoutCursor(url));
   const raw = await open(viewer, "runs", null, url.searchParams.get("cursor"));
-  const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(raw === null ? null : decodeRunCursor(raw), q.limit, viewer.scope, q.prefix, true);
+  const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(
+    raw === null ? null : decodeRunCursor(raw),
+    q.limit,
+    viewer.scope,
+    q.prefix,
+    true,
+  );
   return json({ runs: page.runs, cursor: await seal(viewer, "runs", null, page.cursor) }, head);
 }
 
@@ -112,17 +120,20 @@ export async function runView(env: Env, a: RunAccess, head: boolean): Promise<Re
 
 /** Groups, tasks and usage mix episodes: only a viewer whose token covers the whole run sees them. */
 export function needsWholeRun(a: RunAccess, what: string): void {
-  if (a.scope !== null) throw new RelayError("forbidden", `${what} need a token covering the whole run (episodes: ["${a.run}:*"])`);
+  if (a.scope !== null)
+    throw new RelayError("forbidden", `${what} need a token covering the whole run (episodes: ["${a.run}:*"])`);
 }
 
 /** `GET /v1/runs/{run}/groups?sort=spread|size|task&limit=&cursor=`: the run's rollout groups. */
 export async function runGroups(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
   needsWholeRun(a, "a run's groups");
   const sort = url.searchParams.get("sort") || "spread";
-  if (!(GROUP_SORTS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
+  if (!(GROUP_SORTS as readonly string[]).includes(sort))
+    throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
   const kind = `groups:${sort}`;
   const cursor = await open(a.viewer, kind, a.run, url.searchParams.get("cursor"));
-  if (cursor !== null) groupCursor(cursor); // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
+  // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
+  if (cursor !== null) groupCursor(cursor);
   const page = await runIndex(env, a.run).groups(a.run, sort as GroupSort, limitOf(url), cursor);
   if (page === null) throw noSuchRun(a.run);
   return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
@@ -137,7 +148,9 @@ export async function runGroup(env: Env, a: RunAccess, group: string, head: bool
   return json(body, head);
 }
 
-/** `GET /v1/runs/{run}/tasks?key=K&threshold=T&limit=&cursor=`: per task, rollouts, means and the solve rate (K ≥ T). */
+/**
+ * `GET /v1/runs/{run}/tasks?key=K&threshold=T&limit=&cursor=`: per task, rollouts, means and the solve rate (K ≥ T).
+ */
 export async function runTasks(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
   needsWholeRun(a, "a run's tasks");
   const key = url.searchParams.get("key") || "reward";
@@ -161,7 +174,10 @@ export async function runEpisodes(env: Env, a: RunAccess, url: URL, head: boolea
   return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
 }
 
-/** `GET /v1/runs/{run}/steps?kind=train|eval&limit=&cursor=`: the run's training steps, by step (a viewer covering the whole run only). */
+/**
+ * `GET /v1/runs/{run}/steps?kind=train|eval&limit=&cursor=`: the run's training steps, by step (a viewer covering the
+ * whole run only).
+ */
 export async function runSteps(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
   needsWholeRun(a, "a run's steps");
   const kind = url.searchParams.get("kind") || null;
@@ -215,7 +231,8 @@ export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean)
 export async function runRules(env: Env, a: RunAccess, request: Request, claims: Claims | null): Promise<Response> {
   needsWholeRun(a, "a run's rules");
   if (request.method === "PUT") {
-    if (claims !== null && claims.role === "watcher") throw new RelayError("forbidden", "a run's rules are set by an admin or the run's producer");
+    if (claims !== null && claims.role === "watcher")
+      throw new RelayError("forbidden", "a run's rules are set by an admin or the run's producer");
     checkDeclaredLength(request, 64 * 1024);
     const body = parseJsonBody(await readStream(request.body, 64 * 1024), "the rules");
     const answer = await runIndex(env, a.run).setRules(body);
@@ -228,8 +245,16 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
 }
 
 /** A run socket (`/v1/runs/{run}` upgraded: `a`) or the directory's (`/v1/runs` upgraded: `a` null). */
-export function runSocket(env: Env, request: Request, url: URL, a: RunAccess | null, viewer: Viewer): Promise<Response> {
-  const forwarded = stripCredentials(request, url, { [SCOPE_HEADER]: JSON.stringify(a === null ? viewer.scope : a.scope) });
+export function runSocket(
+  env: Env,
+  request: Request,
+  url: URL,
+  a: RunAccess | null,
+  viewer: Viewer,
+): Promise<Response> {
+  const forwarded = stripCredentials(request, url, {
+    [SCOPE_HEADER]: JSON.stringify(a === null ? viewer.scope : a.scope),
+  });
   if (a === null) return env.RUN_DIRECTORY.getByName(RUNS_NAME).fetch(forwarded);
   return runIndex(env, a.run).fetch(forwarded);
 }
@@ -259,7 +284,8 @@ export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: b
   const at = raw === null ? null : decodeAcross(raw);
   const episodes: IndexEntry[] = [];
   let { run: runAfter, current, inner } = at ?? { run: null, current: null, inner: null };
-  const done = async (c: AcrossCursor | null) => json({ episodes, cursor: c === null ? null : await seal(viewer, "across", null, encodeAcross(c)) }, head);
+  const done = async (c: AcrossCursor | null) =>
+    json({ episodes, cursor: c === null ? null : await seal(viewer, "across", null, encodeAcross(c)) }, head);
   const dir = env.RUN_DIRECTORY.getByName(RUNS_NAME);
   let queue: RunCursor[] = [];
   /** Where the directory's last page ended (null: at its end, once `dirEnded`). */
@@ -286,7 +312,10 @@ export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: b
     const page =
       scope === "none"
         ? null
-        : await runIndex(env, current.run).list({ ...q, sort: "updated", limit: q.limit - episodes.length, after: parseInner(inner) }, scope);
+        : await runIndex(env, current.run).list(
+            { ...q, sort: "updated", limit: q.limit - episodes.length, after: parseInner(inner) },
+            scope,
+          );
     // (null: the run has no row any more, though the directory has not heard yet)
     if (page) episodes.push(...page.episodes);
     if (page?.cursor) return done({ run: runAfter, current, inner: page.cursor });
@@ -305,7 +334,8 @@ function encodeAcross(c: AcrossCursor): string {
 function decodeAcross(raw: string): AcrossCursor {
   const pos = (v: unknown): RunCursor | null => {
     if (v === null) return null;
-    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string") return { created: v[0] as number, run: v[1] };
+    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")
+      return { created: v[0] as number, run: v[1] };
     throw badCursor();
   };
   const v = JSON.parse(raw) as { r?: unknown; c?: unknown; i?: unknown };
@@ -368,7 +398,9 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
         for (const item of page!.items) {
           const req = { json: ndjson, head: false, ifNoneMatch: null };
           // archived episodes come from R2 without waking their objects
-          const body = (await readArchived(env.ARCHIVE, item.id, req)) ?? (await env.EPISODES.getByName(item.id).read(item.id, req));
+          const body =
+            (await readArchived(env.ARCHIVE, item.id, req)) ??
+            (await env.EPISODES.getByName(item.id).read(item.id, req));
           if (body.status !== 200 || !body.body) {
             await body.body?.cancel();
             idle++;
@@ -441,7 +473,9 @@ function concat(...parts: Uint8Array[]): Uint8Array {
 
 function ndjsonHead(id: string, cursor: string, row: IndexEntry | undefined): Uint8Array {
   const rowPart = row === undefined ? "" : `"row":${JSON.stringify(row)},`;
-  return new TextEncoder().encode(`{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},${rowPart}"episode":`);
+  return new TextEncoder().encode(
+    `{"id":${JSON.stringify(id)},"cursor":${JSON.stringify(cursor)},${rowPart}"episode":`,
+  );
 }
 
 /** The last element of an answer that stopped on its budget: `{cursor, more: true}`. */

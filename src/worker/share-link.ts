@@ -25,17 +25,31 @@ export interface ShareAnswer {
 
 export async function shareRun(a: RunAccess, mode: AuthMode, claims: Claims | null, url: URL): Promise<ShareAnswer> {
   needsWholeRun(a, "share links");
-  if (a.run === NO_RUN) throw new RelayError("bad_run", "episodes without a run (ids without ':') have no run pattern to share: share each by its id");
+  if (a.run === NO_RUN)
+    throw new RelayError(
+      "bad_run",
+      "episodes without a run (ids without ':') have no run pattern to share: share each by its id",
+    );
   const episodes = [`${a.run}:*`];
   if (mode.kind !== "on") return { run: a.run, token: null, role: "watcher", episodes, expires: null };
   const max = mode.maxTtl.watcher;
   const asked = url.searchParams.get("ttl");
   const ttl = asked === null ? Math.min(SHARE_TTL_S, max) : parseTtl(asked);
   if (ttl === null || ttl > max) {
-    throw new RelayError("malformed", `ttl must be a lifetime such as 1h or 7d, at most the watcher's ${formatTtl(max)} (TOKEN_MAX_TTL)`, "ttl");
+    throw new RelayError(
+      "malformed",
+      `ttl must be a lifetime such as 1h or 7d, at most the watcher's ${formatTtl(max)} (TOKEN_MAX_TTL)`,
+      "ttl",
+    );
   }
   const now = Date.now();
   const sub = `share of ${a.run}${claims?.sub ? ` by ${claims.sub}` : ""}`;
   const token = await mintToken(mode.secrets[0]!, { role: "watcher", episodes, ttl, sub, now, maxTtl: mode.maxTtl });
-  return { run: a.run, token, role: "watcher", episodes, expires: new Date((Math.floor(now / 1000) + ttl) * 1000).toISOString() };
+  return {
+    run: a.run,
+    token,
+    role: "watcher",
+    episodes,
+    expires: new Date((Math.floor(now / 1000) + ttl) * 1000).toISOString(),
+  };
 }

@@ -30,22 +30,36 @@ it("an archived episode's heatmaps mark its repaired rows (routing_repair_u8)", 
   const id = `archived-repairs-${Date.now().toString(36)}`;
   const producer = new ProducerCursor("p");
   for (const [i, f] of c.frames.entries()) {
-    const r = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+    const r = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(f)),
+    });
     expect(r.status, await r.text()).toBe(200);
     if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
   expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).status).toBe(200);
   // the alarm archives it: its log, which carried the repairs, is gone
-  const status = async () => (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as { archived: boolean };
+  const status = async () =>
+    (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as { archived: boolean };
   for (let i = 0; i < 300 && !(await status()).archived; i++) await new Promise((r) => setTimeout(r, 100));
   expect((await status()).archived).toBe(true);
   const { context, page, errors } = await openPage(browser, `${relay.url}/episodes/${id}`);
   try {
-    await page.waitForFunction(() => (globalThis as any).document.querySelector("#connection")?.dataset.state === "finished", null, { timeout: 20_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#connection")?.dataset.state === "finished",
+      null,
+      { timeout: 20_000 },
+    );
     await page.click("#routing-toggle");
-    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 6, null, { timeout: 15_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 6,
+      null,
+      { timeout: 15_000 },
+    );
     const repaired = await page.evaluate(() =>
-      [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].map((cv: any) => cv.dataset.repaired as string),
+      [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].map(
+        (cv: any) => cv.dataset.repaired as string,
+      ),
     );
     // five routing_repairs (nodes 2, 4, 6, 8, 10), each rewrote that node's last row: as the live page marks them
     expect(repaired).toEqual(["8", "39", "24", "37", "8", ""]);

@@ -40,13 +40,21 @@ const QUAD = "quad";
 const Q = [1, 2, 3, 4].map((i) => `${RUN}:q${i}`) as [string, string, string, string];
 
 /** The frames with nodes, in order; the second one's first node is where B departs from A. */
-const nodeFrames = chat.frames.map((fr, i) => [i, (decodeLossless(fr) as LMap).get("nodes")] as const).filter(([, n]) => Array.isArray(n));
+const nodeFrames = chat.frames
+  .map((fr, i) => [i, (decodeLossless(fr) as LMap).get("nodes")] as const)
+  .filter(([, n]) => Array.isArray(n));
 const DIFF_FRAME = nodeFrames[1]![0];
 /** The index of the node B changes: the nodes of the frames before it. */
 const DIFF_NODE = nodeFrames.filter(([i]) => i < DIFF_FRAME).reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 const TOTAL_NODES = nodeFrames.reduce((s, [, n]) => s + (n as LValue[]).length, 0);
 
-async function push(id: string, correct: number, change: boolean, group = GROUP, extra: Record<string, LValue> = {}): Promise<void> {
+async function push(
+  id: string,
+  correct: number,
+  change: boolean,
+  group = GROUP,
+  extra: Record<string, LValue> = {},
+): Promise<void> {
   for (const [n, frame] of chat.frames.entries()) {
     if (change && n === DIFF_FRAME) {
       const d = decodeLossless(frame) as LMap;
@@ -55,7 +63,10 @@ async function push(id: string, correct: number, change: boolean, group = GROUP,
       await post(`/v1/episodes/${id}/deltas`, enc(d));
     } else await post(`/v1/episodes/${id}/deltas`, frame);
   }
-  await post(`/v1/episodes/${id}/deltas`, setDelta(m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }), ...extra })));
+  await post(
+    `/v1/episodes/${id}/deltas`,
+    setDelta(m({ rewards: m({ correct: m({ score: f(correct), weight: f(1) }) }), ...extra })),
+  );
   await post(`/v1/episodes/${id}/reply`, groupReply(group));
 }
 
@@ -79,7 +90,8 @@ afterAll(async () => {
 });
 
 /** A page on `path` of the relay in time zone `timezoneId`, downloads accepted (pages.ts openPage). */
-const open = (path: string, timezoneId = "UTC") => openPage(browser, `${relay.url}${path}`, { timezoneId, acceptDownloads: true });
+const open = (path: string, timezoneId = "UTC") =>
+  openPage(browser, `${relay.url}${path}`, { timezoneId, acceptDownloads: true });
 
 describe("compare two episodes", () => {
   it("links best and worst from the group page and marks the first differing turn", async () => {
@@ -97,7 +109,9 @@ describe("compare two episodes", () => {
       expect(await section.getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
       expect(await page.locator("#first-difference").getAttribute("data-node")).toBe(String(DIFF_NODE));
       // every turn before it is the same, the marked one differs, both sides drawn
-      const rows = await page.locator("#compare li.compare-row").evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same]));
+      const rows = await page
+        .locator("#compare li.compare-row")
+        .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same]));
       expect(rows.length).toBe(TOTAL_NODES);
       for (const [i, same] of rows) if (i < DIFF_NODE) expect(same, `turn ${i}`).toBe("true");
       expect(rows[DIFF_NODE]![1]).toBe("false");
@@ -115,9 +129,13 @@ describe("compare two episodes", () => {
   it("says 'same' for an episode compared with itself", async () => {
     const { context, page, errors } = await open(`/compare/${encodeURIComponent(A)}/${encodeURIComponent(A)}`);
     try {
-      await page.waitForFunction(() => (globalThis as any).document.querySelector("section.compare-page")?.dataset.firstDifference === "", null, {
-        timeout: 15_000,
-      });
+      await page.waitForFunction(
+        () => (globalThis as any).document.querySelector("section.compare-page")?.dataset.firstDifference === "",
+        null,
+        {
+          timeout: 15_000,
+        },
+      );
       expect(await page.locator("#first-difference").count()).toBe(0);
       expect(await page.locator("#compare-summary").innerText()).toMatch(/Same conversation/);
       expect(errors).toEqual([]);
@@ -141,7 +159,9 @@ describe("compare any rollouts", () => {
     const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
     try {
       for (const id of [Q[0], Q[2], Q[3]]) await pick(page, id);
-      expect(await page.locator("#pick-tray .chip.pick").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[0], Q[2], Q[3]]);
+      expect(
+        await page.locator("#pick-tray .chip.pick").evaluateAll((els: any[]) => els.map((e) => e.dataset.id)),
+      ).toEqual([Q[0], Q[2], Q[3]]);
       expect(await page.locator("#pick-compare").innerText()).toBe("Compare 3");
       await shootPart(page, "#pick-tray", "compare-pick-tray");
       // to the group's page: the picks are still there, checked; a fourth from its rollouts
@@ -153,22 +173,33 @@ describe("compare any rollouts", () => {
       const go = page.locator("#pick-compare");
       expect(await go.innerText()).toBe("Compare 4");
       // ids only in the link, in pick order
-      expect(await go.getAttribute("href")).toBe(`/compare/${[Q[0], Q[2], Q[3], Q[1]].map(encodeURIComponent).join("/")}`);
+      expect(await go.getAttribute("href")).toBe(
+        `/compare/${[Q[0], Q[2], Q[3], Q[1]].map(encodeURIComponent).join("/")}`,
+      );
       await go.click();
       await page.waitForURL(/\/compare\//);
       await page.locator("#first-difference").waitFor({ timeout: 15_000 });
-      expect(await page.locator(".compare-col-head").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[0], Q[2], Q[3], Q[1]]);
+      expect(await page.locator(".compare-col-head").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual(
+        [Q[0], Q[2], Q[3], Q[1]],
+      );
       // the whole group turn by turn: the same up to B's changed turn, where B alone departs
       const rows = await page
         .locator("#compare li.compare-row")
         .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same, e.dataset.classes]));
       expect(rows.length).toBe(TOTAL_NODES);
-      for (const [i, same, classes] of rows) if (i < DIFF_NODE) expect([same, classes], `turn ${i}`).toEqual(["true", "0,0,0,0"]);
+      for (const [i, same, classes] of rows)
+        if (i < DIFF_NODE) expect([same, classes], `turn ${i}`).toEqual(["true", "0,0,0,0"]);
       expect(await page.locator("section.compare-page").getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
       expect(await page.locator("#first-difference").getAttribute("data-classes")).toBe("0,1,0,0");
-      expect(await page.locator("#first-difference .compare-cell.departs").evaluateAll((els: any[]) => els.map((e) => e.dataset.side))).toEqual(["B"]);
+      expect(
+        await page
+          .locator("#first-difference .compare-cell.departs")
+          .evaluateAll((els: any[]) => els.map((e) => e.dataset.side)),
+      ).toEqual(["B"]);
       // one word diff there, A → B, with B's words in it
-      expect(await page.locator("#first-difference .word-diff").evaluateAll((els: any[]) => els.map((e) => e.dataset.to))).toEqual(["B"]);
+      expect(
+        await page.locator("#first-difference .word-diff").evaluateAll((els: any[]) => els.map((e) => e.dataset.to)),
+      ).toEqual(["B"]);
       expect(
         await page
           .locator("#first-difference .word-diff ins")
@@ -177,10 +208,17 @@ describe("compare any rollouts", () => {
       ).toContain("division");
       // side by side: the rewards differ, and the advantages are the group's (mean 0.5: ±0.5)
       expect(await page.locator('[data-fact="reward"]').getAttribute("data-differs")).toBe("true");
-      expect(await page.locator('[data-fact="correct advantage"] .fact-v').allInnerTexts()).toEqual(["+0.5 (+1)", "−0.5 (−1)", "−0.5 (−1)", "+0.5 (+1)"]);
+      expect(await page.locator('[data-fact="correct advantage"] .fact-v').allInnerTexts()).toEqual([
+        "+0.5 (+1)",
+        "−0.5 (−1)",
+        "−0.5 (−1)",
+        "+0.5 (+1)",
+      ]);
       expect(await page.locator('[data-fact="stop condition"] .fact-v').count()).toBe(4);
       // best and worst by the stated rule: q2 (fewer tokens than q1), q4 (after q3 by id)
-      expect(await page.locator("#compare-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
+      expect(await page.locator("#compare-rule").innerText()).toContain(
+        "ties go to fewer tokens, then to the episode id",
+      );
       expect(await page.locator('[data-fact="rank"] .fact-v').allInnerTexts()).toEqual(["–", "–", "worst", "best"]);
       await shoot(page, "compare-group");
       expect(errors).toEqual([]);
@@ -224,7 +262,12 @@ describe("compare any rollouts", () => {
       expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(Q[1])}/${encodeURIComponent(Q[3])}`);
       expect(await page.locator("#tie-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
       expect(await page.locator(".r-row[data-id] .rank").allTextContents()).toEqual(["best", "worst"]);
-      expect(await page.locator(".r-row[data-id]").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([Q[1], Q[0], Q[2], Q[3]]);
+      expect(await page.locator(".r-row[data-id]").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([
+        Q[1],
+        Q[0],
+        Q[2],
+        Q[3],
+      ]);
       expect(errors).toEqual([]);
     } finally {
       await context.close();
@@ -235,13 +278,18 @@ describe("compare any rollouts", () => {
     const { context, page, errors } = await open(`/compare/${encodeURIComponent(MULTI)}/${encodeURIComponent(MULTI2)}`);
     try {
       await page.locator("section.compare-trace").nth(2).waitFor({ timeout: 15_000 });
-      const slots = await page.locator("section.compare-trace").evaluateAll((els: any[]) => els.map((e) => [e.dataset.trace, e.dataset.divergence]));
+      const slots = await page
+        .locator("section.compare-trace")
+        .evaluateAll((els: any[]) => els.map((e) => [e.dataset.trace, e.dataset.divergence]));
       expect(slots).toEqual([
         ["0", ""],
         ["1", ""],
         ["2", ""],
       ]);
-      for (const t of [0, 1, 2]) expect(await page.locator(`section.compare-trace[data-trace="${t}"] li.compare-row`).count()).toBeGreaterThan(0);
+      for (const t of [0, 1, 2])
+        expect(await page.locator(`section.compare-trace[data-trace="${t}"] li.compare-row`).count()).toBeGreaterThan(
+          0,
+        );
       expect(await page.locator("#compare-summary").innerText()).toContain("3 traces compared");
       expect(errors).toEqual([]);
     } finally {
@@ -259,13 +307,18 @@ function lastSet(frames: Uint8Array[], key: string): Map<string, number> {
     if (!set || !(set instanceof Object) || !("get" in set)) continue;
     const v = (set as LMap).get(key);
     if (v !== undefined && v !== null)
-      out.set(d.get("trace") as string, Number(typeof v === "object" && "value" in (v as object) ? (v as { value: number }).value : v));
+      out.set(
+        d.get("trace") as string,
+        Number(typeof v === "object" && "value" in (v as object) ? (v as { value: number }).value : v),
+      );
   }
   return out;
 }
 
 const dd = (page: Page, card: string, key: string) =>
-  page.locator(`[data-card="${card}"] dt`, { hasText: new RegExp(`^${key}$`) }).locator("xpath=following-sibling::dd[1]");
+  page
+    .locator(`[data-card="${card}"] dt`, { hasText: new RegExp(`^${key}$`) })
+    .locator("xpath=following-sibling::dd[1]");
 
 describe("mends", () => {
   it("shows when an episode started with its date and time zone, in the viewer's zone", async () => {
@@ -312,7 +365,11 @@ describe("mends", () => {
       const decoded = decodeLossless(bytes) as LMap;
       expect((decoded.get("traces") as LMap[])[0]!.get("nodes") as unknown[]).toHaveLength(TOTAL_NODES);
       // the same bytes the relay serves
-      const direct = new Uint8Array(await (await fetch(`${relay.url}/v1/episodes/${A}`, { headers: { accept: "application/msgpack" } })).arrayBuffer());
+      const direct = new Uint8Array(
+        await (
+          await fetch(`${relay.url}/v1/episodes/${A}`, { headers: { accept: "application/msgpack" } })
+        ).arrayBuffer(),
+      );
       expect(Buffer.from(bytes).equals(Buffer.from(direct))).toBe(true);
       expect(await page.locator("#download-note").innerText()).toBe("");
       expect(errors).toEqual([]);
@@ -329,7 +386,9 @@ describe("mends", () => {
     try {
       await page.locator("section.trace").nth(2).waitFor({ timeout: 15_000 });
       await page.waitForFunction(
-        () => (globalThis as any).document.querySelector('[data-card="tokens"] .card-title')?.textContent === "Tokens (all 3 traces)",
+        () =>
+          (globalThis as any).document.querySelector('[data-card="tokens"] .card-title')?.textContent ===
+          "Tokens (all 3 traces)",
         null,
         { timeout: 15_000 },
       );
@@ -338,10 +397,13 @@ describe("mends", () => {
       await page.click("#crumb-run");
       const size = page.locator(`a.ep-row[data-id="${MULTI}"] .cell-size`);
       await size.waitFor({ timeout: 15_000 });
-      await page.waitForFunction((t) => (globalThis as any).document.querySelector(t.sel)?.textContent.includes(t.want), {
-        sel: `a.ep-row[data-id="${MULTI}"] .cell-size`,
-        want: `${sum} tok`,
-      });
+      await page.waitForFunction(
+        (t) => (globalThis as any).document.querySelector(t.sel)?.textContent.includes(t.want),
+        {
+          sel: `a.ep-row[data-id="${MULTI}"] .cell-size`,
+          want: `${sum} tok`,
+        },
+      );
       expect(errors).toEqual([]);
     } finally {
       await context.close();

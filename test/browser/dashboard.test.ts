@@ -100,12 +100,20 @@ const open = (path: string, base = relay.url) => openPage(browser, `${base}${pat
 const connection = (page: Page) => page.locator("#connection").getAttribute("data-state");
 
 async function waitConnection(page: Page, state: string, timeout = 15_000): Promise<void> {
-  await page.waitForFunction((s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s, state, { timeout });
+  await page.waitForFunction(
+    (s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s,
+    state,
+    { timeout },
+  );
 }
 
 /** The episode's status pill is drawn on the next animation frame after the connection state. */
 async function waitStatus(page: Page, status: string, timeout = 15_000): Promise<void> {
-  await page.waitForFunction((s) => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === s, status, { timeout });
+  await page.waitForFunction(
+    (s) => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === s,
+    status,
+    { timeout },
+  );
 }
 
 // ---- runs and a run (golden cases) ----
@@ -124,7 +132,10 @@ async function waitRunCounts(page: Page, run: string, counts: Record<string, num
   await page.waitForFunction(
     ([r, want]) => {
       const row = (globalThis as any).document.querySelector(`.run-row[data-run="${r}"]`);
-      return !!row && Object.entries(want).every(([k, v]) => row.querySelector(`[data-count="${k}"]`)?.dataset.value === String(v));
+      return (
+        !!row &&
+        Object.entries(want).every(([k, v]) => row.querySelector(`[data-count="${k}"]`)?.dataset.value === String(v))
+      );
     },
     [run, counts] as const,
     { timeout },
@@ -134,7 +145,10 @@ async function waitRunCounts(page: Page, run: string, counts: Record<string, num
 /** Wait until the run page's counters read these values. */
 async function waitStats(page: Page, stats: Record<string, number>, timeout = 15_000): Promise<void> {
   await page.waitForFunction(
-    (want) => Object.entries(want).every(([k, v]) => (globalThis as any).document.querySelector(`.stat[data-stat="${k}"]`)?.dataset.value === String(v)),
+    (want) =>
+      Object.entries(want).every(
+        ([k, v]) => (globalThis as any).document.querySelector(`.stat[data-stat="${k}"]`)?.dataset.value === String(v),
+      ),
     stats,
     { timeout },
   );
@@ -182,16 +196,25 @@ describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
     expect(await episodeRow(page, ids.chat).locator(".cell-size").innerText()).toMatch(/1 trace · 7 nodes · 3 calls/);
     // the live one: its turns reach the index by the Episode's throttled flush (its alarm, ~2 s)
     await page.waitForFunction(
-      (id) => /3 traces · 11 nodes · 4 calls/.test((globalThis as any).document.querySelector(`.ep-row[data-id="${id}"] .cell-size`)?.textContent ?? ""),
+      (id) =>
+        /3 traces · 11 nodes · 4 calls/.test(
+          (globalThis as any).document.querySelector(`.ep-row[data-id="${id}"] .cell-size`)?.textContent ?? "",
+        ),
       ids.multi,
       { timeout: 10_000 },
     );
     // the histogram of `correct` counts the episodes scored on it: the finished ones, or (toggled) all
     const scoredRows = (status?: string) =>
-      page.locator(`.ep-row[data-id]${status ? `[data-status="${status}"]` : ""} .reward-k`, { hasText: /^correct$/ }).count();
-    expect(Number(await page.locator('.hist[data-key="correct"]').getAttribute("data-count"))).toBe(await scoredRows("finished"));
+      page
+        .locator(`.ep-row[data-id]${status ? `[data-status="${status}"]` : ""} .reward-k`, { hasText: /^correct$/ })
+        .count();
+    expect(Number(await page.locator('.hist[data-key="correct"]').getAttribute("data-count"))).toBe(
+      await scoredRows("finished"),
+    );
     await page.check("#rewards-include-all");
-    await page.waitForFunction(() => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all",
+    );
     const scored = await page.locator('.hist[data-key="correct"]').getAttribute("data-count");
     expect(Number(scored)).toBe(await scoredRows());
 
@@ -234,7 +257,8 @@ const WEIGHTS: Record<string, number> = { correct: 1, format: 0.25 };
 
 /** Episode n of a seeded run: its outcome, scores, turns and tokens (deterministic, varied). */
 function planned(run: string, n: number): Planned {
-  const status: Status = n % 4 === 0 || n % 4 === 2 ? "finished" : n % 8 === 1 ? "failed" : n % 16 === 3 ? "finish_refused" : "live";
+  const status: Status =
+    n % 4 === 0 || n % 4 === 2 ? "finished" : n % 8 === 1 ? "failed" : n % 16 === 3 ? "finish_refused" : "live";
   const scores: Record<string, number> = {};
   if (n % 10 !== 9) scores.correct = ((n * 37) % 101) / 100; // 0 … 1, one in ten unscored
   if (n % 3 === 0) scores.format = (n % 5) / 4; // 0, 0.25, 0.5, 0.75, 1
@@ -281,21 +305,42 @@ async function create(p: Planned): Promise<void> {
 
 async function finish(p: Planned, trace = `t${p.id.replace(/[^A-Za-z0-9]/g, "")}`): Promise<void> {
   const counts = { id: trace, nodes: p.calls, calls: p.calls };
-  if (p.status === "finished") await post(`/v1/episodes/${p.id}/reply`, { success: true, error: null, head: {}, traces: [counts] });
-  if (p.status === "failed") await post(`/v1/episodes/${p.id}/reply`, { success: false, error: `sandbox crashed (${p.id})`, head: null, traces: [] });
+  if (p.status === "finished")
+    await post(`/v1/episodes/${p.id}/reply`, { success: true, error: null, head: {}, traces: [counts] });
+  if (p.status === "failed")
+    await post(`/v1/episodes/${p.id}/reply`, {
+      success: false,
+      error: `sandbox crashed (${p.id})`,
+      head: null,
+      traces: [],
+    });
   if (p.status === "finish_refused")
-    await post(`/v1/episodes/${p.id}/reply`, { success: true, error: null, head: {}, traces: [{ ...counts, nodes: p.calls + 1 }] }, 409);
+    await post(
+      `/v1/episodes/${p.id}/reply`,
+      { success: true, error: null, head: {}, traces: [{ ...counts, nodes: p.calls + 1 }] },
+      409,
+    );
 }
 
 async function post(path: string, body: unknown, status = 200): Promise<void> {
-  const res = await fetch(`${relay.url}${path}`, { method: "POST", body: encode(body), headers: { "content-type": "application/msgpack" } });
+  const res = await fetch(`${relay.url}${path}`, {
+    method: "POST",
+    body: encode(body),
+    headers: { "content-type": "application/msgpack" },
+  });
   expect(res.status, `${path}: ${await res.text()}`).toBe(status);
 }
 
 /** What the run's counters must read for these episodes. */
 function expectedStats(plans: Planned[]): Record<string, number> {
   const count = (s: Status) => plans.filter((p) => p.status === s).length;
-  return { episodes: plans.length, live: count("live"), finished: count("finished"), failed: count("failed"), finish_refused: count("finish_refused") };
+  return {
+    episodes: plans.length,
+    live: count("live"),
+    finished: count("finished"),
+    failed: count("failed"),
+    finish_refused: count("finish_refused"),
+  };
 }
 
 /** The relay's reward order: best weighted-mean reward first, unscored last, then id descending. */
@@ -305,13 +350,17 @@ function byReward(a: Planned, b: Planned): number {
   return a.id < b.id ? 1 : -1;
 }
 
-const shownIds = (page: Page) => page.$$eval(".ep-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
+const shownIds = (page: Page) =>
+  page.$$eval(".ep-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
 
 /** The run page draws 50 rows, then 50 more per "show more". */
 const STEP = 50;
 
 async function waitRows(page: Page, n: number): Promise<void> {
-  await page.waitForFunction((want) => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length === want, n);
+  await page.waitForFunction(
+    (want) => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length === want,
+    n,
+  );
 }
 
 /** Click "show more" until `n` rows are drawn (each click draws up to STEP more, loading a page when needed). */
@@ -366,12 +415,16 @@ describe("a run of 240 episodes", () => {
     const finishedCorrect = plans.filter((p) => p.status === "finished" && "correct" in p.scores).length;
     expect(await page.locator('.hist[data-key="correct"]').getAttribute("data-count")).toBe(String(finishedCorrect));
     await page.check("#rewards-include-all");
-    await page.waitForFunction(() => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#run-charts")?.dataset.rewards === "all",
+    );
 
     for (const key of ["correct", "format"]) {
       const scores = plans.flatMap((p) => (key in p.scores ? [p.scores[key]!] : []));
       const hist = page.locator(`.hist[data-key="${key}"]`);
-      const bars = await hist.locator(".hist-bins .hist-bar").evaluateAll((els) => els.map((e) => Number((e as any).dataset.count)));
+      const bars = await hist
+        .locator(".hist-bins .hist-bar")
+        .evaluateAll((els) => els.map((e) => Number((e as any).dataset.count)));
       const expected = new Array<number>(HISTOGRAM_BINS).fill(0);
       for (const x of scores) expected[binOf(x)]!++;
       expect(bars, `${key} bins`).toEqual(expected);
@@ -389,7 +442,9 @@ describe("a run of 240 episodes", () => {
     const spark = page.locator("svg.sparkline");
     expect(await spark.getAttribute("data-points")).toBe("60");
     expect(await spark.getAttribute("data-total")).toBe("150");
-    const ys = (await spark.locator("polyline").getAttribute("points"))!.split(" ").map((pt) => Number(pt.split(",")[1]));
+    const ys = (await spark.locator("polyline").getAttribute("points"))!
+      .split(" ")
+      .map((pt) => Number(pt.split(",")[1]));
     expect(ys).toHaveLength(60);
     expect(Math.min(...ys.slice(-3))).toBeLessThan(ys[0]!); // the line rises at the end (y grows downwards)
     expect(await page.locator('#throughput [data-stat="last hour"] dd').innerText()).toBe("150");
@@ -397,7 +452,9 @@ describe("a run of 240 episodes", () => {
     // the list: the 50 most recently updated first, then more on demand
     await waitRows(page, STEP);
     expect(await page.locator("#episodes-shown").innerText()).toBe("50 of 240 episodes");
-    const updated = await page.$$eval(".ep-row[data-id] .cell-age .age", (els) => els.map((e) => Date.parse((e as any).dataset.ago)));
+    const updated = await page.$$eval(".ep-row[data-id] .cell-age .age", (els) =>
+      els.map((e) => Date.parse((e as any).dataset.ago)),
+    );
     expect(updated).toEqual([...updated].sort((a, b) => b - a));
     await showAll(page, 240);
     expect(new Set(await shownIds(page))).toEqual(new Set(plans.map((p) => p.id)));
@@ -424,7 +481,10 @@ describe("a run of 240 episodes", () => {
     await page.click('.segmented button[data-status="all"]');
     await page.click('.segmented button[data-sort="reward"]');
     const best = [...plans].sort(byReward).map((p) => p.id);
-    await page.waitForFunction((first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first, best[0]);
+    await page.waitForFunction(
+      (first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first,
+      best[0],
+    );
     expect(await shownIds(page)).toEqual(best.slice(0, STEP));
     const rewards = await page.$$eval(".ep-row[data-id]", (rows) => rows.map((r) => Number((r as any).dataset.reward)));
     expect(rewards).toEqual([...rewards].sort((a, b) => b - a));
@@ -448,7 +508,9 @@ describe("a run of 240 episodes", () => {
     await episodeRow(page, p.id).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(p.id)}`);
     await waitStatus(page, "finished");
-    expect(await page.locator('.card[data-card="rewards"]').innerText()).toMatch(new RegExp(`correct\\s*${p.scores.correct}`));
+    expect(await page.locator('.card[data-card="rewards"]').innerText()).toMatch(
+      new RegExp(`correct\\s*${p.scores.correct}`),
+    );
     expect(await page.locator("li.turn").count()).toBe(p.calls);
     await page.goBack();
     // back on the run page, in the order it was left (the sort lives in the URL)
@@ -473,7 +535,10 @@ describe("a run of 240 episodes", () => {
     // reward order comes from the relay (the snapshot has the newest 30 only)
     await page.click('.segmented button[data-sort="reward"]');
     const best = [...plans].sort(byReward).map((p) => p.id);
-    await page.waitForFunction((first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first, best[0]);
+    await page.waitForFunction(
+      (first) => (globalThis as any).document.querySelector(".ep-row[data-id]")?.dataset.id === first,
+      best[0],
+    );
     expect(await shownIds(page)).toEqual(best.slice(0, STEP));
     await showAll(page, 240); // a page of 200, then the last 40
     expect(await shownIds(page)).toEqual(best);
@@ -481,7 +546,9 @@ describe("a run of 240 episodes", () => {
     await page.click('.segmented button[data-sort="updated"]');
     await page.click('.segmented button[data-status="finished"]');
     await showAll(page, 120);
-    expect(new Set(await shownIds(page))).toEqual(new Set(plans.filter((p) => p.status === "finished").map((p) => p.id)));
+    expect(new Set(await shownIds(page))).toEqual(
+      new Set(plans.filter((p) => p.status === "finished").map((p) => p.id)),
+    );
     expect(errors).toEqual([]);
     await context.close();
   });
@@ -502,7 +569,10 @@ describe("a run of 240 episodes", () => {
     await waitStats(page, expectedStats(plans));
     expect(await statValue(page, "finished")).toBe("121");
     expect(await statValue(page, "live")).toBe("74");
-    await page.waitForFunction((id) => (globalThis as any).document.querySelector(`.ep-row[data-id="${id}"]`)?.dataset.status === "finished", p.id);
+    await page.waitForFunction(
+      (id) => (globalThis as any).document.querySelector(`.ep-row[data-id="${id}"]`)?.dataset.status === "finished",
+      p.id,
+    );
     expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(p.id); // the latest update is on top
     expect(await page.locator("svg.sparkline").getAttribute("data-total")).toBe("151");
     // a new episode
@@ -512,7 +582,9 @@ describe("a run of 240 episodes", () => {
     await waitStats(page, expectedStats(plans));
     expect(await statValue(page, "episodes")).toBe("241");
     await episodeRow(page, added.id).waitFor();
-    expect(await page.locator('.hist[data-key="correct"]').getAttribute("data-count")).toBe(String(plans.filter((x) => "correct" in x.scores).length));
+    expect(await page.locator('.hist[data-key="correct"]').getAttribute("data-count")).toBe(
+      String(plans.filter((x) => "correct" in x.scores).length),
+    );
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
     expect(errors).toEqual([]);
     await context.close();
@@ -534,7 +606,9 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator("#ep-status").innerText()).toMatch(/not found/i);
     await p.send(2); // open + the first turn (system, user, assistant with a tool call)
     await page.locator('li.turn[data-node="2"]').waitFor();
-    expect(await page.locator('li.turn[data-node="2"] .tool-call').innerText()).toMatch(/calculator[\s\S]*expr: "6\*7"/);
+    expect(await page.locator('li.turn[data-node="2"] .tool-call').innerText()).toMatch(
+      /calculator[\s\S]*expr: "6\*7"/,
+    );
 
     // frame 2: a pending preview (the tool's answer) streams before any tool turn is committed
     await p.send(1);
@@ -544,7 +618,9 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator('li.turn[data-role="tool"]').count()).toBe(0);
     // frame 3: a second message is appended to the preview
     await p.send(1);
-    await page.waitForFunction(() => (globalThis as any).document.querySelector("section.trace .pending")?.dataset.count === "2");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("section.trace .pending")?.dataset.count === "2",
+    );
     expect(await pending.innerText()).toContain("sub-agent asks");
     await shoot(page, "episode-pending");
     // frame 4: the tool turn commits; the preview is absorbed
@@ -578,17 +654,26 @@ describe("episode page (/episodes/{id})", () => {
     const urls = new Map<string, string>();
     const requests = new Map<string, Record<string, string>>();
     cdp.on("Network.webSocketCreated", (e: { requestId: string; url: string }) => urls.set(e.requestId, e.url));
-    cdp.on("Network.webSocketWillSendHandshakeRequest", (e: { requestId: string; request: { headers: Record<string, string> } }) =>
-      requests.set(e.requestId, e.request.headers),
+    cdp.on(
+      "Network.webSocketWillSendHandshakeRequest",
+      (e: { requestId: string; request: { headers: Record<string, string> } }) =>
+        requests.set(e.requestId, e.request.headers),
     );
-    cdp.on("Network.webSocketHandshakeResponseReceived", (e: { requestId: string; response: { status: number; headers: Record<string, string> } }) =>
-      handshakes.push({ url: urls.get(e.requestId) ?? "", request: requests.get(e.requestId) ?? {}, response: e.response.headers }),
+    cdp.on(
+      "Network.webSocketHandshakeResponseReceived",
+      (e: { requestId: string; response: { status: number; headers: Record<string, string> } }) =>
+        handshakes.push({
+          url: urls.get(e.requestId) ?? "",
+          request: requests.get(e.requestId) ?? {},
+          response: e.response.headers,
+        }),
     );
     await page.goto(`${relay.url}/episodes/${id}`);
     await waitConnection(page, "finished");
     const watch = handshakes.find((h) => h.url.includes(`/v1/episodes/${id}/watch`));
     expect(watch, "the page's watch socket").toBeDefined();
-    const header = (h: Record<string, string>, name: string) => Object.entries(h).find(([k]) => k.toLowerCase() === name)?.[1];
+    const header = (h: Record<string, string>, name: string) =>
+      Object.entries(h).find(([k]) => k.toLowerCase() === name)?.[1];
     expect(header(watch!.request, "sec-websocket-extensions"), "Chromium offers it").toMatch(/permessage-deflate/);
     expect(header(watch!.response, "sec-websocket-extensions"), "the relay declines it").toBeUndefined();
     await context.close();
@@ -629,7 +714,11 @@ describe("episode page (/episodes/{id})", () => {
     await page.locator('li.turn[data-node="12"]').waitFor();
     expect(await page.locator("canvas.heatmap").count()).toBe(0);
     await page.click("#routing-toggle");
-    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 6, null, { timeout: 15_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 6,
+      null,
+      { timeout: 15_000 },
+    );
     const maps = await page.evaluate(() =>
       [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].map((cv: any) => {
         const d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
@@ -679,7 +768,11 @@ describe("episode page (/episodes/{id})", () => {
     const { context, page, errors } = await open(`/episodes/${id}`);
     await waitConnection(page, "finished");
     await page.click("#routing-toggle");
-    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 4, null, { timeout: 15_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 4,
+      null,
+      { timeout: 15_000 },
+    );
     await expectRoutingFigures(page, golden("routing_repair_widen"));
     expect(Math.max(...(await shownRouting(page)).map((s) => s.legend.max))).toBeGreaterThan(255);
     expect(errors).toEqual([]);
@@ -692,9 +785,16 @@ describe("episode page (/episodes/{id})", () => {
     const { context, page, errors } = await open(`/episodes/${id}`);
     await waitConnection(page, "finished");
     await page.click("#routing-toggle");
-    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 12, null, { timeout: 30_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelectorAll("canvas.heatmap").length === 12,
+      null,
+      { timeout: 30_000 },
+    );
     const repaired = await page.evaluate(
-      () => [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].filter((c: any) => c.dataset.repaired !== "").length,
+      () =>
+        [...(globalThis as any).document.querySelectorAll("canvas.heatmap")].filter(
+          (c: any) => c.dataset.repaired !== "",
+        ).length,
     );
     expect(repaired).toBe(11);
     // sampled heatmaps: the key covers the columns drawn; the 48-layer load tables start folded, figures as counted
@@ -774,7 +874,9 @@ describe("with auth on", () => {
       await waitConnection(page, "live");
       await waitRunCounts(page, run, { finished: 2, episodes: 2 });
       expect(await runRow(page, `${run}-x`).count()).toBe(0);
-      expect(await page.evaluate(() => (globalThis as any).sessionStorage.getItem("episode-relay-token"))).toBe(watcher);
+      expect(await page.evaluate(() => (globalThis as any).sessionStorage.getItem("episode-relay-token"))).toBe(
+        watcher,
+      );
       // the run the token covers: counters and both episodes
       await runRow(page, run).click();
       await waitStats(page, { episodes: 2, finished: 2 });
@@ -801,7 +903,9 @@ describe("with auth on", () => {
       // and the runs page lists no run for it
       await second.page.click('.crumbs a[href="/"]');
       await waitConnection(second.page, "live");
-      await second.page.waitForFunction(() => /No runs yet/.test((globalThis as any).document.querySelector("#runs .empty")?.textContent ?? ""));
+      await second.page.waitForFunction(() =>
+        /No runs yet/.test((globalThis as any).document.querySelector("#runs .empty")?.textContent ?? ""),
+      );
       // a token that does not cover the episode: the page says so
       await second.page.goto(`${authed.url}/episodes/${other}`);
       await second.page.locator("#token-panel").waitFor({ state: "visible" });
@@ -835,6 +939,10 @@ async function startOn(port: number, dir: string): Promise<LocalRelay> {
 
 /** The string message contents of a case's finished episode (what the page must show). */
 function messageTexts(c: GoldenCase): string[] {
-  const episode = toJson(decodeLossless(c.episode!)) as { traces: Array<{ nodes: Array<{ message: { content: unknown } }> }> };
-  return episode.traces.flatMap((t) => t.nodes.map((n) => n.message.content)).filter((x): x is string => typeof x === "string" && x.length > 0);
+  const episode = toJson(decodeLossless(c.episode!)) as {
+    traces: Array<{ nodes: Array<{ message: { content: unknown } }> }>;
+  };
+  return episode.traces
+    .flatMap((t) => t.nodes.map((n) => n.message.content))
+    .filter((x): x is string => typeof x === "string" && x.length > 0);
 }

@@ -7,7 +7,10 @@ import { buildDashboard } from "../../scripts/build-dashboard.mjs";
 export const CHROMIUM = "/usr/bin/chromium";
 
 function apt(args: string[]): boolean {
-  const r = spawnSync("apt-get", args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } });
+  const r = spawnSync("apt-get", args, {
+    stdio: ["ignore", "inherit", "inherit"],
+    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+  });
   return r.status === 0;
 }
 
@@ -17,7 +20,9 @@ export default async function setup(): Promise<void> {
     if (!apt(["install", "-y", "--no-install-recommends", "chromium"])) {
       apt(["update"]);
       if (!apt(["install", "-y", "--no-install-recommends", "chromium"])) {
-        throw new Error(`could not install Debian's chromium (apt-get install -y chromium, as root): the browser tests need ${CHROMIUM}`);
+        throw new Error(
+          `could not install Debian's chromium (apt-get install -y chromium, as root): the browser tests need ${CHROMIUM}`,
+        );
       }
     }
   }

@@ -68,15 +68,33 @@ function plan(): Rollout[] {
       });
     }
   }
-  out.push({ id: `${RUN}:live-0`, group: LIVE_GROUP, task: LIVE_GROUP, scores: { correct: 1, format: 1 }, outcome: "finished" });
-  out.push({ id: `${RUN}:live-1`, group: LIVE_GROUP, task: LIVE_GROUP, scores: { correct: 0, format: 0 }, outcome: "live" });
+  out.push({
+    id: `${RUN}:live-0`,
+    group: LIVE_GROUP,
+    task: LIVE_GROUP,
+    scores: { correct: 1, format: 1 },
+    outcome: "finished",
+  });
+  out.push({
+    id: `${RUN}:live-1`,
+    group: LIVE_GROUP,
+    task: LIVE_GROUP,
+    scores: { correct: 0, format: 0 },
+    outcome: "live",
+  });
   return out;
 }
 const rollouts = plan();
 
 const rewardsOf = (s: Scores) =>
-  m({ correct: m({ score: f(s.correct), weight: f(WEIGHTS.correct) }), format: m({ score: f(s.format), weight: f(WEIGHTS.format) }) });
-const rewardJson = (s: Scores) => ({ correct: { score: s.correct, weight: WEIGHTS.correct }, format: { score: s.format, weight: WEIGHTS.format } });
+  m({
+    correct: m({ score: f(s.correct), weight: f(WEIGHTS.correct) }),
+    format: m({ score: f(s.format), weight: f(WEIGHTS.format) }),
+  });
+const rewardJson = (s: Scores) => ({
+  correct: { score: s.correct, weight: WEIGHTS.correct },
+  format: { score: s.format, weight: WEIGHTS.format },
+});
 
 /** chat_basic into the rollout (its task key set), one more delta with its rewards, then its reply (unless live). */
 async function push(r: Rollout): Promise<void> {
@@ -129,14 +147,21 @@ afterAll(async () => {
 const open = (path: string) => openPage(browser, `${relay.url}${path}`);
 
 async function waitConnection(page: Page, state: string): Promise<void> {
-  await page.waitForFunction((s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s, state, { timeout: 15_000 });
+  await page.waitForFunction(
+    (s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s,
+    state,
+    { timeout: 15_000 },
+  );
 }
 
 async function waitGroupIds(page: Page, ids: string[]): Promise<void> {
   await page.waitForFunction(
     (want) =>
-      JSON.stringify([...(globalThis as any).document.querySelectorAll("#groups .g-row[data-group]")].map((r: any) => r.dataset.group)) ===
-      JSON.stringify(want),
+      JSON.stringify(
+        [...(globalThis as any).document.querySelectorAll("#groups .g-row[data-group]")].map(
+          (r: any) => r.dataset.group,
+        ),
+      ) === JSON.stringify(want),
     ids,
     { timeout: 15_000 },
   );
@@ -159,7 +184,11 @@ function solveRate(task: string, key: keyof Scores, threshold: number): number |
 async function waitSolveRates(page: Page, key: keyof Scores, threshold: number): Promise<void> {
   const want = Object.fromEntries([...TASKS, LIVE_GROUP].map((t) => [t, String(solveRate(t, key, threshold))]));
   await page.waitForFunction(
-    (w) => Object.entries(w).every(([t, v]) => (globalThis as any).document.querySelector(`#tasks .t-row[data-task="${t}"]`)?.dataset.solveRate === v),
+    (w) =>
+      Object.entries(w).every(
+        ([t, v]) =>
+          (globalThis as any).document.querySelector(`#tasks .t-row[data-task="${t}"]`)?.dataset.solveRate === v,
+      ),
     want,
     { timeout: 15_000 },
   );
@@ -179,9 +208,13 @@ async function scoredAll(): Promise<RunAggregates> {
 const fmt = (v: number) => (Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000));
 
 async function waitAttr(page: Page, selector: string, attr: string, value: string): Promise<void> {
-  await page.waitForFunction(([sel, a, v]) => (globalThis as any).document.querySelector(sel)?.getAttribute(a) === v, [selector, attr, value] as const, {
-    timeout: 15_000,
-  });
+  await page.waitForFunction(
+    ([sel, a, v]) => (globalThis as any).document.querySelector(sel)?.getAttribute(a) === v,
+    [selector, attr, value] as const,
+    {
+      timeout: 15_000,
+    },
+  );
 }
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -200,12 +233,17 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     const { context, page, errors } = await open(`/runs/${RUN}`);
     await waitConnection(page, "live");
     // the run's display name (reply heads' run.name), its id under it
-    await page.waitForFunction((n) => (globalThis as any).document.querySelector("#run-title")?.textContent === n, RUN_NAME);
+    await page.waitForFunction(
+      (n) => (globalThis as any).document.querySelector("#run-title")?.textContent === n,
+      RUN_NAME,
+    );
     expect(await page.locator("#run-id").innerText()).toBe(RUN);
     // the zero-variance share beside the counters: the API's
     await waitZeroShare(page, first.zero_variance_share);
     // no rollout here carries a trainer identity: no step or kind columns, in the groups table or the list
-    await page.waitForFunction(() => (globalThis as any).document.querySelector(".run-page")?.dataset.identity === "none");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector(".run-page")?.dataset.identity === "none",
+    );
     expect(await page.locator("#groups .g-row[data-group] .cell-gstep").first().isVisible()).toBe(false);
     expect(await page.locator("#episodes .ep-row[data-id] .cell-kind").first().isVisible()).toBe(false);
     const tile = page.locator('.stat[data-stat="zero_variance"]');
@@ -229,7 +267,10 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     const line = page.locator('#reward-trend path.trend-line[data-key="correct"]');
     expect(await line.getAttribute("data-points")).toBe(String(trend.mean.filter((v) => v !== null).length));
     expect(await line.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+ L/);
-    expect(Number(await page.locator('#reward-trend [data-stat="correct"]').getAttribute("data-mean"))).toBeCloseTo(mean(finishedCorrect), 9);
+    expect(Number(await page.locator('#reward-trend [data-stat="correct"]').getAttribute("data-mean"))).toBeCloseTo(
+      mean(finishedCorrect),
+      9,
+    );
     expect(await page.locator('#reward-trend path.trend-line[data-key="format"]').count()).toBe(1);
 
     // the histograms: finished rollouts only by default; "include failed / refused" counts every one
@@ -258,7 +299,9 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     await page.click("#groups-more");
     await waitGroupIds(page, bySpread);
     expect(await page.locator("#groups-more").isHidden()).toBe(true);
-    const spreads = await page.$$eval("#groups .g-row[data-group]", (rows) => rows.map((r) => (r as any).dataset.spread as string));
+    const spreads = await page.$$eval("#groups .g-row[data-group]", (rows) =>
+      rows.map((r) => (r as any).dataset.spread as string),
+    );
     const numeric = spreads.filter((s) => s !== "").map(Number);
     expect(numeric).toEqual([...numeric].sort((a, b) => b - a));
     // each row: task, size, finished, per key mean ± std, spread; zero-variance groups marked
@@ -268,8 +311,14 @@ describe("rollout groups on the run page (/runs/{run})", () => {
       expect(await row.getAttribute("data-size")).toBe(String(g.size));
       expect(await row.getAttribute("data-finished")).toBe(String(g.finished));
       for (const [k, s] of Object.entries(g.rewards)) {
-        expect(Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-mean")), `${g.id} ${k}`).toBeCloseTo(s.mean, 9);
-        expect(Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-std")), `${g.id} ${k}`).toBeCloseTo(s.std, 9);
+        expect(
+          Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-mean")),
+          `${g.id} ${k}`,
+        ).toBeCloseTo(s.mean, 9);
+        expect(
+          Number(await row.locator(`.reward[data-key="${k}"]`).getAttribute("data-std")),
+          `${g.id} ${k}`,
+        ).toBeCloseTo(s.std, 9);
       }
       const i = Number(g.id.slice(1));
       expect(await row.getAttribute("data-zero"), g.id).toBe(String(g.id !== LIVE_GROUP && ZERO.has(i)));
@@ -277,9 +326,9 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     const g01 = first.groups.find((g) => g.id === "g01")!;
     const xs = rollouts.filter((r) => r.group === "g01").map((r) => r.scores.correct);
     expect(g01.rewards.correct!.std).toBeCloseTo(pstd(xs), 9);
-    expect(await page.locator('#groups .g-row[data-group="g01"] .reward[data-key="correct"] .reward-v').innerText()).toBe(
-      `${Math.round(mean(xs) * 1000) / 1000} ± ${Math.round(pstd(xs) * 1000) / 1000}`,
-    );
+    expect(
+      await page.locator('#groups .g-row[data-group="g01"] .reward[data-key="correct"] .reward-v').innerText(),
+    ).toBe(`${Math.round(mean(xs) * 1000) / 1000} ± ${Math.round(pstd(xs) * 1000) / 1000}`);
 
     // by size, by task: the API's order (first page)
     for (const sort of ["size", "task"] as const) {
@@ -287,7 +336,9 @@ describe("rollout groups on the run page (/runs/{run})", () => {
       await page.click(`.segmented button[data-gsort="${sort}"]`);
       await waitGroupIds(page, want);
     }
-    const tasks = await page.$$eval("#groups .g-row[data-group]", (rows) => rows.map((r) => (r as any).dataset.task as string));
+    const tasks = await page.$$eval("#groups .g-row[data-group]", (rows) =>
+      rows.map((r) => (r as any).dataset.task as string),
+    );
     expect(tasks).toEqual([...tasks].sort());
 
     // tasks: key `correct` (the first of the aggregates' keys), threshold 1
@@ -296,8 +347,12 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator("#task-threshold").inputValue()).toBe("1");
     await waitSolveRates(page, "correct", 1);
     const a = page.locator('#tasks .t-row[data-task="task-a"]');
-    expect(await a.locator('[data-k="rollouts"]').innerText()).toBe(String(rollouts.filter((r) => r.task === "task-a").length));
-    expect(await a.locator('[data-k="solve_rate"]').innerText()).toBe(`${Math.round(solveRate("task-a", "correct", 1)! * 1000) / 10}%`);
+    expect(await a.locator('[data-k="rollouts"]').innerText()).toBe(
+      String(rollouts.filter((r) => r.task === "task-a").length),
+    );
+    expect(await a.locator('[data-k="solve_rate"]').innerText()).toBe(
+      `${Math.round(solveRate("task-a", "correct", 1)! * 1000) / 10}%`,
+    );
     expect(await a.locator('[data-k="mean_turns"]').innerText()).toBe("3");
     // another key and threshold re-ask the relay
     await page.selectOption("#task-key", "format");
@@ -320,7 +375,9 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     const after = await api<GroupsPage>(`/v1/runs/${RUN}/groups`);
     expect(after.zero_variance_share).toBe(ZERO.size / (GROUPS + 1));
     await waitZeroShare(page, after.zero_variance_share);
-    expect(await tile.locator(".stat-value").innerText()).toBe(`${Math.round((ZERO.size / (GROUPS + 1)) * 1000) / 10}%`);
+    expect(await tile.locator(".stat-value").innerText()).toBe(
+      `${Math.round((ZERO.size / (GROUPS + 1)) * 1000) / 10}%`,
+    );
     // the trend follows: one more group completed this hour, and the same in the groups page's trend
     await waitAttr(page, zv, "data-completed", String(GROUPS + 1));
     expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / (GROUPS + 1)));
@@ -337,7 +394,9 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     let listed: { mean_rewards?: Record<string, number> } | undefined;
     const end = Date.now() + 15_000;
     for (;;) {
-      const dir = await api<{ runs: Array<{ run: string; finished: number; mean_rewards?: Record<string, number> }> }>(`/v1/runs?prefix=${RUN}`);
+      const dir = await api<{ runs: Array<{ run: string; finished: number; mean_rewards?: Record<string, number> }> }>(
+        `/v1/runs?prefix=${RUN}`,
+      );
       listed = dir.runs.find((r) => r.run === RUN && r.finished === finished.length);
       if (listed || Date.now() > end) break;
       await new Promise((r) => setTimeout(r, 100));
@@ -391,12 +450,18 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     const detail = await api<{ rollouts: Array<{ id: string }> }>(`/v1/runs/${RUN}/groups/${group}`);
     const want = bestFirst(group).map((r) => r.id);
     expect(detail.rollouts.map((r) => r.id)).toEqual(want);
-    const ids = () => page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
+    const ids = () =>
+      page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id as string));
     expect(await ids()).toEqual(want);
     // the numbers
     const stat = (k: string) => page.locator(`#group-numbers dd[data-stat="${k}"]`).innerText();
     expect(await stat("task")).toBe("task-d");
-    expect([await stat("size"), await stat("finished"), await stat("failed"), await stat("live")]).toEqual(["4", "3", "1", "0"]);
+    expect([await stat("size"), await stat("finished"), await stat("failed"), await stat("live")]).toEqual([
+      "4",
+      "3",
+      "1",
+      "0",
+    ]);
     const members = rollouts.filter((r) => r.group === group);
     const done = members.filter((r) => r.outcome === "finished");
     for (const key of ["correct", "format"] as const) {
@@ -413,13 +478,18 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
       }
     }
     // side by side on a desktop
-    const [nb, rb] = await Promise.all([page.locator("#group-numbers").boundingBox(), page.locator(".group-rollouts").boundingBox()]);
+    const [nb, rb] = await Promise.all([
+      page.locator("#group-numbers").boundingBox(),
+      page.locator(".group-rollouts").boundingBox(),
+    ]);
     expect(rb!.x).toBeGreaterThan(nb!.x + nb!.width - 1);
     expect(Math.abs(rb!.y - nb!.y)).toBeLessThan(60);
     // the failed one says why; turns, tokens, stop condition of a finished one
     const failed = members.find((r) => r.outcome === "failed")!;
     expect(await page.locator(`#rollouts .r-row[data-id="${failed.id}"]`).getAttribute("data-status")).toBe("failed");
-    expect(await page.locator(`#rollouts .r-row[data-id="${failed.id}"] .ep-error`).innerText()).toContain("sandbox crashed");
+    expect(await page.locator(`#rollouts .r-row[data-id="${failed.id}"] .ep-error`).innerText()).toContain(
+      "sandbox crashed",
+    );
     const top = page.locator(`#rollouts .r-row[data-id="${want[0]}"]`);
     expect(await top.locator('[data-k="calls"]').innerText()).toBe("3");
     expect(await top.locator(".cell-stop").innerText()).toBe("agent_completed");
@@ -427,7 +497,10 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     expect(await top.locator(".rank").innerText()).toMatch(/best/i);
     // worst first
     await page.click('.segmented button[data-order="worst"]');
-    await page.waitForFunction((id) => (globalThis as any).document.querySelector("#rollouts .r-row[data-id]")?.dataset.id === id, want.at(-1));
+    await page.waitForFunction(
+      (id) => (globalThis as any).document.querySelector("#rollouts .r-row[data-id]")?.dataset.id === id,
+      want.at(-1),
+    );
     expect(await ids()).toEqual([...want].reverse());
     await page.click('.segmented button[data-order="best"]');
     const shots = await shoot(page, "group");
@@ -443,21 +516,37 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     const { context, page, errors } = await open(`/runs/${RUN}/groups/g04`);
     await page.locator("#rollouts .r-row[data-id]").first().waitFor();
     await page.locator("#group-zero").waitFor();
-    const cells = await page.$$eval("#rollouts .cell-adv", (els) => els.map((e) => [(e as any).dataset.raw, (e as any).dataset.normalized]));
+    const cells = await page.$$eval("#rollouts .cell-adv", (els) =>
+      els.map((e) => [(e as any).dataset.raw, (e as any).dataset.normalized]),
+    );
     expect(cells).toHaveLength(SIZE * 2);
     for (const [raw, normalized] of cells) expect([Number(raw), normalized]).toEqual([0, ""]);
     // equal rewards: the relay's id order
-    expect(await page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id))).toEqual(bestFirst("g04").map((r) => r.id));
+    expect(await page.$$eval("#rollouts .r-row[data-id]", (rows) => rows.map((r) => (r as any).dataset.id))).toEqual(
+      bestFirst("g04").map((r) => r.id),
+    );
     expect(errors).toEqual([]);
     await context.close();
   });
 
   it("re-reads the group every few seconds while a rollout is live", async () => {
     const id = `${RUN}:later-live`;
-    const later: Rollout = { id, group: "later", task: "later", scores: { correct: 0.5, format: 0.5 }, outcome: "live" };
+    const later: Rollout = {
+      id,
+      group: "later",
+      task: "later",
+      scores: { correct: 0.5, format: 0.5 },
+      outcome: "live",
+    };
     rollouts.push(later);
     await push(later);
-    const mate: Rollout = { id: `${RUN}:later-done`, group: "later", task: "later", scores: { correct: 1, format: 0 }, outcome: "finished" };
+    const mate: Rollout = {
+      id: `${RUN}:later-done`,
+      group: "later",
+      task: "later",
+      scores: { correct: 1, format: 0 },
+      outcome: "finished",
+    };
     rollouts.push(mate);
     await push(mate);
     await indexed({ live: 1, finished: count("finished") });
@@ -469,9 +558,14 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     });
     later.outcome = "finished";
     await reply(later);
-    await page.waitForFunction((rid) => (globalThis as any).document.querySelector(`#rollouts .r-row[data-id="${rid}"]`)?.dataset.status === "finished", id, {
-      timeout: 15_000,
-    });
+    await page.waitForFunction(
+      (rid) =>
+        (globalThis as any).document.querySelector(`#rollouts .r-row[data-id="${rid}"]`)?.dataset.status === "finished",
+      id,
+      {
+        timeout: 15_000,
+      },
+    );
     expect(await page.locator('#group-numbers dd[data-stat="finished"]').innerText()).toBe("2");
     expect(await page.locator(".group-page").getAttribute("data-live")).toBe("0");
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);

@@ -23,13 +23,15 @@ export async function openPage(
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));
   page.on("console", (msg) => {
-    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text())) errors.push(msg.text());
+    if (msg.type() === "error" && !/WebSocket|Failed to load resource|ERR_CONNECTION_REFUSED/.test(msg.text()))
+      errors.push(msg.text());
   });
   await page.goto(url);
   return { context, page, errors };
 }
 
-const pageWidth = (page: Page) => page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+const pageWidth = (page: Page) =>
+  page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
 
 /** `name-desktop.png` and `name-phone.png`, full page, in SHOTS; both written and non-empty. */
 export async function shoot(page: Page, name: string): Promise<string[]> {
@@ -61,7 +63,10 @@ export async function shootPart(page: Page, selector: string, name: string): Pro
   ] as const) {
     await page.setViewportSize(viewport);
     await page.waitForTimeout(150);
-    if (size === "phone") expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(PHONE.width);
+    if (size === "phone")
+      expect(await pageWidth(page), `${name}: no sideways scroll at ${PHONE.width} px`).toBeLessThanOrEqual(
+        PHONE.width,
+      );
     const file = join(SHOTS, `${name}-${size}.png`);
     // the sticky top bar would cover the part's top once it is scrolled into view: set aside through
     // the CSSOM (Playwright's `style` option injects a <style>, which the pages' CSP refuses)

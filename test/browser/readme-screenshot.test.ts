@@ -34,5 +34,8 @@ it("the screenshot command writes the run page as a 1280×1500 PNG, the committe
   const shot = readFileSync(out);
   expect(pngSize(shot)).toEqual({ width: 1280, height: 1500 });
   expect(shot.length).toBeGreaterThan(20_000); // a page drawn, not a blank one
-  expect(pngSize(readFileSync(join(root, "docs", "images", "dashboard-run.png")))).toEqual({ width: 1280, height: 1500 });
+  expect(pngSize(readFileSync(join(root, "docs", "images", "dashboard-run.png")))).toEqual({
+    width: 1280,
+    height: 1500,
+  });
 }, 200_000);

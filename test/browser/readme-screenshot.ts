@@ -18,7 +18,8 @@ const relay = await startRelay({});
 const browser = await launchChromium();
 try {
   const plan = trainingPlan(RUN, Date.now() / 1000);
-  for (let i = 0; i < plan.length; i += 12) await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
+  for (let i = 0; i < plan.length; i += 12)
+    await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   // the run's index takes the rows in the background: wait until it counts every rollout
   for (const end = Date.now() + 60_000; ; ) {
     const run = (await (await fetch(`${relay.url}/v1/runs/${RUN}`)).json()) as { aggregates?: { episodes?: number } };
@@ -26,11 +27,19 @@ try {
     if (Date.now() > end) throw new Error(`run ${RUN} never counted ${plan.length} episodes: ${JSON.stringify(run)}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  const context = await browser.newContext({ viewport: { width: 1280, height: 1500 }, deviceScaleFactor: 1, timezoneId: "UTC" });
+  const context = await browser.newContext({
+    viewport: { width: 1280, height: 1500 },
+    deviceScaleFactor: 1,
+    timezoneId: "UTC",
+  });
   const page = await context.newPage();
   await page.goto(`${relay.url}/runs/${RUN}`);
   // a function, not a string: the page's CSP refuses eval
-  await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]").length > 0, undefined, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => (globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]").length > 0,
+    undefined,
+    { timeout: 30_000 },
+  );
   await page.waitForTimeout(1500); // the charts and the live table settle
   mkdirSync(dirname(out), { recursive: true });
   await page.screenshot({ path: out });

@@ -8,7 +8,11 @@ import { expect } from "vitest";
 export function relayCalls(url: () => string) {
   /** POST msgpack `body` to `path`; a 200 expected. */
   async function post(path: string, body: Uint8Array): Promise<void> {
-    const res = await fetch(`${url()}${path}`, { method: "POST", body, headers: { "content-type": "application/msgpack" } });
+    const res = await fetch(`${url()}${path}`, {
+      method: "POST",
+      body,
+      headers: { "content-type": "application/msgpack" },
+    });
     expect(res.status, `${path}: ${await res.text()}`).toBe(200);
   }
 
@@ -23,9 +27,11 @@ export function relayCalls(url: () => string) {
   async function indexed(run: string, counts: Record<string, number>, ms: number): Promise<void> {
     const end = Date.now() + ms;
     for (;;) {
-      const got = (await api<{ aggregates?: { counts?: Record<string, number> } }>(`/v1/runs/${run}`)).aggregates?.counts ?? {};
+      const got =
+        (await api<{ aggregates?: { counts?: Record<string, number> } }>(`/v1/runs/${run}`)).aggregates?.counts ?? {};
       if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-      if (Date.now() > end) throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${JSON.stringify(got)}`);
+      if (Date.now() > end)
+        throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${JSON.stringify(got)}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   }
@@ -34,7 +40,12 @@ export function relayCalls(url: () => string) {
    * chat_basic into episode `id`: its open frame with task key `task`, its other frames (those
    * `keep` keeps), then one more delta setting `set`.
    */
-  async function pushChat(id: string, task: string, set: LMap, keep: (frame: Uint8Array) => boolean = () => true): Promise<void> {
+  async function pushChat(
+    id: string,
+    task: string,
+    set: LMap,
+    keep: (frame: Uint8Array) => boolean = () => true,
+  ): Promise<void> {
     await post(`/v1/episodes/${id}/deltas`, openFrame(task));
     for (const frame of chat.frames.slice(1)) if (keep(frame)) await post(`/v1/episodes/${id}/deltas`, frame);
     await post(`/v1/episodes/${id}/deltas`, setDelta(set));

@@ -19,7 +19,15 @@ interface Expected {
   k: number;
   /** Cells (token × layer) per top-1 expert: what the heatmap paints, when it is not sampled. */
   top1: Map<number, number>;
-  layers: Array<{ used: number; busiest: number; count: number; routings: number; share: number; maxOverMean: number; cv: number }>;
+  layers: Array<{
+    used: number;
+    busiest: number;
+    count: number;
+    routings: number;
+    share: number;
+    maxOverMean: number;
+    cv: number;
+  }>;
 }
 
 /** `${trace}\n${node}` → the figures of each routed node of the case's episode. */
@@ -55,7 +63,15 @@ function figures(nd: Nd): Expected {
     const count = Math.max(...counts);
     const busiest = Math.min(...[...load].filter(([, n]) => n === count).map(([e]) => e));
     const cv = Math.sqrt(counts.reduce((s, n) => s + (n - mean) ** 2, 0) / counts.length) / mean;
-    perLayer.push({ used: load.size, busiest, count, routings, share: count / routings, maxOverMean: count / mean, cv });
+    perLayer.push({
+      used: load.size,
+      busiest,
+      count,
+      routings,
+      share: count / routings,
+      maxOverMean: count / mean,
+      cv,
+    });
   }
   return { tokens, k, top1, layers: perLayer };
 }
@@ -76,7 +92,8 @@ export function shownRouting(page: Page) {
         const cv = li.querySelector("canvas.heatmap");
         const d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
         const painted = new Set<string>();
-        for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 255) painted.add(`rgb(${d[i]}, ${d[i + 1]}, ${d[i + 2]})`);
+        for (let i = 0; i < d.length; i += 4)
+          if (d[i + 3] === 255) painted.add(`rgb(${d[i]}, ${d[i + 1]}, ${d[i + 2]})`);
         const details = li.querySelector("details.expert-load");
         return {
           key: `${li.closest("section.trace").dataset.trace}\n${li.dataset.node}`,
@@ -136,10 +153,16 @@ export async function expectRoutingFigures(page: Page, c: GoldenCase, { sampled 
 /** Drawn whole: one swatch per top-1 expert in id order, min and max labelled, each swatch's colour painted. */
 function expectLegend(s: Shown, want: Expected): void {
   const ids = [...want.top1.keys()].sort((a, b) => a - b);
-  expect(s.legend, s.key).toMatchObject({ min: ids[0], max: ids.at(-1), experts: ids.length, cells: want.tokens * want.layers.length });
+  expect(s.legend, s.key).toMatchObject({
+    min: ids[0],
+    max: ids.at(-1),
+    experts: ids.length,
+    cells: want.tokens * want.layers.length,
+  });
   expect([s.legend.minLabel, s.legend.maxLabel]).toEqual([`#${ids[0]}`, `#${ids.at(-1)}`]);
   expect(s.legend.swatches.map((w) => [w.expert, w.cells])).toEqual(ids.map((e) => [e, want.top1.get(e)]));
-  for (const w of s.legend.swatches) expect(s.painted, `${s.key}: expert ${w.expert}'s swatch colour is painted`).toContain(w.colour);
+  for (const w of s.legend.swatches)
+    expect(s.painted, `${s.key}: expert ${w.expert}'s swatch colour is painted`).toContain(w.colour);
 }
 
 function expectSampledLegend(s: Shown, want: Expected): void {
@@ -167,6 +190,13 @@ function expectLoad(s: Shown, want: Expected): void {
     expect(r.share).toBeCloseTo(w.share, 12);
     expect(r.maxOverMean).toBeCloseTo(w.maxOverMean, 12);
     expect(r.cv).toBeCloseTo(w.cv, 12);
-    expect(r.cells).toEqual([String(l), String(w.used), `#${w.busiest}`, percent(w.share), w.maxOverMean.toFixed(2), w.cv.toFixed(2)]);
+    expect(r.cells).toEqual([
+      String(l),
+      String(w.used),
+      `#${w.busiest}`,
+      percent(w.share),
+      w.maxOverMean.toFixed(2),
+      w.cv.toFixed(2),
+    ]);
   });
 }

@@ -66,7 +66,12 @@ const withNodes = (frame: Uint8Array) => Boolean((decodeLossless(frame) as LMap)
 
 async function push(r: Rollout): Promise<void> {
   const stop = r.truncated ? "max_turns_reached" : "agent_completed";
-  const set = m({ rewards: rewardsOf([r.correct, r.format]), stop_condition: stop, is_timeout: r.truncated, num_total_tokens: r.tokens });
+  const set = m({
+    rewards: rewardsOf([r.correct, r.format]),
+    stop_condition: stop,
+    is_timeout: r.truncated,
+    num_total_tokens: r.tokens,
+  });
   await pushChat(r.id, r.task, set, withNodes);
   await replyChat(r.id, r.group, r.task, r.failed);
 }
@@ -91,17 +96,28 @@ async function waitListed(page: Page, want: Rollout[]): Promise<void> {
   expect(ids.length).toBeGreaterThan(0);
   expect(ids.length).toBeLessThanOrEqual(50);
   await page.waitForFunction(
-    (w) => JSON.stringify([...(globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]")].map((r: any) => r.dataset.id).sort()) === w,
+    (w) =>
+      JSON.stringify(
+        [...(globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]")]
+          .map((r: any) => r.dataset.id)
+          .sort(),
+      ) === w,
     JSON.stringify(ids),
     { timeout: 20_000 },
   );
-  await page.waitForFunction(() => (globalThis as any).document.querySelector(".run-episodes")?.dataset.complete === "true", null, { timeout: 20_000 });
+  await page.waitForFunction(
+    () => (globalThis as any).document.querySelector(".run-episodes")?.dataset.complete === "true",
+    null,
+    { timeout: 20_000 },
+  );
 }
 
 describe("the run page of 64 groups × 8 rollouts, and the episode filters", () => {
   it("draws the run, then lists exactly what each filter matches, asked of the relay", async () => {
     const { context, page, errors } = await openPage(browser, `${relay.url}/runs/${RUN}?limit=50`);
-    const groups = await api<{ zero_variance_share: number; zero_variance_groups: number; finished_groups: number }>(`/v1/runs/${RUN}/groups`);
+    const groups = await api<{ zero_variance_share: number; zero_variance_groups: number; finished_groups: number }>(
+      `/v1/runs/${RUN}/groups`,
+    );
     expect(groups.finished_groups).toBe(GROUPS);
     expect(groups.zero_variance_groups).toBe(Array.from({ length: GROUPS }, (_, i) => i).filter(zeroVariance).length);
     await page.waitForFunction(
@@ -110,7 +126,9 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
       { timeout: 20_000 },
     );
     // the snapshot holds 50 of 512: the list is not complete until a filter narrows it
-    await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]").length === 50);
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]").length === 50,
+    );
     expect(await page.locator(".run-episodes").getAttribute("data-complete")).toBe("false");
     const shots = await shoot(page, "run-64x8");
 
@@ -120,7 +138,9 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
       page,
       rollouts.filter((r) => r.truncated),
     );
-    expect(await page.locator("#episodes .ep-row[data-id]").first().locator(".cell-size").innerText()).toContain("call");
+    expect(await page.locator("#episodes .ep-row[data-id]").first().locator(".cell-size").innerText()).toContain(
+      "call",
+    );
     expect(new URL(page.url()).searchParams.get("truncated")).toBe("1");
 
     // truncated and errored together: none (no truncated rollout failed); then errored alone
@@ -139,7 +159,9 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
       page,
       rollouts.filter((r) => r.failed),
     );
-    expect(await page.locator('#episodes .ep-row[data-status="failed"]').count()).toBe(rollouts.filter((r) => r.failed).length);
+    expect(await page.locator('#episodes .ep-row[data-status="failed"]').count()).toBe(
+      rollouts.filter((r) => r.failed).length,
+    );
 
     // a task and a reward range (typed: the list is asked once the typing settles)
     await page.selectOption("#filter-errored", "");
@@ -168,7 +190,11 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
     // a range whose min is above its max is refused in place; the list stays as it was
     await page.fill("#filter-reward-min", "0.9");
     await page.fill("#filter-reward-max", "0.1");
-    await page.waitForFunction(() => (globalThis as any).document.querySelector("#filter-problem")?.hidden === false, null, { timeout: 10_000 });
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#filter-problem")?.hidden === false,
+      null,
+      { timeout: 10_000 },
+    );
     expect(await page.locator("#filter-problem").innerText()).toContain("MIN is above MAX");
     await waitListed(
       page,

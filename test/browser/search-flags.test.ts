@@ -28,7 +28,8 @@ const HACK = "The grader only checks that the last line is 391, so I print 391 w
 const nodes: Array<[number, number, string]> = [];
 for (const [i, fr] of chat.frames.entries()) {
   const ns = (decodeLossless(fr) as LMap).get("nodes");
-  if (Array.isArray(ns)) for (const [j, n] of ns.entries()) nodes.push([i, j, ((n as LMap).get("message") as LMap).get("role") as string]);
+  if (Array.isArray(ns))
+    for (const [j, n] of ns.entries()) nodes.push([i, j, ((n as LMap).get("message") as LMap).get("role") as string]);
 }
 /** The second assistant turn (the working-out): the one the hacked rollout replaces. */
 const HACK_NODE = nodes.map(([, , r], k) => [r, k] as const).filter(([r]) => r === "assistant")[1]![1];
@@ -50,7 +51,9 @@ async function push(id: string, hacked: boolean): Promise<void> {
 /** Wait until the run's search finds `q` (the index takes up to its flush interval). */
 async function searchable(q: string): Promise<void> {
   const end = Date.now() + 30_000;
-  while ((await api<{ episodes: unknown[] }>(`/v1/runs/${RUN}/search?q=${encodeURIComponent(q)}`)).episodes.length === 0) {
+  while (
+    (await api<{ episodes: unknown[] }>(`/v1/runs/${RUN}/search?q=${encodeURIComponent(q)}`)).episodes.length === 0
+  ) {
     if (Date.now() > end) throw new Error(`${q} not searchable`);
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -103,9 +106,13 @@ describe("search and flags in the dashboard", () => {
       await page.goBack();
       await page.locator("#run-search").fill("zebra");
       await page.locator("#run-search").press("Enter");
-      await page.waitForFunction(() => (globalThis as any).document.querySelector("#search-note")?.textContent === "no rollout matches", null, {
-        timeout: 15_000,
-      });
+      await page.waitForFunction(
+        () => (globalThis as any).document.querySelector("#search-note")?.textContent === "no rollout matches",
+        null,
+        {
+          timeout: 15_000,
+        },
+      );
       expect(await page.locator("#search-results").isHidden()).toBe(true);
       expect(errors).toEqual([]);
     } finally {

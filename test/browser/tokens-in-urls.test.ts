@@ -48,23 +48,39 @@ async function pushChat(id: string, token: string, live = false): Promise<void> 
     producer.acknowledge();
   }
   if (live) return;
-  const r = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: chat.reply, headers: { authorization: `Bearer ${token}` } });
+  const r = await fetch(`${relay.url}/v1/episodes/${id}/reply`, {
+    method: "POST",
+    body: chat.reply,
+    headers: { authorization: `Bearer ${token}` },
+  });
   expect(r.status).toBe(200);
   await r.arrayBuffer();
 }
 
 /** Every URL a page of `context` asks for (documents, scripts, fetches, sockets), and its page and console errors. */
-function record(context: BrowserContext): { urls: string[]; sockets: Array<{ url: string; protocol: string }>; errors: string[] } {
-  const seen = { urls: [] as string[], sockets: [] as Array<{ url: string; protocol: string }>, errors: [] as string[] };
+function record(context: BrowserContext): {
+  urls: string[];
+  sockets: Array<{ url: string; protocol: string }>;
+  errors: string[];
+} {
+  const seen = {
+    urls: [] as string[],
+    sockets: [] as Array<{ url: string; protocol: string }>,
+    errors: [] as string[],
+  };
   context.on("request", (r) => seen.urls.push(r.url()));
   context.on("page", (p) => watchPage(p, seen));
   return seen;
 }
 
-function watchPage(page: Page, seen: { urls: string[]; sockets: Array<{ url: string; protocol: string }>; errors: string[] }): void {
+function watchPage(
+  page: Page,
+  seen: { urls: string[]; sockets: Array<{ url: string; protocol: string }>; errors: string[] },
+): void {
   page.on("pageerror", (e) => seen.errors.push(e.message));
   page.on("console", (m) => {
-    if (m.type() === "error" && !/Failed to load resource|WebSocket connection/.test(m.text())) seen.errors.push(m.text());
+    if (m.type() === "error" && !/Failed to load resource|WebSocket connection/.test(m.text()))
+      seen.errors.push(m.text());
   });
   page.on("websocket", (ws) => seen.urls.push(ws.url()));
   void page
@@ -73,7 +89,8 @@ function watchPage(page: Page, seen: { urls: string[]; sockets: Array<{ url: str
     .then(async (cdp) => {
       await cdp.send("Network.enable");
       cdp.on("Network.webSocketWillSendHandshakeRequest", (e: { request: { headers: Record<string, string> } }) => {
-        const h = Object.entries(e.request.headers).find(([k]) => k.toLowerCase() === "sec-websocket-protocol")?.[1] ?? "";
+        const h =
+          Object.entries(e.request.headers).find(([k]) => k.toLowerCase() === "sec-websocket-protocol")?.[1] ?? "";
         seen.sockets.push({ url: "", protocol: h });
       });
       cdp.on("Network.webSocketCreated", (e: { url: string }) => seen.urls.push(e.url));
@@ -82,7 +99,11 @@ function watchPage(page: Page, seen: { urls: string[]; sockets: Array<{ url: str
 }
 
 async function connection(page: Page, state: string, timeout = 15_000): Promise<void> {
-  await page.waitForFunction((s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s, state, { timeout });
+  await page.waitForFunction(
+    (s) => (globalThis as any).document.querySelector("#connection")?.dataset.state === s,
+    state,
+    { timeout },
+  );
 }
 
 describe("the dashboard's security headers", () => {
@@ -91,7 +112,14 @@ describe("the dashboard's security headers", () => {
       const res = await fetch(`${relay.url}${path}`);
       expect(res.status).toBe(200);
       const csp = res.headers.get("content-security-policy") ?? "";
-      for (const d of ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"]) {
+      for (const d of [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+      ]) {
         expect(csp, path).toContain(d);
       }
       expect(res.headers.get("x-content-type-options")).toBe("nosniff");
@@ -130,7 +158,10 @@ describe("a share link", () => {
     expect(await adminPage.locator("#share-note").innerText()).toMatch(/read-only, until/);
     await shoot(adminPage, "share-link");
     const shared = decodeURIComponent(link.split("#token=")[1]!);
-    const claims = JSON.parse(Buffer.from(shared.split(".")[1]!, "base64url").toString()) as { role: string; episodes: string[] };
+    const claims = JSON.parse(Buffer.from(shared.split(".")[1]!, "base64url").toString()) as {
+      role: string;
+      episodes: string[];
+    };
     expect(claims).toMatchObject({ role: "watcher", episodes: [`${run}:*`] });
 
     // someone else opens the link: a fresh browser, no session
@@ -164,12 +195,19 @@ describe("a share link", () => {
       rest.acknowledge();
     }
     await (
-      await fetch(`${relay.url}/v1/episodes/${live}/reply`, { method: "POST", body: chat.reply, headers: { authorization: `Bearer ${producer}` } })
+      await fetch(`${relay.url}/v1/episodes/${live}/reply`, {
+        method: "POST",
+        body: chat.reply,
+        headers: { authorization: `Bearer ${producer}` },
+      })
     ).arrayBuffer();
     await connection(tab, "finished");
     expect(await tab.locator("li.turn").count()).toBe(7);
     // read-only: the shared token cannot delete (the relay says so)
-    const del = await fetch(`${relay.url}/v1/episodes/${done}`, { method: "DELETE", headers: { authorization: `Bearer ${shared}` } });
+    const del = await fetch(`${relay.url}/v1/episodes/${done}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${shared}` },
+    });
     expect(del.status).toBe(403);
 
     for (const seen of [adminSeen, guestSeen]) {
@@ -182,7 +220,9 @@ describe("a share link", () => {
       guestSeen.urls.some((u) => /^ws:.*\/v1\/episodes\/.*\/watch/.test(u)),
       "the watch socket was opened",
     ).toBe(true);
-    expect(guestSeen.sockets.some((s) => s.protocol.includes(`bearer.${shared}`) && s.protocol.includes("episode-relay"))).toBe(true);
+    expect(
+      guestSeen.sockets.some((s) => s.protocol.includes(`bearer.${shared}`) && s.protocol.includes("episode-relay")),
+    ).toBe(true);
     await adminContext.close();
     await guest.close();
   }, 120_000);
@@ -201,7 +241,8 @@ describe("a busy relay's sockets", () => {
       // the first in got the one start; the others were refused and came back after the hint, not the usual fast backoff
       const refused = opened.filter((o) => o.length >= 2);
       expect(refused.length).toBeGreaterThanOrEqual(2);
-      for (const o of refused) for (let k = 1; k < o.length; k++) expect(o[k]! - o[k - 1]!).toBeGreaterThanOrEqual(RETRY_MIN_MS);
+      for (const o of refused)
+        for (let k = 1; k < o.length; k++) expect(o[k]! - o[k - 1]!).toBeGreaterThanOrEqual(RETRY_MIN_MS);
       await context.close();
     } finally {
       await busy.stop();

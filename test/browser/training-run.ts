@@ -16,7 +16,16 @@ export type Outcome = "finished" | "failed" | "boot" | "running" | "pending";
 export interface Rollout {
   id: string;
   /** prime-rl's identity: `id` (a hex name), kind, env, group, task, policy_version, step, started. */
-  dispatch: { id: string; kind: string; env: string; group: string; task: string; policy_version: number; step: number; started: number };
+  dispatch: {
+    id: string;
+    kind: string;
+    env: string;
+    group: string;
+    task: string;
+    policy_version: number;
+    step: number;
+    started: number;
+  };
   scores: [number, number];
   outcome: Outcome;
   /** The last assistant words (chat_basic's final "391" replaced). */
@@ -34,7 +43,13 @@ const ANSWERS = ["391", "17 * 23 = 391", "The answer is 381.", "391, since 17 * 
 /** The plan: train steps 0-3 (two groups of 4 each), eval at steps 0 and 2 (a group of 4), a live step 4. */
 export function trainingPlan(run: string, now: number): Rollout[] {
   const out: Rollout[] = [];
-  const add = (kind: string, step: number, g: number, j: number, r: Partial<Rollout> & { scores: [number, number] }) => {
+  const add = (
+    kind: string,
+    step: number,
+    g: number,
+    j: number,
+    r: Partial<Rollout> & { scores: [number, number] },
+  ) => {
     const name = `${kind === "eval" ? "e" : "t"}${step}-g${g}-${j}`;
     out.push({
       id: `${run}:${name}`,
@@ -77,7 +92,8 @@ export function trainingPlan(run: string, now: number): Rollout[] {
       }
     }
   }
-  for (const step of [0, 2]) for (let j = 0; j < 4; j++) add("eval", step, 0, j, { scores: step === 2 ? [0, 0.25] : [j % 2, 0.5] });
+  for (const step of [0, 2])
+    for (let j = 0; j < 4; j++) add("eval", step, 0, j, { scores: step === 2 ? [0, 0.25] : [j % 2, 0.5] });
   const live: Outcome[] = ["boot", "running", "pending", "pending"];
   live.forEach((outcome, j) => {
     add("train", 4, 0, j, { scores: [0, 0], outcome });
@@ -113,16 +129,35 @@ function framesOf(r: Rollout): number[] {
 /** Announce `r`, stream what its outcome says, and (ended) reply. */
 export async function pushRollout(url: string, r: Rollout): Promise<void> {
   const post = async (path: string, body: Uint8Array | string, type: string) => {
-    const res = await fetch(`${url}/v1/episodes/${encodeURIComponent(r.id)}/${path}`, { method: "POST", body, headers: { "content-type": type } });
+    const res = await fetch(`${url}/v1/episodes/${encodeURIComponent(r.id)}/${path}`, {
+      method: "POST",
+      body,
+      headers: { "content-type": type },
+    });
     if (res.status !== 200) throw new Error(`${r.id} ${path}: ${res.status} ${await res.text()}`);
     await res.arrayBuffer();
   };
   await post("dispatch", JSON.stringify(r.dispatch), "application/json");
   for (const i of framesOf(r)) await post("deltas", frameFor(r, i), "application/msgpack");
   if (r.outcome !== "finished" && r.outcome !== "failed") return;
-  await post("deltas", setDelta(m({ rewards: rewardsOf(r.scores), stop_condition: r.stop, is_timeout: r.truncated })), "application/msgpack");
-  const failed = enc(m({ success: false, error: `sandbox crashed (${r.id})`, head: m({ group: m({ id: r.dispatch.group }) }), traces: [] }));
-  await post("reply", r.outcome === "failed" ? failed : groupReply(r.dispatch.group, r.dispatch.task), "application/msgpack");
+  await post(
+    "deltas",
+    setDelta(m({ rewards: rewardsOf(r.scores), stop_condition: r.stop, is_timeout: r.truncated })),
+    "application/msgpack",
+  );
+  const failed = enc(
+    m({
+      success: false,
+      error: `sandbox crashed (${r.id})`,
+      head: m({ group: m({ id: r.dispatch.group }) }),
+      traces: [],
+    }),
+  );
+  await post(
+    "reply",
+    r.outcome === "failed" ? failed : groupReply(r.dispatch.group, r.dispatch.task),
+    "application/msgpack",
+  );
 }
 
 /** A node of the relay's JSON view of an episode. */
@@ -141,7 +176,12 @@ export interface JsonNode {
  * token masked). `advantage` 0 gives the zero-variance group's stream (every value 0). With them,
  * what each sampled node carries by construction (one value per sampled token, in order).
  */
-export function primeRecords(trace: string, nodes: JsonNode[], advantage: number, shipStep: number): { records: LValue[]; expected: Map<number, NodeValues> } {
+export function primeRecords(
+  trace: string,
+  nodes: JsonNode[],
+  advantage: number,
+  shipStep: number,
+): { records: LValue[]; expected: Map<number, NodeValues> } {
   const path = branchPaths(nodes)[0]!;
   const advantages: number[] = [];
   const trainer: Array<number | null> = [];
@@ -182,12 +222,16 @@ export function primeRecords(trace: string, nodes: JsonNode[], advantage: number
   }
   // position 0 is null in every trainer stream (the shift across the packing boundary)
   trainer[0] = entropies[0] = masked[0] = null;
-  const rec = (info: LValue, branch: Record<string, LValue>) => m({ version: 1, trace_id: trace, info, branches: [m({ index: 0, ...branch })] });
+  const rec = (info: LValue, branch: Record<string, LValue>) =>
+    m({ version: 1, trace_id: trace, info, branches: [m({ index: 0, ...branch })] });
   const floats = (xs: Array<number | null>) => xs.map((v) => (v === null ? null : f(v)));
-  if (path.length && nodes[path[0]!]!.mask[0]) throw new Error("the branch's first token is sampled: position 0's null would drop its node");
+  if (path.length && nodes[path[0]!]!.mask[0])
+    throw new Error("the branch's first token is sampled: position 0's null would drop its node");
   return {
     records: [
-      rec(m({ effective: true, ship: m({ step: shipStep, time: f(1764644020.5) }), advantage: f(advantage) }), { advantages: floats(advantages) }),
+      rec(m({ effective: true, ship: m({ step: shipStep, time: f(1764644020.5) }), advantage: f(advantage) }), {
+        advantages: floats(advantages),
+      }),
       rec(m({}), { trainer_logprobs: floats(trainer), entropies: floats(entropies), is_masked: masked }),
     ],
     expected,

@@ -18,7 +18,16 @@ import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
-import { HACK, type JsonNode, type NodeValues, postAnnotations, primeRecords, pushRollout, type Rollout, trainingPlan } from "./training-run.js";
+import {
+  HACK,
+  type JsonNode,
+  type NodeValues,
+  postAnnotations,
+  primeRecords,
+  pushRollout,
+  type Rollout,
+  trainingPlan,
+} from "./training-run.js";
 
 let browser: Browser;
 let relay: LocalRelay;
@@ -39,12 +48,16 @@ interface EpisodeJson {
   traces: Array<{ id: string; task: { type: string; key: string; data: Record<string, unknown> }; nodes: JsonNode[] }>;
 }
 const episodeJson = async (id: string) => {
-  const res = await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(id)}`, { headers: { accept: "application/json" } });
+  const res = await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(id)}`, {
+    headers: { accept: "application/json" },
+  });
   expect(res.status).toBe(200);
   return (await res.json()) as EpisodeJson;
 };
 async function annotationsJson(id: string) {
-  const res = await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(id)}/annotations`, { headers: { accept: "application/json" } });
+  const res = await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(id)}/annotations`, {
+    headers: { accept: "application/json" },
+  });
   expect(res.status).toBe(200);
   return (await res.json()) as {
     version: number;
@@ -82,9 +95,14 @@ beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
   relay = await startRelay({});
-  for (let i = 0; i < plan.length; i += 12) await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
+  for (let i = 0; i < plan.length; i += 12)
+    await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   const n = (o: Rollout["outcome"][]) => plan.filter((r) => o.includes(r.outcome)).length;
-  await indexed(RUN, { finished: n(["finished"]), failed: n(["failed"]), live: n(["boot", "running", "pending"]) }, 60_000);
+  await indexed(
+    RUN,
+    { finished: n(["finished"]), failed: n(["failed"]), live: n(["boot", "running", "pending"]) },
+    60_000,
+  );
   // the running rollout's turns reach its row (a live row's facts are flushed in the background)
   const running = byName("t4-g0-1");
   for (const end = Date.now() + 20_000; ; ) {
@@ -105,7 +123,11 @@ afterAll(async () => {
 const open = (path: string) => openPage(browser, `${relay.url}${path}`);
 
 async function waitFor(page: Page, fn: string, arg?: unknown, timeout = 15_000): Promise<void> {
-  await page.waitForFunction(new Function("arg", `const document = globalThis.document; return (${fn})(arg);`) as never, arg, { timeout });
+  await page.waitForFunction(
+    new Function("arg", `const document = globalThis.document; return (${fn})(arg);`) as never,
+    arg,
+    { timeout },
+  );
 }
 
 async function waitListed(page: Page, ids: string[]): Promise<void> {
@@ -119,16 +141,24 @@ async function waitListed(page: Page, ids: string[]): Promise<void> {
 describe("per-step charts on the run page", () => {
   it("draw each step's mean reward per key and zero-variance share, train and eval apart, as /steps holds them", async () => {
     const steps = await allSteps();
-    expect(new Set(steps.map((s) => `${s.step}:${s.kind}`))).toEqual(new Set(["0:train", "1:train", "2:train", "3:train", "4:train", "0:eval", "2:eval"]));
+    expect(new Set(steps.map((s) => `${s.step}:${s.kind}`))).toEqual(
+      new Set(["0:train", "1:train", "2:train", "3:train", "4:train", "0:eval", "2:eval"]),
+    );
     const { context, page, errors } = await open(`/runs/${RUN}`);
     const dots = (kind: string, key: string) =>
       page.$$eval(`#step-rewards .step-dot[data-kind="${kind}"][data-key="${key}"]`, (els) =>
         els.map((e) => [Number((e as any).dataset.step), Number((e as any).dataset.value)]),
       );
-    await waitFor(page, "(n) => document.querySelectorAll('#step-rewards .step-dot').length === n", countRewardPoints(steps));
+    await waitFor(
+      page,
+      "(n) => document.querySelectorAll('#step-rewards .step-dot').length === n",
+      countRewardPoints(steps),
+    );
     for (const kind of ["train", "eval"]) {
       for (const key of ["correct", "format"]) {
-        const want = steps.filter((s) => s.kind === kind && s.mean_rewards[key] !== undefined).map((s) => [s.step, s.mean_rewards[key]!]);
+        const want = steps
+          .filter((s) => s.kind === kind && s.mean_rewards[key] !== undefined)
+          .map((s) => [s.step, s.mean_rewards[key]!]);
         const got = await dots(kind, key);
         expect(
           got.map(([s]) => s),
@@ -140,7 +170,11 @@ describe("per-step charts on the run page", () => {
       const zero = await page.$$eval(`#step-zero-variance .step-dot[data-kind="${kind}"]`, (els) =>
         els.map((e) => [Number((e as any).dataset.step), Number((e as any).dataset.value)]),
       );
-      expect(zero).toEqual(steps.filter((s) => s.kind === kind && s.zero_variance_share !== null).map((s) => [s.step, s.zero_variance_share]));
+      expect(zero).toEqual(
+        steps
+          .filter((s) => s.kind === kind && s.zero_variance_share !== null)
+          .map((s) => [s.step, s.zero_variance_share]),
+      );
     }
     // what the plan says of it: step 1's train groups are one of zero variance in two; step 2's eval group all scored the same
     expect(steps.find((s) => s.step === 1 && s.kind === "train")!.zero_variance_share).toBe(0.5);
@@ -151,12 +185,21 @@ describe("per-step charts on the run page", () => {
     expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(2);
     // the groups table names each group's step and kind (the relay's groups page; a run without identities has no such column)
     expect(await page.locator(".run-page").getAttribute("data-identity")).toBe("yes");
-    const groups = (await api<{ groups: Array<{ id: string; step: number | null; kind: string | null }> }>(`/v1/runs/${RUN}/groups?limit=10`)).groups;
+    const groups = (
+      await api<{ groups: Array<{ id: string; step: number | null; kind: string | null }> }>(
+        `/v1/runs/${RUN}/groups?limit=10`,
+      )
+    ).groups;
     await waitFor(page, "(n) => document.querySelectorAll('#groups .g-row[data-group]').length === n", groups.length);
     for (const g of groups) {
       const row = page.locator(`#groups .g-row[data-group="${g.id}"]`);
-      expect([await row.getAttribute("data-step"), await row.getAttribute("data-kind")], g.id).toEqual([String(g.step ?? ""), g.kind ?? ""]);
-      expect((await row.locator(".cell-gstep").innerText()).replace(/\s+/g, " ").trim(), g.id).toBe(g.step === null ? "–" : `${g.step} ${g.kind}`);
+      expect([await row.getAttribute("data-step"), await row.getAttribute("data-kind")], g.id).toEqual([
+        String(g.step ?? ""),
+        g.kind ?? "",
+      ]);
+      expect((await row.locator(".cell-gstep").innerText()).replace(/\s+/g, " ").trim(), g.id).toBe(
+        g.step === null ? "–" : `${g.step} ${g.kind}`,
+      );
     }
     const shots = await shootPart(page, "#run-charts", "training-steps");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
@@ -251,12 +294,12 @@ describe("the run's episode list", () => {
       both.map((r) => r.id),
     );
     const url = new URL(page.url());
-    expect([url.searchParams.get("step"), url.searchParams.get("policy_version"), url.searchParams.get("env"), url.searchParams.get("sort")]).toEqual([
-      "1..2",
-      "1",
-      "gsm8k",
-      "step",
-    ]);
+    expect([
+      url.searchParams.get("step"),
+      url.searchParams.get("policy_version"),
+      url.searchParams.get("env"),
+      url.searchParams.get("sort"),
+    ]).toEqual(["1..2", "1", "gsm8k", "step"]);
     // a reload keeps the filter and the order
     await page.reload();
     await waitListed(
@@ -278,8 +321,17 @@ describe("the run's episode list", () => {
     );
     const chips = await page.$$eval("#episodes .ep-row[data-id] .reward.scored", (els) =>
       els.map((e) => {
-        const bg = (globalThis as any).getComputedStyle(e.querySelector(".reward-k")!).backgroundColor.match(/\d+/g)!.map(Number);
-        return { id: (e.closest(".ep-row") as any).dataset.id, key: (e as any).dataset.key, score: Number((e as any).dataset.score), r: bg[0]!, g: bg[1]! };
+        const bg = (globalThis as any)
+          .getComputedStyle(e.querySelector(".reward-k")!)
+          .backgroundColor.match(/\d+/g)!
+          .map(Number);
+        return {
+          id: (e.closest(".ep-row") as any).dataset.id,
+          key: (e as any).dataset.key,
+          score: Number((e as any).dataset.score),
+          r: bg[0]!,
+          g: bg[1]!,
+        };
       }),
     );
     expect(chips.length).toBe(step3.filter((r) => r.rewards).length * 2);
@@ -351,7 +403,8 @@ describe("the live table", () => {
     // it ticks (each reading is up to a tick old: 3.2 s later it moved at least 2 s)
     await page.waitForTimeout(3200);
     const later = await rows();
-    for (const [i, r] of later.entries()) expect(seconds(r.elapsed) - seconds(first[i]!.elapsed)).toBeGreaterThanOrEqual(2);
+    for (const [i, r] of later.entries())
+      expect(seconds(r.elapsed) - seconds(first[i]!.elapsed)).toBeGreaterThanOrEqual(2);
     const shots = await shootPart(page, "#run-live", "training-live");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
 
@@ -359,8 +412,14 @@ describe("the live table", () => {
     const announced = plan.find((r) => r.id === live[2]!.id)!;
     // its identity again (the same value: a no-op), then its opening frame
     await pushRollout(relay.url, { ...announced, outcome: "boot" });
-    await waitFor(page, "(id) => document.querySelector('#live-table .lr-row[data-id=\"' + id + '\"]')?.dataset.stage === 'boot'", announced.id);
-    expect(await page.locator(`#live-table .lr-row[data-id="${announced.id}"]`).getAttribute("data-pending")).toBeNull();
+    await waitFor(
+      page,
+      "(id) => document.querySelector('#live-table .lr-row[data-id=\"' + id + '\"]')?.dataset.stage === 'boot'",
+      announced.id,
+    );
+    expect(
+      await page.locator(`#live-table .lr-row[data-id="${announced.id}"]`).getAttribute("data-pending"),
+    ).toBeNull();
     expect((await listed("status=live")).find((r) => r.id === announced.id)!.live!.stage).toBe("boot");
     expect(errors).toEqual([]);
     await context.close();
@@ -372,7 +431,11 @@ describe("the group page", () => {
     const g = await api<GroupDetailJson>(`/v1/runs/${RUN}/groups/train-s3-g1`);
     expect([g.step, g.kind, g.size]).toEqual([3, "train", 4]);
     const { context, page, errors } = await open(`/runs/${RUN}/groups/train-s3-g1`);
-    await waitFor(page, "(n) => document.querySelectorAll('#rollouts .r-row[data-id]').length === n", g.rollouts.length);
+    await waitFor(
+      page,
+      "(n) => document.querySelectorAll('#rollouts .r-row[data-id]').length === n",
+      g.rollouts.length,
+    );
     expect(await page.locator('#group-numbers [data-stat="step"]').innerText()).toBe(String(g.step));
     expect(await page.locator('#group-numbers [data-stat="step"] a').getAttribute("href")).toBe(`/runs/${RUN}?step=3`);
     expect(await page.locator('#group-numbers [data-stat="kind"]').innerText()).toBe(g.kind);
@@ -389,7 +452,10 @@ describe("the group page", () => {
     // the reward hacker's words sit beside its reward, in view without scrolling the table sideways
     const hacker = page.locator(`#rollouts .r-row[data-id="${RUN}:t3-g1-3"]`);
     expect(await hacker.locator(".cell-answer").innerText()).toMatch(/^Sure\. 1 2 3 4 5/);
-    const [answer, list] = [await hacker.locator(".cell-answer").boundingBox(), await page.locator("#rollouts").boundingBox()];
+    const [answer, list] = [
+      await hacker.locator(".cell-answer").boundingBox(),
+      await page.locator("#rollouts").boundingBox(),
+    ];
     expect(answer!.x + answer!.width).toBeLessThanOrEqual(list!.x + list!.width);
     const shots = await shoot(page, "training-group");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
@@ -402,7 +468,9 @@ describe("the episode page", () => {
   it("shows the task's prompt and expected answer and the training identity, linked to its group and its step", async () => {
     const ep = await episodeJson(ANNOTATED.id);
     const task = ep.traces[0]!.task;
-    const status = await api<{ dispatch: Record<string, unknown> }>(`/v1/episodes/${encodeURIComponent(ANNOTATED.id)}/status`);
+    const status = await api<{ dispatch: Record<string, unknown> }>(
+      `/v1/episodes/${encodeURIComponent(ANNOTATED.id)}/status`,
+    );
     const [row] = (await listed(`step=3`)).filter((r) => r.id === ANNOTATED.id);
     const { context, page, errors } = await open(`/episodes/${encodeURIComponent(ANNOTATED.id)}`);
     await waitFor(page, "() => document.querySelector('#identity dd[data-k=\"step\"]')?.innerText === '3'");
@@ -410,7 +478,13 @@ describe("the episode page", () => {
     expect(await page.locator('#task-context [data-field="answer"] .task-answer').innerText()).toBe(task.data.answer);
     expect(await page.locator("#task-context .task-key").innerText()).toBe(task.key);
     const dd = (k: string) => page.locator(`#identity dd[data-k="${k}"]`).innerText();
-    expect([await dd("kind"), await dd("env"), await dd("policy_version"), await dd("staleness"), await dd("task")]).toEqual([
+    expect([
+      await dd("kind"),
+      await dd("env"),
+      await dd("policy_version"),
+      await dd("staleness"),
+      await dd("task"),
+    ]).toEqual([
       status.dispatch.kind,
       status.dispatch.env,
       String(status.dispatch.policy_version),
@@ -418,7 +492,9 @@ describe("the episode page", () => {
       status.dispatch.task,
     ]);
     expect(row!.staleness).toBe(1);
-    expect(await page.locator("#group-link").getAttribute("href")).toBe(`/runs/${encodeURIComponent(RUN)}/groups/${encodeURIComponent(row!.group!)}`);
+    expect(await page.locator("#group-link").getAttribute("href")).toBe(
+      `/runs/${encodeURIComponent(RUN)}/groups/${encodeURIComponent(row!.group!)}`,
+    );
     const shots = await shootPart(page, "#context", "training-task");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     // the step link: the run's list filtered by that step
@@ -465,12 +541,17 @@ describe("the episode page", () => {
         }),
       );
     const rgba = (c: string) => c.match(/[\d.]+/g)!.map(Number);
-    const check = async (signal: string, values: (v: NodeValues) => Array<number | boolean>, colour: (x: number | boolean, max: number) => number[]) => {
+    const check = async (
+      signal: string,
+      values: (v: NodeValues) => Array<number | boolean>,
+      colour: (x: number | boolean, max: number) => number[],
+    ) => {
       await page.selectOption("#token-signal", signal);
       await waitFor(page, "(s) => document.querySelector('.tok-strip')?.dataset.overlay === s", signal);
       const all = [...want.values()].flatMap(values).filter((x): x is number => typeof x === "number");
       const max = signal === "advantage" ? Math.max(...all.map(Math.abs)) : Math.max(0, ...all);
-      if (signal !== "is_masked") expect(Number(await page.locator("#signal-legend .sig-scale").getAttribute("data-max"))).toBeCloseTo(max, 9);
+      if (signal !== "is_masked")
+        expect(Number(await page.locator("#signal-legend .sig-scale").getAttribute("data-max"))).toBeCloseTo(max, 9);
       const got = await strips();
       expect(got.map((s) => s.node)).toEqual([...want.keys()]);
       for (const s of got) {
@@ -481,7 +562,8 @@ describe("the episode page", () => {
         s.colours.forEach((c, k) => {
           const [r, g, b, a = 1] = rgba(c);
           const [wr, wg, wb, wa] = colour(v[k]!, max);
-          if (wa === 0) expect(c === "rgba(0, 0, 0, 0)" || a === 0, `${signal} node ${s.node} token ${k}: ${c}`).toBe(true);
+          if (wa === 0)
+            expect(c === "rgba(0, 0, 0, 0)" || a === 0, `${signal} node ${s.node} token ${k}: ${c}`).toBe(true);
           else {
             expect([r, g, b], `${signal} node ${s.node} token ${k}`).toEqual([wr, wg, wb]);
             expect(Math.abs(a - wa!), `${signal} node ${s.node} token ${k} alpha`).toBeLessThan(0.005);
@@ -528,14 +610,19 @@ describe("the episode page", () => {
   it("says why a signal paints nothing, in prime-rl's words: every advantage 0, an eval episode, not shipped yet", async () => {
     const note = async (id: string, signal: string) => {
       const { context, page } = await open(`/episodes/${encodeURIComponent(id)}?signal=${signal}`);
-      await waitFor(page, "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden");
+      await waitFor(
+        page,
+        "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden",
+      );
       const text = await page.locator(".signal-note").innerText();
       const option = await page.locator(`#token-signal option[value="${signal}"]`).getAttribute("data-reason");
       await context.close();
       return { text, option };
     };
     // the zero-variance group: the orchestrator's stream is there, all zeros
-    expect((await annotationsJson(ZERO_ADV.id)).traces[0]!.branches[0]!.advantages).toSatisfy((a: number[]) => a.length > 0 && a.every((x) => x === 0));
+    expect((await annotationsJson(ZERO_ADV.id)).traces[0]!.branches[0]!.advantages).toSatisfy(
+      (a: number[]) => a.length > 0 && a.every((x) => x === 0),
+    );
     expect(await note(ZERO_ADV.id, "advantage")).toEqual({
       text: "every advantage is 0: Every member of this trace's group scored the same reward, so the group carries no learning signal.",
       option: "every advantage is 0",
@@ -557,7 +644,10 @@ describe("the episode page", () => {
 
   it("picks up annotations posted after the page opened (re-checked while the ended episode is shown)", async () => {
     const { context, page, errors } = await open(`/episodes/${encodeURIComponent(LATE.id)}?signal=entropy`);
-    await waitFor(page, "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden");
+    await waitFor(
+      page,
+      "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden",
+    );
     expect(await page.locator("#annotations-state").innerText()).toMatch(/No trainer annotations yet/);
     await annotate(LATE, 0.5);
     // within one re-check (15 s), the strips appear and the note goes
@@ -582,7 +672,14 @@ describe("steps kept live from the run socket", () => {
     const group: Rollout[] = [0, 1, 2, 3].map((j) => ({
       ...plan[0]!,
       id: `${RUN}:t5-g0-${j}`,
-      dispatch: { ...plan[0]!.dispatch, id: `dt5g0${j}`, step: 5, policy_version: 5, group: "train-s5-g0", task: "idx=50" },
+      dispatch: {
+        ...plan[0]!.dispatch,
+        id: `dt5g0${j}`,
+        step: 5,
+        policy_version: 5,
+        group: "train-s5-g0",
+        task: "idx=50",
+      },
       scores: [j % 2, 0.25 * j],
       outcome: "finished",
     }));
@@ -598,8 +695,13 @@ describe("steps kept live from the run socket", () => {
       `(v) => Number(document.querySelector('#step-rewards .step-dot[data-step="5"][data-kind="train"][data-key="correct"]')?.dataset.value) === v`,
       step5.mean_rewards.correct,
     );
-    expect(Number(await page.locator('#step-zero-variance .step-dot[data-step="5"]').getAttribute("data-value"))).toBe(step5.zero_variance_share);
-    for (const r of group) expect((await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(r.id)}`, { method: "DELETE" })).status).toBe(200);
+    expect(Number(await page.locator('#step-zero-variance .step-dot[data-step="5"]').getAttribute("data-value"))).toBe(
+      step5.zero_variance_share,
+    );
+    for (const r of group)
+      expect((await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(r.id)}`, { method: "DELETE" })).status).toBe(
+        200,
+      );
     await waitFor(page, "() => document.querySelectorAll('#step-rewards .step-dot[data-step=\"5\"]').length === 0");
     expect((await allSteps()).some((s) => s.step === 5)).toBe(false);
     expect(errors).toEqual([]);

@@ -47,15 +47,22 @@ const ROUTER_503: Fault = {
 /** Frames [from, to) straight to the relay; the reply when `to` is the end. */
 async function push(id: string, c: GoldenCase, producer: ProducerCursor, from: number, to: number): Promise<void> {
   for (let i = from; i < to; i++) {
-    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(c.frames[i]!)) });
+    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(c.frames[i]!)),
+    });
     expect(res.status, await res.text()).toBe(200);
     if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
-  if (to === c.frames.length) expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).status).toBe(200);
+  if (to === c.frames.length)
+    expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).status).toBe(200);
 }
 
 const dataset = (page: Page, selector: string, key: string) =>
-  page.evaluate(([s, k]) => (globalThis as any).document.querySelector(s)?.dataset[k] as string | undefined, [selector, key] as const);
+  page.evaluate(([s, k]) => (globalThis as any).document.querySelector(s)?.dataset[k] as string | undefined, [
+    selector,
+    key,
+  ] as const);
 
 /** Every value the status badge takes, as the page draws it. */
 async function recordStatuses(page: Page): Promise<() => Promise<string[]>> {
@@ -70,8 +77,16 @@ async function recordStatuses(page: Page): Promise<() => Promise<string[]>> {
 }
 
 async function waitFinished(page: Page): Promise<void> {
-  await page.waitForFunction(() => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === "finished", null, { timeout: 30_000 });
-  await page.waitForFunction(() => (globalThis as any).document.querySelector("#connection")?.dataset.state === "finished", null, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === "finished",
+    null,
+    { timeout: 30_000 },
+  );
+  await page.waitForFunction(
+    () => (globalThis as any).document.querySelector("#connection")?.dataset.state === "finished",
+    null,
+    { timeout: 30_000 },
+  );
 }
 
 describe("the episode page through transient trouble", () => {
@@ -106,7 +121,11 @@ describe("the episode page through transient trouble", () => {
     await push(id, c, producer, 0, 4);
     const { context, page, errors } = await openPage(browser, `${proxy.url}/episodes/${encodeURIComponent(id)}`);
     try {
-      await page.waitForFunction(() => (globalThis as any).document.querySelector("#connection")?.dataset.state === "live", null, { timeout: 20_000 });
+      await page.waitForFunction(
+        () => (globalThis as any).document.querySelector("#connection")?.dataset.state === "live",
+        null,
+        { timeout: 20_000 },
+      );
       const statuses = await recordStatuses(page);
       const states: string[] = [];
       const poll = setInterval(

@@ -20,7 +20,11 @@ const nulls = (n: number) => new Array<null>(n).fill(null);
 
 /** prime-rl's fixture trace: a user prompt of 12 tokens, then an assistant node of 5 whose last 2 are sampled (one branch, 17 tokens). */
 const NODES: FoldNode[] = [
-  { parent: null, token_ids: [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198], mask: new Array(12).fill(false) },
+  {
+    parent: null,
+    token_ids: [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198],
+    mask: new Array(12).fill(false),
+  },
   { parent: 0, token_ids: [151644, 77091, 198, 19, 151645], mask: [false, false, false, true, true] },
 ];
 /** Its orchestrator's record (stamp_batch at ship step 4): advantages full length, 0.0 off the sampled tokens. */
@@ -36,7 +40,12 @@ const TRAINER = {
   trace_id: TRACE,
   info: {},
   branches: [
-    { index: 0, trainer_logprobs: [...nulls(15), -0.1101, -0.0019], entropies: [...nulls(15), 0.4123, 0.0157], is_masked: [...nulls(15), false, false] },
+    {
+      index: 0,
+      trainer_logprobs: [...nulls(15), -0.1101, -0.0019],
+      entropies: [...nulls(15), 0.4123, 0.0157],
+      is_masked: [...nulls(15), false, false],
+    },
   ],
 };
 
@@ -51,7 +60,8 @@ function asJson(t: TraceAnnotations): { info: Json; branches: Array<{ index: num
   return toJson(decodeLossless(encodeTraceAnnotations(t))) as never;
 }
 
-const fold = (nodes: FoldNode[], t: TraceAnnotations) => Object.fromEntries([...foldOntoNodes(nodes, asJson(t))].map(([i, m]) => [i, Object.fromEntries(m)]));
+const fold = (nodes: FoldNode[], t: TraceAnnotations) =>
+  Object.fromEntries([...foldOntoNodes(nodes, asJson(t))].map(([i, m]) => [i, Object.fromEntries(m)]));
 
 describe("records", () => {
   it("prime-rl's fixture: info merged deeply, entries kept in order; the fold gives what prime-rl's does", () => {
@@ -64,7 +74,12 @@ describe("records", () => {
     ]);
     // prime-rl's expected fold (its fixture notes): node 0 nothing (no sampled token), node 1 every stream
     expect(fold(NODES, t)).toEqual({
-      1: { advantages: [0.5, 0.5], trainer_logprobs: [-0.1101, -0.0019], entropies: [0.4123, 0.0157], is_masked: [false, false] },
+      1: {
+        advantages: [0.5, 0.5],
+        trainer_logprobs: [-0.1101, -0.0019],
+        entropies: [0.4123, 0.0157],
+        is_masked: [false, false],
+      },
     });
     const kl = mismatchKl([-0.1101, -0.0019], [-0.1053, -0.0021]);
     expect(kl[0]).toBeCloseTo(1.15016e-5, 9);
@@ -78,7 +93,10 @@ describe("records", () => {
     const full = { ...TRAINER, branches: [{ index: 0, trainer_logprobs: [...nulls(15), -0.9, -0.8] }] };
     expect(fold(NODES, merged(TRAINER, full))[1]!.trainer_logprobs).toEqual([-0.9, -0.8]);
     // partial streams keep their nulls unless all are null
-    const masked = { ...TRAINER, branches: [{ index: 0, is_masked: [...nulls(15), true, null], mismatch_kl: [...nulls(16), 0.25] }] };
+    const masked = {
+      ...TRAINER,
+      branches: [{ index: 0, is_masked: [...nulls(15), true, null], mismatch_kl: [...nulls(16), 0.25] }],
+    };
     expect(fold(NODES, merged(masked))[1]).toEqual({ is_masked: [true, null], mismatch_kl: [null, 0.25] });
     expect(fold(NODES, merged({ ...TRAINER, branches: [{ index: 0, is_masked: nulls(17) }] }))).toEqual({});
   });
@@ -111,7 +129,11 @@ describe("records", () => {
         { index: 1, trainer_logprobs: [null, null, null, null, null, -0.5] },
       ],
     });
-    expect(fold(nodes, t)).toEqual({ 1: { trainer_logprobs: [-0.1, -0.2] }, 3: { trainer_logprobs: [-0.3, -0.4] }, 4: { trainer_logprobs: [-0.5] } });
+    expect(fold(nodes, t)).toEqual({
+      1: { trainer_logprobs: [-0.1, -0.2] },
+      3: { trainer_logprobs: [-0.3, -0.4] },
+      4: { trainer_logprobs: [-0.5] },
+    });
   });
 
   it("round-trips through its msgpack (floats as float64, flags and nulls kept)", () => {
@@ -140,7 +162,11 @@ describe("records", () => {
     expect(refused({ trace_id: TRACE, branches: {} })).toBe("annotations.branches");
     expect(refused({ trace_id: TRACE, branches: [{ advantages: [1] }] })).toBe("annotations.branches[0].index");
     expect(refused({ trace_id: TRACE, branches: [{ index: -1 }] })).toBe("annotations.branches[0].index");
-    expect(refused({ trace_id: TRACE, branches: [{ index: 0, entropies: "high" }] })).toBe("annotations.branches[0].entropies");
-    expect(refused([{ trace_id: TRACE }, { trace_id: TRACE, branches: [{ index: 0, entropies: [1, "x"] }] }])).toBe("annotations[1].branches[0].entropies[1]");
+    expect(refused({ trace_id: TRACE, branches: [{ index: 0, entropies: "high" }] })).toBe(
+      "annotations.branches[0].entropies",
+    );
+    expect(refused([{ trace_id: TRACE }, { trace_id: TRACE, branches: [{ index: 0, entropies: [1, "x"] }] }])).toBe(
+      "annotations[1].branches[0].entropies[1]",
+    );
   });
 });

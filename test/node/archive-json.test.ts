@@ -46,7 +46,9 @@ describe("archived JSON view", () => {
   it("streams: a large episode comes out in many parts, none much over the step", async () => {
     // one trace with 2,000 item-sized nodes of 1 KiB text each
     const { encode } = await import("@msgpack/msgpack");
-    const nodes = Array.from({ length: 2000 }, (_, i) => ({ message: { role: "user", content: `${i}`.padEnd(1024, "x") } }));
+    const nodes = Array.from({ length: 2000 }, (_, i) => ({
+      message: { role: "user", content: `${i}`.padEnd(1024, "x") },
+    }));
     const episode = encode({ success: true, traces: [{ id: "t", nodes, calls: [] }] });
     const sizes: number[] = [];
     for await (const p of archivedJson(chunks(episode, 4096))) sizes.push(p.length);

@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { acquire, EMPTY, LEASE_MS, type LeaseTable, release, WAIT_POLL_MS, WAITER_TTL_MS } from "../../src/protocol/archive/leases.js";
+import {
+  acquire,
+  EMPTY,
+  LEASE_MS,
+  type LeaseTable,
+  release,
+  WAIT_POLL_MS,
+  WAITER_TTL_MS,
+} from "../../src/protocol/archive/leases.js";
 
 const T = 1_800_000_000_000;
 

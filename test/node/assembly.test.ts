@@ -70,7 +70,12 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
     ["links not keyed by index", () => delta({ links: m({ x: [] }) }), "wrong_type", /^links key/],
     ["links value not an array", () => delta({ links: intKeyed([[0, m({})]]) }), "wrong_type", "links[0]"],
     ["unknown trace without open", () => delta({ nodes: [node(0)] }, "nobody"), "unknown_trace", "trace"],
-    ["link on a node that does not exist", () => delta({ links: intKeyed([[2, [m({ node: 0, type: "reply" })]]]) }), "index_out_of_range", "links[2]"],
+    [
+      "link on a node that does not exist",
+      () => delta({ links: intKeyed([[2, [m({ node: 0, type: "reply" })]]]) }),
+      "index_out_of_range",
+      "links[2]",
+    ],
     ["negative link index", () => delta({ links: intKeyed([[-1, []]]) }), "index_out_of_range", "links[-1]"],
     [
       "repair on a node that does not exist",
@@ -78,26 +83,66 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
       "index_out_of_range",
       "routing_repairs[5]",
     ],
-    ["repair on a node without routing", () => delta({ routing_repairs: intKeyed([[0, nd("uint8", [1, 2, 1], [1, 2])]]) }), "no_routing", "routing_repairs[0]"],
-    ["repair row of another shape", () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [1, 3, 1], [1, 2, 3])]]) }), "bad_ndarray", "routing_repairs[1]"],
-    ["repair with two rows", () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [2, 2, 1], [1, 2, 3, 4])]]) }), "bad_ndarray", "routing_repairs[1]"],
-    ["unknown dtype", () => delta({ routing_repairs: intKeyed([[1, nd("float16", [1, 2, 1], [1, 2])]]) }), "bad_ndarray", "routing_repairs[1].dtype"],
+    [
+      "repair on a node without routing",
+      () => delta({ routing_repairs: intKeyed([[0, nd("uint8", [1, 2, 1], [1, 2])]]) }),
+      "no_routing",
+      "routing_repairs[0]",
+    ],
+    [
+      "repair row of another shape",
+      () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [1, 3, 1], [1, 2, 3])]]) }),
+      "bad_ndarray",
+      "routing_repairs[1]",
+    ],
+    [
+      "repair with two rows",
+      () => delta({ routing_repairs: intKeyed([[1, nd("uint8", [2, 2, 1], [1, 2, 3, 4])]]) }),
+      "bad_ndarray",
+      "routing_repairs[1]",
+    ],
+    [
+      "unknown dtype",
+      () => delta({ routing_repairs: intKeyed([[1, nd("float16", [1, 2, 1], [1, 2])]]) }),
+      "bad_ndarray",
+      "routing_repairs[1].dtype",
+    ],
     [
       "data length not matching shape",
-      () => delta({ routing_repairs: intKeyed([[1, m({ __nd__: true, dtype: "uint8", shape: [1, 2, 1], data: Uint8Array.of(1, 2, 3) })]]) }),
+      () =>
+        delta({
+          routing_repairs: intKeyed([
+            [1, m({ __nd__: true, dtype: "uint8", shape: [1, 2, 1], data: Uint8Array.of(1, 2, 3) })],
+          ]),
+        }),
       "bad_ndarray",
       "routing_repairs[1].data",
     ],
     [
       "node routing with data not matching shape",
-      () => delta({ nodes: [node(2, { routed_experts: m({ __nd__: true, dtype: "uint8", shape: [2, 2, 1], data: Uint8Array.of(1) }) })] }),
+      () =>
+        delta({
+          nodes: [
+            node(2, { routed_experts: m({ __nd__: true, dtype: "uint8", shape: [2, 2, 1], data: Uint8Array.of(1) }) }),
+          ],
+        }),
       "bad_ndarray",
       "nodes[0].routed_experts.data",
     ],
-    ["invalid UTF-8", () => patch(delta({ set: m({ info: "ab" }) }), Uint8Array.of(0xa2, 0x61, 0x62), Uint8Array.of(0xa2, 0xff, 0xfe)), "malformed", "set"],
+    [
+      "invalid UTF-8",
+      () => patch(delta({ set: m({ info: "ab" }) }), Uint8Array.of(0xa2, 0x61, 0x62), Uint8Array.of(0xa2, 0xff, 0xfe)),
+      "malformed",
+      "set",
+    ],
     [
       "UTF-16 surrogate encoded in UTF-8",
-      () => patch(delta({ set: m({ info: "abc" }) }), Uint8Array.of(0xa3, 0x61, 0x62, 0x63), Uint8Array.of(0xa3, 0xed, 0xa0, 0x80)),
+      () =>
+        patch(
+          delta({ set: m({ info: "abc" }) }),
+          Uint8Array.of(0xa3, 0x61, 0x62, 0x63),
+          Uint8Array.of(0xa3, 0xed, 0xa0, 0x80),
+        ),
       "malformed",
       "set",
     ],
@@ -113,19 +158,34 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
     ],
     [
       "float32",
-      () => patch(delta({ set: m({ info: f(1.5) }) }), Uint8Array.of(0xcb, 0x3f, 0xf8), Uint8Array.of(0xca, 0x3f, 0xc0, 0, 0, 0, 0, 0, 0)),
+      () =>
+        patch(
+          delta({ set: m({ info: f(1.5) }) }),
+          Uint8Array.of(0xcb, 0x3f, 0xf8),
+          Uint8Array.of(0xca, 0x3f, 0xc0, 0, 0, 0, 0, 0, 0),
+        ),
       "malformed",
       "set",
     ],
     [
       "ext type",
-      () => patch(delta({ set: m({ info: 1 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x01), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xd4)),
+      () =>
+        patch(
+          delta({ set: m({ info: 1 }) }),
+          Uint8Array.of(0xa4, ...Buffer.from("info"), 0x01),
+          Uint8Array.of(0xa4, ...Buffer.from("info"), 0xd4),
+        ),
       "malformed",
       "set",
     ],
     [
       "non-minimal int",
-      () => patch(delta({ set: m({ info: 2 }) }), Uint8Array.of(0xa4, ...Buffer.from("info"), 0x02), Uint8Array.of(0xa4, ...Buffer.from("info"), 0xcc)),
+      () =>
+        patch(
+          delta({ set: m({ info: 2 }) }),
+          Uint8Array.of(0xa4, ...Buffer.from("info"), 0x02),
+          Uint8Array.of(0xa4, ...Buffer.from("info"), 0xcc),
+        ),
       "malformed",
       "set",
     ],
@@ -150,7 +210,11 @@ describe("malformed deltas are refused and leave the assembly unchanged", () => 
   it("a valid delta with the same shape is accepted (the refusals are specific)", () => {
     const asm = withTwoNodes();
     asm.apply(
-      delta({ links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]), routing_repairs: intKeyed([[1, nd("uint8", [1, 2, 1], [9, 9])]]), nodes: [node(2)] }),
+      delta({
+        links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]),
+        routing_repairs: intKeyed([[1, nd("uint8", [1, 2, 1], [9, 9])]]),
+        nodes: [node(2)],
+      }),
     );
     expect(asm.traces.get(TRACE)!.nodes.length).toBe(3);
   });
@@ -211,7 +275,9 @@ describe("routing repairs and dtype promotion", () => {
   });
 
   it("a single-row array is replaced by the row; an empty array gains it", () => {
-    expect(ndValues(repairLastRow(arr("uint8", [1, 2, 1], [1, 2]), arr("uint8", [1, 2, 1], [5, 6]), "x"))).toEqual([5, 6]);
+    expect(ndValues(repairLastRow(arr("uint8", [1, 2, 1], [1, 2]), arr("uint8", [1, 2, 1], [5, 6]), "x"))).toEqual([
+      5, 6,
+    ]);
     const grown = repairLastRow(arr("uint8", [0, 2, 1], []), arr("uint8", [1, 2, 1], [5, 6]), "x");
     expect(grown.shape).toEqual([1, 2, 1]);
   });

@@ -132,7 +132,13 @@ describe("the records", () => {
     m.r2List();
     m.r2Delete(50);
     const u = m.snapshot(0, 4096);
-    expect(u.r2).toStrictEqual({ classA: 1 + 1 + 1 + 4 + 1, classB: 2, deletes: 1, bytesWritten: 1150, bytesStored: 1000 });
+    expect(u.r2).toStrictEqual({
+      classA: 1 + 1 + 1 + 4 + 1,
+      classB: 2,
+      deletes: 1,
+      bytesWritten: 1150,
+      bytesStored: 1000,
+    });
     expect(sumUsage([u, u])).toMatchObject({ sqliteBytes: 8192, r2: { classA: 16, bytesStored: 2000 } });
   });
 });

@@ -29,7 +29,16 @@ const auth = () => ({ authorization: `Bearer ${admin}` });
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 
 /** The cases finished in run R, in the order they are finished (so: the order the bulk fetch answers). */
-const FINISHED = ["chat_basic", "large_routing", "ack_lost", "odd_values", "multi_trace_links", "empty_trace", "tool_calls_pending", "routing_repair_widen"];
+const FINISHED = [
+  "chat_basic",
+  "large_routing",
+  "ack_lost",
+  "odd_values",
+  "multi_trace_links",
+  "empty_trace",
+  "tool_calls_pending",
+  "routing_repair_widen",
+];
 
 /** Push frames [from, to) of a case into `id` as a producer would (frames in ack_lost stay unacknowledged). */
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("bulk")) {
@@ -67,7 +76,8 @@ async function indexed(run: string, counts: Record<string, number>) {
     last = await (await fetch(`${relay.url}/v1/runs/${encodeURIComponent(run)}`, { headers: auth() })).text();
     const got = (JSON.parse(last) as { aggregates?: { counts?: Record<string, number> } }).aggregates?.counts ?? {};
     if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-    if (Date.now() > end) throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
+    if (Date.now() > end)
+      throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -128,12 +138,17 @@ describe("fetchRun against a relay", () => {
     }
     expect(new Set(all.map((e) => e.cursor)).size).toBe(all.length);
     // the other runs are their own
-    expect((await collect(fetchRun(relay.url, "R:sub", { token: admin }))).map((e) => e.id)).toEqual(["R:sub:chat_basic"]);
+    expect((await collect(fetchRun(relay.url, "R:sub", { token: admin }))).map((e) => e.id)).toEqual([
+      "R:sub:chat_basic",
+    ]);
     expect((await collect(fetchRun(relay.url, "Rx", { token: admin }))).map((e) => e.id)).toEqual(["Rx:chat_basic"]);
     const none = await collect(fetchRun(relay.url, "~", { token: admin }));
     expect(none.map((e) => e.id)).toEqual(["nocolon-chat"]);
     expect(hex(none[0]!.episode) === hex(golden("chat_basic").episode!)).toBe(true);
-    await expect(collect(fetchRun(relay.url, "no-such-run", { token: admin }))).rejects.toMatchObject({ status: 404, code: "not_found" });
+    await expect(collect(fetchRun(relay.url, "no-such-run", { token: admin }))).rejects.toMatchObject({
+      status: 404,
+      code: "not_found",
+    });
   }, 60_000);
 
   it("resumes after the k-th element's cursor with exactly the rest, no duplicates", async () => {
@@ -166,18 +181,26 @@ describe("fetchRun against a relay", () => {
   }, 60_000);
 
   it("a scope-limited token gets only its episodes; no token and a bad cursor are refusals", async () => {
-    const some = await mintToken(secret, { role: "watcher", episodes: ["R:chat_basic", "R:o*", "R:live", "Rx:*"], ttl: 600 });
+    const some = await mintToken(secret, {
+      role: "watcher",
+      episodes: ["R:chat_basic", "R:o*", "R:live", "Rx:*"],
+      ttl: 600,
+    });
     const got = await collect(fetchRun(relay.url, "R", { token: some }));
     expect(got.map((e) => e.id)).toEqual(["R:chat_basic", "R:odd_values"]);
     expect(hex(got[1]!.episode) === hex(golden("odd_values").episode!)).toBe(true);
     // resuming with this token stays within its scope
-    expect((await collect(fetchRun(relay.url, "R", { token: some, cursor: got[0]!.cursor }))).map((e) => e.id)).toEqual(["R:odd_values"]);
+    expect((await collect(fetchRun(relay.url, "R", { token: some, cursor: got[0]!.cursor }))).map((e) => e.id)).toEqual(
+      ["R:odd_values"],
+    );
     // a token for another run: refused as a run nobody wrote is, the same bytes
     const elsewhere = await mintToken(secret, { role: "watcher", episodes: ["other:*"], ttl: 600 });
     const missing = await collect(fetchRun(relay.url, "no-such-run", { token: admin })).catch((e: unknown) => e);
     const foreign = await collect(fetchRun(relay.url, "R", { token: elsewhere })).catch((e: unknown) => e);
     expect(foreign).toMatchObject({ status: 404, code: "not_found" });
-    expect((foreign as RelayRefusal).message.replaceAll('"R"', '"no-such-run"')).toBe((missing as RelayRefusal).message);
+    expect((foreign as RelayRefusal).message.replaceAll('"R"', '"no-such-run"')).toBe(
+      (missing as RelayRefusal).message,
+    );
 
     const refusal = async (p: Promise<unknown>) =>
       p.then(
@@ -189,7 +212,11 @@ describe("fetchRun against a relay", () => {
     expect((none as RelayRefusal).status).toBe(401);
     expect((none as RelayRefusal).message).toMatch(/token/);
     const forged = await refusal(
-      collect(fetchRun(relay.url, "R", { token: await mintToken(`${secret}-not-it`, { role: "admin", episodes: ["*"], ttl: 600 }) })),
+      collect(
+        fetchRun(relay.url, "R", {
+          token: await mintToken(`${secret}-not-it`, { role: "admin", episodes: ["*"], ttl: 600 }),
+        }),
+      ),
     );
     expect((forged as RelayRefusal).status).toBe(401);
     const bad = await refusal(collect(fetchRun(relay.url, "R", { token: admin, cursor: "not-a-cursor" })));
@@ -276,7 +303,8 @@ describe("fetchRun splitting (scripted bodies)", () => {
         `chunks of ${size}`,
       ).toEqual(items.map((e) => e.id));
       expect(got.map((e) => e.cursor)).toEqual(items.map((e) => e.cursor));
-      for (const [i, e] of got.entries()) expect(hex(e.episode) === hex(items[i]!.episode), `chunks of ${size}, ${e.id}`).toBe(true);
+      for (const [i, e] of got.entries())
+        expect(hex(e.episode) === hex(items[i]!.episode), `chunks of ${size}, ${e.id}`).toBe(true);
       const [url, init] = spy.mock.calls[0]!;
       expect(String(url)).toBe("https://relay.test/v1/runs/S/finished?cursor=c0");
       expect((init!.headers as Record<string, string>).authorization).toBe("Bearer t");
@@ -314,7 +342,9 @@ function cli(...args: string[]) {
   let stderr = "";
   p.stdout.on("data", (d) => (stdout += d));
   p.stderr.on("data", (d) => (stderr += d));
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
+  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })),
+  );
 }
 
 describe("episode-relay get --run", () => {
@@ -350,7 +380,12 @@ describe("episode-relay get --run", () => {
     const third = await cli("get", "--run", "C", "--out", out, "--token", admin, relay.url);
     expect(third.code, third.stderr).toBe(0);
     expect(third.stdout).toMatch(/^1 episode\(s\) of run C written/);
-    expect(readdirSync(out).sort()).toEqual([".cursor", "C:chat_basic.msgpack", "C:live.msgpack", "C:routing_repair_widen.msgpack"]);
+    expect(readdirSync(out).sort()).toEqual([
+      ".cursor",
+      "C:chat_basic.msgpack",
+      "C:live.msgpack",
+      "C:routing_repair_widen.msgpack",
+    ]);
     expect(hex(readFileSync(join(out, "C:live.msgpack"))) === hex(c.episode!)).toBe(true);
     const now = await collect(fetchRun(relay.url, "C", { token: admin }));
     expect(readFileSync(join(out, ".cursor"), "utf8").trim()).toBe(now.at(-1)!.cursor);
@@ -366,7 +401,9 @@ describe("episode-relay get --run", () => {
     expect(files).toEqual(["C:chat_basic.json", "C:live.json", "C:routing_repair_widen.json"]);
     for (const f of files) {
       const id = f.slice(0, -".json".length);
-      expect(JSON.parse(readFileSync(join(out, f), "utf8")), f).toEqual(JSON.parse(new TextDecoder().decode(await getEpisode(id, "application/json"))));
+      expect(JSON.parse(readFileSync(join(out, f), "utf8")), f).toEqual(
+        JSON.parse(new TextDecoder().decode(await getEpisode(id, "application/json"))),
+      );
     }
     expect((await cli("get", "--run", "C", relay.url, "--token", admin)).code).toBe(2); // no --out
     expect((await cli("get", "--out", out, `${relay.url}/C:live`)).code).toBe(2); // --out without --run

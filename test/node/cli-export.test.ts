@@ -55,8 +55,16 @@ async function episodeText(id: string): Promise<string> {
   return await res.text();
 }
 
-type Listed = { id: string; kind: string; step: number; reward: number | null; stop_condition: string | null; truncated: boolean };
-const listed = async (): Promise<Listed[]> => ((await getJson(`/v1/runs/${RUN}/episodes?status=finished&limit=500`)) as { episodes: Listed[] }).episodes;
+type Listed = {
+  id: string;
+  kind: string;
+  step: number;
+  reward: number | null;
+  stop_condition: string | null;
+  truncated: boolean;
+};
+const listed = async (): Promise<Listed[]> =>
+  ((await getJson(`/v1/runs/${RUN}/episodes?status=finished&limit=500`)) as { episodes: Listed[] }).episodes;
 
 /** A rollout counted afresh from its exact episode (GET, the JSON view) and its listed row. */
 async function recount(e: Listed) {
@@ -90,7 +98,11 @@ async function readParts(out: string): Promise<Array<Record<string, unknown>>> {
   for (const name of readdirSync(out)
     .filter((n) => n.endsWith(".parquet"))
     .sort()) {
-    rows.push(...((await parquetReadObjects({ file: await asyncBufferFromFile(join(out, name)) })) as Array<Record<string, unknown>>));
+    rows.push(
+      ...((await parquetReadObjects({ file: await asyncBufferFromFile(join(out, name)) })) as Array<
+        Record<string, unknown>
+      >),
+    );
   }
   return rows;
 }
@@ -113,7 +125,14 @@ function asRecount(r: Record<string, unknown>) {
 beforeAll(async () => {
   for (const [i, [name, kind, step]] of PLAN.entries()) {
     const identity = { kind, step, policy_version: step - 1, group: `g${step}`, env: "chat" };
-    const p = await cli("push", fixturePath(name), `${relay.url}/${ids[i]}`, "--fast", "--dispatch", JSON.stringify(identity));
+    const p = await cli(
+      "push",
+      fixturePath(name),
+      `${relay.url}/${ids[i]}`,
+      "--fast",
+      "--dispatch",
+      JSON.stringify(identity),
+    );
     expect(p.code, p.stderr).toBe(0);
   }
   for (let i = 0; i < 200; i++) {
@@ -168,25 +187,47 @@ describe("episode-relay export", () => {
     const tool = rows.find((x) => x.id === ids[1])!;
     expect(tool.expected_answer).toBe("42");
     expect(typeof tool.final_answer).toBe("string");
-    const b = await cli("export", "--run", RUN, "--format", "parquet", "--per", "branch", "--out", join(dir, "branches.parquet"), relay.url);
+    const b = await cli(
+      "export",
+      "--run",
+      RUN,
+      "--format",
+      "parquet",
+      "--per",
+      "branch",
+      "--out",
+      join(dir, "branches.parquet"),
+      relay.url,
+    );
     expect(b.code, b.stderr).toBe(0);
     const branches = await readParts(join(dir, "branches.parquet"));
     const perRollout = new Map<string, number>();
     for (const x of branches) perRollout.set(String(x.id), (perRollout.get(String(x.id)) ?? 0) + 1);
-    expect(Object.fromEntries([...perRollout].sort())).toEqual(Object.fromEntries(expected.map((e) => [e.id, e.branches]).sort()));
+    expect(Object.fromEntries([...perRollout].sort())).toEqual(
+      Object.fromEntries(expected.map((e) => [e.id, e.branches]).sort()),
+    );
   }, 60_000);
 
   it("parquet resumes from its state: a part written past it (an interrupted write) is replaced, no rollout twice or missing", async () => {
     const whole = await readParts(join(dir, "all.parquet"));
     const out = join(dir, "resumed.parquet");
-    expect((await cli("export", "--run", RUN, "--format", "parquet", "--out", out, "--batch", "2", relay.url)).code).toBe(0);
+    expect(
+      (await cli("export", "--run", RUN, "--format", "parquet", "--out", out, "--batch", "2", relay.url)).code,
+    ).toBe(0);
     // as if it stopped after its second part had been renamed into place but before its state said so:
     // the state after part 1, with the cursor of the 2nd rollout (the same selection's cursor, from a jsonl export)
     const jsonl = join(dir, "cursors.jsonl");
     expect((await cli("export", "--run", RUN, "--format", "jsonl", "--out", jsonl, relay.url)).code).toBe(0);
     const second = JSON.parse(readFileSync(jsonl, "utf8").split("\n")[1]!) as { cursor: string };
-    const state = JSON.parse(readFileSync(join(out, "_export.json"), "utf8")) as { parts: number; rollouts: number; cursor: string };
-    writeFileSync(join(out, "_export.json"), JSON.stringify({ ...state, parts: 1, rollouts: 2, cursor: second.cursor }));
+    const state = JSON.parse(readFileSync(join(out, "_export.json"), "utf8")) as {
+      parts: number;
+      rollouts: number;
+      cursor: string;
+    };
+    writeFileSync(
+      join(out, "_export.json"),
+      JSON.stringify({ ...state, parts: 1, rollouts: 2, cursor: second.cursor }),
+    );
     rmSync(join(out, "part-00003.parquet"));
     writeFileSync(join(out, "part-00002.parquet.tmp"), "half");
     const r = await cli("export", "--run", RUN, "--format", "parquet", "--out", out, "--batch", "2", relay.url);
@@ -231,9 +272,11 @@ describe("episode-relay export", () => {
     expect(await exported("--kind", "none")).toEqual([]);
     let searched: string[] = [];
     for (let i = 0; i < 100; i++) {
-      searched = ((await getJson(`/v1/runs/${RUN}/search?q=calculator&status=finished&limit=100`)) as { episodes: Array<{ id: string }> }).episodes.map(
-        (e) => e.id,
-      );
+      searched = (
+        (await getJson(`/v1/runs/${RUN}/search?q=calculator&status=finished&limit=100`)) as {
+          episodes: Array<{ id: string }>;
+        }
+      ).episodes.map((e) => e.id);
       if (searched.includes(ids[5]!)) break;
       await new Promise((r) => setTimeout(r, 100)); // the search index is fed in the background
     }
@@ -241,6 +284,9 @@ describe("episode-relay export", () => {
     expect(await exported("--q", "calculator")).toEqual(searched);
     const bad = await cli("export", "--run", RUN, "--format", "csv", "--out", join(dir, "x"), relay.url);
     expect(bad.code).toBe(2);
-    expect((await cli("export", "--run", RUN, "--format", "jsonl", "--out", join(dir, "x"), "--step", "3..1", relay.url)).code).toBe(2);
+    expect(
+      (await cli("export", "--run", RUN, "--format", "jsonl", "--out", join(dir, "x"), "--step", "3..1", relay.url))
+        .code,
+    ).toBe(2);
   }, 60_000);
 });

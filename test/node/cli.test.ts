@@ -60,11 +60,30 @@ describe("episode-relay CLI", () => {
     const run = `cli-disp-${Date.now().toString(36)}`;
     const c = loadCase(fixturePath("chat_basic"));
     const identity = { kind: "eval", step: 7, policy_version: 5, group: "g-cli", env: "chat" };
-    const p = await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:a`, "--fast", "--dispatch", JSON.stringify(identity)).done;
+    const p = await cli(
+      "push",
+      fixturePath("chat_basic"),
+      `${relay.url}/${run}:a`,
+      "--fast",
+      "--dispatch",
+      JSON.stringify(identity),
+    ).done;
     expect(p.code, p.stderr).toBe(0);
     expect(Buffer.compare((await cli("get", `${relay.url}/${run}:a`).done).stdout, Buffer.from(c.episode!))).toBe(0);
     expect((await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:b`, "--fast").done).code).toBe(0);
-    const listed = await cli("episodes", "--run", run, relay.url, "--kind", "eval", "--step", "5..9", "--sort", "step", "--json").done;
+    const listed = await cli(
+      "episodes",
+      "--run",
+      run,
+      relay.url,
+      "--kind",
+      "eval",
+      "--step",
+      "5..9",
+      "--sort",
+      "step",
+      "--json",
+    ).done;
     expect(listed.code).toBe(0);
     const rows = listed.stdout
       .toString("utf8")
@@ -74,7 +93,14 @@ describe("episode-relay CLI", () => {
     expect(rows.map((r) => [r.id, r.step, r.staleness, r.group])).toEqual([[`${run}:a`, 7, 2, "g-cli"]]);
     const table = (await cli("episodes", "--run", run, relay.url, "--sort", "step").done).stdout.toString("utf8");
     expect(table).toMatch(new RegExp(`${run}:a\\s+finished\\s+eval\\s+7`));
-    const bad = await cli("push", fixturePath("chat_basic"), `${relay.url}/${run}:c`, "--fast", "--dispatch", '{"step":"seven"}').done;
+    const bad = await cli(
+      "push",
+      fixturePath("chat_basic"),
+      `${relay.url}/${run}:c`,
+      "--fast",
+      "--dispatch",
+      '{"step":"seven"}',
+    ).done;
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/--dispatch: .*dispatch\.step.*int/);
     expect((await cli("episodes", "--run", run, relay.url, "--step", "x").done).code).toBe(2);
@@ -85,7 +111,12 @@ describe("episode-relay CLI", () => {
     const tail = cli("tail", `${relay.url}/${id}`);
     await until(() => tail.text().includes("episode cli-fail-"));
     // the run wrote its first delta, then failed (a reply to an episode never written is a 404)
-    await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: loadCase(fixturePath("chat_basic")).frames[0] })).arrayBuffer();
+    await (
+      await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: loadCase(fixturePath("chat_basic")).frames[0],
+      })
+    ).arrayBuffer();
     const reply = encodeReply({ success: false, error: "sandbox crashed" });
     expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: reply })).status).toBe(200);
     const t = await tail.done;
@@ -132,7 +163,9 @@ describe("episode-relay CLI", () => {
     const port = await (await import("../../tools/free-port.js")).freePort();
     const refused = await cli("get", `http://127.0.0.1:${port}/ep`).done;
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}: is the relay running there\\?`));
+    expect(refused.stderr).toMatch(
+      new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}: is the relay running there\\?`),
+    );
     const scheme = await cli("get", "127.0.0.1:8787/ep").done;
     expect(scheme.code).toBe(1);
     expect(scheme.stderr).toMatch(/must start with http:\/\/ or https:\/\//);

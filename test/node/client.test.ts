@@ -2,7 +2,14 @@
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fetchEpisode, RelayRefusal, RelayUnreachable, watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import {
+  fetchEpisode,
+  RelayRefusal,
+  RelayUnreachable,
+  watchEpisode,
+  type SocketFactory,
+  type WatchEvent,
+} from "../../clients/typescript/watch.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
@@ -20,14 +27,18 @@ const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toS
 
 async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("t")) {
   for (let i = from; i < to; i++) {
-    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(c.frames[i]!)) });
+    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(c.frames[i]!)),
+    });
     expect(res.status).toBe(200);
     await res.arrayBuffer();
     if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
   return producer;
 }
-const reply = async (id: string, c: GoldenCase) => (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
+const reply = async (id: string, c: GoldenCase) =>
+  (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
 
 describe("watchEpisode", () => {
   it("emits hello, snapshot, caught_up, deltas in order, finish; ends with the golden episode", async () => {
@@ -83,7 +94,8 @@ describe("watchEpisode", () => {
     const t0 = Date.now();
     w.on((e) => {
       if (e.type === "reconnecting") codes.push(e.code);
-      if (process.env.DEBUG_CLIENT) console.log(Date.now() - t0, e.type, "seq" in e ? e.seq : "", "code" in e ? e.code : "");
+      if (process.env.DEBUG_CLIENT)
+        console.log(Date.now() - t0, e.type, "seq" in e ? e.seq : "", "code" in e ? e.code : "");
     });
     await until(() => w.state === "live");
     await push(id, c);
@@ -161,7 +173,9 @@ describe("watchEpisode refusals and retries", () => {
     expect(notFound.w.refusal!.message).toMatch(/base URL/);
     const page = await refusedWatch(`${authed.url}/not-the-relay`, fresh("page"), token);
     expect(page.w.refusal).toMatchObject({ status: 200, code: "not_the_relay" });
-    expect(page.w.refusal!.message).toMatch(/answered 200 \(text\/html.*not as an Episode Relay: check the relay's base URL/);
+    expect(page.w.refusal!.message).toMatch(
+      /answered 200 \(text\/html.*not as an Episode Relay: check the relay's base URL/,
+    );
   });
 
   it("an id the relay cannot take, or a URL without http(s)://, is refused at once, with the rule; nothing is sent", () => {
@@ -174,11 +188,16 @@ describe("watchEpisode refusals and retries", () => {
         expect((e as RelayRefusal).message).toMatch(/\[A-Za-z0-9\._:-\]|reserved/);
       }
     }
-    expect(() => watchEpisode("127.0.0.1:8787", "ok", { WebSocket: WS })).toThrow(/must start with http:\/\/ or https:\/\//);
+    expect(() => watchEpisode("127.0.0.1:8787", "ok", { WebSocket: WS })).toThrow(
+      /must start with http:\/\/ or https:\/\//,
+    );
   });
 
   it("fetchEpisode names what it got at an address that is not the relay (the dashboard's page), and refuses bad ids and URLs", async () => {
-    await expect(fetchEpisode(`${authed.url}/episodes`, "run:1")).rejects.toMatchObject({ name: "RelayRefusal", code: "not_the_relay" });
+    await expect(fetchEpisode(`${authed.url}/episodes`, "run:1")).rejects.toMatchObject({
+      name: "RelayRefusal",
+      code: "not_the_relay",
+    });
     await expect(fetchEpisode(authed.url, "a/b")).rejects.toMatchObject({ code: "bad_episode_id" });
     await expect(fetchEpisode("localhost:8787", "ok")).rejects.toMatchObject({ code: "bad_url" });
   });
@@ -188,9 +207,14 @@ describe("watchEpisode refusals and retries", () => {
     await expect(fetchEpisode(`http://127.0.0.1:${port}`, "ep")).rejects.toMatchObject({
       name: "RelayUnreachable",
       kind: "refused",
-      message: expect.stringMatching(new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}.*http://127\\.0\\.0\\.1:${port}/v1/episodes/ep`)),
+      message: expect.stringMatching(
+        new RegExp(`connection refused by 127\\.0\\.0\\.1:${port}.*http://127\\.0\\.0\\.1:${port}/v1/episodes/ep`),
+      ),
     });
-    await expect(fetchEpisode("http://no-such-relay.invalid", "ep")).rejects.toMatchObject({ kind: "dns", message: expect.stringMatching(/does not resolve/) });
+    await expect(fetchEpisode("http://no-such-relay.invalid", "ep")).rejects.toMatchObject({
+      kind: "dns",
+      message: expect.stringMatching(/does not resolve/),
+    });
     // a plain-HTTP server waits on a TLS hello rather than refusing it: named after fetchEpisode's 10 s
     await expect(fetchEpisode(authed.url.replace("http://", "https://"), "ep")).rejects.toMatchObject({
       name: "RelayUnreachable",
@@ -200,7 +224,11 @@ describe("watchEpisode refusals and retries", () => {
 
   it("a watch of a relay that never answers gives up after giveUpMs, naming why; finished() rejects", async () => {
     const port = await freePort();
-    const w = watchEpisode(`http://127.0.0.1:${port}`, fresh("never"), { WebSocket: WS, backoffMs: [20, 100], giveUpMs: 500 });
+    const w = watchEpisode(`http://127.0.0.1:${port}`, fresh("never"), {
+      WebSocket: WS,
+      backoffMs: [20, 100],
+      giveUpMs: 500,
+    });
     const e = await w.finished().then(
       () => null,
       (x: unknown) => x,
@@ -237,16 +265,26 @@ describe("watchEpisode refusals and retries", () => {
   }, 60_000);
 
   it("fetchEpisode throws a RelayRefusal for 401 and 404", async () => {
-    await expect(fetchEpisode(authed.url, fresh("nofetch"))).rejects.toMatchObject({ name: "RelayRefusal", status: 401 });
+    await expect(fetchEpisode(authed.url, fresh("nofetch"))).rejects.toMatchObject({
+      name: "RelayRefusal",
+      status: 401,
+    });
     const token = await mintToken(secret, { role: "watcher", episodes: ["*"], ttl: 600 });
-    await expect(fetchEpisode(authed.url, fresh("missing"), { token })).rejects.toMatchObject({ status: 404, code: "not_found" });
+    await expect(fetchEpisode(authed.url, fresh("missing"), { token })).rejects.toMatchObject({
+      status: 404,
+      code: "not_found",
+    });
   });
 });
 
 describe("where the token goes", () => {
   it("the watch offers its token as a subprotocol entry, never in the URL", async () => {
     const { WebSocketServer } = await import("ws");
-    const server = new WebSocketServer({ port: 0, host: "127.0.0.1", handleProtocols: (p) => (p.has("episode-relay") ? "episode-relay" : false) });
+    const server = new WebSocketServer({
+      port: 0,
+      host: "127.0.0.1",
+      handleProtocols: (p) => (p.has("episode-relay") ? "episode-relay" : false),
+    });
     const seen: Array<{ url: string; protocol: string }> = [];
     server.on("connection", (socket, req) => {
       seen.push({ url: req.url ?? "", protocol: String(req.headers["sec-websocket-protocol"] ?? "") });
@@ -254,7 +292,13 @@ describe("where the token goes", () => {
     });
     await new Promise((r) => server.once("listening", r));
     const port = (server.address() as { port: number }).port;
-    const w = watchEpisode(`http://127.0.0.1:${port}`, "run-1:e", { WebSocket: WS, token: "tok.en.sig", after: 3, routing: false, backoffMs: [20, 50] });
+    const w = watchEpisode(`http://127.0.0.1:${port}`, "run-1:e", {
+      WebSocket: WS,
+      token: "tok.en.sig",
+      after: 3,
+      routing: false,
+      backoffMs: [20, 50],
+    });
     try {
       await until(() => seen.length >= 1);
     } finally {
@@ -288,7 +332,11 @@ describe("where the token goes", () => {
       const w = watchEpisode(authed.url, id, { WebSocket: WS, token });
       await until(() => w.state === "live");
       await (
-        await fetch(`${authed.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply, headers: { authorization: `Bearer ${producer}` } })
+        await fetch(`${authed.url}/v1/episodes/${id}/reply`, {
+          method: "POST",
+          body: c.reply,
+          headers: { authorization: `Bearer ${producer}` },
+        })
       ).arrayBuffer();
       const done = await w.finished();
       expect(Buffer.compare(Buffer.from(done.episode!), Buffer.from(c.episode!))).toBe(0);
@@ -304,13 +352,22 @@ describe("where the token goes", () => {
     const original = globalThis.fetch;
     globalThis.fetch = (async (url: string | URL) => {
       sent.push(String(url));
-      return new Response("{}", { status: 404, headers: { "x-episode-relay": "1", "content-type": "application/json" } });
+      return new Response("{}", {
+        status: 404,
+        headers: { "x-episode-relay": "1", "content-type": "application/json" },
+      });
     }) as typeof fetch;
     delete process.env.EPISODE_RELAY_ALLOW_HTTP;
     try {
       for (const base of ["http://relay.example.com", "http://10.1.2.3:8787", "http://relay.test"]) {
-        const insecure = { name: "RelayRefusal", code: "insecure_url", message: expect.stringMatching(/plain http:\/\/.*use https:\/\//) };
-        expect(() => watchEpisode(base, "run:1", { WebSocket: WS, token: "t" })).toThrow(/refusing to send a bearer token over plain http/);
+        const insecure = {
+          name: "RelayRefusal",
+          code: "insecure_url",
+          message: expect.stringMatching(/plain http:\/\/.*use https:\/\//),
+        };
+        expect(() => watchEpisode(base, "run:1", { WebSocket: WS, token: "t" })).toThrow(
+          /refusing to send a bearer token over plain http/,
+        );
         await expect(fetchEpisode(base, "run:1", { token: "t" })).rejects.toMatchObject(insecure);
         await expect(
           (async () => {
@@ -326,14 +383,27 @@ describe("where the token goes", () => {
       }
       expect(sent).toEqual([]);
       // https, this machine, no token, or told to: it goes
-      for (const ok of ["https://relay.example.com", "http://127.0.0.1:8787", "http://localhost:1", "http://[::1]:1", "ws://a.localhost"]) {
+      for (const ok of [
+        "https://relay.example.com",
+        "http://127.0.0.1:8787",
+        "http://localhost:1",
+        "http://[::1]:1",
+        "ws://a.localhost",
+      ]) {
         expect(() => checkTokenTransport(ok, { token: "t" }), ok).not.toThrow();
       }
       expect(() => checkTokenTransport("http://relay.example.com", {})).not.toThrow();
-      await expect(fetchEpisode("http://relay.example.com", "run:1", { token: "t", allowHttp: true })).rejects.toMatchObject({ status: 404 });
+      await expect(
+        fetchEpisode("http://relay.example.com", "run:1", { token: "t", allowHttp: true }),
+      ).rejects.toMatchObject({ status: 404 });
       process.env.EPISODE_RELAY_ALLOW_HTTP = "1";
-      await expect(fetchGroupsPage("http://relay.example.com", "run", { token: "t" })).rejects.toMatchObject({ status: 404 });
-      expect(sent).toEqual(["http://relay.example.com/v1/episodes/run%3A1", "http://relay.example.com/v1/runs/run/groups"]);
+      await expect(fetchGroupsPage("http://relay.example.com", "run", { token: "t" })).rejects.toMatchObject({
+        status: 404,
+      });
+      expect(sent).toEqual([
+        "http://relay.example.com/v1/episodes/run%3A1",
+        "http://relay.example.com/v1/runs/run/groups",
+      ]);
     } finally {
       globalThis.fetch = original;
       delete process.env.EPISODE_RELAY_ALLOW_HTTP;

@@ -7,7 +7,14 @@ const r = (id: string, reward: number | null, tokens: number) => ({ id, reward, 
 
 describe("ranking and its tie rule", () => {
   it("orders by reward, then fewer tokens, then id; unscored last", () => {
-    const got = rankRollouts([r("d", 1, 90), r("c", null, 1), r("b", 1, 50), r("a", 1, 50), r("e", 0, 10), r("f", null, 0)]);
+    const got = rankRollouts([
+      r("d", 1, 90),
+      r("c", null, 1),
+      r("b", 1, 50),
+      r("a", 1, 50),
+      r("e", 0, 10),
+      r("f", null, 0),
+    ]);
     expect(got.map((x) => x.id)).toEqual(["a", "b", "d", "e", "c", "f"]);
   });
 

@@ -91,13 +91,31 @@ describe("conformance CLI options", () => {
   it("parses local and relay mode", () => {
     expect(parseArgs(["a", "b"])).toEqual({ help: false, paths: ["a", "b"], dispatch: "none" });
     expect(parseArgs(["--dispatch", "delta", "a"])).toEqual({ help: false, paths: ["a"], dispatch: "delta" });
-    expect(parseArgs(["--relay=http://h:1/", "--ingest", "ws", "--watchers", "3", "--token", "t", "--dispatch", "envelope", "x"])).toEqual({
+    expect(
+      parseArgs([
+        "--relay=http://h:1/",
+        "--ingest",
+        "ws",
+        "--watchers",
+        "3",
+        "--token",
+        "t",
+        "--dispatch",
+        "envelope",
+        "x",
+      ]),
+    ).toEqual({
       help: false,
       paths: ["x"],
       dispatch: "envelope",
       relay: { relay: "http://h:1", ingest: "ws", watchers: 3, token: "t", dispatch: "envelope" },
     });
-    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).relay).toEqual({ relay: "https://h", ingest: "http", watchers: 0, dispatch: "none" });
+    expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).relay).toEqual({
+      relay: "https://h",
+      ingest: "http",
+      watchers: 0,
+      dispatch: "none",
+    });
     expect(parseArgs(["--relay", "https://h", "--", "--odd-name"]).paths).toEqual(["--odd-name"]);
   });
 

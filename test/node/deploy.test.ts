@@ -6,7 +6,18 @@
 // I/O in global scope, so starting at all shows the bundle does none; its first requests (health,
 // one per kind of Durable Object it touches, the dashboard) succeed without any outbound fetch.
 import { spawn } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { stripVTControlCharacters } from "node:util";
@@ -39,7 +50,18 @@ function documentedDryRun(): string {
  */
 function projectCopy(): string {
   const copy = mkdtempSync(join(tmpdir(), "episode-relay-deploy-"));
-  const own = new Set([".git", ".wrangler", ".dev.vars", ".env", ".env.local", ".scratch", "test-results", "scripts", "dashboard", "wrangler.toml"]);
+  const own = new Set([
+    ".git",
+    ".wrangler",
+    ".dev.vars",
+    ".env",
+    ".env.local",
+    ".scratch",
+    "test-results",
+    "scripts",
+    "dashboard",
+    "wrangler.toml",
+  ]);
   for (const name of readdirSync(root)) if (!own.has(name)) symlinkSync(join(root, name), join(copy, name));
   cpSync(join(root, "scripts"), join(copy, "scripts"), { recursive: true });
   cpSync(join(root, "wrangler.toml"), join(copy, "wrangler.toml"));
@@ -63,7 +85,12 @@ function runDryRun(command: string, cwd: string): Promise<DryRun> {
   const env = { ...process.env };
   for (const k of Object.keys(env)) if (k.startsWith("CLOUDFLARE_")) delete env[k];
   const started = Date.now();
-  const p = spawn("bash", ["-euo", "pipefail", "-c", command], { cwd, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const p = spawn("bash", ["-euo", "pipefail", "-c", command], {
+    cwd,
+    env,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let output = "";
   p.stdout.on("data", (d) => (output += d));
   p.stderr.on("data", (d) => (output += d));
@@ -82,7 +109,8 @@ function runDryRun(command: string, cwd: string): Promise<DryRun> {
 /** wrangler's binding table: `env.NAME (detail)   Type` per line. */
 function printedBindings(output: string): Map<string, { detail: string; type: string }> {
   const bindings = new Map<string, { detail: string; type: string }>();
-  for (const m of output.matchAll(/^env\.(\w+) \((.*?)\) {2,}(\S.*?)\s*$/gm)) bindings.set(m[1]!, { detail: m[2]!, type: m[3]! });
+  for (const m of output.matchAll(/^env\.(\w+) \((.*?)\) {2,}(\S.*?)\s*$/gm))
+    bindings.set(m[1]!, { detail: m[2]!, type: m[3]! });
   return bindings;
 }
 
@@ -107,7 +135,12 @@ it("docs/deploy.md's dry run is `npm run deploy -- --dry-run` and exits 0 offlin
   expect(documentedDryRun()).toBe("npm run deploy -- --dry-run");
   expect(run.code, `${command}\n${run.output}`).toBe(0);
   // the steps npm run deploy promises, in order
-  const steps = ["[dashboard] built dashboard/dist", "[deploy] checking types", "[deploy] wrangler deploy --dry-run", "--dry-run: exiting now."];
+  const steps = [
+    "[dashboard] built dashboard/dist",
+    "[deploy] checking types",
+    "[deploy] wrangler deploy --dry-run",
+    "--dry-run: exiting now.",
+  ];
   const at = steps.map((s) => run.output.indexOf(s));
   expect(at.every((i) => i >= 0) && at.every((i, k) => k === 0 || i > at[k - 1]!), run.output).toBe(true);
   expect(run.output).not.toMatch(/ENOTFOUND|EAI_AGAIN|update available|ERROR/);
@@ -116,14 +149,23 @@ it("docs/deploy.md's dry run is `npm run deploy -- --dry-run` and exits 0 offlin
 
 it("prints the Durable Objects, the dashboard's assets and wrangler.toml's vars as bindings, and no secret", () => {
   const bindings = printedBindings(run.output);
-  const objects = { EPISODES: "Episode", EPISODE_INDEX: "EpisodeIndex", RUN_DIRECTORY: "RunDirectory", HUBS: "ViewerHub", ARCHIVE_GATE: "ArchiveGate" };
+  const objects = {
+    EPISODES: "Episode",
+    EPISODE_INDEX: "EpisodeIndex",
+    RUN_DIRECTORY: "RunDirectory",
+    HUBS: "ViewerHub",
+    ARCHIVE_GATE: "ArchiveGate",
+  };
   for (const [name, className] of Object.entries(objects))
     expect(bindings.get(name), `${name} in\n${run.output}`).toEqual({ detail: className, type: "Durable Object" });
   const config = unstable_readConfig({ config: join(copy, "wrangler.toml") });
   const vars = Object.entries(config.vars);
   expect(vars.length).toBeGreaterThan(0);
   for (const [name, value] of vars)
-    expect(bindings.get(name), `${name} in\n${run.output}`).toEqual({ detail: JSON.stringify(value), type: "Environment Variable" });
+    expect(bindings.get(name), `${name} in\n${run.output}`).toEqual({
+      detail: JSON.stringify(value),
+      type: "Environment Variable",
+    });
   // the dashboard, from the copy's own build (not a binding: it is served before the Worker runs)
   const assets = /Read (\d+) files from the assets directory (\S+)/.exec(run.output);
   expect(assets, run.output).not.toBeNull();
@@ -156,9 +198,14 @@ it(`writes a bundle within ${BUNDLE_BUDGET_GZIP / 1024} KiB gzipped`, () => {
   const gzip = gzipSync(readFileSync(bundle)).length;
   const wrangler = /Total Upload: (.+)/.exec(run.output)?.[1]?.trim() ?? "?";
   const kib = (n: number) => `${(n / 1024).toFixed(1)} KiB`;
-  console.log(`[deploy.test] bundle index.js: ${kib(raw)}, gzip ${kib(gzip)} (budget ${kib(BUNDLE_BUDGET_GZIP)}); wrangler: ${wrangler}`);
+  console.log(
+    `[deploy.test] bundle index.js: ${kib(raw)}, gzip ${kib(gzip)} (budget ${kib(BUNDLE_BUDGET_GZIP)}); wrangler: ${wrangler}`,
+  );
   mkdirSync(join(root, "test-results"), { recursive: true });
-  writeFileSync(join(root, "test-results", "deploy-bundle.json"), `${JSON.stringify({ raw, gzip, budgetGzip: BUNDLE_BUDGET_GZIP, wrangler }, null, 2)}\n`);
+  writeFileSync(
+    join(root, "test-results", "deploy-bundle.json"),
+    `${JSON.stringify({ raw, gzip, budgetGzip: BUNDLE_BUDGET_GZIP, wrangler }, null, 2)}\n`,
+  );
   expect(gzip).toBeLessThanOrEqual(BUNDLE_BUDGET_GZIP);
 });
 

@@ -68,7 +68,10 @@ describe("the dispatch identity", () => {
     const big = refusal(() => dispatchFromJson({ note: "x".repeat(MAX_DISPATCH_BYTES) }));
     expect(big.message).toMatch(/at most 4096 bytes/);
     // nulls are "not known"
-    expect(dispatchFacts(dispatchJson(dispatchFromJson({ step: null, kind: null })))).toMatchObject({ step: null, kind: null });
+    expect(dispatchFacts(dispatchJson(dispatchFromJson({ step: null, kind: null })))).toMatchObject({
+      step: null,
+      kind: null,
+    });
   });
 
   it("is the same value whatever the key order or number form; another value is not", () => {
@@ -89,11 +92,15 @@ describe("the dispatch identity", () => {
   });
 
   it("rides in an envelope (and back), or as a delta's last key", () => {
-    const e = parseIngestMessage(encodeEnvelope({ producer: "p", seq: 1, cursor: 0, delta: openDelta(), dispatch: identity }));
+    const e = parseIngestMessage(
+      encodeEnvelope({ producer: "p", seq: 1, cursor: 0, delta: openDelta(), dispatch: identity }),
+    );
     expect(e.kind).toBe("envelopes");
     if (e.kind !== "envelopes") return;
     expect(Buffer.compare(e.envelopes[0]!.dispatch!, identity)).toBe(0);
-    const bad = refusal(() => parseIngestMessage(encodeEnvelope({ producer: "p", seq: 1, cursor: 0, delta: openDelta(), dispatch: enc("x") })));
+    const bad = refusal(() =>
+      parseIngestMessage(encodeEnvelope({ producer: "p", seq: 1, cursor: 0, delta: openDelta(), dispatch: enc("x") })),
+    );
     expect(bad.field).toBe("envelope.dispatch");
     const withKey = attachDispatch(openDelta(), identity);
     const parsed = parseDelta(withKey);
@@ -111,7 +118,9 @@ describe("the dispatch identity", () => {
     const before = ep.asm.tracesBytes();
     const seq = ep.seq;
     const other = dispatchFromJson({ ...PRIME_DISPATCH, group: "another" });
-    const e = refusal(() => ep.ingest(encodeEnvelope({ ...producer.envelope(delta({ nodes: [node(1)] })), dispatch: other })));
+    const e = refusal(() =>
+      ep.ingest(encodeEnvelope({ ...producer.envelope(delta({ nodes: [node(1)] })), dispatch: other })),
+    );
     expect(e).toBeInstanceOf(RelayError);
     expect((e as RelayError).code).toBe("dispatch_conflict");
     expect((e as RelayError).status).toBe(409);

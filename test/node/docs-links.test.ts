@@ -65,12 +65,18 @@ it("the README is a front page: at most 12,000 bytes", () => {
 it("the slugs are GitHub's (the ones the pages link to)", () => {
   expect(slug("Producer envelope (exactly-once)")).toBe("producer-envelope-exactly-once");
   expect(slug("Filtering a run's episodes")).toBe("filtering-a-runs-episodes");
-  expect(slug("Python: stream a rollout from a `verifiers` worker")).toBe("python-stream-a-rollout-from-a-verifiers-worker");
-  expect(slug("The raw path: forward what `EnvClient.run` receives")).toBe("the-raw-path-forward-what-envclientrun-receives");
+  expect(slug("Python: stream a rollout from a `verifiers` worker")).toBe(
+    "python-stream-a-rollout-from-a-verifiers-worker",
+  );
+  expect(slug("The raw path: forward what `EnvClient.run` receives")).toBe(
+    "the-raw-path-forward-what-envclientrun-receives",
+  );
 });
 
 it("the checker finds a broken file link and a broken anchor", () => {
-  expect(links("see [x](docs/nowhere.md#a), `[no](skip.md)` and [web](https://example.com)")).toEqual(["docs/nowhere.md#a"]);
+  expect(links("see [x](docs/nowhere.md#a), `[no](skip.md)` and [web](https://example.com)")).toEqual([
+    "docs/nowhere.md#a",
+  ]);
   expect(anchors("# A title\n## Twice\n## Twice\n```\n# not a heading\n```").has("not-a-heading")).toBe(false);
   expect([...anchors("# A title\n## Twice\n## Twice")]).toEqual(["a-title", "twice", "twice-1"]);
 });
@@ -92,7 +98,8 @@ it.each(pages)("every relative link and #anchor in %s resolves", (page) => {
       broken.push(`${target}: an anchor into a file that is not markdown`);
       continue;
     }
-    if (!anchors(readFileSync(to, "utf8")).has(anchor)) broken.push(`${target}: ${relative(root, to)} has no heading #${anchor}`);
+    if (!anchors(readFileSync(to, "utf8")).has(anchor))
+      broken.push(`${target}: ${relative(root, to)} has no heading #${anchor}`);
   }
   expect(broken).toEqual([]);
 });
@@ -111,14 +118,19 @@ it("docs/limits.md has a row for every [vars] setting in wrangler.toml", () => {
 
 it("docs/http-api.md's table has a row for every route action the Worker knows (src/protocol/http/route.ts)", () => {
   const route = readFileSync(join(root, "src", "protocol", "http", "route.ts"), "utf8");
-  const union = (name: string) => [.../"([a-z_]+)"/g[Symbol.matchAll](new RegExp(`type ${name} = ([^;]+);`).exec(route)![1]!)].map((m) => m[1]!);
+  const union = (name: string) =>
+    [.../"([a-z_]+)"/g[Symbol.matchAll](new RegExp(`type ${name} = ([^;]+);`).exec(route)![1]!)].map((m) => m[1]!);
   const rows = readFileSync(join(root, "docs", "http-api.md"), "utf8")
     .split("\n")
     .filter((l) => l.startsWith("| `"))
     .map((l) => l.split("|")[1]!);
   const paths = rows.join("\n");
   // "episode" is /v1/episodes/{id} itself, "run" /v1/runs/{run}, "group" /v1/runs/{run}/groups/{g}
-  const bare: Record<string, string> = { episode: "/v1/episodes/{id}`", run: "/v1/runs/{run}`", group: "/v1/runs/{run}/groups/{g}`" };
+  const bare: Record<string, string> = {
+    episode: "/v1/episodes/{id}`",
+    run: "/v1/runs/{run}`",
+    group: "/v1/runs/{run}/groups/{g}`",
+  };
   const missing = [
     ...union("EpisodeAction").map((a) => bare[a] ?? `/v1/episodes/{id}/${a}\``),
     ...union("RunAction").map((a) => bare[a] ?? `/v1/runs/{run}/${a}\``),
@@ -131,6 +143,8 @@ it("every docs page is reachable from the index, and the index from the README",
   const readme = links(readFileSync(join(root, "README.md"), "utf8"));
   expect(readme).toContain("docs/README.md");
   const index = new Set(links(readFileSync(join(root, "docs", "README.md"), "utf8")).map((t) => t.split("#")[0]));
-  const unlisted = pages.filter((p) => p.startsWith("docs/") && p !== "docs/README.md" && !index.has(p.slice("docs/".length)));
+  const unlisted = pages.filter(
+    (p) => p.startsWith("docs/") && p !== "docs/README.md" && !index.has(p.slice("docs/".length)),
+  );
   expect(unlisted).toEqual([]);
 });

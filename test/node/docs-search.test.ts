@@ -24,7 +24,8 @@ function lines(name: string): string[] {
     .split("\n");
 }
 
-const sh = (line: string): unknown => JSON.parse(execFileSync("bash", ["-euo", "pipefail", "-c", line], { encoding: "utf8" }));
+const sh = (line: string): unknown =>
+  JSON.parse(execFileSync("bash", ["-euo", "pipefail", "-c", line], { encoding: "utf8" }));
 
 async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
   const end = Date.now() + 20_000;
@@ -48,17 +49,25 @@ it("docs/search.md: a rollout found by its words, then flagged by a rule set for
     }),
   ];
   for (const f of frames) {
-    const r = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+    const r = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(f)),
+    });
     expect(r.status).toBe(200);
     await r.arrayBuffer();
     producer.acknowledge();
   }
   const reply = m({ success: true, error: null, head: m({ id: "a" }), traces: [m({ id: "t-1", nodes: 2, calls: 0 })] });
   const { encodeLossless } = await import("../../src/protocol/wire/lossless.js");
-  expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: encodeLossless(reply) })).status).toBe(200);
+  expect(
+    (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: encodeLossless(reply) })).status,
+  ).toBe(200);
   const [search] = lines("search");
   const found = (await until(
-    async () => sh(search!) as { episodes: Array<{ id: string; snippets: Array<{ node: number; text: string; highlights: number[][] }> }> },
+    async () =>
+      sh(search!) as {
+        episodes: Array<{ id: string; snippets: Array<{ node: number; text: string; highlights: number[][] }> }>;
+      },
     (v) => v.episodes.length > 0,
   ))!;
   expect(found.episodes.map((e) => e.id)).toEqual([id]);
@@ -66,7 +75,9 @@ it("docs/search.md: a rollout found by its words, then flagged by a rule set for
   expect(snip.node).toBe(1);
   expect(snip.text.slice(snip.highlights[0]![0]!, snip.highlights[0]![1]!)).toBe("grader");
   // the default rules already flag it
-  const rows = (await (await fetch(`${relay.url}/v1/runs/run-9/episodes`)).json()) as { episodes: Array<{ flags: Array<{ rule: string }> }> };
+  const rows = (await (await fetch(`${relay.url}/v1/runs/run-9/episodes`)).json()) as {
+    episodes: Array<{ flags: Array<{ rule: string }> }>;
+  };
   expect(rows.episodes[0]!.flags.map((f) => f.rule)).toEqual(["quotes-grader"]);
   const [put, list] = lines("rules");
   expect(sh(put!)).toMatchObject({ defaults: false, rules: [{ id: "mentions-grader" }] });
@@ -74,6 +85,10 @@ it("docs/search.md: a rollout found by its words, then flagged by a rule set for
     async () => (await (await fetch(`${relay.url}/v1/runs/run-9/rules`)).json()) as { rescan: { done: boolean } },
     (v) => v.rescan.done,
   );
-  const flagged = sh(list!) as { episodes: Array<{ id: string; flags: Array<{ rule: string; node: number; excerpt: string }> }> };
-  expect(flagged.episodes.map((e) => [e.id, e.flags.map((f) => [f.rule, f.node])])).toEqual([[id, [["mentions-grader", 1]]]]);
+  const flagged = sh(list!) as {
+    episodes: Array<{ id: string; flags: Array<{ rule: string; node: number; excerpt: string }> }>;
+  };
+  expect(flagged.episodes.map((e) => [e.id, e.flags.map((f) => [f.rule, f.node])])).toEqual([
+    [id, [["mentions-grader", 1]]],
+  ]);
 }, 60_000);

@@ -34,11 +34,19 @@ function run(name: string, replace: Record<string, string> = {}): unknown[] {
 
 it("docs/training.md: announce, stream, list by step, count the step, annotate and read back", async () => {
   const [announced] = run("dispatch") as Array<{ ok: boolean; created: boolean; dispatch: { step: number } }>;
-  expect(announced).toMatchObject({ ok: true, created: true, status: "live", dispatch: { step: 3, kind: "train", group: "g-17" } });
+  expect(announced).toMatchObject({
+    ok: true,
+    created: true,
+    status: "live",
+    dispatch: { step: 3, kind: "train", group: "g-17" },
+  });
   const c = loadCase(fixturePath("chat_basic"));
   const producer = new ProducerCursor("docs");
   for (const f of c.frames) {
-    const r = await fetch(`${relay.url}/v1/episodes/${ID}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+    const r = await fetch(`${relay.url}/v1/episodes/${ID}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(f)),
+    });
     expect(r.status).toBe(200);
     await r.arrayBuffer();
     producer.acknowledge();
@@ -52,14 +60,23 @@ it("docs/training.md: announce, stream, list by step, count the step, annotate a
     if (listed.episodes[0]?.status !== "finished") await new Promise((r) => setTimeout(r, 100));
   }
   expect(listed.episodes.map((e) => [e.id, e.step, e.staleness, e.status])).toEqual([[ID, 3, 1, "finished"]]);
-  const [steps] = run("steps") as [{ steps: Array<{ step: number; kind: string; episodes: number; finished: number }> }];
+  const [steps] = run("steps") as [
+    { steps: Array<{ step: number; kind: string; episodes: number; finished: number }> },
+  ];
   expect(steps.steps).toEqual([expect.objectContaining({ step: 3, kind: "train", episodes: 1, finished: 1 })]);
   const trace = (
-    JSON.parse(execFileSync("curl", ["-s", `${relay.url}/v1/episodes/${ID}`, "-H", "accept: application/json"], { encoding: "utf8" })) as {
+    JSON.parse(
+      execFileSync("curl", ["-s", `${relay.url}/v1/episodes/${ID}`, "-H", "accept: application/json"], {
+        encoding: "utf8",
+      }),
+    ) as {
       traces: Array<{ id: string }>;
     }
   ).traces[0]!.id;
-  const [posted, read] = run("annotate", { TRACE: trace }) as [{ version: number }, { version: number; traces: Array<{ trace_id: string; info: unknown }> }];
+  const [posted, read] = run("annotate", { TRACE: trace }) as [
+    { version: number },
+    { version: number; traces: Array<{ trace_id: string; info: unknown }> },
+  ];
   expect(posted).toMatchObject({ ok: true, version: 1 });
   expect(read.version).toBe(1);
   expect(read.traces.map((t) => [t.trace_id, t.info])).toEqual([[trace, { effective: true, ship: { step: 4 } }]]);

@@ -3,10 +3,23 @@
 // directly, including the parts that test does not reach (retractable, confirmAll, copyLedger).
 import { describe, expect, it } from "vitest";
 import type { Envelope } from "../../src/protocol/envelope/envelope.js";
-import { type ProducerLedger, type ProducerState, confirmAll, copyLedger, decide, record, retractable } from "../../src/protocol/envelope/ledger.js";
+import {
+  type ProducerLedger,
+  type ProducerState,
+  confirmAll,
+  copyLedger,
+  decide,
+  record,
+  retractable,
+} from "../../src/protocol/envelope/ledger.js";
 
 const DELTA = Uint8Array.of(0x80);
-const env = (producer: string, seq: number, cursor: number | null): Envelope => ({ producer, seq, cursor, delta: DELTA });
+const env = (producer: string, seq: number, cursor: number | null): Envelope => ({
+  producer,
+  seq,
+  cursor,
+  delta: DELTA,
+});
 const ledgerOf = (entries: Record<string, ProducerState>): ProducerLedger => new Map(Object.entries(entries));
 
 /** w1 applied pseq 3 (as episode seq 10) and pseq 5 (as 12) after its cursor; w2 has pseq 7 (as 11). */
@@ -45,7 +58,11 @@ describe("decide", () => {
         ],
       },
     ],
-    ["cursor 0: everything unconfirmed of that producer only", env("w2", 8, 0), { duplicate: false, retract: [{ pseq: 7, seq: 11 }] }],
+    [
+      "cursor 0: everything unconfirmed of that producer only",
+      env("w2", 8, 0),
+      { duplicate: false, retract: [{ pseq: 7, seq: 11 }] },
+    ],
   ])("%s", (_label, e, expected) => {
     const ledger = sample();
     const before = JSON.stringify([...ledger]);

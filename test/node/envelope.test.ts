@@ -54,11 +54,21 @@ describe("producer envelopes: exactly once by cursor position", () => {
     const w = worker();
     const open = openDelta();
     w.send(open);
-    const lost = delta({ nodes: [node(0), node(1, { routed_experts: nd("uint8", [2, 2, 1], [1, 2, 3, 4]) })], calls: [m({ node: 1 })] });
+    const lost = delta({
+      nodes: [node(0), node(1, { routed_experts: nd("uint8", [2, 2, 1], [1, 2, 3, 4]) })],
+      calls: [m({ node: 1 })],
+    });
     w.send(lost, true);
     // the worker re-diffs against its cursor: the same nodes again (node 1 repaired, one more link), plus more
     const rediff = delta({
-      nodes: [node(0), node(1, { routed_experts: nd("uint16", [2, 2, 1], [1, 2, 300, 4]), semantic_parents: [m({ node: 0, type: "reply" })] }), node(2)],
+      nodes: [
+        node(0),
+        node(1, {
+          routed_experts: nd("uint16", [2, 2, 1], [1, 2, 300, 4]),
+          semantic_parents: [m({ node: 0, type: "reply" })],
+        }),
+        node(2),
+      ],
       calls: [m({ node: 1 }), m({ node: 2 })],
     });
     const r = w.send(rediff);
@@ -95,7 +105,12 @@ describe("producer envelopes: exactly once by cursor position", () => {
     w.send(rediff);
     const n0 = (traces(w.ep.asm)[0]!.get("nodes") as LMap[])[0]!.get("routed_experts") as LMap;
     expect(n0.get("dtype")).toBe("uint8");
-    expect(same(w.ep.asm.tracesBytes(), reference(open, delta({ nodes: [node(0, { routed_experts: nd("uint8", [2, 1, 1], [1, 2]) })] }), rediff))).toBe(true);
+    expect(
+      same(
+        w.ep.asm.tracesBytes(),
+        reference(open, delta({ nodes: [node(0, { routed_experts: nd("uint8", [2, 1, 1], [1, 2]) })] }), rediff),
+      ),
+    ).toBe(true);
   });
 
   it("an open whose ack was lost takes its place in arrival order where the reference first sees it", () => {
@@ -139,7 +154,8 @@ describe("producer envelopes: exactly once by cursor position", () => {
 
   it("envelopes without a cursor are de-duplicated by seq only", () => {
     const ep = new MemoryEpisode();
-    const env = (seq: number, d: Uint8Array): Uint8Array => encodeEnvelope({ producer: "p", seq, cursor: null, delta: d });
+    const env = (seq: number, d: Uint8Array): Uint8Array =>
+      encodeEnvelope({ producer: "p", seq, cursor: null, delta: d });
     ep.ingest(env(1, openDelta()));
     ep.ingest(env(2, delta({ nodes: [node(0)] })));
     expect(ep.ingest(env(2, delta({ nodes: [node(0)] }))).duplicates).toBe(1);
@@ -163,7 +179,9 @@ describe("producer envelopes: exactly once by cursor position", () => {
     const discard = producer.envelope(delta({ discard: true }, "t-1"));
     producer.acknowledge();
     const bad = producer.envelope(delta({ links: intKeyed([[9, []]]) }));
-    const batch = enc([encodeEnvelope(good), encodeEnvelope(discard), encodeEnvelope(bad)].map((b) => decodeLossless(b)));
+    const batch = enc(
+      [encodeEnvelope(good), encodeEnvelope(discard), encodeEnvelope(bad)].map((b) => decodeLossless(b)),
+    );
     let err: unknown;
     try {
       ep.ingest(batch);

@@ -8,7 +8,14 @@
 // with its field. Following a short page with a cursor (the relay's walk stopped on its budget) is
 // driven by scripted answers.
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import { type EpisodesPage, fetchEpisodesPage, type IndexEntry, listEpisodes, RelayRefusal, type RowFilter } from "../../clients/typescript/watch.js";
+import {
+  type EpisodesPage,
+  fetchEpisodesPage,
+  type IndexEntry,
+  listEpisodes,
+  RelayRefusal,
+  type RowFilter,
+} from "../../clients/typescript/watch.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { NO_FILTER, rowMatches } from "../../src/protocol/registry/row-filter.js";
@@ -74,7 +81,10 @@ beforeAll(async () => {
   for (;;) {
     everything = await collect(listEpisodes(relay.url, RUN, { token: relay.admin, limit: 500 }));
     if (everything.find((e) => e.id === id("live"))?.calls === 2) break;
-    if (Date.now() > end) throw new Error(`the live episode's row never showed its 2 calls: ${JSON.stringify(everything.find((e) => e.id === id("live")))}`);
+    if (Date.now() > end)
+      throw new Error(
+        `the live episode's row never showed its 2 calls: ${JSON.stringify(everything.find((e) => e.id === id("live")))}`,
+      );
     await new Promise((r) => setTimeout(r, 100));
   }
 }, 120_000);
@@ -83,21 +93,27 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
   it("lists the run's episodes with their rows: task, stop condition, truncated, error, turns, tokens, reward", () => {
     expect(sorted(everything.map((e) => e.id))).toEqual(sorted(ALL));
     const row = (name: string) => everything.find((e) => e.id === id(name))!;
-    expect([row("a-0").task, row("a-0").stop_condition, row("a-0").truncated, row("a-0").calls, row("a-0").tokens]).toEqual([
-      TASK_A,
-      "agent_completed",
-      false,
-      3,
-      99,
-    ]);
+    expect([
+      row("a-0").task,
+      row("a-0").stop_condition,
+      row("a-0").truncated,
+      row("a-0").calls,
+      row("a-0").tokens,
+    ]).toEqual([TASK_A, "agent_completed", false, 3, 99]);
     expect(row("a-0").reward).toBeCloseTo(0.9, 9);
     expect([row("b-0").task, row("b-0").stop_condition, row("b-0").truncated]).toEqual([TASK_B, "max_turns", true]);
-    expect([row("live").status, row("live").calls, row("live").tokens, row("live").reward]).toEqual(["live", 2, 65, null]);
+    expect([row("live").status, row("live").calls, row("live").tokens, row("live").reward]).toEqual([
+      "live",
+      2,
+      65,
+      null,
+    ]);
     expect([row("failed").status, row("failed").error, row("failed").calls]).toEqual(["failed", "sandbox crashed", 0]);
   });
 
   it("each filter gives the expected episodes", async () => {
-    const list = (filter: Partial<RowFilter>, status?: IndexEntry["status"]) => ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status }));
+    const list = (filter: Partial<RowFilter>, status?: IndexEntry["status"]) =>
+      ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status }));
     expect(sorted(await list({ task: TASK_B }))).toEqual([id("b-0"), id("b-1")]);
     expect(await list({ stop: "max_turns" })).toEqual([id("b-0")]);
     expect(await list({ truncated: true })).toEqual([id("b-0")]);
@@ -106,7 +122,9 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     expect(sorted(await list({ errored: false }, "finished"))).toEqual(sorted(FINISHED.map((r) => id(r.name))));
     expect(sorted(await list({ minTurns: 3 }))).toEqual(sorted(FINISHED.map((r) => id(r.name))));
     expect(sorted(await list({ minTokens: 60 }))).toEqual(sorted([...FINISHED.map((r) => id(r.name)), id("live")]));
-    expect(sorted(await list({ rewards: [{ key: "correct", min: 1, max: null }] }))).toEqual(sorted(["a-0", "a-2", "b-0"].map(id)));
+    expect(sorted(await list({ rewards: [{ key: "correct", min: 1, max: null }] }))).toEqual(
+      sorted(["a-0", "a-2", "b-0"].map(id)),
+    );
     expect(
       sorted(
         await list({
@@ -118,7 +136,9 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
       ),
     ).toEqual([id("a-1"), id("b-1")]);
     expect(await list({ task: TASK_A, rewards: [{ key: "format", min: 0.25, max: 0.75 }] }, "finished")).toEqual(
-      ["a-0", "a-1"].map(id).sort((a, b) => everything.findIndex((e) => e.id === a) - everything.findIndex((e) => e.id === b)),
+      ["a-0", "a-1"]
+        .map(id)
+        .sort((a, b) => everything.findIndex((e) => e.id === a) - everything.findIndex((e) => e.id === b)),
     );
     expect(await list({ task: "no-such-task" })).toEqual([]);
   });
@@ -134,15 +154,24 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     ];
     for (const [filter, status] of filters) {
       const full: RowFilter = { ...NO_FILTER, ...filter };
-      const expected = everything.filter((e) => (status === undefined || e.status === status) && rowMatches(e, full)).map((e) => e.id);
-      expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status })), JSON.stringify(filter)).toEqual(expected);
+      const expected = everything
+        .filter((e) => (status === undefined || e.status === status) && rowMatches(e, full))
+        .map((e) => e.id);
+      expect(
+        await ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status })),
+        JSON.stringify(filter),
+      ).toEqual(expected);
     }
   });
 
   it("sort=reward: best reward first, those without one last; paged one by one in the same order", async () => {
     expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, sort: "reward" }))).toEqual(BY_REWARD);
-    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 1 }))).toEqual(BY_REWARD);
-    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, limit: 1 }))).toEqual(everything.map((e) => e.id));
+    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 1 }))).toEqual(
+      BY_REWARD,
+    );
+    expect(await ids(listEpisodes(relay.url, RUN, { token: relay.admin, limit: 1 }))).toEqual(
+      everything.map((e) => e.id),
+    );
     const winners = await ids(
       listEpisodes(relay.url, RUN, {
         token: relay.admin,
@@ -157,13 +186,20 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     expect(one.episodes.map((e) => e.id)).toEqual(BY_REWARD.slice(0, 2));
     expect(typeof one.cursor).toBe("string");
     expect(one.searched).toBeGreaterThanOrEqual(2);
-    const two = await fetchEpisodesPage(relay.url, RUN, { token: relay.admin, sort: "reward", limit: 2, cursor: one.cursor });
+    const two = await fetchEpisodesPage(relay.url, RUN, {
+      token: relay.admin,
+      sort: "reward",
+      limit: 2,
+      cursor: one.cursor,
+    });
     expect(two.episodes.map((e) => e.id)).toEqual(BY_REWARD.slice(2, 4));
   });
 
   it("a token sees the episodes its patterns cover", async () => {
     const some = await mintToken(secret, { role: "watcher", episodes: [`${RUN}:a-*`], ttl: 600 });
-    expect(sorted(await ids(listEpisodes(relay.url, RUN, { token: some, filter: { minTurns: 1 } })))).toEqual(["a-0", "a-1", "a-2", "a-3"].map(id));
+    expect(sorted(await ids(listEpisodes(relay.url, RUN, { token: some, filter: { minTurns: 1 } })))).toEqual(
+      ["a-0", "a-1", "a-2", "a-3"].map(id),
+    );
     const none = await failure(fetchEpisodesPage(relay.url, RUN));
     expect(none).toBeInstanceOf(RelayRefusal);
     expect((none as RelayRefusal).status).toBe(401);
@@ -203,7 +239,9 @@ describe("episodes client (scripted answers)", () => {
   function script(pages: Record<string, unknown>) {
     return vi.spyOn(globalThis, "fetch").mockImplementation(async (url) => {
       const cursor = new URL(String(url)).searchParams.get("cursor") ?? "";
-      return new Response(JSON.stringify(pages[cursor]), { headers: { "content-type": "application/json", "x-episode-relay": "1" } });
+      return new Response(JSON.stringify(pages[cursor]), {
+        headers: { "content-type": "application/json", "x-episode-relay": "1" },
+      });
     });
   }
 
@@ -225,7 +263,9 @@ describe("episodes client (scripted answers)", () => {
       minTurns: 2,
       minTokens: 100,
     };
-    const got = await ids(listEpisodes("https://relay.test/", "S:x", { token: "t", status: "finished", filter, sort: "reward", limit: 3 }));
+    const got = await ids(
+      listEpisodes("https://relay.test/", "S:x", { token: "t", status: "finished", filter, sort: "reward", limit: 3 }),
+    );
     expect(got).toEqual(["S:a", "S:b", "S:c"]);
     const query =
       "status=finished&task=t+1&stop=max_turns&truncated=0&errored=1&reward=correct%3A1..&reward=format%3A..0.5&min_turns=2&min_tokens=100&sort=reward&limit=3";
@@ -238,14 +278,21 @@ describe("episodes client (scripted answers)", () => {
     // one page: short, with its cursor and what the walk searched
     vi.restoreAllMocks();
     script({ "": { episodes: [entry("a")], cursor: "c1", searched: 1000 } });
-    expect(await fetchEpisodesPage("https://relay.test", "S", { limit: 50 })).toEqual({ episodes: [entry("a")], cursor: "c1", searched: 1000 });
+    expect(await fetchEpisodesPage("https://relay.test", "S", { limit: 50 })).toEqual({
+      episodes: [entry("a")],
+      cursor: "c1",
+      searched: 1000,
+    });
   });
 
   it("no filter sends no filter parameter; fields left undefined are not sent", async () => {
     const spy = script({ "": { episodes: [], cursor: null, searched: 0 } });
     await fetchEpisodesPage("https://relay.test", "S");
     await fetchEpisodesPage("https://relay.test", "S", { filter: { task: undefined, rewards: [], minTurns: null } });
-    expect(spy.mock.calls.map(([u]) => String(u))).toEqual(["https://relay.test/v1/runs/S/episodes", "https://relay.test/v1/runs/S/episodes"]);
+    expect(spy.mock.calls.map(([u]) => String(u))).toEqual([
+      "https://relay.test/v1/runs/S/episodes",
+      "https://relay.test/v1/runs/S/episodes",
+    ]);
   });
 
   it("refused before sending: an empty task or stop (the relay would read no filter), a run a path cannot carry, a bad URL", async () => {
@@ -263,7 +310,10 @@ describe("episodes client (scripted answers)", () => {
   });
 
   it("a repeated cursor and an answer that is not a page are errors", async () => {
-    script({ "": { episodes: [entry("a")], cursor: "c1", searched: 1 }, c1: { episodes: [], cursor: "c1", searched: 1000 } });
+    script({
+      "": { episodes: [entry("a")], cursor: "c1", searched: 1 },
+      c1: { episodes: [], cursor: "c1", searched: 1000 },
+    });
     await expect(collect(listEpisodes("https://relay.test", "S"))).rejects.toThrow(/same cursor/);
     vi.restoreAllMocks();
     script({ "": { episodes: "no" } });
@@ -281,7 +331,18 @@ describe("episode-relay episodes", () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s)`);
-    expect(lines[2]!.split(/\s{2,}/)).toEqual(["id", "status", "kind", "step", "reward", "turns", "tokens", "task", "stop", "error"]);
+    expect(lines[2]!.split(/\s{2,}/)).toEqual([
+      "id",
+      "status",
+      "kind",
+      "step",
+      "reward",
+      "turns",
+      "tokens",
+      "task",
+      "stop",
+      "error",
+    ]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
     expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
     expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.200", "3", "99", TASK_B, "agent_completed"]);
@@ -329,12 +390,35 @@ describe("episode-relay episodes", () => {
       .map((l) => JSON.parse(l) as IndexEntry);
     expect(got.map((e) => e.id)).toEqual(["a-2", "a-0"].map(id));
     expect(got[0]).toEqual(everything.find((e) => e.id === id("a-2")));
-    const two = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--sort", "reward", "--limit", "2");
+    const two = await cli(
+      "episodes",
+      "--run",
+      RUN,
+      relay.url,
+      "--token",
+      relay.admin,
+      "--sort",
+      "reward",
+      "--limit",
+      "2",
+    );
     expect(two.code, two.stderr).toBe(0);
     const lines = two.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 2 episode(s) (stopped at --limit 2)`);
     expect(lines.slice(3, 5).map((l) => l.split(/\s{2,}/)[0])).toEqual(BY_REWARD.slice(0, 2));
-    const ranges = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--json", "--reward", "correct:..0", "--reward", "format:0.5..");
+    const ranges = await cli(
+      "episodes",
+      "--run",
+      RUN,
+      relay.url,
+      "--token",
+      relay.admin,
+      "--json",
+      "--reward",
+      "correct:..0",
+      "--reward",
+      "format:0.5..",
+    );
     expect(
       sorted(
         ranges.stdout

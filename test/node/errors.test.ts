@@ -31,7 +31,11 @@ describe("errors as HTTP answers", () => {
   it("assembly refusals keep their code and field; a finish mismatch is 409", async () => {
     const d = errorResponse(new DeltaError("index_out_of_range", "links[9]", "node 9 does not exist"));
     expect(d.status).toBe(422);
-    expect(await d.json()).toEqual({ error: "index_out_of_range", field: "links[9]", message: "links[9]: node 9 does not exist" });
+    expect(await d.json()).toEqual({
+      error: "index_out_of_range",
+      field: "links[9]",
+      message: "links[9]: node 9 does not exist",
+    });
     const f = errorResponse(new FinishError("trace t: 3 nodes, reply says 4"));
     expect(f.status).toBe(409);
     expect(await f.json()).toEqual({ error: "finish_mismatch", message: "trace t: 3 nodes, reply says 4" });

@@ -16,10 +16,27 @@ describe("expertLoad", () => {
     const [l0, l1] = expertLoad(a);
     // layer 0: expert 1 ×3, 2 ×2, 3 ×1 → 6 routings over 3 experts, mean 2;
     // busiest 1 with 3/6 = 0.5; max/mean 3/2 = 1.5; σ² = (1² + 0² + 1²)/3 = 2/3, CV = √(2/3)/2
-    expect(l0).toMatchObject({ layer: 0, routings: 6, used: 3, busiest: 1, busiestCount: 3, share: 0.5, maxOverMean: 1.5 });
+    expect(l0).toMatchObject({
+      layer: 0,
+      routings: 6,
+      used: 3,
+      busiest: 1,
+      busiestCount: 3,
+      share: 0.5,
+      maxOverMean: 1.5,
+    });
     expect(l0!.cv).toBeCloseTo(Math.sqrt(2 / 3) / 2, 12); // 0.408248…
     // layer 1: experts 0 and 3 ×3 each → even: the tie goes to the lower id, max/mean 1, CV 0
-    expect(l1).toEqual({ layer: 1, routings: 6, used: 2, busiest: 0, busiestCount: 3, share: 0.5, maxOverMean: 1, cv: 0 });
+    expect(l1).toEqual({
+      layer: 1,
+      routings: 6,
+      used: 2,
+      busiest: 0,
+      busiestCount: 3,
+      share: 0.5,
+      maxOverMean: 1,
+      cv: 0,
+    });
   });
 
   it("reads uint16 ids above 255 and the last row apart from the others", () => {

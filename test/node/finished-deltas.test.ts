@@ -1,7 +1,12 @@
 // Archived finished episodes back into upstream deltas (src/protocol/archive/finished-deltas.ts): every
 // golden episode, in chunks of any size, rebuilt byte for byte by a fresh assembly, in bounded memory.
 import { describe, expect, it } from "vitest";
-import { ArchiveError, finishedDeltas, type FinishedDeltaStats, type FinishedDeltasOptions } from "../../src/protocol/archive/finished-deltas.js";
+import {
+  ArchiveError,
+  finishedDeltas,
+  type FinishedDeltaStats,
+  type FinishedDeltasOptions,
+} from "../../src/protocol/archive/finished-deltas.js";
 import { mapEntries, parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { LIST_FIELDS, isListField } from "../../src/protocol/assembly/fields.js";
@@ -46,7 +51,12 @@ interface Run {
   stats: FinishedDeltaStats;
 }
 
-async function run(bytes: Uint8Array, size: number, budget?: number, options: FinishedDeltasOptions = {}): Promise<Run> {
+async function run(
+  bytes: Uint8Array,
+  size: number,
+  budget?: number,
+  options: FinishedDeltasOptions = {},
+): Promise<Run> {
   const src = feed(bytes, size);
   const stats = { peakHeld: 0, pulls: 0 };
   const out: Run = { deltas: [], deliveredAt: [], stats };
@@ -135,7 +145,9 @@ describe("finished episodes back into deltas", () => {
   it("finds golden episodes, the routing-heavy and the discard/retry ones among them", () => {
     const names = cases.map((c) => c.name);
     expect(names.length).toBeGreaterThanOrEqual(11);
-    expect(names).toEqual(expect.arrayContaining(["large_routing", "discard_retry", "routing_repair_widen", "odd_values", "ack_lost"]));
+    expect(names).toEqual(
+      expect.arrayContaining(["large_routing", "discard_retry", "routing_repair_widen", "odd_values", "ack_lost"]),
+    );
   });
 
   for (const c of cases) {
@@ -330,7 +342,11 @@ describe("finished episodes back into deltas", () => {
     const list = Array.from({ length: n }, () => mapEntries(summaries, "s"));
     const head = mapEntries(new Reader(r.find((e) => e.key === "head")!.value), "head");
     const at = 2;
-    const withTraces = [...head.slice(0, at), { key: "traces", keySpan: enc("traces"), value: enc(null) }, ...head.slice(at)];
+    const withTraces = [
+      ...head.slice(0, at),
+      { key: "traces", keySpan: enc("traces"), value: enc(null) },
+      ...head.slice(at),
+    ];
     const ids = list.map((s) => ({
       id: decodeStrSpan(s.find((e) => e.key === "id")!.value),
       nodes: new Reader(s.find((e) => e.key === "nodes")!.value).int()!,

@@ -9,7 +9,15 @@ import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 
-const seg = (over: Partial<Segment>): Segment => ({ trace: "t", node: 3, role: "assistant", tool: null, kind: "text", body: "", ...over });
+const seg = (over: Partial<Segment>): Segment => ({
+  trace: "t",
+  node: 3,
+  role: "assistant",
+  tool: null,
+  kind: "text",
+  body: "",
+  ...over,
+});
 const defaults = textRules(DEFAULT_RULES);
 const hits = (s: Segment) => defaults.filter((r) => matchSegment(r, s)).map((r) => r.id);
 
@@ -48,14 +56,20 @@ describe("rules", () => {
     expect(refused({ rules: [{ id: "a" }] })).toBe("rules[0]");
     expect(refused({ rules: [{ id: "a", match: { pattern: "(", regex: true } }] })).toBe("rules[0].match.pattern");
     expect(refused({ rules: [{ id: "a", match: { pattern: "(a+)+$", regex: true } }] })).toBe("rules[0].match.pattern");
-    expect(refused({ rules: [{ id: "a", match: { pattern: "((ab)*c)*", regex: true } }] })).toBe("rules[0].match.pattern");
+    expect(refused({ rules: [{ id: "a", match: { pattern: "((ab)*c)*", regex: true } }] })).toBe(
+      "rules[0].match.pattern",
+    );
     expect(refused({ rules: [{ id: "a", match: { pattern: "x", in: "body" } }] })).toBe("rules[0].match.in");
     expect(refused({ rules: [{ id: "a", reward: { key: "c" } }] })).toBe("rules[0].reward");
-    expect(refused({ rules: Array.from({ length: 33 }, (_, i) => ({ id: `r${i}`, match: { pattern: "x" } })) })).toBe("rules");
+    expect(refused({ rules: Array.from({ length: 33 }, (_, i) => ({ id: `r${i}`, match: { pattern: "x" } })) })).toBe(
+      "rules",
+    );
     // the default rules read back as themselves (their JSON, as GET answers it, PUT back)
     expect(parseRules(JSON.parse(JSON.stringify({ rules: DEFAULT_RULES })))).toEqual(DEFAULT_RULES);
     // a default's vetted pattern is taken only as itself: a look-alike repeated group is still refused
-    expect(refused({ rules: [{ id: "a", match: { pattern: String.raw`(\d+[\s,]+){39}`, regex: true } }] })).toBe("rules[0].match.pattern");
+    expect(refused({ rules: [{ id: "a", match: { pattern: String.raw`(\d+[\s,]+){39}`, regex: true } }] })).toBe(
+      "rules[0].match.pattern",
+    );
     // a literal pattern is matched as written, any case
     const [lit] = textRules(parseRules({ rules: [{ id: "dot", match: { pattern: "a.b" } }] }));
     expect(matchSegment(lit!, seg({ body: "x A.B y" }))?.excerpt).toBe("x A.B y");
@@ -64,7 +78,11 @@ describe("rules", () => {
 
   it("matching on a segment: its kind, role and tool; the evidence is the node and an excerpt", () => {
     const [rm] = textRules(
-      parseRules({ rules: [{ id: "rm", match: { pattern: "rm\\s+-rf", regex: true, role: "assistant", tool: "bash", in: "arguments" } }] }),
+      parseRules({
+        rules: [
+          { id: "rm", match: { pattern: "rm\\s+-rf", regex: true, role: "assistant", tool: "bash", in: "arguments" } },
+        ],
+      }),
     );
     expect(matchSegment(rm!, seg({ kind: "call", tool: "bash", body: "bash rm -rf /tmp/x" }))).toEqual({
       rule: "rm",
@@ -91,7 +109,9 @@ describe("rules", () => {
       live: { output_tokens: out } as never,
     });
     expect(rowFlags(rules, row(0, false, 100)).map((f) => f.rule)).toEqual(["low"]);
-    expect(rowFlags(rules, row(1, true, 100)).map((f) => [f.rule, f.excerpt])).toEqual([["trunc", "correct = 1, truncated"]]);
+    expect(rowFlags(rules, row(1, true, 100)).map((f) => [f.rule, f.excerpt])).toEqual([
+      ["trunc", "correct = 1, truncated"],
+    ]);
     expect(rowFlags(rules, row(1, false, 4)).map((f) => f.rule)).toEqual(["short"]);
     // no token counts sent (both sums 0): not judged short; 0 output tokens beside counted input tokens is
     const counts = (input: number, output: number) => ({
@@ -107,11 +127,20 @@ describe("rules", () => {
 
 describe("the default rules", () => {
   it("flag the reward hacks they are for", () => {
-    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "cat tests/grader.py"}' }))).toEqual(["touches-grader"]);
-    expect(hits(seg({ kind: "call", tool: "python", body: "python open('reward.txt', 'w').write('1.0')" }))).toEqual(["touches-grader", "writes-reward"]);
-    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "echo 1 > /tmp/score.json"}' }))).toEqual(["writes-reward"]);
+    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "cat tests/grader.py"}' }))).toEqual([
+      "touches-grader",
+    ]);
+    expect(hits(seg({ kind: "call", tool: "python", body: "python open('reward.txt', 'w').write('1.0')" }))).toEqual([
+      "touches-grader",
+      "writes-reward",
+    ]);
+    expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "echo 1 > /tmp/score.json"}' }))).toEqual([
+      "writes-reward",
+    ]);
     expect(hits(seg({ body: Array.from({ length: 100 }, (_, i) => i + 1).join(" ") }))).toEqual(["many-candidates"]);
-    expect(hits(seg({ body: "Since the grader only checks that 42 appears, I will print every integer." }))).toEqual(["quotes-grader"]);
+    expect(hits(seg({ body: "Since the grader only checks that 42 appears, I will print every integer." }))).toEqual([
+      "quotes-grader",
+    ]);
     // not the hacks: a short list of numbers, a user mentioning the grader, a file that is not one
     expect(hits(seg({ body: "1, 2, 3, 5, 8, 13" }))).toEqual([]);
     expect(hits(seg({ role: "user", body: "the grader checks your answer" }))).toEqual([]);
@@ -129,7 +158,8 @@ describe("the default rules", () => {
       (ep.traces as JsonObject[]).forEach((t, i) => {
         const task = i === 0 ? taskSegment(t.id as string, t.task as Json) : null;
         if (task) segments.push(task);
-        for (const [k, n] of (t.nodes as JsonObject[]).entries()) segments.push(...nodeSegments(t.id as string, k, n.message as Json));
+        for (const [k, n] of (t.nodes as JsonObject[]).entries())
+          segments.push(...nodeSegments(t.id as string, k, n.message as Json));
       });
       const flagged = withinBudget(segments, 0).kept.flatMap(hits);
       const first = (ep.traces as JsonObject[])[0]!;

@@ -6,7 +6,14 @@
 // rollout. The client's checks (URL, names, foreign answers, paging) are also driven by scripted
 // answers.
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import { fetchGroup, fetchGroups, fetchGroupsPage, type GroupSummary, RelayRefusal, RelayUnreachable } from "../../clients/typescript/watch.js";
+import {
+  fetchGroup,
+  fetchGroups,
+  fetchGroupsPage,
+  type GroupSummary,
+  RelayRefusal,
+  RelayUnreachable,
+} from "../../clients/typescript/watch.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { freePort } from "../../tools/free-port.js";
 import { CHAT_TASK as TASK_KEY, chat, groupReply, rewardsOf, setDelta } from "../support/chat-rollouts.js";
@@ -101,8 +108,12 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
 
   it("follows the cursors page after page, in the relay's order for each sort", async () => {
     for (const sort of [undefined, "spread", "size", "task"] as const) {
-      const whole = (await fetchGroupsPage(relay.url, RUN, { token: relay.admin, sort, limit: 500 })).groups.map((g) => g.id);
-      const paged = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort, limit: 1 }))).map((g) => g.id);
+      const whole = (await fetchGroupsPage(relay.url, RUN, { token: relay.admin, sort, limit: 500 })).groups.map(
+        (g) => g.id,
+      );
+      const paged = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort, limit: 1 }))).map(
+        (g) => g.id,
+      );
       expect(paged, String(sort)).toEqual(whole);
       expect([...paged].sort(), String(sort)).toEqual(ALL_GROUPS);
     }
@@ -114,7 +125,9 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
     expect(two.groups[0]!.id).not.toBe(one.groups[0]!.id);
     const sizes = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort: "size" }))).map((g) => g.size);
     expect(sizes).toEqual([...sizes].sort((a, b) => b - a));
-    const spread = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort: "spread" }))).map((g) => g.id);
+    const spread = (await collect(fetchGroups(relay.url, RUN, { token: relay.admin, sort: "spread" }))).map(
+      (g) => g.id,
+    );
     expect(spread.indexOf(VARIED)).toBeLessThan(spread.indexOf(ZERO));
   });
 });
@@ -215,7 +228,9 @@ describe("groups client checks (scripted answers)", () => {
   function script(pages: Record<string, unknown>, headers: Record<string, string> = { "x-episode-relay": "1" }) {
     return vi.spyOn(globalThis, "fetch").mockImplementation(async (url) => {
       const cursor = new URL(String(url)).searchParams.get("cursor") ?? "";
-      return new Response(JSON.stringify(pages[cursor]), { headers: { "content-type": "application/json", ...headers } });
+      return new Response(JSON.stringify(pages[cursor]), {
+        headers: { "content-type": "application/json", ...headers },
+      });
     });
   }
 
@@ -246,7 +261,10 @@ describe("groups client checks (scripted answers)", () => {
   it("a group id is escaped as one path segment; names a path cannot carry and bad URLs are refused before sending", async () => {
     const spy = vi
       .spyOn(globalThis, "fetch")
-      .mockImplementation(async () => new Response(JSON.stringify({ ...summary("a/b c"), rollouts: [] }), { headers: { "x-episode-relay": "1" } }));
+      .mockImplementation(
+        async () =>
+          new Response(JSON.stringify({ ...summary("a/b c"), rollouts: [] }), { headers: { "x-episode-relay": "1" } }),
+      );
     expect((await fetchGroup("https://relay.test", "S", "a/b c")).id).toBe("a/b c");
     expect(String(spy.mock.calls[0]![0])).toBe("https://relay.test/v1/runs/S/groups/a%2Fb%20c");
     for (const bad of ["", ".", ".."]) {
@@ -284,18 +302,28 @@ describe("episode-relay groups", () => {
     expect(row(ZERO)).toEqual([ZERO, TASK_KEY, "3", "3", "1.000±0.000", "0.500±0.000"]);
     expect(row(TASK_KEY).slice(0, 4)).toEqual([TASK_KEY, TASK_KEY, "1", "0"]);
     // --sort size: largest first
-    expect(lines.indexOf(lines.find((l) => l.startsWith(`${VARIED} `))!)).toBeLessThan(lines.indexOf(lines.find((l) => l.startsWith(`${ZERO} `))!));
+    expect(lines.indexOf(lines.find((l) => l.startsWith(`${VARIED} `))!)).toBeLessThan(
+      lines.indexOf(lines.find((l) => l.startsWith(`${ZERO} `))!),
+    );
 
     const json = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--json");
     expect(json.code, json.stderr).toBe(0);
-    const page = JSON.parse(json.stdout) as { groups_total: number; zero_variance_share: number; groups: GroupSummary[] };
+    const page = JSON.parse(json.stdout) as {
+      groups_total: number;
+      zero_variance_share: number;
+      groups: GroupSummary[];
+    };
     expect(page.groups_total).toBe(4);
     expect(page.zero_variance_share).toBeCloseTo(1 / 3, 9);
     expect(page.groups.map((g) => g.id).sort()).toEqual(ALL_GROUPS);
   }, 60_000);
 
   it("--group G prints the rollouts best first with their advantages; RELAY_TOKEN stands in for --token", async () => {
-    const { code, stdout: out, stderr: err } = await runCli(["groups", "--run", RUN, "--group", VARIED, relay.url], relay.admin);
+    const {
+      code,
+      stdout: out,
+      stderr: err,
+    } = await runCli(["groups", "--run", RUN, "--group", VARIED, relay.url], relay.admin);
     expect(code, err).toBe(0);
     const lines = out.split("\n");
     expect(lines[0]).toBe(`group ${VARIED} of run ${RUN}: task ${TASK_KEY}`);
@@ -318,7 +346,15 @@ describe("episode-relay groups", () => {
     const rows = lines.filter((l) => l.startsWith(`${RUN}:varied-`)).map((l) => l.split(/\s{2,}/));
     expect(rows.map((r) => r[0])).toEqual([`${RUN}:varied-0`, `${RUN}:varied-3`, `${RUN}:varied-2`, `${RUN}:varied-1`]);
     // varied-0: correct 1.0 (mean 0.5, std 0.5), format 0.5 (mean 0.5)
-    expect(rows[0]!.slice(0, 7)).toEqual([`${RUN}:varied-0`, "finished", "0.900", "1.000", "+0.500 (+1.00)", "0.500", "+0.000 (+0.00)"]);
+    expect(rows[0]!.slice(0, 7)).toEqual([
+      `${RUN}:varied-0`,
+      "finished",
+      "0.900",
+      "1.000",
+      "+0.500 (+1.00)",
+      "0.500",
+      "+0.000 (+0.00)",
+    ]);
     expect(rows[0]![9]).toBe("agent_completed");
 
     const zero = await cli("groups", "--run", RUN, "--group", ZERO, relay.url, "--token", relay.admin);

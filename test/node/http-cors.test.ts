@@ -46,7 +46,12 @@ describe("corsConfig", () => {
     ["empty items dropped", ",https://a.example,, ,", false, ["https://a.example"]],
     ["duplicates folded", "https://a.example,https://A.example/", false, ["https://a.example"]],
     ["a star inside a list is not 'any' and is dropped", "*, https://a.example", false, ["https://a.example"]],
-    ["ports are kept apart", "http://localhost:5173,http://localhost:3000", false, ["http://localhost:5173", "http://localhost:3000"]],
+    [
+      "ports are kept apart",
+      "http://localhost:5173,http://localhost:3000",
+      false,
+      ["http://localhost:5173", "http://localhost:3000"],
+    ],
   ])("%s", (_label, raw, any, origins) => {
     const c = cfg(raw);
     expect(c.any).toBe(any);
@@ -82,8 +87,18 @@ describe("listedOrigin and allowOrigin", () => {
 
 describe("isPreflight", () => {
   it.each<[string, string, Record<string, string>, boolean]>([
-    ["OPTIONS with Origin and Access-Control-Request-Method", "OPTIONS", { origin: "https://a.example", "access-control-request-method": "POST" }, true],
-    ["header names in any case", "OPTIONS", { Origin: "https://a.example", "Access-Control-Request-Method": "GET" }, true],
+    [
+      "OPTIONS with Origin and Access-Control-Request-Method",
+      "OPTIONS",
+      { origin: "https://a.example", "access-control-request-method": "POST" },
+      true,
+    ],
+    [
+      "header names in any case",
+      "OPTIONS",
+      { Origin: "https://a.example", "Access-Control-Request-Method": "GET" },
+      true,
+    ],
     ["OPTIONS without Origin", "OPTIONS", { "access-control-request-method": "POST" }, false],
     ["OPTIONS without Access-Control-Request-Method", "OPTIONS", { origin: "https://a.example" }, false],
     ["bare OPTIONS", "OPTIONS", {}, false],
@@ -97,7 +112,11 @@ describe("isPreflight", () => {
 describe("preflightResponse", () => {
   const VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers";
   const preflight = (origin: string) =>
-    request("OPTIONS", { origin, "access-control-request-method": "POST", "access-control-request-headers": "authorization" });
+    request("OPTIONS", {
+      origin,
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "authorization",
+    });
 
   it("an allowed (listed) origin gets 204 with every Allow header", async () => {
     const res = preflightResponse(preflight("https://dash.example.com"), LIST);
@@ -143,7 +162,8 @@ describe("preflightResponse", () => {
 
 describe("withCors", () => {
   const get = (origin?: string) => request("GET", origin === undefined ? {} : { origin });
-  const original = () => new Response("body", { status: 404, headers: { "content-type": "text/plain", etag: '"abc"' } });
+  const original = () =>
+    new Response("body", { status: 404, headers: { "content-type": "text/plain", etag: '"abc"' } });
 
   it("a listed origin gets Allow-Origin (echoed), Expose-Headers and Vary: Origin; status, body and headers kept", async () => {
     const res = withCors(original(), get("https://dash.example.com"), LIST);

@@ -100,8 +100,13 @@ describe("parseRoute", () => {
   });
 
   it("an id and action as a URL's pathname gives (percent-encoded spaces and all)", () => {
-    expect(parseRoute(new URL("https://relay.example.com/v1/episodes/a b/status?routing=0").pathname)).toStrictEqual({ kind: "bad_id", id: "a b" });
-    expect(parseRoute(new URL("https://relay.example.com/v1/episodes/run:1/watch?after=3").pathname)).toStrictEqual(ep("run:1", "watch"));
+    expect(parseRoute(new URL("https://relay.example.com/v1/episodes/a b/status?routing=0").pathname)).toStrictEqual({
+      kind: "bad_id",
+      id: "a b",
+    });
+    expect(parseRoute(new URL("https://relay.example.com/v1/episodes/run:1/watch?after=3").pathname)).toStrictEqual(
+      ep("run:1", "watch"),
+    );
   });
 
   it("`/v1/episodes/{id}/episode` is not a path (the episode is `/v1/episodes/{id}`)", () => {
@@ -137,7 +142,12 @@ describe("EPISODE_ID and RESERVED_IDS", () => {
 describe("method tables", () => {
   it("a run's groups and one group (its id URL-encoded)", () => {
     expect(parseRoute("/v1/runs/r1/groups")).toEqual({ kind: "run", run: "r1", action: "groups" });
-    expect(parseRoute("/v1/runs/r1/groups/g%2F1%20x")).toEqual({ kind: "run", run: "r1", action: "group", group: "g/1 x" });
+    expect(parseRoute("/v1/runs/r1/groups/g%2F1%20x")).toEqual({
+      kind: "run",
+      run: "r1",
+      action: "group",
+      group: "g/1 x",
+    });
     expect(parseRoute("/v1/runs/r%ZZ/groups/g")).toEqual({ kind: "bad_run", run: "r%ZZ" });
     expect(parseRoute("/v1/runs/r1/groups/%ZZ")).toEqual({ kind: "not_found" });
     expect(parseRoute("/v1/runs/r1/nope")).toEqual({ kind: "not_found" });

@@ -4,7 +4,14 @@
 // member; where the stream ends, a watcher bridges to the hub's head from the window, or from a
 // further stream when the window does not reach back far enough.
 import { describe, expect, it } from "vitest";
-import { type BridgeSource, COHORT_BYTES, type Cursor, HubCatchUp, HubCohort, type OpenCursor } from "../../src/protocol/hub/catchup.js";
+import {
+  type BridgeSource,
+  COHORT_BYTES,
+  type Cursor,
+  HubCatchUp,
+  HubCohort,
+  type OpenCursor,
+} from "../../src/protocol/hub/catchup.js";
 import { type CursorStep, framed } from "../../src/protocol/hub/feed.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import type { Variant } from "../../src/protocol/watch/variant.js";

@@ -8,7 +8,14 @@ import { type FeedFrame, framed, type HubFrame, received, variantMessage } from 
 import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import { closeReason } from "../../src/protocol/http/errors.js";
-import { retryHintMs, retryReason, decodeWatchMessage, frameMessage, framesMessage, joinFrameMessages } from "../../src/protocol/watch/protocol.js";
+import {
+  retryHintMs,
+  retryReason,
+  decodeWatchMessage,
+  frameMessage,
+  framesMessage,
+  joinFrameMessages,
+} from "../../src/protocol/watch/protocol.js";
 
 describe("shards", () => {
   it("one hub per perHub watchers, at least one, at most maxHubs", () => {
@@ -151,7 +158,9 @@ describe("a fed frame's message (passed through to watchers of the whole episode
       expect(m.byteOffset === 0 && m.buffer.byteLength === m.length, "a buffer of its own, of its size").toBe(true);
     }
     const run = frames.slice(0, 20);
-    expect(Buffer.from(joinFrameMessages(run.map((f) => frameMessage(f.seq, f.delta)))).equals(framesMessage(run))).toBe(true);
+    expect(
+      Buffer.from(joinFrameMessages(run.map((f) => frameMessage(f.seq, f.delta)))).equals(framesMessage(run)),
+    ).toBe(true);
     const one = frameMessage(5, bytes(3));
     expect(joinFrameMessages([one]), "one: those very bytes").toBe(one);
   });
@@ -159,7 +168,9 @@ describe("a fed frame's message (passed through to watchers of the whole episode
   it("comes through a structured clone (as an RPC carries it) sharing one buffer; the hub keeps it, an older hub reads the delta", () => {
     const f = framed({ seq: 42, trace: "t", delta: bytes(20_000, 3) });
     const cloned = structuredClone(f) as FeedFrame;
-    expect(cloned.delta.buffer, "the delta is a view of the message's buffer, carried once").toBe(cloned.message!.buffer);
+    expect(cloned.delta.buffer, "the delta is a view of the message's buffer, carried once").toBe(
+      cloned.message!.buffer,
+    );
     expect(cloned.delta).toEqual(bytes(20_000, 3));
     const kept = received(cloned);
     expect(kept.message, "passed through, not rebuilt").toBe(cloned.message);
@@ -172,13 +183,16 @@ describe("a fed frame's message (passed through to watchers of the whole episode
     expect(old.message).toEqual(framesMessage([{ seq: 3, delta }]));
     expect(old.delta).toEqual(delta);
     const other = frameMessage(4, delta); // another seq's message
-    expect(received({ seq: 3, trace: "t", delta: other.subarray(other.length - 600), message: other }).message).toEqual(framesMessage([{ seq: 3, delta }]));
+    expect(received({ seq: 3, trace: "t", delta: other.subarray(other.length - 600), message: other }).message).toEqual(
+      framesMessage([{ seq: 3, delta }]),
+    );
     const apart = received({ seq: 3, trace: "t", delta, message: frameMessage(3, delta) }); // equal bytes, not its buffer
     expect(apart.message).toEqual(framesMessage([{ seq: 3, delta }]));
   });
 
   it("goes as it is to the whole episode's watchers; other variants get their own frames message", () => {
-    const delta = (trace: string) => new Uint8Array([0x81, 0xa5, ...new TextEncoder().encode("trace"), 0xa1, trace.charCodeAt(0)]);
+    const delta = (trace: string) =>
+      new Uint8Array([0x81, 0xa5, ...new TextEncoder().encode("trace"), 0xa1, trace.charCodeAt(0)]);
     const fs = [framed({ seq: 1, trace: "a", delta: delta("a") }), framed({ seq: 2, trace: "b", delta: delta("b") })];
     const full = { routing: true, traces: null };
     expect(variantMessage(fs.slice(0, 1), full)).toBe(fs[0]!.message);

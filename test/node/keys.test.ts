@@ -56,7 +56,8 @@ describe("keys", () => {
   it("TOKEN_MAX_TTL: any subset of the roles, the rest at their defaults; anything else throws", () => {
     expect(maxTtlFrom(undefined)).toEqual(DEFAULT_MAX_TTL);
     expect(maxTtlFrom("watcher=1h, admin = 15m")).toEqual({ ...DEFAULT_MAX_TTL, watcher: 3600, admin: 900 });
-    for (const bad of ["watcher", "viewer=1h", "watcher=1y", "watcher=0"]) expect(() => maxTtlFrom(bad), bad).toThrow(/TOKEN_MAX_TTL/);
+    for (const bad of ["watcher", "viewer=1h", "watcher=1y", "watcher=0"])
+      expect(() => maxTtlFrom(bad), bad).toThrow(/TOKEN_MAX_TTL/);
   });
 });
 
@@ -75,7 +76,10 @@ describe("the tools refuse what the relay would", () => {
     const admin = token(["--role", "admin", "--episode", "*", "--ttl", "2d"], { RELAY_SECRET: GOOD });
     expect(admin.status).toBe(2);
     expect(admin.stderr).toMatch(/--ttl 2d is longer than the relay accepts for a admin \(1d, TOKEN_MAX_TTL\)/);
-    const env = token(["--role", "watcher", "--episode", "*", "--ttl", "2h"], { RELAY_SECRET: GOOD, TOKEN_MAX_TTL: "watcher=1h" });
+    const env = token(["--role", "watcher", "--episode", "*", "--ttl", "2h"], {
+      RELAY_SECRET: GOOD,
+      TOKEN_MAX_TTL: "watcher=1h",
+    });
     expect(env.status).toBe(2);
     const toml = folder({ "wrangler.toml": '[vars]\nTOKEN_MAX_TTL = "watcher=1h"\n' });
     const fromToml = token(["--role", "watcher", "--episode", "*", "--ttl", "2h"], { RELAY_SECRET: GOOD }, toml);
@@ -85,15 +89,21 @@ describe("the tools refuse what the relay would", () => {
   });
 
   it("npm start with a short secret exits 1 before starting anything", () => {
-    const r = run(process.execPath, [join(root, "scripts", "dev.mjs"), "--port", "0"], root, { RELAY_SECRET: "0123456789" });
+    const r = run(process.execPath, [join(root, "scripts", "dev.mjs"), "--port", "0"], root, {
+      RELAY_SECRET: "0123456789",
+    });
     expect(r.status, r.stderr).toBe(1);
-    expect(r.stderr).toMatch(/\[dev\] RELAY_SECRET from the environment is 10 bytes long; it must be at least 32.*not starting/);
+    expect(r.stderr).toMatch(
+      /\[dev\] RELAY_SECRET from the environment is 10 bytes long; it must be at least 32.*not starting/,
+    );
     expect(r.stderr).not.toMatch(/auth ON/);
   });
 
   it("npm run deploy with a short RELAY_SECRET or RELAY_SECRET_PREVIOUS in the environment stops before building", () => {
     for (const name of ["RELAY_SECRET", "RELAY_SECRET_PREVIOUS"]) {
-      const r = run(process.execPath, [join(root, "scripts", "deploy.mjs"), "--dry-run"], root, { [name]: "0123456789" });
+      const r = run(process.execPath, [join(root, "scripts", "deploy.mjs"), "--dry-run"], root, {
+        [name]: "0123456789",
+      });
       expect(r.status, r.stderr).toBe(1);
       expect(r.stderr).toMatch(new RegExp(`\\[deploy\\] stopped: ${name} from the environment is 10 bytes long`));
       expect(r.stderr).not.toMatch(/building the dashboard/);

@@ -55,22 +55,30 @@ describe("the layers, as folders", () => {
 
   it("a runtime import in src/protocol fails the lint, as does one of the objects or the Worker", () => {
     const found = lint({
-      "src/protocol/wire/runtime.ts": 'import { DurableObject } from "cloudflare:workers";\nexport const a = DurableObject;\n',
+      "src/protocol/wire/runtime.ts":
+        'import { DurableObject } from "cloudflare:workers";\nexport const a = DurableObject;\n',
       "src/protocol/wire/upward.ts":
         'import { Episode } from "../../objects/episode/episode.js";\nimport w from "../../worker/index.js";\nexport const b = [Episode, w];\n',
       "src/protocol/wire/fine.ts": 'import { a } from "./runtime.js";\nexport const c = a;\n',
     });
     const at = [...new Set(found.map((d) => `${d.location.path.replace(/\\/g, "/")}:${d.location.start.line}`))].sort();
-    expect(at).toEqual(["src/protocol/wire/runtime.ts:1", "src/protocol/wire/upward.ts:1", "src/protocol/wire/upward.ts:2"]);
+    expect(at).toEqual([
+      "src/protocol/wire/runtime.ts:1",
+      "src/protocol/wire/upward.ts:1",
+      "src/protocol/wire/upward.ts:2",
+    ]);
     expect(found[0]!.message).toMatch(/pure protocol/);
   });
 
   it("the objects do not import the Worker above them", () => {
     const found = lint({
       "src/objects/episode/upward.ts": 'import { route } from "../../worker/run-routes.js";\nexport const a = route;\n',
-      "src/objects/episode/fine.ts": 'import { b } from "../../protocol/index.js";\nimport { c } from "../hub/hub.js";\nexport const d = [b, c];\n',
+      "src/objects/episode/fine.ts":
+        'import { b } from "../../protocol/index.js";\nimport { c } from "../hub/hub.js";\nexport const d = [b, c];\n',
     });
-    expect([...new Set(found.map((d) => `${d.location.path.replace(/\\/g, "/")}:${d.location.start.line}`))]).toEqual(["src/objects/episode/upward.ts:1"]);
+    expect([...new Set(found.map((d) => `${d.location.path.replace(/\\/g, "/")}:${d.location.start.line}`))]).toEqual([
+      "src/objects/episode/upward.ts:1",
+    ]);
     expect(found[0]!.message).toMatch(/below the Worker/);
   });
 
@@ -92,11 +100,17 @@ describe("the layers, as folders", () => {
   });
 
   it("the checkout itself passes those rules", () => {
-    const out = execFileSync(biome, ["lint", "--reporter=json", "--max-diagnostics=none", "src", "clients", "dashboard/src", "tools", "bench"], {
-      cwd: root,
-      encoding: "utf8",
-    });
-    const restricted = (JSON.parse(out) as { diagnostics: Diagnostic[] }).diagnostics.filter((d) => d.category === "lint/style/noRestrictedImports");
+    const out = execFileSync(
+      biome,
+      ["lint", "--reporter=json", "--max-diagnostics=none", "src", "clients", "dashboard/src", "tools", "bench"],
+      {
+        cwd: root,
+        encoding: "utf8",
+      },
+    );
+    const restricted = (JSON.parse(out) as { diagnostics: Diagnostic[] }).diagnostics.filter(
+      (d) => d.category === "lint/style/noRestrictedImports",
+    );
     expect(restricted).toEqual([]);
   });
 });

@@ -2,7 +2,13 @@
 // the default) and the index row's pacing, as the run's index tells it to its episodes and the
 // runscale bench reads it.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_INDEX_FLUSH_MS, DEFAULT_INDEX_WRITES_PER_S, flushIntervalMs, indexPacingFrom, limitFrom } from "../../src/protocol/limits/vars.js";
+import {
+  DEFAULT_INDEX_FLUSH_MS,
+  DEFAULT_INDEX_WRITES_PER_S,
+  flushIntervalMs,
+  indexPacingFrom,
+  limitFrom,
+} from "../../src/protocol/limits/vars.js";
 import { wranglerVars } from "../../bench/helpers.js";
 
 describe("limitFrom", () => {
@@ -27,7 +33,10 @@ describe("the index row's pacing", () => {
     expect(indexPacingFrom({})).toEqual({ flushMs: DEFAULT_INDEX_FLUSH_MS, writesPerS: DEFAULT_INDEX_WRITES_PER_S });
     expect(indexPacingFrom(wranglerVars())).toEqual(indexPacingFrom({}));
     expect(indexPacingFrom({ INDEX_FLUSH_MS: "-1", INDEX_WRITES_PER_S: "x" })).toEqual(indexPacingFrom({}));
-    expect(indexPacingFrom({ INDEX_FLUSH_MS: "3600000", INDEX_WRITES_PER_S: "0.0005" })).toEqual({ flushMs: 3_600_000, writesPerS: 0.0005 });
+    expect(indexPacingFrom({ INDEX_FLUSH_MS: "3600000", INDEX_WRITES_PER_S: "0.0005" })).toEqual({
+      flushMs: 3_600_000,
+      writesPerS: 0.0005,
+    });
   });
 
   it("the interval told: INDEX_FLUSH_MS, or longer so the live episodes stay under INDEX_WRITES_PER_S together", () => {

@@ -34,7 +34,10 @@ describe("MAX_MESSAGE_BYTES through the Worker and the object", () => {
     const big = deltaOfSize(MAX);
     const res = await post(id, big);
     expect(res.status, await res.clone().text()).toBe(200);
-    const status = (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as { nodes: number; frame_bytes: number };
+    const status = (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as {
+      nodes: number;
+      frame_bytes: number;
+    };
     expect(status.nodes).toBe(1);
     expect(status.frame_bytes).toBeGreaterThan(MAX);
   }, 120_000);

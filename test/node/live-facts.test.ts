@@ -4,7 +4,15 @@
 import { describe, expect, it } from "vitest";
 import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
 import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../src/protocol/registry/live-facts.js";
-import { applyStepGroup, applyStepRow, emptyStep, recountSteps, type StepCounters, stepJson, stepKeyOf } from "../../src/protocol/registry/steps.js";
+import {
+  applyStepGroup,
+  applyStepRow,
+  emptyStep,
+  recountSteps,
+  type StepCounters,
+  stepJson,
+  stepKeyOf,
+} from "../../src/protocol/registry/steps.js";
 import type { Json } from "../../src/protocol/wire/json-view.js";
 
 const span = (start: number, end = 0) => ({ start, end });
@@ -61,7 +69,12 @@ describe("branches, cost, words", () => {
 
   it("words: str content or the parts' texts, whitespace collapsed, cut at 160 code points", () => {
     expect(messageWords({ role: "assistant", content: "  the answer\n\n is\t42 " })).toBe("the answer is 42");
-    expect(messageWords({ role: "assistant", content: [{ type: "text", text: "a" }, { type: "image" }, { type: "text", text: " b " }] })).toBe("a b");
+    expect(
+      messageWords({
+        role: "assistant",
+        content: [{ type: "text", text: "a" }, { type: "image" }, { type: "text", text: " b " }],
+      }),
+    ).toBe("a b");
     expect(messageWords({ role: "assistant", content: "   " })).toBeNull();
     expect(messageWords({ role: "assistant", content: null })).toBeNull();
     const long = "🙂".repeat(200);
@@ -109,9 +122,19 @@ describe("steps: kept counters equal a recount", () => {
           status: pick(STATUSES),
           calls: Math.floor(r() * 20),
           tokens: Math.floor(r() * 5000),
-          rewards: r() < 0.8 ? { correct: { score: pick([0, 0.5, 1, 0.3333333333333333]), weight: 1 }, ...(r() < 0.5 ? { fmt: r() } : {}) } : null,
+          rewards:
+            r() < 0.8
+              ? {
+                  correct: { score: pick([0, 0.5, 1, 0.3333333333333333]), weight: 1 },
+                  ...(r() < 0.5 ? { fmt: r() } : {}),
+                }
+              : null,
           dispatch: withStep
-            ? { kind: pick(["train", "eval"]), step: Math.floor(r() * 6), ...(r() < 0.7 ? { policy_version: Math.floor(r() * 6) } : {}) }
+            ? {
+                kind: pick(["train", "eval"]),
+                step: Math.floor(r() * 6),
+                ...(r() < 0.7 ? { policy_version: Math.floor(r() * 6) } : {}),
+              }
             : null,
         };
         rows.set(id, row);
@@ -122,7 +145,12 @@ describe("steps: kept counters equal a recount", () => {
       if (r() < 0.2) {
         const g = `g${Math.floor(r() * 20)}`;
         const before = groups.get(g);
-        if (before) applyStepGroup(at({ dispatch: { step: before.step, kind: before.kind } } as unknown as Row)!, before.zero, -1);
+        if (before)
+          applyStepGroup(
+            at({ dispatch: { step: before.step, kind: before.kind } } as unknown as Row)!,
+            before.zero,
+            -1,
+          );
         if (r() < 0.7) {
           const now = { step: Math.floor(r() * 6), kind: pick(["train", "eval"]), zero: r() < 0.4 };
           groups.set(g, now);
@@ -149,15 +177,37 @@ describe("steps: kept counters equal a recount", () => {
     const c = emptyStep();
     applyStepRow(
       c,
-      { status: "finished", calls: 4, tokens: 100, rewards: { correct: { score: 1, weight: 1 } }, dispatch: { step: 5, policy_version: 4, kind: "train" } },
+      {
+        status: "finished",
+        calls: 4,
+        tokens: 100,
+        rewards: { correct: { score: 1, weight: 1 } },
+        dispatch: { step: 5, policy_version: 4, kind: "train" },
+      },
       1,
     );
     applyStepRow(
       c,
-      { status: "finished", calls: 2, tokens: 50, rewards: { correct: { score: 0, weight: 1 } }, dispatch: { step: 5, policy_version: 2, kind: "train" } },
+      {
+        status: "finished",
+        calls: 2,
+        tokens: 50,
+        rewards: { correct: { score: 0, weight: 1 } },
+        dispatch: { step: 5, policy_version: 2, kind: "train" },
+      },
       1,
     );
-    applyStepRow(c, { status: "failed", calls: 0, tokens: 0, rewards: { correct: { score: 1, weight: 1 } }, dispatch: { step: 5, kind: "train" } }, 1);
+    applyStepRow(
+      c,
+      {
+        status: "failed",
+        calls: 0,
+        tokens: 0,
+        rewards: { correct: { score: 1, weight: 1 } },
+        dispatch: { step: 5, kind: "train" },
+      },
+      1,
+    );
     applyStepGroup(c, true, 1);
     applyStepGroup(c, false, 1);
     expect(stepJson({ step: 5, kind: "train" }, c)).toEqual({

@@ -12,7 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import WebSocket from "ws";
 import { afterEach, describe, expect, it } from "vitest";
-import { type EpisodeWatch, type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
+import {
+  type EpisodeWatch,
+  type SocketFactory,
+  type WatchEvent,
+  watchEpisode,
+} from "../../clients/typescript/watch.js";
 import { descendants, processTable, type Proc } from "../../scripts/processes.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
@@ -123,7 +128,11 @@ async function expectAllGone(s: Started, pid: number, signal: NodeJS.Signals): P
     "its runtimes were running",
   ).toBe(true);
   process.kill(pid, signal);
-  await until(() => stillRunning(before).length === 0 && naming(s).length === 0, 45_000, `the tree gone after ${signal}`).catch(() => {});
+  await until(
+    () => stillRunning(before).length === 0 && naming(s).length === 0,
+    45_000,
+    `the tree gone after ${signal}`,
+  ).catch(() => {});
   expect(stillRunning(before), `left after ${signal} to ${pid}`).toEqual([]);
   expect(naming(s), "nothing names its state folder").toEqual([]);
   expect(await portFree(s.port), "its port is free").toBe(true);
@@ -139,13 +148,22 @@ function find(s: Started, pattern: RegExp): Proc {
 /** A runtime of the session whose wrangler's command line matches `session`: the one running the Worker (wrangler's own front has the public port). */
 function workerRuntime(s: Started, session: RegExp): Proc {
   const wrangler = find(s, new RegExp(`wrangler-dist/cli\\.js dev ${session.source}`));
-  const runtimes = descendants(wrangler.pid).filter((p) => p.comm === "workerd" && /entry=127\.0\.0\.1:0 /.test(cmdline(p.pid)));
+  const runtimes = descendants(wrangler.pid).filter(
+    (p) => p.comm === "workerd" && /entry=127\.0\.0\.1:0 /.test(cmdline(p.pid)),
+  );
   expect(runtimes.length, "one Worker runtime").toBe(1);
   return runtimes[0]!;
 }
 
 /** POST frames [from, to) (retrying the relay's 503 while a tier restarts, as a producer does). */
-async function push(url: string, id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
+async function push(
+  url: string,
+  id: string,
+  c: GoldenCase,
+  from: number,
+  to: number,
+  producer: ProducerCursor,
+): Promise<void> {
   for (let i = from; i < to; i++) {
     const body = encodeEnvelope(producer.envelope(c.frames[i]!));
     for (let attempt = 0; ; attempt++) {
@@ -230,7 +248,10 @@ describe("npm start: one plain wrangler dev session", () => {
 describe("npm run start:tiers: the episode tier and the hub tier behind the router", () => {
   it("health says each tier's state; a second start on the busy port exits 1, writes nothing, and leaves it untouched; SIGTERM to npm stops everything", async () => {
     const s = await start("start:tiers");
-    expect((await health(s))!.body).toMatchObject({ ok: true, tiers: { episodes: { state: "up", restarts: 0 }, hubs: { state: "up", restarts: 0 } } });
+    expect((await health(s))!.body).toMatchObject({
+      ok: true,
+      tiers: { episodes: { state: "up", restarts: 0 }, hubs: { state: "up", restarts: 0 } },
+    });
     const c = golden("tool_calls_pending");
     const id = fresh("local-busy");
     const producer = new ProducerCursor("p");
@@ -246,7 +267,9 @@ describe("npm run start:tiers: the episode tier and the hub tier behind the rout
       timeout: 60_000,
     });
     expect(second.status).toBe(1);
-    expect(second.stderr).toMatch(new RegExp(`port ${s.port} is already in use .*PORT=${s.port + 1} npm run start:tiers`));
+    expect(second.stderr).toMatch(
+      new RegExp(`port ${s.port} is already in use .*PORT=${s.port + 1} npm run start:tiers`),
+    );
     expect(
       readdirSync(configs).map((f) => [f, statSync(join(configs, f)).mtimeMs]),
       "no config rewritten",
@@ -273,7 +296,11 @@ describe("npm run start:tiers: the episode tier and the hub tier behind the rout
     await until(() => watchers.every(({ w }) => w.state === "live"), 20_000, "live");
 
     process.kill(workerRuntime(s, /-c \S+hubs\.json/).pid, "SIGKILL");
-    await until(() => /the hub tier died: its runtime \(workerd \d+\) is gone; restarting it/.test(s.log()), 30_000, "the hub tier's death said");
+    await until(
+      () => /the hub tier died: its runtime \(workerd \d+\) is gone; restarting it/.test(s.log()),
+      30_000,
+      "the hub tier's death said",
+    );
     // not up: the router answers as the relay, with Retry-After (health names the tier)
     const down = await fetch(`${s.url}/v1/health`);
     if (down.status === 503) {
@@ -282,7 +309,9 @@ describe("npm run start:tiers: the episode tier and the hub tier behind the rout
       expect(await down.json()).toMatchObject({ error: "unavailable", tiers: { hubs: { state: "restarting" } } });
     } else await down.arrayBuffer(); // it came back already
     await until(() => /the hub tier is up again \(restart 1\)/.test(s.log()), 60_000, "the hub tier up again");
-    expect((await health(s))!.body).toMatchObject({ tiers: { episodes: { restarts: 0 }, hubs: { state: "up", restarts: 1 } } });
+    expect((await health(s))!.body).toMatchObject({
+      tiers: { episodes: { restarts: 0 }, hubs: { state: "up", restarts: 1 } },
+    });
     await push(s.url, id, c, third, 2 * third, producer);
 
     process.kill(workerRuntime(s, /-c \S+episodes\.json/).pid, "SIGKILL");

@@ -18,7 +18,8 @@ const work = mkdtempSync(join(tmpdir(), "episode-relay-pack-"));
 const app = join(work, "app");
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-const npm = (args: string[], cwd: string) => execFileSync("npm", args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+const npm = (args: string[], cwd: string) =>
+  execFileSync("npm", args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
 
 beforeAll(() => {
   npm(["pack", "--pack-destination", work, "--silent"], root);
@@ -72,7 +73,10 @@ describe("the packed package, installed into an empty folder", () => {
     const id = `pack-${Date.now().toString(36)}`;
     const producer = new ProducerCursor("pack");
     for (const f of c.frames) {
-      const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) });
+      const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: encodeEnvelope(producer.envelope(f)),
+      });
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       producer.acknowledge();
@@ -80,7 +84,10 @@ describe("the packed package, installed into an empty folder", () => {
     await (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
 
     const out = join(app, "episode.msgpack");
-    const get = spawnSync("npx", ["--no-install", "episode-relay", "get", `${relay.url}/${id}`, "-o", out], { cwd: app, encoding: "utf8" });
+    const get = spawnSync("npx", ["--no-install", "episode-relay", "get", `${relay.url}/${id}`, "-o", out], {
+      cwd: app,
+      encoding: "utf8",
+    });
     expect(get.status, get.stderr).toBe(0);
     expect(Buffer.compare((await import("node:fs")).readFileSync(out), Buffer.from(c.episode!))).toBe(0);
 
@@ -104,7 +111,11 @@ describe("the packed package, installed into an empty folder", () => {
     // `token` without a secret says what to do where it runs: the package has no .dev.vars.example
     const env = { ...process.env };
     delete env.RELAY_SECRET;
-    const token = spawnSync("npx", ["--no-install", "episode-relay", "token", "--role", "watcher", "--episode", "*"], { cwd: app, encoding: "utf8", env });
+    const token = spawnSync("npx", ["--no-install", "episode-relay", "token", "--role", "watcher", "--episode", "*"], {
+      cwd: app,
+      encoding: "utf8",
+      env,
+    });
     expect(token.status).toBe(1);
     expect(token.stderr).toMatch(/RELAY_SECRET is not set.*RELAY_SECRET=\.\.\. npx episode-relay token/);
     expect(token.stderr).not.toMatch(/dev\.vars\.example/);

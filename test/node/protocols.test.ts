@@ -32,7 +32,11 @@ const bin = (...b: number[]) => Uint8Array.from(b);
 
 describe("watch protocol: server → watcher", () => {
   const cases: Array<[string, Uint8Array, Record<string, unknown>]> = [
-    ["hello", helloMessage("run:1", "live", 7, 4096), { type: "hello", protocol: 2, episode: "run:1", status: "live", seq: 7, ack_bytes: 4096 }],
+    [
+      "hello",
+      helloMessage("run:1", "live", 7, 4096),
+      { type: "hello", protocol: 2, episode: "run:1", status: "live", seq: 7, ack_bytes: 4096 },
+    ],
     [
       "snapshot",
       snapshotMessage(9, "rewind", [bin(0x80), bin(0x81, 0xa1, 0x61, 0x01)], true),
@@ -53,9 +57,21 @@ describe("watch protocol: server → watcher", () => {
       },
     ],
     ["caught_up", caughtUpMessage(12), { type: "caught_up", seq: 12 }],
-    ["finish (failed, error)", finishMessage("failed", 5, bin(0xc0), "boom"), { type: "finish", status: "failed", seq: 5, reply: bin(0xc0), error: "boom" }],
-    ["finish (no error)", finishMessage("finished", 5, bin(0x80), null), { type: "finish", status: "finished", seq: 5, reply: bin(0x80), error: null }],
-    ["status", statusMessage("finish_refused", 8, "count mismatch"), { type: "status", status: "finish_refused", seq: 8, error: "count mismatch" }],
+    [
+      "finish (failed, error)",
+      finishMessage("failed", 5, bin(0xc0), "boom"),
+      { type: "finish", status: "failed", seq: 5, reply: bin(0xc0), error: "boom" },
+    ],
+    [
+      "finish (no error)",
+      finishMessage("finished", 5, bin(0x80), null),
+      { type: "finish", status: "finished", seq: 5, reply: bin(0x80), error: null },
+    ],
+    [
+      "status",
+      statusMessage("finish_refused", 8, "count mismatch"),
+      { type: "status", status: "finish_refused", seq: 8, error: "count mismatch" },
+    ],
     ["annotations", annotationsMessage(3), { type: "annotations", version: 3 }],
   ];
   for (const [name, bytes, value] of cases) {
@@ -81,7 +97,10 @@ describe("watch protocol: server → watcher", () => {
   });
 
   it("a type it does not know (a later relay's) decodes as unknown, for the client to skip", () => {
-    expect(decodeWatchMessage(encode({ type: "from_the_future", x: 1 }))).toEqual({ type: "unknown", name: "from_the_future" });
+    expect(decodeWatchMessage(encode({ type: "from_the_future", x: 1 }))).toEqual({
+      type: "unknown",
+      name: "from_the_future",
+    });
   });
 });
 
@@ -105,8 +124,15 @@ describe("watch protocol: watcher → server", () => {
 describe("upstream replies (encodeReply for tools and tests; the relay parses)", () => {
   it("a finished reply: upstream key order, an empty head, the traces' counts; parseReply reads it back", () => {
     const bytes = encodeReply({ success: true, traces: [{ id: "t-1", nodes: 3, calls: 2 }] });
-    expect(bytes).toEqual(encode({ success: true, error: null, head: {}, traces: [{ id: "t-1", nodes: 3, calls: 2 }] }));
-    expect(parseReply(bytes)).toEqual({ success: true, error: null, head: [], summaries: [{ id: "t-1", nodes: 3, calls: 2 }] });
+    expect(bytes).toEqual(
+      encode({ success: true, error: null, head: {}, traces: [{ id: "t-1", nodes: 3, calls: 2 }] }),
+    );
+    expect(parseReply(bytes)).toEqual({
+      success: true,
+      error: null,
+      head: [],
+      summaries: [{ id: "t-1", nodes: 3, calls: 2 }],
+    });
   });
 
   it("a failed reply: its error, no head, no traces", () => {
@@ -124,12 +150,16 @@ describe("producer answers", () => {
   it.each(answers)("round-trips %j", (a) => {
     expect(parseAnswer(encodeAnswer(a))).toEqual(a);
   });
-  it.each(["", "null", "[]", '{"ok":true}', '{"ok":true,"seq":-1,"applied":0,"duplicates":0,"producers":{}}', '{"ok":false,"status":400}'])(
-    "refuses %j",
-    (text) => {
-      expect(() => parseAnswer(text)).toThrow(/not a relay answer/);
-    },
-  );
+  it.each([
+    "",
+    "null",
+    "[]",
+    '{"ok":true}',
+    '{"ok":true,"seq":-1,"applied":0,"duplicates":0,"producers":{}}',
+    '{"ok":false,"status":400}',
+  ])("refuses %j", (text) => {
+    expect(() => parseAnswer(text)).toThrow(/not a relay answer/);
+  });
 });
 
 describe("run and runs socket messages", () => {
@@ -154,7 +184,16 @@ describe("run and runs socket messages", () => {
     policy_version: 2,
     staleness: 1,
   };
-  const summary = { run: "run", created: entry.created, updated: entry.updated, episodes: 1, live: 1, finished: 0, failed: 0, finish_refused: 0 };
+  const summary = {
+    run: "run",
+    created: entry.created,
+    updated: entry.updated,
+    episodes: 1,
+    live: 1,
+    finished: 0,
+    failed: 0,
+    finish_refused: 0,
+  };
   const runMessages: RunMessage[] = [
     { type: "snapshot", run: "run", aggregates: null, episodes: [entry], truncated: false, limit: 200 },
     { type: "changes", upserts: [entry], deletes: ["run:2"], aggregates: null },

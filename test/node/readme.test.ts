@@ -47,19 +47,28 @@ it("docs/typescript.md's watcher snippet runs as written and ends with the episo
   const c = loadCase(fixturePath("chat_basic"));
   const producer = new ProducerCursor("readme");
   const send = async (f: Uint8Array) => {
-    await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) })).arrayBuffer();
+    await (
+      await fetch(`${relay.url}/v1/episodes/run-42:episode-7/deltas`, {
+        method: "POST",
+        body: encodeEnvelope(producer.envelope(f)),
+      })
+    ).arrayBuffer();
     producer.acknowledge();
   };
   // the first frame, then the rest once the snippet watches (tsx may take seconds to start): it sees them as deltas
   await send(c.frames[0]!);
   const ready = Date.now() + 30_000;
-  const watchers = async () => ((await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/status`)).json()) as { watchers?: number }).watchers ?? 0;
+  const watchers = async () =>
+    ((await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/status`)).json()) as { watchers?: number })
+      .watchers ?? 0;
   while ((await watchers()) < 1) {
     if (Date.now() > ready || p.exitCode !== null) throw new Error(`the snippet did not start watching:\n${out}${err}`);
     await new Promise((r) => setTimeout(r, 50));
   }
   for (const f of c.frames.slice(1)) await send(f);
-  await (await fetch(`${relay.url}/v1/episodes/run-42:episode-7/reply`, { method: "POST", body: c.reply })).arrayBuffer();
+  await (
+    await fetch(`${relay.url}/v1/episodes/run-42:episode-7/reply`, { method: "POST", body: c.reply })
+  ).arrayBuffer();
   expect(await exited, err).toBe(0);
   expect(out).toMatch(/seq \d+: trace [0-9a-f]{32}/);
   expect(out.trim().split("\n").at(-1)).toBe(`finished ${c.episode!.length} bytes`);
@@ -72,7 +81,12 @@ it("docs/typescript.md's bulk fetch snippet runs as written and lists the run's 
   const id = "run-42:episode-bulk";
   const producer = new ProducerCursor("readme-bulk");
   for (const f of c.frames) {
-    await (await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)) })).arrayBuffer();
+    await (
+      await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: encodeEnvelope(producer.envelope(f)),
+      })
+    ).arrayBuffer();
     producer.acknowledge();
   }
   expect((await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).status).toBe(200);
@@ -131,7 +145,10 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
       expect(r.status, `${name}: ${r.stderr}`).toBe(0);
       return r.stdout;
     };
-    const hello = JSON.parse(run("hello")) as { id: string; traces: Array<{ id: string; nodes: Array<{ message: { content: string } }> }> };
+    const hello = JSON.parse(run("hello")) as {
+      id: string;
+      traces: Array<{ id: string; nodes: Array<{ message: { content: string } }> }>;
+    };
     expect(hello.id).toBe("hello-1");
     expect(hello.traces[0]!.nodes[0]!.message.content).toBe("What is 6*7?");
     const curl = run("hello-curl").trim().split("\n");
@@ -190,7 +207,11 @@ it("docs/access-control.md's local auth flow keeps the secret: npm start and npm
   for (const name of readdirSync(root)) if (!skip.has(name)) symlinkSync(join(root, name), join(copy, name));
   cpSync(join(root, "scripts"), join(copy, "scripts"), { recursive: true });
   const port = String(40000 + Math.floor(Math.random() * 20000));
-  const start = spawn("bash", ["-c", docSnippet("access-control.md", "auth-start", "sh")], { cwd: copy, env: { ...process.env, PORT: port }, detached: true });
+  const start = spawn("bash", ["-c", docSnippet("access-control.md", "auth-start", "sh")], {
+    cwd: copy,
+    env: { ...process.env, PORT: port },
+    detached: true,
+  });
   let log = "";
   start.stdout.on("data", (d) => (log += d));
   start.stderr.on("data", (d) => (log += d));
@@ -203,10 +224,17 @@ it("docs/access-control.md's local auth flow keeps the secret: npm start and npm
     expect(log).toMatch(/auth ON: RELAY_SECRET from \.dev\.vars/);
     // no network look-ups, so no error lines on a machine without internet
     expect(log).not.toMatch(/ENOTFOUND|Error|update available/);
-    const token = spawnSync("bash", ["-c", `${docSnippet("access-control.md", "auth-token", "sh").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`], {
-      cwd: copy,
-      encoding: "utf8",
-    });
+    const token = spawnSync(
+      "bash",
+      [
+        "-c",
+        `${docSnippet("access-control.md", "auth-token", "sh").replaceAll("127.0.0.1:8787", `127.0.0.1:${port}`)}`,
+      ],
+      {
+        cwd: copy,
+        encoding: "utf8",
+      },
+    );
     expect(token.status, token.stderr).toBe(0);
     expect(JSON.parse(token.stdout)).toMatchObject({ episodes: [] });
     // and without the token the relay refuses

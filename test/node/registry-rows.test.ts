@@ -116,7 +116,9 @@ describe("parseListQuery: refused values", () => {
   });
 
   it("the messages say what is allowed", () => {
-    expect(queryError(() => q("status=x")).message).toBe("status must be one of live, finished, failed, finish_refused");
+    expect(queryError(() => q("status=x")).message).toBe(
+      "status must be one of live, finished, failed, finish_refused",
+    );
     expect(queryError(() => q("limit=0")).message).toBe("limit must be an integer from 1 to 500");
     expect(queryError(() => q("prefix=/")).message).toMatch(/128 characters/);
   });

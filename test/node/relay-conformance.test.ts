@@ -17,7 +17,9 @@ const relay = useRelay();
 
 function conformance(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "conformance.ts"), ...args], { cwd: root });
+    const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "conformance.ts"), ...args], {
+      cwd: root,
+    });
     let stdout = "";
     let stderr = "";
     p.stdout.on("data", (d) => (stdout += d));
@@ -44,7 +46,17 @@ describe("conformance through a live relay", () => {
     ["http", "envelope"],
   ]) {
     it(`--ingest ${ingest} --watchers 3 --dispatch ${via}: a trainer's identity changes no byte, and arrives`, async () => {
-      const r = await conformance("--relay", relay.url, "--ingest", ingest!, "--watchers", "3", "--dispatch", via!, ...cases);
+      const r = await conformance(
+        "--relay",
+        relay.url,
+        "--ingest",
+        ingest!,
+        "--watchers",
+        "3",
+        "--dispatch",
+        via!,
+        ...cases,
+      );
       expect(r.stderr).toBe("");
       expect(r.stdout.trim().split("\n").at(-1)).toBe(`${cases.length} passed, 0 failed`);
       expect(r.code).toBe(0);

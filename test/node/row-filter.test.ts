@@ -4,7 +4,14 @@
 import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
-import { filterParams, isFiltered, NO_FILTER, parseRowFilter, rowMatches, type RowFilter } from "../../src/protocol/registry/row-filter.js";
+import {
+  filterParams,
+  isFiltered,
+  NO_FILTER,
+  parseRowFilter,
+  rowMatches,
+  type RowFilter,
+} from "../../src/protocol/registry/row-filter.js";
 
 const parse = (q: string) => parseRowFilter(new URLSearchParams(q));
 
@@ -36,7 +43,11 @@ describe("parseRowFilter", () => {
   it("reads every filter, and nothing as no filter", () => {
     expect(parse("")).toEqual(NO_FILTER);
     expect(isFiltered(parse("status=live&limit=3"))).toBe(false);
-    expect(parse("task=t1&stop=max_turns&truncated=1&errored=false&reward=correct:0.5..1&reward=format:..0.25&min_turns=3&min_tokens=100")).toEqual({
+    expect(
+      parse(
+        "task=t1&stop=max_turns&truncated=1&errored=false&reward=correct:0.5..1&reward=format:..0.25&min_turns=3&min_tokens=100",
+      ),
+    ).toEqual({
       task: "t1",
       stop: "max_turns",
       truncated: true,
@@ -54,7 +65,12 @@ describe("parseRowFilter", () => {
       flag: null,
       flagged: null,
     });
-    expect(parse("kind=eval&env=gsm8k&step=3&policy_version=2")).toMatchObject({ kind: "eval", env: "gsm8k", step: { min: 3, max: 3 }, policyVersion: 2 });
+    expect(parse("kind=eval&env=gsm8k&step=3&policy_version=2")).toMatchObject({
+      kind: "eval",
+      env: "gsm8k",
+      step: { min: 3, max: 3 },
+      policyVersion: 2,
+    });
     expect(parse("step=3..").step).toEqual({ min: 3, max: null });
     expect(parse("step=..7").step).toEqual({ min: null, max: 7 });
     expect(parse("step=2..7").step).toEqual({ min: 2, max: 7 });
@@ -101,7 +117,9 @@ describe("parseRowFilter", () => {
   });
 
   it("filterParams writes what parseRowFilter reads", () => {
-    const f = parse("task=t%20one&truncated=0&errored=1&reward=correct:0.5..&reward=format:..1&min_turns=0&min_tokens=7");
+    const f = parse(
+      "task=t%20one&truncated=0&errored=1&reward=correct:0.5..&reward=format:..1&min_turns=0&min_tokens=7",
+    );
     expect(parseRowFilter(new URLSearchParams(filterParams(f)))).toEqual(f);
     for (const q of ["kind=train&env=e&step=4&policy_version=0", "step=2..9", "step=..9", "step=3.."]) {
       const g = parse(q);
@@ -145,7 +163,9 @@ describe("rowMatches", () => {
   });
 
   it("the dispatch identity's kind, env, step (exact or a range) and policy_version", () => {
-    const dispatched = row({ dispatch: { id: "d1", kind: "train", env: "gsm8k", group: "g", step: 5, policy_version: 4, started: 1.5 } });
+    const dispatched = row({
+      dispatch: { id: "d1", kind: "train", env: "gsm8k", group: "g", step: 5, policy_version: 4, started: 1.5 },
+    });
     expect(rowMatches(dispatched, f("kind=train"))).toBe(true);
     expect(rowMatches(dispatched, f("kind=eval"))).toBe(false);
     expect(rowMatches(dispatched, f("env=gsm8k&policy_version=4"))).toBe(true);

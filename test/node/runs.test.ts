@@ -51,7 +51,9 @@ describe("the run of an episode", () => {
 
 describe("rewards", () => {
   it("scores come from {score, weight} entries or a bare number; others are skipped", () => {
-    expect(scoresOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 }, judge: null, text: "x" })).toEqual([
+    expect(
+      scoresOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 }, judge: null, text: "x" }),
+    ).toEqual([
       ["correct", 1],
       ["format", 0.5],
     ]);
@@ -61,19 +63,39 @@ describe("rewards", () => {
   });
 
   it("the episode's reward is the weighted mean", () => {
-    expect(rewardOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 } })).toBeCloseTo((1 + 0.125) / 1.25, 12);
+    expect(rewardOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 } })).toBeCloseTo(
+      (1 + 0.125) / 1.25,
+      12,
+    );
     expect(rewardOf({ a: { score: 0.5 } })).toBe(0.5);
     expect(rewardOf({})).toBeNull();
     expect(rewardOf(3)).toBe(3);
   });
 
   it("bins: 20 over [0, 1], 1.0 in the last, below and above apart", () => {
-    expect([binOf(-0.01), binOf(0), binOf(0.049), binOf(0.05), binOf(0.999), binOf(1), binOf(1.0001)]).toEqual([-1, 0, 0, 1, 19, 19, HISTOGRAM_BINS]);
+    expect([binOf(-0.01), binOf(0), binOf(0.049), binOf(0.05), binOf(0.999), binOf(1), binOf(1.0001)]).toEqual([
+      -1,
+      0,
+      0,
+      1,
+      19,
+      19,
+      HISTOGRAM_BINS,
+    ]);
   });
 });
 
 function row(i: number, status: IndexRow["status"], scores: Record<string, number>, ended: number | null): IndexRow {
-  return indexRow({ id: `r:${i}`, run: "r", status, ended, nodes: i, calls: i % 5, tokens: i * 37, rewards: weightOne(scores) });
+  return indexRow({
+    id: `r:${i}`,
+    run: "r",
+    status,
+    ended,
+    nodes: i,
+    calls: i % 5,
+    tokens: i * 37,
+    rewards: weightOne(scores),
+  });
 }
 
 describe("aggregates, kept incrementally", () => {
@@ -99,20 +121,32 @@ describe("aggregates, kept incrementally", () => {
       const status = statuses[Math.floor(rand() * 4)]!;
       const scores: Record<string, number> = { correct: Math.round(rand() * 10) / 10 };
       if (rand() < 0.5) scores.format = rand() * 1.4 - 0.2;
-      const next = row(i, status, scores, status === "finished" || status === "failed" ? 60_000 * Math.floor(rand() * 5) : null);
+      const next = row(
+        i,
+        status,
+        scores,
+        status === "finished" || status === "failed" ? 60_000 * Math.floor(rand() * 5) : null,
+      );
       held.set(id, next);
       applyContribution(kept, contributionOf(next), 1);
     }
     const { counters } = recount(held.values());
     expect(kept).toEqual(counters);
     expect(kept.episodes).toBe(held.size);
-    const units = [...held.values()].reduce((a, r) => a + Math.round((r.rewards as Record<string, { score: number }>).correct!.score / SCORE_UNIT), 0);
+    const units = [...held.values()].reduce(
+      (a, r) => a + Math.round((r.rewards as Record<string, { score: number }>).correct!.score / SCORE_UNIT),
+      0,
+    );
     expect(kept.rewards.correct!.units).toBe(units);
   });
 
   it("the API form: means, histogram, throughput over the last 60 minutes", () => {
     const now = 10 * 60_000 * 60;
-    const rows = [row(1, "finished", { a: 0.5 }, now - 60_000), row(2, "failed", { a: 1 }, now), row(3, "live", {}, null)];
+    const rows = [
+      row(1, "finished", { a: 0.5 }, now - 60_000),
+      row(2, "failed", { a: 1 }, now),
+      row(3, "live", {}, null),
+    ];
     const { counters, throughput } = recount(rows);
     const agg = aggregatesOf("r", counters, throughput, now, () => ({ min: 0.5, max: 1 }));
     expect(agg.counts).toEqual({ live: 1, finished: 1, failed: 1, finish_refused: 0 });

@@ -3,7 +3,13 @@
 import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import { parseSearchQuery } from "../../src/protocol/search/query.js";
-import { EPISODE_CHARS, nodeSegments, SEGMENT_CHARS, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
+import {
+  EPISODE_CHARS,
+  nodeSegments,
+  SEGMENT_CHARS,
+  taskSegment,
+  withinBudget,
+} from "../../src/protocol/search/segments.js";
 import { matches, phraseOf, SNIPPET_CHARS, snippet } from "../../src/protocol/search/highlight.js";
 
 describe("segments", () => {
@@ -20,9 +26,9 @@ describe("segments", () => {
       { trace: "t", node: 2, role: "assistant", tool: null, kind: "reasoning", body: "verify" },
       { trace: "t", node: 2, role: "assistant", tool: "calculator", kind: "call", body: 'calculator {"expr": "42+0"}' },
     ]);
-    expect(nodeSegments("t", 3, { role: "tool", tool_call_id: "c", content: "tool says 42", name: "calculator" })).toEqual([
-      { trace: "t", node: 3, role: "tool", tool: "calculator", kind: "result", body: "tool says 42" },
-    ]);
+    expect(
+      nodeSegments("t", 3, { role: "tool", tool_call_id: "c", content: "tool says 42", name: "calculator" }),
+    ).toEqual([{ trace: "t", node: 3, role: "tool", tool: "calculator", kind: "result", body: "tool says 42" }]);
     // OpenAI's nested form; parts; empty texts give nothing
     expect(
       nodeSegments("t", 1, {
@@ -39,9 +45,10 @@ describe("segments", () => {
   });
 
   it("the task: its data's text; bounded segments and episodes", () => {
-    expect(taskSegment("t", { type: "MathTask", data: { idx: 7, prompt: "What is 17 * 23?", answer: "391" }, key: "k" })?.body).toBe(
-      "7 \nWhat is 17 * 23? \n391",
-    );
+    expect(
+      taskSegment("t", { type: "MathTask", data: { idx: 7, prompt: "What is 17 * 23?", answer: "391" }, key: "k" })
+        ?.body,
+    ).toBe("7 \nWhat is 17 * 23? \n391");
     expect(taskSegment("t", null)).toBeNull();
     const long = nodeSegments("t", 0, { role: "tool", content: "x".repeat(SEGMENT_CHARS * 3) })[0]!;
     expect(long.body.length).toBe(SEGMENT_CHARS);
@@ -55,7 +62,11 @@ describe("segments", () => {
 
 describe("the query", () => {
   it("words, phrases, prefixes, fields, OR and -word, every term quoted", () => {
-    expect(parseSearchQuery("grader")).toEqual({ match: '"grader"', terms: ["grader"], phrases: [{ words: ["grader"], prefix: false }] });
+    expect(parseSearchQuery("grader")).toEqual({
+      match: '"grader"',
+      terms: ["grader"],
+      phrases: [{ words: ["grader"], prefix: false }],
+    });
     // what the snippets highlight: the text's positive terms, as the tokenizer reads them
     expect(parseSearchQuery('role:tool needle-in-the-haystack "Every Intéger" grad* -x').phrases).toEqual([
       { words: ["needle", "in", "the", "haystack"], prefix: false },
@@ -63,7 +74,9 @@ describe("the query", () => {
       { words: ["grad"], prefix: true },
     ]);
     expect(parseSearchQuery('"every integer" grad*').match).toBe('"every integer" AND "grad"*');
-    expect(parseSearchQuery("role:tool tool:calculator 42").match).toBe('role : "tool" AND tool : "calculator" AND "42"');
+    expect(parseSearchQuery("role:tool tool:calculator 42").match).toBe(
+      'role : "tool" AND tool : "calculator" AND "42"',
+    );
     expect(parseSearchQuery("grader OR verifier -test").match).toBe('"grader" OR "verifier" NOT "test"');
     // FTS5's own syntax is text here
     expect(parseSearchQuery('NEAR(a b) "x""y" col:').match).toBe('"NEAR(a" AND "b)" AND "x" AND "y" AND "col:"');
@@ -99,13 +112,21 @@ describe("the query", () => {
 });
 
 describe("snippets", () => {
-  const marked = (s: { text: string; highlights: Array<[number, number]> }) => s.highlights.map(([a, b]) => s.text.slice(a, b));
+  const marked = (s: { text: string; highlights: Array<[number, number]> }) =>
+    s.highlights.map(([a, b]) => s.text.slice(a, b));
 
   it("words in any case and accents, phrases, prefixes: where they are in the text", () => {
     const text = "The Grader checks; the grader's graded output: every  integer, Évery Integer.";
     expect(matches(text, [phraseOf("grader", false)]).map(([a, b]) => text.slice(a, b))).toEqual(["Grader", "grader"]);
-    expect(matches(text, [phraseOf("grad", true)]).map(([a, b]) => text.slice(a, b))).toEqual(["Grader", "grader", "graded"]);
-    expect(matches(text, [phraseOf("every integer", false)]).map(([a, b]) => text.slice(a, b))).toEqual(["every  integer", "Évery Integer"]);
+    expect(matches(text, [phraseOf("grad", true)]).map(([a, b]) => text.slice(a, b))).toEqual([
+      "Grader",
+      "grader",
+      "graded",
+    ]);
+    expect(matches(text, [phraseOf("every integer", false)]).map(([a, b]) => text.slice(a, b))).toEqual([
+      "every  integer",
+      "Évery Integer",
+    ]);
     // a phrase is not its words apart; the longest term at a place wins, no overlaps
     expect(matches("integer every", [phraseOf("every integer", false)])).toEqual([]);
     expect(matches("every integer", [phraseOf("every", false), phraseOf("every integer", false)])).toEqual([[0, 13]]);

@@ -21,7 +21,9 @@ describe("wrangler.toml", () => {
 
   it("binds EPISODE_INDEX to EpisodeIndex, created as a SQLite class in migration v2", () => {
     const bindings = tables("durable_objects.bindings");
-    expect(bindings.some((b) => /name\s*=\s*"EPISODE_INDEX"/.test(b) && /class_name\s*=\s*"EpisodeIndex"/.test(b))).toBe(true);
+    expect(
+      bindings.some((b) => /name\s*=\s*"EPISODE_INDEX"/.test(b) && /class_name\s*=\s*"EpisodeIndex"/.test(b)),
+    ).toBe(true);
     const v2 = tables("migrations").find((m) => /tag\s*=\s*"v2"/.test(m));
     expect(/new_sqlite_classes\s*=\s*\["EpisodeIndex"\]/.test(v2 ?? "")).toBe(true);
   });

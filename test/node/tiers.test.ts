@@ -7,7 +7,12 @@
 import type { IncomingMessage } from "node:http";
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type EpisodeWatch, type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
+import {
+  type EpisodeWatch,
+  type SocketFactory,
+  type WatchEvent,
+  watchEpisode,
+} from "../../clients/typescript/watch.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/protocol/watch/protocol.js";
@@ -27,14 +32,18 @@ afterAll(() => relay?.stop());
 
 async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
   for (let i = from; i < to; i++) {
-    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(c.frames[i]!)) });
+    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(c.frames[i]!)),
+    });
     expect(res.status, await res.clone().text()).toBe(200);
     await res.arrayBuffer();
     if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
 }
 
-const status = async (id: string) => (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as { watchers: number; hubs: number };
+const status = async (id: string) =>
+  (await (await fetch(`${relay.url}/v1/episodes/${id}/status`)).json()) as { watchers: number; hubs: number };
 
 function watch(id: string): EpisodeWatch {
   return watchEpisode(relay.url, id, { WebSocket: WS, backoffMs: [50, 500] });
@@ -77,7 +86,11 @@ function slowLinks(links: SlowLink[], hold: (m: WatchMessage) => boolean): Socke
       this.ws.onmessage = (e) => {
         if (this.state === "holding") return void this.queue.push({ data: e.data });
         this.onmessage?.({ data: e.data });
-        if (this.state === "passing" && typeof e.data !== "string" && hold(decodeWatchMessage(new Uint8Array(e.data as ArrayBuffer)))) {
+        if (
+          this.state === "passing" &&
+          typeof e.data !== "string" &&
+          hold(decodeWatchMessage(new Uint8Array(e.data as ArrayBuffer)))
+        ) {
           this.state = "holding";
           link.held = true;
         }
@@ -143,7 +156,9 @@ describe("the relay in two tiers", () => {
     await push(id, c, 0, c.frames.length - 3, producer);
     // slow links: each watcher reads its hello and first snapshot message, then nothing until let go
     const links: SlowLink[] = [];
-    const watchers = [0, 1, 2].map(() => watchEpisode(relay.url, id, { WebSocket: slowLinks(links, (m) => m.type === "snapshot"), backoffMs: [50, 500] }));
+    const watchers = [0, 1, 2].map(() =>
+      watchEpisode(relay.url, id, { WebSocket: slowLinks(links, (m) => m.type === "snapshot"), backoffMs: [50, 500] }),
+    );
     const events: WatchEvent[] = [];
     for (const w of watchers) w.on((e) => events.push(e));
     await until(() => links.length === 3 && links.every((l) => l.held), 20_000, "every watcher mid-snapshot");
@@ -156,7 +171,10 @@ describe("the relay in two tiers", () => {
       await w.finished();
       expect(Buffer.compare(Buffer.from(w.episode!), Buffer.from(c.episode!))).toBe(0);
     }
-    expect(events.filter((e) => e.type === "reconnecting").length, "the restart dropped every socket").toBeGreaterThanOrEqual(3);
+    expect(
+      events.filter((e) => e.type === "reconnecting").length,
+      "the restart dropped every socket",
+    ).toBeGreaterThanOrEqual(3);
   }, 90_000);
 
   it("a client offering permessage-deflate (ws defaults) gets none: each message crosses the wire as encoded", async () => {

@@ -13,8 +13,17 @@ import {
   THROUGHPUT_MINUTES,
 } from "../../src/protocol/registry/aggregates.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
-import { recountRewardMinutes, type RewardMinute, rewardMinutesOf, rewardTrendOf } from "../../src/protocol/registry/reward-trend.js";
-import { completedMinute, type GroupMinute, zeroVarianceTrendOf } from "../../src/protocol/registry/zero-variance-trend.js";
+import {
+  recountRewardMinutes,
+  type RewardMinute,
+  rewardMinutesOf,
+  rewardTrendOf,
+} from "../../src/protocol/registry/reward-trend.js";
+import {
+  completedMinute,
+  type GroupMinute,
+  zeroVarianceTrendOf,
+} from "../../src/protocol/registry/zero-variance-trend.js";
 import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
 import { stepPath } from "../../dashboard/src/step-path.js";
 import { indexRow, weightOne } from "../support/index-rows.js";
@@ -38,7 +47,12 @@ function randomRow(rand: () => number, i: number): IndexRow {
   const status = STATUSES[Math.floor(rand() * 4)]!;
   const scores: Record<string, number> = { correct: Math.round(rand() * 10) / 10 };
   if (rand() < 0.5) scores.format = rand() * 1.4 - 0.2;
-  return row(i, status, scores, status === "finished" || status === "failed" ? NOW - Math.floor(rand() * 70) * 60_000 : null);
+  return row(
+    i,
+    status,
+    scores,
+    status === "finished" || status === "failed" ? NOW - Math.floor(rand() * 70) * 60_000 : null,
+  );
 }
 
 describe("finished-only reward counters", () => {
@@ -84,7 +98,11 @@ describe("finished-only reward counters", () => {
   });
 
   it("finishedMeans: per key, over the finished rows only", () => {
-    const { counters } = recount([row(1, "finished", { a: 0.5 }, NOW), row(2, "failed", { a: 0, b: 1 }, NOW), row(3, "finished", { a: 1 }, NOW)]);
+    const { counters } = recount([
+      row(1, "finished", { a: 0.5 }, NOW),
+      row(2, "failed", { a: 0, b: 1 }, NOW),
+      row(3, "finished", { a: 1 }, NOW),
+    ]);
     expect(finishedMeans(counters)).toEqual({ a: 0.75 });
   });
 });
@@ -117,7 +135,9 @@ describe("the reward trend", () => {
   it("means come from integer units: 0.1 + 0.2 over 2 is 0.15", () => {
     const rows = [row(1, "finished", { a: 0.1 }, NOW), row(2, "finished", { a: 0.2 }, NOW)];
     const t = rewardTrendOf(recountRewardMinutes(rows.map(contributionOf)), NOW);
-    expect(t.keys.a!.mean.at(-1)).toBe((Math.round(0.1 / SCORE_UNIT) + Math.round(0.2 / SCORE_UNIT)) * SCORE_UNIT * 0.5);
+    expect(t.keys.a!.mean.at(-1)).toBe(
+      (Math.round(0.1 / SCORE_UNIT) + Math.round(0.2 / SCORE_UNIT)) * SCORE_UNIT * 0.5,
+    );
   });
 });
 
@@ -144,7 +164,11 @@ describe("the zero-variance trend", () => {
     expect(t.cumulative_share[57]).toBe(4 / 6);
     expect(t.cumulative_share[58]).toBe(5 / 8);
     expect(t.cumulative_share[59]).toBe(5 / 8);
-    expect(zeroVarianceTrendOf(new Map(), { complete: 0, zero: 0 }, { complete: 0, zero: 0 }, NOW).cumulative_share.every((s) => s === null)).toBe(true);
+    expect(
+      zeroVarianceTrendOf(new Map(), { complete: 0, zero: 0 }, { complete: 0, zero: 0 }, NOW).cumulative_share.every(
+        (s) => s === null,
+      ),
+    ).toBe(true);
   });
 
   it("a group completes at the minute of its latest end (a member without one counts by its update)", () => {
@@ -172,7 +196,9 @@ describe("the dashboard's choices", () => {
   });
 
   it("a trend's step line: a level per minute, joined when minutes follow, a gap where one has no value", () => {
-    expect(stepPath([null, 1, 0.5, null, 0], 50, (v) => 10 - v * 10)).toBe("M10.0,0.0 L20.0,0.0 L20.0,5.0 L30.0,5.0 M40.0,10.0 L50.0,10.0");
+    expect(stepPath([null, 1, 0.5, null, 0], 50, (v) => 10 - v * 10)).toBe(
+      "M10.0,0.0 L20.0,0.0 L20.0,5.0 L30.0,5.0 M40.0,10.0 L50.0,10.0",
+    );
     expect(stepPath([null, null], 50, (v) => v)).toBe("");
   });
 

@@ -7,7 +7,13 @@
 // router answers 503 as the relay, with Retry-After, while its tier is not up.
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type EpisodeWatch, fetchEpisode, type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
+import {
+  type EpisodeWatch,
+  fetchEpisode,
+  type SocketFactory,
+  type WatchEvent,
+  watchEpisode,
+} from "../../clients/typescript/watch.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
@@ -43,14 +49,18 @@ const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toS
 /** Push frames [from, to) straight to the relay (not through the proxy). */
 async function push(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
   for (let i = from; i < to; i++) {
-    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(c.frames[i]!)) });
+    const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, {
+      method: "POST",
+      body: encodeEnvelope(producer.envelope(c.frames[i]!)),
+    });
     expect(res.status, await res.clone().text()).toBe(200);
     await res.arrayBuffer();
     if (!c.ack_lost.includes(i)) producer.acknowledge();
   }
 }
 
-const reply = async (id: string, c: GoldenCase) => (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
+const reply = async (id: string, c: GoldenCase) =>
+  (await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply })).arrayBuffer();
 
 /** A watch through the proxy, with what it went through. */
 function watch(id: string, base = proxy.url): { w: EpisodeWatch; events: WatchEvent[] } {
@@ -68,7 +78,8 @@ function expectExact(w: EpisodeWatch, events: WatchEvent[], c: GoldenCase): void
   expect(count(events, "refused")).toBe(0);
   expect(Buffer.compare(Buffer.from(w.episode!), Buffer.from(c.episode!)), "golden bytes").toBe(0);
   const seqs = events.flatMap((e) => (e.type === "delta" ? [e.seq] : []));
-  for (let i = 1; i < seqs.length; i++) expect(seqs[i]!, "no delta twice, none out of order").toBeGreaterThan(seqs[i - 1]!);
+  for (let i = 1; i < seqs.length; i++)
+    expect(seqs[i]!, "no delta twice, none out of order").toBeGreaterThan(seqs[i - 1]!);
 }
 
 /** The transient troubles, each as the proxy makes it happen to the next `n` attempts. */
@@ -187,7 +198,16 @@ describe("a definite refusal ends the watch at once", () => {
 
   it("a 400 or a 503 auth_not_configured carrying the relay's header", async () => {
     const relays = { "x-episode-relay": "1" };
-    proxy.fail({ kind: "answer", status: 400, type: "application/json", body: '{"error":"malformed","message":"bad"}', headers: relays }, 2);
+    proxy.fail(
+      {
+        kind: "answer",
+        status: 400,
+        type: "application/json",
+        body: '{"error":"malformed","message":"bad"}',
+        headers: relays,
+      },
+      2,
+    );
     expect(await refused(fresh("400"))).toMatchObject({ status: 400, code: "malformed" });
     const closed = '{"error":"auth_not_configured","message":"no RELAY_SECRET"}';
     proxy.fail({ kind: "answer", status: 503, type: "application/json", body: closed, headers: relays }, 2);
@@ -203,7 +223,16 @@ describe("the relay's own transient answers", () => {
     await push(id, c, 0, c.frames.length, producer);
     const before = proxy.faulted;
     const body = '{"error":"unavailable","message":"local relay: the hub tier is not up"}';
-    proxy.fail({ kind: "answer", status: 503, type: "application/json", body, headers: { "x-episode-relay": "1", "retry-after": "1" } }, 4);
+    proxy.fail(
+      {
+        kind: "answer",
+        status: 503,
+        type: "application/json",
+        body,
+        headers: { "x-episode-relay": "1", "retry-after": "1" },
+      },
+      4,
+    );
     const { w, events } = watch(id);
     await until(() => proxy.faulted - before === 4, 20_000, "the faults met");
     await reply(id, c);
@@ -237,15 +266,24 @@ describe("the local router (scripts/router.mjs) while its tier is not up", () =>
       expect(res.status).toBe(503);
       expect(res.headers.get("x-episode-relay")).toBe("1");
       expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
-      expect(await res.json()).toMatchObject({ error: "unavailable", message: expect.stringMatching(/the episode tier did not answer/) });
-      const upgrade = await new Promise<{ status: number; relay: string | undefined; retry: string | undefined }>((resolve, reject) => {
-        const ws = new WebSocket(`${base.replace("http", "ws")}/v1/episodes/x/watch`);
-        ws.on("unexpected-response", (_req, r) =>
-          resolve({ status: r.statusCode ?? 0, relay: r.headers["x-episode-relay"] as string, retry: r.headers["retry-after"] as string }),
-        );
-        ws.on("open", () => reject(new Error("opened")));
-        ws.on("error", () => {});
+      expect(await res.json()).toMatchObject({
+        error: "unavailable",
+        message: expect.stringMatching(/the episode tier did not answer/),
       });
+      const upgrade = await new Promise<{ status: number; relay: string | undefined; retry: string | undefined }>(
+        (resolve, reject) => {
+          const ws = new WebSocket(`${base.replace("http", "ws")}/v1/episodes/x/watch`);
+          ws.on("unexpected-response", (_req, r) =>
+            resolve({
+              status: r.statusCode ?? 0,
+              relay: r.headers["x-episode-relay"] as string,
+              retry: r.headers["retry-after"] as string,
+            }),
+          );
+          ws.on("open", () => reject(new Error("opened")));
+          ws.on("error", () => {});
+        },
+      );
       expect(upgrade).toEqual({ status: 503, relay: "1", retry: "1" });
       // a watch started while nothing is up waits (connecting), then follows the relay once it is
       const c = golden("tool_calls_pending");
@@ -256,7 +294,10 @@ describe("the local router (scripts/router.mjs) while its tier is not up", () =>
       late = await startRelay({}, { port });
       const producer = new ProducerCursor("p");
       for (let i = 0; i < c.frames.length; i++) {
-        const r = await fetch(`${late.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(c.frames[i]!)) });
+        const r = await fetch(`${late.url}/v1/episodes/${id}/deltas`, {
+          method: "POST",
+          body: encodeEnvelope(producer.envelope(c.frames[i]!)),
+        });
         expect(r.status).toBe(200);
         await r.arrayBuffer();
         if (!c.ack_lost.includes(i)) producer.acknowledge();

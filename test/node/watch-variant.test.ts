@@ -5,7 +5,14 @@
 import { describe, expect, it } from "vitest";
 import { parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { deltaForVariant, isFull, parseVariant, stripRouting, type Variant, variantKey } from "../../src/protocol/watch/variant.js";
+import {
+  deltaForVariant,
+  isFull,
+  parseVariant,
+  stripRouting,
+  type Variant,
+  variantKey,
+} from "../../src/protocol/watch/variant.js";
 import { LMap, type LValue, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { delta, f, intKeyed, m, nd, node } from "../support/deltas.js";
@@ -21,7 +28,9 @@ function expectedWithoutRouting(frame: Uint8Array): Uint8Array {
     .filter(([k]) => k !== "routing_repairs")
     .map(([k, v]): [LValue, LValue] => {
       if (k !== "nodes") return [k, v];
-      const nodes = (v as LMap[]).map((n) => new LMap(n.entries.map(([nk, nv]): [LValue, LValue] => [nk, nk === "routed_experts" ? null : nv])));
+      const nodes = (v as LMap[]).map(
+        (n) => new LMap(n.entries.map(([nk, nv]): [LValue, LValue] => [nk, nk === "routed_experts" ? null : nv])),
+      );
       return [k, nodes];
     });
   return encodeLossless(new LMap(entries));
@@ -30,7 +39,8 @@ function expectedWithoutRouting(frame: Uint8Array): Uint8Array {
 /** Set every `routed_experts` in a decoded value to nil. */
 function nilRouting(v: LValue): LValue {
   if (Array.isArray(v)) return v.map(nilRouting);
-  if (v instanceof LMap) return new LMap(v.entries.map(([k, x]): [LValue, LValue] => [k, k === "routed_experts" ? null : nilRouting(x)]));
+  if (v instanceof LMap)
+    return new LMap(v.entries.map(([k, x]): [LValue, LValue] => [k, k === "routed_experts" ? null : nilRouting(x)]));
   return v;
 }
 
@@ -79,7 +89,9 @@ describe("variantKey and isFull", () => {
     expect(key("traces=b,a")).toBe(key("traces=a,b,a"));
     expect(key("routing=0&traces=x")).toBe(key("traces=x&routing=false"));
     expect(key("")).toBe(key("routing=1&traces="));
-    const distinct = ["", "routing=0", "traces=a", "traces=a,b", "routing=0&traces=a", "traces=ab", "traces=b"].map(key);
+    const distinct = ["", "routing=0", "traces=a", "traces=a,b", "routing=0&traces=a", "traces=ab", "traces=b"].map(
+      key,
+    );
     expect(new Set(distinct).size).toBe(distinct.length);
   });
 });
@@ -131,7 +143,11 @@ describe("stripRouting on hand-made deltas", () => {
   });
 
   it("a delta without routing is returned as is (same object)", () => {
-    for (const d of [delta({ nodes: [node(0), node(1)] }), delta({ set: m({ is_completed: true }) }), delta({ nodes: [] })]) {
+    for (const d of [
+      delta({ nodes: [node(0), node(1)] }),
+      delta({ set: m({ is_completed: true }) }),
+      delta({ nodes: [] }),
+    ]) {
       expect(stripRouting(d)).toBe(d);
     }
   });
@@ -145,7 +161,10 @@ describe("stripRouting on hand-made deltas", () => {
   // normalized form (a missing or nil `semantic_parents` stays as it came)
   it.each([
     ["missing", (n: LMap) => new LMap(n.entries.filter(([k]) => k !== "semantic_parents"))],
-    ["nil", (n: LMap) => new LMap(n.entries.map(([k, v]): [LValue, LValue] => [k, k === "semantic_parents" ? null : v]))],
+    [
+      "nil",
+      (n: LMap) => new LMap(n.entries.map(([k, v]): [LValue, LValue] => [k, k === "semantic_parents" ? null : v])),
+    ],
   ])("a routed node with semantic_parents %s keeps it that way", (_label, edit) => {
     const d = delta({ nodes: [edit(node(1, { routed_experts: nd("uint8", [2, 2, 1], [1, 2, 3, 4]) }))] });
     expect(hex(stripRouting(d))).toBe(hex(expectedWithoutRouting(d)));

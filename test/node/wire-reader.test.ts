@@ -168,8 +168,8 @@ describe("wire reader: every format family", () => {
   // Independent oracle: @msgpack/msgpack writes minimal formats too, so the lossless model must
   // read its bytes back to the same ints and write the very same bytes.
   const INT_BOUNDARIES = [
-    0, 1, 127, 128, 255, 256, 65535, 65536, 4294967295, 4294967296, 9007199254740991, -1, -32, -33, -128, -129, -32768, -32769, -2147483648, -2147483649,
-    -9007199254740991,
+    0, 1, 127, 128, 255, 256, 65535, 65536, 4294967295, 4294967296, 9007199254740991, -1, -32, -33, -128, -129, -32768,
+    -32769, -2147483648, -2147483649, -9007199254740991,
   ];
   it.each(INT_BOUNDARIES)("int %d agrees with @msgpack/msgpack both ways", (v) => {
     const ref = refEncode(v);
@@ -177,11 +177,14 @@ describe("wire reader: every format family", () => {
     expect(hex(encodeLossless(v))).toBe(hex(ref));
   });
 
-  it.each([9007199254740993n, 18446744073709551615n, -9007199254740993n, -9223372036854775808n])("bigint %s agrees with @msgpack/msgpack", (v) => {
-    const ref = refEncode(v, { useBigInt64: true });
-    expect(decodeLossless(ref)).toBe(v);
-    expect(hex(encodeLossless(v))).toBe(hex(ref));
-  });
+  it.each([9007199254740993n, 18446744073709551615n, -9007199254740993n, -9223372036854775808n])(
+    "bigint %s agrees with @msgpack/msgpack",
+    (v) => {
+      const ref = refEncode(v, { useBigInt64: true });
+      expect(decodeLossless(ref)).toBe(v);
+      expect(hex(encodeLossless(v))).toBe(hex(ref));
+    },
+  );
 
   it.each([0, 1, 31, 32, 255, 256, 65535, 65536])("str of %d bytes agrees with @msgpack/msgpack both ways", (n) => {
     const s = "é".repeat(n >> 1) + "z".repeat(n & 1);
@@ -248,7 +251,9 @@ const NON_CANONICAL: Array<[label: string, bytes: Uint8Array, format: string]> =
 describe("wire reader: refusals", () => {
   it.each(NON_CANONICAL)("non-canonical %s", (_label, bytes, format) => {
     const e = wireError(() => new Reader(bytes).span());
-    expect(e.message).toMatch(new RegExp(`^non-canonical msgpack: ${format} used for a value that fits a smaller format`));
+    expect(e.message).toMatch(
+      new RegExp(`^non-canonical msgpack: ${format} used for a value that fits a smaller format`),
+    );
     expect(wireError(() => decodeLossless(bytes)).message).toContain(`${format} used`);
   });
 
@@ -369,7 +374,10 @@ describe("wire reader: truncation", () => {
       const e = wireError(() => new Reader(prefix).span());
       expect([cut, e.message]).toStrictEqual([cut, expect.stringMatching(/^truncated/)]);
       expect(e.offset).toBeLessThanOrEqual(cut);
-      expect([cut, wireError(() => decodeLossless(prefix)).message]).toStrictEqual([cut, expect.stringMatching(/^truncated/)]);
+      expect([cut, wireError(() => decodeLossless(prefix)).message]).toStrictEqual([
+        cut,
+        expect.stringMatching(/^truncated/),
+      ]);
     }
   });
 
@@ -390,13 +398,20 @@ describe("wire reader: truncation", () => {
   ])("%s cut inside its header, and its body cut short, are truncated", (_label, bytes) => {
     spanAll(bytes);
     for (const cut of [1, 2, 3, 4, Math.min(5, bytes.length - 1), bytes.length - 1]) {
-      expect([cut, wireError(() => new Reader(bytes.subarray(0, cut)).span()).message]).toStrictEqual([cut, expect.stringMatching(/^truncated/)]);
+      expect([cut, wireError(() => new Reader(bytes.subarray(0, cut)).span()).message]).toStrictEqual([
+        cut,
+        expect.stringMatching(/^truncated/),
+      ]);
     }
   });
 
   it("a length header larger than the buffer is truncated, not a huge allocation", () => {
-    expect(wireError(() => new Reader(h("db ff ff ff ff 61")).span()).message).toMatch(/^truncated: str of 4294967295 bytes/);
-    expect(wireError(() => new Reader(h("c6 ff ff ff ff 61")).span()).message).toMatch(/^truncated: bin of 4294967295 bytes/);
+    expect(wireError(() => new Reader(h("db ff ff ff ff 61")).span()).message).toMatch(
+      /^truncated: str of 4294967295 bytes/,
+    );
+    expect(wireError(() => new Reader(h("c6 ff ff ff ff 61")).span()).message).toMatch(
+      /^truncated: bin of 4294967295 bytes/,
+    );
     expect(wireError(() => new Reader(h("dd ff ff ff ff c0")).span()).message).toMatch(/^truncated/);
     expect(wireError(() => decodeLossless(h("df ff ff ff ff c0 c0"))).message).toMatch(/^truncated/);
   });
@@ -475,10 +490,13 @@ describe("wire reader: typed reads", () => {
     expect(new Reader(h("d9 50", new TextEncoder().encode(long))).str()).toBe(long);
   });
 
-  it.each(["str", "bin", "int", "bool"] as const)("%s() at the end of the buffer throws a truncation error", (method) => {
-    const r = new Reader(h("c0"), 1);
-    expect(wireError(() => r[method]()).message).toMatch(/^truncated: value expected/);
-  });
+  it.each(["str", "bin", "int", "bool"] as const)(
+    "%s() at the end of the buffer throws a truncation error",
+    (method) => {
+      const r = new Reader(h("c0"), 1);
+      expect(wireError(() => r[method]()).message).toMatch(/^truncated: value expected/);
+    },
+  );
 
   it.each([
     [h("80"), 0, 1],
@@ -634,7 +652,9 @@ describe("wire reader: golden fixtures round-trip byte for byte", () => {
     const c = loadCase(paths.find((p) => p.endsWith("odd_values.msgpack"))!);
     const frame = c.frames[0]!;
     const ours = ((decodeLossless(frame) as LMap).get("set") as LMap).get("info") as LMap;
-    const ref = (refDecode(frame, { useBigInt64: true }) as { set: { info: { ints: Array<number | bigint>; floats: number[] } } }).set.info;
+    const ref = (
+      refDecode(frame, { useBigInt64: true }) as { set: { info: { ints: Array<number | bigint>; floats: number[] } } }
+    ).set.info;
     const ints = ours.get("ints") as Array<number | bigint>;
     expect(ints.map(BigInt)).toStrictEqual(ref.ints.map(BigInt));
     expect(ints).toContain(18446744073709551615n);

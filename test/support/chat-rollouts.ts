@@ -20,7 +20,8 @@ export function put(map: LMap, key: string, value: LValue): void {
 }
 
 /** chat_basic's rewards with these (correct, format) scores, at its weights 1.0 and 0.25. */
-export const rewardsOf = ([c, fm]: [number, number]) => m({ correct: m({ score: f(c), weight: f(1) }), format: m({ score: f(fm), weight: f(0.25) }) });
+export const rewardsOf = ([c, fm]: [number, number]) =>
+  m({ correct: m({ score: f(c), weight: f(1) }), format: m({ score: f(fm), weight: f(0.25) }) });
 
 /** chat_basic's open frame with task key `task` (its own bytes when that is its key). */
 export function openFrame(task: string): Uint8Array {

@@ -25,7 +25,11 @@ export function useAuthedRelay(secret: string) {
     },
     /** POST `body` to `path` as the admin; a 200 expected. */
     async post(path: string, body: Uint8Array): Promise<void> {
-      const res = await fetch(`${relay.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${admin}` } });
+      const res = await fetch(`${relay.url}${path}`, {
+        method: "POST",
+        body,
+        headers: { authorization: `Bearer ${admin}` },
+      });
       expect(res.status, await res.text()).toBe(200);
     },
     /** Wait until the run's index shows these counts (the episodes update it in the background). */
@@ -33,10 +37,15 @@ export function useAuthedRelay(secret: string) {
       const end = Date.now() + 20_000;
       let last = "";
       for (;;) {
-        last = await (await fetch(`${relay.url}/v1/runs/${encodeURIComponent(run)}`, { headers: { authorization: `Bearer ${admin}` } })).text();
+        last = await (
+          await fetch(`${relay.url}/v1/runs/${encodeURIComponent(run)}`, {
+            headers: { authorization: `Bearer ${admin}` },
+          })
+        ).text();
         const got = (JSON.parse(last) as { aggregates?: { counts?: Record<string, number> } }).aggregates?.counts ?? {};
         if (Object.entries(counts).every(([k, v]) => got[k] === v)) return;
-        if (Date.now() > end) throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
+        if (Date.now() > end)
+          throw new Error(`run ${run} not indexed with ${JSON.stringify(counts)}: ${last.slice(0, 300)}`);
         await new Promise((r) => setTimeout(r, 50));
       }
     },
@@ -59,10 +68,15 @@ export const failure = (p: Promise<unknown>) =>
 
 /** The built CLI (dist/tools/cli/main.js) with these arguments, RELAY_TOKEN set to `token` (empty: none). */
 export function runCli(args: string[], token = "") {
-  const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], { cwd: root, env: { ...process.env, RELAY_TOKEN: token } });
+  const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], {
+    cwd: root,
+    env: { ...process.env, RELAY_TOKEN: token },
+  });
   let stdout = "";
   let stderr = "";
   p.stdout.on("data", (d) => (stdout += d));
   p.stderr.on("data", (d) => (stderr += d));
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })));
+  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    p.on("close", (code) => resolve({ code: code ?? 1, stdout, stderr })),
+  );
 }

@@ -14,13 +14,38 @@ export type Fault =
   /** Pass it through, then cut both connections once `afterBytes` went toward the client. */
   | { kind: "reset"; afterBytes: number };
 
-export const GATEWAY_502: Fault = { kind: "answer", status: 502, type: "application/json", body: '{"error":"bad_gateway","message":"upstream down"}' };
-export const GATEWAY_503_PAGE: Fault = { kind: "answer", status: 503, type: "text/html", body: "<!doctype html><title>503</title>Service Unavailable" };
+export const GATEWAY_502: Fault = {
+  kind: "answer",
+  status: 502,
+  type: "application/json",
+  body: '{"error":"bad_gateway","message":"upstream down"}',
+};
+export const GATEWAY_503_PAGE: Fault = {
+  kind: "answer",
+  status: 503,
+  type: "text/html",
+  body: "<!doctype html><title>503</title>Service Unavailable",
+};
 export const GATEWAY_500_EMPTY: Fault = { kind: "answer", status: 500, type: "text/plain", body: "" };
 /** A proxy's own 401 (its login, not the relay's refusal: no relay header). */
-export const PROXY_401: Fault = { kind: "answer", status: 401, type: "text/html", body: "<!doctype html><title>Sign in</title>" };
-export const PAGE_200: Fault = { kind: "answer", status: 200, type: "text/html", body: "<!doctype html><title>Welcome</title>Hello" };
-export const PAGE_404: Fault = { kind: "answer", status: 404, type: "text/html", body: "<!doctype html><title>Not Found</title>" };
+export const PROXY_401: Fault = {
+  kind: "answer",
+  status: 401,
+  type: "text/html",
+  body: "<!doctype html><title>Sign in</title>",
+};
+export const PAGE_200: Fault = {
+  kind: "answer",
+  status: 200,
+  type: "text/html",
+  body: "<!doctype html><title>Welcome</title>Hello",
+};
+export const PAGE_404: Fault = {
+  kind: "answer",
+  status: 404,
+  type: "text/html",
+  body: "<!doctype html><title>Not Found</title>",
+};
 /** A static server's answer to a method it does not take at that path. */
 export const PAGE_405: Fault = { kind: "answer", status: 405, type: "text/html", body: "" };
 export const resetAfter = (afterBytes: number): Fault => ({ kind: "reset", afterBytes });
@@ -80,11 +105,14 @@ export async function startFlakyProxy(target: () => string): Promise<FlakyProxy>
     }
     if (!fault) passed++;
     const t = where();
-    const up = httpRequest({ host: t.hostname, port: t.port, method: req.method, path: req.url, headers: req.headers, agent: false }, (ur) => {
-      res.writeHead(ur.statusCode ?? 500, ur.rawHeaders);
-      ur.on("data", cutter(fault, req.socket, ur));
-      ur.pipe(res);
-    });
+    const up = httpRequest(
+      { host: t.hostname, port: t.port, method: req.method, path: req.url, headers: req.headers, agent: false },
+      (ur) => {
+        res.writeHead(ur.statusCode ?? 500, ur.rawHeaders);
+        ur.on("data", cutter(fault, req.socket, ur));
+        ur.pipe(res);
+      },
+    );
     up.on("error", () => res.destroy());
     req.pipe(up);
   });

@@ -71,7 +71,12 @@ export function narrowerResend(c: GoldenCase): Scenario {
   set(node3, "routed_experts", narrowed);
   const rediff = f2;
   set(rediff, "nodes", nodes);
-  return reference("narrower re-send", [c.frames[0]!, c.frames[1]!, c.frames[2]!, encodeLossless(rediff), ...c.frames.slice(4)], [2], c.reply);
+  return reference(
+    "narrower re-send",
+    [c.frames[0]!, c.frames[1]!, c.frames[2]!, encodeLossless(rediff), ...c.frames.slice(4)],
+    [2],
+    c.reply,
+  );
 }
 
 /**
@@ -92,7 +97,10 @@ export function lateOpen(c: GoldenCase): Scenario {
     ["open", f3.get("open")!],
     ["nodes", nodes],
   ];
-  const calls = [...((f3.get("calls") as LValue[] | undefined) ?? []), ...((f6.get("calls") as LValue[] | undefined) ?? [])];
+  const calls = [
+    ...((f3.get("calls") as LValue[] | undefined) ?? []),
+    ...((f6.get("calls") as LValue[] | undefined) ?? []),
+  ];
   if (calls.length) entries.push(["calls", calls]);
   const fields = new LMap([...((f3.get("set") as LMap | undefined)?.entries ?? [])]);
   for (const [k, v] of (f6.get("set") as LMap | undefined)?.entries ?? []) set(fields, k as string, v);

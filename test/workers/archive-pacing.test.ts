@@ -30,7 +30,9 @@ describe("archive steps share the class's slots", () => {
     const c = await golden("multi_trace_links");
     const ids = [freshId("pace-a"), freshId("pace-b"), freshId("pace-c")];
     for (const id of ids) await finish(id, c);
-    const json = await Promise.all(ids.map(async (id) => (await relay(id, { headers: { accept: "application/json" } })).text()));
+    const json = await Promise.all(
+      ids.map(async (id) => (await relay(id, { headers: { accept: "application/json" } })).text()),
+    );
 
     // a step that took the slot and crashed: it never gives it back (its lease lasts 3 s here)
     expect((await gate().acquire("crashed-step", 1, 3_000)).granted).toBe(true);

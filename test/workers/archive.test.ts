@@ -26,7 +26,10 @@ function stub(id: string) {
 }
 
 /** The archive step as the object runs it, over the object's storage, writing to `bucket`. */
-function archiveOf(state: DurableObjectState, bucket: R2Bucket = env.ARCHIVE): { episode: EpisodeState; archive: EpisodeArchive } {
+function archiveOf(
+  state: DurableObjectState,
+  bucket: R2Bucket = env.ARCHIVE,
+): { episode: EpisodeState; archive: EpisodeArchive } {
   const episode = new EpisodeState(state.storage);
   return { episode, archive: new EpisodeArchive(episode, bucket, () => undefined) };
 }
@@ -73,7 +76,8 @@ async function json(id: string): Promise<Response> {
 async function bodyRows(id: string): Promise<number> {
   return runInDurableObject(stub(id), (_i, state) => {
     let n = 0;
-    for (const t of ["bodies", "pending", "frames"]) n += state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
+    for (const t of ["bodies", "pending", "frames"])
+      n += state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
     return n;
   });
 }
@@ -117,7 +121,11 @@ describe("a finished episode is archived in R2, byte for byte", () => {
       expect([j.headers.get("etag"), j.headers.get("content-type")]).toEqual([etags[1], "application/json"]);
       expect(await j.text(), `${name} JSON rendered from the archived msgpack`).toBe(jsonText);
       const head = await relay(id, { method: "HEAD" });
-      expect([head.status, head.headers.get("etag"), head.headers.get("content-length")]).toEqual([200, etags[0], String(c.episode.length)]);
+      expect([head.status, head.headers.get("etag"), head.headers.get("content-length")]).toEqual([
+        200,
+        etags[0],
+        String(c.episode.length),
+      ]);
       const jsonHead = await relay(id, { method: "HEAD", headers: { accept: "application/json" } });
       expect([jsonHead.status, jsonHead.headers.get("etag")]).toEqual([200, etags[1]]);
       const again = await relay(id, { headers: { "if-none-match": etags[0]! } });
@@ -133,7 +141,8 @@ describe("a finished episode is archived in R2, byte for byte", () => {
     const ids = [`${run}:a`, `${run}:b`];
     for (const id of ids) await finish(id, c);
     for (const id of ids) await archived(id);
-    const requests = async (id: string) => ((await (await relay(`${id}/usage`)).json()) as { episode: { requests: number } }).episode.requests;
+    const requests = async (id: string) =>
+      ((await (await relay(`${id}/usage`)).json()) as { episode: { requests: number } }).episode.requests;
     const before = await Promise.all(ids.map(requests));
     for (const id of ids) expect(equal(await getBytes(id), c.episode!)).toBe(true);
     const bulk = await relay(`../runs/${run}/finished`);

@@ -48,12 +48,19 @@ const b64url = (b: Uint8Array) =>
 async function signRaw(header: string, payload: string): Promise<string> {
   const enc = new TextEncoder();
   const input = `${b64url(enc.encode(header))}.${b64url(enc.encode(payload))}`;
-  const key = await crypto.subtle.importKey("raw", enc.encode(SECRET), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const key = await crypto.subtle.importKey("raw", enc.encode(SECRET), { name: "HMAC", hash: "SHA-256" }, false, [
+    "sign",
+  ]);
   const sig = new Uint8Array(await crypto.subtle.sign("HMAC", key, enc.encode(input)));
   return `${input}.${b64url(sig)}`;
 }
 
-function token(role: string, episodes: unknown, extra: Record<string, unknown> = {}, opts: { secret?: string; alg?: string } = {}) {
+function token(
+  role: string,
+  episodes: unknown,
+  extra: Record<string, unknown> = {},
+  opts: { secret?: string; alg?: string } = {},
+) {
   return sign({ role, episodes, exp: now() + 3600, ...extra }, opts);
 }
 
@@ -70,7 +77,12 @@ interface Answer {
 /** Everything any response said (bodies and headers), checked for tokens at the end. */
 const answered: string[] = [];
 
-async function call(e: Env, method: string, url: string, init: { headers?: Record<string, string>; body?: Uint8Array } = {}): Promise<Answer> {
+async function call(
+  e: Env,
+  method: string,
+  url: string,
+  init: { headers?: Record<string, string>; body?: Uint8Array } = {},
+): Promise<Answer> {
   const req = new Request(url, { method, headers: init.headers, body: init.body });
   const res = await worker.fetch(req, e);
   const ws = res.webSocket;
@@ -111,9 +123,20 @@ const ENDPOINTS: Endpoint[] = [
   { name: "DELETE episode", method: "DELETE", path: (id) => id, write: true },
 ];
 
-function hit(e: Env, ep: Endpoint, id: string, headers: Record<string, string> = {}, host = HOST, query = ""): Promise<Answer> {
+function hit(
+  e: Env,
+  ep: Endpoint,
+  id: string,
+  headers: Record<string, string> = {},
+  host = HOST,
+  query = "",
+): Promise<Answer> {
   return call(e, ep.method, `${host}/v1/episodes/${ep.path(id)}${query}`, {
-    headers: { ...(ep.upgrade ? upgrade : {}), ...(ep.body ? { "content-type": "application/msgpack" } : {}), ...headers },
+    headers: {
+      ...(ep.upgrade ? upgrade : {}),
+      ...(ep.body ? { "content-type": "application/msgpack" } : {}),
+      ...headers,
+    },
     body: ep.body?.(),
   });
 }
@@ -145,7 +168,11 @@ beforeAll(() => {
   for (const level of ["log", "info", "warn", "error", "debug"] as const) {
     const original = console[level].bind(console);
     vi.spyOn(console, level).mockImplementation((...args: unknown[]) => {
-      logged.push(args.map((x) => (typeof x === "string" ? x : x instanceof Error ? `${x.message} ${x.stack}` : JSON.stringify(x))).join(" "));
+      logged.push(
+        args
+          .map((x) => (typeof x === "string" ? x : x instanceof Error ? `${x.message} ${x.stack}` : JSON.stringify(x)))
+          .join(" "),
+      );
       original(...args);
     });
   }
@@ -199,7 +226,11 @@ describe("endpoint × token problem → 401", () => {
 describe("token validation", () => {
   const status = ENDPOINTS.find((e) => e.name === "GET status")!;
   const cases: Array<[string, () => Promise<string>, RegExp]> = [
-    ['alg "none"', async () => new UnsecuredJWT({ role: "admin", episodes: ["*"] }).setExpirationTime("1h").encode(), /algorithm|malformed/],
+    [
+      'alg "none"',
+      async () => new UnsecuredJWT({ role: "admin", episodes: ["*"] }).setExpirationTime("1h").encode(),
+      /algorithm|malformed/,
+    ],
     ["HS512 with the right secret", () => token("admin", ["*"], {}, { alg: "HS512" }), /HS256/],
     ["no exp", () => sign({ role: "admin", episodes: ["*"] }), /exp/],
     ["not yet valid (nbf)", () => token("admin", ["*"], { nbf: now() + 3600 }), /nbf/],
@@ -224,8 +255,14 @@ describe("token validation", () => {
   });
 
   it("expiry within the 30 s clock tolerance is accepted; 60 s past is not", async () => {
-    expectPassed(await hit(AUTH_ENV, status, freshId("v"), auth(await token("watcher", ["*"], { exp: now() - 5 }))), status);
-    expectUnauthorized(await hit(AUTH_ENV, status, freshId("v"), auth(await token("watcher", ["*"], { exp: now() - 60 }))), /expired/);
+    expectPassed(
+      await hit(AUTH_ENV, status, freshId("v"), auth(await token("watcher", ["*"], { exp: now() - 5 }))),
+      status,
+    );
+    expectUnauthorized(
+      await hit(AUTH_ENV, status, freshId("v"), auth(await token("watcher", ["*"], { exp: now() - 60 }))),
+      /expired/,
+    );
   });
 
   it('"*" grants every episode; several patterns are each honoured', async () => {
@@ -235,7 +272,8 @@ describe("token validation", () => {
     for (const id of ["exact-one", "run-7:a", "run-7:", "run-8.x"]) {
       expectPassed(await hit(AUTH_ENV, status, id, auth(some)), status);
     }
-    for (const id of ["exact-one2", "run-7", "run-70:a", "run-8x"]) expectForbidden(await hit(AUTH_ENV, status, id, auth(some)));
+    for (const id of ["exact-one2", "run-7", "run-70:a", "run-8x"])
+      expectForbidden(await hit(AUTH_ENV, status, id, auth(some)));
   });
 
   it("an empty episodes list grants nothing", async () => {
@@ -296,7 +334,10 @@ describe("WebSocket tokens", () => {
       expectPassed(a, ep);
       expect(a.headers.get("sec-websocket-protocol")).toBe("episode-relay");
       const expired = await token(role, [id], { exp: now() - 3600 });
-      expectUnauthorized(await hit(AUTH_ENV, ep, id, { "sec-websocket-protocol": `episode-relay, bearer.${expired}` }), /expired/);
+      expectUnauthorized(
+        await hit(AUTH_ENV, ep, id, { "sec-websocket-protocol": `episode-relay, bearer.${expired}` }),
+        /expired/,
+      );
     });
 
     it(`${ep.name}: a bearer.<token> entry without "episode-relay" is 400`, async () => {
@@ -318,7 +359,10 @@ describe("WebSocket tokens", () => {
 
   it("without a bearer entry the offered episode-relay protocol is still answered (auth by header)", async () => {
     const id = freshId("sp");
-    const a = await hit(AUTH_ENV, watch, id, { ...auth(await token("watcher", [id])), "sec-websocket-protocol": "episode-relay" });
+    const a = await hit(AUTH_ENV, watch, id, {
+      ...auth(await token("watcher", [id])),
+      "sec-websocket-protocol": "episode-relay",
+    });
     expect(a.status).toBe(101);
     expect(a.headers.get("sec-websocket-protocol")).toBe("episode-relay");
   });
@@ -360,9 +404,13 @@ describe("no token travels past the Worker", () => {
     const e = { ...AUTH_ENV, EPISODES: fakeNamespace, HUBS: fakeNamespace } as unknown as Env;
     const id = freshId("strip");
     const t = await token("producer", [id]);
-    expect((await call(e, "GET", `${HOST}/v1/episodes/${id}/status?token=${t}`, { headers: auth(t) })).status).toBe(200);
+    expect((await call(e, "GET", `${HOST}/v1/episodes/${id}/status?token=${t}`, { headers: auth(t) })).status).toBe(
+      200,
+    );
     await call(e, "GET", `${HOST}/v1/episodes/${id}/watch?after=3&token=${t}`, { headers: upgrade });
-    await call(e, "GET", `${HOST}/v1/episodes/${id}/ingest`, { headers: { ...upgrade, "sec-websocket-protocol": `episode-relay, bearer.${t}` } });
+    await call(e, "GET", `${HOST}/v1/episodes/${id}/ingest`, {
+      headers: { ...upgrade, "sec-websocket-protocol": `episode-relay, bearer.${t}` },
+    });
     expect(calls).toEqual([[id]]);
     expect(seen).toHaveLength(2);
     for (const r of seen) {
@@ -406,7 +454,13 @@ describe("modes", () => {
   });
 
   it("no secret, local dev flag, local host → auth off: every endpoint passes without a token", async () => {
-    for (const host of ["http://127.0.0.1:8787", "http://localhost:8787", "http://[::1]:8787", "http://relay.test", "http://x.localhost"]) {
+    for (const host of [
+      "http://127.0.0.1:8787",
+      "http://localhost:8787",
+      "http://[::1]:8787",
+      "http://relay.test",
+      "http://x.localhost",
+    ]) {
       for (const ep of ENDPOINTS) expectPassed(await hit(LOOPBACK_ENV, ep, freshId("lb"), {}, host), ep);
     }
   });
@@ -424,21 +478,37 @@ describe("modes", () => {
   it("auth off on loopback: the episode-relay subprotocol is still answered, a bare bearer entry still 400", async () => {
     const watch = ENDPOINTS[5]!;
     const local = "http://localhost:8787";
-    const a = await hit(LOOPBACK_ENV, watch, freshId("lbp"), { "sec-websocket-protocol": "episode-relay, bearer.whatever" }, local);
+    const a = await hit(
+      LOOPBACK_ENV,
+      watch,
+      freshId("lbp"),
+      { "sec-websocket-protocol": "episode-relay, bearer.whatever" },
+      local,
+    );
     expect(a.status).toBe(101);
     expect(a.headers.get("sec-websocket-protocol")).toBe("episode-relay");
-    expect((await hit(LOOPBACK_ENV, watch, freshId("lbp"), { "sec-websocket-protocol": "bearer.whatever" }, local)).status).toBe(400);
+    expect(
+      (await hit(LOOPBACK_ENV, watch, freshId("lbp"), { "sec-websocket-protocol": "bearer.whatever" }, local)).status,
+    ).toBe(400);
   });
 
   it("a secret wins over the local dev flag: tokens are required even on localhost", async () => {
     const e = { ...AUTH_ENV, AUTH_OFF_ON_LOOPBACK: "true" };
     const status = ENDPOINTS[4]!;
     expectUnauthorized(await hit(e, status, freshId("s"), {}, "http://127.0.0.1:8787"));
-    expectPassed(await hit(e, status, freshId("s"), auth(await token("watcher", ["*"])), "http://127.0.0.1:8787"), status);
+    expectPassed(
+      await hit(e, status, freshId("s"), auth(await token("watcher", ["*"])), "http://127.0.0.1:8787"),
+      status,
+    );
   });
 
   it("an empty RELAY_SECRET counts as no secret (fail closed)", async () => {
-    const a = await hit({ ...CLOSED_ENV, RELAY_SECRET: "" }, ENDPOINTS[4]!, freshId("s"), auth(await token("admin", ["*"])));
+    const a = await hit(
+      { ...CLOSED_ENV, RELAY_SECRET: "" },
+      ENDPOINTS[4]!,
+      freshId("s"),
+      auth(await token("admin", ["*"])),
+    );
     expect(a.status).toBe(503);
   });
 });
@@ -450,7 +520,9 @@ describe("keys and lifetimes", () => {
 
   /** The key id the relay derives from a secret, computed here independently: SHA-256 over the label and the secret. */
   async function kidOf(secret: string): Promise<string> {
-    const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`episode-relay key id\u0000${secret}`)));
+    const d = new Uint8Array(
+      await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`episode-relay key id\u0000${secret}`)),
+    );
     return [...d.slice(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
   }
 
@@ -476,8 +548,16 @@ describe("keys and lifetimes", () => {
       expect((await call(e, "GET", `${HOST}/v1/health`)).status).toBe(200);
     }
     const exact = "é".repeat(16); // 16 characters, 32 UTF-8 bytes
-    expectPassed(await hit({ ...AUTH_ENV, RELAY_SECRET: exact }, status, freshId("ok"), auth(await signed(exact, null))), status);
-    const a = await hit({ ...AUTH_ENV, RELAY_SECRET_PREVIOUS: "short" }, status, freshId("weak"), auth(await token("watcher", ["*"])));
+    expectPassed(
+      await hit({ ...AUTH_ENV, RELAY_SECRET: exact }, status, freshId("ok"), auth(await signed(exact, null))),
+      status,
+    );
+    const a = await hit(
+      { ...AUTH_ENV, RELAY_SECRET_PREVIOUS: "short" },
+      status,
+      freshId("weak"),
+      auth(await token("watcher", ["*"])),
+    );
     expect([a.status, a.json?.message]).toEqual([503, expect.stringMatching(/RELAY_SECRET_PREVIOUS is 5 bytes long/)]);
   });
 
@@ -486,7 +566,10 @@ describe("keys and lifetimes", () => {
     minted.push(t);
     expect(decodeProtectedHeader(t)).toMatchObject({ alg: "HS256", kid: await kidOf(SECRET) });
     expectPassed(await hit(AUTH_ENV, status, freshId("kid"), auth(t)), status);
-    expectUnauthorized(await hit(AUTH_ENV, status, freshId("kid"), auth(await signed(SECRET, "0123456789abcdef"))), /kid names none/);
+    expectUnauthorized(
+      await hit(AUTH_ENV, status, freshId("kid"), auth(await signed(SECRET, "0123456789abcdef"))),
+      /kid names none/,
+    );
   });
 
   it("a rollover: RELAY_SECRET_PREVIOUS still verifies what it signed (kid or none); a third key and the old one after the rollover do not", async () => {
@@ -496,10 +579,16 @@ describe("keys and lifetimes", () => {
     const current = await signed(SECRET, await kidOf(SECRET));
     for (const t of [old, oldNoKid, current]) expectPassed(await hit(during, status, freshId("roll"), auth(t)), status);
     // a token naming the old key but signed by another one: its signature fails against the key it names
-    expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(THIRD, await kidOf(OLD)))), /signature/);
+    expectUnauthorized(
+      await hit(during, status, freshId("roll"), auth(await signed(THIRD, await kidOf(OLD)))),
+      /signature/,
+    );
     expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(THIRD, null))), /signature/);
     // an old token that is expired says so, whichever key is tried first
-    expectUnauthorized(await hit(during, status, freshId("roll"), auth(await signed(OLD, null, { exp: now() - 120 }))), /expired/);
+    expectUnauthorized(
+      await hit(during, status, freshId("roll"), auth(await signed(OLD, null, { exp: now() - 120 }))),
+      /expired/,
+    );
     // the rollover done (the previous secret removed): the old key's tokens stop working
     expectUnauthorized(await hit(AUTH_ENV, status, freshId("roll"), auth(old)));
     expectUnauthorized(await hit(AUTH_ENV, status, freshId("roll"), auth(oldNoKid)), /signature/);
@@ -528,22 +617,39 @@ describe("keys and lifetimes", () => {
     expectUnauthorized(await issuedAt(now() + day, now() + 8 * day), /lifetime exceeds/);
     // configured: per role, the others keep their defaults; an unreadable value fails closed
     const short = { ...AUTH_ENV, TOKEN_MAX_TTL: "watcher=1h" };
-    expectUnauthorized(await hit(short, status, freshId("ttl"), auth(await token("watcher", ["*"], { exp: now() + 7200 }))), /maximum of 1h/);
-    expectPassed(await hit(short, status, freshId("ttl"), auth(await token("producer", ["*"], { exp: now() + 7200 }))), status);
-    const bad = await hit({ ...AUTH_ENV, TOKEN_MAX_TTL: "watcher=forever" }, status, freshId("ttl"), auth(await token("watcher", ["*"])));
+    expectUnauthorized(
+      await hit(short, status, freshId("ttl"), auth(await token("watcher", ["*"], { exp: now() + 7200 }))),
+      /maximum of 1h/,
+    );
+    expectPassed(
+      await hit(short, status, freshId("ttl"), auth(await token("producer", ["*"], { exp: now() + 7200 }))),
+      status,
+    );
+    const bad = await hit(
+      { ...AUTH_ENV, TOKEN_MAX_TTL: "watcher=forever" },
+      status,
+      freshId("ttl"),
+      auth(await token("watcher", ["*"])),
+    );
     expect([bad.status, bad.json?.error]).toEqual([503, "auth_not_configured"]);
   });
 
   it("mintToken refuses a short secret and a lifetime past the role's maximum", async () => {
     await expect(mintToken("short", { role: "watcher", episodes: ["*"], ttl: 60 })).rejects.toThrow(/at least 32/);
-    await expect(mintToken(SECRET, { role: "admin", episodes: ["*"], ttl: 2 * 86400 })).rejects.toThrow(/admin maximum/);
+    await expect(mintToken(SECRET, { role: "admin", episodes: ["*"], ttl: 2 * 86400 })).rejects.toThrow(
+      /admin maximum/,
+    );
   });
 });
 
 describe("CORS", () => {
   const preflight = (e: Env, origin: string, path = "/v1/episodes/x/deltas") =>
     call(e, "OPTIONS", `${HOST}${path}`, {
-      headers: { origin, "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type" },
+      headers: {
+        origin,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type",
+      },
     });
 
   it("a preflight from an allowed origin → 204 with the allow headers, no token needed", async () => {
@@ -567,10 +673,18 @@ describe("CORS", () => {
   });
 
   it('CORS_ORIGINS="*" allows any origin; "" allows none; lists may have several entries', async () => {
-    expect((await preflight({ ...AUTH_ENV, CORS_ORIGINS: "*" }, "https://any.example")).headers.get("access-control-allow-origin")).toBe("*");
-    expect((await preflight({ ...AUTH_ENV, CORS_ORIGINS: "" }, DASHBOARD)).headers.get("access-control-allow-origin")).toBeNull();
+    expect(
+      (await preflight({ ...AUTH_ENV, CORS_ORIGINS: "*" }, "https://any.example")).headers.get(
+        "access-control-allow-origin",
+      ),
+    ).toBe("*");
+    expect(
+      (await preflight({ ...AUTH_ENV, CORS_ORIGINS: "" }, DASHBOARD)).headers.get("access-control-allow-origin"),
+    ).toBeNull();
     const two = { ...AUTH_ENV, CORS_ORIGINS: `http://localhost:5173, ${DASHBOARD}/` };
-    expect((await preflight(two, "http://localhost:5173")).headers.get("access-control-allow-origin")).toBe("http://localhost:5173");
+    expect((await preflight(two, "http://localhost:5173")).headers.get("access-control-allow-origin")).toBe(
+      "http://localhost:5173",
+    );
     expect((await preflight(two, DASHBOARD)).headers.get("access-control-allow-origin")).toBe(DASHBOARD);
   });
 
@@ -585,7 +699,9 @@ describe("CORS", () => {
     expect(ok.headers.get("access-control-allow-origin")).toBe(DASHBOARD);
     expect(ok.headers.get("vary")).toMatch(/Origin/);
     expect(ok.headers.get("access-control-expose-headers")).toMatch(/ETag/);
-    const got = await call(AUTH_ENV, "GET", `${HOST}/v1/episodes/${id}`, { headers: { ...auth(t), origin: DASHBOARD } });
+    const got = await call(AUTH_ENV, "GET", `${HOST}/v1/episodes/${id}`, {
+      headers: { ...auth(t), origin: DASHBOARD },
+    });
     expect(got.status).toBe(200);
     expect(got.headers.get("access-control-allow-origin")).toBe(DASHBOARD);
     const refused = await call(AUTH_ENV, "GET", `${HOST}/v1/episodes/${id}`, { headers: { origin: DASHBOARD } });

@@ -33,10 +33,17 @@ const id = (i: number) => `${RUN}:e${String(i).padStart(6, "0")}`;
 const updatedOf = (i: number) => 5_000_000 + ((i * 7919) % N);
 
 const sign = (role: string, episodes: string[]) =>
-  new SignJWT({ role, episodes }).setProtectedHeader({ alg: "HS256" }).setIssuedAt().setExpirationTime("1h").sign(new TextEncoder().encode(SECRET));
+  new SignJWT({ role, episodes })
+    .setProtectedHeader({ alg: "HS256" })
+    .setIssuedAt()
+    .setExpirationTime("1h")
+    .sign(new TextEncoder().encode(SECRET));
 
 async function get(token: string, path: string, accept = "application/json"): Promise<Response> {
-  return worker.fetch(new Request(`https://relay.example.com${path}`, { headers: { authorization: `Bearer ${token}`, accept } }), AUTH_ENV);
+  return worker.fetch(
+    new Request(`https://relay.example.com${path}`, { headers: { authorization: `Bearer ${token}`, accept } }),
+    AUTH_ENV,
+  );
 }
 
 /** The index's rows read while `f` runs (its own meter). */
@@ -72,7 +79,9 @@ describe(`a partial scope's list on ${N.toLocaleString("en-US")} rows`, () => {
   it("a few exact ids: only their rows are read, searched counts them, one page and no cursor", async () => {
     const mine = [7, 50_007, 99_998].map(id);
     const token = await sign("watcher", mine);
-    const { value: page, read } = await rowsRead(async () => (await (await get(token, `/v1/runs/${RUN}/episodes?limit=50`)).json()) as Page);
+    const { value: page, read } = await rowsRead(
+      async () => (await (await get(token, `/v1/runs/${RUN}/episodes?limit=50`)).json()) as Page,
+    );
     expect(page.episodes.map((e) => e.id).sort()).toEqual(mine);
     expect(page.searched).toBe(3);
     expect(page.cursor).toBeNull();
@@ -82,7 +91,9 @@ describe(`a partial scope's list on ${N.toLocaleString("en-US")} rows`, () => {
   it(`patterns covering 1,100 rows (past SCOPED_BUDGET): the run's order walked, each page within its budget, every row once`, async () => {
     const patterns = [`${RUN}:e001*`, `${RUN}:e0020*`]; // e001000..e001999 and e002000..e002099
     const token = await sign("watcher", patterns);
-    const mine = Array.from({ length: N }, (_, i) => i).filter((i) => patterns.some((p) => id(i).startsWith(p.slice(0, -1))));
+    const mine = Array.from({ length: N }, (_, i) => i).filter((i) =>
+      patterns.some((p) => id(i).startsWith(p.slice(0, -1))),
+    );
     expect(mine.length).toBe(1100);
     expect(mine.length).toBeGreaterThan(SCOPED_BUDGET);
     const expected = [...mine].sort((a, b) => updatedOf(b) - updatedOf(a)).map(id);
@@ -92,7 +103,13 @@ describe(`a partial scope's list on ${N.toLocaleString("en-US")} rows`, () => {
     let pages = 0;
     do {
       const { value: page, read } = await rowsRead(
-        async () => (await (await get(token, `/v1/runs/${RUN}/episodes?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)).json()) as Page,
+        async () =>
+          (await (
+            await get(
+              token,
+              `/v1/runs/${RUN}/episodes?limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+            )
+          ).json()) as Page,
       );
       expect(page.searched).toBeLessThanOrEqual(SCAN_BUDGET);
       maxRead = Math.max(maxRead, read);
@@ -108,7 +125,9 @@ describe(`a partial scope's list on ${N.toLocaleString("en-US")} rows`, () => {
 
   it(`a prefix covering fewer than ${SCOPED_BUDGET} rows: one request reads them and no other`, async () => {
     const token = await sign("watcher", [`${RUN}:e0999*`]); // e099900..e099999
-    const { value: page, read } = await rowsRead(async () => (await (await get(token, `/v1/runs/${RUN}/episodes?limit=500&sort=reward`)).json()) as Page);
+    const { value: page, read } = await rowsRead(
+      async () => (await (await get(token, `/v1/runs/${RUN}/episodes?limit=500&sort=reward`)).json()) as Page,
+    );
     expect(page.episodes.length).toBe(100);
     expect(page.searched).toBe(100);
     expect(page.cursor).toBeNull();
@@ -124,9 +143,17 @@ describe("the bulk fetch's budget", () => {
     let maxRead = 0;
     for (; answers < 3; answers++) {
       const { value: items, read } = await rowsRead(async () => {
-        const res = await get(token, `/v1/runs/${RUN}/finished${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ""}`, "application/msgpack");
+        const res = await get(
+          token,
+          `/v1/runs/${RUN}/finished${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ""}`,
+          "application/msgpack",
+        );
         expect(res.status).toBe(200);
-        return [...decodeMulti(new Uint8Array(await res.arrayBuffer()))] as Array<{ id?: string; cursor: string; more?: boolean }>;
+        return [...decodeMulti(new Uint8Array(await res.arrayBuffer()))] as Array<{
+          id?: string;
+          cursor: string;
+          more?: boolean;
+        }>;
       });
       maxRead = Math.max(maxRead, read);
       // none of the rows walked is this token's: nothing is sent but the continuation
@@ -149,7 +176,11 @@ describe("the bulk fetch's budget", () => {
         const q = `task=task-none&row=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
         const res = await get(token, `/v1/runs/${RUN}/finished?${q}`, "application/msgpack");
         expect(res.status).toBe(200);
-        return [...decodeMulti(new Uint8Array(await res.arrayBuffer()))] as Array<{ id?: string; cursor: string; more?: boolean }>;
+        return [...decodeMulti(new Uint8Array(await res.arrayBuffer()))] as Array<{
+          id?: string;
+          cursor: string;
+          more?: boolean;
+        }>;
       });
       maxRead = Math.max(maxRead, read);
       if (items.length === 0) break; // the end of the finished order: no continuation
@@ -165,7 +196,9 @@ describe("the bulk fetch's budget", () => {
   it("a token covering three rows reads those three", async () => {
     const token = await sign("watcher", [id(1), id(2), id(3)]);
     const { value: items, read } = await rowsRead(async () => [
-      ...decodeMulti(new Uint8Array(await (await get(token, `/v1/runs/${RUN}/finished`, "application/msgpack")).arrayBuffer())),
+      ...decodeMulti(
+        new Uint8Array(await (await get(token, `/v1/runs/${RUN}/finished`, "application/msgpack")).arrayBuffer()),
+      ),
     ]);
     expect(items).toEqual([]); // no bodies behind them, no continuation: the run's end
     expect(read).toBeLessThanOrEqual(10);
@@ -183,7 +216,10 @@ describe("the tasks' budget", () => {
       const { value: page, read } = await rowsRead(
         async () =>
           (await (
-            await get(token, `/v1/runs/${RUN}/tasks?key=correct&threshold=1&limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)
+            await get(
+              token,
+              `/v1/runs/${RUN}/tasks?key=correct&threshold=1&limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+            )
           ).json()) as {
             tasks: Array<{ task: string; rollouts: number; finished: number; solve_rate: number }>;
             cursor: string | null;
@@ -215,7 +251,9 @@ describe("the list across runs and the run directory", () => {
   beforeAll(async () => {
     for (let k = 0; k < RUNS; k++) {
       const run = runName(k);
-      await env.EPISODE_INDEX.getByName(`run:${run}`).upsert(currentRow({ id: `${run}:only`, run, status: "live", updated: 10 + k }));
+      await env.EPISODE_INDEX.getByName(`run:${run}`).upsert(
+        currentRow({ id: `${run}:only`, run, status: "live", updated: 10 + k }),
+      );
       await env.RUN_DIRECTORY.getByName("runs").upsertRun({
         run,
         created: 1000 + k,
@@ -277,7 +315,9 @@ describe("the list across runs and the run directory", () => {
     let pages = 0;
     do {
       const before = (await dir.usage()).rowsRead;
-      const page = (await (await get(token, `/v1/runs?limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)).json()) as {
+      const page = (await (
+        await get(token, `/v1/runs?limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)
+      ).json()) as {
         runs: Array<{ run: string }>;
         cursor: string | null;
       };

@@ -18,7 +18,13 @@ import { Watcher } from "./watcher.js";
 
 const WINDOW = 1024 * 1024; // WATCHER_WINDOW_BYTES in vitest.workers.config.ts
 
-async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
+async function push(
+  id: string,
+  c: GoldenCase,
+  from = 0,
+  to = c.frames.length,
+  producer = new ProducerCursor("p"),
+): Promise<ProducerCursor> {
   for (let i = from; i < to; i++) {
     const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
     expect(res.status, await res.clone().text()).toBe(200);
@@ -139,7 +145,9 @@ describe("catch-up", () => {
       await settle(w, 100);
     }
     expect(w.caughtUp).toBe(true);
-    expect(w.seqs, "every frame after the snapshot, once, in order").toEqual(Array.from({ length: c.frames.length - 2 }, (_, i) => i + 3));
+    expect(w.seqs, "every frame after the snapshot, once, in order").toEqual(
+      Array.from({ length: c.frames.length - 2 }, (_, i) => i + 3),
+    );
     expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
     // a watcher resuming from seq 2 gets the frames after it, or a snapshot if the log has been trimmed since
     const late = await Watcher.open(id, "?after=2");

@@ -41,13 +41,29 @@ describe("commitIngest", () => {
       expect(c.rewound).toBe(false);
       expect(c.ack).toEqual({ ok: true, seq: 1, applied: 1, duplicates: 0, producers: { p: 1 } });
       expect(c.frames.map((f) => [f.seq, f.trace, equal(f.delta, frame)])).toEqual([[1, "t-1", true]]);
-      expect(c.meta).toMatchObject({ id: ID, status: "live", seq: 1, bytes: frame.length, traces: 1, nodes: 0, calls: 0, created: 1000, updated: 1000 });
+      expect(c.meta).toMatchObject({
+        id: ID,
+        status: "live",
+        seq: 1,
+        bytes: frame.length,
+        traces: 1,
+        nodes: 0,
+        calls: 0,
+        created: 1000,
+        updated: 1000,
+      });
       expect(state.record.meta()).toEqual(c.meta);
       expect(logged(state)).toEqual([1]);
       expect(state.record.producers().get("p")).toEqual({ last: 1, unconfirmed: [{ pseq: 1, seq: 1 }] });
 
       p.acknowledge();
-      const next = commitIngest(state, encodeEnvelope(p.envelope(delta({ nodes: [node(0), node(1)] }))), ID, NO_LIMIT, 2000);
+      const next = commitIngest(
+        state,
+        encodeEnvelope(p.envelope(delta({ nodes: [node(0), node(1)] }))),
+        ID,
+        NO_LIMIT,
+        2000,
+      );
       expect(next.created).toBe(false);
       expect(next.meta).toMatchObject({ seq: 2, nodes: 2, created: 1000, updated: 2000 });
       expect(logged(state)).toEqual([1, 2]);
@@ -136,13 +152,22 @@ describe("commitIngest", () => {
   });
 
   /** Producer a's frame 2 (nodes) lost its ack; b's frame 3 links node 1, which only that frame holds; a's next envelope retracts it. */
-  function conflicting(state: EpisodeState): { before: { meta: ReturnType<EpisodeState["meta"]>; traces: Uint8Array; log: number[] }; retraction: Uint8Array } {
+  function conflicting(state: EpisodeState): {
+    before: { meta: ReturnType<EpisodeState["meta"]>; traces: Uint8Array; log: number[] };
+    retraction: Uint8Array;
+  } {
     const a = new ProducerCursor("a");
     const b = new ProducerCursor("b");
     commitIngest(state, encodeEnvelope(a.envelope(openDelta())), ID, NO_LIMIT, 0);
     a.acknowledge();
     commitIngest(state, encodeEnvelope(a.envelope(delta({ nodes: [node(0), node(1)] }))), ID, NO_LIMIT, 0); // its ack is lost
-    commitIngest(state, encodeEnvelope(b.envelope(delta({ links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]) }))), ID, NO_LIMIT, 0);
+    commitIngest(
+      state,
+      encodeEnvelope(b.envelope(delta({ links: intKeyed([[1, [m({ node: 0, type: "reply" })]]]) }))),
+      ID,
+      NO_LIMIT,
+      0,
+    );
     return {
       before: { meta: state.record.meta(), traces: live(state), log: logged(state) },
       retraction: encodeEnvelope(a.envelope(delta({ nodes: [node(0)] }))),

@@ -6,7 +6,15 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeState } from "../../src/objects/episode/state.js";
-import { alarmAt, dueAfter, RunRowSync, RETRY_FIRST_MS, RETRY_MAX_MS, retryDelay, rowOf } from "../../src/objects/episode/run-row-sync.js";
+import {
+  alarmAt,
+  dueAfter,
+  RunRowSync,
+  RETRY_FIRST_MS,
+  RETRY_MAX_MS,
+  retryDelay,
+  rowOf,
+} from "../../src/objects/episode/run-row-sync.js";
 import { commitIngest } from "../../src/objects/episode/commit.js";
 import { runIndexName } from "../../src/objects/registry/episode-index.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
@@ -31,7 +39,12 @@ describe("the alarm's deadlines and the update schedule", () => {
   });
 
   it("retryDelay: from RETRY_FIRST_MS, doubling per failed attempt, up to RETRY_MAX_MS", () => {
-    expect([0, 1, 2, 3].map(retryDelay)).toEqual([RETRY_FIRST_MS, RETRY_FIRST_MS, 2 * RETRY_FIRST_MS, 4 * RETRY_FIRST_MS]);
+    expect([0, 1, 2, 3].map(retryDelay)).toEqual([
+      RETRY_FIRST_MS,
+      RETRY_FIRST_MS,
+      2 * RETRY_FIRST_MS,
+      4 * RETRY_FIRST_MS,
+    ]);
     expect(retryDelay(7)).toBe(Math.min(RETRY_MAX_MS, 64 * RETRY_FIRST_MS));
     expect(retryDelay(30)).toBe(RETRY_MAX_MS);
   });
@@ -180,8 +193,17 @@ describe("a delete through the real objects", () => {
     );
   /** The ids of the run's rows starting with `id` (none: the run has no row at all). */
   const rowIn = async (id: string) => {
-    const q = { status: null, filter: parseRowFilter(new URLSearchParams()), prefix: id, limit: 5, sort: "updated" as const, after: null };
-    return ((await env.EPISODE_INDEX.getByName(runIndexName("erase-run")).list(q, null))?.episodes ?? []).map((e) => e.id);
+    const q = {
+      status: null,
+      filter: parseRowFilter(new URLSearchParams()),
+      prefix: id,
+      limit: 5,
+      sort: "updated" as const,
+      after: null,
+    };
+    return ((await env.EPISODE_INDEX.getByName(runIndexName("erase-run")).list(q, null))?.episodes ?? []).map(
+      (e) => e.id,
+    );
   };
 
   it("the tombstone is written with the erase: a crash before the run's index hears leaves it, and the alarm drops the row", async () => {
@@ -198,7 +220,10 @@ describe("a delete through the real objects", () => {
     await expect(crashed).rejects.toThrow(/crash right after the erase/);
     expect((await relay(`${id}/status`)).status).toBe(404);
     const after = env.EPISODES.getByName(id); // a stub of the object as restarted
-    expect(await runInDurableObject(after, (_i, state) => new EpisodeState(state.storage).record.tombstone())).toEqual({ id, attempts: 0 });
+    expect(await runInDurableObject(after, (_i, state) => new EpisodeState(state.storage).record.tombstone())).toEqual({
+      id,
+      attempts: 0,
+    });
     expect(await runInDurableObject(after, (_i, state) => state.storage.getAlarm())).not.toBeNull();
     // the alarm retries the tombstone: the row goes, then the episode's storage
     expect(await runDurableObjectAlarm(after)).toBe(true);
@@ -249,7 +274,17 @@ describe("rowOf", () => {
         run_name: null,
         dispatch: null,
         // no timing, no nodes, no calls yet
-        live: { stage: "pending", started: null, elapsed: null, branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null, annotations: 0 },
+        live: {
+          stage: "pending",
+          started: null,
+          elapsed: null,
+          branches: 0,
+          input_tokens: 0,
+          output_tokens: 0,
+          cost: null,
+          last: null,
+          annotations: 0,
+        },
       });
     });
   });
@@ -268,9 +303,21 @@ describe("rowOf", () => {
       );
       state.record.saveReply(reply);
       const ended = { ...c.meta, status: "finished" as const, updated: 50 };
-      expect(rowOf(ended, state)).toMatchObject({ status: "finished", ended: 50, group: "group-3", run_name: "nightly" });
-      expect(rowOf({ ...ended, status: "failed", error: "boom" }, state)).toMatchObject({ status: "failed", error: "boom" });
-      expect(rowOf({ ...c.meta, refused: "counts differ" }, state)).toMatchObject({ status: "finish_refused", error: "counts differ", ended: null });
+      expect(rowOf(ended, state)).toMatchObject({
+        status: "finished",
+        ended: 50,
+        group: "group-3",
+        run_name: "nightly",
+      });
+      expect(rowOf({ ...ended, status: "failed", error: "boom" }, state)).toMatchObject({
+        status: "failed",
+        error: "boom",
+      });
+      expect(rowOf({ ...c.meta, refused: "counts differ" }, state)).toMatchObject({
+        status: "finish_refused",
+        error: "counts differ",
+        ended: null,
+      });
     });
   });
 });

@@ -152,8 +152,15 @@ describe("SqlStore", () => {
       expect(staleRows(storage)).toBeGreaterThan(0);
       const before = [...asm.traces.values()].map((t) => [t.id, t.nodes.map((n) => n.bytes)]);
       store.dropBodies();
-      expect(["bodies", "pending", "stale"].map((t) => count(storage, `SELECT COUNT(*) AS n FROM ${t}`))).toEqual([0, 0, 0]);
-      expect(count(storage, "SELECT COUNT(*) AS n FROM (SELECT tnum, idx FROM node_meta GROUP BY tnum, idx HAVING COUNT(*) > 1)")).toBe(0);
+      expect(["bodies", "pending", "stale"].map((t) => count(storage, `SELECT COUNT(*) AS n FROM ${t}`))).toEqual([
+        0, 0, 0,
+      ]);
+      expect(
+        count(
+          storage,
+          "SELECT COUNT(*) AS n FROM (SELECT tnum, idx FROM node_meta GROUP BY tnum, idx HAVING COUNT(*) > 1)",
+        ),
+      ).toBe(0);
       const back = [...reloaded(storage).traces.values()].map((t) => [t.id, t.nodes.map((n) => n.bytes)]);
       expect(back).toEqual(before);
     });

@@ -75,7 +75,16 @@ describe("EpisodeRecord", () => {
         etag: "e",
         archived: 3000,
         dispatch: Uint8Array.of(0x81, 0xa4, 0x73, 0x74, 0x65, 0x70, 0x03),
-        live: { stage: "done", started: 1.5, elapsed: 2, branches: 1, input_tokens: 3, output_tokens: 4, cost: null, last: "ok" },
+        live: {
+          stage: "done",
+          started: 1.5,
+          elapsed: 2,
+          branches: 1,
+          input_tokens: 3,
+          output_tokens: 4,
+          cost: null,
+          last: "ok",
+        },
         annotations: 3,
         annotationBytes: 1200,
       };

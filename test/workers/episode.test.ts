@@ -59,7 +59,14 @@ describe("golden cases through the relay", async () => {
       await finishAndCheck(id, name);
     });
   }
-  for (const name of ["multi_trace_links", "routing_repair_widen", "routing_repair_u8", "large_routing", "ack_lost", "failed_sends"]) {
+  for (const name of [
+    "multi_trace_links",
+    "routing_repair_widen",
+    "routing_repair_u8",
+    "large_routing",
+    "ack_lost",
+    "failed_sends",
+  ]) {
     it(`${name}: the object restarted at every frame boundary still ends with the golden bytes`, async () => {
       const id = freshId(`restart-${name}`);
       await pushCase(id, name, { restartEachFrame: true });
@@ -126,19 +133,31 @@ describe("ingest, finish, fetch", () => {
     const res = await post(`${id}/reply`, c.reply);
     expect(res.status).toBe(409);
     expect(await res.json()).toMatchObject({ error: "finish_mismatch", message: c.finish_error });
-    expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "finish_refused", seq: c.frames.length, error: c.finish_error });
+    expect(await (await relay(`${id}/status`)).json()).toMatchObject({
+      status: "finish_refused",
+      seq: c.frames.length,
+      error: c.finish_error,
+    });
     // GET agrees with status (msgpack and JSON); the assembly itself is unchanged
     const after = decodeLossless(await getBytes(id)) as LMap;
     expect(after.get("status")).toBe("finish_refused");
     expect(after.get("error")).toBe(c.finish_error);
     expect((decodeLossless(before) as LMap).get("status")).toBe("live");
     expect(same(after.get("traces")!, (decodeLossless(before) as LMap).get("traces")!)).toBe(true);
-    const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<string, unknown>;
+    const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<
+      string,
+      unknown
+    >;
     expect(json).toMatchObject({ status: "finish_refused", seq: c.frames.length, error: c.finish_error });
     // more deltas are still taken while it waits for a corrected reply
-    expect((await post(`${id}/deltas`, delta({ set: new LMap([["ok", true]]) }, (decodeLossless(c.frames[0]!) as LMap).get("trace") as string))).status).toBe(
-      200,
-    );
+    expect(
+      (
+        await post(
+          `${id}/deltas`,
+          delta({ set: new LMap([["ok", true]]) }, (decodeLossless(c.frames[0]!) as LMap).get("trace") as string),
+        )
+      ).status,
+    ).toBe(200);
   });
 
   it("after the reply: the same reply is idempotent, another is 409, deltas are 409", async () => {
@@ -161,7 +180,10 @@ describe("ingest, finish, fetch", () => {
     const reply = encodeReply({ success: false, error: "sandbox crashed" });
     expect(await (await post(`${id}/reply`, reply)).json()).toMatchObject({ ok: true, status: "failed" });
     expect(await (await relay(`${id}/status`)).json()).toMatchObject({ status: "failed", error: "sandbox crashed" });
-    const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<string, unknown>;
+    const json = (await (await relay(id, { headers: { accept: "application/json" } })).json()) as Record<
+      string,
+      unknown
+    >;
     expect(json).toMatchObject({ status: "failed", error: "sandbox crashed" });
   });
 
@@ -237,7 +259,9 @@ describe("ingest, finish, fetch", () => {
     // the tombstone stays until the run's index dropped the row (a moment), then nothing is kept
     const tables = () =>
       runInDurableObject(stub, (_i, state) =>
-        state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'").toArray(),
+        state.storage.sql
+          .exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'")
+          .toArray(),
       );
     await expect.poll(tables).toEqual([]);
     expect((await relay(id, { method: "DELETE" })).status).toBe(404);

@@ -32,7 +32,11 @@ describe("unexpected errors are answered, never dropped", () => {
     const restore = injectFault();
     const log = vi.spyOn(console, "error").mockImplementation(() => {});
     const res = await worker.fetch(
-      new Request(`http://relay.test/v1/episodes/${id}/deltas`, { method: "POST", body: openDelta(), headers: { origin: ORIGIN } }),
+      new Request(`http://relay.test/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: openDelta(),
+        headers: { origin: ORIGIN },
+      }),
       CORS_ENV,
     );
     expect(res.status).toBe(500);
@@ -69,10 +73,13 @@ describe("unexpected errors are answered, never dropped", () => {
       }),
     };
     vi.spyOn(console, "error").mockImplementation(() => {});
-    const res = await worker.fetch(new Request(`http://relay.test/v1/episodes/${freshId("rpc")}/status`, { headers: { origin: ORIGIN } }), {
-      ...CORS_ENV,
-      EPISODES: broken,
-    } as unknown as Env);
+    const res = await worker.fetch(
+      new Request(`http://relay.test/v1/episodes/${freshId("rpc")}/status`, { headers: { origin: ORIGIN } }),
+      {
+        ...CORS_ENV,
+        EPISODES: broken,
+      } as unknown as Env,
+    );
     expect(res.status).toBe(500);
     expect(res.headers.get("access-control-allow-origin")).toBe(ORIGIN);
     expect(await res.json()).toMatchObject({ error: "internal" });

@@ -18,7 +18,11 @@ const RUN = `exp-${Date.now().toString(36)}`;
 const CASES = ["chat_basic", "large_routing", "odd_values", "tool_calls_pending"] as const;
 
 const sign = (role: string, episodes: string[]) =>
-  new SignJWT({ role, episodes }).setProtectedHeader({ alg: "HS256" }).setIssuedAt().setExpirationTime("1h").sign(new TextEncoder().encode(SECRET));
+  new SignJWT({ role, episodes })
+    .setProtectedHeader({ alg: "HS256" })
+    .setIssuedAt()
+    .setExpirationTime("1h")
+    .sign(new TextEncoder().encode(SECRET));
 
 type Element = { id?: string; cursor: string; row?: IndexEntry; episode?: unknown; more?: boolean };
 
@@ -81,7 +85,11 @@ describe("the bulk fetch as an export's source", () => {
     const ids = async (q: string) => (await elements(admin, q)).elements.map((e) => e.id);
     expect(await ids("stop=max_turns")).toEqual([`${RUN}:large_routing`, `${RUN}:odd_values`]);
     expect(await ids("stop=max_turns&truncated=1&row=1")).toEqual([`${RUN}:odd_values`]);
-    expect(await ids("truncated=0")).toEqual([`${RUN}:chat_basic`, `${RUN}:large_routing`, `${RUN}:tool_calls_pending`]);
+    expect(await ids("truncated=0")).toEqual([
+      `${RUN}:chat_basic`,
+      `${RUN}:large_routing`,
+      `${RUN}:tool_calls_pending`,
+    ]);
     expect(await ids("task=ef9574d48b59c34d")).toEqual([`${RUN}:tool_calls_pending`]);
     expect(await ids("reward=correct:1..")).toEqual([`${RUN}:chat_basic`, `${RUN}:tool_calls_pending`]);
     expect(await ids("kind=train")).toEqual([]); // none has a dispatch identity
@@ -118,7 +126,9 @@ describe("the bulk fetch as an export's source", () => {
     type Hit = { id: string; row?: IndexEntry | null };
     const search = async (token: string, q: string) => {
       const res = await worker.fetch(
-        new Request(`https://relay.example.com/v1/runs/${RUN}/search?${q}`, { headers: { authorization: `Bearer ${token}` } }),
+        new Request(`https://relay.example.com/v1/runs/${RUN}/search?${q}`, {
+          headers: { authorization: `Bearer ${token}` },
+        }),
         AUTH_ENV,
       );
       expect(res.status).toBe(200);
@@ -130,12 +140,16 @@ describe("the bulk fetch as an export's source", () => {
       if (hits.length === 0) await new Promise((r) => setTimeout(r, 50)); // the search index is fed in the background
     }
     expect(hits.map((h) => h.id)).toContain(`${RUN}:tool_calls_pending`);
-    const listed = new Map(((await (await bulkList(admin)).json()) as { episodes: IndexEntry[] }).episodes.map((e) => [e.id, e]));
+    const listed = new Map(
+      ((await (await bulkList(admin)).json()) as { episodes: IndexEntry[] }).episodes.map((e) => [e.id, e]),
+    );
     for (const h of hits) expect(h.row, h.id).toEqual(listed.get(h.id));
     expect((await search(admin, "q=calculator")).every((h) => !("row" in h))).toBe(true);
     const partial = await sign("watcher", [`${RUN}:chat_basic`, `${RUN}:odd_values`]);
     const theirs = await search(partial, "q=calculator&row=1");
-    expect(theirs.map((h) => h.id)).toEqual(hits.map((h) => h.id).filter((id) => id.endsWith(":chat_basic") || id.endsWith(":odd_values")));
+    expect(theirs.map((h) => h.id)).toEqual(
+      hits.map((h) => h.id).filter((id) => id.endsWith(":chat_basic") || id.endsWith(":odd_values")),
+    );
     for (const h of theirs) expect(h.row?.id).toBe(h.id);
   });
 
@@ -153,7 +167,12 @@ describe("the bulk fetch as an export's source", () => {
 });
 
 function bulkList(token: string): Promise<Response> {
-  return worker.fetch(new Request(`https://relay.example.com/v1/runs/${RUN}/episodes?limit=50`, { headers: { authorization: `Bearer ${token}` } }), AUTH_ENV);
+  return worker.fetch(
+    new Request(`https://relay.example.com/v1/runs/${RUN}/episodes?limit=50`, {
+      headers: { authorization: `Bearer ${token}` },
+    }),
+    AUTH_ENV,
+  );
 }
 
 function contains(hay: Uint8Array, needle: Uint8Array): boolean {

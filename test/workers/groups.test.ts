@@ -20,9 +20,29 @@ type Page = {
   cursor: string | null;
 };
 
-function row(run: string, n: number, status: IndexRow["status"], group: string, score: number | null, updated: number): IndexRow {
-  const rewards = score === null ? null : { correct: { score, weight: 1 }, format: { score: score > 0.5 ? 1 : 0, weight: 0.5 } };
-  return currentRow({ id: `${run}:e${n}`, run, status, updated, seq: updated, nodes: 3, calls: 2, tokens: 100, rewards, task: `task-${group}`, group });
+function row(
+  run: string,
+  n: number,
+  status: IndexRow["status"],
+  group: string,
+  score: number | null,
+  updated: number,
+): IndexRow {
+  const rewards =
+    score === null ? null : { correct: { score, weight: 1 }, format: { score: score > 0.5 ? 1 : 0, weight: 0.5 } };
+  return currentRow({
+    id: `${run}:e${n}`,
+    run,
+    status,
+    updated,
+    seq: updated,
+    nodes: 3,
+    calls: 2,
+    tokens: 100,
+    rewards,
+    task: `task-${group}`,
+    group,
+  });
 }
 
 /** A seeded generator, so a failure can be replayed. */
@@ -38,7 +58,9 @@ async function allGroups(run: string): Promise<Page & { all: Page["groups"] }> {
   let cursor: string | null = null;
   let first: Page | null = null;
   do {
-    const res = await relay(`../runs/${run}/groups?limit=3&sort=size${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    const res = await relay(
+      `../runs/${run}/groups?limit=3&sort=size${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+    );
     expect(res.status, await res.clone().text()).toBe(200);
     const page = (await res.json()) as Page;
     first ??= page;
@@ -80,7 +102,9 @@ describe("groups equal a recount after any order of writes", () => {
       expect(got.finished_groups).toBe(want.filter((g) => g.complete).length);
       expect(got.zero_variance_groups).toBe(want.filter((g) => g.zeroVariance).length);
       const strip = ({ complete: _c, zeroVariance: _z, ...g }: ReturnType<typeof groupSummary>) => g;
-      expect(got.all.sort((a, b) => a.id.localeCompare(b.id))).toEqual(want.map(strip).sort((a, b) => a.id.localeCompare(b.id)));
+      expect(got.all.sort((a, b) => a.id.localeCompare(b.id))).toEqual(
+        want.map(strip).sort((a, b) => a.id.localeCompare(b.id)),
+      );
     }
   });
 
@@ -113,7 +137,9 @@ describe("groups equal a recount after any order of writes", () => {
     ).toEqual(["a", "same"]);
     expect((await relay(`../runs/${run}/groups/nope`)).status).toBe(404);
     expect((await relay(`../runs/${run}/groups?sort=nope`)).status).toBe(400);
-    const agg = (await (await relay(`../runs/${run}`)).json()) as { aggregates: { groups: { trend: { completed: number[] } } } };
+    const agg = (await (await relay(`../runs/${run}`)).json()) as {
+      aggregates: { groups: { trend: { completed: number[] } } };
+    };
     expect(agg.aggregates.groups).toMatchObject({ total: 2, finished: 2, zero_variance: 1, zero_variance_share: 0.5 });
     // the trend is kept by the minute a group completed; these rows ended in 1970, before its window (trends.test.ts checks it)
     expect(agg.aggregates.groups.trend.completed.reduce((a, b) => a + b, 0)).toBe(0);
@@ -129,19 +155,49 @@ describe("per-task results", () => {
     await index.upsert(row(run, 3, "failed", "a", null, 20));
     await index.upsert(row(run, 4, "live", "b", null, 21));
     const get = async (q: string) =>
-      (await (await relay(`../runs/${run}/tasks${q}`)).json()) as { tasks: Array<Record<string, unknown>>; cursor: string | null };
+      (await (await relay(`../runs/${run}/tasks${q}`)).json()) as {
+        tasks: Array<Record<string, unknown>>;
+        cursor: string | null;
+      };
     const page = await get("?key=correct&threshold=0.5");
     expect(page.tasks).toEqual([
-      { task: "task-a", rollouts: 4, finished: 3, failed: 1, mean_turns: 2, mean_tokens: 100, mean_reward: 2 / 3, solve_rate: 2 / 3 },
-      { task: "task-b", rollouts: 1, finished: 0, failed: 0, mean_turns: 2, mean_tokens: 100, mean_reward: null, solve_rate: null },
+      {
+        task: "task-a",
+        rollouts: 4,
+        finished: 3,
+        failed: 1,
+        mean_turns: 2,
+        mean_tokens: 100,
+        mean_reward: 2 / 3,
+        solve_rate: 2 / 3,
+      },
+      {
+        task: "task-b",
+        rollouts: 1,
+        finished: 0,
+        failed: 0,
+        mean_turns: 2,
+        mean_tokens: 100,
+        mean_reward: null,
+        solve_rate: null,
+      },
     ]);
     // a page of one ends after task-a (its cursor is sealed: only the relay reads it), the next holds task-b
     const one = await get("?key=correct&threshold=1&limit=1");
     expect(one.tasks.map((t) => t.task)).toEqual(["task-a"]);
     expect(one.cursor).not.toContain("task");
-    expect((await get(`?key=correct&threshold=1&limit=1&cursor=${encodeURIComponent(one.cursor!)}`)).tasks.map((t) => t.task)).toEqual(["task-b"]);
+    expect(
+      (await get(`?key=correct&threshold=1&limit=1&cursor=${encodeURIComponent(one.cursor!)}`)).tasks.map(
+        (t) => t.task,
+      ),
+    ).toEqual(["task-b"]);
     await index.remove(`${run}:e1`);
-    expect((await get("?key=correct&threshold=0.5")).tasks[0]).toMatchObject({ rollouts: 3, finished: 2, mean_reward: 1, solve_rate: 1 });
+    expect((await get("?key=correct&threshold=0.5")).tasks[0]).toMatchObject({
+      rollouts: 3,
+      finished: 2,
+      mean_reward: 1,
+      solve_rate: 1,
+    });
   });
 });
 
@@ -160,9 +216,16 @@ describe("an episode's row carries its task and group", () => {
     expect(live.groups.map((g) => [g.id, g.task])).toEqual([["f5c5d5d61e062b74", "f5c5d5d61e062b74"]]);
     (await post(`${id}/reply`, c.reply)).body?.cancel();
     const done = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
-    expect(done.groups.map((g) => [g.id, g.task, g.finished])).toEqual([["ff2a2a75403787784bd9ede96d0db119", "f5c5d5d61e062b74", 1]]);
-    const list = (await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Array<{ group: string; run_name: string }> };
-    expect(list.episodes[0]).toMatchObject({ group: "ff2a2a75403787784bd9ede96d0db119", run_name: "multi-agent-env-eval" });
+    expect(done.groups.map((g) => [g.id, g.task, g.finished])).toEqual([
+      ["ff2a2a75403787784bd9ede96d0db119", "f5c5d5d61e062b74", 1],
+    ]);
+    const list = (await (await relay(`../runs/${run}/episodes`)).json()) as {
+      episodes: Array<{ group: string; run_name: string }>;
+    };
+    expect(list.episodes[0]).toMatchObject({
+      group: "ff2a2a75403787784bd9ede96d0db119",
+      run_name: "multi-agent-env-eval",
+    });
   });
 
   it("a rollout whose reply was refused stays in its reply's group (no group of one): finish_refused counts as live there", async () => {
@@ -183,7 +246,9 @@ describe("an episode's row carries its task and group", () => {
     await res.arrayBuffer();
     const page = (await (await relay(`../runs/${run}/groups`)).json()) as Page;
     expect(page.groups.map((g) => [g.id, g.size, g.finished, g.live])).toEqual([[group, 2, 1, 1]]);
-    const list = (await (await relay(`../runs/${run}/episodes?status=finish_refused`)).json()) as { episodes: Array<{ id: string; group: string }> };
+    const list = (await (await relay(`../runs/${run}/episodes?status=finish_refused`)).json()) as {
+      episodes: Array<{ id: string; group: string }>;
+    };
     expect(list.episodes.map((e) => [e.id, e.group])).toEqual([[id, group]]);
   });
 });

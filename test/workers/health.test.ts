@@ -31,7 +31,10 @@ describe("worker", () => {
       await res.body?.cancel();
     }
     const bad = await (await exports.default.fetch("http://relay.test/v1/episodes/a%23b")).json();
-    expect(bad).toMatchObject({ error: "bad_episode_id", message: expect.stringMatching(/1-128 characters of \[A-Za-z0-9\._:-\]/) });
+    expect(bad).toMatchObject({
+      error: "bad_episode_id",
+      message: expect.stringMatching(/1-128 characters of \[A-Za-z0-9\._:-\]/),
+    });
   });
 });
 

@@ -23,7 +23,8 @@ async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, what
   throw new Error(`timed out: ${what}`);
 }
 
-const status = async (id: string) => (await relay(`${id}/status`)).json() as Promise<{ watchers: number; hubs: number }>;
+const status = async (id: string) =>
+  (await relay(`${id}/status`)).json() as Promise<{ watchers: number; hubs: number }>;
 
 describe("a hub's membership, as drawn", () => {
   it("idle → joining → member(S) → leaving → idle → member(S′); feeds and reports of another session are refused; the episode's end closes the session", async () => {

@@ -91,9 +91,13 @@ describe("viewer hubs", () => {
     await w.read((x) => x.lastSeq === last);
     const got = w.messages.flatMap((m) => (m.type === "frames" ? m.frames : []));
     expect(got.map(([seq]) => seq)).toEqual(frames.map((f) => f.seq));
-    for (const [k, [, d]] of got.entries()) expect(equal(d, c.frames[k + 1]!), `frame ${k + 1} byte for byte`).toBe(true);
+    for (const [k, [, d]] of got.entries())
+      expect(equal(d, c.frames[k + 1]!), `frame ${k + 1} byte for byte`).toBe(true);
     const after = await hub(id, 0).stats();
-    expect(after.fedFrames, "messages built by the episode cross the RPC with their delta in one buffer, and go out as they are").toEqual({
+    expect(
+      after.fedFrames,
+      "messages built by the episode cross the RPC with their delta in one buffer, and go out as they are",
+    ).toEqual({
       passed: Math.floor(frames.length / 2),
       built: Math.ceil(frames.length / 2),
     });
@@ -120,7 +124,10 @@ describe("viewer hubs", () => {
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await stay.read((x) => x.finished !== null);
     expect(equal(stay.episodeBytes(), c.episode!)).toBe(true);
-    expect((await hub(id, 0).stats()).fedFrames.passed, "frames committed while it watched came as their messages, passed through").toBeGreaterThan(0);
+    expect(
+      (await hub(id, 0).stats()).fedFrames.passed,
+      "frames committed while it watched came as their messages, passed through",
+    ).toBeGreaterThan(0);
     expect((await hub(id, 1).stats()).view, "no feed reached the hub that left").toBeNull();
     stay.close();
     await eventually(

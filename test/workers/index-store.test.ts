@@ -55,7 +55,15 @@ function write(store: IndexStore, storage: DurableObjectStorage, next: IndexRow)
   storage.transactionSync(() => store.put(next, store.row(next.id)));
 }
 
-const query = (q: Partial<ListQuery>): ListQuery => ({ status: null, filter: NO_FILTER, prefix: null, limit: 50, sort: "updated", after: null, ...q });
+const query = (q: Partial<ListQuery>): ListQuery => ({
+  status: null,
+  filter: NO_FILTER,
+  prefix: null,
+  limit: 50,
+  sort: "updated",
+  after: null,
+  ...q,
+});
 
 describe("rows and the counters", () => {
   it("a row reads back as put; the run's name and times come with the first row", async () => {
@@ -66,7 +74,15 @@ describe("rows and the counters", () => {
       expect(store.row(r.id)).toEqual(r);
       expect(store.row(`${run}:missing`)).toBeNull();
       expect(store.run).toBe(run);
-      expect(store.runRow(run)).toMatchObject({ run, created: 101, updated: 500, episodes: 1, live: 1, finished: 0, mean_rewards: {} });
+      expect(store.runRow(run)).toMatchObject({
+        run,
+        created: 101,
+        updated: 500,
+        episodes: 1,
+        live: 1,
+        finished: 0,
+        mean_rewards: {},
+      });
     });
   });
 
@@ -76,7 +92,10 @@ describe("rows and the counters", () => {
       const statuses: IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
       for (let step = 0; step < 60; step++) {
         const n = (step * 7) % 13;
-        const r = row(run, n, statuses[(step * 3) % 4]!, 1000 + step, { tokens: step, rewards: { correct: { score: (step % 4) / 3, weight: 1 } } });
+        const r = row(run, n, statuses[(step * 3) % 4]!, 1000 + step, {
+          tokens: step,
+          rewards: { correct: { score: (step % 4) / 3, weight: 1 } },
+        });
         if (step % 9 === 8 && held.has(r.id)) {
           storage.transactionSync(() => store.delete(held.get(r.id)!));
           held.delete(r.id);
@@ -147,9 +166,17 @@ describe("pages and the bulk-fetch order", () => {
       expect(all.next).toBeNull();
       expect(store.finished(2, 10, null).items.map((x) => x.id)).toEqual([`${run}:e4`, `${run}:e1`]);
       // a page of 2: the next starts after the second
-      expect(store.finished(0, 2, null)).toEqual({ items: [`${run}:e3`, `${run}:e0`].map((id, i) => ({ id, seq: i + 1 })), next: 2, unsent: 0 });
+      expect(store.finished(0, 2, null)).toEqual({
+        items: [`${run}:e3`, `${run}:e0`].map((id, i) => ({ id, seq: i + 1 })),
+        next: 2,
+        unsent: 0,
+      });
       // a scope covering one: its own row is read, the others are not (nor counted anywhere)
-      expect(store.finished(0, 1, [`${run}:e1`])).toEqual({ items: [{ id: `${run}:e1`, seq: 4 }], next: null, unsent: 0 });
+      expect(store.finished(0, 1, [`${run}:e1`])).toEqual({
+        items: [{ id: `${run}:e1`, seq: 4 }],
+        next: null,
+        unsent: 0,
+      });
       expect(store.finished(0, 1, [`${run}:e2`])).toEqual({ items: [], next: null, unsent: 1 });
       // live again: out of the order; finished once more: a new place at the end
       write(store, storage, row(run, 3, "live", 10_000));
@@ -178,7 +205,13 @@ describe("the finished-only extremes", () => {
       // the finished rows score within [0.25, 0.75]; failed ones hold the run's 0 and 1
       const score = (i: number) => (i % 3 === 0 ? i % 2 : 0.25 + (i % 50) / 98);
       for (let i = 0; i < 300; i++) {
-        write(store, storage, row(run, i, i % 3 === 0 ? "failed" : "finished", 10 + i, { rewards: { correct: { score: score(i), weight: 1 } } }));
+        write(
+          store,
+          storage,
+          row(run, i, i % 3 === 0 ? "failed" : "finished", 10 + i, {
+            rewards: { correct: { score: score(i), weight: 1 } },
+          }),
+        );
       }
       read.length = 0;
       const a = store.aggregates(run, Date.now());
@@ -187,7 +220,9 @@ describe("the finished-only extremes", () => {
       const scores = read.filter((r) => r.query.includes("FROM scores"));
       expect(scores).toHaveLength(2);
       for (const r of scores) expect(r.cursor.rowsRead, r.query).toBeLessThan(10);
-      const plan = storage.sql.exec("EXPLAIN QUERY PLAN SELECT MIN(score) FROM scores WHERE key = ? AND status = 'finished'", "correct").toArray();
+      const plan = storage.sql
+        .exec("EXPLAIN QUERY PLAN SELECT MIN(score) FROM scores WHERE key = ? AND status = 'finished'", "correct")
+        .toArray();
       expect(JSON.stringify(plan)).toContain("scores_finished_by_key");
     });
   });

@@ -11,7 +11,13 @@ import { describe, expect, it } from "vitest";
 import worker from "../../src/worker/index.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../../src/protocol/registry/aggregates.js";
+import {
+  HISTOGRAM_BINS,
+  minuteOf,
+  type RunAggregates,
+  recount,
+  SCORE_UNIT,
+} from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
 import { runIndexName } from "../../src/objects/registry/episode-index.js";
 import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
@@ -71,7 +77,9 @@ const wrongCounts = encodeReply({ success: true, traces: [{ id: "t-1", nodes: 5,
 
 /** An open delta whose trace carries rewards and a token count. */
 function scored(scores: Record<string, number>, tokens: number): Uint8Array {
-  const rewards = m(Object.fromEntries(Object.entries(scores).map(([k, s]) => [k, m({ score: new F64(s), weight: 1 })])));
+  const rewards = m(
+    Object.fromEntries(Object.entries(scores).map(([k, s]) => [k, m({ score: new F64(s), weight: 1 })])),
+  );
   return openDelta("t-1", { set: m({ rewards, num_total_tokens: tokens }) });
 }
 
@@ -87,7 +95,12 @@ async function expectExact(run: string): Promise<void> {
   }));
   const { counters, throughput } = recount(asRows);
   expect(agg.episodes).toBe(rows.length);
-  expect(agg.counts).toEqual({ live: counters.live, finished: counters.finished, failed: counters.failed, finish_refused: counters.finish_refused });
+  expect(agg.counts).toEqual({
+    live: counters.live,
+    finished: counters.finished,
+    failed: counters.failed,
+    finish_refused: counters.finish_refused,
+  });
   expect(agg.mean_turns).toBe(rows.length ? counters.calls / rows.length : null);
   expect(agg.mean_tokens).toBe(rows.length ? counters.tokens / rows.length : null);
   expect(Object.keys(agg.rewards).sort()).toEqual(Object.keys(counters.rewards).sort());
@@ -105,7 +118,9 @@ async function expectExact(run: string): Promise<void> {
   }
   const now = minuteOf(Date.now());
   expect(agg.throughput.per_minute.at(-1)).toBe(throughput.get(now) ?? 0);
-  expect(agg.throughput.per_minute.reduce((a, b) => a + b, 0)).toBe([...throughput.entries()].filter(([k]) => k > now - 60).reduce((a, [, n]) => a + n, 0));
+  expect(agg.throughput.per_minute.reduce((a, b) => a + b, 0)).toBe(
+    [...throughput.entries()].filter(([k]) => k > now - 60).reduce((a, [, n]) => a + n, 0),
+  );
 }
 
 describe("rows follow the episode into its run's index", () => {
@@ -121,7 +136,18 @@ describe("rows follow the episode into its run's index", () => {
     };
     await send(0);
     const first = await eventually(async () => (await row(id)) ?? Promise.reject(new Error("no row yet")));
-    expect(first).toMatchObject({ id, run, status: "live", traces: 1, nodes: 0, calls: 0, rewards: {}, error: null, seq: 1, ended: null });
+    expect(first).toMatchObject({
+      id,
+      run,
+      status: "live",
+      traces: 1,
+      nodes: 0,
+      calls: 0,
+      rewards: {},
+      error: null,
+      seq: 1,
+      ended: null,
+    });
 
     await send(1);
     const stub = env.EPISODES.getByName(id);
@@ -137,7 +163,13 @@ describe("rows follow the episode into its run's index", () => {
       expect(r.nodes).toBe(9);
       return r;
     });
-    expect(turned).toMatchObject({ status: "live", calls: 4, seq: c.frames.length, rewards: { correct: { score: 1, weight: 1 } }, reward: 1 });
+    expect(turned).toMatchObject({
+      status: "live",
+      calls: 4,
+      seq: c.frames.length,
+      rewards: { correct: { score: 1, weight: 1 } },
+      reward: 1,
+    });
     expect((await post(`${id}/reply`, c.reply)).status).toBe(200);
     const done = await eventually(async () => {
       const r = (await row(id))!;
@@ -160,7 +192,8 @@ describe("rows follow the episode into its run's index", () => {
       [{}, 11],
     ];
     const ids = specs.map((_, i) => `${run}:${i}`);
-    for (const [i, [scores, tokens]] of specs.entries()) expect((await post(`${ids[i]}/deltas`, scored(scores, tokens))).status).toBe(200);
+    for (const [i, [scores, tokens]] of specs.entries())
+      expect((await post(`${ids[i]}/deltas`, scored(scores, tokens))).status).toBe(200);
     await eventually(async () => expect((await runRows(run)).length).toBe(specs.length));
     await expectExact(run);
     const agg = await aggregates(run);
@@ -172,7 +205,12 @@ describe("rows follow the episode into its run's index", () => {
 
     // a turn that changes rewards and tokens (flushed by the alarm)
     expect(
-      (await post(`${ids[1]}/deltas`, delta({ set: m({ rewards: m({ correct: m({ score: new F64(0.25), weight: 1 }) }), num_total_tokens: 90 }) }))).status,
+      (
+        await post(
+          `${ids[1]}/deltas`,
+          delta({ set: m({ rewards: m({ correct: m({ score: new F64(0.25), weight: 1 }) }), num_total_tokens: 90 }) }),
+        )
+      ).status,
     ).toBe(200);
     expect(await runDurableObjectAlarm(env.EPISODES.getByName(ids[1]!))).toBe(true);
     await eventually(async () => expect((await row(ids[1]!))!.tokens).toBe(90));
@@ -184,7 +222,9 @@ describe("rows follow the episode into its run's index", () => {
     expect((await post(`${ids[2]}/reply`, reply(true))).status).toBe(200);
     expect((await post(`${ids[3]}/reply`, reply(true))).status).toBe(200);
     expect((await post(`${ids[4]}/reply`, reply(false, "t-1", "boom"))).status).toBe(200);
-    await eventually(async () => expect((await aggregates(run)).counts).toEqual({ live: 3, finished: 2, failed: 1, finish_refused: 1 }));
+    await eventually(async () =>
+      expect((await aggregates(run)).counts).toEqual({ live: 3, finished: 2, failed: 1, finish_refused: 1 }),
+    );
     await expectExact(run);
     const ended = await aggregates(run);
     expect(ended.throughput.per_minute.at(-1)).toBeGreaterThanOrEqual(3);
@@ -197,7 +237,9 @@ describe("rows follow the episode into its run's index", () => {
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     expect(await runDurableObjectAlarm(env.EPISODES.getByName(ids[5]!))).toBe(true);
-    await eventually(async () => expect((await runRows(run)).map((r) => r.id).sort()).toEqual([ids[0], ids[1], ids[3], ids[4], ids[6]].sort()));
+    await eventually(async () =>
+      expect((await runRows(run)).map((r) => r.id).sort()).toEqual([ids[0], ids[1], ids[3], ids[4], ids[6]].sort()),
+    );
     await expectExact(run);
     expect((await aggregates(run)).rewards.correct!.histogram.above).toBe(0);
   });
@@ -213,7 +255,9 @@ describe("updates are not lost", () => {
     const index = env.EPISODE_INDEX.getByName(runIndexName(run));
     const updated: IndexRow = {
       ...(await runInDurableObject(index, (_o, state) => {
-        const r = state.storage.sql.exec<{ created: number; updated: number }>("SELECT created, updated FROM rows WHERE id = ?", id).one();
+        const r = state.storage.sql
+          .exec<{ created: number; updated: number }>("SELECT created, updated FROM rows WHERE id = ?", id)
+          .one();
         return { created: r.created, updated: r.updated };
       })),
       id,
@@ -236,7 +280,12 @@ describe("updates are not lost", () => {
     await expect(index.upsert(updated).then((answer) => answer)).rejects.toThrow(/throughput/);
     await hideTable(index, "throughput", false);
     const after = await aggregates(run);
-    expect([after.episodes, after.counts, after.mean_tokens, after.rewards]).toEqual([before.episodes, before.counts, before.mean_tokens, before.rewards]);
+    expect([after.episodes, after.counts, after.mean_tokens, after.rewards]).toEqual([
+      before.episodes,
+      before.counts,
+      before.mean_tokens,
+      before.rewards,
+    ]);
     expect((await row(id))!.tokens).toBe(10);
     await expectExact(run);
   });
@@ -252,7 +301,9 @@ describe("updates are not lost", () => {
     expect((await post(`${id}/deltas`, openDelta())).status).toBe(200); // the ack does not wait for the index
     const stub = env.EPISODES.getByName(id);
     const sync = async () =>
-      runInDurableObject(stub, (_o, state) => state.storage.sql.exec<{ due: number; attempts: number }>("SELECT due, attempts FROM index_sync").one());
+      runInDurableObject(stub, (_o, state) =>
+        state.storage.sql.exec<{ due: number; attempts: number }>("SELECT due, attempts FROM index_sync").one(),
+      );
     await eventually(async () => expect((await sync()).attempts).toBe(1));
     const s = await sync();
     expect(s.due).toBeGreaterThan(Date.now() - 1000); // retried soon, not at the next turn
@@ -276,7 +327,11 @@ describe("updates are not lost", () => {
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     const stub = env.EPISODES.getByName(id);
     await eventually(async () =>
-      expect(await runInDurableObject(stub, (_o, state) => state.storage.sql.exec<{ id: string }>("SELECT id FROM tombstone").toArray())).toEqual([{ id }]),
+      expect(
+        await runInDurableObject(stub, (_o, state) =>
+          state.storage.sql.exec<{ id: string }>("SELECT id FROM tombstone").toArray(),
+        ),
+      ).toEqual([{ id }]),
     );
     await breakIndex(index, false);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
@@ -284,7 +339,9 @@ describe("updates are not lost", () => {
     // the row gone, nothing of the episode is kept: not even the tombstone's table
     await eventually(async () =>
       expect(
-        await runInDurableObject(stub, (_o, state) => state.storage.sql.exec("SELECT name FROM sqlite_master WHERE name = 'tombstone'").toArray()),
+        await runInDurableObject(stub, (_o, state) =>
+          state.storage.sql.exec("SELECT name FROM sqlite_master WHERE name = 'tombstone'").toArray(),
+        ),
       ).toEqual([]),
     );
   });
@@ -297,7 +354,10 @@ describe("updates are not lost", () => {
     const stub = env.EPISODES.getByName(`${run}:2`);
     // its first update was answered when the run had 3 live episodes
     const flushMs = await eventually(async () => {
-      const v = await runInDurableObject(stub, (_o, state) => state.storage.sql.exec<{ flush_ms: number }>("SELECT flush_ms FROM index_sync").one().flush_ms);
+      const v = await runInDurableObject(
+        stub,
+        (_o, state) => state.storage.sql.exec<{ flush_ms: number }>("SELECT flush_ms FROM index_sync").one().flush_ms,
+      );
       expect(v).toBe(Math.ceil((3 * 1000) / rate));
       return v;
     });
@@ -327,12 +387,17 @@ describe("lists", () => {
     const seen: string[] = [];
     let cursor: string | null = null;
     do {
-      const page: Page = await getJson<Page>(`runs/${run}/episodes?sort=reward&limit=2${cursor ? `&cursor=${cursor}` : ""}`);
+      const page: Page = await getJson<Page>(
+        `runs/${run}/episodes?sort=reward&limit=2${cursor ? `&cursor=${cursor}` : ""}`,
+      );
       seen.push(...page.episodes.map((e) => e.id));
       cursor = page.cursor;
     } while (cursor);
     expect(seen).toEqual([1, 3, 0, 4, 2].map((i) => `${run}:${i}`));
-    expect((await getJson<Page>(`runs/${run}/episodes?status=failed`)).episodes.map((e) => e.id).sort()).toEqual([`${run}:1`, `${run}:3`]);
+    expect((await getJson<Page>(`runs/${run}/episodes?status=failed`)).episodes.map((e) => e.id).sort()).toEqual([
+      `${run}:1`,
+      `${run}:3`,
+    ]);
   });
 
   it("across runs: newest run first, each run's episodes newest first; paged; prefix narrows", async () => {
@@ -342,13 +407,18 @@ describe("lists", () => {
       for (let i = 0; i < 3; i++) expect((await post(`${r}:${i}/deltas`, openDelta())).status).toBe(200);
       await new Promise((res) => setTimeout(res, 5));
     }
-    await eventually(async () => expect((await getJson<Page>(`episodes?prefix=${base}&limit=500`)).episodes.length).toBe(6), 8000);
+    await eventually(
+      async () => expect((await getJson<Page>(`episodes?prefix=${base}&limit=500`)).episodes.length).toBe(6),
+      8000,
+    );
     const all = (await getJson<Page>(`episodes?prefix=${base}&limit=500`)).episodes.map((e) => e.id);
     expect(all.slice(0, 3).every((id) => id.startsWith(`${runs[1]}:`))).toBe(true);
     const seen: string[] = [];
     let cursor: string | null = null;
     do {
-      const page: Page = await getJson<Page>(`episodes?prefix=${base}&limit=4${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      const page: Page = await getJson<Page>(
+        `episodes?prefix=${base}&limit=4${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
       expect(page.episodes.length).toBeLessThanOrEqual(4);
       seen.push(...page.episodes.map((e) => e.id));
       cursor = page.cursor;
@@ -379,7 +449,10 @@ describe("lists", () => {
     expect((await api("episodes", { method: "POST" })).status).toBe(405);
     expect((await api("runs/x", { method: "DELETE" })).status).toBe(405);
     const oldIndexSocket = await api("episodes/watch");
-    expect([oldIndexSocket.status, ((await oldIndexSocket.json()) as { error: string }).error]).toEqual([404, "not_found"]);
+    expect([oldIndexSocket.status, ((await oldIndexSocket.json()) as { error: string }).error]).toEqual([
+      404,
+      "not_found",
+    ]);
     expect((await relay("watch/status")).status).toBe(400);
   });
 });
@@ -397,7 +470,9 @@ describe("sockets", () => {
     expect(snap.episodes.map((e) => e.id)).toEqual([`${run}:0`]);
     expect(snap.aggregates!.counts.live).toBe(1);
     // ten episodes at once: one message (coalesced), not ten
-    await Promise.all(Array.from({ length: 10 }, (_, i) => post(`${run}:${i + 1}/deltas`, openDelta()).then((r) => r.body?.cancel())));
+    await Promise.all(
+      Array.from({ length: 10 }, (_, i) => post(`${run}:${i + 1}/deltas`, openDelta()).then((r) => r.body?.cancel())),
+    );
     const seen = new Set<string>();
     let messages = 0;
     while (seen.size < 10) {
@@ -458,9 +533,15 @@ describe("bulk fetch of a run's finished episodes", () => {
       expect(i).toBeGreaterThan(at);
       at = i + want.length;
     }
-    const rest = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished?cursor=${items[0]!.cursor}`)).arrayBuffer()))] as typeof items;
+    const rest = [
+      ...decodeMulti(
+        new Uint8Array(await (await api(`runs/${run}/finished?cursor=${items[0]!.cursor}`)).arrayBuffer()),
+      ),
+    ] as typeof items;
     expect(rest.map((x) => x.id)).toEqual(items.slice(1).map((x) => x.id));
-    const lines = (await (await api(`runs/${run}/finished`, { headers: { accept: "application/x-ndjson" } })).text()).trim().split("\n");
+    const lines = (await (await api(`runs/${run}/finished`, { headers: { accept: "application/x-ndjson" } })).text())
+      .trim()
+      .split("\n");
     expect(lines.map((l) => (JSON.parse(l) as { id: string }).id)).toEqual(items.map((x) => x.id));
   });
 });
@@ -477,19 +558,29 @@ describe("bulk fetch resumes without skipping", () => {
     const stubA = env.EPISODES.getByName(a);
     await eventually(async () =>
       expect(
-        await runInDurableObject(stubA, (_o, state) => state.storage.sql.exec<{ attempts: number }>("SELECT attempts FROM index_sync").one().attempts),
+        await runInDurableObject(
+          stubA,
+          (_o, state) => state.storage.sql.exec<{ attempts: number }>("SELECT attempts FROM index_sync").one().attempts,
+        ),
       ).toBe(1),
     );
     await breakIndex(index, false);
     expect((await post(`${b}/reply`, reply(true))).status).toBe(200);
     await eventually(async () => expect((await row(b))!.status).toBe("finished"));
     const { decodeMulti } = await import("@msgpack/msgpack");
-    const first = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished`)).arrayBuffer()))] as Array<{ id: string; cursor: string }>;
+    const first = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished`)).arrayBuffer()))] as Array<{
+      id: string;
+      cursor: string;
+    }>;
     expect(first.map((x) => x.id)).toEqual([b]);
     expect(await runDurableObjectAlarm(stubA)).toBe(true); // the retry lands: a's row is finished now
     await eventually(async () => expect((await row(a))!.status).toBe("finished"));
     expect(Date.parse((await row(a))!.ended!)).toBeLessThan(Date.parse((await row(b))!.ended!));
-    const rest = [...decodeMulti(new Uint8Array(await (await api(`runs/${run}/finished?cursor=${first[0]!.cursor}`)).arrayBuffer()))] as Array<{ id: string }>;
+    const rest = [
+      ...decodeMulti(
+        new Uint8Array(await (await api(`runs/${run}/finished?cursor=${first[0]!.cursor}`)).arrayBuffer()),
+      ),
+    ] as Array<{ id: string }>;
     expect(rest.map((x) => x.id)).toEqual([a]);
   });
 });
@@ -499,8 +590,12 @@ describe("scope", () => {
   const AUTH_ENV: Env = { ...env, RELAY_SECRET: SECRET, AUTH_OFF_ON_LOOPBACK: undefined };
   const HOST = "https://relay.example.com";
   const token = (role: string, episodes: string[]) =>
-    new SignJWT({ role, episodes }).setProtectedHeader({ alg: "HS256" }).setExpirationTime("1h").sign(new TextEncoder().encode(SECRET));
-  const call = (path: string, headers: Record<string, string> = {}) => worker.fetch(new Request(`${HOST}${path}`, { headers }), AUTH_ENV);
+    new SignJWT({ role, episodes })
+      .setProtectedHeader({ alg: "HS256" })
+      .setExpirationTime("1h")
+      .sign(new TextEncoder().encode(SECRET));
+  const call = (path: string, headers: Record<string, string> = {}) =>
+    worker.fetch(new Request(`${HOST}${path}`, { headers }), AUTH_ENV);
   const ids = async (res: Response) => {
     expect(res.status, await res.clone().text()).toBe(200);
     return ((await res.json()) as Page).episodes.map((e) => e.id).sort();
@@ -512,7 +607,9 @@ describe("scope", () => {
     for (const id of [a1, a2, b1]) expect((await post(`${id}/deltas`, openDelta())).status).toBe(200);
     await eventually(async () => expect((await getJson<Page>(`episodes?prefix=${run}`)).episodes.length).toBe(3), 8000);
     const q = `/v1/episodes?prefix=${run}`;
-    const bearer = async (role: string, patterns: string[]) => ({ authorization: `Bearer ${await token(role, patterns)}` });
+    const bearer = async (role: string, patterns: string[]) => ({
+      authorization: `Bearer ${await token(role, patterns)}`,
+    });
     expect((await call(q)).status).toBe(401);
     expect(await ids(await call(q, await bearer("watcher", [`${run}-a:*`])))).toEqual([a1, a2]);
     expect(await ids(await call(q, await bearer("producer", [b1])))).toEqual([b1]);
@@ -521,11 +618,18 @@ describe("scope", () => {
     expect(await ids(await call(q, await bearer("watcher", [])))).toEqual([]);
     expect(await ids(await call(q, { ...(await bearer("watcher", [b1])), "x-episode-scope": '["*"]' }))).toEqual([b1]);
     expect(await ids(await call(`/v1/runs/${run}-a/episodes`, await bearer("watcher", [a2])))).toEqual([a2]);
-    const partial = (await (await call(`/v1/runs/${run}-a`, await bearer("watcher", [a2]))).json()) as { covered: boolean; aggregates: unknown };
+    const partial = (await (await call(`/v1/runs/${run}-a`, await bearer("watcher", [a2]))).json()) as {
+      covered: boolean;
+      aggregates: unknown;
+    };
     expect(partial).toEqual({ run: `${run}-a`, covered: false, aggregates: null });
-    const whole = (await (await call(`/v1/runs/${run}-a`, await bearer("watcher", [`${run}-a:*`]))).json()) as { aggregates: RunAggregates };
+    const whole = (await (await call(`/v1/runs/${run}-a`, await bearer("watcher", [`${run}-a:*`]))).json()) as {
+      aggregates: RunAggregates;
+    };
     expect(whole.aggregates.episodes).toBe(2);
-    const listed = (await (await call("/v1/runs?limit=500", await bearer("watcher", [`${run}-a:*`]))).json()) as { runs: RunSummary[] };
+    const listed = (await (await call("/v1/runs?limit=500", await bearer("watcher", [`${run}-a:*`]))).json()) as {
+      runs: RunSummary[];
+    };
     expect(listed.runs.map((r) => r.run)).toEqual([`${run}-a`]);
   });
 
@@ -535,7 +639,9 @@ describe("scope", () => {
     const padding = Array.from({ length: 80 }, (_, i) => `${run}:pad-${i}-xxxxxxxxxxxxxxxxxxxx`);
     const t = await token("watcher", [...padding, `${run}:mine-*`]);
     const res = await worker.fetch(
-      new Request(`${HOST}/v1/runs/${run}`, { headers: { upgrade: "websocket", "sec-websocket-protocol": `episode-relay, bearer.${t}` } }),
+      new Request(`${HOST}/v1/runs/${run}`, {
+        headers: { upgrade: "websocket", "sec-websocket-protocol": `episode-relay, bearer.${t}` },
+      }),
       AUTH_ENV,
     );
     expect(res.status).toBe(101);
@@ -543,7 +649,11 @@ describe("scope", () => {
     const ws = res.webSocket!;
     ws.accept();
     const box = inbox(ws);
-    expect(parseRunMessage((await box.next()) as string)).toMatchObject({ type: "snapshot", episodes: [], aggregates: null });
+    expect(parseRunMessage((await box.next()) as string)).toMatchObject({
+      type: "snapshot",
+      episodes: [],
+      aggregates: null,
+    });
     expect((await post(`${run}:theirs-1/deltas`, openDelta())).status).toBe(200);
     expect((await post(`${mine}/deltas`, openDelta())).status).toBe(200);
     const seen: string[] = [];
@@ -570,7 +680,9 @@ async function breakIndex(index: DurableObjectStub, broken: boolean): Promise<vo
 /** Rename a run index's table out of the way (a fault in its storage), or back. */
 async function hideTable(index: DurableObjectStub, table: string, hidden: boolean): Promise<void> {
   await runInDurableObject(index, (_o, state) => {
-    state.storage.sql.exec(hidden ? `ALTER TABLE ${table} RENAME TO ${table}_hidden` : `ALTER TABLE ${table}_hidden RENAME TO ${table}`);
+    state.storage.sql.exec(
+      hidden ? `ALTER TABLE ${table} RENAME TO ${table}_hidden` : `ALTER TABLE ${table}_hidden RENAME TO ${table}`,
+    );
   });
 }
 

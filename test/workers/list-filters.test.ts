@@ -79,7 +79,10 @@ describe("episode list filters at 100,000 rows", () => {
     ["a stop condition and turns above a bound", "stop=max_turns&min_turns=25&limit=20"],
     ["truncated without an error", "truncated=1&errored=0&limit=100"],
     ["errored among finished (an error reported at finish)", "errored=1&status=finished&limit=30"],
-    ["not truncated, by reward, two reward ranges", "truncated=0&reward=correct:0.9..&reward=format:..0&sort=reward&limit=200"],
+    [
+      "not truncated, by reward, two reward ranges",
+      "truncated=0&reward=correct:0.9..&reward=format:..0&sort=reward&limit=200",
+    ],
     ["by reward, status live (no rewards: the second walk)", "status=live&sort=reward&limit=500&min_turns=21"],
     ["the eval rollouts (the kind index)", "kind=eval&limit=200"],
     ["one training step (its index, by update)", "step=37&limit=50"],
@@ -164,7 +167,9 @@ describe("episode list filters at 100,000 rows", () => {
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const page: Page = await list(`min_tokens=19999&min_turns=29&status=live&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      const page: Page = await list(
+        `min_tokens=19999&min_turns=29&status=live&limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
       expect(page.episodes).toEqual([]);
       expect(page.searched).toBeLessThanOrEqual(SCAN_BUDGET);
       cursor = page.cursor;
@@ -197,7 +202,10 @@ describe("episode list filters at 100,000 rows", () => {
       counted.set(k, c);
     }
     expect(steps.length).toBe(counted.size);
-    for (const s of steps) expect({ episodes: s.episodes, finished: s.finished }, `${s.step}/${s.kind}`).toEqual(counted.get(`${s.step}/${s.kind}`));
+    for (const s of steps)
+      expect({ episodes: s.episodes, finished: s.finished }, `${s.step}/${s.kind}`).toEqual(
+        counted.get(`${s.step}/${s.kind}`),
+      );
     const eval_ = (await (await relay(`../runs/${RUN}/steps?kind=eval&limit=500`)).json()) as { steps: typeof steps };
     expect(eval_.steps.every((s) => s.kind === "eval")).toBe(true);
     console.log(`steps: ${steps.length} steps and kinds over ${N} rows, at most ${maxRead} rows read per page of 100`);
@@ -255,7 +263,12 @@ function seedRow(): IndexRow {
 }
 
 function rowOfEntry(e: IndexEntry): Row {
-  return { ...e, created: Date.parse(e.created), updated: Date.parse(e.updated), ended: e.ended === null ? null : Date.parse(e.ended) };
+  return {
+    ...e,
+    created: Date.parse(e.created),
+    updated: Date.parse(e.updated),
+    ended: e.ended === null ? null : Date.parse(e.ended),
+  };
 }
 
 function updatedOrder(a: Row, b: Row): number {

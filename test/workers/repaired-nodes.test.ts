@@ -42,7 +42,8 @@ describe("status.repaired_nodes", () => {
       (await post(`${id}/reply`, c.reply)).body?.cancel();
       await abortAllDurableObjects(); // the index is read back from storage
       expect((await status(id)).repaired_nodes).toEqual(want);
-      for (let i = 0; i < 20 && !(await status(id)).archived; i++) await runDurableObjectAlarm(env.EPISODES.getByName(id));
+      for (let i = 0; i < 20 && !(await status(id)).archived; i++)
+        await runDurableObjectAlarm(env.EPISODES.getByName(id));
       const after = await status(id);
       expect(after.archived).toBe(true);
       expect(after.repaired_nodes, "kept through the archive").toEqual(want);
@@ -62,7 +63,10 @@ describe("status.repaired_nodes", () => {
       if (acked) producer.acknowledge();
     };
     await send(openDelta(), true);
-    await send(delta({ nodes: [node(0, { routed_experts: routed(1) }), node(1, { routed_experts: routed(2) })] }), true);
+    await send(
+      delta({ nodes: [node(0, { routed_experts: routed(1) }), node(1, { routed_experts: routed(2) })] }),
+      true,
+    );
     await send(delta({ routing_repairs: intKeyed([[0, row]]) }), false); // its ack is lost
     expect((await status(id)).repaired_nodes).toEqual({ "t-1": [0] });
     // the next send does not carry node 0's repair again: the relay retracts it, and its record

@@ -12,7 +12,11 @@ import { equal, freshId, getBytes, golden, inbox, openSocket, post, relay } from
 import { Watcher } from "./watcher.js";
 
 async function scenarios(): Promise<Scenario[]> {
-  return [orphanAttempt(await golden("discard_retry")), narrowerResend(await golden("routing_repair_widen")), lateOpen(await golden("multi_trace_links"))];
+  return [
+    orphanAttempt(await golden("discard_retry")),
+    narrowerResend(await golden("routing_repair_widen")),
+    lateOpen(await golden("multi_trace_links")),
+  ];
 }
 
 type Send = (body: Uint8Array) => Promise<{ ok: boolean; retracted?: number }>;
@@ -73,7 +77,10 @@ describe("retraction through the relay", async () => {
             resumed.asm = dropper.asm; // its state as it dropped: with the lost frame in it
             resumed.lastSeq = dropper.lastSeq;
             await resumed.read((w) => w.caughtUp);
-            expect(resumed.messages.find((m) => m.type === "snapshot")?.reason, "never the retracted frame: a rewind snapshot").toBe("rewind");
+            expect(
+              resumed.messages.find((m) => m.type === "snapshot")?.reason,
+              "never the retracted frame: a rewind snapshot",
+            ).toBe("rewind");
           }
           if (i === Math.floor(s.frames.length / 2)) {
             late = await Watcher.open(id);
@@ -81,7 +88,10 @@ describe("retraction through the relay", async () => {
           }
         });
         if (transport === "socket") (send as Send & { close(): void }).close();
-        expect(equal((await getBytes(id)).subarray(-s.traces.length), s.traces), "the live state is the reference's").toBe(true);
+        expect(
+          equal((await getBytes(id)).subarray(-s.traces.length), s.traces),
+          "the live state is the reference's",
+        ).toBe(true);
         await (await post(`${id}/reply`, s.reply)).arrayBuffer();
         expect(equal(await getBytes(id), s.episode)).toBe(true);
         for (const w of [early, late!, resumed!]) {

@@ -59,7 +59,9 @@ describe("admission of run and runs sockets", () => {
       // each waits its hint (as the dashboard does), then gets in: at most the rate start per second
       const retried = await Promise.all(hints.map((h) => new Promise((r) => setTimeout(r, h)).then(() => connect(p))));
       const late = refusedOf(retried);
-      const again = await Promise.all(late.map((r) => new Promise((x) => setTimeout(x, retryHintMs(r.reason)!)).then(() => connect(p))));
+      const again = await Promise.all(
+        late.map((r) => new Promise((x) => setTimeout(x, retryHintMs(r.reason)!)).then(() => connect(p))),
+      );
       expect(refusedOf(again)).toEqual([]);
       for (const o of [...open, ...openOf(retried), ...openOf(again)]) o.ws.close(1000, "done");
     }, 60_000);
@@ -77,7 +79,9 @@ describe("admission of run and runs sockets", () => {
     const over = await connect(p);
     expect(over).toMatchObject({
       code: 1013,
-      reason: expect.stringMatching(new RegExp(`^too many sockets on this object \\(limit ${CAP}\\); retry in \\d+ ms$`)),
+      reason: expect.stringMatching(
+        new RegExp(`^too many sockets on this object \\(limit ${CAP}\\); retry in \\d+ ms$`),
+      ),
     });
     open.pop()!.close(1000, "one leaves");
     await new Promise((r) => setTimeout(r, 200));

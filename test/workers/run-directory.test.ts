@@ -7,7 +7,12 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { DirectoryStore, decodeRunCursor, encodeRunCursor, type RunRow } from "../../src/objects/registry/directory-store.js";
+import {
+  DirectoryStore,
+  decodeRunCursor,
+  encodeRunCursor,
+  type RunRow,
+} from "../../src/objects/registry/directory-store.js";
 import { parseRunsMessage, PUSH_MS, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { RUN_SOCKET_TAG } from "../../src/objects/registry/run-sockets.js";
 import { SCOPE_HEADER, type Scope } from "../../src/protocol/registry/rows.js";
@@ -17,7 +22,18 @@ const directory = () => env.RUN_DIRECTORY.getByName(freshId("dir"));
 type Directory = ReturnType<typeof directory>;
 
 function runRow(run: string, created: number, extra: Partial<RunRow> = {}): RunRow {
-  return { run, created, updated: created + 1, episodes: 3, live: 1, finished: 1, failed: 1, finish_refused: 0, mean_rewards: null, ...extra };
+  return {
+    run,
+    created,
+    updated: created + 1,
+    episodes: 3,
+    live: 1,
+    finished: 1,
+    failed: 1,
+    finish_refused: 0,
+    mean_rewards: null,
+    ...extra,
+  };
 }
 
 /** Every run `runs` answers for these arguments, page by page (`limit` per page), and the pages' sizes. */
@@ -26,7 +42,13 @@ async function allRuns(dir: Directory, limit: number, scope: Scope, prefix: stri
   const sizes: number[] = [];
   let cursor: string | null = null;
   do {
-    const page: { runs: RunSummary[]; cursor: string | null } = await dir.runs(cursor === null ? null : decodeRunCursor(cursor), limit, scope, prefix, whole);
+    const page: { runs: RunSummary[]; cursor: string | null } = await dir.runs(
+      cursor === null ? null : decodeRunCursor(cursor),
+      limit,
+      scope,
+      prefix,
+      whole,
+    );
     runs.push(...page.runs.map((r) => r.run));
     sizes.push(page.runs.length);
     cursor = page.cursor;
@@ -35,7 +57,11 @@ async function allRuns(dir: Directory, limit: number, scope: Scope, prefix: stri
 }
 
 async function runsSocket(dir: Directory, scope: Scope): Promise<WebSocket> {
-  const res = await dir.fetch(new Request("http://relay.test/v1/runs", { headers: { upgrade: "websocket", [SCOPE_HEADER]: JSON.stringify(scope) } }));
+  const res = await dir.fetch(
+    new Request("http://relay.test/v1/runs", {
+      headers: { upgrade: "websocket", [SCOPE_HEADER]: JSON.stringify(scope) },
+    }),
+  );
   expect(res.status).toBe(101);
   const ws = res.webSocket!;
   ws.accept();
@@ -57,7 +83,16 @@ describe("the runs list", () => {
     expect(await allRuns(dir, 2, null, null, true)).toEqual({ runs: ["d", "b", "c", "a", "e"], sizes: [2, 2, 1] });
     const first = await dir.runs(null, 1, null, null, true);
     expect(first.runs).toEqual([
-      { run: "d", created: new Date(30).toISOString(), updated: new Date(31).toISOString(), episodes: 3, live: 1, finished: 1, failed: 1, finish_refused: 0 },
+      {
+        run: "d",
+        created: new Date(30).toISOString(),
+        updated: new Date(31).toISOString(),
+        episodes: 3,
+        live: 1,
+        finished: 1,
+        failed: 1,
+        finish_refused: 0,
+      },
     ]);
     expect(decodeRunCursor(first.cursor!)).toEqual({ created: 30, run: "d" });
     expect(encodeRunCursor(decodeRunCursor(first.cursor!))).toBe(first.cursor);
@@ -75,7 +110,8 @@ describe("the runs list", () => {
   it("scope: whole runs for the runs list, runs that may hold a visible episode for the list across runs; prefix narrows", async () => {
     const dir = directory();
     for (const [i, run] of ["p-1", "p-2", "q-1", "p-10"].entries()) await dir.upsertRun(runRow(run, 100 - i));
-    const names = async (scope: Scope, prefix: string | null, whole: boolean) => (await dir.runs(null, 50, scope, prefix, whole)).runs.map((r) => r.run);
+    const names = async (scope: Scope, prefix: string | null, whole: boolean) =>
+      (await dir.runs(null, 50, scope, prefix, whole)).runs.map((r) => r.run);
     expect(await names(["p-1:*"], null, true)).toEqual(["p-1"]);
     expect(await names(["p-1:7"], null, true)).toEqual([]);
     expect(await names(["p-1:7"], null, false)).toEqual(["p-1"]);
@@ -109,11 +145,17 @@ describe("the runs list", () => {
     await runInDurableObject(dir, (_o, state) => {
       const store = new DirectoryStore(state.storage.sql);
       const odd = (run: string) => Number(run.slice(1)) % 2 === 1;
-      expect(store.page(null, 2, odd)).toMatchObject({ rows: [{ run: "r5" }, { run: "r3" }], next: { created: 3, run: "r3" } });
+      expect(store.page(null, 2, odd)).toMatchObject({
+        rows: [{ run: "r5" }, { run: "r3" }],
+        next: { created: 3, run: "r3" },
+      });
       expect(store.page({ created: 3, run: "r3" }, 2, odd)).toMatchObject({ rows: [{ run: "r1" }], next: null });
       // a budget of 3 rows read: the page stops short, at the last row read (r4, not one the filter passes)
       expect(store.page(null, 2, odd, 3)).toMatchObject({ rows: [{ run: "r5" }], next: { created: 4, run: "r4" } });
-      expect(store.page({ created: 4, run: "r4" }, 2, odd, 3)).toMatchObject({ rows: [{ run: "r3" }, { run: "r1" }], next: { created: 1, run: "r1" } });
+      expect(store.page({ created: 4, run: "r4" }, 2, odd, 3)).toMatchObject({
+        rows: [{ run: "r3" }, { run: "r1" }],
+        next: { created: 1, run: "r1" },
+      });
       expect(store.page({ created: 1, run: "r1" }, 2, odd, 3)).toMatchObject({ rows: [], next: null });
       expect(store.delete("r1")).toBe(true);
       expect(store.delete("r1")).toBe(false);
@@ -129,7 +171,12 @@ describe("the runs socket", () => {
     await new Promise((r) => setTimeout(r, 2 * PUSH_MS)); // those changes pushed (to no socket yet) and forgotten
     const ws = await runsSocket(dir, ["mine-*"]);
     const box = inbox(ws);
-    expect(parseRunsMessage((await box.next()) as string)).toMatchObject({ type: "runs", runs: [{ run: "mine-0" }], truncated: false, limit: 200 });
+    expect(parseRunsMessage((await box.next()) as string)).toMatchObject({
+      type: "runs",
+      runs: [{ run: "mine-0" }],
+      truncated: false,
+      limit: 200,
+    });
     // a burst: collected for PUSH_MS into one message (two if the burst straddles a push), without the runs outside the scope
     for (let i = 1; i <= 5; i++) {
       await dir.upsertRun(runRow(`mine-${i}`, 10 + i));
@@ -148,7 +195,11 @@ describe("the runs socket", () => {
     expect(messages, "coalesced").toBeLessThanOrEqual(2);
     await dir.removeRun("theirs-0");
     await dir.removeRun("mine-0");
-    expect(parseRunsMessage((await box.next()) as string)).toEqual({ type: "run_changes", upserts: [], deletes: ["mine-0"] });
+    expect(parseRunsMessage((await box.next()) as string)).toEqual({
+      type: "run_changes",
+      upserts: [],
+      deletes: ["mine-0"],
+    });
     await new Promise((r) => setTimeout(r, 2 * PUSH_MS));
     expect(box.pending(), "nothing for changes outside the scope").toBe(0);
     ws.close(1000, "done");

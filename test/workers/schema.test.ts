@@ -65,7 +65,9 @@ async function restore(ns: Namespace, d: Dumped, tweak?: (sql: SqlStorage) => vo
     for (const s of d.schema) sql.exec(s.sql);
     for (const [table, rows] of Object.entries(d.rows)) {
       for (const r of rows) {
-        const values = r.map((v) => (v !== null && typeof v === "object" && "bin" in v ? unbase64((v as { bin: string }).bin) : v)) as SqlStorageValue[];
+        const values = r.map((v) =>
+          v !== null && typeof v === "object" && "bin" in v ? unbase64((v as { bin: string }).bin) : v,
+        ) as SqlStorageValue[];
         sql.exec(`INSERT INTO "${table}" VALUES (${values.map(() => "?").join(", ")})`, ...values);
       }
     }
@@ -99,20 +101,41 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
 
     // the run's list and the directory first: nothing below has written to them yet
     // every field that release answered, the same (later releases add fields: rows it wrote have them null)
-    const list = (await (await relay("../runs/fixture/episodes")).json()) as { episodes: Array<Record<string, unknown>> };
+    const list = (await (await relay("../runs/fixture/episodes")).json()) as {
+      episodes: Array<Record<string, unknown>>;
+    };
     expect(list).toMatchObject(seen.observed["run:episodes"] as object);
     // rows written before groups existed join none until rewritten
-    if (release === "release-89af552") expect(list.episodes.map((e) => e.group ?? null)).toEqual(list.episodes.map(() => null));
+    if (release === "release-89af552")
+      expect(list.episodes.map((e) => e.group ?? null)).toEqual(list.episodes.map(() => null));
     expect(await (await relay("../runs")).json()).toEqual(seen.observed.runs);
 
     for (const name of EPISODES) {
       const id = `fixture:${name}`;
-      const o = seen.observed[id] as { frames: number; finished: boolean; bytes: number; sha256: string; status: Record<string, unknown> };
+      const o = seen.observed[id] as {
+        frames: number;
+        finished: boolean;
+        bytes: number;
+        sha256: string;
+        status: Record<string, unknown>;
+      };
       const got = await getBytes(id);
       expect(got.length, id).toBe(o.bytes);
       expect(await sha256(got), id).toBe(o.sha256);
       const status = (await (await relay(`${id}/status`)).json()) as Record<string, unknown>;
-      for (const k of ["id", "status", "seq", "traces", "nodes", "calls", "frame_bytes", "episode_bytes", "created", "updated", "error"]) {
+      for (const k of [
+        "id",
+        "status",
+        "seq",
+        "traces",
+        "nodes",
+        "calls",
+        "frame_bytes",
+        "episode_bytes",
+        "created",
+        "updated",
+        "error",
+      ]) {
         expect(status[k], `${id} status.${k}`).toEqual(o.status[k]);
       }
       const c = await golden(name);
@@ -133,10 +156,17 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
         (await post(`${id}/reply`, c.reply)).body?.cancel();
         expect(equal(await getBytes(id), c.episode!), `${id}: finished after the upgrade`).toBe(true);
         // its nodes written before the upgrade have no parent or role stored: the row reads their bodies
-        const rows = (await (await relay("../runs/fixture/episodes")).json()) as { episodes: Array<{ id: string; live: { branches: number } | null }> };
+        const rows = (await (await relay("../runs/fixture/episodes")).json()) as {
+          episodes: Array<{ id: string; live: { branches: number } | null }>;
+        };
         const ep = toJson(decodeLossless(c.episode!)) as { traces: Array<{ nodes: Array<{ parent: number | null }> }> };
-        const leaves = ep.traces.reduce((n, t) => n + t.nodes.filter((_x, i) => !t.nodes.some((y) => y.parent === i)).length, 0);
-        expect(rows.episodes.find((e) => e.id === id)?.live?.branches, `${id}: branches of nodes stored before`).toBe(leaves);
+        const leaves = ep.traces.reduce(
+          (n, t) => n + t.nodes.filter((_x, i) => !t.nodes.some((y) => y.parent === i)).length,
+          0,
+        );
+        expect(rows.episodes.find((e) => e.id === id)?.live?.branches, `${id}: branches of nodes stored before`).toBe(
+          leaves,
+        );
       }
       expect(await versionOf(env.EPISODES, id)).toBe(latestVersion(EPISODE_SCHEMA));
     }
@@ -150,10 +180,14 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
     w.close();
     // a finished episode that release kept in SQLite is archived by its alarm (set on wake), the same bytes after
     expect(await runDurableObjectAlarm(env.EPISODES.getByName("fixture:multi_trace_links"))).toBe(true);
-    expect(((await (await relay("fixture:multi_trace_links/status")).json()) as { archived: boolean }).archived).toBe(true);
+    expect(((await (await relay("fixture:multi_trace_links/status")).json()) as { archived: boolean }).archived).toBe(
+      true,
+    );
     const archived = await relay("fixture:multi_trace_links");
     expect(archived.headers.get("x-episode-archive")).toBe("1");
-    expect(equal(new Uint8Array(await archived.arrayBuffer()), (await golden("multi_trace_links")).episode!)).toBe(true);
+    expect(equal(new Uint8Array(await archived.arrayBuffer()), (await golden("multi_trace_links")).episode!)).toBe(
+      true,
+    );
     expect(await versionOf(env.EPISODE_INDEX, "run:fixture")).toBe(latestVersion(INDEX_SCHEMA));
     expect(await versionOf(env.RUN_DIRECTORY, "runs")).toBe(latestVersion(DIRECTORY_SCHEMA));
   });
@@ -163,7 +197,9 @@ describe("an object whose storage cannot be upgraded refuses every request, its 
   async function tablesOf(name: string): Promise<string[]> {
     return runInDurableObject(env.EPISODES.getByName(name) as DurableObjectStub, (_i, state) =>
       state.storage.sql
-        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name")
+        .exec<{ name: string }>(
+          "SELECT name FROM sqlite_master WHERE name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name",
+        )
         .toArray()
         .map((r) => r.name),
     );
@@ -206,7 +242,9 @@ describe("an object whose storage cannot be upgraded refuses every request, its 
     await abortAllDurableObjects();
     const res = await relay(newer.name);
     expect(res.status).toBe(503);
-    expect(((await res.json()) as { message: string }).message).toContain("schema version 99, newer than this release's");
+    expect(((await res.json()) as { message: string }).message).toContain(
+      "schema version 99, newer than this release's",
+    );
     expect(await versionOf(env.EPISODES, newer.name)).toBe(99);
   });
 
@@ -225,7 +263,9 @@ describe("an object whose storage cannot be upgraded refuses every request, its 
 
   it("a schema's migrations are numbered 1..n in order", () => {
     const up = () => {};
-    expect(() => checkSchema({ object: "X", migrations: [{ version: 2, what: "x", up }] })).toThrow(/numbered 2, expected 1/);
+    expect(() => checkSchema({ object: "X", migrations: [{ version: 2, what: "x", up }] })).toThrow(
+      /numbered 2, expected 1/,
+    );
     expect(checkSchema({ object: "X", migrations: [{ version: 1, what: "x", up }] }).migrations).toHaveLength(1);
   });
 });

@@ -62,7 +62,11 @@ const VIEWERS: Viewer[] = [
 const tokens = new Map<TokenName, string>();
 
 async function sign(role: string, episodes: string[]): Promise<string> {
-  return new SignJWT({ role, episodes }).setProtectedHeader({ alg: "HS256" }).setIssuedAt().setExpirationTime("1h").sign(new TextEncoder().encode(SECRET));
+  return new SignJWT({ role, episodes })
+    .setProtectedHeader({ alg: "HS256" })
+    .setIssuedAt()
+    .setExpirationTime("1h")
+    .sign(new TextEncoder().encode(SECRET));
 }
 
 function headersOf(v: Viewer, extra: Record<string, string> = {}): Record<string, string> {
@@ -80,7 +84,10 @@ async function call(v: Viewer, method: string, path: string, extra: Record<strin
   if (res.webSocket) throw new Error(`${path}: a socket where an answer was expected`);
   const bytes = new Uint8Array(await res.arrayBuffer());
   const binary = (res.headers.get("content-type") ?? "").includes("msgpack") && res.status === 200;
-  return { status: res.status, text: binary ? JSON.stringify([...decodeMulti(bytes)], replacer) : new TextDecoder().decode(bytes) };
+  return {
+    status: res.status,
+    text: binary ? JSON.stringify([...decodeMulti(bytes)], replacer) : new TextDecoder().decode(bytes),
+  };
 }
 
 /** Bytes (embedded episodes) as text too: ids or rewards inside them would show. */
@@ -112,14 +119,21 @@ async function finish(id: string): Promise<void> {
   const auth = { authorization: `Bearer ${await sign("producer", ["*"])}`, "content-type": "application/msgpack" };
   for (const f of c.frames) {
     const r = await worker.fetch(
-      new Request(`${HOST}/v1/episodes/${id}/deltas`, { method: "POST", body: encodeEnvelope(producer.envelope(f)), headers: auth }),
+      new Request(`${HOST}/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: encodeEnvelope(producer.envelope(f)),
+        headers: auth,
+      }),
       AUTH_ENV,
     );
     expect(r.status, await r.clone().text()).toBe(200);
     await r.arrayBuffer();
     producer.acknowledge();
   }
-  const r = await worker.fetch(new Request(`${HOST}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply, headers: auth }), AUTH_ENV);
+  const r = await worker.fetch(
+    new Request(`${HOST}/v1/episodes/${id}/reply`, { method: "POST", body: c.reply, headers: auth }),
+    AUTH_ENV,
+  );
   expect(r.status, await r.clone().text()).toBe(200);
   await r.arrayBuffer();
 }
@@ -146,7 +160,9 @@ beforeAll(async () => {
   // every row of A is in its index before the matrix starts
   const star = VIEWERS.find((v) => v.name === "star")!;
   for (let i = 0; ; i++) {
-    const listed = (JSON.parse((await call(star, "GET", `/v1/runs/${A}/episodes?limit=500`)).text) as { episodes?: unknown[] }).episodes?.length ?? 0;
+    const listed =
+      (JSON.parse((await call(star, "GET", `/v1/runs/${A}/episodes?limit=500`)).text) as { episodes?: unknown[] })
+        .episodes?.length ?? 0;
     if (listed === ALL_A.length) break;
     if (i > 200) throw new Error(`run ${A}: ${listed} of ${ALL_A.length} rows indexed`);
     await new Promise((r) => setTimeout(r, 50));
@@ -224,7 +240,8 @@ describe("every run route × every token", () => {
         expect(a.status, a.text).toBe(what === "a group" ? 404 : 200);
         if (what === "a group") expect(a.text).toMatch(/has no group/);
         // the run directory serves every run: its usage only for a token covering every episode
-        if (what === "the usage") expect((JSON.parse(a.text) as { directory: unknown }).directory === null).toBe(v.name !== "star");
+        if (what === "the usage")
+          expect((JSON.parse(a.text) as { directory: unknown }).directory === null).toBe(v.name !== "star");
       });
     }
   }
@@ -265,7 +282,11 @@ describe("cursors", () => {
       let cursor: string | null = null;
       const ids: string[] = [];
       do {
-        const a = await call(star, "GET", `/v1/runs/${A}/episodes?limit=1&sort=${sort}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+        const a = await call(
+          star,
+          "GET",
+          `/v1/runs/${A}/episodes?limit=1&sort=${sort}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+        );
         expect(a.status, a.text).toBe(200);
         const page = JSON.parse(a.text) as { episodes: Array<{ id: string }>; cursor: string | null };
         ids.push(...page.episodes.map((e) => e.id));
@@ -295,7 +316,10 @@ describe("cursors", () => {
       [star, `/v1/runs/${B}/episodes?limit=1&cursor=${encodeURIComponent(c)}`],
       [star, `/v1/runs/${A}/episodes?limit=1&sort=reward&cursor=${encodeURIComponent(c)}`],
       [star, `/v1/runs/${A}/finished?cursor=${encodeURIComponent(c)}`],
-      [star, `/v1/runs/${A}/episodes?limit=1&cursor=${encodeURIComponent(`${c.slice(0, -2)}${c.endsWith("A") ? "B" : "A"}${c.at(-1)}`)}`],
+      [
+        star,
+        `/v1/runs/${A}/episodes?limit=1&cursor=${encodeURIComponent(`${c.slice(0, -2)}${c.endsWith("A") ? "B" : "A"}${c.at(-1)}`)}`,
+      ],
     ] as const) {
       const a = await call(who, "GET", path);
       expect([a.status, JSON.parse(a.text).error], `${who.name} ${path}`).toEqual([400, "bad_cursor"]);
@@ -305,11 +329,18 @@ describe("cursors", () => {
   it("the bulk fetch's cursors resume its own token's stream", async () => {
     const star = VIEWERS.find((v) => v.name === "star")!;
     const part = VIEWERS.find((v) => v.name === "part")!;
-    const all = JSON.parse((await call(star, "GET", `/v1/runs/${A}/finished`)).text) as Array<{ id: string; cursor: string }>;
+    const all = JSON.parse((await call(star, "GET", `/v1/runs/${A}/finished`)).text) as Array<{
+      id: string;
+      cursor: string;
+    }>;
     expect(all.map((e) => e.id)).toEqual(FINISHED);
-    const rest = JSON.parse((await call(star, "GET", `/v1/runs/${A}/finished?cursor=${encodeURIComponent(all[0]!.cursor)}`)).text) as Array<{ id: string }>;
+    const rest = JSON.parse(
+      (await call(star, "GET", `/v1/runs/${A}/finished?cursor=${encodeURIComponent(all[0]!.cursor)}`)).text,
+    ) as Array<{ id: string }>;
     expect(rest.map((e) => e.id)).toEqual(FINISHED.slice(1));
-    expect((await call(part, "GET", `/v1/runs/${A}/finished?cursor=${encodeURIComponent(all[0]!.cursor)}`)).status).toBe(400);
+    expect(
+      (await call(part, "GET", `/v1/runs/${A}/finished?cursor=${encodeURIComponent(all[0]!.cursor)}`)).status,
+    ).toBe(400);
   });
 });
 
@@ -334,16 +365,24 @@ describe("lists across runs and the runs directory", () => {
       const names = (JSON.parse(runs.text) as { runs: Array<{ run: string }> }).runs.map((r) => r.run);
       expect(names.includes(A)).toBe(v.wholeA && names.includes(A));
       if (!v.wholeA) expect(names.includes(A)).toBe(false);
-      if (v.name !== "star" && v.name !== "prefix") for (const id of listed.episodes.map((e) => e.id)) expect(mine).toContain(id);
+      if (v.name !== "star" && v.name !== "prefix")
+        for (const id of listed.episodes.map((e) => e.id)) expect(mine).toContain(id);
     });
   }
 });
 
 describe("sockets", () => {
   /** Open a socket at `path` for `v`: its messages until a quiet moment, or the refusal. */
-  async function socket(v: Viewer, path: string, during?: () => Promise<void>): Promise<{ status: number; text: string; messages: string[] }> {
+  async function socket(
+    v: Viewer,
+    path: string,
+    during?: () => Promise<void>,
+  ): Promise<{ status: number; text: string; messages: string[] }> {
     const t = tokens.get(v.name);
-    const headers: Record<string, string> = { upgrade: "websocket", ...(t ? { "sec-websocket-protocol": `episode-relay, bearer.${t}` } : {}) };
+    const headers: Record<string, string> = {
+      upgrade: "websocket",
+      ...(t ? { "sec-websocket-protocol": `episode-relay, bearer.${t}` } : {}),
+    };
     const res = await worker.fetch(new Request(`${HOST}${path}`, { headers }), AUTH_ENV);
     if (res.status !== 101) return { status: res.status, text: await res.text(), messages: [] };
     const ws = res.webSocket!;
@@ -393,7 +432,13 @@ describe("sockets", () => {
       }
       expect(run.status).toBe(101);
       const parsed = run.messages.map(
-        (m) => JSON.parse(m) as { type: string; aggregates: unknown; episodes?: Array<{ id: string }>; upserts?: Array<{ id: string }> },
+        (m) =>
+          JSON.parse(m) as {
+            type: string;
+            aggregates: unknown;
+            episodes?: Array<{ id: string }>;
+            upserts?: Array<{ id: string }>;
+          },
       );
       expect(parsed[0]!.type).toBe("snapshot");
       for (const m of parsed) {
@@ -410,7 +455,13 @@ describe("share links", () => {
     const admin = VIEWERS.find((v) => v.name === "admin")!;
     const a = await call(admin, "POST", `/v1/runs/${A}/share`);
     expect(a.status, a.text).toBe(200);
-    const share = JSON.parse(a.text) as { run: string; token: string; role: string; episodes: string[]; expires: string };
+    const share = JSON.parse(a.text) as {
+      run: string;
+      token: string;
+      role: string;
+      episodes: string[];
+      expires: string;
+    };
     expect(share).toMatchObject({ run: A, role: "watcher", episodes: [`${A}:*`] });
     const claims = JSON.parse(atob(share.token.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))) as {
       role: string;
@@ -422,7 +473,10 @@ describe("share links", () => {
     expect(claims.exp - claims.iat).toBe(7 * 86400);
     expect(Date.parse(share.expires) / 1000).toBe(claims.exp);
     const asShared = (method: string, path: string) =>
-      worker.fetch(new Request(`${HOST}${path}`, { method, headers: { authorization: `Bearer ${share.token}` } }), AUTH_ENV);
+      worker.fetch(
+        new Request(`${HOST}${path}`, { method, headers: { authorization: `Bearer ${share.token}` } }),
+        AUTH_ENV,
+      );
     const list = await asShared("GET", `/v1/runs/${A}/episodes?limit=500`);
     expect(((await list.json()) as { episodes: unknown[] }).episodes.length).toBeGreaterThanOrEqual(ALL_A.length);
     // read-only, and only this run
@@ -430,7 +484,10 @@ describe("share links", () => {
     expect((await asShared("POST", `/v1/runs/${A}/share`)).status).toBe(403);
     expect((await asShared("GET", `/v1/runs/${B}/episodes`)).status).toBe(404);
     const hour = JSON.parse((await call(admin, "POST", `/v1/runs/${A}/share?ttl=1h`)).text) as { token: string };
-    const c = JSON.parse(atob(hour.token.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))) as { exp: number; iat: number };
+    const c = JSON.parse(atob(hour.token.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))) as {
+      exp: number;
+      iat: number;
+    };
     expect(c.exp - c.iat).toBe(3600);
     const long = await call(admin, "POST", `/v1/runs/${A}/share?ttl=8d`);
     expect([long.status, JSON.parse(long.text).field]).toEqual([400, "ttl"]);

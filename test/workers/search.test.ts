@@ -21,7 +21,14 @@ const RUN = `search-${Date.now().toString(36)}`;
 type Hit = {
   id: string;
   score: number;
-  snippets: Array<{ trace: string; node: number; role: string; tool: string | null; text: string; highlights: Array<[number, number]> }>;
+  snippets: Array<{
+    trace: string;
+    node: number;
+    role: string;
+    tool: string | null;
+    text: string;
+    highlights: Array<[number, number]>;
+  }>;
 };
 type Page = { episodes: Hit[]; cursor: string | null };
 
@@ -69,7 +76,8 @@ function segmentsOf(episode: Uint8Array): Segment[] {
       const s = taskSegment(t.id as string, t.task as Json);
       if (s) out.push(s);
     }
-    for (const [k, n] of (t.nodes as JsonObject[]).entries()) out.push(...nodeSegments(t.id as string, k, n.message as Json));
+    for (const [k, n] of (t.nodes as JsonObject[]).entries())
+      out.push(...nodeSegments(t.id as string, k, n.message as Json));
   });
   return withinBudget(out, 0).kept;
 }
@@ -109,13 +117,29 @@ describe("search over a run's episodes", () => {
         for (const s of h.snippets) {
           // each snippet is from a segment the query matches (a bare word matches a role or a tool's name too)
           expect(
-            corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node && (matches(x) || matches({ ...x, body: `${x.role} ${x.tool ?? ""}` }))),
+            corpus
+              .get(h.id)!
+              .some(
+                (x) =>
+                  x.trace === s.trace &&
+                  x.node === s.node &&
+                  (matches(x) || matches({ ...x, body: `${x.role} ${x.tool ?? ""}` })),
+              ),
             `${h.id} ${s.trace}/${s.node}`,
           ).toBe(true);
           // and marks the words it shows, only those
-          const shown = { trace: s.trace, node: s.node, role: s.role, tool: s.tool, kind: "text" as const, body: s.text };
-          if (!query.startsWith("q=tool:") && matches(shown)) expect(s.highlights.length, `${h.id} ${s.text}`).toBeGreaterThan(0);
-          for (const [a, b] of s.highlights) expect(matches({ ...shown, body: s.text.slice(a, b) }), s.text.slice(a, b)).toBe(true);
+          const shown = {
+            trace: s.trace,
+            node: s.node,
+            role: s.role,
+            tool: s.tool,
+            kind: "text" as const,
+            body: s.text,
+          };
+          if (!query.startsWith("q=tool:") && matches(shown))
+            expect(s.highlights.length, `${h.id} ${s.text}`).toBeGreaterThan(0);
+          for (const [a, b] of s.highlights)
+            expect(matches({ ...shown, body: s.text.slice(a, b) }), s.text.slice(a, b)).toBe(true);
         }
       }
     });
@@ -134,10 +158,14 @@ describe("search over a run's episodes", () => {
 
   it("OR and exclusions; snippets mark the words found", async () => {
     const either = await allHits("q=calculator%20OR%20391");
-    const want = [...corpus].filter(([, segs]) => segs.some((s) => words(s.body).includes("calculator") || words(s.body).includes("391"))).map(([id]) => id);
+    const want = [...corpus]
+      .filter(([, segs]) => segs.some((s) => words(s.body).includes("calculator") || words(s.body).includes("391")))
+      .map(([id]) => id);
     expect(either.map((h) => h.id).sort()).toEqual(want.sort());
     const not = await allHits("q=42%20-calculator");
-    const wantNot = [...corpus].filter(([, segs]) => segs.some((s) => words(s.body).includes("42") && !words(s.body).includes("calculator"))).map(([id]) => id);
+    const wantNot = [...corpus]
+      .filter(([, segs]) => segs.some((s) => words(s.body).includes("42") && !words(s.body).includes("calculator")))
+      .map(([id]) => id);
     expect(not.map((h) => h.id).sort()).toEqual(wantNot.sort());
     const [hit] = (await search("q=calculator&limit=1")).episodes;
     const s = hit!.snippets[0]!;
@@ -175,13 +203,17 @@ describe("search over a run's episodes", () => {
       ["answer", "answer"],
       ["the", "the"],
     ] as const) {
-      const all = [...corpus].filter(([, segs]) => segs.some((x) => words(`${x.body} ${x.role} ${x.tool ?? ""}`).includes(word))).map(([id]) => id);
+      const all = [...corpus]
+        .filter(([, segs]) => segs.some((x) => words(`${x.body} ${x.role} ${x.tool ?? ""}`).includes(word)))
+        .map(([id]) => id);
       const want = all.filter(covers);
       filtered += all.length - want.length;
       found += want.length;
       const hits = await scoped(q);
       expect(hits.map((h) => h.id).sort(), q).toEqual(want.sort());
-      for (const h of hits) for (const s of h.snippets) expect(corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node)).toBe(true);
+      for (const h of hits)
+        for (const s of h.snippets)
+          expect(corpus.get(h.id)!.some((x) => x.trace === s.trace && x.node === s.node)).toBe(true);
     }
     // the scope let some rollouts in and left some out (the check can fail)
     expect(found).toBeGreaterThan(0);
@@ -190,12 +222,16 @@ describe("search over a run's episodes", () => {
 
   it("with the list's filters, and refusals: 400 bad_query, bad_cursor, bad_filter", async () => {
     const eval_ = await allHits("q=answer&status=finished&min_turns=3");
-    const rows = (await (await relay(`../runs/${RUN}/episodes?status=finished&min_turns=3&limit=500`)).json()) as { episodes: Array<{ id: string }> };
+    const rows = (await (await relay(`../runs/${RUN}/episodes?status=finished&min_turns=3&limit=500`)).json()) as {
+      episodes: Array<{ id: string }>;
+    };
     const allowed = new Set(rows.episodes.map((e) => e.id));
     expect(eval_.length).toBeGreaterThan(0);
     for (const h of eval_) expect(allowed.has(h.id)).toBe(true);
     expect((await relay(`../runs/${RUN}/search?q=`)).status).toBe(400);
-    expect(((await (await relay(`../runs/${RUN}/search?q=a%20OR`)).json()) as { error: string }).error).toBe("bad_query");
+    expect(((await (await relay(`../runs/${RUN}/search?q=a%20OR`)).json()) as { error: string }).error).toBe(
+      "bad_query",
+    );
     expect((await relay(`../runs/${RUN}/search?q=a&cursor=nope`)).status).toBe(400);
     expect((await relay(`../runs/${RUN}/search?q=a&min_turns=x`)).status).toBe(400);
   });
@@ -232,7 +268,8 @@ describe("search over a run's episodes", () => {
     expect((await search("q=pangolin")).episodes).toEqual([]);
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     await runDurableObjectAlarm(env.EPISODES.getByName(id)).catch(() => false);
-    for (let i = 0; i < 50 && (await search("q=zebra")).episodes.length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 50 && (await search("q=zebra")).episodes.length > 0; i++)
+      await new Promise((r) => setTimeout(r, 20));
     expect((await search("q=zebra")).episodes).toEqual([]);
   });
 
@@ -248,10 +285,17 @@ describe("search over a run's episodes", () => {
 describe("flags", () => {
   const FRUN = `flags-${Date.now().toString(36)}`;
   type Row = { id: string; flags: Array<{ rule: string; trace: string | null; node: number | null; excerpt: string }> };
-  const list = async (q = "") => ((await (await relay(`../runs/${FRUN}/episodes?${q}`)).json()) as { episodes: Row[] }).episodes;
+  const list = async (q = "") =>
+    ((await (await relay(`../runs/${FRUN}/episodes?${q}`)).json()) as { episodes: Row[] }).episodes;
   const say = (i: number, text: string) => node(i, { message: m({ role: "assistant", content: text }) });
   const callBash = (i: number, cmd: string) =>
-    node(i, { message: m({ role: "assistant", content: null, tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })] }) });
+    node(i, {
+      message: m({
+        role: "assistant",
+        content: null,
+        tool_calls: [m({ id: `c${i}`, name: "bash", arguments: JSON.stringify({ cmd }) })],
+      }),
+    });
 
   const rollout = (name: string, ...turns: Uint8Array[]) => rolloutIn(FRUN, name, ...turns);
   async function rolloutIn(run: string, name: string, ...turns: Uint8Array[]): Promise<string> {
@@ -272,7 +316,9 @@ describe("flags", () => {
     const honest = await rollout("honest", delta({ nodes: [say(0, "solve it"), say(1, "the answer is 42")] }));
     const rows = await list();
     const flagged = rows.find((r) => r.id === hack)!;
-    expect(flagged.flags).toEqual([{ rule: "touches-grader", trace: "t-1", node: 1, excerpt: expect.stringContaining("tests/grader.py") }]);
+    expect(flagged.flags).toEqual([
+      { rule: "touches-grader", trace: "t-1", node: 1, excerpt: expect.stringContaining("tests/grader.py") },
+    ]);
     expect(rows.find((r) => r.id === honest)!.flags).toEqual([]);
     expect((await list("flag=touches-grader")).map((r) => r.id)).toEqual([hack]);
     expect((await list("flagged=0")).map((r) => r.id)).toEqual([honest]);
@@ -297,19 +343,36 @@ describe("flags", () => {
 
   it("rules set later: PUT replaces them, the alarm rescans what was written (paced), GET says how far; bad rules are 400", async () => {
     const put = (body: unknown) =>
-      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
-    const before = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: Array<{ id: string }> };
+      relay(`../runs/${FRUN}/rules`, {
+        method: "PUT",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+      });
+    const before = (await (await relay(`../runs/${FRUN}/rules`)).json()) as {
+      defaults: boolean;
+      rules: Array<{ id: string }>;
+    };
     expect(before.defaults).toBe(true);
     expect(before.rules.map((r) => r.id)).toContain("touches-grader");
-    const res = await put({ rules: [{ id: "says-42", description: "the honest answer", match: { pattern: "answer is 42", role: "assistant" } }] });
+    const res = await put({
+      rules: [
+        { id: "says-42", description: "the honest answer", match: { pattern: "answer is 42", role: "assistant" } },
+      ],
+    });
     expect(res.status, await res.clone().text()).toBe(200);
     expect(await res.json()).toMatchObject({ defaults: false, rules: [{ id: "says-42" }], rescan: { done: false } });
     const index = env.EPISODE_INDEX.getByName(`run:${FRUN}`);
-    for (let i = 0; i < 10 && !((await (await relay(`../runs/${FRUN}/rules`)).json()) as { rescan: { done: boolean } }).rescan.done; i++) {
+    for (
+      let i = 0;
+      i < 10 && !((await (await relay(`../runs/${FRUN}/rules`)).json()) as { rescan: { done: boolean } }).rescan.done;
+      i++
+    ) {
       await runDurableObjectAlarm(index);
     }
     const rows = await list();
-    expect(rows.filter((r) => r.flags.length > 0).map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[`${FRUN}:honest`, ["says-42"]]]);
+    expect(rows.filter((r) => r.flags.length > 0).map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([
+      [`${FRUN}:honest`, ["says-42"]],
+    ]);
     const bad = await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
@@ -318,7 +381,11 @@ describe("flags", () => {
 
   it("the default rules round-trip: GET them, PUT them back (as they are, or as the run's own)", async () => {
     const put = (body: unknown) =>
-      relay(`../runs/${FRUN}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+      relay(`../runs/${FRUN}/rules`, {
+        method: "PUT",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+      });
     const got = (await (await relay(`../runs/${FRUN}/rules`)).json()) as { defaults: boolean; rules: unknown[] };
     expect(got.defaults).toBe(true);
     const back = await put(got);
@@ -337,7 +404,11 @@ describe("flags", () => {
       { id: "rm", match: { pattern: "rm -rf", in: "arguments" } },
       { id: "low", reward: { key: "correct", below: 0.5 } },
     ];
-    const set = await relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify({ rules }), headers: { "content-type": "application/json" } });
+    const set = await relay(`../runs/${run}/rules`, {
+      method: "PUT",
+      body: JSON.stringify({ rules }),
+      headers: { "content-type": "application/json" },
+    });
     expect(set.status, await set.clone().text()).toBe(200);
     const index = env.EPISODE_INDEX.getByName(`run:${run}`);
     const before = await index.flagEvaluations();
@@ -377,7 +448,11 @@ describe("flags", () => {
   it("rules set before a run's first rollout: the defaults store nothing, rules of its own are kept and hold from the first row", async () => {
     const run = `${FRUN}-early`;
     const put = (body: unknown) =>
-      relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+      relay(`../runs/${run}/rules`, {
+        method: "PUT",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+      });
     const get = () => relay(`../runs/${run}/rules`);
     expect((await get()).status).toBe(404);
     // the defaults: answered, nothing stored (still no run)
@@ -388,13 +463,23 @@ describe("flags", () => {
     expect((await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] })).status).toBe(400);
     expect((await get()).status).toBe(404);
     // rules of its own: kept, and GET answers them
-    const rules = [{ id: "says-hello", description: "", match: { pattern: "hello there", regex: false, role: "assistant", tool: null, in: "text" } }];
+    const rules = [
+      {
+        id: "says-hello",
+        description: "",
+        match: { pattern: "hello there", regex: false, role: "assistant", tool: null, in: "text" },
+      },
+    ];
     const set = await put({ rules });
     expect(set.status, await set.clone().text()).toBe(200);
     expect(await set.json()).toEqual({ rules, defaults: false, rescan: { done: true, segments: 0, rows: 0 } });
     expect(await (await get()).json()).toMatchObject({ rules, defaults: false });
     // the first rollouts are flagged by them (and not by the defaults)
-    const hi = await rolloutIn(run, "hi", delta({ nodes: [say(0, "hello there"), callBash(1, "cat tests/grader.py")] }));
+    const hi = await rolloutIn(
+      run,
+      "hi",
+      delta({ nodes: [say(0, "hello there"), callBash(1, "cat tests/grader.py")] }),
+    );
     const rows = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Row[] }).episodes;
     expect(rows.map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([[hi, ["says-hello"]]]);
   });

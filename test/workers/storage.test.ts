@@ -22,7 +22,13 @@ import { delta, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
-async function push(id: string, c: GoldenCase, from = 0, to = c.frames.length, producer = new ProducerCursor("p")): Promise<ProducerCursor> {
+async function push(
+  id: string,
+  c: GoldenCase,
+  from = 0,
+  to = c.frames.length,
+  producer = new ProducerCursor("p"),
+): Promise<ProducerCursor> {
   for (let i = from; i < to; i++) {
     const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
     expect(res.status, await res.clone().text()).toBe(200);
@@ -44,7 +50,8 @@ describe("the episode lives in SQLite", () => {
       const asm = new EpisodeState(state.storage).memory().asm;
       expect(asm.store.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
-        for (const n of t.nodes) expect(Object.keys(n).sort()).toEqual(["bytes", "parent", "parents", "repaired", "role", "routed", "ver"]);
+        for (const n of t.nodes)
+          expect(Object.keys(n).sort()).toEqual(["bytes", "parent", "parents", "repaired", "role", "routed", "ver"]);
       }
     });
   });
@@ -156,7 +163,9 @@ describe("the episode lives in SQLite", () => {
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await runInDurableObject(stub(id), (_i, state) => {
       // nothing holds the discarded trace any more: it is gone
-      expect(state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM traces WHERE dropped IS NOT NULL").one().n).toBe(0);
+      expect(
+        state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM traces WHERE dropped IS NOT NULL").one().n,
+      ).toBe(0);
     });
   });
 
@@ -190,7 +199,9 @@ describe("an old layout (the episode in memory, a base snapshot and a log) is up
       sql.exec(`CREATE TABLE meta (id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
         traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL, created INTEGER NOT NULL,
         updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL)`);
-      sql.exec("CREATE TABLE frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
+      sql.exec(
+        "CREATE TABLE frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))",
+      );
       sql.exec("CREATE TABLE producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)");
       sql.exec("CREATE TABLE reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
       sql.exec("CREATE TABLE base (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");

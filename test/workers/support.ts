@@ -117,7 +117,13 @@ export function inbox(ws: WebSocket) {
 }
 
 /** Frames `from`..`to` of `c` as envelopes over HTTP; frames the case lists in `ack_lost` are not acknowledged (the relay retracts them later). */
-export async function pushFrames(id: string, c: GoldenCase, from: number, to: number, producer: ProducerCursor): Promise<void> {
+export async function pushFrames(
+  id: string,
+  c: GoldenCase,
+  from: number,
+  to: number,
+  producer: ProducerCursor,
+): Promise<void> {
   const lost = new Set(c.ack_lost);
   for (let i = from; i < to; i++) {
     const res = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(c.frames[i]!)));
@@ -131,6 +137,8 @@ export async function pushFrames(id: string, c: GoldenCase, from: number, to: nu
  * Run `fn` over the storage of an episode object nobody has written (a fresh id), inside that
  * object: the storage modules of src/objects/episode tested on a real SqlStorage, the object itself idle.
  */
-export function withFreshStorage<R>(fn: (storage: DurableObjectStorage, ctx: DurableObjectState) => R | Promise<R>): Promise<R> {
+export function withFreshStorage<R>(
+  fn: (storage: DurableObjectStorage, ctx: DurableObjectState) => R | Promise<R>,
+): Promise<R> {
   return runInDurableObject(env.EPISODES.getByName(freshId("storage")), (_instance, ctx) => fn(ctx.storage, ctx));
 }

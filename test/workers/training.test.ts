@@ -43,11 +43,22 @@ async function flushRow(id: string): Promise<void> {
 }
 
 function dispatchJsonPost(id: string, body: unknown): Promise<Response> {
-  return relay(`${id}/dispatch`, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+  return relay(`${id}/dispatch`, {
+    method: "POST",
+    body: JSON.stringify(body),
+    headers: { "content-type": "application/json" },
+  });
 }
 
 describe("the dispatch identity through the relay", () => {
-  for (const name of ["chat_basic", "routing_repair_widen", "multi_trace_links", "failed_sends", "ack_lost", "discard_retry"]) {
+  for (const name of [
+    "chat_basic",
+    "routing_repair_widen",
+    "multi_trace_links",
+    "failed_sends",
+    "ack_lost",
+    "discard_retry",
+  ]) {
     for (const via of ["envelope", "delta"] as const) {
       it(`${name}: GET is the golden episode with an identity on ${via === "envelope" ? "every envelope" : "its opening frames"}`, async () => {
         const c = await golden(name);
@@ -70,7 +81,15 @@ describe("the dispatch identity through the relay", () => {
         expect(equal(await getBytes(id), c.episode!)).toBe(true);
         expect((await status(id)).dispatch).toEqual(identity());
         const [row] = (await episodes(run)).episodes;
-        expect(row).toMatchObject({ dispatch: identity(), kind: "train", env: "gsm8k", step: 3, policy_version: 2, staleness: 1, group: identity().group });
+        expect(row).toMatchObject({
+          dispatch: identity(),
+          kind: "train",
+          env: "gsm8k",
+          step: 3,
+          policy_version: 2,
+          staleness: 1,
+          group: identity().group,
+        });
       });
     }
   }
@@ -91,7 +110,9 @@ describe("the dispatch identity through the relay", () => {
     const late = await Watcher.open(id);
     await late.read((w) => w.caughtUp);
     for (const w of [early, late]) {
-      const sent = w.messages.flatMap((m) => (m.type === "frames" ? m.frames.map((f) => f[1]) : m.type === "snapshot" ? m.deltas : []));
+      const sent = w.messages.flatMap((m) =>
+        m.type === "frames" ? m.frames.map((f) => f[1]) : m.type === "snapshot" ? m.deltas : [],
+      );
       expect(sent.length).toBeGreaterThan(0);
       for (const f of sent) expect(parseDelta(f).dispatch).toBeUndefined();
       expect(equal(w.asm.tracesBytes(), c.checkpoints.at(-1)!.traces)).toBe(true);
@@ -106,7 +127,8 @@ describe("the dispatch identity through the relay", () => {
     const id = `${run}:e`;
     const producer = new ProducerCursor("p");
     const d = dispatchFromJson(identity());
-    const send = (i: number, dispatch: Uint8Array) => post(`${id}/deltas`, encodeEnvelope({ ...producer.envelope(c.frames[i]!), dispatch }));
+    const send = (i: number, dispatch: Uint8Array) =>
+      post(`${id}/deltas`, encodeEnvelope({ ...producer.envelope(c.frames[i]!), dispatch }));
     for (const i of [0, 1]) {
       const r = await send(i, d);
       expect(r.status).toBe(200);
@@ -131,7 +153,15 @@ describe("the dispatch identity through the relay", () => {
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { field: string }).field).toBe("dispatch.step");
     expect((await relay(`${run}:fresh/status`)).status).toBe(404);
-    expect((await relay(`${id}/dispatch`, { method: "POST", body: "{not json", headers: { "content-type": "application/json" } })).status).toBe(400);
+    expect(
+      (
+        await relay(`${id}/dispatch`, {
+          method: "POST",
+          body: "{not json",
+          headers: { "content-type": "application/json" },
+        })
+      ).status,
+    ).toBe(400);
   });
 });
 
@@ -141,14 +171,28 @@ describe("pending rollouts", () => {
     const run = freshRun("pend");
     const id = `${run}:${identity().id}`;
     // msgpack body this time
-    const res = await relay(`${id}/dispatch`, { method: "POST", body: dispatchFromJson(identity()), headers: { "content-type": "application/msgpack" } });
+    const res = await relay(`${id}/dispatch`, {
+      method: "POST",
+      body: dispatchFromJson(identity()),
+      headers: { "content-type": "application/msgpack" },
+    });
     expect(res.status, await res.clone().text()).toBe(200);
     expect(await res.json()).toEqual({ ok: true, created: true, changed: true, status: "live", dispatch: identity() });
     const [pending] = (await episodes(run)).episodes;
     expect(pending).toMatchObject({ id, status: "live", traces: 0, nodes: 0, step: 3, kind: "train" });
-    expect(pending!.live).toMatchObject({ stage: "pending", branches: 0, input_tokens: 0, output_tokens: 0, cost: null, last: null, started: 1764644000.25 });
+    expect(pending!.live).toMatchObject({
+      stage: "pending",
+      branches: 0,
+      input_tokens: 0,
+      output_tokens: 0,
+      cost: null,
+      last: null,
+      started: 1764644000.25,
+    });
     // in its group from the start, as a live member
-    const groups = (await (await relay(`../runs/${run}/groups`)).json()) as { groups: Array<{ id: string; live: number; step: number | null }> };
+    const groups = (await (await relay(`../runs/${run}/groups`)).json()) as {
+      groups: Array<{ id: string; live: number; step: number | null }>;
+    };
     expect(groups.groups).toEqual([expect.objectContaining({ id: identity().group, live: 1, step: 3, kind: "train" })]);
     // a GET of a pending episode is its (empty) live form
     expect((await relay(id)).status).toBe(200);
@@ -169,7 +213,9 @@ describe("pending rollouts", () => {
     const stub = env.EPISODES.getByName(id);
     // time passes: its creation an hour back (the limit here is the default, 900 s)
     await runInDurableObject(stub, (instance: Episode) => {
-      const state = (instance as unknown as { state: { record: { meta(): { created: number } | null; saveMeta(m: unknown): void } } }).state;
+      const state = (
+        instance as unknown as { state: { record: { meta(): { created: number } | null; saveMeta(m: unknown): void } } }
+      ).state;
       const m = state.record.meta()!;
       state.record.saveMeta({ ...m, created: m.created - 3600_000 });
     });
@@ -248,8 +294,10 @@ describe("the row's live facts on hand-made traces", () => {
     const run = freshRun("hand");
     const id = `${run}:e`;
     const producer = new ProducerCursor("p");
-    const call = (node: number, cost?: number) => m({ node, usage: cost === undefined ? m({ prompt_tokens: 3 }) : m({ prompt_tokens: 3, cost: f(cost) }) });
-    const say = (i: number, parent: number | null, role: string, content: string) => node(i, { parent, message: m({ role, content }) });
+    const call = (node: number, cost?: number) =>
+      m({ node, usage: cost === undefined ? m({ prompt_tokens: 3 }) : m({ prompt_tokens: 3, cost: f(cost) }) });
+    const say = (i: number, parent: number | null, role: string, content: string) =>
+      node(i, { parent, message: m({ role, content }) });
     const send = async (d: Uint8Array, acked = true) => {
       const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
       expect(r.status, await r.clone().text()).toBe(200);
@@ -257,11 +305,16 @@ describe("the row's live facts on hand-made traces", () => {
       if (acked) producer.acknowledge();
     };
     await send(openDelta());
-    await send(delta({ nodes: [say(0, null, "user", "q"), say(1, 0, "assistant", "first   answer")], calls: [call(1, 0.25)] }));
+    await send(
+      delta({ nodes: [say(0, null, "user", "q"), say(1, 0, "assistant", "first   answer")], calls: [call(1, 0.25)] }),
+    );
     // its ack is lost: the worker re-diffs from before it, and the relay takes it back
     await send(delta({ nodes: [say(2, 1, "user", "again")], calls: [call(1, 0.5)] }), false);
     await send(
-      delta({ nodes: [say(2, 1, "user", "again"), say(3, 2, "assistant", "forked one"), say(4, 2, "assistant", " \n ")], calls: [call(3, 1), call(4)] }),
+      delta({
+        nodes: [say(2, 1, "user", "again"), say(3, 2, "assistant", "forked one"), say(4, 2, "assistant", " \n ")],
+        calls: [call(3, 1), call(4)],
+      }),
     );
     await flushRow(id);
     const [row] = (await episodes(run)).episodes;
@@ -295,7 +348,8 @@ describe("training steps equal a recount after any order of writes", () => {
       const g = n % 8;
       const step = Math.floor(g / 2);
       const kind = g % 2 ? "eval" : "train";
-      const status: IndexRow["status"] = r < 0.4 ? "live" : r < 0.85 ? "finished" : r < 0.95 ? "failed" : "finish_refused";
+      const status: IndexRow["status"] =
+        r < 0.4 ? "live" : r < 0.85 ? "finished" : r < 0.95 ? "failed" : "finish_refused";
       const score = status === "finished" ? [0, 1, 1, 0.5][Math.floor(rand() * 4)]! : null;
       const next = currentRow({
         id: `${run}:e${n}`,
@@ -307,7 +361,10 @@ describe("training steps equal a recount after any order of writes", () => {
         tokens: Math.floor(rand() * 900),
         rewards: score === null ? null : { correct: { score, weight: 1 } },
         group: `g${g}`,
-        dispatch: n % 13 === 0 ? null : { kind, step, group: `g${g}`, policy_version: Math.max(0, step - Math.floor(rand() * 3)) },
+        dispatch:
+          n % 13 === 0
+            ? null
+            : { kind, step, group: `g${g}`, policy_version: Math.max(0, step - Math.floor(rand() * 3)) },
       });
       await index.upsert(next);
       rows.set(n, next);
@@ -315,7 +372,9 @@ describe("training steps equal a recount after any order of writes", () => {
     const got: StepJson[] = [];
     let cursor: string | null = null;
     do {
-      const page = (await (await relay(`../runs/${run}/steps?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)).json()) as {
+      const page = (await (
+        await relay(`../runs/${run}/steps?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`)
+      ).json()) as {
         steps: StepJson[];
         cursor: string | null;
       };
@@ -330,7 +389,9 @@ describe("training steps equal a recount after any order of writes", () => {
         id,
         members.map((x) => ({ ...x, step: identityOf(x).step, kind: identityOf(x).kind })),
       );
-      return s.complete ? [{ key: s.step === null ? null : { step: s.step, kind: s.kind ?? "" }, zero: s.zeroVariance }] : [];
+      return s.complete
+        ? [{ key: s.step === null ? null : { step: s.step, kind: s.kind ?? "" }, zero: s.zeroVariance }]
+        : [];
     });
     const want = [...recountSteps(rows.values(), complete).values()]
       .map((e) => stepJson(e.key, e.counters))
@@ -347,7 +408,14 @@ describe("training steps", () => {
     const socket = await openSocket(`../runs/${run}`);
     const box = inbox(socket);
     expect(parseRunMessage((await box.next()) as string).type).toBe("snapshot");
-    const row = (i: number, step: number, kind: string, status: "live" | "finished" | "failed", score: number | null, pv: number) => ({
+    const row = (
+      i: number,
+      step: number,
+      kind: string,
+      status: "live" | "finished" | "failed",
+      score: number | null,
+      pv: number,
+    ) => ({
       id: `${run}:e${i}`,
       run,
       status,
@@ -390,9 +458,14 @@ describe("training steps", () => {
     });
     expect(train2).toMatchObject({ mean_rewards: { correct: 1 }, zero_variance_share: null, mean_turns: 1 });
     // by kind, paged
-    const train = (await (await relay(`../runs/${run}/steps?kind=train&limit=1`)).json()) as { steps: StepJson[]; cursor: string };
+    const train = (await (await relay(`../runs/${run}/steps?kind=train&limit=1`)).json()) as {
+      steps: StepJson[];
+      cursor: string;
+    };
     expect(train.steps.map((s) => s.step)).toEqual([1]);
-    const rest = (await (await relay(`../runs/${run}/steps?kind=train&limit=1&cursor=${encodeURIComponent(train.cursor)}`)).json()) as { steps: StepJson[] };
+    const rest = (await (
+      await relay(`../runs/${run}/steps?kind=train&limit=1&cursor=${encodeURIComponent(train.cursor)}`)
+    ).json()) as { steps: StepJson[] };
     expect(rest.steps.map((s) => s.step)).toEqual([2]);
     expect((await relay(`../runs/${run}/steps?kind=bogus`)).status).toBe(400);
     expect((await relay(`../runs/${run}/steps?cursor=nope`)).status).toBe(400);
@@ -434,7 +507,11 @@ describe("trainer annotations", () => {
     ...over,
   });
   const postJson = (id: string, body: unknown) =>
-    relay(`${id}/annotations`, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    relay(`${id}/annotations`, {
+      method: "POST",
+      body: JSON.stringify(body),
+      headers: { "content-type": "application/json" },
+    });
 
   async function finished(name: string): Promise<{ id: string; run: string; trace: string }> {
     const c = await golden(name);
@@ -461,7 +538,12 @@ describe("trainer annotations", () => {
     const second = await relay(`${id}/annotations`, {
       method: "POST",
       body: encodeLossless(
-        fromJson([record(trace, { info: { advantage: 0.5 }, branches: [{ index: 0, trainer_logprobs: [null, -0.1, -0.2], is_masked: [null, false, true] }] })]),
+        fromJson([
+          record(trace, {
+            info: { advantage: 0.5 },
+            branches: [{ index: 0, trainer_logprobs: [null, -0.1, -0.2], is_masked: [null, false, true] }],
+          }),
+        ]),
       ),
       headers: { "content-type": "application/msgpack" },
     });
@@ -484,7 +566,9 @@ describe("trainer annotations", () => {
         },
       ],
     });
-    expect((await relay(`${id}/annotations`, { headers: { accept: "application/json", "if-none-match": etag } })).status).toBe(304);
+    expect(
+      (await relay(`${id}/annotations`, { headers: { accept: "application/json", "if-none-match": etag } })).status,
+    ).toBe(304);
     const bin = await relay(`${id}/annotations`);
     expect(bin.headers.get("content-type")).toBe("application/msgpack");
     const doc = decodeLossless(new Uint8Array(await bin.arrayBuffer())) as LMap;
@@ -497,7 +581,8 @@ describe("trainer annotations", () => {
 
   it("accepted once archived; refused: an unknown episode (404), a trace it does not hold (422), past MAX_ANNOTATION_BYTES (413), a bad record (400), nothing changed", async () => {
     const { id, trace } = await finished("tool_calls_pending");
-    for (let i = 0; i < 20 && !(await status(id)).archived; i++) await runDurableObjectAlarm(env.EPISODES.getByName(id));
+    for (let i = 0; i < 20 && !(await status(id)).archived; i++)
+      await runDurableObjectAlarm(env.EPISODES.getByName(id));
     expect((await status(id)).archived).toBe(true);
     expect((await postJson(id, record(trace))).status).toBe(200);
     expect((await postJson(`${id}x`, record(trace))).status).toBe(404);
@@ -513,7 +598,9 @@ describe("trainer annotations", () => {
     const over = await postJson(id, [big, big]);
     expect(over.status).toBe(413);
     expect(((await over.json()) as { error: string }).error).toBe("annotations_too_large");
-    const after = (await (await relay(`${id}/annotations`, { headers: { accept: "application/json" } })).json()) as { version: number };
+    const after = (await (await relay(`${id}/annotations`, { headers: { accept: "application/json" } })).json()) as {
+      version: number;
+    };
     expect(after.version).toBe(2);
     expect((await relay(`${id}x/annotations`)).status).toBe(404);
   });
@@ -529,7 +616,8 @@ describe("trainer annotations", () => {
     const plain = await Watcher.open(id);
     await asks.read((w) => w.caughtUp);
     await plain.read((w) => w.caughtUp);
-    const notes = (w: Watcher) => w.messages.filter((m) => m.type === "annotations").map((m) => (m as { version: number }).version);
+    const notes = (w: Watcher) =>
+      w.messages.filter((m) => m.type === "annotations").map((m) => (m as { version: number }).version);
     expect(notes(asks)).toEqual([1]);
     expect((await postJson(id, record(trace))).status).toBe(200);
     await asks.read((w) => notes(w).length === 2);

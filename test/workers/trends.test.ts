@@ -8,7 +8,15 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { binOf, HISTOGRAM_BINS, minuteOf, type RunAggregates, SCORE_UNIT, THROUGHPUT_MINUTES, unitsOf } from "../../src/protocol/registry/aggregates.js";
+import {
+  binOf,
+  HISTOGRAM_BINS,
+  minuteOf,
+  type RunAggregates,
+  SCORE_UNIT,
+  THROUGHPUT_MINUTES,
+  unitsOf,
+} from "../../src/protocol/registry/aggregates.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import { groupSummary } from "../../src/protocol/registry/groups.js";
 import type { RunSummary } from "../../src/protocol/registry/index-protocol.js";
@@ -29,9 +37,28 @@ function rng(seed: number): () => number {
   };
 }
 
-function row(run: string, n: number, status: IndexRow["status"], scores: Record<string, number>, updated: number, ended: number | null): IndexRow {
+function row(
+  run: string,
+  n: number,
+  status: IndexRow["status"],
+  scores: Record<string, number>,
+  updated: number,
+  ended: number | null,
+): IndexRow {
   const [id, task, group] = [`${run}:e${n}`, `task-${n % 6}`, `g${n % 6}`];
-  return currentRow({ id, run, status, updated, ended, nodes: 3, calls: 2, tokens: 10, rewards: weightOne(scores), task, group });
+  return currentRow({
+    id,
+    run,
+    status,
+    updated,
+    ended,
+    nodes: 3,
+    calls: 2,
+    tokens: 10,
+    rewards: weightOne(scores),
+    task,
+    group,
+  });
 }
 
 async function getJson<T>(path: string): Promise<T> {
@@ -45,7 +72,13 @@ function rewardStats(rows: IndexRow[]) {
   const out: Record<string, { count: number; units: number; min: number; max: number; bins: number[] }> = {};
   for (const r of rows) {
     for (const [k, s] of scoresOf(r.rewards)) {
-      const x = (out[k] ??= { count: 0, units: 0, min: s, max: s, bins: new Array<number>(HISTOGRAM_BINS + 2).fill(0) });
+      const x = (out[k] ??= {
+        count: 0,
+        units: 0,
+        min: s,
+        max: s,
+        bins: new Array<number>(HISTOGRAM_BINS + 2).fill(0),
+      });
       x.count++;
       x.units += unitsOf(s);
       x.min = Math.min(x.min, s);
@@ -75,12 +108,20 @@ function rewardTrend(rows: IndexRow[], first: number) {
     const i = minuteOf(r.ended) - first;
     if (i < 0 || i >= THROUGHPUT_MINUTES) continue;
     for (const [k, s] of scoresOf(r.rewards)) {
-      keys[k] ??= { n: new Array<number>(THROUGHPUT_MINUTES).fill(0), units: new Array<number>(THROUGHPUT_MINUTES).fill(0) };
+      keys[k] ??= {
+        n: new Array<number>(THROUGHPUT_MINUTES).fill(0),
+        units: new Array<number>(THROUGHPUT_MINUTES).fill(0),
+      };
       keys[k].n[i]!++;
       keys[k].units[i]! += unitsOf(s);
     }
   }
-  return Object.fromEntries(Object.entries(keys).map(([k, x]) => [k, { count: x.n, mean: x.n.map((n, i) => (n ? (x.units[i]! * SCORE_UNIT) / n : null)) }]));
+  return Object.fromEntries(
+    Object.entries(keys).map(([k, x]) => [
+      k,
+      { count: x.n, mean: x.n.map((n, i) => (n ? (x.units[i]! * SCORE_UNIT) / n : null)) },
+    ]),
+  );
 }
 
 /** The zero-variance trend from the rows: each complete group at the minute of its latest end. */
@@ -89,7 +130,9 @@ function zeroTrend(rows: IndexRow[], first: number): Omit<ZeroVarianceTrend, "st
   for (const r of rows) groups.set(r.group!, [...(groups.get(r.group!) ?? []), r]);
   const done = [...groups].flatMap(([id, members]) => {
     const g = groupSummary(id, members);
-    return g.complete ? [{ minute: minuteOf(Math.max(...members.map((m) => m.ended ?? m.updated))), zero: g.zeroVariance }] : [];
+    return g.complete
+      ? [{ minute: minuteOf(Math.max(...members.map((m) => m.ended ?? m.updated))), zero: g.zeroVariance }]
+      : [];
   });
   const minutes = Array.from({ length: THROUGHPUT_MINUTES }, (_, i) => first + i);
   const completed = minutes.map((m) => done.filter((d) => d.minute === m).length);
@@ -99,7 +142,9 @@ function zeroTrend(rows: IndexRow[], first: number): Omit<ZeroVarianceTrend, "st
     completed,
     zero_variance: zero,
     share: completed.map((c, i) => (c ? zero[i]! / c : null)),
-    cumulative_share: minutes.map((m) => (upTo(m).length ? upTo(m).filter((d) => d.zero).length / upTo(m).length : null)),
+    cumulative_share: minutes.map((m) =>
+      upTo(m).length ? upTo(m).filter((d) => d.zero).length / upTo(m).length : null,
+    ),
   };
 }
 
@@ -118,7 +163,9 @@ async function expectExact(run: string, rows: IndexRow[]): Promise<RunAggregates
         ]) => [k, { ...s, histogram: h }],
       ),
     );
-  expect(strip(a.finished_rewards), "finished-only rewards").toEqual(rewardStats(rows.filter((r) => r.status === "finished")));
+  expect(strip(a.finished_rewards), "finished-only rewards").toEqual(
+    rewardStats(rows.filter((r) => r.status === "finished")),
+  );
   expect(strip(a.rewards), "all rewards").toEqual(rewardStats(rows));
   const first = minuteOf(Date.parse(a.reward_trend!.start));
   expect(first).toBe(minuteOf(Date.parse(a.throughput.start)));
@@ -127,7 +174,10 @@ async function expectExact(run: string, rows: IndexRow[]): Promise<RunAggregates
   expect(a.groups!.trend, "zero-variance trend (aggregates)").toEqual({ start: a.reward_trend!.start, ...zero });
   const page = await getJson<{ zero_variance_trend: ZeroVarianceTrend }>(`../runs/${run}/groups?limit=1`);
   const pageFirst = minuteOf(Date.parse(page.zero_variance_trend.start));
-  expect(page.zero_variance_trend, "zero-variance trend (groups)").toEqual({ start: page.zero_variance_trend.start, ...zeroTrend(rows, pageFirst) });
+  expect(page.zero_variance_trend, "zero-variance trend (groups)").toEqual({
+    start: page.zero_variance_trend.start,
+    ...zeroTrend(rows, pageFirst),
+  });
   return a;
 }
 
@@ -141,7 +191,9 @@ async function listed(run: string): Promise<RunSummary> {
 }
 
 function finishedMeans(rows: IndexRow[]): Record<string, number> {
-  return Object.fromEntries(Object.entries(rewardStats(rows.filter((r) => r.status === "finished"))).map(([k, s]) => [k, s.mean]));
+  return Object.fromEntries(
+    Object.entries(rewardStats(rows.filter((r) => r.status === "finished"))).map(([k, s]) => [k, s.mean]),
+  );
 }
 
 describe("finished-only rewards and the trends equal a recount", () => {
@@ -168,10 +220,12 @@ describe("finished-only rewards and the trends equal a recount", () => {
       } else {
         // mostly ended, so groups complete (and reopen when a rollout goes live or is refused again)
         const p = rand();
-        const status: IndexRow["status"] = p < 0.15 ? "live" : p < 0.7 ? "finished" : p < 0.9 ? "failed" : "finish_refused";
+        const status: IndexRow["status"] =
+          p < 0.15 ? "live" : p < 0.7 ? "finished" : p < 0.9 ? "failed" : "finish_refused";
         if (status === "finished" && have?.status === "finished") refinished++;
         // minutes from 70 ago (before the window) to 2 ahead (a clock ahead of ours); few score values, so groups tie
-        const ended = status === "finished" || status === "failed" ? now - (Math.floor(rand() * 73) - 2) * 60_000 : null;
+        const ended =
+          status === "finished" || status === "failed" ? now - (Math.floor(rand() * 73) - 2) * 60_000 : null;
         const scores: Record<string, number> = { correct: [0, 0.5, 1, 1][Math.floor(rand() * 4)]! };
         if (rand() < 0.4) scores.format = [0.25, 1.5][Math.floor(rand() * 2)]!;
         const next = row(run, n, status, scores, clock++, ended);
@@ -202,7 +256,10 @@ describe("finished-only rewards and the trends equal a recount", () => {
     const index = env.EPISODE_INDEX.getByName(`run:${run}`);
     const now = Date.now();
     const at = (minutesAgo: number) => now - minutesAgo * 60_000;
-    const rows = [row(run, 0, "finished", { correct: 1 }, 10, at(30)), row(run, 6, "finished", { correct: 1 }, 11, at(20))];
+    const rows = [
+      row(run, 0, "finished", { correct: 1 }, 10, at(30)),
+      row(run, 6, "finished", { correct: 1 }, 11, at(20)),
+    ];
     for (const r of rows) await index.upsert(r);
     let a = await expectExact(run, rows);
     /** A time's place in the window the relay answered (its clock may have passed a minute since `now`). */
@@ -234,7 +291,14 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
     const rows: IndexRow[] = [];
     for (let n = 0; n < 24; n++) {
       const status = STATUSES[Math.floor(rand() * 3)]!;
-      const r = row(run, n, status, { correct: [0, 1][Math.floor(rand() * 2)]! }, 10 + n, status === "live" ? null : Date.now() - n * 60_000);
+      const r = row(
+        run,
+        n,
+        status,
+        { correct: [0, 1][Math.floor(rand() * 2)]! },
+        10 + n,
+        status === "live" ? null : Date.now() - n * 60_000,
+      );
       rows.push(r);
       await index.upsert(r);
     }
@@ -247,7 +311,10 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
       sql.exec("ALTER TABLE groups DROP COLUMN done_minute");
       sql.exec("DROP TABLE reward_minutes");
       sql.exec("DROP TABLE group_minutes");
-      const c = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM state WHERE k = 'counters'").one().v) as Record<string, unknown>;
+      const c = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM state WHERE k = 'counters'").one().v) as Record<
+        string,
+        unknown
+      >;
       delete c.finished_rewards;
       sql.exec("UPDATE state SET v = ? WHERE k = 'counters'", JSON.stringify(c));
       sql.exec("UPDATE schema_version SET version = 4");
@@ -256,7 +323,9 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
     const after = await expectExact(run, rows);
     expect(after.finished_rewards).toEqual(before.finished_rewards);
     expect(after.groups!.trend!.cumulative_share).toEqual(before.groups!.trend!.cumulative_share);
-    const version = await runInDurableObject(env.EPISODE_INDEX.getByName(name), (_i, state) => storedVersion(state.storage.sql));
+    const version = await runInDurableObject(env.EPISODE_INDEX.getByName(name), (_i, state) =>
+      storedVersion(state.storage.sql),
+    );
     expect(version).toBe(latestVersion(INDEX_SCHEMA));
     // and it goes on keeping them: a finish after the upgrade
     const later = row(run, 0, "finished", { correct: 0.5 }, 100, Date.now());

@@ -28,7 +28,15 @@ const NAMES = 50;
 /** One read of run `run`: its view, list, groups, a group, tasks, bulk fetch, usage, share link or socket. */
 async function read(k: number, run: string): Promise<number> {
   const r = encodeURIComponent(run);
-  const paths = [`${r}`, `${r}/episodes?status=live`, `${r}/groups`, `${r}/groups/g`, `${r}/tasks`, `${r}/finished`, `${r}/usage`];
+  const paths = [
+    `${r}`,
+    `${r}/episodes?status=live`,
+    `${r}/groups`,
+    `${r}/groups/g`,
+    `${r}/tasks`,
+    `${r}/finished`,
+    `${r}/usage`,
+  ];
   if (k % 9 === 7) {
     const res = await direct(`${r}/share`, { method: "POST" });
     await res.arrayBuffer();
@@ -73,7 +81,8 @@ describe("reads of runs nobody wrote store nothing", () => {
     const indexes = await listDurableObjectIds(env.EPISODE_INDEX);
     expect(indexes.length).toBe(NAMES); // each name's index answered some read
     for (const id of indexes) expect(await stored(env.EPISODE_INDEX, id)).toEqual({ tables: [], keys: 0 });
-    for (const id of await listDurableObjectIds(env.RUN_DIRECTORY)) expect(await stored(env.RUN_DIRECTORY, id)).toEqual({ tables: [], keys: 0 });
+    for (const id of await listDurableObjectIds(env.RUN_DIRECTORY))
+      expect(await stored(env.RUN_DIRECTORY, id)).toEqual({ tables: [], keys: 0 });
     expect(await listDurableObjectIds(env.EPISODES)).toEqual([]);
     expect(await listDurableObjectIds(env.HUBS)).toEqual([]);
     console.log(

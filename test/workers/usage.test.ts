@@ -89,7 +89,11 @@ describe("usage", () => {
       expect(res.status, await res.clone().text()).toBe(200);
       return (await res.json()) as { index: Usage; directory: Usage };
     };
-    const u = await eventually(read, (x) => x.index.requests >= 1 && x.index.rowsWritten > 0, "the episode's row reaches its index");
+    const u = await eventually(
+      read,
+      (x) => x.index.requests >= 1 && x.index.rowsWritten > 0,
+      "the episode's row reaches its index",
+    );
     expect(u.index.object).toBe("EpisodeIndex");
     expect(u.directory.object).toBe("RunDirectory");
     expect(u.index.sqliteBytes).toBeGreaterThan(0);

@@ -28,7 +28,9 @@ describe("watchers", () => {
       if (snapshot.type !== "snapshot") throw new Error(`expected a snapshot, got ${snapshot.type}`);
       const snapSeq = snapshot.seq;
       expect(snapSeq).toBeLessThanOrEqual(half);
-      expect(late.messages.find((m) => m.type === "caught_up")?.seq, "then the frames after it, up to the head").toBe(half);
+      expect(late.messages.find((m) => m.type === "caught_up")?.seq, "then the frames after it, up to the head").toBe(
+        half,
+      );
       // one that drops after a few frames and resumes with ?after=
       const dropper = await Watcher.open(id);
       await dropper.read((w) => w.caughtUp);
@@ -106,16 +108,22 @@ describe("watchers", () => {
         if (i >= 0) n.entries[i]![1] = null;
       }
     expect(equal(encodeLossless(stripped), encodeLossless(want))).toBe(true);
-    const anyRepair = noRouting.messages.some((x) => x.type === "frames" && x.frames.some(([, d]) => (decodeLossless(d) as LMap).has("routing_repairs")));
+    const anyRepair = noRouting.messages.some(
+      (x) => x.type === "frames" && x.frames.some(([, d]) => (decodeLossless(d) as LMap).has("routing_repairs")),
+    );
     expect(anyRepair).toBe(false);
 
     const firstTrace = (decodeLossless(m.frames[0]!) as LMap).get("trace") as string;
     const filtered = await Watcher.open(id2, `?traces=${firstTrace}`);
     await filtered.read((x) => x.caughtUp);
     await pushFrames(id2, m, 0, m.frames.length, new ProducerCursor("p"));
-    await filtered.read((x) => x.lastSeq > 0 && x.asm.traces.size > 0 && x.seqs.length > 0 && x.box.pending() === 0, 2000).catch(() => undefined);
+    await filtered
+      .read((x) => x.lastSeq > 0 && x.asm.traces.size > 0 && x.seqs.length > 0 && x.box.pending() === 0, 2000)
+      .catch(() => undefined);
     expect([...filtered.asm.traces.keys()]).toEqual([firstTrace]);
-    const everyFrameOfThatTrace = m.frames.filter((f) => (decodeLossless(f) as LMap).get("trace") === firstTrace).length;
+    const everyFrameOfThatTrace = m.frames.filter(
+      (f) => (decodeLossless(f) as LMap).get("trace") === firstTrace,
+    ).length;
     expect(filtered.seqs.length).toBe(everyFrameOfThatTrace);
     for (const w of [noRouting, full, filtered]) w.close();
   });
@@ -128,7 +136,10 @@ describe("watchers", () => {
     for (const f of c.frames) (await post(`${id}/deltas`, f)).body?.cancel();
     expect((await post(`${id}/reply`, c.reply)).status).toBe(409);
     await w.read((x) => x.messages.some((m) => m.type === "status"));
-    expect(w.messages.find((m) => m.type === "status")).toMatchObject({ status: "finish_refused", error: c.finish_error });
+    expect(w.messages.find((m) => m.type === "status")).toMatchObject({
+      status: "finish_refused",
+      error: c.finish_error,
+    });
     const joiner = await Watcher.open(id);
     await joiner.read((x) => x.caughtUp);
     expect(joiner.messages[0]).toMatchObject({ type: "hello", status: "finish_refused" });

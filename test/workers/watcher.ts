@@ -54,7 +54,8 @@ export class Watcher {
         this.lastSeq = m.seq;
       } else if (m.type === "frames") {
         for (const [seq, d] of m.frames) {
-          if (this.lastSeq) expect(seq, "frames arrive in order, without gaps or duplicates").toBeGreaterThan(this.lastSeq);
+          if (this.lastSeq)
+            expect(seq, "frames arrive in order, without gaps or duplicates").toBeGreaterThan(this.lastSeq);
           this.seqs.push(seq);
           if (this.assemble) this.asm.apply(d);
           this.lastSeq = seq;

@@ -7,7 +7,13 @@
 // followed to the end (a short page with a cursor is not the end), or until --limit episodes.
 // The filters are read with the relay's own parser (src/protocol/registry/row-filter.ts), so a bad value is
 // a usage error here, with the relay's rule, before anything is sent.
-import { type EpisodeSort, type IndexEntry, type IndexStatus, listEpisodes, type RowFilter } from "../../clients/typescript/episodes.js";
+import {
+  type EpisodeSort,
+  type IndexEntry,
+  type IndexStatus,
+  listEpisodes,
+  type RowFilter,
+} from "../../clients/typescript/episodes.js";
 import { RelayError } from "../../src/protocol/index.js";
 import { INDEX_STATUSES } from "../../src/protocol/index.js";
 import { parseRowFilter } from "../../src/protocol/index.js";
@@ -76,7 +82,10 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
     },
     allowPositionals: true,
   });
-  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`);
+  if (positionals.length !== 1)
+    throw new UsageError(
+      positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`,
+    );
   if (o.run === undefined) throw new UsageError("--run R is required");
   if (o.truncated && o["not-truncated"]) throw new UsageError("--truncated and --not-truncated exclude each other");
   if (o.errored && o["no-error"]) throw new UsageError("--errored and --no-error exclude each other");
@@ -91,7 +100,8 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
     limit = /^\d{1,9}$/.test(o.limit) ? Number(o.limit) : 0;
     if (limit < 1) throw new UsageError(`--limit: expected a whole number from 1, got ${JSON.stringify(o.limit)}`);
   }
-  for (const name of ["task", "stop", "kind", "env", "step"] as const) if (o[name] === "") throw new UsageError(`--${name} needs a value`);
+  for (const name of ["task", "stop", "kind", "env", "step"] as const)
+    if (o[name] === "") throw new UsageError(`--${name} needs a value`);
   // the flags as the relay's parameters, read by the relay's own parser
   const params = new URLSearchParams();
   if (o.task !== undefined) params.set("task", o.task);
@@ -121,7 +131,14 @@ export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
   const found: IndexEntry[] = [];
   let count = 0;
   let stopped = false;
-  for await (const e of listEpisodes(base, a.run, { token: a.token, status: a.status, filter: a.filter, sort: a.sort, limit: pageSize, hints: CLI_HINTS })) {
+  for await (const e of listEpisodes(base, a.run, {
+    token: a.token,
+    status: a.status,
+    filter: a.filter,
+    sort: a.sort,
+    limit: pageSize,
+    hints: CLI_HINTS,
+  })) {
     if (a.json) process.stdout.write(`${JSON.stringify(e)}\n`);
     else found.push(e);
     if (a.limit !== undefined && ++count >= a.limit) {

@@ -87,7 +87,11 @@ function leaves(parents: ReadonlyArray<number | null>): number[] {
 function pathTo(parents: ReadonlyArray<number | null>, leaf: number): number[] {
   const out: number[] = [];
   const seen = new Set<number>();
-  for (let at: number | null = leaf; at !== null && at >= 0 && at < parents.length && !seen.has(at); at = parents[at] ?? null) {
+  for (
+    let at: number | null = leaf;
+    at !== null && at >= 0 && at < parents.length && !seen.has(at);
+    at = parents[at] ?? null
+  ) {
     seen.add(at);
     out.push(at);
   }
@@ -155,7 +159,12 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     rewards: JSON.stringify(scores(first.rewards)),
     metrics: JSON.stringify(isObj(first.metrics) ? first.metrics : {}),
     final_answer: final,
-    expected_answer: typeof expected === "string" ? expected : expected === undefined || expected === null ? null : JSON.stringify(expected),
+    expected_answer:
+      typeof expected === "string"
+        ? expected
+        : expected === undefined || expected === null
+          ? null
+          : JSON.stringify(expected),
     turns: traces.reduce((n, t) => n + arr(t.calls).length, 0),
     traces: traces.length,
     branches,

@@ -96,13 +96,20 @@ export function parseExportArgs(argv: string[]): ExportArgs {
     },
     allowPositionals: true,
   });
-  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`);
+  if (positionals.length !== 1)
+    throw new UsageError(
+      positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`,
+    );
   if (o.run === undefined) throw new UsageError("--run R is required");
-  if (o.format !== "jsonl" && o.format !== "parquet") throw new UsageError(`--format: expected parquet or jsonl, got ${JSON.stringify(o.format ?? null)}`);
-  if (o.out === undefined || o.out === "") throw new UsageError("--out PATH is required (jsonl: a file; parquet: a directory of parts)");
+  if (o.format !== "jsonl" && o.format !== "parquet")
+    throw new UsageError(`--format: expected parquet or jsonl, got ${JSON.stringify(o.format ?? null)}`);
+  if (o.out === undefined || o.out === "")
+    throw new UsageError("--out PATH is required (jsonl: a file; parquet: a directory of parts)");
   const per = o.per ?? "rollout";
-  if (per !== "rollout" && per !== "branch") throw new UsageError(`--per: expected rollout or branch, got ${JSON.stringify(per)}`);
-  if (o.format === "jsonl" && o.per !== undefined) throw new UsageError("--per goes with --format parquet (jsonl holds the episodes themselves)");
+  if (per !== "rollout" && per !== "branch")
+    throw new UsageError(`--per: expected rollout or branch, got ${JSON.stringify(per)}`);
+  if (o.format === "jsonl" && o.per !== undefined)
+    throw new UsageError("--per goes with --format parquet (jsonl holds the episodes themselves)");
   if (o.q !== undefined && o.q.trim() === "") throw new UsageError("--q needs a query");
   const batch = o.batch === undefined ? 1000 : /^\d{1,7}$/.test(o.batch) ? Number(o.batch) : 0;
   if (batch < 1) throw new UsageError(`--batch: expected a whole number from 1, got ${JSON.stringify(o.batch)}`);
@@ -140,10 +147,23 @@ export function parseExportArgs(argv: string[]): ExportArgs {
     if (!(e instanceof RelayError)) throw e;
     throw new UsageError(`${FLAGS[e.field ?? ""] ?? e.field}: ${e.message}`);
   }
-  return { url: positionals[0]!, run: o.run, format: o.format, out: o.out, per, q: o.q ?? null, filter, batch, token: o.token };
+  return {
+    url: positionals[0]!,
+    run: o.run,
+    format: o.format,
+    out: o.out,
+    per,
+    q: o.q ?? null,
+    filter,
+    batch,
+    token: o.token,
+  };
 }
 
-/** One exported episode: its export line (ending in "\n"), the position after it, its row and the parsed episode (parquet only). */
+/**
+ * One exported episode: its export line (ending in "\n"), the position after it, its row and the parsed episode
+ * (parquet only).
+ */
 interface Line {
   line: Uint8Array;
   cursor: string;
@@ -166,8 +186,11 @@ async function* lines(base: string, a: ExportArgs, cursor: string | null, parse:
   for (;;) {
     const url = new URL(target);
     if (at) url.searchParams.set("cursor", at);
-    const res = await relayFetch(url, { headers: { accept: "application/x-ndjson", ...bearer(url, { token: a.token }) } });
-    if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `run ${JSON.stringify(a.run)}`, base, CLI_HINTS);
+    const res = await relayFetch(url, {
+      headers: { accept: "application/x-ndjson", ...bearer(url, { token: a.token }) },
+    });
+    if (res.status >= 400 && res.status < 500)
+      throw await refusalOf(res, `run ${JSON.stringify(a.run)}`, base, CLI_HINTS);
     if (!res.ok || !res.body) throw new Error(`GET run ${a.run} finished episodes: ${res.status} ${await res.text()}`);
     let more: string | null = null;
     for await (const raw of splitLines(res.body)) {
@@ -185,7 +208,10 @@ async function* lines(base: string, a: ExportArgs, cursor: string | null, parse:
       if (!parse) {
         yield { line: raw, cursor: position, row: {}, episode: null };
       } else {
-        const v = JSON.parse(new TextDecoder().decode(raw)) as { row: Record<string, unknown>; episode: Record<string, unknown> };
+        const v = JSON.parse(new TextDecoder().decode(raw)) as {
+          row: Record<string, unknown>;
+          episode: Record<string, unknown>;
+        };
         yield { line: raw, cursor: position, row: v.row, episode: v.episode };
       }
       at = position;
@@ -239,7 +265,8 @@ async function* searchLines(base: string, a: ExportArgs, cursor: string | null, 
   let [page, skip] = searchPosition(cursor);
   const get = async (url: URL) => {
     const res = await relayFetch(url, { headers: { accept: "application/json", ...bearer(url, { token: a.token }) } });
-    if (res.status >= 400 && res.status < 500) throw await refusalOf(res, `run ${JSON.stringify(a.run)}`, base, CLI_HINTS);
+    if (res.status >= 400 && res.status < 500)
+      throw await refusalOf(res, `run ${JSON.stringify(a.run)}`, base, CLI_HINTS);
     if (!res.ok) throw new Error(`GET ${url.pathname}: ${res.status} ${await res.text()}`);
     return new Uint8Array(await res.arrayBuffer());
   };
@@ -259,9 +286,16 @@ async function* searchLines(base: string, a: ExportArgs, cursor: string | null, 
       const hit = answer.episodes[i]!;
       const view = await get(new URL(`${base}/v1/episodes/${encodeURIComponent(hit.id)}`));
       const position = JSON.stringify([page, i + 1]);
-      const head = new TextEncoder().encode(`{"id":${JSON.stringify(hit.id)},"cursor":${JSON.stringify(position)},"row":${JSON.stringify(hit.row)},"episode":`);
+      const head = new TextEncoder().encode(
+        `{"id":${JSON.stringify(hit.id)},"cursor":${JSON.stringify(position)},"row":${JSON.stringify(hit.row)},"episode":`,
+      );
       const line = concatBytes([head, view, new TextEncoder().encode("}\n")], head.length + view.length + 2);
-      yield { line, cursor: position, row: hit.row, episode: parse ? (JSON.parse(new TextDecoder().decode(view)) as Record<string, unknown>) : null };
+      yield {
+        line,
+        cursor: position,
+        row: hit.row,
+        episode: parse ? (JSON.parse(new TextDecoder().decode(view)) as Record<string, unknown>) : null,
+      };
     }
     if (!answer.cursor) return;
     [page, skip] = [answer.cursor, 0];
@@ -341,7 +375,9 @@ export async function runExport(a: ExportArgs): Promise<number> {
         n++;
       }
     } catch (e) {
-      console.log(`${n} episode(s) of run ${a.run} written to ${a.out} before the error; run the command again to resume`);
+      console.log(
+        `${n} episode(s) of run ${a.run} written to ${a.out} before the error; run the command again to resume`,
+      );
       throw e;
     } finally {
       closeSync(fd);
@@ -356,7 +392,9 @@ export async function runExport(a: ExportArgs): Promise<number> {
   if (existsSync(statePath)) {
     const old = JSON.parse(readFileSync(statePath, "utf8")) as State;
     if (JSON.stringify(old.selection) !== JSON.stringify(selection))
-      throw new Error(`${a.out} holds an export of another selection (${JSON.stringify(old.selection)}); not resuming into it`);
+      throw new Error(
+        `${a.out} holds an export of another selection (${JSON.stringify(old.selection)}); not resuming into it`,
+      );
     state = old;
   }
   for (const name of readdirSync(a.out)) {
@@ -389,7 +427,9 @@ export async function runExport(a: ExportArgs): Promise<number> {
     }
     if (rollouts > 0) flush();
   } catch (e) {
-    console.log(`${written} rollout(s) of run ${a.run} written to ${a.out} before the error; run the command again to resume`);
+    console.log(
+      `${written} rollout(s) of run ${a.run} written to ${a.out} before the error; run the command again to resume`,
+    );
     throw e;
   }
   if (state.parts === 0) {
@@ -398,7 +438,9 @@ export async function runExport(a: ExportArgs): Promise<number> {
     state = { ...state, parts: 1 };
     writeFileSync(statePath, JSON.stringify(state));
   }
-  console.log(`${written} rollout(s) of run ${a.run} written to ${a.out} (${state.parts} part(s), ${state.rollouts} rollout(s) in all)`);
+  console.log(
+    `${written} rollout(s) of run ${a.run} written to ${a.out} (${state.parts} part(s), ${state.rollouts} rollout(s) in all)`,
+  );
   return 0;
 }
 

@@ -37,7 +37,11 @@ function writeAtomic(path: string, bytes: Uint8Array | string): void {
  * each written atomically and followed by the cursor, so an interrupted call loses nothing and the
  * next one continues after the last episode written. Prints how many it wrote.
  */
-export async function getRun(base: string, run: string, opts: { out: string; json?: boolean; token?: string }): Promise<number> {
+export async function getRun(
+  base: string,
+  run: string,
+  opts: { out: string; json?: boolean; token?: string },
+): Promise<number> {
   mkdirSync(opts.out, { recursive: true });
   const cursorPath = join(opts.out, CURSOR_FILE);
   const cursor = existsSync(cursorPath) ? readFileSync(cursorPath, "utf8").trim() || undefined : undefined;
@@ -45,13 +49,19 @@ export async function getRun(base: string, run: string, opts: { out: string; jso
   try {
     for await (const e of fetchRun(base, run, { token: opts.token, cursor, json: opts.json, hints: CLI_HINTS })) {
       // the id names a file: it must be an episode id (no `/`; the extension keeps it from being `.` or `..`)
-      if (!EPISODE_ID.test(e.id)) throw new Error(`the relay sent an element whose id is not an episode id: ${JSON.stringify(e.id)}`);
-      writeAtomic(join(opts.out, `${e.id}.${opts.json ? "json" : "msgpack"}`), opts.json ? jsonBytes(e.episode) : (e.episode as Uint8Array));
+      if (!EPISODE_ID.test(e.id))
+        throw new Error(`the relay sent an element whose id is not an episode id: ${JSON.stringify(e.id)}`);
+      writeAtomic(
+        join(opts.out, `${e.id}.${opts.json ? "json" : "msgpack"}`),
+        opts.json ? jsonBytes(e.episode) : (e.episode as Uint8Array),
+      );
       writeAtomic(cursorPath, `${e.cursor}\n`);
       written++;
     }
   } catch (e) {
-    console.log(`${written} episode(s) of run ${run} written to ${opts.out} before the error; run the command again to resume`);
+    console.log(
+      `${written} episode(s) of run ${run} written to ${opts.out} before the error; run the command again to resume`,
+    );
     throw e;
   }
   console.log(`${written} episode(s) of run ${run} written to ${opts.out}`);

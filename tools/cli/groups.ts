@@ -3,13 +3,24 @@
 // rewards do not vary (no learning signal), and a table: id, task, size, finished, per reward key
 // mean±std. `episode-relay groups --run R --group G URL [--json] [--token T]`: the group's
 // rollouts, best reward first, with their advantage per reward key.
-import { fetchGroup, fetchGroupsPage, type GroupDetail, type GroupSort, type GroupsPage, type RewardStats } from "../../clients/typescript/groups.js";
+import {
+  fetchGroup,
+  fetchGroupsPage,
+  type GroupDetail,
+  type GroupSort,
+  type GroupsPage,
+  type RewardStats,
+} from "../../clients/typescript/groups.js";
 import { CLI_HINTS } from "./hints.js";
 
 export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
 
 /** Every group of the run with the first page's numbers (the pages followed to the end). */
-async function allGroups(base: string, run: string, opts: { token?: string; sort?: GroupSort }): Promise<Omit<GroupsPage, "cursor">> {
+async function allGroups(
+  base: string,
+  run: string,
+  opts: { token?: string; sort?: GroupSort },
+): Promise<Omit<GroupsPage, "cursor">> {
   const first = await fetchGroupsPage(base, run, { token: opts.token, sort: opts.sort, hints: CLI_HINTS });
   const groups = [...first.groups];
   let cursor = first.cursor;
@@ -23,7 +34,11 @@ async function allGroups(base: string, run: string, opts: { token?: string; sort
   return { ...numbers, groups };
 }
 
-export async function groups(base: string, run: string, opts: { token?: string; sort?: GroupSort; json?: boolean }): Promise<number> {
+export async function groups(
+  base: string,
+  run: string,
+  opts: { token?: string; sort?: GroupSort; json?: boolean },
+): Promise<number> {
   const page = await allGroups(base, run, opts);
   if (opts.json) {
     process.stdout.write(`${JSON.stringify(page, null, 2)}\n`);
@@ -34,13 +49,24 @@ export async function groups(base: string, run: string, opts: { token?: string; 
   if (page.groups.length === 0) return 0;
   const keys = rewardKeys(page.groups.map((g) => g.rewards));
   const head = ["id", "task", "size", "finished", ...keys.map((k) => `${k} mean±std`)];
-  const rows = page.groups.map((g) => [g.id, clip(g.task ?? "-", 24), String(g.size), String(g.finished), ...keys.map((k) => meanStd(g.rewards[k]))]);
+  const rows = page.groups.map((g) => [
+    g.id,
+    clip(g.task ?? "-", 24),
+    String(g.size),
+    String(g.finished),
+    ...keys.map((k) => meanStd(g.rewards[k])),
+  ]);
   console.log("");
   for (const line of table(head, rows, new Set([2, 3]))) console.log(line);
   return 0;
 }
 
-export async function group(base: string, run: string, id: string, opts: { token?: string; json?: boolean }): Promise<number> {
+export async function group(
+  base: string,
+  run: string,
+  id: string,
+  opts: { token?: string; json?: boolean },
+): Promise<number> {
   const g = await fetchGroup(base, run, id, { token: opts.token, hints: CLI_HINTS });
   if (opts.json) {
     process.stdout.write(`${JSON.stringify(g, null, 2)}\n`);
@@ -53,28 +79,47 @@ export async function group(base: string, run: string, id: string, opts: { token
 /** The group's header lines, then one row per rollout. */
 function groupLines(run: string, g: GroupDetail): string[] {
   const out = [`group ${g.id} of run ${run}: task ${g.task ?? "-"}`];
-  out.push(`${g.size} rollout(s): ${g.finished} finished, ${g.failed} failed, ${g.live} live; spread ${g.spread === null ? "-" : num(g.spread)}`);
+  out.push(
+    `${g.size} rollout(s): ${g.finished} finished, ${g.failed} failed, ${g.live} live; spread ${g.spread === null ? "-" : num(g.spread)}`,
+  );
   const keys = rewardKeys([g.rewards, ...g.rollouts.map((r) => r.advantage)]);
   for (const k of keys) {
     const s = g.rewards[k];
     out.push(`  ${k}: ${s ? `mean ${num(s.mean)} ± ${num(s.std)}, min ${num(s.min)}, max ${num(s.max)}` : "-"}`);
   }
   if (g.rollouts.length === 0) return out;
-  const head = ["id", "status", "reward", ...keys.flatMap((k) => [k, `${k} adv (norm)`]), "calls", "tokens", "stop", "error"];
+  const head = [
+    "id",
+    "status",
+    "reward",
+    ...keys.flatMap((k) => [k, `${k} adv (norm)`]),
+    "calls",
+    "tokens",
+    "stop",
+    "error",
+  ];
   const rows = g.rollouts.map((r) => [
     r.id,
     r.status,
     r.reward === null ? "-" : num(r.reward),
     ...keys.flatMap((k) => {
       const a = r.advantage[k];
-      return [scoreOf(r.rewards, k), a ? `${signed(a.raw)} (${a.normalized === null ? "-" : signed(a.normalized, 2)})` : "-"];
+      return [
+        scoreOf(r.rewards, k),
+        a ? `${signed(a.raw)} (${a.normalized === null ? "-" : signed(a.normalized, 2)})` : "-",
+      ];
     }),
     String(r.calls),
     String(r.tokens),
     `${r.stop_condition ?? "-"}${r.truncated ? " (truncated)" : ""}`,
     r.error === null ? "" : clip(r.error, 40),
   ]);
-  const right = new Set<number>([2, ...keys.flatMap((_, i) => [3 + 2 * i, 4 + 2 * i]), 3 + 2 * keys.length, 4 + 2 * keys.length]);
+  const right = new Set<number>([
+    2,
+    ...keys.flatMap((_, i) => [3 + 2 * i, 4 + 2 * i]),
+    3 + 2 * keys.length,
+    4 + 2 * keys.length,
+  ]);
   out.push("");
   out.push(...table(head, rows, right));
   return out;

@@ -67,7 +67,8 @@ function options(argv: string[]) {
   // `-o=FILE` means FILE, as `--output=FILE` does (parseArgs reads a short option's `=FILE` as its value)
   let output: string | undefined;
   for (const t of tokens) {
-    if (t.kind === "option" && t.name === "output") output = t.rawName === "-o" && t.inlineValue && t.value.startsWith("=") ? t.value.slice(1) : t.value;
+    if (t.kind === "option" && t.name === "output")
+      output = t.rawName === "-o" && t.inlineValue && t.value.startsWith("=") ? t.value.slice(1) : t.value;
   }
   return { ...values, output, positional: positionals };
 }
@@ -91,7 +92,9 @@ async function main(argv: string[]): Promise<number> {
   if (command === "episodes") return await episodesMain(rest);
   if (command === "export") return await exportMain(rest);
   if (command !== "tail" && command !== "push" && command !== "get" && command !== "groups") {
-    console.error(`${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`);
+    console.error(
+      `${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`,
+    );
     return 2;
   }
   let o: ReturnType<typeof options>;
@@ -107,8 +110,13 @@ async function main(argv: string[]): Promise<number> {
     switch (command) {
       case "tail":
         if (positional.length !== 1) break;
-        if (o.wait !== undefined && !/^[0-9]+(\.[0-9]+)?$/.test(o.wait)) return usage(command, `--wait: expected seconds, got ${JSON.stringify(o.wait)}`);
-        return await tail(parseTarget(positional[0]!), { token, routing: o.routing, ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }) });
+        if (o.wait !== undefined && !/^[0-9]+(\.[0-9]+)?$/.test(o.wait))
+          return usage(command, `--wait: expected seconds, got ${JSON.stringify(o.wait)}`);
+        return await tail(parseTarget(positional[0]!), {
+          token,
+          routing: o.routing,
+          ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }),
+        });
       case "push":
         if (positional.length !== 2) break;
         return await push(positional[0]!, parseTarget(positional[1]!), { token, fast: o.fast, dispatch: o.dispatch });
@@ -124,7 +132,8 @@ async function main(argv: string[]): Promise<number> {
         if (positional.length !== 1) break;
         if (o.run === undefined) return usage(command, "--run R is required");
         if (o.group !== undefined) {
-          if (o.sort !== undefined) return usage(command, "--sort lists the run's groups; with --group G the rollouts come best reward first");
+          if (o.sort !== undefined)
+            return usage(command, "--sort lists the run's groups; with --group G the rollouts come best reward first");
           return await group(parseBase(positional[0]!), o.run, o.group, { token, json: o.json });
         }
         const sort = o.sort as (typeof GROUP_SORTS)[number] | undefined;

@@ -31,7 +31,8 @@ export function loadRecording(path: string): Recording {
       if (!l.trim()) continue;
       const o = JSON.parse(l) as { t?: number; delta?: string; reply?: string; ack_lost?: boolean };
       const t = Number(o.t ?? 0);
-      if (o.delta) frames.push({ t, delta: new Uint8Array(Buffer.from(o.delta, "base64")), ackLost: o.ack_lost === true });
+      if (o.delta)
+        frames.push({ t, delta: new Uint8Array(Buffer.from(o.delta, "base64")), ackLost: o.ack_lost === true });
       else if (o.reply) reply = { t, bytes: new Uint8Array(Buffer.from(o.reply, "base64")) };
       else throw new Error(`${path}:${n + 1}: expected "delta" or "reply"`);
     }
@@ -39,17 +40,26 @@ export function loadRecording(path: string): Recording {
   }
   const c = parseCase(raw, path);
   const lost = new Set(c.ack_lost);
-  return { frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta, ackLost: lost.has(i) })), reply: { t: c.frames.length * 0.25, bytes: c.reply } };
+  return {
+    frames: c.frames.map((delta, i) => ({ t: i * 0.25, delta, ackLost: lost.has(i) })),
+    reply: { t: c.frames.length * 0.25, bytes: c.reply },
+  };
 }
 
-export async function push(file: string, t: Target, opts: { fast?: boolean; token?: string; dispatch?: string; err?: NodeJS.WriteStream }): Promise<number> {
+export async function push(
+  file: string,
+  t: Target,
+  opts: { fast?: boolean; token?: string; dispatch?: string; err?: NodeJS.WriteStream },
+): Promise<number> {
   const err = opts.err ?? process.stderr;
   let dispatch: Uint8Array | undefined;
   if (opts.dispatch !== undefined) {
     try {
       dispatch = dispatchFromJson(JSON.parse(opts.dispatch));
     } catch (e) {
-      throw new Error(`--dispatch: ${e instanceof SyntaxError ? "not JSON" : (e as Error).message} (expected an object such as {"kind":"train","step":3})`);
+      throw new Error(
+        `--dispatch: ${e instanceof SyntaxError ? "not JSON" : (e as Error).message} (expected an object such as {"kind":"train","step":3})`,
+      );
     }
   }
   const rec = loadRecording(file);
@@ -73,7 +83,10 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
     await wait(f.t);
     const res = await relayFetch(`${url}/deltas`, {
       method: "POST",
-      body: encodeEnvelope({ ...producer.envelope(f.delta), ...(dispatch && producer.cursor === 0 ? { dispatch } : {}) }),
+      body: encodeEnvelope({
+        ...producer.envelope(f.delta),
+        ...(dispatch && producer.cursor === 0 ? { dispatch } : {}),
+      }),
       headers: { "content-type": "application/msgpack", ...auth },
     });
     if (res.status !== 200) {
@@ -92,7 +105,11 @@ export async function push(file: string, t: Target, opts: { fast?: boolean; toke
   err.write("\n");
   if (rec.reply) {
     await wait(rec.reply.t);
-    const res = await relayFetch(`${url}/reply`, { method: "POST", body: rec.reply.bytes, headers: { "content-type": "application/msgpack", ...auth } });
+    const res = await relayFetch(`${url}/reply`, {
+      method: "POST",
+      body: rec.reply.bytes,
+      headers: { "content-type": "application/msgpack", ...auth },
+    });
     const body = await res.text();
     err.write(`reply: ${res.status} ${body}\n`);
     if (res.status !== 200) return 1;

@@ -76,13 +76,15 @@ export function renderDelta(ctx: RenderContext, seq: number, delta: Uint8Array):
   if (d.get("discard") === true) return [`${tag} ✕ trace discarded`];
   if (d.has("open")) {
     const set = d.get("set");
-    const agent = set instanceof LMap && set.get("agent") instanceof LMap ? text((set.get("agent") as LMap).get("name")) : "";
+    const agent =
+      set instanceof LMap && set.get("agent") instanceof LMap ? text((set.get("agent") as LMap).get("name")) : "";
     lines.push(`${tag} ▶ trace ${trace.slice(0, 8)} opened${agent ? ` (agent ${agent})` : ""}`);
   }
   const links = d.get("links");
   if (links instanceof LMap && links.entries.length) lines.push(`${tag} ⇢ links on node(s) ${links.keys().join(", ")}`);
   const repairs = d.get("routing_repairs");
-  if (repairs instanceof LMap && repairs.entries.length) lines.push(`${tag} ⟲ routing row repaired on node(s) ${repairs.keys().join(", ")}`);
+  if (repairs instanceof LMap && repairs.entries.length)
+    lines.push(`${tag} ⟲ routing row repaired on node(s) ${repairs.keys().join(", ")}`);
   const nodes = d.get("nodes");
   if (Array.isArray(nodes)) {
     for (const n of nodes) {
@@ -98,11 +100,13 @@ export function renderDelta(ctx: RenderContext, seq: number, delta: Uint8Array):
   const set = d.get("set");
   if (set instanceof LMap) {
     const rewards = set.get("rewards");
-    if (rewards instanceof LMap && rewards.entries.length) lines.push(clip(`${tag} ★ rewards ${short(rewards)}`, ctx.width));
+    if (rewards instanceof LMap && rewards.entries.length)
+      lines.push(clip(`${tag} ★ rewards ${short(rewards)}`, ctx.width));
     const stop = set.get("stop_condition");
     if (typeof stop === "string") lines.push(`${tag} ■ stop: ${stop}`);
     const metrics = set.get("metrics");
-    if (metrics instanceof LMap && metrics.entries.length) lines.push(clip(`${tag} metrics ${short(metrics)}`, ctx.width));
+    if (metrics instanceof LMap && metrics.entries.length)
+      lines.push(clip(`${tag} metrics ${short(metrics)}`, ctx.width));
   }
   const pending = d.get("pending");
   if (Array.isArray(pending)) {

@@ -5,7 +5,10 @@ import { CLI_HINTS } from "./hints.js";
 import { newContext, renderDelta } from "./render.js";
 import type { Target } from "./target.js";
 
-export async function tail(t: Target, opts: { token?: string; routing?: boolean; giveUpMs?: number; out?: NodeJS.WriteStream }): Promise<number> {
+export async function tail(
+  t: Target,
+  opts: { token?: string; routing?: boolean; giveUpMs?: number; out?: NodeJS.WriteStream },
+): Promise<number> {
   const out = opts.out ?? process.stdout;
   const tty = Boolean(out.isTTY);
   const ctx = newContext(tty ? out.columns || 100 : 120);
@@ -47,11 +50,18 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
         for (const l of renderDelta(ctx, e.seq, e.delta)) line(l);
         break;
       case "reconnecting":
-        if (w.state === "connecting") line(`… cannot connect yet (${e.code}${e.reason ? ` ${e.reason}` : ""}); retrying in ${Math.round(e.delayMs)} ms`);
-        else line(`… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming after seq ${w.seq} in ${Math.round(e.delayMs)} ms`);
+        if (w.state === "connecting")
+          line(
+            `… cannot connect yet (${e.code}${e.reason ? ` ${e.reason}` : ""}); retrying in ${Math.round(e.delayMs)} ms`,
+          );
+        else
+          line(
+            `… connection lost (${e.code}${e.reason ? ` ${e.reason}` : ""}); resuming after seq ${w.seq} in ${Math.round(e.delayMs)} ms`,
+          );
         break;
       case "status":
-        if (e.status === "finish_refused") line(`⚠ finish refused (the run stays open for a corrected reply): ${e.error}`);
+        if (e.status === "finish_refused")
+          line(`⚠ finish refused (the run stays open for a corrected reply): ${e.error}`);
         break;
       case "error":
         line(`! ${e.error.message}`);
@@ -64,7 +74,9 @@ export async function tail(t: Target, opts: { token?: string; routing?: boolean;
   if (tty) out.write("\r\x1b[2K");
   if (w.state === "finished" && w.episode) {
     // without --routing the watch carries no routing bytes: say so, it is not the reference episode
-    const size = opts.routing ? `episode ${w.episode.length} bytes` : `episode ${w.episode.length} bytes without routing (--routing for the full episode)`;
+    const size = opts.routing
+      ? `episode ${w.episode.length} bytes`
+      : `episode ${w.episode.length} bytes without routing (--routing for the full episode)`;
     out.write(`■ finished: ${summary()}; ${size}\n`);
     return 0;
   }

@@ -18,7 +18,8 @@ export function parseTarget(arg: string): Target {
     );
   }
   const parts = u.pathname.split("/").filter(Boolean);
-  if (parts.length === 0) throw new Error(`${JSON.stringify(arg)} names no episode: expected URL/ID, e.g. http://127.0.0.1:8787/my-episode`);
+  if (parts.length === 0)
+    throw new Error(`${JSON.stringify(arg)} names no episode: expected URL/ID, e.g. http://127.0.0.1:8787/my-episode`);
   let id: string;
   try {
     id = decodeURIComponent(parts.at(-1)!);

@@ -9,7 +9,10 @@ export { UsageError };
 
 export type IngestMode = "http" | "ws";
 
-/** Where a trainer's dispatch identity rides (tools/conformance/local.ts `WithDispatch`): none, every envelope, or the opening frames' own key. */
+/**
+ * Where a trainer's dispatch identity rides (tools/conformance/local.ts `WithDispatch`): none, every envelope, or the
+ * opening frames' own key.
+ */
 export type DispatchMode = "none" | "envelope" | "delta";
 
 /** What relay mode needs; handed to `runCaseOnRelay` (tools/conformance/relay.ts) as is. */
@@ -75,7 +78,8 @@ export function parseArgs(argv: readonly string[]): CliOptions {
     tokens: true,
   });
   for (const name of VALUE_OPTIONS) {
-    if (tokens.filter((t) => t.kind === "option" && t.name === name).length > 1) throw new UsageError(`--${name} given twice`);
+    if (tokens.filter((t) => t.kind === "option" && t.name === name).length > 1)
+      throw new UsageError(`--${name} given twice`);
   }
   const help = values.help ?? false;
   const paths = positionals;
@@ -100,17 +104,26 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   } catch {
     throw new UsageError(`--relay: not a URL: ${JSON.stringify(relay)}`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--relay: expected an http(s) URL, got ${JSON.stringify(relay)}`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new UsageError(`--relay: expected an http(s) URL, got ${JSON.stringify(relay)}`);
   const ingest = values.ingest ?? "http";
-  if (ingest !== "http" && ingest !== "ws") throw new UsageError(`--ingest: expected http or ws, got ${JSON.stringify(ingest)}`);
+  if (ingest !== "http" && ingest !== "ws")
+    throw new UsageError(`--ingest: expected http or ws, got ${JSON.stringify(ingest)}`);
   const watchersText = values.watchers ?? "0";
-  if (!/^(0|[1-9][0-9]{0,3})$/.test(watchersText)) throw new UsageError(`--watchers: expected a whole number 0..9999, got ${JSON.stringify(watchersText)}`);
+  if (!/^(0|[1-9][0-9]{0,3})$/.test(watchersText))
+    throw new UsageError(`--watchers: expected a whole number 0..9999, got ${JSON.stringify(watchersText)}`);
   const token = values.token;
   if (token !== undefined && token === "") throw new UsageError("--token: empty");
   return {
     help,
     paths,
     dispatch,
-    relay: { relay: relay.replace(/\/+$/, ""), ingest, watchers: Number(watchersText), dispatch, ...(token !== undefined ? { token } : {}) },
+    relay: {
+      relay: relay.replace(/\/+$/, ""),
+      ingest,
+      watchers: Number(watchersText),
+      dispatch,
+      ...(token !== undefined ? { token } : {}),
+    },
   };
 }

@@ -4,7 +4,10 @@ import { decodeLossless, firstDifference } from "../../src/protocol/index.js";
 export function compareBytes(expected: Uint8Array, got: Uint8Array, where: string): string | undefined {
   if (
     expected.length === got.length &&
-    Buffer.compare(Buffer.from(expected.buffer, expected.byteOffset, expected.length), Buffer.from(got.buffer, got.byteOffset, got.length)) === 0
+    Buffer.compare(
+      Buffer.from(expected.buffer, expected.byteOffset, expected.length),
+      Buffer.from(got.buffer, got.byteOffset, got.length),
+    ) === 0
   ) {
     return undefined;
   }

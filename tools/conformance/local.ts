@@ -60,9 +60,11 @@ export function runCaseLocally(c: GoldenCase, dispatch?: WithDispatch): string |
     }
   }
   if (k !== c.checkpoints.length) return `checkpoints: ${c.checkpoints.length - k} never reached`;
-  if (dispatch && !(episode.dispatch && sameDispatch(episode.dispatch, dispatch.identity))) return "dispatch: the identity did not arrive";
+  if (dispatch && !(episode.dispatch && sameDispatch(episode.dispatch, dispatch.identity)))
+    return "dispatch: the identity did not arrive";
   // the frames kept (and fanned out) are the upstream ones: the identity taken off
-  for (const f of episode.frames) if (parseDelta(f.delta, true).dispatch !== undefined) return `frame ${f.seq}: still carries its dispatch key`;
+  for (const f of episode.frames)
+    if (parseDelta(f.delta, true).dispatch !== undefined) return `frame ${f.seq}: still carries its dispatch key`;
   return checkFinish(c, () => asm.finishReply(c.reply));
 }
 
@@ -72,7 +74,9 @@ export function checkFinish(c: GoldenCase, finish: () => Uint8Array): string | u
     episode = finish();
   } catch (e) {
     if (e instanceof FinishError && c.finish_error !== null) {
-      return e.message === c.finish_error ? undefined : `finish_error: expected ${JSON.stringify(c.finish_error)} got ${JSON.stringify(e.message)}`;
+      return e.message === c.finish_error
+        ? undefined
+        : `finish_error: expected ${JSON.stringify(c.finish_error)} got ${JSON.stringify(e.message)}`;
     }
     return `episode: finish failed: ${(e as Error).message}`;
   }

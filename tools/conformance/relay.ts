@@ -44,7 +44,8 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
   const roles = Array.from({ length: opts.watchers }, (_, i) => i % 3);
   for (const role of roles) if (role !== 1) watch(role === 2);
   const send = opts.ingest === "ws" ? await socketSender(opts, id) : httpSender(base, auth);
-  const dispatch: WithDispatch | undefined = opts.dispatch && opts.dispatch !== "none" ? { identity: CONFORMANCE_DISPATCH, via: opts.dispatch } : undefined;
+  const dispatch: WithDispatch | undefined =
+    opts.dispatch && opts.dispatch !== "none" ? { identity: CONFORMANCE_DISPATCH, via: opts.dispatch } : undefined;
   try {
     const producer = new ProducerCursor("conformance");
     const lost = new Set(c.ack_lost);
@@ -55,16 +56,24 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
         for (const w of watchers) if ((w as EpisodeWatch & { dropMidway?: boolean }).dropMidway) w.reconnectNow();
       }
       const env = producer.envelope(frameWithDispatch(c.frames[i]!, dispatch));
-      const err = await send(encodeEnvelope(dispatch?.via === "envelope" ? { ...env, dispatch: dispatch.identity } : env));
+      const err = await send(
+        encodeEnvelope(dispatch?.via === "envelope" ? { ...env, dispatch: dispatch.identity } : env),
+      );
       if (err) return `frames[${i}]: relay refused: ${err}`;
       if (!lost.has(i)) producer.acknowledge(); // a lost ack: the cursor stays, the relay retracts it later
     }
-    const res = await fetch(`${base}/reply`, { method: "POST", body: c.reply, headers: { "content-type": "application/msgpack", ...auth } });
+    const res = await fetch(`${base}/reply`, {
+      method: "POST",
+      body: c.reply,
+      headers: { "content-type": "application/msgpack", ...auth },
+    });
     const text = await res.text();
     if (c.finish_error !== null) {
-      if (res.status !== 409) return `finish_error: expected 409 with ${JSON.stringify(c.finish_error)}, got ${res.status} ${text.slice(0, 200)}`;
+      if (res.status !== 409)
+        return `finish_error: expected 409 with ${JSON.stringify(c.finish_error)}, got ${res.status} ${text.slice(0, 200)}`;
       const message = (JSON.parse(text) as { message?: string }).message;
-      if (message !== c.finish_error) return `finish_error: expected ${JSON.stringify(c.finish_error)} got ${JSON.stringify(message)}`;
+      if (message !== c.finish_error)
+        return `finish_error: expected ${JSON.stringify(c.finish_error)} got ${JSON.stringify(message)}`;
       // the run stays live: every watcher must hold the last checkpoint's traces
       const last = c.checkpoints.at(-1);
       for (const [i, w] of watchers.entries()) {
@@ -79,7 +88,8 @@ export async function runCaseOnRelay(c: GoldenCase, opts: RelayOptions): Promise
     if (res.status !== 200) return `reply: ${res.status} ${text.slice(0, 300)}`;
     if (dispatch) {
       const st = (await (await fetch(`${base}/status`, { headers: auth })).json()) as { dispatch?: unknown };
-      if (JSON.stringify(st.dispatch) !== JSON.stringify(dispatchJson(dispatch.identity))) return `dispatch: the relay holds ${JSON.stringify(st.dispatch)}`;
+      if (JSON.stringify(st.dispatch) !== JSON.stringify(dispatchJson(dispatch.identity)))
+        return `dispatch: the relay holds ${JSON.stringify(st.dispatch)}`;
     }
     const got = await fetch(base, { headers: { accept: "application/msgpack", ...auth } });
     if (got.status !== 200) return `GET episode: ${got.status} ${(await got.text()).slice(0, 300)}`;
@@ -107,7 +117,11 @@ type Sender = ((body: Uint8Array) => Promise<string | null>) & { close?: () => P
 
 function httpSender(base: string, auth: Record<string, string>): Sender {
   return async (body) => {
-    const res = await fetch(`${base}/deltas`, { method: "POST", body, headers: { "content-type": "application/msgpack", ...auth } });
+    const res = await fetch(`${base}/deltas`, {
+      method: "POST",
+      body,
+      headers: { "content-type": "application/msgpack", ...auth },
+    });
     const text = await res.text();
     return res.status === 200 ? null : `${res.status} ${text.slice(0, 300)}`;
   };
@@ -130,7 +144,8 @@ async function socketSender(opts: RelayOptions, id: string): Promise<Sender> {
     if (!isBinary) waiting.shift()?.(data.toString());
   });
   ws.on("close", (code, reason) => {
-    for (const w of waiting.splice(0)) w(JSON.stringify({ ok: false, message: `socket closed ${code} ${reason.toString()}` }));
+    for (const w of waiting.splice(0))
+      w(JSON.stringify({ ok: false, message: `socket closed ${code} ${reason.toString()}` }));
   });
   const send: Sender = (body) =>
     new Promise((resolve) => {

@@ -45,7 +45,9 @@ export class AnnotationsSource {
     try {
       const headers: Record<string, string> = { accept: "application/json", ...authHeaders() };
       if (this.etag) headers["if-none-match"] = this.etag;
-      const res = await fetch(new URL(`/v1/episodes/${encodeURIComponent(this.id)}/annotations`, relayUrl), { headers });
+      const res = await fetch(new URL(`/v1/episodes/${encodeURIComponent(this.id)}/annotations`, relayUrl), {
+        headers,
+      });
       if (res.status !== 200) return; // 304: unchanged; a refusal or an error: the next check tries again
       this.etag = res.headers.get("etag");
       const a = (await res.json()) as AnnotationsJson;

@@ -34,9 +34,21 @@ export function taskCard(task: Json | undefined): HTMLElement | null {
       typeof task.type === "string" ? h("span.chip.task", null, task.type) : null,
       typeof task.key === "string" ? h("code.task-key", { title: "task key" }, task.key) : null,
     ),
-    promptKey ? h("div.task-field", { "data-field": "prompt" }, h("div.task-label", null, promptKey), promptView(data[promptKey]!)) : null,
+    promptKey
+      ? h(
+          "div.task-field",
+          { "data-field": "prompt" },
+          h("div.task-label", null, promptKey),
+          promptView(data[promptKey]!),
+        )
+      : null,
     answerKey
-      ? h("div.task-field", { "data-field": "answer" }, h("div.task-label", null, `expected ${answerKey}`), h("div.task-answer", null, text(data[answerKey]!)))
+      ? h(
+          "div.task-field",
+          { "data-field": "answer" },
+          h("div.task-label", null, `expected ${answerKey}`),
+          h("div.task-answer", null, text(data[answerKey]!)),
+        )
       : null,
     rest.length
       ? h(
@@ -67,8 +79,15 @@ function promptView(v: Json): HTMLElement {
 const text = (v: Json): string => (typeof v === "string" ? v : fmt(v));
 const cut = (s: string) => (s.length > MAX_VALUE ? `${s.slice(0, MAX_VALUE)}…` : s);
 
-/** The episode's group as the run's index names it (src/objects/episode/run-row-sync.ts): the trainer's, else the reply head's, else the task key. */
-export function groupOf(dispatch: JsonObject | null, finished: Uint8Array | null, taskKey: string | null): string | null {
+/**
+ * The episode's group as the run's index names it (src/objects/episode/run-row-sync.ts): the trainer's, else the reply
+ * head's, else the task key.
+ */
+export function groupOf(
+  dispatch: JsonObject | null,
+  finished: Uint8Array | null,
+  taskKey: string | null,
+): string | null {
   const named = dispatch && typeof dispatch.group === "string" ? dispatch.group : null;
   return rolloutGroup(named, headGroup(finished), taskKey);
 }
@@ -92,14 +111,24 @@ function headGroup(bytes: Uint8Array | null): string | null {
   return null;
 }
 
-/** The training card: the dispatch identity and the links to the group and the step (without an identity, the group alone). */
+/**
+ * The training card: the dispatch identity and the links to the group and the step (without an identity, the group
+ * alone).
+ */
 export function identityCard(dispatch: JsonObject | null, run: string, group: string | null): HTMLElement {
   const id = identityOf({ dispatch });
   const stepLink =
     id.step === null
       ? "–"
-      : h("a", { href: `${runHref(run)}?step=${id.step}`, "data-nav": true, id: "step-link", title: "this step's episodes" }, String(id.step));
-  const groupLink = group === null ? "–" : h("a", { href: groupHref(run, group), "data-nav": true, id: "group-link", title: group }, group);
+      : h(
+          "a",
+          { href: `${runHref(run)}?step=${id.step}`, "data-nav": true, id: "step-link", title: "this step's episodes" },
+          String(id.step),
+        );
+  const groupLink =
+    group === null
+      ? "–"
+      : h("a", { href: groupHref(run, group), "data-nav": true, id: "group-link", title: group }, group);
   const row = (k: string, v: string | Node, key = k) => [h("dt", null, k), h("dd", { "data-k": key }, v)];
   const started = dispatch && typeof dispatch.started === "number" ? dispatch.started : null;
   return h(
@@ -120,6 +149,10 @@ export function identityCard(dispatch: JsonObject | null, run: string, group: st
           typeof dispatch.id === "string" ? row("rollout", h("code", { title: dispatch.id }, dispatch.id), "id") : [],
           started !== null ? row("started", dateTime(started * 1000), "started") : [],
         )
-      : h("dl.kv", { title: "no trainer identity: the rollout names no step, kind or policy" }, row("group", groupLink)),
+      : h(
+          "dl.kv",
+          { title: "no trainer identity: the rollout names no step, kind or policy" },
+          row("group", groupLink),
+        ),
   );
 }

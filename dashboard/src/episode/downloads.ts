@@ -12,8 +12,21 @@ export function downloadButtons(id: string): HTMLElement {
     "div.downloads",
     { role: "group", "aria-label": "download the episode" },
     h("span.muted.small", null, "Download"),
-    h("button.btn", { type: "button", id: "download-msgpack", "data-format": "msgpack", title: "GET /v1/episodes/{id} as msgpack (the wire form)" }, "msgpack"),
-    h("button.btn", { type: "button", id: "download-json", "data-format": "json", title: "GET /v1/episodes/{id} as its JSON view" }, "JSON"),
+    h(
+      "button.btn",
+      {
+        type: "button",
+        id: "download-msgpack",
+        "data-format": "msgpack",
+        title: "GET /v1/episodes/{id} as msgpack (the wire form)",
+      },
+      "msgpack",
+    ),
+    h(
+      "button.btn",
+      { type: "button", id: "download-json", "data-format": "json", title: "GET /v1/episodes/{id} as its JSON view" },
+      "JSON",
+    ),
     note,
   );
   for (const b of group.querySelectorAll<HTMLButtonElement>("button[data-format]")) {

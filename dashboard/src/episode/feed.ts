@@ -7,7 +7,12 @@
 // values): those it saw in the deltas, and those the relay recorded (`status.repaired_nodes`),
 // which stay once the log that carried them is trimmed or the episode archived; and it hands on
 // the annotations the watch read.
-import { type AnnotationsJson, watchEpisode, type EpisodeWatch, type WatchEvent } from "../../../clients/typescript/watch.js";
+import {
+  type AnnotationsJson,
+  watchEpisode,
+  type EpisodeWatch,
+  type WatchEvent,
+} from "../../../clients/typescript/watch.js";
 import type { Json, JsonObject } from "../../../src/protocol/index.js";
 import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
@@ -62,7 +67,9 @@ export class EpisodeFeed {
         this.shell.setConnection(refusal(p.status), p.message);
         this.shell.askToken(p.status === 401 ? `This relay needs a token: ${p.message}` : p.message);
         this.status = "denied";
-        this.hooks.refused(p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.");
+        this.hooks.refused(
+          p.status === 403 ? "This token does not cover this episode." : "A token is needed to watch this episode.",
+        );
         return;
       }
       if (p.status === 200 && isObject(p.body as Json)) {
@@ -179,7 +186,9 @@ export class EpisodeFeed {
     this.hooks.changed();
   }
 
-  /** The token rows of `trace`'s node `node` a repair rewrote: seen in deltas, or recorded by the relay (its last row). */
+  /**
+   * The token rows of `trace`'s node `node` a repair rewrote: seen in deltas, or recorded by the relay (its last row).
+   */
   repairedRows(trace: string, node: number): number[] {
     const seen = this.repaired.get(`${trace}\n${node}`) ?? [];
     if (!this.recorded.get(trace)?.has(node)) return seen;
@@ -191,7 +200,9 @@ export class EpisodeFeed {
   private record(status: unknown): void {
     const r = (status as { repaired_nodes?: unknown } | null)?.repaired_nodes;
     if (typeof r !== "object" || r === null) return;
-    this.recorded = new Map(Object.entries(r).map(([trace, nodes]) => [trace, new Set(Array.isArray(nodes) ? (nodes as number[]) : [])]));
+    this.recorded = new Map(
+      Object.entries(r).map(([trace, nodes]) => [trace, new Set(Array.isArray(nodes) ? (nodes as number[]) : [])]),
+    );
   }
 
   /** A delta's routing repairs rewrote each named node's last row: remember which row that was. */

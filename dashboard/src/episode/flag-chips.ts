@@ -11,7 +11,12 @@ import type { Flag, IndexEntry } from "../../../src/protocol/index.js";
 const PREFIX = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export function flagChips(id: string): { el: HTMLElement; refresh: () => void; stop: () => void } {
-  const el = h("div.flag-bar", { id: "episode-flags", hidden: true, role: "region", "aria-label": "flags raised on this rollout" });
+  const el = h("div.flag-bar", {
+    id: "episode-flags",
+    hidden: true,
+    role: "region",
+    "aria-label": "flags raised on this rollout",
+  });
   const ctl = new AbortController();
 
   function jump(f: Flag): void {
@@ -28,7 +33,11 @@ export function flagChips(id: string): { el: HTMLElement; refresh: () => void; s
       h("span.flag-title", null, flags.length === 1 ? "Flagged" : `Flagged ×${flags.length}`),
       ...flags.map((f) => {
         const where = f.node === null ? "reward" : f.node < 0 ? "task" : `turn #${f.node}`;
-        const at = h("button.btn.flag-at", { type: "button", disabled: f.node === null || f.node < 0, title: "scroll to the turn" }, where);
+        const at = h(
+          "button.btn.flag-at",
+          { type: "button", disabled: f.node === null || f.node < 0, title: "scroll to the turn" },
+          where,
+        );
         at.addEventListener("click", () => jump(f));
         return h(
           "div.flag",

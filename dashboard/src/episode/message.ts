@@ -8,8 +8,17 @@ export function messageBody(m: Message, pending: boolean): HTMLElement {
   return h(
     "div.msg",
     { "data-role": m.role },
-    pending ? h("div.pending-role", null, h("span.role.small", null, m.role), m.name ? h("span.tool-name", null, m.name) : null) : null,
-    m.reasoning ? h("details.reasoning", null, h("summary", null, "reasoning"), h("div.text", null, m.reasoning)) : null,
+    pending
+      ? h(
+          "div.pending-role",
+          null,
+          h("span.role.small", null, m.role),
+          m.name ? h("span.tool-name", null, m.name) : null,
+        )
+      : null,
+    m.reasoning
+      ? h("details.reasoning", null, h("summary", null, "reasoning"), h("div.text", null, m.reasoning))
+      : null,
     m.text !== null && m.text !== "" ? h("div.text", null, m.text) : null,
     m.toolCalls.map((c) =>
       h(

@@ -28,7 +28,8 @@ export function nodeTokens(node: NodeState): NodeTokens {
     const key = json(node.keys[i]!);
     if (typeof key === "string" && KEYS.has(key)) got[key] = json(node.values[i]!);
   }
-  const list = <T>(v: unknown, ok: (x: unknown) => x is T): T[] => (Array.isArray(v) ? v.map((x) => (ok(x) ? x : (null as T))) : []);
+  const list = <T>(v: unknown, ok: (x: unknown) => x is T): T[] =>
+    Array.isArray(v) ? v.map((x) => (ok(x) ? x : (null as T))) : [];
   const mask = list(got.mask, (x): x is boolean => typeof x === "boolean").map((x) => x === true);
   const out: NodeTokens = {
     parent: typeof got.parent === "number" ? got.parent : null,

@@ -6,7 +6,11 @@ import type { TraceState } from "../../../src/protocol/index.js";
 import { h, plural } from "../dom.js";
 
 /** Badge words for the states that are not a run status. */
-const STATUS_LABELS: Record<string, string> = { missing: "not found", denied: "not allowed", finish_refused: "finish refused" };
+const STATUS_LABELS: Record<string, string> = {
+  missing: "not found",
+  denied: "not allowed",
+  finish_refused: "finish refused",
+};
 
 export interface EpisodeHead {
   row: HTMLElement;
@@ -66,6 +70,7 @@ function bannerText(status: string, error: string | null): string {
 
 function waitingText(w: EpisodeWatch, status: string): string {
   if (w.state === "connecting") return "Connecting…";
-  if (status === "missing") return "No episode with this id on the relay yet: it shows here as soon as a producer writes it.";
+  if (status === "missing")
+    return "No episode with this id on the relay yet: it shows here as soon as a producer writes it.";
   return "No traces.";
 }

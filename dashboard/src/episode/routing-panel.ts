@@ -21,7 +21,12 @@ export function routingPanel(feed: EpisodeFeed, changed: () => void): RoutingPan
   let on = false;
   const button = h(
     "button.btn",
-    { type: "button", id: "routing-toggle", "aria-pressed": "false", title: "show the MoE routing of each node (loads routing data)" },
+    {
+      type: "button",
+      id: "routing-toggle",
+      "aria-pressed": "false",
+      title: "show the MoE routing of each node (loads routing data)",
+    },
     "Routing heatmap",
   );
   const note = h("p.note", { id: "routing-note", hidden: true });

@@ -21,8 +21,18 @@ export function spawnLink(asm: EpisodeAssembly, t: TraceState): number | null {
 }
 
 /** A chip that jumps to node `node` of `trace`. */
-export function linkButton(trace: TraceState, node: number, text: string, jump: EventListener, title?: string): HTMLElement {
-  return h("button.chip.link", { type: "button", "data-target-trace": trace.id, "data-target-node": node, onclick: jump, title }, text);
+export function linkButton(
+  trace: TraceState,
+  node: number,
+  text: string,
+  jump: EventListener,
+  title?: string,
+): HTMLElement {
+  return h(
+    "button.chip.link",
+    { type: "button", "data-target-trace": trace.id, "data-target-node": node, onclick: jump, title },
+    text,
+  );
 }
 
 /** The click handler of link buttons under `root`: scroll to the named turn and flash it. */

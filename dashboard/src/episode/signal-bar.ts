@@ -13,7 +13,13 @@ export interface SignalBar {
   el: HTMLElement;
   /** The chosen signal (null: none). */
   signal(): Signal | null;
-  update(traces: TraceSignals[], scales: Scales, kind: string | null, annotations: AnnotationsJson | null, ended: boolean): void;
+  update(
+    traces: TraceSignals[],
+    scales: Scales,
+    kind: string | null,
+    annotations: AnnotationsJson | null,
+    ended: boolean,
+  ): void;
 }
 
 function signalFromUrl(): Signal | null {
@@ -26,7 +32,11 @@ export function signalBar(onChange: () => void): SignalBar {
   const select = h("select.select", { id: "token-signal", "aria-label": "token signal" });
   const options = new Map<string, HTMLOptionElement>();
   for (const value of ["", ...SIGNALS]) {
-    const o = h("option", { value, selected: value === (chosen ?? "") ? true : undefined }, value ? SIGNAL_LABELS[value as Signal] : "none");
+    const o = h(
+      "option",
+      { value, selected: value === (chosen ?? "") ? true : undefined },
+      value ? SIGNAL_LABELS[value as Signal] : "none",
+    );
     options.set(value, o);
     select.append(o);
   }
@@ -41,7 +51,13 @@ export function signalBar(onChange: () => void): SignalBar {
   });
   const legend = h("div.sig-legend", { id: "signal-legend" });
   const state = h("span.muted.small", { id: "annotations-state" });
-  const el = h("div.signal-bar", { id: "signal-bar" }, h("label.sig-pick", null, h("span.seg-label", null, "Token signal"), select), legend, state);
+  const el = h(
+    "div.signal-bar",
+    { id: "signal-bar" },
+    h("label.sig-pick", null, h("span.seg-label", null, "Token signal"), select),
+    legend,
+    state,
+  );
 
   return {
     el,
@@ -77,12 +93,19 @@ export function signalBar(onChange: () => void): SignalBar {
 function stateText(a: AnnotationsJson | null, ended: boolean): string {
   const again = ended ? ` · checked again every ${RECHECK_MS / 1000} s while this tab is open` : "";
   if (!a || a.version === 0) return `No trainer annotations yet${again}.`;
-  const ship = a.traces.map((t) => (isObject(t.info) && isObject(t.info.ship) ? t.info.ship.step : undefined)).find((s) => typeof s === "number");
+  const ship = a.traces
+    .map((t) => (isObject(t.info) && isObject(t.info.ship) ? t.info.ship.step : undefined))
+    .find((s) => typeof s === "number");
   return `Trainer annotations: ${a.version} record${a.version === 1 ? "" : "s"}${typeof ship === "number" ? ` · shipped at step ${ship}` : ""}${again}.`;
 }
 
 const swatch = (colour: string | null, text: string, key: string) =>
-  h("span.sig-key", { "data-key": key }, h("span.sig-swatch", { style: colour ? `background:${colour}` : undefined }), text);
+  h(
+    "span.sig-key",
+    { "data-key": key },
+    h("span.sig-swatch", { style: colour ? `background:${colour}` : undefined }),
+    text,
+  );
 
 const fmt = (v: number, digits = 3) => String(Math.round(v * 10 ** digits) / 10 ** digits);
 
@@ -103,13 +126,20 @@ function legendFor(s: Signal, sc: Scales): HTMLElement[] {
       : s === "entropy"
         ? [sc.maxEntropy, "transparent", "rgba(94,234,212,0.5)", " nats"]
         : [sc.maxKl, "transparent", "rgba(255,69,57,0.55)", ""];
-  if (max <= 0) return [h("span.sig-scale.muted", { "data-max": 0 }, "no scale: nothing to colour in this episode"), ctx];
-  const gradient = s === "advantage" ? `linear-gradient(90deg, ${from}, transparent, ${to})` : `linear-gradient(90deg, ${from}, ${to})`;
+  if (max <= 0)
+    return [h("span.sig-scale.muted", { "data-max": 0 }, "no scale: nothing to colour in this episode"), ctx];
+  const gradient =
+    s === "advantage"
+      ? `linear-gradient(90deg, ${from}, transparent, ${to})`
+      : `linear-gradient(90deg, ${from}, ${to})`;
   const digits = s === "mismatch_kl" ? 6 : 3;
   return [
     h(
       "span.sig-scale",
-      { "data-max": max, title: `${SIGNAL_LABELS[s]}: the colour is the value over the episode's largest${s === "advantage" ? " |advantage|" : ""}` },
+      {
+        "data-max": max,
+        title: `${SIGNAL_LABELS[s]}: the colour is the value over the episode's largest${s === "advantage" ? " |advantage|" : ""}`,
+      },
       h("span.sig-end", null, s === "advantage" ? `−${fmt(max, digits)}` : "0"),
       h("span.sig-bar", { style: `background:${gradient}` }),
       h("span.sig-end", null, `${s === "advantage" ? "+" : ""}${fmt(max, digits)}${unit}`),

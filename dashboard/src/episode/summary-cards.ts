@@ -15,12 +15,16 @@ export function summaryCards(traces: TraceState[], status: string): HTMLElement[
     card(
       "Rewards",
       "rewards",
-      rewards.length ? h("div.rewards", null, rewards) : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
+      rewards.length
+        ? h("div.rewards", null, rewards)
+        : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
     ),
     card(
       "Metrics",
       "metrics",
-      isObject(metrics) && Object.keys(metrics).length ? kv(Object.entries(metrics).map(([k, v]) => [k, fmt(v)])) : h("span.muted", null, "–"),
+      isObject(metrics) && Object.keys(metrics).length
+        ? kv(Object.entries(metrics).map(([k, v]) => [k, fmt(v)]))
+        : h("span.muted", null, "–"),
     ),
     card("Timing", "timing", timingView(field(first, "timing"))),
     card(
@@ -74,7 +78,8 @@ function timingView(timing: Json | undefined): Node {
     if (p[1] > p[0]) pairs.push([k, duration(p[1] - p[0])]);
   }
   const agent = timing.agent;
-  const model = isObject(agent) && isObject(agent.model) && typeof agent.model.duration === "number" ? agent.model.duration : null;
+  const model =
+    isObject(agent) && isObject(agent.model) && typeof agent.model.duration === "number" ? agent.model.duration : null;
   if (model) pairs.unshift(["model", duration(model)]);
   // wall time once the run was scored (while it runs, the phases' ends are still 0)
   const scored = phase("scoring");

@@ -22,7 +22,12 @@ export const SIGNAL_LABELS: Record<Signal, string> = {
 /** Signals that come from the trainer's streams (the advantage comes from the orchestrator). */
 const TRAINER_SIGNALS: ReadonlySet<Signal> = new Set(["entropy", "mismatch_kl", "is_masked"]);
 /** The stream each signal is read from. */
-const STREAMS: Record<Signal, string> = { advantage: "advantages", entropy: "entropies", mismatch_kl: "trainer_logprobs", is_masked: "is_masked" };
+const STREAMS: Record<Signal, string> = {
+  advantage: "advantages",
+  entropy: "entropies",
+  mismatch_kl: "trainer_logprobs",
+  is_masked: "is_masked",
+};
 
 /** One trace's merged record as the relay's JSON view gives it (GET .../annotations). */
 export interface TraceRecord {
@@ -69,7 +74,15 @@ export function traceSignals(trace: string, nodes: NodeTokens[], record: TraceRe
     values.set(i, v);
   }
   const info = record && isObject(record.info) ? record.info : {};
-  return { trace, nodes, values, trainer: trainerOf, trained: trainerOf.size, info, hasTokens: nodes.some((n) => n.token_ids.length > 0) };
+  return {
+    trace,
+    nodes,
+    values,
+    trainer: trainerOf,
+    trained: trainerOf.size,
+    info,
+    hasTokens: nodes.some((n) => n.token_ids.length > 0),
+  };
 }
 
 /** The episode's scales: max |advantage|, max entropy, max mismatch over every trace. */
@@ -95,12 +108,18 @@ export function tokenColour(signal: Signal, v: StreamValue | undefined, s: Scale
     const a = Math.min(1, Math.abs(v) / s.maxAbsAdv) * 0.45;
     return v > 0 ? `rgba(182,255,60,${a.toFixed(3)})` : `rgba(255,69,57,${a.toFixed(3)})`;
   }
-  if (signal === "entropy") return s.maxEntropy > 0 && v > 0 ? `rgba(94,234,212,${(Math.min(1, v / s.maxEntropy) * 0.5).toFixed(3)})` : null;
+  if (signal === "entropy")
+    return s.maxEntropy > 0 && v > 0 ? `rgba(94,234,212,${(Math.min(1, v / s.maxEntropy) * 0.5).toFixed(3)})` : null;
   return s.maxKl > 0 && v > 0 ? `rgba(255,69,57,${(Math.min(1, v / s.maxKl) * 0.55).toFixed(3)})` : null;
 }
 
 /** A token's tooltip extra for `signal` (prime-rl's wording). */
-export function tokenTip(signal: Signal, v: StreamValue, trainer: StreamValue | undefined, sampled: number | null | undefined): string {
+export function tokenTip(
+  signal: Signal,
+  v: StreamValue,
+  trainer: StreamValue | undefined,
+  sampled: number | null | undefined,
+): string {
   if (signal === "advantage") return `adv=${typeof v === "number" ? round(v, 4) : "–"}`;
   if (signal === "entropy") return `H=${typeof v === "number" ? v.toFixed(4) : "–"} nats`;
   if (signal === "is_masked") return v === null ? "not covered" : v ? "masked (dropped from the loss)" : "kept";
@@ -108,15 +127,25 @@ export function tokenTip(signal: Signal, v: StreamValue, trainer: StreamValue | 
 }
 
 /** Why `signal` paints nothing on trace `t` (prime-rl's `signalNote`), or null when it paints something. */
-export function emptyReason(signal: Signal, t: TraceSignals, s: Scales, kind: string | null): { title: string; detail: string } | null {
+export function emptyReason(
+  signal: Signal,
+  t: TraceSignals,
+  s: Scales,
+  kind: string | null,
+): { title: string; detail: string } | null {
   const painted = [...t.values.values()].some((v) => (v[signal] ?? []).some((x) => tokenColour(signal, x, s) !== null));
   if (painted) return null;
   const label = SIGNAL_LABELS[signal];
   const evalKind = (kind ?? (typeof t.info.kind === "string" ? t.info.kind : null)) === "eval";
   const effective = t.info.effective === true;
   if (!t.hasTokens) {
-    const evalNote = evalKind ? " Eval rollouts are sampled through the chat API, which returns text rather than tokens." : "";
-    return { title: "no tokens to colour", detail: `${label} colours recorded tokens, and this trace recorded none.${evalNote}` };
+    const evalNote = evalKind
+      ? " Eval rollouts are sampled through the chat API, which returns text rather than tokens."
+      : "";
+    return {
+      title: "no tokens to colour",
+      detail: `${label} colours recorded tokens, and this trace recorded none.${evalNote}`,
+    };
   }
   const covered = [...t.values.values()].some((v) => v[signal] !== undefined);
   if (TRAINER_SIGNALS.has(signal) && t.trained === 0) {
@@ -128,7 +157,10 @@ export function emptyReason(signal: Signal, t: TraceSignals, s: Scales, kind: st
     return { title: "no trainer streams", detail: `${label} comes from the trainer. ${why}` };
   }
   if (signal === "mismatch_kl" && covered) {
-    return { title: "no mismatch", detail: "The trainer's logprobs match the sampling logprobs exactly on every token here." };
+    return {
+      title: "no mismatch",
+      detail: "The trainer's logprobs match the sampling logprobs exactly on every token here.",
+    };
   }
   if (TRAINER_SIGNALS.has(signal)) {
     return {
@@ -137,7 +169,10 @@ export function emptyReason(signal: Signal, t: TraceSignals, s: Scales, kind: st
     };
   }
   if (covered)
-    return { title: "every advantage is 0", detail: "Every member of this trace's group scored the same reward, so the group carries no learning signal." };
+    return {
+      title: "every advantage is 0",
+      detail: "Every member of this trace's group scored the same reward, so the group carries no learning signal.",
+    };
   return {
     title: "no advantage assigned",
     detail: effective
@@ -147,11 +182,19 @@ export function emptyReason(signal: Signal, t: TraceSignals, s: Scales, kind: st
 }
 
 /** One node's values of a signal in a line: mean and max (masked: how many of how many). */
-export function nodeSummary(signal: Signal, values: StreamValue[]): { text: string; mean: number | null; max: number | null; count: number } {
+export function nodeSummary(
+  signal: Signal,
+  values: StreamValue[],
+): { text: string; mean: number | null; max: number | null; count: number } {
   if (signal === "is_masked") {
     const known = values.filter((v) => v !== null);
     const masked = known.filter((v) => v === true).length;
-    return { text: `masked ${masked} of ${known.length}`, mean: known.length ? masked / known.length : null, max: null, count: known.length };
+    return {
+      text: `masked ${masked} of ${known.length}`,
+      mean: known.length ? masked / known.length : null,
+      max: null,
+      count: known.length,
+    };
   }
   const xs = nums(values);
   if (!xs.length) return { text: "not covered", mean: null, max: null, count: 0 };
@@ -160,7 +203,12 @@ export function nodeSummary(signal: Signal, values: StreamValue[]): { text: stri
   const name = signal === "advantage" ? "adv" : signal === "entropy" ? "H" : "kl";
   const digits = signal === "mismatch_kl" ? 6 : 3;
   const unit = signal === "entropy" ? " nats" : "";
-  return { text: `${name} mean ${round(mean, digits)} · max ${round(max, digits)}${unit} · ${xs.length} tok`, mean, max, count: xs.length };
+  return {
+    text: `${name} mean ${round(mean, digits)} · max ${round(max, digits)}${unit} · ${xs.length} tok`,
+    mean,
+    max,
+    count: xs.length,
+  };
 }
 
 function nums(v: StreamValue[] | undefined): number[] {

@@ -27,7 +27,9 @@ export interface StripInput {
 export function tokenStrip(x: StripInput): HTMLElement | null {
   const { node, signal } = x;
   if (node.token_ids.length === 0) {
-    return x.sampledMessage ? h("div.tok-strip.tok-none", { "data-overlay": "none" }, h("span.chip.tok-chip", null, "no tokens to overlay")) : null;
+    return x.sampledMessage
+      ? h("div.tok-strip.tok-none", { "data-overlay": "none" }, h("span.chip.tok-chip", null, "no tokens to overlay"))
+      : null;
   }
   if (node.sampled === 0) return null;
   if (!x.values) {
@@ -66,7 +68,18 @@ export function tokenStrip(x: StripInput): HTMLElement | null {
   return h(
     "div.tok-strip",
     { "data-overlay": signal, "data-count": sum.count, "data-mean": sum.mean ?? "", "data-max": sum.max ?? "" },
-    h("div.tok-summary", null, h("span.chip.tok-chip", { title: `${SIGNAL_LABELS[signal]} on this node's sampled tokens` }, sum.text)),
-    h("div.toks", null, spans, node.token_ids.length > shown ? h("span.muted.small", null, ` … ${node.token_ids.length - shown} more tokens`) : null),
+    h(
+      "div.tok-summary",
+      null,
+      h("span.chip.tok-chip", { title: `${SIGNAL_LABELS[signal]} on this node's sampled tokens` }, sum.text),
+    ),
+    h(
+      "div.toks",
+      null,
+      spans,
+      node.token_ids.length > shown
+        ? h("span.muted.small", null, ` … ${node.token_ids.length - shown} more tokens`)
+        : null,
+    ),
   );
 }

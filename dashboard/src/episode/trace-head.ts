@@ -28,13 +28,17 @@ export function traceHead(t: TraceState, orchestrator: boolean, ctx: TraceContex
       null,
       taskType ? h("span.chip.task", null, taskType) : null,
       stateChips(t, ctx.ended),
-      spawnedBy !== null ? linkButton(ctx.first, spawnedBy, `spawned by ${traceName(ctx.first)} #${spawnedBy}`, ctx.jump) : null,
+      spawnedBy !== null
+        ? linkButton(ctx.first, spawnedBy, `spawned by ${traceName(ctx.first)} #${spawnedBy}`, ctx.jump)
+        : null,
     ),
     rewards.length ? h("div.rewards", null, rewards) : null,
     h(
       "div.trace-counts.muted",
       null,
-      [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), errors ? plural(errors, "error") : ""].filter(Boolean).join(" · "),
+      [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), errors ? plural(errors, "error") : ""]
+        .filter(Boolean)
+        .join(" · "),
     ),
   ];
 }

@@ -33,7 +33,19 @@ export function newTraceDom(t: TraceState): TraceDom {
   const errors = h("div.trace-errors", { hidden: true });
   const note = h("p.signal-note", { hidden: true, role: "note" });
   const el = h("section.trace", { "data-trace": t.id }, head, errors, note, turns, pending);
-  return { trace: t, el, head, turns, nodes: [], pending, pendingSpan: null, pendingEnded: false, errors, errorCount: -1, note };
+  return {
+    trace: t,
+    el,
+    head,
+    turns,
+    nodes: [],
+    pending,
+    pendingSpan: null,
+    pendingEnded: false,
+    errors,
+    errorCount: -1,
+    note,
+  };
 }
 
 export function renderTrace(d: TraceDom, index: number, ctx: TraceContext): void {

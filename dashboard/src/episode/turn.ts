@@ -11,7 +11,14 @@ import type { TraceContext } from "./trace-context.js";
 import { tokenStrip } from "./token-strip.js";
 
 /** `repaired`: the node's repaired token rows when its routing is shown, else null. */
-export function turn(t: TraceState, v: NodeView, call: CallView | null, orchestrator: boolean, ctx: TraceContext, repaired: number[] | null): HTMLElement {
+export function turn(
+  t: TraceState,
+  v: NodeView,
+  call: CallView | null,
+  orchestrator: boolean,
+  ctx: TraceContext,
+  repaired: number[] | null,
+): HTMLElement {
   const m = v.message;
   return h(
     `li.turn.role-${cssSafe(m.role)}` as "li",
@@ -62,7 +69,13 @@ function turnLinks(t: TraceState, v: NodeView, orchestrator: boolean, ctx: Trace
     v.links.map((l) => {
       const cross = !orchestrator && l.type.startsWith("subagent");
       const target = cross ? ctx.first : t;
-      return linkButton(target, l.node, `${l.type} ← ${cross ? `${traceName(ctx.first)} ` : ""}#${l.node}`, ctx.jump, `semantic link: ${l.type}`);
+      return linkButton(
+        target,
+        l.node,
+        `${l.type} ← ${cross ? `${traceName(ctx.first)} ` : ""}#${l.node}`,
+        ctx.jump,
+        `semantic link: ${l.type}`,
+      );
     }),
   );
 }

@@ -8,7 +8,11 @@ import { num } from "./figures.js";
 import { toneAttrs } from "../reward-chip.js";
 
 export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
-  const zero = g.live === 0 && g.finished >= 2 && Object.keys(g.rewards).length > 0 && Object.values(g.rewards).every((r) => r.min === r.max);
+  const zero =
+    g.live === 0 &&
+    g.finished >= 2 &&
+    Object.keys(g.rewards).length > 0 &&
+    Object.values(g.rewards).every((r) => r.min === r.max);
   const kv = (k: string, v: string | Node, key = k) => [h("dt", null, k), h("dd", { "data-stat": key }, v)];
   return [
     h("div.card-title", null, "Group"),
@@ -19,7 +23,13 @@ export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
       kv("task", g.task ?? "–"),
       kv(
         "step",
-        g.step === null ? "–" : h("a", { href: `${runHref(run)}?step=${g.step}`, "data-nav": true, title: "this step's episodes" }, String(g.step)),
+        g.step === null
+          ? "–"
+          : h(
+              "a",
+              { href: `${runHref(run)}?step=${g.step}`, "data-nav": true, title: "this step's episodes" },
+              String(g.step),
+            ),
         "step",
       ),
       kv("kind", g.kind ?? "–", "kind"),
@@ -29,7 +39,15 @@ export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
       kv("live", String(g.live)),
       kv("spread", num(g.spread)),
     ),
-    ...(zero ? [h("p.zero-note", { id: "group-zero" }, "Zero variance: every finished rollout got the same rewards, so every advantage is 0.")] : []),
+    ...(zero
+      ? [
+          h(
+            "p.zero-note",
+            { id: "group-zero" },
+            "Zero variance: every finished rollout got the same rewards, so every advantage is 0.",
+          ),
+        ]
+      : []),
     h("div.card-title.sub-title", null, "Rewards (finished rollouts)"),
     Object.keys(g.rewards).length ? rewardTable(g) : h("p.muted", null, "No finished rollout has a reward yet."),
   ];
@@ -39,7 +57,11 @@ function rewardTable(g: GroupDetailJson): HTMLElement {
   return h(
     "table.key-stats",
     null,
-    h("thead", null, h("tr", null, h("th", null, "key"), h("th", null, "mean ± std"), h("th", null, "min"), h("th", null, "max"))),
+    h(
+      "thead",
+      null,
+      h("tr", null, h("th", null, "key"), h("th", null, "mean ± std"), h("th", null, "min"), h("th", null, "max")),
+    ),
     h(
       "tbody",
       null,

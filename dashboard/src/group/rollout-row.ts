@@ -26,7 +26,11 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span.num", { role: "columnheader", title: "weighted mean of the reward scores" }, "Reward"),
     h("span", { role: "columnheader", title: "the latest assistant words" }, "Final answer"),
     keys.map((k) =>
-      h("span.num", { role: "columnheader", title: `${k}: score, advantage (score − group mean) and normalized (÷ group std)` }, `${k} adv (norm)`),
+      h(
+        "span.num",
+        { role: "columnheader", title: `${k}: score, advantage (score − group mean) and normalized (÷ group std)` },
+        `${k} adv (norm)`,
+      ),
     ),
     h("span", { role: "columnheader", title: "the first trace's task key" }, "Task"),
     h("span.num", { role: "columnheader", title: "the trainer's step (dispatch identity)" }, "Step"),
@@ -38,19 +42,35 @@ export function rolloutHead(keys: string[]): HTMLElement {
   );
 }
 
-export function rolloutRow(r: RolloutJson, run: string, group: string, keys: string[], rank: "best" | "worst" | null): HTMLElement {
+export function rolloutRow(
+  r: RolloutJson,
+  run: string,
+  group: string,
+  keys: string[],
+  rank: "best" | "worst" | null,
+): HTMLElement {
   const scores = new Map(rewardScores(r.rewards).map((s) => [s.key, s]));
   const id = identityOf(r);
   const last = r.live?.last ?? null;
   return h(
     "div.r-row",
-    { role: "row", style: rolloutColumns(keys), "data-id": r.id, "data-status": r.status, "data-reward": r.reward === null ? "" : r.reward },
+    {
+      role: "row",
+      style: rolloutColumns(keys),
+      "data-id": r.id,
+      "data-status": r.status,
+      "data-reward": r.reward === null ? "" : r.reward,
+    },
     h(
       "span.cell-id",
       { role: "cell" },
       pickBox(run, r.id, group),
       h("a.ep-id", { href: episodeHref(r.id), "data-nav": true, title: r.id }, idInRun(r.id, run)),
-      rank === "best" ? h("span.chip.ok.rank", null, "best") : rank === "worst" ? h("span.chip.bad.rank", null, "worst") : null,
+      rank === "best"
+        ? h("span.chip.ok.rank", null, "best")
+        : rank === "worst"
+          ? h("span.chip.bad.rank", null, "worst")
+          : null,
       r.error ? h("span.ep-error", { title: r.error }, r.error) : null,
     ),
     h(
@@ -60,7 +80,11 @@ export function rolloutRow(r: RolloutJson, run: string, group: string, keys: str
       r.status === "live" && r.live ? stageChip(r.live.stage) : null,
     ),
     h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), rewardNumber(r.reward, num(r.reward))),
-    h("span.cell-answer", { role: "cell", title: last ?? undefined }, last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last)),
+    h(
+      "span.cell-answer",
+      { role: "cell", title: last ?? undefined },
+      last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last),
+    ),
     keys.map((k) => advantageCell(r, k, scores.get(k))),
     h(
       "span.cell-task",
@@ -68,11 +92,26 @@ export function rolloutRow(r: RolloutJson, run: string, group: string, keys: str
       h("span.n-k", null, "task "),
       r.task ? h("code", null, r.task) : h("span.muted", null, "–"),
     ),
-    h("span.cell-step.num", { role: "cell", "data-k": "step" }, h("span.n-k", null, "step "), id.step === null ? "–" : String(id.step)),
+    h(
+      "span.cell-step.num",
+      { role: "cell", "data-k": "step" },
+      h("span.n-k", null, "step "),
+      id.step === null ? "–" : String(id.step),
+    ),
     h("span.cell-kind", { role: "cell" }, kindChip(id.kind)),
     h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
-    h("span.cell-n.num", { role: "cell", "data-k": "tokens" }, h("span.n-k", null, "tokens "), r.tokens.toLocaleString("en-US")),
-    h("span.cell-stop", { role: "cell" }, h("span.n-k", null, "stop "), r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–")),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "tokens" },
+      h("span.n-k", null, "tokens "),
+      r.tokens.toLocaleString("en-US"),
+    ),
+    h(
+      "span.cell-stop",
+      { role: "cell" },
+      h("span.n-k", null, "stop "),
+      r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–"),
+    ),
     h(
       "span.cell-trunc",
       { role: "cell", "data-truncated": String(r.truncated) },

@@ -17,7 +17,9 @@ export const GATE_SCHEMA: Schema = checkSchema({
       what: "archive leases and waiters",
       up(sql) {
         sql.exec("CREATE TABLE IF NOT EXISTS leases (holder TEXT PRIMARY KEY, until INTEGER NOT NULL)");
-        sql.exec("CREATE TABLE IF NOT EXISTS waiters (holder TEXT PRIMARY KEY, since INTEGER NOT NULL, seen INTEGER NOT NULL)");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS waiters (holder TEXT PRIMARY KEY, since INTEGER NOT NULL, seen INTEGER NOT NULL)",
+        );
       },
     },
   ],
@@ -63,7 +65,9 @@ export class ArchiveGate extends DurableObject<Env> {
     const sql = this.ctx.storage.sql;
     return {
       leases: sql.exec<{ holder: string; until: number }>("SELECT holder, until FROM leases").toArray(),
-      waiters: sql.exec<{ holder: string; since: number; seen: number }>("SELECT holder, since, seen FROM waiters").toArray(),
+      waiters: sql
+        .exec<{ holder: string; since: number; seen: number }>("SELECT holder, since, seen FROM waiters")
+        .toArray(),
     };
   }
 

@@ -80,11 +80,19 @@ export function metered<T extends DurableObject<Env>>(
   }
   Object.defineProperty(MeteredObject, "name", { value: object });
   // the wrappers sit on the prototype: the runtime (and vitest-pool-workers) look methods up there
-  for (let p: object | null = Base.prototype; p && p !== DurableObject.prototype && p !== Object.prototype; p = Object.getPrototypeOf(p)) {
+  for (
+    let p: object | null = Base.prototype;
+    p && p !== DurableObject.prototype && p !== Object.prototype;
+    p = Object.getPrototypeOf(p)
+  ) {
     for (const name of Object.getOwnPropertyNames(p)) {
       const d = Object.getOwnPropertyDescriptor(p, name);
-      if (NOT_METHODS.has(name) || Object.hasOwn(MeteredObject.prototype, name) || typeof d?.value !== "function") continue;
-      Object.defineProperty(MeteredObject.prototype, name, { ...d, value: counting(name, d.value as (...args: unknown[]) => unknown) });
+      if (NOT_METHODS.has(name) || Object.hasOwn(MeteredObject.prototype, name) || typeof d?.value !== "function")
+        continue;
+      Object.defineProperty(MeteredObject.prototype, name, {
+        ...d,
+        value: counting(name, d.value as (...args: unknown[]) => unknown),
+      });
     }
   }
   return MeteredObject as unknown as new (
@@ -150,7 +158,9 @@ function instrument(ctx: DurableObjectState, object: string): UsageMeter {
     return storage.setAlarm(...args);
   };
   const sqlView = new Proxy(sql, { get: (t, p) => (p === "exec" ? exec : boundMember(t, p)) });
-  const storageView = new Proxy(storage, { get: (t, p) => (p === "sql" ? sqlView : p === "setAlarm" ? setAlarm : boundMember(t, p)) });
+  const storageView = new Proxy(storage, {
+    get: (t, p) => (p === "sql" ? sqlView : p === "setAlarm" ? setAlarm : boundMember(t, p)),
+  });
   Object.defineProperty(ctx, "storage", { value: storageView, configurable: true, enumerable: true });
   METERS.set(ctx, meter);
   METERS.set(storageView, meter);

@@ -28,14 +28,26 @@ export interface AnnotationsAck {
   bytes: number;
 }
 
-/** Merge the records in `body` (decoded) into the episode's; one transaction; refused whole (state unchanged) on any problem. */
-export function commitAnnotations(state: EpisodeState, body: LValue, maxBytes: number, now: number): { meta: Meta; ack: AnnotationsAck } {
+/**
+ * Merge the records in `body` (decoded) into the episode's; one transaction; refused whole (state unchanged) on any
+ * problem.
+ */
+export function commitAnnotations(
+  state: EpisodeState,
+  body: LValue,
+  maxBytes: number,
+  now: number,
+): { meta: Meta; ack: AnnotationsAck } {
   const m = state.requireMeta();
   const records = parseAnnotationRecords(body);
   const known = traceIds(state, m);
   for (const r of records) {
     if (!known.includes(r.trace)) {
-      throw new RelayError("unknown_trace", `the annotations name trace ${JSON.stringify(r.trace)}, which this episode does not hold`, "trace_id");
+      throw new RelayError(
+        "unknown_trace",
+        `the annotations name trace ${JSON.stringify(r.trace)}, which this episode does not hold`,
+        "trace_id",
+      );
     }
   }
   return state.transaction(() => {
@@ -49,7 +61,12 @@ export function commitAnnotations(state: EpisodeState, body: LValue, maxBytes: n
         `the episode's annotations would take ${bytes} bytes, over the limit of ${maxBytes} (MAX_ANNOTATION_BYTES)`,
       );
     }
-    const next: Meta = { ...m, annotations: m.annotations + records.length, annotationBytes: bytes, updated: Math.max(m.updated, now) };
+    const next: Meta = {
+      ...m,
+      annotations: m.annotations + records.length,
+      annotationBytes: bytes,
+      updated: Math.max(m.updated, now),
+    };
     state.record.saveMeta(next);
     return { meta: next, ack: { ok: true, version: next.annotations, bytes } };
   });
@@ -69,7 +86,10 @@ export function annotationsDocument(state: EpisodeState, m: Meta): Uint8Array {
           .map((r) => r.trace)
       : [],
   );
-  const order = [...traceIds(state, m).filter((t) => stored.has(t)), ...[...stored].filter((t) => !traceIds(state, m).includes(t)).sort()];
+  const order = [
+    ...traceIds(state, m).filter((t) => stored.has(t)),
+    ...[...stored].filter((t) => !traceIds(state, m).includes(t)).sort(),
+  ];
   const w = new ChunkWriter();
   w.mapHeader(3);
   w.str("episode");
@@ -103,7 +123,9 @@ function hasTable(sql: SqlStorage): boolean {
 
 function readBytes(sql: SqlStorage, trace: string): Uint8Array | null {
   if (!hasTable(sql)) return null;
-  const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM annotations WHERE trace = ? ORDER BY part", trace).toArray();
+  const parts = sql
+    .exec<{ data: ArrayBuffer }>("SELECT data FROM annotations WHERE trace = ? ORDER BY part", trace)
+    .toArray();
   return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
 }
 
@@ -114,5 +136,7 @@ function readTrace(sql: SqlStorage, trace: string): TraceAnnotations | null {
 
 function writeTrace(sql: SqlStorage, trace: string, bytes: Uint8Array): void {
   sql.exec("DELETE FROM annotations WHERE trace = ?", trace);
-  eachPart(bytes, (part, data) => sql.exec("INSERT INTO annotations (trace, part, data) VALUES (?, ?, ?)", trace, part, data));
+  eachPart(bytes, (part, data) =>
+    sql.exec("INSERT INTO annotations (trace, part, data) VALUES (?, ?, ?)", trace, part, data),
+  );
 }

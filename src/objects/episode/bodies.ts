@@ -7,12 +7,20 @@ import { concatChunks } from "../../protocol/wire/writer.js";
 /** The kind of a node's body. */
 export const NODES = 0;
 /** The kind of an item list's bodies (1..6). */
-export const KIND: Record<ItemField, number> = Object.fromEntries(ITEM_FIELDS.map((f, i) => [f, i + 1])) as Record<ItemField, number>;
+export const KIND: Record<ItemField, number> = Object.fromEntries(ITEM_FIELDS.map((f, i) => [f, i + 1])) as Record<
+  ItemField,
+  number
+>;
 
 /** The body of node `idx` of trace `tnum` at version `ver`. */
 export function nodeBody(sql: SqlStorage, tnum: number, idx: number, ver: number): Uint8Array {
   const parts = sql
-    .exec<{ data: ArrayBuffer }>("SELECT data FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ? ORDER BY part", tnum, idx, ver)
+    .exec<{ data: ArrayBuffer }>(
+      "SELECT data FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ? ORDER BY part",
+      tnum,
+      idx,
+      ver,
+    )
     .toArray();
   return concatChunks(parts.map((p) => new Uint8Array(p.data)));
 }

@@ -10,7 +10,14 @@ import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
 import { buildDelta, type DeltaPlan, snapshotPlan, buildDeltaChunks } from "../../protocol/assembly/snapshot.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
-import { type Frame, framesMessage, MESSAGE_BYTES, type SnapshotReason, snapshotMessage, type Chunks } from "../../protocol/watch/protocol.js";
+import {
+  type Frame,
+  framesMessage,
+  MESSAGE_BYTES,
+  type SnapshotReason,
+  snapshotMessage,
+  type Chunks,
+} from "../../protocol/watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
 import type { Pin } from "../../protocol/episode/holds.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
@@ -89,7 +96,12 @@ export class SnapshotBuilder extends SnapshotMessages {
   /** The next planned delta. */
   private next = 0;
 
-  constructor(src: Pick<CatchUpSource, "pin" | "reader" | "views">, seq: number, variant: Variant, reason: SnapshotReason) {
+  constructor(
+    src: Pick<CatchUpSource, "pin" | "reader" | "views">,
+    seq: number,
+    variant: Variant,
+    reason: SnapshotReason,
+  ) {
     super(seq, variant, reason);
     this.pin = src.pin(seq);
     this.reader = src.reader(seq);
@@ -113,7 +125,9 @@ export class SnapshotBuilder extends SnapshotMessages {
   protected nextDelta(): Uint8Array | Chunks | null {
     if (this.next >= this.plan.length) return null;
     const p = this.plan[this.next++]!;
-    return this.variant.routing ? buildDeltaChunks(this.reader, this.wanted, p) : stripRouting(buildDelta(this.reader, this.wanted, p));
+    return this.variant.routing
+      ? buildDeltaChunks(this.reader, this.wanted, p)
+      : stripRouting(buildDelta(this.reader, this.wanted, p));
   }
 }
 
@@ -141,7 +155,8 @@ export class CatchUp {
       this.pin = src.pin(after);
       this.reason = null;
     } else {
-      this.reason = forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
+      this.reason =
+        forced ?? (after === null ? "join" : after > seq ? "ahead" : src.rewoundPast(after) ? "rewind" : "trimmed");
       this.snapshot = src.snapshot(seq, variant, this.reason);
       this.at = -1;
     }
@@ -247,7 +262,10 @@ export class CatchUpCursor extends RpcTarget {
     return { end };
   }
 
-  /** After a retraction: let go of the stream's pins now if it read what was taken back (the hub hears it at its next pull). */
+  /**
+   * After a retraction: let go of the stream's pins now if it read what was taken back (the hub hears it at its next
+   * pull).
+   */
   retracted(): void {
     if (this.closed || this.stream.valid) return;
     this.rewound = true;

@@ -37,7 +37,13 @@ interface Progress {
 }
 
 /** Apply one producer message and commit it; throws (state unchanged) on any refusal. */
-export function commitIngest(state: EpisodeState, body: Uint8Array, id: string, maxEpisode: number, now: number): Committed {
+export function commitIngest(
+  state: EpisodeState,
+  body: Uint8Array,
+  id: string,
+  maxEpisode: number,
+  now: number,
+): Committed {
   const meta = state.meta();
   if (meta && meta.status !== "live") {
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
@@ -113,7 +119,10 @@ function applyMessage(
     state.record.appendFrame(progress.seqs[i]!, frame);
   });
   if (m.bytes > maxEpisode) {
-    throw new RelayError("episode_too_large", `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`);
+    throw new RelayError(
+      "episode_too_large",
+      `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`,
+    );
   }
   for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
   countInto(m, live.asm);
@@ -170,7 +179,12 @@ export function setDispatch(m: Meta, identity: Uint8Array): boolean {
  * first trace streams (or at any time after): creates the episode if it does not exist yet (a
  * pending rollout: no traces), else sets its identity once. One transaction.
  */
-export function commitDispatch(state: EpisodeState, id: string, identity: Uint8Array, now: number): { meta: Meta; created: boolean; changed: boolean } {
+export function commitDispatch(
+  state: EpisodeState,
+  id: string,
+  identity: Uint8Array,
+  now: number,
+): { meta: Meta; created: boolean; changed: boolean } {
   const before = state.meta();
   return state.transaction(() => {
     const m = before ?? state.record.create(id, now);

@@ -111,10 +111,16 @@ export class Episode extends DurableObject<Env> {
     };
     const l = this.limits;
     this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this), archiveSlots(env, l.archiveSlots));
-    this.feeds = new HubFeeds(ctx.storage.sql, env.HUBS, this.state, { perHub: l.watchersPerHub, maxHubs: l.maxHubs }, (due) => {
-      this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
-      this.setAlarm(null);
-    });
+    this.feeds = new HubFeeds(
+      ctx.storage.sql,
+      env.HUBS,
+      this.state,
+      { perHub: l.watchersPerHub, maxHubs: l.maxHubs },
+      (due) => {
+        this.feedRetryAt = this.feedRetryAt === 0 ? due : Math.min(this.feedRetryAt, due);
+        this.setAlarm(null);
+      },
+    );
     this.rowSync = new RunRowSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
     // storage is brought to this release's schema before any event (SQLite opens synchronously, so
@@ -141,7 +147,8 @@ export class Episode extends DurableObject<Env> {
       const r = commitReply(this.state, bytes, Date.now());
       if (r.kind === "repeat") return replyAck(r.meta);
       void this.rowSync.send(r.meta, r.meta.updated);
-      // the hubs tell their watchers: a finish, or (refused) the status and why; the run then stays open for a corrected reply
+      // the hubs tell their watchers: a finish, or (refused) the status and why; the run then stays open for a
+      // corrected reply
       this.feeds.kick();
       if (r.kind === "refused") throw new RelayError("finish_mismatch", r.message);
       if (this.archive.due(r.meta)) this.setAlarm(null); // archived by the alarm, at once
@@ -155,18 +162,31 @@ export class Episode extends DurableObject<Env> {
    * pending rollout, shown by its run until its first trace streams, it ends, or PENDING_TIMEOUT_SECONDS
    * pass), else given its identity once (the same again: nothing changes; another: 409).
    */
-  dispatch(id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<DispatchAck>> {
+  dispatch(
+    id: string,
+    body: ReadableStream<Uint8Array> | null,
+    contentType: string | null,
+  ): Promise<Answer<DispatchAck>> {
     return answerOfAsync(async () => {
       const bytes = await readStream(body, 4 * MAX_DISPATCH_BYTES);
-      const identity = isJsonBody(contentType) ? dispatchFromJson(parseJsonBody(bytes, "the dispatch identity")) : checkDispatch(bytes);
+      const identity = isJsonBody(contentType)
+        ? dispatchFromJson(parseJsonBody(bytes, "the dispatch identity"))
+        : checkDispatch(bytes);
       const now = Date.now();
       const r = commitDispatch(this.state, id, identity, now);
       if (r.changed) {
-        if (r.created && this.state.record.tombstone()) this.state.record.saveTombstone(null); // the id is written again
+        // the id is written again
+        if (r.created && this.state.record.tombstone()) this.state.record.saveTombstone(null);
         void this.rowSync.send(r.meta, now); // the run shows it at once
         this.setAlarm(null);
       }
-      return { ok: true, created: r.created, changed: r.changed, status: publicStatus(r.meta), dispatch: dispatchJson(r.meta.dispatch!) };
+      return {
+        ok: true,
+        created: r.created,
+        changed: r.changed,
+        status: publicStatus(r.meta),
+        dispatch: dispatchJson(r.meta.dispatch!),
+      };
     });
   }
 
@@ -175,10 +195,16 @@ export class Episode extends DurableObject<Env> {
    * JSON), merged into the episode's per trace (src/objects/episode/annotations.ts), while live, finished or
    * archived. Its row and its watchers that asked hear of it.
    */
-  annotate(_id: string, body: ReadableStream<Uint8Array> | null, contentType: string | null): Promise<Answer<AnnotationsAck>> {
+  annotate(
+    _id: string,
+    body: ReadableStream<Uint8Array> | null,
+    contentType: string | null,
+  ): Promise<Answer<AnnotationsAck>> {
     return answerOfAsync(async () => {
       const bytes = await readStream(body, this.limits.maxMessage);
-      const value = isJsonBody(contentType) ? fromJson(parseJsonBody(bytes, "the annotations")) : decodeBody(bytes, "annotations");
+      const value = isJsonBody(contentType)
+        ? fromJson(parseJsonBody(bytes, "the annotations"))
+        : decodeBody(bytes, "annotations");
       const now = Date.now();
       const { meta, ack } = commitAnnotations(this.state, value, this.limits.maxAnnotations, now);
       void this.rowSync.send(meta, now);
@@ -188,7 +214,9 @@ export class Episode extends DurableObject<Env> {
     });
   }
 
-  /** `GET|HEAD /v1/episodes/{id}/annotations`: the merged records (msgpack, or the JSON view), with an ETag by version. */
+  /**
+   * `GET|HEAD /v1/episodes/{id}/annotations`: the merged records (msgpack, or the JSON view), with an ETag by version.
+   */
   annotations(_id: string, req: ReadRequest): Response {
     try {
       const m = this.state.requireMeta();
@@ -292,7 +320,11 @@ export class Episode extends DurableObject<Env> {
     if (att?.role !== "ingest") return safeClose(ws, CLOSE_POLICY, "socket without state");
     if (typeof message === "string") return safeClose(ws, CLOSE_POLICY, "ingest messages must be binary msgpack");
     if (message.byteLength > this.limits.maxMessage) {
-      return safeClose(ws, CLOSE_TOO_BIG, `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`);
+      return safeClose(
+        ws,
+        CLOSE_TOO_BIG,
+        `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`,
+      );
     }
     let answer: string;
     try {
@@ -377,7 +409,9 @@ export class Episode extends DurableObject<Env> {
     return m.updated + this.limits.retention * 1000;
   }
 
-  /** The alarm serves three deadlines: retention, a pending index update (`due`, else the stored one), a feed to retry. */
+  /**
+   * The alarm serves three deadlines: retention, a pending index update (`due`, else the stored one), a feed to retry.
+   */
   private setAlarm(due: number | null): void {
     const m = this.state.meta();
     if (!m) {
@@ -401,7 +435,9 @@ export class Episode extends DurableObject<Env> {
     const pendingTooLong = isPending(m) && Date.now() >= this.pendingDeadline(m);
     if (Date.now() >= this.expiresAt(m) || pendingTooLong) {
       try {
-        await this.erase(pendingTooLong ? "the dispatched rollout streamed nothing within PENDING_TIMEOUT_SECONDS" : "episode expired");
+        await this.erase(
+          pendingTooLong ? "the dispatched rollout streamed nothing within PENDING_TIMEOUT_SECONDS" : "episode expired",
+        );
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);
@@ -415,7 +451,10 @@ export class Episode extends DurableObject<Env> {
     if (this.rowSync.pending()) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
     // archived by an older release, which kept a JSON copy beside the msgpack: it goes (R2 down: the next alarm)
-    else if (m.archived != null) await this.archive.dropLegacyJson(m.id).catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
+    else if (m.archived != null)
+      await this.archive
+        .dropLegacyJson(m.id)
+        .catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
     this.setAlarm(null);
   }
 }

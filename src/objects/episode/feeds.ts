@@ -170,7 +170,8 @@ export class HubFeeds {
       this.forgetRecent(frames.at(-1)?.seq ?? before);
       return;
     }
-    if (this.recentAfter === null || (this.recent.length === 0 && this.recentAfter !== before)) this.recentAfter = before;
+    if (this.recentAfter === null || (this.recent.length === 0 && this.recentAfter !== before))
+      this.recentAfter = before;
     for (const f of frames) {
       // a copy (the frame is a view of its whole request body), as the watchers' message: the hub
       // passes those bytes through to every watcher of the whole episode (older hubs read `delta`,
@@ -245,7 +246,8 @@ export class HubFeeds {
           return;
         }
         if (answer.view === null) throw new Error(`hub ${m.shard} is still joining`);
-        if (sent && !answer.applied && sameView(answer.view, m.view!)) throw new Error(`hub ${m.shard} refused a feed that follows its own view`);
+        if (sent && !answer.applied && sameView(answer.view, m.view!))
+          throw new Error(`hub ${m.shard} refused a feed that follows its own view`);
         m.view = answer.view;
         m.watchers = answer.watchers;
         if (sent && answer.applied) m.hubsTold = sent.hubs;
@@ -255,7 +257,9 @@ export class HubFeeds {
       // ask the hub what it holds next time; the alarm tries again
       m.view = null;
       m.failures++;
-      console.warn(`episode ${this.id}: feeding hub ${m.shard} failed (attempt ${m.failures}): ${(e as Error).message}`);
+      console.warn(
+        `episode ${this.id}: feeding hub ${m.shard} failed (attempt ${m.failures}): ${(e as Error).message}`,
+      );
       this.rearm(Date.now() + retryDelay(m.failures));
     } finally {
       m.busy = false;
@@ -274,15 +278,28 @@ export class HubFeeds {
       const frames = this.framesAfter(v.head, target.head);
       const last = frames.at(-1)?.seq ?? target.head; // no frame logged up to the head: retracted ones leave gaps
       const ends = last === target.head;
-      return { ...base, restart: null, frames, view: ends ? target : { ...v, head: last }, reply: ends ? this.replyFor(v, target) : null };
+      return {
+        ...base,
+        restart: null,
+        frames,
+        view: ends ? target : { ...v, head: last },
+        reply: ends ? this.replyFor(v, target) : null,
+      };
     }
-    if (!sameView(v, target)) return { ...base, restart: null, frames: [], view: target, reply: this.replyFor(v, target) };
+    if (!sameView(v, target))
+      return { ...base, restart: null, frames: [], view: target, reply: this.replyFor(v, target) };
     if (m.hubsTold !== hubs) return { ...base, restart: null, frames: [], view: target, reply: null };
     return null;
   }
 
   private restart(base: { session: number; after: number; hubs: number }, target: HubView, reason: Restart): Feed {
-    return { ...base, restart: reason, frames: [], view: target, reply: viewEnded(target) ? this.state.record.reply() : null };
+    return {
+      ...base,
+      restart: reason,
+      frames: [],
+      view: target,
+      reply: viewEnded(target) ? this.state.record.reply() : null,
+    };
   }
 
   /** The reply goes with the feed that tells a hub the run ended. */
@@ -315,7 +332,8 @@ export class HubFeeds {
       }
       return out;
     }
-    for (const { seq, frame } of this.state.record.frames(after, upTo, FEED_BYTES)) out.push({ seq, trace: traceOf(frame), delta: frame });
+    for (const { seq, frame } of this.state.record.frames(after, upTo, FEED_BYTES))
+      out.push({ seq, trace: traceOf(frame), delta: frame });
     return out;
   }
 
@@ -324,10 +342,21 @@ export class HubFeeds {
   private all(): Map<number, Member> {
     if (this.members) return this.members;
     this.members = new Map();
-    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hubs'").toArray().length === 0) return this.members;
-    for (const r of this.sql.exec<{ id: string; shard: number; session: number; watchers: number }>("SELECT id, shard, session, watchers FROM hubs")) {
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hubs'").toArray().length === 0)
+      return this.members;
+    for (const r of this.sql.exec<{ id: string; shard: number; session: number; watchers: number }>(
+      "SELECT id, shard, session, watchers FROM hubs",
+    )) {
       this.id = r.id;
-      this.members.set(r.shard, { shard: r.shard, session: r.session, watchers: r.watchers, view: null, hubsTold: 0, busy: false, failures: 0 });
+      this.members.set(r.shard, {
+        shard: r.shard,
+        session: r.session,
+        watchers: r.watchers,
+        view: null,
+        hubsTold: 0,
+        busy: false,
+        failures: 0,
+      });
     }
     return this.members;
   }
@@ -348,6 +377,7 @@ export class HubFeeds {
     if (this.all().size === 0) this.forgetRecent(this.state.meta()?.seq ?? 0);
     this.sql.exec("DELETE FROM hubs WHERE shard = ?", m.shard);
     // an id nobody wrote keeps no storage once nobody watches it
-    if (this.all().size === 0 && !this.state.record.exists() && !this.state.record.tombstone()) this.state.schema.drop();
+    if (this.all().size === 0 && !this.state.record.exists() && !this.state.record.tombstone())
+      this.state.schema.drop();
   }
 }

@@ -36,13 +36,23 @@ export function loadIndex(sql: SqlStorage): LoadedIndex {
     traces.set(tnum, t);
   }
   addNodes(sql, traces);
-  const max = sql.exec<{ t: number | null; o: number | null }>("SELECT MAX(tnum) AS t, MAX(ord) AS o FROM traces").one();
+  const max = sql
+    .exec<{ t: number | null; o: number | null }>("SELECT MAX(tnum) AS t, MAX(ord) AS o FROM traces")
+    .one();
   return { traces: [...traces.values()], nextTnum: (max.t ?? 0) + 1, nextOrd: (max.o ?? 0) + 1 };
 }
 
 /** Per trace its fields' newest versions in key order, reassembled from their parts (`src` 0: opened, 1: set). */
 function newestFields(sql: SqlStorage): Map<number, Array<{ src: number; entry: Entry }>> {
-  let cur: { tnum: number; name: string; ver: number; pos: number; src: number; key: Uint8Array; parts: Uint8Array[] } | null = null;
+  let cur: {
+    tnum: number;
+    name: string;
+    ver: number;
+    pos: number;
+    src: number;
+    key: Uint8Array;
+    parts: Uint8Array[];
+  } | null = null;
   const newest = new Map<string, { pos: number; src: number; entry: Entry; tnum: number }>();
   const flush = () => {
     if (!cur) return;
@@ -53,7 +63,9 @@ function newestFields(sql: SqlStorage): Map<number, Array<{ src: number; entry: 
       entry: { key: decodeStrSpan(cur.key), keySpan: cur.key, value: concatChunks(cur.parts) },
     });
   };
-  for (const f of sql.exec<Row>("SELECT tnum, name, ver, pos, src, key, value FROM fields ORDER BY tnum, name, ver, part")) {
+  for (const f of sql.exec<Row>(
+    "SELECT tnum, name, ver, pos, src, key, value FROM fields ORDER BY tnum, name, ver, part",
+  )) {
     if (!cur || cur.tnum !== f.tnum || cur.name !== f.name || cur.ver !== f.ver) {
       flush();
       cur = {
@@ -91,7 +103,9 @@ function pendingParts(sql: SqlStorage): Map<number, { ver: number; parts: Uint8A
 
 /** Each node's NodeInfo (its newest version) into its trace. */
 function addNodes(sql: SqlStorage, traces: Map<number, TraceState>): void {
-  for (const n of sql.exec<Row>("SELECT tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role FROM node_meta ORDER BY tnum, idx, ver")) {
+  for (const n of sql.exec<Row>(
+    "SELECT tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role FROM node_meta ORDER BY tnum, idx, ver",
+  )) {
     const t = traces.get(n.tnum as number);
     if (!t) continue;
     t.nodes[n.idx as number] = {

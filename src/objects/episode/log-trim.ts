@@ -50,7 +50,13 @@ export class LogTrim {
     const bytesRule = this.sinceCheck >= BYTE_CHECK_FRAMES;
     if (!bytesRule && m.seq - m.base <= this.keepFrames) return;
     if (bytesRule) this.sinceCheck = 0;
-    const cut = trimPoint(m, this.keepFrames, this.keepBytes, bytesRule ? this.state.record.logSizes() : null, this.state.store.oldestHold());
+    const cut = trimPoint(
+      m,
+      this.keepFrames,
+      this.keepBytes,
+      bytesRule ? this.state.record.logSizes() : null,
+      this.state.store.oldestHold(),
+    );
     if (cut === null) return;
     try {
       this.state.transaction(

@@ -5,7 +5,15 @@
 
 import { dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { JsonObject } from "../../protocol/wire/json-view.js";
-import { checkpointSize, JsonOut, MsgpackOut, type Out, type TraceView, writeCheckpoint, writeFinished } from "../../protocol/assembly/render.js";
+import {
+  checkpointSize,
+  JsonOut,
+  MsgpackOut,
+  type Out,
+  type TraceView,
+  writeCheckpoint,
+  writeFinished,
+} from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
 import { encodeInt, encodeStr, NIL } from "../../protocol/wire/writer.js";
@@ -110,7 +118,10 @@ function repairedNodes(state: EpisodeState): Record<string, number[]> {
 
 const KEYS = Object.fromEntries(["status", "seq", "error", "traces"].map((k) => [k, encodeStr(k)]));
 
-/** The live form's head values, encoded: the status and error as `status` says them (a refused reply: finish_refused and its message). */
+/**
+ * The live form's head values, encoded: the status and error as `status` says them (a refused reply: finish_refused and
+ * its message).
+ */
 function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
   const error = m.refused ?? m.error;
   return [
@@ -146,7 +157,11 @@ export function streamBody(out: Out, writer: Generator<void>, pin: Pin): Readabl
         if (!pin.valid) {
           // a retraction rewound the episode to before this answer's seq: what it read is gone
           pin.release();
-          controller.error(new Error("the episode was rewound (a producer's unacknowledged frames were retracted) while this answer streamed; GET it again"));
+          controller.error(
+            new Error(
+              "the episode was rewound (a producer's unacknowledged frames were retracted) while this answer streamed; GET it again",
+            ),
+          );
           return;
         }
         let done: boolean | undefined;

@@ -40,7 +40,13 @@ export class RowFacts {
   private bodies = true;
 
   /** The facts as of `now` (ms): read from the traces while the bodies are there, else as kept. */
-  facts(m: Meta, asm: EpisodeAssembly, dispatch: DispatchFacts, scalar: (t: TraceState, name: string) => Json | undefined, now: number): LiveFacts {
+  facts(
+    m: Meta,
+    asm: EpisodeAssembly,
+    dispatch: DispatchFacts,
+    scalar: (t: TraceState, name: string) => Json | undefined,
+    now: number,
+  ): LiveFacts {
     if (m.archived !== null && m.live) return { ...m.live, annotations: m.annotations };
     // archived by a release that kept no facts: what the index in memory says, without the bodies
     this.bodies = m.archived === null;

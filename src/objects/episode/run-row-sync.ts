@@ -82,7 +82,10 @@ export class RunRowSync {
       this.state.record.saveMeta({ ...m, live: row.live });
     }
     // the text the run's search lacks (none once archived: what the index holds stays)
-    const text = m.archived === null ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name)) : null;
+    const text =
+      m.archived === null
+        ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name))
+        : null;
     const st = this.state.record.indexState();
     this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
@@ -119,7 +122,8 @@ export class RunRowSync {
           if (this.state.record.tombstone()) this.state.record.saveTombstone(null);
           return;
         }
-        // nothing of the episode is needed any more (issued before any later event writes, so it cannot take their rows)
+        // nothing of the episode is needed any more (issued before any later event writes, so it cannot take their
+        // rows)
         void this.ctx.storage.deleteAll();
         this.state.forget();
       },
@@ -164,7 +168,12 @@ export class RunRowSync {
 }
 
 /** The row the run's index holds for this episode, its live facts as of `now` (ms). */
-export function rowOf(m: Meta, state: EpisodeState, facts: RowFacts = new RowFacts(state.store), now = Date.now()): IndexRow {
+export function rowOf(
+  m: Meta,
+  state: EpisodeState,
+  facts: RowFacts = new RowFacts(state.store),
+  now = Date.now(),
+): IndexRow {
   const { asm } = state.memory();
   let rewards: Json = null;
   let tokens = 0;

@@ -48,7 +48,10 @@ function rebuildState(sql: SqlStorage): void {
   }
   let seq = -1;
   let parts: Uint8Array[] = [];
-  for (const row of sql.exec<{ seq: number; data: ArrayBuffer }>("SELECT seq, data FROM frames WHERE seq > ? ORDER BY seq, part", meta.base)) {
+  for (const row of sql.exec<{ seq: number; data: ArrayBuffer }>(
+    "SELECT seq, data FROM frames WHERE seq > ? ORDER BY seq, part",
+    meta.base,
+  )) {
     if (row.seq !== seq && parts.length) {
       deltas.push(concatChunks(parts));
       parts = [];
@@ -82,8 +85,12 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
           created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
           size INTEGER, etag TEXT, refused TEXT)`);
         addColumns(sql, "meta", ["size INTEGER", "etag TEXT", "refused TEXT"]);
-        sql.exec("CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))");
-        sql.exec("CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS frames (seq INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (seq, part))",
+        );
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS producers (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, unconfirmed TEXT NOT NULL DEFAULT '[]')",
+        );
         addColumns(sql, "producers", ["unconfirmed TEXT NOT NULL DEFAULT '[]'"]);
         sql.exec("CREATE TABLE IF NOT EXISTS rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
@@ -91,7 +98,9 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
           "CREATE TABLE IF NOT EXISTS index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
         );
         sql.exec("CREATE TABLE IF NOT EXISTS tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
-        sql.exec("CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)",
+        );
         createStateTables(sql);
         if (inMemory) rebuildState(sql);
       },
@@ -117,8 +126,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       what: "the rollout's dispatch identity, its live facts, the trainer's annotations and the search's text",
       up(sql) {
         // the trainer's annotations, one merged record per trace (annotations.ts), counted in meta
-        sql.exec("CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))");
-        addColumns(sql, "meta", ["annotations INTEGER NOT NULL DEFAULT 0", "annotation_bytes INTEGER NOT NULL DEFAULT 0"]);
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))",
+        );
+        addColumns(sql, "meta", [
+          "annotations INTEGER NOT NULL DEFAULT 0",
+          "annotation_bytes INTEGER NOT NULL DEFAULT 0",
+        ]);
         // msgpack map (src/protocol/envelope/dispatch.ts), set once; null for episodes written before or without one.
         // `live`: the row's live facts as JSON, kept once the run ended (row-facts.ts: the archive takes the bodies)
         addColumns(sql, "meta", ["dispatch BLOB", "live TEXT"]);

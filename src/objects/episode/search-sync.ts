@@ -12,7 +12,13 @@ import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { encodeStr } from "../../protocol/wire/writer.js";
 import type { SearchBatch } from "../registry/search-store.js";
-import { EPISODE_CHARS, nodeSegments, type Segment, taskSegment, withinBudget } from "../../protocol/search/segments.js";
+import {
+  EPISODE_CHARS,
+  nodeSegments,
+  type Segment,
+  taskSegment,
+  withinBudget,
+} from "../../protocol/search/segments.js";
 import type { SqlStore } from "./sql-store.js";
 
 const KEY_MESSAGE = encodeStr("message");
@@ -51,7 +57,8 @@ export class SearchSync {
     const sent = this.all();
     const traces = [...asm.traces.values()];
     const next = new Map<number, Sent>();
-    // characters spent, over the traces still held (a trace resent from an earlier node keeps its count: the budget is about)
+    // characters spent, over the traces still held (a trace resent from an earlier node keeps its count: the budget is
+    // about)
     let used = traces.reduce((n, t) => n + (sent.get(t.tnum)?.chars ?? 0), 0);
     const segments: Segment[] = [];
     const from: Record<string, number> = {};
@@ -77,7 +84,12 @@ export class SearchSync {
       from[t.id] = wantsTask ? -1 : start;
       segments.push(...kept);
       changed = true;
-      next.set(t.tnum, { trace: t.id, nodes: t.nodes.length, task: held.task || i === 0, chars: held.chars + (after - used) });
+      next.set(t.tnum, {
+        trace: t.id,
+        nodes: t.nodes.length,
+        task: held.task || i === 0,
+        chars: held.chars + (after - used),
+      });
       used = after;
     });
     if (!changed) return null;
@@ -92,7 +104,14 @@ export class SearchSync {
   private save(next: Map<number, Sent>): void {
     this.sql.exec("DELETE FROM search_sync");
     for (const [tnum, s] of next)
-      this.sql.exec("INSERT INTO search_sync (tnum, trace, nodes, task, chars) VALUES (?, ?, ?, ?, ?)", tnum, s.trace, s.nodes, s.task ? 1 : 0, s.chars);
+      this.sql.exec(
+        "INSERT INTO search_sync (tnum, trace, nodes, task, chars) VALUES (?, ?, ?, ?, ?)",
+        tnum,
+        s.trace,
+        s.nodes,
+        s.task ? 1 : 0,
+        s.chars,
+      );
     this.cache = next;
   }
 
@@ -126,9 +145,12 @@ export class SearchSync {
   private all(): Map<number, Sent> {
     if (this.cache) return this.cache;
     const m = new Map<number, Sent>();
-    const exists = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_sync'").toArray().length > 0;
+    const exists =
+      this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_sync'").toArray().length > 0;
     if (exists) {
-      for (const r of this.sql.exec<{ tnum: number; trace: string; nodes: number; task: number; chars: number }>("SELECT * FROM search_sync")) {
+      for (const r of this.sql.exec<{ tnum: number; trace: string; nodes: number; task: number; chars: number }>(
+        "SELECT * FROM search_sync",
+      )) {
         m.set(r.tnum, { trace: r.trace, nodes: r.nodes, task: r.task === 1, chars: r.chars });
       }
     }

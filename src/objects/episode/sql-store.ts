@@ -42,13 +42,17 @@ export class SqlStore implements EpisodeStore {
   constructor(private readonly sql: SqlStorage) {}
 
   private hasTables(): boolean {
-    this.tables ||= this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stale'").toArray().length > 0;
+    this.tables ||=
+      this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stale'").toArray().length > 0;
     return this.tables;
   }
 
   // ---- the index, as stored ----
 
-  /** The stored traces in arrival order (the index the object keeps in memory), and the lowest trace number not used yet. */
+  /**
+   * The stored traces in arrival order (the index the object keeps in memory), and the lowest trace number not used
+   * yet.
+   */
   load(): { traces: TraceState[]; nextTnum: number } {
     const { traces, nextTnum, nextOrd } = loadIndex(this.sql);
     this.nextOrd = nextOrd;
@@ -92,7 +96,14 @@ export class SqlStore implements EpisodeStore {
     for (const s of rows) {
       if (s.what === "trace") this.deleteTrace(s.tnum);
       else this.deleteVersion(s.what, s.tnum, s.idx, s.name, s.ver);
-      this.sql.exec("DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?", s.what, s.tnum, s.idx, s.name, s.ver);
+      this.sql.exec(
+        "DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?",
+        s.what,
+        s.tnum,
+        s.idx,
+        s.name,
+        s.ver,
+      );
     }
     this.maybeStale = this.sql.exec("SELECT 1 FROM stale LIMIT 1").toArray().length > 0;
   }
@@ -110,7 +121,9 @@ export class SqlStore implements EpisodeStore {
   dropBodies(): void {
     if (!this.hasTables()) return;
     for (const table of ["bodies", "pending", "stale"]) this.sql.exec(`DELETE FROM ${table}`);
-    this.sql.exec("DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)");
+    this.sql.exec(
+      "DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)",
+    );
     this.maybeStale = false;
   }
 
@@ -127,8 +140,10 @@ export class SqlStore implements EpisodeStore {
    */
   rewind(seq: number): void {
     this.holds.rewound(seq);
-    for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces WHERE created > ?", seq).toArray()) this.deleteTrace(tnum);
-    for (const table of ["bodies", "node_meta", "fields", "pending"]) this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
+    for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces WHERE created > ?", seq).toArray())
+      this.deleteTrace(tnum);
+    for (const table of ["bodies", "node_meta", "fields", "pending"])
+      this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
     this.sql.exec("UPDATE traces SET dropped = NULL WHERE dropped > ?", seq);
     this.sql.exec("DELETE FROM stale WHERE until > ?", seq);
     // list sizes, from the items that are left
@@ -191,7 +206,8 @@ export class SqlStore implements EpisodeStore {
   }
 
   dropped(t: TraceState): void {
-    const created = this.sql.exec<{ c: number }>("SELECT created AS c FROM traces WHERE tnum = ?", t.tnum).toArray()[0]?.c ?? 0;
+    const created =
+      this.sql.exec<{ c: number }>("SELECT created AS c FROM traces WHERE tnum = ?", t.tnum).toArray()[0]?.c ?? 0;
     if (this.holds.needed(created, this.version)) {
       // something holds a state with this trace in it: keep it, out of the index, until then
       this.sql.exec("UPDATE traces SET dropped = ? WHERE tnum = ?", this.version, t.tnum);
@@ -205,14 +221,16 @@ export class SqlStore implements EpisodeStore {
   }
 
   private deleteTrace(tnum: number): void {
-    for (const table of ["traces", "fields", "pending", "node_meta", "bodies", "stale"]) this.sql.exec(`DELETE FROM ${table} WHERE tnum = ?`, tnum);
+    for (const table of ["traces", "fields", "pending", "node_meta", "bodies", "stale"])
+      this.sql.exec(`DELETE FROM ${table} WHERE tnum = ?`, tnum);
   }
 
   private deleteVersion(what: string, tnum: number, idx: number, name: string, ver: number): void {
     if (what === "node") {
       this.sql.exec("DELETE FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ?", tnum, idx, ver);
       this.sql.exec("DELETE FROM node_meta WHERE tnum = ? AND idx = ? AND ver = ?", tnum, idx, ver);
-    } else if (what === "field") this.sql.exec("DELETE FROM fields WHERE tnum = ? AND name = ? AND ver = ?", tnum, name, ver);
+    } else if (what === "field")
+      this.sql.exec("DELETE FROM fields WHERE tnum = ? AND name = ? AND ver = ?", tnum, name, ver);
     else if (what === "pending") this.sql.exec("DELETE FROM pending WHERE tnum = ? AND ver = ?", tnum, ver);
   }
 
@@ -265,7 +283,9 @@ export class SqlStore implements EpisodeStore {
     const order = [...t.fields.keys()];
     for (const name of keys) {
       const slot = t.fields.get(name);
-      const old = this.sql.exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM fields WHERE tnum = ? AND name = ?", t.tnum, name).one().v;
+      const old = this.sql
+        .exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM fields WHERE tnum = ? AND name = ?", t.tnum, name)
+        .one().v;
       this.supersede("field", t.tnum, -1, name, old ?? undefined);
       if (!slot || (slot.from !== "open" && slot.from !== "set")) continue;
       const pos = order.indexOf(name);
@@ -289,7 +309,15 @@ export class SqlStore implements EpisodeStore {
   pendingSet(t: TraceState): void {
     const old = this.sql.exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM pending WHERE tnum = ?", t.tnum).one().v;
     this.supersede("pending", t.tnum, -1, "", old ?? undefined);
-    eachPart(t.pending, (part, data) => this.sql.exec("INSERT INTO pending (tnum, ver, part, data) VALUES (?, ?, ?, ?)", t.tnum, this.version, part, data));
+    eachPart(t.pending, (part, data) =>
+      this.sql.exec(
+        "INSERT INTO pending (tnum, ver, part, data) VALUES (?, ?, ?, ?)",
+        t.tnum,
+        this.version,
+        part,
+        data,
+      ),
+    );
   }
 
   private writeMeta(tnum: number, idx: number, info: NodeInfo): void {
@@ -311,7 +339,15 @@ export class SqlStore implements EpisodeStore {
 
   private writeBody(tnum: number, kind: number, idx: number, ver: number, data: Uint8Array): void {
     eachPart(data, (part, chunk) =>
-      this.sql.exec("INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)", tnum, kind, idx, ver, part, chunk),
+      this.sql.exec(
+        "INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)",
+        tnum,
+        kind,
+        idx,
+        ver,
+        part,
+        chunk,
+      ),
     );
   }
 }

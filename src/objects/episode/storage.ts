@@ -49,9 +49,15 @@ export interface Meta {
   refused: string | null;
   /** When the finished episode was archived in R2 and its bodies and log left SQLite (archive.ts); null before. */
   archived: number | null;
-  /** The rollout's dispatch identity in the trainer (msgpack map, src/protocol/envelope/dispatch.ts), set once; null before. */
+  /**
+   * The rollout's dispatch identity in the trainer (msgpack map, src/protocol/envelope/dispatch.ts), set once; null
+   * before.
+   */
   dispatch: Uint8Array | null;
-  /** The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from); null before. */
+  /**
+   * The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from);
+   * null before.
+   */
   live: LiveFacts | null;
   /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
   annotations: number;
@@ -68,7 +74,9 @@ export function isPending(m: Meta): boolean {
   return m.status === "live" && m.seq === 0;
 }
 
-/** The episode's row in its run's index: when it was sent, when the next is due (src/objects/episode/run-row-sync.ts). */
+/**
+ * The episode's row in its run's index: when it was sent, when the next is due (src/objects/episode/run-row-sync.ts).
+ */
 export interface IndexState {
   /** When the index was last sent this episode's row (ms), 0 if never. */
   lastFlush: number;
@@ -99,7 +107,8 @@ export class EpisodeRecord {
   /** True once the episode has been created (storage untouched otherwise). */
   exists(): boolean {
     if (this.ready) return true;
-    const found = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length > 0;
+    const found =
+      this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length > 0;
     this.ready = found && this.sql.exec("SELECT 1 FROM meta").toArray().length > 0;
     return this.ready;
   }
@@ -175,7 +184,13 @@ export class EpisodeRecord {
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
     const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
     const { annotation_bytes, ...rest } = row;
-    this.cached = { ...(rest as unknown as Meta), dispatch, live, annotations: Number(row.annotations ?? 0), annotationBytes: Number(annotation_bytes ?? 0) };
+    this.cached = {
+      ...(rest as unknown as Meta),
+      dispatch,
+      live,
+      annotations: Number(row.annotations ?? 0),
+      annotationBytes: Number(annotation_bytes ?? 0),
+    };
     return { ...this.cached };
   }
 
@@ -209,17 +224,31 @@ export class EpisodeRecord {
     eachPart(frame, (part, data) => this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, data));
   }
 
-  /** Frames with after < seq ≤ upTo, in order, reassembled from their parts; at most about `maxBytes` (at least one). */
-  *frames(after = 0, upTo = Number.MAX_SAFE_INTEGER, maxBytes = Number.MAX_SAFE_INTEGER): Generator<{ seq: number; frame: Uint8Array }> {
+  /**
+   * Frames with after < seq ≤ upTo, in order, reassembled from their parts; at most about `maxBytes` (at least one).
+   */
+  *frames(
+    after = 0,
+    upTo = Number.MAX_SAFE_INTEGER,
+    maxBytes = Number.MAX_SAFE_INTEGER,
+  ): Generator<{ seq: number; frame: Uint8Array }> {
     if (!this.exists()) return;
     // seqs first (from the primary key's index), then each frame's parts: a read that stops at
     // `maxBytes` reads no frame it does not give (one query over the range would have read the next)
     let total = 0;
     let from = after;
     for (;;) {
-      const seqs = this.sql.exec<{ seq: number }>("SELECT seq FROM frames WHERE seq > ? AND seq <= ? AND part = 0 ORDER BY seq LIMIT 64", from, upTo).toArray();
+      const seqs = this.sql
+        .exec<{ seq: number }>(
+          "SELECT seq FROM frames WHERE seq > ? AND seq <= ? AND part = 0 ORDER BY seq LIMIT 64",
+          from,
+          upTo,
+        )
+        .toArray();
       for (const { seq } of seqs) {
-        const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM frames WHERE seq = ? ORDER BY part", seq).toArray();
+        const parts = this.sql
+          .exec<{ data: ArrayBuffer }>("SELECT data FROM frames WHERE seq = ? ORDER BY part", seq)
+          .toArray();
         const frame = concatChunks(parts.map((r) => new Uint8Array(r.data)));
         yield { seq, frame };
         total += frame.length;
@@ -233,7 +262,11 @@ export class EpisodeRecord {
   /** Seqs and sizes of the logged frames, newest first. */
   logSizes(): Array<{ seq: number; bytes: number }> {
     if (!this.exists()) return [];
-    return this.sql.exec<{ seq: number; bytes: number }>("SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC").toArray();
+    return this.sql
+      .exec<{ seq: number; bytes: number }>(
+        "SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC",
+      )
+      .toArray();
   }
 
   /** Forget the frames up to `seq` (the log then starts after it). */
@@ -245,7 +278,9 @@ export class EpisodeRecord {
   removeFrames(seqs: number[]): number {
     let bytes = 0;
     for (const seq of seqs) {
-      bytes += this.sql.exec<{ n: number | null }>("SELECT SUM(LENGTH(data)) AS n FROM frames WHERE seq = ?", seq).one().n ?? 0;
+      bytes +=
+        this.sql.exec<{ n: number | null }>("SELECT SUM(LENGTH(data)) AS n FROM frames WHERE seq = ?", seq).one().n ??
+        0;
       this.sql.exec("DELETE FROM frames WHERE seq = ?", seq);
     }
     return bytes;
@@ -275,7 +310,9 @@ export class EpisodeRecord {
   producers(): ProducerLedger {
     const out: ProducerLedger = new Map();
     if (!this.exists()) return out;
-    for (const row of this.sql.exec<{ name: string; seq: number; unconfirmed: string }>("SELECT name, seq, unconfirmed FROM producers")) {
+    for (const row of this.sql.exec<{ name: string; seq: number; unconfirmed: string }>(
+      "SELECT name, seq, unconfirmed FROM producers",
+    )) {
       out.set(row.name, { last: row.seq, unconfirmed: JSON.parse(row.unconfirmed) as Unconfirmed[] });
     }
     return out;
@@ -307,9 +344,13 @@ export class EpisodeRecord {
     if (this.indexCache) return { ...this.indexCache };
     if (!this.exists()) return { ...NO_INDEX_STATE };
     const row = this.sql
-      .exec<{ last_flush: number; due: number; flush_ms: number; attempts: number }>("SELECT last_flush, due, flush_ms, attempts FROM index_sync")
+      .exec<{ last_flush: number; due: number; flush_ms: number; attempts: number }>(
+        "SELECT last_flush, due, flush_ms, attempts FROM index_sync",
+      )
       .toArray()[0];
-    this.indexCache = row ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts } : { ...NO_INDEX_STATE };
+    this.indexCache = row
+      ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts }
+      : { ...NO_INDEX_STATE };
     return { ...this.indexCache };
   }
 
@@ -321,7 +362,8 @@ export class EpisodeRecord {
 
   /** After a delete: the id whose row is still to be dropped from the run's index, and the attempts so far. */
   tombstone(): { id: string; attempts: number } | null {
-    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0) return null;
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tombstone'").toArray().length === 0)
+      return null;
     return this.sql.exec<{ id: string; attempts: number }>("SELECT id, attempts FROM tombstone").toArray()[0] ?? null;
   }
 

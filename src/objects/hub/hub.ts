@@ -8,7 +8,15 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { limitsFrom } from "../../protocol/limits/limits.js";
-import { CLOSE_NORMAL, CLOSE_POLICY, echoClose, errorResponse, RelayError, safeClose, upgradeRequired } from "../../protocol/http/errors.js";
+import {
+  CLOSE_NORMAL,
+  CLOSE_POLICY,
+  echoClose,
+  errorResponse,
+  RelayError,
+  safeClose,
+  upgradeRequired,
+} from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import type { Cursor } from "../../protocol/hub/catchup.js";
@@ -37,7 +45,10 @@ export class ViewerHub extends DurableObject<Env> {
   private reported = -1;
   /** The session of a join under way (a feed for it may arrive before the join's answer). */
   private joining: number | null = null;
-  /** Fed frames since the hub woke: with their message as the episode built it (passed through), or built here (older episodes, log reads). */
+  /**
+   * Fed frames since the hub woke: with their message as the episode built it (passed through), or built here (older
+   * episodes, log reads).
+   */
   private readonly fedFrames = { passed: 0, built: 0 };
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -48,7 +59,11 @@ export class ViewerHub extends DurableObject<Env> {
     // storage is brought to this release's schema before any event (SQLite opens synchronously, so
     // the constructor does it, in every object alike: src/objects/storage/schema.ts)
     this.store.open();
-    this.window = new HubWindow(this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0, l.hubWindowBytes, WINDOW_FRAMES);
+    this.window = new HubWindow(
+      this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0,
+      l.hubWindowBytes,
+      WINDOW_FRAMES,
+    );
     this.watchers = new HubWatchers(
       ctx,
       {
@@ -64,7 +79,8 @@ export class ViewerHub extends DurableObject<Env> {
         view: () => this.view(),
         reply: () => this.store.reply(),
         window: this.window,
-        openCursor: async (variant, after, forced): Promise<Cursor> => await this.episode().catchUp(this.identity().id, variant, after, forced ?? null),
+        openCursor: async (variant, after, forced): Promise<Cursor> =>
+          await this.episode().catchUp(this.identity().id, variant, after, forced ?? null),
       },
     );
     // Watchers' keep-alive pings are answered by the platform: they never wake the hub.
@@ -78,12 +94,19 @@ export class ViewerHub extends DurableObject<Env> {
       const route = parseRoute(url.pathname);
       const id = request.headers.get(HUB_EPISODE_HEADER);
       const shard = Number(request.headers.get(HUB_SHARD_HEADER));
-      if (route.kind !== "episode" || route.action !== "watch" || id !== route.id || !Number.isSafeInteger(shard) || shard < 0) {
+      if (
+        route.kind !== "episode" ||
+        route.action !== "watch" ||
+        id !== route.id ||
+        !Number.isSafeInteger(shard) ||
+        shard < 0
+      ) {
         throw new RelayError("not_found", "a viewer hub answers only watch upgrades forwarded by the Worker");
       }
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the watch endpoint");
       const known = this.store.state();
-      if (known && (known.id !== id || known.shard !== shard)) throw new Error(`hub ${known.shard}/${known.id} asked to serve ${shard}/${id}`);
+      if (known && (known.id !== id || known.shard !== shard))
+        throw new Error(`hub ${known.shard}/${known.id} asked to serve ${shard}/${id}`);
       this.arriving++;
       try {
         await this.sync({ id, shard });
@@ -128,8 +151,12 @@ export class ViewerHub extends DurableObject<Env> {
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
     this.watchers.broadcast(frames);
     const n = f.view;
-    if (!viewEnded(v) && viewEnded(n)) this.watchers.sendAll(finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error));
-    else if (n.status === "live" && n.refused !== v.refused) this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
+    if (!viewEnded(v) && viewEnded(n))
+      this.watchers.sendAll(
+        finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error),
+      );
+    else if (n.status === "live" && n.refused !== v.refused)
+      this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
     this.noteAnnotations(v, n);
     return { applied: true, view: n, member: true, watchers };
   }
@@ -246,7 +273,10 @@ export class ViewerHub extends DurableObject<Env> {
         if (this.watchers.count() + this.arriving === 0) {
           this.forget();
         } else this.store.save({ ...this.store.state()!, session: null });
-      } else if (s?.session != null && (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))) {
+      } else if (
+        s?.session != null &&
+        (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))
+      ) {
         // (a woken or restarted hub reports once: the episode feeds it what it may have missed)
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;

@@ -105,7 +105,8 @@ export class LiveFanOut {
   private groups(): Iterable<Group> {
     if (!this.live) {
       this.live = new Map();
-      for (const { ws, state } of this.sockets()) if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.set(ws, this.flows.flow(ws));
+      for (const { ws, state } of this.sockets())
+        if (state?.live && ws.readyState === WebSocket.OPEN) this.group(state).sockets.set(ws, this.flows.flow(ws));
     }
     return this.live.values();
   }
@@ -118,6 +119,10 @@ export class LiveFanOut {
 
   /** A live watcher too far behind its acknowledgements: closed 4008 (it resumes with ?after=). */
   private tooSlow(ws: WebSocket, behind: number): void {
-    safeClose(ws, CLOSE_TOO_SLOW, `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`);
+    safeClose(
+      ws,
+      CLOSE_TOO_SLOW,
+      `too far behind: ${behind} bytes not acknowledged; resume with ?after=<last seq received>`,
+    );
   }
 }

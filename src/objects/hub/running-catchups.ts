@@ -109,7 +109,11 @@ export class RunningCatchUps {
       const now = Date.now();
       for (const ws of [...this.catchUps.keys()]) {
         if (this.flows.behind(ws) === 0 || now - (this.progress.get(ws) ?? now) < IDLE_MS) continue;
-        safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${IDLE_MS / 1000} s while catching up; reconnect to resume`);
+        safeClose(
+          ws,
+          CLOSE_TOO_SLOW,
+          `no acknowledgement for ${IDLE_MS / 1000} s while catching up; reconnect to resume`,
+        );
         this.ends.gone(ws);
       }
       this.watchIdle();
@@ -143,7 +147,11 @@ export class RunningCatchUps {
     if (!slow || c.members.size < 2) return;
     const ws = this.socketOf.get(slow);
     if (!ws || now - (this.progress.get(ws) ?? now) < SPLIT_MS) return;
-    safeClose(ws, CLOSE_TOO_SLOW, `no acknowledgement for ${SPLIT_MS / 1000} s while others catch up with it; reconnect to resume`);
+    safeClose(
+      ws,
+      CLOSE_TOO_SLOW,
+      `no acknowledgement for ${SPLIT_MS / 1000} s while others catch up with it; reconnect to resume`,
+    );
     this.ends.gone(ws);
   }
 
@@ -176,7 +184,11 @@ export class RunningCatchUps {
     } catch (e) {
       // the stream from the episode broke (it restarted): the watcher reconnects and resumes
       console.warn("hub: catch-up stream failed", e);
-      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>");
+      safeClose(
+        ws,
+        CLOSE_TRY_LATER,
+        "catch-up interrupted (the episode restarted): reconnect with ?after=<last seq received>",
+      );
       this.ends.gone(ws);
       return;
     }
@@ -197,11 +209,15 @@ export class RunningCatchUps {
     this.ends.caughtUp(ws);
   }
 
-  /** The messages that end a catch-up at view `v`, built once per view (finish carries the reply, read from storage). */
+  /**
+   * The messages that end a catch-up at view `v`, built once per view (finish carries the reply, read from storage).
+   */
   private endingFor(v: HubView): { caughtUp: Uint8Array; finish: Uint8Array | null } {
     const key = `${v.head}|${v.epoch}|${v.status}|${v.error ?? ""}`;
     if (this.ending?.key !== key) {
-      const finish = viewEnded(v) ? finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error) : null;
+      const finish = viewEnded(v)
+        ? finishMessage(v.status, v.head, this.hub.reply() ?? new Uint8Array(0), v.error)
+        : null;
       this.ending = { key, caughtUp: caughtUpMessage(v.head), finish };
     }
     return this.ending;

@@ -53,7 +53,8 @@ export class HubStore {
     this.open();
     this.schema.check();
     if (this.cached !== undefined) return this.cached;
-    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hub'").toArray().length === 0) return (this.cached = null);
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hub'").toArray().length === 0)
+      return (this.cached = null);
     const r = this.sql
       .exec<{
         id: string;
@@ -68,7 +69,10 @@ export class HubStore {
       }>("SELECT id, shard, session, head, epoch, status, refused, error, hubs FROM hub")
       .toArray()[0];
     if (!r) return (this.cached = null);
-    const view: HubView | null = r.head === null ? null : { head: r.head, epoch: r.epoch, status: r.status as HubStatus, refused: r.refused, error: r.error };
+    const view: HubView | null =
+      r.head === null
+        ? null
+        : { head: r.head, epoch: r.epoch, status: r.status as HubStatus, refused: r.refused, error: r.error };
     return (this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs });
   }
 

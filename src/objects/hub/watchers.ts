@@ -10,7 +10,14 @@
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
-import { annotationsMessage, helloMessage, parseWatcherText, retryReason, type SnapshotReason, statusMessage } from "../../protocol/watch/protocol.js";
+import {
+  annotationsMessage,
+  helloMessage,
+  parseWatcherText,
+  retryReason,
+  type SnapshotReason,
+  statusMessage,
+} from "../../protocol/watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
@@ -69,7 +76,9 @@ export class HubWatchers {
     private readonly hub: HubSource,
   ) {
     this.admission = new Admission(limits, Date.now());
-    this.live = new LiveFanOut(this.flows, limits.lagBytes, () => this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })));
+    this.live = new LiveFanOut(this.flows, limits.lagBytes, () =>
+      this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })),
+    );
     this.catchUps = new RunningCatchUps(this.flows, this.live, hub, limits.window, {
       gone: (ws) => this.gone(ws),
       caughtUp: (ws) => {
@@ -99,7 +108,14 @@ export class HubWatchers {
   }
 
   /** Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged. */
-  load(): { watchers: number; waiting: number; catchingUp: number; cohorts: number; queuedBytes: number; streamsOpened: number } {
+  load(): {
+    watchers: number;
+    waiting: number;
+    catchingUp: number;
+    cohorts: number;
+    queuedBytes: number;
+    streamsOpened: number;
+  } {
     return {
       watchers: this.count(),
       waiting: this.waiting.length,
@@ -124,7 +140,11 @@ export class HubWatchers {
     }
     const variant = parseVariant(url.searchParams);
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
-    const decision = this.admission.admit({ watchers: this.count(), waiting: this.waiting.length, queuedBytes: this.flows.queued });
+    const decision = this.admission.admit({
+      watchers: this.count(),
+      waiting: this.waiting.length,
+      queuedBytes: this.flows.queued,
+    });
     if (!decision.ok) {
       // accepted only to be closed: not a hibernating socket (the runtime holds one closed before
       // its 101 went out for ~10 s before the client sees the close)
@@ -296,7 +316,11 @@ export class HubWatchers {
     s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
     this.states.set(ws, s);
     if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
-      safeClose(ws, CLOSE_TRY_LATER, "catch-up interrupted (the hub restarted): reconnect with ?after=<last seq received>");
+      safeClose(
+        ws,
+        CLOSE_TRY_LATER,
+        "catch-up interrupted (the hub restarted): reconnect with ?after=<last seq received>",
+      );
       s.live = false;
     }
     return s;

@@ -23,7 +23,10 @@ export interface RunRow {
 type SqlRunRow = Omit<RunRow, "mean_rewards"> & { mean_rewards: string | null } & Record<string, SqlStorageValue>;
 
 function runRowOf(r: SqlRunRow): RunRow {
-  return { ...r, mean_rewards: r.mean_rewards === null ? null : (JSON.parse(r.mean_rewards) as Record<string, number>) };
+  return {
+    ...r,
+    mean_rewards: r.mean_rewards === null ? null : (JSON.parse(r.mean_rewards) as Record<string, number>),
+  };
 }
 
 /** Where a page of runs ends: newest-created first. */
@@ -38,7 +41,8 @@ export function encodeRunCursor(c: RunCursor): string {
 
 export function decodeRunCursor(cursor: string): RunCursor {
   const v = decodeCursor(cursor);
-  if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string") return { created: v[0] as number, run: v[1] };
+  if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")
+    return { created: v[0] as number, run: v[1] };
   throw badCursor();
 }
 
@@ -75,7 +79,12 @@ export class DirectoryStore {
    * full, the table ends, or `budget` rows were read: a `keep` that passes few runs then gives a
    * short page whose position is the last row read (not one the caller may see: the Worker seals it).
    */
-  page(after: RunCursor | null, limit: number, keep: (run: string) => boolean, budget = DIRECTORY_SCAN_BUDGET): { rows: RunRow[]; next: RunCursor | null } {
+  page(
+    after: RunCursor | null,
+    limit: number,
+    keep: (run: string) => boolean,
+    budget = DIRECTORY_SCAN_BUDGET,
+  ): { rows: RunRow[]; next: RunCursor | null } {
     const out: RunRow[] = [];
     let from = after;
     let read = 0;

@@ -20,7 +20,14 @@ import { encodeRunMessage } from "../../protocol/registry/index-protocol.js";
 import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import { readScopeHeader } from "./run-sockets.js";
 import { RunSideObject } from "./run-side-object.js";
-import { type GroupDetailJson, type GroupSort, type GroupsPage, groupJson, rolloutJson, type TasksPage } from "../../protocol/registry/groups.js";
+import {
+  type GroupDetailJson,
+  type GroupSort,
+  type GroupsPage,
+  groupJson,
+  rolloutJson,
+  type TasksPage,
+} from "../../protocol/registry/groups.js";
 import type { FinishedPage, FinishedSelection } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
@@ -160,7 +167,10 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     };
   }
 
-  /** One group with its rollouts (best reward first) and their advantages; null when there is no such group, "no_run" when the run has no row. */
+  /**
+   * One group with its rollouts (best reward first) and their advantages; null when there is no such group, "no_run"
+   * when the run has no row.
+   */
   group(id: string): GroupDetailJson | null | "no_run" {
     this.schema.check();
     if (!this.hasRows()) return "no_run";
@@ -180,28 +190,41 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
   }
 
-  /** The search bench's baseline: the episodes whose text holds `needle`, by a plain scan (search-store.ts `scan`); no route reaches it. */
+  /**
+   * The search bench's baseline: the episodes whose text holds `needle`, by a plain scan (search-store.ts `scan`); no
+   * route reaches it.
+   */
   scanText(needle: string, limit: number): string[] {
     this.schema.check();
     return this.schema.present() ? this.store.search.scan(needle, limit) : [];
   }
 
-  /** What the run's search holds, in all, and the rows its text wrote since this object started (the search and flags benches); no route reaches it. */
+  /**
+   * What the run's search holds, in all, and the rows its text wrote since this object started (the search and flags
+   * benches); no route reaches it.
+   */
   searchSize(): { segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number } {
     this.schema.check();
     if (!this.schema.present()) return { segments: 0, chars: 0, textBytes: 0, ftsBytes: 0, rowsWritten: 0 };
     return { ...this.store.search.size(), rowsWritten: this.store.search.rowsWritten };
   }
 
-  /** How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches it. */
+  /**
+   * How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches
+   * it.
+   */
   flagEvaluations(): FlagEvaluations & { textRules: number; rewardRules: number } {
     this.schema.check();
-    if (!this.schema.present()) return { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
+    if (!this.schema.present())
+      return { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
     const { rules, text } = this.store.flags.rules();
     return { ...this.store.flags.evaluations, textRules: text.length, rewardRules: rules.length - text.length };
   }
 
-  /** The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run (no row, and no rules set). */
+  /**
+   * The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run (no row,
+   * and no rules set).
+   */
   rules(): RulesJson | null {
     this.schema.check();
     return this.hasRows() || (this.schema.present() && this.store.flags.set()) ? this.store.flags.json() : null;
@@ -228,21 +251,35 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     });
   }
 
-  /** A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters; null: no run (for a viewer covering it). */
-  search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage | null {
+  /**
+   * A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters; null: no run
+   * (for a viewer covering it).
+   */
+  search(
+    query: SearchQuery,
+    q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">,
+    scope: Scope,
+    cursor: string | null,
+  ): SearchPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null };
     return this.store.search.search(query, q, scope, cursor);
   }
 
-  /** A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering the run); null: no run. */
+  /**
+   * A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering
+   * the run); null: no run.
+   */
   steps(kind: string | null, limit: number, cursor: string | null): StepsPage | null {
     this.schema.check();
     if (!this.hasRows()) return null;
     return this.store.steps.page(kind, limit, cursor);
   }
 
-  /** The rows of `ids` (at most MAX_ROWS_BY_ID) within `scope` as the list shows them, in that order; those not here or not in scope are left out. */
+  /**
+   * The rows of `ids` (at most MAX_ROWS_BY_ID) within `scope` as the list shows them, in that order; those not here or
+   * not in scope are left out.
+   */
   rowsById(ids: string[], scope: Scope): IndexEntry[] {
     this.schema.check();
     if (!this.hasRows()) return [];
@@ -255,7 +292,10 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return out;
   }
 
-  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`; null: no run (for a viewer covering it). */
+  /**
+   * A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within
+   * `scope`; null: no run (for a viewer covering it).
+   */
   finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { items: [], next: null, unsent: 0 };
@@ -270,7 +310,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the run socket");
       const url = new URL(request.url);
       const route = parseRoute(url.pathname);
-      if (route.kind !== "run" || route.action !== "run") throw new RelayError("not_found", "a run's index answers only its run socket over fetch");
+      if (route.kind !== "run" || route.action !== "run")
+        throw new RelayError("not_found", "a run's index answers only its run socket over fetch");
       const { run } = route;
       const refused = this.sockets.refusal();
       if (refused) return refused;
@@ -278,7 +319,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const q = parseListQuery(url.searchParams, SNAPSHOT_LIMIT);
       // a run nobody wrote yet may be watched (its first rows arrive as changes): its socket stores nothing
       const rows = this.hasRows();
-      // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with row-filter.ts)
+      // the socket pushes every change in scope: its first page is unfiltered too (clients match rows with
+      // row-filter.ts)
       const page = rows ? this.store.query({ ...q, filter: NO_FILTER, after: null }, scope) : { rows: [], next: null };
       const first = encodeRunMessage({
         type: "snapshot",
@@ -319,7 +361,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     } catch (e) {
       const attempts = Number(this.store.state("dir_attempts") ?? 0) + 1;
       this.store.setState("dir_attempts", String(attempts));
-      console.warn(`run ${run}: directory update failed (attempt ${attempts}): ${e instanceof Error ? e.message : String(e)}`);
+      console.warn(
+        `run ${run}: directory update failed (attempt ${attempts}): ${e instanceof Error ? e.message : String(e)}`,
+      );
       await armAlarm(this.ctx.storage, Date.now() + Math.min(60_000, DIRECTORY_MS * 2 ** attempts));
     }
   }
@@ -362,7 +406,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.changes.set(id, row);
     this.sockets.changed();
     // the directory hears of it within DIRECTORY_MS (an alarm already set stays)
-    void this.ctx.storage.getAlarm().then((at) => (at === null ? armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS) : undefined));
+    void this.ctx.storage
+      .getAlarm()
+      .then((at) => (at === null ? armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS) : undefined));
   }
 
   protected changesFor(scope: Scope): string | null {
@@ -388,7 +434,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     });
   }
 
-  /** The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/protocol/limits/vars.ts). */
+  /**
+   * The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/protocol/limits/vars.ts).
+   */
   private flushMs(): number {
     if (!this.schema.present()) return flushIntervalMs(indexPacingFrom(this.env), 0);
     const c = this.store.loadCounters();

@@ -90,14 +90,21 @@ function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): Ep
   const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
   const page = matching.slice(0, q.limit);
   const last = page.at(-1);
-  return { rows: page.map(rowOf), next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null, searched: mine.length };
+  return {
+    rows: page.map(rowOf),
+    next: matching.length > q.limit && last ? { key: keyOf(q, last), id: last.id } : null,
+    searched: mine.length,
+  };
 }
 
 function keyOf(q: ListQuery, r: SqlRow): number | null {
   return q.sort === "updated" ? r.updated : q.sort === "reward" ? r.reward : r.step;
 }
 
-/** The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward or step (highest first, rows without one last), then by id, descending. */
+/**
+ * The list's order, as the walks' ORDER BY gives it: by update (newest first), or by reward or step (highest first,
+ * rows without one last), then by id, descending.
+ */
 function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
   const ka = keyOf(q, a);
   const kb = keyOf(q, b);
@@ -112,7 +119,10 @@ function order(q: ListQuery, a: SqlRow, b: SqlRow): number {
 /** Whether `r` comes after the cursor `q.after` in the list's order. */
 function follows(q: ListQuery, r: SqlRow): boolean {
   if (q.after === null) return true;
-  return order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, step: q.after.key, id: q.after.id } as SqlRow, r) < 0;
+  return (
+    order(q, { ...r, updated: q.after.key ?? 0, reward: q.after.key, step: q.after.key, id: q.after.id } as SqlRow, r) <
+    0
+  );
 }
 
 /** The walks a page makes, in order, from `q.after` on. */
@@ -172,8 +182,14 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   return { index: "rows_by_updated", where: [], args: [], order };
 }
 
-/** Every condition of the query but the scope as one SQL expression on `rows` (checked on each walked row; "1" when none): the list's and the search's. */
-export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): { sql: string; args: SqlStorageValue[] } {
+/**
+ * Every condition of the query but the scope as one SQL expression on `rows` (checked on each walked row; "1" when
+ * none): the list's and the search's.
+ */
+export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): {
+  sql: string;
+  args: SqlStorageValue[];
+} {
   const parts: string[] = [];
   const args: SqlStorageValue[] = [];
   const add = (part: string, ...values: SqlStorageValue[]) => {

@@ -30,7 +30,9 @@ export interface FinishedPage {
   items: FinishedItem[];
   /** Where the next page starts (a `finished_seq`), or null when none follows. */
   next: number | null;
-  /** Rows read that are not in `items` (outside the scope, or not passing the filter): the caller's budget of idle work. */
+  /**
+   * Rows read that are not in `items` (outside the scope, or not passing the filter): the caller's budget of idle work.
+   */
   unsent: number;
 }
 
@@ -59,17 +61,29 @@ export function finishedPage(
   const filtered = isFiltered(selection.filter);
   const check = conditions({ status: null, prefix: null, filter: selection.filter });
   const columns = `${selection.withRows ? "rows.*, " : "rows.id AS id, "}rows.finished_seq AS f, COALESCE(${check.sql}, 0) AS ok`;
-  const item = (r: Walked): FinishedItem => (selection.withRows ? { id: r.id, seq: r.f, row: entryOf(rowOf(r)) } : { id: r.id, seq: r.f });
+  const item = (r: Walked): FinishedItem =>
+    selection.withRows ? { id: r.id, seq: r.f, row: entryOf(rowOf(r)) } : { id: r.id, seq: r.f };
   if (scope !== null) {
     const mine = rowsInScope<Walked>(sql, scope, columns, check.args);
     if (mine !== null) {
       const items = mine.filter((r) => r.f !== null && r.f > after && r.ok === 1).sort((a, b) => a.f - b.f);
       const page = items.slice(0, limit);
-      return { items: page.map(item), next: items.length > limit ? page.at(-1)!.f : null, unsent: mine.length - page.length };
+      return {
+        items: page.map(item),
+        next: items.length > limit ? page.at(-1)!.f : null,
+        unsent: mine.length - page.length,
+      };
     }
   }
   const walk = scope === null && !filtered ? limit : budget;
-  const walked = sql.exec<Walked>(`SELECT ${columns} FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?`, ...check.args, after, walk).toArray();
+  const walked = sql
+    .exec<Walked>(
+      `SELECT ${columns} FROM rows WHERE finished_seq > ? ORDER BY finished_seq LIMIT ?`,
+      ...check.args,
+      after,
+      walk,
+    )
+    .toArray();
   const items: FinishedItem[] = [];
   let read = 0;
   for (const r of walked) {

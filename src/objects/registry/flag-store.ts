@@ -5,7 +5,16 @@
 // reward rules on each row. Rules set later reach what was already written by a rescan the
 // object's alarm paces (RESCAN_SEGMENTS segments and RESCAN_ROWS rows a step), never in a request.
 
-import { DEFAULT_RULES, type Flag, matchSegment, parseRules, type Rule, rowFlags, type TextRule, textRules } from "../../protocol/flags/rules.js";
+import {
+  DEFAULT_RULES,
+  type Flag,
+  matchSegment,
+  parseRules,
+  type Rule,
+  rowFlags,
+  type TextRule,
+  textRules,
+} from "../../protocol/flags/rules.js";
 import type { Segment } from "../../protocol/search/segments.js";
 import type { IndexRow } from "../../protocol/registry/entry.js";
 import type { SearchBatch } from "./search-store.js";
@@ -14,7 +23,10 @@ import type { SearchBatch } from "./search-store.js";
 export const RESCAN_SEGMENTS = 2000;
 export const RESCAN_ROWS = 500;
 
-/** A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400 bad_rules). */
+/**
+ * A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400
+ * bad_rules).
+ */
 export function readRules(body: unknown): Rule[] | null {
   const defaults = typeof body === "object" && body !== null && (body as { defaults?: unknown }).defaults === true;
   return defaults ? null : parseRules(body);
@@ -70,7 +82,8 @@ export class FlagStore {
    */
   setRules(rules: Rule[] | null, rescan = true): void {
     this.sql.exec("DELETE FROM rules");
-    for (const [i, r] of (rules ?? []).entries()) this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
+    for (const [i, r] of (rules ?? []).entries())
+      this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
     this.setState("rules_set", rules === null ? "0" : "1");
     this.cached = null;
     if (!rescan) return;
@@ -88,14 +101,24 @@ export class FlagStore {
   }
 
   json(): RulesJson {
-    const counts = JSON.parse(this.state("rescan_counts") ?? '{"segments":0,"rows":0}') as { segments: number; rows: number };
-    return { rules: this.rules().rules, defaults: this.state("rules_set") !== "1", rescan: { done: !this.rescanning(), ...counts } };
+    const counts = JSON.parse(this.state("rescan_counts") ?? '{"segments":0,"rows":0}') as {
+      segments: number;
+      rows: number;
+    };
+    return {
+      rules: this.rules().rules,
+      defaults: this.state("rules_set") !== "1",
+      rescan: { done: !this.rescanning(), ...counts },
+    };
   }
 
   /** Counts of flagged episodes per rule (for the aggregates). */
   counts(): Record<string, number> {
     const out: Record<string, number> = {};
-    for (const r of this.sql.exec<{ rule: string; n: number }>("SELECT rule, COUNT(*) AS n FROM flags GROUP BY rule ORDER BY rule")) out[r.rule] = r.n;
+    for (const r of this.sql.exec<{ rule: string; n: number }>(
+      "SELECT rule, COUNT(*) AS n FROM flags GROUP BY rule ORDER BY rule",
+    ))
+      out[r.rule] = r.n;
     return out;
   }
 
@@ -107,7 +130,10 @@ export class FlagStore {
     const { rules, text } = this.rules();
     if (batch) {
       const held = this.sql
-        .exec<{ rule: string; trace: string; node: number }>("SELECT rule, trace, node FROM flags WHERE episode = ? AND trace IS NOT NULL", row.id)
+        .exec<{ rule: string; trace: string; node: number }>(
+          "SELECT rule, trace, node FROM flags WHERE episode = ? AND trace IS NOT NULL",
+          row.id,
+        )
         .toArray();
       for (const f of held) {
         const from = batch.from[f.trace];
@@ -153,7 +179,10 @@ export class FlagStore {
    */
   rescanStep(): string[] {
     const touched = new Set<string>();
-    const counts = JSON.parse(this.state("rescan_counts") ?? '{"segments":0,"rows":0}') as { segments: number; rows: number };
+    const counts = JSON.parse(this.state("rescan_counts") ?? '{"segments":0,"rows":0}') as {
+      segments: number;
+      rows: number;
+    };
     const seg = this.state("rescan_segment");
     if (seg !== null) {
       const batch = this.sql
@@ -196,7 +225,12 @@ export class FlagStore {
   }
 
   /** Match `s` against every text rule the episode has no flag of yet; true when one was raised. */
-  private matchText(episode: string, s: Segment, rules: readonly TextRule[], counts: FlagEvaluations | null = null): boolean {
+  private matchText(
+    episode: string,
+    s: Segment,
+    rules: readonly TextRule[],
+    counts: FlagEvaluations | null = null,
+  ): boolean {
     let raised = false;
     if (counts) counts.segments++;
     for (const rule of rules) {
@@ -211,8 +245,14 @@ export class FlagStore {
   private insert(episode: string, f: Flag, replace: boolean): boolean {
     const verb = replace ? "INSERT OR REPLACE" : "INSERT OR IGNORE";
     return (
-      this.sql.exec(`${verb} INTO flags (episode, rule, trace, node, excerpt) VALUES (?, ?, ?, ?, ?)`, episode, f.rule, f.trace, f.node, f.excerpt)
-        .rowsWritten > 0
+      this.sql.exec(
+        `${verb} INTO flags (episode, rule, trace, node, excerpt) VALUES (?, ?, ?, ?, ?)`,
+        episode,
+        f.rule,
+        f.trace,
+        f.node,
+        f.excerpt,
+      ).rowsWritten > 0
     );
   }
 

@@ -5,7 +5,13 @@
 // transactions; pages are read by keyset.
 
 import { badCursor, decodeCursor, encodeCursor } from "../../protocol/registry/rows.js";
-import { type GroupMember, type GroupSort, type GroupSummary, groupSummary, type TaskSummary } from "../../protocol/registry/groups.js";
+import {
+  type GroupMember,
+  type GroupSort,
+  type GroupSummary,
+  groupSummary,
+  type TaskSummary,
+} from "../../protocol/registry/groups.js";
 import { scoresOf } from "../../protocol/registry/rewards.js";
 import type { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
@@ -25,10 +31,21 @@ const ORDER: Record<GroupSort, { key: string; dir: "ASC" | "DESC" }> = {
   task: { key: "task_key", dir: "ASC" },
 };
 
-/** A groups page's cursor: the last group's sort key and id (throws 400 bad_cursor; the Worker checks it before the index is asked). */
+/**
+ * A groups page's cursor: the last group's sort key and id (throws 400 bad_cursor; the Worker checks it before the
+ * index is asked).
+ */
 export function groupCursor(cursor: string): [number | string, string] {
   const v = decodeCursor(cursor);
-  if (!(Array.isArray(v) && v.length === 2 && (typeof v[0] === "number" || typeof v[0] === "string") && typeof v[1] === "string")) throw badCursor();
+  if (
+    !(
+      Array.isArray(v) &&
+      v.length === 2 &&
+      (typeof v[0] === "number" || typeof v[0] === "string") &&
+      typeof v[1] === "string"
+    )
+  )
+    throw badCursor();
   return v as [number | string, string];
 }
 
@@ -67,7 +84,11 @@ export class GroupStore {
     const members = this.sql
       .exec<GroupRow>("SELECT status, rewards, task, ended, updated, step, kind FROM rows WHERE grp = ?", id)
       .toArray()
-      .map((r) => ({ ...r, status: r.status as GroupMember["status"], rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json) }));
+      .map((r) => ({
+        ...r,
+        status: r.status as GroupMember["status"],
+        rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+      }));
     const before = this.sql
       .exec<{ complete: number; zero: number; done_minute: number | null; step: number | null; kind: string | null }>(
         "SELECT complete, zero, done_minute, step, kind FROM groups WHERE grp = ?",
@@ -79,8 +100,10 @@ export class GroupStore {
       c.groups--;
       c.complete -= before.complete;
       c.zeroVariance -= before.zero;
-      if (before.complete && before.done_minute !== null) this.trends.addGroup(before.done_minute, before.zero === 1, -1);
-      if (before.complete && before.step !== null) this.steps.addGroup({ step: before.step, kind: before.kind ?? "" }, before.zero === 1, -1);
+      if (before.complete && before.done_minute !== null)
+        this.trends.addGroup(before.done_minute, before.zero === 1, -1);
+      if (before.complete && before.step !== null)
+        this.steps.addGroup({ step: before.step, kind: before.kind ?? "" }, before.zero === 1, -1);
     }
     if (members.length === 0) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
     else {
@@ -124,7 +147,9 @@ export class GroupStore {
     return r ? (JSON.parse(r.summary) as GroupSummary) : null;
   }
 
-  /** A page of groups in `sort`'s order after `cursor`: at most `limit`, and the cursor after them (null at the end). */
+  /**
+   * A page of groups in `sort`'s order after `cursor`: at most `limit`, and the cursor after them (null at the end).
+   */
   page(sort: GroupSort, limit: number, cursor: string | null): { groups: GroupSummary[]; cursor: string | null } {
     const { key, dir } = ORDER[sort];
     const args: SqlStorageValue[] = [];
@@ -144,7 +169,10 @@ export class GroupStore {
     const more = rows.length > limit;
     const page = rows.slice(0, limit);
     const last = page.at(-1);
-    return { groups: page.map((r) => JSON.parse(r.summary) as GroupSummary), cursor: more && last ? encodeCursor([last.k, last.grp]) : null };
+    return {
+      groups: page.map((r) => JSON.parse(r.summary) as GroupSummary),
+      cursor: more && last ? encodeCursor([last.k, last.grp]) : null,
+    };
   }
 
   /** Recount task `task` from its rollouts (none left: it goes). */
@@ -158,7 +186,16 @@ export class GroupStore {
       )
       .one();
     if (t.n === 0) this.sql.exec("DELETE FROM tasks WHERE task = ?", task);
-    else this.sql.exec("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", task, t.n, t.finished ?? 0, t.failed ?? 0, t.calls ?? 0, t.tokens ?? 0);
+    else
+      this.sql.exec(
+        "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
+        task,
+        t.n,
+        t.finished ?? 0,
+        t.failed ?? 0,
+        t.calls ?? 0,
+        t.tokens ?? 0,
+      );
   }
 
   /**
@@ -168,7 +205,13 @@ export class GroupStore {
    * the page before a task whose rows would take it past `budget` (a page has at least one task):
    * a short page with a cursor.
    */
-  tasks(key: string, threshold: number, limit: number, cursor: string | null, budget = TASK_ROWS_BUDGET): { tasks: TaskSummary[]; cursor: string | null } {
+  tasks(
+    key: string,
+    threshold: number,
+    limit: number,
+    cursor: string | null,
+    budget = TASK_ROWS_BUDGET,
+  ): { tasks: TaskSummary[]; cursor: string | null } {
     const listed = this.sql
       .exec<{ task: string; rollouts: number; finished: number; failed: number; calls: number; tokens: number }>(
         `SELECT * FROM tasks ${cursor === null ? "" : "WHERE task > ?"} ORDER BY task LIMIT ?`,
@@ -176,14 +219,19 @@ export class GroupStore {
         limit + 1,
       )
       .toArray();
-    // the tasks table counts each task's rows (the query below walks them all): the page stops before the budget is passed
+    // the tasks table counts each task's rows (the query below walks them all): the page stops before the budget is
+    // passed
     let rowsToRead = 0;
     let fit = 0;
-    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.rollouts <= budget)) rowsToRead += listed[fit++]!.rollouts;
+    while (fit < Math.min(limit, listed.length) && (fit === 0 || rowsToRead + listed[fit]!.rollouts <= budget))
+      rowsToRead += listed[fit++]!.rollouts;
     const rows = listed.slice(0, fit + 1);
     const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
-      for (const r of this.sql.exec<{ rewards: string | null }>("SELECT rewards FROM rows WHERE task = ? AND status = 'finished'", t.task)) {
+      for (const r of this.sql.exec<{ rewards: string | null }>(
+        "SELECT rewards FROM rows WHERE task = ? AND status = 'finished'",
+        t.task,
+      )) {
         const s = scoresOf(r.rewards === null ? null : (JSON.parse(r.rewards) as Json)).find(([k]) => k === key);
         if (s) scores.push(s[1]);
       }

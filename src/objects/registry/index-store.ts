@@ -1,6 +1,7 @@
 // A run index's SQLite tables and every query on them: the episodes' rows (with their bulk-fetch
 // order), the per-key reward scores (for min/max, with their row's status), the ended-per-minute
-// throughput and reward minutes (trend-store.ts), the kept counters and a few state values. The object (episode-index.ts) calls these inside its own
+// throughput and reward minutes (trend-store.ts), the kept counters and a few state values. The object
+// (episode-index.ts) calls these inside its own
 // transactions; nothing here decides when to write or whom to tell.
 
 import {
@@ -141,7 +142,10 @@ export class IndexStore {
     return out;
   }
 
-  /** After a transaction that threw, or the storage freed: what is kept in memory (counters, rules) is read again as saved. */
+  /**
+   * After a transaction that threw, or the storage freed: what is kept in memory (counters, rules) is read again as
+   * saved.
+   */
   forgetCached(): void {
     this.counters = null;
     this.flags.forget();
@@ -157,7 +161,9 @@ export class IndexStore {
 
   aggregates(run: string, now: number): RunAggregates {
     const throughput = new Map<number, number>();
-    for (const r of this.sql.exec<{ minute: number; n: number }>("SELECT minute, n FROM throughput ORDER BY minute DESC LIMIT 60")) {
+    for (const r of this.sql.exec<{ minute: number; n: number }>(
+      "SELECT minute, n FROM throughput ORDER BY minute DESC LIMIT 60",
+    )) {
       throughput.set(r.minute, r.n);
     }
     const a = aggregatesOf(run, this.loadCounters(), throughput, now, (key, finished) => this.extremes(key, finished));
@@ -202,7 +208,10 @@ export class IndexStore {
     return episodePage(this.sql, q, scope);
   }
 
-  /** A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within `scope`. */
+  /**
+   * A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within
+   * `scope`.
+   */
   finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage {
     return finishedPage(this.sql, after, limit, scope, FINISHED_WALK_BUDGET, selection);
   }
@@ -231,7 +240,11 @@ export class IndexStore {
     applyContribution(c, x, sign);
     this.trends.addRewards(x, sign);
     if (x.endedMinute !== null) {
-      this.sql.exec("INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n", x.endedMinute, sign);
+      this.sql.exec(
+        "INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n",
+        x.endedMinute,
+        sign,
+      );
       this.sql.exec("DELETE FROM throughput WHERE minute = ? AND n = 0", x.endedMinute);
     }
     if (sign < 0) {

@@ -19,10 +19,17 @@ export const RUNS_NAME = "runs";
 /** Runs in the list a socket starts with. */
 export const RUNS_SNAPSHOT_LIMIT = 200;
 
-/** A run as the API lists it; `mean_rewards` is left out until the run's index sends it (rows written before schema version 2 have none). */
+/**
+ * A run as the API lists it; `mean_rewards` is left out until the run's index sends it (rows written before schema
+ * version 2 have none).
+ */
 export function summaryOf(r: RunRow): RunSummary {
   const { mean_rewards, ...rest } = r;
-  const summary: RunSummary = { ...rest, created: new Date(r.created).toISOString(), updated: new Date(r.updated).toISOString() };
+  const summary: RunSummary = {
+    ...rest,
+    created: new Date(r.created).toISOString(),
+    updated: new Date(r.updated).toISOString(),
+  };
   if (mean_rewards) summary.mean_rewards = mean_rewards;
   return summary;
 }
@@ -62,7 +69,13 @@ export class RunDirectory extends RunSideObject<RunRow> {
    * covers entirely) and start with `prefix`; the cursor is the position to go on from, which may
    * be a run outside the scope (the Worker seals it before a client sees it).
    */
-  runs(after: RunCursor | null, limit: number, scope: Scope, prefix: string | null, whole: boolean): { runs: RunSummary[]; cursor: string | null } {
+  runs(
+    after: RunCursor | null,
+    limit: number,
+    scope: Scope,
+    prefix: string | null,
+    whole: boolean,
+  ): { runs: RunSummary[]; cursor: string | null } {
     this.schema.check();
     if (!this.schema.present()) return { runs: [], cursor: null };
     const page = this.store.page(after, limit, (run) => {
@@ -83,7 +96,12 @@ export class RunDirectory extends RunSideObject<RunRow> {
       const page = this.runs(null, RUNS_SNAPSHOT_LIMIT, scope, null, true);
       return await this.sockets.accept(
         scope,
-        encodeRunsMessage({ type: "runs", runs: page.runs, truncated: page.cursor !== null, limit: Math.min(RUNS_SNAPSHOT_LIMIT, MAX_LIMIT) }),
+        encodeRunsMessage({
+          type: "runs",
+          runs: page.runs,
+          truncated: page.cursor !== null,
+          limit: Math.min(RUNS_SNAPSHOT_LIMIT, MAX_LIMIT),
+        }),
       );
     } catch (e) {
       return errorResponse(e, "runs socket");

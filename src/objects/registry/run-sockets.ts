@@ -19,7 +19,10 @@ import type { Scope } from "../../protocol/registry/rows.js";
  * deploys: the string stays what earlier releases gave them.
  */
 export const RUN_SOCKET_TAG = "index";
-/** Scopes up to this long go in the attachment: every token's (at most MAX_TOKEN_CHARS, src/protocol/http/auth.ts), so reads store nothing. */
+/**
+ * Scopes up to this long go in the attachment: every token's (at most MAX_TOKEN_CHARS, src/protocol/http/auth.ts), so
+ * reads store nothing.
+ */
 const INLINE_SCOPE_BYTES = 12 * 1024;
 
 type Attachment = { scope: Scope } | { scopeKey: string };
@@ -57,7 +60,10 @@ export class RunSockets {
    * (1013 with a retry hint). Ask before building its snapshot.
    */
   refusal(): Response | null {
-    const d = this.admission.startNow({ watchers: this.ctx.getWebSockets(RUN_SOCKET_TAG).length, waiting: 0, queuedBytes: 0 }, Date.now());
+    const d = this.admission.startNow(
+      { watchers: this.ctx.getWebSockets(RUN_SOCKET_TAG).length, waiting: 0, queuedBytes: 0 },
+      Date.now(),
+    );
     if (d.ok) return null;
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
     // accepted only to be closed: not a hibernating socket (as a hub refuses a watcher)
@@ -149,7 +155,9 @@ export class RunSockets {
     if ("scope" in att) return att.scope;
     let s = this.scopes.get(att.scopeKey);
     if (!s) {
-      const row = this.sql.exec<{ patterns: string }>("SELECT patterns FROM scopes WHERE key = ?", att.scopeKey).toArray()[0];
+      const row = this.sql
+        .exec<{ patterns: string }>("SELECT patterns FROM scopes WHERE key = ?", att.scopeKey)
+        .toArray()[0];
       if (!row) return undefined;
       s = JSON.parse(row.patterns) as string[];
       this.scopes.set(att.scopeKey, s);

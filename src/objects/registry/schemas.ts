@@ -19,7 +19,9 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE INDEX IF NOT EXISTS rows_by_updated ON rows (updated DESC, id DESC)");
         sql.exec("CREATE INDEX IF NOT EXISTS rows_by_reward ON rows (reward DESC, id DESC)");
         sql.exec("CREATE INDEX IF NOT EXISTS rows_finished ON rows (finished_seq) WHERE finished_seq IS NOT NULL");
-        sql.exec("CREATE TABLE IF NOT EXISTS scores (id TEXT NOT NULL, key TEXT NOT NULL, score REAL NOT NULL, PRIMARY KEY (id, key))");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS scores (id TEXT NOT NULL, key TEXT NOT NULL, score REAL NOT NULL, PRIMARY KEY (id, key))",
+        );
         sql.exec("CREATE INDEX IF NOT EXISTS scores_by_key ON scores (key, score)");
         sql.exec("CREATE TABLE IF NOT EXISTS throughput (minute INTEGER PRIMARY KEY, n INTEGER NOT NULL)");
         sql.exec("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)");
@@ -58,9 +60,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         // each filter the list can run on an index walks its own index in the list's order (row-filter.ts),
         // so a page reads about a page of rows however rare the matches; the partial ones hold only matching rows
         sql.exec("DROP INDEX IF EXISTS rows_by_task");
-        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_task ON rows (task, updated DESC, id DESC) WHERE task IS NOT NULL");
+        sql.exec(
+          "CREATE INDEX IF NOT EXISTS rows_by_task ON rows (task, updated DESC, id DESC) WHERE task IS NOT NULL",
+        );
         sql.exec("CREATE INDEX IF NOT EXISTS rows_by_status ON rows (status, updated DESC, id DESC)");
-        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_stop ON rows (stop, updated DESC, id DESC) WHERE stop IS NOT NULL");
+        sql.exec(
+          "CREATE INDEX IF NOT EXISTS rows_by_stop ON rows (stop, updated DESC, id DESC) WHERE stop IS NOT NULL",
+        );
         sql.exec("CREATE INDEX IF NOT EXISTS rows_truncated ON rows (updated DESC, id DESC) WHERE truncated = 1");
         sql.exec("CREATE INDEX IF NOT EXISTS rows_errored ON rows (updated DESC, id DESC) WHERE error IS NOT NULL");
       },
@@ -76,9 +82,12 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         // per minute ended and reward key: finished episodes and their score sum in SCORE_UNITs (reward-trend.ts)
         sql.exec(`CREATE TABLE IF NOT EXISTS reward_minutes (minute INTEGER NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL,
           units INTEGER NOT NULL, PRIMARY KEY (minute, key))`);
-        // a complete group's minute (its latest end), and per minute the groups completed and zero-variance ones (zero-variance-trend.ts)
+        // a complete group's minute (its latest end), and per minute the groups completed and zero-variance ones
+        // (zero-variance-trend.ts)
         addColumns(sql, "groups", ["done_minute INTEGER"]);
-        sql.exec("CREATE TABLE IF NOT EXISTS group_minutes (minute INTEGER PRIMARY KEY, complete INTEGER NOT NULL, zero INTEGER NOT NULL)");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS group_minutes (minute INTEGER PRIMARY KEY, complete INTEGER NOT NULL, zero INTEGER NOT NULL)",
+        );
         backfillRewards(sql);
         backfillGroups(sql);
       },
@@ -89,23 +98,39 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       up(sql) {
         // the identity and the live facts as JSON; the identity's keys the list filters by as columns (rows
         // written before this release have none: they count in no step until rewritten)
-        addColumns(sql, "rows", ["dispatch TEXT", "kind TEXT", "env TEXT", "step INTEGER", "policy_version INTEGER", "live TEXT"]);
-        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_kind ON rows (kind, updated DESC, id DESC) WHERE kind IS NOT NULL");
-        sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step_updated ON rows (step, updated DESC, id DESC) WHERE step IS NOT NULL");
+        addColumns(sql, "rows", [
+          "dispatch TEXT",
+          "kind TEXT",
+          "env TEXT",
+          "step INTEGER",
+          "policy_version INTEGER",
+          "live TEXT",
+        ]);
+        sql.exec(
+          "CREATE INDEX IF NOT EXISTS rows_by_kind ON rows (kind, updated DESC, id DESC) WHERE kind IS NOT NULL",
+        );
+        sql.exec(
+          "CREATE INDEX IF NOT EXISTS rows_by_step_updated ON rows (step, updated DESC, id DESC) WHERE step IS NOT NULL",
+        );
         // sorted by step (rows without one last, as SQLite orders NULL under DESC), and step ranges
         sql.exec("CREATE INDEX IF NOT EXISTS rows_by_step ON rows (step DESC, id DESC)");
         // a group's step (its members share one): the step whose zero-variance share it counts in
         addColumns(sql, "groups", ["kind TEXT", "step INTEGER"]);
         // one row per step and kind ("" for none): its counters (steps.ts) as JSON
-        sql.exec("CREATE TABLE IF NOT EXISTS steps (step INTEGER NOT NULL, kind TEXT NOT NULL, counters TEXT NOT NULL, PRIMARY KEY (step, kind))");
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS steps (step INTEGER NOT NULL, kind TEXT NOT NULL, counters TEXT NOT NULL, PRIMARY KEY (step, kind))",
+        );
       },
     },
     {
       version: 7,
       what: "search over the episodes' text, and flag rules",
       up(sql) {
-        // the run's flag rules (none: the defaults) and each episode's flags, also kept as JSON in its row (flag-store.ts)
-        sql.exec("CREATE TABLE IF NOT EXISTS rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)");
+        // the run's flag rules (none: the defaults) and each episode's flags, also kept as JSON in its row
+        // (flag-store.ts)
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)",
+        );
         sql.exec(`CREATE TABLE IF NOT EXISTS flags (episode TEXT NOT NULL, rule TEXT NOT NULL, trace TEXT, node INTEGER, excerpt TEXT NOT NULL,
           PRIMARY KEY (episode, rule))`);
         sql.exec("CREATE INDEX IF NOT EXISTS flags_by_rule ON flags (rule, episode)");
@@ -144,7 +169,8 @@ export const DIRECTORY_SCHEMA: Schema = checkSchema({
       version: 2,
       what: "the runs' mean rewards",
       up(sql) {
-        // per reward key, the mean over the run's finished episodes (JSON); null until the run's index next writes its row
+        // per reward key, the mean over the run's finished episodes (JSON); null until the run's index next writes its
+        // row
         addColumns(sql, "runs", ["mean_rewards TEXT"]);
       },
     },

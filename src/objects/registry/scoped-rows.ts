@@ -48,7 +48,13 @@ export function rowsInScope<T extends Record<string, SqlStorageValue> & { id: st
   for (const p of distinct(patterns)) {
     const room = budget - read + 1;
     const found = p.endsWith("*")
-      ? sql.exec<T>(`SELECT ${select} FROM rows WHERE id >= ? AND id < ? LIMIT ?`, ...args, p.slice(0, -1), `${p.slice(0, -1)}${AFTER_ID_CHARS}`, room)
+      ? sql.exec<T>(
+          `SELECT ${select} FROM rows WHERE id >= ? AND id < ? LIMIT ?`,
+          ...args,
+          p.slice(0, -1),
+          `${p.slice(0, -1)}${AFTER_ID_CHARS}`,
+          room,
+        )
       : sql.exec<T>(`SELECT ${select} FROM rows WHERE id = ?`, ...args, p);
     for (const r of found) {
       read++;

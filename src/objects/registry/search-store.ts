@@ -18,7 +18,10 @@ export const SEARCH_MATCH_BUDGET = 50_000;
 /** Snippets per episode in an answer. */
 export const SNIPPETS_PER_EPISODE = 3;
 
-/** What an episode sends with its row: the traces it holds, per trace the node its segments start from, and the segments. */
+/**
+ * What an episode sends with its row: the traces it holds, per trace the node its segments start from, and the
+ * segments.
+ */
 export interface SearchBatch {
   traces: string[];
   /** Per trace: segments of nodes at or after this index (-1: the task too) are replaced by the batch's. */
@@ -30,7 +33,14 @@ export interface SearchBatch {
 export interface SearchHit {
   id: string;
   score: number;
-  snippets: Array<{ trace: string; node: number; role: string; tool: string | null; text: string; highlights: Array<[number, number]> }>;
+  snippets: Array<{
+    trace: string;
+    node: number;
+    role: string;
+    tool: string | null;
+    text: string;
+    highlights: Array<[number, number]>;
+  }>;
 }
 
 export interface SearchPage {
@@ -40,15 +50,21 @@ export interface SearchPage {
 }
 
 export class SearchStore {
-  /** Rows the text's statements wrote since the object started (its segments, and FTS5's rows by trigger): the flags bench's cost figure. */
+  /**
+   * Rows the text's statements wrote since the object started (its segments, and FTS5's rows by trigger): the flags
+   * bench's cost figure.
+   */
   rowsWritten = 0;
 
   constructor(private readonly sql: SqlStorage) {}
 
   /** Apply an episode's batch (inside the caller's transaction). */
   apply(episode: string, b: SearchBatch): void {
-    const held = this.sql.exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode).toArray();
-    for (const { trace } of held) if (!b.traces.includes(trace)) this.write("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
+    const held = this.sql
+      .exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode)
+      .toArray();
+    for (const { trace } of held)
+      if (!b.traces.includes(trace)) this.write("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
     for (const [trace, from] of Object.entries(b.from)) {
       this.write("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
     }
@@ -97,14 +113,23 @@ export class SearchStore {
    */
   scan(needle: string, limit: number): string[] {
     return this.sql
-      .exec<{ episode: string }>("SELECT DISTINCT episode FROM segments WHERE instr(lower(body), lower(?)) > 0 LIMIT ?", needle, limit)
+      .exec<{ episode: string }>(
+        "SELECT DISTINCT episode FROM segments WHERE instr(lower(body), lower(?)) > 0 LIMIT ?",
+        needle,
+        limit,
+      )
       .toArray()
       .map((r) => r.episode);
   }
 
   /** Segments an episode holds, and their characters (the cost bench and tests). */
   held(episode: string): { segments: number; chars: number } {
-    const r = this.sql.exec<{ n: number; c: number | null }>("SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?", episode).one();
+    const r = this.sql
+      .exec<{ n: number; c: number | null }>(
+        "SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?",
+        episode,
+      )
+      .one();
     return { segments: r.n, chars: r.c ?? 0 };
   }
 
@@ -114,7 +139,12 @@ export class SearchStore {
    * scores) are kept in the statement, ranked per episode, and the page's own come back with it;
    * their snippets are cut from the stored text (highlight.ts), the page's only.
    */
-  search(query: SearchQuery, q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">, scope: Scope, cursor: string | null): SearchPage {
+  search(
+    query: SearchQuery,
+    q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">,
+    scope: Scope,
+    cursor: string | null,
+  ): SearchPage {
     const cond = conditions(q);
     // a partial scope's matches are its own episodes' only: no budget is spent on the others
     const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
@@ -154,7 +184,9 @@ export class SearchStore {
         score: -r.best,
         snippets: r.ids.flatMap((id) => {
           const s = bodies.get(id);
-          return s ? [{ trace: s.trace, node: s.node, role: s.role, tool: s.tool, ...snippet(s.body, query.phrases) }] : [];
+          return s
+            ? [{ trace: s.trace, node: s.node, role: s.role, tool: s.tool, ...snippet(s.body, query.phrases) }]
+            : [];
         }),
       })),
       cursor: ranked.length > q.limit && last ? encodeCursor([last.best, last.episode]) : null,
@@ -162,7 +194,9 @@ export class SearchStore {
   }
 
   /** Segments by id (the page's snippets: at most SNIPPETS_PER_EPISODE per episode). */
-  private segmentsById(ids: number[]): Map<number, { trace: string; node: number; role: string; tool: string | null; body: string }> {
+  private segmentsById(
+    ids: number[],
+  ): Map<number, { trace: string; node: number; role: string; tool: string | null; body: string }> {
     if (ids.length === 0) return new Map();
     const rows = this.sql
       .exec<{ id: number; trace: string; node: number; role: string; tool: string | null; body: string }>(

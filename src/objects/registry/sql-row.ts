@@ -8,7 +8,10 @@ import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js
  * sort key `reward` beside them, and the identity's keys the list filters by (`kind`, `env`,
  * `step`, `policy_version`) as columns of their own.
  */
-export type SqlRow = Omit<IndexRow, "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"> & {
+export type SqlRow = Omit<
+  IndexRow,
+  "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"
+> & {
   status: string;
   rewards: string | null;
   reward: number | null;

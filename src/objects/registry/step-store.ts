@@ -20,10 +20,14 @@ import type { IndexRow } from "../../protocol/registry/entry.js";
 
 type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "dispatch">;
 
-/** A steps page's cursor: the last step's number and kind (throws 400 bad_cursor; the Worker checks it before asking the index). */
+/**
+ * A steps page's cursor: the last step's number and kind (throws 400 bad_cursor; the Worker checks it before asking the
+ * index).
+ */
 export function stepCursor(cursor: string): StepKey {
   const v = decodeCursor(cursor);
-  if (!(Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")) throw badCursor();
+  if (!(Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string"))
+    throw badCursor();
   return { step: v[0] as number, kind: v[1] as string };
 }
 
@@ -93,7 +97,9 @@ export class StepStore {
   touchedSteps(): { steps: StepJson[]; gone: Array<Pick<StepJson, "step" | "kind">> } {
     const steps: StepJson[] = [];
     const gone: Array<Pick<StepJson, "step" | "kind">> = [];
-    const keys = [...this.touched.values()].sort((a, b) => a.step - b.step || (a.kind < b.kind ? -1 : a.kind > b.kind ? 1 : 0));
+    const keys = [...this.touched.values()].sort(
+      (a, b) => a.step - b.step || (a.kind < b.kind ? -1 : a.kind > b.kind ? 1 : 0),
+    );
     for (const key of keys) {
       const s = this.get(key);
       if (s) steps.push(s);
@@ -107,7 +113,9 @@ export class StepStore {
   }
 
   private counters(key: StepKey): StepCounters | null {
-    const r = this.sql.exec<{ counters: string }>("SELECT counters FROM steps WHERE step = ? AND kind = ?", key.step, key.kind).toArray()[0];
+    const r = this.sql
+      .exec<{ counters: string }>("SELECT counters FROM steps WHERE step = ? AND kind = ?", key.step, key.kind)
+      .toArray()[0];
     return r ? (JSON.parse(r.counters) as StepCounters) : null;
   }
 
@@ -115,7 +123,13 @@ export class StepStore {
     const c = this.counters(key) ?? emptyStep();
     change(c);
     if (isEmptyStep(c)) this.sql.exec("DELETE FROM steps WHERE step = ? AND kind = ?", key.step, key.kind);
-    else this.sql.exec("INSERT OR REPLACE INTO steps (step, kind, counters) VALUES (?, ?, ?)", key.step, key.kind, JSON.stringify(c));
+    else
+      this.sql.exec(
+        "INSERT OR REPLACE INTO steps (step, kind, counters) VALUES (?, ?, ?)",
+        key.step,
+        key.kind,
+        JSON.stringify(c),
+      );
     this.touched.set(`${key.step}\u0000${key.kind}`, key);
   }
 }

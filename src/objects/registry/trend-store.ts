@@ -5,8 +5,17 @@
 // whose count falls to 0 goes, so the tables hold only what a recount would.
 
 import { type Contribution, minuteOf, THROUGHPUT_MINUTES } from "../../protocol/registry/aggregates.js";
-import { type RewardMinute, rewardMinutesOf, type RewardTrend, rewardTrendOf } from "../../protocol/registry/reward-trend.js";
-import { type GroupMinute, type ZeroVarianceTrend, zeroVarianceTrendOf } from "../../protocol/registry/zero-variance-trend.js";
+import {
+  type RewardMinute,
+  rewardMinutesOf,
+  type RewardTrend,
+  rewardTrendOf,
+} from "../../protocol/registry/reward-trend.js";
+import {
+  type GroupMinute,
+  type ZeroVarianceTrend,
+  zeroVarianceTrendOf,
+} from "../../protocol/registry/zero-variance-trend.js";
 
 export class TrendStore {
   constructor(private readonly sql: SqlStorage) {}
@@ -49,7 +58,10 @@ export class TrendStore {
     this.sql.exec("DELETE FROM group_minutes WHERE minute = ? AND complete = 0", minute);
   }
 
-  /** The zero-variance trend over the last THROUGHPUT_MINUTES minutes; `totals`: the run's complete and zero-variance groups. */
+  /**
+   * The zero-variance trend over the last THROUGHPUT_MINUTES minutes; `totals`: the run's complete and zero-variance
+   * groups.
+   */
   zeroVarianceTrend(totals: GroupMinute, now: number): ZeroVarianceTrend {
     const last = minuteOf(now);
     const minutes = new Map<number, GroupMinute>();
@@ -62,7 +74,10 @@ export class TrendStore {
     }
     // groups stamped after now (an episode's clock ahead of ours): not yet in the share at any minute shown
     const later = this.sql
-      .exec<{ complete: number | null; zero: number | null }>("SELECT SUM(complete) AS complete, SUM(zero) AS zero FROM group_minutes WHERE minute > ?", last)
+      .exec<{ complete: number | null; zero: number | null }>(
+        "SELECT SUM(complete) AS complete, SUM(zero) AS zero FROM group_minutes WHERE minute > ?",
+        last,
+      )
       .one();
     return zeroVarianceTrendOf(minutes, totals, { complete: later.complete ?? 0, zero: later.zero ?? 0 }, now);
   }

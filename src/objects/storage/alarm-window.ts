@@ -15,7 +15,10 @@ export const AVOID_TO = 150_000;
 /** Where an alarm that would fall in the window is armed instead (ms ahead; margin for a late arm). */
 export const EARLY_ARM = 50_000;
 
-/** The time to arm for an alarm wanted at `at` (epoch ms), given the time now: `at`, or sooner when it falls in the window. */
+/**
+ * The time to arm for an alarm wanted at `at` (epoch ms), given the time now: `at`, or sooner when it falls in the
+ * window.
+ */
 export function alarmTime(at: number, now: number): number {
   const ahead = at - now;
   return ahead >= AVOID_FROM && ahead < AVOID_TO ? now + EARLY_ARM : at;

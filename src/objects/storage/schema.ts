@@ -36,7 +36,8 @@ export function latestVersion(schema: Schema): number {
 /** Throws unless the migrations are numbered 1..n in order. */
 export function checkSchema(schema: Schema): Schema {
   schema.migrations.forEach((m, i) => {
-    if (m.version !== i + 1) throw new Error(`${schema.object} schema: migration ${i} is numbered ${m.version}, expected ${i + 1}`);
+    if (m.version !== i + 1)
+      throw new Error(`${schema.object} schema: migration ${i} is numbered ${m.version}, expected ${i + 1}`);
   });
   return schema;
 }
@@ -47,7 +48,9 @@ export function checkSchema(schema: Schema): Schema {
  */
 function userTables(sql: SqlStorage): string[] {
   return sql
-    .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 1) <> '_'")
+    .exec<{ name: string }>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 1) <> '_'",
+    )
     .toArray()
     .map((r) => r.name);
 }
@@ -138,7 +141,9 @@ export class SchemaState {
     return this.failure;
   }
 
-  /** Before a first write: create the tables at the latest version if storage is empty (in the caller's transaction). */
+  /**
+   * Before a first write: create the tables at the latest version if storage is empty (in the caller's transaction).
+   */
   ensure(): void {
     if (this.ready) return;
     const sql = this.storage.sql;

@@ -22,7 +22,10 @@ import { decodeLossless, encodeLossless, F64, LMap, type LValue } from "../wire/
 export const ANNOTATION_VERSION = 1;
 /** The streams prime-rl writes (update.py STREAM_FIELDS; others are kept as given). */
 export const STREAM_FIELDS = ["advantages", "trainer_logprobs", "entropies", "is_masked", "mismatch_kl"] as const;
-/** Streams whose nulls inside a node still leave the node its other values when folded (prime-rl's PARTIAL_STREAM_FIELDS). */
+/**
+ * Streams whose nulls inside a node still leave the node its other values when folded (prime-rl's
+ * PARTIAL_STREAM_FIELDS).
+ */
 export const PARTIAL_STREAMS: ReadonlySet<string> = new Set(["is_masked", "mismatch_kl"]);
 /** A branch index is below this; a stream has at most this many values (a branch's tokens). */
 export const MAX_BRANCH_INDEX = 1 << 20;
@@ -66,7 +69,8 @@ export function parseAnnotationRecords(v: LValue): AnnotationRecord[] {
 }
 
 function parseRecord(v: LValue, field: string): AnnotationRecord {
-  if (!(v instanceof LMap)) throw new DeltaError("wrong_type", field, "a record is a map {version, trace_id, info, branches}");
+  if (!(v instanceof LMap))
+    throw new DeltaError("wrong_type", field, "a record is a map {version, trace_id, info, branches}");
   const version = v.get("version");
   if (version !== undefined && version !== ANNOTATION_VERSION) {
     throw new DeltaError("wrong_type", `${field}.version`, `must be ${ANNOTATION_VERSION} (prime-rl's record version)`);
@@ -98,8 +102,10 @@ function parseRecord(v: LValue, field: string): AnnotationRecord {
 }
 
 function streamOf(s: LValue, field: string): StreamValue[] {
-  if (!Array.isArray(s)) throw new DeltaError("wrong_type", field, "a stream is an array of numbers, flags or nulls (one per token)");
-  if (s.length > MAX_STREAM_VALUES) throw new DeltaError("malformed", field, `a stream holds at most ${MAX_STREAM_VALUES} values`);
+  if (!Array.isArray(s))
+    throw new DeltaError("wrong_type", field, "a stream is an array of numbers, flags or nulls (one per token)");
+  if (s.length > MAX_STREAM_VALUES)
+    throw new DeltaError("malformed", field, `a stream holds at most ${MAX_STREAM_VALUES} values`);
   const out: StreamValue[] = new Array(s.length);
   for (let i = 0; i < s.length; i++) {
     const x = s[i]!;
@@ -115,7 +121,8 @@ function streamOf(s: LValue, field: string): StreamValue[] {
 /** `held` with `rec` merged in (a new object; `held` is not changed). */
 export function mergeRecord(held: TraceAnnotations | null, rec: AnnotationRecord): TraceAnnotations {
   // prime-rl merges a record's info only when it has one (`if update.info`)
-  const info = rec.info.entries.length === 0 ? (held?.info ?? new LMap()) : deepMerge(held?.info ?? new LMap(), rec.info);
+  const info =
+    rec.info.entries.length === 0 ? (held?.info ?? new LMap()) : deepMerge(held?.info ?? new LMap(), rec.info);
   return { trace: rec.trace, info, branches: [...(held?.branches ?? []), ...rec.branches] };
 }
 
@@ -135,7 +142,9 @@ function deepMerge(a: LMap, b: LMap): LMap {
 
 /** A trace's merged annotations as one record in prime-rl's shape, msgpack (what the relay stores and serves). */
 export function encodeTraceAnnotations(t: TraceAnnotations): Uint8Array {
-  const branches = t.branches.map((b) => new LMap([["index", b.index], ...b.streams.map(([n, v]): [LValue, LValue] => [n, v.map(wireValue)])]));
+  const branches = t.branches.map(
+    (b) => new LMap([["index", b.index], ...b.streams.map(([n, v]): [LValue, LValue] => [n, v.map(wireValue)])]),
+  );
   return encodeLossless(
     new LMap([
       ["version", ANNOTATION_VERSION],

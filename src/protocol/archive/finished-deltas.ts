@@ -131,14 +131,18 @@ class Walker {
       if (list === 0) this.begin(where, index, idText, { start: openStart, end: keyStart, count: openCount }, seen);
       if (list < LIST_FIELDS.length) {
         if (key !== LIST_FIELDS[list]) {
-          throw new ArchiveError(`${where}: \`${key}\` where the assembly writes \`${LIST_FIELDS[list]}\` (at byte ${keyStart})`);
+          throw new ArchiveError(
+            `${where}: \`${key}\` where the assembly writes \`${LIST_FIELDS[list]}\` (at byte ${keyStart})`,
+          );
         }
         const count = await input.header("array", `${where}.${key}`);
-        for (let j = 0; j < count; j++) yield* this.unit(LIST_KEYS[list]!, false, await input.value(), last && j === count - 1);
+        for (let j = 0; j < count; j++)
+          yield* this.unit(LIST_KEYS[list]!, false, await input.value(), last && j === count - 1);
         list++;
         continue;
       }
-      if (isListField(key) || key === "pending") throw new ArchiveError(`${where}: \`${key}\` after the lists (at byte ${keyStart})`);
+      if (isListField(key) || key === "pending")
+        throw new ArchiveError(`${where}: \`${key}\` after the lists (at byte ${keyStart})`);
       // a set entry is its key and value: keep the key while the value comes in
       const held: number | null = input.hold;
       input.hold ??= keyStart;
@@ -146,13 +150,20 @@ class Walker {
       input.hold = held;
       yield* this.unit(KEY.set, true, { start: keyStart, end: v.end }, last);
     }
-    if (list < LIST_FIELDS.length) throw new ArchiveError(`${where}: no \`${LIST_FIELDS[list]}\` list: not a finished episode`);
+    if (list < LIST_FIELDS.length)
+      throw new ArchiveError(`${where}: no \`${LIST_FIELDS[list]}\` list: not a finished episode`);
     // the closing delta, unless the last unit closed the trace already
     if (this.emitting && !this.closed) yield this.emit(true);
     input.hold = null;
   }
 
-  private begin(where: string, index: number, idText: string | undefined, open: Span & { count: number }, seen: Set<string>): void {
+  private begin(
+    where: string,
+    index: number,
+    idText: string | undefined,
+    open: Span & { count: number },
+    seen: Set<string>,
+  ): void {
     const id = this.traceIds ? this.traceIds[index]! : idText;
     if (id === undefined) throw new ArchiveError(`${where} has no str \`id\` before its lists`);
     this.emitting = !seen.has(id);
@@ -167,7 +178,12 @@ class Walker {
 
   private baseSize(): number {
     const open = this.open;
-    return 1 + KEY.trace.length + this.id.length + (open ? KEY.open.length + headerSize(open.count) + open.end - open.start : 0);
+    return (
+      1 +
+      KEY.trace.length +
+      this.id.length +
+      (open ? KEY.open.length + headerSize(open.count) + open.end - open.start : 0)
+    );
   }
 
   /** Add one item or set entry; out go the deltas it completes. */

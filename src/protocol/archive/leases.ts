@@ -25,7 +25,9 @@ export interface LeaseTable {
   readonly waiters: readonly Waiter[];
 }
 
-export type Grant = { readonly granted: true; readonly until: number } | { readonly granted: false; readonly retryAt: number; readonly ahead: number };
+export type Grant =
+  | { readonly granted: true; readonly until: number }
+  | { readonly granted: false; readonly retryAt: number; readonly ahead: number };
 
 /** How long a lease lasts unless renewed (a step longer than this renews it as it goes). */
 export const LEASE_MS = 30_000;
@@ -41,12 +43,20 @@ export const EMPTY: LeaseTable = { leases: [], waiters: [] };
  * slot is free and no earlier waiter is still waiting; else it waits (`retryAt`, `ahead` of it).
  * `slots` 0: unlimited.
  */
-export function acquire(table: LeaseTable, holder: string, now: number, slots: number, leaseMs = LEASE_MS): { table: LeaseTable; grant: Grant } {
+export function acquire(
+  table: LeaseTable,
+  holder: string,
+  now: number,
+  slots: number,
+  leaseMs = LEASE_MS,
+): { table: LeaseTable; grant: Grant } {
   const leases = table.leases.filter((l) => l.until > now && l.holder !== holder);
   const held = table.leases.some((l) => l.holder === holder && l.until > now);
   const waiters = table.waiters.filter((w) => now - w.seen < WAITER_TTL_MS && w.holder !== holder);
   const me = table.waiters.find((w) => w.holder === holder && now - w.seen < WAITER_TTL_MS);
-  const ahead = me ? waiters.filter((w) => w.since < me.since || (w.since === me.since && w.holder < holder)).length : waiters.length;
+  const ahead = me
+    ? waiters.filter((w) => w.since < me.since || (w.since === me.since && w.holder < holder)).length
+    : waiters.length;
   const free = slots <= 0 || leases.length < slots;
   if (held || (free && ahead < (slots <= 0 ? Number.POSITIVE_INFINITY : slots - leases.length))) {
     const until = now + leaseMs;
@@ -56,7 +66,10 @@ export function acquire(table: LeaseTable, holder: string, now: number, slots: n
   const poll = Math.min(WAIT_POLL_MS * (1 + ahead), WAITER_TTL_MS / 2);
   const soonest = leases.reduce((t, l) => Math.min(t, l.until), now + poll);
   const waiter: Waiter = { holder, since: me?.since ?? now, seen: now };
-  return { table: { leases, waiters: [...waiters, waiter] }, grant: { granted: false, retryAt: Math.max(now + 1, soonest), ahead } };
+  return {
+    table: { leases, waiters: [...waiters, waiter] },
+    grant: { granted: false, retryAt: Math.max(now + 1, soonest), ahead },
+  };
 }
 
 /** `holder`'s step ended (done, failed or stopped): its slot is free. */

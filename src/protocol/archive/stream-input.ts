@@ -118,7 +118,9 @@ export class Input {
 
   /** Reader errors, their offsets made stream offsets. */
   wire(e: unknown): unknown {
-    return e instanceof WireError ? new ArchiveError(`${e.message.replace(/ \(at byte \d+\)$/, "")} (at byte ${this.base + e.offset})`) : e;
+    return e instanceof WireError
+      ? new ArchiveError(`${e.message.replace(/ \(at byte \d+\)$/, "")} (at byte ${this.base + e.offset})`)
+      : e;
   }
 
   /**
@@ -154,7 +156,12 @@ export class Input {
             if (!(await this.more())) throw this.truncated();
             continue;
           }
-          const n = head === 2 ? this.byte(at + 1) : head === 3 ? (this.byte(at + 1) << 8) | this.byte(at + 2) : lengthAt(this, at + 1);
+          const n =
+            head === 2
+              ? this.byte(at + 1)
+              : head === 3
+                ? (this.byte(at + 1) << 8) | this.byte(at + 2)
+                : lengthAt(this, at + 1);
           if (kind === 1) body = n;
           else count = kind === 3 ? n * 2 : n;
         }
@@ -198,7 +205,21 @@ export class Input {
     await this.ensure(1);
     const t = this.byte(this.pos);
     const head =
-      kind === "map" ? ((t & 0xf0) === 0x80 ? 1 : t === 0xde ? 3 : t === 0xdf ? 5 : 0) : (t & 0xf0) === 0x90 ? 1 : t === 0xdc ? 3 : t === 0xdd ? 5 : 0;
+      kind === "map"
+        ? (t & 0xf0) === 0x80
+          ? 1
+          : t === 0xde
+            ? 3
+            : t === 0xdf
+              ? 5
+              : 0
+        : (t & 0xf0) === 0x90
+          ? 1
+          : t === 0xdc
+            ? 3
+            : t === 0xdd
+              ? 5
+              : 0;
     if (head === 0) throw new ArchiveError(`${what} must be a msgpack ${kind} (at byte ${this.pos})`);
     await this.ensure(head);
     let n: number;
@@ -215,8 +236,8 @@ export class Input {
 
 /** Per format byte 0xc0..0xdf: (kind << 4) | header bytes; 0 = not on this wire (0xc1, ext, float32). */
 const FORMATS = [
-  0x01, 0, 0x01, 0x01, 0x12, 0x13, 0x15, 0, 0, 0, 0, 0x09, 0x02, 0x03, 0x05, 0x09, 0x02, 0x03, 0x05, 0x09, 0, 0, 0, 0, 0, 0x12, 0x13, 0x15, 0x23, 0x25, 0x33,
-  0x35,
+  0x01, 0, 0x01, 0x01, 0x12, 0x13, 0x15, 0, 0, 0, 0, 0x09, 0x02, 0x03, 0x05, 0x09, 0x02, 0x03, 0x05, 0x09, 0, 0, 0, 0,
+  0, 0x12, 0x13, 0x15, 0x23, 0x25, 0x33, 0x35,
 ];
 
 function lengthAt(input: Input, at: number): number {

@@ -40,7 +40,10 @@ export interface ParsedDelta {
 
 /** Keys the assembly reads, each with a bit (for the duplicate check). */
 const KNOWN = new Map<string, number>(
-  ["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending", "dispatch"].map((k, i) => [k, 1 << i]),
+  ["trace", "discard", "open", "links", "routing_repairs", ...LIST_FIELDS, "set", "pending", "dispatch"].map((k, i) => [
+    k,
+    1 << i,
+  ]),
 );
 
 /**
@@ -160,7 +163,8 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
     }
     case "dispatch": {
       const start = r.pos;
-      if (r.mapHeader() < 0) throw new DeltaError("wrong_type", "dispatch", "must be a map (the rollout's dispatch identity)");
+      if (r.mapHeader() < 0)
+        throw new DeltaError("wrong_type", "dispatch", "must be a map (the rollout's dispatch identity)");
       r.pos = start;
       d.dispatch = r.span();
       return;

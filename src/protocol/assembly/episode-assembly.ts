@@ -131,7 +131,12 @@ export class EpisodeAssembly {
       if (index >= nodeCount) throw outOfRange("routing_repairs", index, nodeCount);
       const t = read(index);
       const routed: NdArray | null = t.after.routed;
-      if (!routed) throw new DeltaError("no_routing", `routing_repairs[${index}]`, `node ${index} has no routed_experts to repair`);
+      if (!routed)
+        throw new DeltaError(
+          "no_routing",
+          `routing_repairs[${index}]`,
+          `node ${index} has no routed_experts to repair`,
+        );
       t.after = { ...t.after, routed: repairLastRow(routed, row, `routing_repairs[${index}]`), pristine: false };
       t.repaired = true;
     }
@@ -151,7 +156,9 @@ export class EpisodeAssembly {
     return t;
   }
 
-  /** The delta's changes to `trace` (nothing here can fail): touched nodes, new nodes and items, set fields, pending. */
+  /**
+   * The delta's changes to `trace` (nothing here can fail): touched nodes, new nodes and items, set fields, pending.
+   */
   private change(trace: TraceState, delta: ParsedDelta, touched: Map<number, Touched>, undo?: Undo): void {
     const store = this.store;
     for (const [index, { before, after, repaired }] of touched) {
@@ -231,7 +238,9 @@ export class EpisodeAssembly {
       const n = t.nodes.length;
       const c = t.items.calls.count;
       if (n !== s.nodes || c !== s.calls) {
-        throw new FinishError(`served trace ${s.id} assembled ${n} nodes / ${c} calls, server reports ${s.nodes} / ${s.calls}`);
+        throw new FinishError(
+          `served trace ${s.id} assembled ${n} nodes / ${c} calls, server reports ${s.nodes} / ${s.calls}`,
+        );
       }
       picked.push(viewOf(t));
     }
@@ -252,7 +261,11 @@ export class EpisodeAssembly {
 }
 
 function outOfRange(field: string, index: number, count: number): DeltaError {
-  return new DeltaError("index_out_of_range", `${field}[${index}]`, `node ${index} does not exist (the trace holds ${count} node(s))`);
+  return new DeltaError(
+    "index_out_of_range",
+    `${field}[${index}]`,
+    `node ${index} does not exist (the trace holds ${count} node(s))`,
+  );
 }
 
 /**

@@ -10,7 +10,16 @@ import { type ChunkWriter, encodeStr } from "../wire/writer.js";
 
 export type DType = "uint8" | "uint16" | "uint32" | "uint64" | "int8" | "int16" | "int32" | "int64";
 
-const ITEM_SIZE: Record<DType, number> = { uint8: 1, uint16: 2, uint32: 4, uint64: 8, int8: 1, int16: 2, int32: 4, int64: 8 };
+const ITEM_SIZE: Record<DType, number> = {
+  uint8: 1,
+  uint16: 2,
+  uint32: 4,
+  uint64: 8,
+  int8: 1,
+  int16: 2,
+  int32: 4,
+  int64: 8,
+};
 
 export function isDType(s: string): s is DType {
   return Object.hasOwn(ITEM_SIZE, s);
@@ -61,7 +70,8 @@ export function parseNdArray(span: Uint8Array, field: string): NdArray {
       shape = [];
       for (let j = 0; j < k; j++) {
         const d = r.int();
-        if (d === undefined || d < 0) throw new DeltaError("bad_ndarray", `${field}.shape[${j}]`, "must be a non-negative int");
+        if (d === undefined || d < 0)
+          throw new DeltaError("bad_ndarray", `${field}.shape[${j}]`, "must be a non-negative int");
         shape.push(d);
       }
     } else if (key === "data") {
@@ -78,7 +88,11 @@ export function parseNdArray(span: Uint8Array, field: string): NdArray {
   const rowBytes = shape.slice(1).reduce((a, b) => a * b, ITEM_SIZE[dtype]);
   const rows = shape[0]!;
   if (rows * rowBytes !== data.length) {
-    throw new DeltaError("bad_ndarray", `${field}.data`, `${data.length} bytes do not match shape [${shape.join(", ")}] of ${dtype}`);
+    throw new DeltaError(
+      "bad_ndarray",
+      `${field}.data`,
+      `${data.length} bytes do not match shape [${shape.join(", ")}] of ${dtype}`,
+    );
   }
   const cut = rows === 0 ? 0 : data.length - rowBytes;
   return { dtype, shape, body: data.subarray(0, cut), last: data.subarray(cut), span };
@@ -103,10 +117,15 @@ export function repairLastRow(current: NdArray, row: NdArray, field: string): Nd
   const want = current.shape.slice(1);
   const got = row.shape;
   if (got.length !== want.length + 1 || got[0] !== 1 || want.some((d, i) => got[i + 1] !== d)) {
-    throw new DeltaError("bad_ndarray", field, `repair row has shape [${got.join(", ")}], expected [1, ${want.join(", ")}]`);
+    throw new DeltaError(
+      "bad_ndarray",
+      field,
+      `repair row has shape [${got.join(", ")}], expected [1, ${want.join(", ")}]`,
+    );
   }
   const dtype = promote(current.dtype, row.dtype);
-  if (dtype === undefined) throw new DeltaError("bad_ndarray", field, `cannot combine ${current.dtype} with ${row.dtype}`);
+  if (dtype === undefined)
+    throw new DeltaError("bad_ndarray", field, `cannot combine ${current.dtype} with ${row.dtype}`);
   const rows = Math.max(current.shape[0]! - 1, 0) + 1;
   return {
     dtype,

@@ -162,7 +162,8 @@ function* writeList(out: Out, reader: BodyReader, v: TraceView, field: ListField
   if (field === "nodes") {
     for (let from = 0; from < count; ) {
       let to = from + 1;
-      for (let bytes = v.nodes[from]!.bytes; to < count && bytes + v.nodes[to]!.bytes <= STEP; to++) bytes += v.nodes[to]!.bytes;
+      for (let bytes = v.nodes[from]!.bytes; to < count && bytes + v.nodes[to]!.bytes <= STEP; to++)
+        bytes += v.nodes[to]!.bytes;
       for (const n of reader.nodes(v.tnum, from, to)) out.node(n);
       from = to;
       if (out.pending >= STEP) yield;
@@ -204,7 +205,12 @@ export function* writeCheckpoint(out: Out, reader: BodyReader, views: readonly T
 const TRACES_KEY = encodeStr("traces");
 
 /** `{**head, "traces": [...]}`, the traces without `pending`: what `EpisodeAssembly.finish` returns. */
-export function* writeFinished(out: Out, reader: BodyReader, head: readonly Entry[], views: readonly TraceView[]): Generator<void> {
+export function* writeFinished(
+  out: Out,
+  reader: BodyReader,
+  head: readonly Entry[],
+  views: readonly TraceView[],
+): Generator<void> {
   const hasTraces = head.some((e) => e.key === "traces");
   out.map(head.length + (hasTraces ? 0 : 1));
   const traces = function* () {

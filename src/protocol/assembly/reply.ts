@@ -63,8 +63,10 @@ export function parseReply(bytes: Uint8Array): ParsedReply {
       const nodesN = nodes ? trusted(nodes).int() : undefined;
       const callsN = calls ? trusted(calls).int() : undefined;
       if (idStr === undefined) throw new DeltaError("wrong_type", `traces[${i}].id`, "must be a str");
-      if (nodesN === undefined || nodesN < 0) throw new DeltaError("wrong_type", `traces[${i}].nodes`, "must be a non-negative int");
-      if (callsN === undefined || callsN < 0) throw new DeltaError("wrong_type", `traces[${i}].calls`, "must be a non-negative int");
+      if (nodesN === undefined || nodesN < 0)
+        throw new DeltaError("wrong_type", `traces[${i}].nodes`, "must be a non-negative int");
+      if (callsN === undefined || callsN < 0)
+        throw new DeltaError("wrong_type", `traces[${i}].calls`, "must be a non-negative int");
       summaries.push({ id: idStr, nodes: nodesN, calls: callsN });
     }
   } else if (ok) throw new DeltaError("wrong_type", "traces", "a successful reply needs traces");

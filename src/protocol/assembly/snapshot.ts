@@ -89,8 +89,15 @@ export function buildDelta(reader: BodyReader, views: readonly TraceView[], p: D
   return concatChunks(d.chunks, d.length);
 }
 
-/** The delta as pieces (views of the stored bodies; header bytes in scratch buffers): written into a message without joining them first. */
-export function buildDeltaChunks(reader: BodyReader, views: readonly TraceView[], p: DeltaPlan): { chunks: Uint8Array[]; length: number } {
+/**
+ * The delta as pieces (views of the stored bodies; header bytes in scratch buffers): written into a message without
+ * joining them first.
+ */
+export function buildDeltaChunks(
+  reader: BodyReader,
+  views: readonly TraceView[],
+  p: DeltaPlan,
+): { chunks: Uint8Array[]; length: number } {
   const v = views[p.view]!;
   const set = p.last ? v.slots.filter((s) => s.from === "set") : [];
   const w = new ChunkWriter();
@@ -132,6 +139,10 @@ export function buildDeltaChunks(reader: BodyReader, views: readonly TraceView[]
 }
 
 /** Every trace's snapshot deltas, in arrival order. */
-export function* snapshotDeltas(reader: BodyReader, views: readonly TraceView[], budget = DELTA_BYTES): Generator<Uint8Array> {
+export function* snapshotDeltas(
+  reader: BodyReader,
+  views: readonly TraceView[],
+  budget = DELTA_BYTES,
+): Generator<Uint8Array> {
   for (const p of snapshotPlan(views, budget)) yield buildDelta(reader, views, p);
 }

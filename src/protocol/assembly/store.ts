@@ -79,7 +79,10 @@ export class MemoryStore implements EpisodeStore {
   }
 
   opened(t: TraceState): void {
-    this.bodies.set(t.tnum, { nodes: [], items: { calls: [], payload: [], errors: [], extra_usage: [], request_rewrites: [], response_rewrites: [] } });
+    this.bodies.set(t.tnum, {
+      nodes: [],
+      items: { calls: [], payload: [], errors: [], extra_usage: [], request_rewrites: [], response_rewrites: [] },
+    });
   }
 
   dropped(t: TraceState): void {

@@ -29,7 +29,9 @@ export class TraceState {
   readonly fields = new Map<string, Slot>();
   /** One entry per node; an entry is replaced, never changed, when its node is. */
   readonly nodes: NodeInfo[] = [];
-  readonly items: Record<ItemField, ListSize> = Object.fromEntries(ITEM_FIELDS.map((f) => [f, { count: 0, bytes: 0 }])) as Record<ItemField, ListSize>;
+  readonly items: Record<ItemField, ListSize> = Object.fromEntries(
+    ITEM_FIELDS.map((f) => [f, { count: 0, bytes: 0 }]),
+  ) as Record<ItemField, ListSize>;
   pending: Uint8Array = EMPTY_ARRAY;
 
   /**
@@ -51,7 +53,9 @@ export class TraceState {
     return field === "nodes" ? this.nodes.length : this.items[field].count;
   }
 
-  /** `trace.update(set)`: a known key keeps its position (and stays an `open` key if it was one), a new one goes last. */
+  /**
+   * `trace.update(set)`: a known key keeps its position (and stays an `open` key if it was one), a new one goes last.
+   */
   set(entries: Entry[]): void {
     for (const e of entries) {
       const slot = this.fields.get(e.key);

@@ -38,10 +38,22 @@ export function parseAnswer(text: string): IngestAnswer {
   }
   if (typeof v === "object" && v !== null) {
     const o = v as Record<string, unknown>;
-    if (o.ok === true && isCount(o.seq) && isCount(o.applied) && isCount(o.duplicates) && typeof o.producers === "object" && o.producers !== null) {
+    if (
+      o.ok === true &&
+      isCount(o.seq) &&
+      isCount(o.applied) &&
+      isCount(o.duplicates) &&
+      typeof o.producers === "object" &&
+      o.producers !== null
+    ) {
       return o as unknown as IngestAck;
     }
-    if (o.ok === false && typeof o.status === "number" && typeof o.error === "string" && typeof o.message === "string") {
+    if (
+      o.ok === false &&
+      typeof o.status === "number" &&
+      typeof o.error === "string" &&
+      typeof o.message === "string"
+    ) {
       return o as unknown as ErrorAnswer;
     }
   }

@@ -54,9 +54,14 @@ const KEY_TYPES: Record<keyof DispatchFacts, "text" | "count" | "time"> = {
  */
 export function checkDispatch(bytes: Uint8Array, field = "dispatch"): Uint8Array {
   if (bytes.length > MAX_DISPATCH_BYTES) {
-    throw new DeltaError("malformed", field, `an identity is at most ${MAX_DISPATCH_BYTES} bytes of msgpack (got ${bytes.length})`);
+    throw new DeltaError(
+      "malformed",
+      field,
+      `an identity is at most ${MAX_DISPATCH_BYTES} bytes of msgpack (got ${bytes.length})`,
+    );
   }
-  if (bytes.length === 0 || kindOf(bytes[0]!) !== "map") throw new DeltaError("wrong_type", field, "must be a map (the rollout's dispatch identity)");
+  if (bytes.length === 0 || kindOf(bytes[0]!) !== "map")
+    throw new DeltaError("wrong_type", field, "must be a map (the rollout's dispatch identity)");
   let v: LValue;
   try {
     v = decodeLossless(bytes);
@@ -70,7 +75,8 @@ export function checkDispatch(bytes: Uint8Array, field = "dispatch"): Uint8Array
 
 /** An identity given as JSON (`POST .../dispatch` with a JSON body): its msgpack bytes, checked. */
 export function dispatchFromJson(value: unknown, field = "dispatch"): Uint8Array {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new DeltaError("wrong_type", field, "must be a JSON object");
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new DeltaError("wrong_type", field, "must be a JSON object");
   const bytes = encodeLossless(fromJson(value));
   return checkDispatch(bytes, field);
 }
@@ -83,7 +89,8 @@ export function dispatchJson(bytes: Uint8Array): JsonObject {
 /** The keys the relay reads, from the identity's JSON (a key of the wrong type reads as null). */
 export function dispatchFacts(d: JsonObject | null | undefined): DispatchFacts {
   const text = (k: string) => (typeof d?.[k] === "string" ? (d[k] as string) : null);
-  const count = (k: string) => (typeof d?.[k] === "number" && Number.isSafeInteger(d[k]) && (d[k] as number) >= 0 ? (d[k] as number) : null);
+  const count = (k: string) =>
+    typeof d?.[k] === "number" && Number.isSafeInteger(d[k]) && (d[k] as number) >= 0 ? (d[k] as number) : null;
   const time = typeof d?.started === "number" && Number.isFinite(d.started) ? d.started : null;
   return {
     id: text("id"),
@@ -127,7 +134,11 @@ export function dispatchConflict(held: Uint8Array, given: Uint8Array): RelayErro
     const s = JSON.stringify(dispatchJson(b));
     return s.length > 300 ? `${s.slice(0, 300)}…` : s;
   };
-  return new RelayError("dispatch_conflict", `the episode's dispatch identity is set once: it is ${show(held)}, this names ${show(given)}`, "dispatch");
+  return new RelayError(
+    "dispatch_conflict",
+    `the episode's dispatch identity is set once: it is ${show(held)}, this names ${show(given)}`,
+    "dispatch",
+  );
 }
 
 function checkValue(m: LMap, field: string): void {
@@ -136,9 +147,14 @@ function checkValue(m: LMap, field: string): void {
     const type = KEY_TYPES[k as keyof DispatchFacts];
     if (type === undefined || v === null) continue;
     const where = `${field}.${k}`;
-    if (type === "text" && !(typeof v === "string" && v.length <= 256)) throw new DeltaError("wrong_type", where, "must be a str of at most 256 characters");
-    if (type === "count" && !(typeof v === "number" && Number.isSafeInteger(v) && v >= 0)) throw new DeltaError("wrong_type", where, "must be an int ≥ 0");
-    if (type === "time" && !((typeof v === "number" || v instanceof F64) && Number.isFinite(v instanceof F64 ? v.value : v))) {
+    if (type === "text" && !(typeof v === "string" && v.length <= 256))
+      throw new DeltaError("wrong_type", where, "must be a str of at most 256 characters");
+    if (type === "count" && !(typeof v === "number" && Number.isSafeInteger(v) && v >= 0))
+      throw new DeltaError("wrong_type", where, "must be an int ≥ 0");
+    if (
+      type === "time" &&
+      !((typeof v === "number" || v instanceof F64) && Number.isFinite(v instanceof F64 ? v.value : v))
+    ) {
       throw new DeltaError("wrong_type", where, "must be a number (seconds since the epoch)");
     }
   }
@@ -150,5 +166,8 @@ function sameJson(a: Json, b: Json): boolean {
   if (Array.isArray(a)) return a.length === (b as Json[]).length && a.every((x, i) => sameJson(x, (b as Json[])[i]!));
   const ka = Object.keys(a);
   const bo = b as JsonObject;
-  return ka.length === Object.keys(bo).length && ka.every((k) => Object.hasOwn(bo, k) && sameJson((a as JsonObject)[k]!, bo[k]!));
+  return (
+    ka.length === Object.keys(bo).length &&
+    ka.every((k) => Object.hasOwn(bo, k) && sameJson((a as JsonObject)[k]!, bo[k]!))
+  );
 }

@@ -48,7 +48,8 @@ export function parseIngestMessage(bytes: Uint8Array): IngestMessage {
     const envelopes: Envelope[] = [];
     for (let i = 0; i < n; i++) {
       const span = r.span();
-      if (kindOf(span[0]!) !== "map") throw new DeltaError("wrong_type", `batch[${i}]`, "a batch holds envelopes (maps)");
+      if (kindOf(span[0]!) !== "map")
+        throw new DeltaError("wrong_type", `batch[${i}]`, "a batch holds envelopes (maps)");
       const env = tryEnvelope(span, `batch[${i}]`, true);
       envelopes.push(env ?? { producer: "", seq: 0, cursor: null, delta: span });
     }
@@ -100,7 +101,8 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
         case "producer": {
           if (r.nil()) break;
           const p = r.str();
-          if (p === undefined || p.length > 256) throw new DeltaError("wrong_type", `${field}.producer`, "must be a str of at most 256 characters");
+          if (p === undefined || p.length > 256)
+            throw new DeltaError("wrong_type", `${field}.producer`, "must be a str of at most 256 characters");
           producer = p;
           break;
         }
@@ -111,7 +113,12 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
         case "cursor": {
           if (r.nil()) break;
           const c = r.int();
-          if (c === undefined || c < 0) throw new DeltaError("wrong_type", `${field}.cursor`, "must be an int ≥ 0 (the seq of the last acknowledged send)");
+          if (c === undefined || c < 0)
+            throw new DeltaError(
+              "wrong_type",
+              `${field}.cursor`,
+              "must be an int ≥ 0 (the seq of the last acknowledged send)",
+            );
           cursor = c;
           break;
         }
@@ -126,12 +133,20 @@ function tryEnvelope(span: Uint8Array, field: string, trusted = false): Envelope
     }
     if (!r.atEnd()) r.fail("trailing bytes");
   } catch (e) {
-    if (delta === undefined && seq === undefined && e instanceof DeltaError && e.code === "wrong_type" && !e.field.startsWith(field)) return null;
+    if (
+      delta === undefined &&
+      seq === undefined &&
+      e instanceof DeltaError &&
+      e.code === "wrong_type" &&
+      !e.field.startsWith(field)
+    )
+      return null;
     throw asDeltaError(e, field);
   }
   if (!delta) return null;
   if (seq === undefined) throw new DeltaError("wrong_type", `${field}.seq`, "must be an int ≥ 1");
-  if (cursor !== null && cursor >= seq) throw new DeltaError("wrong_type", `${field}.cursor`, `must be below seq (${cursor} ≥ ${seq})`);
+  if (cursor !== null && cursor >= seq)
+    throw new DeltaError("wrong_type", `${field}.cursor`, `must be below seq (${cursor} ≥ ${seq})`);
   return dispatch === undefined ? { producer, seq, cursor, delta } : { producer, seq, cursor, delta, dispatch };
 }
 

@@ -49,7 +49,12 @@ function applicable(parsed: ParsedDelta, hooks: IngestHooks, envelopeDispatch?: 
   return parseDelta(withoutDispatch(parsed), true);
 }
 
-export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Uint8Array, hooks: IngestHooks = {}): IngestResult {
+export function ingest(
+  asm: EpisodeAssembly,
+  ledger: ProducerLedger,
+  message: Uint8Array,
+  hooks: IngestHooks = {},
+): IngestResult {
   const msg = parseIngestMessage(message);
   if (msg.kind === "delta") {
     const parsed = applicable(parseDelta(msg.delta), hooks);
@@ -75,7 +80,8 @@ export function ingest(asm: EpisodeAssembly, ledger: ProducerLedger, message: Ui
         } else {
           const parsed = applicable(parseDelta(env.delta), hooks, env.dispatch);
           if (d.retract.length) {
-            if (!hooks.retract) throw new DeltaError("producer_conflict", "cursor", "this relay cannot retract frames here");
+            if (!hooks.retract)
+              throw new DeltaError("producer_conflict", "cursor", "this relay cannot retract frames here");
             const seqs = d.retract.map((u) => u.seq);
             hooks.retract(seqs);
             retracted.push(...seqs);

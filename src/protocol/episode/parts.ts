@@ -7,7 +7,8 @@ export const PART_BYTES = 1 << 20;
 
 /** `data` in parts of at most PART_BYTES (at least one part, empty for empty data). */
 export function eachPart(data: Uint8Array, write: (part: number, chunk: ArrayBuffer) => void): void {
-  for (let part = 0, at = 0; at < data.length || part === 0; part++, at += PART_BYTES) write(part, buffer(data.subarray(at, at + PART_BYTES)));
+  for (let part = 0, at = 0; at < data.length || part === 0; part++, at += PART_BYTES)
+    write(part, buffer(data.subarray(at, at + PART_BYTES)));
 }
 
 /**

@@ -39,7 +39,10 @@ export type Rule = {
 
 export type { Flag } from "../registry/entry.js";
 
-/** Reward hacks reported in the field (verl, TRL, TorchRL issues; prime-rl's own examples); see docs for their false positives. */
+/**
+ * Reward hacks reported in the field (verl, TRL, TorchRL issues; prime-rl's own examples); see docs for their false
+ * positives.
+ */
 export const DEFAULT_RULES: readonly Rule[] = [
   {
     id: "touches-grader",
@@ -66,7 +69,13 @@ export const DEFAULT_RULES: readonly Rule[] = [
   {
     id: "many-candidates",
     description: "forty or more numbers in a row: printing every candidate answer",
-    match: { pattern: String.raw`(\b-?\d+(\.\d+)?\b[\s,;]+){39}\b-?\d+(\.\d+)?\b`, regex: true, role: null, tool: null, in: "any" },
+    match: {
+      pattern: String.raw`(\b-?\d+(\.\d+)?\b[\s,;]+){39}\b-?\d+(\.\d+)?\b`,
+      regex: true,
+      role: null,
+      tool: null,
+      in: "any",
+    },
   },
   {
     id: "quotes-grader",
@@ -79,7 +88,11 @@ export const DEFAULT_RULES: readonly Rule[] = [
       in: "any",
     },
   },
-  { id: "rewarded-truncated", description: "a full reward on a truncated rollout", rewarded_truncated: { key: "*", min: 1 } },
+  {
+    id: "rewarded-truncated",
+    description: "a full reward on a truncated rollout",
+    rewarded_truncated: { key: "*", min: 1 },
+  },
   {
     id: "rewarded-short",
     description: "a full reward with at most 3 output tokens (judged where the producer sends token counts)",
@@ -87,7 +100,9 @@ export const DEFAULT_RULES: readonly Rule[] = [
   },
 ];
 
-const DEFAULT_PATTERNS = new Set(DEFAULT_RULES.flatMap((r) => ("match" in r && r.match.regex ? [r.match.pattern] : [])));
+const DEFAULT_PATTERNS = new Set(
+  DEFAULT_RULES.flatMap((r) => ("match" in r && r.match.regex ? [r.match.pattern] : [])),
+);
 
 /** Rules from `PUT .../rules`' JSON (`{"rules": [...]}`); throws 400 bad_rules naming what is wrong. */
 export function parseRules(body: unknown): Rule[] {
@@ -97,12 +112,14 @@ export function parseRules(body: unknown): Rule[] {
   return body.rules.map((r, i) => {
     const at = `rules[${i}]`;
     if (!isObject(r)) throw bad(at, "a rule is an object");
-    if (typeof r.id !== "string" || !RULE_ID.test(r.id)) throw bad(`${at}.id`, "an id is 1-48 of [a-z0-9_-], starting with a letter or digit");
+    if (typeof r.id !== "string" || !RULE_ID.test(r.id))
+      throw bad(`${at}.id`, "an id is 1-48 of [a-z0-9_-], starting with a letter or digit");
     if (seen.has(r.id)) throw bad(`${at}.id`, `rule ${r.id} is given twice`);
     seen.add(r.id);
     const description = typeof r.description === "string" ? r.description.slice(0, 200) : "";
     const sorts = ["match", "reward", "rewarded_truncated", "rewarded_short"].filter((k) => k in r);
-    if (sorts.length !== 1) throw bad(at, "a rule has exactly one of match, reward, rewarded_truncated, rewarded_short");
+    if (sorts.length !== 1)
+      throw bad(at, "a rule has exactly one of match, reward, rewarded_truncated, rewarded_short");
     const base = { id: r.id, description };
     if (isObject(r.match)) return { ...base, match: matchOf(r.match, `${at}.match`) };
     if (isObject(r.reward)) {
@@ -124,10 +141,15 @@ export function parseRules(body: unknown): Rule[] {
     if (isObject(r.rewarded_short)) {
       const s = r.rewarded_short;
       const max = s.max_output_tokens;
-      if (typeof max !== "number" || !Number.isSafeInteger(max) || max < 0) throw bad(`${at}.rewarded_short.max_output_tokens`, "a whole number");
+      if (typeof max !== "number" || !Number.isSafeInteger(max) || max < 0)
+        throw bad(`${at}.rewarded_short.max_output_tokens`, "a whole number");
       return {
         ...base,
-        rewarded_short: { key: keyOf(s.key, `${at}.rewarded_short.key`), min: numberOr(s.min, `${at}.rewarded_short.min`) ?? 1, max_output_tokens: max },
+        rewarded_short: {
+          key: keyOf(s.key, `${at}.rewarded_short.key`),
+          min: numberOr(s.min, `${at}.rewarded_short.min`) ?? 1,
+          max_output_tokens: max,
+        },
       };
     }
     throw bad(at, "the rule's condition is an object");
@@ -145,7 +167,17 @@ export interface TextRule {
 
 export function textRules(rules: readonly Rule[]): TextRule[] {
   return rules.flatMap((r) =>
-    "match" in r ? [{ id: r.id, role: r.match.role, tool: r.match.tool, kinds: FIELD_KINDS[r.match.in], test: compile(r.match.pattern, r.match.regex) }] : [],
+    "match" in r
+      ? [
+          {
+            id: r.id,
+            role: r.match.role,
+            tool: r.match.tool,
+            kinds: FIELD_KINDS[r.match.in],
+            test: compile(r.match.pattern, r.match.regex),
+          },
+        ]
+      : [],
   );
 }
 
@@ -160,24 +192,36 @@ export function matchSegment(rule: TextRule, s: Segment): Flag | null {
 }
 
 /** The flags reward rules raise on a row (`counts.rewardChecks`: one more per reward rule checked). */
-export function rowFlags(rules: readonly Rule[], row: Pick<IndexRow, "rewards" | "truncated" | "live">, counts?: { rewardChecks: number }): Flag[] {
+export function rowFlags(
+  rules: readonly Rule[],
+  row: Pick<IndexRow, "rewards" | "truncated" | "live">,
+  counts?: { rewardChecks: number },
+): Flag[] {
   const scores = scoresOf(row.rewards);
   const flags: Flag[] = [];
   const score = (key: string): Array<[string, number]> => (key === "*" ? scores : scores.filter(([k]) => k === key));
   for (const r of rules) {
     if (counts && !("match" in r)) counts.rewardChecks++;
     if ("reward" in r) {
-      const hit = score(r.reward.key).find(([, v]) => (r.reward.above === null || v > r.reward.above) && (r.reward.below === null || v < r.reward.below));
+      const hit = score(r.reward.key).find(
+        ([, v]) => (r.reward.above === null || v > r.reward.above) && (r.reward.below === null || v < r.reward.below),
+      );
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}` });
     } else if ("rewarded_truncated" in r) {
-      const hit = row.truncated ? score(r.rewarded_truncated.key).find(([, v]) => v >= r.rewarded_truncated.min) : undefined;
+      const hit = row.truncated
+        ? score(r.rewarded_truncated.key).find(([, v]) => v >= r.rewarded_truncated.min)
+        : undefined;
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}, truncated` });
     } else if ("rewarded_short" in r) {
       const out = row.live?.output_tokens;
       // a rollout whose producer sent no token counts (both sums 0) is not judged: it is not short, just uncounted
       const counted = typeof out === "number" && (out > 0 || (row.live?.input_tokens ?? 0) > 0);
-      const hit = counted && out <= r.rewarded_short.max_output_tokens ? score(r.rewarded_short.key).find(([, v]) => v >= r.rewarded_short.min) : undefined;
-      if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]} with ${out} output tokens` });
+      const hit =
+        counted && out <= r.rewarded_short.max_output_tokens
+          ? score(r.rewarded_short.key).find(([, v]) => v >= r.rewarded_short.min)
+          : undefined;
+      if (hit)
+        flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]} with ${out} output tokens` });
     }
   }
   return flags;
@@ -188,10 +232,12 @@ function matchOf(m: Record<string, unknown>, at: string): Extract<Rule, { match:
     throw bad(`${at}.pattern`, `a pattern is 1-${MAX_PATTERN_CHARS} characters`);
   }
   const regex = m.regex === true;
-  // the default rules' own patterns are taken as they are (vetted here; many-candidates repeats a group {39} times), so a run's GET of its rules PUTs back
+  // the default rules' own patterns are taken as they are (vetted here; many-candidates repeats a group {39} times), so
+  // a run's GET of its rules PUTs back
   if (regex && !DEFAULT_PATTERNS.has(m.pattern)) checkRegex(m.pattern, `${at}.pattern`);
   const where = m.in ?? "any";
-  if (typeof where !== "string" || !(where in FIELD_KINDS)) throw bad(`${at}.in`, `one of ${Object.keys(FIELD_KINDS).join(", ")}`);
+  if (typeof where !== "string" || !(where in FIELD_KINDS))
+    throw bad(`${at}.in`, `one of ${Object.keys(FIELD_KINDS).join(", ")}`);
   const role = m.role ?? null;
   const tool = m.tool ?? null;
   if (role !== null && typeof role !== "string") throw bad(`${at}.role`, "a role is a str");

@@ -11,7 +11,8 @@
 // cover (the Worker passes them to the run's index). `/v1/episodes/watch`, the old index socket,
 // is gone: any valid token gets a 404.
 //
-// Where a request carries its token, and its removal (no token travels past the Worker: `stripCredentials`): credentials.ts.
+// Where a request carries its token, and its removal (no token travels past the Worker: `stripCredentials`):
+// credentials.ts.
 //
 // Modes (see `authMode`): RELAY_SECRET set → tokens required. No secret → auth is off only when
 // AUTH_OFF_ON_LOOPBACK = "true" (set by `npm start`, never in wrangler.toml) AND the request URL
@@ -24,7 +25,16 @@
 import { decodeProtectedHeader, errors, jwtVerify, SignJWT } from "jose";
 import { BAD_PROTOCOL, findToken, offeredProtocols, WS_PROTOCOL, WS_TOKEN_PREFIX } from "./credentials.js";
 import { RelayError } from "./errors.js";
-import { DEFAULT_MAX_TTL, lifetimeProblem, maxTtlFrom, ROLES, type Role, secretProblem, type SigningKey, signingKey } from "./keys.js";
+import {
+  DEFAULT_MAX_TTL,
+  lifetimeProblem,
+  maxTtlFrom,
+  ROLES,
+  type Role,
+  secretProblem,
+  type SigningKey,
+  signingKey,
+} from "./keys.js";
 import { EPISODE_ID, INDEX_METHODS, isWebSocketUpgrade, METHODS, type Route, RUN_METHODS } from "./route.js";
 
 export { ROLES, type Role } from "./keys.js";
@@ -90,7 +100,8 @@ let cachedMode: { env: string; mode: AuthMode } | null = null;
 
 export function authMode(env: AuthEnv): AuthMode {
   const secret = env.RELAY_SECRET;
-  if (typeof secret !== "string" || secret === "") return env.AUTH_OFF_ON_LOOPBACK === "true" ? { kind: "loopback" } : { kind: "closed" };
+  if (typeof secret !== "string" || secret === "")
+    return env.AUTH_OFF_ON_LOOPBACK === "true" ? { kind: "loopback" } : { kind: "closed" };
   const previous = env.RELAY_SECRET_PREVIOUS || null;
   const key = JSON.stringify([secret, previous, env.TOKEN_MAX_TTL ?? null]);
   if (cachedMode?.env !== key) cachedMode = { env: key, mode: modeOf(secret, previous, env.TOKEN_MAX_TTL) };
@@ -98,12 +109,21 @@ export function authMode(env: AuthEnv): AuthMode {
 }
 
 function modeOf(secret: string, previous: string | null, maxTtl: string | undefined): AuthMode {
-  const problem = secretProblem("RELAY_SECRET", secret) ?? (previous === null ? null : secretProblem("RELAY_SECRET_PREVIOUS", previous));
-  if (problem) return { kind: "closed", reason: `${problem}: this relay refuses every request except GET /v1/health until it is replaced` };
+  const problem =
+    secretProblem("RELAY_SECRET", secret) ??
+    (previous === null ? null : secretProblem("RELAY_SECRET_PREVIOUS", previous));
+  if (problem)
+    return {
+      kind: "closed",
+      reason: `${problem}: this relay refuses every request except GET /v1/health until it is replaced`,
+    };
   try {
     return { kind: "on", secrets: previous === null ? [secret] : [secret, previous], maxTtl: maxTtlFrom(maxTtl) };
   } catch (e) {
-    return { kind: "closed", reason: `${(e as Error).message}: this relay refuses every request except GET /v1/health until it is fixed` };
+    return {
+      kind: "closed",
+      reason: `${(e as Error).message}: this relay refuses every request except GET /v1/health until it is fixed`,
+    };
   }
 }
 
@@ -114,7 +134,13 @@ function modeOf(secret: string, previous: string | null, maxTtl: string | undefi
  */
 export function isLocalHostname(hostname: string): boolean {
   const h = hostname.toLowerCase().replace(/\.$/, "");
-  return h === "localhost" || h.endsWith(".localhost") || h.endsWith(".test") || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+  return (
+    h === "localhost" ||
+    h.endsWith(".localhost") ||
+    h.endsWith(".test") ||
+    h === "[::1]" ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)
+  );
 }
 
 function localOrigin(origin: string): boolean {
@@ -147,7 +173,9 @@ export function need(method: string, route: Route): Need {
     if (route.action === "usage") return { kind: "admin", id: route.id };
     // the trainer's annotations are written by the producer role, read by watchers
     const write =
-      WRITE_ACTIONS.has(route.action) || (route.action === "episode" && method === "DELETE") || (route.action === "annotations" && method === "POST");
+      WRITE_ACTIONS.has(route.action) ||
+      (route.action === "episode" && method === "DELETE") ||
+      (route.action === "annotations" && method === "POST");
     return { kind: "episode", permission: write ? "write" : "read", id: route.id };
   }
   if ((route.kind === "list" || route.kind === "runs") && INDEX_METHODS[route.kind].includes(method)) {
@@ -183,7 +211,11 @@ export async function verifyToken(
     return { ok: false, reason: "malformed token" };
   }
   const candidates = kid === undefined ? keys : keys.filter((k) => k.kid === kid);
-  if (candidates.length === 0) return { ok: false, reason: "token signed with a key this relay does not hold (its kid names none of RELAY_SECRET's)" };
+  if (candidates.length === 0)
+    return {
+      ok: false,
+      reason: "token signed with a key this relay does not hold (its kid names none of RELAY_SECRET's)",
+    };
   let payload: Record<string, unknown> | null = null;
   let failure: unknown = null;
   for (const { key } of candidates) {
@@ -214,7 +246,15 @@ export async function verifyToken(
   const issued = typeof iat === "number" ? Math.min(iat, nowS) : nowS;
   const tooLong = lifetimeProblem(role as Role, exp as number, issued, maxTtl, CLOCK_TOLERANCE_S);
   if (tooLong) return { ok: false, reason: tooLong };
-  return { ok: true, claims: { role: role as Role, episodes: episodes as string[], exp: exp as number, ...(typeof sub === "string" ? { sub } : {}) } };
+  return {
+    ok: true,
+    claims: {
+      role: role as Role,
+      episodes: episodes as string[],
+      exp: exp as number,
+      ...(typeof sub === "string" ? { sub } : {}),
+    },
+  };
 }
 
 /** A fixed, token-free reason for a failed verification. */
@@ -250,7 +290,8 @@ export async function authorize(
   if (req.kind === "open") return { ok: true, claims: null };
   if (mode.kind === "closed") {
     return notConfigured(
-      mode.reason ?? "RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)",
+      mode.reason ??
+        "RELAY_SECRET is not set: this relay refuses every request except GET /v1/health (set it with `wrangler secret put RELAY_SECRET`)",
     );
   }
   if (mode.kind === "loopback" && !isLocalHostname(url.hostname)) {
@@ -265,7 +306,9 @@ export async function authorize(
   if (mode.kind === "loopback") {
     const origin = request.headers.get("origin");
     if (origin !== null && !localOrigin(origin) && !listedOrigin(origin)) {
-      return forbidden("auth is off (local dev without RELAY_SECRET): requests from web pages of other origins are refused; list the origin in CORS_ORIGINS");
+      return forbidden(
+        "auth is off (local dev without RELAY_SECRET): requests from web pages of other origins are refused; list the origin in CORS_ORIGINS",
+      );
     }
     return { ok: true, claims: null };
   }
@@ -286,13 +329,17 @@ export async function authorize(
       return { ok: true, claims };
     case "episode":
       if (!GRANTS[claims.role].has(req.permission)) {
-        return forbidden(`role ${claims.role} cannot ${req.permission === "write" ? "write to or delete" : "read"} episodes`);
+        return forbidden(
+          `role ${claims.role} cannot ${req.permission === "write" ? "write to or delete" : "read"} episodes`,
+        );
       }
       if (!inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
     case "admin":
-      if (claims.role !== "admin") return forbidden(`role ${claims.role} cannot do this: usage and share links are admin only`);
-      if (req.id !== null && !inScope(claims.episodes, req.id)) return forbidden(`episode ${req.id} is outside this token's episodes`);
+      if (claims.role !== "admin")
+        return forbidden(`role ${claims.role} cannot do this: usage and share links are admin only`);
+      if (req.id !== null && !inScope(claims.episodes, req.id))
+        return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };
   }
 }
@@ -301,14 +348,18 @@ export async function authorize(
 function unauthorized(message: string): Decision {
   return {
     ok: false,
-    refusal: new RelayError("unauthorized", message, undefined, { "www-authenticate": `Bearer realm="episode-relay", error="invalid_token"` }),
+    refusal: new RelayError("unauthorized", message, undefined, {
+      "www-authenticate": `Bearer realm="episode-relay", error="invalid_token"`,
+    }),
   };
 }
 
 function forbidden(message: string): Decision {
   return {
     ok: false,
-    refusal: new RelayError("forbidden", message, undefined, { "www-authenticate": `Bearer realm="episode-relay", error="insufficient_scope"` }),
+    refusal: new RelayError("forbidden", message, undefined, {
+      "www-authenticate": `Bearer realm="episode-relay", error="insufficient_scope"`,
+    }),
   };
 }
 
@@ -335,7 +386,8 @@ export async function mintToken(secret: string, o: MintOptions): Promise<string>
   if (weak) throw new Error(weak);
   if (!ROLES.includes(o.role)) throw new Error(`role must be one of ${ROLES.join(", ")}`);
   const bad = o.episodes.filter((p) => !isEpisodePattern(p));
-  if (bad.length > 0) throw new Error(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 of [A-Za-z0-9._:-])`);
+  if (bad.length > 0)
+    throw new Error(`not an episode id or PREFIX* pattern: ${bad.join(", ")} (ids are 1-128 of [A-Za-z0-9._:-])`);
   if (!(Number.isFinite(o.ttl) && o.ttl > 0)) throw new Error("ttl must be a positive number of seconds");
   const max = (o.maxTtl ?? DEFAULT_MAX_TTL)[o.role];
   if (o.ttl > max) throw new Error(`ttl ${o.ttl} s exceeds the ${o.role} maximum of ${max} s (TOKEN_MAX_TTL)`);

@@ -45,11 +45,17 @@ export function parseJsonBody(bytes: Uint8Array, what: string): unknown {
   }
 }
 
-/** A msgpack request body as one value (every distinction kept); 400 malformed naming `what` when it is not one document. */
+/**
+ * A msgpack request body as one value (every distinction kept); 400 malformed naming `what` when it is not one
+ * document.
+ */
 export function decodeBody(bytes: Uint8Array, what: string): LValue {
   try {
     return decodeLossless(bytes);
   } catch (e) {
-    throw new RelayError("malformed", `${what}: not one msgpack document (${e instanceof Error ? e.message : String(e)})`);
+    throw new RelayError(
+      "malformed",
+      `${what}: not one msgpack document (${e instanceof Error ? e.message : String(e)})`,
+    );
   }
 }

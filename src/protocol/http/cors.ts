@@ -46,7 +46,11 @@ export function allowOrigin(cfg: CorsConfig, origin: string | null): string | nu
 
 /** A CORS preflight: OPTIONS with Origin and Access-Control-Request-Method. */
 export function isPreflight(request: Request): boolean {
-  return request.method === "OPTIONS" && request.headers.has("origin") && request.headers.has("access-control-request-method");
+  return (
+    request.method === "OPTIONS" &&
+    request.headers.has("origin") &&
+    request.headers.has("access-control-request-method")
+  );
 }
 
 /** 204; the Access-Control-Allow-* headers only when the origin is allowed (else the browser refuses). */

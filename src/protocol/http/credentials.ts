@@ -41,14 +41,19 @@ export function findToken(request: Request, url: URL, upgrade: boolean): Found {
   const protocols = offeredProtocols(request);
   const entries = protocols.filter((p) => p.startsWith(WS_TOKEN_PREFIX));
   if (entries.length > 0) {
-    if (!upgrade) return { malformed: "a bearer.<token> Sec-WebSocket-Protocol entry is accepted only on WebSocket upgrades" };
+    if (!upgrade)
+      return { malformed: "a bearer.<token> Sec-WebSocket-Protocol entry is accepted only on WebSocket upgrades" };
     if (!protocols.includes(WS_PROTOCOL)) return { badRequest: BAD_PROTOCOL };
     if (entries.length > 1) return { malformed: "more than one bearer.<token> Sec-WebSocket-Protocol entry" };
     return { token: entries[0]!.slice(WS_TOKEN_PREFIX.length) };
   }
   const query = url.searchParams.getAll(TOKEN_PARAM);
   if (query.length > 0) {
-    if (!upgrade) return { missing: "missing bearer token: ?token= is accepted only on WebSocket upgrades; send Authorization: Bearer <token>" };
+    if (!upgrade)
+      return {
+        missing:
+          "missing bearer token: ?token= is accepted only on WebSocket upgrades; send Authorization: Bearer <token>",
+      };
     if (query.length > 1) return { malformed: "more than one ?token= parameter" };
     return { token: query[0]! };
   }

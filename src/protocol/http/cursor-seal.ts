@@ -35,10 +35,13 @@ function keysOf(secret: string): Promise<{ aead: CryptoKey; nonce: CryptoKey }> 
     const enc = new TextEncoder();
     const salt = enc.encode("episode-relay cursors");
     k = crypto.subtle.importKey("raw", enc.encode(secret), "HKDF", false, ["deriveKey"]).then(async (base) => ({
-      aead: await crypto.subtle.deriveKey({ name: "HKDF", hash: "SHA-256", salt, info: enc.encode("v1 aead") }, base, { name: "AES-GCM", length: 256 }, false, [
-        "encrypt",
-        "decrypt",
-      ]),
+      aead: await crypto.subtle.deriveKey(
+        { name: "HKDF", hash: "SHA-256", salt, info: enc.encode("v1 aead") },
+        base,
+        { name: "AES-GCM", length: 256 },
+        false,
+        ["encrypt", "decrypt"],
+      ),
       nonce: await crypto.subtle.deriveKey(
         { name: "HKDF", hash: "SHA-256", salt, info: enc.encode("v1 nonce") },
         base,
@@ -68,8 +71,17 @@ export function cursorBinding(kind: string, run: string | null, scope: readonly 
 
 export async function sealCursor(keys: CursorKeys, binding: string, raw: string): Promise<string> {
   const enc = new TextEncoder();
-  const iv = new Uint8Array(await crypto.subtle.sign("HMAC", keys.nonce, enc.encode(`${binding}\u0000${raw}`))).slice(0, IV_BYTES);
-  const sealed = new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: enc.encode(binding) }, keys.seal, enc.encode(raw)));
+  const iv = new Uint8Array(await crypto.subtle.sign("HMAC", keys.nonce, enc.encode(`${binding}\u0000${raw}`))).slice(
+    0,
+    IV_BYTES,
+  );
+  const sealed = new Uint8Array(
+    await crypto.subtle.encrypt(
+      { name: "AES-GCM", iv, additionalData: enc.encode(binding) },
+      keys.seal,
+      enc.encode(raw),
+    ),
+  );
   const out = new Uint8Array(IV_BYTES + sealed.length);
   out.set(iv);
   out.set(sealed, IV_BYTES);

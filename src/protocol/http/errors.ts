@@ -49,7 +49,9 @@ export const ERROR_STATUS = {
   auth_not_configured: 503,
   /** The object's storage could not be brought to this release's schema (src/objects/storage/schema.ts). */
   storage_upgrade_failed: 503,
-  /** A local tier is not up (starting, restarting): answered by the local router with Retry-After (scripts/router.mjs). */
+  /**
+   * A local tier is not up (starting, restarting): answered by the local router with Retry-After (scripts/router.mjs).
+   */
   unavailable: 503,
 } as const satisfies Record<DeltaErrorCode, number> & Record<string, number>;
 
@@ -87,7 +89,8 @@ export interface ErrorBody {
 export function asRefusal(e: unknown): RelayError | null {
   if (e instanceof RelayError) return e;
   // thrown by an object over RPC, where an error keeps only its message (src/objects/storage/schema.ts)
-  if (e instanceof Error && e.message.startsWith(STORAGE_UPGRADE_FAILED)) return new RelayError("storage_upgrade_failed", e.message);
+  if (e instanceof Error && e.message.startsWith(STORAGE_UPGRADE_FAILED))
+    return new RelayError("storage_upgrade_failed", e.message);
   if (e instanceof DeltaError) return new RelayError(e.code, e.message, e.field);
   if (e instanceof FinishError) return new RelayError("finish_mismatch", e.message);
   return null;
@@ -159,9 +162,14 @@ export function echoClose(ws: { close(code?: number, reason?: string): void }, c
 
 /** 405 with the Allow header. */
 export function methodNotAllowed(method: string, allowed: readonly string[]): RelayError {
-  return new RelayError("method_not_allowed", `${method} is not allowed on this path (allowed: ${allowed.join(", ")})`, undefined, {
-    allow: allowed.join(", "),
-  });
+  return new RelayError(
+    "method_not_allowed",
+    `${method} is not allowed on this path (allowed: ${allowed.join(", ")})`,
+    undefined,
+    {
+      allow: allowed.join(", "),
+    },
+  );
 }
 
 /** 426 for an endpoint that is a WebSocket. */

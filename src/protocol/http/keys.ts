@@ -18,7 +18,11 @@ export const ROLES: readonly Role[] = ["producer", "watcher", "admin"];
 export const MIN_SECRET_BYTES = 32;
 
 /** The lifetimes when TOKEN_MAX_TTL does not say (seconds). */
-export const DEFAULT_MAX_TTL: Readonly<Record<Role, number>> = { producer: 30 * 86400, watcher: 7 * 86400, admin: 86400 };
+export const DEFAULT_MAX_TTL: Readonly<Record<Role, number>> = {
+  producer: 30 * 86400,
+  watcher: 7 * 86400,
+  admin: 86400,
+};
 
 export interface SigningKey {
   kid: string;
@@ -70,14 +74,23 @@ export function maxTtlFrom(value: string | undefined): Record<Role, number> {
     if (part.trim() === "") continue;
     const m = /^\s*(producer|watcher|admin)\s*=\s*(\S+)\s*$/.exec(part);
     const ttl = m ? parseTtl(m[2]!) : null;
-    if (!m || ttl === null) throw new Error(`TOKEN_MAX_TTL: cannot read ${JSON.stringify(part.trim())} (expected role=TTL, e.g. "watcher=7d")`);
+    if (!m || ttl === null)
+      throw new Error(
+        `TOKEN_MAX_TTL: cannot read ${JSON.stringify(part.trim())} (expected role=TTL, e.g. "watcher=7d")`,
+      );
     out[m[1] as Role] = ttl;
   }
   return out;
 }
 
 /** Why a token of `role` living from `issued` to `exp` (seconds) is too long-lived, or null. */
-export function lifetimeProblem(role: Role, exp: number, issued: number, max: Readonly<Record<Role, number>>, toleranceS: number): string | null {
+export function lifetimeProblem(
+  role: Role,
+  exp: number,
+  issued: number,
+  max: Readonly<Record<Role, number>>,
+  toleranceS: number,
+): string | null {
   if (exp - issued <= max[role] + toleranceS) return null;
   return `token lifetime exceeds the ${role} maximum of ${formatTtl(max[role])} (TOKEN_MAX_TTL)`;
 }

@@ -14,7 +14,10 @@ export function episodeIdProblem(id: string): string | null {
   return null;
 }
 
-/** Set by the Worker on every answer it gives (not on the dashboard's files): a client knows the relay answered, not some other page. */
+/**
+ * Set by the Worker on every answer it gives (not on the dashboard's files): a client knows the relay answered, not
+ * some other page.
+ */
 export const RELAY_HEADER = "x-episode-relay";
 
 /**
@@ -24,14 +27,34 @@ export const RELAY_HEADER = "x-episode-relay";
  * episodes' text; `/rules`: its flag rules (src/protocol/flags/rules.ts); `/share` (admin, POST): a read-only
  * token for the run, for a link.
  */
-export type RunAction = "run" | "episodes" | "finished" | "usage" | "groups" | "group" | "tasks" | "steps" | "search" | "rules" | "share";
+export type RunAction =
+  | "run"
+  | "episodes"
+  | "finished"
+  | "usage"
+  | "groups"
+  | "group"
+  | "tasks"
+  | "steps"
+  | "search"
+  | "rules"
+  | "share";
 
 /**
  * `usage` (admin): the billing units its objects counted (src/protocol/billing/usage.ts); `dispatch`: the
  * rollout's identity in the trainer, before its first trace (src/protocol/envelope/dispatch.ts);
  * `annotations`: the trainer's per-token signals (src/protocol/annotations/).
  */
-export type EpisodeAction = "episode" | "deltas" | "ingest" | "reply" | "status" | "watch" | "usage" | "dispatch" | "annotations";
+export type EpisodeAction =
+  | "episode"
+  | "deltas"
+  | "ingest"
+  | "reply"
+  | "status"
+  | "watch"
+  | "usage"
+  | "dispatch"
+  | "annotations";
 
 export type Route =
   | { kind: "health" }
@@ -54,7 +77,10 @@ const ACTIONS = new Set<string>(["deltas", "ingest", "reply", "status", "watch",
 export const RESERVED_IDS: ReadonlySet<string> = new Set(["watch"]);
 
 /** Methods of the list paths. */
-export const INDEX_METHODS: Record<"list" | "runs", readonly string[]> = { list: ["GET", "HEAD"], runs: ["GET", "HEAD"] };
+export const INDEX_METHODS: Record<"list" | "runs", readonly string[]> = {
+  list: ["GET", "HEAD"],
+  runs: ["GET", "HEAD"],
+};
 
 export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   groups: ["GET", "HEAD"],
@@ -109,7 +135,9 @@ export const METHODS: Record<EpisodeAction, readonly string[]> = {
 };
 
 /** Methods a routed path answers. */
-export function allowedMethods(route: Extract<Route, { kind: "list" | "runs" | "run" | "episode" }>): readonly string[] {
+export function allowedMethods(
+  route: Extract<Route, { kind: "list" | "runs" | "run" | "episode" }>,
+): readonly string[] {
   if (route.kind === "episode") return METHODS[route.action];
   if (route.kind === "run") return RUN_METHODS[route.action];
   return INDEX_METHODS[route.kind];
@@ -127,7 +155,10 @@ function groupRoute(segment: string, group: string): Route {
 }
 
 function runRoute(segment: string, action: string | undefined): Route {
-  if (action !== undefined && !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share"].includes(action))
+  if (
+    action !== undefined &&
+    !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share"].includes(action)
+  )
     return { kind: "not_found" };
   let run: string;
   try {

@@ -55,9 +55,13 @@ export class Admission {
     if (load.watchers >= l.maxWatchers) return this.refuse(`too many ${this.counted} (limit ${l.maxWatchers})`, 5000);
     if (load.waiting >= l.maxWaiting) {
       // the queue drains at the start rate: come back about when it has
-      return this.refuse(`busy: ${load.waiting} catch-ups waiting`, (1000 * load.waiting) / Math.max(0.001, l.catchUpsPerSecond));
+      return this.refuse(
+        `busy: ${load.waiting} catch-ups waiting`,
+        (1000 * load.waiting) / Math.max(0.001, l.catchUpsPerSecond),
+      );
     }
-    if (load.queuedBytes >= l.maxQueuedBytes) return this.refuse(`busy: ${Math.round(load.queuedBytes / 2 ** 20)} MiB not yet acknowledged by watchers`, 2000);
+    if (load.queuedBytes >= l.maxQueuedBytes)
+      return this.refuse(`busy: ${Math.round(load.queuedBytes / 2 ** 20)} MiB not yet acknowledged by watchers`, 2000);
     return { ok: true };
   }
 
@@ -69,7 +73,9 @@ export class Admission {
     const d = this.admit(load);
     if (!d.ok) return d;
     const wait = this.take(now);
-    return wait === 0 ? d : this.refuse(`busy: sockets are starting faster than ${this.limits.catchUpsPerSecond} a second`, wait);
+    return wait === 0
+      ? d
+      : this.refuse(`busy: sockets are starting faster than ${this.limits.catchUpsPerSecond} a second`, wait);
   }
 
   /** A catch-up may start now (a token is taken), else the ms until one can. */

@@ -48,7 +48,11 @@ function release(cursor: Promise<Cursor>): void {
     .catch(() => undefined);
 }
 
-export type OpenCursor = (variant: Variant, after: number | null, forced: SnapshotReason | undefined) => Promise<Cursor>;
+export type OpenCursor = (
+  variant: Variant,
+  after: number | null,
+  forced: SnapshotReason | undefined,
+) => Promise<Cursor>;
 
 /** A catch-up stream shared by the watchers that need the same one. */
 export class HubCohort {
@@ -95,7 +99,10 @@ export class HubCohort {
     return this.first === 0 && this.failed === null && !this.rewound && !this.shut;
   }
 
-  /** Message `k`, "wait" (on its way, or held until a slower member moves), or "end" past the last. Throws when the stream failed. */
+  /**
+   * Message `k`, "wait" (on its way, or held until a slower member moves), or "end" past the last. Throws when the
+   * stream failed.
+   */
   message(k: number): Uint8Array | "wait" | "end" {
     if (this.failed) throw this.failed;
     if (this.shut) throw new Error("catch-up stream closed");
@@ -192,7 +199,12 @@ export interface BridgeSource {
 }
 
 /** The frames after `at` in the window, as one message for `variant`, and the seq it brings a watcher to. */
-export function bridgeMessage(window: HubWindow, head: number, variant: Variant, at: number): { message: Uint8Array | null; last: number } {
+export function bridgeMessage(
+  window: HubWindow,
+  head: number,
+  variant: Variant,
+  at: number,
+): { message: Uint8Array | null; last: number } {
   const frames = window.after(at, MESSAGE_BYTES);
   const last = frames.at(-1)?.seq ?? head; // nothing after `at` up to the head: retracted frames leave gaps
   return { message: variantMessage(frames, variant), last };
@@ -259,7 +271,10 @@ export class HubCatchUp {
     c.members.add(this);
   }
 
-  /** The next messages; "wait" (the stream or the hub's feed has to bring more first); "done": caught up to the hub's head. */
+  /**
+   * The next messages; "wait" (the stream or the hub's feed has to bring more first); "done": caught up to the hub's
+   * head.
+   */
   next(): Uint8Array[] | "wait" | "done" {
     for (;;) {
       const c = this.cohort;
@@ -282,7 +297,9 @@ export class HubCatchUp {
         this.join(this.src.cohortFor(this.variant, at));
         continue;
       }
-      const b = this.src.bridges ? this.src.bridges.get(this.src.window, head, this.variant, at) : bridgeMessage(this.src.window, head, this.variant, at);
+      const b = this.src.bridges
+        ? this.src.bridges.get(this.src.window, head, this.variant, at)
+        : bridgeMessage(this.src.window, head, this.variant, at);
       this.at = b.last;
       if (b.message) return [b.message];
     }

@@ -7,7 +7,14 @@
 // what it lacks) or behind a retraction is told to restart: its watchers start over from a
 // snapshot. So no feed is queued in memory, and a slow hub never holds back ingest.
 
-import { type Frame, frameMessage, framesMessage, isFrameMessageOf, joinFrameMessages, type SnapshotReason } from "../watch/protocol.js";
+import {
+  type Frame,
+  frameMessage,
+  framesMessage,
+  isFrameMessageOf,
+  joinFrameMessages,
+  type SnapshotReason,
+} from "../watch/protocol.js";
 import { deltaForVariant, isFull, type Variant } from "../watch/variant.js";
 
 export type HubStatus = "new" | "live" | "finished" | "failed";
@@ -23,7 +30,10 @@ export interface HubView {
   refused: string | null;
   /** A failed run's error. */
   error: string | null;
-  /** Trainer annotation records merged (src/objects/episode/annotations.ts); absent in views stored by older releases (0). */
+  /**
+   * Trainer annotation records merged (src/objects/episode/annotations.ts); absent in views stored by older releases
+   * (0).
+   */
   annotations?: number;
 }
 

@@ -33,7 +33,10 @@ export class HubWindow {
       this.frames.push(f);
       this.bytes += f.delta.length;
     }
-    while (this.first < this.frames.length && (this.bytes > this.maxBytes || this.frames.length - this.first > this.maxFrames)) {
+    while (
+      this.first < this.frames.length &&
+      (this.bytes > this.maxBytes || this.frames.length - this.first > this.maxFrames)
+    ) {
       const f = this.frames[this.first]!;
       this.bytes -= f.delta.length;
       this.base = f.seq;

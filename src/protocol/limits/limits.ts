@@ -47,7 +47,9 @@ export interface Limits {
   maxAnnotations: number;
   /** Sockets per run index or run directory (run and runs sockets); one more is closed with 1013. */
   maxRunSockets: number;
-  /** Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint. */
+  /**
+   * Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint.
+   */
   runSocketRate: number;
 }
 

@@ -31,7 +31,10 @@ export function indexPacingFrom(vars: { INDEX_FLUSH_MS?: string; INDEX_WRITES_PE
   };
 }
 
-/** The interval a run's index tells each episode: INDEX_FLUSH_MS, or longer so `live` episodes together stay under INDEX_WRITES_PER_S. */
+/**
+ * The interval a run's index tells each episode: INDEX_FLUSH_MS, or longer so `live` episodes together stay under
+ * INDEX_WRITES_PER_S.
+ */
 export function flushIntervalMs(pacing: IndexPacing, live: number): number {
   return Math.max(pacing.flushMs, Math.ceil((live * 1000) / pacing.writesPerS));
 }

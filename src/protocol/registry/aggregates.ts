@@ -74,7 +74,17 @@ export interface Counters {
 }
 
 export function emptyCounters(): Counters {
-  return { episodes: 0, live: 0, finished: 0, failed: 0, finish_refused: 0, calls: 0, tokens: 0, rewards: {}, finished_rewards: {} };
+  return {
+    episodes: 0,
+    live: 0,
+    finished: 0,
+    failed: 0,
+    finish_refused: 0,
+    calls: 0,
+    tokens: 0,
+    rewards: {},
+    finished_rewards: {},
+  };
 }
 
 /** Add (`sign` 1) or take back (`sign` -1) a contribution. Throughput is kept apart (per minute). */
@@ -136,12 +146,23 @@ export interface RunAggregates {
   rewards: Record<string, RewardStats>;
   /** Per reward key, over the finished episodes only. */
   finished_rewards: Record<string, RewardStats>;
-  /** Per minute over the last hour, per reward key: finished episodes that ended in it and their mean (reward-trend.ts). */
+  /**
+   * Per minute over the last hour, per reward key: finished episodes that ended in it and their mean (reward-trend.ts).
+   */
   reward_trend?: RewardTrend;
   /** Rollouts flagged, per rule of the run's (src/protocol/flags/rules.ts). */
   flags?: Record<string, number>;
-  /** The run's rollout groups (src/protocol/registry/groups.ts): how many, how many complete, and the complete ones with zero reward variance. */
-  groups?: { total: number; finished: number; zero_variance: number; zero_variance_share: number | null; trend?: ZeroVarianceTrend };
+  /**
+   * The run's rollout groups (src/protocol/registry/groups.ts): how many, how many complete, and the complete ones with
+   * zero reward variance.
+   */
+  groups?: {
+    total: number;
+    finished: number;
+    zero_variance: number;
+    zero_variance_share: number | null;
+    trend?: ZeroVarianceTrend;
+  };
 }
 
 /** The run's reward trend (reward-trend.ts): the last THROUGHPUT_MINUTES minutes, oldest first. */
@@ -152,7 +173,10 @@ export interface RewardTrend {
   keys: Record<string, { count: number[]; mean: Array<number | null> }>;
 }
 
-/** The zero-variance trend (zero-variance-trend.ts): the last THROUGHPUT_MINUTES minutes, oldest first, the last the current one. */
+/**
+ * The zero-variance trend (zero-variance-trend.ts): the last THROUGHPUT_MINUTES minutes, oldest first, the last the
+ * current one.
+ */
 export interface ZeroVarianceTrend {
   start: string;
   /** Groups that became complete in each minute. */
@@ -161,11 +185,17 @@ export interface ZeroVarianceTrend {
   zero_variance: number[];
   /** zero_variance / completed per minute (null: none completed). */
   share: Array<number | null>;
-  /** The run's zero-variance share as it stood at the end of each minute: over every group completed by then (null: none yet). */
+  /**
+   * The run's zero-variance share as it stood at the end of each minute: over every group completed by then (null: none
+   * yet).
+   */
   cumulative_share: Array<number | null>;
 }
 
-export const HISTOGRAM_EDGES: readonly number[] = Array.from({ length: HISTOGRAM_BINS + 1 }, (_, i) => i / HISTOGRAM_BINS);
+export const HISTOGRAM_EDGES: readonly number[] = Array.from(
+  { length: HISTOGRAM_BINS + 1 },
+  (_, i) => i / HISTOGRAM_BINS,
+);
 
 /** A key's smallest and largest score, over every row or the finished ones only (`finished`). */
 export type Extremes = (key: string, finished: boolean) => { min: number | null; max: number | null };
@@ -181,13 +211,24 @@ function rewardStatsOf(
       count: r.count,
       mean: meanOf(r),
       ...extremes(key),
-      histogram: { edges: [...HISTOGRAM_EDGES], counts: r.bins.slice(1, HISTOGRAM_BINS + 1), below: r.bins[0]!, above: r.bins[HISTOGRAM_BINS + 1]! },
+      histogram: {
+        edges: [...HISTOGRAM_EDGES],
+        counts: r.bins.slice(1, HISTOGRAM_BINS + 1),
+        below: r.bins[0]!,
+        above: r.bins[HISTOGRAM_BINS + 1]!,
+      },
     };
   }
   return out;
 }
 
-export function aggregatesOf(run: string, c: Counters, throughput: ReadonlyMap<number, number>, now: number, extremes: Extremes): RunAggregates {
+export function aggregatesOf(
+  run: string,
+  c: Counters,
+  throughput: ReadonlyMap<number, number>,
+  now: number,
+  extremes: Extremes,
+): RunAggregates {
   const last = minuteOf(now);
   const perMinute: number[] = [];
   for (let m = last - THROUGHPUT_MINUTES + 1; m <= last; m++) perMinute.push(throughput.get(m) ?? 0);

@@ -42,11 +42,17 @@ export interface IndexRow {
   dispatch?: JsonObject | null;
   /** Where the rollout stands (src/protocol/registry/live-facts.ts), with what it has done so far (all traces). */
   live?: LiveFacts | null;
-  /** The run's flag rules this rollout meets, with their evidence (src/protocol/flags/rules.ts; kept by its run's index, not sent). */
+  /**
+   * The run's flag rules this rollout meets, with their evidence (src/protocol/flags/rules.ts; kept by its run's index,
+   * not sent).
+   */
   flags?: Flag[];
 }
 
-/** A rollout's flag (src/protocol/flags/rules.ts): its rule and the evidence (a segment's node and an excerpt; the row's own for a reward rule). */
+/**
+ * A rollout's flag (src/protocol/flags/rules.ts): its rule and the evidence (a segment's node and an excerpt; the row's
+ * own for a reward rule).
+ */
 export interface Flag {
   rule: string;
   trace: string | null;
@@ -99,7 +105,9 @@ export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ende
 }
 
 /** The identity's keys a row is filtered and grouped by, and its staleness. */
-export function identityOf(r: Pick<IndexRow, "dispatch">): Pick<IndexEntry, "kind" | "env" | "step" | "policy_version" | "staleness"> {
+export function identityOf(
+  r: Pick<IndexRow, "dispatch">,
+): Pick<IndexEntry, "kind" | "env" | "step" | "policy_version" | "staleness"> {
   const f = dispatchFacts(r.dispatch);
   const staleness = f.step !== null && f.policy_version !== null ? f.step - f.policy_version : null;
   return { kind: f.kind, env: f.env, step: f.step, policy_version: f.policy_version, staleness };

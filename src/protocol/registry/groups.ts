@@ -13,7 +13,11 @@ import type { Json } from "../wire/json-view.js";
  * The rollout group an episode is in: the trainer's dispatch identity's `group` when it names one,
  * else the reply head's `group.id` (once a reply came), else (live) the first trace's task key.
  */
-export function rolloutGroup(dispatchGroup: string | null, headGroupId: string | null, taskKey: string | null): string | null {
+export function rolloutGroup(
+  dispatchGroup: string | null,
+  headGroupId: string | null,
+  taskKey: string | null,
+): string | null {
   return dispatchGroup ?? headGroupId ?? taskKey;
 }
 
@@ -57,7 +61,10 @@ export interface GroupsPage {
   zero_variance_groups: number;
   /** zero_variance_groups / finished_groups; null while no group finished. */
   zero_variance_share: number | null;
-  /** Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it stood then. */
+  /**
+   * Per minute over the last hour: groups completed, how many with zero variance, that share, and the run's share as it
+   * stood then.
+   */
   zero_variance_trend: ZeroVarianceTrend;
   groups: GroupJson[];
   /** Pass as `options.cursor` for the next page; null on the last one. */
@@ -116,8 +123,13 @@ export interface GroupSummary extends GroupJson {
   zeroVariance: boolean;
 }
 
-/** What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind. */
-export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & { step?: number | null; kind?: string | null };
+/**
+ * What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind.
+ */
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & {
+  step?: number | null;
+  kind?: string | null;
+};
 
 const LIVE: ReadonlySet<IndexStatus> = new Set(["live", "finish_refused"]);
 
@@ -159,11 +171,27 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
     if (min !== max) equal = false;
   }
   const complete = live === 0;
-  return { id, task, size: members.length, finished, failed, live, rewards, spread, step, kind, complete, zeroVariance: complete && withRewards >= 2 && equal };
+  return {
+    id,
+    task,
+    size: members.length,
+    finished,
+    failed,
+    live,
+    rewards,
+    spread,
+    step,
+    kind,
+    complete,
+    zeroVariance: complete && withRewards >= 2 && equal,
+  };
 }
 
 /** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
-export function advantagesOf(rewards: IndexRow["rewards"], group: GroupSummary): Record<string, { raw: number; normalized: number | null }> {
+export function advantagesOf(
+  rewards: IndexRow["rewards"],
+  group: GroupSummary,
+): Record<string, { raw: number; normalized: number | null }> {
   const out: Record<string, { raw: number; normalized: number | null }> = {};
   for (const [k, v] of scoresOf(rewards)) {
     const s = group.rewards[k];

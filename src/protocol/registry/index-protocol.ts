@@ -11,7 +11,8 @@
 //   {type: "run_changes", upserts: [summary...], deletes: [run...]}               coalesced
 // `aggregates` is null for a viewer whose token does not cover the whole run (it sees only its
 // episodes); so are `steps` and `steps_gone` (the training steps that changed, steps.ts: only
-// for a viewer covering the run, and only when some changed). Client → server: only "ping" (answered "pong" by the platform); anything else
+// for a viewer covering the run, and only when some changed). Client → server: only "ping" (answered "pong" by the
+// platform); anything else
 // closes the socket (1008).
 
 import type { RunAggregates } from "./aggregates.js";
@@ -31,12 +32,22 @@ export interface RunSummary {
   finished: number;
   failed: number;
   finish_refused: number;
-  /** Per reward key, the mean score over the run's finished episodes (absent until the run's index writes its row with them). */
+  /**
+   * Per reward key, the mean score over the run's finished episodes (absent until the run's index writes its row with
+   * them).
+   */
   mean_rewards?: Record<string, number>;
 }
 
 export type RunMessage =
-  | { type: "snapshot"; run: string; aggregates: RunAggregates | null; episodes: IndexEntry[]; truncated: boolean; limit: number }
+  | {
+      type: "snapshot";
+      run: string;
+      aggregates: RunAggregates | null;
+      episodes: IndexEntry[];
+      truncated: boolean;
+      limit: number;
+    }
   | {
       type: "changes";
       upserts: IndexEntry[];
@@ -62,10 +73,21 @@ export function encodeRunsMessage(m: RunsMessage): string {
 export function parseRunMessage(text: string): RunMessage {
   const m = parseObject(text);
   const aggregatesOk = m.aggregates === null || isObject(m.aggregates);
-  if (m.type === "snapshot" && typeof m.run === "string" && aggregatesOk && isList(m.episodes, isEntry) && typeof m.truncated === "boolean") {
+  if (
+    m.type === "snapshot" &&
+    typeof m.run === "string" &&
+    aggregatesOk &&
+    isList(m.episodes, isEntry) &&
+    typeof m.truncated === "boolean"
+  ) {
     return m as unknown as RunMessage;
   }
-  if (m.type === "changes" && aggregatesOk && isList(m.upserts, isEntry) && isList(m.deletes, (x) => typeof x === "string")) {
+  if (
+    m.type === "changes" &&
+    aggregatesOk &&
+    isList(m.upserts, isEntry) &&
+    isList(m.deletes, (x) => typeof x === "string")
+  ) {
     return m as unknown as RunMessage;
   }
   throw new Error(`not a run message: ${text.slice(0, 80)}`);
@@ -74,8 +96,10 @@ export function parseRunMessage(text: string): RunMessage {
 /** One directory-socket message; throws on anything else. */
 export function parseRunsMessage(text: string): RunsMessage {
   const m = parseObject(text);
-  if (m.type === "runs" && isList(m.runs, isSummary) && typeof m.truncated === "boolean") return m as unknown as RunsMessage;
-  if (m.type === "run_changes" && isList(m.upserts, isSummary) && isList(m.deletes, (x) => typeof x === "string")) return m as unknown as RunsMessage;
+  if (m.type === "runs" && isList(m.runs, isSummary) && typeof m.truncated === "boolean")
+    return m as unknown as RunsMessage;
+  if (m.type === "run_changes" && isList(m.upserts, isSummary) && isList(m.deletes, (x) => typeof x === "string"))
+    return m as unknown as RunsMessage;
   throw new Error(`not a runs message: ${text.slice(0, 80)}`);
 }
 
@@ -99,7 +123,13 @@ function isList(v: unknown, item: (x: unknown) => boolean): boolean {
 }
 
 function isEntry(v: unknown): boolean {
-  return isObject(v) && typeof v.id === "string" && typeof v.run === "string" && typeof v.status === "string" && typeof v.updated === "string";
+  return (
+    isObject(v) &&
+    typeof v.id === "string" &&
+    typeof v.run === "string" &&
+    typeof v.status === "string" &&
+    typeof v.updated === "string"
+  );
 }
 
 function isSummary(v: unknown): boolean {

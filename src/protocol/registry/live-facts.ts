@@ -7,7 +7,10 @@
 import type { Json, JsonObject } from "../wire/json-view.js";
 import { LAST_CHARS, type Stage } from "./entry.js";
 
-/** Spans checked in this order; the first that has started names the stage (prime-rl's priority order, not the latest by time). */
+/**
+ * Spans checked in this order; the first that has started names the stage (prime-rl's priority order, not the latest by
+ * time).
+ */
 const SPANS: ReadonlyArray<[string, Stage]> = [
   ["scoring", "scoring"],
   ["finalize", "finalize"],

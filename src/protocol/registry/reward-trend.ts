@@ -30,7 +30,10 @@ export function rewardTrendOf(minutes: Iterable<RewardMinute>, now: number): Rew
   for (const m of minutes) {
     const i = m.minute - first;
     if (i < 0 || i >= THROUGHPUT_MINUTES || m.n === 0) continue;
-    keys[m.key] ??= { count: new Array<number>(THROUGHPUT_MINUTES).fill(0), mean: new Array<number | null>(THROUGHPUT_MINUTES).fill(null) };
+    keys[m.key] ??= {
+      count: new Array<number>(THROUGHPUT_MINUTES).fill(0),
+      mean: new Array<number | null>(THROUGHPUT_MINUTES).fill(null),
+    };
     keys[m.key]!.count[i] = m.n;
     keys[m.key]!.mean[i] = (m.units * SCORE_UNIT) / m.n;
   }
@@ -38,7 +41,9 @@ export function rewardTrendOf(minutes: Iterable<RewardMinute>, now: number): Rew
   return { start: new Date(first * 60_000).toISOString(), keys: sorted };
 }
 
-/** The minutes recounted from contributions (tests compare them with the kept ones; the migration backfills with it). */
+/**
+ * The minutes recounted from contributions (tests compare them with the kept ones; the migration backfills with it).
+ */
 export function recountRewardMinutes(contributions: Iterable<Contribution>): RewardMinute[] {
   const out = new Map<string, RewardMinute>();
   for (const x of contributions) {

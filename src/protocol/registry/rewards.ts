@@ -9,7 +9,12 @@ export function scoresOf(rewards: Json): Array<[string, number]> {
   if (typeof rewards !== "object" || rewards === null || Array.isArray(rewards)) return [];
   const out: Array<[string, number]> = [];
   for (const [k, v] of Object.entries(rewards)) {
-    const s = typeof v === "number" ? v : typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, Json>).score : undefined;
+    const s =
+      typeof v === "number"
+        ? v
+        : typeof v === "object" && v !== null && !Array.isArray(v)
+          ? (v as Record<string, Json>).score
+          : undefined;
     if (typeof s === "number" && Number.isFinite(s)) out.push([k, s]);
   }
   return out;

@@ -1,4 +1,5 @@
-// The episode list's filters (`GET /v1/runs/{run}/episodes?task=&stop=&truncated=&errored=&reward=&min_turns=&min_tokens=`,
+// The episode list's filters (`GET
+// /v1/runs/{run}/episodes?task=&stop=&truncated=&errored=&reward=&min_turns=&min_tokens=`,
 // and the dispatch identity's `kind=&env=&step=&policy_version=`):
 // their parameters, and what a row must hold to match. Pure: the index turns a filter into SQL
 // (episode-pages.ts), the dashboard and clients match pushed rows with `rowMatches` and build
@@ -110,7 +111,10 @@ export function isFiltered(f: RowFilter): boolean {
   return filterParams(f).length > 0;
 }
 
-type FilteredRow = Pick<IndexRow, "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch" | "flags">;
+type FilteredRow = Pick<
+  IndexRow,
+  "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch" | "flags"
+>;
 
 /** Whether `row` passes `f` (what the index's SQL selects, row by row). */
 export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
@@ -122,7 +126,13 @@ export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
     if (f.kind !== null && id.kind !== f.kind) return false;
     if (f.env !== null && id.env !== f.env) return false;
     if (f.policyVersion !== null && id.policy_version !== f.policyVersion) return false;
-    if (f.step !== null && (id.step === null || (f.step.min !== null && id.step < f.step.min) || (f.step.max !== null && id.step > f.step.max))) return false;
+    if (
+      f.step !== null &&
+      (id.step === null ||
+        (f.step.min !== null && id.step < f.step.min) ||
+        (f.step.max !== null && id.step > f.step.max))
+    )
+      return false;
   }
   if (f.task !== null && (row.task ?? null) !== f.task) return false;
   if (f.stop !== null && (row.stop_condition ?? null) !== f.stop) return false;
@@ -168,7 +178,8 @@ function stepRange(params: URLSearchParams): RowFilter["step"] {
   const v = params.get("step");
   if (v === null || v === "") return null;
   const m = /^(\d{1,15})?(?:(\.\.)(\d{1,15})?)?$/.exec(v);
-  if (!m || (m[2] === undefined && m[1] === undefined)) throw bad("step", "step must be N or MIN..MAX (whole numbers; either bound may be empty)");
+  if (!m || (m[2] === undefined && m[1] === undefined))
+    throw bad("step", "step must be N or MIN..MAX (whole numbers; either bound may be empty)");
   const min = m[1] === undefined ? null : Number(m[1]);
   const max = m[2] === undefined ? min : m[3] === undefined ? null : Number(m[3]);
   if (min !== null && max !== null && min > max) throw bad("step", "step: MIN is above MAX");
@@ -184,12 +195,20 @@ function rewardRanges(params: URLSearchParams): RewardRange[] {
     const colon = v.lastIndexOf(":");
     const key = v.slice(0, colon);
     const [lo, hi, ...rest] = v.slice(colon + 1).split("..");
-    if (colon < 1 || !REWARD_KEY.test(key) || lo === undefined || hi === undefined || rest.length > 0 || keys.has(key)) {
+    if (
+      colon < 1 ||
+      !REWARD_KEY.test(key) ||
+      lo === undefined ||
+      hi === undefined ||
+      rest.length > 0 ||
+      keys.has(key)
+    ) {
       throw bad("reward", "reward must be KEY:MIN..MAX (either bound may be empty), one per key");
     }
     keys.add(key);
     const range = { key, min: bound(lo), max: bound(hi) };
-    if (range.min !== null && range.max !== null && range.min > range.max) throw bad("reward", `reward ${key}: MIN is above MAX`);
+    if (range.min !== null && range.max !== null && range.min > range.max)
+      throw bad("reward", `reward ${key}: MIN is above MAX`);
     return range;
   });
 }

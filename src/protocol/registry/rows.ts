@@ -28,7 +28,9 @@ export function visible(scope: Scope, id: string, prefix: string | null = null):
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;
 
-/** Newest-updated first, best reward first, or latest training step first (episodes without a reward or a step last). */
+/**
+ * Newest-updated first, best reward first, or latest training step first (episodes without a reward or a step last).
+ */
 export type SortKey = "updated" | "reward" | "step";
 export const SORT_KEYS: readonly SortKey[] = ["updated", "reward", "step"];
 
@@ -62,7 +64,10 @@ export interface EpisodesPage {
 
 const PREFIX = /^[A-Za-z0-9._:-]{0,128}$/;
 
-/** `?status=&prefix=&sort=&limit=&cursor=` and the filters (row-filter.ts); throws a RelayError (400, naming the parameter) on a bad value. */
+/**
+ * `?status=&prefix=&sort=&limit=&cursor=` and the filters (row-filter.ts); throws a RelayError (400, naming the
+ * parameter) on a bad value.
+ */
 export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_LIMIT): ListQuery {
   const status = params.get("status") || null;
   if (status !== null && !(INDEX_STATUSES as readonly string[]).includes(status)) {
@@ -73,17 +78,26 @@ export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_L
     throw new RelayError("bad_prefix", "prefix must be up to 128 characters of [A-Za-z0-9._:-]", "prefix");
   }
   const sort = params.get("sort") || "updated";
-  if (!(SORT_KEYS as readonly string[]).includes(sort)) throw new RelayError("bad_sort", `sort must be one of ${SORT_KEYS.join(", ")}`, "sort");
+  if (!(SORT_KEYS as readonly string[]).includes(sort))
+    throw new RelayError("bad_sort", `sort must be one of ${SORT_KEYS.join(", ")}`, "sort");
   const rawLimit = params.get("limit");
   let limit = defaultLimit;
   if (rawLimit !== null && rawLimit !== "") {
     limit = /^\d+$/.test(rawLimit) ? Number(rawLimit) : NaN;
-    if (!Number.isSafeInteger(limit) || limit < 1) throw new RelayError("bad_limit", `limit must be an integer from 1 to ${MAX_LIMIT}`, "limit");
+    if (!Number.isSafeInteger(limit) || limit < 1)
+      throw new RelayError("bad_limit", `limit must be an integer from 1 to ${MAX_LIMIT}`, "limit");
     limit = Math.min(limit, MAX_LIMIT);
   }
   const cursor = params.get("cursor") || null;
   const filter = parseRowFilter(params);
-  return { status: status as IndexStatus | null, filter, prefix, limit, sort: sort as SortKey, after: cursor === null ? null : decodeListCursor(cursor) };
+  return {
+    status: status as IndexStatus | null,
+    filter,
+    prefix,
+    limit,
+    sort: sort as SortKey,
+    after: cursor === null ? null : decodeListCursor(cursor),
+  };
 }
 
 export function encodeListCursor(c: ListCursor): string {
@@ -92,7 +106,8 @@ export function encodeListCursor(c: ListCursor): string {
 
 export function decodeListCursor(cursor: string): ListCursor {
   const v = decodeCursor(cursor);
-  if (Array.isArray(v) && v.length === 2 && (v[0] === null || typeof v[0] === "number") && typeof v[1] === "string") return { key: v[0], id: v[1] };
+  if (Array.isArray(v) && v.length === 2 && (v[0] === null || typeof v[0] === "number") && typeof v[1] === "string")
+    return { key: v[0], id: v[1] };
   throw badCursor();
 }
 
@@ -108,7 +123,9 @@ export function encodeCursor(value: unknown): string {
 export function decodeCursor(cursor: string): unknown {
   try {
     const bin = atob(cursor.replace(/-/g, "+").replace(/_/g, "/"));
-    return JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))));
+    return JSON.parse(
+      new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))),
+    );
   } catch {
     throw badCursor();
   }
@@ -119,7 +136,10 @@ export function decodeCursor(cursor: string): unknown {
  * the same bytes both ways, so a token learns nothing of runs that are not its own.
  */
 export function noSuchRun(run: string): RelayError {
-  return new RelayError("not_found", `no run ${JSON.stringify(run)} (no episode of it is within this token's episodes, or none was written)`);
+  return new RelayError(
+    "not_found",
+    `no run ${JSON.stringify(run)} (no episode of it is within this token's episodes, or none was written)`,
+  );
 }
 
 export function badCursor(): RelayError {

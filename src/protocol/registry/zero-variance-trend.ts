@@ -25,7 +25,12 @@ export function completedMinute(members: ReadonlyArray<Pick<IndexRow, "ended" | 
  * the run; `later`: the groups completed after the window's last minute (a clock ahead of ours), so
  * the cumulative share at each minute counts exactly the groups completed by then.
  */
-export function zeroVarianceTrendOf(minutes: ReadonlyMap<number, GroupMinute>, totals: GroupMinute, later: GroupMinute, now: number): ZeroVarianceTrend {
+export function zeroVarianceTrendOf(
+  minutes: ReadonlyMap<number, GroupMinute>,
+  totals: GroupMinute,
+  later: GroupMinute,
+  now: number,
+): ZeroVarianceTrend {
   const last = minuteOf(now);
   const first = last - THROUGHPUT_MINUTES + 1;
   const completed: number[] = [];

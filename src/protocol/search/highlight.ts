@@ -4,7 +4,10 @@
 // Words are read as the index's tokenizer reads them (unicode61, diacritics removed): runs of
 // letters and digits, compared in lower case without accents. Pure.
 
-/** A positive term of a query, as words: a phrase is several, a word the user typed with a dash too; `prefix` is for the last. */
+/**
+ * A positive term of a query, as words: a phrase is several, a word the user typed with a dash too; `prefix` is for the
+ * last.
+ */
 export interface Phrase {
   words: string[];
   prefix: boolean;
@@ -30,7 +33,8 @@ export function fold(s: string): string {
 /** The words of `text` (runs of letters and digits), folded, with their UTF-16 offsets. */
 export function tokens(text: string): Token[] {
   const out: Token[] = [];
-  for (const m of text.matchAll(/[\p{L}\p{N}\p{Co}\p{M}]+/gu)) out.push({ start: m.index, end: m.index + m[0].length, word: fold(m[0]) });
+  for (const m of text.matchAll(/[\p{L}\p{N}\p{Co}\p{M}]+/gu))
+    out.push({ start: m.index, end: m.index + m[0].length, word: fold(m[0]) });
   return out;
 }
 
@@ -67,7 +71,10 @@ export function matches(text: string, phrases: readonly Phrase[]): Array<[number
  * About SNIPPET_CHARS of `text` from a little before its first match (its head when none), cut at
  * word bounds, "…" where it was cut, and the matches inside it as offsets in the snippet.
  */
-export function snippet(text: string, phrases: readonly Phrase[]): { text: string; highlights: Array<[number, number]> } {
+export function snippet(
+  text: string,
+  phrases: readonly Phrase[],
+): { text: string; highlights: Array<[number, number]> } {
   const found = matches(text, phrases);
   const first = found[0]?.[0] ?? 0;
   let start = Math.max(0, first - LEAD_CHARS);

@@ -22,11 +22,16 @@ export interface SearchQuery {
   match: string;
   /** The positive words and phrases, lower-cased (for tests). */
   terms: string[];
-  /** The positive words, phrases and prefixes on the text (not role:/tool:), as the snippets highlight them (highlight.ts). */
+  /**
+   * The positive words, phrases and prefixes on the text (not role:/tool:), as the snippets highlight them
+   * (highlight.ts).
+   */
   phrases: Phrase[];
 }
 
-type Token = { kind: "term"; text: string; phrase: boolean; prefix: boolean; field: string | null; negated: boolean } | { kind: "or" };
+type Token =
+  | { kind: "term"; text: string; phrase: boolean; prefix: boolean; field: string | null; negated: boolean }
+  | { kind: "or" };
 
 export function parseSearchQuery(q: string | null): SearchQuery {
   const text = (q ?? "").trim();
@@ -56,7 +61,11 @@ export function parseSearchQuery(q: string | null): SearchQuery {
   }
   if (pendingOr) throw bad("OR goes between two terms");
   const positive = terms.filter((t) => !t.negated && !t.field);
-  return { match: parts.join(" "), terms: positive.map((t) => t.text.toLowerCase()), phrases: positive.map((t) => phraseOf(t.text, t.prefix)) };
+  return {
+    match: parts.join(" "),
+    terms: positive.map((t) => t.text.toLowerCase()),
+    phrases: positive.map((t) => phraseOf(t.text, t.prefix)),
+  };
 }
 
 function tokenize(text: string): Token[] {
@@ -78,9 +87,17 @@ function tokenize(text: string): Token[] {
     const prefix = phrase === undefined && body.endsWith("*");
     if (prefix) body = body.slice(0, -1);
     if (body.replace(/[\p{P}\p{S}\s]/gu, "") === "") throw bad(`${JSON.stringify(m[0])} has nothing to search for`);
-    out.push({ kind: "term", text: body, phrase: phrase !== undefined, prefix, field: field ?? null, negated: neg === "-" });
+    out.push({
+      kind: "term",
+      text: body,
+      phrase: phrase !== undefined,
+      prefix,
+      field: field ?? null,
+      negated: neg === "-",
+    });
   }
-  if (text.slice(at).trim() !== "") throw bad(`q could not be read at ${JSON.stringify(text.slice(at).trim())} (an unclosed quote?)`);
+  if (text.slice(at).trim() !== "")
+    throw bad(`q could not be read at ${JSON.stringify(text.slice(at).trim())} (an unclosed quote?)`);
   return out;
 }
 

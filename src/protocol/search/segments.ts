@@ -45,9 +45,15 @@ export function nodeSegments(trace: string, node: number, message: Json | undefi
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) {
       if (!isObject(call)) continue;
-      const fn = isObject(call.function) ? call.function : call; // OpenAI's {function: {name, arguments}} or verifiers' flat form
+      // OpenAI's {function: {name, arguments}} or verifiers' flat form
+      const fn = isObject(call.function) ? call.function : call;
       const name = typeof fn.name === "string" ? fn.name : null;
-      const args = typeof fn.arguments === "string" ? fn.arguments : fn.arguments === undefined ? "" : JSON.stringify(fn.arguments);
+      const args =
+        typeof fn.arguments === "string"
+          ? fn.arguments
+          : fn.arguments === undefined
+            ? ""
+            : JSON.stringify(fn.arguments);
       add("call", `${name ?? ""} ${args}`, name);
     }
   }
@@ -79,7 +85,8 @@ export function withinBudget(segments: readonly Segment[], used: number): { kept
 
 function textOf(content: Json | undefined): string {
   if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((p) => (isObject(p) && typeof p.text === "string" ? p.text : "")).join(" ");
+  if (Array.isArray(content))
+    return content.map((p) => (isObject(p) && typeof p.text === "string" ? p.text : "")).join(" ");
   return "";
 }
 

@@ -85,7 +85,12 @@ export function helloMessage(episode: string, status: string, seq: number, ackBy
 }
 
 /** One snapshot message: part of the state as of `seq` (`more`: further parts follow). */
-export function snapshotMessage(seq: number, reason: string, deltas: ReadonlyArray<Uint8Array | Chunks>, more: boolean): Uint8Array {
+export function snapshotMessage(
+  seq: number,
+  reason: string,
+  deltas: ReadonlyArray<Uint8Array | Chunks>,
+  more: boolean,
+): Uint8Array {
   const w = new ChunkWriter();
   head(w, "snapshot", 4);
   w.raw(K.seq!);
@@ -151,9 +156,12 @@ export function frameMessage(seq: number, delta: Uint8Array): Uint8Array {
   return out;
 }
 
-/** Whether `message` is `frameMessage(seq, delta)` with `delta` its own tail (a feed's frame as the episode sent it). */
+/**
+ * Whether `message` is `frameMessage(seq, delta)` with `delta` its own tail (a feed's frame as the episode sent it).
+ */
 export function isFrameMessageOf(message: Uint8Array, seq: number, delta: Uint8Array): boolean {
-  if (delta.buffer !== message.buffer || delta.byteOffset + delta.length !== message.byteOffset + message.length) return false;
+  if (delta.buffer !== message.buffer || delta.byteOffset + delta.length !== message.byteOffset + message.length)
+    return false;
   const head = frameHead(seq, delta.length);
   if (message.length !== head.length + delta.length) return false;
   // the head is compared (a few bytes); the delta's bytes are the same memory
@@ -161,7 +169,10 @@ export function isFrameMessageOf(message: Uint8Array, seq: number, delta: Uint8A
   return true;
 }
 
-/** Frame messages (`frameMessage`, consecutive) as one `frames` message: the same bytes as `framesMessage` of their frames. */
+/**
+ * Frame messages (`frameMessage`, consecutive) as one `frames` message: the same bytes as `framesMessage` of their
+ * frames.
+ */
 export function joinFrameMessages(messages: readonly Uint8Array[]): Uint8Array {
   if (messages.length === 1) return messages[0]!;
   const w = new ChunkWriter();
@@ -254,7 +265,11 @@ export function decodeWatchMessage(bytes: Uint8Array): WatchMessage {
       return {
         type: "snapshot",
         seq: seq(),
-        reason: field(m, "reason", (v): v is SnapshotReason => v === "join" || v === "trimmed" || v === "ahead" || v === "rewind"),
+        reason: field(
+          m,
+          "reason",
+          (v): v is SnapshotReason => v === "join" || v === "trimmed" || v === "ahead" || v === "rewind",
+        ),
         deltas: field(m, "deltas", (v): v is Uint8Array[] => Array.isArray(v) && v.every(isBin)),
         more: field(m, "more", (v): v is boolean => typeof v === "boolean"),
       };
@@ -264,7 +279,8 @@ export function decodeWatchMessage(bytes: Uint8Array): WatchMessage {
         frames: field(
           m,
           "frames",
-          (v): v is Array<[number, Uint8Array]> => Array.isArray(v) && v.every((f) => Array.isArray(f) && f.length === 2 && isSeq(f[0]) && isBin(f[1])),
+          (v): v is Array<[number, Uint8Array]> =>
+            Array.isArray(v) && v.every((f) => Array.isArray(f) && f.length === 2 && isSeq(f[0]) && isBin(f[1])),
         ),
       };
     case "caught_up":

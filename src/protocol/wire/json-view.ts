@@ -28,7 +28,8 @@ export function toJson(v: LValue): Json {
     const key = typeof k === "string" ? k : String(k instanceof F64 ? k.value : k);
     const value = nd && key === "data" ? base64(x as Uint8Array) : toJson(x);
     // `out.__proto__ = v` would set the prototype and drop the key: define it as an own property
-    if (key === "__proto__") Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+    if (key === "__proto__")
+      Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
     else out[key] = value;
   }
   return out;

@@ -154,16 +154,23 @@ export function same(a: LValue, b: LValue): boolean {
 }
 
 /** Path and both sides of the first difference, or undefined when equal. */
-export function firstDifference(a: LValue, b: LValue, path = "$"): { path: string; expected: string; got: string } | undefined {
+export function firstDifference(
+  a: LValue,
+  b: LValue,
+  path = "$",
+): { path: string; expected: string; got: string } | undefined {
   const ta = typeName(a);
   const tb = typeName(b);
   if (ta !== tb) return { path, expected: show(a), got: show(b) };
   if (a instanceof F64 && b instanceof F64) {
-    return Object.is(a.value, b.value) || (Number.isNaN(a.value) && Number.isNaN(b.value)) ? undefined : { path, expected: show(a), got: show(b) };
+    return Object.is(a.value, b.value) || (Number.isNaN(a.value) && Number.isNaN(b.value))
+      ? undefined
+      : { path, expected: show(a), got: show(b) };
   }
   if (a instanceof Uint8Array && b instanceof Uint8Array) {
     if (a.length !== b.length) return { path, expected: show(a), got: show(b) };
-    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return { path: `${path}[byte ${i}]`, expected: String(a[i]), got: String(b[i]) };
+    for (let i = 0; i < a.length; i++)
+      if (a[i] !== b[i]) return { path: `${path}[byte ${i}]`, expected: String(a[i]), got: String(b[i]) };
     return undefined;
   }
   if (Array.isArray(a) && Array.isArray(b)) {
@@ -171,7 +178,9 @@ export function firstDifference(a: LValue, b: LValue, path = "$"): { path: strin
       const d = firstDifference(a[i]!, b[i]!, `${path}[${i}]`);
       if (d) return d;
     }
-    return a.length === b.length ? undefined : { path: `${path}.length`, expected: String(a.length), got: String(b.length) };
+    return a.length === b.length
+      ? undefined
+      : { path: `${path}.length`, expected: String(a.length), got: String(b.length) };
   }
   if (a instanceof LMap && b instanceof LMap) {
     for (let i = 0; i < Math.min(a.entries.length, b.entries.length); i++) {
@@ -203,7 +212,8 @@ function typeName(v: LValue): string {
 /** A short human-readable rendering that keeps the type visible. */
 export function show(v: LValue): string {
   if (v === null) return "nil";
-  if (v instanceof F64) return Object.is(v.value, -0) ? "-0.0" : Number.isInteger(v.value) ? `${v.value}.0` : `${v.value}`;
+  if (v instanceof F64)
+    return Object.is(v.value, -0) ? "-0.0" : Number.isInteger(v.value) ? `${v.value}.0` : `${v.value}`;
   if (v instanceof Uint8Array) return `bin(${v.length})`;
   if (v instanceof LMap) return `map(${v.entries.length})`;
   if (Array.isArray(v)) return `array(${v.length})`;

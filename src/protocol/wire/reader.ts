@@ -121,7 +121,10 @@ export class Reader {
     }
   }
 
-  /** A bin, str, array or map with its size in its head, which must not fit a smaller format; else 0xc1 or an ext type, refused. */
+  /**
+   * A bin, str, array or map with its size in its head, which must not fit a smaller format; else 0xc1 or an ext type,
+   * refused.
+   */
   private skipSized(t: number, depth: number): void {
     switch (t) {
       case 0xc4:
@@ -235,7 +238,9 @@ export class Reader {
     return this.header(0x90, 0xdc, "array");
   }
 
-  /** A map or array header (fix formats from `fix`, 16-bit at `at16`, 32-bit next): its count, or -1 for another type. */
+  /**
+   * A map or array header (fix formats from `fix`, 16-bit at `at16`, 32-bit next): its count, or -1 for another type.
+   */
   private header(fix: number, at16: number, name: string): number {
     this.need(1);
     const t = this.bytes[this.pos]!;
