@@ -1,12 +1,8 @@
 // Archived finished episodes back into upstream deltas (src/protocol/archive/finished-deltas.ts): every
 // golden episode, in chunks of any size, rebuilt byte for byte by a fresh assembly, in bounded memory.
 import { describe, expect, it } from "vitest";
-import {
-  ArchiveError,
-  finishedDeltas,
-  type FinishedDeltaStats,
-  type FinishedDeltasOptions,
-} from "../../src/protocol/archive/finished-deltas.js";
+import { finishedDeltas, type FinishedDeltasOptions } from "../../src/protocol/archive/finished-deltas.js";
+import { ArchiveError, type FinishedDeltaStats } from "../../src/protocol/archive/stream-input.js";
 import { mapEntries, parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { LIST_FIELDS, isListField } from "../../src/protocol/assembly/fields.js";

@@ -18,8 +18,6 @@ import { DELTA_BYTES } from "../assembly/snapshot.js";
 import { ArchiveError, type FinishedDeltaStats, Input, type Span } from "./stream-input.js";
 import { encodeStr } from "../wire/writer.js";
 
-export { ArchiveError, type FinishedDeltaStats } from "./stream-input.js";
-
 export interface FinishedDeltasOptions {
   /**
    * The trace ids the assembly keyed the traces by, in the episode's order (the reply's

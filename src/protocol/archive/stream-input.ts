@@ -1,5 +1,5 @@
-// A streamed msgpack document as a sliding window (finished-deltas.ts reads an archived episode
-// through it): stream offsets, the bytes from the earliest one still needed held in one buffer,
+// A streamed msgpack document as a sliding window (finished-deltas.ts and json-view.ts read an archived
+// episode through it): stream offsets, the bytes from the earliest one still needed held in one buffer,
 // and complete values found by a resumable scan, then validated by the wire Reader.
 
 import { WireError } from "../wire/errors.js";
