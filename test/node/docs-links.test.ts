@@ -119,7 +119,7 @@ it("docs/limits.md has a row for every [vars] setting in wrangler.toml", () => {
 it("docs/http-api.md's table has a row for every route action the Worker knows (src/protocol/http/route.ts)", () => {
   const route = readFileSync(join(root, "src", "protocol", "http", "route.ts"), "utf8");
   const union = (name: string) =>
-    [.../"([a-z_]+)"/g[Symbol.matchAll](new RegExp(`type ${name} = ([^;]+);`).exec(route)![1]!)].map((m) => m[1]!);
+    [.../"([a-z_]+)"/g[Symbol.matchAll](new RegExp(`type ${name} =\\s*([^;]+);`).exec(route)![1]!)].map((m) => m[1]!);
   const rows = readFileSync(join(root, "docs", "http-api.md"), "utf8")
     .split("\n")
     .filter((l) => l.startsWith("| `"))
