@@ -8,7 +8,7 @@
 // head, the context and summary cards, the downloads, the routing controls, the token overlays
 // and the trace columns. This file puts them on the page and draws them once per animation frame.
 import { flagChips } from "./episode/flag-chips.js";
-import "./overlays.css";
+import "./styles/overlays.css";
 import { clear, h } from "./dom.js";
 import { groupOf, identityCard, taskCard } from "./episode/context-cards.js";
 import { EpisodeFeed } from "./episode/feed.js";

@@ -6,7 +6,7 @@
 import type { NdArray } from "../../src/protocol/index.js";
 import { h, percent } from "./dom.js";
 import { expertLoad, type LayerLoad } from "./expert-load.js";
-import "./routing.css";
+import "./styles/routing.css";
 
 const OPEN_UP_TO = 8; // layers shown without a click
 

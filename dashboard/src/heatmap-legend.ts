@@ -4,7 +4,7 @@
 
 import { h, percent } from "./dom.js";
 import { expertColour } from "./expert-colour.js";
-import "./routing.css";
+import "./styles/routing.css";
 
 /** `cells`: drawn cells per top-1 expert; `total`: all drawn cells. */
 export function heatmapLegend(cells: ReadonlyMap<number, number>, total: number): HTMLElement {

@@ -3,7 +3,16 @@
 // `/runs/{run}/groups/{group}` one rollout group (its numbers and rollouts, refreshed while live),
 // `/episodes/{id}` shows one episode (live, with the TypeScript watcher client), `/compare/{a}/{b}/…`
 // two or more rollouts side by side, turn by turn, where they diverge marked. No framework: plain DOM.
-import "./style.css";
+// the stylesheets every page shares, then one per page, in this order (later rules win ties);
+// a part's own sheet (rewards, routing, training, ...) is imported by the module that draws it
+import "./styles/base.css";
+import "./styles/shell.css";
+import "./styles/components.css";
+import "./styles/episode.css";
+import "./styles/runs.css";
+import "./styles/run.css";
+import "./styles/group.css";
+import "./styles/compare.css";
 import { takeTokenFromUrl } from "./api.js";
 import { mountCompare } from "./compare.js";
 import { mountEpisode } from "./episode.js";

@@ -11,7 +11,7 @@ import { episodeListHead, episodeRow } from "./episode-row.js";
 import { EpisodeViews, type StatusFilter, type View, type ViewQuery } from "./episode-views.js";
 import { pickTray, syncPickBoxes } from "./pick-tray.js";
 import { runLive } from "./run-live.js";
-import "./episode-list.css";
+import "./styles/episode-list.css";
 import { segmented } from "./segmented.js";
 import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
 import { isFiltered, NO_FILTER } from "../../src/protocol/index.js";

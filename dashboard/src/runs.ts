@@ -7,7 +7,7 @@ import { agoSpan, clear, fmtNumber, h, plural, tickAges } from "./dom.js";
 import { NO_RUN, runHref, runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { primaryRewardKey } from "./reward-choice.js";
-import "./rewards.css";
+import "./styles/rewards.css";
 import type { Shell } from "./shell.js";
 import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/protocol/index.js";
 import { toneAttrs } from "./reward-chip.js";
