@@ -1,12 +1,11 @@
 // `episode-relay episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]
 // [--errored|--no-error] [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N]
-// [--kind train|eval] [--env E] [--step N|MIN..MAX] [--policy-version N]
+// [--kind train|eval] [--env E] [--step N|MIN..MAX] [--policy-version N] [--flag RULE] [--flagged|--not-flagged]
 // [--sort updated|reward|step] [--limit N] [--json] [--token T]`: run R's episodes that pass the
 // filters (`GET /v1/runs/{run}/episodes`), one line each: id, status, kind and step, reward, turns,
 // tokens, task, stop condition (and error), or with --json one JSON line each as the relay lists it. Every page is
 // followed to the end (a short page with a cursor is not the end), or until --limit episodes.
-// The filters are read with the relay's own parser (src/protocol/registry/row-filter.ts), so a bad value is
-// a usage error here, with the relay's rule, before anything is sent.
+// The filters are read as `export` reads them (filter-flags.ts).
 import {
   type EpisodeSort,
   type IndexEntry,
@@ -14,12 +13,11 @@ import {
   listEpisodes,
   type RowFilter,
 } from "../../clients/typescript/episodes.js";
-import { RelayError } from "../../src/protocol/index.js";
 import { INDEX_STATUSES } from "../../src/protocol/index.js";
-import { parseRowFilter } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
 import { clip, num, table } from "./groups.js";
 import { CLI_HINTS } from "./hints.js";
+import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
 
 const SORTS = { updated: true, reward: true, step: true } as const satisfies Record<EpisodeSort, true>;
 export const EPISODE_SORTS = Object.keys(SORTS) as EpisodeSort[];
@@ -40,21 +38,6 @@ export interface EpisodesArgs {
   json: boolean;
 }
 
-/** The relay's parameter as a flag of this command. */
-const FLAGS: Record<string, string> = {
-  task: "--task",
-  stop: "--stop",
-  truncated: "--truncated",
-  errored: "--errored",
-  reward: "--reward",
-  min_turns: "--min-turns",
-  min_tokens: "--min-tokens",
-  kind: "--kind",
-  env: "--env",
-  step: "--step",
-  policy_version: "--policy-version",
-};
-
 /** `episodes`' command line (after the command); throws UsageError. */
 export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
   const { values: o, positionals } = parseOptions({
@@ -63,19 +46,7 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
       run: { type: "string" },
       token: { type: "string" },
       status: { type: "string" },
-      task: { type: "string" },
-      stop: { type: "string" },
-      truncated: { type: "boolean" },
-      "not-truncated": { type: "boolean" },
-      errored: { type: "boolean" },
-      "no-error": { type: "boolean" },
-      reward: { type: "string", multiple: true },
-      "min-turns": { type: "string" },
-      "min-tokens": { type: "string" },
-      kind: { type: "string" },
-      env: { type: "string" },
-      step: { type: "string" },
-      "policy-version": { type: "string" },
+      ...FILTER_OPTIONS,
       sort: { type: "string" },
       limit: { type: "string" },
       json: { type: "boolean", default: false },
@@ -87,8 +58,6 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
       positionals.length === 0 ? "the relay's URL is required" : `one URL, got ${positionals.join(" ")}`,
     );
   if (o.run === undefined) throw new UsageError("--run R is required");
-  if (o.truncated && o["not-truncated"]) throw new UsageError("--truncated and --not-truncated exclude each other");
-  if (o.errored && o["no-error"]) throw new UsageError("--errored and --no-error exclude each other");
   const status = o.status as IndexStatus | undefined;
   if (status !== undefined && !INDEX_STATUSES.includes(status))
     throw new UsageError(`--status: expected one of ${INDEX_STATUSES.join(", ")}, got ${JSON.stringify(o.status)}`);
@@ -100,28 +69,7 @@ export function parseEpisodesArgs(argv: string[]): EpisodesArgs {
     limit = /^\d{1,9}$/.test(o.limit) ? Number(o.limit) : 0;
     if (limit < 1) throw new UsageError(`--limit: expected a whole number from 1, got ${JSON.stringify(o.limit)}`);
   }
-  for (const name of ["task", "stop", "kind", "env", "step"] as const)
-    if (o[name] === "") throw new UsageError(`--${name} needs a value`);
-  // the flags as the relay's parameters, read by the relay's own parser
-  const params = new URLSearchParams();
-  if (o.task !== undefined) params.set("task", o.task);
-  if (o.stop !== undefined) params.set("stop", o.stop);
-  if (o.truncated || o["not-truncated"]) params.set("truncated", o.truncated ? "1" : "0");
-  if (o.errored || o["no-error"]) params.set("errored", o.errored ? "1" : "0");
-  for (const r of o.reward ?? []) params.append("reward", r);
-  if (o["min-turns"] !== undefined) params.set("min_turns", o["min-turns"]);
-  if (o["min-tokens"] !== undefined) params.set("min_tokens", o["min-tokens"]);
-  if (o.kind !== undefined) params.set("kind", o.kind);
-  if (o.env !== undefined) params.set("env", o.env);
-  if (o.step !== undefined) params.set("step", o.step);
-  if (o["policy-version"] !== undefined) params.set("policy_version", o["policy-version"]);
-  let filter: RowFilter;
-  try {
-    filter = parseRowFilter(params);
-  } catch (e) {
-    if (!(e instanceof RelayError)) throw e;
-    throw new UsageError(`${FLAGS[e.field ?? ""] ?? e.field}: ${e.message}`);
-  }
+  const filter = filterFromFlags(o);
   return { url: positionals[0]!, run: o.run, token: o.token, status, filter, sort, limit, json: o.json };
 }
 

@@ -31,10 +31,10 @@ import { join } from "node:path";
 import { ParquetWriter, schemaFromColumnData, type ColumnSource } from "hyparquet-writer";
 import { fileWriter } from "hyparquet-writer";
 import { bearer, checkBaseUrl, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
-import { RelayError } from "../../src/protocol/index.js";
-import { filterParams, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
+import { filterParams, type RowFilter } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
 import { CLI_HINTS } from "./hints.js";
+import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
 import { BRANCH_COLUMNS, branchRecords, type Column, ROLLOUT_COLUMNS, rolloutRecord } from "./export-rows.js";
 
 export interface ExportArgs {
@@ -49,22 +49,6 @@ export interface ExportArgs {
   token?: string;
 }
 
-const FLAGS: Record<string, string> = {
-  task: "--task",
-  stop: "--stop",
-  truncated: "--truncated",
-  errored: "--errored",
-  reward: "--reward",
-  min_turns: "--min-turns",
-  min_tokens: "--min-tokens",
-  kind: "--kind",
-  env: "--env",
-  step: "--step",
-  policy_version: "--policy-version",
-  flag: "--flag",
-  flagged: "--flagged",
-};
-
 /** `export`'s command line (after the command); throws UsageError. */
 export function parseExportArgs(argv: string[]): ExportArgs {
   const { values: o, positionals } = parseOptions({
@@ -77,22 +61,7 @@ export function parseExportArgs(argv: string[]): ExportArgs {
       q: { type: "string" },
       batch: { type: "string" },
       token: { type: "string" },
-      task: { type: "string" },
-      stop: { type: "string" },
-      truncated: { type: "boolean" },
-      "not-truncated": { type: "boolean" },
-      errored: { type: "boolean" },
-      "no-error": { type: "boolean" },
-      reward: { type: "string", multiple: true },
-      "min-turns": { type: "string" },
-      "min-tokens": { type: "string" },
-      kind: { type: "string" },
-      env: { type: "string" },
-      step: { type: "string" },
-      "policy-version": { type: "string" },
-      flag: { type: "string" },
-      flagged: { type: "boolean" },
-      "not-flagged": { type: "boolean" },
+      ...FILTER_OPTIONS,
     },
     allowPositionals: true,
   });
@@ -113,40 +82,7 @@ export function parseExportArgs(argv: string[]): ExportArgs {
   if (o.q !== undefined && o.q.trim() === "") throw new UsageError("--q needs a query");
   const batch = o.batch === undefined ? 1000 : /^\d{1,7}$/.test(o.batch) ? Number(o.batch) : 0;
   if (batch < 1) throw new UsageError(`--batch: expected a whole number from 1, got ${JSON.stringify(o.batch)}`);
-  for (const [a, b] of [
-    ["truncated", "not-truncated"],
-    ["errored", "no-error"],
-    ["flagged", "not-flagged"],
-  ] as const) {
-    if (o[a] && o[b]) throw new UsageError(`--${a} and --${b} exclude each other`);
-  }
-  const params = new URLSearchParams();
-  for (const [flag, name] of [
-    ["task", "task"],
-    ["stop", "stop"],
-    ["kind", "kind"],
-    ["env", "env"],
-    ["step", "step"],
-    ["flag", "flag"],
-  ] as const) {
-    const v = o[flag];
-    if (v === "") throw new UsageError(`--${flag} needs a value`);
-    if (v !== undefined) params.set(name, v);
-  }
-  if (o.truncated || o["not-truncated"]) params.set("truncated", o.truncated ? "1" : "0");
-  if (o.errored || o["no-error"]) params.set("errored", o.errored ? "1" : "0");
-  if (o.flagged || o["not-flagged"]) params.set("flagged", o.flagged ? "1" : "0");
-  for (const r of o.reward ?? []) params.append("reward", r);
-  if (o["min-turns"] !== undefined) params.set("min_turns", o["min-turns"]);
-  if (o["min-tokens"] !== undefined) params.set("min_tokens", o["min-tokens"]);
-  if (o["policy-version"] !== undefined) params.set("policy_version", o["policy-version"]);
-  let filter: RowFilter;
-  try {
-    filter = parseRowFilter(params);
-  } catch (e) {
-    if (!(e instanceof RelayError)) throw e;
-    throw new UsageError(`${FLAGS[e.field ?? ""] ?? e.field}: ${e.message}`);
-  }
+  const filter = filterFromFlags(o);
   return {
     url: positionals[0]!,
     run: o.run,

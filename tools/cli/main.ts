@@ -26,7 +26,8 @@ const USAGE = `usage: episode-relay <command> ...
                                                  the group's rollouts, best reward first, with their advantages
   episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated] [--errored|--no-error]
            [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N] [--kind train|eval] [--env E]
-           [--step N|MIN..MAX] [--policy-version N] [--sort updated|reward|step] [--limit N] [--json] [--token T]
+           [--step N|MIN..MAX] [--policy-version N] [--flag RULE]
+           [--flagged|--not-flagged] [--sort updated|reward|step] [--limit N] [--json] [--token T]
                                                  run R's episodes that pass every filter given (--reward: up to 4
                                                  keys, either bound may be left out, e.g. correct:1.. or format:..0.5):
                                                  id, status, kind, step, reward, turns, tokens, task, stop; --json:
