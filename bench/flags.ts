@@ -15,7 +15,8 @@
 
 import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
-import { LMap, type LValue, encodeLossless } from "../src/protocol/index.js";
+import { type LMap, encodeLossless } from "../src/protocol/index.js";
+import { chatNode, m, rng } from "./rollout-builders.js";
 import { type BenchOptions, sig } from "./harness.js";
 import { fmt, HttpClient, replyBody, sleep, startBenchRelay, stats } from "./helpers.js";
 
@@ -27,17 +28,6 @@ const PARALLEL = 8;
 type Condition = "none" | "rules";
 /** Alternating phases, so a machine whose load drifts weighs on both conditions alike. */
 const PHASES: readonly Condition[] = ["none", "rules", "none", "rules", "none", "rules", "none", "rules"];
-
-const m = (o: Record<string, LValue>) => new LMap(Object.entries(o));
-
-/** A deterministic generator. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
 
 const WORDS =
   "the answer is we can check each case so that value of sum then try again next step integer prime list file run output".split(
@@ -54,18 +44,7 @@ function rollout(i: number): Uint8Array[] {
   const r = rng(1000 + i);
   const trace = "t";
   let k = 0;
-  const node = (message: LMap) =>
-    m({
-      parent: k === 0 ? null : k - 1,
-      semantic_parents: [],
-      message,
-      sampled: false,
-      timestamp: null,
-      token_ids: [],
-      mask: [],
-      logprobs: [],
-      routed_experts: null,
-    });
+  const node = (message: LMap) => chatNode(k, message);
   const deltas = [
     encodeLossless(
       m({

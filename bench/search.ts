@@ -14,8 +14,9 @@
 
 import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
-import { parseSearchQuery } from "../src/protocol/index.js";
-import { LMap, type LValue, encodeLossless } from "../src/protocol/index.js";
+import { NO_FILTER, parseSearchQuery } from "../src/protocol/index.js";
+import { encodeLossless } from "../src/protocol/index.js";
+import { chatNode, m, rng } from "./rollout-builders.js";
 import type { BenchOptions } from "./harness.js";
 import { median, sig } from "./harness.js";
 import { HttpClient, sleep, startBenchRelay } from "./helpers.js";
@@ -26,17 +27,6 @@ const ROLLOUTS = 10_000;
 const PARALLEL = 8;
 const VOCABULARY = 4000;
 const REPEATS = 5;
-
-const m = (o: Record<string, LValue>) => new LMap(Object.entries(o));
-
-/** A deterministic generator. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
 
 /** Word k of the vocabulary ("w0" is the commonest). */
 const word = (k: number) => `w${k}x`;
@@ -58,18 +48,6 @@ function rollout(r: () => number, i: number): { deltas: Uint8Array[]; reply: Uin
   const args = JSON.stringify({ cmd: `grep ${word(Math.floor(r() * VOCABULARY))} data.txt` });
   const result = sentence(r, 30);
   const answer = `${sentence(r, 25)}${i % 997 === 0 ? " needle-in-the-haystack" : ""}`;
-  const node = (k: number, message: LMap) =>
-    m({
-      parent: k === 0 ? null : k - 1,
-      semantic_parents: [],
-      message,
-      sampled: false,
-      timestamp: null,
-      token_ids: [],
-      mask: [],
-      logprobs: [],
-      routed_experts: null,
-    });
   const deltas = [
     encodeLossless(
       m({
@@ -86,8 +64,11 @@ function rollout(r: () => number, i: number): { deltas: Uint8Array[]; reply: Uin
       m({
         trace,
         nodes: [
-          node(0, m({ role: "user", content: prompt })),
-          node(1, m({ role: "assistant", content: null, tool_calls: [m({ id: "c", name: "bash", arguments: args })] })),
+          chatNode(0, m({ role: "user", content: prompt })),
+          chatNode(
+            1,
+            m({ role: "assistant", content: null, tool_calls: [m({ id: "c", name: "bash", arguments: args })] }),
+          ),
         ],
       }),
     ),
@@ -95,8 +76,8 @@ function rollout(r: () => number, i: number): { deltas: Uint8Array[]; reply: Uin
       m({
         trace,
         nodes: [
-          node(2, m({ role: "tool", content: result, name: "bash" })),
-          node(3, m({ role: "assistant", content: answer })),
+          chatNode(2, m({ role: "tool", content: result, name: "bash" })),
+          chatNode(3, m({ role: "assistant", content: answer })),
         ],
       }),
     ),
@@ -249,7 +230,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         let t = performance.now();
         await index.search(
           parseSearchQuery(q),
-          { status: null, prefix: null, filter: emptyFilter(), limit: 20 },
+          { status: null, prefix: null, filter: NO_FILTER, limit: 20 },
           null,
           null,
         );
@@ -388,22 +369,4 @@ class ResilientClient {
 
 function fmt(x: number): string {
   return Number.isFinite(x) ? (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)) : "-";
-}
-
-function emptyFilter() {
-  return {
-    task: null,
-    stop: null,
-    truncated: null,
-    errored: null,
-    rewards: [],
-    minTurns: null,
-    minTokens: null,
-    kind: null,
-    env: null,
-    step: null,
-    policyVersion: null,
-    flag: null,
-    flagged: null,
-  };
 }
