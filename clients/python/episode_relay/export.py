@@ -31,7 +31,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 import httpx
@@ -58,6 +58,8 @@ JSON_COLUMNS = ("rewards", "metrics", "flags")
 
 #: Search results asked per page.
 SEARCH_PAGE = 100
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -163,23 +165,30 @@ def iter_rollouts(
     own = client is None
     http = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout))
     source = _searched(http, base, run, token, q, params, timeout) if q is not None else _bulk(http, base, run, token, params, timeout)
-    failures = 0
     try:
-        while True:
-            try:
-                for item in source(cursor):
-                    failures = 0
-                    cursor = item.cursor
-                    yield item
-                return
-            except RelayError as e:
-                if not e.retryable or failures >= retries:
-                    raise
-                failures += 1
-                time.sleep(min(0.2 * 2**failures, 5.0))
+        yield from _resuming(lambda at: ((r, r.cursor) for r in source(at)), cursor, retries)
     finally:
         if own:
             http.close()
+
+
+def _resuming(source: Callable[[Optional[str]], Iterator[Tuple[T, str]]], cursor: Optional[str], retries: int) -> Iterator[T]:
+    """What ``source(cursor)`` yields (each item with the position after it), started again from the
+    last position after a transient failure (network, timeout, 5xx), up to ``retries`` times in a
+    row with backoff; a refusal raises at once."""
+    failures = 0
+    while True:
+        try:
+            for item, position in source(cursor):
+                failures = 0
+                cursor = position
+                yield item
+            return
+        except RelayError as e:
+            if not e.retryable or failures >= retries:
+                raise
+            failures += 1
+            time.sleep(min(0.2 * 2**failures, 5.0))
 
 
 def _bulk(http: httpx.Client, base: str, run: str, token: Optional[str], params: List[Tuple[str, str]], timeout: float):
@@ -569,25 +578,14 @@ def _jsonl_lines(url: str, run: str, *, cursor: Optional[str], q: Optional[str] 
     params = selection_params(**filters)
     own = client is None
     http = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout))
-    failures = 0
+    def source(at: Optional[str]) -> Iterator[Tuple[bytes, str]]:
+        return _search_lines(http, base, run, token, q, params, timeout, at) if q is not None else _bulk_lines(http, base, run, token, params, timeout, at)
+
     try:
-        while True:
-            try:
-                source = _search_lines(http, base, run, token, q, params, timeout, cursor) if q is not None else _bulk_lines(http, base, run, token, params, timeout, cursor)
-                for line, position in source:
-                    failures = 0
-                    cursor = position
-                    yield line
-                return
-            except RelayError as e:
-                if not e.retryable or failures >= retries:
-                    raise
-                failures += 1
-                time.sleep(min(0.2 * 2**failures, 5.0))
+        yield from _resuming(source, cursor, retries)
     finally:
         if own:
             http.close()
-
 
 def _bulk_lines(http: httpx.Client, base: str, run: str, token: Optional[str], params: List[Tuple[str, str]], timeout: float, cursor: Optional[str]) -> Iterator[Tuple[bytes, str]]:
     target = base + run_path(run)
