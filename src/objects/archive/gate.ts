@@ -44,15 +44,17 @@ export class ArchiveGate extends DurableObject<Env> {
   /** `holder` asks for a slot of `slots` (or renews its lease); see leases.ts. `leaseMs`: tests. */
   acquire(holder: string, slots: number, leaseMs = LEASE_MS): Grant {
     this.schema.check();
-    const { table, grant } = acquire(this.table(), holder, Date.now(), slots, leaseMs);
-    this.save(table);
+    const before = this.table();
+    const { table, grant } = acquire(before, holder, Date.now(), slots, leaseMs);
+    this.save(table, before);
     return grant;
   }
 
   /** `holder`'s step ended: its slot is free. */
   release(holder: string): void {
     this.schema.check();
-    this.save(release(this.table(), holder, Date.now()));
+    const before = this.table();
+    this.save(release(before, holder, Date.now()), before);
   }
 
   /** The leases and waiters now (tests and the bench read them). */
@@ -71,13 +73,30 @@ export class ArchiveGate extends DurableObject<Env> {
     };
   }
 
-  private save(t: LeaseTable): void {
+  /**
+   * Write what changed from `before` to `t` (not the whole table again: with thousands of episodes
+   * waiting, every ask rewrote every waiter, and the writes grew with the square of the queue).
+   */
+  private save(t: LeaseTable, before: LeaseTable): void {
     const sql = this.ctx.storage.sql;
+    const leases = new Map(t.leases.map((l) => [l.holder, l]));
+    const waiters = new Map(t.waiters.map((w) => [w.holder, w]));
+    const was = {
+      leases: new Map(before.leases.map((l) => [l.holder, l])),
+      waiters: new Map(before.waiters.map((w) => [w.holder, w])),
+    };
     this.ctx.storage.transactionSync(() => {
-      sql.exec("DELETE FROM leases");
-      sql.exec("DELETE FROM waiters");
-      for (const l of t.leases) sql.exec("INSERT INTO leases VALUES (?, ?)", l.holder, l.until);
-      for (const w of t.waiters) sql.exec("INSERT INTO waiters VALUES (?, ?, ?)", w.holder, w.since, w.seen);
+      for (const h of was.leases.keys()) if (!leases.has(h)) sql.exec("DELETE FROM leases WHERE holder = ?", h);
+      for (const h of was.waiters.keys()) if (!waiters.has(h)) sql.exec("DELETE FROM waiters WHERE holder = ?", h);
+      for (const l of leases.values()) {
+        if (was.leases.get(l.holder)?.until !== l.until)
+          sql.exec("INSERT OR REPLACE INTO leases VALUES (?, ?)", l.holder, l.until);
+      }
+      for (const w of waiters.values()) {
+        const o = was.waiters.get(w.holder);
+        if (o?.since !== w.since || o.seen !== w.seen)
+          sql.exec("INSERT OR REPLACE INTO waiters VALUES (?, ?, ?)", w.holder, w.since, w.seen);
+      }
     });
   }
 }
