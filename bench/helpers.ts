@@ -451,7 +451,7 @@ export class HttpClient {
     path: string,
     body?: Uint8Array,
     headers: Record<string, string> = {},
-  ): Promise<{ status: number; body: Buffer }> {
+  ): Promise<{ status: number; body: Buffer; headers: http.IncomingHttpHeaders }> {
     return new Promise((resolve, reject) => {
       const req = http.request(
         {
@@ -466,7 +466,11 @@ export class HttpClient {
           const chunks: Buffer[] = [];
           res.on("data", (c: Buffer) => chunks.push(c));
           res.on("end", () =>
-            resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }),
+            resolve({
+              status: res.statusCode ?? 0,
+              body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks),
+              headers: res.headers,
+            }),
           );
           res.on("error", reject);
         },

@@ -291,6 +291,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const figures = {
       rollouts: ROLLOUTS,
       write_s: sig(writeS),
+      // 503s the writers retried (a local relay out of memory for storage answers `overloaded`)
+      retried_503: ResilientClient.retried503,
       queries: checked,
       mismatches,
       p50_ms: sig(median(all)),
@@ -318,7 +320,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_requests: usage.index.requests,
     };
     opts.table({
-      title: `search: ${ROLLOUTS} rollouts written live in ${fmt(writeS)} s; ${checked} queries checked against a brute-force scan, ${mismatches} mismatches`,
+      title: `search: ${ROLLOUTS} rollouts written live in ${fmt(writeS)} s (${ResilientClient.retried503} answers 503, retried); ${checked} queries checked against a brute-force scan, ${mismatches} mismatches`,
       columns: ["query class", "p50 ms (HTTP)", "p95 ms (HTTP)"],
       rows: [...byClass].map(([k, v]) => [k, fmt(median(v)), fmt(p95(v))]),
       notes: [
@@ -337,8 +339,15 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   }
 }
 
-/** An HttpClient that opens a new connection when a kept-alive one was reset (the relay closes idle ones). */
+/**
+ * An HttpClient that retries as the producer clients do (clients/python/episode_relay/sink.py): a
+ * kept-alive connection the relay reset is opened again, and a 503 (a local relay out of memory for
+ * storage: `overloaded`, or a tier not up) is sent again after its Retry-After, for up to 30 s.
+ * Every such retry is counted: the bench reports them.
+ */
 class ResilientClient {
+  /** 503 answers retried, by every client of the bench. */
+  static retried503 = 0;
   private client: HttpClient;
   constructor(private readonly base: string) {
     this.client = new HttpClient(base);
@@ -348,16 +357,23 @@ class ResilientClient {
     path: string,
     body?: Uint8Array,
     headers: Record<string, string> = {},
-  ): Promise<{ status: number; body: Buffer }> {
+  ): Promise<{ status: number; body: Buffer; headers: Record<string, string | string[] | undefined> }> {
+    const giveUp = performance.now() + 30_000;
     for (let attempt = 1; ; attempt++) {
+      let res: Awaited<ReturnType<HttpClient["request"]>>;
       try {
-        return await this.client.request(method, path, body, headers);
+        res = await this.client.request(method, path, body, headers);
       } catch (e) {
         // ECONNRESET: reset, or closed before an answer ("socket hang up")
         if ((e as NodeJS.ErrnoException).code !== "ECONNRESET" || attempt >= 3) throw e;
         this.client.close();
         this.client = new HttpClient(this.base);
+        continue;
       }
+      if (res.status !== 503 || performance.now() > giveUp) return res;
+      ResilientClient.retried503++;
+      const after = Number(res.headers["retry-after"] ?? 1);
+      await sleep(1000 * (Number.isFinite(after) ? after : 1) * (0.5 + Math.random() / 2));
     }
   }
   async post(path: string, body: Uint8Array) {

@@ -1,86 +1,106 @@
 import { describe, expect, it } from "vitest";
 import {
+  ASK_AGAIN_MS,
   acquire,
-  EMPTY,
   LEASE_MS,
-  type LeaseTable,
+  MemoryLeaseStore,
+  nextExpiry,
+  promote,
   release,
-  WAIT_POLL_MS,
-  WAITER_TTL_MS,
 } from "../../src/protocol/archive/leases.js";
 
 const T = 1_800_000_000_000;
 
-function ask(table: LeaseTable, holder: string, now: number, slots: number) {
-  return acquire(table, holder, now, slots);
-}
-
 describe("archive leases", () => {
-  it("one slot: the first asker holds it, the next waits until it is released", () => {
-    const a = ask(EMPTY, "a", T, 1);
-    expect(a.grant).toEqual({ granted: true, until: T + LEASE_MS });
-    const b = ask(a.table, "b", T + 10, 1);
-    expect(b.grant.granted).toBe(false);
-    if (!b.grant.granted) expect(b.grant.retryAt).toBe(T + 10 + WAIT_POLL_MS);
-    const freed = release(b.table, "a", T + 20);
-    expect(ask(freed, "b", T + 30, 1).grant.granted).toBe(true);
+  it("one slot: the first asker holds it; the next waits in line and is handed the slot when it is released", () => {
+    const s = new MemoryLeaseStore();
+    expect(acquire(s, "a", T, 1)).toEqual({ grant: { granted: true, until: T + LEASE_MS }, woken: [] });
+    const b = acquire(s, "b", T + 10, 1);
+    expect(b.grant).toEqual({ granted: false, retryAt: T + 10 + ASK_AGAIN_MS, ahead: 0 });
+    // the release leases the slot to b and says to wake it: b does not poll
+    expect(release(s, "a", T + 20, 1)).toEqual(["b"]);
+    expect(s.leases()).toEqual([{ holder: "b", until: T + 20 + LEASE_MS }]);
+    expect(s.waiting()).toEqual([]);
+    // b, woken, asks: it holds the slot already (renewed)
+    expect(acquire(s, "b", T + 30, 1).grant).toEqual({ granted: true, until: T + 30 + LEASE_MS });
   });
 
   it("a holder asking again renews its lease (a long step), never takes a second slot", () => {
-    let t = ask(EMPTY, "a", T, 1).table;
-    const again = ask(t, "a", T + 20_000, 1);
-    expect(again.grant).toEqual({ granted: true, until: T + 20_000 + LEASE_MS });
-    t = again.table;
-    expect(t.leases).toHaveLength(1);
-    expect(ask(t, "b", T + 40_000, 1).grant.granted, "renewed: still held past the first expiry").toBe(false);
+    const s = new MemoryLeaseStore();
+    acquire(s, "a", T, 1);
+    expect(acquire(s, "a", T + 20_000, 1).grant).toEqual({ granted: true, until: T + 20_000 + LEASE_MS });
+    expect(s.leases()).toHaveLength(1);
+    expect(acquire(s, "b", T + 40_000, 1).grant.granted, "renewed: still held past the first expiry").toBe(false);
   });
 
-  it("a crashed holder's lease expires: its slot goes to the next waiter", () => {
-    const t = ask(EMPTY, "crashed", T, 1).table;
-    const waiting = ask(t, "b", T + 1, 1);
-    expect(waiting.grant.granted).toBe(false);
-    expect(ask(waiting.table, "b", T + LEASE_MS, 1).grant.granted).toBe(true);
+  it("a crashed holder's lease expires: the gate's look at the expiry hands its slot to the next waiter", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "crashed", T, 1);
+    expect(acquire(s, "b", T + 1, 1).grant.granted).toBe(false);
+    expect(nextExpiry(s)).toBe(T + LEASE_MS);
+    expect(promote(s, T + LEASE_MS - 1, 1), "not yet").toEqual([]);
+    expect(promote(s, T + LEASE_MS, 1)).toEqual(["b"]);
+    expect(s.leases().map((l) => l.holder)).toEqual(["b"]);
   });
 
-  it("waiters are served in the order they first asked", () => {
-    let t = ask(EMPTY, "holder", T, 1).table;
-    for (const [i, h] of ["w1", "w2", "w3"].entries()) t = ask(t, h, T + 1 + i, 1).table;
-    t = release(t, "holder", T + 100);
-    // w3 asks first after the release: w1 and w2 are ahead of it
-    const w3 = ask(t, "w3", T + 101, 1);
-    expect(w3.grant).toMatchObject({ granted: false, ahead: 2 });
-    const w1 = ask(w3.table, "w1", T + 102, 1);
-    expect(w1.grant.granted).toBe(true);
+  it("waiters are served in the order they first asked; asking again keeps a waiter's place", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "holder", T, 1);
+    for (const [i, h] of ["w1", "w2", "w3"].entries()) acquire(s, h, T + 1 + i, 1);
+    // w3 asks again (its own alarm, a lost wake): still behind w1 and w2
+    expect(acquire(s, "w3", T + 50, 1).grant).toMatchObject({ granted: false, ahead: 2 });
+    expect(acquire(s, "w1", T + 51, 1).grant).toMatchObject({ granted: false, ahead: 0 });
+    expect(release(s, "holder", T + 100, 1)).toEqual(["w1"]);
+    expect(release(s, "w1", T + 200, 1)).toEqual(["w2"]);
+    expect(release(s, "w2", T + 300, 1)).toEqual(["w3"]);
+    expect(release(s, "w3", T + 400, 1)).toEqual([]);
+    expect(s.leases()).toEqual([]);
   });
 
-  it("a waiter that stopped asking is forgotten: it does not block the others", () => {
-    let t = ask(EMPTY, "holder", T, 1).table;
-    t = ask(t, "gone", T + 1, 1).table;
-    t = ask(t, "b", T + 2, 1).table;
-    t = release(t, "holder", T + 3);
-    expect(ask(t, "b", T + 4, 1).grant.granted, "gone is still ahead").toBe(false);
-    expect(ask(t, "b", T + 1 + WAITER_TTL_MS, 1).grant.granted).toBe(true);
+  it("a newcomer never jumps the line, even at the moment a slot frees", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "a", T, 1);
+    acquire(s, "b", T + 1, 1);
+    // a's lease has expired, c asks before the gate looked: b gets the slot, c waits behind nobody but b's lease
+    const c = acquire(s, "c", T + LEASE_MS + 5, 1);
+    expect(c.woken).toEqual(["b"]);
+    expect(c.grant.granted).toBe(false);
   });
 
-  it("N slots: N holders at once; 0: unlimited", () => {
-    let t = EMPTY;
-    const granted = ["a", "b", "c", "d"].map((h, i) => {
-      const r = ask(t, h, T + i, 3);
-      t = r.table;
-      return r.grant.granted;
-    });
-    expect(granted).toEqual([true, true, true, false]);
-    let u = EMPTY;
-    for (let i = 0; i < 100; i++) {
-      const r = ask(u, `e${i}`, T, 0);
-      expect(r.grant.granted).toBe(true);
-      u = r.table;
-    }
+  it("a waiter woken for a step it no longer needs gives the slot back: the next is woken", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "a", T, 1);
+    acquire(s, "gone", T + 1, 1);
+    acquire(s, "b", T + 2, 1);
+    expect(release(s, "a", T + 3, 1)).toEqual(["gone"]);
+    expect(release(s, "gone", T + 4, 1)).toEqual(["b"]);
   });
 
-  it("retryAt is never later than the soonest lease expiry", () => {
-    const t = acquire(EMPTY, "a", T, 1, 200).table;
-    const b = ask(t, "b", T + 50, 1);
-    expect(b.grant).toMatchObject({ granted: false, retryAt: T + 200 });
+  it("N slots: N holders at once, the rest in line; 0: unlimited, nobody waits", () => {
+    const s = new MemoryLeaseStore();
+    expect(["a", "b", "c", "d"].map((h, i) => acquire(s, h, T + i, 3).grant.granted)).toEqual([
+      true,
+      true,
+      true,
+      false,
+    ]);
+    expect(release(s, "b", T + 10, 3)).toEqual(["d"]);
+    const u = new MemoryLeaseStore();
+    for (let i = 0; i < 100; i++) expect(acquire(u, `e${i}`, T, 0).grant.granted).toBe(true);
+    expect(u.waiting()).toEqual([]);
+  });
+
+  it("a line of thousands: each ask reads only the leases and the head of the line", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "holder", T, 1);
+    for (let i = 0; i < 5000; i++) acquire(s, `w${String(i).padStart(5, "0")}`, T + 1 + i, 1);
+    let reads = 0;
+    const firstWaiters = s.firstWaiters.bind(s);
+    s.firstWaiters = (n: number) => {
+      reads += n;
+      return firstWaiters(n);
+    };
+    expect(release(s, "holder", T + 10_000, 1)).toEqual(["w00000"]);
+    expect(reads, "one waiter read to hand one slot on").toBe(1);
   });
 });

@@ -110,3 +110,38 @@ describe("errors on sockets", () => {
     expect(() => safeClose(gone, 1000, "bye")).not.toThrow();
   });
 });
+
+describe("the runtime short for now: 503 with Retry-After, never a 500", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it("SQLite out of memory (a local relay with too many objects open) is `overloaded`", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const res = errorResponse(new Error("out of memory: SQLITE_NOMEM"), "POST deltas");
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("1");
+    const body = (await res.json()) as { error: string; message: string };
+    expect(body.error).toBe("overloaded");
+    expect(body.message).toContain("send the same request again");
+    expect(warn).toHaveBeenCalled();
+  });
+
+  it("an object reset under the request, or the runtime's own internal error, is `unavailable` (retried)", () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const reset = Object.assign(new Error("Durable Object reset because its code was updated."), {
+      durableObjectReset: true,
+    });
+    const retryable = Object.assign(new Error("Network connection lost."), { retryable: true });
+    const internal = new Error("internal error; reference = 315q6fcm5e29ho96gefu4vab");
+    for (const e of [reset, retryable, internal]) {
+      const res = errorResponse(e);
+      expect(res.status, e.message).toBe(503);
+      expect(res.headers.get("retry-after")).toBe("1");
+    }
+  });
+
+  it("any other error is still a bug: 500, logged", () => {
+    const err = vi.spyOn(console, "error").mockImplementation(() => {});
+    expect(errorResponse(new Error("x is undefined")).status).toBe(500);
+    expect(err).toHaveBeenCalled();
+  });
+});

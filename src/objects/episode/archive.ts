@@ -99,7 +99,8 @@ export class EpisodeArchive {
    * The step as the alarm runs it: forced once readers have held the bodies longer than
    * ARCHIVE_MAX_WAIT_MS; tried again (`retryAt`) while they hold them, and backing off while R2
    * fails. With archive slots, only under a lease (renewed while the step runs, given back after):
-   * without one, it waits (`retryAt`: when the gate says to ask again).
+   * without one, it waits in the gate's line and is woken when its turn comes (`retryAt`: when it
+   * asks again by itself, in case that wake was lost).
    */
   async attempt(): Promise<void> {
     const id = this.state.meta()?.id;
@@ -141,6 +142,11 @@ export class EpisodeArchive {
         await this.slots.release(id).catch((e) => console.warn(`episode ${id}: archive slot not given back`, e));
       }
     }
+  }
+
+  /** The gate woke `holder` for a step it no longer needs (archived or erased meanwhile): the slot goes on. */
+  async giveBack(holder: string): Promise<void> {
+    await this.slots?.release(holder).catch((e) => console.warn(`episode ${holder}: archive slot not given back`, e));
   }
 
   private failed(e: unknown, what: string): void {

@@ -127,7 +127,7 @@ export class Episode extends DurableObject<Env> {
     // the constructor does it, in every object alike: src/objects/storage/schema.ts);
     // a finished episode an older release left in SQLite gets the alarm that archives it
     this.state.open();
-    if (this.state.schema.failed === null && this.archive.due()) this.setAlarm(null);
+    if (this.state.schema.isOpen && this.state.schema.failed === null && this.archive.due()) this.setAlarm(null);
   }
 
   // ---- RPC: the Worker's plain requests ----
@@ -424,6 +424,18 @@ export class Episode extends DurableObject<Env> {
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
     if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
     void armAlarm(this.ctx.storage, at);
+  }
+
+  /**
+   * The archive gate's call (src/objects/archive/gate.ts): this episode's turn for its archive step,
+   * with the slot already leased in its name; given back at once if there is nothing to archive.
+   */
+  async archiveTurn(holder: string): Promise<void> {
+    const m = this.state.meta();
+    if (m && m.id === holder && this.archive.due(m)) {
+      await this.archive.attempt();
+      this.setAlarm(null);
+    } else await this.archive.giveBack(holder);
   }
 
   async alarm(): Promise<void> {

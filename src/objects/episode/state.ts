@@ -35,11 +35,12 @@ export class EpisodeState {
     return this.storage.sql;
   }
 
-  /** Once, in the constructor: storage is brought to this release's schema, then read. */
+  /** In the constructor (and again after a transient failure): storage is brought to this release's schema, then read. */
   open(): void {
     if (this.opened) return;
-    this.opened = true;
     this.schema.open();
+    if (!this.schema.isOpen) return; // the runtime short of memory: opened again by the next request
+    this.opened = true;
     if (this.schema.failed === null && this.record.exists()) {
       // a restart forgets every reader: what was kept only for them can go (not what a retraction may need)
       this.holdRetractable(this.record.producers());

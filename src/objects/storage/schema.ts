@@ -10,7 +10,7 @@
 // written before versions existed; migration 1 of each schema takes it, whatever it holds, to the
 // first versioned layout.
 
-import { RelayError, STORAGE_UPGRADE_FAILED } from "../../protocol/http/errors.js";
+import { isOverload, overloaded, RelayError, STORAGE_UPGRADE_FAILED } from "../../protocol/http/errors.js";
 
 export interface Migration {
   /** The version this migration brings storage to (1, 2, …, in order). */
@@ -88,6 +88,8 @@ export class SchemaState {
   /** Whether the tables are known to exist at the latest version (saves a lookup per write). */
   private ready = false;
   private opened = false;
+  /** `open`'s argument, for a retry after a transient failure. */
+  private create = false;
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -101,6 +103,7 @@ export class SchemaState {
   open(create = false): void {
     if (this.opened) return;
     this.opened = true;
+    this.create = create;
     const sql = this.storage.sql;
     const latest = latestVersion(this.schema);
     let at: number | null;
@@ -108,6 +111,12 @@ export class SchemaState {
       at = storedVersion(sql);
       if (at === null && create) this.storage.transactionSync(() => this.ensure());
     } catch (e) {
+      // the runtime short of memory (a local relay with too many objects open): not the storage's
+      // fault, so not remembered; the next request opens it again (`check`)
+      if (isOverload(e)) {
+        this.opened = false;
+        return;
+      }
       this.failure = `${STORAGE_UPGRADE_FAILED}: ${this.schema.object} storage could not be read: ${e instanceof Error ? e.message : String(e)}`;
       console.error(this.failure, e);
       return;
@@ -126,6 +135,10 @@ export class SchemaState {
       this.ready = true;
       console.log(`${this.schema.object} storage upgraded from schema version ${at} to ${latest}`);
     } catch (e) {
+      if (isOverload(e)) {
+        this.opened = false;
+        return;
+      }
       const failed = this.schema.migrations.find((m) => m.version > at);
       this.failure = `${STORAGE_UPGRADE_FAILED}: ${this.schema.object} storage could not go from schema version ${at} to ${latest} (${failed?.what ?? "?"}): ${e instanceof Error ? e.message : String(e)}; nothing was changed`;
       console.error(this.failure, e);
@@ -134,11 +147,18 @@ export class SchemaState {
 
   /** Throws the refusal if the storage could not be opened. */
   check(): void {
+    if (!this.opened) this.open(this.create);
+    if (!this.opened) throw overloaded();
     if (this.failure !== null) throw new RelayError("storage_upgrade_failed", this.failure);
   }
 
   get failed(): string | null {
     return this.failure;
+  }
+
+  /** Whether `open` ran to its end (false after a transient failure: `check` opens it again). */
+  get isOpen(): boolean {
+    return this.opened;
   }
 
   /**

@@ -2,10 +2,18 @@
 // overdue archive steps on the local episode tier's one thread starved every live request for a
 // minute). An archive step asks for a lease before it starts and gives it back when it ends; a
 // step that crashed (or whose object was evicted mid-step) loses its lease when it expires, so no
-// slot is held forever. Waiters are served in the order they first asked (one that stopped asking
-// for WAITER_TTL_MS is forgotten), so no step waits behind later ones for ever.
+// slot is held forever.
 //
-// Pure: the ArchiveGate object (src/objects/archive/gate.ts) keeps the table in SQLite and applies these.
+// A step that finds no slot free joins a line and is *called* when its turn comes: the gate hands
+// the freed slot to the first in line (a lease in its name) and wakes it (`woken`). Waiters do not
+// poll. Polling kept every waiting object awake (it asked again every second or few, sooner than a
+// runtime evicts an idle object), and a local runtime's SQLite heap, shared by every object of the
+// process, ran out with a few thousand open at once (SQLITE_NOMEM). A waiter that is never woken
+// (its wake was lost) asks again by its own alarm after ASK_AGAIN_MS and keeps its place in line.
+//
+// Pure: the rules run against a LeaseStore; the ArchiveGate object (src/objects/archive/gate.ts)
+// keeps it in SQLite, where each rule reads a bounded number of rows (the leases, at most `slots`
+// of them, and the head of the line), however long the line.
 
 /** A granted slot: whose, and until when (epoch ms) unless renewed or released. */
 export interface Lease {
@@ -13,69 +21,139 @@ export interface Lease {
   readonly until: number;
 }
 
-/** A step waiting for a slot: since when it asks, and when it last asked. */
-export interface Waiter {
-  readonly holder: string;
-  readonly since: number;
-  readonly seen: number;
-}
-
-export interface LeaseTable {
-  readonly leases: readonly Lease[];
-  readonly waiters: readonly Waiter[];
-}
-
 export type Grant =
   | { readonly granted: true; readonly until: number }
   | { readonly granted: false; readonly retryAt: number; readonly ahead: number };
 
+/** What the gate keeps: the leases and the line of waiters, in the order they first asked. */
+export interface LeaseStore {
+  /** Every lease, expired ones included (at most `slots` plus those not yet dropped). */
+  leases(): Lease[];
+  putLease(holder: string, until: number): void;
+  dropLease(holder: string): void;
+  /** When `holder` joined the line, or null when it is not in it. */
+  waitingSince(holder: string): number | null;
+  addWaiter(holder: string, since: number): void;
+  dropWaiter(holder: string): void;
+  /** How many waiters are ahead of one that joined at `since` (earlier, or as early with a smaller name). */
+  aheadOf(since: number, holder: string): number;
+  /** The first `n` waiters in line. */
+  firstWaiters(n: number): string[];
+}
+
 /** How long a lease lasts unless renewed (a step longer than this renews it as it goes). */
 export const LEASE_MS = 30_000;
-/** How soon a waiting step asks again (at most; sooner when a lease expires first). */
-export const WAIT_POLL_MS = 1_000;
-/** A waiter that has not asked for this long has gone (its object crashed, or it was erased). */
-export const WAITER_TTL_MS = 10_000;
+/**
+ * How soon a waiter asks again by itself, in case its wake was lost (ms). Beyond the local
+ * runtime's eviction window (src/objects/storage/alarm-window.ts) and long enough that the waiter
+ * has been evicted meanwhile: a line of thousands costs no memory.
+ */
+export const ASK_AGAIN_MS = 300_000;
 
-export const EMPTY: LeaseTable = { leases: [], waiters: [] };
+/**
+ * Hand free slots to the first waiters in line (expired leases dropped first). Returns the holders
+ * now leased, for the gate to wake. `slots` 0: unlimited (nobody waits).
+ */
+export function promote(store: LeaseStore, now: number, slots: number, leaseMs = LEASE_MS): string[] {
+  const live = dropExpired(store, now);
+  if (slots <= 0) return [];
+  const free = slots - live.length;
+  if (free <= 0) return [];
+  const next = store.firstWaiters(free);
+  for (const holder of next) {
+    store.dropWaiter(holder);
+    store.putLease(holder, now + leaseMs);
+  }
+  return next;
+}
 
 /**
  * `holder` asks for a slot (or renews the one it holds) at `now`: granted when it holds one, or a
- * slot is free and no earlier waiter is still waiting; else it waits (`retryAt`, `ahead` of it).
- * `slots` 0: unlimited.
+ * slot is free once the line ahead of it is served; else it joins (or keeps its place in) the line
+ * and is woken when its turn comes. `woken`: others the ask leased (their lease had expired).
  */
 export function acquire(
-  table: LeaseTable,
+  store: LeaseStore,
   holder: string,
   now: number,
   slots: number,
   leaseMs = LEASE_MS,
-): { table: LeaseTable; grant: Grant } {
-  const leases = table.leases.filter((l) => l.until > now && l.holder !== holder);
-  const held = table.leases.some((l) => l.holder === holder && l.until > now);
-  const waiters = table.waiters.filter((w) => now - w.seen < WAITER_TTL_MS && w.holder !== holder);
-  const me = table.waiters.find((w) => w.holder === holder && now - w.seen < WAITER_TTL_MS);
-  const ahead = me
-    ? waiters.filter((w) => w.since < me.since || (w.since === me.since && w.holder < holder)).length
-    : waiters.length;
-  const free = slots <= 0 || leases.length < slots;
-  if (held || (free && ahead < (slots <= 0 ? Number.POSITIVE_INFINITY : slots - leases.length))) {
-    const until = now + leaseMs;
-    return { table: { leases: [...leases, { holder, until }], waiters }, grant: { granted: true, until } };
+): { grant: Grant; woken: string[] } {
+  const woken = promote(store, now, slots, leaseMs);
+  const until = now + leaseMs;
+  const held = store.leases().some((l) => l.holder === holder && l.until > now);
+  if (held || slots <= 0) {
+    store.putLease(holder, until);
+    return { grant: { granted: true, until }, woken: woken.filter((h) => h !== holder) };
   }
-  // further back in the line asks less often (the gate is one object's thread), never past the waiter TTL
-  const poll = Math.min(WAIT_POLL_MS * (1 + ahead), WAITER_TTL_MS / 2);
-  const soonest = leases.reduce((t, l) => Math.min(t, l.until), now + poll);
-  const waiter: Waiter = { holder, since: me?.since ?? now, seen: now };
-  return {
-    table: { leases, waiters: [...waiters, waiter] },
-    grant: { granted: false, retryAt: Math.max(now + 1, soonest), ahead },
-  };
+  // promote served the line: a slot still free means nobody waits
+  if (store.leases().length < slots) {
+    store.dropWaiter(holder);
+    store.putLease(holder, until);
+    return { grant: { granted: true, until }, woken };
+  }
+  let since = store.waitingSince(holder);
+  if (since === null) {
+    since = now;
+    store.addWaiter(holder, since);
+  }
+  return { grant: { granted: false, retryAt: now + ASK_AGAIN_MS, ahead: store.aheadOf(since, holder) }, woken };
 }
 
-/** `holder`'s step ended (done, failed or stopped): its slot is free. */
-export function release(table: LeaseTable, holder: string, now: number): LeaseTable {
-  return {
-    leases: table.leases.filter((l) => l.holder !== holder && l.until > now),
-    waiters: table.waiters.filter((w) => w.holder !== holder && now - w.seen < WAITER_TTL_MS),
-  };
+/** `holder`'s step ended (done, failed or stopped), or it no longer waits: its slot goes to the next in line. */
+export function release(store: LeaseStore, holder: string, now: number, slots: number, leaseMs = LEASE_MS): string[] {
+  store.dropLease(holder);
+  store.dropWaiter(holder);
+  return promote(store, now, slots, leaseMs);
+}
+
+/** When the gate must look again: the soonest lease expiry (its slot then goes to the next in line), or null. */
+export function nextExpiry(store: LeaseStore): number | null {
+  const leases = store.leases();
+  return leases.length === 0 ? null : Math.min(...leases.map((l) => l.until));
+}
+
+function dropExpired(store: LeaseStore, now: number): Lease[] {
+  const live: Lease[] = [];
+  for (const l of store.leases()) {
+    if (l.until > now) live.push(l);
+    else store.dropLease(l.holder);
+  }
+  return live;
+}
+
+/** A LeaseStore in memory (the tests; the gate's is SQLite). */
+export class MemoryLeaseStore implements LeaseStore {
+  private readonly leased = new Map<string, number>();
+  private readonly line = new Map<string, number>();
+  leases(): Lease[] {
+    return [...this.leased].map(([holder, until]) => ({ holder, until }));
+  }
+  putLease(holder: string, until: number): void {
+    this.leased.set(holder, until);
+  }
+  dropLease(holder: string): void {
+    this.leased.delete(holder);
+  }
+  waitingSince(holder: string): number | null {
+    return this.line.get(holder) ?? null;
+  }
+  addWaiter(holder: string, since: number): void {
+    this.line.set(holder, since);
+  }
+  dropWaiter(holder: string): void {
+    this.line.delete(holder);
+  }
+  aheadOf(since: number, holder: string): number {
+    return [...this.line].filter(([h, s]) => s < since || (s === since && h < holder)).length;
+  }
+  firstWaiters(n: number): string[] {
+    return [...this.line]
+      .sort(([ha, a], [hb, b]) => a - b || (ha < hb ? -1 : ha > hb ? 1 : 0))
+      .slice(0, n)
+      .map(([h]) => h);
+  }
+  waiting(): string[] {
+    return this.firstWaiters(this.line.size);
+  }
 }

@@ -53,6 +53,12 @@ export const ERROR_STATUS = {
    * A local tier is not up (starting, restarting): answered by the local router with Retry-After (scripts/router.mjs).
    */
   unavailable: 503,
+  /**
+   * The runtime is out of memory for storage (SQLite's heap, shared by every object of a process, is
+   * full: a local relay holding more episodes open than it can) or the object is overloaded: answered
+   * with Retry-After; nothing was written, and a retry of the same envelope is taken once.
+   */
+  overloaded: 503,
 } as const satisfies Record<DeltaErrorCode, number> & Record<string, number>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -78,6 +84,38 @@ export class RelayError extends Error {
 /** How the refusal of an object whose storage could not be upgraded begins (recognised across RPC). */
 export const STORAGE_UPGRADE_FAILED = "storage upgrade failed";
 
+/** How soon a client may retry an `overloaded` or `unavailable` answer (seconds, the Retry-After header). */
+export const RETRY_AFTER_S = 1;
+
+/**
+ * Whether an error is the runtime running short for now, not a bug: SQLite out of memory (its heap
+ * is shared by every object of a process, so it frees as idle objects are evicted), or an error
+ * the platform marks `overloaded` (documented on Durable Object exceptions).
+ */
+export function isOverload(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  return (e as { overloaded?: unknown }).overloaded === true || e.message.includes("SQLITE_NOMEM");
+}
+
+/** Whether an error is the runtime's own trouble, which a retry gets past (see asRefusal). */
+function isRuntimeTrouble(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  const flags = e as { retryable?: unknown; durableObjectReset?: unknown };
+  return (
+    flags.retryable === true || flags.durableObjectReset === true || e.message.startsWith("internal error; reference =")
+  );
+}
+
+/** The refusal of a request the runtime had no memory for (`isOverload`). */
+export function overloaded(): RelayError {
+  return new RelayError(
+    "overloaded",
+    "the relay is out of memory for storage for now (too many episodes open at once): send the same request again after Retry-After (a delta already taken is answered as a duplicate)",
+    undefined,
+    { "Retry-After": String(RETRY_AFTER_S) },
+  );
+}
+
 /** The JSON body of every refusal. */
 export interface ErrorBody {
   error: ErrorCode;
@@ -91,6 +129,17 @@ export function asRefusal(e: unknown): RelayError | null {
   // thrown by an object over RPC, where an error keeps only its message (src/objects/storage/schema.ts)
   if (e instanceof Error && e.message.startsWith(STORAGE_UPGRADE_FAILED))
     return new RelayError("storage_upgrade_failed", e.message);
+  if (isOverload(e)) return overloaded();
+  // an object reset under the request (a deploy, or the runtime breaking its output gate), or the
+  // runtime failing inside (its own "internal error; reference = …", as SQLite out of memory in a
+  // runtime assertion reaches the Worker): transient, not the relay's bug; logged by toRefusal
+  if (isRuntimeTrouble(e))
+    return new RelayError(
+      "unavailable",
+      "the episode's object restarted while answering: send the same request again after Retry-After",
+      undefined,
+      { "Retry-After": String(RETRY_AFTER_S) },
+    );
   if (e instanceof DeltaError) return new RelayError(e.code, e.message, e.field);
   if (e instanceof FinishError) return new RelayError("finish_mismatch", e.message);
   return null;
@@ -99,9 +148,24 @@ export function asRefusal(e: unknown): RelayError | null {
 /** Refusal as is; anything else logged (with where it happened) and turned into `internal`. */
 export function toRefusal(e: unknown, where: string): RelayError {
   const r = asRefusal(e);
+  if (r?.code === "overloaded" || (r?.code === "unavailable" && isRuntimeTrouble(e))) overloadSeen(where, e);
   if (r) return r;
   console.error(`${where}: unexpected error`, e);
   return new RelayError("internal", "the relay hit an unexpected error; it was logged");
+}
+
+/** Transient runtime troubles answered 503 since the last one logged; logged at most every OVERLOAD_LOG_MS (a storm answers thousands). */
+let overloads = 0;
+let overloadLogged = 0;
+const OVERLOAD_LOG_MS = 10_000;
+
+function overloadSeen(where: string, e: unknown): void {
+  overloads++;
+  const now = Date.now();
+  if (now - overloadLogged < OVERLOAD_LOG_MS) return;
+  console.warn(`${where}: the runtime is short for now, answered 503 (${overloads} since the last such line)`, e);
+  overloads = 0;
+  overloadLogged = now;
 }
 
 export function errorBody(r: RelayError): ErrorBody {
