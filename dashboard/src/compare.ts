@@ -6,7 +6,8 @@
 // them, with the first turn where they diverge marked and its text diffed word by word against
 // A. Best and worst are named by the stated tie rule (compare-align.ts).
 import { getJson } from "./api.js";
-import { alignTurns, rankRollouts, TIE_RULE, traceSlots, wordDiff } from "./compare-align.js";
+import { alignTurns, traceSlots, wordDiff } from "./compare-align.js";
+import { rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
 import { h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
 import { num, signed } from "./group/figures.js";

@@ -5,7 +5,7 @@
 // condition and whether it was truncated. While a rollout is live the page re-reads the group
 // every REFRESH_MS.
 import { getJson } from "./api.js";
-import { bestAndWorst, rankRollouts, TIE_RULE } from "./compare-align.js";
+import { bestAndWorst, rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
 import { clear, h } from "./dom.js";
 import { groupNumbers } from "./group/group-numbers.js";
 import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
@@ -21,7 +21,7 @@ export const REFRESH_MS = 3000;
 type Order = "best" | "worst";
 
 /**
- * Best first by the tie rule (compare-align.ts: reward, then fewer tokens, then id; unscored last); worst first
+ * Best first by the tie rule (src/protocol/registry/ranking.ts: reward, then fewer tokens, then id; unscored last); worst first
  * reverses the scored ones.
  */
 function ordered(rollouts: RolloutJson[], order: Order): RolloutJson[] {

@@ -28,6 +28,7 @@ export * from "./registry/aggregates.js";
 export * from "./registry/entry.js";
 export * from "./registry/groups.js";
 export * from "./registry/index-protocol.js";
+export * from "./registry/ranking.js";
 export * from "./registry/reward-trend.js";
 export * from "./registry/row-filter.js";
 export * from "./registry/rows.js";

@@ -1,7 +1,8 @@
 // The compare page's logic (dashboard/src/compare-align.ts): the ranking's tie rule, turn-by-turn
 // alignment of several rollouts with their divergence, trace slots, and the word diff.
 import { describe, expect, it } from "vitest";
-import { alignTurns, bestAndWorst, rankRollouts, traceSlots, wordDiff } from "../../dashboard/src/compare-align.js";
+import { alignTurns, traceSlots, wordDiff } from "../../dashboard/src/compare-align.js";
+import { bestAndWorst, rankRollouts } from "../../src/protocol/registry/ranking.js";
 
 const r = (id: string, reward: number | null, tokens: number) => ({ id, reward, tokens });
 

@@ -146,6 +146,26 @@ describe("groups equal a recount after any order of writes", () => {
   });
 });
 
+describe("a group's order is the pages' tie rule (src/protocol/registry/ranking.ts)", () => {
+  it("best first by reward; ties go to fewer tokens, then to the id; unscored last", async () => {
+    const run = `grp-tie-${Date.now().toString(36)}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    // n, score, tokens: e1 and e3 tie on reward, e3 used fewer tokens (so it goes before e1, whose id is
+    // smaller); e2 and e4 tie on both (the id decides)
+    const plan: Array<[number, number | null, number]> = [
+      [1, 1, 90],
+      [2, 0, 80],
+      [3, 1, 50],
+      [4, 0, 80],
+      [5, null, 10],
+    ];
+    for (const [n, score, tokens] of plan)
+      await index.upsert({ ...row(run, n, score === null ? "live" : "finished", "g", score, 10 + n), tokens });
+    const g = (await (await relay(`../runs/${run}/groups/g`)).json()) as { rollouts: Array<{ id: string }> };
+    expect(g.rollouts.map((r) => r.id.split(":")[1])).toEqual(["e3", "e1", "e2", "e4", "e5"]);
+  });
+});
+
 describe("per-task results", () => {
   it("rollouts, finished, failed, mean turns and tokens, mean reward and solve rate at a threshold; a delete is taken back", async () => {
     const run = `task-${Date.now().toString(36)}`;

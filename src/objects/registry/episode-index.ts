@@ -28,6 +28,7 @@ import {
   rolloutJson,
   type TasksPage,
 } from "../../protocol/registry/groups.js";
+import { rankRollouts } from "../../protocol/registry/ranking.js";
 import type { FinishedPage, FinishedSelection } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
@@ -168,7 +169,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   }
 
   /**
-   * One group with its rollouts (best reward first) and their advantages; null when there is no such group, "no_run"
+   * One group with its rollouts (best first by the tie rule: src/protocol/registry/ranking.ts) and their advantages; null when there is no such group, "no_run"
    * when the run has no row.
    */
   group(id: string): GroupDetailJson | null | "no_run" {
@@ -176,10 +177,12 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     if (!this.hasRows()) return "no_run";
     const g = this.store.groups.group(id);
     if (!g) return null;
-    const rollouts = this.store.groups.members(id).flatMap((m) => {
-      const row = this.store.row(m);
-      return row ? [rolloutJson(row, g)] : [];
-    });
+    const rollouts = rankRollouts(
+      this.store.groups.members(id).flatMap((m) => {
+        const row = this.store.row(m);
+        return row ? [rolloutJson(row, g)] : [];
+      }),
+    );
     return { ...groupJson(g), rollouts };
   }
 

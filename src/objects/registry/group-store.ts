@@ -249,10 +249,10 @@ export class GroupStore {
     return { tasks: page, cursor: rows.length > fit ? page.at(-1)!.task : null };
   }
 
-  /** The rows of group `id`, best reward first. */
+  /** The rows of group `id` (the caller ranks them: src/protocol/registry/ranking.ts). */
   members(id: string): string[] {
     return this.sql
-      .exec<{ id: string }>("SELECT id FROM rows WHERE grp = ? ORDER BY reward IS NULL, reward DESC, id", id)
+      .exec<{ id: string }>("SELECT id FROM rows WHERE grp = ? ORDER BY id", id)
       .toArray()
       .map((r) => r.id);
   }

@@ -89,7 +89,7 @@ export interface RolloutJson {
   error: string | null;
 }
 
-/** One group with its rollouts, best reward first (`GET /v1/runs/{run}/groups/{group}`). */
+/** One group with its rollouts, best first by the tie rule (ranking.ts) (`GET /v1/runs/{run}/groups/{group}`). */
 export interface GroupDetailJson extends GroupJson {
   rollouts: RolloutJson[];
 }
@@ -208,7 +208,7 @@ export function groupJson(g: GroupSummary): GroupJson {
   return rest;
 }
 
-/** A group's rollout as the API shows it (best reward first is the caller's order). */
+/** A group's rollout as the API shows it (the caller ranks them: ranking.ts). */
 export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
   return {
     task: r.task ?? null,
