@@ -74,6 +74,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     ),
   );
   let wasEnded = false;
+  let seenSeq = -1;
   // opened at a turn (`?trace=…&node=…`, a search result's link): scroll there once it is drawn
   const at = new URLSearchParams(location.search);
   let jumpTo: { trace: string | null; node: string } | null = at.has("node")
@@ -93,7 +94,8 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (ended() && !wasEnded) {
       signals.ended(); // trainers annotate after the rollout ends
       flags.refresh(); // and the run's index has the whole rollout's flags
-    }
+    } else if (!ended() && w.seq !== seenSeq) flags.activity(); // new turns: their flags soon
+    seenSeq = w.seq;
     wasEnded = ended();
     const kind = identityOf({ dispatch: feed.dispatch }).kind;
     traces.update(all, {

@@ -154,4 +154,27 @@ describe("search and flags in the dashboard", () => {
       await honest.context.close();
     }
   });
+
+  it("a flag raised while the page is open appears without a reload", async () => {
+    const LIVE = `${RUN}:live`;
+    const [frame, within] = nodes[HACK_NODE]!;
+    for (const fr of chat.frames.slice(0, frame)) await post(`/v1/episodes/${LIVE}/deltas`, fr);
+    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(LIVE)}`);
+    try {
+      await page.locator("li.turn").first().waitFor({ timeout: 15_000 });
+      await page.waitForTimeout(3_000); // a read of its row, while it has no flag
+      expect(await page.locator("#episode-flags").isHidden(), "no flag before the turn").toBe(true);
+      const d = decodeLossless(chat.frames[frame]!) as LMap;
+      put(((d.get("nodes") as LValue[])[within] as LMap).get("message") as LMap, "content", HACK);
+      await post(`/v1/episodes/${LIVE}/deltas`, enc(d));
+      // the row follows the turn within INDEX_FLUSH_MS; the page reads it once that has passed
+      const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
+      await flag.waitFor({ timeout: 15_000 });
+      expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
+      expect(await page.locator("li.turn").count(), "still live: no reply sent").toBeGreaterThan(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });
