@@ -3,8 +3,10 @@ import {
   ASK_AGAIN_MS,
   acquire,
   LEASE_MS,
+  MAX_PAUSE_MS,
   MemoryLeaseStore,
   nextExpiry,
+  pauseHolder,
   promote,
   release,
 } from "../../src/protocol/archive/leases.js";
@@ -102,5 +104,24 @@ describe("archive leases", () => {
     };
     expect(release(s, "holder", T + 10_000, 1)).toEqual(["w00000"]);
     expect(reads, "one waiter read to hand one slot on").toBe(1);
+  });
+
+  it("a slot rests after a step as long as the step took (at most MAX_PAUSE_MS): archive work takes at most about half the thread", () => {
+    const s = new MemoryLeaseStore();
+    acquire(s, "a", T, 1);
+    acquire(s, "b", T + 1, 1);
+    // a's step took 800 ms: nobody is woken now; the slot rests until T + 800 + 800
+    expect(release(s, "a", T + 800, 1, LEASE_MS, 800)).toEqual([]);
+    expect(s.leases()).toEqual([{ holder: pauseHolder("a"), until: T + 1600 }]);
+    expect(nextExpiry(s), "the gate looks again when the rest ends").toBe(T + 1600);
+    expect(acquire(s, "c", T + 1000, 1).grant.granted, "no newcomer takes a resting slot").toBe(false);
+    expect(promote(s, T + 1599, 1)).toEqual([]);
+    expect(promote(s, T + 1600, 1)).toEqual(["b"]);
+    // a long step rests MAX_PAUSE_MS at most; a holder without a lease (a waiter that left) rests nothing
+    expect(release(s, "b", T + 20_000, 1, LEASE_MS, 60_000)).toEqual([]);
+    expect(s.leases()).toEqual([{ holder: pauseHolder("b"), until: T + 20_000 + MAX_PAUSE_MS }]);
+    expect(release(s, "c", T + 20_001, 1, LEASE_MS, 5_000), "c left the line: it rests nothing").toEqual([]);
+    expect(s.leases().map((l) => l.holder)).toEqual([pauseHolder("b")]);
+    expect(s.waiting()).toEqual([]);
   });
 });

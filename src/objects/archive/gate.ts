@@ -119,10 +119,15 @@ export class ArchiveGate extends DurableObject<Env> {
     return grant;
   }
 
-  /** `holder`'s step ended (or it no longer waits): its slot goes to the next in line, who is woken. */
-  release(holder: string): void {
+  /**
+   * `holder`'s step ended (or it no longer waits): its slot rests for `tookMs` (the step's time: see
+   * leases.ts), then goes to the next in line, who is woken.
+   */
+  release(holder: string, tookMs = 0): void {
     this.schema.check();
-    this.after(this.ctx.storage.transactionSync(() => release(this.store, holder, Date.now(), this.slots)));
+    this.after(
+      this.ctx.storage.transactionSync(() => release(this.store, holder, Date.now(), this.slots, LEASE_MS, tookMs)),
+    );
   }
 
   /** A lease expired (its step crashed, or its wake was lost): the slot goes to the next in line. */

@@ -51,7 +51,8 @@ export const ARCHIVE_MAX_WAIT_MS = 600_000;
 /** The class's archive slots (src/objects/archive/gate.ts), asked by the alarm's step; null: unlimited. */
 export interface ArchiveSlots {
   acquire(holder: string): Promise<Grant>;
-  release(holder: string): Promise<void>;
+  /** The step is over; `tookMs`: how long it held the slot (the slot rests as long after it). */
+  release(holder: string, tookMs?: number): Promise<void>;
 }
 
 export class EpisodeArchive {
@@ -126,6 +127,7 @@ export class EpisodeArchive {
       leased = true;
       again();
     }
+    const began = Date.now();
     try {
       const now = Date.now();
       const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
@@ -139,7 +141,9 @@ export class EpisodeArchive {
         leased = false;
         if (renew !== null) clearTimeout(renew);
         // unanswered: the lease expires by itself (LEASE_MS)
-        await this.slots.release(id).catch((e) => console.warn(`episode ${id}: archive slot not given back`, e));
+        await this.slots
+          .release(id, Date.now() - began)
+          .catch((e) => console.warn(`episode ${id}: archive slot not given back`, e));
       }
     }
   }

@@ -477,7 +477,7 @@ function archiveSlots(env: Env, slots: number): ArchiveSlots | null {
   const gate = () => env.ARCHIVE_GATE.getByName(archiveGateName("Episode"));
   return {
     acquire: async (holder) => gate().acquire(holder, slots),
-    release: async (holder) => gate().release(holder),
+    release: async (holder, tookMs) => gate().release(holder, tookMs),
   };
 }
 

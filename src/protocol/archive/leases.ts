@@ -11,6 +11,11 @@
 // process, ran out with a few thousand open at once (SQLITE_NOMEM). A waiter that is never woken
 // (its wake was lost) asks again by its own alarm after ASK_AGAIN_MS and keeps its place in line.
 //
+// Steps are paced: a step's slot rests after it for as long as the step took (a pause lease in the
+// slot, `pause:<holder>`, up to MAX_PAUSE_MS), so archive work takes at most about half of a local
+// runtime's one thread. Handed on back to back, steps kept the thread busy for tens of seconds and
+// `/v1/health` waited up to 10 s behind them (the cost bench, case (b)).
+//
 // Pure: the rules run against a LeaseStore; the ArchiveGate object (src/objects/archive/gate.ts)
 // keeps it in SQLite, where each rule reads a bounded number of rows (the leases, at most `slots`
 // of them, and the head of the line), however long the line.
@@ -100,10 +105,32 @@ export function acquire(
   return { grant: { granted: false, retryAt: now + ASK_AGAIN_MS, ahead: store.aheadOf(since, holder) }, woken };
 }
 
-/** `holder`'s step ended (done, failed or stopped), or it no longer waits: its slot goes to the next in line. */
-export function release(store: LeaseStore, holder: string, now: number, slots: number, leaseMs = LEASE_MS): string[] {
+/** The longest rest a slot takes after a step (ms). */
+export const MAX_PAUSE_MS = 10_000;
+
+/** The holder of the rest a slot takes after `holder`'s step. */
+export function pauseHolder(holder: string): string {
+  return `pause:${holder}`;
+}
+
+/**
+ * `holder`'s step ended (done, failed or stopped), or it no longer waits: its slot rests for
+ * `tookMs` (how long the step took, up to MAX_PAUSE_MS; 0: no rest), then goes to the next in line.
+ * Returns the holders leased now (none while the slot rests: the gate looks again at its expiry).
+ */
+export function release(
+  store: LeaseStore,
+  holder: string,
+  now: number,
+  slots: number,
+  leaseMs = LEASE_MS,
+  tookMs = 0,
+): string[] {
+  const held = store.leases().some((l) => l.holder === holder && l.until > now);
   store.dropLease(holder);
   store.dropWaiter(holder);
+  const pause = Math.min(Math.max(0, tookMs), MAX_PAUSE_MS);
+  if (held && pause > 0 && slots > 0) store.putLease(pauseHolder(holder), now + pause);
   return promote(store, now, slots, leaseMs);
 }
 
