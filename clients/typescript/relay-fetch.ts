@@ -180,21 +180,54 @@ export async function gatewayAnswer(res: Response, url: string): Promise<RelayUn
 /**
  * `fetch`, with network failures named (RelayUnreachable), an answer that is not the relay's
  * refused (RelayRefusal `not_the_relay`), and one given in its place by a gateway taken as the
- * relay not answering (RelayUnreachable `gateway`). `timeoutMs` bounds the wait for the answer's headers.
+ * relay not answering (RelayUnreachable `gateway`). The relay's own 503 with Retry-After
+ * (`overloaded`: out of memory for storage for now; `unavailable`: a local tier not up) is sent
+ * again after it, for up to `retryFor`. `timeoutMs` bounds the wait for each answer's headers.
  */
-export async function relayFetch(url: string | URL, init: RequestInit = {}, timeoutMs = 30_000): Promise<Response> {
+export async function relayFetch(
+  url: string | URL,
+  init: RequestInit = {},
+  timeoutMs = 30_000,
+  /** How long the relay's 503s are waited out (0: answered at once: a watch retries by itself, and says so). */
+  retryFor = RETRY_503_FOR_MS,
+): Promise<Response> {
   const href = url.toString();
-  let res: Response;
-  try {
-    const timeout = AbortSignal.timeout(timeoutMs);
-    res = await fetch(url, { ...init, signal: init.signal ? AbortSignal.any([init.signal, timeout]) : timeout });
-  } catch (e) {
-    if (init.signal?.aborted) throw e;
-    throw unreachable(e, href);
+  const giveUp = Date.now() + retryFor;
+  for (;;) {
+    let res: Response;
+    try {
+      const timeout = AbortSignal.timeout(timeoutMs);
+      res = await fetch(url, { ...init, signal: init.signal ? AbortSignal.any([init.signal, timeout]) : timeout });
+    } catch (e) {
+      if (init.signal?.aborted) throw e;
+      throw unreachable(e, href);
+    }
+    if (res.headers.get(RELAY_HEADER) === null)
+      throw await (foreignAnswerIsFinal(res.status) ? notTheRelay(res, href) : gatewayAnswer(res, href));
+    // the relay's own "send it again" (a 503 with Retry-After: overloaded, or a local tier not up;
+    // auth_not_configured has none, it is final): after its Retry-After
+    const after = res.status === 503 ? res.headers.get("retry-after") : null;
+    if (after === null || !resendable(init.body)) return res;
+    const wait = retryAfterMs(after);
+    if (Date.now() + wait > giveUp) return res;
+    await res.body?.cancel().catch(() => {});
+    await new Promise((r) => setTimeout(r, wait));
+    if (init.signal?.aborted) throw init.signal.reason;
   }
-  if (res.headers.get(RELAY_HEADER) === null)
-    throw await (foreignAnswerIsFinal(res.status) ? notTheRelay(res, href) : gatewayAnswer(res, href));
-  return res;
+}
+
+/** How long a call waits out the relay's 503s (`overloaded`, `unavailable`) before it answers with one. */
+export const RETRY_503_FOR_MS = 30_000;
+
+/** A Retry-After in ms (1 s when it is not a number of seconds), drawn between half and all of it (callers spread out). */
+function retryAfterMs(header: string): number {
+  const s = Number(header);
+  return 1000 * (Number.isFinite(s) && s > 0 ? Math.min(s, 30) : 1) * (0.5 + Math.random() / 2);
+}
+
+/** Whether a request's body can be sent again as it was (none, text or bytes; not a stream). */
+function resendable(body: RequestInit["body"]): boolean {
+  return body == null || typeof body === "string" || body instanceof Uint8Array || body instanceof ArrayBuffer;
 }
 
 /** A RelayRefusal from the relay's refused answer (4xx), saying what to do in the caller's terms. */

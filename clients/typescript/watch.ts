@@ -470,7 +470,8 @@ export class EpisodeWatch {
     const hints = this.options.hints ?? LIBRARY_HINTS;
     const what = `episode ${JSON.stringify(this.id)}`;
     try {
-      const res = await relayFetch(this.watchUrl(), { headers }, 10_000);
+      // its 503s are the watch's own to retry (it reports each attempt): none waited out here
+      const res = await relayFetch(this.watchUrl(), { headers }, 10_000, 0);
       this.lastUnreachable = null;
       if (!transient(res.status)) return await refusalOf(res, what, this.url, hints);
       if (res.status === 503) {

@@ -252,6 +252,29 @@ describe("one-shot calls through a gateway", () => {
     proxy.fail(PAGE_200, 1);
     await expect(fetchEpisode(proxy.url, "any")).rejects.toMatchObject({ name: "RelayRefusal", code: "not_the_relay" });
   });
+
+  it("the relay's own 503 (overloaded, with Retry-After) is sent again after it: the call ends with the episode", async () => {
+    const c = golden("chat_basic");
+    const id = fresh("overloaded");
+    await push(id, c, 0, c.frames.length, new ProducerCursor("p"));
+    proxy.fail(
+      {
+        kind: "answer",
+        status: 503,
+        type: "application/json",
+        body: '{"error":"overloaded","message":"the relay is out of memory for storage for now"}',
+        headers: { "x-episode-relay": "1", "retry-after": "1" },
+      },
+      2,
+    );
+    const before = proxy.faulted;
+    const t = Date.now();
+    const got = (await fetchEpisode(proxy.url, id)) as Uint8Array;
+    expect(proxy.faulted - before, "both 503s were met").toBe(2);
+    expect(Date.now() - t, "each waited about its Retry-After (half to all of it)").toBeGreaterThanOrEqual(1000);
+    const direct = (await fetchEpisode(relay.url, id)) as Uint8Array;
+    expect(Buffer.from(got).equals(Buffer.from(direct)), "the same bytes as straight from the relay").toBe(true);
+  });
 });
 
 describe("the local router (scripts/router.mjs) while its tier is not up", () => {
