@@ -129,9 +129,8 @@ export class EpisodeArchive {
     }
     const began = Date.now();
     try {
-      const now = Date.now();
-      const outcome = await this.run(this.busySince !== 0 && now - this.busySince > ARCHIVE_MAX_WAIT_MS);
-      this.busySince = outcome === "busy" ? this.busySince || now : 0;
+      const outcome = await this.run(this.busySince !== 0 && began - this.busySince > ARCHIVE_MAX_WAIT_MS);
+      this.busySince = outcome === "busy" ? this.busySince || began : 0;
       this.failures = outcome === "busy" ? this.failures : 0;
       this.retryTime = outcome === "busy" ? Date.now() + ARCHIVE_RETRY_MS : 0;
     } catch (e) {
