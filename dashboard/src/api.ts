@@ -123,15 +123,29 @@ export async function probe(
   return { ok: true, status: res.status, body };
 }
 
+/** How long a page's GET waits out the relay's 503s with Retry-After before it shows the failure. */
+const RETRY_503_FOR_MS = 30_000;
+
 /**
  * GET a JSON answer of the relay (with the token); a refusal or failure throws an Error carrying the relay's message
- * (and `status`).
+ * (and `status`). The relay's 503 with Retry-After is asked again after it, for up to RETRY_503_FOR_MS.
  */
 export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await fetch(new URL(path, relayUrl), {
-    headers: { accept: "application/json", ...authHeaders() },
-    signal,
-  });
+  const giveUp = Date.now() + RETRY_503_FOR_MS;
+  let res: Response;
+  for (;;) {
+    res = await fetch(new URL(path, relayUrl), {
+      headers: { accept: "application/json", ...authHeaders() },
+      signal,
+    });
+    // the relay's own "ask again" (503 with Retry-After: overloaded, or a local tier not up), waited out
+    const after = res.status === 503 && res.headers.has(RELAY_HEADER) ? res.headers.get("retry-after") : null;
+    const wait = after === null ? 0 : 1000 * Math.min(Number(after) || 1, 30) * (0.5 + Math.random() / 2);
+    if (after === null || Date.now() + wait > giveUp) break;
+    await res.body?.cancel().catch(() => {});
+    await new Promise((r) => setTimeout(r, wait));
+    signal?.throwIfAborted();
+  }
   const body = (await res.json().catch(() => null)) as (T & { message?: string }) | null;
   if (!res.ok || body === null)
     throw Object.assign(new Error(body?.message ?? `${res.status} ${res.statusText}`), { status: res.status });

@@ -177,4 +177,30 @@ describe("search and flags in the dashboard", () => {
       await context.close();
     }
   });
+
+  it("rides out the relay's 503 overloaded (Retry-After): the page asks again and shows the flag", async () => {
+    const context = await browser.newContext();
+    let refused = 0;
+    // the relay's own answer when a local runtime is out of memory for storage (src/protocol/http/errors.ts)
+    await context.route(/\/v1\/runs\/[^/]+\/episodes\?.*flagged=1/, async (route) => {
+      if (refused >= 2) return route.continue();
+      refused++;
+      await route.fulfill({
+        status: 503,
+        headers: { "content-type": "application/json", "x-episode-relay": "1", "retry-after": "1" },
+        body: JSON.stringify({ error: "overloaded", message: "the relay is out of memory for storage for now" }),
+      });
+    });
+    const page = await context.newPage();
+    const errors: string[] = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    try {
+      await page.goto(`${relay.url}/episodes/${encodeURIComponent(HACKED)}`);
+      await page.locator('#episode-flags .flag[data-rule="quotes-grader"]').waitFor({ timeout: 20_000 });
+      expect(refused, "both 503s were answered first").toBe(2);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });
