@@ -13,7 +13,7 @@ read without sending them: outside the token's scope, or gone) ends with ``{"cur
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 import httpx
@@ -67,34 +67,61 @@ def fetch_run(
     headers = {**auth_headers(token, base), "accept": MSGPACK}
     what = f"GET run {run} finished episodes"
     try:
-        while True:
-            more: Optional[str] = None
-            params = {"cursor": cursor} if cursor else None
-            with http.stream("GET", target, params=params, headers=headers) as res:
-                check_relay_answer(res, what)
-                if res.status_code != 200:
-                    raise error_from_answer(res.status_code, res.read(), what)
-                splitter = _Splitter()
-                for chunk in res.iter_bytes():
-                    for element in splitter.feed(chunk):
-                        if isinstance(element, _More):
-                            more = element.cursor
-                        else:
-                            yield element
-                if splitter.pending():
-                    raise RelayError(
-                        f"{what}: the answer ended inside an element ({splitter.pending()} bytes left); resume with the last cursor",
-                        status=200,
-                        error="truncated",
-                    )
-            if more is None:
-                return
-            cursor = more
-    except (httpx.HTTPError, OSError) as e:
-        raise network_error(e, f"{what} ({target})", timeout) from e
+        yield from follow_pages(http, target, headers, [], cursor, what, timeout, lambda chunks: _elements(chunks, what))
     finally:
         if own:
             http.close()
+
+
+T = TypeVar("T")
+
+
+def follow_pages(
+    http: httpx.Client,
+    target: str,
+    headers: Dict[str, str],
+    query: List[Tuple[str, str]],
+    cursor: Optional[str],
+    what: str,
+    timeout: float,
+    read_page: "Callable[[Iterator[bytes]], Generator[T, None, Optional[str]]]",
+) -> Iterator[T]:
+    """GET a run's bulk answer page after page (``query``, then ``cursor`` once there is one). Each
+    page's bytes go to ``read_page``, which yields what it reads and returns the next page's cursor
+    (the ``{more: true, cursor}`` a page ends with) or None after the last page. A refusal raises
+    the relay's :class:`RelayError`; a network failure or timeout, :func:`network_error`'s."""
+    while True:
+        page = query + ([("cursor", cursor)] if cursor else [])
+        try:
+            with http.stream("GET", target, params=page, headers=headers) as res:
+                check_relay_answer(res, what)
+                if res.status_code != 200:
+                    raise error_from_answer(res.status_code, res.read(), what)
+                more = yield from read_page(res.iter_bytes())
+        except (httpx.HTTPError, OSError) as e:
+            raise network_error(e, f"{what} ({target})", timeout) from e
+        if more is None:
+            return
+        cursor = more
+
+
+def _elements(chunks: Iterator[bytes], what: str) -> "Generator[RunEpisode, None, Optional[str]]":
+    """A page of the msgpack answer: its ``(id, cursor, episode)`` elements; returns the next page's cursor."""
+    splitter = _Splitter()
+    more: Optional[str] = None
+    for chunk in chunks:
+        for element in splitter.feed(chunk):
+            if isinstance(element, _More):
+                more = element.cursor
+            else:
+                yield element
+    if splitter.pending():
+        raise RelayError(
+            f"{what}: the answer ended inside an element ({splitter.pending()} bytes left); resume with the last cursor",
+            status=200,
+            error="truncated",
+        )
+    return more
 
 
 class _Splitter:

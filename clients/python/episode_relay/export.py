@@ -31,13 +31,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 import httpx
 import msgpack
 
-from .bulk import _More, _Splitter, run_path
+from .bulk import _More, _Splitter, follow_pages, run_path
 from .episodes import RewardRanges, filter_params
 from .groups import _segment
 from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_relay_answer, error_from_answer, network_error
@@ -196,33 +196,25 @@ def _bulk(http: httpx.Client, base: str, run: str, token: Optional[str], params:
     headers = {**auth_headers(token, target), "accept": MSGPACK}
     what = f"GET run {run} finished episodes"
 
+    def rollouts(chunks: Iterator[bytes]) -> "Generator[Rollout, None, Optional[str]]":
+        splitter = _Splitter()
+        more: Optional[str] = None
+        for chunk in chunks:
+            for element in splitter.feed(chunk):
+                if isinstance(element, _More):
+                    more = element.cursor
+                    continue
+                eid, cur, episode = element[0], element[1], element[2]
+                row = splitter.last_row
+                if not isinstance(row, dict):
+                    raise RelayError(f"{what}: an element lacks its row (a relay without row=1?)", status=200, error="bad_answer")
+                yield Rollout(eid, cur, row, episode)
+        if splitter.pending():
+            raise RelayError(f"{what}: the answer ended inside an element", status=None, error="truncated")  # a dropped answer: resumed from the last cursor
+        return more
+
     def stream(cursor: Optional[str]) -> Iterator[Rollout]:
-        while True:
-            more: Optional[str] = None
-            query = [("row", "1"), *params] + ([("cursor", cursor)] if cursor else [])
-            try:
-                with http.stream("GET", target, params=query, headers=headers) as res:
-                    check_relay_answer(res, what)
-                    if res.status_code != 200:
-                        raise error_from_answer(res.status_code, res.read(), what)
-                    splitter = _Splitter()
-                    for chunk in res.iter_bytes():
-                        for element in splitter.feed(chunk):
-                            if isinstance(element, _More):
-                                more = element.cursor
-                                continue
-                            eid, cur, episode = element[0], element[1], element[2]
-                            row = splitter.last_row
-                            if not isinstance(row, dict):
-                                raise RelayError(f"{what}: an element lacks its row (a relay without row=1?)", status=200, error="bad_answer")
-                            yield Rollout(eid, cur, row, episode)
-                    if splitter.pending():
-                        raise RelayError(f"{what}: the answer ended inside an element", status=None, error="truncated")  # a dropped answer: resumed from the last cursor
-            except (httpx.HTTPError, OSError) as e:
-                raise network_error(e, f"{what} ({target})", timeout) from e
-            if more is None:
-                return
-            cursor = more
+        return follow_pages(http, target, headers, [("row", "1"), *params], cursor, what, timeout, rollouts)
 
     return stream
 
@@ -591,38 +583,31 @@ def _bulk_lines(http: httpx.Client, base: str, run: str, token: Optional[str], p
     target = base + run_path(run)
     headers = {**auth_headers(token, target), "accept": "application/x-ndjson"}
     what = f"GET run {run} finished episodes (NDJSON)"
-    while True:
+
+    def lines(chunks: Iterator[bytes]) -> "Generator[Tuple[bytes, str], None, Optional[str]]":
+        buf = bytearray()
         more: Optional[str] = None
-        query = [("row", "1"), *params] + ([("cursor", cursor)] if cursor else [])
-        try:
-            with http.stream("GET", target, params=query, headers=headers) as res:
-                check_relay_answer(res, what)
-                if res.status_code != 200:
-                    raise error_from_answer(res.status_code, res.read(), what)
-                buf = bytearray()
-                for chunk in res.iter_bytes():
-                    buf += chunk
-                    while True:
-                        i = buf.find(b"\n")
-                        if i < 0:
-                            break
-                        line = bytes(buf[: i + 1])
-                        del buf[: i + 1]
-                        m = _CURSOR_AT_HEAD.match(line)
-                        if m is None:
-                            tail = json.loads(line)
-                            if isinstance(tail, dict) and tail.get("more") is True and isinstance(tail.get("cursor"), str):
-                                more = tail["cursor"]
-                                continue
-                            raise RelayError(f"{what}: a line is not an element ({line[:60]!r})", status=200, error="bad_answer")
-                        yield line, json.loads(m.group(2))
-                if buf:
-                    raise RelayError(f"{what}: the answer ended inside a line", status=None, error="truncated")  # a dropped answer: resumed from the last cursor
-        except (httpx.HTTPError, OSError) as e:
-            raise network_error(e, f"{what} ({target})", timeout) from e
-        if more is None:
-            return
-        cursor = more
+        for chunk in chunks:
+            buf += chunk
+            while True:
+                i = buf.find(b"\n")
+                if i < 0:
+                    break
+                line = bytes(buf[: i + 1])
+                del buf[: i + 1]
+                m = _CURSOR_AT_HEAD.match(line)
+                if m is None:
+                    tail = json.loads(line)
+                    if isinstance(tail, dict) and tail.get("more") is True and isinstance(tail.get("cursor"), str):
+                        more = tail["cursor"]
+                        continue
+                    raise RelayError(f"{what}: a line is not an element ({line[:60]!r})", status=200, error="bad_answer")
+                yield line, json.loads(m.group(2))
+        if buf:
+            raise RelayError(f"{what}: the answer ended inside a line", status=None, error="truncated")  # a dropped answer: resumed from the last cursor
+        return more
+
+    return follow_pages(http, target, headers, [("row", "1"), *params], cursor, what, timeout, lines)
 
 
 def _search_lines(http: httpx.Client, base: str, run: str, token: Optional[str], q: Optional[str], params: List[Tuple[str, str]], timeout: float, cursor: Optional[str]) -> Iterator[Tuple[bytes, str]]:
