@@ -13,24 +13,14 @@ import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
 import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
+import type { SearchHit as Hit, SearchPage } from "../../src/objects/registry/search-store.js";
 import worker from "../../src/worker/index.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
 
 const RUN = `search-${Date.now().toString(36)}`;
-type Hit = {
-  id: string;
-  score: number;
-  snippets: Array<{
-    trace: string;
-    node: number;
-    role: string;
-    tool: string | null;
-    text: string;
-    highlights: Array<[number, number]>;
-  }>;
-};
-type Page = { episodes: Hit[]; cursor: string | null };
+/** The route's answer, as the run's index gives it. */
+type Page = SearchPage;
 
 /** Per episode, its segments as the relay cuts them, from the golden episode (the brute force's corpus). */
 const corpus = new Map<string, Segment[]>();
