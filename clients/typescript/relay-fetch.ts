@@ -220,7 +220,7 @@ export async function relayFetch(
 export const RETRY_503_FOR_MS = 30_000;
 
 /** A Retry-After in ms (1 s when it is not a number of seconds), drawn between half and all of it (callers spread out). */
-function retryAfterMs(header: string): number {
+export function retryAfterMs(header: string): number {
   const s = Number(header);
   return 1000 * (Number.isFinite(s) && s > 0 ? Math.min(s, 30) : 1) * (0.5 + Math.random() / 2);
 }

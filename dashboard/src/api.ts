@@ -8,6 +8,7 @@
 // opened in a new tab (whose session starts empty) still has it; a pasted token does not travel so.
 
 import { RELAY_HEADER } from "../../src/protocol/index.js";
+import { RETRY_503_FOR_MS, retryAfterMs } from "../../clients/typescript/relay-fetch.js";
 
 const KEY = "episode-relay-token";
 /** Set when the token came in a link: the page's links then carry it on. */
@@ -123,12 +124,10 @@ export async function probe(
   return { ok: true, status: res.status, body };
 }
 
-/** How long a page's GET waits out the relay's 503s with Retry-After before it shows the failure. */
-const RETRY_503_FOR_MS = 30_000;
-
 /**
  * GET a JSON answer of the relay (with the token); a refusal or failure throws an Error carrying the relay's message
- * (and `status`). The relay's 503 with Retry-After is asked again after it, for up to RETRY_503_FOR_MS.
+ * (and `status`). The relay's 503 with Retry-After is asked again after it, for up to RETRY_503_FOR_MS (as the
+ * TypeScript client's calls do: clients/typescript/relay-fetch.ts).
  */
 export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
   const giveUp = Date.now() + RETRY_503_FOR_MS;
@@ -140,8 +139,9 @@ export async function getJson<T>(path: string, signal?: AbortSignal): Promise<T>
     });
     // the relay's own "ask again" (503 with Retry-After: overloaded, or a local tier not up), waited out
     const after = res.status === 503 && res.headers.has(RELAY_HEADER) ? res.headers.get("retry-after") : null;
-    const wait = after === null ? 0 : 1000 * Math.min(Number(after) || 1, 30) * (0.5 + Math.random() / 2);
-    if (after === null || Date.now() + wait > giveUp) break;
+    if (after === null) break;
+    const wait = retryAfterMs(after);
+    if (Date.now() + wait > giveUp) break;
     await res.body?.cancel().catch(() => {});
     await new Promise((r) => setTimeout(r, wait));
     signal?.throwIfAborted();

@@ -106,13 +106,16 @@ function isRuntimeTrouble(e: unknown): boolean {
   );
 }
 
+/** A 503 that asks for the same request again after RETRY_AFTER_S. */
+function retryLater(code: "overloaded" | "unavailable", message: string): RelayError {
+  return new RelayError(code, message, undefined, { "Retry-After": String(RETRY_AFTER_S) });
+}
+
 /** The refusal of a request the runtime had no memory for (`isOverload`). */
 export function overloaded(): RelayError {
-  return new RelayError(
+  return retryLater(
     "overloaded",
     "the relay is out of memory for storage for now (too many episodes open at once): send the same request again after Retry-After (a delta already taken is answered as a duplicate)",
-    undefined,
-    { "Retry-After": String(RETRY_AFTER_S) },
   );
 }
 
@@ -134,11 +137,9 @@ export function asRefusal(e: unknown): RelayError | null {
   // runtime failing inside (its own "internal error; reference = …", as SQLite out of memory in a
   // runtime assertion reaches the Worker): transient, not the relay's bug; logged by toRefusal
   if (isRuntimeTrouble(e))
-    return new RelayError(
+    return retryLater(
       "unavailable",
       "the episode's object restarted while answering: send the same request again after Retry-After",
-      undefined,
-      { "Retry-After": String(RETRY_AFTER_S) },
     );
   if (e instanceof DeltaError) return new RelayError(e.code, e.message, e.field);
   if (e instanceof FinishError) return new RelayError("finish_mismatch", e.message);
