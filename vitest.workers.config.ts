@@ -45,6 +45,8 @@ export default defineConfig({
           ARCHIVE_AFTER_SECONDS: "3600",
           // one archive step at a time per object class, as every local run (src/objects/archive/gate.ts)
           ARCHIVE_SLOTS: "1",
+          // an episode past 5 MiB (R2's least part) goes to R2 in parts: a test's 9 MiB episode takes two
+          ARCHIVE_PART_BYTES: String(5 * 1024 * 1024),
           // an episode's merged annotations past 256 KiB are refused (413) with small records
           MAX_ANNOTATION_BYTES: String(256 * 1024),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test

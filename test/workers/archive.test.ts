@@ -9,14 +9,14 @@ import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } fro
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { archiveKey, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
+import { type ArchiveSlots, archiveKey, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
 import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
 import { armAlarm } from "../../src/objects/storage/alarm-window.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
-import { openDelta, TRACE } from "../support/deltas.js";
+import { delta, openDelta, TRACE } from "../support/deltas.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -358,5 +358,150 @@ describe("both copies go", () => {
     await runDurableObjectAlarm(stub(id));
     expect(await inR2(id)).toEqual([false, false]);
     expect((await relay(id)).status).toBe(404);
+  });
+});
+
+/** A finished episode of about 9 MiB (three 3 MiB fields): past the 5 MiB parts, two parts. */
+async function bigEpisode(id: string): Promise<Uint8Array> {
+  const field = (seed: number) => {
+    const b = new Uint8Array(3 * 1024 * 1024);
+    for (let i = 0; i < b.length; i += 4096) b[i] = (i / 4096 + seed) & 0xff;
+    return b;
+  };
+  const c: GoldenCase = {
+    name: "big",
+    description: "three 3 MiB fields",
+    frames: [openDelta(TRACE), ...[1, 2, 3].map((n) => delta({ set: new LMap([[`blob_${n}`, field(n)]]) }))],
+    reply: encodeReply({ success: true, traces: [{ id: TRACE, nodes: 0, calls: 0 }] }),
+    episode: null,
+    finish_error: null,
+    checkpoints: [],
+    ack_lost: [],
+  };
+  await finish(id, c);
+  return getBytes(id);
+}
+
+/** What a multipart upload did: each part's size and when it was sent and landed; which uploads were aborted. */
+interface Recorded {
+  parts: { n: number; bytes: number; sent: number; landed: number }[];
+  aborted: string[];
+  uploads: string[];
+}
+
+/** The archive bucket, recording its multipart uploads; `failPart`: that part number fails (once). */
+function recordingBucket(rec: Recorded, failPart = 0): R2Bucket {
+  let failed = false;
+  return new Proxy(env.ARCHIVE, {
+    get(bucket, name) {
+      if (name === "createMultipartUpload") {
+        return async (key: string, options?: R2MultipartOptions) => {
+          const upload = await bucket.createMultipartUpload(key, options);
+          rec.uploads.push(upload.uploadId);
+          return {
+            key: upload.key,
+            uploadId: upload.uploadId,
+            complete: (parts: R2UploadedPart[]) => upload.complete(parts),
+            abort: async () => {
+              rec.aborted.push(upload.uploadId);
+              await upload.abort();
+            },
+            uploadPart: async (n: number, value: ReadableStream<Uint8Array>) => {
+              const sent = Date.now();
+              if (n === failPart && !failed) {
+                failed = true;
+                await value.cancel();
+                throw new Error("R2 refused the part");
+              }
+              // read whole here to count it (a test's 5 MiB), then sent as it came
+              const bytes = new Uint8Array(await new Response(value).arrayBuffer());
+              const part = await upload.uploadPart(n, bytes);
+              rec.parts.push({ n, bytes: bytes.byteLength, sent, landed: Date.now() });
+              return part;
+            },
+          } as unknown as R2MultipartUpload;
+        };
+      }
+      const v = Reflect.get(bucket, name);
+      return typeof v === "function" ? v.bind(bucket) : v;
+    },
+  });
+}
+
+/** ARCHIVE_PART_BYTES in vitest.workers.config.ts (R2's least part). */
+const PART = 5 * 1024 * 1024;
+const fresh = (): Recorded => ({ parts: [], aborted: [], uploads: [] });
+
+describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
+  it("two parts, the first ARCHIVE_PART_BYTES: the archive exact, the same ETag, bodies gone", async () => {
+    const id = freshId("arch-parts");
+    const before = await bigEpisode(id);
+    expect(before.byteLength).toBeGreaterThan(PART);
+    const head = await relay(id, { method: "HEAD" });
+    const etag = head.headers.get("etag");
+    expect(etag).not.toBeNull();
+    const rec = fresh();
+    const outcome = await runInDurableObject(stub(id), (_i, state) => {
+      const episode = new EpisodeState(state.storage);
+      return new EpisodeArchive(episode, recordingBucket(rec), () => undefined, null, PART).run();
+    });
+    expect(outcome).toBe("archived");
+    expect(rec.parts.map((p) => [p.n, p.bytes])).toEqual([
+      [1, PART],
+      [2, before.byteLength - PART],
+    ]);
+    expect(rec.aborted).toEqual([]);
+    const res = await relay(id);
+    expect(res.headers.get(ARCHIVE_HEADER)).toBe("1");
+    expect(res.headers.get("etag")).toBe(etag);
+    expect(equal(new Uint8Array(await res.arrayBuffer()), before)).toBe(true);
+    expect((await env.ARCHIVE.head(archiveKey(id)))!.size).toBe(before.byteLength);
+    expect(await bodyRows(id)).toBe(0);
+  });
+
+  it("a part R2 refuses aborts the upload and leaves no copy; the next alarm uploads it again, exact", async () => {
+    const id = freshId("arch-part-fails");
+    const before = await bigEpisode(id);
+    const json0 = await (await json(id)).text();
+    const rec = fresh();
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const episode = new EpisodeState(state.storage);
+      const archive = new EpisodeArchive(episode, recordingBucket(rec, 2), () => undefined, null, PART);
+      await expect(archive.run()).rejects.toThrow("R2 refused the part");
+      expect(episode.meta()!.archived).toBeNull();
+    });
+    expect(rec.uploads).toHaveLength(1);
+    expect(rec.aborted, "the failed upload is aborted").toEqual(rec.uploads);
+    await expect(
+      env.ARCHIVE.resumeMultipartUpload(archiveKey(id), rec.uploads[0]!).complete([]),
+      "an aborted upload cannot be completed",
+    ).rejects.toThrow();
+    expect(await inR2(id)).toEqual([false, false]);
+    expect(equal(await getBytes(id), before)).toBe(true);
+    await archived(id); // the object's own alarm, with its limits' parts
+    expect(equal(await getBytes(id), before)).toBe(true);
+    expect(await (await json(id)).text()).toBe(json0);
+    expect(await bodyRows(id)).toBe(0);
+  });
+
+  it("under archive slots the step rests after each part as long as the part took", async () => {
+    const id = freshId("arch-part-rest");
+    const before = await bigEpisode(id);
+    const rec = fresh();
+    const released: number[] = [];
+    const slots: ArchiveSlots = {
+      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
+      release: async (_holder, tookMs = 0) => void released.push(tookMs),
+    };
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const episode = new EpisodeState(state.storage);
+      await new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART).attempt();
+      expect(episode.meta()!.archived).not.toBeNull();
+    });
+    const [first, second] = rec.parts;
+    expect(rec.parts).toHaveLength(2);
+    expect(second!.sent - first!.landed, "the rest after part 1").toBeGreaterThanOrEqual(first!.landed - first!.sent);
+    expect(released).toHaveLength(1);
+    expect(equal(await getBytes(id), before)).toBe(true);
   });
 });

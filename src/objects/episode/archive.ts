@@ -18,7 +18,8 @@
 import { MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
 import type { Grant } from "../../protocol/archive/leases.js";
-import { LEASE_MS } from "../../protocol/archive/leases.js";
+import { LEASE_MS, MAX_PAUSE_MS } from "../../protocol/archive/leases.js";
+import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
 import type { EpisodeState } from "./state.js";
@@ -74,6 +75,8 @@ export class EpisodeArchive {
     private readonly bucket: R2Bucket,
     private readonly meter: () => UsageMeter | undefined,
     private readonly slots: ArchiveSlots | null = null,
+    /** Past this size the msgpack goes to R2 in parts of this many bytes (`putInParts`). */
+    private readonly partBytes = DEFAULT_ARCHIVE_PART_BYTES,
   ) {}
 
   /** Whether the episode is finished and not archived yet. */
@@ -213,9 +216,10 @@ export class EpisodeArchive {
     return obj.body;
   }
 
-  /** The msgpack, streamed from SQLite into R2 with its exact length. */
+  /** The msgpack, streamed from SQLite into R2: in one put, or past `partBytes` in parts. */
   private async put(m: Meta, metadata: ArchiveMetadata): Promise<void> {
     const size = m.size!;
+    if (size > this.partBytes) return this.putInParts(m, metadata);
     const { readable, writable } = new FixedLengthStream(size);
     // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
     const abort = new AbortController();
@@ -232,6 +236,68 @@ export class EpisodeArchive {
       throw e;
     }
     this.meter()?.r2Put(size);
+  }
+
+  /**
+   * A multipart upload, `partBytes` a part (R2 wants every part but the last the same size, at
+   * least 5 MiB). Under archive slots (one thread for the class: local runs) the step rests after
+   * each part as long as the part took, so a big episode's archive never holds the thread for more
+   * than one part at a time. A copy R2 already holds (a step repeated after readers held the
+   * bodies) is not sent again. A failed or stopped upload is aborted; one cut by a restart is left
+   * to the bucket's lifecycle rule (R2 aborts incomplete uploads after 7 days by default).
+   */
+  private async putInParts(m: Meta, metadata: ArchiveMetadata): Promise<void> {
+    const key = archiveKey(m.id);
+    const held = await this.bucket.head(key);
+    this.meter()?.r2Head();
+    if (held?.customMetadata?.etag === metadata.etag && held.size === m.size) return;
+    const size = m.size!;
+    const count = Math.ceil(size / this.partBytes);
+    const upload = await this.bucket.createMultipartUpload(key, {
+      httpMetadata: { contentType: MSGPACK },
+      customMetadata: metadata,
+    });
+    const render = this.finishedStream(m).getReader();
+    const parts: R2UploadedPart[] = [];
+    let carry: Uint8Array | null = null;
+    try {
+      for (let n = 1; n <= count; n++) {
+        if (this.stopped) throw new Error("the episode is being erased");
+        const began = Date.now();
+        const length = n < count ? this.partBytes : size - (count - 1) * this.partBytes;
+        const { readable, writable } = new FixedLengthStream(length);
+        const writer = writable.getWriter();
+        const sent = upload.uploadPart(n, readable);
+        const write = async () => {
+          for (let left = length; left > 0; ) {
+            let chunk = carry ?? (await render.read()).value;
+            carry = null;
+            if (chunk === undefined) throw new Error(`the render ended ${left} bytes short of part ${n}`);
+            // the boundary's bytes are copied: a written chunk may be handed over whole
+            if (chunk.byteLength > left) [chunk, carry] = [chunk.slice(0, left), chunk.subarray(left)];
+            await writer.write(chunk);
+            left -= chunk.byteLength;
+          }
+          await writer.close();
+        };
+        const written = write();
+        try {
+          await Promise.all([written, sent]);
+        } catch (e) {
+          await writer.abort(e).catch(() => undefined);
+          await Promise.allSettled([written, sent]);
+          throw e;
+        }
+        parts.push(await sent);
+        if (this.slots && n < count) await scheduler.wait(Math.min(Date.now() - began, MAX_PAUSE_MS));
+      }
+      await upload.complete(parts);
+    } catch (e) {
+      await render.cancel(e).catch(() => undefined);
+      await upload.abort().catch(() => undefined);
+      throw e;
+    }
+    this.meter()?.r2Multipart(count, size);
   }
 
   /** The finished episode's msgpack, rendered from SQLite a step at a time. */

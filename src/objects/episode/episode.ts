@@ -110,7 +110,13 @@ export class Episode extends DurableObject<Env> {
       },
     };
     const l = this.limits;
-    this.archive = new EpisodeArchive(this.state, env.ARCHIVE, () => usageOf(this), archiveSlots(env, l.archiveSlots));
+    this.archive = new EpisodeArchive(
+      this.state,
+      env.ARCHIVE,
+      () => usageOf(this),
+      archiveSlots(env, l.archiveSlots),
+      l.archivePartBytes,
+    );
     this.feeds = new HubFeeds(
       ctx.storage.sql,
       env.HUBS,

@@ -39,6 +39,8 @@ export interface Limits {
   indexFlushMs: number;
   /** How long after the reply a finished episode goes to R2 and leaves SQLite (src/objects/episode/archive.ts), ms. */
   archiveAfterMs: number;
+  /** Past this size a finished episode goes to R2 in parts of this many bytes (src/objects/episode/archive.ts). */
+  archivePartBytes: number;
   /** Archive steps at once per object class (src/objects/archive/gate.ts); 0: unlimited, no gate asked. */
   archiveSlots: number;
   /** How long a rollout announced by `POST .../dispatch` may stream nothing before it is dropped, ms. */
@@ -77,7 +79,13 @@ type LimitVar =
   | "MAX_ANNOTATION_BYTES"
   | "MAX_RUN_SOCKETS"
   | "RUN_SOCKET_RATE"
-  | "ARCHIVE_SLOTS";
+  | "ARCHIVE_SLOTS"
+  | "ARCHIVE_PART_BYTES";
+
+/** R2's least multipart part (every part but the last; all of them the same size). */
+export const R2_MIN_PART_BYTES = 5 * 1024 * 1024;
+/** A multipart archive's part unless ARCHIVE_PART_BYTES says otherwise. */
+export const DEFAULT_ARCHIVE_PART_BYTES = 8 * 1024 * 1024;
 
 export function limitsFrom(env: LimitVars): Limits {
   return {
@@ -99,6 +107,10 @@ export function limitsFrom(env: LimitVars): Limits {
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
     archiveSlots: Math.floor(limitFrom(env.ARCHIVE_SLOTS, 0)),
+    archivePartBytes: Math.max(
+      R2_MIN_PART_BYTES,
+      Math.floor(limitFrom(env.ARCHIVE_PART_BYTES, DEFAULT_ARCHIVE_PART_BYTES)),
+    ),
     pendingTimeoutMs: limitFrom(env.PENDING_TIMEOUT_SECONDS, 900) * 1000,
     maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
     maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
