@@ -42,6 +42,7 @@ import {
   type DeltaFactory,
   fmt,
   HttpClient,
+  healthProbe,
   openSocket,
   replyBody,
   routingDeltas,
@@ -281,36 +282,6 @@ class AckClock {
     const at = (q: number) => l[Math.min(l.length - 1, Math.floor(q * l.length))] ?? 0;
     return { acks: l.length, p50Ms: at(0.5), p99Ms: at(0.99), maxMs: l.at(-1) ?? 0, longestGapMs: this.longestGapMs };
   }
-}
-
-/** `GET /v1/health` every 250 ms while a case runs: the slowest answer (a timeout counts as 10 s) and the failures. */
-function healthProbe(base: string): { stop(): Promise<{ probes: number; maxMs: number; failures: number }> } {
-  let stopped = false;
-  let probes = 0;
-  let maxMs = 0;
-  let failures = 0;
-  const loop = (async () => {
-    while (!stopped) {
-      const t = performance.now();
-      try {
-        const r = await fetch(`${base}/v1/health`, { signal: AbortSignal.timeout(10_000) });
-        await r.arrayBuffer();
-        if (!r.ok) failures++;
-      } catch {
-        failures++;
-      }
-      probes++;
-      maxMs = Math.max(maxMs, performance.now() - t);
-      await sleep(250);
-    }
-  })();
-  return {
-    async stop() {
-      stopped = true;
-      await loop;
-      return { probes, maxMs, failures };
-    },
-  };
 }
 
 /** A producer socket (envelopes, one answer per message, in order). */

@@ -530,3 +530,33 @@ let episodeCounter = 0;
 export function episodeId(tag: string): string {
   return `bench-${tag}-${process.pid}-${Date.now().toString(36)}-${++episodeCounter}`;
 }
+
+/** `GET /v1/health` every 250 ms while a case runs: the slowest answer (a timeout counts as 10 s) and the failures. */
+export function healthProbe(base: string): { stop(): Promise<{ probes: number; maxMs: number; failures: number }> } {
+  let stopped = false;
+  let probes = 0;
+  let maxMs = 0;
+  let failures = 0;
+  const loop = (async () => {
+    while (!stopped) {
+      const t = performance.now();
+      try {
+        const r = await fetch(`${base}/v1/health`, { signal: AbortSignal.timeout(10_000) });
+        await r.arrayBuffer();
+        if (!r.ok) failures++;
+      } catch {
+        failures++;
+      }
+      probes++;
+      maxMs = Math.max(maxMs, performance.now() - t);
+      await sleep(250);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return { probes, maxMs, failures };
+    },
+  };
+}

@@ -22,6 +22,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["runscale", () => import("./runscale.js")],
   ["tiers", () => import("./tiers.js")],
   ["cost", () => import("./cost.js")],
+  ["archive", () => import("./archive.js")],
   ["search", () => import("./search.js")],
   ["flags", () => import("./flags.js")],
 ];
