@@ -3,7 +3,8 @@
 // drops its bodies and log. GET (msgpack and JSON), HEAD, a run's bulk fetch and a late watcher read
 // the archive with the same bytes and ETags; the Worker answers GET without waking the object; a
 // crash at any point repeats the step and loses nothing; a JSON copy an older release wrote is
-// never read and goes; a delete and the end of retention remove the copy.
+// never read and goes; a delete and the end of retention remove the copy; an episode past
+// ARCHIVE_PART_BYTES goes up in parts (a failed or erased upload is aborted; the step rests between parts).
 import { env } from "cloudflare:workers";
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { decode, decodeMulti } from "@msgpack/msgpack";
@@ -482,6 +483,31 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     expect(equal(await getBytes(id), before)).toBe(true);
     expect(await (await json(id)).text()).toBe(json0);
     expect(await bodyRows(id)).toBe(0);
+  });
+
+  it("erased between parts: the step stops, the upload is aborted, no copy is left", async () => {
+    const id = freshId("arch-part-erase");
+    await bigEpisode(id);
+    const rec = fresh();
+    const slots: ArchiveSlots = {
+      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
+      release: async () => undefined,
+    };
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const episode = new EpisodeState(state.storage);
+      const archive = new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART);
+      const step = archive.attempt();
+      while (rec.parts.length === 0) await scheduler.wait(5);
+      await archive.remove(id); // as DELETE does, before it erases SQLite: waits for the step
+      await step;
+      expect(episode.meta()!.archived).toBeNull();
+    });
+    expect(
+      rec.parts.map((p) => p.n),
+      "no part after the erase began",
+    ).toEqual([1]);
+    expect(rec.aborted).toEqual(rec.uploads);
+    expect(await inR2(id)).toEqual([false, false]);
   });
 
   it("under archive slots the step rests after each part as long as the part took", async () => {

@@ -262,7 +262,12 @@ export class EpisodeArchive {
     let carry: Uint8Array | null = null;
     try {
       for (let n = 1; n <= count; n++) {
-        if (this.stopped) throw new Error("the episode is being erased");
+        if (this.stopped) {
+          // erased meanwhile (`remove` waits for this step): no part more, nothing left behind
+          await render.cancel().catch(() => undefined);
+          await upload.abort().catch(() => undefined);
+          return;
+        }
         const began = Date.now();
         const length = n < count ? this.partBytes : size - (count - 1) * this.partBytes;
         const { readable, writable } = new FixedLengthStream(length);
