@@ -32,7 +32,7 @@
 
 import { createRequire } from "node:module";
 import { loadavg } from "node:os";
-import { Worker } from "node:worker_threads";
+import { spawn } from "node:child_process";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
 import { encodeEnvelope } from "../src/protocol/index.js";
@@ -43,9 +43,11 @@ import {
   ForeignCpu,
   HttpClient,
   closeSocket,
+  descendantPids,
   episodeId,
   fmt,
   openSocket,
+  procStat,
   sizedDeltas,
   sleep,
   startBenchRelay,
@@ -75,13 +77,15 @@ const CONNECT_PARALLEL = 50;
 export const TARGET_CELL = "1000x16KiB";
 export const TARGETS = { minThroughputRatio: 1.0, maxP99Ratio: 2.0 } as const;
 
+/** Runs of the target cell (ws, then relay, each time); its figures are the medians. */
+const TARGET_RUNS = 3;
+
 type Target = "relay" | "ws";
 
-// ---- the bare broadcast server (its own thread) ----
+// ---- the bare broadcast server (its own process) ----
 
 const BARE_SERVER = `
-const { parentPort, workerData } = require("node:worker_threads");
-const { WebSocketServer } = require(workerData.ws);
+const { WebSocketServer } = require(process.env.WS_PATH);
 // permessage-deflate: ws's server declines it by default (as the relay does)
 const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: 64 * 1024 * 1024 });
 const watchers = new Set();
@@ -94,36 +98,62 @@ wss.on("connection", (ws, req) => {
     ws.on("close", () => watchers.delete(ws));
   }
 });
-wss.on("listening", () => parentPort.postMessage({ port: wss.address().port }));
-parentPort.on("message", (m) => {
-  if (m !== "stop") return;
-  for (const c of wss.clients) c.terminate();
-  wss.close(() => parentPort.close());
-});
+wss.on("listening", () => process.stdout.write(JSON.stringify({ port: wss.address().port }) + "\\n"));
+process.stdin.on("end", () => { for (const c of wss.clients) c.terminate(); wss.close(() => process.exit(0)); });
+process.stdin.resume();
 `;
 
 interface BareServer {
   url: string;
+  /** Its process (its CPU time is the baseline's server cost). */
+  pid: number;
   stop(): Promise<void>;
 }
 
+/**
+ * The bare server in a process of its own (a core to itself, as workerd has, and its CPU time
+ * read apart from the clients'); it stops when its stdin closes, so it never outlives the bench.
+ */
 async function startBareServer(): Promise<BareServer> {
   const wsPath = createRequire(import.meta.url).resolve("ws");
-  const worker = new Worker(BARE_SERVER, { eval: true, workerData: { ws: wsPath } });
+  const child = spawn(process.execPath, ["-e", BARE_SERVER], {
+    env: { ...process.env, WS_PATH: wsPath },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
   const port = await new Promise<number>((resolve, reject) => {
-    worker.once("message", (m: { port: number }) => resolve(m.port));
-    worker.once("error", reject);
+    let out = "";
+    child.stdout!.on("data", (d: Buffer) => {
+      out += String(d);
+      if (out.includes("\n")) resolve((JSON.parse(out.slice(0, out.indexOf("\n"))) as { port: number }).port);
+    });
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`bare ws server exited ${code}`)));
   });
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: child.pid!,
     stop: async () => {
-      const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
-      worker.postMessage("stop");
-      const t = setTimeout(() => void worker.terminate(), 5000);
+      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+      child.stdin!.end();
+      const t = setTimeout(() => child.kill("SIGKILL"), 5000);
       await exited;
       clearTimeout(t);
     },
   };
+}
+
+/** CPU time (user + system, ms) of these processes so far (Linux /proc; NaN where unreadable). */
+function cpuMs(pids: readonly (number | "self")[]): number {
+  let ticks = 0;
+  try {
+    for (const pid of pids) {
+      const f = procStat(pid).fields;
+      ticks += Number(f[11]) + Number(f[12]);
+    }
+  } catch {
+    return NaN;
+  }
+  return ticks * 10; // USER_HZ 100
 }
 
 // ---- watchers ----
@@ -469,6 +499,49 @@ export async function runCell(
   }
 }
 
+/** A cell with the CPU its server and this process (the clients) spent in the measured phases. */
+interface MeasuredCell extends CellFigures {
+  serverCpuMs: number;
+  clientCpuMs: number;
+  /** Deliveries in the measured phases (deltas × watchers). */
+  delivered: number;
+}
+
+async function measuredCell(
+  target: Target,
+  url: string,
+  client: HttpClient | null,
+  n: number,
+  sizeKiB: number,
+  latCount: number,
+  serverPids: readonly number[],
+  watchBase?: string,
+): Promise<MeasuredCell> {
+  const at = () => ({ server: cpuMs(serverPids), client: cpuMs(["self"]) });
+  let t0 = at();
+  let t1 = t0;
+  const hooks = {
+    measuring: async () => {
+      t0 = at();
+    },
+    measured: async () => {
+      t1 = at();
+    },
+  };
+  const f = await runCell(target, url, client, n, sizeKiB, latCount, MAX_MS, hooks, watchBase);
+  return {
+    ...f,
+    serverCpuMs: t1.server - t0.server,
+    clientCpuMs: t1.client - t0.client,
+    delivered: n * (WINDOW + f.latency.deltas + f.throughput.deltas),
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)]!;
+}
+
 // ---- the section ----
 
 function latCountFor(n: number, sizeKiB: number): number {
@@ -489,6 +562,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     await runCell("ws", bare.url, null, 10, 1, 20, 500);
     await runCell("relay", relay.url, client, 10, 1, 20, 500, {}, relay.watchUrl);
     load0 = loadavg()[0]!;
+    const relayPids = descendantPids("workerd");
     for (const n of WATCHERS) {
       for (const sizeKiB of SIZES_KIB) {
         const key = `${n}x${sizeKiB}KiB`;
@@ -497,39 +571,111 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         const started = performance.now();
         const foreign = new ForeignCpu();
         foreign.start();
-        // bare server first, then the relay: same clients, sizes, rate and window
-        const b = await runCell("ws", bare.url, null, n, sizeKiB, latCount, MAX_MS);
-        const r = await runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS, {}, relay.watchUrl);
+        // bare server first, then the relay: same clients, sizes, rate and window; the target cell
+        // TARGET_RUNS times (its ratios are the runs' medians: one pair at the clients' bound is noisy)
+        const runs: Array<{ b: MeasuredCell; r: MeasuredCell }> = [];
+        for (let k = 0; k < (key === TARGET_CELL ? TARGET_RUNS : 1); k++) {
+          const b = await measuredCell("ws", bare.url, null, n, sizeKiB, latCount, [bare.pid]);
+          const r = await measuredCell("relay", relay.url, client, n, sizeKiB, latCount, relayPids, relay.watchUrl);
+          runs.push({ b, r });
+        }
         const otherCpu = foreign.stop();
         const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
         const mbps = (f: PhaseFigures, bytes: number) => (n * f.deltas * bytes) / 1e3 / f.ms;
+        const m = (pick: (x: { b: MeasuredCell; r: MeasuredCell }) => number) => median(runs.map(pick));
+        const spread = (pick: (x: { b: MeasuredCell; r: MeasuredCell }) => number) =>
+          runs.length > 1 ? runs.map((x) => sig(pick(x), 3)) : undefined;
+        const thrRatio = (x: { b: MeasuredCell; r: MeasuredCell }) => perW(x.r.throughput) / perW(x.b.throughput);
+        const p99Ratio = (x: { b: MeasuredCell; r: MeasuredCell }) => x.r.latency.p99 / x.b.latency.p99;
+        const usPer = (c: MeasuredCell, ms: number) => (ms * 1000) / c.delivered;
+        const deltaBytes = runs[0]!.r.deltaBytes;
         const fig = {
-          deltas_per_s_per_watcher: sig(perW(r.throughput)),
-          ws_deltas_per_s_per_watcher: sig(perW(b.throughput)),
-          ratio_throughput_vs_ws: sig(perW(r.throughput) / perW(b.throughput), 3),
-          p50_ms: sig(r.latency.p50, 3),
-          p99_ms: sig(r.latency.p99, 3),
-          ws_p50_ms: sig(b.latency.p50, 3),
-          ws_p99_ms: sig(b.latency.p99, 3),
-          ratio_p99_vs_ws: sig(r.latency.p99 / b.latency.p99, 3),
-          mb_per_s: sig(mbps(r.throughput, r.deltaBytes)),
-          ws_mb_per_s: sig(mbps(b.throughput, b.deltaBytes)),
-          max_rate_p50_ms: sig(r.throughput.p50, 3),
-          max_rate_p99_ms: sig(r.throughput.p99, 3),
-          ws_max_rate_p50_ms: sig(b.throughput.p50, 3),
-          ws_max_rate_p99_ms: sig(b.throughput.p99, 3),
-          offered_per_s: sig(r.latency.offeredPerS, 3),
-          ws_offered_per_s: sig(b.latency.offeredPerS, 3),
+          deltas_per_s_per_watcher: sig(m((x) => perW(x.r.throughput))),
+          ws_deltas_per_s_per_watcher: sig(m((x) => perW(x.b.throughput))),
+          ratio_throughput_vs_ws: sig(m(thrRatio), 3),
+          p50_ms: sig(
+            m((x) => x.r.latency.p50),
+            3,
+          ),
+          p99_ms: sig(
+            m((x) => x.r.latency.p99),
+            3,
+          ),
+          ws_p50_ms: sig(
+            m((x) => x.b.latency.p50),
+            3,
+          ),
+          ws_p99_ms: sig(
+            m((x) => x.b.latency.p99),
+            3,
+          ),
+          ratio_p99_vs_ws: sig(m(p99Ratio), 3),
+          ...(runs.length > 1
+            ? { runs: runs.length, ratio_throughput_runs: spread(thrRatio), ratio_p99_runs: spread(p99Ratio) }
+            : {}),
+          // CPU per delivery (one delta to one watcher) over the measured phases: the servers' own cost,
+          // apart from the clients' bound (relay: both workerd tiers; ws: its process)
+          server_cpu_us_per_delivery: sig(
+            m((x) => usPer(x.r, x.r.serverCpuMs)),
+            3,
+          ),
+          ws_server_cpu_us_per_delivery: sig(
+            m((x) => usPer(x.b, x.b.serverCpuMs)),
+            3,
+          ),
+          ratio_server_cpu_vs_ws: sig(
+            m((x) => usPer(x.r, x.r.serverCpuMs) / usPer(x.b, x.b.serverCpuMs)),
+            3,
+          ),
+          client_cpu_us_per_delivery: sig(
+            m((x) => usPer(x.r, x.r.clientCpuMs)),
+            3,
+          ),
+          ws_client_cpu_us_per_delivery: sig(
+            m((x) => usPer(x.b, x.b.clientCpuMs)),
+            3,
+          ),
+          mb_per_s: sig(m((x) => mbps(x.r.throughput, deltaBytes))),
+          ws_mb_per_s: sig(m((x) => mbps(x.b.throughput, deltaBytes))),
+          max_rate_p50_ms: sig(
+            m((x) => x.r.throughput.p50),
+            3,
+          ),
+          max_rate_p99_ms: sig(
+            m((x) => x.r.throughput.p99),
+            3,
+          ),
+          ws_max_rate_p50_ms: sig(
+            m((x) => x.b.throughput.p50),
+            3,
+          ),
+          ws_max_rate_p99_ms: sig(
+            m((x) => x.b.throughput.p99),
+            3,
+          ),
+          offered_per_s: sig(
+            m((x) => x.r.latency.offeredPerS),
+            3,
+          ),
+          ws_offered_per_s: sig(
+            m((x) => x.b.latency.offeredPerS),
+            3,
+          ),
           latency_deltas: latCount,
-          throughput_deltas: r.throughput.deltas,
-          ws_throughput_deltas: b.throughput.deltas,
-          delta_bytes: r.deltaBytes,
+          throughput_deltas: m((x) => x.r.throughput.deltas),
+          ws_throughput_deltas: m((x) => x.b.throughput.deltas),
+          delta_bytes: deltaBytes,
           ...(otherCpu === undefined ? {} : { other_cpu_pct: otherCpu }),
         };
         out[key] = fig;
         opts.log(
           `fanout: ${key}: ${fig.deltas_per_s_per_watcher} deltas/s/watcher (ws ${fig.ws_deltas_per_s_per_watcher}, ×${fig.ratio_throughput_vs_ws}); ` +
-            `at ${RATE}/s p50 ${fig.p50_ms} p99 ${fig.p99_ms} ms (ws ${fig.ws_p50_ms} / ${fig.ws_p99_ms}, ×${fig.ratio_p99_vs_ws}) [${((performance.now() - started) / 1000).toFixed(1)} s]`,
+            `at ${RATE}/s p50 ${fig.p50_ms} p99 ${fig.p99_ms} ms (ws ${fig.ws_p50_ms} / ${fig.ws_p99_ms}, ×${fig.ratio_p99_vs_ws}); ` +
+            `server CPU ${fig.server_cpu_us_per_delivery} µs/delivery (ws ${fig.ws_server_cpu_us_per_delivery}, ×${fig.ratio_server_cpu_vs_ws})` +
+            (runs.length > 1
+              ? `; ${runs.length} runs, × ws ${fig.ratio_throughput_runs!.join("/")}, p99 × ${fig.ratio_p99_runs!.join("/")}`
+              : "") +
+            ` [${((performance.now() - started) / 1000).toFixed(1)} s]`,
         );
         let check = "";
         if (key === TARGET_CELL) {
@@ -550,6 +696,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           fmt(fig.ws_p50_ms),
           fmt(fig.ws_p99_ms),
           fmt(fig.ratio_p99_vs_ws),
+          fmt(fig.server_cpu_us_per_delivery),
+          fmt(fig.ws_server_cpu_us_per_delivery),
           `${fig.latency_deltas}`,
           fig.other_cpu_pct === undefined ? "" : String(fig.other_cpu_pct),
           check,
@@ -588,6 +736,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       "ws p50",
       "ws p99",
       "p99 × ws",
+      "srv µs/d",
+      "ws srv µs/d",
       "lat n",
       "other CPU %",
       "target",
@@ -597,7 +747,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       `Throughput (d/s/watcher, MB/s = all watchers, 10^6 B of delta): maximum rate, ≤ ${WINDOW} deltas not yet received by every watcher, ~${MAX_MS / 1000} s.`,
       `Latency (p50/p99, send → each watcher's receipt, same clock): offered ${RATE} deltas/s for "lat n" deltas (fewer for large N × size).`,
       `All watchers are ws clients in this one Node process (2-core machine): at 100-1000 watchers the client side is likely`,
-      `the bottleneck, which is why the bare ws server (own thread, no logic) under the same clients is the baseline.`,
+      `the bottleneck, which is why the bare ws server (own process, no logic) under the same clients is the baseline.`,
+      `"srv µs/d": server CPU (user + system) per delivery, one delta to one watcher, over the measured phases: the relay's two`,
+      `workerd tiers against the bare server's process (what each costs, apart from the clients' bound).`,
+      `${TARGET_CELL}: ${TARGET_RUNS} runs (ws, relay, alternating); its figures are the runs' medians (the JSON lists each run's ratios).`,
       `"other CPU %": CPU used during the cell by processes other than this bench and its workerd (% of one core; 2 cores here).`,
       `Relay storage on tmpfs; watchers ping every 5 s and after 8 MiB; every watcher's seqs are checked (each delta once, in order).`,
     ],

@@ -4,7 +4,15 @@
 import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
-import { type FeedFrame, framed, type HubFrame, received, variantMessage } from "../../src/protocol/hub/feed.js";
+import {
+  type FeedFrame,
+  framed,
+  type HubFrame,
+  LIVE_MESSAGE_BYTES,
+  messageRuns,
+  received,
+  variantMessage,
+} from "../../src/protocol/hub/feed.js";
 import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import { closeReason } from "../../src/protocol/http/errors.js";
@@ -203,6 +211,21 @@ describe("a fed frame's message (passed through to watchers of the whole episode
     expect(m.type === "frames" && m.frames.map(([seq]) => seq)).toEqual([2]);
     expect(variantMessage(fs, { routing: true, traces: ["c"] })).toBeNull();
     expect(variantMessage([], full)).toBeNull();
+  });
+
+  it("back-to-back frames share a live message up to LIVE_MESSAGE_BYTES; a larger frame goes alone", () => {
+    const f = (seq: number, n: number) => framed({ seq, trace: "t", delta: bytes(n, seq) });
+    const small = [1, 2, 3, 4, 5].map((s) => f(s, 3000)); // ~3 KiB messages: five fit in 16 KiB
+    expect(messageRuns(small).map((r) => r.map((x) => x.seq))).toEqual([[1, 2, 3, 4, 5]]);
+    const mixed = [f(1, 3000), f(2, 20_000), f(3, 3000), f(4, 3000), f(5, LIVE_MESSAGE_BYTES)];
+    const runs = messageRuns(mixed);
+    expect(runs.map((r) => r.map((x) => x.seq))).toEqual([[1], [2], [3, 4], [5]]);
+    for (const r of runs)
+      expect(r.length === 1 || r.reduce((n, x) => n + x.message.length, 0) <= LIVE_MESSAGE_BYTES).toBe(true);
+    // every frame once, in order; a frame alone is sent as the very bytes the episode built
+    expect(runs.flat()).toEqual(mixed);
+    expect(variantMessage(runs[1]!, { routing: true, traces: null })).toBe(mixed[1]!.message);
+    expect(messageRuns([])).toEqual([]);
   });
 });
 

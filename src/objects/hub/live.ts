@@ -1,13 +1,14 @@
 // A hub's live watchers and its fan-out. Frames fed to the hub go to every live watcher: grouped
 // by variant, each message encoded once per variant and the same bytes sent to every socket of
-// the group. Feeds that arrive back to back are coalesced into one message (with thousands of
-// watchers the sends, not the bytes, are the cost). A live watcher more than `lagBytes` behind its
-// acknowledgements is closed with 4008; it resumes with `?after=SEQ`. Which sockets are live is
+// the group. Feeds that arrive back to back are coalesced, up to LIVE_MESSAGE_BYTES a message
+// (src/protocol/hub/feed.ts: with thousands of watchers the sends are the hub's cost; a large
+// frame goes alone). A live watcher more than `lagBytes` behind its acknowledgements is closed
+// with 4008; it resumes with `?after=SEQ`. Which sockets are live is
 // in their attachments (it survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
 import type { Variant } from "../../protocol/watch/variant.js";
-import { type HubFrame, variantMessage } from "../../protocol/hub/feed.js";
+import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/feed.js";
 import type { Flows, Flow } from "./flows.js";
 
 /** What a hub knows of a watcher socket. */
@@ -62,17 +63,24 @@ export class LiveFanOut {
     const frames = this.pending;
     if (frames.length === 0) return;
     this.pending = [];
+    const runs = messageRuns(frames);
     for (const { variant, sockets } of this.groups()) {
       if (sockets.size === 0) continue;
-      const message = variantMessage(frames, variant);
-      if (!message) continue;
-      // the lag rule inline (a thousand sockets per message): refused once it would pass lagBytes
-      const n = message.length;
-      const limit = this.lagBytes - n;
-      for (const [ws, flow] of sockets) {
-        if (flow.sent - flow.acked > limit) this.tooSlow(ws, flow.sent - flow.acked + n);
-        else this.flows.sendOn(ws, flow, message);
+      for (const run of runs) {
+        const message = variantMessage(run, variant);
+        if (message) this.sendGroup(sockets, message);
       }
+    }
+  }
+
+  /** One message to a variant's live sockets, with the lag rule inline (a thousand sockets per message). */
+  private sendGroup(sockets: Map<WebSocket, Flow>, message: Uint8Array): void {
+    // refused once it would pass lagBytes
+    const n = message.length;
+    const limit = this.lagBytes - n;
+    for (const [ws, flow] of sockets) {
+      if (flow.sent - flow.acked > limit) this.tooSlow(ws, flow.sent - flow.acked + n);
+      else this.flows.sendOn(ws, flow, message);
     }
   }
 

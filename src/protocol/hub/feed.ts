@@ -137,6 +137,37 @@ export function feedBytes(frames: readonly FeedFrame[]): number {
 export type CursorStep = { message: Uint8Array } | { end: number } | { rewound: true };
 
 /**
+ * Frames fed back to back share a live message up to this many bytes: small frames go a dozen to
+ * a send (a hub's cost is its sends); a frame this large goes alone, the very bytes the episode
+ * built. Joining large frames saves sends but costs each watcher more than it saves the hub: a
+ * message that spans a client's socket reads is reassembled (a copy) there. Measured (bench
+ * `fanout`, 1000 × 16 KiB): joined 3–4 to a message, watchers spent 36.8 µs CPU per delivery
+ * against 31.5 µs from a bare ws server; one frame per message, 29.5 µs.
+ */
+export const LIVE_MESSAGE_BYTES = 16 * 1024;
+
+/**
+ * Consecutive frames cut into runs to send as one message each: a run holds frames while their
+ * messages total at most `maxBytes`, and at least one frame.
+ */
+export function messageRuns(frames: readonly HubFrame[], maxBytes = LIVE_MESSAGE_BYTES): HubFrame[][] {
+  const runs: HubFrame[][] = [];
+  let run: HubFrame[] = [];
+  let bytes = 0;
+  for (const f of frames) {
+    if (run.length > 0 && bytes + f.message.length > maxBytes) {
+      runs.push(run);
+      run = [];
+      bytes = 0;
+    }
+    run.push(f);
+    bytes += f.message.length;
+  }
+  if (run.length > 0) runs.push(run);
+  return runs;
+}
+
+/**
  * Consecutive frames as one `frames` message for `variant` (null: it sees none of them). For the
  * whole episode, the frames' own messages as the episode sent them (one frame: those very bytes).
  */
