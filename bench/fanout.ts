@@ -2,8 +2,8 @@
 // `npm run start:tiers` runs it (tools/local-relay.ts `tiers`: the episode tier and the hub tier in two
 // workerd processes, one address; Durable Object storage on tmpfs, see bench/helpers.ts
 // `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
-// message it gets on a producer connection goes to every watcher connection; it runs on its own
-// thread, so it has a core to itself as workerd does). Every client offers permessage-deflate
+// message it gets on a producer connection goes to every watcher connection; it runs in a process
+// of its own, as workerd does, so each server's CPU time is read apart from the clients'). Every client offers permessage-deflate
 // (ws defaults, as browsers do); neither server takes it. The producer reaches the relay at its
 // address; the watchers at the hub tier's own (its Worker, then its hubs): the local router is a
 // Node process that moves every byte, and at 1000 watchers × 16 KiB × 50/s it, not the relay,
@@ -26,7 +26,10 @@
 // clients in this process (`?routing=1`, the default variant), msgpack-decoded, every frame's
 // seq checked (each watcher must see every delta once, in order), an ack every 1 MiB received
 // (as the relay's watcher protocol asks; the bare server ignores it, at the same client cost).
-// Send and receipt times come from the same clock (this process).
+// Send and receipt times come from the same clock (this process). Beside the rates, each server's
+// CPU (user + system, /proc) per delivery (one delta to one watcher) over the measured phases, and
+// this process's (the clients'): at 1000 watchers the clients' one JS thread is the bound, and on
+// this 2-core machine what a server spends is CPU the clients do not get.
 // The clients (up to 1000 sockets in one Node process) may well be the bottleneck: that is why
 // the bare server under the same clients is the baseline.
 
@@ -549,7 +552,7 @@ function latCountFor(n: number, sizeKiB: number): number {
 }
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
-  opts.log("fanout: starting the relay in two tiers (storage on tmpfs) and the bare ws server (worker thread)");
+  opts.log("fanout: starting the relay in two tiers (storage on tmpfs) and the bare ws server (its own process)");
   const relay = await startBenchRelay("tmpfs", {}, { tiers: true });
   const client = new HttpClient(relay.url);
   let bare: BareServer | null = null;
