@@ -15,7 +15,8 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { Miniflare } from "miniflare";
+import { Miniflare, type WorkerOptions } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
@@ -56,15 +57,30 @@ function sha256(b: Uint8Array): string {
 
 /** Run the release and use it; what it answered, by episode id. */
 async function writeWithRelease(script: string): Promise<Record<string, unknown>> {
+  // the release's own settings (its flags, vars, buckets and further objects) as wrangler reads its wrangler.toml
+  const w = unstable_getMiniflareWorkerOptions(join(tree, "wrangler.toml")).workerOptions;
+  const further = Object.fromEntries(
+    Object.entries((w.durableObjects ?? {}) as Record<string, { className: string }>).map(([binding, d]) => [
+      binding,
+      { className: d.className, useSQLite: true, unsafeUniqueKey: uniqueKey(d.className) },
+    ]),
+  );
   const mf = new Miniflare({
     modules: true,
     scriptPath: script,
     modulesRoot: dirname(script),
-    compatibilityDate: "2026-05-01",
-    compatibilityFlags: ["no_web_socket_compression"],
-    durableObjects: objects(),
+    compatibilityDate: w.compatibilityDate ?? "2026-05-01",
+    compatibilityFlags: w.compatibilityFlags ?? ["no_web_socket_compression"],
+    durableObjects: { ...further, ...objects() },
     durableObjectsPersist: persist,
-    bindings: { AUTH_OFF_ON_LOOPBACK: "true", INDEX_FLUSH_MS: "100" },
+    r2Buckets: w.r2Buckets as WorkerOptions["r2Buckets"],
+    // finished episodes stay in SQLite (no archive step while the fixture is written: the dump holds SQLite only)
+    bindings: {
+      ...((w.bindings ?? {}) as Record<string, string>),
+      AUTH_OFF_ON_LOOPBACK: "true",
+      INDEX_FLUSH_MS: "100",
+      ARCHIVE_AFTER_SECONDS: "86400",
+    },
   });
   const base = "http://127.0.0.1/v1";
   const observed: Record<string, unknown> = {};

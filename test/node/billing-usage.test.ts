@@ -126,7 +126,10 @@ describe("the records", () => {
     expect(m.snapshot(0, 0).r2.bytesStored).toBeUndefined();
     m.r2Put(100);
     m.r2Put(50, 100); // overwrote the first
-    m.r2Multipart(3, 1000);
+    // a multipart upload of three parts, op by op: create, parts, complete (storing what they make up)
+    m.r2MultipartOp();
+    for (const part of [400, 400, 200]) m.r2MultipartOp(part);
+    m.r2MultipartOp(0, 1000);
     m.r2Get();
     m.r2Head();
     m.r2List();

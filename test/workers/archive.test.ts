@@ -14,6 +14,7 @@ import { type ArchiveSlots, archiveKey, EpisodeArchive, legacyJsonKey } from "..
 import { EpisodeState } from "../../src/objects/episode/state.js";
 import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
 import { armAlarm } from "../../src/objects/storage/alarm-window.js";
+import { UsageMeter } from "../../src/protocol/billing/usage.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
@@ -388,39 +389,52 @@ interface Recorded {
   parts: { n: number; bytes: number; sent: number; landed: number }[];
   aborted: string[];
   uploads: string[];
+  resumed: string[];
 }
 
-/** The archive bucket, recording its multipart uploads; `failPart`: that part number fails (once). */
-function recordingBucket(rec: Recorded, failPart = 0): R2Bucket {
+/**
+ * The archive bucket, recording its multipart uploads (created or resumed); `failPart`: that part
+ * number fails (once); `hangPart`: that part never lands (a step a restart cuts).
+ */
+function recordingBucket(rec: Recorded, failPart = 0, hangPart = 0): R2Bucket {
   let failed = false;
+  const wrap = (upload: R2MultipartUpload): R2MultipartUpload =>
+    ({
+      key: upload.key,
+      uploadId: upload.uploadId,
+      complete: (parts: R2UploadedPart[]) => upload.complete(parts),
+      abort: async () => {
+        rec.aborted.push(upload.uploadId);
+        await upload.abort();
+      },
+      uploadPart: async (n: number, value: ReadableStream<Uint8Array>) => {
+        const sent = Date.now();
+        if (n === hangPart) return new Promise<never>(() => undefined);
+        if (n === failPart && !failed) {
+          failed = true;
+          await value.cancel();
+          throw new Error("R2 refused the part");
+        }
+        // read whole here to count it (a test's 5 MiB), then sent as it came
+        const bytes = new Uint8Array(await new Response(value).arrayBuffer());
+        const part = await upload.uploadPart(n, bytes);
+        rec.parts.push({ n, bytes: bytes.byteLength, sent, landed: Date.now() });
+        return part;
+      },
+    }) as unknown as R2MultipartUpload;
   return new Proxy(env.ARCHIVE, {
     get(bucket, name) {
       if (name === "createMultipartUpload") {
         return async (key: string, options?: R2MultipartOptions) => {
           const upload = await bucket.createMultipartUpload(key, options);
           rec.uploads.push(upload.uploadId);
-          return {
-            key: upload.key,
-            uploadId: upload.uploadId,
-            complete: (parts: R2UploadedPart[]) => upload.complete(parts),
-            abort: async () => {
-              rec.aborted.push(upload.uploadId);
-              await upload.abort();
-            },
-            uploadPart: async (n: number, value: ReadableStream<Uint8Array>) => {
-              const sent = Date.now();
-              if (n === failPart && !failed) {
-                failed = true;
-                await value.cancel();
-                throw new Error("R2 refused the part");
-              }
-              // read whole here to count it (a test's 5 MiB), then sent as it came
-              const bytes = new Uint8Array(await new Response(value).arrayBuffer());
-              const part = await upload.uploadPart(n, bytes);
-              rec.parts.push({ n, bytes: bytes.byteLength, sent, landed: Date.now() });
-              return part;
-            },
-          } as unknown as R2MultipartUpload;
+          return wrap(upload);
+        };
+      }
+      if (name === "resumeMultipartUpload") {
+        return (key: string, uploadId: string) => {
+          rec.resumed.push(uploadId);
+          return wrap(bucket.resumeMultipartUpload(key, uploadId));
         };
       }
       const v = Reflect.get(bucket, name);
@@ -431,7 +445,7 @@ function recordingBucket(rec: Recorded, failPart = 0): R2Bucket {
 
 /** ARCHIVE_PART_BYTES in vitest.workers.config.ts (R2's least part). */
 const PART = 5 * 1024 * 1024;
-const fresh = (): Recorded => ({ parts: [], aborted: [], uploads: [] });
+const fresh = (): Recorded => ({ parts: [], aborted: [], uploads: [], resumed: [] });
 
 describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
   it("two parts, the first ARCHIVE_PART_BYTES: the archive exact, the same ETag, bodies gone", async () => {
@@ -529,5 +543,96 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     expect(second!.sent - first!.landed, "the rest after part 1").toBeGreaterThanOrEqual(first!.landed - first!.sent);
     expect(released).toHaveLength(1);
     expect(equal(await getBytes(id), before)).toBe(true);
+  });
+
+  /** The big episode's archive step cut after part 1 landed (part 2 never does): the object as a restart leaves it. */
+  async function cutAfterPart1(id: string, rec: Recorded): Promise<void> {
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const archive = new EpisodeArchive(
+        new EpisodeState(state.storage),
+        recordingBucket(rec, 0, 2),
+        () => undefined,
+        null,
+        PART,
+      );
+      void archive.run();
+      while (rec.parts.length === 0) await scheduler.wait(5);
+      await scheduler.wait(20); // part 1's record is written in the turn it landed
+    });
+    expect(rec.uploads).toHaveLength(1);
+    await abortAllDurableObjects(); // the restart: the step with part 2 in flight dies with the object
+  }
+
+  /** The upload the episode's SQLite records as under way, if any. */
+  async function recorded(id: string): Promise<{ upload_id: string; part_bytes: number; parts: number } | null> {
+    return await runInDurableObject(stub(id), (_i, state) => {
+      const u = state.storage.sql
+        .exec<{ upload_id: string; part_bytes: number }>("SELECT upload_id, part_bytes FROM archive_upload")
+        .toArray()[0];
+      const parts = state.storage.sql.exec<{ n: number }>("SELECT count(*) AS n FROM archive_parts").one().n;
+      return u ? { ...u, parts } : null;
+    });
+  }
+
+  it("a step cut by a restart after part 1: the next resumes the upload and sends only part 2; exact, nothing left recorded", async () => {
+    const id = freshId("arch-part-cut");
+    const before = await bigEpisode(id);
+    const cut = fresh();
+    await cutAfterPart1(id, cut);
+    expect(await recorded(id)).toEqual({ upload_id: cut.uploads[0], part_bytes: PART, parts: 1 });
+    const rec = fresh();
+    const usage = new UsageMeter("Episode", id, 0);
+    const outcome = await runInDurableObject(stub(id), (_i, state) =>
+      new EpisodeArchive(new EpisodeState(state.storage), recordingBucket(rec), () => usage, null, PART).run(),
+    );
+    expect(outcome).toBe("archived");
+    expect(rec.uploads, "no new upload").toEqual([]);
+    expect(rec.resumed).toEqual(cut.uploads);
+    expect(rec.parts.map((p) => [p.n, p.bytes])).toEqual([[2, before.byteLength - PART]]);
+    expect(rec.aborted).toEqual([]);
+    expect(usage.snapshot(0, 0).r2, "part 2 and the complete, class A; what was stored").toMatchObject({
+      classA: 2,
+      bytesWritten: before.byteLength - PART,
+      bytesStored: before.byteLength,
+    });
+    expect(equal(await getBytes(id), before)).toBe(true);
+    expect((await relay(id)).headers.get(ARCHIVE_HEADER)).toBe("1");
+    expect(await recorded(id)).toBeNull();
+  });
+
+  it("a cut upload recorded with another part size is aborted and the episode sent anew; a DELETE aborts one still recorded", async () => {
+    const id = freshId("arch-part-resize");
+    const before = await bigEpisode(id);
+    const cut = fresh();
+    await cutAfterPart1(id, cut);
+    // ARCHIVE_PART_BYTES changed across the restart (a deploy with another setting): parts of
+    // another size cannot make up this upload
+    await runInDurableObject(
+      stub(id),
+      (_i, state) => void state.storage.sql.exec("UPDATE archive_upload SET part_bytes = ?", PART * 2),
+    );
+    const rec = fresh();
+    await runInDurableObject(stub(id), (_i, state) =>
+      new EpisodeArchive(new EpisodeState(state.storage), recordingBucket(rec), () => undefined, null, PART).run(),
+    );
+    expect(rec.aborted).toEqual(cut.uploads);
+    expect(rec.uploads).toHaveLength(1);
+    expect(rec.parts.map((p) => p.n)).toEqual([1, 2]);
+    expect(equal(await getBytes(id), before)).toBe(true);
+    expect(await recorded(id)).toBeNull();
+
+    const other = freshId("arch-part-cut-delete");
+    await bigEpisode(other);
+    const cut2 = fresh();
+    await cutAfterPart1(other, cut2);
+    const rec2 = fresh();
+    await runInDurableObject(stub(other), (_i, state) =>
+      new EpisodeArchive(new EpisodeState(state.storage), recordingBucket(rec2), () => undefined, null, PART).remove(
+        other,
+      ),
+    );
+    expect(rec2.aborted, "the cut upload is aborted by the erase").toEqual(cut2.uploads);
+    await expect(env.ARCHIVE.resumeMultipartUpload(archiveKey(other), cut2.uploads[0]!).complete([])).rejects.toThrow();
+    expect(await inR2(other)).toEqual([false, false]);
   });
 });

@@ -22,6 +22,7 @@ import { LEASE_MS, MAX_PAUSE_MS } from "../../protocol/archive/leases.js";
 import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
+import { ArchiveUploadRecord } from "./archive-upload.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
@@ -188,6 +189,9 @@ export class EpisodeArchive {
   async remove(id: string): Promise<void> {
     this.stopped = true;
     await this.inflight?.catch(() => undefined);
+    // an upload a restart cut (its parts would stay in R2 until its lifecycle rule drops them)
+    const cut = this.uploads.get();
+    if (cut) await this.abortUpload(this.bucket.resumeMultipartUpload(archiveKey(id), cut.uploadId));
     await this.bucket.delete([archiveKey(id), legacyJsonKey(id)]);
     this.meter()?.r2Delete();
   }
@@ -243,66 +247,119 @@ export class EpisodeArchive {
    * least 5 MiB). Under archive slots (one thread for the class: local runs) the step rests after
    * each part as long as the part took, so a big episode's archive never holds the thread for more
    * than one part at a time. A copy R2 already holds (a step repeated after readers held the
-   * bodies) is not sent again. A failed or stopped upload is aborted; one cut by a restart is left
-   * to the bucket's lifecycle rule (R2 aborts incomplete uploads after 7 days by default).
+   * bodies) is not sent again. The upload and each part R2 took are recorded as they go
+   * (archive-upload.ts): a step cut by a restart resumes the upload and sends only the parts R2
+   * lacks (the render skips the bytes of those it has). A failed or stopped upload is aborted.
    */
   private async putInParts(m: Meta, metadata: ArchiveMetadata): Promise<void> {
     const key = archiveKey(m.id);
     const held = await this.bucket.head(key);
     this.meter()?.r2Head();
-    if (held?.customMetadata?.etag === metadata.etag && held.size === m.size) return;
+    const record = this.uploads;
+    if (held?.customMetadata?.etag === metadata.etag && held.size === m.size) return record.clear();
     const size = m.size!;
     const count = Math.ceil(size / this.partBytes);
-    const upload = await this.bucket.createMultipartUpload(key, {
-      httpMetadata: { contentType: MSGPACK },
-      customMetadata: metadata,
-    });
+    const { upload, taken } = await this.openUpload(key, metadata);
+    const done = new Map(taken.map((p) => [p.partNumber, p]));
     const render = this.finishedStream(m).getReader();
-    const parts: R2UploadedPart[] = [];
     let carry: Uint8Array | null = null;
+    /** The render's next `length` bytes, chunk by chunk (the boundary's bytes copied: a chunk may be handed over whole). */
+    const next = async function* (length: number, n: number): AsyncGenerator<Uint8Array> {
+      for (let left = length; left > 0; ) {
+        let chunk = carry ?? (await render.read()).value;
+        carry = null;
+        if (chunk === undefined) throw new Error(`the render ended ${left} bytes short of part ${n}`);
+        if (chunk.byteLength > left) [chunk, carry] = [chunk.slice(0, left), chunk.subarray(left)];
+        yield chunk;
+        left -= chunk.byteLength;
+      }
+    };
     try {
       for (let n = 1; n <= count; n++) {
         if (this.stopped) {
           // erased meanwhile (`remove` waits for this step): no part more, nothing left behind
           await render.cancel().catch(() => undefined);
-          await upload.abort().catch(() => undefined);
+          await this.abortUpload(upload);
           return;
         }
-        const began = Date.now();
         const length = n < count ? this.partBytes : size - (count - 1) * this.partBytes;
-        const { readable, writable } = new FixedLengthStream(length);
-        const writer = writable.getWriter();
-        const sent = upload.uploadPart(n, readable);
-        const write = async () => {
-          for (let left = length; left > 0; ) {
-            let chunk = carry ?? (await render.read()).value;
-            carry = null;
-            if (chunk === undefined) throw new Error(`the render ended ${left} bytes short of part ${n}`);
-            // the boundary's bytes are copied: a written chunk may be handed over whole
-            if (chunk.byteLength > left) [chunk, carry] = [chunk.slice(0, left), chunk.subarray(left)];
-            await writer.write(chunk);
-            left -= chunk.byteLength;
-          }
-          await writer.close();
-        };
-        const written = write();
-        try {
-          await Promise.all([written, sent]);
-        } catch (e) {
-          await writer.abort(e).catch(() => undefined);
-          await Promise.allSettled([written, sent]);
-          throw e;
-        }
-        parts.push(await sent);
+        const began = Date.now();
+        if (done.has(n)) {
+          // R2 has it (a step cut by a restart): its bytes are rendered and skipped
+          for await (const _ of next(length, n));
+        } else await this.sendPart(upload, n, length, next(length, n), done);
         if (this.slots && n < count) await scheduler.wait(Math.min(Date.now() - began, MAX_PAUSE_MS));
       }
-      await upload.complete(parts);
+      await upload.complete([...done.values()].sort((a, b) => a.partNumber - b.partNumber));
+      record.clear();
+      this.meter()?.r2MultipartOp(0, size);
     } catch (e) {
       await render.cancel(e).catch(() => undefined);
-      await upload.abort().catch(() => undefined);
+      await this.abortUpload(upload);
       throw e;
     }
-    this.meter()?.r2Multipart(count, size);
+  }
+
+  /** Part `n` of `length` bytes, streamed from `chunks` to R2; recorded (and counted) once R2 took it. */
+  private async sendPart(
+    upload: R2MultipartUpload,
+    n: number,
+    length: number,
+    chunks: AsyncIterable<Uint8Array>,
+    done: Map<number, R2UploadedPart>,
+  ): Promise<void> {
+    const { readable, writable } = new FixedLengthStream(length);
+    const writer = writable.getWriter();
+    const part = upload.uploadPart(n, readable);
+    const write = async () => {
+      for await (const chunk of chunks) await writer.write(chunk);
+      await writer.close();
+    };
+    const written = write();
+    try {
+      await Promise.all([written, part]);
+    } catch (e) {
+      await writer.abort(e).catch(() => undefined);
+      await Promise.allSettled([written, part]);
+      throw e;
+    }
+    const landed = await part;
+    done.set(n, landed);
+    this.uploads.took(landed);
+    this.meter()?.r2MultipartOp(length);
+  }
+
+  /** Records of the multipart upload under way (SQLite). */
+  private get uploads(): ArchiveUploadRecord {
+    return new ArchiveUploadRecord(this.state.sql);
+  }
+
+  /**
+   * The upload to go on with: the one recorded, if it is for these bytes in these parts (with the
+   * parts R2 took), else a new one (a recorded one that cannot go on is aborted first).
+   */
+  private async openUpload(
+    key: string,
+    metadata: ArchiveMetadata,
+  ): Promise<{ upload: R2MultipartUpload; taken: R2UploadedPart[] }> {
+    const record = this.uploads;
+    const was = record.get();
+    if (was && was.etag === metadata.etag && was.partBytes === this.partBytes)
+      return { upload: this.bucket.resumeMultipartUpload(key, was.uploadId), taken: was.parts };
+    if (was) await this.abortUpload(this.bucket.resumeMultipartUpload(key, was.uploadId));
+    const upload = await this.bucket.createMultipartUpload(key, {
+      httpMetadata: { contentType: MSGPACK },
+      customMetadata: metadata,
+    });
+    record.began(upload.uploadId, metadata.etag, this.partBytes);
+    this.meter()?.r2MultipartOp();
+    return { upload, taken: [] };
+  }
+
+  /** Abort an upload (R2 may no longer know it: nothing to do then) and forget it. */
+  private async abortUpload(upload: R2MultipartUpload): Promise<void> {
+    await upload.abort().catch(() => undefined);
+    this.uploads.clear();
   }
 
   /** The finished episode's msgpack, rendered from SQLite a step at a time. */

@@ -1,11 +1,13 @@
 // The Episode object's tables, version by version (src/objects/storage/schema.ts runs them). Tables:
 // storage.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
-// assembled state: traces, fields, pending, node_meta, bodies, stale) and feeds.ts (hubs).
+// assembled state: traces, fields, pending, node_meta, bodies, stale), feeds.ts (hubs) and
+// archive-upload.ts (archive_upload, archive_parts).
 
 import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
+import { createArchiveUploadTables } from "./archive-upload.js";
 import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
@@ -143,6 +145,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         sql.exec(
           "CREATE TABLE IF NOT EXISTS search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
         );
+      },
+    },
+    {
+      version: 5,
+      what: "the archive's multipart upload under way, so a restart resumes it",
+      up(sql) {
+        createArchiveUploadTables(sql);
       },
     },
   ],

@@ -162,10 +162,15 @@ export class UsageMeter {
     this.r2.bytesStored = (this.r2.bytesStored ?? 0) + bytes - replaced;
   }
 
-  /** A multipart upload of `parts` parts, `bytes` in all: create + parts + complete, each class A. */
-  r2Multipart(parts: number, bytes: number, replaced = 0): void {
-    this.r2Put(bytes, replaced);
-    this.r2.classA += parts + 1;
+  /**
+   * One operation of a multipart upload as it happens (class A: the create, a part of `bytes`,
+   * the complete, which also stores `stored` bytes): an upload a restart cut, resumed later, is
+   * counted once per operation R2 really did.
+   */
+  r2MultipartOp(bytes = 0, stored = 0): void {
+    this.r2.classA++;
+    this.r2.bytesWritten += bytes;
+    this.r2.bytesStored = (this.r2.bytesStored ?? 0) + stored;
   }
 
   /** One GetObject (class B). */
