@@ -545,6 +545,25 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     expect(equal(await getBytes(id), before)).toBe(true);
   });
 
+  it("the alarm and the gate's wake asking at once (a slot granted to both): one step, one upload", async () => {
+    const id = freshId("arch-part-twice");
+    const before = await bigEpisode(id);
+    const rec = fresh();
+    const slots: ArchiveSlots = {
+      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
+      release: async () => undefined,
+    };
+    await runInDurableObject(stub(id), async (_i, state) => {
+      const episode = new EpisodeState(state.storage);
+      const archive = new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART);
+      await Promise.all([archive.attempt(), archive.attempt(), archive.run()]);
+      expect(episode.meta()!.archived).not.toBeNull();
+    });
+    expect(rec.uploads).toHaveLength(1);
+    expect(rec.parts.map((p) => p.n)).toEqual([1, 2]);
+    expect(equal(await getBytes(id), before)).toBe(true);
+  });
+
   /** The big episode's archive step cut after part 1 landed (part 2 never does): the object as a restart leaves it. */
   async function cutAfterPart1(id: string, rec: Recorded): Promise<void> {
     await runInDurableObject(stub(id), async (_i, state) => {

@@ -60,6 +60,8 @@ export interface ArchiveSlots {
 export class EpisodeArchive {
   /** The archive step under way (a delete waits for it, so no put lands after the delete). */
   private inflight: Promise<ArchiveOutcome> | null = null;
+  /** The alarm's or the gate's attempt under way (with its slot). */
+  private attempting: Promise<void> | null = null;
   /** Set while the episode is being erased: no step starts. */
   private stopped = false;
   /** When `attempt` is to run again after a reader held the bodies or R2 failed (0: as soon as due; memory only). */
@@ -88,6 +90,8 @@ export class EpisodeArchive {
   /** Write the msgpack to R2, then drop the bodies and the log (see the header); `force`: even under a reader. */
   run(force = false): Promise<ArchiveOutcome> {
     if (this.stopped) return Promise.resolve("none");
+    // one step at a time: a second would resume the same upload and race the first to R2
+    if (this.inflight) return this.inflight;
     const run = this.step(force).finally(() => {
       if (this.inflight === run) this.inflight = null;
     });
@@ -107,7 +111,17 @@ export class EpisodeArchive {
    * without one, it waits in the gate's line and is woken when its turn comes (`retryAt`: when it
    * asks again by itself, in case that wake was lost).
    */
-  async attempt(): Promise<void> {
+  attempt(): Promise<void> {
+    // the alarm and the gate's wake may both ask (a slot is granted again to the object holding it): one at a time
+    if (this.attempting) return this.attempting;
+    const a = this.attemptOnce().finally(() => {
+      if (this.attempting === a) this.attempting = null;
+    });
+    this.attempting = a;
+    return a;
+  }
+
+  private async attemptOnce(): Promise<void> {
     const id = this.state.meta()?.id;
     if (id === undefined) return;
     let renew: ReturnType<typeof setTimeout> | null = null;
