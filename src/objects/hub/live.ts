@@ -3,8 +3,8 @@
 // the group. Feeds that arrive back to back are coalesced, up to LIVE_MESSAGE_BYTES a message
 // (src/protocol/hub/feed.ts: with thousands of watchers the sends are the hub's cost; a large
 // frame goes alone). A live watcher more than `lagBytes` behind its acknowledgements is closed
-// with 4008; it resumes with `?after=SEQ`. Which sockets are live is
-// in their attachments (it survives hibernation) and, once read after a wake, kept in memory.
+// with 4008; it resumes with `?after=SEQ`. Which sockets are live is in their attachments (it
+// survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
 import type { Variant } from "../../protocol/watch/variant.js";
