@@ -592,81 +592,61 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         const p99Ratio = (x: { b: MeasuredCell; r: MeasuredCell }) => x.r.latency.p99 / x.b.latency.p99;
         const usPer = (c: MeasuredCell, ms: number) => (ms * 1000) / c.delivered;
         const deltaBytes = runs[0]!.r.deltaBytes;
+        /** A figure's median over the runs, for the relay and for ws. */
+        const both = (pick: (c: MeasuredCell) => number, digits?: number) =>
+          [
+            sig(
+              m((x) => pick(x.r)),
+              digits,
+            ),
+            sig(
+              m((x) => pick(x.b)),
+              digits,
+            ),
+          ] as const;
+        const [perWatcher, wsPerWatcher] = both((c) => perW(c.throughput));
+        const [p50, wsP50] = both((c) => c.latency.p50, 3);
+        const [p99, wsP99] = both((c) => c.latency.p99, 3);
+        // CPU per delivery (one delta to one watcher) over the measured phases: the servers' own cost,
+        // apart from the clients' bound (relay: both workerd tiers; ws: its process)
+        const [serverCpu, wsServerCpu] = both((c) => usPer(c, c.serverCpuMs), 3);
+        const [clientCpu, wsClientCpu] = both((c) => usPer(c, c.clientCpuMs), 3);
+        const [mbPerS, wsMbPerS] = both((c) => mbps(c.throughput, deltaBytes));
+        const [maxP50, wsMaxP50] = both((c) => c.throughput.p50, 3);
+        const [maxP99, wsMaxP99] = both((c) => c.throughput.p99, 3);
+        const [offered, wsOffered] = both((c) => c.latency.offeredPerS, 3);
+        const [thrDeltas, wsThrDeltas] = both((c) => c.throughput.deltas);
         const fig = {
-          deltas_per_s_per_watcher: sig(m((x) => perW(x.r.throughput))),
-          ws_deltas_per_s_per_watcher: sig(m((x) => perW(x.b.throughput))),
+          deltas_per_s_per_watcher: perWatcher,
+          ws_deltas_per_s_per_watcher: wsPerWatcher,
           ratio_throughput_vs_ws: sig(m(thrRatio), 3),
-          p50_ms: sig(
-            m((x) => x.r.latency.p50),
-            3,
-          ),
-          p99_ms: sig(
-            m((x) => x.r.latency.p99),
-            3,
-          ),
-          ws_p50_ms: sig(
-            m((x) => x.b.latency.p50),
-            3,
-          ),
-          ws_p99_ms: sig(
-            m((x) => x.b.latency.p99),
-            3,
-          ),
+          p50_ms: p50,
+          p99_ms: p99,
+          ws_p50_ms: wsP50,
+          ws_p99_ms: wsP99,
           ratio_p99_vs_ws: sig(m(p99Ratio), 3),
           ...(runs.length > 1
             ? { runs: runs.length, ratio_throughput_runs: spread(thrRatio), ratio_p99_runs: spread(p99Ratio) }
             : {}),
-          // CPU per delivery (one delta to one watcher) over the measured phases: the servers' own cost,
-          // apart from the clients' bound (relay: both workerd tiers; ws: its process)
-          server_cpu_us_per_delivery: sig(
-            m((x) => usPer(x.r, x.r.serverCpuMs)),
-            3,
-          ),
-          ws_server_cpu_us_per_delivery: sig(
-            m((x) => usPer(x.b, x.b.serverCpuMs)),
-            3,
-          ),
+          server_cpu_us_per_delivery: serverCpu,
+          ws_server_cpu_us_per_delivery: wsServerCpu,
           ratio_server_cpu_vs_ws: sig(
             m((x) => usPer(x.r, x.r.serverCpuMs) / usPer(x.b, x.b.serverCpuMs)),
             3,
           ),
-          client_cpu_us_per_delivery: sig(
-            m((x) => usPer(x.r, x.r.clientCpuMs)),
-            3,
-          ),
-          ws_client_cpu_us_per_delivery: sig(
-            m((x) => usPer(x.b, x.b.clientCpuMs)),
-            3,
-          ),
-          mb_per_s: sig(m((x) => mbps(x.r.throughput, deltaBytes))),
-          ws_mb_per_s: sig(m((x) => mbps(x.b.throughput, deltaBytes))),
-          max_rate_p50_ms: sig(
-            m((x) => x.r.throughput.p50),
-            3,
-          ),
-          max_rate_p99_ms: sig(
-            m((x) => x.r.throughput.p99),
-            3,
-          ),
-          ws_max_rate_p50_ms: sig(
-            m((x) => x.b.throughput.p50),
-            3,
-          ),
-          ws_max_rate_p99_ms: sig(
-            m((x) => x.b.throughput.p99),
-            3,
-          ),
-          offered_per_s: sig(
-            m((x) => x.r.latency.offeredPerS),
-            3,
-          ),
-          ws_offered_per_s: sig(
-            m((x) => x.b.latency.offeredPerS),
-            3,
-          ),
+          client_cpu_us_per_delivery: clientCpu,
+          ws_client_cpu_us_per_delivery: wsClientCpu,
+          mb_per_s: mbPerS,
+          ws_mb_per_s: wsMbPerS,
+          max_rate_p50_ms: maxP50,
+          max_rate_p99_ms: maxP99,
+          ws_max_rate_p50_ms: wsMaxP50,
+          ws_max_rate_p99_ms: wsMaxP99,
+          offered_per_s: offered,
+          ws_offered_per_s: wsOffered,
           latency_deltas: latCount,
-          throughput_deltas: m((x) => x.r.throughput.deltas),
-          ws_throughput_deltas: m((x) => x.b.throughput.deltas),
+          throughput_deltas: thrDeltas,
+          ws_throughput_deltas: wsThrDeltas,
           delta_bytes: deltaBytes,
           ...(otherCpu === undefined ? {} : { other_cpu_pct: otherCpu }),
         };

@@ -446,6 +446,11 @@ function recordingBucket(rec: Recorded, failPart = 0, hangPart = 0): R2Bucket {
 /** ARCHIVE_PART_BYTES in vitest.workers.config.ts (R2's least part). */
 const PART = 5 * 1024 * 1024;
 const fresh = (): Recorded => ({ parts: [], aborted: [], uploads: [], resumed: [] });
+/** Archive slots that always grant (the step runs under a lease, with its rests between parts). */
+const grantingSlots = (onRelease?: (tookMs: number) => void): ArchiveSlots => ({
+  acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
+  release: async (_holder, tookMs = 0) => void onRelease?.(tookMs),
+});
 
 describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
   it("two parts, the first ARCHIVE_PART_BYTES: the archive exact, the same ETag, bodies gone", async () => {
@@ -503,10 +508,7 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     const id = freshId("arch-part-erase");
     await bigEpisode(id);
     const rec = fresh();
-    const slots: ArchiveSlots = {
-      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
-      release: async () => undefined,
-    };
+    const slots = grantingSlots();
     await runInDurableObject(stub(id), async (_i, state) => {
       const episode = new EpisodeState(state.storage);
       const archive = new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART);
@@ -529,10 +531,7 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     const before = await bigEpisode(id);
     const rec = fresh();
     const released: number[] = [];
-    const slots: ArchiveSlots = {
-      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
-      release: async (_holder, tookMs = 0) => void released.push(tookMs),
-    };
+    const slots = grantingSlots((tookMs) => released.push(tookMs));
     await runInDurableObject(stub(id), async (_i, state) => {
       const episode = new EpisodeState(state.storage);
       await new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART).attempt();
@@ -549,10 +548,7 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     const id = freshId("arch-part-twice");
     const before = await bigEpisode(id);
     const rec = fresh();
-    const slots: ArchiveSlots = {
-      acquire: async () => ({ granted: true, until: Date.now() + 60_000 }),
-      release: async () => undefined,
-    };
+    const slots = grantingSlots();
     await runInDurableObject(stub(id), async (_i, state) => {
       const episode = new EpisodeState(state.storage);
       const archive = new EpisodeArchive(episode, recordingBucket(rec), () => undefined, slots, PART);
