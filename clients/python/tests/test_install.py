@@ -36,3 +36,13 @@ def test_pip_installs_the_client_from_the_clone(tmp_path: Path) -> None:
     )
     assert check.returncode == 0, check.stderr
     assert check.stdout.splitlines()[0].startswith(str(target))
+    # its subpackages come too: the prime-rl bridge runs from the install (README, docs/prime-rl.md)
+    bridge = subprocess.run(
+        [sys.executable, "-m", "episode_relay.prime_rl", "--help"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(target)},
+        cwd=tmp_path,
+    )
+    assert bridge.returncode == 0, bridge.stderr
+    assert "usage" in bridge.stdout.lower()
