@@ -66,7 +66,8 @@ async function restore(ns: Namespace, d: Dumped, tweak?: (sql: SqlStorage) => vo
     // a full-text table (a run's search, FTS5 over its `segments`) makes its own shadow tables and
     // reads its rows from its content table: it is created, not filled, and its index rebuilt after
     const virtual = d.schema.filter((s) => /^CREATE VIRTUAL TABLE/i.test(s.sql)).map((s) => s.name);
-    const derived = (name: string) => virtual.some((v) => name === v || name.startsWith(`${v}_`));
+    const shadows = ["data", "idx", "content", "docsize", "config"]; // FTS5's own tables beside a virtual one
+    const derived = (name: string) => virtual.some((v) => name === v || shadows.some((x) => name === `${v}_${x}`));
     for (const s of d.schema) if (!derived(s.name) || virtual.includes(s.name)) sql.exec(s.sql);
     for (const [table, rows] of Object.entries(d.rows)) {
       if (derived(table)) continue;
