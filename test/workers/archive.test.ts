@@ -615,7 +615,7 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     expect(await recorded(id)).toBeNull();
   });
 
-  it("a cut upload recorded with another part size is aborted and the episode sent anew; a DELETE aborts one still recorded", async () => {
+  it("a cut upload recorded with another part size is aborted and the episode sent anew (in parts, or in one put); a DELETE aborts one still recorded", async () => {
     const id = freshId("arch-part-resize");
     const before = await bigEpisode(id);
     const cut = fresh();
@@ -635,6 +635,21 @@ describe("an episode past ARCHIVE_PART_BYTES goes to R2 in parts", () => {
     expect(rec.parts.map((p) => p.n)).toEqual([1, 2]);
     expect(equal(await getBytes(id), before)).toBe(true);
     expect(await recorded(id)).toBeNull();
+
+    // ARCHIVE_PART_BYTES grown past the episode across the restart: one put, and the cut upload aborted
+    const grown = freshId("arch-part-grown");
+    const grownBytes = await bigEpisode(grown);
+    const cut3 = fresh();
+    await cutAfterPart1(grown, cut3);
+    const rec3 = fresh();
+    const big = 16 * 1024 * 1024;
+    await runInDurableObject(stub(grown), (_i, state) =>
+      new EpisodeArchive(new EpisodeState(state.storage), recordingBucket(rec3), () => undefined, null, big).run(),
+    );
+    expect(rec3.aborted).toEqual(cut3.uploads);
+    expect(rec3.uploads, "one put, no upload").toEqual([]);
+    expect(equal(await getBytes(grown), grownBytes)).toBe(true);
+    expect(await recorded(grown)).toBeNull();
 
     const other = freshId("arch-part-cut-delete");
     await bigEpisode(other);

@@ -238,6 +238,9 @@ export class EpisodeArchive {
   private async put(m: Meta, metadata: ArchiveMetadata): Promise<void> {
     const size = m.size!;
     if (size > this.partBytes) return this.putInParts(m, metadata);
+    // a multipart upload a restart cut before ARCHIVE_PART_BYTES grew past the episode: it goes
+    const cut = this.uploads.get();
+    if (cut) await this.abortUpload(this.bucket.resumeMultipartUpload(archiveKey(m.id), cut.uploadId));
     const { readable, writable } = new FixedLengthStream(size);
     // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
     const abort = new AbortController();
