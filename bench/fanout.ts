@@ -3,11 +3,11 @@
 // workerd processes, one address; Durable Object storage on tmpfs, see bench/helpers.ts
 // `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
 // message it gets on a producer connection goes to every watcher connection; it runs in a process
-// of its own, as workerd does, so each server's CPU time is read apart from the clients'). Every client offers permessage-deflate
-// (ws defaults, as browsers do); neither server takes it. The producer reaches the relay at its
-// address; the watchers at the hub tier's own (its Worker, then its hubs): the local router is a
-// Node process that moves every byte, and at 1000 watchers × 16 KiB × 50/s it, not the relay,
-// would be measured (on Cloudflare the edge carries them).
+// of its own, as workerd does, so each server's CPU time is read apart from the clients'). Every
+// client offers permessage-deflate (ws defaults, as browsers do); neither server takes it. The
+// producer reaches the relay at its address; the watchers at the hub tier's own (its Worker, then
+// its hubs): the local router is a Node process that moves every byte, and at 1000 watchers ×
+// 16 KiB × 50/s it, not the relay, would be measured (on Cloudflare the edge carries them).
 //
 // Cells: N watchers ∈ {10, 100, 1000} × delta sizes {1, 16, 256} KiB (one node whose message
 // text fills the size). Per cell and server, fresh watchers (and for the relay a fresh episode
@@ -46,11 +46,11 @@ import {
   ForeignCpu,
   HttpClient,
   closeSocket,
+  cpuMsOf,
   descendantPids,
   episodeId,
   fmt,
   openSocket,
-  procStat,
   sizedDeltas,
   sleep,
   startBenchRelay,
@@ -143,20 +143,6 @@ async function startBareServer(): Promise<BareServer> {
       clearTimeout(t);
     },
   };
-}
-
-/** CPU time (user + system, ms) of these processes so far (Linux /proc; NaN where unreadable). */
-function cpuMs(pids: readonly (number | "self")[]): number {
-  let ticks = 0;
-  try {
-    for (const pid of pids) {
-      const f = procStat(pid).fields;
-      ticks += Number(f[11]) + Number(f[12]);
-    }
-  } catch {
-    return NaN;
-  }
-  return ticks * 10; // USER_HZ 100
 }
 
 // ---- watchers ----
@@ -377,6 +363,12 @@ interface CellFigures {
   deltaBytes: number;
 }
 
+/** What runCell calls around its measured phases. */
+export interface CellHooks {
+  measuring?: () => Promise<void>;
+  measured?: () => Promise<void>;
+}
+
 export async function runCell(
   target: Target,
   url: string,
@@ -385,8 +377,8 @@ export async function runCell(
   sizeKiB: number,
   latCount: number,
   maxMs: number,
-  /** Called around the measured phases (after the watchers joined; before they leave): for profiling. */
-  hooks: { measuring?: () => Promise<void>; measured?: () => Promise<void> } = {},
+  /** Called around the measured phases (after the watchers joined; before they leave): for CPU time, profiling. */
+  hooks: CellHooks = {},
   /** Where watchers connect, if not `url` (the relay's hub tier, skipping the local router). */
   watchBase?: string,
 ): Promise<CellFigures> {
@@ -502,6 +494,9 @@ export async function runCell(
   }
 }
 
+/** One run of a cell: the bare server's (b), then the relay's (r). */
+type Pair = { b: MeasuredCell; r: MeasuredCell };
+
 /** A cell with the CPU its server and this process (the clients) spent in the measured phases. */
 interface MeasuredCell extends CellFigures {
   serverCpuMs: number;
@@ -510,28 +505,26 @@ interface MeasuredCell extends CellFigures {
   delivered: number;
 }
 
+/**
+ * `run` (a runCell with the hooks given) with the CPU time `serverPids` and this process spent
+ * between its hooks; `n` watchers.
+ */
 async function measuredCell(
-  target: Target,
-  url: string,
-  client: HttpClient | null,
-  n: number,
-  sizeKiB: number,
-  latCount: number,
   serverPids: readonly number[],
-  watchBase?: string,
+  n: number,
+  run: (hooks: CellHooks) => Promise<CellFigures>,
 ): Promise<MeasuredCell> {
-  const at = () => ({ server: cpuMs(serverPids), client: cpuMs(["self"]) });
+  const at = () => ({ server: cpuMsOf(serverPids), client: cpuMsOf([process.pid]) });
   let t0 = at();
   let t1 = t0;
-  const hooks = {
+  const f = await run({
     measuring: async () => {
       t0 = at();
     },
     measured: async () => {
       t1 = at();
     },
-  };
-  const f = await runCell(target, url, client, n, sizeKiB, latCount, MAX_MS, hooks, watchBase);
+  });
   return {
     ...f,
     serverCpuMs: t1.server - t0.server,
@@ -576,20 +569,23 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         foreign.start();
         // bare server first, then the relay: same clients, sizes, rate and window; the target cell
         // TARGET_RUNS times (its ratios are the runs' medians: one pair at the clients' bound is noisy)
-        const runs: Array<{ b: MeasuredCell; r: MeasuredCell }> = [];
+        const runs: Pair[] = [];
         for (let k = 0; k < (key === TARGET_CELL ? TARGET_RUNS : 1); k++) {
-          const b = await measuredCell("ws", bare.url, null, n, sizeKiB, latCount, [bare.pid]);
-          const r = await measuredCell("relay", relay.url, client, n, sizeKiB, latCount, relayPids, relay.watchUrl);
+          const b = await measuredCell([bare.pid], n, (hooks) =>
+            runCell("ws", bare!.url, null, n, sizeKiB, latCount, MAX_MS, hooks),
+          );
+          const r = await measuredCell(relayPids, n, (hooks) =>
+            runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS, hooks, relay.watchUrl),
+          );
           runs.push({ b, r });
         }
         const otherCpu = foreign.stop();
         const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
         const mbps = (f: PhaseFigures, bytes: number) => (n * f.deltas * bytes) / 1e3 / f.ms;
-        const m = (pick: (x: { b: MeasuredCell; r: MeasuredCell }) => number) => median(runs.map(pick));
-        const spread = (pick: (x: { b: MeasuredCell; r: MeasuredCell }) => number) =>
-          runs.length > 1 ? runs.map((x) => sig(pick(x), 3)) : undefined;
-        const thrRatio = (x: { b: MeasuredCell; r: MeasuredCell }) => perW(x.r.throughput) / perW(x.b.throughput);
-        const p99Ratio = (x: { b: MeasuredCell; r: MeasuredCell }) => x.r.latency.p99 / x.b.latency.p99;
+        const m = (pick: (x: Pair) => number) => median(runs.map(pick));
+        const spread = (pick: (x: Pair) => number) => (runs.length > 1 ? runs.map((x) => sig(pick(x), 3)) : undefined);
+        const thrRatio = (x: Pair) => perW(x.r.throughput) / perW(x.b.throughput);
+        const p99Ratio = (x: Pair) => x.r.latency.p99 / x.b.latency.p99;
         const usPer = (c: MeasuredCell, ms: number) => (ms * 1000) / c.delivered;
         const deltaBytes = runs[0]!.r.deltaBytes;
         /** A figure's median over the runs, for the relay and for ws. */

@@ -337,7 +337,7 @@ export function descendantPids(comm: string, root = process.pid): number[] {
 }
 
 /** CPU time (user + system) the processes `pids` used so far, ms (processes gone count 0). */
-export function cpuMsOf(pids: number[]): number {
+export function cpuMsOf(pids: readonly number[]): number {
   let ticks = 0;
   for (const p of pids) {
     try {
