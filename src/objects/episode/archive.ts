@@ -204,8 +204,7 @@ export class EpisodeArchive {
     this.stopped = true;
     await this.inflight?.catch(() => undefined);
     // an upload a restart cut (its parts would stay in R2 until its lifecycle rule drops them)
-    const cut = this.uploads.get();
-    if (cut) await this.abortUpload(this.bucket.resumeMultipartUpload(archiveKey(id), cut.uploadId));
+    await this.abortRecorded(archiveKey(id));
     await this.bucket.delete([archiveKey(id), legacyJsonKey(id)]);
     this.meter()?.r2Delete();
   }
@@ -239,8 +238,7 @@ export class EpisodeArchive {
     const size = m.size!;
     if (size > this.partBytes) return this.putInParts(m, metadata);
     // a multipart upload a restart cut before ARCHIVE_PART_BYTES grew past the episode: it goes
-    const cut = this.uploads.get();
-    if (cut) await this.abortUpload(this.bucket.resumeMultipartUpload(archiveKey(m.id), cut.uploadId));
+    await this.abortRecorded(archiveKey(m.id));
     const { readable, writable } = new FixedLengthStream(size);
     // a failed put must not leave the render (and its pin on the bodies) waiting for a reader
     const abort = new AbortController();
@@ -363,7 +361,7 @@ export class EpisodeArchive {
     const was = record.get();
     if (was && was.etag === metadata.etag && was.partBytes === this.partBytes)
       return { upload: this.bucket.resumeMultipartUpload(key, was.uploadId), taken: was.parts };
-    if (was) await this.abortUpload(this.bucket.resumeMultipartUpload(key, was.uploadId));
+    if (was) await this.abortRecorded(key);
     const upload = await this.bucket.createMultipartUpload(key, {
       httpMetadata: { contentType: MSGPACK },
       customMetadata: metadata,
@@ -371,6 +369,12 @@ export class EpisodeArchive {
     record.began(upload.uploadId, metadata.etag, this.partBytes);
     this.meter()?.r2MultipartOp();
     return { upload, taken: [] };
+  }
+
+  /** Abort the upload SQLite records as under way, if any (a restart cut it). */
+  private async abortRecorded(key: string): Promise<void> {
+    const was = this.uploads.get();
+    if (was) await this.abortUpload(this.bucket.resumeMultipartUpload(key, was.uploadId));
   }
 
   /** Abort an upload (R2 may no longer know it: nothing to do then) and forget it. */
