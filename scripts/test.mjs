@@ -87,6 +87,66 @@ function count(file, exitCode) {
 }
 
 /**
+ * The failed tests a vitest JSON report names, as "file > test: first line of the message", so the
+ * closing lines say which failed (CI keeps only the tail of the log).
+ * @param {string} file
+ * @returns {string[]}
+ */
+function failedNames(file) {
+  /** @type {any} */
+  let report;
+  try {
+    report = JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    return [];
+  }
+  /** @type {string[]} */
+  const names = [];
+  for (const suite of report.testResults ?? []) {
+    const path = String(suite.name ?? "").replace(`${root}/`, "");
+    const failed = (suite.assertionResults ?? []).filter((/** @type {any} */ t) => t.status === "failed");
+    for (const t of failed) names.push(`${path} > ${t.fullName ?? t.title}: ${firstLine(t.failureMessages?.[0])}`);
+    if (suite.status === "failed" && failed.length === 0) names.push(`${path}: ${firstLine(suite.message)}`);
+  }
+  return names;
+}
+
+/** @param {unknown} text */
+function firstLine(text) {
+  return (
+    String(text ?? "")
+      .split("\n")
+      .find((l) => l.trim() !== "")
+      ?.trim()
+      .slice(0, 300) ?? ""
+  );
+}
+
+/**
+ * The failed tests a pytest JUnit XML report names, as "class::test: message".
+ * @param {string} file
+ * @returns {string[]}
+ */
+function failedJunitNames(file) {
+  let xml;
+  try {
+    xml = readFileSync(file, "utf8");
+  } catch {
+    return [];
+  }
+  /** @type {string[]} */
+  const names = [];
+  for (const m of xml.matchAll(/<testcase\b([^>]*)>\s*<(failure|error)\b([^>]*)>/g)) {
+    const attr = (/** @type {string} */ src, /** @type {string} */ name) =>
+      new RegExp(`\\b${name}="([^"]*)"`).exec(src)?.[1] ?? "";
+    names.push(
+      `${attr(m[1] ?? "", "classname")}::${attr(m[1] ?? "", "name")}: ${attr(m[3] ?? "", "message").slice(0, 300)}`,
+    );
+  }
+  return names;
+}
+
+/**
  * Counts from a pytest JUnit XML report (attributes of its <testsuite> elements).
  * @param {string} file
  * @param {number} exitCode
@@ -169,6 +229,8 @@ function runBin(bin, args, quiet) {
 
 mkdirSync(resultsDir, { recursive: true });
 const sum = { passed: 0, failed: 0, skipped: 0 };
+/** @type {string[]} which tests failed, recapped above the closing line */
+const failures = [];
 if (filters.length === 0 || filters.includes("checks")) {
   const started = Date.now();
   console.log("\n[test] checks: biome, tsc per tsconfig, wrangler types");
@@ -179,7 +241,10 @@ if (filters.length === 0 || filters.includes("checks")) {
     const code = await runBin(check.bin, check.args, true);
     console.log(`  ${code === 0 ? "✓" : "✗"} ${check.name}`);
     if (code === 0) passed += 1;
-    else failed += 1;
+    else {
+      failed += 1;
+      failures.push(`checks: ${check.name}`);
+    }
   }
   sum.passed += passed;
   sum.failed += failed;
@@ -204,6 +269,8 @@ for (const project of projects) {
   ];
   const code = await run(args);
   const c = count(output, code);
+  failures.push(...failedNames(output).map((n) => `${project.name}: ${n}`));
+  if (c.note) failures.push(`${project.name}: ${c.note}`);
   sum.passed += c.passed;
   sum.failed += c.failed;
   sum.skipped += c.skipped;
@@ -228,6 +295,8 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
     child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));
   });
   const c = countJunit(output, /** @type {number} */ (code));
+  failures.push(...failedJunitNames(output).map((n) => `python: ${n}`));
+  if (c.note) failures.push(`python: ${c.note}`);
   sum.passed += c.passed;
   sum.failed += c.failed;
   sum.skipped += c.skipped;
@@ -237,6 +306,10 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
   );
 }
 if (interrupted) sum.failed = Math.max(sum.failed, 1);
+if (failures.length > 0) {
+  console.log("\n[test] failed:");
+  for (const f of failures) console.log(`  ✗ ${f}`);
+}
 
 console.log(`${sum.passed} passed, ${sum.failed} failed${sum.skipped > 0 ? `, ${sum.skipped} skipped` : ""}`);
 process.exit(sum.failed > 0 ? 1 : 0);
