@@ -1,4 +1,4 @@
-// A hub's catch-ups (src/protocol/hub/catchup.ts) against a scripted cursor in place of the episode's: a
+// A hub's catch-ups (src/protocol/hub/catchup.ts) against a scripted byte stream in place of the episode's: a
 // stream's messages are fetched once whatever the number of members, kept between the slowest
 // and the fastest member up to COHORT_BYTES, and let go (closed and disposed) with the last
 // member; where the stream ends, a watcher bridges to the hub's head from the window, or from a
@@ -12,7 +12,9 @@ import {
   HubCohort,
   type OpenCursor,
 } from "../../src/protocol/hub/catchup.js";
-import { type CursorStep, framed } from "../../src/protocol/hub/feed.js";
+import { type CursorStep, stepHeader } from "../../src/protocol/hub/cursor-stream.js";
+import { framed } from "../../src/protocol/hub/feed.js";
+import { MessagePool, POOL_MIN_BUFFER } from "../../src/protocol/hub/message-pool.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
 import type { Variant } from "../../src/protocol/watch/variant.js";
 import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
@@ -20,27 +22,44 @@ import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
 const FULL: Variant = { routing: true, traces: null };
 const settle = () => new Promise((r) => setTimeout(r, 0));
 
-/** A cursor that gives `messages`, then ends at `end` (or fails / says rewound instead). */
+/**
+ * The episode's pipe: a byte stream of steps (src/protocol/hub/cursor-stream.ts) giving `messages`,
+ * then the end at `end` (or failing / saying rewound instead): one step per pull, so `pulls` counts
+ * the steps the hub read. The stream stays open after its last step: `cancelled` says the hub
+ * stopped reading; `closed` and `disposed`, that it let go of the pipe.
+ */
 function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error = { end }) {
-  const state = { pulls: 0, closed: 0, disposed: 0 };
-  const cursor: Cursor = {
-    async next() {
-      const i = state.pulls++;
-      if (i < messages.length) return { message: messages[i]! };
-      if (last instanceof Error) throw last;
-      return last;
-    },
+  const state = { pulls: 0, cancelled: 0, closed: 0, disposed: 0 };
+  const bytes = (): ReadableStream<Uint8Array> =>
+    new ReadableStream({
+      type: "bytes",
+      pull(c) {
+        const i = state.pulls++;
+        if (i < messages.length) {
+          c.enqueue(stepHeader({ message: messages[i]! }));
+          if (messages[i]!.length > 0) c.enqueue(messages[i]!.slice());
+        } else if (i === messages.length) {
+          if (last instanceof Error) c.error(last);
+          else c.enqueue(stepHeader(last));
+        }
+      },
+      cancel() {
+        state.cancelled++;
+      },
+    });
+  const cursor = (): Cursor => ({
+    bytes,
     close() {
       state.closed++;
     },
     [Symbol.dispose]() {
       state.disposed++;
     },
-  };
+  });
   return { cursor, state };
 }
 
-function source(window: HubWindow, head: () => number, open: OpenCursor) {
+function source(window: HubWindow, head: () => number, open: OpenCursor, pool = new MessagePool(1 << 30)) {
   const opened: Array<{ after: number | null }> = [];
   const woken: HubCohort[] = [];
   const done: HubCohort[] = [];
@@ -59,6 +78,7 @@ function source(window: HubWindow, head: () => number, open: OpenCursor) {
         (c) => woken.push(c),
         (c) => c.close(), // no lingering here (the hub's watchers keep a cohort joinable a while)
         (c) => done.push(c),
+        pool,
       );
     },
   };
@@ -86,7 +106,7 @@ describe("hub catch-ups", () => {
     const { src, done } = source(
       window,
       () => 5,
-      async () => s.cursor,
+      async () => s.cursor(),
     );
     const cohort = src.cohortFor(FULL, null, undefined);
     const a = new HubCatchUp({ ...src, cohortFor: () => cohort }, FULL, null);
@@ -99,7 +119,11 @@ describe("hub catch-ups", () => {
     expect(cohort.members.size).toBe(0);
     expect(done).toEqual([cohort]);
     await settle();
-    expect(s.state).toMatchObject({ closed: 1, disposed: 1 });
+    expect(s.state, "the hub stopped reading and let go of the pipe").toMatchObject({
+      cancelled: 1,
+      closed: 1,
+      disposed: 1,
+    });
   });
 
   it("the fastest member waits once the cohort keeps COHORT_BYTES ahead of the slowest", async () => {
@@ -108,7 +132,7 @@ describe("hub catch-ups", () => {
     const { src } = source(
       new HubWindow(1, 1e9, 1e6),
       () => 1,
-      async () => s.cursor,
+      async () => s.cursor(),
     );
     const cohort = src.cohortFor(FULL, null, undefined);
     const shared = { ...src, cohortFor: () => cohort };
@@ -149,7 +173,7 @@ describe("hub catch-ups", () => {
     const { src, opened } = source(
       window,
       () => 6,
-      async () => s.cursor,
+      async () => s.cursor(),
     );
     const c = new HubCatchUp(src, { routing: true, traces: ["a"] }, null);
     const out = await drain(c);
@@ -170,7 +194,7 @@ describe("hub catch-ups", () => {
     const { src, opened } = source(
       window,
       () => 11,
-      async () => s.cursor,
+      async () => s.cursor(),
     );
     const inside = new HubCatchUp(src, FULL, 10);
     expect((await drain(inside)).length).toBe(1);
@@ -186,7 +210,7 @@ describe("hub catch-ups", () => {
     const { src } = source(
       new HubWindow(7, 1e6, 1e6),
       () => head,
-      async () => s.cursor,
+      async () => s.cursor(),
     );
     const c = new HubCatchUp(src, FULL, 3);
     for (let i = 0; i < 10; i++) {
@@ -203,7 +227,7 @@ describe("hub catch-ups", () => {
     const { src } = source(
       new HubWindow(0, 1e6, 1e6),
       () => 0,
-      async () => rewound.cursor,
+      async () => rewound.cursor(),
     );
     const a = new HubCatchUp(src, FULL, null);
     let steps = 0;
@@ -218,7 +242,7 @@ describe("hub catch-ups", () => {
       source(
         new HubWindow(0, 1e6, 1e6),
         () => 0,
-        async () => broken.cursor,
+        async () => broken.cursor(),
       ).src,
       FULL,
       null,
@@ -227,5 +251,46 @@ describe("hub catch-ups", () => {
     await settle();
     await settle();
     expect(() => b.next()).toThrow(/restarted/);
+  });
+
+  it("with the hub's pool dry, a cohort gives up what every member sent (no longer joinable) and waits for acknowledgements", async () => {
+    const pool = new MessagePool(2 * POOL_MIN_BUFFER); // two buffers
+    const s = scripted(
+      Array.from({ length: 6 }, (_, i) => msg(i + 1)),
+      1,
+    );
+    const { src } = source(
+      new HubWindow(1, 1e6, 1e6),
+      () => 1,
+      async () => s.cursor(),
+      pool,
+    );
+    const c = new HubCatchUp(src, FULL, null);
+    const cohort = c.snapshotting!;
+    const flow = { acked: 0 };
+    let sent = 0;
+    const got: Uint8Array[] = [];
+    let waitsUnacked = 0;
+    for (let i = 0; i < 500; i++) {
+      const r = c.next();
+      if (r === "done") break;
+      if (r === "wait") {
+        await settle();
+        if (flow.acked < sent) waitsUnacked++;
+        if (waitsUnacked >= 10 && flow.acked < sent) {
+          flow.acked = sent; // the watcher acknowledged everything sent
+          pool.retry();
+        }
+        continue;
+      }
+      for (const m of r) {
+        got.push(m.slice());
+        pool.hold(m, flow, ++sent);
+      }
+    }
+    expect(got).toEqual(Array.from({ length: 6 }, (_, i) => msg(i + 1)));
+    expect(pool.made, "two buffers, used again").toBe(2);
+    expect(waitsUnacked, "it waited for the acknowledgements").toBeGreaterThanOrEqual(10);
+    expect(cohort.joinable(), "it gave up its first messages").toBe(false);
   });
 });

@@ -1,9 +1,9 @@
 // Catching a watcher up, on the episode's side: the state as of a pinned seq as snapshot messages
 // (or, when it resumes with `?after=` inside the log, none), then the log after it, one message
-// per call. The viewer hub that asked (src/protocol/hub/catchup.ts) pulls the messages through a cursor
-// (CatchUpCursor, below) as fast as its watchers acknowledge them, shares them between the watchers
-// that joined together, and bridges from where the stream ends to its own head with the frames it
-// was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
+// at a time. The viewer hub that asked (src/protocol/hub/catchup.ts) reads the messages off a byte
+// stream (CatchUpPipe, below) as fast as its watchers acknowledge them, shares them between the
+// watchers that joined together, and bridges from where the stream ends to its own head with the
+// frames it was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
 // it reads), and the replay reads the log as it grows.
 
 import { traceOf } from "../../protocol/assembly/delta.js";
@@ -22,8 +22,8 @@ import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watc
 import type { Pin } from "../../protocol/episode/holds.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { Meta } from "./storage.js";
+import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js";
 import { RpcTarget } from "cloudflare:workers";
-import type { CursorStep } from "../../protocol/hub/feed.js";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
@@ -222,49 +222,87 @@ export class CatchUp {
   }
 }
 
-// ---- the cursor a hub holds ----
+// ---- the stream a hub reads ----
 //
-// A catch-up stream handed to a viewer hub over RPC: an RpcTarget the hub pulls one message at a
-// time (src/protocol/hub/catchup.ts), so nothing is built before the hub's watchers can take it. Each
-// cursor holds its stream's pins; it lets go when the hub closes it, drops it, or leaves it idle
-// for CURSOR_IDLE_MS (a hub that vanished never says so), and once a retraction took back what it
-// read it answers `rewound`.
+// A catch-up stream handed to a viewer hub over RPC as a byte stream of steps
+// (src/protocol/hub/cursor-stream.ts): a message is built only once the hub read the one before
+// (an IdentityTransformStream's write waits for its read), so nothing is built before the hub's
+// watchers can take it. The hub also holds the pipe itself (an RpcTarget): the stub keeps this
+// object up while the stream is read (a stream alone does not: between two runtime processes the
+// object went away under it), and closing or disposing it lets go. Each pipe holds its stream's
+// pins; it lets go when the hub closes it, when the stream breaks (the hub went away), or when the
+// hub has read nothing for CURSOR_IDLE_MS; once a retraction took back what it read it says
+// `rewound` and ends.
 
-/** A cursor nobody pulled for this long is closed (checked when another opens). */
+/** A pipe whose hub read nothing for this long is closed (checked when another opens). */
 export const CURSOR_IDLE_MS = 120_000;
 
-export class CatchUpCursor extends RpcTarget {
+export class CatchUpPipe extends RpcTarget {
   private used = Date.now();
   private closed = false;
-  /** A retraction took back what the stream read: its pins are let go, `next` says so. */
+  /** A retraction took back what the stream read: its pins are let go, the next step says so. */
   private rewound = false;
+  private readonly writer: WritableStreamDefaultWriter<Uint8Array>;
+  private readable: ReadableStream<Uint8Array> | null;
 
   constructor(
     private readonly stream: CatchUp,
-    private readonly open: Set<CatchUpCursor>,
+    private readonly open: Set<CatchUpPipe>,
   ) {
     super();
+    const pipe = new IdentityTransformStream();
+    this.readable = pipe.readable;
+    this.writer = pipe.writable.getWriter();
     open.add(this);
+    void this.pump();
   }
 
-  async next(): Promise<CursorStep> {
-    if (this.closed) throw new Error("catch-up cursor closed");
-    this.used = Date.now();
-    if (this.rewound || !this.stream.valid) {
+  /** What the hub reads (once). */
+  bytes(): ReadableStream<Uint8Array> {
+    const r = this.readable;
+    if (!r) throw new Error("catch-up stream already taken");
+    this.readable = null;
+    return r;
+  }
+
+  [Symbol.dispose](): void {
+    this.close(new Error("catch-up stream let go"));
+  }
+
+  /** Write the stream's steps as the hub reads them, until its end (or the hub's). */
+  private async pump(): Promise<void> {
+    try {
+      for (;;) {
+        if (this.rewound || !this.stream.valid) {
+          await this.write({ rewound: true });
+          break;
+        }
+        const message = await this.stream.next();
+        if (this.closed) return;
+        if (!message) {
+          await this.write({ end: this.stream.seq });
+          break;
+        }
+        await this.write({ message });
+      }
       this.close();
-      return { rewound: true };
+      await this.writer.close();
+    } catch (e) {
+      // the hub cancelled or went away (its read side broke), or building a message failed
+      this.close(e);
     }
-    const message = await this.stream.next();
-    if (this.closed) throw new Error("catch-up cursor closed");
-    if (message) return { message };
-    const end = this.stream.seq;
-    this.close();
-    return { end };
+  }
+
+  private async write(step: CursorStep): Promise<void> {
+    if (this.closed) throw new Error("catch-up stream closed");
+    await this.writer.write(stepHeader(step));
+    if ("message" in step) await this.writer.write(step.message);
+    this.used = Date.now();
   }
 
   /**
    * After a retraction: let go of the stream's pins now if it read what was taken back (the hub hears it at its next
-   * pull).
+   * read).
    */
   retracted(): void {
     if (this.closed || this.stream.valid) return;
@@ -272,19 +310,17 @@ export class CatchUpCursor extends RpcTarget {
     this.stream.release();
   }
 
-  close(): void {
+  /** Let go of the pins; the hub's read fails unless the stream already ended. */
+  close(reason?: unknown): void {
     if (this.closed) return;
     this.closed = true;
     this.stream.release();
     this.open.delete(this);
+    if (reason !== undefined) this.writer.abort(reason).catch(() => undefined);
   }
 
-  [Symbol.dispose](): void {
-    this.close();
-  }
-
-  /** Close it if unused since `now - CURSOR_IDLE_MS`. */
+  /** Close it if the hub read nothing since `now - CURSOR_IDLE_MS`. */
   expire(now: number): void {
-    if (now - this.used > CURSOR_IDLE_MS) this.close();
+    if (now - this.used > CURSOR_IDLE_MS) this.close(new Error("catch-up stream idle"));
   }
 }

@@ -4,7 +4,7 @@
 //   finish.ts     the reply → finished / failed / finish_refused
 //   read.ts       GET (streamed from SQLite) and status
 //   feeds.ts      the viewer hubs that hold its watchers (src/objects/hub/), and what each has been fed
-//   catchup-stream.ts  catch-up streams a hub pulls for its watchers, through a cursor
+//   catchup-stream.ts  catch-up streams a hub reads for its watchers, as byte streams
 //   log-trim.ts   keeping the log short
 //   archive.ts    a finished episode to R2, its bodies and log out of SQLite
 //   run-row-sync.ts the episode's row in its run's index, and the alarm's deadlines
@@ -42,7 +42,7 @@ import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
 import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
-import { CatchUp, CatchUpCursor, type CatchUpSource, SnapshotBuilder } from "./catchup-stream.js";
+import { CatchUp, CatchUpPipe, type CatchUpSource, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
@@ -83,7 +83,7 @@ export class Episode extends DurableObject<Env> {
   private readonly feeds: HubFeeds;
   private readonly source: CatchUpSource;
   /** Catch-up streams hubs are pulling. */
-  private readonly cursors = new Set<CatchUpCursor>();
+  private readonly cursors = new Set<CatchUpPipe>();
   private readonly rowSync: RunRowSync;
   private readonly logTrim: LogTrim;
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
@@ -292,12 +292,13 @@ export class Episode extends DurableObject<Env> {
 
   /**
    * A catch-up stream for a hub's watcher(s): the snapshot as of now (or the log after `after`),
-   * pulled message by message. Built from SQLite as it is pulled; pinned until closed.
+   * as a byte stream of messages (src/protocol/hub/cursor-stream.ts) read from the pipe returned.
+   * Built from SQLite as it is read; pinned until it ends or the hub closes the pipe.
    */
-  catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpCursor {
+  catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpPipe {
     const now = Date.now();
     for (const c of [...this.cursors]) c.expire(now);
-    return new CatchUpCursor(new CatchUp(this.source, variant, after, forced ?? undefined), this.cursors);
+    return new CatchUpPipe(new CatchUp(this.source, variant, after, forced ?? undefined), this.cursors);
   }
 
   // ---- the producer's socket ----
@@ -382,7 +383,7 @@ export class Episode extends DurableObject<Env> {
 
   private async erase(reason: string): Promise<void> {
     const id = this.state.meta()?.id;
-    for (const cur of [...this.cursors]) cur.close();
+    for (const cur of [...this.cursors]) cur.close(new Error(reason));
     await this.feeds.closeAll(reason);
     // both copies go: the archive first (if R2 refuses, nothing is erased and the delete can be repeated)
     try {

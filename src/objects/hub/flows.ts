@@ -17,6 +17,8 @@ export interface Flow {
   window: number;
   /** The watcher's count when this flow started (after a wake the first ack sets it). */
   base: number | null;
+  /** The socket is gone (what it did not acknowledge may still be written from). */
+  gone?: boolean;
 }
 
 export class Flows {
@@ -94,6 +96,7 @@ export class Flows {
     const f = this.flows.get(ws);
     if (!f) return;
     this.queued -= f.sent - f.acked;
+    f.gone = true;
     this.flows.delete(ws);
   }
 

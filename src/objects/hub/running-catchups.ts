@@ -11,6 +11,7 @@ import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER, safeClose } from "../../protocol/http/
 import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
 import type { HubCatchUp, HubCohort } from "../../protocol/hub/catchup.js";
 import { type HubView, viewEnded } from "../../protocol/hub/feed.js";
+import type { MessagePool } from "../../protocol/hub/message-pool.js";
 import type { Flows } from "./flows.js";
 import type { LiveFanOut } from "./live.js";
 
@@ -47,6 +48,8 @@ export class RunningCatchUps {
     /** Bytes a catching-up watcher may have unacknowledged. */
     private readonly window: number,
     private readonly ends: CatchUpEnds,
+    /** The buffers catch-up messages are read into: each send holds its buffer until acknowledged. */
+    private readonly pool: MessagePool,
   ) {}
 
   get size(): number {
@@ -179,7 +182,11 @@ export class RunningCatchUps {
           break;
         }
         sent = true;
-        for (const m of messages) if (!this.flows.send(ws, m)) return this.ends.gone(ws);
+        const f = this.flows.flow(ws);
+        for (const m of messages) {
+          if (!this.flows.sendOn(ws, f, m)) return this.ends.gone(ws);
+          this.pool.hold(m, f, f.sent);
+        }
       }
     } catch (e) {
       // the stream from the episode broke (it restarted): the watcher reconnects and resumes

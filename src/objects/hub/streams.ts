@@ -8,6 +8,7 @@
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
 import { HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "../../protocol/hub/catchup.js";
+import type { MessagePool } from "../../protocol/hub/message-pool.js";
 
 export class Streams {
   private readonly cohorts = new Map<string, HubCohort>();
@@ -20,6 +21,8 @@ export class Streams {
     private readonly open: OpenCursor,
     /** A stream moved (a message arrived, it ended or failed): its waiting members go on. */
     private readonly wake: (c: HubCohort) => void,
+    /** What the streams' messages are read into. */
+    private readonly pool: MessagePool,
   ) {}
 
   get size(): number {
@@ -55,6 +58,7 @@ export class Streams {
       (x) => {
         if (this.cohorts.get(x.key) === x) this.cohorts.delete(x.key);
       },
+      this.pool,
     );
     this.cohorts.set(key, c);
     return c;

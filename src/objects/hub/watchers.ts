@@ -22,6 +22,7 @@ import { parseVariant, type Variant, variantKey } from "../../protocol/watch/var
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
 import { type HubView, viewStatus, type HubFrame } from "../../protocol/hub/feed.js";
+import { CATCHUP_POOL_BYTES, MessagePool } from "../../protocol/hub/message-pool.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
@@ -56,6 +57,8 @@ interface Waiting {
 
 export class HubWatchers {
   private readonly flows = new Flows();
+  /** Buffers catch-up messages are read into, used again once acknowledged. */
+  private readonly pool = new MessagePool(CATCHUP_POOL_BYTES);
   private readonly live: LiveFanOut;
   private readonly states = new WeakMap<WebSocket, SocketState>();
   private readonly catchUps: RunningCatchUps;
@@ -79,14 +82,21 @@ export class HubWatchers {
     this.live = new LiveFanOut(this.flows, limits.lagBytes, () =>
       this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })),
     );
-    this.catchUps = new RunningCatchUps(this.flows, this.live, hub, limits.window, {
-      gone: (ws) => this.gone(ws),
-      caughtUp: (ws) => {
-        this.live.set(ws, this.states.get(ws)!, true);
-        this.startWaiting();
+    this.catchUps = new RunningCatchUps(
+      this.flows,
+      this.live,
+      hub,
+      limits.window,
+      {
+        gone: (ws) => this.gone(ws),
+        caughtUp: (ws) => {
+          this.live.set(ws, this.states.get(ws)!, true);
+          this.startWaiting();
+        },
       },
-    });
-    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c));
+      this.pool,
+    );
+    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c), this.pool);
     this.bridge = {
       head: () => this.hub.view().head,
       window: hub.window,
@@ -186,6 +196,7 @@ export class HubWatchers {
   /** The watcher acknowledged `bytes` (its count since the socket opened). */
   private ack(ws: WebSocket, bytes: number): void {
     this.flows.ack(ws, bytes);
+    this.pool.retry();
     if (this.catchUps.acked(ws)) return;
     const w = this.waiting.find((x) => x.ws === ws);
     if (w && !w.ready) {
@@ -233,6 +244,7 @@ export class HubWatchers {
     }
     this.sockets = 0;
     this.flows.clear();
+    this.pool.reset();
     this.live.reset(true);
   }
 

@@ -1,6 +1,7 @@
 // Catching a watcher up, on the hub's side. The episode builds the catch-up stream (a snapshot as
-// of its head, or the log after `?after=`; src/objects/episode/catchup-stream.ts) and the hub pulls it through a
-// cursor, message by message, as its watchers acknowledge. Watchers that join together with the
+// of its head, or the log after `?after=`; src/objects/episode/catchup-stream.ts) and the hub reads
+// it message by message (src/protocol/hub/cursor-stream.ts), into buffers it uses again
+// (src/protocol/hub/message-pool.ts), as its watchers acknowledge. Watchers that join together with the
 // same view share one stream (a HubCohort): each message is fetched once and the same bytes go to
 // each of them; the cohort keeps the messages between its slowest and its fastest member, up to
 // COHORT_BYTES (until then from the first, so a watcher arriving a little later still joins).
@@ -10,7 +11,9 @@
 
 import { MESSAGE_BYTES, type SnapshotReason } from "../watch/protocol.js";
 import { type Variant, variantKey } from "../watch/variant.js";
-import { type CursorStep, variantMessage } from "./feed.js";
+import { CursorReader, type MessageBuffers } from "./cursor-stream.js";
+import { variantMessage } from "./feed.js";
+import type { Lease, MessagePool } from "./message-pool.js";
 import type { HubWindow } from "./window.js";
 
 /** Messages a cohort keeps between its slowest and its fastest member, bytes. */
@@ -28,26 +31,36 @@ export const LINGER_MS = 10_000;
  */
 export const STALE_BYTES = 4 * 1024 * 1024;
 
-/** The episode's cursor as the hub holds it (an RPC stub). */
+/**
+ * The episode's catch-up pipe as the hub holds it (an RPC stub): its byte stream, read once; closed
+ * and disposed once done (a stub kept alive keeps the episode's object awake).
+ */
 export interface Cursor {
-  next(): Promise<CursorStep>;
+  bytes(): ReadableStream<Uint8Array> | Promise<ReadableStream<Uint8Array>>;
   close(): unknown;
   [Symbol.dispose]?(): void;
 }
 
-/** Close the episode's side and drop the stub (a stub kept alive keeps the episode's object awake). */
-function release(cursor: Promise<Cursor>): void {
-  void cursor
-    .then(async (c) => {
-      try {
-        await c.close();
-      } finally {
-        c[Symbol.dispose]?.();
-      }
-    })
-    .catch(() => undefined);
+interface Opened {
+  cursor: Cursor;
+  reader: CursorReader;
 }
 
+/** Stop reading, close the episode's side and drop the stub. */
+async function letGo(cursor: Cursor, reader?: CursorReader): Promise<void> {
+  reader?.cancel();
+  try {
+    await cursor.close();
+  } finally {
+    cursor[Symbol.dispose]?.();
+  }
+}
+
+function release(opened: Promise<Opened>): void {
+  void opened.then(({ cursor, reader }) => letGo(cursor, reader)).catch(() => undefined);
+}
+
+/** Ask the episode for a catch-up stream. */
 export type OpenCursor = (
   variant: Variant,
   after: number | null,
@@ -60,8 +73,10 @@ export class HubCohort {
   private cacheBytes = 0;
   /** `cache[i]` is message `first + i`. */
   private first = 0;
-  private cursor: Promise<Cursor> | null;
+  private cursor: Promise<Opened> | null;
   private fetching = false;
+  /** Where messages are read: the hub's pool, through this cohort (it gives up kept messages when the pool runs dry). */
+  private readonly buffers: MessageBuffers;
   /** The stream ended: its messages bring a watcher up to this seq. */
   end: number | null = null;
   /** A retraction took back what the stream gave: its members wait for the hub's restart. */
@@ -84,8 +99,21 @@ export class HubCohort {
     private readonly idle: (c: HubCohort) => void,
     /** Called once closed (the owner forgets the cohort). */
     private readonly done: (c: HubCohort) => void,
+    private readonly pool: MessagePool,
   ) {
-    this.cursor = open(variant, after, forced);
+    this.cursor = open(variant, after, forced).then(async (cursor) => {
+      try {
+        return { cursor, reader: CursorReader.of(await cursor.bytes()) };
+      } catch (e) {
+        void letGo(cursor).catch(() => undefined);
+        throw e;
+      }
+    });
+    this.buffers = {
+      take: (n) => this.lease(n),
+      adopt: (l, v) => pool.adopt(l, v),
+      giveBack: (l) => pool.giveBack(l),
+    };
     // a failed open is reported by the first fetch
     this.cursor.catch(() => undefined);
   }
@@ -138,11 +166,13 @@ export class HubCohort {
   close(): void {
     if (this.shut) return;
     this.shut = true;
+    for (const m of this.cache) this.pool.drop(m);
     this.cache = [];
     this.cacheBytes = 0;
     const c = this.cursor;
     this.cursor = null;
     if (c) release(c);
+    this.pool.retry(); // a read waiting for a buffer gives up
     this.done(this);
   }
 
@@ -153,9 +183,12 @@ export class HubCohort {
     this.fetching = true;
     const cursor = this.cursor;
     void cursor
-      .then((c) => c.next())
+      .then((c) => c.reader.next(this.buffers))
       .then((step) => {
-        if (this.cursor !== cursor) return; // closed meanwhile
+        if (this.cursor !== cursor) {
+          if ("message" in step) this.pool.drop(step.message); // closed meanwhile
+          return;
+        }
         if ("message" in step) {
           this.cache.push(step.message);
           this.cacheBytes += step.message.length;
@@ -175,17 +208,39 @@ export class HubCohort {
   }
 
   /**
-   * Keep at most COHORT_BYTES: drop the oldest messages every member has sent; true when the
-   * members themselves are further apart than that (the fastest waits).
+   * A buffer for the next message: from the pool, or, when it is dry, once this cohort gave back
+   * what every member has sent (no longer joinable then), or once acknowledgements free one.
    */
-  private trim(): boolean {
+  private lease(length: number): Lease | Promise<Lease> {
+    const now = this.pool.take(length);
+    if (now) return now;
+    return new Promise((resolve, reject) => {
+      const again = () => {
+        if (this.shut) return reject(new Error("catch-up stream closed"));
+        this.trim(0);
+        const l = this.pool.take(length);
+        if (l) resolve(l);
+        else this.pool.wait(again);
+      };
+      again();
+    });
+  }
+
+  /**
+   * Keep at most `keep` bytes (COHORT_BYTES unless the pool ran dry): drop the oldest messages
+   * every member has sent; true when the members themselves are further apart than that (the
+   * fastest waits).
+   */
+  private trim(keep = COHORT_BYTES): boolean {
     let low = Number.MAX_SAFE_INTEGER;
     for (const m of this.members) low = Math.min(low, m.position);
-    while (this.cacheBytes > COHORT_BYTES && this.first < low && this.cache.length > 0) {
-      this.cacheBytes -= this.cache.shift()!.length;
+    while (this.cacheBytes > keep && this.first < low && this.cache.length > 0) {
+      const m = this.cache.shift()!;
+      this.cacheBytes -= m.length;
+      this.pool.drop(m);
       this.first++;
     }
-    return this.cacheBytes > COHORT_BYTES;
+    return this.cacheBytes > keep;
   }
 }
 

@@ -130,13 +130,6 @@ export function feedBytes(frames: readonly FeedFrame[]): number {
 }
 
 /**
- * One step of a catch-up stream pulled from the episode (src/objects/episode/catchup-stream.ts): the next
- * watcher message, or the end (the watcher then holds everything up to `end`), or word that a
- * retraction took back what the stream gave (the hub's own restart follows in its feed).
- */
-export type CursorStep = { message: Uint8Array } | { end: number } | { rewound: true };
-
-/**
  * Frames fed back to back share a live message up to this many bytes: small frames go a dozen to
  * a send (a hub's cost is its sends); a frame this large goes alone, the very bytes the episode
  * built. Joining large frames saves sends but costs each watcher more than it saves the hub: a
