@@ -1,7 +1,8 @@
 // Catch-up: a joining watcher gets the state as bounded snapshot messages of ordinary deltas, paced
 // by its acks (a window of WATCHER_WINDOW_BYTES, 1 MiB here, that starts small), at most
-// MAX_CATCHUPS (2 here) at once; the log it replays after the snapshot is kept for it; a catch-up
-// that stops acknowledging is closed 4008 and its stream let go.
+// MAX_CATCHUPS (2 here) at once, read into the hub's buffers and each used again; the log it
+// replays after the snapshot is kept for it; a catch-up that stops acknowledging is closed 4008
+// and its stream let go.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
@@ -69,6 +70,11 @@ describe("catch-up", () => {
     expect(w.sizes[1]!, "the first snapshot message is small").toBeLessThanOrEqual(FIRST_MESSAGE_BYTES + biggestNode);
     for (const size of w.sizes) expect(size).toBeLessThanOrEqual(MESSAGE_BYTES + biggestNode);
     expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    // read into the hub's buffers (HUB_POOL_BYTES, 4 MiB here: one of the largest messages' size), each used again
+    // once acknowledged, and yet the golden bytes
+    const { pool } = (await env.HUBS.getByName(hubName(id, 0)).stats()).watchers;
+    expect(pool.made, `${snaps.length} snapshot messages read into ${pool.made} buffers`).toBeLessThan(snaps.length);
+    expect(pool.lost).toBe(0);
     await (await post(`${id}/reply`, c.reply)).arrayBuffer();
     await w.read((x) => x.finished !== null);
     expect(equal(w.episodeBytes(), c.episode!)).toBe(true);

@@ -74,6 +74,7 @@ export class ViewerHub extends DurableObject<Env> {
         lagBytes: l.watcherLagBytes,
         window: l.watcherWindowBytes,
         maxCatchUps: l.maxCatchUps,
+        poolBytes: l.hubPoolBytes,
       },
       {
         view: () => this.view(),

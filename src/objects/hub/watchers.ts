@@ -22,7 +22,7 @@ import { parseVariant, type Variant, variantKey } from "../../protocol/watch/var
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
 import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
 import { type HubView, viewStatus, type HubFrame } from "../../protocol/hub/feed.js";
-import { CATCHUP_POOL_BYTES, MessagePool } from "../../protocol/hub/message-pool.js";
+import { MessagePool } from "../../protocol/hub/message-pool.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
@@ -38,6 +38,8 @@ export interface WatcherLimits extends AdmissionLimits {
   window: number;
   /** Watchers catching up at once. */
   maxCatchUps: number;
+  /** Buffers catch-up messages are read into, at most, bytes. */
+  poolBytes: number;
 }
 
 /** What the watchers read of their hub. */
@@ -58,7 +60,7 @@ interface Waiting {
 export class HubWatchers {
   private readonly flows = new Flows();
   /** Buffers catch-up messages are read into, used again once acknowledged. */
-  private readonly pool = new MessagePool(CATCHUP_POOL_BYTES);
+  private readonly pool: MessagePool;
   private readonly live: LiveFanOut;
   private readonly states = new WeakMap<WebSocket, SocketState>();
   private readonly catchUps: RunningCatchUps;
@@ -79,6 +81,7 @@ export class HubWatchers {
     private readonly hub: HubSource,
   ) {
     this.admission = new Admission(limits, Date.now());
+    this.pool = new MessagePool(limits.poolBytes);
     this.live = new LiveFanOut(this.flows, limits.lagBytes, () =>
       this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })),
     );
@@ -117,7 +120,10 @@ export class HubWatchers {
     return this.sockets;
   }
 
-  /** Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged. */
+  /**
+   * Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged, and the catch-up
+   * buffers (bytes held, buffers made and lost since the hub woke).
+   */
   load(): {
     watchers: number;
     waiting: number;
@@ -125,6 +131,7 @@ export class HubWatchers {
     cohorts: number;
     queuedBytes: number;
     streamsOpened: number;
+    pool: { bytes: number; made: number; lost: number };
   } {
     return {
       watchers: this.count(),
@@ -133,6 +140,7 @@ export class HubWatchers {
       cohorts: this.streams.size,
       queuedBytes: this.flows.queued,
       streamsOpened: this.streams.opened,
+      pool: { bytes: this.pool.bytes, made: this.pool.made, lost: this.pool.lost },
     };
   }
 

@@ -2,6 +2,7 @@
 // default written here): what the Worker, the Episode object and the hubs read at construction.
 // Pure: no runtime imports.
 
+import { CATCHUP_POOL_BYTES } from "../hub/message-pool.js";
 import { DEFAULT_INDEX_FLUSH_MS, limitFrom } from "./vars.js";
 
 export interface Limits {
@@ -25,6 +26,8 @@ export interface Limits {
   hubQueueBytes: number;
   /** Recent frames a hub keeps in memory for resumes and catch-ups, bytes. */
   hubWindowBytes: number;
+  /** Buffers a hub reads catch-up messages into, at most, bytes (src/protocol/hub/message-pool.ts). */
+  hubPoolBytes: number;
   /** Bytes a live watcher may leave unacknowledged before it is closed with 4008 (too far behind). */
   watcherLagBytes: number;
   /** Bytes a catching-up watcher may leave unacknowledged (its window). */
@@ -59,6 +62,7 @@ export interface Limits {
 export type LimitVars = { readonly [K in LimitVar]?: string };
 type LimitVar =
   | "MAX_MESSAGE_BYTES"
+  | "HUB_POOL_BYTES"
   | "MAX_EPISODE_BYTES"
   | "RETENTION_SECONDS"
   | "MAX_WATCHERS"
@@ -99,6 +103,7 @@ export function limitsFrom(env: LimitVars): Limits {
     maxWaiting: limitFrom(env.MAX_WAITING, 256),
     hubQueueBytes: limitFrom(env.HUB_QUEUE_BYTES, 32 * 1024 * 1024),
     hubWindowBytes: limitFrom(env.HUB_WINDOW_BYTES, 8 * 1024 * 1024),
+    hubPoolBytes: limitFrom(env.HUB_POOL_BYTES, CATCHUP_POOL_BYTES),
     watcherLagBytes: limitFrom(env.WATCHER_LAG_BYTES, 64 * 1024 * 1024),
     watcherWindowBytes: limitFrom(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
     maxCatchUps: limitFrom(env.MAX_CATCHUPS, 4),
