@@ -29,7 +29,7 @@ const settle = () => new Promise((r) => setTimeout(r, 0));
  * stopped reading; `closed` and `disposed`, that it let go of the pipe.
  */
 function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error = { end }) {
-  const state = { pulls: 0, cancelled: 0, closed: 0, disposed: 0 };
+  const state = { pulls: 0, asked: 0, cancelled: 0, closed: 0, disposed: 0 };
   const bytes = (): ReadableStream<Uint8Array> =>
     new ReadableStream({
       type: "bytes",
@@ -49,6 +49,9 @@ function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error 
     });
   const cursor = (): Cursor => ({
     bytes,
+    pull() {
+      state.asked++;
+    },
     close() {
       state.closed++;
     },
@@ -116,6 +119,7 @@ describe("hub catch-ups", () => {
     expect(ga).toEqual([msg(1), msg(2), msg(3)]);
     expect(gb).toEqual(ga);
     expect(s.state.pulls, "three messages and the end, pulled once").toBe(4);
+    expect(s.state.asked, "each step asked for before it was read").toBe(4);
     expect(cohort.members.size).toBe(0);
     expect(done).toEqual([cohort]);
     await settle();

@@ -102,6 +102,20 @@ describe("catch-up message pool", () => {
     expect(lone.bytes).toBe(1024 * KiB);
   });
 
+  it("run dry, it asks for what is kept for no one (whenDry) before a taker waits", () => {
+    const pool = new MessagePool(2 * POOL_MIN_BUFFER);
+    const lingering = [read(pool, KiB)!, read(pool, KiB)!];
+    let asked = 0;
+    pool.whenDry(() => {
+      asked++;
+      pool.drop(lingering[0]!); // a cohort nobody is on closes
+    });
+    expect(pool.take(KiB)!.buffer, "the lingering cohort's buffer").toBe(lingering[0]!.buffer);
+    expect(asked).toBe(1);
+    expect(pool.take(KiB), "nothing more to give: the taker waits").toBeNull();
+    expect(asked).toBe(2);
+  });
+
   it("keeps at most `keepFree` bytes of free buffers; the rest go to the collector", () => {
     const pool = new MessagePool(1024 * KiB, 2 * POOL_MIN_BUFFER);
     const ms = [read(pool, KiB)!, read(pool, KiB)!, read(pool, KiB)!];

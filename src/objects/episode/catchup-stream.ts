@@ -225,11 +225,13 @@ export class CatchUp {
 // ---- the stream a hub reads ----
 //
 // A catch-up stream handed to a viewer hub over RPC as a byte stream of steps
-// (src/protocol/hub/cursor-stream.ts): a message is built only once the hub read the one before
-// (an IdentityTransformStream's write waits for its read), so nothing is built before the hub's
-// watchers can take it. The hub also holds the pipe itself (an RpcTarget): the stub keeps this
-// object up while the stream is read (a stream alone does not: between two runtime processes the
-// object went away under it), and closing or disposing it lets go. Each pipe holds its stream's
+// (src/protocol/hub/cursor-stream.ts). The hub also holds the pipe itself (an RpcTarget) and asks
+// for each step (`pull`) before it reads it: a step is built and written only then, so nothing is
+// built before the hub's watchers can take it, and nothing waits in the stream between the two
+// (the runtime reads a stream sent over RPC ahead of its reader: a hub's paused streams held
+// what the episode had written into them). The stub also keeps this object up while the stream
+// is read (a stream alone does not: between two runtime processes the object went away under it),
+// and closing or disposing it lets go. Each pipe holds its stream's
 // pins; it lets go when the hub closes it, when the stream breaks (the hub went away), or when the
 // hub has read nothing for CURSOR_IDLE_MS; once a retraction took back what it read it says
 // `rewound` and ends.
@@ -244,6 +246,10 @@ export class CatchUpPipe extends RpcTarget {
   private rewound = false;
   private readonly writer: WritableStreamDefaultWriter<Uint8Array>;
   private readable: ReadableStream<Uint8Array> | null;
+  /** Steps the hub asked for and was not yet given. */
+  private asked = 0;
+  /** The pump waits for an ask. */
+  private wake: (() => void) | null = null;
 
   constructor(
     private readonly stream: CatchUp,
@@ -265,14 +271,30 @@ export class CatchUpPipe extends RpcTarget {
     return r;
   }
 
+  /** The hub will read one more step. */
+  pull(): void {
+    this.asked++;
+    this.used = Date.now();
+    this.wake?.();
+  }
+
   [Symbol.dispose](): void {
     this.close(new Error("catch-up stream let go"));
+  }
+
+  /** Until the hub asks for a step (or the pipe closes). */
+  private async ask(): Promise<void> {
+    while (this.asked === 0 && !this.closed) await new Promise<void>((r) => (this.wake = r));
+    this.wake = null;
+    this.asked--;
   }
 
   /** Write the stream's steps as the hub reads them, until its end (or the hub's). */
   private async pump(): Promise<void> {
     try {
       for (;;) {
+        await this.ask();
+        if (this.closed) return;
         if (this.rewound || !this.stream.valid) {
           await this.write({ rewound: true });
           break;
@@ -316,6 +338,7 @@ export class CatchUpPipe extends RpcTarget {
     this.closed = true;
     this.stream.release();
     this.open.delete(this);
+    this.wake?.();
     if (reason !== undefined) this.writer.abort(reason).catch(() => undefined);
   }
 

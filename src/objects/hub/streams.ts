@@ -2,8 +2,9 @@
 // they carry (variant, resume point, reason): watchers that need the same one join it instead of
 // asking for their own. A stream stays joinable while it still has its first message and while
 // less than STALE_BYTES of frames were fed since it started; one whose members all left lingers
-// LINGER_MS for the next arrivals (a reconnect storm, a deploy), then goes. So the episode builds
-// a stream every few turns for a stampede, not one per watcher.
+// LINGER_MS for the next arrivals (a reconnect storm, a deploy), then goes, or at once when the
+// hub's catch-up buffers run short (the watchers under way come first). So the episode builds a
+// stream every few turns for a stampede, not one per watcher.
 
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
@@ -23,7 +24,10 @@ export class Streams {
     private readonly wake: (c: HubCohort) => void,
     /** What the streams' messages are read into. */
     private readonly pool: MessagePool,
-  ) {}
+  ) {
+    // buffers run short: streams kept for joiners that nobody is on go first
+    pool.whenDry(() => this.forgetIdle());
+  }
 
   get size(): number {
     return this.cohorts.size;

@@ -32,11 +32,13 @@ export const LINGER_MS = 10_000;
 export const STALE_BYTES = 4 * 1024 * 1024;
 
 /**
- * The episode's catch-up pipe as the hub holds it (an RPC stub): its byte stream, read once; closed
- * and disposed once done (a stub kept alive keeps the episode's object awake).
+ * The episode's catch-up pipe as the hub holds it (an RPC stub): its byte stream, read once, a step
+ * for each `pull` (nothing is written into it ahead of the hub); closed and disposed once done (a
+ * stub kept alive keeps the episode's object awake).
  */
 export interface Cursor {
   bytes(): ReadableStream<Uint8Array> | Promise<ReadableStream<Uint8Array>>;
+  pull(): unknown;
   close(): unknown;
   [Symbol.dispose]?(): void;
 }
@@ -183,7 +185,10 @@ export class HubCohort {
     this.fetching = true;
     const cursor = this.cursor;
     void cursor
-      .then((c) => c.reader.next(this.buffers))
+      .then((c) => {
+        Promise.resolve(c.cursor.pull()).catch(() => undefined); // a broken pipe fails the read too
+        return c.reader.next(this.buffers);
+      })
       .then((step) => {
         if (this.cursor !== cursor) {
           if ("message" in step) this.pool.drop(step.message); // closed meanwhile

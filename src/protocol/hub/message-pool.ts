@@ -64,6 +64,8 @@ export class MessagePool {
   /** Taken for a read, not yet adopted or given back. */
   private taken = 0;
   private readonly waiters: Array<() => void> = [];
+  /** Called when the pool runs dry, to give back what is kept for no one (cohorts nobody is on). */
+  private dry: (() => void) | null = null;
   /** Buffers made since the pool started, and buffers lost to sockets that went away (for stats). */
   made = 0;
   lost = 0;
@@ -83,8 +85,20 @@ export class MessagePool {
     return this.inUse.size + this.taken;
   }
 
+  /** Call `f` when the pool runs dry, before a taker is told to wait (it may drop messages kept for no one). */
+  whenDry(f: () => void): void {
+    this.dry = f;
+  }
+
   /** A buffer of at least `length` bytes to read into, or null: none is free and the pool is at its cap. */
   take(length: number): Lease | null {
+    const l = this.tryTake(length);
+    if (l || !this.dry) return l;
+    this.dry();
+    return this.tryTake(length);
+  }
+
+  private tryTake(length: number): Lease | null {
     this.reclaim();
     const size = bufferClass(length);
     const b = this.free.get(size)?.pop();
