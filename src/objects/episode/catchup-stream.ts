@@ -23,6 +23,7 @@ import type { Pin } from "../../protocol/episode/holds.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { Meta } from "./storage.js";
 import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js";
+import { bufferClass } from "../../protocol/hub/message-pool.js";
 import { RpcTarget } from "cloudflare:workers";
 
 /** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
@@ -62,8 +63,11 @@ export abstract class SnapshotMessages {
   /** Let go of what the snapshot holds. */
   abstract release(): void;
 
-  /** The next message: deltas up to about MESSAGE_BYTES (the first one smaller); null after the last. */
-  async message(): Promise<Uint8Array | null> {
+  /**
+   * The next message: deltas up to about MESSAGE_BYTES (the first one smaller), joined into `into(length)` when given;
+   * null after the last.
+   */
+  async message(into?: (length: number) => Uint8Array): Promise<Uint8Array | null> {
     if (this.done) return null;
     const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
     const batch: Array<Uint8Array | Chunks> = [];
@@ -83,7 +87,7 @@ export abstract class SnapshotMessages {
     const more = this.carried !== null;
     this.done = !more;
     this.built++;
-    return snapshotMessage(this.seq, this.reason, batch, more);
+    return snapshotMessage(this.seq, this.reason, batch, more, into);
   }
 }
 
@@ -167,11 +171,14 @@ export class CatchUp {
     return (this.snapshot ?? this.pin)?.valid ?? true;
   }
 
-  /** The next message, or null when the watcher has everything up to `seq` (the episode's head now). */
-  async next(): Promise<Uint8Array | null> {
+  /**
+   * The next message (joined into `into(length)` when given), or null when the watcher has everything up to `seq` (the
+   * episode's head now).
+   */
+  async next(into?: (length: number) => Uint8Array): Promise<Uint8Array | null> {
     const s = this.snapshot;
     if (s) {
-      const m = await s.message();
+      const m = await s.message(into);
       if (this.snapshot !== s) return null; // released while it was built (the cursor closed)
       if (s.done) {
         // the snapshot is given: hold the log from its seq
@@ -193,7 +200,7 @@ export class CatchUp {
       }
       if (visible.length) {
         this.repin();
-        return framesMessage(visible);
+        return framesMessage(visible, into);
       }
       if (this.at === from) this.at = head; // nothing logged after `at` up to the head (retracted frames leave gaps)
     }
@@ -231,7 +238,9 @@ export class CatchUp {
 // (the runtime reads a stream sent over RPC ahead of its reader: a hub's paused streams held
 // what the episode had written into them). The stub also keeps this object up while the stream
 // is read (a stream alone does not: between two runtime processes the object went away under it),
-// and closing or disposing it lets go. Each pipe holds its stream's
+// and closing or disposing it lets go. Messages are joined into one buffer used again for each: an
+// IdentityTransformStream's write resolves once its reader (the runtime, sending it on) has taken
+// the bytes, and the next message is joined only after that. Each pipe holds its stream's
 // pins; it lets go when the hub closes it, when the stream breaks (the hub went away), or when the
 // hub has read nothing for CURSOR_IDLE_MS; once a retraction took back what it read it says
 // `rewound` and ends.
@@ -248,6 +257,12 @@ export class CatchUpPipe extends RpcTarget {
   private readable: ReadableStream<Uint8Array> | null;
   /** Steps the hub asked for and was not yet given. */
   private asked = 0;
+  /** Where messages are joined: used again for the next once the stream took the last (its write resolved). */
+  private scratch: ArrayBuffer | null = null;
+  private readonly into = (length: number): Uint8Array => {
+    if (!this.scratch || this.scratch.byteLength < length) this.scratch = new ArrayBuffer(bufferClass(length));
+    return new Uint8Array(this.scratch, 0, length);
+  };
   /** The pump waits for an ask. */
   private wake: (() => void) | null = null;
 
@@ -299,7 +314,7 @@ export class CatchUpPipe extends RpcTarget {
           await this.write({ rewound: true });
           break;
         }
-        const message = await this.stream.next();
+        const message = await this.stream.next(this.into);
         if (this.closed) return;
         if (!message) {
           await this.write({ end: this.stream.seq });

@@ -90,6 +90,7 @@ export function snapshotMessage(
   reason: string,
   deltas: ReadonlyArray<Uint8Array | Chunks>,
   more: boolean,
+  into?: (length: number) => Uint8Array,
 ): Uint8Array {
   const w = new ChunkWriter();
   head(w, "snapshot", 4);
@@ -102,7 +103,7 @@ export function snapshotMessage(
   for (const d of deltas) bin(w, d);
   w.raw(K.more!);
   w.bool(more);
-  return w.bytes();
+  return w.bytes(into);
 }
 
 export interface Frame {
@@ -110,8 +111,8 @@ export interface Frame {
   delta: Uint8Array;
 }
 
-/** One message carrying consecutive frames. */
-export function framesMessage(frames: Frame[]): Uint8Array {
+/** One message carrying consecutive frames (joined into `into(length)` when given). */
+export function framesMessage(frames: Frame[], into?: (length: number) => Uint8Array): Uint8Array {
   const w = new ChunkWriter();
   head(w, "frames", 1);
   w.raw(K.frames!);
@@ -121,7 +122,7 @@ export function framesMessage(frames: Frame[]): Uint8Array {
     w.int(f.seq);
     bin(w, f.delta);
   }
-  return w.bytes();
+  return w.bytes(into);
 }
 
 /** `{type: "frames", frames: ` as framesMessage writes it: what precedes the frames' array header. */

@@ -131,10 +131,13 @@ export class ChunkWriter {
     this.raw(encodeInt(v));
   }
 
-  /** The document as one buffer (a copy only when it spans several chunks). */
-  bytes(): Uint8Array {
+  /**
+   * The document as one buffer (a copy only when it spans several chunks: into `into(length)` when
+   * given, a buffer the caller uses again, else a new one).
+   */
+  bytes(into?: (length: number) => Uint8Array): Uint8Array {
     this.flushScratch();
-    return concatChunks(this.chunks, this.length);
+    return concatChunks(this.chunks, this.length, into);
   }
 
   /** The document as chunks (views; valid as long as the writer is not reused). */
@@ -144,10 +147,14 @@ export class ChunkWriter {
   }
 }
 
-export function concatChunks(chunks: readonly Uint8Array[], length?: number): Uint8Array {
+export function concatChunks(
+  chunks: readonly Uint8Array[],
+  length?: number,
+  into?: (length: number) => Uint8Array,
+): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;
   const total = length ?? chunks.reduce((n, c) => n + c.length, 0);
-  const out = new Uint8Array(total);
+  const out = into ? into(total) : new Uint8Array(total);
   let at = 0;
   for (const c of chunks) {
     out.set(c, at);
