@@ -29,7 +29,7 @@ export default defineConfig({
           WATCHER_LAG_BYTES: String(1024 * 1024),
           WATCHER_WINDOW_BYTES: String(1024 * 1024),
           MAX_CATCHUPS: "2",
-          // a pool of two large messages: catch-ups wait for acknowledgements and reuse buffers all along
+          // a small pool: catch-ups wait for acknowledgements and reuse buffers all along
           HUB_POOL_BYTES: String(4 * 1024 * 1024),
           // a hub lets 8 watchers wait for a catch-up slot; the 9th is refused 1013 with a retry hint
           MAX_WAITING: "8",

@@ -274,6 +274,8 @@ describe("hub catch-ups", () => {
     const flow = { acked: 0 };
     let sent = 0;
     const got: Uint8Array[] = [];
+    /** Views sent and not yet acknowledged, with the bytes they had when sent: the runtime may still read them. */
+    const inFlight: Array<{ view: Uint8Array; bytes: Uint8Array }> = [];
     let waitsUnacked = 0;
     for (let i = 0; i < 500; i++) {
       const r = c.next();
@@ -282,6 +284,8 @@ describe("hub catch-ups", () => {
         await settle();
         if (flow.acked < sent) waitsUnacked++;
         if (waitsUnacked >= 10 && flow.acked < sent) {
+          for (const f of inFlight) expect(f.view, "untouched until acknowledged").toEqual(f.bytes);
+          inFlight.length = 0;
           flow.acked = sent; // the watcher acknowledged everything sent
           pool.retry();
         }
@@ -289,6 +293,7 @@ describe("hub catch-ups", () => {
       }
       for (const m of r) {
         got.push(m.slice());
+        inFlight.push({ view: m, bytes: m.slice() });
         pool.hold(m, flow, ++sent);
       }
     }

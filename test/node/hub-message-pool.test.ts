@@ -38,15 +38,16 @@ describe("catch-up message pool", () => {
     expect(pool.made).toBe(2);
   });
 
-  it("buffers come in powers of two from POOL_MIN_BUFFER: a message takes at most twice its size", () => {
+  it("buffers come in classes a third apart from POOL_MIN_BUFFER: a message takes at most a third more than its size", () => {
     const pool = new MessagePool(64 * 1024 * KiB);
-    expect([1, POOL_MIN_BUFFER, POOL_MIN_BUFFER + 1, 1536 * KiB, 2048 * KiB].map(bufferClass)).toEqual([
-      POOL_MIN_BUFFER,
-      POOL_MIN_BUFFER,
-      2 * POOL_MIN_BUFFER,
-      2048 * KiB,
-      2048 * KiB,
-    ]);
+    expect(
+      [1, POOL_MIN_BUFFER, POOL_MIN_BUFFER + 1, 1.5 * POOL_MIN_BUFFER + 1, 1536 * KiB, 2049 * KiB].map(bufferClass),
+    ).toEqual([POOL_MIN_BUFFER, POOL_MIN_BUFFER, 1.5 * POOL_MIN_BUFFER, 2 * POOL_MIN_BUFFER, 1536 * KiB, 3072 * KiB]);
+    for (let n = 1; n < 8 * 1024 * KiB; n = Math.ceil(n * 1.37)) {
+      const c = bufferClass(n);
+      expect(c).toBeGreaterThanOrEqual(n);
+      if (n > POOL_MIN_BUFFER) expect(c / n).toBeLessThanOrEqual(1.5);
+    }
     const small = read(pool, 100)!;
     pool.drop(small);
     expect(pool.take(100 * KiB)!.bytes, "a small free buffer does not serve a larger message").toBe(128 * KiB);
@@ -94,12 +95,44 @@ describe("catch-up message pool", () => {
     expect(woken).toBe(1);
     f.acked = 1;
     expect(pool.take(KiB)!.buffer).toBe(held[0]!.buffer);
-    const lone = new MessagePool(128 * KiB);
-    const big = lone.take(512 * KiB)!;
-    expect(big.bytes, "nothing in use: past the cap").toBe(512 * KiB);
-    lone.giveBack(big);
-    expect(lone.take(600 * KiB)!.bytes, "the free one is of another size: it makes room").toBe(1024 * KiB);
-    expect(lone.bytes).toBe(1024 * KiB);
+    const lone = new MessagePool(256 * KiB);
+    const first = lone.take(96 * KiB)!;
+    const second = lone.take(96 * KiB)!;
+    expect(lone.take(96 * KiB), "at the cap, two in use").toBeNull();
+    lone.giveBack(first);
+    lone.giveBack(second);
+    expect(lone.take(128 * KiB)!.bytes, "the free ones are of another size: they make room").toBe(128 * KiB);
+    expect(lone.bytes).toBe(224 * KiB);
+  });
+
+  it("a message larger than half the cap gets a buffer of its own, outside the pool; lease waits, then gives up", async () => {
+    const pool = new MessagePool(256 * KiB);
+    const big = pool.take(200 * KiB)!;
+    expect(big).toMatchObject({ pooled: false, bytes: 200 * KiB });
+    pool.adopt(big, new Uint8Array(big.buffer));
+    expect(pool.bytes, "not counted").toBe(0);
+    const a = read(pool, 96 * KiB)!;
+    const b = read(pool, 96 * KiB)!;
+    let gaveUp = 0;
+    let closed = false;
+    const waiting = pool.lease(
+      96 * KiB,
+      () => gaveUp++,
+      () => closed,
+    );
+    expect(waiting).toBeInstanceOf(Promise);
+    pool.drop(a); // its cohort let it go: sent nowhere, free
+    expect(((await waiting) as { buffer: ArrayBuffer }).buffer).toBe(a.buffer);
+    expect(gaveUp, "asked to give up before each try").toBeGreaterThanOrEqual(1);
+    const never = pool.lease(
+      96 * KiB,
+      () => undefined,
+      () => closed,
+    );
+    closed = true;
+    pool.retry();
+    await expect(never).rejects.toThrow(/closed/);
+    expect(b.length).toBe(96 * KiB);
   });
 
   it("run dry, it asks for what is kept for no one (whenDry) before a taker waits", () => {

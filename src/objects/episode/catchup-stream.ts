@@ -238,15 +238,43 @@ export class CatchUp {
 // (the runtime reads a stream sent over RPC ahead of its reader: a hub's paused streams held
 // what the episode had written into them). The stub also keeps this object up while the stream
 // is read (a stream alone does not: between two runtime processes the object went away under it),
-// and closing or disposing it lets go. Messages are joined into one buffer used again for each: an
-// IdentityTransformStream's write resolves once its reader (the runtime, sending it on) has taken
-// the bytes, and the next message is joined only after that. Each pipe holds its stream's
+// and closing or disposing it lets go. Messages are joined into buffers used again (JoinBuffers):
+// an IdentityTransformStream's write resolves once its reader (the runtime, sending it on) has
+// taken the bytes, and a buffer is given back only after that. Each pipe holds its stream's
 // pins; it lets go when the hub closes it, when the stream breaks (the hub went away), or when the
 // hub has read nothing for CURSOR_IDLE_MS; once a retraction took back what it read it says
 // `rewound` and ends.
 
 /** A pipe whose hub read nothing for this long is closed (checked when another opens). */
 export const CURSOR_IDLE_MS = 120_000;
+/** Join buffers an episode keeps free for its pipes at most, bytes (more are left to the collector). */
+export const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Buffers an episode's catch-up pipes join messages into, shared by all of them: one is taken for a
+ * message and given back once the stream took it, so a catch-up of hundreds of MiB joins them into
+ * a few buffers, and an idle pipe holds none.
+ */
+export class JoinBuffers {
+  private readonly free: ArrayBuffer[] = [];
+  private freeBytes = 0;
+
+  constructor(private readonly keepBytes = JOIN_KEEP_BYTES) {}
+
+  take(length: number): ArrayBuffer {
+    const size = bufferClass(length);
+    const i = this.free.findIndex((b) => b.byteLength === size);
+    if (i < 0) return new ArrayBuffer(size);
+    this.freeBytes -= size;
+    return this.free.splice(i, 1)[0]!;
+  }
+
+  give(buffer: ArrayBuffer): void {
+    if (this.freeBytes + buffer.byteLength > this.keepBytes) return;
+    this.free.push(buffer);
+    this.freeBytes += buffer.byteLength;
+  }
+}
 
 export class CatchUpPipe extends RpcTarget {
   private used = Date.now();
@@ -257,11 +285,11 @@ export class CatchUpPipe extends RpcTarget {
   private readable: ReadableStream<Uint8Array> | null;
   /** Steps the hub asked for and was not yet given. */
   private asked = 0;
-  /** Where messages are joined: used again for the next once the stream took the last (its write resolved). */
-  private scratch: ArrayBuffer | null = null;
+  /** The buffer the message being written was joined into (given back once the stream took it). */
+  private joined: ArrayBuffer | null = null;
   private readonly into = (length: number): Uint8Array => {
-    if (!this.scratch || this.scratch.byteLength < length) this.scratch = new ArrayBuffer(bufferClass(length));
-    return new Uint8Array(this.scratch, 0, length);
+    this.joined = this.buffers.take(length);
+    return new Uint8Array(this.joined, 0, length);
   };
   /** The pump waits for an ask. */
   private wake: (() => void) | null = null;
@@ -269,8 +297,11 @@ export class CatchUpPipe extends RpcTarget {
   constructor(
     private readonly stream: CatchUp,
     private readonly open: Set<CatchUpPipe>,
+    /** The episode's buffers to join messages into, shared by its pipes. */
+    private readonly buffers: JoinBuffers,
   ) {
     super();
+    // no highWaterMark: a write resolves only once the reader took its bytes (the joined buffer's reuse relies on it)
     const pipe = new IdentityTransformStream();
     this.readable = pipe.readable;
     this.writer = pipe.writable.getWriter();
@@ -321,6 +352,8 @@ export class CatchUpPipe extends RpcTarget {
           break;
         }
         await this.write({ message });
+        if (this.joined) this.buffers.give(this.joined);
+        this.joined = null;
       }
       this.close();
       await this.writer.close();

@@ -42,7 +42,7 @@ import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
 import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
-import { CatchUp, CatchUpPipe, type CatchUpSource, SnapshotBuilder } from "./catchup-stream.js";
+import { CatchUp, CatchUpPipe, type CatchUpSource, JoinBuffers, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
@@ -84,6 +84,7 @@ export class Episode extends DurableObject<Env> {
   private readonly source: CatchUpSource;
   /** Catch-up streams hubs are pulling. */
   private readonly cursors = new Set<CatchUpPipe>();
+  private readonly joinBuffers = new JoinBuffers();
   private readonly rowSync: RunRowSync;
   private readonly logTrim: LogTrim;
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
@@ -298,7 +299,11 @@ export class Episode extends DurableObject<Env> {
   catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpPipe {
     const now = Date.now();
     for (const c of [...this.cursors]) c.expire(now);
-    return new CatchUpPipe(new CatchUp(this.source, variant, after, forced ?? undefined), this.cursors);
+    return new CatchUpPipe(
+      new CatchUp(this.source, variant, after, forced ?? undefined),
+      this.cursors,
+      this.joinBuffers,
+    );
   }
 
   // ---- the producer's socket ----

@@ -122,7 +122,7 @@ export class HubWatchers {
 
   /**
    * Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged, and the catch-up
-   * buffers (bytes held, buffers made and lost since the hub woke).
+   * buffers (bytes held, pooled buffers leased, made and lost since the hub woke).
    */
   load(): {
     watchers: number;
@@ -131,7 +131,7 @@ export class HubWatchers {
     cohorts: number;
     queuedBytes: number;
     streamsOpened: number;
-    pool: { bytes: number; made: number; lost: number };
+    pool: { bytes: number; leased: number; made: number; lost: number };
   } {
     return {
       watchers: this.count(),
@@ -140,7 +140,7 @@ export class HubWatchers {
       cohorts: this.streams.size,
       queuedBytes: this.flows.queued,
       streamsOpened: this.streams.opened,
-      pool: { bytes: this.pool.bytes, made: this.pool.made, lost: this.pool.lost },
+      pool: { bytes: this.pool.bytes, leased: this.pool.leased, made: this.pool.made, lost: this.pool.lost },
     };
   }
 
@@ -219,6 +219,7 @@ export class HubWatchers {
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
     this.flows.forget(ws);
+    this.pool.retry(); // what it had not acknowledged is let go: a catch-up waiting for a buffer tries again
     if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
     this.live.drop(ws, this.states.get(ws));
     this.startWaiting();

@@ -217,18 +217,11 @@ export class HubCohort {
    * what every member has sent (no longer joinable then), or once acknowledgements free one.
    */
   private lease(length: number): Lease | Promise<Lease> {
-    const now = this.pool.take(length);
-    if (now) return now;
-    return new Promise((resolve, reject) => {
-      const again = () => {
-        if (this.shut) return reject(new Error("catch-up stream closed"));
-        this.trim(0);
-        const l = this.pool.take(length);
-        if (l) resolve(l);
-        else this.pool.wait(again);
-      };
-      again();
-    });
+    return this.pool.lease(
+      length,
+      () => this.trim(0),
+      () => this.shut,
+    );
   }
 
   /**

@@ -9,11 +9,11 @@
 //   writes from the buffer itself until the write is done), and an acknowledgement proves the write
 //   done. A buffer sent to a socket that went away unacknowledged is never reused (the runtime may
 //   still hold it): the pool lets it go to the collector and counts it no more.
-// - Buffers come in powers of two (a message takes at most twice its size: a small episode's
-//   catch-up holds little). At most `capBytes` in buffers: past it a taker waits (`wait`), woken
-//   when an acknowledgement or a drop frees one; with nothing in use, a message gets a buffer
-//   even past the cap (it cannot wait for itself). At most POOL_FREE_BYTES stay free between
-//   catch-ups.
+// - Buffers come in size classes a third apart (a small episode's catch-up holds little). At most
+//   `capBytes` in buffers: past it a taker waits (`lease`), woken when an acknowledgement, a drop
+//   or a socket gone frees one; with nothing in use, a message gets a buffer even past the cap (it
+//   cannot wait for itself), and one larger than half the cap gets a buffer of its own, unpooled.
+//   At most POOL_FREE_BYTES stay free between catch-ups.
 
 /**
  * A hub's catch-up buffers, bytes: its cohorts' kept messages (COHORT_BYTES each, fewer when the
@@ -22,14 +22,18 @@
 export const CATCHUP_POOL_BYTES = 24 * 1024 * 1024;
 /** Free buffers kept for the next catch-up at most, bytes (the rest go to the collector). */
 export const POOL_FREE_BYTES = 8 * 1024 * 1024;
-/** The smallest buffer: buffers are powers of two from here, so a message takes at most twice its size. */
+/** The smallest buffer: buffers are a power of two from here or one and a half times one. */
 export const POOL_MIN_BUFFER = 16 * 1024;
 
-/** The size class of a message of `length` bytes: the power of two at or above it (at least POOL_MIN_BUFFER). */
+/**
+ * The size class of a message of `length` bytes: the least of 16, 24, 32, 48, 64, ... KiB that holds
+ * it, so a message takes at most a third more than its size.
+ */
 export function bufferClass(length: number): number {
-  let size = POOL_MIN_BUFFER;
-  while (size < length) size *= 2;
-  return size;
+  for (let p = POOL_MIN_BUFFER; ; p *= 2) {
+    if (length <= p) return p;
+    if (length <= p * 1.5) return p * 1.5;
+  }
 }
 
 /** What the pool reads of a socket's flow (src/objects/hub/flows.ts `Flow`). */
@@ -44,6 +48,8 @@ export interface AckedFlow {
 export interface Lease {
   readonly buffer: ArrayBuffer;
   readonly bytes: number;
+  /** False for a message too large for the pool: its buffer is its own, left to the collector. */
+  readonly pooled: boolean;
 }
 
 interface InUse {
@@ -66,7 +72,8 @@ export class MessagePool {
   private readonly waiters: Array<() => void> = [];
   /** Called when the pool runs dry, to give back what is kept for no one (cohorts nobody is on). */
   private dry: (() => void) | null = null;
-  /** Buffers made since the pool started, and buffers lost to sockets that went away (for stats). */
+  /** Pooled buffers leased, buffers made, and buffers lost to sockets that went away, since the pool started (stats). */
+  leased = 0;
   made = 0;
   lost = 0;
 
@@ -98,14 +105,38 @@ export class MessagePool {
     return this.tryTake(length);
   }
 
+  /**
+   * A buffer of at least `length` bytes: now, or once one is free. Short of buffers, the pool first
+   * lets go of what is kept for no one (`whenDry`), then asks the taker to give up what it can
+   * (`giveUp`), each time it tries again; it stops waiting (rejects) once `closed()`.
+   */
+  lease(length: number, giveUp: () => void, closed: () => boolean): Lease | Promise<Lease> {
+    const now = this.take(length);
+    if (now) return now;
+    return new Promise((resolve, reject) => {
+      const again = () => {
+        if (closed()) return reject(new Error("catch-up stream closed"));
+        giveUp();
+        const l = this.take(length);
+        if (l) resolve(l);
+        else this.wait(again);
+      };
+      again();
+    });
+  }
+
   private tryTake(length: number): Lease | null {
+    // a message that would hold a good part of the pool gets a buffer of its own (it could wait long for room)
+    if (bufferClass(length) > this.capBytes / 2)
+      return { buffer: new ArrayBuffer(length), bytes: length, pooled: false };
     this.reclaim();
     const size = bufferClass(length);
     const b = this.free.get(size)?.pop();
     if (b) {
       this.freeBytes -= size;
       this.taken++;
-      return { buffer: b, bytes: size };
+      this.leased++;
+      return { buffer: b, bytes: size, pooled: true };
     }
     // free buffers of other sizes make room for this one
     for (const [s, list] of this.free) {
@@ -116,14 +147,17 @@ export class MessagePool {
       }
     }
     if (this.owned + size > this.capBytes && this.busy > 0) return null;
+    const buffer = new ArrayBuffer(size); // before counting it: an allocation that fails changes nothing
     this.owned += size;
     this.taken++;
     this.made++;
-    return { buffer: new ArrayBuffer(size), bytes: size };
+    this.leased++;
+    return { buffer, bytes: size, pooled: true };
   }
 
   /** A read filled `view` from `lease` (a BYOB read hands back the buffer it filled as a new object). */
   adopt(lease: Lease, view: Uint8Array): void {
+    if (!lease.pooled) return;
     this.taken--;
     this.inUse.set(view.buffer as ArrayBuffer, { bytes: lease.bytes, holds: [], dropped: false });
   }
@@ -133,6 +167,7 @@ export class MessagePool {
    * failed read detached it.
    */
   giveBack(lease: Lease): void {
+    if (!lease.pooled) return;
     this.taken--;
     if (lease.buffer.byteLength === lease.bytes) this.keep(lease.buffer, lease.bytes);
     else this.owned -= lease.bytes;
@@ -149,7 +184,7 @@ export class MessagePool {
     const u = this.inUse.get(message.buffer as ArrayBuffer);
     if (!u) return;
     u.dropped = true;
-    if (this.waiters.length > 0) this.wake();
+    this.retry();
   }
 
   /** Call `f` once a buffer may be free (after an acknowledgement or a drop). */
