@@ -57,13 +57,14 @@ function run(args) {
 }
 
 /**
- * Counts from vitest's JSON report. A test file that failed to load or a run that exited non-zero
- * without a failed test counts as one failure; a missing or unreadable report counts as one too.
+ * Counts from vitest's JSON report, and the failed tests it names. A test file that failed to load
+ * or a run that exited non-zero without a failed test counts as one failure; a missing or
+ * unreadable report counts as one too.
  * @param {string} file
  * @param {number} exitCode
  */
 function count(file, exitCode) {
-  const totals = { passed: 0, failed: 0, skipped: 0 };
+  const totals = { passed: 0, failed: 0, skipped: 0, names: /** @type {string[]} */ ([]) };
   /** @type {any} */
   let report;
   try {
@@ -76,8 +77,14 @@ function count(file, exitCode) {
   totals.failed = report.numFailedTests ?? 0;
   totals.skipped = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
   for (const suite of report.testResults ?? []) {
-    const anyTestFailed = (suite.assertionResults ?? []).some((/** @type {any} */ t) => t.status === "failed");
-    if (suite.status === "failed" && !anyTestFailed) totals.failed += 1; // load error, failing hook, ...
+    const path = String(suite.name ?? "").replace(`${root}/`, "");
+    const failed = (suite.assertionResults ?? []).filter((/** @type {any} */ t) => t.status === "failed");
+    for (const t of failed)
+      totals.names.push(`${path} > ${t.fullName ?? t.title}: ${firstLine(t.failureMessages?.[0])}`);
+    if (suite.status === "failed" && failed.length === 0) {
+      totals.failed += 1; // load error, failing hook, ...
+      totals.names.push(`${path}: ${firstLine(suite.message)}`);
+    }
   }
   if (exitCode !== 0 && totals.failed === 0) {
     totals.failed = 1;
@@ -87,31 +94,9 @@ function count(file, exitCode) {
 }
 
 /**
- * The failed tests a vitest JSON report names, as "file > test: first line of the message", so the
- * closing lines say which failed (CI keeps only the tail of the log).
- * @param {string} file
- * @returns {string[]}
+ * A failure's message as one line for the closing recap (CI keeps only the tail of the log).
+ * @param {unknown} text
  */
-function failedNames(file) {
-  /** @type {any} */
-  let report;
-  try {
-    report = JSON.parse(readFileSync(file, "utf8"));
-  } catch {
-    return [];
-  }
-  /** @type {string[]} */
-  const names = [];
-  for (const suite of report.testResults ?? []) {
-    const path = String(suite.name ?? "").replace(`${root}/`, "");
-    const failed = (suite.assertionResults ?? []).filter((/** @type {any} */ t) => t.status === "failed");
-    for (const t of failed) names.push(`${path} > ${t.fullName ?? t.title}: ${firstLine(t.failureMessages?.[0])}`);
-    if (suite.status === "failed" && failed.length === 0) names.push(`${path}: ${firstLine(suite.message)}`);
-  }
-  return names;
-}
-
-/** @param {unknown} text */
 function firstLine(text) {
   return (
     String(text ?? "")
@@ -123,36 +108,22 @@ function firstLine(text) {
 }
 
 /**
- * The failed tests a pytest JUnit XML report names, as "class::test: message".
- * @param {string} file
- * @returns {string[]}
+ * An XML attribute's value in an element's attribute text ("" when absent).
+ * @param {string} src
+ * @param {string} name
  */
-function failedJunitNames(file) {
-  let xml;
-  try {
-    xml = readFileSync(file, "utf8");
-  } catch {
-    return [];
-  }
-  /** @type {string[]} */
-  const names = [];
-  for (const m of xml.matchAll(/<testcase\b([^>]*)>\s*<(failure|error)\b([^>]*)>/g)) {
-    const attr = (/** @type {string} */ src, /** @type {string} */ name) =>
-      new RegExp(`\\b${name}="([^"]*)"`).exec(src)?.[1] ?? "";
-    names.push(
-      `${attr(m[1] ?? "", "classname")}::${attr(m[1] ?? "", "name")}: ${attr(m[3] ?? "", "message").slice(0, 300)}`,
-    );
-  }
-  return names;
+function xmlAttr(src, name) {
+  return new RegExp(`\\b${name}="([^"]*)"`).exec(src)?.[1] ?? "";
 }
 
 /**
- * Counts from a pytest JUnit XML report (attributes of its <testsuite> elements).
+ * Counts from a pytest JUnit XML report (attributes of its <testsuite> elements), and the failed
+ * tests it names ("class::test: message").
  * @param {string} file
  * @param {number} exitCode
  */
 function countJunit(file, exitCode) {
-  const totals = { passed: 0, failed: 0, skipped: 0 };
+  const totals = { passed: 0, failed: 0, skipped: 0, names: /** @type {string[]} */ ([]) };
   let xml;
   try {
     xml = readFileSync(file, "utf8");
@@ -160,11 +131,15 @@ function countJunit(file, exitCode) {
     return { ...totals, failed: 1, note: `no JUnit report (exit ${exitCode})` };
   }
   for (const m of xml.matchAll(/<testsuite\b([^>]*)>/g)) {
-    const attr = (/** @type {string} */ name) => Number(new RegExp(`\\b${name}="(\\d+)"`).exec(m[1] ?? "")?.[1] ?? 0);
+    const attr = (/** @type {string} */ name) => Number(xmlAttr(m[1] ?? "", name) || 0);
     const failed = attr("failures") + attr("errors");
     totals.failed += failed;
     totals.skipped += attr("skipped");
     totals.passed += attr("tests") - failed - attr("skipped");
+  }
+  for (const m of xml.matchAll(/<testcase\b([^>]*)>\s*<(failure|error)\b([^>]*)>/g)) {
+    const test = `${xmlAttr(m[1] ?? "", "classname")}::${xmlAttr(m[1] ?? "", "name")}`;
+    totals.names.push(`${test}: ${xmlAttr(m[3] ?? "", "message").slice(0, 300)}`);
   }
   if (exitCode !== 0 && totals.failed === 0) return { ...totals, failed: 1, note: `pytest exited ${exitCode}` };
   return { ...totals, note: "" };
@@ -269,7 +244,7 @@ for (const project of projects) {
   ];
   const code = await run(args);
   const c = count(output, code);
-  failures.push(...failedNames(output).map((n) => `${project.name}: ${n}`));
+  failures.push(...c.names.map((n) => `${project.name}: ${n}`));
   if (c.note) failures.push(`${project.name}: ${c.note}`);
   sum.passed += c.passed;
   sum.failed += c.failed;
@@ -295,7 +270,7 @@ if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
     child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));
   });
   const c = countJunit(output, /** @type {number} */ (code));
-  failures.push(...failedJunitNames(output).map((n) => `python: ${n}`));
+  failures.push(...c.names.map((n) => `python: ${n}`));
   if (c.note) failures.push(`python: ${c.note}`);
   sum.passed += c.passed;
   sum.failed += c.failed;
