@@ -3,8 +3,8 @@
 // at a time. The viewer hub that asked (src/protocol/hub/catchup.ts) reads the messages off a byte
 // stream (CatchUpPipe, below) as fast as its watchers acknowledge them, shares them between the
 // watchers that joined together, and bridges from where the stream ends to its own head with the
-// frames it was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin keeps what
-// it reads), and the replay reads the log as it grows.
+// frames it was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin
+// keeps what it reads), and the replay reads the log as it grows.
 
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";

@@ -19,13 +19,13 @@ import {
 } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
+import type { Cursor } from "../../protocol/hub/catchup.js";
 import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus, received } from "../../protocol/hub/feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
 import { HubStore } from "./store.js";
 import type { WatcherAttachment } from "./live.js";
 import { HubWatchers } from "./watchers.js";
 import { HubWindow } from "../../protocol/hub/window.js";
-import type { Cursor } from "../../protocol/hub/catchup.js";
 
 /** The window keeps at most this many frames (besides its byte bound). */
 const WINDOW_FRAMES = 4096;

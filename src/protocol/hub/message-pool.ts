@@ -126,11 +126,10 @@ export class MessagePool {
   }
 
   private tryTake(length: number): Lease | null {
-    // a message that would hold a good part of the pool gets a buffer of its own (it could wait long for room)
-    if (bufferClass(length) > this.capBytes / 2)
-      return { buffer: new ArrayBuffer(length), bytes: length, pooled: false };
-    this.reclaim();
     const size = bufferClass(length);
+    // a message that would hold a good part of the pool gets a buffer of its own (it could wait long for room)
+    if (size > this.capBytes / 2) return { buffer: new ArrayBuffer(length), bytes: length, pooled: false };
+    this.reclaim();
     const b = this.free.get(size)?.pop();
     if (b) {
       this.freeBytes -= size;
