@@ -5,7 +5,8 @@
 // isolate as "Cloudflare Worker". The first session may get no answers: it is opened again.
 // V8 collects lazily without a limit, so a peak includes garbage not yet collected.
 
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { join } from "node:path";
 import { WebSocket } from "ws";
 
 export interface HeapFigure {
@@ -87,13 +88,22 @@ export async function isolatesAt(inspector: URL, label: string): Promise<Target[
   return list.map((t) => ({ name: `${label}:${t.id}`, url: t.webSocketDebuggerUrl.replace("localhost", "127.0.0.1") }));
 }
 
+/** Heap snapshots written so far (their files are numbered in order). */
+let snapshots = 0;
+
 /** One inspector session that answers `Runtime.getHeapUsage`. */
 class Session {
   private ws: WebSocket | null = null;
   private id = 0;
   private readonly waiting = new Map<number, (v: { usedSize: number; backingStorageSize: number } | null) => void>();
 
-  constructor(private readonly url: string) {}
+  /** Where the snapshot being taken is written (BENCH_HEAP_SNAPSHOTS set), else null. */
+  private snapshot: string | null = null;
+
+  constructor(
+    private readonly url: string,
+    private readonly name: string,
+  ) {}
 
   private open(): Promise<WebSocket> {
     return new Promise((resolve, reject) => {
@@ -103,8 +113,12 @@ class Session {
       ws.on("message", (data) => {
         const m = JSON.parse(String(data)) as {
           id?: number;
+          method?: string;
+          params?: { chunk?: string };
           result?: { usedSize: number; backingStorageSize: number };
         };
+        if (m.method === "HeapProfiler.addHeapSnapshotChunk" && this.snapshot !== null)
+          appendFileSync(this.snapshot, m.params?.chunk ?? "");
         if (m.id !== undefined)
           this.waiting.get(m.id)?.((m.result as { usedSize: number; backingStorageSize: number } | undefined) ?? null);
       });
@@ -132,9 +146,12 @@ class Session {
         resolve(v);
       });
     });
+    const dir = process.env.BENCH_HEAP_SNAPSHOTS;
+    this.snapshot = dir ? join(dir, `${this.name}-${++snapshots}.heapsnapshot`) : null;
     ws.send(JSON.stringify({ id, method: "HeapProfiler.takeHeapSnapshot", params: { reportProgress: false } }));
-    await done; // its chunks (addHeapSnapshotChunk events) are dropped
+    await done; // its chunks (addHeapSnapshotChunk events) are dropped, or written where BENCH_HEAP_SNAPSHOTS says
     this.waiting.delete(id);
+    this.snapshot = null;
     return this.usage();
   }
 
@@ -182,7 +199,7 @@ export class HeapSampler {
   private rises = new Map<string, number>();
 
   constructor(targets: Target[]) {
-    this.sessions = targets.map((t) => ({ name: t.name, s: new Session(t.url) }));
+    this.sessions = targets.map((t) => ({ name: t.name, s: new Session(t.url, t.name.replace(/[^\w.-]+/g, "_")) }));
   }
 
   get names(): string[] {

@@ -1,6 +1,8 @@
 // The viewer tier's pure parts: which hub a watcher goes to (src/protocol/hub/shards.ts), admission
 // (src/protocol/hub/admission.ts), a hub's window of recent frames (src/protocol/hub/window.ts), the retry hint in a
 // 1013's reason (src/protocol/watch/protocol.ts) and how the client waits on it (clients/typescript/watch.ts).
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
@@ -111,6 +113,14 @@ describe("admission", () => {
   });
 });
 
+/** A full collection (V8's gc(), exposed for this test), after the current turn's references are gone. */
+async function collectGarbage(): Promise<void> {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  await new Promise((r) => setTimeout(r, 0));
+  gc();
+}
+
 describe("a hub's window of recent frames", () => {
   const frame = (seq: number, bytes = 10): HubFrame => framed({ seq, trace: "t", delta: new Uint8Array(bytes) });
 
@@ -149,6 +159,20 @@ describe("a hub's window of recent frames", () => {
     for (let s = 1; s <= 5000; s++) w.append([frame(s)]);
     expect(w.stats()).toEqual({ frames: 5, bytes: 50, base: 4995 });
     expect(w.after(4997, 1000).map((f) => f.seq)).toEqual([4998, 4999, 5000]);
+  });
+
+  it("lets go of a frame as soon as it drops (a storm fed 0.5 MB turns: dropped ones stayed, 43 MiB of them)", async () => {
+    const w = new HubWindow(0, 3 << 20, 1e6);
+    const dropped: Array<WeakRef<ArrayBufferLike>> = [];
+    for (let s = 1; s <= 40; s++) {
+      const f = frame(s, 1 << 20);
+      if (s <= 30) dropped.push(new WeakRef(f.message.buffer));
+      w.append([f]);
+    }
+    expect(w.stats().frames).toBe(3);
+    await collectGarbage();
+    expect(dropped.filter((r) => r.deref() !== undefined).length, "dropped frames still reachable").toBe(0);
+    expect(w.after(37, 1 << 30).map((f) => f.seq)).toEqual([38, 39, 40]);
   });
 });
 

@@ -6,7 +6,8 @@
 import type { HubFrame } from "./feed.js";
 
 export class HubWindow {
-  private frames: HubFrame[] = [];
+  /** `frames[first..]` are held; slots before `first` are emptied as they drop (null), so their bytes go at once. */
+  private frames: Array<HubFrame | null> = [];
   private first = 0;
   private bytes = 0;
   /** The window holds the frames after this seq. */
@@ -38,11 +39,13 @@ export class HubWindow {
       (this.bytes > this.maxBytes || this.frames.length - this.first > this.maxFrames)
     ) {
       const f = this.frames[this.first]!;
+      this.frames[this.first] = null;
       this.bytes -= f.delta.length;
       this.base = f.seq;
       this.first++;
     }
-    if (this.first > 1024 && this.first * 2 > this.frames.length) {
+    // the emptied slots go once they are half the array (amortised: each frame is moved about once)
+    if (this.first > 64 && this.first * 2 > this.frames.length) {
       this.frames = this.frames.slice(this.first);
       this.first = 0;
     }
