@@ -5,7 +5,7 @@
 // isolate as "Cloudflare Worker". The first session may get no answers: it is opened again.
 // V8 collects lazily without a limit, so a peak includes garbage not yet collected.
 
-import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { WebSocket } from "ws";
 
@@ -95,7 +95,7 @@ let snapshots = 0;
 class Session {
   private ws: WebSocket | null = null;
   private id = 0;
-  private readonly waiting = new Map<number, (v: { usedSize: number; backingStorageSize: number } | null) => void>();
+  private readonly waiting = new Map<number, (v: unknown) => void>();
 
   /** Where the snapshot being taken is written (BENCH_HEAP_SNAPSHOTS set), else null. */
   private snapshot: string | null = null;
@@ -115,17 +115,38 @@ class Session {
           id?: number;
           method?: string;
           params?: { chunk?: string };
-          result?: { usedSize: number; backingStorageSize: number };
+          result?: unknown;
         };
         if (m.method === "HeapProfiler.addHeapSnapshotChunk" && this.snapshot !== null)
           appendFileSync(this.snapshot, m.params?.chunk ?? "");
-        if (m.id !== undefined)
-          this.waiting.get(m.id)?.((m.result as { usedSize: number; backingStorageSize: number } | undefined) ?? null);
+        if (m.id !== undefined) this.waiting.get(m.id)?.(m.result ?? null);
       });
       ws.on("close", () => {
         if (this.ws === ws) this.ws = null;
       });
     });
+  }
+
+  /** One inspector call and its answer (null: no session, or no answer in `ms`). */
+  async call(method: string, params: Record<string, unknown> = {}, ms = 30_000): Promise<unknown> {
+    try {
+      this.ws ??= await this.open();
+    } catch {
+      return null;
+    }
+    const id = ++this.id;
+    const ws = this.ws;
+    const answer = new Promise<unknown>((resolve) => {
+      const t = setTimeout(() => resolve(null), ms);
+      this.waiting.set(id, (v) => {
+        clearTimeout(t);
+        resolve(v);
+      });
+    });
+    ws.send(JSON.stringify({ id, method, params }));
+    const v = await answer;
+    this.waiting.delete(id);
+    return v;
   }
 
   /**
@@ -167,7 +188,7 @@ class Session {
         const t = setTimeout(() => resolve(null), 1000);
         this.waiting.set(id, (v) => {
           clearTimeout(t);
-          resolve(v);
+          resolve(v as { usedSize: number; backingStorageSize: number } | null);
         });
         this.ws!.send(JSON.stringify({ id, method: "Runtime.getHeapUsage" }));
       });
@@ -257,15 +278,43 @@ export class HeapSampler {
     return Object.fromEntries([...this.last].map(([k, v]) => [k, round(v)]));
   }
 
+  /**
+   * Where each isolate allocates (V8's sampling heap profiler, objects collected since included),
+   * from now until `stopProfiles`; only when BENCH_HEAP_PROFILES names a directory.
+   */
+  async startProfiles(): Promise<void> {
+    if (!process.env.BENCH_HEAP_PROFILES) return;
+    await Promise.all(
+      this.sessions.map((x) =>
+        x.s.call("HeapProfiler.startSampling", {
+          samplingInterval: 16 * 1024,
+          includeObjectsCollectedByMajorGC: true,
+          includeObjectsCollectedByMinorGC: true,
+        }),
+      ),
+    );
+  }
+
+  /** The profiles since `startProfiles`, written as DIR/<isolate>-<label>.heapprofile (DevTools opens them). */
+  async stopProfiles(label: string): Promise<void> {
+    const dir = process.env.BENCH_HEAP_PROFILES;
+    if (!dir) return;
+    await Promise.all(
+      this.sessions.map(async (x) => {
+        const r = (await x.s.call("HeapProfiler.stopSampling")) as { profile?: unknown } | null;
+        if (r?.profile)
+          writeFileSync(
+            join(dir, `${x.name.replace(/[^\w.-]+/g, "_")}-${label}.heapprofile`),
+            JSON.stringify(r.profile),
+          );
+      }),
+    );
+  }
+
   /** Each isolate's heap once its garbage is collected (what it really holds), MiB. */
   async retained(): Promise<Record<string, HeapFigure>> {
     const figs = await Promise.all(this.sessions.map(async (x) => [x.name, await x.s.retained()] as const));
     return Object.fromEntries(figs.filter(([, f]) => f !== null).map(([k, f]) => [k, round(f!)]));
-  }
-
-  /** The largest peak of any isolate, MiB. */
-  maxPeak(): number {
-    return Math.max(0, ...[...this.peaks.values()].map((v) => v.total));
   }
 
   stop(): void {

@@ -44,7 +44,7 @@ import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import { retryHintMs } from "../src/protocol/index.js";
 import type { BenchOptions } from "./harness.js";
 import { closeSocket, machineBusyTicks, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
-import { HeapSampler, isolatesOf } from "./inspector.js";
+import { type HeapFigure, HeapSampler, isolatesOf } from "./inspector.js";
 import { freePort } from "../tools/free-port.js";
 
 export const name = "memory";
@@ -334,6 +334,8 @@ interface SizeFigures {
   anon_growth_mib: { write: number; read: number; catch_up: number; finish: number };
   /** Each isolate's heap peak (JS + ArrayBuffers), MiB, over all of it (garbage not yet collected included). */
   heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
+  /** Each isolate's heap peak in each stage (write, read, 1 + 10 catch-ups), MiB. */
+  heap_peak_by_stage_mib: Record<string, Record<string, number>>;
   /** What each isolate allocated during the 1 + 10 catch-ups, per byte delivered to the watchers. */
   catch_up_alloc: AllocFigures;
   /** Each isolate's heap after it, once garbage is collected: what it holds. */
@@ -362,25 +364,39 @@ async function onSize(
   const base = idleKiB; // growth over the idle runtime, whatever ran before
   const growth = () => (relay.peak - base) / 1024;
   const anon = () => (relay.peakAnon - idleAnonKiB) / 1024;
+  // each stage's peak apart (the peaks start over at each), the whole one their largest
+  const stagePeaks: Record<string, Record<string, HeapFigure>> = {};
+  const stage = async <T>(name: string, work: () => Promise<T>): Promise<T> => {
+    await relay.heap.mark();
+    await relay.heap.startProfiles();
+    const out = await work();
+    await relay.heap.stopProfiles(`${mib}MiB-${name}`);
+    stagePeaks[name] = relay.heap.peak();
+    return out;
+  };
   const t0 = performance.now();
-  await write(relay.url, id, ep.frames);
+  await stage("write", () => write(relay.url, id, ep.frames));
   const writeSecs = (performance.now() - t0) / 1000;
   const afterWrite = growth();
   const anonWrite = anon();
-  const size = await read(relay.url, id);
+  const size = await stage("read", () => read(relay.url, id));
   const afterRead = growth();
   const anonRead = anon();
   const cpu0 = relay.cpuMs();
   relay.heap.markAllocated();
-  const one = await catchUp(relay.url, id);
-  const cpu1 = relay.cpuMs();
-  const tenStart = performance.now();
-  const ten = await Promise.all(Array.from({ length: 10 }, () => catchUp(relay.url, id)));
-  const tenSecs = (performance.now() - tenStart) / 1000;
+  const { one, ten, tenSecs, cpu1 } = await stage("catch_up", async () => {
+    const one = await catchUp(relay.url, id);
+    const cpu1 = relay.cpuMs();
+    const tenStart = performance.now();
+    const ten = await Promise.all(Array.from({ length: 10 }, () => catchUp(relay.url, id)));
+    return { one, ten, tenSecs: (performance.now() - tenStart) / 1000, cpu1 };
+  });
   const cpu2 = relay.cpuMs();
   const afterCatchUp = growth();
   const anonCatchUp = anon();
-  const heapPeak = relay.heap.peak();
+  const heapPeak: Record<string, HeapFigure> = {};
+  for (const peaks of Object.values(stagePeaks))
+    for (const [k, f] of Object.entries(peaks)) if (!heapPeak[k] || f.total > heapPeak[k].total) heapPeak[k] = f;
   const catchUpAlloc = perDelivered(relay.heap.allocated(), one.bytes + ten.reduce((n, t) => n + t.bytes, 0));
   const res = await fetch(`${relay.url}/v1/episodes/${id}/reply`, { method: "POST", body: ep.reply });
   if (res.status !== 200) throw new Error(`reply: ${res.status} ${await res.text()}`);
@@ -391,7 +407,11 @@ async function onSize(
   const oneRate = one.bytes / MiB / (one.ms / 1000);
   const tenRate = ten.reduce((n, t) => n + t.bytes, 0) / MiB / tenSecs;
   log(
-    `memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB, heap peak ${relay.heap.maxPeak().toFixed(1)} MiB; catch-up ${oneRate.toFixed(0)} MiB/s alone, ${tenRate.toFixed(0)} MiB/s to ten`,
+    `memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB, heap peak ${Math.max(...Object.values(heapPeak).map((f) => f.total)).toFixed(1)} MiB (${Object.entries(
+      stagePeaks,
+    )
+      .map(([k, p]) => `${k} ${Math.max(...Object.values(p).map((f) => f.total)).toFixed(1)}`)
+      .join(", ")}); catch-up ${oneRate.toFixed(0)} MiB/s alone, ${tenRate.toFixed(0)} MiB/s to ten`,
   );
   return {
     id,
@@ -411,6 +431,12 @@ async function onSize(
       finish: round(anonFinish),
     },
     heap_peak_mib: heapPeak,
+    heap_peak_by_stage_mib: Object.fromEntries(
+      Object.entries(stagePeaks).map(([k, peaks]) => [
+        k,
+        Object.fromEntries(Object.entries(peaks).map(([i, f]) => [i.replace(/^.*core:user:/, ""), f.total])),
+      ]),
+    ),
     heap_retained_mib: await relay.heap.retained(),
     catch_up_alloc: catchUpAlloc,
     catch_up_ms: { one: Math.round(one.ms), ten_max: Math.round(tenMax), ratio: round(tenMax / one.ms, 2) },
@@ -571,6 +597,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     const markBy = relay.rssBy();
     await relay.heap.mark();
     relay.heap.markAllocated();
+    await relay.heap.startProfiles();
     const cpu0 = {
       e: relay.cpuMs(relay.tierPids.episodes),
       h: relay.cpuMs(relay.tierPids.hubs),
@@ -579,6 +606,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       t: performance.now(),
     };
     const { connects, refused, delivered } = await watchers(ms, honourHints);
+    await relay.heap.stopProfiles(`storm-${honourHints ? "honouring" : "ignoring"}`);
     const alloc = perDelivered(relay.heap.allocated(), delivered);
     const secs = (performance.now() - cpu0.t) / 1000;
     const cpu = {
