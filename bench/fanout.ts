@@ -31,7 +31,9 @@
 // this process's (the clients'): at 1000 watchers the clients' one JS thread is the bound, and on
 // this 2-core machine what a server spends is CPU the clients do not get.
 // The clients (up to 1000 sockets in one Node process) may well be the bottleneck: that is why
-// the bare server under the same clients is the baseline.
+// the bare server under the same clients is the baseline. A second baseline, a bare broadcast on
+// workerd (bench/bare-workerd.ts: one Durable Object, no relay logic), under the same clients,
+// tells what the runtime costs from what the relay adds.
 
 import { createRequire } from "node:module";
 import { loadavg } from "node:os";
@@ -42,6 +44,8 @@ import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
 import { ACK_BYTES, ackMessage, framesMessage } from "../src/protocol/index.js";
 import { sig, type BenchOptions } from "./harness.js";
+import { type BareWorkerd, startBareWorkerd } from "./bare-workerd.js";
+import { relayCompat } from "../tools/local-relay.js";
 import {
   ForeignCpu,
   HttpClient,
@@ -80,10 +84,11 @@ const CONNECT_PARALLEL = 50;
 export const TARGET_CELL = "1000x16KiB";
 export const TARGETS = { minThroughputRatio: 1.0, maxP99Ratio: 2.0 } as const;
 
-/** Runs of the target cell (ws, then relay, each time); its figures are the medians. */
+/** Runs of the target cell (ws, bare workerd, then relay, each time); its figures are the medians. */
 const TARGET_RUNS = 3;
 
-type Target = "relay" | "ws";
+/** Who serves a cell: the relay, the bare ws server, or the bare broadcast on workerd (bench/bare-workerd.ts). */
+type Target = "relay" | "ws" | "workerd";
 
 // ---- the bare broadcast server (its own process) ----
 
@@ -204,7 +209,7 @@ class Watchers {
     let ackedAt = 0;
     return new Promise<WebSocket>((resolve, reject) => {
       let opened: WebSocket | null = null;
-      let caughtUp = this.target === "ws"; // the bare server has no catch-up
+      let caughtUp = this.target !== "relay"; // the bare servers have no catch-up
       const ready = () => {
         if (opened && caughtUp) resolve(opened);
       };
@@ -494,8 +499,8 @@ export async function runCell(
   }
 }
 
-/** One run of a cell: the bare server's (b), then the relay's (r). */
-type Pair = { b: MeasuredCell; r: MeasuredCell };
+/** One run of a cell: the bare ws server's (b), the bare workerd broadcast's (w), then the relay's (r). */
+type Pair = { b: MeasuredCell; w: MeasuredCell; r: MeasuredCell };
 
 /** A cell with the CPU its server and this process (the clients) spent in the measured phases. */
 interface MeasuredCell extends CellFigures {
@@ -545,20 +550,25 @@ function latCountFor(n: number, sizeKiB: number): number {
 }
 
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
-  opts.log("fanout: starting the relay in two tiers (storage on tmpfs) and the bare ws server (its own process)");
+  opts.log(
+    "fanout: starting the relay in two tiers (storage on tmpfs), the bare ws server and the bare workerd broadcast (each its own process)",
+  );
   const relay = await startBenchRelay("tmpfs", {}, { tiers: true });
   const client = new HttpClient(relay.url);
   let bare: BareServer | null = null;
+  let bareWorkerd: BareWorkerd | null = null;
   let load0 = 0;
   const out: Record<string, unknown> = {};
   const rows: string[][] = [];
   try {
     bare = await startBareServer();
-    // warm-up (JIT of workerd, of the bare server and of this process), not reported
+    const relayPids = descendantPids("workerd");
+    bareWorkerd = await startBareWorkerd(relayCompat());
+    // warm-up (JIT of workerd, of the bare servers and of this process), not reported
     await runCell("ws", bare.url, null, 10, 1, 20, 500);
+    await runCell("workerd", bareWorkerd.url, null, 10, 1, 20, 500);
     await runCell("relay", relay.url, client, 10, 1, 20, 500, {}, relay.watchUrl);
     load0 = loadavg()[0]!;
-    const relayPids = descendantPids("workerd");
     for (const n of WATCHERS) {
       for (const sizeKiB of SIZES_KIB) {
         const key = `${n}x${sizeKiB}KiB`;
@@ -574,10 +584,13 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           const b = await measuredCell([bare.pid], n, (hooks) =>
             runCell("ws", bare!.url, null, n, sizeKiB, latCount, MAX_MS, hooks),
           );
+          const w = await measuredCell(bareWorkerd.pids, n, (hooks) =>
+            runCell("workerd", bareWorkerd!.url, null, n, sizeKiB, latCount, MAX_MS, hooks),
+          );
           const r = await measuredCell(relayPids, n, (hooks) =>
             runCell("relay", relay.url, client, n, sizeKiB, latCount, MAX_MS, hooks, relay.watchUrl),
           );
-          runs.push({ b, r });
+          runs.push({ b, w, r });
         }
         const otherCpu = foreign.stop();
         const perW = (f: PhaseFigures) => (f.deltas * 1000) / f.ms;
@@ -586,6 +599,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         const spread = (pick: (x: Pair) => number) => (runs.length > 1 ? runs.map((x) => sig(pick(x), 3)) : undefined);
         const thrRatio = (x: Pair) => perW(x.r.throughput) / perW(x.b.throughput);
         const p99Ratio = (x: Pair) => x.r.latency.p99 / x.b.latency.p99;
+        const thrVsWorkerd = (x: Pair) => perW(x.r.throughput) / perW(x.w.throughput);
+        const p99VsWorkerd = (x: Pair) => x.r.latency.p99 / x.w.latency.p99;
         const usPer = (c: MeasuredCell, ms: number) => (ms * 1000) / c.delivered;
         const deltaBytes = runs[0]!.r.deltaBytes;
         /** A figure's median over the runs, for the relay and for ws. */
@@ -612,6 +627,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         const [maxP99, wsMaxP99] = both((c) => c.throughput.p99, 3);
         const [offered, wsOffered] = both((c) => c.latency.offeredPerS, 3);
         const [thrDeltas, wsThrDeltas] = both((c) => c.throughput.deltas);
+        /** A figure's median over the runs, for the bare workerd broadcast. */
+        const onWorkerd = (pick: (c: MeasuredCell) => number, digits?: number) =>
+          sig(
+            m((x) => pick(x.w)),
+            digits,
+          );
         const fig = {
           deltas_per_s_per_watcher: perWatcher,
           ws_deltas_per_s_per_watcher: wsPerWatcher,
@@ -621,8 +642,23 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           ws_p50_ms: wsP50,
           ws_p99_ms: wsP99,
           ratio_p99_vs_ws: sig(m(p99Ratio), 3),
+          workerd_deltas_per_s_per_watcher: onWorkerd((c) => perW(c.throughput)),
+          workerd_p99_ms: onWorkerd((c) => c.latency.p99, 3),
+          workerd_server_cpu_us_per_delivery: onWorkerd((c) => usPer(c, c.serverCpuMs), 3),
+          ratio_throughput_vs_workerd: sig(m(thrVsWorkerd), 3),
+          ratio_p99_vs_workerd: sig(m(p99VsWorkerd), 3),
+          /** The bare workerd broadcast against the bare ws server: what the runtime alone costs. */
+          ratio_workerd_throughput_vs_ws: sig(
+            m((x) => perW(x.w.throughput) / perW(x.b.throughput)),
+            3,
+          ),
           ...(runs.length > 1
-            ? { runs: runs.length, ratio_throughput_runs: spread(thrRatio), ratio_p99_runs: spread(p99Ratio) }
+            ? {
+                runs: runs.length,
+                ratio_throughput_runs: spread(thrRatio),
+                ratio_p99_runs: spread(p99Ratio),
+                ratio_throughput_vs_workerd_runs: spread(thrVsWorkerd),
+              }
             : {}),
           server_cpu_us_per_delivery: serverCpu,
           ws_server_cpu_us_per_delivery: wsServerCpu,
@@ -650,7 +686,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         opts.log(
           `fanout: ${key}: ${fig.deltas_per_s_per_watcher} deltas/s/watcher (ws ${fig.ws_deltas_per_s_per_watcher}, ×${fig.ratio_throughput_vs_ws}); ` +
             `at ${RATE}/s p50 ${fig.p50_ms} p99 ${fig.p99_ms} ms (ws ${fig.ws_p50_ms} / ${fig.ws_p99_ms}, ×${fig.ratio_p99_vs_ws}); ` +
-            `server CPU ${fig.server_cpu_us_per_delivery} µs/delivery (ws ${fig.ws_server_cpu_us_per_delivery}, ×${fig.ratio_server_cpu_vs_ws})` +
+            `server CPU ${fig.server_cpu_us_per_delivery} µs/delivery (ws ${fig.ws_server_cpu_us_per_delivery}, ×${fig.ratio_server_cpu_vs_ws}); ` +
+            `bare workerd ${fig.workerd_deltas_per_s_per_watcher} d/s/w (× ws ${fig.ratio_workerd_throughput_vs_ws}; relay × workerd ${fig.ratio_throughput_vs_workerd}, p99 × ${fig.ratio_p99_vs_workerd}), ${fig.workerd_server_cpu_us_per_delivery} µs/delivery` +
             (runs.length > 1
               ? `; ${runs.length} runs, × ws ${fig.ratio_throughput_runs!.join("/")}, p99 × ${fig.ratio_p99_runs!.join("/")}`
               : "") +
@@ -675,8 +712,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           fmt(fig.ws_p50_ms),
           fmt(fig.ws_p99_ms),
           fmt(fig.ratio_p99_vs_ws),
+          fmt(fig.workerd_deltas_per_s_per_watcher),
+          fmt(fig.ratio_throughput_vs_workerd),
+          fmt(fig.ratio_p99_vs_workerd),
           fmt(fig.server_cpu_us_per_delivery),
           fmt(fig.ws_server_cpu_us_per_delivery),
+          fmt(fig.workerd_server_cpu_us_per_delivery),
           fmt(fig.client_cpu_us_per_delivery),
           fmt(fig.ws_client_cpu_us_per_delivery),
           `${fig.latency_deltas}`,
@@ -687,7 +728,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     }
   } finally {
     client.close();
-    await Promise.all([relay.stop(), bare?.stop()]);
+    await Promise.all([relay.stop(), bare?.stop(), bareWorkerd?.stop()]);
   }
   out.settings = {
     rate_per_s: RATE,
@@ -717,8 +758,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       "ws p50",
       "ws p99",
       "p99 × ws",
+      "wd d/s/w",
+      "× wd",
+      "p99 × wd",
       "srv µs/d",
       "ws srv µs/d",
+      "wd srv µs/d",
       "cli µs/d",
       "ws cli µs/d",
       "lat n",
@@ -731,10 +776,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       `Latency (p50/p99, send → each watcher's receipt, same clock): offered ${RATE} deltas/s for "lat n" deltas (fewer for large N × size).`,
       `All watchers are ws clients in this one Node process (2-core machine): at 100-1000 watchers the client side is likely`,
       `the bottleneck, which is why the bare ws server (own process, no logic) under the same clients is the baseline.`,
+      `"wd": a bare broadcast on workerd (bench/bare-workerd.ts: one Durable Object, hibernatable sockets, no relay logic, its own`,
+      `process), the same clients: what the runtime costs alone; "× wd" and "p99 × wd", the relay against it.`,
       `"srv µs/d": server CPU (user + system) per delivery, one delta to one watcher, over the measured phases: the relay's two`,
       `workerd tiers against the bare server's process (what each costs, apart from the clients' bound); "cli µs/d": the same`,
       `for this process, the clients (and the producer), fed by each server.`,
-      `${TARGET_CELL}: ${TARGET_RUNS} runs (ws, relay, alternating); its figures are the runs' medians (the JSON lists each run's ratios).`,
+      `${TARGET_CELL}: ${TARGET_RUNS} runs (ws, workerd, relay, in turn); its figures are the runs' medians (the JSON lists each run's ratios).`,
       `"other CPU %": CPU used during the cell by processes other than this bench and its workerd (% of one core; 2 cores here).`,
       `Relay storage on tmpfs; watchers ping every 5 s and after 8 MiB; every watcher's seqs are checked (each delta once, in order).`,
     ],

@@ -60,6 +60,12 @@ function workerOptions(): ReturnType<typeof unstable_getMiniflareWorkerOptions>[
   return unstable_getMiniflareWorkerOptions(join(root, "wrangler.toml")).workerOptions;
 }
 
+/** The relay's compatibility date and flags (wrangler.toml), for other Workers measured beside it. */
+export function relayCompat(): { date: string; flags: string[] } {
+  const w = workerOptions();
+  return { date: w.compatibilityDate ?? "", flags: [...(w.compatibilityFlags ?? [])] };
+}
+
 export interface RelayOptions {
   /** A fixed port (e.g. to restart a relay where clients expect it); default: a free one. */
   port?: number;
