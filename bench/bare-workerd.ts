@@ -60,6 +60,8 @@ export async function startBareWorkerd(compat: { date: string; flags: string[] }
     durableObjects: { BROADCAST: { className: "Broadcast", useSQLite: true } },
     host: "127.0.0.1",
     port: 0,
+    // no network: no Request.cf fetched (its warning would go to stdout, which --json owns)
+    cf: false,
     unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
     log: new Log(LogLevel.WARN),
   });
