@@ -60,6 +60,8 @@ import { isPending, type Meta, publicStatus } from "./storage.js";
 import type { JsonObject } from "../../protocol/wire/json-view.js";
 import { armAlarm } from "../storage/alarm-window.js";
 import { archiveGateName } from "../archive/gate.js";
+import type { Grant } from "../../protocol/archive/leases.js";
+import { rpcAnswer } from "../rpc-answer.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
 export interface DispatchAck {
@@ -488,7 +490,7 @@ function archiveSlots(env: Env, slots: number): ArchiveSlots | null {
   if (slots <= 0) return null;
   const gate = () => env.ARCHIVE_GATE.getByName(archiveGateName("Episode"));
   return {
-    acquire: async (holder) => gate().acquire(holder, slots),
+    acquire: async (holder) => rpcAnswer<Grant>(gate().acquire(holder, slots)),
     release: async (holder, tookMs) => gate().release(holder, tookMs),
   };
 }

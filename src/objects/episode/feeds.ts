@@ -24,6 +24,7 @@ import {
   framed,
 } from "../../protocol/hub/feed.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
+import { rpcAnswer } from "../rpc-answer.js";
 import { retryDelay } from "./run-row-sync.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
@@ -229,13 +230,13 @@ export class HubFeeds {
         if (this.all().get(m.shard) !== m) return; // left, or joined again with a new session
         let answer: FeedAnswer;
         let sent: Feed | null = null;
-        if (m.view === null) answer = await hub.feed(m.session, null);
+        if (m.view === null) answer = await rpcAnswer(hub.feed(m.session, null));
         else {
           sent = this.feedFor(m, m.view);
           if (!sent) break;
           const release = await this.budget.take(feedBytes(sent.frames));
           try {
-            answer = await hub.feed(m.session, sent);
+            answer = await rpcAnswer(hub.feed(m.session, sent));
           } finally {
             release();
           }

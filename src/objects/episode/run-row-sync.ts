@@ -19,6 +19,7 @@ import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { rpcAnswer } from "../rpc-answer.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
 export const RETRY_FIRST_MS = 1000;
@@ -156,7 +157,7 @@ export class RunRowSync {
     const ns = this.ns;
     if (!ns) return Promise.resolve();
     const next = this.chain
-      .then(() => op(ns.getByName(runIndexName(runOf(id)))) as Promise<T>)
+      .then(() => rpcAnswer(op(ns.getByName(runIndexName(runOf(id)))) as Promise<T>))
       .then(ok, (e: unknown) => {
         console.warn(`episode ${id}: index update failed, will retry: ${e instanceof Error ? e.message : String(e)}`);
         failed();

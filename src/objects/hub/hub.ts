@@ -22,6 +22,7 @@ import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import type { Cursor } from "../../protocol/hub/catchup.js";
 import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus, received } from "../../protocol/hub/feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
+import { rpcAnswer } from "../rpc-answer.js";
 import { HubStore } from "./store.js";
 import type { WatcherAttachment } from "./live.js";
 import { HubWatchers } from "./watchers.js";
@@ -257,7 +258,7 @@ export class ViewerHub extends DurableObject<Env> {
         const session = Math.floor(Math.random() * Number.MAX_SAFE_INTEGER);
         this.joining = session;
         try {
-          const j = await this.episode(id).hubJoin(id, shard, session, n);
+          const j = await rpcAnswer(this.episode(id).hubJoin(id, shard, session, n));
           this.store.save({ id, shard, session, view: j.view, hubs: j.hubs }, j.reply);
           this.window.reset(j.view.head);
           this.reported = n;
