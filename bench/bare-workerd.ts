@@ -14,7 +14,8 @@ import { DurableObject } from "cloudflare:workers";
 export class Broadcast extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
-    this.watchers = new Set();
+    // (an object evicted while its sockets stayed open finds them again)
+    this.watchers = new Set(ctx.getWebSockets("watcher"));
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
   async fetch(request) {
@@ -65,9 +66,14 @@ export async function startBareWorkerd(compat: { date: string; flags: string[] }
     unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
     log: new Log(LogLevel.WARN),
   });
-  await mf.ready;
-  const direct = await mf.unsafeGetDirectURL("bare-broadcast");
-  const pids = descendantPids("workerd").filter((p) => !before.has(p));
-  if (pids.length === 0) throw new Error("bare workerd: no workerd process of its own");
-  return { url: direct.toString().replace(/\/$/, ""), pids, stop: () => mf.dispose() };
+  try {
+    await mf.ready;
+    const direct = await mf.unsafeGetDirectURL("bare-broadcast");
+    const pids = descendantPids("workerd").filter((p) => !before.has(p));
+    if (pids.length === 0) throw new Error("bare workerd: no workerd process of its own");
+    return { url: direct.toString().replace(/\/$/, ""), pids, stop: () => mf.dispose() };
+  } catch (e) {
+    await mf.dispose(); // its runtime would outlive the bench
+    throw e;
+  }
 }

@@ -5,7 +5,7 @@
 // isolate as "Cloudflare Worker". The first session may get no answers: it is opened again.
 // V8 collects lazily without a limit, so a peak includes garbage not yet collected.
 
-import { appendFileSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { WebSocket } from "ws";
 
@@ -91,6 +91,15 @@ export async function isolatesAt(inspector: URL, label: string): Promise<Target[
 /** Heap snapshots written so far (their files are numbered in order). */
 let snapshots = 0;
 
+/** A new, empty file `name` in `dir` (made if missing), or null when no directory is named. */
+function keptFile(dir: string | undefined, name: string): string | null {
+  if (!dir) return null;
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, name);
+  writeFileSync(file, "");
+  return file;
+}
+
 /** One inspector session that answers `Runtime.getHeapUsage`. */
 class Session {
   private ws: WebSocket | null = null;
@@ -167,8 +176,7 @@ class Session {
         resolve(v);
       });
     });
-    const dir = process.env.BENCH_HEAP_SNAPSHOTS;
-    this.snapshot = dir ? join(dir, `${this.name}-${++snapshots}.heapsnapshot`) : null;
+    this.snapshot = keptFile(process.env.BENCH_HEAP_SNAPSHOTS, `${this.name}-${++snapshots}.heapsnapshot`);
     ws.send(JSON.stringify({ id, method: "HeapProfiler.takeHeapSnapshot", params: { reportProgress: false } }));
     await done; // its chunks (addHeapSnapshotChunk events) are dropped, or written where BENCH_HEAP_SNAPSHOTS says
     this.waiting.delete(id);
@@ -302,11 +310,8 @@ export class HeapSampler {
     await Promise.all(
       this.sessions.map(async (x) => {
         const r = (await x.s.call("HeapProfiler.stopSampling")) as { profile?: unknown } | null;
-        if (r?.profile)
-          writeFileSync(
-            join(dir, `${x.name.replace(/[^\w.-]+/g, "_")}-${label}.heapprofile`),
-            JSON.stringify(r.profile),
-          );
+        const file = keptFile(dir, `${x.name.replace(/[^\w.-]+/g, "_")}-${label}.heapprofile`);
+        if (r?.profile && file) writeFileSync(file, JSON.stringify(r.profile));
       }),
     );
   }

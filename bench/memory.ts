@@ -370,8 +370,8 @@ async function onSize(
     await relay.heap.mark();
     await relay.heap.startProfiles();
     const out = await work();
-    await relay.heap.stopProfiles(`${mib}MiB-${name}`);
     stagePeaks[name] = relay.heap.peak();
+    await relay.heap.stopProfiles(`${mib}MiB-${name}`);
     return out;
   };
   const t0 = performance.now();
@@ -407,10 +407,10 @@ async function onSize(
   const oneRate = one.bytes / MiB / (one.ms / 1000);
   const tenRate = ten.reduce((n, t) => n + t.bytes, 0) / MiB / tenSecs;
   log(
-    `memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB, heap peak ${Math.max(...Object.values(heapPeak).map((f) => f.total)).toFixed(1)} MiB (${Object.entries(
+    `memory: ${mib} MiB: live GET ${size} B, finished GET ${finished} B, growth ${afterFinish.toFixed(0)} MiB, heap peak ${Math.max(0, ...Object.values(heapPeak).map((f) => f.total)).toFixed(1)} MiB (${Object.entries(
       stagePeaks,
     )
-      .map(([k, p]) => `${k} ${Math.max(...Object.values(p).map((f) => f.total)).toFixed(1)}`)
+      .map(([k, p]) => `${k} ${Math.max(0, ...Object.values(p).map((f) => f.total)).toFixed(1)}`)
       .join(", ")}); catch-up ${oneRate.toFixed(0)} MiB/s alone, ${tenRate.toFixed(0)} MiB/s to ten`,
   );
   return {
@@ -434,7 +434,7 @@ async function onSize(
     heap_peak_by_stage_mib: Object.fromEntries(
       Object.entries(stagePeaks).map(([k, peaks]) => [
         k,
-        Object.fromEntries(Object.entries(peaks).map(([i, f]) => [i.replace(/^.*core:user:/, ""), f.total])),
+        Object.fromEntries(Object.entries(peaks).map(([i, f]) => [i, f.total])),
       ]),
     ),
     heap_retained_mib: await relay.heap.retained(),
@@ -606,7 +606,6 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       t: performance.now(),
     };
     const { connects, refused, delivered } = await watchers(ms, honourHints);
-    await relay.heap.stopProfiles(`storm-${honourHints ? "honouring" : "ignoring"}`);
     const alloc = perDelivered(relay.heap.allocated(), delivered);
     const secs = (performance.now() - cpu0.t) / 1000;
     const cpu = {
@@ -619,6 +618,8 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     const during = acks.sort((a, b) => a - b);
     const d = stats(during);
     const peak = relay.heap.peak();
+    // after every figure of the phase is read (serialising a profile allocates and takes CPU)
+    await relay.heap.stopProfiles(`storm-${honourHints ? "honouring" : "ignoring"}`);
     return {
       growth_by_mib: {
         episodes: round((relay.peakBy.episodes - markBy.episodes) / 1024),

@@ -9,7 +9,8 @@
 // hibernatable 31k +125, 103k +231, 241k +365 MiB; http 257k +468 MiB; never given back. The relay's storm (19k connects through
 // wrangler dev, with catch-ups) grows its hub tier +282 MiB, and +285 with catch-ups of ~nothing
 // (a variant of no trace): the connections, not what is sent on them.
-// Exit 0 when RSS grew less than 1 KiB per connection, 1 otherwise (the growth reproduced).
+// Exit 1 when it reproduces (RSS grew 1 KiB or more per connection), 0 when not, 2 when the
+// runtime's process was not found.
 //
 //   MODE=websocket node bench/repro/connect-storm-rss.mjs
 import { readdirSync, readFileSync } from "node:fs";
@@ -40,20 +41,25 @@ const script = {
 }[MODE];
 if (!script) throw new Error(`MODE is websocket, hibernatable or http, not ${MODE}`);
 
-/** workerd processes under this one. */
+/** workerd processes under this one (its descendants: Miniflare starts the runtime as a child). */
 function workerds() {
-  const out = [];
+  const parent = new Map();
+  const comm = new Map();
   for (const e of readdirSync("/proc")) {
     if (!/^\d+$/.test(e)) continue;
     try {
       const stat = readFileSync(`/proc/${e}/stat`, "utf8");
-      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      if (comm === "workerd") out.push(Number(e));
+      comm.set(Number(e), stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")));
+      parent.set(Number(e), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
     } catch {
       // gone
     }
   }
-  return out;
+  const under = (pid) => {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === process.pid) return true;
+    return false;
+  };
+  return [...comm].filter(([pid, c]) => c === "workerd" && under(pid)).map(([pid]) => pid);
 }
 
 const before = new Set(workerds());
@@ -78,6 +84,11 @@ const mf = new Miniflare({
 await mf.ready;
 const direct = await mf.unsafeGetDirectURL("sockets");
 const pid = workerds().find((p) => !before.has(p));
+if (pid === undefined) {
+  await mf.dispose();
+  console.error("no workerd process of this run's own");
+  process.exit(2);
+}
 const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
