@@ -9,9 +9,9 @@
 //
 // Here a Worker holds nothing and makes MIB MiB of 1 MiB Uint8Arrays, yielding every 4 (so the
 // inspector is answered in between, as between the relay's turns), for MIB = 100, 400 and 1600;
-// its isolate is sampled every 20 ms. Seen on workerd 1.20260426.1 (2026-12-04, two runs): peaks
-// of 48–60, 66 and 64–65 MiB: past ~64 MiB the peak no longer grows with the bytes read, nor falls
-// below it.
+// its isolate is sampled every 20 ms. Seen on workerd 1.20260426.1 (2026-12-04, three runs):
+// peaks of 44–60, 62–66 and 64–65 MiB: past ~64 MiB the peak no longer grows with the bytes read,
+// nor falls below it.
 // Exit 1 when it reproduces (1600 MiB of garbage peaks above 32 MiB, with nothing held), 0 when
 // not, 2 when the isolate could not be read.
 //
