@@ -45,7 +45,8 @@ function options(argv: string[]) {
 function parseArgs(argv: string[]): { role: Role; episodes: string[]; ttl: number; sub?: string } {
   const { values, tokens } = options(argv);
   if (values.help) {
-    console.error(USAGE);
+    // asked for: on stdout (a pager or grep reads it); a usage error's goes to stderr
+    console.log(USAGE);
     process.exit(0);
   }
   const { role, ttl, sub } = values;

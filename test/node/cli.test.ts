@@ -28,6 +28,7 @@ describe("episode-relay CLI", () => {
     const target = `${relay.url}/cli-tail-${Date.now().toString(36)}`;
     const tail = cli("tail", target);
     await until(() => tail.text().includes("episode cli-tail-"));
+    await until(() => tail.text().includes("nothing written to this episode yet"));
     const push = await cli("push", fixturePath("tool_calls_pending"), target, "--fast").done;
     expect(push.code).toBe(0);
     expect(push.stderr).toMatch(/\[#+\] 11\/11 deltas/);
@@ -172,6 +173,12 @@ describe("episode-relay CLI", () => {
     const unknown = await cli("fetch", "x").done;
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/unknown command "fetch"/);
+    for (const asked of [["--help"], ["tail", "--help"], ["push", "-h"], ["episodes", "--help"]]) {
+      const help = await cli(...asked).done;
+      expect(help.code, `${asked.join(" ")}: usage, not an error`).toBe(0);
+      expect(help.stdout.toString()).toMatch(/^usage: episode-relay <command>[\s\S]*\n {2}tail URL\/ID/);
+      expect(help.stderr.toString()).toBe("");
+    }
     const t0 = Date.now();
     const tail = await cli("tail", `http://127.0.0.1:${port}/ep`, "--wait", "1").done;
     expect(tail.code).toBe(1);

@@ -23,9 +23,9 @@ function token(...args: string[]) {
 it("--help says any role lists what its patterns cover, and admin alone reads usage; the relay agrees", async () => {
   const help = token("--help");
   expect(help.status).toBe(0);
-  expect(help.stderr).not.toMatch(/admin \([^)]*listing/);
-  expect(help.stderr).toMatch(/any role lists/);
-  expect(help.stderr).toMatch(/admin \(everything, incl\. the usage routes\)/);
+  expect(help.stdout).not.toMatch(/admin \([^)]*listing/);
+  expect(help.stdout).toMatch(/any role lists/);
+  expect(help.stdout).toMatch(/admin \(everything, incl\. the usage routes\)/);
   const get = (path: string, t: string) => fetch(`${relay.url}${path}`, { headers: { authorization: `Bearer ${t}` } });
   for (const role of ["watcher", "producer", "admin"]) {
     const t = token("--role", role, "--episode", "*");

@@ -86,7 +86,14 @@ async function main(argv: string[]): Promise<number> {
     await import("../token.js");
     return 0;
   }
-  if (command === "-h" || command === "--help" || command === "help") {
+  // `help`, `--help`, and `COMMAND --help` (a user asking about one command gets the usage, not an error)
+  if (
+    command === "-h" ||
+    command === "--help" ||
+    command === "help" ||
+    rest.includes("--help") ||
+    rest.includes("-h")
+  ) {
     console.log(USAGE);
     return 0;
   }

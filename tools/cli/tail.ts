@@ -42,6 +42,9 @@ export async function tail(
     switch (e.type) {
       case "hello":
         line(`episode ${e.episode} (${e.status}, seq ${e.seq}) at ${t.base}`);
+        // a watch may start before its producer; a mistyped id looks the same, so say which it could be
+        if (e.status === "new" && e.seq === 0)
+          line("… nothing written to this episode yet: waiting for its first delta (is the id right? Ctrl-C stops)");
         break;
       case "snapshot":
         if (e.seq > 0) line(`… caught up from a snapshot at seq ${e.seq} (${e.reason}): ${summary()}`);

@@ -94,6 +94,17 @@ def test_the_once_command_runs_as_written(relay: RelayFixture, tmp_path: Path) -
     check_recorded(api, run, out)
 
 
+def test_the_once_command_on_a_run_with_nothing_yet_prints_its_counts_at_zero(relay: RelayFixture, tmp_path: Path) -> None:
+    run = f"docs-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "outputs" / run).mkdir(parents=True)
+    script = as_run(snippet("bridge-once", "sh"), relay, run)
+    r = subprocess.run(["bash", "-ec", script], cwd=tmp_path, env={**shell_env(tmp_path), "RELAY_TOKEN": relay.token}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout.strip().splitlines()[-1])
+    named = ("lines", "applied", "duplicates", "finished", "annotations", "retries", "refused")
+    assert {k: stats.get(k) for k in named} == dict.fromkeys(named, 0), stats
+
+
 def test_the_on_delta_snippet_forwards_the_raw_deltas(relay: RelayFixture) -> None:
     """The raw path keeps what the files lose: the episode is the golden one byte for byte,
     routing repairs included, with prime-rl's identity."""

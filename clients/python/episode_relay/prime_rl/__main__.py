@@ -15,6 +15,9 @@ from typing import List, Optional
 from ..transport import RelayError
 from .bridge import Bridge
 
+# The counts the exit line always carries (docs/prime-rl.md); others appear once they happened.
+REPORTED = ("lines", "applied", "duplicates", "finished", "annotations", "retries", "refused")
+
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -67,7 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             stats = await task
         except asyncio.CancelledError:
             stats = dict(bridge.state.stats)
-        print(json.dumps(stats, sort_keys=True))
+        # the counts the docs name are there even at 0 (a run with nothing to bridge yet says so)
+        print(json.dumps({**{k: 0 for k in REPORTED}, **stats}, sort_keys=True))
         return 0
 
     return asyncio.run(run())
