@@ -111,7 +111,8 @@ class Session {
 
   constructor(
     private readonly url: string,
-    private readonly name: string,
+    /** The isolate's name as a file name (its snapshots' and profiles'). */
+    readonly fileName: string,
   ) {}
 
   private open(): Promise<WebSocket> {
@@ -162,45 +163,19 @@ class Session {
    * Collect garbage (a heap snapshot collects first: the inspector's collectGarbage does not answer here), then read.
    */
   async retained(): Promise<HeapFigure | null> {
-    try {
-      this.ws ??= await this.open();
-    } catch {
-      return null;
-    }
-    const ws = this.ws;
-    const id = ++this.id;
-    const done = new Promise<unknown>((resolve) => {
-      const t = setTimeout(() => resolve(null), 30_000);
-      this.waiting.set(id, (v) => {
-        clearTimeout(t);
-        resolve(v);
-      });
-    });
-    this.snapshot = keptFile(process.env.BENCH_HEAP_SNAPSHOTS, `${this.name}-${++snapshots}.heapsnapshot`);
-    ws.send(JSON.stringify({ id, method: "HeapProfiler.takeHeapSnapshot", params: { reportProgress: false } }));
-    await done; // its chunks (addHeapSnapshotChunk events) are dropped, or written where BENCH_HEAP_SNAPSHOTS says
-    this.waiting.delete(id);
+    // its chunks (addHeapSnapshotChunk events) are dropped, or written where BENCH_HEAP_SNAPSHOTS says
+    this.snapshot = keptFile(process.env.BENCH_HEAP_SNAPSHOTS, `${this.fileName}-${++snapshots}.heapsnapshot`);
+    await this.call("HeapProfiler.takeHeapSnapshot", { reportProgress: false });
     this.snapshot = null;
     return this.usage();
   }
 
   async usage(): Promise<HeapFigure | null> {
     for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        this.ws ??= await this.open();
-      } catch {
-        return null;
-      }
-      const id = ++this.id;
-      const answer = await new Promise<{ usedSize: number; backingStorageSize: number } | null>((resolve) => {
-        const t = setTimeout(() => resolve(null), 1000);
-        this.waiting.set(id, (v) => {
-          clearTimeout(t);
-          resolve(v as { usedSize: number; backingStorageSize: number } | null);
-        });
-        this.ws!.send(JSON.stringify({ id, method: "Runtime.getHeapUsage" }));
-      });
-      this.waiting.delete(id);
+      const answer = (await this.call("Runtime.getHeapUsage", {}, 1000)) as {
+        usedSize: number;
+        backingStorageSize: number;
+      } | null;
       if (answer) {
         const used = answer.usedSize / MiB;
         const backing = answer.backingStorageSize / MiB;
@@ -310,7 +285,7 @@ export class HeapSampler {
     await Promise.all(
       this.sessions.map(async (x) => {
         const r = (await x.s.call("HeapProfiler.stopSampling")) as { profile?: unknown } | null;
-        const file = keptFile(dir, `${x.name.replace(/[^\w.-]+/g, "_")}-${label}.heapprofile`);
+        const file = keptFile(dir, `${x.s.fileName}-${label}.heapprofile`);
         if (r?.profile && file) writeFileSync(file, JSON.stringify(r.profile));
       }),
     );
