@@ -140,6 +140,7 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
         .replaceAll("test/fixtures/", `${join(root, "test", "fixtures")}/`)
         .replaceAll("hello.jsonl", join(dir, "hello.jsonl"))
         .replaceAll("open.msgpack", join(dir, "open.msgpack"))
+        .replaceAll("newer.msgpack", join(dir, "newer.msgpack"))
         .replaceAll("got.msgpack", join(dir, "got.msgpack"));
       const r = spawnSync("bash", ["-euo", "pipefail", "-c", code], { cwd: root, encoding: "utf8" });
       expect(r.status, `${name}: ${r.stderr}`).toBe(0);
@@ -155,6 +156,14 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
     expect(JSON.parse(curl[0]!)).toMatchObject({ ok: true, seq: 1, applied: 1 });
     expect(JSON.parse(curl[1]!)).toMatchObject({ id: "hello-2", status: "live", traces: 1 });
     expect(run("compare").trim()).toBe("identical");
+    expect(JSON.parse(run("unknown-keys"))).toEqual({
+      ok: true,
+      seq: 1,
+      applied: 1,
+      duplicates: 0,
+      producers: {},
+      unknown: ["future_list", "set.future_scalar"],
+    });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,6 +1,7 @@
 // Versioned schemas (src/objects/storage/schema.ts): storage written by earlier releases (the last before
 // versions, test/fixtures/storage/release-89af552, the one before the dispatch identity,
-// release-6a9651a, and the one before the archive's upload record, release-aed0573; each made by
+// release-6a9651a, the one before the archive's upload record, release-aed0573, and the one before the record of
+// unknown delta keys, release-17eaf78; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -19,7 +20,7 @@ import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 /** The releases whose storage this one must open: the first before versioned schemas, then one per release that changed one. */
-const RELEASES = ["release-89af552", "release-6a9651a", "release-aed0573"];
+const RELEASES = ["release-89af552", "release-6a9651a", "release-aed0573", "release-17eaf78"];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
 

@@ -72,6 +72,7 @@ export function commitIngest(
       applied: result.applied.length,
       duplicates: result.duplicates,
       producers: Object.fromEntries(result.producers),
+      ...(result.unknown.length ? { unknown: result.unknown } : {}),
     },
     meta: saved,
     created: meta === null,
@@ -125,6 +126,8 @@ function applyMessage(
     );
   }
   for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
+  const news = result.unknown.filter((k) => !m.unknown.includes(k));
+  if (news.length) m.unknown = [...m.unknown, ...news];
   countInto(m, live.asm);
   m.updated = now;
   state.record.saveMeta(m);

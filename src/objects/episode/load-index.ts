@@ -29,6 +29,7 @@ export function loadIndex(sql: SqlStorage): LoadedIndex {
     const tnum = r.tnum as number;
     const entries = (src: number) => (fields.get(tnum) ?? []).filter((f) => f.src === src).map((f) => f.entry);
     const t = new TraceState(r.id as string, tnum, entries(0));
+    t.restoreExtra(entries(2));
     t.set(entries(1));
     t.pending = concatChunks(pending.get(tnum)?.parts ?? []);
     const lists = JSON.parse(r.lists as string) as Record<ItemField, ListSize>;
@@ -42,7 +43,7 @@ export function loadIndex(sql: SqlStorage): LoadedIndex {
   return { traces: [...traces.values()], nextTnum: (max.t ?? 0) + 1, nextOrd: (max.o ?? 0) + 1 };
 }
 
-/** Per trace its fields' newest versions in key order, reassembled from their parts (`src` 0: opened, 1: set). */
+/** Per trace its fields' newest versions in key order, reassembled from their parts (`src` 0: opened, 1: set, 2: an unknown list). */
 function newestFields(sql: SqlStorage): Map<number, Array<{ src: number; entry: Entry }>> {
   let cur: {
     tnum: number;

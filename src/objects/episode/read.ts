@@ -83,6 +83,11 @@ export interface StatusBody {
    * repair left out): the bytes do not say so, and the log that did is trimmed and archived away.
    */
   repaired_nodes: Record<string, number[]>;
+  /**
+   * The delta keys the relay does not know that the producer sent (named as the ack names them), in
+   * the order first seen; empty when there were none. The keys were kept (docs/protocol.md).
+   */
+  unknown: string[];
 }
 
 export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs: number }): StatusBody {
@@ -104,6 +109,7 @@ export function statusOf(state: EpisodeState, viewers: { watchers: number; hubs:
     error: m.refused ?? m.error,
     dispatch: m.dispatch ? dispatchJson(m.dispatch) : null,
     repaired_nodes: repairedNodes(state),
+    unknown: m.unknown,
   };
 }
 

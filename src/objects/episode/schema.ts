@@ -154,5 +154,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         createArchiveUploadTables(sql);
       },
     },
+    {
+      version: 6,
+      what: "the delta keys the relay does not know, named in the status",
+      up(sql) {
+        // a JSON array of names (storage.ts Meta.unknown); NULL: none, as in every episode written before
+        addColumns(sql, "meta", ["unknown TEXT"]);
+      },
+    },
   ],
 });

@@ -6,7 +6,7 @@
 // frame is applied):
 // - `traces`: one row per trace incarnation (tnum): id, arrival order, list sizes, the seq that
 //   opened it, and the seq that discarded it while something still needed it (`dropped`).
-// - `fields`: its open and set fields (key order by `pos`), values as received, in parts.
+// - `fields`: its open and set fields and unknown lists (key order by `pos`), values as received, in parts.
 // - `pending`: its pending preview, in parts.
 // - `node_meta`: per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
 //   repair rewrote its last row: the one record of that, kept through the archive; its parent
@@ -287,9 +287,9 @@ export class SqlStore implements EpisodeStore {
         .exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM fields WHERE tnum = ? AND name = ?", t.tnum, name)
         .one().v;
       this.supersede("field", t.tnum, -1, name, old ?? undefined);
-      if (!slot || (slot.from !== "open" && slot.from !== "set")) continue;
+      if (!slot || (slot.from !== "open" && slot.from !== "set" && slot.from !== "extra")) continue;
       const pos = order.indexOf(name);
-      const src = slot.from === "open" ? 0 : 1;
+      const src = SRC[slot.from];
       eachPart(slot.value, (part, data) => {
         this.sql.exec(
           "INSERT INTO fields (tnum, name, ver, part, pos, src, key, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -351,6 +351,9 @@ export class SqlStore implements EpisodeStore {
     );
   }
 }
+
+/** `fields.src`: 0 a header field (`open`), 1 a scalar (`set`), 2 a list the relay does not know (its whole array). */
+const SRC = { open: 0, set: 1, extra: 2 } as const;
 
 function listsJson(t: TraceState): string {
   return JSON.stringify(t.items);

@@ -62,6 +62,11 @@ export interface Meta {
   /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
   annotations: number;
   annotationBytes: number;
+  /**
+   * The delta keys the relay does not know that this episode's producer sent, in the order first seen
+   * (src/protocol/assembly/delta.ts `unknown`): what an upgrade of the producer brought; empty before.
+   */
+  unknown: string[];
 }
 
 /** The status the API shows: `finish_refused` is a live episode whose reply was refused. */
@@ -91,7 +96,7 @@ export interface IndexState {
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
 const COLUMNS =
-  "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes";
+  "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes, unknown";
 
 export class EpisodeRecord {
   private ready = false;
@@ -148,9 +153,10 @@ export class EpisodeRecord {
       live: null,
       annotations: 0,
       annotationBytes: 0,
+      unknown: [],
     };
     this.sql.exec(
-      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO meta (${COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       id,
       "live",
       0,
@@ -170,6 +176,7 @@ export class EpisodeRecord {
       null,
       0,
       0,
+      null,
     );
     this.ready = true;
     this.cached = { ...meta };
@@ -190,13 +197,14 @@ export class EpisodeRecord {
       live,
       annotations: Number(row.annotations ?? 0),
       annotationBytes: Number(annotation_bytes ?? 0),
+      unknown: typeof row.unknown === "string" ? (JSON.parse(row.unknown) as string[]) : [],
     };
     return { ...this.cached };
   }
 
   saveMeta(m: Meta): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?",
+      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?",
       m.status,
       m.seq,
       m.bytes,
@@ -214,6 +222,7 @@ export class EpisodeRecord {
       m.live === null ? null : JSON.stringify(m.live),
       m.annotations,
       m.annotationBytes,
+      m.unknown.length ? JSON.stringify(m.unknown) : null,
     );
     this.cached = { ...m };
   }

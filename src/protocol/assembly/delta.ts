@@ -2,7 +2,7 @@
 // for type, every byte validated as canonical msgpack. Nothing here looks at assembly state.
 
 import { DeltaError } from "./errors.js";
-import { LIST_FIELDS, isListField, type ListField } from "./fields.js";
+import { LIST_FIELDS, isHeaderField, isListField, isScalarField, type ListField } from "./fields.js";
 import { parseNdArray, type NdArray } from "./ndarray.js";
 import { arrayItems, readNode, type NodeState } from "./node.js";
 import { Reader } from "../wire/reader.js";
@@ -36,6 +36,16 @@ export interface ParsedDelta {
    * applying (src/protocol/envelope/ingest.ts).
    */
   dispatch?: Uint8Array;
+  /**
+   * Top-level keys the relay does not know whose value is an array: list keys of a newer
+   * reference, appended to the trace's list of that name (src/protocol/assembly/trace.ts).
+   */
+  readonly extra: Entry[];
+  /**
+   * What the relay does not know, named so that an upgrade of the producer never loses data quietly:
+   * top-level keys (`foo`), scalar fields in `set` (`set.foo`) and header fields in `open` (`open.foo`).
+   */
+  readonly unknown: string[];
 }
 
 /** Keys the assembly reads, each with a bit (for the duplicate check). */
@@ -82,7 +92,10 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
     set: undefined,
     pending: undefined,
     dispatch: undefined,
+    extra: [],
+    unknown: [],
   };
+  let unknownKeys: Set<string> | undefined;
   let hasTrace = false;
   for (let i = 0; i < n; i++) {
     const keyStart = r.pos;
@@ -96,6 +109,12 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
     const bit = KNOWN.get(key) ?? 0;
     if (seen & bit) throw new DeltaError("malformed", key, "duplicate key");
     seen |= bit;
+    if (bit === 0) {
+      unknownKeys ??= new Set();
+      if (unknownKeys.has(key)) throw new DeltaError("malformed", key, "duplicate key");
+      unknownKeys.add(key);
+      d.unknown.push(key);
+    }
     if (key === "trace") hasTrace = true;
     const keySpan = bytes.subarray(keyStart, r.pos);
     const valueStart = r.pos;
@@ -104,7 +123,9 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
     } catch (e) {
       throw asDeltaError(e, key);
     }
-    entries.push({ key, keySpan, value: bytes.subarray(valueStart, r.pos) });
+    const entry = { key, keySpan, value: bytes.subarray(valueStart, r.pos) };
+    entries.push(entry);
+    if (bit === 0 && entry.value[0] !== undefined && isArrayByte(entry.value[0])) d.extra.push(entry);
   }
   if (!r.atEnd()) throw new DeltaError("malformed", "delta", `trailing bytes after the delta (at byte ${r.pos})`);
   if (!hasTrace) throw new DeltaError("wrong_type", "trace", "missing: every delta names its trace");
@@ -127,6 +148,7 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
     }
     case "open":
       d.open = mapEntries(r, "open");
+      for (const e of d.open) if (!isHeaderField(e.key)) d.unknown.push(`open.${e.key}`);
       return;
     case "set":
       d.set = mapEntries(r, "set");
@@ -134,6 +156,7 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
         if (isListField(e.key) || e.key === "pending") {
           throw new DeltaError("wrong_type", `set.${e.key}`, "set may only carry scalar fields");
         }
+        if (!isScalarField(e.key)) d.unknown.push(`set.${e.key}`);
       }
       return;
     case "links": {
@@ -174,8 +197,16 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
         d.lists[key as Exclude<ListField, "nodes">] = arrayItems(r, key);
         return;
       }
-      r.span(); // unknown keys travel along untouched, as the reference ignores them
+      // An unknown key travels in the frame untouched (and is named). An array is a newer
+      // reference's list key (the assembly appends it); anything else only the frame keeps, as
+      // today's reference ignores it and no rule says what a newer one would do with it.
+      r.span();
   }
+}
+
+/** Whether a msgpack value starting with this byte is an array (fixarray, array 16, array 32). */
+function isArrayByte(b: number): boolean {
+  return (b & 0xf0) === 0x90 || b === 0xdc || b === 0xdd;
 }
 
 /** The `nodes` array at the reader, each node parsed. */

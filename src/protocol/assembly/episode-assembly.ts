@@ -187,6 +187,11 @@ export class EpisodeAssembly {
       trace.items[f] = { count: list.count + items.length, bytes: list.bytes + bytes };
       store.itemsAdded(trace, f, list.count, items);
     }
+    // lists the relay does not know, after the known ones (the reference's list order)
+    if (delta.extra.length) {
+      const extended = delta.extra.filter((e) => trace.extend(e)).map((e) => e.key);
+      if (extended.length) store.fieldsSet(trace, extended);
+    }
     if (delta.set) {
       trace.set(delta.set);
       store.fieldsSet(
@@ -276,8 +281,8 @@ function undoOfChanges(t: TraceState, delta: ParsedDelta, store: EpisodeStore): 
   const nodes = t.nodes.length;
   const items = ITEM_FIELDS.map((f) => ({ ...t.items[f] }));
   const pending = t.pending;
-  // the slots `set` will overwrite (undefined: a key it adds, which goes last and is deleted)
-  const before = (delta.set ?? []).map((e) => [e.key, t.fields.get(e.key)] as const);
+  // the slots `set` and unknown lists will overwrite (undefined: a key they add, which is deleted)
+  const before = [...delta.extra, ...(delta.set ?? [])].map((e) => [e.key, t.fields.get(e.key)] as const);
   return () => {
     if (t.nodes.length !== nodes) {
       t.nodes.length = nodes;

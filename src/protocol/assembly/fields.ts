@@ -19,3 +19,39 @@ export const ITEM_FIELDS = LIST_FIELDS.filter((f): f is ItemField => f !== "node
 export function isListField(name: string): name is ListField {
   return (LIST_FIELDS as readonly string[]).includes(name);
 }
+
+/** The trace header (`open`), sent once per trace. */
+export const HEADER_FIELDS = ["version", "id", "verifiers", "task"] as const;
+
+/**
+ * The scalar fields `set` carries, whole. The reference applies any `set` key (a shallow update);
+ * these are the ones the relay knows, so that a newer one is named (`unknown`) rather than carried quietly.
+ */
+export const SCALAR_FIELDS = [
+  "agent",
+  "tools",
+  "mm_token_type_id_map",
+  "rewards",
+  "metrics",
+  "info",
+  "root_reply",
+  "is_completed",
+  "ok",
+  "stop_condition",
+  "is_timeout",
+  "timing",
+  "num_input_tokens",
+  "num_output_tokens",
+  "num_total_tokens",
+] as const;
+
+const KNOWN_HEADER = new Set<string>(HEADER_FIELDS);
+const KNOWN_SCALAR = new Set<string>(SCALAR_FIELDS);
+
+export function isHeaderField(name: string): boolean {
+  return KNOWN_HEADER.has(name);
+}
+
+export function isScalarField(name: string): boolean {
+  return KNOWN_SCALAR.has(name);
+}

@@ -100,8 +100,10 @@ export function buildDeltaChunks(
 ): { chunks: Uint8Array[]; length: number } {
   const v = views[p.view]!;
   const set = p.last ? v.slots.filter((s) => s.from === "set") : [];
+  // unknown lists (whole, each a top-level key as a newer reference sends it)
+  const extra = p.last ? v.slots.filter((s) => s.from === "extra") : [];
   const w = new ChunkWriter();
-  w.mapHeader(1 + (p.first ? 1 : 0) + p.ranges.length + (p.last ? (set.length ? 2 : 1) : 0));
+  w.mapHeader(1 + (p.first ? 1 : 0) + p.ranges.length + extra.length + (p.last ? (set.length ? 2 : 1) : 0));
   w.raw(KEYS.trace!);
   w.str(v.id);
   if (p.first) {
@@ -122,6 +124,10 @@ export function buildDeltaChunks(
         else writeNode(w, n);
       }
     } else for (const item of reader.items(v.tnum, r.field, r.from, r.to)) w.raw(item);
+  }
+  for (const s of extra) {
+    w.raw(s.key);
+    if (s.from === "extra") w.raw(s.value);
   }
   if (p.last) {
     if (set.length) {

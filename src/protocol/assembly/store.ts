@@ -43,7 +43,7 @@ export interface EpisodeStore extends BodyReader {
   itemsAdded(t: TraceState, field: ItemField, from: number, items: Uint8Array[]): void;
   /** Undo of `itemsAdded`. */
   itemsRemoved(t: TraceState, field: ItemField, from: number): void;
-  /** These scalar fields changed, or (undo) are gone: their slots in `t.fields` say which. */
+  /** These fields (scalars, unknown lists) changed, or (undo) are gone: their slots in `t.fields` say which. */
   fieldsSet(t: TraceState, keys: string[]): void;
   /** `t.pending` changed. */
   pendingSet(t: TraceState): void;

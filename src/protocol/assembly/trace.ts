@@ -7,12 +7,15 @@
 import type { Entry } from "./delta.js";
 import { ITEM_FIELDS, LIST_FIELDS, type ItemField, type ListField } from "./fields.js";
 import type { NodeInfo } from "./node.js";
-import { EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
+import { Reader } from "../wire/reader.js";
+import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
 
 /** Where a field's value lives: its own span, a list, or the pending preview. */
 export type Slot =
   | { readonly key: Uint8Array; readonly from: "open" | "set"; readonly value: Uint8Array }
   | { readonly key: Uint8Array; readonly from: "list"; readonly list: ListField }
+  /** A list the relay does not know (a newer reference's list key), its items so far as one array. */
+  | { readonly key: Uint8Array; readonly from: "extra"; readonly value: Uint8Array }
   | { readonly key: Uint8Array; readonly from: "pending" };
 
 const LIST_KEYS = Object.fromEntries(LIST_FIELDS.map((f) => [f, encodeStr(f)])) as Record<ListField, Uint8Array>;
@@ -64,10 +67,50 @@ export class TraceState {
     }
   }
 
+  /**
+   * Append an unknown list's items (`e.value`, an array) as a newer reference would: to the list of
+   * that name, which sits after the known lists (where the reference's `open` would have made it),
+   * new ones in arrival order. False, and nothing changed, when the trace holds that name as a
+   * header or scalar field (then it is no list; only the frame keeps it).
+   */
+  extend(e: Entry): boolean {
+    const slot = this.fields.get(e.key);
+    if (slot && slot.from !== "extra") return false;
+    const value = slot ? joinArrays(slot.value, e.value) : e.value;
+    if (slot) this.fields.set(e.key, { key: slot.key, from: "extra", value });
+    else this.insertBeforePending({ key: e.keySpan, from: "extra", value }, e.key);
+    return true;
+  }
+
+  /** The unknown lists read back from storage (in key order): each goes where `extend` put it. */
+  restoreExtra(entries: Entry[]): void {
+    for (const e of entries) this.insertBeforePending({ key: e.keySpan, from: "extra", value: e.value }, e.key);
+  }
+
+  private insertBeforePending(slot: Slot, name: string): void {
+    const after = [...this.fields].slice([...this.fields.keys()].indexOf("pending"));
+    for (const [k] of after) this.fields.delete(k);
+    this.fields.set(name, slot);
+    for (const [k, v] of after) this.fields.set(k, v);
+  }
+
   /** Header entries (`open`) and scalar entries (`set`) as they stand now, in order. */
   entries(from: "open" | "set"): Array<{ key: Uint8Array; value: Uint8Array }> {
     const out: Array<{ key: Uint8Array; value: Uint8Array }> = [];
     for (const slot of this.fields.values()) if (slot.from === from) out.push({ key: slot.key, value: slot.value });
     return out;
   }
+}
+
+/** Two msgpack arrays as one: the first's items, then the second's. */
+export function joinArrays(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const ra = new Reader(a, 0, a.length, true);
+  const na = ra.arrayHeader();
+  const rb = new Reader(b, 0, b.length, true);
+  const nb = rb.arrayHeader();
+  const w = new ChunkWriter();
+  w.arrayHeader(na + nb);
+  w.raw(a.subarray(ra.pos));
+  w.raw(b.subarray(rb.pos));
+  return w.bytes();
 }

@@ -1,7 +1,7 @@
 // The producer protocol's answers (relay → producer), the other half of src/protocol/envelope/envelope.ts:
 // the JSON body of `POST /v1/episodes/{id}/deltas` and each text message on the ingest socket.
 //
-//   {ok: true, seq, applied, duplicates, producers: {name: last seq}}   the message committed
+//   {ok: true, seq, applied, duplicates, producers: {name: last seq}, unknown?: [key]}   the message committed
 //   {ok: false, status, error, message, field?}                         refused; nothing changed
 //
 // The relay encodes with `encodeAnswer`, clients decode with `parseAnswer` (the Python client
@@ -20,6 +20,12 @@ export interface IngestAck {
   duplicates: number;
   /** Per producer in this message, the last of its seqs the relay holds. */
   producers: Record<string, number>;
+  /**
+   * Keys of this message's deltas the relay does not know (a newer producer's), present only when
+   * there are some: `foo` a top-level key, `set.foo` a scalar field, `open.foo` a header field. They
+   * were kept (src/protocol/assembly/delta.ts says how), and the episode's status names them too.
+   */
+  unknown?: string[];
 }
 
 export type IngestAnswer = IngestAck | ErrorAnswer;
@@ -44,7 +50,8 @@ export function parseAnswer(text: string): IngestAnswer {
       isCount(o.applied) &&
       isCount(o.duplicates) &&
       typeof o.producers === "object" &&
-      o.producers !== null
+      o.producers !== null &&
+      (o.unknown === undefined || (Array.isArray(o.unknown) && o.unknown.every((k) => typeof k === "string")))
     ) {
       return o as unknown as IngestAck;
     }

@@ -24,6 +24,8 @@ export interface IngestResult {
   producers: Map<string, number>;
   /** Episode seqs retracted before applying (empty unless a producer's cursor said so). */
   retracted: number[];
+  /** The keys the relay does not know in the applied deltas (ParsedDelta `unknown`), each once, in order. */
+  unknown: string[];
 }
 
 export interface IngestHooks {
@@ -60,7 +62,14 @@ export function ingest(
     const parsed = applicable(parseDelta(msg.delta), hooks);
     hooks.nextSeq?.();
     asm.applyParsed(parsed);
-    return { applied: [parsed.bytes], traces: [parsed.trace], duplicates: 0, producers: new Map(), retracted: [] };
+    return {
+      applied: [parsed.bytes],
+      traces: [parsed.trace],
+      duplicates: 0,
+      producers: new Map(),
+      retracted: [],
+      unknown: [...new Set(parsed.unknown)],
+    };
   }
   const undo: Undo = [];
   const ledgerBefore = copyLedger(ledger);
@@ -68,6 +77,7 @@ export function ingest(
   const traces: string[] = [];
   const producers = new Map<string, number>();
   const retracted: number[] = [];
+  const unknown = new Set<string>();
   let duplicates = 0;
   const batch = msg.envelopes.length > 1;
   try {
@@ -91,6 +101,7 @@ export function ingest(
           record(ledger, env, seq);
           applied.push(parsed.bytes);
           traces.push(parsed.trace);
+          for (const name of parsed.unknown) unknown.add(name);
         }
         if (env.seq > 0) producers.set(env.producer, ledger.get(env.producer)?.last ?? 0);
       } catch (e) {
@@ -106,5 +117,5 @@ export function ingest(
     for (const [k, v] of ledgerBefore) ledger.set(k, v);
     throw e;
   }
-  return { applied, traces, duplicates, producers, retracted };
+  return { applied, traces, duplicates, producers, retracted, unknown: [...unknown] };
 }

@@ -3,7 +3,11 @@
 
 import { parseDelta } from "../assembly/delta.js";
 import type { NodeState } from "../assembly/node.js";
-import { ChunkWriter, NIL } from "../wire/writer.js";
+import { equalBytes } from "../wire/bytes.js";
+import { ChunkWriter, encodeStr, NIL, NIL_BYTE } from "../wire/writer.js";
+
+/** A node's binary per-token arrays that travel with routing: kept on the full view, nil without routing. */
+const KEY_SAMPLING_MASK = encodeStr("sampling_mask");
 
 export interface Variant {
   routing: boolean;
@@ -39,7 +43,7 @@ export function isFull(v: Variant): boolean {
 
 /**
  * The delta as this variant sees it: null when its trace is filtered out; without
- * `routing_repairs` and with every node's `routed_experts` set to nil when routing is off.
+ * `routing_repairs` and with every node's `routed_experts` and `sampling_mask` set to nil when routing is off.
  */
 export function deltaForVariant(delta: Uint8Array, trace: string, v: Variant): Uint8Array | null {
   if (v.traces && !v.traces.includes(trace)) return null;
@@ -47,10 +51,14 @@ export function deltaForVariant(delta: Uint8Array, trace: string, v: Variant): U
   return stripRouting(delta);
 }
 
-/** Drop routing bytes from a delta (routing_repairs removed; node routed_experts → nil). */
+/**
+ * Drop routing bytes from a delta (routing_repairs removed; node routed_experts and sampling_mask →
+ * nil: both are binary arrays per token, upstream's `{__nd__}` maps).
+ */
 export function stripRouting(delta: Uint8Array): Uint8Array {
   const d = parseDelta(delta);
-  const hasRouting = d.repairs !== undefined || (d.nodes ?? []).some((n) => n.routedAt >= 0 && n.routed !== null);
+  const hasRouting =
+    d.repairs !== undefined || (d.nodes ?? []).some((n) => (n.routedAt >= 0 && n.routed !== null) || maskAt(n) >= 0);
   if (!hasRouting) return delta;
   const w = new ChunkWriter();
   const entries = d.entries.filter((e) => e.key !== "routing_repairs");
@@ -63,23 +71,30 @@ export function stripRouting(delta: Uint8Array): Uint8Array {
     }
     w.arrayHeader(d.nodes!.length);
     for (const n of d.nodes!) {
-      if (n.routed === null) w.raw(n.span);
+      if (n.routed === null && maskAt(n) < 0) w.raw(n.span);
       else writeWithoutRouting(w, n);
     }
   }
   return w.bytes();
 }
 
+/** Index of a non-nil `sampling_mask` among the node's keys, or -1. */
+function maskAt(n: NodeState): number {
+  const i = n.keys.findIndex((k) => equalBytes(k, KEY_SAMPLING_MASK));
+  return i >= 0 && n.values[i]![0] !== NIL_BYTE ? i : -1;
+}
+
 /**
- * The node as received with `routed_experts` nil and every other byte kept (not the
- * assembly's stored form: a nil or missing `semantic_parents` stays as it came).
+ * The node as received with `routed_experts` and `sampling_mask` nil and every other byte kept (not
+ * the assembly's stored form: a nil or missing `semantic_parents` stays as it came).
  */
 function writeWithoutRouting(w: ChunkWriter, n: NodeState): void {
   const appended = n.values[n.parentsAt]!.length === 0; // readNode's placeholder for a missing key
+  const mask = maskAt(n);
   w.mapHeader(n.keys.length - (appended ? 1 : 0));
   n.keys.forEach((key, i) => {
     if (appended && i === n.parentsAt) return;
     w.raw(key);
-    w.raw(i === n.routedAt ? NIL : n.values[i]!);
+    w.raw(i === n.routedAt || i === mask ? NIL : n.values[i]!);
   });
 }
