@@ -7,7 +7,7 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Union
 
 import httpx
 
@@ -136,6 +136,9 @@ class RelaySink:
         self.default = default if default is not None else default_encoder()
         self.last_ack: Optional[Dict[str, Any]] = None
         """The relay's answer to the last acknowledged delta."""
+        self.unknown: List[str] = []
+        """Delta keys the relay said it does not know (the acks' ``unknown``), in the order first named:
+        a newer verifiers' fields, kept by the relay but worth an upgrade of it."""
         self.undelivered: Optional[Outgoing] = None
         """The last delta, when its send raised (the streamer re-diffs it, or :meth:`finish` re-sends it)."""
         self._lock = asyncio.Lock()
@@ -171,11 +174,19 @@ class RelaySink:
         """Send ``out`` until the relay answers; the envelope it took (see :meth:`ProducerCursor.rebased`) and its answer."""
         while True:
             ack = await retrying(lambda: self.channel.send(out.envelope), f"delta seq {out.seq} for trace {out.trace}", self.retry_for, self.retry_backoff)
+            self._note_unknown(ack)
             again = self.cursor.rebased(out, ack)
             if again is None:
                 return out, ack
             log_rebase(self.episode_id, self.cursor.producer, out.seq, again.seq)
             self.undelivered = out = again
+
+    def _note_unknown(self, ack: Mapping[str, Any]) -> None:
+        """Warn once per name the relay does not know (it kept the data; the relay may want an upgrade)."""
+        new = [k for k in ack.get("unknown") or [] if isinstance(k, str) and k not in self.unknown]
+        if new:
+            self.unknown.extend(new)
+            logger.warning("episode %s: the relay does not know the delta key(s) %s (kept as sent; see docs/protocol.md)", self.episode_id, ", ".join(new))
 
     async def finish(self, reply: Document) -> Dict[str, Any]:
         """POST the run's reply (``{success, error, head, traces}``, a dict or its bytes).

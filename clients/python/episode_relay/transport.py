@@ -1,7 +1,8 @@
 """Talking to the relay: errors, the HTTP client, and the two delta channels.
 
 A *delta channel* carries one ingest message (an envelope's bytes) to the relay and returns
-the relay's acknowledgement (``{"ok": true, "seq", "applied", "duplicates", "producers"}``),
+the relay's acknowledgement (``{"ok": true, "seq", "applied", "duplicates", "producers"}``, and
+``"unknown": [key, ...]`` when the message held delta keys the relay does not know),
 which the relay sends only after the write is durable. It raises :class:`RelayError` on
 anything else. Two are provided:
 

@@ -418,3 +418,31 @@ def test_a_retry_answered_as_a_duplicate_is_not_sent_again(relay: Relay) -> None
             await sink.close()
 
     asyncio.run(run())
+
+
+def test_unknown_keys_are_named_once_and_kept(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """A newer verifiers' delta keys: the acks name them (``unknown``), the sink keeps each name once
+    and warns once; the relay keeps the unknown list in the episode (appended after the known lists)."""
+
+    async def run() -> None:
+        eid = episode_id("unknown")
+        sink = RelaySink(relay.url, eid, token=relay.token)
+        first = await sink.send({"trace": "t1", "open": {"id": "t1"}, "future_list": [1], "set": {"future_scalar": 2, "is_timeout": False}})
+        assert first["unknown"] == ["future_list", "set.future_scalar"]
+        second = await sink.send({"trace": "t1", "future_list": [3], "future_flag": "x"})
+        assert second["unknown"] == ["future_list", "future_flag"]
+        known = await sink.send({"trace": "t1", "payload": [{"k": 1}], "set": {"num_total_tokens": 4}})
+        assert "unknown" not in known
+        assert sink.unknown == ["future_list", "set.future_scalar", "future_flag"]
+        await sink.finish({"success": True, "error": None, "head": {"id": eid}, "traces": [{"id": "t1", "nodes": 0, "calls": 0}]})
+        trace = unpackb(await sink.fetch())["traces"][0]
+        assert trace["future_list"] == [1, 3]
+        assert list(trace).index("future_list") == list(trace).index("response_rewrites") + 1
+        assert trace["future_scalar"] == 2 and trace["payload"] == [{"k": 1}]
+        await sink.close()
+
+    with caplog.at_level("WARNING", logger="episode_relay"):
+        asyncio.run(run())
+    warned = [r.getMessage() for r in caplog.records if "does not know" in r.getMessage()]
+    assert len(warned) == 2
+    assert "future_list, set.future_scalar" in warned[0] and "future_flag" in warned[1]
