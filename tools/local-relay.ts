@@ -79,6 +79,11 @@ export interface RelayOptions {
    * `no_web_socket_compression` flag holds as on Cloudflare. Default: one process.
    */
   tiers?: boolean;
+  /**
+   * The bundled Worker to run (an index.js beside its modules) instead of this tree's `bundle()`: another
+   * build of the relay on the same persisted state, as a deploy hands over (test/node/deploy-handover.test.ts).
+   */
+  script?: string;
 }
 
 export async function startRelay(vars: Record<string, string> = {}, options: RelayOptions = {}): Promise<LocalRelay> {
@@ -86,8 +91,8 @@ export async function startRelay(vars: Record<string, string> = {}, options: Rel
   const w = workerOptions();
   const shared = {
     modules: true as const,
-    scriptPath: bundle(),
-    modulesRoot: dirname(bundle()),
+    scriptPath: options.script ?? bundle(),
+    modulesRoot: dirname(options.script ?? bundle()),
     compatibilityDate: w.compatibilityDate,
     compatibilityFlags: w.compatibilityFlags,
     // one archive step at a time per object class: a local runtime runs every object on one thread
