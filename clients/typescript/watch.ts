@@ -193,6 +193,13 @@ export class EpisodeWatch {
   refusal: RelayRefusal | null = null;
   /** Why the relay could not be reached (state "unreachable"), else null. */
   unreachable: RelayUnreachable | null = null;
+  /**
+   * Delta keys this relay and client do not know, as the relay's ack names them (`foo`, `set.foo`,
+   * `open.foo`), in the order first seen in what this watch applied: a newer verifiers' fields, kept
+   * as the relay kept them (docs/protocol.md). A key only a frame held (not a list) is missed by a
+   * watch that caught up by snapshot; the episode's status names every one.
+   */
+  readonly unknown: string[] = [];
   /** The trainer's annotations (`GET .../annotations`), once the relay said it has some; null before. */
   annotations: AnnotationsJson | null = null;
   /** The annotations version the relay last named (the read follows it). */
@@ -260,6 +267,10 @@ export class EpisodeWatch {
   /** The live traces as JSON (the JSON view: src/protocol/wire/json-view.ts). */
   json(): Json {
     return toJson(decodeLossless(this.assembly.tracesBytes()));
+  }
+
+  private noteUnknown(names: readonly string[]): void {
+    for (const k of names) if (!this.unknown.includes(k)) this.unknown.push(k);
   }
 
   /** Drop the current connection and resume from the last seq (as after a network drop). */
@@ -375,7 +386,7 @@ export class EpisodeWatch {
       case "snapshot": {
         // a snapshot replaces the state, once all its messages are in
         const next = (this.incoming ??= new EpisodeAssembly());
-        for (const d of m.deltas) next.apply(d);
+        for (const d of m.deltas) this.noteUnknown(next.apply(d).unknown);
         if (m.more) return;
         this.assembly = next;
         this.incoming = null;
@@ -387,7 +398,7 @@ export class EpisodeWatch {
       case "frames":
         for (const [seq, delta] of m.frames) {
           if (seq <= this.seq) continue; // never apply twice
-          this.assembly.apply(delta);
+          this.noteUnknown(this.assembly.apply(delta).unknown);
           this.seq = seq;
           this.resumeAfter = seq;
           this.emit({ type: "delta", seq, trace: traceOf(delta), delta });

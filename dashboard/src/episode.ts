@@ -64,6 +64,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
       null,
       head.row,
       head.banner,
+      head.unknown,
       flags.el,
       context,
       summary,
@@ -86,7 +87,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     if (!w) return;
     const all = [...w.assembly.traces.values()];
     if (feed.status === "missing" && (w.seq > 0 || all.length > 0)) feed.status = "live";
-    head.update(w, all, feed.status, feed.error);
+    head.update(w, all, feed.status, feed.error, feed.unknown);
     drawContext(w.episode, all);
     clear(summary);
     summary.append(...summaryCards(all, feed.status));

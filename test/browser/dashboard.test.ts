@@ -643,6 +643,38 @@ describe("episode page (/episodes/{id})", () => {
     await context.close();
   });
 
+  it("names the delta keys the relay does not know: from the status, and live ones from the watch", async () => {
+    const id = freshId("unknown");
+    const post = async (delta: Record<string, unknown>) => {
+      const res = await fetch(`${relay.url}/v1/episodes/${id}/deltas`, { method: "POST", body: encode(delta) });
+      expect(res.status).toBe(200);
+      return (await res.json()) as { unknown?: string[] };
+    };
+    const first = await post({
+      trace: "t1",
+      open: { id: "t1" },
+      nodes: [{ message: { role: "user", content: "What is 6*7?" } }],
+      future_list: [1, 2],
+      set: { future_scalar: true },
+      future_flag: "only in the frame",
+    });
+    expect(first.unknown).toEqual(["future_list", "set.future_scalar", "future_flag"]);
+    const { context, page, errors } = await open(`/episodes/${id}`);
+    await page.locator('li.turn[data-node="0"]').waitFor();
+    const note = page.locator("#ep-unknown");
+    await note.waitFor({ state: "visible" });
+    // the frame-only key came before the page: the status named it (a snapshot does not carry it)
+    expect(await note.innerText()).toContain("future_list, set.future_scalar, future_flag");
+    await post({ trace: "t1", nodes: [{ message: { role: "assistant", content: "42" } }], later_flag: 1 });
+    await page.locator('li.turn[data-node="1"]').waitFor();
+    await page.waitForFunction(() =>
+      (globalThis as any).document.querySelector("#ep-unknown")?.textContent.includes("later_flag"),
+    );
+    expect(await note.innerText()).toMatch(/4 delta keys this relay does not know/);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
   it("its watch socket offers permessage-deflate (as Chromium does) and gets none: one encoding on the wire", async () => {
     const id = freshId("deflate");
     await pushCase("chat_basic", id);

@@ -5,8 +5,9 @@
 // identity (`GET .../status` says it; asked again when the episode appears or ends, if it had
 // none), the token rows each routing repair rewrote (the assembly keeps only the repaired
 // values): those it saw in the deltas, and those the relay recorded (`status.repaired_nodes`),
-// which stay once the log that carried them is trimmed or the episode archived; and it hands on
-// the annotations the watch read.
+// which stay once the log that carried them is trimmed or the episode archived; the delta keys the
+// relay does not know (`status.unknown`, and those the watch applied); and it hands on the
+// annotations the watch read.
 import {
   type AnnotationsJson,
   watchEpisode,
@@ -42,6 +43,8 @@ export class EpisodeFeed {
   error: string | null = null;
   /** The trainer's dispatch identity (null: none, or not known yet). */
   dispatch: JsonObject | null = null;
+  /** The delta keys the relay named as unknown in the status (the watch adds those it applies). */
+  private unknownRecorded: string[] = [];
   /** `${trace}\n${node}` → token rows repaired (the node's last row when the repair came). */
   readonly repaired = new Map<string, number[]>();
   /** trace → the nodes the relay recorded as repaired (each one's last row). */
@@ -53,6 +56,12 @@ export class EpisodeFeed {
     private readonly id: string,
     private readonly hooks: FeedHooks,
   ) {}
+
+  /** The delta keys the relay does not know: as its status named them, then those the watch applied. */
+  get unknown(): string[] {
+    const seen = this.watch?.unknown ?? [];
+    return [...this.unknownRecorded, ...seen.filter((k) => !this.unknownRecorded.includes(k))];
+  }
 
   /** The page draws the watch that carries routing. */
   get hasRouting(): boolean {
@@ -104,9 +113,10 @@ export class EpisodeFeed {
   }
 
   /** What a status answer says: the status, and the identity. */
-  private noteStatus(body: { status?: string; dispatch?: JsonObject | null }): void {
+  private noteStatus(body: { status?: string; dispatch?: JsonObject | null; unknown?: unknown }): void {
     this.status = String(body.status ?? this.status);
     if (isObject(body.dispatch as Json)) this.dispatch = body.dispatch!;
+    if (Array.isArray(body.unknown)) this.unknownRecorded = body.unknown.filter((k) => typeof k === "string");
   }
 
   /** Ask the status again for the identity (the episode appeared, or ended, after the first probe). */

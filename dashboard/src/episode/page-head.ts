@@ -1,6 +1,7 @@
 // The episode page's head: its id, the status badge, the counts line and the page's tools
 // (downloads, the routing toggle); below it, the failure banner and the line that stands in for
-// the traces while there are none (connecting, not on the relay yet, refused).
+// the traces while there are none (connecting, not on the relay yet, refused), and the note that
+// names the delta keys this relay does not know (a newer verifiers' fields: kept, but worth knowing).
 import type { EpisodeWatch } from "../../../clients/typescript/watch.js";
 import type { TraceState } from "../../../src/protocol/index.js";
 import { h, plural } from "../dom.js";
@@ -15,12 +16,14 @@ const STATUS_LABELS: Record<string, string> = {
 export interface EpisodeHead {
   row: HTMLElement;
   banner: HTMLElement;
+  /** Names the delta keys the relay does not know (hidden when there are none). */
+  unknown: HTMLElement;
   /** Stands in for the traces while there are none. */
   waiting: HTMLElement;
   drawStatus(status: string): void;
   /** Say why nothing is shown (a refusal); kept until the page has traces. */
   refused(message: string): void;
-  update(w: EpisodeWatch, traces: TraceState[], status: string, error: string | null): void;
+  update(w: EpisodeWatch, traces: TraceState[], status: string, error: string | null, unknown: readonly string[]): void;
 }
 
 export function episodeHead(id: string, tools: HTMLElement[]): EpisodeHead {
@@ -28,6 +31,7 @@ export function episodeHead(id: string, tools: HTMLElement[]): EpisodeHead {
   const stats = h("span.ep-stats.muted");
   const banner = h("div.banner", { hidden: true, id: "ep-banner", role: "alert" });
   const waiting = h("p.empty", { id: "waiting" }, "Connecting…");
+  const unknownNote = h("p.note", { id: "ep-unknown", hidden: true });
   const row = h("div.page-head", null, h("h1.ep-title", { title: id }, id), statusPill, stats, h("div.spacer"), tools);
   const drawStatus = (status: string) => {
     statusPill.className = `pill s-${status}`;
@@ -37,12 +41,13 @@ export function episodeHead(id: string, tools: HTMLElement[]): EpisodeHead {
   return {
     row,
     banner,
+    unknown: unknownNote,
     waiting,
     drawStatus,
     refused(message) {
       waiting.textContent = message;
     },
-    update(w, traces, status, error) {
+    update(w, traces, status, error, unknown) {
       drawStatus(status);
       let nodes = 0;
       let calls = 0;
@@ -53,11 +58,20 @@ export function episodeHead(id: string, tools: HTMLElement[]): EpisodeHead {
       stats.textContent = `seq ${w.seq} · ${plural(traces.length, "trace")} · ${plural(nodes, "node")} · ${plural(calls, "call")}`;
       banner.hidden = !(status === "failed" || status === "finish_refused" || error);
       banner.textContent = bannerText(status, error);
+      unknownNote.hidden = unknown.length === 0;
+      unknownNote.textContent = unknownText(unknown);
       waiting.hidden = traces.length > 0;
       // a refusal's message stays; otherwise say what is awaited
       if (status !== "denied") waiting.textContent = waitingText(w, status);
     },
   };
+}
+
+/** What the note says of the keys the relay does not know (ack and status name them so: `foo`, `set.foo`, `open.foo`). */
+export function unknownText(unknown: readonly string[]): string {
+  if (unknown.length === 0) return "";
+  const keys = unknown.join(", ");
+  return `The producer sent ${plural(unknown.length, "delta key")} this relay does not know: ${keys}. Kept as sent (lists appended after the known ones, scalars set); this page does not draw them.`;
 }
 
 function bannerText(status: string, error: string | null): string {
