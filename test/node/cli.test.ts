@@ -1,6 +1,9 @@
 // The command line against a relay the test starts: `push` a golden case while `tail` follows
 // it; tail's terminal output is read; `get` returns the golden bytes.
 import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { encode } from "@msgpack/msgpack";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
@@ -32,6 +35,7 @@ describe("episode-relay CLI", () => {
     const push = await cli("push", fixturePath("tool_calls_pending"), target, "--fast").done;
     expect(push.code).toBe(0);
     expect(push.stderr).toMatch(/\[#+\] 11\/11 deltas/);
+    expect(push.stderr).not.toMatch(/does not know/);
     const t = await tail.done;
     const out = t.stdout.toString("utf8");
     expect(t.code).toBe(0);
@@ -55,6 +59,29 @@ describe("episode-relay CLI", () => {
       traces: Array<{ nodes: Array<{ routed_experts: { dtype: string } | null }> }>;
     };
     expect(json.traces[0]!.nodes.some((n) => n.routed_experts?.dtype === "uint16")).toBe(true);
+  }, 60_000);
+
+  it("push says which delta keys the relay does not know (kept), once, after the deltas", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-unknown-"));
+    try {
+      const file = join(dir, "newer.jsonl");
+      const line = (delta: unknown) => JSON.stringify({ t: 0, delta: Buffer.from(encode(delta)).toString("base64") });
+      writeFileSync(
+        file,
+        `${[
+          line({ trace: "t1", open: { id: "t1" }, future_list: [1], set: { future_scalar: true } }),
+          line({ trace: "t1", future_list: [2] }),
+        ].join("\n")}\n`,
+      );
+      const push = await cli("push", file, `${relay.url}/cli-unknown-${Date.now().toString(36)}`, "--fast").done;
+      expect(push.code).toBe(0);
+      const told = push.stderr.split("\n").filter((l) => l.includes("does not know"));
+      expect(told).toEqual([
+        "push: the relay does not know the delta key(s) future_list, set.future_scalar (kept as sent)",
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, 60_000);
 
   it("push --dispatch gives the rollout its identity; episodes --kind/--step/--sort step list it; a bad identity is refused", async () => {

@@ -10,7 +10,7 @@
 // relay retracts the frame when the next one arrives.
 import { readFileSync } from "node:fs";
 import { dispatchFromJson } from "../../src/protocol/index.js";
-import { encodeEnvelope } from "../../src/protocol/index.js";
+import { encodeEnvelope, parseAnswer } from "../../src/protocol/index.js";
 import { ProducerCursor } from "../../src/protocol/index.js";
 import { refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { parseCase } from "../conformance/case-format.js";
@@ -79,6 +79,8 @@ export async function push(
     const done = Math.round((i / Math.max(total, 1)) * width);
     return `[${"#".repeat(done)}${"-".repeat(width - done)}] ${i}/${total} deltas, ${(bytes / 1024).toFixed(0)} KiB`;
   };
+  // delta keys the relay said it does not know (kept as sent): told once, after the deltas
+  const unknown: string[] = [];
   for (const [i, f] of rec.frames.entries()) {
     await wait(f.t);
     const res = await relayFetch(`${url}/deltas`, {
@@ -97,12 +99,15 @@ export async function push(
       err.write(`\npush: delta ${i} refused: ${why}\n`);
       return 1;
     }
-    await res.arrayBuffer();
+    const ack = parseAnswer(await res.text());
+    for (const k of (ack.ok && ack.unknown) || []) if (!unknown.includes(k)) unknown.push(k);
     if (!f.ackLost) producer.acknowledge();
     bytes += f.delta.length;
     err.write(`\r${bar(i + 1)}`);
   }
   err.write("\n");
+  if (unknown.length)
+    err.write(`push: the relay does not know the delta key(s) ${unknown.join(", ")} (kept as sent)\n`);
   if (rec.reply) {
     await wait(rec.reply.t);
     const res = await relayFetch(`${url}/reply`, {
