@@ -59,6 +59,7 @@ describe("EpisodeRecord", () => {
         live: null,
         annotations: 0,
         annotationBytes: 0,
+        unknown: [],
       });
       expect(r.exists()).toBe(true);
       const saved: Meta = {
@@ -87,6 +88,7 @@ describe("EpisodeRecord", () => {
         },
         annotations: 3,
         annotationBytes: 1200,
+        unknown: ["future_list", "set.future_scalar"],
       };
       r.saveMeta(saved);
       expect(r.meta()).toEqual(saved);

@@ -109,12 +109,7 @@ export function parseDelta(bytes: Uint8Array, trusted = false): ParsedDelta {
     const bit = KNOWN.get(key) ?? 0;
     if (seen & bit) throw new DeltaError("malformed", key, "duplicate key");
     seen |= bit;
-    if (bit === 0) {
-      unknownKeys ??= new Set();
-      if (unknownKeys.has(key)) throw new DeltaError("malformed", key, "duplicate key");
-      unknownKeys.add(key);
-      d.unknown.push(key);
-    }
+    if (bit === 0) unknownKey(d, key, (unknownKeys ??= new Set()));
     if (key === "trace") hasTrace = true;
     const keySpan = bytes.subarray(keyStart, r.pos);
     const valueStart = r.pos;
@@ -202,6 +197,13 @@ function readField(r: Reader, key: string, d: ParsedDelta): void {
       // today's reference ignores it and no rule says what a newer one would do with it.
       r.span();
   }
+}
+
+/** A top-level key the relay does not know: named; a second one of that name is refused, as a known key's is. */
+function unknownKey(d: ParsedDelta, key: string, seen: Set<string>): void {
+  if (seen.has(key)) throw new DeltaError("malformed", key, "duplicate key");
+  seen.add(key);
+  d.unknown.push(key);
 }
 
 /** Whether a msgpack value starting with this byte is an array (fixarray, array 16, array 32). */
