@@ -7,6 +7,7 @@
 import WebSocket from "ws";
 import { describe, expect, it } from "vitest";
 import { watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import { finishedDeltas } from "../../src/protocol/archive/finished-deltas.js";
 import { parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly, type Undo } from "../../src/protocol/assembly/episode-assembly.js";
 import { snapshotDeltas } from "../../src/protocol/assembly/snapshot.js";
@@ -125,6 +126,24 @@ describe("unknown keys in the pure modules", () => {
     expect(hex(one.tracesBytes())).not.toBe(before);
     for (let i = undo.length - 1; i >= 0; i--) undo[i]!();
     expect(hex(one.tracesBytes())).toBe(before);
+  });
+
+  it("an archived episode's deltas carry the unknown list under its own key: same bytes, same names", async () => {
+    async function* chunks(bytes: Uint8Array, size: number): AsyncGenerator<Uint8Array> {
+      for (let i = 0; i < bytes.length; i += size) yield bytes.slice(i, i + size);
+    }
+    for (const [size, budget] of [
+      [1, 64],
+      [7, 1 << 20],
+      [EPISODE.length, 48],
+    ] as const) {
+      const asm = new EpisodeAssembly();
+      const names = new Set<string>();
+      for await (const d of finishedDeltas(chunks(EPISODE, size), budget))
+        for (const k of asm.apply(d).unknown) names.add(k);
+      expect(hex(asm.finishReply(REPLY)), `chunks of ${size}, budget ${budget}`).toBe(hex(EPISODE));
+      expect([...names]).toEqual(["future_list", "set.future_scalar"]);
+    }
   });
 
   it("a name the trace holds as a scalar is no list: only the frame keeps it", () => {
@@ -257,5 +276,7 @@ describe("unknown keys through a relay", () => {
     const late = watch(id);
     await late.w.finished();
     expect(hex(late.w.episode!)).toBe(hex(want));
+    // caught up from the archive: the unknown list came as a list, as the producer sent it
+    expect(late.w.unknown).toEqual(["future_list", "set.future_scalar"]);
   }, 120_000);
 });

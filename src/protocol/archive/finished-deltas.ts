@@ -10,9 +10,12 @@
 // deltas (new keys append in order, same result).
 //
 // Only the layout the assembly writes is accepted (header, the seven lists in order, scalars, no
-// `pending`): an `open` holding a list key would give another, which one pass cannot rebuild.
+// `pending`): an `open` holding a list key would give another, which one pass cannot rebuild. A
+// non-empty array right after the lists under a name that is no known scalar is a list the relay did
+// not know (trace.ts `extend` puts them there): it goes out under its own key, item by item, as it
+// came in, so a watcher names it as the producer's ack did (the bytes are the same either way).
 
-import { LIST_FIELDS, isListField } from "../assembly/fields.js";
+import { LIST_FIELDS, isListField, isScalarField } from "../assembly/fields.js";
 import { headerSize } from "../assembly/render.js";
 import { DELTA_BYTES } from "../assembly/snapshot.js";
 import { ArchiveError, type FinishedDeltaStats, Input, type Span } from "./stream-input.js";
@@ -115,6 +118,7 @@ class Walker {
     let openCount = 0;
     let idText: string | undefined;
     let list = 0; // lists read so far
+    let extras = true; // still right after the lists, where unknown lists sit
     for (let i = 0; i < n; i++) {
       const keyStart = input.pos;
       const key = await input.key(where);
@@ -141,6 +145,20 @@ class Walker {
       }
       if (isListField(key) || key === "pending")
         throw new ArchiveError(`${where}: \`${key}\` after the lists (at byte ${keyStart})`);
+      if (extras && !isScalarField(key)) {
+        const held: number | null = input.hold;
+        input.hold ??= keyStart; // the key stays in the buffer while the value's first byte comes in
+        const isList = await this.nonEmptyArray();
+        const keySpan = input.view(keyStart, input.pos).slice(); // its own bytes: the buffer moves on
+        input.hold = held;
+        if (isList) {
+          const count = await input.header("array", `${where}.${key}`);
+          for (let j = 0; j < count; j++)
+            yield* this.unit(keySpan, false, await input.value(), last && j === count - 1);
+          continue;
+        }
+      }
+      extras = false;
       // a set entry is its key and value: keep the key while the value comes in
       const held: number | null = input.hold;
       input.hold ??= keyStart;
@@ -153,6 +171,13 @@ class Walker {
     // the closing delta, unless the last unit closed the trace already
     if (this.emitting && !this.closed) yield this.emit(true);
     input.hold = null;
+  }
+
+  /** Whether the value at the input is an array with items (headers are minimal: fixarray, array 16, array 32). */
+  private async nonEmptyArray(): Promise<boolean> {
+    await this.input.ensure(1);
+    const b = this.input.byte(this.input.pos);
+    return (b > 0x90 && b <= 0x9f) || b === 0xdc || b === 0xdd;
   }
 
   private begin(
