@@ -124,7 +124,11 @@ describe("tail --run", () => {
     const run = `cli-run-${Date.now().toString(36)}`;
     const text = cli("tail", "--run", run, relay.url);
     const json = cli("tail", "--run", run, relay.url, "--json");
-    await until(() => text.text().includes("no rollout of run") && json.text() === "", 30_000, "both waiting");
+    await until(
+      () => text.text().includes("no rollout of run") && json.json().some((r) => r.type === "run"),
+      30_000,
+      "both connected to the run, waiting for its first rollout",
+    );
     const identity = { kind: "train", step: 3, group: "g-tail", policy_version: 2 };
     for (const name of ["a", "b", "c"]) {
       const p = await cli(

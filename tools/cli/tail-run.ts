@@ -3,9 +3,8 @@
 // and when each ends; each rollout that is live, or arrives while this runs, is watched from its
 // start, and each of its turns (an assistant node) is a line naming the rollout, its step and group;
 // when it ends, a line with its reward (the row's own `reward`, as the relay computes it) or its
-// error. Rollouts already ended when it starts get their end line only (a run that does not exist
-// yet is waited for, and then every rollout is followed). Runs until Ctrl-C; resumes
-// after drops like `tail`.
+// error. Rollouts already ended when it starts get their end line only; a run nobody wrote yet is
+// waited for. Runs until Ctrl-C; resumes after drops like `tail`.
 import WebSocket from "ws";
 import { type EpisodeWatch, reconnectDelay, watchEpisode } from "../../clients/typescript/watch.js";
 import { bearer, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
@@ -43,7 +42,6 @@ export async function tailRun(
   let followed = 0;
   /** Until the first snapshot: rows in it that already ended get their end line only. */
   let first = true;
-  let headerSaid = false;
 
   const label = (r: IndexEntry) => `${r.id} · step ${r.step ?? "-"} · group ${r.group ?? "-"}`;
   const turns = (ro: Rollout, lines: TailLine[]) => {
@@ -109,59 +107,51 @@ export async function tailRun(
   };
 
   const what = `run ${JSON.stringify(run)}`;
-  const runPath = `${base}/v1/runs/${encodeURIComponent(run)}`;
   const started = Date.now();
   let connected = false;
   let attempt = 0;
-  let waitingSaid = false;
+  const refused = (message: string, status?: number) => {
+    write(json ? JSON.stringify({ type: "refused", run, status: status ?? null, message }) : `■ refused: ${message}`);
+    return 1;
+  };
   for (;;) {
-    // the socket's refusals are read from a plain GET first (a failed upgrade says nothing)
-    let status = 0;
-    try {
-      const res = await relayFetch(
-        runPath,
-        { headers: { accept: "application/json", ...bearer(base, opts) } },
-        10_000,
-        0,
-      );
-      status = res.status;
-      if (status === 404) {
-        await res.body?.cancel();
-        if (!waitingSaid) note(`… no rollout of run ${run} has reached the relay yet: waiting (Ctrl-C stops)`);
-        waitingSaid = true;
-      } else if (status >= 400 && status < 500) {
-        const r = await refusalOf(res, what, base, CLI_HINTS);
-        write(json ? JSON.stringify({ type: "refused", run, status, message: r.message }) : `■ refused: ${r.message}`);
-        return 1;
-      } else await res.body?.cancel();
-    } catch (e) {
-      if (e instanceof RelayRefusal) {
-        write(json ? JSON.stringify({ type: "refused", run, message: e.message }) : `■ refused: ${e.message}`);
-        return 1;
-      }
-      if (!connected && Date.now() - started >= (opts.giveUpMs ?? 30_000)) {
-        write(`■ unreachable: ${(e as Error).message}`);
-        return 1;
-      }
-    }
-    if (status === 200) {
-      if (!headerSaid) {
-        headerSaid = true;
+    const closed = await runSocket(base, run, opts.token, (m) => {
+      if (!connected) {
+        connected = true;
         if (json) write(JSON.stringify({ type: "run", run, url: base }));
         else write(`run ${run} at ${base} · every rollout, live (Ctrl-C stops)`);
       }
-      const closed = await runSocket(base, run, opts.token, (m) => {
-        connected = true;
-        attempt = 0;
-        // a run that did not exist when this tail started has no rollout from before it
-        if (m.type === "snapshot") for (const r of m.episodes) seen(r, first && !waitingSaid);
-        else for (const r of m.upserts) seen(r, false);
+      attempt = 0;
+      if (m.type === "snapshot") {
+        if (first && m.episodes.length === 0) note(`… no rollout of run ${run} yet: waiting for the first`);
+        for (const r of m.episodes) seen(r, first);
         first = false;
-      });
-      if (connected && !json)
-        note(`… run socket closed (${closed.code}${closed.reason ? ` ${closed.reason}` : ""}); resuming`);
-      await sleep(reconnectDelay(closed.code, closed.reason, attempt++, [250, 10_000]));
-    } else await sleep(reconnectDelay(1006, "", attempt++, [250, 10_000]));
+      } else for (const r of m.upserts) seen(r, false);
+    });
+    if (!closed.opened) {
+      // a failed upgrade says nothing: the same path over plain HTTP gives the relay's reason
+      // (a run nobody wrote answers 404 there, but its socket opens: a 404 here is the token's)
+      const runPath = `${base}/v1/runs/${encodeURIComponent(run)}`;
+      try {
+        const res = await relayFetch(
+          runPath,
+          { headers: { accept: "application/json", ...bearer(base, opts) } },
+          10_000,
+          0,
+        );
+        if (res.status >= 400 && res.status < 500)
+          return refused((await refusalOf(res, what, base, CLI_HINTS)).message, res.status);
+        await res.body?.cancel();
+      } catch (e) {
+        if (e instanceof RelayRefusal) return refused(e.message);
+        if (!connected && Date.now() - started >= (opts.giveUpMs ?? 30_000)) {
+          write(`■ unreachable: ${(e as Error).message}`);
+          return 1;
+        }
+      }
+    } else if (connected && !json)
+      note(`… run socket closed (${closed.code}${closed.reason ? ` ${closed.reason}` : ""}); resuming`);
+    await sleep(reconnectDelay(closed.code, closed.reason, attempt++, [250, 10_000]));
   }
 }
 
@@ -171,7 +161,7 @@ function runSocket(
   run: string,
   token: string | undefined,
   onMessage: (m: ReturnType<typeof parseRunMessage>) => void,
-): Promise<{ code: number; reason: string }> {
+): Promise<{ opened: boolean; code: number; reason: string }> {
   const url = new URL(`${base}/v1/runs/${encodeURIComponent(run)}`);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   return new Promise((resolve) => {
@@ -187,10 +177,14 @@ function runSocket(
         // a message of a later relay: nothing this tail needs
       }
     });
+    let opened = false;
+    ws.on("open", () => {
+      opened = true;
+    });
     ws.on("error", () => {}); // the close follows
     ws.on("close", (code, reason) => {
       clearInterval(ping);
-      resolve({ code, reason: reason.toString() });
+      resolve({ opened, code, reason: reason.toString() });
     });
   });
 }

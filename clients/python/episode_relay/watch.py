@@ -600,6 +600,7 @@ class RunWatch:
                         await _close_quietly(ws)
                 except _Retry as r:
                     await asyncio.sleep(self._sock.delay(r.code, r.reason))
+
         except RelayError as e:
             self._finish(e, "unreachable" if e.error == "unreachable" else "refused")
         except asyncio.CancelledError:
@@ -674,7 +675,9 @@ def watch_run(url: str, run: str, token: Optional[str] = None, **options: Any) -
     """Follow a run's rows live: ``async for change in watch_run(url, "run-42", token=t)``
     yields :class:`RunUpdate` s (rows new, updated, finished or failed, deleted; steps). It resumes
     after drops (each reconnect's snapshot is compared with what was seen, and only differences
-    are yielded) and ends only on a refusal, or :meth:`RunWatch.close`. Options: ``limit`` (rows in
+    are yielded), follows a run nobody wrote yet from its first rollout (the socket opens on an
+    empty run), and ends only on a refusal (a token covering none of the run: 404), or
+    :meth:`RunWatch.close`. Options: ``limit`` (rows in
     the snapshot), ``backoff``, ``give_up``, ``ping_interval``."""
     return RunWatch(url, run, token=token, **options)
 

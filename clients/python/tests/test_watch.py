@@ -151,6 +151,12 @@ def test_a_refusal_ends_the_watch_with_the_relays_reason(relay: Relay) -> None:
         with pytest.raises(RelayError) as none:
             await watch_episode(relay.url, eid).finished()
         assert none.value.status == 401
+        # a run's socket with a token covering none of it: the 404 a run nobody wrote gets over HTTP
+        rw = watch_run(relay.url, "py-watch-nothing-covered", token=other)
+        with pytest.raises(RelayError) as run_refused:
+            async for _ in rw:
+                pass
+        assert run_refused.value.status == 404 and rw.state == "refused"
 
     asyncio.run(main())
 
@@ -188,12 +194,17 @@ def test_watch_run_yields_each_rollout_new_then_finished_with_its_reward(relay: 
                     return
 
         follower = asyncio.ensure_future(follow())
+        # started before the run exists: its socket opens on an empty run, and the rows come as they are written
+        await until("the watch is on the run", lambda: w.state == "live", timeout=30)
+        assert w.rows == {}
+        loop = asyncio.get_running_loop()
         for name, score in scores.items():
             eid = f"{run}:{name}"
             for frame in case.frames:
-                post(relay, f"/v1/episodes/{eid}/deltas", frame)
-            post(relay, f"/v1/episodes/{eid}/deltas", packb({"trace": trace, "set": {"rewards": {"correct": {"score": score, "weight": 1.0}}}}))
-            post(relay, f"/v1/episodes/{eid}/reply", case.reply)
+                await loop.run_in_executor(None, post, relay, f"/v1/episodes/{eid}/deltas", frame)
+            rewards = packb({"trace": trace, "set": {"rewards": {"correct": {"score": score, "weight": 1.0}}}})
+            await loop.run_in_executor(None, post, relay, f"/v1/episodes/{eid}/deltas", rewards)
+            await loop.run_in_executor(None, post, relay, f"/v1/episodes/{eid}/reply", case.reply)
         await asyncio.wait_for(follower, timeout=120)
         await w.close()
         rows: Dict[str, Any] = {}
