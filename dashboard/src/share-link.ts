@@ -1,7 +1,8 @@
 // The run page's "Share read-only link", offered to an admin token: the relay makes a watcher token
 // for the run (`POST /v1/runs/{run}/share`), and the link carries it in its fragment
 // (`/runs/{run}#token=…`), which browsers never send to a server; whoever opens it sees the run,
-// read-only, until the token expires.
+// read-only, until the token expires. The relay makes the link itself, on its public origin
+// (PUBLIC_URL), so a link made on a local relay behind a tunnel names the tunnel.
 import { authHeaders, relayUrl, tokenRole } from "./api.js";
 import { h } from "./dom.js";
 
@@ -27,12 +28,12 @@ export function shareLink(run: string): HTMLElement | null {
       const body = (await res.json().catch(() => null)) as {
         token?: string | null;
         expires?: string | null;
+        url?: string;
         message?: string;
       } | null;
       if (!res.ok || body === null) throw new Error(body?.message ?? `${res.status} ${res.statusText}`);
-      const link = new URL(`/runs/${encodeURIComponent(run)}`, location.origin);
-      if (body.token) link.hash = `token=${encodeURIComponent(body.token)}`;
-      field.value = link.toString();
+      if (!body.url) throw new Error("the relay's answer has no link");
+      field.value = body.url;
       field.hidden = false;
       field.select();
       note.textContent = body.expires

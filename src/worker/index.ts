@@ -14,6 +14,7 @@ import { MAX_DISPATCH_BYTES } from "../protocol/envelope/dispatch.js";
 import { wantsJson } from "../protocol/http/representation.js";
 import { type AuthMode, authMode, authorize, type Claims, need } from "../protocol/http/auth.js";
 import { cursorKeys } from "../protocol/http/cursor-seal.js";
+import { publicOrigin } from "../protocol/http/public-url.js";
 import { shareRun } from "./share-link.js";
 import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";
 import { readArchived } from "../objects/episode/archive-read.js";
@@ -221,7 +222,9 @@ async function runPaths(
     case "rules":
       return runRules(env, run, request, claims);
     case "share":
-      return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
+      return Response.json(await shareRun(run, mode, claims, url, publicOrigin(env.PUBLIC_URL, url)), {
+        headers: { "cache-control": "no-store" },
+      });
     case "run":
       if (isWebSocketUpgrade(request)) return answerProtocol(request, await runSocket(env, request, url, run, viewer));
       return runView(env, run, head);

@@ -2,7 +2,8 @@
 // out (the dashboard puts it in the URL's fragment, which browsers never send to a server). It
 // takes an admin token covering the whole run; the token it answers is a watcher's for `RUN:*`,
 // living `ttl` (default 7 days, at most TOKEN_MAX_TTL's watcher lifetime). With auth off there is
-// no token to make: the answer says so (`token: null`), and a plain link does.
+// no token to make: the answer says so (`token: null`), and a plain link does. The answer's `url` is
+// the link itself, on PUBLIC_URL's origin (src/protocol/http/public-url.ts), else the request's.
 
 import { type AuthMode, type Claims, mintToken } from "../protocol/http/auth.js";
 import { RelayError } from "../protocol/http/errors.js";
@@ -21,9 +22,24 @@ export interface ShareAnswer {
   episodes: string[];
   /** When the token expires (ISO 8601), null without one. */
   expires: string | null;
+  /** The link to hand out: the run's page on the relay's public origin, the token in its fragment. */
+  url: string;
 }
 
-export async function shareRun(a: RunAccess, mode: AuthMode, claims: Claims | null, url: URL): Promise<ShareAnswer> {
+/** The run's page at `origin`, with `token` (if any) in the fragment, which browsers never send to a server. */
+function linkTo(origin: string, run: string, token: string | null): string {
+  const link = new URL(`/runs/${encodeURIComponent(run)}`, origin);
+  if (token) link.hash = `token=${encodeURIComponent(token)}`;
+  return link.toString();
+}
+
+export async function shareRun(
+  a: RunAccess,
+  mode: AuthMode,
+  claims: Claims | null,
+  url: URL,
+  origin: string,
+): Promise<ShareAnswer> {
   needsWholeRun(a, "share links");
   if (a.run === NO_RUN)
     throw new RelayError(
@@ -31,7 +47,8 @@ export async function shareRun(a: RunAccess, mode: AuthMode, claims: Claims | nu
       "episodes without a run (ids without ':') have no run pattern to share: share each by its id",
     );
   const episodes = [`${a.run}:*`];
-  if (mode.kind !== "on") return { run: a.run, token: null, role: "watcher", episodes, expires: null };
+  if (mode.kind !== "on")
+    return { run: a.run, token: null, role: "watcher", episodes, expires: null, url: linkTo(origin, a.run, null) };
   const max = mode.maxTtl.watcher;
   const asked = url.searchParams.get("ttl");
   const ttl = asked === null ? Math.min(SHARE_TTL_S, max) : parseTtl(asked);
@@ -51,5 +68,6 @@ export async function shareRun(a: RunAccess, mode: AuthMode, claims: Claims | nu
     role: "watcher",
     episodes,
     expires: new Date((Math.floor(now / 1000) + ttl) * 1000).toISOString(),
+    url: linkTo(origin, a.run, token),
   };
 }

@@ -40,13 +40,13 @@ describe("episode-relay CLI", () => {
     const out = t.stdout.toString("utf8");
     expect(t.code).toBe(0);
     expect(out).toMatch(/▶ trace [0-9a-f]{8} opened \(agent solver\)/);
-    expect(out).toMatch(/turn 1 user: Compute 6\*7 with the calculator\./);
+    expect(out).toMatch(/node 1 user: Compute 6\*7 with the calculator\./);
     expect(out).toMatch(/→ tool call calculator\(\{"expr": "6\*7"\}\)/);
     expect(out).toMatch(/… pending tool: tool says 42/);
     expect(out).toMatch(/★ rewards \{correct: \{score: 1\.0, weight: 1\.0\}\}/);
     expect(out).toMatch(/■ finished: seq 11 · 1 trace\(s\) · 9 node\(s\) · 4 call\(s\)/);
     // the pending preview was printed before the turn that absorbed it
-    expect(out.indexOf("… pending tool: tool says 42")).toBeLessThan(out.indexOf("turn 3 tool: tool says 42"));
+    expect(out.indexOf("… pending tool: tool says 42")).toBeLessThan(out.indexOf("node 3 tool: tool says 42"));
   }, 60_000);
 
   it("get returns the golden episode bytes, and --json a JSON view", async () => {

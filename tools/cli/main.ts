@@ -7,11 +7,16 @@ import { get, getRun } from "./get.js";
 import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
+import { tailRun } from "./tail-run.js";
 import { parseBase, parseTarget } from "./target.js";
 
 const USAGE = `usage: episode-relay <command> ...
-  tail URL/ID [--token T] [--routing] [--wait S] follow an episode live (exits when the run ends; gives up
-                                                 after S seconds, default 30, if the relay never answers)
+  tail URL/ID [--token T] [--routing] [--wait S] [--json]
+                                                 follow an episode from its start, then live (exits when the run
+                                                 ends; gives up after S seconds, default 30, if the relay never
+                                                 answers); --json: one JSON object a line
+  tail --run R URL [--token T] [--json]          follow every rollout of run R: a line per turn (rollout, step,
+                                                 group), then its reward when it ends (until Ctrl-C)
   push FILE URL/ID [--fast] [--dispatch JSON] [--token T]
                                                  replay a golden case or a JSON-lines recording into a relay;
                                                  --dispatch: the rollout's identity in the trainer, e.g.
@@ -120,9 +125,18 @@ async function main(argv: string[]): Promise<number> {
         if (positional.length !== 1) break;
         if (o.wait !== undefined && !/^[0-9]+(\.[0-9]+)?$/.test(o.wait))
           return usage(command, `--wait: expected seconds, got ${JSON.stringify(o.wait)}`);
+        if (o.run !== undefined) {
+          if (o.routing) return usage(command, "--run follows turns and rewards: it has no use for --routing");
+          return await tailRun(parseBase(positional[0]!), o.run, {
+            token,
+            json: o.json,
+            ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }),
+          });
+        }
         return await tail(parseTarget(positional[0]!), {
           token,
           routing: o.routing,
+          json: o.json,
           ...(o.wait === undefined ? {} : { giveUpMs: Number(o.wait) * 1000 }),
         });
       case "push":

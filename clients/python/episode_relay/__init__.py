@@ -23,6 +23,10 @@
   or a filtered or searched selection of it, into a pandas DataFrame (one row per rollout or per
   branch), or written to JSONL (the exact episodes) or Parquet, streaming and resumable (pandas
   and pyarrow: the optional ``export`` extra).
+- :func:`watch_episode` / :func:`watch_run`: an episode live (its updates applied to a reference
+  :class:`EpisodeAssembly`, resumed after drops and relay restarts, ``await finished()`` the
+  episode's bytes) and a run's rows live; ``watch_episode_sync`` / ``watch_run_sync`` for
+  notebooks (websockets: the optional ``ws`` extra).
 """
 
 from .bulk import fetch_run
@@ -35,6 +39,8 @@ from .producer import Outgoing, ProducerCursor
 from .sink import RelaySink, announce_dispatch, fetch_annotations, post_annotations
 from .transport import DeltaChannel, FinishMismatch, HttpChannel, RelayError, RelayHttp, WebSocketChannel
 from .wire import LIST_FIELDS, pack, unpack
+from .assembly import DeltaError, EpisodeAssembly
+from .watch import EpisodeWatch, RunUpdate, RunWatch, SyncEpisodeWatch, SyncRunWatch, WatchUpdate, watch_episode, watch_episode_sync, watch_run, watch_run_sync
 
 __all__ = [
     "RelaySink",
@@ -74,6 +80,18 @@ __all__ = [
     "RelayHttp",
     "ProducerCursor",
     "Outgoing",
+    "watch_episode",
+    "watch_run",
+    "watch_episode_sync",
+    "watch_run_sync",
+    "EpisodeWatch",
+    "RunWatch",
+    "SyncEpisodeWatch",
+    "SyncRunWatch",
+    "WatchUpdate",
+    "RunUpdate",
+    "EpisodeAssembly",
+    "DeltaError",
     "LIST_FIELDS",
     "pack",
     "unpack",

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import httpx
 import pytest
@@ -89,14 +89,26 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
     base = tmp_path_factory.mktemp("relay")
     state = base / "state"
     log = base / "wrangler.log"
-    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CLOUDFLARE_CF_FETCH_ENABLED": "false", "WRANGLER_HIDE_BANNER": "true", "NO_COLOR": "1"}
-    env.pop("RELAY_SECRET", None)
     # auth on, with a secret of our own: the clients send real HS256 bearer tokens
     secret = secrets.token_urlsafe(32)
+    proc = _spawn(port, state, log, secret)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _await_health(proc, url, log)
+        yield Relay(url, port, log, secret, mint_token(secret, "producer", ["*"]))
+    finally:
+        _stop(proc, port)
+
+
+def _spawn(port: int, state: Path, log: Path, secret: str) -> subprocess.Popen:
+    """`wrangler dev` on `port` with its state in `state`, its output appended to `log`."""
+    wrangler = ROOT / "node_modules" / ".bin" / "wrangler"
+    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CLOUDFLARE_CF_FETCH_ENABLED": "false", "WRANGLER_HIDE_BANNER": "true", "NO_COLOR": "1"}
+    env.pop("RELAY_SECRET", None)
     args = ["dev", "--ip", "127.0.0.1", "--port", str(port), "--persist-to", str(state)]
     args += ["--show-interactive-dev-session=false", "--var", f"RELAY_SECRET:{secret}"]
-    with open(log, "wb") as log_file:
-        proc = subprocess.Popen(
+    with open(log, "ab") as log_file:
+        return subprocess.Popen(
             [str(wrangler), *args],
             cwd=ROOT,
             env=env,
@@ -105,23 +117,57 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: wrangler, esbuild and workerd
         )
-    url = f"http://127.0.0.1:{port}"
+
+
+def _await_health(proc: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"wrangler dev exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the relay did not answer /v1/health within 120 s:\n{log.read_text(errors='replace')[-4000:]}")
+        time.sleep(0.2)
+
+
+class RestartableRelay(Relay):
+    """A relay of one test's own that it can stop and start again: the same port, state and
+    secret, as a deploy or a crash leaves it."""
+
+    proc: Optional[subprocess.Popen] = None
+    state: Path = Path(os.devnull)
+
+    def start(self) -> None:
+        assert self.proc is None, "already running"
+        self.proc = _spawn(self.port, self.state, self.log, self.secret)
+        _await_health(self.proc, self.url, self.log)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            _stop(proc, self.port)
+
+
+@pytest.fixture
+def restartable_relay(tmp_path: Path) -> Iterator[RestartableRelay]:
+    """A relay started for one test (not the session's: stopping that would fail the others)."""
+    if os.environ.get("EPISODE_RELAY_URL"):
+        pytest.skip("a test that restarts its relay needs one of its own (EPISODE_RELAY_URL is set)")
+    if not (ROOT / "node_modules" / ".bin" / "wrangler").exists():
+        pytest.fail("node_modules/.bin/wrangler is missing: run `npm install` (or clients/python/run-tests.sh) first")
+    port = free_port()
+    secret = secrets.token_urlsafe(32)
+    relay = RestartableRelay(f"http://127.0.0.1:{port}", port, tmp_path / "wrangler.log", secret, mint_token(secret, "producer", ["*"]))
+    relay.state = tmp_path / "state"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"wrangler dev exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
-            try:
-                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the relay did not answer /v1/health within 120 s:\n{log.read_text(errors='replace')[-4000:]}")
-            time.sleep(0.2)
-        yield Relay(url, port, log, secret, mint_token(secret, "producer", ["*"]))
+        relay.start()
+        yield relay
     finally:
-        _stop(proc, port)
+        relay.stop()
 
 
 def _stop(proc: subprocess.Popen, port: int) -> None:
