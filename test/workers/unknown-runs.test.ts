@@ -148,7 +148,12 @@ describe("reads of runs nobody wrote store nothing", () => {
       expect(at! - Date.now()).toBeGreaterThan(6 * 86400 * 1000);
       // an alarm that fires early (the platform may wake it sooner) keeps them
       await runDurableObjectAlarm(index);
-      expect((await relay(`../runs/${run}/rules`)).status).toBe(200);
+      const kept = await (await relay(`../runs/${run}/rules`)).json();
+      expect(kept).toMatchObject({ defaults: false, rules: [{ id: "says-hello" }] });
+      // a role or tool past 128 characters is refused, naming the field; the rules as they were
+      const long = await put(run, { rules: [{ id: "x", match: { pattern: "x", tool: "t".repeat(129) } }] });
+      expect([long.status, ((await long.json()) as { field: string }).field]).toEqual([400, "rules[0].match.tool"]);
+      expect(await (await relay(`../runs/${run}/rules`)).json()).toEqual(kept);
       expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
       await whenDue(index);
       await expect.poll(async () => stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });

@@ -389,7 +389,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
         // rules waiting for the run's first row: listed until they go
         await dir.upsertRun(this.store.runRow(run));
         this.store.setState("dir_attempts", "0");
-        return armAlarm(this.ctx.storage, until);
+        // a first row that came meanwhile ended the wait: the directory hears of it soon, not then
+        return armAlarm(this.ctx.storage, this.store.rulesUntil() === 0 ? Date.now() + DIRECTORY_MS : until);
       }
       if (this.store.loadCounters().episodes === 0) {
         await dir.removeRun(run);
