@@ -235,7 +235,7 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
       throw new RelayError("forbidden", "a run's rules are set by an admin or the run's producer");
     checkDeclaredLength(request, 64 * 1024);
     const body = parseJsonBody(await readStream(request.body, 64 * 1024), "the rules");
-    const answer = await runIndex(env, a.run).setRules(body);
+    const answer = await runIndex(env, a.run).setRules(a.run, body);
     if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
     return json(answer.value, false);
   }

@@ -1,13 +1,16 @@
 // `POST /v1/runs/{run}/share[?ttl=7d]`: a read-only token for one run, for a link an admin hands
 // out (the dashboard puts it in the URL's fragment, which browsers never send to a server). It
 // takes an admin token covering the whole run; the token it answers is a watcher's for `RUN:*`,
-// living `ttl` (default 7 days, at most TOKEN_MAX_TTL's watcher lifetime). With auth off there is
-// no token to make: the answer says so (`token: null`), and a plain link does. The answer's `url` is
-// the link itself, on PUBLIC_URL's origin (src/protocol/http/public-url.ts), else the request's.
+// living `ttl` (default 7 days, at most TOKEN_MAX_TTL's watcher lifetime) but never past its maker:
+// it expires when the admin's token does, at the latest, and is signed with the key that verified
+// the admin's token, so that a rollover's end (RELAY_SECRET_PREVIOUS removed) ends it with its maker.
+// With auth off there is no token to make: the answer says so (`token: null`), and a plain link does.
+// The answer's `url` is the link itself, on PUBLIC_URL's origin (src/protocol/http/public-url.ts),
+// else the request's.
 
 import { type AuthMode, type Claims, mintToken } from "../protocol/http/auth.js";
 import { RelayError } from "../protocol/http/errors.js";
-import { formatTtl, parseTtl } from "../protocol/http/keys.js";
+import { formatTtl, keyId, parseTtl } from "../protocol/http/keys.js";
 import { NO_RUN } from "../protocol/registry/run.js";
 import { needsWholeRun, type RunAccess } from "./run-routes.js";
 
@@ -61,13 +64,23 @@ export async function shareRun(
   }
   const now = Date.now();
   const sub = `share of ${a.run}${claims?.sub ? ` by ${claims.sub}` : ""}`;
-  const token = await mintToken(mode.secrets[0]!, { role: "watcher", episodes, ttl, sub, now, maxTtl: mode.maxTtl });
+  const left = claims === null ? ttl : claims.exp - Math.floor(now / 1000);
+  if (left <= 0) throw new RelayError("unauthorized", "the token making the share has expired");
+  const lives = Math.min(ttl, left);
+  const secret = await makersSecret(mode.secrets, claims?.kid);
+  const token = await mintToken(secret, { role: "watcher", episodes, ttl: lives, sub, now, maxTtl: mode.maxTtl });
   return {
     run: a.run,
     token,
     role: "watcher",
     episodes,
-    expires: new Date((Math.floor(now / 1000) + ttl) * 1000).toISOString(),
+    expires: new Date((Math.floor(now / 1000) + lives) * 1000).toISOString(),
     url: linkTo(origin, a.run, token),
   };
+}
+
+/** The secret whose key verified the maker's token (the signing one when none is named). */
+async function makersSecret(secrets: readonly string[], kid: string | undefined): Promise<string> {
+  for (const s of secrets) if ((await keyId(s)) === kid) return s;
+  return secrets[0]!;
 }

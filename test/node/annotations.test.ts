@@ -7,13 +7,14 @@ import { branchPaths, type FoldNode, foldOntoNodes, mismatchKl } from "../../src
 import {
   decodeTraceAnnotations,
   encodeTraceAnnotations,
+  MAX_INFO_KEYS,
   mergeRecord,
   parseAnnotationRecords,
   type TraceAnnotations,
 } from "../../src/protocol/annotations/records.js";
 import { DeltaError } from "../../src/protocol/assembly/errors.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
-import { decodeLossless, fromJson } from "../../src/protocol/wire/lossless.js";
+import { decodeLossless, encodeLossless, fromJson, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 
 const TRACE = "5f0c2d6e9a8b4c1d8e7f6a5b4c3d2e1f";
 const nulls = (n: number) => new Array<null>(n).fill(null);
@@ -168,5 +169,105 @@ describe("records", () => {
     expect(refused([{ trace_id: TRACE }, { trace_id: TRACE, branches: [{ index: 0, entropies: [1, "x"] }] }])).toBe(
       "annotations[1].branches[0].entropies[1]",
     );
+  });
+});
+
+describe("info merges (issue 39): linear, capped before merging, never merged again on read", () => {
+  /** prime-rl's `_deep_merge` as written before, key by key with a scan (the oracle; small inputs only). */
+  function reference(a: LMap, b: LMap): LMap {
+    const entries: Array<[LValue, LValue]> = a.entries.map(([k, v]) => [k, v]);
+    for (const [k, v] of b.entries) {
+      const at = entries.findIndex(([ek]) => ek === k);
+      if (at < 0) entries.push([k, v]);
+      else {
+        const old = entries[at]![1];
+        entries[at] = [k, old instanceof LMap && v instanceof LMap ? reference(old, v) : v];
+      }
+    }
+    return new LMap(entries);
+  }
+  /** A small random info: few key names (so they collide), int keys too, maps nested and repeated. */
+  function randomInfo(next: () => number, depth: number): LMap {
+    const entries: Array<[LValue, LValue]> = [];
+    const n = Math.floor(next() * 6);
+    for (let i = 0; i < n; i++) {
+      const k: LValue = next() < 0.2 ? Math.floor(next() * 3) : `k${Math.floor(next() * 4)}`;
+      entries.push([k, depth > 0 && next() < 0.4 ? randomInfo(next, depth - 1) : Math.floor(next() * 100)]);
+    }
+    return new LMap(entries);
+  }
+  const record = (info: LMap) =>
+    parseAnnotationRecords(
+      new LMap([
+        ["trace_id", TRACE],
+        ["info", info],
+      ]),
+    )[0]!;
+
+  it("merges exactly as prime-rl's key-by-key merge on 500 random pairs (duplicate keys, int keys, nested maps)", () => {
+    let seed = 39;
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let i = 0; i < 500; i++) {
+      const a = randomInfo(next, 3);
+      const b = randomInfo(next, 3);
+      const held = mergeRecord(null, record(a));
+      const got = mergeRecord(held, record(b)).info;
+      const want = b.entries.length === 0 ? held.info : reference(reference(new LMap(), a), b);
+      expect(encodeLossless(got)).toEqual(encodeLossless(want));
+    }
+  });
+
+  it(`an info of more than ${MAX_INFO_KEYS} keys (at any level) is refused before any merge, naming the cap`, () => {
+    const flat = Object.fromEntries(Array.from({ length: 40_000 }, (_, i) => [`k${i}`, i]));
+    expect(() => parseAnnotationRecords(fromJson({ trace_id: TRACE, info: flat }))).toThrow(
+      `annotations.info: holds more than ${MAX_INFO_KEYS} keys`,
+    );
+    // nested keys count: 2 maps of 5,000 under 1 key is 10,002
+    const nested = {
+      a: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, i])),
+      b: [Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, i]))],
+    };
+    expect(() => parseAnnotationRecords(fromJson({ trace_id: TRACE, info: nested }))).toThrow(/more than 10000 keys/);
+    const atCap = Object.fromEntries(Array.from({ length: MAX_INFO_KEYS }, (_, i) => [`k${i}`, i]));
+    expect(
+      mergeRecord(null, parseAnnotationRecords(fromJson({ trace_id: TRACE, info: atCap }))[0]!).info.entries,
+    ).toHaveLength(MAX_INFO_KEYS);
+  });
+
+  it("a record that would take the merged info past the cap is refused; one that only overwrites keys is merged", () => {
+    const half = (from: number) =>
+      Object.fromEntries(Array.from({ length: MAX_INFO_KEYS / 2 + 1 }, (_, i) => [`k${from + i}`, i]));
+    const held = merged({ trace_id: TRACE, info: half(0) });
+    const more = parseAnnotationRecords(fromJson({ trace_id: TRACE, info: half(MAX_INFO_KEYS) }))[0]!;
+    expect(() => mergeRecord(held, more)).toThrow(/merged info would hold 10002 keys, over the limit of 10000/);
+    const again = parseAnnotationRecords(fromJson({ trace_id: TRACE, info: half(0) }))[0]!;
+    expect(mergeRecord(held, again).info.entries).toHaveLength(MAX_INFO_KEYS / 2 + 1);
+  });
+
+  it("a stored record is read as stored: not merged again (a duplicate key written by hand stays two entries)", () => {
+    // the relay never stores a duplicate top-level key; one here shows the read does no merge
+    const stored = encodeLossless(
+      new LMap([
+        ["version", 1],
+        ["trace_id", TRACE],
+        [
+          "info",
+          new LMap([
+            ["a", 1],
+            ["a", 2],
+          ]),
+        ],
+        ["branches", []],
+      ]),
+    );
+    const t = decodeTraceAnnotations(stored);
+    expect(t.info.entries).toEqual([
+      ["a", 1],
+      ["a", 2],
+    ]);
+    expect(Buffer.compare(encodeTraceAnnotations(t), stored)).toBe(0);
   });
 });

@@ -2,7 +2,14 @@
 // default set's false positives on the golden cases (none: each case is an honest rollout) and its
 // hits on the reward hacks it is for.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_RULES, matchSegment, parseRules, rowFlags, textRules } from "../../src/protocol/flags/rules.js";
+import {
+  DEFAULT_RULES,
+  MAX_NAME_CHARS,
+  matchSegment,
+  parseRules,
+  rowFlags,
+  textRules,
+} from "../../src/protocol/flags/rules.js";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
 import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
@@ -169,6 +176,26 @@ describe("the default rules", () => {
         live: { output_tokens: first.num_output_tokens } as never,
       });
       expect([...flagged, ...rows.map((f) => f.rule)], c.name).toEqual([]);
+    }
+  });
+});
+
+describe("a text rule's role and tool (issue 39)", () => {
+  it(`are at most ${MAX_NAME_CHARS} characters: longer ones are refused naming the field`, () => {
+    const rule = (over: Record<string, unknown>) => ({ rules: [{ id: "a", match: { pattern: "x", ...over } }] });
+    const name = "r".repeat(MAX_NAME_CHARS);
+    expect(parseRules(rule({ role: name, tool: name }))).toHaveLength(1);
+    for (const field of ["role", "tool"]) {
+      let refusal: unknown;
+      try {
+        parseRules(rule({ [field]: `${name}r` }));
+      } catch (e) {
+        refusal = e;
+      }
+      expect(refusal).toBeInstanceOf(RelayError);
+      expect((refusal as RelayError).code).toBe("bad_rules");
+      expect((refusal as RelayError).field).toBe(`rules[0].match.${field}`);
+      expect((refusal as RelayError).message).toContain(`at most ${MAX_NAME_CHARS} characters`);
     }
   });
 });

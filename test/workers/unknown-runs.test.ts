@@ -7,6 +7,7 @@ import { listDurableObjectIds, runDurableObjectAlarm, runInDurableObject } from 
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { openDelta } from "../support/deltas.js";
+import type { EpisodeIndex } from "../../src/objects/registry/episode-index.js";
 import worker from "../../src/worker/index.js";
 import { freshId, post, relay } from "./support.js";
 
@@ -113,4 +114,81 @@ describe("reads of runs nobody wrote store nothing", () => {
     await expect.poll(async () => (await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
     await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(200);
   }, 60_000);
+
+  describe("rules PUT on a run nobody wrote (issue 39)", () => {
+    const put = (run: string, body: unknown) =>
+      relay(`../runs/${run}/rules`, {
+        method: "PUT",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+      });
+    const RULES = { rules: [{ id: "says-hello", match: { pattern: "hello" } }] };
+    const listed = async (run: string) =>
+      (
+        (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string; episodes: number }> }
+      ).runs.find((r) => r.run === run);
+    /** Run the index's alarm as if RETENTION_SECONDS had passed since the rules were set (the deadline it keeps, moved to now). */
+    async function whenDue(index: DurableObjectStub<EpisodeIndex>): Promise<void> {
+      await runInDurableObject(index, (_i, state) => {
+        state.storage.sql.exec("UPDATE state SET v = ? WHERE k = 'rules_until' AND v != '0'", String(Date.now() - 1));
+      });
+      await runDurableObjectAlarm(index);
+    }
+
+    it("are kept and the directory lists the run (no episode) until RETENTION_SECONDS pass; then the alarm frees everything", async () => {
+      const run = freshId("rules-only");
+      const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+      const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+      expect((await put(run, RULES)).status).toBe(200);
+      // the alarm, armed at once (it may already have fired by itself), lists the run
+      await runDurableObjectAlarm(index);
+      await expect.poll(async () => listed(run)).toMatchObject({ run, episodes: 0 });
+      // the next alarm is days away (RETENTION_SECONDS, 7 days here), not minutes
+      const at = await runInDurableObject(index, (_i, state) => state.storage.getAlarm());
+      expect(at! - Date.now()).toBeGreaterThan(6 * 86400 * 1000);
+      // an alarm that fires early (the platform may wake it sooner) keeps them
+      await runDurableObjectAlarm(index);
+      const kept = await (await relay(`../runs/${run}/rules`)).json();
+      expect(kept).toMatchObject({ defaults: false, rules: [{ id: "says-hello" }] });
+      // a role or tool past 128 characters is refused, naming the field; the rules as they were
+      const long = await put(run, { rules: [{ id: "x", match: { pattern: "x", tool: "t".repeat(129) } }] });
+      expect([long.status, ((await long.json()) as { field: string }).field]).toEqual([400, "rules[0].match.tool"]);
+      expect(await (await relay(`../runs/${run}/rules`)).json()).toEqual(kept);
+      expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
+      await whenDue(index);
+      await expect.poll(async () => stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+      expect(await listed(run)).toBeUndefined();
+      expect((await relay(`../runs/${run}/rules`)).status).toBe(404);
+    });
+
+    it("the defaults PUT after them free what they kept at once", async () => {
+      const run = freshId("rules-back");
+      const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+      const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+      expect((await put(run, RULES)).status).toBe(200);
+      await runDurableObjectAlarm(index);
+      expect((await put(run, { defaults: true })).status).toBe(200);
+      await runDurableObjectAlarm(index);
+      await expect.poll(async () => stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+      expect(await listed(run)).toBeUndefined();
+    });
+
+    it("a first row in time keeps them with the run: the directory hears of it at once, and nothing is freed when they were due", async () => {
+      const run = freshId("rules-first");
+      const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+      const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+      expect((await put(run, RULES)).status).toBe(200);
+      await runDurableObjectAlarm(index);
+      expect((await post(`${run}:e/deltas`, openDelta())).status).toBe(200);
+      await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(200);
+      // the alarm set for the rules' deadline was brought forward: the directory's update is due now
+      const at = await runInDurableObject(index, (_i, state) => state.storage.getAlarm());
+      expect(at! - Date.now()).toBeLessThan(60_000);
+      await runDurableObjectAlarm(index);
+      expect(await listed(run)).toMatchObject({ run, episodes: 1 });
+      await whenDue(index);
+      expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
+      expect(await (await relay(`../runs/${run}/rules`)).json()).toMatchObject({ defaults: false });
+    });
+  });
 });

@@ -9,7 +9,9 @@
 // Nothing is stored for a run nobody wrote: the tables come with the first row (reads of an empty
 // object answer "no run" to a viewer covering the run, an empty page to one covering part of it),
 // and an index left without rows by deletes and retention frees its storage (deleteAll) once the
-// directory has dropped the run.
+// directory has dropped the run. Rules set before the first row are the one exception: they are
+// kept, and the directory lists the run (no episode), for RETENTION_SECONDS; then the alarm frees
+// them as it frees an index whose rows all went, unless a row came.
 
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
 import { type RulesJson, type FlagEvaluations, FlagStore, readRules } from "./flag-store.js";
@@ -51,6 +53,7 @@ import {
   visible,
 } from "../../protocol/registry/rows.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { limitsFrom } from "../../protocol/limits/limits.js";
 
 /** The object of a run's index. */
 
@@ -106,14 +109,18 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
    */
   upsert(row: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
     this.schema.check();
+    let waited = false;
     const applied = this.write(() => {
       this.schema.ensure();
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
       this.store.put(row, old, text);
+      waited = this.store.rowCame();
       return true;
     });
     if (applied) this.changed(row.id, row);
+    // the alarm was set for when rules waiting for this first row would go: the directory hears of it now
+    if (waited) void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
     return { applied, flushMs: this.flushMs() };
   }
 
@@ -255,21 +262,24 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   /**
    * Replace the run's flag rules; the alarm rescans what was written for them (paced). A run with
-   * no row yet may set its rules before its first rollout (the storage comes with them; the
-   * defaults need none). Rules go with the run's rows (when they all went, and the directory
-   * dropped the run, nothing is kept).
+   * no row yet may set its rules before its first rollout: the storage comes with them, the alarm
+   * lists the run in the directory and frees it all RETENTION_SECONDS later if no row came (the
+   * defaults need none: what was kept goes at once). Rules go with the run's rows (when they all
+   * went, and the directory dropped the run, nothing is kept).
    */
-  setRules(body: unknown): Answer<RulesJson> {
+  setRules(run: string, body: unknown): Answer<RulesJson> {
     this.schema.check();
     return answerOf(() => {
       const rules = readRules(body); // a bad body touches nothing
       const rows = this.hasRows();
       if (!rows && rules === null && !this.schema.present()) return FlagStore.defaultsJson();
+      const now = Date.now();
       this.write(() => {
         this.schema.ensure();
         this.store.flags.setRules(rules, rows);
+        if (!rows) this.store.keepRules(run, now, rules === null ? 0 : now + limitsFrom(this.env).retention * 1000);
       });
-      if (rows) void armAlarm(this.ctx.storage, Date.now());
+      void armAlarm(this.ctx.storage, now);
       return this.store.flags.json();
     });
   }
@@ -374,6 +384,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     }
     const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);
     try {
+      const until = this.store.rulesUntil();
+      if (this.store.loadCounters().episodes === 0 && until > Date.now()) {
+        // rules waiting for the run's first row: listed until they go
+        await dir.upsertRun(this.store.runRow(run));
+        this.store.setState("dir_attempts", "0");
+        // a first row that came meanwhile ended the wait: the directory hears of it soon, not then
+        return armAlarm(this.ctx.storage, this.store.rulesUntil() === 0 ? Date.now() + DIRECTORY_MS : until);
+      }
       if (this.store.loadCounters().episodes === 0) {
         await dir.removeRun(run);
         this.freeIfEmpty();

@@ -216,6 +216,29 @@ export class IndexStore {
     return finishedPage(this.sql, after, limit, scope, FINISHED_WALK_BUDGET, selection);
   }
 
+  /**
+   * A run with no row that set rules of its own: its name and times (the directory lists it) and
+   * when its storage goes if no row comes (`until`, epoch ms).
+   */
+  keepRules(run: string, now: number, until: number): void {
+    if (this.state("run") === null) this.setState("run", run);
+    if (this.state("created") === null) this.setState("created", String(now));
+    this.setState("updated", String(Math.max(Number(this.state("updated") ?? 0), now)));
+    this.setState("rules_until", String(until));
+  }
+
+  /** Until when rules set while the run had no row keep its storage without one (epoch ms; 0: not at all). */
+  rulesUntil(): number {
+    return Number(this.state("rules_until") ?? 0);
+  }
+
+  /** A row came: rules set before it no longer wait for one (true when they did). */
+  rowCame(): boolean {
+    if (this.rulesUntil() === 0) return false;
+    this.setState("rules_until", "0");
+    return true;
+  }
+
   state(k: string): string | null {
     return this.sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
   }

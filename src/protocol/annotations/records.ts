@@ -30,6 +30,12 @@ export const PARTIAL_STREAMS: ReadonlySet<string> = new Set(["is_masked", "misma
 /** A branch index is below this; a stream has at most this many values (a branch's tokens). */
 export const MAX_BRANCH_INDEX = 1 << 20;
 export const MAX_STREAM_VALUES = 1 << 22;
+/**
+ * Keys (counted at every level) a trace's `info` may hold: one record's is checked before any
+ * merge, and a record that adds keys past it to the merged one is refused. Its depth is the one
+ * body limit's (MAX_DEPTH, src/protocol/limits/limits.ts).
+ */
+export const MAX_INFO_KEYS = 10_000;
 
 /** One value of a stream: a number (kept as float64), a flag (is_masked), or null (not covered). */
 export type StreamValue = number | boolean | null;
@@ -63,12 +69,13 @@ export interface TraceAnnotations {
 export function parseAnnotationRecords(v: LValue): AnnotationRecord[] {
   if (Array.isArray(v)) {
     if (v.length === 0) throw new DeltaError("wrong_type", "annotations", "an empty array holds no record");
-    return v.map((r, i) => parseRecord(r, `annotations[${i}]`));
+    return v.map((r, i) => parseRecord(r, `annotations[${i}]`, true));
   }
-  return [parseRecord(v, "annotations")];
+  return [parseRecord(v, "annotations", true)];
 }
 
-function parseRecord(v: LValue, field: string): AnnotationRecord {
+/** A record checked; `capped`: its info's keys too (a stored merged record was checked as it was merged). */
+function parseRecord(v: LValue, field: string, capped: boolean): AnnotationRecord {
   if (!(v instanceof LMap))
     throw new DeltaError("wrong_type", field, "a record is a map {version, trace_id, info, branches}");
   const version = v.get("version");
@@ -80,6 +87,13 @@ function parseRecord(v: LValue, field: string): AnnotationRecord {
     throw new DeltaError("wrong_type", `${field}.trace_id`, "must be a str of 1-256 characters");
   const info = v.get("info") ?? null;
   if (info !== null && !(info instanceof LMap)) throw new DeltaError("wrong_type", `${field}.info`, "must be a map");
+  if (capped && info !== null && keyCount(info, MAX_INFO_KEYS) > MAX_INFO_KEYS) {
+    throw new DeltaError(
+      "malformed",
+      `${field}.info`,
+      `holds more than ${MAX_INFO_KEYS} keys (counted at every level)`,
+    );
+  }
   const raw = v.get("branches") ?? [];
   if (!Array.isArray(raw)) throw new DeltaError("wrong_type", `${field}.branches`, "must be an array");
   const branches = raw.map((b, i) => {
@@ -118,26 +132,62 @@ function streamOf(s: LValue, field: string): StreamValue[] {
   return out;
 }
 
-/** `held` with `rec` merged in (a new object; `held` is not changed). */
+/**
+ * `held` with `rec` merged in (a new object; `held` is not changed), in time linear in both. Refused
+ * (DeltaError) when it would add keys past MAX_INFO_KEYS.
+ */
 export function mergeRecord(held: TraceAnnotations | null, rec: AnnotationRecord): TraceAnnotations {
   // prime-rl merges a record's info only when it has one (`if update.info`)
-  const info =
-    rec.info.entries.length === 0 ? (held?.info ?? new LMap()) : deepMerge(held?.info ?? new LMap(), rec.info);
+  let info = held?.info ?? new LMap();
+  if (rec.info.entries.length > 0) {
+    const before = keyCount(info);
+    info = deepMerge(info, rec.info);
+    const after = keyCount(info);
+    // a trace held past the cap (stored before it) still takes records that add no key
+    if (after > MAX_INFO_KEYS && after > before) {
+      throw new DeltaError(
+        "malformed",
+        "annotations.info",
+        `the trace's merged info would hold ${after} keys, over the limit of ${MAX_INFO_KEYS} (counted at every level)`,
+      );
+    }
+  }
   return { trace: rec.trace, info, branches: [...(held?.branches ?? []), ...rec.branches] };
 }
 
-/** prime-rl's `_deep_merge`: maps merge key by key, recursively; anything else is replaced (a key keeps its place). */
+/**
+ * prime-rl's `_deep_merge`: maps merge key by key, recursively; anything else is replaced (a key keeps its place, the
+ * first of its name). One Map of places per level: a key is found in constant time.
+ */
 function deepMerge(a: LMap, b: LMap): LMap {
   const entries: Array<[LValue, LValue]> = a.entries.map(([k, v]) => [k, v]);
+  const places = new Map<LValue, number>();
+  for (let i = entries.length - 1; i >= 0; i--) places.set(entries[i]![0], i);
   for (const [k, v] of b.entries) {
-    const at = entries.findIndex(([ek]) => ek === k);
-    if (at < 0) entries.push([k, v]);
-    else {
+    const at = places.get(k);
+    if (at === undefined) {
+      places.set(k, entries.length);
+      entries.push([k, v]);
+    } else {
       const old = entries[at]![1];
       entries[at] = [k, old instanceof LMap && v instanceof LMap ? deepMerge(old, v) : v];
     }
   }
   return new LMap(entries);
+}
+
+/** The keys of `m` at every level (maps inside arrays too); counting stops once past `stop`. */
+function keyCount(m: LMap, stop = Number.POSITIVE_INFINITY): number {
+  let n = 0;
+  const todo: LValue[] = [m];
+  while (todo.length > 0 && n <= stop) {
+    const v = todo.pop()!;
+    if (v instanceof LMap) {
+      n += v.entries.length;
+      for (const [, x] of v.entries) if (x instanceof LMap || Array.isArray(x)) todo.push(x);
+    } else if (Array.isArray(v)) for (const x of v) if (x instanceof LMap || Array.isArray(x)) todo.push(x);
+  }
+  return n;
 }
 
 /** A trace's merged annotations as one record in prime-rl's shape, msgpack (what the relay stores and serves). */
@@ -155,9 +205,10 @@ export function encodeTraceAnnotations(t: TraceAnnotations): Uint8Array {
   );
 }
 
+/** A stored merged record, read as it is: it was merged when it was written, and is never merged again. */
 export function decodeTraceAnnotations(bytes: Uint8Array): TraceAnnotations {
-  const rec = parseRecord(decodeLossless(bytes), "annotations");
-  return mergeRecord(null, rec);
+  const { trace, info, branches } = parseRecord(decodeLossless(bytes), "annotations", false);
+  return { trace, info, branches };
 }
 
 function wireValue(v: StreamValue): LValue {

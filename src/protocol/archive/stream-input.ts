@@ -3,7 +3,8 @@
 // and complete values found by a resumable scan, then validated by the wire Reader.
 
 import { WireError } from "../wire/errors.js";
-import { MAX_DEPTH, Reader } from "../wire/reader.js";
+import { MAX_DEPTH } from "../limits/limits.js";
+import { Reader } from "../wire/reader.js";
 
 /** The archive cannot be read back: truncated, not canonical msgpack, or not a finished episode. */
 export class ArchiveError extends Error {

@@ -227,6 +227,9 @@ export function rowFlags(
   return flags;
 }
 
+/** A text rule's `role` or `tool` is at most this long (a message's role, a tool's name). */
+export const MAX_NAME_CHARS = 128;
+
 function matchOf(m: Record<string, unknown>, at: string): Extract<Rule, { match: unknown }>["match"] {
   if (typeof m.pattern !== "string" || m.pattern.length === 0 || m.pattern.length > MAX_PATTERN_CHARS) {
     throw bad(`${at}.pattern`, `a pattern is 1-${MAX_PATTERN_CHARS} characters`);
@@ -240,8 +243,10 @@ function matchOf(m: Record<string, unknown>, at: string): Extract<Rule, { match:
     throw bad(`${at}.in`, `one of ${Object.keys(FIELD_KINDS).join(", ")}`);
   const role = m.role ?? null;
   const tool = m.tool ?? null;
-  if (role !== null && typeof role !== "string") throw bad(`${at}.role`, "a role is a str");
-  if (tool !== null && typeof tool !== "string") throw bad(`${at}.tool`, "a tool is a str");
+  if (role !== null && !(typeof role === "string" && role.length <= MAX_NAME_CHARS))
+    throw bad(`${at}.role`, `a role is a str of at most ${MAX_NAME_CHARS} characters`);
+  if (tool !== null && !(typeof tool === "string" && tool.length <= MAX_NAME_CHARS))
+    throw bad(`${at}.tool`, `a tool is a str of at most ${MAX_NAME_CHARS} characters`);
   return { pattern: m.pattern, regex, role, tool, in: where as TextField };
 }
 

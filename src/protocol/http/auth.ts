@@ -54,6 +54,8 @@ export interface Claims {
   episodes: string[];
   exp: number;
   sub?: string;
+  /** The id of the key that verified the token (what a share it makes is signed with). */
+  kid?: string;
 }
 
 /** Seconds of clock skew tolerated on `exp` and `nbf`. */
@@ -218,9 +220,11 @@ export async function verifyToken(
     };
   let payload: Record<string, unknown> | null = null;
   let failure: unknown = null;
-  for (const { key } of candidates) {
+  let verifiedBy = "";
+  for (const candidate of candidates) {
+    verifiedBy = candidate.kid;
     try {
-      ({ payload } = await jwtVerify(token, key, {
+      ({ payload } = await jwtVerify(token, candidate.key, {
         algorithms: ["HS256"],
         requiredClaims: ["exp"],
         clockTolerance: CLOCK_TOLERANCE_S,
@@ -253,6 +257,7 @@ export async function verifyToken(
       episodes: episodes as string[],
       exp: exp as number,
       ...(typeof sub === "string" ? { sub } : {}),
+      kid: verifiedBy,
     },
   };
 }

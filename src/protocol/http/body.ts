@@ -1,3 +1,4 @@
+import { MAX_DEPTH } from "../limits/limits.js";
 import { decodeLossless, type LValue } from "../wire/lossless.js";
 import { concatChunks } from "../wire/writer.js";
 import { RelayError, tooLarge } from "./errors.js";
@@ -36,13 +37,48 @@ export function isJsonBody(contentType: string | null): boolean {
   return /^application\/(.+\+)?json\b/i.test(contentType?.trim() ?? "");
 }
 
-/** A JSON request body's value; 400 malformed naming `what` when it is not JSON. */
+/**
+ * A JSON request body's value; 400 malformed naming `what` when it is not JSON, or when it nests
+ * deeper than MAX_DEPTH (checked on the text first: what reads the value afterwards recurses).
+ */
 export function parseJsonBody(bytes: Uint8Array, what: string): unknown {
+  let text: string;
+  let value: unknown;
   try {
-    return JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes));
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+    value = JSON.parse(text);
   } catch (e) {
     throw new RelayError("malformed", `${what} is not JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
+  const at = jsonTooDeep(text);
+  if (at >= 0) throw new RelayError("malformed", `${what}: nesting deeper than ${MAX_DEPTH} (at character ${at})`);
+  return value;
+}
+
+/**
+ * Where a JSON text first puts a value inside more than `max` arrays or objects (as the msgpack
+ * Reader counts: an empty one there holds none), or -1: one pass over its characters, brackets
+ * inside strings skipped. Run on text JSON.parse accepted.
+ */
+export function jsonTooDeep(text: string, max = MAX_DEPTH): number {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // a string: to its closing quote, escapes skipped
+      for (i++; text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max && !closesNext(text, i + 1)) return i;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return -1;
+}
+
+/** Whether the next character past white space at `from` closes an array or object. */
+function closesNext(text: string, from: number): boolean {
+  let i = from;
+  while (/[ \t\n\r]/.test(text[i] ?? "")) i++;
+  return text[i] === "]" || text[i] === "}";
 }
 
 /**

@@ -86,6 +86,14 @@ type LimitVar =
   | "ARCHIVE_SLOTS"
   | "ARCHIVE_PART_BYTES";
 
+/**
+ * Deepest nesting (arrays and maps) of any JSON or msgpack body the relay parses: every reader
+ * refuses one level more with 400 malformed naming it, before anything recurses over the value.
+ * The golden cases reach about 70 levels; msgpack-python's packer stops at 511 (its
+ * DEFAULT_RECURSE_LIMIT), far past any rollout's shape.
+ */
+export const MAX_DEPTH = 200;
+
 /** R2's least multipart part (every part but the last; all of them the same size). */
 export const R2_MIN_PART_BYTES = 5 * 1024 * 1024;
 /** A multipart archive's part unless ARCHIVE_PART_BYTES says otherwise. */

@@ -13,13 +13,11 @@
 // "what the Python reference would re-encode": msgpack-python always writes minimal formats,
 // so a non-minimal value cannot have come from it and would break byte equality downstream.
 
+import { MAX_DEPTH } from "../limits/limits.js";
 import { WireError } from "./errors.js";
 import { intAt } from "./format.js";
 import { checkUtf8, decodeStrRange } from "./utf8.js";
 import { FALSE_BYTE, NIL_BYTE, TRUE_BYTE } from "./writer.js";
-
-/** Deepest nesting accepted (the public vectors reach ~70 levels). */
-export const MAX_DEPTH = 200;
 
 /** Reads msgpack structure over one frame. All positions are absolute offsets into `bytes`. */
 export class Reader {
