@@ -46,9 +46,19 @@ function missingPackages(what) {
   if (what.includes("python")) {
     const python = pythonPath();
     if (!existsSync(python)) throw new Error(`no python3 found (${python})`);
-    const lacking = Object.entries(PYTHON_MODULES).filter(
-      ([module]) => spawnSync(python, ["-c", `import ${module}`], { stdio: "ignore" }).status !== 0,
+    // one interpreter start for every module: it prints the ones it cannot find
+    const found = spawnSync(
+      python,
+      [
+        "-c",
+        "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))",
+        ...Object.keys(PYTHON_MODULES),
+      ],
+      { encoding: "utf8" },
     );
+    if (found.status !== 0) throw new Error(`${python} could not look for its modules: ${found.stderr}`);
+    const absent = new Set(found.stdout.trim().split(/\s+/).filter(Boolean));
+    const lacking = Object.entries(PYTHON_MODULES).filter(([module]) => absent.has(module));
     if (lacking.length > 0 && python !== DEBIAN_PYTHON) {
       const names = lacking.map(([, p]) => p).join(" ");
       throw new Error(`${python} lacks ${names} (Debian's packages serve ${DEBIAN_PYTHON} only)`);
