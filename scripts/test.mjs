@@ -9,7 +9,8 @@
 //
 // One setup step comes first: the system packages the suites need (scripts/system-deps.mjs, one
 // apt-get) and a directory for the run's one Worker bundle (scripts/worker-bundle.mjs), which
-// every relay the suites start shares. The suites then run in two lanes side by side (LANES):
+// every relay the suites start shares. The suites then run in two lanes side by side (LANES;
+// TEST_LANES=1: one after another):
 // each suite mostly waits on a runtime (workerd, Chromium, a relay's answers) with one core busy,
 // so two of them keep both cores working. The first unfinished suite's output streams as it
 // comes; a suite running beside it is kept and printed whole, in order, once it is first.
@@ -296,6 +297,8 @@ async function python(out) {
   return countJunit(output, code);
 }
 
+/** TEST_LANES=1 runs every suite one after another (e.g. to time each alone); default: two lanes. */
+const LANES = process.env.TEST_LANES === "1" ? 1 : 2;
 const all = filters.length === 0;
 /** @type {{ name: string; lane: number; run: (out: Output) => Promise<Counts> }[]} listed in the order their output is printed */
 const suites = [
@@ -330,6 +333,7 @@ const sum = { passed: 0, failed: setupFailed ? 1 : 0, skipped: 0 };
 /** @type {Map<string, { secs: string; counts: Counts }>} */
 const results = new Map();
 const outputs = new Map(suites.map((s) => [s.name, new Output()]));
+for (const suite of suites) suite.lane = Math.min(suite.lane, LANES - 1);
 const lanes = [...new Set(suites.map((s) => s.lane))].map((lane) =>
   (async () => {
     for (const suite of suites.filter((s) => s.lane === lane)) {
