@@ -1,58 +1,120 @@
 #!/usr/bin/env node
-// `npm test [filters...]`: runs the Node-side, the workerd-side and the browser vitest projects, each with
-// the default reporter (progress for humans) and the JSON reporter (for counting), then the
-// Python client's pytest suite (clients/python/run-tests.sh, counted from its JUnit XML), then
-// prints one closing line `N passed, N failed[, N skipped]`. Static checks (lint, format, tsc for
-// every tsconfig, wrangler types) run first and count one test each. Exits 1 if any test failed or a
-// project crashed. Extra arguments are passed to the vitest projects as filters (the Python
-// suite then runs only if "python" is one of them).
+// `npm test [filters...]`: static checks (lint, format, tsc for every tsconfig, wrangler types; one
+// test each), the Node-side, the workerd-side and the browser vitest projects, each with the default
+// reporter (progress for humans) and the JSON reporter (for counting), and the Python client's
+// pytest suite (clients/python/run-tests.sh, counted from its JUnit XML). Then it prints each
+// suite's time and one closing line `N passed, N failed[, N skipped]`. Exits 1 if any test failed
+// or a suite crashed. Extra arguments are passed to the vitest projects as filters (the Python
+// suite then runs only if "python" is one of them, the checks only if "checks" is).
+//
+// One setup step comes first: the system packages the suites need (scripts/system-deps.mjs, one
+// apt-get) and a directory for the run's one Worker bundle (scripts/worker-bundle.mjs), which
+// every relay the suites start shares. The suites then run in two lanes side by side (LANES;
+// TEST_LANES=1: one after another):
+// each suite mostly waits on a runtime (workerd, Chromium, a relay's answers) with one core busy,
+// so two of them keep both cores working. The first unfinished suite's output streams as it
+// comes; a suite running beside it is kept and printed whole, in order, once it is first.
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QUIET_ENV } from "./quiet-env.mjs";
+import { ensureSystemPackages } from "./system-deps.mjs";
+import { shareBundle } from "./worker-bundle.mjs";
 import { WRANGLER_TYPES_ARGS } from "./worker-types.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const vitest = join(root, "node_modules", ".bin", process.platform === "win32" ? "vitest.cmd" : "vitest");
 const resultsDir = join(root, "test-results");
 const filters = process.argv.slice(2);
 
+/**
+ * The vitest projects, each in a lane (0 or 1): the suites of one lane run one after another, the
+ * two lanes side by side; `python` is in lane 1 and `checks` in lane 0 (see `suites` below).
+ */
 const projects = [
-  { name: "node", config: "vitest.node.config.ts" },
-  { name: "workers", config: "vitest.workers.config.ts" },
+  { name: "node", config: "vitest.node.config.ts", lane: 0 },
+  { name: "workers", config: "vitest.workers.config.ts", lane: 1 },
   // the dashboard in headless Chromium (Debian's, driven by playwright-core); screenshots go to
   // test-results/screenshots/
-  { name: "browser", config: "vitest.browser.config.ts" },
+  { name: "browser", config: "vitest.browser.config.ts", lane: 1 },
 ];
 
-/** @type {import("node:child_process").ChildProcess | undefined} */
-let current;
+/** @type {Set<import("node:child_process").ChildProcess>} the children running now */
+const running = new Set();
 let interrupted = false;
 for (const signal of /** @type {const} */ (["SIGINT", "SIGTERM"])) {
   process.on(signal, () => {
     interrupted = true;
-    current?.kill(signal);
+    for (const child of running) child.kill(signal);
   });
 }
 
 /**
- * @param {string[]} args
- * @returns {Promise<number>} exit code (signals map to 128+n, spawn errors to 1)
+ * Where a suite's output goes: to the terminal while the suite is the first unfinished one (in
+ * the order the suites are listed), else kept until it is.
  */
-function run(args) {
+class Output {
+  /** @type {Output[]} */
+  static order = [];
+  /** @type {string[]} */
+  kept = [];
+  done = false;
+  constructor() {
+    Output.order.push(this);
+  }
+  get live() {
+    return Output.order.find((o) => !o.done) === this;
+  }
+  /** @param {string | Buffer} text */
+  write(text) {
+    if (this.live) process.stdout.write(text);
+    else this.kept.push(String(text));
+  }
+  /** @param {string} line */
+  log(line) {
+    this.write(`${line}\n`);
+  }
+  /** The suite ended: the next unfinished suite's kept output is printed, and it streams from now. */
+  end() {
+    this.done = true;
+    for (const o of Output.order) {
+      if (o.kept.length > 0) process.stdout.write(o.kept.splice(0).join(""));
+      if (!o.done) break;
+    }
+  }
+}
+
+/**
+ * Run a program, its output (stdout and stderr) to `out`.
+ * @param {string} bin
+ * @param {string[]} args
+ * @param {Output | null} out null: the output is kept and returned, not shown
+ * @returns {Promise<{ code: number; text: string }>} exit code (signals map to 129, spawn errors to 1)
+ */
+function run(bin, args, out) {
   return new Promise((resolve) => {
-    const child = spawn(vitest, args, {
+    const child = spawn(bin, args, {
       cwd: root,
-      stdio: "inherit",
-      env: { ...process.env, ...QUIET_ENV },
+      stdio: ["ignore", "pipe", "pipe"],
+      // the progress a terminal would get, in colour, though through a pipe
+      env: { ...process.env, ...QUIET_ENV, ...(process.stdout.isTTY ? { FORCE_COLOR: "1" } : {}) },
     });
-    current = child;
+    running.add(child);
+    let text = "";
+    const take = (/** @type {Buffer} */ d) => {
+      if (out) out.write(d);
+      else text += d;
+    };
+    child.stdout.on("data", take);
+    child.stderr.on("data", take);
     child.on("error", (err) => {
-      console.error(`[test] could not start vitest: ${err.message}`);
-      resolve(1);
+      running.delete(child);
+      resolve({ code: 1, text: `${text}could not start ${bin}: ${err.message}\n` });
     });
-    child.on("exit", (code, signal) => resolve(code ?? (signal ? 129 : 1)));
+    child.on("close", (code, signal) => {
+      running.delete(child);
+      resolve({ code: code ?? (signal ? 129 : 1), text });
+    });
   });
 }
 
@@ -170,68 +232,43 @@ const CHECKS = [
   },
 ];
 
-/**
- * @param {string} bin a name under node_modules/.bin
- * @param {string[]} args
- * @param {boolean} quiet capture output, print it only on failure
- * @returns {Promise<number>}
- */
-function runBin(bin, args, quiet) {
-  return new Promise((resolve) => {
-    const child = spawn(join(root, "node_modules", ".bin", process.platform === "win32" ? `${bin}.cmd` : bin), args, {
-      cwd: root,
-      stdio: quiet ? ["ignore", "pipe", "pipe"] : "inherit",
-      env: { ...process.env, ...QUIET_ENV },
-    });
-    current = child;
-    let out = "";
-    child.stdout?.on("data", (d) => {
-      out += d;
-    });
-    child.stderr?.on("data", (d) => {
-      out += d;
-    });
-    child.on("error", (err) => {
-      console.error(`[test] could not start ${bin}: ${err.message}`);
-      resolve(1);
-    });
-    child.on("exit", (code, signal) => {
-      if (code !== 0 && quiet) process.stdout.write(out);
-      resolve(code ?? (signal ? 129 : 1));
-    });
-  });
-}
+/** @param {string} name a program under node_modules/.bin */
+const bin = (name) => join(root, "node_modules", ".bin", process.platform === "win32" ? `${name}.cmd` : name);
 
-mkdirSync(resultsDir, { recursive: true });
-const sum = { passed: 0, failed: 0, skipped: 0 };
-/** @type {string[]} which tests failed, recapped above the closing line */
-const failures = [];
-if (filters.length === 0 || filters.includes("checks")) {
-  const started = Date.now();
-  console.log("\n[test] checks: biome, tsc per tsconfig, wrangler types");
-  let passed = 0;
-  let failed = 0;
+/** @typedef {{ passed: number; failed: number; skipped: number; names: string[]; note: string }} Counts */
+
+/**
+ * The static checks, each counted as one test; a failure's output is printed.
+ * @param {Output} out
+ * @returns {Promise<Counts>}
+ */
+async function checks(out) {
+  out.log("\n[test] checks: biome, tsc per tsconfig, wrangler types");
+  const c = { passed: 0, failed: 0, skipped: 0, names: /** @type {string[]} */ ([]), note: "" };
   for (const check of CHECKS) {
     if (interrupted) break;
-    const code = await runBin(check.bin, check.args, true);
-    console.log(`  ${code === 0 ? "✓" : "✗"} ${check.name}`);
-    if (code === 0) passed += 1;
+    const { code, text } = await run(bin(check.bin), check.args, null);
+    if (code !== 0) out.write(text);
+    out.log(`  ${code === 0 ? "✓" : "✗"} ${check.name}`);
+    if (code === 0) c.passed += 1;
     else {
-      failed += 1;
-      failures.push(`checks: ${check.name}`);
+      c.failed += 1;
+      c.names.push(check.name);
     }
   }
-  sum.passed += passed;
-  sum.failed += failed;
-  const secs = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(`[test] checks: ${passed} passed, ${failed} failed in ${secs} s`);
+  return c;
 }
-for (const project of projects) {
-  if (interrupted) break;
+
+/**
+ * A vitest project, counted from its JSON report.
+ * @param {{ name: string; config: string }} project
+ * @param {Output} out
+ * @returns {Promise<Counts>}
+ */
+async function vitestProject(project, out) {
   const output = join(resultsDir, `${project.name}.json`);
   rmSync(output, { force: true });
-  const started = Date.now();
-  console.log(`\n[test] ${project.name}: vitest run --config ${project.config} ${filters.join(" ")}`.trimEnd());
+  out.log(`\n[test] ${project.name}: vitest run --config ${project.config} ${filters.join(" ")}`.trimEnd());
   const args = [
     "run",
     "--config",
@@ -242,49 +279,103 @@ for (const project of projects) {
     ...(filters.length > 0 ? ["--passWithNoTests"] : []),
     ...filters,
   ];
-  const code = await run(args);
-  const c = count(output, code);
-  failures.push(...c.names.map((n) => `${project.name}: ${n}`));
-  if (c.note) failures.push(`${project.name}: ${c.note}`);
-  sum.passed += c.passed;
-  sum.failed += c.failed;
-  sum.skipped += c.skipped;
-  const secs = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(
-    `[test] ${project.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
-  );
+  const { code } = await run(bin("vitest"), args, out);
+  return count(output, code);
 }
-if (!interrupted && (filters.length === 0 || filters.includes("python"))) {
+
+/**
+ * The Python client's pytest suite, counted from its JUnit XML.
+ * @param {Output} out
+ * @returns {Promise<Counts>}
+ */
+async function python(out) {
   const output = join(resultsDir, "python.xml");
   rmSync(output, { force: true });
-  const started = Date.now();
-  console.log("\n[test] python: clients/python/run-tests.sh");
-  const code = await new Promise((resolve) => {
-    const child = spawn("bash", [join(root, "clients", "python", "run-tests.sh"), "-q", `--junitxml=${output}`], {
-      cwd: root,
-      stdio: "inherit",
-      env: { ...process.env, ...QUIET_ENV },
-    });
-    current = child;
-    child.on("error", () => resolve(1));
-    child.on("exit", (c, signal) => resolve(c ?? (signal ? 129 : 1)));
-  });
-  const c = countJunit(output, /** @type {number} */ (code));
-  failures.push(...c.names.map((n) => `python: ${n}`));
-  if (c.note) failures.push(`python: ${c.note}`);
-  sum.passed += c.passed;
-  sum.failed += c.failed;
-  sum.skipped += c.skipped;
-  const secs = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(
-    `[test] python: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
-  );
+  out.log("\n[test] python: clients/python/run-tests.sh");
+  const script = join(root, "clients", "python", "run-tests.sh");
+  const { code } = await run("bash", [script, "-q", `--junitxml=${output}`], out);
+  return countJunit(output, code);
+}
+
+/** TEST_LANES=1 runs every suite one after another (e.g. to time each alone); default: two lanes. */
+const LANES = process.env.TEST_LANES === "1" ? 1 : 2;
+const all = filters.length === 0;
+/** @type {{ name: string; lane: number; run: (out: Output) => Promise<Counts> }[]} listed in the order their output is printed */
+const suites = [
+  ...(all || filters.includes("checks") ? [{ name: "checks", lane: 0, run: checks }] : []),
+  ...projects.map((p) => ({ name: p.name, lane: p.lane, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
+  ...(all || filters.includes("python") ? [{ name: "python", lane: 1, run: python }] : []),
+];
+
+mkdirSync(resultsDir, { recursive: true });
+const startedRun = Date.now();
+const secsSince = (/** @type {number} */ t) => ((Date.now() - t) / 1000).toFixed(1);
+
+// setup, once for every suite: what they need from the system, and the run's shared Worker bundle
+const setupStarted = Date.now();
+/** @type {("chromium" | "python")[]} */
+const system = [];
+if (all || filters.some((f) => f.includes("browser"))) system.push("chromium");
+if (suites.some((s) => s.name === "python")) system.push("python");
+/** @type {string[]} */
+const failures = [];
+let setupFailed = false;
+try {
+  ensureSystemPackages(system);
+} catch (e) {
+  setupFailed = true;
+  failures.push(`setup: ${e instanceof Error ? e.message : String(e)}`);
+}
+const dropBundle = shareBundle();
+const setupSecs = secsSince(setupStarted);
+
+const sum = { passed: 0, failed: setupFailed ? 1 : 0, skipped: 0 };
+/** @type {Map<string, { secs: string; counts: Counts }>} */
+const results = new Map();
+const outputs = new Map(suites.map((s) => [s.name, new Output()]));
+for (const suite of suites) suite.lane = Math.min(suite.lane, LANES - 1);
+const lanes = [...new Set(suites.map((s) => s.lane))].map((lane) =>
+  (async () => {
+    for (const suite of suites.filter((s) => s.lane === lane)) {
+      const out = /** @type {Output} */ (outputs.get(suite.name));
+      if (interrupted || setupFailed) {
+        out.end();
+        continue;
+      }
+      const started = Date.now();
+      const c = await suite.run(out);
+      const secs = secsSince(started);
+      results.set(suite.name, { secs, counts: c });
+      out.log(
+        `[test] ${suite.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
+      );
+      out.end();
+    }
+  })(),
+);
+await Promise.all(lanes);
+dropBundle();
+
+for (const suite of suites) {
+  const r = results.get(suite.name);
+  if (!r) continue;
+  failures.push(...r.counts.names.map((n) => `${suite.name}: ${n}`));
+  if (r.counts.note) failures.push(`${suite.name}: ${r.counts.note}`);
+  sum.passed += r.counts.passed;
+  sum.failed += r.counts.failed;
+  sum.skipped += r.counts.skipped;
 }
 if (interrupted) sum.failed = Math.max(sum.failed, 1);
 if (failures.length > 0) {
   console.log("\n[test] failed:");
   for (const f of failures) console.log(`  ✗ ${f}`);
 }
-
+console.log(`\n[test] times (lanes side by side: ${lanes.length}):`);
+console.log(`  setup    ${setupSecs.padStart(7)} s`);
+for (const suite of suites) {
+  const r = results.get(suite.name);
+  console.log(`  ${suite.name.padEnd(8)} ${(r ? r.secs : "-").padStart(7)} s  (lane ${suite.lane + 1})`);
+}
+console.log(`  total    ${secsSince(startedRun).padStart(7)} s`);
 console.log(`${sum.passed} passed, ${sum.failed} failed${sum.skipped > 0 ? `, ${sum.skipped} skipped` : ""}`);
 process.exit(sum.failed > 0 ? 1 : 0);

@@ -3,16 +3,16 @@
 // port, with in-memory Durable Object storage (nothing leaks between runs), and the dashboard's
 // static assets (dashboard/dist, routed as wrangler.toml `[assets]` says). With `tiers`, the hub
 // tier runs in a process of its own, as under `npm run start:tiers`.
-import { execFileSync, fork } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { fork } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Log, LogLevel, Miniflare, type WorkerOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { buildDashboard } from "../scripts/build-dashboard.mjs";
-import { QUIET_ENV } from "../scripts/quiet-env.mjs";
 import { HUB_CLASSES, tierConfigs } from "../scripts/tiers.mjs";
+import { bundleWorker, sharedBundle } from "../scripts/worker-bundle.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -35,24 +35,23 @@ export interface LocalRelay {
 
 let bundleDir: string | null = null;
 
-/** Bundle src/worker/index.ts once per process with `wrangler deploy --dry-run` (it needs dashboard/dist). */
+/**
+ * The Worker's bundle (src/worker/index.ts by `wrangler deploy --dry-run`, which needs
+ * dashboard/dist), made once per process: the one a test run shares (RELAY_BUNDLE_DIR,
+ * scripts/worker-bundle.mjs) once `startRelay` has found it, else one of this process's own.
+ */
 export function bundle(): string {
   if (bundleDir) return join(bundleDir, "index.js");
-  if (!existsSync(join(root, "dashboard", "dist", "index.html"))) {
-    throw new Error("dashboard/dist is missing: run `npm run build:dashboard` (startRelay builds it)");
-  }
-  bundleDir = mkdtempSync(join(tmpdir(), "episode-relay-bundle-"));
-  execFileSync(
-    join(root, "node_modules", ".bin", "wrangler"),
-    ["deploy", "--dry-run", "--outdir", bundleDir, "--config", join(root, "wrangler.toml")],
-    {
-      cwd: root,
-      env: { ...process.env, ...QUIET_ENV },
-      stdio: ["ignore", "ignore", "pipe"],
-    },
-  );
-  process.once("exit", () => rmSync(bundleDir!, { recursive: true, force: true }));
-  return join(bundleDir, "index.js");
+  const dir = bundleWorker();
+  bundleDir = dir;
+  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  return join(dir, "index.js");
+}
+
+/** `bundle()`, from the run's shared bundle when there is one (the first relay of the run makes it). */
+async function relayBundle(): Promise<string> {
+  if (!bundleDir) bundleDir = await sharedBundle();
+  return bundle();
 }
 
 /** The bundle's Worker options for Miniflare, as wrangler derives them from wrangler.toml. */
@@ -89,10 +88,11 @@ export interface RelayOptions {
 export async function startRelay(vars: Record<string, string> = {}, options: RelayOptions = {}): Promise<LocalRelay> {
   await buildDashboard({ ifMissing: true });
   const w = workerOptions();
+  const script = options.script ?? (await relayBundle());
   const shared = {
     modules: true as const,
-    scriptPath: options.script ?? bundle(),
-    modulesRoot: dirname(options.script ?? bundle()),
+    scriptPath: script,
+    modulesRoot: dirname(script),
     compatibilityDate: w.compatibilityDate,
     compatibilityFlags: w.compatibilityFlags,
     // one archive step at a time per object class: a local runtime runs every object on one thread
