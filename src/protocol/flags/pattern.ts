@@ -2,11 +2,11 @@
 // segment: written as a JavaScript regular expression (any case: the flags were "iu"), run by RE2's
 // linear-time engine, so no pattern and no text can make one check backtrack.
 //
-// The engine is re2js (pure JS, so it runs in workerd, in Node and in the browser). Measured against
-// V8's RegExp on the flags bench's ordinary text, the four default patterns cost about 0.6x of
-// V8's per segment (re2js runs them on a lazy DFA behind a literal prefilter); re2-wasm was not
-// taken: it compiles its WebAssembly from bytes at run time, which Workers refuse, and it crosses
-// into wasm per call.
+// The engine is re2js (pure JS, so it runs in workerd, in Node and in the browser; it runs a test
+// on a lazy DFA behind a literal prefilter). Measured on the flags bench's ordinary text, the
+// default rules cost about what V8's backtracking RegExp cost per segment (bench/flags.ts prints the
+// ratio; ~1.0x here). re2-wasm was not taken: its Emscripten loader compiles the WebAssembly from
+// bytes at run time, which Workers refuse, and each call copies the text into wasm memory.
 //
 // Work is counted, not timed: one check of a segment costs at most its characters times the
 // pattern's compiled instructions (the most the engine's NFA visits per character), and that is the
