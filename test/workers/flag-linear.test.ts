@@ -6,6 +6,7 @@ import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
 import { DEFAULT_RULES, noWork, parseRules, segmentFlags, textRules } from "../../src/protocol/flags/rules.js";
 import { nodeSegments, type Segment, taskSegment } from "../../src/protocol/search/segments.js";
 import type { LMap } from "../../src/protocol/wire/lossless.js";
@@ -169,5 +170,79 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
     // the hostile rollout's segments (and its task's, if any) were rescanned
     expect(answer.rescan.segments).toBeGreaterThanOrEqual(HOSTILE.length);
     expect(answer.budget.skipped.checks).toBe(0);
+  });
+
+  it("past a segment's budget checks are skipped, counted in the index and shown in the rules answer until rules are set again", async () => {
+    const run = `${RUN}-budget`;
+    // 32 rules of ~600 instructions: on a 2,000-character segment only a few fit in the budget
+    const rules = Array.from({ length: 32 }, (_, i) => ({
+      id: `r${i}`,
+      match: { pattern: `(\\d+[\\s,]+){${100 + i}}z`, regex: true, in: "text" },
+    }));
+    const put = () =>
+      relay(`../runs/${run}/rules`, {
+        method: "PUT",
+        body: JSON.stringify({ rules }),
+        headers: { "content-type": "application/json" },
+      });
+    expect((await put()).status).toBe(200);
+    const body = "1, ".repeat(666);
+    const sent = await send(run, "heavy", [node(0, { message: m({ role: "assistant", content: body }) })]);
+    expect(sent.posts).toEqual([200, 200]);
+    expect(sent.health.every((s) => s === 200)).toBe(true);
+    const want = expected(textRules(parseRules({ rules })), [
+      nodeSegments("t-1", 0, { role: "assistant", content: body })[0]!,
+    ]);
+    expect(want.skippedChecks).toBeGreaterThan(0);
+    type Answer = { budget: { segment_steps: number; skipped: { segments: number; checks: number; steps: number } } };
+    const answer = (await (await relay(`../runs/${run}/rules`)).json()) as Answer;
+    expect(answer.budget.skipped).toEqual({ segments: 1, checks: want.skippedChecks, steps: want.skippedSteps });
+    expect(want.steps).toBeLessThanOrEqual(answer.budget.segment_steps);
+    // rules set again: what is skipped is counted from then on
+    const again = (await (await put()).json()) as Answer;
+    expect(again.budget.skipped).toEqual({ segments: 0, checks: 0, steps: 0 });
+  });
+
+  it("a rescan step ends past RESCAN_STEPS (one segment at least): heavy rules on much text take several paced steps", async () => {
+    const run = `${RUN}-paced`;
+    const rules = Array.from({ length: 32 }, (_, i) => ({
+      id: `r${i}`,
+      match: { pattern: `(\\d+[\\s,]+){${100 + i}}z`, regex: true, in: "text" },
+    }));
+    // 4 rollouts × 30 nodes of 2,000 characters: each segment takes ~4 M steps, 120 of them past RESCAN_STEPS
+    const body = "1, ".repeat(666);
+    for (let e = 0; e < 4; e++) {
+      const nodes = Array.from({ length: 30 }, (_, i) => node(i, { message: m({ role: "assistant", content: body }) }));
+      expect((await send(run, `e${e}`, nodes)).posts).toEqual([200, 200]);
+    }
+    const set = await relay(`../runs/${run}/rules`, {
+      method: "PUT",
+      body: JSON.stringify({ rules }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(set.status, await set.clone().text()).toBe(200);
+    const perSegment = expected(textRules(parseRules({ rules })), [
+      nodeSegments("t-1", 0, { role: "assistant", content: body })[0]!,
+    ]).steps;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    type Answer = { rescan: { done: boolean; segments: number } };
+    const taken: number[] = [];
+    let answer = (await set.json()) as Answer;
+    for (let i = 0; i < 20 && !answer.rescan.done; i++) {
+      const [, h] = await Promise.all([runDurableObjectAlarm(index), health()]);
+      expect(h).toBe(200);
+      const next = (await (await relay(`../runs/${run}/rules`)).json()) as Answer;
+      taken.push(next.rescan.segments - answer.rescan.segments);
+      answer = next;
+    }
+    expect(answer.rescan.done).toBe(true);
+    // the 120 long segments and the 4 tasks' (no text rule looks at a task: they cost nothing)
+    expect(answer.rescan.segments).toBe(124);
+    // the first step stopped once it had spent RESCAN_STEPS (passing it by its last segment at most; tasks cost 0)
+    const full = Math.ceil(RESCAN_STEPS / perSegment);
+    expect(taken[0]).toBeLessThan(124);
+    expect(taken[0]).toBeGreaterThanOrEqual(full);
+    expect(taken[0]).toBeLessThanOrEqual(full + 4);
+    expect(taken.slice(1).reduce((a, b) => a + b, 0)).toBe(124 - taken[0]!);
   });
 });
