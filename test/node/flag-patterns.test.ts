@@ -2,7 +2,7 @@
 // default rules find exactly what V8's RegExp found), what RE2 cannot run is refused naming the
 // construct, and a segment's checks are counted in steps (characters × instructions) within its budget.
 import { describe, expect, it } from "vitest";
-import { compilePattern, MAX_INSTRUCTIONS } from "../../src/protocol/flags/pattern.js";
+import { compilePattern, DFA_BYTES, MAX_INSTRUCTIONS } from "../../src/protocol/flags/pattern.js";
 import {
   DEFAULT_RULES,
   noWork,
@@ -232,5 +232,28 @@ describe("a segment's work, in steps", () => {
     const w2 = noWork();
     expect(segmentFlags(stored, seg("xy"), w2)).toEqual([]);
     expect(w2).toMatchObject({ checks: 0, skippedChecks: 1, skippedSegments: 1 });
+  });
+
+  it("a pattern's DFA cache stays within DFA_BYTES on text that makes it grow, and its answers stay V8's", () => {
+    let seed = 99;
+    const r = () => {
+      seed = (seed * 16807) % 2147483647;
+      return seed / 2147483647;
+    };
+    const text = () => Array.from({ length: 2000 }, () => "abc"[Math.floor(r() * 3)]).join("");
+    // no nested repeat: V8 answers these in linear time too, so it can be the reference
+    const p = "(a|b)[abc]{300}c";
+    const re2 = compilePattern(p, true, "p");
+    const v8 = new RegExp(p, "iu");
+    let most = 0;
+    for (let i = 0; i < 20; i++) {
+      const t = text();
+      const m = v8.exec(t);
+      expect(re2.find(t)).toEqual(m ? [m.index, m.index + m[0].length] : null);
+      most = Math.max(most, re2.cacheBytes());
+    }
+    // it did fill its cache (so the cap was what held it)
+    expect(most).toBeGreaterThan(DFA_BYTES / 2);
+    expect(most).toBeLessThanOrEqual(DFA_BYTES);
   });
 });

@@ -66,7 +66,7 @@ describe("rules", () => {
     );
     // the default rules read back as themselves (their JSON, as GET answers it, PUT back)
     expect(parseRules(JSON.parse(JSON.stringify({ rules: DEFAULT_RULES })))).toEqual(DEFAULT_RULES);
-    // no pattern is taken for being a default's: a counted repeat past the engine's program cap is refused
+    // no pattern is taken for being a default's: a look-alike repeat too large for the engine (RE2) is refused
     expect(refused({ rules: [{ id: "a", match: { pattern: String.raw`(\d+[\s,]+\w{30}){39}`, regex: true } }] })).toBe(
       "rules[0].match.pattern",
     );

@@ -18,10 +18,24 @@ import { RelayError } from "../http/errors.js";
 /** A rule's compiled program is at most this many instructions (a counted repeat multiplies it: (x){39}). */
 export const MAX_INSTRUCTIONS = 1000;
 
+/**
+ * Bytes (re2js's own count) a pattern's lazy DFA may cache before it starts again (re2js's default is 8 MiB: 32 rules on
+ * hostile text held ~240 MB of heap, past an isolate's 128 MB). The defaults use under 9 KB on ordinary text.
+ */
+export const DFA_BYTES = 256 * 1024;
+
+/** re2js's lazy DFA, as far as its memory budget (src/DFA.js: both are set from maxMem, which RE2 does not pass). */
+interface LazyDfa {
+  stateBudget: number;
+  memBudget: number;
+}
+
 /** A pattern ready to run: its engine, and what one character of a segment costs it at most. */
 export interface Pattern {
   /** Instructions of the compiled program: the steps per character of a check. */
   instructions: number;
+  /** Bytes its DFA holds now (re2js's count; at most DFA_BYTES). */
+  cacheBytes(): number;
   /** Where the first match is ([start, end) in UTF-16 units), or null. */
   find(text: string): [number, number] | null;
 }
@@ -50,6 +64,9 @@ export function compilePattern(pattern: string, regex: boolean, field: string): 
     throw bad(field, `the linear-time engine (RE2) refuses it: ${(e as Error).message}`);
   }
   const instructions = (re.re2Input.prog as { numInst(): number }).numInst();
+  const dfa = (re.re2Input as unknown as { dfa: LazyDfa }).dfa;
+  dfa.stateBudget = DFA_BYTES;
+  dfa.memBudget = DFA_BYTES;
   if (instructions > MAX_INSTRUCTIONS)
     throw bad(
       field,
@@ -57,6 +74,7 @@ export function compilePattern(pattern: string, regex: boolean, field: string): 
     );
   return {
     instructions,
+    cacheBytes: () => dfa.stateBudget - dfa.memBudget,
     find(text) {
       // test() runs the DFA alone; only a hit pays for the match's bounds
       if (!re.test(text)) return null;
