@@ -12,10 +12,26 @@
 // rules ran (flagEvaluations): text-rule checks per new segment and rule, reward-rule checks per
 // row update and rule (1.00: each rule once), row updates per delta; and the flags raised. Beside
 // them, what the run's search index costs per rollout: the rows its text wrote, its payload bytes.
+// And the default text rules' cost per segment on the same rollouts' text, in this process: V8's
+// RegExp ("iu", the engine before issue 39: the baseline) against RE2 (re2js, what the index runs),
+// in alternating rounds; the target is RE2 ÷ V8 ≤ 1.1.
 
 import { encodeEnvelope } from "../src/protocol/index.js";
 import { ProducerCursor } from "../src/protocol/index.js";
-import { type LMap, encodeLossless } from "../src/protocol/index.js";
+import {
+  DEFAULT_RULES,
+  decodeLossless,
+  encodeLossless,
+  type Json,
+  type LMap,
+  noWork,
+  nodeSegments,
+  type Segment,
+  segmentFlags,
+  taskSegment,
+  textRules,
+  toJson,
+} from "../src/protocol/index.js";
 import { chatNode, m, rng } from "./rollout-builders.js";
 import { type BenchOptions, sig } from "./harness.js";
 import { fmt, HttpClient, replyBody, sleep, startBenchRelay, stats } from "./helpers.js";
@@ -90,6 +106,80 @@ interface Evaluations {
   rewardRules: number;
 }
 
+/** The text segments the index gets from these rollouts (the task's, and each node's). */
+function segmentsOf(plans: Uint8Array[][]): Segment[] {
+  const out: Segment[] = [];
+  for (const deltas of plans) {
+    let k = 0;
+    for (const bytes of deltas) {
+      const d = toJson(decodeLossless(bytes)) as {
+        trace: string;
+        open?: { task?: Json };
+        nodes?: Array<{ message?: Json }>;
+      };
+      const task = d.open ? taskSegment(d.trace, d.open.task) : null;
+      if (task) out.push(task);
+      for (const n of d.nodes ?? []) out.push(...nodeSegments(d.trace, k++, n.message));
+    }
+  }
+  return out;
+}
+
+/**
+ * The default text rules' cost per segment: V8's RegExp (the old engine, as matchSegment ran it) and RE2 (segmentFlags,
+ * as the index runs it), in ROUNDS alternating rounds of at least 200 ms each; medians in µs per segment, and hits.
+ */
+function engines(segments: Segment[]) {
+  const rules = textRules(DEFAULT_RULES);
+  const v8 = rules.map((r) => {
+    const m = DEFAULT_RULES.find((d) => d.id === r.id)!;
+    return { rule: r, re: new RegExp("match" in m ? m.match.pattern : "", "iu") };
+  });
+  const runV8 = () => {
+    let hits = 0;
+    for (const s of segments)
+      for (const { rule, re } of v8) {
+        if (!rule.kinds.includes(s.kind)) continue;
+        if (rule.role !== null && s.role !== rule.role) continue;
+        if (rule.tool !== null && s.tool !== rule.tool) continue;
+        if (re.exec(s.body)) hits++;
+      }
+    return hits;
+  };
+  const work = noWork();
+  const runRe2 = () => {
+    let hits = 0;
+    for (const s of segments) hits += segmentFlags(rules, s, work).length;
+    return hits;
+  };
+  const round = (f: () => number) => {
+    let n = 0;
+    const t = performance.now();
+    do {
+      f();
+      n++;
+    } while (performance.now() - t < 200);
+    return ((performance.now() - t) * 1000) / (n * segments.length);
+  };
+  const ROUNDS = 7;
+  const times = { v8: [] as number[], re2: [] as number[] };
+  for (let i = 0; i < ROUNDS; i++) {
+    times.v8.push(round(runV8));
+    times.re2.push(round(runRe2));
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  return {
+    segments: segments.length,
+    chars_per_segment: sig(segments.reduce((a, s) => a + s.body.length, 0) / segments.length),
+    v8_us_per_segment: sig(median(times.v8)),
+    re2_us_per_segment: sig(median(times.re2)),
+    re2_over_v8: sig(median(times.re2) / median(times.v8)),
+    rounds: ROUNDS,
+    hits: { v8: runV8(), re2: runRe2() },
+    skipped_checks: work.skippedChecks,
+  };
+}
+
 export async function run(opts: BenchOptions): Promise<Record<string, unknown>> {
   const relay = await startBenchRelay("tmpfs");
   const runs: Record<Condition, string> = {
@@ -116,6 +206,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       ((await json("GET", `/v1/runs/${runs.rules}/usage`)).body.index as { since: number } | undefined)?.since ?? null;
     const plans = Array.from({ length: EPISODES }, (_, i) => rollout(i));
     const deltasPerRollout = plans[0]!.length;
+    const engine = engines(segmentsOf(plans));
+    opts.log(
+      `flags: default text rules per segment: V8 ${fmt(engine.v8_us_per_segment)} µs, RE2 ${fmt(engine.re2_us_per_segment)} µs (${fmt(engine.re2_over_v8)}×)`,
+    );
     const acks: Record<Condition, number[][]> = { rules: [], none: [] };
     const finished: Record<Condition, number> = { rules: 0, none: 0 };
 
@@ -265,6 +359,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       row_updates_per_delta: sig(ev.rules.rows / deltas),
       flags,
       search_cost: searchCost,
+      engine,
     };
     opts.table({
       title: `flags: ${EPISODES} rollouts × ${deltasPerRollout} deltas per phase, ${PARALLEL} producers, phases ${PHASES.join(", ")}; ack = POST deltas → its answer`,
@@ -277,6 +372,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         `rules ÷ none: p50 ${fmt(rules.p50 / none.p50)}×, p99 ${fmt(rules.p99 / none.p99)}× (each rules phase ÷ the none phase before it: ${pairs.map(fmt).join(", ")}); noise, the p99 spread of one condition's phases: none ${fmt(spread("none"))}×, rules ${fmt(spread("rules"))}×`,
         `rules ran: ${ev.rules.segments} segments × ${ev.rules.textRules} text rules = ${ev.rules.textChecks} checks (${fmt(figures.text_checks_per_segment_and_rule)} per segment and rule); ${ev.rules.rows} row updates × ${ev.rules.rewardRules} reward rules = ${ev.rules.rewardChecks} checks (${fmt(figures.reward_checks_per_row_update_and_rule)}); ${fmt(figures.row_updates_per_delta)} row updates per delta`,
         `flags raised: ${JSON.stringify(flags.rules)} with the defaults; ${JSON.stringify(flags.none)} with none (its index checked ${ev.none.textChecks + ev.none.rewardChecks} rules)`,
+        `default text rules per segment (${engine.segments} segments of ~${fmt(engine.chars_per_segment)} characters, median of ${engine.rounds} alternating rounds): V8 RegExp (before) ${fmt(engine.v8_us_per_segment)} µs, RE2 ${fmt(engine.re2_us_per_segment)} µs: ${fmt(engine.re2_over_v8)}× (target ≤ 1.1×); hits ${engine.hits.v8} and ${engine.hits.re2}, ${engine.skipped_checks} checks skipped`,
         `the search index per rollout: ${fmt(size.segments / rollouts)} segments, ${fmt(size.chars / rollouts)} characters; its text wrote ${fmt(size.rowsWritten / rollouts)} rows and keeps ${fmt(size.textBytes / rollouts)} B of segments and ${fmt(size.ftsBytes / rollouts)} B of FTS5 index (payload, no page overhead); the run's whole index: ${fmt(usage.rowsWritten / rollouts)} rows written, ${fmt(usage.sqliteBytes / rollouts)} B of SQLite per rollout (${usage.wakes} wake(s))`,
       ],
     });

@@ -43,3 +43,5 @@ export * from "./wire/reader.js";
 export * from "./wire/writer.js";
 export * from "./search/query.js";
 export * from "./registry/rewards.js";
+export { DEFAULT_RULES, noWork, segmentFlags, type TextRule, type TextWork, textRules } from "./flags/rules.js";
+export { nodeSegments, type Segment, taskSegment } from "./search/segments.js";

@@ -14,6 +14,8 @@ import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src
 import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import type { SearchHit as Hit, SearchPage } from "../../src/objects/registry/search-store.js";
+import { RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
+import { SEGMENT_STEPS } from "../../src/protocol/flags/rules.js";
 import worker from "../../src/worker/index.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
@@ -363,7 +365,8 @@ describe("flags", () => {
     expect(rows.filter((r) => r.flags.length > 0).map((r) => [r.id, r.flags.map((f) => f.rule)])).toEqual([
       [`${FRUN}:honest`, ["says-42"]],
     ]);
-    const bad = await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] });
+    // (a pattern RE2 cannot run in linear time; nested repeats like (a+)+ it runs, and takes)
+    const bad = await put({ rules: [{ id: "x", match: { pattern: "x(?=y)", regex: true } }] });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: "bad_rules", field: "rules[0].match.pattern" });
     expect((await put({ defaults: true })).status).toBe(200);
@@ -450,7 +453,7 @@ describe("flags", () => {
     expect(defaults.status, await defaults.clone().text()).toBe(200);
     expect(await defaults.json()).toMatchObject({ defaults: true, rescan: { done: true } });
     expect((await get()).status).toBe(404);
-    expect((await put({ rules: [{ id: "x", match: { pattern: "(a+)+", regex: true } }] })).status).toBe(400);
+    expect((await put({ rules: [{ id: "x", match: { pattern: "x(?=y)", regex: true } }] })).status).toBe(400);
     expect((await get()).status).toBe(404);
     // rules of its own: kept, and GET answers them
     const rules = [
@@ -462,7 +465,16 @@ describe("flags", () => {
     ];
     const set = await put({ rules });
     expect(set.status, await set.clone().text()).toBe(200);
-    expect(await set.json()).toEqual({ rules, defaults: false, rescan: { done: true, segments: 0, rows: 0 } });
+    expect(await set.json()).toEqual({
+      rules,
+      defaults: false,
+      rescan: { done: true, segments: 0, rows: 0 },
+      budget: {
+        segment_steps: SEGMENT_STEPS,
+        rescan_steps: RESCAN_STEPS,
+        skipped: { segments: 0, checks: 0, steps: 0 },
+      },
+    });
     expect(await (await get()).json()).toMatchObject({ rules, defaults: false });
     // the first rollouts are flagged by them (and not by the defaults)
     const hi = await rolloutIn(

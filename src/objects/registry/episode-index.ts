@@ -15,6 +15,7 @@
 
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
 import { type RulesJson, type FlagEvaluations, FlagStore, readRules } from "./flag-store.js";
+import { noWork } from "../../protocol/flags/rules.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { flushIntervalMs, indexPacingFrom } from "../../protocol/limits/vars.js";
 import type { RunAggregates } from "../../protocol/registry/aggregates.js";
@@ -246,7 +247,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   flagEvaluations(): FlagEvaluations & { textRules: number; rewardRules: number } {
     this.schema.check();
     if (!this.schema.present())
-      return { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
+      return { segments: 0, textChecks: 0, work: noWork(), rows: 0, rewardChecks: 0, textRules: 0, rewardRules: 0 };
     const { rules, text } = this.store.flags.rules();
     return { ...this.store.flags.evaluations, textRules: text.length, rewardRules: rules.length - text.length };
   }

@@ -8,11 +8,14 @@
 import {
   DEFAULT_RULES,
   type Flag,
-  matchSegment,
+  noWork,
   parseRules,
   type Rule,
   rowFlags,
+  SEGMENT_STEPS,
+  segmentFlags,
   type TextRule,
+  type TextWork,
   textRules,
 } from "../../protocol/flags/rules.js";
 import type { Segment } from "../../protocol/search/segments.js";
@@ -22,6 +25,12 @@ import type { SearchBatch } from "./search-store.js";
 /** Segments one rescan step reads (the alarm runs steps until the rescan is done). */
 export const RESCAN_SEGMENTS = 2000;
 export const RESCAN_ROWS = 500;
+/**
+ * Steps (characters × instructions, src/protocol/flags/pattern.ts) one rescan step may take: it ends early past them
+ * (at least one segment a step) and the next alarm goes on. A step's bound, not its time: the defaults count ~730 k steps
+ * on a 700-character segment (~550 such segments a step) but run them on RE2's DFA in ~40 µs.
+ */
+export const RESCAN_STEPS = 400_000_000;
 
 /**
  * A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400
@@ -38,7 +47,23 @@ export interface RulesJson {
   /** True when the run set none: the default rules hold. */
   defaults: boolean;
   rescan: { done: boolean; segments: number; rows: number };
+  /** What the text rules may take (steps: characters × instructions), and what they skipped since the rules were set. */
+  budget: BudgetJson;
 }
+
+export interface BudgetJson {
+  segment_steps: number;
+  rescan_steps: number;
+  skipped: { segments: number; checks: number; steps: number };
+}
+
+type Skipped = BudgetJson["skipped"];
+const NOTHING_SKIPPED = '{"segments":0,"checks":0,"steps":0}';
+const budgetOf = (skipped: Skipped): BudgetJson => ({
+  segment_steps: SEGMENT_STEPS,
+  rescan_steps: RESCAN_STEPS,
+  skipped,
+});
 
 /** How often rules ran, since the object started (in memory: the flags bench and tests read it). */
 export interface FlagEvaluations {
@@ -46,6 +71,8 @@ export interface FlagEvaluations {
   segments: number;
   /** Text rule checks on them (each rule once per segment: segments × text rules). */
   textChecks: number;
+  /** What the text checks cost and skipped (as they arrived and in rescans). */
+  work: TextWork;
   /** Rows the reward rules ran on (once per update of a row). */
   rows: number;
   /** Reward rule checks on them (each rule once per row update: rows × reward rules). */
@@ -54,7 +81,7 @@ export interface FlagEvaluations {
 
 export class FlagStore {
   private cached: { rules: Rule[]; text: TextRule[] } | null = null;
-  readonly evaluations: FlagEvaluations = { segments: 0, textChecks: 0, rows: 0, rewardChecks: 0 };
+  readonly evaluations: FlagEvaluations = { segments: 0, textChecks: 0, work: noWork(), rows: 0, rewardChecks: 0 };
 
   constructor(private readonly sql: SqlStorage) {}
 
@@ -85,6 +112,7 @@ export class FlagStore {
     for (const [i, r] of (rules ?? []).entries())
       this.sql.exec("INSERT INTO rules (ord, id, spec) VALUES (?, ?, ?)", i, r.id, JSON.stringify(r));
     this.setState("rules_set", rules === null ? "0" : "1");
+    this.deleteState("skipped");
     this.cached = null;
     if (!rescan) return;
     // every flag is looked for again, by the alarm: text from the first segment, rewards from the first row
@@ -97,7 +125,12 @@ export class FlagStore {
 
   /** The defaults, as a run without storage answers them (nothing stored for them). */
   static defaultsJson(): RulesJson {
-    return { rules: [...DEFAULT_RULES], defaults: true, rescan: { done: true, segments: 0, rows: 0 } };
+    return {
+      rules: [...DEFAULT_RULES],
+      defaults: true,
+      rescan: { done: true, segments: 0, rows: 0 },
+      budget: budgetOf(JSON.parse(NOTHING_SKIPPED)),
+    };
   }
 
   json(): RulesJson {
@@ -109,6 +142,7 @@ export class FlagStore {
       rules: this.rules().rules,
       defaults: this.state("rules_set") !== "1",
       rescan: { done: !this.rescanning(), ...counts },
+      budget: budgetOf(JSON.parse(this.state("skipped") ?? NOTHING_SKIPPED) as Skipped),
     };
   }
 
@@ -140,7 +174,11 @@ export class FlagStore {
         if (!batch.traces.includes(f.trace) || (from !== undefined && f.node >= from))
           this.sql.exec("DELETE FROM flags WHERE episode = ? AND rule = ?", row.id, f.rule);
       }
-      for (const s of batch.segments) this.matchText(row.id, s, text, this.evaluations);
+      for (const s of batch.segments) {
+        this.evaluations.segments++;
+        this.evaluations.textChecks += text.length;
+        this.matchText(row.id, s, text, this.evaluations.work);
+      }
     }
     const reward = new Map(rowFlags(rules, row, this.evaluations).map((f) => [f.rule, f]));
     this.evaluations.rows++;
@@ -193,10 +231,17 @@ export class FlagStore {
         )
         .toArray();
       const { text } = this.rules();
-      for (const s of batch) if (this.matchText(s.episode, s, text)) touched.add(s.episode);
-      counts.segments += batch.length;
-      if (batch.length < RESCAN_SEGMENTS) this.deleteState("rescan_segment");
-      else this.setState("rescan_segment", String(batch.at(-1)!.id));
+      // past RESCAN_STEPS the step ends (after one segment at least); the next alarm takes the rest
+      const work = noWork();
+      let taken = 0;
+      for (const s of batch) {
+        if (taken > 0 && work.steps >= RESCAN_STEPS) break;
+        if (this.matchText(s.episode, s, text, work)) touched.add(s.episode);
+        taken++;
+      }
+      counts.segments += taken;
+      if (taken === batch.length && batch.length < RESCAN_SEGMENTS) this.deleteState("rescan_segment");
+      else this.setState("rescan_segment", String(batch[taken - 1]!.id));
     } else {
       const after = this.state("rescan_row") ?? "";
       const rows = this.sql
@@ -224,19 +269,21 @@ export class FlagStore {
     return [...touched];
   }
 
-  /** Match `s` against every text rule the episode has no flag of yet; true when one was raised. */
-  private matchText(
-    episode: string,
-    s: Segment,
-    rules: readonly TextRule[],
-    counts: FlagEvaluations | null = null,
-  ): boolean {
+  /**
+   * Match `s` against the text rules within the segment's budget (`work` adds what it cost; what it skipped is also
+   * kept in the state, for the rules' answer); true when a flag was raised.
+   */
+  private matchText(episode: string, s: Segment, rules: readonly TextRule[], work: TextWork): boolean {
     let raised = false;
-    if (counts) counts.segments++;
-    for (const rule of rules) {
-      if (counts) counts.textChecks++;
-      const f = matchSegment(rule, s);
-      if (f && this.insert(episode, f, false)) raised = true;
+    const before = work.skippedChecks;
+    const skippedSteps = work.skippedSteps;
+    for (const f of segmentFlags(rules, s, work)) if (this.insert(episode, f, false)) raised = true;
+    if (work.skippedChecks > before) {
+      const skipped = JSON.parse(this.state("skipped") ?? NOTHING_SKIPPED) as Skipped;
+      skipped.segments++;
+      skipped.checks += work.skippedChecks - before;
+      skipped.steps += work.skippedSteps - skippedSteps;
+      this.setState("skipped", JSON.stringify(skipped));
     }
     return raised;
   }

@@ -11,6 +11,7 @@ import { RelayError } from "../http/errors.js";
 import type { Flag, IndexRow } from "../registry/entry.js";
 import { scoresOf } from "../registry/rewards.js";
 import type { Segment, SegmentKind } from "../search/segments.js";
+import { compilePattern, type Pattern } from "./pattern.js";
 
 export const MAX_RULES = 32;
 const MAX_PATTERN_CHARS = 200;
@@ -100,9 +101,12 @@ export const DEFAULT_RULES: readonly Rule[] = [
   },
 ];
 
-const DEFAULT_PATTERNS = new Set(
-  DEFAULT_RULES.flatMap((r) => ("match" in r && r.match.regex ? [r.match.pattern] : [])),
-);
+/**
+ * Steps (a segment's characters × a rule's instructions: the most the engine does for them) the text rules may take on
+ * one segment; the rules past it are skipped there, and counted. The defaults take at most 2,000 × 1,042 on a whole
+ * segment, so they are never skipped; the budget bounds what rules the run writes can cost per character sent.
+ */
+export const SEGMENT_STEPS = 4_000_000;
 
 /** Rules from `PUT .../rules`' JSON (`{"rules": [...]}`); throws 400 bad_rules naming what is wrong. */
 export function parseRules(body: unknown): Rule[] {
@@ -156,39 +160,93 @@ export function parseRules(body: unknown): Rule[] {
   });
 }
 
-/** A compiled text rule: what it looks at, and its test. */
+/** A compiled text rule: what it looks at, and its test (null: a stored pattern the engine refuses, never run). */
 export interface TextRule {
   id: string;
   role: string | null;
   tool: string | null;
   kinds: readonly SegmentKind[];
-  test: RegExp;
+  test: Pattern | null;
 }
 
 export function textRules(rules: readonly Rule[]): TextRule[] {
-  return rules.flatMap((r) =>
-    "match" in r
-      ? [
-          {
-            id: r.id,
-            role: r.match.role,
-            tool: r.match.tool,
-            kinds: FIELD_KINDS[r.match.in],
-            test: compile(r.match.pattern, r.match.regex),
-          },
-        ]
-      : [],
+  return rules.flatMap((r) => {
+    if (!("match" in r)) return [];
+    let test: Pattern | null = null;
+    try {
+      test = compilePattern(r.match.pattern, r.match.regex, r.id);
+    } catch {
+      // stored before patterns ran on RE2 (a lookahead, say): every check of it is counted as skipped
+    }
+    return [{ id: r.id, role: r.match.role, tool: r.match.tool, kinds: FIELD_KINDS[r.match.in], test }];
+  });
+}
+
+/** Whether `rule` looks at segments like `s` (its kind, role and tool). */
+function looksAt(rule: TextRule, s: Segment): boolean {
+  return (
+    rule.kinds.includes(s.kind) &&
+    (rule.role === null || s.role === rule.role) &&
+    (rule.tool === null || s.tool === rule.tool)
   );
 }
 
 /** The flag `rule` raises on `s`, or null. */
 export function matchSegment(rule: TextRule, s: Segment): Flag | null {
-  if (!rule.kinds.includes(s.kind)) return null;
-  if (rule.role !== null && s.role !== rule.role) return null;
-  if (rule.tool !== null && s.tool !== rule.tool) return null;
-  const m = rule.test.exec(s.body);
+  if (!looksAt(rule, s) || rule.test === null) return null;
+  const m = rule.test.find(s.body);
   if (!m) return null;
-  return { rule: rule.id, trace: s.trace, node: s.node, excerpt: excerptAround(s.body, m.index, m[0].length) };
+  return { rule: rule.id, trace: s.trace, node: s.node, excerpt: excerptAround(s.body, m[0], m[1] - m[0]) };
+}
+
+/** What the text rules cost on segments: steps taken, and the checks skipped (over the budget, or never run). */
+export interface TextWork {
+  /** Checks run (a rule that looks at the segment). */
+  checks: number;
+  /** Their steps: characters × instructions each. */
+  steps: number;
+  /** Segments where at least one check was skipped. */
+  skippedSegments: number;
+  /** Checks skipped. */
+  skippedChecks: number;
+  /** The steps the skipped checks would have taken (0 for a pattern that never runs). */
+  skippedSteps: number;
+}
+
+export function noWork(): TextWork {
+  return { checks: 0, steps: 0, skippedSegments: 0, skippedChecks: 0, skippedSteps: 0 };
+}
+
+/**
+ * The flags `rules` raise on `s`, within `budget` steps (rules in order: a check that would pass the budget is
+ * skipped, the later rules are still tried); what it cost is added to `work`.
+ */
+export function segmentFlags(rules: readonly TextRule[], s: Segment, work: TextWork, budget = SEGMENT_STEPS): Flag[] {
+  const flags: Flag[] = [];
+  let spent = 0;
+  let skipped = false;
+  for (const rule of rules) {
+    if (!looksAt(rule, s)) continue;
+    const cost = rule.test === null ? 0 : s.body.length * rule.test.instructions;
+    if (rule.test === null || spent + cost > budget) {
+      work.skippedChecks++;
+      work.skippedSteps += cost;
+      skipped = true;
+      continue;
+    }
+    spent += cost;
+    work.checks++;
+    work.steps += cost;
+    const f = matchSegment(rule, s);
+    if (f) {
+      // a hit runs the engine once more, for the match's place (past the budget by one check at most)
+      spent += cost;
+      work.steps += cost;
+      flags.push(f);
+    }
+  }
+  if (skipped) work.skippedSegments++;
+  return flags;
 }
 
 /** The flags reward rules raise on a row (`counts.rewardChecks`: one more per reward rule checked). */
@@ -235,9 +293,8 @@ function matchOf(m: Record<string, unknown>, at: string): Extract<Rule, { match:
     throw bad(`${at}.pattern`, `a pattern is 1-${MAX_PATTERN_CHARS} characters`);
   }
   const regex = m.regex === true;
-  // the default rules' own patterns are taken as they are (vetted here; many-candidates repeats a group {39} times), so
-  // a run's GET of its rules PUTs back
-  if (regex && !DEFAULT_PATTERNS.has(m.pattern)) checkRegex(m.pattern, `${at}.pattern`);
+  // every pattern, the defaults' too, must compile for the linear-time engine (the refusal names what it cannot run)
+  compilePattern(m.pattern, regex, `${at}.pattern`);
   const where = m.in ?? "any";
   if (typeof where !== "string" || !(where in FIELD_KINDS))
     throw bad(`${at}.in`, `one of ${Object.keys(FIELD_KINDS).join(", ")}`);
@@ -248,38 +305,6 @@ function matchOf(m: Record<string, unknown>, at: string): Extract<Rule, { match:
   if (tool !== null && !(typeof tool === "string" && tool.length <= MAX_NAME_CHARS))
     throw bad(`${at}.tool`, `a tool is a str of at most ${MAX_NAME_CHARS} characters`);
   return { pattern: m.pattern, regex, role, tool, in: where as TextField };
-}
-
-/**
- * A regular expression the index may run on every segment: it compiles, and it has no quantified
- * group that itself holds a quantifier (`(a+)+`, `(.*)*`: backtracking that can take exponential time).
- */
-function checkRegex(pattern: string, at: string): void {
-  try {
-    new RegExp(pattern, "iu");
-  } catch (e) {
-    throw bad(at, `not a regular expression: ${(e as Error).message}`);
-  }
-  const stack: boolean[] = [];
-  for (let i = 0; i < pattern.length; i++) {
-    const c = pattern[i]!;
-    if (c === "\\") {
-      i++;
-      continue;
-    }
-    if (c === "(") stack.push(false);
-    else if (c === ")") {
-      const inner = stack.pop() ?? false;
-      const next = pattern[i + 1];
-      if (inner && (next === "*" || next === "+" || next === "{"))
-        throw bad(at, "a repeated group must not repeat inside (e.g. (a+)+): it can take exponential time");
-      if (stack.length) stack[stack.length - 1] ||= inner || next === "*" || next === "+" || next === "{";
-    } else if ((c === "*" || c === "+" || c === "{") && stack.length) stack[stack.length - 1] = true;
-  }
-}
-
-function compile(pattern: string, regex: boolean): RegExp {
-  return new RegExp(regex ? pattern : pattern.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "iu");
 }
 
 function excerptAround(text: string, at: number, length: number): string {

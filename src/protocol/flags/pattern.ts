@@ -1,0 +1,166 @@
+// A user-written pattern (a flag rule's `match.pattern`), as the run's index runs it on every text
+// segment: written as a JavaScript regular expression (any case: the flags were "iu"), run by RE2's
+// linear-time engine, so no pattern and no text can make one check backtrack.
+//
+// The engine is re2js (pure JS, so it runs in workerd, in Node and in the browser; it runs a test
+// on a lazy DFA behind a literal prefilter). Measured on the flags bench's ordinary text, the
+// default rules cost about what V8's backtracking RegExp cost per segment (bench/flags.ts prints the
+// ratio; ~1.0x here). re2-wasm was not taken: its Emscripten loader compiles the WebAssembly from
+// bytes at run time, which Workers refuse, and each call copies the text into wasm memory.
+//
+// Work is counted, not timed: one check of a segment costs at most its characters times the
+// pattern's compiled instructions (the most the engine's NFA visits per character), and that is the
+// unit the index's budgets count in (`steps`). Pure.
+
+import { RE2JS } from "re2js";
+import { RelayError } from "../http/errors.js";
+
+/** A rule's compiled program is at most this many instructions (a counted repeat multiplies it: (x){39}). */
+export const MAX_INSTRUCTIONS = 1000;
+
+/**
+ * Bytes (re2js's own count) a pattern's lazy DFA may cache before it starts again (re2js's default is 8 MiB: 32 rules on
+ * hostile text held ~240 MB of heap, past an isolate's 128 MB). The defaults use under 9 KB on ordinary text.
+ */
+export const DFA_BYTES = 256 * 1024;
+
+/** re2js's lazy DFA, as far as its memory budget (src/DFA.js: both are set from maxMem, which RE2 does not pass). */
+interface LazyDfa {
+  stateBudget: number;
+  memBudget: number;
+}
+
+/** A pattern ready to run: its engine, and what one character of a segment costs it at most. */
+export interface Pattern {
+  /** Instructions of the compiled program: the steps per character of a check. */
+  instructions: number;
+  /** Bytes its DFA holds now (re2js's count; at most DFA_BYTES). */
+  cacheBytes(): number;
+  /** Where the first match is ([start, end) in UTF-16 units), or null. */
+  find(text: string): [number, number] | null;
+}
+
+/**
+ * `pattern` compiled (a regular expression if `regex`, else the text as written), matched in any case; throws 400
+ * bad_rules at `field` naming what the engine cannot run.
+ */
+export function compilePattern(pattern: string, regex: boolean, field: string): Pattern {
+  let source = RE2JS.quote(pattern);
+  if (regex) {
+    // the JavaScript syntax rules were written in (and were checked against) stays the contract
+    try {
+      new RegExp(pattern, "iu");
+    } catch (e) {
+      throw bad(field, `not a regular expression: ${(e as Error).message}`);
+    }
+    const construct = unsupported(pattern);
+    if (construct) throw bad(field, `${construct} cannot be run in linear time (RE2); rewrite the pattern without it`);
+    source = RE2JS.translateRegExp(jsClasses(pattern));
+  }
+  let re: RE2JS;
+  try {
+    re = RE2JS.compile(source, RE2JS.CASE_INSENSITIVE);
+  } catch (e) {
+    throw bad(field, `the linear-time engine (RE2) refuses it: ${(e as Error).message}`);
+  }
+  const instructions = (re.re2Input.prog as { numInst(): number }).numInst();
+  const dfa = (re.re2Input as unknown as { dfa: LazyDfa }).dfa;
+  dfa.stateBudget = DFA_BYTES;
+  dfa.memBudget = DFA_BYTES;
+  if (instructions > MAX_INSTRUCTIONS)
+    throw bad(
+      field,
+      `the pattern compiles to ${instructions} instructions, at most ${MAX_INSTRUCTIONS} (a counted repeat like {39} multiplies what it repeats)`,
+    );
+  return {
+    instructions,
+    cacheBytes: () => dfa.stateBudget - dfa.memBudget,
+    find(text) {
+      // test() runs the DFA alone; only a hit pays for the match's bounds
+      if (!re.test(text)) return null;
+      const m = re.matcher(text);
+      return m.find() ? [m.start(), m.end()] : null;
+    },
+  };
+}
+
+/** The first construct of a (valid JavaScript) pattern that RE2 has no linear-time form of, named; else null. */
+function unsupported(pattern: string): string | null {
+  let inClass = false;
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === "\\") {
+      const n = pattern[i + 1];
+      if (!inClass && n !== undefined && /[1-9]/.test(n)) return `a backreference (\\${n})`;
+      if (!inClass && n === "k" && pattern[i + 2] === "<") return "a named backreference (\\k<…>)";
+      i++;
+    } else if (inClass) {
+      if (c === "]") inClass = false;
+    } else if (c === "[") inClass = true;
+    else if (c === "(" && pattern[i + 1] === "?") {
+      const head = pattern.slice(i, i + 4);
+      if (head.startsWith("(?=")) return "a lookahead (?=…)";
+      if (head.startsWith("(?!")) return "a negative lookahead (?!…)";
+      if (head.startsWith("(?<=")) return "a lookbehind (?<=…)";
+      if (head.startsWith("(?<!")) return "a negative lookbehind (?<!…)";
+    }
+  }
+  return null;
+}
+
+// JavaScript's \s: Unicode's white space and the line terminators (RE2's \s is [\t\n\f\r ] alone).
+const SPACE: ReadonlyArray<readonly [number, number]> = [
+  [0x09, 0x0d],
+  [0x20, 0x20],
+  [0xa0, 0xa0],
+  [0x1680, 0x1680],
+  [0x2000, 0x200a],
+  [0x2028, 0x2029],
+  [0x202f, 0x202f],
+  [0x205f, 0x205f],
+  [0x3000, 0x3000],
+  [0xfeff, 0xfeff],
+];
+const ranges = (rs: ReadonlyArray<readonly [number, number]>) =>
+  rs.map(([a, b]) => (a === b ? hex(a) : `${hex(a)}-${hex(b)}`)).join("");
+const hex = (n: number) => `\\x{${n.toString(16)}}`;
+const NOT_SPACE: Array<[number, number]> = [];
+for (let from = 0, k = 0; k <= SPACE.length; k++) {
+  const to = k < SPACE.length ? SPACE[k]![0] - 1 : 0x10ffff;
+  if (from <= to) NOT_SPACE.push([from, to]);
+  if (k < SPACE.length) from = SPACE[k]![1] + 1;
+}
+
+/**
+ * A JavaScript pattern's classes as RE2 reads them: \s, \S and `.` as JavaScript means them, and a `[` inside a class
+ * taken as itself (RE2 would read `[[:alpha:]` as a POSIX class).
+ */
+function jsClasses(pattern: string): string {
+  let out = "";
+  let inClass = false;
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === "\\") {
+      const n = pattern[i + 1] ?? "";
+      if (n === "s") out += inClass ? ranges(SPACE) : `[${ranges(SPACE)}]`;
+      else if (n === "S") out += inClass ? ranges(NOT_SPACE) : `[^${ranges(SPACE)}]`;
+      else out += c + n;
+      i++;
+    } else if (inClass) {
+      if (c === "]") inClass = false;
+      out += c === "[" ? "\\[" : c;
+    } else if (c === ".") {
+      // JavaScript's dot stops at every line terminator, RE2's at \n alone
+      out += "[^\\n\\r\\x{2028}\\x{2029}]";
+    } else {
+      // `[]` and `[^]` keep their JavaScript meaning: translateRegExp rewrites them whole
+      if (c === "[") inClass = !(pattern[i + 1] === "]" || (pattern[i + 1] === "^" && pattern[i + 2] === "]"));
+      out += c;
+    }
+  }
+  return out;
+}
+
+function bad(field: string, message: string): RelayError {
+  return new RelayError("bad_rules", message, field);
+}
