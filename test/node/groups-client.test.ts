@@ -46,7 +46,8 @@ const ODD_SCORES: Array<[number, number]> = [
 ];
 const ALL_GROUPS = [VARIED, ZERO, ODD, TASK_KEY].sort();
 
-const weighted = ([c, fm]: [number, number]) => (c + fm * 0.25) / 1.25;
+/** The trainer's reward of one trace: Σ score × weight (the relay showed the weighted mean before issue 40). */
+const weighted = ([c, fm]: [number, number]) => c + fm * 0.25;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const pstd = (xs: number[]) => Math.sqrt(mean(xs.map((x) => (x - mean(xs)) ** 2)));
 const post = (path: string, body: Uint8Array) => relay.post(path, body);
@@ -102,6 +103,10 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
     const live = groups.get(TASK_KEY)!;
     expect([live.size, live.finished, live.live]).toEqual([1, 0, 1]);
     expect(groups.get(ODD)!.size).toBe(2);
+    const totals = VARIED_SCORES.map(weighted);
+    expect(varied.mean_reward).toBeCloseTo(mean(totals), 9);
+    expect(varied.std_reward).toBeCloseTo(pstd(totals), 9);
+    expect(varied.spread).toBeCloseTo(Math.max(...totals) - Math.min(...totals), 9);
     expect(varied.spread).toBeGreaterThan(0);
     expect(zero.spread ?? 0).toBe(0);
   });
@@ -133,7 +138,7 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
 });
 
 describe("fetchGroup against a relay", () => {
-  it("the rollouts, best reward first, each with its advantage per reward key", async () => {
+  it("the rollouts, best reward first, each with its advantage on the reward and per reward key", async () => {
     const g = await fetchGroup(relay.url, RUN, VARIED, { token: relay.admin });
     expect([g.id, g.size, g.finished]).toEqual([VARIED, 4, 4]);
     const order = VARIED_SCORES.map((s, i) => [weighted(s), i] as const)
@@ -148,12 +153,15 @@ describe("fetchGroup against a relay", () => {
       expect(r.calls).toBe(3);
       expect(Number.isInteger(r.tokens)).toBe(true);
       expect([r.stop_condition, r.truncated, r.error]).toEqual(["agent_completed", false, null]);
+      const totals = VARIED_SCORES.map(weighted);
+      expect(r.advantage!.raw).toBeCloseTo(weighted(s) - mean(totals), 9);
+      expect(r.advantage!.normalized!).toBeCloseTo((weighted(s) - mean(totals)) / pstd(totals), 9);
       for (const [key, k] of [
         ["correct", 0],
         ["format", 1],
       ] as const) {
         const xs = VARIED_SCORES.map((x) => x[k]);
-        const a = r.advantage[key]!;
+        const a = r.key_advantages[key]!;
         expect(a.raw, `${r.id} ${key}`).toBeCloseTo(s[k] - mean(xs), 9);
         expect(a.normalized!, `${r.id} ${key}`).toBeCloseTo((s[k] - mean(xs)) / pstd(xs), 9);
       }
@@ -161,8 +169,9 @@ describe("fetchGroup against a relay", () => {
     const zero = await fetchGroup(relay.url, RUN, ZERO, { token: relay.admin });
     expect(zero.rollouts).toHaveLength(3);
     for (const r of zero.rollouts) {
-      expect(r.advantage.correct).toEqual({ raw: 0, normalized: null });
-      expect(r.advantage.format!.normalized).toBeNull();
+      expect(r.advantage).toEqual({ raw: 0, normalized: null });
+      expect(r.key_advantages.correct).toEqual({ raw: 0, normalized: null });
+      expect(r.key_advantages.format!.normalized).toBeNull();
     }
     const odd = await fetchGroup(relay.url, RUN, ODD, { token: relay.admin });
     expect(odd.id).toBe(ODD);
@@ -210,6 +219,8 @@ describe("groups client checks (scripted answers)", () => {
     finished: 1,
     failed: 0,
     live: 0,
+    mean_reward: null,
+    std_reward: null,
     rewards: {},
     spread: null,
     step: null,

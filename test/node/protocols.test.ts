@@ -210,6 +210,8 @@ describe("run and runs socket messages", () => {
           live: 1,
           finished: 0,
           failed: 0,
+          mean_reward: null,
+          std_reward: null,
           mean_rewards: {},
           zero_variance_share: null,
           groups: { complete: 0, zero_variance: 0 },

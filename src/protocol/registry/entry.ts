@@ -3,7 +3,7 @@
 
 import { dispatchFacts } from "../envelope/dispatch.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
-import { rewardOf } from "./rewards.js";
+import { rowReward } from "./rewards.js";
 
 export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
 export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
@@ -27,6 +27,11 @@ export interface IndexRow {
   tokens: number;
   /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */
   rewards: Json;
+  /**
+   * Each trace's `rewards` scalar in trace order (null: none), what the episode's reward is counted from
+   * (src/protocol/registry/rewards.ts). Absent from rows sent by older releases: `rewards` then stands alone.
+   */
+  trace_rewards?: Json[] | null;
   error: string | null;
   /** The first trace's task key (`open.task.key`), null without one. (Absent from rows sent by older releases.) */
   task?: string | null;
@@ -93,7 +98,10 @@ export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ende
   created: string;
   updated: string;
   ended: string | null;
-  /** The weighted mean of the reward scores (src/protocol/registry/rewards.ts `rewardOf`), or null. */
+  /**
+   * The trainer's reward: per rewarded trace Σ score × weight, the mean over those traces
+   * (src/protocol/registry/rewards.ts `rowReward`), or null.
+   */
   reward: number | null;
   /** From the dispatch identity (null without one): what the list filters and sorts by. */
   kind: string | null;
@@ -119,7 +127,7 @@ export function entryOf(r: IndexRow): IndexEntry {
     created: new Date(r.created).toISOString(),
     updated: new Date(r.updated).toISOString(),
     ended: r.ended === null ? null : new Date(r.ended).toISOString(),
-    reward: rewardOf(r.rewards),
+    reward: rowReward(r),
     ...identityOf(r),
   };
 }
