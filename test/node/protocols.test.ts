@@ -177,6 +177,7 @@ describe("run and runs socket messages", () => {
     tokens: 10,
     rewards: null,
     reward: null,
+    scores: {},
     error: null,
     kind: "train",
     env: null,

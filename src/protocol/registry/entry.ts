@@ -3,7 +3,7 @@
 
 import { dispatchFacts } from "../envelope/dispatch.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
-import { rowReward } from "./rewards.js";
+import { episodeReward, traceRewardsOf } from "./rewards.js";
 
 export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
 export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
@@ -103,6 +103,8 @@ export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ende
    * (src/protocol/registry/rewards.ts `rowReward`), or null.
    */
   reward: number | null;
+  /** Per reward key, the mean of its score over the traces that have it (rewards.ts `episodeReward`). */
+  scores: Record<string, number>;
   /** From the dispatch identity (null without one): what the list filters and sorts by. */
   kind: string | null;
   env: string | null;
@@ -122,12 +124,14 @@ export function identityOf(
 }
 
 export function entryOf(r: IndexRow): IndexEntry {
+  const e = episodeReward(traceRewardsOf(r));
   return {
     ...r,
     created: new Date(r.created).toISOString(),
     updated: new Date(r.updated).toISOString(),
     ended: r.ended === null ? null : new Date(r.ended).toISOString(),
-    reward: rowReward(r),
+    reward: e.reward,
+    scores: Object.fromEntries(e.scores),
     ...identityOf(r),
   };
 }
