@@ -6,7 +6,7 @@ import { applyStepRow, emptyStep, stepJson } from "../../src/protocol/registry/s
 import { contributionOf, recount } from "../../src/protocol/registry/aggregates.js";
 import { entryOf, type IndexRow } from "../../src/protocol/registry/entry.js";
 import { rankRollouts } from "../../src/protocol/registry/ranking.js";
-import { episodeReward, rowReward, rowScores, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { episodeReward, rowReward, rowScore, rowScores, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
@@ -90,6 +90,9 @@ describe("an episode's reward is the trainer's", () => {
       ["correct", 0.5],
       ["format", 0.5],
     ]);
+    // one key read alone (the tasks page) is the same number
+    for (const [k, v] of rowScores(row)) expect(rowScore(row, k), k).toBe(v);
+    expect(rowScore(row, "judge")).toBeUndefined();
     // a row of an older release has the first trace's rewards only: they stand alone
     expect(rowReward({ rewards: traces[0]! })).toBe(1.125);
     expect(episodeReward([null, {}]).reward).toBeNull();

@@ -12,7 +12,7 @@ import {
   groupSummary,
   type TaskSummary,
 } from "../../protocol/registry/groups.js";
-import { rowScores } from "../../protocol/registry/rewards.js";
+import { rowScore } from "../../protocol/registry/rewards.js";
 import type { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
 import { completedMinute, type ZeroVarianceTrend } from "../../protocol/registry/zero-variance-trend.js";
@@ -237,11 +237,14 @@ export class GroupStore {
         "SELECT rewards, trace_rewards FROM rows WHERE task = ? AND status = 'finished'",
         t.task,
       )) {
-        const s = rowScores({
-          rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
-          trace_rewards: r.trace_rewards === null ? null : (JSON.parse(r.trace_rewards) as Json[]),
-        }).find(([k]) => k === key);
-        if (s) scores.push(s[1]);
+        const s = rowScore(
+          {
+            rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+            trace_rewards: r.trace_rewards === null ? null : (JSON.parse(r.trace_rewards) as Json[]),
+          },
+          key,
+        );
+        if (s !== undefined) scores.push(s);
       }
       return {
         task: t.task,

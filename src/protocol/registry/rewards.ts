@@ -105,3 +105,19 @@ export function rowScores(row: RewardFields): Array<[string, number]> {
   const perKey = e.scores.filter(([k]) => k !== TOTAL_KEY);
   return e.reward === null ? perKey : [[TOTAL_KEY, e.reward], ...perKey];
 }
+
+/** One key of `rowScores` (the total for TOTAL_KEY), or undefined: what a per-key read (tasks) needs, without the rest. */
+export function rowScore(row: RewardFields, key: string): number | undefined {
+  if (key === TOTAL_KEY) return rowReward(row) ?? undefined;
+  let sum = 0;
+  let n = 0;
+  for (const r of traceRewardsOf(row)) {
+    if (rewardOf(r) === null) continue;
+    const s = scoresOf(r).find(([k]) => k === key);
+    if (s) {
+      sum += s[1];
+      n++;
+    }
+  }
+  return n ? sum / n : undefined;
+}
