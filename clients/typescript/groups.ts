@@ -6,7 +6,6 @@
 // `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
 // The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
 
-import type { LiveFacts } from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
 import {
   bearer,
@@ -18,7 +17,7 @@ import {
   type TokenOptions,
 } from "./relay-fetch.js";
 
-import type { GroupJson, GroupSort, GroupsPage } from "../../src/protocol/index.js";
+import type { GroupJson, GroupSort, GroupsPage, RolloutJson } from "../../src/protocol/index.js";
 
 // The relay's own types for what it answers (src/protocol/registry/groups.ts, zero-variance-trend.ts): one definition
 // for both sides.
@@ -27,32 +26,14 @@ export type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
 export type GroupSummary = GroupJson;
 
-/** A reward key's advantage: the score less the group's mean, and that over the group's std (null when std is 0). */
-export interface Advantage {
-  raw: number;
-  normalized: number | null;
-}
+/** An advantage in the group: the reward less the group's mean, and that over the group's std (null when std is 0). */
+export type { Advantage } from "../../src/protocol/index.js";
 
-/** One rollout of a group. */
-export interface GroupRollout {
-  /** The episode id. */
-  id: string;
-  status: string;
-  /** The index row's rewards (the first trace's `rewards` field, as JSON). */
-  rewards: unknown;
-  /** The weighted mean of the reward scores (null without rewards). */
-  reward: number | null;
-  advantage: Record<string, Advantage>;
-  calls: number;
-  tokens: number;
-  stop_condition: string | null;
-  truncated: boolean;
-  error: string | null;
-  /** Its task key, its trainer's dispatch identity, and where it stands (null without them). */
-  task: string | null;
-  dispatch: Record<string, unknown> | null;
-  live: LiveFacts | null;
-}
+/**
+ * One rollout of a group: its `reward` (the trainer's: per rewarded trace Σ score × weight, the mean over those traces;
+ * src/protocol/registry/rewards.ts), its `advantage` on it (GRPO's), and `key_advantages` per reward key.
+ */
+export type GroupRollout = RolloutJson;
 
 /** A group with its rollouts, best reward first. */
 export interface GroupDetail extends GroupSummary {

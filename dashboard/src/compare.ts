@@ -14,9 +14,9 @@ import { num, signed } from "./group/figures.js";
 import { episodeHref, homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
 import { isObject, messageOf, type Message } from "./model.js";
 import { picksOf } from "./pick-tray.js";
-import { rewardChips, rewardScores } from "./reward-chip.js";
+import { episodeRewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
-import { rewardOf } from "../../src/protocol/index.js";
+import { episodeReward } from "../../src/protocol/index.js";
 import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
 import type { Json } from "../../src/protocol/index.js";
 
@@ -71,7 +71,7 @@ function sideOf(id: string, i: number, body: Json, pickedGroup: string | null): 
     status: typeof o.status === "string" ? o.status : "finished",
     group,
     traces,
-    reward: rewardOf(traces[0]?.rewards ?? null),
+    reward: episodeReward(traces.map((t) => t.rewards)).reward,
     tokens: traces.reduce((s, t) => s + t.tokens, 0),
     rank: null,
     rollout: null,
@@ -79,6 +79,11 @@ function sideOf(id: string, i: number, body: Json, pickedGroup: string | null): 
 }
 
 /** The text a turn's diff compares: reasoning, content and tool calls, one per line. */
+/** An advantage as text: raw and normalised ("–" for none). */
+function advantageText(a: RolloutJson["advantage"]): string {
+  return a ? `${signed(a.raw)} (${a.normalized === null ? "–" : signed(a.normalized, 2)})` : "–";
+}
+
 function turnText(m: Message): string {
   return [
     m.reasoning ? `(reasoning) ${m.reasoning}` : null,
@@ -134,7 +139,7 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         : s.rank === "worst"
           ? h("span.chip.bad.rank", null, "worst")
           : null,
-      h("span.compare-rewards", null, ...rewardChips(s.traces[0]?.rewards ?? null)),
+      h("span.compare-rewards", null, ...episodeRewardChips(s.traces.map((t) => t.rewards))),
     );
   }
 
@@ -167,6 +172,10 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         "reward",
         sides.map((s) => num(s.reward)),
       ),
+      fact(
+        "reward advantage",
+        sides.map((s) => advantageText(s.rollout?.advantage ?? null)),
+      ),
     ];
     const slots = Math.max(...sides.map((s) => s.traces.length));
     const union = (pick: (t: TraceSide) => Json) => [
@@ -178,16 +187,16 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       rows.push(
         fact(
           `${k} score`,
-          sides.map((s) => rewardScores(s.traces[0]?.rewards ?? null).find((x) => x.key === k)?.text ?? "–"),
+          sides.map((s) => {
+            const v = episodeReward(s.traces.map((t) => t.rewards)).scores.find(([key]) => key === k);
+            return v ? num(v[1]) : "–";
+          }),
         ),
       );
       rows.push(
         fact(
           `${k} advantage`,
-          sides.map((s) => {
-            const a = s.rollout?.advantage[k];
-            return a ? `${signed(a.raw)} (${a.normalized === null ? "–" : signed(a.normalized, 2)})` : "–";
-          }),
+          sides.map((s) => advantageText(s.rollout?.key_advantages[k] ?? null)),
         ),
       );
     }

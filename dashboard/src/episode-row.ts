@@ -5,10 +5,11 @@
 // Every column is the row's own field as the relay sends it (src/protocol/registry/entry.ts).
 import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
-import { rewardChips, rewardNumber } from "./reward-chip.js";
+import { episodeRewardChips, rewardNumber } from "./reward-chip.js";
 import { pickBox } from "./pick-tray.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 import type { IndexEntry } from "../../src/protocol/index.js";
+import { REWARD_DEFINITION, traceRewardsOf } from "../../src/protocol/index.js";
 
 export function episodeListHead(): HTMLElement {
   const col = (text: string, title?: string, cls = "span") => h(cls as "span", { role: "columnheader", title }, text);
@@ -21,7 +22,7 @@ export function episodeListHead(): HTMLElement {
     col("Group", "the trainer's group, else the reply's group, else the task"),
     col("Step", "the trainer's step (dispatch identity)", "span.num.h-identity"),
     col("Kind", "train or eval", "span.h-identity"),
-    col("Reward", "weighted mean of the reward scores", "span.num"),
+    col("Reward", REWARD_DEFINITION, "span.num"),
     col("Rewards"),
     col("Final answer", "the latest assistant words"),
     col("Stop", "stop condition"),
@@ -31,7 +32,8 @@ export function episodeListHead(): HTMLElement {
 }
 
 export function episodeRow(e: IndexEntry, run: string): HTMLElement {
-  const rewards = rewardChips(e.rewards);
+  // the per-key means over the traces (the reward has its own column)
+  const rewards = episodeRewardChips(traceRewardsOf(e), false, false);
   const pending = isPlaceholder(e);
   const last = e.live?.last ?? null;
   return h(

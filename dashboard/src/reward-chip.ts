@@ -6,6 +6,7 @@
 import { fmtNumber, h } from "./dom.js";
 import { fmt, isObject } from "./model.js";
 import type { Json } from "../../src/protocol/index.js";
+import { episodeReward, REWARD_DEFINITION, TOTAL_KEY } from "../../src/protocol/index.js";
 
 /** The scale's ends: at or below BAD is the worst colour, at or above GOOD the best. */
 export const REWARD_BAD = 0;
@@ -74,7 +75,22 @@ export function rewardChips(v: Json | undefined, big = false): HTMLElement[] {
   return rewardScores(v).map((r) => rewardChip(r.key, r.score, r.text, { big }));
 }
 
-/** A bare number coloured by the scale (the weighted reward in a list's cell). */
+/**
+ * An episode's rewards from its traces' (src/protocol/registry/rewards.ts): the reward first (with the definition as
+ * its title, unless `total` is false), then each key's mean over the traces.
+ */
+export function episodeRewardChips(traceRewards: readonly Json[], big = false, total = true): HTMLElement[] {
+  const e = episodeReward(traceRewards);
+  const shown = total && e.reward !== null;
+  // a bare-number reward is the key "reward": shown once, as the total it equals
+  const keys = e.scores
+    .filter(([k]) => !shown || k !== TOTAL_KEY)
+    .map(([k, s]) => rewardChip(k, s, fmtNumber(s), { big }));
+  if (!shown) return keys;
+  return [rewardChip(TOTAL_KEY, e.reward, fmtNumber(e.reward), { big, attrs: { title: REWARD_DEFINITION } }), ...keys];
+}
+
+/** A bare number coloured by the scale (the episode's reward in a list's cell). */
 export function rewardNumber(score: number | null, text: string): HTMLElement {
   return score === null ? h("span.muted", null, "–") : h("span.reward-mean.toned", toneAttrs(score), text);
 }

@@ -252,7 +252,7 @@ interface Planned {
   tokens: number;
 }
 
-/** Weights the seeded episodes give their rewards (the reward an episode sorts by is their weighted mean). */
+/** Weights the seeded episodes give their rewards (the reward an episode sorts by is Σ score × weight, the trainer's). */
 const WEIGHTS: Record<string, number> = { correct: 1, format: 0.25 };
 
 /** Episode n of a seeded run: its outcome, scores, turns and tokens (deterministic, varied). */
@@ -436,7 +436,11 @@ describe("a run of 240 episodes", () => {
       expect(await stat("min")).toBe(String(Math.min(...scores)));
       expect(await stat("max")).toBe(String(Math.max(...scores)));
     }
-    expect(await page.locator(".hist").count()).toBe(2);
+    // and one for "reward", the trainer's reward of every scored episode (kept beside the keys since issue 40)
+    expect(await page.locator(".hist").count()).toBe(3);
+    expect(await page.locator('.hist[data-key="reward"] [data-stat="count"] dd').innerText()).toBe(
+      String(plans.filter((p) => rewardOf(rewardsOf(p)) !== null).length),
+    );
 
     // the sparkline: 60 minutes, the ended episodes all in the last few
     const spark = page.locator("svg.sparkline");

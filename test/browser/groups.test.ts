@@ -343,7 +343,8 @@ describe("rollout groups on the run page (/runs/{run})", () => {
 
     // tasks: key `correct` (the first of the aggregates' keys), threshold 1
     expect(await page.locator("#task-key").inputValue()).toBe("correct");
-    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["correct", "format"]);
+    // "reward": the trainer's reward, kept beside the keys since issue 40
+    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["correct", "format", "reward"]);
     expect(await page.locator("#task-threshold").inputValue()).toBe("1");
     await waitSolveRates(page, "correct", 1);
     const a = page.locator('#tasks .t-row[data-task="task-a"]');
@@ -402,14 +403,17 @@ describe("rollout groups on the run page (/runs/{run})", () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(listed?.mean_rewards?.correct).toBeCloseTo(mean(finished), 9);
-    expect(Object.keys(listed!.mean_rewards!)).toEqual(["correct", "format"]);
+    // "reward": the trainer's reward (per rollout correct × its weight + format × its weight), since issue 40
+    expect(Object.keys(listed!.mean_rewards!)).toEqual(["correct", "format", "reward"]);
+    const totals = rollouts.filter((r) => r.outcome === "finished").map((r) => rewardOf(rewardJson(r.scores))!);
+    expect(listed?.mean_rewards?.reward).toBeCloseTo(mean(totals), 9);
     const { context, page, errors } = await open("/");
     await waitConnection(page, "live");
-    // no key named `reward`: the first by name
+    // the key `reward` is the one shown
     const cell = `.run-row[data-run="${RUN}"] .cell-mean`;
-    await waitAttr(page, cell, "data-value", String(listed!.mean_rewards!.correct));
-    expect(await page.locator(cell).getAttribute("data-key")).toBe("correct");
-    expect(await page.locator(`${cell} .count-v`).innerText()).toBe(fmt(listed!.mean_rewards!.correct!));
+    await waitAttr(page, cell, "data-value", String(listed!.mean_rewards!.reward));
+    expect(await page.locator(cell).getAttribute("data-key")).toBe("reward");
+    expect(await page.locator(`${cell} .count-v`).innerText()).toBe(fmt(listed!.mean_rewards!.reward!));
     expect(await page.locator(".run-head").innerText()).toMatch(/mean reward/i);
     const shots = await shoot(page, "runs-mean-reward");
     expect(errors).toEqual([]);

@@ -40,12 +40,13 @@ interface Rollout {
   stop?: string;
 }
 const FINISHED: Rollout[] = [
-  { name: "a-0", task: TASK_A, scores: [1, 0.5] }, // reward 0.9
-  { name: "a-1", task: TASK_A, scores: [0, 0.5] }, // 0.1
-  { name: "a-2", task: TASK_A, scores: [1, 1] }, // 1.0
+  // the trainer's reward, correct × 1 + format × 0.25 (before issue 40 the weighted means 0.9, 0.1, 1.0, 0, 0.8, 0.2)
+  { name: "a-0", task: TASK_A, scores: [1, 0.5] }, // reward 1.125
+  { name: "a-1", task: TASK_A, scores: [0, 0.5] }, // 0.125
+  { name: "a-2", task: TASK_A, scores: [1, 1] }, // 1.25
   { name: "a-3", task: TASK_A, scores: [0, 0] }, // 0
-  { name: "b-0", task: TASK_B, scores: [1, 0], stop: "max_turns" }, // 0.8, truncated
-  { name: "b-1", task: TASK_B, scores: [0, 1] }, // 0.2
+  { name: "b-0", task: TASK_B, scores: [1, 0], stop: "max_turns" }, // 1.0, truncated
+  { name: "b-1", task: TASK_B, scores: [0, 1] }, // 0.25
 ];
 /** Every episode of the run: the finished ones, one live (3 calls of 3 not yet: 2 calls, 65 tokens) and one failed (no calls). */
 const ALL = [...FINISHED.map((r) => id(r.name)), id("live"), id("failed")];
@@ -100,7 +101,7 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
       row("a-0").calls,
       row("a-0").tokens,
     ]).toEqual([TASK_A, "agent_completed", false, 3, 99]);
-    expect(row("a-0").reward).toBeCloseTo(0.9, 9);
+    expect(row("a-0").reward).toBe(1.125);
     expect([row("b-0").task, row("b-0").stop_condition, row("b-0").truncated]).toEqual([TASK_B, "max_turns", true]);
     expect([row("live").status, row("live").calls, row("live").tokens, row("live").reward]).toEqual([
       "live",
@@ -344,8 +345,8 @@ describe("episode-relay episodes", () => {
       "error",
     ]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
-    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "0.800", "3", "99", TASK_B, "max_turns (truncated)"]);
-    expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.200", "3", "99", TASK_B, "agent_completed"]);
+    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "1.000", "3", "99", TASK_B, "max_turns (truncated)"]);
+    expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.250", "3", "99", TASK_B, "agent_completed"]);
 
     const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");
     expect(failed.code, failed.stderr).toBe(0);

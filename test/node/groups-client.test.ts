@@ -46,7 +46,8 @@ const ODD_SCORES: Array<[number, number]> = [
 ];
 const ALL_GROUPS = [VARIED, ZERO, ODD, TASK_KEY].sort();
 
-const weighted = ([c, fm]: [number, number]) => (c + fm * 0.25) / 1.25;
+/** The trainer's reward of one trace: Σ score × weight (the relay showed the weighted mean before issue 40). */
+const weighted = ([c, fm]: [number, number]) => c + fm * 0.25;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const pstd = (xs: number[]) => Math.sqrt(mean(xs.map((x) => (x - mean(xs)) ** 2)));
 const post = (path: string, body: Uint8Array) => relay.post(path, body);
@@ -102,6 +103,10 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
     const live = groups.get(TASK_KEY)!;
     expect([live.size, live.finished, live.live]).toEqual([1, 0, 1]);
     expect(groups.get(ODD)!.size).toBe(2);
+    const totals = VARIED_SCORES.map(weighted);
+    expect(varied.mean_reward).toBeCloseTo(mean(totals), 9);
+    expect(varied.std_reward).toBeCloseTo(pstd(totals), 9);
+    expect(varied.spread).toBeCloseTo(Math.max(...totals) - Math.min(...totals), 9);
     expect(varied.spread).toBeGreaterThan(0);
     expect(zero.spread ?? 0).toBe(0);
   });
@@ -133,7 +138,7 @@ describe("fetchGroupsPage / fetchGroups against a relay", () => {
 });
 
 describe("fetchGroup against a relay", () => {
-  it("the rollouts, best reward first, each with its advantage per reward key", async () => {
+  it("the rollouts, best reward first, each with its advantage on the reward and per reward key", async () => {
     const g = await fetchGroup(relay.url, RUN, VARIED, { token: relay.admin });
     expect([g.id, g.size, g.finished]).toEqual([VARIED, 4, 4]);
     const order = VARIED_SCORES.map((s, i) => [weighted(s), i] as const)
@@ -148,12 +153,15 @@ describe("fetchGroup against a relay", () => {
       expect(r.calls).toBe(3);
       expect(Number.isInteger(r.tokens)).toBe(true);
       expect([r.stop_condition, r.truncated, r.error]).toEqual(["agent_completed", false, null]);
+      const totals = VARIED_SCORES.map(weighted);
+      expect(r.advantage!.raw).toBeCloseTo(weighted(s) - mean(totals), 9);
+      expect(r.advantage!.normalized!).toBeCloseTo((weighted(s) - mean(totals)) / pstd(totals), 9);
       for (const [key, k] of [
         ["correct", 0],
         ["format", 1],
       ] as const) {
         const xs = VARIED_SCORES.map((x) => x[k]);
-        const a = r.advantage[key]!;
+        const a = r.key_advantages[key]!;
         expect(a.raw, `${r.id} ${key}`).toBeCloseTo(s[k] - mean(xs), 9);
         expect(a.normalized!, `${r.id} ${key}`).toBeCloseTo((s[k] - mean(xs)) / pstd(xs), 9);
       }
@@ -161,8 +169,9 @@ describe("fetchGroup against a relay", () => {
     const zero = await fetchGroup(relay.url, RUN, ZERO, { token: relay.admin });
     expect(zero.rollouts).toHaveLength(3);
     for (const r of zero.rollouts) {
-      expect(r.advantage.correct).toEqual({ raw: 0, normalized: null });
-      expect(r.advantage.format!.normalized).toBeNull();
+      expect(r.advantage).toEqual({ raw: 0, normalized: null });
+      expect(r.key_advantages.correct).toEqual({ raw: 0, normalized: null });
+      expect(r.key_advantages.format!.normalized).toBeNull();
     }
     const odd = await fetchGroup(relay.url, RUN, ODD, { token: relay.admin });
     expect(odd.id).toBe(ODD);
@@ -210,6 +219,8 @@ describe("groups client checks (scripted answers)", () => {
     finished: 1,
     failed: 0,
     live: 0,
+    mean_reward: null,
+    std_reward: null,
     rewards: {},
     spread: null,
     step: null,
@@ -289,17 +300,26 @@ describe("groups client checks (scripted answers)", () => {
 const cli = (...args: string[]) => runCli(args);
 
 describe("episode-relay groups", () => {
-  it("prints the zero-variance share and a table: id, task, size, finished, per key mean±std", async () => {
+  it("prints the zero-variance share and a table: id, task, size, finished, the reward's and per key mean±std", async () => {
     const r = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--sort", "size");
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.split("\n");
     expect(lines[0]).toBe(`run ${RUN}: 4 group(s), 3 finished`);
     expect(lines[1]).toMatch(/^zero-variance share: 33\.3% \(1 of 3 finished group\(s\)/);
     const head = lines.find((l) => l.startsWith("id "))!;
-    expect(head.split(/\s{2,}/)).toEqual(["id", "task", "size", "finished", "correct mean±std", "format mean±std"]);
+    expect(head.split(/\s{2,}/)).toEqual([
+      "id",
+      "task",
+      "size",
+      "finished",
+      "reward mean±std",
+      "correct mean±std",
+      "format mean±std",
+    ]);
     const row = (id: string) => lines.find((l) => l.startsWith(`${id} `))!.split(/\s{2,}/);
-    expect(row(VARIED)).toEqual([VARIED, TASK_KEY, "4", "4", "0.500±0.500", "0.500±0.354"]);
-    expect(row(ZERO)).toEqual([ZERO, TASK_KEY, "3", "3", "1.000±0.000", "0.500±0.000"]);
+    // VARIED's rewards 1.125, 0.125, 0.25, 1.0: mean 0.625, population std 0.442
+    expect(row(VARIED)).toEqual([VARIED, TASK_KEY, "4", "4", "0.625±0.442", "0.500±0.500", "0.500±0.354"]);
+    expect(row(ZERO)).toEqual([ZERO, TASK_KEY, "3", "3", "1.125±0.000", "1.000±0.000", "0.500±0.000"]);
     expect(row(TASK_KEY).slice(0, 4)).toEqual([TASK_KEY, TASK_KEY, "1", "0"]);
     // --sort size: largest first
     expect(lines.indexOf(lines.find((l) => l.startsWith(`${VARIED} `))!)).toBeLessThan(
@@ -328,12 +348,14 @@ describe("episode-relay groups", () => {
     const lines = out.split("\n");
     expect(lines[0]).toBe(`group ${VARIED} of run ${RUN}: task ${TASK_KEY}`);
     expect(lines[1]).toMatch(/^4 rollout\(s\): 4 finished, 0 failed, 0 live/);
+    expect(out).toMatch(/ {2}reward: mean 0\.625 ± 0\.442 \(per rewarded trace Σ score × weight/);
     expect(out).toMatch(/ {2}correct: mean 0\.500 ± 0\.500, min 0\.000, max 1\.000/);
     const head = lines.find((l) => l.startsWith("id "))!;
     expect(head.split(/\s{2,}/)).toEqual([
       "id",
       "status",
       "reward",
+      "adv (norm)",
       "correct",
       "correct adv (norm)",
       "format",
@@ -345,17 +367,18 @@ describe("episode-relay groups", () => {
     ]);
     const rows = lines.filter((l) => l.startsWith(`${RUN}:varied-`)).map((l) => l.split(/\s{2,}/));
     expect(rows.map((r) => r[0])).toEqual([`${RUN}:varied-0`, `${RUN}:varied-3`, `${RUN}:varied-2`, `${RUN}:varied-1`]);
-    // varied-0: correct 1.0 (mean 0.5, std 0.5), format 0.5 (mean 0.5)
-    expect(rows[0]!.slice(0, 7)).toEqual([
+    // varied-0: reward 1.125 (mean 0.625, std 0.442), correct 1.0 (mean 0.5, std 0.5), format 0.5 (mean 0.5)
+    expect(rows[0]!.slice(0, 8)).toEqual([
       `${RUN}:varied-0`,
       "finished",
-      "0.900",
+      "1.125",
+      "+0.500 (+1.13)",
       "1.000",
       "+0.500 (+1.00)",
       "0.500",
       "+0.000 (+0.00)",
     ]);
-    expect(rows[0]![9]).toBe("agent_completed");
+    expect(rows[0]![10]).toBe("agent_completed");
 
     const zero = await cli("groups", "--run", RUN, "--group", ZERO, relay.url, "--token", relay.admin);
     expect(zero.code, zero.stderr).toBe(0);

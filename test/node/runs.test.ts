@@ -62,11 +62,8 @@ describe("rewards", () => {
     expect(scoresOf([1, 2])).toEqual([]);
   });
 
-  it("the episode's reward is the weighted mean", () => {
-    expect(rewardOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 } })).toBeCloseTo(
-      (1 + 0.125) / 1.25,
-      12,
-    );
+  it("a trace's reward is the weighted sum (the trainer's, not a weighted mean)", () => {
+    expect(rewardOf({ correct: { score: 1, weight: 1 }, format: { score: 0.5, weight: 0.25 } })).toBe(1 + 0.125);
     expect(rewardOf({ a: { score: 0.5 } })).toBe(0.5);
     expect(rewardOf({})).toBeNull();
     expect(rewardOf(3)).toBe(3);

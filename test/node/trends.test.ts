@@ -103,7 +103,8 @@ describe("finished-only reward counters", () => {
       row(2, "failed", { a: 0, b: 1 }, NOW),
       row(3, "finished", { a: 1 }, NOW),
     ]);
-    expect(finishedMeans(counters)).toEqual({ a: 0.75 });
+    // "reward" is the episode's total (rewards.ts: Σ score × weight), kept beside the keys since issue 40
+    expect(finishedMeans(counters)).toEqual({ a: 0.75, reward: 0.75 });
   });
 });
 
@@ -121,7 +122,9 @@ describe("the reward trend", () => {
     ];
     const t = rewardTrendOf(recountRewardMinutes(rows.map(contributionOf)), NOW);
     expect(t.start).toBe(new Date((last - THROUGHPUT_MINUTES + 1) * 60_000).toISOString());
-    expect(Object.keys(t.keys)).toEqual(["a", "b"]);
+    // "reward": the total (rows 1 and 2 total 0.5 and 1), kept beside the keys since issue 40
+    expect(Object.keys(t.keys)).toEqual(["a", "b", "reward"]);
+    expect(t.keys.reward!.count.reduce((x, y) => x + y, 0)).toBe(3);
     expect(t.keys.a!.count).toHaveLength(THROUGHPUT_MINUTES);
     const nowSlot = THROUGHPUT_MINUTES - 1;
     const sameMinute = minuteOf(NOW - 30_000) === last;

@@ -242,7 +242,7 @@ describe("a delete through the real objects", () => {
 });
 
 describe("rowOf", () => {
-  it("the counters from the meta row; tokens of every trace; rewards, task, stop condition and truncation of the first", async () => {
+  it("the counters from the meta row; tokens and rewards of every trace; rewards, task, stop condition and truncation of the first", async () => {
     await withFreshStorage((storage) => {
       const state = new EpisodeState(storage);
       const rewards = m({ correct: m({ score: f(1), weight: 1 }) });
@@ -266,6 +266,8 @@ describe("rowOf", () => {
         calls: 0,
         tokens: 42,
         rewards: { correct: { score: 1, weight: 1 } },
+        // each trace's, in order (the second has none yet): what the episode's reward is counted from
+        trace_rewards: [{ correct: { score: 1, weight: 1 } }, null],
         error: null,
         task: "task-7",
         group: "task-7", // live: the task key

@@ -119,11 +119,25 @@ describe("groups equal a recount after any order of writes", () => {
     const g = (await res.json()) as {
       size: number;
       rewards: Record<string, { mean: number; std: number }>;
-      rollouts: Array<{ id: string; advantage: Record<string, { raw: number; normalized: number | null }> }>;
+      mean_reward: number;
+      std_reward: number;
+      rollouts: Array<{
+        id: string;
+        advantage: { raw: number; normalized: number | null };
+        key_advantages: Record<string, { raw: number; normalized: number | null }>;
+      }>;
     };
     expect(g.size).toBe(4);
     expect(g.rewards.correct).toEqual({ mean: 0.5, std: 0.5, min: 0, max: 1 });
-    expect(g.rollouts.map((r) => r.advantage.correct)).toEqual([
+    // the trainer's reward: correct × 1 + format × 0.5, so 1.5 or 0; GRPO's advantage is on it
+    expect([g.mean_reward, g.std_reward]).toEqual([0.75, 0.75]);
+    expect(g.rollouts.map((r) => r.advantage)).toEqual([
+      { raw: 0.75, normalized: 1 },
+      { raw: 0.75, normalized: 1 },
+      { raw: -0.75, normalized: -1 },
+      { raw: -0.75, normalized: -1 },
+    ]);
+    expect(g.rollouts.map((r) => r.key_advantages.correct)).toEqual([
       { raw: 0.5, normalized: 1 },
       { raw: 0.5, normalized: 1 },
       { raw: -0.5, normalized: -1 },

@@ -217,8 +217,10 @@ describe("the finished-only extremes", () => {
       const a = store.aggregates(run, Date.now());
       expect([a.finished_rewards.correct!.min, a.finished_rewards.correct!.max]).toEqual([0.25, 0.75]);
       expect([a.rewards.correct!.min, a.rewards.correct!.max]).toEqual([0, 1]);
+      // one MIN-and-MAX read per key and table: "correct", and "reward" (the total, kept beside the keys since issue 40)
+      expect(Object.keys(a.rewards)).toEqual(["correct", "reward"]);
       const scores = read.filter((r) => r.query.includes("FROM scores"));
-      expect(scores).toHaveLength(2);
+      expect(scores).toHaveLength(4);
       for (const r of scores) expect(r.cursor.rowsRead, r.query).toBeLessThan(10);
       const plan = storage.sql
         .exec("EXPLAIN QUERY PLAN SELECT MIN(score) FROM scores WHERE key = ? AND status = 'finished'", "correct")

@@ -22,6 +22,7 @@ import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js"
 import { runIndexName } from "../../src/objects/registry/episode-index.js";
 import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { F64 } from "../../src/protocol/wire/lossless.js";
+import { rowScores } from "../../src/protocol/registry/rewards.js";
 import { delta, m, openDelta } from "../support/deltas.js";
 import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
@@ -110,10 +111,8 @@ async function expectExact(run: string): Promise<void> {
     expect(a.mean).toBe((r.units * SCORE_UNIT) / r.count);
     expect(a.histogram.counts).toEqual(r.bins.slice(1, HISTOGRAM_BINS + 1));
     expect([a.histogram.below, a.histogram.above]).toEqual([r.bins[0], r.bins[HISTOGRAM_BINS + 1]]);
-    const scores = asRows.flatMap((x) => {
-      const v = (x.rewards as Record<string, { score?: number }> | null)?.[key]?.score;
-      return typeof v === "number" ? [v] : [];
-    });
+    // per key as kept: the episode's scores (rewards.ts; "reward" is the total)
+    const scores = asRows.flatMap((x) => rowScores(x).flatMap(([k, v]) => (k === key ? [v] : [])));
     expect([a.min, a.max]).toEqual([Math.min(...scores), Math.max(...scores)]);
   }
   const now = minuteOf(Date.now());

@@ -14,7 +14,11 @@ import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { checkSchema, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
-import { toJson } from "../../src/protocol/wire/json-view.js";
+import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
+import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
+import type { IndexEntry } from "../../src/protocol/registry/entry.js";
+import type { GroupJson } from "../../src/protocol/registry/groups.js";
+import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -113,7 +117,13 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
     const list = (await (await relay("../runs/fixture/episodes")).json()) as {
       episodes: Array<Record<string, unknown>>;
     };
-    expect(list).toMatchObject(seen.observed["run:episodes"] as object);
+    // the reward is the trainer's since INDEX_SCHEMA 8 (issue 40): a recount, where that release showed its weighted mean
+    const observedList = seen.observed["run:episodes"] as { episodes: Array<Record<string, unknown>> };
+    const recounted: Array<Record<string, unknown>> = await Promise.all(
+      observedList.episodes.map(async (e) => ({ ...e, reward: await recountedReward(e) })),
+    );
+    expect(recounted.find((e) => e.id === "fixture:chat_basic")?.reward).toBe(1.125);
+    expect(list).toMatchObject({ ...observedList, episodes: recounted });
     // rows written before groups existed join none until rewritten
     if (release === "release-89af552")
       expect(list.episodes.map((e) => e.group ?? null)).toEqual(list.episodes.map(() => null));
@@ -199,8 +209,43 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
     );
     expect(await versionOf(env.EPISODE_INDEX, "run:fixture")).toBe(latestVersion(INDEX_SCHEMA));
     expect(await versionOf(env.RUN_DIRECTORY, "runs")).toBe(latestVersion(DIRECTORY_SCHEMA));
+    await everyRewardRecounted();
   });
 });
+
+/** An observed row's reward by the trainer's rule: over the golden episode's traces (finished), else its own rewards. */
+async function recountedReward(e: Record<string, unknown>): Promise<number | null> {
+  const name = String(e.id).replace(/^fixture:/, "");
+  if (e.status !== "finished" || !EPISODES.includes(name)) return episodeReward([(e.rewards ?? null) as Json]).reward;
+  const ep = toJson(decodeLossless((await golden(name)).episode!)) as { traces: Array<{ rewards?: Json }> };
+  return episodeReward(ep.traces.map((t) => t.rewards ?? null)).reward;
+}
+
+/**
+ * After the upgrade: the episode of several traces was asked by the index's alarm and sent every trace's rewards;
+ * every row's reward, the run's reward statistics and each group's equal a recount from the rows.
+ */
+async function everyRewardRecounted(): Promise<void> {
+  await runDurableObjectAlarm(env.EPISODE_INDEX.getByName("run:fixture"));
+  type Row = IndexEntry & { trace_rewards?: Json[] | null };
+  const rows = async () => ((await (await relay("../runs/fixture/episodes")).json()) as { episodes: Row[] }).episodes;
+  await expect
+    .poll(async () => (await rows()).find((r) => r.id === "fixture:multi_trace_links")?.trace_rewards?.length)
+    .toBe(3);
+  const all = await rows();
+  for (const r of all) expect(r.reward, r.id).toBe(await recountedReward(r as unknown as Record<string, unknown>));
+  const agg = ((await (await relay("../runs/fixture")).json()) as { aggregates: RunAggregates }).aggregates;
+  const finished = all.filter((r) => r.status === "finished" && r.reward !== null).map((r) => r.reward!);
+  expect(agg.finished_rewards[TOTAL_KEY]?.count).toBe(finished.length);
+  expect(agg.finished_rewards[TOTAL_KEY]?.mean).toBeCloseTo(finished.reduce((a, b) => a + b, 0) / finished.length, 9);
+  const groups = (await (await relay("../runs/fixture/groups")).json()) as { groups: GroupJson[] };
+  expect(groups.groups.length).toBeGreaterThan(0);
+  for (const g of groups.groups) {
+    const members = all.filter((r) => r.group === g.id && r.status === "finished" && r.reward !== null);
+    const mean = members.length ? members.reduce((a, r) => a + r.reward!, 0) / members.length : null;
+    expect(g.mean_reward, g.id).toBe(mean);
+  }
+}
 
 describe("an object whose storage cannot be upgraded refuses every request, its storage untouched", () => {
   async function tablesOf(name: string): Promise<string[]> {

@@ -20,7 +20,7 @@ import {
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import { groupSummary } from "../../src/protocol/registry/groups.js";
 import type { RunSummary } from "../../src/protocol/registry/index-protocol.js";
-import { scoresOf } from "../../src/protocol/registry/rewards.js";
+import { rowScores } from "../../src/protocol/registry/rewards.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
 import { latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
@@ -71,7 +71,7 @@ async function getJson<T>(path: string): Promise<T> {
 function rewardStats(rows: IndexRow[]) {
   const out: Record<string, { count: number; units: number; min: number; max: number; bins: number[] }> = {};
   for (const r of rows) {
-    for (const [k, s] of scoresOf(r.rewards)) {
+    for (const [k, s] of rowScores(r)) {
       const x = (out[k] ??= {
         count: 0,
         units: 0,
@@ -107,7 +107,7 @@ function rewardTrend(rows: IndexRow[], first: number) {
     if (r.status !== "finished" || r.ended === null) continue;
     const i = minuteOf(r.ended) - first;
     if (i < 0 || i >= THROUGHPUT_MINUTES) continue;
-    for (const [k, s] of scoresOf(r.rewards)) {
+    for (const [k, s] of rowScores(r)) {
       keys[k] ??= {
         n: new Array<number>(THROUGHPUT_MINUTES).fill(0),
         units: new Array<number>(THROUGHPUT_MINUTES).fill(0),

@@ -1,7 +1,10 @@
 // An exported rollout's rows, from its index row and its episode's JSON view: one per rollout, or
 // one per branch (a sampled path from a trace's root to a leaf). The same columns and rules as the
 // Python client's (clients/python/episode_relay/export.py `rollout_record`, `branch_records`):
-// identity from the row, the rest counted from the episode. Pure.
+// identity from the row, the rest counted from the episode (the reward by the one definition,
+// src/protocol/registry/rewards.ts). Pure.
+
+import { episodeReward, type Json } from "../../src/protocol/index.js";
 
 export interface Column {
   name: string;
@@ -68,7 +71,6 @@ type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const int = (v: unknown): number => (typeof v === "number" && Number.isSafeInteger(v) ? v : 0);
-const num = (v: unknown): number | null => (typeof v === "number" ? v : null);
 const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
 
 function parentsOf(t: Obj): Array<number | null> {
@@ -120,11 +122,17 @@ function answerOn(nodes: unknown[], path: number[]): string | null {
   return null;
 }
 
-/** `{key: score}` of a trace's rewards (`{key: {score, weight}}`), null where there is no score. */
-function scores(rewards: unknown): Record<string, number | null> {
-  const out: Record<string, number | null> = {};
-  if (isObj(rewards)) for (const [k, v] of Object.entries(rewards)) out[k] = isObj(v) ? num(v.score) : null;
-  return out;
+/**
+ * The task's expected answer: the episode's task (the reply head's), else the first trace's `open.task` that has one
+ * (a reply head may name its task without the data).
+ */
+function expectedAnswer(episode: Obj, traces: Obj[]): unknown {
+  for (const task of [episode.task, ...traces.map((t) => t.task)]) {
+    const data = isObj(task) ? task.data : undefined;
+    const answer = isObj(data) ? data.answer : undefined;
+    if (answer !== undefined && answer !== null) return answer;
+  }
+  return undefined;
 }
 
 export function rolloutRecord(row: Obj, episode: Obj): Obj {
@@ -138,9 +146,9 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     branches += ends.length;
     if (k === 0 && ends.length > 0) final = answerOn(arr(t.nodes), pathTo(parents, ends.at(-1)!));
   });
-  const task = isObj(episode.task) ? episode.task : first.task;
-  const data = isObj(task) ? task.data : undefined;
-  const expected = isObj(data) ? data.answer : undefined;
+  const expected = expectedAnswer(episode, traces);
+  // the trainer's reward and per-key means over every trace (src/protocol/registry/rewards.ts)
+  const reward = episodeReward(traces.map((t) => (t.rewards ?? null) as Json));
   const flags = arr(row.flags)
     .filter(isObj)
     .map((x) => x.rule);
@@ -155,8 +163,8 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     step: row.step,
     policy_version: row.policy_version,
     staleness: row.staleness,
-    reward: num(row.reward),
-    rewards: JSON.stringify(scores(first.rewards)),
+    reward: reward.reward,
+    rewards: JSON.stringify(Object.fromEntries(reward.scores)),
     metrics: JSON.stringify(isObj(first.metrics) ? first.metrics : {}),
     final_answer: final,
     expected_answer:
@@ -181,7 +189,9 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
 
 export function branchRecords(row: Obj, episode: Obj): Obj[] {
   const out: Obj[] = [];
-  for (const t of arr(episode.traces).filter(isObj)) {
+  const traces = arr(episode.traces).filter(isObj);
+  const reward = episodeReward(traces.map((t) => (t.rewards ?? null) as Json)).reward;
+  for (const t of traces) {
     const nodes = arr(t.nodes);
     const parents = parentsOf(t);
     leaves(parents).forEach((leaf, k) => {
@@ -195,7 +205,7 @@ export function branchRecords(row: Obj, episode: Obj): Obj[] {
         task: row.task,
         step: row.step,
         policy_version: row.policy_version,
-        reward: num(row.reward),
+        reward,
         trace: str(t.id),
         branch: k,
         leaf,

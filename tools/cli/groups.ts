@@ -1,8 +1,10 @@
 // `episode-relay groups --run R URL [--sort spread|size|task] [--json] [--token T]`: the run's
 // groups (the rollouts sharing the reply head's `group.id`), the share of finished groups whose
-// rewards do not vary (no learning signal), and a table: id, task, size, finished, per reward key
-// mean±std. `episode-relay groups --run R --group G URL [--json] [--token T]`: the group's
-// rollouts, best reward first, with their advantage per reward key.
+// rewards do not vary (no learning signal), and a table: id, task, size, finished, the reward's
+// mean±std, per reward key mean±std. `episode-relay groups --run R --group G URL [--json] [--token T]`:
+// the group's rollouts, best reward first, with their advantage on the reward and per reward key. The
+// reward is the trainer's (src/protocol/registry/rewards.ts: per rewarded trace Σ score × weight, the
+// mean over those traces; per key the mean over the traces).
 import {
   fetchGroup,
   fetchGroupsPage,
@@ -11,6 +13,7 @@ import {
   type GroupsPage,
   type RewardStats,
 } from "../../clients/typescript/groups.js";
+import { episodeReward, traceRewardsOf } from "../../src/protocol/index.js";
 import { CLI_HINTS } from "./hints.js";
 
 export const GROUP_SORTS: readonly GroupSort[] = ["spread", "size", "task"];
@@ -48,12 +51,13 @@ export async function groups(
   console.log(`zero-variance share: ${zeroVariance(page)}`);
   if (page.groups.length === 0) return 0;
   const keys = rewardKeys(page.groups.map((g) => g.rewards));
-  const head = ["id", "task", "size", "finished", ...keys.map((k) => `${k} mean±std`)];
+  const head = ["id", "task", "size", "finished", "reward mean±std", ...keys.map((k) => `${k} mean±std`)];
   const rows = page.groups.map((g) => [
     g.id,
     clip(g.task ?? "-", 24),
     String(g.size),
     String(g.finished),
+    g.mean_reward === null || g.std_reward === null ? "-" : `${num(g.mean_reward)}±${num(g.std_reward)}`,
     ...keys.map((k) => meanStd(g.rewards[k])),
   ]);
   console.log("");
@@ -82,7 +86,10 @@ function groupLines(run: string, g: GroupDetail): string[] {
   out.push(
     `${g.size} rollout(s): ${g.finished} finished, ${g.failed} failed, ${g.live} live; spread ${g.spread === null ? "-" : num(g.spread)}`,
   );
-  const keys = rewardKeys([g.rewards, ...g.rollouts.map((r) => r.advantage)]);
+  const keys = rewardKeys([g.rewards, ...g.rollouts.map((r) => r.key_advantages)]);
+  out.push(
+    `  reward: ${g.mean_reward === null || g.std_reward === null ? "-" : `mean ${num(g.mean_reward)} ± ${num(g.std_reward)}`} (per rewarded trace Σ score × weight, the mean over those traces)`,
+  );
   for (const k of keys) {
     const s = g.rewards[k];
     out.push(`  ${k}: ${s ? `mean ${num(s.mean)} ± ${num(s.std)}, min ${num(s.min)}, max ${num(s.max)}` : "-"}`);
@@ -92,33 +99,36 @@ function groupLines(run: string, g: GroupDetail): string[] {
     "id",
     "status",
     "reward",
+    "adv (norm)",
     ...keys.flatMap((k) => [k, `${k} adv (norm)`]),
     "calls",
     "tokens",
     "stop",
     "error",
   ];
-  const rows = g.rollouts.map((r) => [
-    r.id,
-    r.status,
-    r.reward === null ? "-" : num(r.reward),
-    ...keys.flatMap((k) => {
-      const a = r.advantage[k];
-      return [
-        scoreOf(r.rewards, k),
-        a ? `${signed(a.raw)} (${a.normalized === null ? "-" : signed(a.normalized, 2)})` : "-",
-      ];
-    }),
-    String(r.calls),
-    String(r.tokens),
-    `${r.stop_condition ?? "-"}${r.truncated ? " (truncated)" : ""}`,
-    r.error === null ? "" : clip(r.error, 40),
-  ]);
+  const rows = g.rollouts.map((r) => {
+    const scores = new Map(episodeReward(traceRewardsOf(r)).scores);
+    return [
+      r.id,
+      r.status,
+      r.reward === null ? "-" : num(r.reward),
+      advantage(r.advantage),
+      ...keys.flatMap((k) => {
+        const s = scores.get(k);
+        return [s === undefined ? "-" : num(s), advantage(r.key_advantages[k])];
+      }),
+      String(r.calls),
+      String(r.tokens),
+      `${r.stop_condition ?? "-"}${r.truncated ? " (truncated)" : ""}`,
+      r.error === null ? "" : clip(r.error, 40),
+    ];
+  });
   const right = new Set<number>([
     2,
-    ...keys.flatMap((_, i) => [3 + 2 * i, 4 + 2 * i]),
-    3 + 2 * keys.length,
+    3,
+    ...keys.flatMap((_, i) => [4 + 2 * i, 5 + 2 * i]),
     4 + 2 * keys.length,
+    5 + 2 * keys.length,
   ]);
   out.push("");
   out.push(...table(head, rows, right));
@@ -138,12 +148,9 @@ function rewardKeys(maps: Array<Record<string, unknown>>): string[] {
   return keys;
 }
 
-/** A reward key's score in a row's rewards JSON (`{key: {score, weight}}` or `{key: number}`). */
-function scoreOf(rewards: unknown, key: string): string {
-  if (typeof rewards !== "object" || rewards === null) return "-";
-  const v = (rewards as Record<string, unknown>)[key];
-  const score = typeof v === "object" && v !== null ? (v as { score?: unknown }).score : v;
-  return typeof score === "number" ? num(score) : "-";
+/** An advantage and its normalised value ("-" for none). */
+function advantage(a: { raw: number; normalized: number | null } | null | undefined): string {
+  return a ? `${signed(a.raw)} (${a.normalized === null ? "-" : signed(a.normalized, 2)})` : "-";
 }
 
 function meanStd(s: RewardStats | undefined): string {

@@ -30,7 +30,7 @@
 """
 
 from .bulk import fetch_run
-from .export import BRANCH_COLUMNS, ROLLOUT_COLUMNS, Rollout, branch_records, export_jsonl, export_parquet, iter_rollouts, read_run, rollout_record, selection_params
+from .export import BRANCH_COLUMNS, ROLLOUT_COLUMNS, Rollout, branch_records, episode_reward, export_jsonl, export_parquet, iter_rollouts, read_run, rollout_record, selection_params, trace_reward
 from .episodes import EpisodeEntry, EpisodesPage, fetch_episodes_page, list_episodes
 from .forwarder import RelayForwarder
 from .groups import GroupDetail, GroupRollout, GroupsPage, GroupSummary, ZeroVarianceTrend, fetch_group, fetch_groups, fetch_groups_page
@@ -57,6 +57,8 @@ __all__ = [
     "Rollout",
     "rollout_record",
     "branch_records",
+    "episode_reward",
+    "trace_reward",
     "selection_params",
     "ROLLOUT_COLUMNS",
     "BRANCH_COLUMNS",

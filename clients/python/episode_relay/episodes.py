@@ -39,8 +39,9 @@ RewardRanges = Mapping[str, Tuple[Optional[float], Optional[float]]]
 
 
 class EpisodeEntry(TypedDict, total=False):
-    """One episode as the run's index lists it (times as ISO strings; ``reward``: the weighted mean
-    of the reward scores, None without one)."""
+    """One episode as the run's index lists it (times as ISO strings; ``reward``: the trainer's —
+    per trace with rewards the sum of score × weight, the mean over those traces — None without one;
+    ``scores``: per reward key the mean of its score over the traces)."""
 
     id: str
     run: str
@@ -55,6 +56,7 @@ class EpisodeEntry(TypedDict, total=False):
     tokens: int
     rewards: Any
     reward: Optional[float]
+    scores: Dict[str, float]
     error: Optional[str]
     task: Optional[str]
     group: Optional[str]

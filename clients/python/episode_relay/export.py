@@ -26,6 +26,7 @@ pandas and pyarrow are optional: ``pip install 'episode-relay[export]'`` (pandas
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -324,27 +325,68 @@ def _num(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
-def _float(v: Any) -> Optional[float]:
-    """A number as a float (msgpack keeps a whole float64 the relay's JSON row held as an int); None otherwise."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _scores(rewards: Any) -> Dict[str, Optional[float]]:
-    """``{key: score}`` of a trace's rewards (``{key: {score, weight}}``; None where there is no score)."""
-    out: Dict[str, Optional[float]] = {}
+def _weighted_scores(rewards: Any) -> List[Tuple[str, float, float]]:
+    """A trace's ``(key, score, weight)``: ``{key: {score, weight}}`` entries (weight absent: 1), a bare number is ``reward``."""
+    if _finite(rewards):
+        return [("reward", float(rewards), 1.0)]
+    out: List[Tuple[str, float, float]] = []
     if isinstance(rewards, Mapping):
         for k, v in rewards.items():
-            s = v.get("score") if isinstance(v, Mapping) else None
-            out[str(k)] = float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else None
+            if _finite(v):
+                out.append((str(k), float(v), 1.0))
+            elif isinstance(v, Mapping) and _finite(v.get("score")):
+                w = v.get("weight")
+                out.append((str(k), float(v["score"]), float(w) if _finite(w) else 1.0))
     return out
+
+
+def trace_reward(rewards: Any) -> Optional[float]:
+    """One trace's reward as the trainer counts it: the sum of score × weight (None without a score)."""
+    s = _weighted_scores(rewards)
+    return sum(score * weight for _, score, weight in s) if s else None
+
+
+def episode_reward(trace_rewards: Sequence[Any]) -> Tuple[Optional[float], Dict[str, float]]:
+    """An episode's reward as the trainer counts it (prime-rl ``summarize_episode``; the relay's
+    ``src/protocol/registry/rewards.ts``): the mean of :func:`trace_reward` over the traces that have
+    rewards (a reward-less trace is skipped), and per key the mean of its score over the traces that
+    have it (keys sorted)."""
+    total = 0.0
+    rewarded = 0
+    by_key: Dict[str, List[float]] = {}
+    for r in trace_rewards:
+        t = trace_reward(r)
+        if t is None:
+            continue
+        total += t
+        rewarded += 1
+        for k, score, _ in _weighted_scores(r):
+            by_key.setdefault(k, []).append(score)
+    means = {k: sum(v) / len(v) for k, v in sorted(by_key.items())}
+    return (total / rewarded if rewarded else None), means
+
+
+def _expected_answer(episode: Mapping[str, Any], traces: Sequence[Mapping[str, Any]]) -> Any:
+    """The task's answer: the episode's task (the reply head's), else the first trace's ``open.task`` that has one."""
+    for task in [episode.get("task"), *(t.get("task") for t in traces)]:
+        data = task.get("data") if isinstance(task, Mapping) else None
+        answer = data.get("answer") if isinstance(data, Mapping) else None
+        if answer is not None:
+            return answer
+    return None
 
 
 def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[str, Any]:
     """One rollout's row (:data:`ROLLOUT_COLUMNS`): its identity from its index row (kind, env,
     group, task, step, policy_version, staleness, status, error, flags), the rest counted from the
-    exact episode: rewards (per key, the first trace's scores) and metrics (the first trace's),
-    the final answer (the last assistant message of the first trace's last branch), the task's
-    expected answer, turns (model calls, all traces), traces, branches, input/output/total tokens
+    exact episode: the reward and per key the mean score over the traces (:func:`episode_reward`,
+    the trainer's), metrics (the first trace's), the final answer (the last assistant message of the
+    first trace's last branch), the task's expected answer (the episode's task, else a trace's
+    ``open.task``), turns (model calls, all traces), traces, branches, input/output/total tokens
     (all traces), the first trace's stop condition and whether it timed out."""
     traces = [t for t in (episode.get("traces") or []) if isinstance(t, Mapping)]
     first = traces[0] if traces else {}
@@ -356,9 +398,8 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
         branches += len(leaves)
         if i == 0 and leaves:
             final = _answer_on(nodes, _path(parents, leaves[-1]))
-    task = episode.get("task") if isinstance(episode.get("task"), Mapping) else first.get("task")
-    data = task.get("data") if isinstance(task, Mapping) else None
-    expected = data.get("answer") if isinstance(data, Mapping) else None
+    expected = _expected_answer(episode, traces)
+    reward, scores = episode_reward([t.get("rewards") for t in traces])
     metrics = first.get("metrics") if isinstance(first.get("metrics"), Mapping) else {}
     flags = row.get("flags") or []
     return {
@@ -372,8 +413,8 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
         "step": row.get("step"),
         "policy_version": row.get("policy_version"),
         "staleness": row.get("staleness"),
-        "reward": _float(row.get("reward")),
-        "rewards": _scores(first.get("rewards")),
+        "reward": reward,
+        "rewards": scores,
         "metrics": {str(k): (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in metrics.items()},
         "final_answer": final,
         "expected_answer": expected if isinstance(expected, str) else (None if expected is None else json.dumps(expected, default=str)),
@@ -397,9 +438,9 @@ def branch_records(row: Mapping[str, Any], episode: Mapping[str, Any]) -> List[D
     its nodes, its tokens (token ids on the path), its final answer (the path's last assistant
     message) and the trace's stop condition."""
     out: List[Dict[str, Any]] = []
-    for t in episode.get("traces") or []:
-        if not isinstance(t, Mapping):
-            continue
+    traces = [t for t in (episode.get("traces") or []) if isinstance(t, Mapping)]
+    reward, _ = episode_reward([t.get("rewards") for t in traces])
+    for t in traces:
         parents, nodes = _trace_fields(t)
         for b, leaf in enumerate(_leaves(parents)):
             path = _path(parents, leaf)
@@ -413,7 +454,7 @@ def branch_records(row: Mapping[str, Any], episode: Mapping[str, Any]) -> List[D
                     "task": row.get("task"),
                     "step": row.get("step"),
                     "policy_version": row.get("policy_version"),
-                    "reward": _float(row.get("reward")),
+                    "reward": reward,
                     "trace": t.get("id"),
                     "branch": b,
                     "leaf": leaf,

@@ -4,10 +4,12 @@ A *group* is the rollouts of a run that share the reply head's ``group.id`` (GRP
 a rollout is live, its task key stands in). The list answers the run's numbers (``groups_total``,
 ``finished_groups``, ``zero_variance_groups``, ``zero_variance_share``, and per minute over the
 last hour ``zero_variance_trend``) and a page of group
-summaries (per reward key ``mean``, ``std``, ``min``, ``max`` over the finished rollouts); one
-group answers its summary plus its rollouts, best reward first, each with its advantage per
-reward key (``raw``: the score less the group's mean; ``normalized``: that over the group's std,
-None when the std is 0).
+summaries (``mean_reward`` and ``std_reward`` of the trainer's reward — per rewarded trace the sum
+of score × weight, the mean over those traces — its ``spread``, and per reward key ``mean``,
+``std``, ``min``, ``max`` over the finished rollouts); one group answers its summary plus its
+rollouts, best reward first, each with its ``advantage`` on the reward (GRPO's; ``raw``: the reward
+less the group's mean; ``normalized``: that over the group's std, None when the std is 0) and its
+``key_advantages`` per reward key.
 
 The token's ``episodes`` patterns must cover the whole run (``*`` or ``RUN:*``), else the relay
 refuses with 403.
@@ -45,7 +47,11 @@ class GroupSummary(TypedDict):
     finished: int
     failed: int
     live: int
+    #: The trainer's reward over the finished rollouts: mean and population std (None without one).
+    mean_reward: Optional[float]
+    std_reward: Optional[float]
     rewards: Dict[str, RewardStats]
+    #: Max - min of the finished rollouts' reward.
     spread: Optional[float]
 
 
@@ -75,7 +81,7 @@ class GroupsPage(TypedDict):
 
 
 class Advantage(TypedDict):
-    """A reward key's advantage: ``raw`` = score - group mean; ``normalized`` = raw / std (None when std is 0)."""
+    """An advantage: ``raw`` = reward (or a key's score) - the group's mean; ``normalized`` = raw / std (None when std is 0)."""
 
     raw: float
     normalized: Optional[float]
@@ -87,8 +93,14 @@ class GroupRollout(TypedDict):
     id: str
     status: str
     rewards: Any
+    #: Each trace's ``rewards`` (absent from an older relay's answers).
+    trace_rewards: Optional[List[Any]]
+    #: The trainer's reward: per rewarded trace the sum of score × weight, the mean over those traces.
     reward: Optional[float]
-    advantage: Dict[str, Advantage]
+    #: GRPO's: on ``reward``, against the group's ``mean_reward`` and ``std_reward`` (None without a reward).
+    advantage: Optional[Advantage]
+    #: Per reward key, on the key's mean over the traces.
+    key_advantages: Dict[str, Advantage]
     calls: int
     tokens: int
     stop_condition: Optional[str]

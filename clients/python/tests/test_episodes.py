@@ -26,11 +26,12 @@ TASK_B = "task-b"
 
 # name, task, (correct, format) scores (weights 1.0 and 0.25 as in the golden case), stop condition set with is_timeout
 FINISHED: List[Tuple[str, str, Tuple[float, float], Optional[str]]] = [
-    ("a-0", TASK_A, (1.0, 0.5), None),  # reward 0.9
-    ("a-1", TASK_A, (0.0, 0.5), None),  # 0.1
-    ("a-2", TASK_A, (1.0, 1.0), None),  # 1.0
-    ("b-0", TASK_B, (1.0, 0.0), "max_turns"),  # 0.8, truncated
-    ("b-1", TASK_B, (0.0, 1.0), None),  # 0.2
+    # the trainer's reward: correct × 1 + format × 0.25 (the weighted means before issue 40 were 0.9, 0.1, 1.0, 0.8, 0.2)
+    ("a-0", TASK_A, (1.0, 0.5), None),  # reward 1.125
+    ("a-1", TASK_A, (0.0, 0.5), None),  # 0.125
+    ("a-2", TASK_A, (1.0, 1.0), None),  # 1.25
+    ("b-0", TASK_B, (1.0, 0.0), "max_turns"),  # 1.0, truncated
+    ("b-1", TASK_B, (0.0, 1.0), None),  # 0.25
 ]
 # best reward first, then those without one by id descending
 BY_REWARD = ["a-2", "a-0", "b-0", "b-1", "a-1", "live", "failed"]
@@ -100,7 +101,7 @@ def test_each_filter_gives_the_expected_episodes(relay: Relay, run: str) -> None
     assert ls(rewards={"correct": (1, None)}) == ["a-0", "a-2", "b-0"]
     assert ls(rewards={"correct": (None, 0.0), "format": (0.5, None)}) == ["a-1", "b-1"]
     assert ls(task=TASK_A, rewards={"format": (0.25, 0.75)}) == ["a-0", "a-1"]
-    assert ls(rewards={"reward": (0, 1)}) == []  # no episode has a score named "reward"
+    assert ls(rewards={"reward": (0, 1)}) == ["a-1", "b-0", "b-1"]  # "reward" selects the trainer's total
     assert ls(task="no-such-task") == []
 
 
@@ -108,7 +109,7 @@ def test_rows_sorts_and_paging(relay: Relay, run: str) -> None:
     rows = {e["id"][len(run) + 1 :]: e for e in list_episodes(relay.url, run, token=relay.token)}
     b0: EpisodeEntry = rows["b-0"]
     assert (b0["task"], b0["stop_condition"], b0["truncated"], b0["calls"], b0["tokens"]) == (TASK_B, "max_turns", True, 3, 99)
-    assert b0["reward"] == pytest.approx(0.8)
+    assert b0["reward"] == 1.0 and b0["scores"] == {"correct": 1.0, "format": 0.0}
     assert (rows["failed"]["error"], rows["live"]["reward"]) == ("sandbox crashed", None)
 
     by_reward = names(run, list_episodes(relay.url, run, token=relay.token, sort="reward"))

@@ -20,6 +20,7 @@ from conftest import Relay
 from episode_relay import RelayError, announce_dispatch, export_jsonl, export_parquet, iter_rollouts, read_run, rollout_record
 from episode_relay import export as export_module
 from helpers import load_case, unpackb
+from test_reward import trainer_reward
 
 pd = pytest.importorskip("pandas")
 
@@ -80,11 +81,12 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
         ep = unpackb(get_episode(relay, e["id"]))
         traces = ep["traces"]
         t0 = traces[0]
+        reward, scores = trainer_reward([t.get("rewards") for t in traces])
         out.append(
             {
                 "id": e["id"], "kind": e["kind"], "step": e["step"], "group": e["group"], "policy_version": e["policy_version"],
-                "task": e["task"], "reward": None if e["reward"] is None else float(e["reward"]),
-                "rewards": {k: (v or {}).get("score") for k, v in (t0.get("rewards") or {}).items()},
+                "task": e["task"], "reward": reward,
+                "rewards": scores,
                 "turns": sum(len(t["calls"]) for t in traces),
                 "tokens": sum(t["num_total_tokens"] for t in traces),
                 "output_tokens": sum(t["num_output_tokens"] for t in traces),
@@ -122,6 +124,11 @@ def test_read_run_equals_a_recount_from_the_exact_episodes(relay: Relay, run: st
     df = read_run(relay.url, run, token=relay.token, batch=5)
     assert len(df) == len(PLAN) and df["id"].is_unique
     assert same(frame_rows(df), recount(relay, run))
+    # the reward is the trainer's, the relay's row says the same
+    rows = {e["id"]: e for e in listed(relay, run)}
+    for r in frame_rows(df):
+        assert r["reward"] == rows[r["id"]]["reward"], r["id"]
+    assert df.loc[df["id"] == f"{run}:r00", "reward"].iloc[0] == 1.125  # chat_basic: 1 × 1 + 0.5 × 0.25
     # the final answer: the last assistant message of the first trace's last branch, and the task's answer
     tool = df[df["id"] == f"{run}:r01"].iloc[0]
     assert tool["expected_answer"] == "42"
@@ -283,7 +290,15 @@ def test_parquet_round_trip_and_resume(relay: Relay, run: str, tmp_path: Path, m
 def test_rollout_record_of_a_golden_episode() -> None:
     case = load_case("multi_trace_links")
     rec = rollout_record({"id": "r:1", "kind": "train"}, unpackb(case.episode))
-    assert rec["traces"] == 3 and rec["kind"] == "train" and rec["rewards"] == {"task": 1.0}
+    assert rec["traces"] == 3 and rec["kind"] == "train" and rec["rewards"] == {"task": 1.0} and rec["reward"] == 1.0
+
+
+def test_expected_answer_from_the_traces_task_when_the_episode_has_none() -> None:
+    ep = unpackb(load_case("chat_basic").episode)
+    answer = ep["traces"][0]["task"]["data"].get("answer")
+    assert answer is not None
+    ep["task"] = {"key": "k"}  # a reply head naming its task without the data
+    assert rollout_record({"id": "r:1"}, ep)["expected_answer"] == (answer if isinstance(answer, str) else json.dumps(answer, default=str))
 
 
 def test_without_pandas_or_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

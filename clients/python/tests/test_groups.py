@@ -39,7 +39,8 @@ def rewards(correct: float, fmt: float) -> Dict[str, Dict[str, float]]:
 
 
 def weighted(correct: float, fmt: float) -> float:
-    return (correct * 1.0 + fmt * 0.25) / 1.25
+    """The trainer's reward of one trace: the sum of score × weight (the relay showed the weighted mean before issue 40)."""
+    return correct * 1.0 + fmt * 0.25
 
 
 def post(relay: Relay, path: str, body: bytes) -> None:
@@ -123,8 +124,11 @@ def test_each_group_has_its_counts_and_reward_statistics(relay: Relay, run: str)
     live = groups[TASK_KEY]
     assert (live["size"], live["finished"], live["live"]) == (1, 0, 1)
     assert groups[ODD]["size"] == 2
+    totals = [weighted(c, f) for c, f in VARIED_SCORES]
+    assert varied["mean_reward"] == pytest.approx(sum(totals) / len(totals))
+    assert varied["std_reward"] == pytest.approx(pstd(totals))
     # the groups whose rewards vary come before those that do not
-    assert varied["spread"] is not None and varied["spread"] > 0
+    assert varied["spread"] == pytest.approx(max(totals) - min(totals)) and varied["spread"] > 0
     assert not zero["spread"]
 
 
@@ -161,8 +165,12 @@ def test_fetch_group_has_the_rollouts_best_first_with_their_advantages(relay: Re
         assert r["reward"] == pytest.approx(weighted(c, f))
         assert r["calls"] == 3 and isinstance(r["tokens"], int)
         assert r["stop_condition"] == "agent_completed" and r["truncated"] is False and r["error"] is None
+        totals = [weighted(*s) for s in VARIED_SCORES]
+        mean_total = sum(totals) / len(totals)
+        assert r["advantage"]["raw"] == pytest.approx(weighted(c, f) - mean_total), r["id"]
+        assert r["advantage"]["normalized"] == pytest.approx((weighted(c, f) - mean_total) / pstd(totals)), r["id"]
         for key, xs, x in (("correct", correct, c), ("format", fmt, f)):
-            adv = r["advantage"][key]
+            adv = r["key_advantages"][key]
             mean = sum(xs) / len(xs)
             assert adv["raw"] == pytest.approx(x - mean), (r["id"], key)
             assert adv["normalized"] == pytest.approx((x - mean) / pstd(xs)), (r["id"], key)
@@ -170,8 +178,9 @@ def test_fetch_group_has_the_rollouts_best_first_with_their_advantages(relay: Re
     zero = fetch_group(relay.url, run, ZERO, token=relay.token)
     assert len(zero["rollouts"]) == 3
     for r in zero["rollouts"]:
-        assert r["advantage"]["correct"] == {"raw": 0.0, "normalized": None}
-        assert r["advantage"]["format"]["normalized"] is None
+        assert r["advantage"] == {"raw": 0.0, "normalized": None}
+        assert r["key_advantages"]["correct"] == {"raw": 0.0, "normalized": None}
+        assert r["key_advantages"]["format"]["normalized"] is None
 
     odd = fetch_group(relay.url, run, ODD, token=relay.token)  # escaped in the path
     assert odd["id"] == ODD and [r["id"] for r in odd["rollouts"]] == [f"{run}:odd-1", f"{run}:odd-0"]

@@ -86,9 +86,11 @@ def test_groups_prints_the_share_the_groups_and_a_groups_rollouts(relay: Relay, 
     assert float(lines[0]) == 0  # one finished group, not zero-variance (its correct scores differ)
     mean = 2 / 3
     std = (((1 - mean) ** 2 * 2 + mean**2) / 3) ** 0.5
-    head = lines[1].split(" ", 2)
+    head = lines[1].split(" ", 4)
     assert head[:2] == [GROUP, "3"]
-    stats = eval(head[2])  # the printed dict: {key: (mean, std)}
+    # one key of weight 1: the trainer's reward is its score
+    assert (float(head[2]), float(head[3])) == pytest.approx((mean, std))
+    stats = eval(head[4])  # the printed dict: {key: (mean, std)}
     assert stats["correct"] == pytest.approx((mean, std))
     rollouts = [line.split(" ", 2) for line in lines[2:]]
     assert [r[0] for r in rollouts][-1] == f"{run}:c" and sorted(r[0] for r in rollouts) == [f"{run}:{r}" for r in "abc"]

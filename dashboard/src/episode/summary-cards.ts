@@ -4,19 +4,24 @@ import type { TraceState } from "../../../src/protocol/index.js";
 import type { Json } from "../../../src/protocol/index.js";
 import { dateTime, duration, h } from "../dom.js";
 import { field, fmt, isObject } from "../model.js";
-import { rewardChips } from "../reward-chip.js";
+import { episodeRewardChips } from "../reward-chip.js";
+import { REWARD_DEFINITION } from "../../../src/protocol/index.js";
 
 export function summaryCards(traces: TraceState[], status: string): HTMLElement[] {
   const first = traces[0];
   if (!first) return [];
-  const rewards = rewardChips(field(first, "rewards"), true);
+  // the episode's: the trainer's reward over its traces, then each key's mean (src/protocol/registry/rewards.ts)
+  const rewards = episodeRewardChips(
+    traces.map((t) => field(t, "rewards") ?? null),
+    true,
+  );
   const metrics = field(first, "metrics");
   return [
     card(
       "Rewards",
       "rewards",
       rewards.length
-        ? h("div.rewards", null, rewards)
+        ? h("div.rewards", null, rewards, h("p.muted.reward-def", null, `reward: ${REWARD_DEFINITION}`))
         : h("span.muted", null, status === "finished" || status === "failed" ? "not scored" : "not scored yet"),
     ),
     card(

@@ -1,18 +1,20 @@
 // A group's numbers: its id, task, the trainer's step (a link to that step's episodes) and kind,
-// rollouts by status, the spread, whether it carries no signal (zero variance), and per reward key
-// mean ± std, min and max over its finished rollouts.
+// rollouts by status, the reward's mean ± std and spread, whether it carries no signal (zero
+// variance: every finished rollout's reward equal), and per reward key mean ± std, min and max over
+// its finished rollouts. The reward is the trainer's (src/protocol/registry/rewards.ts), said once here.
 import { h } from "../dom.js";
 import { runHref } from "../links.js";
 import type { GroupDetailJson } from "../../../src/protocol/index.js";
+import { REWARD_DEFINITION } from "../../../src/protocol/index.js";
 import { num } from "./figures.js";
 import { toneAttrs } from "../reward-chip.js";
 
 export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
+  // as the relay counts it (groups.ts): complete, two finished rollouts with a reward or more, all equal
   const zero =
     g.live === 0 &&
-    g.finished >= 2 &&
-    Object.keys(g.rewards).length > 0 &&
-    Object.values(g.rewards).every((r) => r.min === r.max);
+    g.spread === 0 &&
+    g.rollouts.filter((r) => r.status === "finished" && r.reward !== null).length >= 2;
   const kv = (k: string, v: string | Node, key = k) => [h("dt", null, k), h("dd", { "data-stat": key }, v)];
   return [
     h("div.card-title", null, "Group"),
@@ -37,14 +39,27 @@ export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
       kv("finished", String(g.finished)),
       kv("failed", String(g.failed)),
       kv("live", String(g.live)),
+      kv(
+        "reward",
+        g.mean_reward === null
+          ? "–"
+          : h(
+              "span",
+              { title: REWARD_DEFINITION },
+              h("span.toned", toneAttrs(g.mean_reward), num(g.mean_reward)),
+              ` ± ${num(g.std_reward ?? 0)}`,
+            ),
+        "reward",
+      ),
       kv("spread", num(g.spread)),
     ),
+    h("p.muted.reward-def", null, `reward: ${REWARD_DEFINITION}; advantage: reward − group mean (÷ group std).`),
     ...(zero
       ? [
           h(
             "p.zero-note",
             { id: "group-zero" },
-            "Zero variance: every finished rollout got the same rewards, so every advantage is 0.",
+            "Zero variance: every finished rollout got the same reward, so every advantage is 0.",
           ),
         ]
       : []),

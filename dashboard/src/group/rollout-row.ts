@@ -5,10 +5,10 @@
 // condition, truncated. Every row has the same fixed columns (`rolloutColumns`), so they line up.
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
-import { type RewardScore, rewardNumber, rewardScores, toneAttrs } from "../reward-chip.js";
+import { type RewardScore, rewardNumber, toneAttrs } from "../reward-chip.js";
 import { pickBox } from "../pick-tray.js";
 import { kindChip, stageChip } from "../stage-chip.js";
-import { identityOf } from "../../../src/protocol/index.js";
+import { episodeReward, identityOf, REWARD_DEFINITION, traceRewardsOf } from "../../../src/protocol/index.js";
 import type { RolloutJson } from "../../../src/protocol/index.js";
 import { num, signed } from "./figures.js";
 
@@ -23,12 +23,19 @@ export function rolloutHead(keys: string[]): HTMLElement {
     { role: "row", style: rolloutColumns(keys) },
     h("span", { role: "columnheader" }, "Rollout"),
     h("span", { role: "columnheader" }, "Status"),
-    h("span.num", { role: "columnheader", title: "weighted mean of the reward scores" }, "Reward"),
+    h(
+      "span.num",
+      { role: "columnheader", title: `${REWARD_DEFINITION}; advantage: reward − group mean (÷ group std)` },
+      "Reward adv",
+    ),
     h("span", { role: "columnheader", title: "the latest assistant words" }, "Final answer"),
     keys.map((k) =>
       h(
         "span.num",
-        { role: "columnheader", title: `${k}: score, advantage (score − group mean) and normalized (÷ group std)` },
+        {
+          role: "columnheader",
+          title: `${k}: its mean over the traces, advantage (score − group mean) and normalized (÷ group std)`,
+        },
         `${k} adv (norm)`,
       ),
     ),
@@ -49,7 +56,12 @@ export function rolloutRow(
   keys: string[],
   rank: "best" | "worst" | null,
 ): HTMLElement {
-  const scores = new Map(rewardScores(r.rewards).map((s) => [s.key, s]));
+  const scores = new Map(
+    episodeReward(traceRewardsOf(r)).scores.map(([key, score]): [string, RewardScore] => [
+      key,
+      { key, score, text: num(score) },
+    ]),
+  );
   const id = identityOf(r);
   const last = r.live?.last ?? null;
   return h(
@@ -79,7 +91,13 @@ export function rolloutRow(
       h(`span.pill.s-${r.status}` as "span", null, r.status.replace("_", " ")),
       r.status === "live" && r.live ? stageChip(r.live.stage) : null,
     ),
-    h("span.cell-reward.num", { role: "cell" }, h("span.n-k", null, "reward "), rewardNumber(r.reward, num(r.reward))),
+    h(
+      "span.cell-reward.num",
+      { role: "cell", "data-raw": r.advantage?.raw ?? "", "data-normalized": r.advantage?.normalized ?? "" },
+      h("span.n-k", null, "reward "),
+      rewardNumber(r.reward, num(r.reward)),
+      advantageText(r.advantage),
+    ),
     h(
       "span.cell-answer",
       { role: "cell", title: last ?? undefined },
@@ -121,19 +139,24 @@ export function rolloutRow(
 }
 
 function advantageCell(r: RolloutJson, k: string, score: RewardScore | undefined): HTMLElement {
-  const a = r.advantage[k];
+  const a = r.key_advantages[k];
   return h(
     "span.cell-adv.num",
     { role: "cell", "data-key": k, "data-raw": a ? a.raw : "", "data-normalized": a?.normalized ?? "" },
     h("span.n-k", null, `${k} `),
     h("span.adv-score.toned", toneAttrs(score?.score ?? null), score?.text ?? "–"),
-    a
-      ? h(
-          `span.adv${a.raw > 0 ? ".pos" : a.raw < 0 ? ".neg" : ""}` as "span",
-          null,
-          ` ${signed(a.raw)}`,
-          h("span.adv-norm", null, ` (${a.normalized === null ? "–" : signed(a.normalized, 2)})`),
-        )
-      : null,
+    advantageText(a ?? null),
   );
+}
+
+/** An advantage: raw, signed and toned, and normalised (none: nothing). */
+function advantageText(a: RolloutJson["advantage"]): HTMLElement | null {
+  return a
+    ? h(
+        `span.adv${a.raw > 0 ? ".pos" : a.raw < 0 ? ".neg" : ""}` as "span",
+        null,
+        ` ${signed(a.raw)}`,
+        h("span.adv-norm", null, ` (${a.normalized === null ? "–" : signed(a.normalized, 2)})`),
+      )
+    : null;
 }

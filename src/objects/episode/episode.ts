@@ -271,6 +271,18 @@ export class Episode extends DurableObject<Env> {
     return { ok: true, value: { ok: true, deleted: true } };
   }
 
+  /**
+   * Its run's index asks for the row again (an index migration that needs what only the episode holds:
+   * src/objects/registry/reward-recount.ts). Answers whether there was a row to send; it goes as any row does (in
+   * the background: the index is not kept waiting on its own upsert).
+   */
+  resendRow(_id: string): boolean {
+    const m = this.state.meta();
+    if (!m) return false;
+    void this.rowSync.send(m, Date.now());
+    return true;
+  }
+
   // ---- RPC: the viewer hubs ----
 
   /** A hub's first watcher arrived: it joins (a new session) and gets where to start. */

@@ -177,14 +177,17 @@ export function rowOf(
 ): IndexRow {
   const { asm } = state.memory();
   let rewards: Json = null;
+  const traceRewards: Json[] = [];
   let tokens = 0;
   let first = true;
   let task: string | null = null;
   let stop: string | null = null;
   let truncated = false;
   for (const t of asm.traces.values()) {
+    // every trace's: the episode's reward is the mean over the rewarded ones (src/protocol/registry/rewards.ts)
+    traceRewards.push(scalar(t.fields.get("rewards")) ?? null);
     if (first) {
-      rewards = scalar(t.fields.get("rewards")) ?? null;
+      rewards = traceRewards[0]!;
       task = stringAt(scalar(t.fields.get("task")), "key");
       const s = scalar(t.fields.get("stop_condition"));
       stop = typeof s === "string" ? s : null;
@@ -212,6 +215,7 @@ export function rowOf(
     calls: m.calls,
     tokens,
     rewards,
+    trace_rewards: traceRewards,
     error: m.refused ?? m.error,
     task,
     group: rolloutGroup(dispatchFacts(dispatch).group, stringAt(head?.group, "id"), task),

@@ -55,6 +55,7 @@ import {
 } from "../../protocol/registry/rows.js";
 import { armAlarm } from "../storage/alarm-window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
+import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
 
 /** The object of a run's index. */
 
@@ -93,6 +94,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
     this.store = new IndexStore(ctx.storage.sql);
+    // rows a migration could not recount alone: their episodes are asked by the alarm (reward-recount.ts)
+    if (this.schema.present() && this.schema.failed === null && resendDue(ctx.storage.sql) !== null)
+      void armAlarm(ctx.storage, Date.now());
   }
 
   protected override pushed(): void {
@@ -376,6 +380,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     if (this.schema.failed !== null || !this.schema.present()) return;
     const run = this.store.run;
     if (run === null) return;
+    await this.askResends();
     // a rescan for rules set since: one paced step per alarm, the next one soon after
     if (this.store.flags.rescanning()) {
       const moved = this.write(() => this.store.refreshFlags(this.store.flags.rescanStep()));
@@ -411,6 +416,29 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   }
 
   // ---- internals ----
+
+  /**
+   * Rows a migration left on their first trace's rewards (reward-recount.ts): their episodes are asked to send them
+   * again, a batch per alarm; an ask that fails is asked again by the next alarm.
+   */
+  private async askResends(): Promise<void> {
+    const sql = this.ctx.storage.sql;
+    const due = resendDue(sql);
+    if (due === null) return;
+    let asked = 0;
+    for (const id of due) {
+      try {
+        await this.env.EPISODES.getByName(id).resendRow(id);
+      } catch (e) {
+        console.warn(`episode ${id}: asked to send its row again: ${e instanceof Error ? e.message : String(e)}`);
+        break;
+      }
+      asked++;
+    }
+    if (asked === due.length && due.length < RESEND_BATCH) return resendAsked(sql, null);
+    if (asked > 0) resendAsked(sql, due[asked - 1]!);
+    await armAlarm(this.ctx.storage, Date.now() + (asked > 0 ? RESCAN_PAUSE_MS : DIRECTORY_MS * 10));
+  }
 
   /** Whether the run has a row (no storage, or every row gone: no run). */
   private hasRows(): boolean {

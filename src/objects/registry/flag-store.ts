@@ -160,7 +160,10 @@ export class FlagStore {
    * The episode's flags once `row` and `batch` are in (inside the caller's transaction): what the
    * batch replaces takes its flags, its new segments are matched, the reward rules run on the row.
    */
-  update(row: Pick<IndexRow, "id" | "rewards" | "truncated" | "live">, batch: SearchBatch | null): Flag[] {
+  update(
+    row: Pick<IndexRow, "id" | "rewards" | "trace_rewards" | "truncated" | "live">,
+    batch: SearchBatch | null,
+  ): Flag[] {
     const { rules, text } = this.rules();
     if (batch) {
       const held = this.sql
@@ -245,8 +248,14 @@ export class FlagStore {
     } else {
       const after = this.state("rescan_row") ?? "";
       const rows = this.sql
-        .exec<{ id: string; rewards: string | null; truncated: number | null; live: string | null }>(
-          "SELECT id, rewards, truncated, live FROM rows WHERE id > ? ORDER BY id LIMIT ?",
+        .exec<{
+          id: string;
+          rewards: string | null;
+          trace_rewards: string | null;
+          truncated: number | null;
+          live: string | null;
+        }>(
+          "SELECT id, rewards, trace_rewards, truncated, live FROM rows WHERE id > ? ORDER BY id LIMIT ?",
           after,
           RESCAN_ROWS,
         )
@@ -256,6 +265,7 @@ export class FlagStore {
         const row = {
           id: r.id,
           rewards: r.rewards === null ? null : JSON.parse(r.rewards),
+          trace_rewards: r.trace_rewards === null ? null : JSON.parse(r.trace_rewards),
           truncated: r.truncated === 1,
           live: r.live === null ? null : JSON.parse(r.live),
         };

@@ -12,7 +12,7 @@ import {
   groupSummary,
   type TaskSummary,
 } from "../../protocol/registry/groups.js";
-import { scoresOf } from "../../protocol/registry/rewards.js";
+import { rowScore } from "../../protocol/registry/rewards.js";
 import type { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
 import { completedMinute, type ZeroVarianceTrend } from "../../protocol/registry/zero-variance-trend.js";
@@ -56,6 +56,7 @@ export const TASK_ROWS_BUDGET = 5000;
 type GroupRow = {
   status: string;
   rewards: string | null;
+  trace_rewards: string | null;
   task: string | null;
   ended: number | null;
   updated: number;
@@ -82,12 +83,16 @@ export class GroupStore {
   recount(id: string | null | undefined): void {
     if (!id) return;
     const members = this.sql
-      .exec<GroupRow>("SELECT status, rewards, task, ended, updated, step, kind FROM rows WHERE grp = ?", id)
+      .exec<GroupRow>(
+        "SELECT status, rewards, trace_rewards, task, ended, updated, step, kind FROM rows WHERE grp = ?",
+        id,
+      )
       .toArray()
       .map((r) => ({
         ...r,
         status: r.status as GroupMember["status"],
         rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+        trace_rewards: r.trace_rewards === null ? null : (JSON.parse(r.trace_rewards) as Json[]),
       }));
     const before = this.sql
       .exec<{ complete: number; zero: number; done_minute: number | null; step: number | null; kind: string | null }>(
@@ -228,12 +233,18 @@ export class GroupStore {
     const rows = listed.slice(0, fit + 1);
     const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
-      for (const r of this.sql.exec<{ rewards: string | null }>(
-        "SELECT rewards FROM rows WHERE task = ? AND status = 'finished'",
+      for (const r of this.sql.exec<{ rewards: string | null; trace_rewards: string | null }>(
+        "SELECT rewards, trace_rewards FROM rows WHERE task = ? AND status = 'finished'",
         t.task,
       )) {
-        const s = scoresOf(r.rewards === null ? null : (JSON.parse(r.rewards) as Json)).find(([k]) => k === key);
-        if (s) scores.push(s[1]);
+        const s = rowScore(
+          {
+            rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
+            trace_rewards: r.trace_rewards === null ? null : (JSON.parse(r.trace_rewards) as Json[]),
+          },
+          key,
+        );
+        if (s !== undefined) scores.push(s);
       }
       return {
         task: t.task,

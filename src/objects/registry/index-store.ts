@@ -19,7 +19,7 @@ import { FlagStore } from "./flag-store.js";
 import { type SearchBatch, SearchStore } from "./search-store.js";
 import { StepStore } from "./step-store.js";
 import type { RunRow } from "./directory-store.js";
-import { rewardOf } from "../../protocol/registry/rewards.js";
+import { rowReward } from "../../protocol/registry/rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "../../protocol/registry/entry.js";
 import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET, type FinishedSelection } from "./finished-pages.js";
@@ -78,8 +78,8 @@ export class IndexStore {
     const flags = this.flags.update(row, text);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags, trace_rewards)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -92,7 +92,7 @@ export class IndexStore {
       row.calls,
       row.tokens,
       row.rewards === null ? null : JSON.stringify(row.rewards),
-      rewardOf(row.rewards),
+      rowReward(row),
       row.error,
       this.finishedSeq(row, old),
       row.task ?? null,
@@ -107,6 +107,7 @@ export class IndexStore {
       identity.policy_version,
       row.live ? JSON.stringify(row.live) : null,
       flags.length ? JSON.stringify(flags) : null,
+      row.trace_rewards ? JSON.stringify(row.trace_rewards) : null,
     );
     this.apply(c, row, contributionOf(row), 1);
     this.steps.replaceRow(old, row);

@@ -3,6 +3,7 @@
 // (directory-store.ts, and run-sockets.ts's scopes).
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { recountRewards } from "./reward-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
@@ -146,6 +147,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
           INSERT INTO search (rowid, body, role, tool) VALUES (new.id, new.body, new.role, new.tool); END`);
         sql.exec(`CREATE TRIGGER IF NOT EXISTS segments_removed AFTER DELETE ON segments BEGIN
           INSERT INTO search (search, rowid, body, role, tool) VALUES ('delete', old.id, old.body, old.role, old.tool); END`);
+      },
+    },
+    {
+      version: 8,
+      what: "the trainer's reward: every trace's rewards, and every number kept from them recounted",
+      up(sql) {
+        recountRewards(sql);
       },
     },
   ],

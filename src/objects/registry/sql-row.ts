@@ -10,10 +10,22 @@ import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js
  */
 export type SqlRow = Omit<
   IndexRow,
-  "status" | "rewards" | "task" | "group" | "stop_condition" | "truncated" | "run_name" | "dispatch" | "live" | "flags"
+  | "status"
+  | "rewards"
+  | "trace_rewards"
+  | "task"
+  | "group"
+  | "stop_condition"
+  | "truncated"
+  | "run_name"
+  | "dispatch"
+  | "live"
+  | "flags"
 > & {
   status: string;
   rewards: string | null;
+  /** JSON; NULL in rows written before INDEX_SCHEMA version 8 (see `traceRewardsOf`). */
+  trace_rewards: string | null;
   reward: number | null;
   task: string | null;
   grp: string | null;
@@ -52,5 +64,9 @@ export function rowOf(r: SqlRow): IndexRow {
     dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
     live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),
     flags: r.flags === null || r.flags === undefined ? [] : (JSON.parse(r.flags) as Flag[]),
+    // absent as sent: a row of an older release (or written before INDEX_SCHEMA 8) has none
+    ...(r.trace_rewards === null || r.trace_rewards === undefined
+      ? {}
+      : { trace_rewards: JSON.parse(r.trace_rewards) as Json[] }),
   };
 }

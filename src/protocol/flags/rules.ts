@@ -9,7 +9,7 @@
 
 import { RelayError } from "../http/errors.js";
 import type { Flag, IndexRow } from "../registry/entry.js";
-import { scoresOf } from "../registry/rewards.js";
+import { rowScores } from "../registry/rewards.js";
 import type { Segment, SegmentKind } from "../search/segments.js";
 import { compilePattern, type Pattern } from "./pattern.js";
 
@@ -252,10 +252,11 @@ export function segmentFlags(rules: readonly TextRule[], s: Segment, work: TextW
 /** The flags reward rules raise on a row (`counts.rewardChecks`: one more per reward rule checked). */
 export function rowFlags(
   rules: readonly Rule[],
-  row: Pick<IndexRow, "rewards" | "truncated" | "live">,
+  row: Pick<IndexRow, "rewards" | "trace_rewards" | "truncated" | "live">,
   counts?: { rewardChecks: number },
 ): Flag[] {
-  const scores = scoresOf(row.rewards);
+  // the episode's scores: the trainer's total under "reward", each key's mean over the traces (rewards.ts)
+  const scores = rowScores(row);
   const flags: Flag[] = [];
   const score = (key: string): Array<[string, number]> => (key === "*" ? scores : scores.filter(([k]) => k === key));
   for (const r of rules) {

@@ -7,7 +7,7 @@
 // failed or refused episode's scores can be left out without a recount.
 
 import type { IndexRow, IndexStatus } from "./entry.js";
-import { scoresOf } from "./rewards.js";
+import { rowScores } from "./rewards.js";
 
 /** Scores are summed in units of 1e-9 (integers: exact under any order of add and take back). */
 export const SCORE_UNIT = 1e-9;
@@ -41,13 +41,16 @@ export interface Contribution {
   scores: Array<{ key: string; units: number; bin: number; score: number }>;
 }
 
-export function contributionOf(row: Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "ended">): Contribution {
+/** A row's part: its counts, and its scores as rewards.ts `rowScores` gives them (the total under "reward", per-key means). */
+export function contributionOf(
+  row: Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "ended">,
+): Contribution {
   return {
     status: row.status,
     calls: row.calls,
     tokens: row.tokens,
     endedMinute: row.ended === null ? null : minuteOf(row.ended),
-    scores: scoresOf(row.rewards).map(([key, score]) => ({ key, score, units: unitsOf(score), bin: binOf(score) })),
+    scores: rowScores(row).map(([key, score]) => ({ key, score, units: unitsOf(score), bin: binOf(score) })),
   };
 }
 
@@ -142,7 +145,10 @@ export interface RunAggregates {
   throughput: { start: string; per_minute: number[] };
   mean_turns: number | null;
   mean_tokens: number | null;
-  /** Per reward key, over every episode (live, failed and finish-refused ones too). */
+  /**
+   * Per reward key, over every episode (live, failed and finish-refused ones too): "reward" is the episode's total
+   * (rewards.ts), each other key the mean of its scores over the episode's traces.
+   */
   rewards: Record<string, RewardStats>;
   /** Per reward key, over the finished episodes only. */
   finished_rewards: Record<string, RewardStats>;
@@ -246,7 +252,9 @@ export function aggregatesOf(
 }
 
 /** The same counters recounted from rows (tests and the bench compare them with the kept ones). */
-export function recount(rows: Iterable<Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "ended">>): {
+export function recount(
+  rows: Iterable<Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "ended">>,
+): {
   counters: Counters;
   throughput: Map<number, number>;
 } {

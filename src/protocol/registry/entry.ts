@@ -3,7 +3,7 @@
 
 import { dispatchFacts } from "../envelope/dispatch.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
-import { rewardOf } from "./rewards.js";
+import { episodeReward, traceRewardsOf } from "./rewards.js";
 
 export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
 export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
@@ -27,6 +27,11 @@ export interface IndexRow {
   tokens: number;
   /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */
   rewards: Json;
+  /**
+   * Each trace's `rewards` scalar in trace order (null: none), what the episode's reward is counted from
+   * (src/protocol/registry/rewards.ts). Absent from rows sent by older releases: `rewards` then stands alone.
+   */
+  trace_rewards?: Json[] | null;
   error: string | null;
   /** The first trace's task key (`open.task.key`), null without one. (Absent from rows sent by older releases.) */
   task?: string | null;
@@ -93,8 +98,13 @@ export interface IndexEntry extends Omit<IndexRow, "created" | "updated" | "ende
   created: string;
   updated: string;
   ended: string | null;
-  /** The weighted mean of the reward scores (src/protocol/registry/rewards.ts `rewardOf`), or null. */
+  /**
+   * The trainer's reward: per rewarded trace Σ score × weight, the mean over those traces
+   * (src/protocol/registry/rewards.ts `rowReward`), or null.
+   */
   reward: number | null;
+  /** Per reward key, the mean of its score over the traces that have it (rewards.ts `episodeReward`). */
+  scores: Record<string, number>;
   /** From the dispatch identity (null without one): what the list filters and sorts by. */
   kind: string | null;
   env: string | null;
@@ -114,12 +124,14 @@ export function identityOf(
 }
 
 export function entryOf(r: IndexRow): IndexEntry {
+  const e = episodeReward(traceRewardsOf(r));
   return {
     ...r,
     created: new Date(r.created).toISOString(),
     updated: new Date(r.updated).toISOString(),
     ended: r.ended === null ? null : new Date(r.ended).toISOString(),
-    reward: rewardOf(r.rewards),
+    reward: e.reward,
+    scores: Object.fromEntries(e.scores),
     ...identityOf(r),
   };
 }

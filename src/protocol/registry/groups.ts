@@ -6,7 +6,7 @@
 
 import type { ZeroVarianceTrend } from "./aggregates.js";
 import type { IndexRow, IndexStatus } from "./entry.js";
-import { rewardOf, scoresOf } from "./rewards.js";
+import { episodeReward, rowReward, traceRewardsOf } from "./rewards.js";
 import type { Json } from "../wire/json-view.js";
 
 /**
@@ -42,9 +42,15 @@ export interface GroupJson {
   finished: number;
   failed: number;
   live: number;
-  /** Per reward key, over the finished rollouts that have it. */
+  /**
+   * The trainer's reward (src/protocol/registry/rewards.ts) over the finished rollouts with one: mean and population
+   * std (what GRPO normalises the advantage on the total by); null without any.
+   */
+  mean_reward: number | null;
+  std_reward: number | null;
+  /** Per reward key (each rollout's mean over its traces), over the finished rollouts that have it. */
   rewards: Record<string, GroupRewardStats>;
-  /** The largest max − min over the keys (null without a finished reward): how much signal the group carries. */
+  /** Max − min of the finished rollouts' reward (null without one): how much signal the group carries. */
   spread: number | null;
   /** The training step and kind its rollouts were dispatched for (their identity's; null without one). */
   step: number | null;
@@ -71,7 +77,13 @@ export interface GroupsPage {
   cursor: string | null;
 }
 
-/** A group's rollout as the API shows it: its reward, and per reward key its advantage in the group. */
+/** An advantage in the group: reward − the group's mean, and divided by its std where that is not 0. */
+export interface Advantage {
+  raw: number;
+  normalized: number | null;
+}
+
+/** A group's rollout as the API shows it: its reward, its advantage on it, and per reward key the same. */
 export interface RolloutJson {
   /** What the group page shows beside the numbers: its task, stage and last words, its identity. */
   task: string | null;
@@ -80,8 +92,14 @@ export interface RolloutJson {
   id: string;
   status: IndexStatus;
   rewards: Json;
+  /** Each trace's `rewards` (absent in rows of older releases). */
+  trace_rewards?: Json[] | null;
+  /** The trainer's reward (rewards.ts). */
   reward: number | null;
-  advantage: Record<string, { raw: number; normalized: number | null }>;
+  /** On `reward`, against the group's `mean_reward` and `std_reward` (GRPO's); null without a reward or group mean. */
+  advantage: Advantage | null;
+  /** Per reward key, on the key's mean over the traces against the group's `rewards[key]`. */
+  key_advantages: Record<string, Advantage>;
   calls: number;
   tokens: number;
   stop_condition: string | null;
@@ -119,14 +137,14 @@ export interface TasksPage {
 export interface GroupSummary extends GroupJson {
   /** No rollout is still running. */
   complete: boolean;
-  /** Complete, at least two finished rollouts with rewards, and every key's rewards equal: its advantages are all 0. */
+  /** Complete, at least two finished rollouts with a reward, and their rewards equal: its advantages are all 0. */
   zeroVariance: boolean;
 }
 
 /**
  * What a group's numbers are computed from: each member's status, rewards and task, and its identity's step and kind.
  */
-export type GroupMember = Pick<IndexRow, "status" | "rewards" | "task"> & {
+export type GroupMember = Pick<IndexRow, "status" | "rewards" | "trace_rewards" | "task"> & {
   step?: number | null;
   kind?: string | null;
 };
@@ -138,7 +156,7 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
   let finished = 0;
   let failed = 0;
   let live = 0;
-  let withRewards = 0;
+  const totals: number[] = [];
   let task: string | null = null;
   let step: number | null = null;
   let kind: string | null = null;
@@ -152,24 +170,14 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
     else if (m.status === "failed") failed++;
     else {
       finished++;
-      const s = scoresOf(m.rewards);
-      if (s.length) withRewards++;
-      for (const [k, v] of s) scores.set(k, [...(scores.get(k) ?? []), v]);
+      const e = episodeReward(traceRewardsOf(m));
+      if (e.reward !== null) totals.push(e.reward);
+      for (const [k, v] of e.scores) scores.set(k, [...(scores.get(k) ?? []), v]);
     }
   }
   const rewards: Record<string, GroupRewardStats> = {};
-  let spread: number | null = null;
-  let equal = true;
-  for (const k of [...scores.keys()].sort()) {
-    const v = scores.get(k)!;
-    const mean = v.reduce((a, b) => a + b, 0) / v.length;
-    const std = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / v.length);
-    const min = Math.min(...v);
-    const max = Math.max(...v);
-    rewards[k] = { mean, std, min, max };
-    spread = Math.max(spread ?? 0, max - min);
-    if (min !== max) equal = false;
-  }
+  for (const k of [...scores.keys()].sort()) rewards[k] = statsOf(scores.get(k)!);
+  const total = totals.length ? statsOf(totals) : null;
   const complete = live === 0;
   return {
     id,
@@ -178,26 +186,50 @@ export function groupSummary(id: string, members: readonly GroupMember[]): Group
     finished,
     failed,
     live,
+    mean_reward: total?.mean ?? null,
+    std_reward: total?.std ?? null,
     rewards,
-    spread,
+    spread: total ? total.max - total.min : null,
     step,
     kind,
     complete,
-    zeroVariance: complete && withRewards >= 2 && equal,
+    zeroVariance: complete && totals.length >= 2 && total !== null && total.min === total.max,
   };
 }
 
-/** A rollout's advantage per key: reward − the group's mean, and divided by its std where that is not 0. */
+/** Mean, population std, min and max of a non-empty list. */
+function statsOf(v: readonly number[]): GroupRewardStats {
+  const mean = v.reduce((a, b) => a + b, 0) / v.length;
+  const std = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / v.length);
+  return { mean, std, min: Math.min(...v), max: Math.max(...v) };
+}
+
+/** `x` − mean, and divided by std where that is not 0. */
+function advantageOf(x: number, mean: number, std: number): Advantage {
+  const raw = x - mean;
+  return { raw, normalized: std > 0 ? raw / std : null };
+}
+
+/** A rollout's advantage on its reward (GRPO's: on the total), or null without a reward or a group mean. */
+export function advantageOnReward(
+  row: Pick<IndexRow, "rewards" | "trace_rewards">,
+  group: GroupJson,
+): Advantage | null {
+  const r = rowReward(row);
+  return r === null || group.mean_reward === null || group.std_reward === null
+    ? null
+    : advantageOf(r, group.mean_reward, group.std_reward);
+}
+
+/** A rollout's advantage per reward key: its key's mean over its traces against the group's numbers for the key. */
 export function advantagesOf(
-  rewards: IndexRow["rewards"],
-  group: GroupSummary,
-): Record<string, { raw: number; normalized: number | null }> {
-  const out: Record<string, { raw: number; normalized: number | null }> = {};
-  for (const [k, v] of scoresOf(rewards)) {
+  row: Pick<IndexRow, "rewards" | "trace_rewards">,
+  group: GroupJson,
+): Record<string, Advantage> {
+  const out: Record<string, Advantage> = {};
+  for (const [k, v] of episodeReward(traceRewardsOf(row)).scores) {
     const s = group.rewards[k];
-    if (!s) continue;
-    const raw = v - s.mean;
-    out[k] = { raw, normalized: s.std > 0 ? raw / s.std : null };
+    if (s) out[k] = advantageOf(v, s.mean, s.std);
   }
   return out;
 }
@@ -217,8 +249,10 @@ export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
     id: r.id,
     status: r.status,
     rewards: r.rewards,
-    reward: rewardOf(r.rewards),
-    advantage: advantagesOf(r.rewards, g),
+    trace_rewards: r.trace_rewards ?? null,
+    reward: rowReward(r),
+    advantage: advantageOnReward(r, g),
+    key_advantages: advantagesOf(r, g),
     calls: r.calls,
     tokens: r.tokens,
     stop_condition: r.stop_condition ?? null,

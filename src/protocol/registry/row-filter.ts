@@ -7,7 +7,7 @@
 
 import { RelayError } from "../http/errors.js";
 import { identityOf, type IndexRow } from "./entry.js";
-import { scoresOf } from "./rewards.js";
+import { rowScores } from "./rewards.js";
 
 /** One reward key's range, both ends inclusive (null: open). */
 export interface RewardRange {
@@ -113,7 +113,16 @@ export function isFiltered(f: RowFilter): boolean {
 
 type FilteredRow = Pick<
   IndexRow,
-  "calls" | "tokens" | "rewards" | "error" | "task" | "stop_condition" | "truncated" | "dispatch" | "flags"
+  | "calls"
+  | "tokens"
+  | "rewards"
+  | "trace_rewards"
+  | "error"
+  | "task"
+  | "stop_condition"
+  | "truncated"
+  | "dispatch"
+  | "flags"
 >;
 
 /** Whether `row` passes `f` (what the index's SQL selects, row by row). */
@@ -141,7 +150,7 @@ export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
   if (f.minTurns !== null && row.calls < f.minTurns) return false;
   if (f.minTokens !== null && row.tokens < f.minTokens) return false;
   if (f.rewards.length > 0) {
-    const scores = new Map(scoresOf(row.rewards));
+    const scores = new Map(rowScores(row));
     for (const r of f.rewards) {
       const s = scores.get(r.key);
       if (s === undefined || (r.min !== null && s < r.min) || (r.max !== null && s > r.max)) return false;

@@ -7,7 +7,7 @@
 
 import { SCORE_UNIT, unitsOf } from "./aggregates.js";
 import { identityOf, type IndexRow, type IndexStatus } from "./entry.js";
-import { scoresOf } from "./rewards.js";
+import { rowScores, TOTAL_KEY } from "./rewards.js";
 
 /** `GET /v1/runs/{run}/steps?kind=` takes these kinds (a step of a rollout without a kind is listed with kind null). */
 export const STEP_KINDS = ["train", "eval"] as const;
@@ -21,7 +21,13 @@ export interface StepJson {
   live: number;
   finished: number;
   failed: number;
-  /** Per reward key, the mean score over the step's finished rollouts. */
+  /**
+   * The trainer's reward (src/protocol/registry/rewards.ts) over the step's finished rollouts with one: its mean and
+   * population std (null: none).
+   */
+  mean_reward: number | null;
+  std_reward: number | null;
+  /** Per reward key, the mean score over the step's finished rollouts ("reward": the total, as `mean_reward`). */
   mean_rewards: Record<string, number>;
   /** Of the step's complete groups, the share with zero reward variance (null while none is complete). */
   zero_variance_share: number | null;
@@ -51,6 +57,8 @@ export interface StepCounters {
   tokens: number;
   /** Per reward key over the finished rollouts: count and sum in SCORE_UNITs. */
   rewards: Record<string, { count: number; units: number }>;
+  /** Σ reward² over the finished rollouts, each square rounded to SCORE_UNITs (for `std_reward`); absent: 0. */
+  reward_squares?: number;
   /** Rollouts per staleness value. */
   staleness: Record<string, number>;
   groups_complete: number;
@@ -79,7 +87,7 @@ export function emptyStep(): StepCounters {
   };
 }
 
-type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "dispatch">;
+type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch">;
 
 /** The step a row counts in (null: its identity names no step). */
 export function stepKeyOf(row: Pick<IndexRow, "dispatch">): StepKey | null {
@@ -94,11 +102,12 @@ export function applyStepRow(c: StepCounters, row: StepRow, sign: 1 | -1): void 
   c.calls += sign * row.calls;
   c.tokens += sign * row.tokens;
   if (row.status === "finished") {
-    for (const [key, score] of scoresOf(row.rewards)) {
+    for (const [key, score] of rowScores(row)) {
       const r = (c.rewards[key] ??= { count: 0, units: 0 });
       r.count += sign;
       r.units += sign * unitsOf(score);
       if (r.count === 0) delete c.rewards[key];
+      if (key === TOTAL_KEY) c.reward_squares = (c.reward_squares ?? 0) + sign * unitsOf(score * score);
     }
   }
   const { staleness } = identityOf(row);
@@ -131,6 +140,11 @@ export function stepJson(key: StepKey, c: StepCounters): StepJson {
     if (count > 0) max = max === null ? s : Math.max(max, s);
   }
   const keys = Object.keys(c.rewards).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const total = c.rewards[TOTAL_KEY];
+  const mean = total ? (total.units * SCORE_UNIT) / total.count : null;
+  // population variance E[x²] − E[x]²: the squares are rounded to SCORE_UNITs, so below that it is rounding, read as 0
+  const raw = total && mean !== null ? ((c.reward_squares ?? 0) * SCORE_UNIT) / total.count - mean * mean : null;
+  const variance = raw === null ? null : raw < SCORE_UNIT ? 0 : raw;
   return {
     step: key.step,
     kind: key.kind === "" ? null : key.kind,
@@ -138,6 +152,8 @@ export function stepJson(key: StepKey, c: StepCounters): StepJson {
     live: c.live + c.finish_refused,
     finished: c.finished,
     failed: c.failed,
+    mean_reward: mean,
+    std_reward: variance === null ? null : Math.sqrt(variance),
     mean_rewards: Object.fromEntries(keys.map((k) => [k, (c.rewards[k]!.units * SCORE_UNIT) / c.rewards[k]!.count])),
     zero_variance_share: c.groups_complete > 0 ? c.groups_zero / c.groups_complete : null,
     groups: { complete: c.groups_complete, zero_variance: c.groups_zero },
