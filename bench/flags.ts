@@ -56,7 +56,7 @@ const sentence = (r: () => number, n: number) =>
  * Rollout `i`'s deltas (open, TURNS turns, rewards); every tenth touches the grader, every twentieth prints many
  * candidates.
  */
-function rollout(i: number): Uint8Array[] {
+export function rollout(i: number): Uint8Array[] {
   const r = rng(1000 + i);
   const trace = "t";
   let k = 0;
@@ -107,7 +107,7 @@ interface Evaluations {
 }
 
 /** The text segments the index gets from these rollouts (the task's, and each node's). */
-function segmentsOf(plans: Uint8Array[][]): Segment[] {
+export function segmentsOf(plans: Uint8Array[][]): Segment[] {
   const out: Segment[] = [];
   for (const deltas of plans) {
     let k = 0;
