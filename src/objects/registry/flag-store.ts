@@ -246,6 +246,8 @@ export class FlagStore {
         taken++;
       }
       counts.segments += taken;
+      const all = this.evaluations.work;
+      for (const k of Object.keys(all) as Array<keyof TextWork>) all[k] += work[k];
       if (taken === batch.length && batch.length < RESCAN_SEGMENTS) this.deleteState("rescan_segment");
       else this.setState("rescan_segment", String(batch[taken - 1]!.id));
     } else {
