@@ -129,7 +129,7 @@ export function segmentsOf(plans: Uint8Array[][]): Segment[] {
  * The default text rules' cost per segment: V8's RegExp (the old engine, as matchSegment ran it) and RE2 (segmentFlags,
  * as the index runs it), in ROUNDS alternating rounds of at least 200 ms each; medians in µs per segment, and hits.
  */
-function engines(segments: Segment[]) {
+export function engines(segments: Segment[]) {
   const rules = textRules(DEFAULT_RULES);
   const v8 = rules.map((r) => {
     const m = DEFAULT_RULES.find((d) => d.id === r.id)!;
