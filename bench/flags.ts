@@ -56,7 +56,7 @@ const sentence = (r: () => number, n: number) =>
  * Rollout `i`'s deltas (open, TURNS turns, rewards); every tenth touches the grader, every twentieth prints many
  * candidates.
  */
-function rollout(i: number): Uint8Array[] {
+export function rollout(i: number): Uint8Array[] {
   const r = rng(1000 + i);
   const trace = "t";
   let k = 0;
@@ -107,7 +107,7 @@ interface Evaluations {
 }
 
 /** The text segments the index gets from these rollouts (the task's, and each node's). */
-function segmentsOf(plans: Uint8Array[][]): Segment[] {
+export function segmentsOf(plans: Uint8Array[][]): Segment[] {
   const out: Segment[] = [];
   for (const deltas of plans) {
     let k = 0;
@@ -129,7 +129,7 @@ function segmentsOf(plans: Uint8Array[][]): Segment[] {
  * The default text rules' cost per segment: V8's RegExp (the old engine, as matchSegment ran it) and RE2 (segmentFlags,
  * as the index runs it), in ROUNDS alternating rounds of at least 200 ms each; medians in µs per segment, and hits.
  */
-function engines(segments: Segment[]) {
+export function engines(segments: Segment[]) {
   const rules = textRules(DEFAULT_RULES);
   const v8 = rules.map((r) => {
     const m = DEFAULT_RULES.find((d) => d.id === r.id)!;

@@ -43,5 +43,15 @@ export * from "./wire/reader.js";
 export * from "./wire/writer.js";
 export * from "./search/query.js";
 export * from "./registry/rewards.js";
-export { DEFAULT_RULES, noWork, segmentFlags, type TextRule, type TextWork, textRules } from "./flags/rules.js";
+export {
+  DEFAULT_RULES,
+  noWork,
+  type Rule,
+  SEGMENT_STEPS,
+  segmentFlags,
+  TURN_STEPS,
+  type TextRule,
+  type TextWork,
+  textRules,
+} from "./flags/rules.js";
 export { nodeSegments, type Segment, taskSegment } from "./search/segments.js";

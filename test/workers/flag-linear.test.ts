@@ -7,7 +7,17 @@ import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { type FlagStore, RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
-import { DEFAULT_RULES, noWork, parseRules, segmentFlags, textRules } from "../../src/protocol/flags/rules.js";
+import { MAX_INSTRUCTIONS, STATE_STEPS } from "../../src/protocol/flags/pattern.js";
+import {
+  DEFAULT_RULES,
+  noWork,
+  parseRules,
+  SEGMENT_STEPS,
+  segmentFlags,
+  TURN_STEPS,
+  type TextWork,
+  textRules,
+} from "../../src/protocol/flags/rules.js";
 import { nodeSegments, type Segment, taskSegment } from "../../src/protocol/search/segments.js";
 import type { LMap } from "../../src/protocol/wire/lossless.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
@@ -50,12 +60,34 @@ async function send(run: string, name: string, nodes: LMap[]): Promise<{ posts: 
   return out;
 }
 
-/** The steps the pure module counts for these segments under these rules (what the index must have counted). */
+/**
+ * The steps the pure module counts for these segments under these rules, taken as one upsert (TURN_STEPS across them):
+ * what the index must have counted (its patterns compiled as fresh as these, so their DFAs build the same states).
+ */
 function expected(rules: ReturnType<typeof textRules>, segments: Segment[]) {
   const work = noWork();
-  for (const s of segments) segmentFlags(rules, s, work);
+  let left = TURN_STEPS;
+  for (const s of segments) {
+    const before = work.steps;
+    segmentFlags(rules, s, work, Math.min(SEGMENT_STEPS, left));
+    left = Math.max(0, left - (work.steps - before));
+  }
   return work;
 }
+
+/** `n` random a/b characters (seeded): the text that makes [ab]*a[ab]{k}c build a DFA state per character. */
+function abText(n: number, seed = 7): string {
+  return Array.from({ length: n }, () => {
+    seed = (seed * 16807) % 2147483647;
+    return seed % 2 === 0 ? "a" : "b";
+  }).join("");
+}
+
+/** 32 rules of ~900-930 instructions that thrash the DFA (it must remember the last 900 characters). */
+const WORST = Array.from({ length: 32 }, (_, i) => ({
+  id: `w${i}`,
+  match: { pattern: `[ab]*a[ab]{${900 + i}}c`, regex: true, in: "text" },
+}));
 
 describe("flag rules evaluate in linear time, in the run's index", () => {
   it("hostile user patterns on 2,000 characters of their worst character: counted steps, no skip, health answers", async () => {
@@ -85,9 +117,11 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
     const compiled = textRules(parseRules({ rules }));
     const perChar = compiled.reduce((a, r) => a + r.test!.instructions, 0);
     const chars = segments.reduce((a, s) => a + s.body.length, 0);
-    // linear: at most two passes (a hit finds its place) of each character through each program
-    expect(got.steps).toBeGreaterThanOrEqual(chars * perChar);
+    // linear: each character through each rule's DFA at least, at most two passes (a hit finds its place) of each
+    // character through each program (these small programs' DFAs do not thrash)
+    expect(got.steps).toBeGreaterThanOrEqual(chars * compiled.length);
     expect(got.steps).toBeLessThanOrEqual(2 * chars * perChar);
+    expect(got.steps).toBeLessThanOrEqual(TURN_STEPS);
     const answer = (await (await relay(`../runs/${RUN}/rules`)).json()) as {
       budget: { skipped: { checks: number }; segment_steps: number };
     };
@@ -123,11 +157,12 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
     const want = expected(textRules(DEFAULT_RULES), segments);
     expect(after.work.steps - before.work.steps).toBe(want.steps);
     expect(after.work.skippedChecks - before.work.skippedChecks).toBe(0);
-    // beside the task's: 8 segments of 2,000 characters, each through the four default programs once (no hit)
+    // beside the task's: 8 segments of 2,000 characters, each through the four default DFAs (no hit): at least a step a
+    // character and rule, far below the bound (characters × instructions)
     const defaults = textRules(DEFAULT_RULES);
-    expect(want.steps - expected(defaults, segments.slice(0, 1)).steps).toBe(
-      8 * 2000 * defaults.reduce((a, r) => a + r.test!.instructions, 0),
-    );
+    const calls = want.steps - expected(defaults, segments.slice(0, 1)).steps;
+    expect(calls).toBeGreaterThanOrEqual(8 * 2000 * 4);
+    expect(calls).toBeLessThan(8 * 2000 * defaults.reduce((a, r) => a + r.test!.instructions, 0));
     const rows = ((await (await relay(`../runs/${run}/episodes`)).json()) as { episodes: Array<{ flags: unknown[] }> })
       .episodes;
     expect(rows.map((r) => r.flags)).toEqual([[]]);
@@ -172,13 +207,9 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
     expect(answer.budget.skipped.checks).toBe(0);
   });
 
-  it("past a segment's budget checks are skipped, counted in the index and shown in the rules answer until rules are set again", async () => {
+  it("past a segment's budget checks are stopped and skipped, counted in the index and shown in the rules answer until rules are set again", async () => {
     const run = `${RUN}-budget`;
-    // 32 rules of ~600 instructions: on a 2,000-character segment only a few fit in the budget
-    const rules = Array.from({ length: 32 }, (_, i) => ({
-      id: `r${i}`,
-      match: { pattern: `(\\d+[\\s,]+){${100 + i}}z`, regex: true, in: "text" },
-    }));
+    const rules = WORST;
     const put = () =>
       relay(`../runs/${run}/rules`, {
         method: "PUT",
@@ -186,7 +217,7 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
         headers: { "content-type": "application/json" },
       });
     expect((await put()).status).toBe(200);
-    const body = "1, ".repeat(666);
+    const body = abText(2000);
     const sent = await send(run, "heavy", [node(0, { message: m({ role: "assistant", content: body }) })]);
     expect(sent.posts).toEqual([200, 200]);
     expect(sent.health.every((s) => s === 200)).toBe(true);
@@ -194,36 +225,65 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
       nodeSegments("t-1", 0, { role: "assistant", content: body })[0]!,
     ]);
     expect(want.skippedChecks).toBeGreaterThan(0);
-    type Answer = { budget: { segment_steps: number; skipped: { segments: number; checks: number; steps: number } } };
+    type Answer = {
+      budget: {
+        segment_steps: number;
+        upsert_steps: number;
+        skipped: { segments: number; checks: number; steps: number };
+      };
+    };
     const answer = (await (await relay(`../runs/${run}/rules`)).json()) as Answer;
     expect(answer.budget.skipped).toEqual({ segments: 1, checks: want.skippedChecks, steps: want.skippedSteps });
-    expect(want.steps).toBeLessThanOrEqual(answer.budget.segment_steps);
+    // a check stops once past the budget by one DFA state at most
+    expect(want.steps).toBeLessThanOrEqual(answer.budget.segment_steps + STATE_STEPS * MAX_INSTRUCTIONS);
+    expect(answer.budget.upsert_steps).toBe(TURN_STEPS);
     // rules set again: what is skipped is counted from then on
     const again = (await (await put()).json()) as Answer;
     expect(again.budget.skipped).toEqual({ segments: 0, checks: 0, steps: 0 });
   });
 
-  it("a rescan step ends past RESCAN_STEPS (one segment at least): heavy rules on much text take several paced steps", async () => {
+  it("the worst-case rules on an upsert of many hostile segments: its counted work stays within TURN_STEPS, health answers", async () => {
+    const run = `${RUN}-upsert`;
+    const set = await relay(`../runs/${run}/rules`, {
+      method: "PUT",
+      body: JSON.stringify({ rules: WORST }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(set.status).toBe(200);
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const before = await index.flagEvaluations();
+    // one delta of 20 nodes of 2,000 hostile characters: one upsert of the row
+    const bodies = Array.from({ length: 20 }, (_, i) => abText(2000, 11 + i));
+    const nodes = bodies.map((b, i) => node(i, { message: m({ role: "assistant", content: b }) }));
+    const sent = await send(run, "many", nodes);
+    expect(sent.posts).toEqual([200, 200]);
+    expect(sent.health.every((s) => s === 200)).toBe(true);
+    const after = await index.flagEvaluations();
+    const steps = after.work.steps - before.work.steps;
+    const skipped = after.work.skippedChecks - before.work.skippedChecks;
+    // the budget was reached (most of the 640 checks skipped) and not passed but by one DFA state
+    expect(steps).toBeGreaterThanOrEqual(TURN_STEPS);
+    expect(steps).toBeLessThanOrEqual(TURN_STEPS + STATE_STEPS * MAX_INSTRUCTIONS);
+    expect(skipped).toBeGreaterThan(600);
+    expect(after.work.checks - before.work.checks + skipped).toBe(20 * 32);
+    const answer = (await (await relay(`../runs/${run}/rules`)).json()) as { budget: { skipped: { checks: number } } };
+    expect(answer.budget.skipped.checks).toBe(skipped);
+  });
+
+  it("a rescan step ends before RESCAN_STEPS (one segment at least): the worst-case rules take paced steps within it", async () => {
     const run = `${RUN}-paced`;
-    const rules = Array.from({ length: 32 }, (_, i) => ({
-      id: `r${i}`,
-      match: { pattern: `(\\d+[\\s,]+){${100 + i}}z`, regex: true, in: "text" },
-    }));
-    // 4 rollouts × 30 nodes of 2,000 characters: each segment takes ~4 M steps, 120 of them past RESCAN_STEPS
-    const body = "1, ".repeat(666);
-    for (let e = 0; e < 4; e++) {
-      const nodes = Array.from({ length: 30 }, (_, i) => node(i, { message: m({ role: "assistant", content: body }) }));
-      expect((await send(run, `e${e}`, nodes)).posts).toEqual([200, 200]);
-    }
+    const rules = WORST;
+    // 1 rollout of 6 nodes of 2,000 hostile characters (and its task's segment, which no text rule looks at)
+    const nodes = Array.from({ length: 6 }, (_, i) =>
+      node(i, { message: m({ role: "assistant", content: abText(2000, 31 + i) }) }),
+    );
+    expect((await send(run, "e0", nodes)).posts).toEqual([200, 200]);
     const set = await relay(`../runs/${run}/rules`, {
       method: "PUT",
       body: JSON.stringify({ rules }),
       headers: { "content-type": "application/json" },
     });
     expect(set.status, await set.clone().text()).toBe(200);
-    const perSegment = expected(textRules(parseRules({ rules })), [
-      nodeSegments("t-1", 0, { role: "assistant", content: body })[0]!,
-    ]).steps;
     const index = env.EPISODE_INDEX.getByName(`run:${run}`);
     type Answer = { rescan: { done: boolean; segments: number } };
     let answer = (await set.json()) as Answer;
@@ -233,26 +293,26 @@ describe("flag rules evaluate in linear time, in the run's index", () => {
       answer = (await (await relay(`../runs/${run}/rules`)).json()) as Answer;
     }
     expect(answer.rescan.done).toBe(true);
-    // the 120 long segments and the 4 tasks' (no text rule looks at a task: they cost nothing)
-    expect(answer.rescan.segments).toBe(124);
-    // each step's share, measured in one synchronous call (the alarms above may run two steps between two reads)
+    expect(answer.rescan.segments).toBe(7);
+    // each step's share and counted work, in one synchronous call (alarms may run two steps between two reads)
     const steps = await runInDurableObject(index, (instance) => {
       const flags = (instance as unknown as { store: { flags: FlagStore } }).store.flags;
       flags.setRules(parseRules({ rules }), true);
-      const out: number[] = [];
+      const out: Array<{ segments: number; steps: number }> = [];
+      const work = flags.evaluations.work as TextWork;
       while (flags.rescanning() && out.length < 20) {
         const at = flags.json().rescan.segments;
+        const spent = work.steps;
         flags.rescanStep();
-        out.push(flags.json().rescan.segments - at);
+        out.push({ segments: flags.json().rescan.segments - at, steps: work.steps - spent });
       }
       return out;
     });
-    // the first step stopped once it had spent RESCAN_STEPS (passing it by its last segment at most; tasks cost 0),
-    // the next took the rest, the last the rows
-    const full = Math.ceil(RESCAN_STEPS / perSegment);
-    expect(steps[0]).toBeGreaterThanOrEqual(full);
-    expect(steps[0]).toBeLessThanOrEqual(full + 4);
-    expect(steps.reduce((a, b) => a + b, 0)).toBe(124);
-    expect(steps.length).toBeGreaterThanOrEqual(3);
+    // every step within RESCAN_STEPS (a segment starts only while its whole budget fits, and stops past it by one DFA
+    // state at most); each long segment takes ~SEGMENT_STEPS, so the steps are paced: several of them, the last the rows
+    for (const s of steps) expect(s.steps).toBeLessThanOrEqual(RESCAN_STEPS + STATE_STEPS * MAX_INSTRUCTIONS);
+    expect(steps[0]!.segments).toBeGreaterThanOrEqual(1);
+    expect(steps.reduce((a, s) => a + s.segments, 0)).toBe(7);
+    expect(steps.length).toBeGreaterThanOrEqual(4);
   });
 });

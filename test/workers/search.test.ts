@@ -15,7 +15,7 @@ import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import type { SearchHit as Hit, SearchPage } from "../../src/objects/registry/search-store.js";
 import { RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
-import { SEGMENT_STEPS } from "../../src/protocol/flags/rules.js";
+import { SEGMENT_STEPS, TURN_STEPS } from "../../src/protocol/flags/rules.js";
 import worker from "../../src/worker/index.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { golden, goldenNames, post, pushFrames, relay } from "./support.js";
@@ -471,6 +471,7 @@ describe("flags", () => {
       rescan: { done: true, segments: 0, rows: 0 },
       budget: {
         segment_steps: SEGMENT_STEPS,
+        upsert_steps: TURN_STEPS,
         rescan_steps: RESCAN_STEPS,
         skipped: { segments: 0, checks: 0, steps: 0 },
       },

@@ -14,6 +14,7 @@ import {
   rowFlags,
   SEGMENT_STEPS,
   segmentFlags,
+  TURN_STEPS,
   type TextRule,
   type TextWork,
   textRules,
@@ -26,11 +27,10 @@ import type { SearchBatch } from "./search-store.js";
 export const RESCAN_SEGMENTS = 2000;
 export const RESCAN_ROWS = 500;
 /**
- * Steps (characters × instructions, src/protocol/flags/pattern.ts) one rescan step may take: it ends early past them
- * (at least one segment a step) and the next alarm goes on. A step's bound, not its time: the defaults count ~730 k steps
- * on a 700-character segment (~550 such segments a step) but run them on RE2's DFA in ~40 µs.
+ * Steps (src/protocol/flags/pattern.ts) one rescan step may take: a segment starts only while its whole SEGMENT_STEPS
+ * still fits (at least one segment a step), so nothing is skipped by the pacing; the next alarm goes on.
  */
-export const RESCAN_STEPS = 400_000_000;
+export const RESCAN_STEPS = TURN_STEPS;
 
 /**
  * A `PUT .../rules` body read: `{"rules": [...]}` (`[]` keeps none), or null for `{"defaults": true}` (throws 400
@@ -53,6 +53,7 @@ export interface RulesJson {
 
 export interface BudgetJson {
   segment_steps: number;
+  upsert_steps: number;
   rescan_steps: number;
   skipped: { segments: number; checks: number; steps: number };
 }
@@ -61,6 +62,7 @@ type Skipped = BudgetJson["skipped"];
 const NOTHING_SKIPPED = '{"segments":0,"checks":0,"steps":0}';
 const budgetOf = (skipped: Skipped): BudgetJson => ({
   segment_steps: SEGMENT_STEPS,
+  upsert_steps: TURN_STEPS,
   rescan_steps: RESCAN_STEPS,
   skipped,
 });
@@ -177,10 +179,14 @@ export class FlagStore {
         if (!batch.traces.includes(f.trace) || (from !== undefined && f.node >= from))
           this.sql.exec("DELETE FROM flags WHERE episode = ? AND rule = ?", row.id, f.rule);
       }
+      // one budget for the whole upsert (a row of many segments), each segment's within it
+      let left = TURN_STEPS;
       for (const s of batch.segments) {
         this.evaluations.segments++;
         this.evaluations.textChecks += text.length;
-        this.matchText(row.id, s, text, this.evaluations.work);
+        const before = this.evaluations.work.steps;
+        this.matchText(row.id, s, text, this.evaluations.work, Math.min(SEGMENT_STEPS, left));
+        left = Math.max(0, left - (this.evaluations.work.steps - before));
       }
     }
     const reward = new Map(rowFlags(rules, row, this.evaluations).map((f) => [f.rule, f]));
@@ -234,15 +240,17 @@ export class FlagStore {
         )
         .toArray();
       const { text } = this.rules();
-      // past RESCAN_STEPS the step ends (after one segment at least); the next alarm takes the rest
+      // the step ends before a segment could pass RESCAN_STEPS (after one segment at least); the next alarm goes on
       const work = noWork();
       let taken = 0;
       for (const s of batch) {
-        if (taken > 0 && work.steps >= RESCAN_STEPS) break;
-        if (this.matchText(s.episode, s, text, work)) touched.add(s.episode);
+        if (taken > 0 && work.steps + SEGMENT_STEPS > RESCAN_STEPS) break;
+        if (this.matchText(s.episode, s, text, work, SEGMENT_STEPS)) touched.add(s.episode);
         taken++;
       }
       counts.segments += taken;
+      const all = this.evaluations.work;
+      for (const k of Object.keys(all) as Array<keyof TextWork>) all[k] += work[k];
       if (taken === batch.length && batch.length < RESCAN_SEGMENTS) this.deleteState("rescan_segment");
       else this.setState("rescan_segment", String(batch[taken - 1]!.id));
     } else {
@@ -280,14 +288,14 @@ export class FlagStore {
   }
 
   /**
-   * Match `s` against the text rules within the segment's budget (`work` adds what it cost; what it skipped is also
+   * Match `s` against the text rules within `budget` (`work` adds what it cost; what it skipped is also
    * kept in the state, for the rules' answer); true when a flag was raised.
    */
-  private matchText(episode: string, s: Segment, rules: readonly TextRule[], work: TextWork): boolean {
+  private matchText(episode: string, s: Segment, rules: readonly TextRule[], work: TextWork, budget: number): boolean {
     let raised = false;
     const before = work.skippedChecks;
     const skippedSteps = work.skippedSteps;
-    for (const f of segmentFlags(rules, s, work)) if (this.insert(episode, f, false)) raised = true;
+    for (const f of segmentFlags(rules, s, work, budget)) if (this.insert(episode, f, false)) raised = true;
     if (work.skippedChecks > before) {
       const skipped = JSON.parse(this.state("skipped") ?? NOTHING_SKIPPED) as Skipped;
       skipped.segments++;

@@ -8,9 +8,11 @@
 // ratio; ~1.0x here). re2-wasm was not taken: its Emscripten loader compiles the WebAssembly from
 // bytes at run time, which Workers refuse, and each call copies the text into wasm memory.
 //
-// Work is counted, not timed: one check of a segment costs at most its characters times the
-// pattern's compiled instructions (the most the engine's NFA visits per character), and that is the
-// unit the index's budgets count in (`steps`). Pure.
+// Work is counted, not timed, in steps: a character through the DFA's cached states is one step; a
+// DFA state built costs STATE_STEPS per instruction in it (hostile text makes one per character:
+// that is where the time goes); a run of the NFA or the backtracker (the DFA gave up, or a hit's
+// bounds are wanted) costs characters × instructions, its bound. A check is given a limit: the DFA
+// stops at it (nothing is left half-built), and an NFA run starts only if its bound fits. Pure.
 
 import { RE2JS } from "re2js";
 import { RelayError } from "../http/errors.js";
@@ -24,11 +26,33 @@ export const MAX_INSTRUCTIONS = 1000;
  */
 export const DFA_BYTES = 256 * 1024;
 
-/** re2js's lazy DFA, as far as its memory budget (src/DFA.js: both are set from maxMem, which RE2 does not pass). */
+/**
+ * Steps per instruction of a DFA state built (re2js's DFA.closure walks, sorts and hashes them). Chosen by measurement
+ * (bench/flags-worst.ts, a loaded 2-core machine): with it a counted step costs ~3-22 ns (median ~7) on text that thrashes
+ * the DFA, and ~15 ns on the defaults' ordinary text, so no input is cheaper to count than to run.
+ */
+export const STATE_STEPS = 32;
+
+/** re2js's lazy DFA: its memory budget (src/DFA.js: both are set from maxMem, which RE2 does not pass), and the two
+ * methods a check counts its work through. */
 interface LazyDfa {
   stateBudget: number;
   memBudget: number;
+  closure(pcs: number[], flag: number): { pcs: number[]; needflags: number };
+  match(input: unknown, pos: number, anchor: number): boolean | null;
 }
+
+/** What one check did: its steps, whether it finished within its limit, and the first match if it found one. */
+export interface Check {
+  steps: number;
+  /** False: it stopped at its limit (no answer). */
+  done: boolean;
+  /** [start, end) in UTF-16 units; [0, 0] when the match's bounds did not fit the limit (the segment matched). */
+  at: [number, number] | null;
+}
+
+/** Thrown through re2js to stop a check at its limit. */
+const STOP = new Error("flag check stopped at its limit");
 
 /** A pattern ready to run: its engine, and what one character of a segment costs it at most. */
 export interface Pattern {
@@ -36,8 +60,10 @@ export interface Pattern {
   instructions: number;
   /** Bytes its DFA holds now (re2js's count; at most DFA_BYTES). */
   cacheBytes(): number;
-  /** Where the first match is ([start, end) in UTF-16 units), or null. */
+  /** Where the first match is ([start, end) in UTF-16 units), or null (unlimited: for tests and benches). */
   find(text: string): [number, number] | null;
+  /** A check of `text` within `limit` steps. */
+  check(text: string, limit: number): Check;
 }
 
 /**
@@ -72,15 +98,56 @@ export function compilePattern(pattern: string, regex: boolean, field: string): 
       field,
       `the pattern compiles to ${instructions} instructions, at most ${MAX_INSTRUCTIONS} (a counted repeat like {39} multiplies what it repeats)`,
     );
+  // the DFA's work counted as it is done, stopped past the check's limit (a throw leaves its cache consistent: a
+  // state is cached only after its closure returns)
+  let spent = 0;
+  let limit = Number.POSITIVE_INFINITY;
+  let bound = 0;
+  const closure = dfa.closure.bind(dfa);
+  dfa.closure = (pcs, flag) => {
+    const c = closure(pcs, flag);
+    spent += STATE_STEPS * c.pcs.length;
+    if (spent > limit) throw STOP;
+    return c;
+  };
+  const match = dfa.match.bind(dfa);
+  dfa.match = (input, pos, anchor) => {
+    const answer = match(input, pos, anchor);
+    // null: the DFA gave up (its cache thrashed); re2js runs the backtracker or the NFA next, at their bound
+    if (answer === null) nfa();
+    return answer;
+  };
+  const nfa = () => {
+    if (spent + bound > limit) throw STOP;
+    spent += bound;
+  };
+  const onepass = (re.re2Input as unknown as { onepass: unknown }).onepass !== null;
+  const check = (text: string, max: number): Check => {
+    spent = text.length;
+    limit = max;
+    bound = text.length * instructions;
+    try {
+      if (spent > limit) throw STOP;
+      // a one-pass program runs its own matcher, not the DFA: counted at its bound
+      if (onepass) nfa();
+      if (!re.test(text)) return { steps: spent, done: true, at: null };
+      // a hit's bounds take a run with captures (onepass, backtracker or NFA): only if it fits
+      if (spent + bound > limit) return { steps: spent, done: true, at: [0, 0] };
+      spent += bound;
+      const m = re.matcher(text);
+      return { steps: spent, done: true, at: m.find() ? [m.start(), m.end()] : [0, 0] };
+    } catch (e) {
+      if (e !== STOP) throw e;
+      return { steps: spent, done: false, at: null };
+    } finally {
+      limit = Number.POSITIVE_INFINITY;
+    }
+  };
   return {
     instructions,
     cacheBytes: () => dfa.stateBudget - dfa.memBudget,
-    find(text) {
-      // test() runs the DFA alone; only a hit pays for the match's bounds
-      if (!re.test(text)) return null;
-      const m = re.matcher(text);
-      return m.find() ? [m.start(), m.end()] : null;
-    },
+    find: (text) => check(text, Number.POSITIVE_INFINITY).at,
+    check,
   };
 }
 

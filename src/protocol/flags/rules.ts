@@ -102,11 +102,18 @@ export const DEFAULT_RULES: readonly Rule[] = [
 ];
 
 /**
- * Steps (a segment's characters × a rule's instructions: the most the engine does for them) the text rules may take on
- * one segment; the rules past it are skipped there, and counted. The defaults take at most 2,000 × 1,042 on a whole
- * segment, so they are never skipped; the budget bounds what rules the run writes can cost per character sent.
+ * Steps (src/protocol/flags/pattern.ts: a character through the DFA, a DFA state built, an NFA run at its bound) the
+ * text rules may take on one segment; a check is stopped at what is left of it, and the rules past it are skipped there,
+ * counted. The defaults on ordinary text take about a step per character and rule (their DFA states are built once).
  */
-export const SEGMENT_STEPS = 4_000_000;
+export const SEGMENT_STEPS = 2_000_000;
+
+/**
+ * Steps one object turn may take on text rules: all the segments of one index upsert (past it their checks are skipped,
+ * counted), or one rescan step (which ends before a segment could pass it). The defaults on ordinary text take ~3,000 a
+ * segment.
+ */
+export const TURN_STEPS = 4_000_000;
 
 /** Rules from `PUT .../rules`' JSON (`{"rules": [...]}`); throws 400 bad_rules naming what is wrong. */
 export function parseRules(body: unknown): Rule[] {
@@ -203,13 +210,13 @@ export function matchSegment(rule: TextRule, s: Segment): Flag | null {
 export interface TextWork {
   /** Checks run (a rule that looks at the segment). */
   checks: number;
-  /** Their steps: characters × instructions each. */
+  /** Their steps (and those of the checks stopped at the budget). */
   steps: number;
   /** Segments where at least one check was skipped. */
   skippedSegments: number;
   /** Checks skipped. */
   skippedChecks: number;
-  /** The steps the skipped checks would have taken (0 for a pattern that never runs). */
+  /** The most the skipped checks would have taken (characters × instructions; 0 for a pattern that never runs). */
   skippedSteps: number;
 }
 
@@ -218,8 +225,8 @@ export function noWork(): TextWork {
 }
 
 /**
- * The flags `rules` raise on `s`, within `budget` steps (rules in order: a check that would pass the budget is
- * skipped, the later rules are still tried); what it cost is added to `work`.
+ * The flags `rules` raise on `s`, within `budget` steps (rules in order: a check is stopped at what is left of the
+ * budget, and skipped once nothing is); what it cost is added to `work`.
  */
 export function segmentFlags(rules: readonly TextRule[], s: Segment, work: TextWork, budget = SEGMENT_STEPS): Flag[] {
   const flags: Flag[] = [];
@@ -227,22 +234,22 @@ export function segmentFlags(rules: readonly TextRule[], s: Segment, work: TextW
   let skipped = false;
   for (const rule of rules) {
     if (!looksAt(rule, s)) continue;
-    const cost = rule.test === null ? 0 : s.body.length * rule.test.instructions;
-    if (rule.test === null || spent + cost > budget) {
+    const bound = rule.test === null ? 0 : s.body.length * rule.test.instructions;
+    const check = rule.test === null || spent >= budget ? null : rule.test.check(s.body, budget - spent);
+    if (check) {
+      spent += check.steps;
+      work.steps += check.steps;
+    }
+    if (!check?.done) {
       work.skippedChecks++;
-      work.skippedSteps += cost;
+      work.skippedSteps += bound;
       skipped = true;
       continue;
     }
-    spent += cost;
     work.checks++;
-    work.steps += cost;
-    const f = matchSegment(rule, s);
-    if (f) {
-      // a hit runs the engine once more, for the match's place (past the budget by one check at most)
-      spent += cost;
-      work.steps += cost;
-      flags.push(f);
+    if (check.at) {
+      const [at, end] = check.at;
+      flags.push({ rule: rule.id, trace: s.trace, node: s.node, excerpt: excerptAround(s.body, at, end - at) });
     }
   }
   if (skipped) work.skippedSegments++;
