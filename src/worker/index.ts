@@ -46,6 +46,7 @@ import {
   runGroup,
   runGroups,
   runRules,
+  runTokenizer,
   runSearch,
   runSocket,
   runSteps,
@@ -220,6 +221,8 @@ async function runPaths(
       return runSearch(env, run, url, head);
     case "rules":
       return runRules(env, run, request, claims);
+    case "tokenizer":
+      return runTokenizer(env, run, request, claims, limitsFrom(env).maxTokenizer);
     case "share":
       return Response.json(await shareRun(run, mode, claims, url), { headers: { "cache-control": "no-store" } });
     case "run":
