@@ -275,7 +275,7 @@ export async function runTokenizer(
     }
     return new Response(object.body, { headers });
   }
-  needsWholeRun(a, "a run's tokenizer");
+  needsWholeRun(a, "uploads of a run's tokenizer");
   if (claims !== null && claims.role === "watcher")
     throw new RelayError("forbidden", "a run's tokenizer is set by an admin or the run's producer");
   checkDeclaredLength(request, maxBytes);
@@ -287,7 +287,7 @@ export async function runTokenizer(
     throw new RelayError("malformed", 'a tokenizer.json is a JSON object with a "model" object', "model");
   const sha256 = hex(await crypto.subtle.digest("SHA-256", bytes));
   const kept = await env.ARCHIVE.head(key);
-  const answer = { run: a.run, bytes: bytes.byteLength, sha256 };
+  const answer = { ok: true, run: a.run, bytes: bytes.byteLength, sha256 };
   if (kept?.customMetadata?.sha256 === sha256) return json({ ...answer, changed: false }, false);
   await env.ARCHIVE.put(key, bytes, {
     httpMetadata: { contentType: "application/json" },

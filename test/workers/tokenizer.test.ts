@@ -54,6 +54,7 @@ describe("a run's tokenizer", () => {
     expect(put.status, await put.clone().text()).toBe(200);
     const digest = await sha256(TOKENIZER);
     expect(await put.json()).toEqual({
+      ok: true,
       run: RUN,
       bytes: new TextEncoder().encode(TOKENIZER).byteLength,
       sha256: digest,
