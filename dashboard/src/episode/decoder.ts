@@ -2,32 +2,13 @@
 // piece of each token id. Asked only once a token signal is shown: the library
 // (@huggingface/tokenizers) is its own chunk, imported then, so pages without tokens load nothing.
 import { authHeaders, relayUrl } from "../api.js";
+import { piecesOf } from "./pieces.js";
 
 export type DecoderState =
   | { kind: "loading" }
   /** The run has no tokenizer (404), or this token may not read it. */
   | { kind: "none"; why: string }
   | { kind: "ready"; pieces: (ids: readonly number[]) => string[] };
-
-/**
- * The pieces of `ids`, in order, one per id: each the text its id adds. A character spread over
- * several byte-level ids (say "×", two bytes) is given whole to its last id; the ids before it get "".
- */
-export function piecesOf(decode: (ids: number[]) => string, ids: readonly number[]): string[] {
-  const out: string[] = [];
-  let start = 0;
-  for (let i = 0; i < ids.length; i++) {
-    const text = decode(ids.slice(start, i + 1) as number[]);
-    // an incomplete UTF-8 sequence decodes to U+FFFD: wait for the ids that complete it (at most 4 bytes)
-    if (text.endsWith("\uFFFD") && i - start < 3 && i + 1 < ids.length) {
-      out.push("");
-      continue;
-    }
-    out.push(text);
-    start = i + 1;
-  }
-  return out;
-}
 
 export class RunDecoder {
   state: DecoderState = { kind: "loading" };
