@@ -51,6 +51,8 @@ export default defineConfig({
           ARCHIVE_PART_BYTES: String(5 * 1024 * 1024),
           // an episode's merged annotations past 256 KiB are refused (413) with small records
           MAX_ANNOTATION_BYTES: String(256 * 1024),
+          // a run's tokenizer.json past 64 KiB is refused (413): the test's real tokenizer is smaller
+          MAX_TOKENIZER_BYTES: String(64 * 1024),
           // no RELAY_SECRET here: tests address the Worker as http://relay.test/ (a local test
           // host), where auth is off as under `npm start`; test/workers/auth.test.ts adds a secret
           AUTH_OFF_ON_LOOPBACK: "true",

@@ -51,7 +51,7 @@ export function mountEpisode(shell: Shell, id: string): () => void {
     annotations: (a) => signals.offer(a),
   });
   const ended = () => feed.status === "finished" || feed.status === "failed";
-  const signals = overlays(id, ended, scheduleRender);
+  const signals = overlays(id, runOf(id), ended, scheduleRender);
   const routing = routingPanel(feed, scheduleRender);
   const head = episodeHead(id, [downloadButtons(id), routing.button]);
   const summary = h("div.summary", { id: "summary" });

@@ -47,6 +47,7 @@ import {
   runGroup,
   runGroups,
   runRules,
+  runTokenizer,
   runSearch,
   runSocket,
   runSteps,
@@ -221,6 +222,8 @@ async function runPaths(
       return runSearch(env, run, url, head);
     case "rules":
       return runRules(env, run, request, claims);
+    case "tokenizer":
+      return runTokenizer(env, run, request, claims, limitsFrom(env).maxTokenizer);
     case "share":
       return Response.json(await shareRun(run, mode, claims, url, publicOrigin(env.PUBLIC_URL, url)), {
         headers: { "cache-control": "no-store" },

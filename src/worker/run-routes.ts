@@ -244,6 +244,62 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
   return json(rules, false);
 }
 
+/** The R2 key (in the ARCHIVE bucket) of a run's tokenizer.json (run names never hold `/`). */
+export function tokenizerKey(run: string): string {
+  return `tokenizers/${run}`;
+}
+
+/**
+ * `GET`/`HEAD /v1/runs/{run}/tokenizer`: the run's `tokenizer.json` as its producer uploaded it (any
+ * token covering an episode of the run may read it: a page decodes that episode's token ids with
+ * it), 404 `not_found` when none was; `ETag` is its SHA-256. `PUT` (admin, or a producer covering
+ * the whole run): keep these bytes (a JSON object with a `model`, at most MAX_TOKENIZER_BYTES);
+ * the same bytes again change nothing (`changed: false`), others replace them.
+ */
+export async function runTokenizer(
+  env: Env,
+  a: RunAccess,
+  request: Request,
+  claims: Claims | null,
+  maxBytes: number,
+): Promise<Response> {
+  const key = tokenizerKey(a.run);
+  if (request.method !== "PUT") {
+    const object = await env.ARCHIVE.get(key);
+    if (object === null) throw new RelayError("not_found", `run ${a.run} has no tokenizer`);
+    const etag = `"${object.customMetadata?.sha256 ?? object.etag}"`;
+    const headers = { "content-type": "application/json", "cache-control": "no-cache", etag };
+    if (request.headers.get("if-none-match") === etag || request.method === "HEAD") {
+      await object.body.cancel();
+      return new Response(null, { status: request.method === "HEAD" ? 200 : 304, headers });
+    }
+    return new Response(object.body, { headers });
+  }
+  needsWholeRun(a, "uploads of a run's tokenizer");
+  if (claims !== null && claims.role === "watcher")
+    throw new RelayError("forbidden", "a run's tokenizer is set by an admin or the run's producer");
+  checkDeclaredLength(request, maxBytes);
+  const bytes = await readStream(request.body, maxBytes);
+  const parsed = parseJsonBody(bytes, "the tokenizer");
+  // a tokenizers-library file: an object whose `model` says how ids map to pieces
+  const model = (parsed as { model?: unknown } | null)?.model;
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed) || typeof model !== "object" || !model)
+    throw new RelayError("malformed", 'a tokenizer.json is a JSON object with a "model" object', "model");
+  const sha256 = hex(await crypto.subtle.digest("SHA-256", bytes));
+  const kept = await env.ARCHIVE.head(key);
+  const answer = { ok: true, run: a.run, bytes: bytes.byteLength, sha256 };
+  if (kept?.customMetadata?.sha256 === sha256) return json({ ...answer, changed: false }, false);
+  await env.ARCHIVE.put(key, bytes, {
+    httpMetadata: { contentType: "application/json" },
+    customMetadata: { sha256 },
+  });
+  return json({ ...answer, changed: true }, false);
+}
+
+function hex(digest: ArrayBuffer): string {
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 /** A run socket (`/v1/runs/{run}` upgraded: `a`) or the directory's (`/v1/runs` upgraded: `a` null). */
 export function runSocket(
   env: Env,

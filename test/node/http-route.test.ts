@@ -178,6 +178,7 @@ describe("method tables", () => {
       finished: ["GET", "HEAD"],
       usage: ["GET"],
       share: ["POST"],
+      tokenizer: ["GET", "HEAD", "PUT"],
     });
   });
 

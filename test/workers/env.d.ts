@@ -13,3 +13,9 @@ declare namespace Cloudflare {
     STORAGE_FIXTURES: Fetcher;
   }
 }
+
+/** A file's text, as vite's `?raw` import gives it (test/workers/tokenizer.test.ts reads a fixture so). */
+declare module "*?raw" {
+  const text: string;
+  export default text;
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, episodes, export, token.
+// `episode-relay` (npx episode-relay …, or npm run cli -- …): tail, push, get, groups, episodes, export, tokenizer,
+// token.
 import { parseOptions, UsageError } from "../parse-options.js";
 import { episodes, parseEpisodesArgs } from "./episodes.js";
 import { parseExportArgs, runExport } from "./export.js";
@@ -8,6 +9,7 @@ import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
 import { tailRun } from "./tail-run.js";
+import { putTokenizer } from "./tokenizer.js";
 import { parseBase, parseTarget } from "./target.js";
 
 const USAGE = `usage: episode-relay <command> ...
@@ -44,13 +46,16 @@ const USAGE = `usage: episode-relay <command> ...
                                                  episode {id, cursor, row, episode} (the exact JSON view);
                                                  parquet, a directory of part files, one row per rollout (or
                                                  branch). A second call resumes where the last one stopped
+  tokenizer --run R FILE URL [--token T]         keep the model's tokenizer.json (FILE, or a folder holding one) for
+                                                 run R, so the dashboard shows its token ids as text (a producer
+                                                 token covering R:*); the same bytes again change nothing
   token --role R --episode E [--ttl 1h]          mint a token (RELAY_SECRET from the environment or .dev.vars)
 URL/ID is the relay's base URL followed by the episode id, e.g. http://127.0.0.1:8787/run-42:ep-7;
 URL alone is the base URL. A run is an episode id's part before its last ':' (run-42), ~ for ids without one.
 RELAY_TOKEN in the environment is used when --token is not given. A token is sent over plain http:// only to
 this machine, unless EPISODE_RELAY_ALLOW_HTTP=1 (e.g. inside a private network); use https:// otherwise.`;
 
-/** The options of tail, push, get and groups: each command takes all of them, and ignores those it has no use for. */
+/** The options of tail, push, get, groups and tokenizer: each command takes all of them, and ignores those it has no use for. */
 function options(argv: string[]) {
   const { values, positionals, tokens } = parseOptions({
     args: argv,
@@ -104,7 +109,13 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === "episodes") return await episodesMain(rest);
   if (command === "export") return await exportMain(rest);
-  if (command !== "tail" && command !== "push" && command !== "get" && command !== "groups") {
+  if (
+    command !== "tail" &&
+    command !== "push" &&
+    command !== "get" &&
+    command !== "groups" &&
+    command !== "tokenizer"
+  ) {
     console.error(
       `${command === undefined ? "episode-relay: no command given" : `episode-relay: unknown command ${JSON.stringify(command)}`}\n\n${USAGE}`,
     );
@@ -163,6 +174,10 @@ async function main(argv: string[]): Promise<number> {
           return usage(command, `--sort: expected one of ${GROUP_SORTS.join(", ")}, got ${JSON.stringify(o.sort)}`);
         return await groups(parseBase(positional[0]!), o.run, { token, sort, json: o.json });
       }
+      case "tokenizer":
+        if (positional.length !== 2) break;
+        if (o.run === undefined) return usage(command, "--run R is required");
+        return await putTokenizer(parseBase(positional[1]!), o.run, positional[0]!, { token });
     }
   } catch (e) {
     console.error(`episode-relay ${command}: ${(e as Error).message}`);

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Mapping, Optional, Tup
 import httpx
 
 from .sink import log_rebase, producer_connection
+from .tokenizer import TokenizerShipment, TokenizerSource, run_of
 from .transport import DeltaChannel, FinishMismatch, RelayError, check_base_url, check_episode_id
 from .wire import Document, Encoder, default_encoder, to_bytes
 
@@ -58,7 +59,8 @@ class RelayForwarder:
     :meth:`drain`), from any other thread.
 
     Args: as :class:`~episode_relay.RelaySink` (``dispatch=`` included: the rollout's identity in
-    the trainer, e.g. prime-rl's ``dispatch_info``), plus the buffer and backoff settings above.
+    the trainer, e.g. prime-rl's ``dispatch_info``; and ``tokenizer=``, sent by the background
+    task before the first delta), plus the buffer and backoff settings above.
     """
 
     def __init__(
@@ -79,12 +81,15 @@ class RelayForwarder:
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
         dispatch: Optional[Mapping[str, Any]] = None,
+        tokenizer: Optional[TokenizerSource] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
             self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
+        # sent by the background task before the first delta (RelaySink's ``tokenizer=``)
+        self._tokenizer = None if tokenizer is None else TokenizerShipment(tokenizer, self.url, run_of(self.episode_id), token)
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes
         self.give_up_after = give_up_after
@@ -324,6 +329,9 @@ class RelayForwarder:
 
     async def _forward(self, item: _Item) -> None:
         kind, data = item
+        if self._tokenizer is not None:
+            await self._tokenizer.ship(self.http.client)
+            self._tokenizer = None
         if kind == "delta":
             try:
                 out = self.cursor.prepare(data)

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Unio
 import httpx
 
 from .producer import Outgoing, ProducerCursor
+from .tokenizer import TokenizerShipment, TokenizerSource, run_of
 from .transport import DeltaChannel, HttpChannel, RelayError, RelayHttp, WebSocketChannel, check_base_url, check_episode_id, error_from_answer
 from .wire import Document, Encoder, default_encoder, pack, to_bytes, unpack
 
@@ -108,6 +109,11 @@ class RelaySink:
             it rides with the envelopes until one is acknowledged. The relay keeps it beside the
             episode (never in it): the run's list, groups and steps go by it. Set once: another
             identity for the same episode is refused (409 ``dispatch_conflict``).
+        tokenizer: The model's ``tokenizer.json`` (a path, or a model name such as
+            ``Qwen/Qwen3-4B`` in the local Hugging Face cache; never downloaded), sent to the
+            run once per process before the first delta, so pages decode token ids
+            (:mod:`episode_relay.tokenizer`). A name not found raises at once; a refused upload
+            is logged, and the deltas go on.
     """
 
     def __init__(
@@ -125,12 +131,14 @@ class RelaySink:
         default: Optional[Encoder] = None,
         start_seq: Optional[int] = None,
         dispatch: Optional[Mapping[str, Any]] = None,
+        tokenizer: Optional[TokenizerSource] = None,
     ) -> None:
         self.url = check_base_url(url)
         self.episode_id = check_episode_id(episode_id)
         self.cursor, self.http, self.channel = producer_connection(
             self.url, episode_id, token, producer, transport, timeout, client, start_seq, dispatch
         )
+        self._tokenizer = None if tokenizer is None else TokenizerShipment(tokenizer, self.url, run_of(self.episode_id), token)
         self.retry_for = max(0.0, float(retry_for))
         self.retry_backoff = retry_backoff
         self.default = default if default is not None else default_encoder()
@@ -162,6 +170,9 @@ class RelaySink:
         if self._closed:
             raise RelayError("the sink is closed", error="closed")
         async with self._lock:
+            if self._tokenizer is not None:
+                await self._tokenizer.ship(self.http.client)
+                self._tokenizer = None
             out = self.cursor.prepare(delta, self.default)
             self.undelivered = out
             out, ack = await self._deliver(out)

@@ -7,6 +7,7 @@ import type { EpisodeAssembly } from "../../../src/protocol/index.js";
 import type { TraceState } from "../../../src/protocol/index.js";
 import type { AnnotationsJson } from "../../../clients/typescript/watch.js";
 import { AnnotationsSource } from "./annotations-source.js";
+import { RunDecoder } from "./decoder.js";
 import { traceTokens } from "./node-tokens.js";
 import { signalBar } from "./signal-bar.js";
 import type { Overlay } from "./trace-context.js";
@@ -24,9 +25,15 @@ export interface Overlays {
   close(): void;
 }
 
-export function overlays(id: string, isEnded: () => boolean, changed: () => void): Overlays {
+export function overlays(id: string, run: string, isEnded: () => boolean, changed: () => void): Overlays {
   const source = new AnnotationsSource(id, isEnded, changed);
   const bar = signalBar(changed);
+  // the run's tokenizer: asked the first time a signal is shown (decoder.ts)
+  const decoder = new RunDecoder(run, changed);
+  const decoded = document.createElement("span");
+  decoded.className = "chip tok-decoded";
+  decoded.hidden = true;
+  bar.el.append(decoded);
   const cache = new Map<string, { trace: TraceState; nodes: number; version: number; signals: TraceSignals }>();
 
   function signalsOf(asm: EpisodeAssembly, t: TraceState, a: AnnotationsJson | null): TraceSignals {
@@ -51,13 +58,24 @@ export function overlays(id: string, isEnded: () => boolean, changed: () => void
       bar.update(all, scales, kind, a, ended);
       bar.el.hidden = traces.length === 0;
       const signal = bar.signal();
+      decoded.hidden = signal === null;
       if (signal === null) return null;
+      const d = decoder.get();
+      decoded.dataset.state = d.kind;
+      decoded.textContent =
+        d.kind === "ready"
+          ? "decoded with the run's tokenizer"
+          : d.kind === "loading"
+            ? "loading the run's tokenizer…"
+            : "token ids";
+      decoded.title = d.kind === "none" ? d.why : d.kind === "ready" ? "hover a token for its id and value" : "";
       return {
         signal,
-        key: `${signal}:${a?.version ?? 0}:${scales.maxAbsAdv}:${scales.maxEntropy}:${scales.maxKl}:${kind}`,
+        key: `${signal}:${a?.version ?? 0}:${scales.maxAbsAdv}:${scales.maxEntropy}:${scales.maxKl}:${kind}:${d.kind}`,
         traces: new Map(all.map((s) => [s.trace, s])),
         scales,
         kind,
+        pieces: d.kind === "ready" ? d.pieces : null,
       };
     },
     close: () => source.close(),

@@ -2,7 +2,9 @@
 // message: every recorded token id in order, the sampled ones (mask true) painted with their
 // value and a tooltip (`#position id=… adv=…`), the prompt-side ones faint; then the node's
 // summary (mean and max of the signal there, or how many were masked). A sampled node that
-// recorded no tokens says so; one the signal does not reach says "not covered".
+// recorded no tokens says so; one the signal does not reach says "not covered". With the run's
+// tokenizer (decoder.ts) each token shows its text piece, the signal painted behind it, and its
+// id in the tooltip; without one, its id.
 import type { StreamValue } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import type { NodeTokens } from "./node-tokens.js";
@@ -21,6 +23,13 @@ export interface StripInput {
   scales: Scales;
   /** The message says it was sampled by the policy. */
   sampledMessage: boolean;
+  /** Each id's text piece (the run's tokenizer); null: the ids are shown. */
+  pieces: ((ids: readonly number[]) => string[]) | null;
+}
+
+/** A piece as drawn: whitespace kept visible (a newline as ↵ and a break), an empty piece as a thin mark. */
+function pieceText(piece: string): string {
+  return piece === "" ? "\u200b" : piece.replace(/\n/g, "↵\n").replace(/\t/g, "→\t");
 }
 
 /** The strip for one node, or null when there is nothing to draw there (a prompt node). */
@@ -42,10 +51,13 @@ export function tokenStrip(x: StripInput): HTMLElement | null {
   const spans: HTMLElement[] = [];
   let k = 0;
   const shown = Math.min(node.token_ids.length, MAX_TOKENS);
+  const pieces = x.pieces ? x.pieces(node.token_ids.slice(0, shown)) : null;
+  const label = (p: number) => (pieces ? pieceText(pieces[p]!) : String(node.token_ids[p]!));
   for (let p = 0; p < shown; p++) {
     const id = node.token_ids[p]!;
+    const piece = pieces ? ` ${JSON.stringify(pieces[p])}` : "";
     if (!node.mask[p]) {
-      spans.push(h("span.tok.ctx", { title: `#${p} id=${id} (not sampled)` }, String(id)));
+      spans.push(h("span.tok.ctx", { title: `#${p} id=${id}${piece} (not sampled)` }, label(p)));
       continue;
     }
     const v = x.values[k] ?? null;
@@ -57,9 +69,9 @@ export function tokenStrip(x: StripInput): HTMLElement | null {
           "data-v": v === null ? "" : String(v),
           "data-k": k,
           style: colour ? `background:${colour}` : undefined,
-          title: `#${p} id=${id} ${tokenTip(signal, v, x.trainer?.[k], node.logprobs[k])}`,
+          title: `#${p} id=${id}${piece} ${tokenTip(signal, v, x.trainer?.[k], node.logprobs[k])}`,
         },
-        String(id),
+        label(p),
       ),
     );
     k++;
@@ -74,7 +86,7 @@ export function tokenStrip(x: StripInput): HTMLElement | null {
       h("span.chip.tok-chip", { title: `${SIGNAL_LABELS[signal]} on this node's sampled tokens` }, sum.text),
     ),
     h(
-      "div.toks",
+      pieces ? "div.toks.decoded" : "div.toks",
       null,
       spans,
       node.token_ids.length > shown

@@ -13,6 +13,8 @@ export interface Overlay {
   scales: Scales;
   /** The identity's kind (eval episodes carry no trainer streams). */
   kind: string | null;
+  /** Each id's text piece, from the run's tokenizer (decoder.ts); null: none (ids are shown). */
+  pieces: ((ids: readonly number[]) => string[]) | null;
 }
 
 export interface TraceContext {

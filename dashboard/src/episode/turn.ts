@@ -93,6 +93,7 @@ function overlayOf(t: TraceState, v: NodeView, ctx: TraceContext): HTMLElement |
     trainer: signals.trainer.get(v.index),
     scales: o.scales,
     sampledMessage: v.sampled,
+    pieces: o.pieces,
   });
 }
 

@@ -25,7 +25,8 @@ export const RELAY_HEADER = "x-episode-relay";
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
  * `/tasks`: per-task results; `/steps`: per training step (the dispatch identity's); `/search`: its
  * episodes' text; `/rules`: its flag rules (src/protocol/flags/rules.ts); `/share` (admin, POST): a read-only
- * token for the run, for a link.
+ * token for the run, for a link; `/tokenizer`: the model's `tokenizer.json` (PUT by its producer, GET by its
+ * watchers), so pages can decode token ids.
  */
 export type RunAction =
   | "run"
@@ -38,7 +39,8 @@ export type RunAction =
   | "steps"
   | "search"
   | "rules"
-  | "share";
+  | "share"
+  | "tokenizer";
 
 /**
  * `usage` (admin): the billing units its objects counted (src/protocol/billing/usage.ts); `dispatch`: the
@@ -94,6 +96,7 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   finished: ["GET", "HEAD"],
   usage: ["GET"],
   share: ["POST"],
+  tokenizer: ["GET", "HEAD", "PUT"],
 };
 
 export function parseRoute(pathname: string): Route {
@@ -157,7 +160,9 @@ function groupRoute(segment: string, group: string): Route {
 function runRoute(segment: string, action: string | undefined): Route {
   if (
     action !== undefined &&
-    !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share"].includes(action)
+    !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share", "tokenizer"].includes(
+      action,
+    )
   )
     return { kind: "not_found" };
   let run: string;

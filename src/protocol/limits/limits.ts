@@ -56,6 +56,8 @@ export interface Limits {
    * Run or runs sockets that may start per second per object (each sends a snapshot); past it 1013 with a retry hint.
    */
   runSocketRate: number;
+  /** Largest `tokenizer.json` a run may keep (PUT /v1/runs/{run}/tokenizer), bytes. */
+  maxTokenizer: number;
 }
 
 /** The vars the limits are read from (the Worker's Env has them as strings; absent ones take their defaults). */
@@ -84,7 +86,8 @@ type LimitVar =
   | "MAX_RUN_SOCKETS"
   | "RUN_SOCKET_RATE"
   | "ARCHIVE_SLOTS"
-  | "ARCHIVE_PART_BYTES";
+  | "ARCHIVE_PART_BYTES"
+  | "MAX_TOKENIZER_BYTES";
 
 /**
  * Deepest nesting (arrays and maps) of any JSON or msgpack body the relay parses: every reader
@@ -128,5 +131,8 @@ export function limitsFrom(env: LimitVars): Limits {
     maxAnnotations: limitFrom(env.MAX_ANNOTATION_BYTES, 16 * 1024 * 1024),
     maxRunSockets: limitFrom(env.MAX_RUN_SOCKETS, 1000),
     runSocketRate: limitFrom(env.RUN_SOCKET_RATE, 20),
+    // Qwen's and Llama 3's are 7-11 MiB; the Worker parses it once to refuse what is not JSON, and a
+    // 32 MiB one (Gemma 3) parsed would not fit beside its bytes in an isolate's 128 MB
+    maxTokenizer: limitFrom(env.MAX_TOKENIZER_BYTES, 16 * 1024 * 1024),
   };
 }

@@ -36,6 +36,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument(
         "--orphan-after", metavar="SECONDS", type=float, default=300.0, help="fail an episode whose live files are gone and that no record finished after this long (default 300)"
     )
+    p.add_argument(
+        "--tokenizer", metavar="PATH|ORG/NAME", help="the model's tokenizer.json, or a model name in the local Hugging Face cache: sent once, so pages decode token ids"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p.parse_args(argv)
 
@@ -53,6 +56,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             poll=args.poll,
             finish_grace=args.finish_grace,
             orphan_after=args.orphan_after,
+            tokenizer=args.tokenizer,
         )
     except (RelayError, ValueError, OSError) as e:
         print(f"episode_relay.prime_rl: {e}", file=sys.stderr)

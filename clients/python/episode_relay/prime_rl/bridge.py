@@ -36,6 +36,7 @@ import httpx
 import msgpack
 
 from ..producer import envelope_bytes
+from ..tokenizer import TokenizerShipment, TokenizerSource
 from ..transport import FinishMismatch, RelayError, RelayHttp, check_base_url, error_from_answer
 from ..wire import pack, unpack
 from . import formats
@@ -143,6 +144,9 @@ class Bridge:
             record finished, is failed.
         keep_ended: Ended episodes remembered for the annotations that come after them.
         parallel: Episodes talked to at once.
+        tokenizer: The model's ``tokenizer.json`` (a path, or a model name in the local Hugging
+            Face cache; never downloaded), sent to the run when the bridge starts, so pages
+            decode token ids (:mod:`episode_relay.tokenizer`). A name not found raises at once.
     """
 
     def __init__(
@@ -159,11 +163,13 @@ class Bridge:
         keep_ended: int = 20000,
         parallel: int = 8,
         client: Optional[httpx.AsyncClient] = None,
+        tokenizer: Optional[TokenizerSource] = None,
     ) -> None:
         self.layout = Layout(Path(output_dir).resolve())
         self.url = check_base_url(relay)
         self.run_name = formats.run_name(run if run is not None else self.layout.output_dir.name)
         self.token = token
+        self._tokenizer = None if tokenizer is None else TokenizerShipment(tokenizer, self.url, self.run_name, token)
         self.poll = poll
         self.finish_grace = finish_grace
         self.orphan_after = orphan_after
@@ -202,6 +208,9 @@ class Bridge:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=httpx.Limits(max_connections=self._parallel))
         try:
+            if self._tokenizer is not None:
+                await self._tokenizer.ship(self._client)
+                self._tokenizer = None
             while True:
                 progress = await self.cycle(final=once)
                 self.state.save()
