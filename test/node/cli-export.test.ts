@@ -89,8 +89,20 @@ async function recount(e: Listed) {
     branches: ep.traces.reduce((n, t) => n + t.nodes.filter((_, i) => !t.nodes.some((x) => x.parent === i)).length, 0),
     stop_condition: t0.stop_condition,
     truncated: t0.is_timeout,
-    rewards: Object.fromEntries(Object.entries(t0.rewards).map(([k, v]) => [k, v?.score ?? null])),
+    rewards: keyMeans(ep.traces.map((t) => t.rewards)),
   };
+}
+
+/** Per reward key, the mean of its scores over the traces that score it (a key no trace scores is left out). */
+function keyMeans(traces: Array<Record<string, { score: number } | null>>): Record<string, number> {
+  const by: Record<string, number[]> = {};
+  for (const rewards of traces)
+    for (const [k, v] of Object.entries(rewards ?? {})) if (typeof v?.score === "number") (by[k] ??= []).push(v.score);
+  return Object.fromEntries(
+    Object.entries(by)
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([k, xs]) => [k, xs.reduce((a, b) => a + b, 0) / xs.length]),
+  );
 }
 
 async function readParts(out: string): Promise<Array<Record<string, unknown>>> {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -26,9 +27,17 @@ ROOT = HERE.parents[2]  # tests -> python -> clients -> repository root
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range (32768-60999), as tools/free-port.ts draws them: a
+    relay restarted on its port meanwhile never finds it taken by another process's outgoing connection."""
+    for _ in range(100):
+        port = random.randint(20000, 32767)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port on 127.0.0.1 between 20000 and 32767 after 100 draws")
 
 
 def group_members(pgid: int) -> List[str]:
