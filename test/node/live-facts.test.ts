@@ -217,7 +217,10 @@ describe("steps: kept counters equal a recount", () => {
       live: 0,
       finished: 2,
       failed: 1,
-      mean_rewards: { correct: 0.5 },
+      // the trainer's reward (1 and 0 over the finished) beside each key's mean; std over the same two
+      mean_reward: 0.5,
+      std_reward: 0.5,
+      mean_rewards: { correct: 0.5, reward: 0.5 },
       zero_variance_share: 0.5,
       groups: { complete: 2, zero_variance: 1 },
       mean_turns: 2,
