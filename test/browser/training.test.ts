@@ -181,8 +181,9 @@ describe("per-step charts on the run page", () => {
     expect(steps.find((s) => s.step === 2 && s.kind === "eval")!.zero_variance_share).toBe(1);
     // the live step 4 has no finished rollout: no reward marker there
     expect(await page.locator('#step-rewards .step-dot[data-step="4"]').count()).toBe(0);
-    // eval lines are dashed, train solid
-    expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(2);
+    // eval lines are dashed, train solid: one per key and one for the trainer's reward (mean_rewards.reward)
+    expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(3);
+    expect(await page.locator('#step-rewards path.step-line.eval[data-key="reward"]').count()).toBe(1);
     // the groups table names each group's step and kind (the relay's groups page; a run without identities has no such column)
     expect(await page.locator(".run-page").getAttribute("data-identity")).toBe("yes");
     const groups = (
