@@ -34,7 +34,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -179,6 +179,40 @@ class _Socket:
         d = reconnect_delay(code, reason, self.attempt, self.backoff)
         self.attempt += 1
         return d
+
+    async def follow(
+        self,
+        watch: Any,
+        query: Callable[[], Dict[str, str]],
+        session: Callable[[Any], Awaitable[bool]],
+        end: Callable[[BaseException, str], None],
+        reconnecting: Optional[Callable[["_Retry", float], None]] = None,
+    ) -> None:
+        """The one reconnect loop of every watch: open, run ``session`` until it says the watch is over
+        (True), and after a drop (``_Retry``) wait ``delay`` and resume; a definite refusal or a bug
+        ends the watch through ``end(error, state)``."""
+        try:
+            while True:
+                watch.state = "resuming" if self.ever_opened else "connecting"
+                try:
+                    ws = await self.open(query())
+                    try:
+                        if await session(ws):
+                            return
+                    finally:
+                        await _close_quietly(ws)
+                    raise _Retry(1006, "closed")  # pragma: no cover (a session ends by a close)
+                except _Retry as r:
+                    delay = self.delay(r.code, r.reason)
+                    if reconnecting is not None:
+                        reconnecting(r, delay)
+                    await asyncio.sleep(delay)
+        except RelayError as e:
+            end(e, "unreachable" if e.error == "unreachable" else "refused")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # a bug: say it rather than hang
+            end(e, "failed")
 
     async def pinger(self, ws: Any) -> None:
         try:
@@ -358,28 +392,10 @@ class EpisodeWatch:
         return q
 
     async def _run(self) -> None:
-        try:
-            while True:
-                self.state = "resuming" if self._sock.ever_opened else "connecting"
-                try:
-                    ws = await self._sock.open(self._query())
-                    try:
-                        if await self._session(ws):
-                            return
-                    finally:
-                        self._ws = None
-                        await _close_quietly(ws)
-                    raise _Retry(1006, "closed")  # pragma: no cover (a session ends by a close)
-                except _Retry as r:
-                    delay = self._sock.delay(r.code, r.reason)
-                    self._emit(WatchUpdate("reconnecting", self.seq, code=r.code, reason=r.reason, delay=delay))
-                    await asyncio.sleep(delay)
-        except RelayError as e:
-            self._end(e, "unreachable" if e.error == "unreachable" else "refused")
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # a bug: say it rather than hang
-            self._end(e, "failed")
+        await self._sock.follow(self, self._query, self._session, self._end, self._reconnecting)
+
+    def _reconnecting(self, r: "_Retry", delay: float) -> None:
+        self._emit(WatchUpdate("reconnecting", self.seq, code=r.code, reason=r.reason, delay=delay))
 
     async def _session(self, ws: Any) -> bool:
         """One connection, until it drops (``_Retry``) or the run ends (True)."""
@@ -414,6 +430,7 @@ class EpisodeWatch:
                     except Exception as e:
                         raise _Retry(*_close_of(e)) from None
         finally:
+            self._ws = None
             pinger.cancel()
 
     def _handle(self, m: Any) -> bool:
@@ -589,26 +606,10 @@ class RunWatch:
             self._updates.put_nowait(u)
 
     async def _run(self) -> None:
-        try:
-            while True:
-                self.state = "resuming" if self._sock.ever_opened else "connecting"
-                try:
-                    ws = await self._sock.open({"limit": str(self.limit)} if self.limit else {})
-                    try:
-                        await self._session(ws)
-                    finally:
-                        await _close_quietly(ws)
-                except _Retry as r:
-                    await asyncio.sleep(self._sock.delay(r.code, r.reason))
+        await self._sock.follow(self, lambda: {"limit": str(self.limit)} if self.limit else {}, self._session, self._finish)
 
-        except RelayError as e:
-            self._finish(e, "unreachable" if e.error == "unreachable" else "refused")
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # a bug: say it rather than hang
-            self._finish(e, "failed")
-
-    async def _session(self, ws: Any) -> None:
+    async def _session(self, ws: Any) -> bool:
+        """One connection, until it drops (``_Retry``): a run socket has no end of its own."""
         pinger = asyncio.ensure_future(self._sock.pinger(ws))
         try:
             while True:
