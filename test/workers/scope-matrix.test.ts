@@ -318,7 +318,7 @@ describe("cursors", () => {
       [star, `/v1/runs/${A}/finished?cursor=${encodeURIComponent(c)}`],
       [
         star,
-        `/v1/runs/${A}/episodes?limit=1&cursor=${encodeURIComponent(`${c.slice(0, -2)}${c.endsWith("A") ? "B" : "A"}${c.at(-1)}`)}`,
+        `/v1/runs/${A}/episodes?limit=1&cursor=${encodeURIComponent(`${c.slice(0, -2)}${c.at(-2) === "A" ? "B" : "A"}${c.at(-1)}`)}`,
       ],
     ] as const) {
       const a = await call(who, "GET", path);
