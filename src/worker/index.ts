@@ -13,7 +13,7 @@ import { limitsFrom } from "../protocol/limits/limits.js";
 import { MAX_DISPATCH_BYTES } from "../protocol/envelope/dispatch.js";
 import { wantsJson } from "../protocol/http/representation.js";
 import { type AuthMode, authMode, authorize, type Claims, need } from "../protocol/http/auth.js";
-import { cursorKeys } from "../protocol/http/cursor-seal.js";
+import { cursorKeys } from "../protocol/registry/list-cursors.js";
 import { publicOrigin } from "../protocol/http/public-url.js";
 import { shareRun } from "./share-link.js";
 import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";

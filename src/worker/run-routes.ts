@@ -7,30 +7,26 @@
 // calls it before any run route, so a new route gets it too): a token covering no episode of the
 // run gets exactly the answer a run nobody wrote gets (noSuchRun), before any object is asked. The
 // run's index then gets only the token's patterns that may hold an episode of the run (null: the
-// token covers all of it), and every cursor handed out is sealed (cursor-seal.ts), bound to the
+// token covers all of it), and every cursor handed out is sealed (list-cursors.ts), bound to the
 // list, the run and the token's patterns.
 
 import { readArchived } from "../objects/episode/archive-read.js";
-import { type CursorKeys, cursorBinding, openCursor, sealCursor } from "../protocol/http/cursor-seal.js";
-import { groupCursor } from "../objects/registry/group-store.js";
-import { stepCursor } from "../objects/registry/step-store.js";
-import { searchCursor } from "../objects/registry/search-store.js";
+import {
+  type AcrossPosition,
+  type CursorBinding,
+  type CursorKeys,
+  openCursor,
+  positionText,
+  readPosition,
+  type RunPosition,
+  sealCursor,
+} from "../protocol/registry/list-cursors.js";
 import { parseSearchQuery } from "../protocol/search/query.js";
 import { STEP_KINDS } from "../protocol/registry/steps.js";
 import { GROUP_SORTS, type GroupSort } from "../protocol/registry/groups.js";
 import { MSGPACK } from "../protocol/http/representation.js";
 import { runIndex } from "../objects/registry/episode-index.js";
-import {
-  type IndexEntry,
-  type ListQuery,
-  noSuchRun,
-  parseListQuery,
-  SCOPE_HEADER,
-  type Scope,
-  badCursor,
-  decodeListCursor,
-} from "../protocol/registry/rows.js";
-import { decodeRunCursor, type RunCursor } from "../objects/registry/directory-store.js";
+import { type IndexEntry, noSuchRun, parseListQuery, SCOPE_HEADER, type Scope } from "../protocol/registry/rows.js";
 import { RUNS_NAME } from "../objects/registry/run-directory.js";
 import { scopeInRun } from "../protocol/registry/run.js";
 import { ChunkWriter } from "../protocol/wire/writer.js";
@@ -67,14 +63,17 @@ export function runAccess(viewer: Viewer, run: string): RunAccess {
   return { run, scope, viewer };
 }
 
-/** A position sealed for this viewer, this list and this run (null stays null). */
-function seal(v: Viewer, kind: string, run: string | null, raw: string | null): Promise<string | null> | null {
-  return raw === null ? null : sealCursor(v.cursors, cursorBinding(kind, run, v.scope), raw);
+/** What a cursor of this viewer is bound to: the list, its detail and the run. */
+type Bound = Omit<CursorBinding, "scope">;
+
+/** A position's text sealed for this viewer, this list and this run (null stays null). */
+function seal(v: Viewer, b: Bound, text: string | null): Promise<string | null> | null {
+  return text === null ? null : sealCursor(v.cursors, { ...b, scope: v.scope }, text);
 }
 
-/** The position a cursor of this viewer, list and run holds (none given: null); bad_cursor otherwise. */
-async function open(v: Viewer, kind: string, run: string | null, cursor: string | null): Promise<string | null> {
-  return cursor ? openCursor(v.cursors, cursorBinding(kind, run, v.scope), cursor) : null;
+/** The position text a cursor of this viewer, list and run holds (none given: null); bad_cursor otherwise. */
+async function open(v: Viewer, b: Bound, cursor: string | null): Promise<string | null> {
+  return cursor ? openCursor(v.cursors, { ...b, scope: v.scope }, cursor) : null;
 }
 
 /** The list parameters without `cursor` (these lists have cursors of their own shape). */
@@ -99,15 +98,16 @@ function limitOf(url: URL): number {
 /** `GET /v1/runs?prefix=&limit=&cursor=`: runs the token covers, newest first. */
 export async function listRuns(env: Env, url: URL, viewer: Viewer, head: boolean): Promise<Response> {
   const q = parseListQuery(withoutCursor(url));
-  const raw = await open(viewer, "runs", null, url.searchParams.get("cursor"));
+  const bound: Bound = { list: "runs", run: null };
+  const raw = await open(viewer, bound, url.searchParams.get("cursor"));
   const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(
-    raw === null ? null : decodeRunCursor(raw),
+    raw === null ? null : readPosition("runs", raw),
     q.limit,
     viewer.scope,
     q.prefix,
     true,
   );
-  return json({ runs: page.runs, cursor: await seal(viewer, "runs", null, page.cursor) }, head);
+  return json({ runs: page.runs, cursor: await seal(viewer, bound, page.cursor) }, head);
 }
 
 /** `GET /v1/runs/{run}`: its counts and aggregates (null for a token that covers only part of the run). */
@@ -130,13 +130,11 @@ export async function runGroups(env: Env, a: RunAccess, url: URL, head: boolean)
   const sort = url.searchParams.get("sort") || "spread";
   if (!(GROUP_SORTS as readonly string[]).includes(sort))
     throw new RelayError("bad_sort", `sort must be one of ${GROUP_SORTS.join(", ")}`, "sort");
-  const kind = `groups:${sort}`;
-  const cursor = await open(a.viewer, kind, a.run, url.searchParams.get("cursor"));
-  // refused here, as 400 (a refusal thrown inside the index would arrive as a 500)
-  if (cursor !== null) groupCursor(cursor);
+  const bound: Bound = { list: "groups", detail: sort, run: a.run };
+  const cursor = await open(a.viewer, bound, url.searchParams.get("cursor"));
   const page = await runIndex(env, a.run).groups(a.run, sort as GroupSort, limitOf(url), cursor);
   if (page === null) throw noSuchRun(a.run);
-  return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
+  return json({ ...page, cursor: await seal(a.viewer, bound, page.cursor) }, head);
 }
 
 /** `GET /v1/runs/{run}/groups/{group}`: one group, its rollouts and their advantages. */
@@ -156,22 +154,23 @@ export async function runTasks(env: Env, a: RunAccess, url: URL, head: boolean):
   const key = url.searchParams.get("key") || "reward";
   const threshold = Number(url.searchParams.get("threshold") ?? "1");
   if (!Number.isFinite(threshold)) throw new RelayError("malformed", "threshold must be a number", "threshold");
-  const cursor = await open(a.viewer, "tasks", a.run, url.searchParams.get("cursor"));
+  const bound: Bound = { list: "tasks", run: a.run };
+  const cursor = await open(a.viewer, bound, url.searchParams.get("cursor"));
   const page = await runIndex(env, a.run).tasks(key, threshold, limitOf(url), cursor);
   if (page === null) throw noSuchRun(a.run);
-  return json({ ...page, cursor: await seal(a.viewer, "tasks", a.run, page.cursor) }, head);
+  return json({ ...page, cursor: await seal(a.viewer, bound, page.cursor) }, head);
 }
 
 /** `GET /v1/runs/{run}/episodes?status=&sort=&limit=&cursor=` and the filters (row-filter.ts). */
 export async function runEpisodes(env: Env, a: RunAccess, url: URL, head: boolean): Promise<Response> {
-  const kind = `episodes:${url.searchParams.get("sort") || "updated"}`;
+  const bound: Bound = { list: "episodes", detail: url.searchParams.get("sort") || "updated", run: a.run };
   const params = new URLSearchParams(url.searchParams);
-  const raw = await open(a.viewer, kind, a.run, params.get("cursor"));
+  const raw = await open(a.viewer, bound, params.get("cursor"));
   if (raw === null) params.delete("cursor");
   else params.set("cursor", raw);
   const page = await runIndex(env, a.run).list(parseListQuery(params), a.scope);
   if (page === null) throw noSuchRun(a.run);
-  return json({ ...page, cursor: await seal(a.viewer, kind, a.run, page.cursor) }, head);
+  return json({ ...page, cursor: await seal(a.viewer, bound, page.cursor) }, head);
 }
 
 /**
@@ -184,12 +183,11 @@ export async function runSteps(env: Env, a: RunAccess, url: URL, head: boolean):
   if (kind !== null && !(STEP_KINDS as readonly string[]).includes(kind)) {
     throw new RelayError("bad_filter", `kind must be one of ${STEP_KINDS.join(", ")}`, "kind");
   }
-  const list = `steps:${kind ?? ""}`;
-  const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
-  if (cursor !== null) stepCursor(cursor); // refused here, as 400
+  const bound: Bound = { list: "steps", detail: kind ?? "", run: a.run };
+  const cursor = await open(a.viewer, bound, url.searchParams.get("cursor"));
   const page = await runIndex(env, a.run).steps(kind, limitOf(url), cursor);
   if (page === null) throw noSuchRun(a.run);
-  return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+  return json({ ...page, cursor: await seal(a.viewer, bound, page.cursor) }, head);
 }
 
 /**
@@ -201,9 +199,12 @@ export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean)
   const query = parseSearchQuery(url.searchParams.get("q"));
   const q = parseListQuery(withoutCursor(url), 20);
   // the cursor is bound to the query and the filters too: one of another search is refused
-  const list = `search:${JSON.stringify([query.match, q.status, q.prefix, q.filter])}`;
-  const cursor = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
-  if (cursor !== null) searchCursor(cursor); // refused here, as 400
+  const bound: Bound = {
+    list: "search",
+    detail: JSON.stringify([query.match, q.status, q.prefix, q.filter]),
+    run: a.run,
+  };
+  const cursor = await open(a.viewer, bound, url.searchParams.get("cursor"));
   const index = runIndex(env, a.run);
   const page = await index.search(query, q, a.scope, cursor);
   if (page === null) throw noSuchRun(a.run);
@@ -218,9 +219,9 @@ export async function runSearch(env: Env, a: RunAccess, url: URL, head: boolean)
       ).map((r) => [r.id, r]),
     );
     const episodes = page.episodes.map((e) => ({ ...e, row: rows.get(e.id) ?? null }));
-    return json({ ...page, episodes, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+    return json({ ...page, episodes, cursor: await seal(a.viewer, bound, page.cursor) }, head);
   }
-  return json({ ...page, cursor: await seal(a.viewer, list, a.run, page.cursor) }, head);
+  return json({ ...page, cursor: await seal(a.viewer, bound, page.cursor) }, head);
 }
 
 /**
@@ -320,14 +321,6 @@ export function runSocket(
 /** Run indexes one page of the list across runs asks, at most (the rest: its cursor). */
 export const ACROSS_RUNS_BUDGET = 8;
 
-interface AcrossCursor {
-  /** Runs up to this one are done. */
-  run: RunCursor | null;
-  /** The run being listed, and where in it (its index's own position). */
-  current: RunCursor | null;
-  inner: string | null;
-}
-
 /**
  * `GET /v1/episodes?status=&prefix=&limit=&cursor=`: across the runs the token may hold episodes
  * of. Runs come newest-created first (from the directory), each run's episodes in its own order
@@ -336,16 +329,17 @@ interface AcrossCursor {
  */
 export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: boolean): Promise<Response> {
   const q = parseListQuery(withoutCursor(url));
-  const raw = await open(viewer, "across", null, url.searchParams.get("cursor"));
-  const at = raw === null ? null : decodeAcross(raw);
+  const bound: Bound = { list: "across", run: null };
+  const raw = await open(viewer, bound, url.searchParams.get("cursor"));
+  const at = raw === null ? null : readPosition("across", raw);
   const episodes: IndexEntry[] = [];
   let { run: runAfter, current, inner } = at ?? { run: null, current: null, inner: null };
-  const done = async (c: AcrossCursor | null) =>
-    json({ episodes, cursor: c === null ? null : await seal(viewer, "across", null, encodeAcross(c)) }, head);
+  const done = async (c: AcrossPosition | null) =>
+    json({ episodes, cursor: c === null ? null : await seal(viewer, bound, positionText("across", c)) }, head);
   const dir = env.RUN_DIRECTORY.getByName(RUNS_NAME);
-  let queue: RunCursor[] = [];
+  let queue: RunPosition[] = [];
   /** Where the directory's last page ended (null: at its end, once `dirEnded`). */
-  let dirNext: RunCursor | null = null;
+  let dirNext: RunPosition | null = null;
   let dirEnded = false;
   let asked = 0;
   for (;;) {
@@ -355,7 +349,7 @@ export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: b
         if (asked >= ACROSS_RUNS_BUDGET) return done({ run: runAfter, current: null, inner: null });
         const page = await dir.runs(runAfter, ACROSS_RUNS_BUDGET - asked, viewer.scope, q.prefix, false);
         queue = page.runs.map((r) => ({ created: Date.parse(r.created), run: r.run }));
-        dirNext = page.cursor === null ? null : decodeRunCursor(page.cursor);
+        dirNext = page.cursor === null ? null : readPosition("runs", page.cursor);
         dirEnded = dirNext === null;
         // none in this stretch of the directory (its own budget ended it): go on from where it stopped next time
         if (queue.length === 0) return done(dirNext === null ? null : { run: dirNext, current: null, inner: null });
@@ -369,7 +363,12 @@ export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: b
       scope === "none"
         ? null
         : await runIndex(env, current.run).list(
-            { ...q, sort: "updated", limit: q.limit - episodes.length, after: parseInner(inner) },
+            {
+              ...q,
+              sort: "updated",
+              limit: q.limit - episodes.length,
+              after: inner === null ? null : readPosition("episodes", inner),
+            },
             scope,
           );
     // (null: the run has no row any more, though the directory has not heard yet)
@@ -380,27 +379,6 @@ export async function listAcrossRuns(env: Env, url: URL, viewer: Viewer, head: b
     current = null;
     if (episodes.length >= q.limit) return done({ run: runAfter, current: null, inner: null });
   }
-}
-
-function encodeAcross(c: AcrossCursor): string {
-  const pos = (r: RunCursor | null) => (r === null ? null : [r.created, r.run]);
-  return JSON.stringify({ r: pos(c.run), c: pos(c.current), i: c.inner });
-}
-
-function decodeAcross(raw: string): AcrossCursor {
-  const pos = (v: unknown): RunCursor | null => {
-    if (v === null) return null;
-    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")
-      return { created: v[0] as number, run: v[1] };
-    throw badCursor();
-  };
-  const v = JSON.parse(raw) as { r?: unknown; c?: unknown; i?: unknown };
-  if (!(typeof v.i === "string" || v.i === null)) throw badCursor();
-  return { run: pos(v.r ?? null), current: pos(v.c ?? null), inner: v.i };
-}
-
-function parseInner(inner: string | null): ListQuery["after"] {
-  return inner === null ? null : decodeListCursor(inner);
 }
 
 // ---- bulk fetch ----
@@ -436,16 +414,16 @@ export async function bulkFinished(env: Env, a: RunAccess, url: URL, request: Re
   const withRows = flagParam(url, "row");
   const selection: FinishedSelection = { filter, withRows };
   // a cursor of a filtered bulk fetch is bound to its filters (one of another selection is refused)
-  const list = isFiltered(filter) ? `finished:${JSON.stringify(filterParams(filter))}` : "finished";
-  const raw = await open(a.viewer, list, a.run, url.searchParams.get("cursor"));
-  if (raw !== null && !/^\d{1,15}$/.test(raw)) throw badCursor();
+  const bound: Bound = { list: "finished", run: a.run };
+  if (isFiltered(filter)) bound.detail = JSON.stringify(filterParams(filter));
+  const raw = await open(a.viewer, bound, url.searchParams.get("cursor"));
   const index = runIndex(env, a.run);
-  let page = await index.finished(raw === null ? 0 : Number(raw), BULK_PAGE, a.scope, selection);
+  let page = await index.finished(raw === null ? 0 : readPosition("finished", raw), BULK_PAGE, a.scope, selection);
   if (page === null) throw noSuchRun(a.run);
   const headers = { "content-type": ndjson ? "application/x-ndjson" : MSGPACK, "cache-control": "no-store" };
   if (request.method === "HEAD") return new Response(null, { headers });
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
-  const cursorOf = (seq: number) => seal(a.viewer, list, a.run, String(seq)) as Promise<string>;
+  const cursorOf = (seq: number) => seal(a.viewer, bound, positionText("finished", seq)) as Promise<string>;
   const write = async () => {
     const writer = writable.getWriter();
     try {

@@ -9,12 +9,14 @@ import {
   INDEX_STATUSES,
   type ListQuery,
   MAX_LIMIT,
-  decodeListCursor,
-  encodeListCursor,
   parseListQuery,
   scopeOf,
   visible,
 } from "../../src/protocol/registry/rows.js";
+import { positionText, readPosition, type RowPosition } from "../../src/protocol/registry/list-cursors.js";
+
+const encodeListCursor = (at: RowPosition) => positionText("episodes", at);
+const decodeListCursor = (text: string) => readPosition("episodes", text);
 
 const q = (query: string, defaultLimit?: number) => parseListQuery(new URLSearchParams(query), defaultLimit);
 

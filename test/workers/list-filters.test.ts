@@ -6,11 +6,10 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
-import { cursorBinding, cursorKeys, sealCursor } from "../../src/protocol/http/cursor-seal.js";
+import { cursorKeys, positionText, type RowPosition, sealCursor } from "../../src/protocol/registry/list-cursors.js";
 import { SCAN_BUDGET } from "../../src/objects/registry/episode-pages.js";
 import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
 import { parseRowFilter, rowMatches } from "../../src/protocol/registry/row-filter.js";
-import { encodeListCursor } from "../../src/protocol/registry/rows.js";
 import { relay } from "./support.js";
 
 const RUN = "big";
@@ -135,9 +134,9 @@ describe("episode list filters at 100,000 rows", () => {
   it("a page deep into the run reads about a page: the walk starts at the cursor", async () => {
     const at = [...all].sort(updatedOrder)[90_000]!;
     // a cursor as the relay seals it (auth is off here: its fixed key); an unsealed position is refused
-    const raw = encodeListCursor({ key: at.updated, id: at.id });
+    const raw = positionText("episodes", { key: at.updated, id: at.id });
     expect((await relay(`../runs/${RUN}/episodes?limit=50&cursor=${encodeURIComponent(raw)}`)).status).toBe(400);
-    const cursor = await sealed("episodes:updated", raw);
+    const cursor = await sealed("updated", { key: at.updated, id: at.id });
     const before = (await index().usage()).rowsRead;
     const page = await list(`limit=50&cursor=${encodeURIComponent(cursor)}`);
     const read = (await index().usage()).rowsRead - before;
@@ -147,7 +146,7 @@ describe("episode list filters at 100,000 rows", () => {
     const rewardAt = [...all].sort(rewardOrder)[60_000]!;
     const before2 = (await index().usage()).rowsRead;
     const page2 = await list(
-      `limit=50&sort=reward&cursor=${encodeURIComponent(await sealed("episodes:reward", encodeListCursor({ key: rewardAt.reward, id: rewardAt.id })))}`,
+      `limit=50&sort=reward&cursor=${encodeURIComponent(await sealed("reward", { key: rewardAt.reward, id: rewardAt.id }))}`,
     );
     expect(page2.episodes.length).toBe(50);
     expect((await index().usage()).rowsRead - before2).toBeLessThan(200);
@@ -230,8 +229,12 @@ describe("episode list filters at 100,000 rows", () => {
 });
 
 /** A position of this run's list sealed as the relay seals it for a viewer of everything (auth off). */
-async function sealed(kind: string, raw: string): Promise<string> {
-  return sealCursor(await cursorKeys([]), cursorBinding(kind, RUN, null), raw);
+async function sealed(sort: string, at: RowPosition): Promise<string> {
+  return sealCursor(
+    await cursorKeys([]),
+    { list: "episodes", detail: sort, run: RUN, scope: null },
+    positionText("episodes", at),
+  );
 }
 
 async function list(query: string): Promise<Page> {

@@ -7,12 +7,8 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import {
-  DirectoryStore,
-  decodeRunCursor,
-  encodeRunCursor,
-  type RunRow,
-} from "../../src/objects/registry/directory-store.js";
+import { DirectoryStore, type RunRow } from "../../src/objects/registry/directory-store.js";
+import { positionText, type RunPosition, readPosition } from "../../src/protocol/registry/list-cursors.js";
 import { parseRunsMessage, PUSH_MS, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { RUN_SOCKET_TAG } from "../../src/objects/registry/run-sockets.js";
 import { SCOPE_HEADER, type Scope } from "../../src/protocol/registry/rows.js";
@@ -43,7 +39,7 @@ async function allRuns(dir: Directory, limit: number, scope: Scope, prefix: stri
   let cursor: string | null = null;
   do {
     const page: { runs: RunSummary[]; cursor: string | null } = await dir.runs(
-      cursor === null ? null : decodeRunCursor(cursor),
+      cursor === null ? null : readPosition("runs", cursor),
       limit,
       scope,
       prefix,
@@ -94,8 +90,8 @@ describe("the runs list", () => {
         finish_refused: 0,
       },
     ]);
-    expect(decodeRunCursor(first.cursor!)).toEqual({ created: 30, run: "d" });
-    expect(encodeRunCursor(decodeRunCursor(first.cursor!))).toBe(first.cursor);
+    expect(readPosition("runs", first.cursor!)).toEqual({ created: 30, run: "d" });
+    expect(positionText("runs", readPosition("runs", first.cursor!) as RunPosition)).toBe(first.cursor);
   });
 
   it("a row replaced by its run's next write; mean rewards shown once sent", async () => {

@@ -3,7 +3,7 @@
 // (run-directory.ts) calls these; nothing here decides whom to tell. The table is
 // DIRECTORY_SCHEMA's (schemas.ts).
 
-import { badCursor, decodeCursor, encodeCursor } from "../../protocol/registry/rows.js";
+import type { RunPosition } from "../../protocol/registry/list-cursors.js";
 
 /** A run's row (times in ms). */
 export interface RunRow {
@@ -27,23 +27,6 @@ function runRowOf(r: SqlRunRow): RunRow {
     ...r,
     mean_rewards: r.mean_rewards === null ? null : (JSON.parse(r.mean_rewards) as Record<string, number>),
   };
-}
-
-/** Where a page of runs ends: newest-created first. */
-export interface RunCursor {
-  created: number;
-  run: string;
-}
-
-export function encodeRunCursor(c: RunCursor): string {
-  return encodeCursor([c.created, c.run]);
-}
-
-export function decodeRunCursor(cursor: string): RunCursor {
-  const v = decodeCursor(cursor);
-  if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string")
-    return { created: v[0] as number, run: v[1] };
-  throw badCursor();
 }
 
 /** Directory rows one page may read past (the runs a token may see can be few among many). */
@@ -80,11 +63,11 @@ export class DirectoryStore {
    * short page whose position is the last row read (not one the caller may see: the Worker seals it).
    */
   page(
-    after: RunCursor | null,
+    after: RunPosition | null,
     limit: number,
     keep: (run: string) => boolean,
     budget = DIRECTORY_SCAN_BUDGET,
-  ): { rows: RunRow[]; next: RunCursor | null } {
+  ): { rows: RunRow[]; next: RunPosition | null } {
     const out: RunRow[] = [];
     let from = after;
     let read = 0;
@@ -103,7 +86,7 @@ export class DirectoryStore {
   }
 
   /** Up to `n` rows after `from`, newest-created first (runs_by_created). */
-  private after(from: RunCursor | null, n: number): RunRow[] {
+  private after(from: RunPosition | null, n: number): RunRow[] {
     return this.sql
       .exec<SqlRunRow>(
         // a row value: SQLite seeks runs_by_created to it (an OR of the two would scan the table)

@@ -40,8 +40,8 @@ import type { SearchBatch, SearchPage } from "./search-store.js";
 import { parseSearchQuery, type SearchQuery } from "../../protocol/search/query.js";
 import { RUNS_NAME } from "./run-directory.js";
 import { coversRun } from "../../protocol/registry/run.js";
+import { positionText } from "../../protocol/registry/list-cursors.js";
 import {
-  encodeListCursor,
   entryOf,
   type EpisodesPage,
   type IndexEntry,
@@ -152,7 +152,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null, searched: 0 };
     const page = this.store.query(q, scope);
-    const cursor = page.next === null ? null : encodeListCursor(page.next);
+    const cursor = page.next === null ? null : positionText("episodes", page.next);
     return { episodes: page.rows.map(entryOf), cursor, searched: page.searched };
   }
 

@@ -16,7 +16,8 @@
 
 import type { IndexRow } from "../../protocol/registry/entry.js";
 import type { RowFilter } from "../../protocol/registry/row-filter.js";
-import { type ListCursor, type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
+import type { RowPosition } from "../../protocol/registry/list-cursors.js";
+import { type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
 import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
@@ -27,7 +28,7 @@ export interface EpisodePage {
   /** At most `q.limit` rows, in the sort's order. */
   rows: IndexRow[];
   /** Where the next page starts; null when the walk reached the end. */
-  next: ListCursor | null;
+  next: RowPosition | null;
   /** Rows in the viewer's scope walked past to make this page. */
   searched: number;
 }
@@ -53,7 +54,7 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
   const rows: IndexRow[] = [];
   let walkedAll = 0;
   let searched = 0;
-  let last: ListCursor | null = null;
+  let last: RowPosition | null = null;
   for (const walk of walksOf(q)) {
     const room = budget - walkedAll;
     const cursor = sql.exec<WalkedRow>(

@@ -4,7 +4,7 @@
 // groups (in all, and per minute of completion) kept in step. Called by IndexStore inside its
 // transactions; pages are read by keyset.
 
-import { badCursor, decodeCursor, encodeCursor } from "../../protocol/registry/rows.js";
+import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import {
   type GroupMember,
   type GroupSort,
@@ -30,24 +30,6 @@ const ORDER: Record<GroupSort, { key: string; dir: "ASC" | "DESC" }> = {
   size: { key: "size", dir: "DESC" },
   task: { key: "task_key", dir: "ASC" },
 };
-
-/**
- * A groups page's cursor: the last group's sort key and id (throws 400 bad_cursor; the Worker checks it before the
- * index is asked).
- */
-export function groupCursor(cursor: string): [number | string, string] {
-  const v = decodeCursor(cursor);
-  if (
-    !(
-      Array.isArray(v) &&
-      v.length === 2 &&
-      (typeof v[0] === "number" || typeof v[0] === "string") &&
-      typeof v[1] === "string"
-    )
-  )
-    throw badCursor();
-  return v as [number | string, string];
-}
 
 /** Rows one page of tasks may read (its tasks' rows, for the mean reward and the solve rate). */
 export const TASK_ROWS_BUDGET = 5000;
@@ -160,7 +142,7 @@ export class GroupStore {
     const args: SqlStorageValue[] = [];
     let where = "";
     if (cursor !== null) {
-      const v = groupCursor(cursor);
+      const v = readPosition("groups", cursor);
       where = `WHERE (${key} ${dir === "DESC" ? "<" : ">"} ? OR (${key} = ? AND grp > ?))`;
       args.push(v[0] as SqlStorageValue, v[0] as SqlStorageValue, v[1] as string);
     }
@@ -176,7 +158,7 @@ export class GroupStore {
     const last = page.at(-1);
     return {
       groups: page.map((r) => JSON.parse(r.summary) as GroupSummary),
-      cursor: more && last ? encodeCursor([last.k, last.grp]) : null,
+      cursor: more && last ? positionText("groups", [last.k, last.grp]) : null,
     };
   }
 

@@ -9,7 +9,8 @@ import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade } from "../../protocol/http/route.js";
 import { encodeRunsMessage, type RunSummary } from "../../protocol/registry/index-protocol.js";
-import { DirectoryStore, encodeRunCursor, type RunCursor, type RunRow } from "./directory-store.js";
+import { DirectoryStore, type RunRow } from "./directory-store.js";
+import { positionText, type RunPosition } from "../../protocol/registry/list-cursors.js";
 import { readScopeHeader } from "./run-sockets.js";
 import { RunSideObject } from "./run-side-object.js";
 import { coversRun, mayHold } from "../../protocol/registry/run.js";
@@ -70,7 +71,7 @@ export class RunDirectory extends RunSideObject<RunRow> {
    * be a run outside the scope (the Worker seals it before a client sees it).
    */
   runs(
-    after: RunCursor | null,
+    after: RunPosition | null,
     limit: number,
     scope: Scope,
     prefix: string | null,
@@ -82,7 +83,7 @@ export class RunDirectory extends RunSideObject<RunRow> {
       if (prefix !== null && !mayHold([`${prefix}*`], run)) return false; // no id of the run can start with it
       return whole ? coversRun(scope, run) : mayHold(scope, run);
     });
-    return { runs: page.rows.map(summaryOf), cursor: page.next === null ? null : encodeRunCursor(page.next) };
+    return { runs: page.rows.map(summaryOf), cursor: page.next === null ? null : positionText("runs", page.next) };
   }
 
   // ---- the socket ----

@@ -8,7 +8,8 @@
 
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
-import { badCursor, decodeCursor, encodeCursor, type ListQuery, type Scope } from "../../protocol/registry/rows.js";
+import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
+import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import { snippet } from "../../protocol/search/highlight.js";
 import { conditions } from "./episode-pages.js";
 import { inScope } from "./scoped-rows.js";
@@ -148,7 +149,7 @@ export class SearchStore {
     const cond = conditions(q);
     // a partial scope's matches are its own episodes' only: no budget is spent on the others
     const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
-    const after = cursor === null ? null : searchCursor(cursor);
+    const after = cursor === null ? null : readPosition("search", cursor);
     const having = after ? "HAVING (MIN(m.score), m.episode) > (?, ?)" : "";
     const found = this.sql
       .exec<{ episode: string; best: number; id: number }>(
@@ -189,7 +190,7 @@ export class SearchStore {
             : [];
         }),
       })),
-      cursor: ranked.length > q.limit && last ? encodeCursor([last.best, last.episode]) : null,
+      cursor: ranked.length > q.limit && last ? positionText("search", { score: last.best, id: last.episode }) : null,
     };
   }
 
@@ -206,11 +207,4 @@ export class SearchStore {
       .toArray();
     return new Map(rows.map((r) => [r.id, r]));
   }
-}
-
-/** A search page's cursor: the last episode's best bm25 and its id (throws 400 bad_cursor). */
-export function searchCursor(cursor: string): { score: number; id: string } {
-  const v = decodeCursor(cursor);
-  if (!(Array.isArray(v) && v.length === 2 && typeof v[0] === "number" && typeof v[1] === "string")) throw badCursor();
-  return { score: v[0], id: v[1] };
 }

@@ -3,7 +3,7 @@
 // group's part and taking the old one back; a step with nothing left in it goes. Pages are read by
 // keyset on the primary key (step, kind), so a page reads a page of rows however large the run.
 
-import { badCursor, decodeCursor, encodeCursor } from "../../protocol/registry/rows.js";
+import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import {
   applyStepGroup,
   applyStepRow,
@@ -19,17 +19,6 @@ import {
 import type { IndexRow } from "../../protocol/registry/entry.js";
 
 type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch">;
-
-/**
- * A steps page's cursor: the last step's number and kind (throws 400 bad_cursor; the Worker checks it before asking the
- * index).
- */
-export function stepCursor(cursor: string): StepKey {
-  const v = decodeCursor(cursor);
-  if (!(Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === "string"))
-    throw badCursor();
-  return { step: v[0] as number, kind: v[1] as string };
-}
 
 export class StepStore {
   /** Steps written since the last `drainTouched` (what the run sockets push next). */
@@ -74,7 +63,7 @@ export class StepStore {
       args.push(kind);
     }
     if (cursor !== null) {
-      const after = stepCursor(cursor);
+      const after = readPosition("steps", cursor);
       where.push("(step, kind) > (?, ?)");
       args.push(after.step, after.kind);
     }
@@ -89,7 +78,7 @@ export class StepStore {
     const last = page.at(-1);
     return {
       steps: page.map((r) => stepJson({ step: r.step, kind: r.kind }, JSON.parse(r.counters) as StepCounters)),
-      cursor: rows.length > limit && last ? encodeCursor([last.step, last.kind]) : null,
+      cursor: rows.length > limit && last ? positionText("steps", last) : null,
     };
   }
 

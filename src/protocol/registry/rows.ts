@@ -1,8 +1,9 @@
-// A run index's rows and the pure parts of its queries (parameters, cursors, scope checks),
+// A run index's rows and the pure parts of its queries (parameters, scope checks; the cursors are list-cursors.ts'),
 // kept apart from the Durable Object so they can be reasoned about (and tested) on their own.
 
 import { inScope } from "../http/auth.js";
 import { RelayError } from "../http/errors.js";
+import { type RowPosition, readPosition } from "./list-cursors.js";
 
 export { INDEX_STATUSES, entryOf, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
 import { INDEX_STATUSES, type IndexEntry, type IndexStatus } from "./entry.js";
@@ -34,12 +35,6 @@ export const MAX_LIMIT = 500;
 export type SortKey = "updated" | "reward" | "step";
 export const SORT_KEYS: readonly SortKey[] = ["updated", "reward", "step"];
 
-/** Where a page ends: the sort key's value (null: no reward) and the id of its last row. */
-export interface ListCursor {
-  key: number | null;
-  id: string;
-}
-
 export interface ListQuery {
   status: IndexStatus | null;
   /** Task, stop condition, truncated, errored, reward ranges, turns and tokens (row-filter.ts). */
@@ -49,7 +44,7 @@ export interface ListQuery {
   limit: number;
   sort: SortKey;
   /** Continue after this row, in the sort's order. */
-  after: ListCursor | null;
+  after: RowPosition | null;
 }
 
 /** One page of a run's episodes (`GET /v1/runs/{run}/episodes`); the clients use this type too. */
@@ -96,39 +91,8 @@ export function parseListQuery(params: URLSearchParams, defaultLimit = DEFAULT_L
     prefix,
     limit,
     sort: sort as SortKey,
-    after: cursor === null ? null : decodeListCursor(cursor),
+    after: cursor === null ? null : readPosition("episodes", cursor),
   };
-}
-
-export function encodeListCursor(c: ListCursor): string {
-  return encodeCursor([c.key, c.id]);
-}
-
-export function decodeListCursor(cursor: string): ListCursor {
-  const v = decodeCursor(cursor);
-  if (Array.isArray(v) && v.length === 2 && (v[0] === null || typeof v[0] === "number") && typeof v[1] === "string")
-    return { key: v[0], id: v[1] };
-  throw badCursor();
-}
-
-/** An opaque cursor: base64url of a JSON value. */
-export function encodeCursor(value: unknown): string {
-  const bytes = new TextEncoder().encode(JSON.stringify(value));
-  let bin = "";
-  for (const b of bytes) bin += String.fromCharCode(b);
-  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-}
-
-/** The JSON value of a cursor this relay handed out (the caller checks its shape). */
-export function decodeCursor(cursor: string): unknown {
-  try {
-    const bin = atob(cursor.replace(/-/g, "+").replace(/_/g, "/"));
-    return JSON.parse(
-      new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))),
-    );
-  } catch {
-    throw badCursor();
-  }
 }
 
 /**
@@ -140,8 +104,4 @@ export function noSuchRun(run: string): RelayError {
     "not_found",
     `no run ${JSON.stringify(run)} (no episode of it is within this token's episodes, or none was written)`,
   );
-}
-
-export function badCursor(): RelayError {
-  return new RelayError("bad_cursor", "cursor is not one this relay handed out", "cursor");
 }
