@@ -8,7 +8,7 @@
 // dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
 import { metered } from "../objects/billing/metered.js";
 import type { Usage } from "../protocol/billing/usage.js";
-import { EPISODE_ID_HEADER, Episode as EpisodeObject } from "../objects/episode/episode.js";
+import { Episode as EpisodeObject } from "../objects/episode/episode.js";
 import { limitsFrom } from "../protocol/limits/limits.js";
 import { MAX_DISPATCH_BYTES } from "../protocol/envelope/dispatch.js";
 import { wantsJson } from "../protocol/http/representation.js";
@@ -17,7 +17,7 @@ import { cursorKeys } from "../protocol/registry/list-cursors.js";
 import { publicOrigin } from "../protocol/http/public-url.js";
 import { shareRun } from "./share-link.js";
 import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";
-import { readArchived } from "../objects/episode/archive-read.js";
+import { readArchived } from "../protocol/archive/archive-read.js";
 import { checkDeclaredLength } from "../protocol/http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "../protocol/http/cors.js";
 import {
@@ -29,6 +29,7 @@ import {
 } from "../protocol/http/errors.js";
 import {
   allowedMethods,
+  EPISODE_ID_HEADER,
   EPISODE_ID_RULE,
   episodeIdProblem,
   isWebSocketUpgrade,
@@ -55,8 +56,9 @@ import {
   runView,
   type Viewer,
 } from "./run-routes.js";
-import { EpisodeIndex as EpisodeIndexObject, runIndexName } from "../objects/registry/episode-index.js";
-import { RUNS_NAME, RunDirectory as RunDirectoryObject } from "../objects/registry/run-directory.js";
+import { EpisodeIndex as EpisodeIndexObject } from "../objects/registry/episode-index.js";
+import { RunDirectory as RunDirectoryObject } from "../objects/registry/run-directory.js";
+import { RUNS_NAME, runIndexName } from "../protocol/registry/run.js";
 import { scopeOf } from "../protocol/registry/rows.js";
 import { ViewerHub as ViewerHubObject } from "../objects/hub/hub.js";
 import { ArchiveGate as ArchiveGateObject } from "../objects/archive/gate.js";

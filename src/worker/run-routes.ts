@@ -10,7 +10,7 @@
 // token covers all of it), and every cursor handed out is sealed (list-cursors.ts), bound to the
 // list, the run and the token's patterns.
 
-import { readArchived } from "../objects/episode/archive-read.js";
+import { readArchived } from "../protocol/archive/archive-read.js";
 import {
   type AcrossPosition,
   type CursorBinding,
@@ -25,10 +25,15 @@ import { parseSearchQuery } from "../protocol/search/query.js";
 import { STEP_KINDS } from "../protocol/registry/steps.js";
 import { GROUP_SORTS, type GroupSort } from "../protocol/registry/groups.js";
 import { MSGPACK } from "../protocol/http/representation.js";
-import { runIndex } from "../objects/registry/episode-index.js";
-import { type IndexEntry, noSuchRun, parseListQuery, SCOPE_HEADER, type Scope } from "../protocol/registry/rows.js";
-import { RUNS_NAME } from "../objects/registry/run-directory.js";
-import { scopeInRun } from "../protocol/registry/run.js";
+import {
+  type FinishedSelection,
+  type IndexEntry,
+  noSuchRun,
+  parseListQuery,
+  SCOPE_HEADER,
+  type Scope,
+} from "../protocol/registry/rows.js";
+import { RUNS_NAME, runIndexName, scopeInRun } from "../protocol/registry/run.js";
 import { ChunkWriter } from "../protocol/wire/writer.js";
 import { stripCredentials } from "../protocol/http/credentials.js";
 import type { Claims } from "../protocol/http/auth.js";
@@ -36,7 +41,6 @@ import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http
 import { RelayError } from "../protocol/http/errors.js";
 import { encode as msgpackEncode } from "@msgpack/msgpack";
 import { filterParams, isFiltered, parseRowFilter } from "../protocol/registry/row-filter.js";
-import type { FinishedSelection } from "../objects/registry/finished-pages.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
 
@@ -44,6 +48,11 @@ const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-
 export interface Viewer {
   scope: Scope;
   cursors: CursorKeys;
+}
+
+/** A run's index (its RPC methods answer plain objects, structured-cloned). */
+function runIndex(env: Env, run: string) {
+  return env.EPISODE_INDEX.getByName(runIndexName(run));
 }
 
 /** A run as a viewer may see it: what of it the viewer covers (`scope` null: all of it). */

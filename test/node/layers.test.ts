@@ -82,6 +82,35 @@ describe("the layers, as folders", () => {
     expect(found[0]!.message).toMatch(/below the Worker/);
   });
 
+  it("the Worker imports from src/objects only the Durable Object classes it exports, and their meter", () => {
+    const dir = join(root, "src", "worker");
+    const fromObjects = new Map<string, string[]>();
+    for (const file of readdirSync(dir).filter((f) => f.endsWith(".ts"))) {
+      const text = readFileSync(join(dir, file), "utf8");
+      for (const m of text.matchAll(/import\s+(?:type\s+)?\{([^}]*)\}\s+from\s+"(\.\.\/objects\/[^"]+)"/g)) {
+        const names = m[1]!
+          .split(",")
+          .map(
+            (n) =>
+              n
+                .trim()
+                .split(/\s+as\s+/)
+                .at(-1)!,
+          )
+          .filter(Boolean);
+        fromObjects.set(`${file} ${m[2]}`, names);
+      }
+    }
+    const index = readFileSync(join(dir, "index.ts"), "utf8");
+    expect([...fromObjects.keys()].every((k) => k.startsWith("index.ts "))).toBe(true);
+    const names = [...fromObjects.values()].flat();
+    expect(names).toContain("metered");
+    for (const name of names.filter((n) => n !== "metered")) {
+      // each class is exported as the objects wrangler.toml binds, metered (src/objects/billing/metered.ts)
+      expect(index, name).toMatch(new RegExp(`export const \\w+ = metered\\(${name}\\b`));
+    }
+  });
+
   it("outside src/, only the protocol's entry may be imported: not its modules, not the objects or the Worker", () => {
     const found = lint({
       "tools/probe.ts": [

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { archiveGateName } from "../../src/objects/archive/gate.js";
 import { ASK_AGAIN_MS } from "../../src/protocol/archive/leases.js";
-import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
+import { ARCHIVE_HEADER } from "../../src/protocol/archive/archive-read.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post, pushFrames, relay } from "./support.js";
 

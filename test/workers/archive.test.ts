@@ -10,9 +10,9 @@ import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } fro
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { type ArchiveSlots, archiveKey, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
+import { type ArchiveSlots, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
-import { ARCHIVE_HEADER } from "../../src/objects/episode/archive-read.js";
+import { ARCHIVE_HEADER, archiveKey } from "../../src/protocol/archive/archive-read.js";
 import { armAlarm } from "../../src/objects/storage/alarm-window.js";
 import { UsageMeter } from "../../src/protocol/billing/usage.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";

@@ -16,7 +16,7 @@ import {
   rowOf,
 } from "../../src/objects/episode/run-row-sync.js";
 import { commitIngest } from "../../src/objects/episode/commit.js";
-import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
 import type { IndexRow } from "../../src/protocol/registry/rows.js";
 import { LMap } from "../../src/protocol/wire/lossless.js";

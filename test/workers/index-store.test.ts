@@ -9,7 +9,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { recount } from "../../src/protocol/registry/aggregates.js";
 import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
-import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
 import { IndexStore } from "../../src/objects/registry/index-store.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";

@@ -19,7 +19,7 @@ import {
   SCORE_UNIT,
 } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
-import { runIndexName } from "../../src/objects/registry/episode-index.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
 import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { F64 } from "../../src/protocol/wire/lossless.js";
 import { rowScores } from "../../src/protocol/registry/rewards.js";

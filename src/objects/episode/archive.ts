@@ -11,7 +11,7 @@
 // reader (a GET, a catch-up) still streams bodies from SQLite (it waits for the next alarm).
 //
 // From then on GET, HEAD and a run's bulk fetch are answered from R2 by the Worker without waking
-// this object (src/objects/episode/archive-read.ts), and a watcher's catch-up is built from the archived
+// this object (src/protocol/archive/archive-read.ts), and a watcher's catch-up is built from the archived
 // msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes the copy,
 // and the JSON copy an older release wrote beside it (which the step also removes, and nothing reads).
 
@@ -22,24 +22,14 @@ import { LEASE_MS, MAX_PAUSE_MS } from "../../protocol/archive/leases.js";
 import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
+import { type ArchiveMetadata, archiveKey } from "../../protocol/archive/archive-read.js";
 import { ArchiveUploadRecord } from "./archive-upload.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
-/** The R2 key of an episode's archived msgpack (ids never hold `/`). */
-export function archiveKey(id: string): string {
-  return `episodes/msgpack/${id}`;
-}
-
 /** Where releases before issue 28 also kept the JSON view: never read, removed by the step and by `remove`. */
 export function legacyJsonKey(id: string): string {
   return `episodes/json/${id}`;
-}
-
-/** R2 custom metadata the Worker answers from: the episode's ETag (without the representation). */
-export interface ArchiveMetadata extends Record<string, string> {
-  etag: string;
-  seq: string;
 }
 
 /** What the archive step did: nothing to do, done, or waiting for readers to finish (try again later). */

@@ -17,7 +17,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { parseReply } from "../../protocol/assembly/reply.js";
 import { usageOf } from "../billing/metered.js";
-import { readArchived } from "./archive-read.js";
+import { readArchived } from "../../protocol/archive/archive-read.js";
 import { type IngestAck, encodeAnswer } from "../../protocol/envelope/answer.js";
 import {
   type Answer,
@@ -36,7 +36,7 @@ import {
 } from "../../protocol/http/errors.js";
 import { isJsonBody, parseJsonBody, readStream } from "../../protocol/http/body.js";
 import { checkDispatch, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES } from "../../protocol/envelope/dispatch.js";
-import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
+import { EPISODE_ID_HEADER, isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import type { Joined } from "../../protocol/hub/feed.js";
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
@@ -73,9 +73,6 @@ export interface DispatchAck {
   status: ReturnType<typeof publicStatus>;
   dispatch: JsonObject;
 }
-
-/** Header the Worker sets on upgrades: the episode id this object serves (objects do not know their name). */
-export const EPISODE_ID_HEADER = "x-episode-id";
 
 const INGEST_TAG = "ingest";
 

@@ -8,9 +8,8 @@
 import { parseReply } from "../../protocol/assembly/reply.js";
 import { dispatchFacts, dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { Slot } from "../../protocol/assembly/trace.js";
-import { runIndexName } from "../registry/episode-index.js";
 import type { IndexRow } from "../../protocol/registry/rows.js";
-import { runOf } from "../../protocol/registry/run.js";
+import { runIndexName, runOf } from "../../protocol/registry/run.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { rolloutGroup } from "../../protocol/registry/groups.js";

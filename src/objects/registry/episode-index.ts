@@ -32,18 +32,18 @@ import {
   type TasksPage,
 } from "../../protocol/registry/groups.js";
 import { rankRollouts } from "../../protocol/registry/ranking.js";
-import type { FinishedPage, FinishedSelection } from "./finished-pages.js";
+import type { FinishedPage } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
 import type { StepsPage } from "../../protocol/registry/steps.js";
 import type { SearchBatch, SearchPage } from "./search-store.js";
 import { parseSearchQuery, type SearchQuery } from "../../protocol/search/query.js";
-import { RUNS_NAME } from "./run-directory.js";
-import { coversRun } from "../../protocol/registry/run.js";
+import { coversRun, RUNS_NAME } from "../../protocol/registry/run.js";
 import { positionText } from "../../protocol/registry/list-cursors.js";
 import {
   entryOf,
   type EpisodesPage,
+  type FinishedSelection,
   type IndexEntry,
   type IndexRow,
   type ListQuery,
@@ -57,19 +57,8 @@ import { armAlarm } from "../storage/alarm-window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
 
-/** The object of a run's index. */
-
 /** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
 export const MAX_ROWS_BY_ID = MAX_LIMIT;
-
-export function runIndexName(run: string): string {
-  return `run:${run}`;
-}
-
-/** A run's index (its RPC methods answer plain objects, structured-cloned). */
-export function runIndex(env: Env, run: string) {
-  return env.EPISODE_INDEX.getByName(runIndexName(run));
-}
 
 /** Episodes in the snapshot a socket starts with (`?limit=` up to MAX_LIMIT). */
 export const SNAPSHOT_LIMIT = 200;

@@ -9,11 +9,11 @@
 // against them in SQL (episode-pages.ts `conditions`) and the walk reads at most `budget` rows per
 // page, matching or not: a rare filter gives short pages, never a scan of the run.
 
-import { type Scope, visible } from "../../protocol/registry/rows.js";
+import { type FinishedSelection, type Scope, visible } from "../../protocol/registry/rows.js";
 import { rowsInScope } from "./scoped-rows.js";
 import { type IndexEntry, entryOf } from "../../protocol/registry/entry.js";
 import { conditions } from "./episode-pages.js";
-import { isFiltered, NO_FILTER, type RowFilter } from "../../protocol/registry/row-filter.js";
+import { isFiltered, NO_FILTER } from "../../protocol/registry/row-filter.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** A finished episode in bulk-fetch order. */
@@ -38,12 +38,6 @@ export interface FinishedPage {
 
 /** Rows a page may walk past in the run's finished order. */
 export const FINISHED_WALK_BUDGET = 1000;
-
-/** What a page selects beside the scope: the list's filters, and whether each item carries its row. */
-export interface FinishedSelection {
-  filter: RowFilter;
-  withRows: boolean;
-}
 
 export const ALL_FINISHED: FinishedSelection = Object.freeze({ filter: NO_FILTER, withRows: false });
 

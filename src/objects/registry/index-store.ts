@@ -22,8 +22,8 @@ import type { RunRow } from "./directory-store.js";
 import { rowReward } from "../../protocol/registry/rewards.js";
 import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "../../protocol/registry/entry.js";
-import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET, type FinishedSelection } from "./finished-pages.js";
-import type { IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
+import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET } from "./finished-pages.js";
+import type { FinishedSelection, IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 import { TrendStore } from "./trend-store.js";
 

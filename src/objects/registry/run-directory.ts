@@ -16,7 +16,6 @@ import { RunSideObject } from "./run-side-object.js";
 import { coversRun, mayHold } from "../../protocol/registry/run.js";
 import { MAX_LIMIT, SCOPE_HEADER, type Scope } from "../../protocol/registry/rows.js";
 
-export const RUNS_NAME = "runs";
 /** Runs in the list a socket starts with. */
 export const RUNS_SNAPSHOT_LIMIT = 200;
 

@@ -20,6 +20,9 @@ export function episodeIdProblem(id: string): string | null {
  */
 export const RELAY_HEADER = "x-episode-relay";
 
+/** Header the Worker sets on upgrades: the episode id the object serves (objects do not know their name). */
+export const EPISODE_ID_HEADER = "x-episode-id";
+
 /**
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;

@@ -47,6 +47,12 @@ export interface ListQuery {
   after: RowPosition | null;
 }
 
+/** What a page of a run's finished episodes (the bulk fetch) selects beside the scope: the list's filters, and whether each item carries its row. */
+export interface FinishedSelection {
+  filter: RowFilter;
+  withRows: boolean;
+}
+
 /** One page of a run's episodes (`GET /v1/runs/{run}/episodes`); the clients use this type too. */
 export interface EpisodesPage {
   /** At most `limit` episodes, in the sort's order: possibly fewer, even none, with a cursor (see `cursor`). */

@@ -9,6 +9,14 @@ type Scope = readonly string[] | null;
 
 export const NO_RUN = "~";
 
+/** The name of the run directory's one object. */
+export const RUNS_NAME = "runs";
+
+/** The name of a run's index object. */
+export function runIndexName(run: string): string {
+  return `run:${run}`;
+}
+
 /** Run names: an id prefix (ids are 1-128 of [A-Za-z0-9._:-]), or NO_RUN. */
 export const RUN_NAME = /^(~|[A-Za-z0-9._:-]{1,127})$/;
 

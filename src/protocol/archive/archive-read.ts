@@ -1,19 +1,38 @@
 // GET and HEAD of an archived episode, answered from R2 by the Worker (src/objects/episode/archive.ts wrote
-// it): the same bytes, ETag and caching headers the episode's object answers (plus
-// X-Episode-Archive), and the object is not woken. R2 keeps the msgpack only: the JSON view is
+// it under `archiveKey`): the same bytes, ETag and caching headers the episode's object answers (plus
+// X-Episode-Archive), and the object is not woken. The episode's object reads an archived episode through it too.
+// Pure but for the bucket it is given (the part of R2 it uses is typed here, the runtime's is not). R2 keeps the msgpack only: the JSON view is
 // rendered from it as it streams out (src/protocol/archive/json-view.ts), the same text the object wrote
 // from SQLite (so no Content-Length for JSON: its size is known only once written). A JSON copy
 // an older release wrote is never read. Null when the episode is not archived, or R2 fails: the
 // object answers then.
 
-import { archivedJsonStream } from "../../protocol/archive/json-view.js";
-import { type ArchiveMetadata, archiveKey } from "./archive.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
+import { archivedJsonStream } from "./json-view.js";
+import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
+
+/** The R2 key of an episode's archived msgpack (ids never hold `/`). */
+export function archiveKey(id: string): string {
+  return `episodes/msgpack/${id}`;
+}
+
+/** R2 custom metadata the Worker answers from: the episode's ETag (without the representation). */
+export interface ArchiveMetadata extends Record<string, string> {
+  etag: string;
+  seq: string;
+}
+
+/** What an archived read asks of R2 (an `R2Bucket` is one). */
+export interface ArchiveBucket {
+  head(key: string): Promise<{ size: number; customMetadata?: Record<string, string> } | null>;
+  get(
+    key: string,
+  ): Promise<{ size: number; customMetadata?: Record<string, string>; body: ReadableStream<Uint8Array> } | null>;
+}
 
 /** Set on answers served from the archive (tests and benches tell the two paths apart by it). */
 export const ARCHIVE_HEADER = "x-episode-archive";
 
-export async function readArchived(bucket: R2Bucket, id: string, req: ReadRequest): Promise<Response | null> {
+export async function readArchived(bucket: ArchiveBucket, id: string, req: ReadRequest): Promise<Response | null> {
   try {
     return await fromR2(bucket, id, req);
   } catch (e) {
@@ -23,7 +42,7 @@ export async function readArchived(bucket: R2Bucket, id: string, req: ReadReques
   }
 }
 
-async function fromR2(bucket: R2Bucket, id: string, req: ReadRequest): Promise<Response | null> {
+async function fromR2(bucket: ArchiveBucket, id: string, req: ReadRequest): Promise<Response | null> {
   const key = archiveKey(id);
   // a conditional or HEAD request needs only the metadata; a GET that will send the body gets it at once
   const probe = req.head || req.ifNoneMatch !== null ? await bucket.head(key) : null;
