@@ -182,15 +182,6 @@ export function pendingMessages(t: TraceState): Message[] {
   return Array.isArray(v) ? v.map(messageOf) : [];
 }
 
-/** Rewards as [name, score] pairs: `{name: {score, weight}}` or `{name: number}`. */
-export function rewardPairs(v: Json | undefined): Array<[string, string]> {
-  if (!isObject(v)) return [];
-  return Object.entries(v).map(([k, x]) => {
-    if (isObject(x) && "score" in x) return [k, fmt(x.score)];
-    return [k, fmt(x)];
-  });
-}
-
 export function fmt(v: Json | undefined): string {
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000);
   if (typeof v === "string") return v;

@@ -68,7 +68,6 @@ export interface Flag {
 
 /** A rollout's stage, as prime-rl reads it off its first trace's `timing` spans and `errors`. */
 export type Stage = "pending" | "boot" | "setup" | "running" | "finalize" | "scoring" | "done" | "error";
-export const STAGES: readonly Stage[] = ["pending", "boot", "setup", "running", "finalize", "scoring", "done", "error"];
 
 /** What a row says of the rollout's progress, live or ended (src/objects/episode/row-facts.ts). */
 export interface LiveFacts {
