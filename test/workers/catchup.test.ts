@@ -68,6 +68,7 @@ describe("catch-up", () => {
     expect(snaps.slice(0, -1).every((m) => m.more === true) && snaps.at(-1)!.more === false).toBe(true);
     const biggestNode = 1.3 * 1024 * 1024;
     expect(w.sizes[1]!, "the first snapshot message is small").toBeLessThanOrEqual(FIRST_MESSAGE_BYTES + biggestNode);
+    expect(w.sizes[2]!, "the next at most twice as large").toBeLessThanOrEqual(2 * FIRST_MESSAGE_BYTES + biggestNode);
     for (const size of w.sizes) expect(size).toBeLessThanOrEqual(MESSAGE_BYTES + biggestNode);
     expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
     // read into the hub's buffers (HUB_POOL_BYTES, 4 MiB here: the largest messages get buffers of their own), each
@@ -257,7 +258,8 @@ describe("what the episode allocates for a catch-up stream", () => {
         messages.reduce((n, x) => n + x.length, 0),
       );
     }
-    expect(messages).toEqual([[sizes[0]], [sizes[1]], [sizes[2], sizes[3]], [sizes[4]]]);
+    // limits 256 KiB, 512 KiB, 1 MiB, then 2 MiB: a message holds at least one delta
+    expect(messages).toEqual([[sizes[0]], [sizes[1]], [sizes[2]], [sizes[3], sizes[4]]]);
     expect(more).toEqual([true, true, true, false]);
   });
 });

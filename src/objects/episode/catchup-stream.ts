@@ -32,7 +32,11 @@ import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js
 import { bufferClass } from "../../protocol/hub/message-pool.js";
 import { RpcTarget } from "cloudflare:workers";
 
-/** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
+/**
+ * The first snapshot message is small, and each next one at most twice the last, up to MESSAGE_BYTES: a watcher that
+ * leaves at once (a reconnect storm) costs the episode little, and the one read ahead for it (its cohort fetches the
+ * next message while one is sent) little more; a long catch-up reaches full messages after a few.
+ */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
 
 /** What a catch-up reads: the episode's record, index and stores. */
@@ -74,12 +78,12 @@ export abstract class SnapshotMessages {
   }
 
   /**
-   * The next message: deltas up to about MESSAGE_BYTES (the first one smaller), joined into `into(length)` when given;
+   * The next message: deltas up to about MESSAGE_BYTES (the first ones smaller), joined into `into(length)` when given;
    * null after the last.
    */
   async message(into?: (length: number) => Uint8Array): Promise<Uint8Array | null> {
     if (this.done) return null;
-    const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
+    const limit = Math.min(MESSAGE_BYTES, FIRST_MESSAGE_BYTES * 2 ** this.built);
     const batch: Array<Uint8Array | Chunks> = [];
     let bytes = 0;
     let more = false;
