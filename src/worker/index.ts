@@ -267,14 +267,28 @@ function relayAnswer(res: Response): Response {
   return out;
 }
 
-/** A watcher's upgrade goes to one of the episode's hubs, drawn at random below the count its hubs last gave. */
+/**
+ * A watcher's upgrade goes to one of the episode's hubs, drawn at random below the count its hubs last gave. The hub
+ * is told that count and names the count in its answer only when it differs, so most 101s pass through unchanged (a
+ * reconnect storm rebuilds no answer per connection).
+ */
 async function watch(request: Request, url: URL, id: string, env: Env): Promise<Response> {
-  const shard = pickShard(hubCounts.get(id));
+  const known = hubCounts.get(id);
+  const shard = pickShard(known);
   const hub = env.HUBS.getByName(hubName(id, shard));
   const res = await hub.fetch(
-    stripCredentials(request, url, { [HUB_EPISODE_HEADER]: id, [HUB_SHARD_HEADER]: String(shard) }),
+    stripCredentials(request, url, {
+      [HUB_EPISODE_HEADER]: id,
+      [HUB_SHARD_HEADER]: String(shard),
+      [HUBS_HEADER]: String(known),
+    }),
   );
-  const hubs = parseHubs(res.headers.get(HUBS_HEADER), limitsFrom(env).maxHubs);
+  const said = res.headers.get(HUBS_HEADER);
+  if (said === null) {
+    if (res.status === 101) hubCounts.set(id, known); // still so: kept for another while
+    return res;
+  }
+  const hubs = parseHubs(said, limitsFrom(env).maxHubs);
   if (hubs !== null) hubCounts.set(id, hubs);
   if (res.status !== 101 || !res.webSocket) return res;
   const headers = new Headers(res.headers);
@@ -284,9 +298,14 @@ async function watch(request: Request, url: URL, id: string, env: Env): Promise<
 
 /** A 101 to a client that offered our subprotocol (browsers send it with bearer.<token>) must name it. */
 function answerProtocol(request: Request, res: Response): Response {
-  if (res.status === 101 && res.webSocket && offeredProtocols(request).includes(WS_PROTOCOL)) {
+  if (
+    res.status === 101 &&
+    res.webSocket &&
+    !res.headers.has("sec-websocket-protocol") &&
+    offeredProtocols(request).includes(WS_PROTOCOL)
+  ) {
     const headers = new Headers(res.headers);
-    if (!headers.has("sec-websocket-protocol")) headers.set("sec-websocket-protocol", WS_PROTOCOL);
+    headers.set("sec-websocket-protocol", WS_PROTOCOL);
     return new Response(null, { status: 101, webSocket: res.webSocket, headers });
   }
   return res;

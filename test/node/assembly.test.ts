@@ -408,6 +408,31 @@ describe("snapshot deltas", async () => {
     });
   }
 
+  it("plannedBytes (a catch-up message ends before a delta that would not fit): bodies of whole nodes never exceed it", async () => {
+    const { buildDelta, plannedBytes, snapshotPlan } = await import("../../src/protocol/assembly/snapshot.js");
+    let nodeOnly = 0;
+    for (const path of goldenCasePaths()) {
+      const c = loadCase(path);
+      if (c.ack_lost.length) continue;
+      const asm = new EpisodeAssembly();
+      for (const frame of c.frames) {
+        asm.apply(frame);
+        const views = asm.views();
+        for (const budget of [DELTA_BYTES, 4096]) {
+          for (const p of snapshotPlan(views, budget)) {
+            const built = buildDelta(asm.store, views, p).length;
+            const planned = plannedBytes(views, p);
+            if (!p.ranges.every((r) => r.field === "nodes")) continue; // items are planned by their average size
+            nodeOnly++;
+            expect(planned, `${c.name}: ${JSON.stringify(p)}`).toBeGreaterThanOrEqual(built);
+            expect(planned - built, `${c.name}: headers are bounded, not guessed large`).toBeLessThanOrEqual(1024);
+          }
+        }
+      }
+    }
+    expect(nodeOnly).toBeGreaterThan(10);
+  });
+
   it("large_routing: a trace's nodes are split over deltas of at most the budget (a single larger node alone)", () => {
     const c = loadCase(goldenCasePaths().find((p) => p.endsWith("large_routing.msgpack"))!);
     const asm = new EpisodeAssembly();

@@ -6,13 +6,13 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { FIRST_MESSAGE_BYTES } from "../../src/objects/episode/catchup-stream.js";
+import { FIRST_MESSAGE_BYTES, JoinBuffers, SnapshotMessages } from "../../src/objects/episode/catchup-stream.js";
 import { hubName } from "../../src/protocol/hub/shards.js";
 import { FIRST_WINDOW } from "../../src/objects/hub/flows.js";
 import { IDLE_MS } from "../../src/objects/hub/running-catchups.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { MESSAGE_BYTES } from "../../src/protocol/watch/protocol.js";
+import { type Chunks, decodeWatchMessage, MESSAGE_BYTES } from "../../src/protocol/watch/protocol.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -68,6 +68,7 @@ describe("catch-up", () => {
     expect(snaps.slice(0, -1).every((m) => m.more === true) && snaps.at(-1)!.more === false).toBe(true);
     const biggestNode = 1.3 * 1024 * 1024;
     expect(w.sizes[1]!, "the first snapshot message is small").toBeLessThanOrEqual(FIRST_MESSAGE_BYTES + biggestNode);
+    expect(w.sizes[2]!, "the next at most twice as large").toBeLessThanOrEqual(2 * FIRST_MESSAGE_BYTES + biggestNode);
     for (const size of w.sizes) expect(size).toBeLessThanOrEqual(MESSAGE_BYTES + biggestNode);
     expect(equal(w.asm.tracesBytes(), finalTraces(c))).toBe(true);
     // read into the hub's buffers (HUB_POOL_BYTES, 4 MiB here: the largest messages get buffers of their own), each
@@ -198,4 +199,67 @@ describe("catch-up", () => {
     expect(equal(again.asm.tracesBytes(), finalTraces(c))).toBe(true);
     again.close();
   }, 40_000);
+});
+
+describe("what the episode allocates for a catch-up stream", () => {
+  it("join buffers: messages of every size use the free buffers again, the smallest that holds them; at most keepBytes stay", () => {
+    const MiB = 1024 * 1024;
+    const buffers = new JoinBuffers(8 * MiB);
+    const first = buffers.take(2 * MiB + 100); // a full message, a little over MESSAGE_BYTES
+    buffers.give(first);
+    expect(buffers.take(256 * 1024), "a smaller message (the first of a snapshot) takes the free buffer").toBe(first);
+    buffers.give(first);
+    const small = buffers.take(1.2 * MiB); // a larger free one holds it: no new buffer
+    expect(small).toBe(first);
+    const second = buffers.take(1.2 * MiB); // none free: a new one of its size class
+    expect(second.byteLength).toBeLessThan(first.byteLength);
+    buffers.give(first);
+    buffers.give(second);
+    expect(buffers.take(MiB), "the smallest free buffer that holds it").toBe(second);
+    buffers.give(second);
+    // past keepBytes the smallest go, the largest stay (they serve any message)
+    const big = [buffers.take(3 * MiB), buffers.take(3 * MiB), buffers.take(3 * MiB)];
+    for (const b of big) buffers.give(b);
+    expect(buffers.kept).toBeLessThanOrEqual(8 * MiB);
+    const kept = [buffers.take(3 * MiB), buffers.take(3 * MiB)];
+    expect(kept.every((b) => b.byteLength >= 3 * MiB)).toBe(true);
+  });
+
+  it("a snapshot message ends before a planned delta that would not fit: it is built for the next message, not built and copied", async () => {
+    const MiB = 1024 * 1024;
+    const sizes = [100 * 1024, 1.5 * MiB, 1.5 * MiB, 400 * 1024, 1.5 * MiB];
+    let built = 0;
+    class Planned extends SnapshotMessages {
+      private next = 0;
+      get valid(): boolean {
+        return true;
+      }
+      release(): void {}
+      protected override nextBytes(): number | null {
+        return this.next < sizes.length ? sizes[this.next]! : null;
+      }
+      protected nextDelta(): Chunks | null {
+        if (this.next >= sizes.length) return null;
+        built++;
+        const n = sizes[this.next++]!;
+        // a delta as pieces (two of them), as a snapshot with routing builds it
+        return { chunks: [new Uint8Array(n - 10).fill(this.next), new Uint8Array(10).fill(this.next)], length: n };
+      }
+    }
+    const s = new Planned(7, { routing: true, traces: null }, "join");
+    const messages: number[][] = [];
+    const more: boolean[] = [];
+    for (let m = await s.message(); m !== null; m = await s.message()) {
+      const decoded = decodeWatchMessage(m);
+      if (decoded.type !== "snapshot") throw new Error(decoded.type);
+      messages.push(decoded.deltas.map((d) => d.length));
+      more.push(decoded.more);
+      expect(built, "only the deltas of the messages given so far were built").toBe(
+        messages.reduce((n, x) => n + x.length, 0),
+      );
+    }
+    // limits 256 KiB, 512 KiB, 1 MiB, then 2 MiB: a message holds at least one delta
+    expect(messages).toEqual([[sizes[0]], [sizes[1]], [sizes[2]], [sizes[3], sizes[4]]]);
+    expect(more).toEqual([true, true, true, false]);
+  });
 });

@@ -10,7 +10,7 @@ import { hubName } from "../../src/protocol/hub/shards.js";
 import { retryHintMs } from "../../src/protocol/watch/protocol.js";
 import { traceOf } from "../../src/protocol/assembly/delta.js";
 import { type FeedFrame, framed } from "../../src/protocol/hub/feed.js";
-import { equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
+import { base, equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 const hub = (id: string, shard: number) => env.HUBS.getByName(hubName(id, shard));
@@ -185,6 +185,41 @@ describe("viewer hubs", () => {
     expect(hint).toBeLessThanOrEqual(60_000);
     expect((await hub(id, 0).stats()).watchers).toMatchObject({ watchers: 8, waiting: 8 });
     for (const w of waiting) w.close();
+  });
+
+  it("a hub names the hub count on its 101 only when the Worker's differs; it names the subprotocol offered", async () => {
+    const id = freshId("count");
+    const upgrade = (hubs: string, protocols?: string) =>
+      hub(id, 0).fetch(`${base}/${id}/watch`, {
+        headers: {
+          upgrade: "websocket",
+          "x-episode-id": id,
+          "x-hub-shard": "0",
+          "x-relay-hubs": hubs,
+          ...(protocols ? { "sec-websocket-protocol": protocols } : {}),
+        },
+      });
+    const same = await upgrade("1", "episode-relay");
+    expect(same.status).toBe(101);
+    expect(same.headers.get("x-relay-hubs"), "the Worker's count holds: the 101 passes through").toBeNull();
+    expect(same.headers.get("sec-websocket-protocol")).toBe("episode-relay");
+    const other = await upgrade("3");
+    expect(other.status).toBe(101);
+    expect(other.headers.get("x-relay-hubs"), "the Worker's count is stale: the hub says its own").toBe("1");
+    expect(other.headers.get("sec-websocket-protocol")).toBeNull();
+    for (const res of [same, other]) {
+      res.webSocket!.accept();
+      res.webSocket!.close(1000, "done");
+    }
+    // through the Worker: the client sees neither
+    const res = await relay(`${id}/watch`, {
+      headers: { upgrade: "websocket", "sec-websocket-protocol": "episode-relay" },
+    });
+    expect(res.status).toBe(101);
+    expect(res.headers.get("x-relay-hubs")).toBeNull();
+    expect(res.headers.get("sec-websocket-protocol")).toBe("episode-relay");
+    res.webSocket!.accept();
+    res.webSocket!.close(1000, "done");
   });
 
   it("a watch upgrade that offers permessage-deflate gets none: one encoding on the wire", async () => {

@@ -8,7 +8,13 @@
 
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
-import { buildDelta, type DeltaPlan, snapshotPlan, buildDeltaChunks } from "../../protocol/assembly/snapshot.js";
+import {
+  buildDelta,
+  buildDeltaChunks,
+  type DeltaPlan,
+  plannedBytes,
+  snapshotPlan,
+} from "../../protocol/assembly/snapshot.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
 import {
   type Frame,
@@ -26,7 +32,11 @@ import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js
 import { bufferClass } from "../../protocol/hub/message-pool.js";
 import { RpcTarget } from "cloudflare:workers";
 
-/** The first snapshot message is small: a watcher that leaves at once (a reconnect storm) costs little. */
+/**
+ * The first snapshot message is small, and each next one at most twice the last, up to MESSAGE_BYTES: a watcher that
+ * leaves at once (a reconnect storm) costs the episode little, and the one read ahead for it (its cohort fetches the
+ * next message while one is sent) little more; a long catch-up reaches full messages after a few.
+ */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
 
 /** What a catch-up reads: the episode's record, index and stores. */
@@ -62,29 +72,40 @@ export abstract class SnapshotMessages {
   protected abstract nextDelta(): Uint8Array | Chunks | null | Promise<Uint8Array | Chunks | null>;
   /** Let go of what the snapshot holds. */
   abstract release(): void;
+  /** About how large the next delta will be, before it is built (null: not known, or none left). */
+  protected nextBytes(): number | null {
+    return null;
+  }
 
   /**
-   * The next message: deltas up to about MESSAGE_BYTES (the first one smaller), joined into `into(length)` when given;
+   * The next message: deltas up to about MESSAGE_BYTES (the first ones smaller), joined into `into(length)` when given;
    * null after the last.
    */
   async message(into?: (length: number) => Uint8Array): Promise<Uint8Array | null> {
     if (this.done) return null;
-    const limit = this.built === 0 ? FIRST_MESSAGE_BYTES : MESSAGE_BYTES;
+    const limit = Math.min(MESSAGE_BYTES, FIRST_MESSAGE_BYTES * 2 ** this.built);
     const batch: Array<Uint8Array | Chunks> = [];
     let bytes = 0;
+    let more = false;
     for (;;) {
+      // a delta that would not fit is left unbuilt: carrying it built costs a copy of its pieces
+      const planned = this.carried === null && batch.length > 0 ? this.nextBytes() : null;
+      if (planned !== null && bytes + planned > limit) {
+        more = true;
+        break;
+      }
       const d = this.carried ?? (await this.nextDelta());
       this.carried = null;
       if (d === null) break;
       if (batch.length > 0 && bytes + d.length > limit) {
         // kept for the next message, joined: pieces are not held across turns (ingest goes on)
         this.carried = d instanceof Uint8Array ? d : concatChunks(d.chunks, d.length);
+        more = true;
         break;
       }
       batch.push(d);
       bytes += d.length;
     }
-    const more = this.carried !== null;
     this.done = !more;
     this.built++;
     return snapshotMessage(this.seq, this.reason, batch, more, into);
@@ -115,6 +136,12 @@ export class SnapshotBuilder extends SnapshotMessages {
 
   get valid(): boolean {
     return this.pin.valid;
+  }
+
+  /** With routing, from the plan (without, the stripped delta is far smaller than planned, and carried whole). */
+  protected override nextBytes(): number | null {
+    const p = this.plan[this.next];
+    return p && this.variant.routing ? plannedBytes(this.wanted, p) : null;
   }
 
   release(): void {
@@ -261,18 +288,28 @@ export class JoinBuffers {
 
   constructor(private readonly keepBytes = JOIN_KEEP_BYTES) {}
 
+  /** The smallest free buffer that holds `length` bytes (messages of every size share them), else a new one. */
   take(length: number): ArrayBuffer {
-    const size = bufferClass(length);
-    const i = this.free.findIndex((b) => b.byteLength === size);
-    if (i < 0) return new ArrayBuffer(size);
-    this.freeBytes -= size;
+    let i = -1;
+    this.free.forEach((b, j) => {
+      if (b.byteLength >= length && (i < 0 || b.byteLength < this.free[i]!.byteLength)) i = j;
+    });
+    if (i < 0) return new ArrayBuffer(bufferClass(length));
+    this.freeBytes -= this.free[i]!.byteLength;
     return this.free.splice(i, 1)[0]!;
   }
 
+  /** Kept for the next message; past `keepBytes` the smallest go (a larger one serves any message a smaller one would). */
   give(buffer: ArrayBuffer): void {
-    if (this.freeBytes + buffer.byteLength > this.keepBytes) return;
     this.free.push(buffer);
     this.freeBytes += buffer.byteLength;
+    this.free.sort((a, b) => b.byteLength - a.byteLength);
+    while (this.freeBytes > this.keepBytes) this.freeBytes -= this.free.pop()!.byteLength;
+  }
+
+  /** Free buffers kept, bytes (for tests). */
+  get kept(): number {
+    return this.freeBytes;
   }
 }
 

@@ -17,6 +17,7 @@ import {
   safeClose,
   upgradeRequired,
 } from "../../protocol/http/errors.js";
+import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import type { Cursor } from "../../protocol/hub/catchup.js";
@@ -115,12 +116,24 @@ export class ViewerHub extends DurableObject<Env> {
       } finally {
         this.arriving--;
       }
-      const res = this.watchers.open(url, id, { [HUBS_HEADER]: String(this.store.state()?.hubs ?? 1) });
+      const res = this.watchers.open(url, id, this.answerHeaders(request));
       void this.sync();
       return res;
     } catch (e) {
       return errorResponse(e, "hub upgrade");
     }
+  }
+
+  /**
+   * The 101's headers, as the client gets them: the hub count only when the Worker's differs (it strips it then), our
+   * subprotocol when offered (so the Worker passes the answer on as it is).
+   */
+  private answerHeaders(request: Request): Record<string, string> {
+    const headers: Record<string, string> = {};
+    const hubs = String(this.store.state()?.hubs ?? 1);
+    if (request.headers.get(HUBS_HEADER) !== hubs) headers[HUBS_HEADER] = hubs;
+    if (offeredProtocols(request).includes(WS_PROTOCOL)) headers["sec-websocket-protocol"] = WS_PROTOCOL;
+    return headers;
   }
 
   // ---- RPC from the episode ----

@@ -83,6 +83,24 @@ export function snapshotPlan(views: readonly TraceView[], budget = DELTA_BYTES):
   return plan;
 }
 
+/**
+ * About how many bytes `p` builds into, from the index alone: its bodies (items by their average
+ * size), the fields it carries, and a bound on its headers. A message can end before a delta that
+ * would not fit, instead of building it and keeping a copy for the next one.
+ */
+export function plannedBytes(views: readonly TraceView[], p: DeltaPlan): number {
+  const v = views[p.view]!;
+  // map and array headers, list keys, the trace id (its UTF-8 at most 3 bytes a UTF-16 unit)
+  let n = 64 + v.id.length * 3 + p.ranges.length * 32;
+  for (const r of p.ranges) n += r.bytes;
+  for (const s of v.slots) {
+    const carried = (p.first && s.from === "open") || (p.last && (s.from === "set" || s.from === "extra"));
+    if (carried && "value" in s) n += s.key.length + s.value.length;
+  }
+  if (p.last) n += v.pending.length;
+  return n;
+}
+
 /** Build one planned delta, reading its bodies from `reader`. */
 export function buildDelta(reader: BodyReader, views: readonly TraceView[], p: DeltaPlan): Uint8Array {
   const d = buildDeltaChunks(reader, views, p);

@@ -2,15 +2,16 @@
 //
 // An episode's watchers live on K hub objects named from the episode id and a shard number
 // (`hubName`). K follows the watchers: the episode object sums what its hubs report and answers
-// K = ceil(watchers / perHub) (at least 1, at most maxHubs); each hub passes the K it last heard
-// to the Worker in its upgrade answer (HUBS_HEADER), and the Worker keeps it per episode for a
-// while (`HubCounts`) and sends each new watcher to a shard drawn at random below it. No request
-// asks the episode object where to go: a connect costs it nothing once its hubs are warm.
+// K = ceil(watchers / perHub) (at least 1, at most maxHubs); the Worker keeps K per episode for a
+// while (`HubCounts`), sends each new watcher to a shard drawn at random below it, and tells that
+// hub the K it used (HUBS_HEADER on the upgrade); a hub whose K differs names its own in the upgrade
+// answer (the same header, which the Worker strips). No request asks the episode object where to go:
+// a connect costs it nothing once its hubs are warm.
 
 /** Headers the Worker sets on an upgrade it forwards to a hub (objects do not know their names). */
 export const HUB_EPISODE_HEADER = "x-episode-id";
 export const HUB_SHARD_HEADER = "x-hub-shard";
-/** Set by a hub on its 101: how many hubs the episode has now (the Worker strips it). */
+/** How many hubs the episode has: the Worker's count on an upgrade; a hub's on its 101 when they differ (stripped). */
 export const HUBS_HEADER = "x-relay-hubs";
 
 /** The name of shard `shard` of the episode `id`'s hubs (`/` never occurs in an episode id). */
