@@ -14,11 +14,9 @@ import {
   type StepKey,
   stepJson,
   stepKeyOf,
+  type StepRow,
   type StepsPage,
 } from "../../protocol/registry/steps.js";
-import type { IndexRow } from "../../protocol/registry/entry.js";
-
-type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch">;
 
 /**
  * A steps page's cursor: the last step's number and kind (throws 400 bad_cursor; the Worker checks it before asking the
