@@ -1,28 +1,36 @@
-// A run's training steps (the trainer's dispatch identity: src/protocol/registry/steps.ts): the mean reward
-// per key and the zero-variance share of the complete groups, per step, train and eval apart. Read
-// from the relay's pages (`GET /v1/runs/{run}/steps`, by step) when the run socket connects (every
-// snapshot, so a reconnect re-reads), and kept live from its `changes` (`steps`, `steps_gone`).
-// A page on its way never overwrites a step the socket changed meanwhile, nor brings back one it
-// removed. Two cards beside the wall-clock charts; hidden while the run has no step.
+// A run's training steps (the trainer's dispatch identity: src/protocol/registry/steps.ts), charted per step,
+// train and eval apart (step-charts.ts: reward mean ± std and per key, response length, truncation, errors
+// and timeouts, zero variance, staleness). Read from the relay's pages (`GET /v1/runs/{run}/steps`, by step)
+// when the run socket connects (every snapshot, so a reconnect re-reads), and kept live from its `changes`
+// (`steps`, `steps_gone`). A page on its way never overwrites a step the socket changed meanwhile, nor brings
+// back one it removed. The cards sit beside the wall-clock charts; hidden while the run has no step. A click
+// on a chart opens that step's episodes.
 import { getJson } from "./api.js";
-import { h, percent } from "./dom.js";
+import { h } from "./dom.js";
 import { runHref } from "./links.js";
-import { round3, type StepSeries, stepChart } from "./step-chart.js";
+import { Plot } from "./plot.js";
+import { hasValues, kindName, stepCards } from "./step-charts.js";
 import type { StepJson, StepsPage } from "../../src/protocol/index.js";
 
 /** Steps asked per page (the relay's largest), and pages read at most (100,000 steps). */
 const PAGE = 500;
 const MAX_PAGES = 200;
-/** Reward keys drawn (the first by name), as the wall-clock trend draws them. */
-const MAX_KEYS = 4;
+
+/** Every chart's card, in the order drawn (stepCards gives each its spec). */
+const CARD_IDS = [
+  "step-reward-total",
+  "step-rewards",
+  "step-length",
+  "step-outcomes",
+  "step-zero-variance",
+  "step-staleness",
+] as const;
 
 const keyOf = (s: Pick<StepJson, "step" | "kind">) => `${s.step}\u0000${s.kind ?? ""}`;
-/** A step's kind as the charts name it (rollouts whose identity names none are "train"-less: "other"). */
-const kindName = (k: string | null) => k ?? "other";
 
 export interface RunSteps {
-  /** The two cards (kept across the run page's redraws; hidden while there is no step). */
-  cards: HTMLElement[];
+  /** The charts' section, one card per chart (kept across the run page's redraws; hidden while there is no step). */
+  el: HTMLElement;
   /** The socket (re)connected: read every step from the relay again. */
   reload(): void;
   /** A `changes` message's steps. */
@@ -41,8 +49,14 @@ export function runSteps(run: string): RunSteps {
   let frame = 0;
   let stopped = false;
   let hidden = false;
-  const rewardCard = h("div.card.step-card", { id: "step-rewards", hidden: true });
-  const zeroCard = h("div.card.step-card", { id: "step-zero-variance", hidden: true });
+  const cards = new Map(
+    CARD_IDS.map((id) => {
+      const plot = new Plot(id);
+      const title = h("div.card-title");
+      const note = h("p.muted.plot-empty", { hidden: true });
+      return [id, { card: h("div.card.step-card", { id, hidden: true }, title, note, plot.el), title, note, plot }];
+    }),
+  );
 
   async function read(): Promise<void> {
     const mine = ++generation;
@@ -79,83 +93,55 @@ export function runSteps(run: string): RunSteps {
     });
   }
 
+  const el = h(
+    "section.step-charts",
+    { id: "step-charts", "aria-label": "per training step", hidden: true },
+    [...cards.values()].map((c) => c.card),
+  );
+
   function draw(): void {
     const list = [...steps.values()].sort(
       (a, b) => a.step - b.step || kindName(a.kind).localeCompare(kindName(b.kind)),
     );
     const none = hidden || list.length === 0;
-    rewardCard.hidden = zeroCard.hidden = none && error === null;
+    for (const c of cards.values()) c.card.hidden = none && error === null;
+    el.hidden = none && error === null;
     if (hidden) return;
+    const first = cards.get(CARD_IDS[0])!;
     if (error !== null && list.length === 0) {
-      rewardCard.replaceChildren(
-        title("Reward by step", ""),
-        h("p.muted", null, `Could not read the run's steps: ${error}`),
-      );
-      zeroCard.hidden = true;
+      first.title.replaceChildren(...title("Reward by step", ""));
+      first.note.hidden = false;
+      first.note.textContent = `Could not read the run's steps: ${error}`;
+      first.plot.el.hidden = true;
+      for (const [id, c] of cards) if (id !== CARD_IDS[0]) c.card.hidden = true;
       return;
     }
     if (none) return;
-    const kinds = [...new Set(list.map((s) => kindName(s.kind)))].sort((a, b) =>
-      a === "train" ? -1 : b === "train" ? 1 : a.localeCompare(b),
-    );
-    const keys = [...new Set(list.flatMap((s) => Object.keys(s.mean_rewards)))].sort().slice(0, MAX_KEYS);
-    const stepHref = (step: number) => `${runHref(run)}?step=${step}`;
-    const rewardSeries: StepSeries[] = kinds.flatMap((kind) =>
-      keys.map((key, tone) => ({
-        label: `${key} · ${kind}`,
-        key,
-        kind,
-        tone,
-        values: new Map(
-          list.filter((s) => kindName(s.kind) === kind).map((s) => [s.step, s.mean_rewards[key] ?? null]),
-        ),
-      })),
-    );
-    const zeroSeries: StepSeries[] = kinds.map((kind, i) => ({
-      label: kind,
-      key: "zero_variance",
-      kind,
-      tone: i,
-      values: new Map(list.filter((s) => kindName(s.kind) === kind).map((s) => [s.step, s.zero_variance_share])),
-    }));
-    const span = `steps ${list[0]!.step}–${list.at(-1)!.step}`;
-    rewardCard.dataset.steps = String(new Set(list.map((s) => s.step)).size);
-    rewardCard.replaceChildren(
-      title("Reward by step", "mean of finished · solid train, dashed eval"),
-      legend(rewardSeries),
-      keys.length
-        ? h(
-            "div.spark-box",
-            null,
-            stepChart(rewardSeries, {
-              domain: [0, 1],
-              format: round3,
-              stepHref,
-              label: "mean reward of the finished rollouts per step",
-            }),
-          )
-        : h("p.muted", null, "No step has a finished rollout with a reward yet."),
-      h("div.spark-axis", null, h("span", null, span), h("span", null, "click a step for its episodes")),
-    );
-    zeroCard.replaceChildren(
-      title("Zero variance by step", "share of complete groups"),
-      legend(zeroSeries),
-      h(
-        "div.spark-box",
-        null,
-        stepChart(zeroSeries, {
-          domain: [0, 1],
-          format: percent,
-          stepHref,
-          label: "zero-variance share of the complete groups per step",
-        }),
-      ),
-      h("div.spark-axis", null, h("span", null, span), h("span", null, "0 – 100%")),
-    );
+    const drawn = new Set<string>();
+    for (const spec of stepCards(list)) {
+      const c = cards.get(spec.id as (typeof CARD_IDS)[number])!;
+      drawn.add(spec.id);
+      const any = hasValues(spec.spec);
+      c.card.dataset.steps = String(new Set(list.map((s) => s.step)).size);
+      c.title.replaceChildren(...title(spec.title, spec.sub));
+      c.note.hidden = any;
+      c.note.textContent = any ? "" : spec.empty;
+      c.plot.el.hidden = !any;
+      c.plot.update({ ...spec.spec, onPick: open });
+    }
+    for (const [id, c] of cards) if (!drawn.has(id)) c.card.hidden = true;
+  }
+
+  /** A step's episodes: the run's list filtered by it (an in-app link, so no page load). */
+  function open(step: number): void {
+    const a = h("a", { href: `${runHref(run)}?step=${step}`, "data-nav": true, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
   }
 
   return {
-    cards: [rewardCard, zeroCard],
+    el,
     reload() {
       hidden = false;
       void read();
@@ -181,25 +167,11 @@ export function runSteps(run: string): RunSteps {
     destroy() {
       stopped = true;
       if (frame) cancelAnimationFrame(frame);
+      for (const c of cards.values()) c.plot.destroy();
     },
   };
 }
 
-function title(text: string, sub: string): HTMLElement {
-  return h("div.card-title", null, h("span", null, text), h("span.muted", null, sub));
-}
-
-/** The series' names, each with its line's colour and dash. */
-function legend(series: StepSeries[]): HTMLElement {
-  return h(
-    "div.step-legend",
-    null,
-    series.map((sr) =>
-      h(
-        `span.tk-key.tk-${sr.tone}${sr.kind === "eval" ? ".eval" : ""}` as "span",
-        { "data-key": sr.key, "data-kind": sr.kind },
-        sr.label,
-      ),
-    ),
-  );
+function title(text: string, sub: string): HTMLElement[] {
+  return [h("span", null, text), h("span.muted", null, sub)];
 }

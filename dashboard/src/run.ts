@@ -1,8 +1,8 @@
 // One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
 // per reward key (over the finished episodes, or every one with the toggle), the throughput
 // sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
-// coalesced change, at most a few times a second), the reward and zero-variance share per training
-// step beside them (run-steps.ts), and under them the run's episodes. A token
+// coalesced change, at most a few times a second), the per training step charts above them
+// (run-steps.ts), and under them the run's episodes. A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
@@ -97,9 +97,9 @@ export function mountRun(shell: Shell, run: string): () => void {
     charts.dataset.rewards = all ? "all" : "finished";
     const none = all ? "No episode has a reward yet." : "No finished episode has a reward yet.";
     charts.append(
+      steps.el,
       throughputSparkline(a.throughput),
       ...(a.reward_trend ? [rewardTrendChart(a.reward_trend)] : []),
-      ...steps.cards,
       ...(keys.length
         ? keys.map(([key, r]) => rewardHistogram(key, r))
         : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, none))]),

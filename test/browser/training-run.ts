@@ -34,6 +34,8 @@ export interface Rollout {
   cost: number | null;
   stop: string;
   truncated: boolean;
+  /** Its trace's `num_output_tokens` at the end (absent: chat_basic's own). */
+  outputTokens?: number;
 }
 
 /** The reward hacker of the issue: "correct 1" because the grader only checks that 42 appears. */
@@ -142,7 +144,14 @@ export async function pushRollout(url: string, r: Rollout): Promise<void> {
   if (r.outcome !== "finished" && r.outcome !== "failed") return;
   await post(
     "deltas",
-    setDelta(m({ rewards: rewardsOf(r.scores), stop_condition: r.stop, is_timeout: r.truncated })),
+    setDelta(
+      m({
+        rewards: rewardsOf(r.scores),
+        stop_condition: r.stop,
+        is_timeout: r.truncated,
+        ...(r.outputTokens === undefined ? {} : { num_output_tokens: r.outputTokens }),
+      }),
+    ),
     "application/msgpack",
   );
   const failed = enc(

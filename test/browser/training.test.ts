@@ -145,13 +145,19 @@ describe("per-step charts on the run page", () => {
       new Set(["0:train", "1:train", "2:train", "3:train", "4:train", "0:eval", "2:eval"]),
     );
     const { context, page, errors } = await open(`/runs/${RUN}`);
-    const dots = (kind: string, key: string) =>
-      page.$$eval(`#step-rewards .step-dot[data-kind="${kind}"][data-key="${key}"]`, (els) =>
-        els.map((e) => [Number((e as any).dataset.step), Number((e as any).dataset.value)]),
-      );
+    // each chart's points as plotted (plot.ts writes what uPlot was given on its box): [step, value] per step of the kind
+    const points = (chart: string, kind: string, key: string) =>
+      page.$eval(
+        `#${chart} .plot`,
+        (el: any, [k, kk]) =>
+          JSON.parse(el.dataset.series ?? "[]").find((x: any) => x.kind === k && x.key === kk)?.points,
+        [kind, key],
+      ) as Promise<Array<[number, number | null]> | undefined>;
+    await waitFor(page, "() => Number(document.querySelector('#step-rewards .plot')?.dataset.drawn ?? 0) > 0");
+    // a point per reward key and step that has a value (the adapted form of the SVG markers it had before uPlot)
     await waitFor(
       page,
-      "(n) => document.querySelectorAll('#step-rewards .step-dot').length === n",
+      "(n) => JSON.parse(document.querySelector('#step-rewards .plot').dataset.series).reduce((a, x) => a + x.points.filter(([, v]) => v !== null).length, 0) === n",
       countRewardPoints(steps),
     );
     for (const kind of ["train", "eval"]) {
@@ -159,17 +165,15 @@ describe("per-step charts on the run page", () => {
         const want = steps
           .filter((s) => s.kind === kind && s.mean_rewards[key] !== undefined)
           .map((s) => [s.step, s.mean_rewards[key]!]);
-        const got = await dots(kind, key);
+        const got = ((await points("step-rewards", kind, key)) ?? []).filter(([, v]) => v !== null);
         expect(
           got.map(([s]) => s),
           `${kind} ${key}`,
         ).toEqual(want.map(([s]) => s));
         for (const [i, [, v]] of got.entries()) expect(v).toBeCloseTo(want[i]![1], 9);
       }
-      // the zero-variance share: a marker per step with a complete group, none where none is complete
-      const zero = await page.$$eval(`#step-zero-variance .step-dot[data-kind="${kind}"]`, (els) =>
-        els.map((e) => [Number((e as any).dataset.step), Number((e as any).dataset.value)]),
-      );
+      // the zero-variance share: a point per step with a complete group, none where none is complete
+      const zero = ((await points("step-zero-variance", kind, "zero_variance")) ?? []).filter(([, v]) => v !== null);
       expect(zero).toEqual(
         steps
           .filter((s) => s.kind === kind && s.zero_variance_share !== null)
@@ -179,11 +183,20 @@ describe("per-step charts on the run page", () => {
     // what the plan says of it: step 1's train groups are one of zero variance in two; step 2's eval group all scored the same
     expect(steps.find((s) => s.step === 1 && s.kind === "train")!.zero_variance_share).toBe(0.5);
     expect(steps.find((s) => s.step === 2 && s.kind === "eval")!.zero_variance_share).toBe(1);
-    // the live step 4 has no finished rollout: no reward marker there
-    expect(await page.locator('#step-rewards .step-dot[data-step="4"]').count()).toBe(0);
-    // eval lines are dashed, train solid: one per key and one for the trainer's reward (mean_rewards.reward)
-    expect(await page.locator('#step-rewards path.step-line.eval[data-kind="eval"]').count()).toBe(3);
-    expect(await page.locator('#step-rewards path.step-line.eval[data-key="reward"]').count()).toBe(1);
+    // the live step 4 has no finished rollout: no reward value there
+    for (const key of ["correct", "format", "reward"])
+      expect((await points("step-rewards", "train", key))!.find(([s]) => s === 4)?.[1] ?? null).toBeNull();
+    // eval series are dashed, train solid: one per key and one for the trainer's reward (mean_rewards.reward)
+    const evalSeries = await page.$eval("#step-rewards .plot", (el: any) =>
+      JSON.parse(el.dataset.series).map((x: any) => [x.kind, x.key, x.dashed]),
+    );
+    expect(evalSeries.filter(([k]: string[]) => k === "eval")).toEqual([
+      ["eval", "correct", true],
+      ["eval", "format", true],
+      ["eval", "reward", true],
+    ]);
+    expect(evalSeries.filter(([k]: string[]) => k === "train").every(([, , d]: unknown[]) => d === false)).toBe(true);
+    expect(await page.locator("#step-rewards .u-legend .u-label").allInnerTexts()).toContain("reward · eval");
     // the groups table names each group's step and kind (the relay's groups page; a run without identities has no such column)
     expect(await page.locator(".run-page").getAttribute("data-identity")).toBe("yes");
     const groups = (
@@ -204,8 +217,10 @@ describe("per-step charts on the run page", () => {
     }
     const shots = await shootPart(page, "#run-charts", "training-steps");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
-    // a step's column opens that step's episodes (the list filtered by it)
-    await page.click('#step-rewards a.step-hit-link[data-step="2"]');
+    // a click at a step opens that step's episodes (the list filtered by it); x spans the first to the last step
+    const xs = JSON.parse((await page.locator("#step-rewards .plot").getAttribute("data-x"))!) as number[];
+    const box = (await page.locator("#step-rewards .u-over").boundingBox())!;
+    await page.mouse.click(box.x + ((2 - xs[0]!) / (xs.at(-1)! - xs[0]!)) * box.width, box.y + box.height / 2);
     await waitListed(
       page,
       (await listed("step=2")).map((r) => r.id),
@@ -669,7 +684,8 @@ describe("the episode page", () => {
 describe("steps kept live from the run socket", () => {
   it("a new step's rollouts add its markers; deleting them takes the step away", async () => {
     const { context, page, errors } = await open(`/runs/${RUN}`);
-    await waitFor(page, "() => document.querySelectorAll('#step-rewards .step-dot').length > 0");
+    const plotted = (chart: string) => `JSON.parse(document.querySelector('#${chart} .plot')?.dataset.series ?? "[]")`;
+    await waitFor(page, `() => ${plotted("step-rewards")}.some((x) => x.points.length > 0)`);
     const group: Rollout[] = [0, 1, 2, 3].map((j) => ({
       ...plan[0]!,
       id: `${RUN}:t5-g0-${j}`,
@@ -691,19 +707,15 @@ describe("steps kept live from the run socket", () => {
       if (Date.now() > end) throw new Error(`step 5 never finished: ${JSON.stringify(step5)}`);
       if (!step5 || step5.finished < 4) await new Promise((r) => setTimeout(r, 200));
     }
-    await waitFor(
-      page,
-      `(v) => Number(document.querySelector('#step-rewards .step-dot[data-step="5"][data-kind="train"][data-key="correct"]')?.dataset.value) === v`,
-      step5.mean_rewards.correct,
-    );
-    expect(Number(await page.locator('#step-zero-variance .step-dot[data-step="5"]').getAttribute("data-value"))).toBe(
-      step5.zero_variance_share,
-    );
+    const at5 = (chart: string, key: string) =>
+      `${plotted(chart)}.find((x) => x.kind === "train" && x.key === "${key}")?.points.find(([s]) => s === 5)?.[1]`;
+    await waitFor(page, `(v) => ${at5("step-rewards", "correct")} === v`, step5.mean_rewards.correct);
+    expect(await page.evaluate(at5("step-zero-variance", "zero_variance"))).toBe(step5.zero_variance_share);
     for (const r of group)
       expect((await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(r.id)}`, { method: "DELETE" })).status).toBe(
         200,
       );
-    await waitFor(page, "() => document.querySelectorAll('#step-rewards .step-dot[data-step=\"5\"]').length === 0");
+    await waitFor(page, `() => ${plotted("step-rewards")}.every((x) => x.points.every(([s]) => s !== 5))`);
     expect((await allSteps()).some((s) => s.step === 5)).toBe(false);
     expect(errors).toEqual([]);
     await context.close();

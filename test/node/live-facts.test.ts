@@ -2,7 +2,7 @@
 // training steps' counters (src/protocol/registry/steps.ts): kept by adding and taking back, always equal
 // to a recount.
 import { describe, expect, it } from "vitest";
-import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
+import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
 import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../src/protocol/registry/live-facts.js";
 import {
   applyStepGroup,
@@ -13,9 +13,26 @@ import {
   stepJson,
   stepKeyOf,
 } from "../../src/protocol/registry/steps.js";
+import {
+  bucketQuantile,
+  lengthBucket,
+  stopTruncates,
+  TRUNCATING_STOPS,
+} from "../../src/protocol/registry/step-outcomes.js";
 import type { Json } from "../../src/protocol/wire/json-view.js";
 
 const span = (start: number, end = 0) => ({ start, end });
+/** A finished row's live facts with this many output tokens. */
+const liveWith = (output: number): LiveFacts => ({
+  stage: "done",
+  started: 100,
+  elapsed: 5,
+  branches: 1,
+  input_tokens: 10,
+  output_tokens: output,
+  cost: null,
+  last: null,
+});
 /** verifiers' Timing with every span unset (0.0), then `over`. */
 const timing = (over: Record<string, Json> = {}): Json => ({
   start: 100,
@@ -85,7 +102,8 @@ describe("branches, cost, words", () => {
 });
 
 describe("steps: kept counters equal a recount", () => {
-  type Row = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "dispatch">;
+  type Row = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "dispatch"> &
+    Partial<Pick<IndexRow, "error" | "stop_condition" | "truncated" | "live">>;
   const STATUSES: IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
 
   /** A small deterministic generator (the same sequence on every run). */
@@ -136,6 +154,11 @@ describe("steps: kept counters equal a recount", () => {
                 ...(r() < 0.7 ? { policy_version: Math.floor(r() * 6) } : {}),
               }
             : null,
+          // how it ended, and its response length (short and long ones, and rows of releases without live facts)
+          error: r() < 0.2 ? "boom" : null,
+          stop_condition: pick(["max_turns", "agent_completed", "max_output_tokens", null]),
+          truncated: r() < 0.2,
+          live: r() < 0.1 ? null : liveWith(Math.floor(r() < 0.5 ? r() * 300 : r() * 40_000)),
         };
         rows.set(id, row);
         const c = at(row);
@@ -226,6 +249,75 @@ describe("steps: kept counters equal a recount", () => {
       mean_turns: 2,
       mean_tokens: 50,
       staleness: { mean: 2, max: 3 },
+      // rows without a stop condition, a timeout, an error or live facts: only the failed one errored
+      ended: { count: 3, truncated: 0, timeouts: 0, errored: 0 },
+      truncated_share: 0,
+      timeout_share: 0,
+      error_share: 0,
+      output_tokens: { mean: null, p90: null },
     });
+  });
+
+  it("how a step's rollouts ended and how long they answered: shares over the ended, lengths over the finished", () => {
+    const c = emptyStep();
+    const base = { calls: 1, tokens: 10, rewards: null, dispatch: { step: 2, kind: "train" } };
+    // ten finished rollouts answering 10, 20, …, 100 tokens; two of them truncated by the trainer's stop conditions
+    for (let i = 1; i <= 10; i++)
+      applyStepRow(
+        c,
+        {
+          ...base,
+          status: "finished",
+          error: null,
+          stop_condition: i === 3 ? "max_turns" : i === 7 ? "max_output_tokens" : "agent_completed",
+          truncated: i === 5,
+          live: liveWith(i * 10),
+        },
+        1,
+      );
+    // a failed one (errored; its length does not count), one timed out, and a live one (counts in none)
+    applyStepRow(c, { ...base, status: "failed", error: "sandbox crashed", truncated: true, live: liveWith(5000) }, 1);
+    applyStepRow(c, { ...base, status: "live", error: null, stop_condition: "max_turns", live: liveWith(7) }, 1);
+    const j = stepJson({ step: 2, kind: "train" }, c);
+    expect(j.ended).toEqual({ count: 11, truncated: 2, timeouts: 2, errored: 1 });
+    expect([j.truncated_share, j.timeout_share, j.error_share]).toEqual([2 / 11, 2 / 11, 1 / 11]);
+    // mean 55; p90 by nearest rank: the 9th of 10 sorted lengths
+    expect(j.output_tokens).toEqual({ mean: 55, p90: 90 });
+    // taking every row back leaves nothing of them
+    const back = structuredClone(c);
+    for (let i = 1; i <= 10; i++)
+      applyStepRow(
+        back,
+        {
+          ...base,
+          status: "finished",
+          error: null,
+          stop_condition: i === 3 ? "max_turns" : i === 7 ? "max_output_tokens" : "agent_completed",
+          truncated: i === 5,
+          live: liveWith(i * 10),
+        },
+        -1,
+      );
+    expect(back.lengths).toBeUndefined();
+    expect(back.truncated).toBeUndefined();
+  });
+
+  it("long responses count in buckets of their 8 leading bits: exact below 256, at most 1/128 under above", () => {
+    expect([0, 1, 255].map(lengthBucket)).toEqual([0, 1, 255]);
+    expect([256, 257, 258, 511, 512, 515, 516, 40_000].map(lengthBucket)).toEqual([
+      256, 256, 258, 510, 512, 512, 516, 39_936,
+    ]);
+    for (let n = 256; n < 300_000; n += 997) {
+      const b = lengthBucket(n);
+      expect(b).toBeLessThanOrEqual(n);
+      expect(n - b).toBeLessThan(n / 128);
+    }
+    // nearest rank over the buckets: with 3 values, p90 is the largest; with none, null
+    expect(bucketQuantile({ "5": 1, "9": 1, "7": 1 }, 0.9)).toBe(9);
+    expect(bucketQuantile({ "5": 9, "9": 1 }, 0.9)).toBe(5);
+    expect(bucketQuantile({}, 0.9)).toBeNull();
+    // the trainer's truncating stop conditions, and none else
+    expect([...TRUNCATING_STOPS].filter(stopTruncates)).toHaveLength(5);
+    expect(["agent_completed", "max_turns_reached", null, undefined].some(stopTruncates)).toBe(false);
   });
 });

@@ -4,6 +4,7 @@
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
+import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
@@ -154,6 +155,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "the trainer's reward: every trace's rewards, and every number kept from them recounted",
       up(sql) {
         recountRewards(sql);
+      },
+    },
+    {
+      version: 9,
+      what: "the steps' outcomes (truncated, timed out, errored) and response lengths, recounted from the rows",
+      up(sql) {
+        recountStepOutcomes(sql);
       },
     },
   ],

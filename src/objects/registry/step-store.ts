@@ -14,11 +14,9 @@ import {
   type StepKey,
   stepJson,
   stepKeyOf,
+  type StepRow,
   type StepsPage,
 } from "../../protocol/registry/steps.js";
-import type { IndexRow } from "../../protocol/registry/entry.js";
-
-type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch">;
 
 export class StepStore {
   /** Steps written since the last `drainTouched` (what the run sockets push next). */

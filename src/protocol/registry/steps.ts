@@ -8,12 +8,19 @@
 import { SCORE_UNIT, unitsOf } from "./aggregates.js";
 import { identityOf, type IndexRow, type IndexStatus } from "./entry.js";
 import { rowScores, TOTAL_KEY } from "./rewards.js";
+import {
+  applyOutcomeRow,
+  type OutcomeCounters,
+  type OutcomeJson,
+  type OutcomeRow,
+  outcomeJson,
+} from "./step-outcomes.js";
 
 /** `GET /v1/runs/{run}/steps?kind=` takes these kinds (a step of a rollout without a kind is listed with kind null). */
 export const STEP_KINDS = ["train", "eval"] as const;
 
 /** A step as the API shows it (`GET /v1/runs/{run}/steps`, pushed on the run socket); the clients use this type too. */
-export interface StepJson {
+export interface StepJson extends OutcomeJson {
   step: number;
   /** The identity's kind (train or eval); null for rollouts whose identity names none. */
   kind: string | null;
@@ -47,7 +54,7 @@ export interface StepsPage {
 }
 
 /** What the index keeps per step (JSON in its `steps` row). */
-export interface StepCounters {
+export interface StepCounters extends OutcomeCounters {
   episodes: number;
   live: number;
   finished: number;
@@ -87,7 +94,8 @@ export function emptyStep(): StepCounters {
   };
 }
 
-type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch">;
+export type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch"> &
+  OutcomeRow;
 
 /** The step a row counts in (null: its identity names no step). */
 export function stepKeyOf(row: Pick<IndexRow, "dispatch">): StepKey | null {
@@ -110,6 +118,7 @@ export function applyStepRow(c: StepCounters, row: StepRow, sign: 1 | -1): void 
       if (key === TOTAL_KEY) c.reward_squares = (c.reward_squares ?? 0) + sign * unitsOf(score * score);
     }
   }
+  applyOutcomeRow(c, row, sign);
   const { staleness } = identityOf(row);
   if (staleness !== null) {
     const k = String(staleness);
@@ -160,6 +169,7 @@ export function stepJson(key: StepKey, c: StepCounters): StepJson {
     mean_turns: c.episodes > 0 ? c.calls / c.episodes : null,
     mean_tokens: c.episodes > 0 ? c.tokens / c.episodes : null,
     staleness: { mean: n > 0 ? sum / n : null, max },
+    ...outcomeJson(c, c.finished + c.failed),
   };
 }
 
