@@ -3,7 +3,7 @@
 // size budget, links, Slack text), its signature against node:crypto's HMAC, and the retry schedule.
 import { createHmac } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { ALERT_BUDGETS, type AlertRule, parseAlerts } from "../../src/protocol/alerts/config.js";
+import { ALERT_BUDGETS, type AlertRule, parseAlerts, type RateKind } from "../../src/protocol/alerts/config.js";
 import {
   crossing,
   endedOutcome,
@@ -171,7 +171,7 @@ describe("the threshold rules", () => {
   });
 
   it("rates: over the env's last `window` ended rollouts, once it has that many", () => {
-    const rule: Extract<AlertRule, { kind: "failure_rate" }> = {
+    const rule: Extract<AlertRule, { kind: RateKind }> = {
       id: "fail",
       description: "",
       kind: "failure_rate",

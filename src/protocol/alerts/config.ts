@@ -57,20 +57,17 @@ export type AlertKind = (typeof ALERT_KINDS)[number];
 export const RATE_KINDS = ["failure_rate", "timeout_rate", "truncation_rate"] as const;
 export type RateKind = (typeof RATE_KINDS)[number];
 
-export type AlertRule = {
-  id: string;
-  description: string;
-} & /** A rollout flagged by one of `flags` (null: any flag rule): once per flag rule and rollout. */
-(
+/**
+ * A rule: `flag`, a rollout flagged by one of `flags` (null: any flag rule), once per flag rule and rollout;
+ * `zero_variance_share`, a step's share above `above` once it has `min_groups` complete groups (per step); the rate
+ * kinds, per env (or only `env`) the share of its last `window` ended rollouts that failed, timed out or truncated;
+ * `reward_drop`, a step's mean reward below the mean of the previous `steps` steps' means by more than `by`, once the
+ * step has `min_rollouts` finished rollouts (per step).
+ */
+export type AlertRule = { id: string; description: string } & (
   | { kind: "flag"; flags: string[] | null }
-  /** A step's zero-variance share above `above`, once it has `min_groups` complete groups (per step). */
   | { kind: "zero_variance_share"; above: number; min_groups: number; step_kind: string | null }
-  /** Per env (or only `env`), the share of its last `window` ended rollouts that failed, timed out or truncated. */
   | { kind: RateKind; above: number; window: number; env: string | null }
-  /**
-   * A step's mean reward below the mean of the previous `steps` steps' means by more than `by`, once the step has
-   * `min_rollouts` finished rollouts (per step).
-   */
   | { kind: "reward_drop"; by: number; steps: number; min_rollouts: number; step_kind: string | null }
 );
 
