@@ -224,7 +224,7 @@ async function runPaths(
     case "rules":
       return runRules(env, run, request, claims);
     case "alerts":
-      return runAlerts(env, run, request, claims, publicOrigin(env.PUBLIC_URL, url));
+      return runAlerts(env, run, request, claims, () => publicOrigin(env.PUBLIC_URL, url));
     case "tokenizer":
       return runTokenizer(env, run, request, claims, limitsFrom(env).maxTokenizer);
     case "share":

@@ -249,20 +249,20 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
  * `GET /v1/runs/{run}/alerts`: the run's webhooks (URLs for an admin, else their origins; never a secret), alert rules,
  * the last alerts and delivery attempts; `PUT` (admin, covering the whole run: auth.ts asks for the role):
  * replace them (`{"webhooks": [{"url", "secret"}], "rules": [...]}`, src/protocol/alerts/config.ts). Links in
- * the alerts start with `origin` (PUBLIC_URL's, else this request's).
+ * the alerts start with `origin()` (PUBLIC_URL's, else this request's; only a PUT asks for it).
  */
 export async function runAlerts(
   env: Env,
   a: RunAccess,
   request: Request,
   claims: Claims | null,
-  origin: string,
+  origin: () => string,
 ): Promise<Response> {
   needsWholeRun(a, "a run's alerts");
   if (request.method === "PUT") {
     checkDeclaredLength(request, ALERT_BUDGETS.bodyBytes);
     const body = parseJsonBody(await readStream(request.body, ALERT_BUDGETS.bodyBytes), "the alerts");
-    const answer = await runIndex(env, a.run).setAlerts(a.run, body, origin);
+    const answer = await runIndex(env, a.run).setAlerts(a.run, body, origin());
     if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
     return json(answer.value, false);
   }

@@ -26,6 +26,7 @@ import {
   zeroVarianceCheck,
 } from "../../protocol/alerts/evaluate.js";
 import { alertPayload, retryDelay } from "../../protocol/alerts/payload.js";
+import { type AlertsJson, alertsJson, emptyAlertsJson } from "./alert-json.js";
 import type { Flag, IndexRow } from "../../protocol/registry/entry.js";
 import { type StepCounters, type StepJson, stepJson, stepKeyOf } from "../../protocol/registry/steps.js";
 
@@ -36,41 +37,6 @@ export interface Delivery {
   url: string;
   body: string;
   attempts: number;
-}
-
-/** `GET /v1/runs/{run}/alerts`: the rules, the webhooks (never their secrets), what fired and how delivery went. */
-export interface AlertsJson {
-  /** An admin sees each webhook's URL; anyone else its origin only (a URL may hold a token, Slack's do). */
-  webhooks: Array<{ url: string }>;
-  rules: AlertRule[];
-  /** The origin the alerts' links start with. */
-  origin: string | null;
-  /** Deliveries waiting (first tries and retries). */
-  pending: number;
-  /** Deliveries given up after ALERT_BUDGETS.attempts, and ones dropped from a full queue. */
-  gave_up: number;
-  dropped: number;
-  /** The last alerts fired, newest first. */
-  recent: Array<{
-    id: string;
-    at: string;
-    rule: string;
-    kind: string;
-    what: string;
-    episodes: string[];
-    step: number | null;
-  }>;
-  /** The last delivery attempts, newest first (a failure: `status` not 2xx, or `error`). */
-  deliveries: Array<{
-    alert: string;
-    url: string;
-    attempt: number;
-    at: string;
-    status: number | null;
-    error: string | null;
-    outcome: "delivered" | "retry" | "gave_up";
-  }>;
-  budgets: typeof ALERT_BUDGETS;
 }
 
 type Config = AlertsConfig & { origin: string | null };
@@ -86,8 +52,7 @@ export class AlertStore {
 
   /** What a run with no storage answers: no webhook, no rule, nothing sent. */
   static emptyJson(): AlertsJson {
-    const none = { pending: 0, gave_up: 0, dropped: 0, recent: [], deliveries: [] };
-    return { webhooks: [], rules: [], origin: null, ...none, budgets: ALERT_BUDGETS };
+    return emptyAlertsJson();
   }
 
   config(): Config {
@@ -213,42 +178,11 @@ export class AlertStore {
 
   json(admin: boolean): AlertsJson {
     const c = this.config();
-    const shown = (url: string) => (admin ? url : new URL(url).origin);
-    const recent = this.sql
-      .exec<{
-        id: string;
-        at: number;
-        rule: string;
-        kind: string;
-        what: string;
-        episodes: string;
-        step: number | null;
-      }>("SELECT id, at, rule, kind, what, episodes, step FROM alert_recent ORDER BY seq DESC")
-      .toArray()
-      .map((r) => ({ ...r, at: new Date(r.at).toISOString(), episodes: JSON.parse(r.episodes) as string[] }));
-    const deliveries = this.sql
-      .exec<{
-        alert: string;
-        url: string;
-        attempt: number;
-        at: number;
-        status: number | null;
-        error: string | null;
-        outcome: "delivered" | "retry" | "gave_up";
-      }>("SELECT alert, url, attempt, at, status, error, outcome FROM alert_attempts ORDER BY seq DESC")
-      .toArray()
-      .map((d) => ({ ...d, url: shown(d.url), at: new Date(d.at).toISOString() }));
-    return {
-      webhooks: c.webhooks.map((h) => ({ url: shown(h.url) })),
-      rules: c.rules,
-      origin: c.origin,
-      pending: this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM alert_queue").one().n,
+    const counts = {
       gave_up: Number(this.state("alerts_gave_up") ?? 0),
       dropped: Number(this.state("alerts_dropped") ?? 0),
-      recent,
-      deliveries,
-      budgets: ALERT_BUDGETS,
     };
+    return alertsJson(this.sql, c.webhooks, c.rules, c.origin, counts, admin);
   }
 
   /** Whether a flag's alert is still to fire for this subject (and marks it fired). */
@@ -403,7 +337,7 @@ function isRate(r: AlertRule): r is Extract<AlertRule, { kind: RateKind }> {
   return (RATE_KINDS as readonly string[]).includes(r.kind);
 }
 
-/** Keep the last ALERT_BUDGETS.recent rows of a log table. */
+/** Keep the last ALERT_BUDGETS.recent rows of a log table (what `GET .../alerts` shows: alert-json.ts). */
 function trim(sql: SqlStorage, table: "alert_recent" | "alert_attempts"): void {
   sql.exec(`DELETE FROM ${table} WHERE seq <= (SELECT MAX(seq) FROM ${table}) - ?`, ALERT_BUDGETS.recent);
 }

@@ -56,7 +56,8 @@ import {
 import { armAlarm } from "../storage/alarm-window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
-import { AlertStore, type AlertsJson } from "./alert-store.js";
+import { AlertStore } from "./alert-store.js";
+import type { AlertsJson } from "./alert-json.js";
 import { deliverDue } from "./alert-delivery.js";
 import { parseAlerts } from "../../protocol/alerts/config.js";
 
@@ -422,8 +423,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     if (this.schema.failed !== null || !this.schema.present()) return;
     await this.indexAlarm();
     if (!this.schema.present()) return; // freed
-    await deliverDue(this.alerts, (body) => this.write(body));
-    await this.armAlerts(this.alerts.nextDue());
+    try {
+      await deliverDue(this.alerts, (body) => this.write(body));
+      await this.armAlerts(this.alerts.nextDue());
+    } catch (e) {
+      // the index's own work is done; the queue stays, and the next alarm sends what is due
+      console.warn(`run ${this.store.run}: alerts not sent: ${e instanceof Error ? e.message : String(e)}`);
+      await armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
+    }
   }
 
   private async indexAlarm(): Promise<void> {
