@@ -25,6 +25,7 @@ const SECTIONS: Array<[string, () => Promise<BenchSection>]> = [
   ["archive", () => import("./archive.js")],
   ["search", () => import("./search.js")],
   ["flags", () => import("./flags.js")],
+  ["alerts", () => import("./alerts.js")],
 ];
 
 const USAGE = `usage: npm run bench -- [options]

@@ -2,7 +2,8 @@
 // per reward key (over the finished episodes, or every one with the toggle), the throughput
 // sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
 // coalesced change, at most a few times a second), the per training step charts above them
-// (run-steps.ts), and under them the run's episodes. A token
+// (run-steps.ts), and under them the run's episodes. The run's alerts (run-alerts.ts) head the page.
+// A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
@@ -13,6 +14,7 @@ import { shownRewards } from "./reward-choice.js";
 import { rewardScope } from "./reward-scope.js";
 import "./styles/rewards.css";
 import { rewardTrendChart } from "./reward-trend-chart.js";
+import { runAlerts } from "./run-alerts.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
 import { runStats } from "./run-stats.js";
@@ -60,6 +62,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     page.dataset.identity = has ? "yes" : "none";
   });
   const search = runSearch(run);
+  const alerts = runAlerts(run);
   const steps = runSteps(run);
   const groups = runGroups(run);
   const tasks = runTasks(run);
@@ -72,6 +75,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     { "data-run": run },
     h("div.page-head", null, h("div.run-names", null, title, runId), summary, shareLink(run)),
     partial,
+    alerts.el,
     search.el,
     overview,
     episodes.liveEl,
@@ -126,6 +130,8 @@ export function mountRun(shell: Shell, run: string): () => void {
   }
 
   function onMessage(m: RunMessage): void {
+    // an alert fires as a rollout's row lands: its changes come on this socket
+    if (m.type === "changes" && m.upserts.length > 0) alerts.poke();
     if (m.type === "snapshot") {
       lastUpdate = null;
       episodes.snapshot(m.episodes, m.truncated);
@@ -185,6 +191,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     close();
     stopAges();
     search.stop();
+    alerts.stop();
     episodes.destroy();
     steps.destroy();
     groups.destroy();

@@ -44,6 +44,7 @@ import {
   needsWholeRun,
   type RunAccess,
   runAccess,
+  runAlerts,
   runEpisodes,
   runGroup,
   runGroups,
@@ -224,6 +225,8 @@ async function runPaths(
       return runSearch(env, run, url, head);
     case "rules":
       return runRules(env, run, request, claims);
+    case "alerts":
+      return runAlerts(env, run, request, claims, () => publicOrigin(env.PUBLIC_URL, url));
     case "tokenizer":
       return runTokenizer(env, run, request, claims, limitsFrom(env).maxTokenizer);
     case "share":

@@ -41,6 +41,7 @@ import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http
 import { RelayError } from "../protocol/http/errors.js";
 import { encode as msgpackEncode } from "@msgpack/msgpack";
 import { filterParams, isFiltered, parseRowFilter } from "../protocol/registry/row-filter.js";
+import { ALERT_BUDGETS } from "../protocol/alerts/config.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
 
@@ -252,6 +253,32 @@ export async function runRules(env: Env, a: RunAccess, request: Request, claims:
   const rules = await runIndex(env, a.run).rules();
   if (rules === null) throw noSuchRun(a.run);
   return json(rules, false);
+}
+
+/**
+ * `GET /v1/runs/{run}/alerts`: the run's webhooks (URLs for an admin, else their origins; never a secret), alert rules,
+ * the last alerts and delivery attempts; `PUT` (admin, covering the whole run: auth.ts asks for the role):
+ * replace them (`{"webhooks": [{"url", "secret"}], "rules": [...]}`, src/protocol/alerts/config.ts). Links in
+ * the alerts start with `origin()` (PUBLIC_URL's, else this request's; only a PUT asks for it).
+ */
+export async function runAlerts(
+  env: Env,
+  a: RunAccess,
+  request: Request,
+  claims: Claims | null,
+  origin: () => string,
+): Promise<Response> {
+  needsWholeRun(a, "a run's alerts");
+  if (request.method === "PUT") {
+    checkDeclaredLength(request, ALERT_BUDGETS.bodyBytes);
+    const body = parseJsonBody(await readStream(request.body, ALERT_BUDGETS.bodyBytes), "the alerts");
+    const answer = await runIndex(env, a.run).setAlerts(a.run, body, origin());
+    if (!answer.ok) throw new RelayError(answer.error.error, answer.error.message, answer.error.field);
+    return json(answer.value, false);
+  }
+  const alerts = await runIndex(env, a.run).alertsJson(claims === null || claims.role === "admin");
+  if (alerts === null) throw noSuchRun(a.run);
+  return json(alerts, false);
 }
 
 /** The R2 key (in the ARCHIVE bucket) of a run's tokenizer.json (run names never hold `/`). */

@@ -173,6 +173,7 @@ describe("method tables", () => {
       steps: ["GET", "HEAD"],
       search: ["GET", "HEAD"],
       rules: ["GET", "PUT"],
+      alerts: ["GET", "PUT"],
       run: ["GET", "HEAD"],
       episodes: ["GET", "HEAD"],
       finished: ["GET", "HEAD"],

@@ -1,7 +1,7 @@
 // Versioned schemas (src/objects/storage/schema.ts): storage written by earlier releases (the last before
 // versions, test/fixtures/storage/release-89af552, the one before the dispatch identity,
 // release-6a9651a, the one before the archive's upload record, release-aed0573, and the one before the record of
-// unknown delta keys, release-17eaf78; each made by
+// unknown delta keys, release-17eaf78, and the one before alerts, release-413b234; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -24,7 +24,7 @@ import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 /** The releases whose storage this one must open: the first before versioned schemas, then one per release that changed one. */
-const RELEASES = ["release-89af552", "release-6a9651a", "release-aed0573", "release-17eaf78"];
+const RELEASES = ["release-89af552", "release-6a9651a", "release-aed0573", "release-17eaf78", "release-413b234"];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
 
@@ -210,8 +210,21 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
     expect(await versionOf(env.EPISODE_INDEX, "run:fixture")).toBe(latestVersion(INDEX_SCHEMA));
     expect(await versionOf(env.RUN_DIRECTORY, "runs")).toBe(latestVersion(DIRECTORY_SCHEMA));
     await everyRewardRecounted();
+    await alertsOnUpgradedRun();
   });
 });
+
+/** The alert tables came with INDEX_SCHEMA 9: the upgraded run takes alerts, and reads them back. */
+async function alertsOnUpgradedRun(): Promise<void> {
+  const body = {
+    webhooks: [{ url: "https://hooks.example.com/fixture", secret: "fixture-secret-0123" }],
+    rules: [{ id: "failing", kind: "failure_rate", above: 0.5, window: 2 }],
+  };
+  const set = await relay("../runs/fixture/alerts", { method: "PUT", body: JSON.stringify(body) });
+  expect(set.status, await set.clone().text()).toBe(200);
+  const got = (await (await relay("../runs/fixture/alerts")).json()) as Record<string, unknown>;
+  expect(got).toMatchObject({ rules: [{ id: "failing", window: 2 }], pending: 0, recent: [], deliveries: [] });
+}
 
 /** An observed row's reward by the trainer's rule: over the golden episode's traces (finished), else its own rewards. */
 async function recountedReward(e: Record<string, unknown>): Promise<number | null> {

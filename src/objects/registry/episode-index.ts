@@ -56,6 +56,10 @@ import {
 import { armAlarm } from "../storage/alarm-window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
+import { AlertStore } from "./alert-store.js";
+import type { AlertsJson } from "./alert-json.js";
+import { deliverDue } from "./alert-delivery.js";
+import { parseAlerts } from "../../protocol/alerts/config.js";
 
 /** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
 export const MAX_ROWS_BY_ID = MAX_LIMIT;
@@ -77,12 +81,15 @@ export interface UpdateAnswer {
 /** Its rows changed since the last push (`changes`, by episode id) are pushed to its sockets. */
 export class EpisodeIndex extends RunSideObject<IndexRow> {
   private readonly store: IndexStore;
+  /** The run's alerts: evaluated in the upsert's transaction, queued, sent by the alarm (alert-delivery.ts). */
+  private readonly alerts: AlertStore;
   /** The steps changed since the last push, read once per push (for the sockets covering the run). */
   private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
     this.store = new IndexStore(ctx.storage.sql);
+    this.alerts = new AlertStore(ctx.storage.sql);
     // rows a migration could not recount alone: their episodes are asked by the alarm (reward-recount.ts)
     if (this.schema.present() && this.schema.failed === null && resendDue(ctx.storage.sql) !== null)
       void armAlarm(ctx.storage, Date.now());
@@ -104,15 +111,19 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   upsert(row: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
     this.schema.check();
     let waited = false;
+    let fired = 0;
     const applied = this.write(() => {
       this.schema.ensure();
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
       this.store.put(row, old, text);
       waited = this.store.rowCame();
+      // queued with the row, sent by the alarm: no outbound fetch here
+      fired = this.alerts.afterRow(row, old, () => this.store.flags.of(row.id), row.run, Date.now());
       return true;
     });
     if (applied) this.changed(row.id, row);
+    if (fired > 0) void this.armAlerts(Date.now());
     // the alarm was set for when rules waiting for this first row would go: the directory hears of it now
     if (waited) void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
     return { applied, flushMs: this.flushMs() };
@@ -279,6 +290,37 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   }
 
   /**
+   * The run's alerts (webhook URLs in full for an admin, else their origin; never a secret), what fired and how
+   * delivery went; null: no run (no row, and no alerts or rules set).
+   */
+  alertsJson(admin: boolean): AlertsJson | null {
+    this.schema.check();
+    return this.schema.present() && (this.hasRows() || this.store.run !== null) ? this.alerts.json(admin) : null;
+  }
+
+  /**
+   * Replace the run's webhooks and alert rules (src/protocol/alerts/config.ts; a bad body touches nothing); links in
+   * the alerts start with `origin`. A run with no row yet keeps them as it keeps rules set before its first row.
+   */
+  setAlerts(run: string, body: unknown, origin: string): Answer<AlertsJson> {
+    this.schema.check();
+    return answerOf(() => {
+      const config = parseAlerts(body);
+      const rows = this.hasRows();
+      const none = config.rules.length === 0 && config.webhooks.length === 0;
+      if (!rows && none && !this.schema.present()) return AlertStore.emptyJson();
+      const now = Date.now();
+      this.write(() => {
+        this.schema.ensure();
+        this.alerts.set(config, origin);
+        if (!rows && !none) this.store.keepRules(run, now, now + limitsFrom(this.env).retention * 1000);
+      });
+      if (!rows) void armAlarm(this.ctx.storage, now);
+      return this.alerts.json(true);
+    });
+  }
+
+  /**
    * A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters; null: no run
    * (for a viewer covering it).
    */
@@ -365,14 +407,32 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   // ---- the directory (by alarm, retried until it lands) ----
 
+  /** The index's own work, then the alerts due (a bounded batch), then the alarm armed for the next alert due. */
   async alarm(): Promise<void> {
     if (this.schema.failed !== null || !this.schema.present()) return;
+    await this.indexAlarm();
+    if (!this.schema.present()) return; // freed
+    try {
+      await deliverDue(this.alerts, (body) => this.write(body));
+      await this.armAlerts(this.alerts.nextDue());
+    } catch (e) {
+      // the index's own work is done; the queue stays, and the next alarm sends what is due
+      console.warn(`run ${this.store.run}: alerts not sent: ${e instanceof Error ? e.message : String(e)}`);
+      await armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
+    }
+  }
+
+  private async indexAlarm(): Promise<void> {
     const run = this.store.run;
     if (run === null) return;
     await this.askResends();
     // a rescan for rules set since: one paced step per alarm, the next one soon after
     if (this.store.flags.rescanning()) {
-      const moved = this.write(() => this.store.refreshFlags(this.store.flags.rescanStep()));
+      const moved = this.write(() => {
+        const rows = this.store.refreshFlags(this.store.flags.rescanStep());
+        this.alerts.afterRescan(rows, (id) => this.store.flags.of(id), run, Date.now());
+        return rows;
+      });
       for (const row of moved) this.changed(row.id, row);
       // the directory hears of the run when the rescan is done (it sees nothing of flags)
       if (this.store.flags.rescanning()) return armAlarm(this.ctx.storage, Date.now() + RESCAN_PAUSE_MS);
@@ -449,6 +509,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     void this.ctx.storage.deleteAll();
     this.schema.forget();
     this.store.forgetCached();
+    this.alerts.forget();
   }
 
   /** One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved). */
@@ -457,8 +518,16 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       return this.ctx.storage.transactionSync(body);
     } catch (e) {
       this.store.forgetCached();
+      this.alerts.forget();
       throw e;
     }
+  }
+
+  /** The alarm at `at` (epoch ms) unless one is set sooner (one set in the past is the alarm running now). */
+  private async armAlerts(at: number | null): Promise<void> {
+    if (at === null) return;
+    const set = await this.ctx.storage.getAlarm();
+    if (set === null || set > at || set < Date.now()) await armAlarm(this.ctx.storage, at);
   }
 
   private changed(id: string, row: IndexRow | null): void {

@@ -164,6 +164,34 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         recountStepOutcomes(sql);
       },
     },
+    {
+      version: 10,
+      what: "alerts: webhooks, rules, what fired, the rate windows and the delivery queue",
+      up(sql) {
+        // the run's webhooks (with the secrets that sign their bodies) and alert rules (alert-store.ts)
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS alert_hooks (ord INTEGER PRIMARY KEY, url TEXT NOT NULL, secret TEXT NOT NULL)",
+        );
+        sql.exec(
+          "CREATE TABLE IF NOT EXISTS alert_rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)",
+        );
+        // what each rule fired for: a flag's rollout for good, a threshold's subject while it stays crossed
+        sql.exec(`CREATE TABLE IF NOT EXISTS alert_fired (rule TEXT NOT NULL, subject TEXT NOT NULL, crossed INTEGER NOT NULL,
+          PRIMARY KEY (rule, subject))`);
+        // per env, its last ended rollouts (numbered), for the rate rules
+        sql.exec(`CREATE TABLE IF NOT EXISTS alert_outcomes (env TEXT NOT NULL, n INTEGER NOT NULL, episode TEXT NOT NULL,
+          failed INTEGER NOT NULL, timeout INTEGER NOT NULL, truncated INTEGER NOT NULL, PRIMARY KEY (env, n))`);
+        // one row per alert and webhook until delivered or given up; the body is fixed when the alert fires
+        sql.exec(`CREATE TABLE IF NOT EXISTS alert_queue (seq INTEGER PRIMARY KEY, alert TEXT NOT NULL, url TEXT NOT NULL,
+          body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL)`);
+        sql.exec("CREATE INDEX IF NOT EXISTS alert_queue_by_due ON alert_queue (due, seq)");
+        // the last alerts fired and delivery attempts (GET .../alerts)
+        sql.exec(`CREATE TABLE IF NOT EXISTS alert_recent (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, at INTEGER NOT NULL,
+          rule TEXT NOT NULL, kind TEXT NOT NULL, what TEXT NOT NULL, episodes TEXT NOT NULL, step INTEGER)`);
+        sql.exec(`CREATE TABLE IF NOT EXISTS alert_attempts (seq INTEGER PRIMARY KEY, alert TEXT NOT NULL, url TEXT NOT NULL,
+          attempt INTEGER NOT NULL, at INTEGER NOT NULL, status INTEGER, error TEXT, outcome TEXT NOT NULL)`);
+      },
+    },
   ],
 });
 

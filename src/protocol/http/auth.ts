@@ -186,7 +186,10 @@ export function need(method: string, route: Route): Need {
   // a run's pages and sockets are filtered to the token's episodes by the run's index
   // (a run's rules are set by an admin or a producer covering the run: src/worker/run-routes.ts runRules)
   if (route.kind === "run" && RUN_METHODS[route.action].includes(method)) {
-    return route.action === "usage" || route.action === "share" ? { kind: "admin", id: null } : { kind: "list" };
+    // a run's alerts are set by its admin (their webhooks' secrets sign what the relay sends)
+    const admin =
+      route.action === "usage" || route.action === "share" || (route.action === "alerts" && method === "PUT");
+    return admin ? { kind: "admin", id: null } : { kind: "list" };
   }
   return { kind: "token" };
 }
@@ -342,7 +345,7 @@ export async function authorize(
       return { ok: true, claims };
     case "admin":
       if (claims.role !== "admin")
-        return forbidden(`role ${claims.role} cannot do this: usage and share links are admin only`);
+        return forbidden(`role ${claims.role} cannot do this: usage, share links and a run's alerts are admin only`);
       if (req.id !== null && !inScope(claims.episodes, req.id))
         return forbidden(`episode ${req.id} is outside this token's episodes`);
       return { ok: true, claims };

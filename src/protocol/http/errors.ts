@@ -23,6 +23,8 @@ export const ERROR_STATUS = {
   bad_query: 400,
   /** A run's flag rules (src/protocol/flags/rules.ts). */
   bad_rules: 400,
+  /** A run's alerts (src/protocol/alerts/config.ts). */
+  bad_alerts: 400,
   // who is asking
   unauthorized: 401,
   forbidden: 403,

@@ -27,7 +27,8 @@ export const EPISODE_ID_HEADER = "x-episode-id";
  * `/v1/runs/{run}`: the run (aggregates; upgraded: its socket); `/episodes`: its list; `/finished`:
  * bulk fetch; `/usage` (admin): billing units; `/groups`: its rollout groups; `/groups/{group}`: one;
  * `/tasks`: per-task results; `/steps`: per training step (the dispatch identity's); `/search`: its
- * episodes' text; `/rules`: its flag rules (src/protocol/flags/rules.ts); `/share` (admin, POST): a read-only
+ * episodes' text; `/rules`: its flag rules (src/protocol/flags/rules.ts); `/alerts`: its webhooks and alert rules
+ * (src/protocol/alerts/config.ts; PUT admin); `/share` (admin, POST): a read-only
  * token for the run, for a link; `/tokenizer`: the model's `tokenizer.json` (PUT by its producer, GET by its
  * watchers), so pages can decode token ids.
  */
@@ -42,6 +43,7 @@ export type RunAction =
   | "steps"
   | "search"
   | "rules"
+  | "alerts"
   | "share"
   | "tokenizer";
 
@@ -94,6 +96,7 @@ export const RUN_METHODS: Record<RunAction, readonly string[]> = {
   steps: ["GET", "HEAD"],
   search: ["GET", "HEAD"],
   rules: ["GET", "PUT"],
+  alerts: ["GET", "PUT"],
   run: ["GET", "HEAD"],
   episodes: ["GET", "HEAD"],
   finished: ["GET", "HEAD"],
@@ -163,9 +166,19 @@ function groupRoute(segment: string, group: string): Route {
 function runRoute(segment: string, action: string | undefined): Route {
   if (
     action !== undefined &&
-    !["episodes", "finished", "usage", "groups", "tasks", "steps", "search", "rules", "share", "tokenizer"].includes(
-      action,
-    )
+    ![
+      "episodes",
+      "finished",
+      "usage",
+      "groups",
+      "tasks",
+      "steps",
+      "search",
+      "rules",
+      "alerts",
+      "share",
+      "tokenizer",
+    ].includes(action)
   )
     return { kind: "not_found" };
   let run: string;
