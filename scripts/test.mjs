@@ -10,10 +10,11 @@
 // One setup step comes first: the system packages the suites need (scripts/system-deps.mjs, one
 // apt-get) and a directory for the run's one Worker bundle (scripts/worker-bundle.mjs), which
 // every relay the suites start shares. The suites then run in two lanes side by side (LANES;
-// TEST_LANES=1: one after another):
-// each suite mostly waits on a runtime (workerd, Chromium, a relay's answers) with one core busy,
-// so two of them keep both cores working. The first unfinished suite's output streams as it
-// comes; a suite running beside it is kept and printed whole, in order, once it is first.
+// TEST_LANES=1: one after another): each suite keeps about one core busy, so two of them keep both
+// cores working. A lane that finishes a suite takes the next one not yet started, in the order
+// `suites` lists them, so neither lane idles while suites are left. The first unfinished suite's
+// output streams as it comes; a suite running beside it is kept and printed whole, in order, once
+// it is first.
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -27,16 +28,13 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const resultsDir = join(root, "test-results");
 const filters = process.argv.slice(2);
 
-/**
- * The vitest projects, each in a lane (0 or 1): the suites of one lane run one after another, the
- * two lanes side by side; `python` is in lane 1 and `checks` in lane 0 (see `suites` below).
- */
+/** The vitest projects, in the order the lanes take them (see `suites` below). */
 const projects = [
-  { name: "node", config: "vitest.node.config.ts", lane: 0 },
-  { name: "workers", config: "vitest.workers.config.ts", lane: 1 },
+  { name: "workers", config: "vitest.workers.config.ts" },
+  { name: "node", config: "vitest.node.config.ts" },
   // the dashboard in headless Chromium (Debian's, driven by playwright-core); screenshots go to
   // test-results/screenshots/
-  { name: "browser", config: "vitest.browser.config.ts", lane: 1 },
+  { name: "browser", config: "vitest.browser.config.ts" },
 ];
 
 /** @type {Set<import("node:child_process").ChildProcess>} the children running now */
@@ -300,11 +298,16 @@ async function python(out) {
 /** TEST_LANES=1 runs every suite one after another (e.g. to time each alone); default: two lanes. */
 const LANES = process.env.TEST_LANES === "1" ? 1 : 2;
 const all = filters.length === 0;
-/** @type {{ name: string; lane: number; run: (out: Output) => Promise<Counts> }[]} listed in the order their output is printed */
+/**
+ * Listed in the order the lanes take them and their output is printed: the checks first (short,
+ * and a lint or type error shows at once), the longest suites next, the short Python suite last,
+ * for whichever lane is free first. `lane`: the lane that ran it (for the time table).
+ * @type {{ name: string; lane: number; run: (out: Output) => Promise<Counts> }[]}
+ */
 const suites = [
   ...(all || filters.includes("checks") ? [{ name: "checks", lane: 0, run: checks }] : []),
-  ...projects.map((p) => ({ name: p.name, lane: p.lane, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
-  ...(all || filters.includes("python") ? [{ name: "python", lane: 1, run: python }] : []),
+  ...projects.map((p) => ({ name: p.name, lane: 0, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
+  ...(all || filters.includes("python") ? [{ name: "python", lane: 0, run: python }] : []),
 ];
 
 mkdirSync(resultsDir, { recursive: true });
@@ -333,10 +336,12 @@ const sum = { passed: 0, failed: setupFailed ? 1 : 0, skipped: 0 };
 /** @type {Map<string, { secs: string; counts: Counts }>} */
 const results = new Map();
 const outputs = new Map(suites.map((s) => [s.name, new Output()]));
-for (const suite of suites) suite.lane = Math.min(suite.lane, LANES - 1);
-const lanes = [...new Set(suites.map((s) => s.lane))].map((lane) =>
+// each lane takes the next suite not yet started until none is left
+const queue = [...suites];
+const lanes = Array.from({ length: Math.min(LANES, suites.length) }, (_, lane) =>
   (async () => {
-    for (const suite of suites.filter((s) => s.lane === lane)) {
+    for (let suite = queue.shift(); suite; suite = queue.shift()) {
+      suite.lane = lane;
       const out = /** @type {Output} */ (outputs.get(suite.name));
       if (interrupted || setupFailed) {
         out.end();
