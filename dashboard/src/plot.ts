@@ -93,7 +93,8 @@ export class Plot {
     this.el = h("div.plot", { "data-plot": name });
     this.resize = new ResizeObserver(() => {
       const w = Math.floor(this.el.clientWidth);
-      if (w === this.width) return;
+      // 0 while the page takes the card out to redraw around it: keep the canvas as it is
+      if (w === this.width || w === 0) return;
       this.width = w;
       if (this.u) this.u.setSize({ width: w, height: HEIGHT });
       else void this.draw();
@@ -219,13 +220,15 @@ export class Plot {
     };
     this.u = new UPlot(opts, [xs, ...data] as uPlot.AlignedData, this.el);
     latest(this.u, xs);
-    if (spec.onPick) this.u.over.addEventListener("click", () => this.pick(spec, xs));
+    if (spec.onPick) this.u.over.addEventListener("click", (e) => this.pick(spec, xs, e));
   }
 
-  /** The x under the cursor, if some series has a value there. */
-  private pick(spec: PlotSpec, xs: number[]): void {
-    const i = this.u?.cursor.idx;
-    if (i === null || i === undefined) return;
+  /** The x nearest the click (read off the event: uPlot's cursor may lag a layout change), if a series has a value there. */
+  private pick(spec: PlotSpec, xs: number[], e: MouseEvent): void {
+    const u = this.u;
+    if (!u || xs.length === 0) return;
+    const i = u.posToIdx(e.clientX - u.over.getBoundingClientRect().left);
+    if (i < 0 || i >= xs.length) return;
     const x = xs[i]!;
     if (spec.series.some((s) => typeof s.points.get(x) === "number")) spec.onPick?.(x);
   }

@@ -250,8 +250,9 @@ describe("per-step charts", () => {
     ]);
 
     // a click opens that step's episodes (the run's list filtered by it)
-    const lbox = (await page.locator("#step-length .u-over").boundingBox())!;
-    await page.mouse.click(lbox.x + (2 / 7) * lbox.width, lbox.y + lbox.height / 2);
+    const over = page.locator("#step-length .u-over");
+    const lbox = (await over.boundingBox())!;
+    await over.click({ position: { x: (2 / 7) * lbox.width, y: lbox.height / 2 } });
     await page.waitForFunction(() => new URL((globalThis as any).location.href).searchParams.get("step") === "2");
     const want = rollouts.filter((r) => r.dispatch.step === 2).length;
     await page.waitForFunction(

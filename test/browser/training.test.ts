@@ -219,8 +219,10 @@ describe("per-step charts on the run page", () => {
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     // a click at a step opens that step's episodes (the list filtered by it); x spans the first to the last step
     const xs = JSON.parse((await page.locator("#step-rewards .plot").getAttribute("data-x"))!) as number[];
-    const box = (await page.locator("#step-rewards .u-over").boundingBox())!;
-    await page.mouse.click(box.x + ((2 - xs[0]!) / (xs.at(-1)! - xs[0]!)) * box.width, box.y + box.height / 2);
+    const over = page.locator("#step-rewards .u-over");
+    const box = (await over.boundingBox())!;
+    // at the element (Playwright scrolls it into view first)
+    await over.click({ position: { x: ((2 - xs[0]!) / (xs.at(-1)! - xs[0]!)) * box.width, y: box.height / 2 } });
     await waitListed(
       page,
       (await listed("step=2")).map((r) => r.id),
