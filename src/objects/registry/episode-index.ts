@@ -54,10 +54,14 @@ import {
   visible,
 } from "../../protocol/registry/rows.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { usageOf } from "../billing/metered.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
 
 /** The object of a run's index. */
+
+/** The meter's name for the rows FTS5 writes to its shadow tables (search-store.ts `settle`). */
+export const FTS_SHADOW = "search (FTS5 shadow)";
 
 /** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
 export const MAX_ROWS_BY_ID = MAX_LIMIT;
@@ -462,14 +466,22 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.store.forgetCached();
   }
 
-  /** One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved). */
+  /**
+   * One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved).
+   * The rows FTS5 wrote to its own tables (its statements' cursors do not count them) go to the meter.
+   */
   private write<T>(body: () => T): T {
+    let out: T;
     try {
-      return this.ctx.storage.transactionSync(body);
+      out = this.ctx.storage.transactionSync(body);
     } catch (e) {
       this.store.forgetCached();
+      this.store.search.abandon();
       throw e;
     }
+    const shadow = this.store.search.settle();
+    if (shadow > 0) usageOf(this.ctx.storage)?.rows(0, shadow, FTS_SHADOW);
+    return out;
   }
 
   private changed(id: string, row: IndexRow | null): void {

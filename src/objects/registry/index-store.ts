@@ -73,8 +73,7 @@ export class IndexStore {
     const c = this.loadCounters();
     if (old) this.apply(c, old, contributionOf(old), -1);
     const identity = identityOf(row);
-    // the text first: the flags are read from it (and from the row's rewards)
-    if (text) this.search.apply(row.id, text);
+    // the flags are read from the text as sent (and from the row's rewards)
     const flags = this.flags.update(row, text);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
@@ -116,6 +115,8 @@ export class IndexStore {
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
     this.groups.recountTask(row.task);
     this.saveRun(c, row.run, row.created, row.updated);
+    // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
+    if (text) this.search.apply(row.id, text);
   }
 
   /** Drop `old` and take back its part of the aggregates. Call inside a transaction. */
@@ -124,11 +125,11 @@ export class IndexStore {
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.steps.replaceRow(old, null);
-    this.search.remove(old.id);
     this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());
+    this.search.remove(old.id);
   }
 
   /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
