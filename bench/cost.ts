@@ -141,6 +141,11 @@ function minus(a: Usage, b: Usage | null): Usage {
     wsIn: a.wsIn - b.wsIn,
     rowsRead: a.rowsRead - b.rowsRead,
     rowsWritten: a.rowsWritten - b.rowsWritten,
+    written: Object.fromEntries(
+      Object.entries(a.written ?? {})
+        .map(([t, n]) => [t, n - (b.written?.[t] ?? 0)] as const)
+        .filter(([, n]) => n !== 0),
+    ),
     activeMs: a.activeMs - b.activeMs,
     busyMs: a.busyMs - b.busyMs,
     r2: { ...a.r2, classA: a.r2.classA - b.r2.classA, classB: a.r2.classB - b.r2.classB },
@@ -175,6 +180,31 @@ function priced(c: Counts): Line[] {
 }
 
 const total = (lines: Line[]) => lines.reduce((s, l) => s + l.usd, 0);
+
+/** Rows written by table (usage.ts `written`: each statement's count, index entries included, under its table), over `per`. */
+function writtenPer(us: readonly Usage[], per: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const u of us) for (const [t, n] of Object.entries(u.written ?? {})) out[t] = (out[t] ?? 0) + n;
+  for (const t of Object.keys(out)) out[t] = per > 0 ? out[t]! / per : 0;
+  return out;
+}
+
+/** The rows-written-per-turn table: one column per object measured, one row per table (largest first), and a total. */
+function writtenTable(columns: Array<[string, Record<string, number>]>, notes: string[]): Table {
+  const tables = new Map<string, number>();
+  for (const [, col] of columns) for (const [t, n] of Object.entries(col)) tables.set(t, (tables.get(t) ?? 0) + n);
+  const order = [...tables].sort((x, y) => y[1] - x[1]).map(([t]) => t);
+  const sum = (col: Record<string, number>) => Object.values(col).reduce((s, n) => s + n, 0);
+  return {
+    title: "cost: rows written per turn, by table (rows and index entries, as Cloudflare bills them)",
+    columns: ["table", ...columns.map(([name]) => name)],
+    rows: [
+      ...order.map((t) => [t, ...columns.map(([, col]) => (col[t] ? fmt(col[t]) : "-"))]),
+      ["total", ...columns.map(([, col]) => fmt(sum(col)))],
+    ],
+    notes,
+  };
+}
 
 function usdText(x: number): string {
   if (x === 0) return "0";
@@ -742,7 +772,42 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       ),
     );
 
+    // rows written per turn by table: (a)'s episode, hubs and index per turn; (b)'s index per upsert and per turn
+    const turnsB = EPISODES_B * TURNS_B;
+    const upsertsB = b.indexUsage.requests;
+    const written = {
+      episode_a_per_turn: writtenPer(a.episodeUsage, TURNS_A),
+      hubs_a_per_turn: writtenPer(a.hubUsage, TURNS_A),
+      index_a_per_turn: writtenPer([a.indexUsage], TURNS_A),
+      episodes_b_per_turn: writtenPer(b.episodeUsage, turnsB),
+      index_b_per_upsert: writtenPer([b.indexUsage], upsertsB),
+      index_b_per_turn: writtenPer([b.indexUsage], turnsB),
+    };
+    opts.table(
+      writtenTable(
+        [
+          ["episode (a)", written.episode_a_per_turn],
+          ["hubs (a)", written.hubs_a_per_turn],
+          ["index (a)", written.index_a_per_turn],
+          ["episodes (b)", written.episodes_b_per_turn],
+          ["index (b) per upsert", written.index_b_per_upsert],
+          ["index (b)", written.index_b_per_turn],
+        ],
+        [
+          `per turn: (a) ${TURNS_A} turns of one episode, (b) ${turnsB} turns of ${EPISODES_B} episodes; (b)'s index took ${upsertsB} requests (upserts, and the directory's alarms) for them`,
+          'each statement\'s rowsWritten as workerd counts it (its index entries too) under the table it writes; "alarm": setAlarm (billed as a row); "search (FTS5 shadow)": the rows FTS5 wrote to its own tables (SQLite\'s total_changes(), counted by the index)',
+          "the paced model's turn: (a)'s episode per turn, an alarm row, and one upsert as (b)'s",
+        ],
+      ),
+    );
+
     return {
+      rows_written_per_turn: Object.fromEntries(
+        Object.entries(written).map(([k, v]) => [
+          k,
+          Object.fromEntries(Object.entries(v).map(([t, n]) => [t, sig(n)])),
+        ]),
+      ),
       prices: {
         read_on: P.READ_ON,
         marginal: true,

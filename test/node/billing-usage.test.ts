@@ -2,7 +2,16 @@
 // they were handed over (and let go past the ring), the duration model's union of intervals, the
 // record found again on a wake, R2 counters.
 import { describe, expect, it } from "vitest";
-import { CURSOR_RING, IDLE_MS, meterFor, sumUsage, UsageMeter, MAX_RECORDS } from "../../src/protocol/billing/usage.js";
+import {
+  CURSOR_RING,
+  IDLE_MS,
+  meterFor,
+  OTHER,
+  sumUsage,
+  UsageMeter,
+  MAX_RECORDS,
+  writtenTable,
+} from "../../src/protocol/billing/usage.js";
 
 /** A cursor whose counts grow as it is "iterated". */
 class FakeCursor {
@@ -44,6 +53,31 @@ describe("UsageMeter rows", () => {
     expect(m.snapshot(0, 0).rowsRead).toBe(5);
     dead = true;
     expect(m.snapshot(0, 0).rowsRead).toBe(5);
+  });
+
+  it("rows written are kept by table too: each cursor's under the table its statement writes, summing to the total", () => {
+    expect(writtenTable("INSERT OR REPLACE INTO rows (id) VALUES (?)")).toBe("rows");
+    expect(writtenTable("  insert into steps VALUES (1)")).toBe("steps");
+    expect(writtenTable("UPDATE state SET v = ? WHERE k = ?")).toBe("state");
+    expect(writtenTable("DELETE FROM segments WHERE id = ?")).toBe("segments");
+    expect(writtenTable("REPLACE INTO groups VALUES (1)")).toBe("groups");
+    expect(writtenTable("SELECT * FROM rows")).toBe(OTHER);
+    expect(writtenTable("CREATE TABLE t (a)")).toBe(OTHER);
+    const m = new UsageMeter("EpisodeIndex", "id", 0);
+    const rows = new FakeCursor();
+    m.cursor(rows, "rows");
+    rows.rowsWritten = 5;
+    expect(m.snapshot(0, 0).written).toStrictEqual({ rows: 5 });
+    rows.rowsWritten = 7; // counted as it grows, under its table
+    const steps = new FakeCursor();
+    steps.rowsWritten = 2;
+    m.cursor(steps, "steps");
+    m.rows(0, 1, "alarm");
+    m.rows(0, 3, "search (FTS5 shadow)");
+    const u = m.snapshot(0, 0);
+    expect(u.written).toStrictEqual({ rows: 7, steps: 2, alarm: 1, "search (FTS5 shadow)": 3 });
+    expect(u.rowsWritten).toBe(13);
+    expect(sumUsage([u, u]).written).toStrictEqual({ rows: 14, steps: 4, alarm: 2, "search (FTS5 shadow)": 6 });
   });
 
   it("setAlarm-like rows are added as they come", () => {

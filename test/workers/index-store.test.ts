@@ -8,7 +8,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { recount } from "../../src/protocol/registry/aggregates.js";
-import type { IndexRow, IndexStatus } from "../../src/protocol/registry/entry.js";
+import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
 import { runIndexName } from "../../src/protocol/registry/run.js";
 import { IndexStore } from "../../src/objects/registry/index-store.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
@@ -18,6 +18,7 @@ import { positionText } from "../../src/protocol/registry/list-cursors.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
 import { freshId } from "./support.js";
+import { writtenTable } from "../../src/protocol/billing/usage.js";
 
 function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {
   const [id, task, group] = [`${run}:e${n}`, `task-${n % 3}`, `g${n % 3}`];
@@ -35,6 +36,12 @@ function row(run: string, n: number, status: IndexStatus, updated: number, extra
     group,
     ...extra,
   });
+}
+
+/** A live row's facts after `turns` output tokens. */
+function liveFacts(turns: number, last: string | null = null): LiveFacts {
+  const facts = { started: 1, elapsed: turns, branches: 1, input_tokens: 1, output_tokens: turns, cost: null, last };
+  return { ...facts, stage: "running", annotations: 0 };
 }
 
 /**
@@ -112,6 +119,86 @@ describe("rows and the counters", () => {
       const groups = store.groups.counts();
       expect(groups.groups).toBe(new Set([...held.values()].map((r) => r.group)).size);
     });
+  });
+
+  it("an update writes only what it changes, and the tables end as a store given only the final rows holds them", async () => {
+    const run = freshId("store");
+    const dispatch = (n: number) => ({ id: `d${n}`, kind: "train", env: "e", group: `g${n % 2}`, step: n % 2 });
+    // the same rows put turn by turn (live, then finished, a task and group moved once) and put once as they end
+    const turns = (n: number, t: number) =>
+      row(run, n, t < 5 ? "live" : "finished", 1000 + 10 * t + n, {
+        calls: t,
+        tokens: 10 * t,
+        seq: t,
+        dispatch: dispatch(n),
+        task: t < 2 ? `first-${n}` : `task-${n % 2}`,
+        group: `g${n % 2}`,
+        live: t < 5 ? liveFacts(t) : null,
+        rewards: t < 5 ? null : weightOne({ correct: n / 4 }),
+      });
+    const tables = (storage: DurableObjectStorage) =>
+      Object.fromEntries(
+        ["groups", "tasks", "steps", "scores", "throughput", "reward_minutes", "group_minutes", "rows"].map((t) => [
+          t,
+          storage.sql
+            .exec(`SELECT * FROM ${t} ORDER BY 1, 2`)
+            .toArray()
+            .map((r) => ({ ...r, finished_seq: undefined })),
+        ]),
+      );
+    const written: Record<string, number> = {};
+    const stepwise = await runInDurableObject(env.EPISODE_INDEX.getByName(runIndexName(run)), (_o, state) => {
+      state.storage.transactionSync(() => new SchemaState(state.storage, INDEX_SCHEMA).ensure());
+      // a store whose statements' rows written are kept by the table they write
+      const counting = new Proxy(state.storage.sql, {
+        get(target, prop) {
+          if (prop !== "exec") return Reflect.get(target, prop, target);
+          return (q: string, ...args: SqlStorageValue[]) => {
+            const cursor = target.exec(q, ...args);
+            const t = writtenTable(q);
+            if (cursor.rowsWritten > 0) written[t] = (written[t] ?? 0) + cursor.rowsWritten;
+            return cursor;
+          };
+        },
+      });
+      const store = new IndexStore(counting);
+      for (let t = 0; t < 5; t++) for (let n = 0; n < 4; n++) write(store, state.storage, turns(n, t));
+      // a turn that moves only the row's own columns: its changed columns and their index entries, the counters and
+      // the run's time; no group, score, minute or step moves
+      for (const k of Object.keys(written)) delete written[k];
+      const live = turns(1, 4);
+      write(store, state.storage, live);
+      write(store, state.storage, {
+        ...live,
+        updated: live.updated + 100_000,
+        seq: 99,
+        live: liveFacts(4, "later words"),
+      });
+      const moved = { ...written };
+      expect(Object.keys(moved).sort()).toEqual(["rows", "state"]);
+      // the row, and updated's index entries (by update, status, task, kind, step); the run's time (the counters did
+      // not move: no call or token came)
+      expect(moved.rows).toBeLessThanOrEqual(6);
+      expect(moved.state).toBe(1);
+      // no index holds seq: the row itself
+      for (const k of Object.keys(written)) delete written[k];
+      write(store, state.storage, { ...live, updated: live.updated + 100_000, seq: 100 });
+      expect(written).toStrictEqual({ rows: 1 });
+      // the same row again: nothing at all
+      for (const k of Object.keys(written)) delete written[k];
+      write(store, state.storage, { ...live, updated: live.updated + 100_000, seq: 100 });
+      expect(written).toStrictEqual({});
+      for (let t = 5; t < 7; t++) for (let n = 0; n < 4; n++) write(store, state.storage, turns(n, t));
+      return tables(state.storage);
+    });
+    const once = await withStore((store, storage) => {
+      for (let n = 0; n < 4; n++) write(store, storage, { ...turns(n, 6), id: `${run}:e${n}`, run });
+      return tables(storage);
+    });
+    expect(stepwise.rows.length).toBe(4);
+    const named = (t: ReturnType<typeof tables>, other: string) =>
+      JSON.parse(JSON.stringify(t).replaceAll(other, "RUN")) as ReturnType<typeof tables>;
+    expect(named(stepwise, run)).toEqual(named(once, String((once.rows[0] as { id?: unknown }).id).split(":")[0]!));
   });
 
   it("a transaction that throws after a put leaves the saved counters; forgetCached drops the ones in memory", async () => {

@@ -7,6 +7,7 @@ import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { Usage } from "../../src/protocol/billing/usage.js";
 import { usageOf } from "../../src/objects/billing/metered.js";
+import { FTS_SHADOW } from "../../src/objects/registry/episode-index.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { Episode as EpisodeObject } from "../../src/objects/episode/episode.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
@@ -97,6 +98,18 @@ describe("usage", () => {
     expect(u.index.object).toBe("EpisodeIndex");
     expect(u.directory.object).toBe("RunDirectory");
     expect(u.index.sqliteBytes).toBeGreaterThan(0);
+
+    // rows written by table: the row (its index entries with it), the text and FTS5's own rows, summing to the total
+    const c = await golden("chat_basic");
+    await pushFrames(id, c, 1, c.frames.length, new ProducerCursor("p2"));
+    const withText = await eventually(
+      read,
+      (x) => (x.index.written.segments ?? 0) > 0 && (x.index.written[FTS_SHADOW] ?? 0) > 0,
+      "the episode's text reaches its index",
+    );
+    const w = withText.index.written;
+    expect(w.rows).toBeGreaterThan(1); // the row and its index entries
+    expect(Object.values(w).reduce((a, b) => a + b, 0)).toBe(withText.index.rowsWritten);
   });
 
   it("the archive code counts R2 operations through usageOf; the exported class is a class, instanceof holds", async () => {

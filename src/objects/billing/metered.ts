@@ -21,7 +21,7 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import { DurableObject } from "cloudflare:workers";
-import { type EventKind, meterFor, type Usage, type UsageMeter } from "../../protocol/billing/usage.js";
+import { type EventKind, meterFor, type Usage, type UsageMeter, writtenTable } from "../../protocol/billing/usage.js";
 
 /** The instance, its ctx and its storage view → its meter. */
 const METERS = new WeakMap<object, UsageMeter>();
@@ -149,12 +149,12 @@ function instrument(ctx: DurableObjectState, object: string): UsageMeter {
   const sql = storage.sql;
   const exec = (query: string, ...bindings: unknown[]) => {
     const cursor = sql.exec(query, ...bindings);
-    meter.cursor(cursor);
+    meter.cursor(cursor, writtenTable(query));
     meter.touch(Date.now());
     return cursor;
   };
   const setAlarm = (...args: Parameters<DurableObjectStorage["setAlarm"]>) => {
-    meter.rows(0, 1); // billed as one row written
+    meter.rows(0, 1, "alarm"); // billed as one row written
     return storage.setAlarm(...args);
   };
   const sqlView = new Proxy(sql, { get: (t, p) => (p === "exec" ? exec : boundMember(t, p)) });

@@ -363,10 +363,23 @@ export class EpisodeRecord {
     return { ...this.indexCache };
   }
 
+  /** Written only when it changed, in place (each index update sets it two or three times: a row written each). */
   saveIndexState(s: IndexState): void {
+    const held = this.indexState();
+    if (
+      held.lastFlush === s.lastFlush &&
+      held.due === s.due &&
+      held.flushMs === s.flushMs &&
+      held.attempts === s.attempts
+    )
+      return;
     this.indexCache = { ...s };
-    this.sql.exec("DELETE FROM index_sync");
-    this.sql.exec("INSERT INTO index_sync VALUES (?, ?, ?, ?)", s.lastFlush, s.due, s.flushMs, s.attempts);
+    const args = [s.lastFlush, s.due, s.flushMs, s.attempts];
+    if (
+      this.sql.exec("UPDATE index_sync SET last_flush = ?, due = ?, flush_ms = ?, attempts = ?", ...args)
+        .rowsWritten === 0
+    )
+      this.sql.exec("INSERT INTO index_sync VALUES (?, ?, ?, ?)", ...args);
   }
 
   /** After a delete: the id whose row is still to be dropped from the run's index, and the attempts so far. */

@@ -54,12 +54,16 @@ import {
   visible,
 } from "../../protocol/registry/rows.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { usageOf } from "../billing/metered.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
 import { AlertStore } from "./alert-store.js";
 import type { AlertsJson } from "./alert-json.js";
 import { deliverDue } from "./alert-delivery.js";
 import { parseAlerts } from "../../protocol/alerts/config.js";
+
+/** The meter's name for the rows FTS5 writes to its shadow tables (search-store.ts `settle`). */
+export const FTS_SHADOW = "search (FTS5 shadow)";
 
 /** Rows one `rowsById` call reads at most: a page's worth (a search page holds at most MAX_LIMIT results). */
 export const MAX_ROWS_BY_ID = MAX_LIMIT;
@@ -512,15 +516,23 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.alerts.forget();
   }
 
-  /** One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved). */
+  /**
+   * One transaction; if it throws, the counters kept in memory are dropped with it (reloaded as saved).
+   * The rows FTS5 wrote to its own tables (its statements' cursors do not count them) go to the meter.
+   */
   private write<T>(body: () => T): T {
+    let out: T;
     try {
-      return this.ctx.storage.transactionSync(body);
+      out = this.ctx.storage.transactionSync(body);
     } catch (e) {
       this.store.forgetCached();
       this.alerts.forget();
+      this.store.search.abandon();
       throw e;
     }
+    const shadow = this.store.search.settle();
+    if (shadow > 0) usageOf(this.ctx.storage)?.rows(0, shadow, FTS_SHADOW);
+    return out;
   }
 
   /** The alarm at `at` (epoch ms) unless one is set sooner (one set in the past is the alarm running now). */

@@ -15,6 +15,7 @@ import {
 import { rowScore } from "../../protocol/registry/rewards.js";
 import type { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
+import { writeChanged } from "./sql-row.js";
 import { completedMinute, type ZeroVarianceTrend } from "../../protocol/registry/zero-variance-trend.js";
 import type { Json } from "../../protocol/wire/json-view.js";
 
@@ -33,6 +34,23 @@ const ORDER: Record<GroupSort, { key: string; dir: "ASC" | "DESC" }> = {
 
 /** Rows one page of tasks may read (its tasks' rows, for the mean reward and the solve rate). */
 export const TASK_ROWS_BUDGET = 5000;
+
+/** A group's row as kept (its columns but the id). */
+type GroupRecord = {
+  task_key: string;
+  size: number;
+  spread_key: number;
+  complete: number;
+  zero: number;
+  summary: string;
+  done_minute: number | null;
+  step: number | null;
+  kind: string | null;
+};
+
+function sameRecord(a: GroupRecord, b: GroupRecord): boolean {
+  return (Object.keys(b) as Array<keyof GroupRecord>).every((k) => a[k] === b[k]);
+}
 
 /** A member's columns a group's recount reads. */
 type GroupRow = {
@@ -77,11 +95,26 @@ export class GroupStore {
         trace_rewards: r.trace_rewards === null ? null : (JSON.parse(r.trace_rewards) as Json[]),
       }));
     const before = this.sql
-      .exec<{ complete: number; zero: number; done_minute: number | null; step: number | null; kind: string | null }>(
-        "SELECT complete, zero, done_minute, step, kind FROM groups WHERE grp = ?",
+      .exec<GroupRecord>(
+        "SELECT task_key, size, spread_key, complete, zero, summary, done_minute, step, kind FROM groups WHERE grp = ?",
         id,
       )
       .toArray()[0];
+    const g = members.length ? groupSummary(id, members) : null;
+    const done = g?.complete ? completedMinute(members) : null;
+    const now: GroupRecord | null = g && {
+      task_key: g.task ?? "",
+      size: g.size,
+      spread_key: g.spread ?? -1,
+      complete: g.complete ? 1 : 0,
+      zero: g.zeroVariance ? 1 : 0,
+      summary: JSON.stringify(g),
+      done_minute: done,
+      step: g.step,
+      kind: g.step === null ? null : (g.kind ?? ""),
+    };
+    // a member's update that moves nothing the group shows (most turns) writes nothing
+    if (now === null ? before === undefined : before !== undefined && sameRecord(before, now)) return;
     const c = this.counts();
     if (before) {
       c.groups--;
@@ -92,30 +125,21 @@ export class GroupStore {
       if (before.complete && before.step !== null)
         this.steps.addGroup({ step: before.step, kind: before.kind ?? "" }, before.zero === 1, -1);
     }
-    if (members.length === 0) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
+    if (g === null || now === null) this.sql.exec("DELETE FROM groups WHERE grp = ?", id);
     else {
-      const g = groupSummary(id, members);
-      const done = g.complete ? completedMinute(members) : null;
-      this.sql.exec(
-        "INSERT OR REPLACE INTO groups (grp, task_key, size, spread_key, complete, zero, summary, done_minute, step, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        id,
-        g.task ?? "",
-        g.size,
-        g.spread ?? -1,
-        g.complete ? 1 : 0,
-        g.zeroVariance ? 1 : 0,
-        JSON.stringify(g),
-        done,
-        g.step,
-        g.step === null ? null : (g.kind ?? ""),
-      );
+      writeChanged(this.sql, "groups", { grp: id }, now, before ?? null);
       c.groups++;
       c.complete += g.complete ? 1 : 0;
       c.zeroVariance += g.zeroVariance ? 1 : 0;
       if (done !== null) this.trends.addGroup(done, g.zeroVariance, 1);
       if (g.complete && g.step !== null) this.steps.addGroup({ step: g.step, kind: g.kind ?? "" }, g.zeroVariance, 1);
     }
-    this.sql.exec("INSERT OR REPLACE INTO state VALUES ('group_counts', ?)", JSON.stringify(c));
+    const counts = JSON.stringify(c);
+    if (counts !== JSON.stringify(this.counts()))
+      this.sql.exec(
+        "INSERT INTO state VALUES ('group_counts', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+        counts,
+      );
   }
 
   /** The zero-variance trend over the last hour (the minutes kept by `recount`). */
@@ -172,17 +196,25 @@ export class GroupStore {
         task,
       )
       .one();
-    if (t.n === 0) this.sql.exec("DELETE FROM tasks WHERE task = ?", task);
-    else
-      this.sql.exec(
-        "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
-        task,
-        t.n,
-        t.finished ?? 0,
-        t.failed ?? 0,
-        t.calls ?? 0,
-        t.tokens ?? 0,
-      );
+    const held =
+      this.sql
+        .exec<Record<string, SqlStorageValue>>(
+          "SELECT rollouts, finished, failed, calls, tokens FROM tasks WHERE task = ?",
+          task,
+        )
+        .toArray()[0] ?? null;
+    if (t.n === 0) {
+      if (held) this.sql.exec("DELETE FROM tasks WHERE task = ?", task);
+    } else {
+      const now = {
+        rollouts: t.n,
+        finished: t.finished ?? 0,
+        failed: t.failed ?? 0,
+        calls: t.calls ?? 0,
+        tokens: t.tokens ?? 0,
+      };
+      writeChanged(this.sql, "tasks", { task }, now, held);
+    }
   }
 
   /**

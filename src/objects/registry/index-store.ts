@@ -24,7 +24,8 @@ import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "../../protocol/registry/entry.js";
 import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET } from "./finished-pages.js";
 import type { FinishedSelection, IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
-import { rowOf, type SqlRow } from "./sql-row.js";
+import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
+import { rewardMinutesOf } from "../../protocol/registry/reward-trend.js";
 import { TrendStore } from "./trend-store.js";
 
 export class IndexStore {
@@ -71,51 +72,83 @@ export class IndexStore {
    */
   put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
     const c = this.loadCounters();
-    if (old) this.apply(c, old, contributionOf(old), -1);
-    const identity = identityOf(row);
-    // the text first: the flags are read from it (and from the row's rewards)
-    if (text) this.search.apply(row.id, text);
+    // the flags are read from the text as sent (and from the row's rewards)
     const flags = this.flags.update(row, text);
-    this.sql.exec(
-      `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags, trace_rewards)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      row.id,
-      row.run,
-      row.status,
-      row.created,
-      row.updated,
-      row.ended,
-      row.seq,
-      row.traces,
-      row.nodes,
-      row.calls,
-      row.tokens,
-      row.rewards === null ? null : JSON.stringify(row.rewards),
-      rowReward(row),
-      row.error,
-      this.finishedSeq(row, old),
-      row.task ?? null,
-      row.group ?? null,
-      row.stop_condition ?? null,
-      row.truncated ? 1 : 0,
-      row.run_name ?? null,
-      row.dispatch ? JSON.stringify(row.dispatch) : null,
-      identity.kind,
-      identity.env,
-      identity.step,
-      identity.policy_version,
-      row.live ? JSON.stringify(row.live) : null,
-      flags.length ? JSON.stringify(flags) : null,
-      row.trace_rewards ? JSON.stringify(row.trace_rewards) : null,
-    );
-    this.apply(c, row, contributionOf(row), 1);
+    const { id, ...values } = this.columnsOf(row, flags, this.finishedSeq(row, old));
+    // only what the row shows that changed is written (each index entry on a changed column is a row written)
+    const held = old ? (this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", row.id).toArray()[0] ?? null) : null;
+    writeChanged(this.sql, "rows", { id }, values, held);
+    this.replaceContribution(c, old, row);
     this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
     this.groups.recountTask(row.task);
     this.saveRun(c, row.run, row.created, row.updated);
+    // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
+    if (text) this.search.apply(row.id, text);
+  }
+
+  /** The `rows` columns of `row`. */
+  private columnsOf(
+    row: IndexRow,
+    flags: readonly unknown[],
+    finishedSeq: number | null,
+  ): Record<string, SqlStorageValue> {
+    const identity = identityOf(row);
+    return {
+      id: row.id,
+      run: row.run,
+      status: row.status,
+      created: row.created,
+      updated: row.updated,
+      ended: row.ended,
+      seq: row.seq,
+      traces: row.traces,
+      nodes: row.nodes,
+      calls: row.calls,
+      tokens: row.tokens,
+      rewards: row.rewards === null ? null : JSON.stringify(row.rewards),
+      reward: rowReward(row),
+      error: row.error,
+      finished_seq: finishedSeq,
+      task: row.task ?? null,
+      grp: row.group ?? null,
+      stop: row.stop_condition ?? null,
+      truncated: row.truncated ? 1 : 0,
+      run_name: row.run_name ?? null,
+      dispatch: row.dispatch ? JSON.stringify(row.dispatch) : null,
+      kind: identity.kind,
+      env: identity.env,
+      step: identity.step,
+      policy_version: identity.policy_version,
+      live: row.live ? JSON.stringify(row.live) : null,
+      flags: flags.length ? JSON.stringify(flags) : null,
+      trace_rewards: row.trace_rewards ? JSON.stringify(row.trace_rewards) : null,
+    };
+  }
+
+  /**
+   * `old`'s part of the aggregates replaced by `row`'s: the counters (in memory, saved by saveRun),
+   * and of the tables only what differs (an update during a turn seldom moves a score or a minute).
+   */
+  private replaceContribution(c: Counters, old: IndexRow | null, row: IndexRow): void {
+    const was = old ? contributionOf(old) : null;
+    const now = contributionOf(row);
+    if (was) applyContribution(c, was, -1);
+    applyContribution(c, now, 1);
+    if (JSON.stringify(was ? rewardMinutesOf(was) : []) !== JSON.stringify(rewardMinutesOf(now))) {
+      if (was) this.trends.addRewards(was, -1);
+      this.trends.addRewards(now, 1);
+    }
+    if (was?.endedMinute !== now.endedMinute) {
+      if (was && was.endedMinute !== null) this.addThroughput(was.endedMinute, -1);
+      if (now.endedMinute !== null) this.addThroughput(now.endedMinute, 1);
+    }
+    if (was === null || was.status !== now.status || JSON.stringify(was.scores) !== JSON.stringify(now.scores)) {
+      if (was) this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
+      this.insertScores(row.id, now);
+    }
   }
 
   /** Drop `old` and take back its part of the aggregates. Call inside a transaction. */
@@ -124,11 +157,11 @@ export class IndexStore {
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.steps.replaceRow(old, null);
-    this.search.remove(old.id);
     this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now());
+    this.search.remove(old.id);
   }
 
   /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
@@ -245,7 +278,8 @@ export class IndexStore {
   }
 
   setState(k: string, v: string): void {
-    this.sql.exec("INSERT OR REPLACE INTO state VALUES (?, ?)", k, v);
+    // an upsert: a key held is updated in place (INSERT OR REPLACE would write its key's index entry again)
+    this.sql.exec("INSERT INTO state VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, v);
   }
 
   /** The row's place in bulk-fetch order: a new one when it becomes finished, else the one it had. */
@@ -263,28 +297,36 @@ export class IndexStore {
   private apply(c: Counters, row: Pick<IndexRow, "id">, x: Contribution, sign: 1 | -1): void {
     applyContribution(c, x, sign);
     this.trends.addRewards(x, sign);
-    if (x.endedMinute !== null) {
-      this.sql.exec(
-        "INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n",
-        x.endedMinute,
-        sign,
-      );
-      this.sql.exec("DELETE FROM throughput WHERE minute = ? AND n = 0", x.endedMinute);
-    }
-    if (sign < 0) {
-      this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
-      return;
-    }
-    // each score carries its row's status, for the finished-only extremes (`extremes`)
-    const insert = "INSERT OR REPLACE INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
-    for (const s of x.scores) this.sql.exec(insert, row.id, s.key, s.score, x.status);
+    if (x.endedMinute !== null) this.addThroughput(x.endedMinute, sign);
+    if (sign < 0) this.sql.exec("DELETE FROM scores WHERE id = ?", row.id);
+    else this.insertScores(row.id, x);
   }
 
+  private addThroughput(minute: number, sign: 1 | -1): void {
+    this.sql.exec(
+      "INSERT INTO throughput VALUES (?, ?) ON CONFLICT (minute) DO UPDATE SET n = n + excluded.n",
+      minute,
+      sign,
+    );
+    this.sql.exec("DELETE FROM throughput WHERE minute = ? AND n = 0", minute);
+  }
+
+  /** Each score carries its row's status, for the finished-only extremes (`extremes`). */
+  private insertScores(id: string, x: Contribution): void {
+    const insert = "INSERT OR REPLACE INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
+    for (const s of x.scores) this.sql.exec(insert, id, s.key, s.score, x.status);
+  }
+
+  /** The counters and the run's name and times, each written only when it changed. */
   private saveRun(c: Counters, run: string, created: number, updated: number): void {
-    this.setState("counters", JSON.stringify(c));
+    this.setChanged("counters", JSON.stringify(c));
     if (this.state("run") === null) this.setState("run", run);
     const first = Number(this.state("created") ?? created);
-    this.setState("created", String(Math.min(first, created)));
-    this.setState("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
+    this.setChanged("created", String(Math.min(first, created)));
+    this.setChanged("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
+  }
+
+  private setChanged(k: string, v: string): void {
+    if (this.state(k) !== v) this.setState(k, v);
   }
 }

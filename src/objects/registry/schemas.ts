@@ -192,6 +192,16 @@ export const INDEX_SCHEMA: Schema = checkSchema({
           attempt INTEGER NOT NULL, at INTEGER NOT NULL, status INTEGER, error TEXT, outcome TEXT NOT NULL)`);
       },
     },
+    {
+      version: 11,
+      what: "fewer rows written per upsert",
+      up(sql) {
+        // FTS5 is written by search-store.ts in one statement per upsert: a trigger wrote it once per segment,
+        // and FTS5 writes a new segment of its own (several shadow rows) for every statement
+        sql.exec("DROP TRIGGER IF EXISTS segments_added");
+        sql.exec("DROP TRIGGER IF EXISTS segments_removed");
+      },
+    },
   ],
 });
 

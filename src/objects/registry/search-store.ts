@@ -1,10 +1,12 @@
-// A run index's search (INDEX_SCHEMA version 7): the episodes' text segments (src/protocol/search/segments.ts)
-// in `segments`, and SQLite's FTS5 index over them (`search`, an external-content table kept by
-// triggers, so the text is stored once). Episodes send what is new with their rows (a batch per
-// row: the segments from a node on, replacing what was held from there, e.g. after a retraction);
-// a row that goes takes its segments with it. A query ranks episodes by their best segment (FTS5's
-// bm25), filtered by the list's filters and the viewer's scope in the same statement (a partial
-// scope's matches are its own episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).
+// A run index's search (INDEX_SCHEMA versions 7 and 9): the episodes' text segments
+// (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
+// external-content table, so the text is stored once). Episodes send what is new with their rows (a
+// batch per row: the segments from a node on, replacing what was held from there, e.g. after a
+// retraction); a row that goes takes its segments with it. FTS5 is written here in one statement per
+// transaction (no trigger since version 9), and the rows it writes to its shadow tables are counted
+// (`settle`). A query ranks episodes by their best segment (FTS5's bm25), filtered by the list's
+// filters and the viewer's scope in the same statement (a partial scope's matches are its own
+// episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).
 
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
@@ -16,6 +18,9 @@ import { inScope } from "./scoped-rows.js";
 
 /** Matching segments one query ranks at most (a word in nearly every segment ranks the first this many). */
 export const SEARCH_MATCH_BUDGET = 50_000;
+/** Past any node index: a trace whose batch has no `from` keeps its segments. */
+const NO_NODE = Number.MAX_SAFE_INTEGER;
+
 /** Snippets per episode in an answer. */
 export const SNIPPETS_PER_EPISODE = 3;
 
@@ -57,39 +62,103 @@ export class SearchStore {
    */
   rowsWritten = 0;
 
+  /**
+   * Set by the transaction's first FTS5 statement: SQLite's total_changes() before it, and the rows
+   * the FTS5 statements wrote themselves (`settle`).
+   */
+  private mark: { changes: number; rows: number } | null = null;
+
   constructor(private readonly sql: SqlStorage) {}
 
-  /** Apply an episode's batch (inside the caller's transaction). */
+  /**
+   * Apply an episode's batch (inside the caller's transaction, as its last writes: see `settle`).
+   * The segments it replaces go, its new ones come, then FTS5 is told both in one statement: FTS5
+   * writes a new segment of its own (several shadow rows) for each statement that writes it, so one
+   * statement per upsert, not one per segment.
+   */
   apply(episode: string, b: SearchBatch): void {
-    const held = this.sql
-      .exec<{ trace: string }>("SELECT DISTINCT trace FROM segments WHERE episode = ?", episode)
-      .toArray();
-    for (const { trace } of held)
-      if (!b.traces.includes(trace)) this.write("DELETE FROM segments WHERE episode = ? AND trace = ?", episode, trace);
-    for (const [trace, from] of Object.entries(b.from)) {
-      this.write("DELETE FROM segments WHERE episode = ? AND trace = ? AND node >= ?", episode, trace, from);
-    }
-    for (const s of b.segments) {
-      this.write(
-        "INSERT INTO segments (episode, trace, node, role, tool, kind, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    // what the batch replaces: the traces it no longer holds, and each trace's segments from its `from` node on
+    const gone = this.sql
+      .exec<{ id: number; body: string; role: string; tool: string | null }>(
+        `SELECT id, body, role, tool FROM segments WHERE episode = ? AND (trace NOT IN (SELECT value FROM json_each(?))
+           OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
         episode,
-        s.trace,
-        s.node,
-        s.role,
-        s.tool,
-        s.kind,
-        s.body,
-      );
-    }
+        JSON.stringify(b.traces),
+        JSON.stringify(b.from),
+      )
+      .toArray();
+    this.replace(episode, gone, b.segments);
   }
 
   /** The episode went: its segments too. */
   remove(episode: string): void {
-    this.write("DELETE FROM segments WHERE episode = ?", episode);
+    const gone = this.sql
+      .exec<{ id: number; body: string; role: string; tool: string | null }>(
+        "SELECT id, body, role, tool FROM segments WHERE episode = ? ORDER BY id",
+        episode,
+      )
+      .toArray();
+    this.replace(episode, gone, []);
   }
 
-  private write(query: string, ...args: SqlStorageValue[]): void {
-    this.rowsWritten += this.sql.exec(query, ...args).rowsWritten;
+  /**
+   * The FTS5 shadow rows written since the first FTS5 statement of the transaction that just ended
+   * (its flush comes with the commit): SQLite's total_changes() counts the rows FTS5's own statements
+   * write, and the FTS5 statements' own rows (counted by their cursors) are taken off. Call after
+   * the transaction; 0 when it wrote no text.
+   */
+  settle(): number {
+    const mark = this.mark;
+    this.mark = null;
+    if (mark === null) return 0;
+    const shadow = Math.max(0, this.totalChanges() - mark.changes - mark.rows);
+    this.rowsWritten += shadow;
+    return shadow;
+  }
+
+  /** A transaction that wrote text was rolled back: nothing of it is counted. */
+  abandon(): void {
+    this.mark = null;
+  }
+
+  private replace(
+    episode: string,
+    gone: Array<{ id: number; body: string; role: string; tool: string | null }>,
+    segments: readonly Segment[],
+  ): void {
+    if (gone.length === 0 && segments.length === 0) return;
+    if (gone.length)
+      this.write(
+        "DELETE FROM segments WHERE id IN (SELECT value FROM json_each(?))",
+        JSON.stringify(gone.map((g) => g.id)),
+      );
+    const first = this.sql.exec<{ n: number }>("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM segments").one().n;
+    if (segments.length)
+      this.write(
+        `INSERT INTO segments (episode, trace, node, role, tool, kind, body)
+         SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
+        episode,
+        JSON.stringify(segments.map((s) => [s.trace, s.node, s.role, s.tool, s.kind, s.body])),
+      );
+    // FTS5 last (the rows before it are not its shadow rows): the old text out ('delete' needs it as indexed), the new in
+    this.mark ??= { changes: this.totalChanges(), rows: 0 };
+    this.mark.rows += this.write(
+      `INSERT INTO search (search, rowid, body, role, tool)
+       SELECT 'delete', value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)
+       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id >= ?`,
+      JSON.stringify(gone.map((g) => [g.id, g.body, g.role, g.tool])),
+      segments.length ? first : NO_NODE,
+    );
+  }
+
+  private totalChanges(): number {
+    return this.sql.exec<{ n: number }>("SELECT total_changes() AS n").one().n;
+  }
+
+  private write(query: string, ...args: SqlStorageValue[]): number {
+    const n = this.sql.exec(query, ...args).rowsWritten;
+    this.rowsWritten += n;
+    return n;
   }
 
   /**

@@ -70,3 +70,44 @@ export function rowOf(r: SqlRow): IndexRow {
       : { trace_rewards: JSON.parse(r.trace_rewards) as Json[] }),
   };
 }
+
+/**
+ * Write `values` as the row of `table` whose `key` columns hold `keys` (inside the caller's
+ * transaction), writing only what changed: no statement when the row holds them all already, else an
+ * UPDATE of the changed columns (so only the indexes on those columns are written: each index entry
+ * is a row written), or an INSERT for a new row. `held` is the row as stored (null: none).
+ * Answers whether anything was written.
+ */
+export function writeChanged(
+  sql: SqlStorage,
+  table: string,
+  keys: Record<string, SqlStorageValue>,
+  values: Record<string, SqlStorageValue>,
+  held: Record<string, SqlStorageValue> | null,
+): boolean {
+  if (held === null) {
+    const all = { ...keys, ...values };
+    const names = Object.keys(all);
+    sql.exec(
+      `INSERT INTO ${table} (${names.join(", ")}) VALUES (${names.map(() => "?").join(", ")})`,
+      ...Object.values(all),
+    );
+    return true;
+  }
+  const changed = Object.keys(values).filter((k) => !sameValue(held[k] ?? null, values[k] ?? null));
+  if (changed.length === 0) return false;
+  sql.exec(
+    `UPDATE ${table} SET ${changed.map((k) => `${k} = ?`).join(", ")} WHERE ${Object.keys(keys)
+      .map((k) => `${k} = ?`)
+      .join(" AND ")}`,
+    ...changed.map((k) => values[k] ?? null),
+    ...Object.values(keys),
+  );
+  return true;
+}
+
+/** SQLite values as stored and as about to be written (an INTEGER column answers a whole REAL as a number too). */
+function sameValue(a: SqlStorageValue, b: SqlStorageValue): boolean {
+  if (a instanceof ArrayBuffer || b instanceof ArrayBuffer) return false;
+  return a === b;
+}

@@ -106,16 +106,23 @@ export class StepStore {
     return r ? (JSON.parse(r.counters) as StepCounters) : null;
   }
 
+  /** A step's counters changed by `change`: written (or gone) only when they moved, updated in place when held. */
   private update(key: StepKey, change: (c: StepCounters) => void): void {
-    const c = this.counters(key) ?? emptyStep();
+    const held = this.counters(key);
+    const was = held === null ? null : JSON.stringify(held);
+    const c = held ?? emptyStep();
     change(c);
-    if (isEmptyStep(c)) this.sql.exec("DELETE FROM steps WHERE step = ? AND kind = ?", key.step, key.kind);
+    const now = JSON.stringify(c);
+    if (isEmptyStep(c)) {
+      if (held === null) return;
+      this.sql.exec("DELETE FROM steps WHERE step = ? AND kind = ?", key.step, key.kind);
+    } else if (now === was) return;
     else
       this.sql.exec(
-        "INSERT OR REPLACE INTO steps (step, kind, counters) VALUES (?, ?, ?)",
+        "INSERT INTO steps (step, kind, counters) VALUES (?, ?, ?) ON CONFLICT (step, kind) DO UPDATE SET counters = excluded.counters",
         key.step,
         key.kind,
-        JSON.stringify(c),
+        now,
       );
     this.touched.set(`${key.step}\u0000${key.kind}`, key);
   }

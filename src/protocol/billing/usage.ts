@@ -6,7 +6,12 @@
 //                an RpcTarget it returned, e.g. a catch-up cursor, are part of its session: free)
 //   wsIn         inbound WebSocket messages (billed 20:1 as requests; outbound ones are free)
 //   rowsRead,    summed from every SQL cursor's `rowsRead` / `rowsWritten`, plus one row written
-//   rowsWritten  per `setAlarm` (billed so); deleteAll's rows are not seen here
+//   rowsWritten  per `setAlarm` (billed so); deleteAll's rows are not seen here. workerd counts a
+//                statement's index entries in its rowsWritten, but not the rows FTS5 writes to its
+//                own shadow tables (its own statements, and its flush at a savepoint or commit):
+//                the code writing FTS5 counts those (SQLite's total_changes()) and adds them here
+//   written      rowsWritten by table: each cursor's count under the table its statement writes
+//                (`writtenTable`), setAlarm's under "alarm", FTS5's shadow rows under their index's
 //   sqliteBytes  `sql.databaseSize` when read
 //   r2           counters the archive code bumps (`usageOf(this)?.r2Put(bytes)`, see metered.ts)
 //   wakes        constructions (first start, and every wake after hibernation or eviction)
@@ -23,6 +28,17 @@
 // The counts live in memory, in one record per object kept in the isolate (`meterFor`): a
 // hibernated or evicted object finds its record again when it wakes in the same isolate; a new
 // isolate (deploy, restart, move) starts from zero, which `since` shows.
+
+/** The table of rows written by a statement that names none `writtenTable` knows (DDL, a SELECT). */
+export const OTHER = "other";
+
+const WRITE_TARGET =
+  /^\s*(?:INSERT(?:\s+OR\s+[A-Z]+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+[A-Z]+)?|DELETE\s+FROM)\s+["'`[]?([A-Za-z_][A-Za-z0-9_]*)/i;
+
+/** The table a statement writes (its first statement's INSERT, REPLACE, UPDATE or DELETE target), else OTHER. */
+export function writtenTable(query: string): string {
+  return WRITE_TARGET.exec(query)?.[1] ?? OTHER;
+}
 
 /** After its last event, an object stays in memory (billed, in this model) this long. */
 export const IDLE_MS = 10_000;
@@ -58,6 +74,8 @@ export interface Usage {
   wsIn: number;
   rowsRead: number;
   rowsWritten: number;
+  /** rowsWritten by table (see the head of this file); the values sum to rowsWritten. */
+  written: Record<string, number>;
   sqliteBytes: number;
   r2: R2Usage;
   activeMs: number;
@@ -81,11 +99,13 @@ export class UsageMeter {
   private wsIn = 0;
   private rowsRead = 0;
   private rowsWritten = 0;
+  private readonly written: Record<string, number> = {};
   private readonly r2: R2Usage = { classA: 0, classB: 0, deletes: 0, bytesWritten: 0 };
   // cursors of this instance, with the counts already added (a bounded ring: no unbounded references)
   private readonly ring: Array<CountedCursor | null> = new Array(CURSOR_RING).fill(null);
   private readonly seenRead = new Float64Array(CURSOR_RING);
   private readonly seenWritten = new Float64Array(CURSOR_RING);
+  private readonly tables: string[] = new Array<string>(CURSOR_RING).fill(OTHER);
   private next = 0;
   // the duration model: the current span [spanStart, spanEnd] (open while events run), and the closed ones
   private pending = 0;
@@ -137,20 +157,30 @@ export class UsageMeter {
     this.spanEnd = Math.max(this.spanEnd, now + IDLE_MS);
   }
 
-  /** A SQL cursor was opened: its counts are read when it leaves the ring, or when usage is read. */
-  cursor(c: CountedCursor): void {
+  /**
+   * A SQL cursor was opened (its statement writes `table`: `writtenTable`): its counts are read
+   * when it leaves the ring, or when usage is read.
+   */
+  cursor(c: CountedCursor, table = OTHER): void {
     const i = this.next;
     if (this.ring[i] !== null) this.fold(i);
     this.ring[i] = c;
     this.seenRead[i] = 0;
     this.seenWritten[i] = 0;
+    this.tables[i] = table;
     this.next = (i + 1) % CURSOR_RING;
   }
 
-  /** Rows written outside SQL cursors (a `setAlarm` is billed as one). */
-  rows(read: number, written: number): void {
+  /** Rows written outside SQL cursors (a `setAlarm` is billed as one; FTS5's shadow rows), under `table`. */
+  rows(read: number, written: number, table = OTHER): void {
     this.rowsRead += read;
-    this.rowsWritten += written;
+    this.addWritten(table, written);
+  }
+
+  private addWritten(table: string, n: number): void {
+    if (n === 0) return;
+    this.rowsWritten += n;
+    this.written[table] = (this.written[table] ?? 0) + n;
   }
 
   // ---- R2, for the archive code ----
@@ -213,6 +243,7 @@ export class UsageMeter {
       wsIn: this.wsIn,
       rowsRead: this.rowsRead,
       rowsWritten: this.rowsWritten,
+      written: { ...this.written },
       sqliteBytes,
       r2: { ...this.r2 },
       activeMs: this.closedMs + (this.spanStart < 0 ? 0 : Math.max(0, end - this.spanStart)),
@@ -232,7 +263,7 @@ export class UsageMeter {
       const r = c.rowsRead;
       const w = c.rowsWritten;
       this.rowsRead += r - this.seenRead[i]!;
-      this.rowsWritten += w - this.seenWritten[i]!;
+      this.addWritten(this.tables[i]!, w - this.seenWritten[i]!);
       this.seenRead[i] = r;
       this.seenWritten[i] = w;
     } catch {
@@ -286,13 +317,15 @@ function used(m: UsageMeter): void {
 export function sumUsage(us: readonly Usage[]): Omit<Usage, "object" | "id" | "since" | "at" | "peers"> {
   const t = { wakes: 0, requests: 0, wsIn: 0, rowsRead: 0, rowsWritten: 0, sqliteBytes: 0, activeMs: 0, busyMs: 0 };
   const r2: R2Usage = { classA: 0, classB: 0, deletes: 0, bytesWritten: 0, bytesStored: 0 };
+  const written: Record<string, number> = {};
   for (const u of us) {
     for (const k of Object.keys(t) as Array<keyof typeof t>) t[k] += u[k];
+    for (const [table, n] of Object.entries(u.written)) written[table] = (written[table] ?? 0) + n;
     r2.classA += u.r2.classA;
     r2.classB += u.r2.classB;
     r2.deletes += u.r2.deletes;
     r2.bytesWritten += u.r2.bytesWritten;
     r2.bytesStored! += u.r2.bytesStored ?? 0;
   }
-  return { ...t, r2 };
+  return { ...t, written, r2 };
 }
