@@ -7,6 +7,34 @@
 import { ALERT_BUDGETS } from "../../protocol/alerts/config.js";
 import { ALERT_ID_HEADER, delivered, SIGNATURE_HEADER, signBody } from "../../protocol/alerts/payload.js";
 import type { AlertStore, Delivery } from "./alert-store.js";
+import { armAlarm } from "../storage/alarm-window.js";
+
+/**
+ * The alarm's part for alerts: what is due sent, then the alarm armed for the next one due. A failure leaves the
+ * queue as it is (the index's own work is done) and tries again `retryMs` later.
+ */
+export async function sendDue(
+  store: AlertStore,
+  write: (body: () => void) => void,
+  storage: DurableObjectStorage,
+  run: string | null,
+  retryMs: number,
+): Promise<void> {
+  try {
+    await deliverDue(store, write);
+    await armAlertAlarm(storage, store.nextDue());
+  } catch (e) {
+    console.warn(`run ${run}: alerts not sent: ${e instanceof Error ? e.message : String(e)}`);
+    await armAlarm(storage, Date.now() + retryMs);
+  }
+}
+
+/** The alarm at `at` (epoch ms) unless one is set sooner (one set in the past is the alarm running now). */
+export async function armAlertAlarm(storage: DurableObjectStorage, at: number | null): Promise<void> {
+  if (at === null) return;
+  const set = await storage.getAlarm();
+  if (set === null || set > at || set < Date.now()) await armAlarm(storage, at);
+}
 
 /** Send what is due now; answers how many were sent (delivered or not). */
 export async function deliverDue(store: AlertStore, write: (body: () => void) => void): Promise<number> {

@@ -28,10 +28,8 @@ import {
   type GroupSort,
   type GroupsPage,
   groupJson,
-  rolloutJson,
   type TasksPage,
 } from "../../protocol/registry/groups.js";
-import { rankRollouts } from "../../protocol/registry/ranking.js";
 import type { FinishedPage } from "./finished-pages.js";
 import { IndexStore } from "./index-store.js";
 import { INDEX_SCHEMA } from "./schemas.js";
@@ -59,7 +57,7 @@ import { limitsFrom } from "../../protocol/limits/limits.js";
 import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
 import { AlertStore } from "./alert-store.js";
 import type { AlertsJson } from "./alert-json.js";
-import { deliverDue } from "./alert-delivery.js";
+import { armAlertAlarm, sendDue } from "./alert-delivery.js";
 import { parseAlerts } from "../../protocol/alerts/config.js";
 
 /** The meter's name for the rows FTS5 writes to its shadow tables (search-store.ts `settle`). */
@@ -127,7 +125,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       return true;
     });
     if (applied) this.changed(row.id, row);
-    if (fired > 0) void this.armAlerts(Date.now());
+    if (fired > 0) void armAlertAlarm(this.ctx.storage, Date.now());
     // the alarm was set for when rules waiting for this first row would go: the directory hears of it now
     if (waited) void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
     return { applied, flushMs: this.flushMs() };
@@ -163,7 +161,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   /** The run's aggregates (the Worker asks only for viewers covering the run); null: no run. */
   aggregates(run: string): RunAggregates | null {
     this.schema.check();
-    return this.hasRows() ? this.aggregatesNow(run) : null;
+    return this.hasRows() ? this.store.aggregates(run, Date.now()) : null;
   }
 
   /** A page of the run's rollout groups (the Worker asks only for viewers covering the run). */
@@ -171,14 +169,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     this.schema.check();
     if (!this.hasRows()) return null;
     const page = this.store.groups.page(sort, limit, cursor);
-    const c = this.store.groups.counts();
+    const g = this.store.groupSummary(Date.now());
     return {
       run,
-      groups_total: c.groups,
-      finished_groups: c.complete,
-      zero_variance_groups: c.zeroVariance,
-      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
-      zero_variance_trend: this.store.groups.zeroVarianceTrend(Date.now()),
+      groups_total: g.total,
+      finished_groups: g.finished,
+      zero_variance_groups: g.zero_variance,
+      zero_variance_share: g.zero_variance_share,
+      zero_variance_trend: g.trend,
       groups: page.groups.map(groupJson),
       cursor: page.cursor,
     };
@@ -191,15 +189,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   group(id: string): GroupDetailJson | null | "no_run" {
     this.schema.check();
     if (!this.hasRows()) return "no_run";
-    const g = this.store.groups.group(id);
-    if (!g) return null;
-    const rollouts = rankRollouts(
-      this.store.groups.members(id).flatMap((m) => {
-        const row = this.store.row(m);
-        return row ? [rolloutJson(row, g)] : [];
-      }),
-    );
-    return { ...groupJson(g), rollouts };
+    return this.store.groupDetail(id);
   }
 
   /** A page of the run's tasks (solve rate: `key` at or above `threshold`). */
@@ -223,19 +213,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   ): { indexMs: number; scanMs: number; indexFound: number; scanFound: number } {
     this.schema.check();
     if (!this.schema.present()) return { indexMs: 0, scanMs: 0, indexFound: 0, scanFound: 0 };
-    // timed over all repeats at once: the clock moves by whole milliseconds
-    const query = parseSearchQuery(word);
-    let indexFound = 0;
-    let scanFound = 0;
-    let t = performance.now();
-    for (let i = 0; i < repeats; i++)
-      indexFound = this.store.search.search(query, { status: null, prefix: null, filter: NO_FILTER, limit }, null, null)
-        .episodes.length;
-    const indexMs = (performance.now() - t) / repeats;
-    t = performance.now();
-    for (let i = 0; i < repeats; i++) scanFound = this.store.search.scan(word, limit).length;
-    const scanMs = (performance.now() - t) / repeats;
-    return { indexMs, scanMs, indexFound, scanFound };
+    return this.store.search.againstScan(parseSearchQuery(word), word, limit, repeats);
   }
 
   /**
@@ -398,7 +376,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const first = encodeRunMessage({
         type: "snapshot",
         run,
-        aggregates: rows && coversRun(scope, run) ? this.aggregatesNow(run) : null,
+        aggregates: rows && coversRun(scope, run) ? this.store.aggregates(run, Date.now()) : null,
         episodes: page.rows.map(entryOf),
         truncated: page.next !== null,
         limit: Math.min(q.limit, MAX_LIMIT),
@@ -416,14 +394,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     if (this.schema.failed !== null || !this.schema.present()) return;
     await this.indexAlarm();
     if (!this.schema.present()) return; // freed
-    try {
-      await deliverDue(this.alerts, (body) => this.write(body));
-      await this.armAlerts(this.alerts.nextDue());
-    } catch (e) {
-      // the index's own work is done; the queue stays, and the next alarm sends what is due
-      console.warn(`run ${this.store.run}: alerts not sent: ${e instanceof Error ? e.message : String(e)}`);
-      await armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
-    }
+    await sendDue(this.alerts, (body) => this.write(body), this.ctx.storage, this.store.run, DIRECTORY_MS);
   }
 
   private async indexAlarm(): Promise<void> {
@@ -535,13 +506,6 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return out;
   }
 
-  /** The alarm at `at` (epoch ms) unless one is set sooner (one set in the past is the alarm running now). */
-  private async armAlerts(at: number | null): Promise<void> {
-    if (at === null) return;
-    const set = await this.ctx.storage.getAlarm();
-    if (set === null || set > at || set < Date.now()) await armAlarm(this.ctx.storage, at);
-  }
-
   private changed(id: string, row: IndexRow | null): void {
     this.changes.set(id, row);
     this.sockets.changed();
@@ -568,7 +532,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       type: "changes",
       upserts,
       deletes,
-      aggregates: this.aggregatesNow(run),
+      aggregates: this.store.aggregates(run, Date.now()),
       ...(touched.steps.length ? { steps: touched.steps } : {}),
       ...(touched.gone.length ? { steps_gone: touched.gone } : {}),
     });
@@ -581,17 +545,5 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     if (!this.schema.present()) return flushIntervalMs(indexPacingFrom(this.env), 0);
     const c = this.store.loadCounters();
     return flushIntervalMs(indexPacingFrom(this.env), c.live + c.finish_refused);
-  }
-
-  private aggregatesNow(run: string): RunAggregates {
-    const c = this.store.groups.counts();
-    const groups = {
-      total: c.groups,
-      finished: c.complete,
-      zero_variance: c.zeroVariance,
-      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
-      trend: this.store.groups.zeroVarianceTrend(Date.now()),
-    };
-    return { ...this.store.aggregates(run, Date.now()), groups, flags: this.store.flags.counts() };
   }
 }

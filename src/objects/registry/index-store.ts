@@ -27,6 +27,8 @@ import type { FinishedSelection, IndexRow, ListQuery, Scope } from "../../protoc
 import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
 import { rewardMinutesOf } from "../../protocol/registry/reward-trend.js";
 import { TrendStore } from "./trend-store.js";
+import { type GroupDetailJson, groupJson, rolloutJson } from "../../protocol/registry/groups.js";
+import { rankRollouts } from "../../protocol/registry/ranking.js";
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */
@@ -201,7 +203,37 @@ export class IndexStore {
       throughput.set(r.minute, r.n);
     }
     const a = aggregatesOf(run, this.loadCounters(), throughput, now, (key, finished) => this.extremes(key, finished));
-    return { ...a, reward_trend: this.trends.rewardTrend(now) };
+    return {
+      ...a,
+      reward_trend: this.trends.rewardTrend(now),
+      groups: this.groupSummary(now),
+      flags: this.flags.counts(),
+    };
+  }
+
+  /** The run's groups in all: how many, finished, of zero variance (and their share and trend). */
+  groupSummary(now: number): Required<NonNullable<RunAggregates["groups"]>> {
+    const c = this.groups.counts();
+    return {
+      total: c.groups,
+      finished: c.complete,
+      zero_variance: c.zeroVariance,
+      zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
+      trend: this.groups.zeroVarianceTrend(now),
+    };
+  }
+
+  /** One group with its rollouts, best first by the tie rule (src/protocol/registry/ranking.ts); null: no such group. */
+  groupDetail(id: string): GroupDetailJson | null {
+    const g = this.groups.group(id);
+    if (!g) return null;
+    const rollouts = rankRollouts(
+      this.groups.members(id).flatMap((m) => {
+        const row = this.row(m);
+        return row ? [rolloutJson(row, g)] : [];
+      }),
+    );
+    return { ...groupJson(g), rollouts };
   }
 
   /**

@@ -9,6 +9,7 @@
 // episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).
 
 import type { SearchQuery } from "../../protocol/search/query.js";
+import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import type { Segment } from "../../protocol/search/segments.js";
 import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
@@ -190,6 +191,30 @@ export class SearchStore {
       )
       .toArray()
       .map((r) => r.episode);
+  }
+
+  /**
+   * The search bench's comparison (EpisodeIndex `searchAgainstScan`): `query` answered by the index (a first page
+   * of `limit`) and `word` by `scan`, each `repeats` times; the mean ms of each and what each found.
+   */
+  againstScan(
+    query: SearchQuery,
+    word: string,
+    limit: number,
+    repeats: number,
+  ): { indexMs: number; scanMs: number; indexFound: number; scanFound: number } {
+    // timed over all repeats at once: the clock moves by whole milliseconds
+    let indexFound = 0;
+    let scanFound = 0;
+    let t = performance.now();
+    for (let i = 0; i < repeats; i++)
+      indexFound = this.search(query, { status: null, prefix: null, filter: NO_FILTER, limit }, null, null).episodes
+        .length;
+    const indexMs = (performance.now() - t) / repeats;
+    t = performance.now();
+    for (let i = 0; i < repeats; i++) scanFound = this.scan(word, limit).length;
+    const scanMs = (performance.now() - t) / repeats;
+    return { indexMs, scanMs, indexFound, scanFound };
   }
 
   /** Segments an episode holds, and their characters (the cost bench and tests). */
