@@ -37,8 +37,8 @@ import {
   RELAY_HEADER,
   type Route,
 } from "../protocol/http/route.js";
+import { bulkFinished } from "./bulk-finished.js";
 import {
-  bulkFinished,
   listAcrossRuns,
   listRuns,
   needsWholeRun,

@@ -1,4 +1,4 @@
-// The bulk fetch as an export reads it (src/worker/run-routes.ts `bulkFinished`, finished-pages.ts):
+// The bulk fetch as an export reads it (src/worker/bulk-finished.ts `bulkFinished`, finished-pages.ts):
 // the list's filters select the episodes whose rows pass them, `row=1` puts each episode's index
 // row beside its exact bytes, a token covering part of the run gets only its own, and a cursor of
 // one selection is refused by another (bound to the filters as every cursor is to its list).
