@@ -11,6 +11,7 @@ import { kindChip, stageChip } from "../stage-chip.js";
 import { episodeReward, identityOf, REWARD_DEFINITION, traceRewardsOf } from "../../../src/protocol/index.js";
 import type { RolloutJson } from "../../../src/protocol/index.js";
 import { num, signed } from "./figures.js";
+import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
 
 /** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */
 export function rolloutColumns(keys: string[]): string {
@@ -42,7 +43,7 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span", { role: "columnheader", title: "the first trace's task key" }, "Task"),
     h("span.num", { role: "columnheader", title: "the trainer's step (dispatch identity)" }, "Step"),
     h("span", { role: "columnheader" }, "Kind"),
-    h("span.num", { role: "columnheader", title: "model calls" }, "Turns"),
+    h("span.num", { role: "columnheader", title: TURNS_HINT }, "Turns"),
     h("span.num", { role: "columnheader" }, "Tokens"),
     h("span", { role: "columnheader" }, "Stop"),
     h("span", { role: "columnheader", title: "truncated: the rollout hit its time limit (is_timeout)" }, "Trunc."),
@@ -117,7 +118,12 @@ export function rolloutRow(
       id.step === null ? "–" : String(id.step),
     ),
     h("span.cell-kind", { role: "cell" }, kindChip(id.kind)),
-    h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "turns", title: r.turns === null ? UNCOUNTED_HINT : `${r.calls} model calls` },
+      h("span.n-k", null, "turns "),
+      turnsText(r.turns),
+    ),
     h(
       "span.cell-n.num",
       { role: "cell", "data-k": "tokens" },

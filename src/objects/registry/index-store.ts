@@ -78,8 +78,8 @@ export class IndexStore {
     const flags = this.flags.update(row, text);
     this.sql.exec(
       `INSERT OR REPLACE INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq,
-         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags, trace_rewards)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version, live, flags, trace_rewards, turns)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id,
       row.run,
       row.status,
@@ -108,6 +108,7 @@ export class IndexStore {
       row.live ? JSON.stringify(row.live) : null,
       flags.length ? JSON.stringify(flags) : null,
       row.trace_rewards ? JSON.stringify(row.trace_rewards) : null,
+      row.turns ?? null,
     );
     this.apply(c, row, contributionOf(row), 1);
     this.steps.replaceRow(old, row);
@@ -155,7 +156,8 @@ export class IndexStore {
   loadCounters(): Counters {
     if (!this.counters) {
       const saved = this.state("counters");
-      this.counters = saved === null ? emptyCounters() : (JSON.parse(saved) as Counters);
+      // counters saved before INDEX_SCHEMA 9 have no turns: none of their rows was counted
+      this.counters = saved === null ? emptyCounters() : { ...emptyCounters(), ...(JSON.parse(saved) as Counters) };
     }
     return this.counters;
   }

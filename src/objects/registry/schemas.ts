@@ -4,6 +4,7 @@
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
+import { addTurns } from "./turn-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
@@ -154,6 +155,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "the trainer's reward: every trace's rewards, and every number kept from them recounted",
       up(sql) {
         recountRewards(sql);
+      },
+    },
+    {
+      version: 9,
+      what: "turns as prime-rl counts them (assistant nodes), asked of each episode again",
+      up(sql) {
+        addTurns(sql);
       },
     },
   ],
