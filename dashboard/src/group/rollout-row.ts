@@ -13,9 +13,13 @@ import type { RolloutJson } from "../../../src/protocol/index.js";
 import { num, signed } from "./figures.js";
 import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
 
-/** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */
+/**
+ * The rows' grid: the numbers on one line, the final answer across the row under them (group.css), so two
+ * reward keys fit 1400 px; with many keys the list scrolls sideways.
+ */
 export function rolloutColumns(keys: string[]): string {
-  return `--cols: 130px 84px 56px 240px ${keys.map(() => "160px").join(" ")} 90px 40px 56px 44px 56px 110px 64px`;
+  const perKey = keys.map(() => "minmax(136px, 156px)").join(" ");
+  return `--cols: minmax(96px, 1.4fr) 72px 112px ${perKey} minmax(56px, 1fr) 36px 50px 44px 52px minmax(64px, 1fr) 56px`;
 }
 
 export function rolloutHead(keys: string[]): HTMLElement {
@@ -29,7 +33,6 @@ export function rolloutHead(keys: string[]): HTMLElement {
       { role: "columnheader", title: `${REWARD_DEFINITION}; advantage: reward − group mean (÷ group std)` },
       "Reward adv",
     ),
-    h("span", { role: "columnheader", title: "the latest assistant words" }, "Final answer"),
     keys.map((k) =>
       h(
         "span.num",
@@ -101,7 +104,7 @@ export function rolloutRow(
     ),
     h(
       "span.cell-answer",
-      { role: "cell", title: last ?? undefined },
+      { role: "cell", title: last ?? undefined, "data-empty": last === null ? "" : undefined },
       last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last),
     ),
     keys.map((k) => advantageCell(r, k, scores.get(k))),
