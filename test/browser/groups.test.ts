@@ -541,6 +541,9 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     const [a, row] = [(await answer.boundingBox())!, (await top.boundingBox())!];
     expect(a.width, "the answer spans the row").toBeGreaterThan(row.width / 2);
     expect(a.x + a.width).toBeLessThanOrEqual(box.x + box.width + 0.5);
+    // every rollout ended: the header says the page is complete, not a grey "stream ended"
+    expect(await page.locator("#connection .conn-label").innerText()).toBe("complete");
+    expect(await page.locator("#connection").getAttribute("title")).toMatch(/nothing more will come/);
     mkdirSync("/work/notes/shots", { recursive: true });
     await page.screenshot({ path: "/work/notes/shots/group-1400x900.png" });
     expect(errors).toEqual([]);
