@@ -127,9 +127,9 @@ def test_recorded_rollout(relay: RelayFixture, tmp_path: Path) -> None:
     out = fresh_copy(RECORDED, tmp_path / "run")
     stats = once(out, relay.url, relay.token, tmp_path / "state.json", "--run", run)
     assert stats["finished"] == 1 and stats["announced"] == 1 and stats["lines"] == 4, stats
-    # it says how far it got while it runs, not only at its exit; --quiet leaves that out (a fresh state: all resent)
+    # it says how far it got while it runs, not only at its exit; --quiet leaves that out (the same files into a new run)
     assert re.search(r"INFO progress: .*\b4 lines\b", stats["log"]), stats["log"]
-    quiet = once(out, relay.url, relay.token, tmp_path / "quiet-state.json", "--run", run, "--quiet")
+    quiet = once(out, relay.url, relay.token, tmp_path / "quiet-state.json", "--run", run_name("recq"), "--quiet")
     assert quiet["lines"] == 4 and "progress:" not in quiet["log"] and " INFO " not in quiet["log"], quiet["log"]
     traces_dir = out / TRACES
     record = stream_records(traces_dir)[0]
