@@ -18,8 +18,8 @@ import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
  * reward keys fit 1400 px; with many keys the list scrolls sideways.
  */
 export function rolloutColumns(keys: string[]): string {
-  const perKey = keys.map(() => "minmax(136px, 156px)").join(" ");
-  return `--cols: minmax(96px, 1.4fr) 72px 112px ${perKey} minmax(56px, 1fr) 36px 50px 44px 52px minmax(64px, 1fr) 56px`;
+  const perKey = keys.map(() => "minmax(104px, 156px)").join(" ");
+  return `--cols: minmax(88px, 1.4fr) 84px 104px ${perKey} minmax(56px, 1fr) 36px 50px 44px 52px minmax(56px, 1fr) 52px`;
 }
 
 export function rolloutHead(keys: string[]): HTMLElement {
