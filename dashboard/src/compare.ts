@@ -2,8 +2,8 @@
 // page's "compare best and worst"): each episode read once as JSON (`GET /v1/episodes/{id}`, the
 // live form `{status, seq, error, traces}` or the finished `{...head, traces}`) and only its
 // display form kept; their rewards, advantages (from each one's group), metrics, stop conditions
-// and tokens in one table; then every trace, aligned turn by turn (node by node) across all of
-// them, with the first turn where they diverge marked and its text diffed word by word against
+// and tokens in one table; then every trace, aligned node by node across all of
+// them, with the first node where they diverge marked and its text diffed word by word against
 // A. Best and worst are named by the stated tie rule (compare-align.ts).
 import { getJson } from "./api.js";
 import { alignTurns, traceSlots, wordDiff } from "./compare-align.js";
@@ -233,9 +233,18 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         sides.map((s) => s.group ?? "–"),
       ),
     );
+    // turns as prime-rl counts them (assistant nodes); the rows below align nodes, so both are named
     rows.push(
       fact(
         "turns",
+        sides.map((s) =>
+          String(s.traces.reduce((n, t) => n + t.messages.filter((m) => m.role === "assistant").length, 0)),
+        ),
+      ),
+    );
+    rows.push(
+      fact(
+        "nodes",
         sides.map((s) => String(s.traces.reduce((n, t) => n + t.messages.length, 0))),
       ),
     );
@@ -249,7 +258,7 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
   }
 
   function cell(s: Side, m: Message | undefined, agrees: boolean, differs: boolean): HTMLElement {
-    if (!m) return h("div.compare-cell.absent", { "data-side": s.letter }, h("span.muted", null, "no turn"));
+    if (!m) return h("div.compare-cell.absent", { "data-side": s.letter }, h("span.muted", null, "no node"));
     return h(
       `div.compare-cell.role-${m.role.replace(/[^a-z0-9_-]/gi, "_")}${differs && !agrees ? ".departs" : ""}` as "div",
       { "data-role": m.role, "data-side": s.letter },
@@ -305,7 +314,7 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
     const { divergence } = alignment;
     const grid = h("ol.compare-grid", {
       ...(slot === 0 ? { id: "compare" } : {}),
-      "aria-label": `trace ${slot + 1}: the conversations, turn by turn`,
+      "aria-label": `trace ${slot + 1}: the conversations, node by node`,
     });
     for (const t of alignment.turns) {
       const first = t.index === divergence;
@@ -337,11 +346,11 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
         ),
       );
     }
-    if (alignment.turns.length === 0) grid.append(h("li.empty", null, "No rollout has a turn in this trace."));
+    if (alignment.turns.length === 0) grid.append(h("li.empty", null, "No rollout has a node in this trace."));
     const said =
       divergence === null
-        ? `Same in every rollout: ${plural(alignment.turns.length, "turn")}.`
-        : `Same for the first ${plural(divergence, "turn")}; they diverge at turn #${divergence}.`;
+        ? `Same in every rollout: ${plural(alignment.turns.length, "node")}.`
+        : `Same for the first ${plural(divergence, "node")}; they diverge at node #${divergence}.`;
     const el = h(
       "section.compare-trace",
       { "data-trace": slot, "data-divergence": divergence === null ? "" : divergence },
@@ -373,8 +382,8 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
     const others = drawn.slice(1).filter((d) => d.divergence !== null).length;
     summary.textContent =
       (first.divergence === null
-        ? `Same conversation: ${plural(first.turns, "turn")}, every message equal.`
-        : `Same for the first ${plural(first.divergence, "turn")}; they differ from turn #${first.divergence} (turns: ${counts}).`) +
+        ? `Same conversation: ${plural(first.turns, "node")}, every message equal.`
+        : `Same for the first ${plural(first.divergence, "node")}; they differ from node #${first.divergence} (nodes: ${counts}).`) +
       (slots > 1 ? ` ${plural(slots, "trace")} compared; ${others} more diverge.` : "");
     if (first.divergence !== null && first.divergence > 0)
       document.getElementById("first-difference")?.scrollIntoView({ block: "center" });

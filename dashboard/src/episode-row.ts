@@ -122,7 +122,8 @@ function textCell(cls: string, label: string, value: string | null): HTMLElement
 }
 
 function sizeText(e: IndexEntry): string {
-  return `${plural(e.traces, "trace")} · ${plural(e.nodes, "node")} · ${plural(e.calls, "call")}${e.tokens ? ` · ${e.tokens.toLocaleString("en-US")} tok` : ""}`;
+  const turns = typeof e.turns === "number" ? `${plural(e.turns, "turn")} · ` : "";
+  return `${turns}${plural(e.traces, "trace")} · ${plural(e.nodes, "node")} · ${plural(e.calls, "call")}${e.tokens ? ` · ${e.tokens.toLocaleString("en-US")} tok` : ""}`;
 }
 
 /** "step 3 · policy 2 · 1 step stale". */

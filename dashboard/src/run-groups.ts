@@ -17,6 +17,7 @@ import { pagedTable } from "./paged-table.js";
 import { rewardChip } from "./reward-chip.js";
 import { kindChip } from "./stage-chip.js";
 import { percent } from "./run-stats.js";
+import { TURNS_HINT } from "./turns.js";
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates } from "../../src/protocol/index.js";
 import type { TaskSummary, TasksPage } from "../../src/protocol/index.js";
@@ -332,7 +333,7 @@ function tasksHead(): HTMLElement {
       "Solve rate",
     ),
     h("span.num", { role: "columnheader", title: "mean score of the key over the finished rollouts" }, "Mean reward"),
-    h("span.num", { role: "columnheader", title: "model calls per rollout" }, "Mean turns"),
+    h("span.num", { role: "columnheader", title: `${TURNS_HINT}, per rollout` }, "Mean turns"),
     h("span.num", { role: "columnheader" }, "Mean tokens"),
   );
 }
@@ -370,7 +371,7 @@ function taskRow(t: TaskSummary): HTMLElement {
       "span.cell-n.num",
       { role: "cell", "data-k": "mean_turns" },
       h("span.n-k", null, "turns "),
-      oneDecimal(t.mean_turns),
+      t.mean_turns === null ? "–" : oneDecimal(t.mean_turns),
     ),
     h(
       "span.cell-n.num",

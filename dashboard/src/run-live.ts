@@ -8,6 +8,7 @@
 import { h } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
+import { TURNS_HINT, turnsText } from "./turns.js";
 import type { IndexEntry } from "../../src/protocol/index.js";
 
 /** Rows drawn at most (the rest are counted). */
@@ -64,7 +65,7 @@ function head(): HTMLElement {
     col("Step", undefined, "span.num.h-identity"),
     col("Kind", undefined, "span.h-identity"),
     col("Env", undefined, "span.h-identity"),
-    col("Turns", "model calls", "span.num"),
+    col("Turns", TURNS_HINT, "span.num"),
     col("Branches", "sampled paths from the root to a leaf", "span.num"),
     col("Tokens in / out", "input and output tokens, all traces", "span.num"),
     col("Cost", "the calls' usage cost", "span.num"),
@@ -103,7 +104,7 @@ function liveRow(e: IndexEntry, run: string): HTMLElement {
     num("step", "step", e.step === null ? "–" : String(e.step), ".c-identity"),
     h("span.lr-kind.c-identity", { role: "cell" }, kindChip(e.kind)),
     h("span.lr-env.c-identity", { role: "cell", title: e.env ?? undefined }, e.env ?? h("span.muted", null, "–")),
-    num("turns", "turns", String(e.calls)),
+    num("turns", "turns", turnsText(e.turns)),
     num("branches", "branches", String(live?.branches ?? 0)),
     num(
       "tokens",

@@ -3,6 +3,7 @@
 // update only rewrites the numbers (and redraws that small chart).
 import { clear, h } from "./dom.js";
 import { zeroVarianceSpark } from "./zero-variance-spark.js";
+import { TURNS_HINT } from "./turns.js";
 import type { RunAggregates } from "../../src/protocol/index.js";
 
 type StatKey =
@@ -27,7 +28,7 @@ const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
     hint: "the reply disagreed with the assembled episode; waiting for a corrected one",
   },
   { key: "per_minute", label: "episodes / min", hint: "episodes ended per minute, over the last 10 minutes" },
-  { key: "mean_turns", label: "mean turns", hint: "model calls per episode, all traces" },
+  { key: "mean_turns", label: "mean turns", hint: `${TURNS_HINT}, per episode` },
   { key: "mean_tokens", label: "mean tokens", hint: "total tokens per episode, all traces" },
   {
     key: "zero_variance",
@@ -82,7 +83,12 @@ export function runStats(): RunStats {
       for (const k of ["live", "finished", "failed", "finish_refused"] as const)
         set(k, a.counts[k].toLocaleString("en-US"), a.counts[k], share(a.counts[k]));
       set("per_minute", oneDecimal(a.episodes_per_minute), a.episodes_per_minute, "last 10 min");
-      set("mean_turns", a.mean_turns === null ? "–" : oneDecimal(a.mean_turns), a.mean_turns, "calls / episode");
+      set(
+        "mean_turns",
+        a.mean_turns === null ? "–" : oneDecimal(a.mean_turns),
+        a.mean_turns,
+        "assistant nodes / episode",
+      );
       set("mean_tokens", a.mean_tokens === null ? "–" : oneDecimal(a.mean_tokens), a.mean_tokens, "tokens / episode");
       const g = a.groups;
       const zv = g?.zero_variance_share ?? null;

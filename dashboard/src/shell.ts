@@ -26,13 +26,20 @@ const LABELS: Record<ConnState, string> = {
   catching_up: "syncing",
   live: "connected",
   resuming: "reconnecting",
-  finished: "stream ended",
-  failed: "stream ended",
+  // the page holds everything there is: said plainly (a grey "stream ended" read as broken)
+  finished: "complete",
+  failed: "complete",
   offline: "offline",
   closed: "disconnected",
   refused: "refused",
   unauthorized: "token needed",
   forbidden: "no access",
+};
+
+/** What the pill says when hovered, unless the page says more. */
+const TITLES: Partial<Record<ConnState, string>> = {
+  finished: "everything is shown: the run ended, nothing more will come",
+  failed: "everything is shown: the run ended, nothing more will come",
 };
 
 /**
@@ -139,7 +146,7 @@ export function shell(root: HTMLElement, onToken: () => void): Shell {
     setConnection(state, detail) {
       conn.dataset.state = state;
       conn.querySelector(".conn-label")!.textContent = LABELS[state];
-      conn.title = detail ?? "";
+      conn.title = detail ?? TITLES[state] ?? "";
     },
     setTitle(parts) {
       clear(crumbs);

@@ -117,7 +117,7 @@ describe("compare two episodes", () => {
       expect(rows[DIFF_NODE]![1]).toBe("false");
       expect(await page.locator("#first-difference .compare-cell").nth(1).innerText()).toContain(CHANGED);
       expect(await page.locator("#first-difference .compare-cell").nth(0).innerText()).not.toContain(CHANGED);
-      expect(await page.locator("#compare-summary").innerText()).toContain(`differ from turn #${DIFF_NODE}`);
+      expect(await page.locator("#compare-summary").innerText()).toContain(`differ from node #${DIFF_NODE}`);
       expect(await page.locator(".compare-col-head").nth(0).innerText()).toContain("best");
       await shoot(page, "compare");
       expect(errors).toEqual([]);

@@ -495,7 +495,8 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
       "sandbox crashed",
     );
     const top = page.locator(`#rollouts .r-row[data-id="${want[0]}"]`);
-    expect(await top.locator('[data-k="calls"]').innerText()).toBe("3");
+    // turns: chat_basic's three assistant nodes
+    expect(await top.locator('[data-k="turns"]').innerText()).toBe("3");
     expect(await top.locator(".cell-stop").innerText()).toBe("agent_completed");
     expect(await top.locator(".cell-trunc").getAttribute("data-truncated")).toBe("false");
     expect(await top.locator(".rank").innerText()).toMatch(/best/i);
@@ -512,6 +513,39 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     // a rollout's id opens its episode
     await page.locator(`#rollouts .r-row[data-id="${want[0]}"] a.ep-id`).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(want[0]!)}`);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+
+  it("fits 1400 px: no sideways scroll, every column in view, the final answer shown on its own line", async () => {
+    const group = "g03";
+    const { context, page, errors } = await open(`/runs/${RUN}/groups/${group}`);
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.locator("#rollouts .r-row[data-id]").first().waitFor();
+    const list = page.locator(".group-rollouts .r-list");
+    const [scroll, client] = await list.evaluate((el) => [el.scrollWidth, el.clientWidth]);
+    expect(scroll, "the rollout table scrolls sideways").toBeLessThanOrEqual(client);
+    const box = (await list.boundingBox())!;
+    const heads = page.locator(".group-rollouts .r-head [role=columnheader]");
+    const names = (await heads.allTextContents()).map((t) => t.trim());
+    for (const name of ["Rollout", "Status", "Kind", "Turns", "Tokens", "Stop", "Trunc."])
+      expect(names).toContain(name);
+    for (let i = 0; i < (await heads.count()); i++) {
+      const b = (await heads.nth(i).boundingBox())!;
+      expect(b.x + b.width, `${names[i]} in view`).toBeLessThanOrEqual(box.x + box.width + 0.5);
+    }
+    // the final answer: each row's words, across the row under its numbers, not a column left mostly empty
+    const top = page.locator("#rollouts .r-row[data-id]").first();
+    const answer = top.locator(".cell-answer");
+    expect((await answer.innerText()).trim()).toBe("391");
+    const [a, row] = [(await answer.boundingBox())!, (await top.boundingBox())!];
+    expect(a.width, "the answer spans the row").toBeGreaterThan(row.width / 2);
+    expect(a.x + a.width).toBeLessThanOrEqual(box.x + box.width + 0.5);
+    // every rollout ended: the header says the page is complete, not a grey "stream ended"
+    expect(await page.locator("#connection .conn-label").innerText()).toBe("complete");
+    expect(await page.locator("#connection").getAttribute("title")).toMatch(/nothing more will come/);
+    mkdirSync("/work/notes/shots", { recursive: true });
+    await page.screenshot({ path: "/work/notes/shots/group-1400x900.png" });
     expect(errors).toEqual([]);
     await context.close();
   });

@@ -126,7 +126,7 @@ describe("search and flags in the dashboard", () => {
       const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
       await flag.waitFor({ timeout: 15_000 });
       expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
-      expect(await flag.locator(".flag-at").innerText()).toBe(`turn #${HACK_NODE}`);
+      expect(await flag.locator(".flag-at").innerText()).toBe(`node #${HACK_NODE}`);
       expect(HACK).toContain((await flag.locator(".flag-excerpt").innerText()).replace(/^…|…$/g, "").slice(0, 20));
       // the turns drawn, its button scrolls to the flagged one
       await page

@@ -71,7 +71,7 @@ async function recount(e: Listed) {
   const ep = JSON.parse(await episodeText(e.id)) as {
     traces: Array<{
       calls: unknown[];
-      nodes: Array<{ parent: number | null }>;
+      nodes: Array<{ parent: number | null; message?: { role?: string } }>;
       num_total_tokens: number;
       stop_condition: string;
       is_timeout: boolean;
@@ -84,7 +84,9 @@ async function recount(e: Listed) {
     kind: e.kind,
     step: e.step,
     reward: e.reward,
-    turns: ep.traces.reduce((n, t) => n + t.calls.length, 0),
+    // prime-rl's turns: assistant nodes, all traces; the calls by their own name
+    turns: ep.traces.reduce((n, t) => n + t.nodes.filter((x) => x.message?.role === "assistant").length, 0),
+    calls: ep.traces.reduce((n, t) => n + t.calls.length, 0),
     tokens: ep.traces.reduce((n, t) => n + t.num_total_tokens, 0),
     branches: ep.traces.reduce((n, t) => n + t.nodes.filter((_, i) => !t.nodes.some((x) => x.parent === i)).length, 0),
     stop_condition: t0.stop_condition,
@@ -126,6 +128,7 @@ function asRecount(r: Record<string, unknown>) {
     step: Number(r.step),
     reward: r.reward,
     turns: Number(r.turns),
+    calls: Number(r.calls),
     tokens: Number(r.tokens),
     branches: Number(r.branches),
     stop_condition: r.stop_condition,

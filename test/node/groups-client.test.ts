@@ -151,6 +151,7 @@ describe("fetchGroup against a relay", () => {
       expect(r.rewards).toEqual({ correct: { score: s[0], weight: 1 }, format: { score: s[1], weight: 0.25 } });
       expect(r.reward).toBeCloseTo(weighted(s), 9);
       expect(r.calls).toBe(3);
+      expect(r.turns).toBe(3);
       expect(Number.isInteger(r.tokens)).toBe(true);
       expect([r.stop_condition, r.truncated, r.error]).toEqual(["agent_completed", false, null]);
       const totals = VARIED_SCORES.map(weighted);
@@ -360,6 +361,7 @@ describe("episode-relay groups", () => {
       "correct adv (norm)",
       "format",
       "format adv (norm)",
+      "turns",
       "calls",
       "tokens",
       "stop",
@@ -378,7 +380,9 @@ describe("episode-relay groups", () => {
       "0.500",
       "+0.000 (+0.00)",
     ]);
-    expect(rows[0]![10]).toBe("agent_completed");
+    // turns (chat_basic's 3 assistant nodes) beside the calls; then tokens and the stop condition
+    expect(rows[0]!.slice(8, 10)).toEqual(["3", "3"]);
+    expect(rows[0]![11]).toBe("agent_completed");
 
     const zero = await cli("groups", "--run", RUN, "--group", ZERO, relay.url, "--token", relay.admin);
     expect(zero.code, zero.stderr).toBe(0);

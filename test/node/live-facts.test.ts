@@ -3,7 +3,14 @@
 // to a recount.
 import { describe, expect, it } from "vitest";
 import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
-import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../src/protocol/registry/live-facts.js";
+import {
+  branchCount,
+  callCost,
+  messageWords,
+  stageOf,
+  timingStart,
+  turnCount,
+} from "../../src/protocol/registry/live-facts.js";
 import {
   applyStepGroup,
   applyStepRow,
@@ -76,6 +83,17 @@ describe("branches, cost, words", () => {
     expect(branchCount([null, 7])).toBe(2);
   });
 
+  it("turns are the assistant nodes of every trace, as prime-rl counts them; an unknown role: not counted", () => {
+    expect(turnCount([])).toBe(0);
+    // system, user, assistant, tool, assistant: 2 turns (5 nodes; calls do not enter)
+    expect(turnCount(["system", "user", "assistant", "tool", "assistant"])).toBe(2);
+    // two traces' roles in a row: summed, as verifiers' Episode.num_turns sums its traces'
+    expect(turnCount(["user", "assistant", "user", "assistant", "assistant"])).toBe(3);
+    // a node without a role is no turn; a role that cannot be read makes the count unknown
+    expect(turnCount([null, "assistant"])).toBe(1);
+    expect(turnCount(["assistant", undefined])).toBeNull();
+  });
+
   it("cost is the calls' usage.cost where given", () => {
     expect(callCost({ usage: { prompt_tokens: 3, cost: 0.00012 } })).toBe(0.00012);
     expect(callCost({ usage: { prompt_tokens: 3 } })).toBeNull();
@@ -102,7 +120,7 @@ describe("branches, cost, words", () => {
 });
 
 describe("steps: kept counters equal a recount", () => {
-  type Row = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "dispatch"> &
+  type Row = Pick<IndexRow, "status" | "calls" | "turns" | "tokens" | "rewards" | "dispatch"> &
     Partial<Pick<IndexRow, "error" | "stop_condition" | "truncated" | "live">>;
   const STATUSES: IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
 
@@ -160,6 +178,8 @@ describe("steps: kept counters equal a recount", () => {
           truncated: r() < 0.2,
           live: r() < 0.1 ? null : liveWith(Math.floor(r() < 0.5 ? r() * 300 : r() * 40_000)),
         };
+        // turns from the calls (no draw, so the sequence stays): every fifth not counted, as an old row's
+        row.turns = row.calls % 5 === 0 ? null : Math.ceil(row.calls / 2);
         rows.set(id, row);
         const c = at(row);
         if (c) applyStepRow(c, row, 1);
@@ -203,6 +223,7 @@ describe("steps: kept counters equal a recount", () => {
       {
         status: "finished",
         calls: 4,
+        turns: 4,
         tokens: 100,
         rewards: { correct: { score: 1, weight: 1 } },
         dispatch: { step: 5, policy_version: 4, kind: "train" },
@@ -214,6 +235,7 @@ describe("steps: kept counters equal a recount", () => {
       {
         status: "finished",
         calls: 2,
+        turns: 2,
         tokens: 50,
         rewards: { correct: { score: 0, weight: 1 } },
         dispatch: { step: 5, policy_version: 2, kind: "train" },
@@ -225,6 +247,8 @@ describe("steps: kept counters equal a recount", () => {
       {
         status: "failed",
         calls: 0,
+        // not counted (a row of an older release): left out of the mean turns, not a 0 in it
+        turns: null,
         tokens: 0,
         rewards: { correct: { score: 1, weight: 1 } },
         dispatch: { step: 5, kind: "train" },
@@ -246,7 +270,7 @@ describe("steps: kept counters equal a recount", () => {
       mean_rewards: { correct: 0.5, reward: 0.5 },
       zero_variance_share: 0.5,
       groups: { complete: 2, zero_variance: 1 },
-      mean_turns: 2,
+      mean_turns: 3,
       mean_tokens: 50,
       staleness: { mean: 2, max: 3 },
       // rows without a stop condition, a timeout, an error or live facts: only the failed one errored

@@ -169,6 +169,31 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
   }
 }, 60_000);
 
+it("docs/protocol.md's curl delta runs outside the clone, in a directory set up as its setup snippet says", () => {
+  const dir = mkdtempSync(join(tmpdir(), "episode-relay-outside-"));
+  try {
+    // the setup installs the version the relay itself pins
+    const setup = docSnippet("protocol.md", "hello-setup", "sh");
+    const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
+      dependencies: Record<string, string>;
+    };
+    expect(setup).toContain(`@msgpack/msgpack@${pkg.dependencies["@msgpack/msgpack"]}`);
+    // what that install leaves (the tests ask no registry): the package in the directory's node_modules
+    mkdirSync(join(dir, "node_modules", "@msgpack"), { recursive: true });
+    symlinkSync(join(root, "node_modules", "@msgpack", "msgpack"), join(dir, "node_modules", "@msgpack", "msgpack"));
+    const code = docSnippet("protocol.md", "hello-curl", "sh")
+      .replaceAll("http://127.0.0.1:8787", relay.url)
+      .replaceAll("hello-2", "hello-outside");
+    const r = spawnSync("bash", ["-euo", "pipefail", "-c", code], { cwd: dir, encoding: "utf8" });
+    expect(r.status, r.stderr).toBe(0);
+    const [ack, status] = r.stdout.trim().split("\n");
+    expect(JSON.parse(ack!)).toMatchObject({ ok: true, seq: 1, applied: 1 });
+    expect(JSON.parse(status!)).toMatchObject({ id: "hello-outside", status: "live", traces: 1 });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
+
 it("npm start on a busy port says which port, and how to pick another in the README's terms (PORT=)", async () => {
   const { createServer } = await import("node:net");
   const busy = createServer();

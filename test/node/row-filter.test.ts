@@ -26,7 +26,8 @@ function row(over: Partial<IndexRow> = {}): IndexRow {
     seq: 3,
     traces: 1,
     nodes: 4,
-    calls: 3,
+    calls: 5,
+    turns: 3,
     tokens: 500,
     rewards: { correct: { score: 1, weight: 1 }, format: { score: 0.25, weight: 0.5 } },
     error: null,
@@ -147,6 +148,9 @@ describe("rowMatches", () => {
     expect(rowMatches(row(), f("errored=1"))).toBe(false);
     expect(rowMatches(row(), f("min_turns=3"))).toBe(true);
     expect(rowMatches(row(), f("min_turns=4"))).toBe(false);
+    // turns are assistant nodes, not calls (5 here); a row whose turns are not counted matches no bound
+    expect(rowMatches(row(), f("min_turns=5"))).toBe(false);
+    expect(rowMatches(row({ turns: null }), f("min_turns=0"))).toBe(false);
     expect(rowMatches(row(), f("min_tokens=500"))).toBe(true);
     expect(rowMatches(row(), f("min_tokens=501"))).toBe(false);
   });

@@ -90,6 +90,8 @@ function row(i: number, status: IndexRow["status"], scores: Record<string, numbe
     ended,
     nodes: i,
     calls: i % 5,
+    // every third not counted (a row of an older release)
+    turns: i % 3 === 0 ? null : 2 * i,
     tokens: i * 37,
     rewards: weightOne(scores),
   });
@@ -154,6 +156,7 @@ describe("aggregates, kept incrementally", () => {
     expect(agg.throughput.per_minute).toHaveLength(60);
     expect(agg.throughput.start).toBe(new Date((minuteOf(now) - 59) * 60_000).toISOString());
     expect(agg.episodes_per_minute).toBe(0.2);
-    expect(agg.mean_turns).toBe((1 + 2 + 3) / 3);
+    // turns (assistant nodes) over the rows whose turns are counted: row 3's are not
+    expect(agg.mean_turns).toBe((2 + 4) / 2);
   });
 });

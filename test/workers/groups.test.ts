@@ -38,6 +38,8 @@ function row(
     seq: updated,
     nodes: 3,
     calls: 2,
+    // turns are not the calls; rollout 3's are not counted (an older row's)
+    turns: n === 3 ? null : n + 1,
     tokens: 100,
     rewards,
     task: `task-${group}`,
@@ -200,6 +202,7 @@ describe("per-task results", () => {
         rollouts: 4,
         finished: 3,
         failed: 1,
+        // over the counted rollouts: (1 + 2 + 3) / 3
         mean_turns: 2,
         mean_tokens: 100,
         mean_reward: 2 / 3,
@@ -210,7 +213,7 @@ describe("per-task results", () => {
         rollouts: 1,
         finished: 0,
         failed: 0,
-        mean_turns: 2,
+        mean_turns: 5,
         mean_tokens: 100,
         mean_reward: null,
         solve_rate: null,

@@ -102,7 +102,7 @@ async function expectExact(run: string): Promise<void> {
     failed: counters.failed,
     finish_refused: counters.finish_refused,
   });
-  expect(agg.mean_turns).toBe(rows.length ? counters.calls / rows.length : null);
+  expect(agg.mean_turns).toBe(counters.turned ? counters.turns / counters.turned : null);
   expect(agg.mean_tokens).toBe(rows.length ? counters.tokens / rows.length : null);
   expect(Object.keys(agg.rewards).sort()).toEqual(Object.keys(counters.rewards).sort());
   for (const [key, r] of Object.entries(counters.rewards)) {
@@ -165,6 +165,7 @@ describe("rows follow the episode into its run's index", () => {
     expect(turned).toMatchObject({
       status: "live",
       calls: 4,
+      turns: 4,
       seq: c.frames.length,
       rewards: { correct: { score: 1, weight: 1 } },
       reward: 1,

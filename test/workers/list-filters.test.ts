@@ -30,9 +30,10 @@ beforeAll(async () => {
   await runInIndex((sql) => {
     sql.exec("DELETE FROM rows");
     sql.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${N - 1})
-      INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error,
+      INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, turns, tokens, rewards, reward, error,
         finished_seq, task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version)
-      SELECT printf('${RUN}:e%06d', i), '${RUN}', st, 1000 + i, 5000000 + (i * 7919) % 50000, NULL, i, 2, 5, i % 30, (i * 13) % 20000,
+      SELECT printf('${RUN}:e%06d', i), '${RUN}', st, 1000 + i, 5000000 + (i * 7919) % 50000, NULL, i, 2, 5, i % 30,
+        CASE WHEN i % 17 = 0 THEN NULL ELSE (i * 7) % 30 END, (i * 13) % 20000,
         CASE WHEN st = 'live' THEN NULL ELSE json_object('correct', json_object('score', c, 'weight', 1), 'format', json_object('score', f, 'weight', 1)) END,
         CASE WHEN st = 'live' THEN NULL ELSE (c + f) / 2.0 END,
         CASE WHEN st IN ('failed', 'finish_refused') OR i % 1001 = 0 THEN 'boom' ELSE NULL END,
@@ -50,7 +51,7 @@ beforeAll(async () => {
     sql.exec("DELETE FROM steps");
     sql.exec(`INSERT INTO steps (step, kind, counters) SELECT step, kind, json_object('episodes', COUNT(*), 'live', SUM(status = 'live'),
         'finished', SUM(status = 'finished'), 'failed', SUM(status = 'failed'), 'finish_refused', SUM(status = 'finish_refused'),
-        'calls', SUM(calls), 'tokens', SUM(tokens), 'rewards', json_object(), 'staleness', json_object(), 'groups_complete', 0, 'groups_zero', 0)
+        'calls', SUM(calls), 'turns', SUM(turns), 'turned', COUNT(turns), 'tokens', SUM(tokens), 'rewards', json_object(), 'staleness', json_object(), 'groups_complete', 0, 'groups_zero', 0)
       FROM rows WHERE step IS NOT NULL GROUP BY step, kind`);
     sql.exec("DELETE FROM scores");
     sql.exec(`INSERT INTO scores (id, key, score) SELECT rows.id, j.key, json_extract(j.value, '$.score') FROM rows, json_each(rows.rewards) AS j

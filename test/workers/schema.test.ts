@@ -13,6 +13,7 @@ import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { rowPages } from "../../src/objects/registry/sql-row.js";
 import { checkSchema, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
@@ -279,6 +280,56 @@ async function everyRewardRecounted(): Promise<void> {
     expect(g.mean_reward, g.id).toBe(mean);
   }
 }
+
+describe("turns as prime-rl counts them (INDEX_SCHEMA 12) on the previous release's storage", () => {
+  it("each row's episode counts them again, asked a page at a time; a row whose episode is gone shows none counted", async () => {
+    const release = RELEASES.at(-1)!;
+    const kept = EPISODES.filter((n) => n !== "discard_retry");
+    const dumps = await Promise.all([
+      ...kept.map((n) => fixture<Dumped>(`Episode-fixture_${n}.json`, release)),
+      fixture<Dumped>("EpisodeIndex-run_fixture.json", release),
+    ]);
+    for (const d of dumps) await restore(d.class === "Episode" ? env.EPISODES : env.EPISODE_INDEX, d);
+    // the live rollout's episode is gone (its row stays in the index): nothing can count its turns
+    await runInDurableObject(env.EPISODES.getByName("fixture:discard_retry"), (_i, state) => state.storage.deleteAll());
+    await abortAllDurableObjects();
+    type Row = IndexEntry & { turns: number | null };
+    const rows = async () => ((await (await relay("../runs/fixture/episodes")).json()) as { episodes: Row[] }).episodes;
+    const meanTurns = async () =>
+      ((await (await relay("../runs/fixture")).json()) as { aggregates: RunAggregates }).aggregates.mean_turns;
+    // upgraded, before any episode answered: every row uncounted, no mean
+    const before = await rows();
+    expect(before.map((r) => r.turns)).toEqual(before.map(() => null));
+    expect(await meanTurns()).toBeNull();
+    // the rows are read a page at a time (by id), every one once
+    const paged = await runInDurableObject(env.EPISODE_INDEX.getByName("run:fixture"), (_i, state) =>
+      [...rowPages(state.storage.sql, 3)].map((p) => p.map((r) => r.id)),
+    );
+    expect(paged.map((p) => p.length)).toEqual([3, 1]);
+    expect(paged.flat()).toEqual(before.map((r) => r.id).sort());
+
+    await runDurableObjectAlarm(env.EPISODE_INDEX.getByName("run:fixture"));
+    await expect.poll(async () => (await rows()).filter((r) => r.turns !== null).length).toBe(kept.length);
+    const assistants = async (name: string) => {
+      const ep = toJson(decodeLossless((await golden(name)).episode!)) as {
+        traces: Array<{ nodes: Array<{ message?: { role?: string } }> }>;
+      };
+      return ep.traces.reduce((n, t) => n + t.nodes.filter((x) => x.message?.role === "assistant").length, 0);
+    };
+    const after = await rows();
+    const expected: Record<string, number | null> = { "fixture:discard_retry": null };
+    for (const n of kept) expected[`fixture:${n}`] = await assistants(n);
+    expect(Object.fromEntries(after.map((r) => [r.id, r.turns]))).toEqual(expected);
+    // the multi-trace rollout: every trace's assistant nodes (2 + 1 + 1)
+    expect(expected["fixture:multi_trace_links"]).toBe(4);
+    // the mean over the counted rows only: the uncounted one is no 0 in it
+    const counted = kept.map((n) => expected[`fixture:${n}`]!);
+    expect(await meanTurns()).toBe(counted.reduce((a, b) => a + b, 0) / counted.length);
+    // the list's turn bound: an uncounted row matches none
+    const atLeast = (await (await relay("../runs/fixture/episodes?min_turns=0")).json()) as { episodes: Row[] };
+    expect(atLeast.episodes.map((r) => r.id).sort()).toEqual(kept.map((n) => `fixture:${n}`).sort());
+  });
+});
 
 describe("an object whose storage cannot be upgraded refuses every request, its storage untouched", () => {
   async function tablesOf(name: string): Promise<string[]> {

@@ -322,6 +322,51 @@ describe("the row's live facts on hand-made traces", () => {
     expect(row!.live).toMatchObject({ cost: 1.25, branches: 2, last: "forked one" });
     expect(row!.calls).toBe(3);
   });
+
+  it("turns are prime-rl's: the assistant nodes of every trace, whatever the calls; the list, filter and means on them", async () => {
+    const run = freshRun("turns");
+    const id = `${run}:e`;
+    const producer = new ProducerCursor("p");
+    const say = (i: number, parent: number | null, role: string) =>
+      node(i, { parent, message: m({ role, content: `${role} ${i}` }) });
+    const call = (n: number) => m({ node: n, usage: m({ prompt_tokens: 3 }) });
+    const send = async (d: Uint8Array) => {
+      const r = await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d)));
+      expect(r.status, await r.clone().text()).toBe(200);
+      await r.arrayBuffer();
+      producer.acknowledge();
+    };
+    // the orchestrator: system, user, then an assistant message given as context (no call made it), a sampled
+    // assistant, a tool answer and a sampled assistant: 3 assistant nodes, 2 calls
+    await send(openDelta("t-1"));
+    await send(
+      delta(
+        {
+          nodes: [
+            say(0, null, "system"),
+            say(1, 0, "user"),
+            say(2, 1, "assistant"),
+            say(3, 2, "assistant"),
+            say(4, 3, "tool"),
+            say(5, 4, "assistant"),
+          ],
+          calls: [call(3), call(5)],
+        },
+        "t-1",
+      ),
+    );
+    // a sub-agent: user, assistant: 1 more turn and call
+    await send(openDelta("t-2"));
+    await send(delta({ nodes: [say(0, null, "user"), say(1, 0, "assistant")], calls: [call(1)] }, "t-2"));
+    await flushRow(id);
+    const [row] = (await episodes(run)).episodes;
+    expect(row).toMatchObject({ traces: 2, nodes: 8, calls: 3, turns: 4 });
+    // min_turns bounds the turns, not the calls
+    expect((await episodes(run, "min_turns=4")).episodes.map((e) => e.id)).toEqual([id]);
+    expect((await episodes(run, "min_turns=5")).episodes).toEqual([]);
+    const agg = (await (await relay(`../runs/${run}`)).json()) as { aggregates: { mean_turns: number | null } };
+    expect(agg.aggregates.mean_turns).toBe(4);
+  });
 });
 
 describe("training steps equal a recount after any order of writes", () => {
@@ -426,6 +471,8 @@ describe("training steps", () => {
       traces: 1,
       nodes: 2,
       calls: i % 3,
+      // rows 3, 4, 5 of step 2: turns 0, 2 and not counted (an older row's): mean 1 over the counted two
+      turns: i === 5 ? null : 2 * (i % 3),
       tokens: 100 * i,
       rewards: score === null ? null : { correct: { score, weight: 1 } },
       error: status === "failed" ? "crashed" : null,

@@ -105,7 +105,7 @@ export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
     e.kind ?? "-",
     e.step === null ? "-" : String(e.step),
     e.reward === null ? "-" : num(e.reward),
-    String(e.calls),
+    e.turns === null || e.turns === undefined ? "-" : String(e.turns),
     String(e.tokens),
     clip(e.task ?? "-", 32),
     `${e.stop_condition ?? "-"}${e.truncated ? " (truncated)" : ""}`,

@@ -34,6 +34,7 @@ export const ROLLOUT_COLUMNS: readonly Column[] = [
   s("final_answer"),
   s("expected_answer"),
   i("turns"),
+  i("calls"),
   i("traces"),
   i("branches"),
   i("input_tokens"),
@@ -173,7 +174,9 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
         : expected === undefined || expected === null
           ? null
           : JSON.stringify(expected),
-    turns: traces.reduce((n, t) => n + arr(t.calls).length, 0),
+    // prime-rl's turns: assistant nodes, all traces; model calls by their own name
+    turns: traces.reduce((n, t) => n + arr(t.nodes).filter((x) => isObj(x) && roleOf(x) === "assistant").length, 0),
+    calls: traces.reduce((n, t) => n + arr(t.calls).length, 0),
     traces: traces.length,
     branches,
     input_tokens: traces.reduce((n, t) => n + int(t.num_input_tokens), 0),
@@ -185,6 +188,11 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     flags: JSON.stringify(flags),
     ended: str(row.ended),
   };
+}
+
+/** A node's `message.role` (null: none). */
+function roleOf(node: Obj): string | null {
+  return isObj(node.message) && typeof node.message.role === "string" ? node.message.role : null;
 }
 
 export function branchRecords(row: Obj, episode: Obj): Obj[] {

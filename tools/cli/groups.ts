@@ -101,6 +101,7 @@ function groupLines(run: string, g: GroupDetail): string[] {
     "reward",
     "adv (norm)",
     ...keys.flatMap((k) => [k, `${k} adv (norm)`]),
+    "turns",
     "calls",
     "tokens",
     "stop",
@@ -117,6 +118,7 @@ function groupLines(run: string, g: GroupDetail): string[] {
         const s = scores.get(k);
         return [s === undefined ? "-" : num(s), advantage(r.key_advantages[k])];
       }),
+      r.turns === null ? "-" : String(r.turns),
       String(r.calls),
       String(r.tokens),
       `${r.stop_condition ?? "-"}${r.truncated ? " (truncated)" : ""}`,

@@ -4,7 +4,8 @@ Filters (every one given must hold): ``status`` (``live``, ``finished``, ``faile
 ``finish_refused``), ``task`` (the first trace's task key), ``stop`` (its ``stop_condition``),
 ``truncated`` (its ``is_timeout``), ``errored`` (with an error: failed, finish refused, or an error
 reported at finish), ``rewards`` (``{key: (min, max)}``, both ends inclusive, None for an open end;
-an episode without a score for the key matches none), ``min_turns`` (model calls, all traces) and
+an episode without a score for the key matches none), ``min_turns`` (turns as prime-rl counts
+them: assistant nodes, all traces; a row whose turns are not counted matches none) and
 ``min_tokens`` (tokens, all traces). ``sort``: ``"updated"`` (newest first, the default) or
 ``"reward"`` (best first, episodes without a reward last).
 

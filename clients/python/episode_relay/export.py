@@ -46,7 +46,7 @@ from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_
 #: Columns of a rollout's row, in order (see :func:`rollout_record`).
 ROLLOUT_COLUMNS = (
     "id", "run", "status", "kind", "env", "group", "task", "step", "policy_version", "staleness",
-    "reward", "rewards", "metrics", "final_answer", "expected_answer", "turns", "traces", "branches",
+    "reward", "rewards", "metrics", "final_answer", "expected_answer", "turns", "calls", "traces", "branches",
     "input_tokens", "output_tokens", "tokens", "stop_condition", "truncated", "error", "flags", "ended",
 )
 #: Columns of a branch's row (see :func:`branch_records`): the rollout's identity, then the branch's.
@@ -380,13 +380,19 @@ def _expected_answer(episode: Mapping[str, Any], traces: Sequence[Mapping[str, A
     return None
 
 
+def _role(node: Any) -> Optional[str]:
+    message = node.get("message") if isinstance(node, Mapping) else None
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return role if isinstance(role, str) else None
+
+
 def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[str, Any]:
     """One rollout's row (:data:`ROLLOUT_COLUMNS`): its identity from its index row (kind, env,
     group, task, step, policy_version, staleness, status, error, flags), the rest counted from the
     exact episode: the reward and per key the mean score over the traces (:func:`episode_reward`,
     the trainer's), metrics (the first trace's), the final answer (the last assistant message of the
     first trace's last branch), the task's expected answer (the episode's task, else a trace's
-    ``open.task``), turns (model calls, all traces), traces, branches, input/output/total tokens
+    ``open.task``), turns (prime-rl's: assistant nodes, all traces), calls (model calls, all traces), traces, branches, input/output/total tokens
     (all traces), the first trace's stop condition and whether it timed out."""
     traces = [t for t in (episode.get("traces") or []) if isinstance(t, Mapping)]
     first = traces[0] if traces else {}
@@ -418,7 +424,8 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
         "metrics": {str(k): (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in metrics.items()},
         "final_answer": final,
         "expected_answer": expected if isinstance(expected, str) else (None if expected is None else json.dumps(expected, default=str)),
-        "turns": sum(len(t.get("calls") or []) for t in traces),
+        "turns": sum(1 for t in traces for n in (t.get("nodes") or []) if _role(n) == "assistant"),
+        "calls": sum(len(t.get("calls") or []) for t in traces),
         "traces": len(traces),
         "branches": branches,
         "input_tokens": sum(_num(t.get("num_input_tokens")) for t in traces),
@@ -747,7 +754,7 @@ def _arrow_schema(pa: Any, per: str) -> Any:
     if per == "rollout":
         types = {
             "id": s, "run": s, "status": s, "kind": s, "env": s, "group": s, "task": s, "step": i, "policy_version": i,
-            "staleness": i, "reward": f, "rewards": s, "metrics": s, "final_answer": s, "expected_answer": s, "turns": i,
+            "staleness": i, "reward": f, "rewards": s, "metrics": s, "final_answer": s, "expected_answer": s, "turns": i, "calls": i,
             "traces": i, "branches": i, "input_tokens": i, "output_tokens": i, "tokens": i, "stop_condition": s,
             "truncated": b, "error": s, "flags": s, "ended": s,
         }

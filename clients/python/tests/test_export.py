@@ -87,7 +87,9 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
                 "id": e["id"], "kind": e["kind"], "step": e["step"], "group": e["group"], "policy_version": e["policy_version"],
                 "task": e["task"], "reward": reward,
                 "rewards": scores,
-                "turns": sum(len(t["calls"]) for t in traces),
+                # prime-rl's turns: assistant nodes, all traces; the calls by their own name
+                "turns": sum(1 for t in traces for n in t["nodes"] if (n.get("message") or {}).get("role") == "assistant"),
+                "calls": sum(len(t["calls"]) for t in traces),
                 "tokens": sum(t["num_total_tokens"] for t in traces),
                 "output_tokens": sum(t["num_output_tokens"] for t in traces),
                 "stop_condition": t0["stop_condition"], "truncated": t0["is_timeout"],
@@ -99,10 +101,10 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
 
 
 def frame_rows(df: Any) -> List[Dict[str, Any]]:
-    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "tokens", "output_tokens", "stop_condition", "truncated", "traces", "branches"]
+    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "calls", "tokens", "output_tokens", "stop_condition", "truncated", "traces", "branches"]
     rows = df.sort_values("id")[cols].to_dict("records")
     for r in rows:
-        for c in ("step", "policy_version", "turns", "tokens", "output_tokens", "traces", "branches"):
+        for c in ("step", "policy_version", "turns", "calls", "tokens", "output_tokens", "traces", "branches"):
             r[c] = int(r[c])
         r["truncated"] = bool(r["truncated"])
         r["reward"] = None if pd.isna(r["reward"]) else r["reward"]

@@ -9,6 +9,7 @@ of the same files (prime_rl_run.expected_episode)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -126,6 +127,10 @@ def test_recorded_rollout(relay: RelayFixture, tmp_path: Path) -> None:
     out = fresh_copy(RECORDED, tmp_path / "run")
     stats = once(out, relay.url, relay.token, tmp_path / "state.json", "--run", run)
     assert stats["finished"] == 1 and stats["announced"] == 1 and stats["lines"] == 4, stats
+    # it says how far it got while it runs, not only at its exit; --quiet leaves that out (the same files into a new run)
+    assert re.search(r"INFO progress: .*\b4 lines\b", stats["log"]), stats["log"]
+    quiet = once(out, relay.url, relay.token, tmp_path / "quiet-state.json", "--run", run_name("recq"), "--quiet")
+    assert quiet["lines"] == 4 and "progress:" not in quiet["log"] and " INFO " not in quiet["log"], quiet["log"]
     traces_dir = out / TRACES
     record = stream_records(traces_dir)[0]
     open_line = json.loads((traces_dir / "live" / "5f0c2d6e9a8b4c1d8e7f6a5b4c3d2e1f.jsonl").read_bytes().split(b"\n")[0])

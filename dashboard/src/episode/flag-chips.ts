@@ -45,10 +45,10 @@ export function flagChips(id: string): {
     el.replaceChildren(
       h("span.flag-title", null, flags.length === 1 ? "Flagged" : `Flagged ×${flags.length}`),
       ...flags.map((f) => {
-        const where = f.node === null ? "reward" : f.node < 0 ? "task" : `turn #${f.node}`;
+        const where = f.node === null ? "reward" : f.node < 0 ? "task" : `node #${f.node}`;
         const at = h(
           "button.btn.flag-at",
-          { type: "button", disabled: f.node === null || f.node < 0, title: "scroll to the turn" },
+          { type: "button", disabled: f.node === null || f.node < 0, title: "scroll to the node" },
           where,
         );
         at.addEventListener("click", () => jump(f));

@@ -15,6 +15,8 @@ export function traceHead(t: TraceState, orchestrator: boolean, ctx: TraceContex
   const spawnedBy = orchestrator ? null : spawnLink(ctx.asm, t);
   const rewards = rewardChips(field(t, "rewards"));
   const errors = t.items.errors.count;
+  // turns as prime-rl counts them: the trace's assistant nodes
+  const turns = t.nodes.filter((n) => n.role === "assistant").length;
   return [
     h(
       "div.trace-title",
@@ -36,7 +38,12 @@ export function traceHead(t: TraceState, orchestrator: boolean, ctx: TraceContex
     h(
       "div.trace-counts.muted",
       null,
-      [plural(t.nodes.length, "node"), plural(t.items.calls.count, "call"), errors ? plural(errors, "error") : ""]
+      [
+        plural(turns, "turn"),
+        plural(t.nodes.length, "node"),
+        plural(t.items.calls.count, "call"),
+        errors ? plural(errors, "error") : "",
+      ]
         .filter(Boolean)
         .join(" · "),
     ),

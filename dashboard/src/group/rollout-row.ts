@@ -11,10 +11,15 @@ import { kindChip, stageChip } from "../stage-chip.js";
 import { episodeReward, identityOf, REWARD_DEFINITION, traceRewardsOf } from "../../../src/protocol/index.js";
 import type { RolloutJson } from "../../../src/protocol/index.js";
 import { num, signed } from "./figures.js";
+import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
 
-/** The rows' grid: a row is as wide as the list, which scrolls sideways when there are many keys. */
+/**
+ * The rows' grid: the numbers on one line, the final answer across the row under them (group.css), so two
+ * reward keys fit 1400 px; with many keys the list scrolls sideways.
+ */
 export function rolloutColumns(keys: string[]): string {
-  return `--cols: 130px 84px 56px 240px ${keys.map(() => "160px").join(" ")} 90px 40px 56px 44px 56px 110px 64px`;
+  const perKey = keys.map(() => "minmax(104px, 156px)").join(" ");
+  return `--cols: minmax(88px, 1.4fr) 84px 104px ${perKey} minmax(56px, 1fr) 36px 50px 44px 52px minmax(56px, 1fr) 52px`;
 }
 
 export function rolloutHead(keys: string[]): HTMLElement {
@@ -28,7 +33,6 @@ export function rolloutHead(keys: string[]): HTMLElement {
       { role: "columnheader", title: `${REWARD_DEFINITION}; advantage: reward − group mean (÷ group std)` },
       "Reward adv",
     ),
-    h("span", { role: "columnheader", title: "the latest assistant words" }, "Final answer"),
     keys.map((k) =>
       h(
         "span.num",
@@ -42,7 +46,7 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span", { role: "columnheader", title: "the first trace's task key" }, "Task"),
     h("span.num", { role: "columnheader", title: "the trainer's step (dispatch identity)" }, "Step"),
     h("span", { role: "columnheader" }, "Kind"),
-    h("span.num", { role: "columnheader", title: "model calls" }, "Turns"),
+    h("span.num", { role: "columnheader", title: TURNS_HINT }, "Turns"),
     h("span.num", { role: "columnheader" }, "Tokens"),
     h("span", { role: "columnheader" }, "Stop"),
     h("span", { role: "columnheader", title: "truncated: the rollout hit its time limit (is_timeout)" }, "Trunc."),
@@ -100,7 +104,7 @@ export function rolloutRow(
     ),
     h(
       "span.cell-answer",
-      { role: "cell", title: last ?? undefined },
+      { role: "cell", title: last ?? undefined, "data-empty": last === null ? "" : undefined },
       last === null ? h("span.muted", null, "–") : h("span.answer-text", null, last),
     ),
     keys.map((k) => advantageCell(r, k, scores.get(k))),
@@ -117,7 +121,12 @@ export function rolloutRow(
       id.step === null ? "–" : String(id.step),
     ),
     h("span.cell-kind", { role: "cell" }, kindChip(id.kind)),
-    h("span.cell-n.num", { role: "cell", "data-k": "calls" }, h("span.n-k", null, "turns "), String(r.calls)),
+    h(
+      "span.cell-n.num",
+      { role: "cell", "data-k": "turns", title: r.turns === null ? UNCOUNTED_HINT : `${r.calls} model calls` },
+      h("span.n-k", null, "turns "),
+      turnsText(r.turns),
+    ),
     h(
       "span.cell-n.num",
       { role: "cell", "data-k": "tokens" },

@@ -11,7 +11,14 @@ import { type NodeInfo, nodeHead, type NodeState } from "../../protocol/assembly
 import type { TraceState } from "../../protocol/assembly/trace.js";
 import type { DispatchFacts } from "../../protocol/envelope/dispatch.js";
 import type { LiveFacts } from "../../protocol/registry/entry.js";
-import { branchCount, callCost, messageWords, stageOf, timingStart } from "../../protocol/registry/live-facts.js";
+import {
+  branchCount,
+  callCost,
+  messageWords,
+  stageOf,
+  timingStart,
+  turnCount,
+} from "../../protocol/registry/live-facts.js";
 import { equalBytes } from "../../protocol/wire/bytes.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
@@ -47,7 +54,10 @@ export class RowFacts {
     scalar: (t: TraceState, name: string) => Json | undefined,
     now: number,
   ): LiveFacts {
-    if (m.archived !== null && m.live) return { ...m.live, annotations: m.annotations };
+    if (m.archived !== null && m.live) {
+      const { turns: _, ...kept } = m.live;
+      return { ...kept, annotations: m.annotations };
+    }
     // archived by a release that kept no facts: what the index in memory says, without the bodies
     this.bodies = m.archived === null;
     const traces = [...asm.traces.values()];
@@ -76,6 +86,28 @@ export class RowFacts {
       last: this.lastWords(traces),
       annotations: m.annotations,
     };
+  }
+
+  /**
+   * The episode's turns (assistant nodes, all traces); null when a node's role cannot be known (stored by an older
+   * release, and its body archived).
+   */
+  turns(m: Meta, asm: EpisodeAssembly): number | null {
+    // archived: as counted when the run ended, if this release kept them
+    if (m.archived !== null && typeof m.live?.turns === "number") return m.live.turns;
+    this.bodies = m.archived === null;
+    const roles: Array<string | null | undefined> = [];
+    for (const t of asm.traces.values()) {
+      for (let i = 0; i < t.nodes.length; i++) roles.push(this.roleOf(t, i, t.nodes[i]!));
+    }
+    return turnCount(roles);
+  }
+
+  /** A node's role (undefined: unknown, its body gone). */
+  private roleOf(t: TraceState, index: number, n: NodeInfo): string | null | undefined {
+    if (n.role !== undefined) return n.role;
+    if (!this.heads.has(n) && !this.bodies) return undefined;
+    return this.head(t, index, n).role;
   }
 
   /** A node's parent and role: from its NodeInfo, or (stored by an older release) read once from its body. */

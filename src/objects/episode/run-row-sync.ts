@@ -78,8 +78,9 @@ export class RunRowSync {
     if (!this.ns) return Promise.resolve();
     const row = rowOf(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
-    if (m.status !== "live" && m.archived === null && row.live && JSON.stringify(row.live) !== JSON.stringify(m.live)) {
-      this.state.record.saveMeta({ ...m, live: row.live });
+    const kept = row.live ? { ...row.live, turns: row.turns ?? null } : null;
+    if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.live)) {
+      this.state.record.saveMeta({ ...m, live: kept });
     }
     // the text the run's search lacks (none once archived: what the index holds stays)
     const text =
@@ -212,6 +213,7 @@ export function rowOf(
     traces: m.traces,
     nodes: m.nodes,
     calls: m.calls,
+    turns: facts.turns(m, asm),
     tokens,
     rewards,
     trace_rewards: traceRewards,

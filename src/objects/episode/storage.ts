@@ -55,10 +55,10 @@ export interface Meta {
    */
   dispatch: Uint8Array | null;
   /**
-   * The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from);
-   * null before.
+   * The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from),
+   * with its turns (kept here, sent as the row's own field; absent: kept by an older release); null before.
    */
-  live: LiveFacts | null;
+  live: (LiveFacts & { turns?: number | null }) | null;
   /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
   annotations: number;
   annotationBytes: number;

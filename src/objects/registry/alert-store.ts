@@ -1,4 +1,4 @@
-// A run index's alerts (INDEX_SCHEMA version 9): the run's webhooks and alert rules
+// A run index's alerts (INDEX_SCHEMA version 10): the run's webhooks and alert rules
 // (src/protocol/alerts/config.ts), what each rule already fired for (`alert_fired`: a flag's rollout
 // for good, a threshold's subject while it stays crossed), the last ended rollouts per env for the
 // rate rules (`alert_outcomes`), the delivery queue (`alert_queue`: one row per alert and webhook,

@@ -204,7 +204,7 @@ export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): 
   if (f.stop !== null) add("rows.stop = ?", f.stop);
   if (f.truncated !== null) add(f.truncated ? "rows.truncated = 1" : "COALESCE(rows.truncated, 0) = 0");
   if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
-  if (f.minTurns !== null) add("rows.calls >= ?", f.minTurns);
+  if (f.minTurns !== null) add("rows.turns >= ?", f.minTurns);
   if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);
   if (f.kind !== null) add("rows.kind = ?", f.kind);
   if (f.env !== null) add("rows.env = ?", f.env);

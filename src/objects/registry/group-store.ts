@@ -190,8 +190,17 @@ export class GroupStore {
   recountTask(task: string | null | undefined): void {
     if (!task) return;
     const t = this.sql
-      .exec<{ n: number; finished: number | null; failed: number | null; calls: number | null; tokens: number | null }>(
-        `SELECT COUNT(*) AS n, SUM(status = 'finished') AS finished, SUM(status = 'failed') AS failed, SUM(calls) AS calls, SUM(tokens) AS tokens
+      .exec<{
+        n: number;
+        finished: number | null;
+        failed: number | null;
+        calls: number | null;
+        turns: number | null;
+        turned: number;
+        tokens: number | null;
+      }>(
+        `SELECT COUNT(*) AS n, SUM(status = 'finished') AS finished, SUM(status = 'failed') AS failed, SUM(calls) AS calls,
+           SUM(turns) AS turns, COUNT(turns) AS turned, SUM(tokens) AS tokens
          FROM rows WHERE task = ?`,
         task,
       )
@@ -199,7 +208,7 @@ export class GroupStore {
     const held =
       this.sql
         .exec<Record<string, SqlStorageValue>>(
-          "SELECT rollouts, finished, failed, calls, tokens FROM tasks WHERE task = ?",
+          "SELECT rollouts, finished, failed, calls, tokens, turns, turned FROM tasks WHERE task = ?",
           task,
         )
         .toArray()[0] ?? null;
@@ -212,6 +221,8 @@ export class GroupStore {
         failed: t.failed ?? 0,
         calls: t.calls ?? 0,
         tokens: t.tokens ?? 0,
+        turns: t.turns ?? 0,
+        turned: t.turned,
       };
       writeChanged(this.sql, "tasks", { task }, now, held);
     }
@@ -232,7 +243,16 @@ export class GroupStore {
     budget = TASK_ROWS_BUDGET,
   ): { tasks: TaskSummary[]; cursor: string | null } {
     const listed = this.sql
-      .exec<{ task: string; rollouts: number; finished: number; failed: number; calls: number; tokens: number }>(
+      .exec<{
+        task: string;
+        rollouts: number;
+        finished: number;
+        failed: number;
+        calls: number;
+        tokens: number;
+        turns: number;
+        turned: number;
+      }>(
         `SELECT * FROM tasks ${cursor === null ? "" : "WHERE task > ?"} ORDER BY task LIMIT ?`,
         ...(cursor === null ? [] : [cursor]),
         limit + 1,
@@ -267,7 +287,7 @@ export class GroupStore {
         rollouts: t.rollouts,
         finished: t.finished,
         failed: t.failed,
-        mean_turns: t.calls / t.rollouts,
+        mean_turns: t.turned > 0 ? t.turns / t.turned : null,
         mean_tokens: t.tokens / t.rollouts,
         mean_reward: scores.length ? scores.reduce((a, b) => a + b, 0) / scores.length : null,
         solve_rate: scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null,

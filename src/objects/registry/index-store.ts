@@ -127,6 +127,7 @@ export class IndexStore {
       live: row.live ? JSON.stringify(row.live) : null,
       flags: flags.length ? JSON.stringify(flags) : null,
       trace_rewards: row.trace_rewards ? JSON.stringify(row.trace_rewards) : null,
+      turns: row.turns ?? null,
     };
   }
 
@@ -190,7 +191,8 @@ export class IndexStore {
   loadCounters(): Counters {
     if (!this.counters) {
       const saved = this.state("counters");
-      this.counters = saved === null ? emptyCounters() : (JSON.parse(saved) as Counters);
+      // counters saved before INDEX_SCHEMA 12 have no turns: none of their rows was counted
+      this.counters = saved === null ? emptyCounters() : { ...emptyCounters(), ...(JSON.parse(saved) as Counters) };
     }
     return this.counters;
   }

@@ -1,18 +1,23 @@
 // Migration 8 of a run's index (schemas.ts): the reward becomes the trainer's (src/protocol/registry/rewards.ts),
-// so every number kept from it is recounted from the rows, inside the migration's transaction: each row's
+// so every number kept from it is recounted from the rows (a page at a time), inside the migration's transaction: each row's
 // `reward` and scores, the counters, the reward minutes, the steps, the groups (and the run's group counts
 // and minutes) and the reward rules' flags. A row now holds every trace's rewards (`trace_rewards`);
 // one written before holds the first trace's only. For a one-trace episode that is all of them. An
 // episode of several traces is asked by the index's alarm to send its row again (`resendDue`), and
 // its row stands on the first trace's rewards until it does (docs/storage.md).
 
-import { contributionOf, recount } from "../../protocol/registry/aggregates.js";
-import { recountRewardMinutes } from "../../protocol/registry/reward-trend.js";
+import {
+  applyContribution,
+  type Contribution,
+  contributionOf,
+  emptyCounters,
+} from "../../protocol/registry/aggregates.js";
+import { type RewardMinute, recountRewardMinutes } from "../../protocol/registry/reward-trend.js";
 import { rowReward, rowScores } from "../../protocol/registry/rewards.js";
 import { addColumns } from "../storage/schema.js";
 import { FlagStore } from "./flag-store.js";
 import { GroupStore } from "./group-store.js";
-import { rowOf, type SqlRow } from "./sql-row.js";
+import { ROW_PAGE, rowPages } from "./sql-row.js";
 import { StepStore } from "./step-store.js";
 
 /** The state key whose presence says rows of several traces are still to be sent again (its value: the last id asked). */
@@ -25,49 +30,83 @@ export function recountRewards(sql: SqlStorage): void {
   addColumns(sql, "rows", ["trace_rewards TEXT"]);
   // a row of one trace holds all its rewards; the others wait for their episode (RESEND_STATE)
   sql.exec("UPDATE rows SET trace_rewards = '[' || COALESCE(rewards, 'null') || ']' WHERE traces <= 1");
-  const rows = sql.exec<SqlRow>("SELECT * FROM rows ORDER BY id").toArray().map(rowOf);
-  if (rows.some((r) => !r.trace_rewards)) sql.exec(`INSERT OR REPLACE INTO state VALUES ('${RESEND_STATE}', '')`);
+  if (sql.exec("SELECT 1 FROM rows WHERE trace_rewards IS NULL LIMIT 1").toArray().length)
+    sql.exec(`INSERT OR REPLACE INTO state VALUES ('${RESEND_STATE}', '')`);
 
+  // every number from nothing, the rows read a page at a time (a large run's rows never all in memory at once)
   sql.exec("DELETE FROM scores");
-  const insert = "INSERT INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
-  for (const r of rows) {
-    sql.exec("UPDATE rows SET reward = ? WHERE id = ?", rowReward(r), r.id);
-    for (const [key, score] of rowScores(r)) sql.exec(insert, r.id, key, score, r.status);
-  }
-  if (rows.length)
-    sql.exec("INSERT OR REPLACE INTO state VALUES ('counters', ?)", JSON.stringify(recount(rows).counters));
-
   sql.exec("DELETE FROM reward_minutes");
-  const finished = rows.filter((r) => r.status === "finished").map(contributionOf);
-  for (const m of recountRewardMinutes(finished)) {
-    sql.exec("INSERT INTO reward_minutes (minute, key, n, units) VALUES (?, ?, ?, ?)", m.minute, m.key, m.n, m.units);
-  }
-
-  // the steps and groups from nothing, as the stores keep them row by row
   sql.exec("DELETE FROM steps");
   sql.exec("DELETE FROM groups");
   sql.exec("DELETE FROM group_minutes");
   sql.exec("DELETE FROM state WHERE k = 'group_counts'");
+  const counters = emptyCounters();
+  const minutes = new Map<string, RewardMinute>();
   const steps = new StepStore(sql);
-  for (const r of rows) steps.replaceRow(null, r);
-  const groups = new GroupStore(sql, steps);
-  for (const g of new Set(rows.map((r) => r.group))) groups.recount(g);
-
-  // the reward rules again (a text flag stays: the text did not change)
   const flags = new FlagStore(sql);
-  for (const r of rows) {
-    const now = flags.update(r, null);
-    sql.exec("UPDATE rows SET flags = ? WHERE id = ?", now.length ? JSON.stringify(now) : null, r.id);
+  const insert = "INSERT INTO scores (id, key, score, status) VALUES (?, ?, ?, ?)";
+  let any = false;
+  for (const page of rowPages(sql)) {
+    any = true;
+    const finished: Contribution[] = [];
+    for (const r of page) {
+      sql.exec("UPDATE rows SET reward = ? WHERE id = ?", rowReward(r), r.id);
+      for (const [key, score] of rowScores(r)) sql.exec(insert, r.id, key, score, r.status);
+      const x = contributionOf(r);
+      applyContribution(counters, x, 1);
+      if (r.status === "finished") finished.push(x);
+      steps.replaceRow(null, r);
+      // the reward rules again (a text flag stays: the text did not change)
+      const now = flags.update(r, null);
+      sql.exec("UPDATE rows SET flags = ? WHERE id = ?", now.length ? JSON.stringify(now) : null, r.id);
+    }
+    for (const m of recountRewardMinutes(finished)) {
+      const k = `${m.minute} ${m.key}`;
+      const kept = minutes.get(k);
+      if (kept) {
+        kept.n += m.n;
+        kept.units += m.units;
+      } else minutes.set(k, m);
+    }
+  }
+  if (any) sql.exec("INSERT OR REPLACE INTO state VALUES ('counters', ?)", JSON.stringify(counters));
+  for (const m of minutes.values()) {
+    sql.exec("INSERT INTO reward_minutes (minute, key, n, units) VALUES (?, ?, ?, ?)", m.minute, m.key, m.n, m.units);
+  }
+
+  // the groups from their members, a page of group ids at a time
+  const groups = new GroupStore(sql, steps);
+  let after = "";
+  for (;;) {
+    const ids = sql
+      .exec<{ grp: string }>(
+        "SELECT DISTINCT grp FROM rows WHERE grp IS NOT NULL AND grp > ? ORDER BY grp LIMIT ?",
+        after,
+        ROW_PAGE,
+      )
+      .toArray()
+      .map((g) => g.grp);
+    for (const g of ids) groups.recount(g);
+    if (ids.length < ROW_PAGE) break;
+    after = ids.at(-1)!;
   }
 }
 
-/** The next rows whose episode is to send its row again (none: done), from after the last one asked. */
+/** Whether the rows have a `turns` column (INDEX_SCHEMA 12, turn-recount.ts). */
+function turnsCounted(sql: SqlStorage): boolean {
+  return sql.exec("SELECT 1 FROM pragma_table_info('rows') WHERE name = 'turns'").toArray().length > 0;
+}
+
+/**
+ * The next rows whose episode is to send its row again (rows of several traces on their first trace's rewards,
+ * rows whose turns are not counted: turn-recount.ts) (none: done), from after the last one asked. */
 export function resendDue(sql: SqlStorage): string[] | null {
   const after = sql.exec<{ v: string }>(`SELECT v FROM state WHERE k = '${RESEND_STATE}'`).toArray()[0]?.v;
   if (after === undefined) return null;
   return sql
     .exec<{ id: string }>(
-      "SELECT id FROM rows WHERE trace_rewards IS NULL AND id > ? ORDER BY id LIMIT ?",
+      `SELECT id FROM rows WHERE (trace_rewards IS NULL${turnsCounted(sql) ? " OR turns IS NULL" : ""}) AND id > ?
+       ORDER BY id LIMIT ?`,
       after,
       RESEND_BATCH,
     )

@@ -5,6 +5,7 @@
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
 import { recountStepOutcomes } from "./step-recount.js";
+import { addTurns } from "./turn-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
@@ -200,6 +201,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         // and FTS5 writes a new segment of its own (several shadow rows) for every statement
         sql.exec("DROP TRIGGER IF EXISTS segments_added");
         sql.exec("DROP TRIGGER IF EXISTS segments_removed");
+      },
+    },
+    {
+      version: 12,
+      what: "turns as prime-rl counts them (assistant nodes), asked of each episode again",
+      up(sql) {
+        addTurns(sql);
       },
     },
   ],

@@ -3,7 +3,7 @@
 // external-content table, so the text is stored once). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
 // retraction); a row that goes takes its segments with it. FTS5 is written here in one statement per
-// transaction (no trigger since version 9), and the rows it writes to its shadow tables are counted
+// transaction (no trigger since version 11), and the rows it writes to its shadow tables are counted
 // (`settle`). A query ranks episodes by their best segment (FTS5's bm25), filtered by the list's
 // filters and the viewer's scope in the same statement (a partial scope's matches are its own
 // episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).

@@ -21,6 +21,7 @@ export type SqlRow = Omit<
   | "dispatch"
   | "live"
   | "flags"
+  | "turns"
 > & {
   status: string;
   rewards: string | null;
@@ -39,6 +40,8 @@ export type SqlRow = Omit<
   policy_version: number | null;
   live: string | null;
   flags: string | null;
+  /** NULL: not counted (rows written before INDEX_SCHEMA version 12, until their episode sends them again). */
+  turns: number | null;
 } & Record<string, SqlStorageValue>;
 
 export function rowOf(r: SqlRow): IndexRow {
@@ -53,6 +56,7 @@ export function rowOf(r: SqlRow): IndexRow {
     traces: r.traces,
     nodes: r.nodes,
     calls: r.calls,
+    turns: r.turns ?? null,
     tokens: r.tokens,
     rewards: r.rewards === null ? null : (JSON.parse(r.rewards) as Json),
     error: r.error,
@@ -110,4 +114,24 @@ export function writeChanged(
 function sameValue(a: SqlStorageValue, b: SqlStorageValue): boolean {
   if (a instanceof ArrayBuffer || b instanceof ArrayBuffer) return false;
   return a === b;
+}
+
+/** Rows read per page by a walk over every row (a migration's recount): memory stays a page, however large the run. */
+export const ROW_PAGE = 500;
+
+/** Every row, a page at a time in id order (the primary key: each page one seek). */
+export function* rowPages(sql: SqlStorage, size = ROW_PAGE): Generator<IndexRow[]> {
+  let after: string | null = null;
+  for (;;) {
+    const page: IndexRow[] = sql
+      .exec<SqlRow>(
+        `SELECT * FROM rows ${after === null ? "" : "WHERE id > ?"} ORDER BY id LIMIT ?`,
+        ...(after === null ? [size] : [after, size]),
+      )
+      .toArray()
+      .map(rowOf);
+    if (page.length) yield page;
+    if (page.length < size) return;
+    after = page.at(-1)!.id;
+  }
 }

@@ -35,6 +35,8 @@ export function minuteOf(ms: number): number {
 export interface Contribution {
   status: IndexStatus;
   calls: number;
+  /** Assistant nodes (entry.ts `turns`); null: not counted. */
+  turns: number | null;
   tokens: number;
   /** Minute (ms / 60000) it ended in, for throughput; null while not ended. */
   endedMinute: number | null;
@@ -43,11 +45,12 @@ export interface Contribution {
 
 /** A row's part: its counts, and its scores as rewards.ts `rowScores` gives them (the total under "reward", per-key means). */
 export function contributionOf(
-  row: Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "ended">,
+  row: Pick<IndexRow, "status" | "calls" | "turns" | "tokens" | "rewards" | "trace_rewards" | "ended">,
 ): Contribution {
   return {
     status: row.status,
     calls: row.calls,
+    turns: typeof row.turns === "number" ? row.turns : null,
     tokens: row.tokens,
     endedMinute: row.ended === null ? null : minuteOf(row.ended),
     scores: rowScores(row).map(([key, score]) => ({ key, score, units: unitsOf(score), bin: binOf(score) })),
@@ -69,6 +72,9 @@ export interface Counters {
   failed: number;
   finish_refused: number;
   calls: number;
+  /** Σ turns over the rows whose turns are counted, and how many those are (counters saved before: 0). */
+  turns: number;
+  turned: number;
   tokens: number;
   /** Per reward key, over every row. */
   rewards: Record<string, RewardCounter>;
@@ -84,6 +90,8 @@ export function emptyCounters(): Counters {
     failed: 0,
     finish_refused: 0,
     calls: 0,
+    turns: 0,
+    turned: 0,
     tokens: 0,
     rewards: {},
     finished_rewards: {},
@@ -95,6 +103,10 @@ export function applyContribution(c: Counters, x: Contribution, sign: 1 | -1): v
   c.episodes += sign;
   c[x.status] += sign;
   c.calls += sign * x.calls;
+  if (x.turns !== null) {
+    c.turns += sign * x.turns;
+    c.turned += sign;
+  }
   c.tokens += sign * x.tokens;
   applyScores(c.rewards, x.scores, sign);
   if (x.status === "finished") applyScores(c.finished_rewards, x.scores, sign);
@@ -143,6 +155,7 @@ export interface RunAggregates {
   episodes_per_minute: number;
   /** Ended episodes per minute, oldest first, the last entry being the current minute. */
   throughput: { start: string; per_minute: number[] };
+  /** Assistant nodes per episode (entry.ts `turns`), over the episodes whose turns are counted; null: none is. */
   mean_turns: number | null;
   mean_tokens: number | null;
   /**
@@ -244,7 +257,7 @@ export function aggregatesOf(
     counts: { live: c.live, finished: c.finished, failed: c.failed, finish_refused: c.finish_refused },
     episodes_per_minute: perMinute.slice(-10).reduce((a, b) => a + b, 0) / 10,
     throughput: { start: new Date((last - THROUGHPUT_MINUTES + 1) * 60_000).toISOString(), per_minute: perMinute },
-    mean_turns: c.episodes > 0 ? c.calls / c.episodes : null,
+    mean_turns: c.turned > 0 ? c.turns / c.turned : null,
     mean_tokens: c.episodes > 0 ? c.tokens / c.episodes : null,
     rewards: rewardStatsOf(c.rewards, (key) => extremes(key, false)),
     finished_rewards: rewardStatsOf(c.finished_rewards, (key) => extremes(key, true)),
@@ -253,7 +266,7 @@ export function aggregatesOf(
 
 /** The same counters recounted from rows (tests and the bench compare them with the kept ones). */
 export function recount(
-  rows: Iterable<Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "ended">>,
+  rows: Iterable<Pick<IndexRow, "status" | "calls" | "turns" | "tokens" | "rewards" | "trace_rewards" | "ended">>,
 ): {
   counters: Counters;
   throughput: Map<number, number>;

@@ -21,8 +21,14 @@ export interface IndexRow {
   seq: number;
   traces: number;
   nodes: number;
-  /** Model calls, all traces (the run's "turns"). */
+  /** Model calls, all traces. */
   calls: number;
+  /**
+   * Turns as prime-rl counts them: assistant nodes, all traces (src/protocol/registry/live-facts.ts `turnCount`).
+   * Null: not counted, a row of an older release whose episode could not count them again (its node roles gone with
+   * its bodies, or the episode gone); absent from rows sent by older releases.
+   */
+  turns?: number | null;
   /** Sum of the traces' `num_total_tokens`. */
   tokens: number;
   /** The first (orchestrator) trace's `rewards` scalar as JSON, null when it has none yet. */

@@ -100,7 +100,10 @@ export interface RolloutJson {
   advantage: Advantage | null;
   /** Per reward key, on the key's mean over the traces against the group's `rewards[key]`. */
   key_advantages: Record<string, Advantage>;
+  /** Model calls, all traces. */
   calls: number;
+  /** Assistant nodes, all traces (entry.ts `turns`); null: not counted. */
+  turns: number | null;
   tokens: number;
   stop_condition: string | null;
   truncated: boolean;
@@ -118,7 +121,8 @@ export interface TaskSummary {
   rollouts: number;
   finished: number;
   failed: number;
-  mean_turns: number;
+  /** Over the rollouts whose turns are counted (entry.ts `turns`); null: none is. */
+  mean_turns: number | null;
   mean_tokens: number;
   /** Over the finished rollouts with the chosen reward key; null without any. */
   mean_reward: number | null;
@@ -254,6 +258,7 @@ export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
     advantage: advantageOnReward(r, g),
     key_advantages: advantagesOf(r, g),
     calls: r.calls,
+    turns: r.turns ?? null,
     tokens: r.tokens,
     stop_condition: r.stop_condition ?? null,
     truncated: r.truncated ?? false,

@@ -50,6 +50,19 @@ export function branchCount(parents: ReadonlyArray<number | null>): number {
   return leaves;
 }
 
+/**
+ * Turns as prime-rl counts them (`turns` of its episode index; verifiers' `Episode.num_turns` sums its traces'):
+ * the assistant nodes, given every node's role over all traces (undefined: unknown). Null when a role is unknown.
+ */
+export function turnCount(roles: Iterable<string | null | undefined>): number | null {
+  let n = 0;
+  for (const r of roles) {
+    if (r === undefined) return null;
+    if (r === "assistant") n++;
+  }
+  return n;
+}
+
 /** A call's `usage.cost` when it gives one (a finite number), else null. */
 export function callCost(call: Json): number | null {
   const usage = isObject(call) ? call.usage : undefined;

@@ -28,7 +28,7 @@ export interface RowFilter {
   errored: boolean | null;
   /** Every range must hold (a row without a score for the key matches none). */
   rewards: RewardRange[];
-  /** Model calls, all traces, at least this. */
+  /** Turns (assistant nodes, all traces: entry.ts `turns`) at least this; a row whose turns are not counted matches none. */
   minTurns: number | null;
   /** Tokens, all traces, at least this. */
   minTokens: number | null;
@@ -113,7 +113,7 @@ export function isFiltered(f: RowFilter): boolean {
 
 type FilteredRow = Pick<
   IndexRow,
-  | "calls"
+  | "turns"
   | "tokens"
   | "rewards"
   | "trace_rewards"
@@ -147,7 +147,7 @@ export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
   if (f.stop !== null && (row.stop_condition ?? null) !== f.stop) return false;
   if (f.truncated !== null && (row.truncated ?? false) !== f.truncated) return false;
   if (f.errored !== null && (row.error !== null) !== f.errored) return false;
-  if (f.minTurns !== null && row.calls < f.minTurns) return false;
+  if (f.minTurns !== null && (typeof row.turns !== "number" || row.turns < f.minTurns)) return false;
   if (f.minTokens !== null && row.tokens < f.minTokens) return false;
   if (f.rewards.length > 0) {
     const scores = new Map(rowScores(row));

@@ -61,6 +61,9 @@ export interface StepCounters extends OutcomeCounters {
   failed: number;
   finish_refused: number;
   calls: number;
+  /** Σ turns over the rollouts whose turns are counted, and how many those are (entry.ts `turns`); absent: 0. */
+  turns?: number;
+  turned?: number;
   tokens: number;
   /** Per reward key over the finished rollouts: count and sum in SCORE_UNITs. */
   rewards: Record<string, { count: number; units: number }>;
@@ -94,7 +97,10 @@ export function emptyStep(): StepCounters {
   };
 }
 
-export type StepRow = Pick<IndexRow, "status" | "calls" | "tokens" | "rewards" | "trace_rewards" | "dispatch"> &
+export type StepRow = Pick<
+  IndexRow,
+  "status" | "calls" | "turns" | "tokens" | "rewards" | "trace_rewards" | "dispatch"
+> &
   OutcomeRow;
 
 /** The step a row counts in (null: its identity names no step). */
@@ -108,6 +114,10 @@ export function applyStepRow(c: StepCounters, row: StepRow, sign: 1 | -1): void 
   c.episodes += sign;
   c[row.status as IndexStatus] += sign;
   c.calls += sign * row.calls;
+  if (typeof row.turns === "number") {
+    c.turns = (c.turns ?? 0) + sign * row.turns;
+    c.turned = (c.turned ?? 0) + sign;
+  }
   c.tokens += sign * row.tokens;
   if (row.status === "finished") {
     for (const [key, score] of rowScores(row)) {
@@ -166,7 +176,7 @@ export function stepJson(key: StepKey, c: StepCounters): StepJson {
     mean_rewards: Object.fromEntries(keys.map((k) => [k, (c.rewards[k]!.units * SCORE_UNIT) / c.rewards[k]!.count])),
     zero_variance_share: c.groups_complete > 0 ? c.groups_zero / c.groups_complete : null,
     groups: { complete: c.groups_complete, zero_variance: c.groups_zero },
-    mean_turns: c.episodes > 0 ? c.calls / c.episodes : null,
+    mean_turns: c.turned ? (c.turns ?? 0) / c.turned : null,
     mean_tokens: c.episodes > 0 ? c.tokens / c.episodes : null,
     staleness: { mean: n > 0 ? sum / n : null, max },
     ...outcomeJson(c, c.finished + c.failed),

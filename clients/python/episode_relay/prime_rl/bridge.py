@@ -65,6 +65,8 @@ RECORD_WAIT_SECONDS = 60.0
 MAX_SEALED_KEPT = 10000
 #: How long an announced rollout that never streamed is remembered after its pending file went.
 PENDING_KEEP_SECONDS = 3600.0
+# a pass that moved something says so in the log, at most this often (the first one at once)
+PROGRESS_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -211,9 +213,13 @@ class Bridge:
             if self._tokenizer is not None:
                 await self._tokenizer.ship(self._client)
                 self._tokenizer = None
+            said = None
             while True:
                 progress = await self.cycle(final=once)
                 self.state.save()
+                if progress and (said is None or time.monotonic() - said >= PROGRESS_EVERY_SECONDS):
+                    said = time.monotonic()
+                    self._say_progress()
                 if once and not progress:
                     return dict(self.state.stats)
                 if not once:
@@ -238,6 +244,11 @@ class Bridge:
         progress = await self._annotations(annotation_marks) or progress
         await self._orphans()
         return progress
+
+    def _say_progress(self) -> None:
+        """One log line with the counts so far (INFO: ``--quiet`` leaves it out)."""
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(self.state.stats.items()))
+        logger.info("progress: %s", counts or "nothing yet")
 
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._warned:
