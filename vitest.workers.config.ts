@@ -1,7 +1,7 @@
-import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
-import { Response } from "miniflare";
 import { readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
+import { Response } from "miniflare";
 import { defineConfig } from "vitest/config";
 import { buildDashboard } from "./scripts/build-dashboard.mjs";
 import { goldenCasePaths } from "./tools/conformance/cases.js";

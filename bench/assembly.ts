@@ -14,16 +14,18 @@
 // (or finish_error), so the figures are for work that produces the right bytes.
 
 import { decode } from "@msgpack/msgpack";
-import { EpisodeAssembly } from "../src/protocol/index.js";
-import { FinishError } from "../src/protocol/index.js";
-import { parseReply } from "../src/protocol/index.js";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { MemoryEpisode } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { concatChunks } from "../src/protocol/index.js";
-import { loadCase, type GoldenCase } from "../tools/conformance/cases.js";
+import {
+  concatChunks,
+  EpisodeAssembly,
+  encodeEnvelope,
+  FinishError,
+  MemoryEpisode,
+  ProducerCursor,
+  parseReply,
+} from "../src/protocol/index.js";
+import { type GoldenCase, loadCase } from "../tools/conformance/cases.js";
 import { checkFinish } from "../tools/conformance/local.js";
-import { measure, sig, type BenchOptions } from "./harness.js";
+import { type BenchOptions, measure, sig } from "./harness.js";
 
 export const name = "assembly";
 

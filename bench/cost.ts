@@ -28,18 +28,22 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { IDLE_MS, type Usage } from "../src/protocol/index.js";
-import { dispatchFromJson } from "../src/protocol/index.js";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { ACK_BYTES, ackMessage } from "../src/protocol/index.js";
+import {
+  ACK_BYTES,
+  ackMessage,
+  dispatchFromJson,
+  encodeEnvelope,
+  IDLE_MS,
+  ProducerCursor,
+  type Usage,
+} from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
-import { sig, type BenchOptions, type Table } from "./harness.js";
+import { type BenchOptions, sig, type Table } from "./harness.js";
 import {
   closeSocket,
   cpuMsOf,
-  descendantPids,
   type DeltaFactory,
+  descendantPids,
   fmt,
   HttpClient,
   healthProbe,

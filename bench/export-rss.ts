@@ -15,9 +15,9 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { encodeLossless, F64, LMap } from "../src/protocol/index.js";
 import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { startRelay } from "../tools/local-relay.js";
-import { encodeLossless, F64, LMap } from "../src/protocol/index.js";
 
 const N = Number(process.argv[2] ?? 10_000);
 const RUN = "bench-export";

@@ -35,32 +35,30 @@
 // workerd (bench/bare-workerd.ts: one Durable Object, no relay logic), under the same clients,
 // tells what the runtime costs from what the relay adds.
 
+import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { loadavg } from "node:os";
-import { spawn } from "node:child_process";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { ACK_BYTES, ackMessage, framesMessage } from "../src/protocol/index.js";
-import { sig, type BenchOptions } from "./harness.js";
-import { type BareWorkerd, startBareWorkerd } from "./bare-workerd.js";
+import { ACK_BYTES, ackMessage, encodeEnvelope, framesMessage, ProducerCursor } from "../src/protocol/index.js";
 import { relayCompat } from "../tools/local-relay.js";
+import { type BareWorkerd, startBareWorkerd } from "./bare-workerd.js";
+import { type BenchOptions, sig } from "./harness.js";
 import {
-  ForeignCpu,
-  HttpClient,
   closeSocket,
   cpuMsOf,
+  type DeltaFactory,
   descendantPids,
   episodeId,
+  ForeignCpu,
   fmt,
+  HttpClient,
   openSocket,
   sizedDeltas,
   sleep,
   startBenchRelay,
   stats,
   wsUrl,
-  type DeltaFactory,
 } from "./helpers.js";
 
 export const name = "fanout";

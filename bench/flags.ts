@@ -16,25 +16,25 @@
 // RegExp ("iu", the engine before issue 39: the baseline) against RE2 (re2js, what the index runs),
 // in alternating rounds; the target is RE2 ÷ V8 ≤ 1.1.
 
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
 import {
   DEFAULT_RULES,
   decodeLossless,
+  encodeEnvelope,
   encodeLossless,
   type Json,
   type LMap,
-  noWork,
   nodeSegments,
+  noWork,
+  ProducerCursor,
   type Segment,
   segmentFlags,
   taskSegment,
   textRules,
   toJson,
 } from "../src/protocol/index.js";
-import { chatNode, m, rng } from "./rollout-builders.js";
 import { type BenchOptions, sig } from "./harness.js";
 import { fmt, HttpClient, replyBody, sleep, startBenchRelay, stats } from "./helpers.js";
+import { chatNode, m, rng } from "./rollout-builders.js";
 
 export const name = "flags";
 

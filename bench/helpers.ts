@@ -3,13 +3,19 @@
 // relay with storage on tmpfs, a keep-alive HTTP client, WebSockets, throwaway episode ids).
 // A section imports these from here, never from another section.
 
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import http from "node:http";
 import { WebSocket } from "ws";
-import { type IngestAck, parseAnswer } from "../src/protocol/index.js";
-import { F64, LMap, encodeLossless, type LValue } from "../src/protocol/index.js";
+import {
+  encodeLossless,
+  encodeReply,
+  F64,
+  type IngestAck,
+  LMap,
+  type LValue,
+  parseAnswer,
+} from "../src/protocol/index.js";
 import { type LocalRelay, type RelayOptions, startRelay } from "../tools/local-relay.js";
-import { encodeReply } from "../src/protocol/index.js";
 
 // ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
 

@@ -26,24 +26,22 @@
 // nodes as re-sends (see the `stale_ack_view` check in the section's notes).
 
 import { loadavg } from "node:os";
-import { parseAnswer } from "../src/protocol/index.js";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
+import { encodeEnvelope, ProducerCursor, parseAnswer } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
-import { sig, type BenchOptions } from "./harness.js";
+import { type BenchOptions, sig } from "./harness.js";
 import {
-  ForeignCpu,
-  HttpClient,
   closeSocket,
+  type DeltaFactory,
   episodeId,
+  ForeignCpu,
   fmt,
+  HttpClient,
   openSocket,
   routingDeltas,
   sizedDeltas,
   startBenchRelay,
   stats,
   wsUrl,
-  type DeltaFactory,
 } from "./helpers.js";
 
 export const name = "ingest";

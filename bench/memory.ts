@@ -27,25 +27,30 @@
 // health probe run in a process of their own (bench/storm-producer.ts), as on another machine.
 // Every client offers permessage-deflate (ws defaults), as browsers do.
 
-import { fork, spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, fork, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Decoder } from "@msgpack/msgpack";
 import { WebSocket } from "ws";
-import { parseDelta } from "../src/protocol/index.js";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { ackMessage } from "../src/protocol/index.js";
-import { decodeLossless, encodeLossless, type LMap, type LValue } from "../src/protocol/index.js";
-import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
-import { retryHintMs } from "../src/protocol/index.js";
+import {
+  ackMessage,
+  decodeLossless,
+  encodeEnvelope,
+  encodeLossless,
+  type LMap,
+  type LValue,
+  ProducerCursor,
+  parseDelta,
+  retryHintMs,
+} from "../src/protocol/index.js";
+import { fixturePath, loadCase } from "../tools/conformance/cases.js";
+import { freePort } from "../tools/free-port.js";
 import type { BenchOptions } from "./harness.js";
 import { closeSocket, machineBusyTicks, openSocket, procStat, sleep, stats, wsUrl } from "./helpers.js";
 import { type HeapFigure, HeapSampler, isolatesOf } from "./inspector.js";
-import { freePort } from "../tools/free-port.js";
 
 export const name = "memory";
 

@@ -37,24 +37,34 @@
 
 import { cpus, loadavg, totalmem } from "node:os";
 import type { WebSocket } from "ws";
-import { parseAnswer } from "../src/protocol/index.js";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { HISTOGRAM_BINS, minuteOf, type RunAggregates, recount, SCORE_UNIT } from "../src/protocol/index.js";
 import type { IndexEntry, IndexRow } from "../src/protocol/index.js";
-import { PUSH_MS, parseRunMessage } from "../src/protocol/index.js";
-import { flushIntervalMs, type IndexPacing, indexPacingFrom } from "../src/protocol/index.js";
-import { F64, LMap, type LValue } from "../src/protocol/index.js";
-import type { LocalRelay } from "../tools/local-relay.js";
-import { sig, type BenchOptions } from "./harness.js";
 import {
-  ForeignCpu,
-  HttpClient,
-  TURN_TOKENS,
+  encodeEnvelope,
+  F64,
+  flushIntervalMs,
+  HISTOGRAM_BINS,
+  type IndexPacing,
+  indexPacingFrom,
+  LMap,
+  type LValue,
+  minuteOf,
+  ProducerCursor,
+  PUSH_MS,
+  parseAnswer,
+  parseRunMessage,
+  type RunAggregates,
+  recount,
+  SCORE_UNIT,
+} from "../src/protocol/index.js";
+import type { LocalRelay } from "../tools/local-relay.js";
+import { type BenchOptions, sig } from "./harness.js";
+import {
   closeSocket,
   cpuMsOf,
   descendantPids,
+  ForeignCpu,
   fmt,
+  HttpClient,
   openSocket,
   replyBody,
   rolloutDelta,
@@ -62,6 +72,7 @@ import {
   sleep,
   startBenchRelay,
   stats,
+  TURN_TOKENS,
   wranglerVars,
   wsUrl,
 } from "./helpers.js";

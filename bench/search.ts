@@ -13,13 +13,11 @@
 //   - what the text costs: the index's rows written and stored bytes per rollout (its own billing
 //     units), beside the segments and characters it holds.
 
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { encodeLossless } from "../src/protocol/index.js";
-import { chatNode, m, rng } from "./rollout-builders.js";
+import { encodeEnvelope, encodeLossless, ProducerCursor } from "../src/protocol/index.js";
 import type { BenchOptions } from "./harness.js";
 import { median, sig } from "./harness.js";
 import { HttpClient, sleep, startBenchRelay } from "./helpers.js";
+import { chatNode, m, rng } from "./rollout-builders.js";
 
 export const name = "search";
 

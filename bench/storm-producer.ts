@@ -4,8 +4,7 @@
 // one every 250 ms over the producer socket, and GETs /v1/health every 250 ms; on "take" it hands
 // over the ack and health times since the last take; on "stop" it closes and exits.
 import { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
+import { encodeEnvelope, ProducerCursor } from "../src/protocol/index.js";
 import { fixturePath, loadCase } from "../tools/conformance/cases.js";
 
 interface Start {

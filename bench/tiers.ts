@@ -20,9 +20,7 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
-import { ACK_BYTES, ackMessage } from "../src/protocol/index.js";
+import { ACK_BYTES, ackMessage, encodeEnvelope, ProducerCursor } from "../src/protocol/index.js";
 import type { LocalRelay } from "../tools/local-relay.js";
 import type { BenchOptions } from "./harness.js";
 import {

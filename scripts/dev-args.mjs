@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findRelaySecret, FROM_ENVIRONMENT, secretTooShort } from "./dev-vars.mjs";
+import { FROM_ENVIRONMENT, findRelaySecret, secretTooShort } from "./dev-vars.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const wrangler = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");

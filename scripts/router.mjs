@@ -14,7 +14,7 @@
 // front (and Miniflare's entry Worker) would otherwise accept permessage-deflate whatever the
 // Worker's `no_web_socket_compression` flag says, and compress every message for every socket; on
 // Cloudflare the flag is honoured. Runs through a direct socket to the Worker need no stripping.
-import { createServer, request as httpRequest, Agent } from "node:http";
+import { Agent, createServer, request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { pathToFileURL } from "node:url";
 

@@ -10,8 +10,8 @@
 // a mode that is not implemented).
 
 import { basename } from "node:path";
-import { USAGE, UsageError, parseArgs, type CliOptions, type RelayOptions } from "./conformance/args.js";
-import { casePaths, loadCase, type GoldenCase } from "./conformance/cases.js";
+import { type CliOptions, parseArgs, type RelayOptions, USAGE, UsageError } from "./conformance/args.js";
+import { casePaths, type GoldenCase, loadCase } from "./conformance/cases.js";
 import { CONFORMANCE_DISPATCH, runCaseLocally } from "./conformance/local.js";
 
 type RunCase = (c: GoldenCase) => Promise<string | undefined>;

@@ -1,7 +1,7 @@
 // Command lines of the tools and the bench: node:util `parseArgs` in strict mode, its errors
 // turned into a UsageError whose message names the option as it was typed.
 
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import { type ParseArgsConfig, parseArgs } from "node:util";
 
 /** A command line that cannot be run (the caller prints the message and its usage, exits 2). */
 export class UsageError extends Error {

@@ -10,16 +10,16 @@
 // Miniflare opens the same files with a dumper Worker whose classes have the same names, and writes
 // each object's tables (schema and rows, BLOBs as base64) to one JSON file per object, with what
 // the release answered (GET bytes' length and hash, status, the run's list) for the tests to compare.
-import { createHash } from "node:crypto";
+
 import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { Miniflare, type WorkerOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { QUIET_ENV } from "../scripts/quiet-env.mjs";
-import { encodeEnvelope } from "../src/protocol/index.js";
-import { ProducerCursor } from "../src/protocol/index.js";
+import { encodeEnvelope, ProducerCursor } from "../src/protocol/index.js";
 import { fixturePath, loadCase } from "./conformance/cases.js";
 
 const root = resolve(import.meta.dirname, "..");

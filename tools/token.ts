@@ -3,9 +3,16 @@
 // else .dev.vars (else .env / .env.local), the same order `npm start` applies. A summary goes to stderr.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { isEpisodePattern, mintToken, ROLES, type Role } from "../src/protocol/index.js";
-import { formatTtl, maxTtlFrom, parseTtl } from "../src/protocol/index.js";
 import { findRelaySecret, secretTooShort } from "../scripts/dev-vars.mjs";
+import {
+  formatTtl,
+  isEpisodePattern,
+  maxTtlFrom,
+  mintToken,
+  parseTtl,
+  ROLES,
+  type Role,
+} from "../src/protocol/index.js";
 import { parseOptions, UsageError } from "./parse-options.js";
 
 const USAGE = `usage: npm run token -- --role producer|watcher|admin --episode ID|PREFIX*|'*' [--episode ...] [--ttl 1h] [--sub NAME]

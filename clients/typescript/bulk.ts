@@ -8,9 +8,7 @@
 // the relay's budget ends with `{cursor, more: true}` (rows it read without sending them): the
 // iteration asks again from there by itself.
 
-import { WireError } from "../../src/protocol/index.js";
-import { Reader } from "../../src/protocol/index.js";
-import { concatChunks } from "../../src/protocol/index.js";
+import { concatChunks, Reader, WireError } from "../../src/protocol/index.js";
 import {
   bearer,
   checkBaseUrl,

@@ -10,17 +10,14 @@
 // matches. `listEpisodes` keeps following the cursor until it is null; a caller of
 // `fetchEpisodesPage` must do the same. The token sees the episodes its `episodes` patterns cover.
 
-import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
+import type { EpisodesPage, IndexEntry, IndexStatus, SortKey } from "../../src/protocol/index.js";
 import { filterParams, NO_FILTER, type RowFilter } from "../../src/protocol/index.js";
-import type { EpisodesPage, SortKey } from "../../src/protocol/index.js";
 import { getJson, isObject, segment } from "./groups.js";
 import { RelayRefusal } from "./refusal.js";
 import { checkBaseUrl, type Hints, type TokenOptions } from "./relay-fetch.js";
 
 // The relay's own types for what it answers and takes: one definition for both sides.
-export type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
-export type { RewardRange, RowFilter } from "../../src/protocol/index.js";
-export type { EpisodesPage } from "../../src/protocol/index.js";
+export type { EpisodesPage, IndexEntry, IndexStatus, RewardRange, RowFilter } from "../../src/protocol/index.js";
 /** Newest-updated first (the relay's default), or best reward first (episodes without one last). */
 export type EpisodeSort = SortKey;
 

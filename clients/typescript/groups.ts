@@ -6,6 +6,7 @@
 // `GET /v1/runs/{run}/groups/{group}`: the summary plus each rollout with its advantage.
 // The token's `episodes` patterns must cover the whole run (`*` or `RUN:*`), else 403.
 
+import type { GroupJson, GroupSort, GroupsPage, RolloutJson } from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
 import {
   bearer,
@@ -17,12 +18,14 @@ import {
   type TokenOptions,
 } from "./relay-fetch.js";
 
-import type { GroupJson, GroupSort, GroupsPage, RolloutJson } from "../../src/protocol/index.js";
-
 // The relay's own types for what it answers (src/protocol/registry/groups.ts, zero-variance-trend.ts): one definition
 // for both sides.
-export type { GroupRewardStats as RewardStats, GroupSort, GroupsPage } from "../../src/protocol/index.js";
-export type { ZeroVarianceTrend } from "../../src/protocol/index.js";
+export type {
+  GroupRewardStats as RewardStats,
+  GroupSort,
+  GroupsPage,
+  ZeroVarianceTrend,
+} from "../../src/protocol/index.js";
 /** A group of a run: its rollouts counted by status, and per reward key its statistics. */
 export type GroupSummary = GroupJson;
 

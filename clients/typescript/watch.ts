@@ -12,15 +12,24 @@
 // `fetchAnnotations` and `foldOntoNodes` (the trainer's annotations, and their fold onto a trace's
 // nodes as prime-rl folds them) and `RelayRefusal` (refusal.ts).
 
-import { EpisodeAssembly } from "../../src/protocol/index.js";
-import { FinishError } from "../../src/protocol/index.js";
-import { decodeLossless } from "../../src/protocol/index.js";
-import { toJson, type Json } from "../../src/protocol/index.js";
-import { ACK_BYTES, ackMessage, decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/protocol/index.js";
-import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER } from "../../src/protocol/index.js";
-import { traceOf } from "../../src/protocol/index.js";
+import {
+  ACK_BYTES,
+  ackMessage,
+  CLOSE_TOO_SLOW,
+  CLOSE_TRY_LATER,
+  decodeLossless,
+  decodeWatchMessage,
+  EpisodeAssembly,
+  FinishError,
+  type Json,
+  retryHintMs,
+  toJson,
+  traceOf,
+  type WatchMessage,
+  WS_PROTOCOL,
+  WS_TOKEN_PREFIX,
+} from "../../src/protocol/index.js";
 import { RelayRefusal } from "./refusal.js";
-import { WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/protocol/index.js";
 import {
   bearer,
   checkBaseUrl,
@@ -34,10 +43,19 @@ import {
   type TokenOptions,
 } from "./relay-fetch.js";
 
-export { RelayRefusal } from "./refusal.js";
 export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/protocol/index.js";
-export { RelayUnreachable, type Hints } from "./relay-fetch.js";
-export { fetchRun, type FetchRunOptions, type RunEpisode } from "./bulk.js";
+export { type FetchRunOptions, fetchRun, type RunEpisode } from "./bulk.js";
+export {
+  type EpisodeSort,
+  type EpisodesPage,
+  fetchEpisodesPage,
+  type IndexEntry,
+  type IndexStatus,
+  type ListEpisodesOptions,
+  listEpisodes,
+  type RewardRange,
+  type RowFilter,
+} from "./episodes.js";
 export {
   type Advantage,
   type FetchGroupsOptions,
@@ -52,17 +70,8 @@ export {
   type RewardStats,
   type ZeroVarianceTrend,
 } from "./groups.js";
-export {
-  type EpisodeSort,
-  type EpisodesPage,
-  fetchEpisodesPage,
-  type IndexEntry,
-  type IndexStatus,
-  type ListEpisodesOptions,
-  listEpisodes,
-  type RewardRange,
-  type RowFilter,
-} from "./episodes.js";
+export { RelayRefusal } from "./refusal.js";
+export { type Hints, RelayUnreachable } from "./relay-fetch.js";
 
 /**
  * The subset of the WHATWG WebSocket this client uses. The browser's `WebSocket` and `ws`'s fit it

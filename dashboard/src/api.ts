@@ -7,8 +7,8 @@
 // came in a fragment (a share link) rides along in the page's own links' fragments, so a link
 // opened in a new tab (whose session starts empty) still has it; a pasted token does not travel so.
 
-import { RELAY_HEADER } from "../../src/protocol/index.js";
 import { RETRY_503_FOR_MS, retryAfterMs } from "../../clients/typescript/relay-fetch.js";
+import { RELAY_HEADER } from "../../src/protocol/index.js";
 
 const KEY = "episode-relay-token";
 /** Set when the token came in a link: the page's links then carry it on. */

@@ -5,20 +5,19 @@
 // and tokens in one table; then every trace, aligned node by node across all of
 // them, with the first node where they diverge marked and its text diffed word by word against
 // A. Best and worst are named by the stated tie rule (compare-align.ts).
+
+import type { GroupDetailJson, Json, RolloutJson } from "../../src/protocol/index.js";
+import { episodeReward, rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { alignTurns, traceSlots, wordDiff } from "./compare-align.js";
-import { rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
 import { h, plural } from "./dom.js";
 import { messageBody } from "./episode.js";
 import { num, signed } from "./group/figures.js";
 import { episodeHref, homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
-import { isObject, messageOf, type Message } from "./model.js";
+import { isObject, type Message, messageOf } from "./model.js";
 import { picksOf } from "./pick-tray.js";
 import { episodeRewardChips } from "./reward-chip.js";
 import { refusal, type Shell } from "./shell.js";
-import { episodeReward } from "../../src/protocol/index.js";
-import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
-import type { Json } from "../../src/protocol/index.js";
 
 interface TraceSide {
   messages: Message[];

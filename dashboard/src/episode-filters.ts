@@ -4,8 +4,9 @@
 // (src/protocol/registry/row-filter.ts), so the page asks the relay exactly what it matches pushed rows with.
 // The filter lives in the page's URL too (`?task=…&truncated=1&step=3..5`): a filtered list can be
 // shared, and a link to a step is the run page with `?step=N`.
-import { h } from "./dom.js";
+
 import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
+import { h } from "./dom.js";
 
 /** Typing settles for this long before the list is asked again. */
 const TYPING_MS = 350;

@@ -2,8 +2,7 @@
 // (src/objects/registry/episode-pages.ts: `updated DESC, id DESC`, or `reward DESC, id DESC` / `step DESC,
 // id DESC` with the rows without one last), so rows the socket brings and rows a page brings
 // interleave the same way on both sides.
-import type { IndexEntry } from "../../src/protocol/index.js";
-import type { SortKey } from "../../src/protocol/index.js";
+import type { IndexEntry, SortKey } from "../../src/protocol/index.js";
 
 export type { SortKey };
 

@@ -3,13 +3,14 @@
 // step and kind (the policy version and staleness in the tooltip), reward, the reward scores, the
 // final answer (the latest assistant words, `live.last`), stop condition, truncated, ages.
 // Every column is the row's own field as the relay sends it (src/protocol/registry/entry.ts).
-import { agoSpan, fmtNumber, h, plural } from "./dom.js";
-import { episodeHref, idInRun } from "./links.js";
-import { episodeRewardChips, rewardNumber } from "./reward-chip.js";
-import { pickBox } from "./pick-tray.js";
-import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
+
 import type { IndexEntry } from "../../src/protocol/index.js";
 import { REWARD_DEFINITION, traceRewardsOf } from "../../src/protocol/index.js";
+import { agoSpan, fmtNumber, h, plural } from "./dom.js";
+import { episodeHref, idInRun } from "./links.js";
+import { pickBox } from "./pick-tray.js";
+import { episodeRewardChips, rewardNumber } from "./reward-chip.js";
+import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 
 export function episodeListHead(): HTMLElement {
   const col = (text: string, title?: string, cls = "span") => h(cls as "span", { role: "columnheader", title }, text);

@@ -5,10 +5,11 @@
 // one a page brought (its "frontier"), so it never shows a hole where unloaded rows belong. A rare
 // filter's pages may come back short (the relay walks a bounded number of rows per page): the view
 // counts the rows the relay searched.
-import { authHeaders, relayUrl } from "./api.js";
-import { compareEntries, newer, type SortKey } from "./episode-order.js";
+
 import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
 import { filterParams, NO_FILTER, type RowFilter, rowMatches } from "../../src/protocol/index.js";
+import { authHeaders, relayUrl } from "./api.js";
+import { compareEntries, newer, type SortKey } from "./episode-order.js";
 
 export type StatusFilter = "all" | IndexStatus;
 

@@ -9,18 +9,18 @@
 // and the trace columns. This file puts them on the page and draws them once per animation frame.
 import { flagChips } from "./episode/flag-chips.js";
 import "./styles/overlays.css";
+import { identityOf } from "../../src/protocol/index.js";
 import { clear, h } from "./dom.js";
 import { groupOf, identityCard, taskCard } from "./episode/context-cards.js";
-import { EpisodeFeed } from "./episode/feed.js";
 import { downloadButtons } from "./episode/downloads.js";
+import { EpisodeFeed } from "./episode/feed.js";
+import { overlays } from "./episode/overlays.js";
 import { episodeHead } from "./episode/page-head.js";
 import { routingPanel } from "./episode/routing-panel.js";
 import { summaryCards } from "./episode/summary-cards.js";
-import { overlays } from "./episode/overlays.js";
 import { traceList } from "./episode/trace-list.js";
 import { homeHref, idInRun, runHref, runLabel, runOf } from "./links.js";
 import { field, isObject } from "./model.js";
-import { identityOf } from "../../src/protocol/index.js";
 import type { Shell } from "./shell.js";
 
 // the compare page shows messages as this page does

@@ -4,16 +4,17 @@
 // over the group's std), task, the trainer's step and kind, turns, tokens, the final answer, stop
 // condition and whether it was truncated. While a rollout is live the page re-reads the group
 // every REFRESH_MS.
-import { getJson } from "./api.js";
+
+import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
 import { bestAndWorst, rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
+import { getJson } from "./api.js";
 import { clear, h } from "./dom.js";
 import { groupNumbers } from "./group/group-numbers.js";
 import { rolloutHead, rolloutRow } from "./group/rollout-row.js";
-import { compareHref, runHref, runLabel, homeHref } from "./links.js";
+import { compareHref, homeHref, runHref, runLabel } from "./links.js";
 import { pickTray } from "./pick-tray.js";
 import { segmented } from "./segmented.js";
 import { refusal, type Shell } from "./shell.js";
-import type { GroupDetailJson, RolloutJson } from "../../src/protocol/index.js";
 
 /** Re-read the group this often while any of its rollouts is live (or the last read failed). */
 export const REFRESH_MS = 3000;

@@ -2,12 +2,8 @@
 // EpisodeAssembly): traces, nodes, calls and scalar fields decoded on demand from their msgpack
 // spans, with caches keyed by span identity so an update decodes only what is new.
 
-import type { NdArray } from "../../src/protocol/index.js";
-import type { NodeState } from "../../src/protocol/index.js";
-import type { TraceState } from "../../src/protocol/index.js";
-import { decodeLossless } from "../../src/protocol/index.js";
-import { toJson, type Json } from "../../src/protocol/index.js";
-import { Reader } from "../../src/protocol/index.js";
+import type { NdArray, NodeState, TraceState } from "../../src/protocol/index.js";
+import { decodeLossless, type Json, Reader, toJson } from "../../src/protocol/index.js";
 
 export type JsonObject = { [k: string]: Json };
 

@@ -3,10 +3,11 @@
 // green, so a 0 never reads as a success. The scale is fixed rather than stretched to what a page
 // happens to hold: the same score is the same colour on every page. A score that is not a number
 // (a string, a map without `score`) gets a neutral chip.
-import { fmtNumber, h } from "./dom.js";
-import { fmt, isObject } from "./model.js";
+
 import type { Json } from "../../src/protocol/index.js";
 import { episodeReward, REWARD_DEFINITION, TOTAL_KEY } from "../../src/protocol/index.js";
+import { fmtNumber, h } from "./dom.js";
+import { fmt, isObject } from "./model.js";
 
 /** The scale's ends: at or below BAD is the worst colour, at or above GOOD the best. */
 export const REWARD_BAD = 0;

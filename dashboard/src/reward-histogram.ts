@@ -1,8 +1,9 @@
 // One reward key's distribution over a run: count, mean, min, max and a bar per histogram bin
 // (20 bins over [0, 1], plus "below 0" and "above 1" bars when any score falls outside). Plain
 // DOM bars: each carries its bin and count, so its tooltip (and a test) can read them.
-import { fmtNumber, h, plural } from "./dom.js";
+
 import type { RunAggregates } from "../../src/protocol/index.js";
+import { fmtNumber, h, plural } from "./dom.js";
 
 type RewardStats = RunAggregates["rewards"][string];
 

@@ -2,9 +2,10 @@
 // aggregates' `reward_trend`: finished episodes by the minute they ended; step-path.ts leaves a
 // minute with none empty). Each minute has an invisible column whose tooltip lists the keys' means
 // and counts. Drawn beside the throughput sparkline.
+
+import type { RewardTrend } from "../../src/protocol/index.js";
 import { fmtNumber, h, s } from "./dom.js";
 import { stepPath } from "./step-path.js";
-import type { RewardTrend } from "../../src/protocol/index.js";
 
 const W = 600;
 const H = 64;

@@ -12,9 +12,9 @@ import { EpisodeViews, type StatusFilter, type View, type ViewQuery } from "./ep
 import { pickTray, syncPickBoxes } from "./pick-tray.js";
 import { runLive } from "./run-live.js";
 import "./styles/episode-list.css";
-import { segmented } from "./segmented.js";
 import type { IndexEntry, IndexStatus } from "../../src/protocol/index.js";
 import { isFiltered, NO_FILTER } from "../../src/protocol/index.js";
+import { segmented } from "./segmented.js";
 
 const STATUSES: Array<[StatusFilter, string]> = [
   ["all", "all"],

@@ -9,18 +9,18 @@
 //
 // Both are paged tables (paged-table.ts): they re-read what they show (from the top, as many rows
 // as are loaded) when the run's aggregates change, at most every REFRESH_MS.
+
+import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
+import type { RunAggregates, TaskSummary, TasksPage } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { fmtNumber, h } from "./dom.js";
-import { segmented } from "./segmented.js";
 import { groupHref } from "./links.js";
 import { pagedTable } from "./paged-table.js";
 import { rewardChip } from "./reward-chip.js";
-import { kindChip } from "./stage-chip.js";
 import { percent } from "./run-stats.js";
+import { segmented } from "./segmented.js";
+import { kindChip } from "./stage-chip.js";
 import { TURNS_HINT } from "./turns.js";
-import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
-import type { RunAggregates } from "../../src/protocol/index.js";
-import type { TaskSummary, TasksPage } from "../../src/protocol/index.js";
 
 /** Groups asked per page (and per "show more"). */
 export const GROUPS_PAGE = 10;

@@ -5,11 +5,12 @@
 // is a pending placeholder, drawn apart (hatched, "no trace yet"). The rows are the run list's
 // (episode-views.ts: the socket's, and the relay's `status=live` pages when the snapshot was cut
 // short); this only draws them.
+
+import type { IndexEntry } from "../../src/protocol/index.js";
 import { h } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
 import { TURNS_HINT, turnsText } from "./turns.js";
-import type { IndexEntry } from "../../src/protocol/index.js";
 
 /** Rows drawn at most (the rest are counted). */
 const MAX_ROWS = 100;

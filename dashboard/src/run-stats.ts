@@ -1,10 +1,11 @@
 // A run's counters (from its aggregates): episodes by status, how fast they end, and how big they
 // are; the zero-variance tile carries its trend over the last hour. Tiles keep their elements; an
 // update only rewrites the numbers (and redraws that small chart).
-import { clear, h } from "./dom.js";
-import { zeroVarianceSpark } from "./zero-variance-spark.js";
-import { TURNS_HINT } from "./turns.js";
+
 import type { RunAggregates } from "../../src/protocol/index.js";
+import { clear, h } from "./dom.js";
+import { TURNS_HINT } from "./turns.js";
+import { zeroVarianceSpark } from "./zero-variance-spark.js";
 
 type StatKey =
   | "episodes"

@@ -5,12 +5,13 @@
 // (`steps`, `steps_gone`). A page on its way never overwrites a step the socket changed meanwhile, nor brings
 // back one it removed. The cards sit beside the wall-clock charts; hidden while the run has no step. A click
 // on a chart opens that step's episodes.
+
+import type { StepJson, StepsPage } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { h } from "./dom.js";
 import { runHref } from "./links.js";
 import { Plot } from "./plot.js";
 import { hasValues, kindName, stepCards } from "./step-charts.js";
-import type { StepJson, StepsPage } from "../../src/protocol/index.js";
 
 /** Steps asked per page (the relay's largest), and pages read at most (100,000 steps). */
 const PAGE = 500;

@@ -7,25 +7,25 @@
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
-import { runLabel, homeHref } from "./links.js";
+import { homeHref, runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
-import { rewardHistogram } from "./reward-histogram.js";
 import { shownRewards } from "./reward-choice.js";
+import { rewardHistogram } from "./reward-histogram.js";
 import { rewardScope } from "./reward-scope.js";
 import "./styles/rewards.css";
 import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runAlerts } from "./run-alerts.js";
 import { runEpisodes } from "./run-episodes.js";
 import { runGroups, runTasks } from "./run-groups.js";
-import { runStats } from "./run-stats.js";
 import { runSearch } from "./run-search.js";
+import { runStats } from "./run-stats.js";
 import { runSteps } from "./run-steps.js";
 import { shareLink } from "./share-link.js";
 import "./styles/training.css";
-import type { Shell } from "./shell.js";
-import { throughputSparkline } from "./throughput-sparkline.js";
 import type { RunAggregates } from "../../src/protocol/index.js";
 import { parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
+import type { Shell } from "./shell.js";
+import { throughputSparkline } from "./throughput-sparkline.js";
 
 /**
  * Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for

@@ -8,9 +8,9 @@ import { NO_RUN, runHref, runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
 import { primaryRewardKey } from "./reward-choice.js";
 import "./styles/rewards.css";
-import type { Shell } from "./shell.js";
 import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/protocol/index.js";
 import { toneAttrs } from "./reward-chip.js";
+import type { Shell } from "./shell.js";
 
 /** The episode statuses a run counts, in the order the columns show them. */
 const COUNTED = [

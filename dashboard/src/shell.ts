@@ -1,8 +1,9 @@
 // The page's frame: the header (brand, breadcrumbs, the connection pill, the token form) and the
 // main area the list and the episode page draw into.
-import { homeHref } from "./links.js";
+
 import { getToken, setToken } from "./api.js";
 import { clear, h } from "./dom.js";
+import { homeHref } from "./links.js";
 
 export type ConnState =
   | "connecting"

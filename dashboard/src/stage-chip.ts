@@ -2,8 +2,9 @@
 // src/protocol/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
 // placeholder: a rollout the trainer announced (`POST .../dispatch`) whose first trace has not
 // streamed yet.
-import { h } from "./dom.js";
+
 import type { IndexEntry, Stage } from "../../src/protocol/index.js";
+import { h } from "./dom.js";
 
 /** What each stage means, for the chip's tooltip. */
 const STAGE_HINTS: Record<Stage, string> = {

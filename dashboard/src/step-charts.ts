@@ -3,9 +3,10 @@
 // (output tokens per rollout: mean and p90), how the ended rollouts ended (truncated, errored, timed out),
 // the zero-variance share of the complete groups, and the off-policy staleness (step − policy_version).
 // Each chart is a card of its own (its title says what the numbers are over); plot.ts draws it.
+
+import type { StepJson } from "../../src/protocol/index.js";
 import { fmtNumber } from "./dom.js";
 import type { PlotSeries, PlotSpec } from "./plot.js";
-import type { StepJson } from "../../src/protocol/index.js";
 
 /** A step's kind as the charts name it (rollouts whose identity names none: "other"). */
 export const kindName = (k: string | null) => k ?? "other";

@@ -2,8 +2,9 @@
 // `throughput.per_minute`, oldest first, the last value being the current, unfinished minute).
 // The SVG stretches to its box; strokes keep their width (non-scaling-stroke). Each minute has an
 // invisible column with a tooltip.
-import { h, s } from "./dom.js";
+
 import type { RunAggregates } from "../../src/protocol/index.js";
+import { h, s } from "./dom.js";
 
 const W = 600;
 const H = 64;

@@ -2,9 +2,10 @@
 // `groups.trend`): a step line of the run's share as it stood at the end of each minute (over every
 // group completed by then), and under it a faint bar per minute for the share among the groups
 // that completed in that minute. Both on 0–100%; a minute with no completed group has no bar.
+
+import type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 import { s } from "./dom.js";
 import { stepPath } from "./step-path.js";
-import type { ZeroVarianceTrend } from "../../src/protocol/index.js";
 
 const W = 120;
 const H = 28;

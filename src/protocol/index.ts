@@ -18,6 +18,17 @@ export * from "./envelope/dispatch.js";
 export * from "./envelope/envelope.js";
 export * from "./envelope/memory-episode.js";
 export * from "./envelope/producer.js";
+export {
+  DEFAULT_RULES,
+  noWork,
+  type Rule,
+  SEGMENT_STEPS,
+  segmentFlags,
+  type TextRule,
+  type TextWork,
+  TURN_STEPS,
+  textRules,
+} from "./flags/rules.js";
 export * from "./http/auth.js";
 export * from "./http/credentials.js";
 export * from "./http/errors.js";
@@ -30,28 +41,17 @@ export * from "./registry/groups.js";
 export * from "./registry/index-protocol.js";
 export * from "./registry/ranking.js";
 export * from "./registry/reward-trend.js";
+export * from "./registry/rewards.js";
 export * from "./registry/row-filter.js";
 export * from "./registry/rows.js";
 export * from "./registry/run.js";
 export * from "./registry/steps.js";
 export * from "./registry/zero-variance-trend.js";
+export * from "./search/query.js";
+export { nodeSegments, type Segment, taskSegment } from "./search/segments.js";
 export * from "./watch/protocol.js";
 export * from "./wire/errors.js";
 export * from "./wire/json-view.js";
 export * from "./wire/lossless.js";
 export * from "./wire/reader.js";
 export * from "./wire/writer.js";
-export * from "./search/query.js";
-export * from "./registry/rewards.js";
-export {
-  DEFAULT_RULES,
-  noWork,
-  type Rule,
-  SEGMENT_STEPS,
-  segmentFlags,
-  TURN_STEPS,
-  type TextRule,
-  type TextWork,
-  textRules,
-} from "./flags/rules.js";
-export { nodeSegments, type Segment, taskSegment } from "./search/segments.js";

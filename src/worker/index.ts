@@ -6,20 +6,20 @@
 // unexpected error is logged
 // and answered 500 (with CORS headers, so a browser sees it). Everything outside /v1/ is the
 // dashboard, served as static assets (wrangler.toml `[assets]`, `run_worker_first = ["/v1/*"]`).
+
+import { ArchiveGate as ArchiveGateObject } from "../objects/archive/gate.js";
 import { metered } from "../objects/billing/metered.js";
-import type { Usage } from "../protocol/billing/usage.js";
 import { Episode as EpisodeObject } from "../objects/episode/episode.js";
-import { limitsFrom } from "../protocol/limits/limits.js";
-import { MAX_DISPATCH_BYTES } from "../protocol/envelope/dispatch.js";
-import { wantsJson } from "../protocol/http/representation.js";
-import { type AuthMode, authMode, authorize, type Claims, need } from "../protocol/http/auth.js";
-import { cursorKeys } from "../protocol/registry/list-cursors.js";
-import { publicOrigin } from "../protocol/http/public-url.js";
-import { shareRun } from "./share-link.js";
-import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";
+import { ViewerHub as ViewerHubObject } from "../objects/hub/hub.js";
+import { EpisodeIndex as EpisodeIndexObject } from "../objects/registry/episode-index.js";
+import { RunDirectory as RunDirectoryObject } from "../objects/registry/run-directory.js";
 import { readArchived } from "../protocol/archive/archive-read.js";
+import type { Usage } from "../protocol/billing/usage.js";
+import { MAX_DISPATCH_BYTES } from "../protocol/envelope/dispatch.js";
+import { type AuthMode, authMode, authorize, type Claims, need } from "../protocol/http/auth.js";
 import { checkDeclaredLength } from "../protocol/http/body.js";
 import { corsConfig, isPreflight, listedOrigin, preflightResponse, withCors } from "../protocol/http/cors.js";
+import { offeredProtocols, stripCredentials, WS_PROTOCOL } from "../protocol/http/credentials.js";
 import {
   answerResponse,
   errorResponse,
@@ -27,6 +27,8 @@ import {
   RelayError,
   upgradeRequired,
 } from "../protocol/http/errors.js";
+import { publicOrigin } from "../protocol/http/public-url.js";
+import { wantsJson } from "../protocol/http/representation.js";
 import {
   allowedMethods,
   EPISODE_ID_HEADER,
@@ -37,6 +39,19 @@ import {
   RELAY_HEADER,
   type Route,
 } from "../protocol/http/route.js";
+import {
+  HUB_EPISODE_HEADER,
+  HUB_SHARD_HEADER,
+  HUBS_HEADER,
+  HubCounts,
+  hubName,
+  parseHubs,
+  pickShard,
+} from "../protocol/hub/shards.js";
+import { limitsFrom } from "../protocol/limits/limits.js";
+import { cursorKeys } from "../protocol/registry/list-cursors.js";
+import { scopeOf } from "../protocol/registry/rows.js";
+import { RUNS_NAME, runIndexName } from "../protocol/registry/run.js";
 import { bulkFinished } from "./bulk-finished.js";
 import {
   listAcrossRuns,
@@ -49,29 +64,15 @@ import {
   runGroup,
   runGroups,
   runRules,
-  runTokenizer,
   runSearch,
   runSocket,
   runSteps,
   runTasks,
+  runTokenizer,
   runView,
   type Viewer,
 } from "./run-routes.js";
-import { EpisodeIndex as EpisodeIndexObject } from "../objects/registry/episode-index.js";
-import { RunDirectory as RunDirectoryObject } from "../objects/registry/run-directory.js";
-import { RUNS_NAME, runIndexName } from "../protocol/registry/run.js";
-import { scopeOf } from "../protocol/registry/rows.js";
-import { ViewerHub as ViewerHubObject } from "../objects/hub/hub.js";
-import { ArchiveGate as ArchiveGateObject } from "../objects/archive/gate.js";
-import {
-  HUB_EPISODE_HEADER,
-  HUB_SHARD_HEADER,
-  HUBS_HEADER,
-  HubCounts,
-  hubName,
-  parseHubs,
-  pickShard,
-} from "../protocol/hub/shards.js";
+import { shareRun } from "./share-link.js";
 
 // The objects as wrangler.toml binds them, each counting its billing units (src/objects/billing/metered.ts).
 export const Episode = metered(EpisodeObject, { peers: (e) => e.hubNames() });

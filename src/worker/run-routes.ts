@@ -10,26 +10,26 @@
 // token covers all of it), and every cursor handed out is sealed (list-cursors.ts), bound to the
 // list, the run and the token's patterns.
 
+import { ALERT_BUDGETS } from "../protocol/alerts/config.js";
+import type { Claims } from "../protocol/http/auth.js";
+import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http/body.js";
+import { stripCredentials } from "../protocol/http/credentials.js";
+import { RelayError } from "../protocol/http/errors.js";
+import { GROUP_SORTS, type GroupSort } from "../protocol/registry/groups.js";
 import {
   type AcrossPosition,
   type CursorBinding,
   type CursorKeys,
   openCursor,
   positionText,
-  readPosition,
   type RunPosition,
+  readPosition,
   sealCursor,
 } from "../protocol/registry/list-cursors.js";
-import { parseSearchQuery } from "../protocol/search/query.js";
-import { STEP_KINDS } from "../protocol/registry/steps.js";
-import { GROUP_SORTS, type GroupSort } from "../protocol/registry/groups.js";
 import { type IndexEntry, noSuchRun, parseListQuery, SCOPE_HEADER, type Scope } from "../protocol/registry/rows.js";
 import { RUNS_NAME, runIndexName, scopeInRun } from "../protocol/registry/run.js";
-import { stripCredentials } from "../protocol/http/credentials.js";
-import type { Claims } from "../protocol/http/auth.js";
-import { checkDeclaredLength, parseJsonBody, readStream } from "../protocol/http/body.js";
-import { RelayError } from "../protocol/http/errors.js";
-import { ALERT_BUDGETS } from "../protocol/alerts/config.js";
+import { STEP_KINDS } from "../protocol/registry/steps.js";
+import { parseSearchQuery } from "../protocol/search/query.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
 

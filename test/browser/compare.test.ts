@@ -10,7 +10,7 @@ import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import { rewardOf } from "../../src/protocol/registry/rewards.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
-import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot } from "./pages.js";

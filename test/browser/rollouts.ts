@@ -1,8 +1,9 @@
 // What the browser tests do with the relay they start: post to it, read its API, push chat_basic
 // as a rollout of a run (test/support/chat-rollouts.ts) and finish it, and wait for the run's index.
+
+import { expect } from "vitest";
 import type { LMap } from "../../src/protocol/wire/lossless.js";
 import { chat, failedReply, groupReply, openFrame, setDelta } from "../support/chat-rollouts.js";
-import { expect } from "vitest";
 
 /** The relay at `url()` (read on each call: the relay starts in `beforeAll`). */
 export function relayCalls(url: () => string) {

@@ -8,7 +8,7 @@ import { mkdirSync } from "node:fs";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
-import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";

@@ -5,9 +5,9 @@
 import { describe, expect, it } from "vitest";
 import { archivedJson } from "../../src/protocol/archive/json-view.js";
 import { ArchiveError } from "../../src/protocol/archive/stream-input.js";
-import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { jsonText } from "../../src/protocol/wire/json-view.js";
-import { goldenCasePaths, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
+import { decodeLossless } from "../../src/protocol/wire/lossless.js";
+import { type GoldenCase, goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 
 const cases = goldenCasePaths()
   .map(loadCase)

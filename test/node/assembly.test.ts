@@ -3,9 +3,9 @@
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { DeltaError } from "../../src/protocol/assembly/errors.js";
-import { parseNdArray, promote, repairLastRow, ndValues } from "../../src/protocol/assembly/ndarray.js";
-import { F64, LMap, decodeLossless, firstDifference, type LValue } from "../../src/protocol/wire/lossless.js";
-import { TRACE, delta, enc, f, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
+import { ndValues, parseNdArray, promote, repairLastRow } from "../../src/protocol/assembly/ndarray.js";
+import { decodeLossless, F64, firstDifference, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
+import { delta, enc, f, intKeyed, m, nd, node, openDelta, TRACE } from "../support/deltas.js";
 
 function withTwoNodes(): EpisodeAssembly {
   const asm = new EpisodeAssembly();

@@ -5,11 +5,11 @@ import { describe, expect, it } from "vitest";
 import {
   CURSOR_RING,
   IDLE_MS,
+  MAX_RECORDS,
   meterFor,
   OTHER,
   sumUsage,
   UsageMeter,
-  MAX_RECORDS,
   writtenTable,
 } from "../../src/protocol/billing/usage.js";
 

@@ -11,13 +11,13 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { fetchRun, type RunEpisode } from "../../clients/typescript/bulk.js";
 import { RelayRefusal } from "../../clients/typescript/watch.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { ChunkWriter } from "../../src/protocol/wire/writer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { useRelay } from "../support/relay.js";
-import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const secret = "bulk-test-secret-00112233445566778899aabbccddeeff";

@@ -3,13 +3,13 @@
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { encode } from "@msgpack/msgpack";
 import { join } from "node:path";
+import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { startRelay } from "../../tools/local-relay.js";
-import { useRelay, until } from "../support/relay.js";
-import { encodeReply } from "../../src/protocol/assembly/reply.js";
+import { until, useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();

@@ -1,22 +1,23 @@
 // The TypeScript watcher client against a relay the test starts: events, assembly, JSON view,
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
-import WebSocket from "ws";
+
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import {
   fetchEpisode,
   RelayRefusal,
   RelayUnreachable,
-  watchEpisode,
   type SocketFactory,
   type WatchEvent,
+  watchEpisode,
 } from "../../clients/typescript/watch.js";
-import { mintToken } from "../../src/protocol/http/auth.js";
-import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { fixturePath, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
-import { useRelay, until } from "../support/relay.js";
+import { mintToken } from "../../src/protocol/http/auth.js";
+import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
+import { until, useRelay } from "../support/relay.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });

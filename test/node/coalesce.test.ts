@@ -2,8 +2,9 @@
 // every ack in order, and watchers get every frame once, in order, in fewer messages than frames.
 // (Runs Node-side: vitest-pool-workers' Durable Object wrapper adds awaits before each socket
 // handler and can reorder back-to-back socket messages, which the runtime itself never does.)
-import WebSocket from "ws";
+
 import { describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { ackMessage, decodeWatchMessage, type WatchMessage } from "../../src/protocol/watch/protocol.js";

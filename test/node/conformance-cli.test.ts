@@ -1,11 +1,12 @@
 // `npm run conformance` (tools/conformance.ts) as a process: output lines and exit status.
-import { decode, encode } from "@msgpack/msgpack";
+
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
+import { decode, encode } from "@msgpack/msgpack";
 import { afterAll, describe, expect, it } from "vitest";
-import { UsageError, parseArgs } from "../../tools/conformance/args.js";
+import { parseArgs, UsageError } from "../../tools/conformance/args.js";
 import { goldenCasePaths } from "../../tools/conformance/cases.js";
 
 const root = join(import.meta.dirname, "..", "..");

@@ -9,15 +9,15 @@
 import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import WebSocket from "ws";
 import { afterAll, describe, expect, it } from "vitest";
-import { watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import WebSocket from "ws";
+import { type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
+import { buildDashboard } from "../../scripts/build-dashboard.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { fixturePath, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
+import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
 import { bundle, type LocalRelay, startRelay } from "../../tools/local-relay.js";
-import { buildDashboard } from "../../scripts/build-dashboard.mjs";
 import { until } from "../support/relay.js";
 
 const WS: SocketFactory = WebSocket;

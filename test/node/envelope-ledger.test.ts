@@ -4,11 +4,11 @@
 import { describe, expect, it } from "vitest";
 import type { Envelope } from "../../src/protocol/envelope/envelope.js";
 import {
-  type ProducerLedger,
-  type ProducerState,
   confirmAll,
   copyLedger,
   decide,
+  type ProducerLedger,
+  type ProducerState,
   record,
   retractable,
 } from "../../src/protocol/envelope/ledger.js";

@@ -3,11 +3,11 @@
 import { describe, expect, it } from "vitest";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { DeltaError } from "../../src/protocol/assembly/errors.js";
-import { encodeEnvelope, parseIngestMessage, type Envelope } from "../../src/protocol/envelope/envelope.js";
+import { type Envelope, encodeEnvelope, parseIngestMessage } from "../../src/protocol/envelope/envelope.js";
 import { MemoryEpisode } from "../../src/protocol/envelope/memory-episode.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
-import { enc, delta, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
+import { delta, enc, intKeyed, m, nd, node, openDelta } from "../support/deltas.js";
 
 /** A worker: sends through a cursor, some sends' acks lost. */
 function worker(name = "w1") {

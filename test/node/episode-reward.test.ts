@@ -2,11 +2,11 @@
 // against a recount written here from prime-rl's `summarize_episode` rule, on every golden episode and
 // on the cases the golden set lacks (several traces with a reward-less one, a tie).
 import { describe, expect, it } from "vitest";
-import { applyStepRow, emptyStep, stepJson } from "../../src/protocol/registry/steps.js";
 import { contributionOf, recount } from "../../src/protocol/registry/aggregates.js";
 import { entryOf, type IndexRow } from "../../src/protocol/registry/entry.js";
 import { rankRollouts } from "../../src/protocol/registry/ranking.js";
 import { episodeReward, rowReward, rowScore, rowScores, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { applyStepRow, emptyStep, stepJson } from "../../src/protocol/registry/steps.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";

@@ -20,7 +20,7 @@ import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { NO_FILTER, rowMatches } from "../../src/protocol/registry/row-filter.js";
 import type { LMap } from "../../src/protocol/wire/lossless.js";
-import { CHAT_TASK as TASK_A, chat, openFrame, rewardsOf, setDelta } from "../support/chat-rollouts.js";
+import { chat, openFrame, rewardsOf, setDelta, CHAT_TASK as TASK_A } from "../support/chat-rollouts.js";
 import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
 import { m } from "../support/deltas.js";
 

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { expertLoad } from "../../dashboard/src/expert-load.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { parseNdArray } from "../../src/protocol/assembly/ndarray.js";
-import { TRACE, delta, enc, intKeyed, nd, node, openDelta } from "../support/deltas.js";
+import { delta, enc, intKeyed, nd, node, openDelta, TRACE } from "../support/deltas.js";
 
 describe("expertLoad", () => {
   it("counts every top-k choice per layer: busiest expert, share, experts used, max/mean and CV", () => {

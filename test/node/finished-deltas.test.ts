@@ -1,17 +1,17 @@
 // Archived finished episodes back into upstream deltas (src/protocol/archive/finished-deltas.ts): every
 // golden episode, in chunks of any size, rebuilt byte for byte by a fresh assembly, in bounded memory.
 import { describe, expect, it } from "vitest";
-import { finishedDeltas, type FinishedDeltasOptions } from "../../src/protocol/archive/finished-deltas.js";
+import { type FinishedDeltasOptions, finishedDeltas } from "../../src/protocol/archive/finished-deltas.js";
 import { ArchiveError, type FinishedDeltaStats } from "../../src/protocol/archive/stream-input.js";
 import { mapEntries, parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { LIST_FIELDS, isListField } from "../../src/protocol/assembly/fields.js";
+import { isListField, LIST_FIELDS } from "../../src/protocol/assembly/fields.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { DELTA_BYTES } from "../../src/protocol/assembly/snapshot.js";
 import { Reader } from "../../src/protocol/wire/reader.js";
 import { decodeStrSpan } from "../../src/protocol/wire/utf8.js";
 import { concatChunks } from "../../src/protocol/wire/writer.js";
-import { goldenCasePaths, loadCase, type GoldenCase } from "../../tools/conformance/cases.js";
+import { type GoldenCase, goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { compareBytes } from "../../tools/conformance/compare.js";
 import { delta, enc, m, node, openDelta } from "../support/deltas.js";
 

@@ -2,6 +2,7 @@
 // default rules find exactly what V8's RegExp found), what RE2 cannot run is refused naming the
 // construct, and a segment's checks are counted in steps (characters × instructions) within its budget.
 import { describe, expect, it } from "vitest";
+import { rollout, segmentsOf } from "../../bench/flags.js";
 import { compilePattern, DFA_BYTES, MAX_INSTRUCTIONS, STATE_STEPS } from "../../src/protocol/flags/pattern.js";
 import {
   DEFAULT_RULES,
@@ -12,7 +13,6 @@ import {
   TURN_STEPS,
   textRules,
 } from "../../src/protocol/flags/rules.js";
-import { rollout, segmentsOf } from "../../bench/flags.js";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import type { Segment } from "../../src/protocol/search/segments.js";
 

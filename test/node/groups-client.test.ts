@@ -16,7 +16,7 @@ import {
 } from "../../clients/typescript/watch.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { freePort } from "../../tools/free-port.js";
-import { CHAT_TASK as TASK_KEY, chat, groupReply, rewardsOf, setDelta } from "../support/chat-rollouts.js";
+import { chat, groupReply, rewardsOf, setDelta, CHAT_TASK as TASK_KEY } from "../support/chat-rollouts.js";
 import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
 import { m } from "../support/deltas.js";
 

@@ -4,13 +4,13 @@ import { describe, expect, it } from "vitest";
 import {
   ALLOW_HEADERS,
   ALLOW_METHODS,
-  type CorsConfig,
-  EXPOSE_HEADERS,
-  MAX_AGE,
   allowOrigin,
+  type CorsConfig,
   corsConfig,
+  EXPOSE_HEADERS,
   isPreflight,
   listedOrigin,
+  MAX_AGE,
   preflightResponse,
   withCors,
 } from "../../src/protocol/http/cors.js";

@@ -2,15 +2,15 @@
 // percent-encoding, bad and reserved ids, and the method tables (docs/http-api.md).
 import { describe, expect, it } from "vitest";
 import {
+  allowedMethods,
   EPISODE_ID,
   type EpisodeAction,
   INDEX_METHODS,
   METHODS,
-  RESERVED_IDS,
-  RUN_METHODS,
-  type Route,
-  allowedMethods,
   parseRoute,
+  RESERVED_IDS,
+  type Route,
+  RUN_METHODS,
 } from "../../src/protocol/http/route.js";
 
 const ep = (id: string, action: EpisodeAction = "episode"): Route => ({ kind: "episode", id, action });

@@ -16,8 +16,8 @@ import { type CursorStep, stepHeader } from "../../src/protocol/hub/cursor-strea
 import { framed } from "../../src/protocol/hub/feed.js";
 import { MessagePool, POOL_MIN_BUFFER } from "../../src/protocol/hub/message-pool.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
-import type { Variant } from "../../src/protocol/watch/variant.js";
 import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
+import type { Variant } from "../../src/protocol/watch/variant.js";
 
 const FULL: Variant = { routing: true, traces: null };
 const settle = () => new Promise((r) => setTimeout(r, 0));

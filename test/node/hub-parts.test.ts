@@ -5,6 +5,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
+import { closeReason } from "../../src/protocol/http/errors.js";
 import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import {
   type FeedFrame,
@@ -17,14 +18,13 @@ import {
 } from "../../src/protocol/hub/feed.js";
 import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
 import { HubWindow } from "../../src/protocol/hub/window.js";
-import { closeReason } from "../../src/protocol/http/errors.js";
 import {
-  retryHintMs,
-  retryReason,
   decodeWatchMessage,
   frameMessage,
   framesMessage,
   joinFrameMessages,
+  retryHintMs,
+  retryReason,
 } from "../../src/protocol/watch/protocol.js";
 
 describe("shards", () => {

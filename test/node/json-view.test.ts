@@ -2,8 +2,8 @@
 // odd_values episode key for key, and a crafted map whose keys a plain JS object would drop
 // (`__proto__`) or reorder (integer-like strings).
 import { describe, expect, it } from "vitest";
-import { decodeLossless, encodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import { jsonText, toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless, encodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeProtectedHeader } from "jose";
 import { afterAll, describe, expect, it } from "vitest";
-import { DEFAULT_MAX_TTL, keyId, maxTtlFrom, MIN_SECRET_BYTES, secretProblem } from "../../src/protocol/http/keys.js";
 import { MIN_SECRET_BYTES as SCRIPTS_MIN, secretTooShort } from "../../scripts/dev-vars.mjs";
+import { DEFAULT_MAX_TTL, keyId, MIN_SECRET_BYTES, maxTtlFrom, secretProblem } from "../../src/protocol/http/keys.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const GOOD = "keys-test-secret-0123456789abcdef0123";

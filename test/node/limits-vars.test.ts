@@ -2,6 +2,7 @@
 // the default) and the index row's pacing, as the run's index tells it to its episodes and the
 // runscale bench reads it.
 import { describe, expect, it } from "vitest";
+import { wranglerVars } from "../../bench/helpers.js";
 import {
   DEFAULT_INDEX_FLUSH_MS,
   DEFAULT_INDEX_WRITES_PER_S,
@@ -9,7 +10,6 @@ import {
   indexPacingFrom,
   limitFrom,
 } from "../../src/protocol/limits/vars.js";
-import { wranglerVars } from "../../bench/helpers.js";
 
 describe("limitFrom", () => {
   it.each<[string | undefined, number]>([

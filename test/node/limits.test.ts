@@ -5,9 +5,9 @@
 // (test/workers/episode.test.ts "oversized"; here the local proxy resets a refused upload before
 // the client reads the answer).
 import { describe, expect, it } from "vitest";
+import { wranglerVars } from "../../bench/helpers.js";
 import { delta, m, node, openDelta } from "../support/deltas.js";
 import { useRelay } from "../support/relay.js";
-import { wranglerVars } from "../../bench/helpers.js";
 
 const relay = useRelay();
 const MAX = Number(wranglerVars().MAX_MESSAGE_BYTES);

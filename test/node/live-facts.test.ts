@@ -12,6 +12,12 @@ import {
   turnCount,
 } from "../../src/protocol/registry/live-facts.js";
 import {
+  bucketQuantile,
+  lengthBucket,
+  stopTruncates,
+  TRUNCATING_STOPS,
+} from "../../src/protocol/registry/step-outcomes.js";
+import {
   applyStepGroup,
   applyStepRow,
   emptyStep,
@@ -20,12 +26,6 @@ import {
   stepJson,
   stepKeyOf,
 } from "../../src/protocol/registry/steps.js";
-import {
-  bucketQuantile,
-  lengthBucket,
-  stopTruncates,
-  TRUNCATING_STOPS,
-} from "../../src/protocol/registry/step-outcomes.js";
 import type { Json } from "../../src/protocol/wire/json-view.js";
 
 const span = (start: number, end = 0) => ({ start, end });

@@ -10,15 +10,15 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:f
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import WebSocket from "ws";
 import { afterEach, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import {
   type EpisodeWatch,
   type SocketFactory,
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
-import { descendants, processTable, type Proc } from "../../scripts/processes.mjs";
+import { descendants, type Proc, processTable } from "../../scripts/processes.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";

@@ -15,8 +15,8 @@ import {
   type RunsMessage,
 } from "../../src/protocol/registry/index-protocol.js";
 import {
-  annotationsMessage,
   ackMessage,
+  annotationsMessage,
   caughtUpMessage,
   decodeWatchMessage,
   finishMessage,

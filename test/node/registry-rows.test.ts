@@ -1,9 +1,11 @@
 // The episode index's pure query parts (src/protocol/registry/rows.ts): `?status=&prefix=&limit=&cursor=`
 // parsing with its error codes, the opaque cursor, and scope checks with exact ids and PREFIX*
 // patterns.
-import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
+
 import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/protocol/http/errors.js";
+import { positionText, type RowPosition, readPosition } from "../../src/protocol/registry/list-cursors.js";
+import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import {
   DEFAULT_LIMIT,
   INDEX_STATUSES,
@@ -13,7 +15,6 @@ import {
   scopeOf,
   visible,
 } from "../../src/protocol/registry/rows.js";
-import { positionText, readPosition, type RowPosition } from "../../src/protocol/registry/list-cursors.js";
 
 const encodeListCursor = (at: RowPosition) => positionText("episodes", at);
 const decodeListCursor = (text: string) => readPosition("episodes", text);

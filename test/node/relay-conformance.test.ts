@@ -8,9 +8,8 @@
 // hub tier again take every other case, which holds the same shapes at a fraction of the bytes.
 import { spawn } from "node:child_process";
 import { basename, join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
-import { afterAll, beforeAll } from "vitest";
 import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { useRelay } from "../support/relay.js";
 

@@ -9,8 +9,8 @@ import {
   isFiltered,
   NO_FILTER,
   parseRowFilter,
-  rowMatches,
   type RowFilter,
+  rowMatches,
 } from "../../src/protocol/registry/row-filter.js";
 
 const parse = (q: string) => parseRowFilter(new URLSearchParams(q));

@@ -2,6 +2,7 @@
 // and an episode's task, their bounds, and the user's query read into FTS5 with every term quoted.
 import { describe, expect, it } from "vitest";
 import { RelayError } from "../../src/protocol/http/errors.js";
+import { matches, phraseOf, SNIPPET_CHARS, snippet } from "../../src/protocol/search/highlight.js";
 import { parseSearchQuery } from "../../src/protocol/search/query.js";
 import {
   EPISODE_CHARS,
@@ -10,7 +11,6 @@ import {
   taskSegment,
   withinBudget,
 } from "../../src/protocol/search/segments.js";
-import { matches, phraseOf, SNIPPET_CHARS, snippet } from "../../src/protocol/search/highlight.js";
 
 describe("segments", () => {
   it("a node's text, reasoning, tool calls (name and arguments) and a tool's answer naming its tool", () => {

@@ -5,8 +5,8 @@
 // offers permessage-deflate (as `ws` and every browser do) gets none; a watcher refused 1013
 // waits the relay's retry hint.
 import type { IncomingMessage } from "node:http";
-import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import {
   type EpisodeWatch,
   type SocketFactory,

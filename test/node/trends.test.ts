@@ -2,6 +2,8 @@
 // taking back parts in any order, they equal a recount, to the unit (aggregates.ts,
 // reward-trend.ts, zero-variance-trend.ts); the API forms; and the dashboard's choices from them.
 import { describe, expect, it } from "vitest";
+import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
+import { stepPath } from "../../dashboard/src/step-path.js";
 import {
   applyContribution,
   contributionOf,
@@ -14,8 +16,8 @@ import {
 } from "../../src/protocol/registry/aggregates.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import {
-  recountRewardMinutes,
   type RewardMinute,
+  recountRewardMinutes,
   rewardMinutesOf,
   rewardTrendOf,
 } from "../../src/protocol/registry/reward-trend.js";
@@ -24,8 +26,6 @@ import {
   type GroupMinute,
   zeroVarianceTrendOf,
 } from "../../src/protocol/registry/zero-variance-trend.js";
-import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
-import { stepPath } from "../../dashboard/src/step-path.js";
 import { indexRow, weightOne } from "../support/index-rows.js";
 
 const STATUSES: IndexRow["status"][] = ["live", "finished", "failed", "finish_refused"];

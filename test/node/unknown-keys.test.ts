@@ -4,9 +4,10 @@
 // (`unknown`) in the parse, the ack and the status. `sampling_mask` (int32 arrays in nodes) travels
 // like `routed_experts`: exact in msgpack, nil in `?routing=0` views. First the pure modules, then
 // the same episode through a relay: POST, watchers, GET, the status and the archive.
-import WebSocket from "ws";
+
 import { describe, expect, it } from "vitest";
-import { watchEpisode, type SocketFactory, type WatchEvent } from "../../clients/typescript/watch.js";
+import WebSocket from "ws";
+import { type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
 import { finishedDeltas } from "../../src/protocol/archive/finished-deltas.js";
 import { parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly, type Undo } from "../../src/protocol/assembly/episode-assembly.js";
@@ -14,9 +15,9 @@ import { snapshotDeltas } from "../../src/protocol/assembly/snapshot.js";
 import { parseAnswer } from "../../src/protocol/envelope/answer.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { stripRouting } from "../../src/protocol/watch/variant.js";
 import { jsonText } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless, type LValue } from "../../src/protocol/wire/lossless.js";
-import { stripRouting } from "../../src/protocol/watch/variant.js";
 import { concatChunks } from "../../src/protocol/wire/writer.js";
 import { enc, f, m, nd, node } from "../support/deltas.js";
 import { until, useRelay } from "../support/relay.js";

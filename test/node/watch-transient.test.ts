@@ -5,8 +5,9 @@
 // that is not the relay; the relay's own 400, 404). The same for one-shot calls: a gateway's answer
 // is the relay not answering (RelayUnreachable `gateway`), a page is not the relay. The local
 // router answers 503 as the relay, with Retry-After, while its tier is not up.
-import WebSocket from "ws";
+
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import {
   type EpisodeWatch,
   fetchEpisode,
@@ -14,9 +15,12 @@ import {
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
+import { startRouter } from "../../scripts/router.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
+import { freePort } from "../../tools/free-port.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import {
   type Fault,
   type FlakyProxy,
@@ -31,9 +35,6 @@ import {
   startFlakyProxy,
 } from "../support/flaky-proxy.js";
 import { until, useRelay } from "../support/relay.js";
-import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
-import { startRouter } from "../../scripts/router.mjs";
 
 const relay = useRelay();
 let proxy: FlakyProxy;

@@ -13,7 +13,7 @@ import {
   type Variant,
   variantKey,
 } from "../../src/protocol/watch/variant.js";
-import { LMap, type LValue, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
+import { decodeLossless, encodeLossless, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 import { delta, f, intKeyed, m, nd, node } from "../support/deltas.js";
 

@@ -6,11 +6,11 @@
 import { readFileSync } from "node:fs";
 import { decode as refDecode, encode as refEncode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { WireError } from "../../src/protocol/wire/errors.js";
-import { F64, LMap, type LValue, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
-import { kindOf, type Kind } from "../../src/protocol/wire/format.js";
 import { MAX_DEPTH } from "../../src/protocol/limits/limits.js";
-import { Reader, binItems } from "../../src/protocol/wire/reader.js";
+import { WireError } from "../../src/protocol/wire/errors.js";
+import { type Kind, kindOf } from "../../src/protocol/wire/format.js";
+import { decodeLossless, encodeLossless, F64, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
+import { binItems, Reader } from "../../src/protocol/wire/reader.js";
 import { decodeStrRange, decodeStrSpan } from "../../src/protocol/wire/utf8.js";
 import { goldenCasePaths, loadCase } from "../../tools/conformance/cases.js";
 

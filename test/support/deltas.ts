@@ -1,5 +1,5 @@
 // Builders for hand-made upstream deltas in tests (type-preserving: F64 for floats, LMap for maps).
-import { F64, LMap, encodeLossless, type LValue } from "../../src/protocol/wire/lossless.js";
+import { encodeLossless, F64, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 
 export const m = (obj: Record<string, LValue>): LMap => new LMap(Object.entries(obj));
 export const f = (v: number): F64 => new F64(v);

@@ -2,7 +2,7 @@
 // JSON text, so a JSON view can be checked to keep every key of every map, in order. The JSON side
 // is a small scanner of its own (JSON.parse would drop a `__proto__` key's order and put
 // integer-like keys first). Plain code: used in Node and inside workerd.
-import { F64, type LValue, LMap } from "../../src/protocol/wire/lossless.js";
+import { F64, LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 
 /** The keys of every map in `v`, as the JSON view names them, depth first (bin is `{"$bin": …}`, but not an ndarray's data). */
 export function mapKeysInOrder(v: LValue, out: string[] = []): string[] {

@@ -1,6 +1,6 @@
 // Node-side tests that need a running relay: one per test file, started before its tests.
 import { afterAll, beforeAll } from "vitest";
-import { startRelay, type LocalRelay } from "../../tools/local-relay.js";
+import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 
 /** Start a relay (with extra vars) for this file; read `.url` inside tests. */
 export function useRelay(vars: Record<string, string> = {}): { readonly url: string } {

@@ -3,13 +3,14 @@
 // class's one lease: steps wait in line for the slot (without polling: their own alarm is minutes
 // away, so an idle waiter can be evicted), a crashed holder's lease expires, and the gate then wakes
 // each waiter in turn: every archive completes, exact, with no episode alarm run.
-import { env } from "cloudflare:workers";
+
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { archiveGateName } from "../../src/objects/archive/gate.js";
-import { ASK_AGAIN_MS } from "../../src/protocol/archive/leases.js";
 import { ARCHIVE_HEADER } from "../../src/protocol/archive/archive-read.js";
+import { ASK_AGAIN_MS } from "../../src/protocol/archive/leases.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post, pushFrames, relay } from "./support.js";
 

@@ -5,19 +5,20 @@
 // crash at any point repeats the step and loses nothing; a JSON copy an older release wrote is
 // never read and goes; a delete and the end of retention remove the copy; an episode past
 // ARCHIVE_PART_BYTES goes up in parts (a failed or erased upload is aborted; the step rests between parts).
-import { env } from "cloudflare:workers";
+
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { decode, decodeMulti } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { type ArchiveSlots, EpisodeArchive, legacyJsonKey } from "../../src/objects/episode/archive.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
-import { ARCHIVE_HEADER, archiveKey } from "../../src/protocol/archive/archive-read.js";
 import { armAlarm } from "../../src/objects/storage/alarm-window.js";
-import { UsageMeter } from "../../src/protocol/billing/usage.js";
-import type { GoldenCase } from "../../tools/conformance/case-format.js";
+import { ARCHIVE_HEADER, archiveKey } from "../../src/protocol/archive/archive-read.js";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
+import { UsageMeter } from "../../src/protocol/billing/usage.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
+import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta, TRACE } from "../support/deltas.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
 import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";

@@ -10,15 +10,15 @@ import { env } from "cloudflare:workers";
 import { decodeMulti } from "@msgpack/msgpack";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import { ACROSS_RUNS_BUDGET } from "../../src/worker/run-routes.js";
-import { BULK_IDLE_BUDGET } from "../../src/worker/bulk-finished.js";
-import worker from "../../src/worker/index.js";
 import { DIRECTORY_SCAN_BUDGET } from "../../src/objects/registry/directory-store.js";
 import { DIRECTORY_MS } from "../../src/objects/registry/episode-index.js";
 import { SCAN_BUDGET } from "../../src/objects/registry/episode-pages.js";
 import { FINISHED_WALK_BUDGET } from "../../src/objects/registry/finished-pages.js";
 import { TASK_ROWS_BUDGET } from "../../src/objects/registry/group-store.js";
 import { SCOPED_BUDGET } from "../../src/objects/registry/scoped-rows.js";
+import { BULK_IDLE_BUDGET } from "../../src/worker/bulk-finished.js";
+import worker from "../../src/worker/index.js";
+import { ACROSS_RUNS_BUDGET } from "../../src/worker/run-routes.js";
 import { currentRow } from "../support/index-rows.js";
 
 const SECRET = "budgets-test-secret-84c1f0a9d2e3b4c5d6e7f8091a2b";

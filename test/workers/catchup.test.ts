@@ -5,13 +5,13 @@
 // and its stream let go.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { FIRST_MESSAGE_BYTES, JoinBuffers, SnapshotMessages } from "../../src/objects/episode/catchup-stream.js";
-import { hubName } from "../../src/protocol/hub/shards.js";
 import { FIRST_WINDOW } from "../../src/objects/hub/flows.js";
 import { IDLE_MS } from "../../src/objects/hub/running-catchups.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { hubName } from "../../src/protocol/hub/shards.js";
 import { type Chunks, decodeWatchMessage, MESSAGE_BYTES } from "../../src/protocol/watch/protocol.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post } from "./support.js";

@@ -4,12 +4,12 @@
 // kept when the refused delta undid itself, read back from storage otherwise); a retraction
 // rewinds the state and the log.
 import { describe, expect, it } from "vitest";
-import { DeltaError } from "../../src/protocol/assembly/errors.js";
-import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
-import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { commitIngest } from "../../src/objects/episode/commit.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { DeltaError } from "../../src/protocol/assembly/errors.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { RelayError } from "../../src/protocol/http/errors.js";
 import { delta, intKeyed, m, node, openDelta } from "../support/deltas.js";
 import { equal, withFreshStorage } from "./support.js";

@@ -5,20 +5,20 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { EpisodeState } from "../../src/objects/episode/state.js";
+import { commitIngest } from "../../src/objects/episode/commit.js";
 import {
   alarmAt,
   dueAfter,
-  RunRowSync,
   RETRY_FIRST_MS,
   RETRY_MAX_MS,
+  RunRowSync,
   retryDelay,
   rowOf,
 } from "../../src/objects/episode/run-row-sync.js";
-import { commitIngest } from "../../src/objects/episode/commit.js";
-import { runIndexName } from "../../src/protocol/registry/run.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
 import type { IndexRow } from "../../src/protocol/registry/rows.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
 import { LMap } from "../../src/protocol/wire/lossless.js";
 import { delta, enc, f, m, openDelta } from "../support/deltas.js";
 import { freshId, post, relay, withFreshStorage } from "./support.js";

@@ -3,11 +3,11 @@
 // superseded version goes at once unless a reader's pin or a retraction's floor holds the state
 // before it; a rewind brings an older state back; archiving drops the bodies, not the index.
 import { describe, expect, it } from "vitest";
-import { parseDelta } from "../../src/protocol/assembly/delta.js";
-import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { SqlStore } from "../../src/objects/episode/sql-store.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
+import { parseDelta } from "../../src/protocol/assembly/delta.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { delta, intKeyed, m, node, openDelta } from "../support/deltas.js";
 import { equal, golden, goldenNames, withFreshStorage } from "./support.js";
 

@@ -4,9 +4,9 @@
 // after `forget`.
 import { describe, expect, it } from "vitest";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
-import { PART_BYTES } from "../../src/protocol/episode/parts.js";
 import { EpisodeRecord, type Meta, publicStatus } from "../../src/objects/episode/storage.js";
 import { SchemaState, storedVersion } from "../../src/objects/storage/schema.js";
+import { PART_BYTES } from "../../src/protocol/episode/parts.js";
 import { equal, withFreshStorage } from "./support.js";
 
 function recordOf(storage: DurableObjectStorage): EpisodeRecord {

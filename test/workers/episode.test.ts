@@ -3,12 +3,12 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeLossless, LMap, same } from "../../src/protocol/wire/lossless.js";
 import { delta, node, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, goldenNames, inbox, openSocket, post, relay } from "./support.js";
-import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 /** Push a case's frames as a real producer would: envelopes, ack_lost frames left unacknowledged. */
 async function pushCase(id: string, name: string, opts: { bare?: boolean; restartEachFrame?: boolean } = {}) {

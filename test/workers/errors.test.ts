@@ -3,9 +3,9 @@
 // without an answer, and the stored episode stays as it was.
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import worker from "../../src/worker/index.js";
-import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import worker from "../../src/worker/index.js";
 import { openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, inbox, openSocket, post } from "./support.js";
 

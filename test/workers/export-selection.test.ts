@@ -7,8 +7,8 @@ import { decodeMulti } from "@msgpack/msgpack";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import worker from "../../src/worker/index.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
+import worker from "../../src/worker/index.js";
 import { golden, post, pushFrames } from "./support.js";
 
 const SECRET = "export-test-secret-0b1c2d3e4f5a6b7c8d9e0f1a2b3c";

@@ -4,9 +4,9 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { type FlagStore, RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { type FlagStore, RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
 import { MAX_INSTRUCTIONS, STATE_STEPS } from "../../src/protocol/flags/pattern.js";
 import {
   DEFAULT_RULES,
@@ -14,8 +14,8 @@ import {
   parseRules,
   SEGMENT_STEPS,
   segmentFlags,
-  TURN_STEPS,
   type TextWork,
+  TURN_STEPS,
   textRules,
 } from "../../src/protocol/flags/rules.js";
 import { nodeSegments, type Segment, taskSegment } from "../../src/protocol/search/segments.js";

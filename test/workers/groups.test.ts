@@ -6,8 +6,8 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { groupSummary } from "../../src/protocol/registry/groups.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
+import { groupSummary } from "../../src/protocol/registry/groups.js";
 import { currentRow } from "../support/index-rows.js";
 import { golden, post, relay } from "./support.js";
 

@@ -5,11 +5,11 @@
 // hint; an offered permessage-deflate is declined.
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { traceOf } from "../../src/protocol/assembly/delta.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { type FeedFrame, framed } from "../../src/protocol/hub/feed.js";
 import { hubName } from "../../src/protocol/hub/shards.js";
 import { retryHintMs } from "../../src/protocol/watch/protocol.js";
-import { traceOf } from "../../src/protocol/assembly/delta.js";
-import { type FeedFrame, framed } from "../../src/protocol/hub/feed.js";
 import { base, equal, freshId, golden, inbox, openSocket, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 

@@ -7,18 +7,18 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { recount } from "../../src/protocol/registry/aggregates.js";
-import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
-import { runIndexName } from "../../src/protocol/registry/run.js";
 import { IndexStore } from "../../src/objects/registry/index-store.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { SchemaState } from "../../src/objects/storage/schema.js";
+import { writtenTable } from "../../src/protocol/billing/usage.js";
+import { recount } from "../../src/protocol/registry/aggregates.js";
+import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
+import { positionText } from "../../src/protocol/registry/list-cursors.js";
 import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import type { ListQuery } from "../../src/protocol/registry/rows.js";
-import { positionText } from "../../src/protocol/registry/list-cursors.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
-import { SchemaState } from "../../src/objects/storage/schema.js";
 import { freshId } from "./support.js";
-import { writtenTable } from "../../src/protocol/billing/usage.js";
 
 function row(run: string, n: number, status: IndexStatus, updated: number, extra: Partial<IndexRow> = {}): IndexRow {
   const [id, task, group] = [`${run}:e${n}`, `task-${n % 3}`, `g${n % 3}`];

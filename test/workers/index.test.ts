@@ -8,7 +8,7 @@ import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } fro
 import { env, exports } from "cloudflare:workers";
 import { SignJWT } from "jose";
 import { describe, expect, it } from "vitest";
-import worker from "../../src/worker/index.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import {
@@ -19,13 +19,13 @@ import {
   SCORE_UNIT,
 } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
-import { runIndexName } from "../../src/protocol/registry/run.js";
 import { parseRunMessage, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
-import { F64 } from "../../src/protocol/wire/lossless.js";
 import { rowScores } from "../../src/protocol/registry/rewards.js";
+import { runIndexName } from "../../src/protocol/registry/run.js";
+import { F64 } from "../../src/protocol/wire/lossless.js";
+import worker from "../../src/worker/index.js";
 import { delta, m, openDelta } from "../support/deltas.js";
 import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
-import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 interface Page {
   episodes: IndexEntry[];

@@ -6,9 +6,9 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
-import { cursorKeys, positionText, type RowPosition, sealCursor } from "../../src/protocol/registry/list-cursors.js";
 import { SCAN_BUDGET } from "../../src/objects/registry/episode-pages.js";
 import type { IndexEntry, IndexRow } from "../../src/protocol/registry/entry.js";
+import { cursorKeys, positionText, type RowPosition, sealCursor } from "../../src/protocol/registry/list-cursors.js";
 import { parseRowFilter, rowMatches } from "../../src/protocol/registry/row-filter.js";
 import { relay } from "./support.js";
 

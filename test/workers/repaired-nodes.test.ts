@@ -2,8 +2,9 @@
 // `routing_repairs` rewrote is kept as the repairs are applied, so it is the same when the object
 // wakes from storage and once the episode is archived (its log gone); a retracted repair leaves no
 // record; and the episode's bytes are the golden ones throughout.
-import { env } from "cloudflare:workers";
+
 import { abortAllDurableObjects, runDurableObjectAlarm } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";

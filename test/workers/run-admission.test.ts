@@ -2,13 +2,12 @@
 // src/objects/registry/run-sockets.ts): a storm of connects is refused past the start rate with 1013 and a
 // jittered retry hint, and a socket that waits its hint gets in; past the cap per object every
 // newcomer is refused until one leaves. This config: MAX_RUN_SOCKETS 40, RUN_SOCKET_RATE 10.
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import { parseRunMessage, parseRunsMessage } from "../../src/protocol/registry/index-protocol.js";
 import { retryHintMs } from "../../src/protocol/watch/protocol.js";
 import { freshId, inbox } from "./support.js";
-import { exports } from "cloudflare:workers";
 
 const RATE = Number(env.RUN_SOCKET_RATE);
 const CAP = Number(env.MAX_RUN_SOCKETS);

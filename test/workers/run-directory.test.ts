@@ -8,9 +8,9 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { DirectoryStore, type RunRow } from "../../src/objects/registry/directory-store.js";
-import { positionText, type RunPosition, readPosition } from "../../src/protocol/registry/list-cursors.js";
-import { parseRunsMessage, PUSH_MS, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { RUN_SOCKET_TAG } from "../../src/objects/registry/run-sockets.js";
+import { PUSH_MS, parseRunsMessage, type RunSummary } from "../../src/protocol/registry/index-protocol.js";
+import { positionText, type RunPosition, readPosition } from "../../src/protocol/registry/list-cursors.js";
 import { SCOPE_HEADER, type Scope } from "../../src/protocol/registry/rows.js";
 import { freshId, inbox } from "./support.js";
 

@@ -4,11 +4,12 @@
 // is not marked failed for good; a request answers `overloaded` (503) until the open succeeds, then
 // the object works as if nothing happened. The out-of-memory is injected into a real object's
 // SQLite: its first `exec` calls throw what workerd throws, the rest run.
-import { env } from "cloudflare:workers";
+
 import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { RelayError } from "../../src/protocol/http/errors.js";
 import { checkSchema, SchemaState } from "../../src/objects/storage/schema.js";
+import { RelayError } from "../../src/protocol/http/errors.js";
 
 const SCHEMA = checkSchema({
   object: "Probe",

@@ -5,21 +5,22 @@
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
-import { env } from "cloudflare:workers";
+
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
-import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { rowPages } from "../../src/objects/registry/sql-row.js";
 import { checkSchema, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
-import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupJson } from "../../src/protocol/registry/groups.js";
 import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";

@@ -11,9 +11,9 @@ import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import worker from "../../src/worker/index.js";
 import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import { PUSH_MS } from "../../src/protocol/registry/index-protocol.js";
+import worker from "../../src/worker/index.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
 import { golden, inbox } from "./support.js";
 

@@ -4,12 +4,13 @@
 // migration 8), its rows given a training identity and how they ended, and its steps as version 8 kept them
 // (without those parts). After the upgrade every step equals a recount from the rows the relay lists, and later
 // updates of those rows keep it so (a row's part taken back was added by the recount: nothing goes negative).
-import { env } from "cloudflare:workers";
+
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
-import { identityOf, type IndexEntry, type IndexRow } from "../../src/protocol/registry/entry.js";
+import { type IndexEntry, type IndexRow, identityOf } from "../../src/protocol/registry/entry.js";
 import { groupSummary } from "../../src/protocol/registry/groups.js";
 import { recountSteps, type StepJson, stepJson } from "../../src/protocol/registry/steps.js";
 import { fromNode, relay } from "./support.js";

@@ -5,22 +5,22 @@
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { commitIngest } from "../../src/objects/episode/commit.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
 import { parseDelta } from "../../src/protocol/assembly/delta.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
-import { MsgpackOut, drain, writeCheckpoint } from "../../src/protocol/assembly/render.js";
+import { drain, MsgpackOut, writeCheckpoint } from "../../src/protocol/assembly/render.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { snapshotDeltas } from "../../src/protocol/assembly/snapshot.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { commitIngest } from "../../src/objects/episode/commit.js";
 import { limitsFrom } from "../../src/protocol/limits/limits.js";
-import { EpisodeState } from "../../src/objects/episode/state.js";
-import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import { toJson } from "../../src/protocol/wire/json-view.js";
+import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import { ChunkWriter, concatChunks } from "../../src/protocol/wire/writer.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, relay } from "./support.js";
-import { encodeReply } from "../../src/protocol/assembly/reply.js";
 
 async function push(
   id: string,

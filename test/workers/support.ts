@@ -4,7 +4,7 @@ import { env, exports } from "cloudflare:workers";
 import { expect } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import type { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { parseCase, type GoldenCase } from "../../tools/conformance/case-format.js";
+import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.js";
 
 export async function goldenNames(): Promise<string[]> {
   const res = await fromNode(env.GOLDEN, "http://golden/");

@@ -8,6 +8,8 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import {
   binOf,
   HISTOGRAM_BINS,
@@ -21,9 +23,7 @@ import type { IndexRow } from "../../src/protocol/registry/entry.js";
 import { groupSummary } from "../../src/protocol/registry/groups.js";
 import type { RunSummary } from "../../src/protocol/registry/index-protocol.js";
 import { rowScores } from "../../src/protocol/registry/rewards.js";
-import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
-import { latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { currentRow, weightOne } from "../support/index-rows.js";
 import { freshId, relay } from "./support.js";
 

@@ -6,9 +6,9 @@
 import { listDurableObjectIds, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { openDelta } from "../support/deltas.js";
 import type { EpisodeIndex } from "../../src/objects/registry/episode-index.js";
 import worker from "../../src/worker/index.js";
+import { openDelta } from "../support/deltas.js";
 import { freshId, post, relay } from "./support.js";
 
 /** A request to the Worker's fetch, called as a function (as the runtime calls it). */

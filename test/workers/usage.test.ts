@@ -5,11 +5,11 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { Usage } from "../../src/protocol/billing/usage.js";
 import { usageOf } from "../../src/objects/billing/metered.js";
-import { FTS_SHADOW } from "../../src/objects/registry/episode-index.js";
-import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { Episode as EpisodeObject } from "../../src/objects/episode/episode.js";
+import { FTS_SHADOW } from "../../src/objects/registry/episode-index.js";
+import type { Usage } from "../../src/protocol/billing/usage.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import worker, { Episode } from "../../src/worker/index.js";
 import { freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";

@@ -2,7 +2,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import { type LMap, decodeLossless, encodeLossless } from "../../src/protocol/wire/lossless.js";
+import { decodeLossless, encodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, inbox, openSocket, post, pushFrames } from "./support.js";
 import { Watcher } from "./watcher.js";

@@ -15,9 +15,9 @@ import {
 } from "../../clients/typescript/episodes.js";
 import { INDEX_STATUSES } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
+import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
 import { clip, num, table } from "./groups.js";
 import { CLI_HINTS } from "./hints.js";
-import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
 
 const SORTS = { updated: true, reward: true, step: true } as const satisfies Record<EpisodeSort, true>;
 export const EPISODE_SORTS = Object.keys(SORTS) as EpisodeSort[];

@@ -28,14 +28,13 @@ import {
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
-import { ParquetWriter, schemaFromColumnData, type ColumnSource } from "hyparquet-writer";
-import { fileWriter } from "hyparquet-writer";
+import { type ColumnSource, fileWriter, ParquetWriter, schemaFromColumnData } from "hyparquet-writer";
 import { bearer, checkBaseUrl, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { filterParams, type RowFilter } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
-import { CLI_HINTS } from "./hints.js";
-import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
 import { BRANCH_COLUMNS, branchRecords, type Column, ROLLOUT_COLUMNS, rolloutRecord } from "./export-rows.js";
+import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
+import { CLI_HINTS } from "./hints.js";
 
 export interface ExportArgs {
   url: string;

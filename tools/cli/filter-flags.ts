@@ -2,7 +2,7 @@
 // flags turned into the relay's parameters and read by the relay's own parser
 // (src/protocol/registry/row-filter.ts), so a bad value is a usage error here, with the relay's
 // rule, before anything is sent.
-import { RelayError, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
+import { parseRowFilter, RelayError, type RowFilter } from "../../src/protocol/index.js";
 import { UsageError } from "../parse-options.js";
 
 /** The filter flags, as parseOptions takes them. */

@@ -9,8 +9,8 @@ import { GROUP_SORTS, group, groups } from "./groups.js";
 import { push } from "./push.js";
 import { tail } from "./tail.js";
 import { tailRun } from "./tail-run.js";
-import { putTokenizer } from "./tokenizer.js";
 import { parseBase, parseTarget } from "./target.js";
+import { putTokenizer } from "./tokenizer.js";
 
 const USAGE = `usage: episode-relay <command> ...
   tail URL/ID [--token T] [--routing] [--wait S] [--json]

@@ -9,10 +9,8 @@
 // its ack is treated as lost, as the recorded worker saw it: the producer's cursor stays, and the
 // relay retracts the frame when the next one arrives.
 import { readFileSync } from "node:fs";
-import { dispatchFromJson } from "../../src/protocol/index.js";
-import { encodeEnvelope, parseAnswer } from "../../src/protocol/index.js";
-import { ProducerCursor } from "../../src/protocol/index.js";
 import { refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
+import { dispatchFromJson, encodeEnvelope, ProducerCursor, parseAnswer } from "../../src/protocol/index.js";
 import { parseCase } from "../conformance/case-format.js";
 import { CLI_HINTS } from "./hints.js";
 import type { Target } from "./target.js";

@@ -2,7 +2,7 @@
 // from a delta as it lands, or from a trace as it stands (the conversation so far), each either
 // printed for a person (`formatLine`) or written as a JSON line (`--json`). A node is numbered by
 // its index in its trace, as the episode numbers it, however the watch came to see it.
-import { F64, LMap, decodeLossless, type Json, type LValue, toJson } from "../../src/protocol/index.js";
+import { decodeLossless, F64, type Json, LMap, type LValue, toJson } from "../../src/protocol/index.js";
 
 export interface RenderContext {
   width: number;

@@ -6,9 +6,9 @@
 // error. Rollouts already ended when it starts get their end line only; a run nobody wrote yet is
 // waited for. Runs until Ctrl-C; resumes after drops like `tail`.
 import WebSocket from "ws";
-import { type EpisodeWatch, reconnectDelay, watchEpisode } from "../../clients/typescript/watch.js";
-import { bearer, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { RelayRefusal } from "../../clients/typescript/refusal.js";
+import { bearer, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
+import { type EpisodeWatch, reconnectDelay, watchEpisode } from "../../clients/typescript/watch.js";
 import { type IndexEntry, parseRunMessage, WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/protocol/index.js";
 import { CLI_HINTS } from "./hints.js";
 import { deltaLines, formatLine, newContext, type RenderContext, snapshotLines, type TailLine } from "./render.js";

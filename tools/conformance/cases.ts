@@ -3,10 +3,11 @@
 // The public cases live in the repository as test fixtures (test/fixtures/golden), byte for byte
 // as the Python reference wrote them. GOLDEN_DIR may name one more directory of cases (held-out
 // ones): they are added to the fixtures, never replace them.
-import { parseCase, type GoldenCase } from "./case-format.js";
-import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type GoldenCase, parseCase } from "./case-format.js";
 
 export type { GoldenCase };
 

@@ -4,14 +4,18 @@
 // the simple way: the assembly is rebuilt from the frames kept. With `dispatch`, a trainer's identity
 // rides along as prime-rl's would (src/protocol/envelope/dispatch.ts): on every envelope, or as the
 // top-level `dispatch` key of each frame that opens a trace; the bytes must not change.
-import { FinishError } from "../../src/protocol/index.js";
-import { parseDelta } from "../../src/protocol/index.js";
-import { attachDispatch, dispatchFromJson, sameDispatch } from "../../src/protocol/index.js";
-import { encodeEnvelope } from "../../src/protocol/index.js";
-import { MemoryEpisode } from "../../src/protocol/index.js";
-import { ProducerCursor } from "../../src/protocol/index.js";
-import { compareBytes } from "./compare.js";
+import {
+  attachDispatch,
+  dispatchFromJson,
+  encodeEnvelope,
+  FinishError,
+  MemoryEpisode,
+  ProducerCursor,
+  parseDelta,
+  sameDispatch,
+} from "../../src/protocol/index.js";
 import type { GoldenCase } from "./cases.js";
+import { compareBytes } from "./compare.js";
 
 /** The identity conformance sends with `--dispatch` (prime-rl's `dispatch_info` shape). */
 export const CONFORMANCE_DISPATCH: Uint8Array = dispatchFromJson({

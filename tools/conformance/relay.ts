@@ -8,10 +8,8 @@
 // midway and resuming with `?after=`, round robin.
 
 import WebSocket from "ws";
-import { dispatchJson } from "../../src/protocol/index.js";
-import { encodeEnvelope } from "../../src/protocol/index.js";
-import { ProducerCursor } from "../../src/protocol/index.js";
 import { type EpisodeWatch, watchEpisode } from "../../clients/typescript/watch.js";
+import { dispatchJson, encodeEnvelope, ProducerCursor } from "../../src/protocol/index.js";
 import type { RelayOptions } from "./args.js";
 import type { GoldenCase } from "./cases.js";
 import { compareBytes } from "./compare.js";

@@ -4,12 +4,10 @@
 // version and staleness, the trainer's task name, its id and start) with links to the episode's
 // group and to its step (the run's list filtered by that step).
 import type { Json, JsonObject } from "../../../src/protocol/index.js";
-import { identityOf } from "../../../src/protocol/index.js";
-import { Reader } from "../../../src/protocol/index.js";
+import { identityOf, Reader, rolloutGroup } from "../../../src/protocol/index.js";
 import { dateTime, h, plural } from "../dom.js";
 import { groupHref, runHref } from "../links.js";
 import { fmt, isObject, json, messageOf } from "../model.js";
-import { rolloutGroup } from "../../../src/protocol/index.js";
 
 /** Data keys shown as the prompt and the expected answer (verifiers' task data, e.g. `{idx, prompt, answer}`). */
 const PROMPT_KEYS = ["prompt", "question", "input"];

@@ -10,14 +10,14 @@
 // annotations the watch read.
 import {
   type AnnotationsJson,
-  watchEpisode,
   type EpisodeWatch,
   type WatchEvent,
+  watchEpisode,
 } from "../../../clients/typescript/watch.js";
 import type { Json, JsonObject } from "../../../src/protocol/index.js";
 import { getJson, getToken, probe, relayUrl } from "../api.js";
 import { isObject, repairsOf } from "../model.js";
-import { refusal, type ConnState, type Shell } from "../shell.js";
+import { type ConnState, refusal, type Shell } from "../shell.js";
 
 export interface FeedHooks {
   /** Something changed: draw on the next frame. */

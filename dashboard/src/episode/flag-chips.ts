@@ -5,10 +5,11 @@
 // row follows a turn within INDEX_FLUSH_MS: read once that has passed, at most every
 // LIVE_REFRESH_MS, so a rollout that streams fast costs one request per few seconds and a quiet one
 // none), and when the episode ends.
+
+import type { Flag, IndexEntry } from "../../../src/protocol/index.js";
 import { getJson } from "../api.js";
 import { h } from "../dom.js";
 import { runOf } from "../links.js";
-import type { Flag, IndexEntry } from "../../../src/protocol/index.js";
 
 /** What `?prefix=` accepts (src/protocol/registry/rows.ts): an id outside it has no row to read this way. */
 const PREFIX = /^[A-Za-z0-9._:-]{1,128}$/;

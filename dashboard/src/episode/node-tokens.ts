@@ -2,9 +2,7 @@
 // `mask` (true where the policy sampled the token) and `logprobs` (one per sampled token). The
 // trainer's annotations fold onto exactly these (src/protocol/annotations/fold.ts). Cached per node: a
 // node's tokens never change once it arrived (repairs rewrite only its routing).
-import type { NodeState } from "../../../src/protocol/index.js";
-import type { TraceState } from "../../../src/protocol/index.js";
-import type { EpisodeAssembly } from "../../../src/protocol/index.js";
+import type { EpisodeAssembly, NodeState, TraceState } from "../../../src/protocol/index.js";
 import { json } from "../model.js";
 
 export interface NodeTokens {

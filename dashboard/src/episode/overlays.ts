@@ -3,15 +3,15 @@
 // from them (token-signals.ts; re-folded only when the trace grew or the annotations changed),
 // the episode's scales, the picker and its legend (signal-bar.ts), and, per frame, the overlay the
 // trace columns draw (trace-context.ts `Overlay`).
-import type { EpisodeAssembly } from "../../../src/protocol/index.js";
-import type { TraceState } from "../../../src/protocol/index.js";
+
 import type { AnnotationsJson } from "../../../clients/typescript/watch.js";
+import type { EpisodeAssembly, TraceState } from "../../../src/protocol/index.js";
 import { AnnotationsSource } from "./annotations-source.js";
 import { RunDecoder } from "./decoder.js";
 import { traceTokens } from "./node-tokens.js";
 import { signalBar } from "./signal-bar.js";
-import type { Overlay } from "./trace-context.js";
 import { episodeScales, type TraceSignals, traceSignals } from "./token-signals.js";
+import type { Overlay } from "./trace-context.js";
 
 export interface Overlays {
   /** The picker, its legend and the annotations' state line. */

@@ -1,8 +1,7 @@
 // Semantic links between turns (a node's `semantic_parents`, e.g. a sub-agent spawned from an
 // orchestrator turn): the buttons that name a linked turn, and the jump that scrolls to it and
 // flashes it, within this trace or across traces.
-import type { EpisodeAssembly } from "../../../src/protocol/index.js";
-import type { TraceState } from "../../../src/protocol/index.js";
+import type { EpisodeAssembly, TraceState } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import { field, isObject, nodeView } from "../model.js";
 

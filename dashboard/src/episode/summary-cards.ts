@@ -1,11 +1,10 @@
 // The episode's summary cards above the traces: rewards, metrics and timing (the orchestrator's,
 // the first trace), and tokens summed over every trace.
-import type { TraceState } from "../../../src/protocol/index.js";
-import type { Json } from "../../../src/protocol/index.js";
+import type { Json, TraceState } from "../../../src/protocol/index.js";
+import { REWARD_DEFINITION } from "../../../src/protocol/index.js";
 import { dateTime, duration, h } from "../dom.js";
 import { field, fmt, isObject } from "../model.js";
 import { episodeRewardChips } from "../reward-chip.js";
-import { REWARD_DEFINITION } from "../../../src/protocol/index.js";
 
 export function summaryCards(traces: TraceState[], status: string): HTMLElement[] {
   const first = traces[0];

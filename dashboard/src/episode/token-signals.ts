@@ -5,9 +5,9 @@
 // exp(Δ) − Δ − 1 with Δ = trainer logprob − the node's own sampling logprob (derived here, as
 // prime-rl's app derives it), and the loss's mask decision (`is_masked`). Scales are per episode;
 // colours and the "why nothing is coloured" lines are prime-rl's. Pure: no DOM.
+
+import type { Json, JsonObject, StreamValue } from "../../../src/protocol/index.js";
 import { foldOntoNodes, mismatchKl } from "../../../src/protocol/index.js";
-import type { StreamValue } from "../../../src/protocol/index.js";
-import type { Json, JsonObject } from "../../../src/protocol/index.js";
 import { isObject } from "../model.js";
 import type { NodeTokens } from "./node-tokens.js";
 

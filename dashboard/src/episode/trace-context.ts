@@ -1,7 +1,6 @@
 // What drawing one trace needs from the page, in one place so the trace's parts (its head, its
 // turns) take it without importing the page or each other.
-import type { EpisodeAssembly } from "../../../src/protocol/index.js";
-import type { TraceState } from "../../../src/protocol/index.js";
+import type { EpisodeAssembly, TraceState } from "../../../src/protocol/index.js";
 import type { Scales, Signal, TraceSignals } from "./token-signals.js";
 
 /** The chosen token signal, and what each trace carries (token-signals.ts). */

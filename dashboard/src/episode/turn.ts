@@ -7,8 +7,8 @@ import { heatmap } from "../heatmap.js";
 import type { CallView, NodeView } from "../model.js";
 import { messageBody } from "./message.js";
 import { linkButton, traceName } from "./semantic-links.js";
-import type { TraceContext } from "./trace-context.js";
 import { tokenStrip } from "./token-strip.js";
+import type { TraceContext } from "./trace-context.js";
 
 /** `repaired`: the node's repaired token rows when its routing is shown, else null. */
 export function turn(

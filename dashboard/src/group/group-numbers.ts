@@ -2,12 +2,13 @@
 // rollouts by status, the reward's mean ± std and spread, whether it carries no signal (zero
 // variance: every finished rollout's reward equal), and per reward key mean ± std, min and max over
 // its finished rollouts. The reward is the trainer's (src/protocol/registry/rewards.ts), said once here.
-import { h } from "../dom.js";
-import { runHref } from "../links.js";
+
 import type { GroupDetailJson } from "../../../src/protocol/index.js";
 import { REWARD_DEFINITION } from "../../../src/protocol/index.js";
-import { num } from "./figures.js";
+import { h } from "../dom.js";
+import { runHref } from "../links.js";
 import { toneAttrs } from "../reward-chip.js";
+import { num } from "./figures.js";
 
 export function groupNumbers(g: GroupDetailJson, run: string): HTMLElement[] {
   // as the relay counts it (groups.ts): complete, two finished rollouts with a reward or more, all equal

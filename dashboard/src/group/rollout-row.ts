@@ -3,15 +3,16 @@
 // rewarded for the wrong answer stands out), per reward key its score and advantage (raw, and
 // normalized by the group's std), task, the trainer's step and kind, turns, tokens, stop
 // condition, truncated. Every row has the same fixed columns (`rolloutColumns`), so they line up.
+
+import type { RolloutJson } from "../../../src/protocol/index.js";
+import { episodeReward, identityOf, REWARD_DEFINITION, traceRewardsOf } from "../../../src/protocol/index.js";
 import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
-import { type RewardScore, rewardNumber, toneAttrs } from "../reward-chip.js";
 import { pickBox } from "../pick-tray.js";
+import { type RewardScore, rewardNumber, toneAttrs } from "../reward-chip.js";
 import { kindChip, stageChip } from "../stage-chip.js";
-import { episodeReward, identityOf, REWARD_DEFINITION, traceRewardsOf } from "../../../src/protocol/index.js";
-import type { RolloutJson } from "../../../src/protocol/index.js";
-import { num, signed } from "./figures.js";
 import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
+import { num, signed } from "./figures.js";
 
 /**
  * The rows' grid: the numbers on one line, the final answer across the row under them (group.css), so two

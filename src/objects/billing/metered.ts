@@ -19,8 +19,8 @@
 //   usageOf(storage)?.r2Get()      // or with the ctx, or with `ctx.storage` as the object holds it
 // It answers undefined for an unmetered object (a unit test constructing the class itself).
 
-import { AsyncLocalStorage } from "node:async_hooks";
 import { DurableObject } from "cloudflare:workers";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { type EventKind, meterFor, type Usage, type UsageMeter, writtenTable } from "../../protocol/billing/usage.js";
 
 /** The instance, its ctx and its storage view → its meter. */

@@ -12,10 +12,10 @@ import {
   type TraceAnnotations,
 } from "../../protocol/annotations/records.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
-import { RelayError } from "../../protocol/http/errors.js";
-import { ChunkWriter, concatChunks } from "../../protocol/wire/writer.js";
-import type { LValue } from "../../protocol/wire/lossless.js";
 import { eachPart } from "../../protocol/episode/parts.js";
+import { RelayError } from "../../protocol/http/errors.js";
+import type { LValue } from "../../protocol/wire/lossless.js";
+import { ChunkWriter, concatChunks } from "../../protocol/wire/writer.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 

@@ -15,14 +15,14 @@
 // msgpack (src/protocol/archive/finished-deltas.ts). A delete, or the end of retention, removes the copy,
 // and the JSON copy an older release wrote beside it (which the step also removes, and nothing reads).
 
-import { MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
-import { parseReply } from "../../protocol/assembly/reply.js";
+import { type ArchiveMetadata, archiveKey } from "../../protocol/archive/archive-read.js";
 import type { Grant } from "../../protocol/archive/leases.js";
 import { LEASE_MS, MAX_PAUSE_MS } from "../../protocol/archive/leases.js";
-import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
+import { MsgpackOut, writeFinished } from "../../protocol/assembly/render.js";
+import { parseReply } from "../../protocol/assembly/reply.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
-import { type ArchiveMetadata, archiveKey } from "../../protocol/archive/archive-read.js";
+import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
 import { ArchiveUploadRecord } from "./archive-upload.js";
 import type { EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";

@@ -3,8 +3,8 @@
 // (src/protocol/archive/finished-deltas.ts). A watcher that applies them and then the reply holds the
 // finished episode, byte for byte. Nothing can be retracted any more: it stays valid.
 
-import { traceOf } from "../../protocol/assembly/delta.js";
 import { finishedDeltas } from "../../protocol/archive/finished-deltas.js";
+import { traceOf } from "../../protocol/assembly/delta.js";
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, type Variant } from "../../protocol/watch/variant.js";
 import { SnapshotMessages } from "./catchup-stream.js";

@@ -6,6 +6,7 @@
 // frames it was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin
 // keeps what it reads), and the replay reads the log as it grows.
 
+import { RpcTarget } from "cloudflare:workers";
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
 import {
@@ -16,21 +17,20 @@ import {
   snapshotPlan,
 } from "../../protocol/assembly/snapshot.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
+import type { Pin } from "../../protocol/episode/holds.js";
+import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js";
+import { bufferClass } from "../../protocol/hub/message-pool.js";
 import {
+  type Chunks,
   type Frame,
   framesMessage,
   MESSAGE_BYTES,
   type SnapshotReason,
   snapshotMessage,
-  type Chunks,
 } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
-import type { Pin } from "../../protocol/episode/holds.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { Meta } from "./storage.js";
-import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js";
-import { bufferClass } from "../../protocol/hub/message-pool.js";
-import { RpcTarget } from "cloudflare:workers";
 
 /**
  * The first snapshot message is small, and each next one at most twice the last, up to MESSAGE_BYTES: a watcher that

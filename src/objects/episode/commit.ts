@@ -2,14 +2,14 @@
 // SqlStore, the log, the producers' seqs and cursors, the counters, a retraction's rewind) is
 // written in one SQLite transaction, or nothing is. The caller answers only after it returns.
 
-import { DeltaError } from "../../protocol/assembly/errors.js";
-import { dispatchConflict, sameDispatch } from "../../protocol/envelope/dispatch.js";
 import type { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
-import { ingest, type IngestResult } from "../../protocol/envelope/ingest.js";
+import { DeltaError } from "../../protocol/assembly/errors.js";
 import type { IngestAck } from "../../protocol/envelope/answer.js";
+import { dispatchConflict, sameDispatch } from "../../protocol/envelope/dispatch.js";
+import { type IngestResult, ingest } from "../../protocol/envelope/ingest.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import type { FeedFrame } from "../../protocol/hub/feed.js";
-import type { EpisodeState, EpisodeMemory } from "./state.js";
+import type { EpisodeMemory, EpisodeState } from "./state.js";
 import type { Meta } from "./storage.js";
 
 export interface Committed {

@@ -15,17 +15,19 @@
 // catchUp, and are fed after every commit. A watcher connecting costs this object nothing.
 
 import { DurableObject } from "cloudflare:workers";
-import { parseReply } from "../../protocol/assembly/reply.js";
-import { usageOf } from "../billing/metered.js";
 import { readArchived } from "../../protocol/archive/archive-read.js";
-import { type IngestAck, encodeAnswer } from "../../protocol/envelope/answer.js";
+import type { Grant } from "../../protocol/archive/leases.js";
+import { parseReply } from "../../protocol/assembly/reply.js";
+import { encodeAnswer, type IngestAck } from "../../protocol/envelope/answer.js";
+import { checkDispatch, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES } from "../../protocol/envelope/dispatch.js";
+import { decodeBody, isJsonBody, parseJsonBody, readStream } from "../../protocol/http/body.js";
 import {
   type Answer,
   answerOf,
   answerOfAsync,
+  CLOSE_INTERNAL,
   CLOSE_NORMAL,
   CLOSE_POLICY,
-  CLOSE_INTERNAL,
   CLOSE_TOO_BIG,
   echoClose,
   errorAnswer,
@@ -34,34 +36,31 @@ import {
   safeClose,
   upgradeRequired,
 } from "../../protocol/http/errors.js";
-import { isJsonBody, parseJsonBody, readStream } from "../../protocol/http/body.js";
-import { checkDispatch, dispatchFromJson, dispatchJson, MAX_DISPATCH_BYTES } from "../../protocol/envelope/dispatch.js";
+import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
 import { EPISODE_ID_HEADER, isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import type { Joined } from "../../protocol/hub/feed.js";
+import { type Limits, limitsFrom } from "../../protocol/limits/limits.js";
 import type { SnapshotReason } from "../../protocol/watch/protocol.js";
 import type { Variant } from "../../protocol/watch/variant.js";
+import type { JsonObject } from "../../protocol/wire/json-view.js";
+import { toJson } from "../../protocol/wire/json-view.js";
+import { decodeLossless, fromJson } from "../../protocol/wire/lossless.js";
+import { archiveGateName } from "../archive/gate.js";
+import { usageOf } from "../billing/metered.js";
+import { rpcAnswer } from "../rpc-answer.js";
+import { armAlarm } from "../storage/alarm-window.js";
+import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
 import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
 import { CatchUp, CatchUpPipe, type CatchUpSource, JoinBuffers, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
-import { alarmAt, retryDelay, RunRowSync } from "./run-row-sync.js";
-import { type Limits, limitsFrom } from "../../protocol/limits/limits.js";
 import { LogTrim } from "./log-trim.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
-import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
-import { toJson } from "../../protocol/wire/json-view.js";
-import { decodeLossless, fromJson } from "../../protocol/wire/lossless.js";
-import { decodeBody } from "../../protocol/http/body.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
+import { alarmAt, RunRowSync, retryDelay } from "./run-row-sync.js";
 import { EpisodeState } from "./state.js";
 import { isPending, type Meta, publicStatus } from "./storage.js";
-import type { JsonObject } from "../../protocol/wire/json-view.js";
-import { armAlarm } from "../storage/alarm-window.js";
-import { archiveGateName } from "../archive/gate.js";
-import type { Grant } from "../../protocol/archive/leases.js";
-import { rpcAnswer } from "../rpc-answer.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
 export interface DispatchAck {

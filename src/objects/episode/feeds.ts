@@ -16,12 +16,12 @@ import {
   type FeedAnswer,
   type FeedFrame,
   feedBytes,
+  framed,
   type HubView,
   type Joined,
   type Restart,
   sameView,
   viewEnded,
-  framed,
 } from "../../protocol/hub/feed.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { rpcAnswer } from "../rpc-answer.js";

@@ -5,7 +5,7 @@
 
 import type { Entry } from "../../protocol/assembly/delta.js";
 import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
-import { TraceState, type ListSize } from "../../protocol/assembly/trace.js";
+import { type ListSize, TraceState } from "../../protocol/assembly/trace.js";
 import { decodeStrSpan } from "../../protocol/wire/utf8.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 

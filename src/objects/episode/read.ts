@@ -3,8 +3,6 @@
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
-import { dispatchJson } from "../../protocol/envelope/dispatch.js";
-import type { JsonObject } from "../../protocol/wire/json-view.js";
 import {
   checkpointSize,
   JsonOut,
@@ -16,9 +14,11 @@ import {
 } from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
-import { encodeInt, encodeStr, NIL } from "../../protocol/wire/writer.js";
+import { dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { Pin } from "../../protocol/episode/holds.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
+import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
+import type { JsonObject } from "../../protocol/wire/json-view.js";
+import { encodeInt, encodeStr, NIL } from "../../protocol/wire/writer.js";
 import type { EpisodeState } from "./state.js";
 import { type EpisodeStatus, type Meta, publicStatus } from "./storage.js";
 

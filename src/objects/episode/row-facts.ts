@@ -7,7 +7,7 @@
 // facts are kept with the episode (`Meta.live`): the archive takes the bodies away.
 
 import type { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
-import { type NodeInfo, nodeHead, type NodeState } from "../../protocol/assembly/node.js";
+import { type NodeInfo, type NodeState, nodeHead } from "../../protocol/assembly/node.js";
 import type { TraceState } from "../../protocol/assembly/trace.js";
 import type { DispatchFacts } from "../../protocol/envelope/dispatch.js";
 import type { LiveFacts } from "../../protocol/registry/entry.js";

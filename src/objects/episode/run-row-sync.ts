@@ -6,19 +6,19 @@
 // tombstone retried the same way. Updates go out in order (each after the one before).
 
 import { parseReply } from "../../protocol/assembly/reply.js";
-import { dispatchFacts, dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { Slot } from "../../protocol/assembly/trace.js";
+import { dispatchFacts, dispatchJson } from "../../protocol/envelope/dispatch.js";
+import { rolloutGroup } from "../../protocol/registry/groups.js";
 import type { IndexRow } from "../../protocol/registry/rows.js";
 import { runIndexName, runOf } from "../../protocol/registry/run.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
-import { rolloutGroup } from "../../protocol/registry/groups.js";
+import { rpcAnswer } from "../rpc-answer.js";
+import { armAlarm } from "../storage/alarm-window.js";
 import { RowFacts } from "./row-facts.js";
 import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 import { type IndexState, type Meta, publicStatus } from "./storage.js";
-import { armAlarm } from "../storage/alarm-window.js";
-import { rpcAnswer } from "../rpc-answer.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
 export const RETRY_FIRST_MS = 1000;

@@ -4,9 +4,9 @@
 // archive-upload.ts (archive_upload, archive_parts).
 
 import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
-import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
+import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
 import { SqlStore } from "./sql-store.js";
 

@@ -7,11 +7,6 @@
 
 import type { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
 import type { NodeState } from "../../protocol/assembly/node.js";
-import { equalBytes } from "../../protocol/wire/bytes.js";
-import { type Json, toJson } from "../../protocol/wire/json-view.js";
-import { decodeLossless } from "../../protocol/wire/lossless.js";
-import { encodeStr } from "../../protocol/wire/writer.js";
-import type { SearchBatch } from "../registry/search-store.js";
 import {
   EPISODE_CHARS,
   nodeSegments,
@@ -19,6 +14,11 @@ import {
   taskSegment,
   withinBudget,
 } from "../../protocol/search/segments.js";
+import { equalBytes } from "../../protocol/wire/bytes.js";
+import { type Json, toJson } from "../../protocol/wire/json-view.js";
+import { decodeLossless } from "../../protocol/wire/lossless.js";
+import { encodeStr } from "../../protocol/wire/writer.js";
+import type { SearchBatch } from "../registry/search-store.js";
 import type { SqlStore } from "./sql-store.js";
 
 const KEY_MESSAGE = encodeStr("message");

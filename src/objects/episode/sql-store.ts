@@ -19,14 +19,14 @@
 // after R: what they superseded is current again. The tables are declared in schema.ts.
 
 import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
-import { encodeNode, readNode, type NodeInfo, type NodeState } from "../../protocol/assembly/node.js";
+import { encodeNode, type NodeInfo, type NodeState, readNode } from "../../protocol/assembly/node.js";
 import type { BodyReader, EpisodeStore } from "../../protocol/assembly/store.js";
 import type { ListSize, TraceState } from "../../protocol/assembly/trace.js";
-import { Reader } from "../../protocol/wire/reader.js";
-import { itemBodies, KIND, nodeBodies, nodeBody, NODES } from "./bodies.js";
 import { Holds, type Pin } from "../../protocol/episode/holds.js";
-import { loadIndex } from "./load-index.js";
 import { buffer, eachPart } from "../../protocol/episode/parts.js";
+import { Reader } from "../../protocol/wire/reader.js";
+import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
+import { loadIndex } from "./load-index.js";
 
 export class SqlStore implements EpisodeStore {
   private readonly holds = new Holds(() => this.collect());

@@ -19,11 +19,11 @@
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import { eachPart } from "../../protocol/episode/parts.js";
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../../protocol/envelope/ledger.js";
-import type { SchemaState } from "../storage/schema.js";
-import { concatChunks } from "../../protocol/wire/writer.js";
+import { eachPart } from "../../protocol/episode/parts.js";
 import type { LiveFacts } from "../../protocol/registry/entry.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
+import type { SchemaState } from "../storage/schema.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 

@@ -7,7 +7,7 @@
 // A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/window.ts).
 
 import { DurableObject } from "cloudflare:workers";
-import { limitsFrom } from "../../protocol/limits/limits.js";
+import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
 import {
   CLOSE_NORMAL,
   CLOSE_POLICY,
@@ -17,17 +17,17 @@ import {
   safeClose,
   upgradeRequired,
 } from "../../protocol/http/errors.js";
-import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
-import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import type { Cursor } from "../../protocol/hub/catchup.js";
-import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus, received } from "../../protocol/hub/feed.js";
+import { type Feed, type FeedAnswer, type HubView, received, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
-import { rpcAnswer } from "../rpc-answer.js";
-import { HubStore } from "./store.js";
-import type { WatcherAttachment } from "./live.js";
-import { HubWatchers } from "./watchers.js";
 import { HubWindow } from "../../protocol/hub/window.js";
+import { limitsFrom } from "../../protocol/limits/limits.js";
+import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
+import { rpcAnswer } from "../rpc-answer.js";
+import type { WatcherAttachment } from "./live.js";
+import { HubStore } from "./store.js";
+import { HubWatchers } from "./watchers.js";
 
 /** The window keeps at most this many frames (besides its byte bound). */
 const WINDOW_FRAMES = 4096;

@@ -7,9 +7,9 @@
 // survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
-import type { Variant } from "../../protocol/watch/variant.js";
 import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/feed.js";
-import type { Flows, Flow } from "./flows.js";
+import type { Variant } from "../../protocol/watch/variant.js";
+import type { Flow, Flows } from "./flows.js";
 
 /** What a hub knows of a watcher socket. */
 export interface SocketState {

@@ -8,10 +8,10 @@
 //   cohort); it reconnects.
 
 import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER, safeClose } from "../../protocol/http/errors.js";
-import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
 import type { HubCatchUp, HubCohort } from "../../protocol/hub/catchup.js";
 import { type HubView, viewEnded } from "../../protocol/hub/feed.js";
 import type { MessagePool } from "../../protocol/hub/message-pool.js";
+import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
 import type { Flows } from "./flows.js";
 import type { LiveFanOut } from "./live.js";
 

@@ -4,9 +4,9 @@
 // watcher leaves.
 
 import { eachPart } from "../../protocol/episode/parts.js";
-import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
-import { concatChunks } from "../../protocol/wire/writer.js";
 import type { HubStatus, HubView } from "../../protocol/hub/feed.js";
+import { concatChunks } from "../../protocol/wire/writer.js";
+import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 
 export interface HubState {
   id: string;

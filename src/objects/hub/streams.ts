@@ -6,10 +6,10 @@
 // hub's catch-up buffers run short (the watchers under way come first). So the episode builds a
 // stream every few turns for a stampede, not one per watcher.
 
-import type { SnapshotReason } from "../../protocol/watch/protocol.js";
-import type { Variant } from "../../protocol/watch/variant.js";
 import { HubCohort, LINGER_MS, type OpenCursor, STALE_BYTES } from "../../protocol/hub/catchup.js";
 import type { MessagePool } from "../../protocol/hub/message-pool.js";
+import type { SnapshotReason } from "../../protocol/watch/protocol.js";
+import type { Variant } from "../../protocol/watch/variant.js";
 
 export class Streams {
   private readonly cohorts = new Map<string, HubCohort>();

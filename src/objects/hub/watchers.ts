@@ -10,6 +10,11 @@
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
+import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
+import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
+import { type HubFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import { MessagePool } from "../../protocol/hub/message-pool.js";
+import type { HubWindow } from "../../protocol/hub/window.js";
 import {
   annotationsMessage,
   helloMessage,
@@ -19,15 +24,10 @@ import {
   statusMessage,
 } from "../../protocol/watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
-import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
-import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
-import { type HubView, viewStatus, type HubFrame } from "../../protocol/hub/feed.js";
-import { MessagePool } from "../../protocol/hub/message-pool.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
 import { Streams } from "./streams.js";
-import type { HubWindow } from "../../protocol/hub/window.js";
 
 export const WATCH_TAG = "watch";
 

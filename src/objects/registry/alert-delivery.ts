@@ -6,8 +6,8 @@
 
 import { ALERT_BUDGETS } from "../../protocol/alerts/config.js";
 import { ALERT_ID_HEADER, delivered, SIGNATURE_HEADER, signBody } from "../../protocol/alerts/payload.js";
-import type { AlertStore, Delivery } from "./alert-store.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import type { AlertStore, Delivery } from "./alert-store.js";
 
 /**
  * The alarm's part for alerts: what is due sent, then the alarm armed for the next one due. A failure leaves the

@@ -26,9 +26,9 @@ import {
   zeroVarianceCheck,
 } from "../../protocol/alerts/evaluate.js";
 import { alertPayload, retryDelay } from "../../protocol/alerts/payload.js";
-import { type AlertsJson, alertsJson, emptyAlertsJson } from "./alert-json.js";
 import type { Flag, IndexRow } from "../../protocol/registry/entry.js";
 import { type StepCounters, type StepJson, stepJson, stepKeyOf } from "../../protocol/registry/steps.js";
+import { type AlertsJson, alertsJson, emptyAlertsJson } from "./alert-json.js";
 
 /** One delivery due: the alert's body for one webhook. */
 export interface Delivery {

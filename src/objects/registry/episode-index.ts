@@ -13,16 +13,13 @@
 // kept, and the directory lists the run (no episode), for RETENTION_SECONDS; then the alarm frees
 // them as it frees an index whose rows all went, unless a row came.
 
-import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
-import { type RulesJson, type FlagEvaluations, FlagStore, readRules } from "./flag-store.js";
+import { parseAlerts } from "../../protocol/alerts/config.js";
 import { noWork } from "../../protocol/flags/rules.js";
+import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
+import { limitsFrom } from "../../protocol/limits/limits.js";
 import { flushIntervalMs, indexPacingFrom } from "../../protocol/limits/vars.js";
 import type { RunAggregates } from "../../protocol/registry/aggregates.js";
-import { encodeRunMessage } from "../../protocol/registry/index-protocol.js";
-import { NO_FILTER } from "../../protocol/registry/row-filter.js";
-import { readScopeHeader } from "./run-sockets.js";
-import { RunSideObject } from "./run-side-object.js";
 import {
   type GroupDetailJson,
   type GroupSort,
@@ -30,17 +27,12 @@ import {
   groupJson,
   type TasksPage,
 } from "../../protocol/registry/groups.js";
-import type { FinishedPage } from "./finished-pages.js";
-import { IndexStore } from "./index-store.js";
-import { INDEX_SCHEMA } from "./schemas.js";
-import type { StepsPage } from "../../protocol/registry/steps.js";
-import type { SearchBatch, SearchPage } from "./search-store.js";
-import { parseSearchQuery, type SearchQuery } from "../../protocol/search/query.js";
-import { coversRun, RUNS_NAME } from "../../protocol/registry/run.js";
+import { encodeRunMessage } from "../../protocol/registry/index-protocol.js";
 import { positionText } from "../../protocol/registry/list-cursors.js";
+import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import {
-  entryOf,
   type EpisodesPage,
+  entryOf,
   type FinishedSelection,
   type IndexEntry,
   type IndexRow,
@@ -51,14 +43,22 @@ import {
   type Scope,
   visible,
 } from "../../protocol/registry/rows.js";
-import { armAlarm } from "../storage/alarm-window.js";
+import { coversRun, RUNS_NAME } from "../../protocol/registry/run.js";
+import type { StepsPage } from "../../protocol/registry/steps.js";
+import { parseSearchQuery, type SearchQuery } from "../../protocol/search/query.js";
 import { usageOf } from "../billing/metered.js";
-import { limitsFrom } from "../../protocol/limits/limits.js";
-import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
-import { AlertStore } from "./alert-store.js";
-import type { AlertsJson } from "./alert-json.js";
+import { armAlarm } from "../storage/alarm-window.js";
 import { armAlertAlarm, sendDue } from "./alert-delivery.js";
-import { parseAlerts } from "../../protocol/alerts/config.js";
+import type { AlertsJson } from "./alert-json.js";
+import { AlertStore } from "./alert-store.js";
+import type { FinishedPage } from "./finished-pages.js";
+import { type FlagEvaluations, FlagStore, type RulesJson, readRules } from "./flag-store.js";
+import { IndexStore } from "./index-store.js";
+import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
+import { RunSideObject } from "./run-side-object.js";
+import { readScopeHeader } from "./run-sockets.js";
+import { INDEX_SCHEMA } from "./schemas.js";
+import type { SearchBatch, SearchPage } from "./search-store.js";
 
 /** The meter's name for the rows FTS5 writes to its shadow tables (search-store.ts `settle`). */
 export const FTS_SHADOW = "search (FTS5 shadow)";

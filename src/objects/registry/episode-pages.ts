@@ -15,8 +15,8 @@
 // scope only (the Worker seals every cursor: a position may then be a row outside it).
 
 import type { IndexRow } from "../../protocol/registry/entry.js";
-import type { RowFilter } from "../../protocol/registry/row-filter.js";
 import type { RowPosition } from "../../protocol/registry/list-cursors.js";
+import type { RowFilter } from "../../protocol/registry/row-filter.js";
 import { type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
 import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";

@@ -9,11 +9,11 @@
 // against them in SQL (episode-pages.ts `conditions`) and the walk reads at most `budget` rows per
 // page, matching or not: a rare filter gives short pages, never a scan of the run.
 
-import { type FinishedSelection, type Scope, visible } from "../../protocol/registry/rows.js";
-import { rowsInScope } from "./scoped-rows.js";
-import { type IndexEntry, entryOf } from "../../protocol/registry/entry.js";
-import { conditions } from "./episode-pages.js";
+import { entryOf, type IndexEntry } from "../../protocol/registry/entry.js";
 import { isFiltered, NO_FILTER } from "../../protocol/registry/row-filter.js";
+import { type FinishedSelection, type Scope, visible } from "../../protocol/registry/rows.js";
+import { conditions } from "./episode-pages.js";
+import { rowsInScope } from "./scoped-rows.js";
 import { rowOf, type SqlRow } from "./sql-row.js";
 
 /** A finished episode in bulk-fetch order. */

@@ -14,13 +14,13 @@ import {
   rowFlags,
   SEGMENT_STEPS,
   segmentFlags,
-  TURN_STEPS,
   type TextRule,
   type TextWork,
+  TURN_STEPS,
   textRules,
 } from "../../protocol/flags/rules.js";
-import type { Segment } from "../../protocol/search/segments.js";
 import type { IndexRow } from "../../protocol/registry/entry.js";
+import type { Segment } from "../../protocol/search/segments.js";
 import type { SearchBatch } from "./search-store.js";
 
 /** Segments one rescan step reads (the alarm runs steps until the rescan is done). */

@@ -4,7 +4,6 @@
 // groups (in all, and per minute of completion) kept in step. Called by IndexStore inside its
 // transactions; pages are read by keyset.
 
-import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import {
   type GroupMember,
   type GroupSort,
@@ -12,12 +11,13 @@ import {
   groupSummary,
   type TaskSummary,
 } from "../../protocol/registry/groups.js";
+import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import { rowScore } from "../../protocol/registry/rewards.js";
-import type { StepStore } from "./step-store.js";
-import { TrendStore } from "./trend-store.js";
-import { writeChanged } from "./sql-row.js";
 import { completedMinute, type ZeroVarianceTrend } from "../../protocol/registry/zero-variance-trend.js";
 import type { Json } from "../../protocol/wire/json-view.js";
+import { writeChanged } from "./sql-row.js";
+import type { StepStore } from "./step-store.js";
+import { TrendStore } from "./trend-store.js";
 
 /** The run's group counts (what the aggregates and the groups page show). */
 export interface GroupCounts {

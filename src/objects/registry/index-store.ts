@@ -14,21 +14,21 @@ import {
   finishedMeans,
   type RunAggregates,
 } from "../../protocol/registry/aggregates.js";
-import { GroupStore } from "./group-store.js";
-import { FlagStore } from "./flag-store.js";
-import { type SearchBatch, SearchStore } from "./search-store.js";
-import { StepStore } from "./step-store.js";
-import type { RunRow } from "./directory-store.js";
-import { rowReward } from "../../protocol/registry/rewards.js";
-import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { identityOf } from "../../protocol/registry/entry.js";
-import { type FinishedPage, finishedPage, FINISHED_WALK_BUDGET } from "./finished-pages.js";
-import type { FinishedSelection, IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
-import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
-import { rewardMinutesOf } from "../../protocol/registry/reward-trend.js";
-import { TrendStore } from "./trend-store.js";
 import { type GroupDetailJson, groupJson, rolloutJson } from "../../protocol/registry/groups.js";
 import { rankRollouts } from "../../protocol/registry/ranking.js";
+import { rewardMinutesOf } from "../../protocol/registry/reward-trend.js";
+import { rowReward } from "../../protocol/registry/rewards.js";
+import type { FinishedSelection, IndexRow, ListQuery, Scope } from "../../protocol/registry/rows.js";
+import type { RunRow } from "./directory-store.js";
+import { type EpisodePage, episodePage } from "./episode-pages.js";
+import { FINISHED_WALK_BUDGET, type FinishedPage, finishedPage } from "./finished-pages.js";
+import { FlagStore } from "./flag-store.js";
+import { GroupStore } from "./group-store.js";
+import { type SearchBatch, SearchStore } from "./search-store.js";
+import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
+import { StepStore } from "./step-store.js";
+import { TrendStore } from "./trend-store.js";
 
 export class IndexStore {
   /** The counters as saved (read once per object lifetime, then kept in step with every write). */

@@ -5,16 +5,16 @@
 // (`GET /v1/runs` upgraded) get the runs, then coalesced changes (run-sockets.ts). Its table comes
 // with the first run: reads before that store nothing.
 
-import { DIRECTORY_SCHEMA } from "./schemas.js";
 import { errorResponse, upgradeRequired } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade } from "../../protocol/http/route.js";
 import { encodeRunsMessage, type RunSummary } from "../../protocol/registry/index-protocol.js";
-import { DirectoryStore, type RunRow } from "./directory-store.js";
 import { positionText, type RunPosition } from "../../protocol/registry/list-cursors.js";
-import { readScopeHeader } from "./run-sockets.js";
-import { RunSideObject } from "./run-side-object.js";
-import { coversRun, mayHold } from "../../protocol/registry/run.js";
 import { MAX_LIMIT, SCOPE_HEADER, type Scope } from "../../protocol/registry/rows.js";
+import { coversRun, mayHold } from "../../protocol/registry/run.js";
+import { DirectoryStore, type RunRow } from "./directory-store.js";
+import { RunSideObject } from "./run-side-object.js";
+import { readScopeHeader } from "./run-sockets.js";
+import { DIRECTORY_SCHEMA } from "./schemas.js";
 
 /** Runs in the list a socket starts with. */
 export const RUNS_SNAPSHOT_LIMIT = 200;

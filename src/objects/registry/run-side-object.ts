@@ -4,8 +4,8 @@
 
 import { DurableObject } from "cloudflare:workers";
 import { limitsFrom } from "../../protocol/limits/limits.js";
-import { type Schema, SchemaState } from "../storage/schema.js";
 import type { Scope } from "../../protocol/registry/rows.js";
+import { type Schema, SchemaState } from "../storage/schema.js";
 import { RunSockets } from "./run-sockets.js";
 
 export abstract class RunSideObject<Change> extends DurableObject<Env> {

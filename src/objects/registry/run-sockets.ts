@@ -10,9 +10,9 @@
 import { CLOSE_POLICY, CLOSE_TRY_LATER, echoClose, safeClose } from "../../protocol/http/errors.js";
 import { Admission } from "../../protocol/hub/admission.js";
 import type { Limits } from "../../protocol/limits/limits.js";
-import { retryReason } from "../../protocol/watch/protocol.js";
 import { PUSH_MS } from "../../protocol/registry/index-protocol.js";
 import type { Scope } from "../../protocol/registry/rows.js";
+import { retryReason } from "../../protocol/watch/protocol.js";
 
 /**
  * The tag of these sockets. Hibernated sockets keep the tag they were accepted with, across

@@ -5,8 +5,8 @@
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
 import { recountStepOutcomes } from "./step-recount.js";
-import { addTurns } from "./turn-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
+import { addTurns } from "./turn-recount.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",

@@ -8,12 +8,12 @@
 // filters and the viewer's scope in the same statement (a partial scope's matches are its own
 // episodes' only), and cuts the snippets of the page's episodes only (highlight.ts).
 
-import type { SearchQuery } from "../../protocol/search/query.js";
-import { NO_FILTER } from "../../protocol/registry/row-filter.js";
-import type { Segment } from "../../protocol/search/segments.js";
-import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
+import { NO_FILTER } from "../../protocol/registry/row-filter.js";
+import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { snippet } from "../../protocol/search/highlight.js";
+import type { SearchQuery } from "../../protocol/search/query.js";
+import type { Segment } from "../../protocol/search/segments.js";
 import { conditions } from "./episode-pages.js";
 import { inScope } from "./scoped-rows.js";
 

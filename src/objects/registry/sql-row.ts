@@ -1,7 +1,7 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
-import type { Json, JsonObject } from "../../protocol/wire/json-view.js";
 import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js";
+import type { Json, JsonObject } from "../../protocol/wire/json-view.js";
 
 /**
  * A row as SQLite holds it: rewards, the dispatch identity and the live facts as JSON text, the

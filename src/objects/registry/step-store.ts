@@ -12,10 +12,10 @@ import {
   type StepCounters,
   type StepJson,
   type StepKey,
-  stepJson,
-  stepKeyOf,
   type StepRow,
   type StepsPage,
+  stepJson,
+  stepKeyOf,
 } from "../../protocol/registry/steps.js";
 
 export class StepStore {

@@ -3,9 +3,9 @@
 // and the group minutes. One pass over the finished rows, once, inside the migration's
 // transaction; afterwards the index keeps them row by row (index-store.ts, group-store.ts).
 
-import type { Json } from "../../protocol/wire/json-view.js";
 import { applyScores, type Contribution, type Counters, contributionOf } from "../../protocol/registry/aggregates.js";
 import { recountRewardMinutes } from "../../protocol/registry/reward-trend.js";
+import type { Json } from "../../protocol/wire/json-view.js";
 
 /** The finished-only reward counters and the reward minutes, recounted from the finished rows. */
 export function backfillRewards(sql: SqlStorage): void {

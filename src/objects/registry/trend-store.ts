@@ -7,8 +7,8 @@
 import { type Contribution, minuteOf, THROUGHPUT_MINUTES } from "../../protocol/registry/aggregates.js";
 import {
   type RewardMinute,
-  rewardMinutesOf,
   type RewardTrend,
+  rewardMinutesOf,
   rewardTrendOf,
 } from "../../protocol/registry/reward-trend.js";
 import {

@@ -6,8 +6,8 @@
 
 import type { Flag, IndexRow } from "../registry/entry.js";
 import { identityOf } from "../registry/entry.js";
-import type { StepJson } from "../registry/steps.js";
 import { stopTruncates } from "../registry/step-outcomes.js";
+import type { StepJson } from "../registry/steps.js";
 import type { AlertRule, RateKind } from "./config.js";
 
 /** An ended rollout as the rate rules count it (per env). */

@@ -7,8 +7,8 @@
 // an older release wrote is never read. Null when the episode is not archived, or R2 fails: the
 // object answers then.
 
+import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../http/representation.js";
 import { archivedJsonStream } from "./json-view.js";
-import { matchesEtag, MSGPACK, type ReadRequest, representationEtag } from "../http/representation.js";
 
 /** The R2 key of an episode's archived msgpack (ids never hold `/`). */
 export function archiveKey(id: string): string {

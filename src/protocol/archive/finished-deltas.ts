@@ -15,11 +15,11 @@
 // not know (trace.ts `extend` puts them there): it goes out under its own key, item by item, as it
 // came in, so a watcher names it as the producer's ack did (the bytes are the same either way).
 
-import { LIST_FIELDS, isListField, isScalarField } from "../assembly/fields.js";
+import { isListField, isScalarField, LIST_FIELDS } from "../assembly/fields.js";
 import { headerSize } from "../assembly/render.js";
 import { DELTA_BYTES } from "../assembly/snapshot.js";
-import { ArchiveError, type FinishedDeltaStats, Input, type Span } from "./stream-input.js";
 import { encodeStr } from "../wire/writer.js";
+import { ArchiveError, type FinishedDeltaStats, Input, type Span } from "./stream-input.js";
 
 export interface FinishedDeltasOptions {
   /**

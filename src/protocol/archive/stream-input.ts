@@ -2,8 +2,8 @@
 // episode through it): stream offsets, the bytes from the earliest one still needed held in one buffer,
 // and complete values found by a resumable scan, then validated by the wire Reader.
 
-import { WireError } from "../wire/errors.js";
 import { MAX_DEPTH } from "../limits/limits.js";
+import { WireError } from "../wire/errors.js";
 import { Reader } from "../wire/reader.js";
 
 /** The archive cannot be read back: truncated, not canonical msgpack, or not a finished episode. */

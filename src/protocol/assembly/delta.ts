@@ -1,13 +1,13 @@
 // One upstream delta, read once into spans: the keys the assembly acts on, each value checked
 // for type, every byte validated as canonical msgpack. Nothing here looks at assembly state.
 
-import { DeltaError } from "./errors.js";
-import { LIST_FIELDS, isHeaderField, isListField, isScalarField, type ListField } from "./fields.js";
-import { parseNdArray, type NdArray } from "./ndarray.js";
-import { arrayItems, readNode, type NodeState } from "./node.js";
-import { Reader } from "../wire/reader.js";
 import { WireError } from "../wire/errors.js";
+import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
+import { DeltaError } from "./errors.js";
+import { isHeaderField, isListField, isScalarField, LIST_FIELDS, type ListField } from "./fields.js";
+import { type NdArray, parseNdArray } from "./ndarray.js";
+import { arrayItems, type NodeState, readNode } from "./node.js";
 
 /** A map entry kept as spans: the decoded key, its encoded bytes, the value's bytes. */
 export interface Entry {

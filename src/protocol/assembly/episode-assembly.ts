@@ -9,16 +9,16 @@
 // against the current state first and builds the new values aside; only then is the state
 // changed, by steps that cannot fail.
 
-import { parseDelta, type Entry, type ParsedDelta } from "./delta.js";
+import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
+import { type Entry, type ParsedDelta, parseDelta } from "./delta.js";
 import { DeltaError, FinishError } from "./errors.js";
 import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
-import { repairLastRow, type NdArray } from "./ndarray.js";
-import { infoOf, nodeLength, type NodeState } from "./node.js";
-import { drain, MsgpackOut, viewOf, writeCheckpoint, writeFinished, type TraceView } from "./render.js";
-import { MemoryStore, type EpisodeStore } from "./store.js";
-import { TraceState } from "./trace.js";
+import { type NdArray, repairLastRow } from "./ndarray.js";
+import { infoOf, type NodeState, nodeLength } from "./node.js";
+import { drain, MsgpackOut, type TraceView, viewOf, writeCheckpoint, writeFinished } from "./render.js";
 import { parseReply, type TraceSummary } from "./reply.js";
-import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
+import { type EpisodeStore, MemoryStore } from "./store.js";
+import { TraceState } from "./trace.js";
 
 /** Inverse operations of applied changes, run in reverse to roll back. */
 export type Undo = Array<() => void>;

@@ -4,9 +4,9 @@
 // of received frames when possible: a repair of the same dtype swaps `last` and copies
 // nothing; only a widening repair converts the body once.
 
-import { DeltaError } from "./errors.js";
 import { Reader } from "../wire/reader.js";
 import { type ChunkWriter, encodeStr } from "../wire/writer.js";
+import { DeltaError } from "./errors.js";
 
 export type DType = "uint8" | "uint16" | "uint32" | "uint64" | "int8" | "int16" | "int32" | "int64";
 

@@ -2,11 +2,11 @@
 // parts that can change after arrival (`semantic_parents` grows by links, the last routing
 // row is repaired) held apart so the rest is written back byte for byte.
 
-import { DeltaError } from "./errors.js";
-import { parseNdArray, writeNdArray, type NdArray } from "./ndarray.js";
 import { equalBytes } from "../wire/bytes.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter, encodeStr, NIL_BYTE } from "../wire/writer.js";
+import { DeltaError } from "./errors.js";
+import { type NdArray, parseNdArray, writeNdArray } from "./ndarray.js";
 
 const KEY_PARENTS = encodeStr("semantic_parents");
 const KEY_ROUTED = encodeStr("routed_experts");

@@ -7,15 +7,15 @@
 // in bounded memory), or drain them at once (clients, in memory). The sizes of the msgpack forms
 // are computed from the index alone, without writing (Content-Length, status).
 
+import { jsonText } from "../wire/json-view.js";
+import { decodeLossless } from "../wire/lossless.js";
+import { decodeStrSpan } from "../wire/utf8.js";
+import { ChunkWriter, encodeStr } from "../wire/writer.js";
 import type { Entry } from "./delta.js";
 import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
-import { writeNode, encodeNode, type NodeInfo, type NodeState } from "./node.js";
+import { encodeNode, type NodeInfo, type NodeState, writeNode } from "./node.js";
 import type { BodyReader } from "./store.js";
 import type { ListSize, Slot, TraceState } from "./trace.js";
-import { decodeStrSpan } from "../wire/utf8.js";
-import { decodeLossless } from "../wire/lossless.js";
-import { jsonText } from "../wire/json-view.js";
-import { ChunkWriter, encodeStr } from "../wire/writer.js";
 
 /** Output between two yields of a writer, about. */
 export const STEP = 1 << 20;

@@ -1,10 +1,10 @@
 // The upstream reply that ends a run: `{success, error, head, traces: [{id, nodes, calls}]}`.
 
-import { mapEntries, asDeltaError, type Entry } from "./delta.js";
-import { DeltaError } from "./errors.js";
-import { Reader } from "../wire/reader.js";
 import { encodeLossless, LMap } from "../wire/lossless.js";
+import { Reader } from "../wire/reader.js";
 import { NIL_BYTE } from "../wire/writer.js";
+import { asDeltaError, type Entry, mapEntries } from "./delta.js";
+import { DeltaError } from "./errors.js";
 
 /** A trace the reply names, with the counts the reference checks. */
 export interface TraceSummary {

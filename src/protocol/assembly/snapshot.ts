@@ -7,11 +7,11 @@
 // A delta holds at most one range of each list, in the upstream key order, and stays under the
 // budget unless one node alone is larger (a node cannot be split).
 
+import { ChunkWriter, concatChunks, encodeStr } from "../wire/writer.js";
 import { LIST_FIELDS, type ListField } from "./fields.js";
 import { writeNode } from "./node.js";
 import { countOf, type TraceView } from "./render.js";
 import type { BodyReader } from "./store.js";
-import { ChunkWriter, concatChunks, encodeStr } from "../wire/writer.js";
 
 /** Target size of one snapshot delta. */
 export const DELTA_BYTES = 1 << 20;

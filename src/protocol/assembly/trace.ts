@@ -4,11 +4,11 @@
 // applying a delta and sizing the episode need: per node its NodeInfo, per item list a count and
 // a byte total. The node and item bytes themselves live in the store (src/protocol/assembly/store.ts).
 
-import type { Entry } from "./delta.js";
-import { ITEM_FIELDS, LIST_FIELDS, type ItemField, type ListField } from "./fields.js";
-import type { NodeInfo } from "./node.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
+import type { Entry } from "./delta.js";
+import { ITEM_FIELDS, type ItemField, LIST_FIELDS, type ListField } from "./fields.js";
+import type { NodeInfo } from "./node.js";
 
 /** Where a field's value lives: its own span, a list, or the pending preview. */
 export type Slot =

@@ -13,10 +13,10 @@
 
 import { DeltaError } from "../assembly/errors.js";
 import { RelayError } from "../http/errors.js";
+import { WireError } from "../wire/errors.js";
 import { kindOf } from "../wire/format.js";
 import { type Json, type JsonObject, toJson } from "../wire/json-view.js";
 import { decodeLossless, encodeLossless, F64, fromJson, type LMap, type LValue } from "../wire/lossless.js";
-import { WireError } from "../wire/errors.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
 

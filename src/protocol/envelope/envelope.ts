@@ -12,12 +12,12 @@
 // applies this delta. Without `cursor` the delta is applied as is (de-duplication by seq only).
 // `dispatch` (optional) is the rollout's identity in the trainer (src/protocol/envelope/dispatch.ts).
 
-import { DeltaError } from "../assembly/errors.js";
 import { asDeltaError } from "../assembly/delta.js";
-import { checkDispatch } from "./dispatch.js";
+import { DeltaError } from "../assembly/errors.js";
 import { kindOf } from "../wire/format.js";
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter } from "../wire/writer.js";
+import { checkDispatch } from "./dispatch.js";
 
 export interface Envelope {
   producer: string;

@@ -6,12 +6,12 @@
 // retracted first, through the caller's `retract` (the relay rewinds its storage and re-applies
 // the frames it keeps; an in-memory caller rebuilds from its frames).
 
-import { parseDelta, asDeltaError, type ParsedDelta, withoutDispatch } from "../assembly/delta.js";
-import { DeltaError } from "../assembly/errors.js";
+import { asDeltaError, type ParsedDelta, parseDelta, withoutDispatch } from "../assembly/delta.js";
 import type { EpisodeAssembly, Undo } from "../assembly/episode-assembly.js";
+import { DeltaError } from "../assembly/errors.js";
 import { checkDispatch } from "./dispatch.js";
 import { parseIngestMessage } from "./envelope.js";
-import { copyLedger, decide, record, type ProducerLedger } from "./ledger.js";
+import { copyLedger, decide, type ProducerLedger, record } from "./ledger.js";
 
 export interface IngestResult {
   /** Upstream deltas as applied, in order (empty when everything was a duplicate). */

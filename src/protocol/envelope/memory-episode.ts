@@ -6,7 +6,7 @@
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
 import { MemoryStore } from "../assembly/store.js";
 import { dispatchConflict, sameDispatch } from "./dispatch.js";
-import { ingest, type IngestResult } from "./ingest.js";
+import { type IngestResult, ingest } from "./ingest.js";
 import type { ProducerLedger } from "./ledger.js";
 
 export class MemoryEpisode {

@@ -31,8 +31,8 @@ import {
   maxTtlFrom,
   ROLES,
   type Role,
-  secretProblem,
   type SigningKey,
+  secretProblem,
   signingKey,
 } from "./keys.js";
 import { EPISODE_ID, INDEX_METHODS, isWebSocketUpgrade, METHODS, type Route, RUN_METHODS } from "./route.js";

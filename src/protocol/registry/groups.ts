@@ -4,10 +4,10 @@
 // from its members whenever one of them changes (index-store.ts), so a group's numbers always
 // equal a recount, whatever the order rows arrive, finish, fail or go.
 
+import type { Json } from "../wire/json-view.js";
 import type { ZeroVarianceTrend } from "./aggregates.js";
 import type { IndexRow, IndexStatus } from "./entry.js";
 import { episodeReward, rowReward, traceRewardsOf } from "./rewards.js";
-import type { Json } from "../wire/json-view.js";
 
 /**
  * The rollout group an episode is in: the trainer's dispatch identity's `group` when it names one,

@@ -6,7 +6,7 @@
 // query strings with `filterParams`, so the three agree on what a filter means.
 
 import { RelayError } from "../http/errors.js";
-import { identityOf, type IndexRow } from "./entry.js";
+import { type IndexRow, identityOf } from "./entry.js";
 import { rowScores } from "./rewards.js";
 
 /** One reward key's range, both ends inclusive (null: open). */

@@ -6,7 +6,7 @@
 // whatever the order of updates (`recountSteps`).
 
 import { SCORE_UNIT, unitsOf } from "./aggregates.js";
-import { identityOf, type IndexRow, type IndexStatus } from "./entry.js";
+import { type IndexRow, type IndexStatus, identityOf } from "./entry.js";
 import { rowScores, TOTAL_KEY } from "./rewards.js";
 import {
   applyOutcomeRow,
