@@ -58,17 +58,28 @@ export function tokenFragment(): string {
   }
 }
 
-/** The token's role as its payload says (unverified: only to choose what the page offers), or null. */
-export function tokenRole(): string | null {
+/** The token's payload (unverified: only to choose what the page offers and says), or null. */
+function tokenClaims(): Record<string, unknown> | null {
   const part = getToken()?.split(".")[1];
   if (!part) return null;
   try {
-    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/"));
-    const role = (JSON.parse(json) as { role?: unknown }).role;
-    return typeof role === "string" ? role : null;
+    const claims = JSON.parse(atob(part.replace(/-/g, "+").replace(/_/g, "/"))) as unknown;
+    return claims !== null && typeof claims === "object" ? (claims as Record<string, unknown>) : null;
   } catch {
     return null;
   }
+}
+
+/** The token's role as its payload says, or null. */
+export function tokenRole(): string | null {
+  const role = tokenClaims()?.role;
+  return typeof role === "string" ? role : null;
+}
+
+/** The episode patterns the token's payload names (its scope), or null: no token, or none readable. */
+export function tokenEpisodes(): string[] | null {
+  const episodes = tokenClaims()?.episodes;
+  return Array.isArray(episodes) && episodes.every((p) => typeof p === "string") ? episodes : null;
 }
 
 export function authHeaders(): Record<string, string> {

@@ -4,7 +4,7 @@
 // starting or open). The header's connection pill follows it. Used by the runs page and the run page.
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { type AccessProblem, probe, socketProtocols, socketUrl } from "./api.js";
-import { refusal, type Shell } from "./shell.js";
+import { type ConnState, refusal, type Shell } from "./shell.js";
 
 export interface LiveSocketOptions<M> {
   shell: Shell;
@@ -15,9 +15,10 @@ export interface LiveSocketOptions<M> {
   parse: (text: string) => M;
   /**
    * The probe's answer (before every connect); false: do not connect (the page says why); "later": probe again after a
-   * while.
+   * while (the pill says the page waits); "refused": a definite refusal the relay could not say (a 404 for a run the
+   * token covers nothing of), ended as a 403 is.
    */
-  onProbe?: (status: number, body: unknown) => boolean | "later";
+  onProbe?: (status: number, body: unknown) => boolean | "later" | "refused";
   onMessage: (m: M) => void;
   /** The relay refused (the token form is already shown); no retry until the token changes (a re-route). */
   onRefused: (problem: AccessProblem) => void;
@@ -50,8 +51,12 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
         o.shell.setConnection("closed", `${p.status}`);
         return;
       }
-      // "later": the same backoff as after a drop, however the socket last closed
-      if (go === "later") return schedule();
+      if (go === "refused") {
+        o.shell.setConnection("forbidden", "this token covers nothing here");
+        return;
+      }
+      // "later": the same backoff as after a drop, however the socket last closed; nothing dropped, so not "reconnecting"
+      if (go === "later") return schedule(1006, "", "waiting");
     } catch {
       return schedule();
     }
@@ -90,9 +95,9 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
    * Try again after the close with `code`: as the relay hinted after a 1013, else with full jitter (pages dropped
    * together, as by a deploy, come back spread out).
    */
-  function schedule(code = 1006, reason = ""): void {
+  function schedule(code = 1006, reason = "", state: ConnState = "resuming"): void {
     if (stopped) return;
-    o.shell.setConnection("resuming");
+    o.shell.setConnection(state);
     const delay = reconnectDelay(code, reason, attempt, [250, 10_000]);
     attempt++;
     retry = setTimeout(() => void connect(), delay);

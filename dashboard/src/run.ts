@@ -5,7 +5,7 @@
 // (run-steps.ts), and under them the run's episodes. The run's alerts (run-alerts.ts) head the page.
 // A token
 // that does not cover the whole run gets no aggregates (null): then only its episodes are listed.
-import type { AccessProblem } from "./api.js";
+import { type AccessProblem, tokenEpisodes } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
 import { homeHref, runLabel } from "./links.js";
 import { liveSocket } from "./live-socket.js";
@@ -23,7 +23,7 @@ import { runSteps } from "./run-steps.js";
 import { shareLink } from "./share-link.js";
 import "./styles/training.css";
 import type { RunAggregates } from "../../src/protocol/index.js";
-import { parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
+import { mayHold, parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
 import type { Shell } from "./shell.js";
 import { throughputSparkline } from "./throughput-sparkline.js";
 
@@ -167,7 +167,17 @@ export function mountRun(shell: Shell, run: string): () => void {
     onProbe: (status, body) => {
       const b = body as { covered?: boolean; aggregates?: RunAggregates | null; message?: string } | null;
       if (status === 404) {
-        // the relay answers a run nobody wrote and a run this token covers nothing of alike
+        // the relay answers a run nobody wrote and a run this token covers nothing of alike; the token's own scope tells
+        // them apart (a definite refusal ends the watch: no run it names can ever be shown to it)
+        const scope = tokenEpisodes();
+        if (scope !== null && !mayHold(scope, run)) {
+          episodes.refuse(
+            `This token covers no episode of run ${runLabel(run)}: it covers ${scope.join(", ") || "nothing"}. Paste a token for this run, or ask its admin for a share link.`,
+          );
+          overview.hidden = true;
+          partial.hidden = true;
+          return "refused";
+        }
         episodes.refuse(
           `No run ${runLabel(run)} to show: no episode of it has reached the relay, or this token covers none of them. The page looks again now and then.`,
         );

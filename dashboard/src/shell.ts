@@ -15,6 +15,7 @@ export type ConnState =
   | "closed"
   | "catching_up"
   | "refused"
+  | "waiting"
   | "unauthorized"
   | "forbidden";
 
@@ -33,12 +34,14 @@ const LABELS: Record<ConnState, string> = {
   offline: "offline",
   closed: "disconnected",
   refused: "refused",
+  waiting: "waiting for the run",
   unauthorized: "token needed",
   forbidden: "no access",
 };
 
 /** What the pill says when hovered, unless the page says more. */
 const TITLES: Partial<Record<ConnState, string>> = {
+  waiting: "the relay has no such run yet: the page looks again now and then",
   finished: "everything is shown: the run ended, nothing more will come",
   failed: "everything is shown: the run ended, nothing more will come",
 };

@@ -953,8 +953,33 @@ describe("with auth on", () => {
       expect(await second.page.locator("#connection .conn-label").innerText()).toBe("no access");
       // the connection pill never reads like a run status
       expect(await second.page.locator("#connection").innerText()).not.toMatch(/\b(live|finished|failed)\b/i);
-      expect([...errors, ...second.errors]).toEqual([]);
+      // a run the token covers nothing of (the relay answers 404 as for a run nobody wrote): the page reads the token's
+      // scope, says so plainly and ends the watch (no "reconnecting", no probe after the first)
+      const probes: string[] = [];
+      second.page.on("request", (r) => {
+        if (new URL(r.url()).pathname === `/v1/runs/${encodeURIComponent(`${run}-x`)}`) probes.push(r.url());
+      });
+      await second.page.goto(`${authed.url}/runs/${encodeURIComponent(`${run}-x`)}`);
+      await second.page.waitForFunction(() =>
+        /This token covers no episode of run/.test(
+          (globalThis as any).document.querySelector("main")?.textContent ?? "",
+        ),
+      );
+      expect(await second.page.locator("main").innerText()).toContain(mine);
+      await waitConnection(second.page, "forbidden");
+      // the retry after a 404 comes within a second (reconnectDelay's first step): none came
+      await second.page.waitForTimeout(2500);
+      expect(probes).toHaveLength(1);
+      expect(await connection(second.page)).toBe("forbidden");
+      // a run nobody wrote yet, for a token that may see it when it comes: the pill says the page waits for it
+      const any = await mintToken(secret, { role: "watcher", episodes: ["*"], ttl: 600 });
+      const third = await open(`/runs/${encodeURIComponent(`${run}-none`)}?token=${any}`, authed.url);
+      await waitConnection(third.page, "waiting");
+      expect(await third.page.locator("#connection .conn-label").innerText()).toBe("waiting for the run");
+      expect(await third.page.locator("main").innerText()).toMatch(/looks again now and then/);
+      expect([...errors, ...second.errors, ...third.errors]).toEqual([]);
       await second.context.close();
+      await third.context.close();
     } finally {
       await authed.stop();
     }
