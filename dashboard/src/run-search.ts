@@ -1,10 +1,14 @@
 // The run page's search box: `GET /v1/runs/{run}/search?q=` (docs/search.md: words, "phrases",
 // prefix*, role: and tool: filters), its answers best first, each rollout with its snippets (the
 // matched words marked); a snippet links to the episode opened at its turn
-// (`/episodes/{id}?trace=…&node=…`, which the episode page scrolls to and marks).
+// (`/episodes/{id}?trace=…&node=…`, which the episode page scrolls to and marks). Each rollout shows
+// its reward, step and group from its row (the answer carries it). The query lives in the page's
+// address (`?q=`), so a reload, a link and back/forward (the router mounts the page again) show the
+// same results.
+import { type IndexEntry, identityOf } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { h, plural } from "./dom.js";
-import { episodeHref, idInRun } from "./links.js";
+import { episodeHref, groupHref, idInRun } from "./links.js";
 
 /** Rollouts one search shows. */
 export const SEARCH_LIMIT = 20;
@@ -19,7 +23,7 @@ interface Snippet {
 }
 
 interface SearchAnswer {
-  episodes: Array<{ id: string; score: number; snippets: Snippet[] }>;
+  episodes: Array<{ id: string; score: number; snippets: Snippet[]; row?: IndexEntry }>;
   cursor: string | null;
 }
 
@@ -49,9 +53,23 @@ export function runSearch(run: string): { el: HTMLElement; stop: () => void } {
   const form = h("form.search-form", { role: "search" }, input, go, note);
   let ctl: AbortController | null = null;
 
-  form.addEventListener("submit", async (e) => {
+  /** The page's address with `q` as its query (none: no `q`). */
+  const addressWith = (q: string): string => {
+    const u = new URL(location.href);
+    if (q) u.searchParams.set("q", q);
+    else u.searchParams.delete("q");
+    return `${u.pathname}${u.search}${u.hash}`;
+  };
+
+  form.addEventListener("submit", (e) => {
     e.preventDefault();
     const q = input.value.trim();
+    // a new query is a new entry in the history (back shows the one before); the same one again is not
+    if ((new URL(location.href).searchParams.get("q") ?? "") !== q) history.pushState(null, "", addressWith(q));
+    void search(q);
+  });
+
+  async function search(q: string): Promise<void> {
     ctl?.abort();
     if (!q) {
       results.hidden = true;
@@ -76,8 +94,14 @@ export function runSearch(run: string): { el: HTMLElement; stop: () => void } {
       note.textContent = `no search: ${err instanceof Error ? err.message : String(err)}`;
       results.hidden = true;
     }
-  });
+  }
   const el = h("section.run-search", { "aria-label": "search" }, form, results);
+  // the query the address names (a reload, a link, back or forward)
+  const asked = new URL(location.href).searchParams.get("q")?.trim() ?? "";
+  if (asked) {
+    input.value = asked;
+    void search(asked);
+  }
   return { el, stop: () => ctl?.abort() };
 }
 
@@ -86,6 +110,7 @@ function hit(run: string, ep: SearchAnswer["episodes"][number]): HTMLElement {
     "li.search-hit",
     { "data-id": ep.id },
     h("a.ep-id", { href: episodeHref(ep.id), "data-nav": true, title: ep.id }, idInRun(ep.id, run)),
+    ep.row ? hitFacts(run, ep.row) : null,
     h(
       "ul.search-snippets",
       null,
@@ -111,5 +136,24 @@ function hit(run: string, ep: SearchAnswer["episodes"][number]): HTMLElement {
         ),
       ),
     ),
+  );
+}
+
+/** A hit's row in a line: its reward (the trainer's), its step and its group (a link to the group page). */
+function hitFacts(run: string, row: IndexEntry): HTMLElement {
+  const { step } = identityOf(row);
+  return h(
+    "span.search-facts.muted.small",
+    null,
+    h("span", { "data-k": "reward" }, `reward ${row.reward === null ? "–" : String(Number(row.reward.toFixed(4)))}`),
+    step === null ? null : h("span", { "data-k": "step" }, ` · step ${step}`),
+    row.group
+      ? h(
+          "span",
+          { "data-k": "group" },
+          " · group ",
+          h("a", { href: groupHref(run, row.group), "data-nav": true }, row.group),
+        )
+      : null,
   );
 }

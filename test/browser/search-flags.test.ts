@@ -89,6 +89,15 @@ describe("search and flags in the dashboard", () => {
       expect(await snippet.getAttribute("data-node")).toBe(String(HACK_NODE));
       expect((await snippet.locator("mark").allInnerTexts()).map((t) => t.toLowerCase())).toContain("grader");
       expect(await page.locator("#search-note").innerText()).toContain("1 rollout");
+      // the hit's row beside it: the trainer's reward (chat_basic: 1.0 x 1 + 0.5 x 0.25), its group (a link); no step
+      // (the rollout names none)
+      const facts = hit.locator(".search-facts");
+      expect(await facts.locator('[data-k="reward"]').innerText()).toBe("reward 1.125");
+      expect(await facts.locator('[data-k="group"] a').innerText()).toBe("g");
+      expect(await facts.locator('[data-k="group"] a').getAttribute("href")).toContain("/groups/g");
+      expect(await facts.locator('[data-k="step"]').count()).toBe(0);
+      // the query is in the address
+      expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
       await shootPart(page, "section.run-search", "search-results");
       await snippet.click();
       await page.waitForURL(/\/episodes\//);
@@ -102,8 +111,12 @@ describe("search and flags in the dashboard", () => {
       expect(box).not.toBeNull();
       expect(box!.y).toBeGreaterThanOrEqual(0);
       expect(box!.y).toBeLessThan(800);
-      // a word no rollout has: said so
+      // back on the run page: the search is shown again from the address, without asking
       await page.goBack();
+      await hit.first().waitFor({ timeout: 15_000 });
+      expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
+      expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
+      // a word no rollout has: said so
       await page.locator("#run-search").fill("zebra");
       await page.locator("#run-search").press("Enter");
       await page.waitForFunction(
@@ -114,6 +127,14 @@ describe("search and flags in the dashboard", () => {
         },
       );
       expect(await page.locator("#search-results").isHidden()).toBe(true);
+      expect(new URL(page.url()).searchParams.get("q")).toBe("zebra");
+      // back: the search before; a reload keeps it
+      await page.goBack();
+      await hit.first().waitFor({ timeout: 15_000 });
+      expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
+      await page.reload();
+      await hit.first().waitFor({ timeout: 15_000 });
+      expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
       expect(errors).toEqual([]);
     } finally {
       await context.close();
