@@ -711,7 +711,10 @@ describe("steps kept live from the run socket", () => {
     }
     const at5 = (chart: string, key: string) =>
       `${plotted(chart)}.find((x) => x.kind === "train" && x.key === "${key}")?.points.find(([s]) => s === 5)?.[1]`;
+    // both waited for: a push with half the group finished already shows the same mean of `correct` (0, 1 of 0, 1, 0, 1),
+    // and the group's zero-variance share comes only when all four have
     await waitFor(page, `(v) => ${at5("step-rewards", "correct")} === v`, step5.mean_rewards.correct);
+    await waitFor(page, `(v) => ${at5("step-zero-variance", "zero_variance")} === v`, step5.zero_variance_share);
     expect(await page.evaluate(at5("step-zero-variance", "zero_variance"))).toBe(step5.zero_variance_share);
     for (const r of group)
       expect((await fetch(`${relay.url}/v1/episodes/${encodeURIComponent(r.id)}`, { method: "DELETE" })).status).toBe(
