@@ -2,7 +2,7 @@
 // prefix*, role: and tool: filters), its answers best first, each rollout with its snippets (the
 // matched words marked); a snippet links to the episode opened at its turn
 // (`/episodes/{id}?trace=…&node=…`, which the episode page scrolls to and marks). Each rollout shows
-// its reward, step and group from its row (the answer carries it). The query lives in the page's
+// its reward, step and group from its row (`row=1`: the answer carries it). The query lives in the page's
 // address (`?q=`), so a reload, a link and back/forward (the router mounts the page again) show the
 // same results.
 import { type IndexEntry, identityOf } from "../../src/protocol/index.js";
@@ -80,7 +80,7 @@ export function runSearch(run: string): { el: HTMLElement; stop: () => void } {
     note.textContent = "searching…";
     try {
       const a = await getJson<SearchAnswer>(
-        `/v1/runs/${encodeURIComponent(run)}/search?q=${encodeURIComponent(q)}&limit=${SEARCH_LIMIT}`,
+        `/v1/runs/${encodeURIComponent(run)}/search?q=${encodeURIComponent(q)}&limit=${SEARCH_LIMIT}&row=1`,
         mine.signal,
       );
       if (mine.signal.aborted) return;

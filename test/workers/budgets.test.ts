@@ -70,7 +70,7 @@ beforeAll(async () => {
         printf('task-%04d', i % ${TASKS}), NULL, 'completed', 0, NULL
       FROM n`);
     sql.exec(
-      `INSERT OR REPLACE INTO tasks SELECT task, COUNT(*), SUM(status = 'finished'), SUM(status = 'failed'), SUM(calls), SUM(tokens) FROM rows WHERE task IS NOT NULL GROUP BY task`,
+      `INSERT OR REPLACE INTO tasks (task, rollouts, finished, failed, calls, tokens) SELECT task, COUNT(*), SUM(status = 'finished'), SUM(status = 'failed'), SUM(calls), SUM(tokens) FROM rows WHERE task IS NOT NULL GROUP BY task`,
     );
     sql.exec("INSERT OR REPLACE INTO state VALUES ('finished_seq', ?)", String(N + 1));
   });

@@ -264,6 +264,8 @@ describe("rowOf", () => {
         traces: 2,
         nodes: 0,
         calls: 0,
+        // prime-rl's turns: assistant nodes (none yet)
+        turns: 0,
         tokens: 42,
         rewards: { correct: { score: 1, weight: 1 } },
         // each trace's, in order (the second has none yet): what the episode's reward is counted from

@@ -30,6 +30,7 @@ function row(run: string, n: number, status: IndexStatus, updated: number, extra
     created: 100 + n,
     nodes: 2,
     calls: n,
+    turns: n % 4,
     tokens: 10 * n,
     rewards: weightOne({ correct: (n % 5) / 4 }),
     task,

@@ -314,7 +314,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   ): SearchPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null };
-    return this.store.searchPage(query, q, scope, cursor);
+    return this.store.search.search(query, q, scope, cursor);
   }
 
   /**

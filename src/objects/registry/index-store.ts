@@ -14,7 +14,7 @@ import {
   finishedMeans,
   type RunAggregates,
 } from "../../protocol/registry/aggregates.js";
-import { entryOf, identityOf } from "../../protocol/registry/entry.js";
+import { identityOf } from "../../protocol/registry/entry.js";
 import { type GroupDetailJson, groupJson, rolloutJson } from "../../protocol/registry/groups.js";
 import { rankRollouts } from "../../protocol/registry/ranking.js";
 import { rewardMinutesOf } from "../../protocol/registry/reward-trend.js";
@@ -25,8 +25,7 @@ import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { FINISHED_WALK_BUDGET, type FinishedPage, finishedPage } from "./finished-pages.js";
 import { FlagStore } from "./flag-store.js";
 import { GroupStore } from "./group-store.js";
-import type { SearchQuery } from "../../protocol/search/query.js";
-import { type SearchBatch, type SearchPage, SearchStore } from "./search-store.js";
+import { type SearchBatch, SearchStore } from "./search-store.js";
 import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
 import { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
@@ -224,21 +223,6 @@ export class IndexStore {
       zero_variance_share: c.complete > 0 ? c.zeroVariance / c.complete : null,
       trend: this.groups.zeroVarianceTrend(now),
     };
-  }
-
-  /** A page of the run's search (search-store.ts), each hit with its row (a page holds at most MAX_LIMIT: one seek each). */
-  searchPage(
-    query: SearchQuery,
-    q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">,
-    scope: Scope,
-    cursor: string | null,
-  ): SearchPage {
-    const page = this.search.search(query, q, scope, cursor);
-    for (const hit of page.episodes) {
-      const row = this.row(hit.id);
-      if (row) hit.row = entryOf(row);
-    }
-    return page;
   }
 
   /** One group with its rollouts, best first by the tie rule (src/protocol/registry/ranking.ts); null: no such group. */

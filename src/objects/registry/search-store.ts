@@ -10,7 +10,7 @@
 
 import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import { NO_FILTER } from "../../protocol/registry/row-filter.js";
-import type { IndexEntry, ListQuery, Scope } from "../../protocol/registry/rows.js";
+import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
 import { snippet } from "../../protocol/search/highlight.js";
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
@@ -48,8 +48,6 @@ export interface SearchHit {
     text: string;
     highlights: Array<[number, number]>;
   }>;
-  /** The episode's row as the list shows it (its reward, step, group…), so a hit reads without another request. */
-  row?: IndexEntry;
 }
 
 export interface SearchPage {
