@@ -34,9 +34,12 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
   let retry: ReturnType<typeof setTimeout> | null = null;
   let ping: ReturnType<typeof setInterval> | null = null;
 
+  /** Waiting for something the relay has not got yet (a run with no rollout): each probe keeps the pill saying so. */
+  let waiting = false;
+
   async function connect(): Promise<void> {
     if (stopped) return;
-    o.shell.setConnection(attempt === 0 ? "connecting" : "resuming");
+    if (!waiting) o.shell.setConnection(attempt === 0 ? "connecting" : "resuming");
     try {
       const p = await probe(o.probePath);
       if (stopped) return;
@@ -97,6 +100,7 @@ export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
    */
   function schedule(code = 1006, reason = "", state: ConnState = "resuming"): void {
     if (stopped) return;
+    waiting = state === "waiting";
     o.shell.setConnection(state);
     const delay = reconnectDelay(code, reason, attempt, [250, 10_000]);
     attempt++;
