@@ -3,7 +3,7 @@
 // truncated by the trainer's stop conditions, some timed out, one failed) with an eval at steps 0 and 4, pushed
 // as prime-rl's orchestrator would (training-run.ts). Every number a chart plots is read back (its box's data,
 // what uPlot was given) and compared with the relay's /steps and with a recount from the rollouts this test
-// wrote by the trainer's definitions (../shared/UPSTREAM.md, "The numbers a researcher compares with"); the
+// wrote by the trainer's definitions (docs/training.md); the
 // axes' tick labels and the legend are read as uPlot drew them; hovering a step reads its exact values in the
 // legend; a click opens that step's episodes. Screenshot at 1400×900: test-results/screenshots/step-charts-*.png.
 import { mkdirSync } from "node:fs";

@@ -8,7 +8,7 @@
 
 import type { IndexRow } from "./entry.js";
 
-/** Stop conditions the trainer counts as truncated (prime-rl `summarize_episode`; ../shared/UPSTREAM.md). */
+/** Stop conditions the trainer counts as truncated (prime-rl `summarize_episode`; docs/training.md). */
 export const TRUNCATING_STOPS: ReadonlySet<string> = new Set([
   "max_turns",
   "max_input_tokens",
