@@ -7,7 +7,7 @@
 // Pure.
 
 import { ALERT_BUDGETS } from "./config.js";
-import type { Finding } from "./evaluate.js";
+import type { Evidence, Finding } from "./evaluate.js";
 
 /** The header carrying the body's signature. */
 export const SIGNATURE_HEADER = "x-episode-relay-signature";
@@ -24,14 +24,7 @@ export interface AlertPayload {
   what: string;
   value: number | null;
   threshold: number | null;
-  evidence: {
-    episodes: string[];
-    step: number | null;
-    step_kind: string | null;
-    env: string | null;
-    flag: string | null;
-    excerpt: string | null;
-  };
+  evidence: Evidence;
   links: { run: string; episodes: Array<{ id: string; url: string }> };
   /** When it fired (ISO 8601). */
   at: string;
