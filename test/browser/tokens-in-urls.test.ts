@@ -202,6 +202,10 @@ describe("a share link", () => {
       })
     ).arrayBuffer();
     await connection(tab, "finished");
+    // the pill turns at once; the page draws the last turns in its next animation frame, with the status badge
+    await tab.waitForFunction(
+      () => (globalThis as any).document.querySelector("#ep-status")?.dataset.status === "finished",
+    );
     expect(await tab.locator("li.turn").count()).toBe(7);
     // read-only: the shared token cannot delete (the relay says so)
     const del = await fetch(`${relay.url}/v1/episodes/${done}`, {
