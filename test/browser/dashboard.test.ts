@@ -851,6 +851,7 @@ describe("episode page (/episodes/{id})", () => {
       await p.send(4);
       const { context, page, errors } = await open(`/episodes/${id}`, local.url);
       await waitConnection(page, "live");
+      await page.locator("li.turn").first().waitFor(); // drawn in the frame after the pill turns
       const before = await page.locator("li.turn").count();
       expect(before).toBeGreaterThan(0);
 
@@ -864,6 +865,7 @@ describe("episode page (/episodes/{id})", () => {
       await p.rest();
       await p.reply();
       await waitConnection(page, "finished");
+      await waitStatus(page, "finished"); // the badge is drawn with the last turns
       expect(await page.locator("li.turn").count()).toBe(7);
       const text = await page.locator("section.trace").innerText();
       for (const t of messageTexts(c)) expect(text).toContain(t);
