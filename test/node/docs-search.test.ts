@@ -80,7 +80,12 @@ it("docs/search.md: a rollout found by its words, then flagged by a rule set for
   };
   expect(rows.episodes[0]!.flags.map((f) => f.rule)).toEqual(["quotes-grader"]);
   const [put, list] = lines("rules");
-  expect(sh(put!)).toMatchObject({ defaults: false, rules: [{ id: "mentions-grader" }] });
+  const answer = sh(put!) as { budget: unknown };
+  expect(answer).toMatchObject({ defaults: false, rules: [{ id: "mentions-grader" }] });
+  // the budget the page shows is the one the rules' answer gives (its limits, nothing skipped yet)
+  const shown = /```json\n"budget": (\{.*\})\n```/.exec(readFileSync(join(root, "docs", "search.md"), "utf8"));
+  expect(shown, "docs/search.md shows the rules' budget").not.toBeNull();
+  expect(answer.budget).toEqual(JSON.parse(shown![1]!));
   await until(
     async () => (await (await fetch(`${relay.url}/v1/runs/run-9/rules`)).json()) as { rescan: { done: boolean } },
     (v) => v.rescan.done,

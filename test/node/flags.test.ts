@@ -199,3 +199,38 @@ describe("a text rule's role and tool (issue 39)", () => {
     }
   });
 });
+
+describe("every string of a rule is capped (issue 39)", () => {
+  /** The refusal of `body`'s rules (a RelayError), or null when they are taken. */
+  const refusal = (body: unknown): RelayError | null => {
+    try {
+      parseRules(body);
+      return null;
+    } catch (e) {
+      expect(e).toBeInstanceOf(RelayError);
+      return e as RelayError;
+    }
+  };
+  const text = (over: Record<string, unknown>, id = "a") => ({ rules: [{ id, match: { pattern: "x", ...over } }] });
+  const reward = (key: string) => ({ rules: [{ id: "a", reward: { key, below: 0.5 } }] });
+
+  it("an id (48), a pattern (200) and a reward key (128) one character past their cap are refused naming the field", () => {
+    const cases: Array<[string, (n: number) => unknown, number]> = [
+      ["rules[0].id", (n) => text({}, "a".repeat(n)), 48],
+      ["rules[0].match.pattern", (n) => text({ pattern: "x".repeat(n) }), 200],
+      ["rules[0].match.pattern", (n) => text({ pattern: "x".repeat(n), regex: true }), 200],
+      ["rules[0].reward.key", (n) => reward("k".repeat(n)), 128],
+    ];
+    for (const [field, body, cap] of cases) {
+      expect(refusal(body(cap)), field).toBeNull();
+      const past = refusal(body(cap + 1));
+      expect(past?.code, field).toBe("bad_rules");
+      expect(past?.field).toBe(field);
+    }
+  });
+
+  it("a description is kept up to 200 characters and cut there", () => {
+    const [rule] = parseRules({ rules: [{ id: "a", description: "d".repeat(5000), match: { pattern: "x" } }] });
+    expect(rule!.description).toBe("d".repeat(200));
+  });
+});
