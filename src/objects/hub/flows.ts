@@ -80,7 +80,7 @@ export class Flows {
   }
 
   /** Whether a catch-up may send `ws` more now (less than its window unacknowledged). */
-  open(ws: WebSocket): boolean {
+  hasRoom(ws: WebSocket): boolean {
     const f = this.of(ws);
     return f.sent - f.acked < f.window;
   }

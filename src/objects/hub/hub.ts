@@ -18,7 +18,7 @@ import {
   upgradeRequired,
 } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
-import type { Cursor } from "../../protocol/hub/catchup.js";
+import type { CatchUpStream } from "../../protocol/hub/catchup-stream.js";
 import { type Feed, type FeedAnswer, type HubView, received, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
 import { HubWindow } from "../../protocol/hub/window.js";
@@ -82,7 +82,7 @@ export class ViewerHub extends DurableObject<Env> {
         view: () => this.view(),
         reply: () => this.store.reply(),
         window: this.window,
-        openCursor: async (variant, after, forced): Promise<Cursor> =>
+        openStream: async (variant, after, forced): Promise<CatchUpStream> =>
           await this.episode().catchUp(this.identity().id, variant, after, forced ?? null),
       },
     );

@@ -8,7 +8,7 @@
 //   cohort); it reconnects.
 
 import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER, safeClose } from "../../protocol/http/errors.js";
-import type { HubCatchUp, HubCohort } from "../../protocol/hub/catchup.js";
+import type { CatchUp, Cohort } from "../../protocol/hub/catchup.js";
 import { type HubView, viewEnded } from "../../protocol/hub/feed.js";
 import type { MessagePool } from "../../protocol/hub/message-pool.js";
 import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
@@ -29,10 +29,10 @@ export interface CatchUpEnds {
 }
 
 export class RunningCatchUps {
-  private readonly catchUps = new Map<WebSocket, HubCatchUp>();
-  private readonly socketOf = new Map<HubCatchUp, WebSocket>();
+  private readonly catchUps = new Map<WebSocket, CatchUp>();
+  private readonly socketOf = new Map<CatchUp, WebSocket>();
   /** Catch-ups waiting for their stream, a slower member of their cohort, or the hub's feed. */
-  private readonly blocked = new Set<HubCatchUp>();
+  private readonly blocked = new Set<CatchUp>();
   /** When each catch-up last made progress (started, or got an ack). */
   private readonly progress = new WeakMap<WebSocket, number>();
   /** A timer that closes idle catch-ups (only while some run). */
@@ -61,7 +61,7 @@ export class RunningCatchUps {
   }
 
   /** Start `c` for `ws`: it sends what its window allows now. */
-  start(ws: WebSocket, c: HubCatchUp): void {
+  start(ws: WebSocket, c: CatchUp): void {
     this.catchUps.set(ws, c);
     this.socketOf.set(c, ws);
     this.progress.set(ws, Date.now());
@@ -124,7 +124,7 @@ export class RunningCatchUps {
   }
 
   /** A cohort's stream moved (a message arrived, it ended or failed): its waiting members go on. */
-  wakeMembers(cohort: HubCohort): void {
+  wakeMembers(cohort: Cohort): void {
     for (const m of [...cohort.members]) {
       if (!this.blocked.has(m)) continue;
       const ws = this.socketOf.get(m);
@@ -145,7 +145,7 @@ export class RunningCatchUps {
    * A member of `c` waits for its slowest: if that one stopped acknowledging (for SPLIT_MS), it is
    * closed (4008: it resumes on its own) so the others go on.
    */
-  private unblock(c: HubCohort, now: number): void {
+  private unblock(c: Cohort, now: number): void {
     const slow = c.slowest();
     if (!slow || c.members.size < 2) return;
     const ws = this.socketOf.get(slow);
@@ -166,7 +166,7 @@ export class RunningCatchUps {
     let sent = false;
     this.blocked.delete(c);
     try {
-      while (this.flows.open(ws)) {
+      while (this.flows.hasRoom(ws)) {
         let messages = c.next();
         if (messages === "wait" && c.snapshotting) {
           this.unblock(c.snapshotting, Date.now());
@@ -203,7 +203,7 @@ export class RunningCatchUps {
   }
 
   /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
-  private caughtUp(ws: WebSocket, c: HubCatchUp): void {
+  private caughtUp(ws: WebSocket, c: CatchUp): void {
     // frames fed but not yet broadcast are in what this watcher got: they go to the others first
     this.live.flush();
     const v = this.hub.view();
@@ -231,7 +231,7 @@ export class RunningCatchUps {
   }
 
   /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */
-  private wakeCohort(cohort: HubCohort, c: HubCatchUp): void {
+  private wakeCohort(cohort: Cohort, c: CatchUp): void {
     for (const other of cohort.members) {
       if (other === c || !this.blocked.has(other)) continue;
       const ows = this.socketOf.get(other);

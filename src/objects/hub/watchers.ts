@@ -11,7 +11,7 @@
 
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
-import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
+import { BridgeCache, type BridgeSource, CatchUp, type OpenStream } from "../../protocol/hub/catchup.js";
 import { type HubFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
 import { MessagePool } from "../../protocol/hub/message-pool.js";
 import type { HubWindow } from "../../protocol/hub/window.js";
@@ -24,10 +24,10 @@ import {
   statusMessage,
 } from "../../protocol/watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
+import { Cohorts } from "./cohorts.js";
 import { Flows } from "./flows.js";
 import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
 import { RunningCatchUps } from "./running-catchups.js";
-import { Streams } from "./streams.js";
 
 export const WATCH_TAG = "watch";
 
@@ -47,7 +47,7 @@ export interface HubSource {
   view(): HubView;
   reply(): Uint8Array | null;
   readonly window: HubWindow;
-  openCursor: OpenCursor;
+  openStream: OpenStream;
 }
 
 interface Waiting {
@@ -64,7 +64,7 @@ export class HubWatchers {
   private readonly live: LiveFanOut;
   private readonly states = new WeakMap<WebSocket, SocketState>();
   private readonly catchUps: RunningCatchUps;
-  private readonly streams: Streams;
+  private readonly streams: Cohorts;
   /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
   private readonly waiting: Waiting[] = [];
   /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
@@ -99,7 +99,7 @@ export class HubWatchers {
       },
       this.pool,
     );
-    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c), this.pool);
+    this.streams = new Cohorts(hub.openStream, (c) => this.catchUps.wakeMembers(c), this.pool);
     this.bridge = {
       head: () => this.hub.view().head,
       window: hub.window,
@@ -299,7 +299,7 @@ export class HubWatchers {
       this.waiting.splice(i, 1);
       this.live.flush(); // frames fed before this catch-up's stream go to the live watchers first
       if (!state) continue;
-      this.catchUps.start(w.ws, new HubCatchUp(this.bridge, state.variant, w.after, w.reason));
+      this.catchUps.start(w.ws, new CatchUp(this.bridge, state.variant, w.after, w.reason));
     }
     this.catchUps.watchIdle();
   }
