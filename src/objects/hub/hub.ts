@@ -25,7 +25,7 @@ import { HubWindow } from "../../protocol/hub/window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import { rpcAnswer } from "../rpc-answer.js";
-import type { WatcherAttachment } from "./live.js";
+import type { WatcherAttachment } from "./fan-out.js";
 import { HubStore } from "./store.js";
 import { HubWatchers } from "./watchers.js";
 
@@ -164,14 +164,12 @@ export class ViewerHub extends DurableObject<Env> {
     for (let i = 0; i < frames.length; i++) this.fedFrames[frames[i] === f.frames[i] ? "passed" : "built"]++;
     this.window.append(frames);
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
-    this.watchers.broadcast(frames);
     const n = f.view;
+    let then: Uint8Array | null = null;
     if (!viewEnded(v) && viewEnded(n))
-      this.watchers.sendAll(
-        finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error),
-      );
-    else if (n.status === "live" && n.refused !== v.refused)
-      this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
+      then = finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error);
+    else if (n.status === "live" && n.refused !== v.refused) then = statusMessage(viewStatus(n), n.head, n.refused);
+    this.watchers.fed(frames, then);
     this.noteAnnotations(v, n);
     return { applied: true, view: n, member: true, watchers };
   }

@@ -1,8 +1,8 @@
 // A hub's catch-ups under way (src/objects/hub/watchers.ts starts them when a slot is free). Each sends
 // its watcher the next messages of its stream (src/protocol/hub/catchup.ts) while the watcher's window
-// allows (src/objects/hub/flows.ts), and goes on with each ack. Members of a cohort wait for its slowest
+// allows (src/objects/hub/fan-out.ts), and goes on with each ack. Members of a cohort wait for its slowest
 // member; a catch-up that waits for its stream, or for the hub's feed, goes on when that moves.
-// Caught up, the watcher gets caught_up (and finish if the run ended) and goes live.
+// Caught up, the watcher gets caught_up (and finish if the run ended) and joins the fan-out.
 // - A catching-up watcher that stops acknowledging what it was sent is closed 4008 (after IDLE_MS,
 //   which lets go of its stream so the hub can hibernate; after SPLIT_MS when it holds back its
 //   cohort); it reconnects.
@@ -12,8 +12,7 @@ import type { CatchUp, Cohort } from "../../protocol/hub/catchup.js";
 import { type HubView, viewEnded } from "../../protocol/hub/feed.js";
 import type { MessagePool } from "../../protocol/hub/message-pool.js";
 import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
-import type { Flows } from "./flows.js";
-import type { LiveFanOut } from "./live.js";
+import type { FanOut, Flows } from "./fan-out.js";
 
 /** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
 export const IDLE_MS = 10_000;
@@ -24,7 +23,7 @@ export const SPLIT_MS = 5_000;
 export interface CatchUpEnds {
   /** The socket was closed (or failed): its place is freed. */
   gone(ws: WebSocket): void;
-  /** The catch-up is over and the caught_up message sent: the watcher goes live, a slot is free. */
+  /** The catch-up is over and the caught_up message sent: the watcher joins the fan-out, a slot is free. */
   caughtUp(ws: WebSocket): void;
 }
 
@@ -42,7 +41,7 @@ export class RunningCatchUps {
 
   constructor(
     private readonly flows: Flows,
-    private readonly live: LiveFanOut,
+    private readonly fanOut: FanOut,
     /** What the hub's watchers read of it (src/objects/hub/watchers.ts `HubSource`). */
     private readonly hub: { view(): HubView; reply(): Uint8Array | null },
     /** Bytes a catching-up watcher may have unacknowledged. */
@@ -158,7 +157,7 @@ export class RunningCatchUps {
     this.ends.gone(ws);
   }
 
-  /** Send the catch-up's next messages while its window allows; make it live once caught up. */
+  /** Send the catch-up's next messages while its window allows; hand it to the fan-out once caught up. */
   private pump(ws: WebSocket): void {
     const c = this.catchUps.get(ws);
     if (!c) return;
@@ -202,10 +201,10 @@ export class RunningCatchUps {
     if (sent && cohort) this.wakeCohort(cohort, c);
   }
 
-  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
+  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then the fan-out. */
   private caughtUp(ws: WebSocket, c: CatchUp): void {
     // frames fed but not yet broadcast are in what this watcher got: they go to the others first
-    this.live.flush();
+    this.fanOut.flush();
     const v = this.hub.view();
     this.catchUps.delete(ws);
     this.socketOf.delete(c);

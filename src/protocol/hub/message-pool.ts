@@ -36,7 +36,7 @@ export function bufferClass(length: number): number {
   }
 }
 
-/** What the pool reads of a socket's flow (src/objects/hub/flows.ts `Flow`). */
+/** What the pool reads of a socket's flow (src/objects/hub/fan-out.ts `Flow`). */
 export interface AckedFlow {
   /** Bytes the watcher acknowledged, counted as `end` below. */
   readonly acked: number;
