@@ -6,9 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { type BridgeSource, CatchUp, COHORT_BYTES, Cohort, type OpenStream } from "../../src/protocol/hub/catchup.js";
 import { type CatchUpStream, type StreamStep, stepHeader } from "../../src/protocol/hub/catchup-stream.js";
-import { framed } from "../../src/protocol/hub/feed.js";
+import { framed, HubWindow } from "../../src/protocol/hub/frames.js";
 import { MessagePool, POOL_MIN_BUFFER } from "../../src/protocol/hub/message-pool.js";
-import { HubWindow } from "../../src/protocol/hub/window.js";
 import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
 import type { Variant } from "../../src/protocol/watch/variant.js";
 

@@ -16,13 +16,13 @@ import {
   type FeedAnswer,
   type FeedFrame,
   feedBytes,
-  framed,
   type HubView,
   type Joined,
   type Restart,
   sameView,
   viewEnded,
 } from "../../protocol/hub/feed.js";
+import { framed } from "../../protocol/hub/frames.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { rpcAnswer } from "../rpc-answer.js";
 import { retryDelay } from "./run-row-sync.js";

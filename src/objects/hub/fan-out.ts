@@ -8,14 +8,14 @@
 //   socket's first ack sets where it counts from.
 // - Frames fed to the hub go to every caught-up watcher (`FanOut`): grouped by variant, each
 //   message encoded once per variant and the same bytes sent to every socket of the group. Feeds
-//   that arrive back to back are coalesced, up to LIVE_MESSAGE_BYTES a message
-//   (src/protocol/hub/feed.ts: with thousands of watchers the sends are the hub's cost; a large
+//   that arrive back to back are coalesced, up to FANOUT_MESSAGE_BYTES a message
+//   (src/protocol/hub/frames.ts: with thousands of watchers the sends are the hub's cost; a large
 //   frame goes alone). A caught-up watcher more than `lagBytes` behind its acknowledgements is
 //   closed with 4008; it resumes with `?after=SEQ`. Which sockets are caught up is in their
 //   attachments (it survives hibernation) and, once read after a wake, kept in memory.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
-import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/feed.js";
+import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/frames.js";
 import type { Variant } from "../../protocol/watch/variant.js";
 
 /** A catch-up's first window; it doubles with each ack up to the limit (a watcher that leaves at once costs little). */

@@ -4,7 +4,7 @@
 // (src/protocol/hub/feed.ts), and it fans that out (src/objects/hub/watchers.ts). Catch-ups are streamed from the
 // episode and shared between watchers that join together (src/protocol/hub/catchup.ts). So a reconnect
 // storm, a slow dashboard or ten thousand viewers load hubs, never the episode's own thread.
-// A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/window.ts).
+// A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/frames.ts `HubWindow`).
 
 import { DurableObject } from "cloudflare:workers";
 import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
@@ -19,9 +19,9 @@ import {
 } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import type { CatchUpStream } from "../../protocol/hub/catchup-stream.js";
-import { type Feed, type FeedAnswer, type HubView, received, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
+import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
+import { HubWindow, received } from "../../protocol/hub/frames.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
-import { HubWindow } from "../../protocol/hub/window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import { rpcAnswer } from "../rpc-answer.js";

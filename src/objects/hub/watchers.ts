@@ -12,9 +12,9 @@
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
 import { BridgeCache, type BridgeSource, CatchUp, type OpenStream } from "../../protocol/hub/catchup.js";
-import { type HubFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import { type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import type { HubFrame, HubWindow } from "../../protocol/hub/frames.js";
 import { MessagePool } from "../../protocol/hub/message-pool.js";
-import type { HubWindow } from "../../protocol/hub/window.js";
 import {
   annotationsMessage,
   helloMessage,

@@ -12,9 +12,8 @@
 import { MESSAGE_BYTES, type SnapshotReason } from "../watch/protocol.js";
 import { type Variant, variantKey } from "../watch/variant.js";
 import { type CatchUpStream, type MessageBuffers, StreamReader } from "./catchup-stream.js";
-import { variantMessage } from "./feed.js";
+import { type HubWindow, variantMessage } from "./frames.js";
 import type { Lease, MessagePool } from "./message-pool.js";
-import type { HubWindow } from "./window.js";
 
 /** Messages a cohort keeps between its slowest and its fastest member, bytes. */
 export const COHORT_BYTES = 8 * 1024 * 1024;
