@@ -62,7 +62,7 @@ export class ViewerHub extends DurableObject<Env> {
     // the constructor does it, in every object alike: src/objects/storage/schema.ts)
     this.store.open();
     this.window = new HubWindow(
-      this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0,
+      this.store.schema.failed === null ? (this.store.row()?.view?.head ?? 0) : 0,
       l.hubWindowBytes,
       WINDOW_FRAMES,
     );
@@ -107,7 +107,7 @@ export class ViewerHub extends DurableObject<Env> {
         throw new RelayError("not_found", "a viewer hub answers only watch upgrades forwarded by the Worker");
       }
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the watch endpoint");
-      const known = this.store.state();
+      const known = this.store.row();
       if (known && (known.id !== id || known.shard !== shard))
         throw new Error(`hub ${known.shard}/${known.id} asked to serve ${shard}/${id}`);
       this.arriving++;
@@ -130,7 +130,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private answerHeaders(request: Request): Record<string, string> {
     const headers: Record<string, string> = {};
-    const hubs = String(this.store.state()?.hubs ?? 1);
+    const hubs = String(this.store.row()?.hubs ?? 1);
     if (request.headers.get(HUBS_HEADER) !== hubs) headers[HUBS_HEADER] = hubs;
     if (offeredProtocols(request).includes(WS_PROTOCOL)) headers["sec-websocket-protocol"] = WS_PROTOCOL;
     return headers;
@@ -140,7 +140,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode's feed (null: just say what this hub holds). Applied in one turn, or not at all. */
   feed(session: number, f: Feed | null): FeedAnswer {
-    const s = this.store.state();
+    const s = this.store.row();
     const watchers = this.watchers.count() + this.arriving;
     // not ready yet: the episode tries again shortly
     if (this.joining === session) return { applied: false, view: null, member: true, watchers };
@@ -181,7 +181,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode is gone (deleted or expired): every watcher is closed; this hub serves nobody. */
   closeAll(session: number, reason: string): void {
-    const s = this.store.state();
+    const s = this.store.row();
     if (s?.session !== session) return;
     this.watchers.closeAll(CLOSE_NORMAL, reason);
     this.forget();
@@ -189,7 +189,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** Its watchers now, for the episode's status (null: not a member of that session). */
   count(session: number): number | null {
-    return this.store.state()?.session === session ? this.watchers.count() : null;
+    return this.store.row()?.session === session ? this.watchers.count() : null;
   }
 
   /** For tests and benches: what this hub holds. */
@@ -200,7 +200,7 @@ export class ViewerHub extends DurableObject<Env> {
     watchers: ReturnType<HubWatchers["load"]>;
     fedFrames: { passed: number; built: number };
   } {
-    const s = this.store.state();
+    const s = this.store.row();
     return {
       view: s?.view ?? null,
       session: s?.session ?? null,
@@ -240,11 +240,11 @@ export class ViewerHub extends DurableObject<Env> {
   }
 
   private view(): HubView {
-    return this.store.state()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
+    return this.store.row()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
   }
 
   private identity(): { id: string; shard: number } {
-    const s = this.store.state();
+    const s = this.store.row();
     if (!s) throw new Error("hub without an episode");
     return s;
   }
@@ -260,7 +260,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private sync(who?: { id: string; shard: number }): Promise<void> {
     const step = async () => {
-      const s = this.store.state();
+      const s = this.store.row();
       const id = s?.id ?? who?.id;
       const shard = s?.shard ?? who?.shard;
       if (id === undefined || shard === undefined) return;
@@ -285,7 +285,7 @@ export class ViewerHub extends DurableObject<Env> {
         }
         if (this.watchers.count() + this.arriving === 0) {
           this.forget();
-        } else this.store.save({ ...this.store.state()!, session: null });
+        } else this.store.save({ ...this.store.row()!, session: null });
       } else if (
         s?.session != null &&
         (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))
@@ -293,7 +293,7 @@ export class ViewerHub extends DurableObject<Env> {
         // (a woken or restarted hub reports once: the episode feeds it what it may have missed)
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;
-        const now = this.store.state();
+        const now = this.store.row();
         if (hubs === null) {
           // the episode no longer counts this hub (it dropped it): join again, from where it is now
           if (now?.session === s.session) this.store.save({ ...now, session: null });
