@@ -36,7 +36,7 @@ export const FEEDS_IN_FLIGHT_BYTES = 32 * 1024 * 1024;
 /** Recent frames kept in memory to feed hubs from, while it has any (older ones are read from the log). */
 export const RECENT_BYTES = 4 * 1024 * 1024;
 
-export interface HubLimits {
+interface HubLimits {
   /** Watchers a hub should carry: the hub count follows total / perHub. */
   perHub: number;
   maxHubs: number;

@@ -20,7 +20,7 @@ export const IDLE_MS = 10_000;
 export const SPLIT_MS = 5_000;
 
 /** What the catch-ups hand back to the hub's watchers. */
-export interface CatchUpEnds {
+interface CatchUpEnds {
   /** The socket was closed (or failed): its place is freed. */
   gone(ws: WebSocket): void;
   /** The catch-up is over and the caught_up message sent: the watcher joins the fan-out, a slot is free. */

@@ -4,12 +4,12 @@
 // watcher leaves.
 
 import { eachPart } from "../../protocol/episode/parts.js";
-import type { HubStatus, HubView } from "../../protocol/hub/feed.js";
+import type { HubView } from "../../protocol/hub/feed.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 
 /** The hub's one row: which episode and shard it serves, its session, its view, the hub count. */
-export interface HubRow {
+interface HubRow {
   id: string;
   shard: number;
   /** The episode's membership this hub holds (null: not a member). */
@@ -73,7 +73,7 @@ export class HubStore {
     const view: HubView | null =
       r.head === null
         ? null
-        : { head: r.head, epoch: r.epoch, status: r.status as HubStatus, refused: r.refused, error: r.error };
+        : { head: r.head, epoch: r.epoch, status: r.status as HubView["status"], refused: r.refused, error: r.error };
     return (this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs });
   }
 

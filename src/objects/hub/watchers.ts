@@ -30,7 +30,7 @@ import { RunningCatchUps } from "./running-catchups.js";
 
 export const WATCH_TAG = "watch";
 
-export interface WatcherLimits extends AdmissionLimits {
+interface WatcherLimits extends AdmissionLimits {
   /** Bytes a caught-up watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
   lagBytes: number;
   /** Bytes a catching-up watcher may have unacknowledged. */

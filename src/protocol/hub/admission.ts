@@ -18,14 +18,14 @@ export interface AdmissionLimits {
   maxQueuedBytes: number;
 }
 
-export interface HubLoad {
+interface HubLoad {
   watchers: number;
   waiting: number;
   queuedBytes: number;
 }
 
 /** Whether a newcomer is admitted now, else why not and when to try again. */
-export type Admit = { ok: true } | { ok: false; reason: string; retryMs: number };
+type Admit = { ok: true } | { ok: false; reason: string; retryMs: number };
 
 /** Retry hints stay within these bounds. */
 export const RETRY_MIN_MS = 1000;

@@ -239,7 +239,7 @@ export interface BridgeSource {
 }
 
 /** The frames after `at` in the window, as one message for `variant`, and the seq it brings a watcher to. */
-export function bridgeMessage(
+function bridgeMessage(
   window: HubWindow,
   head: number,
   variant: Variant,

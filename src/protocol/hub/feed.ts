@@ -9,7 +9,7 @@
 
 import type { SnapshotReason } from "../watch/protocol.js";
 
-export type HubStatus = "new" | "live" | "finished" | "failed";
+type HubStatus = "new" | "live" | "finished" | "failed";
 
 /** What a hub holds of its episode (kept in its storage). */
 export interface HubView {
