@@ -42,7 +42,7 @@ export const FIRST_MESSAGE_BYTES = 256 * 1024;
 /** What a catch-up reads: the episode's record, index and stores. */
 export interface CatchUpSource {
   meta(): Meta | null;
-  /** The live traces as they stand now. */
+  /** The traces in memory as they stand now. */
   views(): TraceView[];
   pin(asOf: number): Pin;
   reader(asOf: number): BodyReader;

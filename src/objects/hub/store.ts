@@ -1,6 +1,6 @@
 // A hub's storage: one row (which episode and shard it serves, its session with the episode, its
 // view, the hub count) and the upstream reply once the run ended. Small and rewritten with each
-// feed, so a hub woken from hibernation knows where its live watchers stand; dropped when its last
+// feed, so a hub woken from hibernation knows where its caught-up watchers stand; dropped when its last
 // watcher leaves.
 
 import { eachPart } from "../../protocol/episode/parts.js";

@@ -7,7 +7,7 @@
 // COHORT_BYTES (until then from the first, so a watcher arriving a little later still joins).
 // Where the stream ends (the episode's head when it was read), the watcher bridges to the hub's
 // own head with the frames in the hub's window, or, when the window no longer reaches back that
-// far, with a further stream from the episode; then it is caught up, and live.
+// far, with a further stream from the episode; then it is caught up.
 
 import { MESSAGE_BYTES, type SnapshotReason } from "../watch/protocol.js";
 import { type Variant, variantKey } from "../watch/variant.js";
