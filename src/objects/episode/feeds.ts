@@ -18,7 +18,6 @@ import {
   feedBytes,
   type HubView,
   type Joined,
-  type Restart,
   sameView,
   viewEnded,
 } from "../../protocol/hub/feed.js";
@@ -293,7 +292,11 @@ export class HubFeeds {
     return null;
   }
 
-  private restart(base: { session: number; after: number; hubs: number }, target: HubView, reason: Restart): Feed {
+  private restart(
+    base: { session: number; after: number; hubs: number },
+    target: HubView,
+    reason: NonNullable<Feed["restart"]>,
+  ): Feed {
     return {
       ...base,
       restart: reason,

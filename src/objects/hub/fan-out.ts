@@ -24,7 +24,7 @@ export const FIRST_WINDOW = 512 * 1024;
 /** WebSocket.OPEN (a constant: reading it off the runtime's class on every send costs a lookup). */
 const OPEN = 1;
 
-export interface Flow {
+interface Flow {
   sent: number;
   acked: number;
   /** The catch-up window now (grows with acks). */

@@ -42,7 +42,7 @@ interface WatcherLimits extends AdmissionLimits {
 }
 
 /** What the watchers read of their hub. */
-export interface HubSource {
+interface HubSource {
   view(): HubView;
   reply(): Uint8Array | null;
   readonly window: HubWindow;

@@ -43,7 +43,7 @@ export interface FeedFrame {
 }
 
 /** Why a hub's watchers start over: frames they hold were retracted, or the frames they lack are gone from the log. */
-export type Restart = Extract<SnapshotReason, "rewind" | "trimmed">;
+type Restart = Extract<SnapshotReason, "rewind" | "trimmed">;
 
 export interface Feed {
   /** The subscription this feed belongs to (a hub that left and came back has a new one). */
