@@ -236,7 +236,7 @@ export class ViewerHub extends DurableObject<Env> {
   private forget(): void {
     this.store.clear();
     this.window.reset(0);
-    this.watchers.forgetStreams();
+    this.watchers.forgetCohorts();
   }
 
   private view(): HubView {

@@ -256,8 +256,8 @@ export class HubWatchers {
     this.fanOut.reset(true);
   }
 
-  /** The hub left its episode (no watcher): streams kept for joiners go too. */
-  forgetStreams(): void {
+  /** The hub left its episode (no watcher): cohorts kept for joiners go too. */
+  forgetCohorts(): void {
     this.cohorts.forgetIdle();
     this.bridge.bridges?.clear();
   }
