@@ -4,18 +4,10 @@
 // member; where the stream ends, a watcher bridges to the hub's head from the window, or from a
 // further stream when the window does not reach back far enough.
 import { describe, expect, it } from "vitest";
-import {
-  type BridgeSource,
-  COHORT_BYTES,
-  type Cursor,
-  HubCatchUp,
-  HubCohort,
-  type OpenCursor,
-} from "../../src/protocol/hub/catchup.js";
-import { type CursorStep, stepHeader } from "../../src/protocol/hub/cursor-stream.js";
-import { framed } from "../../src/protocol/hub/feed.js";
+import { type BridgeSource, CatchUp, COHORT_BYTES, Cohort, type OpenStream } from "../../src/protocol/hub/catchup.js";
+import { type CatchUpStream, type StreamStep, stepHeader } from "../../src/protocol/hub/catchup-stream.js";
+import { framed, HubWindow } from "../../src/protocol/hub/frames.js";
 import { MessagePool, POOL_MIN_BUFFER } from "../../src/protocol/hub/message-pool.js";
-import { HubWindow } from "../../src/protocol/hub/window.js";
 import { decodeWatchMessage } from "../../src/protocol/watch/protocol.js";
 import type { Variant } from "../../src/protocol/watch/variant.js";
 
@@ -23,12 +15,12 @@ const FULL: Variant = { routing: true, traces: null };
 const settle = () => new Promise((r) => setTimeout(r, 0));
 
 /**
- * The episode's pipe: a byte stream of steps (src/protocol/hub/cursor-stream.ts) giving `messages`,
+ * The episode's pipe: a byte stream of steps (src/protocol/hub/catchup-stream.ts) giving `messages`,
  * then the end at `end` (or failing / saying rewound instead): one step per pull, so `pulls` counts
  * the steps the hub read. The stream stays open after its last step: `cancelled` says the hub
  * stopped reading; `closed` and `disposed`, that it let go of the pipe.
  */
-function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error = { end }) {
+function scripted(messages: Uint8Array[], end: number, last: StreamStep | Error = { end }) {
   const state = { pulls: 0, asked: 0, cancelled: 0, closed: 0, disposed: 0 };
   const bytes = (): ReadableStream<Uint8Array> =>
     new ReadableStream({
@@ -47,7 +39,7 @@ function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error 
         state.cancelled++;
       },
     });
-  const cursor = (): Cursor => ({
+  const cursor = (): CatchUpStream => ({
     bytes,
     pull() {
       state.asked++;
@@ -62,18 +54,18 @@ function scripted(messages: Uint8Array[], end: number, last: CursorStep | Error 
   return { cursor, state };
 }
 
-function source(window: HubWindow, head: () => number, open: OpenCursor, pool = new MessagePool(1 << 30)) {
+function source(window: HubWindow, head: () => number, open: OpenStream, pool = new MessagePool(1 << 30)) {
   const opened: Array<{ after: number | null }> = [];
-  const woken: HubCohort[] = [];
-  const done: HubCohort[] = [];
+  const woken: Cohort[] = [];
+  const done: Cohort[] = [];
   const src: BridgeSource = {
     head,
     window,
     cohortFor: (variant, after, forced) => {
       opened.push({ after });
-      return new HubCohort(
+      return new Cohort(
         open,
-        HubCohort.key(variant, after, forced),
+        Cohort.key(variant, after, forced),
         0,
         variant,
         after,
@@ -89,7 +81,7 @@ function source(window: HubWindow, head: () => number, open: OpenCursor, pool = 
 }
 
 /** Pull a catch-up until it is done (or `limit` steps), settling between waits. */
-async function drain(c: HubCatchUp, limit = 1000): Promise<Uint8Array[]> {
+async function drain(c: CatchUp, limit = 1000): Promise<Uint8Array[]> {
   const out: Uint8Array[] = [];
   for (let i = 0; i < limit; i++) {
     const r = c.next();
@@ -112,8 +104,8 @@ describe("hub catch-ups", () => {
       async () => s.cursor(),
     );
     const cohort = src.cohortFor(FULL, null, undefined);
-    const a = new HubCatchUp({ ...src, cohortFor: () => cohort }, FULL, null);
-    const b = new HubCatchUp({ ...src, cohortFor: () => cohort }, FULL, null);
+    const a = new CatchUp({ ...src, cohortFor: () => cohort }, FULL, null);
+    const b = new CatchUp({ ...src, cohortFor: () => cohort }, FULL, null);
     expect(cohort.members.size).toBe(2);
     const [ga, gb] = await Promise.all([drain(a), drain(b)]);
     expect(ga).toEqual([msg(1), msg(2), msg(3)]);
@@ -140,8 +132,8 @@ describe("hub catch-ups", () => {
     );
     const cohort = src.cohortFor(FULL, null, undefined);
     const shared = { ...src, cohortFor: () => cohort };
-    const slow = new HubCatchUp(shared, FULL, null);
-    const fast = new HubCatchUp(shared, FULL, null);
+    const slow = new CatchUp(shared, FULL, null);
+    const fast = new CatchUp(shared, FULL, null);
     let got = 0;
     for (let i = 0; i < 50; i++) {
       const r = fast.next();
@@ -179,7 +171,7 @@ describe("hub catch-ups", () => {
       () => 6,
       async () => s.cursor(),
     );
-    const c = new HubCatchUp(src, { routing: true, traces: ["a"] }, null);
+    const c = new CatchUp(src, { routing: true, traces: ["a"] }, null);
     const out = await drain(c);
     expect(out[0]).toEqual(msg(1));
     const frames = out.slice(1).flatMap((m) => {
@@ -200,10 +192,10 @@ describe("hub catch-ups", () => {
       () => 11,
       async () => s.cursor(),
     );
-    const inside = new HubCatchUp(src, FULL, 10);
+    const inside = new CatchUp(src, FULL, 10);
     expect((await drain(inside)).length).toBe(1);
     expect(opened).toEqual([]);
-    const before = new HubCatchUp(src, FULL, 7);
+    const before = new CatchUp(src, FULL, 7);
     await drain(before);
     expect(opened, "the episode streams 8..10, the window gives 11").toEqual([{ after: 7 }]);
   });
@@ -216,7 +208,7 @@ describe("hub catch-ups", () => {
       () => head,
       async () => s.cursor(),
     );
-    const c = new HubCatchUp(src, FULL, 3);
+    const c = new CatchUp(src, FULL, 3);
     for (let i = 0; i < 10; i++) {
       expect(c.next()).toBe("wait");
       await settle();
@@ -233,7 +225,7 @@ describe("hub catch-ups", () => {
       () => 0,
       async () => rewound.cursor(),
     );
-    const a = new HubCatchUp(src, FULL, null);
+    const a = new CatchUp(src, FULL, null);
     let steps = 0;
     for (; steps < 20; steps++) {
       const r = a.next();
@@ -242,7 +234,7 @@ describe("hub catch-ups", () => {
     expect(a.snapshotting?.rewound).toBe(true);
     expect(a.snapshotting?.joinable()).toBe(false);
     const broken = scripted([], 0, new Error("the episode restarted"));
-    const b = new HubCatchUp(
+    const b = new CatchUp(
       source(
         new HubWindow(0, 1e6, 1e6),
         () => 0,
@@ -269,7 +261,7 @@ describe("hub catch-ups", () => {
       async () => s.cursor(),
       pool,
     );
-    const c = new HubCatchUp(src, FULL, null);
+    const c = new CatchUp(src, FULL, null);
     const cohort = c.snapshotting!;
     const flow = { acked: 0 };
     let sent = 0;

@@ -1,11 +1,11 @@
 // The hub's catch-up buffers (src/protocol/hub/message-pool.ts) and the byte stream of steps they
-// are read from (src/protocol/hub/cursor-stream.ts): a buffer is used again only once its cohort
+// are read from (src/protocol/hub/catchup-stream.ts): a buffer is used again only once its cohort
 // dropped the message and every socket it went to acknowledged past it; one a gone socket did not
 // acknowledge is never used again; the pool stops at its cap; a stream cut anywhere reads back the
 // same steps into the pool's buffers, and one that breaks inside a step throws.
 import type { UnderlyingByteSource } from "node:stream/web";
 import { describe, expect, it } from "vitest";
-import { CursorReader, type CursorStep, stepHeader } from "../../src/protocol/hub/cursor-stream.js";
+import { StreamReader, type StreamStep, stepHeader } from "../../src/protocol/hub/catchup-stream.js";
 import { type AckedFlow, bufferClass, MessagePool, POOL_MIN_BUFFER } from "../../src/protocol/hub/message-pool.js";
 
 const KiB = 1024;
@@ -175,7 +175,7 @@ function byteStream(source: UnderlyingByteSource): ReadableStream<Uint8Array> {
 }
 
 /** `steps` as the episode writes them, cut into pieces of `piece` bytes whatever the step boundaries. */
-function streamOf(steps: CursorStep[], piece: number, tail: "close" | Error = "close"): ReadableStream<Uint8Array> {
+function streamOf(steps: StreamStep[], piece: number, tail: "close" | Error = "close"): ReadableStream<Uint8Array> {
   const parts: Uint8Array[] = [];
   for (const s of steps) {
     parts.push(stepHeader(s));
@@ -206,13 +206,13 @@ function streamOf(steps: CursorStep[], piece: number, tail: "close" | Error = "c
 
 describe("catch-up byte stream", () => {
   const messages = [3000, 0, 70 * KiB, 5].map((n, i) => new Uint8Array(n).map((_, j) => (i * 31 + j) & 0xff));
-  const steps: CursorStep[] = [...messages.map((message) => ({ message })), { end: 2 ** 53 - 1 }];
+  const steps: StreamStep[] = [...messages.map((message) => ({ message })), { end: 2 ** 53 - 1 }];
 
   for (const piece of [1, 7, 4096, 1 << 20]) {
     it(`reads every step back, cut into pieces of ${piece} B, each message into a pool buffer used again`, async () => {
       const pool = new MessagePool(1024 * KiB);
-      const reader = CursorReader.of(streamOf([...steps, { rewound: true }], piece));
-      const got: CursorStep[] = [];
+      const reader = StreamReader.of(streamOf([...steps, { rewound: true }], piece));
+      const got: StreamStep[] = [];
       for (let i = 0; i < steps.length + 1; i++) {
         const s = await reader.next(pool);
         got.push("message" in s ? { message: s.message.slice() } : s);
@@ -236,17 +236,17 @@ describe("catch-up byte stream", () => {
         c.close();
       },
     });
-    await expect(CursorReader.of(cut).next(pool)).rejects.toThrow(/ended inside a step|closed/);
+    await expect(StreamReader.of(cut).next(pool)).rejects.toThrow(/ended inside a step|closed/);
     expect(pool.busy, "its lease was given back").toBe(0);
     await expect(
-      CursorReader.of(streamOf([{ message: new Uint8Array(10) }], 4, new Error("the episode restarted"))).next(pool),
+      StreamReader.of(streamOf([{ message: new Uint8Array(10) }], 4, new Error("the episode restarted"))).next(pool),
     ).resolves.toMatchObject({ message: expect.any(Uint8Array) });
-    const broken = CursorReader.of(streamOf([], 4, new Error("the episode restarted")));
+    const broken = StreamReader.of(streamOf([], 4, new Error("the episode restarted")));
     await expect(broken.next(pool)).rejects.toThrow(/restarted/);
     const odd = stepHeader({ end: 1 });
     odd[0] = 9;
     await expect(
-      CursorReader.of(
+      StreamReader.of(
         byteStream({
           type: "bytes",
           start(c) {

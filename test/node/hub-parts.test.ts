@@ -1,5 +1,5 @@
 // The viewer tier's pure parts: which hub a watcher goes to (src/protocol/hub/shards.ts), admission
-// (src/protocol/hub/admission.ts), a hub's window of recent frames (src/protocol/hub/window.ts), the retry hint in a
+// (src/protocol/hub/admission.ts), a hub's window of recent frames (src/protocol/hub/frames.ts), the retry hint in a
 // 1013's reason (src/protocol/watch/protocol.ts) and how the client waits on it (clients/typescript/watch.ts).
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
@@ -7,17 +7,17 @@ import { describe, expect, it } from "vitest";
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { closeReason } from "../../src/protocol/http/errors.js";
 import { Admission, RETRY_MAX_MS, RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
+import type { FeedFrame } from "../../src/protocol/hub/feed.js";
 import {
-  type FeedFrame,
+  FANOUT_MESSAGE_BYTES,
   framed,
   type HubFrame,
-  LIVE_MESSAGE_BYTES,
+  HubWindow,
   messageRuns,
   received,
   variantMessage,
-} from "../../src/protocol/hub/feed.js";
+} from "../../src/protocol/hub/frames.js";
 import { HubCounts, hubCount, hubName, parseHubs, pickShard } from "../../src/protocol/hub/shards.js";
-import { HubWindow } from "../../src/protocol/hub/window.js";
 import {
   decodeWatchMessage,
   frameMessage,
@@ -237,15 +237,15 @@ describe("a fed frame's message (passed through to watchers of the whole episode
     expect(variantMessage([], full)).toBeNull();
   });
 
-  it("back-to-back frames share a live message up to LIVE_MESSAGE_BYTES; a larger frame goes alone", () => {
+  it("back-to-back frames share a fan-out message up to FANOUT_MESSAGE_BYTES; a larger frame goes alone", () => {
     const f = (seq: number, n: number) => framed({ seq, trace: "t", delta: bytes(n, seq) });
     const small = [1, 2, 3, 4, 5].map((s) => f(s, 3000)); // ~3 KiB messages: five fit in 16 KiB
     expect(messageRuns(small).map((r) => r.map((x) => x.seq))).toEqual([[1, 2, 3, 4, 5]]);
-    const mixed = [f(1, 3000), f(2, 20_000), f(3, 3000), f(4, 3000), f(5, LIVE_MESSAGE_BYTES)];
+    const mixed = [f(1, 3000), f(2, 20_000), f(3, 3000), f(4, 3000), f(5, FANOUT_MESSAGE_BYTES)];
     const runs = messageRuns(mixed);
     expect(runs.map((r) => r.map((x) => x.seq))).toEqual([[1], [2], [3, 4], [5]]);
     for (const r of runs)
-      expect(r.length === 1 || r.reduce((n, x) => n + x.message.length, 0) <= LIVE_MESSAGE_BYTES).toBe(true);
+      expect(r.length === 1 || r.reduce((n, x) => n + x.message.length, 0) <= FANOUT_MESSAGE_BYTES).toBe(true);
     // every frame once, in order; a frame alone is sent as the very bytes the episode built
     expect(runs.flat()).toEqual(mixed);
     expect(variantMessage(runs[1]!, { routing: true, traces: null })).toBe(mixed[1]!.message);

@@ -6,7 +6,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { FIRST_MESSAGE_BYTES, JoinBuffers, SnapshotMessages } from "../../src/objects/episode/catchup-stream.js";
-import { FIRST_WINDOW } from "../../src/objects/hub/flows.js";
+import { FIRST_WINDOW } from "../../src/objects/hub/fan-out.js";
 import { IDLE_MS } from "../../src/objects/hub/running-catchups.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";

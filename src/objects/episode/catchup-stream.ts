@@ -1,7 +1,7 @@
 // Catching a watcher up, on the episode's side: the state as of a pinned seq as snapshot messages
 // (or, when it resumes with `?after=` inside the log, none), then the log after it, one message
 // at a time. The viewer hub that asked (src/protocol/hub/catchup.ts) reads the messages off a byte
-// stream (CatchUpPipe, below) as fast as its watchers acknowledge them, shares them between the
+// stream (CatchUpStream, below) as fast as its watchers acknowledge them, shares them between the
 // watchers that joined together, and bridges from where the stream ends to its own head with the
 // frames it was fed. Ingest goes on in between: the snapshot reads SQLite as of its seq (the pin
 // keeps what it reads), and the replay reads the log as it grows.
@@ -18,7 +18,7 @@ import {
 } from "../../protocol/assembly/snapshot.js";
 import type { BodyReader } from "../../protocol/assembly/store.js";
 import type { Pin } from "../../protocol/episode/holds.js";
-import { type CursorStep, stepHeader } from "../../protocol/hub/cursor-stream.js";
+import { type StreamStep, stepHeader } from "../../protocol/hub/catchup-stream.js";
 import { bufferClass } from "../../protocol/hub/message-pool.js";
 import {
   type Chunks,
@@ -42,7 +42,7 @@ export const FIRST_MESSAGE_BYTES = 256 * 1024;
 /** What a catch-up reads: the episode's record, index and stores. */
 export interface CatchUpSource {
   meta(): Meta | null;
-  /** The live traces as they stand now. */
+  /** The traces in memory as they stand now. */
   views(): TraceView[];
   pin(asOf: number): Pin;
   reader(asOf: number): BodyReader;
@@ -163,7 +163,7 @@ export class SnapshotBuilder extends SnapshotMessages {
 }
 
 /** One catch-up stream: a snapshot (unless resuming inside the log), then the log after it. */
-export class CatchUp {
+export class CatchUpMessages {
   private snapshot: SnapshotMessages | null = null;
   /** The log pin while replaying (the snapshot's pin holds the log before that). */
   private pin: Pin | null = null;
@@ -206,7 +206,7 @@ export class CatchUp {
     const s = this.snapshot;
     if (s) {
       const m = await s.message(into);
-      if (this.snapshot !== s) return null; // released while it was built (the cursor closed)
+      if (this.snapshot !== s) return null; // released while it was built (the stream closed)
       if (s.done) {
         // the snapshot is given: hold the log from its seq
         this.at = s.seq;
@@ -259,7 +259,7 @@ export class CatchUp {
 // ---- the stream a hub reads ----
 //
 // A catch-up stream handed to a viewer hub over RPC as a byte stream of steps
-// (src/protocol/hub/cursor-stream.ts). The hub also holds the pipe itself (an RpcTarget) and asks
+// (src/protocol/hub/catchup-stream.ts). The hub also holds the stream object itself (an RpcTarget) and asks
 // for each step (`pull`) before it reads it: a step is built and written only then, so nothing is
 // built before the hub's watchers can take it, and nothing waits in the stream between the two
 // (the runtime reads a stream sent over RPC ahead of its reader: a hub's paused streams held
@@ -267,20 +267,20 @@ export class CatchUp {
 // is read (a stream alone does not: between two runtime processes the object went away under it),
 // and closing or disposing it lets go. Messages are joined into buffers used again (JoinBuffers):
 // an IdentityTransformStream's write resolves once its reader (the runtime, sending it on) has
-// taken the bytes, and a buffer is given back only after that. Each pipe holds its stream's
+// taken the bytes, and a buffer is given back only after that. Each stream holds its
 // pins; it lets go when the hub closes it, when the stream breaks (the hub went away), or when the
-// hub has read nothing for CURSOR_IDLE_MS; once a retraction took back what it read it says
+// hub has read nothing for STREAM_IDLE_MS; once a retraction took back what it read it says
 // `rewound` and ends.
 
-/** A pipe whose hub read nothing for this long is closed (checked when another opens). */
-export const CURSOR_IDLE_MS = 120_000;
-/** Join buffers an episode keeps free for its pipes at most, bytes (more are left to the collector). */
+/** A stream whose hub read nothing for this long is closed (checked when another opens). */
+export const STREAM_IDLE_MS = 120_000;
+/** Join buffers an episode keeps free for its streams at most, bytes (more are left to the collector). */
 export const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
 
 /**
- * Buffers an episode's catch-up pipes join messages into, shared by all of them: one is taken for a
+ * Buffers an episode's catch-up streams join messages into, shared by all of them: one is taken for a
  * message and given back once the stream took it, so a catch-up of hundreds of MiB joins them into
- * a few buffers, and an idle pipe holds none.
+ * a few buffers, and an idle stream holds none.
  */
 export class JoinBuffers {
   private readonly free: ArrayBuffer[] = [];
@@ -313,7 +313,7 @@ export class JoinBuffers {
   }
 }
 
-export class CatchUpPipe extends RpcTarget {
+export class CatchUpStream extends RpcTarget {
   private used = Date.now();
   private closed = false;
   /** A retraction took back what the stream read: its pins are let go, the next step says so. */
@@ -332,9 +332,9 @@ export class CatchUpPipe extends RpcTarget {
   private wake: (() => void) | null = null;
 
   constructor(
-    private readonly stream: CatchUp,
-    private readonly open: Set<CatchUpPipe>,
-    /** The episode's buffers to join messages into, shared by its pipes. */
+    private readonly stream: CatchUpMessages,
+    private readonly open: Set<CatchUpStream>,
+    /** The episode's buffers to join messages into, shared by its streams. */
     private readonly buffers: JoinBuffers,
   ) {
     super();
@@ -365,7 +365,7 @@ export class CatchUpPipe extends RpcTarget {
     this.close(new Error("catch-up stream let go"));
   }
 
-  /** Until the hub asks for a step (or the pipe closes). */
+  /** Until the hub asks for a step (or the stream closes). */
   private async ask(): Promise<void> {
     while (this.asked === 0 && !this.closed) await new Promise<void>((r) => (this.wake = r));
     this.wake = null;
@@ -400,7 +400,7 @@ export class CatchUpPipe extends RpcTarget {
     }
   }
 
-  private async write(step: CursorStep): Promise<void> {
+  private async write(step: StreamStep): Promise<void> {
     if (this.closed) throw new Error("catch-up stream closed");
     await this.writer.write(stepHeader(step));
     if ("message" in step) await this.writer.write(step.message);
@@ -427,8 +427,8 @@ export class CatchUpPipe extends RpcTarget {
     if (reason !== undefined) this.writer.abort(reason).catch(() => undefined);
   }
 
-  /** Close it if the hub read nothing since `now - CURSOR_IDLE_MS`. */
+  /** Close it if the hub read nothing since `now - STREAM_IDLE_MS`. */
   expire(now: number): void {
-    if (now - this.used > CURSOR_IDLE_MS) this.close(new Error("catch-up stream idle"));
+    if (now - this.used > STREAM_IDLE_MS) this.close(new Error("catch-up stream idle"));
   }
 }

@@ -52,7 +52,7 @@ import { armAlarm } from "../storage/alarm-window.js";
 import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
 import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
-import { CatchUp, CatchUpPipe, type CatchUpSource, JoinBuffers, SnapshotBuilder } from "./catchup-stream.js";
+import { CatchUpMessages, type CatchUpSource, CatchUpStream, JoinBuffers, SnapshotBuilder } from "./catchup-stream.js";
 import { commitDispatch, commitIngest } from "./commit.js";
 import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
@@ -81,7 +81,7 @@ export class Episode extends DurableObject<Env> {
   private readonly feeds: HubFeeds;
   private readonly source: CatchUpSource;
   /** Catch-up streams hubs are pulling. */
-  private readonly cursors = new Set<CatchUpPipe>();
+  private readonly streams = new Set<CatchUpStream>();
   private readonly joinBuffers = new JoinBuffers();
   private readonly rowSync: RunRowSync;
   private readonly logTrim: LogTrim;
@@ -303,15 +303,15 @@ export class Episode extends DurableObject<Env> {
 
   /**
    * A catch-up stream for a hub's watcher(s): the snapshot as of now (or the log after `after`),
-   * as a byte stream of messages (src/protocol/hub/cursor-stream.ts) read from the pipe returned.
-   * Built from SQLite as it is read; pinned until it ends or the hub closes the pipe.
+   * as a byte stream of messages (src/protocol/hub/catchup-stream.ts) read from the stream object returned.
+   * Built from SQLite as it is read; pinned until it ends or the hub closes it.
    */
-  catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpPipe {
+  catchUp(_id: string, variant: Variant, after: number | null, forced: SnapshotReason | null): CatchUpStream {
     const now = Date.now();
-    for (const c of [...this.cursors]) c.expire(now);
-    return new CatchUpPipe(
-      new CatchUp(this.source, variant, after, forced ?? undefined),
-      this.cursors,
+    for (const c of [...this.streams]) c.expire(now);
+    return new CatchUpStream(
+      new CatchUpMessages(this.source, variant, after, forced ?? undefined),
+      this.streams,
       this.joinBuffers,
     );
   }
@@ -389,7 +389,7 @@ export class Episode extends DurableObject<Env> {
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
       if (c.rewoundTo !== null) this.rowSync.search.rewound(this.state.memory().asm, c.rewoundTo);
-      for (const cur of [...this.cursors]) cur.retracted();
+      for (const cur of [...this.streams]) cur.retracted();
       this.feeds.rewound(c.meta.seq);
     } else this.feeds.committed(c.frames, before);
     this.logTrim.afterIngest(c.meta, c.frames.length);
@@ -398,7 +398,7 @@ export class Episode extends DurableObject<Env> {
 
   private async erase(reason: string): Promise<void> {
     const id = this.state.meta()?.id;
-    for (const cur of [...this.cursors]) cur.close(new Error(reason));
+    for (const cur of [...this.streams]) cur.close(new Error(reason));
     await this.feeds.closeAll(reason);
     // both copies go: the archive first (if R2 refuses, nothing is erased and the delete can be repeated)
     try {

@@ -16,13 +16,12 @@ import {
   type FeedAnswer,
   type FeedFrame,
   feedBytes,
-  framed,
   type HubView,
   type Joined,
-  type Restart,
   sameView,
   viewEnded,
 } from "../../protocol/hub/feed.js";
+import { framed } from "../../protocol/hub/frames.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { rpcAnswer } from "../rpc-answer.js";
 import { retryDelay } from "./run-row-sync.js";
@@ -36,7 +35,7 @@ export const FEEDS_IN_FLIGHT_BYTES = 32 * 1024 * 1024;
 /** Recent frames kept in memory to feed hubs from, while it has any (older ones are read from the log). */
 export const RECENT_BYTES = 4 * 1024 * 1024;
 
-export interface HubLimits {
+interface HubLimits {
   /** Watchers a hub should carry: the hub count follows total / perHub. */
   perHub: number;
   maxHubs: number;
@@ -293,7 +292,11 @@ export class HubFeeds {
     return null;
   }
 
-  private restart(base: { session: number; after: number; hubs: number }, target: HubView, reason: Restart): Feed {
+  private restart(
+    base: { session: number; after: number; hubs: number },
+    target: HubView,
+    reason: NonNullable<Feed["restart"]>,
+  ): Feed {
     return {
       ...base,
       restart: reason,

@@ -21,7 +21,7 @@ export class EpisodeState {
   readonly record: EpisodeRecord;
   readonly store: SqlStore;
   readonly schema: SchemaState;
-  private live: EpisodeMemory | null = null;
+  private memo: EpisodeMemory | null = null;
   private opened = false;
 
   constructor(private readonly storage: DurableObjectStorage) {
@@ -50,20 +50,20 @@ export class EpisodeState {
 
   /** Whether the index is in memory (a woken object reads it back on first use). */
   get loaded(): boolean {
-    return this.live !== null;
+    return this.memo !== null;
   }
 
   /** What memory holds (the assembly's index and the ledger), read from storage on first use. */
   memory(): EpisodeMemory {
-    if (this.live) return this.live;
+    if (this.memo) return this.memo;
     this.open();
     this.schema.check();
     const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
     const asm = new EpisodeAssembly(this.store, traces);
     asm.reserveTnums(nextTnum);
-    this.live = { asm, ledger: this.record.producers() };
-    this.holdRetractable(this.live.ledger);
-    return this.live;
+    this.memo = { asm, ledger: this.record.producers() };
+    this.holdRetractable(this.memo.ledger);
+    return this.memo;
   }
 
   meta(): Meta | null {
@@ -100,7 +100,7 @@ export class EpisodeState {
    * and what is kept of the rows are read back on next use.
    */
   forget(): void {
-    this.live = null;
+    this.memo = null;
     this.record.forget();
   }
 

@@ -4,7 +4,7 @@
 // (src/protocol/hub/feed.ts), and it fans that out (src/objects/hub/watchers.ts). Catch-ups are streamed from the
 // episode and shared between watchers that join together (src/protocol/hub/catchup.ts). So a reconnect
 // storm, a slow dashboard or ten thousand viewers load hubs, never the episode's own thread.
-// A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/window.ts).
+// A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/frames.ts `HubWindow`).
 
 import { DurableObject } from "cloudflare:workers";
 import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
@@ -18,14 +18,14 @@ import {
   upgradeRequired,
 } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
-import type { Cursor } from "../../protocol/hub/catchup.js";
-import { type Feed, type FeedAnswer, type HubView, received, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
+import type { CatchUpStream } from "../../protocol/hub/catchup-stream.js";
+import { type Feed, type FeedAnswer, type HubView, viewEnded, viewStatus } from "../../protocol/hub/feed.js";
+import { HubWindow, received } from "../../protocol/hub/frames.js";
 import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protocol/hub/shards.js";
-import { HubWindow } from "../../protocol/hub/window.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import { rpcAnswer } from "../rpc-answer.js";
-import type { WatcherAttachment } from "./live.js";
+import type { WatcherAttachment } from "./fan-out.js";
 import { HubStore } from "./store.js";
 import { HubWatchers } from "./watchers.js";
 
@@ -62,7 +62,7 @@ export class ViewerHub extends DurableObject<Env> {
     // the constructor does it, in every object alike: src/objects/storage/schema.ts)
     this.store.open();
     this.window = new HubWindow(
-      this.store.schema.failed === null ? (this.store.state()?.view?.head ?? 0) : 0,
+      this.store.schema.failed === null ? (this.store.row()?.view?.head ?? 0) : 0,
       l.hubWindowBytes,
       WINDOW_FRAMES,
     );
@@ -82,7 +82,7 @@ export class ViewerHub extends DurableObject<Env> {
         view: () => this.view(),
         reply: () => this.store.reply(),
         window: this.window,
-        openCursor: async (variant, after, forced): Promise<Cursor> =>
+        openStream: async (variant, after, forced): Promise<CatchUpStream> =>
           await this.episode().catchUp(this.identity().id, variant, after, forced ?? null),
       },
     );
@@ -107,7 +107,7 @@ export class ViewerHub extends DurableObject<Env> {
         throw new RelayError("not_found", "a viewer hub answers only watch upgrades forwarded by the Worker");
       }
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the watch endpoint");
-      const known = this.store.state();
+      const known = this.store.row();
       if (known && (known.id !== id || known.shard !== shard))
         throw new Error(`hub ${known.shard}/${known.id} asked to serve ${shard}/${id}`);
       this.arriving++;
@@ -130,7 +130,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private answerHeaders(request: Request): Record<string, string> {
     const headers: Record<string, string> = {};
-    const hubs = String(this.store.state()?.hubs ?? 1);
+    const hubs = String(this.store.row()?.hubs ?? 1);
     if (request.headers.get(HUBS_HEADER) !== hubs) headers[HUBS_HEADER] = hubs;
     if (offeredProtocols(request).includes(WS_PROTOCOL)) headers["sec-websocket-protocol"] = WS_PROTOCOL;
     return headers;
@@ -140,7 +140,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode's feed (null: just say what this hub holds). Applied in one turn, or not at all. */
   feed(session: number, f: Feed | null): FeedAnswer {
-    const s = this.store.state();
+    const s = this.store.row();
     const watchers = this.watchers.count() + this.arriving;
     // not ready yet: the episode tries again shortly
     if (this.joining === session) return { applied: false, view: null, member: true, watchers };
@@ -164,14 +164,12 @@ export class ViewerHub extends DurableObject<Env> {
     for (let i = 0; i < frames.length; i++) this.fedFrames[frames[i] === f.frames[i] ? "passed" : "built"]++;
     this.window.append(frames);
     this.store.save({ ...s, view: f.view, hubs: f.hubs }, f.reply ?? undefined);
-    this.watchers.broadcast(frames);
     const n = f.view;
+    let then: Uint8Array | null = null;
     if (!viewEnded(v) && viewEnded(n))
-      this.watchers.sendAll(
-        finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error),
-      );
-    else if (n.status === "live" && n.refused !== v.refused)
-      this.watchers.sendAll(statusMessage(viewStatus(n), n.head, n.refused));
+      then = finishMessage(n.status, n.head, f.reply ?? this.store.reply() ?? new Uint8Array(0), n.error);
+    else if (n.status === "live" && n.refused !== v.refused) then = statusMessage(viewStatus(n), n.head, n.refused);
+    this.watchers.fed(frames, then);
     this.noteAnnotations(v, n);
     return { applied: true, view: n, member: true, watchers };
   }
@@ -183,7 +181,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode is gone (deleted or expired): every watcher is closed; this hub serves nobody. */
   closeAll(session: number, reason: string): void {
-    const s = this.store.state();
+    const s = this.store.row();
     if (s?.session !== session) return;
     this.watchers.closeAll(CLOSE_NORMAL, reason);
     this.forget();
@@ -191,7 +189,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** Its watchers now, for the episode's status (null: not a member of that session). */
   count(session: number): number | null {
-    return this.store.state()?.session === session ? this.watchers.count() : null;
+    return this.store.row()?.session === session ? this.watchers.count() : null;
   }
 
   /** For tests and benches: what this hub holds. */
@@ -202,7 +200,7 @@ export class ViewerHub extends DurableObject<Env> {
     watchers: ReturnType<HubWatchers["load"]>;
     fedFrames: { passed: number; built: number };
   } {
-    const s = this.store.state();
+    const s = this.store.row();
     return {
       view: s?.view ?? null,
       session: s?.session ?? null,
@@ -238,15 +236,15 @@ export class ViewerHub extends DurableObject<Env> {
   private forget(): void {
     this.store.clear();
     this.window.reset(0);
-    this.watchers.forgetStreams();
+    this.watchers.forgetCohorts();
   }
 
   private view(): HubView {
-    return this.store.state()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
+    return this.store.row()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
   }
 
   private identity(): { id: string; shard: number } {
-    const s = this.store.state();
+    const s = this.store.row();
     if (!s) throw new Error("hub without an episode");
     return s;
   }
@@ -262,7 +260,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private sync(who?: { id: string; shard: number }): Promise<void> {
     const step = async () => {
-      const s = this.store.state();
+      const s = this.store.row();
       const id = s?.id ?? who?.id;
       const shard = s?.shard ?? who?.shard;
       if (id === undefined || shard === undefined) return;
@@ -287,7 +285,7 @@ export class ViewerHub extends DurableObject<Env> {
         }
         if (this.watchers.count() + this.arriving === 0) {
           this.forget();
-        } else this.store.save({ ...this.store.state()!, session: null });
+        } else this.store.save({ ...this.store.row()!, session: null });
       } else if (
         s?.session != null &&
         (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))
@@ -295,7 +293,7 @@ export class ViewerHub extends DurableObject<Env> {
         // (a woken or restarted hub reports once: the episode feeds it what it may have missed)
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;
-        const now = this.store.state();
+        const now = this.store.row();
         if (hubs === null) {
           // the episode no longer counts this hub (it dropped it): join again, from where it is now
           if (now?.session === s.session) this.store.save({ ...now, session: null });

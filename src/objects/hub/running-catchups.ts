@@ -1,19 +1,18 @@
 // A hub's catch-ups under way (src/objects/hub/watchers.ts starts them when a slot is free). Each sends
 // its watcher the next messages of its stream (src/protocol/hub/catchup.ts) while the watcher's window
-// allows (src/objects/hub/flows.ts), and goes on with each ack. Members of a cohort wait for its slowest
+// allows (src/objects/hub/fan-out.ts), and goes on with each ack. Members of a cohort wait for its slowest
 // member; a catch-up that waits for its stream, or for the hub's feed, goes on when that moves.
-// Caught up, the watcher gets caught_up (and finish if the run ended) and goes live.
+// Caught up, the watcher gets caught_up (and finish if the run ended) and joins the fan-out.
 // - A catching-up watcher that stops acknowledging what it was sent is closed 4008 (after IDLE_MS,
 //   which lets go of its stream so the hub can hibernate; after SPLIT_MS when it holds back its
 //   cohort); it reconnects.
 
 import { CLOSE_TOO_SLOW, CLOSE_TRY_LATER, safeClose } from "../../protocol/http/errors.js";
-import type { HubCatchUp, HubCohort } from "../../protocol/hub/catchup.js";
+import type { CatchUp, Cohort } from "../../protocol/hub/catchup.js";
 import { type HubView, viewEnded } from "../../protocol/hub/feed.js";
 import type { MessagePool } from "../../protocol/hub/message-pool.js";
 import { caughtUpMessage, finishMessage } from "../../protocol/watch/protocol.js";
-import type { Flows } from "./flows.js";
-import type { LiveFanOut } from "./live.js";
+import type { FanOut, Flows } from "./fan-out.js";
 
 /** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
 export const IDLE_MS = 10_000;
@@ -21,18 +20,18 @@ export const IDLE_MS = 10_000;
 export const SPLIT_MS = 5_000;
 
 /** What the catch-ups hand back to the hub's watchers. */
-export interface CatchUpEnds {
+interface CatchUpEnds {
   /** The socket was closed (or failed): its place is freed. */
   gone(ws: WebSocket): void;
-  /** The catch-up is over and the caught_up message sent: the watcher goes live, a slot is free. */
+  /** The catch-up is over and the caught_up message sent: the watcher joins the fan-out, a slot is free. */
   caughtUp(ws: WebSocket): void;
 }
 
 export class RunningCatchUps {
-  private readonly catchUps = new Map<WebSocket, HubCatchUp>();
-  private readonly socketOf = new Map<HubCatchUp, WebSocket>();
+  private readonly catchUps = new Map<WebSocket, CatchUp>();
+  private readonly socketOf = new Map<CatchUp, WebSocket>();
   /** Catch-ups waiting for their stream, a slower member of their cohort, or the hub's feed. */
-  private readonly blocked = new Set<HubCatchUp>();
+  private readonly blocked = new Set<CatchUp>();
   /** When each catch-up last made progress (started, or got an ack). */
   private readonly progress = new WeakMap<WebSocket, number>();
   /** A timer that closes idle catch-ups (only while some run). */
@@ -42,7 +41,7 @@ export class RunningCatchUps {
 
   constructor(
     private readonly flows: Flows,
-    private readonly live: LiveFanOut,
+    private readonly fanOut: FanOut,
     /** What the hub's watchers read of it (src/objects/hub/watchers.ts `HubSource`). */
     private readonly hub: { view(): HubView; reply(): Uint8Array | null },
     /** Bytes a catching-up watcher may have unacknowledged. */
@@ -61,7 +60,7 @@ export class RunningCatchUps {
   }
 
   /** Start `c` for `ws`: it sends what its window allows now. */
-  start(ws: WebSocket, c: HubCatchUp): void {
+  start(ws: WebSocket, c: CatchUp): void {
     this.catchUps.set(ws, c);
     this.socketOf.set(c, ws);
     this.progress.set(ws, Date.now());
@@ -124,7 +123,7 @@ export class RunningCatchUps {
   }
 
   /** A cohort's stream moved (a message arrived, it ended or failed): its waiting members go on. */
-  wakeMembers(cohort: HubCohort): void {
+  wakeMembers(cohort: Cohort): void {
     for (const m of [...cohort.members]) {
       if (!this.blocked.has(m)) continue;
       const ws = this.socketOf.get(m);
@@ -145,7 +144,7 @@ export class RunningCatchUps {
    * A member of `c` waits for its slowest: if that one stopped acknowledging (for SPLIT_MS), it is
    * closed (4008: it resumes on its own) so the others go on.
    */
-  private unblock(c: HubCohort, now: number): void {
+  private unblock(c: Cohort, now: number): void {
     const slow = c.slowest();
     if (!slow || c.members.size < 2) return;
     const ws = this.socketOf.get(slow);
@@ -158,7 +157,7 @@ export class RunningCatchUps {
     this.ends.gone(ws);
   }
 
-  /** Send the catch-up's next messages while its window allows; make it live once caught up. */
+  /** Send the catch-up's next messages while its window allows; hand it to the fan-out once caught up. */
   private pump(ws: WebSocket): void {
     const c = this.catchUps.get(ws);
     if (!c) return;
@@ -166,7 +165,7 @@ export class RunningCatchUps {
     let sent = false;
     this.blocked.delete(c);
     try {
-      while (this.flows.open(ws)) {
+      while (this.flows.hasRoom(ws)) {
         let messages = c.next();
         if (messages === "wait" && c.snapshotting) {
           this.unblock(c.snapshotting, Date.now());
@@ -202,10 +201,10 @@ export class RunningCatchUps {
     if (sent && cohort) this.wakeCohort(cohort, c);
   }
 
-  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then live. */
-  private caughtUp(ws: WebSocket, c: HubCatchUp): void {
+  /** Everything up to the hub's head was sent: caught_up (and finish if the run ended), then the fan-out. */
+  private caughtUp(ws: WebSocket, c: CatchUp): void {
     // frames fed but not yet broadcast are in what this watcher got: they go to the others first
-    this.live.flush();
+    this.fanOut.flush();
     const v = this.hub.view();
     this.catchUps.delete(ws);
     this.socketOf.delete(c);
@@ -231,7 +230,7 @@ export class RunningCatchUps {
   }
 
   /** Members of `cohort` that waited for `c` (it moved on, or left) may go on. */
-  private wakeCohort(cohort: HubCohort, c: HubCatchUp): void {
+  private wakeCohort(cohort: Cohort, c: CatchUp): void {
     for (const other of cohort.members) {
       if (other === c || !this.blocked.has(other)) continue;
       const ows = this.socketOf.get(other);

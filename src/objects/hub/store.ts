@@ -1,14 +1,15 @@
 // A hub's storage: one row (which episode and shard it serves, its session with the episode, its
 // view, the hub count) and the upstream reply once the run ended. Small and rewritten with each
-// feed, so a hub woken from hibernation knows where its live watchers stand; dropped when its last
+// feed, so a hub woken from hibernation knows where its caught-up watchers stand; dropped when its last
 // watcher leaves.
 
 import { eachPart } from "../../protocol/episode/parts.js";
-import type { HubStatus, HubView } from "../../protocol/hub/feed.js";
+import type { HubView } from "../../protocol/hub/feed.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 
-export interface HubState {
+/** The hub's one row: which episode and shard it serves, its session, its view, the hub count. */
+interface HubRow {
   id: string;
   shard: number;
   /** The episode's membership this hub holds (null: not a member). */
@@ -34,7 +35,7 @@ export const HUB_SCHEMA: Schema = checkSchema({
 });
 
 export class HubStore {
-  private cached: HubState | null | undefined;
+  private cached: HubRow | null | undefined;
   private readonly sql: SqlStorage;
   readonly schema: SchemaState;
 
@@ -49,7 +50,7 @@ export class HubStore {
   }
 
   /** The row, or null for a hub that serves nobody yet. */
-  state(): HubState | null {
+  row(): HubRow | null {
     this.open();
     this.schema.check();
     if (this.cached !== undefined) return this.cached;
@@ -72,11 +73,11 @@ export class HubStore {
     const view: HubView | null =
       r.head === null
         ? null
-        : { head: r.head, epoch: r.epoch, status: r.status as HubStatus, refused: r.refused, error: r.error };
+        : { head: r.head, epoch: r.epoch, status: r.status as HubView["status"], refused: r.refused, error: r.error };
     return (this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs });
   }
 
-  save(s: HubState, reply?: Uint8Array | null): void {
+  save(s: HubRow, reply?: Uint8Array | null): void {
     this.schema.ensure();
     const v = s.view;
     this.sql.exec("DELETE FROM hub");
@@ -100,7 +101,7 @@ export class HubStore {
   }
 
   reply(): Uint8Array | null {
-    if (!this.state()) return null;
+    if (!this.row()) return null;
     const parts = this.sql.exec<{ data: ArrayBuffer }>("SELECT data FROM reply ORDER BY part").toArray();
     return parts.length ? concatChunks(parts.map((p) => new Uint8Array(p.data))) : null;
   }

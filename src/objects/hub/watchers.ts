@@ -1,20 +1,20 @@
 // A hub's watcher sockets (hibernating): admission, hellos, the wait for a catch-up slot, and the
-// step to live.
+// step to the fan-out once caught up.
 //
 // - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
-//   its catch-up (src/objects/hub/running-catchups.ts), paced by what it acknowledges (src/objects/hub/flows.ts):
+//   its catch-up (src/objects/hub/running-catchups.ts), paced by what it acknowledges (src/objects/hub/fan-out.ts `Flows`):
 //   at most `window` bytes unacknowledged, at most `maxCatchUps` at once, at most
 //   `catchUpsPerSecond` starting (src/protocol/hub/admission.ts). A newcomer past the admission bounds is
-//   closed 1013 with a retry hint. Caught up, it joins the live fan-out (src/objects/hub/live.ts).
-// - Per-socket state is memory only, except `live` in the attachment: after the hub restarts, a
+//   closed 1013 with a retry hint. Caught up, it joins the fan-out (src/objects/hub/fan-out.ts).
+// - What the hub knows of a socket is memory only, except whether it is caught up (its attachment): after the hub restarts, a
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
 
 import { CLOSE_POLICY, CLOSE_TRY_LATER, RelayError, safeClose } from "../../protocol/http/errors.js";
 import { Admission, type AdmissionLimits } from "../../protocol/hub/admission.js";
-import { BridgeCache, type BridgeSource, HubCatchUp, type OpenCursor } from "../../protocol/hub/catchup.js";
-import { type HubFrame, type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import { BridgeCache, type BridgeSource, CatchUp, type OpenStream } from "../../protocol/hub/catchup.js";
+import { type HubView, viewStatus } from "../../protocol/hub/feed.js";
+import type { HubFrame, HubWindow } from "../../protocol/hub/frames.js";
 import { MessagePool } from "../../protocol/hub/message-pool.js";
-import type { HubWindow } from "../../protocol/hub/window.js";
 import {
   annotationsMessage,
   helloMessage,
@@ -24,15 +24,14 @@ import {
   statusMessage,
 } from "../../protocol/watch/protocol.js";
 import { parseVariant, type Variant, variantKey } from "../../protocol/watch/variant.js";
-import { Flows } from "./flows.js";
-import { LiveFanOut, type SocketState, type WatcherAttachment } from "./live.js";
+import { Cohorts } from "./cohorts.js";
+import { FanOut, Flows, type Watcher, type WatcherAttachment } from "./fan-out.js";
 import { RunningCatchUps } from "./running-catchups.js";
-import { Streams } from "./streams.js";
 
 export const WATCH_TAG = "watch";
 
-export interface WatcherLimits extends AdmissionLimits {
-  /** Bytes a live watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
+interface WatcherLimits extends AdmissionLimits {
+  /** Bytes a caught-up watcher may be behind (sent, not acknowledged) before it is closed with 4008. */
   lagBytes: number;
   /** Bytes a catching-up watcher may have unacknowledged. */
   window: number;
@@ -43,11 +42,11 @@ export interface WatcherLimits extends AdmissionLimits {
 }
 
 /** What the watchers read of their hub. */
-export interface HubSource {
+interface HubSource {
   view(): HubView;
   reply(): Uint8Array | null;
   readonly window: HubWindow;
-  openCursor: OpenCursor;
+  openStream: OpenStream;
 }
 
 interface Waiting {
@@ -61,10 +60,10 @@ export class HubWatchers {
   private readonly flows = new Flows();
   /** Buffers catch-up messages are read into, used again once acknowledged. */
   private readonly pool: MessagePool;
-  private readonly live: LiveFanOut;
-  private readonly states = new WeakMap<WebSocket, SocketState>();
+  private readonly fanOut: FanOut;
+  private readonly known = new WeakMap<WebSocket, Watcher>();
   private readonly catchUps: RunningCatchUps;
-  private readonly streams: Streams;
+  private readonly cohorts: Cohorts;
   /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
   private readonly waiting: Waiting[] = [];
   /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
@@ -82,28 +81,28 @@ export class HubWatchers {
   ) {
     this.admission = new Admission(limits, Date.now());
     this.pool = new MessagePool(limits.poolBytes);
-    this.live = new LiveFanOut(this.flows, limits.lagBytes, () =>
-      this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, state: this.stateOf(ws) })),
+    this.fanOut = new FanOut(this.flows, limits.lagBytes, () =>
+      this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, watcher: this.watcherOf(ws) })),
     );
     this.catchUps = new RunningCatchUps(
       this.flows,
-      this.live,
+      this.fanOut,
       hub,
       limits.window,
       {
         gone: (ws) => this.gone(ws),
         caughtUp: (ws) => {
-          this.live.set(ws, this.states.get(ws)!, true);
+          this.fanOut.set(ws, this.known.get(ws)!, true);
           this.startWaiting();
         },
       },
       this.pool,
     );
-    this.streams = new Streams(hub.openCursor, (c) => this.catchUps.wakeMembers(c), this.pool);
+    this.cohorts = new Cohorts(hub.openStream, (c) => this.catchUps.wakeMembers(c), this.pool);
     this.bridge = {
       head: () => this.hub.view().head,
       window: hub.window,
-      cohortFor: (variant, after, forced) => this.streams.for(variant, after, forced),
+      cohortFor: (variant, after, forced) => this.cohorts.for(variant, after, forced),
       bridges: new BridgeCache(),
     };
   }
@@ -137,9 +136,9 @@ export class HubWatchers {
       watchers: this.count(),
       waiting: this.waiting.length,
       catchingUp: this.catchUps.size,
-      cohorts: this.streams.size,
+      cohorts: this.cohorts.size,
       queuedBytes: this.flows.queued,
-      streamsOpened: this.streams.opened,
+      streamsOpened: this.cohorts.opened,
       pool: { bytes: this.pool.bytes, leased: this.pool.leased, made: this.pool.made, lost: this.pool.lost },
     };
   }
@@ -147,7 +146,7 @@ export class HubWatchers {
   /**
    * `GET /v1/episodes/{id}/watch[?after=SEQ&routing=0&traces=A,B&annotations=1]` as a WebSocket:
    * refused at once (1013 with a retry hint) past the admission bounds; else a hello, then its
-   * catch-up, paced by its acks, then live frames; with `annotations=1`, a note of the trainer's
+   * catch-up, paced by its acks, then fed frames; with `annotations=1`, a note of the trainer's
    * annotations (their version) after the hello and whenever they change.
    */
   open(url: URL, id: string, headers: HeadersInit): Response {
@@ -192,7 +191,7 @@ export class HubWatchers {
   /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
   private accept(ws: WebSocket, id: string, variant: Variant, after: number | null, annotations: boolean): void {
     ws.serializeAttachment({ role: "watch", id, variant, live: false, annotations } satisfies WatcherAttachment);
-    this.states.set(ws, { key: variantKey(variant), variant, live: false });
+    this.known.set(ws, { key: variantKey(variant), variant, caughtUp: false });
     this.flows.start(ws);
     const v = this.hub.view();
     this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
@@ -210,7 +209,7 @@ export class HubWatchers {
     if (w && !w.ready) {
       w.ready = true;
       this.startWaiting();
-    } else if (!w) this.stateOf(ws); // a socket caught in a restart mid catch-up is closed here
+    } else if (!w) this.watcherOf(ws); // a socket caught in a restart mid catch-up is closed here
   }
 
   /** The socket closed or failed: free its place. */
@@ -221,7 +220,7 @@ export class HubWatchers {
     this.flows.forget(ws);
     this.pool.retry(); // what it had not acknowledged is let go: a catch-up waiting for a buffer tries again
     if (this.counted.delete(ws) && this.sockets !== null) this.sockets--;
-    this.live.drop(ws, this.states.get(ws));
+    this.fanOut.drop(ws, this.known.get(ws));
     this.startWaiting();
   }
 
@@ -235,9 +234,9 @@ export class HubWatchers {
     const v = this.hub.view();
     const hello = helloMessage(id, viewStatus(v), v.head); // the same bytes to every watcher
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-      const s = this.stateOf(ws);
-      if (!s || ws.readyState !== WebSocket.OPEN) continue;
-      if (s.live) this.live.set(ws, s, false);
+      const w = this.watcherOf(ws);
+      if (!w || ws.readyState !== WebSocket.OPEN) continue;
+      if (w.caughtUp) this.fanOut.set(ws, w, false);
       this.flows.send(ws, hello);
       this.waiting.push({ ws, after: null, ready: true, reason });
     }
@@ -254,21 +253,21 @@ export class HubWatchers {
     this.sockets = 0;
     this.flows.clear();
     this.pool.reset();
-    this.live.reset(true);
+    this.fanOut.reset(true);
   }
 
-  /** The hub left its episode (no watcher): streams kept for joiners go too. */
-  forgetStreams(): void {
-    this.streams.forgetIdle();
+  /** The hub left its episode (no watcher): cohorts kept for joiners go too. */
+  forgetCohorts(): void {
+    this.cohorts.forgetIdle();
     this.bridge.bridges?.clear();
   }
 
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
   private dropCatchUps(): void {
     this.catchUps.clear();
-    this.streams.closeAll();
+    this.cohorts.closeAll();
     this.waiting.length = 0;
-    this.live.reset();
+    this.fanOut.reset();
   }
 
   private startWaiting(): void {
@@ -282,10 +281,10 @@ export class HubWatchers {
       }
       // a resume the window serves, or a join to a stream already under way, costs the episode
       // nothing: it needs no start token
-      const state = this.states.get(w.ws);
+      const known = this.known.get(w.ws);
       const cheap =
         (!w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after)) ||
-        (state !== undefined && this.streams.joinable(state.variant, w.after, w.reason));
+        (known !== undefined && this.cohorts.joinable(known.variant, w.after, w.reason));
       if (!cheap) {
         const wait = this.admission.take(Date.now());
         if (wait > 0) {
@@ -297,52 +296,52 @@ export class HubWatchers {
         }
       }
       this.waiting.splice(i, 1);
-      this.live.flush(); // frames fed before this catch-up's stream go to the live watchers first
-      if (!state) continue;
-      this.catchUps.start(w.ws, new HubCatchUp(this.bridge, state.variant, w.after, w.reason));
+      this.fanOut.flush(); // frames fed before this catch-up's stream go to the caught-up watchers first
+      if (!known) continue;
+      this.catchUps.start(w.ws, new CatchUp(this.bridge, known.variant, w.after, w.reason));
     }
     this.catchUps.watchIdle();
   }
 
-  /** Fed `frames` (consecutive, as applied) go to the live watchers; catch-ups waiting for the head go on. */
-  broadcast(frames: readonly HubFrame[]): void {
-    for (const f of frames) this.streams.fedBytes(f.delta.length);
-    this.live.queue(frames);
+  /**
+   * The hub was fed `frames` (consecutive, as applied): they go to the caught-up watchers, cohorts
+   * age, catch-ups waiting for the head go on; then `then` (a finish or a status) goes to every
+   * caught-up watcher, after the frames.
+   */
+  fed(frames: readonly HubFrame[], then: Uint8Array | null = null): void {
+    for (const f of frames) this.cohorts.fedBytes(f.delta.length);
+    this.fanOut.queue(frames);
     this.catchUps.wakeBlocked();
-  }
-
-  /** The same message to every live watcher (e.g. finish), after the queued frames. */
-  sendAll(message: Uint8Array): void {
-    this.live.sendAll(message);
+    if (then) this.fanOut.sendAll(then);
   }
 
   /** The trainer's annotations changed: every watcher that asked is told, caught up or not (a note, not state). */
   annotationsChanged(version: number): void {
     const message = annotationsMessage(version);
     for (const ws of this.ctx.getWebSockets(WATCH_TAG)) {
-      if (ws.readyState !== WebSocket.OPEN || !this.stateOf(ws)) continue;
+      if (ws.readyState !== WebSocket.OPEN || !this.watcherOf(ws)) continue;
       if ((ws.deserializeAttachment() as WatcherAttachment | null)?.annotations) this.flows.send(ws, message);
     }
   }
 
   /**
-   * The socket's state, read from its attachment once per wake. A socket that was catching up
-   * when the hub restarted has lost its catch-up: it is closed, to reconnect.
+   * What the hub knows of the socket, read from its attachment once per wake. A socket that was
+   * catching up when the hub restarted has lost its catch-up: it is closed, to reconnect.
    */
-  private stateOf(ws: WebSocket): SocketState | null {
-    let s = this.states.get(ws);
+  private watcherOf(ws: WebSocket): Watcher | null {
+    let s = this.known.get(ws);
     if (s) return s;
     const att = ws.deserializeAttachment() as WatcherAttachment | null;
     if (!att) return null;
-    s = { key: variantKey(att.variant), variant: att.variant, live: att.live };
-    this.states.set(ws, s);
+    s = { key: variantKey(att.variant), variant: att.variant, caughtUp: att.live };
+    this.known.set(ws, s);
     if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
       safeClose(
         ws,
         CLOSE_TRY_LATER,
         "catch-up interrupted (the hub restarted): reconnect with ?after=<last seq received>",
       );
-      s.live = false;
+      s.caughtUp = false;
     }
     return s;
   }

@@ -32,10 +32,11 @@ export interface ProducerState {
 /** Per producer name. */
 export type ProducerLedger = Map<string, ProducerState>;
 
-export type Decision = { duplicate: true } | { duplicate: false; retract: Unconfirmed[] };
+/** An envelope seen against its producer's ledger: a duplicate, or the frames to retract before it applies. */
+export type Dedup = { duplicate: true } | { duplicate: false; retract: Unconfirmed[] };
 
 /** What applying `env` means: a duplicate of an applied envelope, or the frames to retract first. */
-export function decide(ledger: ProducerLedger, env: Envelope): Decision {
+export function decide(ledger: ProducerLedger, env: Envelope): Dedup {
   if (env.seq <= 0) return { duplicate: false, retract: [] }; // a bare delta in a batch
   const p = ledger.get(env.producer);
   if (p && env.seq <= p.last) return { duplicate: true };

@@ -279,9 +279,9 @@ function verifyFailure(e: unknown): string {
   return "malformed token";
 }
 
-// ---- the decision ----
+// ---- the authorization ----
 
-export type Decision = { ok: true; claims: Claims | null } | { ok: false; refusal: RelayError };
+export type Authorization = { ok: true; claims: Claims | null } | { ok: false; refusal: RelayError };
 
 /**
  * Decide one request: `claims` is null when no token was needed (health, auth off on loopback).
@@ -294,7 +294,7 @@ export async function authorize(
   req: Need,
   mode: AuthMode,
   listedOrigin: (origin: string) => boolean = () => false,
-): Promise<Decision> {
+): Promise<Authorization> {
   if (req.kind === "open") return { ok: true, claims: null };
   if (mode.kind === "closed") {
     return notConfigured(
@@ -353,7 +353,7 @@ export async function authorize(
 }
 
 // 401s and 403s carry `WWW-Authenticate: Bearer` (RFC 6750)
-function unauthorized(message: string): Decision {
+function unauthorized(message: string): Authorization {
   return {
     ok: false,
     refusal: new RelayError("unauthorized", message, undefined, {
@@ -362,7 +362,7 @@ function unauthorized(message: string): Decision {
   };
 }
 
-function forbidden(message: string): Decision {
+function forbidden(message: string): Authorization {
   return {
     ok: false,
     refusal: new RelayError("forbidden", message, undefined, {
@@ -371,7 +371,7 @@ function forbidden(message: string): Decision {
   };
 }
 
-function notConfigured(message: string): Decision {
+function notConfigured(message: string): Authorization {
   return { ok: false, refusal: new RelayError("auth_not_configured", message) };
 }
 

@@ -18,13 +18,14 @@ export interface AdmissionLimits {
   maxQueuedBytes: number;
 }
 
-export interface HubLoad {
+interface HubLoad {
   watchers: number;
   waiting: number;
   queuedBytes: number;
 }
 
-export type Decision = { ok: true } | { ok: false; reason: string; retryMs: number };
+/** Whether a newcomer is admitted now, else why not and when to try again. */
+type Admit = { ok: true } | { ok: false; reason: string; retryMs: number };
 
 /** Retry hints stay within these bounds. */
 export const RETRY_MIN_MS = 1000;
@@ -50,7 +51,7 @@ export class Admission {
   }
 
   /** Whether a new watcher may connect now, else why not and when to try again. */
-  admit(load: HubLoad): Decision {
+  admit(load: HubLoad): Admit {
     const l = this.limits;
     if (load.watchers >= l.maxWatchers) return this.refuse(`too many ${this.counted} (limit ${l.maxWatchers})`, 5000);
     if (load.waiting >= l.maxWaiting) {
@@ -69,7 +70,7 @@ export class Admission {
    * A newcomer that has nothing to wait for (a run or runs socket: its snapshot is sent at once):
    * admitted and started now (a token is taken), or refused with a hint.
    */
-  startNow(load: HubLoad, now: number): Decision {
+  startNow(load: HubLoad, now: number): Admit {
     const d = this.admit(load);
     if (!d.ok) return d;
     const wait = this.take(now);
@@ -94,7 +95,7 @@ export class Admission {
   }
 
   /** A refusal whose hint is `baseMs` stretched by 1–2× at random, within the bounds. */
-  private refuse(reason: string, baseMs: number): Decision {
+  private refuse(reason: string, baseMs: number): Admit {
     const ms = Math.round(Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, baseMs) * (1 + this.random())));
     return { ok: false, reason, retryMs: ms };
   }

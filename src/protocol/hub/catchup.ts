@@ -1,20 +1,19 @@
 // Catching a watcher up, on the hub's side. The episode builds the catch-up stream (a snapshot as
 // of its head, or the log after `?after=`; src/objects/episode/catchup-stream.ts) and the hub reads
-// it message by message (src/protocol/hub/cursor-stream.ts), into buffers it uses again
+// it message by message (src/protocol/hub/catchup-stream.ts), into buffers it uses again
 // (src/protocol/hub/message-pool.ts), as its watchers acknowledge. Watchers that join together with the
-// same view share one stream (a HubCohort): each message is fetched once and the same bytes go to
+// same view share one stream (a Cohort): each message is fetched once and the same bytes go to
 // each of them; the cohort keeps the messages between its slowest and its fastest member, up to
 // COHORT_BYTES (until then from the first, so a watcher arriving a little later still joins).
 // Where the stream ends (the episode's head when it was read), the watcher bridges to the hub's
 // own head with the frames in the hub's window, or, when the window no longer reaches back that
-// far, with a further stream from the episode; then it is caught up, and live.
+// far, with a further stream from the episode; then it is caught up.
 
 import { MESSAGE_BYTES, type SnapshotReason } from "../watch/protocol.js";
 import { type Variant, variantKey } from "../watch/variant.js";
-import { CursorReader, type MessageBuffers } from "./cursor-stream.js";
-import { variantMessage } from "./feed.js";
+import { type CatchUpStream, type MessageBuffers, StreamReader } from "./catchup-stream.js";
+import { type HubWindow, variantMessage } from "./frames.js";
 import type { Lease, MessagePool } from "./message-pool.js";
-import type { HubWindow } from "./window.js";
 
 /** Messages a cohort keeps between its slowest and its fastest member, bytes. */
 export const COHORT_BYTES = 8 * 1024 * 1024;
@@ -31,51 +30,39 @@ export const LINGER_MS = 10_000;
  */
 export const STALE_BYTES = 4 * 1024 * 1024;
 
-/**
- * The episode's catch-up pipe as the hub holds it (an RPC stub): its byte stream, read once, a step
- * for each `pull` (nothing is written into it ahead of the hub); closed and disposed once done (a
- * stub kept alive keeps the episode's object awake).
- */
-export interface Cursor {
-  bytes(): ReadableStream<Uint8Array> | Promise<ReadableStream<Uint8Array>>;
-  pull(): unknown;
-  close(): unknown;
-  [Symbol.dispose]?(): void;
-}
-
 interface Opened {
-  cursor: Cursor;
-  reader: CursorReader;
+  stream: CatchUpStream;
+  reader: StreamReader;
 }
 
 /** Stop reading, close the episode's side and drop the stub. */
-async function letGo(cursor: Cursor, reader?: CursorReader): Promise<void> {
+async function letGo(stream: CatchUpStream, reader?: StreamReader): Promise<void> {
   reader?.cancel();
   try {
-    await cursor.close();
+    await stream.close();
   } finally {
-    cursor[Symbol.dispose]?.();
+    stream[Symbol.dispose]?.();
   }
 }
 
 function release(opened: Promise<Opened>): void {
-  void opened.then(({ cursor, reader }) => letGo(cursor, reader)).catch(() => undefined);
+  void opened.then(({ stream, reader }) => letGo(stream, reader)).catch(() => undefined);
 }
 
 /** Ask the episode for a catch-up stream. */
-export type OpenCursor = (
+export type OpenStream = (
   variant: Variant,
   after: number | null,
   forced: SnapshotReason | undefined,
-) => Promise<Cursor>;
+) => Promise<CatchUpStream>;
 
 /** A catch-up stream shared by the watchers that need the same one. */
-export class HubCohort {
+export class Cohort {
   private cache: Uint8Array[] = [];
   private cacheBytes = 0;
   /** `cache[i]` is message `first + i`. */
   private first = 0;
-  private cursor: Promise<Opened> | null;
+  private stream: Promise<Opened> | null;
   private fetching = false;
   /** Where messages are read: the hub's pool, through this cohort (it gives up kept messages when the pool runs dry). */
   private readonly buffers: MessageBuffers;
@@ -85,10 +72,10 @@ export class HubCohort {
   rewound = false;
   failed: Error | null = null;
   private shut = false;
-  readonly members = new Set<HubCatchUp>();
+  readonly members = new Set<CatchUp>();
 
   constructor(
-    open: OpenCursor,
+    open: OpenStream,
     readonly key: string,
     /** The frame bytes the hub had been fed when the stream was asked for (how stale it is, later). */
     readonly fedAt: number,
@@ -96,18 +83,18 @@ export class HubCohort {
     after: number | null,
     forced: SnapshotReason | undefined,
     /** Called when a message arrived, the stream ended or failed (members may go on). */
-    private readonly wake: (c: HubCohort) => void,
+    private readonly wake: (c: Cohort) => void,
     /** Called when the last member left (the owner keeps it joinable a while, or closes it). */
-    private readonly idle: (c: HubCohort) => void,
+    private readonly idle: (c: Cohort) => void,
     /** Called once closed (the owner forgets the cohort). */
-    private readonly done: (c: HubCohort) => void,
+    private readonly done: (c: Cohort) => void,
     private readonly pool: MessagePool,
   ) {
-    this.cursor = open(variant, after, forced).then(async (cursor) => {
+    this.stream = open(variant, after, forced).then(async (stream) => {
       try {
-        return { cursor, reader: CursorReader.of(await cursor.bytes()) };
+        return { stream, reader: StreamReader.of(await stream.bytes()) };
       } catch (e) {
-        void letGo(cursor).catch(() => undefined);
+        void letGo(stream).catch(() => undefined);
         throw e;
       }
     });
@@ -117,7 +104,7 @@ export class HubCohort {
       giveBack: (l) => pool.giveBack(l),
     };
     // a failed open is reported by the first fetch
-    this.cursor.catch(() => undefined);
+    this.stream.catch(() => undefined);
   }
 
   static key(variant: Variant, after: number | null, forced: SnapshotReason | undefined): string {
@@ -147,13 +134,13 @@ export class HubCohort {
   }
 
   /** The member furthest behind. */
-  slowest(): HubCatchUp | null {
-    let slow: HubCatchUp | null = null;
+  slowest(): CatchUp | null {
+    let slow: CatchUp | null = null;
     for (const m of this.members) if (!slow || m.position < slow.position) slow = m;
     return slow;
   }
 
-  leave(member: HubCatchUp): void {
+  leave(member: CatchUp): void {
     this.members.delete(member);
     if (this.members.size === 0) this.idle(this);
     else this.trim();
@@ -171,8 +158,8 @@ export class HubCohort {
     for (const m of this.cache) this.pool.drop(m);
     this.cache = [];
     this.cacheBytes = 0;
-    const c = this.cursor;
-    this.cursor = null;
+    const c = this.stream;
+    this.stream = null;
     if (c) release(c);
     this.pool.retry(); // a read waiting for a buffer gives up
     this.done(this);
@@ -180,17 +167,17 @@ export class HubCohort {
 
   /** Fetch the next message, unless one is on its way, the stream ended, or the cohort keeps enough. */
   private fill(): void {
-    if (this.fetching || this.end !== null || this.failed || this.rewound || !this.cursor) return;
+    if (this.fetching || this.end !== null || this.failed || this.rewound || !this.stream) return;
     if (this.cacheBytes > COHORT_BYTES && this.trim()) return;
     this.fetching = true;
-    const cursor = this.cursor;
-    void cursor
+    const stream = this.stream;
+    void stream
       .then((c) => {
-        Promise.resolve(c.cursor.pull()).catch(() => undefined); // a broken pipe fails the read too
+        Promise.resolve(c.stream.pull()).catch(() => undefined); // a broken pipe fails the read too
         return c.reader.next(this.buffers);
       })
       .then((step) => {
-        if (this.cursor !== cursor) {
+        if (this.stream !== stream) {
           if ("message" in step) this.pool.drop(step.message); // closed meanwhile
           return;
         }
@@ -199,8 +186,8 @@ export class HubCohort {
           this.cacheBytes += step.message.length;
         } else if ("end" in step) {
           this.end = step.end;
-          this.cursor = null;
-          release(cursor);
+          this.stream = null;
+          release(stream);
         } else this.rewound = true;
       })
       .catch((e: unknown) => {
@@ -246,13 +233,13 @@ export class HubCohort {
 export interface BridgeSource {
   head(): number;
   readonly window: HubWindow;
-  cohortFor(variant: Variant, after: number | null, forced?: SnapshotReason): HubCohort;
+  cohortFor(variant: Variant, after: number | null, forced?: SnapshotReason): Cohort;
   /** Bridge messages already built, shared by the watchers that need the same one (see `bridgeMessage`). */
   readonly bridges?: BridgeCache;
 }
 
 /** The frames after `at` in the window, as one message for `variant`, and the seq it brings a watcher to. */
-export function bridgeMessage(
+function bridgeMessage(
   window: HubWindow,
   head: number,
   variant: Variant,
@@ -293,8 +280,8 @@ export class BridgeCache {
 }
 
 /** One watcher's catch-up: its place in a stream from the episode, then the bridge to the hub's head. */
-export class HubCatchUp {
-  private cohort: HubCohort | null = null;
+export class CatchUp {
+  private cohort: Cohort | null = null;
   /** The next message of the cohort's stream to send. */
   position = 0;
   /** The seq the watcher holds once its stream ended (null while streaming). */
@@ -314,11 +301,11 @@ export class HubCatchUp {
     else this.join(src.cohortFor(variant, after, forced));
   }
 
-  get snapshotting(): HubCohort | null {
+  get snapshotting(): Cohort | null {
     return this.cohort;
   }
 
-  private join(c: HubCohort): void {
+  private join(c: Cohort): void {
     this.cohort = c;
     this.position = 0;
     c.members.add(this);

@@ -2,7 +2,7 @@
 // acknowledged them. A catch-up moves hundreds of MiB through a hub; a new buffer per message (what
 // an RPC result is) is garbage V8 collects only once about 64 MB more are held (its external
 // memory rule), so an isolate's heap as Cloudflare counts it would peak far above what it holds.
-// Reads fill these buffers in place instead (src/protocol/hub/cursor-stream.ts, a BYOB read), so
+// Reads fill these buffers in place instead (src/protocol/hub/catchup-stream.ts, a BYOB read), so
 // what a hub holds for its catch-ups is the pool, whatever the number of bytes it moves.
 // - A buffer is free again once its cohort dropped the message (src/protocol/hub/catchup.ts) and
 //   each socket it was sent to acknowledged past it: WebSocket.send does not copy (the runtime
@@ -36,7 +36,7 @@ export function bufferClass(length: number): number {
   }
 }
 
-/** What the pool reads of a socket's flow (src/objects/hub/flows.ts `Flow`). */
+/** What the pool reads of a socket's flow (src/objects/hub/fan-out.ts `Flow`). */
 export interface AckedFlow {
   /** Bytes the watcher acknowledged, counted as `end` below. */
   readonly acked: number;

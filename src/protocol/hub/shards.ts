@@ -1,6 +1,6 @@
 // Which viewer hub a watcher goes to, and how many hubs an episode spreads its watchers over.
 //
-// An episode's watchers live on K hub objects named from the episode id and a shard number
+// An episode's watchers are spread over K hub objects named from the episode id and a shard number
 // (`hubName`). K follows the watchers: the episode object sums what its hubs report and answers
 // K = ceil(watchers / perHub) (at least 1, at most maxHubs); the Worker keeps K per episode for a
 // while (`HubCounts`), sends each new watcher to a shard drawn at random below it, and tells that

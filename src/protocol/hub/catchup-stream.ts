@@ -12,7 +12,7 @@ import type { Lease } from "./message-pool.js";
  * everything up to `end`), or word that a retraction took back what the stream gave (the hub's own
  * restart follows in its feed).
  */
-export type CursorStep = { message: Uint8Array } | { end: number } | { rewound: true };
+export type StreamStep = { message: Uint8Array } | { end: number } | { rewound: true };
 
 export const STEP_HEADER_BYTES = 9;
 const MESSAGE = 0;
@@ -20,7 +20,7 @@ const END = 1;
 const REWOUND = 2;
 
 /** The header of `step` (a message's bytes follow it, written apart: they are not copied). */
-export function stepHeader(step: CursorStep): Uint8Array {
+export function stepHeader(step: StreamStep): Uint8Array {
   const h = new Uint8Array(STEP_HEADER_BYTES);
   const dv = new DataView(h.buffer);
   if ("message" in step) {
@@ -31,6 +31,18 @@ export function stepHeader(step: CursorStep): Uint8Array {
     dv.setFloat64(1, step.end);
   } else h[0] = REWOUND;
   return h;
+}
+
+/**
+ * The episode's catch-up stream as the hub holds it (an RPC stub of src/objects/episode/catchup-stream.ts `CatchUpStream`): its byte stream, read once, a step
+ * for each `pull` (nothing is written into it ahead of the hub); closed and disposed once done (a
+ * stub kept alive keeps the episode's object awake).
+ */
+export interface CatchUpStream {
+  bytes(): ReadableStream<Uint8Array> | Promise<ReadableStream<Uint8Array>>;
+  pull(): unknown;
+  close(): unknown;
+  [Symbol.dispose]?(): void;
 }
 
 /** What a message is read into: a leased buffer (null: wait, none is free), kept or given back by the caller. */
@@ -47,20 +59,20 @@ interface ByobReader {
 }
 
 /** The hub's side: steps read off the episode's stream, each message into a buffer of `buffers`. */
-export class CursorReader {
+export class StreamReader {
   private header: ArrayBuffer = new ArrayBuffer(STEP_HEADER_BYTES);
 
   constructor(private readonly reader: ByobReader) {}
 
-  static of(stream: ReadableStream<Uint8Array>): CursorReader {
-    return new CursorReader(stream.getReader({ mode: "byob" }) as unknown as ByobReader);
+  static of(stream: ReadableStream<Uint8Array>): StreamReader {
+    return new StreamReader(stream.getReader({ mode: "byob" }) as unknown as ByobReader);
   }
 
   /**
    * The next step. A message's bytes are in a buffer `buffers` leased (adopted there once read).
    * Throws when the stream ended or broke inside a step, or carries something else.
    */
-  async next(buffers: MessageBuffers): Promise<CursorStep> {
+  async next(buffers: MessageBuffers): Promise<StreamStep> {
     const h = await this.readFull(new Uint8Array(this.header));
     this.header = h.buffer as ArrayBuffer;
     const value = new DataView(h.buffer, h.byteOffset, STEP_HEADER_BYTES).getFloat64(1);
