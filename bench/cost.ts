@@ -15,10 +15,14 @@
 //       each carries a trainer's dispatch identity as prime-rl's rollouts do (groups of GROUP_B,
 //       GROUP_B × 2 rollouts a step, one in eight groups eval), so the run's index keeps its groups
 //       and steps as in training.
+//   (c) one episode written at a real pace: TURNS_C turns GAP_C_MS apart (just over the 10 s an
+//       idle object waits before it hibernates), DASHBOARDS dashboards watching: what each turn
+//       adds to the episode, its hubs and the run's index (rows by table, requests), and whether
+//       each object hibernated in every gap (a wake per turn).
 //   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
 //       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
-//       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what the bench compresses
-//       added per turn).
+//       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what (c) measured a paced
+//       turn to add; its duration from (c)'s busy time and hibernation).
 // The bench's own status polls (each an RPC call on the episode) are subtracted; usage reads count
 // nothing.
 // Caveats, printed too: this bench writes at full speed, so an episode's wall time (and the
@@ -71,6 +75,17 @@ const SCALE_EPISODES = 1000;
  * dimension) every 20 s, i.e. ~75 tokens/s of generation. An assumption, not a measurement.
  */
 const TURN_GAP_S = 20;
+/** (c): turns of one episode written at a real pace; the first creates it and is not counted. */
+const TURNS_C = 4;
+/**
+ * (c)'s gap between turns: just over the 10 s an object idles, eligible to hibernate, before the
+ * runtime hibernates it (durable-objects/concepts/durable-object-lifecycle). An object woken again
+ * at every turn was held in memory (a timer, an outgoing call, a socket that cannot hibernate) at
+ * most GAP_C_MS - 10 s after each.
+ */
+const GAP_C_MS = 11_000;
+/** How long an idle object eligible for hibernation stays in memory before the runtime hibernates it (the lifecycle page). */
+const HIBERNATES_AFTER_MS = 10_000;
 /** Producer messages in flight on one socket. */
 const WINDOW = 4;
 /** Episodes of (b) written at once. */
@@ -152,6 +167,7 @@ function minus(a: Usage, b: Usage | null): Usage {
     ),
     activeMs: a.activeMs - b.activeMs,
     busyMs: a.busyMs - b.busyMs,
+    wakes: a.wakes - b.wakes,
     r2: { ...a.r2, classA: a.r2.classA - b.r2.classA, classB: a.r2.classB - b.r2.classB },
   };
 }
@@ -543,6 +559,105 @@ async function caseA(
   };
 }
 
+/** What one paced turn of (c) cost each object, on average over TURNS_C - 1 turns. */
+interface PacedTurn {
+  turns: number;
+  gapMs: number;
+  /** The episode's hubs. */
+  hubCount: number;
+  episode: Usage;
+  hubs: Usage;
+  index: Usage;
+}
+
+/** Usages summed into one (the hubs of an episode), as `minus` reads them. */
+function summed(object: string, us: readonly Usage[]): Usage {
+  const out: Usage = {
+    object,
+    id: "",
+    since: 0,
+    at: 0,
+    wakes: 0,
+    requests: 0,
+    wsIn: 0,
+    rowsRead: 0,
+    rowsWritten: 0,
+    written: {},
+    sqliteBytes: 0,
+    activeMs: 0,
+    busyMs: 0,
+    r2: { classA: 0, classB: 0, deletes: 0, bytesWritten: 0 },
+  };
+  for (const u of us) {
+    for (const k of [
+      "wakes",
+      "requests",
+      "wsIn",
+      "rowsRead",
+      "rowsWritten",
+      "activeMs",
+      "busyMs",
+      "sqliteBytes",
+    ] as const)
+      out[k] += u[k];
+    for (const [t, n] of Object.entries(u.written ?? {})) out.written[t] = (out.written[t] ?? 0) + n;
+  }
+  return out;
+}
+
+/**
+ * (c) one episode at a real pace: a turn every GAP_C_MS, DASHBOARDS dashboards watching, the
+ * producer's socket open throughout. What each turn after the first adds to the episode, its hubs
+ * and the run's index: rows written by table, requests, and wakes (a wake per turn: the object
+ * hibernated in the gap, so nothing held it in memory for long).
+ */
+async function caseC(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m: string) => void): Promise<PacedTurn> {
+  const run = `bench-cost-c-${process.pid}-${Date.now().toString(36)}`;
+  const id = `${run}:0`;
+  const make = routingDeltas();
+  log(`cost (c): ${TURNS_C} routing-heavy turns ${GAP_C_MS / 1000} s apart, ${DASHBOARDS} dashboards`);
+  const producer = await Producer.open(relay.url, id);
+  await producer.send(make, 0, 1);
+  const dashboards = Array.from({ length: DASHBOARDS }, () => new Dashboard());
+  for (const d of dashboards) await d.open(relay.watchUrl ?? relay.url, id);
+  await Promise.all(dashboards.map((d) => d.caughtUp));
+  await sleep(GAP_C_MS);
+  const read = async () => {
+    const u = await admin.episodeUsage(id);
+    return {
+      episode: u.episode,
+      hubs: summed("ViewerHub", u.hubs),
+      hubCount: u.hubs.length,
+      index: (await admin.runUsage(run)).index,
+    };
+  };
+  const before = await read();
+  for (let k = 1; k < TURNS_C; k++) {
+    await producer.send(make, k, k + 1);
+    await sleep(GAP_C_MS);
+  }
+  const after = await read();
+  await producer.close();
+  const reply = await http.request(
+    "POST",
+    `/v1/episodes/${id}/reply`,
+    replyBody({ success: true, nodes: TURNS_C, calls: 0 }),
+    {
+      "content-type": "application/msgpack",
+    },
+  );
+  if (reply.status !== 200) throw new Error(`reply ${id}: ${reply.status}`);
+  for (const d of dashboards) await d.close();
+  return {
+    turns: TURNS_C - 1,
+    gapMs: GAP_C_MS,
+    hubCount: after.hubCount,
+    episode: minus(after.episode, before.episode),
+    hubs: minus(after.hubs, before.hubs),
+    index: minus(after.index, before.index),
+  };
+}
+
 async function caseB(
   relay: LocalRelay,
   http: HttpClient,
@@ -643,38 +758,66 @@ async function caseB(
 // ---- the section ----
 
 /**
- * One (a)-sized episode at a real pace (a turn every TURN_GAP_S), from (a)'s and (b)'s counts: what
- * this bench compresses is added per turn. Each turn is committed alone, so the episode feeds each
- * hub once (a hub request) and sends its index row once (INDEX_FLUSH_MS is shorter than the gap:
- * an alarm, i.e. an episode request and a setAlarm row, and an index upsert with (b)'s rows per
- * upsert); the episode and each hub are active min(gap, IDLE_MS) per turn; the run's index and the
- * directory are active the whole run (its episodes together send rows far more often than every
- * 10 s), shared by `episodesInRun`; watcher-hours are the dashboards × the turns' span.
+ * The duration one paced turn bills an object, ms: its busy time in (c), and, if (c) saw it woken
+ * again at every turn (it hibernated in each gap: nothing held it in memory past GAP_C_MS - 10 s),
+ * at most that hold; idle time while eligible to hibernate is not billed
+ * (durable-objects/platform/pricing: "Durable Objects that are idle and eligible for hibernation
+ * are not billed for duration, even before the runtime has hibernated them"). An object (c) did not
+ * see hibernate is billed min(TURN_GAP_S, IDLE_MS) per turn, as the usage model does.
  */
-function pacedEpisode(a: Measured, b: Measured, episodesInRun: number): { counts: Counts; watcherHours: number } {
-  const hubs = Math.max(1, a.hubUsage.length);
+function pacedTurnMs(u: Usage, turns: number, objects: number): { ms: number; hibernated: boolean } {
+  const hibernated = objects > 0 && u.wakes >= turns * objects;
+  const busy = u.busyMs / turns;
+  if (hibernated) return { ms: busy + objects * Math.max(0, GAP_C_MS - HIBERNATES_AFTER_MS), hibernated };
+  return { ms: busy + Math.max(1, objects) * Math.min(TURN_GAP_S * 1000, IDLE_MS), hibernated };
+}
+
+/** `u`'s billed counts per turn of (c) (requests, messages in, rows). */
+function perTurnOf(u: Usage, turns: number): Counts {
+  return scale({ ...ofUsage([u]), activeMs: 0, sqliteBytes: 0, r2Bytes: 0 }, 1 / turns);
+}
+
+/**
+ * One (a)-sized episode at a real pace (a turn every TURN_GAP_S): (a)'s episode and hubs (created,
+ * fed, finished, archived, read) plus, for every turn, what a paced turn of (c) added beyond (a)'s
+ * mean turn (each turn committed alone: its own feed per hub, its own alarm and index row), and the
+ * duration of `pacedTurnMs`; the run's index: (b)'s share per episode plus (c)'s index per turn,
+ * the index and directory active the whole run (its episodes together send rows far more often than
+ * every 10 s), shared by `episodesInRun`; watcher-hours are the dashboards × the turns' span.
+ */
+function pacedEpisode(
+  a: Measured,
+  b: Measured,
+  c: PacedTurn,
+  episodesInRun: number,
+): { counts: Counts; watcherHours: number; episodeTurnMs: number; hubTurnMs: number; hibernated: string[] } {
   const turns = a.turns;
-  const idx = b.indexUsage;
-  const rowsPerUpsert = idx.requests > 0 ? idx.rowsWritten / idx.requests : 0;
-  const readsPerUpsert = idx.requests > 0 ? idx.rowsRead / idx.requests : 0;
-  const activeS = Math.min(TURN_GAP_S, IDLE_MS / 1000);
   const spanS = turns * TURN_GAP_S;
-  const episode = {
-    ...a.parts.episodes,
-    doRequests: a.parts.episodes.doRequests + turns,
-    rowsWritten: a.parts.episodes.rowsWritten + turns,
+  // beyond (a): per turn, what (c) shows over (a)'s mean turn, never less than (a)
+  const beyond = (measured: Counts, perTurnC: Counts): Counts => {
+    const out = { ...measured };
+    for (const k of ["doRequests", "wsIn", "rowsRead", "rowsWritten"] as const)
+      out[k] = measured[k] + turns * Math.max(0, perTurnC[k] - measured[k] / TURNS_A);
+    return out;
   };
-  episode.activeMs = Math.max(a.parts.episodes.activeMs, turns * activeS * 1000);
-  const hub = { ...a.parts.hubs, doRequests: Math.max(a.parts.hubs.doRequests, DASHBOARDS + turns * hubs) };
-  hub.activeMs = Math.max(a.parts.hubs.activeMs, hubs * turns * activeS * 1000);
+  const episode = beyond(a.parts.episodes, perTurnOf(c.episode, c.turns));
+  const epTurn = pacedTurnMs(c.episode, c.turns, 1);
+  episode.activeMs = a.parts.episodes.activeMs + turns * epTurn.ms;
+  const hub = beyond(a.parts.hubs, perTurnOf(c.hubs, c.turns));
+  const hubTurn = pacedTurnMs(c.hubs, c.turns, c.hubCount);
+  hub.activeMs = a.parts.hubs.activeMs + turns * hubTurn.ms;
   const registry = add(scale(ofUsage([b.indexUsage, b.directoryUsage]), 1 / b.episodes), {
-    ...ZERO,
-    doRequests: turns,
-    rowsWritten: turns * rowsPerUpsert,
-    rowsRead: turns * readsPerUpsert,
+    ...scale(perTurnOf(c.index, c.turns), turns),
+    activeMs: 0,
   });
   registry.activeMs = (2 * spanS * 1000) / episodesInRun;
-  return { counts: add(episode, hub, registry, a.parts.clients), watcherHours: (DASHBOARDS * spanS) / 3600 };
+  return {
+    counts: add(episode, hub, registry, a.parts.clients),
+    watcherHours: (DASHBOARDS * spanS) / 3600,
+    episodeTurnMs: epTurn.ms,
+    hubTurnMs: hubTurn.ms,
+    hibernated: [epTurn.hibernated ? "episode" : "", hubTurn.hibernated ? "hubs" : ""].filter((x) => x),
+  };
 }
 
 /**
@@ -698,6 +841,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const a = await caseA(relay, http, admin, opts.log, dir0);
     const dirA = (await admin.runUsage("bench-cost-none")).directory;
     const b = await caseB(relay, http, admin, opts.log, dirA, a.archived === 1);
+    const c = await caseC(relay, http, admin, opts.log);
     const cpuMs = cpuMsOf(workerd) - cpu0;
 
     // (a)
@@ -761,16 +905,19 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     ];
     opts.table(costTable(`cost: ${SCALE_EPISODES} episodes of (a)'s size in one run (computed)`, lines1000, notes1000));
 
-    const pace = pacedEpisode(a, b, SCALE_EPISODES);
+    const pace = pacedEpisode(a, b, c, SCALE_EPISODES);
     const linesPaced = priced(add(scale(pace.counts, SCALE_EPISODES), bulk));
     const usdPaced = total(linesPaced);
     const watcherHoursPaced = pace.watcherHours * SCALE_EPISODES;
+    const turnC = (u: Usage) =>
+      `${fmt(u.requests / c.turns)} requests, ${fmt(u.wsIn / c.turns)} messages in, ${fmt(u.rowsWritten / c.turns)} rows written, ${fmt(u.wakes / c.turns)} wakes, ${fmt(u.busyMs / c.turns)} ms busy`;
     opts.table(
       costTable(
-        `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model)`,
+        `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model on (c))`,
         linesPaced,
         [
-          `per turn, beyond (a)'s counts: one feed per hub, one index row (an alarm and a setAlarm row on the episode, an upsert of ${fmt(b.indexUsage.requests > 0 ? b.indexUsage.rowsWritten / b.indexUsage.requests : 0)} rows on the index), min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s active for the episode and each hub; the index and directory active for the whole run`,
+          `(c) measured, per turn ${c.gapMs / 1000} s apart (${c.turns} turns): episode ${turnC(c.episode)}; ${c.hubCount} hub(s) ${turnC(c.hubs)}; index ${turnC(c.index)}`,
+          `per paced turn, beyond (a)'s mean turn: what (c) adds; duration per turn: episode ${fmt(pace.episodeTurnMs / 1000)} s, hubs ${fmt(pace.hubTurnMs / 1000)} s (${pace.hibernated.length ? `${pace.hibernated.join(" and ")} hibernated at every gap of (c): busy time plus at most ${(GAP_C_MS - HIBERNATES_AFTER_MS) / 1000} s held; idle while eligible to hibernate is not billed` : "none hibernated in (c)"}; otherwise min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s); the index and directory active for the whole run`,
           `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
         ],
       ),
@@ -786,6 +933,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       episodes_b_per_turn: writtenPer(b.episodeUsage, turnsB),
       index_b_per_upsert: writtenPer([b.indexUsage], upsertsB),
       index_b_per_turn: writtenPer([b.indexUsage], turnsB),
+      episode_c_per_turn: writtenPer([c.episode], c.turns),
+      hubs_c_per_turn: writtenPer([c.hubs], c.turns),
+      index_c_per_turn: writtenPer([c.index], c.turns),
     };
     opts.table(
       writtenTable(
@@ -796,11 +946,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           ["episodes (b)", written.episodes_b_per_turn],
           ["index (b) per upsert", written.index_b_per_upsert],
           ["index (b)", written.index_b_per_turn],
+          ["episode (c)", written.episode_c_per_turn],
+          ["hubs (c)", written.hubs_c_per_turn],
+          ["index (c)", written.index_c_per_turn],
         ],
         [
           `per turn: (a) ${TURNS_A} turns of one episode, (b) ${turnsB} turns of ${EPISODES_B} episodes; (b)'s index took ${upsertsB} requests (upserts, and the directory's alarms) for them`,
           'each statement\'s rowsWritten as workerd counts it (its index entries too) under the table it writes; "alarm": setAlarm (billed as a row); "search (FTS5 shadow)": the rows FTS5 wrote to its own tables (SQLite\'s total_changes(), counted by the index)',
-          "the paced model's turn: (a)'s episode per turn, an alarm row, and one upsert as (b)'s",
+          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed, fed and sent to the index alone: the paced model's turn`,
         ],
       ),
     );
@@ -857,6 +1010,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         units: unitsJson(lines1000),
         paced: {
           turn_gap_s: TURN_GAP_S,
+          measured_gap_s: c.gapMs / 1000,
+          hibernated_every_gap: pace.hibernated,
+          duration_per_turn_s: { episode: sig(pace.episodeTurnMs / 1000), hubs: sig(pace.hubTurnMs / 1000) },
+          wakes_per_turn: {
+            episode: sig(c.episode.wakes / c.turns),
+            hubs: sig(c.hubs.wakes / c.turns),
+            index: sig(c.index.wakes / c.turns),
+          },
           usd: sig(usdPaced),
           usd_per_episode: sig(usdPaced / SCALE_EPISODES),
           usd_per_1000_watcher_hours: sig((usdPaced / watcherHoursPaced) * 1000),

@@ -14,6 +14,62 @@ function hasTable(sql: SqlStorage, name: string): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
 }
 
+// Every index entry is billed as a row written. node_meta, written at every turn, is keyed by its
+// primary key alone (WITHOUT ROWID): a row is one b-tree entry, where a rowid table with a key
+// writes two (the row and its key's index). Only tables of small rows are: a WITHOUT ROWID table
+// keeps a row's whole record in its key's b-tree, so a seek or scan over rows with large blobs (the
+// log, bodies, fields, pending previews) reads their overflow pages (a bench run stalled on it).
+// Storage of releases before version 7 is converted by that migration; new storage is created so
+// at once (migration 7 then finds nothing to do). Its columns of versions 3 and 4 are added by
+// those migrations, as before.
+const NODE_META_COLUMNS = `tnum INTEGER NOT NULL, idx INTEGER NOT NULL, ver INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    parents INTEGER NOT NULL, dtype TEXT, shape TEXT, PRIMARY KEY (tnum, idx, ver)`;
+
+/** Whether `table` is stored without rowids (its CREATE statement says so). */
+function withoutRowid(sql: SqlStorage, table: string): boolean {
+  const row = sql
+    .exec<{ sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", table)
+    .toArray()[0];
+  return row !== undefined && /WITHOUT\s+ROWID\s*$/i.test(row.sql);
+}
+
+/**
+ * Rebuild `table` keyed by its primary key alone, its rows and columns as they were (its own
+ * indexes go with the old table). Nothing to do when it already is.
+ */
+function rebuildWithoutRowid(sql: SqlStorage, table: string, columns: string): void {
+  if (!hasTable(sql, table) || withoutRowid(sql, table)) return;
+  const names = sql
+    .exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}') ORDER BY cid`)
+    .toArray()
+    .map((c) => c.name)
+    .join(", ");
+  sql.exec(`CREATE TABLE ${table}_v7 (${columns}) WITHOUT ROWID`);
+  addColumns(sql, `${table}_v7`, extraColumns(sql, table, `${table}_v7`));
+  sql.exec(`INSERT INTO ${table}_v7 (${names}) SELECT ${names} FROM ${table}`);
+  sql.exec(`DROP TABLE ${table}`);
+  sql.exec(`ALTER TABLE ${table}_v7 RENAME TO ${table}`);
+}
+
+/** The column definitions `from` has beyond those of `to` (columns added by ALTER TABLE), as `addColumns` takes them. */
+function extraColumns(sql: SqlStorage, from: string, to: string): string[] {
+  type Col = { name: string; type: string; notnull: number; dflt_value: string | null };
+  const have = new Set(
+    sql
+      .exec<Col>(`SELECT name FROM pragma_table_info('${to}')`)
+      .toArray()
+      .map((c) => c.name),
+  );
+  return sql
+    .exec<Col>(`SELECT name, type, "notnull", dflt_value FROM pragma_table_info('${from}') ORDER BY cid`)
+    .toArray()
+    .filter((c) => !have.has(c.name))
+    .map(
+      (c) =>
+        `${c.name} ${c.type}${c.notnull ? " NOT NULL" : ""}${c.dflt_value !== null ? ` DEFAULT ${c.dflt_value}` : ""}`,
+    );
+}
+
 /** The assembled state's tables (sql-store.ts). */
 function createStateTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
@@ -22,12 +78,11 @@ function createStateTables(sql: SqlStorage): void {
     pos INTEGER NOT NULL, src INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (tnum, name, ver, part))`);
   sql.exec(`CREATE TABLE IF NOT EXISTS pending (tnum INTEGER NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (tnum, ver, part))`);
-  sql.exec(`CREATE TABLE IF NOT EXISTS node_meta (tnum INTEGER NOT NULL, idx INTEGER NOT NULL, ver INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    parents INTEGER NOT NULL, dtype TEXT, shape TEXT, PRIMARY KEY (tnum, idx, ver))`);
+  sql.exec(`CREATE TABLE IF NOT EXISTS node_meta (${NODE_META_COLUMNS}) WITHOUT ROWID`);
   sql.exec(`CREATE TABLE IF NOT EXISTS bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
     ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`);
   sql.exec("CREATE UNIQUE INDEX IF NOT EXISTS bodies_key ON bodies (tnum, kind, idx, ver, part)");
-  sql.exec("CREATE INDEX IF NOT EXISTS bodies_ver ON bodies (ver)");
+  // no index on ver (schema 7): only a retraction's rewind (DELETE ... WHERE ver > ?) filters on it, and it may scan
   // what: "node" (body and meta of tnum/idx at ver), "field" (tnum/name at ver), "pending", "trace"
   sql.exec(`CREATE TABLE IF NOT EXISTS stale (what TEXT NOT NULL, tnum INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
     ver INTEGER NOT NULL, until INTEGER NOT NULL)`);
@@ -160,6 +215,14 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         // a JSON array of names (storage.ts Meta.unknown); NULL: none, as in every episode written before
         addColumns(sql, "meta", ["unknown TEXT"]);
+      },
+    },
+    {
+      version: 7,
+      what: "node metadata keyed without rowids, and no index of bodies by version (fewer rows written per turn)",
+      up(sql) {
+        rebuildWithoutRowid(sql, "node_meta", NODE_META_COLUMNS);
+        sql.exec("DROP INDEX IF EXISTS bodies_ver");
       },
     },
   ],
