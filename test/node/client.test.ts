@@ -11,12 +11,12 @@ import {
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until, useRelay } from "../support/relay.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
@@ -126,7 +126,7 @@ describe("watchEpisode refusals and retries", () => {
   const secret = "client-test-secret-00112233445566778899aabbccdd";
   let authed: LocalRelay;
   beforeAll(async () => {
-    authed = await startRelay({ RELAY_SECRET: secret });
+    authed = await startRelay({ vars: { RELAY_SECRET: secret } });
   }, 120_000);
   afterAll(() => authed?.stop());
 
@@ -253,7 +253,7 @@ describe("watchEpisode refusals and retries", () => {
     await until(() => retries >= 2);
     expect(w.state).toBe("connecting");
     // the relay comes up where the watcher looks: it connects, and only later drops count as resuming
-    const late = await startRelay({}, { port });
+    const late = await startRelay({ port });
     try {
       await until(() => w.state === "live");
       expect(states.has("resuming")).toBe(false);
@@ -313,7 +313,7 @@ describe("where the token goes", () => {
 
   it("a watch with a token on a relay with a secret: accepted by its subprotocol entry, to the end of the run", async () => {
     const secret = "client-test-secret-subprotocol-0123456789";
-    const authed = await startRelay({ RELAY_SECRET: secret });
+    const authed = await startRelay({ vars: { RELAY_SECRET: secret } });
     try {
       const id = fresh("sub");
       const c = golden("chat_basic");
