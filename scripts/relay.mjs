@@ -332,7 +332,8 @@ export async function startRelay(o = {}) {
     clearInterval(poll);
     for (const t of tiers) t.state = "stopped";
     await router?.stop();
-    await Promise.all(tiers.map((t) => t.mf.dispose().catch(() => {})));
+    // a tier whose Miniflare could not even be made has nothing to stop
+    await Promise.all(tiers.map((t) => t.mf?.dispose().catch(() => {})));
     if (registry) rmSync(registry, { recursive: true, force: true });
     await watchdog?.close();
   };
@@ -380,7 +381,7 @@ class Tier {
     this.title = title;
     this.port = port;
     this.options = options;
-    /** @type {Miniflare} */
+    /** @type {Miniflare} set once made (before anything can stop it but a failed start) */
     this.mf = /** @type {any} */ (null);
     /** @type {TierReport["state"]} */
     this.state = "starting";
