@@ -1,6 +1,6 @@
 import { defineConfig } from "vitest/config";
 
-// Tests that run in Node (they may start Miniflare or `wrangler dev` and drive it over the network).
+// Tests that run in Node (they may start the local relay, scripts/relay.mjs, and drive it over the network).
 // Every file runs in one worker process (`isolate: false`): a fresh process per file cost each file
 // its own imports (wrangler and Miniflare alone take seconds of CPU), about half of a small file's
 // time. So a file leaves nothing behind: it stops its relays, restores its spies, globals and

@@ -1,7 +1,7 @@
 // Bench section `cost`: what a run costs on Cloudflare, from the billing units the relay's objects
 // count themselves (src/protocol/billing/usage.ts, read through the admin usage routes) priced with
 // Cloudflare's published prices (bench/prices.ts: marginal, included allowances taken as spent).
-// The relay runs as `npm run start:tiers` does (tools/local-relay.ts `tiers`; storage on tmpfs).
+// The relay runs as `npm run start:tiers` does (scripts/relay.mjs `tiers`; storage on tmpfs).
 //
 //   (a) one episode: TURNS_A routing-heavy turns (bench/helpers.ts routingDeltas: one node with
 //       ~600 KB of routing each) written live over the producer socket, DASHBOARDS dashboards
@@ -32,6 +32,7 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
+import type { LocalRelay } from "../scripts/relay.mjs";
 import {
   ACK_BYTES,
   ackMessage,
@@ -41,7 +42,6 @@ import {
   ProducerCursor,
   type Usage,
 } from "../src/protocol/index.js";
-import type { LocalRelay } from "../tools/local-relay.js";
 import { type BenchOptions, sig, type Table } from "./harness.js";
 import {
   closeSocket,

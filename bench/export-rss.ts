@@ -1,7 +1,7 @@
 // Export bench (run alone, once: `npx tsx bench/export-rss.ts [N]`, default 10,000): the client's
 // memory while a run of N finished rollouts is exported, against the same export's first 1,000.
 //
-// A local relay (tools/local-relay.ts) gets N rollouts of chat_basic (its frames as bare deltas,
+// A local relay (scripts/relay.mjs) gets N rollouts of chat_basic (its frames as bare deltas,
 // then its reply) with a dispatch identity each, in run `bench-export`. Then:
 //   cli     `episode-relay export --format parquet --batch 1000` (dist/, so `npm run -s build`
 //           first): its resident memory (VmRSS from /proc, every 20 ms) when its state file says
@@ -15,9 +15,9 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { startRelay } from "../scripts/relay.mjs";
 import { encodeLossless, F64, LMap } from "../src/protocol/index.js";
 import { fixturePath, loadCase } from "../tools/conformance/cases.js";
-import { startRelay } from "../tools/local-relay.js";
 
 const N = Number(process.argv[2] ?? 10_000);
 const RUN = "bench-export";

@@ -1,5 +1,5 @@
 // Bench section `fanout`: one producer, N watchers of one episode, against the real relay as
-// `npm run start:tiers` runs it (tools/local-relay.ts `tiers`: the episode tier and the hub tier in two
+// `npm run start:tiers` runs it (scripts/relay.mjs `tiers`: the episode tier and the hub tier in two
 // workerd processes, one address; Durable Object storage on tmpfs, see bench/helpers.ts
 // `startBenchRelay`) and, under identical load, a bare Node `ws` broadcast server (no logic: every
 // message it gets on a producer connection goes to every watcher connection; it runs in a process
@@ -40,8 +40,8 @@ import { createRequire } from "node:module";
 import { loadavg } from "node:os";
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
+import { relayCompat } from "../scripts/relay.mjs";
 import { ACK_BYTES, ackMessage, encodeEnvelope, framesMessage, ProducerCursor } from "../src/protocol/index.js";
-import { relayCompat } from "../tools/local-relay.js";
 import { type BareWorkerd, startBareWorkerd } from "./bare-workerd.js";
 import { type BenchOptions, sig } from "./harness.js";
 import {

@@ -6,6 +6,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import http from "node:http";
 import { WebSocket } from "ws";
+import { type LocalRelay, type RelayOptions, startRelay } from "../scripts/relay.mjs";
 import {
   encodeLossless,
   encodeReply,
@@ -15,7 +16,6 @@ import {
   type LValue,
   parseAnswer,
 } from "../src/protocol/index.js";
-import { type LocalRelay, type RelayOptions, startRelay } from "../tools/local-relay.js";
 
 // ---- synthetic upstream deltas (the shapes of test/support/deltas.ts) ----
 
@@ -519,11 +519,11 @@ export async function startBenchRelay(
   options: RelayOptions = {},
 ): Promise<LocalRelay> {
   const shm = "/dev/shm";
-  if (storage === "disk" || !existsSync(shm)) return startRelay(vars, options);
+  if (storage === "disk" || !existsSync(shm)) return startRelay({ ...options, vars });
   const before = process.env.TMPDIR;
   process.env.TMPDIR = shm;
   try {
-    return await startRelay(vars, options);
+    return await startRelay({ ...options, vars });
   } finally {
     if (before === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = before;

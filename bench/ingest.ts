@@ -1,5 +1,5 @@
 // Bench section `ingest`: deltas/s into one episode, each acknowledged only after the relay
-// committed it (SQLite transaction), against the real relay (tools/local-relay.ts: the
+// committed it (SQLite transaction), against the real relay (scripts/relay.mjs: the
 // wrangler bundle in Miniflare on a loopback port). Durable Object storage on tmpfs (see
 // `startBenchRelay` in bench/helpers.ts); the 1 KiB rows are repeated with Miniflare's default
 // on-disk storage.
@@ -26,8 +26,8 @@
 // nodes as re-sends (see the `stale_ack_view` check in the section's notes).
 
 import { loadavg } from "node:os";
+import type { LocalRelay } from "../scripts/relay.mjs";
 import { encodeEnvelope, ProducerCursor, parseAnswer } from "../src/protocol/index.js";
-import type { LocalRelay } from "../tools/local-relay.js";
 import { type BenchOptions, sig } from "./harness.js";
 import {
   closeSocket,

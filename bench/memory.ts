@@ -1,8 +1,8 @@
 // Bench section `memory`: what the relay's runtime holds while a routing-heavy episode is written,
 // read, caught up by many watchers and finished, against the same runtime idle (same run).
 //
-// The relay is what `npm run start:tiers` runs (scripts/tiers-dev.mjs: two wrangler dev sessions, the episode tier
-// and the hub tier, their workerd processes, local SQLite on a temporary directory). Memory is read
+// The relay is what `npm run start:tiers` runs (scripts/relay.mjs --tiers: the episode tier and the hub tier,
+// two workerd processes, behind the router's process; local SQLite on a temporary directory). Memory is read
 // two ways: as Cloudflare counts it, each of our isolates' JS heap plus ArrayBuffer backing stores
 // (bench/inspector.ts, the runtimes' inspectors, ~every 50 ms; its peak, against the 128 MB an
 // isolate has; after a forced GC; and the sum of its rises, a lower bound of what was allocated,
@@ -130,6 +130,8 @@ class DevRelay {
   peakBy = { episodes: 0, hubs: 0, fronts: 0 };
   /** Our isolates' heaps (the Worker's isolate in each tier's runtime, and the dev registry's proxies). */
   heap: HeapSampler = new HeapSampler([]);
+  /** The router's process. */
+  private routerPid = 0;
   /** The runtime process of each tier. */
   tierPids = { episodes: 0, hubs: 0 };
 
@@ -138,7 +140,7 @@ class DevRelay {
   async start(): Promise<void> {
     const port = await freePort();
     this.url = `http://127.0.0.1:${port}`;
-    const child = spawn(process.execPath, [join(root, "scripts", "tiers-dev.mjs"), "--persist-to", this.state], {
+    const child = spawn(process.execPath, [join(root, "scripts", "relay.mjs"), "--tiers", "--persist-to", this.state], {
       cwd: root,
       env: { ...process.env, ...QUIET_ENV, PORT: String(port) },
       stdio: ["ignore", "pipe", "pipe"],
@@ -154,6 +156,16 @@ class DevRelay {
       await sleep(50);
     }
     this.pids = workerdPids(child.pid!);
+    this.routerPid = Number(
+      readdirSync("/proc").find((e) => {
+        try {
+          if (!/^\d+$/.test(e) || Number(procStat(e).fields[1]) !== child.pid) return false;
+          return readFileSync(`/proc/${e}/cmdline`, "utf8").includes("scripts/router.mjs");
+        } catch {
+          return false;
+        }
+      }),
+    );
     if (this.pids.length === 0) throw new Error("no workerd process under npm run start:tiers");
     this.heap.stop();
     const ours = (await isolatesOf(this.pids)).filter((t) => /core:user:/.test(t.name));
@@ -198,17 +210,17 @@ class DevRelay {
     return ticks * 10; // USER_HZ is 100 on Linux
   }
 
-  /** CPU time of the start:tiers process itself (its router), ms. */
+  /** CPU time of the router (the launcher's child process running scripts/router.mjs), ms. */
   routerCpuMs(): number {
     try {
-      const { fields } = procStat(this.child!.pid!);
+      const { fields } = procStat(this.routerPid);
       return (Number(fields[11]) + Number(fields[12])) * 10;
     } catch {
       return 0;
     }
   }
 
-  /** RSS (KiB) of each tier's runtime process and of the rest (wrangler dev's own front workerd processes). */
+  /** RSS (KiB) of each tier's runtime process and of the rest (other workerd processes of the launcher: none today). */
   rssBy(): { episodes: number; hubs: number; fronts: number } {
     const one = (p: number) => (p ? residentKiB([p]).rss : 0);
     const episodes = one(this.tierPids.episodes);
@@ -506,7 +518,7 @@ async function wake(
 
 /** What a storm phase measured. */
 interface StormPhase {
-  /** RSS growth at its peak of each tier's runtime and of wrangler dev's front processes, MiB. */
+  /** RSS growth at its peak of each tier's runtime and of any other workerd of the launcher (fronts), MiB. */
   growth_by_mib: { episodes: number; hubs: number; fronts: number };
   /** CPU each tier's runtime and the router (the start:tiers process) used per second of the phase, ms/s. */
   cpu_ms_per_s: { episodes: number; hubs: number; router: number };

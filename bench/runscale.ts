@@ -1,5 +1,5 @@
 // Bench section `runscale`: one run of N episodes written at once, watched by dashboards, against
-// the real relay (tools/local-relay.ts; Durable Object storage on tmpfs, see bench/helpers.ts
+// the real relay (scripts/relay.mjs; Durable Object storage on tmpfs, see bench/helpers.ts
 // `startBenchRelay`). What the run's index (src/objects/registry/episode-index.ts) costs the writers, how
 // stale the dashboards' view is, and whether the index ends up exact.
 //
@@ -37,6 +37,7 @@
 
 import { cpus, loadavg, totalmem } from "node:os";
 import type { WebSocket } from "ws";
+import type { LocalRelay } from "../scripts/relay.mjs";
 import type { IndexEntry, IndexRow } from "../src/protocol/index.js";
 import {
   encodeEnvelope,
@@ -56,7 +57,6 @@ import {
   recount,
   SCORE_UNIT,
 } from "../src/protocol/index.js";
-import type { LocalRelay } from "../tools/local-relay.js";
 import { type BenchOptions, sig } from "./harness.js";
 import {
   closeSocket,

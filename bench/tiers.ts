@@ -20,8 +20,8 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import type { WebSocket } from "ws";
+import type { LocalRelay } from "../scripts/relay.mjs";
 import { ACK_BYTES, ackMessage, encodeEnvelope, ProducerCursor } from "../src/protocol/index.js";
-import type { LocalRelay } from "../tools/local-relay.js";
 import type { BenchOptions } from "./harness.js";
 import {
   closeSocket,

@@ -1,7 +1,7 @@
-// Where local tools find RELAY_SECRET, in the order `wrangler dev` (as started by `npm start`)
-// applies it: the environment (scripts/dev-args.mjs passes it on with --var, which wins), else
+// Where local tools find RELAY_SECRET, in the order `wrangler dev` would apply it (and `npm start`,
+// scripts/relay.mjs, does): the environment (passed on as a var, which wins), else
 // .dev.vars if that file exists, else .env then .env.local (wrangler reads those only when there
-// is no .dev.vars). Shared by scripts/dev-args.mjs and tools/token.ts so tokens match the server.
+// is no .dev.vars). Shared by scripts/relay.mjs and tools/token.ts so tokens match the server.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseEnv } from "node:util";
@@ -53,7 +53,7 @@ export function secretTooShort(secret, source) {
 
 /**
  * The files `wrangler dev` would read vars from next to wrangler.toml (.dev.vars, else .env then
- * .env.local), for sessions whose config lives elsewhere (`--env-file`, scripts/tiers-dev.mjs).
+ * .env.local): the launcher reads every var in them (scripts/relay.mjs).
  * @param {string} root
  * @returns {string[]}
  */

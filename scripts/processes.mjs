@@ -1,5 +1,5 @@
-// The process table, for the local relay's supervision (scripts/supervisor.mjs: which runtime
-// processes a wrangler session has) and the process tests (what is left after a stop or a kill).
+// The process table, for the local relay's supervision (scripts/relay.mjs: which runtime is a
+// tier's, whether its parent is gone) and the process tests (what is left after a stop or a kill).
 // Linux reads /proc; elsewhere `ps` (POSIX).
 import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
@@ -85,17 +85,6 @@ export function alive(pid) {
   }
   const p = processTable().get(pid);
   return p !== undefined && p.state !== "Z";
-}
-
-/** Whether any process of group `pgid` runs (zombies aside). @param {number} pgid */
-export function groupAlive(pgid) {
-  try {
-    process.kill(-pgid, 0);
-  } catch {
-    return false;
-  }
-  for (const p of processTable().values()) if (p.pgid === pgid && p.state !== "Z") return true;
-  return false;
 }
 
 /** This process's parent as of now (Node's `process.ppid` is the one at start). */

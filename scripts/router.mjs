@@ -1,19 +1,14 @@
-// The local relay's front door: one address for `npm run start:tiers`, the tests and the benches, in front
-// of the two runtime processes they run (scripts/tiers.mjs). A watcher's upgrade
+// The local relay's front door: one address in front of its two tiers' runtime processes
+// (scripts/relay.mjs `tiers`). A watcher's upgrade
 // (`/v1/episodes/{id}/watch`) goes to the hub tier; everything else (producers, GET, the
 // dashboard, run sockets) to the episode tier. It only moves bytes (after a WebSocket handshake,
-// it pipes the two sockets), in a process of its own (start:tiers's, or a child of the tests'), so
+// it pipes the two sockets), in a process of its own (a child of the launcher's), so
 // a storm of watchers never runs on the episode objects' thread. (On Cloudflare the Worker runs on
 // the edge, apart from both.)
 //
-// While a tier is not up (`notUp`, from npm run start:tiers's supervisor) or does not answer, the
+// While a tier is not up (`notUp`, from the launcher's supervision) or does not answer, the
 // router answers `503 unavailable` as the relay (its header, Retry-After) so that clients wait and
 // resume; with `tiers`, GET /v1/health says each tier's state (503 while one is not up).
-//
-// `stripDeflateOffer`: a watch upgrade's `Sec-WebSocket-Extensions` is dropped. wrangler dev's own
-// front (and Miniflare's entry Worker) would otherwise accept permessage-deflate whatever the
-// Worker's `no_web_socket_compression` flag says, and compress every message for every socket; on
-// Cloudflare the flag is honoured. Runs through a direct socket to the Worker need no stripping.
 import { Agent, createServer, request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { pathToFileURL } from "node:url";
@@ -65,7 +60,7 @@ const HEALTH_PATH = /^\/v1\/health\/?(?:\?|$)/;
 /**
  * @typedef {{ host: string, port: number }} Target
  * @typedef {{
- *   host?: string, port?: number, watch: Target, rest: Target, stripDeflateOffer?: boolean,
+ *   host?: string, port?: number, watch: Target, rest: Target,
  *   notUp?: (to: "rest" | "watch") => string | null,
  *   tiers?: () => Record<string, unknown>,
  * }} RouterOptions
@@ -158,7 +153,6 @@ export function startRouter(o) {
       let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
       const raw = req.rawHeaders;
       for (let i = 0; i < raw.length; i += 2) {
-        if (watch && o.stripDeflateOffer && raw[i]?.toLowerCase() === "sec-websocket-extensions") continue;
         text += `${raw[i]}: ${raw[i + 1]}\r\n`;
       }
       up.write(`${text}\r\n`);
@@ -212,18 +206,40 @@ function withTiers(ur, res, tiers) {
   });
 }
 
-// As a child process with an IPC channel (tools/local-relay.ts forks it): options come in the
-// first message; it says its port, stops when told, and when its parent goes.
+// As a child process with an IPC channel (scripts/relay.mjs forks it): `{ start: options }` comes
+// first and it says its port (or its error); `{ tiers: report }` says each tier's state (a tier
+// not "up" is answered 503: REST needs the episode tier, a watch both); "stop" stops it, and so
+// does its parent going.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href && process.send) {
-  process.once("message", async (/** @type {RouterOptions} */ o) => {
-    const r = await startRouter(o);
-    process.send?.({ port: r.port });
-    process.on("message", async (m) => {
-      if (m === "stop") {
-        await r.close();
-        process.exit(0);
+  /** @type {Record<string, { state: string }>} */
+  let tiers = {};
+  /** @type {Record<"rest" | "watch", string[]>} */
+  const needs = { rest: ["episodes"], watch: ["episodes", "hubs"] };
+  /** @type {Awaited<ReturnType<typeof startRouter>> | null} */
+  let router = null;
+  process.on("message", async (/** @type {any} */ m) => {
+    if (m === "stop") {
+      await router?.close();
+      process.exit(0);
+    } else if (m.tiers) tiers = m.tiers;
+    else if (m.start) {
+      try {
+        router = await startRouter({
+          ...m.start,
+          notUp: (to) => {
+            const down = needs[to].filter((n) => tiers[n] && tiers[n].state !== "up");
+            if (!down.length) return null;
+            const named = down.map((n) => (n === "hubs" ? "hub" : "episode")).join(" and ");
+            return `the ${named} tier${down.length > 1 ? "s are" : " is"} not up`;
+          },
+          tiers: () => tiers,
+        });
+        process.send?.({ port: router.port });
+      } catch (e) {
+        const err = /** @type {NodeJS.ErrnoException} */ (e);
+        process.send?.({ error: { code: err.code, message: err.message } });
       }
-    });
+    }
   });
   process.on("disconnect", () => process.exit(0));
 }

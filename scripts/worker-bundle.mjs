@@ -1,5 +1,5 @@
 // The Worker bundled by `wrangler deploy --dry-run` (the build `wrangler deploy` ships), for
-// relays started by tools/local-relay.ts. Bundling costs seconds of CPU, so a test run bundles
+// relays started by scripts/relay.mjs. Bundling costs seconds of CPU, so a test run bundles
 // once: scripts/test.mjs (or a test project's global setup, when vitest runs alone) names an empty
 // directory in RELAY_BUNDLE_DIR, and the first relay started under it, in whichever process,
 // bundles into it while the others wait; a run that starts no relay bundles nothing.

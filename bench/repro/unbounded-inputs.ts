@@ -7,14 +7,16 @@
 import { resolve } from "node:path";
 
 const root = resolve(process.argv[2] ?? ".");
-const { startRelay } = await import(`${root}/tools/local-relay.ts`);
+const { startRelay } = await import(`${root}/scripts/relay.mjs`);
 const { mintToken } = await import(`${root}/src/protocol/http/auth.ts`);
 const { openDelta } = await import(`${root}/test/support/deltas.ts`);
 
 const NEW = "repro-current-secret-0123456789abcdef0123";
 const OLD = "repro-previous-secret-fedcba9876543210fedc";
-const during = await startRelay({ RELAY_SECRET: NEW, RELAY_SECRET_PREVIOUS: OLD, AUTH_OFF_ON_LOOPBACK: "false" });
-const after = await startRelay({ RELAY_SECRET: NEW, AUTH_OFF_ON_LOOPBACK: "false" });
+const during = await startRelay({
+  vars: { RELAY_SECRET: NEW, RELAY_SECRET_PREVIOUS: OLD, AUTH_OFF_ON_LOOPBACK: "false" },
+});
+const after = await startRelay({ vars: { RELAY_SECRET: NEW, AUTH_OFF_ON_LOOPBACK: "false" } });
 const url: string = during.url;
 const admin = { authorization: `Bearer ${await mintToken(NEW, { role: "admin", episodes: ["*"], ttl: 3600 })}` };
 const json = { ...admin, "content-type": "application/json" };

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The Python client's tests (pytest) against a real relay (`wrangler dev`, started by the tests).
+# The Python client's tests (pytest) against a real relay (`node scripts/relay.mjs`, started by the tests).
 #
 #   clients/python/run-tests.sh [pytest args...]
 #
 # Runs from the repository root with Debian's python3 (/usr/bin/python3, override with PYTHON=...).
 # Installs what is missing, and only that: Debian's python3-msgpack, python3-httpx, python3-websockets,
 # python3-pytest and python3-zstandard (the prime-rl bridge's sealed chunks) (apt-get; needs root, as on
-# the project's machines; scripts/system-deps.mjs), and the npm dependencies (wrangler) through
+# the project's machines; scripts/system-deps.mjs), and the npm dependencies (wrangler, Miniflare) through
 # scripts/ensure-deps.mjs. Nothing else is downloaded. Exits with pytest's code.
 set -uo pipefail
 

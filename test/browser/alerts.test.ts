@@ -8,8 +8,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
@@ -69,7 +69,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
   const res = await fetch(`${relay.url}/v1/runs/${RUN}/alerts`, {
     method: "PUT",

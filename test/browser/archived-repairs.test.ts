@@ -4,11 +4,11 @@
 import { readFileSync } from "node:fs";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage } from "./pages.js";
 
@@ -17,7 +17,7 @@ let relay: LocalRelay;
 
 beforeAll(async () => {
   browser = await launchChromium();
-  relay = await startRelay({ ARCHIVE_AFTER_SECONDS: "1" });
+  relay = await startRelay({ vars: { ARCHIVE_AFTER_SECONDS: "1" } });
 });
 
 afterAll(async () => {

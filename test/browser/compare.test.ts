@@ -8,9 +8,9 @@
 import { mkdirSync, readFileSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
@@ -73,7 +73,7 @@ async function push(
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   await push(A, 1, false);
   await push(B, 0, true);
   for (const frame of multi.frames) await post(`/v1/episodes/${MULTI}/deltas`, frame);

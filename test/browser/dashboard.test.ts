@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
@@ -20,7 +21,6 @@ import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { DESKTOP, openPage, PHONE, SHOTS, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
@@ -31,7 +31,7 @@ let relay: LocalRelay;
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({}, { tiers: true });
+  relay = await startRelay({ tiers: true });
 });
 
 afterAll(async () => {
@@ -843,7 +843,7 @@ describe("episode page (/episodes/{id})", () => {
   it("after the relay restarts: resuming, then live again, and still ends with every turn", async () => {
     const port = await freePort();
     const dir = mkdtempSync(join(tmpdir(), "relay-restart-"));
-    let local = await startRelay({}, { port, persist: dir });
+    let local = await startRelay({ port, persistDir: dir });
     try {
       const id = freshId("restart");
       const c = golden("chat_basic");
@@ -883,7 +883,7 @@ describe("episode page (/episodes/{id})", () => {
 describe("with auth on", () => {
   it("asks for a token, takes one from the login field or ?token=, and shows only the token's runs and episodes", async () => {
     const secret = "browser-test-secret-0c1d2e3f4a5b6c7d8e9f00112233";
-    const authed = await startRelay({ RELAY_SECRET: secret });
+    const authed = await startRelay({ vars: { RELAY_SECRET: secret } });
     try {
       const run = freshId("auth");
       const [mine, theirs, other] = [`${run}:mine`, `${run}:theirs`, `${run}-x:other`];
@@ -992,7 +992,7 @@ describe("with auth on", () => {
 async function startOn(port: number, dir: string): Promise<LocalRelay> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await startRelay({}, { port, persist: dir });
+      return await startRelay({ port, persistDir: dir });
     } catch (e) {
       if (attempt >= 20) throw e;
       await new Promise((r) => setTimeout(r, 250));

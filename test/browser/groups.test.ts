@@ -14,10 +14,10 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import { rewardOf } from "../../src/protocol/registry/rewards.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { f, m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot } from "./pages.js";
@@ -130,7 +130,7 @@ interface GroupsPage {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   // 16 producers at a time
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
   await indexed({ finished: count("finished"), failed: count("failed"), live: count("live") });

@@ -6,7 +6,7 @@
 //   npx tsx test/browser/readme-screenshot.ts [OUT.png]
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { startRelay } from "../../tools/local-relay.js";
+import { startRelay } from "../../scripts/relay.mjs";
 import { launchChromium } from "./chromium.js";
 import { pushRollout, trainingPlan } from "./training-run.js";
 
@@ -14,7 +14,7 @@ const root = join(import.meta.dirname, "..", "..");
 const out = process.argv[2] ?? join(root, "docs", "images", "dashboard-run.png");
 const RUN = "grpo-42";
 
-const relay = await startRelay({});
+const relay = await startRelay();
 const browser = await launchChromium();
 try {
   const plan = trainingPlan(RUN, Date.now() / 1000);

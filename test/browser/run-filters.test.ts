@@ -9,8 +9,8 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { rewardsOf } from "../support/chat-rollouts.js";
 import { m } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
@@ -79,7 +79,7 @@ async function push(r: Rollout): Promise<void> {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
   const failed = rollouts.filter((r) => r.failed).length;
   await indexed(RUN, { finished: rollouts.length - failed, failed }, 60_000);

@@ -7,8 +7,8 @@
 import { mkdirSync } from "node:fs";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { launchChromium } from "./chromium.js";
@@ -62,7 +62,7 @@ async function searchable(q: string): Promise<void> {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   await push(HACKED, true);
   await push(HONEST, false);
   await searchable("grader");

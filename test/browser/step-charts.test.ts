@@ -10,9 +10,9 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { TRUNCATING_STOPS } from "../../src/protocol/registry/step-outcomes.js";
 import type { StepsPage } from "../../src/protocol/registry/steps.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
@@ -141,7 +141,7 @@ function ticks(labels: string[]): number[] {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 12)
     await Promise.all(rollouts.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   const failed = rollouts.filter((r) => r.outcome === "failed").length;

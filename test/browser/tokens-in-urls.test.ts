@@ -8,12 +8,12 @@
 // run-directory sockets: a page told 1013 waits the relay's hint before it tries again.
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { DESKTOP, shoot } from "./pages.js";
 
@@ -23,7 +23,7 @@ let relay: LocalRelay;
 
 beforeAll(async () => {
   browser = await launchChromium();
-  relay = await startRelay({ RELAY_SECRET: SECRET });
+  relay = await startRelay({ vars: { RELAY_SECRET: SECRET } });
 });
 
 afterAll(async () => {
@@ -234,7 +234,7 @@ describe("a share link", () => {
 
 describe("a busy relay's sockets", () => {
   it("pages whose runs socket is refused 1013 wait the relay's retry hint, then connect", async () => {
-    const busy = await startRelay({ RUN_SOCKET_RATE: "0.25" }); // one start, then one per 4 s
+    const busy = await startRelay({ vars: { RUN_SOCKET_RATE: "0.25" } }); // one start, then one per 4 s
     try {
       const context = await browser.newContext({ viewport: DESKTOP });
       const pages = await Promise.all([0, 1, 2].map(() => context.newPage()));

@@ -10,11 +10,11 @@
 import { mkdirSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { foldOntoNodes, mismatchKl } from "../../src/protocol/annotations/fold.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
 import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
@@ -94,7 +94,7 @@ const allSteps = async () => (await api<StepsPage>(`/v1/runs/${RUN}/steps?limit=
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   for (let i = 0; i < plan.length; i += 12)
     await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   const n = (o: Rollout["outcome"][]) => plan.filter((r) => o.includes(r.outcome)).length;

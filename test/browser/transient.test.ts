@@ -5,11 +5,11 @@
 import { readFileSync } from "node:fs";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { type Fault, type FlakyProxy, GATEWAY_502, startFlakyProxy } from "../support/flaky-proxy.js";
 import { until } from "../support/relay.js";
 import { launchChromium } from "./chromium.js";

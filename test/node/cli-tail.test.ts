@@ -7,10 +7,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/index.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until, useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -61,7 +61,7 @@ describe("tail from the start", () => {
     const traces = tracesOf(c.episode!);
     const port = await freePort();
     const persist = mkdtempSync(join(tmpdir(), "cli-tail-restart-"));
-    let own: LocalRelay | null = await startRelay({}, { port, persist });
+    let own: LocalRelay | null = await startRelay({ port, persistDir: persist });
     try {
       const id = `cli-from-start-${Date.now().toString(36)}`;
       const half = Math.floor(c.frames.length / 2);
@@ -81,7 +81,7 @@ describe("tail from the start", () => {
         30_000,
         "both tails saw the relay go",
       );
-      own = await startRelay({}, { port, persist });
+      own = await startRelay({ port, persistDir: persist });
       for (const f of c.frames.slice(half)) await post(own.url, `/v1/episodes/${id}/deltas`, f);
       await post(own.url, `/v1/episodes/${id}/reply`, c.reply);
       const [t, j] = await Promise.all([text.done, json.done]);
@@ -174,7 +174,7 @@ describe("tail --run", () => {
   }, 120_000);
 
   it("refuses with the relay's reason (no token on a relay that needs one)", async () => {
-    const authed = await startRelay({ RELAY_SECRET: "cli-tail-secret-00112233445566778899aabbccddeeff" });
+    const authed = await startRelay({ vars: { RELAY_SECRET: "cli-tail-secret-00112233445566778899aabbccddeeff" } });
     try {
       const t = await cli("tail", "--run", "r1", authed.url).done;
       expect(t.code).toBe(1);

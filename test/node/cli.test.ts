@@ -6,9 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
+import { startRelay } from "../../scripts/relay.mjs";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { startRelay } from "../../tools/local-relay.js";
 import { until, useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -155,7 +155,7 @@ describe("episode-relay CLI", () => {
   }, 60_000);
 
   it("tail and get exit 1 with the relay's reason when it refuses them (no token)", async () => {
-    const authed = await startRelay({ RELAY_SECRET: "cli-test-secret-00112233445566778899aabbccddeeff" });
+    const authed = await startRelay({ vars: { RELAY_SECRET: "cli-test-secret-00112233445566778899aabbccddeeff" } });
     try {
       const target = `${authed.url}/cli-refused`;
       const t = await cli("tail", target).done;

@@ -1,7 +1,7 @@
 // The TypeScript watcher client against a relay the test starts: events, assembly, JSON view,
 // variants, reconnect and resume (including the relay's slow-watcher close), fetchEpisode.
 
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import {
   fetchEpisode,
@@ -11,16 +11,19 @@ import {
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
+import { startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until, useRelay } from "../support/relay.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
+const secret = "client-test-secret-00112233445566778899aabbccdd";
+/** A relay with a secret, for every test of tokens (fresh episode ids keep them apart). */
+const authed = useRelay({ RELAY_SECRET: secret });
 
 const WS: SocketFactory = WebSocket;
 const golden = (name: string) => loadCase(fixturePath(name));
@@ -123,13 +126,6 @@ describe("watchEpisode", () => {
 });
 
 describe("watchEpisode refusals and retries", () => {
-  const secret = "client-test-secret-00112233445566778899aabbccdd";
-  let authed: LocalRelay;
-  beforeAll(async () => {
-    authed = await startRelay({ RELAY_SECRET: secret });
-  }, 120_000);
-  afterAll(() => authed?.stop());
-
   /** Watch until the watch ends by itself; the states it went through and its events. */
   async function refusedWatch(url: string, id: string, token?: string) {
     const w = watchEpisode(url, id, { WebSocket: WS, backoffMs: [20, 100], ...(token ? { token } : {}) });
@@ -253,7 +249,7 @@ describe("watchEpisode refusals and retries", () => {
     await until(() => retries >= 2);
     expect(w.state).toBe("connecting");
     // the relay comes up where the watcher looks: it connects, and only later drops count as resuming
-    const late = await startRelay({}, { port });
+    const late = await startRelay({ port });
     try {
       await until(() => w.state === "live");
       expect(states.has("resuming")).toBe(false);
@@ -312,38 +308,32 @@ describe("where the token goes", () => {
   });
 
   it("a watch with a token on a relay with a secret: accepted by its subprotocol entry, to the end of the run", async () => {
-    const secret = "client-test-secret-subprotocol-0123456789";
-    const authed = await startRelay({ RELAY_SECRET: secret });
-    try {
-      const id = fresh("sub");
-      const c = golden("chat_basic");
-      const producer = await mintToken(secret, { role: "producer", episodes: [id], ttl: 600 });
-      const producerCursor = new ProducerCursor("t");
-      for (const f of c.frames) {
-        const r = await fetch(`${authed.url}/v1/episodes/${id}/deltas`, {
-          method: "POST",
-          body: encodeEnvelope(producerCursor.envelope(f)),
-          headers: { authorization: `Bearer ${producer}` },
-        });
-        expect(r.status).toBe(200);
-        await r.arrayBuffer();
-        producerCursor.acknowledge();
-      }
-      const token = await mintToken(secret, { role: "watcher", episodes: [id], ttl: 600 });
-      const w = watchEpisode(authed.url, id, { WebSocket: WS, token });
-      await until(() => w.state === "live");
-      await (
-        await fetch(`${authed.url}/v1/episodes/${id}/reply`, {
-          method: "POST",
-          body: c.reply,
-          headers: { authorization: `Bearer ${producer}` },
-        })
-      ).arrayBuffer();
-      const done = await w.finished();
-      expect(Buffer.compare(Buffer.from(done.episode!), Buffer.from(c.episode!))).toBe(0);
-    } finally {
-      await authed.stop();
+    const id = fresh("sub");
+    const c = golden("chat_basic");
+    const producer = await mintToken(secret, { role: "producer", episodes: [id], ttl: 600 });
+    const producerCursor = new ProducerCursor("t");
+    for (const f of c.frames) {
+      const r = await fetch(`${authed.url}/v1/episodes/${id}/deltas`, {
+        method: "POST",
+        body: encodeEnvelope(producerCursor.envelope(f)),
+        headers: { authorization: `Bearer ${producer}` },
+      });
+      expect(r.status).toBe(200);
+      await r.arrayBuffer();
+      producerCursor.acknowledge();
     }
+    const token = await mintToken(secret, { role: "watcher", episodes: [id], ttl: 600 });
+    const w = watchEpisode(authed.url, id, { WebSocket: WS, token });
+    await until(() => w.state === "live");
+    await (
+      await fetch(`${authed.url}/v1/episodes/${id}/reply`, {
+        method: "POST",
+        body: c.reply,
+        headers: { authorization: `Bearer ${producer}` },
+      })
+    ).arrayBuffer();
+    const done = await w.finished();
+    expect(Buffer.compare(Buffer.from(done.episode!), Buffer.from(c.episode!))).toBe(0);
   }, 60_000);
 
   it("a token is refused over plain http:// to another machine, before anything is sent, unless allowed", async () => {

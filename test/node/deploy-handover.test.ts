@@ -13,11 +13,11 @@ import { afterAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { type SocketFactory, type WatchEvent, watchEpisode } from "../../clients/typescript/watch.js";
 import { buildDashboard } from "../../scripts/build-dashboard.mjs";
+import { bundle, type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { bundle, type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until } from "../support/relay.js";
 
 const WS: SocketFactory = WebSocket;
@@ -71,7 +71,7 @@ describe("a deploy hands over to new code with watchers connected", () => {
     const persist = mkdtempSync(join(tmpdir(), "episode-relay-handover-"));
     dirs.push(persist);
     const port = await freePort();
-    const old = await startRelay({}, { persist, port });
+    const old = await startRelay({ persistDir: persist, port });
     relays.push(old);
     const url = old.url;
     expect(await (await fetch(`${url}/v1/health`)).json()).toEqual({ ok: true, service: "episode-relay" });
@@ -91,7 +91,7 @@ describe("a deploy hands over to new code with watchers connected", () => {
     // the deploy: the old runtime goes, the new build starts on the same storage and address
     await old.stop();
     relays.splice(relays.indexOf(old), 1);
-    const fresh = await startRelay({}, { persist, port, script: next });
+    const fresh = await startRelay({ persistDir: persist, port, script: next });
     relays.push(fresh);
     expect(fresh.url).toBe(url);
     expect(await (await fetch(`${url}/v1/health`)).json()).toEqual({

@@ -63,7 +63,7 @@ function codeSpans(page: string): string[] {
   return [...text.matchAll(/`([^`\n]+)`/g)].map((m) => m[1]!);
 }
 
-/** File names in a page's code spans (`feeds.ts`, `http/auth.ts`, `{tiers,tiers-dev,router}.mjs`), expanded. */
+/** File names in a page's code spans (`feeds.ts`, `http/auth.ts`, `{relay,router}.mjs`), expanded. */
 function citedFileNames(page: string): string[] {
   const out = new Set<string>();
   for (const span of codeSpans(page)) {

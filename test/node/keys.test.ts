@@ -89,7 +89,7 @@ describe("the tools refuse what the relay would", () => {
   });
 
   it("npm start with a short secret exits 1 before starting anything", () => {
-    const r = run(process.execPath, [join(root, "scripts", "dev.mjs"), "--port", "0"], root, {
+    const r = run(process.execPath, [join(root, "scripts", "relay.mjs"), "--port", "0"], root, {
       RELAY_SECRET: "0123456789",
     });
     expect(r.status, r.stderr).toBe(1);

@@ -200,7 +200,7 @@ it("npm start on a busy port says which port, and how to pick another in the REA
   await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
   const port = (busy.address() as { port: number }).port;
   try {
-    const r = spawnSync(process.execPath, [join(root, "scripts", "dev.mjs")], {
+    const r = spawnSync(process.execPath, [join(root, "scripts", "relay.mjs")], {
       cwd: root,
       encoding: "utf8",
       env: { ...process.env, PORT: String(port) },

@@ -9,8 +9,8 @@
 import { spawn } from "node:child_process";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -90,7 +90,7 @@ describe("conformance through a live relay", () => {
 describe("conformance through the relay in two tiers, watchers spread over hubs", () => {
   let tiered: LocalRelay;
   beforeAll(async () => {
-    tiered = await startRelay({ WATCHERS_PER_HUB: "1", MAX_HUBS: "6" }, { tiers: true });
+    tiered = await startRelay({ vars: { WATCHERS_PER_HUB: "1", MAX_HUBS: "6" }, tiers: true });
   }, 120_000);
   afterAll(() => tiered?.stop());
   for (const ingest of ["http", "ws"]) {

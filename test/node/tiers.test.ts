@@ -1,5 +1,5 @@
 // The relay as `npm run start:tiers` and the benches run it: the hub tier in a runtime process of its own
-// behind the router (tools/local-relay.ts `tiers`). Watchers spread over several hubs (one hub per
+// behind the router (scripts/relay.mjs `tiers`). Watchers spread over several hubs (one hub per
 // watcher here), joining late, resuming, through a retraction, across a restart of every hub
 // (the hub tier's process restarted mid-catch-up), all end with the golden bytes; a client that
 // offers permessage-deflate (as `ws` and every browser do) gets none; a watcher refused 1013
@@ -13,11 +13,11 @@ import {
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeWatchMessage, retryHintMs, type WatchMessage } from "../../src/protocol/watch/protocol.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { until } from "../support/relay.js";
 
 const WS: SocketFactory = WebSocket;
@@ -26,7 +26,7 @@ const fresh = (p: string) => `${p}-${Date.now().toString(36)}${Math.random().toS
 
 let relay: LocalRelay;
 beforeAll(async () => {
-  relay = await startRelay({ WATCHERS_PER_HUB: "1", MAX_HUBS: "4" }, { tiers: true });
+  relay = await startRelay({ vars: { WATCHERS_PER_HUB: "1", MAX_HUBS: "4" }, tiers: true });
 }, 120_000);
 afterAll(() => relay?.stop());
 
@@ -204,7 +204,7 @@ describe("the relay in two tiers", () => {
 describe("a watcher refused 1013", () => {
   let small: LocalRelay;
   beforeAll(async () => {
-    small = await startRelay({ MAX_WATCHERS: "1" }, { tiers: true });
+    small = await startRelay({ vars: { MAX_WATCHERS: "1" }, tiers: true });
   }, 120_000);
   afterAll(() => small?.stop());
 

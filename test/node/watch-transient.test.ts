@@ -15,12 +15,12 @@ import {
   type WatchEvent,
   watchEpisode,
 } from "../../clients/typescript/watch.js";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { startRouter } from "../../scripts/router.mjs";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import {
   type Fault,
   type FlakyProxy,
@@ -315,7 +315,7 @@ describe("the local router (scripts/router.mjs) while its tier is not up", () =>
       const { w, events } = watch(id, base);
       await until(() => count(events, "reconnecting") >= 2, 20_000, "two attempts met the 503");
       expect(w.state).toBe("connecting");
-      late = await startRelay({}, { port });
+      late = await startRelay({ port });
       const producer = new ProducerCursor("p");
       for (let i = 0; i < c.frames.length; i++) {
         const r = await fetch(`${late.url}/v1/episodes/${id}/deltas`, {

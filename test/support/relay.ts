@@ -1,12 +1,12 @@
 // Node-side tests that need a running relay: one per test file, started before its tests.
 import { afterAll, beforeAll } from "vitest";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 
 /** Start a relay (with extra vars) for this file; read `.url` inside tests. */
 export function useRelay(vars: Record<string, string> = {}): { readonly url: string } {
   let relay: LocalRelay | undefined;
   beforeAll(async () => {
-    relay = await startRelay(vars);
+    relay = await startRelay({ vars });
   }, 120_000);
   afterAll(() => relay?.stop());
   return {

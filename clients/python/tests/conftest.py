@@ -1,4 +1,5 @@
-"""Test fixtures: a real relay (`wrangler dev`) for the whole session, and the golden cases."""
+"""Test fixtures: a real relay (the project's launcher, `node scripts/relay.mjs`) for the whole session,
+and the golden cases."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import random
 import secrets
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,20 +87,18 @@ class Relay:
 
 @pytest.fixture(scope="session")
 def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
-    """`wrangler dev` on a free port with its own state directory; stopped (its whole process
-    group) at the end, checking that no workerd is left behind."""
+    """The relay on a free port with its own state directory; stopped at the end, checking that
+    nothing of its process group and no workerd on its port is left behind."""
     external = os.environ.get("EPISODE_RELAY_URL")
     if external:  # an already running relay (for debugging), with its RELAY_SECRET if any
         secret = os.environ.get("RELAY_SECRET", "")
         yield Relay(external.rstrip("/"), 0, Path(os.devnull), secret, mint_token(secret or "unused", "producer", ["*"]))
         return
-    wrangler = ROOT / "node_modules" / ".bin" / "wrangler"
-    if not wrangler.exists():
-        pytest.fail(f"{wrangler} is missing: run `npm install` (or clients/python/run-tests.sh) first")
+    _need_node_modules()
     port = free_port()
     base = tmp_path_factory.mktemp("relay")
     state = base / "state"
-    log = base / "wrangler.log"
+    log = base / "relay.log"
     # auth on, with a secret of our own: the clients send real HS256 bearer tokens
     secret = secrets.token_urlsafe(32)
     proc = _spawn(port, state, log, secret)
@@ -109,22 +110,24 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
         _stop(proc, port)
 
 
+def _need_node_modules() -> None:
+    if not (ROOT / "node_modules" / "wrangler").is_dir():
+        pytest.fail("node_modules/wrangler is missing: run `npm install` (or clients/python/run-tests.sh) first")
+
+
 def _spawn(port: int, state: Path, log: Path, secret: str) -> subprocess.Popen:
-    """`wrangler dev` on `port` with its state in `state`, its output appended to `log`."""
-    wrangler = ROOT / "node_modules" / ".bin" / "wrangler"
-    env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CLOUDFLARE_CF_FETCH_ENABLED": "false", "WRANGLER_HIDE_BANNER": "true", "NO_COLOR": "1"}
-    env.pop("RELAY_SECRET", None)
-    args = ["dev", "--ip", "127.0.0.1", "--port", str(port), "--persist-to", str(state)]
-    args += ["--show-interactive-dev-session=false", "--var", f"RELAY_SECRET:{secret}"]
+    """The launcher (`node scripts/relay.mjs`, as `npm start` runs it) on `port` with its state in
+    `state` and auth on with `secret`, its output appended to `log`."""
+    env = {**os.environ, "PORT": str(port), "RELAY_SECRET": secret, "NO_COLOR": "1"}
     with open(log, "ab") as log_file:
         return subprocess.Popen(
-            [str(wrangler), *args],
+            ["node", str(ROOT / "scripts" / "relay.mjs"), "--persist-to", str(state)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: wrangler, esbuild and workerd
+            start_new_session=True,  # its own process group: the launcher, its watchdog and workerd
         )
 
 
@@ -132,7 +135,7 @@ def _await_health(proc: subprocess.Popen, url: str, log: Path) -> None:
     deadline = time.monotonic() + 120
     while True:
         if proc.poll() is not None:
-            pytest.fail(f"wrangler dev exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+            pytest.fail(f"the relay exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
         try:
             if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
                 return
@@ -166,11 +169,10 @@ def restartable_relay(tmp_path: Path) -> Iterator[RestartableRelay]:
     """A relay started for one test (not the session's: stopping that would fail the others)."""
     if os.environ.get("EPISODE_RELAY_URL"):
         pytest.skip("a test that restarts its relay needs one of its own (EPISODE_RELAY_URL is set)")
-    if not (ROOT / "node_modules" / ".bin" / "wrangler").exists():
-        pytest.fail("node_modules/.bin/wrangler is missing: run `npm install` (or clients/python/run-tests.sh) first")
+    _need_node_modules()
     port = free_port()
     secret = secrets.token_urlsafe(32)
-    relay = RestartableRelay(f"http://127.0.0.1:{port}", port, tmp_path / "wrangler.log", secret, mint_token(secret, "producer", ["*"]))
+    relay = RestartableRelay(f"http://127.0.0.1:{port}", port, tmp_path / "relay.log", secret, mint_token(secret, "producer", ["*"]))
     relay.state = tmp_path / "state"
     try:
         relay.start()
@@ -180,10 +182,15 @@ def restartable_relay(tmp_path: Path) -> Iterator[RestartableRelay]:
 
 
 def _stop(proc: subprocess.Popen, port: int) -> None:
-    pgid = proc.pid  # start_new_session: the group is led by wrangler's pid
+    """SIGTERM to the launcher, as Ctrl-C or a service manager stops it (it stops what it started);
+    the whole group is killed only if something is left after that."""
+    pgid = proc.pid  # start_new_session: the group is led by the launcher's pid
     for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                os.kill(proc.pid, sig)
+            else:
+                os.killpg(pgid, sig)
         except ProcessLookupError:
             break
         deadline = time.monotonic() + wait
@@ -200,8 +207,22 @@ def _stop(proc: subprocess.Popen, port: int) -> None:
     assert not left, f"processes left after stopping the relay: {left}"
 
 
+_OWN_BUNDLE_DIR: Optional[str] = None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _OWN_BUNDLE_DIR:
+        shutil.rmtree(_OWN_BUNDLE_DIR, ignore_errors=True)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A checkout without its golden fixtures stops here, once, instead of failing every test."""
+    """A checkout without its golden fixtures stops here, once, instead of failing every test. Every
+    relay of the session runs one Worker bundle: the run's (`npm test` names RELAY_BUNDLE_DIR,
+    scripts/worker-bundle.mjs), else one made by the session's first relay."""
+    global _OWN_BUNDLE_DIR
+    if not os.environ.get("RELAY_BUNDLE_DIR"):
+        _OWN_BUNDLE_DIR = tempfile.mkdtemp(prefix="episode-relay-shared-bundle-")
+        os.environ["RELAY_BUNDLE_DIR"] = _OWN_BUNDLE_DIR
     missing = [n for n in PUBLIC_CASES if not (FIXTURES / f"{n}.msgpack").is_file()]
     if missing:
         pytest.exit(
