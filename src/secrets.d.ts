@@ -14,7 +14,7 @@ declare namespace Cloudflare {
      */
     RELAY_SECRET_PREVIOUS?: string;
     /**
-     * "true" only from `npm start` (scripts/dev.mjs, `--var`) when no RELAY_SECRET is configured:
+     * "true" only from `npm start` (scripts/relay.mjs, `--var`) when no RELAY_SECRET is configured:
      * auth is then off for requests addressed to a local host name. Never set in wrangler.toml;
      * without it and without a secret the Worker refuses everything but /v1/health (503).
      */
