@@ -42,6 +42,10 @@ export interface PlotSpec {
   xFormat?(v: number): string;
   /** Only whole x ticks (steps). */
   integerX?: boolean;
+  /** The x tick increments to choose from (e.g. minutes that read as times: 1, 5, 15, 60, …). */
+  xIncrs?: number[];
+  /** The x range always starts here or before (run time 0). */
+  xMin?: number;
   /** A click on the plot picks the nearest x that has a value (e.g. opens that step's episodes). */
   onPick?(x: number): void;
 }
@@ -182,7 +186,7 @@ export class Plot {
       legend: { live: true },
       cursor: { points: { size: 8 }, drag: { x: false, y: false } },
       scales: {
-        x: { time: false, range: (_u, a, b) => (a === b ? [a - 1, b + 1] : [a, b]) },
+        x: { time: false, range: (_u, a, b) => xRange(spec, a, b) },
         y: { range: () => yRange },
       },
       axes: [
@@ -192,7 +196,7 @@ export class Plot {
           labelSize: 16,
           size: 34,
           space: 28,
-          incrs: spec.integerX ? WHOLE : undefined,
+          incrs: spec.xIncrs ?? (spec.integerX ? WHOLE : undefined),
           values: (_u, splits) =>
             record(
               "xTicks",
@@ -243,6 +247,13 @@ function latest(u: uPlot, xs: number[]): void {
     return null;
   });
   u.setLegend({ idxs }, false);
+}
+
+/** The x range: the values', from `xMin` if set; one x alone gets room on both sides (or after xMin). */
+function xRange(spec: PlotSpec, a: number, b: number): [number, number] {
+  const lo = spec.xMin === undefined ? a : Math.min(spec.xMin, a);
+  if (lo !== b) return [lo, b];
+  return spec.xMin === undefined ? [a - 1, b + 1] : [lo, b + 1];
 }
 
 const xText = (spec: PlotSpec, v: number) => (spec.xFormat ? spec.xFormat(v) : String(v));

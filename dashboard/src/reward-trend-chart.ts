@@ -1,21 +1,22 @@
-// The run's mean reward per minute over the last hour, one step line per reward key (the
-// aggregates' `reward_trend`: finished episodes by the minute they ended; step-path.ts leaves a
-// minute with none empty). Each minute has an invisible column whose tooltip lists the keys' means
-// and counts. Drawn beside the throughput sparkline.
+// The run's reward over its whole run time (the aggregates' `timeline`, run-timeline.ts): per point, the mean
+// of the episodes that finished in it, one line per reward key (the trainer's total, "reward", first; a point
+// where none finished is joined across). Only finished episodes count: a failed one's scores say nothing of
+// what was learnt. Beside it, in text, each key's mean over the whole run. Drawn by plot.ts like the per-step
+// charts; a run with training steps reads the same numbers per step in "Reward by step".
 
-import type { RewardTrend } from "../../src/protocol/index.js";
-import { fmtNumber, h, s } from "./dom.js";
-import { stepPath } from "./step-path.js";
+import type { RunTimeline } from "../../src/protocol/index.js";
+import { fmtNumber, h } from "./dom.js";
+import { Plot, type PlotSeries } from "./plot.js";
+import { perPoint, pointX, RUN_TIME_AXIS } from "./run-time.js";
+import type { RunTimeChart } from "./throughput-chart.js";
 
-const W = 600;
-const H = 64;
-/** Keys drawn (the first by name); more would not be told apart. */
+/** Keys drawn (the trainer's total first, then by name); more would not be told apart. */
 const MAX_KEYS = 4;
 
 const round = (v: number) => fmtNumber(Math.round(v * 1000) / 1000);
 
-/** A key's mean over the hour: its minutes' means weighted by their counts (null: none finished). */
-function hourMean(k: RewardTrend["keys"][string]): number | null {
+/** A key's mean over the run: its points' means weighted by their counts (null: none finished). */
+function runMean(k: RunTimeline["rewards"][string]): number | null {
   let n = 0;
   let sum = 0;
   k.count.forEach((c, i) => {
@@ -25,68 +26,70 @@ function hourMean(k: RewardTrend["keys"][string]): number | null {
   return n ? sum / n : null;
 }
 
-export function rewardTrendChart(t: RewardTrend): HTMLElement {
-  const keys = Object.keys(t.keys).slice(0, MAX_KEYS);
-  const n = Object.values(t.keys)[0]?.count.length ?? 60;
-  const all = keys.flatMap((k) => t.keys[k]!.mean.filter((v): v is number => v !== null));
-  const [lo, hi] = [Math.min(0, ...all), Math.max(1, ...all)];
-  const y = (v: number) => H - 2 - ((v - lo) / (hi - lo)) * (H - 8);
-  const start = Date.parse(t.start);
-  const minute = (i: number) =>
-    new Date(start + i * 60_000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-  const tip = (i: number) => {
-    const shown = keys.filter((k) => t.keys[k]!.count[i]! > 0);
-    return `${minute(i)}: ${shown.length ? shown.map((k) => `${k} ${round(t.keys[k]!.mean[i]!)} (${t.keys[k]!.count[i]} finished)`).join(", ") : "none finished"}`;
-  };
-  const svg = s(
-    "svg",
-    {
-      class: "trendline",
-      viewBox: `0 0 ${W} ${H}`,
-      preserveAspectRatio: "none",
-      role: "img",
-      "aria-label": `mean reward of the finished episodes per minute over the last ${n} minutes: ${keys.join(", ") || "none yet"}`,
-      "data-keys": keys.join(","),
-    },
-    s("line", { class: "spark-base", x1: 0, y1: y(lo), x2: W, y2: y(lo) }),
-    ...keys.map((k, i) =>
-      s("path", {
-        class: `trend-line tk-${i}`,
-        d: stepPath(t.keys[k]!.mean, W, y),
-        "data-key": k,
-        "data-points": t.keys[k]!.mean.filter((v) => v !== null).length,
-      }),
-    ),
-    ...Array.from({ length: n }, (_, i) =>
-      s("rect", { class: "spark-hit", x: (i / n) * W, y: 0, width: W / n, height: H }, s("title", null, tip(i))),
-    ),
-  );
-  return h(
+/** The keys drawn: "reward" (the trainer's total) first, then the others by name. */
+export function trendKeys(t: RunTimeline): string[] {
+  const all = Object.keys(t.rewards);
+  return [...all.filter((k) => k === "reward"), ...all.filter((k) => k !== "reward")].slice(0, MAX_KEYS);
+}
+
+export function rewardTrendChart(): RunTimeChart {
+  const plot = new Plot("reward-trend");
+  const sub = h("span.muted");
+  const stats = h("dl.hist-stats");
+  const note = h("p.muted.plot-empty", { hidden: true }, "No episode has finished with a reward yet.");
+  const el = h(
     "div.card.reward-trend",
     { id: "reward-trend" },
-    h("div.card-title", null, h("span", null, "Reward trend"), h("span.muted", null, "mean of finished / min")),
-    keys.length
-      ? h(
-          "dl.hist-stats.spark-stats",
-          null,
-          keys.map((k, i) => {
-            const m = hourMean(t.keys[k]!);
-            return h(
-              "div",
-              { "data-stat": k, "data-mean": m ?? "" },
-              h(`dt.tk-key.tk-${i}` as "dt", null, k),
-              h("dd", { title: "over the last hour" }, m === null ? "–" : round(m)),
-            );
-          }),
-        )
-      : h("p.muted.spark-stats", null, "No episode finished in the last hour."),
-    h("div.spark-box", null, svg),
-    h(
-      "div.spark-axis",
-      null,
-      h("span", null, `${n} min ago`),
-      h("span", null, `${round(lo)} – ${round(hi)}`),
-      h("span", null, "now"),
-    ),
+    h("div.card-title", null, h("span", null, "Reward over run time"), sub),
+    stats,
+    note,
+    plot.el,
   );
+  /** What was drawn last: the page redraws with every push of the aggregates, this only when its numbers moved. */
+  let drawn: string | null = null;
+  return {
+    el,
+    update(t) {
+      const now = JSON.stringify(t ?? null);
+      if (now === drawn) return;
+      drawn = now;
+      const keys = t ? trendKeys(t) : [];
+      el.dataset.keys = keys.join(",");
+      sub.textContent = t ? `mean of the episodes finished ${perPoint(t)}` : "";
+      stats.replaceChildren(
+        ...keys.map((k, i) => {
+          const m = runMean(t!.rewards[k]!);
+          return h(
+            "div",
+            { "data-stat": k, "data-mean": m ?? "", title: "mean over every finished episode of the run" },
+            h(`dt.tk-key.tk-${i}` as "dt", null, k),
+            h("dd", null, m === null ? "–" : round(m)),
+          );
+        }),
+      );
+      note.hidden = keys.length > 0;
+      plot.el.hidden = keys.length === 0;
+      if (!t || keys.length === 0) return;
+      const series: PlotSeries[] = keys.map((key, tone) => {
+        const k = t.rewards[key]!;
+        // only the points where some finished: a point without is joined across, not a fall to 0
+        const points = new Map<number, number | null>();
+        k.count.forEach((c, i) => {
+          if (c > 0) points.set(pointX(t, i), k.mean[i]!);
+        });
+        return { label: key, key, kind: "finished", tone, points };
+      });
+      plot.update({
+        ...RUN_TIME_AXIS,
+        yLabel: "mean score",
+        yMin: 0,
+        yMax: 1,
+        format: round,
+        series,
+      });
+    },
+    destroy() {
+      plot.destroy();
+    },
+  };
 }

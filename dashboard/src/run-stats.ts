@@ -5,7 +5,7 @@
 import type { RunAggregates } from "../../src/protocol/index.js";
 import { clear, h } from "./dom.js";
 import { TURNS_HINT } from "./turns.js";
-import { zeroVarianceSpark } from "./zero-variance-spark.js";
+import { zeroVarianceTrend } from "./zero-variance-spark.js";
 
 type StatKey =
   | "episodes"
@@ -102,7 +102,7 @@ export function runStats(): RunStats {
           : "no finished group yet",
       );
       clear(zeroTrend);
-      if (g?.trend) zeroTrend.append(zeroVarianceSpark(g.trend));
+      if (g?.trend) zeroTrend.append(zeroVarianceTrend(g.trend));
     },
   };
 }

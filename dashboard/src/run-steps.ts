@@ -3,7 +3,7 @@
 // and timeouts, zero variance, staleness). Read from the relay's pages (`GET /v1/runs/{run}/steps`, by step)
 // when the run socket connects (every snapshot, so a reconnect re-reads), and kept live from its `changes`
 // (`steps`, `steps_gone`). A page on its way never overwrites a step the socket changed meanwhile, nor brings
-// back one it removed. The cards sit beside the wall-clock charts; hidden while the run has no step. A click
+// back one it removed. The cards sit above the run-time charts; hidden while the run has no step. A click
 // on a chart opens that step's episodes.
 
 import type { StepJson, StepsPage } from "../../src/protocol/index.js";

@@ -1,6 +1,6 @@
 // One run, live from its socket (`GET /v1/runs/{run}` upgraded): the counters, a reward histogram
 // per reward key (over the finished episodes, or every one with the toggle), the throughput
-// sparkline and the reward trend beside it, all from the run's aggregates (redrawn with each
+// chart and the reward over run time beside it (from the run's first rollout), all from the run's aggregates (redrawn with each
 // coalesced change, at most a few times a second), the per training step charts above them
 // (run-steps.ts), and under them the run's episodes. The run's alerts (run-alerts.ts) head the page.
 // A token
@@ -25,7 +25,7 @@ import "./styles/training.css";
 import type { RunAggregates } from "../../src/protocol/index.js";
 import { mayHold, parseRunMessage, type RunMessage } from "../../src/protocol/index.js";
 import type { Shell } from "./shell.js";
-import { throughputSparkline } from "./throughput-sparkline.js";
+import { throughputChart } from "./throughput-chart.js";
 
 /**
  * Episodes in the socket's snapshot (the relay's most): most runs then fit whole. `?limit=` in the page URL asks for
@@ -54,6 +54,9 @@ export function mountRun(shell: Shell, run: string): () => void {
   );
   const stats = runStats();
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
+  // kept across redraws (each draws its plot again only when its numbers moved)
+  const throughput = throughputChart();
+  const rewardTrend = rewardTrendChart();
   let shown: RunAggregates | null = null;
   const scope = rewardScope(() => drawAggregates(shown));
   const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
@@ -100,10 +103,12 @@ export function mountRun(shell: Shell, run: string): () => void {
     const keys = Object.entries(shownRewards(a, all));
     charts.dataset.rewards = all ? "all" : "finished";
     const none = all ? "No episode has a reward yet." : "No finished episode has a reward yet.";
+    throughput.update(a.timeline);
+    rewardTrend.update(a.timeline);
     charts.append(
       steps.el,
-      throughputSparkline(a.throughput),
-      ...(a.reward_trend ? [rewardTrendChart(a.reward_trend)] : []),
+      throughput.el,
+      rewardTrend.el,
       ...(keys.length
         ? keys.map(([key, r]) => rewardHistogram(key, r))
         : [h("div.card.hist.hist-none", null, h("div.card-title", null, "Rewards"), h("p.muted", null, none))]),
@@ -204,6 +209,8 @@ export function mountRun(shell: Shell, run: string): () => void {
     alerts.stop();
     episodes.destroy();
     steps.destroy();
+    throughput.destroy();
+    rewardTrend.destroy();
     groups.destroy();
     tasks.destroy();
   };

@@ -2,9 +2,11 @@
 // `groups.trend`): a step line of the run's share as it stood at the end of each minute (over every
 // group completed by then), and under it a faint bar per minute for the share among the groups
 // that completed in that minute. Both on 0–100%; a minute with no completed group has no bar.
+// Its numbers are written beside it (the hour's completed groups, the zero-variance ones, the
+// scale), so the tile reads without hovering.
 
 import type { ZeroVarianceTrend } from "../../src/protocol/index.js";
-import { s } from "./dom.js";
+import { h, s } from "./dom.js";
 import { stepPath } from "./step-path.js";
 
 const W = 120;
@@ -12,6 +14,27 @@ const H = 28;
 
 const y = (share: number) => H - 1 - share * (H - 3);
 const percent = (share: number) => `${Math.round(share * 1000) / 10}%`;
+
+/** The spark and its numbers in text beside it. */
+export function zeroVarianceTrend(t: ZeroVarianceTrend): HTMLElement {
+  const n = t.completed.length;
+  const completed = t.completed.reduce((a, b) => a + b, 0);
+  const zero = t.zero_variance.reduce((a, b) => a + b, 0);
+  return h(
+    "div.zv-trend",
+    null,
+    zeroVarianceSpark(t),
+    h(
+      "div.zv-text",
+      {
+        title: `groups completed in the last ${n} minutes, and of them the ones with zero variance; the chart's scale`,
+      },
+      h("span", { "data-zv": "hour" }, `last ${n} min: `),
+      h("span", { "data-zv": "counts" }, `${zero} of ${completed} zero`),
+      h("span", { "data-zv": "scale" }, " · y 0–100%"),
+    ),
+  );
+}
 
 export function zeroVarianceSpark(t: ZeroVarianceTrend): SVGSVGElement {
   const n = t.completed.length;

@@ -45,6 +45,7 @@ export * from "./registry/rewards.js";
 export * from "./registry/row-filter.js";
 export * from "./registry/rows.js";
 export * from "./registry/run.js";
+export * from "./registry/run-timeline.js";
 export * from "./registry/steps.js";
 export * from "./registry/zero-variance-trend.js";
 export * from "./search/query.js";

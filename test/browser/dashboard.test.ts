@@ -442,16 +442,25 @@ describe("a run of 240 episodes", () => {
       String(plans.filter((p) => rewardOf(rewardsOf(p)) !== null).length),
     );
 
-    // the sparkline: 60 minutes, the ended episodes all in the last few
-    const spark = page.locator("svg.sparkline");
-    expect(await spark.getAttribute("data-points")).toBe("60");
-    expect(await spark.getAttribute("data-total")).toBe("150");
-    const ys = (await spark.locator("polyline").getAttribute("points"))!
-      .split(" ")
-      .map((pt) => Number(pt.split(",")[1]));
-    expect(ys).toHaveLength(60);
-    expect(Math.min(...ys.slice(-3))).toBeLessThan(ys[0]!); // the line rises at the end (y grows downwards)
-    expect(await page.locator('#throughput [data-stat="last hour"] dd').innerText()).toBe("150");
+    // the throughput over run time (issue 40: it was the last 60 minutes of wall clock, a young run a dash at
+    // its end): from the run's first episode, every ended one in a point, run time 0 on the axis
+    const thr = page.locator("#throughput");
+    await page.waitForFunction(
+      () => Number((globalThis as any).document.querySelector("#throughput .plot")?.dataset.drawn) > 0,
+    );
+    expect(await thr.getAttribute("data-total")).toBe("150");
+    const plotted = await thr.locator(".plot").evaluate((el: any) => ({
+      series: JSON.parse(el.dataset.series) as Array<{ points: Array<[number, number]> }>,
+      xTicks: JSON.parse(el.dataset.xTicks) as string[],
+    }));
+    const points = plotted.series[0]!.points;
+    expect(points.length).toBe(Number(await thr.getAttribute("data-points")));
+    expect(points[0]![0]).toBe(0);
+    // each point's value is per minute: times the minutes per point, they add up to the ended episodes
+    const per = points.length > 1 ? points[1]![0] - points[0]![0] : 1;
+    expect(points.reduce((a, [, v]) => a + v * per, 0)).toBeCloseTo(150, 9);
+    expect(plotted.xTicks[0]).toBe("0:00");
+    expect(await page.locator('#throughput [data-stat="ended"] dd').innerText()).toBe("150");
 
     // the list: the 50 most recently updated first, then more on demand
     await waitRows(page, STEP);
@@ -557,7 +566,7 @@ describe("a run of 240 episodes", () => {
     await context.close();
   });
 
-  it("a finish and a new episode update the counters, the list and the sparkline without a reload", async () => {
+  it("a finish and a new episode update the counters, the list and the throughput without a reload", async () => {
     const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
     await waitConnection(page, "live");
     await waitStats(page, expectedStats(plans));
@@ -578,7 +587,9 @@ describe("a run of 240 episodes", () => {
       p.id,
     );
     expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(p.id); // the latest update is on top
-    expect(await page.locator("svg.sparkline").getAttribute("data-total")).toBe("151");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#throughput")?.dataset.total === "151",
+    );
     // a new episode
     const added = planned(run, 240);
     plans.push(added);

@@ -260,18 +260,29 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / GROUPS));
     expect(await page.locator(`${zv} rect.zv-bar`).count()).toBeGreaterThan(0);
 
-    // the reward trend beside the throughput: `correct` per minute over the finished rollouts
+    // the reward over run time beside the throughput: `correct` per point over the finished rollouts (the
+    // aggregates' timeline, from the run's first rollout; issue 40: it was the last hour's reward trend)
     const finishedCorrect = rollouts.filter((r) => r.outcome === "finished").map((r) => r.scores.correct);
     const trend = agg.reward_trend!.keys.correct!;
     expect(trend.count.reduce((a, b) => a + b, 0)).toBe(finishedCorrect.length);
-    const line = page.locator('#reward-trend path.trend-line[data-key="correct"]');
-    expect(await line.getAttribute("data-points")).toBe(String(trend.mean.filter((v) => v !== null).length));
-    expect(await line.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+ L/);
+    const line = agg.timeline!.rewards.correct!;
+    expect(line.count.reduce((a, b) => a + b, 0)).toBe(finishedCorrect.length);
+    await page.waitForFunction(
+      () => Number((globalThis as any).document.querySelector("#reward-trend .plot")?.dataset.drawn) > 0,
+    );
+    const plotted = JSON.parse((await page.locator("#reward-trend .plot").getAttribute("data-series"))!) as Array<{
+      key: string;
+      points: Array<[number, number]>;
+    }>;
+    const minutes = agg.timeline!.minutes;
+    expect(plotted.find((p) => p.key === "correct")!.points).toEqual(
+      line.count.flatMap((c, i) => (c > 0 ? [[i * minutes, line.mean[i]]] : [])),
+    );
     expect(Number(await page.locator('#reward-trend [data-stat="correct"]').getAttribute("data-mean"))).toBeCloseTo(
       mean(finishedCorrect),
       9,
     );
-    expect(await page.locator('#reward-trend path.trend-line[data-key="format"]').count()).toBe(1);
+    expect(plotted.filter((p) => p.key === "format")).toHaveLength(1);
 
     // the histograms: finished rollouts only by default; "include failed / refused" counts every one
     const fin = agg.finished_rewards.correct!;

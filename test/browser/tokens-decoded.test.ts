@@ -6,6 +6,7 @@
 // over that node's recorded ids, so the decoded strip must read as the message. Screenshot:
 // test-results/screenshots/tokens-decoded-{desktop,phone}.png.
 import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
@@ -200,6 +201,11 @@ describe("decoded tokens", () => {
     );
     await page.locator(`.turn[data-node="${last.node}"]`).scrollIntoViewIfNeeded();
     await shootPart(page, `.turn[data-node="${last.node}"]`, "tokens-decoded");
+    // and the page as a researcher sees it at 1400×900, that reply at the top (the closing note of issue 40)
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.evaluate(`document.querySelector(".topbar")?.style.setProperty("position", "static", "important")`);
+    await page.locator(`.turn[data-node="${last.node}"]`).evaluate((el: any) => el.scrollIntoView({ block: "start" }));
+    await page.screenshot({ path: join(SHOTS, "c40-tokens.png") });
     expect(errors).toEqual([]);
     await context.close();
   });

@@ -1,6 +1,6 @@
 // The pure parts of the finished-only reward statistics and the two trends: kept by adding and
 // taking back parts in any order, they equal a recount, to the unit (aggregates.ts,
-// reward-trend.ts, zero-variance-trend.ts); the API forms; and the dashboard's choices from them.
+// reward-trend.ts, zero-variance-trend.ts); the run timeline's points (run-timeline.ts); the API forms; and the dashboard's choices from them.
 import { describe, expect, it } from "vitest";
 import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
 import { stepPath } from "../../dashboard/src/step-path.js";
@@ -21,6 +21,7 @@ import {
   rewardMinutesOf,
   rewardTrendOf,
 } from "../../src/protocol/registry/reward-trend.js";
+import { TIMELINE_POINTS, timelineFrame, timelineOf, timelineWidth } from "../../src/protocol/registry/run-timeline.js";
 import {
   completedMinute,
   type GroupMinute,
@@ -214,5 +215,63 @@ describe("the dashboard's choices", () => {
     expect(throughput.size).toBe(1);
     expect(shownRewards(a, false).a!.count).toBe(1);
     expect(shownRewards(a, true).a!.count).toBe(2);
+  });
+});
+
+describe("the run timeline: the whole run time in at most TIMELINE_POINTS points", () => {
+  const MIN = 60_000;
+  const first = 29_000_000 * MIN + 17_000; // 17 s into a minute
+
+  it("a point is the fewest whole minutes that keep the run within the points", () => {
+    expect([1, 120, 121, 240, 241, 600, 601, 1800, 7200, 7201, 172_800].map(timelineWidth)).toEqual([
+      1, 1, 2, 2, 5, 5, 10, 15, 60, 120, 1440,
+    ]);
+    expect(timelineWidth(172_801)).toBe(2880);
+    // a young run: one point of one minute; ten minutes in: ten
+    expect(timelineFrame(first, first)).toEqual({ from: first / MIN - 17 / 60, width: 1, points: 1 });
+    expect(timelineFrame(first, first + 9 * MIN).points).toBe(10);
+    for (const span of [1, 59, 120, 121, 1000, 10_000, 100_000]) {
+      const f = timelineFrame(first, first + (span - 1) * MIN);
+      expect(f.points).toBeLessThanOrEqual(TIMELINE_POINTS);
+      expect(f.points * f.width).toBeGreaterThanOrEqual(span);
+    }
+  });
+
+  it("ended episodes and rewards summed per point; minutes outside the run in the end points; any order of rows", () => {
+    const from = minuteOf(first);
+    const now = first + 299 * MIN; // 300 minutes: points of 5
+    const ended = [
+      { minute: from - 3, n: 1 }, // an end stamped before the first row: the first point
+      { minute: from, n: 2 },
+      { minute: from + 4, n: 1 },
+      { minute: from + 5, n: 3 },
+      { minute: from + 299, n: 1 },
+      { minute: from + 302, n: 2 }, // a clock ahead of ours: the last point
+    ];
+    const u = (v: number) => Math.round(v / SCORE_UNIT);
+    const rewards = [
+      { minute: from, key: "reward", n: 2, units: u(1.5) },
+      { minute: from + 4, key: "reward", n: 1, units: u(0.25) },
+      { minute: from + 7, key: "correct", n: 2, units: u(1) },
+      { minute: from + 8, key: "correct", n: 0, units: 0 },
+    ];
+    const t = timelineOf(first, now, ended, rewards);
+    expect(t.start).toBe(new Date(from * MIN).toISOString());
+    expect(t.minutes).toBe(5);
+    expect(t.ended).toHaveLength(60);
+    expect(t.ended.slice(0, 2)).toEqual([4, 3]);
+    expect(t.ended.at(-1)).toBe(3);
+    expect(t.ended.reduce((a, b) => a + b, 0)).toBe(10);
+    expect(Object.keys(t.rewards)).toEqual(["correct", "reward"]);
+    expect(t.rewards.reward!.count.slice(0, 2)).toEqual([3, 0]);
+    expect(t.rewards.reward!.mean[0]).toBeCloseTo(1.75 / 3, 12);
+    expect(t.rewards.reward!.mean[1]).toBeNull();
+    expect(t.rewards.correct!.mean.slice(0, 2)).toEqual([null, 0.5]);
+    // the index sums each point in SQLite and hands its rows at the point's first minute: the same timeline
+    const at = (m: number) => from + Math.min(59, Math.max(0, Math.floor((m - from) / 5))) * 5;
+    const summed = new Map<number, number>();
+    for (const e of ended) summed.set(at(e.minute), (summed.get(at(e.minute)) ?? 0) + e.n);
+    const pre = [...summed].map(([minute, n]) => ({ minute, n })).reverse();
+    expect(timelineOf(first, now, pre, [...rewards].reverse())).toEqual(t);
   });
 });

@@ -50,6 +50,8 @@ function row(
     id,
     run,
     status,
+    // created as first updated: the run's first row is run time 0 of its timeline
+    created: updated,
     updated,
     ended,
     nodes: 3,
@@ -124,6 +126,43 @@ function rewardTrend(rows: IndexRow[], first: number) {
   );
 }
 
+/**
+ * The run timeline from the rows: `first` the least creation of every row ever written (a delete leaves run time 0 where
+ * it was), points of the fewest minutes that keep the run within 120 points, an end outside the run counted in the end
+ * point nearest it.
+ */
+function timeline(rows: IndexRow[], first: number, now: number) {
+  const from = minuteOf(first);
+  const span = minuteOf(now) - from + 1;
+  const width = [1, 2, 5, 10, 15, 30, 60].find((w) => Math.ceil(span / w) <= 120)!;
+  const points = Math.ceil(span / width);
+  const at = (ms: number) => Math.min(points - 1, Math.max(0, Math.floor((minuteOf(ms) - from) / width)));
+  const ended = new Array<number>(points).fill(0);
+  const keys: Record<string, { n: number[]; units: number[] }> = {};
+  for (const r of rows) {
+    if (r.ended === null || (r.status !== "finished" && r.status !== "failed")) continue;
+    ended[at(r.ended)]!++;
+    if (r.status !== "finished") continue;
+    for (const [k, s] of rowScores(r)) {
+      keys[k] ??= { n: new Array<number>(points).fill(0), units: new Array<number>(points).fill(0) };
+      keys[k].n[at(r.ended)]!++;
+      keys[k].units[at(r.ended)]! += unitsOf(s);
+    }
+  }
+  const rewards = Object.fromEntries(
+    Object.keys(keys)
+      .sort()
+      .map((k) => [
+        k,
+        {
+          count: keys[k]!.n,
+          mean: keys[k]!.n.map((n, i) => (n ? (keys[k]!.units[i]! * SCORE_UNIT) / n : null)),
+        },
+      ]),
+  );
+  return { start: new Date(from * 60_000).toISOString(), minutes: width, ended, rewards };
+}
+
 /** The zero-variance trend from the rows: each complete group at the minute of its latest end. */
 function zeroTrend(rows: IndexRow[], first: number): Omit<ZeroVarianceTrend, "start"> {
   const groups = new Map<string, IndexRow[]>();
@@ -149,8 +188,14 @@ function zeroTrend(rows: IndexRow[], first: number): Omit<ZeroVarianceTrend, "st
 }
 
 /** The kept numbers equal the recount from `rows`: finished-only and all rewards, both trends, the groups JSON's trend. */
-async function expectExact(run: string, rows: IndexRow[]): Promise<RunAggregates> {
+async function expectExact(run: string, rows: IndexRow[], firstRow?: number): Promise<RunAggregates> {
+  const before = Date.now();
   const a = (await getJson<{ aggregates: RunAggregates }>(`../runs/${run}`)).aggregates;
+  if (firstRow !== undefined) {
+    // the minute the index read its clock in: the recount as of either end of the request
+    const asOf = [before, Date.now()].map((now) => timeline(rows, firstRow, now));
+    expect(asOf, "timeline").toContainEqual(a.timeline);
+  }
   const strip = (x: RunAggregates["rewards"]) =>
     Object.fromEntries(
       Object.entries(x).map(
@@ -204,6 +249,7 @@ describe("finished-only rewards and the trends equal a recount", () => {
     const now = Date.now();
     const rows = new Map<number, IndexRow>();
     let clock = now - 3 * 3600_000;
+    const first = clock;
     let refinished = 0;
     let stale = 0;
     for (let step = 0; step < 160; step++) {
@@ -232,11 +278,15 @@ describe("finished-only rewards and the trends equal a recount", () => {
         expect((await index.upsert(next)).applied).toBe(true);
         rows.set(n, next);
       }
-      if (step % 40 === 39) await expectExact(run, [...rows.values()]);
+      if (step % 40 === 39) await expectExact(run, [...rows.values()], first);
     }
     expect(refinished).toBeGreaterThan(3);
     expect(stale).toBeGreaterThan(1);
-    const a = await expectExact(run, [...rows.values()]);
+    const a = await expectExact(run, [...rows.values()], first);
+    // three hours in points of 2 minutes; ends 2 minutes ahead of the clock counted in the last point
+    expect(a.timeline!.minutes).toBe(2);
+    expect(a.timeline!.ended.reduce((x, y) => x + y, 0)).toBe(a.counts.finished + a.counts.failed);
+    expect(a.timeline!.rewards.correct!.count.reduce((x, y) => x + y, 0)).toBe(a.finished_rewards.correct!.count);
     // the two views differ here (failed and refused rows carry scores too), and the trends hold something
     expect(a.finished_rewards.correct!.count).toBeLessThan(a.rewards.correct!.count);
     expect(a.reward_trend!.keys.correct!.count.reduce((x, y) => x + y, 0)).toBeGreaterThan(0);

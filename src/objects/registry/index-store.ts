@@ -205,9 +205,12 @@ export class IndexStore {
       throughput.set(r.minute, r.n);
     }
     const a = aggregatesOf(run, this.loadCounters(), throughput, now, (key, finished) => this.extremes(key, finished));
+    // the run's first row's creation (saveRun keeps the least): run time 0
+    const created = this.state("created");
     return {
       ...a,
       reward_trend: this.trends.rewardTrend(now),
+      ...(created === null ? {} : { timeline: this.trends.timeline(Number(created), now) }),
       groups: this.groupSummary(now),
       flags: this.flags.counts(),
     };

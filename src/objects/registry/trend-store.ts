@@ -11,6 +11,7 @@ import {
   rewardMinutesOf,
   rewardTrendOf,
 } from "../../protocol/registry/reward-trend.js";
+import { type RunTimeline, timelineFrame, timelineOf } from "../../protocol/registry/run-timeline.js";
 import {
   type GroupMinute,
   type ZeroVarianceTrend,
@@ -44,6 +45,27 @@ export class TrendStore {
       first + THROUGHPUT_MINUTES - 1,
     );
     return rewardTrendOf(rows, now);
+  }
+
+  /**
+   * The run from its first row (`first`, ms) to now (run-timeline.ts): the minute tables summed per point by SQLite, so
+   * a long run's minutes cost one pass and no more than TIMELINE_POINTS rows per key reach here.
+   */
+  timeline(first: number, now: number): RunTimeline {
+    const f = timelineFrame(first, now);
+    // each point's rows come back at its first minute; timelineOf puts minutes outside [first, now] in the end points
+    // (CAST: a bound number may come as a REAL, and then / would not be integer division)
+    const point = "MIN(MAX(CAST((minute - ?) / ? AS INTEGER), 0), ?) * ? + ?";
+    const args = [f.from, f.width, f.points - 1, f.width, f.from];
+    const ended = this.sql.exec<{ minute: number; n: number }>(
+      `SELECT ${point} AS minute, SUM(n) AS n FROM throughput GROUP BY 1`,
+      ...args,
+    );
+    const rewards = this.sql.exec<{ minute: number; key: string; n: number; units: number }>(
+      `SELECT ${point} AS minute, key, SUM(n) AS n, SUM(units) AS units FROM reward_minutes GROUP BY 1, 2`,
+      ...args,
+    );
+    return timelineOf(first, now, ended, rewards);
   }
 
   /** Add (1) or take back (-1) one complete group at the minute it completed. */

@@ -169,6 +169,11 @@ export interface RunAggregates {
    * Per minute over the last hour, per reward key: finished episodes that ended in it and their mean (reward-trend.ts).
    */
   reward_trend?: RewardTrend;
+  /**
+   * The whole run time, from the minute of the run's first row to now (run-timeline.ts): ended episodes and, per reward
+   * key, the finished ones' mean, per point of `minutes` minutes. Absent before the first row.
+   */
+  timeline?: RunTimeline;
   /** Rollouts flagged, per rule of the run's (src/protocol/flags/rules.ts). */
   flags?: Record<string, number>;
   /**
@@ -190,6 +195,18 @@ export interface RewardTrend {
   start: string;
   /** Per reward key: finished episodes that ended in each minute, and their mean score (null: none). */
   keys: Record<string, { count: number[]; mean: Array<number | null> }>;
+}
+
+/** A run over its whole run time (run-timeline.ts): at most TIMELINE_POINTS points, oldest first, the last holding now. */
+export interface RunTimeline {
+  /** The start of the minute of the run's first row (ISO): run time 0. */
+  start: string;
+  /** Minutes per point (1, 2, 5, 10, 15, 30, 60, …): point i covers run time [i × minutes, (i + 1) × minutes). */
+  minutes: number;
+  /** Episodes that ended (finished or failed) in each point. */
+  ended: number[];
+  /** Per reward key (the trainer's total under "reward"): finished episodes that ended in each point, their mean (null: none). */
+  rewards: Record<string, { count: number[]; mean: Array<number | null> }>;
 }
 
 /**

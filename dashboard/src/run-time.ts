@@ -1,0 +1,31 @@
+// The x axis of the run page's run-time charts (throughput-chart.ts, reward-trend-chart.ts): minutes since
+// the run's first rollout (its first row in the index), written h:mm, ticks on whole minutes, hours and
+// days, from 0, so a young run fills the chart instead of a corner of the last hour.
+
+import type { RunTimeline } from "../../src/protocol/index.js";
+import type { PlotSpec } from "./plot.js";
+
+/** Tick increments in minutes: they read as times (never 0:50, 1:40). */
+const INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 7200, 14_400, 43_200];
+
+/** Minutes of run time as h:mm ("0:05", "1:30", "26:00"). */
+export function runTimeText(minutes: number): string {
+  const m = Math.round(minutes);
+  const sign = m < 0 ? "−" : "";
+  const a = Math.abs(m);
+  return `${sign}${Math.floor(a / 60)}:${String(a % 60).padStart(2, "0")}`;
+}
+
+/** What the run-time charts share: the x axis, its label with the unit, and the legend's x. */
+export const RUN_TIME_AXIS: Pick<PlotSpec, "xLabel" | "xFormat" | "xIncrs" | "xMin"> = {
+  xLabel: "run time (h:mm since the first rollout)",
+  xFormat: runTimeText,
+  xIncrs: INCRS,
+  xMin: 0,
+};
+
+/** Each point's x: the run time its minutes start at. */
+export const pointX = (t: RunTimeline, i: number) => i * t.minutes;
+
+/** What one point is, for a card's sub-title ("per minute", "per 5 minutes"). */
+export const perPoint = (t: RunTimeline) => (t.minutes === 1 ? "per minute" : `per ${t.minutes} minutes`);
