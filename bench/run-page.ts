@@ -15,7 +15,7 @@ import { chromium } from "playwright-core";
 import { Agent, setGlobalDispatcher } from "undici";
 import { CHROMIUM } from "../test/browser/global-setup.js";
 import { pushRollout, type Rollout } from "../test/browser/training-run.js";
-import { startRelay } from "../tools/local-relay.js";
+import { startRelay } from "../scripts/relay.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -81,7 +81,7 @@ const median = (xs: number[]) => {
 
 // a fresh connection per request: a kept-alive one the local runtime has just closed fails the POST mid-rollout
 setGlobalDispatcher(new Agent({ pipelining: 0 }));
-const relay = await startRelay({});
+const relay = await startRelay();
 // the browser tests' flags, and no local-network check: a page served by page.route counts as public, and
 // Chromium would refuse its socket to the relay on 127.0.0.1
 const browser = await chromium.launch({

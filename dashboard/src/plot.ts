@@ -46,6 +46,8 @@ export interface PlotSpec {
   xIncrs?: number[];
   /** The x range always starts here or before (run time 0). */
   xMin?: number;
+  /** The x range is at least this wide from its start (a young run's first minutes fill the chart, not a dot on an axis uPlot stretched). */
+  xSpan?: number;
   /** A click on the plot picks the nearest x that has a value (e.g. opens that step's episodes). */
   onPick?(x: number): void;
 }
@@ -186,7 +188,11 @@ export class Plot {
       legend: { live: true },
       cursor: { points: { size: 8 }, drag: { x: false, y: false } },
       scales: {
-        x: { time: false, range: (_u, a, b) => xRange(spec, a, b) },
+        // from the x values themselves: uPlot pads a lone value's range (0 becomes 0..100) before asking
+        x: {
+          time: false,
+          range: (_u, a, b) => (xs.length > 0 ? xRange(spec, xs[0]!, xs.at(-1)!) : xRange(spec, a, b)),
+        },
         y: { range: () => yRange },
       },
       axes: [
@@ -252,6 +258,7 @@ function latest(u: uPlot, xs: number[]): void {
 /** The x range: the values', from `xMin` if set; one x alone gets room on both sides (or after xMin). */
 function xRange(spec: PlotSpec, a: number, b: number): [number, number] {
   const lo = spec.xMin === undefined ? a : Math.min(spec.xMin, a);
+  if (spec.xSpan !== undefined) return [lo, Math.max(b, lo + spec.xSpan)];
   if (lo !== b) return [lo, b];
   return spec.xMin === undefined ? [a - 1, b + 1] : [lo, b + 1];
 }

@@ -7,7 +7,7 @@
 import type { RunTimeline } from "../../src/protocol/index.js";
 import { fmtNumber, h } from "./dom.js";
 import { Plot, type PlotSeries } from "./plot.js";
-import { perPoint, pointX, RUN_TIME_AXIS } from "./run-time.js";
+import { perPoint, pointX, runTimeAxis } from "./run-time.js";
 import type { RunTimeChart } from "./throughput-chart.js";
 
 /** Keys drawn (the trainer's total first, then by name); more would not be told apart. */
@@ -80,7 +80,7 @@ export function rewardTrendChart(): RunTimeChart {
         return { label: key, key, kind: "finished", tone, points };
       });
       plot.update({
-        ...RUN_TIME_AXIS,
+        ...runTimeAxis(t),
         yLabel: "mean score",
         yMin: 0,
         yMax: 1,

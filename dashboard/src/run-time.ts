@@ -16,13 +16,19 @@ export function runTimeText(minutes: number): string {
   return `${sign}${Math.floor(a / 60)}:${String(a % 60).padStart(2, "0")}`;
 }
 
-/** What the run-time charts share: the x axis, its label with the unit, and the legend's x. */
-export const RUN_TIME_AXIS: Pick<PlotSpec, "xLabel" | "xFormat" | "xIncrs" | "xMin"> = {
-  xLabel: "run time (h:mm since the first rollout)",
-  xFormat: runTimeText,
-  xIncrs: INCRS,
-  xMin: 0,
-};
+/** Points a run-time chart always has room for: a young run's first minutes spread over the chart. */
+const LEAST_POINTS = 5;
+
+/** What the run-time charts share: the x axis from 0, at least LEAST_POINTS points wide, its label with the unit, and the legend's x. */
+export function runTimeAxis(t: RunTimeline): Pick<PlotSpec, "xLabel" | "xFormat" | "xIncrs" | "xMin" | "xSpan"> {
+  return {
+    xLabel: "run time (h:mm since the first rollout)",
+    xFormat: runTimeText,
+    xIncrs: INCRS,
+    xMin: 0,
+    xSpan: LEAST_POINTS * t.minutes,
+  };
+}
 
 /** Each point's x: the run time its minutes start at. */
 export const pointX = (t: RunTimeline, i: number) => i * t.minutes;

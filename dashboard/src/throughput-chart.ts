@@ -6,7 +6,7 @@
 import type { RunTimeline } from "../../src/protocol/index.js";
 import { fmtNumber, h } from "./dom.js";
 import { Plot } from "./plot.js";
-import { pointX, RUN_TIME_AXIS, runTimeText } from "./run-time.js";
+import { pointX, runTimeAxis, runTimeText } from "./run-time.js";
 
 export interface RunTimeChart {
   el: HTMLElement;
@@ -62,7 +62,7 @@ export function throughputChart(): RunTimeChart {
       plot.el.hidden = total === 0;
       if (!t || total === 0) return;
       plot.update({
-        ...RUN_TIME_AXIS,
+        ...runTimeAxis(t),
         yLabel: "episodes ended / min",
         yMin: 0,
         yMax: 1,

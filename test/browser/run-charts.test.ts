@@ -10,8 +10,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
-import { type LocalRelay, startRelay } from "../../tools/local-relay.js";
 import { launchChromium } from "./chromium.js";
 import { openPage, SHOTS } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
@@ -111,7 +111,7 @@ async function shot(page: Page, sel: string, name: string): Promise<string> {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({});
+  relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 12)
     await Promise.all(rollouts.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   const failed = rollouts.filter((r) => r.outcome === "failed").length;
@@ -146,6 +146,9 @@ describe("the run page, read without hovering", () => {
     expect(thr.series[0]!.points).toEqual(t.ended.map((n, i) => [i, n]));
     expect(thr.xTicks[0]).toBe("0:00");
     for (const x of thr.xTicks) expect(x).toMatch(/^\d+:\d\d$/);
+    // the axis spans the run so far (at least 5 points), not an hour with the run a dot at its start
+    const tickMinutes = thr.xTicks.map((x) => Number(x.split(":")[0]) * 60 + Number(x.split(":")[1]));
+    expect(Math.max(...tickMinutes)).toBeLessThanOrEqual(Math.max(thr.x.at(-1)!, 5 * t.minutes));
     expect(thr.yTicks.length).toBeGreaterThanOrEqual(3);
     // the ticks span the values (uPlot puts them at round numbers inside the range, whose top is the largest)
     const top = Math.max(...thr.yTicks.map(Number));
