@@ -221,7 +221,7 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       );
       rows.push(
         fact(
-          `truncated${of}`,
+          `timed out (is_timeout)${of}`,
           sides.map((s) => (s.traces[t]?.truncated ? "yes" : "no")),
         ),
       );

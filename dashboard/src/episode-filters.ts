@@ -47,7 +47,7 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   const range = initial.rewards[0] ?? null;
   const task = input("filter-task", "text", "Task key", initial.task);
   const stop = input("filter-stop", "text", "Stop condition", initial.stop);
-  const truncated = choice("filter-truncated", "Truncated", initial.truncated);
+  const truncated = choice("filter-truncated", "Timed out", initial.truncated);
   const errored = choice("filter-errored", "Errored", initial.errored);
   const key = h("select.select", { id: "filter-reward-key", "aria-label": "reward key" });
   const min = input("filter-reward-min", "number", "min", range?.min ?? null);
@@ -88,7 +88,7 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
       null,
       labelled("Task", task),
       labelled("Stop condition", stop),
-      labelled("Truncated", truncated),
+      labelled("Timed out", truncated),
       labelled("Errored", errored),
       labelled("Reward", h("span.filter-range", null, key, min, h("span.muted", null, "to"), max), true),
       labelled("Turns", turns),

@@ -27,7 +27,7 @@ export function episodeListHead(): HTMLElement {
     col("Rewards"),
     col("Final answer", "the latest assistant words"),
     col("Stop", "stop condition"),
-    col("Trunc.", "truncated: the rollout hit its time limit (is_timeout)"),
+    col("Timed out", "the rollout hit its time limit (is_timeout; the API's `truncated` field)"),
     col("Updated"),
   );
 }
@@ -90,7 +90,7 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
     h(
       "span.cell-trunc",
       { role: "cell", "data-truncated": String(e.truncated ?? false) },
-      e.truncated ? h("span.chip.incomplete", null, "truncated") : h("span.muted", null, "no"),
+      e.truncated ? h("span.chip.incomplete", null, "timed out") : h("span.muted", null, "no"),
     ),
     h(
       "span.cell-age",

@@ -50,7 +50,11 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span.num", { role: "columnheader", title: TURNS_HINT }, "Turns"),
     h("span.num", { role: "columnheader" }, "Tokens"),
     h("span", { role: "columnheader" }, "Stop"),
-    h("span", { role: "columnheader", title: "truncated: the rollout hit its time limit (is_timeout)" }, "Trunc."),
+    h(
+      "span",
+      { role: "columnheader", title: "the rollout hit its time limit (is_timeout; the API's `truncated` field)" },
+      "Timed out",
+    ),
   );
 }
 
@@ -143,7 +147,7 @@ export function rolloutRow(
     h(
       "span.cell-trunc",
       { role: "cell", "data-truncated": String(r.truncated) },
-      r.truncated ? h("span.chip.incomplete", null, "truncated") : h("span.muted", null, "no"),
+      r.truncated ? h("span.chip.incomplete", null, "timed out") : h("span.muted", null, "no"),
     ),
   );
 }
