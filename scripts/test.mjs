@@ -16,11 +16,12 @@
 // lane idles while suites are left. The first unfinished suite's output streams as it comes; a
 // suite running beside it is kept and printed whole, in order, once it is first.
 //
-// A watchdog stops a suite that prints nothing for 5 minutes (TEST_SILENCE_S): its process group
-// is killed and it counts as failed, naming the file and test that were running (vitest suites
-// print a line as each file starts and ends: scripts/vitest-progress.mjs).
+// A watchdog stops a suite that prints nothing and starts or ends no test for 5 minutes
+// (TEST_SILENCE_S): its process group is killed and it counts as failed, naming the file and test
+// that were running (vitest suites print a line as each file starts and ends, and note each test:
+// scripts/vitest-progress.mjs).
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QUIET_ENV } from "./quiet-env.mjs";
@@ -68,8 +69,8 @@ function killGroup(child, signal) {
 }
 
 /**
- * A suite that prints nothing for this long is taken as hung: its process group is killed and the
- * suite counts as failed, naming what was running (TEST_SILENCE_S overrides; the slowest single
+ * A suite that prints nothing and starts or ends no test for this long is taken as hung: its
+ * process group is killed and the suite counts as failed, naming what was running (TEST_SILENCE_S overrides; the slowest single
  * test stays well under it). A CI run once sat idle for 15 minutes in the workers suite.
  */
 const SILENCE_MS = Number(process.env.TEST_SILENCE_S || 300) * 1000;
@@ -110,12 +111,13 @@ class Output {
 }
 
 /**
- * Run a program, its output (stdout and stderr) to `out`. Silent for SILENCE_MS, its process group
- * is killed and `hung` says what was running (`running()`, if given, names it).
+ * Run a program, its output (stdout and stderr) to `out`. Silent for SILENCE_MS (no output, and
+ * no sign of life from `alive()`, the time of the last one), its process group is killed and
+ * `hung` says what was running (`running()`, if given, names it).
  * @param {string} bin
  * @param {string[]} args
  * @param {Output | null} out null: the output is kept and returned, not shown
- * @param {{ env?: Record<string, string>; running?: () => string }} [opts]
+ * @param {{ env?: Record<string, string>; running?: () => string; alive?: () => number }} [opts]
  * @returns {Promise<{ code: number; text: string; hung: string }>} exit code (signals map to 129,
  *   spawn errors to 1); `hung`: "" unless the watchdog stopped it
  */
@@ -139,18 +141,25 @@ function run(bin, args, out, opts = {}) {
     let hung = "";
     /** @type {NodeJS.Timeout | undefined} */
     let kill;
-    const silence = () => {
-      const what = opts.running?.() ?? "";
-      hung = `no output for ${SILENCE_MS / 1000} s${what ? ` while running ${what}` : ""}; its processes were killed`;
-      const line = `\n[test] watchdog: ${bin.split("/").pop()} ${hung}\n`;
-      if (out) out.write(line);
-      else text += line;
-      killGroup(child, "SIGTERM");
-      kill = setTimeout(() => killGroup(child, "SIGKILL"), 10_000);
-    };
-    const watchdog = setTimeout(silence, SILENCE_MS);
+    let heard = Date.now();
+    // checked a few times per SILENCE_MS: quiet since the last output or sign of life (a test
+    // that started or ended), the suite is stopped
+    const watchdog = setInterval(
+      () => {
+        if (Date.now() - Math.max(heard, opts.alive?.() ?? 0) < SILENCE_MS) return;
+        clearInterval(watchdog);
+        const what = opts.running?.() ?? "";
+        hung = `no output for ${SILENCE_MS / 1000} s${what ? ` while running ${what}` : ""}; its processes were killed`;
+        const line = `\n[test] watchdog: ${bin.split("/").pop()} ${hung}\n`;
+        if (out) out.write(line);
+        else text += line;
+        killGroup(child, "SIGTERM");
+        kill = setTimeout(() => killGroup(child, "SIGKILL"), 10_000);
+      },
+      Math.min(SILENCE_MS / 4, 15_000),
+    );
     const take = (/** @type {Buffer} */ d) => {
-      if (!hung) watchdog.refresh();
+      heard = Date.now();
       if (out) out.write(d);
       else text += d;
     };
@@ -160,7 +169,7 @@ function run(bin, args, out, opts = {}) {
     const done = (/** @type {number} */ code) => {
       if (ended) return;
       ended = true;
-      clearTimeout(watchdog);
+      clearInterval(watchdog);
       clearTimeout(kill);
       running.delete(child);
       resolve({ code, text, hung });
@@ -344,6 +353,14 @@ async function vitestProject(project, out) {
   rmSync(progress, { force: true });
   const { code, hung } = await run(bin("vitest"), args, out, {
     env: { VITEST_PROGRESS_FILE: progress },
+    // the reporter rewrites the file as each test starts and ends
+    alive: () => {
+      try {
+        return statSync(progress).mtimeMs;
+      } catch {
+        return 0;
+      }
+    },
     running: () => {
       try {
         const now = JSON.parse(readFileSync(progress, "utf8"));

@@ -1,7 +1,8 @@
 // A vitest reporter for `npm test` (scripts/test.mjs): one line as each test file starts and one as
 // it ends (with its time), so a log shows which file was running if a suite goes quiet; and the
-// test running now written to a file (VITEST_PROGRESS_FILE), which the watchdog names when it
-// stops a suite that has been silent too long.
+// test running now written to a file (VITEST_PROGRESS_FILE) as each test starts and ends: the
+// watchdog takes a write for a sign of life and names that test when it stops a suite that has
+// been silent too long.
 import { writeFileSync } from "node:fs";
 import { relative } from "node:path";
 
@@ -41,6 +42,11 @@ export default class ProgressReporter {
   /** @param {TestCase} test */
   onTestCaseReady(test) {
     this.record(`${this.name(test.module)} > ${test.fullName}`);
+  }
+
+  /** A test ended: a sign of life for the watchdog (the file's time changes), though it prints nothing. */
+  onTestCaseResult() {
+    this.record();
   }
 
   /** @param {TestModule} module */
