@@ -17,15 +17,12 @@ const golden = new Map(goldenCasePaths().map((p) => [basename(p), p]));
 // Files that need a runtime of their own, its storage empty: they load an earlier release's storage
 // (test/fixtures/storage) into fixed names or count every object there is; or they use the objects
 // every run shares (the run directory's rows, sockets and start rate; the archive gate's slots and
-// line, which steps cut by a restart leave held) and expect them as a fresh relay has them; or they
-// leave behind what would slow the files after them (list-filters' run index of 100,000 rows, which
-// every abortAllDurableObjects of a later file would restart).
+// line, which steps cut by a restart leave held) and expect them as a fresh relay has them.
 const OWN_RUNTIME = [
   "archive",
   "archive-pacing",
   "budgets",
   "index",
-  "list-filters",
   "repaired-nodes",
   "run-admission",
   "run-directory",
