@@ -2,7 +2,7 @@ import { readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
 import { Response } from "miniflare";
-import { configDefaults, defineConfig } from "vitest/config";
+import { defineConfig } from "vitest/config";
 import { buildDashboard } from "./scripts/build-dashboard.mjs";
 import { goldenCasePaths } from "./tools/conformance/cases.js";
 
@@ -13,26 +13,6 @@ await buildDashboard({ ifMissing: true });
 // tests fetch them through the GOLDEN service binding, which runs here in Node. A checkout
 // without its fixtures fails here, once, with a message that says so.
 const golden = new Map(goldenCasePaths().map((p) => [basename(p), p]));
-
-// Files that need a runtime of their own, its storage empty: they load an earlier release's storage
-// (test/fixtures/storage) into fixed names or count every object there is; or they use the objects
-// every run shares (the run directory's rows, sockets and start rate; the archive gate's slots and
-// line, which steps cut by a restart leave held) and expect them as a fresh relay has them.
-const OWN_RUNTIME = [
-  "archive",
-  "archive-pacing",
-  "budgets",
-  "index",
-  "repaired-nodes",
-  "run-admission",
-  "run-directory",
-  "schema",
-  "scope-matrix",
-  "search",
-  "step-outcomes",
-  "training",
-  "unknown-runs",
-].map((f) => `test/workers/${f}.test.ts`);
 
 // Tests that run inside workerd. `main`, bindings, vars and migrations come from wrangler.toml;
 // the limits are lowered so the 413, watcher-cap, slow-watcher and log-trimming paths are
@@ -95,27 +75,11 @@ export default defineConfig({
     }),
   ],
   test: {
+    name: "workers",
+    include: ["test/workers/**/*.test.ts"],
     testTimeout: 60_000,
     // one file at a time: several files restart every object (abortAllDurableObjects, as a deploy
     // does), which drops the sockets and requests of whatever another file has in flight
     fileParallelism: false,
-    projects: [
-      {
-        extends: true,
-        test: {
-          name: "workers",
-          include: ["test/workers/**/*.test.ts"],
-          exclude: [...configDefaults.exclude, ...OWN_RUNTIME],
-          // one workerd and one module graph for all these files (a runtime per file cost ~2.5 s
-          // of start and imports each): they share storage, so each names its own runs and
-          // episodes (freshId) and none counts what the others wrote
-          isolate: false,
-        },
-      },
-      {
-        extends: true,
-        test: { name: "workers-own-runtime", include: OWN_RUNTIME },
-      },
-    ],
   },
 });
