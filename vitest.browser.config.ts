@@ -2,7 +2,9 @@ import { defineConfig } from "vitest/config";
 
 // Browser tests: Node-side, they start the relay (Miniflare, with the dashboard's assets), push
 // golden cases, and drive Debian's headless Chromium with playwright-core. One file at a time:
-// Chromium and workerd share the machine's two cores.
+// Chromium and workerd share the machine's two cores. Each file starts its own relay and Chromium;
+// the files share one Node process and its loaded modules (isolate: false), which saves a process
+// start and the import of playwright-core and the relay's tools per file.
 export default defineConfig({
   test: {
     name: "browser",
@@ -10,6 +12,7 @@ export default defineConfig({
     include: ["test/browser/**/*.test.ts"],
     globalSetup: ["test/support/fixtures-setup.ts", "test/browser/global-setup.ts"],
     fileParallelism: false,
+    isolate: false,
     testTimeout: 60_000,
     hookTimeout: 240_000,
   },

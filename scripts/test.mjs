@@ -12,11 +12,16 @@
 // every relay the suites start shares. The suites then run in two lanes side by side (LANES;
 // TEST_LANES=1: one after another): each suite keeps about one core busy, so two of them keep both
 // cores working. A lane that finishes a suite takes the next one not yet started, in the order
-// `suites` lists them, so neither lane idles while suites are left. The first unfinished suite's
-// output streams as it comes; a suite running beside it is kept and printed whole, in order, once
-// it is first.
+// `suites` lists them (the checks, then the longest first by the last run's times), so neither
+// lane idles while suites are left. The first unfinished suite's output streams as it comes; a
+// suite running beside it is kept and printed whole, in order, once it is first.
+//
+// A watchdog stops a suite that prints nothing and starts or ends no test for 5 minutes
+// (TEST_SILENCE_S): its process group is killed and it counts as failed, naming the file and test
+// that were running (vitest suites print a line as each file starts and ends, and note each test:
+// scripts/vitest-progress.mjs).
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QUIET_ENV } from "./quiet-env.mjs";
@@ -43,9 +48,32 @@ let interrupted = false;
 for (const signal of /** @type {const} */ (["SIGINT", "SIGTERM"])) {
   process.on(signal, () => {
     interrupted = true;
-    for (const child of running) child.kill(signal);
+    for (const child of running) killGroup(child, signal);
   });
 }
+
+/**
+ * Signal a child and everything it started (vitest's workers, workerd, Chromium, relays): each
+ * child leads its own process group (spawned detached), so a terminal's Ctrl-C no longer reaches
+ * them by itself.
+ * @param {import("node:child_process").ChildProcess} child
+ * @param {NodeJS.Signals} signal
+ */
+function killGroup(child, signal) {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    child.kill(signal); // the group is gone already; the child itself, if it is not
+  }
+}
+
+/**
+ * A suite that prints nothing and starts or ends no test for this long is taken as hung: its
+ * process group is killed and the suite counts as failed, naming what was running (TEST_SILENCE_S overrides; the slowest single
+ * test stays well under it). A CI run once sat idle for 15 minutes in the workers suite.
+ */
+const SILENCE_MS = Number(process.env.TEST_SILENCE_S || 300) * 1000;
 
 /**
  * Where a suite's output goes: to the terminal while the suite is the first unfinished one (in
@@ -83,35 +111,77 @@ class Output {
 }
 
 /**
- * Run a program, its output (stdout and stderr) to `out`.
+ * Run a program, its output (stdout and stderr) to `out`. Silent for SILENCE_MS (no output, and
+ * no sign of life from `alive()`, the time of the last one), its process group is killed and
+ * `hung` says what was running (`running()`, if given, names it).
  * @param {string} bin
  * @param {string[]} args
  * @param {Output | null} out null: the output is kept and returned, not shown
- * @returns {Promise<{ code: number; text: string }>} exit code (signals map to 129, spawn errors to 1)
+ * @param {{ env?: Record<string, string>; running?: () => string; alive?: () => number }} [opts]
+ * @returns {Promise<{ code: number; text: string; hung: string }>} exit code (signals map to 129,
+ *   spawn errors to 1); `hung`: "" unless the watchdog stopped it
  */
-function run(bin, args, out) {
+function run(bin, args, out, opts = {}) {
   return new Promise((resolve) => {
     const child = spawn(bin, args, {
       cwd: root,
       stdio: ["ignore", "pipe", "pipe"],
+      // its own process group, so that the watchdog and Ctrl-C stop all it started
+      detached: true,
       // the progress a terminal would get, in colour, though through a pipe
-      env: { ...process.env, ...QUIET_ENV, ...(process.stdout.isTTY ? { FORCE_COLOR: "1" } : {}) },
+      env: {
+        ...process.env,
+        ...QUIET_ENV,
+        ...(process.stdout.isTTY ? { FORCE_COLOR: "1" } : {}),
+        ...opts.env,
+      },
     });
     running.add(child);
     let text = "";
+    let hung = "";
+    /** @type {NodeJS.Timeout | undefined} */
+    let kill;
+    let heard = Date.now();
+    // checked a few times per SILENCE_MS: quiet since the last output or sign of life (a test
+    // that started or ended), the suite is stopped
+    const watchdog = setInterval(
+      () => {
+        if (Date.now() - Math.max(heard, opts.alive?.() ?? 0) < SILENCE_MS) return;
+        clearInterval(watchdog);
+        const what = opts.running?.() ?? "";
+        hung = `no output for ${SILENCE_MS / 1000} s${what ? ` while running ${what}` : ""}; its processes were killed`;
+        const line = `\n[test] watchdog: ${bin.split("/").pop()} ${hung}\n`;
+        if (out) out.write(line);
+        else text += line;
+        killGroup(child, "SIGTERM");
+        kill = setTimeout(() => killGroup(child, "SIGKILL"), 10_000);
+      },
+      Math.min(SILENCE_MS / 4, 15_000),
+    );
     const take = (/** @type {Buffer} */ d) => {
+      heard = Date.now();
       if (out) out.write(d);
       else text += d;
     };
     child.stdout.on("data", take);
     child.stderr.on("data", take);
+    let ended = false;
+    const done = (/** @type {number} */ code) => {
+      if (ended) return;
+      ended = true;
+      clearInterval(watchdog);
+      clearTimeout(kill);
+      running.delete(child);
+      resolve({ code, text, hung });
+    };
     child.on("error", (err) => {
-      running.delete(child);
-      resolve({ code: 1, text: `${text}could not start ${bin}: ${err.message}\n` });
+      text += `could not start ${bin}: ${err.message}\n`;
+      done(1);
     });
-    child.on("close", (code, signal) => {
-      running.delete(child);
-      resolve({ code: code ?? (signal ? 129 : 1), text });
+    child.on("close", (code, signal) => done(code ?? (signal ? 129 : 1)));
+    // a grandchild outside the group that still holds the pipes must not keep the suite waiting
+    child.on("exit", (code, signal) => {
+      if (hung) setTimeout(() => done(code ?? (signal ? 129 : 1)), 5_000).unref();
     });
   });
 }
@@ -245,8 +315,8 @@ async function checks(out) {
   const c = { passed: 0, failed: 0, skipped: 0, names: /** @type {string[]} */ ([]), note: "" };
   for (const check of CHECKS) {
     if (interrupted) break;
-    const { code, text } = await run(bin(check.bin), check.args, null);
-    if (code !== 0) out.write(text);
+    const { code, text, hung } = await run(bin(check.bin), check.args, null);
+    if (code !== 0 || hung) out.write(text);
     out.log(`  ${code === 0 ? "✓" : "✗"} ${check.name}`);
     if (code === 0) c.passed += 1;
     else {
@@ -273,12 +343,50 @@ async function vitestProject(project, out) {
     project.config,
     "--reporter=default",
     "--reporter=json",
+    // a line as each file starts and ends; the test running now, for the watchdog
+    `--reporter=${join(root, "scripts", "vitest-progress.mjs")}`,
     `--outputFile.json=${output}`,
     ...(filters.length > 0 ? ["--passWithNoTests"] : []),
     ...filters,
   ];
-  const { code } = await run(bin("vitest"), args, out);
-  return count(output, code);
+  const progress = join(resultsDir, `${project.name}.running.json`);
+  rmSync(progress, { force: true });
+  const { code, hung } = await run(bin("vitest"), args, out, {
+    env: { VITEST_PROGRESS_FILE: progress },
+    // the reporter rewrites the file as each test starts and ends
+    alive: () => {
+      try {
+        return statSync(progress).mtimeMs;
+      } catch {
+        return 0;
+      }
+    },
+    running: () => {
+      try {
+        const now = JSON.parse(readFileSync(progress, "utf8"));
+        return [
+          now.files.length > 0 ? now.files.join(", ") : "no file",
+          now.test ? `(last test started: ${now.test})` : "",
+        ]
+          .join(" ")
+          .trim();
+      } catch {
+        return "no file yet (vitest had not started one)";
+      }
+    },
+  });
+  return withHang(count(output, code), hung);
+}
+
+/**
+ * Counts of a suite the watchdog stopped: failed, however many tests passed before it hung.
+ * @param {Counts} c
+ * @param {string} hung
+ * @returns {Counts}
+ */
+function withHang(c, hung) {
+  if (!hung) return c;
+  return { ...c, failed: Math.max(c.failed, 1), names: [...c.names, `hung: ${hung}`], note: "" };
 }
 
 /**
@@ -291,23 +399,41 @@ async function python(out) {
   rmSync(output, { force: true });
   out.log("\n[test] python: clients/python/run-tests.sh");
   const script = join(root, "clients", "python", "run-tests.sh");
-  const { code } = await run("bash", [script, "-q", `--junitxml=${output}`], out);
-  return countJunit(output, code);
+  const { code, hung } = await run("bash", [script, "-q", `--junitxml=${output}`], out);
+  return withHang(countJunit(output, code), hung);
 }
 
-/** TEST_LANES=1 runs every suite one after another (e.g. to time each alone); default: two lanes. */
-const LANES = process.env.TEST_LANES === "1" ? 1 : 2;
+/**
+ * TEST_LANES=N runs N suites side by side (1: one after another, e.g. to time each alone); default
+ * two, one per core.
+ */
+const LANES = Math.max(1, Number(process.env.TEST_LANES) || 2);
 const all = filters.length === 0;
 /**
- * Listed in the order the lanes take them and their output is printed: the checks first (short,
- * and a lint or type error shows at once), the longest suites next, the short Python suite last,
- * for whichever lane is free first. `lane`: the lane that ran it (for the time table).
+ * Each suite's time in the last whole run on this clone (test-results/suite-times.json), else
+ * these (CI, 2 cores, two lanes): the lanes take the longest suites first so that they end together.
+ */
+const timesFile = join(resultsDir, "suite-times.json");
+/** @type {Record<string, number>} */
+const expectedSecs = { checks: 46, workers: 460, node: 410, browser: 410, python: 165 };
+try {
+  Object.assign(expectedSecs, JSON.parse(readFileSync(timesFile, "utf8")));
+} catch {
+  // a fresh clone: the figures above
+}
+/**
+ * In the order the lanes take them and their output is printed: the checks first (short, and a
+ * lint or type error shows at once), then the longest suite first, so that the last one a lane
+ * takes is short and neither lane idles long at the end. `lane`: the lane that ran it (for the
+ * time table).
  * @type {{ name: string; lane: number; run: (out: Output) => Promise<Counts> }[]}
  */
 const suites = [
   ...(all || filters.includes("checks") ? [{ name: "checks", lane: 0, run: checks }] : []),
-  ...projects.map((p) => ({ name: p.name, lane: 0, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
-  ...(all || filters.includes("python") ? [{ name: "python", lane: 0, run: python }] : []),
+  ...[
+    ...projects.map((p) => ({ name: p.name, lane: 0, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
+    ...(all || filters.includes("python") ? [{ name: "python", lane: 0, run: python }] : []),
+  ].sort((a, b) => (expectedSecs[b.name] ?? 0) - (expectedSecs[a.name] ?? 0)),
 ];
 
 mkdirSync(resultsDir, { recursive: true });
@@ -360,6 +486,11 @@ const lanes = Array.from({ length: Math.min(LANES, suites.length) }, (_, lane) =
 );
 await Promise.all(lanes);
 dropBundle();
+// the times of a whole run (no filters) order the next run's lanes
+if (all && !interrupted) {
+  const secs = Object.fromEntries([...results].map(([name, r]) => [name, Math.round(Number(r.secs))]));
+  writeFileSync(timesFile, `${JSON.stringify({ ...expectedSecs, ...secs }, null, 2)}\n`);
+}
 
 for (const suite of suites) {
   const r = results.get(suite.name);

@@ -11,14 +11,17 @@ export const PHONE = { width: 390, height: 844 };
 
 /**
  * A fresh context at desktop size (with `options`, e.g. a time zone) on `url`; `errors` collects
- * page errors and console errors (not socket noise).
+ * page errors and console errors (not socket noise). `clock`: the page's timers on Playwright's
+ * clock (time flows as usual; `page.clock.fastForward` fires a timer that is due later at once).
  */
 export async function openPage(
   browser: Browser,
   url: string,
   options: BrowserContextOptions = {},
+  { clock = false }: { clock?: boolean } = {},
 ): Promise<{ context: BrowserContext; page: Page; errors: string[] }> {
   const context = await browser.newContext({ viewport: DESKTOP, deviceScaleFactor: 1, ...options });
+  if (clock) await context.clock.install();
   const page = await context.newPage();
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));

@@ -121,6 +121,8 @@ afterAll(async () => {
 });
 
 const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+/** How often the episode page checks an ended episode's annotations again (dashboard/src/episode/annotations-source.ts). */
+const RECHECK_MS = 15_000;
 
 async function waitFor(page: Page, fn: string, arg?: unknown, timeout = 15_000): Promise<void> {
   await page.waitForFunction(
@@ -661,14 +663,21 @@ describe("the episode page", () => {
   });
 
   it("picks up annotations posted after the page opened (re-checked while the ended episode is shown)", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(LATE.id)}?signal=entropy`);
+    const { context, page, errors } = await openPage(
+      browser,
+      `${relay.url}/episodes/${encodeURIComponent(LATE.id)}?signal=entropy`,
+      {},
+      { clock: true },
+    );
     await waitFor(
       page,
       "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden",
     );
     expect(await page.locator("#annotations-state").innerText()).toMatch(/No trainer annotations yet/);
     await annotate(LATE, 0.5);
-    // within one re-check (15 s), the strips appear and the note goes
+    // after one re-check (RECHECK_MS, dashboard/src/episode/annotations-source.ts), the strips
+    // appear and the note goes: the page's clock is moved on by it rather than waited for
+    await page.clock.fastForward(RECHECK_MS);
     await waitFor(
       page,
       "() => document.querySelector('.signal-note')?.hidden === true && document.querySelectorAll('.tok-strip[data-overlay=\"entropy\"]').length > 0",
