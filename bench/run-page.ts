@@ -13,9 +13,9 @@ import { extname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
 import { Agent, setGlobalDispatcher } from "undici";
+import { startRelay } from "../scripts/relay.mjs";
 import { CHROMIUM } from "../test/browser/global-setup.js";
 import { pushRollout, type Rollout } from "../test/browser/training-run.js";
-import { startRelay } from "../scripts/relay.mjs";
 
 const { values: args } = parseArgs({
   options: {
