@@ -19,7 +19,8 @@
 // A watchdog stops a suite that prints nothing and starts or ends no test for 5 minutes
 // (TEST_SILENCE_S): its process group is killed and it counts as failed, naming the file and test
 // that were running (vitest suites print a line as each file starts and ends, and note each test:
-// scripts/vitest-progress.mjs).
+// scripts/vitest-progress.mjs). One case runs again instead: vitest-pool-workers stalling between two
+// files with no test running (an upstream stall); the suite runs once more, whole, and says so.
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -303,7 +304,10 @@ const CHECKS = [
 /** @param {string} name a program under node_modules/.bin */
 const bin = (name) => join(root, "node_modules", ".bin", process.platform === "win32" ? `${name}.cmd` : name);
 
-/** @typedef {{ passed: number; failed: number; skipped: number; names: string[]; note: string }} Counts */
+/**
+ * `retried`: why the suite ran a second time (its counts are the second run's).
+ * @typedef {{ passed: number; failed: number; skipped: number; names: string[]; note: string; retried?: string }} Counts
+ */
 
 /**
  * The static checks, each counted as one test; a failure's output is printed.
@@ -334,6 +338,24 @@ async function checks(out) {
  * @returns {Promise<Counts>}
  */
 async function vitestProject(project, out) {
+  const c = await vitestRun(project, out);
+  if (!c.stalled) return c;
+  // the pool stalled between two files, no test running (cloudflare/workers-sdk#15498, seen here in the
+  // workers suite about once in three runs): said out loud, and the suite runs again, once, whole; a
+  // test that hangs, or a second stall, fails
+  out.log(`\n[test] ${project.name}: the pool stalled between files (${c.stalled}); running the suite again, once`);
+  const again = await vitestRun(project, out);
+  if (again.stalled) return withHang(again, again.stalled);
+  return { ...again, retried: `the first run stalled between files and was stopped (${c.stalled})` };
+}
+
+/**
+ * One vitest run of a project. `stalled`: the watchdog stopped it while no file was running.
+ * @param {{ name: string; config: string }} project
+ * @param {Output} out
+ * @returns {Promise<Counts & { stalled?: string }>}
+ */
+async function vitestRun(project, out) {
   const output = join(resultsDir, `${project.name}.json`);
   rmSync(output, { force: true });
   out.log(`\n[test] ${project.name}: vitest run --config ${project.config} ${filters.join(" ")}`.trimEnd());
@@ -375,6 +397,7 @@ async function vitestProject(project, out) {
       }
     },
   });
+  if (hung.includes("while running no file")) return { ...count(output, code), stalled: hung };
   return withHang(count(output, code), hung);
 }
 
@@ -478,7 +501,7 @@ const lanes = Array.from({ length: Math.min(LANES, suites.length) }, (_, lane) =
       const secs = secsSince(started);
       results.set(suite.name, { secs, counts: c });
       out.log(
-        `[test] ${suite.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}`,
+        `[test] ${suite.name}: ${c.passed} passed, ${c.failed} failed, ${c.skipped} skipped in ${secs} s${c.note ? ` (${c.note})` : ""}${c.retried ? ` (ran twice: ${c.retried})` : ""}`,
       );
       out.end();
     }
@@ -502,6 +525,14 @@ for (const suite of suites) {
   sum.skipped += r.counts.skipped;
 }
 if (interrupted) sum.failed = Math.max(sum.failed, 1);
+const retried = suites.flatMap((s) => {
+  const why = results.get(s.name)?.counts.retried;
+  return why ? [`${s.name}: ${why}`] : [];
+});
+if (retried.length > 0) {
+  console.log("\n[test] ran twice (the pool stalled between files, no test running):");
+  for (const r of retried) console.log(`  ↻ ${r}`);
+}
 if (failures.length > 0) {
   console.log("\n[test] failed:");
   for (const f of failures) console.log(`  ✗ ${f}`);
