@@ -6,9 +6,8 @@
 
 import type { RunTimeline } from "../../src/protocol/index.js";
 import { fmtNumber, h } from "./dom.js";
-import { Plot, type PlotSeries } from "./plot.js";
-import { perPoint, pointX, runTimeAxis } from "./run-time.js";
-import type { RunTimeChart } from "./throughput-chart.js";
+import type { PlotSeries } from "./plot.js";
+import { perPoint, pointX, type RunTimeChart, runTimeAxis, runTimeChart } from "./run-time.js";
 
 /** Keys drawn (the trainer's total first, then by name); more would not be told apart. */
 const MAX_KEYS = 4;
@@ -33,26 +32,11 @@ export function trendKeys(t: RunTimeline): string[] {
 }
 
 export function rewardTrendChart(): RunTimeChart {
-  const plot = new Plot("reward-trend");
-  const sub = h("span.muted");
-  const stats = h("dl.hist-stats");
-  const note = h("p.muted.plot-empty", { hidden: true }, "No episode has finished with a reward yet.");
-  const el = h(
-    "div.card.reward-trend",
-    { id: "reward-trend" },
-    h("div.card-title", null, h("span", null, "Reward over run time"), sub),
-    stats,
-    note,
-    plot.el,
-  );
-  /** What was drawn last: the page redraws with every push of the aggregates, this only when its numbers moved. */
-  let drawn: string | null = null;
-  return {
-    el,
-    update(t) {
-      const now = JSON.stringify(t ?? null);
-      if (now === drawn) return;
-      drawn = now;
+  return runTimeChart(
+    "reward-trend",
+    "Reward over run time",
+    "No episode has finished with a reward yet.",
+    (t, { el, sub, stats }) => {
       const keys = t ? trendKeys(t) : [];
       el.dataset.keys = keys.join(",");
       sub.textContent = t ? `mean of the episodes finished ${perPoint(t)}` : "";
@@ -67,9 +51,7 @@ export function rewardTrendChart(): RunTimeChart {
           );
         }),
       );
-      note.hidden = keys.length > 0;
-      plot.el.hidden = keys.length === 0;
-      if (!t || keys.length === 0) return;
+      if (!t || keys.length === 0) return null;
       const series: PlotSeries[] = keys.map((key, tone) => {
         const k = t.rewards[key]!;
         // only the points where some finished: a point without is joined across, not a fall to 0
@@ -79,17 +61,14 @@ export function rewardTrendChart(): RunTimeChart {
         });
         return { label: key, key, kind: "finished", tone, points };
       });
-      plot.update({
+      return {
         ...runTimeAxis(t),
         yLabel: "mean score",
         yMin: 0,
         yMax: 1,
         format: round,
         series,
-      });
+      };
     },
-    destroy() {
-      plot.destroy();
-    },
-  };
+  );
 }
