@@ -29,6 +29,7 @@ import {
 import { type IndexEntry, noSuchRun, parseListQuery, SCOPE_HEADER, type Scope } from "../protocol/registry/rows.js";
 import { RUNS_NAME, runIndexName, scopeInRun } from "../protocol/registry/run.js";
 import { STEP_KINDS } from "../protocol/registry/steps.js";
+import { tokenizerKey } from "../protocol/registry/tokenizer-key.js";
 import { parseSearchQuery } from "../protocol/search/query.js";
 
 const JSON_HEADERS = { "content-type": "application/json", "cache-control": "no-store" };
@@ -269,17 +270,14 @@ export async function runAlerts(
   return json(alerts, false);
 }
 
-/** The R2 key (in the ARCHIVE bucket) of a run's tokenizer.json (run names never hold `/`). */
-export function tokenizerKey(run: string): string {
-  return `tokenizers/${run}`;
-}
-
 /**
  * `GET`/`HEAD /v1/runs/{run}/tokenizer`: the run's `tokenizer.json` as its producer uploaded it (any
  * token covering an episode of the run may read it: a page decodes that episode's token ids with
  * it), 404 `not_found` when none was; `ETag` is its SHA-256. `PUT` (admin, or a producer covering
  * the whole run): keep these bytes (a JSON object with a `model`, at most MAX_TOKENIZER_BYTES);
- * the same bytes again change nothing (`changed: false`), others replace them.
+ * the same bytes again change nothing (`changed: false`), others replace them. The run's index is told
+ * first: the bytes live as long as the run (RETENTION_SECONDS on a run with no row yet, as its rules do),
+ * and the index deletes them when it frees the run.
  */
 export async function runTokenizer(
   env: Env,
@@ -311,6 +309,7 @@ export async function runTokenizer(
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed) || typeof model !== "object" || !model)
     throw new RelayError("malformed", 'a tokenizer.json is a JSON object with a "model" object', "model");
   const sha256 = hex(await crypto.subtle.digest("SHA-256", bytes));
+  await runIndex(env, a.run).keepTokenizer(a.run);
   const kept = await env.ARCHIVE.head(key);
   const answer = { ok: true, run: a.run, bytes: bytes.byteLength, sha256 };
   if (kept?.customMetadata?.sha256 === sha256) return json({ ...answer, changed: false }, false);

@@ -8,6 +8,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { EpisodeIndex } from "../../src/objects/registry/episode-index.js";
 import worker from "../../src/worker/index.js";
+import TOKENIZER from "../fixtures/tokenizer/tokenizer.json?raw";
 import { openDelta } from "../support/deltas.js";
 import { freshId, post, relay } from "./support.js";
 
@@ -52,6 +53,14 @@ async function read(k: number, run: string): Promise<number> {
   const res = await direct(paths[k % 9]!);
   await res.arrayBuffer();
   return res.status;
+}
+
+/** Run the index's alarm as if RETENTION_SECONDS had passed since its rules or tokenizer were set (the deadline it keeps, moved to now). */
+async function dueNow(index: DurableObjectStub<EpisodeIndex>): Promise<void> {
+  await runInDurableObject(index, (_i, state) => {
+    state.storage.sql.exec("UPDATE state SET v = ? WHERE k = 'rules_until' AND v != '0'", String(Date.now() - 1));
+  });
+  await runDurableObjectAlarm(index);
 }
 
 /** What an object keeps: its tables (ours and any other), and its key-value keys. */
@@ -127,14 +136,6 @@ describe("reads of runs nobody wrote store nothing", () => {
       (
         (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string; episodes: number }> }
       ).runs.find((r) => r.run === run);
-    /** Run the index's alarm as if RETENTION_SECONDS had passed since the rules were set (the deadline it keeps, moved to now). */
-    async function whenDue(index: DurableObjectStub<EpisodeIndex>): Promise<void> {
-      await runInDurableObject(index, (_i, state) => {
-        state.storage.sql.exec("UPDATE state SET v = ? WHERE k = 'rules_until' AND v != '0'", String(Date.now() - 1));
-      });
-      await runDurableObjectAlarm(index);
-    }
-
     it("are kept and the directory lists the run (no episode) until RETENTION_SECONDS pass; then the alarm frees everything", async () => {
       const run = freshId("rules-only");
       const index = env.EPISODE_INDEX.getByName(`run:${run}`);
@@ -155,7 +156,7 @@ describe("reads of runs nobody wrote store nothing", () => {
       expect([long.status, ((await long.json()) as { field: string }).field]).toEqual([400, "rules[0].match.tool"]);
       expect(await (await relay(`../runs/${run}/rules`)).json()).toEqual(kept);
       expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
-      await whenDue(index);
+      await dueNow(index);
       await expect.poll(async () => stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
       expect(await listed(run)).toBeUndefined();
       expect((await relay(`../runs/${run}/rules`)).status).toBe(404);
@@ -186,9 +187,70 @@ describe("reads of runs nobody wrote store nothing", () => {
       expect(at! - Date.now()).toBeLessThan(60_000);
       await runDurableObjectAlarm(index);
       expect(await listed(run)).toMatchObject({ run, episodes: 1 });
-      await whenDue(index);
+      await dueNow(index);
       expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
       expect(await (await relay(`../runs/${run}/rules`)).json()).toMatchObject({ defaults: false });
+    });
+  });
+
+  describe("a tokenizer PUT lives as long as its run", () => {
+    const putTokenizer = (run: string) =>
+      relay(`../runs/${run}/tokenizer`, {
+        method: "PUT",
+        body: TOKENIZER,
+        headers: { "content-type": "application/json" },
+      });
+    const inR2 = async (run: string) => (await env.ARCHIVE.head(`tokenizers/${run}`)) !== null;
+    const listed = async (run: string) =>
+      (
+        (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string; episodes: number }> }
+      ).runs.find((r) => r.run === run);
+
+    it("on a run nobody wrote: kept and listed for RETENTION_SECONDS (the defaults rules after it keep it), then freed with its bytes in R2", async () => {
+      const run = freshId("tokenizer-only");
+      const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+      const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+      expect((await putTokenizer(run)).status).toBe(200);
+      await runDurableObjectAlarm(index);
+      await expect.poll(async () => listed(run)).toMatchObject({ run, episodes: 0 });
+      const at = await runInDurableObject(index, (_i, state) => state.storage.getAlarm());
+      expect(at! - Date.now()).toBeGreaterThan(6 * 86400 * 1000);
+      // the defaults asked for after it: nothing of the rules to keep, but the tokenizer still waits
+      const defaults = await relay(`../runs/${run}/rules`, { method: "PUT", body: JSON.stringify({ defaults: true }) });
+      expect(defaults.status).toBe(200);
+      await runDurableObjectAlarm(index);
+      expect(await inR2(run)).toBe(true);
+      expect((await relay(`../runs/${run}/tokenizer`)).status).toBe(200);
+      expect((await stored(env.EPISODE_INDEX, indexId)).tables.length).toBeGreaterThan(0);
+      await dueNow(index);
+      await expect.poll(async () => stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+      expect(await inR2(run)).toBe(false);
+      expect((await relay(`../runs/${run}/tokenizer`)).status).toBe(404);
+      expect(await listed(run)).toBeUndefined();
+      // kept again later: the run's lifetime starts over
+      expect((await putTokenizer(run)).status).toBe(200);
+      expect(await inR2(run)).toBe(true);
+      await runDurableObjectAlarm(index);
+      expect(await listed(run)).toMatchObject({ run, episodes: 0 });
+    });
+
+    it("on a written run: deleted from R2 when the run's last episode goes and its index is freed", async () => {
+      const run = freshId("tokenizer-written");
+      const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+      const indexId = env.EPISODE_INDEX.idFromName(`run:${run}`);
+      const id = `${run}:only`;
+      expect((await post(`${id}/deltas`, openDelta())).status).toBe(200);
+      await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(200);
+      expect((await putTokenizer(run)).status).toBe(200);
+      expect(await inR2(run)).toBe(true);
+      expect((await relay(id, { method: "DELETE" })).status).toBe(200);
+      await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(404);
+      for (let i = 0; i < 10 && (await stored(env.EPISODE_INDEX, indexId)).tables.length > 0; i++) {
+        await runDurableObjectAlarm(index);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(await stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+      expect(await inR2(run)).toBe(false);
     });
   });
 });

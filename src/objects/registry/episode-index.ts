@@ -9,9 +9,10 @@
 // Nothing is stored for a run nobody wrote: the tables come with the first row (reads of an empty
 // object answer "no run" to a viewer covering the run, an empty page to one covering part of it),
 // and an index left without rows by deletes and retention frees its storage (deleteAll) once the
-// directory has dropped the run. Rules set before the first row are the one exception: they are
-// kept, and the directory lists the run (no episode), for RETENTION_SECONDS; then the alarm frees
-// them as it frees an index whose rows all went, unless a row came.
+// directory has dropped the run. Rules, alerts and a tokenizer set before the first row are the one
+// exception: they are kept, and the directory lists the run (no episode), for RETENTION_SECONDS; then
+// the alarm frees them as it frees an index whose rows all went, unless a row came. A run's
+// tokenizer.json lives in R2 (src/worker/run-routes.ts); freeing the run deletes it.
 
 import { parseAlerts } from "../../protocol/alerts/config.js";
 import { noWork } from "../../protocol/flags/rules.js";
@@ -45,6 +46,7 @@ import {
 } from "../../protocol/registry/rows.js";
 import { coversRun, RUNS_NAME } from "../../protocol/registry/run.js";
 import type { StepsPage } from "../../protocol/registry/steps.js";
+import { tokenizerKey } from "../../protocol/registry/tokenizer-key.js";
 import { parseSearchQuery, type SearchQuery } from "../../protocol/search/query.js";
 import { usageOf } from "../billing/metered.js";
 import { armAlarm } from "../storage/alarm-window.js";
@@ -54,7 +56,7 @@ import { AlertStore } from "./alert-store.js";
 import type { FinishedPage } from "./finished-pages.js";
 import { type FlagEvaluations, FlagStore, type RulesJson, readRules } from "./flag-store.js";
 import { IndexStore } from "./index-store.js";
-import { RESEND_BATCH, resendAsked, resendDue } from "./reward-recount.js";
+import { askResends, resendDue } from "./reward-recount.js";
 import { RunSideObject } from "./run-side-object.js";
 import { readScopeHeader } from "./run-sockets.js";
 import { INDEX_SCHEMA } from "./schemas.js";
@@ -87,6 +89,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private readonly alerts: AlertStore;
   /** The steps changed since the last push, read once per push (for the sockets covering the run). */
   private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
+  /** The R2 delete of the run's tokenizer while the run is being freed (a new tokenizer waits for it). */
+  private freeing: Promise<void> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
@@ -105,7 +109,6 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   // ---- RPC from Episode objects ----
 
-  /** Insert or replace the episode's row (an update older than the held one is ignored). */
   /**
    * Insert or replace the episode's row (an update older than the held one is ignored), and with it
    * the text it sends for the run's search (src/objects/registry/search-store.ts).
@@ -200,11 +203,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   }
 
   /**
-   * The search bench's comparison: one word found by the index (the first page of `limit`, as the
-   * route answers it) and by a plain scan of the same rows (search-store.ts `scan`), each run
-   * `repeats` times here, in the object, so neither time carries an RPC's; the mean of each (ms) and
-   * what each found. A local runtime's clock moves during a request (Cloudflare's does not: this is for
-   * local benches). No route reaches it.
+   * The search bench (no route): one word found by the index (its first page) and by a scan (search-store.ts `scan`),
+   * `repeats` times each, here so no time carries an RPC's (a local runtime's clock moves during a request); means, finds.
    */
   searchAgainstScan(
     word: string,
@@ -216,20 +216,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return this.store.search.againstScan(parseSearchQuery(word), word, limit, repeats);
   }
 
-  /**
-   * What the run's search holds, in all, and the rows its text wrote since this object started (the search and flags
-   * benches); no route reaches it.
-   */
+  /** What the run's search holds, and the rows its text wrote since this object started (benches; no route). */
   searchSize(): { segments: number; chars: number; textBytes: number; ftsBytes: number; rowsWritten: number } {
     this.schema.check();
     if (!this.schema.present()) return { segments: 0, chars: 0, textBytes: 0, ftsBytes: 0, rowsWritten: 0 };
     return { ...this.store.search.size(), rowsWritten: this.store.search.rowsWritten };
   }
 
-  /**
-   * How often the run's rules ran since this object started, and how many there are (the flags bench); no route reaches
-   * it.
-   */
+  /** How often the run's rules ran since this object started, and how many there are (the flags bench; no route). */
   flagEvaluations(): FlagEvaluations & { textRules: number; rewardRules: number } {
     this.schema.check();
     if (!this.schema.present())
@@ -238,21 +232,16 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return { ...this.store.flags.evaluations, textRules: text.length, rewardRules: rules.length - text.length };
   }
 
-  /**
-   * The run's flag rules (src/protocol/flags/rules.ts) and how far a rescan for them has come; null: no run (no row,
-   * and no rules set).
-   */
+  /** The run's flag rules (src/protocol/flags/rules.ts) and a rescan's progress; null: no run (no row, no rules set). */
   rules(): RulesJson | null {
     this.schema.check();
     return this.hasRows() || (this.schema.present() && this.store.flags.set()) ? this.store.flags.json() : null;
   }
 
   /**
-   * Replace the run's flag rules; the alarm rescans what was written for them (paced). A run with
-   * no row yet may set its rules before its first rollout: the storage comes with them, the alarm
-   * lists the run in the directory and frees it all RETENTION_SECONDS later if no row came (the
-   * defaults need none: what was kept goes at once). Rules go with the run's rows (when they all
-   * went, and the directory dropped the run, nothing is kept).
+   * Replace the run's flag rules; the alarm rescans what was written for them (paced). Set before the run's first row,
+   * they are kept and the run listed, and all is freed RETENTION_SECONDS later if no row came (the defaults keep
+   * nothing). Rules go with the run's rows (when all went and the directory dropped the run, nothing is kept).
    */
   setRules(run: string, body: unknown): Answer<RulesJson> {
     this.schema.check();
@@ -264,11 +253,31 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       this.write(() => {
         this.schema.ensure();
         this.store.flags.setRules(rules, rows);
-        if (!rows) this.store.keepRules(run, now, rules === null ? 0 : now + limitsFrom(this.env).retention * 1000);
+        // the defaults need nothing kept, unless a tokenizer waits for the run's first row too
+        const kept = rules !== null || this.store.state("tokenizer") !== null;
+        if (!rows) this.store.keepRules(run, now, kept ? now + limitsFrom(this.env).retention * 1000 : 0);
       });
       void armAlarm(this.ctx.storage, now);
       return this.store.flags.json();
     });
+  }
+
+  /**
+   * The Worker is about to put the run's tokenizer.json in R2: it lives as the run does (before a first row, as
+   * rules set then), and freeing the run deletes it. A free in progress is waited for: the put lands after its delete.
+   */
+  async keepTokenizer(run: string): Promise<void> {
+    this.schema.check();
+    await this.freeing?.catch(() => undefined);
+    const rows = this.hasRows();
+    if (rows && this.store.state("tokenizer") !== null) return;
+    const now = Date.now();
+    this.write(() => {
+      this.schema.ensure();
+      this.store.setState("tokenizer", "1");
+      if (!rows) this.store.keepRules(run, now, now + limitsFrom(this.env).retention * 1000);
+    });
+    if (!rows) void armAlarm(this.ctx.storage, now);
   }
 
   /**
@@ -400,7 +409,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private async indexAlarm(): Promise<void> {
     const run = this.store.run;
     if (run === null) return;
-    await this.askResends();
+    await askResends(this.ctx.storage, this.env.EPISODES, RESCAN_PAUSE_MS, DIRECTORY_MS * 10);
     // a rescan for rules set since: one paced step per alarm, the next one soon after
     if (this.store.flags.rescanning()) {
       const moved = this.write(() => {
@@ -424,7 +433,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       }
       if (this.store.loadCounters().episodes === 0) {
         await dir.removeRun(run);
-        this.freeIfEmpty();
+        await this.freeIfEmpty(run);
         return;
       }
       await dir.upsertRun(this.store.runRow(run));
@@ -441,29 +450,6 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   // ---- internals ----
 
-  /**
-   * Rows a migration left on their first trace's rewards (reward-recount.ts): their episodes are asked to send them
-   * again, a batch per alarm; an ask that fails is asked again by the next alarm.
-   */
-  private async askResends(): Promise<void> {
-    const sql = this.ctx.storage.sql;
-    const due = resendDue(sql);
-    if (due === null) return;
-    let asked = 0;
-    for (const id of due) {
-      try {
-        await this.env.EPISODES.getByName(id).resendRow(id);
-      } catch (e) {
-        console.warn(`episode ${id}: asked to send its row again: ${e instanceof Error ? e.message : String(e)}`);
-        break;
-      }
-      asked++;
-    }
-    if (asked === due.length && due.length < RESEND_BATCH) return resendAsked(sql, null);
-    if (asked > 0) resendAsked(sql, due[asked - 1]!);
-    await armAlarm(this.ctx.storage, Date.now() + (asked > 0 ? RESCAN_PAUSE_MS : DIRECTORY_MS * 10));
-  }
-
   /** Whether the run has a row (no storage, or every row gone: no run). */
   private hasRows(): boolean {
     return this.schema.present() && this.store.loadCounters().episodes > 0;
@@ -472,10 +458,23 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   /**
    * The directory dropped the run and no row came back since: nothing is kept (deleteAll; the
    * next row creates the tables again). Not while changes wait to be pushed to sockets, nor while
-   * a socket of an earlier release keeps its scope in the table: the next alarm tries again.
+   * a socket of an earlier release keeps its scope in the table: the next alarm tries again. The run's
+   * tokenizer goes first (a failed delete keeps all for the next alarm; a row that came meanwhile keeps the run).
    */
-  private freeIfEmpty(): void {
+  private async freeIfEmpty(run: string): Promise<void> {
     if (this.store.loadCounters().episodes !== 0) return;
+    if (this.store.state("tokenizer") !== null) {
+      this.freeing = this.env.ARCHIVE.delete(tokenizerKey(run)).finally(() => {
+        this.freeing = null;
+      });
+      const deleted = await this.freeing.then(
+        () => true,
+        (e) => console.warn(`run ${run}: its tokenizer was not deleted, the next alarm tries again: ${String(e)}`),
+      );
+      if (!deleted) return void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
+      this.write(() => this.store.deleteState("tokenizer"));
+      if (this.store.loadCounters().episodes !== 0) return;
+    }
     if (this.changes.size > 0 || this.sockets.keepsStoredScopes()) {
       void armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS);
       return;

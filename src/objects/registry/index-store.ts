@@ -314,6 +314,10 @@ export class IndexStore {
     return this.sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
   }
 
+  deleteState(k: string): void {
+    this.sql.exec("DELETE FROM state WHERE k = ?", k);
+  }
+
   setState(k: string, v: string): void {
     // an upsert: a key held is updated in place (INSERT OR REPLACE would write its key's index entry again)
     this.sql.exec("INSERT INTO state VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, v);

@@ -14,6 +14,7 @@ import {
 } from "../../protocol/registry/aggregates.js";
 import { type RewardMinute, recountRewardMinutes } from "../../protocol/registry/reward-trend.js";
 import { rowReward, rowScores } from "../../protocol/registry/rewards.js";
+import { armAlarm } from "../storage/alarm-window.js";
 import { addColumns } from "../storage/schema.js";
 import { FlagStore } from "./flag-store.js";
 import { GroupStore } from "./group-store.js";
@@ -118,4 +119,31 @@ export function resendDue(sql: SqlStorage): string[] | null {
 export function resendAsked(sql: SqlStorage, last: string | null): void {
   if (last === null) sql.exec(`DELETE FROM state WHERE k = '${RESEND_STATE}'`);
   else sql.exec(`INSERT OR REPLACE INTO state VALUES ('${RESEND_STATE}', ?)`, last);
+}
+
+/**
+ * Ask the next batch of episodes whose rows a migration left to be sent again (`resendDue`), from the index's
+ * alarm; an ask that fails is asked again by the alarm `retryMs` later, a full batch goes on `pauseMs` later.
+ */
+export async function askResends(
+  storage: DurableObjectStorage,
+  episodes: Env["EPISODES"],
+  pauseMs: number,
+  retryMs: number,
+): Promise<void> {
+  const due = resendDue(storage.sql);
+  if (due === null) return;
+  let asked = 0;
+  for (const id of due) {
+    try {
+      await episodes.getByName(id).resendRow(id);
+    } catch (e) {
+      console.warn(`episode ${id}: asked to send its row again: ${e instanceof Error ? e.message : String(e)}`);
+      break;
+    }
+    asked++;
+  }
+  if (asked === due.length && due.length < RESEND_BATCH) return resendAsked(storage.sql, null);
+  if (asked > 0) resendAsked(storage.sql, due[asked - 1]!);
+  await armAlarm(storage, Date.now() + (asked > 0 ? pauseMs : retryMs));
 }
