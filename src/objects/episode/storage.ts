@@ -102,6 +102,8 @@ export class EpisodeRecord {
   private ready = false;
   private cached: Meta | null = null;
   private indexCache: IndexState | null = null;
+  /** The index state as storage holds it (set with indexCache). */
+  private indexSaved: IndexState | null = null;
   private rewinds: number | null = null;
 
   constructor(
@@ -127,6 +129,7 @@ export class EpisodeRecord {
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
+    this.indexSaved = null;
     this.rewinds = null;
   }
 
@@ -360,20 +363,27 @@ export class EpisodeRecord {
     this.indexCache = row
       ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts }
       : { ...NO_INDEX_STATE };
+    this.indexSaved = { ...this.indexCache };
     return { ...this.indexCache };
   }
 
-  /** Written only when it changed, in place (each index update sets it two or three times: a row written each). */
-  saveIndexState(s: IndexState): void {
-    const held = this.indexState();
-    if (
-      held.lastFlush === s.lastFlush &&
-      held.due === s.due &&
-      held.flushMs === s.flushMs &&
-      held.attempts === s.attempts
-    )
-      return;
+  /** The index state in memory only (storage keeps what it held: see saveIndexState). */
+  holdIndexState(s: IndexState): void {
+    this.indexState();
     this.indexCache = { ...s };
+  }
+
+  /**
+   * Kept in memory at once; written (in place) only when the pending update, the interval or the
+   * attempts differ from what storage holds. `lastFlush` alone stays in memory: it only throttles,
+   * and a woken object that reads an older one sends its next update sooner, which is harmless.
+   */
+  saveIndexState(s: IndexState): void {
+    this.indexState(); // what storage holds, read once
+    this.indexCache = { ...s };
+    const held = this.indexSaved ?? NO_INDEX_STATE;
+    if (held.due === s.due && held.flushMs === s.flushMs && held.attempts === s.attempts) return;
+    this.indexSaved = { ...s };
     const args = [s.lastFlush, s.due, s.flushMs, s.attempts];
     if (
       this.sql.exec("UPDATE index_sync SET last_flush = ?, due = ?, flush_ms = ?, attempts = ?", ...args)
