@@ -78,17 +78,49 @@ describe("RunRowSync", () => {
   it("a turn schedules an update (dueAfter) and rearms the alarm; none more while one is pending", async () => {
     await withFreshStorage((storage, ctx) => {
       const state = new EpisodeState(storage);
-      commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
       const rearmed: number[] = [];
-      const sync = new RunRowSync(ctx, new FakeIndexes().namespace(), state, 1000, (due) => rearmed.push(due));
+      const indexes = new FakeIndexes();
+      const sync = new RunRowSync(ctx, indexes.namespace(), state, 1000, (due) => rearmed.push(due));
       state.record.saveIndexState({ lastFlush: 5000, due: 0, flushMs: 0, attempts: 0 });
       expect(sync.pending()).toBe(false);
-      sync.changed(5200);
+      sync.changed(c.meta, 5200);
       expect(state.record.indexState().due).toBe(6000);
       expect(rearmed).toEqual([6000]);
       expect(sync.pending()).toBe(true);
-      sync.changed(5300);
+      sync.changed(c.meta, 5300);
       expect(rearmed).toEqual([6000]);
+      expect(indexes.calls).toEqual([]); // the alarm sends it
+    });
+  });
+
+  it("a turn past the interval sends at once: no alarm, nothing written before the answer, nothing after an unchanged one", async () => {
+    await withFreshStorage(async (storage, ctx) => {
+      const state = new EpisodeState(storage);
+      const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
+      const indexes = new FakeIndexes();
+      const rearmed: number[] = [];
+      const sync = new RunRowSync(ctx, indexes.namespace(), state, 1000, (due) => rearmed.push(due));
+      state.record.saveIndexState({ lastFlush: 5000, due: 0, flushMs: 7000, attempts: 0 });
+      const stored = () =>
+        storage.sql.exec<{ last_flush: number; due: number }>("SELECT last_flush, due FROM index_sync").one();
+      sync.changed(c.meta, 20_000);
+      expect(sync.pending()).toBe(false);
+      await sync.settled();
+      expect(indexes.calls).toEqual([{ index: runIndexName("sync-run"), op: "upsert", id: ID }]);
+      expect(rearmed).toEqual([]);
+      // the interval held as the index answered it, and nothing pending: storage is not written for the throttle's clock
+      expect(state.record.indexState()).toEqual({ lastFlush: 20_000, due: 0, flushMs: 7000, attempts: 0 });
+      expect(stored()).toEqual({ last_flush: 5000, due: 0 });
+      // a turn within the interval (of the clock in memory) is throttled: due, and written
+      sync.changed(c.meta, 21_000);
+      expect(stored()).toEqual({ last_flush: 20_000, due: 27_000 });
+      expect(rearmed).toEqual([27_000]);
+      // the alarm's send: storage keeps it due until the index took it
+      const sent = sync.send(c.meta, 27_000);
+      expect(stored().due).toBe(27_000);
+      await sent;
+      expect(stored()).toEqual({ last_flush: 27_000, due: 0 });
     });
   });
 
@@ -97,7 +129,7 @@ describe("RunRowSync", () => {
       const state = new EpisodeState(storage);
       const c = commitIngest(state, openDelta(), ID, Number.MAX_SAFE_INTEGER, 0);
       const sync = new RunRowSync(ctx, undefined, state, 1000, () => expect.unreachable());
-      sync.changed(10);
+      sync.changed(c.meta, 10);
       await sync.send(c.meta, 10);
       await sync.removed(ID);
       expect(state.record.indexState()).toEqual({ lastFlush: 0, due: 0, flushMs: 0, attempts: 0 });

@@ -92,6 +92,24 @@ describe("SqlStore", () => {
     });
   });
 
+  it("a woken object's turn that leaves the pending preview as it was writes no version of it (bytes compared)", async () => {
+    await withFreshStorage((storage) => {
+      const { store, asm } = sqlAssembly(storage);
+      applyFrom(asm, store, 0, [openDelta(), delta({ nodes: [node(0)] })]);
+      const previews = () => count(storage, "SELECT COUNT(*) AS n FROM pending");
+      const before = previews();
+      // read back as a woken object does: its preview is a new array of the same (empty) bytes
+      const woken = reloaded(storage);
+      const wokenStore = woken.store as SqlStore;
+      wokenStore.setFloors([2]); // a retractable frame holds the state before it: a rewritten preview would stay stale
+      applyFrom(woken, wokenStore, 2, [delta({ nodes: [node(1)] }), delta({ nodes: [node(2)] })]);
+      expect([previews(), staleRows(storage)]).toEqual([before, 0]);
+      // a preview that does change is written, the held one kept stale
+      applyFrom(woken, wokenStore, 4, [delta({ pending: [m({ role: "assistant" })] })]);
+      expect([previews(), staleRows(storage)]).toEqual([before + 1, 1]);
+    });
+  });
+
   it("floors hold the state before retractable frames: oldestHold, setFloors, addFloor, and collect once they go", async () => {
     await withFreshStorage((storage) => {
       const { store, asm } = sqlAssembly(storage);

@@ -95,6 +95,21 @@ describe("rows and the counters", () => {
     });
   });
 
+  it("the run's time: the newest row's (read from the rows, not kept per update), or a later delete's", async () => {
+    await withStore((store, storage, run) => {
+      const a = row(run, 1, "live", 500);
+      write(store, storage, a);
+      write(store, storage, row(run, 2, "live", 700));
+      expect(store.runRow(run).updated).toBe(700);
+      write(store, storage, { ...a, updated: 900, seq: a.seq + 1 });
+      expect(store.runRow(run).updated).toBe(900);
+      expect(store.state("updated")).toBeNull();
+      const before = Date.now();
+      storage.transactionSync(() => store.delete(store.row(a.id)!));
+      expect(store.runRow(run).updated).toBeGreaterThanOrEqual(before);
+    });
+  });
+
   it("after puts, replacements and deletes the counters equal a recount of the rows held", async () => {
     await withStore((store, storage, run) => {
       const held = new Map<string, IndexRow>();
@@ -176,11 +191,11 @@ describe("rows and the counters", () => {
         live: liveFacts(4, "later words"),
       });
       const moved = { ...written };
-      expect(Object.keys(moved).sort()).toEqual(["rows", "state"]);
-      // the row, and updated's index entries (by update, status, task, kind, step); the run's time (the counters did
-      // not move: no call or token came)
+      expect(Object.keys(moved).sort()).toEqual(["rows"]);
+      // the row, and updated's index entries (by update, status, task, kind, step); the run's time is the newest
+      // row's, read from them (no state row: the counters did not move, no call or token came)
       expect(moved.rows).toBeLessThanOrEqual(6);
-      expect(moved.state).toBe(1);
+      expect(store.runRow(run).updated).toBe(live.updated + 100_000);
       // no index holds seq: the row itself
       for (const k of Object.keys(written)) delete written[k];
       write(store, state.storage, { ...live, updated: live.updated + 100_000, seq: 100 });

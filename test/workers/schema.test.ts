@@ -222,6 +222,7 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
 /**
  * EPISODE_SCHEMA 7: node metadata is keyed without rowids, every row the release wrote kept; the bodies keep only
  * their key's index (no index by version); the log and the bodies, rows of large blobs, stay rowid tables.
+ * EPISODE_SCHEMA 8: the log is keyed by its rowid alone, every frame kept.
  */
 async function keyedWithoutRowid(d: Dumped): Promise<void> {
   const got = await runInDurableObject(env.EPISODES.getByName(d.name), (_i, state) => {
@@ -237,8 +238,18 @@ async function keyedWithoutRowid(d: Dumped): Promise<void> {
       .toArray()
       .map((r) => r.name);
     const rows = Object.fromEntries(tables.map((t) => [t, sql.exec(`SELECT * FROM ${t}`).toArray().length]));
-    return { created, indexes, rows };
+    const log = sql
+      .exec<{ seq: number; part: number; data: ArrayBuffer }>("SELECT seq, part, data FROM frames ORDER BY k")
+      .toArray()
+      .map((r) => [r.seq, r.part, btoa(String.fromCharCode(...new Uint8Array(r.data)))]);
+    return { created, indexes, rows, log };
   });
+  // EPISODE_SCHEMA 8: the log keyed by one integer (seq << 16 | part), its frames as the release wrote them
+  expect(got.created.frames, d.name).toMatch(/k INTEGER PRIMARY KEY/);
+  const written = (d.rows.frames ?? []) as Array<[number, number, { bin: string }]>;
+  expect(got.log, d.name).toEqual(
+    [...written].sort((x, y) => x[0] - y[0] || x[1] - y[1]).map(([seq, part, data]) => [seq, part, data.bin]),
+  );
   expect(got.created.node_meta, d.name).toMatch(/WITHOUT ROWID$/);
   for (const t of ["frames", "bodies"]) expect(got.created[t], `${d.name}: ${t}`).not.toMatch(/WITHOUT ROWID/);
   expect(got.indexes).toEqual(["bodies_key"]);

@@ -112,19 +112,23 @@ describe("usage", () => {
     expect(Object.values(w).reduce((a, b) => a + b, 0)).toBe(withText.index.rowsWritten);
   });
 
-  it("a node's metadata is one row written, its body two (the row and its key): no index by version", async () => {
+  it("a node's metadata is one row written, its body two (the row and its key), a logged frame one", async () => {
     const c = await golden("chat_basic");
     const id = `usage-run-${freshId("w")}:ep`;
     await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     const stored = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
       const n = (t: string) => state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
-      return { bodies: n("bodies"), node_meta: n("node_meta") };
+      return { bodies: n("bodies"), node_meta: n("node_meta"), frames: n("frames") };
     });
     const w = (await usage(id)).episode.written;
     expect(stored.node_meta).toBeGreaterThan(1);
     // each node and item written once, none replaced (a rowid node_meta wrote two each, bodies with bodies_ver three)
     expect(w.node_meta).toBe(stored.node_meta);
     expect(w.bodies).toBe(2 * stored.bodies);
+    // a logged frame (one part each here) is one row written, and one more if it leaves the log again: the log is
+    // keyed by its rowid alone (EPISODE_SCHEMA 8; keyed by (seq, part), each was two)
+    expect(stored.frames).toBeGreaterThan(1);
+    expect(w.frames).toBe(c.frames.length + (c.frames.length - stored.frames));
   });
 
   it("the archive code counts R2 operations through usageOf; the exported class is a class, instanceof holds", async () => {

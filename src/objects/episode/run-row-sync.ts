@@ -58,12 +58,22 @@ export class RunRowSync {
     this.search = new SearchSync(ctx.storage.sql, state.store);
   }
 
-  /** A turn changed the episode: schedule an update unless one is pending (throttled). */
-  changed(now: number): void {
+  /**
+   * A turn changed the episode: send its row now if the interval since the last one has passed,
+   * else schedule an update (due, and the alarm) unless one is pending (throttled). Sent at once,
+   * nothing is written for it before the answer: the row is derived from the episode, and a send
+   * that fails is scheduled then (a crash in between leaves the row as the last update sent until
+   * the next one).
+   */
+  changed(m: Meta, now: number): void {
     if (!this.ns) return;
     const st = this.state.record.indexState();
     if (st.due !== 0) return;
     const due = dueAfter(st, now, this.flushMs);
+    if (due <= now) {
+      void this.send(m, now);
+      return;
+    }
     this.state.record.saveIndexState({ ...st, due });
     this.rearm(due);
   }
@@ -87,8 +97,10 @@ export class RunRowSync {
       m.archived === null
         ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name))
         : null;
+    // in memory until the answer (saveIndexState writes what storage must keep: a due update stays
+    // due there until the index took this one, so a crash meanwhile leaves it to the alarm)
     const st = this.state.record.indexState();
-    this.state.record.saveIndexState({ ...st, lastFlush: now, due: 0 });
+    this.state.record.holdIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
       m.id,
       (index) => index.upsert(row, text?.batch ?? null),

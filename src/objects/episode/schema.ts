@@ -70,6 +70,26 @@ function extraColumns(sql: SqlStorage, from: string, to: string): string[] {
     );
 }
 
+/**
+ * The log's columns from version 8 (storage.ts): a part's key is `seq << 16 | part`, the
+ * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
+ * row and its key's index); `seq` and `part` are read from it. The log's blobs stay in a rowid table
+ * (see NODE_META_COLUMNS on WITHOUT ROWID).
+ */
+const LOG_COLUMNS = `k INTEGER PRIMARY KEY, data BLOB NOT NULL,
+    seq INTEGER AS (k >> 16) VIRTUAL, part INTEGER AS (k & 65535) VIRTUAL`;
+
+/** The log rebuilt keyed by `k` (LOG_COLUMNS), its frames as they were; nothing to do when it is. */
+function rekeyLog(sql: SqlStorage): void {
+  if (!hasTable(sql, "frames")) return;
+  const keyed = sql.exec("SELECT 1 FROM pragma_table_xinfo('frames') WHERE name = 'k'").toArray().length > 0;
+  if (keyed) return;
+  sql.exec(`CREATE TABLE frames_v8 (${LOG_COLUMNS})`);
+  sql.exec("INSERT INTO frames_v8 (k, data) SELECT (seq << 16) + part, data FROM frames ORDER BY seq, part");
+  sql.exec("DROP TABLE frames");
+  sql.exec("ALTER TABLE frames_v8 RENAME TO frames");
+}
+
 /** The assembled state's tables (sql-store.ts). */
 function createStateTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
@@ -223,6 +243,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         rebuildWithoutRowid(sql, "node_meta", NODE_META_COLUMNS);
         sql.exec("DROP INDEX IF EXISTS bodies_ver");
+      },
+    },
+    {
+      version: 8,
+      what: "the log keyed by one integer (a frame's part is one row written, not a row and its key)",
+      up(sql) {
+        rekeyLog(sql);
       },
     },
   ],

@@ -101,17 +101,21 @@ export class SearchSync {
     if (p.generation === this.generation) this.save(p.next);
   }
 
+  /** Only the traces whose entry moved are written, in place (a turn moves one: one row written, not all of them twice). */
   private save(next: Map<number, Sent>): void {
-    this.sql.exec("DELETE FROM search_sync");
-    for (const [tnum, s] of next)
-      this.sql.exec(
-        "INSERT INTO search_sync (tnum, trace, nodes, task, chars) VALUES (?, ?, ?, ?, ?)",
-        tnum,
-        s.trace,
-        s.nodes,
-        s.task ? 1 : 0,
-        s.chars,
-      );
+    const held = this.all();
+    for (const tnum of held.keys()) if (!next.has(tnum)) this.sql.exec("DELETE FROM search_sync WHERE tnum = ?", tnum);
+    for (const [tnum, s] of next) {
+      const h = held.get(tnum);
+      if (h && h.trace === s.trace && h.nodes === s.nodes && h.task === s.task && h.chars === s.chars) continue;
+      const args = [s.trace, s.nodes, s.task ? 1 : 0, s.chars, tnum];
+      if (
+        !h ||
+        this.sql.exec("UPDATE search_sync SET trace = ?, nodes = ?, task = ?, chars = ? WHERE tnum = ?", ...args)
+          .rowsWritten === 0
+      )
+        this.sql.exec("INSERT INTO search_sync (trace, nodes, task, chars, tnum) VALUES (?, ?, ?, ?, ?)", ...args);
+    }
     this.cache = next;
   }
 
@@ -120,7 +124,7 @@ export class SearchSync {
    * trace's sent count falls back to its first such node (the index replaces from there).
    */
   rewound(asm: EpisodeAssembly, base: number): void {
-    const sent = this.all();
+    const sent = new Map(this.all()); // a copy: save() writes what differs from the held one
     let moved = false;
     for (const t of asm.traces.values()) {
       const s = sent.get(t.tnum);

@@ -5,7 +5,8 @@
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
 // - `frames`: the log of deltas as applied (retracted ones removed), in seq order, for
 //   catch-up streams (viewer hubs' watchers that resume with `?after=` or catch up) and the hubs'
-//   feeds. A frame is split into parts (parts.ts). It is trimmed from the front (log-trim.ts).
+//   feeds. A frame is split into parts (parts.ts), each a row keyed by `seq << 16 | part` alone
+//   (`firstKey`). It is trimmed from the front (log-trim.ts).
 // - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
 //   confirmed by its cursor (retraction: src/protocol/envelope/ledger.ts).
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
@@ -98,10 +99,26 @@ const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts:
 const COLUMNS =
   "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes, unknown";
 
+/**
+ * The log's key of a frame's first part (schema.ts, version 8: `seq << 16 | part`, the table's
+ * rowid). Seqs past 2^36 (none is: a seq counts messages) are taken as 2^36, so a range's end
+ * "everything" (MAX_SAFE_INTEGER) stays a key JS and SQLite hold exactly.
+ */
+function firstKey(seq: number): number {
+  return Math.min(Math.max(seq, 0), 2 ** 36) * 65536;
+}
+
+/** The log's key of a frame's last possible part. */
+function lastKey(seq: number): number {
+  return firstKey(seq) + 65535;
+}
+
 export class EpisodeRecord {
   private ready = false;
   private cached: Meta | null = null;
   private indexCache: IndexState | null = null;
+  /** The index state as storage holds it (set with indexCache). */
+  private indexSaved: IndexState | null = null;
   private rewinds: number | null = null;
 
   constructor(
@@ -127,6 +144,7 @@ export class EpisodeRecord {
     this.ready = false;
     this.cached = null;
     this.indexCache = null;
+    this.indexSaved = null;
     this.rewinds = null;
   }
 
@@ -230,7 +248,9 @@ export class EpisodeRecord {
   // ---- the log ----
 
   appendFrame(seq: number, frame: Uint8Array): void {
-    eachPart(frame, (part, data) => this.sql.exec("INSERT INTO frames VALUES (?, ?, ?)", seq, part, data));
+    eachPart(frame, (part, data) =>
+      this.sql.exec("INSERT INTO frames (k, data) VALUES (?, ?)", firstKey(seq) + part, data),
+    );
   }
 
   /**
@@ -249,14 +269,18 @@ export class EpisodeRecord {
     for (;;) {
       const seqs = this.sql
         .exec<{ seq: number }>(
-          "SELECT seq FROM frames WHERE seq > ? AND seq <= ? AND part = 0 ORDER BY seq LIMIT 64",
-          from,
-          upTo,
+          "SELECT seq FROM frames WHERE k > ? AND k <= ? AND part = 0 ORDER BY k LIMIT 64",
+          lastKey(from),
+          lastKey(upTo),
         )
         .toArray();
       for (const { seq } of seqs) {
         const parts = this.sql
-          .exec<{ data: ArrayBuffer }>("SELECT data FROM frames WHERE seq = ? ORDER BY part", seq)
+          .exec<{ data: ArrayBuffer }>(
+            "SELECT data FROM frames WHERE k BETWEEN ? AND ? ORDER BY k",
+            firstKey(seq),
+            lastKey(seq),
+          )
           .toArray();
         const frame = concatChunks(parts.map((r) => new Uint8Array(r.data)));
         yield { seq, frame };
@@ -280,7 +304,7 @@ export class EpisodeRecord {
 
   /** Forget the frames up to `seq` (the log then starts after it). */
   trimLog(seq: number): void {
-    this.sql.exec("DELETE FROM frames WHERE seq <= ?", seq);
+    this.sql.exec("DELETE FROM frames WHERE k <= ?", lastKey(seq));
   }
 
   /** Retracted frames leave the log; their total size. */
@@ -288,9 +312,14 @@ export class EpisodeRecord {
     let bytes = 0;
     for (const seq of seqs) {
       bytes +=
-        this.sql.exec<{ n: number | null }>("SELECT SUM(LENGTH(data)) AS n FROM frames WHERE seq = ?", seq).one().n ??
-        0;
-      this.sql.exec("DELETE FROM frames WHERE seq = ?", seq);
+        this.sql
+          .exec<{ n: number | null }>(
+            "SELECT SUM(LENGTH(data)) AS n FROM frames WHERE k BETWEEN ? AND ?",
+            firstKey(seq),
+            lastKey(seq),
+          )
+          .one().n ?? 0;
+      this.sql.exec("DELETE FROM frames WHERE k BETWEEN ? AND ?", firstKey(seq), lastKey(seq));
     }
     return bytes;
   }
@@ -360,20 +389,27 @@ export class EpisodeRecord {
     this.indexCache = row
       ? { lastFlush: row.last_flush, due: row.due, flushMs: row.flush_ms, attempts: row.attempts }
       : { ...NO_INDEX_STATE };
+    this.indexSaved = { ...this.indexCache };
     return { ...this.indexCache };
   }
 
-  /** Written only when it changed, in place (each index update sets it two or three times: a row written each). */
-  saveIndexState(s: IndexState): void {
-    const held = this.indexState();
-    if (
-      held.lastFlush === s.lastFlush &&
-      held.due === s.due &&
-      held.flushMs === s.flushMs &&
-      held.attempts === s.attempts
-    )
-      return;
+  /** The index state in memory only (storage keeps what it held: see saveIndexState). */
+  holdIndexState(s: IndexState): void {
+    this.indexState();
     this.indexCache = { ...s };
+  }
+
+  /**
+   * Kept in memory at once; written (in place) only when the pending update, the interval or the
+   * attempts differ from what storage holds. `lastFlush` alone stays in memory: it only throttles,
+   * and a woken object that reads an older one sends its next update sooner, which is harmless.
+   */
+  saveIndexState(s: IndexState): void {
+    this.indexState(); // what storage holds, read once
+    this.indexCache = { ...s };
+    const held = this.indexSaved ?? NO_INDEX_STATE;
+    if (held.due === s.due && held.flushMs === s.flushMs && held.attempts === s.attempts) return;
+    this.indexSaved = { ...s };
     const args = [s.lastFlush, s.due, s.flushMs, s.attempts];
     if (
       this.sql.exec("UPDATE index_sync SET last_flush = ?, due = ?, flush_ms = ?, attempts = ?", ...args)

@@ -163,7 +163,7 @@ export class IndexStore {
     this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
-    this.saveRun(c, old.run, old.created, Date.now());
+    this.saveRun(c, old.run, old.created, Date.now(), true);
     this.search.remove(old.id);
   }
 
@@ -264,7 +264,7 @@ export class IndexStore {
     return {
       run,
       created: Number(this.state("created") ?? Date.now()),
-      updated: Number(this.state("updated") ?? Date.now()),
+      updated: this.updated() ?? Date.now(),
       episodes: c.episodes,
       live: c.live,
       finished: c.finished,
@@ -358,13 +358,28 @@ export class IndexStore {
     for (const s of x.scores) this.sql.exec(insert, id, s.key, s.score, x.status);
   }
 
-  /** The counters and the run's name and times, each written only when it changed. */
-  private saveRun(c: Counters, run: string, created: number, updated: number): void {
+  /**
+   * The run's last update (epoch ms): the newest row's (one seek in rows_by_updated), or the time
+   * kept in the state when later (a delete, rules set before the first row); null: neither.
+   */
+  private updated(): number | null {
+    const newest = this.sql.exec<{ u: number | null }>("SELECT MAX(updated) AS u FROM rows").one().u;
+    const kept = this.state("updated");
+    if (kept === null) return newest;
+    return Math.max(Number(kept), newest ?? 0);
+  }
+
+  /**
+   * The counters and the run's name and times, each written only when it changed. A row's own time
+   * is not kept apart (the rows hold it: `updated()`), only a later one that no row holds (`rowless`:
+   * a delete's).
+   */
+  private saveRun(c: Counters, run: string, created: number, updated: number, rowless = false): void {
     this.setChanged("counters", JSON.stringify(c));
     if (this.state("run") === null) this.setState("run", run);
     const first = Number(this.state("created") ?? created);
     this.setChanged("created", String(Math.min(first, created)));
-    this.setChanged("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
+    if (rowless) this.setChanged("updated", String(Math.max(Number(this.state("updated") ?? 0), updated)));
   }
 
   private setChanged(k: string, v: string): void {

@@ -9,6 +9,7 @@
 // against the current state first and builds the new values aside; only then is the state
 // changed, by steps that cannot fail.
 
+import { equalBytes } from "../wire/bytes.js";
 import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
 import { type Entry, type ParsedDelta, parseDelta } from "./delta.js";
 import { DeltaError, FinishError } from "./errors.js";
@@ -200,7 +201,9 @@ export class EpisodeAssembly {
       );
     }
     const pending = delta.pending ?? (delta.nodes ? EMPTY_ARRAY : null);
-    if (pending !== null && pending !== trace.pending) {
+    // by bytes, not identity: a woken object reads its preview back as a new array, and rewriting
+    // the same bytes would cost a version (and its stale row) at every turn
+    if (pending !== null && !equalBytes(pending, trace.pending)) {
       trace.pending = pending;
       store.pendingSet(trace);
     }
