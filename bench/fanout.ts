@@ -561,7 +561,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
   try {
     bare = await startBareServer();
     const relayPids = descendantPids("workerd");
-    bareWorkerd = await startBareWorkerd(relayCompat());
+    bareWorkerd = await startBareWorkerd(await relayCompat());
     // warm-up (JIT of workerd, of the bare servers and of this process), not reported
     await runCell("ws", bare.url, null, 10, 1, 20, 500);
     await runCell("workerd", bareWorkerd.url, null, 10, 1, 20, 500);

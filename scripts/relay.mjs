@@ -22,18 +22,18 @@
 //
 // As a command (`npm start`, `npm run start:tiers`): see `main` below.
 import { fork, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs, parseEnv } from "node:util";
 import { Log, LogLevel, Miniflare } from "miniflare";
-import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { buildDashboard } from "./build-dashboard.mjs";
 import { devVarsFiles, FROM_ENVIRONMENT, findRelaySecret, secretTooShort } from "./dev-vars.mjs";
 import { freePort, listenable } from "./free-port.mjs";
 import { currentParent, processTable } from "./processes.mjs";
-import { bundleWorker, sharedBundle } from "./worker-bundle.mjs";
+import { BUNDLE_ENV, bundleWorker, sharedBundle } from "./worker-bundle.mjs";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -102,14 +102,45 @@ export function bundle() {
   return join(bundleDir, "index.js");
 }
 
-/** Miniflare's options for the Worker, as wrangler derives them from wrangler.toml. */
-function workerOptions() {
-  return unstable_getMiniflareWorkerOptions(join(root, "wrangler.toml")).workerOptions;
+/**
+ * Miniflare's options for the Worker, as wrangler derives them from wrangler.toml. wrangler is
+ * imported only for that, and its import costs each process seconds of CPU: in a test run
+ * (RELAY_BUNDLE_DIR, scripts/worker-bundle.mjs) the first process keeps the options (plain JSON)
+ * beside the run's shared bundle, named by wrangler.toml's hash, and every later relay process of
+ * the run (npm start in the tests, the Python tests' relays) reads them instead.
+ * @returns {Promise<Record<string, any>>}
+ */
+async function workerOptions() {
+  const config = join(root, "wrangler.toml");
+  const base = process.env[BUNDLE_ENV];
+  const kept =
+    base &&
+    join(base, `worker-options-${createHash("sha256").update(readFileSync(config)).digest("hex").slice(0, 16)}.json`);
+  if (kept) {
+    try {
+      return JSON.parse(readFileSync(kept, "utf8"));
+    } catch {
+      // not kept yet (or the directory is gone): derived below
+    }
+  }
+  const { unstable_getMiniflareWorkerOptions } = await import("wrangler");
+  const options = unstable_getMiniflareWorkerOptions(config).workerOptions;
+  if (kept) {
+    try {
+      // written whole, then renamed: a process reading it never sees half of it
+      const tmp = `${kept}.${process.pid}`;
+      writeFileSync(tmp, JSON.stringify(options));
+      renameSync(tmp, kept);
+    } catch {
+      // the run's directory is gone: the next process derives them again
+    }
+  }
+  return options;
 }
 
 /** The relay's compatibility date and flags (wrangler.toml), for other Workers measured beside it. */
-export function relayCompat() {
-  const w = workerOptions();
+export async function relayCompat() {
+  const w = await workerOptions();
   return { date: w.compatibilityDate ?? "", flags: [...(w.compatibilityFlags ?? [])] };
 }
 
@@ -207,7 +238,7 @@ async function startRouterProcess(
  */
 export async function startRelay(o = {}) {
   await buildDashboard({ ifMissing: true });
-  const w = workerOptions();
+  const w = await workerOptions();
   if (!o.script && !bundleDir) bundleDir = await sharedBundle();
   const script = o.script ?? bundle();
   const host = o.host ?? "127.0.0.1";
