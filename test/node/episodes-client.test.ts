@@ -354,7 +354,17 @@ describe("episode-relay episodes", () => {
       "error",
     ]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
-    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "1.000", "3", "99", TASK_B, "max_turns (truncated)"]);
+    expect(row("b-0")).toEqual([
+      id("b-0"),
+      "finished",
+      "-",
+      "-",
+      "1.000",
+      "3",
+      "99",
+      TASK_B,
+      "max_turns (truncated, timed out)",
+    ]);
     expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.250", "3", "99", TASK_B, "agent_completed"]);
 
     const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");
