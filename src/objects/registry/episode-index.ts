@@ -106,7 +106,6 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   // ---- RPC from Episode objects ----
 
-  /** Insert or replace the episode's row (an update older than the held one is ignored). */
   /**
    * Insert or replace the episode's row (an update older than the held one is ignored), and with it
    * the text it sends for the run's search (src/objects/registry/search-store.ts).
