@@ -2,7 +2,7 @@
 // page of `GET /v1/runs/{run}/episodes` (`{episodes, cursor, searched}`), `listEpisodes(url, run,
 // options)` iterates over every matching episode following the cursors. Filters: `status`, and
 // `filter`, the relay's own `RowFilter` (src/protocol/registry/row-filter.ts: task, stop condition,
-// truncated, errored, reward ranges, turns, tokens), turned into query parameters by the relay's
+// is_truncated (the trainer's truncation), is_timeout, errored, reward ranges, turns, tokens), turned into query parameters by the relay's
 // own `filterParams`, so the client and the relay agree on what a filter means.
 //
 // A page may be short (fewer than `limit` episodes, even none) and still have a cursor: the
@@ -27,7 +27,7 @@ export interface ListEpisodesOptions extends TokenOptions {
   /** Only episodes in this status. */
   status?: IndexStatus;
   /** Only episodes that pass this filter (fields left out, null or `rewards: []`: not filtered). */
-  filter?: Partial<RowFilter>;
+  filter?: EpisodeFilter;
   /** Order of the episodes (the relay's default: updated). */
   sort?: EpisodeSort;
   /** Episodes per page (the relay's default 50, at most 500). */
@@ -38,6 +38,12 @@ export interface ListEpisodesOptions extends TokenOptions {
   hints?: Hints;
 }
 
+/** The relay's filter, every field optional; `truncated` is a deprecated alias of `isTimeout` (one release). */
+export type EpisodeFilter = Partial<RowFilter> & {
+  /** @deprecated A timeout, not the trainer's truncation: use `isTimeout` (or `isTruncated` for truncation). */
+  truncated?: boolean | null;
+};
+
 /**
  * `filter` with every field present (left out or undefined: null), as the relay's `filterParams`
  * takes it. Throws a RelayRefusal (`bad_filter`, nothing sent) for what the relay would not refuse
@@ -45,11 +51,25 @@ export interface ListEpisodesOptions extends TokenOptions {
  * other bad value (a bound that is not a number, MIN above MAX, too many ranges, a negative count)
  * is the relay's to refuse: 400 `bad_filter` with the parameter as `field`.
  */
-export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
+export function fullFilter(filter: EpisodeFilter = {}): RowFilter {
+  if (
+    filter.truncated !== undefined &&
+    filter.truncated !== null &&
+    filter.isTimeout !== undefined &&
+    filter.isTimeout !== null &&
+    filter.truncated !== filter.isTimeout
+  )
+    throw new RelayRefusal(
+      400,
+      "bad_filter",
+      "filter.truncated (deprecated alias of isTimeout) disagrees with isTimeout",
+      "truncated",
+    );
   const f: RowFilter = {
     task: filter.task ?? NO_FILTER.task,
     stop: filter.stop ?? NO_FILTER.stop,
-    truncated: filter.truncated ?? NO_FILTER.truncated,
+    isTruncated: filter.isTruncated ?? NO_FILTER.isTruncated,
+    isTimeout: filter.isTimeout ?? filter.truncated ?? NO_FILTER.isTimeout,
     errored: filter.errored ?? NO_FILTER.errored,
     rewards: (filter.rewards ?? []).map((r) => ({ key: r.key, min: r.min ?? null, max: r.max ?? null })),
     minTurns: filter.minTurns ?? NO_FILTER.minTurns,
@@ -76,7 +96,8 @@ export function fullFilter(filter: Partial<RowFilter> = {}): RowFilter {
       );
   }
   for (const [name, v] of [
-    ["truncated", f.truncated],
+    ["isTruncated", f.isTruncated],
+    ["isTimeout", f.isTimeout],
     ["errored", f.errored],
   ] as const) {
     if (v !== null && typeof v !== "boolean")

@@ -46,6 +46,7 @@ import {
 export { branchPaths, type FoldNode, foldOntoNodes, mismatchKl, type NodeSignals } from "../../src/protocol/index.js";
 export { type FetchRunOptions, fetchRun, type RunEpisode } from "./bulk.js";
 export {
+  type EpisodeFilter,
   type EpisodeSort,
   type EpisodesPage,
   fetchEpisodesPage,

@@ -2,12 +2,18 @@
 // page's "compare best and worst"): each episode read once as JSON (`GET /v1/episodes/{id}`, the
 // live form `{status, seq, error, traces}` or the finished `{...head, traces}`) and only its
 // display form kept; their rewards, advantages (from each one's group), metrics, stop conditions
-// and tokens in one table; then every trace, aligned node by node across all of
+// (and truncation, as the trainer counts it) and tokens in one table; then every trace, aligned node by node across all of
 // them, with the first node where they diverge marked and its text diffed word by word against
 // A. Best and worst are named by the stated tie rule (compare-align.ts).
 
 import type { GroupDetailJson, Json, RolloutJson } from "../../src/protocol/index.js";
-import { episodeReward, rankRollouts, TIE_RULE } from "../../src/protocol/index.js";
+import {
+  episodeReward,
+  lastSuccessfulFinish,
+  rankRollouts,
+  TIE_RULE,
+  traceTruncated,
+} from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { alignTurns, traceSlots, wordDiff } from "./compare-align.js";
 import { h, plural } from "./dom.js";
@@ -26,7 +32,10 @@ interface TraceSide {
   rewards: Json;
   metrics: Json;
   stop: string | null;
-  truncated: boolean | null;
+  /** Truncated as the trainer counts it (truncation.ts: its stop condition or its last successful call). */
+  truncated: boolean;
+  /** `is_timeout` (null: not set). */
+  timeout: boolean | null;
   tokens: number;
 }
 
@@ -55,7 +64,11 @@ function traceOf(t: Json): TraceSide {
     rewards: o.rewards ?? null,
     metrics: o.metrics ?? null,
     stop: typeof o.stop_condition === "string" ? o.stop_condition : null,
-    truncated: typeof o.is_timeout === "boolean" ? o.is_timeout : null,
+    truncated: traceTruncated({
+      stop: o.stop_condition,
+      lastFinish: lastSuccessfulFinish(Array.isArray(o.calls) ? o.calls : []),
+    }),
+    timeout: typeof o.is_timeout === "boolean" ? o.is_timeout : null,
     tokens: typeof o.num_total_tokens === "number" ? o.num_total_tokens : 0,
   };
 }
@@ -221,8 +234,14 @@ export function mountCompare(shell: Shell, ids: string[]): () => void {
       );
       rows.push(
         fact(
+          `truncated (is_truncated)${of}`,
+          sides.map((s) => (s.traces[t] === undefined ? "–" : s.traces[t]!.truncated ? "yes" : "no")),
+        ),
+      );
+      rows.push(
+        fact(
           `timed out (is_timeout)${of}`,
-          sides.map((s) => (s.traces[t]?.truncated ? "yes" : "no")),
+          sides.map((s) => (s.traces[t]?.timeout ? "yes" : "no")),
         ),
       );
     }

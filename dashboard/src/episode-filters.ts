@@ -1,9 +1,10 @@
-// The run's episode filters (task, stop condition, truncated, errored, one reward key's range,
+// The run's episode filters (task, stop condition, truncated, timed out, errored, one reward key's range,
 // turns and tokens at least; the trainer's identity: kind, env, a step or a step range, the policy
 // version): a panel of inputs whose value is the relay's own RowFilter
 // (src/protocol/registry/row-filter.ts), so the page asks the relay exactly what it matches pushed rows with.
-// The filter lives in the page's URL too (`?task=…&truncated=1&step=3..5`): a filtered list can be
-// shared, and a link to a step is the run page with `?step=N`.
+// The filter lives in the page's URL too (`?task=…&is_truncated=1&step=3..5`): a filtered list can be
+// shared, and a link to a step is the run page with `?step=N`. An older link's `truncated=1` (a timeout, the
+// deprecated alias of `is_timeout=1`) is read as that.
 
 import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
 import { h } from "./dom.js";
@@ -14,6 +15,8 @@ const TYPING_MS = 350;
 const FILTER_PARAMS = [
   "task",
   "stop",
+  "is_truncated",
+  "is_timeout",
   "truncated",
   "errored",
   "reward",
@@ -47,7 +50,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   const range = initial.rewards[0] ?? null;
   const task = input("filter-task", "text", "Task key", initial.task);
   const stop = input("filter-stop", "text", "Stop condition", initial.stop);
-  const truncated = choice("filter-truncated", "Timed out", initial.truncated);
+  const truncated = choice("filter-truncated", "Truncated", initial.isTruncated);
+  const timedOut = choice("filter-timeout", "Timed out", initial.isTimeout);
   const errored = choice("filter-errored", "Errored", initial.errored);
   const key = h("select.select", { id: "filter-reward-key", "aria-label": "reward key" });
   const min = input("filter-reward-min", "number", "min", range?.min ?? null);
@@ -68,14 +72,14 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
 
   const fields = [task, stop, min, max, turns, tokens, env, step, policy];
   for (const f of fields) f.addEventListener("input", () => settle(TYPING_MS));
-  for (const s of [truncated, errored, kind]) s.addEventListener("change", () => settle(0));
+  for (const s of [truncated, timedOut, errored, kind]) s.addEventListener("change", () => settle(0));
   key.addEventListener("change", () => {
     chosenKey = key.value;
     settle(0);
   });
   clearBtn.addEventListener("click", () => {
     for (const f of fields) f.value = "";
-    truncated.value = errored.value = kind.value = "";
+    truncated.value = timedOut.value = errored.value = kind.value = "";
     settle(0);
   });
 
@@ -88,7 +92,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
       null,
       labelled("Task", task),
       labelled("Stop condition", stop),
-      labelled("Timed out", truncated),
+      labelled("Truncated", truncated),
+      labelled("Timed out", timedOut),
       labelled("Errored", errored),
       labelled("Reward", h("span.filter-range", null, key, min, h("span.muted", null, "to"), max), true),
       labelled("Turns", turns),
@@ -117,7 +122,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
     const set = (name: string, v: string) => v.trim() !== "" && q.set(name, v.trim());
     set("task", task.value);
     set("stop", stop.value);
-    set("truncated", truncated.value);
+    set("is_truncated", truncated.value);
+    set("is_timeout", timedOut.value);
     set("errored", errored.value);
     set("min_turns", turns.value);
     set("min_tokens", tokens.value);

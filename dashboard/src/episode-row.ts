@@ -1,7 +1,7 @@
 // One episode in a run's list: status (with its stage while live, or "pending" for a rollout
 // announced before its first trace), id (its error, its size under it), task, group, the trainer's
 // step and kind (the policy version and staleness in the tooltip), reward, the reward scores, the
-// final answer (the latest assistant words, `live.last`), stop condition, truncated, ages.
+// final answer (the latest assistant words, `live.last`), stop condition, truncated (the trainer's) or timed out, ages.
 // Every column is the row's own field as the relay sends it (src/protocol/registry/entry.ts).
 
 import type { IndexEntry } from "../../src/protocol/index.js";
@@ -10,7 +10,14 @@ import { agoSpan, fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, idInRun } from "./links.js";
 import { pickBox } from "./pick-tray.js";
 import { episodeRewardChips, rewardNumber } from "./reward-chip.js";
-import { isPlaceholder, kindChip, stageChip } from "./stage-chip.js";
+import {
+  isPlaceholder,
+  kindChip,
+  stageChip,
+  TRUNCATION_HEAD,
+  TRUNCATION_HEAD_TITLE,
+  truncationCell,
+} from "./stage-chip.js";
 
 export function episodeListHead(): HTMLElement {
   const col = (text: string, title?: string, cls = "span") => h(cls as "span", { role: "columnheader", title }, text);
@@ -27,7 +34,7 @@ export function episodeListHead(): HTMLElement {
     col("Rewards"),
     col("Final answer", "the latest assistant words"),
     col("Stop", "stop condition"),
-    col("Timed out", "the rollout hit its time limit (is_timeout; the API's `truncated` field)"),
+    col(TRUNCATION_HEAD, TRUNCATION_HEAD_TITLE),
     col("Updated"),
   );
 }
@@ -87,11 +94,7 @@ export function episodeRow(e: IndexEntry, run: string): HTMLElement {
       { role: "cell", title: e.stop_condition ?? undefined },
       e.stop_condition ? h("code", null, e.stop_condition) : h("span.muted", null, "–"),
     ),
-    h(
-      "span.cell-trunc",
-      { role: "cell", "data-truncated": String(e.truncated ?? false) },
-      e.truncated ? h("span.chip.incomplete", null, "timed out") : h("span.muted", null, "no"),
-    ),
+    truncationCell("cell-trunc", e),
     h(
       "span.cell-age",
       { role: "cell" },

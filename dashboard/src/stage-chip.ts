@@ -4,6 +4,7 @@
 // streamed yet.
 
 import type { IndexEntry, Stage } from "../../src/protocol/index.js";
+import { TRUNCATION_DEFINITION } from "../../src/protocol/index.js";
 import { h } from "./dom.js";
 
 /** What each stage means, for the chip's tooltip. */
@@ -32,4 +33,32 @@ export function kindChip(kind: string | null): HTMLElement {
   if (!kind) return h("span.muted", null, "–");
   const tone = kind === "train" || kind === "eval" ? kind : "other";
   return h(`span.chip.kind.k-${tone}` as "span", { "data-kind": kind }, kind);
+}
+
+/** The header of the truncation cell (`truncationCell`), both facts named. */
+export const TRUNCATION_HEAD = "Truncated";
+export const TRUNCATION_HEAD_TITLE = `${TRUNCATION_DEFINITION} (is_truncated); "timed out": the rollout hit its time limit (is_timeout)`;
+
+/**
+ * How a rollout ended short, as two chips: truncated (the trainer's `is_truncated`; null: not counted) and timed out
+ * (`is_timeout`), each only when so; "no" when neither.
+ */
+export function truncationCell(cls: string, e: { is_truncated?: boolean | null; is_timeout?: boolean }): HTMLElement {
+  const truncated = e.is_truncated ?? null;
+  const timeout = e.is_timeout === true;
+  return h(
+    `span.${cls}` as "span",
+    {
+      role: "cell",
+      "data-truncated": String(truncated),
+      "data-timeout": String(timeout),
+      "data-quiet": truncated !== true && !timeout ? "" : undefined,
+    },
+    truncated ? h("span.chip.incomplete", { title: TRUNCATION_DEFINITION }, "truncated") : null,
+    timeout ? h("span.chip.bad", { title: "the rollout hit its time limit (is_timeout)" }, "timed out") : null,
+    truncated === null && !timeout
+      ? h("span.muted", { title: "not counted: the rollout's calls were gone when truncation was first counted" }, "–")
+      : null,
+    truncated === false && !timeout ? h("span.muted", null, "no") : null,
+  );
 }

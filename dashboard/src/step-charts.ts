@@ -102,7 +102,7 @@ export function stepCards(list: StepJson[]): StepCard[] {
     {
       id: "step-outcomes",
       title: "Truncated, errors, timeouts by step",
-      sub: "share of ended rollouts (finished or failed)",
+      sub: "share of ended rollouts (finished or failed); truncated as the trainer counts it (is_truncated)",
       spec: {
         ...base,
         yLabel: "% of ended",

@@ -47,6 +47,7 @@ export * from "./registry/rows.js";
 export * from "./registry/run.js";
 export * from "./registry/run-timeline.js";
 export * from "./registry/steps.js";
+export * from "./registry/truncation.js";
 export * from "./registry/zero-variance-trend.js";
 export * from "./search/query.js";
 export { nodeSegments, type Segment, taskSegment } from "./search/segments.js";

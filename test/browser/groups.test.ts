@@ -539,7 +539,8 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     const box = (await list.boundingBox())!;
     const heads = page.locator(".group-rollouts .r-head [role=columnheader]");
     const names = (await heads.allTextContents()).map((t) => t.trim());
-    for (const name of ["Rollout", "Status", "Kind", "Turns", "Tokens", "Stop", "Timed out"])
+    // the truncation column (the trainer's truncation and the timeout, one column; "Timed out" before is_truncated)
+    for (const name of ["Rollout", "Status", "Kind", "Turns", "Tokens", "Stop", "Trunc."])
       expect(names).toContain(name);
     for (let i = 0; i < (await heads.count()); i++) {
       const b = (await heads.nth(i).boundingBox())!;

@@ -133,7 +133,8 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
     const shots = await shoot(page, "run-64x8");
 
     await page.click("#episode-filters summary");
-    await page.selectOption("#filter-truncated", "1");
+    // the rollouts timed out (is_timeout), none truncated as the trainer counts it (max_turns_reached is no limit)
+    await page.selectOption("#filter-timeout", "1");
     await waitListed(
       page,
       rollouts.filter((r) => r.truncated),
@@ -141,7 +142,7 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
     expect(await page.locator("#episodes .ep-row[data-id]").first().locator(".cell-size").innerText()).toContain(
       "call",
     );
-    expect(new URL(page.url()).searchParams.get("truncated")).toBe("1");
+    expect(new URL(page.url()).searchParams.get("is_timeout")).toBe("1");
 
     // truncated and errored together: none (no truncated rollout failed); then errored alone
     await page.selectOption("#filter-errored", "1");
@@ -154,7 +155,7 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
       { timeout: 20_000 },
     );
     expect(await page.locator("#episodes .ep-row[data-id]").count()).toBe(0);
-    await page.selectOption("#filter-truncated", "");
+    await page.selectOption("#filter-timeout", "");
     await waitListed(
       page,
       rollouts.filter((r) => r.failed),

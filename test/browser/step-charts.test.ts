@@ -59,6 +59,8 @@ function plan(now: number): Rollout[] {
           scores: [(j * 2 + g + step) % 8 < step + 1 ? 1 : 0, ((j + g) % 4) / 4 + (step >= 4 ? 0.25 : 0)],
           stop: cut ? (step % 2 ? "max_turns" : "max_output_tokens") : "agent_completed",
           truncated: (step === 2 || step === 5) && g === 1 && j === 3,
+          // cut by its last call (finish_reason length): truncated as the trainer counts it, whatever its stop
+          lastFinish: step === 1 && g === 1 && j === 1 ? "length" : undefined,
           outcome: step === 3 && g === 0 && j === 2 ? "failed" : "finished",
           // multiples of 4 under 1024: the relay keeps them exactly (step-outcomes.ts)
           outputTokens: 960 - 64 * step + 4 * (13 * j + 7 * g),
@@ -86,7 +88,7 @@ function recount(kind: string, step: number) {
     length: lengths.reduce((a, b) => a + b, 0) / lengths.length,
     // nearest rank
     p90: lengths[Math.ceil(0.9 * lengths.length) - 1]!,
-    truncated: rs.filter((r) => TRUNCATING_STOPS.has(r.stop)).length / ended,
+    truncated: rs.filter((r) => TRUNCATING_STOPS.has(r.stop) || r.lastFinish === "length").length / ended,
     timeout: rs.filter((r) => r.truncated).length / ended,
     errored: rs.filter((r) => r.outcome === "failed").length / ended,
     staleness: rs.reduce((a, r) => a + (r.dispatch.step - r.dispatch.policy_version), 0) / rs.length,

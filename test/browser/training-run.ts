@@ -33,7 +33,10 @@ export interface Rollout {
   /** Each call's usage cost (null: none given). */
   cost: number | null;
   stop: string;
+  /** Its trace's `is_timeout` (the API's deprecated `truncated`). */
   truncated: boolean;
+  /** Its last call's `finish_reason` (absent: chat_basic's own, `stop`); `length` truncates it. */
+  lastFinish?: string;
   /** Its trace's `num_output_tokens` at the end (absent: chat_basic's own). */
   outputTokens?: number;
 }
@@ -105,6 +108,11 @@ export function trainingPlan(run: string, now: number): Rollout[] {
   return out;
 }
 
+/** The frame that carries chat_basic's last call. */
+const LAST_CALL_FRAME = chat.frames
+  .map((b) => Array.isArray((decodeLossless(b) as LMap).get("calls")))
+  .lastIndexOf(true);
+
 /** chat_basic's frame `i` for rollout `r`: its task key, its last answer, its calls' cost. */
 function frameFor(r: Rollout, i: number): Uint8Array {
   if (i === 0) return openFrame(r.dispatch.task);
@@ -117,6 +125,7 @@ function frameFor(r: Rollout, i: number): Uint8Array {
     if (msg.get("role") === "assistant" && msg.get("content") === "391") put(msg, "content", r.answer);
   }
   if (r.cost !== null) for (const c of calls ?? []) put(c.get("usage") as LMap, "cost", f(r.cost));
+  if (r.lastFinish !== undefined && i === LAST_CALL_FRAME) put(calls!.at(-1)!, "finish_reason", r.lastFinish);
   return enc(d);
 }
 

@@ -261,6 +261,7 @@ describe("the run's episode list", () => {
           answerTitle: r.querySelector(".cell-answer")?.getAttribute("title") ?? "",
           stop: text(".cell-stop code"),
           truncated: (r.querySelector(".cell-trunc") as any)?.dataset.truncated,
+          timeout: (r.querySelector(".cell-trunc") as any)?.dataset.timeout,
           pending: r.hasAttribute("data-pending"),
         };
       }),
@@ -277,7 +278,9 @@ describe("the run's episode list", () => {
         answer: row.live?.last ?? "",
         answerTitle: row.live?.last ?? "",
         stop: row.stop_condition ?? "",
-        truncated: String(row.truncated ?? false),
+        // the trainer's truncation and the timeout, apart (data-truncated held the timeout before is_truncated)
+        truncated: String(row.is_truncated ?? null),
+        timeout: String(row.is_timeout ?? false),
         pending: row.status === "live" && row.traces === 0,
       });
     }
@@ -285,7 +288,7 @@ describe("the run's episode list", () => {
     const hacker = bySort.find((r) => r.id === `${RUN}:t3-g1-3`)!;
     expect(hacker.live!.last).toBe(HACK.slice(0, 160));
     expect(cells.find((c) => c.id === hacker.id)!.answerTitle).toBe(hacker.live!.last);
-    expect(cells.filter((c) => c.truncated === "true").map((c) => c.id)).toEqual([`${RUN}:t2-g1-2`]);
+    expect(cells.filter((c) => c.timeout === "true").map((c) => c.id)).toEqual([`${RUN}:t2-g1-2`]);
 
     // filters through the controls: kind eval, then a step range, then a policy version; the list is the relay's answer each time
     await page.click("#episode-filters summary");
@@ -467,7 +470,8 @@ describe("the group page", () => {
       expect(await text(".cell-kind"), r.id).toBe(r.dispatch!.kind);
       expect(await text(".cell-answer"), r.id).toBe(r.live!.last);
       expect(await text(".cell-stop"), r.id).toBe(r.stop_condition);
-      expect(await row.locator(".cell-trunc").getAttribute("data-truncated")).toBe(String(r.truncated));
+      expect(await row.locator(".cell-trunc").getAttribute("data-truncated")).toBe(String(r.is_truncated));
+      expect(await row.locator(".cell-trunc").getAttribute("data-timeout")).toBe(String(r.is_timeout));
     }
     // the reward hacker's words sit beside its reward, in view without scrolling the table sideways
     const hacker = page.locator(`#rollouts .r-row[data-id="${RUN}:t3-g1-3"]`);

@@ -61,6 +61,8 @@ type Listed = {
   step: number;
   reward: number | null;
   stop_condition: string | null;
+  is_truncated: boolean | null;
+  is_timeout: boolean;
   truncated: boolean;
 };
 const listed = async (): Promise<Listed[]> =>
@@ -70,7 +72,7 @@ const listed = async (): Promise<Listed[]> =>
 async function recount(e: Listed) {
   const ep = JSON.parse(await episodeText(e.id)) as {
     traces: Array<{
-      calls: unknown[];
+      calls: Array<{ finish_reason?: string | null; error?: unknown }>;
       nodes: Array<{ parent: number | null; message?: { role?: string } }>;
       num_total_tokens: number;
       stop_condition: string;
@@ -79,6 +81,15 @@ async function recount(e: Listed) {
     }>;
   };
   const t0 = ep.traces[0]!;
+  // the trainer's truncation, restated: a limit stop, or the last call without an error ended `length`, any trace
+  const limits = ["max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"];
+  const truncated = ep.traces.some(
+    (t) =>
+      limits.includes(t.stop_condition) ||
+      t.calls.filter((c) => c.error === undefined || c.error === null).at(-1)?.finish_reason === "length",
+  );
+  // what the API lists says the same
+  expect([e.is_truncated, e.is_timeout, e.truncated], e.id).toEqual([truncated, t0.is_timeout, t0.is_timeout]);
   return {
     id: e.id,
     kind: e.kind,
@@ -90,6 +101,8 @@ async function recount(e: Listed) {
     tokens: ep.traces.reduce((n, t) => n + t.num_total_tokens, 0),
     branches: ep.traces.reduce((n, t) => n + t.nodes.filter((_, i) => !t.nodes.some((x) => x.parent === i)).length, 0),
     stop_condition: t0.stop_condition,
+    is_truncated: truncated,
+    is_timeout: t0.is_timeout,
     truncated: t0.is_timeout,
     rewards: keyMeans(ep.traces.map((t) => t.rewards)),
   };
@@ -132,6 +145,8 @@ function asRecount(r: Record<string, unknown>) {
     tokens: Number(r.tokens),
     branches: Number(r.branches),
     stop_condition: r.stop_condition,
+    is_truncated: r.is_truncated,
+    is_timeout: r.is_timeout,
     truncated: r.truncated,
     rewards: JSON.parse(r.rewards as string),
   };
@@ -199,6 +214,8 @@ describe("episode-relay export", () => {
     const expected = await Promise.all((await listed()).map(recount));
     const byId = (a: { id: unknown }, b: { id: unknown }) => String(a.id).localeCompare(String(b.id));
     expect(rows.map(asRecount).sort(byId)).toEqual(expected.sort(byId));
+    // odd_values stopped at max_turns and timed out: truncated and timed out; the rest neither
+    expect(rows.filter((x) => x.is_truncated).map((x) => x.id)).toEqual([ids[3]]);
     const tool = rows.find((x) => x.id === ids[1])!;
     expect(tool.expected_answer).toBe("42");
     expect(typeof tool.final_answer).toBe("string");

@@ -9,6 +9,7 @@
 // driven by scripted answers.
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
+  type EpisodeFilter,
   type EpisodesPage,
   fetchEpisodesPage,
   type IndexEntry,
@@ -103,6 +104,9 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     ]).toEqual([TASK_A, "agent_completed", false, 3, 99]);
     expect(row("a-0").reward).toBe(1.125);
     expect([row("b-0").task, row("b-0").stop_condition, row("b-0").truncated]).toEqual([TASK_B, "max_turns", true]);
+    // max_turns truncates (the trainer's is_truncated); its is_timeout is answered under both names
+    expect([row("b-0").is_truncated, row("b-0").is_timeout]).toEqual([true, true]);
+    expect([row("a-0").is_truncated, row("a-0").is_timeout, row("a-0").truncated]).toEqual([false, false, false]);
     expect([row("live").status, row("live").calls, row("live").tokens, row("live").reward]).toEqual([
       "live",
       2,
@@ -113,12 +117,16 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
   });
 
   it("each filter gives the expected episodes", async () => {
-    const list = (filter: Partial<RowFilter>, status?: IndexEntry["status"]) =>
+    const list = (filter: EpisodeFilter, status?: IndexEntry["status"]) =>
       ids(listEpisodes(relay.url, RUN, { token: relay.admin, filter, status }));
     expect(sorted(await list({ task: TASK_B }))).toEqual([id("b-0"), id("b-1")]);
     expect(await list({ stop: "max_turns" })).toEqual([id("b-0")]);
     expect(await list({ truncated: true })).toEqual([id("b-0")]);
     expect(sorted(await list({ truncated: false }))).toEqual(sorted(ALL.filter((x) => x !== id("b-0"))));
+    // the names: is_timeout (the deprecated `truncated` above is its alias) and the trainer's is_truncated
+    expect(await list({ isTimeout: true })).toEqual([id("b-0")]);
+    expect(await list({ isTruncated: true })).toEqual([id("b-0")]);
+    expect(sorted(await list({ isTruncated: false }))).toEqual(sorted(ALL.filter((x) => x !== id("b-0"))));
     expect(await list({ errored: true })).toEqual([id("failed")]);
     expect(sorted(await list({ errored: false }, "finished"))).toEqual(sorted(FINISHED.map((r) => id(r.name))));
     expect(sorted(await list({ minTurns: 3 }))).toEqual(sorted(FINISHED.map((r) => id(r.name))));
@@ -148,7 +156,8 @@ describe("listEpisodes / fetchEpisodesPage against a relay", () => {
     const filters: Array<[Partial<RowFilter>, IndexEntry["status"] | undefined]> = [
       [{ task: TASK_A }, undefined],
       [{ task: TASK_A, minTurns: 1 }, "live"],
-      [{ stop: "agent_completed", truncated: false }, undefined],
+      [{ stop: "agent_completed", isTimeout: false }, undefined],
+      [{ isTruncated: false, minTokens: 1 }, undefined],
       [{ errored: false, minTokens: 1 }, undefined],
       [{ rewards: [{ key: "reward", min: 0, max: 1 }] }, undefined], // no key "reward": none
       [{ rewards: [{ key: "format", min: null, max: 0.5 }], minTurns: 3 }, "finished"],
@@ -255,7 +264,7 @@ describe("episodes client (scripted answers)", () => {
     const filter: Partial<RowFilter> = {
       task: "t 1",
       stop: "max_turns",
-      truncated: false,
+      isTimeout: false,
       errored: true,
       rewards: [
         { key: "correct", min: 1, max: null },
@@ -269,7 +278,7 @@ describe("episodes client (scripted answers)", () => {
     );
     expect(got).toEqual(["S:a", "S:b", "S:c"]);
     const query =
-      "status=finished&task=t+1&stop=max_turns&truncated=0&errored=1&reward=correct%3A1..&reward=format%3A..0.5&min_turns=2&min_tokens=100&sort=reward&limit=3";
+      "status=finished&task=t+1&stop=max_turns&is_timeout=0&errored=1&reward=correct%3A1..&reward=format%3A..0.5&min_turns=2&min_tokens=100&sort=reward&limit=3";
     expect(spy.mock.calls.map(([u]) => String(u))).toEqual([
       `https://relay.test/v1/runs/S%3Ax/episodes?${query}`,
       `https://relay.test/v1/runs/S%3Ax/episodes?${query}&cursor=c1`,
@@ -345,7 +354,17 @@ describe("episode-relay episodes", () => {
       "error",
     ]);
     const row = (name: string) => lines.find((l) => l.startsWith(`${id(name)} `))!.split(/\s{2,}/);
-    expect(row("b-0")).toEqual([id("b-0"), "finished", "-", "-", "1.000", "3", "99", TASK_B, "max_turns (truncated)"]);
+    expect(row("b-0")).toEqual([
+      id("b-0"),
+      "finished",
+      "-",
+      "-",
+      "1.000",
+      "3",
+      "99",
+      TASK_B,
+      "max_turns (truncated, timed out)",
+    ]);
     expect(row("b-1")).toEqual([id("b-1"), "finished", "-", "-", "0.250", "3", "99", TASK_B, "agent_completed"]);
 
     const failed = await cli("episodes", "--run", RUN, relay.url, "--token", relay.admin, "--errored");

@@ -11,6 +11,7 @@ import {
   textRules,
 } from "../../src/protocol/flags/rules.js";
 import { RelayError } from "../../src/protocol/http/errors.js";
+import { episodeTruncated, lastSuccessfulFinish } from "../../src/protocol/registry/truncation.js";
 import { nodeSegments, type Segment, taskSegment, withinBudget } from "../../src/protocol/search/segments.js";
 import { type Json, type JsonObject, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
@@ -112,7 +113,7 @@ describe("rules", () => {
     });
     const row = (score: number, truncated: boolean, out: number) => ({
       rewards: { correct: { score, weight: 1 } },
-      truncated,
+      is_truncated: truncated,
       live: { output_tokens: out } as never,
     });
     expect(rowFlags(rules, row(0, false, 100)).map((f) => f.rule)).toEqual(["low"]);
@@ -123,12 +124,14 @@ describe("rules", () => {
     // no token counts sent (both sums 0): not judged short; 0 output tokens beside counted input tokens is
     const counts = (input: number, output: number) => ({
       rewards: { correct: { score: 1, weight: 1 } },
-      truncated: false,
+      is_truncated: false,
       live: { input_tokens: input, output_tokens: output } as never,
     });
     expect(rowFlags(rules, counts(0, 0))).toEqual([]);
     expect(rowFlags(rules, counts(50, 0)).map((f) => f.rule)).toEqual(["short"]);
-    expect(rowFlags(rules, { rewards: null, truncated: true, live: null })).toEqual([]);
+    expect(rowFlags(rules, { rewards: null, is_truncated: true, live: null })).toEqual([]);
+    // not counted (null) is not truncated
+    expect(rowFlags(rules, { ...row(1, false, 100), is_truncated: null }).map((f) => f.rule)).toEqual([]);
   });
 });
 
@@ -154,7 +157,7 @@ describe("the default rules", () => {
     expect(hits(seg({ kind: "call", tool: "bash", body: 'bash {"cmd": "cat main.py"}' }))).toEqual([]);
   });
 
-  it("raise no flag on any golden case (their false positives: none)", () => {
+  it("raise no flag on any golden case but large_routing's full reward at max_turns (their false positives: none)", () => {
     const cases = goldenCasePaths()
       .map(loadCase)
       .filter((c) => c.episode);
@@ -170,12 +173,18 @@ describe("the default rules", () => {
       });
       const flagged = withinBudget(segments, 0).kept.flatMap(hits);
       const first = (ep.traces as JsonObject[])[0]!;
+      const traces = ep.traces as JsonObject[];
       const rows = rowFlags(DEFAULT_RULES, {
         rewards: first.rewards ?? null,
-        truncated: first.is_timeout === true,
+        // the trainer's truncation (was the first trace's is_timeout, under which large_routing raised none)
+        is_truncated: episodeTruncated(
+          traces.map((t) => ({ stop: t.stop_condition, lastFinish: lastSuccessfulFinish(t.calls as Json[]) })),
+        ),
         live: { output_tokens: first.num_output_tokens } as never,
       });
-      expect([...flagged, ...rows.map((f) => f.rule)], c.name).toEqual([]);
+      // large_routing stopped at max_turns with length = 1: a full reward on a truncated rollout, rightly flagged
+      const expected = c.name === "large_routing" ? ["rewarded-truncated"] : [];
+      expect([...flagged, ...rows.map((f) => f.rule)], c.name).toEqual(expected);
     }
   });
 });

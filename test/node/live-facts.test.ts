@@ -285,7 +285,7 @@ describe("steps: kept counters equal a recount", () => {
   it("how a step's rollouts ended and how long they answered: shares over the ended, lengths over the finished", () => {
     const c = emptyStep();
     const base = { calls: 1, tokens: 10, rewards: null, dispatch: { step: 2, kind: "train" } };
-    // ten finished rollouts answering 10, 20, …, 100 tokens; two of them truncated by the trainer's stop conditions
+    // ten finished rollouts answering 10, 20, …, 100 tokens; two of them truncated (the trainer's is_truncated)
     for (let i = 1; i <= 10; i++)
       applyStepRow(
         c,
@@ -293,15 +293,15 @@ describe("steps: kept counters equal a recount", () => {
           ...base,
           status: "finished",
           error: null,
-          stop_condition: i === 3 ? "max_turns" : i === 7 ? "max_output_tokens" : "agent_completed",
-          truncated: i === 5,
+          is_truncated: i === 3 || i === 7,
+          is_timeout: i === 5,
           live: liveWith(i * 10),
         },
         1,
       );
     // a failed one (errored; its length does not count), one timed out, and a live one (counts in none)
-    applyStepRow(c, { ...base, status: "failed", error: "sandbox crashed", truncated: true, live: liveWith(5000) }, 1);
-    applyStepRow(c, { ...base, status: "live", error: null, stop_condition: "max_turns", live: liveWith(7) }, 1);
+    applyStepRow(c, { ...base, status: "failed", error: "sandbox crashed", is_timeout: true, live: liveWith(5000) }, 1);
+    applyStepRow(c, { ...base, status: "live", error: null, is_truncated: true, live: liveWith(7) }, 1);
     const j = stepJson({ step: 2, kind: "train" }, c);
     expect(j.ended).toEqual({ count: 11, truncated: 2, timeouts: 2, errored: 1 });
     expect([j.truncated_share, j.timeout_share, j.error_share]).toEqual([2 / 11, 2 / 11, 1 / 11]);
@@ -316,8 +316,8 @@ describe("steps: kept counters equal a recount", () => {
           ...base,
           status: "finished",
           error: null,
-          stop_condition: i === 3 ? "max_turns" : i === 7 ? "max_output_tokens" : "agent_completed",
-          truncated: i === 5,
+          is_truncated: i === 3 || i === 7,
+          is_timeout: i === 5,
           live: liveWith(i * 10),
         },
         -1,

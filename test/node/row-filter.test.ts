@@ -51,7 +51,9 @@ describe("parseRowFilter", () => {
     ).toEqual({
       task: "t1",
       stop: "max_turns",
-      truncated: true,
+      // `truncated=` is the deprecated alias of `is_timeout=` (one release), not the trainer's truncation
+      isTruncated: null,
+      isTimeout: true,
       errored: false,
       rewards: [
         { key: "correct", min: 0.5, max: 1 },
@@ -72,6 +74,8 @@ describe("parseRowFilter", () => {
       step: { min: 3, max: 3 },
       policyVersion: 2,
     });
+    expect(parse("is_truncated=1&is_timeout=0")).toMatchObject({ isTruncated: true, isTimeout: false });
+    expect(parse("is_timeout=1&truncated=1")).toMatchObject({ isTruncated: null, isTimeout: true });
     expect(parse("step=3..").step).toEqual({ min: 3, max: null });
     expect(parse("step=..7").step).toEqual({ min: null, max: 7 });
     expect(parse("step=2..7").step).toEqual({ min: 2, max: 7 });
@@ -84,6 +88,9 @@ describe("parseRowFilter", () => {
   it("refuses bad values with bad_filter naming the parameter", () => {
     for (const [q, field] of [
       ["truncated=yes", "truncated"],
+      ["is_truncated=yes", "is_truncated"],
+      ["is_timeout=2", "is_timeout"],
+      ["is_timeout=1&truncated=0", "truncated"],
       ["errored=2", "errored"],
       ["min_turns=1.5", "min_turns"],
       ["min_tokens=-3", "min_tokens"],
@@ -122,6 +129,11 @@ describe("parseRowFilter", () => {
       "task=t%20one&truncated=0&errored=1&reward=correct:0.5..&reward=format:..1&min_turns=0&min_tokens=7",
     );
     expect(parseRowFilter(new URLSearchParams(filterParams(f)))).toEqual(f);
+    // the alias is written by its name
+    expect(filterParams(f)).toContainEqual(["is_timeout", "0"]);
+    expect(filterParams(f).some(([k]) => k === "truncated")).toBe(false);
+    const t = parse("is_truncated=0&is_timeout=1");
+    expect(parseRowFilter(new URLSearchParams(filterParams(t)))).toEqual(t);
     for (const q of ["kind=train&env=e&step=4&policy_version=0", "step=2..9", "step=..9", "step=3.."]) {
       const g = parse(q);
       expect(parseRowFilter(new URLSearchParams(filterParams(g))), q).toEqual(g);
@@ -144,6 +156,18 @@ describe("rowMatches", () => {
     expect(rowMatches(row({ truncated: true }), f("truncated=1"))).toBe(true);
     // rows from older releases carry no `truncated`: not truncated
     expect(rowMatches(row({ truncated: undefined }), f("truncated=0"))).toBe(true);
+    // is_timeout by its name (a row of an older release sent it as `truncated`)
+    expect(rowMatches(row({ truncated: undefined, is_timeout: true }), f("is_timeout=1"))).toBe(true);
+    expect(rowMatches(row({ truncated: true }), f("is_timeout=1"))).toBe(true);
+    expect(rowMatches(row({ is_timeout: false }), f("is_timeout=1"))).toBe(false);
+    // the trainer's truncation; a row whose truncation is not counted matches neither value
+    expect(rowMatches(row({ is_truncated: true }), f("is_truncated=1"))).toBe(true);
+    expect(rowMatches(row({ is_truncated: false }), f("is_truncated=1"))).toBe(false);
+    expect(rowMatches(row({ is_truncated: false }), f("is_truncated=0"))).toBe(true);
+    expect(rowMatches(row({ is_truncated: null }), f("is_truncated=0"))).toBe(false);
+    expect(rowMatches(row({ is_truncated: null }), f("is_truncated=1"))).toBe(false);
+    // a timeout is not a truncation: the two filters are apart
+    expect(rowMatches(row({ is_truncated: false, truncated: true }), f("is_truncated=1"))).toBe(false);
     expect(rowMatches(row({ status: "failed", error: "crashed" }), f("errored=1"))).toBe(true);
     expect(rowMatches(row(), f("errored=1"))).toBe(false);
     expect(rowMatches(row(), f("min_turns=3"))).toBe(true);

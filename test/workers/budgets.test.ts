@@ -62,7 +62,7 @@ beforeAll(async () => {
   await runInDurableObject(index(), (_i, state) => {
     const sql = state.storage.sql;
     sql.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${N - 1})
-      INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq, task, grp, stop, truncated, run_name)
+      INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, tokens, rewards, reward, error, finished_seq, task, grp, stop, is_timeout, run_name)
       SELECT printf('${RUN}:e%06d', i), '${RUN}', CASE WHEN i < ${LIVE} THEN 'live' ELSE 'finished' END, 1000 + i, 5000000 + (i * 7919) % ${N},
         CASE WHEN i < ${LIVE} THEN NULL ELSE 5000000 + (i * 7919) % ${N} END, i, 1, 2, 3, 10,
         CASE WHEN i < ${LIVE} THEN NULL ELSE json_object('correct', json_object('score', (i % 3) / 2.0, 'weight', 1)) END,

@@ -6,6 +6,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { commitIngest } from "../../src/objects/episode/commit.js";
+import { RowFacts } from "../../src/objects/episode/row-facts.js";
 import {
   alarmAt,
   dueAfter,
@@ -19,7 +20,7 @@ import { EpisodeState } from "../../src/objects/episode/state.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
 import type { IndexRow } from "../../src/protocol/registry/rows.js";
 import { runIndexName } from "../../src/protocol/registry/run.js";
-import { LMap } from "../../src/protocol/wire/lossless.js";
+import { LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { delta, enc, f, m, openDelta } from "../support/deltas.js";
 import { freshId, post, relay, withFreshStorage } from "./support.js";
 
@@ -306,7 +307,9 @@ describe("rowOf", () => {
         task: "task-7",
         group: "task-7", // live: the task key
         stop_condition: "answered",
-        truncated: true,
+        // the trainer's truncation (no limit stop, no call ended `length`) and the first trace's timeout, apart
+        is_truncated: false,
+        is_timeout: true,
         run_name: null,
         dispatch: null,
         // no timing, no nodes, no calls yet
@@ -322,6 +325,53 @@ describe("rowOf", () => {
           annotations: 0,
         },
       });
+    });
+  });
+
+  it("truncation as the trainer counts it, from the calls as they arrive: the last successful call's `length`", async () => {
+    await withFreshStorage((storage) => {
+      const state = new EpisodeState(storage);
+      const call = (finish: string | null, error: LValue = null) => m({ node: 1, finish_reason: finish, error });
+      const facts = new RowFacts(state.store);
+      let c = commitIngest(
+        state,
+        delta({ open: m({ version: 1, id: "t-1" }), calls: [call("stop")], set: m({ stop_condition: null }) }),
+        ID,
+        Number.MAX_SAFE_INTEGER,
+        10,
+      );
+      expect(rowOf(c.meta, state, facts).is_truncated).toBe(false);
+      // the next call ran out of tokens, and a failed call after it does not hide that
+      c = commitIngest(
+        state,
+        delta({ calls: [call("length"), call(null, m({ type: "APIError" }))] }),
+        ID,
+        Number.MAX_SAFE_INTEGER,
+        20,
+      );
+      expect(rowOf(c.meta, state, facts).is_truncated).toBe(true);
+      // read again from storage by a fresh reader (a woken object): the same
+      expect(rowOf(c.meta, state).is_truncated).toBe(true);
+      // a successful call after it ended with `stop`: no longer truncated
+      c = commitIngest(state, delta({ calls: [call("stop")] }), ID, Number.MAX_SAFE_INTEGER, 30);
+      expect(rowOf(c.meta, state, facts).is_truncated).toBe(false);
+      // a second trace stopping at max_turns makes the episode truncated
+      c = commitIngest(
+        state,
+        delta(
+          { open: m({ version: 1, id: "t-2" }), set: m({ stop_condition: "max_turns", is_timeout: false }) },
+          "t-2",
+        ),
+        ID,
+        Number.MAX_SAFE_INTEGER,
+        40,
+      );
+      expect(rowOf(c.meta, state, facts)).toMatchObject({ is_truncated: true, is_timeout: false });
+      // archived: the calls are gone; as kept when the run ended, else (an older release kept none) what a stop says
+      const archived = { ...c.meta, status: "finished" as const, archived: 60 };
+      const live = rowOf(c.meta, state, facts).live!;
+      expect(rowOf({ ...archived, live: { ...live, is_truncated: false } }, state).is_truncated).toBe(false);
+      expect(rowOf({ ...archived, live }, state).is_truncated).toBe(true);
     });
   });
 

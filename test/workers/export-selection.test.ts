@@ -14,7 +14,7 @@ import { golden, post, pushFrames } from "./support.js";
 const SECRET = "export-test-secret-0b1c2d3e4f5a6b7c8d9e0f1a2b3c";
 const AUTH_ENV: Env = { ...env, RELAY_SECRET: SECRET, AUTH_OFF_ON_LOOPBACK: undefined };
 const RUN = `exp-${Date.now().toString(36)}`;
-/** Finished in this order: two stop at max_turns (odd_values also truncated), two complete. */
+/** Finished in this order: two stop at max_turns (truncated; odd_values also timed out), two complete. */
 const CASES = ["chat_basic", "large_routing", "odd_values", "tool_calls_pending"] as const;
 
 const sign = (role: string, episodes: string[]) =>
@@ -81,7 +81,7 @@ describe("the bulk fetch as an export's source", () => {
     expect(plain.map((e) => Object.keys(e))).toEqual(CASES.map(() => ["id", "cursor", "episode"]));
   });
 
-  it("the list's filters select by row: stop, truncated, task; none matching gives an empty answer", async () => {
+  it("the list's filters select by row: stop, timed out, truncated, task; none matching gives an empty answer", async () => {
     const ids = async (q: string) => (await elements(admin, q)).elements.map((e) => e.id);
     expect(await ids("stop=max_turns")).toEqual([`${RUN}:large_routing`, `${RUN}:odd_values`]);
     expect(await ids("stop=max_turns&truncated=1&row=1")).toEqual([`${RUN}:odd_values`]);
@@ -90,6 +90,10 @@ describe("the bulk fetch as an export's source", () => {
       `${RUN}:large_routing`,
       `${RUN}:tool_calls_pending`,
     ]);
+    // the names: is_timeout (`truncated=` is its deprecated alias), and the trainer's truncation (max_turns)
+    expect(await ids("is_timeout=1")).toEqual([`${RUN}:odd_values`]);
+    expect(await ids("is_truncated=1")).toEqual([`${RUN}:large_routing`, `${RUN}:odd_values`]);
+    expect(await ids("is_truncated=0")).toEqual([`${RUN}:chat_basic`, `${RUN}:tool_calls_pending`]);
     expect(await ids("task=ef9574d48b59c34d")).toEqual([`${RUN}:tool_calls_pending`]);
     expect(await ids("reward=correct:1..")).toEqual([`${RUN}:chat_basic`, `${RUN}:tool_calls_pending`]);
     expect(await ids("kind=train")).toEqual([]); // none has a dispatch identity

@@ -31,7 +31,7 @@ beforeAll(async () => {
     sql.exec("DELETE FROM rows");
     sql.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${N - 1})
       INSERT INTO rows (id, run, status, created, updated, ended, seq, traces, nodes, calls, turns, tokens, rewards, reward, error,
-        finished_seq, task, grp, stop, truncated, run_name, dispatch, kind, env, step, policy_version)
+        finished_seq, task, grp, stop, is_timeout, is_truncated, run_name, dispatch, kind, env, step, policy_version)
       SELECT printf('${RUN}:e%06d', i), '${RUN}', st, 1000 + i, 5000000 + (i * 7919) % 50000, NULL, i, 2, 5, i % 30,
         CASE WHEN i % 17 = 0 THEN NULL ELSE (i * 7) % 30 END, (i * 13) % 20000,
         CASE WHEN st = 'live' THEN NULL ELSE json_object('correct', json_object('score', c, 'weight', 1), 'format', json_object('score', f, 'weight', 1)) END,
@@ -39,7 +39,8 @@ beforeAll(async () => {
         CASE WHEN st IN ('failed', 'finish_refused') OR i % 1001 = 0 THEN 'boom' ELSE NULL END,
         NULL, CASE WHEN i IN (7, 50007, 99998) THEN 'task-rare' ELSE printf('task-%d', i % 5000) END, NULL,
         CASE WHEN i % 97 = 0 THEN 'max_turns' WHEN st = 'finished' THEN 'completed' ELSE NULL END,
-        CASE WHEN i % 53 = 0 THEN 1 ELSE 0 END, NULL,
+        CASE WHEN i % 53 = 0 THEN 1 ELSE 0 END,
+        CASE WHEN i % 97 = 0 OR i % 41 = 0 THEN 1 WHEN i % 89 = 0 THEN NULL ELSE 0 END, NULL,
         CASE WHEN i % 10 = 9 THEN NULL ELSE json_object('kind', kd, 'env', printf('env-%d', i % 4), 'step', i / 250, 'policy_version', i / 250 - i % 3) END,
         CASE WHEN i % 10 = 9 THEN NULL ELSE kd END,
         CASE WHEN i % 10 = 9 THEN NULL ELSE printf('env-%d', i % 4) END,
@@ -77,7 +78,10 @@ describe("episode list filters at 100,000 rows", () => {
     ["a task with a reward range", "task=task-17&reward=correct:0.3..0.8&limit=3"],
     ["status and tokens above a bound", "status=failed&min_tokens=19000&limit=50"],
     ["a stop condition and turns above a bound", "stop=max_turns&min_turns=25&limit=20"],
-    ["truncated without an error", "truncated=1&errored=0&limit=100"],
+    ["timed out without an error (the deprecated alias)", "truncated=1&errored=0&limit=100"],
+    ["timed out without an error", "is_timeout=1&errored=0&limit=100"],
+    ["truncated (the trainer's) without an error", "is_truncated=1&errored=0&limit=100"],
+    ["not truncated (uncounted rows match neither), a kind", "is_truncated=0&kind=eval&limit=100"],
     ["errored among finished (an error reported at finish)", "errored=1&status=finished&limit=30"],
     [
       "not truncated, by reward, two reward ranges",
@@ -214,6 +218,8 @@ describe("episode list filters at 100,000 rows", () => {
   it("refuses a bad filter with 400 bad_filter naming the parameter", async () => {
     for (const [query, field] of [
       ["truncated=maybe", "truncated"],
+      ["is_truncated=maybe", "is_truncated"],
+      ["is_timeout=1&truncated=0", "truncated"],
       ["min_tokens=-1", "min_tokens"],
       ["reward=correct", "reward"],
       ["reward=correct:1..0", "reward"],

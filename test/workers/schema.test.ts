@@ -1,7 +1,8 @@
 // Versioned schemas (src/objects/storage/schema.ts): storage written by earlier releases (the last before
 // versions, test/fixtures/storage/release-89af552, the one before the dispatch identity,
 // release-6a9651a, the one before the archive's upload record, release-aed0573, and the one before the record of
-// unknown delta keys, release-17eaf78, and the one before alerts, release-413b234; each made by
+// unknown delta keys, release-17eaf78, the one before alerts, release-413b234, and the one before the trainer's
+// truncation, release-b14ae00; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -20,13 +21,21 @@ import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupJson } from "../../src/protocol/registry/groups.js";
 import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { parseListQuery } from "../../src/protocol/registry/rows.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 /** The releases whose storage this one must open: the first before versioned schemas, then one per release that changed one. */
-const RELEASES = ["release-89af552", "release-6a9651a", "release-aed0573", "release-17eaf78", "release-413b234"];
+const RELEASES = [
+  "release-89af552",
+  "release-6a9651a",
+  "release-aed0573",
+  "release-17eaf78",
+  "release-413b234",
+  "release-b14ae00",
+];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
 
@@ -283,7 +292,7 @@ async function textStillFound(release: string): Promise<void> {
   );
   expect(triggers).toEqual([]);
   // the releases with search indexed its text; the others' episodes send theirs when asked again (index == scan in all)
-  const searched = ["release-aed0573", "release-17eaf78", "release-413b234"].includes(release);
+  const searched = ["release-aed0573", "release-17eaf78", "release-413b234", "release-b14ae00"].includes(release);
   for (const word of ["mergesort", "calculator", "route"]) {
     const found = await index.searchAgainstScan(word, 20, 1);
     expect(found.indexFound, word).toBe(found.scanFound);
@@ -327,7 +336,7 @@ async function everyRewardRecounted(): Promise<void> {
 
 describe("turns as prime-rl counts them (INDEX_SCHEMA 12) on the previous release's storage", () => {
   it("each row's episode counts them again, asked a page at a time; a row whose episode is gone shows none counted", async () => {
-    const release = RELEASES.at(-1)!;
+    const release = "release-413b234";
     const kept = EPISODES.filter((n) => n !== "discard_retry");
     const dumps = await Promise.all([
       ...kept.map((n) => fixture<Dumped>(`Episode-fixture_${n}.json`, release)),
@@ -372,6 +381,102 @@ describe("turns as prime-rl counts them (INDEX_SCHEMA 12) on the previous releas
     // the list's turn bound: an uncounted row matches none
     const atLeast = (await (await relay("../runs/fixture/episodes?min_turns=0")).json()) as { episodes: Row[] };
     expect(atLeast.episodes.map((r) => r.id).sort()).toEqual(kept.map((n) => `fixture:${n}`).sort());
+  });
+});
+
+describe("truncation as the trainer counts it (INDEX_SCHEMA 13) on the previous release's storage", () => {
+  it("is_timeout keeps what `truncated` held; each row's episode counts is_truncated again; a stop at a limit counts at once", async () => {
+    const release = "release-b14ae00";
+    const seen = await fixture<Observed>("observed.json", release);
+    const kept = EPISODES.filter((n) => n !== "discard_retry");
+    const dumps = await Promise.all([
+      ...kept.map((n) => fixture<Dumped>(`Episode-fixture_${n}.json`, release)),
+      fixture<Dumped>("EpisodeIndex-run_fixture.json", release),
+    ]);
+    // as if chat_basic had stopped at max_turns (that release counted truncation from the stop alone), and
+    // routing_repair_widen had timed out (that release's `truncated` column: the first trace's is_timeout)
+    const tweak = (sql: SqlStorage) => {
+      sql.exec("UPDATE rows SET stop = 'max_turns' WHERE id = 'fixture:chat_basic'");
+      sql.exec("UPDATE rows SET truncated = 1 WHERE id = 'fixture:routing_repair_widen'");
+    };
+    for (const d of dumps)
+      await restore(
+        d.class === "Episode" ? env.EPISODES : env.EPISODE_INDEX,
+        d,
+        d.class === "Episode" ? undefined : tweak,
+      );
+    // the live rollout's episode is gone (its row stays in the index): nothing can count its truncation
+    await runInDurableObject(env.EPISODES.getByName("fixture:discard_retry"), (_i, state) => state.storage.deleteAll());
+    await abortAllDurableObjects();
+    type Row = IndexEntry & { flags?: Array<{ rule: string }> };
+    const truncation = (all: Row[]) =>
+      Object.fromEntries(all.map((r) => [r.id, [r.is_truncated, r.is_timeout, r.truncated]]));
+    const ids = (all: Row[]) => all.map((r) => r.id).sort();
+
+    // upgraded, before any episode answered (read in one turn of the object: no episode's row comes between)
+    const index = env.EPISODE_INDEX.getByName("run:fixture");
+    const before = await runInDurableObject(index, (instance, state) => {
+      const list = (q: string) =>
+        (instance.list(parseListQuery(new URLSearchParams(q)), null)?.episodes ?? []) as Row[];
+      const indexes = state.storage.sql
+        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'rows_is_%'")
+        .toArray()
+        .map((r) => r.name)
+        .sort();
+      return {
+        all: list(""),
+        truncated: ids(list("is_truncated=1")),
+        untruncated: ids(list("is_truncated=0")),
+        timeout: ids(list("is_timeout=1")),
+        alias: ids(list("truncated=1")),
+        flagged: ids(list("flag=rewarded-truncated")),
+        indexes,
+      };
+    });
+    // that release showed no row as `truncated` (timed out); the timeout is now under both names, and truncated
+    // only where the stop says so (the rest not counted)
+    const observed = (seen.observed["run:episodes"] as { episodes: Array<{ id: string; truncated: boolean }> })
+      .episodes;
+    expect(observed.every((e) => e.truncated === false)).toBe(true);
+    expect(truncation(before.all)).toEqual({
+      "fixture:chat_basic": [true, false, false],
+      "fixture:multi_trace_links": [null, false, false],
+      "fixture:routing_repair_widen": [null, true, true],
+      "fixture:discard_retry": [null, false, false],
+    });
+    expect(before.truncated).toEqual(["fixture:chat_basic"]);
+    expect(before.untruncated).toEqual([]); // not counted matches neither
+    expect(before.timeout).toEqual(["fixture:routing_repair_widen"]);
+    expect(before.alias).toEqual(["fixture:routing_repair_widen"]); // the deprecated alias
+    // the reward rules' flags recounted: a full reward (1.125) on a rollout now truncated
+    expect(before.flagged).toEqual(["fixture:chat_basic"]);
+    expect(before.indexes).toEqual(["rows_is_timeout", "rows_is_truncated"]);
+
+    // the index's alarm asks the episodes of uncounted rows again: each counts from its calls
+    await runDurableObjectAlarm(index);
+    type Api = { episodes: Row[] };
+    const rows = async (q = "") => ((await (await relay(`../runs/fixture/episodes${q}`)).json()) as Api).episodes;
+    await expect.poll(async () => (await rows()).filter((r) => r.is_truncated !== null).length).toBe(kept.length);
+    const recounted: Record<string, [boolean | null, boolean, boolean]> = {
+      "fixture:discard_retry": [null, false, false],
+    };
+    for (const n of kept) {
+      type Call = { finish_reason?: Json; error?: Json };
+      const ep = toJson(decodeLossless((await golden(n)).episode!)) as {
+        traces: Array<{ stop_condition?: Json; calls?: Call[]; is_timeout?: Json }>;
+      };
+      const limits = ["max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"];
+      const trainer = ep.traces.some((t) => {
+        const ok = (t.calls ?? []).filter((c) => c.error === undefined || c.error === null);
+        return limits.includes(t.stop_condition as string) || ok.at(-1)?.finish_reason === "length";
+      });
+      // chat_basic stands on its stop in the index (not asked again: no call can undo a limit); the others are
+      // their episodes' own word, the timeout too (routing_repair_widen's episode says it did not time out)
+      const timeout = ep.traces[0]?.is_timeout === true;
+      recounted[`fixture:${n}`] = [n === "chat_basic" ? true : trainer, timeout, timeout];
+    }
+    expect(truncation(await rows())).toEqual(recounted);
+    expect(ids(await rows("?is_truncated=0"))).toEqual(["fixture:multi_trace_links", "fixture:routing_repair_widen"]);
   });
 });
 

@@ -124,6 +124,8 @@ describe("INDEX_SCHEMA 9: the steps' outcomes recounted from the previous releas
       updated: Date.parse(row.updated) + 1,
       ended: row.ended === null ? null : Date.parse(row.ended),
       stop_condition: "agent_completed",
+      // as its episode would say with that stop and its calls (INDEX_SCHEMA 13: the trainer's truncation, sent)
+      is_truncated: false,
       dispatch: { kind: "train", step: 2, policy_version: 1 },
     });
     const after = await steps();

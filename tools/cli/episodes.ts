@@ -1,9 +1,9 @@
 // `episode-relay episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]
-// [--errored|--no-error] [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N]
+// [--timed-out|--not-timed-out] [--errored|--no-error] [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N]
 // [--kind train|eval] [--env E] [--step N|MIN..MAX] [--policy-version N] [--flag RULE] [--flagged|--not-flagged]
 // [--sort updated|reward|step] [--limit N] [--json] [--token T]`: run R's episodes that pass the
 // filters (`GET /v1/runs/{run}/episodes`), one line each: id, status, kind and step, reward, turns,
-// tokens, task, stop condition (and error), or with --json one JSON line each as the relay lists it. Every page is
+// tokens, task, stop condition (truncated as the trainer counts it, timed out) (and error), or with --json one JSON line each as the relay lists it. Every page is
 // followed to the end (a short page with a cursor is not the end), or until --limit episodes.
 // The filters are read as `export` reads them (filter-flags.ts).
 import {
@@ -16,7 +16,7 @@ import {
 import { INDEX_STATUSES } from "../../src/protocol/index.js";
 import { parseOptions, UsageError } from "../parse-options.js";
 import { FILTER_OPTIONS, filterFromFlags } from "./filter-flags.js";
-import { clip, num, table } from "./groups.js";
+import { clip, num, stopText, table } from "./groups.js";
 import { CLI_HINTS } from "./hints.js";
 
 const SORTS = { updated: true, reward: true, step: true } as const satisfies Record<EpisodeSort, true>;
@@ -108,7 +108,7 @@ export async function episodes(base: string, a: EpisodesArgs): Promise<number> {
     e.turns === null || e.turns === undefined ? "-" : String(e.turns),
     String(e.tokens),
     clip(e.task ?? "-", 32),
-    `${e.stop_condition ?? "-"}${e.truncated ? " (truncated)" : ""}`,
+    stopText(e),
     e.error === null ? "" : clip(e.error, 40),
   ]);
   console.log("");

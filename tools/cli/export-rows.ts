@@ -4,7 +4,14 @@
 // identity from the row, the rest counted from the episode (the reward by the one definition,
 // src/protocol/registry/rewards.ts). Pure.
 
-import { episodeReward, type Json } from "../../src/protocol/index.js";
+import {
+  episodeReward,
+  episodeTruncated,
+  type Json,
+  lastSuccessfulFinish,
+  type TraceEnd,
+  traceTruncated,
+} from "../../src/protocol/index.js";
 
 export interface Column {
   name: string;
@@ -41,6 +48,9 @@ export const ROLLOUT_COLUMNS: readonly Column[] = [
   i("output_tokens"),
   i("tokens"),
   s("stop_condition"),
+  b("is_truncated"),
+  b("is_timeout"),
+  // deprecated alias of is_timeout, one release (docs/export.md)
   b("truncated"),
   s("error"),
   s("flags"),
@@ -64,6 +74,8 @@ export const BRANCH_COLUMNS: readonly Column[] = [
   i("tokens"),
   s("final_answer"),
   s("stop_condition"),
+  b("is_truncated"),
+  b("is_timeout"),
   b("truncated"),
 ];
 
@@ -183,11 +195,19 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     output_tokens: traces.reduce((n, t) => n + int(t.num_output_tokens), 0),
     tokens: traces.reduce((n, t) => n + int(t.num_total_tokens), 0),
     stop_condition: str(first.stop_condition),
+    // the trainer's truncation over every trace (truncation.ts); the first trace's timeout by its name
+    is_truncated: episodeTruncated(traces.map(traceEnd)),
+    is_timeout: first.is_timeout === true,
     truncated: first.is_timeout === true,
     error: str(row.error),
     flags: JSON.stringify(flags),
     ended: str(row.ended),
   };
+}
+
+/** What decides a trace's truncation: its stop condition and its last successful call's finish reason. */
+function traceEnd(t: Obj): TraceEnd {
+  return { stop: (t.stop_condition ?? null) as Json, lastFinish: lastSuccessfulFinish(arr(t.calls) as Json[]) };
 }
 
 /** A node's `message.role` (null: none). */
@@ -224,6 +244,8 @@ export function branchRecords(row: Obj, episode: Obj): Obj[] {
         }, 0),
         final_answer: answerOn(nodes, path),
         stop_condition: str(t.stop_condition),
+        is_truncated: traceTruncated(traceEnd(t)),
+        is_timeout: t.is_timeout === true,
         truncated: t.is_timeout === true,
       });
     });

@@ -11,6 +11,8 @@ export const FILTER_OPTIONS = {
   stop: { type: "string" },
   truncated: { type: "boolean" },
   "not-truncated": { type: "boolean" },
+  "timed-out": { type: "boolean" },
+  "not-timed-out": { type: "boolean" },
   errored: { type: "boolean" },
   "no-error": { type: "boolean" },
   reward: { type: "string", multiple: true },
@@ -38,7 +40,9 @@ export type FilterFlagValues = {
 const FLAG_OF: Record<string, string> = {
   task: "--task",
   stop: "--stop",
-  truncated: "--truncated",
+  is_truncated: "--truncated",
+  is_timeout: "--timed-out",
+  truncated: "--timed-out",
   errored: "--errored",
   reward: "--reward",
   min_turns: "--min-turns",
@@ -55,6 +59,7 @@ const FLAG_OF: Record<string, string> = {
 export function filterFromFlags(o: FilterFlagValues): RowFilter {
   for (const [a, b] of [
     ["truncated", "not-truncated"],
+    ["timed-out", "not-timed-out"],
     ["errored", "no-error"],
     ["flagged", "not-flagged"],
   ] as const) {
@@ -66,7 +71,9 @@ export function filterFromFlags(o: FilterFlagValues): RowFilter {
     if (v === "") throw new UsageError(`--${name} needs a value`);
     if (v !== undefined) params.set(name, v);
   }
-  if (o.truncated || o["not-truncated"]) params.set("truncated", o.truncated ? "1" : "0");
+  // --truncated is the trainer's truncation (is_truncated); a timeout is --timed-out (is_timeout)
+  if (o.truncated || o["not-truncated"]) params.set("is_truncated", o.truncated ? "1" : "0");
+  if (o["timed-out"] || o["not-timed-out"]) params.set("is_timeout", o["timed-out"] ? "1" : "0");
   if (o.errored || o["no-error"]) params.set("errored", o.errored ? "1" : "0");
   if (o.flagged || o["not-flagged"]) params.set("flagged", o.flagged ? "1" : "0");
   for (const r of o.reward ?? []) params.append("reward", r);

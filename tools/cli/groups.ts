@@ -121,7 +121,7 @@ function groupLines(run: string, g: GroupDetail): string[] {
       r.turns === null ? "-" : String(r.turns),
       String(r.calls),
       String(r.tokens),
-      `${r.stop_condition ?? "-"}${r.truncated ? " (truncated)" : ""}`,
+      stopText(r),
       r.error === null ? "" : clip(r.error, 40),
     ];
   });
@@ -184,4 +184,14 @@ export function table(head: string[], rows: string[][], right: Set<number>): str
       .join("  ")
       .trimEnd();
   return [line(head), ...rows.map(line)];
+}
+
+/** The stop condition, and whether the rollout was truncated (the trainer's is_truncated) or timed out (is_timeout). */
+export function stopText(r: {
+  stop_condition?: string | null;
+  is_truncated?: boolean | null;
+  is_timeout?: boolean;
+}): string {
+  const marks = [r.is_truncated ? "truncated" : null, r.is_timeout ? "timed out" : null].filter((x) => x !== null);
+  return `${r.stop_condition ?? "-"}${marks.length ? ` (${marks.join(", ")})` : ""}`;
 }

@@ -31,12 +31,14 @@ const USAGE = `usage: episode-relay <command> ...
                                                  zero-variance share and per group its size and reward mean±std
   groups --run R --group G URL [--json] [--token T]
                                                  the group's rollouts, best reward first, with their advantages
-  episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated] [--errored|--no-error]
+  episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]
+           [--timed-out|--not-timed-out] [--errored|--no-error]
            [--reward KEY:MIN..MAX]... [--min-turns N] [--min-tokens N] [--kind train|eval] [--env E]
            [--step N|MIN..MAX] [--policy-version N] [--flag RULE]
            [--flagged|--not-flagged] [--sort updated|reward|step] [--limit N] [--json] [--token T]
                                                  run R's episodes that pass every filter given (--reward: up to 4
                                                  keys, either bound may be left out, e.g. correct:1.. or format:..0.5):
+                                                 --truncated: as the trainer counts it; --timed-out: is_timeout;
                                                  id, status, kind, step, reward, turns, tokens, task, stop; --json:
                                                  JSON lines; --limit N: the first N only
   export --run R --format parquet|jsonl --out PATH URL [--per rollout|branch] [--q QUERY] [--batch N]

@@ -10,7 +10,7 @@ import { h } from "../dom.js";
 import { episodeHref, idInRun } from "../links.js";
 import { pickBox } from "../pick-tray.js";
 import { type RewardScore, rewardNumber, toneAttrs } from "../reward-chip.js";
-import { kindChip, stageChip } from "../stage-chip.js";
+import { kindChip, stageChip, TRUNCATION_HEAD_TITLE, truncationCell } from "../stage-chip.js";
 import { TURNS_HINT, turnsText, UNCOUNTED_HINT } from "../turns.js";
 import { num, signed } from "./figures.js";
 
@@ -50,11 +50,8 @@ export function rolloutHead(keys: string[]): HTMLElement {
     h("span.num", { role: "columnheader", title: TURNS_HINT }, "Turns"),
     h("span.num", { role: "columnheader" }, "Tokens"),
     h("span", { role: "columnheader" }, "Stop"),
-    h(
-      "span",
-      { role: "columnheader", title: "the rollout hit its time limit (is_timeout; the API's `truncated` field)" },
-      "Timed out",
-    ),
+    // the column is narrow here (52 px): the word shortened, the definition in its title
+    h("span", { role: "columnheader", title: TRUNCATION_HEAD_TITLE }, "Trunc."),
   );
 }
 
@@ -144,11 +141,7 @@ export function rolloutRow(
       h("span.n-k", null, "stop "),
       r.stop_condition ? h("code", null, r.stop_condition) : h("span.muted", null, "–"),
     ),
-    h(
-      "span.cell-trunc",
-      { role: "cell", "data-truncated": String(r.truncated) },
-      r.truncated ? h("span.chip.incomplete", null, "timed out") : h("span.muted", null, "no"),
-    ),
+    truncationCell("cell-trunc", r),
   );
 }
 

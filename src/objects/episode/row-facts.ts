@@ -19,6 +19,7 @@ import {
   timingStart,
   turnCount,
 } from "../../protocol/registry/live-facts.js";
+import { episodeTruncated, lastSuccessfulFinish, stopTruncates } from "../../protocol/registry/truncation.js";
 import { equalBytes } from "../../protocol/wire/bytes.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
@@ -34,8 +35,11 @@ const WORD_READS = 8;
 const KEY_MESSAGE = encodeStr("message");
 
 export class RowFacts {
-  /** Per trace: calls summed so far and their cost (null: none gave one). */
-  private readonly costs = new WeakMap<TraceState, { counted: number; cost: number | null }>();
+  /**
+   * Per trace: calls read so far, their cost (null: none gave one) and the last successful one's finish reason
+   * (truncation.ts).
+   */
+  private readonly calls = new WeakMap<TraceState, { counted: number; cost: number | null; last: string | null }>();
   /** Per node version: its message's words (null: none). */
   private readonly words = new WeakMap<NodeInfo, string | null>();
   /** Per node version stored by an older release: its parent and role, read from its body. */
@@ -55,7 +59,7 @@ export class RowFacts {
     now: number,
   ): LiveFacts {
     if (m.archived !== null && m.live) {
-      const { turns: _, ...kept } = m.live;
+      const { turns: _, is_truncated: __, ...kept } = m.live;
       return { ...kept, annotations: m.annotations };
     }
     // archived by a release that kept no facts: what the index in memory says, without the bodies
@@ -72,7 +76,7 @@ export class RowFacts {
       branches += branchCount(t.nodes.map((n, i) => this.head(t, i, n).parent));
       input += count(scalar(t, "num_input_tokens"));
       output += count(scalar(t, "num_output_tokens"));
-      const c = this.cost(t);
+      const c = this.callsRead(t).cost;
       if (c !== null) cost = (cost ?? 0) + c;
     }
     return {
@@ -103,6 +107,23 @@ export class RowFacts {
     return turnCount(roles);
   }
 
+  /**
+   * Whether the episode is truncated by the trainer's definition (truncation.ts: any trace's stop condition, or its
+   * last successful call's finish reason); null when that cannot be known (archived by a release that kept none: its
+   * calls are gone, and no stop condition says so).
+   */
+  truncated(m: Meta, asm: EpisodeAssembly, scalar: (t: TraceState, name: string) => Json | undefined): boolean | null {
+    const traces = [...asm.traces.values()];
+    if (m.archived !== null) {
+      if (typeof m.live?.is_truncated === "boolean") return m.live.is_truncated;
+      return traces.some((t) => stopTruncates(scalar(t, "stop_condition"))) ? true : null;
+    }
+    this.bodies = true;
+    return episodeTruncated(
+      traces.map((t) => ({ stop: scalar(t, "stop_condition"), lastFinish: this.callsRead(t).last })),
+    );
+  }
+
   /** A node's role (undefined: unknown, its body gone). */
   private roleOf(t: TraceState, index: number, n: NodeInfo): string | null | undefined {
     if (n.role !== undefined) return n.role;
@@ -121,20 +142,22 @@ export class RowFacts {
     return h;
   }
 
-  /** The calls' cost so far: the kept sum plus the calls written since. */
-  private cost(t: TraceState): number | null {
+  /** What the calls say so far (their cost, the last successful one's finish): as kept, plus the calls written since. */
+  private callsRead(t: TraceState): { cost: number | null; last: string | null } {
     const total = t.items.calls.count;
-    let kept = this.costs.get(t);
-    if (!kept) this.costs.set(t, (kept = { counted: 0, cost: null }));
+    let kept = this.calls.get(t);
+    if (!kept) this.calls.set(t, (kept = { counted: 0, cost: null, last: null }));
     while (this.bodies && kept.counted < total) {
       const to = Math.min(total, kept.counted + CALLS_PER_READ);
-      for (const item of this.store.items(t.tnum, "calls", kept.counted, to)) {
-        const c = callCost(decoded(item));
+      const read = [...this.store.items(t.tnum, "calls", kept.counted, to)].map(decoded);
+      for (const call of read) {
+        const c = callCost(call);
         if (c !== null) kept.cost = (kept.cost ?? 0) + c;
       }
+      kept.last = lastSuccessfulFinish(read, kept.last);
       kept.counted = to;
     }
-    return kept.cost;
+    return kept;
   }
 
   /**

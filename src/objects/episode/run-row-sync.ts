@@ -88,7 +88,7 @@ export class RunRowSync {
     if (!this.ns) return Promise.resolve();
     const row = rowOf(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
-    const kept = row.live ? { ...row.live, turns: row.turns ?? null } : null;
+    const kept = row.live ? { ...row.live, turns: row.turns ?? null, is_truncated: row.is_truncated ?? null } : null;
     if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.live)) {
       this.state.record.saveMeta({ ...m, live: kept });
     }
@@ -194,7 +194,7 @@ export function rowOf(
   let first = true;
   let task: string | null = null;
   let stop: string | null = null;
-  let truncated = false;
+  let timeout = false;
   for (const t of asm.traces.values()) {
     // every trace's: the episode's reward is the mean over the rewarded ones (src/protocol/registry/rewards.ts)
     traceRewards.push(scalar(t.fields.get("rewards")) ?? null);
@@ -203,7 +203,7 @@ export function rowOf(
       task = stringAt(scalar(t.fields.get("task")), "key");
       const s = scalar(t.fields.get("stop_condition"));
       stop = typeof s === "string" ? s : null;
-      truncated = scalar(t.fields.get("is_timeout")) === true;
+      timeout = scalar(t.fields.get("is_timeout")) === true;
     }
     first = false;
     const n = scalar(t.fields.get("num_total_tokens"));
@@ -233,7 +233,8 @@ export function rowOf(
     task,
     group: rolloutGroup(dispatchFacts(dispatch).group, stringAt(head?.group, "id"), task),
     stop_condition: stop,
-    truncated,
+    is_truncated: facts.truncated(m, asm, (t, name) => scalar(t.fields.get(name))),
+    is_timeout: timeout,
     run_name: stringAt(head?.run, "name"),
     dispatch,
     live: facts.facts(m, asm, dispatchFacts(dispatch), (t, name) => scalar(t.fields.get(name)), now),

@@ -57,9 +57,10 @@ export interface Meta {
   dispatch: Uint8Array | null;
   /**
    * The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from),
-   * with its turns (kept here, sent as the row's own field; absent: kept by an older release); null before.
+   * with its turns and truncation (kept here, sent as the row's own fields; absent: kept by an older release); null
+   * before.
    */
-  live: (LiveFacts & { turns?: number | null }) | null;
+  live: (LiveFacts & { turns?: number | null; is_truncated?: boolean | null }) | null;
   /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
   annotations: number;
   annotationBytes: number;

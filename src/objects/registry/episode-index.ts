@@ -37,6 +37,7 @@ import {
   type FinishedSelection,
   type IndexEntry,
   type IndexRow,
+  keptRow,
   type ListQuery,
   MAX_LIMIT,
   parseListQuery,
@@ -113,8 +114,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
    * Insert or replace the episode's row (an update older than the held one is ignored), and with it
    * the text it sends for the run's search (src/objects/registry/search-store.ts).
    */
-  upsert(row: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
+  upsert(sent: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
     this.schema.check();
+    const row = keptRow(sent);
     let waited = false;
     let fired = 0;
     const applied = this.write(() => {

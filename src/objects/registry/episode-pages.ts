@@ -173,7 +173,8 @@ function drivingWalk(f: RowFilter, status: string | null): Walk {
   const order = "updated DESC, id DESC";
   if (f.task !== null) return { index: "rows_by_task", where: ["task = ?"], args: [f.task], order };
   if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };
-  if (f.truncated === true) return { index: "rows_truncated", where: ["truncated = 1"], args: [], order };
+  if (f.isTruncated === true) return { index: "rows_is_truncated", where: ["is_truncated = 1"], args: [], order };
+  if (f.isTimeout === true) return { index: "rows_is_timeout", where: ["is_timeout = 1"], args: [], order };
   if (f.errored === true) return { index: "rows_errored", where: ["error IS NOT NULL"], args: [], order };
   if (f.step !== null && f.step.min !== null && f.step.min === f.step.max) {
     return { index: "rows_by_step_updated", where: ["step = ?"], args: [f.step.min], order };
@@ -202,7 +203,9 @@ export function conditions(q: Pick<ListQuery, "status" | "prefix" | "filter">): 
   if (q.prefix !== null) add("substr(rows.id, 1, ?) = ?", q.prefix.length, q.prefix);
   if (f.task !== null) add("rows.task = ?", f.task);
   if (f.stop !== null) add("rows.stop = ?", f.stop);
-  if (f.truncated !== null) add(f.truncated ? "rows.truncated = 1" : "COALESCE(rows.truncated, 0) = 0");
+  // an uncounted truncation (NULL) matches neither value
+  if (f.isTruncated !== null) add(f.isTruncated ? "rows.is_truncated = 1" : "rows.is_truncated = 0");
+  if (f.isTimeout !== null) add(f.isTimeout ? "rows.is_timeout = 1" : "COALESCE(rows.is_timeout, 0) = 0");
   if (f.errored !== null) add(f.errored ? "rows.error IS NOT NULL" : "rows.error IS NULL");
   if (f.minTurns !== null) add("rows.turns >= ?", f.minTurns);
   if (f.minTokens !== null) add("rows.tokens >= ?", f.minTokens);

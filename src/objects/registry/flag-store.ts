@@ -163,7 +163,7 @@ export class FlagStore {
    * batch replaces takes its flags, its new segments are matched, the reward rules run on the row.
    */
   update(
-    row: Pick<IndexRow, "id" | "rewards" | "trace_rewards" | "truncated" | "live">,
+    row: Pick<IndexRow, "id" | "rewards" | "trace_rewards" | "is_truncated" | "live">,
     batch: SearchBatch | null,
   ): Flag[] {
     const { rules, text } = this.rules();
@@ -260,10 +260,10 @@ export class FlagStore {
           id: string;
           rewards: string | null;
           trace_rewards: string | null;
-          truncated: number | null;
+          is_truncated: number | null;
           live: string | null;
         }>(
-          "SELECT id, rewards, trace_rewards, truncated, live FROM rows WHERE id > ? ORDER BY id LIMIT ?",
+          "SELECT id, rewards, trace_rewards, is_truncated, live FROM rows WHERE id > ? ORDER BY id LIMIT ?",
           after,
           RESCAN_ROWS,
         )
@@ -274,7 +274,7 @@ export class FlagStore {
           id: r.id,
           rewards: r.rewards === null ? null : JSON.parse(r.rewards),
           trace_rewards: r.trace_rewards === null ? null : JSON.parse(r.trace_rewards),
-          truncated: r.truncated === 1,
+          is_truncated: r.is_truncated === null ? null : r.is_truncated === 1,
           live: r.live === null ? null : JSON.parse(r.live),
         };
         for (const f of rowFlags(rules, row)) if (this.insert(r.id, f, false)) touched.add(r.id);

@@ -93,20 +93,23 @@ export function recountRewards(sql: SqlStorage): void {
   }
 }
 
-/** Whether the rows have a `turns` column (INDEX_SCHEMA 12, turn-recount.ts). */
-function turnsCounted(sql: SqlStorage): boolean {
-  return sql.exec("SELECT 1 FROM pragma_table_info('rows') WHERE name = 'turns'").toArray().length > 0;
+/** Whether the rows have column `name` (`turns`: INDEX_SCHEMA 12, turn-recount.ts; `is_truncated`: 13). */
+function hasColumn(sql: SqlStorage, name: string): boolean {
+  return sql.exec("SELECT 1 FROM pragma_table_info('rows') WHERE name = ?", name).toArray().length > 0;
 }
 
 /**
  * The next rows whose episode is to send its row again (rows of several traces on their first trace's rewards,
- * rows whose turns are not counted: turn-recount.ts) (none: done), from after the last one asked. */
+ * rows whose turns or truncation are not counted: turn-recount.ts, truncation-recount.ts) (none: done), from after the
+ * last one asked. */
 export function resendDue(sql: SqlStorage): string[] | null {
   const after = sql.exec<{ v: string }>(`SELECT v FROM state WHERE k = '${RESEND_STATE}'`).toArray()[0]?.v;
   if (after === undefined) return null;
   return sql
     .exec<{ id: string }>(
-      `SELECT id FROM rows WHERE (trace_rewards IS NULL${turnsCounted(sql) ? " OR turns IS NULL" : ""}) AND id > ?
+      `SELECT id FROM rows WHERE (trace_rewards IS NULL${hasColumn(sql, "turns") ? " OR turns IS NULL" : ""}${
+        hasColumn(sql, "is_truncated") ? " OR is_truncated IS NULL" : ""
+      }) AND id > ?
        ORDER BY id LIMIT ?`,
       after,
       RESEND_BATCH,

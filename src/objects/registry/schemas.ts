@@ -6,6 +6,7 @@ import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
 import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
+import { recountTruncation } from "./truncation-recount.js";
 import { addTurns } from "./turn-recount.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
@@ -208,6 +209,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "turns as prime-rl counts them (assistant nodes), asked of each episode again",
       up(sql) {
         addTurns(sql);
+      },
+    },
+    {
+      version: 13,
+      what: "truncation as the trainer counts it (is_truncated), asked of each episode again; is_timeout by its name",
+      up(sql) {
+        recountTruncation(sql);
       },
     },
   ],

@@ -1,6 +1,7 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
 import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js";
+import { stopTruncates } from "../../protocol/registry/truncation.js";
 import type { Json, JsonObject } from "../../protocol/wire/json-view.js";
 
 /**
@@ -16,6 +17,8 @@ export type SqlRow = Omit<
   | "task"
   | "group"
   | "stop_condition"
+  | "is_truncated"
+  | "is_timeout"
   | "truncated"
   | "run_name"
   | "dispatch"
@@ -31,7 +34,10 @@ export type SqlRow = Omit<
   task: string | null;
   grp: string | null;
   stop: string | null;
-  truncated: number | null;
+  /** The first trace's `is_timeout` (a column named `truncated` before INDEX_SCHEMA 13). */
+  is_timeout: number | null;
+  /** The trainer's truncation; NULL: not counted (INDEX_SCHEMA 13, truncation-recount.ts). */
+  is_truncated: number | null;
   run_name: string | null;
   dispatch: string | null;
   kind: string | null;
@@ -63,7 +69,17 @@ export function rowOf(r: SqlRow): IndexRow {
     task: r.task,
     group: r.grp,
     stop_condition: r.stop,
-    truncated: r.truncated === 1,
+    // storage before INDEX_SCHEMA 13 (read by the migrations before it): `truncated` was is_timeout, and
+    // truncation was counted from the stop condition alone
+    is_truncated:
+      r.is_truncated === undefined
+        ? stopTruncates(r.stop)
+          ? true
+          : null
+        : r.is_truncated === null
+          ? null
+          : r.is_truncated === 1,
+    is_timeout: (r.is_timeout ?? r.truncated) === 1,
     run_name: r.run_name,
     dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
     live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),

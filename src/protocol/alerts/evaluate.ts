@@ -5,8 +5,7 @@
 // keeps the state.
 
 import type { Flag, IndexRow } from "../registry/entry.js";
-import { identityOf } from "../registry/entry.js";
-import { stopTruncates } from "../registry/step-outcomes.js";
+import { identityOf, timedOut } from "../registry/entry.js";
 import type { StepJson } from "../registry/steps.js";
 import type { AlertRule, RateKind } from "./config.js";
 
@@ -17,6 +16,7 @@ export interface Outcome {
   failed: boolean;
   /** The first trace's `is_timeout`. */
   timeout: boolean;
+  /** Truncated by the trainer's definition (`is_truncated`; not counted: not truncated). */
   truncated: boolean;
 }
 
@@ -58,8 +58,8 @@ export function endedOutcome(row: IndexRow, old: IndexRow | null): Outcome | nul
     episode: row.id,
     env: identityOf(row).env ?? "",
     failed: row.status === "failed",
-    timeout: row.truncated === true,
-    truncated: stopTruncates(row.stop_condition),
+    timeout: timedOut(row),
+    truncated: row.is_truncated === true,
   };
 }
 

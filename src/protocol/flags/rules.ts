@@ -259,7 +259,7 @@ export function segmentFlags(rules: readonly TextRule[], s: Segment, work: TextW
 /** The flags reward rules raise on a row (`counts.rewardChecks`: one more per reward rule checked). */
 export function rowFlags(
   rules: readonly Rule[],
-  row: Pick<IndexRow, "rewards" | "trace_rewards" | "truncated" | "live">,
+  row: Pick<IndexRow, "rewards" | "trace_rewards" | "is_truncated" | "live">,
   counts?: { rewardChecks: number },
 ): Flag[] {
   // the episode's scores: the trainer's total under "reward", each key's mean over the traces (rewards.ts)
@@ -274,7 +274,8 @@ export function rowFlags(
       );
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}` });
     } else if ("rewarded_truncated" in r) {
-      const hit = row.truncated
+      // the trainer's truncation (truncation.ts), not a timeout
+      const hit = row.is_truncated
         ? score(r.rewarded_truncated.key).find(([, v]) => v >= r.rewarded_truncated.min)
         : undefined;
       if (hit) flags.push({ rule: r.id, trace: null, node: null, excerpt: `${hit[0]} = ${hit[1]}, truncated` });

@@ -4,6 +4,7 @@
 import { dispatchFacts } from "../envelope/dispatch.js";
 import type { Json, JsonObject } from "../wire/json-view.js";
 import { episodeReward, traceRewardsOf } from "./rewards.js";
+import { stopTruncates } from "./truncation.js";
 
 export type IndexStatus = "live" | "finished" | "failed" | "finish_refused";
 export const INDEX_STATUSES: readonly IndexStatus[] = ["live", "finished", "failed", "finish_refused"];
@@ -45,7 +46,19 @@ export interface IndexRow {
   group?: string | null;
   /** The first trace's `stop_condition` (null: none). */
   stop_condition?: string | null;
-  /** The first trace's `is_timeout`. */
+  /**
+   * Truncated by the trainer's definition (truncation.ts: a trace's stop condition is a framework limit, or its last
+   * successful call finished with `length`; any trace). Null: not counted, a row of an older release whose episode
+   * could not count it again (its calls gone with its bodies, or the episode gone); absent from rows sent by older
+   * releases.
+   */
+  is_truncated?: boolean | null;
+  /** The first trace's `is_timeout` (absent from rows sent by older releases: they sent it as `truncated`). */
+  is_timeout?: boolean;
+  /**
+   * Deprecated alias of `is_timeout`, for one release: what older releases named it (the API still answers it, and
+   * the index reads it from rows older episodes send). Not the trainer's truncation: that is `is_truncated`.
+   */
   truncated?: boolean;
   /** The reply head's `run.name`, once finished. */
   run_name?: string | null;
@@ -128,10 +141,31 @@ export function identityOf(
   return { kind: f.kind, env: f.env, step: f.step, policy_version: f.policy_version, staleness };
 }
 
+/** A row's `is_timeout`: as sent, or (a row sent by an older release) its `truncated`. */
+export function timedOut(r: Pick<IndexRow, "is_timeout" | "truncated">): boolean {
+  return (r.is_timeout ?? r.truncated) === true;
+}
+
+/**
+ * A row as the index keeps it: `is_timeout` by its own name (older releases' episodes send it as `truncated`), and
+ * `is_truncated` as sent, or (sent by an older release, which counted none) true when its stop condition alone
+ * truncates, else not counted (null) until its episode sends it again.
+ */
+export function keptRow(r: IndexRow): IndexRow {
+  const { truncated: _, ...rest } = r;
+  const isTruncated = r.is_truncated !== undefined ? r.is_truncated : stopTruncates(r.stop_condition) ? true : null;
+  return { ...rest, is_truncated: isTruncated, is_timeout: timedOut(r) };
+}
+
 export function entryOf(r: IndexRow): IndexEntry {
   const e = episodeReward(traceRewardsOf(r));
+  const isTimeout = timedOut(r);
   return {
     ...r,
+    is_truncated: r.is_truncated ?? null,
+    is_timeout: isTimeout,
+    // deprecated alias, one release (docs/http-api.md)
+    truncated: isTimeout,
     created: new Date(r.created).toISOString(),
     updated: new Date(r.updated).toISOString(),
     ended: r.ended === null ? null : new Date(r.ended).toISOString(),

@@ -6,7 +6,7 @@
 
 import type { Json } from "../wire/json-view.js";
 import type { ZeroVarianceTrend } from "./aggregates.js";
-import type { IndexRow, IndexStatus } from "./entry.js";
+import { type IndexRow, type IndexStatus, timedOut } from "./entry.js";
 import { episodeReward, rowReward, traceRewardsOf } from "./rewards.js";
 
 /**
@@ -106,6 +106,11 @@ export interface RolloutJson {
   turns: number | null;
   tokens: number;
   stop_condition: string | null;
+  /** The trainer's truncation (entry.ts `is_truncated`); null: not counted. */
+  is_truncated: boolean | null;
+  /** The first trace's `is_timeout`. */
+  is_timeout: boolean;
+  /** Deprecated alias of `is_timeout` (one release). */
   truncated: boolean;
   error: string | null;
 }
@@ -261,7 +266,9 @@ export function rolloutJson(r: IndexRow, g: GroupSummary): RolloutJson {
     turns: r.turns ?? null,
     tokens: r.tokens,
     stop_condition: r.stop_condition ?? null,
-    truncated: r.truncated ?? false,
+    is_truncated: r.is_truncated ?? null,
+    is_timeout: timedOut(r),
+    truncated: timedOut(r),
     error: r.error,
   };
 }

@@ -1,12 +1,13 @@
 // The episode list's filters (`GET
-// /v1/runs/{run}/episodes?task=&stop=&truncated=&errored=&reward=&min_turns=&min_tokens=`,
+// /v1/runs/{run}/episodes?task=&stop=&is_truncated=&is_timeout=&errored=&reward=&min_turns=&min_tokens=`,
+// `truncated=` a deprecated alias of `is_timeout=` for one release)
 // and the dispatch identity's `kind=&env=&step=&policy_version=`):
 // their parameters, and what a row must hold to match. Pure: the index turns a filter into SQL
 // (episode-pages.ts), the dashboard and clients match pushed rows with `rowMatches` and build
 // query strings with `filterParams`, so the three agree on what a filter means.
 
 import { RelayError } from "../http/errors.js";
-import { type IndexRow, identityOf } from "./entry.js";
+import { type IndexRow, identityOf, timedOut } from "./entry.js";
 import { rowScores } from "./rewards.js";
 
 /** One reward key's range, both ends inclusive (null: open). */
@@ -22,8 +23,10 @@ export interface RowFilter {
   task: string | null;
   /** The first trace's `stop_condition`. */
   stop: string | null;
-  /** `is_timeout` set (true) or not (false). */
-  truncated: boolean | null;
+  /** Truncated by the trainer's definition (truncation.ts) or not; a row whose truncation is not counted matches neither. */
+  isTruncated: boolean | null;
+  /** `is_timeout` set (true) or not (false); also given as `truncated=` (deprecated alias, one release). */
+  isTimeout: boolean | null;
   /** With an error (failed, finish refused, or an error reported at finish) or without. */
   errored: boolean | null;
   /** Every range must hold (a row without a score for the key matches none). */
@@ -50,7 +53,8 @@ export const MAX_REWARD_RANGES = 4;
 export const NO_FILTER: RowFilter = Object.freeze({
   task: null,
   stop: null,
-  truncated: null,
+  isTruncated: null,
+  isTimeout: null,
   errored: null,
   rewards: [],
   minTurns: null,
@@ -71,7 +75,8 @@ export function parseRowFilter(params: URLSearchParams): RowFilter {
   return {
     task: text(params, "task"),
     stop: text(params, "stop"),
-    truncated: flag(params, "truncated"),
+    isTruncated: flag(params, "is_truncated"),
+    isTimeout: timeoutFlag(params),
     errored: flag(params, "errored"),
     rewards: rewardRanges(params),
     minTurns: count(params, "min_turns"),
@@ -90,7 +95,8 @@ export function filterParams(f: RowFilter): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   if (f.task !== null) out.push(["task", f.task]);
   if (f.stop !== null) out.push(["stop", f.stop]);
-  if (f.truncated !== null) out.push(["truncated", f.truncated ? "1" : "0"]);
+  if (f.isTruncated !== null) out.push(["is_truncated", f.isTruncated ? "1" : "0"]);
+  if (f.isTimeout !== null) out.push(["is_timeout", f.isTimeout ? "1" : "0"]);
   if (f.errored !== null) out.push(["errored", f.errored ? "1" : "0"]);
   for (const r of f.rewards) out.push(["reward", `${r.key}:${r.min ?? ""}..${r.max ?? ""}`]);
   if (f.minTurns !== null) out.push(["min_turns", String(f.minTurns)]);
@@ -120,6 +126,8 @@ type FilteredRow = Pick<
   | "error"
   | "task"
   | "stop_condition"
+  | "is_truncated"
+  | "is_timeout"
   | "truncated"
   | "dispatch"
   | "flags"
@@ -145,7 +153,8 @@ export function rowMatches(row: FilteredRow, f: RowFilter): boolean {
   }
   if (f.task !== null && (row.task ?? null) !== f.task) return false;
   if (f.stop !== null && (row.stop_condition ?? null) !== f.stop) return false;
-  if (f.truncated !== null && (row.truncated ?? false) !== f.truncated) return false;
+  if (f.isTruncated !== null && (row.is_truncated ?? null) !== f.isTruncated) return false;
+  if (f.isTimeout !== null && timedOut(row) !== f.isTimeout) return false;
   if (f.errored !== null && (row.error !== null) !== f.errored) return false;
   if (f.minTurns !== null && (typeof row.turns !== "number" || row.turns < f.minTurns)) return false;
   if (f.minTokens !== null && row.tokens < f.minTokens) return false;
@@ -172,6 +181,15 @@ function flag(params: URLSearchParams, name: string): boolean | null {
   if (v === "1" || v === "true") return true;
   if (v === "0" || v === "false") return false;
   throw bad(name, `${name} must be 1 or 0`);
+}
+
+/** `is_timeout=`, or its deprecated alias `truncated=` (both given: they must agree). */
+function timeoutFlag(params: URLSearchParams): boolean | null {
+  const named = flag(params, "is_timeout");
+  const alias = flag(params, "truncated");
+  if (named !== null && alias !== null && named !== alias)
+    throw bad("truncated", "truncated (a deprecated alias of is_timeout) disagrees with is_timeout");
+  return named ?? alias;
 }
 
 function count(params: URLSearchParams, name: string): number | null {

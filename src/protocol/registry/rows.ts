@@ -5,7 +5,7 @@ import { inScope } from "../http/auth.js";
 import { RelayError } from "../http/errors.js";
 import { type RowPosition, readPosition } from "./list-cursors.js";
 
-export { entryOf, INDEX_STATUSES, type IndexEntry, type IndexRow, type IndexStatus } from "./entry.js";
+export { entryOf, INDEX_STATUSES, type IndexEntry, type IndexRow, type IndexStatus, keptRow } from "./entry.js";
 
 import { INDEX_STATUSES, type IndexEntry, type IndexStatus } from "./entry.js";
 import { parseRowFilter, type RowFilter } from "./row-filter.js";

@@ -8,14 +8,7 @@
 
 import type { IndexRow } from "./entry.js";
 
-/** Stop conditions the trainer counts as truncated (prime-rl `summarize_episode`; docs/training.md). */
-export const TRUNCATING_STOPS: ReadonlySet<string> = new Set([
-  "max_turns",
-  "max_input_tokens",
-  "max_output_tokens",
-  "max_total_tokens",
-  "compaction_failed",
-]);
+export { stopTruncates, TRUNCATING_STOPS } from "./truncation.js";
 
 /** Lengths below this are kept exactly; above, to LENGTH_BITS leading bits. */
 const EXACT_BELOW = 256;
@@ -26,7 +19,10 @@ export const LENGTH_QUANTILE = 0.9;
 
 /** A step's outcome counters (in its `steps` row; every field absent: 0 or none). */
 export interface OutcomeCounters {
-  /** Ended rollouts (finished or failed) whose stop condition truncates, that timed out (`is_timeout`), that errored. */
+  /**
+   * Ended rollouts (finished or failed) the trainer counts as truncated (`is_truncated`: truncation.ts), that timed
+   * out (`is_timeout`), that errored.
+   */
   truncated?: number;
   timeouts?: number;
   errored?: number;
@@ -34,8 +30,8 @@ export interface OutcomeCounters {
   lengths?: { count: number; sum: number; buckets: Record<string, number> };
 }
 
-export type OutcomeRow = Pick<IndexRow, "status" | "stop_condition" | "truncated" | "live"> &
-  Partial<Pick<IndexRow, "error">>;
+export type OutcomeRow = Pick<IndexRow, "status" | "live"> &
+  Partial<Pick<IndexRow, "error" | "is_truncated" | "is_timeout">>;
 
 /** The bucket a length counts in: itself below EXACT_BELOW, else rounded down to its LENGTH_BITS leading bits. */
 export function lengthBucket(tokens: number): number {
@@ -46,11 +42,6 @@ export function lengthBucket(tokens: number): number {
   return Math.floor(n / unit) * unit;
 }
 
-/** Whether the trainer counts a rollout as truncated, from what its row holds (its first trace's stop condition). */
-export function stopTruncates(stop: string | null | undefined): boolean {
-  return typeof stop === "string" && TRUNCATING_STOPS.has(stop);
-}
-
 /** Add (1) or take back (-1) one row's part of the outcome counters. */
 export function applyOutcomeRow(c: OutcomeCounters, row: OutcomeRow, sign: 1 | -1): void {
   if (row.status !== "finished" && row.status !== "failed") return;
@@ -59,8 +50,9 @@ export function applyOutcomeRow(c: OutcomeCounters, row: OutcomeRow, sign: 1 | -
     if (v === 0) delete c[k];
     else c[k] = v;
   };
-  if (stopTruncates(row.stop_condition)) add("truncated");
-  if (row.truncated === true) add("timeouts");
+  // a row whose truncation is not counted (null: entry.ts) counts as not truncated until its episode counts it
+  if (row.is_truncated === true) add("truncated");
+  if (row.is_timeout === true) add("timeouts");
   if (row.error !== null && row.error !== undefined) add("errored");
   // rows of releases before the live facts carry no token counts: they have no length
   if (row.status !== "finished" || !row.live) return;
