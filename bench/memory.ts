@@ -170,8 +170,13 @@ class DevRelay {
     this.heap.stop();
     const ours = (await isolatesOf(this.pids)).filter((t) => /core:user:/.test(t.name));
     this.heap = new HeapSampler(ours);
-    const pidOf = (re: RegExp) => Number(ours.find((t) => re.test(t.name))?.name.split(":")[0]);
-    this.tierPids = { episodes: pidOf(/core:user:episode-relay$/), hubs: pidOf(/core:user:episode-relay-hubs$/) };
+    // the tiers by their isolates' names: the hub tier's script is the episode tier's name + "-hubs"
+    // (scripts/relay.mjs; the name is whatever it read from wrangler.toml, "undefined" with wrangler 4.86)
+    const tierOf = (t: { name: string }) => t.name.replace(/^.*core:user:/, "");
+    const hubTier = ours.find((t) => /-hubs$/.test(tierOf(t)));
+    const episodeTier = ours.find((t) => hubTier && tierOf(t) === tierOf(hubTier).replace(/-hubs$/, ""));
+    const pidOf = (t: { name: string } | undefined) => Number(t?.name.split(":")[0]);
+    this.tierPids = { episodes: pidOf(episodeTier), hubs: pidOf(hubTier) };
     if (!this.tierPids.episodes || !this.tierPids.hubs)
       throw new Error(`expected the two tiers' isolates, found ${this.heap.names.join(", ") || "none"}`);
     this.heap.start(50);

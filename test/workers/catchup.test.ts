@@ -13,6 +13,7 @@ import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { hubName } from "../../src/protocol/hub/shards.js";
 import { type Chunks, decodeWatchMessage, MESSAGE_BYTES } from "../../src/protocol/watch/protocol.js";
+import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { equal, freshId, golden, post } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -109,13 +110,16 @@ describe("catch-up", () => {
     w.close();
   });
 
-  it("at most MAX_CATCHUPS watchers catch up at once; the next starts when one leaves", async () => {
+  it("at most MAX_CATCHUPS streams are read at once; the next starts when one leaves", async () => {
     const c = await golden("large_routing");
     const id = freshId("slots");
     await push(id, c);
+    const firstTrace = (decodeLossless(c.frames[0]!) as LMap).get("trace") as string;
+    // three streams larger than a window (none can join another's): the whole episode, its one trace by name,
+    // and a resume from seq 0 (a snapshot too: the log keeps 6 frames here)
     const a = await Watcher.open(id, "", "never");
-    const b = await Watcher.open(id, "", "never");
-    const third = await Watcher.open(id, "", "never");
+    const b = await Watcher.open(id, `?traces=${firstTrace}`, "never");
+    const third = await Watcher.open(id, "?after=0", "never");
     for (const w of [a, b, third]) {
       await settle(w, 100);
       w.ack(); // each acknowledges its hello, then stops reading
@@ -135,6 +139,26 @@ describe("catch-up", () => {
     ).toBe(true);
     b.close();
     third.close();
+  });
+
+  it("a watcher joining a stream under way starts at once, every slot taken: the same bytes, then the golden state", async () => {
+    const c = await golden("large_routing");
+    const id = freshId("join-no-slot");
+    await push(id, c);
+    const a = await Watcher.open(id, "", "never");
+    const b = await Watcher.open(id, "?after=0", "never");
+    for (const w of [a, b]) {
+      await settle(w, 100);
+      w.ack();
+    }
+    for (const w of [a, b]) await settle(w); // both slots (MAX_CATCHUPS is 2 here) are taken
+    const late = await Watcher.open(id, "", "until_caught_up");
+    await late.read((x) => x.caughtUp);
+    const firstOf = (w: Watcher) => w.messages.find((m) => m.type === "snapshot");
+    expect(firstOf(late), "it joined a's stream: its first snapshot message is a's").toEqual(firstOf(a));
+    expect(equal(late.asm.tracesBytes(), finalTraces(c))).toBe(true);
+    expect(late.seqs, "no frame twice").toEqual([...new Set(late.seqs)]);
+    for (const w of [a, b, late]) w.close();
   });
 
   it("the log a catching-up watcher still has to replay is kept, however far the log is trimmed meanwhile", async () => {

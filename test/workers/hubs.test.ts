@@ -170,6 +170,27 @@ describe("viewer hubs", () => {
     keep.close();
   });
 
+  it("a hub rewrites its one row with each feed: one row written per feed, every frame delivered once", async () => {
+    const c = await golden("chat_basic");
+    const id = freshId("hub-row");
+    const producer = new ProducerCursor("p");
+    await pushFrames(id, c, 0, 1, producer);
+    const w = await Watcher.open(id);
+    await w.read((x) => x.caughtUp);
+    const before = (await hub(id, 0).usage()).written.hub ?? 0;
+    for (let i = 1; i < c.frames.length; i++) {
+      await pushFrames(id, c, i, i + 1, producer);
+      await w.read((x) => x.lastSeq === i + 1);
+    }
+    const feeds = c.frames.length - 1;
+    expect(
+      (await hub(id, 0).usage()).written.hub! - before,
+      "one row per feed (an UPDATE, not a DELETE and an INSERT)",
+    ).toBe(feeds);
+    expect(w.seqs, "every frame once, in order").toEqual(Array.from({ length: c.frames.length - 1 }, (_, i) => i + 2));
+    w.close();
+  });
+
   it("past MAX_WAITING (8 here) a newcomer is closed 1013 with a retry hint; the waiting ones are not", async () => {
     const c = await golden("chat_basic");
     const id = freshId("admission");

@@ -39,8 +39,31 @@ import type { Meta } from "./storage.js";
  */
 export const FIRST_MESSAGE_BYTES = 256 * 1024;
 
+/**
+ * Let go of buffers read from SQLite once a message holds a copy of their bytes: detached, their
+ * memory goes at once. Left to the collector, they piled up: the runtime collects ArrayBuffers only
+ * once ~64 MiB of them have (bench/repro/arraybuffer-garbage.mjs), and a catch-up reads every byte
+ * it sends. `keep`: a buffer still in use (a delta carried to the next message).
+ */
+export function freeReads(read: Uint8Array[], keep: ArrayBufferLike | null = null): void {
+  for (const b of read) {
+    if (b.buffer === keep) continue;
+    try {
+      (b.buffer as ArrayBuffer & { transfer?(length: number): ArrayBuffer }).transfer?.(0);
+    } catch {
+      // already let go, or not detachable: the collector takes it
+    }
+  }
+  read.length = 0;
+}
+
 /** What a catch-up reads: the episode's record, index and stores. */
 export interface CatchUpSource {
+  /**
+   * Frames and bodies it gives are fresh reads (SQLite's own buffers, held by nothing else): a message that
+   * copied their bytes frees them (`freeReads`).
+   */
+  fresh?: boolean;
   meta(): Meta | null;
   /** The traces in memory as they stand now. */
   views(): TraceView[];
@@ -108,8 +131,13 @@ export abstract class SnapshotMessages {
     }
     this.done = !more;
     this.built++;
-    return snapshotMessage(this.seq, this.reason, batch, more, into);
+    const message = snapshotMessage(this.seq, this.reason, batch, more, into);
+    this.joined(this.carried);
+    return message;
   }
+
+  /** A message holds copies of the deltas it carries (`carried` is kept for the next one). */
+  protected joined(_carried: Uint8Array | Chunks | null): void {}
 }
 
 /** A snapshot built from SQLite as of `seq`, planned from the index. */
@@ -120,16 +148,24 @@ export class SnapshotBuilder extends SnapshotMessages {
   private readonly pin: Pin;
   /** The next planned delta. */
   private next = 0;
+  /** Bodies read for the message being built (fresh reads only: freed once it is joined). */
+  private readonly read: Uint8Array[] = [];
 
   constructor(
-    src: Pick<CatchUpSource, "pin" | "reader" | "views">,
+    src: Pick<CatchUpSource, "pin" | "reader" | "views" | "fresh">,
     seq: number,
     variant: Variant,
     reason: SnapshotReason,
   ) {
     super(seq, variant, reason);
     this.pin = src.pin(seq);
-    this.reader = src.reader(seq);
+    const reader = src.reader(seq);
+    this.reader = src.fresh
+      ? {
+          nodes: (tnum, from, to) => this.track(reader.nodes(tnum, from, to)),
+          items: (tnum, field, from, to) => this.track(reader.items(tnum, field, from, to)),
+        }
+      : reader;
     this.wanted = src.views().filter((v) => variant.traces === null || variant.traces.includes(v.id));
     this.plan = snapshotPlan(this.wanted);
   }
@@ -147,6 +183,16 @@ export class SnapshotBuilder extends SnapshotMessages {
   release(): void {
     this.done = true;
     this.pin.release();
+  }
+
+  private track<T>(bodies: T[]): T[] {
+    for (const b of bodies) if (b instanceof Uint8Array) this.read.push(b);
+    return bodies;
+  }
+
+  protected override joined(carried: Uint8Array | Chunks | null): void {
+    // a carried delta was joined (or stripped) into a buffer of its own; were it one, it stays
+    freeReads(this.read, carried instanceof Uint8Array ? carried.buffer : null);
   }
 
   /**
@@ -219,16 +265,21 @@ export class CatchUpMessages {
     const head = this.src.meta()?.seq ?? 0;
     while (this.at < head) {
       const visible: Frame[] = [];
+      const read: Uint8Array[] = [];
       const from = this.at;
       for (const { seq, frame } of this.src.frames(this.at, head, MESSAGE_BYTES)) {
         this.at = seq;
+        if (this.src.fresh) read.push(frame);
         const d = deltaForVariant(frame, traceOf(frame), this.variant);
         if (d) visible.push({ seq, delta: d });
       }
       if (visible.length) {
         this.repin();
-        return framesMessage(visible, into);
+        const message = framesMessage(visible, into);
+        freeReads(read);
+        return message;
       }
+      freeReads(read);
       if (this.at === from) this.at = head; // nothing logged after `at` up to the head (retracted frames leave gaps)
     }
     return null;

@@ -95,6 +95,7 @@ export class Episode extends DurableObject<Env> {
     this.state = new EpisodeState(ctx.storage);
     const { record, store } = this.state;
     this.source = {
+      fresh: true,
       meta: () => record.meta(),
       views: () => this.state.memory().asm.views(),
       pin: (asOf) => store.pin(asOf),

@@ -80,9 +80,7 @@ export class HubStore {
   save(s: HubRow, reply?: Uint8Array | null): void {
     this.schema.ensure();
     const v = s.view;
-    this.sql.exec("DELETE FROM hub");
-    this.sql.exec(
-      "INSERT INTO hub VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    const values = [
       s.id,
       s.shard,
       s.session,
@@ -92,7 +90,16 @@ export class HubStore {
       v?.refused ?? null,
       v?.error ?? null,
       s.hubs,
-    );
+    ];
+    // one row, rewritten with each feed: an UPDATE bills one row written, a DELETE and an INSERT two
+    const updated = this.sql.exec(
+      "UPDATE hub SET id = ?, shard = ?, session = ?, head = ?, epoch = ?, status = ?, refused = ?, error = ?, hubs = ?",
+      ...values,
+    ).rowsWritten;
+    if (updated !== 1) {
+      this.sql.exec("DELETE FROM hub");
+      this.sql.exec("INSERT INTO hub VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", ...values);
+    }
     if (reply !== undefined) {
       this.sql.exec("DELETE FROM reply");
       if (reply) eachPart(reply, (part, data) => this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, data));

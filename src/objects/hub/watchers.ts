@@ -4,7 +4,9 @@
 // - A new watcher gets a hello at once, then, once it acknowledged the hello and a slot is free,
 //   its catch-up (src/objects/hub/running-catchups.ts), paced by what it acknowledges (src/objects/hub/fan-out.ts `Flows`):
 //   at most `window` bytes unacknowledged, at most `maxCatchUps` at once, at most
-//   `catchUpsPerSecond` starting (src/protocol/hub/admission.ts). A newcomer past the admission bounds is
+//   `catchUpsPerSecond` starting (src/protocol/hub/admission.ts). A watcher that joins a stream under
+//   way (a cohort) takes neither a slot nor a start token: it costs the episode nothing, and the hub
+//   its sends, which HUB_QUEUE_BYTES bounds. A newcomer past the admission bounds is
 //   closed 1013 with a retry hint. Caught up, it joins the fan-out (src/objects/hub/fan-out.ts).
 // - What the hub knows of a socket is memory only, except whether it is caught up (its attachment): after the hub restarts, a
 //   socket that was still catching up is closed with 1013 (its catch-up is gone) and reconnects.
@@ -66,6 +68,8 @@ export class HubWatchers {
   private readonly cohorts: Cohorts;
   /** Watchers waiting for a catch-up slot, in arrival order; one starts only once it acknowledged its hello. */
   private readonly waiting: Waiting[] = [];
+  /** Catch-ups holding one of the `maxCatchUps` slots (those that did not join a stream under way). */
+  private readonly slots = new Set<WebSocket>();
   /** A timer that starts waiting catch-ups when the start rate allows (short; only while some wait). */
   private startTimer: ReturnType<typeof setTimeout> | null = null;
   /** Open sockets with the watch tag (counted once per wake, then kept), and which they are. */
@@ -92,6 +96,7 @@ export class HubWatchers {
       {
         gone: (ws) => this.gone(ws),
         caughtUp: (ws) => {
+          this.slots.delete(ws);
           this.fanOut.set(ws, this.known.get(ws)!, true);
           this.startWaiting();
         },
@@ -215,6 +220,7 @@ export class HubWatchers {
   /** The socket closed or failed: free its place. */
   gone(ws: WebSocket): void {
     this.catchUps.end(ws);
+    this.slots.delete(ws);
     const w = this.waiting.findIndex((x) => x.ws === ws);
     if (w >= 0) this.waiting.splice(w, 1);
     this.flows.forget(ws);
@@ -265,39 +271,53 @@ export class HubWatchers {
   /** Forget every catch-up, waiting watcher, cohort and queued frame. */
   private dropCatchUps(): void {
     this.catchUps.clear();
+    this.slots.clear();
     this.cohorts.closeAll();
     this.waiting.length = 0;
     this.fanOut.reset();
   }
 
   private startWaiting(): void {
-    while (this.catchUps.size < this.limits.maxCatchUps) {
-      const i = this.waiting.findIndex((w) => w.ready);
-      if (i < 0) break;
+    // in arrival order; one that needs a slot or a token it cannot have now does not hold back a join behind it
+    let blocked = false;
+    for (let i = 0; i < this.waiting.length; ) {
       const w = this.waiting[i]!;
+      if (!w.ready) {
+        i++;
+        continue;
+      }
       if (w.ws.readyState !== WebSocket.OPEN) {
         this.waiting.splice(i, 1);
         continue;
       }
-      // a resume the window serves, or a join to a stream already under way, costs the episode
-      // nothing: it needs no start token
       const known = this.known.get(w.ws);
-      const cheap =
-        (!w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after)) ||
-        (known !== undefined && this.cohorts.joinable(known.variant, w.after, w.reason));
-      if (!cheap) {
-        const wait = this.admission.take(Date.now());
+      // a join to a stream under way costs the episode nothing (the watchers of a reconnect storm
+      // share one stream instead of waiting for slots and each asking for their own): no slot, no token
+      const joins = known !== undefined && this.cohorts.joinable(known.variant, w.after, w.reason);
+      if (!joins) {
+        if (blocked || this.slots.size >= this.limits.maxCatchUps) {
+          blocked = true;
+          i++;
+          continue;
+        }
+        // a resume the window serves costs the episode nothing either: it needs a slot, not a token
+        const windowed =
+          !w.reason && w.after !== null && w.after <= this.hub.view().head && this.hub.window.covers(w.after);
+        const wait = windowed ? 0 : this.admission.take(Date.now());
         if (wait > 0) {
           this.startTimer ??= setTimeout(() => {
             this.startTimer = null;
             this.startWaiting();
           }, wait);
-          break;
+          blocked = true;
+          i++;
+          continue;
         }
       }
       this.waiting.splice(i, 1);
       this.fanOut.flush(); // frames fed before this catch-up's stream go to the caught-up watchers first
       if (!known) continue;
+      if (!joins) this.slots.add(w.ws);
       this.catchUps.start(w.ws, new CatchUp(this.bridge, known.variant, w.after, w.reason));
     }
     this.catchUps.watchIdle();
