@@ -264,7 +264,8 @@ export async function startRelay(o = {}) {
     log: new Log(LogLevel.WARN),
   };
   const durableObjects = /** @type {Record<string, { className: string, useSQLite?: boolean }>} */ (w.durableObjects);
-  const name = String(w.name);
+  // wrangler's derived options carry no name: the tiers are named from wrangler.toml's own
+  const name = String(w.name ?? /^name\s*=\s*"([^"]+)"/m.exec(readFileSync(join(root, "wrangler.toml"), "utf8"))?.[1]);
   const names = { episodes: name, hubs: `${name}-hubs` };
   /** @param {boolean} hubTier objects of the other tier bound by script name */
   const bound = (hubTier) =>
