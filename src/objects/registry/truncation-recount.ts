@@ -17,7 +17,9 @@ import { RESEND_STATE } from "./reward-recount.js";
 import { rowPages } from "./sql-row.js";
 
 export function recountTruncation(sql: SqlStorage): void {
-  sql.exec("ALTER TABLE rows RENAME COLUMN truncated TO is_timeout");
+  // as every migration, safe to run again over storage that has it (a column renamed already stays)
+  if (sql.exec("SELECT 1 FROM pragma_table_info('rows') WHERE name = 'truncated'").toArray().length)
+    sql.exec("ALTER TABLE rows RENAME COLUMN truncated TO is_timeout");
   sql.exec("DROP INDEX IF EXISTS rows_truncated");
   sql.exec("CREATE INDEX IF NOT EXISTS rows_is_timeout ON rows (updated DESC, id DESC) WHERE is_timeout = 1");
   addColumns(sql, "rows", ["is_truncated INTEGER"]);
