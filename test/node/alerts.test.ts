@@ -203,13 +203,21 @@ describe("the threshold rules", () => {
     const row = (status: IndexRow["status"], extra: Partial<IndexRow> = {}) =>
       ({ id: "r:a", status, dispatch: { env: "math" }, ...extra }) as IndexRow;
     expect(endedOutcome(row("live"), null)).toBeNull();
-    expect(endedOutcome(row("finished", { stop_condition: "max_turns", truncated: true }), row("live"))).toEqual({
+    // a row as the index keeps it: the trainer's truncation and the timeout by their names
+    const kept = row("finished", { stop_condition: "max_turns", is_truncated: true, is_timeout: true });
+    expect(endedOutcome(kept, row("live"))).toEqual({
       episode: "r:a",
       env: "math",
       failed: false,
       timeout: true,
       truncated: true,
     });
+    // cut at `length` without timing out; a timeout without truncation (an older episode's alias `truncated`)
+    expect(endedOutcome(row("finished", { is_truncated: true, is_timeout: false }), null)).toMatchObject({
+      timeout: false,
+      truncated: true,
+    });
+    expect(endedOutcome(row("finished", { truncated: true }), null)).toMatchObject({ timeout: true, truncated: false });
     expect(endedOutcome(row("finished"), row("finished"))).toBeNull();
     expect(endedOutcome(row("failed"), null)?.failed).toBe(true);
   });
