@@ -2,7 +2,10 @@
 
 Filters (every one given must hold): ``status`` (``live``, ``finished``, ``failed``,
 ``finish_refused``), ``task`` (the first trace's task key), ``stop`` (its ``stop_condition``),
-``truncated`` (its ``is_timeout``), ``errored`` (with an error: failed, finish refused, or an error
+``is_truncated`` (truncated as the trainer counts it: a trace stopped at a framework limit, or
+its last successful model call finished with ``length``; a row not yet counted matches neither
+value), ``is_timeout`` (its first trace's ``is_timeout``; ``truncated``: the deprecated alias of
+``is_timeout``, one release), ``errored`` (with an error: failed, finish refused, or an error
 reported at finish), ``rewards`` (``{key: (min, max)}``, both ends inclusive, None for an open end;
 an episode without a score for the key matches none), ``min_turns`` (turns as prime-rl counts
 them: assistant nodes, all traces; a row whose turns are not counted matches none) and
@@ -62,6 +65,8 @@ class EpisodeEntry(TypedDict, total=False):
     task: Optional[str]
     group: Optional[str]
     stop_condition: Optional[str]
+    is_truncated: Optional[bool]
+    is_timeout: bool
     truncated: bool
     run_name: Optional[str]
 
@@ -133,6 +138,8 @@ def filter_params(
     status: Optional[str] = None,
     task: Optional[str] = None,
     stop: Optional[str] = None,
+    is_truncated: Optional[bool] = None,
+    is_timeout: Optional[bool] = None,
     truncated: Optional[bool] = None,
     errored: Optional[bool] = None,
     rewards: Optional[RewardRanges] = None,
@@ -146,7 +153,7 @@ def filter_params(
     Raises :class:`RelayError` (``status=400``, nothing sent) for an obviously bad argument, with
     ``error`` and ``field`` as the relay would answer: ``bad_status`` / ``status``, ``bad_sort`` /
     ``sort``, ``bad_limit`` / ``limit``, and ``bad_filter`` with the parameter (``task``,
-    ``stop``, ``truncated``, ``errored``, ``reward``, ``min_turns``, ``min_tokens``). The
+    ``stop``, ``is_truncated``, ``is_timeout``, ``truncated``, ``errored``, ``reward``, ``min_turns``, ``min_tokens``). The
     relay's own limits (at most 4 reward ranges, 256 characters for a task) are its to refuse.
     """
     params: List[Tuple[str, str]] = []
@@ -158,7 +165,11 @@ def filter_params(
         params.append(("task", _text("task", task)))
     if stop is not None:
         params.append(("stop", _text("stop", stop)))
-    if truncated is not None:
+    if is_truncated is not None:
+        params.append(("is_truncated", _flag("is_truncated", is_truncated)))
+    if is_timeout is not None:
+        params.append(("is_timeout", _flag("is_timeout", is_timeout)))
+    if truncated is not None:  # deprecated alias of is_timeout, one release (the relay refuses the two disagreeing)
         params.append(("truncated", _flag("truncated", truncated)))
     if errored is not None:
         params.append(("errored", _flag("errored", errored)))
@@ -186,6 +197,8 @@ def fetch_episodes_page(
     status: Optional[str] = None,
     task: Optional[str] = None,
     stop: Optional[str] = None,
+    is_truncated: Optional[bool] = None,
+    is_timeout: Optional[bool] = None,
     truncated: Optional[bool] = None,
     errored: Optional[bool] = None,
     rewards: Optional[RewardRanges] = None,
@@ -215,6 +228,8 @@ def fetch_episodes_page(
         status=status,
         task=task,
         stop=stop,
+        is_truncated=is_truncated,
+        is_timeout=is_timeout,
         truncated=truncated,
         errored=errored,
         rewards=rewards,
@@ -240,6 +255,8 @@ def list_episodes(
     status: Optional[str] = None,
     task: Optional[str] = None,
     stop: Optional[str] = None,
+    is_truncated: Optional[bool] = None,
+    is_timeout: Optional[bool] = None,
     truncated: Optional[bool] = None,
     errored: Optional[bool] = None,
     rewards: Optional[RewardRanges] = None,
@@ -262,6 +279,8 @@ def list_episodes(
         status=status,
         task=task,
         stop=stop,
+        is_truncated=is_truncated,
+        is_timeout=is_timeout,
         truncated=truncated,
         errored=errored,
         rewards=rewards,
@@ -276,6 +295,8 @@ def list_episodes(
         status=status,
         task=task,
         stop=stop,
+        is_truncated=is_truncated,
+        is_timeout=is_timeout,
         truncated=truncated,
         errored=errored,
         rewards=rewards,

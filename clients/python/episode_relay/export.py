@@ -5,7 +5,7 @@ episodes) or Parquet (the rows), streaming and resumable.
 Where the episodes come from:
 
 - a selection by the list's filters (``kind``, ``env``, ``step``, ``policy_version``, ``task``,
-  ``stop``, ``truncated``, ``errored``, ``rewards``, ``min_turns``, ``min_tokens``, ``flag``,
+  ``stop``, ``is_truncated``, ``is_timeout``, ``truncated``, ``errored``, ``rewards``, ``min_turns``, ``min_tokens``, ``flag``,
   ``flagged``): the run's bulk fetch ``GET /v1/runs/{run}/finished?row=1&<filters>``, one
   streamed answer giving each episode's index row beside its exact bytes, in the order the
   episodes finished, resumed by the cursor each element carries;
@@ -47,12 +47,14 @@ from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_
 ROLLOUT_COLUMNS = (
     "id", "run", "status", "kind", "env", "group", "task", "step", "policy_version", "staleness",
     "reward", "rewards", "metrics", "final_answer", "expected_answer", "turns", "calls", "traces", "branches",
-    "input_tokens", "output_tokens", "tokens", "stop_condition", "truncated", "error", "flags", "ended",
+    "input_tokens", "output_tokens", "tokens", "stop_condition", "is_truncated", "is_timeout", "truncated", "error",
+    "flags", "ended",
 )
 #: Columns of a branch's row (see :func:`branch_records`): the rollout's identity, then the branch's.
 BRANCH_COLUMNS = (
     "id", "run", "kind", "env", "group", "task", "step", "policy_version", "reward",
-    "trace", "branch", "leaf", "nodes", "tokens", "final_answer", "stop_condition", "truncated",
+    "trace", "branch", "leaf", "nodes", "tokens", "final_answer", "stop_condition", "is_truncated", "is_timeout",
+    "truncated",
 )
 #: Columns written as JSON text in files (dicts and lists: their keys vary from run to run).
 JSON_COLUMNS = ("rewards", "metrics", "flags")
@@ -90,6 +92,8 @@ def selection_params(
     policy_version: Optional[int] = None,
     task: Optional[str] = None,
     stop: Optional[str] = None,
+    is_truncated: Optional[bool] = None,
+    is_timeout: Optional[bool] = None,
     truncated: Optional[bool] = None,
     errored: Optional[bool] = None,
     rewards: Optional[RewardRanges] = None,
@@ -103,7 +107,7 @@ def selection_params(
     ``env``, ``step`` (N, or ``(min, max)`` with None for an open end) and ``policy_version``, and
     the flags' ``flag`` (a rule's name) and ``flagged``. Raises :class:`RelayError` (400
     ``bad_filter``, nothing sent) on an obviously bad value."""
-    params = filter_params(task=task, stop=stop, truncated=truncated, errored=errored, rewards=rewards, min_turns=min_turns, min_tokens=min_tokens)
+    params = filter_params(task=task, stop=stop, is_truncated=is_truncated, is_timeout=is_timeout, truncated=truncated, errored=errored, rewards=rewards, min_turns=min_turns, min_tokens=min_tokens)
     for name, value in (("kind", kind), ("env", env), ("flag", flag)):
         if value is not None:
             if not isinstance(value, str) or value == "":
@@ -393,7 +397,8 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
     the trainer's), metrics (the first trace's), the final answer (the last assistant message of the
     first trace's last branch), the task's expected answer (the episode's task, else a trace's
     ``open.task``), turns (prime-rl's: assistant nodes, all traces), calls (model calls, all traces), traces, branches, input/output/total tokens
-    (all traces), the first trace's stop condition and whether it timed out."""
+    (all traces), the first trace's stop condition, the trainer's truncation (any trace: :func:`trace_truncated`)
+    and whether the first trace timed out."""
     traces = [t for t in (episode.get("traces") or []) if isinstance(t, Mapping)]
     first = traces[0] if traces else {}
     branches = 0
@@ -432,11 +437,34 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
         "output_tokens": sum(_num(t.get("num_output_tokens")) for t in traces),
         "tokens": sum(_num(t.get("num_total_tokens")) for t in traces),
         "stop_condition": first.get("stop_condition"),
+        # the trainer's truncation over every trace; the first trace's timeout by its name (``truncated``: its
+        # deprecated alias, one release)
+        "is_truncated": any(trace_truncated(t) for t in traces),
+        "is_timeout": bool(first.get("is_timeout")),
         "truncated": bool(first.get("is_timeout")),
         "error": row.get("error"),
         "flags": [f.get("rule") for f in flags if isinstance(f, Mapping)],
         "ended": row.get("ended"),
     }
+
+
+#: Stop conditions the trainer counts as truncated (prime-rl ``summarize_episode``; src/protocol/registry/truncation.ts).
+TRUNCATING_STOPS = frozenset({"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"})
+
+
+def trace_truncated(trace: Mapping[str, Any]) -> bool:
+    """Whether a trace is truncated as the trainer counts it (verifiers ``Trace.is_truncated``): its stop
+    condition is a framework limit, or its last successful model call (the last without an ``error``)
+    finished with ``length``."""
+    if trace.get("stop_condition") in TRUNCATING_STOPS:
+        return True
+    last = None
+    for c in trace.get("calls") or []:
+        if not isinstance(c, Mapping) or c.get("error") is not None:
+            continue
+        f = c.get("finish_reason")
+        last = f if isinstance(f, str) else None
+    return last == "length"
 
 
 def branch_records(row: Mapping[str, Any], episode: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -469,6 +497,8 @@ def branch_records(row: Mapping[str, Any], episode: Mapping[str, Any]) -> List[D
                     "tokens": sum(len(nodes[i].get("token_ids") or []) for i in path if isinstance(nodes[i], Mapping)),
                     "final_answer": _answer_on(nodes, path),
                     "stop_condition": t.get("stop_condition"),
+                    "is_truncated": trace_truncated(t),
+                    "is_timeout": bool(t.get("is_timeout")),
                     "truncated": bool(t.get("is_timeout")),
                 }
             )
@@ -756,12 +786,13 @@ def _arrow_schema(pa: Any, per: str) -> Any:
             "id": s, "run": s, "status": s, "kind": s, "env": s, "group": s, "task": s, "step": i, "policy_version": i,
             "staleness": i, "reward": f, "rewards": s, "metrics": s, "final_answer": s, "expected_answer": s, "turns": i, "calls": i,
             "traces": i, "branches": i, "input_tokens": i, "output_tokens": i, "tokens": i, "stop_condition": s,
-            "truncated": b, "error": s, "flags": s, "ended": s,
+            "is_truncated": b, "is_timeout": b, "truncated": b, "error": s, "flags": s, "ended": s,
         }
         return pa.schema([(c, types[c]) for c in ROLLOUT_COLUMNS])
     types = {
         "id": s, "run": s, "kind": s, "env": s, "group": s, "task": s, "step": i, "policy_version": i, "reward": f,
-        "trace": s, "branch": i, "leaf": i, "nodes": i, "tokens": i, "final_answer": s, "stop_condition": s, "truncated": b,
+        "trace": s, "branch": i, "leaf": i, "nodes": i, "tokens": i, "final_answer": s, "stop_condition": s, "is_truncated": b,
+        "is_timeout": b, "truncated": b,
     }
     return pa.schema([(c, types[c]) for c in BRANCH_COLUMNS])
 

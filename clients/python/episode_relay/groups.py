@@ -104,6 +104,11 @@ class GroupRollout(TypedDict):
     calls: int
     tokens: int
     stop_condition: Optional[str]
+    #: Truncated as the trainer counts it (None: not counted yet).
+    is_truncated: Optional[bool]
+    #: The first trace's ``is_timeout``.
+    is_timeout: bool
+    #: Deprecated alias of ``is_timeout`` (one release).
     truncated: bool
     error: Optional[str]
 

@@ -93,6 +93,10 @@ def test_each_filter_gives_the_expected_episodes(relay: Relay, run: str) -> None
     assert ls(stop="max_turns") == ["b-0"]
     assert ls(truncated=True) == ["b-0"]
     assert ls(truncated=False, status="finished") == ["a-0", "a-1", "a-2", "b-1"]
+    # the trainer's truncation (b-0 stopped at max_turns; chat_basic's last call finished with "stop") and the timeout
+    assert ls(is_truncated=True) == ["b-0"]
+    assert ls(is_truncated=False, status="finished") == ["a-0", "a-1", "a-2", "b-1"]
+    assert ls(is_timeout=True) == ["b-0"]
     assert ls(errored=True) == ["failed"]
     assert ls(errored=False) == sorted(finished + ["live"])
     assert ls(min_turns=3) == finished
@@ -109,6 +113,7 @@ def test_rows_sorts_and_paging(relay: Relay, run: str) -> None:
     rows = {e["id"][len(run) + 1 :]: e for e in list_episodes(relay.url, run, token=relay.token)}
     b0: EpisodeEntry = rows["b-0"]
     assert (b0["task"], b0["stop_condition"], b0["truncated"], b0["calls"], b0["tokens"]) == (TASK_B, "max_turns", True, 3, 99)
+    assert (b0["is_truncated"], b0["is_timeout"], rows["a-0"]["is_truncated"], rows["a-0"]["is_timeout"]) == (True, True, False, False)
     assert b0["reward"] == 1.0 and b0["scores"] == {"correct": 1.0, "format": 0.0}
     assert (rows["failed"]["error"], rows["live"]["reward"]) == ("sandbox crashed", None)
 
@@ -181,6 +186,8 @@ def test_short_and_empty_pages_with_a_cursor_are_followed_and_the_filters_sent()
         status="finished",
         task="t 1",
         stop="max_turns",
+        is_truncated=True,
+        is_timeout=False,
         truncated=False,
         errored=True,
         rewards={"correct": (1, None), "format": (None, 0.5)},
@@ -193,7 +200,7 @@ def test_short_and_empty_pages_with_a_cursor_are_followed_and_the_filters_sent()
     )
     assert [e["id"] for e in got] == ["S:a", "S:b", "S:c"]
     query = (
-        "status=finished&task=t+1&stop=max_turns&truncated=0&errored=1&reward=correct%3A1.0..&reward=format%3A..0.5"
+        "status=finished&task=t+1&stop=max_turns&is_truncated=1&is_timeout=0&truncated=0&errored=1&reward=correct%3A1.0..&reward=format%3A..0.5"
         "&min_turns=2&min_tokens=100&sort=reward&limit=3"
     )
     assert [r.url.raw_path.decode() for r in seen] == [

@@ -72,6 +72,10 @@ def get_episode(relay: Relay, eid: str, accept: str = "application/msgpack") -> 
     return r.content
 
 
+#: prime-rl's stop conditions that truncate (../shared/UPSTREAM.md, "The numbers a researcher compares with")
+LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed")
+
+
 def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]:
     """Each finished rollout counted afresh from its exact episode (GET) and its listed row."""
     out = []
@@ -93,6 +97,13 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
                 "tokens": sum(t["num_total_tokens"] for t in traces),
                 "output_tokens": sum(t["num_output_tokens"] for t in traces),
                 "stop_condition": t0["stop_condition"], "truncated": t0["is_timeout"],
+                # the trainer's truncation, any trace: a framework limit, or the last call without an error cut at "length"
+                "is_truncated": any(
+                    t.get("stop_condition") in LIMITS
+                    or ([c.get("finish_reason") for c in t["calls"] if c.get("error") is None] or [None])[-1] == "length"
+                    for t in traces
+                ),
+                "is_timeout": bool(t0["is_timeout"]),
                 "traces": len(traces),
                 "branches": sum(sum(1 for i in range(len(t["nodes"])) if all(n["parent"] != i for n in t["nodes"])) for t in traces),
             }
@@ -101,12 +112,13 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
 
 
 def frame_rows(df: Any) -> List[Dict[str, Any]]:
-    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "calls", "tokens", "output_tokens", "stop_condition", "truncated", "traces", "branches"]
+    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "calls", "tokens", "output_tokens", "stop_condition", "truncated", "is_truncated", "is_timeout", "traces", "branches"]
     rows = df.sort_values("id")[cols].to_dict("records")
     for r in rows:
         for c in ("step", "policy_version", "turns", "calls", "tokens", "output_tokens", "traces", "branches"):
             r[c] = int(r[c])
-        r["truncated"] = bool(r["truncated"])
+        for c in ("truncated", "is_truncated", "is_timeout"):
+            r[c] = bool(r[c])
         r["reward"] = None if pd.isna(r["reward"]) else r["reward"]
     return rows
 
