@@ -63,6 +63,15 @@ async function dueNow(index: DurableObjectStub<EpisodeIndex>): Promise<void> {
   await runDurableObjectAlarm(index);
 }
 
+/** Run a run index's alarm (up to 10 times) until it has freed its storage: it then holds no table and no key. */
+async function freedByAlarms(index: DurableObjectStub<EpisodeIndex>, indexId: DurableObjectId): Promise<void> {
+  for (let i = 0; i < 10 && (await stored(env.EPISODE_INDEX, indexId)).tables.length > 0; i++) {
+    await runDurableObjectAlarm(index);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  expect(await stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+}
+
 /** The run as the directory lists it (undefined: not listed). */
 async function listed(run: string): Promise<{ run: string; episodes: number } | undefined> {
   const page = (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string; episodes: number }> };
@@ -117,11 +126,7 @@ describe("reads of runs nobody wrote store nothing", () => {
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(404);
     // the alarm tells the directory the run is gone, then frees the storage
-    for (let i = 0; i < 10 && (await stored(env.EPISODE_INDEX, indexId)).tables.length > 0; i++) {
-      await runDurableObjectAlarm(index);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    expect(await stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+    await freedByAlarms(index, indexId);
     const runs = (await (await relay("../runs?limit=500")).json()) as { runs: Array<{ run: string }> };
     expect(runs.runs.map((r) => r.run)).not.toContain(run);
     // written again: the tables come back with the row
@@ -244,11 +249,7 @@ describe("reads of runs nobody wrote store nothing", () => {
       expect(await inR2(run)).toBe(true);
       expect((await relay(id, { method: "DELETE" })).status).toBe(200);
       await expect.poll(async () => (await relay(`../runs/${run}/episodes`)).status).toBe(404);
-      for (let i = 0; i < 10 && (await stored(env.EPISODE_INDEX, indexId)).tables.length > 0; i++) {
-        await runDurableObjectAlarm(index);
-        await new Promise((r) => setTimeout(r, 200));
-      }
-      expect(await stored(env.EPISODE_INDEX, indexId)).toEqual({ tables: [], keys: 0 });
+      await freedByAlarms(index, indexId);
       expect(await inR2(run)).toBe(false);
     });
   });
