@@ -72,7 +72,7 @@ def get_episode(relay: Relay, eid: str, accept: str = "application/msgpack") -> 
     return r.content
 
 
-#: prime-rl's stop conditions that truncate (../shared/UPSTREAM.md, "The numbers a researcher compares with")
+#: prime-rl's stop conditions that truncate (src/protocol/registry/truncation.ts, docs/training.md)
 LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed")
 
 

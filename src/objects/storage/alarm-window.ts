@@ -1,5 +1,5 @@
 // Where an alarm may be armed. workerd before 1.20260619.1 (the one we run: Node 20 pins it, see
-// ../shared/TOOLCHAIN.md) frees an actor in its eviction sweep while the alarm scheduler still
+// package.json) frees an actor in its eviction sweep while the alarm scheduler still
 // holds it: an alarm that fires on an object idle for more than ~70 s, in the same turn as that
 // sweep, fails `server.c++:2508: expected classAndId.tryGet<ClassAndId>() != nullptr` and then
 // crashes the process (SIGSEGV; bench/repro/alarm-eviction.mjs reproduces it). An alarm armed 60 s
