@@ -108,13 +108,15 @@ export class SearchSync {
     for (const [tnum, s] of next) {
       const h = held.get(tnum);
       if (h && h.trace === s.trace && h.nodes === s.nodes && h.task === s.task && h.chars === s.chars) continue;
-      const args = [s.trace, s.nodes, s.task ? 1 : 0, s.chars, tnum];
-      if (
-        !h ||
-        this.sql.exec("UPDATE search_sync SET trace = ?, nodes = ?, task = ?, chars = ? WHERE tnum = ?", ...args)
-          .rowsWritten === 0
-      )
-        this.sql.exec("INSERT INTO search_sync (trace, nodes, task, chars, tnum) VALUES (?, ?, ?, ?, ?)", ...args);
+      this.sql.exec(
+        `INSERT INTO search_sync (tnum, trace, nodes, task, chars) VALUES (?, ?, ?, ?, ?) ON CONFLICT (tnum)
+         DO UPDATE SET trace = excluded.trace, nodes = excluded.nodes, task = excluded.task, chars = excluded.chars`,
+        tnum,
+        s.trace,
+        s.nodes,
+        s.task ? 1 : 0,
+        s.chars,
+      );
     }
     this.cache = next;
   }
