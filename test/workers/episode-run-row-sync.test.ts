@@ -369,9 +369,9 @@ describe("rowOf", () => {
       expect(rowOf(c.meta, state, facts)).toMatchObject({ is_truncated: true, is_timeout: false });
       // archived: the calls are gone; as kept when the run ended, else (an older release kept none) what a stop says
       const archived = { ...c.meta, status: "finished" as const, archived: 60 };
-      const live = rowOf(c.meta, state, facts).live!;
-      expect(rowOf({ ...archived, live: { ...live, is_truncated: false } }, state).is_truncated).toBe(false);
-      expect(rowOf({ ...archived, live }, state).is_truncated).toBe(true);
+      const progress = rowOf(c.meta, state, facts).live!;
+      expect(rowOf({ ...archived, progress: { ...progress, is_truncated: false } }, state).is_truncated).toBe(false);
+      expect(rowOf({ ...archived, progress }, state).is_truncated).toBe(true);
     });
   });
 

@@ -56,7 +56,7 @@ describe("EpisodeRecord", () => {
         refused: null,
         archived: null,
         dispatch: null,
-        live: null,
+        progress: null,
         annotations: 0,
         annotationBytes: 0,
         unknown: [],
@@ -76,7 +76,7 @@ describe("EpisodeRecord", () => {
         etag: "e",
         archived: 3000,
         dispatch: Uint8Array.of(0x81, 0xa4, 0x73, 0x74, 0x65, 0x70, 0x03),
-        live: {
+        progress: {
           stage: "done",
           started: 1.5,
           elapsed: 2,

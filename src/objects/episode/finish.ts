@@ -34,11 +34,11 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     throw new RelayError("episode_finished", `the episode is already ${meta.status} with another reply`);
   }
   const reply = parseReply(body);
-  const live = state.memory();
+  const mem = state.memory();
   let size: number | null = null;
   if (reply.success) {
     try {
-      size = finishedSize(reply.head ?? [], live.asm.pick(reply.summaries));
+      size = finishedSize(reply.head ?? [], mem.asm.pick(reply.summaries));
     } catch (e) {
       if (!(e instanceof FinishError)) throw e;
       const m: Meta = { ...meta, refused: e.message, updated: now };
@@ -63,8 +63,8 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     state.record.saveReply(body);
     state.record.saveMeta(m);
     // the run ended: nothing can be retracted any more
-    confirmAll(live.ledger);
-    for (const [name, p] of live.ledger) state.record.saveProducer(name, p);
+    confirmAll(mem.ledger);
+    for (const [name, p] of mem.ledger) state.record.saveProducer(name, p);
   });
   state.store.setFloors([]);
   state.store.collect();

@@ -41,7 +41,7 @@ export function retryDelay(attempts: number): number {
 export class RunRowSync {
   /** Index updates from this object, in order (each waits for the one before). */
   private chain: Promise<void> = Promise.resolve();
-  /** The row's live facts, read from what is new since the last row. */
+  /** The row's progress facts, read from what is new since the last row. */
   private readonly facts: RowFacts;
   /** The episode's text for its run's search, sent with the rows. */
   readonly search: SearchSync;
@@ -89,8 +89,8 @@ export class RunRowSync {
     const row = rowOf(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
     const kept = row.live ? { ...row.live, turns: row.turns ?? null, is_truncated: row.is_truncated ?? null } : null;
-    if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.live)) {
-      this.state.record.saveMeta({ ...m, live: kept });
+    if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.progress)) {
+      this.state.record.saveMeta({ ...m, progress: kept });
     }
     // the text the run's search lacks (none once archived: what the index holds stays)
     const text =
@@ -180,7 +180,7 @@ export class RunRowSync {
   }
 }
 
-/** The row the run's index holds for this episode, its live facts as of `now` (ms). */
+/** The row the run's index holds for this episode, its progress facts as of `now` (ms). */
 export function rowOf(
   m: Meta,
   state: EpisodeState,

@@ -95,7 +95,7 @@ export interface NodeInfo {
   readonly ver: number;
   /**
    * Its `parent` index (null: a root, or not an int) and its `message.role` (null: none): what the
-   * run's row counts branches and finds the latest assistant words by (src/protocol/registry/live-facts.ts).
+   * run's row counts branches and finds the latest assistant words by (src/protocol/registry/progress-facts.ts).
    * Undefined for a node an older release stored (its body says).
    */
   readonly parent?: number | null;
