@@ -7,6 +7,7 @@
 // keeps what it reads), and the replay reads the log as it grows.
 
 import { RpcTarget } from "cloudflare:workers";
+import type { BodyReader } from "../../protocol/assembly/bodies.js";
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
 import {
@@ -16,7 +17,6 @@ import {
   plannedBytes,
   snapshotPlan,
 } from "../../protocol/assembly/snapshot.js";
-import type { BodyReader } from "../../protocol/assembly/store.js";
 import type { Pin } from "../../protocol/episode/holds.js";
 import { type StreamStep, stepHeader } from "../../protocol/hub/catchup-stream.js";
 import { bufferClass } from "../../protocol/hub/message-pool.js";

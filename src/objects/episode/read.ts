@@ -3,6 +3,7 @@
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
+import type { BodyReader } from "../../protocol/assembly/bodies.js";
 import {
   checkpointSize,
   JsonOut,
@@ -13,7 +14,6 @@ import {
   writeFinished,
 } from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
-import type { BodyReader } from "../../protocol/assembly/store.js";
 import { dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { Pin } from "../../protocol/episode/holds.js";
 import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
