@@ -20,7 +20,8 @@ export interface UploadUnderWay {
   parts: R2UploadedPart[];
 }
 
-export class ArchiveUploadRecord {
+/** The record of the multipart upload under way (`archive_upload`, `archive_parts`) and every query on it. */
+export class ArchiveUploadStore {
   constructor(private readonly sql: SqlStorage) {}
 
   /** The upload under way, if any. */

@@ -30,7 +30,7 @@ import {
 } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
-import type { Meta } from "./storage.js";
+import type { Meta } from "./record-store.js";
 
 /**
  * The first snapshot message is small, and each next one at most twice the last, up to MESSAGE_BYTES: a watcher that

@@ -9,8 +9,8 @@ import { dispatchConflict, sameDispatch } from "../../protocol/envelope/dispatch
 import { type IngestResult, ingest } from "../../protocol/envelope/ingest.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import type { FeedFrame } from "../../protocol/hub/feed.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeMemory, EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 export interface Committed {
   ack: IngestAck;

@@ -24,9 +24,9 @@ import {
 import { framed } from "../../protocol/hub/frames.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { rpcAnswer } from "../rpc-answer.js";
+import type { Meta } from "./record-store.js";
 import { retryDelay } from "./run-row-sync.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 /** Frames one feed call carries at most (at least one frame). */
 export const FEED_BYTES = 4 * 1024 * 1024;

@@ -9,8 +9,8 @@ import { parseReply } from "../../protocol/assembly/reply.js";
 import { confirmAll } from "../../protocol/envelope/ledger.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import { equalBytes } from "../../protocol/wire/bytes.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 export interface ReplyAck {
   ok: true;

@@ -19,8 +19,8 @@ import type { Pin } from "../../protocol/episode/holds.js";
 import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
 import type { JsonObject } from "../../protocol/wire/json-view.js";
 import { encodeInt, encodeStr, NIL } from "../../protocol/wire/writer.js";
+import { type EpisodeStatus, type Meta, publicStatus } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import { type EpisodeStatus, type Meta, publicStatus } from "./storage.js";
 
 /** The episode, streamed from storage: the live form, or the finished episode. */
 export function readEpisode(state: EpisodeState, req: ReadRequest): Response {

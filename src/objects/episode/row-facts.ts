@@ -24,8 +24,8 @@ import { equalBytes } from "../../protocol/wire/bytes.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { encodeStr } from "../../protocol/wire/writer.js";
+import type { Meta } from "./record-store.js";
 import type { SqlStore } from "./sql-store.js";
-import type { Meta } from "./storage.js";
 
 /** Calls read from storage per batch when summing their cost. */
 const CALLS_PER_READ = 256;

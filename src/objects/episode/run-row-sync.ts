@@ -15,10 +15,10 @@ import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { rpcAnswer } from "../rpc-answer.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { type IndexState, type Meta, publicStatus } from "./record-store.js";
 import { RowFacts } from "./row-facts.js";
 import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
-import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
 export const RETRY_FIRST_MS = 1000;

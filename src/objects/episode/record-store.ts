@@ -1,5 +1,5 @@
-// The episode's SQLite storage besides the assembled state (src/objects/episode/sql-store.ts): one place
-// for every query of the record.
+// The episode's record: its tables in SQLite besides the assembled state (src/objects/episode/sql-store.ts),
+// kept by RecordStore, the one place for every query of them.
 //
 // - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
@@ -114,7 +114,8 @@ function lastKey(seq: number): number {
   return firstKey(seq) + 65535;
 }
 
-export class EpisodeRecord {
+/** The episode's record (the tables above) and every query on them; EpisodeState holds it as `record`. */
+export class RecordStore {
   private ready = false;
   private cached: Meta | null = null;
   private indexCache: IndexState | null = null;
