@@ -86,7 +86,7 @@ export class RunRowSync {
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
-    const row = rowOf(m, this.state, this.facts, now);
+    const row = rowFromMeta(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
     const kept = row.live ? { ...row.live, turns: row.turns ?? null, is_truncated: row.is_truncated ?? null } : null;
     if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.progress)) {
@@ -181,7 +181,7 @@ export class RunRowSync {
 }
 
 /** The row the run's index holds for this episode, its progress facts as of `now` (ms). */
-export function rowOf(
+export function rowFromMeta(
   m: Meta,
   state: EpisodeState,
   facts: RowFacts = new RowFacts(state.store),
