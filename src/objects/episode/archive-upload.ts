@@ -13,7 +13,7 @@ export function createArchiveUploadTables(sql: SqlStorage): void {
 }
 
 /** An upload under way: R2's id, what it uploads, and the parts R2 has taken (in part order). */
-export interface UploadUnderWay {
+interface UploadUnderWay {
   uploadId: string;
   etag: string;
   partBytes: number;

@@ -33,12 +33,12 @@ export function legacyJsonKey(id: string): string {
 }
 
 /** What the archive step did: nothing to do, done, or waiting for readers to finish (try again later). */
-export type ArchiveOutcome = "none" | "archived" | "busy";
+type ArchiveOutcome = "none" | "archived" | "busy";
 
 /** How soon the alarm tries again when a reader held the bodies, or a put failed. */
-export const ARCHIVE_RETRY_MS = 5_000;
+const ARCHIVE_RETRY_MS = 5_000;
 /** A reader holding the bodies longer than this (a stalled GET) no longer delays the drop: it fails instead. */
-export const ARCHIVE_MAX_WAIT_MS = 600_000;
+const ARCHIVE_MAX_WAIT_MS = 600_000;
 
 /** The class's archive slots (src/objects/archive/gate.ts), asked by the alarm's step; null: unlimited. */
 export interface ArchiveSlots {

@@ -45,7 +45,7 @@ export const FIRST_MESSAGE_BYTES = 256 * 1024;
  * once ~64 MiB of them have (bench/repro/arraybuffer-garbage.mjs), and a catch-up reads every byte
  * it sends. `keep`: a buffer still in use (a delta carried to the next message).
  */
-export function freeReads(read: Uint8Array[], keep: ArrayBufferLike | null = null): void {
+function freeReads(read: Uint8Array[], keep: ArrayBufferLike | null = null): void {
   for (const b of read) {
     if (b.buffer === keep) continue;
     try {
@@ -324,9 +324,9 @@ export class CatchUpMessages {
 // `rewound` and ends.
 
 /** A stream whose hub read nothing for this long is closed (checked when another opens). */
-export const STREAM_IDLE_MS = 120_000;
+const STREAM_IDLE_MS = 120_000;
 /** Join buffers an episode keeps free for its streams at most, bytes (more are left to the collector). */
-export const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
+const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
 
 /**
  * Buffers an episode's catch-up streams join messages into, shared by all of them: one is taken for a

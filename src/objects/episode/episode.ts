@@ -63,7 +63,7 @@ import { alarmAt, RunRowSync, retryDelay } from "./run-row-sync.js";
 import { EpisodeState } from "./state.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
-export interface DispatchAck {
+interface DispatchAck {
   ok: true;
   /** The episode did not exist: it is now a pending rollout (no traces) until its first trace streams. */
   created: boolean;

@@ -18,7 +18,7 @@ export interface ReplyAck {
   seq: number;
 }
 
-export type ReplyOutcome =
+type ReplyOutcome =
   /** The same reply again: nothing changed. */
   | { kind: "repeat"; meta: Meta }
   /** The run ended (finished or failed); committed. */
@@ -72,7 +72,7 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
 }
 
 /** The finished episode's ETag (without the representation): it never changes once finished. */
-export function finishedEtag(meta: Pick<Meta, "created" | "seq">, size: number): string {
+function finishedEtag(meta: Pick<Meta, "created" | "seq">, size: number): string {
   return `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`;
 }
 

@@ -11,7 +11,7 @@ import { concatChunks } from "../../protocol/wire/writer.js";
 
 type Row = Record<string, SqlStorageValue>;
 
-export interface LoadedIndex {
+interface LoadedIndex {
   /** The live traces in arrival order. */
   traces: TraceState[];
   /** The lowest trace number not used yet. */

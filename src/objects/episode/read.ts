@@ -138,7 +138,7 @@ function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
 }
 
 /** `{status, seq, error, traces}`: the live assembly (checkpoint form, with `pending`). */
-export function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonly TraceView[]): Generator<void> {
+function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonly TraceView[]): Generator<void> {
   out.map(4);
   for (const [k, v] of liveHead(m)) {
     out.key(k);
@@ -149,14 +149,14 @@ export function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonl
   out.end();
 }
 
-export function liveSize(m: Meta, views: readonly TraceView[]): number {
+function liveSize(m: Meta, views: readonly TraceView[]): number {
   let size = 1 + KEYS.traces!.length + checkpointSize(views);
   for (const [k, v] of liveHead(m)) size += k.length + v.length;
   return size;
 }
 
 /** A response body that runs `writer` a step per pull, then lets go of `pin`. */
-export function streamBody(out: Out, writer: Generator<void>, pin: Pin): ReadableStream<Uint8Array> {
+function streamBody(out: Out, writer: Generator<void>, pin: Pin): ReadableStream<Uint8Array> {
   return new ReadableStream<Uint8Array>(
     {
       pull(controller) {
