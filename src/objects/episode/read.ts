@@ -137,7 +137,7 @@ function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
   ];
 }
 
-/** `{status, seq, error, traces}`: the live assembly (checkpoint form, with `pending`). */
+/** `{status, seq, error, traces}`: the current traces (checkpoint form, with `pending`). */
 function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonly TraceView[]): Generator<void> {
   out.map(4);
   for (const [k, v] of liveHead(m)) {

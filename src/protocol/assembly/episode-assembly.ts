@@ -1,5 +1,5 @@
 // The reference client's `EpisodeAssembly`, byte-exact: apply deltas in order, expose the
-// live traces (checkpoint form) and `finish(head, summaries)` the episode.
+// current traces (checkpoint form) and `finish(head, summaries)` the episode.
 //
 // The assembly holds an index (traces in arrival order, their fields and pending, per node its
 // NodeInfo, per item list a count and a size) and applies the rules; node and item bytes go to
@@ -34,7 +34,7 @@ interface Touched {
 export type { TraceSummary } from "./reply.js";
 
 export class EpisodeAssembly {
-  /** Live traces in arrival order (the order their `open` was first applied). */
+  /** Current traces in arrival order (the order their `open` was first applied). */
   readonly traces = new Map<string, TraceState>();
   /** The number the next new trace incarnation gets in its bodies. */
   private nextTnum = 1;
@@ -223,12 +223,12 @@ export class EpisodeAssembly {
     return this.bodies.items(t.tnum, field, 0, t.items[field].count);
   }
 
-  /** The live traces as they stand, in arrival order, for the writers. */
+  /** The current traces as they stand, in arrival order, for the writers. */
   views(): TraceView[] {
     return [...this.traces.values()].map(viewOf);
   }
 
-  /** The live traces as one msgpack array, in arrival order, each with its `pending`. */
+  /** The current traces as one msgpack array, in arrival order, each with its `pending`. */
   tracesBytes(): Uint8Array {
     const out = new MsgpackOut();
     return concatChunks(drain(out, writeCheckpoint(out, this.bodies, this.views())));

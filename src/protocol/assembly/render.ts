@@ -1,4 +1,4 @@
-// Writing the assembled state out: the live traces (the reference's checkpoint form), the
+// Writing the assembled state out: the current traces (the reference's checkpoint form), the
 // finished episode (`{**head, traces}`), in msgpack or in the JSON view, from a captured view of
 // the index and its Bodies.
 //
@@ -195,7 +195,7 @@ function* writeTrace(out: Out, reader: BodyReader, v: TraceView, withPending: bo
   out.end();
 }
 
-/** The live traces, in arrival order, each with its `pending`: the reference's checkpoint form. */
+/** The current traces, in arrival order, each with its `pending`: the reference's checkpoint form. */
 export function* writeCheckpoint(out: Out, reader: BodyReader, views: readonly TraceView[]): Generator<void> {
   out.array(views.length);
   for (const v of views) yield* writeTrace(out, reader, v, true);
