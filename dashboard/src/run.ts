@@ -8,10 +8,10 @@
 import { type AccessProblem, tokenEpisodes } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
 import { homeHref, runLabel } from "./links.js";
-import { liveSocket } from "./live-socket.js";
 import { shownRewards } from "./reward-choice.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { rewardScope } from "./reward-scope.js";
+import { runSocket } from "./run-socket.js";
 import "./styles/rewards.css";
 import { rewardTrendChart } from "./reward-trend-chart.js";
 import { runAlerts } from "./run-alerts.js";
@@ -164,7 +164,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     tasks.update(null);
   }
 
-  const close = liveSocket({
+  const close = runSocket({
     shell,
     probePath: path,
     socketPath: `${path}?limit=${snapshotLimit()}`,

@@ -5,8 +5,8 @@
 import type { AccessProblem } from "./api.js";
 import { agoSpan, clear, fmtNumber, h, plural, tickAges } from "./dom.js";
 import { NO_RUN, runHref, runLabel } from "./links.js";
-import { liveSocket } from "./live-socket.js";
 import { primaryRewardKey } from "./reward-choice.js";
+import { runSocket } from "./run-socket.js";
 import "./styles/rewards.css";
 import { parseRunsMessage, type RunSummary, type RunsMessage } from "../../src/protocol/index.js";
 import { toneAttrs } from "./reward-chip.js";
@@ -177,7 +177,7 @@ export function mountRuns(shell: Shell): () => void {
 
   const stopAges = tickAges(table);
   render();
-  const close = liveSocket({
+  const close = runSocket({
     shell,
     probePath: "/v1/runs?limit=1",
     socketPath: "/v1/runs",

@@ -1,5 +1,5 @@
 // A rollout's stage as a chip (the row's `live.stage`, read as prime-rl's live table reads it:
-// src/protocol/registry/live-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
+// src/protocol/registry/progress-facts.ts), its kind (train, eval) as a chip, and the tell of a pending
 // placeholder: a rollout the trainer announced (`POST .../dispatch`) whose first trace has not
 // streamed yet.
 

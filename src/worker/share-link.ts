@@ -15,9 +15,9 @@ import { NO_RUN } from "../protocol/registry/run.js";
 import { needsWholeRun, type RunAccess } from "./run-routes.js";
 
 /** A share link's lifetime unless `?ttl=` says (bounded by the watcher's TOKEN_MAX_TTL). */
-export const SHARE_TTL_S = 7 * 86400;
+const SHARE_TTL_S = 7 * 86400;
 
-export interface ShareAnswer {
+interface ShareAnswer {
   run: string;
   /** The read-only token (null: auth is off, a link needs none). */
   token: string | null;

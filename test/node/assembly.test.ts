@@ -398,7 +398,7 @@ describe("snapshot deltas", async () => {
         asm.apply(frame);
         for (const budget of [DELTA_BYTES, 4096, 1]) {
           const copy = new EpisodeAssembly();
-          const deltas = [...snapshotDeltas(asm.store, asm.views(), budget)];
+          const deltas = [...snapshotDeltas(asm.bodies, asm.views(), budget)];
           for (const d of deltas) copy.apply(d);
           expect(Buffer.compare(copy.tracesBytes(), asm.tracesBytes()), `budget ${budget}`).toBe(0);
           // at least one delta per trace; more when the budget splits a trace's lists
@@ -420,7 +420,7 @@ describe("snapshot deltas", async () => {
         const views = asm.views();
         for (const budget of [DELTA_BYTES, 4096]) {
           for (const p of snapshotPlan(views, budget)) {
-            const built = buildDelta(asm.store, views, p).length;
+            const built = buildDelta(asm.bodies, views, p).length;
             const planned = plannedBytes(views, p);
             if (!p.ranges.every((r) => r.field === "nodes")) continue; // items are planned by their average size
             nodeOnly++;
@@ -438,7 +438,7 @@ describe("snapshot deltas", async () => {
     const asm = new EpisodeAssembly();
     for (const frame of c.frames) asm.apply(frame);
     const budget = 1 << 20;
-    const deltas = [...snapshotDeltas(asm.store, asm.views(), budget)];
+    const deltas = [...snapshotDeltas(asm.bodies, asm.views(), budget)];
     const biggest = Math.max(...[...asm.traces.values()].flatMap((t) => t.nodes.map((n) => n.bytes)));
     expect(deltas.length).toBeGreaterThan(asm.traces.size);
     for (const d of deltas) expect(d.length).toBeLessThanOrEqual(Math.max(budget, biggest) + 64 * 1024);

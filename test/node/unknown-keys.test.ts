@@ -115,7 +115,7 @@ describe("unknown keys in the pure modules", () => {
     asm.apply(F1);
     asm.apply(F2);
     const fresh = new EpisodeAssembly();
-    for (const d of snapshotDeltas(asm.store, asm.views(), 64)) fresh.apply(d);
+    for (const d of snapshotDeltas(asm.bodies, asm.views(), 64)) fresh.apply(d);
     expect(hex(fresh.tracesBytes())).toBe(hex(asm.tracesBytes()));
 
     const one = new EpisodeAssembly();

@@ -26,7 +26,7 @@ export function indexRow({ id, run, status, ...fields }: Named): IndexRow {
 
 /**
  * A row as this release writes it, the fields beyond the first release's at their "none" (no task,
- * group, stop condition, run name, dispatch identity, live facts or flags; not truncated); `ended` is `updated` once finished or failed,
+ * group, stop condition, run name, dispatch identity, progress facts or flags; not truncated); `ended` is `updated` once finished or failed,
  * and a failed one's error is "crashed", unless `fields` say otherwise.
  */
 export function currentRow({ id, run, status, ...fields }: Named & Pick<IndexRow, "updated">): IndexRow {

@@ -3,8 +3,8 @@
 // frames; the log's new start saved in the meta row; nothing a reader holds goes).
 import { describe, expect, it } from "vitest";
 import { BYTE_CHECK_FRAMES, LogTrim, trimPoint } from "../../src/objects/episode/log-trim.js";
+import type { Meta } from "../../src/objects/episode/record-store.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
-import type { Meta } from "../../src/objects/episode/storage.js";
 import { withFreshStorage } from "./support.js";
 
 /** Sizes newest first, for frames `from`..`to` of `bytes` each. */

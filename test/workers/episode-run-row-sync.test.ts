@@ -14,7 +14,7 @@ import {
   RETRY_MAX_MS,
   RunRowSync,
   retryDelay,
-  rowOf,
+  rowFromMeta,
 } from "../../src/objects/episode/run-row-sync.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
@@ -274,7 +274,7 @@ describe("a delete through the real objects", () => {
   });
 });
 
-describe("rowOf", () => {
+describe("rowFromMeta", () => {
   it("the counters from the meta row; tokens and rewards of every trace; rewards, task, stop condition and truncation of the first", async () => {
     await withFreshStorage((storage) => {
       const state = new EpisodeState(storage);
@@ -286,7 +286,7 @@ describe("rowOf", () => {
       const second = delta({ open: m({ version: 1, id: "t-2" }), set: m({ num_total_tokens: 12 }) }, "t-2");
       commitIngest(state, first, ID, Number.MAX_SAFE_INTEGER, 10);
       const c = commitIngest(state, second, ID, Number.MAX_SAFE_INTEGER, 20);
-      expect(rowOf(c.meta, state)).toEqual({
+      expect(rowFromMeta(c.meta, state)).toEqual({
         id: ID,
         run: "sync-run",
         status: "live",
@@ -340,7 +340,7 @@ describe("rowOf", () => {
         Number.MAX_SAFE_INTEGER,
         10,
       );
-      expect(rowOf(c.meta, state, facts).is_truncated).toBe(false);
+      expect(rowFromMeta(c.meta, state, facts).is_truncated).toBe(false);
       // the next call ran out of tokens, and a failed call after it does not hide that
       c = commitIngest(
         state,
@@ -349,12 +349,12 @@ describe("rowOf", () => {
         Number.MAX_SAFE_INTEGER,
         20,
       );
-      expect(rowOf(c.meta, state, facts).is_truncated).toBe(true);
+      expect(rowFromMeta(c.meta, state, facts).is_truncated).toBe(true);
       // read again from storage by a fresh reader (a woken object): the same
-      expect(rowOf(c.meta, state).is_truncated).toBe(true);
+      expect(rowFromMeta(c.meta, state).is_truncated).toBe(true);
       // a successful call after it ended with `stop`: no longer truncated
       c = commitIngest(state, delta({ calls: [call("stop")] }), ID, Number.MAX_SAFE_INTEGER, 30);
-      expect(rowOf(c.meta, state, facts).is_truncated).toBe(false);
+      expect(rowFromMeta(c.meta, state, facts).is_truncated).toBe(false);
       // a second trace stopping at max_turns makes the episode truncated
       c = commitIngest(
         state,
@@ -366,12 +366,14 @@ describe("rowOf", () => {
         Number.MAX_SAFE_INTEGER,
         40,
       );
-      expect(rowOf(c.meta, state, facts)).toMatchObject({ is_truncated: true, is_timeout: false });
+      expect(rowFromMeta(c.meta, state, facts)).toMatchObject({ is_truncated: true, is_timeout: false });
       // archived: the calls are gone; as kept when the run ended, else (an older release kept none) what a stop says
       const archived = { ...c.meta, status: "finished" as const, archived: 60 };
-      const live = rowOf(c.meta, state, facts).live!;
-      expect(rowOf({ ...archived, live: { ...live, is_truncated: false } }, state).is_truncated).toBe(false);
-      expect(rowOf({ ...archived, live }, state).is_truncated).toBe(true);
+      const progress = rowFromMeta(c.meta, state, facts).live!;
+      expect(rowFromMeta({ ...archived, progress: { ...progress, is_truncated: false } }, state).is_truncated).toBe(
+        false,
+      );
+      expect(rowFromMeta({ ...archived, progress }, state).is_truncated).toBe(true);
     });
   });
 
@@ -389,17 +391,17 @@ describe("rowOf", () => {
       );
       state.record.saveReply(reply);
       const ended = { ...c.meta, status: "finished" as const, updated: 50 };
-      expect(rowOf(ended, state)).toMatchObject({
+      expect(rowFromMeta(ended, state)).toMatchObject({
         status: "finished",
         ended: 50,
         group: "group-3",
         run_name: "nightly",
       });
-      expect(rowOf({ ...ended, status: "failed", error: "boom" }, state)).toMatchObject({
+      expect(rowFromMeta({ ...ended, status: "failed", error: "boom" }, state)).toMatchObject({
         status: "failed",
         error: "boom",
       });
-      expect(rowOf({ ...c.meta, refused: "counts differ" }, state)).toMatchObject({
+      expect(rowFromMeta({ ...c.meta, refused: "counts differ" }, state)).toMatchObject({
         status: "finish_refused",
         error: "counts differ",
         ended: null,

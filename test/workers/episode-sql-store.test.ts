@@ -100,7 +100,7 @@ describe("SqlStore", () => {
       const before = previews();
       // read back as a woken object does: its preview is a new array of the same (empty) bytes
       const woken = reloaded(storage);
-      const wokenStore = woken.store as SqlStore;
+      const wokenStore = woken.bodies as SqlStore;
       wokenStore.setFloors([2]); // a retractable frame holds the state before it: a rewritten preview would stay stale
       applyFrom(woken, wokenStore, 2, [delta({ nodes: [node(1)] }), delta({ nodes: [node(2)] })]);
       expect([previews(), staleRows(storage)]).toEqual([before, 0]);

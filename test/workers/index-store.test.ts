@@ -12,7 +12,7 @@ import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
 import { writtenTable } from "../../src/protocol/billing/usage.js";
 import { recount } from "../../src/protocol/registry/aggregates.js";
-import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
+import type { IndexRow, IndexStatus, ProgressFacts } from "../../src/protocol/registry/entry.js";
 import { positionText } from "../../src/protocol/registry/list-cursors.js";
 import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import type { ListQuery } from "../../src/protocol/registry/rows.js";
@@ -40,7 +40,7 @@ function row(run: string, n: number, status: IndexStatus, updated: number, extra
 }
 
 /** A live row's facts after `turns` output tokens. */
-function liveFacts(turns: number, last: string | null = null): LiveFacts {
+function liveFacts(turns: number, last: string | null = null): ProgressFacts {
   const facts = { started: 1, elapsed: turns, branches: 1, input_tokens: 1, output_tokens: turns, cost: null, last };
   return { ...facts, stage: "running", annotations: 0 };
 }

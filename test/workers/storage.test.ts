@@ -48,7 +48,7 @@ describe("the episode lives in SQLite", () => {
     await runInDurableObject(stub(id), (_i, state) => {
       // the index as the object reads it from its storage
       const asm = new EpisodeState(state.storage).memory().asm;
-      expect(asm.store.constructor.name).toBe("SqlStore");
+      expect(asm.bodies.constructor.name).toBe("SqlStore");
       for (const t of asm.traces.values()) {
         for (const n of t.nodes)
           expect(Object.keys(n).sort()).toEqual(["bytes", "parent", "parents", "repaired", "role", "routed", "ver"]);
@@ -187,7 +187,7 @@ describe("an old layout (the episode in memory, a base snapshot and a log) is up
     const asm = new EpisodeAssembly();
     for (const f of c.frames.slice(0, 4)) asm.apply(f);
     const w = new ChunkWriter();
-    const base = [...snapshotDeltas(asm.store, asm.views())];
+    const base = [...snapshotDeltas(asm.bodies, asm.views())];
     w.arrayHeader(base.length);
     for (const d of base) {
       w.binHeader(d.length);

@@ -1,6 +1,6 @@
 // The training a rollout belongs to, through the Worker in workerd: the trainer's dispatch identity
 // (an envelope's field, a bare delta's key, `POST .../dispatch`), set once; pending rollouts; the
-// row's identity, group, live facts and filters; and the training steps (`GET /v1/runs/{run}/steps`,
+// row's identity, group, progress facts and filters; and the training steps (`GET /v1/runs/{run}/steps`,
 // the run socket's pushes).
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -231,7 +231,7 @@ describe("pending rollouts", () => {
   });
 });
 
-describe("the row's live facts", () => {
+describe("the row's progress facts", () => {
   /** The facts counted from the golden episode itself (an independent recount of what the relay shows). */
   function expected(episode: Uint8Array) {
     const ep = toJson(decodeLossless(episode)) as JsonObject;
@@ -289,7 +289,7 @@ describe("the row's live facts", () => {
   }
 });
 
-describe("the row's live facts on hand-made traces", () => {
+describe("the row's progress facts on hand-made traces", () => {
   it("cost summed once per call, even across a retraction; branches of a fork; the newest assistant words that are not empty", async () => {
     const run = freshRun("hand");
     const id = `${run}:e`;

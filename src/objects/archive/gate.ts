@@ -22,7 +22,7 @@ import { armAlarm } from "../storage/alarm-window.js";
 import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 
 /** The gate's tables, version by version (src/objects/storage/schema.ts). */
-export const GATE_SCHEMA: Schema = checkSchema({
+const GATE_SCHEMA: Schema = checkSchema({
   object: "ArchiveGate",
   migrations: [
     {

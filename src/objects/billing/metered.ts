@@ -34,12 +34,12 @@ export function usageOf(x: object): UsageMeter | undefined {
 }
 
 /** What `usage()` adds to every metered object. */
-export interface Metered {
+interface Metered {
   /** This object's usage (reading it counts as nothing). */
   usage(): Usage;
 }
 
-export interface MeterOptions<T> {
+interface MeterOptions<T> {
   /** Names of other objects whose usage belongs with this one's (answered as `peers`). */
   peers?: (o: T) => string[];
 }

@@ -16,8 +16,8 @@ import { eachPart } from "../../protocol/episode/parts.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import type { LValue } from "../../protocol/wire/lossless.js";
 import { ChunkWriter, concatChunks } from "../../protocol/wire/writer.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 /** What a POST of annotations answers. */
 export interface AnnotationsAck {

@@ -13,14 +13,15 @@ export function createArchiveUploadTables(sql: SqlStorage): void {
 }
 
 /** An upload under way: R2's id, what it uploads, and the parts R2 has taken (in part order). */
-export interface UploadUnderWay {
+interface UploadUnderWay {
   uploadId: string;
   etag: string;
   partBytes: number;
   parts: R2UploadedPart[];
 }
 
-export class ArchiveUploadRecord {
+/** The record of the multipart upload under way (`archive_upload`, `archive_parts`) and every query on it. */
+export class ArchiveUploadStore {
   constructor(private readonly sql: SqlStorage) {}
 
   /** The upload under way, if any. */

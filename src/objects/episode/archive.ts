@@ -23,9 +23,9 @@ import { parseReply } from "../../protocol/assembly/reply.js";
 import type { UsageMeter } from "../../protocol/billing/usage.js";
 import { MSGPACK } from "../../protocol/http/representation.js";
 import { DEFAULT_ARCHIVE_PART_BYTES } from "../../protocol/limits/limits.js";
-import { ArchiveUploadRecord } from "./archive-upload.js";
+import { ArchiveUploadStore } from "./archive-upload.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 /** Where releases before issue 28 also kept the JSON view: never read, removed by the step and by `remove`. */
 export function legacyJsonKey(id: string): string {
@@ -33,12 +33,12 @@ export function legacyJsonKey(id: string): string {
 }
 
 /** What the archive step did: nothing to do, done, or waiting for readers to finish (try again later). */
-export type ArchiveOutcome = "none" | "archived" | "busy";
+type ArchiveOutcome = "none" | "archived" | "busy";
 
 /** How soon the alarm tries again when a reader held the bodies, or a put failed. */
-export const ARCHIVE_RETRY_MS = 5_000;
+const ARCHIVE_RETRY_MS = 5_000;
 /** A reader holding the bodies longer than this (a stalled GET) no longer delays the drop: it fails instead. */
-export const ARCHIVE_MAX_WAIT_MS = 600_000;
+const ARCHIVE_MAX_WAIT_MS = 600_000;
 
 /** The class's archive slots (src/objects/archive/gate.ts), asked by the alarm's step; null: unlimited. */
 export interface ArchiveSlots {
@@ -260,8 +260,8 @@ export class EpisodeArchive {
     const key = archiveKey(m.id);
     const held = await this.bucket.head(key);
     this.meter()?.r2Head();
-    const record = this.uploads;
-    if (held?.customMetadata?.etag === metadata.etag && held.size === m.size) return record.clear();
+    const uploads = this.uploads;
+    if (held?.customMetadata?.etag === metadata.etag && held.size === m.size) return uploads.clear();
     const size = m.size!;
     const count = Math.ceil(size / this.partBytes);
     const { upload, taken } = await this.openUpload(key, metadata);
@@ -296,7 +296,7 @@ export class EpisodeArchive {
         if (this.slots && n < count) await scheduler.wait(Math.min(Date.now() - began, MAX_PAUSE_MS));
       }
       await upload.complete([...done.values()].sort((a, b) => a.partNumber - b.partNumber));
-      record.clear();
+      uploads.clear();
       this.meter()?.r2MultipartOp(0, size);
     } catch (e) {
       await render.cancel(e).catch(() => undefined);
@@ -335,8 +335,8 @@ export class EpisodeArchive {
   }
 
   /** Records of the multipart upload under way (SQLite). */
-  private get uploads(): ArchiveUploadRecord {
-    return new ArchiveUploadRecord(this.state.sql);
+  private get uploads(): ArchiveUploadStore {
+    return new ArchiveUploadStore(this.state.sql);
   }
 
   /**
@@ -347,8 +347,8 @@ export class EpisodeArchive {
     key: string,
     metadata: ArchiveMetadata,
   ): Promise<{ upload: R2MultipartUpload; taken: R2UploadedPart[] }> {
-    const record = this.uploads;
-    const was = record.get();
+    const uploads = this.uploads;
+    const was = uploads.get();
     if (was && was.etag === metadata.etag && was.partBytes === this.partBytes)
       return { upload: this.bucket.resumeMultipartUpload(key, was.uploadId), taken: was.parts };
     if (was) await this.abortRecorded(key);
@@ -356,7 +356,7 @@ export class EpisodeArchive {
       httpMetadata: { contentType: MSGPACK },
       customMetadata: metadata,
     });
-    record.began(upload.uploadId, metadata.etag, this.partBytes);
+    uploads.began(upload.uploadId, metadata.etag, this.partBytes);
     this.meter()?.r2MultipartOp();
     return { upload, taken: [] };
   }

@@ -7,6 +7,7 @@
 // keeps what it reads), and the replay reads the log as it grows.
 
 import { RpcTarget } from "cloudflare:workers";
+import type { BodyReader } from "../../protocol/assembly/bodies.js";
 import { traceOf } from "../../protocol/assembly/delta.js";
 import type { TraceView } from "../../protocol/assembly/render.js";
 import {
@@ -16,7 +17,6 @@ import {
   plannedBytes,
   snapshotPlan,
 } from "../../protocol/assembly/snapshot.js";
-import type { BodyReader } from "../../protocol/assembly/store.js";
 import type { Pin } from "../../protocol/episode/holds.js";
 import { type StreamStep, stepHeader } from "../../protocol/hub/catchup-stream.js";
 import { bufferClass } from "../../protocol/hub/message-pool.js";
@@ -30,7 +30,7 @@ import {
 } from "../../protocol/watch/protocol.js";
 import { deltaForVariant, stripRouting, type Variant } from "../../protocol/watch/variant.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
-import type { Meta } from "./storage.js";
+import type { Meta } from "./record-store.js";
 
 /**
  * The first snapshot message is small, and each next one at most twice the last, up to MESSAGE_BYTES: a watcher that
@@ -45,7 +45,7 @@ export const FIRST_MESSAGE_BYTES = 256 * 1024;
  * once ~64 MiB of them have (bench/repro/arraybuffer-garbage.mjs), and a catch-up reads every byte
  * it sends. `keep`: a buffer still in use (a delta carried to the next message).
  */
-export function freeReads(read: Uint8Array[], keep: ArrayBufferLike | null = null): void {
+function freeReads(read: Uint8Array[], keep: ArrayBufferLike | null = null): void {
   for (const b of read) {
     if (b.buffer === keep) continue;
     try {
@@ -324,9 +324,9 @@ export class CatchUpMessages {
 // `rewound` and ends.
 
 /** A stream whose hub read nothing for this long is closed (checked when another opens). */
-export const STREAM_IDLE_MS = 120_000;
+const STREAM_IDLE_MS = 120_000;
 /** Join buffers an episode keeps free for its streams at most, bytes (more are left to the collector). */
-export const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
+const JOIN_KEEP_BYTES = 8 * 1024 * 1024;
 
 /**
  * Buffers an episode's catch-up streams join messages into, shared by all of them: one is taken for a

@@ -9,8 +9,8 @@ import { dispatchConflict, sameDispatch } from "../../protocol/envelope/dispatch
 import { type IngestResult, ingest } from "../../protocol/envelope/ingest.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import type { FeedFrame } from "../../protocol/hub/feed.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeMemory, EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 export interface Committed {
   ack: IngestAck;
@@ -48,12 +48,12 @@ export function commitIngest(
   if (meta && meta.status !== "live") {
     throw new RelayError("episode_finished", `the episode is ${meta.status}; it takes no more deltas`);
   }
-  const live = state.memory();
+  const mem = state.memory();
   const progress: Progress = { seqs: [], rewound: false, dispatched: false, rewoundTo: null };
   let committed: { result: IngestResult; saved: Meta };
   try {
     committed = state.transaction(
-      () => applyMessage(state, live, meta ?? state.record.create(id, now), body, progress, maxEpisode, now),
+      () => applyMessage(state, mem, meta ?? state.record.create(id, now), body, progress, maxEpisode, now),
       // A refused delta left the index as it was (ingest rolls it back), unless a retraction had
       // rebuilt it; then, and on any other error (the size check runs after the apply), it is read
       // back from storage.
@@ -86,20 +86,20 @@ export function commitIngest(
 /** Inside the transaction: the message's frames applied and logged, its producers and the counters saved in `m`. */
 function applyMessage(
   state: EpisodeState,
-  live: EpisodeMemory,
+  mem: EpisodeMemory,
   m: Meta,
   body: Uint8Array,
   progress: Progress,
   maxEpisode: number,
   now: number,
 ): { result: IngestResult; saved: Meta } {
-  const result = ingest(live.asm, live.ledger, body, {
+  const result = ingest(mem.asm, mem.ledger, body, {
     nextSeq: () => {
       const seq = ++m.seq;
       progress.seqs.push(seq);
       // the frame may yet be retracted: the state before it stays reachable
       state.store.addFloor(seq - 1);
-      live.asm.version = state.store.version = seq;
+      mem.asm.version = state.store.version = seq;
       return seq;
     },
     retract: (gone) => {
@@ -108,7 +108,7 @@ function applyMessage(
       progress.rewound = true;
       const base = Math.min(...gone) - 1;
       progress.rewoundTo = Math.min(progress.rewoundTo ?? base, base);
-      retract(state, live, m, gone);
+      retract(state, mem, m, gone);
     },
     dispatch: (identity) => {
       if (setDispatch(m, identity)) progress.dispatched = true;
@@ -125,10 +125,10 @@ function applyMessage(
       `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`,
     );
   }
-  for (const name of result.producers.keys()) state.record.saveProducer(name, live.ledger.get(name)!);
+  for (const name of result.producers.keys()) state.record.saveProducer(name, mem.ledger.get(name)!);
   const news = result.unknown.filter((k) => !m.unknown.includes(k));
   if (news.length) m.unknown = [...m.unknown, ...news];
-  countInto(m, live.asm);
+  countInto(m, mem.asm);
   m.updated = now;
   state.record.saveMeta(m);
   return { result, saved: m };
@@ -140,18 +140,18 @@ function applyMessage(
  * producers'), drop the retracted ones from the log. Inside the ingest's transaction: all of it
  * commits with the delta that caused it, or none.
  */
-function retract(state: EpisodeState, live: EpisodeMemory, m: Meta, seqs: number[]): void {
+function retract(state: EpisodeState, mem: EpisodeMemory, m: Meta, seqs: number[]): void {
   const base = Math.min(...seqs) - 1;
   const gone = new Set(seqs);
   m.bytes -= state.record.removeFrames(seqs);
   const redo = [...state.record.frames(base)].filter((f) => !gone.has(f.seq));
   state.store.rewind(base);
   const { traces, nextTnum } = state.store.load();
-  live.asm.reset(traces, nextTnum);
+  mem.asm.reset(traces, nextTnum);
   for (const f of redo) {
-    live.asm.version = state.store.version = f.seq;
+    mem.asm.version = state.store.version = f.seq;
     try {
-      live.asm.apply(f.frame, true);
+      mem.asm.apply(f.frame, true);
     } catch (e) {
       if (!(e instanceof DeltaError)) throw e;
       throw new DeltaError(

@@ -8,7 +8,7 @@
 //   log-trim.ts   keeping the log short
 //   archive.ts    a finished episode to R2, its bodies and log out of SQLite
 //   run-row-sync.ts the episode's row in its run's index, and the alarm's deadlines
-//   state.ts      the record, the store and the index in memory
+//   state.ts      the record (record-store.ts), the assembled state (sql-store.ts) and the index in memory
 // The Worker (src/worker/index.ts) has checked the route, the method and the token: plain requests
 // arrive as RPC calls (ingest, reply, read, status, remove), the producer's socket through fetch.
 // Watchers never connect here: they are on viewer hubs, which call hubJoin/hubLoad/hubLeave and
@@ -58,12 +58,12 @@ import { HubFeeds } from "./feeds.js";
 import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { LogTrim } from "./log-trim.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
+import { isPending, type Meta, publicStatus } from "./record-store.js";
 import { alarmAt, RunRowSync, retryDelay } from "./run-row-sync.js";
 import { EpisodeState } from "./state.js";
-import { isPending, type Meta, publicStatus } from "./storage.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
-export interface DispatchAck {
+interface DispatchAck {
   ok: true;
   /** The episode did not exist: it is now a pending rollout (no traces) until its first trace streams. */
   created: boolean;

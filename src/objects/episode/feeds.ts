@@ -24,16 +24,16 @@ import {
 import { framed } from "../../protocol/hub/frames.js";
 import { hubCount, hubName } from "../../protocol/hub/shards.js";
 import { rpcAnswer } from "../rpc-answer.js";
+import type { Meta } from "./record-store.js";
 import { retryDelay } from "./run-row-sync.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 /** Frames one feed call carries at most (at least one frame). */
-export const FEED_BYTES = 4 * 1024 * 1024;
+const FEED_BYTES = 4 * 1024 * 1024;
 /** Frame bytes in feed calls in flight, all hubs together. */
-export const FEEDS_IN_FLIGHT_BYTES = 32 * 1024 * 1024;
+const FEEDS_IN_FLIGHT_BYTES = 32 * 1024 * 1024;
 /** Recent frames kept in memory to feed hubs from, while it has any (older ones are read from the log). */
-export const RECENT_BYTES = 4 * 1024 * 1024;
+const RECENT_BYTES = 4 * 1024 * 1024;
 
 interface HubLimits {
   /** Watchers a hub should carry: the hub count follows total / perHub. */

@@ -9,8 +9,8 @@ import { parseReply } from "../../protocol/assembly/reply.js";
 import { confirmAll } from "../../protocol/envelope/ledger.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import { equalBytes } from "../../protocol/wire/bytes.js";
+import type { Meta } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 export interface ReplyAck {
   ok: true;
@@ -18,7 +18,7 @@ export interface ReplyAck {
   seq: number;
 }
 
-export type ReplyOutcome =
+type ReplyOutcome =
   /** The same reply again: nothing changed. */
   | { kind: "repeat"; meta: Meta }
   /** The run ended (finished or failed); committed. */
@@ -34,11 +34,11 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     throw new RelayError("episode_finished", `the episode is already ${meta.status} with another reply`);
   }
   const reply = parseReply(body);
-  const live = state.memory();
+  const mem = state.memory();
   let size: number | null = null;
   if (reply.success) {
     try {
-      size = finishedSize(reply.head ?? [], live.asm.pick(reply.summaries));
+      size = finishedSize(reply.head ?? [], mem.asm.pick(reply.summaries));
     } catch (e) {
       if (!(e instanceof FinishError)) throw e;
       const m: Meta = { ...meta, refused: e.message, updated: now };
@@ -63,8 +63,8 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
     state.record.saveReply(body);
     state.record.saveMeta(m);
     // the run ended: nothing can be retracted any more
-    confirmAll(live.ledger);
-    for (const [name, p] of live.ledger) state.record.saveProducer(name, p);
+    confirmAll(mem.ledger);
+    for (const [name, p] of mem.ledger) state.record.saveProducer(name, p);
   });
   state.store.setFloors([]);
   state.store.collect();
@@ -72,7 +72,7 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
 }
 
 /** The finished episode's ETag (without the representation): it never changes once finished. */
-export function finishedEtag(meta: Pick<Meta, "created" | "seq">, size: number): string {
+function finishedEtag(meta: Pick<Meta, "created" | "seq">, size: number): string {
   return `${meta.created.toString(36)}-${meta.seq}-${size.toString(36)}`;
 }
 

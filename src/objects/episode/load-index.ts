@@ -1,5 +1,5 @@
 // The index the object keeps in memory, read back from the state tables (src/objects/episode/sql-store.ts):
-// the live traces in arrival order, each with its fields (the newest version of each, in key
+// the current traces in arrival order, each with its fields (the newest version of each, in key
 // order), its pending preview, its list sizes and per node its NodeInfo. A woken object reads it
 // once; a retraction reads it again after rewinding the store.
 
@@ -11,8 +11,8 @@ import { concatChunks } from "../../protocol/wire/writer.js";
 
 type Row = Record<string, SqlStorageValue>;
 
-export interface LoadedIndex {
-  /** The live traces in arrival order. */
+interface LoadedIndex {
+  /** The current traces in arrival order. */
   traces: TraceState[];
   /** The lowest trace number not used yet. */
   nextTnum: number;

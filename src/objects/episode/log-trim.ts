@@ -2,8 +2,8 @@
 // state is in the store; the log only serves watchers that resume or catch up), never dropping a
 // frame a catching-up watcher still has to read (the store's holds).
 
+import type { Meta } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import type { Meta } from "./storage.js";
 
 /** The byte rule reads the log's sizes: every this many frames, not every frame. */
 export const BYTE_CHECK_FRAMES = 16;

@@ -3,6 +3,7 @@
 // each pull of the response stream writes about STEP bytes, reading the bodies it needs from
 // SQLite as of the pinned seq, so no answer holds more than a step of the episode in memory.
 
+import type { BodyReader } from "../../protocol/assembly/bodies.js";
 import {
   checkpointSize,
   JsonOut,
@@ -13,14 +14,13 @@ import {
   writeFinished,
 } from "../../protocol/assembly/render.js";
 import { parseReply } from "../../protocol/assembly/reply.js";
-import type { BodyReader } from "../../protocol/assembly/store.js";
 import { dispatchJson } from "../../protocol/envelope/dispatch.js";
 import type { Pin } from "../../protocol/episode/holds.js";
 import { MSGPACK, matchesEtag, type ReadRequest, representationEtag } from "../../protocol/http/representation.js";
 import type { JsonObject } from "../../protocol/wire/json-view.js";
 import { encodeInt, encodeStr, NIL } from "../../protocol/wire/writer.js";
+import { type EpisodeStatus, type Meta, publicStatus } from "./record-store.js";
 import type { EpisodeState } from "./state.js";
-import { type EpisodeStatus, type Meta, publicStatus } from "./storage.js";
 
 /** The episode, streamed from storage: the live form, or the finished episode. */
 export function readEpisode(state: EpisodeState, req: ReadRequest): Response {
@@ -137,8 +137,8 @@ function liveHead(m: Meta): Array<[Uint8Array, Uint8Array]> {
   ];
 }
 
-/** `{status, seq, error, traces}`: the live assembly (checkpoint form, with `pending`). */
-export function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonly TraceView[]): Generator<void> {
+/** `{status, seq, error, traces}`: the current traces (checkpoint form, with `pending`). */
+function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonly TraceView[]): Generator<void> {
   out.map(4);
   for (const [k, v] of liveHead(m)) {
     out.key(k);
@@ -149,14 +149,14 @@ export function* writeLive(out: Out, reader: BodyReader, m: Meta, views: readonl
   out.end();
 }
 
-export function liveSize(m: Meta, views: readonly TraceView[]): number {
+function liveSize(m: Meta, views: readonly TraceView[]): number {
   let size = 1 + KEYS.traces!.length + checkpointSize(views);
   for (const [k, v] of liveHead(m)) size += k.length + v.length;
   return size;
 }
 
 /** A response body that runs `writer` a step per pull, then lets go of `pin`. */
-export function streamBody(out: Out, writer: Generator<void>, pin: Pin): ReadableStream<Uint8Array> {
+function streamBody(out: Out, writer: Generator<void>, pin: Pin): ReadableStream<Uint8Array> {
   return new ReadableStream<Uint8Array>(
     {
       pull(controller) {

@@ -1,16 +1,16 @@
-// The live facts of an episode's row (src/protocol/registry/entry.ts LiveFacts, computed as prime-rl's live
-// table computes them: src/protocol/registry/live-facts.ts), from what the object holds: the assembly's index
+// The progress facts of an episode's row (src/protocol/registry/entry.ts ProgressFacts, computed as prime-rl's live
+// table computes them: src/protocol/registry/progress-facts.ts), from what the object holds: the assembly's index
 // in memory (fields, per node its parent and role), and from storage only what is new since the
 // last row: the calls not yet summed for their cost, the latest assistant node's words. What was
 // read is kept per trace and per node object, which the assembly replaces when they change (a
 // retraction or a wake gives new ones), so a kept value is never stale. Once the run ended the
-// facts are kept with the episode (`Meta.live`): the archive takes the bodies away.
+// facts are kept with the episode (`Meta.progress`): the archive takes the bodies away.
 
 import type { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
 import { type NodeInfo, type NodeState, nodeHead } from "../../protocol/assembly/node.js";
 import type { TraceState } from "../../protocol/assembly/trace.js";
 import type { DispatchFacts } from "../../protocol/envelope/dispatch.js";
-import type { LiveFacts } from "../../protocol/registry/entry.js";
+import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import {
   branchCount,
   callCost,
@@ -18,14 +18,14 @@ import {
   stageOf,
   timingStart,
   turnCount,
-} from "../../protocol/registry/live-facts.js";
+} from "../../protocol/registry/progress-facts.js";
 import { episodeTruncated, lastSuccessfulFinish, stopTruncates } from "../../protocol/registry/truncation.js";
 import { equalBytes } from "../../protocol/wire/bytes.js";
 import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { encodeStr } from "../../protocol/wire/writer.js";
+import type { Meta } from "./record-store.js";
 import type { SqlStore } from "./sql-store.js";
-import type { Meta } from "./storage.js";
 
 /** Calls read from storage per batch when summing their cost. */
 const CALLS_PER_READ = 256;
@@ -57,9 +57,9 @@ export class RowFacts {
     dispatch: DispatchFacts,
     scalar: (t: TraceState, name: string) => Json | undefined,
     now: number,
-  ): LiveFacts {
-    if (m.archived !== null && m.live) {
-      const { turns: _, is_truncated: __, ...kept } = m.live;
+  ): ProgressFacts {
+    if (m.archived !== null && m.progress) {
+      const { turns: _, is_truncated: __, ...kept } = m.progress;
       return { ...kept, annotations: m.annotations };
     }
     // archived by a release that kept no facts: what the index in memory says, without the bodies
@@ -98,7 +98,7 @@ export class RowFacts {
    */
   turns(m: Meta, asm: EpisodeAssembly): number | null {
     // archived: as counted when the run ended, if this release kept them
-    if (m.archived !== null && typeof m.live?.turns === "number") return m.live.turns;
+    if (m.archived !== null && typeof m.progress?.turns === "number") return m.progress.turns;
     this.bodies = m.archived === null;
     const roles: Array<string | null | undefined> = [];
     for (const t of asm.traces.values()) {
@@ -115,7 +115,7 @@ export class RowFacts {
   truncated(m: Meta, asm: EpisodeAssembly, scalar: (t: TraceState, name: string) => Json | undefined): boolean | null {
     const traces = [...asm.traces.values()];
     if (m.archived !== null) {
-      if (typeof m.live?.is_truncated === "boolean") return m.live.is_truncated;
+      if (typeof m.progress?.is_truncated === "boolean") return m.progress.is_truncated;
       return traces.some((t) => stopTruncates(scalar(t, "stop_condition"))) ? true : null;
     }
     this.bodies = true;

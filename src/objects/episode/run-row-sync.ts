@@ -15,10 +15,10 @@ import { type Json, toJson } from "../../protocol/wire/json-view.js";
 import { decodeLossless } from "../../protocol/wire/lossless.js";
 import { rpcAnswer } from "../rpc-answer.js";
 import { armAlarm } from "../storage/alarm-window.js";
+import { type IndexState, type Meta, publicStatus } from "./record-store.js";
 import { RowFacts } from "./row-facts.js";
 import { SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
-import { type IndexState, type Meta, publicStatus } from "./storage.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
 export const RETRY_FIRST_MS = 1000;
@@ -41,7 +41,7 @@ export function retryDelay(attempts: number): number {
 export class RunRowSync {
   /** Index updates from this object, in order (each waits for the one before). */
   private chain: Promise<void> = Promise.resolve();
-  /** The row's live facts, read from what is new since the last row. */
+  /** The row's progress facts, read from what is new since the last row. */
   private readonly facts: RowFacts;
   /** The episode's text for its run's search, sent with the rows. */
   readonly search: SearchSync;
@@ -86,11 +86,11 @@ export class RunRowSync {
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
-    const row = rowOf(m, this.state, this.facts, now);
+    const row = rowFromMeta(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
     const kept = row.live ? { ...row.live, turns: row.turns ?? null, is_truncated: row.is_truncated ?? null } : null;
-    if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.live)) {
-      this.state.record.saveMeta({ ...m, live: kept });
+    if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.progress)) {
+      this.state.record.saveMeta({ ...m, progress: kept });
     }
     // the text the run's search lacks (none once archived: what the index holds stays)
     const text =
@@ -180,8 +180,8 @@ export class RunRowSync {
   }
 }
 
-/** The row the run's index holds for this episode, its live facts as of `now` (ms). */
-export function rowOf(
+/** The row the run's index holds for this episode, its progress facts as of `now` (ms). */
+export function rowFromMeta(
   m: Meta,
   state: EpisodeState,
   facts: RowFacts = new RowFacts(state.store),

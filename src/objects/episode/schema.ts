@@ -1,5 +1,5 @@
 // The Episode object's tables, version by version (src/objects/storage/schema.ts runs them). Tables:
-// storage.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
+// record-store.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
 // assembled state: traces, fields, pending, node_meta, bodies, stale), feeds.ts (hubs) and
 // archive-upload.ts (archive_upload, archive_parts).
 
@@ -71,7 +71,7 @@ function extraColumns(sql: SqlStorage, from: string, to: string): string[] {
 }
 
 /**
- * The log's columns from version 8 (storage.ts): a part's key is `seq << 16 | part`, the
+ * The log's columns from version 8 (record-store.ts): a part's key is `seq << 16 | part`, the
  * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
  * row and its key's index); `seq` and `part` are read from it. The log's blobs stay in a rowid table
  * (see NODE_META_COLUMNS on WITHOUT ROWID).
@@ -233,7 +233,7 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       version: 6,
       what: "the delta keys the relay does not know, named in the status",
       up(sql) {
-        // a JSON array of names (storage.ts Meta.unknown); NULL: none, as in every episode written before
+        // a JSON array of names (record-store.ts Meta.unknown); NULL: none, as in every episode written before
         addColumns(sql, "meta", ["unknown TEXT"]);
       },
     },

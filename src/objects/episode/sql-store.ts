@@ -1,5 +1,5 @@
-// The episode's assembled state in the Durable Object's SQLite: the EpisodeStore the relay's
-// assembly writes through (src/protocol/assembly/store.ts), so the object keeps only the index in memory
+// The episode's assembled state in the Durable Object's SQLite: the Bodies the relay's
+// assembly writes through (src/protocol/assembly/bodies.ts), so the object keeps only the index in memory
 // (read back by load-index.ts).
 //
 // Every row carries `ver`, the seq of the frame that wrote it (the store's `version` while the
@@ -18,9 +18,9 @@
 // holds.ts): then `stale` lists it until nothing does. `rewind(R)` deletes every version written
 // after R: what they superseded is current again. The tables are declared in schema.ts.
 
+import type { Bodies, BodyReader } from "../../protocol/assembly/bodies.js";
 import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
 import { encodeNode, type NodeInfo, type NodeState, readNode } from "../../protocol/assembly/node.js";
-import type { BodyReader, EpisodeStore } from "../../protocol/assembly/store.js";
 import type { ListSize, TraceState } from "../../protocol/assembly/trace.js";
 import { Holds, type Pin } from "../../protocol/episode/holds.js";
 import { buffer, eachPart } from "../../protocol/episode/parts.js";
@@ -28,7 +28,7 @@ import { Reader } from "../../protocol/wire/reader.js";
 import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
 import { loadIndex } from "./load-index.js";
 
-export class SqlStore implements EpisodeStore {
+export class SqlStore implements Bodies {
   private readonly holds = new Holds(() => this.collect());
   /** The seq of the frame being applied: every row written gets it. */
   version = 0;
@@ -170,7 +170,7 @@ export class SqlStore implements EpisodeStore {
     };
   }
 
-  // ---- EpisodeStore: reads ----
+  // ---- Bodies: reads ----
 
   node(t: TraceState, index: number): NodeState {
     const data = nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver);
@@ -187,7 +187,7 @@ export class SqlStore implements EpisodeStore {
     return itemBodies(this.sql, tnum, field, from, to);
   }
 
-  // ---- EpisodeStore: the assembly's commit steps ----
+  // ---- Bodies: the assembly's commit steps ----
 
   opened(t: TraceState): void {
     this.sql.exec(

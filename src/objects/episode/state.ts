@@ -7,9 +7,9 @@ import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
 import { type ProducerLedger, retractable } from "../../protocol/envelope/ledger.js";
 import { RelayError } from "../../protocol/http/errors.js";
 import { SchemaState } from "../storage/schema.js";
+import { type Meta, RecordStore } from "./record-store.js";
 import { EPISODE_SCHEMA } from "./schema.js";
 import { SqlStore } from "./sql-store.js";
-import { EpisodeRecord, type Meta } from "./storage.js";
 
 /** What memory holds of the episode: the assembly's index and the producers' ledger. */
 export interface EpisodeMemory {
@@ -18,7 +18,7 @@ export interface EpisodeMemory {
 }
 
 export class EpisodeState {
-  readonly record: EpisodeRecord;
+  readonly record: RecordStore;
   readonly store: SqlStore;
   readonly schema: SchemaState;
   private memo: EpisodeMemory | null = null;
@@ -26,7 +26,7 @@ export class EpisodeState {
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.schema = new SchemaState(storage, EPISODE_SCHEMA);
-    this.record = new EpisodeRecord(storage.sql, this.schema);
+    this.record = new RecordStore(storage.sql, this.schema);
     this.store = new SqlStore(storage.sql);
   }
 

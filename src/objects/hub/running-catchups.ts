@@ -17,7 +17,7 @@ import type { FanOut, Flows } from "./fan-out.js";
 /** A catch-up with bytes unacknowledged this long is closed (its slot and its stream are let go). */
 export const IDLE_MS = 10_000;
 /** A cohort member silent this long no longer holds the others back: it is closed, to resume. */
-export const SPLIT_MS = 5_000;
+const SPLIT_MS = 5_000;
 
 /** What the catch-ups hand back to the hub's watchers. */
 interface CatchUpEnds {

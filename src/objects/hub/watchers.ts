@@ -30,7 +30,7 @@ import { Cohorts } from "./cohorts.js";
 import { FanOut, Flows, type Watcher, type WatcherAttachment } from "./fan-out.js";
 import { RunningCatchUps } from "./running-catchups.js";
 
-export const WATCH_TAG = "watch";
+const WATCH_TAG = "watch";
 
 interface WatcherLimits extends AdmissionLimits {
   /** Bytes a caught-up watcher may be behind (sent, not acknowledged) before it is closed with 4008. */

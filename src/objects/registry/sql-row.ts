@@ -1,11 +1,11 @@
 // A run index's `rows` table row as SQLite holds it, and its conversion to an IndexRow.
 
-import type { Flag, IndexRow, LiveFacts } from "../../protocol/registry/entry.js";
+import type { Flag, IndexRow, ProgressFacts } from "../../protocol/registry/entry.js";
 import { stopTruncates } from "../../protocol/registry/truncation.js";
 import type { Json, JsonObject } from "../../protocol/wire/json-view.js";
 
 /**
- * A row as SQLite holds it: rewards, the dispatch identity and the live facts as JSON text, the
+ * A row as SQLite holds it: rewards, the dispatch identity and the progress facts as JSON text, the
  * sort key `reward` beside them, and the identity's keys the list filters by (`kind`, `env`,
  * `step`, `policy_version`) as columns of their own.
  */
@@ -82,7 +82,7 @@ export function rowOf(r: SqlRow): IndexRow {
     is_timeout: (r.is_timeout ?? r.truncated) === 1,
     run_name: r.run_name,
     dispatch: r.dispatch === null || r.dispatch === undefined ? null : (JSON.parse(r.dispatch) as JsonObject),
-    live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as LiveFacts),
+    live: r.live === null || r.live === undefined ? null : (JSON.parse(r.live) as ProgressFacts),
     flags: r.flags === null || r.flags === undefined ? [] : (JSON.parse(r.flags) as Flag[]),
     // absent as sent: a row of an older release (or written before INDEX_SCHEMA 8) has none
     ...(r.trace_rewards === null || r.trace_rewards === undefined

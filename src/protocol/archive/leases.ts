@@ -60,9 +60,9 @@ export const ASK_AGAIN_MS = 300_000;
  * now leased, for the gate to wake. `slots` 0: unlimited (nobody waits).
  */
 export function promote(store: LeaseStore, now: number, slots: number, leaseMs = LEASE_MS): string[] {
-  const live = dropExpired(store, now);
+  const current = dropExpired(store, now);
   if (slots <= 0) return [];
-  const free = slots - live.length;
+  const free = slots - current.length;
   if (free <= 0) return [];
   const next = store.firstWaiters(free);
   for (const holder of next) {
@@ -141,12 +141,12 @@ export function nextExpiry(store: LeaseStore): number | null {
 }
 
 function dropExpired(store: LeaseStore, now: number): Lease[] {
-  const live: Lease[] = [];
+  const current: Lease[] = [];
   for (const l of store.leases()) {
-    if (l.until > now) live.push(l);
+    if (l.until > now) current.push(l);
     else store.dropLease(l.holder);
   }
-  return live;
+  return current;
 }
 
 /** A LeaseStore in memory (the tests; the gate's is SQLite). */

@@ -67,18 +67,18 @@ export class Input {
 
   private add(chunk: Uint8Array): void {
     const keep = this.hold ?? this.pos;
-    const live = this.end - keep;
-    const need = live + chunk.length;
-    if (live === 0) {
+    const held = this.end - keep;
+    const need = held + chunk.length;
+    if (held === 0) {
       // nothing held: read the chunk in place (a whole body arrives without a copy)
       this.buf = chunk;
       this.owned = false;
       this.base = keep;
       this.len = chunk.length;
     } else if (!this.owned || need > this.buf.length) {
-      const next = new Uint8Array(Math.max(need, 2 * live, 256));
+      const next = new Uint8Array(Math.max(need, 2 * held, 256));
       next.set(this.buf.subarray(keep - this.base, this.len));
-      next.set(chunk, live);
+      next.set(chunk, held);
       this.buf = next;
       this.owned = true;
       this.base = keep;
@@ -87,7 +87,7 @@ export class Input {
       if (keep - this.base + need > this.buf.length) {
         this.buf.copyWithin(0, keep - this.base, this.len);
         this.base = keep;
-        this.len = live;
+        this.len = held;
       }
       this.buf.set(chunk, this.len);
       this.len += chunk.length;

@@ -1,9 +1,9 @@
 // The reference client's `EpisodeAssembly`, byte-exact: apply deltas in order, expose the
-// live traces (checkpoint form) and `finish(head, summaries)` the episode.
+// current traces (checkpoint form) and `finish(head, summaries)` the episode.
 //
 // The assembly holds an index (traces in arrival order, their fields and pending, per node its
 // NodeInfo, per item list a count and a size) and applies the rules; node and item bytes go to
-// an EpisodeStore (src/protocol/assembly/store.ts): in memory by default, SQLite in the relay.
+// its Bodies (src/protocol/assembly/bodies.ts): in memory by default, SQLite in the relay.
 //
 // `apply` is all-or-nothing: every check that can fail (types, indices, routing, dtypes) runs
 // against the current state first and builds the new values aside; only then is the state
@@ -11,6 +11,7 @@
 
 import { equalBytes } from "../wire/bytes.js";
 import { concatChunks, EMPTY_ARRAY } from "../wire/writer.js";
+import { type Bodies, MemoryBodies } from "./bodies.js";
 import { type Entry, type ParsedDelta, parseDelta } from "./delta.js";
 import { DeltaError, FinishError } from "./errors.js";
 import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
@@ -18,7 +19,6 @@ import { type NdArray, repairLastRow } from "./ndarray.js";
 import { infoOf, type NodeState, nodeLength } from "./node.js";
 import { drain, MsgpackOut, type TraceView, viewOf, writeCheckpoint, writeFinished } from "./render.js";
 import { parseReply, type TraceSummary } from "./reply.js";
-import { type EpisodeStore, MemoryStore } from "./store.js";
 import { TraceState } from "./trace.js";
 
 /** Inverse operations of applied changes, run in reverse to roll back. */
@@ -34,15 +34,15 @@ interface Touched {
 export type { TraceSummary } from "./reply.js";
 
 export class EpisodeAssembly {
-  /** Live traces in arrival order (the order their `open` was first applied). */
+  /** Current traces in arrival order (the order their `open` was first applied). */
   readonly traces = new Map<string, TraceState>();
-  /** The number the next new trace incarnation gets in the store. */
+  /** The number the next new trace incarnation gets in its bodies. */
   private nextTnum = 1;
   /** Written into each NodeInfo the next apply makes (the relay sets it to the frame's seq). */
   version = 0;
 
   constructor(
-    readonly store: EpisodeStore = new MemoryStore(),
+    readonly bodies: Bodies = new MemoryBodies(),
     loaded: Iterable<TraceState> = [],
   ) {
     for (const t of loaded) {
@@ -53,7 +53,7 @@ export class EpisodeAssembly {
 
   /**
    * Hold `loaded` instead of the current traces (the relay reads its index back after rewinding
-   * its store); the store's bodies are the caller's business.
+   * its bodies); the bodies themselves are the caller's business.
    */
   reset(loaded: Iterable<TraceState> = [], nextTnum = 1): void {
     this.traces.clear();
@@ -61,7 +61,7 @@ export class EpisodeAssembly {
     this.reserveTnums(nextTnum);
   }
 
-  /** The next incarnation number is at least `n` (a store's numbers are never reused). */
+  /** The next incarnation number is at least `n` (numbers are never reused). */
   reserveTnums(n: number): void {
     this.nextTnum = Math.max(this.nextTnum, n);
   }
@@ -88,14 +88,14 @@ export class EpisodeAssembly {
     let trace: TraceState;
     if (held) {
       trace = held;
-      undo?.push(undoOfChanges(held, delta, this.store));
+      undo?.push(undoOfChanges(held, delta, this.bodies));
     } else trace = this.open(delta, undo);
     this.change(trace, delta, touched, undo);
   }
 
-  /** The trace leaves (its incarnation goes to the store); a trace not held is ignored. */
+  /** The trace leaves (its incarnation goes to its bodies); a trace not held is ignored. */
   private discard(id: string, undo?: Undo): void {
-    const store = this.store;
+    const bodies = this.bodies;
     const gone = this.traces.get(id);
     if (!gone) return;
     if (undo) {
@@ -103,11 +103,11 @@ export class EpisodeAssembly {
       undo.push(() => {
         this.traces.clear();
         for (const [k, v] of order) this.traces.set(k, v);
-        store.restored(gone);
+        bodies.restored(gone);
       });
     }
     this.traces.delete(id);
-    store.dropped(gone);
+    bodies.dropped(gone);
   }
 
   /** The nodes a link or a repair touches, each read once, before and after; throws if one cannot apply. */
@@ -117,7 +117,7 @@ export class EpisodeAssembly {
     const read = (index: number) => {
       let t = touched.get(index);
       if (!t) {
-        const n = this.store.node(held!, index);
+        const n = this.bodies.node(held!, index);
         touched.set(index, (t = { before: n, after: n, repaired: false }));
       }
       return t;
@@ -146,13 +146,13 @@ export class EpisodeAssembly {
 
   /** A new trace incarnation, from the delta's `open`. */
   private open(delta: ParsedDelta, undo?: Undo): TraceState {
-    const store = this.store;
+    const bodies = this.bodies;
     const t = new TraceState(delta.trace, this.nextTnum++, delta.open!);
     this.traces.set(delta.trace, t);
-    store.opened(t);
+    bodies.opened(t);
     undo?.push(() => {
       this.traces.delete(delta.trace);
-      store.dropped(t);
+      bodies.dropped(t);
     });
     return t;
   }
@@ -161,23 +161,23 @@ export class EpisodeAssembly {
    * The delta's changes to `trace` (nothing here can fail): touched nodes, new nodes and items, set fields, pending.
    */
   private change(trace: TraceState, delta: ParsedDelta, touched: Map<number, Touched>, undo?: Undo): void {
-    const store = this.store;
+    const bodies = this.bodies;
     for (const [index, { before, after, repaired }] of touched) {
       const info = trace.nodes[index]!;
       if (undo) {
         undo.push(() => {
           trace.nodes[index] = info;
-          store.nodeRestored(trace, index, before);
+          bodies.nodeRestored(trace, index, before);
         });
       }
       trace.nodes[index] = infoOf(after, nodeLength(after), this.version, info.repaired || repaired);
-      store.nodeChanged(trace, index, after, info);
+      bodies.nodeChanged(trace, index, after, info);
     }
-    // The parsed nodes become the store's (a ParsedDelta is applied once, to one assembly).
+    // The parsed nodes become its bodies (a ParsedDelta is applied once, to one assembly).
     if (delta.nodes?.length) {
       const from = trace.nodes.length;
       for (const node of delta.nodes) trace.nodes.push(infoOf(node, nodeLength(node), this.version));
-      store.nodesAdded(trace, from, delta.nodes);
+      bodies.nodesAdded(trace, from, delta.nodes);
     }
     for (const f of ITEM_FIELDS) {
       const items = delta.lists[f];
@@ -186,16 +186,16 @@ export class EpisodeAssembly {
       let bytes = 0;
       for (const item of items) bytes += item.length;
       trace.items[f] = { count: list.count + items.length, bytes: list.bytes + bytes };
-      store.itemsAdded(trace, f, list.count, items);
+      bodies.itemsAdded(trace, f, list.count, items);
     }
     // lists the relay does not know, after the known ones (the reference's list order)
     if (delta.extra.length) {
       const extended = delta.extra.filter((e) => trace.extend(e)).map((e) => e.key);
-      if (extended.length) store.fieldsSet(trace, extended);
+      if (extended.length) bodies.fieldsSet(trace, extended);
     }
     if (delta.set) {
       trace.set(delta.set);
-      store.fieldsSet(
+      bodies.fieldsSet(
         trace,
         delta.set.map((e) => e.key),
       );
@@ -205,7 +205,7 @@ export class EpisodeAssembly {
     // the same bytes would cost a version (and its stale row) at every turn
     if (pending !== null && !equalBytes(pending, trace.pending)) {
       trace.pending = pending;
-      store.pendingSet(trace);
+      bodies.pendingSet(trace);
     }
   }
 
@@ -213,25 +213,25 @@ export class EpisodeAssembly {
     return this.traces.get(traceId)?.count(field) ?? 0;
   }
 
-  /** Node `index` of a trace, parsed (from the store). */
+  /** Node `index` of a trace, parsed (from its bodies). */
   node(t: TraceState, index: number): NodeState {
-    return this.store.node(t, index);
+    return this.bodies.node(t, index);
   }
 
-  /** Every item of one list of a trace (from the store). */
+  /** Every item of one list of a trace (from its bodies). */
   items(t: TraceState, field: ItemField): Uint8Array[] {
-    return this.store.items(t.tnum, field, 0, t.items[field].count);
+    return this.bodies.items(t.tnum, field, 0, t.items[field].count);
   }
 
-  /** The live traces as they stand, in arrival order, for the writers. */
+  /** The current traces as they stand, in arrival order, for the writers. */
   views(): TraceView[] {
     return [...this.traces.values()].map(viewOf);
   }
 
-  /** The live traces as one msgpack array, in arrival order, each with its `pending`. */
+  /** The current traces as one msgpack array, in arrival order, each with its `pending`. */
   tracesBytes(): Uint8Array {
     const out = new MsgpackOut();
-    return concatChunks(drain(out, writeCheckpoint(out, this.store, this.views())));
+    return concatChunks(drain(out, writeCheckpoint(out, this.bodies, this.views())));
   }
 
   /**
@@ -258,7 +258,7 @@ export class EpisodeAssembly {
   /** `{**head, "traces": [...]}` with the traces in the summaries' order, as chunks. Throws FinishError. */
   finish(head: readonly Entry[], summaries: readonly TraceSummary[]): Uint8Array[] {
     const out = new MsgpackOut();
-    return drain(out, writeFinished(out, this.store, head, this.pick(summaries)));
+    return drain(out, writeFinished(out, this.bodies, head, this.pick(summaries)));
   }
 
   /** The finished episode's bytes for an upstream reply (its bytes). Throws FinishError, DeltaError. */
@@ -280,7 +280,7 @@ function outOfRange(field: string, index: number, count: number): DeltaError {
  * The inverse of a delta's changes to a trace it did not open: its node count, list sizes,
  * pending and the fields `set` overwrites or adds, as they were.
  */
-function undoOfChanges(t: TraceState, delta: ParsedDelta, store: EpisodeStore): () => void {
+function undoOfChanges(t: TraceState, delta: ParsedDelta, bodies: Bodies): () => void {
   const nodes = t.nodes.length;
   const items = ITEM_FIELDS.map((f) => ({ ...t.items[f] }));
   const pending = t.pending;
@@ -289,17 +289,17 @@ function undoOfChanges(t: TraceState, delta: ParsedDelta, store: EpisodeStore): 
   return () => {
     if (t.nodes.length !== nodes) {
       t.nodes.length = nodes;
-      store.nodesRemoved(t, nodes);
+      bodies.nodesRemoved(t, nodes);
     }
     ITEM_FIELDS.forEach((f, i) => {
       if (t.items[f].count !== items[i]!.count) {
         t.items[f] = items[i]!;
-        store.itemsRemoved(t, f, items[i]!.count);
+        bodies.itemsRemoved(t, f, items[i]!.count);
       }
     });
     if (t.pending !== pending) {
       t.pending = pending;
-      store.pendingSet(t);
+      bodies.pendingSet(t);
     }
     for (let i = before.length - 1; i >= 0; i--) {
       const [k, slot] = before[i]!;
@@ -307,7 +307,7 @@ function undoOfChanges(t: TraceState, delta: ParsedDelta, store: EpisodeStore): 
       else t.fields.delete(k);
     }
     if (before.length)
-      store.fieldsSet(
+      bodies.fieldsSet(
         t,
         before.map(([k]) => k),
       );

@@ -81,7 +81,7 @@ export function arrayItems(r: Reader, field: string, nilIsEmpty = false): Uint8A
 }
 
 /**
- * What the assembly keeps of a node in its index (the node's bytes live in the store): enough to
+ * What the assembly keeps of a node in its index (the node's bytes are in its Bodies): enough to
  * check a delta against it and to size the episode without reading it.
  */
 export interface NodeInfo {
@@ -91,11 +91,11 @@ export interface NodeInfo {
   readonly parents: number;
   /** Its routing array's dtype and shape, or null when it has none. */
   readonly routed: { readonly dtype: string; readonly shape: readonly number[] } | null;
-  /** The seq of the frame that last wrote it (0 where the store keeps no versions). */
+  /** The seq of the frame that last wrote it (0 where its Bodies keep no versions). */
   readonly ver: number;
   /**
    * Its `parent` index (null: a root, or not an int) and its `message.role` (null: none): what the
-   * run's row counts branches and finds the latest assistant words by (src/protocol/registry/live-facts.ts).
+   * run's row counts branches and finds the latest assistant words by (src/protocol/registry/progress-facts.ts).
    * Undefined for a node an older release stored (its body says).
    */
   readonly parent?: number | null;

@@ -1,6 +1,6 @@
-// Writing the assembled state out: the live traces (the reference's checkpoint form), the
+// Writing the assembled state out: the current traces (the reference's checkpoint form), the
 // finished episode (`{**head, traces}`), in msgpack or in the JSON view, from a captured view of
-// the index and the store's bodies.
+// the index and its Bodies.
 //
 // The writers are generators: they write into an Out and yield every STEP or so of output, so a
 // caller can stream an episode of any size (the relay reads the bodies from SQLite range by range,
@@ -11,15 +11,15 @@ import { jsonText } from "../wire/json-view.js";
 import { decodeLossless } from "../wire/lossless.js";
 import { decodeStrSpan } from "../wire/utf8.js";
 import { ChunkWriter, encodeStr } from "../wire/writer.js";
+import type { BodyReader } from "./bodies.js";
 import type { Entry } from "./delta.js";
 import { ITEM_FIELDS, type ItemField, type ListField } from "./fields.js";
 import { encodeNode, type NodeInfo, type NodeState, writeNode } from "./node.js";
-import type { BodyReader } from "./store.js";
 import type { ListSize, Slot, TraceState } from "./trace.js";
 
 /** Output between two yields of a writer, about. */
 export const STEP = 1 << 20;
-/** Items read from the store at a time (items are small; nodes go by their byte size). */
+/** Items read from the Bodies at a time (items are small; nodes go by their byte size). */
 const ITEM_BATCH = 256;
 
 /** A trace as it stood when captured: what the writers need, immutable. */
@@ -195,7 +195,7 @@ function* writeTrace(out: Out, reader: BodyReader, v: TraceView, withPending: bo
   out.end();
 }
 
-/** The live traces, in arrival order, each with its `pending`: the reference's checkpoint form. */
+/** The current traces, in arrival order, each with its `pending`: the reference's checkpoint form. */
 export function* writeCheckpoint(out: Out, reader: BodyReader, views: readonly TraceView[]): Generator<void> {
   out.array(views.length);
   for (const v of views) yield* writeTrace(out, reader, v, true);

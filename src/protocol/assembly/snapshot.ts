@@ -8,10 +8,10 @@
 // budget unless one node alone is larger (a node cannot be split).
 
 import { ChunkWriter, concatChunks, encodeStr } from "../wire/writer.js";
+import type { BodyReader } from "./bodies.js";
 import { LIST_FIELDS, type ListField } from "./fields.js";
 import { writeNode } from "./node.js";
 import { countOf, type TraceView } from "./render.js";
-import type { BodyReader } from "./store.js";
 
 /** Target size of one snapshot delta. */
 export const DELTA_BYTES = 1 << 20;

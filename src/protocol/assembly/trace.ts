@@ -2,7 +2,7 @@
 // reference's raw trace dict (`{**open, <list fields>: [], pending: []}`, then `set` keys in
 // arrival order), with scalar values and `pending` kept as received spans, and per list what
 // applying a delta and sizing the episode need: per node its NodeInfo, per item list a count and
-// a byte total. The node and item bytes themselves live in the store (src/protocol/assembly/store.ts).
+// a byte total. The node and item bytes themselves are in its Bodies (src/protocol/assembly/bodies.ts).
 
 import { Reader } from "../wire/reader.js";
 import { ChunkWriter, EMPTY_ARRAY, encodeStr } from "../wire/writer.js";
@@ -39,7 +39,7 @@ export class TraceState {
 
   /**
    * @param id the trace id
-   * @param tnum the store's number for this incarnation of the trace (a trace discarded and
+   * @param tnum the Bodies' number for this incarnation of the trace (a trace discarded and
    *   opened again is a new incarnation)
    */
   constructor(

@@ -3,14 +3,14 @@
 // kept (the relay rewinds its SQLite instead; both end with the reference assembly over the
 // acknowledged frames). For tools, benches and tests.
 
+import { MemoryBodies } from "../assembly/bodies.js";
 import { EpisodeAssembly } from "../assembly/episode-assembly.js";
-import { MemoryStore } from "../assembly/store.js";
 import { dispatchConflict, sameDispatch } from "./dispatch.js";
 import { type IngestResult, ingest } from "./ingest.js";
 import type { ProducerLedger } from "./ledger.js";
 
 export class MemoryEpisode {
-  readonly asm = new EpisodeAssembly(new MemoryStore());
+  readonly asm = new EpisodeAssembly(new MemoryBodies());
   readonly ledger: ProducerLedger = new Map();
   /** The frames applied, by episode seq (retracted ones removed). */
   readonly frames: Array<{ seq: number; delta: Uint8Array }> = [];
@@ -48,7 +48,7 @@ export class MemoryEpisode {
         const kept = this.frames.filter((f) => !gone.has(f.seq));
         this.frames.length = 0;
         this.frames.push(...kept);
-        for (const t of this.asm.traces.values()) this.asm.store.dropped(t);
+        for (const t of this.asm.traces.values()) this.asm.bodies.dropped(t);
         this.asm.reset();
         for (const f of kept) this.asm.apply(f.delta, true);
       },

@@ -14,7 +14,7 @@ import type { Lease } from "./message-pool.js";
  */
 export type StreamStep = { message: Uint8Array } | { end: number } | { rewound: true };
 
-export const STEP_HEADER_BYTES = 9;
+const STEP_HEADER_BYTES = 9;
 const MESSAGE = 0;
 const END = 1;
 const REWOUND = 2;

@@ -21,7 +21,7 @@
  */
 export const CATCHUP_POOL_BYTES = 24 * 1024 * 1024;
 /** Free buffers kept for the next catch-up at most, bytes (the rest go to the collector). */
-export const POOL_FREE_BYTES = 8 * 1024 * 1024;
+const POOL_FREE_BYTES = 8 * 1024 * 1024;
 /** The smallest buffer: buffers are a power of two from here or one and a half times one. */
 export const POOL_MIN_BUFFER = 16 * 1024;
 

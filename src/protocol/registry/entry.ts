@@ -25,7 +25,7 @@ export interface IndexRow {
   /** Model calls, all traces. */
   calls: number;
   /**
-   * Turns as prime-rl counts them: assistant nodes, all traces (src/protocol/registry/live-facts.ts `turnCount`).
+   * Turns as prime-rl counts them: assistant nodes, all traces (src/protocol/registry/progress-facts.ts `turnCount`).
    * Null: not counted, a row of an older release whose episode could not count them again (its node roles gone with
    * its bodies, or the episode gone); absent from rows sent by older releases.
    */
@@ -64,8 +64,8 @@ export interface IndexRow {
   run_name?: string | null;
   /** The rollout's dispatch identity in the trainer (src/protocol/envelope/dispatch.ts), null without one. */
   dispatch?: JsonObject | null;
-  /** Where the rollout stands (src/protocol/registry/live-facts.ts), with what it has done so far (all traces). */
-  live?: LiveFacts | null;
+  /** Where the rollout stands (src/protocol/registry/progress-facts.ts), with what it has done so far (all traces). */
+  live?: ProgressFacts | null;
   /**
    * The run's flag rules this rollout meets, with their evidence (src/protocol/flags/rules.ts; kept by its run's index,
    * not sent).
@@ -89,7 +89,7 @@ export interface Flag {
 export type Stage = "pending" | "boot" | "setup" | "running" | "finalize" | "scoring" | "done" | "error";
 
 /** What a row says of the rollout's progress, live or ended (src/objects/episode/row-facts.ts). */
-export interface LiveFacts {
+export interface ProgressFacts {
   stage: Stage;
   /** When it started (s since the epoch): the dispatch's `started`, else its timing's `start`; null when neither. */
   started: number | null;

@@ -26,7 +26,7 @@ export interface OutcomeCounters {
   truncated?: number;
   timeouts?: number;
   errored?: number;
-  /** Finished rollouts with live facts: how many, their output tokens summed, and a count per length bucket. */
+  /** Finished rollouts with progress facts: how many, their output tokens summed, and a count per length bucket. */
   lengths?: { count: number; sum: number; buckets: Record<string, number> };
 }
 
@@ -54,7 +54,7 @@ export function applyOutcomeRow(c: OutcomeCounters, row: OutcomeRow, sign: 1 | -
   if (row.is_truncated === true) add("truncated");
   if (row.is_timeout === true) add("timeouts");
   if (row.error !== null && row.error !== undefined) add("errored");
-  // rows of releases before the live facts carry no token counts: they have no length
+  // rows of releases before the progress facts carry no token counts: they have no length
   if (row.status !== "finished" || !row.live) return;
   const l = (c.lengths ??= { count: 0, sum: 0, buckets: {} });
   const tokens = Math.max(0, Math.floor(row.live.output_tokens));

@@ -1,13 +1,13 @@
 // Where the assembly keeps node and item bytes. The assembly (episode-assembly.ts) holds an index
 // (traces, fields, per node its NodeInfo) and applies the rules; every body it writes or reads
-// goes through an EpisodeStore:
-// - MemoryStore (here): the bodies in memory, for clients, tools, tests and benches;
+// goes through its Bodies:
+// - MemoryBodies (here): the bodies in memory, for clients, tools, tests and benches;
 // - the relay's SqlStore (src/objects/episode/sql-store.ts): the bodies, and the index, in the Durable
 //   Object's SQLite, so the object holds only the index.
 //
 // The write methods are the assembly's commit steps, called in order once every check passed;
 // their inverses (used to roll back a refused batch) are the same methods called with the state
-// to go back to. A store that writes inside a transaction may leave those to the rollback.
+// to go back to. An implementation that writes inside a transaction may leave those to the rollback.
 
 import type { ItemField } from "./fields.js";
 import type { NodeInfo, NodeState } from "./node.js";
@@ -21,7 +21,7 @@ export interface BodyReader {
   items(tnum: number, field: ItemField, from: number, to: number): Uint8Array[];
 }
 
-export interface EpisodeStore extends BodyReader {
+export interface Bodies extends BodyReader {
   /** Node `index` of `t` as it stands, parsed (a link or a repair starts from it). */
   node(t: TraceState, index: number): NodeState;
 
@@ -49,20 +49,20 @@ export interface EpisodeStore extends BodyReader {
   pendingSet(t: TraceState): void;
 }
 
-interface Bodies {
+interface TraceBodies {
   nodes: NodeState[];
   items: Record<ItemField, Uint8Array[]>;
 }
 
 /** Bodies in memory: nodes as parsed (views of the frames they came in), items as spans. */
-export class MemoryStore implements EpisodeStore {
-  private readonly bodies = new Map<number, Bodies>();
+export class MemoryBodies implements Bodies {
+  private readonly bodies = new Map<number, TraceBodies>();
   /** Bodies of discarded traces, until the trace object is gone (kept for `restored`). */
-  private readonly discarded = new WeakMap<TraceState, Bodies>();
+  private readonly discarded = new WeakMap<TraceState, TraceBodies>();
 
-  private of(tnum: number): Bodies {
+  private of(tnum: number): TraceBodies {
     const b = this.bodies.get(tnum);
-    if (!b) throw new Error(`no trace incarnation ${tnum} in the store`);
+    if (!b) throw new Error(`no trace incarnation ${tnum} in these bodies`);
     return b;
   }
 

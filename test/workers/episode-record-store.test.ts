@@ -1,23 +1,23 @@
-// The episode's record in SQLite (src/objects/episode/storage.ts): the meta row, the log of frames (in
+// The episode's record in SQLite (src/objects/episode/record-store.ts): the meta row, the log of frames (in
 // parts), rewinds, producers, the reply, the run index's row state and the tombstone, on a real
 // SqlStorage. Nothing is created for an episode nobody wrote; what is kept in memory is read back
 // after `forget`.
 import { describe, expect, it } from "vitest";
+import { type Meta, publicStatus, RecordStore } from "../../src/objects/episode/record-store.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
-import { EpisodeRecord, type Meta, publicStatus } from "../../src/objects/episode/storage.js";
 import { SchemaState, storedVersion } from "../../src/objects/storage/schema.js";
 import { PART_BYTES } from "../../src/protocol/episode/parts.js";
 import { equal, withFreshStorage } from "./support.js";
 
-function recordOf(storage: DurableObjectStorage): EpisodeRecord {
-  return new EpisodeRecord(storage.sql, new SchemaState(storage, EPISODE_SCHEMA));
+function recordOf(storage: DurableObjectStorage): RecordStore {
+  return new RecordStore(storage.sql, new SchemaState(storage, EPISODE_SCHEMA));
 }
 
 function bytes(n: number, fill: number): Uint8Array {
   return new Uint8Array(n).fill(fill);
 }
 
-describe("EpisodeRecord", () => {
+describe("RecordStore", () => {
   it("an episode nobody wrote: no meta, log, rewinds, producers, reply, index row or tombstone, and no table created", async () => {
     await withFreshStorage((storage) => {
       const r = recordOf(storage);
@@ -56,7 +56,7 @@ describe("EpisodeRecord", () => {
         refused: null,
         archived: null,
         dispatch: null,
-        live: null,
+        progress: null,
         annotations: 0,
         annotationBytes: 0,
         unknown: [],
@@ -76,7 +76,7 @@ describe("EpisodeRecord", () => {
         etag: "e",
         archived: 3000,
         dispatch: Uint8Array.of(0x81, 0xa4, 0x73, 0x74, 0x65, 0x70, 0x03),
-        live: {
+        progress: {
           stage: "done",
           started: 1.5,
           elapsed: 2,

@@ -1,8 +1,8 @@
-// A row's live facts as prime-rl's live table reads them (src/protocol/registry/live-facts.ts), and the
+// A row's progress facts as prime-rl's live table reads them (src/protocol/registry/progress-facts.ts), and the
 // training steps' counters (src/protocol/registry/steps.ts): kept by adding and taking back, always equal
 // to a recount.
 import { describe, expect, it } from "vitest";
-import type { IndexRow, IndexStatus, LiveFacts } from "../../src/protocol/registry/entry.js";
+import type { IndexRow, IndexStatus, ProgressFacts } from "../../src/protocol/registry/entry.js";
 import {
   branchCount,
   callCost,
@@ -10,7 +10,7 @@ import {
   stageOf,
   timingStart,
   turnCount,
-} from "../../src/protocol/registry/live-facts.js";
+} from "../../src/protocol/registry/progress-facts.js";
 import {
   bucketQuantile,
   lengthBucket,
@@ -29,8 +29,8 @@ import {
 import type { Json } from "../../src/protocol/wire/json-view.js";
 
 const span = (start: number, end = 0) => ({ start, end });
-/** A finished row's live facts with this many output tokens. */
-const liveWith = (output: number): LiveFacts => ({
+/** A finished row's progress facts with this many output tokens. */
+const liveWith = (output: number): ProgressFacts => ({
   stage: "done",
   started: 100,
   elapsed: 5,
@@ -172,7 +172,7 @@ describe("steps: kept counters equal a recount", () => {
                 ...(r() < 0.7 ? { policy_version: Math.floor(r() * 6) } : {}),
               }
             : null,
-          // how it ended, and its response length (short and long ones, and rows of releases without live facts)
+          // how it ended, and its response length (short and long ones, and rows of releases without progress facts)
           error: r() < 0.2 ? "boom" : null,
           stop_condition: pick(["max_turns", "agent_completed", "max_output_tokens", null]),
           truncated: r() < 0.2,
@@ -273,7 +273,7 @@ describe("steps: kept counters equal a recount", () => {
       mean_turns: 3,
       mean_tokens: 50,
       staleness: { mean: 2, max: 3 },
-      // rows without a stop condition, a timeout, an error or live facts: only the failed one errored
+      // rows without a stop condition, a timeout, an error or progress facts: only the failed one errored
       ended: { count: 3, truncated: 0, timeouts: 0, errored: 0 },
       truncated_share: 0,
       timeout_share: 0,

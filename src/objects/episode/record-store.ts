@@ -1,5 +1,5 @@
-// The episode's SQLite storage besides the assembled state (src/objects/episode/sql-store.ts): one place
-// for every query of the record.
+// The episode's record: its tables in SQLite besides the assembled state (src/objects/episode/sql-store.ts),
+// kept by RecordStore, the one place for every query of them.
 //
 // - `meta`: one row: id, status, counters, timestamps, the reply's outcome, `base` (the log starts
 //   after this seq: frames up to it were trimmed), and once finished the episode's size and ETag.
@@ -22,7 +22,7 @@
 
 import type { ProducerLedger, ProducerState, Unconfirmed } from "../../protocol/envelope/ledger.js";
 import { eachPart } from "../../protocol/episode/parts.js";
-import type { LiveFacts } from "../../protocol/registry/entry.js";
+import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { SchemaState } from "../storage/schema.js";
 
@@ -56,11 +56,11 @@ export interface Meta {
    */
   dispatch: Uint8Array | null;
   /**
-   * The row's live facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come from),
-   * with its turns and truncation (kept here, sent as the row's own fields; absent: kept by an older release); null
-   * before.
+   * The row's progress facts as they stood when the run ended (row-facts.ts; the archive takes the bodies they come
+   * from), with its turns and truncation (kept here, sent as the row's own fields; absent: kept by an older release);
+   * null before. Kept in the column `live`, the row's field for them on the wire.
    */
-  live: (LiveFacts & { turns?: number | null; is_truncated?: boolean | null }) | null;
+  progress: (ProgressFacts & { turns?: number | null; is_truncated?: boolean | null }) | null;
   /** Trainer annotation records merged so far (annotations.ts), and the bytes the merged ones take. */
   annotations: number;
   annotationBytes: number;
@@ -114,7 +114,8 @@ function lastKey(seq: number): number {
   return firstKey(seq) + 65535;
 }
 
-export class EpisodeRecord {
+/** The episode's record (the tables above) and every query on them; EpisodeState holds it as `record`. */
+export class RecordStore {
   private ready = false;
   private cached: Meta | null = null;
   private indexCache: IndexState | null = null;
@@ -169,7 +170,7 @@ export class EpisodeRecord {
       refused: null,
       archived: null,
       dispatch: null,
-      live: null,
+      progress: null,
       annotations: 0,
       annotationBytes: 0,
       unknown: [],
@@ -208,12 +209,11 @@ export class EpisodeRecord {
     if (!this.exists()) return null;
     const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
-    const live = typeof row.live === "string" ? (JSON.parse(row.live) as LiveFacts) : null;
-    const { annotation_bytes, ...rest } = row;
+    const { annotation_bytes, live, ...rest } = row;
     this.cached = {
       ...(rest as unknown as Meta),
       dispatch,
-      live,
+      progress: typeof live === "string" ? (JSON.parse(live) as ProgressFacts) : null,
       annotations: Number(row.annotations ?? 0),
       annotationBytes: Number(annotation_bytes ?? 0),
       unknown: typeof row.unknown === "string" ? (JSON.parse(row.unknown) as string[]) : [],
@@ -238,7 +238,7 @@ export class EpisodeRecord {
       m.refused,
       m.archived,
       m.dispatch,
-      m.live === null ? null : JSON.stringify(m.live),
+      m.progress === null ? null : JSON.stringify(m.progress),
       m.annotations,
       m.annotationBytes,
       m.unknown.length ? JSON.stringify(m.unknown) : null,

@@ -1,12 +1,13 @@
-// A read-only JSON socket to the relay that stays up: a plain GET first (a refusal, 401/403, is
-// readable there and not on a failed socket), then the socket; when it drops, the same again with
-// backoff, or after the relay's retry hint when it closed the socket 1013 (busy: too many sockets
-// starting or open). The header's connection pill follows it. Used by the runs page and the run page.
+// A run socket (`/v1/runs/{run}`) or the runs socket (`/v1/runs`), read-only JSON, kept up: a plain
+// GET first (a refusal, 401/403, is readable there and not on a failed socket), then the socket; when
+// it drops, the same again with backoff, or after the relay's retry hint when it closed the socket
+// 1013 (busy: too many sockets starting or open). The header's connection pill follows it. Used by the
+// runs page and the run page.
 import { reconnectDelay } from "../../clients/typescript/watch.js";
 import { type AccessProblem, probe, socketProtocols, socketUrl } from "./api.js";
 import { type ConnState, refusal, type Shell } from "./shell.js";
 
-export interface LiveSocketOptions<M> {
+export interface RunSocketOptions<M> {
   shell: Shell;
   /** A GET the relay answers under the same rules as the socket. */
   probePath: string;
@@ -27,7 +28,7 @@ export interface LiveSocketOptions<M> {
 /** Idle sockets are closed by proxies: ping now and then (the relay answers "pong" itself). */
 const PING_MS = 10_000;
 
-export function liveSocket<M>(o: LiveSocketOptions<M>): () => void {
+export function runSocket<M>(o: RunSocketOptions<M>): () => void {
   let stopped = false;
   let ws: WebSocket | null = null;
   let attempt = 0;
