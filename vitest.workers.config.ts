@@ -81,5 +81,10 @@ export default defineConfig({
     // one file at a time: several files restart every object (abortAllDurableObjects, as a deploy
     // does), which drops the sockets and requests of whatever another file has in flight
     fileParallelism: false,
+    // one runtime (workerd, the Worker's modules) for every file, not a new one per file (~3 CPU-s
+    // each); files share its storage, so each names what it writes afresh (freshId)
+    isolate: false,
+    // and the one object every file shares by name, the archive gate, is emptied before each file
+    setupFiles: ["test/workers/fresh-file.ts"],
   },
 });

@@ -11,10 +11,28 @@ export async function goldenNames(): Promise<string[]> {
   return ((await res.json()) as string[]).map((f) => f.replace(/\.msgpack$/, ""));
 }
 
+/**
+ * Each case's bytes, fetched from Node once per runtime: large_routing is 27 MB, and some files
+ * ask for it seven times.
+ */
+const goldenBytes = new Map<string, Promise<Uint8Array>>();
+
 export async function golden(name: string): Promise<GoldenCase> {
+  let bytes = goldenBytes.get(name);
+  if (bytes === undefined) {
+    bytes = fetchGolden(name);
+    goldenBytes.set(name, bytes);
+    bytes.catch(() => goldenBytes.delete(name)); // a failed fetch is not kept
+  }
+  // parsed from a copy each time: the case's byte arrays are views of it, and a test that
+  // changes one must not change what the next caller gets
+  return parseCase((await bytes).slice(), name);
+}
+
+async function fetchGolden(name: string): Promise<Uint8Array> {
   const res = await fromNode(env.GOLDEN, `http://golden/${name}.msgpack`);
   if (!res.ok) throw new Error(`golden case ${name}: ${res.status}`);
-  return parseCase(new Uint8Array(await res.arrayBuffer()), name);
+  return new Uint8Array(await res.arrayBuffer());
 }
 
 /**

@@ -78,6 +78,25 @@ async function listed(run: string): Promise<{ run: string; episodes: number } | 
   return page.runs.find((r) => r.run === run);
 }
 
+/** The ids listed in `now` that were not in `before`. */
+function madeSince(before: DurableObjectId[], now: DurableObjectId[]): DurableObjectId[] {
+  const old = new Set(before.map((id) => id.toString()));
+  return now.filter((id) => !old.has(id.toString()));
+}
+
+/** The tables of an object that hold `text` in some row, and whether a key-value key or value holds it. */
+async function mentions(ns: Env["RUN_DIRECTORY"], id: DurableObjectId, text: string): Promise<string[]> {
+  return runInDurableObject(ns.get(id), async (_i, state) => {
+    const found = state.storage.sql
+      .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%'")
+      .toArray()
+      .filter((t) => JSON.stringify(state.storage.sql.exec(`SELECT * FROM "${t.name}"`).toArray()).includes(text))
+      .map((t) => t.name);
+    for (const [k, v] of await state.storage.list()) if (JSON.stringify([k, v]).includes(text)) found.push(`key ${k}`);
+    return found;
+  });
+}
+
 /** What an object keeps: its tables (ours and any other), and its key-value keys. */
 async function stored(
   ns: DurableObjectNamespace<undefined> | Env["EPISODE_INDEX"] | Env["RUN_DIRECTORY"],
@@ -97,19 +116,29 @@ describe("reads of runs nobody wrote store nothing", () => {
     const started = performance.now();
     const statuses = new Map<number, number>();
     const stamp = Date.now().toString(36);
+    // the files share one runtime: objects that other files made are listed too, so what these reads made is what is new
+    const [indexesBefore, directoriesBefore, episodesBefore, hubsBefore] = await Promise.all([
+      listDurableObjectIds(env.EPISODE_INDEX),
+      listDurableObjectIds(env.RUN_DIRECTORY),
+      listDurableObjectIds(env.EPISODES),
+      listDurableObjectIds(env.HUBS),
+    ]);
     for (let k = 0; k < READS; k++) {
       const status = await read(k, `nobody-${k % NAMES}-${stamp}`);
       statuses.set(status, (statuses.get(status) ?? 0) + 1);
     }
     // a run nobody wrote: 404 no run (its usage and a share link answer for the name; its socket opens and waits)
     expect([...statuses.keys()].sort()).toEqual([101, 200, 404]);
-    const indexes = await listDurableObjectIds(env.EPISODE_INDEX);
+    const indexes = madeSince(indexesBefore, await listDurableObjectIds(env.EPISODE_INDEX));
     expect(indexes.length).toBe(NAMES); // each name's index answered some read
     for (const id of indexes) expect(await stored(env.EPISODE_INDEX, id)).toEqual({ tables: [], keys: 0 });
-    for (const id of await listDurableObjectIds(env.RUN_DIRECTORY))
+    const directories = await listDurableObjectIds(env.RUN_DIRECTORY);
+    for (const id of madeSince(directoriesBefore, directories))
       expect(await stored(env.RUN_DIRECTORY, id)).toEqual({ tables: [], keys: 0 });
-    expect(await listDurableObjectIds(env.EPISODES)).toEqual([]);
-    expect(await listDurableObjectIds(env.HUBS)).toEqual([]);
+    // a directory that other files wrote to holds nothing of these names
+    for (const id of directories) expect(await mentions(env.RUN_DIRECTORY, id, stamp)).toEqual([]);
+    expect(madeSince(episodesBefore, await listDurableObjectIds(env.EPISODES))).toEqual([]);
+    expect(madeSince(hubsBefore, await listDurableObjectIds(env.HUBS))).toEqual([]);
     console.log(
       `${READS} reads of ${NAMES} run names nobody wrote, ${[...statuses].map(([s, n]) => `${n}× ${s}`).join(", ")}: ${indexes.length} indexes, none stored anything (${Math.round(performance.now() - started)} ms)`,
     );
