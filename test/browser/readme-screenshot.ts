@@ -7,7 +7,7 @@
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { startRelay } from "../../scripts/relay.mjs";
-import { launchChromium } from "./chromium.js";
+import { ownChromium } from "./chromium.js";
 import { pushRollout, trainingPlan } from "./training-run.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -15,7 +15,7 @@ const out = process.argv[2] ?? join(root, "docs", "images", "dashboard-run.png")
 const RUN = "grpo-42";
 
 const relay = await startRelay();
-const browser = await launchChromium();
+const browser = await ownChromium();
 try {
   const plan = trainingPlan(RUN, Date.now() / 1000);
   for (let i = 0; i < plan.length; i += 12)

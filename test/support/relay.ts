@@ -1,14 +1,37 @@
-// Node-side tests that need a running relay: one per test file, started before its tests.
+// Node-side tests that need a running relay: started before a file's tests.
 import { afterAll, beforeAll } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 
-/** Start a relay (with extra vars) for this file; read `.url` inside tests. */
+/**
+ * The suite's relay with wrangler.toml's vars: started by the first file that asks for it and kept
+ * for the files after it, which run one after another in the same process
+ * (vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU (Miniflare,
+ * workerd, the bundle's load), once per file before. Its runtime goes when the process exits
+ * (Miniflare stops workerd then).
+ */
+let suiteRelay: Promise<LocalRelay> | undefined;
+
+/**
+ * A relay for this file; read `.url` inside tests. Without vars, the suite's relay (above): its
+ * state outlives the file, so a file using it names its runs and episodes as no other file does
+ * (afresh, or a name its docs snippet fixes) and counts only what it wrote. With vars (a secret, a
+ * limit), a relay of the file's own, stopped after its tests.
+ */
 export function useRelay(vars: Record<string, string> = {}): { readonly url: string } {
+  const own = Object.keys(vars).length > 0;
   let relay: LocalRelay | undefined;
   beforeAll(async () => {
-    relay = await startRelay({ vars });
+    if (own) {
+      relay = await startRelay({ vars });
+      return;
+    }
+    suiteRelay ??= startRelay();
+    relay = await suiteRelay.catch((e: unknown) => {
+      suiteRelay = undefined; // the next file tries again
+      throw e;
+    });
   }, 120_000);
-  afterAll(() => relay?.stop());
+  afterAll(() => (own ? relay?.stop() : undefined));
   return {
     get url() {
       if (!relay) throw new Error("relay not started");
