@@ -15,8 +15,9 @@
 //   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
 //   ended it (finish_refused; parts, like frames).
-// - `index_sync`: when the run's index was last sent this episode's row, when the next
-//   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
+// - `index_sync`: when the run's index was last sent this episode's row, when a retried update is
+//   due (0: none; a throttled one is due in memory, the alarm set for it is what storage keeps), the
+//   interval the index asked for.
 // - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by
 //   alarm); written in the erase's own transaction, the storage freed once the row is gone.
 //
