@@ -18,7 +18,8 @@
 //   (c) one episode written at a real pace: TURNS_C turns GAP_C_MS apart (just over the 10 s an
 //       idle object waits before it hibernates), DASHBOARDS dashboards watching: what each turn
 //       adds to the episode, its hubs and the run's index (rows by table, requests), and whether
-//       each object hibernated in every gap (a wake per turn).
+//       each object hibernated in every gap (a wake per turn). The index's work goes with the row
+//       updates (at most one per INDEX_FLUSH_MS), so the model scales it to its own turn gap.
 //   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
 //       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
 //       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what (c) measured a paced
@@ -36,6 +37,7 @@ import type { LocalRelay } from "../scripts/relay.mjs";
 import {
   ACK_BYTES,
   ackMessage,
+  DEFAULT_INDEX_FLUSH_MS,
   dispatchFromJson,
   encodeEnvelope,
   IDLE_MS,
@@ -763,14 +765,31 @@ async function caseB(
  * at most that hold; idle time while eligible to hibernate is not billed
  * (durable-objects/platform/pricing: "Durable Objects that are idle and eligible for hibernation
  * are not billed for duration, even before the runtime has hibernated them"). An object (c) did not
- * see hibernate is billed min(TURN_GAP_S, IDLE_MS) per turn, as the usage model does.
+ * see hibernate is billed min(TURN_GAP_S, IDLE_MS) per turn, as the usage model does. `alarms`: the
+ * object's own alarm runs in (c) (the episode's, for its throttled row): a turn within 10 s of one
+ * finds the object that alarm woke, so each alarm run stands for one wake.
  */
-function pacedTurnMs(u: Usage, turns: number, objects: number): { ms: number; hibernated: boolean } {
-  const hibernated = objects > 0 && u.wakes >= turns * objects;
+function pacedTurnMs(u: Usage, turns: number, objects: number, alarms = 0): { ms: number; hibernated: boolean } {
+  const hibernated = objects > 0 && u.wakes + alarms >= turns * objects;
   const busy = u.busyMs / turns;
   if (hibernated) return { ms: busy + objects * Math.max(0, GAP_C_MS - HIBERNATES_AFTER_MS), hibernated };
   return { ms: busy + Math.max(1, objects) * Math.min(TURN_GAP_S * 1000, IDLE_MS), hibernated };
 }
+
+/**
+ * Row updates an episode sends its run's index per turn, turns `gapMs` apart: each turn at once when turns are
+ * further apart than INDEX_FLUSH_MS (the relay's default, wrangler.toml), else one per interval (the episode's
+ * alarm sends what the turns since changed).
+ */
+function flushesPerTurn(gapMs: number): number {
+  return Math.min(1, gapMs / DEFAULT_INDEX_FLUSH_MS);
+}
+
+/**
+ * The index's work per paced turn over (c)'s per turn: (c)'s turns come GAP_C_MS apart, the model's TURN_GAP_S; the
+ * index's work goes with the row updates, not the turns.
+ */
+const INDEX_PACE = flushesPerTurn(TURN_GAP_S * 1000) / flushesPerTurn(GAP_C_MS);
 
 /** `u`'s billed counts per turn of (c) (requests, messages in, rows). */
 function perTurnOf(u: Usage, turns: number): Counts {
@@ -801,13 +820,15 @@ function pacedEpisode(
     return out;
   };
   const episode = beyond(a.parts.episodes, perTurnOf(c.episode, c.turns));
-  const epTurn = pacedTurnMs(c.episode, c.turns, 1);
+  // the episode's requests in (c) are its alarm runs (the producer's messages are socket messages, hubs are fed by calls
+  // it makes)
+  const epTurn = pacedTurnMs(c.episode, c.turns, 1, c.episode.requests);
   episode.activeMs = a.parts.episodes.activeMs + turns * epTurn.ms;
   const hub = beyond(a.parts.hubs, perTurnOf(c.hubs, c.turns));
   const hubTurn = pacedTurnMs(c.hubs, c.turns, c.hubCount);
   hub.activeMs = a.parts.hubs.activeMs + turns * hubTurn.ms;
   const registry = add(scale(ofUsage([b.indexUsage, b.directoryUsage]), 1 / b.episodes), {
-    ...scale(perTurnOf(c.index, c.turns), turns),
+    ...scale(perTurnOf(c.index, c.turns), turns * INDEX_PACE),
     activeMs: 0,
   });
   registry.activeMs = (2 * spanS * 1000) / episodesInRun;
@@ -917,6 +938,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         linesPaced,
         [
           `(c) measured, per turn ${c.gapMs / 1000} s apart (${c.turns} turns): episode ${turnC(c.episode)}; ${c.hubCount} hub(s) ${turnC(c.hubs)}; index ${turnC(c.index)}`,
+          `the index per paced turn: (c)'s × ${fmt(INDEX_PACE)} (row updates per turn at INDEX_FLUSH_MS ${DEFAULT_INDEX_FLUSH_MS / 1000} s: ${fmt(flushesPerTurn(TURN_GAP_S * 1000))} a turn ${TURN_GAP_S} s apart, ${fmt(flushesPerTurn(GAP_C_MS))} in (c)); (c)'s index per turn by table below, as measured`,
           `per paced turn, beyond (a)'s mean turn: what (c) adds; duration per turn: episode ${fmt(pace.episodeTurnMs / 1000)} s, hubs ${fmt(pace.hubTurnMs / 1000)} s (${pace.hibernated.length ? `${pace.hibernated.join(" and ")} hibernated at every gap of (c): busy time plus at most ${(GAP_C_MS - HIBERNATES_AFTER_MS) / 1000} s held; idle while eligible to hibernate is not billed` : "none hibernated in (c)"}; otherwise min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s); the index and directory active for the whole run`,
           `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
         ],
@@ -936,6 +958,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       episode_c_per_turn: writtenPer([c.episode], c.turns),
       hubs_c_per_turn: writtenPer([c.hubs], c.turns),
       index_c_per_turn: writtenPer([c.index], c.turns),
+      index_paced_per_turn: writtenPer([c.index], c.turns / INDEX_PACE),
     };
     opts.table(
       writtenTable(
@@ -949,11 +972,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           ["episode (c)", written.episode_c_per_turn],
           ["hubs (c)", written.hubs_c_per_turn],
           ["index (c)", written.index_c_per_turn],
+          ["index, paced (model)", written.index_paced_per_turn],
         ],
         [
           `per turn: (a) ${TURNS_A} turns of one episode, (b) ${turnsB} turns of ${EPISODES_B} episodes; (b)'s index took ${upsertsB} requests (upserts, and the directory's alarms) for them`,
           'each statement\'s rowsWritten as workerd counts it (its index entries too) under the table it writes; "alarm": setAlarm (billed as a row); "search (FTS5 shadow)": the rows FTS5 wrote to its own tables (SQLite\'s total_changes(), counted by the index)',
-          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed, fed and sent to the index alone: the paced model's turn`,
+          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed and fed alone, its row sent at most every INDEX_FLUSH_MS: the paced model's turn; the index's at ${TURN_GAP_S} s apart is (c)'s × ${fmt(INDEX_PACE)} ("index, paced")`,
         ],
       ),
     );
@@ -1010,9 +1034,12 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         units: unitsJson(lines1000),
         paced: {
           turn_gap_s: TURN_GAP_S,
+          index_flush_ms: DEFAULT_INDEX_FLUSH_MS,
+          index_per_turn_over_c: sig(INDEX_PACE),
           measured_gap_s: c.gapMs / 1000,
           hibernated_every_gap: pace.hibernated,
           duration_per_turn_s: { episode: sig(pace.episodeTurnMs / 1000), hubs: sig(pace.hubTurnMs / 1000) },
+          requests_per_turn: { episode: sig(c.episode.requests / c.turns) },
           wakes_per_turn: {
             episode: sig(c.episode.wakes / c.turns),
             hubs: sig(c.hubs.wakes / c.turns),

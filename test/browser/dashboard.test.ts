@@ -31,7 +31,8 @@ let relay: LocalRelay;
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
-  relay = await startRelay({ tiers: true });
+  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
+  relay = await startRelay({ tiers: true, vars: { INDEX_FLUSH_MS: "2000" } });
 });
 
 afterAll(async () => {

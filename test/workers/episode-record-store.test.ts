@@ -153,19 +153,29 @@ describe("RecordStore", () => {
     });
   });
 
-  it("producers: each one's last seq and unconfirmed frames, replaced by the next save", async () => {
+  it("producers: each one's last seq and unconfirmed frames, saved with the meta row and replaced by the next save", async () => {
     await withFreshStorage((storage) => {
       const r = recordOf(storage);
-      r.create("ep-5", 0);
-      r.saveProducer("a", { last: 2, unconfirmed: [{ pseq: 2, seq: 5 }] });
-      r.saveProducer("b", { last: 1, unconfirmed: [] });
-      r.saveProducer("a", { last: 3, unconfirmed: [{ pseq: 3, seq: 6 }] });
-      expect(r.producers()).toEqual(
+      const m = r.create("ep-5", 0);
+      r.saveMeta(
+        m,
         new Map([
-          ["a", { last: 3, unconfirmed: [{ pseq: 3, seq: 6 }] }],
+          ["a", { last: 2, unconfirmed: [{ pseq: 2, seq: 5 }] }],
           ["b", { last: 1, unconfirmed: [] }],
         ]),
       );
+      const now = new Map([
+        ["a", { last: 3, unconfirmed: [{ pseq: 3, seq: 6 }] }],
+        ["b", { last: 1, unconfirmed: [] }],
+      ]);
+      r.saveMeta({ ...m, seq: 6 }, now);
+      expect(r.producers()).toEqual(now);
+      // a save of the meta row alone keeps the ledger; a new record reads both back
+      r.saveMeta({ ...m, seq: 7 });
+      expect(recordOf(storage).producers()).toEqual(now);
+      expect(recordOf(storage).meta()!.seq).toBe(7);
+      // one table fewer: the ledger has no rows of its own
+      expect(storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'producers'").toArray()).toEqual([]);
     });
   });
 

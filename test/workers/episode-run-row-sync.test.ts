@@ -113,15 +113,27 @@ describe("RunRowSync", () => {
       // the interval held as the index answered it, and nothing pending: storage is not written for the throttle's clock
       expect(state.record.indexState()).toEqual({ lastFlush: 20_000, due: 0, flushMs: 7000, attempts: 0 });
       expect(stored()).toEqual({ last_flush: 5000, due: 0 });
-      // a turn within the interval (of the clock in memory) is throttled: due, and written
+      // a turn within the interval (of the clock in memory) is throttled: due in memory, the alarm set for it (storage
+      // keeps the alarm, not a row per turn)
       sync.changed(c.meta, 21_000);
-      expect(stored()).toEqual({ last_flush: 20_000, due: 27_000 });
+      expect(state.record.indexState().due).toBe(27_000);
+      expect(stored()).toEqual({ last_flush: 5000, due: 0 });
       expect(rearmed).toEqual([27_000]);
-      // the alarm's send: storage keeps it due until the index took it
-      const sent = sync.send(c.meta, 27_000);
-      expect(stored().due).toBe(27_000);
-      await sent;
-      expect(stored()).toEqual({ last_flush: 27_000, due: 0 });
+      // an object started since (the alarm woke it, memory gone) knows of no due update: it sends a live episode's row
+      const woken = new RunRowSync(ctx, indexes.namespace(), new EpisodeState(storage), 1000, (due) =>
+        rearmed.push(due),
+      );
+      expect([woken.pending(), woken.pending(c.meta), woken.pending({ ...c.meta, status: "finished" })]).toEqual([
+        false,
+        true,
+        false,
+      ]);
+      // the alarm's send
+      await sync.send(c.meta, 27_000);
+      expect(indexes.calls.length).toBe(2);
+      expect(sync.pending(c.meta)).toBe(false);
+      expect(state.record.indexState()).toEqual({ lastFlush: 27_000, due: 0, flushMs: 7000, attempts: 0 });
+      expect(stored()).toEqual({ last_flush: 5000, due: 0 });
     });
   });
 

@@ -2,7 +2,8 @@
 // versions, test/fixtures/storage/release-89af552, the one before the dispatch identity,
 // release-6a9651a, the one before the archive's upload record, release-aed0573, and the one before the record of
 // unknown delta keys, release-17eaf78, the one before alerts, release-413b234, and the one before the trainer's
-// truncation, release-b14ae00; each made by
+// truncation, release-b14ae00, and the one before the producers' ledger moved into the episode's meta row,
+// release-376f6ef; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -35,6 +36,7 @@ const RELEASES = [
   "release-17eaf78",
   "release-413b234",
   "release-b14ae00",
+  "release-376f6ef",
 ];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
@@ -87,11 +89,22 @@ async function restore(ns: Namespace, d: Dumped, tweak?: (sql: SqlStorage) => vo
     for (const s of d.schema) if (!derived(s.name) || virtual.includes(s.name)) sql.exec(s.sql);
     for (const [table, rows] of Object.entries(d.rows)) {
       if (derived(table)) continue;
+      // a dump holds every column SELECT * gives, generated ones too (the log's seq and part from EPISODE_SCHEMA 8):
+      // those are computed again, not inserted
+      const columns = sql
+        .exec<{ name: string; hidden: number }>(`SELECT name, hidden FROM pragma_table_xinfo('${table}')`)
+        .toArray()
+        .filter((c) => c.hidden !== 1);
+      const stored = columns.map((c) => c.hidden === 0);
+      const names = columns.filter((c) => c.hidden === 0).map((c) => `"${c.name}"`);
       for (const r of rows) {
-        const values = r.map((v) =>
-          v !== null && typeof v === "object" && "bin" in v ? unbase64((v as { bin: string }).bin) : v,
-        ) as SqlStorageValue[];
-        sql.exec(`INSERT INTO "${table}" VALUES (${values.map(() => "?").join(", ")})`, ...values);
+        const values = r
+          .map((v) => (v !== null && typeof v === "object" && "bin" in v ? unbase64((v as { bin: string }).bin) : v))
+          .filter((_v, i) => r.length !== columns.length || stored[i]) as SqlStorageValue[];
+        sql.exec(
+          `INSERT INTO "${table}" (${names.slice(0, values.length).join(", ")}) VALUES (${values.map(() => "?").join(", ")})`,
+          ...values,
+        );
       }
     }
     for (const v of virtual) sql.exec(`INSERT INTO "${v}"("${v}") VALUES ('rebuild')`);
@@ -255,7 +268,11 @@ async function keyedWithoutRowid(d: Dumped): Promise<void> {
   });
   // EPISODE_SCHEMA 8: the log keyed by one integer (seq << 16 | part), its frames as the release wrote them
   expect(got.created.frames, d.name).toMatch(/k INTEGER PRIMARY KEY/);
-  const written = (d.rows.frames ?? []) as Array<[number, number, { bin: string }]>;
+  // (seq, part, data) as releases before it wrote the log; (k, data, seq, part) from it on (seq and part generated)
+  const written = ((d.rows.frames ?? []) as Array<[number, number | { bin: string }, unknown]>).map(
+    ([a, b, c]): [number, number, { bin: string }] =>
+      typeof b === "object" ? [Math.floor(a / 65536), a % 65536, b] : [a, b, c as { bin: string }],
+  );
   expect(got.log, d.name).toEqual(
     [...written].sort((x, y) => x[0] - y[0] || x[1] - y[1]).map(([seq, part, data]) => [seq, part, data.bin]),
   );
@@ -292,7 +309,13 @@ async function textStillFound(release: string): Promise<void> {
   );
   expect(triggers).toEqual([]);
   // the releases with search indexed its text; the others' episodes send theirs when asked again (index == scan in all)
-  const searched = ["release-aed0573", "release-17eaf78", "release-413b234", "release-b14ae00"].includes(release);
+  const searched = [
+    "release-aed0573",
+    "release-17eaf78",
+    "release-413b234",
+    "release-b14ae00",
+    "release-376f6ef",
+  ].includes(release);
   for (const word of ["mergesort", "calculator", "route"]) {
     const found = await index.searchAgainstScan(word, 20, 1);
     expect(found.indexFound, word).toBe(found.scanFound);
@@ -567,5 +590,38 @@ describe("storage nobody wrote stays empty", () => {
     expect(r.status).toBe(200);
     await r.arrayBuffer();
     expect(await versionOf(env.EPISODES, id)).toBe(latestVersion(EPISODE_SCHEMA));
+  });
+});
+
+describe("the producers' ledger in the meta row (EPISODE_SCHEMA 9) on the previous release's storage", () => {
+  it("the live rollout's producer keeps its seq and its unconfirmed frame: a resend is a duplicate, the next applies", async () => {
+    const release = "release-376f6ef";
+    const id = "fixture:discard_retry";
+    await restore(env.EPISODES, await fixture<Dumped>("Episode-fixture_discard_retry.json", release));
+    await abortAllDurableObjects();
+    // that release wrote frames 0-4 as envelopes of producer "fixture", seqs 1-5, the last one unconfirmed
+    const c = await golden("discard_retry");
+    const resend = await post(
+      `${id}/deltas`,
+      encodeEnvelope({ producer: "fixture", seq: 5, cursor: 4, delta: c.frames[4]! }),
+    );
+    expect(resend.status).toBe(200);
+    expect(await resend.json()).toMatchObject({ seq: 5, applied: 0, duplicates: 1, producers: { fixture: 5 } });
+    const next = await post(
+      `${id}/deltas`,
+      encodeEnvelope({ producer: "fixture", seq: 6, cursor: 5, delta: c.frames[5]! }),
+    );
+    expect(next.status).toBe(200);
+    expect(await next.json()).toMatchObject({ seq: 6, applied: 1, duplicates: 0, producers: { fixture: 6 } });
+    const stored = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => ({
+      table: state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'producers'").toArray().length,
+      ledger: JSON.parse(state.storage.sql.exec<{ p: string }>("SELECT producers AS p FROM meta").one().p) as unknown,
+      version: storedVersion(state.storage.sql),
+    }));
+    expect(stored).toEqual({
+      table: 0,
+      ledger: { fixture: { last: 6, unconfirmed: [{ pseq: 6, seq: 6 }] } },
+      version: latestVersion(EPISODE_SCHEMA),
+    });
   });
 });

@@ -125,12 +125,12 @@ function applyMessage(
       `the episode would reach ${m.bytes} bytes, over the limit of ${maxEpisode}`,
     );
   }
-  for (const name of result.producers.keys()) state.record.saveProducer(name, mem.ledger.get(name)!);
   const news = result.unknown.filter((k) => !m.unknown.includes(k));
   if (news.length) m.unknown = [...m.unknown, ...news];
   countInto(m, mem.asm);
   m.updated = now;
-  state.record.saveMeta(m);
+  // the producers' seqs and cursors in the same row
+  state.record.saveMeta(m, mem.ledger);
   return { result, saved: m };
 }
 

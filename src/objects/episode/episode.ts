@@ -482,8 +482,9 @@ export class Episode extends DurableObject<Env> {
       await this.rowSync.settled();
       return;
     }
-    // a pending index update is sent whenever the alarm runs (it is never set later than due)
-    if (this.rowSync.pending()) await this.rowSync.send(m, Date.now());
+    // a pending index update is sent whenever the alarm runs (it is never set later than due; a throttled one is
+    // due in memory only, so an object started since sends a live episode's row)
+    if (this.rowSync.pending(m)) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
     // archived by an older release, which kept a JSON copy beside the msgpack: it goes (R2 down: the next alarm)
     else if (m.archived != null)

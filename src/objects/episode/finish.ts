@@ -61,10 +61,9 @@ export function commitReply(state: EpisodeState, body: Uint8Array, now: number):
   };
   state.transaction(() => {
     state.record.saveReply(body);
-    state.record.saveMeta(m);
     // the run ended: nothing can be retracted any more
     confirmAll(mem.ledger);
-    for (const [name, p] of mem.ledger) state.record.saveProducer(name, p);
+    state.record.saveMeta(m, mem.ledger);
   });
   state.store.setFloors([]);
   state.store.collect();

@@ -7,20 +7,23 @@
 //   catch-up streams (viewer hubs' watchers that resume with `?after=` or catch up) and the hubs'
 //   feeds. A frame is split into parts (parts.ts), each a row keyed by `seq << 16 | part` alone
 //   (`firstKey`). It is trimmed from the front (log-trim.ts).
-// - `producers`: per producer, the highest seq applied (de-duplication) and its frames not yet
-//   confirmed by its cursor (retraction: src/protocol/envelope/ledger.ts).
+// - `meta.producers` (JSON, from version 9; a table of its own before): per producer, the highest
+//   seq applied (de-duplication) and its frames not yet confirmed by its cursor (retraction:
+//   src/protocol/envelope/ledger.ts). It changes with every message, as the rest of meta does, so
+//   it is written in meta's one UPDATE: a row of its own was one more row written per turn.
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
 //   ended it (finish_refused; parts, like frames).
-// - `index_sync`: when the run's index was last sent this episode's row, when the next
-//   (throttled, or retried) update is due (0: none pending), the interval the index asked for.
+// - `index_sync`: when the run's index was last sent this episode's row, when a retried update is
+//   due (0: none; a throttled one is due in memory, the alarm set for it is what storage keeps), the
+//   interval the index asked for.
 // - `tombstone`: after a delete, the id whose row the run's index has yet to drop (retried by
 //   alarm); written in the erase's own transaction, the storage freed once the row is gone.
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import type { ProducerLedger, ProducerState, Unconfirmed } from "../../protocol/envelope/ledger.js";
+import type { ProducerLedger, Unconfirmed } from "../../protocol/envelope/ledger.js";
 import { eachPart } from "../../protocol/episode/parts.js";
 import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
@@ -112,6 +115,23 @@ function firstKey(seq: number): number {
 /** The log's key of a frame's last possible part. */
 function lastKey(seq: number): number {
   return firstKey(seq) + 65535;
+}
+
+/** The ledger as meta keeps it: `{name: {last, unconfirmed}}` (the table before version 9 had these columns). */
+export function ledgerJson(ledger: ProducerLedger): string {
+  return JSON.stringify(
+    Object.fromEntries([...ledger].map(([name, p]) => [name, { last: p.last, unconfirmed: p.unconfirmed }])),
+  );
+}
+
+function ledgerOf(json: string | null): ProducerLedger {
+  const out: ProducerLedger = new Map();
+  if (json === null) return out;
+  for (const [name, p] of Object.entries(
+    JSON.parse(json) as Record<string, { last: number; unconfirmed: Unconfirmed[] }>,
+  ))
+    out.set(name, { last: p.last, unconfirmed: p.unconfirmed });
+  return out;
 }
 
 /** The episode's record (the tables above) and every query on them; EpisodeState holds it as `record`. */
@@ -221,9 +241,10 @@ export class RecordStore {
     return { ...this.cached };
   }
 
-  saveMeta(m: Meta): void {
+  /** The meta row, and with it (in the same UPDATE: one row written) the producers' ledger when given. */
+  saveMeta(m: Meta, ledger?: ProducerLedger): void {
     this.sql.exec(
-      "UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?",
+      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?${ledger ? ", producers = ?" : ""}`,
       m.status,
       m.seq,
       m.bytes,
@@ -242,6 +263,7 @@ export class RecordStore {
       m.annotations,
       m.annotationBytes,
       m.unknown.length ? JSON.stringify(m.unknown) : null,
+      ...(ledger ? [ledgerJson(ledger)] : []),
     );
     this.cached = { ...m };
   }
@@ -347,23 +369,9 @@ export class RecordStore {
   // ---- producers and reply ----
 
   producers(): ProducerLedger {
-    const out: ProducerLedger = new Map();
-    if (!this.exists()) return out;
-    for (const row of this.sql.exec<{ name: string; seq: number; unconfirmed: string }>(
-      "SELECT name, seq, unconfirmed FROM producers",
-    )) {
-      out.set(row.name, { last: row.seq, unconfirmed: JSON.parse(row.unconfirmed) as Unconfirmed[] });
-    }
-    return out;
-  }
-
-  saveProducer(name: string, p: ProducerState): void {
-    this.sql.exec(
-      "INSERT INTO producers (name, seq, unconfirmed) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, unconfirmed = excluded.unconfirmed",
-      name,
-      p.last,
-      JSON.stringify(p.unconfirmed),
-    );
+    if (!this.exists()) return new Map();
+    const row = this.sql.exec<{ producers: string | null }>("SELECT producers FROM meta").toArray()[0];
+    return ledgerOf(row?.producers ?? null);
   }
 
   saveReply(reply: Uint8Array): void {

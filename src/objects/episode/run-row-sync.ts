@@ -45,6 +45,8 @@ export class RunRowSync {
   private readonly facts: RowFacts;
   /** The episode's text for its run's search, sent with the rows. */
   readonly search: SearchSync;
+  /** Whether this object scheduled or sent a row since it started (else a throttled turn's due may be lost with memory). */
+  private held = false;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -63,10 +65,13 @@ export class RunRowSync {
    * else schedule an update (due, and the alarm) unless one is pending (throttled). Sent at once,
    * nothing is written for it before the answer: the row is derived from the episode, and a send
    * that fails is scheduled then (a crash in between leaves the row as the last update sent until
-   * the next one).
+   * the next one). A throttled one is due in memory only: the alarm, set for it, is what storage
+   * keeps (a row written per turn cost more than the update itself), and an alarm that finds an
+   * object started since sends a live episode's row (`pending`).
    */
   changed(m: Meta, now: number): void {
     if (!this.ns) return;
+    this.held = true;
     const st = this.state.record.indexState();
     if (st.due !== 0) return;
     const due = dueAfter(st, now, this.flushMs);
@@ -74,18 +79,22 @@ export class RunRowSync {
       void this.send(m, now);
       return;
     }
-    this.state.record.saveIndexState({ ...st, due });
+    this.state.record.holdIndexState({ ...st, due });
     this.rearm(due);
   }
 
-  /** Whether an update is pending (the alarm sends it). */
-  pending(): boolean {
-    return this.state.record.indexState().due !== 0;
+  /**
+   * Whether an update is pending (the alarm sends it): one is due, or, for a live episode `m`, this
+   * object started after its last turn (a throttled turn's due was in memory).
+   */
+  pending(m?: Meta): boolean {
+    return this.state.record.indexState().due !== 0 || (m?.status === "live" && !this.held);
   }
 
   /** Send the episode's row now (in the background of this request). */
   send(m: Meta, now: number): Promise<void> {
     if (!this.ns) return Promise.resolve();
+    this.held = true;
     const row = rowFromMeta(m, this.state, this.facts, now);
     // once the run ended its facts are kept: the archive takes the bodies they are read from
     const kept = row.live ? { ...row.live, turns: row.turns ?? null, is_truncated: row.is_truncated ?? null } : null;

@@ -1,5 +1,5 @@
 // The Episode object's tables, version by version (src/objects/storage/schema.ts runs them). Tables:
-// record-store.ts (meta, the log, producers, rewinds, reply, index_sync, tombstone), sql-store.ts (the
+// record-store.ts (meta with the producers' ledger, the log, rewinds, reply, index_sync, tombstone), sql-store.ts (the
 // assembled state: traces, fields, pending, node_meta, bodies, stale), feeds.ts (hubs) and
 // archive-upload.ts (archive_upload, archive_parts).
 
@@ -88,6 +88,21 @@ function rekeyLog(sql: SqlStorage): void {
   sql.exec("INSERT INTO frames_v8 (k, data) SELECT (seq << 16) + part, data FROM frames ORDER BY seq, part");
   sql.exec("DROP TABLE frames");
   sql.exec("ALTER TABLE frames_v8 RENAME TO frames");
+}
+
+/**
+ * The producers' table (version 1) folded into meta's `producers` column (storage.ts `ledgerJson`), then
+ * dropped; nothing to do once it is gone. A table of rows written before it is kept as it was.
+ */
+function producersIntoMeta(sql: SqlStorage): void {
+  if (hasTable(sql, "meta")) addColumns(sql, "meta", ["producers TEXT"]);
+  if (!hasTable(sql, "producers")) return;
+  if (hasTable(sql, "meta") && sql.exec("SELECT 1 FROM producers LIMIT 1").toArray().length > 0)
+    sql.exec(
+      `UPDATE meta SET producers = (SELECT json_group_object(name, json_object('last', seq, 'unconfirmed', json(unconfirmed)))
+         FROM producers)`,
+    );
+  sql.exec("DROP TABLE producers");
 }
 
 /** The assembled state's tables (sql-store.ts). */
@@ -250,6 +265,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       what: "the log keyed by one integer (a frame's part is one row written, not a row and its key)",
       up(sql) {
         rekeyLog(sql);
+      },
+    },
+    {
+      version: 9,
+      what: "the producers' ledger in the meta row (written with it: one row per message, not two)",
+      up(sql) {
+        producersIntoMeta(sql);
       },
     },
   ],

@@ -429,7 +429,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       if (this.store.loadCounters().episodes === 0 && until > Date.now()) {
         // rules waiting for the run's first row: listed until they go
         await dir.upsertRun(this.store.runRow(run));
-        this.store.setState("dir_attempts", "0");
+        this.store.directoryReached();
         // a first row that came meanwhile ended the wait: the directory hears of it soon, not then
         return armAlarm(this.ctx.storage, this.store.rulesUntil() === 0 ? Date.now() + DIRECTORY_MS : until);
       }
@@ -439,7 +439,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
         return;
       }
       await dir.upsertRun(this.store.runRow(run));
-      this.store.setState("dir_attempts", "0");
+      this.store.directoryReached();
     } catch (e) {
       const attempts = Number(this.store.state("dir_attempts") ?? 0) + 1;
       this.store.setState("dir_attempts", String(attempts));

@@ -311,6 +311,14 @@ export class IndexStore {
     return true;
   }
 
+  /**
+   * The directory took the run's row: failed attempts start again from none. Absent is none, so a run
+   * whose updates land writes nothing here (each alarm wrote a "0" before: a row per directory update).
+   */
+  directoryReached(): void {
+    if (this.state("dir_attempts") !== null) this.deleteState("dir_attempts");
+  }
+
   state(k: string): string | null {
     return this.sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
   }

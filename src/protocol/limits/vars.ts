@@ -11,8 +11,12 @@ export function limitFrom(value: string | undefined, fallback: number): number {
   return Number.isFinite(n) && n > 0 ? n : fallback;
 }
 
-/** `INDEX_FLUSH_MS`'s default: the least time between two throttled sends of an episode's row, ms. */
-export const DEFAULT_INDEX_FLUSH_MS = 2000;
+/**
+ * `INDEX_FLUSH_MS`'s default: the least time between two throttled sends of an episode's row, ms. A running
+ * episode's counters in the list may lag this much (a product decision: each send writes rows in the run's index,
+ * billed per row); what a reader decides on (creation, finish, failure, deletion, flags) goes at once.
+ */
+export const DEFAULT_INDEX_FLUSH_MS = 30_000;
 /** `INDEX_WRITES_PER_S`'s default: the row updates a run's live episodes send per second together, at most. */
 export const DEFAULT_INDEX_WRITES_PER_S = 250;
 
