@@ -20,6 +20,7 @@ import { BULK_IDLE_BUDGET } from "../../src/worker/bulk-finished.js";
 import worker from "../../src/worker/index.js";
 import { ACROSS_RUNS_BUDGET } from "../../src/worker/run-routes.js";
 import { currentRow } from "../support/index-rows.js";
+import { freshId } from "./support.js";
 
 const SECRET = "budgets-test-secret-84c1f0a9d2e3b4c5d6e7f8091a2b";
 const AUTH_ENV: Env = { ...env, RELAY_SECRET: SECRET, AUTH_OFF_ON_LOOPBACK: undefined };
@@ -248,7 +249,9 @@ describe("the tasks' budget", () => {
 
 describe("the list across runs and the run directory", () => {
   const RUNS = 20;
-  const runName = (k: number) => `across-${String(k).padStart(2, "0")}`;
+  // a fresh prefix: the suite's files share one runtime, and index.test names its runs "across-…" too
+  const across = freshId("across");
+  const runName = (k: number) => `${across}-${String(k).padStart(2, "0")}`;
   beforeAll(async () => {
     for (let k = 0; k < RUNS; k++) {
       const run = runName(k);
@@ -272,7 +275,7 @@ describe("the list across runs and the run directory", () => {
   });
 
   it(`GET /v1/episodes asks at most ${ACROSS_RUNS_BUDGET} runs' indexes per page, and pages through all of them`, async () => {
-    const token = await sign("watcher", ["across-*"]);
+    const token = await sign("watcher", [`${across}-*`]);
     const requests = async () => {
       let n = 0;
       for (let k = 0; k < RUNS; k++) n += (await env.EPISODE_INDEX.getByName(`run:${runName(k)}`).usage()).requests;
@@ -309,7 +312,7 @@ describe("the list across runs and the run directory", () => {
         mean_rewards: null,
       });
     }
-    const token = await sign("watcher", ["across-03:*"]);
+    const token = await sign("watcher", [`${runName(3)}:*`]);
     const got: string[] = [];
     let cursor: string | null = null;
     let maxRead = 0;
@@ -327,7 +330,7 @@ describe("the list across runs and the run directory", () => {
       cursor = page.cursor;
       pages++;
     } while (cursor !== null && pages < 20);
-    expect(got).toEqual(["across-03"]);
+    expect(got).toEqual([runName(3)]);
     expect(pages).toBeGreaterThan(1);
     expect(maxRead).toBeLessThanOrEqual(DIRECTORY_SCAN_BUDGET + 60);
   }, 60_000);
