@@ -118,7 +118,7 @@ function lastKey(seq: number): number {
 }
 
 /** The ledger as meta keeps it: `{name: {last, unconfirmed}}` (the table before version 9 had these columns). */
-export function ledgerJson(ledger: ProducerLedger): string {
+function ledgerJson(ledger: ProducerLedger): string {
   return JSON.stringify(
     Object.fromEntries([...ledger].map(([name, p]) => [name, { last: p.last, unconfirmed: p.unconfirmed }])),
   );

@@ -91,8 +91,8 @@ function rekeyLog(sql: SqlStorage): void {
 }
 
 /**
- * The producers' table (version 1) folded into meta's `producers` column (storage.ts `ledgerJson`), then
- * dropped; nothing to do once it is gone. A table of rows written before it is kept as it was.
+ * The producers' table (version 1) folded into meta's `producers` column (the shape of record-store.ts
+ * `ledgerJson`), then dropped; nothing to do once it is gone. A table of rows written before it is kept as it was.
  */
 function producersIntoMeta(sql: SqlStorage): void {
   if (hasTable(sql, "meta")) addColumns(sql, "meta", ["producers TEXT"]);
