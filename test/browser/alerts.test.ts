@@ -12,7 +12,7 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
@@ -68,7 +68,7 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", r));
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
   const res = await fetch(`${relay.url}/v1/runs/${RUN}/alerts`, {

@@ -9,14 +9,14 @@ import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage } from "./pages.js";
 
 let browser: Browser;
 let relay: LocalRelay;
 
 beforeAll(async () => {
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay({ vars: { ARCHIVE_AFTER_SECONDS: "1" } });
 });
 

@@ -36,7 +36,7 @@ let shared: Promise<Browser> | undefined;
  * `close()` closes what they opened, not the browser. A browser that went away (crashed) is
  * launched again for the next file.
  */
-export async function launchChromium(): Promise<Browser> {
+export async function chromiumForFile(): Promise<Browser> {
   let browser = shared && (await shared.catch(() => undefined));
   if (!browser?.isConnected()) {
     shared = ownChromium();

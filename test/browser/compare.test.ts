@@ -13,7 +13,7 @@ import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
@@ -72,7 +72,7 @@ async function push(
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   await push(A, 1, false);
   await push(B, 0, true);

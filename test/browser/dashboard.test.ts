@@ -21,7 +21,7 @@ import { decodeLossless } from "../../src/protocol/wire/lossless.js";
 import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.js";
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { DESKTOP, openPage, PHONE, SHOTS, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 
@@ -30,7 +30,7 @@ let relay: LocalRelay;
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
   relay = await startRelay({ tiers: true, vars: { INDEX_FLUSH_MS: "2000" } });
 });

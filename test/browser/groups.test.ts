@@ -19,7 +19,7 @@ import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import { rewardOf } from "../../src/protocol/registry/rewards.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
 import { f, m } from "../support/deltas.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shoot } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
@@ -129,7 +129,7 @@ interface GroupsPage {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
   relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000" } });
   // 16 producers at a time

@@ -12,7 +12,7 @@ import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import { pushRollout, type Rollout } from "./training-run.js";
@@ -110,7 +110,7 @@ async function shot(page: Page, sel: string, name: string): Promise<string> {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 12)
     await Promise.all(rollouts.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));

@@ -13,7 +13,7 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import { rewardsOf } from "../support/chat-rollouts.js";
 import { m } from "../support/deltas.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shoot } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
@@ -78,7 +78,7 @@ async function push(r: Rollout): Promise<void> {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
   const failed = rollouts.filter((r) => r.failed).length;

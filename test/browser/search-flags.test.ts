@@ -11,7 +11,7 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
@@ -61,7 +61,7 @@ async function searchable(q: string): Promise<void> {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
   relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000" } });
   await push(HACKED, true);

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { TRUNCATING_STOPS } from "../../src/protocol/registry/step-outcomes.js";
 import type { StepsPage } from "../../src/protocol/registry/steps.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import { pushRollout, type Rollout } from "./training-run.js";
@@ -142,7 +142,7 @@ function ticks(labels: string[]): number[] {
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   for (let i = 0; i < rollouts.length; i += 12)
     await Promise.all(rollouts.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));

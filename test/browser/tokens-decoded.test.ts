@@ -10,7 +10,7 @@ import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shootPart } from "./pages.js";
 import { type JsonNode, postAnnotations, primeRecords, pushRollout, trainingPlan } from "./training-run.js";
 
@@ -127,7 +127,7 @@ async function waitFor(page: Page, fn: string, arg?: unknown, timeout = 20_000):
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   for (const r of [ROLLOUT, PLAIN]) {
     await pushRollout(relay.url, r);

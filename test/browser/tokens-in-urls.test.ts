@@ -14,7 +14,7 @@ import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { DESKTOP, shoot } from "./pages.js";
 
 const SECRET = "browser-urls-secret-5f2e8d1c0b9a7f6e5d4c3b2a1908";
@@ -22,7 +22,7 @@ let browser: Browser;
 let relay: LocalRelay;
 
 beforeAll(async () => {
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay({ vars: { RELAY_SECRET: SECRET } });
 });
 

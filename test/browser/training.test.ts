@@ -15,7 +15,7 @@ import { foldOntoNodes, mismatchKl } from "../../src/protocol/annotations/fold.j
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
 import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import {
@@ -93,7 +93,7 @@ const allSteps = async () => (await api<StepsPage>(`/v1/runs/${RUN}/steps?limit=
 
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
   relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000" } });
   for (let i = 0; i < plan.length; i += 12)

@@ -12,7 +12,7 @@ import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { type Fault, type FlakyProxy, GATEWAY_502, startFlakyProxy } from "../support/flaky-proxy.js";
 import { until } from "../support/relay.js";
-import { launchChromium } from "./chromium.js";
+import { chromiumForFile } from "./chromium.js";
 import { openPage } from "./pages.js";
 
 let browser: Browser;
@@ -20,7 +20,7 @@ let relay: LocalRelay;
 let proxy: FlakyProxy;
 
 beforeAll(async () => {
-  browser = await launchChromium();
+  browser = await chromiumForFile();
   relay = await startRelay();
   proxy = await startFlakyProxy(() => relay.url);
 });
