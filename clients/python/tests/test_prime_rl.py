@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -504,13 +504,22 @@ def test_annotations_posted_before_a_crash_are_not_posted_again(relay: RelayFixt
     async def crash() -> None:
         async with httpx.AsyncClient(timeout=30) as client:
             bridge = Bridge(out, relay.url, run=run, token=relay.token, state=state, client=client)
-            post = bridge._post_annotations
+            post, save = bridge._post_annotations, bridge.state.save
+            answered: List[str] = []
 
-            async def post_then_die(episode: str, records: Any) -> None:
+            async def post_and_note(episode: str, records: Any) -> None:
                 await post(episode, records)
-                raise Died("the bridge dies after the relay answered, before its state is saved")
+                answered.append(episode)
 
-            bridge._post_annotations = post_then_die  # type: ignore[method-assign]
+            def save_or_die() -> None:
+                # dies once every post of the batch was answered: a post still in flight when the
+                # test reads the relay's counts would land after them and make the count a race
+                if answered:
+                    raise Died("the bridge dies after the relay answered, before its state is saved")
+                save()
+
+            bridge._post_annotations = post_and_note  # type: ignore[method-assign]
+            bridge.state.save = save_or_die  # type: ignore[method-assign]
             with pytest.raises(Died):
                 await bridge.cycle(final=True)
 
