@@ -5,11 +5,11 @@ import { spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
-import { useRelay } from "../support/relay.js";
+import { useAuthedRelay } from "../support/relay.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const secret = "token-test-secret-0123456789abcdef0123456789";
-const relay = useRelay({ RELAY_SECRET: secret });
+const relay = useAuthedRelay();
+const secret = relay.secret;
 
 /** tools/token.ts with these arguments (the secret from the environment, as `npm run token` would find it). */
 function token(...args: string[]) {

@@ -40,6 +40,34 @@ export function useRelay(vars: Record<string, string> = {}): { readonly url: str
   };
 }
 
+/** The secret of the suite's relay with auth on (useAuthedRelay): files mint their tokens with it. */
+export const AUTHED_SECRET = "suite-authed-secret-00112233445566778899aabbccddeeff";
+let authedRelay: Promise<LocalRelay> | undefined;
+
+/**
+ * The suite's relay with auth on (RELAY_SECRET = AUTHED_SECRET and wrangler.toml's other vars):
+ * like the suite's relay above, started by the first file that asks and kept for the others, its
+ * state shared (names afresh, count only what the file wrote). A relay start is seconds of CPU;
+ * eight files each started one of their own to have a relay that wants a token.
+ */
+export function useAuthedRelay(): { readonly url: string; readonly secret: string } {
+  let relay: LocalRelay | undefined;
+  beforeAll(async () => {
+    authedRelay ??= startRelay({ vars: { RELAY_SECRET: AUTHED_SECRET } });
+    relay = await authedRelay.catch((e: unknown) => {
+      authedRelay = undefined; // the next file tries again
+      throw e;
+    });
+  }, 120_000);
+  return {
+    get url() {
+      if (!relay) throw new Error("relay not started");
+      return relay.url;
+    },
+    secret: AUTHED_SECRET,
+  };
+}
+
 /** Wait until `cond()` holds, polling; throws after `ms`. */
 export async function until(cond: () => boolean, ms = 20_000, what = "condition"): Promise<void> {
   const end = Date.now() + ms;
