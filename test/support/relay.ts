@@ -4,10 +4,10 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 
 /**
  * The suite's relay with wrangler.toml's vars: started by the first file that asks for it and kept
- * for the files after it, which run one after another in the same process
- * (vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU (Miniflare,
- * workerd, the bundle's load), once per file before. Its runtime goes when the process exits
- * (Miniflare stops workerd then).
+ * for the files after it, which run one after another in the same process (one relay per worker
+ * process: vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU
+ * (Miniflare, workerd, the bundle's load), once per file before. Its runtime goes when the process
+ * exits (Miniflare stops workerd then).
  */
 let suiteRelay: Promise<LocalRelay> | undefined;
 
