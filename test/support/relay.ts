@@ -7,7 +7,8 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
  * for the files after it, which run one after another in the same process (one relay per worker
  * process: vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU
  * (Miniflare, workerd, the bundle's load), once per file before. Its runtime goes when the process
- * exits (Miniflare stops workerd then).
+ * exits, however it ends: its watchdog (scripts/relay.mjs) kills it. Miniflare's own exit hook was
+ * not enough: with the suite's two relays alive at the end, one workerd outlived the process.
  */
 let suiteRelay: Promise<LocalRelay> | undefined;
 
@@ -25,7 +26,7 @@ export function useRelay(vars: Record<string, string> = {}): { readonly url: str
       relay = await startRelay({ vars });
       return;
     }
-    suiteRelay ??= startRelay();
+    suiteRelay ??= startRelay({ watchdog: true });
     relay = await suiteRelay.catch((e: unknown) => {
       suiteRelay = undefined; // the next file tries again
       throw e;
@@ -53,7 +54,7 @@ let authedRelay: Promise<LocalRelay> | undefined;
 export function useAuthedRelay(): { readonly url: string; readonly secret: string } {
   let relay: LocalRelay | undefined;
   beforeAll(async () => {
-    authedRelay ??= startRelay({ vars: { RELAY_SECRET: AUTHED_SECRET } });
+    authedRelay ??= startRelay({ vars: { RELAY_SECRET: AUTHED_SECRET }, watchdog: true });
     relay = await authedRelay.catch((e: unknown) => {
       authedRelay = undefined; // the next file tries again
       throw e;
