@@ -27,6 +27,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QUIET_ENV } from "./quiet-env.mjs";
 import { ensureSystemPackages } from "./system-deps.mjs";
+import { TSCONFIGS, tscArgs } from "./typecheck.mjs";
 import { shareBundle } from "./worker-bundle.mjs";
 import { WRANGLER_TYPES_ARGS } from "./worker-types.mjs";
 
@@ -283,16 +284,12 @@ function countJunit(file, exitCode) {
  */
 const CHECKS = [
   { name: "biome check (lint + format)", bin: "biome", args: ["check", "--error-on-warnings", "."] },
-  ...[
-    "tsconfig.json",
-    "src/tsconfig.json",
-    "src/protocol/tsconfig.json",
-    "test/workers/tsconfig.json",
-    "dashboard/tsconfig.json",
-  ].map((p) => ({
+  // the tsconfigs `npm run typecheck` (and so `npm run deploy`) checks: test/node/deploy.test.ts
+  // counts on this suite for them
+  ...TSCONFIGS.map((p) => ({
     name: `tsc -p ${p}`,
     bin: "tsc",
-    args: ["--noEmit", "-p", p],
+    args: tscArgs(p),
   })),
   {
     name: "wrangler types --check (Env matches wrangler.toml)",

@@ -17,11 +17,11 @@ import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { ChunkWriter } from "../../src/protocol/wire/writer.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
-import { useRelay } from "../support/relay.js";
+import { useAuthedRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
-const secret = "bulk-test-secret-00112233445566778899aabbccddeeff";
-const relay = useRelay({ RELAY_SECRET: secret });
+const relay = useAuthedRelay();
+const secret = relay.secret;
 let admin = "";
 
 const golden = (name: string) => loadCase(fixturePath(name));

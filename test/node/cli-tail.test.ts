@@ -11,10 +11,12 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/index.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { until, useRelay } from "../support/relay.js";
+import { until, useAuthedRelay, useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
+/** A relay that wants a token (the suite's, shared with other files). */
+const authed = useAuthedRelay();
 const running: ChildProcess[] = [];
 afterAll(() => {
   for (const p of running) if (p.exitCode === null) p.kill("SIGTERM");
@@ -174,14 +176,9 @@ describe("tail --run", () => {
   }, 120_000);
 
   it("refuses with the relay's reason (no token on a relay that needs one)", async () => {
-    const authed = await startRelay({ vars: { RELAY_SECRET: "cli-tail-secret-00112233445566778899aabbccddeeff" } });
-    try {
-      const t = await cli("tail", "--run", "r1", authed.url).done;
-      expect(t.code).toBe(1);
-      expect(t.stdout).toMatch(/refused: 401 unauthorized: .*pass --token T/);
-      expect((await cli("tail", "--run", "r1", authed.url, "--routing").done).code).toBe(2);
-    } finally {
-      await authed.stop();
-    }
+    const t = await cli("tail", "--run", "r1", authed.url).done;
+    expect(t.code).toBe(1);
+    expect(t.stdout).toMatch(/refused: 401 unauthorized: .*pass --token T/);
+    expect((await cli("tail", "--run", "r1", authed.url, "--routing").done).code).toBe(2);
   }, 60_000);
 });

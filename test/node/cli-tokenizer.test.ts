@@ -6,11 +6,11 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { mintToken } from "../../src/protocol/http/auth.js";
-import { useRelay } from "../support/relay.js";
+import { useAuthedRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
-const SECRET = "cli-tokenizer-secret-5f2a9c81d7e34b06a1c9e2f7";
-const relay = useRelay({ RELAY_SECRET: SECRET });
+const relay = useAuthedRelay();
+const SECRET = relay.secret;
 const FIXTURE = join(root, "test", "fixtures", "tokenizer", "tokenizer.json");
 
 function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -6,13 +6,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
-import { startRelay } from "../../scripts/relay.mjs";
 import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
-import { until, useRelay } from "../support/relay.js";
+import { until, useAuthedRelay, useRelay } from "../support/relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
+/** A relay that wants a token (the suite's, shared with other files). */
+const authed = useAuthedRelay();
 
 function cli(...args: string[]) {
   const p = spawn(process.execPath, [join(root, "dist", "tools", "cli", "main.js"), ...args], { cwd: root });
@@ -155,21 +156,16 @@ describe("episode-relay CLI", () => {
   }, 60_000);
 
   it("tail and get exit 1 with the relay's reason when it refuses them (no token)", async () => {
-    const authed = await startRelay({ vars: { RELAY_SECRET: "cli-test-secret-00112233445566778899aabbccddeeff" } });
-    try {
-      const target = `${authed.url}/cli-refused`;
-      const t = await cli("tail", target).done;
-      expect(t.code).toBe(1);
-      const out = t.stdout.toString();
-      expect(out).toMatch(/refused: 401 unauthorized: .*pass --token T \(or set RELAY_TOKEN\)/);
-      expect(out.match(/401 unauthorized/g), "the refusal is printed once").toHaveLength(1);
-      expect(out).not.toMatch(/resuming/);
-      const g = await cli("get", target).done;
-      expect(g.code).toBe(1);
-      expect(g.stderr).toMatch(/401 unauthorized.*--token T/);
-    } finally {
-      await authed.stop();
-    }
+    const target = `${authed.url}/cli-refused`;
+    const t = await cli("tail", target).done;
+    expect(t.code).toBe(1);
+    const out = t.stdout.toString();
+    expect(out).toMatch(/refused: 401 unauthorized: .*pass --token T \(or set RELAY_TOKEN\)/);
+    expect(out.match(/401 unauthorized/g), "the refusal is printed once").toHaveLength(1);
+    expect(out).not.toMatch(/resuming/);
+    const g = await cli("get", target).done;
+    expect(g.code).toBe(1);
+    expect(g.stderr).toMatch(/401 unauthorized.*--token T/);
   }, 60_000);
 
   it("nothing goes to another id than the one given: #, ? and / in an id, and a page that is not the relay, fail with what was wrong", async () => {

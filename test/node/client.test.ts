@@ -17,13 +17,13 @@ import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { fixturePath, type GoldenCase, loadCase } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
-import { until, useRelay } from "../support/relay.js";
+import { until, useAuthedRelay, useRelay } from "../support/relay.js";
 
 // a small lag budget so the slow-watcher path (close 4008 → resume) is reachable
 const relay = useRelay({ WATCHER_LAG_BYTES: String(1024 * 1024) });
-const secret = "client-test-secret-00112233445566778899aabbccdd";
-/** A relay with a secret, for every test of tokens (fresh episode ids keep them apart). */
-const authed = useRelay({ RELAY_SECRET: secret });
+/** The suite's relay with a secret, for every test of tokens (fresh episode ids keep them apart). */
+const authed = useAuthedRelay();
+const secret = authed.secret;
 
 const WS: SocketFactory = WebSocket;
 const golden = (name: string) => loadCase(fixturePath(name));
@@ -308,7 +308,8 @@ describe("where the token goes", () => {
   });
 
   it("a watch with a token on a relay with a secret: accepted by its subprotocol entry, to the end of the run", async () => {
-    const id = fresh("sub");
+    // in a run of its own: the suite's authed relay is shared, and bulk.test.ts counts run "~" (ids without one)
+    const id = `client:${fresh("sub")}`;
     const c = golden("chat_basic");
     const producer = await mintToken(secret, { role: "producer", episodes: [id], ttl: 600 });
     const producerCursor = new ProducerCursor("t");

@@ -24,11 +24,11 @@ import { NO_FILTER, rowMatches } from "../../src/protocol/registry/row-filter.js
 import type { LMap } from "../../src/protocol/wire/lossless.js";
 import { concatChunks } from "../../src/protocol/wire/writer.js";
 import { chat, openFrame, rewardsOf, setDelta, CHAT_TASK as TASK_A } from "../support/chat-rollouts.js";
-import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
+import { collect, failure, runCli, useAdminRelay } from "../support/client-relay.js";
 import { m } from "../support/deltas.js";
 
-const secret = "episodes-test-secret-00112233445566778899aabbccddeeff";
-const relay = useAuthedRelay(secret);
+const relay = useAdminRelay();
+const secret = relay.secret;
 const TASK_B = "task-b";
 
 const RUN = "eps";

@@ -17,11 +17,11 @@ import {
 import { mintToken } from "../../src/protocol/http/auth.js";
 import { freePort } from "../../tools/free-port.js";
 import { chat, groupReply, rewardsOf, setDelta, CHAT_TASK as TASK_KEY } from "../support/chat-rollouts.js";
-import { collect, failure, runCli, useAuthedRelay } from "../support/client-relay.js";
+import { collect, failure, runCli, useAdminRelay } from "../support/client-relay.js";
 import { m } from "../support/deltas.js";
 
-const secret = "groups-test-secret-00112233445566778899aabbccddeeff";
-const relay = useAuthedRelay(secret);
+const relay = useAdminRelay();
+const secret = relay.secret;
 
 const RUN = "grp";
 /** (correct, format) scores per rollout; weights 1.0 and 0.25 as in the golden case. */

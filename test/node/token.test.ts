@@ -1,34 +1,42 @@
 // `npm run token` says what the relay does: its --help names what each role may do, and tokens it
 // prints are taken by a relay with the same secret exactly so (any role lists what its patterns
 // cover; only admin reads the usage routes).
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
-import { useRelay } from "../support/relay.js";
+import { useAuthedRelay } from "../support/relay.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const secret = "token-test-secret-0123456789abcdef0123456789";
-const relay = useRelay({ RELAY_SECRET: secret });
+const relay = useAuthedRelay();
+const secret = relay.secret;
 
-/** tools/token.ts with these arguments (the secret from the environment, as `npm run token` would find it). */
-function token(...args: string[]) {
-  return spawnSync(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "token.ts"), ...args], {
+/**
+ * tools/token.ts with these arguments (the secret from the environment, as `npm run token` would
+ * find it). Run without blocking: a spawnSync of seconds left the fetch after it a kept-alive
+ * socket the relay had closed meanwhile, unread ("other side closed", seen under load).
+ */
+function token(...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "token.ts"), ...args], {
     cwd: root,
-    encoding: "utf8",
     env: { ...process.env, RELAY_SECRET: secret },
   });
+  let stdout = "";
+  let stderr = "";
+  p.stdout.on("data", (d) => (stdout += d));
+  p.stderr.on("data", (d) => (stderr += d));
+  return new Promise((resolve) => p.on("close", (status) => resolve({ status, stdout, stderr })));
 }
 
 it("--help says any role lists what its patterns cover, and admin alone reads usage; the relay agrees", async () => {
-  const help = token("--help");
+  const help = await token("--help");
   expect(help.status).toBe(0);
   expect(help.stdout).not.toMatch(/admin \([^)]*listing/);
   expect(help.stdout).toMatch(/any role lists/);
   expect(help.stdout).toMatch(/admin \(everything, incl\. the usage routes\)/);
   const get = (path: string, t: string) => fetch(`${relay.url}${path}`, { headers: { authorization: `Bearer ${t}` } });
   for (const role of ["watcher", "producer", "admin"]) {
-    const t = token("--role", role, "--episode", "*");
+    const t = await token("--role", role, "--episode", "*");
     expect(t.status, t.stderr).toBe(0);
     const bearer = t.stdout.trim();
     expect((await get("/v1/episodes", bearer)).status, `${role} lists episodes`).toBe(200);

@@ -1,25 +1,30 @@
-// What the TypeScript client's and the CLI's tests against a relay share: a relay with auth on
-// (started for the file, an admin token minted before its tests), posts to it as that admin, the
-// wait for a run's index to show its counts, and the CLI run as a child process.
+// What the TypeScript client's and the CLI's tests against a relay share: the suite's relay with
+// auth on (test/support/relay.ts: useAuthedRelay, an admin token minted before the file's tests),
+// posts to it as that admin, the wait for a run's index to show its counts, and the CLI run as a
+// child process.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { beforeAll, expect } from "vitest";
 import { mintToken } from "../../src/protocol/http/auth.js";
-import { useRelay } from "./relay.js";
+import { useAuthedRelay } from "./relay.js";
 
 const root = join(import.meta.dirname, "..", "..");
 
-/** A relay with RELAY_SECRET `secret` for this file; `admin` is an admin token once the tests run. */
-export function useAuthedRelay(secret: string) {
-  const relay = useRelay({ RELAY_SECRET: secret });
+/**
+ * The suite's relay with auth on (shared with other files: a file names its runs as no other file
+ * does); `admin` is an admin token once the tests run, `secret` what tokens are signed with.
+ */
+export function useAdminRelay() {
+  const relay = useAuthedRelay();
   let admin = "";
   beforeAll(async () => {
-    admin = await mintToken(secret, { role: "admin", episodes: ["*"], ttl: 3600 });
+    admin = await mintToken(relay.secret, { role: "admin", episodes: ["*"], ttl: 3600 });
   });
   return {
     get url() {
       return relay.url;
     },
+    secret: relay.secret,
     get admin() {
       return admin;
     },

@@ -4,10 +4,11 @@ import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 
 /**
  * The suite's relay with wrangler.toml's vars: started by the first file that asks for it and kept
- * for the files after it, which run one after another in the same process
- * (vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU (Miniflare,
- * workerd, the bundle's load), once per file before. Its runtime goes when the process exits
- * (Miniflare stops workerd then).
+ * for the files after it, which run one after another in the same process (one relay per worker
+ * process: vitest.node.config.ts, isolate: false); a relay start costs a second or two of CPU
+ * (Miniflare, workerd, the bundle's load), once per file before. Its runtime goes when the process
+ * exits, however it ends: its watchdog (scripts/relay.mjs) kills it. Miniflare's own exit hook was
+ * not enough: with the suite's two relays alive at the end, one workerd outlived the process.
  */
 let suiteRelay: Promise<LocalRelay> | undefined;
 
@@ -25,7 +26,7 @@ export function useRelay(vars: Record<string, string> = {}): { readonly url: str
       relay = await startRelay({ vars });
       return;
     }
-    suiteRelay ??= startRelay();
+    suiteRelay ??= startRelay({ watchdog: true });
     relay = await suiteRelay.catch((e: unknown) => {
       suiteRelay = undefined; // the next file tries again
       throw e;
@@ -37,6 +38,34 @@ export function useRelay(vars: Record<string, string> = {}): { readonly url: str
       if (!relay) throw new Error("relay not started");
       return relay.url;
     },
+  };
+}
+
+/** The secret of the suite's relay with auth on (useAuthedRelay): files mint their tokens with it. */
+export const AUTHED_SECRET = "suite-authed-secret-00112233445566778899aabbccddeeff";
+let authedRelay: Promise<LocalRelay> | undefined;
+
+/**
+ * The suite's relay with auth on (RELAY_SECRET = AUTHED_SECRET and wrangler.toml's other vars):
+ * like the suite's relay above, started by the first file that asks and kept for the others, its
+ * state shared (names afresh, count only what the file wrote). A relay start is seconds of CPU;
+ * eight files each started one of their own to have a relay that wants a token.
+ */
+export function useAuthedRelay(): { readonly url: string; readonly secret: string } {
+  let relay: LocalRelay | undefined;
+  beforeAll(async () => {
+    authedRelay ??= startRelay({ vars: { RELAY_SECRET: AUTHED_SECRET }, watchdog: true });
+    relay = await authedRelay.catch((e: unknown) => {
+      authedRelay = undefined; // the next file tries again
+      throw e;
+    });
+  }, 120_000);
+  return {
+    get url() {
+      if (!relay) throw new Error("relay not started");
+      return relay.url;
+    },
+    secret: AUTHED_SECRET,
   };
 }
 
