@@ -29,6 +29,27 @@ export function alarmAt(expiresAt: number, index: Pick<IndexState, "due">): numb
   return index.due !== 0 ? Math.min(index.due, expiresAt) : expiresAt;
 }
 
+/**
+ * Where the alarm that just sent a throttled update goes next while turns arrive: the next interval's
+ * slot, when episode `m` is live and took a turn within the last interval; else 0 (its
+ * other deadlines alone). A turn within that interval then finds the alarm already armed for its update
+ * and arms nothing: one alarm set per interval, not two (the slot, then back to retention). A
+ * producer that stopped costs one more wake, whose send finds no turn within the interval and ends it.
+ */
+export function nextFlushSlot(
+  m: Pick<Meta, "status" | "updated">,
+  index: IndexState,
+  now: number,
+  defaultFlushMs: number,
+): number {
+  if (m.status !== "live") return 0;
+  const interval = Math.max(defaultFlushMs, index.flushMs);
+  // the time a turn's update would be due (`dueAfter`), so that the turn finds it armed; none unless ahead (a send
+  // that has not gone)
+  const slot = index.lastFlush + interval;
+  return m.updated > now - interval && slot > now ? slot : 0;
+}
+
 /** When a turn's update is due: now, unless the last one went out less than the interval ago. */
 export function dueAfter(index: IndexState, now: number, defaultFlushMs: number): number {
   return Math.max(now, index.lastFlush + Math.max(defaultFlushMs, index.flushMs));
@@ -81,6 +102,16 @@ export class RunRowSync {
     }
     this.state.record.holdIndexState({ ...st, due });
     this.rearm(due);
+  }
+
+  /** Whether rows are sent at all (a relay without run indexes sends none). */
+  get sends(): boolean {
+    return this.ns !== undefined;
+  }
+
+  /** The interval between throttled sends as configured (the index may ask for a longer one: IndexState.flushMs). */
+  get interval(): number {
+    return this.flushMs;
   }
 
   /**
