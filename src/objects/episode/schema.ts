@@ -8,6 +8,7 @@ import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
+import { LOG_COLUMNS, latestLayout, NODE_HEAD_COLUMNS, REPAIRED_COLUMN } from "./layout.js";
 import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
@@ -69,15 +70,6 @@ function extraColumns(sql: SqlStorage, from: string, to: string): string[] {
         `${c.name} ${c.type}${c.notnull ? " NOT NULL" : ""}${c.dflt_value !== null ? ` DEFAULT ${c.dflt_value}` : ""}`,
     );
 }
-
-/**
- * The log's columns from version 8 (record-store.ts): a part's key is `seq << 16 | part`, the
- * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
- * row and its key's index); `seq` and `part` are read from it. The log's blobs stay in a rowid table
- * (see NODE_META_COLUMNS on WITHOUT ROWID).
- */
-const LOG_COLUMNS = `k INTEGER PRIMARY KEY, data BLOB NOT NULL,
-    seq INTEGER AS (k >> 16) VIRTUAL, part INTEGER AS (k & 65535) VIRTUAL`;
 
 /** The log rebuilt keyed by `k` (LOG_COLUMNS), its frames as they were; nothing to do when it is. */
 function rekeyLog(sql: SqlStorage): void {
@@ -156,57 +148,6 @@ function rebuildState(sql: SqlStorage): void {
   const asm = new EpisodeAssembly(store);
   asm.version = store.version = meta.seq;
   for (const d of deltas) asm.apply(d, true);
-}
-
-/** node_meta's record of a routing repair (version 3). */
-const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
-/** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
-const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
-
-/**
- * The layout the migrations below leave (version 9), created at once on empty storage: every new episode's first
- * delta wrote ~75 rows of DDL creating tables, then altering, rebuilding and dropping them. The same tables, columns
- * (in the same order) and indexes; test/workers/schema.test.ts compares the two.
- */
-function latestLayout(sql: SqlStorage): void {
-  sql.exec(`CREATE TABLE meta (
-    id TEXT NOT NULL, status TEXT NOT NULL, seq INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    traces INTEGER NOT NULL, nodes INTEGER NOT NULL, calls INTEGER NOT NULL,
-    created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
-    size INTEGER, etag TEXT, refused TEXT, archived INTEGER,
-    annotations INTEGER NOT NULL DEFAULT 0, annotation_bytes INTEGER NOT NULL DEFAULT 0, dispatch BLOB, live TEXT,
-    unknown TEXT, producers TEXT)`);
-  sql.exec(`CREATE TABLE frames (${LOG_COLUMNS})`);
-  sql.exec("CREATE TABLE rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)");
-  sql.exec("CREATE TABLE reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)");
-  sql.exec(
-    "CREATE TABLE index_sync (last_flush INTEGER NOT NULL, due INTEGER NOT NULL, flush_ms INTEGER NOT NULL, attempts INTEGER NOT NULL)",
-  );
-  sql.exec("CREATE TABLE tombstone (id TEXT NOT NULL, attempts INTEGER NOT NULL)");
-  sql.exec(
-    "CREATE TABLE hubs (shard INTEGER PRIMARY KEY, id TEXT NOT NULL, session INTEGER NOT NULL, watchers INTEGER NOT NULL)",
-  );
-  sql.exec(`CREATE TABLE traces (tnum INTEGER PRIMARY KEY, id TEXT NOT NULL, ord INTEGER NOT NULL,
-    lists TEXT NOT NULL, created INTEGER NOT NULL, dropped INTEGER)`);
-  sql.exec(`CREATE TABLE fields (tnum INTEGER NOT NULL, name TEXT NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL,
-    pos INTEGER NOT NULL, src INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (tnum, name, ver, part))`);
-  sql.exec(`CREATE TABLE pending (tnum INTEGER NOT NULL, ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (tnum, ver, part))`);
-  sql.exec(`CREATE TABLE node_meta (tnum INTEGER NOT NULL, idx INTEGER NOT NULL, ver INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    parents INTEGER NOT NULL, dtype TEXT, shape TEXT, ${REPAIRED_COLUMN}, ${NODE_HEAD_COLUMNS.join(", ")},
-    PRIMARY KEY (tnum, idx, ver)) WITHOUT ROWID`);
-  sql.exec(`CREATE TABLE bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
-    ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`);
-  sql.exec("CREATE UNIQUE INDEX bodies_key ON bodies (tnum, kind, idx, ver, part)");
-  sql.exec(`CREATE TABLE stale (what TEXT NOT NULL, tnum INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
-    ver INTEGER NOT NULL, until INTEGER NOT NULL)`);
-  sql.exec(
-    "CREATE TABLE annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))",
-  );
-  sql.exec(
-    "CREATE TABLE search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
-  );
-  createArchiveUploadTables(sql);
 }
 
 export const EPISODE_SCHEMA: Schema = checkSchema({
