@@ -305,6 +305,11 @@ describe("a delete through the real objects", () => {
       const res = await relay(`${id}/usage`);
       return ((await res.json()) as { episode: Usage }).episode.written.alarm ?? 0;
     };
+    const indexRequests = async () => {
+      const res = await relay("../runs/slot-run/usage");
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { index: Usage }).index.requests;
+    };
     const armed = () => runInDurableObject(env.EPISODES.getByName(id), (_i, state) => state.storage.getAlarm());
     (await post(`${id}/deltas`, openDelta())).body?.cancel(); // created: its row goes at once, retention is armed
     const retention = await armed();
@@ -329,14 +334,24 @@ describe("a delete through the real objects", () => {
     expect(await alarmsSet()).toBe(set + 1);
     // an object started since (memory gone) reads what is armed before its first turn: an alarm armed sooner than
     // the turn's update is due (here set from outside, in the interval) serves it, nothing is set
+    // Storage does not keep the throttle's clock (the last send's time): here it says the interval has passed, so the
+    // turn would be sent at once, but the alarm armed within the interval sends it
+    await runInDurableObject(stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE index_sync SET last_flush = 0, flush_ms = 0");
+    });
     const restarted = runInDurableObject(stub, (_i, state) => state.abort("restart"));
     await expect(restarted).rejects.toThrow(/restart/);
     const sooner = Date.now() + interval / 2;
     await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => state.storage.setAlarm(sooner));
     const afterRestart = await alarmsSet();
+    const upserts = await indexRequests();
     await turn(4);
     expect(await armed()).toBe(sooner);
     expect(await alarmsSet()).toBe(afterRestart);
+    expect(await indexRequests()).toBe(upserts);
+    // the alarm sends it
+    expect(await runDurableObjectAlarm(env.EPISODES.getByName(id))).toBe(true);
+    await expect.poll(indexRequests).toBe(upserts + 1);
   });
 
   it("once the run's index dropped the row, nothing of the episode is stored", async () => {

@@ -35,6 +35,11 @@ export class EpisodeAlarm {
     return this.reading;
   }
 
+  /** The time armed (null: none), when known (not while the handler runs). */
+  get at(): number | null | undefined {
+    return this.running ? undefined : this.armed;
+  }
+
   /**
    * Have the alarm run by `at` (epoch ms): armed unless an alarm no later is known to be armed; always while the
    * handler runs (the alarm running may still read as armed) and when `force`d.

@@ -395,7 +395,7 @@ export class Episode extends DurableObject<Env> {
     } else if (c.dispatched || before === 0) {
       void this.rowSync.send(c.meta, now); // its identity, or the first trace of a pending rollout: at once
       this.setAlarm(null);
-    } else this.rowSync.changed(c.meta, now);
+    } else this.rowSync.changed(c.meta, now, this.alarms.at);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
       if (c.rewoundTo !== null) this.rowSync.search.rewound(this.state.memory().asm, c.rewoundTo);

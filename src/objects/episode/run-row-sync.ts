@@ -88,14 +88,21 @@ export class RunRowSync {
    * that fails is scheduled then (a crash in between leaves the row as the last update sent until
    * the next one). A throttled one is due in memory only: the alarm, set for it, is what storage
    * keeps (a row written per turn cost more than the update itself), and an alarm that finds an
-   * object started since sends a live episode's row (`pending`).
+   * object started since sends a live episode's row (`pending`). `armed`: the alarm's time, when known (a woken
+   * object's turn within an armed slot waits for it).
    */
-  changed(m: Meta, now: number): void {
+  changed(m: Meta, now: number, armed?: number | null): void {
     if (!this.ns) return;
+    const woken = !this.held;
     this.held = true;
     const st = this.state.record.indexState();
     if (st.due !== 0) return;
-    const due = dueAfter(st, now, this.flushMs);
+    let due = dueAfter(st, now, this.flushMs);
+    // a woken object does not know when the last update went (memory only: storage is not written for the throttle's
+    // clock), but an alarm armed within the interval is the slot the last send armed (nextFlushSlot) or an earlier
+    // deadline: it sends this turn's update (a woken object's alarm sends a live episode's row), as if throttled
+    if (woken && armed != null && armed > now && armed <= now + Math.max(this.flushMs, st.flushMs))
+      due = Math.max(due, armed);
     if (due <= now) {
       void this.send(m, now);
       return;
