@@ -1,8 +1,6 @@
 // The episode's tables in their latest layout (the one schema.ts's migrations leave), table by table: created at
 // once on empty storage, and again when a table is emptied by dropping it (the archive).
 
-import { createArchiveUploadTables } from "./archive-upload.js";
-
 /**
  * The log's columns from version 8 (record-store.ts): a part's key is `seq << 16 | part`, the
  * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
@@ -72,6 +70,11 @@ const LATEST: Record<string, string[]> = {
   annotations: [
     "CREATE TABLE annotations (trace TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trace, part))",
   ],
+  // archive-upload.ts (created by migration 5 there)
+  archive_upload: [
+    "CREATE TABLE archive_upload (upload_id TEXT NOT NULL, etag TEXT NOT NULL, part_bytes INTEGER NOT NULL)",
+  ],
+  archive_parts: ["CREATE TABLE archive_parts (part INTEGER PRIMARY KEY, etag TEXT NOT NULL)"],
   search_sync: [
     "CREATE TABLE search_sync (tnum INTEGER PRIMARY KEY, trace TEXT NOT NULL, nodes INTEGER NOT NULL, task INTEGER NOT NULL, chars INTEGER NOT NULL)",
   ],
@@ -79,15 +82,17 @@ const LATEST: Record<string, string[]> = {
 
 export function latestLayout(sql: SqlStorage): void {
   for (const statements of Object.values(LATEST)) for (const q of statements) sql.exec(q);
-  createArchiveUploadTables(sql);
 }
 
 /**
- * Every row of `table` goes (the archive's bodies and log). A DELETE bills a row written per row; dropping the table
+ * Every row of `table` goes (the archive's bodies and log, an upload's record). A DELETE bills a row written per row; dropping the table
  * bills none, and creating it again (its latest layout) a few. Where SQLite refuses the drop (a statement still
  * reading the database), the rows are deleted.
  */
-export function emptyTable(sql: SqlStorage, table: "bodies" | "pending" | "stale" | "frames"): void {
+export function emptyTable(
+  sql: SqlStorage,
+  table: "bodies" | "pending" | "stale" | "frames" | "archive_upload" | "archive_parts",
+): void {
   if (sql.exec(`SELECT 1 FROM ${table} LIMIT 1`).toArray().length === 0) return;
   try {
     sql.exec(`DROP TABLE ${table}`);
