@@ -10,6 +10,7 @@ import { RowFacts } from "../../src/objects/episode/row-facts.js";
 import {
   alarmAt,
   dueAfter,
+  nextFlushSlot,
   RETRY_FIRST_MS,
   RETRY_MAX_MS,
   RunRowSync,
@@ -17,6 +18,7 @@ import {
   rowFromMeta,
 } from "../../src/objects/episode/run-row-sync.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
+import type { Usage } from "../../src/protocol/billing/usage.js";
 import { parseRowFilter } from "../../src/protocol/registry/row-filter.js";
 import type { IndexRow } from "../../src/protocol/registry/rows.js";
 import { runIndexName } from "../../src/protocol/registry/run.js";
@@ -37,6 +39,20 @@ describe("the alarm's deadlines and the update schedule", () => {
     expect(dueAfter(st, 2000, 500)).toBe(2000);
     expect(dueAfter({ ...st, flushMs: 3000 }, 1200, 500)).toBe(4000);
     expect(dueAfter({ ...st, lastFlush: 0 }, 1200, 500)).toBe(1200);
+  });
+
+  it("nextFlushSlot: a whole interval after the send while a live episode took a turn within the last one; else none", () => {
+    const st = { lastFlush: 10_000, due: 0, flushMs: 0, attempts: 0 };
+    const live = { status: "live" as const, updated: 9_500 };
+    expect(nextFlushSlot(live, st, 10_000, 1000)).toBe(11_000);
+    // the index asked for a longer interval: the slot and the window both follow it
+    expect(nextFlushSlot({ ...live, updated: 6_000 }, { ...st, flushMs: 5000 }, 10_000, 1000)).toBe(15_000);
+    // no turn within the interval (the producer stopped): nothing more to send, no slot
+    expect(nextFlushSlot({ ...live, updated: 9_000 }, st, 10_000, 1000)).toBe(0);
+    expect(nextFlushSlot({ ...live, status: "finished" }, st, 10_000, 1000)).toBe(0);
+    // the slot a turn's update is due at (dueAfter), the send's time plus the interval; none unless ahead
+    expect(nextFlushSlot(live, st, 10_040, 1000)).toBe(dueAfter(st, 10_040, 1000));
+    expect(nextFlushSlot(live, { ...st, lastFlush: 2_000 }, 10_000, 1000)).toBe(0);
   });
 
   it("retryDelay: from RETRY_FIRST_MS, doubling per failed attempt, up to RETRY_MAX_MS", () => {
@@ -274,6 +290,68 @@ describe("a delete through the real objects", () => {
     expect(await runDurableObjectAlarm(after)).toBe(true);
     await expect.poll(() => rowIn(id)).toEqual([]);
     await expect.poll(() => tables(id)).toEqual([]);
+  });
+
+  it("one alarm set per interval while turns arrive: a turn finds it armed for its update, the alarm that sent arms the next slot", async () => {
+    const id = `slot-run:${freshId("s")}`;
+    const stub = env.EPISODES.getByName(id);
+    const interval = Number(env.INDEX_FLUSH_MS);
+    const turn = async (k: number) => {
+      const res = await post(`${id}/deltas`, delta({ set: m({ num_total_tokens: k }) }));
+      expect(res.status, await res.clone().text()).toBe(200);
+      await res.arrayBuffer();
+    };
+    const alarmsSet = async () => {
+      const res = await relay(`${id}/usage`);
+      return ((await res.json()) as { episode: Usage }).episode.written.alarm ?? 0;
+    };
+    const indexRequests = async () => {
+      const res = await relay("../runs/slot-run/usage");
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { index: Usage }).index.requests;
+    };
+    const armed = () => runInDurableObject(env.EPISODES.getByName(id), (_i, state) => state.storage.getAlarm());
+    (await post(`${id}/deltas`, openDelta())).body?.cancel(); // created: its row goes at once, retention is armed
+    const retention = await armed();
+    await turn(1); // within the interval: due at its end, armed for it (retention comes later)
+    const due = await armed();
+    expect(due).not.toBeNull();
+    expect(due!).toBeLessThan(retention!);
+    const set = await alarmsSet();
+    await turn(2); // one is pending already
+    expect(await alarmsSet()).toBe(set);
+    const t0 = Date.now();
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const t1 = Date.now();
+    // sent; a turn came within the interval: armed once more, for the next slot, not back to retention
+    const slot = (await armed())!;
+    expect(slot).toBeGreaterThanOrEqual(t0 + interval);
+    expect(slot).toBeLessThanOrEqual(t1 + interval);
+    expect(await alarmsSet()).toBe(set + 1);
+    // the next turn's update is due at that slot: the alarm armed serves it, nothing is set
+    await turn(3);
+    expect(await armed()).toBe(slot);
+    expect(await alarmsSet()).toBe(set + 1);
+    // an object started since (memory gone) reads what is armed before its first turn: an alarm armed sooner than
+    // the turn's update is due (here set from outside, in the interval) serves it, nothing is set
+    // Storage does not keep the throttle's clock (the last send's time): here it says the interval has passed, so the
+    // turn would be sent at once, but the alarm armed within the interval sends it
+    await runInDurableObject(stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE index_sync SET last_flush = 0, flush_ms = 0");
+    });
+    const restarted = runInDurableObject(stub, (_i, state) => state.abort("restart"));
+    await expect(restarted).rejects.toThrow(/restart/);
+    const sooner = Date.now() + interval / 2;
+    await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => state.storage.setAlarm(sooner));
+    const afterRestart = await alarmsSet();
+    const upserts = await indexRequests();
+    await turn(4);
+    expect(await armed()).toBe(sooner);
+    expect(await alarmsSet()).toBe(afterRestart);
+    expect(await indexRequests()).toBe(upserts);
+    // the alarm sends it
+    expect(await runDurableObjectAlarm(env.EPISODES.getByName(id))).toBe(true);
+    await expect.poll(indexRequests).toBe(upserts + 1);
   });
 
   it("once the run's index dropped the row, nothing of the episode is stored", async () => {

@@ -3,6 +3,7 @@
 // superseded version goes at once unless a reader's pin or a retraction's floor holds the state
 // before it; a rewind brings an older state back; archiving drops the bodies, not the index.
 import { describe, expect, it } from "vitest";
+import { emptyTable } from "../../src/objects/episode/layout.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { SqlStore } from "../../src/objects/episode/sql-store.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
@@ -181,6 +182,59 @@ describe("SqlStore", () => {
       ).toBe(0);
       const back = [...reloaded(storage).traces.values()].map((t) => [t.id, t.nodes.map((n) => n.bytes)]);
       expect(back).toEqual(before);
+    });
+  });
+
+  it("emptyTable: every row goes for a few rows written (dropped, created again as laid out); refused the drop, deleted", async () => {
+    await withFreshStorage((storage) => {
+      new SchemaState(storage, EPISODE_SCHEMA).ensure();
+      const sql = storage.sql;
+      const shape = () => ({
+        columns: sql.exec("SELECT * FROM pragma_table_xinfo('bodies') ORDER BY cid").toArray(),
+        indexes: sql.exec(`SELECT name, "unique" FROM pragma_index_list('bodies')`).toArray(),
+      });
+      const laidOut = shape();
+      const fill = (n: number) => {
+        for (let i = 0; i < n; i++)
+          sql.exec(
+            "INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (1, 0, ?, 1, 0, ?)",
+            i,
+            new Uint8Array(64),
+          );
+      };
+      /** Rows written by `fn`'s statements, as workerd counts them. */
+      const written = (fn: (sql: SqlStorage) => void) => {
+        const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+        const counted = new Proxy(sql, {
+          get: (t, p) =>
+            p === "exec"
+              ? (q: string, ...b: unknown[]) => {
+                  const c = t.exec(q, ...b);
+                  cursors.push(c);
+                  return c;
+                }
+              : Reflect.get(t, p, t),
+        });
+        fn(counted);
+        return cursors.reduce((n, c) => n + c.rowsWritten, 0);
+      };
+      const rows = () => sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM bodies").one().n;
+      fill(100);
+      const dropped = written((q) => emptyTable(q, "bodies"));
+      expect(rows()).toBe(0);
+      expect(shape()).toEqual(laidOut);
+      expect(dropped).toBeLessThan(10); // a DELETE wrote 100
+      // empty already: nothing is written
+      expect(written((q) => emptyTable(q, "bodies"))).toBe(0);
+      // a statement still reading the database: SQLite refuses the drop, the rows are deleted
+      fill(100);
+      const reading = sql.exec("SELECT idx FROM bodies");
+      reading.next();
+      const deleted = written((q) => emptyTable(q, "bodies"));
+      reading.toArray();
+      expect(rows()).toBe(0);
+      expect(shape()).toEqual(laidOut);
+      expect(deleted).toBe(100);
     });
   });
 });

@@ -15,7 +15,7 @@ import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { rowPages } from "../../src/objects/registry/sql-row.js";
-import { checkSchema, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
+import { checkSchema, createLatest, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
@@ -624,4 +624,72 @@ describe("the producers' ledger in the meta row (EPISODE_SCHEMA 9) on the previo
       version: latestVersion(EPISODE_SCHEMA),
     });
   });
+});
+
+describe("empty storage gets the latest layout at once (Schema.fresh)", () => {
+  /** Every table of ours and its columns, rowid-ness and indexes, as SQLite reports them (names sorted). */
+  function layout(sql: SqlStorage): Json {
+    const tables = sql
+      .exec<{ name: string; sql: string }>(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 1) <> '_' ORDER BY name",
+      )
+      .toArray();
+    return tables.map((t) => ({
+      table: t.name,
+      withoutRowid: /WITHOUT\s+ROWID\s*$/i.test(t.sql),
+      columns: sql.exec(`SELECT * FROM pragma_table_xinfo('${t.name}') ORDER BY cid`).toArray() as Json,
+      indexes: sql
+        .exec<{ name: string; unique: number; origin: string; partial: number }>(
+          `SELECT name, "unique", origin, partial FROM pragma_index_list('${t.name}') ORDER BY name`,
+        )
+        .toArray()
+        .map((i) => ({
+          ...i,
+          columns: sql.exec(`SELECT seqno, name, "desc", coll, key FROM pragma_index_xinfo('${i.name}')`).toArray(),
+        })) as Json,
+    }));
+  }
+
+  /** `sql` counting the rows its statements write (index entries and schema rows too, as workerd counts them). */
+  function counting(sql: SqlStorage): { sql: SqlStorage; written: () => number } {
+    const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+    const exec = (query: string, ...bindings: unknown[]) => {
+      const cursor = sql.exec(query, ...bindings);
+      cursors.push(cursor);
+      return cursor;
+    };
+    return {
+      sql: new Proxy(sql, { get: (t, p) => (p === "exec" ? exec : Reflect.get(t, p, t)) }),
+      written: () => cursors.reduce((n, c) => n + c.rowsWritten, 0),
+    };
+  }
+
+  for (const [name, schema] of [
+    ["Episode", EPISODE_SCHEMA],
+    ["ViewerHub", HUB_SCHEMA],
+  ] as const) {
+    it(`${name}: the same tables, columns and indexes as every migration run in turn, for fewer rows written`, async () => {
+      const stepwise = await runInDurableObject(
+        env.EPISODES.getByName(`layout-steps-${name}-${Date.now()}`),
+        (_i, ctx) => {
+          const c = counting(ctx.storage.sql);
+          ctx.storage.transactionSync(() => createLatest(c.sql, { ...schema, fresh: undefined }));
+          return { layout: layout(ctx.storage.sql), written: c.written(), version: storedVersion(ctx.storage.sql) };
+        },
+      );
+      const atOnce = await runInDurableObject(
+        env.EPISODES.getByName(`layout-fresh-${name}-${Date.now()}`),
+        (_i, ctx) => {
+          const c = counting(ctx.storage.sql);
+          ctx.storage.transactionSync(() => createLatest(c.sql, schema));
+          return { layout: layout(ctx.storage.sql), written: c.written(), version: storedVersion(ctx.storage.sql) };
+        },
+      );
+      expect(atOnce.layout).toEqual(stepwise.layout);
+      expect(atOnce.version).toBe(latestVersion(schema));
+      expect(stepwise.version).toBe(latestVersion(schema));
+      if (schema.fresh) expect(atOnce.written).toBeLessThan(stepwise.written);
+      else expect(atOnce.written).toBe(stepwise.written);
+    });
+  }
 });

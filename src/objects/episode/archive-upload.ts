@@ -4,13 +4,15 @@
 // that cannot go on (another part size, an ETag that moved, an upload R2 no longer knows) is
 // aborted, so no upload's parts are left for R2's lifecycle rule to find a week later.
 
-/** The tables (episode schema version 5). */
+/** The tables (episode schema version 5; layout.ts has their latest layout). */
 export function createArchiveUploadTables(sql: SqlStorage): void {
   sql.exec(
     "CREATE TABLE IF NOT EXISTS archive_upload (upload_id TEXT NOT NULL, etag TEXT NOT NULL, part_bytes INTEGER NOT NULL)",
   );
   sql.exec("CREATE TABLE IF NOT EXISTS archive_parts (part INTEGER PRIMARY KEY, etag TEXT NOT NULL)");
 }
+
+import { emptyTable } from "./layout.js";
 
 /** An upload under way: R2's id, what it uploads, and the parts R2 has taken (in part order). */
 interface UploadUnderWay {
@@ -52,7 +54,7 @@ export class ArchiveUploadStore {
 
   /** The upload completed or was aborted. */
   clear(): void {
-    this.sql.exec("DELETE FROM archive_upload");
-    this.sql.exec("DELETE FROM archive_parts");
+    emptyTable(this.sql, "archive_upload");
+    emptyTable(this.sql, "archive_parts"); // a row per part: dropped, not deleted row by row
   }
 }

@@ -179,7 +179,8 @@ export class EpisodeArchive {
     if (!now || now.seq !== m.seq || !this.due(now)) return "none"; // deleted or changed meanwhile
     this.state.transaction(() => {
       this.state.store.dropBodies();
-      this.state.record.trimLog(now.seq);
+      // the whole log goes (base = seq): emptied at once, not row by row
+      this.state.record.dropLog();
       this.state.record.saveMeta({ ...now, base: now.seq, archived: Date.now() });
     });
     return "archived";

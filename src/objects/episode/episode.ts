@@ -48,7 +48,7 @@ import { decodeLossless, fromJson } from "../../protocol/wire/lossless.js";
 import { archiveGateName } from "../archive/gate.js";
 import { usageOf } from "../billing/metered.js";
 import { rpcAnswer } from "../rpc-answer.js";
-import { armAlarm } from "../storage/alarm-window.js";
+import { EpisodeAlarm } from "./alarm.js";
 import { type AnnotationsAck, annotationsDocument, commitAnnotations } from "./annotations.js";
 import { type ArchiveSlots, EpisodeArchive } from "./archive.js";
 import { ArchivedSnapshot } from "./archived-snapshot.js";
@@ -59,7 +59,7 @@ import { commitReply, type ReplyAck, replyAck } from "./finish.js";
 import { LogTrim } from "./log-trim.js";
 import { readEpisode, type StatusBody, statusOf } from "./read.js";
 import { isPending, type Meta, publicStatus } from "./record-store.js";
-import { alarmAt, RunRowSync, retryDelay } from "./run-row-sync.js";
+import { alarmAt, nextFlushSlot, RunRowSync, retryDelay } from "./run-row-sync.js";
 import { EpisodeState } from "./state.js";
 
 /** The answer to `POST /v1/episodes/{id}/dispatch`. */
@@ -87,12 +87,14 @@ export class Episode extends DurableObject<Env> {
   private readonly logTrim: LogTrim;
   /** When a failed feed is to be tried again (memory only: the alarm also feeds every hub). */
   private feedRetryAt = 0;
+  private readonly alarms: EpisodeAlarm;
   private readonly archive: EpisodeArchive;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.limits = limitsFrom(env);
     this.state = new EpisodeState(ctx.storage);
+    this.alarms = new EpisodeAlarm(ctx.storage);
     const { record, store } = this.state;
     this.source = {
       fresh: true,
@@ -127,7 +129,9 @@ export class Episode extends DurableObject<Env> {
         this.setAlarm(null);
       },
     );
-    this.rowSync = new RunRowSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) => this.setAlarm(due));
+    this.rowSync = new RunRowSync(ctx, env.EPISODE_INDEX, this.state, l.indexFlushMs, (due) =>
+      this.setAlarm(due, true),
+    );
     this.logTrim = new LogTrim(this.state, l.logKeepFrames, l.logKeepBytes);
     // storage is brought to this release's schema before any event (SQLite opens synchronously, so
     // the constructor does it, in every object alike: src/objects/storage/schema.ts);
@@ -142,6 +146,8 @@ export class Episode extends DurableObject<Env> {
   ingest(id: string, body: ReadableStream<Uint8Array> | null): Promise<Answer<IngestAck>> {
     return answerOfAsync(async () => {
       const bytes = await readStream(body, this.limits.maxMessage);
+      const known = this.alarms.known();
+      if (known) await known;
       return this.ingestMessage(id, bytes);
     });
   }
@@ -349,6 +355,9 @@ export class Episode extends DurableObject<Env> {
         `message of ${message.byteLength} bytes exceeds the limit of ${this.limits.maxMessage}`,
       );
     }
+    // what is armed, read once per wake (awaited only then: this socket's messages keep their order)
+    const known = this.alarms.known();
+    if (known) await known;
     let answer: string;
     try {
       answer = encodeAnswer(this.ingestMessage(att.id, new Uint8Array(message)));
@@ -386,7 +395,7 @@ export class Episode extends DurableObject<Env> {
     } else if (c.dispatched || before === 0) {
       void this.rowSync.send(c.meta, now); // its identity, or the first trace of a pending rollout: at once
       this.setAlarm(null);
-    } else this.rowSync.changed(c.meta, now);
+    } else this.rowSync.changed(c.meta, now, this.alarms.at);
     // every watcher may hold retracted frames: each hub restarts its watchers from a snapshot
     if (c.rewound) {
       if (c.rewoundTo !== null) this.rowSync.search.rewound(this.state.memory().asm, c.rewoundTo);
@@ -410,13 +419,16 @@ export class Episode extends DurableObject<Env> {
     }
     for (const ws of this.ctx.getWebSockets()) safeClose(ws, CLOSE_NORMAL, reason);
     await this.ctx.storage.deleteAlarm();
+    this.alarms.deleted();
     if (id === undefined) await this.ctx.storage.deleteAll();
     else {
       // the tombstone comes with the erase (one transaction), and an alarm retries it if the removal
       // below never settles (a crash): the storage is freed only once the run's index dropped the row
       this.ctx.storage.transactionSync(() => this.state.record.eraseToTombstone(id));
-      void armAlarm(this.ctx.storage, Date.now() + retryDelay(1));
+      this.alarms.by(Date.now() + retryDelay(1), true);
     }
+    // the removal's retries arm without this class (run-row-sync.ts)
+    this.alarms.forget();
     this.state.forget();
     this.rowSync.search.forget();
     this.archive.resume();
@@ -433,20 +445,31 @@ export class Episode extends DurableObject<Env> {
   }
 
   /**
-   * The alarm serves three deadlines: retention, a pending index update (`due`, else the stored one), a feed to retry.
+   * When the alarm must next run, or null for never: the earliest of retention, a pending index update (`due`, else
+   * the stored one), a feed to retry, the archive, a pending rollout's deadline, and `slot` (non-zero: the next
+   * throttled update's, run-row-sync.ts `nextFlushSlot`).
    */
-  private setAlarm(due: number | null): void {
+  private alarmDeadline(due: number | null, slot = 0): number | null {
     const m = this.state.meta();
-    if (!m) {
-      if (this.feedRetryAt !== 0) void armAlarm(this.ctx.storage, this.feedRetryAt);
-      return;
-    }
+    if (!m) return this.feedRetryAt !== 0 ? this.feedRetryAt : null;
     let at = alarmAt(this.expiresAt(m), due === null ? this.state.record.indexState() : { due });
     if (this.feedRetryAt !== 0) at = Math.min(at, this.feedRetryAt);
     // a finished episode not archived yet (kept in storage: a restart finds it due again)
     if (this.archive.due(m)) at = Math.min(at, this.archive.retryAt || m.updated + this.limits.archiveAfterMs);
     if (isPending(m)) at = Math.min(at, this.pendingDeadline(m));
-    void armAlarm(this.ctx.storage, at);
+    if (slot !== 0) at = Math.min(at, slot);
+    return at;
+  }
+
+  /**
+   * Arm the alarm for the earliest deadline (`alarmDeadline`). `noLater` (a turn's throttled update): an alarm
+   * known to be armed no later already serves it, and is left as it is (each setAlarm is billed as a row written; the
+   * handler decides what is due whenever it runs). Other callers replace it, so that an alarm armed for what is no
+   * longer due does not wake the object.
+   */
+  private setAlarm(due: number | null, noLater = false): void {
+    const at = this.alarmDeadline(due);
+    if (at !== null) this.alarms.by(at, !noLater);
   }
 
   /**
@@ -462,6 +485,10 @@ export class Episode extends DurableObject<Env> {
   }
 
   async alarm(): Promise<void> {
+    await this.alarms.firing(() => this.runAlarm());
+  }
+
+  private async runAlarm(): Promise<void> {
     // every hub is asked what it holds and fed what it lacks (a retry, or the first feed after a restart)
     this.feedRetryAt = 0;
     this.feeds.kick();
@@ -476,7 +503,7 @@ export class Episode extends DurableObject<Env> {
       } catch (e) {
         // R2 refused the archive's removal: nothing was erased; try again later (not the platform's few retries)
         console.error(`episode ${m.id}: expiry failed, retried in a minute`, e);
-        await armAlarm(this.ctx.storage, Date.now() + 60_000);
+        this.alarms.by(Date.now() + 60_000, true);
         return;
       }
       await this.rowSync.settled();
@@ -484,14 +511,20 @@ export class Episode extends DurableObject<Env> {
     }
     // a pending index update is sent whenever the alarm runs (it is never set later than due; a throttled one is
     // due in memory only, so an object started since sends a live episode's row)
-    if (this.rowSync.pending(m)) await this.rowSync.send(m, Date.now());
+    const sent = this.rowSync.sends && this.rowSync.pending(m);
+    if (sent) await this.rowSync.send(m, Date.now());
     if (this.archive.due(m) && Date.now() >= this.archive.retryAt) await this.archive.attempt();
     // archived by an older release, which kept a JSON copy beside the msgpack: it goes (R2 down: the next alarm)
     else if (m.archived != null)
       await this.archive
         .dropLegacyJson(m.id)
         .catch((e) => console.warn(`episode ${m.id}: old JSON copy not removed`, e));
-    this.setAlarm(null);
+    // while turns arrive, the next throttled update's slot (one alarm set per interval, not two)
+    const now = this.state.meta();
+    const slot =
+      sent && now ? nextFlushSlot(now, this.state.record.indexState(), Date.now(), this.rowSync.interval) : 0;
+    const at = this.alarmDeadline(null, slot);
+    if (at !== null) this.alarms.by(at, true);
   }
 }
 

@@ -28,6 +28,7 @@ import { eachPart } from "../../protocol/episode/parts.js";
 import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { SchemaState } from "../storage/schema.js";
+import { emptyTable } from "./layout.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -323,6 +324,11 @@ export class RecordStore {
         "SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC",
       )
       .toArray();
+  }
+
+  /** Forget every frame (the archive: the log then starts after the last seq). */
+  dropLog(): void {
+    emptyTable(this.sql, "frames");
   }
 
   /** Forget the frames up to `seq` (the log then starts after it). */

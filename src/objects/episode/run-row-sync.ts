@@ -29,6 +29,27 @@ export function alarmAt(expiresAt: number, index: Pick<IndexState, "due">): numb
   return index.due !== 0 ? Math.min(index.due, expiresAt) : expiresAt;
 }
 
+/**
+ * Where the alarm that just sent a throttled update goes next while turns arrive: the next interval's
+ * slot, when episode `m` is live and took a turn within the last interval; else 0 (its
+ * other deadlines alone). A turn within that interval then finds the alarm already armed for its update
+ * and arms nothing: one alarm set per interval, not two (the slot, then back to retention). A
+ * producer that stopped costs one more wake, whose send finds no turn within the interval and ends it.
+ */
+export function nextFlushSlot(
+  m: Pick<Meta, "status" | "updated">,
+  index: IndexState,
+  now: number,
+  defaultFlushMs: number,
+): number {
+  if (m.status !== "live") return 0;
+  const interval = Math.max(defaultFlushMs, index.flushMs);
+  // the time a turn's update would be due (`dueAfter`), so that the turn finds it armed; none unless ahead (a send
+  // that has not gone)
+  const slot = index.lastFlush + interval;
+  return m.updated > now - interval && slot > now ? slot : 0;
+}
+
 /** When a turn's update is due: now, unless the last one went out less than the interval ago. */
 export function dueAfter(index: IndexState, now: number, defaultFlushMs: number): number {
   return Math.max(now, index.lastFlush + Math.max(defaultFlushMs, index.flushMs));
@@ -67,20 +88,37 @@ export class RunRowSync {
    * that fails is scheduled then (a crash in between leaves the row as the last update sent until
    * the next one). A throttled one is due in memory only: the alarm, set for it, is what storage
    * keeps (a row written per turn cost more than the update itself), and an alarm that finds an
-   * object started since sends a live episode's row (`pending`).
+   * object started since sends a live episode's row (`pending`). `armed`: the alarm's time, when known (a woken
+   * object's turn within an armed slot waits for it).
    */
-  changed(m: Meta, now: number): void {
+  changed(m: Meta, now: number, armed?: number | null): void {
     if (!this.ns) return;
+    const woken = !this.held;
     this.held = true;
     const st = this.state.record.indexState();
     if (st.due !== 0) return;
-    const due = dueAfter(st, now, this.flushMs);
+    let due = dueAfter(st, now, this.flushMs);
+    // a woken object does not know when the last update went (memory only: storage is not written for the throttle's
+    // clock), but an alarm armed within the interval is the slot the last send armed (nextFlushSlot) or an earlier
+    // deadline: it sends this turn's update (a woken object's alarm sends a live episode's row), as if throttled
+    if (woken && armed != null && armed > now && armed <= now + Math.max(this.flushMs, st.flushMs))
+      due = Math.max(due, armed);
     if (due <= now) {
       void this.send(m, now);
       return;
     }
     this.state.record.holdIndexState({ ...st, due });
     this.rearm(due);
+  }
+
+  /** Whether rows are sent at all (a relay without run indexes sends none). */
+  get sends(): boolean {
+    return this.ns !== undefined;
+  }
+
+  /** The interval between throttled sends as configured (the index may ask for a longer one: IndexState.flushMs). */
+  get interval(): number {
+    return this.flushMs;
   }
 
   /**

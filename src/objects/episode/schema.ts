@@ -8,6 +8,7 @@ import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
+import { LOG_COLUMNS, latestLayout, NODE_HEAD_COLUMNS, REPAIRED_COLUMN } from "./layout.js";
 import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
@@ -69,15 +70,6 @@ function extraColumns(sql: SqlStorage, from: string, to: string): string[] {
         `${c.name} ${c.type}${c.notnull ? " NOT NULL" : ""}${c.dflt_value !== null ? ` DEFAULT ${c.dflt_value}` : ""}`,
     );
 }
-
-/**
- * The log's columns from version 8 (record-store.ts): a part's key is `seq << 16 | part`, the
- * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
- * row and its key's index); `seq` and `part` are read from it. The log's blobs stay in a rowid table
- * (see NODE_META_COLUMNS on WITHOUT ROWID).
- */
-const LOG_COLUMNS = `k INTEGER PRIMARY KEY, data BLOB NOT NULL,
-    seq INTEGER AS (k >> 16) VIRTUAL, part INTEGER AS (k & 65535) VIRTUAL`;
 
 /** The log rebuilt keyed by `k` (LOG_COLUMNS), its frames as they were; nothing to do when it is. */
 function rekeyLog(sql: SqlStorage): void {
@@ -158,13 +150,9 @@ function rebuildState(sql: SqlStorage): void {
   for (const d of deltas) asm.apply(d, true);
 }
 
-/** node_meta's record of a routing repair (version 3). */
-const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
-/** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
-const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
-
 export const EPISODE_SCHEMA: Schema = checkSchema({
   object: "Episode",
+  fresh: latestLayout,
   migrations: [
     {
       version: 1,

@@ -26,6 +26,7 @@ import { Holds, type Pin } from "../../protocol/episode/holds.js";
 import { buffer, eachPart } from "../../protocol/episode/parts.js";
 import { Reader } from "../../protocol/wire/reader.js";
 import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
+import { emptyTable } from "./layout.js";
 import { loadIndex } from "./load-index.js";
 
 export class SqlStore implements Bodies {
@@ -120,7 +121,7 @@ export class SqlStore implements Bodies {
    */
   dropBodies(): void {
     if (!this.hasTables()) return;
-    for (const table of ["bodies", "pending", "stale"]) this.sql.exec(`DELETE FROM ${table}`);
+    for (const table of ["bodies", "pending", "stale"] as const) emptyTable(this.sql, table);
     this.sql.exec(
       "DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)",
     );
