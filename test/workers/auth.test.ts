@@ -286,9 +286,18 @@ describe("listing and other paths", () => {
     const url = `${HOST}/v1/episodes?prefix=${freshId("none")}`;
     expectUnauthorized(await call(AUTH_ENV, "GET", url));
     for (const role of ROLES) {
-      const a = await call(AUTH_ENV, "GET", url, { headers: auth(await token(role, ["*"])) });
-      expect(a.status, a.text).toBe(200);
-      expect(a.json).toEqual({ episodes: [], cursor: null });
+      const headers = auth(await token(role, ["*"]));
+      // the suite's files share one directory: a scan over its runs may end at its budget with a
+      // cursor (a page may be short and still have one); every page is empty, and the last says null
+      let page = await call(AUTH_ENV, "GET", url, { headers });
+      for (let pages = 1; ; pages++) {
+        expect(page.status, page.text).toBe(200);
+        const body = page.json as { episodes: unknown[]; cursor: string | null };
+        expect(body.episodes).toEqual([]);
+        if (body.cursor === null) break;
+        expect(pages, "pages").toBeLessThan(100);
+        page = await call(AUTH_ENV, "GET", `${url}&cursor=${encodeURIComponent(body.cursor)}`, { headers });
+      }
     }
     expectUnauthorized(await call(AUTH_ENV, "GET", `${HOST}/v1/episodes/watch`, { headers: upgrade }));
   });
