@@ -70,9 +70,10 @@ export class IndexStore {
 
   /**
    * Replace `old` (if any) by `row`: the row, its part of the aggregates, its bulk-fetch place, the
-   * run's times. Call inside a transaction.
+   * run's times, and its text (a running episode's waits up to `searchFlushMs`: search-store.ts `take`). Call inside a
+   * transaction.
    */
-  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
+  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null, searchFlushMs = 0): void {
     const c = this.loadCounters();
     // the flags are read from the text as sent (and from the row's rewards)
     const flags = this.flags.update(row, text);
@@ -88,7 +89,7 @@ export class IndexStore {
     this.groups.recountTask(row.task);
     this.saveRun(c, row.run, row.created, row.updated);
     // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
-    if (text) this.search.apply(row.id, text);
+    this.search.take(row.id, text, row.status === "live" ? searchFlushMs : 0, Date.now());
   }
 
   /** The `rows` columns of `row`. */

@@ -218,6 +218,16 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         recountTruncation(sql);
       },
     },
+    {
+      version: 14,
+      what: "a running episode's text waits before it is searchable",
+      up(sql) {
+        // per episode, its batches not yet in the search, as one (search-store.ts `take`): rewritten in place, without
+        // a rowid so each write is one row
+        sql.exec(`CREATE TABLE IF NOT EXISTS search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL,
+          batch TEXT NOT NULL) WITHOUT ROWID`);
+      },
+    },
   ],
 });
 

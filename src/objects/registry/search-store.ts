@@ -1,8 +1,13 @@
-// A run index's search (INDEX_SCHEMA versions 7 and 9): the episodes' text segments
+// A run index's search (INDEX_SCHEMA versions 7, 11 and 14): the episodes' text segments
 // (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
 // external-content table, so the text is stored once). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
-// retraction); a row that goes takes its segments with it. FTS5 is written here in one statement per
+// retraction); a row that goes takes its segments with it. A running episode's batches wait in
+// `search_pending` (one row per episode, rewritten: one row written per update) and go into the
+// search together once SEARCH_FLUSH_MS has passed since the first of them waited, or at once when the
+// episode ends, when a batch replaces text (a retraction, a discarded trace) or when its first text
+// comes: FTS5 writes a new segment of its own (several shadow rows) for every statement, so one
+// statement per SEARCH_FLUSH_MS, not one per row update. FTS5 is written here in one statement per
 // transaction (no trigger since version 11), and the rows it writes to its shadow tables are counted
 // (`settle`). A query ranks episodes by their best segment (FTS5's bm25), filtered by the list's
 // filters and the viewer's scope in the same statement (a partial scope's matches are its own
@@ -11,6 +16,7 @@
 import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
+import { mergeBatches, replacesAny, type TextBatch } from "../../protocol/search/batches.js";
 import { snippet } from "../../protocol/search/highlight.js";
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
@@ -22,19 +28,17 @@ export const SEARCH_MATCH_BUDGET = 50_000;
 /** Past any node index: a trace whose batch has no `from` keeps its segments. */
 const NO_NODE = Number.MAX_SAFE_INTEGER;
 
+/** Episodes whose waiting text one alarm step puts into the search at most. */
+export const TEXT_FLUSH_BATCH = 50;
+
 /** Snippets per episode in an answer. */
 export const SNIPPETS_PER_EPISODE = 3;
 
-/**
- * What an episode sends with its row: the traces it holds, per trace the node its segments start from, and the
- * segments.
- */
-export interface SearchBatch {
-  traces: string[];
-  /** Per trace: segments of nodes at or after this index (-1: the task too) are replaced by the batch's. */
-  from: Record<string, number>;
-  segments: Segment[];
-}
+/** What an episode sends with its row (src/protocol/search/batches.ts). */
+export type SearchBatch = TextBatch;
+
+/** A segment held in `segments`, as FTS5's 'delete' needs it. */
+type Held = { id: number; body: string; role: string; tool: string | null };
 
 /** One episode found: its score (higher is better) and where the query matched it. */
 export interface SearchHit {
@@ -72,15 +76,77 @@ export class SearchStore {
   constructor(private readonly sql: SqlStorage) {}
 
   /**
-   * Apply an episode's batch (inside the caller's transaction, as its last writes: see `settle`).
-   * The segments it replaces go, its new ones come, then FTS5 is told both in one statement: FTS5
-   * writes a new segment of its own (several shadow rows) for each statement that writes it, so one
-   * statement per upsert, not one per segment.
+   * Take an episode's batch (inside the caller's transaction, as its last writes: see `settle`). A
+   * running episode's (`holdMs` > 0) waits with the ones before it while they waited less than
+   * `holdMs`, unless it replaces text (held or waiting) or the episode has none in the search yet;
+   * otherwise the waiting ones and it go into the search at once. With no batch (nothing new) an ended episode's
+   * (`holdMs` 0) waiting ones go in.
    */
-  apply(episode: string, b: SearchBatch): void {
-    // what the batch replaces: the traces it no longer holds, and each trace's segments from its `from` node on
-    const gone = this.sql
-      .exec<{ id: number; body: string; role: string; tool: string | null }>(
+  take(episode: string, b: SearchBatch | null, holdMs: number, now: number): void {
+    const waiting = this.waiting(episode);
+    if (b === null) {
+      if (waiting && holdMs === 0) this.take(episode, waiting.batch, 0, now);
+      return;
+    }
+    const all = waiting ? mergeBatches(waiting.batch, b) : b;
+    const gone = this.replaced(episode, all);
+    const hold =
+      holdMs > 0 &&
+      gone.length === 0 &&
+      !(waiting && replacesAny(waiting.batch, b)) &&
+      (waiting !== null ? now - waiting.since < holdMs : this.indexed(episode));
+    if (hold) {
+      // the row keeps the time the first batch began to wait (the upsert leaves `since` as it is)
+      this.sql.exec(
+        `INSERT INTO search_pending (episode, since, batch) VALUES (?, ?, ?)
+         ON CONFLICT (episode) DO UPDATE SET batch = excluded.batch`,
+        episode,
+        now,
+        JSON.stringify(all),
+      );
+      return;
+    }
+    if (waiting) this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
+    this.replace(episode, gone, all.segments);
+  }
+
+  /**
+   * The episodes whose batches waited since `before` or earlier (every waiting one: null) go into the search, at most
+   * `limit` of them (the oldest first); whether more are due.
+   */
+  flushWaiting(before: number | null, limit: number): boolean {
+    const due = this.sql
+      .exec<{ episode: string; batch: string }>(
+        "SELECT episode, batch FROM search_pending WHERE since <= ? ORDER BY since LIMIT ?",
+        before ?? Number.MAX_SAFE_INTEGER,
+        limit + 1,
+      )
+      .toArray();
+    for (const w of due.slice(0, limit)) {
+      const b = JSON.parse(w.batch) as SearchBatch;
+      this.sql.exec("DELETE FROM search_pending WHERE episode = ?", w.episode);
+      this.replace(w.episode, this.replaced(w.episode, b), b.segments);
+    }
+    return due.length > limit;
+  }
+
+  /** The batches of `episode` waiting to go into the search, as one (and since when), or null. */
+  private waiting(episode: string): { since: number; batch: SearchBatch } | null {
+    const r = this.sql
+      .exec<{ since: number; batch: string }>("SELECT since, batch FROM search_pending WHERE episode = ?", episode)
+      .toArray()[0];
+    return r ? { since: r.since, batch: JSON.parse(r.batch) as SearchBatch } : null;
+  }
+
+  /** Whether the search holds any of the episode's text. */
+  private indexed(episode: string): boolean {
+    return this.sql.exec("SELECT 1 FROM segments WHERE episode = ? LIMIT 1", episode).toArray().length > 0;
+  }
+
+  /** What `b` replaces of the episode's held segments: the traces it no longer holds, and each trace's from its `from` node on. */
+  private replaced(episode: string, b: SearchBatch): Held[] {
+    return this.sql
+      .exec<Held>(
         `SELECT id, body, role, tool FROM segments WHERE episode = ? AND (trace NOT IN (SELECT value FROM json_each(?))
            OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
         episode,
@@ -88,16 +154,13 @@ export class SearchStore {
         JSON.stringify(b.from),
       )
       .toArray();
-    this.replace(episode, gone, b.segments);
   }
 
-  /** The episode went: its segments too. */
+  /** The episode went: its segments too, and what waited. */
   remove(episode: string): void {
+    this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
     const gone = this.sql
-      .exec<{ id: number; body: string; role: string; tool: string | null }>(
-        "SELECT id, body, role, tool FROM segments WHERE episode = ? ORDER BY id",
-        episode,
-      )
+      .exec<Held>("SELECT id, body, role, tool FROM segments WHERE episode = ? ORDER BY id", episode)
       .toArray();
     this.replace(episode, gone, []);
   }
@@ -122,11 +185,7 @@ export class SearchStore {
     this.mark = null;
   }
 
-  private replace(
-    episode: string,
-    gone: Array<{ id: number; body: string; role: string; tool: string | null }>,
-    segments: readonly Segment[],
-  ): void {
+  private replace(episode: string, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length === 0 && segments.length === 0) return;
     if (gone.length)
       this.write(
