@@ -1,6 +1,8 @@
 // A run index's search (INDEX_SCHEMA versions 7, 11 and 14): the episodes' text segments
 // (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
-// external-content table, so the text is stored once). Episodes send what is new with their rows (a
+// external-content table, so the text is stored once). Each episode's segments have ids in a block of their own
+// (SEGMENT_BLOCK from its row's `seg_base`), so its segments are found by a range of the table's key, with no
+// index of their own (an index entry per segment is a row written per segment). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
 // retraction); a row that goes takes its segments with it. A running episode's batches wait in
 // `search_pending` (one row per episode, rewritten: one row written per update) and go into the
@@ -30,6 +32,14 @@ const NO_NODE = Number.MAX_SAFE_INTEGER;
 
 /** Episodes whose waiting text one alarm step puts into the search at most. */
 export const TEXT_FLUSH_BATCH = 50;
+
+/** Segment ids an episode's block holds: the episode with base b has ids b × SEGMENT_BLOCK to (b + 1) × SEGMENT_BLOCK - 1. */
+export const SEGMENT_BLOCK = 2 ** 20;
+
+/** The ids of the block of base `base`. */
+function blockOf(base: number): { lo: number; hi: number } {
+  return { lo: base * SEGMENT_BLOCK, hi: (base + 1) * SEGMENT_BLOCK - 1 };
+}
 
 /** Snippets per episode in an answer. */
 export const SNIPPETS_PER_EPISODE = 3;
@@ -82,19 +92,20 @@ export class SearchStore {
    * otherwise the waiting ones and it go into the search at once. With no batch (nothing new) an ended episode's
    * (`holdMs` 0) waiting ones go in.
    */
-  take(episode: string, b: SearchBatch | null, holdMs: number, now: number): void {
+  take(episode: string, base: number | null, b: SearchBatch | null, holdMs: number, now: number): void {
+    if (base === null) return; // no text sent yet (a batch comes with its base)
     const waiting = this.waiting(episode);
     if (b === null) {
-      if (waiting && holdMs === 0) this.take(episode, waiting.batch, 0, now);
+      if (waiting && holdMs === 0) this.take(episode, base, waiting.batch, 0, now);
       return;
     }
     const all = waiting ? mergeBatches(waiting.batch, b) : b;
-    const gone = this.replaced(episode, all);
+    const gone = this.replaced(base, all);
     const hold =
       holdMs > 0 &&
       gone.length === 0 &&
       !(waiting && replacesAny(waiting.batch, b)) &&
-      (waiting !== null ? now - waiting.since < holdMs : this.indexed(episode));
+      (waiting !== null ? now - waiting.since < holdMs : this.indexed(base));
     if (hold) {
       // the row keeps the time the first batch began to wait (the upsert leaves `since` as it is)
       this.sql.exec(
@@ -107,7 +118,7 @@ export class SearchStore {
       return;
     }
     if (waiting) this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
-    this.replace(episode, gone, all.segments);
+    this.replace(episode, base, gone, all.segments);
   }
 
   /**
@@ -116,8 +127,9 @@ export class SearchStore {
    */
   flushWaiting(before: number | null, limit: number): boolean {
     const due = this.sql
-      .exec<{ episode: string; batch: string }>(
-        "SELECT episode, batch FROM search_pending WHERE since <= ? ORDER BY since LIMIT ?",
+      .exec<{ episode: string; batch: string; base: number | null }>(
+        `SELECT p.episode, p.batch, r.seg_base AS base FROM search_pending p LEFT JOIN rows r ON r.id = p.episode
+         WHERE p.since <= ? ORDER BY p.since LIMIT ?`,
         before ?? Number.MAX_SAFE_INTEGER,
         limit + 1,
       )
@@ -125,7 +137,7 @@ export class SearchStore {
     for (const w of due.slice(0, limit)) {
       const b = JSON.parse(w.batch) as SearchBatch;
       this.sql.exec("DELETE FROM search_pending WHERE episode = ?", w.episode);
-      this.replace(w.episode, this.replaced(w.episode, b), b.segments);
+      if (w.base !== null) this.replace(w.episode, w.base, this.replaced(w.base, b), b.segments);
     }
     return due.length > limit;
   }
@@ -138,31 +150,39 @@ export class SearchStore {
     return r ? { since: r.since, batch: JSON.parse(r.batch) as SearchBatch } : null;
   }
 
-  /** Whether the search holds any of the episode's text. */
-  private indexed(episode: string): boolean {
-    return this.sql.exec("SELECT 1 FROM segments WHERE episode = ? LIMIT 1", episode).toArray().length > 0;
+  /** Whether the search holds any of the text of the episode whose block is `base`'s. */
+  private indexed(base: number): boolean {
+    const { lo, hi } = blockOf(base);
+    return this.sql.exec("SELECT 1 FROM segments WHERE id BETWEEN ? AND ? LIMIT 1", lo, hi).toArray().length > 0;
   }
 
-  /** What `b` replaces of the episode's held segments: the traces it no longer holds, and each trace's from its `from` node on. */
-  private replaced(episode: string, b: SearchBatch): Held[] {
+  /**
+   * What `b` replaces of the held segments of the episode whose block is `base`'s: the traces it no longer holds, and
+   * each trace's from its `from` node on.
+   */
+  private replaced(base: number, b: SearchBatch): Held[] {
+    const { lo, hi } = blockOf(base);
     return this.sql
       .exec<Held>(
-        `SELECT id, body, role, tool FROM segments WHERE episode = ? AND (trace NOT IN (SELECT value FROM json_each(?))
+        `SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? AND (trace NOT IN (SELECT value FROM json_each(?))
            OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
-        episode,
+        lo,
+        hi,
         JSON.stringify(b.traces),
         JSON.stringify(b.from),
       )
       .toArray();
   }
 
-  /** The episode went: its segments too, and what waited. */
-  remove(episode: string): void {
+  /** The episode went (its block `base`'s; null: it sent no text): its segments too, and what waited. */
+  remove(episode: string, base: number | null): void {
     this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
+    if (base === null) return;
+    const { lo, hi } = blockOf(base);
     const gone = this.sql
-      .exec<Held>("SELECT id, body, role, tool FROM segments WHERE episode = ? ORDER BY id", episode)
+      .exec<Held>("SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? ORDER BY id", lo, hi)
       .toArray();
-    this.replace(episode, gone, []);
+    this.replace(episode, base, gone, []);
   }
 
   /**
@@ -185,18 +205,49 @@ export class SearchStore {
     this.mark = null;
   }
 
-  private replace(episode: string, gone: readonly Held[], segments: readonly Segment[]): void {
+  private replace(episode: string, base: number, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length === 0 && segments.length === 0) return;
+    const { lo, hi } = blockOf(base);
+    const first = this.sql
+      .exec<{ n: number }>("SELECT COALESCE(MAX(id) + 1, ?) AS n FROM segments WHERE id BETWEEN ? AND ?", lo, lo, hi)
+      .one().n;
+    if (first + segments.length - 1 > hi) {
+      // the block is spent (retractions take new ids): the episode's segments are written again from its start
+      const goneIds = new Set(gone.map((g) => g.id));
+      const held = this.sql
+        .exec<Held & { trace: string; node: number; kind: string }>(
+          "SELECT id, trace, node, role, tool, kind, body FROM segments WHERE id BETWEEN ? AND ? ORDER BY id",
+          lo,
+          hi,
+        )
+        .toArray();
+      const kept: Segment[] = held
+        .filter((h) => !goneIds.has(h.id))
+        .map((h) => ({
+          trace: h.trace,
+          node: h.node,
+          role: h.role,
+          tool: h.tool,
+          kind: h.kind as Segment["kind"],
+          body: h.body,
+        }));
+      return this.rewrite(episode, lo, held, [...kept, ...segments]);
+    }
+    return this.rewrite(episode, first, gone, segments);
+  }
+
+  /** `gone` out and `segments` in, their ids from `first` on. */
+  private rewrite(episode: string, first: number, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length)
       this.write(
         "DELETE FROM segments WHERE id IN (SELECT value FROM json_each(?))",
         JSON.stringify(gone.map((g) => g.id)),
       );
-    const first = this.sql.exec<{ n: number }>("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM segments").one().n;
     if (segments.length)
       this.write(
-        `INSERT INTO segments (episode, trace, node, role, tool, kind, body)
-         SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
+        `INSERT INTO segments (id, episode, trace, node, role, tool, kind, body)
+         SELECT ? + key, ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
+        first,
         episode,
         JSON.stringify(segments.map((s) => [s.trace, s.node, s.role, s.tool, s.kind, s.body])),
       );
@@ -205,9 +256,10 @@ export class SearchStore {
     this.mark.rows += this.write(
       `INSERT INTO search (search, rowid, body, role, tool)
        SELECT 'delete', value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)
-       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id >= ?`,
+       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id BETWEEN ? AND ?`,
       JSON.stringify(gone.map((g) => [g.id, g.body, g.role, g.tool])),
-      segments.length ? first : NO_NODE,
+      first,
+      first + segments.length - 1,
     );
   }
 
@@ -280,7 +332,8 @@ export class SearchStore {
   held(episode: string): { segments: number; chars: number } {
     const r = this.sql
       .exec<{ n: number; c: number | null }>(
-        "SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?",
+        `SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments, (SELECT seg_base FROM rows WHERE id = ?) r
+         WHERE segments.id BETWEEN r.seg_base * ${SEGMENT_BLOCK} AND (r.seg_base + 1) * ${SEGMENT_BLOCK} - 1`,
         episode,
       )
       .one();
