@@ -124,6 +124,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
       this.store.put(row, old, text, searchFlushMsFrom(this.env));
+      // others' text that waited SEARCH_FLUSH_MS goes in though their episodes send no more (a few an update)
+      this.store.search.flushWaiting(Date.now() - searchFlushMsFrom(this.env), TEXT_FLUSH_BATCH);
       waited = this.store.rowCame();
       // queued with the row, sent by the alarm: no outbound fetch here
       fired = this.alerts.afterRow(row, old, () => this.store.flags.of(row.id), row.run, Date.now());
@@ -405,10 +407,6 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     const run = this.store.run;
     if (run === null) return;
     await askResends(this.ctx.storage, this.env.EPISODES, RESCAN_PAUSE_MS, DIRECTORY_MS * 10);
-    // text that waited SEARCH_FLUSH_MS goes in though its episode sends no more (a batch a step, the rest soon after)
-    const before = Date.now() - searchFlushMsFrom(this.env);
-    if (this.write(() => this.store.search.flushWaiting(before, TEXT_FLUSH_BATCH)))
-      void armAlarm(this.ctx.storage, Date.now() + RESCAN_PAUSE_MS);
     // a rescan for rules set since: one paced step per alarm, the next one soon after
     if (this.store.flags.rescanning()) {
       const moved = this.write(() => {

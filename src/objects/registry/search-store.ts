@@ -30,8 +30,8 @@ export const SEARCH_MATCH_BUDGET = 50_000;
 /** Past any node index: a trace whose batch has no `from` keeps its segments. */
 const NO_NODE = Number.MAX_SAFE_INTEGER;
 
-/** Episodes whose waiting text one alarm step puts into the search at most. */
-export const TEXT_FLUSH_BATCH = 50;
+/** Other episodes whose waiting text one update puts into the search at most (each sends an update every INDEX_FLUSH_MS). */
+export const TEXT_FLUSH_BATCH = 2;
 
 /** Segment ids an episode's block holds: the episode with base b has ids b × SEGMENT_BLOCK to (b + 1) × SEGMENT_BLOCK - 1. */
 export const SEGMENT_BLOCK = 2 ** 20;
