@@ -6,9 +6,12 @@ import { wranglerVars } from "../../bench/helpers.js";
 import {
   DEFAULT_INDEX_FLUSH_MS,
   DEFAULT_INDEX_WRITES_PER_S,
+  DEFAULT_SEARCH_FLUSH_MS,
   flushIntervalMs,
   indexPacingFrom,
   limitFrom,
+  MAX_SEARCH_FLUSH_MS,
+  searchFlushMsFrom,
 } from "../../src/protocol/limits/vars.js";
 
 describe("limitFrom", () => {
@@ -45,5 +48,15 @@ describe("the index row's pacing", () => {
     expect(flushIntervalMs(pacing, 500)).toBe(2000);
     expect(flushIntervalMs(pacing, 501)).toBe(2004);
     expect(flushIntervalMs(pacing, 1000)).toBe(4000);
+  });
+});
+
+describe("how long a running episode's text may wait (SEARCH_FLUSH_MS)", () => {
+  it("its default is wrangler.toml's value; a bad value is the default; a larger one than the hour is the hour", () => {
+    expect(searchFlushMsFrom({})).toBe(DEFAULT_SEARCH_FLUSH_MS);
+    expect(searchFlushMsFrom(wranglerVars())).toBe(DEFAULT_SEARCH_FLUSH_MS);
+    expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: "0" })).toBe(DEFAULT_SEARCH_FLUSH_MS);
+    expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: "1000" })).toBe(1000);
+    expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: String(MAX_SEARCH_FLUSH_MS * 2) })).toBe(MAX_SEARCH_FLUSH_MS);
   });
 });

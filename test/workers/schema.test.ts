@@ -3,7 +3,8 @@
 // release-6a9651a, the one before the archive's upload record, release-aed0573, and the one before the record of
 // unknown delta keys, release-17eaf78, the one before alerts, release-413b234, and the one before the trainer's
 // truncation, release-b14ae00, and the one before the producers' ledger moved into the episode's meta row,
-// release-376f6ef; each made by
+// release-376f6ef, and the one before a running episode's text waited and segments took blocks of ids,
+// release-773b8cb; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -14,6 +15,7 @@ import { describe, expect, it } from "vitest";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { SEGMENT_BLOCK } from "../../src/objects/registry/search-store.js";
 import { rowPages } from "../../src/objects/registry/sql-row.js";
 import { checkSchema, createLatest, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
@@ -37,6 +39,7 @@ const RELEASES = [
   "release-413b234",
   "release-b14ae00",
   "release-376f6ef",
+  "release-773b8cb",
 ];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
@@ -321,7 +324,24 @@ async function textStillFound(release: string): Promise<void> {
     "release-413b234",
     "release-b14ae00",
     "release-376f6ef",
+    "release-773b8cb",
   ].includes(release);
+  // INDEX_SCHEMA 14: each episode's segments have ids in its row's block, and no index of their own
+  const blocks = await runInDurableObject(index as DurableObjectStub, (_i, state) => ({
+    segments: state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM segments").one().n,
+    outside: state.storage.sql
+      .exec<{ n: number }>(
+        `SELECT COUNT(*) AS n FROM segments s LEFT JOIN rows r ON r.id = s.episode
+         WHERE r.seg_base IS NULL OR s.id NOT BETWEEN r.seg_base * ${SEGMENT_BLOCK} AND (r.seg_base + 1) * ${SEGMENT_BLOCK} - 1`,
+      )
+      .one().n,
+    indexes: state.storage.sql
+      .exec("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'segments_by_episode'")
+      .toArray(),
+  }));
+  expect(blocks.outside).toBe(0);
+  expect(blocks.indexes).toEqual([]);
+  if (searched) expect(blocks.segments).toBeGreaterThan(0);
   for (const word of ["mergesort", "calculator", "route"]) {
     const found = await index.searchAgainstScan(word, 20, 1);
     expect(found.indexFound, word).toBe(found.scanFound);

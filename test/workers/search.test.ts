@@ -2,14 +2,15 @@
 // golden case pushed into one run through the Worker, then queries over HTTP give exactly the
 // episodes a brute-force scan of the same segments finds (words, phrases, prefixes, field filters,
 // OR, exclusions), ranked, with snippets that hold the words; the list's filters and the token's
-// scope hold; a new turn is findable once its row is sent; a retraction and a discarded trace leave
-// no stale text; a deleted episode's text goes; an archived episode is still found.
+// scope hold; a running episode's new turn waits (SEARCH_FLUSH_MS), a retraction and a discarded trace send
+// what waits at once and leave no stale text, the end sends the rest; a deleted episode's text goes; an archived episode is still found.
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
 import { RESCAN_STEPS } from "../../src/objects/registry/flag-store.js";
 import type { SearchHit as Hit, SearchPage } from "../../src/objects/registry/search-store.js";
+import { encodeReply } from "../../src/protocol/assembly/reply.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { SEGMENT_STEPS, TURN_STEPS } from "../../src/protocol/flags/rules.js";
@@ -228,7 +229,9 @@ describe("search over a run's episodes", () => {
     expect((await relay(`../runs/${RUN}/search?q=a&min_turns=x`)).status).toBe(400);
   });
 
-  it("a new turn is found once its row is sent; a retraction and a discard leave no stale text; a delete takes it all", async () => {
+  // by design (SEARCH_FLUSH_MS, 5 min here): a running episode's text waits in its run's index, and goes in at once
+  // when a batch replaces text (a retraction, a discarded trace) or the episode ends
+  it("a running episode's new turn waits; a retraction or a discard sends what waits at once and leaves no stale text; the end sends the rest; a delete takes it all", async () => {
     const id = `${RUN}:hand`;
     const producer = new ProducerCursor("h");
     const send = async (d: Uint8Array, acked = true) => {
@@ -236,28 +239,53 @@ describe("search over a run's episodes", () => {
       expect(r.status, await r.clone().text()).toBe(200);
       await r.arrayBuffer();
       if (acked) producer.acknowledge();
+      await runDurableObjectAlarm(env.EPISODES.getByName(id));
     };
+    const found = async (word: string) => (await search(`q=${word}`)).episodes.map((h) => h.id);
+    const nodes = async () =>
+      (
+        (await (await relay(`../runs/${RUN}/episodes?prefix=${encodeURIComponent(id)}`)).json()) as {
+          episodes: Array<{ nodes: number }>;
+        }
+      ).episodes[0]?.nodes;
     const say = (i: number, text: string) => node(i, { message: m({ role: "assistant", content: text }) });
     await send(openDelta());
     await send(delta({ nodes: [say(0, "zebra crossing")] }));
-    await runDurableObjectAlarm(env.EPISODES.getByName(id));
-    expect((await search("q=zebra")).episodes.map((h) => h.id)).toEqual([id]);
-    // a turn whose ack is lost, then the re-diff without it: the relay retracts it, and so does the search
+    // the row moved; its text waits
+    expect(await nodes()).toBe(1);
+    expect(await found("zebra")).toEqual([]);
+    // a turn whose ack is lost (it waits too), then the re-diff without it: the relay retracts it, the batch replaces
+    // waiting text, and all that waited goes in at once, without the retracted turn
     await send(delta({ nodes: [say(1, "okapi")] }), false);
-    await runDurableObjectAlarm(env.EPISODES.getByName(id));
-    expect((await search("q=okapi")).episodes.map((h) => h.id)).toEqual([id]);
-    await send(delta({ nodes: [say(1, "narwhal")] }));
-    await runDurableObjectAlarm(env.EPISODES.getByName(id));
-    expect((await search("q=okapi")).episodes).toEqual([]);
-    expect((await search("q=narwhal")).episodes.map((h) => h.id)).toEqual([id]);
-    // a second trace, discarded: its text goes
+    expect(await found("okapi")).toEqual([]);
+    await send(delta({ nodes: [say(1, "narwhal")] }), false);
+    expect(await found("okapi")).toEqual([]);
+    expect(await found("narwhal")).toEqual([id]);
+    expect(await found("zebra")).toEqual([id]);
+    // a retraction of text already found: it goes at once
+    await send(delta({ nodes: [say(1, "ibis")] }));
+    expect(await found("narwhal")).toEqual([]);
+    expect(await found("ibis")).toEqual([id]);
+    // a second trace waits; a retraction sends it in; its discard then takes it out at once
     await send(openDelta("t-2"));
     await send(delta({ nodes: [say(0, "pangolin")] }, "t-2"));
-    await runDurableObjectAlarm(env.EPISODES.getByName(id));
-    expect((await search("q=pangolin")).episodes.map((h) => h.id)).toEqual([id]);
+    expect(await found("pangolin")).toEqual([]);
+    await send(delta({ nodes: [say(2, "heron")] }), false);
+    await send(delta({ nodes: [say(2, "egret")] }));
+    expect(await found("heron")).toEqual([]);
+    expect(await found("egret")).toEqual([id]);
+    expect(await found("pangolin")).toEqual([id]);
     await send(delta({ discard: true }, "t-2"));
+    expect(await found("pangolin")).toEqual([]);
+    // a new turn waits until the episode ends (here it fails): then it is found
+    await send(delta({ nodes: [say(3, "quokka")] }));
+    expect(await found("quokka")).toEqual([]);
+    const failed = await post(`${id}/reply`, encodeReply({ success: false, error: "the env gave up" }));
+    expect(failed.status, await failed.clone().text()).toBe(200);
+    await failed.arrayBuffer();
     await runDurableObjectAlarm(env.EPISODES.getByName(id));
-    expect((await search("q=pangolin")).episodes).toEqual([]);
+    expect(await found("quokka")).toEqual([id]);
+    expect(await found("egret")).toEqual([id]);
     expect((await relay(id, { method: "DELETE" })).status).toBe(200);
     await runDurableObjectAlarm(env.EPISODES.getByName(id)).catch(() => false);
     for (let i = 0; i < 50 && (await search("q=zebra")).episodes.length > 0; i++)

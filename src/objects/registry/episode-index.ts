@@ -19,7 +19,7 @@ import { noWork } from "../../protocol/flags/rules.js";
 import { type Answer, answerOf, errorResponse, RelayError, upgradeRequired } from "../../protocol/http/errors.js";
 import { isWebSocketUpgrade, parseRoute } from "../../protocol/http/route.js";
 import { limitsFrom } from "../../protocol/limits/limits.js";
-import { flushIntervalMs, indexPacingFrom } from "../../protocol/limits/vars.js";
+import { flushIntervalMs, indexPacingFrom, searchFlushMsFrom } from "../../protocol/limits/vars.js";
 import type { RunAggregates } from "../../protocol/registry/aggregates.js";
 import {
   type GroupDetailJson,
@@ -61,7 +61,7 @@ import { askResends, resendDue } from "./reward-recount.js";
 import { RunSideObject } from "./run-side-object.js";
 import { readScopeHeader } from "./run-sockets.js";
 import { INDEX_SCHEMA } from "./schemas.js";
-import type { SearchBatch, SearchPage } from "./search-store.js";
+import { type SearchBatch, type SearchPage, TEXT_FLUSH_BATCH } from "./search-store.js";
 
 /** The meter's name for the rows FTS5 writes to its shadow tables (search-store.ts `settle`). */
 export const FTS_SHADOW = "search (FTS5 shadow)";
@@ -123,7 +123,9 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       this.schema.ensure();
       const old = this.store.row(row.id);
       if (old && !(row.updated > old.updated || (row.updated === old.updated && row.seq >= old.seq))) return false;
-      this.store.put(row, old, text);
+      this.store.put(row, old, text, searchFlushMsFrom(this.env));
+      // others' text that waited SEARCH_FLUSH_MS goes in though their episodes send no more (a few an update)
+      this.store.search.flushWaiting(Date.now() - searchFlushMsFrom(this.env), TEXT_FLUSH_BATCH);
       waited = this.store.rowCame();
       // queued with the row, sent by the alarm: no outbound fetch here
       fired = this.alerts.afterRow(row, old, () => this.store.flags.of(row.id), row.run, Date.now());
@@ -254,6 +256,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       const now = Date.now();
       this.write(() => {
         this.schema.ensure();
+        // the rescan reads the search's text: what waits goes in first (the new rules see all of it)
+        this.store.search.flushWaiting(null, Number.MAX_SAFE_INTEGER);
         this.store.flags.setRules(rules, rows);
         // the defaults need nothing kept, unless a tokenizer waits for the run's first row too
         const kept = rules !== null || this.store.state("tokenizer") !== null;
@@ -313,10 +317,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     });
   }
 
-  /**
-   * A page of the run's episodes matching a search, best first, within `scope` and passing `q`'s filters; null: no run
-   * (for a viewer covering it).
-   */
+  /** A page of the run's episodes matching a search, best first, in `scope` and passing `q`'s filters; null: no run. */
   search(
     query: SearchQuery,
     q: Pick<ListQuery, "status" | "prefix" | "filter" | "limit">,
@@ -328,20 +329,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return this.store.search.search(query, q, scope, cursor);
   }
 
-  /**
-   * A page of the run's training steps, by step then kind (`kind` null: both; the Worker asks only for viewers covering
-   * the run); null: no run.
-   */
+  /** A page of the run's training steps, by step then kind (`kind` null: both; covering viewers only); null: no run. */
   steps(kind: string | null, limit: number, cursor: string | null): StepsPage | null {
     this.schema.check();
     if (!this.hasRows()) return null;
     return this.store.steps.page(kind, limit, cursor);
   }
 
-  /**
-   * The rows of `ids` (at most MAX_ROWS_BY_ID) within `scope` as the list shows them, in that order; those not here or
-   * not in scope are left out.
-   */
+  /** The rows of `ids` (at most MAX_ROWS_BY_ID) in `scope` as the list shows them, in order; others are left out. */
   rowsById(ids: string[], scope: Scope): IndexEntry[] {
     this.schema.check();
     if (!this.hasRows()) return [];

@@ -70,16 +70,19 @@ export class IndexStore {
 
   /**
    * Replace `old` (if any) by `row`: the row, its part of the aggregates, its bulk-fetch place, the
-   * run's times. Call inside a transaction.
+   * run's times, and its text (a running episode's waits up to `searchFlushMs`: search-store.ts `take`). Call inside a
+   * transaction.
    */
-  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null): void {
+  put(row: IndexRow, old: IndexRow | null, text: SearchBatch | null = null, searchFlushMs = 0): void {
     const c = this.loadCounters();
     // the flags are read from the text as sent (and from the row's rewards)
     const flags = this.flags.update(row, text);
     const { id, ...values } = this.columnsOf(row, flags, this.finishedSeq(row, old));
     // only what the row shows that changed is written (each index entry on a changed column is a row written)
     const held = old ? (this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", row.id).toArray()[0] ?? null) : null;
-    writeChanged(this.sql, "rows", { id }, values, held);
+    // the block of its text's segment ids (search-store.ts), given with its first text
+    const segBase = (held?.seg_base as number | null | undefined) ?? (text ? this.nextSegBase() : null);
+    writeChanged(this.sql, "rows", { id }, { ...values, seg_base: segBase }, held);
     this.replaceContribution(c, old, row);
     this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
@@ -88,7 +91,7 @@ export class IndexStore {
     this.groups.recountTask(row.task);
     this.saveRun(c, row.run, row.created, row.updated);
     // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
-    if (text) this.search.apply(row.id, text);
+    this.search.take(row.id, segBase, text, row.status === "live" ? searchFlushMs : 0, Date.now());
   }
 
   /** The `rows` columns of `row`. */
@@ -158,6 +161,9 @@ export class IndexStore {
   /** Drop `old` and take back its part of the aggregates. Call inside a transaction. */
   delete(old: IndexRow): void {
     const c = this.loadCounters();
+    const base = this.sql
+      .exec<{ b: number | null }>("SELECT seg_base AS b FROM rows WHERE id = ?", old.id)
+      .toArray()[0]?.b;
     this.apply(c, old, contributionOf(old), -1);
     this.sql.exec("DELETE FROM rows WHERE id = ?", old.id);
     this.steps.replaceRow(old, null);
@@ -165,7 +171,7 @@ export class IndexStore {
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
     this.saveRun(c, old.run, old.created, Date.now(), true);
-    this.search.remove(old.id);
+    this.search.remove(old.id, base ?? null);
   }
 
   /** The rows whose flags a rescan moved: their `flags` rewritten from the flags table; the rows as they are now. */
@@ -330,6 +336,13 @@ export class IndexStore {
   setState(k: string, v: string): void {
     // an upsert: a key held is updated in place (INSERT OR REPLACE would write its key's index entry again)
     this.sql.exec("INSERT INTO state VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, v);
+  }
+
+  /** A block of segment ids for an episode's text (search-store.ts SEGMENT_BLOCK): the next one. */
+  private nextSegBase(): number {
+    const next = Number(this.state("seg_base") ?? 0) + 1;
+    this.setState("seg_base", String(next));
+    return next;
   }
 
   /** The row's place in bulk-fetch order: a new one when it becomes finished, else the one it had. */

@@ -4,6 +4,7 @@
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { recountRewards } from "./reward-recount.js";
+import { blockSegments } from "./segment-blocks.js";
 import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 import { recountTruncation } from "./truncation-recount.js";
@@ -216,6 +217,17 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "truncation as the trainer counts it (is_truncated), asked of each episode again; is_timeout by its name",
       up(sql) {
         recountTruncation(sql);
+      },
+    },
+    {
+      version: 14,
+      what: "a running episode's text waits before it is searchable; an episode's segments by a block of ids",
+      up(sql) {
+        // per episode, its batches not yet in the search, as one (search-store.ts `take`): rewritten in place, without
+        // a rowid so each write is one row
+        sql.exec(`CREATE TABLE IF NOT EXISTS search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL,
+          batch TEXT NOT NULL) WITHOUT ROWID`);
+        blockSegments(sql);
       },
     },
   ],

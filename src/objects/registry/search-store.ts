@@ -1,8 +1,15 @@
-// A run index's search (INDEX_SCHEMA versions 7 and 9): the episodes' text segments
+// A run index's search (INDEX_SCHEMA versions 7, 11 and 14): the episodes' text segments
 // (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
-// external-content table, so the text is stored once). Episodes send what is new with their rows (a
+// external-content table, so the text is stored once). Each episode's segments have ids in a block of their own
+// (SEGMENT_BLOCK from its row's `seg_base`), so its segments are found by a range of the table's key, with no
+// index of their own (an index entry per segment is a row written per segment). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
-// retraction); a row that goes takes its segments with it. FTS5 is written here in one statement per
+// retraction); a row that goes takes its segments with it. A running episode's batches wait in
+// `search_pending` (one row per episode, rewritten: one row written per update) and go into the
+// search together once SEARCH_FLUSH_MS has passed since the first of them waited, or at once when the
+// episode ends, when a batch replaces text (a retraction, a discarded trace) or when its first text
+// comes: FTS5 writes a new segment of its own (several shadow rows) for every statement, so one
+// statement per SEARCH_FLUSH_MS, not one per row update. FTS5 is written here in one statement per
 // transaction (no trigger since version 11), and the rows it writes to its shadow tables are counted
 // (`settle`). A query ranks episodes by their best segment (FTS5's bm25), filtered by the list's
 // filters and the viewer's scope in the same statement (a partial scope's matches are its own
@@ -11,6 +18,7 @@
 import { positionText, readPosition } from "../../protocol/registry/list-cursors.js";
 import { NO_FILTER } from "../../protocol/registry/row-filter.js";
 import type { ListQuery, Scope } from "../../protocol/registry/rows.js";
+import { mergeBatches, replacesAny, type TextBatch } from "../../protocol/search/batches.js";
 import { snippet } from "../../protocol/search/highlight.js";
 import type { SearchQuery } from "../../protocol/search/query.js";
 import type { Segment } from "../../protocol/search/segments.js";
@@ -22,19 +30,25 @@ export const SEARCH_MATCH_BUDGET = 50_000;
 /** Past any node index: a trace whose batch has no `from` keeps its segments. */
 const NO_NODE = Number.MAX_SAFE_INTEGER;
 
+/** Other episodes whose waiting text one update puts into the search at most (each sends an update every INDEX_FLUSH_MS). */
+export const TEXT_FLUSH_BATCH = 2;
+
+/** Segment ids an episode's block holds: the episode with base b has ids b × SEGMENT_BLOCK to (b + 1) × SEGMENT_BLOCK - 1. */
+export const SEGMENT_BLOCK = 2 ** 20;
+
+/** The ids of the block of base `base`. */
+function blockOf(base: number): { lo: number; hi: number } {
+  return { lo: base * SEGMENT_BLOCK, hi: (base + 1) * SEGMENT_BLOCK - 1 };
+}
+
 /** Snippets per episode in an answer. */
 export const SNIPPETS_PER_EPISODE = 3;
 
-/**
- * What an episode sends with its row: the traces it holds, per trace the node its segments start from, and the
- * segments.
- */
-export interface SearchBatch {
-  traces: string[];
-  /** Per trace: segments of nodes at or after this index (-1: the task too) are replaced by the batch's. */
-  from: Record<string, number>;
-  segments: Segment[];
-}
+/** What an episode sends with its row (src/protocol/search/batches.ts). */
+export type SearchBatch = TextBatch;
+
+/** A segment held in `segments`, as FTS5's 'delete' needs it. */
+type Held = { id: number; body: string; role: string; tool: string | null };
 
 /** One episode found: its score (higher is better) and where the query matched it. */
 export interface SearchHit {
@@ -72,34 +86,103 @@ export class SearchStore {
   constructor(private readonly sql: SqlStorage) {}
 
   /**
-   * Apply an episode's batch (inside the caller's transaction, as its last writes: see `settle`).
-   * The segments it replaces go, its new ones come, then FTS5 is told both in one statement: FTS5
-   * writes a new segment of its own (several shadow rows) for each statement that writes it, so one
-   * statement per upsert, not one per segment.
+   * Take an episode's batch (inside the caller's transaction, as its last writes: see `settle`). A
+   * running episode's (`holdMs` > 0) waits with the ones before it while they waited less than
+   * `holdMs`, unless it replaces text (held or waiting) or the episode has none in the search yet;
+   * otherwise the waiting ones and it go into the search at once. With no batch (nothing new) an ended episode's
+   * (`holdMs` 0) waiting ones go in.
    */
-  apply(episode: string, b: SearchBatch): void {
-    // what the batch replaces: the traces it no longer holds, and each trace's segments from its `from` node on
-    const gone = this.sql
-      .exec<{ id: number; body: string; role: string; tool: string | null }>(
-        `SELECT id, body, role, tool FROM segments WHERE episode = ? AND (trace NOT IN (SELECT value FROM json_each(?))
-           OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
+  take(episode: string, base: number | null, b: SearchBatch | null, holdMs: number, now: number): void {
+    if (base === null) return; // no text sent yet (a batch comes with its base)
+    const waiting = this.waiting(episode);
+    if (b === null) {
+      if (waiting && holdMs === 0) this.take(episode, base, waiting.batch, 0, now);
+      return;
+    }
+    const all = waiting ? mergeBatches(waiting.batch, b) : b;
+    const gone = this.replaced(base, all);
+    const hold =
+      holdMs > 0 &&
+      gone.length === 0 &&
+      !(waiting && replacesAny(waiting.batch, b)) &&
+      (waiting !== null ? now - waiting.since < holdMs : this.indexed(base));
+    if (hold) {
+      // the row keeps the time the first batch began to wait (the upsert leaves `since` as it is)
+      this.sql.exec(
+        `INSERT INTO search_pending (episode, since, batch) VALUES (?, ?, ?)
+         ON CONFLICT (episode) DO UPDATE SET batch = excluded.batch`,
         episode,
+        now,
+        JSON.stringify(all),
+      );
+      return;
+    }
+    if (waiting) this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
+    this.replace(episode, base, gone, all.segments);
+  }
+
+  /**
+   * The episodes whose batches waited since `before` or earlier (every waiting one: null) go into the search, at most
+   * `limit` of them (the oldest first); whether more are due.
+   */
+  flushWaiting(before: number | null, limit: number): boolean {
+    const due = this.sql
+      .exec<{ episode: string; batch: string; base: number | null }>(
+        `SELECT p.episode, p.batch, r.seg_base AS base FROM search_pending p LEFT JOIN rows r ON r.id = p.episode
+         WHERE p.since <= ? ORDER BY p.since LIMIT ?`,
+        before ?? Number.MAX_SAFE_INTEGER,
+        limit + 1,
+      )
+      .toArray();
+    for (const w of due.slice(0, limit)) {
+      const b = JSON.parse(w.batch) as SearchBatch;
+      this.sql.exec("DELETE FROM search_pending WHERE episode = ?", w.episode);
+      if (w.base !== null) this.replace(w.episode, w.base, this.replaced(w.base, b), b.segments);
+    }
+    return due.length > limit;
+  }
+
+  /** The batches of `episode` waiting to go into the search, as one (and since when), or null. */
+  private waiting(episode: string): { since: number; batch: SearchBatch } | null {
+    const r = this.sql
+      .exec<{ since: number; batch: string }>("SELECT since, batch FROM search_pending WHERE episode = ?", episode)
+      .toArray()[0];
+    return r ? { since: r.since, batch: JSON.parse(r.batch) as SearchBatch } : null;
+  }
+
+  /** Whether the search holds any of the text of the episode whose block is `base`'s. */
+  private indexed(base: number): boolean {
+    const { lo, hi } = blockOf(base);
+    return this.sql.exec("SELECT 1 FROM segments WHERE id BETWEEN ? AND ? LIMIT 1", lo, hi).toArray().length > 0;
+  }
+
+  /**
+   * What `b` replaces of the held segments of the episode whose block is `base`'s: the traces it no longer holds, and
+   * each trace's from its `from` node on.
+   */
+  private replaced(base: number, b: SearchBatch): Held[] {
+    const { lo, hi } = blockOf(base);
+    return this.sql
+      .exec<Held>(
+        `SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? AND (trace NOT IN (SELECT value FROM json_each(?))
+           OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
+        lo,
+        hi,
         JSON.stringify(b.traces),
         JSON.stringify(b.from),
       )
       .toArray();
-    this.replace(episode, gone, b.segments);
   }
 
-  /** The episode went: its segments too. */
-  remove(episode: string): void {
+  /** The episode went (its block `base`'s; null: it sent no text): its segments too, and what waited. */
+  remove(episode: string, base: number | null): void {
+    this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
+    if (base === null) return;
+    const { lo, hi } = blockOf(base);
     const gone = this.sql
-      .exec<{ id: number; body: string; role: string; tool: string | null }>(
-        "SELECT id, body, role, tool FROM segments WHERE episode = ? ORDER BY id",
-        episode,
-      )
+      .exec<Held>("SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? ORDER BY id", lo, hi)
       .toArray();
-    this.replace(episode, gone, []);
+    this.replace(episode, base, gone, []);
   }
 
   /**
@@ -122,22 +205,49 @@ export class SearchStore {
     this.mark = null;
   }
 
-  private replace(
-    episode: string,
-    gone: Array<{ id: number; body: string; role: string; tool: string | null }>,
-    segments: readonly Segment[],
-  ): void {
+  private replace(episode: string, base: number, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length === 0 && segments.length === 0) return;
+    const { lo, hi } = blockOf(base);
+    const first = this.sql
+      .exec<{ n: number }>("SELECT COALESCE(MAX(id) + 1, ?) AS n FROM segments WHERE id BETWEEN ? AND ?", lo, lo, hi)
+      .one().n;
+    if (first + segments.length - 1 > hi) {
+      // the block is spent (retractions take new ids): the episode's segments are written again from its start
+      const goneIds = new Set(gone.map((g) => g.id));
+      const held = this.sql
+        .exec<Held & { trace: string; node: number; kind: string }>(
+          "SELECT id, trace, node, role, tool, kind, body FROM segments WHERE id BETWEEN ? AND ? ORDER BY id",
+          lo,
+          hi,
+        )
+        .toArray();
+      const kept: Segment[] = held
+        .filter((h) => !goneIds.has(h.id))
+        .map((h) => ({
+          trace: h.trace,
+          node: h.node,
+          role: h.role,
+          tool: h.tool,
+          kind: h.kind as Segment["kind"],
+          body: h.body,
+        }));
+      return this.rewrite(episode, lo, held, [...kept, ...segments]);
+    }
+    return this.rewrite(episode, first, gone, segments);
+  }
+
+  /** `gone` out and `segments` in, their ids from `first` on. */
+  private rewrite(episode: string, first: number, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length)
       this.write(
         "DELETE FROM segments WHERE id IN (SELECT value FROM json_each(?))",
         JSON.stringify(gone.map((g) => g.id)),
       );
-    const first = this.sql.exec<{ n: number }>("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM segments").one().n;
     if (segments.length)
       this.write(
-        `INSERT INTO segments (episode, trace, node, role, tool, kind, body)
-         SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
+        `INSERT INTO segments (id, episode, trace, node, role, tool, kind, body)
+         SELECT ? + key, ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
+        first,
         episode,
         JSON.stringify(segments.map((s) => [s.trace, s.node, s.role, s.tool, s.kind, s.body])),
       );
@@ -146,9 +256,10 @@ export class SearchStore {
     this.mark.rows += this.write(
       `INSERT INTO search (search, rowid, body, role, tool)
        SELECT 'delete', value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)
-       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id >= ?`,
+       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id BETWEEN ? AND ?`,
       JSON.stringify(gone.map((g) => [g.id, g.body, g.role, g.tool])),
-      segments.length ? first : NO_NODE,
+      first,
+      first + segments.length - 1,
     );
   }
 
@@ -221,7 +332,8 @@ export class SearchStore {
   held(episode: string): { segments: number; chars: number } {
     const r = this.sql
       .exec<{ n: number; c: number | null }>(
-        "SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments WHERE episode = ?",
+        `SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments, (SELECT seg_base FROM rows WHERE id = ?) r
+         WHERE segments.id BETWEEN r.seg_base * ${SEGMENT_BLOCK} AND (r.seg_base + 1) * ${SEGMENT_BLOCK} - 1`,
         episode,
       )
       .one();

@@ -17,6 +17,21 @@ export function limitFrom(value: string | undefined, fallback: number): number {
  * billed per row); what a reader decides on (creation, finish, failure, deletion, flags) goes at once.
  */
 export const DEFAULT_INDEX_FLUSH_MS = 30_000;
+/**
+ * `SEARCH_FLUSH_MS`'s default: how long a running episode's text may wait in its run's index before it is searchable,
+ * ms (a product decision: every write to the search's FTS5 index writes several rows of its own, so a running
+ * episode's text goes in once per interval, not with every row; text that replaces text, an episode's first text
+ * and an ended episode's text go at once).
+ */
+export const DEFAULT_SEARCH_FLUSH_MS = 300_000;
+/** `SEARCH_FLUSH_MS` at most (a larger value is taken as this): a running episode's text is found within the hour. */
+export const MAX_SEARCH_FLUSH_MS = 3_600_000;
+
+/** How long a running episode's text may wait before its run's search takes it, ms (`SEARCH_FLUSH_MS`). */
+export function searchFlushMsFrom(vars: { SEARCH_FLUSH_MS?: string }): number {
+  return Math.min(MAX_SEARCH_FLUSH_MS, limitFrom(vars.SEARCH_FLUSH_MS, DEFAULT_SEARCH_FLUSH_MS));
+}
+
 /** `INDEX_WRITES_PER_S`'s default: the row updates a run's live episodes send per second together, at most. */
 export const DEFAULT_INDEX_WRITES_PER_S = 250;
 
