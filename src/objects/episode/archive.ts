@@ -115,6 +115,8 @@ export class EpisodeArchive {
     const id = this.state.meta()?.id;
     if (id === undefined) return;
     let renew: ReturnType<typeof setTimeout> | null = null;
+    /** A renewal on its way to the gate: awaited before the release, else it could land after and hold the slot again. */
+    let renewing: Promise<void> | null = null;
     let leased = false;
     if (this.slots) {
       let grant: Grant;
@@ -127,10 +129,13 @@ export class EpisodeArchive {
         this.retryTime = grant.retryAt;
         return;
       }
-      // renewed while the step runs (a renewal in flight as it ends may hold the slot till LEASE_MS: harmless)
+      // renewed while the step runs
       const slots = this.slots;
       const again = () => {
-        if (leased) renew = setTimeout(() => leased && void slots.acquire(id).then(again, again), LEASE_MS / 3);
+        if (!leased) return;
+        renew = setTimeout(() => {
+          if (leased) renewing = slots.acquire(id).then(again, again);
+        }, LEASE_MS / 3);
       };
       leased = true;
       again();
@@ -147,6 +152,9 @@ export class EpisodeArchive {
       if (this.slots && leased) {
         leased = false;
         if (renew !== null) clearTimeout(renew);
+        // a renewal that landed after the release would hold the slot, idle, until LEASE_MS (seen: the
+        // next episode in line refused for 30 s after a step longer than LEASE_MS / 3)
+        if (renewing !== null) await renewing;
         // unanswered: the lease expires by itself (LEASE_MS)
         await this.slots
           .release(id, Date.now() - began)
