@@ -18,6 +18,7 @@ export default defineConfig({
     environment: "node",
     include: ["test/node/**/*.test.ts"],
     globalSetup: ["test/support/fixtures-setup.ts"],
+    setupFiles: ["test/support/no-keep-alive.ts"],
     isolate: false,
     maxWorkers: 2,
     testTimeout: 30_000,
