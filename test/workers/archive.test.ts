@@ -65,11 +65,23 @@ async function status(id: string): Promise<{ archived: boolean; status: string }
   return (await (await relay(`${id}/status`)).json()) as { archived: boolean; status: string };
 }
 
-/** Run the object's alarm until the episode is archived. */
+/**
+ * Run the object's alarm until the episode is archived. A step put off to a later time (a reader just
+ * ended still held the bodies: 5 s; the gate's slot still leased: up to its lease) is not tried
+ * before that time, however often the alarm runs, so the alarm runs again as time passes, for at
+ * most ARCHIVED_WITHIN_MS.
+ */
 async function archived(id: string): Promise<void> {
-  for (let i = 0; i < 20 && !(await status(id)).archived; i++) await runDurableObjectAlarm(stub(id));
+  const until = Date.now() + ARCHIVED_WITHIN_MS;
+  for (let i = 0; !(await status(id)).archived && Date.now() < until; i++) {
+    await runDurableObjectAlarm(stub(id));
+    if (i >= 20) await scheduler.wait(250);
+  }
   expect((await status(id)).archived, `${id} archived`).toBe(true);
 }
+
+/** Longer than a lease (LEASE_MS) and a busy retry: the longest a step is put off here. */
+const ARCHIVED_WITHIN_MS = 45_000;
 
 async function json(id: string): Promise<Response> {
   return relay(id, { headers: { accept: "application/json" } });
@@ -99,7 +111,10 @@ async function plantLegacyJson(id: string, etag: string): Promise<void> {
 }
 
 describe("a finished episode is archived in R2, byte for byte", () => {
-  it("every golden case: GET (msgpack, JSON), HEAD, ETags and If-None-Match the same after archiving; bodies and log gone", async () => {
+  // every case archived in turn, one of which may be put off (archived)
+  it("every golden case: GET (msgpack, JSON), HEAD, ETags and If-None-Match the same after archiving; bodies and log gone", {
+    timeout: 180_000,
+  }, async () => {
     for (const name of await goldenNames()) {
       const c = await golden(name);
       if (!c.episode) continue; // a failed finish has nothing to archive
