@@ -10,7 +10,7 @@ import { env } from "cloudflare:workers";
 import { decodeMulti } from "@msgpack/msgpack";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import { DIRECTORY_SCAN_BUDGET } from "../../src/objects/registry/directory-store.js";
+import { DIRECTORY_SCAN_BUDGET, type RunRow } from "../../src/objects/registry/directory-store.js";
 import { DIRECTORY_MS } from "../../src/objects/registry/episode-index.js";
 import { SCAN_BUDGET } from "../../src/objects/registry/episode-pages.js";
 import { FINISHED_WALK_BUDGET } from "../../src/objects/registry/finished-pages.js";
@@ -40,6 +40,21 @@ const sign = (role: string, episodes: string[]) =>
     .setIssuedAt()
     .setExpirationTime("1h")
     .sign(new TextEncoder().encode(SECRET));
+
+/** A run's directory row with one live episode, created and updated at `t`. */
+function oneLiveEpisode(run: string, t: number): RunRow {
+  return {
+    run,
+    created: t,
+    updated: t,
+    episodes: 1,
+    live: 1,
+    finished: 0,
+    failed: 0,
+    finish_refused: 0,
+    mean_rewards: null,
+  };
+}
 
 async function get(token: string, path: string, accept = "application/json"): Promise<Response> {
   return worker.fetch(
@@ -258,17 +273,7 @@ describe("the list across runs and the run directory", () => {
       await env.EPISODE_INDEX.getByName(`run:${run}`).upsert(
         currentRow({ id: `${run}:only`, run, status: "live", updated: 10 + k }),
       );
-      await env.RUN_DIRECTORY.getByName("runs").upsertRun({
-        run,
-        created: 1000 + k,
-        updated: 1000 + k,
-        episodes: 1,
-        live: 1,
-        finished: 0,
-        failed: 0,
-        finish_refused: 0,
-        mean_rewards: null,
-      });
+      await env.RUN_DIRECTORY.getByName("runs").upsertRun(oneLiveEpisode(run, 1000 + k));
     }
     // each index's alarm sends its run to the directory within DIRECTORY_MS: let those run before requests are counted
     await new Promise((r) => setTimeout(r, 2 * DIRECTORY_MS));
@@ -303,17 +308,7 @@ describe("the list across runs and the run directory", () => {
     // (2,500 calls one at a time were most of this file's CPU)
     await runInDurableObject(dir, (directory) => {
       for (let k = 0; k < 2500; k++) {
-        directory.upsertRun({
-          run: `filler-${k}`,
-          created: 5000 + k,
-          updated: 5000 + k,
-          episodes: 1,
-          live: 1,
-          finished: 0,
-          failed: 0,
-          finish_refused: 0,
-          mean_rewards: null,
-        });
+        directory.upsertRun(oneLiveEpisode(`filler-${k}`, 5000 + k));
       }
     });
     const token = await sign("watcher", [`${runName(3)}:*`]);

@@ -505,7 +505,10 @@ describe("truncation as the trainer counts it (INDEX_SCHEMA 13) on the previous 
     await runDurableObjectAlarm(index);
     type Api = { episodes: Row[] };
     const rows = async (q = "") => ((await (await relay(`../runs/fixture/episodes${q}`)).json()) as Api).episodes;
-    await expect.poll(async () => (await rows()).filter((r) => r.is_truncated !== null).length).toBe(kept.length);
+    // each answer comes by an RPC to its episode (woken, its storage upgraded): more than poll's 1 s under load
+    await expect
+      .poll(async () => (await rows()).filter((r) => r.is_truncated !== null).length, { timeout: 30_000 })
+      .toBe(kept.length);
     const recounted: Record<string, [boolean | null, boolean, boolean]> = {
       "fixture:discard_retry": [null, false, false],
     };
