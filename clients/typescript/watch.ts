@@ -620,6 +620,9 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
   return new EpisodeWatch(url, id, options);
 }
 
+/** fetchEpisode's wait for an answer's headers, at most (its `timeoutMs` may be shorter). */
+const FETCH_EPISODE_TIMEOUT_MS = 10_000;
+
 /**
  * GET the episode: msgpack bytes (default) or the JSON view. A refusal (4xx, a bad URL or id, an
  * answer that is not the relay's) throws a RelayRefusal saying what to do; a relay that does not
@@ -628,7 +631,12 @@ export function watchEpisode(url: string, id: string, options: WatchOptions = {}
 export async function fetchEpisode(
   url: string,
   id: string,
-  options: TokenOptions & { json?: boolean; hints?: Hints } = {},
+  options: TokenOptions & {
+    json?: boolean;
+    hints?: Hints;
+    /** How long the answer's headers are waited for (ms, 1 to 10,000; default 10,000): then a RelayUnreachable. */
+    timeoutMs?: number;
+  } = {},
 ): Promise<Uint8Array | Json> {
   const base = checkBaseUrl(url);
   checkEpisodeId(id);
@@ -636,8 +644,10 @@ export async function fetchEpisode(
     accept: options.json ? "application/json" : "application/msgpack",
     ...bearer(base, options),
   };
-  // the answer's headers come at once (the body streams): 10 s without them is no answer
-  const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, 10_000);
+  // the answer's headers come at once (the body streams): 10 s without them is no answer; a caller
+  // may give up sooner (the tests of that path), never later
+  const timeoutMs = Math.min(Math.max(1, options.timeoutMs ?? FETCH_EPISODE_TIMEOUT_MS), FETCH_EPISODE_TIMEOUT_MS);
+  const res = await relayFetch(`${base}/v1/episodes/${encodeURIComponent(id)}`, { headers }, timeoutMs);
   if (res.status >= 400 && res.status < 500)
     throw await refusalOf(res, `episode ${JSON.stringify(id)}`, base, options.hints ?? LIBRARY_HINTS);
   if (!res.ok) throw new Error(`GET episode ${id}: ${res.status} ${await res.text()}`);

@@ -212,8 +212,11 @@ describe("watchEpisode refusals and retries", () => {
       kind: "dns",
       message: expect.stringMatching(/does not resolve/),
     });
-    // a plain-HTTP server waits on a TLS hello rather than refusing it: named after fetchEpisode's 10 s
-    await expect(fetchEpisode(authed.url.replace("http://", "https://"), "ep")).rejects.toMatchObject({
+    // a plain-HTTP server waits on a TLS hello rather than refusing it: named once fetchEpisode stops
+    // waiting (10 s by default; the same path after 1 s here)
+    await expect(
+      fetchEpisode(authed.url.replace("http://", "https://"), "ep", { timeoutMs: 1_000 }),
+    ).rejects.toMatchObject({
       name: "RelayUnreachable",
       message: expect.stringMatching(/https:\/\/ URL for a relay that speaks http:\/\//),
     });

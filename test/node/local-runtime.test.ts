@@ -5,12 +5,15 @@
 // naming its state folder) is left; a runtime killed is restarted and says so, and watchers
 // through it resume and end with the golden episode; /v1/health says each tier's state; a second
 // start on a busy port exits 1, writes nothing and leaves the running relay untouched.
+// Every test stops its start its own way, so no two can share one; the tests that only start and
+// stop run side by side (it.concurrent: their own ports and state folders), as most of a start
+// is waiting on processes, and each cleans up its own start when it ends.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it, type OnTestFinishedHandler } from "vitest";
 import WebSocket from "ws";
 import {
   type EpisodeWatch,
@@ -39,10 +42,14 @@ interface Started {
   exited: Promise<number | null>;
 }
 
-const running: Started[] = [];
+/** The test's `onTestFinished` (from its context: the tests run side by side). */
+type OnFinished = (fn: OnTestFinishedHandler) => void;
 
-/** `npm start` / `npm run start:tiers` on a free port with a state folder of its own; resolves once its health says so. */
-async function start(script: "start" | "start:tiers", port?: number): Promise<Started> {
+/**
+ * `npm start` / `npm run start:tiers` on a free port with a state folder of its own; resolves once
+ * its health says so. Whatever of it is left when the test ends is killed then.
+ */
+async function start(script: "start" | "start:tiers", onFinished: OnFinished, port?: number): Promise<Started> {
   const p = port ?? (await freePort());
   const state = mkdtempSync(join(tmpdir(), "episode-relay-local-"));
   const npm = spawn("npm", ["run", "-s", script, "--", "--persist-to", state], {
@@ -55,7 +62,7 @@ async function start(script: "start" | "start:tiers", port?: number): Promise<St
   npm.stderr!.on("data", (d) => (log += d));
   const exited = new Promise<number | null>((r) => npm.once("exit", (code) => r(code)));
   const s: Started = { npm, port: p, url: `http://127.0.0.1:${p}`, state, log: () => log, exited };
-  running.push(s);
+  onFinished(() => killLeft(s));
   const deadline = Date.now() + 100_000;
   for (;;) {
     if (npm.exitCode !== null) throw new Error(`npm run ${script} exited ${npm.exitCode}:\n${log}`);
@@ -128,10 +135,12 @@ async function expectAllGone(s: Started, pid: number, signal: NodeJS.Signals): P
     "its runtimes were running",
   ).toBe(true);
   process.kill(pid, signal);
+  // each look scans /proc twice (~10 ms of CPU): every 100 ms, not spinning beside the stop it waits on
   await until(
     () => stillRunning(before).length === 0 && naming(s).length === 0,
     45_000,
     `the tree gone after ${signal}`,
+    100,
   ).catch(() => {});
   expect(stillRunning(before), `left after ${signal} to ${pid}`).toEqual([]);
   expect(naming(s), "nothing names its state folder").toEqual([]);
@@ -190,31 +199,31 @@ function watch(url: string, id: string): { w: EpisodeWatch; events: WatchEvent[]
   return { w, events };
 }
 
-afterEach(async () => {
-  // a failed test's relay: its whole tree and whatever names its (unique) state folder, with their descendants, by pid
-  for (const s of running.splice(0)) {
-    const named = naming(s).map((line) => Number(line.split(" ")[0]));
-    const pids = new Set([
-      ...tree(s)
-        .filter(Boolean)
-        .map((p) => p.pid),
-      ...named,
-      ...named.flatMap((pid) => descendants(pid).map((p) => p.pid)),
-    ]);
-    for (const pid of pids) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone
-      }
+/** A failed test's relay: its whole tree and whatever names its (unique) state folder, with their descendants, by pid. */
+function killLeft(s: Started): void {
+  const named = naming(s).map((line) => Number(line.split(" ")[0]));
+  const pids = new Set([
+    ...tree(s)
+      .filter(Boolean)
+      .map((p) => p.pid),
+    ...named,
+    ...named.flatMap((pid) => descendants(pid).map((p) => p.pid)),
+  ]);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
     }
-    rmSync(s.state, { recursive: true, force: true });
   }
-});
+  rmSync(s.state, { recursive: true, force: true });
+}
 
 describe("npm start: the relay in one runtime", () => {
-  it("a runtime killed is restarted and says so; a watcher resumes and ends exact; SIGINT to npm's pid stops everything", async () => {
-    const s = await start("start");
+  it("a runtime killed is restarted and says so; a watcher resumes and ends exact; SIGINT to npm's pid stops everything", async ({
+    onTestFinished,
+  }) => {
+    const s = await start("start", onTestFinished);
     const c = golden("multi_trace_links");
     const id = fresh("local-plain");
     const producer = new ProducerCursor("p");
@@ -240,8 +249,8 @@ describe("npm start: the relay in one runtime", () => {
     ["SIGKILL to npm's pid (the script sees its parent go)", "SIGKILL", "npm"],
     ["SIGKILL to scripts/relay.mjs (its watchdog stops the runtime)", "SIGKILL", "script"],
   ] as const) {
-    it(`${what}: nothing is left`, async () => {
-      const s = await start("start");
+    it.concurrent(`${what}: nothing is left`, async ({ onTestFinished }) => {
+      const s = await start("start", onTestFinished);
       const pid = target === "npm" ? s.npm.pid! : find(s, /scripts\/relay\.mjs/).pid;
       await expectAllGone(s, pid, signal);
     }, 120_000);
@@ -249,8 +258,10 @@ describe("npm start: the relay in one runtime", () => {
 });
 
 describe("npm run start:tiers: the episode tier and the hub tier behind the router", () => {
-  it("health says each tier's state; a second start on the busy port exits 1, writes nothing, and leaves it untouched; SIGTERM to npm stops everything", async () => {
-    const s = await start("start:tiers");
+  it("health says each tier's state; a second start on the busy port exits 1, writes nothing, and leaves it untouched; SIGTERM to npm stops everything", async ({
+    onTestFinished,
+  }) => {
+    const s = await start("start:tiers", onTestFinished);
     expect((await health(s))!.body).toMatchObject({
       ok: true,
       tiers: { episodes: { state: "up", restarts: 0 }, hubs: { state: "up", restarts: 0 } },
@@ -285,8 +296,10 @@ describe("npm run start:tiers: the episode tier and the hub tier behind the rout
     await expectAllGone(s, s.npm.pid!, "SIGTERM");
   }, 180_000);
 
-  it("either tier's runtime killed: restarted and said; 503 with Retry-After meanwhile; watchers resume and end exact; SIGINT to npm stops everything", async () => {
-    const s = await start("start:tiers");
+  it("either tier's runtime killed: restarted and said; 503 with Retry-After meanwhile; watchers resume and end exact; SIGINT to npm stops everything", async ({
+    onTestFinished,
+  }) => {
+    const s = await start("start:tiers", onTestFinished);
     const c = golden("multi_trace_links");
     const id = fresh("local-tiers");
     const producer = new ProducerCursor("p");
@@ -334,8 +347,8 @@ describe("npm run start:tiers: the episode tier and the hub tier behind the rout
     ["SIGKILL to scripts/relay.mjs --tiers", "SIGKILL", /scripts\/relay\.mjs --tiers/],
     ["SIGTERM to scripts/relay.mjs --tiers", "SIGTERM", /scripts\/relay\.mjs --tiers/],
   ] as const) {
-    it(`${what}: everything stops, nothing is left`, async () => {
-      const s = await start("start:tiers");
+    it.concurrent(`${what}: everything stops, nothing is left`, async ({ onTestFinished }) => {
+      const s = await start("start:tiers", onTestFinished);
       const pid = target.source === "^npm" ? s.npm.pid! : find(s, target).pid;
       await expectAllGone(s, pid, signal);
       if (signal === "SIGTERM") expect(s.log()).toMatch(/\[dev\] stopping: SIGTERM received/);

@@ -1,10 +1,13 @@
 // The npm package as a user gets it: `npm pack`, installed into an empty folder with nothing
 // else, then its CLI (`npx episode-relay get`) and a short Node script using the client
 // (`episode-relay/client`) against a relay the test starts.
+// It packs a copy of the checkout, not the checkout: `npm pack` runs the build (the `prepare`
+// script), which rewrites dist/ in place, and other test files run the CLI from the checkout's
+// dist/ meanwhile (the node suite runs two files at a time): one once read a half-written module.
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
@@ -16,6 +19,8 @@ const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
 const work = mkdtempSync(join(tmpdir(), "episode-relay-pack-"));
 const app = join(work, "app");
+/** The copy that is packed (see the top of this file); its dist/ is its own. */
+const tree = join(work, "tree");
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 const npm = (args: string[], cwd: string) =>
@@ -24,10 +29,31 @@ const npm = (args: string[], cwd: string) =>
  * What `npm pack` would pack now. Its `prepare` script (the build) already ran for the pack above,
  * and a dry run runs it again unless told not to: seconds of tsc each time, for the same dist/.
  */
-const packList = () => npm(["pack", "--dry-run", "--json", "--ignore-scripts"], root);
+const packList = () => npm(["pack", "--dry-run", "--json", "--ignore-scripts"], tree);
+
+/**
+ * The checkout's files as git sees them (tracked, and new ones not ignored: so no dist/, no
+ * node_modules, no local state) copied into `tree`, and node_modules linked (the build's tsc).
+ */
+function copyCheckout(): void {
+  const files = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], {
+    cwd: root,
+    encoding: "utf8",
+  })
+    .split("\0")
+    .filter((f) => f !== "");
+  for (const f of files) {
+    // a file deleted but not yet staged is still listed: it is not packed either
+    if (!existsSync(join(root, f))) continue;
+    mkdirSync(dirname(join(tree, f)), { recursive: true });
+    cpSync(join(root, f), join(tree, f));
+  }
+  symlinkSync(join(root, "node_modules"), join(tree, "node_modules"));
+}
 
 beforeAll(() => {
-  npm(["pack", "--pack-destination", work, "--silent"], root);
+  copyCheckout();
+  npm(["pack", "--pack-destination", work, "--silent"], tree);
   const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"))!;
   execFileSync("mkdir", [app]);
   npm(["init", "-y"], app);

@@ -69,11 +69,14 @@ export function useAuthedRelay(): { readonly url: string; readonly secret: strin
   };
 }
 
-/** Wait until `cond()` holds, polling; throws after `ms`. */
-export async function until(cond: () => boolean, ms = 20_000, what = "condition"): Promise<void> {
+/**
+ * Wait until `cond()` holds, polling every `everyMs`; throws after `ms`. A `cond` that costs CPU
+ * (a scan of /proc: ~10 ms) takes a longer `everyMs`, or the wait takes a core from what it waits on.
+ */
+export async function until(cond: () => boolean, ms = 20_000, what = "condition", everyMs = 10): Promise<void> {
   const end = Date.now() + ms;
   while (!cond()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }
