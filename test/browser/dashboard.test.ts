@@ -241,6 +241,23 @@ describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
   });
 });
 
+describe("motion", () => {
+  it("the live dot pulses, and stands still for a reader who asked for less motion (as the tests do)", async () => {
+    const dotAnimations = async (reducedMotion: "reduce" | "no-preference") => {
+      const { context, page, errors } = await openPage(browser, `${relay.url}/`, { reducedMotion });
+      await waitConnection(page, "live");
+      const n = await page.evaluate(
+        () => (globalThis as any).document.querySelector("#connection .dot").getAnimations().length as number,
+      );
+      expect(errors).toEqual([]);
+      await context.close();
+      return n;
+    };
+    expect(await dotAnimations("no-preference")).toBe(1);
+    expect(await dotAnimations("reduce")).toBe(0);
+  });
+});
+
 // ---- a run of 240 episodes ----
 
 type Status = "live" | "finished" | "failed" | "finish_refused";

@@ -4,6 +4,7 @@
 import { expect } from "vitest";
 import type { LMap } from "../../src/protocol/wire/lossless.js";
 import { chat, failedReply, groupReply, openFrame, setDelta } from "../support/chat-rollouts.js";
+import { batch } from "./batch.js";
 
 /** The relay at `url()` (read on each call: the relay starts in `beforeAll`). */
 export function relayCalls(url: () => string) {
@@ -39,7 +40,7 @@ export function relayCalls(url: () => string) {
 
   /**
    * chat_basic into episode `id`: its open frame with task key `task`, its other frames (those
-   * `keep` keeps), then one more delta setting `set`.
+   * `keep` keeps), then one more delta setting `set`; in one request (`batch`).
    */
   async function pushChat(
     id: string,
@@ -47,9 +48,10 @@ export function relayCalls(url: () => string) {
     set: LMap,
     keep: (frame: Uint8Array) => boolean = () => true,
   ): Promise<void> {
-    await post(`/v1/episodes/${id}/deltas`, openFrame(task));
-    for (const frame of chat.frames.slice(1)) if (keep(frame)) await post(`/v1/episodes/${id}/deltas`, frame);
-    await post(`/v1/episodes/${id}/deltas`, setDelta(set));
+    await post(
+      `/v1/episodes/${id}/deltas`,
+      batch([openFrame(task), ...chat.frames.slice(1).filter(keep), setDelta(set)]),
+    );
   }
 
   /** Finish episode `id` of `group` on `task`: chat_basic's reply with both in its head, or (failed) a failed reply. */

@@ -10,6 +10,7 @@ import { branchPaths } from "../../src/protocol/annotations/fold.js";
 import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/lossless.js";
 import { chat, groupReply, openFrame, put, rewardsOf, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
+import { batch } from "./batch.js";
 
 export type Outcome = "finished" | "failed" | "boot" | "running" | "pending";
 
@@ -149,20 +150,22 @@ export async function pushRollout(url: string, r: Rollout): Promise<void> {
     await res.arrayBuffer();
   };
   await post("dispatch", JSON.stringify(r.dispatch), "application/json");
-  for (const i of framesOf(r)) await post("deltas", frameFor(r, i), "application/msgpack");
-  if (r.outcome !== "finished" && r.outcome !== "failed") return;
-  await post(
-    "deltas",
-    setDelta(
-      m({
-        rewards: rewardsOf(r.scores),
-        stop_condition: r.stop,
-        is_timeout: r.truncated,
-        ...(r.outputTokens === undefined ? {} : { num_output_tokens: r.outputTokens }),
-      }),
-    ),
-    "application/msgpack",
-  );
+  const ended = r.outcome === "finished" || r.outcome === "failed";
+  // its frames (and, ended, the delta with its scores) in one request (batch.ts)
+  const deltas = framesOf(r).map((i) => frameFor(r, i));
+  if (ended)
+    deltas.push(
+      setDelta(
+        m({
+          rewards: rewardsOf(r.scores),
+          stop_condition: r.stop,
+          is_timeout: r.truncated,
+          ...(r.outputTokens === undefined ? {} : { num_output_tokens: r.outputTokens }),
+        }),
+      ),
+    );
+  if (deltas.length > 0) await post("deltas", batch(deltas), "application/msgpack");
+  if (!ended) return;
   const failed = enc(
     m({
       success: false,
