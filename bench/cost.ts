@@ -413,11 +413,16 @@ class Dashboard {
   finished: Promise<void>;
   private onCaughtUp!: () => void;
   private onFinished!: () => void;
+  /** Closed by the relay before its finish: the waits fail with the close's code and reason (this dashboard does not resume). */
+  private onDropped!: (e: Error) => void;
+  private done = false;
   private readonly decoder = new Decoder();
 
   constructor() {
-    this.caughtUp = new Promise((r) => (this.onCaughtUp = r));
-    this.finished = new Promise((r) => (this.onFinished = r));
+    const dropped = new Promise<never>((_r, reject) => (this.onDropped = reject));
+    dropped.catch(() => undefined);
+    this.caughtUp = Promise.race([new Promise<void>((r) => (this.onCaughtUp = r)), dropped]);
+    this.finished = Promise.race([new Promise<void>((r) => (this.onFinished = r)), dropped]);
   }
 
   async open(base: string, id: string): Promise<void> {
@@ -437,13 +442,20 @@ class Dashboard {
         if (m.type === "caught_up") {
           live = true;
           this.onCaughtUp();
-        } else if (m.type === "finish") this.onFinished();
+        } else if (m.type === "finish") {
+          this.done = true;
+          this.onFinished();
+        }
       }),
     );
+    this.ws.on("close", (code: number, reason: Buffer) => {
+      if (!this.done) this.onDropped(new Error(`a dashboard was closed before the finish: ${code} ${String(reason)}`));
+    });
     this.openedAt = performance.now();
   }
 
   async close(): Promise<void> {
+    this.done = true;
     if (this.ws) await closeSocket(this.ws);
     this.closedAt = performance.now();
   }
