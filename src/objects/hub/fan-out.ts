@@ -11,8 +11,10 @@
 //   that arrive back to back are coalesced, up to FANOUT_MESSAGE_BYTES a message
 //   (src/protocol/hub/frames.ts: with thousands of watchers the sends are the hub's cost; a large
 //   frame goes alone). A caught-up watcher more than `lagBytes` behind its acknowledgements is
-//   closed with 4008; it resumes with `?after=SEQ`. Which sockets are caught up is in their
-//   attachments (it survives hibernation) and, once read after a wake, kept in memory.
+//   closed with 4008; it resumes with `?after=SEQ`. Which sockets are caught up, and the seq each
+//   was sent everything up to, is in their attachments (it survives hibernation, and a deploy that
+//   keeps the sockets) and, once read after a wake, kept in memory: a woken hub resumes its feed
+//   from there (`standing`), so its own row is not written per feed (src/objects/hub/store.ts).
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
 import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/frames.js";
@@ -122,6 +124,8 @@ export interface Watcher {
   key: string;
   variant: Variant;
   caughtUp: boolean;
+  /** Its attachment as last written (rewritten as it moves, never read back while the hub is awake). */
+  attachment: WatcherAttachment;
 }
 
 export interface WatcherAttachment {
@@ -135,10 +139,22 @@ export interface WatcherAttachment {
   live: boolean;
   /** It asked to hear of the trainer's annotations (`?annotations=1`); absent on sockets older releases accepted. */
   annotations?: boolean;
+  /**
+   * Caught up: every frame up to this seq of `epoch` was sent to it (written when it caught up and with each fan-out
+   * message). Absent on sockets older releases accepted: their hub's row held the head.
+   */
+  seq?: number;
+  epoch?: number;
 }
 
+/** Where the hub's caught-up watchers stand: its view's head and epoch. */
+type Standing = { head: number; epoch: number };
+
+/** A caught-up socket of a group: its flow and what the hub knows of it (looked up once, not per send). */
+type Member = { flow: Flow; watcher: Watcher };
+
 /** Caught-up sockets of one variant, each with its flow record (looked up once, not per send). */
-type Group = { variant: Variant; sockets: Map<WebSocket, Flow> };
+type Group = { variant: Variant; sockets: Map<WebSocket, Member> };
 
 export class FanOut {
   /** Caught-up sockets by variant key (null until read from the attachments after a wake). */
@@ -152,6 +168,8 @@ export class FanOut {
     private readonly lagBytes: number,
     /** Every watcher socket with what the hub knows of it (read once per wake). */
     private readonly sockets: () => Iterable<{ ws: WebSocket; watcher: Watcher | null }>,
+    /** The hub's head and epoch now (every frame queued is at or below the head). */
+    private readonly view: () => Standing,
   ) {}
 
   /**
@@ -173,21 +191,24 @@ export class FanOut {
     if (frames.length === 0) return;
     this.pending = [];
     const runs = messageRuns(frames);
+    const at = this.view();
     for (const { variant, sockets } of this.groups()) {
       if (sockets.size === 0) continue;
       for (const run of runs) {
         const message = variantMessage(run, variant);
         if (message) this.sendGroup(sockets, message);
       }
+      // every caught-up socket now stands at the head, sent something or not (a variant may filter every frame)
+      for (const [ws, m] of sockets) if (ws.readyState === OPEN) this.stand(ws, m.watcher, at);
     }
   }
 
   /** One message to a variant's caught-up sockets, with the lag rule inline (a thousand sockets per message). */
-  private sendGroup(sockets: Map<WebSocket, Flow>, message: Uint8Array): void {
+  private sendGroup(sockets: Map<WebSocket, Member>, message: Uint8Array): void {
     // refused once it would pass lagBytes
     const n = message.length;
     const limit = this.lagBytes - n;
-    for (const [ws, flow] of sockets) {
+    for (const [ws, { flow }] of sockets) {
       if (flow.sent - flow.acked > limit) this.tooSlow(ws, flow.sent - flow.acked + n);
       else this.flows.sendOn(ws, flow, message);
     }
@@ -196,19 +217,48 @@ export class FanOut {
   /** The same message to every caught-up watcher (e.g. finish), after the queued frames. */
   sendAll(message: Uint8Array): void {
     this.flush();
-    for (const { sockets } of this.groups()) for (const [ws, flow] of sockets) this.flows.sendOn(ws, flow, message);
+    for (const { sockets } of this.groups()) for (const [ws, { flow }] of sockets) this.flows.sendOn(ws, flow, message);
   }
 
-  /** Mark the socket caught up or not, in memory and in its attachment. */
+  /** Mark the socket caught up (at the hub's head: queued frames went out first) or not, in memory and in its attachment. */
   set(ws: WebSocket, w: Watcher, caughtUp: boolean): void {
     w.caughtUp = caughtUp;
-    ws.serializeAttachment({
-      ...(ws.deserializeAttachment() as WatcherAttachment),
-      live: caughtUp,
-    } satisfies WatcherAttachment);
+    w.attachment = { ...w.attachment, live: caughtUp };
+    if (caughtUp) this.stand(ws, w, this.view(), true);
+    else this.write(ws, w.attachment);
     if (!this.caughtUp) return;
-    if (caughtUp) this.group(w).sockets.set(ws, this.flows.flow(ws));
+    if (caughtUp) this.group(w).sockets.set(ws, { flow: this.flows.flow(ws), watcher: w });
     else this.caughtUp.get(w.key)?.sockets.delete(ws);
+  }
+
+  /**
+   * The seq a woken hub's caught-up watchers were sent everything up to, in `epoch` (their attachments), or null
+   * when none says (none caught up, or all accepted by an older release).
+   */
+  standing(epoch: number): number | null {
+    let head: number | null = null;
+    for (const { watcher } of this.sockets()) {
+      const a = watcher?.caughtUp ? watcher.attachment : null;
+      if (a?.seq !== undefined && a.epoch === epoch && (head === null || a.seq > head)) head = a.seq;
+    }
+    return head;
+  }
+
+  /** The socket was sent everything up to `at`: said in its attachment (unless it says so already). */
+  private stand(ws: WebSocket, w: Watcher, at: Standing, force = false): void {
+    const a = w.attachment;
+    if (!force && a.seq === at.head && a.epoch === at.epoch) return;
+    a.seq = at.head;
+    a.epoch = at.epoch;
+    this.write(ws, a);
+  }
+
+  private write(ws: WebSocket, a: WatcherAttachment): void {
+    try {
+      ws.serializeAttachment(a);
+    } catch {
+      // the socket went away (its close event follows)
+    }
   }
 
   /** The socket is gone. */
@@ -227,7 +277,7 @@ export class FanOut {
       this.caughtUp = new Map();
       for (const { ws, watcher } of this.sockets())
         if (watcher?.caughtUp && ws.readyState === WebSocket.OPEN)
-          this.group(watcher).sockets.set(ws, this.flows.flow(ws));
+          this.group(watcher).sockets.set(ws, { flow: this.flows.flow(ws), watcher });
     }
     return this.caughtUp.values();
   }

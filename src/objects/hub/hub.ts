@@ -4,7 +4,9 @@
 // (src/protocol/hub/feed.ts), and it fans that out (src/objects/hub/watchers.ts). Catch-ups are streamed from the
 // episode and shared between watchers that join together (src/protocol/hub/catchup.ts). So a reconnect
 // storm, a slow dashboard or ten thousand viewers load hubs, never the episode's own thread.
-// A hub keeps a small row (src/objects/hub/store.ts) and recent frames in memory (src/protocol/hub/frames.ts `HubWindow`).
+// A hub keeps a small row (src/objects/hub/store.ts: written when its session or the run's status
+// moves, not per feed) and recent frames in memory (src/protocol/hub/frames.ts `HubWindow`); where
+// its caught-up watchers stand rides in their sockets' attachments (src/objects/hub/fan-out.ts).
 
 import { DurableObject } from "cloudflare:workers";
 import { offeredProtocols, WS_PROTOCOL } from "../../protocol/http/credentials.js";
@@ -26,7 +28,7 @@ import { limitsFrom } from "../../protocol/limits/limits.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import { rpcAnswer } from "../rpc-answer.js";
 import type { WatcherAttachment } from "./fan-out.js";
-import { HubStore } from "./store.js";
+import { type HubRow, HubStore } from "./store.js";
 import { HubWatchers } from "./watchers.js";
 
 /** The window keeps at most this many frames (besides its byte bound). */
@@ -47,6 +49,8 @@ export class ViewerHub extends DurableObject<Env> {
   private reported = -1;
   /** The session of a join under way (a feed for it may arrive before the join's answer). */
   private joining: number | null = null;
+  /** Whether this instance took its head from its watchers' attachments yet (once per wake: `row`). */
+  private stood = false;
   /**
    * Fed frames since the hub woke: with their message as the episode built it (passed through), or built here (older
    * episodes, log reads).
@@ -107,7 +111,7 @@ export class ViewerHub extends DurableObject<Env> {
         throw new RelayError("not_found", "a viewer hub answers only watch upgrades forwarded by the Worker");
       }
       if (!isWebSocketUpgrade(request)) throw upgradeRequired("the watch endpoint");
-      const known = this.store.row();
+      const known = this.row();
       if (known && (known.id !== id || known.shard !== shard))
         throw new Error(`hub ${known.shard}/${known.id} asked to serve ${shard}/${id}`);
       this.arriving++;
@@ -130,7 +134,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private answerHeaders(request: Request): Record<string, string> {
     const headers: Record<string, string> = {};
-    const hubs = String(this.store.row()?.hubs ?? 1);
+    const hubs = String(this.row()?.hubs ?? 1);
     if (request.headers.get(HUBS_HEADER) !== hubs) headers[HUBS_HEADER] = hubs;
     if (offeredProtocols(request).includes(WS_PROTOCOL)) headers["sec-websocket-protocol"] = WS_PROTOCOL;
     return headers;
@@ -140,7 +144,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode's feed (null: just say what this hub holds). Applied in one turn, or not at all. */
   feed(session: number, f: Feed | null): FeedAnswer {
-    const s = this.store.row();
+    const s = this.row();
     const watchers = this.watchers.count() + this.arriving;
     // not ready yet: the episode tries again shortly
     if (this.joining === session) return { applied: false, view: null, member: true, watchers };
@@ -181,7 +185,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** The episode is gone (deleted or expired): every watcher is closed; this hub serves nobody. */
   closeAll(session: number, reason: string): void {
-    const s = this.store.row();
+    const s = this.row();
     if (s?.session !== session) return;
     this.watchers.closeAll(CLOSE_NORMAL, reason);
     this.forget();
@@ -189,7 +193,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   /** Its watchers now, for the episode's status (null: not a member of that session). */
   count(session: number): number | null {
-    return this.store.row()?.session === session ? this.watchers.count() : null;
+    return this.row()?.session === session ? this.watchers.count() : null;
   }
 
   /** For tests and benches: what this hub holds. */
@@ -200,7 +204,7 @@ export class ViewerHub extends DurableObject<Env> {
     watchers: ReturnType<HubWatchers["load"]>;
     fedFrames: { passed: number; built: number };
   } {
-    const s = this.store.row();
+    const s = this.row();
     return {
       view: s?.view ?? null,
       session: s?.session ?? null,
@@ -239,12 +243,30 @@ export class ViewerHub extends DurableObject<Env> {
     this.watchers.forgetCohorts();
   }
 
+  /**
+   * The row, with its head where the caught-up watchers stand: the stored head is a floor (the row is not written
+   * per feed), so the first read after a wake raises it to what their attachments say, and the window starts there.
+   * A hub that would take less than its watchers got would send them frames again; more, and they would miss some.
+   */
+  private row(): HubRow | null {
+    const s = this.store.row();
+    if (this.stood || !s) return s;
+    this.stood = true;
+    const v = s.view;
+    const head = v ? this.watchers.standing(v.epoch) : null;
+    if (!v || head === null || head <= v.head) return s;
+    const now = { ...s, view: { ...v, head } };
+    this.store.save(now); // memory only: the head alone moved
+    this.window.reset(head);
+    return now;
+  }
+
   private view(): HubView {
-    return this.store.row()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
+    return this.row()?.view ?? { head: 0, epoch: 0, status: "new", refused: null, error: null };
   }
 
   private identity(): { id: string; shard: number } {
-    const s = this.store.row();
+    const s = this.row();
     if (!s) throw new Error("hub without an episode");
     return s;
   }
@@ -260,7 +282,7 @@ export class ViewerHub extends DurableObject<Env> {
    */
   private sync(who?: { id: string; shard: number }): Promise<void> {
     const step = async () => {
-      const s = this.store.row();
+      const s = this.row();
       const id = s?.id ?? who?.id;
       const shard = s?.shard ?? who?.shard;
       if (id === undefined || shard === undefined) return;
@@ -285,7 +307,7 @@ export class ViewerHub extends DurableObject<Env> {
         }
         if (this.watchers.count() + this.arriving === 0) {
           this.forget();
-        } else this.store.save({ ...this.store.row()!, session: null });
+        } else this.store.save({ ...this.row()!, session: null });
       } else if (
         s?.session != null &&
         (this.reported < 0 || Math.abs(n - this.reported) >= Math.max(1, Math.floor(this.perHub * REPORT_SHARE)))
@@ -293,7 +315,7 @@ export class ViewerHub extends DurableObject<Env> {
         // (a woken or restarted hub reports once: the episode feeds it what it may have missed)
         const hubs = await this.episode(id).hubLoad(id, shard, s.session, n);
         this.reported = n;
-        const now = this.store.row();
+        const now = this.row();
         if (hubs === null) {
           // the episode no longer counts this hub (it dropped it): join again, from where it is now
           if (now?.session === s.session) this.store.save({ ...now, session: null });

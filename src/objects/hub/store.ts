@@ -1,7 +1,12 @@
 // A hub's storage: one row (which episode and shard it serves, its session with the episode, its
-// view, the hub count) and the upstream reply once the run ended. Small and rewritten with each
-// feed, so a hub woken from hibernation knows where its caught-up watchers stand; dropped when its last
-// watcher leaves.
+// view, the hub count) and the upstream reply once the run ended; dropped when its last watcher
+// leaves. The row is written when what must outlive a wake changes (the session, the view's epoch,
+// status, refused or error, the hub count, the reply), never for a feed that only moves the head:
+// a paced turn writes no row here. Its head is a floor (the head when it was last written); where
+// the caught-up watchers stand is in their sockets' attachments (src/objects/hub/fan-out.ts), and a
+// woken hub takes the larger of the two (src/objects/hub/hub.ts `row`). The layout is the one the
+// releases before wrote: an older release reading this row would re-send frames its watchers have,
+// which every client drops by seq.
 
 import { eachPart } from "../../protocol/episode/parts.js";
 import type { HubView } from "../../protocol/hub/feed.js";
@@ -9,7 +14,7 @@ import { concatChunks } from "../../protocol/wire/writer.js";
 import { checkSchema, type Schema, SchemaState } from "../storage/schema.js";
 
 /** The hub's one row: which episode and shard it serves, its session, its view, the hub count. */
-interface HubRow {
+export interface HubRow {
   id: string;
   shard: number;
   /** The episode's membership this hub holds (null: not a member). */
@@ -34,8 +39,16 @@ export const HUB_SCHEMA: Schema = checkSchema({
   ],
 });
 
+/** What the row holds beyond the head, as one string (the row is written only when it changes). */
+function durable(s: HubRow): string {
+  const v = s.view;
+  return JSON.stringify([s.id, s.shard, s.session, s.hubs, v && [v.epoch, v.status, v.refused, v.error]]);
+}
+
 export class HubStore {
   private cached: HubRow | null | undefined;
+  /** `durable` of the row as stored (undefined: not known, so the next save writes). */
+  private stored: string | undefined;
   private readonly sql: SqlStorage;
   readonly schema: SchemaState;
 
@@ -74,10 +87,21 @@ export class HubStore {
       r.head === null
         ? null
         : { head: r.head, epoch: r.epoch, status: r.status as HubView["status"], refused: r.refused, error: r.error };
-    return (this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs });
+    this.cached = { id: r.id, shard: r.shard, session: r.session, view, hubs: r.hubs };
+    this.stored = durable(this.cached);
+    return this.cached;
   }
 
+  /**
+   * The row as it is now: written if what it holds beyond the head changed, or with a reply (null: none any more);
+   * else kept in memory only (a feed that moved the head writes nothing).
+   */
   save(s: HubRow, reply?: Uint8Array | null): void {
+    const d = durable(s);
+    if (reply === undefined && d === this.stored) {
+      this.cached = { ...s };
+      return;
+    }
     this.schema.ensure();
     const v = s.view;
     const values = [
@@ -91,7 +115,7 @@ export class HubStore {
       v?.error ?? null,
       s.hubs,
     ];
-    // one row, rewritten with each feed: an UPDATE bills one row written, a DELETE and an INSERT two
+    // one row: an UPDATE bills one row written, a DELETE and an INSERT two
     const updated = this.sql.exec(
       "UPDATE hub SET id = ?, shard = ?, session = ?, head = ?, epoch = ?, status = ?, refused = ?, error = ?, hubs = ?",
       ...values,
@@ -105,6 +129,7 @@ export class HubStore {
       if (reply) eachPart(reply, (part, data) => this.sql.exec("INSERT INTO reply VALUES (?, ?)", part, data));
     }
     this.cached = { ...s };
+    this.stored = d;
   }
 
   reply(): Uint8Array | null {
@@ -117,5 +142,6 @@ export class HubStore {
   clear(): void {
     this.schema.drop();
     this.cached = null;
+    this.stored = undefined;
   }
 }

@@ -85,8 +85,11 @@ export class HubWatchers {
   ) {
     this.admission = new Admission(limits, Date.now());
     this.pool = new MessagePool(limits.poolBytes);
-    this.fanOut = new FanOut(this.flows, limits.lagBytes, () =>
-      this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, watcher: this.watcherOf(ws) })),
+    this.fanOut = new FanOut(
+      this.flows,
+      limits.lagBytes,
+      () => this.ctx.getWebSockets(WATCH_TAG).map((ws) => ({ ws, watcher: this.watcherOf(ws) })),
+      () => this.hub.view(),
     );
     this.catchUps = new RunningCatchUps(
       this.flows,
@@ -195,8 +198,9 @@ export class HubWatchers {
 
   /** A new watcher: hello now, then its catch-up (at once, or when a slot frees). */
   private accept(ws: WebSocket, id: string, variant: Variant, after: number | null, annotations: boolean): void {
-    ws.serializeAttachment({ role: "watch", id, variant, live: false, annotations } satisfies WatcherAttachment);
-    this.known.set(ws, { key: variantKey(variant), variant, caughtUp: false });
+    const attachment: WatcherAttachment = { role: "watch", id, variant, live: false, annotations };
+    ws.serializeAttachment(attachment);
+    this.known.set(ws, { key: variantKey(variant), variant, caughtUp: false, attachment });
     this.flows.start(ws);
     const v = this.hub.view();
     this.flows.send(ws, helloMessage(id, viewStatus(v), v.head));
@@ -215,6 +219,14 @@ export class HubWatchers {
       w.ready = true;
       this.startWaiting();
     } else if (!w) this.watcherOf(ws); // a socket caught in a restart mid catch-up is closed here
+  }
+
+  /**
+   * After a wake: the seq the caught-up watchers were sent everything up to in `epoch`, as their attachments say (null:
+   * none says). Read once per wake, before the first feed is matched.
+   */
+  standing(epoch: number): number | null {
+    return this.fanOut.standing(epoch);
   }
 
   /** The socket closed or failed: free its place. */
@@ -353,7 +365,7 @@ export class HubWatchers {
     if (s) return s;
     const att = ws.deserializeAttachment() as WatcherAttachment | null;
     if (!att) return null;
-    s = { key: variantKey(att.variant), variant: att.variant, caughtUp: att.live };
+    s = { key: variantKey(att.variant), variant: att.variant, caughtUp: att.live, attachment: att };
     this.known.set(ws, s);
     if (!att.live && !this.catchUps.has(ws) && !this.waiting.some((w) => w.ws === ws)) {
       safeClose(
