@@ -11,6 +11,11 @@
 //   seq applied (de-duplication) and its frames not yet confirmed by its cursor (retraction:
 //   src/protocol/envelope/ledger.ts). It changes with every message, as the rest of meta does, so
 //   it is written in meta's one UPDATE: a row of its own was one more row written per turn.
+// - `frames.turn` (version 10): what a message changes in meta at every turn (seq, bytes, counters,
+//   `updated`, the producers' ledger: a `Turn`) goes on its last frame's row, which the message
+//   writes anyway; the meta row is written only when something else changes (status, the reply,
+//   dispatch, unknown keys, a retraction, the log's base...). Meta as read is the row, then the turn
+//   of the newest frame after the row's seq, if any.
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
@@ -101,6 +106,35 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
+/** What a message changes in meta at every turn, kept on its last frame (`frames.turn`, JSON). */
+interface Turn {
+  seq: number;
+  bytes: number;
+  traces: number;
+  nodes: number;
+  calls: number;
+  updated: number;
+  /** The ledger as meta's `producers` column keeps it. */
+  producers: string;
+}
+
+/** Meta's fields a `Turn` carries: the others changing means the meta row is written. */
+const TURN_FIELDS = new Set<keyof Meta>(["seq", "bytes", "traces", "nodes", "calls", "updated"]);
+
+/** Whether `a` and `b` differ only in the fields a turn carries. */
+function sameButTurn(a: Meta, b: Meta): boolean {
+  for (const k of Object.keys(a) as Array<keyof Meta>) {
+    if (TURN_FIELDS.has(k)) continue;
+    const x = a[k];
+    const y = b[k];
+    if (x === y) continue;
+    if (x instanceof Uint8Array && y instanceof Uint8Array) {
+      if (x.length !== y.length || x.some((v, i) => v !== y[i])) return false;
+    } else if (JSON.stringify(x) !== JSON.stringify(y)) return false;
+  }
+  return true;
+}
+
 const COLUMNS =
   "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes, unknown";
 
@@ -143,6 +177,8 @@ export class RecordStore {
   /** The index state as storage holds it (set with indexCache). */
   private indexSaved: IndexState | null = null;
   private rewinds: number | null = null;
+  /** The producers' ledger as last written (meta's column or a turn), JSON; null: none yet. */
+  private ledgerCached: string | null = null;
 
   constructor(
     private readonly sql: SqlStorage,
@@ -169,6 +205,7 @@ export class RecordStore {
     this.indexCache = null;
     this.indexSaved = null;
     this.rewinds = null;
+    this.ledgerCached = null;
   }
 
   /** Create the schema and the meta row (first write of a new episode). */
@@ -221,6 +258,7 @@ export class RecordStore {
     );
     this.ready = true;
     this.cached = { ...meta };
+    this.ledgerCached = null;
     return meta;
   }
 
@@ -228,9 +266,9 @@ export class RecordStore {
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
+    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS}, producers FROM meta`).one();
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
-    const { annotation_bytes, live, ...rest } = row;
+    const { annotation_bytes, live, producers, ...rest } = row;
     this.cached = {
       ...(rest as unknown as Meta),
       dispatch,
@@ -239,13 +277,58 @@ export class RecordStore {
       annotationBytes: Number(annotation_bytes ?? 0),
       unknown: typeof row.unknown === "string" ? (JSON.parse(row.unknown) as string[]) : [],
     };
+    this.ledgerCached = typeof producers === "string" ? producers : null;
+    // the turns logged after the row was written: the newest one holds what they changed
+    const turn = this.sql
+      .exec<{ turn: string }>(
+        "SELECT turn FROM frames WHERE k > ? AND turn IS NOT NULL ORDER BY k DESC LIMIT 1",
+        lastKey(this.cached.seq),
+      )
+      .toArray()[0];
+    if (turn) {
+      const { producers: ledger, ...counters } = JSON.parse(turn.turn) as Turn;
+      Object.assign(this.cached, counters);
+      this.ledgerCached = ledger;
+    }
     return { ...this.cached };
   }
 
-  /** The meta row, and with it (in the same UPDATE: one row written) the producers' ledger when given. */
+  /**
+   * A message's meta: when it changed only what a turn carries (and logged frames), it goes on its last frame
+   * (`turnOf`, which the caller passes to `appendFrame`) and this only keeps it; else the meta row is written.
+   * Whether it was: the caller logs its frames after asking (`turnOnFrame`).
+   */
+  turnOnFrame(m: Meta): boolean {
+    const held = this.meta();
+    return held !== null && sameButTurn(held, m);
+  }
+
+  /** The `frames.turn` of a message that changed only what a turn carries (see `turnOnFrame`); kept as meta. */
+  turnOf(m: Meta, ledger: ProducerLedger): string {
+    const producers = ledgerJson(ledger);
+    const turn: Turn = {
+      seq: m.seq,
+      bytes: m.bytes,
+      traces: m.traces,
+      nodes: m.nodes,
+      calls: m.calls,
+      updated: m.updated,
+      producers,
+    };
+    this.cached = { ...m };
+    this.ledgerCached = producers;
+    return JSON.stringify(turn);
+  }
+
+  /**
+   * The meta row, and with it (in the same UPDATE: one row written) the producers' ledger: the one given, else the
+   * one last written (a turn's may be newer than the row's, and the frame holding it may be trimmed).
+   */
   saveMeta(m: Meta, ledger?: ProducerLedger): void {
+    if (this.cached === null) this.meta(); // the ledger as it stands
+    const producers = ledger ? ledgerJson(ledger) : this.ledgerCached;
     this.sql.exec(
-      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?${ledger ? ", producers = ?" : ""}`,
+      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?, producers = ?`,
       m.status,
       m.seq,
       m.bytes,
@@ -264,16 +347,23 @@ export class RecordStore {
       m.annotations,
       m.annotationBytes,
       m.unknown.length ? JSON.stringify(m.unknown) : null,
-      ...(ledger ? [ledgerJson(ledger)] : []),
+      producers,
     );
     this.cached = { ...m };
+    this.ledgerCached = producers;
   }
 
   // ---- the log ----
 
-  appendFrame(seq: number, frame: Uint8Array): void {
+  /** A frame logged, with the message's `Turn` (`turnOf`) on its first part when it is the message's last frame. */
+  appendFrame(seq: number, frame: Uint8Array, turn: string | null = null): void {
     eachPart(frame, (part, data) =>
-      this.sql.exec("INSERT INTO frames (k, data) VALUES (?, ?)", firstKey(seq) + part, data),
+      this.sql.exec(
+        "INSERT INTO frames (k, data, turn) VALUES (?, ?, ?)",
+        firstKey(seq) + part,
+        data,
+        part === 0 ? turn : null,
+      ),
     );
   }
 
@@ -376,8 +466,8 @@ export class RecordStore {
 
   producers(): ProducerLedger {
     if (!this.exists()) return new Map();
-    const row = this.sql.exec<{ producers: string | null }>("SELECT producers FROM meta").toArray()[0];
-    return ledgerOf(row?.producers ?? null);
+    if (this.cached === null) this.meta();
+    return ledgerOf(this.ledgerCached);
   }
 
   saveReply(reply: Uint8Array): void {
