@@ -126,6 +126,8 @@ function applyMessage(
   if (news.length) m.unknown = [...m.unknown, ...news];
   countInto(m, mem.asm);
   m.updated = now;
+  // a checkpoint due is made before the turn is written, which carries it
+  if (state.store.checkpointDue) state.store.checkpoint();
   // a turn that changed only its counters and the producers' ledger writes them on its last frame's row, not in meta
   const last = result.applied.length - 1;
   const turn =
@@ -136,7 +138,6 @@ function applyMessage(
   });
   // else the producers' seqs and cursors in the meta row
   if (turn === null) state.record.saveMeta(m, mem.ledger);
-  if (state.store.checkpointDue) state.store.checkpoint();
   return { result, saved: m };
 }
 

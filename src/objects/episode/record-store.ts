@@ -116,6 +116,8 @@ interface Turn {
   updated: number;
   /** The ledger as meta's `producers` column keeps it. */
   producers: string;
+  /** The assembled state's checkpoint (meta.checkpoint) as of this turn. */
+  checkpoint?: number | null;
 }
 
 /** Meta's fields a `Turn` carries: the others changing means the meta row is written. */
@@ -179,6 +181,9 @@ export class RecordStore {
   private rewinds: number | null = null;
   /** The producers' ledger as last written (meta's column or a turn), JSON; null: none yet. */
   private ledgerCached: string | null = null;
+  /** The checkpoint (sql-store.ts), and whether it changed since a meta row or a turn last carried it. */
+  private checkpointCached: number | null = null;
+  private checkpointMoved = false;
 
   constructor(
     private readonly sql: SqlStorage,
@@ -206,6 +211,8 @@ export class RecordStore {
     this.indexSaved = null;
     this.rewinds = null;
     this.ledgerCached = null;
+    this.checkpointCached = null;
+    this.checkpointMoved = false;
   }
 
   /** Create the schema and the meta row (first write of a new episode). */
@@ -259,6 +266,7 @@ export class RecordStore {
     this.ready = true;
     this.cached = { ...meta };
     this.ledgerCached = null;
+    this.checkpointCached = null;
     return meta;
   }
 
@@ -266,9 +274,11 @@ export class RecordStore {
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS}, producers FROM meta`).one();
+    const row = this.sql
+      .exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS}, producers, checkpoint FROM meta`)
+      .one();
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
-    const { annotation_bytes, live, producers, ...rest } = row;
+    const { annotation_bytes, live, producers, checkpoint, ...rest } = row;
     this.cached = {
       ...(rest as unknown as Meta),
       dispatch,
@@ -278,6 +288,8 @@ export class RecordStore {
       unknown: typeof row.unknown === "string" ? (JSON.parse(row.unknown) as string[]) : [],
     };
     this.ledgerCached = typeof producers === "string" ? producers : null;
+    this.checkpointCached = typeof checkpoint === "number" ? checkpoint : null;
+    this.checkpointMoved = false;
     // the turns logged after the row was written: the newest one holds what they changed
     const turn = this.sql
       .exec<{ turn: string }>(
@@ -286,9 +298,10 @@ export class RecordStore {
       )
       .toArray()[0];
     if (turn) {
-      const { producers: ledger, ...counters } = JSON.parse(turn.turn) as Turn;
+      const { producers: ledger, checkpoint: at, ...counters } = JSON.parse(turn.turn) as Turn;
       Object.assign(this.cached, counters);
       this.ledgerCached = ledger;
+      if (at !== undefined) this.checkpointCached = at;
     }
     return { ...this.cached };
   }
@@ -314,9 +327,11 @@ export class RecordStore {
       calls: m.calls,
       updated: m.updated,
       producers,
+      checkpoint: this.checkpointCached,
     };
     this.cached = { ...m };
     this.ledgerCached = producers;
+    this.checkpointMoved = false;
     return JSON.stringify(turn);
   }
 
@@ -328,7 +343,7 @@ export class RecordStore {
     if (this.cached === null) this.meta(); // the ledger as it stands
     const producers = ledger ? ledgerJson(ledger) : this.ledgerCached;
     this.sql.exec(
-      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?, producers = ?`,
+      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?, producers = ?, checkpoint = ?`,
       m.status,
       m.seq,
       m.bytes,
@@ -348,9 +363,32 @@ export class RecordStore {
       m.annotationBytes,
       m.unknown.length ? JSON.stringify(m.unknown) : null,
       producers,
+      this.checkpointCached,
     );
     this.cached = { ...m };
     this.ledgerCached = producers;
+    this.checkpointMoved = false;
+  }
+
+  // ---- the assembled state's checkpoint (sql-store.ts CheckpointKeeper) ----
+
+  /** Up to which seq the state's tables hold every frame's effects (null: all). */
+  checkpoint(): number | null {
+    if (this.cached === null && this.exists()) this.meta();
+    return this.checkpointCached;
+  }
+
+  /** Kept in memory; written by the transaction's turn or meta row, else by `saveCheckpoint` at its end. */
+  setCheckpoint(seq: number | null): void {
+    this.checkpointCached = seq;
+    this.checkpointMoved = true;
+  }
+
+  /** At the end of a transaction: the checkpoint, when it moved and no turn or meta row of it carried it. */
+  saveCheckpoint(): void {
+    if (!this.checkpointMoved) return;
+    this.sql.exec("UPDATE meta SET checkpoint = ?", this.checkpointCached);
+    this.checkpointMoved = false;
   }
 
   // ---- the log ----

@@ -32,6 +32,15 @@ import { Appends } from "./checkpoint.js";
 import { emptyTable } from "./layout.js";
 import { loadIndex } from "./load-index.js";
 
+/**
+ * Where the checkpoint is kept (record-store.ts: meta's column, or the turn of the frame that made it, written with
+ * the frame's transaction).
+ */
+export interface CheckpointKeeper {
+  checkpoint(): number | null;
+  setCheckpoint(seq: number | null): void;
+}
+
 export class SqlStore implements Bodies {
   private readonly holds = new Holds(() => this.collect());
   private ver = 0;
@@ -39,8 +48,6 @@ export class SqlStore implements Bodies {
   private readonly appends: Appends | null;
   /** This frame wrote to the tables (and made a checkpoint of itself): all of it is written at once. */
   private through = false;
-  /** meta.checkpoint as stored (undefined: not read yet). */
-  private saved: number | null | undefined;
   /** A checkpoint was written since `begin` (a rollback then leaves memory ahead of the tables). */
   checkpointed = false;
   /** Whether `stale` may have rows (false once a collect left it empty, until the next insert). */
@@ -50,12 +57,15 @@ export class SqlStore implements Bodies {
   /** Whether the tables exist (a watcher may pin an episode nobody has written yet). */
   private tables = false;
 
-  /** With `checkpoints`, appends wait for a checkpoint (the episode's store; a migration's writes at once). */
+  /**
+   * With a keeper of the checkpoint (the episode's record), appends wait for a checkpoint; without, every write goes
+   * to the tables at once (a migration's rebuild).
+   */
   constructor(
     private readonly sql: SqlStorage,
-    checkpoints = false,
+    private readonly keeper: CheckpointKeeper | null = null,
   ) {
-    this.appends = checkpoints ? new Appends(sql) : null;
+    this.appends = keeper ? new Appends(sql) : null;
   }
 
   /** The seq of the frame being applied: every row written gets it. */
@@ -70,19 +80,14 @@ export class SqlStore implements Bodies {
 
   // ---- checkpoints (checkpoint.ts) ----
 
-  /** meta.checkpoint: the tables hold every frame's effects up to it and none after (null: all of them). */
+  /** The checkpoint: the tables hold every frame's effects up to it and none after (null: all of them). */
   checkpointSeq(): number | null {
-    if (this.saved === undefined)
-      this.saved = this.hasTables()
-        ? (this.sql.exec<{ c: number | null }>("SELECT checkpoint AS c FROM meta").toArray()[0]?.c ?? null)
-        : null;
-    return this.saved;
+    return this.keeper?.checkpoint() ?? null;
   }
 
   private saveCheckpoint(seq: number | null): void {
-    if (this.saved === seq) return;
-    this.sql.exec("UPDATE meta SET checkpoint = ?", seq);
-    this.saved = seq;
+    if (!this.keeper || this.keeper.checkpoint() === seq) return;
+    this.keeper.setCheckpoint(seq);
     this.checkpointed = true;
   }
 
@@ -94,7 +99,6 @@ export class SqlStore implements Bodies {
   /** Memory went back to storage (a rollback, a delete): the appends are read again from the log (`replayFrom`). */
   forgetAppends(): void {
     this.appends?.clear();
-    this.saved = undefined;
     this.through = false;
   }
 
@@ -105,7 +109,9 @@ export class SqlStore implements Bodies {
 
   /** Frame `seq` was logged as `frame` (or replayed from the log): appends of it are read from there. */
   logged(seq: number, frame: Uint8Array): void {
-    this.appends?.logged(seq, frame);
+    const from = this.replayFrom();
+    // a frame the tables hold (written through) is no part of the next checkpoint's interval
+    if (from !== null && seq > from) this.appends!.logged(seq, frame);
   }
 
   /** Whether a checkpoint is due (checkpoint.ts). */

@@ -29,7 +29,7 @@ export class EpisodeState {
   constructor(private readonly storage: DurableObjectStorage) {
     this.schema = new SchemaState(storage, EPISODE_SCHEMA);
     this.record = new RecordStore(storage.sql, this.schema);
-    this.store = new SqlStore(storage.sql, true);
+    this.store = new SqlStore(storage.sql, this.record);
   }
 
   /** The object's SQLite (for the modules that own a table of their own: annotations.ts). */
@@ -85,6 +85,7 @@ export class EpisodeState {
           asm.apply(frame, true);
           this.store.logged(seq, frame);
         }
+        this.record.saveCheckpoint();
       });
     } catch (e) {
       this.store.forgetAppends();
@@ -114,7 +115,12 @@ export class EpisodeState {
   transaction<T>(fn: () => T, keepIndex: (e: unknown) => boolean = () => false): T {
     this.store.begin();
     try {
-      return this.storage.transactionSync(fn);
+      return this.storage.transactionSync(() => {
+        const out = fn();
+        // a checkpoint no frame or meta row of `fn` carried
+        this.record.saveCheckpoint();
+        return out;
+      });
     } catch (e) {
       // a checkpoint rolled back: the appends it wrote are no longer in memory, nor in the tables
       if (keepIndex(e) && !this.store.checkpointed) this.record.forget();
