@@ -28,12 +28,13 @@
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import type { ProducerLedger, Unconfirmed } from "../../protocol/envelope/ledger.js";
+import type { ProducerLedger } from "../../protocol/envelope/ledger.js";
 import { eachPart } from "../../protocol/episode/parts.js";
 import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { SchemaState } from "../storage/schema.js";
 import { emptyTable } from "./layout.js";
+import { ledgerJson, ledgerOf, sameButTurn, type Turn } from "./turn.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -106,37 +107,6 @@ export interface IndexState {
 
 const NO_INDEX_STATE: IndexState = { lastFlush: 0, due: 0, flushMs: 0, attempts: 0 };
 
-/** What a message changes in meta at every turn, kept on its last frame (`frames.turn`, JSON). */
-interface Turn {
-  seq: number;
-  bytes: number;
-  traces: number;
-  nodes: number;
-  calls: number;
-  updated: number;
-  /** The ledger as meta's `producers` column keeps it. */
-  producers: string;
-  /** The assembled state's checkpoint (meta.checkpoint) as of this turn. */
-  checkpoint?: number | null;
-}
-
-/** Meta's fields a `Turn` carries: the others changing means the meta row is written. */
-const TURN_FIELDS = new Set<keyof Meta>(["seq", "bytes", "traces", "nodes", "calls", "updated"]);
-
-/** Whether `a` and `b` differ only in the fields a turn carries. */
-function sameButTurn(a: Meta, b: Meta): boolean {
-  for (const k of Object.keys(a) as Array<keyof Meta>) {
-    if (TURN_FIELDS.has(k)) continue;
-    const x = a[k];
-    const y = b[k];
-    if (x === y) continue;
-    if (x instanceof Uint8Array && y instanceof Uint8Array) {
-      if (x.length !== y.length || x.some((v, i) => v !== y[i])) return false;
-    } else if (JSON.stringify(x) !== JSON.stringify(y)) return false;
-  }
-  return true;
-}
-
 const COLUMNS =
   "id, status, seq, bytes, traces, nodes, calls, created, updated, error, base, size, etag, refused, archived, dispatch, live, annotations, annotation_bytes, unknown";
 
@@ -152,23 +122,6 @@ function firstKey(seq: number): number {
 /** The log's key of a frame's last possible part. */
 function lastKey(seq: number): number {
   return firstKey(seq) + 65535;
-}
-
-/** The ledger as meta keeps it: `{name: {last, unconfirmed}}` (the table before version 9 had these columns). */
-function ledgerJson(ledger: ProducerLedger): string {
-  return JSON.stringify(
-    Object.fromEntries([...ledger].map(([name, p]) => [name, { last: p.last, unconfirmed: p.unconfirmed }])),
-  );
-}
-
-function ledgerOf(json: string | null): ProducerLedger {
-  const out: ProducerLedger = new Map();
-  if (json === null) return out;
-  for (const [name, p] of Object.entries(
-    JSON.parse(json) as Record<string, { last: number; unconfirmed: Unconfirmed[] }>,
-  ))
-    out.set(name, { last: p.last, unconfirmed: p.unconfirmed });
-  return out;
 }
 
 /** The episode's record (the tables above) and every query on them; EpisodeState holds it as `record`. */
