@@ -274,7 +274,10 @@ describe("ingest, finish, fetch", () => {
     expect(await runDurableObjectAlarm(stub)).toBe(true); // early: reschedules
     expect((await relay(`${id}/status`)).status).toBe(200);
     await runInDurableObject(stub, (_i, state) => {
-      state.storage.sql.exec("UPDATE meta SET updated = ?", Date.now() - 8 * 24 * 3600 * 1000);
+      const idle = Date.now() - 8 * 24 * 3600 * 1000;
+      state.storage.sql.exec("UPDATE meta SET updated = ?", idle);
+      // a turn's `updated` is kept on its last frame (record-store.ts `Turn`), read over the meta row
+      state.storage.sql.exec("UPDATE frames SET turn = json_set(turn, '$.updated', ?) WHERE turn IS NOT NULL", idle);
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     expect(await runDurableObjectAlarm(env.EPISODES.getByName(id))).toBe(true);

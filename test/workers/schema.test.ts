@@ -4,7 +4,7 @@
 // unknown delta keys, release-17eaf78, the one before alerts, release-413b234, and the one before the trainer's
 // truncation, release-b14ae00, and the one before the producers' ledger moved into the episode's meta row,
 // release-376f6ef, and the one before a running episode's text waited and segments took blocks of ids,
-// release-773b8cb; each made by
+// release-773b8cb, and the one before the episode's checkpoints and turns on frames, release-d4e57c7; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -40,6 +40,7 @@ const RELEASES = [
   "release-b14ae00",
   "release-376f6ef",
   "release-773b8cb",
+  "release-d4e57c7",
 ];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
@@ -325,6 +326,7 @@ async function textStillFound(release: string): Promise<void> {
     "release-b14ae00",
     "release-376f6ef",
     "release-773b8cb",
+    "release-d4e57c7",
   ].includes(release);
   // INDEX_SCHEMA 14: each episode's segments have ids in its row's block, and no index of their own
   const blocks = await runInDurableObject(index as DurableObjectStub, (_i, state) => ({
@@ -644,7 +646,15 @@ describe("the producers' ledger in the meta row (EPISODE_SCHEMA 9) on the previo
     expect(await next.json()).toMatchObject({ seq: 6, applied: 1, duplicates: 0, producers: { fixture: 6 } });
     const stored = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => ({
       table: state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'producers'").toArray().length,
-      ledger: JSON.parse(state.storage.sql.exec<{ p: string }>("SELECT producers AS p FROM meta").one().p) as unknown,
+      // as stored: the newest turn logged after the meta row (EPISODE_SCHEMA 10, record-store.ts `Turn`), else the row's
+      ledger: JSON.parse(
+        state.storage.sql
+          .exec<{ p: string }>(
+            `SELECT COALESCE((SELECT json_extract(turn, '$.producers') FROM frames WHERE turn IS NOT NULL
+               AND seq > (SELECT seq FROM meta) ORDER BY k DESC LIMIT 1), (SELECT producers FROM meta)) AS p`,
+          )
+          .one().p,
+      ) as unknown,
       version: storedVersion(state.storage.sql),
     }));
     expect(stored).toEqual({

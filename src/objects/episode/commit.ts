@@ -115,10 +115,7 @@ function applyMessage(
     },
   });
   // duplicates were recognised first: a retry of an applied delta is acknowledged, not refused
-  result.applied.forEach((frame, i) => {
-    m.bytes += frame.length;
-    state.record.appendFrame(progress.seqs[i]!, frame);
-  });
+  for (const frame of result.applied) m.bytes += frame.length;
   if (m.bytes > maxEpisode) {
     throw new RelayError(
       "episode_too_large",
@@ -129,8 +126,18 @@ function applyMessage(
   if (news.length) m.unknown = [...m.unknown, ...news];
   countInto(m, mem.asm);
   m.updated = now;
-  // the producers' seqs and cursors in the same row
-  state.record.saveMeta(m, mem.ledger);
+  // a checkpoint due is made before the turn is written, which carries it
+  if (state.store.checkpointDue) state.store.checkpoint();
+  // a turn that changed only its counters and the producers' ledger writes them on its last frame's row, not in meta
+  const last = result.applied.length - 1;
+  const turn =
+    last >= 0 && !progress.rewound && state.record.turnOnFrame(m) ? state.record.turnOf(m, mem.ledger) : null;
+  result.applied.forEach((frame, i) => {
+    state.record.appendFrame(progress.seqs[i]!, frame, i === last ? turn : null);
+    state.store.logged(progress.seqs[i]!, frame);
+  });
+  // else the producers' seqs and cursors in the meta row
+  if (turn === null) state.record.saveMeta(m, mem.ledger);
   return { result, saved: m };
 }
 
@@ -143,6 +150,8 @@ function applyMessage(
 function retract(state: EpisodeState, mem: EpisodeMemory, m: Meta, seqs: number[]): void {
   const base = Math.min(...seqs) - 1;
   const gone = new Set(seqs);
+  // the appends first, while the frames they are read from are in the log
+  state.store.checkpoint();
   m.bytes -= state.record.removeFrames(seqs);
   const redo = [...state.record.frames(base)].filter((f) => !gone.has(f.seq));
   state.store.rewind(base);
@@ -152,6 +161,7 @@ function retract(state: EpisodeState, mem: EpisodeMemory, m: Meta, seqs: number[
     mem.asm.version = state.store.version = f.seq;
     try {
       mem.asm.apply(f.frame, true);
+      state.store.logged(f.seq, f.frame);
     } catch (e) {
       if (!(e instanceof DeltaError)) throw e;
       throw new DeltaError(

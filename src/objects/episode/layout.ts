@@ -10,13 +10,24 @@
 export const LOG_COLUMNS = `k INTEGER PRIMARY KEY, data BLOB NOT NULL,
     seq INTEGER AS (k >> 16) VIRTUAL, part INTEGER AS (k & 65535) VIRTUAL`;
 
+/**
+ * The log's column of version 10: on the last frame of a message, the meta fields that message set (record-store.ts
+ * `Turn`, JSON), so a turn writes its frame row and not the meta row too. NULL on other frames and before.
+ */
+export const TURN_COLUMN = "turn TEXT";
+/**
+ * meta's column of version 10: the seq up to which the assembled state's tables hold every frame's effects (a
+ * checkpoint, sql-store.ts); the frames after it are replayed on wake. NULL: all of them (every release before).
+ */
+export const CHECKPOINT_COLUMN = "checkpoint INTEGER";
+
 /** node_meta's record of a routing repair (version 3). */
 export const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
 /** node_meta's columns of version 4: a node's parent index and message role (sql-store.ts). */
 export const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 /**
- * The layout the migrations of schema.ts leave (version 9), table by table: each table's CREATE statements. Created at once
+ * The layout the migrations of schema.ts leave (version 10), table by table: each table's CREATE statements. Created at once
  * on empty storage (`latestLayout`): every new episode's first delta wrote 76 rows of DDL creating tables, then
  * altering, rebuilding and dropping them, now 41. The same tables, columns (in the same order) and indexes;
  * test/workers/schema.test.ts compares the two.
@@ -29,9 +40,9 @@ const LATEST: Record<string, string[]> = {
     created INTEGER NOT NULL, updated INTEGER NOT NULL, error TEXT, base INTEGER NOT NULL,
     size INTEGER, etag TEXT, refused TEXT, archived INTEGER,
     annotations INTEGER NOT NULL DEFAULT 0, annotation_bytes INTEGER NOT NULL DEFAULT 0, dispatch BLOB, live TEXT,
-    unknown TEXT, producers TEXT)`,
+    unknown TEXT, producers TEXT, ${CHECKPOINT_COLUMN})`,
   ],
-  frames: [`CREATE TABLE frames (${LOG_COLUMNS})`],
+  frames: [`CREATE TABLE frames (${LOG_COLUMNS}, ${TURN_COLUMN})`],
   rewinds: ["CREATE TABLE rewinds (base INTEGER NOT NULL, upto INTEGER NOT NULL)"],
   reply: ["CREATE TABLE reply (part INTEGER PRIMARY KEY, data BLOB NOT NULL)"],
   index_sync: [

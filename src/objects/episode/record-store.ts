@@ -11,6 +11,11 @@
 //   seq applied (de-duplication) and its frames not yet confirmed by its cursor (retraction:
 //   src/protocol/envelope/ledger.ts). It changes with every message, as the rest of meta does, so
 //   it is written in meta's one UPDATE: a row of its own was one more row written per turn.
+// - `frames.turn` (version 10): what a message changes in meta at every turn (seq, bytes, counters,
+//   `updated`, the producers' ledger: a `Turn`) goes on its last frame's row, which the message
+//   writes anyway; the meta row is written only when something else changes (status, the reply,
+//   dispatch, unknown keys, a retraction, the log's base...). Meta as read is the row, then the turn
+//   of the newest frame after the row's seq, if any.
 // - `rewinds`: the retractions so far: a watcher resuming from a seq one of them rewound past
 //   gets a snapshot.
 // - `reply`: the upstream reply bytes once the run ended, or the last refused one while none
@@ -23,12 +28,13 @@
 //
 // The tables are declared, version by version, in schema.ts. Callers wrap writes in `transactionSync`.
 
-import type { ProducerLedger, Unconfirmed } from "../../protocol/envelope/ledger.js";
+import type { ProducerLedger } from "../../protocol/envelope/ledger.js";
 import { eachPart } from "../../protocol/episode/parts.js";
 import type { ProgressFacts } from "../../protocol/registry/entry.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import type { SchemaState } from "../storage/schema.js";
 import { emptyTable } from "./layout.js";
+import { ledgerJson, ledgerOf, sameButTurn, type Turn } from "./turn.js";
 
 export type EpisodeStatus = "live" | "finished" | "failed";
 
@@ -118,23 +124,6 @@ function lastKey(seq: number): number {
   return firstKey(seq) + 65535;
 }
 
-/** The ledger as meta keeps it: `{name: {last, unconfirmed}}` (the table before version 9 had these columns). */
-function ledgerJson(ledger: ProducerLedger): string {
-  return JSON.stringify(
-    Object.fromEntries([...ledger].map(([name, p]) => [name, { last: p.last, unconfirmed: p.unconfirmed }])),
-  );
-}
-
-function ledgerOf(json: string | null): ProducerLedger {
-  const out: ProducerLedger = new Map();
-  if (json === null) return out;
-  for (const [name, p] of Object.entries(
-    JSON.parse(json) as Record<string, { last: number; unconfirmed: Unconfirmed[] }>,
-  ))
-    out.set(name, { last: p.last, unconfirmed: p.unconfirmed });
-  return out;
-}
-
 /** The episode's record (the tables above) and every query on them; EpisodeState holds it as `record`. */
 export class RecordStore {
   private ready = false;
@@ -143,6 +132,11 @@ export class RecordStore {
   /** The index state as storage holds it (set with indexCache). */
   private indexSaved: IndexState | null = null;
   private rewinds: number | null = null;
+  /** The producers' ledger as last written (meta's column or a turn), JSON; null: none yet. */
+  private ledgerCached: string | null = null;
+  /** The checkpoint (sql-store.ts), and whether it changed since a meta row or a turn last carried it. */
+  private checkpointCached: number | null = null;
+  private checkpointMoved = false;
 
   constructor(
     private readonly sql: SqlStorage,
@@ -169,6 +163,9 @@ export class RecordStore {
     this.indexCache = null;
     this.indexSaved = null;
     this.rewinds = null;
+    this.ledgerCached = null;
+    this.checkpointCached = null;
+    this.checkpointMoved = false;
   }
 
   /** Create the schema and the meta row (first write of a new episode). */
@@ -221,6 +218,8 @@ export class RecordStore {
     );
     this.ready = true;
     this.cached = { ...meta };
+    this.ledgerCached = null;
+    this.checkpointCached = null;
     return meta;
   }
 
@@ -228,9 +227,11 @@ export class RecordStore {
   meta(): Meta | null {
     if (this.cached) return { ...this.cached };
     if (!this.exists()) return null;
-    const row = this.sql.exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS} FROM meta`).one();
+    const row = this.sql
+      .exec<Record<string, SqlStorageValue>>(`SELECT ${COLUMNS}, producers, checkpoint FROM meta`)
+      .one();
     const dispatch = row.dispatch instanceof ArrayBuffer ? new Uint8Array(row.dispatch) : null;
-    const { annotation_bytes, live, ...rest } = row;
+    const { annotation_bytes, live, producers, checkpoint, ...rest } = row;
     this.cached = {
       ...(rest as unknown as Meta),
       dispatch,
@@ -239,13 +240,63 @@ export class RecordStore {
       annotationBytes: Number(annotation_bytes ?? 0),
       unknown: typeof row.unknown === "string" ? (JSON.parse(row.unknown) as string[]) : [],
     };
+    this.ledgerCached = typeof producers === "string" ? producers : null;
+    this.checkpointCached = typeof checkpoint === "number" ? checkpoint : null;
+    this.checkpointMoved = false;
+    // the turns logged after the row was written: the newest one holds what they changed
+    const turn = this.sql
+      .exec<{ turn: string }>(
+        "SELECT turn FROM frames WHERE k > ? AND turn IS NOT NULL ORDER BY k DESC LIMIT 1",
+        lastKey(this.cached.seq),
+      )
+      .toArray()[0];
+    if (turn) {
+      const { producers: ledger, checkpoint: at, ...counters } = JSON.parse(turn.turn) as Turn;
+      Object.assign(this.cached, counters);
+      this.ledgerCached = ledger;
+      if (at !== undefined) this.checkpointCached = at;
+    }
     return { ...this.cached };
   }
 
-  /** The meta row, and with it (in the same UPDATE: one row written) the producers' ledger when given. */
+  /**
+   * A message's meta: when it changed only what a turn carries (and logged frames), it goes on its last frame
+   * (`turnOf`, which the caller passes to `appendFrame`) and this only keeps it; else the meta row is written.
+   * Whether it was: the caller logs its frames after asking (`turnOnFrame`).
+   */
+  turnOnFrame(m: Meta): boolean {
+    const held = this.meta();
+    return held !== null && sameButTurn(held, m);
+  }
+
+  /** The `frames.turn` of a message that changed only what a turn carries (see `turnOnFrame`); kept as meta. */
+  turnOf(m: Meta, ledger: ProducerLedger): string {
+    const producers = ledgerJson(ledger);
+    const turn: Turn = {
+      seq: m.seq,
+      bytes: m.bytes,
+      traces: m.traces,
+      nodes: m.nodes,
+      calls: m.calls,
+      updated: m.updated,
+      producers,
+      checkpoint: this.checkpointCached,
+    };
+    this.cached = { ...m };
+    this.ledgerCached = producers;
+    this.checkpointMoved = false;
+    return JSON.stringify(turn);
+  }
+
+  /**
+   * The meta row, and with it (in the same UPDATE: one row written) the producers' ledger: the one given, else the
+   * one last written (a turn's may be newer than the row's, and the frame holding it may be trimmed).
+   */
   saveMeta(m: Meta, ledger?: ProducerLedger): void {
+    if (this.cached === null) this.meta(); // the ledger as it stands
+    const producers = ledger ? ledgerJson(ledger) : this.ledgerCached;
     this.sql.exec(
-      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?${ledger ? ", producers = ?" : ""}`,
+      `UPDATE meta SET status = ?, seq = ?, bytes = ?, traces = ?, nodes = ?, calls = ?, updated = ?, error = ?, base = ?, size = ?, etag = ?, refused = ?, archived = ?, dispatch = ?, live = ?, annotations = ?, annotation_bytes = ?, unknown = ?, producers = ?, checkpoint = ?`,
       m.status,
       m.seq,
       m.bytes,
@@ -264,16 +315,46 @@ export class RecordStore {
       m.annotations,
       m.annotationBytes,
       m.unknown.length ? JSON.stringify(m.unknown) : null,
-      ...(ledger ? [ledgerJson(ledger)] : []),
+      producers,
+      this.checkpointCached,
     );
     this.cached = { ...m };
+    this.ledgerCached = producers;
+    this.checkpointMoved = false;
+  }
+
+  // ---- the assembled state's checkpoint (sql-store.ts CheckpointKeeper) ----
+
+  /** Up to which seq the state's tables hold every frame's effects (null: all). */
+  checkpoint(): number | null {
+    if (this.cached === null && this.exists()) this.meta();
+    return this.checkpointCached;
+  }
+
+  /** Kept in memory; written by the transaction's turn or meta row, else by `saveCheckpoint` at its end. */
+  setCheckpoint(seq: number | null): void {
+    this.checkpointCached = seq;
+    this.checkpointMoved = true;
+  }
+
+  /** At the end of a transaction: the checkpoint, when it moved and no turn or meta row of it carried it. */
+  saveCheckpoint(): void {
+    if (!this.checkpointMoved) return;
+    this.sql.exec("UPDATE meta SET checkpoint = ?", this.checkpointCached);
+    this.checkpointMoved = false;
   }
 
   // ---- the log ----
 
-  appendFrame(seq: number, frame: Uint8Array): void {
+  /** A frame logged, with the message's `Turn` (`turnOf`) on its first part when it is the message's last frame. */
+  appendFrame(seq: number, frame: Uint8Array, turn: string | null = null): void {
     eachPart(frame, (part, data) =>
-      this.sql.exec("INSERT INTO frames (k, data) VALUES (?, ?)", firstKey(seq) + part, data),
+      this.sql.exec(
+        "INSERT INTO frames (k, data, turn) VALUES (?, ?, ?)",
+        firstKey(seq) + part,
+        data,
+        part === 0 ? turn : null,
+      ),
     );
   }
 
@@ -376,8 +457,8 @@ export class RecordStore {
 
   producers(): ProducerLedger {
     if (!this.exists()) return new Map();
-    const row = this.sql.exec<{ producers: string | null }>("SELECT producers FROM meta").toArray()[0];
-    return ledgerOf(row?.producers ?? null);
+    if (this.cached === null) this.meta();
+    return ledgerOf(this.ledgerCached);
   }
 
   saveReply(reply: Uint8Array): void {

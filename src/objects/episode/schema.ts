@@ -8,7 +8,14 @@ import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
-import { LOG_COLUMNS, latestLayout, NODE_HEAD_COLUMNS, REPAIRED_COLUMN } from "./layout.js";
+import {
+  CHECKPOINT_COLUMN,
+  LOG_COLUMNS,
+  latestLayout,
+  NODE_HEAD_COLUMNS,
+  REPAIRED_COLUMN,
+  TURN_COLUMN,
+} from "./layout.js";
 import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
@@ -260,6 +267,15 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       what: "the producers' ledger in the meta row (written with it: one row per message, not two)",
       up(sql) {
         producersIntoMeta(sql);
+      },
+    },
+    {
+      version: 10,
+      what: "checkpoints: a turn writes its frame row (with the meta it set), the assembled state is written every so often",
+      up(sql) {
+        // NULL in both: every frame's effects are in the state's tables and meta is the meta row (as written before)
+        if (hasTable(sql, "meta")) addColumns(sql, "meta", [CHECKPOINT_COLUMN]);
+        if (hasTable(sql, "frames")) addColumns(sql, "frames", [TURN_COLUMN]);
       },
     },
   ],

@@ -17,6 +17,8 @@
 // it, unless something holds the state from before (a reader's pin, a retraction's floor:
 // holds.ts): then `stale` lists it until nothing does. `rewind(R)` deletes every version written
 // after R: what they superseded is current again. The tables are declared in schema.ts.
+// The relay's store writes appended nodes and items at checkpoints (checkpoint.ts): until then they
+// are read from the log, through `Appends`.
 
 import type { Bodies, BodyReader } from "../../protocol/assembly/bodies.js";
 import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
@@ -26,13 +28,28 @@ import { Holds, type Pin } from "../../protocol/episode/holds.js";
 import { buffer, eachPart } from "../../protocol/episode/parts.js";
 import { Reader } from "../../protocol/wire/reader.js";
 import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
+import { Appends } from "./checkpoint.js";
 import { emptyTable } from "./layout.js";
 import { loadIndex } from "./load-index.js";
 
+/**
+ * Where the checkpoint is kept (record-store.ts: meta's column, or the turn of the frame that made it, written with
+ * the frame's transaction).
+ */
+export interface CheckpointKeeper {
+  checkpoint(): number | null;
+  setCheckpoint(seq: number | null): void;
+}
+
 export class SqlStore implements Bodies {
   private readonly holds = new Holds(() => this.collect());
-  /** The seq of the frame being applied: every row written gets it. */
-  version = 0;
+  private ver = 0;
+  /** Appends not written yet (checkpoint.ts); null: every write goes to the tables at once. */
+  private readonly appends: Appends | null;
+  /** This frame wrote to the tables (and made a checkpoint of itself): all of it is written at once. */
+  private through = false;
+  /** A checkpoint was written since `begin` (a rollback then leaves memory ahead of the tables). */
+  checkpointed = false;
   /** Whether `stale` may have rows (false once a collect left it empty, until the next insert). */
   private maybeStale = true;
   /** Arrival order of the next new trace. */
@@ -40,8 +57,92 @@ export class SqlStore implements Bodies {
   /** Whether the tables exist (a watcher may pin an episode nobody has written yet). */
   private tables = false;
 
-  constructor(private readonly sql: SqlStorage) {}
+  /**
+   * With a keeper of the checkpoint (the episode's record), appends wait for a checkpoint; without, every write goes
+   * to the tables at once (a migration's rebuild).
+   */
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly keeper: CheckpointKeeper | null = null,
+  ) {
+    this.appends = keeper ? new Appends(sql) : null;
+  }
 
+  /** The seq of the frame being applied: every row written gets it. */
+  get version(): number {
+    return this.ver;
+  }
+
+  set version(seq: number) {
+    if (seq !== this.ver) this.through = false;
+    this.ver = seq;
+  }
+
+  // ---- checkpoints (checkpoint.ts) ----
+
+  /** The checkpoint: the tables hold every frame's effects up to it and none after (null: all of them). */
+  checkpointSeq(): number | null {
+    return this.keeper?.checkpoint() ?? null;
+  }
+
+  private saveCheckpoint(seq: number | null): void {
+    if (!this.keeper || this.keeper.checkpoint() === seq) return;
+    this.keeper.setCheckpoint(seq);
+    this.checkpointed = true;
+  }
+
+  /** A transaction begins (see `checkpointed`). */
+  begin(): void {
+    this.checkpointed = false;
+  }
+
+  /** Memory went back to storage (a rollback, a delete): the appends are read again from the log (`replayFrom`). */
+  forgetAppends(): void {
+    this.appends?.clear();
+    this.through = false;
+  }
+
+  /** The seq after which a woken object replays the log, or null when it need not. */
+  replayFrom(): number | null {
+    return this.appends ? this.checkpointSeq() : null;
+  }
+
+  /** Frame `seq` was logged as `frame` (or replayed from the log): appends of it are read from there. */
+  logged(seq: number, frame: Uint8Array): void {
+    const from = this.replayFrom();
+    // a frame the tables hold (written through) is no part of the next checkpoint's interval
+    if (from !== null && seq > from) this.appends!.logged(seq, frame);
+  }
+
+  /** Whether a checkpoint is due (checkpoint.ts). */
+  get checkpointDue(): boolean {
+    return this.appends?.due === true;
+  }
+
+  /** Write every append, and the checkpoint: the tables hold the state as of this frame. */
+  checkpoint(): void {
+    if (!this.appends) return;
+    this.appends.drain(
+      true,
+      (tnum, kind, idx, ver, bytes) => this.writeBody(tnum, kind, idx, ver, bytes),
+      (tnum, idx, info) => this.writeMeta(tnum, idx, info),
+      (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
+    );
+    this.saveCheckpoint(this.ver);
+    this.through = true;
+  }
+
+  /** Before a write that is not an append: the appends first, and this frame is written through. */
+  private writeThrough(): void {
+    if (this.appends && !this.through) this.checkpoint();
+  }
+
+  /** Whether an append waits for a checkpoint; the first since none was kept marks where the log is replayed from. */
+  private defer(): boolean {
+    if (!this.appends || this.through) return false;
+    if (this.checkpointSeq() === null) this.saveCheckpoint(this.ver - 1);
+    return true;
+  }
   private hasTables(): boolean {
     this.tables ||=
       this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stale'").toArray().length > 0;
@@ -77,9 +178,11 @@ export class SqlStore implements Bodies {
     this.holds.addFloor(seq);
   }
 
-  /** The oldest held seq, or null when nothing holds an older state. */
+  /** The oldest held seq, or null when nothing holds an older state; the log after a checkpoint is held too. */
   oldestHold(): number | null {
-    return this.holds.oldestHold();
+    const held = this.holds.oldestHold();
+    const from = this.replayFrom();
+    return from === null ? held : Math.min(held ?? from, from);
   }
 
   /** Delete the kept versions and dropped traces nothing holds any more. */
@@ -121,6 +224,14 @@ export class SqlStore implements Bodies {
    */
   dropBodies(): void {
     if (!this.hasTables()) return;
+    // the appends' node_meta and list sizes stay, as the tables' do; their bodies went with the archive
+    this.appends?.drain(
+      false,
+      () => {},
+      (tnum, idx, info) => this.writeMeta(tnum, idx, info),
+      (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
+    );
+    if (this.appends) this.saveCheckpoint(null);
     for (const table of ["bodies", "pending", "stale"] as const) emptyTable(this.sql, table);
     this.sql.exec(
       "DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)",
@@ -140,6 +251,7 @@ export class SqlStore implements Bodies {
    * holding a later state are told (`Pin.valid`). The caller reads the index back (`load`).
    */
   rewind(seq: number): void {
+    this.writeThrough();
     this.holds.rewound(seq);
     for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces WHERE created > ?", seq).toArray())
       this.deleteTrace(tnum);
@@ -161,12 +273,14 @@ export class SqlStore implements Bodies {
       const lists = Object.fromEntries(ITEM_FIELDS.map((f) => [f, s[f] ?? { count: 0, bytes: 0 }]));
       this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", JSON.stringify(lists), tnum);
     }
+    // the tables hold the state as of `seq`: the frames kept after it are replayed from there
+    if (this.appends) this.saveCheckpoint(seq);
   }
 
   /** Bodies as of `asOf` (a held seq), for the writers. */
   reader(asOf: number): BodyReader {
     return {
-      nodes: (tnum, from, to) => nodeBodies(this.sql, tnum, from, to, asOf),
+      nodes: (tnum, from, to) => this.nodesAsOf(tnum, from, to, asOf),
       items: (tnum, field, from, to) => this.items(tnum, field, from, to),
     };
   }
@@ -174,23 +288,43 @@ export class SqlStore implements Bodies {
   // ---- Bodies: reads ----
 
   node(t: TraceState, index: number): NodeState {
-    const data = nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver);
+    const data = this.appends?.one(t.tnum, NODES, index) ?? nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver);
     // stored bodies were validated when they arrived
     return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
   }
 
   /** Current nodes [from, to): the newest version of each. */
   nodes(tnum: number, from: number, to: number): Uint8Array[] {
-    return nodeBodies(this.sql, tnum, from, to, Number.MAX_SAFE_INTEGER);
+    return this.nodesAsOf(tnum, from, to, Number.MAX_SAFE_INTEGER);
+  }
+
+  /**
+   * Nodes [from, to) as of `asOf`: the tables' below the first append kept in memory, the appends' from it (an
+   * append is a node's only version: anything that rewrites a node writes the appends first).
+   */
+  private nodesAsOf(tnum: number, from: number, to: number, asOf: number): Uint8Array[] {
+    const first = this.appends?.first(tnum, NODES) ?? to;
+    const out = first > from ? nodeBodies(this.sql, tnum, from, Math.min(to, first), asOf) : [];
+    if (first < to) {
+      const at = Math.max(from, first);
+      this.appends!.read(tnum, NODES, at, to).forEach((b, k) => {
+        out[at - from + k] = b;
+      });
+    }
+    return out;
   }
 
   items(tnum: number, field: ItemField, from: number, to: number): Uint8Array[] {
-    return itemBodies(this.sql, tnum, field, from, to);
+    const first = this.appends?.first(tnum, KIND[field]) ?? to;
+    const out = first > from ? itemBodies(this.sql, tnum, field, from, Math.min(to, first)) : [];
+    if (first < to) out.push(...this.appends!.read(tnum, KIND[field], Math.max(from, first), to));
+    return out;
   }
 
   // ---- Bodies: the assembly's commit steps ----
 
   opened(t: TraceState): void {
+    this.writeThrough();
     this.sql.exec(
       "INSERT INTO traces (tnum, id, ord, lists, created, dropped) VALUES (?, ?, ?, ?, ?, NULL)",
       t.tnum,
@@ -207,6 +341,7 @@ export class SqlStore implements Bodies {
   }
 
   dropped(t: TraceState): void {
+    this.writeThrough();
     const created =
       this.sql.exec<{ c: number }>("SELECT created AS c FROM traces WHERE tnum = ?", t.tnum).toArray()[0]?.c ?? 0;
     if (this.holds.needed(created, this.version)) {
@@ -246,18 +381,25 @@ export class SqlStore implements Bodies {
   }
 
   nodesAdded(t: TraceState, from: number, nodes: NodeState[]): void {
+    const defer = this.defer();
     nodes.forEach((node, k) => {
       const idx = from + k;
-      this.writeMeta(t.tnum, idx, t.nodes[idx]!);
-      this.writeBody(t.tnum, NODES, idx, t.nodes[idx]!.ver, encodeNode(node));
+      const info = t.nodes[idx]!;
+      if (defer) this.appends!.add(t.tnum, NODES, idx, info.ver, encodeNode(node), info);
+      else {
+        this.writeMeta(t.tnum, idx, info);
+        this.writeBody(t.tnum, NODES, idx, info.ver, encodeNode(node));
+      }
     });
   }
 
-  nodesRemoved(): void {
-    // only in a refused batch: the transaction rolls the rows back
+  nodesRemoved(t: TraceState, from: number): void {
+    // only in a refused batch: the transaction rolls the rows back, and the appends go here
+    this.appends?.cut(t.tnum, NODES, from);
   }
 
   nodeChanged(t: TraceState, index: number, node: NodeState, before: NodeInfo): void {
+    this.writeThrough();
     const info = t.nodes[index]!;
     this.supersede("node", t.tnum, index, "", before.ver);
     this.writeMeta(t.tnum, index, info);
@@ -269,18 +411,27 @@ export class SqlStore implements Bodies {
   }
 
   itemsAdded(t: TraceState, field: ItemField, from: number, items: Uint8Array[]): void {
+    if (this.defer()) {
+      items.forEach((item, k) => {
+        this.appends!.add(t.tnum, KIND[field], from + k, this.version, item, null);
+      });
+      this.appends!.sizes(t);
+      return;
+    }
     items.forEach((item, k) => {
       this.writeBody(t.tnum, KIND[field], from + k, this.version, item);
     });
     this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum);
   }
 
-  itemsRemoved(): void {
-    // only in a refused batch: the transaction rolls the rows back
+  itemsRemoved(t: TraceState, field: ItemField, from: number): void {
+    // only in a refused batch: the transaction rolls the rows back, and the appends go here
+    this.appends?.cut(t.tnum, KIND[field], from);
   }
 
   fieldsSet(t: TraceState, keys: string[]): void {
     if (keys.length === 0) return;
+    this.writeThrough();
     const order = [...t.fields.keys()];
     for (const name of keys) {
       const slot = t.fields.get(name);
@@ -308,6 +459,7 @@ export class SqlStore implements Bodies {
   }
 
   pendingSet(t: TraceState): void {
+    this.writeThrough();
     const old = this.sql.exec<{ v: number | null }>("SELECT MAX(ver) AS v FROM pending WHERE tnum = ?", t.tnum).one().v;
     this.supersede("pending", t.tnum, -1, "", old ?? undefined);
     eachPart(t.pending, (part, data) =>

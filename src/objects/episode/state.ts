@@ -1,6 +1,8 @@
 // The episode as the object holds it: its SQLite record (meta, log, producers, reply), its
 // assembled state (SqlStore), and in memory only the index over them (per trace its fields,
-// pending, per node a NodeInfo) and the producers' ledger, read back on first use. Every module
+// pending, per node a NodeInfo), the appends since the last checkpoint (checkpoint.ts) and the
+// producers' ledger, read back on first use: the state's tables as of the checkpoint, then the
+// log's frames after it replayed. Every module
 // that changes the episode goes through here; none keeps a copy of its own.
 
 import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
@@ -27,7 +29,7 @@ export class EpisodeState {
   constructor(private readonly storage: DurableObjectStorage) {
     this.schema = new SchemaState(storage, EPISODE_SCHEMA);
     this.record = new RecordStore(storage.sql, this.schema);
-    this.store = new SqlStore(storage.sql);
+    this.store = new SqlStore(storage.sql, this.record);
   }
 
   /** The object's SQLite (for the modules that own a table of their own: annotations.ts). */
@@ -58,12 +60,37 @@ export class EpisodeState {
     if (this.memo) return this.memo;
     this.open();
     this.schema.check();
+    this.store.forgetAppends();
     const { traces, nextTnum } = this.record.exists() ? this.store.load() : { traces: [], nextTnum: 1 };
     const asm = new EpisodeAssembly(this.store, traces);
     asm.reserveTnums(nextTnum);
-    this.memo = { asm, ledger: this.record.producers() };
-    this.holdRetractable(this.memo.ledger);
-    return this.memo;
+    const memo = { asm, ledger: this.record.producers() };
+    this.holdRetractable(memo.ledger);
+    this.replay(asm);
+    this.memo = memo;
+    return memo;
+  }
+
+  /**
+   * The frames after the last checkpoint applied again (their appends are read from the log): memory as it stood.
+   * In a transaction: a frame that writes to the tables makes a checkpoint of itself, atomically.
+   */
+  private replay(asm: EpisodeAssembly): void {
+    const from = this.record.exists() ? this.store.replayFrom() : null;
+    if (from === null) return;
+    try {
+      this.storage.transactionSync(() => {
+        for (const { seq, frame } of this.record.frames(from)) {
+          asm.version = this.store.version = seq;
+          asm.apply(frame, true);
+          this.store.logged(seq, frame);
+        }
+        this.record.saveCheckpoint();
+      });
+    } catch (e) {
+      this.store.forgetAppends();
+      throw e;
+    }
   }
 
   meta(): Meta | null {
@@ -86,10 +113,17 @@ export class EpisodeState {
    * What is kept of the record's rows is read back either way.
    */
   transaction<T>(fn: () => T, keepIndex: (e: unknown) => boolean = () => false): T {
+    this.store.begin();
     try {
-      return this.storage.transactionSync(fn);
+      return this.storage.transactionSync(() => {
+        const out = fn();
+        // a checkpoint no frame or meta row of `fn` carried
+        this.record.saveCheckpoint();
+        return out;
+      });
     } catch (e) {
-      if (keepIndex(e)) this.record.forget();
+      // a checkpoint rolled back: the appends it wrote are no longer in memory, nor in the tables
+      if (keepIndex(e) && !this.store.checkpointed) this.record.forget();
       else this.forget();
       throw e;
     }
@@ -102,6 +136,7 @@ export class EpisodeState {
   forget(): void {
     this.memo = null;
     this.record.forget();
+    this.store.forgetAppends();
   }
 
   /** Frames that may still be retracted hold the state before them; the rest can go. */

@@ -1,0 +1,147 @@
+// Checkpoints (src/objects/episode/checkpoint.ts): appended nodes and items wait in memory, read from
+// the log, and reach the state's tables only at a checkpoint; an object evicted between checkpoints
+// replays the log after the last one, and nothing acknowledged is lost.
+import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { CHECKPOINT_FRAMES } from "../../src/objects/episode/checkpoint.js";
+import { MemoryBodies } from "../../src/protocol/assembly/bodies.js";
+import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
+import { drain, MsgpackOut, writeCheckpoint } from "../../src/protocol/assembly/render.js";
+import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
+import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
+import { concatChunks } from "../../src/protocol/wire/writer.js";
+import { delta, m, nd, node, openDelta } from "../support/deltas.js";
+import { equal, freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";
+
+/** What the episode's tables hold: the checkpoint, the newest frame, node bodies and node_meta rows. */
+function stored(id: string) {
+  return runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
+    const sql = state.storage.sql;
+    const n = (q: string) => sql.exec<{ n: number | null }>(q).one().n;
+    return {
+      // the newest turn logged after the meta row carries it, else the row (record-store.ts `Turn`)
+      checkpoint: n(`SELECT COALESCE((SELECT json_extract(turn, '$.checkpoint') FROM frames WHERE turn IS NOT NULL
+        AND seq > (SELECT seq FROM meta) ORDER BY k DESC LIMIT 1), (SELECT checkpoint FROM meta)) AS n`),
+      seq: n("SELECT MAX(seq) AS n FROM frames"),
+      bodies: n("SELECT COUNT(*) AS n FROM bodies WHERE kind = 0") ?? 0,
+      nodeMeta: n("SELECT COUNT(*) AS n FROM node_meta") ?? 0,
+    };
+  });
+}
+
+async function ok(res: Response): Promise<void> {
+  expect(res.status, await res.clone().text()).toBe(200);
+  await res.arrayBuffer();
+}
+
+describe("an object evicted between checkpoints loses nothing acknowledged", () => {
+  it("routing-heavy node appends (as the cost bench sends): evicted between checkpoints, exact as the reference", async () => {
+    // the golden cases set scalars and repair routing at every turn (writes that make a checkpoint of their frame);
+    // this episode appends nodes only, so each eviction falls between checkpoints. The oracle is the reference
+    // assembly over bodies in memory (src/protocol/assembly), given the same frames.
+    const id = freshId("cp-evict");
+    const producer = new ProducerCursor("test");
+    const bodies = new MemoryBodies();
+    const reference = new EpisodeAssembly(bodies);
+    const send = async (frame: Uint8Array, ack: boolean) => {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(frame))));
+      if (ack) producer.acknowledge();
+      reference.apply(frame);
+    };
+    const expected = () => {
+      const out = new MsgpackOut();
+      return concatChunks(drain(out, writeCheckpoint(out, bodies, reference.views())));
+    };
+    const routed = (i: number) =>
+      node(i, {
+        routed_experts: nd(
+          "uint8",
+          [64, 4, 8],
+          Array.from({ length: 2048 }, (_, k) => (k * 7 + i) & 0x7f),
+        ),
+      });
+    await send(openDelta(), true);
+    let evictions = 0;
+    for (let i = 0; i < 12; i++) {
+      await send(delta({ nodes: [routed(i)] }), true);
+      const before = await stored(id);
+      expect(before.checkpoint!).toBeLessThan(before.seq!);
+      expect(before.bodies).toBe(0);
+      await abortAllDurableObjects();
+      evictions++;
+      expect(((await (await relay(`${id}/status`)).json()) as { seq: number }).seq).toBe(before.seq);
+      const live = new Uint8Array(await (await relay(id)).arrayBuffer());
+      const traces = expected();
+      expect(equal(live.subarray(live.length - traces.length), traces), `after node ${i}`).toBe(true);
+    }
+    expect(evictions).toBe(12);
+  });
+
+  for (const name of ["chat_basic", "multi_trace_links", "routing_repair_widen", "ack_lost", "tool_calls_pending"]) {
+    it(`${name}: evicted after every frame, its frames replayed each time, then the golden episode`, async () => {
+      const c = await golden(name);
+      const id = freshId(`cp-${name}`);
+      const producer = new ProducerCursor("test");
+      for (let i = 0; i < c.frames.length; i++) {
+        await pushFrames(id, c, i, i + 1, producer);
+        await abortAllDurableObjects();
+        // the live view after the wake matches the golden checkpoint of this frame
+        const cp = c.checkpoints.find((x) => x.after === i + 1);
+        if (cp && c.ack_lost.length === 0) {
+          const live = new Uint8Array(await (await relay(id)).arrayBuffer());
+          expect(equal(live.subarray(live.length - cp.traces.length), cp.traces), `after frame ${i}`).toBe(true);
+        }
+      }
+      await ok(await post(`${id}/reply`, c.reply));
+      expect(equal(await getBytes(id), c.episode!)).toBe(true);
+    });
+  }
+});
+
+describe("checkpoints", () => {
+  it("node appends wait for a checkpoint; one is written after CHECKPOINT_FRAMES frames, and reads are the same", async () => {
+    const id = freshId("cp-frames");
+    const producer = new ProducerCursor("p");
+    const send = async (d: Uint8Array) => {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d))));
+      producer.acknowledge();
+    };
+    await send(openDelta());
+    await send(delta({ nodes: [node(0)] }));
+    await send(delta({ nodes: [node(1)] }));
+    const early = await stored(id);
+    // the open wrote through (a new trace); the two node appends wait
+    expect(early).toMatchObject({ checkpoint: 1, seq: 3, bodies: 0, nodeMeta: 0 });
+    for (let i = 2; i < CHECKPOINT_FRAMES; i++) await send(delta({ nodes: [node(i)] }));
+    // CHECKPOINT_FRAMES frames logged since the checkpoint at seq 1, none written yet
+    expect(await stored(id)).toMatchObject({ checkpoint: 1, seq: CHECKPOINT_FRAMES + 1, bodies: 0, nodeMeta: 0 });
+    const bytes = await getBytes(id);
+    await abortAllDurableObjects(); // the wake replays them all: the most a wake replays
+    expect(equal(await getBytes(id), bytes)).toBe(true);
+    // the next frame makes the checkpoint: its appends and the waiting ones are written
+    await send(delta({ nodes: [node(CHECKPOINT_FRAMES)] }));
+    const after = await stored(id);
+    expect(after).toMatchObject({
+      checkpoint: CHECKPOINT_FRAMES + 2,
+      bodies: CHECKPOINT_FRAMES + 1,
+      nodeMeta: CHECKPOINT_FRAMES + 1,
+    });
+    await send(delta({ nodes: [node(CHECKPOINT_FRAMES + 1)] }));
+    const more = await getBytes(id);
+    await abortAllDurableObjects();
+    expect(equal(await getBytes(id), more)).toBe(true);
+    const status = (await (await relay(`${id}/status`)).json()) as { seq: number; nodes: number };
+    expect(status).toMatchObject({ seq: CHECKPOINT_FRAMES + 3, nodes: CHECKPOINT_FRAMES + 2 });
+  });
+
+  it("a write that is not an append (a scalar set) writes the appends first and checkpoints its frame", async () => {
+    const id = freshId("cp-set");
+    await ok(await post(`${id}/deltas`, openDelta()));
+    await ok(await post(`${id}/deltas`, delta({ nodes: [node(0)] })));
+    expect(await stored(id)).toMatchObject({ checkpoint: 1, bodies: 0 });
+    await ok(await post(`${id}/deltas`, delta({ nodes: [node(1)], set: m({ is_completed: true }) })));
+    const s = await stored(id);
+    expect(s).toMatchObject({ checkpoint: 3, bodies: 2, nodeMeta: 2 });
+  });
+});
