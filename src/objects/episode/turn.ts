@@ -3,7 +3,6 @@
 // producers' ledger as meta and the turns keep it (JSON).
 
 import type { ProducerLedger, Unconfirmed } from "../../protocol/envelope/ledger.js";
-import type { Meta } from "./record-store.js";
 
 /** What a message changes in meta at every turn, kept on its last frame (`frames.turn`, JSON). */
 export interface Turn {
@@ -20,12 +19,12 @@ export interface Turn {
 }
 
 /** Meta's fields a `Turn` carries: the others changing means the meta row is written. */
-const TURN_FIELDS = new Set<keyof Meta>(["seq", "bytes", "traces", "nodes", "calls", "updated"]);
+const TURN_FIELDS: ReadonlySet<string> = new Set<keyof Turn>(["seq", "bytes", "traces", "nodes", "calls", "updated"]);
 
-/** Whether `a` and `b` differ only in the fields a turn carries. */
-export function sameButTurn(a: Meta, b: Meta): boolean {
-  for (const k of Object.keys(a) as Array<keyof Meta>) {
-    if (TURN_FIELDS.has(k)) continue;
+/** Whether two metas (record-store.ts's `Meta`; generic so this module imports nothing back) differ only in the fields a turn carries. */
+export function sameButTurn<M extends object>(a: M, b: M): boolean {
+  for (const k of Object.keys(a) as Array<keyof M>) {
+    if (TURN_FIELDS.has(k as string)) continue;
     const x = a[k];
     const y = b[k];
     if (x === y) continue;
