@@ -20,7 +20,7 @@ import { rowPages } from "../../src/objects/registry/sql-row.js";
 import { checkSchema, createLatest, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
+import { type RunAggregates, recount } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupJson } from "../../src/protocol/registry/groups.js";
 import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
@@ -529,6 +529,62 @@ describe("truncation as the trainer counts it (INDEX_SCHEMA 13) on the previous 
     }
     expect(truncation(await rows())).toEqual(recounted);
     expect(ids(await rows("?is_truncated=0"))).toEqual(["fixture:multi_trace_links", "fixture:routing_repair_widen"]);
+  });
+});
+
+describe("a live row's update writes its row only (INDEX_SCHEMA 15) on the previous release's storage", () => {
+  it("the list's indexes hold the ended rows, the live one is listed as before; the saved counters are the ended rows'", async () => {
+    const release = "release-773b8cb";
+    const seen = await fixture<Observed>("observed.json", release);
+    await restore(env.EPISODE_INDEX, await fixture<Dumped>("EpisodeIndex-run_fixture.json", release));
+    await abortAllDurableObjects();
+    const index = env.EPISODE_INDEX.getByName("run:fixture");
+    const got = await runInDurableObject(index, (instance, state) => {
+      const sql = state.storage.sql;
+      const list = (q: string) =>
+        (instance.list(parseListQuery(new URLSearchParams(q)), null)?.episodes ?? []).map((e) => e.id);
+      const rows = [...rowPages(sql)].flat();
+      const state_ = (k: string) =>
+        sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
+      const partial = sql
+        .exec<{ name: string; sql: string }>(
+          "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'rows'",
+        )
+        .toArray();
+      return {
+        version: storedVersion(sql),
+        all: list(""),
+        live: list("status=live"),
+        finished: list("status=finished"),
+        rows: rows.map((r) => ({ id: r.id, status: r.status, updated: r.updated })),
+        counters: state_("counters"),
+        settled: JSON.parse(state_("settled") ?? "null") as unknown,
+        settledExpected: recount(rows.filter((r) => r.status !== "live")).counters,
+        aggregates: instance.aggregates("fixture"),
+        recounted: recount(rows).counters,
+        byUpdate: partial
+          .filter((i) => /\bupdated\b/.test(i.sql))
+          .map((i) => [i.name, /status <> 'live'/.test(i.sql) || i.name === "rows_live"]),
+      };
+    });
+    expect(got.version).toBe(latestVersion(INDEX_SCHEMA));
+    // listed as that release listed them: every row by update, the live one among them
+    const observed = (seen.observed["run:episodes"] as { episodes: Array<{ id: string }> }).episodes.map((e) => e.id);
+    expect(got.all).toEqual(observed);
+    const byUpdate = [...got.rows].sort((a, b) => b.updated - a.updated || (a.id < b.id ? 1 : -1)).map((r) => r.id);
+    expect(got.all).toEqual(byUpdate);
+    expect(got.live).toEqual(got.rows.filter((r) => r.status === "live").map((r) => r.id));
+    expect(got.live.length).toBeGreaterThan(0);
+    expect(got.finished.length).toBe(got.rows.filter((r) => r.status === "finished").length);
+    // the counters: the ended rows' part saved, the live part recounted on load; together a recount of every row
+    expect(got.counters).toBeNull();
+    expect(got.settled).toEqual(got.settledExpected);
+    expect(got.aggregates?.episodes).toBe(got.recounted.episodes);
+    expect(got.aggregates?.counts.live).toBe(got.recounted.live);
+    expect(got.aggregates?.mean_tokens).toBe(got.recounted.tokens / got.recounted.episodes);
+    // every index holding `updated` holds the ended rows only, but rows_live
+    expect(got.byUpdate.length).toBeGreaterThanOrEqual(10);
+    expect(got.byUpdate.filter(([, ok]) => !ok)).toEqual([]);
   });
 });
 

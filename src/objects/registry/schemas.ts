@@ -3,6 +3,7 @@
 // (directory-store.ts, and run-sockets.ts's scopes).
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { settleLiveRows } from "./live-rows.js";
 import { recountRewards } from "./reward-recount.js";
 import { blockSegments } from "./segment-blocks.js";
 import { recountStepOutcomes } from "./step-recount.js";
@@ -228,6 +229,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec(`CREATE TABLE IF NOT EXISTS search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL,
           batch TEXT NOT NULL) WITHOUT ROWID`);
         blockSegments(sql);
+      },
+    },
+    {
+      version: 15,
+      what: "a live row's update writes its row only: the list's indexes and the saved counters hold the ended rows",
+      up(sql) {
+        settleLiveRows(sql);
       },
     },
   ],
