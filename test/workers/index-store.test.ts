@@ -230,6 +230,52 @@ describe("rows and the counters", () => {
     expect(named(stepwise, run)).toEqual(named(once, String((once.rows[0] as { id?: unknown }).id).split(":")[0]!));
   });
 
+  it("a running episode's text waits in its row: an update that adds to it writes the row and its order entry only", async () => {
+    await withStore((store, storage, run) => {
+      const written: Record<string, number> = {};
+      const counting = new Proxy(storage.sql, {
+        get(target, prop) {
+          if (prop !== "exec") return Reflect.get(target, prop, target);
+          return (q: string, ...args: SqlStorageValue[]) => {
+            const cursor = target.exec(q, ...args);
+            if (cursor.rowsWritten > 0) written[writtenTable(q)] = (written[writtenTable(q)] ?? 0) + cursor.rowsWritten;
+            return cursor;
+          };
+        },
+      });
+      const counted = new IndexStore(counting);
+      const batch = (node: number, body: string) => ({
+        traces: ["t0"],
+        from: { t0: node },
+        segments: [{ trace: "t0", node, role: "assistant", tool: null, kind: "text" as const, body }],
+      });
+      const turn = (n: number) => row(run, 1, "live", 1000 + n, { seq: n, live: liveFacts(n) });
+      const put = (n: number, body: string) =>
+        storage.transactionSync(() => counted.put(turn(n), counted.row(turn(n).id), batch(n, body), 300_000));
+      // the first text goes into the search at once (nothing of the episode is searchable yet)
+      put(1, "first words");
+      expect(counted.search.held(turn(1).id).segments).toBe(1);
+      // the next waits in the row: the row, its rows_live entry and, as it begins to wait, its rows_text_waiting entry
+      for (const k of Object.keys(written)) delete written[k];
+      put(2, "second words");
+      expect(written).toStrictEqual({ rows: 3 });
+      // more text while it waits: the row and its order entry, nothing else (no row of its own)
+      for (const k of Object.keys(written)) delete written[k];
+      put(3, "third words");
+      expect(written).toStrictEqual({ rows: 2 });
+      expect(counted.search.held(turn(1).id).segments).toBe(1);
+      // it ends: what waited goes in with the end's text
+      storage.transactionSync(() =>
+        counted.put({ ...turn(4), status: "finished", ended: 2000 }, counted.row(turn(4).id), batch(4, "last words")),
+      );
+      expect(counted.search.held(turn(1).id).segments).toBe(4);
+      const left = storage.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM rows WHERE text_since IS NOT NULL OR text_waiting IS NOT NULL")
+        .one().n;
+      expect(left).toBe(0);
+    });
+  });
+
   it("a transaction that throws after a put leaves the saved counters; forgetCached drops the ones in memory", async () => {
     await withStore((store, storage, run) => {
       write(store, storage, row(run, 1, "live", 10));

@@ -24,9 +24,12 @@ import { type RunAggregates, recount } from "../../src/protocol/registry/aggrega
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupJson } from "../../src/protocol/registry/groups.js";
 import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import { parseListQuery } from "../../src/protocol/registry/rows.js";
+import { parseSearchQuery } from "../../src/protocol/search/query.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
+import { currentRow } from "../support/index-rows.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
@@ -585,6 +588,69 @@ describe("a live row's update writes its row only (INDEX_SCHEMA 15) on the previ
     // every index holding `updated` holds the ended rows only, but rows_live
     expect(got.byUpdate.length).toBeGreaterThanOrEqual(10);
     expect(got.byUpdate.filter(([, ok]) => !ok)).toEqual([]);
+  });
+});
+
+const searchQuery = { status: null, prefix: null, filter: NO_FILTER, limit: 10 };
+
+describe("a running episode's waiting text in its row (INDEX_SCHEMA 16) on storage of version 15", () => {
+  it("a batch waiting in search_pending moves into its row, still waits, and goes into the search at the end", async () => {
+    const run = `wait16-${Date.now()}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const batch = (node: number, body: string) => ({
+      traces: ["t0"],
+      from: { t0: node },
+      segments: [{ trace: "t0", node, role: "assistant", tool: null, kind: "text" as const, body }],
+    });
+    const live = (seq: number) =>
+      currentRow({ id: `${run}:e`, run, status: "live", created: 1, updated: 10 + seq, seq, nodes: seq });
+    await index.upsert(live(1), batch(1, "marmot"));
+    await index.upsert(live(2), batch(2, "wombat"));
+    // as version 15 kept it: the waiting batch in search_pending, the row without it
+    await runInDurableObject(index, (_i, state) => {
+      const sql = state.storage.sql;
+      const r = sql
+        .exec<{ since: number; batch: string }>(
+          "SELECT text_since AS since, text_waiting AS batch FROM rows WHERE id = ?",
+          `${run}:e`,
+        )
+        .one();
+      expect(JSON.parse(r.batch)).toEqual(batch(2, "wombat"));
+      sql.exec(
+        `CREATE TABLE search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL, batch TEXT NOT NULL) WITHOUT ROWID`,
+      );
+      sql.exec("INSERT INTO search_pending VALUES (?, ?, ?)", `${run}:e`, r.since, r.batch);
+      // and one whose episode has no row: it cannot be found again, it goes
+      sql.exec("INSERT INTO search_pending VALUES ('gone', 1, ?)", r.batch);
+      sql.exec("DROP INDEX rows_text_waiting");
+      sql.exec("ALTER TABLE rows DROP COLUMN text_since");
+      sql.exec("ALTER TABLE rows DROP COLUMN text_waiting");
+      sql.exec("UPDATE schema_version SET version = 15");
+    });
+    await abortAllDurableObjects();
+    const after = env.EPISODE_INDEX.getByName(`run:${run}`);
+    expect(
+      (await after.search(parseSearchQuery("marmot"), searchQuery, null, null))?.episodes.map((h) => h.id),
+    ).toEqual([`${run}:e`]);
+    const moved = await runInDurableObject(after, (_i, state) => ({
+      version: storedVersion(state.storage.sql),
+      pending: state.storage.sql.exec("SELECT name FROM sqlite_master WHERE name = 'search_pending'").toArray().length,
+      waiting: state.storage.sql
+        .exec<{ id: string; batch: string }>("SELECT id, text_waiting AS batch FROM rows WHERE text_since IS NOT NULL")
+        .toArray()
+        .map((r) => [r.id, JSON.parse(r.batch) as unknown]),
+    }));
+    expect(moved).toEqual({
+      version: latestVersion(INDEX_SCHEMA),
+      pending: 0,
+      waiting: [[`${run}:e`, batch(2, "wombat")]],
+    });
+    expect((await after.search(parseSearchQuery("wombat"), searchQuery, null, null))?.episodes).toEqual([]);
+    await after.upsert({ ...live(3), status: "finished", ended: 20 }, batch(3, "quoll"));
+    for (const w of ["wombat", "quoll"])
+      expect((await after.search(parseSearchQuery(w), searchQuery, null, null))?.episodes.map((h) => h.id)).toEqual([
+        `${run}:e`,
+      ]);
   });
 });
 

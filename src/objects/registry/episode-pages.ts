@@ -20,7 +20,7 @@ import type { RowFilter } from "../../protocol/registry/row-filter.js";
 import { type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
 import { ENDED, LIVE } from "./live-rows.js";
 import { rowsInScope } from "./scoped-rows.js";
-import { rowOf, type SqlRow } from "./sql-row.js";
+import { ROW_COLUMNS, rowOf, type SqlRow } from "./sql-row.js";
 
 /** Rows one page may walk past (matching or not). */
 export const SCAN_BUDGET = 1000;
@@ -99,7 +99,7 @@ function walkSql(
   room: number,
 ): { query: string; args: SqlStorageValue[] } {
   const side = (index: string, terms: string[]) =>
-    `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${index}
+    `SELECT ${ROW_COLUMNS}, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${index}
      ${terms.length ? `WHERE ${terms.join(" AND ")}` : ""}`;
   const sides: Array<{ query: string; args: SqlStorageValue[] }> = [];
   if (walk.ended !== false)
@@ -119,7 +119,7 @@ function walkSql(
 /** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
 function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
   const check = conditions(q);
-  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `${ROW_COLUMNS}, COALESCE(${check.sql}, 0) AS ok`, check.args);
   if (mine === null) return null;
   const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
   const page = matching.slice(0, q.limit);

@@ -26,8 +26,8 @@ import { FINISHED_WALK_BUDGET, type FinishedPage, finishedPage } from "./finishe
 import { FlagStore } from "./flag-store.js";
 import { GroupStore } from "./group-store.js";
 import { ENDED, LIVE, liveContributions, SETTLED_STATE } from "./live-rows.js";
-import { type SearchBatch, SearchStore } from "./search-store.js";
-import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
+import { type SearchBatch, SearchStore, waitingOf } from "./search-store.js";
+import { ROW_COLUMNS, rowOf, type SqlRow, writeChanged } from "./sql-row.js";
 import { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
 
@@ -70,7 +70,7 @@ export class IndexStore {
   }
 
   row(id: string): IndexRow | null {
-    const r = this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", id).toArray()[0];
+    const r = this.sql.exec<SqlRow>(`SELECT ${ROW_COLUMNS} FROM rows WHERE id = ?`, id).toArray()[0];
     return r ? rowOf(r) : null;
   }
 
@@ -85,10 +85,30 @@ export class IndexStore {
     const flags = this.flags.update(row, text);
     const { id, ...values } = this.columnsOf(row, flags, this.finishedSeq(row, old));
     // only what the row shows that changed is written (each index entry on a changed column is a row written)
-    const held = old ? (this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", row.id).toArray()[0] ?? null) : null;
+    const held = old
+      ? (this.sql
+          .exec<SqlRow>(`SELECT ${ROW_COLUMNS}, text_since, text_waiting FROM rows WHERE id = ?`, row.id)
+          .toArray()[0] ?? null)
+      : null;
     // the block of its text's segment ids (search-store.ts), given with its first text
     const segBase = (held?.seg_base as number | null | undefined) ?? (text ? this.nextSegBase() : null);
-    writeChanged(this.sql, "rows", { id }, { ...values, seg_base: segBase }, held);
+    // a running episode's text waits in its row, written with it (a running episode's waits up to `searchFlushMs`)
+    const holdMs = row.status === "live" ? searchFlushMs : 0;
+    const plan = this.search.plan(
+      row.id,
+      segBase,
+      text,
+      holdMs,
+      Date.now(),
+      waitingOf(held as Record<string, SqlStorageValue> | null),
+    );
+    const waiting: Record<string, SqlStorageValue> =
+      plan.waiting === undefined
+        ? {}
+        : plan.waiting === null
+          ? { text_since: null, text_waiting: null }
+          : { text_since: plan.waiting.since, text_waiting: JSON.stringify(plan.waiting.batch) };
+    writeChanged(this.sql, "rows", { id }, { ...values, seg_base: segBase, ...waiting }, held);
     this.replaceContribution(c, old, row);
     this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
@@ -98,7 +118,7 @@ export class IndexStore {
     this.saveRun(row.run, row.created, row.updated);
     this.settle(old, row);
     // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
-    this.search.take(row.id, segBase, text, row.status === "live" ? searchFlushMs : 0, Date.now());
+    plan.apply();
   }
 
   /** The `rows` columns of `row`. */

@@ -10,6 +10,7 @@ import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 import { recountTruncation } from "./truncation-recount.js";
 import { addTurns } from "./turn-recount.js";
+import { textInRows } from "./waiting-text.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",
@@ -236,6 +237,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "a live row's update writes its row only: the list's indexes and the saved counters hold the ended rows",
       up(sql) {
         settleLiveRows(sql);
+      },
+    },
+    {
+      version: 16,
+      what: "a running episode's waiting text in its row, written with it",
+      up(sql) {
+        textInRows(sql);
       },
     },
   ],
