@@ -231,7 +231,7 @@ describe("rows and the counters", () => {
   });
 
   it("a running episode's text waits in its row: an update that adds to it writes the row and its order entry only", async () => {
-    await withStore((store, storage, run) => {
+    await withStore((_store, storage, run) => {
       const written: Record<string, number> = {};
       const counting = new Proxy(storage.sql, {
         get(target, prop) {
