@@ -9,6 +9,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { IndexStore } from "../../src/objects/registry/index-store.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { ROW_COLUMNS } from "../../src/objects/registry/sql-row.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
 import { writtenTable } from "../../src/protocol/billing/usage.js";
 import { recount } from "../../src/protocol/registry/aggregates.js";
@@ -274,6 +275,18 @@ describe("rows and the counters", () => {
         .one().n;
       expect(left).toBe(0);
     });
+  });
+
+  it("rows are listed with every column but the waiting text (ROW_COLUMNS)", async () => {
+    const columns = await withStore((_store, storage) =>
+      storage.sql
+        .exec<{ name: string }>("SELECT name FROM pragma_table_info('rows') ORDER BY cid")
+        .toArray()
+        .map((c) => c.name),
+    );
+    expect(ROW_COLUMNS.split(", ").map((c) => c.replace(/^rows\./, ""))).toEqual(
+      columns.filter((c) => c !== "text_since" && c !== "text_waiting"),
+    );
   });
 
   it("a transaction that throws after a put leaves the saved counters; forgetCached drops the ones in memory", async () => {

@@ -53,6 +53,7 @@ export type SqlRow = Omit<
 /**
  * The `rows` columns as listed (INDEX_SCHEMA 16 on): all but the text waiting for the search (text_since, text_waiting),
  * which may be large and is read only by the search's own statements. Migrations before it read `SELECT *` (rowPages).
+ * A migration that adds a column to `rows` adds it here (test/workers/index-store.test.ts holds the two equal).
  */
 export const ROW_COLUMNS = [
   "id",
