@@ -3,6 +3,7 @@
 // (directory-store.ts, and run-sockets.ts's scopes).
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { latestIndexLayout } from "./index-layout.js";
 import { settleLiveRows } from "./live-rows.js";
 import { recountRewards } from "./reward-recount.js";
 import { blockSegments } from "./segment-blocks.js";
@@ -14,6 +15,7 @@ import { textInRows } from "./waiting-text.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",
+  fresh: latestIndexLayout,
   migrations: [
     {
       version: 1,
