@@ -9,6 +9,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { IndexStore } from "../../src/objects/registry/index-store.js";
 import { INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
+import { ROW_COLUMNS } from "../../src/objects/registry/sql-row.js";
 import { SchemaState } from "../../src/objects/storage/schema.js";
 import { writtenTable } from "../../src/protocol/billing/usage.js";
 import { recount } from "../../src/protocol/registry/aggregates.js";
@@ -192,10 +193,23 @@ describe("rows and the counters", () => {
       });
       const moved = { ...written };
       expect(Object.keys(moved).sort()).toEqual(["rows"]);
-      // the row, and updated's index entries (by update, status, task, kind, step); the run's time is the newest
-      // row's, read from them (no state row: the counters did not move, no call or token came)
-      expect(moved.rows).toBeLessThanOrEqual(6);
+      // the row and its entry in rows_live: no other index holding `updated` holds a live row (INDEX_SCHEMA 15,
+      // live-rows.ts; before it, by update, status, task, kind and step: six rows); the run's time is the newest row's,
+      // read from them (no state row)
+      expect(moved.rows).toBe(2);
       expect(store.runRow(run).updated).toBe(live.updated + 100_000);
+      // calls and tokens came: the run's counters moved, but a live row's part is not saved (recounted on load): no
+      // state row; its step's and task's sums moved (a row each)
+      for (const k of Object.keys(written)) delete written[k];
+      const counted = { ...live, updated: live.updated + 200_000, seq: 98, calls: 50, tokens: 500 };
+      const before = store.loadCounters().tokens;
+      write(store, state.storage, counted);
+      expect(written).toStrictEqual({ rows: 2, steps: 1, tasks: 1 });
+      expect(store.loadCounters().tokens).toBe(before + 500 - live.tokens);
+      store.forgetCached();
+      expect(store.loadCounters().tokens, "the live part recounted from the rows").toBe(before + 500 - live.tokens);
+      write(store, state.storage, { ...live, updated: live.updated + 100_000, seq: 99 });
+      for (const k of Object.keys(written)) delete written[k];
       // no index holds seq: the row itself
       for (const k of Object.keys(written)) delete written[k];
       write(store, state.storage, { ...live, updated: live.updated + 100_000, seq: 100 });
@@ -215,6 +229,64 @@ describe("rows and the counters", () => {
     const named = (t: ReturnType<typeof tables>, other: string) =>
       JSON.parse(JSON.stringify(t).replaceAll(other, "RUN")) as ReturnType<typeof tables>;
     expect(named(stepwise, run)).toEqual(named(once, String((once.rows[0] as { id?: unknown }).id).split(":")[0]!));
+  });
+
+  it("a running episode's text waits in its row: an update that adds to it writes the row and its order entry only", async () => {
+    await withStore((_store, storage, run) => {
+      const written: Record<string, number> = {};
+      const counting = new Proxy(storage.sql, {
+        get(target, prop) {
+          if (prop !== "exec") return Reflect.get(target, prop, target);
+          return (q: string, ...args: SqlStorageValue[]) => {
+            const cursor = target.exec(q, ...args);
+            if (cursor.rowsWritten > 0) written[writtenTable(q)] = (written[writtenTable(q)] ?? 0) + cursor.rowsWritten;
+            return cursor;
+          };
+        },
+      });
+      const counted = new IndexStore(counting);
+      const batch = (node: number, body: string) => ({
+        traces: ["t0"],
+        from: { t0: node },
+        segments: [{ trace: "t0", node, role: "assistant", tool: null, kind: "text" as const, body }],
+      });
+      const turn = (n: number) => row(run, 1, "live", 1000 + n, { seq: n, live: liveFacts(n) });
+      const put = (n: number, body: string) =>
+        storage.transactionSync(() => counted.put(turn(n), counted.row(turn(n).id), batch(n, body), 300_000));
+      // the first text goes into the search at once (nothing of the episode is searchable yet)
+      put(1, "first words");
+      expect(counted.search.held(turn(1).id).segments).toBe(1);
+      // the next waits in the row: the row, its rows_live entry and, as it begins to wait, its rows_text_waiting entry
+      for (const k of Object.keys(written)) delete written[k];
+      put(2, "second words");
+      expect(written).toStrictEqual({ rows: 3 });
+      // more text while it waits: the row and its order entry, nothing else (no row of its own)
+      for (const k of Object.keys(written)) delete written[k];
+      put(3, "third words");
+      expect(written).toStrictEqual({ rows: 2 });
+      expect(counted.search.held(turn(1).id).segments).toBe(1);
+      // it ends: what waited goes in with the end's text
+      storage.transactionSync(() =>
+        counted.put({ ...turn(4), status: "finished", ended: 2000 }, counted.row(turn(4).id), batch(4, "last words")),
+      );
+      expect(counted.search.held(turn(1).id).segments).toBe(4);
+      const left = storage.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM rows WHERE text_since IS NOT NULL OR text_waiting IS NOT NULL")
+        .one().n;
+      expect(left).toBe(0);
+    });
+  });
+
+  it("rows are listed with every column but the waiting text (ROW_COLUMNS)", async () => {
+    const columns = await withStore((_store, storage) =>
+      storage.sql
+        .exec<{ name: string }>("SELECT name FROM pragma_table_info('rows') ORDER BY cid")
+        .toArray()
+        .map((c) => c.name),
+    );
+    expect(ROW_COLUMNS.split(", ").map((c) => c.replace(/^rows\./, ""))).toEqual(
+      columns.filter((c) => c !== "text_since" && c !== "text_waiting"),
+    );
   });
 
   it("a transaction that throws after a put leaves the saved counters; forgetCached drops the ones in memory", async () => {

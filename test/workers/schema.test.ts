@@ -20,13 +20,16 @@ import { rowPages } from "../../src/objects/registry/sql-row.js";
 import { checkSchema, createLatest, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
-import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
+import { type RunAggregates, recount } from "../../src/protocol/registry/aggregates.js";
 import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupJson } from "../../src/protocol/registry/groups.js";
 import { episodeReward, TOTAL_KEY } from "../../src/protocol/registry/rewards.js";
+import { NO_FILTER } from "../../src/protocol/registry/row-filter.js";
 import { parseListQuery } from "../../src/protocol/registry/rows.js";
+import { parseSearchQuery } from "../../src/protocol/search/query.js";
 import { type Json, toJson } from "../../src/protocol/wire/json-view.js";
 import { decodeLossless } from "../../src/protocol/wire/lossless.js";
+import { currentRow } from "../support/index-rows.js";
 import { equal, fromNode, getBytes, golden, post, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
 
@@ -534,6 +537,125 @@ describe("truncation as the trainer counts it (INDEX_SCHEMA 13) on the previous 
   });
 });
 
+describe("a live row's update writes its row only (INDEX_SCHEMA 15) on the previous release's storage", () => {
+  it("the list's indexes hold the ended rows, the live one is listed as before; the saved counters are the ended rows'", async () => {
+    const release = "release-773b8cb";
+    const seen = await fixture<Observed>("observed.json", release);
+    await restore(env.EPISODE_INDEX, await fixture<Dumped>("EpisodeIndex-run_fixture.json", release));
+    await abortAllDurableObjects();
+    const index = env.EPISODE_INDEX.getByName("run:fixture");
+    const got = await runInDurableObject(index, (instance, state) => {
+      const sql = state.storage.sql;
+      const list = (q: string) =>
+        (instance.list(parseListQuery(new URLSearchParams(q)), null)?.episodes ?? []).map((e) => e.id);
+      const rows = [...rowPages(sql)].flat();
+      const state_ = (k: string) =>
+        sql.exec<{ v: string }>("SELECT v FROM state WHERE k = ?", k).toArray()[0]?.v ?? null;
+      const partial = sql
+        .exec<{ name: string; sql: string }>(
+          "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'rows'",
+        )
+        .toArray();
+      return {
+        version: storedVersion(sql),
+        all: list(""),
+        live: list("status=live"),
+        finished: list("status=finished"),
+        rows: rows.map((r) => ({ id: r.id, status: r.status, updated: r.updated })),
+        counters: state_("counters"),
+        settled: JSON.parse(state_("settled") ?? "null") as unknown,
+        settledExpected: recount(rows.filter((r) => r.status !== "live")).counters,
+        aggregates: instance.aggregates("fixture"),
+        recounted: recount(rows).counters,
+        byUpdate: partial
+          .filter((i) => /\bupdated\b/.test(i.sql))
+          .map((i) => [i.name, /status <> 'live'/.test(i.sql) || i.name === "rows_live"]),
+      };
+    });
+    expect(got.version).toBe(latestVersion(INDEX_SCHEMA));
+    // listed as that release listed them: every row by update, the live one among them
+    const observed = (seen.observed["run:episodes"] as { episodes: Array<{ id: string }> }).episodes.map((e) => e.id);
+    expect(got.all).toEqual(observed);
+    const byUpdate = [...got.rows].sort((a, b) => b.updated - a.updated || (a.id < b.id ? 1 : -1)).map((r) => r.id);
+    expect(got.all).toEqual(byUpdate);
+    expect(got.live).toEqual(got.rows.filter((r) => r.status === "live").map((r) => r.id));
+    expect(got.live.length).toBeGreaterThan(0);
+    expect(got.finished.length).toBe(got.rows.filter((r) => r.status === "finished").length);
+    // the counters: the ended rows' part saved, the live part recounted on load; together a recount of every row
+    expect(got.counters).toBeNull();
+    expect(got.settled).toEqual(got.settledExpected);
+    expect(got.aggregates?.episodes).toBe(got.recounted.episodes);
+    expect(got.aggregates?.counts.live).toBe(got.recounted.live);
+    expect(got.aggregates?.mean_tokens).toBe(got.recounted.tokens / got.recounted.episodes);
+    // every index holding `updated` holds the ended rows only, but rows_live
+    expect(got.byUpdate.length).toBeGreaterThanOrEqual(10);
+    expect(got.byUpdate.filter(([, ok]) => !ok)).toEqual([]);
+  });
+});
+
+const searchQuery = { status: null, prefix: null, filter: NO_FILTER, limit: 10 };
+
+describe("a running episode's waiting text in its row (INDEX_SCHEMA 16) on storage of version 15", () => {
+  it("a batch waiting in search_pending moves into its row, still waits, and goes into the search at the end", async () => {
+    const run = `wait16-${Date.now()}`;
+    const index = env.EPISODE_INDEX.getByName(`run:${run}`);
+    const batch = (node: number, body: string) => ({
+      traces: ["t0"],
+      from: { t0: node },
+      segments: [{ trace: "t0", node, role: "assistant", tool: null, kind: "text" as const, body }],
+    });
+    const live = (seq: number) =>
+      currentRow({ id: `${run}:e`, run, status: "live", created: 1, updated: 10 + seq, seq, nodes: seq });
+    await index.upsert(live(1), batch(1, "marmot"));
+    await index.upsert(live(2), batch(2, "wombat"));
+    // as version 15 kept it: the waiting batch in search_pending, the row without it
+    await runInDurableObject(index, (_i, state) => {
+      const sql = state.storage.sql;
+      const r = sql
+        .exec<{ since: number; batch: string }>(
+          "SELECT text_since AS since, text_waiting AS batch FROM rows WHERE id = ?",
+          `${run}:e`,
+        )
+        .one();
+      expect(JSON.parse(r.batch)).toEqual(batch(2, "wombat"));
+      sql.exec(
+        `CREATE TABLE search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL, batch TEXT NOT NULL) WITHOUT ROWID`,
+      );
+      sql.exec("INSERT INTO search_pending VALUES (?, ?, ?)", `${run}:e`, r.since, r.batch);
+      // and one whose episode has no row: it cannot be found again, it goes
+      sql.exec("INSERT INTO search_pending VALUES ('gone', 1, ?)", r.batch);
+      sql.exec("DROP INDEX rows_text_waiting");
+      sql.exec("ALTER TABLE rows DROP COLUMN text_since");
+      sql.exec("ALTER TABLE rows DROP COLUMN text_waiting");
+      sql.exec("UPDATE schema_version SET version = 15");
+    });
+    await abortAllDurableObjects();
+    const after = env.EPISODE_INDEX.getByName(`run:${run}`);
+    expect(
+      (await after.search(parseSearchQuery("marmot"), searchQuery, null, null))?.episodes.map((h) => h.id),
+    ).toEqual([`${run}:e`]);
+    const moved = await runInDurableObject(after, (_i, state) => ({
+      version: storedVersion(state.storage.sql),
+      pending: state.storage.sql.exec("SELECT name FROM sqlite_master WHERE name = 'search_pending'").toArray().length,
+      waiting: state.storage.sql
+        .exec<{ id: string; batch: string }>("SELECT id, text_waiting AS batch FROM rows WHERE text_since IS NOT NULL")
+        .toArray()
+        .map((r) => [r.id, JSON.parse(r.batch) as unknown]),
+    }));
+    expect(moved).toEqual({
+      version: latestVersion(INDEX_SCHEMA),
+      pending: 0,
+      waiting: [[`${run}:e`, batch(2, "wombat")]],
+    });
+    expect((await after.search(parseSearchQuery("wombat"), searchQuery, null, null))?.episodes).toEqual([]);
+    await after.upsert({ ...live(3), status: "finished", ended: 20 }, batch(3, "quoll"));
+    for (const w of ["wombat", "quoll"])
+      expect((await after.search(parseSearchQuery(w), searchQuery, null, null))?.episodes.map((h) => h.id)).toEqual([
+        `${run}:e`,
+      ]);
+  });
+});
+
 describe("an object whose storage cannot be upgraded refuses every request, its storage untouched", () => {
   async function tablesOf(name: string): Promise<string[]> {
     return runInDurableObject(env.EPISODES.getByName(name) as DurableObjectStub, (_i, state) =>
@@ -706,6 +828,7 @@ describe("empty storage gets the latest layout at once (Schema.fresh)", () => {
   for (const [name, schema] of [
     ["Episode", EPISODE_SCHEMA],
     ["ViewerHub", HUB_SCHEMA],
+    ["EpisodeIndex", INDEX_SCHEMA],
   ] as const) {
     it(`${name}: the same tables, columns and indexes as every migration run in turn, for fewer rows written`, async () => {
       const stepwise = await runInDurableObject(
@@ -723,6 +846,9 @@ describe("empty storage gets the latest layout at once (Schema.fresh)", () => {
           ctx.storage.transactionSync(() => createLatest(c.sql, schema));
           return { layout: layout(ctx.storage.sql), written: c.written(), version: storedVersion(ctx.storage.sql) };
         },
+      );
+      console.log(
+        `${name}: rows written creating the latest layout: ${stepwise.written} by every migration, ${atOnce.written} at once`,
       );
       expect(atOnce.layout).toEqual(stepwise.layout);
       expect(atOnce.version).toBe(latestVersion(schema));

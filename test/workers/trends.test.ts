@@ -15,6 +15,7 @@ import {
   HISTOGRAM_BINS,
   minuteOf,
   type RunAggregates,
+  recount,
   SCORE_UNIT,
   THROUGHPUT_MINUTES,
   unitsOf,
@@ -361,12 +362,11 @@ describe("storage at schema version 4 upgrades to the same numbers", () => {
       sql.exec("ALTER TABLE groups DROP COLUMN done_minute");
       sql.exec("DROP TABLE reward_minutes");
       sql.exec("DROP TABLE group_minutes");
-      const c = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM state WHERE k = 'counters'").one().v) as Record<
-        string,
-        unknown
-      >;
+      // and version 15's: the counters saved were every row's (since 15 the ended rows' only, under `settled`)
+      const c = structuredClone(recount(rows).counters) as unknown as Record<string, unknown>;
       delete c.finished_rewards;
-      sql.exec("UPDATE state SET v = ? WHERE k = 'counters'", JSON.stringify(c));
+      sql.exec("DELETE FROM state WHERE k = 'settled'");
+      sql.exec("INSERT INTO state VALUES ('counters', ?)", JSON.stringify(c));
       sql.exec("UPDATE schema_version SET version = 4");
     });
     await abortAllDurableObjects();

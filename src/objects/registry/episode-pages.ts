@@ -18,8 +18,9 @@ import type { IndexRow } from "../../protocol/registry/entry.js";
 import type { RowPosition } from "../../protocol/registry/list-cursors.js";
 import type { RowFilter } from "../../protocol/registry/row-filter.js";
 import { type ListQuery, type Scope, visible } from "../../protocol/registry/rows.js";
+import { ENDED, LIVE } from "./live-rows.js";
 import { rowsInScope } from "./scoped-rows.js";
-import { rowOf, type SqlRow } from "./sql-row.js";
+import { ROW_COLUMNS, rowOf, type SqlRow } from "./sql-row.js";
 
 /** Rows one page may walk past (matching or not). */
 export const SCAN_BUDGET = 1000;
@@ -33,12 +34,22 @@ export interface EpisodePage {
   searched: number;
 }
 
-/** One index walk: its index, its range (a filter's value and the cursor), its order. */
+/**
+ * One index walk: its index, its range (a filter's value and the cursor), its order. Sorted by update, the ended
+ * rows' index and the live rows (`live`: `rows_live`, sorted here) are walked as one, merged in the list's order.
+ */
 interface Walk {
   index: string;
   where: string[];
   args: SqlStorageValue[];
   order: string;
+  /** Whether the walk's rows are the ended ones (its index is one of live-rows.ts ENDED_INDEXES). */
+  ended?: boolean;
+  /**
+   * The live rows merged in: by `rows_live` in the list's order (the filter checked on each row walked), or by an
+   * index on the filter's value (a task's or a step's few rows, then sorted).
+   */
+  live?: { index: string; where: string[]; args: SqlStorageValue[] } | null;
 }
 
 /** The row as walked: all columns, and whether it passes every condition but the scope (checked on the row). */
@@ -57,13 +68,8 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
   let last: RowPosition | null = null;
   for (const walk of walksOf(q)) {
     const room = budget - walkedAll;
-    const cursor = sql.exec<WalkedRow>(
-      `SELECT rows.*, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${walk.index}
-       ${walk.where.length ? `WHERE ${walk.where.join(" AND ")}` : ""} ORDER BY ${walk.order} LIMIT ?`,
-      ...check.args,
-      ...walk.args,
-      room,
-    );
+    const { query, args } = walkSql(walk, check, room);
+    const cursor = sql.exec<WalkedRow>(query, ...args);
     let walked = 0;
     for (const r of cursor) {
       walked++;
@@ -83,10 +89,37 @@ export function episodePage(sql: SqlStorage, q: ListQuery, scope: Scope, budget 
   return { rows, next: null, searched };
 }
 
+/**
+ * A walk's statement: its index in its order, at most `room` rows. Sorted by update, the ended rows' index and the
+ * live rows' are merged in the list's order (SQLite merges the two sides as it reads them; each stops at `room` too).
+ */
+function walkSql(
+  walk: Walk,
+  check: { sql: string; args: SqlStorageValue[] },
+  room: number,
+): { query: string; args: SqlStorageValue[] } {
+  const side = (index: string, terms: string[]) =>
+    `SELECT ${ROW_COLUMNS}, COALESCE(${check.sql}, 0) AS ok FROM rows INDEXED BY ${index}
+     ${terms.length ? `WHERE ${terms.join(" AND ")}` : ""}`;
+  const sides: Array<{ query: string; args: SqlStorageValue[] }> = [];
+  if (walk.ended !== false)
+    sides.push({
+      query: side(walk.index, walk.ended ? [ENDED, ...walk.where] : walk.where),
+      args: [...check.args, ...walk.args],
+    });
+  const live = walk.live;
+  if (live) sides.push({ query: side(live.index, [LIVE, ...live.where]), args: [...check.args, ...live.args] });
+  // one compound ordered as a whole: SQLite merges its sides as it reads them, so the LIMIT bounds what is read
+  return {
+    query: `${sides.map((x) => x.query).join(" UNION ALL ")} ORDER BY ${walk.order} LIMIT ?`,
+    args: [...sides.flatMap((x) => x.args), room],
+  };
+}
+
 /** The page of a partial scope from its own rows (null: it covers too many, walk instead). */
 function scopedPage(sql: SqlStorage, q: ListQuery, scope: readonly string[]): EpisodePage | null {
   const check = conditions(q);
-  const mine = rowsInScope<WalkedRow>(sql, scope, `rows.*, COALESCE(${check.sql}, 0) AS ok`, check.args);
+  const mine = rowsInScope<WalkedRow>(sql, scope, `${ROW_COLUMNS}, COALESCE(${check.sql}, 0) AS ok`, check.args);
   if (mine === null) return null;
   const matching = mine.filter((r) => r.ok === 1 && follows(q, r)).sort((a, b) => order(q, a, b));
   const page = matching.slice(0, q.limit);
@@ -132,8 +165,10 @@ function walksOf(q: ListQuery): Walk[] {
   if (q.sort === "updated") {
     const walk = drivingWalk(q.filter, q.status);
     if (after !== null) {
-      walk.where.push("(updated, id) < (?, ?)");
-      walk.args.push(after.key, after.id);
+      for (const w of [walk, walk.live]) {
+        w?.where.push("(updated, id) < (?, ?)");
+        w?.args.push(after.key, after.id);
+      }
     }
     return [walk];
   }
@@ -168,8 +203,27 @@ function walksOf(q: ListQuery): Walk[] {
   return walks;
 }
 
-/** Sorted by update: the index of the first filter given that has one, else all rows by update. */
+/**
+ * Sorted by update: the index of the first filter given that has one, else all rows by update; those hold the ended
+ * rows, and the live ones are merged in (live-rows.ts), unless the status asked says which.
+ */
 function drivingWalk(f: RowFilter, status: string | null): Walk {
+  const walk = endedWalk(f, status);
+  if (status !== null && status !== "live") return { ...walk, ended: true, live: null };
+  // a task's or a step's live rows by their value (a group's or a batch's: few); the others in the list's order, the
+  // filter checked on each row walked
+  const byValue = walk.index === "rows_by_task" || walk.index === "rows_by_step_updated";
+  const live = byValue
+    ? {
+        index: walk.index === "rows_by_task" ? "rows_of_task" : "rows_by_step",
+        where: [...walk.where],
+        args: [...walk.args],
+      }
+    : { index: "rows_live", where: [], args: [] };
+  return { ...walk, ended: status === null, live };
+}
+
+function endedWalk(f: RowFilter, status: string | null): Walk {
   const order = "updated DESC, id DESC";
   if (f.task !== null) return { index: "rows_by_task", where: ["task = ?"], args: [f.task], order };
   if (f.stop !== null) return { index: "rows_by_stop", where: ["stop = ?"], args: [f.stop], order };

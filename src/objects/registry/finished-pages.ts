@@ -14,7 +14,7 @@ import { isFiltered, NO_FILTER } from "../../protocol/registry/row-filter.js";
 import { type FinishedSelection, type Scope, visible } from "../../protocol/registry/rows.js";
 import { conditions } from "./episode-pages.js";
 import { rowsInScope } from "./scoped-rows.js";
-import { rowOf, type SqlRow } from "./sql-row.js";
+import { ROW_COLUMNS, rowOf, type SqlRow } from "./sql-row.js";
 
 /** A finished episode in bulk-fetch order. */
 export interface FinishedItem {
@@ -54,7 +54,7 @@ export function finishedPage(
 ): FinishedPage {
   const filtered = isFiltered(selection.filter);
   const check = conditions({ status: null, prefix: null, filter: selection.filter });
-  const columns = `${selection.withRows ? "rows.*, " : "rows.id AS id, "}rows.finished_seq AS f, COALESCE(${check.sql}, 0) AS ok`;
+  const columns = `${selection.withRows ? `${ROW_COLUMNS}, ` : "rows.id AS id, "}rows.finished_seq AS f, COALESCE(${check.sql}, 0) AS ok`;
   const item = (r: Walked): FinishedItem =>
     selection.withRows ? { id: r.id, seq: r.f, row: entryOf(rowOf(r)) } : { id: r.id, seq: r.f };
   if (scope !== null) {

@@ -267,7 +267,7 @@ export class GroupStore {
     const rows = listed.slice(0, fit + 1);
     const page = rows.slice(0, fit).map((t) => {
       const scores: number[] = [];
-      // `+status`: the task's rows by rows_by_task; left to itself the planner took rows_by_status once rows had
+      // `+status`: the task's rows by rows_of_task; left to itself the planner took rows_by_status once rows had
       // trace_rewards, walking every finished row of the run per task (72 s for a page of 5,000 tasks' rows)
       for (const r of this.sql.exec<{ rewards: string | null; trace_rewards: string | null }>(
         "SELECT rewards, trace_rewards FROM rows WHERE task = ? AND +status = 'finished'",

@@ -25,14 +25,20 @@ import { type EpisodePage, episodePage } from "./episode-pages.js";
 import { FINISHED_WALK_BUDGET, type FinishedPage, finishedPage } from "./finished-pages.js";
 import { FlagStore } from "./flag-store.js";
 import { GroupStore } from "./group-store.js";
-import { type SearchBatch, SearchStore } from "./search-store.js";
-import { rowOf, type SqlRow, writeChanged } from "./sql-row.js";
+import { ENDED, LIVE, liveContributions, SETTLED_STATE } from "./live-rows.js";
+import { type SearchBatch, SearchStore, waitingOf } from "./search-store.js";
+import { ROW_COLUMNS, rowOf, type SqlRow, writeChanged } from "./sql-row.js";
 import { StepStore } from "./step-store.js";
 import { TrendStore } from "./trend-store.js";
 
 export class IndexStore {
-  /** The counters as saved (read once per object lifetime, then kept in step with every write). */
+  /**
+   * The run's counters: the ended rows' part as saved plus the live rows' part recounted from them (read once per
+   * object lifetime, then kept in step with every write).
+   */
   private counters: Counters | null = null;
+  /** The ended rows' part, as saved (`settled`): a live row's update leaves it, so it writes no state row. */
+  private settled: Counters | null = null;
 
   /** The run's rollout groups, recounted as their rows change. */
   readonly groups: GroupStore;
@@ -64,7 +70,7 @@ export class IndexStore {
   }
 
   row(id: string): IndexRow | null {
-    const r = this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", id).toArray()[0];
+    const r = this.sql.exec<SqlRow>(`SELECT ${ROW_COLUMNS} FROM rows WHERE id = ?`, id).toArray()[0];
     return r ? rowOf(r) : null;
   }
 
@@ -79,19 +85,40 @@ export class IndexStore {
     const flags = this.flags.update(row, text);
     const { id, ...values } = this.columnsOf(row, flags, this.finishedSeq(row, old));
     // only what the row shows that changed is written (each index entry on a changed column is a row written)
-    const held = old ? (this.sql.exec<SqlRow>("SELECT * FROM rows WHERE id = ?", row.id).toArray()[0] ?? null) : null;
+    const held = old
+      ? (this.sql
+          .exec<SqlRow>(`SELECT ${ROW_COLUMNS}, text_since, text_waiting FROM rows WHERE id = ?`, row.id)
+          .toArray()[0] ?? null)
+      : null;
     // the block of its text's segment ids (search-store.ts), given with its first text
     const segBase = (held?.seg_base as number | null | undefined) ?? (text ? this.nextSegBase() : null);
-    writeChanged(this.sql, "rows", { id }, { ...values, seg_base: segBase }, held);
+    // a running episode's text waits in its row, written with it (a running episode's waits up to `searchFlushMs`)
+    const holdMs = row.status === "live" ? searchFlushMs : 0;
+    const plan = this.search.plan(
+      row.id,
+      segBase,
+      text,
+      holdMs,
+      Date.now(),
+      waitingOf(held as Record<string, SqlStorageValue> | null),
+    );
+    const waiting: Record<string, SqlStorageValue> =
+      plan.waiting === undefined
+        ? {}
+        : plan.waiting === null
+          ? { text_since: null, text_waiting: null }
+          : { text_since: plan.waiting.since, text_waiting: JSON.stringify(plan.waiting.batch) };
+    writeChanged(this.sql, "rows", { id }, { ...values, seg_base: segBase, ...waiting }, held);
     this.replaceContribution(c, old, row);
     this.steps.replaceRow(old, row);
     if (old?.group && old.group !== row.group) this.groups.recount(old.group);
     this.groups.recount(row.group);
     if (old?.task && old.task !== row.task) this.groups.recountTask(old.task);
     this.groups.recountTask(row.task);
-    this.saveRun(c, row.run, row.created, row.updated);
+    this.saveRun(row.run, row.created, row.updated);
+    this.settle(old, row);
     // the text last: FTS5's shadow rows are counted from its first statement to the commit (search-store.ts `settle`)
-    this.search.take(row.id, segBase, text, row.status === "live" ? searchFlushMs : 0, Date.now());
+    plan.apply();
   }
 
   /** The `rows` columns of `row`. */
@@ -136,7 +163,7 @@ export class IndexStore {
   }
 
   /**
-   * `old`'s part of the aggregates replaced by `row`'s: the counters (in memory, saved by saveRun),
+   * `old`'s part of the aggregates replaced by `row`'s: the counters (in memory; the ended rows' part saved by `settle`),
    * and of the tables only what differs (an update during a turn seldom moves a score or a minute).
    */
   private replaceContribution(c: Counters, old: IndexRow | null, row: IndexRow): void {
@@ -170,7 +197,8 @@ export class IndexStore {
     this.flags.remove(old.id);
     this.groups.recount(old.group);
     this.groups.recountTask(old.task);
-    this.saveRun(c, old.run, old.created, Date.now(), true);
+    this.saveRun(old.run, old.created, Date.now(), true);
+    this.settle(old, null);
     this.search.remove(old.id, base ?? null);
   }
 
@@ -192,16 +220,41 @@ export class IndexStore {
    */
   forgetCached(): void {
     this.counters = null;
+    this.settled = null;
     this.flags.forget();
   }
 
+  /** The run's counters: the ended rows' part as saved, and the live rows' part from the live rows (`rows_live`). */
   loadCounters(): Counters {
     if (!this.counters) {
-      const saved = this.state("counters");
-      // counters saved before INDEX_SCHEMA 12 have no turns: none of their rows was counted
-      this.counters = saved === null ? emptyCounters() : { ...emptyCounters(), ...(JSON.parse(saved) as Counters) };
+      const settled = this.loadSettled();
+      const c = structuredClone(settled);
+      for (const x of liveContributions(this.sql)) applyContribution(c, x, 1);
+      this.counters = c;
     }
     return this.counters;
+  }
+
+  private loadSettled(): Counters {
+    if (!this.settled) {
+      const saved = this.state(SETTLED_STATE);
+      this.settled = saved === null ? emptyCounters() : { ...emptyCounters(), ...(JSON.parse(saved) as Counters) };
+    }
+    return this.settled;
+  }
+
+  /**
+   * `old` replaced by `row` (null: deleted) in the ended rows' counters, saved when they moved: a live row's part is
+   * not saved (the live rows are counted again on load), so a live row's update writes no state row.
+   */
+  private settle(old: IndexRow | null, row: IndexRow | null): void {
+    const was = old !== null && old.status !== "live" ? contributionOf(old) : null;
+    const now = row !== null && row.status !== "live" ? contributionOf(row) : null;
+    if (was === null && now === null) return;
+    const s = this.loadSettled();
+    if (was) applyContribution(s, was, -1);
+    if (now) applyContribution(s, now, 1);
+    this.setChanged(SETTLED_STATE, JSON.stringify(s));
   }
 
   aggregates(run: string, now: number): RunAggregates {
@@ -381,23 +434,28 @@ export class IndexStore {
   }
 
   /**
-   * The run's last update (epoch ms): the newest row's (one seek in rows_by_updated), or the time
-   * kept in the state when later (a delete, rules set before the first row); null: neither.
+   * The run's last update (epoch ms): the newest row's (one seek in rows_by_updated for the ended rows, the live
+   * ones read by rows_live), or the time kept in the state when later (a delete, rules set before the first row);
+   * null: neither.
    */
   private updated(): number | null {
-    const newest = this.sql.exec<{ u: number | null }>("SELECT MAX(updated) AS u FROM rows").one().u;
+    const newest = this.sql
+      .exec<{ u: number | null }>(
+        `SELECT MAX(u) AS u FROM (SELECT (SELECT updated FROM rows INDEXED BY rows_by_updated WHERE ${ENDED}
+           ORDER BY updated DESC, id DESC LIMIT 1) AS u UNION ALL SELECT MAX(updated) FROM rows INDEXED BY rows_live WHERE ${LIVE})`,
+      )
+      .one().u;
     const kept = this.state("updated");
     if (kept === null) return newest;
     return Math.max(Number(kept), newest ?? 0);
   }
 
   /**
-   * The counters and the run's name and times, each written only when it changed. A row's own time
+   * The run's name and times, each written only when it changed (the counters: `settle`). A row's own time
    * is not kept apart (the rows hold it: `updated()`), only a later one that no row holds (`rowless`:
    * a delete's).
    */
-  private saveRun(c: Counters, run: string, created: number, updated: number, rowless = false): void {
-    this.setChanged("counters", JSON.stringify(c));
+  private saveRun(run: string, created: number, updated: number, rowless = false): void {
     if (this.state("run") === null) this.setState("run", run);
     const first = Number(this.state("created") ?? created);
     this.setChanged("created", String(Math.min(first, created)));

@@ -3,15 +3,19 @@
 // (directory-store.ts, and run-sockets.ts's scopes).
 
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
+import { latestIndexLayout } from "./index-layout.js";
+import { settleLiveRows } from "./live-rows.js";
 import { recountRewards } from "./reward-recount.js";
 import { blockSegments } from "./segment-blocks.js";
 import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 import { recountTruncation } from "./truncation-recount.js";
 import { addTurns } from "./turn-recount.js";
+import { textInRows } from "./waiting-text.js";
 
 export const INDEX_SCHEMA: Schema = checkSchema({
   object: "EpisodeIndex",
+  fresh: latestIndexLayout,
   migrations: [
     {
       version: 1,
@@ -228,6 +232,20 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec(`CREATE TABLE IF NOT EXISTS search_pending (episode TEXT PRIMARY KEY, since INTEGER NOT NULL,
           batch TEXT NOT NULL) WITHOUT ROWID`);
         blockSegments(sql);
+      },
+    },
+    {
+      version: 15,
+      what: "a live row's update writes its row only: the list's indexes and the saved counters hold the ended rows",
+      up(sql) {
+        settleLiveRows(sql);
+      },
+    },
+    {
+      version: 16,
+      what: "a running episode's waiting text in its row, written with it",
+      up(sql) {
+        textInRows(sql);
       },
     },
   ],

@@ -1,11 +1,11 @@
-// A run index's search (INDEX_SCHEMA versions 7, 11 and 14): the episodes' text segments
+// A run index's search (INDEX_SCHEMA versions 7, 11, 14 and 16): the episodes' text segments
 // (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
 // external-content table, so the text is stored once). Each episode's segments have ids in a block of their own
 // (SEGMENT_BLOCK from its row's `seg_base`), so its segments are found by a range of the table's key, with no
 // index of their own (an index entry per segment is a row written per segment). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
-// retraction); a row that goes takes its segments with it. A running episode's batches wait in
-// `search_pending` (one row per episode, rewritten: one row written per update) and go into the
+// retraction); a row that goes takes its segments with it. A running episode's batches wait in its row
+// (`text_since`, `text_waiting`: written with the row's update, no row of their own since version 16) and go into the
 // search together once SEARCH_FLUSH_MS has passed since the first of them waited, or at once when the
 // episode ends, when a batch replaces text (a retraction, a discarded trace) or when its first text
 // comes: FTS5 writes a new segment of its own (several shadow rows) for every statement, so one
@@ -47,6 +47,19 @@ export const SNIPPETS_PER_EPISODE = 3;
 /** What an episode sends with its row (src/protocol/search/batches.ts). */
 export type SearchBatch = TextBatch;
 
+/** An episode's batches waiting to go into the search, as one, and since when (in its row: `text_since`, `text_waiting`). */
+export interface Waiting {
+  since: number;
+  batch: SearchBatch;
+}
+
+/** The waiting text in its row's columns, or null. */
+export function waitingOf(r: { text_since?: SqlStorageValue; text_waiting?: SqlStorageValue } | null): Waiting | null {
+  if (r === null || r.text_since === null || r.text_since === undefined || typeof r.text_waiting !== "string")
+    return null;
+  return { since: Number(r.text_since), batch: JSON.parse(r.text_waiting) as SearchBatch };
+}
+
 /** A segment held in `segments`, as FTS5's 'delete' needs it. */
 type Held = { id: number; body: string; role: string; tool: string | null };
 
@@ -86,39 +99,34 @@ export class SearchStore {
   constructor(private readonly sql: SqlStorage) {}
 
   /**
-   * Take an episode's batch (inside the caller's transaction, as its last writes: see `settle`). A
-   * running episode's (`holdMs` > 0) waits with the ones before it while they waited less than
-   * `holdMs`, unless it replaces text (held or waiting) or the episode has none in the search yet;
-   * otherwise the waiting ones and it go into the search at once. With no batch (nothing new) an ended episode's
-   * (`holdMs` 0) waiting ones go in.
+   * What becomes of an episode's batch (`held`: what waits in its row): a running episode's (`holdMs` > 0) waits with
+   * the ones before it while they waited less than `holdMs`, unless it replaces text (held or waiting) or the episode
+   * has none in the search yet; otherwise the waiting ones and it go into the search. With no batch (nothing new) an
+   * ended episode's (`holdMs` 0) waiting ones go in. The caller writes `waiting` with the row (undefined: as it is;
+   * null: none waits), then calls `apply` as the transaction's last writes (see `settle`).
    */
-  take(episode: string, base: number | null, b: SearchBatch | null, holdMs: number, now: number): void {
-    if (base === null) return; // no text sent yet (a batch comes with its base)
-    const waiting = this.waiting(episode);
-    if (b === null) {
-      if (waiting && holdMs === 0) this.take(episode, base, waiting.batch, 0, now);
-      return;
-    }
-    const all = waiting ? mergeBatches(waiting.batch, b) : b;
+  plan(
+    episode: string,
+    base: number | null,
+    b: SearchBatch | null,
+    holdMs: number,
+    now: number,
+    held: Waiting | null,
+  ): { waiting: Waiting | null | undefined; apply: () => void } {
+    const none = { waiting: undefined, apply: () => undefined };
+    if (base === null) return none; // no text sent yet (a batch comes with its base)
+    if (b === null && !(held && holdMs === 0)) return none;
+    const all = held ? (b === null ? held.batch : mergeBatches(held.batch, b)) : b!;
     const gone = this.replaced(base, all);
     const hold =
+      b !== null &&
       holdMs > 0 &&
       gone.length === 0 &&
-      !(waiting && replacesAny(waiting.batch, b)) &&
-      (waiting !== null ? now - waiting.since < holdMs : this.indexed(base));
-    if (hold) {
-      // the row keeps the time the first batch began to wait (the upsert leaves `since` as it is)
-      this.sql.exec(
-        `INSERT INTO search_pending (episode, since, batch) VALUES (?, ?, ?)
-         ON CONFLICT (episode) DO UPDATE SET batch = excluded.batch`,
-        episode,
-        now,
-        JSON.stringify(all),
-      );
-      return;
-    }
-    if (waiting) this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
-    this.replace(episode, base, gone, all.segments);
+      !(held && replacesAny(held.batch, b)) &&
+      (held !== null ? now - held.since < holdMs : this.indexed(base));
+    // the row keeps the time the first batch began to wait
+    if (hold) return { waiting: { since: held?.since ?? now, batch: all }, apply: () => undefined };
+    return { waiting: held ? null : undefined, apply: () => this.replace(episode, base, gone, all.segments) };
   }
 
   /**
@@ -127,27 +135,19 @@ export class SearchStore {
    */
   flushWaiting(before: number | null, limit: number): boolean {
     const due = this.sql
-      .exec<{ episode: string; batch: string; base: number | null }>(
-        `SELECT p.episode, p.batch, r.seg_base AS base FROM search_pending p LEFT JOIN rows r ON r.id = p.episode
-         WHERE p.since <= ? ORDER BY p.since LIMIT ?`,
+      .exec<{ id: string; batch: string; base: number | null }>(
+        `SELECT id, text_waiting AS batch, seg_base AS base FROM rows INDEXED BY rows_text_waiting
+         WHERE text_since <= ? ORDER BY text_since LIMIT ?`,
         before ?? Number.MAX_SAFE_INTEGER,
         limit + 1,
       )
       .toArray();
     for (const w of due.slice(0, limit)) {
       const b = JSON.parse(w.batch) as SearchBatch;
-      this.sql.exec("DELETE FROM search_pending WHERE episode = ?", w.episode);
-      if (w.base !== null) this.replace(w.episode, w.base, this.replaced(w.base, b), b.segments);
+      this.sql.exec("UPDATE rows SET text_since = NULL, text_waiting = NULL WHERE id = ?", w.id);
+      if (w.base !== null) this.replace(w.id, w.base, this.replaced(w.base, b), b.segments);
     }
     return due.length > limit;
-  }
-
-  /** The batches of `episode` waiting to go into the search, as one (and since when), or null. */
-  private waiting(episode: string): { since: number; batch: SearchBatch } | null {
-    const r = this.sql
-      .exec<{ since: number; batch: string }>("SELECT since, batch FROM search_pending WHERE episode = ?", episode)
-      .toArray()[0];
-    return r ? { since: r.since, batch: JSON.parse(r.batch) as SearchBatch } : null;
   }
 
   /** Whether the search holds any of the text of the episode whose block is `base`'s. */
@@ -174,9 +174,8 @@ export class SearchStore {
       .toArray();
   }
 
-  /** The episode went (its block `base`'s; null: it sent no text): its segments too, and what waited. */
+  /** The episode went (its block `base`'s; null: it sent no text): its segments too (what waited went with its row). */
   remove(episode: string, base: number | null): void {
-    this.sql.exec("DELETE FROM search_pending WHERE episode = ?", episode);
     if (base === null) return;
     const { lo, hi } = blockOf(base);
     const gone = this.sql

@@ -50,6 +50,47 @@ export type SqlRow = Omit<
   turns: number | null;
 } & Record<string, SqlStorageValue>;
 
+/**
+ * The `rows` columns as listed (INDEX_SCHEMA 16 on): all but the text waiting for the search (text_since, text_waiting),
+ * which may be large and is read only by the search's own statements. Migrations before it read `SELECT *` (rowPages).
+ * A migration that adds a column to `rows` adds it here (test/workers/index-store.test.ts holds the two equal).
+ */
+export const ROW_COLUMNS = [
+  "id",
+  "run",
+  "status",
+  "created",
+  "updated",
+  "ended",
+  "seq",
+  "traces",
+  "nodes",
+  "calls",
+  "tokens",
+  "rewards",
+  "reward",
+  "error",
+  "finished_seq",
+  "task",
+  "grp",
+  "stop",
+  "is_timeout",
+  "run_name",
+  "dispatch",
+  "kind",
+  "env",
+  "step",
+  "policy_version",
+  "live",
+  "flags",
+  "trace_rewards",
+  "turns",
+  "is_truncated",
+  "seg_base",
+]
+  .map((c) => `rows.${c}`)
+  .join(", ");
+
 export function rowOf(r: SqlRow): IndexRow {
   return {
     id: r.id,
