@@ -33,7 +33,7 @@ describe("archived JSON view", () => {
       for (const size of c.episode.length < 64 * 1024 ? [1, 7, 4096, 0] : [7, 4096, 0])
         expect(await render(c.episode, size), `${c.name} in chunks of ${size}`).toBe(want);
     }
-  });
+  }, 120_000); // CPU-bound: every golden case four times over; a loaded machine took over 30 s
 
   it("a truncated archive or trailing bytes fail (never a partial view passed off as whole)", async () => {
     const c = cases[0]!;

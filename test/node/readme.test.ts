@@ -167,7 +167,9 @@ it("docs/protocol.md's delta by hand (push and curl) and its comparison with a f
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}, 60_000);
+  // eight processes one after another (npx episode-relay, node -e): under the CI's three lanes each
+  // can take several seconds, and one run took over 60 s
+}, 180_000);
 
 it("docs/protocol.md's curl delta runs outside the clone, in a directory set up as its setup snippet says", () => {
   const dir = mkdtempSync(join(tmpdir(), "episode-relay-outside-"));

@@ -43,4 +43,4 @@ it("--help says any role lists what its patterns cover, and admin alone reads us
     expect((await get("/v1/runs", bearer)).status, `${role} lists runs`).toBe(200);
     expect((await get("/v1/runs/r/usage", bearer)).status, `${role} reads usage`).toBe(role === "admin" ? 200 : 403);
   }
-});
+}, 90_000); // a CLI process per role, each a few seconds under a loaded CI

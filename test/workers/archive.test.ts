@@ -21,7 +21,7 @@ import { decodeLossless, LMap } from "../../src/protocol/wire/lossless.js";
 import type { GoldenCase } from "../../tools/conformance/case-format.js";
 import { delta, openDelta, TRACE } from "../support/deltas.js";
 import { jsonKeysInOrder, mapKeysInOrder } from "../support/json-keys.js";
-import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay } from "./support.js";
+import { equal, freshId, getBytes, golden, goldenNames, post, pushFrames, relay, setUpdated } from "./support.js";
 import { Watcher } from "./watcher.js";
 
 function stub(id: string) {
@@ -370,7 +370,7 @@ describe("both copies go", () => {
     await finish(id, await golden("chat_basic"));
     await archived(id);
     await runInDurableObject(stub(id), (_i, state) => {
-      state.storage.sql.exec("UPDATE meta SET updated = 0"); // long ago
+      setUpdated(state.storage.sql, 0); // long ago
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     await runDurableObjectAlarm(stub(id));

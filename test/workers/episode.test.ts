@@ -8,7 +8,18 @@ import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { decodeLossless, LMap, same } from "../../src/protocol/wire/lossless.js";
 import { delta, node, openDelta } from "../support/deltas.js";
-import { equal, freshId, getBytes, golden, goldenNames, inbox, openSocket, post, relay } from "./support.js";
+import {
+  equal,
+  freshId,
+  getBytes,
+  golden,
+  goldenNames,
+  inbox,
+  openSocket,
+  post,
+  relay,
+  setUpdated,
+} from "./support.js";
 
 /** Push a case's frames as a real producer would: envelopes, ack_lost frames left unacknowledged. */
 async function pushCase(id: string, name: string, opts: { bare?: boolean; restartEachFrame?: boolean } = {}) {
@@ -275,9 +286,7 @@ describe("ingest, finish, fetch", () => {
     expect((await relay(`${id}/status`)).status).toBe(200);
     await runInDurableObject(stub, (_i, state) => {
       const idle = Date.now() - 8 * 24 * 3600 * 1000;
-      state.storage.sql.exec("UPDATE meta SET updated = ?", idle);
-      // a turn's `updated` is kept on its last frame (record-store.ts `Turn`), read over the meta row
-      state.storage.sql.exec("UPDATE frames SET turn = json_set(turn, '$.updated', ?) WHERE turn IS NOT NULL", idle);
+      setUpdated(state.storage.sql, idle);
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     expect(await runDurableObjectAlarm(env.EPISODES.getByName(id))).toBe(true);

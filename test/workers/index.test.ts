@@ -25,7 +25,7 @@ import { runIndexName } from "../../src/protocol/registry/run.js";
 import { F64 } from "../../src/protocol/wire/lossless.js";
 import worker from "../../src/worker/index.js";
 import { delta, m, openDelta } from "../support/deltas.js";
-import { freshId, golden, inbox, openSocket, post, relay } from "./support.js";
+import { freshId, golden, inbox, openSocket, post, relay, setUpdated } from "./support.js";
 
 interface Page {
   episodes: IndexEntry[];
@@ -233,7 +233,7 @@ describe("rows follow the episode into its run's index", () => {
     expect((await relay(ids[2]!, { method: "DELETE" })).status).toBe(200);
     await eventually(async () => expect((await runRows(run)).map((r) => r.id)).not.toContain(ids[2]));
     await runInDurableObject(env.EPISODES.getByName(ids[5]!), (_i, state) => {
-      state.storage.sql.exec("UPDATE meta SET updated = 1");
+      setUpdated(state.storage.sql, 1); // a live episode: its last turn holds the time
     });
     await abortAllDurableObjects(); // the object keeps the row in memory: evicted, it reads it again
     expect(await runDurableObjectAlarm(env.EPISODES.getByName(ids[5]!))).toBe(true);

@@ -160,3 +160,13 @@ export function withFreshStorage<R>(
 ): Promise<R> {
   return runInDurableObject(env.EPISODES.getByName(freshId("storage")), (_instance, ctx) => fn(ctx.storage, ctx));
 }
+
+/**
+ * Sets an episode's last update time in its storage, as a test of retention needs it: in the meta
+ * row and on the turn that a live episode's last frame carries (record-store.ts `Turn`), which is
+ * read over the meta row.
+ */
+export function setUpdated(sql: SqlStorage, updated: number): void {
+  sql.exec("UPDATE meta SET updated = ?", updated);
+  sql.exec("UPDATE frames SET turn = json_set(turn, '$.updated', ?) WHERE turn IS NOT NULL", updated);
+}
