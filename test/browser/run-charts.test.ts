@@ -197,9 +197,20 @@ describe("the run page, read without hovering", () => {
       expect(await hist.locator(".hist-ylabel").innerText()).toBe("episodes");
       expect(await hist.locator(".hist-xlabel").innerText()).toBe("score (20 bins of 0.05)");
       // the tallest bar reaches its count on the axis: its height over the plot's is peak / top
+      // (measured again while a live refresh replaces the bars: a detached bar has no box)
       const tallest = hist.locator(`.hist-bar[data-count="${peak}"]`).first();
-      const [fill, column] = await Promise.all([tallest.locator(".hist-fill").boundingBox(), tallest.boundingBox()]);
-      expect(fill!.height / column!.height).toBeCloseTo(peak / y.at(-1)!, 1);
+      await expect
+        .poll(
+          async () => {
+            const [fill, column] = await Promise.all([
+              tallest.locator(".hist-fill").boundingBox(),
+              tallest.boundingBox(),
+            ]);
+            return fill && column ? fill.height / column.height : null;
+          },
+          { timeout: 10_000 },
+        )
+        .toBeCloseTo(peak / y.at(-1)!, 1);
     }
     const g = a.groups!;
     const tr = g.trend!;
