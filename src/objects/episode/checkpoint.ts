@@ -21,7 +21,8 @@ export const CHECKPOINT_FRAMES = 256;
 /**
  * Bytes of log since the last checkpoint after which the next one is due. It bounds the turn that
  * writes the checkpoint (64 MiB of routing bodies took one ack 2.6 s on a loaded machine) and what
- * a wake reads back; a smaller interval costs almost no rows, as each body is written once either way.
+ * a wake reads back. It costs rows: the cost bench's compressed episode writes 1.75 bodies rows a
+ * turn at 16 MiB against 1.14 at 64 MiB (about $0.0001 an episode), the price of that bound.
  */
 export const CHECKPOINT_BYTES = 16 * 1024 * 1024;
 /** Bytes of bodies held in memory (not slices of their frames) after which a checkpoint is due. */
