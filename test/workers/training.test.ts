@@ -523,11 +523,13 @@ describe("training steps", () => {
     const byStep = await episodes(run, "sort=step&step=1..1");
     expect(byStep.episodes.map((e) => e.id)).toEqual([`${run}:e2`, `${run}:e1`, `${run}:e0`]);
     expect((await episodes(run, "policy_version=2")).episodes.map((e) => e.id)).toEqual([`${run}:e5`, `${run}:e3`]);
-    // pushed: the run socket's changes carry the steps that changed
-    let pushed: StepJson[] = [];
-    for (let i = 0; i < 10 && pushed.length === 0; i++) {
+    // pushed: the run socket's changes carry the steps that changed (the six upserts may reach
+    // the socket over more than one flush, so the steps of every changes message are gathered)
+    const pushed: StepJson[] = [];
+    const hasTrain2 = () => pushed.some((s) => s.step === 2 && s.kind === "train");
+    for (let i = 0; i < 10 && !hasTrain2(); i++) {
       const m = parseRunMessage((await box.next()) as string);
-      if (m.type === "changes" && m.steps) pushed = m.steps;
+      if (m.type === "changes" && m.steps) pushed.push(...m.steps);
     }
     expect(pushed.map((s) => [s.step, s.kind])).toEqual(expect.arrayContaining([[2, "train"]]));
     // a delete is taken back, and a step left empty goes (and says so)
