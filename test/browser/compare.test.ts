@@ -14,7 +14,7 @@ import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -165,7 +165,7 @@ describe("compare any rollouts", () => {
       expect(await page.locator("#pick-compare").innerText()).toBe("Compare 3");
       await shootPart(page, "#pick-tray", "compare-pick-tray");
       // to the group's page: the picks are still there, checked; a fourth from its rollouts
-      await page.goto(`${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
+      await gotoPage(page, `${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
       await page.locator("#rollouts .r-row[data-id] input.pick-box").first().waitFor({ timeout: 15_000 });
       expect(await page.locator(`input.pick-box[data-pick="${Q[2]}"]`).isChecked()).toBe(true);
       expect(await page.locator(`input.pick-box[data-pick="${Q[1]}"]`).isChecked()).toBe(false);

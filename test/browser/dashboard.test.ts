@@ -22,7 +22,7 @@ import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
 import { chromiumForFile } from "./chromium.js";
-import { DESKTOP, openPage, PHONE, SHOTS, shoot } from "./pages.js";
+import { DESKTOP, gotoPage, openPage, PHONE, SHOTS, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 
 let browser: Browser;
@@ -733,7 +733,7 @@ describe("episode page (/episodes/{id})", () => {
           response: e.response.headers,
         }),
     );
-    await page.goto(`${relay.url}/episodes/${id}`);
+    await gotoPage(page, `${relay.url}/episodes/${id}`);
     await waitConnection(page, "finished");
     const watch = handshakes.find((h) => h.url.includes(`/v1/episodes/${id}/watch`));
     expect(watch, "the page's watch socket").toBeDefined();
@@ -974,7 +974,7 @@ describe("with auth on", () => {
         /No runs yet/.test((globalThis as any).document.querySelector("#runs .empty")?.textContent ?? ""),
       );
       // a token that does not cover the episode: the page says so
-      await second.page.goto(`${authed.url}/episodes/${other}`);
+      await gotoPage(second.page, `${authed.url}/episodes/${other}`);
       await second.page.locator("#token-panel").waitFor({ state: "visible" });
       expect(await second.page.locator("#waiting").innerText()).toMatch(/does not cover/);
       await waitStatus(second.page, "denied");
@@ -990,7 +990,7 @@ describe("with auth on", () => {
       second.page.on("request", (r) => {
         if (new URL(r.url()).pathname === `/v1/runs/${encodeURIComponent(`${run}-x`)}`) probes.push(r.url());
       });
-      await second.page.goto(`${authed.url}/runs/${encodeURIComponent(`${run}-x`)}`);
+      await gotoPage(second.page, `${authed.url}/runs/${encodeURIComponent(`${run}-x`)}`);
       await second.page.waitForFunction(() =>
         /This token covers no episode of run/.test(
           (globalThis as any).document.querySelector("main")?.textContent ?? "",

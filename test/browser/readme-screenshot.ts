@@ -8,6 +8,7 @@ import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { startRelay } from "../../scripts/relay.mjs";
 import { ownChromium } from "./chromium.js";
+import { gotoPage } from "./pages.js";
 import { pushRollout, trainingPlan } from "./training-run.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -33,7 +34,7 @@ try {
     timezoneId: "UTC",
   });
   const page = await context.newPage();
-  await page.goto(`${relay.url}/runs/${RUN}`);
+  await gotoPage(page, `${relay.url}/runs/${RUN}`);
   // a function, not a string: the page's CSP refuses eval
   await page.waitForFunction(
     () => (globalThis as any).document.querySelectorAll("#episodes .ep-row[data-id]").length > 0,

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS } from "./pages.js";
+import { gotoPage, openPage, SHOTS } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import { pushRollout, type Rollout } from "./training-run.js";
 
@@ -230,7 +230,7 @@ describe("the run page, read without hovering", () => {
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length >= 8);
     await shot(page, ".run-episodes", "step-rollouts");
     const group = `train-s7-g0`;
-    await page.goto(`${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${encodeURIComponent(group)}`);
+    await gotoPage(page, `${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${encodeURIComponent(group)}`);
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".r-row:not(.r-head)").length > 0);
     await shot(page, "main", "group");
     expect(errors).toEqual([]);

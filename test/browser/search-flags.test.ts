@@ -12,7 +12,7 @@ import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -217,7 +217,7 @@ describe("search and flags in the dashboard", () => {
     const errors: string[] = [];
     page.on("pageerror", (e) => errors.push(e.message));
     try {
-      await page.goto(`${relay.url}/episodes/${encodeURIComponent(HACKED)}`);
+      await gotoPage(page, `${relay.url}/episodes/${encodeURIComponent(HACKED)}`);
       await page.locator('#episode-flags .flag[data-rule="quotes-grader"]').waitFor({ timeout: 20_000 });
       expect(refused, "both 503s were answered first").toBe(2);
       expect(errors).toEqual([]);

@@ -15,7 +15,7 @@ import { mintToken } from "../../src/protocol/http/auth.js";
 import { RETRY_MIN_MS } from "../../src/protocol/hub/admission.js";
 import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { chromiumForFile } from "./chromium.js";
-import { DESKTOP, shoot } from "./pages.js";
+import { DESKTOP, gotoPage, shoot } from "./pages.js";
 
 const SECRET = "browser-urls-secret-5f2e8d1c0b9a7f6e5d4c3b2a1908";
 let browser: Browser;
@@ -147,7 +147,7 @@ describe("a share link", () => {
     const adminContext = await browser.newContext({ viewport: DESKTOP });
     const adminSeen = record(adminContext);
     const adminPage = await adminContext.newPage();
-    await adminPage.goto(`${relay.url}/runs/${encodeURIComponent(run)}#token=${admin}`);
+    await gotoPage(adminPage, `${relay.url}/runs/${encodeURIComponent(run)}#token=${admin}`);
     await connection(adminPage, "live");
     expect(adminPage.url()).not.toContain("token");
     await adminPage.locator(`.ep-row[data-id="${done}"]`).waitFor();
@@ -168,7 +168,7 @@ describe("a share link", () => {
     const guest = await browser.newContext({ viewport: DESKTOP });
     const guestSeen = record(guest);
     const page = await guest.newPage();
-    await page.goto(link);
+    await gotoPage(page, link);
     await connection(page, "live");
     expect(page.url()).toBe(`${relay.url}/runs/${encodeURIComponent(run)}`);
     await page.locator(`.ep-row[data-id="${done}"]`).waitFor();
@@ -178,7 +178,7 @@ describe("a share link", () => {
     const href = await page.locator(`.ep-row[data-id="${live}"]`).getAttribute("href");
     expect(href).toMatch(/#token=/);
     const tab = await guest.newPage();
-    await tab.goto(`${relay.url}${href}`);
+    await gotoPage(tab, `${relay.url}${href}`);
     await connection(tab, "live");
     expect(tab.url()).toBe(`${relay.url}/episodes/${encodeURIComponent(live)}`);
     // the tab's own session holds the token, from the link
@@ -240,7 +240,7 @@ describe("a busy relay's sockets", () => {
       const pages = await Promise.all([0, 1, 2].map(() => context.newPage()));
       const opened = pages.map(() => [] as number[]);
       for (const [i, p] of pages.entries()) p.on("websocket", () => opened[i]!.push(Date.now()));
-      await Promise.all(pages.map((p) => p.goto(`${busy.url}/`)));
+      await Promise.all(pages.map((p) => gotoPage(p, `${busy.url}/`)));
       await Promise.all(pages.map((p) => connection(p, "live", 40_000)));
       // the first in got the one start; the others were refused and came back after the hint, not the usual fast backoff
       const refused = opened.filter((o) => o.length >= 2);

@@ -16,7 +16,7 @@ import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
 import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import {
   HACK,
@@ -337,7 +337,7 @@ describe("the run's episode list", () => {
     expect(await page.locator("#filter-problem").innerText()).toMatch(/MIN is above MAX/);
 
     // reward chips are coloured by score: 0 red, 1 green (not green at 0)
-    await page.goto(`${relay.url}/runs/${RUN}?step=3&sort=reward`);
+    await gotoPage(page, `${relay.url}/runs/${RUN}?step=3&sort=reward`);
     const step3 = await listed("step=3&sort=reward");
     await waitListed(
       page,
