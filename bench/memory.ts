@@ -540,7 +540,36 @@ interface StormPhase {
   heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
   /** What each isolate allocated during the phase, per byte delivered to the watchers. */
   alloc: AllocFigures;
+  /** The same per second of the phase, MiB (the quiet phase's is the producer's own). */
+  alloc_mib_per_s: Record<string, number>;
+  /**
+   * The episode's and its hubs' own counts over the phase (its /usage): requests (the producer's turns, feeds, catch-up
+   * streams, membership calls), ms busy, rows read. Where the episode's thread went, beside the producer's turns.
+   */
+  usage: { episode: UsageDelta; hubs: UsageDelta };
 }
+
+type UsageDelta = { requests: number; busy_ms: number; rows_read: number };
+
+/** The episode's and its hubs' usage now (GET /v1/episodes/{id}/usage), summed over the hubs. */
+async function usageOf(url: string, id: string): Promise<{ episode: UsageDelta; hubs: UsageDelta }> {
+  const res = await fetch(`${url}/v1/episodes/${id}/usage`);
+  if (!res.ok) throw new Error(`usage: ${res.status}`);
+  type U = { requests: number; busyMs: number; rowsRead: number };
+  const u = (await res.json()) as { episode: U; hubs: U[] };
+  const of = (xs: U[]) => ({
+    requests: xs.reduce((n, x) => n + x.requests, 0),
+    busy_ms: xs.reduce((n, x) => n + x.busyMs, 0),
+    rows_read: xs.reduce((n, x) => n + x.rowsRead, 0),
+  });
+  return { episode: of([u.episode]), hubs: of(u.hubs) };
+}
+
+const minus = (a: UsageDelta, b: UsageDelta): UsageDelta => ({
+  requests: a.requests - b.requests,
+  busy_ms: round(a.busy_ms - b.busy_ms),
+  rows_read: a.rows_read - b.rows_read,
+});
 
 /**
  * 150 watchers reconnecting every ~20 ms while a producer sends a turn every 250 ms: first 10 s
@@ -627,8 +656,10 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       m: machineBusyTicks(),
       t: performance.now(),
     };
+    const usage0 = await usageOf(relay.url, id);
     const { connects, refused, delivered } = await watchers(ms, honourHints);
     const alloc = perDelivered(relay.heap.allocated(), delivered);
+    const usage1 = await usageOf(relay.url, id);
     const secs = (performance.now() - cpu0.t) / 1000;
     const cpu = {
       episodes: round((relay.cpuMs(relay.tierPids.episodes) - cpu0.e) / secs),
@@ -660,12 +691,21 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       growth_mib: round((relay.peak - mark) / 1024),
       heap_peak_mib: peak,
       alloc,
+      alloc_mib_per_s: Object.fromEntries(Object.entries(alloc.allocated_mib).map(([k, v]) => [k, round(v / secs, 2)])),
+      usage: { episode: minus(usage1.episode, usage0.episode), hubs: minus(usage1.hubs, usage0.hubs) },
     };
   };
   await sleep(2000);
   await take();
   const quietCpu0 = { e: relay.cpuMs(relay.tierPids.episodes), h: relay.cpuMs(relay.tierPids.hubs) };
+  const quietUsage0 = await usageOf(relay.url, id);
+  relay.heap.markAllocated();
   await sleep(20_000);
+  // what the producer's turns alone allocate, per second: a storm phase's own allocation is what it adds
+  const quietAlloc = Object.fromEntries(
+    Object.entries(relay.heap.allocated()).map(([k, v]) => [k.replace(/^.*core:user:/, ""), round(v / 20, 2)]),
+  );
+  const quietUsage = minus((await usageOf(relay.url, id)).episode, quietUsage0.episode);
   const quietCpu = {
     episodes: round((relay.cpuMs(relay.tierPids.episodes) - quietCpu0.e) / 20),
     hubs: round((relay.cpuMs(relay.tierPids.hubs) - quietCpu0.h) / 20),
@@ -690,6 +730,8 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       ack_p99_ms: round(quiet.p99),
       health_max_ms: round(quietHealth),
       cpu_ms_per_s: quietCpu,
+      episode_usage: quietUsage,
+      alloc_mib_per_s: quietAlloc,
     },
     honouring_hints: polite,
     ignoring_hints: hostile,
@@ -770,7 +812,11 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           const kept = Object.entries(p.heap_retained_mib)
             .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
             .join(", ");
-          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}), hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}; ${allocNote(p.alloc)}`;
+          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}); the episode object ${p.usage.episode.requests} requests, ${p.usage.episode.busy_ms} ms busy (quiet 20 s: ${stormFigures.quiet.episode_usage.requests}, ${stormFigures.quiet.episode_usage.busy_ms} ms), its hubs ${p.usage.hubs.requests} requests, ${p.usage.hubs.busy_ms} ms busy; hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}; ${allocNote(p.alloc)}; allocated MiB/s: ${Object.entries(
+            p.alloc_mib_per_s,
+          )
+            .map(([n, v]) => `${n} ${v} (quiet ${stormFigures.quiet.alloc_mib_per_s[n] ?? "?"})`)
+            .join(", ")}`;
         }),
         `  idle 12 s after the storm, after GC, MiB: ${Object.entries(stormFigures.idle_after_mib)
           .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)

@@ -90,3 +90,99 @@ describe("a hub woken between feeds", () => {
     }
   }, 60_000);
 });
+
+/** The hub's sockets with what their attachments say (role, variant, whether caught up, and where they stand). */
+async function attachments(id: string): Promise<Array<{ routing: boolean; annotations: boolean; seq?: number }>> {
+  return runInDurableObject(hub(id), (_i, state) =>
+    state.getWebSockets().flatMap((ws) => {
+      if (ws.readyState !== WebSocket.OPEN) return [];
+      const a = ws.deserializeAttachment() as {
+        live: boolean;
+        variant: { routing: boolean };
+        annotations?: boolean;
+        seq?: number;
+      };
+      return a.live ? [{ routing: a.variant.routing, annotations: a.annotations === true, seq: a.seq }] : [];
+    }),
+  );
+}
+
+/** Which of the three watchers (by its query) a socket's attachment belongs to. */
+const queryOf = (a: { routing: boolean; annotations: boolean }) =>
+  !a.routing ? "?after=0&routing=0" : a.annotations ? "?after=0&annotations=1" : "?after=0";
+
+describe("where a hub's caught-up watchers stand", () => {
+  it("is written once per flush, in one socket's attachment, which hands it on when it goes, awake or woken by its close", async () => {
+    const c = await golden("multi_trace_links");
+    const id = freshId("hub-keeper");
+    const producer = new ProducerCursor("p");
+    const queries = ["?after=0", "?after=0&routing=0", "?after=0&annotations=1"];
+    const watchers = new Map<string, Watcher>();
+    for (const q of queries) {
+      const w = await Watcher.open(id, q);
+      await w.read((x) => x.caughtUp);
+      watchers.set(q, w);
+    }
+    await pushFrames(id, c, 0, 1, producer);
+    for (const w of watchers.values()) await w.read((x) => x.lastSeq >= 1);
+
+    const written0 = (await hub(id).stats()).watchers.attachmentsWritten;
+    const feeds = 4;
+    for (let k = 1; k <= feeds; k++) {
+      await pushFrames(id, c, k, k + 1, producer);
+      for (const w of watchers.values()) await w.read((x) => x.lastSeq >= k + 1);
+    }
+    let head = feeds + 1;
+    const written = (await hub(id).stats()).watchers.attachmentsWritten - written0;
+    // a write per socket per flush, as before, would be 3 per feed
+    expect(written, "at most one attachment written per feed").toBeLessThanOrEqual(feeds);
+    expect(written, "the standing is written").toBeGreaterThan(0);
+    const at = await attachments(id);
+    expect(at).toHaveLength(3);
+    const keepers = at.filter((a) => a.seq === head);
+    expect(keepers, "one socket says where they all stand").toHaveLength(1);
+
+    // the keeper leaves while the hub is awake: another says it
+    const first = queryOf(keepers[0]!);
+    watchers.get(first)!.close();
+    watchers.delete(first);
+    await until(async () => (await hub(id).stats()).watchers.watchers === 2, "the keeper's close reached the hub");
+    const after = await attachments(id);
+    expect(after).toHaveLength(2);
+    expect(
+      after.filter((a) => a.seq === head),
+      "the standing was handed on",
+    ).toHaveLength(1);
+
+    // the hub hibernates; the new keeper's close wakes it: the last socket is told where they stand
+    const second = queryOf(after.find((a) => a.seq === head)!);
+    const instance = await runInDurableObject(hub(id), (i) => i);
+    await new Promise((r) => setTimeout(r, 12_000)); // idle past 10 s, nothing pending: the hub hibernates
+    const keeper = watchers.get(second)!;
+    keeper.close();
+    watchers.delete(second);
+    await keeper.box.closed(); // the hub echoed it: the close, not a call of ours, woke it
+    await until(async () => (await hub(id).stats()).watchers.watchers === 1, "the keeper's close reached the hub");
+    expect(await runInDurableObject(hub(id), (x) => x), "a new instance").not.toBe(instance);
+    expect(await attachments(id), "the standing was handed on by the woken hub").toEqual([
+      expect.objectContaining({ seq: head }),
+    ]);
+
+    // and the one left gets every frame once, in order, to the end
+    const [last] = [...watchers.values()];
+    await pushFrames(id, c, head, c.frames.length, producer);
+    head = c.frames.length;
+    (await post(`${id}/reply`, c.reply)).body?.cancel();
+    await last!.read((x) => x.finished !== null);
+    expect(last!.seqs, "every frame once, in order").toEqual(c.frames.map((_f, i) => i + 1));
+    last!.close();
+  }, 60_000);
+});
+
+async function until(check: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

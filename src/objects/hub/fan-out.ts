@@ -11,10 +11,14 @@
 //   that arrive back to back are coalesced, up to FANOUT_MESSAGE_BYTES a message
 //   (src/protocol/hub/frames.ts: with thousands of watchers the sends are the hub's cost; a large
 //   frame goes alone). A caught-up watcher more than `lagBytes` behind its acknowledgements is
-//   closed with 4008; it resumes with `?after=SEQ`. Which sockets are caught up, and the seq each
-//   was sent everything up to, is in their attachments (it survives hibernation, and a deploy that
-//   keeps the sockets) and, once read after a wake, kept in memory: a woken hub resumes its feed
-//   from there (`standing`), so its own row is not written per feed (src/objects/hub/store.ts).
+//   closed with 4008; it resumes with `?after=SEQ`. Which sockets are caught up is in their
+//   attachments (it survives hibernation, and a deploy that keeps the sockets) and, once read after
+//   a wake, kept in memory. Where they stand (the seq all of them were sent everything up to) is
+//   written in the attachment of one of them, the keeper, per flush (one write, not one per socket:
+//   at 150 watchers a write each was most of a flush); a socket says it too when it catches up. A
+//   woken hub resumes its feed from the largest of them (`standing`), so its own row is not written
+//   per feed (src/objects/hub/store.ts). The keeper's place passes to another caught-up socket when
+//   it goes.
 
 import { CLOSE_TOO_SLOW, safeClose } from "../../protocol/http/errors.js";
 import { type HubFrame, messageRuns, variantMessage } from "../../protocol/hub/frames.js";
@@ -140,8 +144,8 @@ export interface WatcherAttachment {
   /** It asked to hear of the trainer's annotations (`?annotations=1`); absent on sockets older releases accepted. */
   annotations?: boolean;
   /**
-   * Caught up: every frame up to this seq of `epoch` was sent to it (written when it caught up and with each fan-out
-   * message). Absent on sockets older releases accepted: their hub's row held the head.
+   * Caught up: every frame up to this seq of `epoch` was sent to it (written when it caught up, and per flush on the
+   * keeper's: `FanOut`). Absent on sockets older releases accepted: their hub's row held the head.
    */
   seq?: number;
   epoch?: number;
@@ -162,6 +166,13 @@ export class FanOut {
   /** Frames fed but not yet sent (coalesced into one message per variant). */
   private pending: HubFrame[] = [];
   private scheduled = false;
+  /**
+   * The caught-up socket whose attachment is written where they all stand, per flush (null: none chosen since the
+   * hub woke, or it went).
+   */
+  private keeper: { ws: WebSocket; watcher: Watcher } | null = null;
+  /** Attachments written since the hub woke (for benches and tests: the flush's cost in the runtime). */
+  written = 0;
 
   constructor(
     private readonly flows: Flows,
@@ -191,16 +202,15 @@ export class FanOut {
     if (frames.length === 0) return;
     this.pending = [];
     const runs = messageRuns(frames);
-    const at = this.view();
     for (const { variant, sockets } of this.groups()) {
       if (sockets.size === 0) continue;
       for (const run of runs) {
         const message = variantMessage(run, variant);
         if (message) this.sendGroup(sockets, message);
       }
-      // every caught-up socket now stands at the head, sent something or not (a variant may filter every frame)
-      for (const [ws, m] of sockets) if (ws.readyState === OPEN) this.stand(ws, m.watcher, at);
     }
+    // every caught-up socket now stands at the head, sent something or not (a variant may filter every frame)
+    this.keep();
   }
 
   /** One message to a variant's caught-up sockets, with the lag rule inline (a thousand sockets per message). */
@@ -226,22 +236,54 @@ export class FanOut {
     w.attachment = { ...w.attachment, live: caughtUp };
     if (caughtUp) this.stand(ws, w, this.view(), true);
     else this.write(ws, w.attachment);
-    if (!this.caughtUp) return;
-    if (caughtUp) this.group(w).sockets.set(ws, { flow: this.flows.flow(ws), watcher: w });
-    else this.caughtUp.get(w.key)?.sockets.delete(ws);
+    if (caughtUp) {
+      if (this.caughtUp) this.group(w).sockets.set(ws, { flow: this.flows.flow(ws), watcher: w });
+    } else {
+      this.caughtUp?.get(w.key)?.sockets.delete(ws);
+      this.handOver(ws);
+    }
   }
 
   /**
-   * The seq a woken hub's caught-up watchers were sent everything up to, in `epoch` (their attachments), or null
-   * when none says (none caught up, or all accepted by an older release).
+   * The seq a woken hub's caught-up watchers were sent everything up to, in `epoch` (their attachments; and that of
+   * `closing`, a socket whose close woke the hub, which may have kept it), or null when none says (none caught up, or
+   * all accepted by an older release).
    */
-  standing(epoch: number): number | null {
+  standing(epoch: number, closing?: { ws: WebSocket; watcher: Watcher | null }): number | null {
     let head: number | null = null;
-    for (const { watcher } of this.sockets()) {
+    const sockets = this.sockets();
+    for (const { watcher } of closing ? [...sockets, closing] : sockets) {
       const a = watcher?.caughtUp ? watcher.attachment : null;
       if (a?.seq !== undefined && a.epoch === epoch && (head === null || a.seq > head)) head = a.seq;
     }
     return head;
+  }
+
+  /**
+   * Every caught-up socket was sent everything up to the hub's head: the keeper says so (a new one is chosen when it
+   * is gone or no longer caught up).
+   */
+  private keep(): void {
+    let k = this.keeper;
+    if (!k?.watcher.caughtUp || k.ws.readyState !== OPEN) k = this.keeper = this.choose();
+    if (k) this.stand(k.ws, k.watcher, this.view());
+  }
+
+  /** An open caught-up socket, to keep the standing (null: none). */
+  private choose(): { ws: WebSocket; watcher: Watcher } | null {
+    for (const { sockets } of this.groups())
+      for (const [ws, m] of sockets) if (ws.readyState === OPEN) return { ws, watcher: m.watcher };
+    return null;
+  }
+
+  /**
+   * `ws` no longer stands with the caught-up watchers: if it kept their standing (or none is known to since the hub
+   * woke), another does now. With frames queued, the flush that sends them does it.
+   */
+  private handOver(ws: WebSocket): void {
+    if (this.keeper !== null && this.keeper.ws !== ws) return;
+    this.keeper = null;
+    if (this.pending.length === 0) this.keep();
   }
 
   /** The socket was sent everything up to `at`: said in its attachment (unless it says so already). */
@@ -254,6 +296,7 @@ export class FanOut {
   }
 
   private write(ws: WebSocket, a: WatcherAttachment): void {
+    this.written++;
     try {
       ws.serializeAttachment(a);
     } catch {
@@ -263,13 +306,18 @@ export class FanOut {
 
   /** The socket is gone. */
   drop(ws: WebSocket, w: Watcher | undefined): void {
-    if (w) this.caughtUp?.get(w.key)?.sockets.delete(ws);
+    if (!w?.caughtUp) return;
+    this.groups(); // (read after a wake first: the socket may still be listed, and must not keep the standing)
+    this.caughtUp!.get(w.key)?.sockets.delete(ws);
+    this.handOver(ws);
   }
 
   /** Frames not yet sent are dropped (the watchers start over); after closeAll, nobody is caught up. */
   reset(empty = false): void {
     this.pending = [];
-    if (empty) this.caughtUp = new Map();
+    if (!empty) return;
+    this.caughtUp = new Map();
+    this.keeper = null;
   }
 
   private groups(): Iterable<Group> {

@@ -27,7 +27,6 @@ import { HUB_EPISODE_HEADER, HUB_SHARD_HEADER, HUBS_HEADER } from "../../protoco
 import { limitsFrom } from "../../protocol/limits/limits.js";
 import { finishMessage, statusMessage } from "../../protocol/watch/protocol.js";
 import { rpcAnswer } from "../rpc-answer.js";
-import type { WatcherAttachment } from "./fan-out.js";
 import { type HubRow, HubStore } from "./store.js";
 import { HubWatchers } from "./watchers.js";
 
@@ -217,12 +216,12 @@ export class ViewerHub extends DurableObject<Env> {
   // ---- sockets ----
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
-    const att = ws.deserializeAttachment() as WatcherAttachment | null;
-    if (att?.role !== "watch") return safeClose(ws, CLOSE_POLICY, "socket without state");
+    if (!this.watchers.isWatcher(ws)) return safeClose(ws, CLOSE_POLICY, "socket without state");
     this.watchers.message(ws, message);
   }
 
   async webSocketClose(ws: WebSocket, code: number, reason: string): Promise<void> {
+    this.row(ws); // a woken hub reads where its watchers stand before one goes (it may have kept that)
     this.watchers.gone(ws);
     echoClose(ws, code, reason);
     void this.sync();
@@ -230,6 +229,7 @@ export class ViewerHub extends DurableObject<Env> {
 
   async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
     console.warn("hub socket error", error);
+    this.row(ws);
     this.watchers.gone(ws);
     void this.sync();
   }
@@ -248,12 +248,12 @@ export class ViewerHub extends DurableObject<Env> {
    * per feed), so the first read after a wake raises it to what their attachments say, and the window starts there.
    * A hub that would take less than its watchers got would send them frames again; more, and they would miss some.
    */
-  private row(): HubRow | null {
+  private row(closing?: WebSocket): HubRow | null {
     const s = this.store.row();
     if (this.stood || !s) return s;
     this.stood = true;
     const v = s.view;
-    const head = v ? this.watchers.standing(v.epoch) : null;
+    const head = v ? this.watchers.standing(v.epoch, closing) : null;
     if (!v || head === null || head <= v.head) return s;
     const now = { ...s, view: { ...v, head } };
     this.store.save(now); // memory only: the head alone moved

@@ -128,8 +128,9 @@ export class HubWatchers {
   }
 
   /**
-   * Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged, and the catch-up
-   * buffers (bytes held, pooled buffers leased, made and lost since the hub woke).
+   * Load figures for status and tests: sockets, waiting, catching up, cohorts, bytes unacknowledged, the catch-up
+   * buffers (bytes held, pooled buffers leased, made and lost since the hub woke), and the caught-up watchers'
+   * attachments written since it woke.
    */
   load(): {
     watchers: number;
@@ -139,6 +140,7 @@ export class HubWatchers {
     queuedBytes: number;
     streamsOpened: number;
     pool: { bytes: number; leased: number; made: number; lost: number };
+    attachmentsWritten: number;
   } {
     return {
       watchers: this.count(),
@@ -148,6 +150,7 @@ export class HubWatchers {
       queuedBytes: this.flows.queued,
       streamsOpened: this.cohorts.opened,
       pool: { bytes: this.pool.bytes, leased: this.pool.leased, made: this.pool.made, lost: this.pool.lost },
+      attachmentsWritten: this.fanOut.written,
     };
   }
 
@@ -223,10 +226,19 @@ export class HubWatchers {
 
   /**
    * After a wake: the seq the caught-up watchers were sent everything up to in `epoch`, as their attachments say (null:
-   * none says). Read once per wake, before the first feed is matched.
+   * none says), `closing`'s included. Read once per wake, before the first feed is matched or socket dropped.
    */
-  standing(epoch: number): number | null {
-    return this.fanOut.standing(epoch);
+  standing(epoch: number, closing?: WebSocket): number | null {
+    return this.fanOut.standing(epoch, closing && { ws: closing, watcher: this.watcherOf(closing) });
+  }
+
+  /**
+   * Whether `ws` is a watcher socket: known in memory, or its attachment says so (read once per wake: an ack must not
+   * deserialize it each time).
+   */
+  isWatcher(ws: WebSocket): boolean {
+    if (this.known.has(ws)) return true;
+    return (ws.deserializeAttachment() as WatcherAttachment | null)?.role === "watch";
   }
 
   /** The socket closed or failed: free its place. */
