@@ -287,7 +287,7 @@ const CHECKS = [
   // the tsconfigs `npm run typecheck` (and so `npm run deploy`) checks: test/node/deploy.test.ts
   // counts on this suite for them
   ...TSCONFIGS.map((p) => ({
-    name: `tsc -p ${p}`,
+    name: `tsc -b ${p}`,
     bin: "tsc",
     args: tscArgs(p),
   })),

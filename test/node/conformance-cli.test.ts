@@ -8,9 +8,9 @@ import { decode, encode } from "@msgpack/msgpack";
 import { afterAll, describe, expect, it } from "vitest";
 import { parseArgs, UsageError } from "../../tools/conformance/args.js";
 import { goldenCasePaths } from "../../tools/conformance/cases.js";
+import { tsx } from "../support/tsx.js";
 
 const root = join(import.meta.dirname, "..", "..");
-const tsx = join(root, "node_modules", ".bin", process.platform === "win32" ? "tsx.cmd" : "tsx");
 const cli = join(root, "tools", "conformance.ts");
 
 interface Run {
@@ -21,7 +21,7 @@ interface Run {
 
 function conformance(...args: string[]): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(tsx, [cli, ...args], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(...tsx(cli, ...args), { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s));

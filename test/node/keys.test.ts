@@ -10,6 +10,7 @@ import { decodeProtectedHeader } from "jose";
 import { afterAll, describe, expect, it } from "vitest";
 import { MIN_SECRET_BYTES as SCRIPTS_MIN, secretTooShort } from "../../scripts/dev-vars.mjs";
 import { DEFAULT_MAX_TTL, keyId, MIN_SECRET_BYTES, maxTtlFrom, secretProblem } from "../../src/protocol/http/keys.js";
+import { tsx } from "../support/tsx.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const GOOD = "keys-test-secret-0123456789abcdef0123";
@@ -32,9 +33,8 @@ function run(command: string, args: string[], cwd: string, env: Record<string, s
   return spawnSync(command, args, { cwd, env: e, encoding: "utf8", timeout: 60_000 });
 }
 
-const tsx = join(root, "node_modules", ".bin", "tsx");
 const token = (args: string[], env: Record<string, string | undefined>, cwd = folder()) =>
-  run(tsx, [join(root, "tools", "token.ts"), ...args], cwd, { TOKEN_MAX_TTL: undefined, ...env });
+  run(...tsx(join(root, "tools", "token.ts"), ...args), cwd, { TOKEN_MAX_TTL: undefined, ...env });
 
 describe("keys", () => {
   it("one rule for a secret's length, in UTF-8 bytes, in the Worker and the scripts", () => {

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { fixturePath, goldenCasePaths } from "../../tools/conformance/cases.js";
 import { useRelay } from "../support/relay.js";
+import { tsx } from "../support/tsx.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const relay = useRelay();
@@ -25,7 +26,7 @@ function smallCases(): string[] {
 
 function conformance(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "conformance.ts"), ...args], {
+    const p = spawn(...tsx(join(root, "tools", "conformance.ts"), ...args), {
       cwd: root,
     });
     let stdout = "";

@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
 import { useAuthedRelay } from "../support/relay.js";
+import { tsx } from "../support/tsx.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const relay = useAuthedRelay();
@@ -17,7 +18,7 @@ const secret = relay.secret;
  * socket the relay had closed meanwhile, unread ("other side closed", seen under load).
  */
 function token(...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const p = spawn(join(root, "node_modules", ".bin", "tsx"), [join(root, "tools", "token.ts"), ...args], {
+  const p = spawn(...tsx(join(root, "tools", "token.ts"), ...args), {
     cwd: root,
     env: { ...process.env, RELAY_SECRET: secret },
   });
