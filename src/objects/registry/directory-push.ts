@@ -24,21 +24,26 @@ export class DirectoryPush {
   changed(send: (() => Promise<void>) | null): void {
     const now = Date.now();
     if (send === null || this.sending !== null || now - this.sentAt < this.intervalMs) {
-      const at = Math.max(now, this.sentAt) + this.intervalMs;
-      void this.ctx.storage.getAlarm().then((armed) => (armed === null ? armAlarm(this.ctx.storage, at) : undefined));
+      void this.alarmBy(Math.max(now, this.sentAt) + this.intervalMs);
       return;
     }
     this.sentAt = now;
     const sending = send()
       .catch((e: unknown) => {
         console.warn(`directory update failed, the alarm retries it: ${e instanceof Error ? e.message : String(e)}`);
-        return armAlarm(this.ctx.storage, Date.now() + this.intervalMs);
+        return this.alarmBy(Date.now() + this.intervalMs);
       })
       .finally(() => {
         this.sending = null;
       });
     this.sending = sending;
     this.ctx.waitUntil(sending);
+  }
+
+  /** The alarm armed to run by `at`: an alarm set no later stays (it does everything due when it runs). */
+  private async alarmBy(at: number): Promise<void> {
+    const armed = await this.ctx.storage.getAlarm();
+    if (armed === null || armed > at) await armAlarm(this.ctx.storage, at);
   }
 
   /** The alarm sends now: after the send in flight, if any, so the directory takes the rows in order. */
