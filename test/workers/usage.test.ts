@@ -7,10 +7,11 @@ import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { usageOf } from "../../src/objects/billing/metered.js";
 import { Episode as EpisodeObject } from "../../src/objects/episode/episode.js";
-import { FTS_SHADOW } from "../../src/objects/registry/episode-index.js";
+import { DIRECTORY_MS, FTS_SHADOW } from "../../src/objects/registry/episode-index.js";
 import type { Usage } from "../../src/protocol/billing/usage.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { mintToken } from "../../src/protocol/http/auth.js";
+import { RUNS_NAME } from "../../src/protocol/registry/run.js";
 import worker, { Episode } from "../../src/worker/index.js";
 import { freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";
 import { Watcher } from "./watcher.js";
@@ -114,6 +115,31 @@ describe("usage", () => {
     const w = withText.index.written;
     expect(w.rows).toBeGreaterThan(1); // the row and its index entries
     expect(Object.values(w).reduce((a, b) => a + b, 0)).toBe(withText.index.rowsWritten);
+  });
+
+  it("a quiet run's index tells the directory at once: no alarm set per update; updates within DIRECTORY_MS share one", async () => {
+    const run = `usage-dir-${freshId("d")}`;
+    const read = async () => {
+      const res = await exports.default.fetch(`http://relay.test/v1/runs/${run}/usage`);
+      expect(res.status, await res.clone().text()).toBe(200);
+      return (await res.json()) as { index: Usage; directory: Usage };
+    };
+    const listed = async () => {
+      const page = await env.RUN_DIRECTORY.getByName(RUNS_NAME).runs(null, 10, null, run, true);
+      return page.runs.find((r) => r.run === run)?.episodes ?? 0;
+    };
+    // each episode's first write sends its row at once; DIRECTORY_MS apart, each update tells the directory itself
+    for (let i = 0; i < 2; i++) {
+      await pushFrames(`${run}:${i}`, await golden("chat_basic"), 0, 1, new ProducerCursor("p"));
+      await eventually(listed, (n) => n === i + 1, "the directory lists the run's rows");
+      await new Promise((r) => setTimeout(r, DIRECTORY_MS));
+    }
+    expect((await read()).index.written.alarm ?? 0).toBe(0);
+    // three within the interval: the first told at once, the others by one alarm
+    for (let i = 2; i < 5; i++)
+      await pushFrames(`${run}:${i}`, await golden("chat_basic"), 0, 1, new ProducerCursor("p"));
+    await eventually(listed, (n) => n === 5, "the directory lists all five");
+    expect((await read()).index.written.alarm ?? 0).toBeLessThanOrEqual(1);
   });
 
   it("a node's metadata is one row written, its body two (the row and its key), a logged frame one", async () => {

@@ -54,6 +54,7 @@ import { armAlarm } from "../storage/alarm-window.js";
 import { armAlertAlarm, sendDue } from "./alert-delivery.js";
 import type { AlertsJson } from "./alert-json.js";
 import { AlertStore } from "./alert-store.js";
+import { DirectoryPush } from "./directory-push.js";
 import type { FinishedPage } from "./finished-pages.js";
 import { type FlagEvaluations, FlagStore, type RulesJson, readRules } from "./flag-store.js";
 import { IndexStore } from "./index-store.js";
@@ -92,11 +93,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private pushSteps: ReturnType<IndexStore["steps"]["touchedSteps"]> | null = null;
   /** The R2 delete of the run's tokenizer while the run is being freed (a new tokenizer waits for it). */
   private freeing: Promise<void> | null = null;
+  /** When the directory hears of the run's row: at once, or by the alarm. */
+  private readonly directory: DirectoryPush;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
     this.store = new IndexStore(ctx.storage.sql);
     this.alerts = new AlertStore(ctx.storage.sql);
+    this.directory = new DirectoryPush(ctx, DIRECTORY_MS);
     // rows a migration could not recount alone: their episodes are asked by the alarm (reward-recount.ts)
     if (this.schema.present() && this.schema.failed === null && resendDue(ctx.storage.sql) !== null)
       void armAlarm(ctx.storage, Date.now());
@@ -419,6 +423,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
       if (this.store.flags.rescanning()) return armAlarm(this.ctx.storage, Date.now() + RESCAN_PAUSE_MS);
     }
     const dir = this.env.RUN_DIRECTORY.getByName(RUNS_NAME);
+    await this.directory.alarmSends();
     try {
       const until = this.store.rulesUntil();
       if (this.store.loadCounters().episodes === 0 && until > Date.now()) {
@@ -505,10 +510,16 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private changed(id: string, row: IndexRow | null): void {
     this.changes.set(id, row);
     this.sockets.changed();
-    // the directory hears of it within DIRECTORY_MS (an alarm already set stays)
-    void this.ctx.storage
-      .getAlarm()
-      .then((at) => (at === null ? armAlarm(this.ctx.storage, Date.now() + DIRECTORY_MS) : undefined));
+    // the directory hears of it within DIRECTORY_MS: at once, or by the alarm (directory-push.ts)
+    const run = this.store.run;
+    const direct = run !== null && this.hasRows() && this.store.rulesUntil() === 0;
+    this.directory.changed(direct ? () => this.sendRun(run) : null);
+  }
+
+  /** The run's row to the directory (failed attempts start again from none once one lands). */
+  private async sendRun(run: string): Promise<void> {
+    await this.env.RUN_DIRECTORY.getByName(RUNS_NAME).upsertRun(this.store.runRow(run));
+    if (this.schema.present()) this.write(() => this.store.directoryReached());
   }
 
   protected changesFor(scope: Scope): string | null {
