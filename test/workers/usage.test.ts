@@ -108,7 +108,8 @@ describe("usage", () => {
     await pushFrames(id, c, 1, c.frames.length, new ProducerCursor("p2"));
     const withText = await eventually(
       read,
-      (x) => (x.index.written.segments ?? 0) > 0 && (x.index.written[FTS_SHADOW] ?? 0) > 0,
+      // the text is kept in packs (INDEX_SCHEMA 17: segment_packs, a row per statement)
+      (x) => (x.index.written.segment_packs ?? 0) > 0 && (x.index.written[FTS_SHADOW] ?? 0) > 0,
       "the episode's text reaches its index",
     );
     const w = withText.index.written;
