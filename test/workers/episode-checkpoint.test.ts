@@ -14,7 +14,10 @@ import { concatChunks } from "../../src/protocol/wire/writer.js";
 import { delta, m, nd, node, openDelta } from "../support/deltas.js";
 import { equal, freshId, getBytes, golden, post, pushFrames, relay } from "./support.js";
 
-/** What the episode's tables hold: the checkpoint, the newest frame, node bodies and node_meta rows. */
+/**
+ * What the episode's tables hold: the checkpoint, the newest frame, node bodies, the nodes whose metadata is stored
+ * (node_meta's rows and node_packs' entries) and the rows that hold it.
+ */
 function stored(id: string) {
   return runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
     const sql = state.storage.sql;
@@ -25,7 +28,10 @@ function stored(id: string) {
         AND seq > (SELECT seq FROM meta) ORDER BY k DESC LIMIT 1), (SELECT checkpoint FROM meta)) AS n`),
       seq: n("SELECT MAX(seq) AS n FROM frames"),
       bodies: n("SELECT COUNT(*) AS n FROM bodies WHERE kind = 0") ?? 0,
-      nodeMeta: n("SELECT COUNT(*) AS n FROM node_meta") ?? 0,
+      nodeMeta:
+        n(`SELECT (SELECT COUNT(*) FROM node_meta)
+          + (SELECT COALESCE(SUM(json_array_length(infos)), 0) FROM node_packs) AS n`) ?? 0,
+      metaRows: n("SELECT (SELECT COUNT(*) FROM node_meta) + (SELECT COUNT(*) FROM node_packs) AS n") ?? 0,
     };
   });
 }
@@ -122,10 +128,12 @@ describe("checkpoints", () => {
     // the next frame makes the checkpoint: its appends and the waiting ones are written
     await send(delta({ nodes: [node(CHECKPOINT_FRAMES)] }));
     const after = await stored(id);
+    // the appended nodes' metadata in one row (EPISODE_SCHEMA 11, node-packs.ts), not one per node
     expect(after).toMatchObject({
       checkpoint: CHECKPOINT_FRAMES + 2,
       bodies: CHECKPOINT_FRAMES + 1,
       nodeMeta: CHECKPOINT_FRAMES + 1,
+      metaRows: 1,
     });
     await send(delta({ nodes: [node(CHECKPOINT_FRAMES + 1)] }));
     const more = await getBytes(id);
@@ -142,6 +150,6 @@ describe("checkpoints", () => {
     expect(await stored(id)).toMatchObject({ checkpoint: 1, bodies: 0 });
     await ok(await post(`${id}/deltas`, delta({ nodes: [node(1)], set: m({ is_completed: true }) })));
     const s = await stored(id);
-    expect(s).toMatchObject({ checkpoint: 3, bodies: 2, nodeMeta: 2 });
+    expect(s).toMatchObject({ checkpoint: 3, bodies: 2, nodeMeta: 2, metaRows: 1 });
   });
 });

@@ -238,3 +238,42 @@ describe("SqlStore", () => {
     });
   });
 });
+
+describe("a checkpoint's appended nodes' metadata in one row (node_packs, EPISODE_SCHEMA 11)", () => {
+  it("one row for the appends; read back as the nodes were; a rewind into it leaves the nodes before", async () => {
+    await withFreshStorage((storage) => {
+      new SchemaState(storage, EPISODE_SCHEMA).ensure();
+      let checkpoint: number | null = null;
+      const store = new SqlStore(storage.sql, {
+        checkpoint: () => checkpoint,
+        setCheckpoint: (seq) => {
+          checkpoint = seq;
+        },
+      });
+      const asm = new EpisodeAssembly(store);
+      const frames = [openDelta(), ...Array.from({ length: 6 }, (_, i) => delta({ nodes: [node(i)] }))];
+      applyFrom(asm, store, 0, frames);
+      // the open wrote through; the six appends wait in memory, then the checkpoint writes their metadata in one row
+      expect(
+        count(storage, "SELECT COUNT(*) AS n FROM node_meta") + count(storage, "SELECT COUNT(*) AS n FROM node_packs"),
+      ).toBe(0);
+      store.checkpoint();
+      expect(count(storage, "SELECT COUNT(*) AS n FROM node_meta")).toBe(0);
+      expect(count(storage, "SELECT COUNT(*) AS n FROM node_packs")).toBe(1);
+      const infos = [...asm.traces.values()][0]!.nodes.map((n) => ({ ...n }));
+      expect(infos.map((n) => n.ver)).toEqual([2, 3, 4, 5, 6, 7]);
+      expect([...reloaded(storage).traces.values()][0]!.nodes).toEqual(infos);
+      // a rewind to seq 4: the nodes frames 5 to 7 appended go from the pack, the ones before stay
+      store.rewind(4);
+      expect([...reloaded(storage).traces.values()][0]!.nodes).toEqual(infos.slice(0, 3));
+      expect(count(storage, "SELECT json_array_length(infos) AS n FROM node_packs")).toBe(6);
+      expect(
+        count(storage, "SELECT COUNT(*) AS n FROM node_packs p, json_each(p.infos) j WHERE j.type != 'null'"),
+      ).toBe(3);
+      // a rewind before them all: the pack goes
+      store.rewind(1);
+      expect(count(storage, "SELECT COUNT(*) AS n FROM node_packs")).toBe(0);
+      expect([...reloaded(storage).traces.values()][0]!.nodes).toEqual([]);
+    });
+  });
+});

@@ -343,9 +343,23 @@ async function textStillFound(release: string): Promise<void> {
     indexes: state.storage.sql
       .exec("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'segments_by_episode'")
       .toArray(),
+    // INDEX_SCHEMA 17: the text in packs (segments a view of them), FTS5 contentless, a document per segment
+    kinds: state.storage.sql
+      .exec<{ name: string; type: string }>(
+        "SELECT name, type FROM sqlite_master WHERE name IN ('segments', 'segment_packs') ORDER BY name",
+      )
+      .toArray(),
+    fts: state.storage.sql.exec<{ sql: string }>("SELECT sql FROM sqlite_master WHERE name = 'search'").one().sql,
+    documents: state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM search_docsize").one().n,
   }));
   expect(blocks.outside).toBe(0);
   expect(blocks.indexes).toEqual([]);
+  expect(blocks.kinds).toEqual([
+    { name: "segment_packs", type: "table" },
+    { name: "segments", type: "view" },
+  ]);
+  expect(blocks.fts).toMatch(/content\s*=\s*''/);
+  expect(blocks.documents).toBe(blocks.segments);
   if (searched) expect(blocks.segments).toBeGreaterThan(0);
   for (const word of ["mergesort", "calculator", "route"]) {
     const found = await index.searchAgainstScan(word, 20, 1);

@@ -109,7 +109,8 @@ describe("usage", () => {
     await pushFrames(id, c, 1, c.frames.length, new ProducerCursor("p2"));
     const withText = await eventually(
       read,
-      (x) => (x.index.written.segments ?? 0) > 0 && (x.index.written[FTS_SHADOW] ?? 0) > 0,
+      // the text is kept in packs (INDEX_SCHEMA 17: segment_packs, a row per statement)
+      (x) => (x.index.written.segment_packs ?? 0) > 0 && (x.index.written[FTS_SHADOW] ?? 0) > 0,
       "the episode's text reaches its index",
     );
     const w = withText.index.written;
@@ -142,18 +143,20 @@ describe("usage", () => {
     expect((await read()).index.written.alarm ?? 0).toBeLessThanOrEqual(1);
   });
 
-  it("a node's metadata is one row written, its body two (the row and its key), a logged frame one", async () => {
+  it("a node's metadata is one row written (or a checkpoint's appended nodes' one), its body two (the row and its key), a logged frame one", async () => {
     const c = await golden("chat_basic");
     const id = `usage-run-${freshId("w")}:ep`;
     await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     const stored = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
       const n = (t: string) => state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
-      return { bodies: n("bodies"), node_meta: n("node_meta"), frames: n("frames") };
+      return { bodies: n("bodies"), node_meta: n("node_meta"), node_packs: n("node_packs"), frames: n("frames") };
     });
     const w = (await usage(id)).episode.written;
-    expect(stored.node_meta).toBeGreaterThan(1);
-    // each node and item written once, none replaced (a rowid node_meta wrote two each, bodies with bodies_ver three)
-    expect(w.node_meta).toBe(stored.node_meta);
+    expect(stored.node_meta + stored.node_packs).toBeGreaterThan(1);
+    // each node and item written once, none replaced (a rowid node_meta wrote two each, bodies with bodies_ver three);
+    // a checkpoint's appended nodes are one row of node_packs (EPISODE_SCHEMA 11)
+    expect(w.node_meta ?? 0).toBe(stored.node_meta);
+    expect(w.node_packs ?? 0).toBe(stored.node_packs);
     expect(w.bodies).toBe(2 * stored.bodies);
     // a logged frame (one part each here) is one row written, and one more if it leaves the log again: the log is
     // keyed by its rowid alone (EPISODE_SCHEMA 8; keyed by (seq, part), each was two)

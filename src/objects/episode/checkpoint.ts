@@ -163,20 +163,24 @@ export class Appends {
   }
 
   /**
-   * Everything kept here, for the writer: per appended body its place and bytes (with `withBodies`), per node its
-   * NodeInfo; then the traces whose list sizes changed. Cleared after.
+   * Everything kept here, for the writer: per appended body its place and bytes (with `withBodies`), per trace the
+   * NodeInfos of its appended nodes (consecutive from `from`: one pack, node-packs.ts); then the traces whose list
+   * sizes changed. Cleared after.
    */
   drain(
     withBodies: boolean,
     body: (tnum: number, kind: number, idx: number, ver: number, bytes: Uint8Array) => void,
-    meta: (tnum: number, idx: number, info: NodeInfo) => void,
+    metas: (tnum: number, from: number, infos: NodeInfo[]) => void,
     sizes: (t: TraceState) => void,
   ): void {
-    for (const l of this.lists.values())
-      l.items.forEach((a, k) => {
-        if (a.info) meta(l.tnum, l.from + k, a.info);
-        if (withBodies) body(l.tnum, l.kind, l.from + k, a.ver, this.body(a));
-      });
+    for (const l of this.lists.values()) {
+      const infos = l.items.flatMap((a) => (a.info ? [a.info] : []));
+      if (infos.length) metas(l.tnum, l.from, infos);
+      if (withBodies)
+        l.items.forEach((a, k) => {
+          body(l.tnum, l.kind, l.from + k, a.ver, this.body(a));
+        });
+    }
     for (const t of this.sized.values()) sizes(t);
     this.clear();
   }

@@ -1,6 +1,8 @@
 // The episode's tables in their latest layout (the one schema.ts's migrations leave), table by table: created at
 // once on empty storage, and again when a table is emptied by dropping it (the archive).
 
+import { NODE_PACKS_TABLE } from "./node-packs.js";
+
 /**
  * The log's columns from version 8 (record-store.ts): a part's key is `seq << 16 | part`, the
  * table's rowid, so a part is one b-tree entry (a rowid table keyed by (seq, part) wrote two: the
@@ -27,7 +29,7 @@ export const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
 export const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 /**
- * The layout the migrations of schema.ts leave (version 10), table by table: each table's CREATE statements. Created at once
+ * The layout the migrations of schema.ts leave (version 11), table by table: each table's CREATE statements. Created at once
  * on empty storage (`latestLayout`): every new episode's first delta wrote 76 rows of DDL creating tables, then
  * altering, rebuilding and dropping them, now 41. The same tables, columns (in the same order) and indexes;
  * test/workers/schema.test.ts compares the two.
@@ -69,6 +71,8 @@ const LATEST: Record<string, string[]> = {
     parents INTEGER NOT NULL, dtype TEXT, shape TEXT, ${REPAIRED_COLUMN}, ${NODE_HEAD_COLUMNS.join(", ")},
     PRIMARY KEY (tnum, idx, ver)) WITHOUT ROWID`,
   ],
+  // node-packs.ts (migration 11)
+  node_packs: [NODE_PACKS_TABLE],
   bodies: [
     `CREATE TABLE bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
     ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`,

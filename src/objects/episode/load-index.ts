@@ -8,6 +8,7 @@ import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
 import { type ListSize, TraceState } from "../../protocol/assembly/trace.js";
 import { decodeStrSpan } from "../../protocol/wire/utf8.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
+import { packedInfos } from "./node-packs.js";
 
 type Row = Record<string, SqlStorageValue>;
 
@@ -102,13 +103,20 @@ function pendingParts(sql: SqlStorage): Map<number, { ver: number; parts: Uint8A
   return pending;
 }
 
-/** Each node's NodeInfo (its newest version) into its trace. */
+/** Each node's NodeInfo (its newest version, node_meta's at an equal one: node-packs.ts) into its trace. */
 function addNodes(sql: SqlStorage, traces: Map<number, TraceState>): void {
+  for (const p of packedInfos(sql)) {
+    const t = traces.get(p.tnum);
+    const have = t?.nodes[p.idx];
+    if (t && (!have || have.ver < p.info.ver)) t.nodes[p.idx] = p.info;
+  }
   for (const n of sql.exec<Row>(
     "SELECT tnum, idx, ver, bytes, parents, dtype, shape, repaired, parent, role FROM node_meta ORDER BY tnum, idx, ver",
   )) {
     const t = traces.get(n.tnum as number);
     if (!t) continue;
+    const have = t.nodes[n.idx as number];
+    if (have && have.ver > (n.ver as number)) continue;
     t.nodes[n.idx as number] = {
       bytes: n.bytes as number,
       parents: n.parents as number,

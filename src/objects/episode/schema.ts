@@ -1,6 +1,6 @@
 // The Episode object's tables, version by version (src/objects/storage/schema.ts runs them). Tables:
 // record-store.ts (meta with the producers' ledger, the log, rewinds, reply, index_sync, tombstone), sql-store.ts (the
-// assembled state: traces, fields, pending, node_meta, bodies, stale), feeds.ts (hubs) and
+// assembled state: traces, fields, pending, node_meta, node_packs, bodies, stale), feeds.ts (hubs) and
 // archive-upload.ts (archive_upload, archive_parts).
 
 import { EpisodeAssembly } from "../../protocol/assembly/episode-assembly.js";
@@ -16,6 +16,7 @@ import {
   REPAIRED_COLUMN,
   TURN_COLUMN,
 } from "./layout.js";
+import { NODE_PACKS_TABLE } from "./node-packs.js";
 import { SqlStore } from "./sql-store.js";
 
 function hasTable(sql: SqlStorage, name: string): boolean {
@@ -276,6 +277,14 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
         // NULL in both: every frame's effects are in the state's tables and meta is the meta row (as written before)
         if (hasTable(sql, "meta")) addColumns(sql, "meta", [CHECKPOINT_COLUMN]);
         if (hasTable(sql, "frames")) addColumns(sql, "frames", [TURN_COLUMN]);
+      },
+    },
+    {
+      version: 11,
+      what: "a checkpoint's appended nodes' metadata in one row per trace (node-packs.ts), not a row per node",
+      up(sql) {
+        // node_meta's rows stay as they are: a node's info is its newest version in either table
+        sql.exec(NODE_PACKS_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"));
       },
     },
   ],

@@ -8,7 +8,7 @@
 //   opened it, and the seq that discarded it while something still needed it (`dropped`).
 // - `fields`: its open and set fields and unknown lists (key order by `pos`), values as received, in parts.
 // - `pending`: its pending preview, in parts.
-// - `node_meta`: per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
+// - `node_meta` (and `node_packs`: a checkpoint's appended nodes, node-packs.ts): per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
 //   repair rewrote its last row: the one record of that, kept through the archive; its parent
 //   index and message role).
 // - `bodies`: node and item bytes, keyed (tnum, kind, idx, ver, part): kind 0 is nodes, 1..6 the
@@ -31,6 +31,7 @@ import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
 import { Appends } from "./checkpoint.js";
 import { emptyTable } from "./layout.js";
 import { loadIndex } from "./load-index.js";
+import { dropPacked, rewindPacks, writePacks } from "./node-packs.js";
 
 /**
  * Where the checkpoint is kept (record-store.ts: meta's column, or the turn of the frame that made it, written with
@@ -125,7 +126,7 @@ export class SqlStore implements Bodies {
     this.appends.drain(
       true,
       (tnum, kind, idx, ver, bytes) => this.writeBody(tnum, kind, idx, ver, bytes),
-      (tnum, idx, info) => this.writeMeta(tnum, idx, info),
+      (tnum, from, infos) => writePacks(this.sql, tnum, from, infos),
       (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
     );
     this.saveCheckpoint(this.ver);
@@ -224,11 +225,11 @@ export class SqlStore implements Bodies {
    */
   dropBodies(): void {
     if (!this.hasTables()) return;
-    // the appends' node_meta and list sizes stay, as the tables' do; their bodies went with the archive
+    // the appends' node metadata (packed) and list sizes stay, as the tables' do; their bodies went with the archive
     this.appends?.drain(
       false,
       () => {},
-      (tnum, idx, info) => this.writeMeta(tnum, idx, info),
+      (tnum, from, infos) => writePacks(this.sql, tnum, from, infos),
       (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
     );
     if (this.appends) this.saveCheckpoint(null);
@@ -257,6 +258,7 @@ export class SqlStore implements Bodies {
       this.deleteTrace(tnum);
     for (const table of ["bodies", "node_meta", "fields", "pending"])
       this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
+    rewindPacks(this.sql, seq);
     this.sql.exec("UPDATE traces SET dropped = NULL WHERE dropped > ?", seq);
     this.sql.exec("DELETE FROM stale WHERE until > ?", seq);
     // list sizes, from the items that are left
@@ -357,7 +359,7 @@ export class SqlStore implements Bodies {
   }
 
   private deleteTrace(tnum: number): void {
-    for (const table of ["traces", "fields", "pending", "node_meta", "bodies", "stale"])
+    for (const table of ["traces", "fields", "pending", "node_meta", "node_packs", "bodies", "stale"])
       this.sql.exec(`DELETE FROM ${table} WHERE tnum = ?`, tnum);
   }
 
@@ -365,6 +367,7 @@ export class SqlStore implements Bodies {
     if (what === "node") {
       this.sql.exec("DELETE FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ?", tnum, idx, ver);
       this.sql.exec("DELETE FROM node_meta WHERE tnum = ? AND idx = ? AND ver = ?", tnum, idx, ver);
+      dropPacked(this.sql, tnum, idx, ver);
     } else if (what === "field")
       this.sql.exec("DELETE FROM fields WHERE tnum = ? AND name = ? AND ver = ?", tnum, name, ver);
     else if (what === "pending") this.sql.exec("DELETE FROM pending WHERE tnum = ? AND ver = ?", tnum, ver);

@@ -21,7 +21,7 @@ import {
 } from "../../protocol/flags/rules.js";
 import type { IndexRow } from "../../protocol/registry/entry.js";
 import type { Segment } from "../../protocol/search/segments.js";
-import type { SearchBatch } from "./search-store.js";
+import { type SearchBatch, segmentsAfter } from "./search-store.js";
 
 /** Segments one rescan step reads (the alarm runs steps until the rescan is done). */
 export const RESCAN_SEGMENTS = 2000;
@@ -232,13 +232,7 @@ export class FlagStore {
     };
     const seg = this.state("rescan_segment");
     if (seg !== null) {
-      const batch = this.sql
-        .exec<Segment & { id: number; episode: string } & Record<string, SqlStorageValue>>(
-          "SELECT id, episode, trace, node, role, tool, kind, body FROM segments WHERE id > ? ORDER BY id LIMIT ?",
-          Number(seg),
-          RESCAN_SEGMENTS,
-        )
-        .toArray();
+      const batch = segmentsAfter(this.sql, Number(seg), RESCAN_SEGMENTS);
       const { text } = this.rules();
       // the step ends before a segment could pass RESCAN_STEPS (after one segment at least); the next alarm goes on
       const work = noWork();

@@ -4,6 +4,7 @@
 // columns (in the same order) and indexes; test/workers/schema.test.ts compares the two.
 
 import { createLiveIndexes } from "./live-rows.js";
+import { SEARCH_TABLE, SEGMENT_PACKS_TABLE, SEGMENTS_VIEW } from "./segment-packs.js";
 
 const TABLES = [
   `CREATE TABLE rows (
@@ -43,10 +44,9 @@ const TABLES = [
   `CREATE TABLE flags (episode TEXT NOT NULL, rule TEXT NOT NULL, trace TEXT, node INTEGER, excerpt TEXT NOT NULL,
     PRIMARY KEY (episode, rule))`,
   "CREATE INDEX flags_by_rule ON flags (rule, episode)",
-  `CREATE TABLE segments (id INTEGER PRIMARY KEY, episode TEXT NOT NULL, trace TEXT NOT NULL, node INTEGER NOT NULL,
-    role TEXT NOT NULL, tool TEXT, kind TEXT NOT NULL, body TEXT NOT NULL)`,
-  `CREATE VIRTUAL TABLE search USING fts5(body, role, tool, content = 'segments', content_rowid = 'id',
-    tokenize = 'unicode61 remove_diacritics 2')`,
+  SEGMENT_PACKS_TABLE,
+  SEGMENTS_VIEW,
+  SEARCH_TABLE,
   "CREATE TABLE alert_hooks (ord INTEGER PRIMARY KEY, url TEXT NOT NULL, secret TEXT NOT NULL)",
   "CREATE TABLE alert_rules (ord INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL)",
   `CREATE TABLE alert_fired (rule TEXT NOT NULL, subject TEXT NOT NULL, crossed INTEGER NOT NULL,

@@ -7,6 +7,7 @@ import { latestIndexLayout } from "./index-layout.js";
 import { settleLiveRows } from "./live-rows.js";
 import { recountRewards } from "./reward-recount.js";
 import { blockSegments } from "./segment-blocks.js";
+import { packSegments } from "./segment-packs.js";
 import { recountStepOutcomes } from "./step-recount.js";
 import { backfillGroups, backfillRewards } from "./trend-backfill.js";
 import { recountTruncation } from "./truncation-recount.js";
@@ -246,6 +247,13 @@ export const INDEX_SCHEMA: Schema = checkSchema({
       what: "a running episode's waiting text in its row, written with it",
       up(sql) {
         textInRows(sql);
+      },
+    },
+    {
+      version: 17,
+      what: "the search's text in packs (a row per statement, not per segment), FTS5 contentless over it",
+      up(sql) {
+        packSegments(sql);
       },
     },
   ],

@@ -1,7 +1,10 @@
-// A run index's search (INDEX_SCHEMA versions 7, 11, 14 and 16): the episodes' text segments
-// (src/protocol/search/segments.ts) in `segments`, and SQLite's FTS5 index over them (`search`, an
-// external-content table, so the text is stored once). Each episode's segments have ids in a block of their own
-// (SEGMENT_BLOCK from its row's `seg_base`), so its segments are found by a range of the table's key, with no
+// A run index's search (INDEX_SCHEMA versions 7, 11, 14, 16 and 17): the episodes' text segments
+// (src/protocol/search/segments.ts), and SQLite's FTS5 index over them (`search`, a contentless table: one
+// document per segment, its rowid the segment's id, so a query matches segments exactly as before). The text is
+// kept in `segment_packs` (segment-packs.ts): the segments one statement puts in, in one row (id: the first one's
+// id, `segs`: a JSON array, null where a segment went), where a row per segment was one more row written per
+// segment; the view `segments` reads them as rows. Each episode's segments have ids in a block of their own
+// (SEGMENT_BLOCK from its row's `seg_base`), so its packs are found by a range of the table's key, with no
 // index of their own (an index entry per segment is a row written per segment). Episodes send what is new with their rows (a
 // batch per row: the segments from a node on, replacing what was held from there, e.g. after a
 // retraction); a row that goes takes its segments with it. A running episode's batches wait in its row
@@ -60,8 +63,19 @@ export function waitingOf(r: { text_since?: SqlStorageValue; text_waiting?: SqlS
   return { since: Number(r.text_since), batch: JSON.parse(r.text_waiting) as SearchBatch };
 }
 
-/** A segment held in `segments`, as FTS5's 'delete' needs it. */
+/** A segment held, as FTS5's 'delete' needs it. */
 type Held = { id: number; body: string; role: string; tool: string | null };
+
+/** A segment in its pack (`segs`): trace, node, role, tool, kind, body. */
+type Packed = [string, number, string, string | null, string, string];
+
+/** The segments of the packs whose ids are from ?1 to ?2 (a block), as rows. */
+const BLOCK_SEGMENTS = `SELECT p.id + j.key AS id, j.value ->> 0 AS trace, j.value ->> 1 AS node, j.value ->> 2 AS role,
+  j.value ->> 3 AS tool, j.value ->> 4 AS kind, j.value ->> 5 AS body
+  FROM segment_packs p, json_each(p.segs) j WHERE p.id BETWEEN ?1 AND ?2 AND j.type = 'array'`;
+
+/** The pack that holds segment id `x` (an SQL expression): the one with the greatest id up to it. */
+const packOf = (x: string) => `(SELECT id FROM segment_packs WHERE id <= ${x} ORDER BY id DESC LIMIT 1)`;
 
 /** One episode found: its score (higher is better) and where the query matched it. */
 export interface SearchHit {
@@ -153,7 +167,7 @@ export class SearchStore {
   /** Whether the search holds any of the text of the episode whose block is `base`'s. */
   private indexed(base: number): boolean {
     const { lo, hi } = blockOf(base);
-    return this.sql.exec("SELECT 1 FROM segments WHERE id BETWEEN ? AND ? LIMIT 1", lo, hi).toArray().length > 0;
+    return this.sql.exec("SELECT 1 FROM segment_packs WHERE id BETWEEN ? AND ? LIMIT 1", lo, hi).toArray().length > 0;
   }
 
   /**
@@ -164,8 +178,8 @@ export class SearchStore {
     const { lo, hi } = blockOf(base);
     return this.sql
       .exec<Held>(
-        `SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? AND (trace NOT IN (SELECT value FROM json_each(?))
-           OR node >= COALESCE((SELECT value FROM json_each(?) WHERE key = segments.trace), ${NO_NODE})) ORDER BY id`,
+        `SELECT id, body, role, tool FROM (${BLOCK_SEGMENTS}) s WHERE (s.trace NOT IN (SELECT value FROM json_each(?3))
+           OR s.node >= COALESCE((SELECT value FROM json_each(?4) WHERE key = s.trace), ${NO_NODE})) ORDER BY id`,
         lo,
         hi,
         JSON.stringify(b.traces),
@@ -179,7 +193,7 @@ export class SearchStore {
     if (base === null) return;
     const { lo, hi } = blockOf(base);
     const gone = this.sql
-      .exec<Held>("SELECT id, body, role, tool FROM segments WHERE id BETWEEN ? AND ? ORDER BY id", lo, hi)
+      .exec<Held>(`SELECT id, body, role, tool FROM (${BLOCK_SEGMENTS}) ORDER BY id`, lo, hi)
       .toArray();
     this.replace(episode, base, gone, []);
   }
@@ -207,18 +221,19 @@ export class SearchStore {
   private replace(episode: string, base: number, gone: readonly Held[], segments: readonly Segment[]): void {
     if (gone.length === 0 && segments.length === 0) return;
     const { lo, hi } = blockOf(base);
+    // after the last pack's last id (a segment that went keeps its id: ids are not used again)
     const first = this.sql
-      .exec<{ n: number }>("SELECT COALESCE(MAX(id) + 1, ?) AS n FROM segments WHERE id BETWEEN ? AND ?", lo, lo, hi)
+      .exec<{ n: number }>(
+        "SELECT COALESCE(MAX(id + json_array_length(segs)), ?1) AS n FROM segment_packs WHERE id BETWEEN ?1 AND ?2",
+        lo,
+        hi,
+      )
       .one().n;
     if (first + segments.length - 1 > hi) {
       // the block is spent (retractions take new ids): the episode's segments are written again from its start
       const goneIds = new Set(gone.map((g) => g.id));
       const held = this.sql
-        .exec<Held & { trace: string; node: number; kind: string }>(
-          "SELECT id, trace, node, role, tool, kind, body FROM segments WHERE id BETWEEN ? AND ? ORDER BY id",
-          lo,
-          hi,
-        )
+        .exec<Held & { trace: string; node: number; kind: string }>(`${BLOCK_SEGMENTS} ORDER BY id`, lo, hi)
         .toArray();
       const kept: Segment[] = held
         .filter((h) => !goneIds.has(h.id))
@@ -235,30 +250,34 @@ export class SearchStore {
     return this.rewrite(episode, first, gone, segments);
   }
 
-  /** `gone` out and `segments` in, their ids from `first` on. */
+  /** `gone` out (each out of its pack) and `segments` in (one pack), their ids from `first` on. */
   private rewrite(episode: string, first: number, gone: readonly Held[], segments: readonly Segment[]): void {
-    if (gone.length)
-      this.write(
-        "DELETE FROM segments WHERE id IN (SELECT value FROM json_each(?))",
-        JSON.stringify(gone.map((g) => g.id)),
-      );
+    if (gone.length) {
+      const packs = this.sql
+        .exec<{ id: number; segs: string }>(
+          `SELECT DISTINCT p.id, p.segs FROM json_each(?) g JOIN segment_packs p ON p.id = ${packOf("g.value")}`,
+          JSON.stringify(gone.map((g) => g.id)),
+        )
+        .toArray();
+      const goneIds = new Set(gone.map((g) => g.id));
+      for (const p of packs) {
+        const segs = (JSON.parse(p.segs) as Array<Packed | null>).map((x, k) => (goneIds.has(p.id + k) ? null : x));
+        if (segs.every((x) => x === null)) this.write("DELETE FROM segment_packs WHERE id = ?", p.id);
+        else this.write("UPDATE segment_packs SET segs = ? WHERE id = ?", JSON.stringify(segs), p.id);
+      }
+    }
+    const packed = JSON.stringify(segments.map((s): Packed => [s.trace, s.node, s.role, s.tool, s.kind, s.body]));
     if (segments.length)
-      this.write(
-        `INSERT INTO segments (id, episode, trace, node, role, tool, kind, body)
-         SELECT ? + key, ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?) ORDER BY key`,
-        first,
-        episode,
-        JSON.stringify(segments.map((s) => [s.trace, s.node, s.role, s.tool, s.kind, s.body])),
-      );
+      this.write("INSERT INTO segment_packs (id, episode, segs) VALUES (?, ?, ?)", first, episode, packed);
     // FTS5 last (the rows before it are not its shadow rows): the old text out ('delete' needs it as indexed), the new in
     this.mark ??= { changes: this.totalChanges(), rows: 0 };
     this.mark.rows += this.write(
       `INSERT INTO search (search, rowid, body, role, tool)
        SELECT 'delete', value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)
-       UNION ALL SELECT NULL, id, body, role, tool FROM segments WHERE id BETWEEN ? AND ?`,
+       UNION ALL SELECT NULL, ? + key, value ->> 5, value ->> 2, value ->> 3 FROM json_each(?)`,
       JSON.stringify(gone.map((g) => [g.id, g.body, g.role, g.tool])),
       first,
-      first + segments.length - 1,
+      packed,
     );
   }
 
@@ -331,8 +350,9 @@ export class SearchStore {
   held(episode: string): { segments: number; chars: number } {
     const r = this.sql
       .exec<{ n: number; c: number | null }>(
-        `SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS c FROM segments, (SELECT seg_base FROM rows WHERE id = ?) r
-         WHERE segments.id BETWEEN r.seg_base * ${SEGMENT_BLOCK} AND (r.seg_base + 1) * ${SEGMENT_BLOCK} - 1`,
+        `SELECT COUNT(*) AS n, SUM(LENGTH(j.value ->> 5)) AS c FROM segment_packs p, json_each(p.segs) j,
+           (SELECT seg_base FROM rows WHERE id = ?) r
+         WHERE p.id BETWEEN r.seg_base * ${SEGMENT_BLOCK} AND (r.seg_base + 1) * ${SEGMENT_BLOCK} - 1 AND j.type = 'array'`,
         episode,
       )
       .one();
@@ -353,13 +373,14 @@ export class SearchStore {
   ): SearchPage {
     const cond = conditions(q);
     // a partial scope's matches are its own episodes' only: no budget is spent on the others
-    const mine = scope === null ? { sql: "1", args: [] } : inScope("s.episode", scope);
+    const mine = scope === null ? { sql: "1", args: [] } : inScope("p.episode", scope);
     const after = cursor === null ? null : readPosition("search", cursor);
     const having = after ? "HAVING (MIN(m.score), m.episode) > (?, ?)" : "";
     const found = this.sql
       .exec<{ episode: string; best: number; id: number }>(
         `WITH m AS MATERIALIZED
-           (SELECT s.episode AS episode, s.id AS id, bm25(search) AS score FROM search JOIN segments s ON s.id = search.rowid
+           (SELECT p.episode AS episode, search.rowid AS id, bm25(search) AS score FROM search
+              JOIN segment_packs p ON p.id = ${packOf("search.rowid")}
             WHERE search MATCH ? AND ${mine.sql} LIMIT ?),
          page AS
            (SELECT m.episode AS episode, MIN(m.score) AS best FROM m JOIN rows ON rows.id = m.episode
@@ -404,12 +425,59 @@ export class SearchStore {
     ids: number[],
   ): Map<number, { trace: string; node: number; role: string; tool: string | null; body: string }> {
     if (ids.length === 0) return new Map();
-    const rows = this.sql
-      .exec<{ id: number; trace: string; node: number; role: string; tool: string | null; body: string }>(
-        "SELECT id, trace, node, role, tool, body FROM segments WHERE id IN (SELECT value FROM json_each(?))",
+    // each pack read once (the page's snippets are mostly a few episodes' packs)
+    const packs = this.sql
+      .exec<{ id: number; segs: string }>(
+        `SELECT DISTINCT p.id, p.segs FROM json_each(?) g JOIN segment_packs p ON p.id = ${packOf("g.value")}`,
         JSON.stringify(ids),
       )
-      .toArray();
-    return new Map(rows.map((r) => [r.id, r]));
+      .toArray()
+      .map((p) => ({ id: p.id, segs: JSON.parse(p.segs) as Array<Packed | null> }))
+      .sort((a, b) => b.id - a.id);
+    const out = new Map<number, { trace: string; node: number; role: string; tool: string | null; body: string }>();
+    for (const id of ids) {
+      const pack = packs.find((p) => p.id <= id);
+      const x = pack?.segs[id - pack.id];
+      if (x) out.set(id, { trace: x[0], node: x[1], role: x[2], tool: x[3], body: x[5] });
+    }
+    return out;
   }
+}
+
+/**
+ * The segments after id `after` (at most `limit`, in id order), read pack by pack: the flag rules' rescan
+ * (flag-store.ts).
+ */
+export function segmentsAfter(
+  sql: SqlStorage,
+  after: number,
+  limit: number,
+): Array<Segment & { id: number; episode: string }> {
+  const out: Array<Segment & { id: number; episode: string }> = [];
+  let from = sql.exec<{ id: number }>(`SELECT COALESCE(${packOf("?1")}, ?1) AS id`, after).one().id;
+  while (out.length < limit) {
+    const packs = sql
+      .exec<{ id: number; episode: string; segs: string }>(
+        "SELECT id, episode, segs FROM segment_packs WHERE id >= ? ORDER BY id LIMIT 16",
+        from,
+      )
+      .toArray();
+    for (const p of packs)
+      (JSON.parse(p.segs) as Array<Packed | null>).forEach((x, k) => {
+        if (x && p.id + k > after && out.length < limit)
+          out.push({
+            id: p.id + k,
+            episode: p.episode,
+            trace: x[0],
+            node: x[1],
+            role: x[2],
+            tool: x[3],
+            kind: x[4] as Segment["kind"],
+            body: x[5],
+          });
+      });
+    if (packs.length < 16) break;
+    from = packs.at(-1)!.id + 1;
+  }
+  return out;
 }
