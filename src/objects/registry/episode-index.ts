@@ -2,9 +2,8 @@
 // one row per episode of the run and the run's aggregates, kept incrementally (aggregates.ts).
 // Episode objects keep their rows current over RPC (src/objects/episode/run-row-sync.ts); each answer says
 // how often the episode may send (backpressure: the run's live episodes together stay under
-// INDEX_WRITES_PER_S). The run's counts reach the run directory at most every DIRECTORY_MS, by
-// alarm, retried until they land. Sockets (`GET /v1/runs/{run}` upgraded) get a snapshot, then
-// coalesced changes with the aggregates.
+// INDEX_WRITES_PER_S). The run's counts reach the run directory within DIRECTORY_MS (directory-push.ts).
+// Sockets (`GET /v1/runs/{run}` upgraded) get a snapshot, then coalesced changes with the aggregates.
 //
 // Nothing is stored for a run nobody wrote: the tables come with the first row (reads of an empty
 // object answer "no run" to a viewer covering the run, an empty page to one covering part of it),
@@ -94,13 +93,12 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   /** The R2 delete of the run's tokenizer while the run is being freed (a new tokenizer waits for it). */
   private freeing: Promise<void> | null = null;
   /** When the directory hears of the run's row: at once, or by the alarm. */
-  private readonly directory: DirectoryPush;
+  private readonly directory = new DirectoryPush(this.ctx, DIRECTORY_MS);
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
     this.store = new IndexStore(ctx.storage.sql);
     this.alerts = new AlertStore(ctx.storage.sql);
-    this.directory = new DirectoryPush(ctx, DIRECTORY_MS);
     // rows a migration could not recount alone: their episodes are asked by the alarm (reward-recount.ts)
     if (this.schema.present() && this.schema.failed === null && resendDue(ctx.storage.sql) !== null)
       void armAlarm(ctx.storage, Date.now());
@@ -114,10 +112,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   // ---- RPC from Episode objects ----
 
-  /**
-   * Insert or replace the episode's row (an update older than the held one is ignored), and with it
-   * the text it sends for the run's search (src/objects/registry/search-store.ts).
-   */
+  /** Insert or replace the episode's row (an older update is ignored), with the text it sends for the search. */
   upsert(sent: IndexRow, text: SearchBatch | null = null): UpdateAnswer {
     this.schema.check();
     const row = keptRow(sent);
@@ -194,8 +189,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   }
 
   /**
-   * One group with its rollouts (best first by the tie rule: src/protocol/registry/ranking.ts) and their advantages; null when there is no such group, "no_run"
-   * when the run has no row.
+   * One group, its rollouts (best first by the tie rule: src/protocol/registry/ranking.ts) and their advantages; null:
+   * no such group; "no_run": the run has no row.
    */
   group(id: string): GroupDetailJson | null | "no_run" {
     this.schema.check();
@@ -353,10 +348,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     return out;
   }
 
-  /**
-   * A page of finished episodes after `after` (a `finished_seq`), in the order they became finished here, within
-   * `scope`; null: no run (for a viewer covering it).
-   */
+  /** Finished episodes after `after` (a `finished_seq`) as they became finished, in `scope`; null: no run. */
   finished(after: number, limit: number, scope: Scope, selection?: FinishedSelection): FinishedPage | null {
     this.schema.check();
     if (!this.hasRows()) return scope === null ? null : { items: [], next: null, unsent: 0 };
@@ -397,7 +389,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     }
   }
 
-  // ---- the directory (by alarm, retried until it lands) ----
+  // ---- the alarm: rescans, the directory (retried until it lands), alerts ----
 
   /** The index's own work, then the alerts due (a bounded batch), then the alarm armed for the next alert due. */
   async alarm(): Promise<void> {

@@ -146,7 +146,9 @@ export const INDEX_SCHEMA: Schema = checkSchema({
         sql.exec("CREATE INDEX IF NOT EXISTS flags_by_rule ON flags (rule, episode)");
         addColumns(sql, "rows", ["flags TEXT"]);
         // the text segments episodes send (src/protocol/search/segments.ts), and FTS5 over them as an
-        // external-content table (the text kept once, in `segments`), kept by triggers (search-store.ts)
+        // external-content table (the text kept once, in `segments`), kept by triggers (search-store.ts); run again
+        // on storage whose text is in packs already (`segments` a view, version 17), there is nothing to make
+        if (sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'segments'").toArray().length) return;
         sql.exec(`CREATE TABLE IF NOT EXISTS segments (id INTEGER PRIMARY KEY, episode TEXT NOT NULL, trace TEXT NOT NULL, node INTEGER NOT NULL,
           role TEXT NOT NULL, tool TEXT, kind TEXT NOT NULL, body TEXT NOT NULL)`);
         sql.exec("CREATE INDEX IF NOT EXISTS segments_by_episode ON segments (episode, trace, node)");
