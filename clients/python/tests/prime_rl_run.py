@@ -285,8 +285,16 @@ class Relay:
         self.url = url
         self.client = httpx.Client(timeout=30, headers={"authorization": f"Bearer {token}"})
 
+    def get(self, url: str, **kw: Any) -> httpx.Response:
+        """A GET, sent again once on a kept-alive connection the server had closed as the request
+        went out (it answered nothing; a GET is safe to repeat), as browsers do."""
+        try:
+            return self.client.get(url, **kw)
+        except httpx.RemoteProtocolError:
+            return self.client.get(url, **kw)
+
     def status(self, episode: str) -> Optional[Dict[str, Any]]:
-        r = self.client.get(f"{self.url}/v1/episodes/{episode}/status")
+        r = self.get(f"{self.url}/v1/episodes/{episode}/status")
         if r.status_code == 404:
             return None
         r.raise_for_status()
@@ -294,12 +302,12 @@ class Relay:
         return body
 
     def episode(self, episode: str) -> bytes:
-        r = self.client.get(f"{self.url}/v1/episodes/{episode}", headers={"accept": "application/msgpack"})
+        r = self.get(f"{self.url}/v1/episodes/{episode}", headers={"accept": "application/msgpack"})
         r.raise_for_status()
         return r.content
 
     def annotations(self, episode: str) -> Optional[bytes]:
-        r = self.client.get(f"{self.url}/v1/episodes/{episode}/annotations", headers={"accept": "application/msgpack"})
+        r = self.get(f"{self.url}/v1/episodes/{episode}/annotations", headers={"accept": "application/msgpack"})
         if r.status_code == 404:
             return None
         r.raise_for_status()
@@ -309,7 +317,7 @@ class Relay:
         rows: List[Dict[str, Any]] = []
         cursor = None
         while True:
-            r = self.client.get(f"{self.url}/v1/runs/{run}/episodes", params={"limit": 500, **({"cursor": cursor} if cursor else {})})
+            r = self.get(f"{self.url}/v1/runs/{run}/episodes", params={"limit": 500, **({"cursor": cursor} if cursor else {})})
             r.raise_for_status()
             body = r.json()
             rows += body["episodes"]
