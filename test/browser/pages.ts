@@ -2,7 +2,7 @@
 // desktop and phone size (no sideways scroll on the phone).
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { Browser, BrowserContext, BrowserContextOptions, Page } from "playwright-core";
+import type { Browser, BrowserContext, BrowserContextOptions, Page, Response } from "playwright-core";
 import { expect } from "vitest";
 
 export const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
@@ -40,10 +40,10 @@ export async function openPage(
  * once, mid-suite, for a page the same test had loaded seconds before); the pages' own behaviour
  * is what the tests assert. Each reload is said, the URL's fragment (a token) left out.
  */
-export async function gotoPage(page: Page, url: string): Promise<Awaited<ReturnType<Page["goto"]>>> {
+export async function gotoPage(page: Page, url: string): Promise<Response | null> {
   for (let attempt = 1; ; attempt++) {
     const status: number[] = [];
-    const onResponse = (r: { url(): string; status(): number; request(): { isNavigationRequest(): boolean } }) => {
+    const onResponse = (r: Response) => {
       if (r.request().isNavigationRequest()) status.push(r.status());
     };
     page.on("response", onResponse);
