@@ -4,7 +4,8 @@
 // unknown delta keys, release-17eaf78, the one before alerts, release-413b234, and the one before the trainer's
 // truncation, release-b14ae00, and the one before the producers' ledger moved into the episode's meta row,
 // release-376f6ef, and the one before a running episode's text waited and segments took blocks of ids,
-// release-773b8cb, and the one before the episode's checkpoints and turns on frames, release-d4e57c7; each made by
+// release-773b8cb, the one before the episode's checkpoints and turns on frames, release-d4e57c7, and the one before
+// the bill's cuts to bodies, log and search rows, release-4d54fbd; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -44,6 +45,7 @@ const RELEASES = [
   "release-376f6ef",
   "release-773b8cb",
   "release-d4e57c7",
+  "release-4d54fbd",
 ];
 /** The release the failure cases below spoil. */
 const RELEASE = RELEASES[0]!;
@@ -114,7 +116,13 @@ async function restore(ns: Namespace, d: Dumped, tweak?: (sql: SqlStorage) => vo
         );
       }
     }
-    for (const v of virtual) sql.exec(`INSERT INTO "${v}"("${v}") VALUES ('rebuild')`);
+    for (const v of virtual) {
+      // a contentless table (the search since INDEX_SCHEMA 17) cannot rebuild: it is filled from the packs' view
+      const contentless = /content\s*=\s*''/i.test(d.schema.find((s) => s.name === v)?.sql ?? "");
+      if (contentless)
+        sql.exec(`INSERT INTO "${v}" (rowid, body, role, tool) SELECT id, body, role, tool FROM segments`);
+      else sql.exec(`INSERT INTO "${v}"("${v}") VALUES ('rebuild')`);
+    }
     tweak?.(sql);
   });
 }
