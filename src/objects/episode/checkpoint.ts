@@ -21,8 +21,8 @@ export const CHECKPOINT_FRAMES = 256;
 /**
  * Bytes of log since the last checkpoint after which the next one is due. It bounds the turn that
  * writes the checkpoint (64 MiB of routing bodies took one ack 2.6 s on a loaded machine) and what
- * a wake reads back. It costs rows: the cost bench's compressed episode writes 1.75 bodies rows a
- * turn at 16 MiB against 1.14 at 64 MiB (about $0.0001 an episode), the price of that bound.
+ * a wake reads back. A checkpoint's bodies are a run per list, a row per MiB (bodies.ts): the cost bench's
+ * compressed episode writes 0.55 bodies rows a turn (1.75 as a row and a key per body, schema 11).
  */
 export const CHECKPOINT_BYTES = 16 * 1024 * 1024;
 /** Bytes of bodies held in memory (not slices of their frames) after which a checkpoint is due. */
