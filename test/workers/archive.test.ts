@@ -91,7 +91,7 @@ async function json(id: string): Promise<Response> {
 async function bodyRows(id: string): Promise<number> {
   return runInDurableObject(stub(id), (_i, state) => {
     let n = 0;
-    for (const t of ["bodies", "pending", "frames"])
+    for (const t of ["body_runs", "body_parts", "pending", "frames"])
       n += state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
     return n;
   });
@@ -252,7 +252,7 @@ describe("a crash at any point of the archive step loses nothing and repeats the
       const { episode, archive } = archiveOf(state);
       const pin = episode.store.pin(episode.meta()!.seq); // as a GET streaming from SQLite would
       const outcome = await archive.run();
-      const rows = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM bodies").one().n;
+      const rows = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM body_parts").one().n;
       pin.release();
       return { outcome, rows };
     });

@@ -27,7 +27,11 @@ function stored(id: string) {
       checkpoint: n(`SELECT COALESCE((SELECT json_extract(turn, '$.checkpoint') FROM frames WHERE turn IS NOT NULL
         AND seq > (SELECT seq FROM meta) ORDER BY k DESC LIMIT 1), (SELECT checkpoint FROM meta)) AS n`),
       seq: n("SELECT MAX(seq) AS n FROM frames"),
-      bodies: n("SELECT COUNT(*) AS n FROM bodies WHERE kind = 0") ?? 0,
+      bodies: n("SELECT SUM(json_array_length(vers)) AS n FROM body_runs WHERE kind = 0") ?? 0,
+      // rows holding node bodies: runs and their parts (bodies.ts)
+      bodyRows:
+        n(`SELECT (SELECT COUNT(*) FROM body_runs WHERE kind = 0)
+          + (SELECT COUNT(*) FROM body_parts) AS n`) ?? 0,
       nodeMeta:
         n(`SELECT (SELECT COUNT(*) FROM node_meta)
           + (SELECT COALESCE(SUM(json_array_length(infos)), 0) FROM node_packs) AS n`) ?? 0,
@@ -128,10 +132,12 @@ describe("checkpoints", () => {
     // the next frame makes the checkpoint: its appends and the waiting ones are written
     await send(delta({ nodes: [node(CHECKPOINT_FRAMES)] }));
     const after = await stored(id);
-    // the appended nodes' metadata in one row (EPISODE_SCHEMA 11, node-packs.ts), not one per node
+    // the appended nodes' metadata in one row (EPISODE_SCHEMA 11, node-packs.ts), not one per node, and their
+    // bodies in one run of one part (EPISODE_SCHEMA 12, bodies.ts): the open wrote no node
     expect(after).toMatchObject({
       checkpoint: CHECKPOINT_FRAMES + 2,
       bodies: CHECKPOINT_FRAMES + 1,
+      bodyRows: 2,
       nodeMeta: CHECKPOINT_FRAMES + 1,
       metaRows: 1,
     });
@@ -150,6 +156,6 @@ describe("checkpoints", () => {
     expect(await stored(id)).toMatchObject({ checkpoint: 1, bodies: 0 });
     await ok(await post(`${id}/deltas`, delta({ nodes: [node(1)], set: m({ is_completed: true }) })));
     const s = await stored(id);
-    expect(s).toMatchObject({ checkpoint: 3, bodies: 2, nodeMeta: 2, metaRows: 1 });
+    expect(s).toMatchObject({ checkpoint: 3, bodies: 2, bodyRows: 2, nodeMeta: 2, metaRows: 1 });
   });
 });

@@ -13,6 +13,7 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { bodiesIntoRuns } from "../../src/objects/episode/bodies.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
@@ -263,29 +264,61 @@ describe.each(RELEASES)("storage written by an earlier release (%s) is upgraded"
 });
 
 /**
- * EPISODE_SCHEMA 7: node metadata is keyed without rowids, every row the release wrote kept; the bodies keep only
- * their key's index (no index by version); the log and the bodies, rows of large blobs, stay rowid tables.
+ * EPISODE_SCHEMA 7: node metadata is keyed without rowids, every row the release wrote kept; the log, rows of large
+ * blobs, stays a rowid table.
  * EPISODE_SCHEMA 8: the log is keyed by its rowid alone, every frame kept.
+ * EPISODE_SCHEMA 12: the bodies in runs (bodies.ts): every body the release wrote, at its index and version, the same
+ * bytes; the parts a rowid table keyed by its rowid alone, the runs' small rows without rowids; the table of version
+ * 11 gone, and the migration run again changes nothing.
  */
 async function keyedWithoutRowid(d: Dumped): Promise<void> {
   const got = await runInDurableObject(env.EPISODES.getByName(d.name), (_i, state) => {
     const sql = state.storage.sql;
-    const tables = ["frames", "bodies", "node_meta"];
+    const tables = ["frames", "body_parts", "body_runs", "node_meta"];
     const created = Object.fromEntries(
       tables.map((t) => [t, sql.exec<{ sql: string }>("SELECT sql FROM sqlite_master WHERE name = ?", t).one().sql]),
     );
     const indexes = sql
       .exec<{ name: string }>(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'bodies' AND sql IS NOT NULL",
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name LIKE 'bod%' AND sql IS NOT NULL",
       )
       .toArray()
       .map((r) => r.name);
-    const rows = Object.fromEntries(tables.map((t) => [t, sql.exec(`SELECT * FROM ${t}`).toArray().length]));
+    const old = sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'bodies'").toArray().length;
+    const rows = Object.fromEntries(
+      ["frames", "node_meta"].map((t) => [t, sql.exec(`SELECT * FROM ${t}`).toArray().length]),
+    );
     const log = sql
       .exec<{ seq: number; part: number; data: ArrayBuffer }>("SELECT seq, part, data FROM frames ORDER BY k")
       .toArray()
       .map((r) => [r.seq, r.part, btoa(String.fromCharCode(...new Uint8Array(r.data)))]);
-    return { created, indexes, rows, log };
+    const bodies = () => {
+      const out: Record<string, string> = {};
+      const runs = sql
+        .exec<{ tnum: number; kind: number; idx: number; first: number; parts: number; vers: string; ends: string }>(
+          "SELECT * FROM body_runs",
+        )
+        .toArray();
+      for (const r of runs) {
+        const stream = sql
+          .exec<{ data: ArrayBuffer }>(
+            "SELECT data FROM body_parts WHERE k >= ? AND k < ? ORDER BY k",
+            r.first,
+            r.first + r.parts,
+          )
+          .toArray()
+          .flatMap((p) => [...new Uint8Array(p.data)]);
+        const ends = JSON.parse(r.ends) as number[];
+        (JSON.parse(r.vers) as number[]).forEach((ver, k) => {
+          const bytes = stream.slice(k === 0 ? 0 : ends[k - 1], ends[k]);
+          if (ver >= 0) out[`${r.tnum}/${r.kind}/${r.idx + k}/${ver}`] = btoa(String.fromCharCode(...bytes));
+        });
+      }
+      return { out, runs: runs.length, parts: sql.exec("SELECT k FROM body_parts").toArray().length };
+    };
+    const first = bodies();
+    bodiesIntoRuns(sql); // again: nothing to do
+    return { created, indexes, old, rows, log, bodies: first, again: bodies() };
   });
   // EPISODE_SCHEMA 8: the log keyed by one integer (seq << 16 | part), its frames as the release wrote them
   expect(got.created.frames, d.name).toMatch(/k INTEGER PRIMARY KEY/);
@@ -298,13 +331,32 @@ async function keyedWithoutRowid(d: Dumped): Promise<void> {
     [...written].sort((x, y) => x[0] - y[0] || x[1] - y[1]).map(([seq, part, data]) => [seq, part, data.bin]),
   );
   expect(got.created.node_meta, d.name).toMatch(/WITHOUT ROWID$/);
-  for (const t of ["frames", "bodies"]) expect(got.created[t], `${d.name}: ${t}`).not.toMatch(/WITHOUT ROWID/);
-  expect(got.indexes).toEqual(["bodies_key"]);
-  expect(got.rows).toEqual({
-    frames: d.rows.frames?.length ?? 0,
-    bodies: d.rows.bodies?.length ?? 0,
-    node_meta: d.rows.node_meta?.length ?? 0,
-  });
+  expect(got.created.body_runs, d.name).toMatch(/WITHOUT ROWID$/);
+  for (const t of ["frames", "body_parts"]) expect(got.created[t], `${d.name}: ${t}`).not.toMatch(/WITHOUT ROWID/);
+  expect(got.created.body_parts, d.name).toMatch(/k INTEGER PRIMARY KEY/);
+  expect(got.indexes).toEqual([]);
+  expect(got.old, `${d.name}: the bodies table of version 11 is gone`).toBe(0);
+  expect(got.rows).toEqual({ frames: d.rows.frames?.length ?? 0, node_meta: d.rows.node_meta?.length ?? 0 });
+  // every body the release wrote (tnum, kind, idx, ver, part, data), its parts joined
+  const want: Record<string, string> = {};
+  const parts = new Map<string, Array<[number, string]>>();
+  for (const [tnum, kind, idx, ver, part, data] of (d.rows.bodies ?? []) as Array<
+    [number, number, number, number, number, { bin: string }]
+  >) {
+    const key = `${tnum}/${kind}/${idx}/${ver}`;
+    parts.set(key, [...(parts.get(key) ?? []), [part, data.bin]]);
+  }
+  for (const [key, ps] of parts)
+    want[key] = btoa(
+      ps
+        .sort((x, y) => x[0] - y[0])
+        .map(([, b]) => atob(b))
+        .join(""),
+    );
+  expect(got.bodies.out, d.name).toEqual(want);
+  // consecutive bodies of a list share a run: fewer runs than bodies where a list has more than one
+  if (Object.keys(want).length > 0) expect(got.bodies.runs, d.name).toBeLessThan(Object.keys(want).length);
+  expect(got.again, d.name).toEqual(got.bodies);
 }
 
 /** The alert tables came with INDEX_SCHEMA 10: the upgraded run takes alerts, and reads them back. */

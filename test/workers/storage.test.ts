@@ -77,7 +77,8 @@ describe("the episode lives in SQLite", () => {
         const rows = state.storage.sql
           .exec<{ id: string; idx: number; ver: number; versions: number }>(
             `SELECT t.id AS id, m.idx AS idx, m.ver AS ver,
-             (SELECT COUNT(DISTINCT b.ver) FROM bodies b WHERE b.tnum = m.tnum AND b.kind = 0 AND b.idx = m.idx) AS versions
+             (SELECT COUNT(DISTINCT j.value) FROM body_runs b, json_each(b.vers) j
+               WHERE b.tnum = m.tnum AND b.kind = 0 AND b.idx + j.key = m.idx AND j.value >= 0) AS versions
            FROM (SELECT tnum, idx, ver FROM node_meta UNION ALL
              -- a checkpoint's appended nodes (EPISODE_SCHEMA 11): one row holds several
              SELECT p.tnum, p.idx + j.key, j.value ->> 0 FROM node_packs p, json_each(p.infos) j WHERE j.type != 'null') m

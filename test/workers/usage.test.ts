@@ -143,13 +143,21 @@ describe("usage", () => {
     expect((await read()).index.written.alarm ?? 0).toBeLessThanOrEqual(1);
   });
 
-  it("a node's metadata is one row written (or a checkpoint's appended nodes' one), its body two (the row and its key), a logged frame one", async () => {
+  it("a node's metadata is one row written (or a checkpoint's appended nodes' one), a list's bodies a run and its parts, a logged frame one", async () => {
     const c = await golden("chat_basic");
     const id = `usage-run-${freshId("w")}:ep`;
     await pushFrames(id, c, 0, c.frames.length, new ProducerCursor("p"));
     const stored = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
       const n = (t: string) => state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM ${t}`).one().n;
-      return { bodies: n("bodies"), node_meta: n("node_meta"), node_packs: n("node_packs"), frames: n("frames") };
+      return {
+        body_runs: n("body_runs"),
+        body_parts: n("body_parts"),
+        bodies: state.storage.sql.exec<{ n: number }>("SELECT SUM(json_array_length(vers)) AS n FROM body_runs").one()
+          .n,
+        node_meta: n("node_meta"),
+        node_packs: n("node_packs"),
+        frames: n("frames"),
+      };
     });
     const w = (await usage(id)).episode.written;
     expect(stored.node_meta + stored.node_packs).toBeGreaterThan(1);
@@ -157,7 +165,12 @@ describe("usage", () => {
     // a checkpoint's appended nodes are one row of node_packs (EPISODE_SCHEMA 11)
     expect(w.node_meta ?? 0).toBe(stored.node_meta);
     expect(w.node_packs ?? 0).toBe(stored.node_packs);
-    expect(w.bodies).toBe(2 * stored.bodies);
+    // bodies written at once as one run per list, one row for the run and one per part (EPISODE_SCHEMA 12; a row and
+    // its key per body before): each written once, and fewer rows than bodies
+    expect(w.body_runs ?? 0).toBe(stored.body_runs);
+    expect(w.body_parts ?? 0).toBe(stored.body_parts);
+    expect(stored.body_runs + stored.body_parts).toBeLessThan(2 * stored.bodies);
+    expect(w.bodies).toBeUndefined();
     // a logged frame (one part each here) is one row written, and one more if it leaves the log again: the log is
     // keyed by its rowid alone (EPISODE_SCHEMA 8; keyed by (seq, part), each was two)
     expect(stored.frames).toBeGreaterThan(1);

@@ -21,8 +21,8 @@ export const CHECKPOINT_FRAMES = 256;
 /**
  * Bytes of log since the last checkpoint after which the next one is due. It bounds the turn that
  * writes the checkpoint (64 MiB of routing bodies took one ack 2.6 s on a loaded machine) and what
- * a wake reads back. It costs rows: the cost bench's compressed episode writes 1.75 bodies rows a
- * turn at 16 MiB against 1.14 at 64 MiB (about $0.0001 an episode), the price of that bound.
+ * a wake reads back. A checkpoint's bodies are a run per list, a row per MiB (bodies.ts): the cost bench's
+ * compressed episode writes 0.55 bodies rows a turn (1.75 as a row and a key per body, schema 11).
  */
 export const CHECKPOINT_BYTES = 16 * 1024 * 1024;
 /** Bytes of bodies held in memory (not slices of their frames) after which a checkpoint is due. */
@@ -163,23 +163,33 @@ export class Appends {
   }
 
   /**
-   * Everything kept here, for the writer: per appended body its place and bytes (with `withBodies`), per trace the
-   * NodeInfos of its appended nodes (consecutive from `from`: one pack, node-packs.ts); then the traces whose list
-   * sizes changed. Cleared after.
+   * Everything kept here, for the writer: per list its appended bodies (with `withBodies`; consecutive from `from`:
+   * one run, bodies.ts), per trace the NodeInfos of its appended nodes (one pack, node-packs.ts); then the traces
+   * whose list sizes changed. Cleared after.
    */
   drain(
     withBodies: boolean,
-    body: (tnum: number, kind: number, idx: number, ver: number, bytes: Uint8Array) => void,
+    bodies: (
+      tnum: number,
+      kind: number,
+      from: number,
+      entries: Array<{ ver: number; length: number }>,
+      read: (k: number) => Uint8Array,
+    ) => void,
     metas: (tnum: number, from: number, infos: NodeInfo[]) => void,
     sizes: (t: TraceState) => void,
   ): void {
     for (const l of this.lists.values()) {
       const infos = l.items.flatMap((a) => (a.info ? [a.info] : []));
       if (infos.length) metas(l.tnum, l.from, infos);
-      if (withBodies)
-        l.items.forEach((a, k) => {
-          body(l.tnum, l.kind, l.from + k, a.ver, this.body(a));
-        });
+      if (withBodies && l.items.length)
+        bodies(
+          l.tnum,
+          l.kind,
+          l.from,
+          l.items.map((a) => ({ ver: a.ver, length: a.length })),
+          (k) => this.body(l.items[k]!),
+        );
     }
     for (const t of this.sized.values()) sizes(t);
     this.clear();

@@ -1,6 +1,7 @@
 // The episode's tables in their latest layout (the one schema.ts's migrations leave), table by table: created at
 // once on empty storage, and again when a table is emptied by dropping it (the archive).
 
+import { BODY_TABLES } from "./bodies.js";
 import { NODE_PACKS_TABLE } from "./node-packs.js";
 
 /**
@@ -29,7 +30,7 @@ export const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
 export const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 /**
- * The layout the migrations of schema.ts leave (version 11), table by table: each table's CREATE statements. Created at once
+ * The layout the migrations of schema.ts leave (version 12), table by table: each table's CREATE statements. Created at once
  * on empty storage (`latestLayout`): every new episode's first delta wrote 76 rows of DDL creating tables, then
  * altering, rebuilding and dropping them, now 41. The same tables, columns (in the same order) and indexes;
  * test/workers/schema.test.ts compares the two.
@@ -73,11 +74,9 @@ const LATEST: Record<string, string[]> = {
   ],
   // node-packs.ts (migration 11)
   node_packs: [NODE_PACKS_TABLE],
-  bodies: [
-    `CREATE TABLE bodies (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL,
-    ver INTEGER NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL)`,
-    "CREATE UNIQUE INDEX bodies_key ON bodies (tnum, kind, idx, ver, part)",
-  ],
+  // bodies.ts (migration 12)
+  body_parts: [BODY_TABLES[0]!],
+  body_runs: [BODY_TABLES[1]!],
   stale: [
     `CREATE TABLE stale (what TEXT NOT NULL, tnum INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
     ver INTEGER NOT NULL, until INTEGER NOT NULL)`,
@@ -106,7 +105,7 @@ export function latestLayout(sql: SqlStorage): void {
  */
 export function emptyTable(
   sql: SqlStorage,
-  table: "bodies" | "pending" | "stale" | "frames" | "archive_upload" | "archive_parts",
+  table: "body_parts" | "body_runs" | "pending" | "stale" | "frames" | "archive_upload" | "archive_parts",
 ): void {
   if (sql.exec(`SELECT 1 FROM ${table} LIMIT 1`).toArray().length === 0) return;
   try {

@@ -8,6 +8,7 @@ import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
+import { BODY_TABLES, bodiesIntoRuns } from "./bodies.js";
 import {
   CHECKPOINT_COLUMN,
   LOG_COLUMNS,
@@ -132,6 +133,8 @@ function rebuildState(sql: SqlStorage): void {
   if (!meta) return;
   // rebuilt by this release's store, which writes the columns later versions add
   addColumns(sql, "node_meta", [REPAIRED_COLUMN, ...NODE_HEAD_COLUMNS]);
+  // and bodies as runs (the `bodies` table created above stays empty; migration 12 drops it)
+  for (const q of BODY_TABLES) sql.exec(q.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"));
   const deltas: Uint8Array[] = [];
   if (hasTable(sql, "base")) {
     const parts = sql.exec<{ data: ArrayBuffer }>("SELECT data FROM base ORDER BY part").toArray();
@@ -285,6 +288,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       up(sql) {
         // node_meta's rows stay as they are: a node's info is its newest version in either table
         sql.exec(NODE_PACKS_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"));
+      },
+    },
+    {
+      version: 12,
+      what: "a checkpoint's bodies of a list as one run of 1 MiB parts (bodies.ts), not a row and a key per body",
+      up(sql) {
+        bodiesIntoRuns(sql);
       },
     },
   ],

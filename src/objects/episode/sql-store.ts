@@ -11,8 +11,8 @@
 // - `node_meta` (and `node_packs`: a checkpoint's appended nodes, node-packs.ts): per node the NodeInfo (bytes, parents, routing dtype/shape, whether a routing
 //   repair rewrote its last row: the one record of that, kept through the archive; its parent
 //   index and message role).
-// - `bodies`: node and item bytes, keyed (tnum, kind, idx, ver, part): kind 0 is nodes, 1..6 the
-//   item lists; a body over PART_BYTES is split into parts (parts.ts).
+// - `body_runs` and `body_parts`: node and item bytes (kind 0 is nodes, 1..6 the item lists), a list's bodies
+//   written at once as one run of parts (bodies.ts).
 // The current value of anything is its newest version. A write that supersedes a version deletes
 // it, unless something holds the state from before (a reader's pin, a retraction's floor:
 // holds.ts): then `stale` lists it until nothing does. `rewind(R)` deletes every version written
@@ -27,7 +27,19 @@ import type { ListSize, TraceState } from "../../protocol/assembly/trace.js";
 import { Holds, type Pin } from "../../protocol/episode/holds.js";
 import { buffer, eachPart } from "../../protocol/episode/parts.js";
 import { Reader } from "../../protocol/wire/reader.js";
-import { itemBodies, KIND, NODES, nodeBodies, nodeBody } from "./bodies.js";
+import {
+  deleteTraceBodies,
+  dropNodeBody,
+  itemBodies,
+  itemSizes,
+  KIND,
+  NODES,
+  nodeBodies,
+  nodeBody,
+  rewindBodies,
+  writeBody,
+  writeRun,
+} from "./bodies.js";
 import { Appends } from "./checkpoint.js";
 import { emptyTable } from "./layout.js";
 import { loadIndex } from "./load-index.js";
@@ -125,7 +137,7 @@ export class SqlStore implements Bodies {
     if (!this.appends) return;
     this.appends.drain(
       true,
-      (tnum, kind, idx, ver, bytes) => this.writeBody(tnum, kind, idx, ver, bytes),
+      (tnum, kind, from, entries, read) => writeRun(this.sql, tnum, kind, from, entries, read),
       (tnum, from, infos) => writePacks(this.sql, tnum, from, infos),
       (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
     );
@@ -233,7 +245,7 @@ export class SqlStore implements Bodies {
       (t) => this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum),
     );
     if (this.appends) this.saveCheckpoint(null);
-    for (const table of ["bodies", "pending", "stale"] as const) emptyTable(this.sql, table);
+    for (const table of ["body_parts", "body_runs", "pending", "stale"] as const) emptyTable(this.sql, table);
     this.sql.exec(
       "DELETE FROM node_meta WHERE (tnum, idx, ver) NOT IN (SELECT tnum, idx, MAX(ver) FROM node_meta GROUP BY tnum, idx)",
     );
@@ -256,23 +268,18 @@ export class SqlStore implements Bodies {
     this.holds.rewound(seq);
     for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces WHERE created > ?", seq).toArray())
       this.deleteTrace(tnum);
-    for (const table of ["bodies", "node_meta", "fields", "pending"])
-      this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
+    for (const table of ["node_meta", "fields", "pending"]) this.sql.exec(`DELETE FROM ${table} WHERE ver > ?`, seq);
+    rewindBodies(this.sql, seq);
     rewindPacks(this.sql, seq);
     this.sql.exec("UPDATE traces SET dropped = NULL WHERE dropped > ?", seq);
     this.sql.exec("DELETE FROM stale WHERE until > ?", seq);
     // list sizes, from the items that are left
-    const sizes = new Map<number, Record<string, ListSize>>();
-    for (const r of this.sql.exec<{ tnum: number; kind: number; count: number; bytes: number }>(
-      `SELECT tnum, kind, COUNT(DISTINCT idx) AS count, SUM(LENGTH(data)) AS bytes FROM bodies WHERE kind > 0 GROUP BY tnum, kind`,
-    )) {
-      const s = sizes.get(r.tnum) ?? {};
-      s[ITEM_FIELDS[r.kind - 1]!] = { count: r.count, bytes: r.bytes };
-      sizes.set(r.tnum, s);
-    }
+    const sizes = itemSizes(this.sql);
     for (const { tnum } of this.sql.exec<{ tnum: number }>("SELECT tnum FROM traces").toArray()) {
-      const s = sizes.get(tnum) ?? {};
-      const lists = Object.fromEntries(ITEM_FIELDS.map((f) => [f, s[f] ?? { count: 0, bytes: 0 }]));
+      const s = sizes.get(tnum);
+      const lists = Object.fromEntries(
+        ITEM_FIELDS.map((f): [string, ListSize] => [f, s?.get(KIND[f]) ?? { count: 0, bytes: 0 }]),
+      );
       this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", JSON.stringify(lists), tnum);
     }
     // the tables hold the state as of `seq`: the frames kept after it are replayed from there
@@ -359,13 +366,14 @@ export class SqlStore implements Bodies {
   }
 
   private deleteTrace(tnum: number): void {
-    for (const table of ["traces", "fields", "pending", "node_meta", "node_packs", "bodies", "stale"])
+    for (const table of ["traces", "fields", "pending", "node_meta", "node_packs", "stale"])
       this.sql.exec(`DELETE FROM ${table} WHERE tnum = ?`, tnum);
+    deleteTraceBodies(this.sql, tnum);
   }
 
   private deleteVersion(what: string, tnum: number, idx: number, name: string, ver: number): void {
     if (what === "node") {
-      this.sql.exec("DELETE FROM bodies WHERE tnum = ? AND kind = 0 AND idx = ? AND ver = ?", tnum, idx, ver);
+      dropNodeBody(this.sql, tnum, idx, ver);
       this.sql.exec("DELETE FROM node_meta WHERE tnum = ? AND idx = ? AND ver = ?", tnum, idx, ver);
       dropPacked(this.sql, tnum, idx, ver);
     } else if (what === "field")
@@ -385,15 +393,22 @@ export class SqlStore implements Bodies {
 
   nodesAdded(t: TraceState, from: number, nodes: NodeState[]): void {
     const defer = this.defer();
-    nodes.forEach((node, k) => {
+    const bodies = nodes.map((node) => encodeNode(node));
+    nodes.forEach((_, k) => {
       const idx = from + k;
       const info = t.nodes[idx]!;
-      if (defer) this.appends!.add(t.tnum, NODES, idx, info.ver, encodeNode(node), info);
-      else {
-        this.writeMeta(t.tnum, idx, info);
-        this.writeBody(t.tnum, NODES, idx, info.ver, encodeNode(node));
-      }
+      if (defer) this.appends!.add(t.tnum, NODES, idx, info.ver, bodies[k]!, info);
+      else this.writeMeta(t.tnum, idx, info);
     });
+    if (!defer)
+      writeRun(
+        this.sql,
+        t.tnum,
+        NODES,
+        from,
+        nodes.map((_, k) => ({ ver: t.nodes[from + k]!.ver, length: bodies[k]!.length })),
+        (k) => bodies[k]!,
+      );
   }
 
   nodesRemoved(t: TraceState, from: number): void {
@@ -406,7 +421,7 @@ export class SqlStore implements Bodies {
     const info = t.nodes[index]!;
     this.supersede("node", t.tnum, index, "", before.ver);
     this.writeMeta(t.tnum, index, info);
-    this.writeBody(t.tnum, NODES, index, info.ver, encodeNode(node));
+    writeBody(this.sql, t.tnum, NODES, index, info.ver, encodeNode(node));
   }
 
   nodeRestored(): void {
@@ -421,9 +436,14 @@ export class SqlStore implements Bodies {
       this.appends!.sizes(t);
       return;
     }
-    items.forEach((item, k) => {
-      this.writeBody(t.tnum, KIND[field], from + k, this.version, item);
-    });
+    writeRun(
+      this.sql,
+      t.tnum,
+      KIND[field],
+      from,
+      items.map((i) => ({ ver: this.version, length: i.length })),
+      (k) => items[k]!,
+    );
     this.sql.exec("UPDATE traces SET lists = ? WHERE tnum = ?", listsJson(t), t.tnum);
   }
 
@@ -490,20 +510,6 @@ export class SqlStore implements Bodies {
       // NULL is what rows of older releases hold ("not known"): a root is -1, no role ""
       info.parent === undefined ? null : (info.parent ?? -1),
       info.role === undefined ? null : (info.role ?? ""),
-    );
-  }
-
-  private writeBody(tnum: number, kind: number, idx: number, ver: number, data: Uint8Array): void {
-    eachPart(data, (part, chunk) =>
-      this.sql.exec(
-        "INSERT INTO bodies (tnum, kind, idx, ver, part, data) VALUES (?, ?, ?, ?, ?, ?)",
-        tnum,
-        kind,
-        idx,
-        ver,
-        part,
-        chunk,
-      ),
     );
   }
 }
