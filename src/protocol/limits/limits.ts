@@ -38,7 +38,7 @@ export interface Limits {
   logKeepFrames: number;
   /**
    * ... and at most about this many bytes of them: every frame trimmed is a row deleted (billed as written), while the
-   * archive drops the whole log at once, so the bound is set past a long episode's log (~110 MiB for 200
+   * archive drops the whole log at once, so the bound is set past a long episode's log (~115 MiB for 200
    * routing-heavy turns) and an episode's SQLite stays within MAX_EPISODE_BYTES of bodies plus this.
    */
   logKeepBytes: number;
