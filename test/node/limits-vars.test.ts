@@ -3,6 +3,7 @@
 // runscale bench reads it.
 import { describe, expect, it } from "vitest";
 import { wranglerVars } from "../../bench/helpers.js";
+import { limitsFrom } from "../../src/protocol/limits/limits.js";
 import {
   DEFAULT_INDEX_FLUSH_MS,
   DEFAULT_INDEX_WRITES_PER_S,
@@ -58,5 +59,17 @@ describe("how long a running episode's text may wait (SEARCH_FLUSH_MS)", () => {
     expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: "0" })).toBe(DEFAULT_SEARCH_FLUSH_MS);
     expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: "1000" })).toBe(1000);
     expect(searchFlushMsFrom({ SEARCH_FLUSH_MS: String(MAX_SEARCH_FLUSH_MS * 2) })).toBe(MAX_SEARCH_FLUSH_MS);
+  });
+});
+
+describe("the log's bounds", () => {
+  it("their defaults are wrangler.toml's values (a trimmed frame is a row written: the log is kept to 256 MiB)", () => {
+    const { logKeepFrames, logKeepBytes } = limitsFrom({});
+    expect({ logKeepFrames, logKeepBytes }).toEqual({ logKeepFrames: 4096, logKeepBytes: 256 * 1024 * 1024 });
+    const fromToml = limitsFrom(wranglerVars());
+    expect({ logKeepFrames: fromToml.logKeepFrames, logKeepBytes: fromToml.logKeepBytes }).toEqual({
+      logKeepFrames,
+      logKeepBytes,
+    });
   });
 });

@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { BYTE_CHECK_FRAMES, LogTrim, trimPoint } from "../../src/objects/episode/log-trim.js";
 import type { Meta } from "../../src/objects/episode/record-store.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
+import { limitsFrom } from "../../src/protocol/limits/limits.js";
 import { withFreshStorage } from "./support.js";
 
 /** Sizes newest first, for frames `from`..`to` of `bytes` each. */
@@ -29,6 +30,18 @@ describe("trimPoint", () => {
     // the stricter rule wins
     expect(trimPoint({ seq: 20, base: 0 }, 1, 25, sizes(1, 20, 10), null)).toBe(19);
     expect(trimPoint({ seq: 20, base: 0 }, 100, 1000, sizes(1, 20, 10), null)).toBeNull();
+  });
+
+  it("the default bounds keep a long routing-heavy episode's whole log (each trimmed frame is a row written), and still bound it", () => {
+    const { logKeepFrames, logKeepBytes } = limitsFrom({});
+    // the cost bench's turn: 1500 x 50 x 8 routing bytes and a little text, one frame each
+    const turn = 1500 * 50 * 8 + 4096;
+    expect(trimPoint({ seq: 200, base: 0 }, logKeepFrames, logKeepBytes, sizes(1, 200, turn), null)).toBeNull();
+    // past the byte bound the oldest frames go, as before
+    const cut = trimPoint({ seq: 600, base: 0 }, logKeepFrames, logKeepBytes, sizes(1, 600, turn), null);
+    expect(cut).not.toBeNull();
+    expect((600 - cut!) * turn).toBeLessThanOrEqual(logKeepBytes);
+    expect((600 - cut! + 1) * turn).toBeGreaterThan(logKeepBytes);
   });
 
   it("a reader's hold: nothing after the oldest held seq goes", () => {

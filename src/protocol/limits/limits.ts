@@ -36,7 +36,11 @@ export interface Limits {
   maxCatchUps: number;
   /** The log keeps at most this many frames (for watchers resuming with ?after=)... */
   logKeepFrames: number;
-  /** ... and at most about this many bytes of them. */
+  /**
+   * ... and at most about this many bytes of them: every frame trimmed is a row deleted (billed as written), while the
+   * archive drops the whole log at once, so the bound is set past a long episode's log (~115 MiB for 200
+   * routing-heavy turns) and an episode's SQLite stays within MAX_EPISODE_BYTES of bodies plus this.
+   */
   logKeepBytes: number;
   /** Least time between two throttled updates of an episode's row in its run's index, ms. */
   indexFlushMs: number;
@@ -119,7 +123,7 @@ export function limitsFrom(env: LimitVars): Limits {
     watcherWindowBytes: limitFrom(env.WATCHER_WINDOW_BYTES, 4 * 1024 * 1024),
     maxCatchUps: limitFrom(env.MAX_CATCHUPS, 4),
     logKeepFrames: limitFrom(env.LOG_KEEP_FRAMES, 4096),
-    logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 64 * 1024 * 1024),
+    logKeepBytes: limitFrom(env.LOG_KEEP_BYTES, 256 * 1024 * 1024),
     indexFlushMs: limitFrom(env.INDEX_FLUSH_MS, DEFAULT_INDEX_FLUSH_MS),
     archiveAfterMs: limitFrom(env.ARCHIVE_AFTER_SECONDS, 10) * 1000,
     archiveSlots: Math.floor(limitFrom(env.ARCHIVE_SLOTS, 0)),
