@@ -20,10 +20,17 @@
 //       adds to the episode, its hubs and the run's index (rows by table, requests), and whether
 //       each object hibernated in every gap (a wake per turn). The index's work goes with the row
 //       updates (at most one per INDEX_FLUSH_MS), so the model scales it to its own turn gap.
+//   (d) the run's index in steady state: EPISODES_D episodes written at the paced model's pace with
+//       time scaled down by SCALE_D (a second relay whose INDEX_FLUSH_MS and SEARCH_FLUSH_MS are
+//       the defaults / SCALE_D, a turn every TURN_GAP_S / SCALE_D), so a few minutes hold many
+//       row updates and search flushes of each episode: the index's rows per paced turn, by table.
+//       (c)'s few turns hold about one row update, which writes what a steady one does not (the
+//       waiting text's index entry, written once per SEARCH_FLUSH_MS).
 //   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
 //       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
 //       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what (c) measured a paced
-//       turn to add; its duration from (c)'s busy time and hibernation).
+//       turn to add to the episode and hubs, and (d) to the index; its duration from (c)'s busy
+//       time and hibernation).
 // The bench's own status polls (each an RPC call on the episode) are subtracted; usage reads count
 // nothing.
 // Caveats, printed too: this bench writes at full speed, so an episode's wall time (and the
@@ -38,6 +45,7 @@ import {
   ACK_BYTES,
   ackMessage,
   DEFAULT_INDEX_FLUSH_MS,
+  DEFAULT_SEARCH_FLUSH_MS,
   dispatchFromJson,
   encodeEnvelope,
   IDLE_MS,
@@ -58,6 +66,7 @@ import {
   routingDeltas,
   sleep,
   startBenchRelay,
+  textDeltas,
   wsUrl,
 } from "./helpers.js";
 import * as P from "./prices.js";
@@ -89,6 +98,29 @@ const TURNS_C = 4;
  * watchers' acks); 11 s gave a bound of 1 s per turn and object, which no code held.
  */
 const GAP_C_MS = 10_250;
+/**
+ * (d)'s time scale: its relay's INDEX_FLUSH_MS and SEARCH_FLUSH_MS and its turn gap are the paced model's / SCALE_D,
+ * so a row update and a search flush come after as many turns as at the real pace (what the index writes per update
+ * depends on those counts, not on the clock; DIRECTORY_MS, a constant, is the one time not scaled).
+ */
+const SCALE_D = 10;
+/**
+ * (d)'s episodes, their starts spread over one search flush interval and one row interval (`caseD`): their row updates
+ * come FLUSH_D_MS / EPISODES_D apart, past DIRECTORY_MS (1 s), so each sends the run's row to the directory itself and
+ * arms no alarm, as a run's updates at the real pace do (a run of 1,000 episodes arms about one a second for ~33
+ * updates: ~0.02 rows per turn, not in (d)). More episodes would crowd the updates under DIRECTORY_MS.
+ */
+const EPISODES_D = 2;
+/** (d)'s turn gap, and its relay's row and search intervals. */
+const GAP_D_MS = (TURN_GAP_S * 1000) / SCALE_D;
+const FLUSH_D_MS = DEFAULT_INDEX_FLUSH_MS / SCALE_D;
+const SEARCH_D_MS = DEFAULT_SEARCH_FLUSH_MS / SCALE_D;
+/**
+ * (d) is measured over this many search flush intervals, after each episode has been through one: each episode's text
+ * goes into the search about once per interval, so the window's edges may cut one flush more or less of the
+ * EPISODES_D × SEARCH_CYCLES_D in it.
+ */
+const SEARCH_CYCLES_D = 4;
 /** How long an idle object eligible for hibernation stays in memory before the runtime hibernates it (the lifecycle page). */
 const HIBERNATES_AFTER_MS = 10_000;
 /** Producer messages in flight on one socket. */
@@ -675,6 +707,90 @@ async function caseC(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   };
 }
 
+/** What (d) measured: the run's index over `turns` turns of its episodes (each a paced turn, time scaled). */
+interface SteadyIndex {
+  turns: number;
+  episodes: number;
+  /** Turns each episode had written when the window opened. */
+  warmTurns: number;
+  /**
+   * The window's turns over its schedule's: a loaded machine answers late and the turns fall behind, so fewer row
+   * updates hold more turns each and a turn costs the index less than at the pace (below ~0.9 not the paced model).
+   */
+  scheduleKept: number;
+  index: Usage;
+}
+
+/**
+ * (d) the run's index in steady state: EPISODES_D episodes in one run, each a turn every GAP_D_MS on a relay whose
+ * index intervals are scaled as the turn gap is (SCALE_D), their starts spread over the intervals (EPISODES_D). The
+ * window opens once every episode has been through a row update and a search flush after its creation, and spans
+ * SEARCH_CYCLES_D search flush intervals: what the index wrote in it, per turn written in it. The turns carry
+ * (a)'s text without its routing (no index column or search text comes from the routing).
+ */
+async function caseD(log: (m: string) => void): Promise<SteadyIndex> {
+  log(
+    `cost (d): the index in steady state, ${EPISODES_D} episodes, a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS}, SEARCH_FLUSH_MS ${SEARCH_D_MS} (time / ${SCALE_D})`,
+  );
+  const relay = await startBenchRelay(
+    "tmpfs",
+    { INDEX_FLUSH_MS: String(FLUSH_D_MS), SEARCH_FLUSH_MS: String(SEARCH_D_MS) },
+    { tiers: true },
+  );
+  const http = new HttpClient(relay.url);
+  const admin = new Admin(http);
+  const run = `bench-cost-d-${process.pid}-${Date.now().toString(36)}`;
+  const make = textDeltas();
+  // one episode's start from the next: its search flushes and its row updates fall between the other's
+  const spread = (SEARCH_D_MS + FLUSH_D_MS) / EPISODES_D;
+  const sent = new Array<number>(EPISODES_D).fill(0);
+  let stop = false;
+  const writer = async (e: number, t0: number): Promise<void> => {
+    const producer = await Producer.open(relay.url, `${run}:${e}`);
+    try {
+      // on a schedule, not a sleep after each answer: a slow answer does not slow the pace
+      for (let k = 0; !stop; k++) {
+        await sleep(Math.max(0, t0 + e * spread + k * GAP_D_MS - performance.now()));
+        if (stop) break;
+        await producer.send(make, k, k + 1);
+        sent[e] = (sent[e] ?? 0) + 1;
+      }
+    } finally {
+      await producer.close();
+    }
+  };
+  try {
+    const t0 = performance.now();
+    const writers = Array.from({ length: EPISODES_D }, (_, e) => writer(e, t0));
+    // a writer that fails fails the case (Promise.all rejects), one that ends before `stop` is a defect too
+    const ended = Promise.all(writers).then(() => "ended" as const);
+    const wait = async (ms: number) => {
+      if ((await Promise.race([sleep(ms).then(() => "slept" as const), ended])) === "ended")
+        throw new Error("cost (d): its writers stopped before the window closed");
+    };
+    // the last episode's creation, then a row interval and a search flush interval after it (and one more row interval)
+    await wait(spread * (EPISODES_D - 1) + SEARCH_D_MS + 2 * FLUSH_D_MS);
+    const warmTurns = Math.min(...sent);
+    const before = (await admin.runUsage(run)).index;
+    const turns0 = sent.reduce((a, b) => a + b, 0);
+    await wait(SEARCH_CYCLES_D * SEARCH_D_MS);
+    const after = (await admin.runUsage(run)).index;
+    const turns = sent.reduce((a, b) => a + b, 0) - turns0;
+    stop = true;
+    await Promise.all(writers);
+    const scheduleKept = turns / ((EPISODES_D * SEARCH_CYCLES_D * SEARCH_D_MS) / GAP_D_MS);
+    if (scheduleKept < 0.9)
+      log(
+        `cost (d): only ${(100 * scheduleKept).toFixed(0)}% of the scheduled turns went (answers late): not the pace`,
+      );
+    return { turns, episodes: EPISODES_D, warmTurns, scheduleKept, index: minus(after, before) };
+  } finally {
+    stop = true;
+    http.close();
+    await relay.stop();
+  }
+}
+
 async function caseB(
   relay: LocalRelay,
   http: HttpClient,
@@ -802,7 +918,8 @@ function flushesPerTurn(gapMs: number): number {
 
 /**
  * The index's work per paced turn over (c)'s per turn: (c)'s turns come GAP_C_MS apart, the model's TURN_GAP_S; the
- * index's work goes with the row updates, not the turns.
+ * index's work goes with the row updates, not the turns. Printed beside (d)'s (the model's) for comparison: (c)'s
+ * one or two updates are not a steady state.
  */
 const INDEX_PACE = flushesPerTurn(TURN_GAP_S * 1000) / flushesPerTurn(GAP_C_MS);
 
@@ -815,7 +932,7 @@ function perTurnOf(u: Usage, turns: number): Counts {
  * One (a)-sized episode at a real pace (a turn every TURN_GAP_S): (a)'s episode and hubs (created,
  * fed, finished, archived, read) plus, for every turn, what a paced turn of (c) added beyond (a)'s
  * mean turn (each turn committed alone: its own feed per hub, its own alarm and index row), and the
- * duration of `pacedTurnMs`; the run's index: (b)'s share per episode plus (c)'s index per turn,
+ * duration of `pacedTurnMs`; the run's index: (b)'s share per episode plus (d)'s index per turn,
  * the index and directory active the whole run (its episodes together send rows far more often than
  * every 10 s), shared by `episodesInRun`; watcher-hours are the dashboards × the turns' span.
  */
@@ -823,6 +940,7 @@ function pacedEpisode(
   a: Measured,
   b: Measured,
   c: PacedTurn,
+  d: SteadyIndex,
   episodesInRun: number,
 ): { counts: Counts; watcherHours: number; episodeTurnMs: number; hubTurnMs: number; hibernated: string[] } {
   const turns = a.turns;
@@ -850,8 +968,8 @@ function pacedEpisode(
   const hubTurn = pacedTurnMs(c.hubs, c.turns, c.hubCount);
   hub.activeMs = a.parts.hubs.activeMs + turns * hubTurn.ms;
   const registry = add(scale(ofUsage([b.indexUsage, b.directoryUsage]), 1 / b.episodes), {
-    ...scale(perTurnOf(c.index, c.turns), turns * INDEX_PACE),
-    rowsWritten: turns * Object.values(pacedIndexWritten(a, c)).reduce((sum, n) => sum + n, 0),
+    ...scale(perTurnOf(d.index, d.turns), turns),
+    rowsWritten: turns * Object.values(pacedIndexWritten(d)).reduce((sum, n) => sum + n, 0),
     activeMs: 0,
   });
   registry.activeMs = (2 * spanS * 1000) / episodesInRun;
@@ -879,23 +997,20 @@ function pacedWritten(a: readonly Usage[], c: readonly Usage[], cTurns: number):
 }
 
 /**
- * The run's index's rows written per paced turn by table: (c)'s per row update at TURN_GAP_S apart; for the search's
- * text (TEXT_TABLES), (a)'s per turn where that is more. (c)'s few turns never put their text into the search (a running episode's waits up to
- * SEARCH_FLUSH_MS), and (b)'s episodes hold TURNS_B turns of text: (a)'s 200 turns say what the search writes for a
- * turn's text (its segments and FTS5's rows; a lower bound: flushed in one go, not every SEARCH_FLUSH_MS). (b)'s
- * share per episode, its first TURNS_B turns' text with it, is added apart: that much counted twice.
+ * The run's index's rows written per paced turn by table: (d)'s per turn (its turns are paced turns, time scaled),
+ * its search's text with them (flushed every SEARCH_FLUSH_MS as at the real pace). (b)'s share per episode, its first
+ * TURNS_B turns' text with it, is added apart: that much counted twice.
  */
-function pacedIndexWritten(a: Measured, c: PacedTurn): Record<string, number> {
-  const out = pacedWritten([a.indexUsage], [c.index], c.turns / INDEX_PACE);
-  // (a)'s run is its own: the index's creation (its tables: "other", schema_version, state) is a run's, not a turn's
-  const fromC = writtenPer([c.index], c.turns / INDEX_PACE);
-  for (const t of Object.keys(out)) if (!TEXT_TABLES.has(t)) out[t] = fromC[t] ?? 0;
+function pacedIndexWritten(d: SteadyIndex): Record<string, number> {
+  const out = writtenPer([d.index], d.turns);
   for (const t of Object.keys(out)) if (out[t] === 0) delete out[t];
   return out;
 }
 
-/** The run's index's tables for its search's text (search-store.ts; FTS5's own rows under FTS_SHADOW). */
-const TEXT_TABLES = new Set(["segments", "search", "search (FTS5 shadow)"]);
+/** (c)'s index rows per turn scaled to the paced model's row updates (`INDEX_PACE`): the model before (d), compared. */
+function indexOfCPaced(c: PacedTurn): Record<string, number> {
+  return writtenPer([c.index], c.turns / INDEX_PACE);
+}
 
 /**
  * What grows with turns and what is paid once per episode: a line through (b)'s mean episode (TURNS_B) and (a)'s
@@ -920,6 +1035,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const b = await caseB(relay, http, admin, opts.log, dirA, a.archived === 1);
     const c = await caseC(relay, http, admin, opts.log);
     const cpuMs = cpuMsOf(workerd) - cpu0;
+    const d = await caseD(opts.log);
 
     // (a)
     const linesA = priced(a.counts);
@@ -982,19 +1098,21 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     ];
     opts.table(costTable(`cost: ${SCALE_EPISODES} episodes of (a)'s size in one run (computed)`, lines1000, notes1000));
 
-    const pace = pacedEpisode(a, b, c, SCALE_EPISODES);
+    const pace = pacedEpisode(a, b, c, d, SCALE_EPISODES);
     const linesPaced = priced(add(scale(pace.counts, SCALE_EPISODES), bulk));
     const usdPaced = total(linesPaced);
     const watcherHoursPaced = pace.watcherHours * SCALE_EPISODES;
     const turnC = (u: Usage) =>
       `${fmt(u.requests / c.turns)} requests, ${fmt(u.wsIn / c.turns)} messages in, ${fmt(u.rowsWritten / c.turns)} rows written, ${fmt(u.wakes / c.turns)} wakes, ${fmt(u.busyMs / c.turns)} ms busy`;
+    const turnD = (u: Usage) =>
+      `${fmt(u.requests / d.turns)} requests, ${fmt(u.rowsWritten / d.turns)} rows written, ${fmt(u.rowsRead / d.turns)} rows read`;
     opts.table(
       costTable(
-        `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model on (c))`,
+        `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model on (c) and (d))`,
         linesPaced,
         [
           `(c) measured, per turn ${c.gapMs / 1000} s apart (${c.turns} turns): episode ${turnC(c.episode)}; ${c.hubCount} hub(s) ${turnC(c.hubs)}; index ${turnC(c.index)}`,
-          `the index per paced turn: (c)'s × ${fmt(INDEX_PACE)} (row updates per turn at INDEX_FLUSH_MS ${DEFAULT_INDEX_FLUSH_MS / 1000} s: ${fmt(flushesPerTurn(TURN_GAP_S * 1000))} a turn ${TURN_GAP_S} s apart, ${fmt(flushesPerTurn(GAP_C_MS))} in (c)); (c)'s index per turn by table below, as measured`,
+          `the index per paced turn: (d)'s per turn, ${d.turns} turns of ${d.episodes} episodes (each past ${d.warmTurns} turns; ${(100 * d.scheduleKept).toFixed(0)}% of the schedule's turns went, below ~90% not the pace) at ${TURN_GAP_S} s / ${SCALE_D} with INDEX_FLUSH_MS and SEARCH_FLUSH_MS / ${SCALE_D}: index ${turnD(d.index)}; (c)'s × ${fmt(INDEX_PACE)} for comparison (row updates per turn at INDEX_FLUSH_MS ${DEFAULT_INDEX_FLUSH_MS / 1000} s: ${fmt(flushesPerTurn(TURN_GAP_S * 1000))} a turn ${TURN_GAP_S} s apart, ${fmt(flushesPerTurn(GAP_C_MS))} in (c)); both by table below`,
           `per paced turn, beyond (a)'s mean turn: what (c) adds; duration per turn: episode ${fmt(pace.episodeTurnMs / 1000)} s, hubs ${fmt(pace.hubTurnMs / 1000)} s (${pace.hibernated.length ? `${pace.hibernated.join(" and ")} hibernated at every gap of (c): busy time plus at most ${(GAP_C_MS - HIBERNATES_AFTER_MS) / 1000} s held; idle while eligible to hibernate is not billed` : "none hibernated in (c)"}; otherwise min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s); the index and directory active for the whole run`,
           `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
         ],
@@ -1014,7 +1132,9 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       episode_c_per_turn: writtenPer([c.episode], c.turns),
       hubs_c_per_turn: writtenPer([c.hubs], c.turns),
       index_c_per_turn: writtenPer([c.index], c.turns),
-      index_paced_per_turn: pacedIndexWritten(a, c),
+      index_c_paced_per_turn: indexOfCPaced(c),
+      index_d_per_turn: writtenPer([d.index], d.turns),
+      index_paced_per_turn: pacedIndexWritten(d),
       episode_paced_per_turn: pacedWritten(a.episodeUsage, [c.episode], c.turns),
       hubs_paced_per_turn: pacedWritten(a.hubUsage, [c.hubs], c.turns),
     };
@@ -1030,6 +1150,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           ["episode (c)", written.episode_c_per_turn],
           ["hubs (c)", written.hubs_c_per_turn],
           ["index (c)", written.index_c_per_turn],
+          ["index (c) × pace", written.index_c_paced_per_turn],
+          ["index (d)", written.index_d_per_turn],
           ["index, paced (model)", written.index_paced_per_turn],
           ["episode, paced (model)", written.episode_paced_per_turn],
           ["hubs, paced (model)", written.hubs_paced_per_turn],
@@ -1037,7 +1159,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         [
           `per turn: (a) ${TURNS_A} turns of one episode, (b) ${turnsB} turns of ${EPISODES_B} episodes; (b)'s index took ${upsertsB} requests (upserts, and the directory's alarms) for them`,
           'each statement\'s rowsWritten as workerd counts it (its index entries too) under the table it writes; "alarm": setAlarm (billed as a row); "search (FTS5 shadow)": the rows FTS5 wrote to its own tables (SQLite\'s total_changes(), counted by the index)',
-          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed and fed alone, its row sent at most every INDEX_FLUSH_MS: the paced model's turn; the index's at ${TURN_GAP_S} s apart is (c)'s × ${fmt(INDEX_PACE)}, or (a)'s per turn where more (its text in the search: "index, paced")`,
+          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed and fed alone, its row sent at most every INDEX_FLUSH_MS: the paced model's turn for the episode and hubs; "index (c) × pace": (c)'s index × ${fmt(INDEX_PACE)} (its updates at ${TURN_GAP_S} s apart; one or two updates, not a steady state)`,
+          `(d): ${d.turns} turns of ${d.episodes} episodes in one run, time / ${SCALE_D} (a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS / 1000} s, SEARCH_FLUSH_MS ${SEARCH_D_MS / 1000} s), over ${SEARCH_CYCLES_D} search flush intervals: "index, paced" is (d)'s per turn, its text flushed into the search as at the real pace`,
           `"episode, paced" and "hubs, paced": per table the more of (a)'s per turn and (c)'s (what the paced model bills per turn)`,
         ],
       ),
@@ -1097,6 +1220,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           turn_gap_s: TURN_GAP_S,
           index_flush_ms: DEFAULT_INDEX_FLUSH_MS,
           index_per_turn_over_c: sig(INDEX_PACE),
+          index_steady: {
+            turns: d.turns,
+            episodes: d.episodes,
+            warm_turns: d.warmTurns,
+            schedule_kept: sig(d.scheduleKept),
+            time_scale: SCALE_D,
+            requests_per_turn: sig(d.index.requests / d.turns),
+          },
           measured_gap_s: c.gapMs / 1000,
           hibernated_every_gap: pace.hibernated,
           duration_per_turn_s: { episode: sig(pace.episodeTurnMs / 1000), hubs: sig(pace.hubTurnMs / 1000) },

@@ -237,6 +237,11 @@ export function routingDeltas(trace = TRACE): DeltaFactory {
   return (i) => delta(i, text(64, i), nd, trace);
 }
 
+/** `routingDeltas` without the routing: the same nodes and text (what an episode's row and search text carry). */
+export function textDeltas(trace = TRACE): DeltaFactory {
+  return (i) => delta(i, text(64, i), null, trace);
+}
+
 // ---- the machine ----
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
