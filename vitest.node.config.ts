@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config";
+import LongestFirst from "./test/support/sequencer.js";
 
 // Tests that run in Node (they may start the local relay, scripts/relay.mjs, and drive it over the network).
 // Files run in two long-lived worker processes, each taking the next file when it ends one
@@ -13,6 +14,7 @@ import { defineConfig } from "vitest/config";
 // a copy of the checkout (npm pack's build rewrote dist/ while another file ran the CLI from it),
 // and the global setup brings dashboard/dist up to date before any file runs (npm start's prestart,
 // and a relay finding no dashboard, would build it in place). `--maxWorkers=1` runs them one at a time.
+// The longest files go first (test/support/sequencer.ts), so that neither process runs one alone at the end.
 export default defineConfig({
   test: {
     name: "node",
@@ -22,6 +24,7 @@ export default defineConfig({
     setupFiles: ["test/support/no-keep-alive.ts"],
     isolate: false,
     maxWorkers: 2,
+    sequence: { sequencer: LongestFirst },
     testTimeout: 30_000,
     hookTimeout: 60_000,
   },

@@ -14,7 +14,9 @@
 // a third suite beside two keeps both cores working (a clean clone: 703 s in two lanes, 642 s in
 // three). A lane that finishes a suite takes the next one not yet started, in the order `suites`
 // lists them (the checks, then the longest first by the last run's times), so neither lane idles
-// while suites are left. The first unfinished suite's output streams as it comes; a suite running beside it is kept and printed whole, in order, once it is first.
+// while suites are left. The Python suite is not in that queue: it mostly waits (on its relay,
+// on sockets), so it runs from the start in a lane of its own beside the others; taken last, it
+// ran alone after the browser suite while both cores idled (CI run 32: 121 s of 646). The first unfinished suite's output streams as it comes; a suite running beside it is kept and printed whole, in order, once it is first.
 //
 // A watchdog stops a suite that prints nothing and starts or ends no test for 5 minutes
 // (TEST_SILENCE_S): its process group is killed and it counts as failed, naming the file and test
@@ -427,9 +429,12 @@ async function python(out) {
 
 /**
  * TEST_LANES=N runs N suites side by side (1: one after another, e.g. to time each alone); default
- * three on 2 cores (see the top of this file).
+ * three on 2 cores (see the top of this file). With more than one, the suites in BESIDE run in a
+ * lane of their own from the start, beside the N.
  */
 const LANES = Math.max(1, Number(process.env.TEST_LANES) || 3);
+/** Suites that mostly wait, and so cost the others little CPU when run beside them (see the top). */
+const BESIDE = new Set(LANES > 1 ? ["python"] : []);
 const all = filters.length === 0;
 /**
  * Each suite's time in the last whole run on this clone (test-results/suite-times.json), else
@@ -455,7 +460,12 @@ const suites = [
   ...[
     ...projects.map((p) => ({ name: p.name, lane: 0, run: (/** @type {Output} */ out) => vitestProject(p, out) })),
     ...(all || filters.includes("python") ? [{ name: "python", lane: 0, run: python }] : []),
-  ].sort((a, b) => (expectedSecs[b.name] ?? 0) - (expectedSecs[a.name] ?? 0)),
+  ].sort(
+    // a suite run beside the lanes is listed (and printed) right after the checks: it starts at once
+    (a, b) =>
+      Number(BESIDE.has(b.name)) - Number(BESIDE.has(a.name)) ||
+      (expectedSecs[b.name] ?? 0) - (expectedSecs[a.name] ?? 0),
+  ),
 ];
 
 mkdirSync(resultsDir, { recursive: true });
@@ -484,12 +494,16 @@ const sum = { passed: 0, failed: setupFailed ? 1 : 0, skipped: 0 };
 /** @type {Map<string, { secs: string; counts: Counts }>} */
 const results = new Map();
 const outputs = new Map(suites.map((s) => [s.name, new Output()]));
-// each lane takes the next suite not yet started until none is left
-const queue = [...suites];
-const lanes = Array.from({ length: Math.min(LANES, suites.length) }, (_, lane) =>
+// each lane takes the next suite not yet started until none is left; a suite run beside them has
+// a lane of its own
+const queue = suites.filter((s) => !BESIDE.has(s.name));
+const beside = suites.filter((s) => BESIDE.has(s.name));
+const laneCount = Math.min(LANES, queue.length);
+/** @param {typeof suites} taken the suites this lane runs, one after another */
+const lane = (taken, /** @type {number} */ number) =>
   (async () => {
-    for (let suite = queue.shift(); suite; suite = queue.shift()) {
-      suite.lane = lane;
+    for (let suite = taken.shift(); suite; suite = taken.shift()) {
+      suite.lane = number;
       const out = /** @type {Output} */ (outputs.get(suite.name));
       if (interrupted || setupFailed) {
         out.end();
@@ -504,8 +518,11 @@ const lanes = Array.from({ length: Math.min(LANES, suites.length) }, (_, lane) =
       );
       out.end();
     }
-  })(),
-);
+  })();
+const lanes = [
+  ...Array.from({ length: laneCount }, (_, n) => lane(queue, n)),
+  ...beside.map((s, i) => lane([s], laneCount + i)),
+];
 await Promise.all(lanes);
 dropBundle();
 // the times of a whole run (no filters) order the next run's lanes
@@ -536,7 +553,9 @@ if (failures.length > 0) {
   console.log("\n[test] failed:");
   for (const f of failures) console.log(`  ✗ ${f}`);
 }
-console.log(`\n[test] times (lanes side by side: ${lanes.length}):`);
+console.log(
+  `\n[test] times (lanes side by side: ${laneCount}${beside.length > 0 ? `, and ${beside.map((s) => s.name).join(", ")} beside them` : ""}):`,
+);
 console.log(`  setup    ${setupSecs.padStart(7)} s`);
 for (const suite of suites) {
   const r = results.get(suite.name);
