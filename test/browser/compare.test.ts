@@ -14,7 +14,7 @@ import { fixturePath, loadCase } from "../../tools/conformance/cases.js";
 import { chat, groupReply, put, setDelta } from "../support/chat-rollouts.js";
 import { enc, f, m } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -92,56 +92,55 @@ afterAll(async () => {
 /** A page on `path` of the relay in time zone `timezoneId`, downloads accepted (pages.ts openPage). */
 const open = (path: string, timezoneId = "UTC") =>
   openPage(browser, `${relay.url}${path}`, { timezoneId, acceptDownloads: true });
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+  { timezoneId: "UTC", acceptDownloads: true },
+);
+afterAll(() => shared.close());
 
 describe("compare two episodes", () => {
   it("links best and worst from the group page and marks the first differing turn", async () => {
     expect(DIFF_NODE).toBeGreaterThan(0);
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}/groups/${GROUP}`);
-    try {
-      const link = page.locator("#compare-best-worst");
-      await link.waitFor({ state: "visible", timeout: 15_000 });
-      expect(await link.innerText()).toBe("compare best and worst");
-      expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(A)}/${encodeURIComponent(B)}`);
-      await link.click();
-      await page.waitForURL(/\/compare\//);
-      await page.locator("#first-difference").waitFor({ timeout: 15_000 });
-      const section = page.locator("section.compare-page");
-      expect(await section.getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
-      expect(await page.locator("#first-difference").getAttribute("data-node")).toBe(String(DIFF_NODE));
-      // every turn before it is the same, the marked one differs, both sides drawn
-      const rows = await page
-        .locator("#compare li.compare-row")
-        .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same]));
-      expect(rows.length).toBe(TOTAL_NODES);
-      for (const [i, same] of rows) if (i < DIFF_NODE) expect(same, `turn ${i}`).toBe("true");
-      expect(rows[DIFF_NODE]![1]).toBe("false");
-      expect(await page.locator("#first-difference .compare-cell").nth(1).innerText()).toContain(CHANGED);
-      expect(await page.locator("#first-difference .compare-cell").nth(0).innerText()).not.toContain(CHANGED);
-      expect(await page.locator("#compare-summary").innerText()).toContain(`differ from node #${DIFF_NODE}`);
-      expect(await page.locator(".compare-col-head").nth(0).innerText()).toContain("best");
-      await shoot(page, "compare");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}/groups/${GROUP}`);
+    const link = page.locator("#compare-best-worst");
+    await link.waitFor({ state: "visible", timeout: 15_000 });
+    expect(await link.innerText()).toBe("compare best and worst");
+    expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(A)}/${encodeURIComponent(B)}`);
+    await link.click();
+    await page.waitForURL(/\/compare\//);
+    await page.locator("#first-difference").waitFor({ timeout: 15_000 });
+    const section = page.locator("section.compare-page");
+    expect(await section.getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
+    expect(await page.locator("#first-difference").getAttribute("data-node")).toBe(String(DIFF_NODE));
+    // every turn before it is the same, the marked one differs, both sides drawn
+    const rows = await page
+      .locator("#compare li.compare-row")
+      .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same]));
+    expect(rows.length).toBe(TOTAL_NODES);
+    for (const [i, same] of rows) if (i < DIFF_NODE) expect(same, `turn ${i}`).toBe("true");
+    expect(rows[DIFF_NODE]![1]).toBe("false");
+    expect(await page.locator("#first-difference .compare-cell").nth(1).innerText()).toContain(CHANGED);
+    expect(await page.locator("#first-difference .compare-cell").nth(0).innerText()).not.toContain(CHANGED);
+    expect(await page.locator("#compare-summary").innerText()).toContain(`differ from node #${DIFF_NODE}`);
+    expect(await page.locator(".compare-col-head").nth(0).innerText()).toContain("best");
+    await shoot(page, "compare");
+    expect(errors).toEqual([]);
   });
 
   it("says 'same' for an episode compared with itself", async () => {
-    const { context, page, errors } = await open(`/compare/${encodeURIComponent(A)}/${encodeURIComponent(A)}`);
-    try {
-      await page.waitForFunction(
-        () => (globalThis as any).document.querySelector("section.compare-page")?.dataset.firstDifference === "",
-        null,
-        {
-          timeout: 15_000,
-        },
-      );
-      expect(await page.locator("#first-difference").count()).toBe(0);
-      expect(await page.locator("#compare-summary").innerText()).toMatch(/Same conversation/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/compare/${encodeURIComponent(A)}/${encodeURIComponent(A)}`);
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("section.compare-page")?.dataset.firstDifference === "",
+      null,
+      {
+        timeout: 15_000,
+      },
+    );
+    expect(await page.locator("#first-difference").count()).toBe(0);
+    expect(await page.locator("#compare-summary").innerText()).toMatch(/Same conversation/);
+    expect(errors).toEqual([]);
   });
 });
 
@@ -156,145 +155,130 @@ async function pick(page: Page, id: string): Promise<void> {
 
 describe("compare any rollouts", () => {
   it("picks from the run's list and a group's page (the tray survives), then aligns all four turn by turn", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
-    try {
-      for (const id of [Q[0], Q[2], Q[3]]) await pick(page, id);
-      expect(
-        await page.locator("#pick-tray .chip.pick").evaluateAll((els: any[]) => els.map((e) => e.dataset.id)),
-      ).toEqual([Q[0], Q[2], Q[3]]);
-      expect(await page.locator("#pick-compare").innerText()).toBe("Compare 3");
-      await shootPart(page, "#pick-tray", "compare-pick-tray");
-      // to the group's page: the picks are still there, checked; a fourth from its rollouts
-      await gotoPage(page, `${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
-      await page.locator("#rollouts .r-row[data-id] input.pick-box").first().waitFor({ timeout: 15_000 });
-      expect(await page.locator(`input.pick-box[data-pick="${Q[2]}"]`).isChecked()).toBe(true);
-      expect(await page.locator(`input.pick-box[data-pick="${Q[1]}"]`).isChecked()).toBe(false);
-      await pick(page, Q[1]);
-      const go = page.locator("#pick-compare");
-      expect(await go.innerText()).toBe("Compare 4");
-      // ids only in the link, in pick order
-      expect(await go.getAttribute("href")).toBe(
-        `/compare/${[Q[0], Q[2], Q[3], Q[1]].map(encodeURIComponent).join("/")}`,
-      );
-      await go.click();
-      await page.waitForURL(/\/compare\//);
-      await page.locator("#first-difference").waitFor({ timeout: 15_000 });
-      expect(await page.locator(".compare-col-head").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual(
-        [Q[0], Q[2], Q[3], Q[1]],
-      );
-      // the whole group turn by turn: the same up to B's changed turn, where B alone departs
-      const rows = await page
-        .locator("#compare li.compare-row")
-        .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same, e.dataset.classes]));
-      expect(rows.length).toBe(TOTAL_NODES);
-      for (const [i, same, classes] of rows)
-        if (i < DIFF_NODE) expect([same, classes], `turn ${i}`).toEqual(["true", "0,0,0,0"]);
-      expect(await page.locator("section.compare-page").getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
-      expect(await page.locator("#first-difference").getAttribute("data-classes")).toBe("0,1,0,0");
-      expect(
-        await page
-          .locator("#first-difference .compare-cell.departs")
-          .evaluateAll((els: any[]) => els.map((e) => e.dataset.side)),
-      ).toEqual(["B"]);
-      // one word diff there, A → B, with B's words in it
-      expect(
-        await page.locator("#first-difference .word-diff").evaluateAll((els: any[]) => els.map((e) => e.dataset.to)),
-      ).toEqual(["B"]);
-      expect(
-        await page
-          .locator("#first-difference .word-diff ins")
-          .allInnerTexts()
-          .then((t) => t.join(" ")),
-      ).toContain("division");
-      // side by side: the rewards differ, and the advantages are the group's (mean 0.5: ±0.5)
-      expect(await page.locator('[data-fact="reward"]').getAttribute("data-differs")).toBe("true");
-      expect(await page.locator('[data-fact="correct advantage"] .fact-v').allInnerTexts()).toEqual([
-        "+0.5 (+1)",
-        "−0.5 (−1)",
-        "−0.5 (−1)",
-        "+0.5 (+1)",
-      ]);
-      expect(await page.locator('[data-fact="stop condition"] .fact-v').count()).toBe(4);
-      // best and worst by the stated rule: q2 (fewer tokens than q1), q4 (after q3 by id)
-      expect(await page.locator("#compare-rule").innerText()).toContain(
-        "ties go to fewer tokens, then to the episode id",
-      );
-      expect(await page.locator('[data-fact="rank"] .fact-v').allInnerTexts()).toEqual(["–", "–", "worst", "best"]);
-      await shoot(page, "compare-group");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
+    for (const id of [Q[0], Q[2], Q[3]]) await pick(page, id);
+    expect(
+      await page.locator("#pick-tray .chip.pick").evaluateAll((els: any[]) => els.map((e) => e.dataset.id)),
+    ).toEqual([Q[0], Q[2], Q[3]]);
+    expect(await page.locator("#pick-compare").innerText()).toBe("Compare 3");
+    await shootPart(page, "#pick-tray", "compare-pick-tray");
+    // to the group's page: the picks are still there, checked; a fourth from its rollouts
+    await gotoPage(page, `${relay.url}/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
+    await page.locator("#rollouts .r-row[data-id] input.pick-box").first().waitFor({ timeout: 15_000 });
+    expect(await page.locator(`input.pick-box[data-pick="${Q[2]}"]`).isChecked()).toBe(true);
+    expect(await page.locator(`input.pick-box[data-pick="${Q[1]}"]`).isChecked()).toBe(false);
+    await pick(page, Q[1]);
+    const go = page.locator("#pick-compare");
+    expect(await go.innerText()).toBe("Compare 4");
+    // ids only in the link, in pick order
+    expect(await go.getAttribute("href")).toBe(
+      `/compare/${[Q[0], Q[2], Q[3], Q[1]].map(encodeURIComponent).join("/")}`,
+    );
+    await go.click();
+    await page.waitForURL(/\/compare\//);
+    await page.locator("#first-difference").waitFor({ timeout: 15_000 });
+    expect(await page.locator(".compare-col-head").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([
+      Q[0],
+      Q[2],
+      Q[3],
+      Q[1],
+    ]);
+    // the whole group turn by turn: the same up to B's changed turn, where B alone departs
+    const rows = await page
+      .locator("#compare li.compare-row")
+      .evaluateAll((els: any[]) => els.map((e) => [Number(e.dataset.node), e.dataset.same, e.dataset.classes]));
+    expect(rows.length).toBe(TOTAL_NODES);
+    for (const [i, same, classes] of rows)
+      if (i < DIFF_NODE) expect([same, classes], `turn ${i}`).toEqual(["true", "0,0,0,0"]);
+    expect(await page.locator("section.compare-page").getAttribute("data-first-difference")).toBe(String(DIFF_NODE));
+    expect(await page.locator("#first-difference").getAttribute("data-classes")).toBe("0,1,0,0");
+    expect(
+      await page
+        .locator("#first-difference .compare-cell.departs")
+        .evaluateAll((els: any[]) => els.map((e) => e.dataset.side)),
+    ).toEqual(["B"]);
+    // one word diff there, A → B, with B's words in it
+    expect(
+      await page.locator("#first-difference .word-diff").evaluateAll((els: any[]) => els.map((e) => e.dataset.to)),
+    ).toEqual(["B"]);
+    expect(
+      await page
+        .locator("#first-difference .word-diff ins")
+        .allInnerTexts()
+        .then((t) => t.join(" ")),
+    ).toContain("division");
+    // side by side: the rewards differ, and the advantages are the group's (mean 0.5: ±0.5)
+    expect(await page.locator('[data-fact="reward"]').getAttribute("data-differs")).toBe("true");
+    expect(await page.locator('[data-fact="correct advantage"] .fact-v').allInnerTexts()).toEqual([
+      "+0.5 (+1)",
+      "−0.5 (−1)",
+      "−0.5 (−1)",
+      "+0.5 (+1)",
+    ]);
+    expect(await page.locator('[data-fact="stop condition"] .fact-v').count()).toBe(4);
+    // best and worst by the stated rule: q2 (fewer tokens than q1), q4 (after q3 by id)
+    expect(await page.locator("#compare-rule").innerText()).toContain(
+      "ties go to fewer tokens, then to the episode id",
+    );
+    expect(await page.locator('[data-fact="rank"] .fact-v').allInnerTexts()).toEqual(["–", "–", "worst", "best"]);
+    await shoot(page, "compare-group");
+    expect(errors).toEqual([]);
   });
 
   it("shows the word diff of two picked rollouts", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
-    try {
-      await pick(page, Q[0]);
-      await pick(page, Q[2]);
-      await page.click("#pick-compare");
-      await page.locator("#first-difference .word-diff").waitFor({ timeout: 15_000 });
-      const diff = page.locator('#first-difference .word-diff[data-from="A"][data-to="B"]');
-      const added = (await diff.locator("ins").allInnerTexts()).join(" ");
-      const removed = (await diff.locator("del").allInnerTexts()).join(" ");
-      for (const w of ["Prove", "long", "division"]) expect(added).toContain(w);
-      expect(removed.length).toBeGreaterThan(0);
-      expect(removed).not.toContain("division");
-      // what is left of the diff without B's words is A's turn; without A's, B's
-      const bText = await diff.locator(".word-diff-text").evaluate((e: any) => {
-        const c = e.cloneNode(true);
-        for (const d of c.querySelectorAll("del")) d.remove();
-        return c.textContent as string;
-      });
-      expect(bText).toBe(CHANGED);
-      await shootPart(page, "#first-difference", "compare-diff");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
+    await pick(page, Q[0]);
+    await pick(page, Q[2]);
+    await page.click("#pick-compare");
+    await page.locator("#first-difference .word-diff").waitFor({ timeout: 15_000 });
+    const diff = page.locator('#first-difference .word-diff[data-from="A"][data-to="B"]');
+    const added = (await diff.locator("ins").allInnerTexts()).join(" ");
+    const removed = (await diff.locator("del").allInnerTexts()).join(" ");
+    for (const w of ["Prove", "long", "division"]) expect(added).toContain(w);
+    expect(removed.length).toBeGreaterThan(0);
+    expect(removed).not.toContain("division");
+    // what is left of the diff without B's words is A's turn; without A's, B's
+    const bText = await diff.locator(".word-diff-text").evaluate((e: any) => {
+      const c = e.cloneNode(true);
+      for (const d of c.querySelectorAll("del")) d.remove();
+      return c.textContent as string;
+    });
+    expect(bText).toBe(CHANGED);
+    await shootPart(page, "#first-difference", "compare-diff");
+    expect(errors).toEqual([]);
   });
 
   it("states the tie rule on the group page and links its best and worst by it", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
-    try {
-      const link = page.locator("#compare-best-worst");
-      await link.waitFor({ state: "visible", timeout: 15_000 });
-      expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(Q[1])}/${encodeURIComponent(Q[3])}`);
-      expect(await page.locator("#tie-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
-      expect(await page.locator(".r-row[data-id] .rank").allTextContents()).toEqual(["best", "worst"]);
-      expect(await page.locator(".r-row[data-id]").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([
-        Q[1],
-        Q[0],
-        Q[2],
-        Q[3],
-      ]);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}/groups/${QUAD}`);
+    const link = page.locator("#compare-best-worst");
+    await link.waitFor({ state: "visible", timeout: 15_000 });
+    expect(await link.getAttribute("href")).toBe(`/compare/${encodeURIComponent(Q[1])}/${encodeURIComponent(Q[3])}`);
+    expect(await page.locator("#tie-rule").innerText()).toContain("ties go to fewer tokens, then to the episode id");
+    expect(await page.locator(".r-row[data-id] .rank").allTextContents()).toEqual(["best", "worst"]);
+    expect(await page.locator(".r-row[data-id]").evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([
+      Q[1],
+      Q[0],
+      Q[2],
+      Q[3],
+    ]);
+    expect(errors).toEqual([]);
   });
 
   it("compares every trace of multi-trace rollouts", async () => {
-    const { context, page, errors } = await open(`/compare/${encodeURIComponent(MULTI)}/${encodeURIComponent(MULTI2)}`);
-    try {
-      await page.locator("section.compare-trace").nth(2).waitFor({ timeout: 15_000 });
-      const slots = await page
-        .locator("section.compare-trace")
-        .evaluateAll((els: any[]) => els.map((e) => [e.dataset.trace, e.dataset.divergence]));
-      expect(slots).toEqual([
-        ["0", ""],
-        ["1", ""],
-        ["2", ""],
-      ]);
-      for (const t of [0, 1, 2])
-        expect(await page.locator(`section.compare-trace[data-trace="${t}"] li.compare-row`).count()).toBeGreaterThan(
-          0,
-        );
-      expect(await page.locator("#compare-summary").innerText()).toContain("3 traces compared");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/compare/${encodeURIComponent(MULTI)}/${encodeURIComponent(MULTI2)}`);
+    await page.locator("section.compare-trace").nth(2).waitFor({ timeout: 15_000 });
+    const slots = await page
+      .locator("section.compare-trace")
+      .evaluateAll((els: any[]) => els.map((e) => [e.dataset.trace, e.dataset.divergence]));
+    expect(slots).toEqual([
+      ["0", ""],
+      ["1", ""],
+      ["2", ""],
+    ]);
+    for (const t of [0, 1, 2])
+      expect(await page.locator(`section.compare-trace[data-trace="${t}"] li.compare-row`).count()).toBeGreaterThan(0);
+    expect(await page.locator("#compare-summary").innerText()).toContain("3 traces compared");
+    expect(errors).toEqual([]);
   });
 });
 
@@ -338,75 +322,60 @@ describe("mends", () => {
       }
     }
     // the run's episode list: "started … ago" carries the date and zone
-    const { context, page } = await open(`/runs/${encodeURIComponent(RUN)}`);
-    try {
-      const age = page.locator(`a.ep-row[data-id="${A}"] .age-inline`);
-      await age.waitFor({ timeout: 15_000 });
-      expect(await age.getAttribute("title")).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$/);
-    } finally {
-      await context.close();
-    }
+    const { page } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
+    const age = page.locator(`a.ep-row[data-id="${A}"] .age-inline`);
+    await age.waitFor({ timeout: 15_000 });
+    expect(await age.getAttribute("title")).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$/);
   });
 
   it("downloads the episode as msgpack and as JSON (fetched with the token, saved from a Blob)", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(A)}`);
-    try {
-      await page
-        .locator("li.turn")
-        .nth(TOTAL_NODES - 1)
-        .waitFor({ timeout: 15_000 });
-      const [json] = await Promise.all([page.waitForEvent("download"), page.click("#download-json")]);
-      expect(json.suggestedFilename()).toBe(`${A.replace(/[^\w.-]+/g, "_")}.json`);
-      const body = JSON.parse(readFileSync((await json.path())!, "utf8")) as { traces: Array<{ nodes: unknown[] }> };
-      expect(body.traces[0]!.nodes.length).toBe(TOTAL_NODES);
-      const [pack] = await Promise.all([page.waitForEvent("download"), page.click("#download-msgpack")]);
-      expect(pack.suggestedFilename()).toMatch(/\.msgpack$/);
-      const bytes = new Uint8Array(readFileSync((await pack.path())!));
-      const decoded = decodeLossless(bytes) as LMap;
-      expect((decoded.get("traces") as LMap[])[0]!.get("nodes") as unknown[]).toHaveLength(TOTAL_NODES);
-      // the same bytes the relay serves
-      const direct = new Uint8Array(
-        await (
-          await fetch(`${relay.url}/v1/episodes/${A}`, { headers: { accept: "application/msgpack" } })
-        ).arrayBuffer(),
-      );
-      expect(Buffer.from(bytes).equals(Buffer.from(direct))).toBe(true);
-      expect(await page.locator("#download-note").innerText()).toBe("");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(A)}`);
+    await page
+      .locator("li.turn")
+      .nth(TOTAL_NODES - 1)
+      .waitFor({ timeout: 15_000 });
+    const [json] = await Promise.all([page.waitForEvent("download"), page.click("#download-json")]);
+    expect(json.suggestedFilename()).toBe(`${A.replace(/[^\w.-]+/g, "_")}.json`);
+    const body = JSON.parse(readFileSync((await json.path())!, "utf8")) as { traces: Array<{ nodes: unknown[] }> };
+    expect(body.traces[0]!.nodes.length).toBe(TOTAL_NODES);
+    const [pack] = await Promise.all([page.waitForEvent("download"), page.click("#download-msgpack")]);
+    expect(pack.suggestedFilename()).toMatch(/\.msgpack$/);
+    const bytes = new Uint8Array(readFileSync((await pack.path())!));
+    const decoded = decodeLossless(bytes) as LMap;
+    expect((decoded.get("traces") as LMap[])[0]!.get("nodes") as unknown[]).toHaveLength(TOTAL_NODES);
+    // the same bytes the relay serves
+    const direct = new Uint8Array(
+      await (
+        await fetch(`${relay.url}/v1/episodes/${A}`, { headers: { accept: "application/msgpack" } })
+      ).arrayBuffer(),
+    );
+    expect(Buffer.from(bytes).equals(Buffer.from(direct))).toBe(true);
+    expect(await page.locator("#download-note").innerText()).toBe("");
+    expect(errors).toEqual([]);
   });
 
   it("counts the tokens of every trace on the episode page, as the run's episode list does", async () => {
     const totals = lastSet(multi.frames, "num_total_tokens");
     expect(totals.size).toBe(3);
     const sum = [...totals.values()].reduce((a, b) => a + b, 0);
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(MULTI)}`);
-    try {
-      await page.locator("section.trace").nth(2).waitFor({ timeout: 15_000 });
-      await page.waitForFunction(
-        () =>
-          (globalThis as any).document.querySelector('[data-card="tokens"] .card-title')?.textContent ===
-          "Tokens (all 3 traces)",
-        null,
-        { timeout: 15_000 },
-      );
-      expect(await dd(page, "tokens", "total").innerText()).toBe(String(sum));
-      // the run's list says the same
-      await page.click("#crumb-run");
-      const size = page.locator(`a.ep-row[data-id="${MULTI}"] .cell-size`);
-      await size.waitFor({ timeout: 15_000 });
-      await page.waitForFunction(
-        (t) => (globalThis as any).document.querySelector(t.sel)?.textContent.includes(t.want),
-        {
-          sel: `a.ep-row[data-id="${MULTI}"] .cell-size`,
-          want: `${sum} tok`,
-        },
-      );
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(MULTI)}`);
+    await page.locator("section.trace").nth(2).waitFor({ timeout: 15_000 });
+    await page.waitForFunction(
+      () =>
+        (globalThis as any).document.querySelector('[data-card="tokens"] .card-title')?.textContent ===
+        "Tokens (all 3 traces)",
+      null,
+      { timeout: 15_000 },
+    );
+    expect(await dd(page, "tokens", "total").innerText()).toBe(String(sum));
+    // the run's list says the same
+    await page.click("#crumb-run");
+    const size = page.locator(`a.ep-row[data-id="${MULTI}"] .cell-size`);
+    await size.waitFor({ timeout: 15_000 });
+    await page.waitForFunction((t) => (globalThis as any).document.querySelector(t.sel)?.textContent.includes(t.want), {
+      sel: `a.ep-row[data-id="${MULTI}"] .cell-size`,
+      want: `${sum} tok`,
+    });
+    expect(errors).toEqual([]);
   });
 });

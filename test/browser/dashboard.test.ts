@@ -22,7 +22,7 @@ import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
 import { chromiumForFile } from "./chromium.js";
-import { DESKTOP, gotoPage, openPage, PHONE, SHOTS, shoot } from "./pages.js";
+import { DESKTOP, gotoPage, openPage, PHONE, SHOTS, sharedPage, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 
 let browser: Browser;
@@ -395,6 +395,12 @@ async function showAll(page: Page, n: number): Promise<void> {
 describe("a run of 240 episodes", () => {
   const run = freshId("grpo");
   const plans = Array.from({ length: 240 }, (_, n) => planned(run, n));
+  // one page for the describe's tests, each on its path by a route change (pages.ts sharedPage)
+  const shared = sharedPage(
+    () => browser,
+    () => relay.url,
+  );
+  afterAll(() => shared.close());
 
   beforeAll(async () => {
     // 16 producers at a time
@@ -404,7 +410,7 @@ describe("a run of 240 episodes", () => {
   it("the runs page lists the run with the counts of what was created", async () => {
     const want = expectedStats(plans);
     expect(want).toEqual({ episodes: 240, live: 75, finished: 120, failed: 30, finish_refused: 15 });
-    const { context, page, errors } = await open("/");
+    const { page, errors } = await shared.visit("/");
     await waitConnection(page, "live");
     await waitRunCounts(page, run, want);
     expect(await runRow(page, run).locator(".run-name").innerText()).toBe(run);
@@ -417,11 +423,10 @@ describe("a run of 240 episodes", () => {
     await page.setViewportSize(PHONE);
     expect(await runRow(page, run).innerText()).toMatch(/75 live[\s\S]*120 finished[\s\S]*30 failed[\s\S]*15 refused/);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("the run page shows counters, a histogram per reward key and the throughput of what was created", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(run)}`);
     await waitConnection(page, "live");
     await waitStats(page, expectedStats(plans));
     expect(await statValue(page, "mean_turns")).toBe(String(plans.reduce((a, p) => a + p.calls, 0) / plans.length)); // 1.5
@@ -494,11 +499,10 @@ describe("a run of 240 episodes", () => {
     await waitRows(page, STEP);
     await shoot(page, "run");
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("filters by status and id, sorts by reward, and a row opens its episode", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(run)}`);
     await waitConnection(page, "live");
     await waitRows(page, STEP);
     for (const status of ["failed", "finish_refused", "live"] as const) {
@@ -549,11 +553,10 @@ describe("a run of 240 episodes", () => {
     expect(new URL(page.url()).searchParams.get("sort")).toBe("reward");
     await waitStats(page, expectedStats(plans));
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("with a snapshot cut short (?limit=30) the list, the status and the reward views page the relay's list", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}?limit=30`);
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(run)}?limit=30`);
     await waitConnection(page, "live");
     await waitRows(page, 30);
     expect(await page.locator(".run-episodes").getAttribute("data-complete")).toBe("false");
@@ -581,11 +584,10 @@ describe("a run of 240 episodes", () => {
       new Set(plans.filter((p) => p.status === "finished").map((p) => p.id)),
     );
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("a finish and a new episode update the counters, the list and the throughput without a reload", async () => {
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(run)}`);
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(run)}`);
     await waitConnection(page, "live");
     await waitStats(page, expectedStats(plans));
     await page.check("#rewards-include-all"); // the histograms count every episode, the live new one too
@@ -620,18 +622,24 @@ describe("a run of 240 episodes", () => {
     );
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
 // ---- one episode ----
 
 describe("episode page (/episodes/{id})", () => {
+  // one page for the tests on this relay, each on its episode by a route change (pages.ts sharedPage)
+  const shared = sharedPage(
+    () => browser,
+    () => relay.url,
+  );
+  afterAll(() => shared.close());
+
   it("streams turns, tool calls and the pending preview before its turn commits, then rewards and finish", async () => {
     const id = freshId("tools");
     const c = golden("tool_calls_pending");
     const p = producer(() => relay.url, id, c);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     // opened before the episode exists: the watcher waits for it, and the page says it has no such episode yet
     await waitConnection(page, "live");
     expect(await page.locator("#connection").innerText()).toMatch(/relay\s*connected/);
@@ -673,7 +681,6 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator(".trace-errors").innerText()).toContain("upstream returned 502");
     await shoot(page, "episode-tools");
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("names the delta keys the relay does not know: from the status, and live ones from the watch", async () => {
@@ -692,7 +699,7 @@ describe("episode page (/episodes/{id})", () => {
       future_flag: "only in the frame",
     });
     expect(first.unknown).toEqual(["future_list", "set.future_scalar", "future_flag"]);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     await page.locator('li.turn[data-node="0"]').waitFor();
     const note = page.locator("#ep-unknown");
     await note.waitFor({ state: "visible" });
@@ -705,7 +712,6 @@ describe("episode page (/episodes/{id})", () => {
     );
     expect(await note.innerText()).toMatch(/4 delta keys this relay does not know/);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("its watch socket offers permessage-deflate (as Chromium does) and gets none: one encoding on the wire", async () => {
@@ -747,7 +753,7 @@ describe("episode page (/episodes/{id})", () => {
   it("shows traces side by side with their semantic links (orchestrator and two sub-agents)", async () => {
     const id = freshId("multi");
     await pushCase("multi_trace_links", id);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     await waitConnection(page, "finished");
     const traces = page.locator("section.trace");
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll("section.trace").length === 3);
@@ -768,13 +774,12 @@ describe("episode page (/episodes/{id})", () => {
     const narrow = await Promise.all([0, 1].map((i) => traces.nth(i).boundingBox()));
     expect(narrow[1]!.y).toBeGreaterThan(narrow[0]!.y + narrow[0]!.height - 1);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("draws the routing heatmap on demand, with repaired rows marked (routing_repair_u8)", async () => {
     const id = freshId("routing");
     await pushCase("routing_repair_u8", id);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     await waitConnection(page, "finished");
     await page.locator('li.turn[data-node="12"]').waitFor();
     expect(await page.locator("canvas.heatmap").count()).toBe(0);
@@ -824,13 +829,12 @@ describe("episode page (/episodes/{id})", () => {
     await page.locator('li.turn[data-node="4"]').scrollIntoViewIfNeeded();
     await shoot(page, "episode-heatmap");
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("keys and counts uint16 routing widened by a repair, expert ids past 255 (routing_repair_widen)", async () => {
     const id = freshId("widen");
     await pushCase("routing_repair_widen", id);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     await waitConnection(page, "finished");
     await page.click("#routing-toggle");
     await page.waitForFunction(
@@ -841,13 +845,12 @@ describe("episode page (/episodes/{id})", () => {
     await expectRoutingFigures(page, golden("routing_repair_widen"));
     expect(Math.max(...(await shownRouting(page)).map((s) => s.legend.max))).toBeGreaterThan(255);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("draws large_routing heatmaps (12 nodes of ~1500 tokens × 48 layers)", async () => {
     const id = freshId("large");
     await pushCase("large_routing", id);
-    const { context, page, errors } = await open(`/episodes/${id}`);
+    const { page, errors } = await shared.visit(`/episodes/${id}`);
     await waitConnection(page, "finished");
     await page.click("#routing-toggle");
     await page.waitForFunction(
@@ -866,7 +869,6 @@ describe("episode page (/episodes/{id})", () => {
     await expectRoutingFigures(page, golden("large_routing"), { sampled: true });
     await shoot(page, "episode-large-routing");
     expect(errors).toEqual([]);
-    await context.close();
   }, 120_000);
 
   it("after the relay restarts: resuming, then live again, and still ends with every turn", async () => {

@@ -20,7 +20,7 @@ import { rewardOf } from "../../src/protocol/registry/rewards.js";
 import type { ZeroVarianceTrend } from "../../src/protocol/registry/zero-variance-trend.js";
 import { f, m } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shoot } from "./pages.js";
+import { SHOTS, sharedPage, shoot } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -144,8 +144,12 @@ afterAll(async () => {
 
 // ---- page helpers ----
 
-/** A page on `path` of the relay (pages.ts openPage). */
-const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+);
+afterAll(() => shared.close());
 
 async function waitConnection(page: Page, state: string): Promise<void> {
   await page.waitForFunction(
@@ -231,7 +235,7 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(first.zero_variance_groups).toBe(ZERO.size);
     expect(first.zero_variance_share).toBe(ZERO.size / GROUPS);
 
-    const { context, page, errors } = await open(`/runs/${RUN}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}`);
     await waitConnection(page, "live");
     // the run's display name (reply heads' run.name), its id under it
     await page.waitForFunction(
@@ -397,7 +401,6 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(after.zero_variance_trend.cumulative_share.at(-1)).toBe(ZERO.size / (GROUPS + 1));
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
     expect(errors).toEqual([]);
-    await context.close();
     console.error(`[groups] screenshots: ${shots.join(", ")}`);
   });
 
@@ -419,7 +422,7 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(Object.keys(listed!.mean_rewards!)).toEqual(["correct", "format", "reward"]);
     const totals = rollouts.filter((r) => r.outcome === "finished").map((r) => rewardOf(rewardJson(r.scores))!);
     expect(listed?.mean_rewards?.reward).toBeCloseTo(mean(totals), 9);
-    const { context, page, errors } = await open("/");
+    const { page, errors } = await shared.visit("/");
     await waitConnection(page, "live");
     // the key `reward` is the one shown
     const cell = `.run-row[data-run="${RUN}"] .cell-mean`;
@@ -429,12 +432,11 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator(".run-head").innerText()).toMatch(/mean reward/i);
     const shots = await shoot(page, "runs-mean-reward");
     expect(errors).toEqual([]);
-    await context.close();
     console.error(`[groups] screenshots: ${shots.join(", ")}`);
   });
 
   it("a group's id opens the group page", async () => {
-    const { context, page, errors } = await open(`/runs/${RUN}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}`);
     await waitConnection(page, "live");
     await page.locator('#groups .g-row[data-group="g02"] a.g-id').click();
     await page.waitForURL(`**/runs/${RUN}/groups/g02`);
@@ -443,7 +445,6 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     await page.click("#crumb-run");
     await page.waitForURL(`**/runs/${RUN}`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
@@ -461,7 +462,7 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
 
   it("shows the group's numbers beside its rollouts, best and worst first, with their advantages per key", async () => {
     const group = "g03"; // 3 finished (varied) and 1 failed
-    const { context, page, errors } = await open(`/runs/${RUN}/groups/${group}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}/groups/${group}`);
     await page.locator("#rollouts .r-row[data-id]").first().waitFor();
     const detail = await api<{ rollouts: Array<{ id: string }> }>(`/v1/runs/${RUN}/groups/${group}`);
     const want = bestFirst(group).map((r) => r.id);
@@ -526,12 +527,11 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     await page.locator(`#rollouts .r-row[data-id="${want[0]}"] a.ep-id`).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(want[0]!)}`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("fits 1400 px: no sideways scroll, every column in view, the final answer shown on its own line", async () => {
     const group = "g03";
-    const { context, page, errors } = await open(`/runs/${RUN}/groups/${group}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}/groups/${group}`);
     await page.setViewportSize({ width: 1400, height: 900 });
     await page.locator("#rollouts .r-row[data-id]").first().waitFor();
     const list = page.locator(".group-rollouts .r-list");
@@ -560,11 +560,10 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     mkdirSync("/work/notes/shots", { recursive: true });
     await page.screenshot({ path: "/work/notes/shots/group-1400x900.png" });
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("a zero-variance group: every advantage 0, none normalized", async () => {
-    const { context, page, errors } = await open(`/runs/${RUN}/groups/g04`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}/groups/g04`);
     await page.locator("#rollouts .r-row[data-id]").first().waitFor();
     await page.locator("#group-zero").waitFor();
     const cells = await page.$$eval("#rollouts .cell-adv", (els) =>
@@ -577,7 +576,6 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
       bestFirst("g04").map((r) => r.id),
     );
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("re-reads the group every few seconds while a rollout is live", async () => {
@@ -601,7 +599,7 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     rollouts.push(mate);
     await push(mate);
     await indexed({ live: 1, finished: count("finished") });
-    const { context, page, errors } = await open(`/runs/${RUN}/groups/later`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}/groups/later`);
     await page.waitForFunction(() => (globalThis as any).document.querySelector(".group-page")?.dataset.live === "1");
     expect(await page.locator(`#rollouts .r-row[data-id="${id}"]`).getAttribute("data-status")).toBe("live");
     await page.evaluate(() => {
@@ -621,6 +619,5 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     expect(await page.locator(".group-page").getAttribute("data-live")).toBe("0");
     expect(await page.evaluate(() => (globalThis as any).notReloaded)).toBe(true);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });

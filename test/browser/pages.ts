@@ -34,6 +34,41 @@ export async function openPage(
 }
 
 /**
+ * One page the tests of a describe share, in `browser()` on the relay at `base()` (both read when
+ * first visited, after the file's beforeAll): the first `visit` opens it
+ * (openPage: one page load), each later one routes inside the app as its own links do
+ * (history.pushState, then popstate: dashboard/src/main.ts mounts the path's page afresh), after
+ * emptying the storage a fresh context starts without (the reward scope, the picks, a token) and
+ * setting the window back to the context's size (a test may leave it at a phone's).
+ * A page load costs Chromium 1.3-2.5 CPU-s (a new renderer, the bundle parsed again); a route
+ * change only draws the page. `errors` is emptied at each visit: a test reads its own.
+ */
+export function sharedPage(browser: () => Browser, base: () => string, options: BrowserContextOptions = {}) {
+  let opened: Promise<{ context: BrowserContext; page: Page; errors: string[] }> | undefined;
+  return {
+    async visit(path: string): Promise<{ page: Page; errors: string[] }> {
+      if (!opened) return await (opened = openPage(browser(), `${base()}${path}`, options));
+      const { page, errors } = await opened;
+      errors.length = 0;
+      await page.setViewportSize(options.viewport ?? DESKTOP);
+      await page.evaluate((to) => {
+        const w = globalThis as any;
+        w.localStorage.clear();
+        w.sessionStorage.clear();
+        w.history.pushState(null, "", to);
+        w.dispatchEvent(new w.PopStateEvent("popstate"));
+      }, path);
+      return { page, errors };
+    },
+    async close(): Promise<void> {
+      const was = opened;
+      opened = undefined;
+      await (await was?.catch(() => undefined))?.context.close();
+    },
+  };
+}
+
+/**
  * `page.goto(url)`, loaded again (up to twice) when the navigation fails with an error status and
  * no body (ERR_HTTP_RESPONSE_CODE_FAILURE), as a reader would reload. The local runtime's asset
  * server answers 500 with an empty body when a read of dashboard/dist fails inside workerd (seen

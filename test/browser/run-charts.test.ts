@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import type { RunAggregates } from "../../src/protocol/registry/aggregates.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, openPage, SHOTS } from "./pages.js";
+import { gotoPage, SHOTS, sharedPage } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import { pushRollout, type Rollout } from "./training-run.js";
 
@@ -123,6 +123,14 @@ afterAll(async () => {
   await relay?.stop();
 });
 
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+  { viewport: VIEW },
+);
+afterAll(() => shared.close());
+
 describe("the run page, read without hovering", () => {
   it("throughput and reward over run time: the API's timeline from the first rollout, with axes and values", async () => {
     const a = (await api<{ aggregates: RunAggregates }>(`/v1/runs/${RUN}`)).aggregates;
@@ -136,9 +144,7 @@ describe("the run page, read without hovering", () => {
     expect(t.minutes).toBe(1);
     expect(t.ended.length).toBeLessThanOrEqual(5);
 
-    const { context, page, errors } = await openPage(browser, `${relay.url}/runs/${encodeURIComponent(RUN)}`, {
-      viewport: VIEW,
-    });
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
     const thr = await plotOf(page, "#throughput");
     expect(thr.xLabel).toBe("run time (h:mm since the first rollout)");
     expect(thr.yLabel).toBe("episodes ended / min");
@@ -176,14 +182,11 @@ describe("the run page, read without hovering", () => {
     await shot(page, "#run-stats", "run-page");
     await shot(page, "#throughput", "run-time-charts");
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("the histograms: a count axis with values, the bins' edges under them; the zero-variance tile in text", async () => {
     const a = (await api<{ aggregates: RunAggregates }>(`/v1/runs/${RUN}`)).aggregates;
-    const { context, page, errors } = await openPage(browser, `${relay.url}/runs/${encodeURIComponent(RUN)}`, {
-      viewport: VIEW,
-    });
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
     await page.locator('.hist[data-key="reward"]').waitFor();
     for (const [key, r] of Object.entries(a.finished_rewards)) {
       const hist = page.locator(`.hist[data-key="${key}"]`);
@@ -220,13 +223,10 @@ describe("the run page, read without hovering", () => {
     await page.locator("#zero-variance-trend .zv-text").waitFor();
     expect(await page.locator('#zero-variance-trend [data-zv="counts"]').innerText()).toBe(`${zero} of ${done} zero`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("screenshots: a step's rollouts and a group", async () => {
-    const { context, page, errors } = await openPage(browser, `${relay.url}/runs/${encodeURIComponent(RUN)}?step=7`, {
-      viewport: VIEW,
-    });
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}?step=7`);
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".ep-row[data-id]").length >= 8);
     await shot(page, ".run-episodes", "step-rollouts");
     const group = `train-s7-g0`;
@@ -234,6 +234,5 @@ describe("the run page, read without hovering", () => {
     await page.waitForFunction(() => (globalThis as any).document.querySelectorAll(".r-row:not(.r-head)").length > 0);
     await shot(page, "main", "group");
     expect(errors).toEqual([]);
-    await context.close();
   });
 });

@@ -12,7 +12,7 @@ import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -74,130 +74,119 @@ afterAll(async () => {
   await relay?.stop();
 });
 
-const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+);
+afterAll(() => shared.close());
 
 describe("search and flags in the dashboard", () => {
   it("finds a rollout by its words and opens it scrolled to the matching turn", async () => {
     expect(HACK_NODE).toBeGreaterThan(2);
-    const { context, page, errors } = await open(`/runs/${encodeURIComponent(RUN)}`);
-    try {
-      await page.locator("#run-search").fill("grader checks");
-      await page.locator("#run-search").press("Enter");
-      const hit = page.locator("#search-results li.search-hit");
-      await hit.first().waitFor({ timeout: 15_000 });
-      expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
-      const snippet = hit.locator("a.search-snippet").first();
-      expect(await snippet.getAttribute("data-node")).toBe(String(HACK_NODE));
-      expect((await snippet.locator("mark").allInnerTexts()).map((t) => t.toLowerCase())).toContain("grader");
-      expect(await page.locator("#search-note").innerText()).toContain("1 rollout");
-      // the hit's row beside it: the trainer's reward (chat_basic: 1.0 x 1 + 0.5 x 0.25), its group (a link); no step
-      // (the rollout names none)
-      const facts = hit.locator(".search-facts");
-      expect(await facts.locator('[data-k="reward"]').innerText()).toBe("reward 1.125");
-      expect(await facts.locator('[data-k="group"] a').innerText()).toBe("g");
-      expect(await facts.locator('[data-k="group"] a').getAttribute("href")).toContain("/groups/g");
-      expect(await facts.locator('[data-k="step"]').count()).toBe(0);
-      // the query is in the address
-      expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
-      await shootPart(page, "section.run-search", "search-results");
-      await snippet.click();
-      await page.waitForURL(/\/episodes\//);
-      expect(new URL(page.url()).searchParams.get("node")).toBe(String(HACK_NODE));
-      const target = page.locator("li.turn.jump-target");
-      await target.waitFor({ timeout: 15_000 });
-      expect(await target.getAttribute("data-node")).toBe(String(HACK_NODE));
-      expect(await target.innerText()).toContain(HACK);
-      // scrolled to: the turn is in the viewport
-      const box = await target.boundingBox();
-      expect(box).not.toBeNull();
-      expect(box!.y).toBeGreaterThanOrEqual(0);
-      expect(box!.y).toBeLessThan(800);
-      // back on the run page: the search is shown again from the address, without asking
-      await page.goBack();
-      await hit.first().waitFor({ timeout: 15_000 });
-      expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
-      expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
-      // a word no rollout has: said so
-      await page.locator("#run-search").fill("zebra");
-      await page.locator("#run-search").press("Enter");
-      await page.waitForFunction(
-        () => (globalThis as any).document.querySelector("#search-note")?.textContent === "no rollout matches",
-        null,
-        {
-          timeout: 15_000,
-        },
-      );
-      expect(await page.locator("#search-results").isHidden()).toBe(true);
-      expect(new URL(page.url()).searchParams.get("q")).toBe("zebra");
-      // back: the search before; a reload keeps it
-      await page.goBack();
-      await hit.first().waitFor({ timeout: 15_000 });
-      expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
-      await page.reload();
-      await hit.first().waitFor({ timeout: 15_000 });
-      expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/runs/${encodeURIComponent(RUN)}`);
+    await page.locator("#run-search").fill("grader checks");
+    await page.locator("#run-search").press("Enter");
+    const hit = page.locator("#search-results li.search-hit");
+    await hit.first().waitFor({ timeout: 15_000 });
+    expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
+    const snippet = hit.locator("a.search-snippet").first();
+    expect(await snippet.getAttribute("data-node")).toBe(String(HACK_NODE));
+    expect((await snippet.locator("mark").allInnerTexts()).map((t) => t.toLowerCase())).toContain("grader");
+    expect(await page.locator("#search-note").innerText()).toContain("1 rollout");
+    // the hit's row beside it: the trainer's reward (chat_basic: 1.0 x 1 + 0.5 x 0.25), its group (a link); no step
+    // (the rollout names none)
+    const facts = hit.locator(".search-facts");
+    expect(await facts.locator('[data-k="reward"]').innerText()).toBe("reward 1.125");
+    expect(await facts.locator('[data-k="group"] a').innerText()).toBe("g");
+    expect(await facts.locator('[data-k="group"] a').getAttribute("href")).toContain("/groups/g");
+    expect(await facts.locator('[data-k="step"]').count()).toBe(0);
+    // the query is in the address
+    expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
+    await shootPart(page, "section.run-search", "search-results");
+    await snippet.click();
+    await page.waitForURL(/\/episodes\//);
+    expect(new URL(page.url()).searchParams.get("node")).toBe(String(HACK_NODE));
+    const target = page.locator("li.turn.jump-target");
+    await target.waitFor({ timeout: 15_000 });
+    expect(await target.getAttribute("data-node")).toBe(String(HACK_NODE));
+    expect(await target.innerText()).toContain(HACK);
+    // scrolled to: the turn is in the viewport
+    const box = await target.boundingBox();
+    expect(box).not.toBeNull();
+    expect(box!.y).toBeGreaterThanOrEqual(0);
+    expect(box!.y).toBeLessThan(800);
+    // back on the run page: the search is shown again from the address, without asking
+    await page.goBack();
+    await hit.first().waitFor({ timeout: 15_000 });
+    expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
+    expect(await hit.evaluateAll((els: any[]) => els.map((e) => e.dataset.id))).toEqual([HACKED]);
+    // a word no rollout has: said so
+    await page.locator("#run-search").fill("zebra");
+    await page.locator("#run-search").press("Enter");
+    await page.waitForFunction(
+      () => (globalThis as any).document.querySelector("#search-note")?.textContent === "no rollout matches",
+      null,
+      {
+        timeout: 15_000,
+      },
+    );
+    expect(await page.locator("#search-results").isHidden()).toBe(true);
+    expect(new URL(page.url()).searchParams.get("q")).toBe("zebra");
+    // back: the search before; a reload keeps it
+    await page.goBack();
+    await hit.first().waitFor({ timeout: 15_000 });
+    expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
+    await page.reload();
+    await hit.first().waitFor({ timeout: 15_000 });
+    expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
+    expect(errors).toEqual([]);
   });
 
   it("shows a flagged rollout's flag with its evidence, and none on an honest one", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(HACKED)}`);
-    try {
-      const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
-      await flag.waitFor({ timeout: 15_000 });
-      expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
-      expect(await flag.locator(".flag-at").innerText()).toBe(`node #${HACK_NODE}`);
-      expect(HACK).toContain((await flag.locator(".flag-excerpt").innerText()).replace(/^…|…$/g, "").slice(0, 20));
-      // the turns drawn, its button scrolls to the flagged one
-      await page
-        .locator("li.turn")
-        .nth(nodes.length - 1)
-        .waitFor({ timeout: 15_000 });
-      await flag.locator(".flag-at").click();
-      expect(await page.locator("li.turn.jump-target").getAttribute("data-node")).toBe(String(HACK_NODE));
-      await shoot(page, "flag-episode");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
-    const honest = await open(`/episodes/${encodeURIComponent(HONEST)}`);
-    try {
-      await honest.page
-        .locator("li.turn")
-        .nth(nodes.length - 1)
-        .waitFor({ timeout: 15_000 });
-      // the list answers the honest one's (unflagged) row too: give it the time the flagged one took
-      await honest.page.waitForTimeout(1000);
-      expect(await honest.page.locator("#episode-flags").isHidden()).toBe(true);
-      expect(honest.errors).toEqual([]);
-    } finally {
-      await honest.context.close();
-    }
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(HACKED)}`);
+    const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
+    await flag.waitFor({ timeout: 15_000 });
+    expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
+    expect(await flag.locator(".flag-at").innerText()).toBe(`node #${HACK_NODE}`);
+    expect(HACK).toContain((await flag.locator(".flag-excerpt").innerText()).replace(/^…|…$/g, "").slice(0, 20));
+    // the turns drawn, its button scrolls to the flagged one
+    await page
+      .locator("li.turn")
+      .nth(nodes.length - 1)
+      .waitFor({ timeout: 15_000 });
+    await flag.locator(".flag-at").click();
+    expect(await page.locator("li.turn.jump-target").getAttribute("data-node")).toBe(String(HACK_NODE));
+    await shoot(page, "flag-episode");
+    expect(errors).toEqual([]);
+    const honest = await shared.visit(`/episodes/${encodeURIComponent(HONEST)}`);
+    await honest.page
+      .locator("li.turn")
+      .nth(nodes.length - 1)
+      .waitFor({ timeout: 15_000 });
+    // the list answers the honest one's (unflagged) row too: give it the time the flagged one took
+    await honest.page.waitForTimeout(1000);
+    expect(await honest.page.locator("#episode-flags").isHidden()).toBe(true);
+    expect(honest.errors).toEqual([]);
   });
 
   it("a flag raised while the page is open appears without a reload", async () => {
     const LIVE = `${RUN}:live`;
     const [frame, within] = nodes[HACK_NODE]!;
     for (const fr of chat.frames.slice(0, frame)) await post(`/v1/episodes/${LIVE}/deltas`, fr);
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(LIVE)}`);
-    try {
-      await page.locator("li.turn").first().waitFor({ timeout: 15_000 });
-      await page.waitForTimeout(3_000); // a read of its row, while it has no flag
-      expect(await page.locator("#episode-flags").isHidden(), "no flag before the turn").toBe(true);
-      const d = decodeLossless(chat.frames[frame]!) as LMap;
-      put(((d.get("nodes") as LValue[])[within] as LMap).get("message") as LMap, "content", HACK);
-      await post(`/v1/episodes/${LIVE}/deltas`, enc(d));
-      // the row follows the turn within INDEX_FLUSH_MS; the page reads it once that has passed
-      const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
-      await flag.waitFor({ timeout: 15_000 });
-      expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
-      expect(await page.locator("li.turn").count(), "still live: no reply sent").toBeGreaterThan(0);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(LIVE)}`);
+    await page.locator("li.turn").first().waitFor({ timeout: 15_000 });
+    await page.waitForTimeout(3_000); // a read of its row, while it has no flag
+    expect(await page.locator("#episode-flags").isHidden(), "no flag before the turn").toBe(true);
+    const d = decodeLossless(chat.frames[frame]!) as LMap;
+    put(((d.get("nodes") as LValue[])[within] as LMap).get("message") as LMap, "content", HACK);
+    await post(`/v1/episodes/${LIVE}/deltas`, enc(d));
+    // the row follows the turn within INDEX_FLUSH_MS; the page reads it once that has passed
+    const flag = page.locator('#episode-flags .flag[data-rule="quotes-grader"]');
+    await flag.waitFor({ timeout: 15_000 });
+    expect(await flag.getAttribute("data-node")).toBe(String(HACK_NODE));
+    expect(await page.locator("li.turn").count(), "still live: no reply sent").toBeGreaterThan(0);
+    expect(errors).toEqual([]);
   });
 
   it("rides out the relay's 503 overloaded (Retry-After): the page asks again and shows the flag", async () => {

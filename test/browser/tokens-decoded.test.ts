@@ -11,7 +11,7 @@ import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shootPart } from "./pages.js";
+import { SHOTS, sharedPage, shootPart } from "./pages.js";
 import { type JsonNode, postAnnotations, primeRecords, pushRollout, trainingPlan } from "./training-run.js";
 
 let browser: Browser;
@@ -116,7 +116,12 @@ async function episodeNodes(id: string): Promise<{ trace: string; nodes: JsonNod
   return { trace: ep.traces[0]!.id, nodes: ep.traces[0]!.nodes };
 }
 
-const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+);
+afterAll(() => shared.close());
 async function waitFor(page: Page, fn: string, arg?: unknown, timeout = 20_000): Promise<void> {
   await page.waitForFunction(
     new Function("arg", `const document = globalThis.document; return (${fn})(arg);`) as never,
@@ -146,7 +151,7 @@ afterAll(async () => {
 
 describe("decoded tokens", () => {
   it("a page showing no tokens asks for neither the tokenizer nor the library", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(ROLLOUT.id)}`);
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(ROLLOUT.id)}`);
     const asked: string[] = [];
     page.on("request", (r) => asked.push(r.url()));
     await waitFor(page, "() => document.querySelector('#signal-bar')?.dataset.version === '2'");
@@ -159,11 +164,10 @@ describe("decoded tokens", () => {
     expect(asked.filter((u) => u.endsWith(`/v1/runs/${RUN}/tokenizer`))).toHaveLength(1);
     expect(asked.filter((u) => /tokenizers.*\.js/.test(u)).length).toBe(1);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("shows each sampled token's text piece with the advantage painted behind it, its id in the tooltip", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(ROLLOUT.id)}?signal=advantage`);
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(ROLLOUT.id)}?signal=advantage`);
     await waitFor(page, "() => document.querySelector('.tok-decoded')?.dataset.state === 'ready'");
     await waitFor(page, "() => document.querySelectorAll('.toks.decoded').length > 0");
     expect(await page.locator(".tok-decoded").innerText()).toBe("decoded with the run's tokenizer");
@@ -207,11 +211,10 @@ describe("decoded tokens", () => {
     await page.locator(`.turn[data-node="${last.node}"]`).evaluate((el: any) => el.scrollIntoView({ block: "start" }));
     await page.screenshot({ path: join(SHOTS, "c40-tokens.png") });
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("a run without a tokenizer says so and shows the ids", async () => {
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(PLAIN.id)}?signal=advantage`);
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(PLAIN.id)}?signal=advantage`);
     await waitFor(page, "() => document.querySelector('.tok-decoded')?.dataset.state === 'none'");
     const chip = page.locator(".tok-decoded");
     expect(await chip.innerText()).toBe("token ids");
@@ -223,6 +226,5 @@ describe("decoded tokens", () => {
     const text = await page.$$eval(`.turn[data-node="${sampled}"] .toks .tok`, (xs) => xs.map((x) => x.textContent));
     expect(text).toEqual(nodes[sampled]!.token_ids.map(String));
     expect(errors.filter((e) => !/404/.test(e))).toEqual([]);
-    await context.close();
   });
 });

@@ -16,7 +16,7 @@ import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
 import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, openPage, SHOTS, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import {
   HACK,
@@ -121,7 +121,12 @@ afterAll(async () => {
   await relay?.stop();
 });
 
-const open = (path: string) => openPage(browser, `${relay.url}${path}`);
+/** One page for the file's tests, each on its path by a route change (pages.ts sharedPage). */
+const shared = sharedPage(
+  () => browser,
+  () => relay.url,
+);
+afterAll(() => shared.close());
 /** How often the episode page checks an ended episode's annotations again (dashboard/src/episode/annotations-source.ts). */
 const RECHECK_MS = 15_000;
 
@@ -147,7 +152,7 @@ describe("per-step charts on the run page", () => {
     expect(new Set(steps.map((s) => `${s.step}:${s.kind}`))).toEqual(
       new Set(["0:train", "1:train", "2:train", "3:train", "4:train", "0:eval", "2:eval"]),
     );
-    const { context, page, errors } = await open(`/runs/${RUN}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}`);
     // each chart's points as plotted (plot.ts writes what uPlot was given on its box): [step, value] per step of the kind
     const points = (chart: string, kind: string, key: string) =>
       page.$eval(
@@ -232,7 +237,6 @@ describe("per-step charts on the run page", () => {
     );
     expect(new URL(page.url()).searchParams.get("step")).toBe("2");
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
@@ -242,7 +246,7 @@ function countRewardPoints(steps: StepJson[]): number {
 
 describe("the run's episode list", () => {
   it("sorts by step, filters by kind, env, step range and policy version (kept in the URL), and shows each row's identity and final answer", async () => {
-    const { context, page, errors } = await open(`/runs/${RUN}?sort=step`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}?sort=step`);
     const bySort = await listed("sort=step");
     await waitListed(
       page,
@@ -368,7 +372,6 @@ describe("the run's episode list", () => {
     const shots = await shootPart(page, ".run-episodes", "training-answers");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
@@ -376,7 +379,7 @@ describe("the live table", () => {
   it("shows every live rollout by start with its stage, numbers and ticking elapsed time; pending placeholders apart", async () => {
     const live = (await listed("status=live")).sort((a, b) => (a.live?.started ?? 0) - (b.live?.started ?? 0));
     expect(live.map((r) => r.live!.stage)).toEqual(["boot", "running", "pending", "pending"]);
-    const { context, page, errors } = await open(`/runs/${RUN}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}`);
     await waitFor(
       page,
       "(ids) => JSON.stringify([...document.querySelectorAll('#live-table .lr-row[data-id]')].map((r) => r.dataset.id)) === JSON.stringify(ids)",
@@ -446,7 +449,6 @@ describe("the live table", () => {
     ).toBeNull();
     expect((await listed("status=live")).find((r) => r.id === announced.id)!.live!.stage).toBe("boot");
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
@@ -454,7 +456,7 @@ describe("the group page", () => {
   it("shows the group's step and kind, and per rollout its task, step, kind, final answer, stop and truncated, as the relay holds them", async () => {
     const g = await api<GroupDetailJson>(`/v1/runs/${RUN}/groups/train-s3-g1`);
     expect([g.step, g.kind, g.size]).toEqual([3, "train", 4]);
-    const { context, page, errors } = await open(`/runs/${RUN}/groups/train-s3-g1`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}/groups/train-s3-g1`);
     await waitFor(
       page,
       "(n) => document.querySelectorAll('#rollouts .r-row[data-id]').length === n",
@@ -485,7 +487,6 @@ describe("the group page", () => {
     const shots = await shoot(page, "training-group");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
 
@@ -497,7 +498,7 @@ describe("the episode page", () => {
       `/v1/episodes/${encodeURIComponent(ANNOTATED.id)}/status`,
     );
     const [row] = (await listed(`step=3`)).filter((r) => r.id === ANNOTATED.id);
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(ANNOTATED.id)}`);
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(ANNOTATED.id)}`);
     await waitFor(page, "() => document.querySelector('#identity dd[data-k=\"step\"]')?.innerText === '3'");
     expect(await page.locator('#task-context [data-field="prompt"] .task-prompt').innerText()).toBe(task.data.prompt);
     expect(await page.locator('#task-context [data-field="answer"] .task-answer').innerText()).toBe(task.data.answer);
@@ -532,7 +533,6 @@ describe("the episode page", () => {
     expect(new URL(page.url()).searchParams.get("step")).toBe("3");
     expect(step3.every((r) => r.step === 3)).toBe(true);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("draws the trainer's signals along the sampled tokens as posted, with prime-rl's colours, scale, legend and per-node summaries", async () => {
@@ -545,7 +545,7 @@ describe("the episode page", () => {
     expect([...folded.keys()]).toEqual([...want.keys()]);
     for (const [i, v] of want) expect(folded.get(i)!.get("entropies")).toEqual(v.entropies);
 
-    const { context, page, errors } = await open(`/episodes/${encodeURIComponent(ANNOTATED.id)}`);
+    const { page, errors } = await shared.visit(`/episodes/${encodeURIComponent(ANNOTATED.id)}`);
     await waitFor(page, "() => document.querySelector('#signal-bar')?.dataset.version === '2'");
     const strips = async () =>
       page.$$eval(".turn[data-node]", (turns) =>
@@ -629,19 +629,17 @@ describe("the episode page", () => {
     const shots = await shoot(page, "training-overlays");
     console.error(`[training] screenshots: ${shots.join(", ")}`);
     expect(errors).toEqual([]);
-    await context.close();
   });
 
   it("says why a signal paints nothing, in prime-rl's words: every advantage 0, an eval episode, not shipped yet", async () => {
     const note = async (id: string, signal: string) => {
-      const { context, page } = await open(`/episodes/${encodeURIComponent(id)}?signal=${signal}`);
+      const { page } = await shared.visit(`/episodes/${encodeURIComponent(id)}?signal=${signal}`);
       await waitFor(
         page,
         "() => document.querySelector('.signal-note') && !document.querySelector('.signal-note').hidden",
       );
       const text = await page.locator(".signal-note").innerText();
       const option = await page.locator(`#token-signal option[value="${signal}"]`).getAttribute("data-reason");
-      await context.close();
       return { text, option };
     };
     // the zero-variance group: the orchestrator's stream is there, all zeros
@@ -699,7 +697,7 @@ describe("the episode page", () => {
 
 describe("steps kept live from the run socket", () => {
   it("a new step's rollouts add its markers; deleting them takes the step away", async () => {
-    const { context, page, errors } = await open(`/runs/${RUN}`);
+    const { page, errors } = await shared.visit(`/runs/${RUN}`);
     const plotted = (chart: string) => `JSON.parse(document.querySelector('#${chart} .plot')?.dataset.series ?? "[]")`;
     await waitFor(page, `() => ${plotted("step-rewards")}.some((x) => x.points.length > 0)`);
     const group: Rollout[] = [0, 1, 2, 3].map((j) => ({
@@ -737,6 +735,5 @@ describe("steps kept live from the run socket", () => {
     await waitFor(page, `() => ${plotted("step-rewards")}.every((x) => x.points.every(([s]) => s !== 5))`);
     expect((await allSteps()).some((s) => s.step === 5)).toBe(false);
     expect(errors).toEqual([]);
-    await context.close();
   });
 });
