@@ -12,6 +12,7 @@
 // 390×844 go to test-results/screenshots/ (`run-groups-*.png`, `runs-mean-reward-*.png`,
 // `group-*.png`).
 import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalRelay, startRelay } from "../../scripts/relay.mjs";
@@ -557,8 +558,8 @@ describe("the group page (/runs/{run}/groups/{group})", () => {
     // every rollout ended: the header says the page is complete, not a grey "stream ended"
     expect(await page.locator("#connection .conn-label").innerText()).toBe("complete");
     expect(await page.locator("#connection").getAttribute("title")).toMatch(/nothing more will come/);
-    mkdirSync("/work/notes/shots", { recursive: true });
-    await page.screenshot({ path: "/work/notes/shots/group-1400x900.png" });
+    mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: join(SHOTS, "group-1400x900.png") });
     expect(errors).toEqual([]);
   });
 
