@@ -13,7 +13,7 @@ import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shootPart } from "./pages.js";
+import { openPage, reloadPage, SHOTS, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -105,7 +105,7 @@ describe("the run page's alerts", () => {
         }
       };
     });
-    await page.reload();
+    await reloadPage(page);
     const item = page.locator("#alert-list li.alert[data-rule=flagged]");
     await item.first().waitFor({ timeout: 30_000 });
     expect(await item.count()).toBe(1);

@@ -22,7 +22,7 @@ import { type GoldenCase, parseCase } from "../../tools/conformance/case-format.
 import { fixturePath } from "../../tools/conformance/cases.js";
 import { freePort } from "../../tools/free-port.js";
 import { chromiumForFile } from "./chromium.js";
-import { DESKTOP, gotoPage, openPage, PHONE, SHOTS, sharedPage, shoot } from "./pages.js";
+import { DESKTOP, gotoPage, openPage, PHONE, reloadPage, SHOTS, sharedPage, shoot } from "./pages.js";
 import { expectRoutingFigures, shownRouting } from "./routing-figures.js";
 
 let browser: Browser;
@@ -494,7 +494,7 @@ describe("a run of 240 episodes", () => {
     expect(updated).toEqual([...updated].sort((a, b) => b - a));
     await showAll(page, 240);
     expect(new Set(await shownIds(page))).toEqual(new Set(plans.map((p) => p.id)));
-    await page.reload();
+    await reloadPage(page);
     await waitStats(page, expectedStats(plans));
     await waitRows(page, STEP);
     await shoot(page, "run");

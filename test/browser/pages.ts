@@ -51,6 +51,9 @@ export function sharedPage(browser: () => Browser, base: () => string, options: 
       const { page, errors } = await opened;
       errors.length = 0;
       await page.setViewportSize(options.viewport ?? DESKTOP);
+      // a test that left the page off the dashboard (an error page: no storage to clear, no app to route) does not
+      // spoil the next: it loads the path for real, then starts from cleared storage as the others do
+      if (!page.url().startsWith(base())) await gotoPage(page, `${base()}${path}`);
       await page.evaluate((to) => {
         const w = globalThis as any;
         w.localStorage.clear();
@@ -76,6 +79,15 @@ export function sharedPage(browser: () => Browser, base: () => string, options: 
  * is what the tests assert. Each reload is said, the URL's fragment (a token) left out.
  */
 export async function gotoPage(page: Page, url: string): Promise<Response | null> {
+  return await loadAgain(page, url, () => page.goto(url));
+}
+
+/** `page.reload()`, loaded again as gotoPage does when it fails with an error status and no body. */
+export async function reloadPage(page: Page): Promise<Response | null> {
+  return await loadAgain(page, page.url(), () => page.reload());
+}
+
+async function loadAgain(page: Page, url: string, load: () => Promise<Response | null>): Promise<Response | null> {
   for (let attempt = 1; ; attempt++) {
     const status: number[] = [];
     const onResponse = (r: Response) => {
@@ -83,12 +95,14 @@ export async function gotoPage(page: Page, url: string): Promise<Response | null
     };
     page.on("response", onResponse);
     try {
-      return await page.goto(url);
+      return await load();
     } catch (e) {
       if (attempt >= 3 || !String(e).includes("ERR_HTTP_RESPONSE_CODE_FAILURE")) throw e;
       console.warn(
         `[browser] ${url.split("#")[0]} answered ${status.join(", ") || "an error"} with no body; loading it again`,
       );
+      // a reload of the error page would load the error page: the URL it failed on is loaded instead
+      load = () => page.goto(url);
     } finally {
       page.off("response", onResponse);
     }

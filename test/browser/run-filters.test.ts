@@ -14,7 +14,7 @@ import { decodeLossless, type LMap } from "../../src/protocol/wire/lossless.js";
 import { rewardsOf } from "../support/chat-rollouts.js";
 import { m } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { openPage, SHOTS, shoot } from "./pages.js";
+import { openPage, reloadPage, SHOTS, shoot } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -175,7 +175,7 @@ describe("the run page of 64 groups × 8 rollouts, and the episode filters", () 
     expect([url.searchParams.get("task"), url.searchParams.get("reward")]).toEqual(["task-5", "correct:1.."]);
 
     // the filter is in the URL: a reload lists the same rollouts
-    await page.reload();
+    await reloadPage(page);
     await waitListed(page, solved);
     expect(await page.locator("#filter-task").inputValue()).toBe("task-5");
     await shoot(page, "run-filtered");

@@ -12,7 +12,7 @@ import { decodeLossless, type LMap, type LValue } from "../../src/protocol/wire/
 import { chat, groupReply, put } from "../support/chat-rollouts.js";
 import { enc } from "../support/deltas.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
+import { gotoPage, reloadPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 
 let browser: Browser;
@@ -137,7 +137,7 @@ describe("search and flags in the dashboard", () => {
     await page.goBack();
     await hit.first().waitFor({ timeout: 15_000 });
     expect(new URL(page.url()).searchParams.get("q")).toBe("grader checks");
-    await page.reload();
+    await reloadPage(page);
     await hit.first().waitFor({ timeout: 15_000 });
     expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
     expect(errors).toEqual([]);

@@ -16,7 +16,7 @@ import type { IndexEntry } from "../../src/protocol/registry/entry.js";
 import type { GroupDetailJson } from "../../src/protocol/registry/groups.js";
 import type { StepJson, StepsPage } from "../../src/protocol/registry/steps.js";
 import { chromiumForFile } from "./chromium.js";
-import { gotoPage, openPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
+import { gotoPage, openPage, reloadPage, SHOTS, sharedPage, shoot, shootPart } from "./pages.js";
 import { relayCalls } from "./rollouts.js";
 import {
   HACK,
@@ -329,7 +329,7 @@ describe("the run's episode list", () => {
       url.searchParams.get("sort"),
     ]).toEqual(["1..2", "1", "gsm8k", "step"]);
     // a reload keeps the filter and the order
-    await page.reload();
+    await reloadPage(page);
     await waitListed(
       page,
       both.map((r) => r.id),
