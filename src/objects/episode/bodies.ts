@@ -53,6 +53,9 @@ function run(r: RunRow): Run {
 
 const startOf = (r: Run, k: number) => (k === 0 ? 0 : r.ends[k - 1]!);
 
+/** The newest version among `vers` (a loop, not Math.max(...): a run of many small items would overflow the call's arguments). */
+const newest = (vers: readonly number[]) => vers.reduce((a, b) => Math.max(a, b), DEAD);
+
 /**
  * Bodies at `idx`, `idx + 1`, … of list (tnum, kind) as one run: per body its version and length, its bytes read by
  * `read(k)` in order, one at a time (a part is filled and written before the next body is read: a checkpoint of
@@ -100,7 +103,7 @@ export function writeRun(
     idx,
     first,
     part,
-    Math.max(...vers),
+    newest(vers),
     JSON.stringify(vers),
     JSON.stringify(ends),
   );
@@ -204,7 +207,7 @@ function save(sql: SqlStorage, r: Run, vers: number[]): void {
   sql.exec(
     "UPDATE body_runs SET parts = ?, top = ?, vers = ?, ends = ? WHERE tnum = ? AND kind = ? AND idx = ? AND first = ?",
     parts,
-    Math.max(...live),
+    newest(live),
     JSON.stringify(live),
     JSON.stringify(r.ends.slice(0, n)),
     r.tnum,
