@@ -179,3 +179,202 @@ describe("bodies in runs", () => {
     });
   });
 });
+
+/** Rows `fn`'s statements read (as workerd bills them) and runs they returned (each one's JSON parsed). */
+function reads<T>(sql: SqlStorage, fn: (sql: SqlStorage) => T): { value: T; rowsRead: number; runs: number } {
+  const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+  let runs = 0;
+  const counted = new Proxy(sql, {
+    get: (t, p) =>
+      p === "exec"
+        ? (q: string, ...b: unknown[]) => {
+            const c = t.exec(q, ...b);
+            cursors.push(c);
+            if (!/FROM body_runs/.test(q)) return c;
+            return new Proxy(c, {
+              get: (ct, cp) => {
+                if (cp !== "toArray") {
+                  const v = Reflect.get(ct, cp, ct);
+                  return typeof v === "function" ? v.bind(ct) : v;
+                }
+                return () => {
+                  const rows = ct.toArray();
+                  runs += rows.length;
+                  return rows;
+                };
+              },
+            });
+          }
+        : Reflect.get(t, p, t),
+  });
+  const value = fn(counted);
+  return { value, rowsRead: cursors.reduce((n, c) => n + c.rowsRead, 0), runs };
+}
+
+/**
+ * A trace of `n` nodes written by checkpoints of 8, then each node but a checkpoint's last rewritten after it (a
+ * routing repair: a run of its own, the old version dead in its checkpoint's run), every 4th node twice with its
+ * first rewrite still held: about `n * 1.1` runs. Returns each node's current version and bytes.
+ */
+function rewrittenTrace(sql: SqlStorage, tnum: number, n: number): Array<{ ver: number; bytes: Uint8Array }> {
+  const current: Array<{ ver: number; bytes: Uint8Array }> = [];
+  for (let from = 0; from < n; from += 8) {
+    const bodies = Array.from({ length: Math.min(8, n - from) }, (_, k) => bytes(30 + k, from + k));
+    writeRun(
+      sql,
+      tnum,
+      NODES,
+      from,
+      bodies.map((b, k) => ({ ver: from + k + 1, length: b.length })),
+      (k) => bodies[k]!,
+    );
+    bodies.forEach((b, k) => {
+      current[from + k] = { ver: from + k + 1, bytes: b };
+    });
+  }
+  let ver = n + 1;
+  for (let i = 0; i < n; i++) {
+    if (i % 8 === 7 || i === n - 1) continue;
+    for (let times = i % 4 === 0 ? 2 : 1; times > 0; times--) {
+      const b = bytes(40, 1000 + ver);
+      writeBody(sql, tnum, NODES, i, ver, b);
+      // superseded: the first rewrite of every 4th node stays (a reader holds it), the rest go
+      if (!(i % 4 === 0 && times === 1)) dropNodeBody(sql, tnum, i, current[i]!.ver);
+      current[i] = { ver: ver++, bytes: b };
+    }
+  }
+  return current;
+}
+
+describe("reads of a list of many runs (EPISODE_SCHEMA 13: runs keyed by scale)", () => {
+  it("one node's body, and a page of them, read a bounded number of rows and runs as the runs grow from 10 to 1,000", async () => {
+    await withFreshStorage((storage) => {
+      const sql = tables(storage);
+      const seen: Array<Record<string, number>> = [];
+      /** Runs of trace `tnum`'s nodes that hold an index in [from, to) (what a read must return, no more). */
+      const overlapping = (tnum: number, from: number, to: number) =>
+        sql
+          .exec<{ n: number }>(
+            "SELECT COUNT(*) AS n FROM body_runs WHERE tnum = ? AND kind = 0 AND idx < ? AND last >= ?",
+            tnum,
+            to,
+            from,
+          )
+          .one().n;
+      for (const [tnum, n] of [
+        [1, 10],
+        [2, 100],
+        [3, 1000],
+      ] as const) {
+        const current = rewrittenTrace(sql, tnum, n);
+        const runs = sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM body_runs WHERE tnum = ?", tnum).one().n;
+        const last = reads(sql, (q) => nodeBody(q, tnum, n - 1, current[n - 1]!.ver));
+        const first = reads(sql, (q) => nodeBody(q, tnum, 0, current[0]!.ver));
+        const mid = Math.floor(n / 2);
+        const page = reads(sql, (q) => nodeBodies(q, tnum, mid, Math.min(n, mid + 8), Number.MAX_SAFE_INTEGER));
+        expect([...last.value]).toEqual([...current[n - 1]!.bytes]);
+        expect([...first.value]).toEqual([...current[0]!.bytes]);
+        expect(page.value.map((b) => [...b])).toEqual(current.slice(mid, mid + 8).map((c) => [...c.bytes]));
+        // the runs parsed are those holding the range: the body's own (and its older versions', held or dead)
+        expect(last.runs, `${runs} runs`).toBe(overlapping(tnum, n - 1, n));
+        expect(first.runs, `${runs} runs`).toBe(overlapping(tnum, 0, 1));
+        expect(page.runs, `${runs} runs`).toBe(overlapping(tnum, mid, mid + 8));
+        // rows read: those runs, their parts, and a few per scale of the list (12 read them all: 1,252 at 1,250 runs)
+        expect(last.rowsRead, `${runs} runs`).toBeLessThanOrEqual(20);
+        expect(first.rowsRead, `${runs} runs`).toBeLessThanOrEqual(20);
+        expect(page.rowsRead, `${runs} runs`).toBeLessThanOrEqual(48);
+        seen.push({
+          runs,
+          lastRead: last.rowsRead,
+          lastRuns: last.runs,
+          firstRead: first.rowsRead,
+          firstRuns: first.runs,
+          pageRead: page.rowsRead,
+          pageRuns: page.runs,
+        });
+      }
+      expect(seen.map((x) => x.runs)).toEqual([13, 125, 1250]);
+      console.log("reads of one body / a page of 8, by runs in the list:", JSON.stringify(seen));
+    });
+  });
+
+  it("runs of every scale overlapping, trimmed by rewinds, with dead and held versions: every read as a model says", async () => {
+    await withFreshStorage((storage) => {
+      const sql = tables(storage);
+      // a seeded generator (Park-Miller, its high bits): the same operations every run
+      let state = 7;
+      const rand = (n: number) => {
+        state = (state * 48271) % 2147483647;
+        return Math.floor((state / 2147483647) * n);
+      };
+      /** Per index its versions (ascending) and their bytes, as a list of live entries. */
+      const model: Array<Array<{ ver: number; bytes: Uint8Array }>> = [];
+      const end = () => {
+        let n = model.length;
+        while (n > 0 && (model[n - 1]?.length ?? 0) === 0) n--;
+        return n;
+      };
+      let seq = 0;
+      const check = () => {
+        const n = end();
+        for (let k = 0; k < 6; k++) {
+          const from = rand(n + 1);
+          const to = from + rand(n - from + 2);
+          const asOf = rand(seq + 2);
+          const got = nodeBodies(sql, 9, from, to, asOf);
+          for (let i = from; i < to; i++) {
+            const want = (model[i] ?? []).filter((v) => v.ver <= asOf).at(-1);
+            expect(got[i - from] && [...got[i - from]!], `node ${i} as of ${asOf}`).toEqual(want && [...want.bytes]);
+          }
+        }
+        for (let i = 0; i < n; i++)
+          for (const v of model[i] ?? [])
+            expect([...nodeBody(sql, 9, i, v.ver)], `node ${i}@${v.ver}`).toEqual([...v.bytes]);
+      };
+      for (let op = 0; op < 300; op++) {
+        const r = rand(10);
+        const n = end();
+        if (r < 4 || n === 0) {
+          // a checkpoint's appends: 1 to 40 nodes at the list's end, one frame after another
+          const count = 1 + rand(40);
+          const bodies = Array.from({ length: count }, (_, k) => ({ ver: ++seq, bytes: bytes(rand(50), seq * 3 + k) }));
+          model.length = n;
+          writeRun(
+            sql,
+            9,
+            NODES,
+            n,
+            bodies.map((b) => ({ ver: b.ver, length: b.bytes.length })),
+            (k) => bodies[k]!.bytes,
+          );
+          bodies.forEach((b, k) => {
+            model[n + k] = [b];
+          });
+        } else if (r < 8) {
+          // a rewrite (a routing repair): a run of one; its old version held (a reader) or dropped
+          const i = rand(n);
+          if ((model[i]?.length ?? 0) === 0) continue;
+          const b = { ver: ++seq, bytes: bytes(rand(30), seq) };
+          writeBody(sql, 9, NODES, i, b.ver, b.bytes);
+          if (rand(3) > 0) {
+            const old = model[i]!.splice(model[i]!.length - 1, 1)[0]!;
+            dropNodeBody(sql, 9, i, old.ver);
+          }
+          model[i]!.push(b);
+        } else if (r === 8) {
+          // a retraction's rewind: what was written after `to` goes, the seqs after it written again
+          const to = Math.max(0, seq - rand(30));
+          rewindBodies(sql, to);
+          for (const vs of model) if (vs) vs.splice(0, vs.length, ...vs.filter((v) => v.ver <= to));
+          seq = to;
+        } else check();
+      }
+      check();
+      const scales = sql
+        .exec<{ s: number }>("SELECT DISTINCT scale AS s FROM body_runs WHERE tnum = 9 ORDER BY s")
+        .toArray()
+        .map((x) => x.s);
+      expect(scales.length, "runs of several scales").toBeGreaterThanOrEqual(4);
+    });
+  });
+});

@@ -5,7 +5,8 @@
 // truncation, release-b14ae00, and the one before the producers' ledger moved into the episode's meta row,
 // release-376f6ef, and the one before a running episode's text waited and segments took blocks of ids,
 // release-773b8cb, the one before the episode's checkpoints and turns on frames, release-d4e57c7, and the one before
-// the bill's cuts to bodies, log and search rows, release-4d54fbd; each made by
+// the bill's cuts to bodies, log and search rows, release-4d54fbd, and the one before the bounded reads of body runs,
+// release-14cf2d5; each made by
 // running that release: see their README) is restored into this
 // release's objects, which upgrade it at construction and answer as that release did; a migration that fails, or storage newer than the release, leaves the object
 // refusing with 503 storage_upgrade_failed and its storage untouched.
@@ -13,13 +14,28 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { bodiesIntoRuns } from "../../src/objects/episode/bodies.js";
+import {
+  bodiesIntoRuns,
+  boundRuns,
+  itemBodies,
+  KIND,
+  NODES,
+  nodeBody,
+  scaleOf,
+} from "../../src/objects/episode/bodies.js";
 import { EPISODE_SCHEMA } from "../../src/objects/episode/schema.js";
 import { HUB_SCHEMA } from "../../src/objects/hub/store.js";
 import { DIRECTORY_SCHEMA, INDEX_SCHEMA } from "../../src/objects/registry/schemas.js";
 import { SEGMENT_BLOCK } from "../../src/objects/registry/search-store.js";
 import { rowPages } from "../../src/objects/registry/sql-row.js";
-import { checkSchema, createLatest, latestVersion, storedVersion } from "../../src/objects/storage/schema.js";
+import {
+  checkSchema,
+  createLatest,
+  latestVersion,
+  SchemaState,
+  storedVersion,
+} from "../../src/objects/storage/schema.js";
+import type { ItemField } from "../../src/protocol/assembly/fields.js";
 import { encodeEnvelope } from "../../src/protocol/envelope/envelope.js";
 import { ProducerCursor } from "../../src/protocol/envelope/producer.js";
 import { type RunAggregates, recount } from "../../src/protocol/registry/aggregates.js";
@@ -291,6 +307,41 @@ function bodiesOfRuns(runs: readonly BodyRun[], parts: ReadonlyMap<number, strin
   return out;
 }
 
+/** The release's runs as it wrote them (version 12 on: eight columns, no scale or last). */
+function dumpedRuns(d: Dumped): BodyRun[] {
+  return ((d.rows.body_runs ?? []) as Array<[number, number, number, number, number, number, string, string]>).map(
+    ([tnum, kind, idx, first, parts, top, vers, ends]) => ({ tnum, kind, idx, first, parts, top, vers, ends }),
+  );
+}
+
+/** The release's parts (version 12 on) by number, base64. */
+function dumpedParts(d: Dumped): Map<number, string> {
+  return new Map(((d.rows.body_parts ?? []) as Array<[number, { bin: string }]>).map(([k, data]) => [k, data.bin]));
+}
+
+/**
+ * Every body the release wrote by `tnum/kind/idx/ver`, base64: in runs (version 12 on), else from the `bodies` table
+ * of version 11 (tnum, kind, idx, ver, part, data), its parts joined.
+ */
+function dumpedBodies(d: Dumped): Record<string, string> {
+  const want = bodiesOfRuns(dumpedRuns(d), dumpedParts(d));
+  const parts = new Map<string, Array<[number, string]>>();
+  for (const [tnum, kind, idx, ver, part, data] of (d.rows.bodies ?? []) as Array<
+    [number, number, number, number, number, { bin: string }]
+  >) {
+    const key = `${tnum}/${kind}/${idx}/${ver}`;
+    parts.set(key, [...(parts.get(key) ?? []), [part, data.bin]]);
+  }
+  for (const [key, ps] of parts)
+    want[key] = btoa(
+      ps
+        .sort((x, y) => x[0] - y[0])
+        .map(([, b]) => atob(b))
+        .join(""),
+    );
+  return want;
+}
+
 /**
  * EPISODE_SCHEMA 7: node metadata is keyed without rowids, every row the release wrote kept; the log, rows of large
  * blobs, stays a rowid table.
@@ -298,6 +349,7 @@ function bodiesOfRuns(runs: readonly BodyRun[], parts: ReadonlyMap<number, strin
  * EPISODE_SCHEMA 12: the bodies in runs (bodies.ts): every body the release wrote, at its index and version, the same
  * bytes; the parts a rowid table keyed by its rowid alone, the runs' small rows without rowids; the table of version
  * 11 gone, and the migration run again changes nothing.
+ * EPISODE_SCHEMA 13: the runs keyed by scale (bodies.ts), the same bodies; run again, nothing changes.
  */
 async function keyedWithoutRowid(d: Dumped): Promise<void> {
   const got = await runInDurableObject(env.EPISODES.getByName(d.name), (_i, state) => {
@@ -331,7 +383,9 @@ async function keyedWithoutRowid(d: Dumped): Promise<void> {
       return { out: bodiesOfRuns(runs, parts), runs: runs.length, parts: parts.size };
     };
     const first = bodies();
-    bodiesIntoRuns(sql); // again: nothing to do
+    // again: nothing to do
+    bodiesIntoRuns(sql);
+    boundRuns(sql);
     return { created, indexes, old, rows, log, bodies: first, again: bodies() };
   });
   // EPISODE_SCHEMA 8: the log keyed by one integer (seq << 16 | part), its frames as the release wrote them
@@ -351,35 +405,83 @@ async function keyedWithoutRowid(d: Dumped): Promise<void> {
   expect(got.indexes).toEqual([]);
   expect(got.old, `${d.name}: the bodies table of version 11 is gone`).toBe(0);
   expect(got.rows).toEqual({ frames: d.rows.frames?.length ?? 0, node_meta: d.rows.node_meta?.length ?? 0 });
-  // every body the release wrote: in runs (version 12 on), else (tnum, kind, idx, ver, part, data), its parts joined
-  const want: Record<string, string> = d.rows.body_runs
-    ? bodiesOfRuns(
-        (d.rows.body_runs as Array<[number, number, number, number, number, number, string, string]>).map(
-          ([tnum, kind, idx, first, parts, top, vers, ends]) => ({ tnum, kind, idx, first, parts, top, vers, ends }),
-        ),
-        new Map((d.rows.body_parts as Array<[number, { bin: string }]>).map(([k, data]) => [k, data.bin])),
-      )
-    : {};
-  const parts = new Map<string, Array<[number, string]>>();
-  for (const [tnum, kind, idx, ver, part, data] of (d.rows.bodies ?? []) as Array<
-    [number, number, number, number, number, { bin: string }]
-  >) {
-    const key = `${tnum}/${kind}/${idx}/${ver}`;
-    parts.set(key, [...(parts.get(key) ?? []), [part, data.bin]]);
-  }
-  for (const [key, ps] of parts)
-    want[key] = btoa(
-      ps
-        .sort((x, y) => x[0] - y[0])
-        .map(([, b]) => atob(b))
-        .join(""),
-    );
+  const want = dumpedBodies(d);
   expect(got.bodies.out, d.name).toEqual(want);
   // consecutive bodies of a list share a run: fewer runs than bodies where a list has more than one
   if (Object.keys(want).length > 0 && !d.rows.body_runs)
     expect(got.bodies.runs, d.name).toBeLessThan(Object.keys(want).length);
   expect(got.again, d.name).toEqual(got.bodies);
 }
+
+describe("body runs keyed by scale (EPISODE_SCHEMA 13) on the previous release's storage", () => {
+  it("every episode of release-14cf2d5: each body the same bytes, by its run and by the readers; run again, nothing changes", async () => {
+    const release = "release-14cf2d5";
+    const fieldOf = new Map(Object.entries(KIND).map(([f, k]) => [k, f as ItemField]));
+    const b64 = (b: Uint8Array) => btoa(String.fromCharCode(...b));
+    for (const name of EPISODES) {
+      const d = await fixture<Dumped>(`Episode-fixture_${name}.json`, release);
+      const id = `scale13-${Date.now().toString(36)}:${name}`;
+      await restore(env.EPISODES, { ...d, name: id });
+      const got = await runInDurableObject(env.EPISODES.getByName(id), (_i, state) => {
+        const sql = state.storage.sql;
+        const before = storedVersion(sql);
+        // as the object opens it at construction: every migration it lacks, in one transaction
+        const schema = new SchemaState(state.storage, EPISODE_SCHEMA);
+        schema.open();
+        const stored = () => ({
+          runs: sql
+            .exec<BodyRun & { scale: number; last: number }>("SELECT * FROM body_runs ORDER BY tnum, kind, idx, first")
+            .toArray(),
+          parts: sql
+            .exec<{ k: number; data: ArrayBuffer }>("SELECT k, data FROM body_parts ORDER BY k")
+            .toArray()
+            .map((p) => [p.k, b64(new Uint8Array(p.data))] as [number, string]),
+          key: sql
+            .exec<{ name: string; pk: number }>(
+              "SELECT name, pk FROM pragma_table_info('body_runs') WHERE pk > 0 ORDER BY pk",
+            )
+            .toArray()
+            .map((c) => c.name),
+        });
+        const first = stored();
+        // every live body through bodies.ts's readers (the bounded query), at its version
+        const read: Record<string, string> = {};
+        for (const r of first.runs)
+          (JSON.parse(r.vers) as number[]).forEach((ver, k) => {
+            if (ver < 0) return;
+            const idx = r.idx + k;
+            const body =
+              r.kind === NODES
+                ? nodeBody(sql, r.tnum, idx, ver)
+                : itemBodies(sql, r.tnum, fieldOf.get(r.kind)!, idx, idx + 1)[0]!;
+            read[`${r.tnum}/${r.kind}/${idx}/${ver}`] = b64(body);
+          });
+        boundRuns(sql);
+        return { before, after: storedVersion(sql), failed: schema.failed, first, read, again: stored() };
+      });
+      expect(got.failed, name).toBeNull();
+      expect([got.before, got.after], name).toEqual([12, latestVersion(EPISODE_SCHEMA)]);
+      expect(got.first.key).toEqual(["tnum", "kind", "scale", "idx", "first"]);
+      const want = dumpedBodies(d);
+      expect(Object.keys(want).length, name).toBeGreaterThan(0);
+      // the parts untouched, every run's columns as written; each body the same bytes, cut from its run and read
+      expect(got.first.parts, name).toEqual([...dumpedParts(d)].sort((a, b) => a[0] - b[0]));
+      const key = (r: BodyRun) => [r.tnum, r.kind, r.idx, r.first].join("/");
+      expect(
+        got.first.runs.map(({ scale: _s, last: _l, ...r }) => r),
+        name,
+      ).toEqual(dumpedRuns(d).sort((a, b) => a.tnum - b.tnum || a.kind - b.kind || a.idx - b.idx || a.first - b.first));
+      expect(bodiesOfRuns(got.first.runs, new Map(got.first.parts)), name).toEqual(want);
+      expect(got.read, name).toEqual(want);
+      // each run's last index and scale, from its entries
+      for (const r of got.first.runs) {
+        const entries = (JSON.parse(r.ends) as number[]).length;
+        expect([r.last, r.scale], `${name} ${key(r)}`).toEqual([r.idx + entries - 1, scaleOf(entries)]);
+      }
+      expect(got.again, name).toEqual(got.first);
+    }
+  });
+});
 
 /** The alert tables came with INDEX_SCHEMA 10: the upgraded run takes alerts, and reads them back. */
 async function alertsOnUpgradedRun(): Promise<void> {

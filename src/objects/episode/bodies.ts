@@ -10,6 +10,21 @@
 // entry's version becomes DEAD (its bytes stay until the run goes: an update of one small row rather than a rewrite).
 // A rewind marks the entries written after it dead and trims the run's tail. A body's current version is its
 // newest live one, as of a reader's seq its newest live one written by then.
+//
+// Reads are bounded by the runs they return (EPISODE_SCHEMA 13). Runs of a list overlap: a rewritten node (a link, a
+// routing repair) is a run of one at its index, over the run its old version stays in (dead or held), so neither a
+// run's first index nor its last orders them (version 12 read every run below a range's end: one node of a trace
+// whose nodes were all repaired parsed every run before it). A run's key starts with its `scale` s, the power of two at or above
+// its count of entries when written (a run only shrinks, so it always spans at most 2^s indexes): a run of scale s
+// that overlaps [from, to) starts in (from - 2^s, to), one range of the key per scale. A read takes the scales the
+// list has (a seek each, `MIN(scale)` above the last), each one's range, and keeps the runs whose `last` index
+// reaches `from`. What it reads beyond the runs it returns: a row per scale, and at scale s > 0 the runs that start
+// in the 2^s - 1 indexes before `from` and end before it. Runs of more than one entry are appends at a list's end
+// (checkpoints, write-through, migrations), which overlap one another at most at an index written twice, and each
+// held more than 2^(s-1) entries when written: about one such run per scale. Rewrites are runs of one, scale 0, read
+// exactly.
+// The bound costs no row: `scale` and `last` are columns of the one row a run writes (an index would add an entry
+// per run written and per update).
 
 import { ITEM_FIELDS, type ItemField } from "../../protocol/assembly/fields.js";
 import { buffer, PART_BYTES } from "../../protocol/episode/parts.js";
@@ -26,17 +41,31 @@ export const KIND: Record<ItemField, number> = Object.fromEntries(ITEM_FIELDS.ma
 /** An entry's version once it is gone (superseded and not held, or rewound). */
 const DEAD = -1;
 
-/** The tables' layout (layout.ts LATEST and migration 12). `first`: the number of the run's first part. */
+/**
+ * The tables' layout (layout.ts LATEST, migrations 12 and 13). `first`: the number of the run's first part; `scale`
+ * and `last`: see the header (migration 13, `boundRuns`).
+ */
 export const BODY_TABLES = [
   "CREATE TABLE body_parts (k INTEGER PRIMARY KEY, data BLOB NOT NULL)",
-  `CREATE TABLE body_runs (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, idx INTEGER NOT NULL, first INTEGER NOT NULL,
-    parts INTEGER NOT NULL, top INTEGER NOT NULL, vers TEXT NOT NULL, ends TEXT NOT NULL,
-    PRIMARY KEY (tnum, kind, idx, first)) WITHOUT ROWID`,
+  `CREATE TABLE body_runs (tnum INTEGER NOT NULL, kind INTEGER NOT NULL, scale INTEGER NOT NULL, idx INTEGER NOT NULL,
+    first INTEGER NOT NULL, last INTEGER NOT NULL, parts INTEGER NOT NULL, top INTEGER NOT NULL, vers TEXT NOT NULL,
+    ends TEXT NOT NULL, PRIMARY KEY (tnum, kind, scale, idx, first)) WITHOUT ROWID`,
 ];
+
+/** A run's scale: the power of two at or above its count of entries (1 → 0, 2 → 1, 3 and 4 → 2, …). */
+export function scaleOf(entries: number): number {
+  let s = 0;
+  while (2 ** s < entries) s++;
+  return s;
+}
+
+/** A run's columns as read (all of its key: an update or a delete names it). */
+const RUN_COLUMNS = "tnum, kind, scale, idx, first, parts, vers, ends";
 
 interface Run {
   tnum: number;
   kind: number;
+  scale: number;
   idx: number;
   first: number;
   parts: number;
@@ -97,11 +126,13 @@ export function writeRun(
   if (fill > 0 || part === 0) write();
   const vers = entries.map((x) => x.ver);
   sql.exec(
-    "INSERT INTO body_runs (tnum, kind, idx, first, parts, top, vers, ends) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO body_runs (tnum, kind, scale, idx, first, last, parts, top, vers, ends) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     tnum,
     kind,
+    scaleOf(entries.length),
     idx,
     first,
+    idx + entries.length - 1,
     part,
     newest(vers),
     JSON.stringify(vers),
@@ -114,17 +145,24 @@ export function writeBody(sql: SqlStorage, tnum: number, kind: number, idx: numb
   writeRun(sql, tnum, kind, idx, [{ ver, length: bytes.length }], () => bytes);
 }
 
-/** The runs of list (tnum, kind) that may hold indexes below `to`, in index order. */
-function runsOf(sql: SqlStorage, tnum: number, kind: number, to: number): Run[] {
-  return sql
-    .exec<RunRow>(
-      "SELECT tnum, kind, idx, first, parts, vers, ends FROM body_runs WHERE tnum = ? AND kind = ? AND idx < ? ORDER BY idx, first",
-      tnum,
-      kind,
-      to,
-    )
-    .toArray()
-    .map(run);
+/**
+ * The runs of list (tnum, kind) that hold indexes in [from, to), in no order: per scale the list has (found a seek at
+ * a time), the runs of that scale that start in (from - 2^scale, to), those that reach `from` (see the header). A
+ * CROSS JOIN keeps the scales the outer loop: SQLite's planner otherwise may scan the list's runs and join the
+ * scales to them (every run read, the bound gone).
+ */
+const RUNS_OVERLAPPING = `WITH RECURSIVE scales (s) AS (
+    SELECT MIN(scale) FROM body_runs WHERE tnum = ?1 AND kind = ?2
+    UNION ALL
+    SELECT (SELECT MIN(scale) FROM body_runs WHERE tnum = ?1 AND kind = ?2 AND scale > s) FROM scales WHERE s IS NOT NULL)
+  SELECT ${RUN_COLUMNS.split(", ")
+    .map((c) => `r.${c}`)
+    .join(", ")} FROM scales CROSS JOIN body_runs AS r
+    ON r.tnum = ?1 AND r.kind = ?2 AND r.scale = scales.s AND r.idx > ?3 - (1 << scales.s) AND r.idx < ?4
+  WHERE r.last >= ?3`;
+
+function runsOf(sql: SqlStorage, tnum: number, kind: number, from: number, to: number): Run[] {
+  return sql.exec<RunRow>(RUNS_OVERLAPPING, tnum, kind, from, to).toArray().map(run);
 }
 
 /** Entries `ks` of run `r` (ascending), their bytes read from the parts they span. */
@@ -155,7 +193,7 @@ function readEntries(sql: SqlStorage, r: Run, ks: number[]): Uint8Array[] {
 /** Bodies [from, to) of list (tnum, kind) as of `asOf`: the newest live version of each written by then. */
 function readBodies(sql: SqlStorage, tnum: number, kind: number, from: number, to: number, asOf: number): Uint8Array[] {
   const best: Array<{ ver: number; r: Run; k: number }> = [];
-  for (const r of runsOf(sql, tnum, kind, to))
+  for (const r of runsOf(sql, tnum, kind, from, to))
     for (let i = Math.max(from, r.idx); i < Math.min(to, r.idx + r.vers.length); i++) {
       const ver = r.vers[i - r.idx]!;
       const had = best[i - from];
@@ -180,8 +218,8 @@ function readBodies(sql: SqlStorage, tnum: number, kind: number, from: number, t
 
 /** The body of node `idx` of trace `tnum` at version `ver` (empty when there is none). */
 export function nodeBody(sql: SqlStorage, tnum: number, idx: number, ver: number): Uint8Array {
-  for (const r of runsOf(sql, tnum, NODES, idx + 1))
-    if (idx < r.idx + r.vers.length && r.vers[idx - r.idx] === ver) return readEntries(sql, r, [idx - r.idx])[0]!;
+  for (const r of runsOf(sql, tnum, NODES, idx, idx + 1))
+    if (r.vers[idx - r.idx] === ver) return readEntries(sql, r, [idx - r.idx])[0]!;
   return new Uint8Array(0);
 }
 
@@ -204,25 +242,30 @@ function save(sql: SqlStorage, r: Run, vers: number[]): void {
   const parts = Math.max(1, Math.ceil(r.ends[n - 1]! / PART_BYTES));
   if (parts < r.parts) sql.exec("DELETE FROM body_parts WHERE k >= ? AND k < ?", r.first + parts, r.first + r.parts);
   const live = vers.slice(0, n);
+  // its scale stays (its key: the run spans fewer indexes than it bounds, an update of one row rather than a move)
   sql.exec(
-    "UPDATE body_runs SET parts = ?, top = ?, vers = ?, ends = ? WHERE tnum = ? AND kind = ? AND idx = ? AND first = ?",
+    `UPDATE body_runs SET last = ?, parts = ?, top = ?, vers = ?, ends = ?
+      WHERE tnum = ? AND kind = ? AND scale = ? AND idx = ? AND first = ?`,
+    r.idx + n - 1,
     parts,
     newest(live),
     JSON.stringify(live),
     JSON.stringify(r.ends.slice(0, n)),
     r.tnum,
     r.kind,
+    r.scale,
     r.idx,
     r.first,
   );
 }
 
-function deleteRun(sql: SqlStorage, r: Pick<Run, "tnum" | "kind" | "idx" | "first" | "parts">): void {
+function deleteRun(sql: SqlStorage, r: Pick<Run, "tnum" | "kind" | "scale" | "idx" | "first" | "parts">): void {
   sql.exec("DELETE FROM body_parts WHERE k >= ? AND k < ?", r.first, r.first + r.parts);
   sql.exec(
-    "DELETE FROM body_runs WHERE tnum = ? AND kind = ? AND idx = ? AND first = ?",
+    "DELETE FROM body_runs WHERE tnum = ? AND kind = ? AND scale = ? AND idx = ? AND first = ?",
     r.tnum,
     r.kind,
+    r.scale,
     r.idx,
     r.first,
   );
@@ -230,8 +273,8 @@ function deleteRun(sql: SqlStorage, r: Pick<Run, "tnum" | "kind" | "idx" | "firs
 
 /** Node `idx` of trace `tnum` at version `ver` goes (superseded, nothing holds it). */
 export function dropNodeBody(sql: SqlStorage, tnum: number, idx: number, ver: number): void {
-  for (const r of runsOf(sql, tnum, NODES, idx + 1)) {
-    if (idx >= r.idx + r.vers.length || r.vers[idx - r.idx] !== ver) continue;
+  for (const r of runsOf(sql, tnum, NODES, idx, idx + 1)) {
+    if (r.vers[idx - r.idx] !== ver) continue;
     const vers = [...r.vers];
     vers[idx - r.idx] = DEAD;
     save(sql, r, vers);
@@ -249,10 +292,7 @@ export function deleteTraceBodies(sql: SqlStorage, tnum: number): void {
 
 /** A rewind to `seq`: entries written after it go. */
 export function rewindBodies(sql: SqlStorage, seq: number): void {
-  for (const r of sql
-    .exec<RunRow>("SELECT tnum, kind, idx, first, parts, vers, ends FROM body_runs WHERE top > ?", seq)
-    .toArray()
-    .map(run))
+  for (const r of sql.exec<RunRow>(`SELECT ${RUN_COLUMNS} FROM body_runs WHERE top > ?`, seq).toArray().map(run))
     save(
       sql,
       r,
@@ -263,10 +303,7 @@ export function rewindBodies(sql: SqlStorage, seq: number): void {
 /** Per trace, per item list (kind 1..6), the live items' count and bytes. */
 export function itemSizes(sql: SqlStorage): Map<number, Map<number, { count: number; bytes: number }>> {
   const out = new Map<number, Map<number, { count: number; bytes: number }>>();
-  for (const r of sql
-    .exec<RunRow>("SELECT tnum, kind, idx, first, parts, vers, ends FROM body_runs WHERE kind > 0")
-    .toArray()
-    .map(run)) {
+  for (const r of sql.exec<RunRow>(`SELECT ${RUN_COLUMNS} FROM body_runs WHERE kind > 0`).toArray().map(run)) {
     const lists = out.get(r.tnum) ?? new Map<number, { count: number; bytes: number }>();
     out.set(r.tnum, lists);
     const s = lists.get(r.kind) ?? { count: 0, bytes: 0 };
@@ -283,7 +320,7 @@ export function itemSizes(sql: SqlStorage): Map<number, Map<number, { count: num
 /**
  * Migration 12: the `bodies` table of version 11 (a row per body and part, keyed (tnum, kind, idx, ver, part)) into
  * runs, consecutive indexes of a list in one run (at most ~PART_BYTES × 16 each), then dropped. Safe to run again:
- * nothing to do once it is gone.
+ * nothing to do once it is gone. The runs are written in this release's layout (migration 13 then finds them so).
  */
 export function bodiesIntoRuns(sql: SqlStorage): void {
   for (const q of BODY_TABLES) sql.exec(q.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"));
@@ -328,4 +365,37 @@ export function bodiesIntoRuns(sql: SqlStorage): void {
   close();
   flush();
   sql.exec("DROP TABLE bodies");
+}
+
+/**
+ * Migration 13: the runs of version 12 (keyed (tnum, kind, idx, first)) rebuilt keyed by their scale, each with its
+ * last index, both from its entries (`ends`); everything else as it was, the parts untouched. Nothing to do when the
+ * runs have a scale (written by this release, or migrated already).
+ */
+export function boundRuns(sql: SqlStorage): void {
+  const columns = sql
+    .exec<{ name: string }>("SELECT name FROM pragma_table_info('body_runs')")
+    .toArray()
+    .map((c) => c.name);
+  if (columns.length === 0 || columns.includes("scale")) return;
+  sql.exec(BODY_TABLES[1]!.replace("CREATE TABLE body_runs", "CREATE TABLE body_runs_v13"));
+  type Row12 = Omit<RunRow, "scale"> & { top: number };
+  for (const r of sql.exec<Row12>("SELECT tnum, kind, idx, first, parts, top, vers, ends FROM body_runs").toArray()) {
+    const entries = (JSON.parse(r.ends) as number[]).length;
+    sql.exec(
+      "INSERT INTO body_runs_v13 (tnum, kind, scale, idx, first, last, parts, top, vers, ends) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      r.tnum,
+      r.kind,
+      scaleOf(entries),
+      r.idx,
+      r.first,
+      r.idx + entries - 1,
+      r.parts,
+      r.top,
+      r.vers,
+      r.ends,
+    );
+  }
+  sql.exec("DROP TABLE body_runs");
+  sql.exec("ALTER TABLE body_runs_v13 RENAME TO body_runs");
 }

@@ -30,7 +30,7 @@ export const REPAIRED_COLUMN = "repaired INTEGER NOT NULL DEFAULT 0";
 export const NODE_HEAD_COLUMNS = ["parent INTEGER", "role TEXT"];
 
 /**
- * The layout the migrations of schema.ts leave (version 12), table by table: each table's CREATE statements. Created at once
+ * The layout the migrations of schema.ts leave (version 13), table by table: each table's CREATE statements. Created at once
  * on empty storage (`latestLayout`): every new episode's first delta wrote 76 rows of DDL creating tables, then
  * altering, rebuilding and dropping them, now 41. The same tables, columns (in the same order) and indexes;
  * test/workers/schema.test.ts compares the two.
@@ -74,7 +74,7 @@ const LATEST: Record<string, string[]> = {
   ],
   // node-packs.ts (migration 11)
   node_packs: [NODE_PACKS_TABLE],
-  // bodies.ts (migration 12)
+  // bodies.ts (migration 12; body_runs keyed by scale from 13)
   body_parts: [BODY_TABLES[0]!],
   body_runs: [BODY_TABLES[1]!],
   stale: [

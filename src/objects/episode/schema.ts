@@ -8,7 +8,7 @@ import { binItems } from "../../protocol/wire/reader.js";
 import { concatChunks } from "../../protocol/wire/writer.js";
 import { addColumns, checkSchema, type Schema } from "../storage/schema.js";
 import { createArchiveUploadTables } from "./archive-upload.js";
-import { BODY_TABLES, bodiesIntoRuns } from "./bodies.js";
+import { BODY_TABLES, bodiesIntoRuns, boundRuns } from "./bodies.js";
 import {
   CHECKPOINT_COLUMN,
   LOG_COLUMNS,
@@ -295,6 +295,13 @@ export const EPISODE_SCHEMA: Schema = checkSchema({
       what: "a checkpoint's bodies of a list as one run of 1 MiB parts (bodies.ts), not a row and a key per body",
       up(sql) {
         bodiesIntoRuns(sql);
+      },
+    },
+    {
+      version: 13,
+      what: "body runs keyed by their scale, with their last index: a read finds the runs it returns, not all before",
+      up(sql) {
+        boundRuns(sql);
       },
     },
   ],

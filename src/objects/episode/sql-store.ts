@@ -204,23 +204,17 @@ export class SqlStore implements Bodies {
     // `needed` test of holds.ts, in SQL) stay in SQLite, unread
     if (!this.maybeStale || !this.hasTables()) return;
     const holds = JSON.stringify(this.holds.seqs());
+    // `stale` has no key of its own: each entry goes by its rowid (a match on its columns scanned the table per entry)
     const rows = this.sql
-      .exec<{ what: string; tnum: number; idx: number; name: string; ver: number; until: number }>(
-        "SELECT * FROM stale WHERE NOT EXISTS (SELECT 1 FROM json_each(?) AS h WHERE h.value >= stale.ver AND h.value < stale.until)",
+      .exec<{ r: number; what: string; tnum: number; idx: number; name: string; ver: number }>(
+        "SELECT rowid AS r, what, tnum, idx, name, ver FROM stale WHERE NOT EXISTS (SELECT 1 FROM json_each(?) AS h WHERE h.value >= stale.ver AND h.value < stale.until)",
         holds,
       )
       .toArray();
     for (const s of rows) {
       if (s.what === "trace") this.deleteTrace(s.tnum);
       else this.deleteVersion(s.what, s.tnum, s.idx, s.name, s.ver);
-      this.sql.exec(
-        "DELETE FROM stale WHERE what = ? AND tnum = ? AND idx = ? AND name = ? AND ver = ?",
-        s.what,
-        s.tnum,
-        s.idx,
-        s.name,
-        s.ver,
-      );
+      this.sql.exec("DELETE FROM stale WHERE rowid = ?", s.r);
     }
     this.maybeStale = this.sql.exec("SELECT 1 FROM stale LIMIT 1").toArray().length > 0;
   }
