@@ -39,8 +39,9 @@ export const DEFAULT_INDEX_WRITES_PER_S = 250;
 /**
  * `INDEX_IDLE_FLUSH_MS`'s default: the least time between two throttled sends of an episode's row while nobody attends
  * its run (no run socket open, no read of its rows within ATTENTION_MS: src/objects/registry/attention.ts), ms. A
- * live row's counters only matter to someone looking at them; each send writes rows in the run's index and the
- * episode's alarm. The cost bench's paced episode (a turn every 20 s) sends one update per 6 turns at 120 s, not 2 in 3.
+ * live row's counters only matter to someone looking at them, and each send writes ~3.8 rows (the episode's alarm and
+ * `search_sync`, the index's row and its live entry: the cost bench). Its paced episode (a turn every 20 s) writes
+ * 1,107 rows at 120 s ($0.00196), 1,489 at 30 s; 90 s would sit at its $0.002 target, 300 s save 76 rows more.
  */
 export const DEFAULT_INDEX_IDLE_FLUSH_MS = 120_000;
 /** `INDEX_IDLE_FLUSH_MS` at most (a larger value is taken as this): an unattended run's live rows lag within the hour. */
