@@ -38,11 +38,14 @@ export default defineConfig({
           RUN_SOCKET_RATE: "10",
           LOG_KEEP_FRAMES: "6",
           // throttled index updates wait for the Episode's alarm, which tests run on demand
-          // (runDurableObjectAlarm): an hour keeps it from firing by itself mid-test (e.g.
-          // while another test aborts every Durable Object)
-          INDEX_FLUSH_MS: String(3600 * 1000),
-          // backpressure shows with a few episodes: 2 live in one run already ask for more than the hour above
-          INDEX_WRITES_PER_S: "0.0005",
+          // (runDurableObjectAlarm): half an hour keeps it from firing by itself mid-test (e.g.
+          // while another test aborts every Durable Object)...
+          INDEX_FLUSH_MS: String(1800 * 1000),
+          // ... 40 minutes while nobody attends the run (no run socket, no read of its rows: attention.ts)
+          INDEX_IDLE_FLUSH_MS: String(2400 * 1000),
+          // backpressure shows with a few episodes: 2 live in one run already ask for more than the half hour above,
+          // 3 for more than the idle interval
+          INDEX_WRITES_PER_S: "0.001",
           // finished episodes are archived when a test runs the alarm (runDurableObjectAlarm), not by themselves
           ARCHIVE_AFTER_SECONDS: "3600",
           // one archive step at a time per object class, as every local run (src/objects/archive/gate.ts)

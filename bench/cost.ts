@@ -19,18 +19,24 @@
 //       idle object waits before it hibernates), DASHBOARDS dashboards watching: what each turn
 //       adds to the episode, its hubs and the run's index (rows by table, requests), and whether
 //       each object hibernated in every gap (a wake per turn). The index's work goes with the row
-//       updates (at most one per INDEX_FLUSH_MS), so the model scales it to its own turn gap.
-//   (d) the run's index in steady state: EPISODES_D episodes written at the paced model's pace with
-//       time scaled down by SCALE_D (a second relay whose INDEX_FLUSH_MS and SEARCH_FLUSH_MS are
-//       the defaults / SCALE_D, a turn every TURN_GAP_S / SCALE_D), so a few minutes hold many
-//       row updates and search flushes of each episode: the index's rows per paced turn, by table.
-//       (c)'s few turns hold about one row update, which writes what a steady one does not (the
-//       waiting text's index entry, written once per SEARCH_FLUSH_MS).
+//       updates (at most one per interval the index tells), so the model takes it from (d).
+//   (d) the run's index in steady state: two runs of EPISODES_D episodes written at the paced model's
+//       pace with time scaled down by SCALE_D (a second relay whose INDEX_FLUSH_MS,
+//       INDEX_IDLE_FLUSH_MS and SEARCH_FLUSH_MS are the defaults / SCALE_D, a turn every
+//       TURN_GAP_S / SCALE_D), so a few minutes hold many row updates and search flushes of each
+//       episode: the index's rows per paced turn, by table, and the episodes' rows that go with
+//       the updates (their alarm, `search_sync`). Nobody attends the first run (its episodes are
+//       told INDEX_IDLE_FLUSH_MS: src/objects/registry/attention.ts); a run socket is open on the
+//       second throughout, as a run page would be (told INDEX_FLUSH_MS). (c)'s few turns hold at
+//       most one row update, which writes what a steady one does not (the waiting text's index
+//       entry, written once per SEARCH_FLUSH_MS).
 //   1,000 episodes of (a)'s size in one run, computed: per episode (a)'s episode object, hubs, R2
 //       and Worker requests; per episode of a run (b)'s index and directory. Then the same at a
 //       real pace (a model, `pacedEpisode`: a turn every TURN_GAP_S, what (c) measured a paced
-//       turn to add to the episode and hubs, and (d) to the index; its duration from (c)'s busy
-//       time and hibernation).
+//       turn to add to the episode and hubs, and (d) to the index and to the episode's rows that go
+//       with its row updates; its duration from (c)'s busy time and hibernation). Its run is
+//       unattended (nobody has its run page open, no alert reads live rows), the common case of a
+//       training run; the same model with (d)'s attended run is printed beside it.
 // The bench's own status polls (each an RPC call on the episode) are subtracted; usage reads count
 // nothing.
 // Caveats, printed too: this bench writes at full speed, so an episode's wall time (and the
@@ -45,6 +51,7 @@ import {
   ACK_BYTES,
   ackMessage,
   DEFAULT_INDEX_FLUSH_MS,
+  DEFAULT_INDEX_IDLE_FLUSH_MS,
   DEFAULT_SEARCH_FLUSH_MS,
   dispatchFromJson,
   encodeEnvelope,
@@ -99,21 +106,23 @@ const TURNS_C = 4;
  */
 const GAP_C_MS = 10_250;
 /**
- * (d)'s time scale: its relay's INDEX_FLUSH_MS and SEARCH_FLUSH_MS and its turn gap are the paced model's / SCALE_D,
+ * (d)'s time scale: its relay's INDEX_FLUSH_MS, INDEX_IDLE_FLUSH_MS and SEARCH_FLUSH_MS and its turn gap are the paced
+ * model's / SCALE_D,
  * so a row update and a search flush come after as many turns as at the real pace (what the index writes per update
  * depends on those counts, not on the clock; DIRECTORY_MS, a constant, is the one time not scaled).
  */
 const SCALE_D = 10;
 /**
- * (d)'s episodes, their starts spread over one search flush interval and one row interval (`caseD`): their row updates
- * come FLUSH_D_MS / EPISODES_D apart, past DIRECTORY_MS (1 s), so each sends the run's row to the directory itself and
- * arms no alarm, as a run's updates at the real pace do (a run of 1,000 episodes arms about one a second for ~33
- * updates: ~0.02 rows per turn, not in (d)). More episodes would crowd the updates under DIRECTORY_MS.
+ * (d)'s episodes per run, their starts spread over one search flush interval and one row interval (`caseD`): their row
+ * updates come at least FLUSH_D_MS / EPISODES_D apart, past DIRECTORY_MS (1 s), so each sends the run's row to the
+ * directory itself and arms no alarm, as a run's updates at the real pace do (a run of 1,000 episodes arms about one a
+ * second for ~33 updates: ~0.02 rows per turn, not in (d)). More episodes would crowd the updates under DIRECTORY_MS.
  */
 const EPISODES_D = 2;
-/** (d)'s turn gap, and its relay's row and search intervals. */
+/** (d)'s turn gap, and its relay's row (attended, unattended) and search intervals. */
 const GAP_D_MS = (TURN_GAP_S * 1000) / SCALE_D;
 const FLUSH_D_MS = DEFAULT_INDEX_FLUSH_MS / SCALE_D;
+const IDLE_D_MS = DEFAULT_INDEX_IDLE_FLUSH_MS / SCALE_D;
 const SEARCH_D_MS = DEFAULT_SEARCH_FLUSH_MS / SCALE_D;
 /**
  * (d) is measured over this many search flush intervals, after each episode has been through one: each episode's text
@@ -707,8 +716,14 @@ async function caseC(relay: LocalRelay, http: HttpClient, admin: Admin, log: (m:
   };
 }
 
-/** What (d) measured: the run's index over `turns` turns of its episodes (each a paced turn, time scaled). */
+/**
+ * What (d) measured of one run: its index and its episodes over `turns` turns of them (each a paced turn, time scaled).
+ */
 interface SteadyIndex {
+  /** Whether a run socket was open on the run throughout (a run page): its episodes were told INDEX_FLUSH_MS. */
+  attended: boolean;
+  /** The interval the run's index told its episodes (scaled), ms. */
+  rowMs: number;
   turns: number;
   episodes: number;
   /** Turns each episode had written when the window opened. */
@@ -719,73 +734,115 @@ interface SteadyIndex {
    */
   scheduleKept: number;
   index: Usage;
+  /** The run's episodes, summed (rows by table: their alarm and `search_sync` go with the row updates). */
+  episodeUsage: Usage;
+}
+
+/** (d)'s two runs: nobody attends the first; a run socket is open on the second throughout. */
+interface Steady {
+  unattended: SteadyIndex;
+  attended: SteadyIndex;
 }
 
 /**
- * (d) the run's index in steady state: EPISODES_D episodes in one run, each a turn every GAP_D_MS on a relay whose
- * index intervals are scaled as the turn gap is (SCALE_D), their starts spread over the intervals (EPISODES_D). The
- * window opens once every episode has been through a row update and a search flush after its creation, and spans
- * SEARCH_CYCLES_D search flush intervals: what the index wrote in it, per turn written in it. The turns carry
- * (a)'s text without its routing (no index column or search text comes from the routing).
+ * (d) the run's index in steady state: two runs of EPISODES_D episodes side by side, each episode a turn every
+ * GAP_D_MS on a relay whose index intervals are scaled as the turn gap is (SCALE_D), their starts spread over their
+ * run's intervals (EPISODES_D). Nobody attends the first run; a run socket is open on the second from before its first
+ * row to the end, as a run page open throughout. The window opens once every episode has been through a row update
+ * and a search flush after its creation, and spans SEARCH_CYCLES_D search flush intervals: what each run's index and
+ * episodes wrote in it, per turn written in it. The turns carry (a)'s text without its routing (no index column or
+ * search text comes from the routing).
  */
-async function caseD(log: (m: string) => void): Promise<SteadyIndex> {
+async function caseD(log: (m: string) => void): Promise<Steady> {
   log(
-    `cost (d): the index in steady state, ${EPISODES_D} episodes, a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS}, SEARCH_FLUSH_MS ${SEARCH_D_MS} (time / ${SCALE_D})`,
+    `cost (d): the index in steady state, two runs of ${EPISODES_D} episodes (one with a run socket open throughout), a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS}, INDEX_IDLE_FLUSH_MS ${IDLE_D_MS}, SEARCH_FLUSH_MS ${SEARCH_D_MS} (time / ${SCALE_D})`,
   );
   const relay = await startBenchRelay(
     "tmpfs",
-    { INDEX_FLUSH_MS: String(FLUSH_D_MS), SEARCH_FLUSH_MS: String(SEARCH_D_MS) },
+    {
+      INDEX_FLUSH_MS: String(FLUSH_D_MS),
+      INDEX_IDLE_FLUSH_MS: String(IDLE_D_MS),
+      SEARCH_FLUSH_MS: String(SEARCH_D_MS),
+    },
     { tiers: true },
   );
   const http = new HttpClient(relay.url);
   const admin = new Admin(http);
-  const run = `bench-cost-d-${process.pid}-${Date.now().toString(36)}`;
+  const stamp = `${process.pid}-${Date.now().toString(36)}`;
+  const runs = [
+    { attended: false, run: `bench-cost-d-${stamp}`, rowMs: IDLE_D_MS },
+    { attended: true, run: `bench-cost-d-attended-${stamp}`, rowMs: FLUSH_D_MS },
+  ];
+  const ids = (run: string) => Array.from({ length: EPISODES_D }, (_, e) => `${run}:${e}`);
+  // the run page: its socket open before the run's first row (a run nobody wrote yet may be watched)
+  const page = await openSocket(wsUrl(relay.url, `/v1/runs/${encodeURIComponent(runs[1]!.run)}`));
   const make = textDeltas();
   // one episode's start from the next: its search flushes and its row updates fall between the other's
-  const spread = (SEARCH_D_MS + FLUSH_D_MS) / EPISODES_D;
-  const sent = new Array<number>(EPISODES_D).fill(0);
+  const spread = (rowMs: number) => (SEARCH_D_MS + rowMs) / EPISODES_D;
+  const sent = runs.map(() => new Array<number>(EPISODES_D).fill(0));
+  const count = (r: number) => sent[r]!.reduce((a, b) => a + b, 0);
   let stop = false;
-  const writer = async (e: number, t0: number): Promise<void> => {
+  const writer = async (r: number, e: number, t0: number): Promise<void> => {
+    const { run, rowMs } = runs[r]!;
     const producer = await Producer.open(relay.url, `${run}:${e}`);
     try {
       // on a schedule, not a sleep after each answer: a slow answer does not slow the pace
       for (let k = 0; !stop; k++) {
-        await sleep(Math.max(0, t0 + e * spread + k * GAP_D_MS - performance.now()));
+        await sleep(Math.max(0, t0 + e * spread(rowMs) + k * GAP_D_MS - performance.now()));
         if (stop) break;
         await producer.send(make, k, k + 1);
-        sent[e] = (sent[e] ?? 0) + 1;
+        sent[r]![e] = (sent[r]![e] ?? 0) + 1;
       }
     } finally {
       await producer.close();
     }
   };
+  const usage = async (run: string) => {
+    const episodes: Usage[] = [];
+    for (const id of ids(run)) episodes.push((await admin.episodeUsage(id)).episode);
+    return { index: (await admin.runUsage(run)).index, episodes: summed("Episode", episodes) };
+  };
   try {
     const t0 = performance.now();
-    const writers = Array.from({ length: EPISODES_D }, (_, e) => writer(e, t0));
+    const writers = runs.flatMap((_, r) => Array.from({ length: EPISODES_D }, (_, e) => writer(r, e, t0)));
     // a writer that fails fails the case (Promise.all rejects), one that ends before `stop` is a defect too
     const ended = Promise.all(writers).then(() => "ended" as const);
     const wait = async (ms: number) => {
       if ((await Promise.race([sleep(ms).then(() => "slept" as const), ended])) === "ended")
         throw new Error("cost (d): its writers stopped before the window closed");
     };
-    // the last episode's creation, then a row interval and a search flush interval after it (and one more row interval)
-    await wait(spread * (EPISODES_D - 1) + SEARCH_D_MS + 2 * FLUSH_D_MS);
-    const warmTurns = Math.min(...sent);
-    const before = (await admin.runUsage(run)).index;
-    const turns0 = sent.reduce((a, b) => a + b, 0);
+    // each run's last episode's creation, then a row interval and a search flush interval after it (and one more row
+    // interval)
+    await wait(Math.max(...runs.map((x) => spread(x.rowMs) * (EPISODES_D - 1) + SEARCH_D_MS + 2 * x.rowMs)));
+    const warmTurns = sent.map((s) => Math.min(...s));
+    const before = await Promise.all(runs.map((x) => usage(x.run)));
+    const turns0 = runs.map((_, r) => count(r));
     await wait(SEARCH_CYCLES_D * SEARCH_D_MS);
-    const after = (await admin.runUsage(run)).index;
-    const turns = sent.reduce((a, b) => a + b, 0) - turns0;
+    const after = await Promise.all(runs.map((x) => usage(x.run)));
+    const turns = runs.map((_, r) => count(r) - turns0[r]!);
     stop = true;
     await Promise.all(writers);
-    const scheduleKept = turns / ((EPISODES_D * SEARCH_CYCLES_D * SEARCH_D_MS) / GAP_D_MS);
-    if (scheduleKept < 0.9)
-      log(
-        `cost (d): only ${(100 * scheduleKept).toFixed(0)}% of the scheduled turns went (answers late): not the pace`,
-      );
-    return { turns, episodes: EPISODES_D, warmTurns, scheduleKept, index: minus(after, before) };
+    const steady = (r: number): SteadyIndex => {
+      const scheduleKept = turns[r]! / ((EPISODES_D * SEARCH_CYCLES_D * SEARCH_D_MS) / GAP_D_MS);
+      if (scheduleKept < 0.9)
+        log(
+          `cost (d): only ${(100 * scheduleKept).toFixed(0)}% of the scheduled turns went in ${runs[r]!.run} (answers late): not the pace`,
+        );
+      return {
+        attended: runs[r]!.attended,
+        rowMs: runs[r]!.rowMs,
+        turns: turns[r]!,
+        episodes: EPISODES_D,
+        warmTurns: warmTurns[r]!,
+        scheduleKept,
+        index: minus(after[r]!.index, before[r]!.index),
+        episodeUsage: minus(after[r]!.episodes, before[r]!.episodes),
+      };
+    };
+    return { unattended: steady(0), attended: steady(1) };
   } finally {
     stop = true;
+    await closeSocket(page);
     http.close();
     await relay.stop();
   }
@@ -909,19 +966,29 @@ function pacedTurnMs(u: Usage, turns: number, objects: number, alarms = 0): { ms
 
 /**
  * Row updates an episode sends its run's index per turn, turns `gapMs` apart: each turn at once when turns are
- * further apart than INDEX_FLUSH_MS (the relay's default, wrangler.toml), else one per interval (the episode's
- * alarm sends what the turns since changed).
+ * further apart than the interval told (`rowMs`: the relay's defaults, wrangler.toml), else one per interval (the
+ * episode's alarm sends what the turns since changed).
  */
-function flushesPerTurn(gapMs: number): number {
-  return Math.min(1, gapMs / DEFAULT_INDEX_FLUSH_MS);
+function flushesPerTurn(gapMs: number, rowMs: number): number {
+  return Math.min(1, gapMs / rowMs);
 }
 
 /**
  * The index's work per paced turn over (c)'s per turn: (c)'s turns come GAP_C_MS apart, the model's TURN_GAP_S; the
- * index's work goes with the row updates, not the turns. Printed beside (d)'s (the model's) for comparison: (c)'s
- * one or two updates are not a steady state.
+ * index's work goes with the row updates, not the turns (both runs unattended: INDEX_IDLE_FLUSH_MS). Printed beside
+ * (d)'s (the model's) for comparison: (c)'s update or none is not a steady state.
  */
-const INDEX_PACE = flushesPerTurn(TURN_GAP_S * 1000) / flushesPerTurn(GAP_C_MS);
+const INDEX_PACE =
+  flushesPerTurn(TURN_GAP_S * 1000, DEFAULT_INDEX_IDLE_FLUSH_MS) /
+  flushesPerTurn(GAP_C_MS, DEFAULT_INDEX_IDLE_FLUSH_MS);
+
+/**
+ * The episode's tables whose rows go with its row updates, not its turns: `alarm` (the alarm that sent an update is
+ * armed for the next one's slot) and `search_sync` (what its text sent, written per update that carried text). (c)'s
+ * few turns hold at most one update: the paced model bills these per turn from (d)'s episodes, whose run was told the
+ * interval the model states.
+ */
+const UPDATE_TABLES = ["alarm", "search_sync"];
 
 /** `u`'s billed counts per turn of (c) (requests, messages in, rows). */
 function perTurnOf(u: Usage, turns: number): Counts {
@@ -955,11 +1022,7 @@ function pacedEpisode(
     out.rowsWritten = turns * Object.values(tables).reduce((sum, n) => sum + n, 0);
     return out;
   };
-  const episode = beyond(
-    a.parts.episodes,
-    perTurnOf(c.episode, c.turns),
-    pacedWritten(a.episodeUsage, [c.episode], c.turns),
-  );
+  const episode = beyond(a.parts.episodes, perTurnOf(c.episode, c.turns), pacedEpisodeWritten(a, c, d));
   // the episode's requests in (c) are its alarm runs (the producer's messages are socket messages, hubs are fed by calls
   // it makes)
   const epTurn = pacedTurnMs(c.episode, c.turns, 1, c.episode.requests);
@@ -993,6 +1056,23 @@ function pacedWritten(a: readonly Usage[], c: readonly Usage[], cTurns: number):
   const perC = writtenPer(c, cTurns);
   const out: Record<string, number> = {};
   for (const t of new Set([...Object.keys(perA), ...Object.keys(perC)])) out[t] = Math.max(perA[t] ?? 0, perC[t] ?? 0);
+  return out;
+}
+
+/**
+ * The episode's rows written per paced turn by table: `pacedWritten` of (a) and (c), but the tables that go with its
+ * row updates (UPDATE_TABLES) from (d)'s episodes (the more of (a)'s per turn and (d)'s): at the interval `d`'s run
+ * was told.
+ */
+function pacedEpisodeWritten(a: Measured, c: PacedTurn, d: SteadyIndex): Record<string, number> {
+  const out = pacedWritten(a.episodeUsage, [c.episode], c.turns);
+  const perA = writtenPer(a.episodeUsage, TURNS_A);
+  const perD = writtenPer([d.episodeUsage], d.turns);
+  for (const t of UPDATE_TABLES) {
+    const n = Math.max(perA[t] ?? 0, perD[t] ?? 0);
+    if (n > 0) out[t] = n;
+    else delete out[t];
+  }
   return out;
 }
 
@@ -1035,7 +1115,10 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const b = await caseB(relay, http, admin, opts.log, dirA, a.archived === 1);
     const c = await caseC(relay, http, admin, opts.log);
     const cpuMs = cpuMsOf(workerd) - cpu0;
-    const d = await caseD(opts.log);
+    const steady = await caseD(opts.log);
+    // the paced model's run: nobody attends it (the run page open throughout: `attended`, printed beside)
+    const d = steady.unattended;
+    const dOpen = steady.attended;
 
     // (a)
     const linesA = priced(a.counts);
@@ -1101,20 +1184,29 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     const pace = pacedEpisode(a, b, c, d, SCALE_EPISODES);
     const linesPaced = priced(add(scale(pace.counts, SCALE_EPISODES), bulk));
     const usdPaced = total(linesPaced);
+    const paceOpen = pacedEpisode(a, b, c, dOpen, SCALE_EPISODES);
+    const linesOpen = priced(add(scale(paceOpen.counts, SCALE_EPISODES), bulk));
+    const usdOpen = total(linesOpen);
     const watcherHoursPaced = pace.watcherHours * SCALE_EPISODES;
     const turnC = (u: Usage) =>
       `${fmt(u.requests / c.turns)} requests, ${fmt(u.wsIn / c.turns)} messages in, ${fmt(u.rowsWritten / c.turns)} rows written, ${fmt(u.wakes / c.turns)} wakes, ${fmt(u.busyMs / c.turns)} ms busy`;
-    const turnD = (u: Usage) =>
-      `${fmt(u.requests / d.turns)} requests, ${fmt(u.rowsWritten / d.turns)} rows written, ${fmt(u.rowsRead / d.turns)} rows read`;
+    const turnD = (u: Usage, x: SteadyIndex) =>
+      `${fmt(u.requests / x.turns)} requests, ${fmt(u.rowsWritten / x.turns)} rows written, ${fmt(u.rowsRead / x.turns)} rows read`;
+    const steadyD = (x: SteadyIndex) =>
+      `${x.turns} turns of ${x.episodes} episodes (each past ${x.warmTurns} turns; ${(100 * x.scheduleKept).toFixed(0)}% of the schedule's turns went, below ~90% not the pace), told ${(x.rowMs * SCALE_D) / 1000} s / ${SCALE_D}: index ${turnD(x.index, x)}; the episodes' ${UPDATE_TABLES.join(" and ")} ${fmt(UPDATE_TABLES.reduce((n, t) => n + (x.episodeUsage.written?.[t] ?? 0), 0) / x.turns)} rows`;
+    const pacedLine = (what: string, p: typeof pace, usd: number) =>
+      `${what}: ${usdText(usd / SCALE_EPISODES)} per episode, ${fmt(p.counts.rowsWritten)} rows written per episode`;
     opts.table(
       costTable(
         `cost: the same ${SCALE_EPISODES} episodes at a real pace, one turn every ${TURN_GAP_S} s (a model on (c) and (d))`,
         linesPaced,
         [
           `(c) measured, per turn ${c.gapMs / 1000} s apart (${c.turns} turns): episode ${turnC(c.episode)}; ${c.hubCount} hub(s) ${turnC(c.hubs)}; index ${turnC(c.index)}`,
-          `the index per paced turn: (d)'s per turn, ${d.turns} turns of ${d.episodes} episodes (each past ${d.warmTurns} turns; ${(100 * d.scheduleKept).toFixed(0)}% of the schedule's turns went, below ~90% not the pace) at ${TURN_GAP_S} s / ${SCALE_D} with INDEX_FLUSH_MS and SEARCH_FLUSH_MS / ${SCALE_D}: index ${turnD(d.index)}; (c)'s × ${fmt(INDEX_PACE)} for comparison (row updates per turn at INDEX_FLUSH_MS ${DEFAULT_INDEX_FLUSH_MS / 1000} s: ${fmt(flushesPerTurn(TURN_GAP_S * 1000))} a turn ${TURN_GAP_S} s apart, ${fmt(flushesPerTurn(GAP_C_MS))} in (c)); both by table below`,
+          `the run is unattended (nobody has its run page open, no flag alert: its episodes are told INDEX_IDLE_FLUSH_MS ${DEFAULT_INDEX_IDLE_FLUSH_MS / 1000} s, src/objects/registry/attention.ts); the index per paced turn, and the episode's ${UPDATE_TABLES.join(" and ")} rows: (d)'s per turn at ${TURN_GAP_S} s / ${SCALE_D} with the intervals / ${SCALE_D}, unattended: ${steadyD(d)}; attended (a run socket open throughout, told INDEX_FLUSH_MS ${DEFAULT_INDEX_FLUSH_MS / 1000} s): ${steadyD(dOpen)}; (c)'s index × ${fmt(INDEX_PACE)} for comparison (row updates per turn at ${DEFAULT_INDEX_IDLE_FLUSH_MS / 1000} s: ${fmt(flushesPerTurn(TURN_GAP_S * 1000, DEFAULT_INDEX_IDLE_FLUSH_MS))} a turn ${TURN_GAP_S} s apart, ${fmt(flushesPerTurn(GAP_C_MS, DEFAULT_INDEX_IDLE_FLUSH_MS))} in (c)); all by table below`,
           `per paced turn, beyond (a)'s mean turn: what (c) adds; duration per turn: episode ${fmt(pace.episodeTurnMs / 1000)} s, hubs ${fmt(pace.hubTurnMs / 1000)} s (${pace.hibernated.length ? `${pace.hibernated.join(" and ")} hibernated at every gap of (c): busy time plus at most ${(GAP_C_MS - HIBERNATES_AFTER_MS) / 1000} s held; idle while eligible to hibernate is not billed` : "none hibernated in (c)"}; otherwise min(${TURN_GAP_S}, ${IDLE_MS / 1000}) s); the index and directory active for the whole run`,
           `$ per run: ${usdText(usdPaced)}; per episode ${usdText(usdPaced / SCALE_EPISODES)}; per 1,000 watcher-hours (${fmt(pace.watcherHours)} per episode): ${usdText((usdPaced / watcherHoursPaced) * 1000)}`,
+          pacedLine("paced episode, run unattended", pace, usdPaced),
+          `${pacedLine("paced episode, run page open throughout", paceOpen, usdOpen)} (the same model with (d)'s attended run; $ per run ${usdText(usdOpen)})`,
         ],
       ),
     );
@@ -1134,9 +1226,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       index_c_per_turn: writtenPer([c.index], c.turns),
       index_c_paced_per_turn: indexOfCPaced(c),
       index_d_per_turn: writtenPer([d.index], d.turns),
+      index_d_attended_per_turn: writtenPer([dOpen.index], dOpen.turns),
+      episodes_d_per_turn: writtenPer([d.episodeUsage], d.turns),
+      episodes_d_attended_per_turn: writtenPer([dOpen.episodeUsage], dOpen.turns),
       index_paced_per_turn: pacedIndexWritten(d),
-      episode_paced_per_turn: pacedWritten(a.episodeUsage, [c.episode], c.turns),
+      episode_paced_per_turn: pacedEpisodeWritten(a, c, d),
       hubs_paced_per_turn: pacedWritten(a.hubUsage, [c.hubs], c.turns),
+      index_paced_attended_per_turn: pacedIndexWritten(dOpen),
+      episode_paced_attended_per_turn: pacedEpisodeWritten(a, c, dOpen),
     };
     opts.table(
       writtenTable(
@@ -1152,16 +1249,21 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           ["index (c)", written.index_c_per_turn],
           ["index (c) × pace", written.index_c_paced_per_turn],
           ["index (d)", written.index_d_per_turn],
+          ["episodes (d)", written.episodes_d_per_turn],
+          ["index (d), attended", written.index_d_attended_per_turn],
+          ["episodes (d), attended", written.episodes_d_attended_per_turn],
           ["index, paced (model)", written.index_paced_per_turn],
           ["episode, paced (model)", written.episode_paced_per_turn],
           ["hubs, paced (model)", written.hubs_paced_per_turn],
+          ["index, paced, attended", written.index_paced_attended_per_turn],
+          ["episode, paced, attended", written.episode_paced_attended_per_turn],
         ],
         [
           `per turn: (a) ${TURNS_A} turns of one episode, (b) ${turnsB} turns of ${EPISODES_B} episodes; (b)'s index took ${upsertsB} requests (upserts, and the directory's alarms) for them`,
           'each statement\'s rowsWritten as workerd counts it (its index entries too) under the table it writes; "alarm": setAlarm (billed as a row); "search (FTS5 shadow)": the rows FTS5 wrote to its own tables (SQLite\'s total_changes(), counted by the index)',
-          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed and fed alone, its row sent at most every INDEX_FLUSH_MS: the paced model's turn for the episode and hubs; "index (c) × pace": (c)'s index × ${fmt(INDEX_PACE)} (its updates at ${TURN_GAP_S} s apart; one or two updates, not a steady state)`,
-          `(d): ${d.turns} turns of ${d.episodes} episodes in one run, time / ${SCALE_D} (a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS / 1000} s, SEARCH_FLUSH_MS ${SEARCH_D_MS / 1000} s), over ${SEARCH_CYCLES_D} search flush intervals: "index, paced" is (d)'s per turn, its text flushed into the search as at the real pace`,
-          `"episode, paced" and "hubs, paced": per table the more of (a)'s per turn and (c)'s (what the paced model bills per turn)`,
+          `(c): ${c.turns} turns ${c.gapMs / 1000} s apart, each committed and fed alone, its run unattended (its row sent at most every INDEX_IDLE_FLUSH_MS): the paced model's turn for the episode and hubs; "index (c) × pace": (c)'s index × ${fmt(INDEX_PACE)} (its updates at ${TURN_GAP_S} s apart; an update or none, not a steady state)`,
+          `(d): ${d.turns} and ${dOpen.turns} turns of two runs of ${d.episodes} episodes, time / ${SCALE_D} (a turn every ${GAP_D_MS / 1000} s, INDEX_FLUSH_MS ${FLUSH_D_MS / 1000} s, INDEX_IDLE_FLUSH_MS ${IDLE_D_MS / 1000} s, SEARCH_FLUSH_MS ${SEARCH_D_MS / 1000} s), over ${SEARCH_CYCLES_D} search flush intervals; the second with a run socket open throughout ("attended"): "index, paced" is (d)'s per turn, its text flushed into the search as at the real pace`,
+          `"episode, paced" and "hubs, paced": per table the more of (a)'s per turn and (c)'s (what the paced model bills per turn), but the episode's ${UPDATE_TABLES.join(" and ")} (rows that go with its row updates) the more of (a)'s and (d)'s; "…, attended": the same with (d)'s attended run`,
         ],
       ),
     );
@@ -1219,6 +1321,8 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
         paced: {
           turn_gap_s: TURN_GAP_S,
           index_flush_ms: DEFAULT_INDEX_FLUSH_MS,
+          index_idle_flush_ms: DEFAULT_INDEX_IDLE_FLUSH_MS,
+          run: "unattended",
           index_per_turn_over_c: sig(INDEX_PACE),
           index_steady: {
             turns: d.turns,
@@ -1240,7 +1344,22 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           usd: sig(usdPaced),
           usd_per_episode: sig(usdPaced / SCALE_EPISODES),
           usd_per_1000_watcher_hours: sig((usdPaced / watcherHoursPaced) * 1000),
+          rows_written_per_episode: sig(pace.counts.rowsWritten),
           units: unitsJson(linesPaced),
+        },
+        paced_attended: {
+          run: "run page open throughout",
+          index_steady: {
+            turns: dOpen.turns,
+            episodes: dOpen.episodes,
+            warm_turns: dOpen.warmTurns,
+            schedule_kept: sig(dOpen.scheduleKept),
+            requests_per_turn: sig(dOpen.index.requests / dOpen.turns),
+          },
+          usd: sig(usdOpen),
+          usd_per_episode: sig(usdOpen / SCALE_EPISODES),
+          rows_written_per_episode: sig(paceOpen.counts.rowsWritten),
+          units: unitsJson(linesOpen),
         },
       },
       worker_cpu_ms_upper_bound: cpuMs,

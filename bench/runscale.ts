@@ -514,7 +514,7 @@ class Load {
     const idleCpuMs = cpuMsOf(t.others) - idle0;
     const otherCpu = foreign.stop();
     for (const d of dashboards) d.measuring = false;
-    const flushTold = flushIntervalMs(o.pacing, n);
+    const flushTold = flushIntervalMs(o.pacing, n, true); // its dashboards attend the run
 
     if (!(await until(() => this.inFlight === 0, ACK_DRAIN_MS)))
       this.fail(`${this.inFlight} turns unanswered ${ACK_DRAIN_MS} ms after the window`);

@@ -31,8 +31,9 @@ let relay: LocalRelay;
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromiumForFile();
-  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
-  relay = await startRelay({ tiers: true, vars: { INDEX_FLUSH_MS: "2000" } });
+  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS), the run
+  // attended or not (INDEX_IDLE_FLUSH_MS: rows written before a page opens are not held 2 minutes)
+  relay = await startRelay({ tiers: true, vars: { INDEX_FLUSH_MS: "2000", INDEX_IDLE_FLUSH_MS: "2000" } });
 });
 
 afterAll(async () => {

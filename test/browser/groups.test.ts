@@ -131,8 +131,9 @@ interface GroupsPage {
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromiumForFile();
-  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
-  relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000" } });
+  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS), the run
+  // attended or not (INDEX_IDLE_FLUSH_MS: rows written before a page opens are not held 2 minutes)
+  relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000", INDEX_IDLE_FLUSH_MS: "2000" } });
   // 16 producers at a time
   for (let i = 0; i < rollouts.length; i += 16) await Promise.all(rollouts.slice(i, i + 16).map(push));
   await indexed({ finished: count("finished"), failed: count("failed"), live: count("live") });

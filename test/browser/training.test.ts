@@ -94,8 +94,9 @@ const allSteps = async () => (await api<StepsPage>(`/v1/runs/${RUN}/steps?limit=
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromiumForFile();
-  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS)
-  relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000" } });
+  // the dashboard follows live rows here: their flush at 2 s, not the default 30 s (INDEX_FLUSH_MS), the run
+  // attended or not (INDEX_IDLE_FLUSH_MS: rows written before a page opens are not held 2 minutes)
+  relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000", INDEX_IDLE_FLUSH_MS: "2000" } });
   for (let i = 0; i < plan.length; i += 12)
     await Promise.all(plan.slice(i, i + 12).map((r) => pushRollout(relay.url, r)));
   const n = (o: Rollout["outcome"][]) => plan.filter((r) => o.includes(r.outcome)).length;

@@ -6,11 +6,13 @@ import { wranglerVars } from "../../bench/helpers.js";
 import { limitsFrom } from "../../src/protocol/limits/limits.js";
 import {
   DEFAULT_INDEX_FLUSH_MS,
+  DEFAULT_INDEX_IDLE_FLUSH_MS,
   DEFAULT_INDEX_WRITES_PER_S,
   DEFAULT_SEARCH_FLUSH_MS,
   flushIntervalMs,
   indexPacingFrom,
   limitFrom,
+  MAX_INDEX_IDLE_FLUSH_MS,
   MAX_SEARCH_FLUSH_MS,
   searchFlushMsFrom,
 } from "../../src/protocol/limits/vars.js";
@@ -34,21 +36,37 @@ describe("limitFrom", () => {
 
 describe("the index row's pacing", () => {
   it("its defaults are wrangler.toml's values; a bad value is the default", () => {
-    expect(indexPacingFrom({})).toEqual({ flushMs: DEFAULT_INDEX_FLUSH_MS, writesPerS: DEFAULT_INDEX_WRITES_PER_S });
-    expect(indexPacingFrom(wranglerVars())).toEqual(indexPacingFrom({}));
-    expect(indexPacingFrom({ INDEX_FLUSH_MS: "-1", INDEX_WRITES_PER_S: "x" })).toEqual(indexPacingFrom({}));
-    expect(indexPacingFrom({ INDEX_FLUSH_MS: "3600000", INDEX_WRITES_PER_S: "0.0005" })).toEqual({
-      flushMs: 3_600_000,
-      writesPerS: 0.0005,
+    expect(indexPacingFrom({})).toEqual({
+      flushMs: DEFAULT_INDEX_FLUSH_MS,
+      idleFlushMs: DEFAULT_INDEX_IDLE_FLUSH_MS,
+      writesPerS: DEFAULT_INDEX_WRITES_PER_S,
     });
+    expect(indexPacingFrom(wranglerVars())).toEqual(indexPacingFrom({}));
+    expect(indexPacingFrom({ INDEX_FLUSH_MS: "-1", INDEX_IDLE_FLUSH_MS: "0", INDEX_WRITES_PER_S: "x" })).toEqual(
+      indexPacingFrom({}),
+    );
+    expect(
+      indexPacingFrom({ INDEX_FLUSH_MS: "1800000", INDEX_IDLE_FLUSH_MS: "3600000", INDEX_WRITES_PER_S: "0.0005" }),
+    ).toEqual({ flushMs: 1_800_000, idleFlushMs: 3_600_000, writesPerS: 0.0005 });
   });
 
-  it("the interval told: INDEX_FLUSH_MS, or longer so the live episodes stay under INDEX_WRITES_PER_S together", () => {
-    const pacing = { flushMs: 2000, writesPerS: 250 };
-    expect(flushIntervalMs(pacing, 0)).toBe(2000);
-    expect(flushIntervalMs(pacing, 500)).toBe(2000);
-    expect(flushIntervalMs(pacing, 501)).toBe(2004);
-    expect(flushIntervalMs(pacing, 1000)).toBe(4000);
+  it("the idle interval: at most MAX_INDEX_IDLE_FLUSH_MS, never less than INDEX_FLUSH_MS", () => {
+    expect(indexPacingFrom({ INDEX_IDLE_FLUSH_MS: String(MAX_INDEX_IDLE_FLUSH_MS * 2) }).idleFlushMs).toBe(
+      MAX_INDEX_IDLE_FLUSH_MS,
+    );
+    expect(indexPacingFrom({ INDEX_FLUSH_MS: "60000", INDEX_IDLE_FLUSH_MS: "10000" }).idleFlushMs).toBe(60_000);
+    expect(DEFAULT_INDEX_IDLE_FLUSH_MS).toBeGreaterThan(DEFAULT_INDEX_FLUSH_MS);
+  });
+
+  it("the interval told: INDEX_FLUSH_MS (idle: INDEX_IDLE_FLUSH_MS), or longer so the live episodes stay under INDEX_WRITES_PER_S together", () => {
+    const pacing = { flushMs: 2000, idleFlushMs: 8000, writesPerS: 250 };
+    expect(flushIntervalMs(pacing, 0, true)).toBe(2000);
+    expect(flushIntervalMs(pacing, 500, true)).toBe(2000);
+    expect(flushIntervalMs(pacing, 501, true)).toBe(2004);
+    expect(flushIntervalMs(pacing, 1000, true)).toBe(4000);
+    expect(flushIntervalMs(pacing, 0, false)).toBe(8000);
+    expect(flushIntervalMs(pacing, 1000, false)).toBe(8000);
+    expect(flushIntervalMs(pacing, 2001, false)).toBe(8004);
   });
 });
 

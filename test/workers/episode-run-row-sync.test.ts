@@ -296,7 +296,8 @@ describe("a delete through the real objects", () => {
   it("one alarm set per interval while turns arrive: a turn finds it armed for its update, the alarm that sent arms the next slot", async () => {
     const id = `slot-run:${freshId("s")}`;
     const stub = env.EPISODES.getByName(id);
-    const interval = Number(env.INDEX_FLUSH_MS);
+    // nobody attends the run (no socket, no read yet: attention.ts): its index tells the idle interval
+    const interval = Number(env.INDEX_IDLE_FLUSH_MS);
     const turn = async (k: number) => {
       const res = await post(`${id}/deltas`, delta({ set: m({ num_total_tokens: k }) }));
       expect(res.status, await res.clone().text()).toBe(200);

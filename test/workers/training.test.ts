@@ -37,7 +37,7 @@ async function status(id: string): Promise<Record<string, unknown>> {
   return (await (await relay(`${id}/status`)).json()) as Record<string, unknown>;
 }
 
-/** Send a throttled row update now (the alarm carries it; INDEX_FLUSH_MS is an hour in these tests). */
+/** Send a throttled row update now (the alarm carries it; INDEX_FLUSH_MS is half an hour in these tests). */
 async function flushRow(id: string): Promise<void> {
   await runDurableObjectAlarm(env.EPISODES.getByName(id));
 }

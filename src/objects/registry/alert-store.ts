@@ -98,6 +98,15 @@ export class AlertStore {
   }
 
   /**
+   * Whether a rule fires on what a running rollout's throttled updates bring: a `flag` alert (flags are read from the
+   * text, which comes with them; the thresholds run on ended rows, sent at once). Its run counts as attended
+   * (attention.ts).
+   */
+  readsLiveRows(): boolean {
+    return this.config().rules.some((r) => r.kind === "flag");
+  }
+
+  /**
    * A row landed (inside its upsert's transaction, after the index's own writes): the rules run on what it changed,
    * and each alert that fires is queued. Answers how many alerts fired. Costs nothing while the run has no rule.
    */

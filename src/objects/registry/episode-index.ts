@@ -1,8 +1,8 @@
 // A run's episode index: one SQLite-backed Durable Object per run (by name `run:<run>`), holding
 // one row per episode of the run and the run's aggregates, kept incrementally (aggregates.ts).
 // Episode objects keep their rows current over RPC (src/objects/episode/run-row-sync.ts); each answer says
-// how often the episode may send (backpressure: the run's live episodes together stay under
-// INDEX_WRITES_PER_S). The run's counts reach the run directory within DIRECTORY_MS (directory-push.ts).
+// how often the episode may send (backpressure: the run's live episodes together stay under INDEX_WRITES_PER_S;
+// less often while nobody attends the run, attention.ts). The run's counts reach the directory within DIRECTORY_MS.
 // Sockets (`GET /v1/runs/{run}` upgraded) get a snapshot, then coalesced changes with the aggregates.
 //
 // Nothing is stored for a run nobody wrote: the tables come with the first row (reads of an empty
@@ -53,6 +53,7 @@ import { armAlarm } from "../storage/alarm-window.js";
 import { armAlertAlarm, sendDue } from "./alert-delivery.js";
 import type { AlertsJson } from "./alert-json.js";
 import { AlertStore } from "./alert-store.js";
+import { Attention, type UpdateAnswer } from "./attention.js";
 import { DirectoryPush } from "./directory-push.js";
 import type { FinishedPage } from "./finished-pages.js";
 import { type FlagEvaluations, FlagStore, type RulesJson, readRules } from "./flag-store.js";
@@ -76,13 +77,6 @@ export const RESCAN_PAUSE_MS = 50;
 /** The run's counts go to the directory at most this often. */
 export const DIRECTORY_MS = 1000;
 
-/** The answer to an update: whether it was newer than the row held, and the episode's next interval. */
-export interface UpdateAnswer {
-  applied: boolean;
-  /** Least ms between this episode's next updates (backpressure). */
-  flushMs: number;
-}
-
 /** Its rows changed since the last push (`changes`, by episode id) are pushed to its sockets. */
 export class EpisodeIndex extends RunSideObject<IndexRow> {
   private readonly store: IndexStore;
@@ -94,6 +88,8 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
   private freeing: Promise<void> | null = null;
   /** When the directory hears of the run's row: at once, or by the alarm. */
   private readonly directory = new DirectoryPush(this.ctx, DIRECTORY_MS);
+  /** Whether someone attends the run: its updates' interval (attention.ts). */
+  private readonly attention = new Attention();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env, INDEX_SCHEMA, "run socket");
@@ -157,7 +153,7 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
    * short page with a cursor: the walk stopped on its budget (episode-pages.ts), the next page goes on.
    */
   list(q: ListQuery, scope: Scope): EpisodesPage | null {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null, searched: 0 };
     const page = this.store.query(q, scope);
     const cursor = page.next === null ? null : positionText("episodes", page.next);
@@ -166,13 +162,13 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
 
   /** The run's aggregates (the Worker asks only for viewers covering the run); null: no run. */
   aggregates(run: string): RunAggregates | null {
-    this.schema.check();
+    this.reading();
     return this.hasRows() ? this.store.aggregates(run, Date.now()) : null;
   }
 
   /** A page of the run's rollout groups (the Worker asks only for viewers covering the run). */
   groups(run: string, sort: GroupSort, limit: number, cursor: string | null): GroupsPage | null {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return null;
     const page = this.store.groups.page(sort, limit, cursor);
     const g = this.store.groupSummary(Date.now());
@@ -193,14 +189,14 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
    * no such group; "no_run": the run has no row.
    */
   group(id: string): GroupDetailJson | null | "no_run" {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return "no_run";
     return this.store.groupDetail(id);
   }
 
   /** A page of the run's tasks (solve rate: `key` at or above `threshold`). */
   tasks(key: string, threshold: number, limit: number, cursor: string | null): TasksPage | null {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return null;
     return { key, threshold, ...this.store.groups.tasks(key, threshold, limit, cursor) };
   }
@@ -323,21 +319,21 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     scope: Scope,
     cursor: string | null,
   ): SearchPage | null {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return scope === null ? null : { episodes: [], cursor: null };
     return this.store.search.search(query, q, scope, cursor);
   }
 
   /** A page of the run's training steps, by step then kind (`kind` null: both; covering viewers only); null: no run. */
   steps(kind: string | null, limit: number, cursor: string | null): StepsPage | null {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return null;
     return this.store.steps.page(kind, limit, cursor);
   }
 
   /** The rows of `ids` (at most MAX_ROWS_BY_ID) in `scope` as the list shows them, in order; others are left out. */
   rowsById(ids: string[], scope: Scope): IndexEntry[] {
-    this.schema.check();
+    this.reading();
     if (!this.hasRows()) return [];
     const out: IndexEntry[] = [];
     for (const id of ids.slice(0, MAX_ROWS_BY_ID)) {
@@ -537,12 +533,17 @@ export class EpisodeIndex extends RunSideObject<IndexRow> {
     });
   }
 
-  /**
-   * The interval that keeps this run's live episodes under INDEX_WRITES_PER_S together (src/protocol/limits/vars.ts).
-   */
+  /** A read of the run's rows, search or aggregates (the Worker's): the run is attended a while (attention.ts). */
+  private reading(): void {
+    this.schema.check();
+    this.attention.read(Date.now());
+  }
+
+  /** The interval told to the episodes (src/protocol/limits/vars.ts): backpressure, and attention (attention.ts). */
   private flushMs(): number {
-    if (!this.schema.present()) return flushIntervalMs(indexPacingFrom(this.env), 0);
-    const c = this.store.loadCounters();
-    return flushIntervalMs(indexPacingFrom(this.env), c.live + c.finish_refused);
+    const present = this.schema.present();
+    const c = present ? this.store.loadCounters() : null;
+    const attended = this.attention.attended(Date.now(), this.sockets.open(), present && this.alerts.readsLiveRows());
+    return flushIntervalMs(indexPacingFrom(this.env), c ? c.live + c.finish_refused : 0, attended);
   }
 }

@@ -81,6 +81,11 @@ export class RunSockets {
     return new Response(null, { status: 101, webSocket: client });
   }
 
+  /** How many sockets are open (hibernated ones too; one closing is not). */
+  open(): number {
+    return this.ctx.getWebSockets(RUN_SOCKET_TAG).filter((ws) => ws.readyState === WebSocket.OPEN).length;
+  }
+
   /** Whether an open socket's scope is kept in the table (accepted by an earlier release). */
   keepsStoredScopes(): boolean {
     return this.ctx.getWebSockets(RUN_SOCKET_TAG).some((ws) => {
