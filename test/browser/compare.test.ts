@@ -73,7 +73,9 @@ async function push(
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromiumForFile();
-  relay = await startRelay();
+  // a live rollout's row (MULTI's tokens in the run's list) follows its turns at 2 s, attended or not, as in
+  // dashboard.test (the defaults hold an unattended run's rows up to INDEX_IDLE_FLUSH_MS, 2 minutes)
+  relay = await startRelay({ vars: { INDEX_FLUSH_MS: "2000", INDEX_IDLE_FLUSH_MS: "2000" } });
   await push(A, 1, false);
   await push(B, 0, true);
   for (const frame of multi.frames) await post(`/v1/episodes/${MULTI}/deltas`, frame);
