@@ -5,6 +5,7 @@ import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { CHECKPOINT_FRAMES } from "../../src/objects/episode/checkpoint.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
 import { MemoryBodies } from "../../src/protocol/assembly/bodies.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { drain, MsgpackOut, writeCheckpoint } from "../../src/protocol/assembly/render.js";
@@ -147,6 +148,56 @@ describe("checkpoints", () => {
     expect(equal(await getBytes(id), more)).toBe(true);
     const status = (await (await relay(`${id}/status`)).json()) as { seq: number; nodes: number };
     expect(status).toMatchObject({ seq: CHECKPOINT_FRAMES + 3, nodes: CHECKPOINT_FRAMES + 2 });
+  });
+
+  it("the nodes one frame appended are read back from the log once for all of them (a row's text, a checkpoint)", async () => {
+    const id = freshId("cp-read-once");
+    const producer = new ProducerCursor("p");
+    const routed = (i: number) =>
+      node(i, {
+        routed_experts: nd(
+          "uint8",
+          [64, 4, 8],
+          Array.from({ length: 2048 }, (_, k) => (k * 5 + i) & 0x7f),
+        ),
+      });
+    for (const d of [openDelta(), delta({ nodes: [routed(0), routed(1), routed(2)] })]) {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d))));
+      producer.acknowledge();
+    }
+    expect(await stored(id)).toMatchObject({ checkpoint: 1, seq: 2, bodies: 0 }); // the three wait, in the log
+    await runInDurableObject(env.EPISODES.getByName(id), (_i, ctx) => {
+      // the log's rows read, through a view of the object's storage (as the meter counts them: each cursor's rowsRead)
+      let cursors: Array<{ rowsRead: number }> = [];
+      const sql = new Proxy(ctx.storage.sql, {
+        get: (t, p) =>
+          p === "exec"
+            ? (q: string, ...b: SqlStorageValue[]) => {
+                const c = t.exec(q, ...b);
+                if (q.includes("FROM frames")) cursors.push(c);
+                return c;
+              }
+            : Reflect.get(t, p, t),
+      });
+      const read = () => cursors.splice(0).reduce((n, c) => n + c.rowsRead, 0);
+      const storage = new Proxy(ctx.storage, {
+        get: (t, p) => {
+          const v: unknown = p === "sql" ? sql : Reflect.get(t, p, t);
+          return typeof v === "function" && p !== "sql" ? v.bind(t) : v;
+        },
+      });
+      const state = new EpisodeState(storage as DurableObjectStorage);
+      state.open();
+      const t = [...state.memory().asm.traces.values()][0]!;
+      cursors = [];
+      const each = [0, 1, 2].map((k) => state.store.node(t, k));
+      expect(read()).toBe(3); // the frame's row once per node
+      const all = state.store.nodeRange(t, 0, 3);
+      expect(read()).toBe(1);
+      all.forEach((n, k) => {
+        expect(equal(n.span, each[k]!.span), `node ${k}`).toBe(true);
+      });
+    });
   });
 
   it("a write that is not an append (a scalar set) writes the appends first and checkpoints its frame", async () => {
