@@ -1,10 +1,12 @@
 // Checkpoints (src/objects/episode/checkpoint.ts): appended nodes and items wait in memory, read from
 // the log, and reach the state's tables only at a checkpoint; an object evicted between checkpoints
-// replays the log after the last one, and nothing acknowledged is lost.
+// replays the log after the last one, and nothing acknowledged is lost. A frame's appends are read back
+// from the log once for all of them, and a row's search text in slices a producer's turn gets between.
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { CHECKPOINT_FRAMES } from "../../src/objects/episode/checkpoint.js";
+import { SearchSync } from "../../src/objects/episode/search-sync.js";
 import { EpisodeState } from "../../src/objects/episode/state.js";
 import { MemoryBodies } from "../../src/protocol/assembly/bodies.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
@@ -197,6 +199,47 @@ describe("checkpoints", () => {
       all.forEach((n, k) => {
         expect(equal(n.span, each[k]!.span), `node ${k}`).toBe(true);
       });
+    });
+  });
+
+  it("a row's search text is read in slices with a pause between them; nodes appended during one wait for the next batch", async () => {
+    const id = freshId("cp-text-slices");
+    const producer = new ProducerCursor("p");
+    // 40 nodes of 128 KiB of routing each (5 MiB, read 16 at a time: more than one slice), each with its message
+    const big = (i: number) =>
+      node(i, {
+        routed_experts: nd(
+          "uint8",
+          [256, 64, 8],
+          Array.from({ length: 256 * 64 * 8 }, (_, k) => (k + i) & 0x7f),
+        ),
+      });
+    await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(openDelta()))));
+    producer.acknowledge();
+    for (let i = 0; i < 40; i++) {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(delta({ nodes: [big(i)] })))));
+      producer.acknowledge();
+    }
+    await runInDurableObject(env.EPISODES.getByName(id), async (_i, ctx) => {
+      const state = new EpisodeState(ctx.storage);
+      state.open();
+      const { asm } = state.memory();
+      const t = [...asm.traces.values()][0]!;
+      const sync = new SearchSync(ctx.storage.sql, state.store);
+      let pauses = 0;
+      const p = await sync.batch(
+        asm,
+        () => undefined,
+        async () => {
+          // a turn comes in between: its node is not in this batch, nor counted as sent by it
+          if (pauses++ === 0) t.nodes.push({ ...t.nodes.at(-1)! });
+        },
+      );
+      expect(pauses).toBeGreaterThanOrEqual(1);
+      expect(p!.next.get(t.tnum)!.nodes).toBe(40);
+      const bodies = p!.batch.segments.map((x) => x.body);
+      expect(bodies).toEqual(Array.from({ length: 40 }, (_, k) => `message ${k}`));
+      t.nodes.pop();
     });
   });
 
