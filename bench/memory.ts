@@ -496,6 +496,31 @@ function perDelivered(allocated: Record<string, number>, delivered: number): All
   };
 }
 
+/**
+ * What a storm phase allocated beyond the producer's turns: per isolate, its allocation less the quiet phase's rate
+ * times the phase's seconds, MiB (negative: less than the quiet rate), and that per byte delivered to watchers, clamped
+ * at 0. The raw figure (AllocFigures) divides the producer's own allocation by bytes it had no part in.
+ */
+interface AllocBeyondQuiet {
+  over_quiet_mib: Record<string, number>;
+  per_delivered_byte: Record<string, number>;
+}
+
+function beyondQuiet(
+  allocatedMiB: Record<string, number>,
+  quietMiBPerS: Record<string, number>,
+  secs: number,
+  delivered: number,
+): AllocBeyondQuiet {
+  const over = Object.entries(allocatedMiB).map(([k, v]) => [k, round(v - (quietMiBPerS[k] ?? 0) * secs)] as const);
+  return {
+    over_quiet_mib: Object.fromEntries(over),
+    per_delivered_byte: Object.fromEntries(
+      over.map(([k, v]) => [k, round((Math.max(0, v) * MiB) / Math.max(delivered, 1), 3)]),
+    ),
+  };
+}
+
 const allocNote = (a: AllocFigures) =>
   `delivered ${a.delivered_mib} MiB; allocated per byte delivered (≥): ${Object.entries(a.per_delivered_byte)
     .map(([n, v]) => `${n} ${v}`)
@@ -540,6 +565,8 @@ interface StormPhase {
   heap_peak_mib: Record<string, { used: number; backing: number; total: number }>;
   /** What each isolate allocated during the phase, per byte delivered to the watchers. */
   alloc: AllocFigures;
+  /** The same less what the quiet phase's rate (the producer's turns) accounts for over the phase. */
+  alloc_beyond_quiet: AllocBeyondQuiet;
   /** The same per second of the phase, MiB (the quiet phase's is the producer's own). */
   alloc_mib_per_s: Record<string, number>;
   /**
@@ -642,7 +669,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
     await Promise.all(all);
     return { connects, refused, delivered };
   };
-  const phase = async (ms: number, honourHints: boolean): Promise<StormPhase> => {
+  const phase = async (ms: number, honourHints: boolean, quietAlloc: Record<string, number>): Promise<StormPhase> => {
     await take();
     const mark = relay.mark();
     const markBy = relay.rssBy();
@@ -691,6 +718,7 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
       growth_mib: round((relay.peak - mark) / 1024),
       heap_peak_mib: peak,
       alloc,
+      alloc_beyond_quiet: beyondQuiet(alloc.allocated_mib, quietAlloc, secs, delivered),
       alloc_mib_per_s: Object.fromEntries(Object.entries(alloc.allocated_mib).map(([k, v]) => [k, round(v / secs, 2)])),
       usage: { episode: minus(usage1.episode, usage0.episode), hubs: minus(usage1.hubs, usage0.hubs) },
     };
@@ -713,8 +741,8 @@ async function storm(relay: DevRelay, log: (m: string) => void) {
   const q = await take();
   const quiet = stats(q.acks.sort((a, b) => a - b));
   const quietHealth = Math.max(...q.health);
-  const polite = await phase(40_000, true);
-  const hostile = await phase(20_000, false);
+  const polite = await phase(40_000, true, quietAlloc);
+  const hostile = await phase(20_000, false, quietAlloc);
   const stopped = next<unknown>((m) => m.stopped === true);
   child.send("stop");
   await stopped;
@@ -812,9 +840,14 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
           const kept = Object.entries(p.heap_retained_mib)
             .map(([n, h]) => `${n.replace(/^.*core:user:/, "")} ${h.total}`)
             .join(", ");
-          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}); the episode object ${p.usage.episode.requests} requests, ${p.usage.episode.busy_ms} ms busy (quiet 20 s: ${stormFigures.quiet.episode_usage.requests}, ${stormFigures.quiet.episode_usage.busy_ms} ms), its hubs ${p.usage.hubs.requests} requests, ${p.usage.hubs.busy_ms} ms busy; hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}; ${allocNote(p.alloc)}; allocated MiB/s: ${Object.entries(
-            p.alloc_mib_per_s,
+          return `  ${k.replace("_", " ")} (${p.connects} connects, ${p.refused_1013} refused 1013): ack p50/p99 ${p.ack_p50_ms}/${p.ack_p99_ms} ms (p99 ${stormFigures.ack_p99_ratio[k]}×; target ≤ ${TARGETS.stormAckP99Ratio}×), slowest ${p.ack_max_ms} ms, /v1/health ≤ ${p.health_max_ms} ms, RSS +${p.growth_mib} MiB (episode tier +${p.growth_by_mib.episodes}, hub tier +${p.growth_by_mib.hubs}, wrangler's fronts +${p.growth_by_mib.fronts}); CPU ms/s episode tier ${p.cpu_ms_per_s.episodes} (quiet ${stormFigures.quiet.cpu_ms_per_s.episodes}); the episode object ${p.usage.episode.requests} requests, ${p.usage.episode.busy_ms} ms busy (quiet 20 s: ${stormFigures.quiet.episode_usage.requests}, ${stormFigures.quiet.episode_usage.busy_ms} ms), its hubs ${p.usage.hubs.requests} requests, ${p.usage.hubs.busy_ms} ms busy; hub tier ${p.cpu_ms_per_s.hubs}, router ${p.cpu_ms_per_s.router}, machine ${p.machine_busy_pct}% busy; heap peak MiB: ${heap}; after GC: ${kept}; ${allocNote(p.alloc)}; beyond the quiet rate: ${Object.entries(
+            p.alloc_beyond_quiet.per_delivered_byte,
           )
+            .map(
+              ([n, v]) =>
+                `${n} ${v} (${p.alloc_beyond_quiet.over_quiet_mib[n]} MiB over quiet; raw ${p.alloc.per_delivered_byte[n]})`,
+            )
+            .join(", ")}; allocated MiB/s: ${Object.entries(p.alloc_mib_per_s)
             .map(([n, v]) => `${n} ${v} (quiet ${stormFigures.quiet.alloc_mib_per_s[n] ?? "?"})`)
             .join(", ")}`;
         }),

@@ -1,10 +1,13 @@
 // Checkpoints (src/objects/episode/checkpoint.ts): appended nodes and items wait in memory, read from
 // the log, and reach the state's tables only at a checkpoint; an object evicted between checkpoints
-// replays the log after the last one, and nothing acknowledged is lost.
+// replays the log after the last one, and nothing acknowledged is lost. A frame's appends are read back
+// from the log once for all of them, and a row's search text in slices a producer's turn gets between.
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { CHECKPOINT_FRAMES } from "../../src/objects/episode/checkpoint.js";
+import { SearchSync } from "../../src/objects/episode/search-sync.js";
+import { EpisodeState } from "../../src/objects/episode/state.js";
 import { MemoryBodies } from "../../src/protocol/assembly/bodies.js";
 import { EpisodeAssembly } from "../../src/protocol/assembly/episode-assembly.js";
 import { drain, MsgpackOut, writeCheckpoint } from "../../src/protocol/assembly/render.js";
@@ -147,6 +150,97 @@ describe("checkpoints", () => {
     expect(equal(await getBytes(id), more)).toBe(true);
     const status = (await (await relay(`${id}/status`)).json()) as { seq: number; nodes: number };
     expect(status).toMatchObject({ seq: CHECKPOINT_FRAMES + 3, nodes: CHECKPOINT_FRAMES + 2 });
+  });
+
+  it("the nodes one frame appended are read back from the log once for all of them (a row's text, a checkpoint)", async () => {
+    const id = freshId("cp-read-once");
+    const producer = new ProducerCursor("p");
+    const routed = (i: number) =>
+      node(i, {
+        routed_experts: nd(
+          "uint8",
+          [64, 4, 8],
+          Array.from({ length: 2048 }, (_, k) => (k * 5 + i) & 0x7f),
+        ),
+      });
+    for (const d of [openDelta(), delta({ nodes: [routed(0), routed(1), routed(2)] })]) {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(d))));
+      producer.acknowledge();
+    }
+    expect(await stored(id)).toMatchObject({ checkpoint: 1, seq: 2, bodies: 0 }); // the three wait, in the log
+    await runInDurableObject(env.EPISODES.getByName(id), (_i, ctx) => {
+      // the log's rows read, through a view of the object's storage (as the meter counts them: each cursor's rowsRead)
+      let cursors: Array<{ rowsRead: number }> = [];
+      const sql = new Proxy(ctx.storage.sql, {
+        get: (t, p) =>
+          p === "exec"
+            ? (q: string, ...b: SqlStorageValue[]) => {
+                const c = t.exec(q, ...b);
+                if (q.includes("FROM frames")) cursors.push(c);
+                return c;
+              }
+            : Reflect.get(t, p, t),
+      });
+      const read = () => cursors.splice(0).reduce((n, c) => n + c.rowsRead, 0);
+      const storage = new Proxy(ctx.storage, {
+        get: (t, p) => {
+          const v: unknown = p === "sql" ? sql : Reflect.get(t, p, t);
+          return typeof v === "function" && p !== "sql" ? v.bind(t) : v;
+        },
+      });
+      const state = new EpisodeState(storage as DurableObjectStorage);
+      state.open();
+      const t = [...state.memory().asm.traces.values()][0]!;
+      cursors = [];
+      const each = [0, 1, 2].map((k) => state.store.node(t, k));
+      expect(read()).toBe(3); // the frame's row once per node
+      const all = state.store.nodeRange(t, 0, 3);
+      expect(read()).toBe(1);
+      all.forEach((n, k) => {
+        expect(equal(n.span, each[k]!.span), `node ${k}`).toBe(true);
+      });
+    });
+  });
+
+  it("a row's search text is read in slices with a pause between them; nodes appended during one wait for the next batch", async () => {
+    const id = freshId("cp-text-slices");
+    const producer = new ProducerCursor("p");
+    // 40 nodes of 128 KiB of routing each (5 MiB, read 16 at a time: more than one slice), each with its message
+    const big = (i: number) =>
+      node(i, {
+        routed_experts: nd(
+          "uint8",
+          [256, 64, 8],
+          Array.from({ length: 256 * 64 * 8 }, (_, k) => (k + i) & 0x7f),
+        ),
+      });
+    await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(openDelta()))));
+    producer.acknowledge();
+    for (let i = 0; i < 40; i++) {
+      await ok(await post(`${id}/deltas`, encodeEnvelope(producer.envelope(delta({ nodes: [big(i)] })))));
+      producer.acknowledge();
+    }
+    await runInDurableObject(env.EPISODES.getByName(id), async (_i, ctx) => {
+      const state = new EpisodeState(ctx.storage);
+      state.open();
+      const { asm } = state.memory();
+      const t = [...asm.traces.values()][0]!;
+      const sync = new SearchSync(ctx.storage.sql, state.store);
+      let pauses = 0;
+      const p = await sync.batch(
+        asm,
+        () => undefined,
+        async () => {
+          // a turn comes in between: its node is not in this batch, nor counted as sent by it
+          if (pauses++ === 0) t.nodes.push({ ...t.nodes.at(-1)! });
+        },
+      );
+      expect(pauses).toBeGreaterThanOrEqual(1);
+      expect(p!.next.get(t.tnum)!.nodes).toBe(40);
+      const bodies = p!.batch.segments.map((x) => x.body);
+      expect(bodies).toEqual(Array.from({ length: 40 }, (_, k) => `message ${k}`));
+      t.nodes.pop();
+    });
   });
 
   it("a write that is not an append (a scalar set) writes the appends first and checkpoints its frame", async () => {

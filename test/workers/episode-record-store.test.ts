@@ -24,7 +24,7 @@ describe("RecordStore", () => {
       expect(r.exists()).toBe(false);
       expect(r.meta()).toBeNull();
       expect([...r.frames()]).toEqual([]);
-      expect(r.logSizes()).toEqual([]);
+      expect([...r.logSizes()]).toEqual([]);
       expect(r.rewindCount()).toBe(0);
       expect(r.rewoundPast(1)).toBe(false);
       expect(r.producers().size).toBe(0);
@@ -119,12 +119,50 @@ describe("RecordStore", () => {
       // maxBytes: it stops once the frames given reach it, with at least one
       expect([...r.frames(0, Number.MAX_SAFE_INTEGER, 5)].map((f) => f.seq)).toEqual([1]);
       expect([...r.frames(0, Number.MAX_SAFE_INTEGER, 11)].map((f) => f.seq)).toEqual([1, 2]);
-      expect(r.logSizes()).toEqual([
+      expect([...r.logSizes()]).toEqual([
         { seq: 4, bytes: 20 },
         { seq: 3, bytes: 0 },
         { seq: 2, bytes: big.length },
         { seq: 1, bytes: 10 },
       ]);
+    });
+  });
+
+  it("logSizes reads the log newest first, a page of parts at a time, no further than its reader goes", async () => {
+    await withFreshStorage((storage) => {
+      // the cursors the record opens, to read what they read
+      const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const sql = new Proxy(storage.sql, {
+        get: (t, p) =>
+          p === "exec"
+            ? (q: string, ...b: unknown[]) => {
+                const c = t.exec(q, ...b);
+                cursors.push(c);
+                return c;
+              }
+            : Reflect.get(t, p, t),
+      });
+      const r = new RecordStore(sql, new SchemaState(storage, EPISODE_SCHEMA));
+      r.create("ep-sizes", 0);
+      // 300 frames of two parts each (a part of PART_BYTES and a small one): 600 parts
+      const frame = bytes(PART_BYTES + 3, 1);
+      for (let seq = 1; seq <= 300; seq++) r.appendFrame(seq, frame);
+      const all = [...r.logSizes()];
+      expect(all).toHaveLength(300);
+      expect(all[0]).toEqual({ seq: 300, bytes: frame.length });
+      expect(all.at(-1)).toEqual({ seq: 1, bytes: frame.length });
+      expect(all.every((f, i) => f.seq === 300 - i && f.bytes === frame.length)).toBe(true);
+      // the byte rule stops after a few frames: the log's 600 parts are not all read (nor sorted: each once at most)
+      cursors.length = 0;
+      const newest = [];
+      for (const f of r.logSizes()) {
+        newest.push(f.seq);
+        if (newest.length === 70) break;
+      }
+      expect(newest.at(-1)).toBe(231);
+      const read = cursors.reduce((n, c) => n + c.rowsRead, 0);
+      expect(read).toBeGreaterThanOrEqual(140);
+      expect(read).toBeLessThan(300);
     });
   });
 

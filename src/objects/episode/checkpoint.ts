@@ -28,6 +28,12 @@ export const CHECKPOINT_BYTES = 16 * 1024 * 1024;
 /** Bytes of bodies held in memory (not slices of their frames) after which a checkpoint is due. */
 export const HELD_BYTES = 8 * 1024 * 1024;
 
+/** The log parts one pass read last (`Appends.body`): a frame's bodies follow each other, read once for all. */
+interface LastRead {
+  key: string;
+  bytes: Uint8Array | null;
+}
+
 /** One appended node or item not written yet. */
 interface Appended {
   ver: number;
@@ -129,11 +135,12 @@ export class Appends {
     return l ? l.from : null;
   }
 
-  /** Bodies [from, to) of a list, of those kept here (indexes below `first` are the tables'). */
+  /** Bodies [from, to) of a list, of those kept here (indexes below `first` are the tables'), each frame read once. */
   read(tnum: number, kind: number, from: number, to: number): Uint8Array[] {
     const l = this.lists.get(`${tnum}:${kind}`);
     if (!l) return [];
-    return l.items.slice(Math.max(0, from - l.from), Math.max(0, to - l.from)).map((a) => this.body(a));
+    const last: LastRead = { key: "", bytes: null };
+    return l.items.slice(Math.max(0, from - l.from), Math.max(0, to - l.from)).map((a) => this.body(a, last));
   }
 
   /** One kept body, or null. */
@@ -143,20 +150,27 @@ export class Appends {
     return a ? this.body(a) : null;
   }
 
-  private body(a: Appended): Uint8Array {
+  /** A kept body; `read`: the parts read last in this pass (a frame's bodies come one after the other). */
+  private body(a: Appended, read?: LastRead): Uint8Array {
     if (a.bytes) return a.bytes;
     if (a.length === 0) return new Uint8Array(0);
     const key = a.ver * 65536;
     const first = Math.floor(a.at / PART_BYTES);
     const last = Math.floor((a.at + a.length - 1) / PART_BYTES);
-    const parts = this.sql
-      .exec<{ data: ArrayBuffer }>(
-        "SELECT data FROM frames WHERE k BETWEEN ? AND ? ORDER BY k",
-        key + first,
-        key + last,
-      )
-      .toArray();
-    const bytes = concatChunks(parts.map((p) => new Uint8Array(p.data)));
+    const same = read?.key === `${key + first}:${key + last}` ? read.bytes : null;
+    const bytes =
+      same ??
+      concatChunks(
+        this.sql
+          .exec<{ data: ArrayBuffer }>(
+            "SELECT data FROM frames WHERE k BETWEEN ? AND ? ORDER BY k",
+            key + first,
+            key + last,
+          )
+          .toArray()
+          .map((p) => new Uint8Array(p.data)),
+      );
+    if (read && !same) [read.key, read.bytes] = [`${key + first}:${key + last}`, bytes];
     const at = a.at - first * PART_BYTES;
     if (bytes.length < at + a.length) throw new Error(`frame ${a.ver} of the log is shorter than a body it holds`);
     return bytes.subarray(at, at + a.length);
@@ -179,6 +193,7 @@ export class Appends {
     metas: (tnum: number, from: number, infos: NodeInfo[]) => void,
     sizes: (t: TraceState) => void,
   ): void {
+    const read: LastRead = { key: "", bytes: null };
     for (const l of this.lists.values()) {
       const infos = l.items.flatMap((a) => (a.info ? [a.info] : []));
       if (infos.length) metas(l.tnum, l.from, infos);
@@ -188,7 +203,7 @@ export class Appends {
           l.kind,
           l.from,
           l.items.map((a) => ({ ver: a.ver, length: a.length })),
-          (k) => this.body(l.items[k]!),
+          (k) => this.body(l.items[k]!, read),
         );
     }
     for (const t of this.sized.values()) sizes(t);

@@ -397,14 +397,23 @@ export class RecordStore {
     }
   }
 
-  /** Seqs and sizes of the logged frames, newest first. */
-  logSizes(): Array<{ seq: number; bytes: number }> {
-    if (!this.exists()) return [];
-    return this.sql
-      .exec<{ seq: number; bytes: number }>(
-        "SELECT seq, SUM(LENGTH(data)) AS bytes FROM frames GROUP BY seq ORDER BY seq DESC",
-      )
-      .toArray();
+  /**
+   * Seqs and sizes of the logged frames, newest first, read 128 parts at a time as iterated (the byte rule stops at its
+   * bound). Parts are summed here: GROUP BY the virtual seq sorted them, reading every blob (2 s a 200 MiB log).
+   */
+  *logSizes(): Generator<{ seq: number; bytes: number }> {
+    let last = { seq: -1, bytes: 0 };
+    for (let k = Number.MAX_SAFE_INTEGER, n = 128; n === 128 && this.exists(); ) {
+      const q = "SELECT k, LENGTH(data) AS n FROM frames WHERE k < ? ORDER BY k DESC LIMIT 128";
+      const page = this.sql.exec<{ k: number; n: number }>(q, k).toArray();
+      for (const part of page) {
+        const seq = Math.floor(part.k / 65536);
+        if (last.seq !== seq && last.seq >= 0) yield last;
+        last = last.seq === seq ? { seq, bytes: last.bytes + part.n } : { seq, bytes: part.n };
+      }
+      [k, n] = [page.at(-1)?.k ?? 0, page.length];
+    }
+    if (last.seq >= 0) yield last;
   }
 
   /** Forget every frame (the archive: the log then starts after the last seq). */

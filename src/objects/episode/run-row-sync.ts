@@ -17,7 +17,7 @@ import { rpcAnswer } from "../rpc-answer.js";
 import { armAlarm } from "../storage/alarm-window.js";
 import { type IndexState, type Meta, publicStatus } from "./record-store.js";
 import { RowFacts } from "./row-facts.js";
-import { SearchSync } from "./search-sync.js";
+import { type Pending, SearchSync } from "./search-sync.js";
 import type { EpisodeState } from "./state.js";
 
 /** Retries back off from this, doubling, up to RETRY_MAX_MS. */
@@ -139,18 +139,21 @@ export class RunRowSync {
     if (m.status !== "live" && m.archived === null && kept && JSON.stringify(kept) !== JSON.stringify(m.progress)) {
       this.state.record.saveMeta({ ...m, progress: kept });
     }
-    // the text the run's search lacks (none once archived: what the index holds stays)
-    const text =
-      m.archived === null
-        ? this.search.batch(this.state.memory().asm, (tnum, name) => traceScalar(this.state, tnum, name))
-        : null;
+    // the text the run's search lacks (none once archived: what the index holds stays), read when its turn to go
+    // comes, in slices a producer's turn can come between (search-sync.ts)
+    const asm = this.state.memory().asm;
+    let text: Pending | null = null;
     // in memory until the answer (saveIndexState writes what storage must keep: a due update stays
     // due there until the index took this one, so a crash meanwhile leaves it to the alarm)
     const st = this.state.record.indexState();
     this.state.record.holdIndexState({ ...st, lastFlush: now, due: 0 });
     return this.enqueue(
       m.id,
-      (index) => index.upsert(row, text?.batch ?? null),
+      async (index) => {
+        if (m.archived === null)
+          text = await this.search.batch(asm, (tnum, name) => traceScalar(this.state, tnum, name), pause);
+        return index.upsert(row, text?.batch ?? null);
+      },
       (answer) => {
         const cur = this.state.record.indexState();
         if (!this.state.meta()) return;
@@ -226,6 +229,9 @@ export class RunRowSync {
     return next;
   }
 }
+
+/** A turn of the event loop: what waits for the episode (a producer's turn) runs first. */
+const pause = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
 
 /** The row the run's index holds for this episode, its progress facts as of `now` (ms). */
 export function rowFromMeta(

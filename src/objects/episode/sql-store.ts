@@ -296,6 +296,13 @@ export class SqlStore implements Bodies {
     return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
   }
 
+  /** Current nodes [from, to), parsed: a frame's nodes (or a run's) are read once for all of them, not once each. */
+  nodeRange(t: TraceState, from: number, to: number): NodeState[] {
+    return this.nodes(t.tnum, from, to).map((data = new Uint8Array(0), i) =>
+      readNode(new Reader(data, 0, data.length, true), `nodes[${from + i}]`),
+    );
+  }
+
   /** Current nodes [from, to): the newest version of each. */
   nodes(tnum: number, from: number, to: number): Uint8Array[] {
     return this.nodesAsOf(tnum, from, to, Number.MAX_SAFE_INTEGER);
