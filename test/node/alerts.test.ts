@@ -7,6 +7,7 @@ import { ALERT_BUDGETS, type AlertRule, parseAlerts, type RateKind } from "../..
 import {
   crossing,
   endedOutcome,
+  flagFinding,
   type Outcome,
   rateCheck,
   rewardDropCheck,
@@ -197,6 +198,62 @@ describe("the threshold rules", () => {
     expect(c.over).toBe(true);
     expect(c.finding.value).toBe(0.5);
     expect(c.finding.evidence.episodes).toEqual(["a", "b"]);
+  });
+
+  it("what each rule kind says reads as a sentence: the rollouts counted, the verb agreeing", () => {
+    const rate = (kind: RateKind): Extract<AlertRule, { kind: RateKind }> => ({
+      id: kind,
+      description: "",
+      kind,
+      above: 0.1,
+      window: 10,
+      env: null,
+    });
+    const o = (i: number, hit: boolean): Outcome => ({
+      episode: `r:${i}`,
+      env: "gsm8k",
+      failed: hit,
+      timeout: hit,
+      truncated: hit,
+    });
+    const ten = (hits: number) => Array.from({ length: 10 }, (_, i) => o(i, i < hits));
+    const what = (kind: RateKind, hits: number, env = "gsm8k") => rateCheck(rate(kind), env, ten(hits)).finding.what;
+    expect(what("truncation_rate", 2)).toBe("2 of the last 10 rollouts of env gsm8k were truncated (20%, above 10%)");
+    expect(what("truncation_rate", 1)).toBe("1 of the last 10 rollouts of env gsm8k was truncated (10%, above 10%)");
+    expect(what("failure_rate", 2)).toBe("2 of the last 10 rollouts of env gsm8k failed (20%, above 10%)");
+    expect(what("timeout_rate", 3, "")).toBe("3 of the last 10 rollouts without an env timed out (30%, above 10%)");
+    expect(rateCheck(rate("failure_rate"), "gsm8k", [o(0, true)]).finding.what).toBe(
+      "1 of the last 1 rollout of env gsm8k failed (100%, above 10%)",
+    );
+
+    const zv = { id: "zv", description: "", kind: "zero_variance_share", above: 0.1, min_groups: 1, step_kind: null };
+    const groups = (complete: number, zero: number) =>
+      zeroVarianceCheck(
+        zv as Extract<AlertRule, { kind: "zero_variance_share" }>,
+        step({ groups: { complete, zero_variance: zero }, zero_variance_share: zero / complete }),
+      ).finding.what;
+    expect(groups(8, 3)).toBe("step 3 (train): 3 of 8 complete groups have zero reward variance (37.5%, above 10%)");
+    expect(groups(8, 1)).toBe("step 3 (train): 1 of 8 complete groups has zero reward variance (12.5%, above 10%)");
+
+    const drop = { id: "d", description: "", kind: "reward_drop", by: 0.2, steps: 3, min_rollouts: 1, step_kind: null };
+    const dropped = (prev: StepJson[]) =>
+      rewardDropCheck(drop as Extract<AlertRule, { kind: "reward_drop" }>, step({ mean_reward: 0.25 }), prev).finding
+        .what;
+    expect(dropped([step({ step: 2, mean_reward: 0.8 }), step({ step: 1, mean_reward: 0.6 })])).toBe(
+      "step 3 (train): mean reward 0.25 is more than 0.2 below 0.7, the mean of the previous 2 steps",
+    );
+    expect(dropped([step({ step: 2, mean_reward: 0.8 })])).toBe(
+      "step 3 (train): mean reward 0.25 is more than 0.2 below 0.8, the previous step's",
+    );
+
+    const flagRule = { id: "f", description: "", kind: "flag", flags: null } as const;
+    const flagged = flagFinding(flagRule, { id: "r:7", dispatch: null } as IndexRow, {
+      rule: "quotes-grader",
+      trace: null,
+      node: null,
+      excerpt: "x",
+    });
+    expect(flagged.what).toBe("rollout r:7 was flagged by quotes-grader");
   });
 
   it("an outcome counts once, when its row ends", () => {

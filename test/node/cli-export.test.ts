@@ -88,7 +88,7 @@ async function recount(e: Listed) {
       limits.includes(t.stop_condition) ||
       t.calls.filter((c) => c.error === undefined || c.error === null).at(-1)?.finish_reason === "length",
   );
-  // what the API lists says the same
+  // what the API lists says the same (its `truncated`: the deprecated alias of is_timeout, docs/http-api.md)
   expect([e.is_truncated, e.is_timeout, e.truncated], e.id).toEqual([truncated, t0.is_timeout, t0.is_timeout]);
   return {
     id: e.id,
@@ -103,7 +103,6 @@ async function recount(e: Listed) {
     stop_condition: t0.stop_condition,
     is_truncated: truncated,
     is_timeout: t0.is_timeout,
-    truncated: t0.is_timeout,
     rewards: keyMeans(ep.traces.map((t) => t.rewards)),
   };
 }
@@ -147,7 +146,6 @@ function asRecount(r: Record<string, unknown>) {
     stop_condition: r.stop_condition,
     is_truncated: r.is_truncated,
     is_timeout: r.is_timeout,
-    truncated: r.truncated,
     rewards: JSON.parse(r.rewards as string),
   };
 }
@@ -214,6 +212,8 @@ describe("episode-relay export", () => {
     const expected = await Promise.all((await listed()).map(recount));
     const byId = (a: { id: unknown }, b: { id: unknown }) => String(a.id).localeCompare(String(b.id));
     expect(rows.map(asRecount).sort(byId)).toEqual(expected.sort(byId));
+    // the timeout by its name only: no `truncated` column (the API's alias of is_timeout) beside is_truncated
+    expect(rows.every((x) => !("truncated" in x) && "is_truncated" in x && "is_timeout" in x)).toBe(true);
     // odd_values stopped at max_turns and timed out: truncated and timed out; the rest neither
     expect(rows.filter((x) => x.is_truncated).map((x) => x.id)).toEqual([ids[3]]);
     const tool = rows.find((x) => x.id === ids[1])!;
@@ -233,6 +233,7 @@ describe("episode-relay export", () => {
     );
     expect(b.code, b.stderr).toBe(0);
     const branches = await readParts(join(dir, "branches.parquet"));
+    expect(branches.every((x) => !("truncated" in x) && "is_truncated" in x && "is_timeout" in x)).toBe(true);
     const perRollout = new Map<string, number>();
     for (const x of branches) perRollout.set(String(x.id), (perRollout.get(String(x.id)) ?? 0) + 1);
     expect(Object.fromEntries([...perRollout].sort())).toEqual(

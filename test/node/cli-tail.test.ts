@@ -175,6 +175,50 @@ describe("tail --run", () => {
     }
   }, 120_000);
 
+  it("names one group per rollout: without a dispatch group, none until the reply names it", async () => {
+    const run = `cli-run-group-${Date.now().toString(36)}`;
+    const text = cli("tail", "--run", run, relay.url);
+    const json = cli("tail", "--run", run, relay.url, "--json");
+    await until(
+      () => text.text().includes("no rollout of run") && json.json().some((r) => r.type === "run"),
+      30_000,
+      "both connected to the run, waiting for its first rollout",
+    );
+    // no --dispatch: while live the index groups it by its task key, then by the reply's group.id; paced frames
+    // (no --fast) so its turns are shown while it is live
+    const p = await cli("push", fixturePath("tool_calls_pending"), `${relay.url}/${run}:solo`).done;
+    expect(p.code, p.stderr).toBe(0);
+    const ended = (r: Record<string, unknown>) => r.type === "finished";
+    await until(() => json.json().some(ended), 60_000, "the reward as a JSON line");
+    await until(() => text.text().includes("■ finished · reward"), 60_000, "the reward line");
+    text.p.kill("SIGTERM");
+    json.p.kill("SIGTERM");
+
+    const listed = (await (await fetch(`${relay.url}/v1/runs/${run}/episodes`)).json()) as {
+      episodes: Array<{ id: string; group: string | null; task: string | null }>;
+    };
+    const [e] = listed.episodes;
+    // the case the trial found: the task key and the reply's group differ
+    expect(e?.group).toBeTruthy();
+    expect(e?.task).toBeTruthy();
+    expect(e!.group).not.toBe(e!.task);
+    const records = json.json().filter((r) => r.rollout === e!.id);
+    expect(records.filter(ended).map((r) => r.group)).toEqual([e!.group]);
+    const turns = records.filter((r) => r.type === "turn");
+    expect(turns.length).toBeGreaterThan(0);
+    expect(
+      turns.every((r) => r.group === null || r.group === e!.group),
+      JSON.stringify(turns),
+    ).toBe(true);
+    const lines = text
+      .text()
+      .split("\n")
+      .filter((l) => l.startsWith(`${e!.id} · `));
+    expect(lines.length).toBeGreaterThan(1);
+    for (const l of lines) expect(l).toMatch(new RegExp(`^${e!.id} · step - · group (-|${e!.group}) `));
+    expect(text.text()).not.toContain(e!.task!);
+  }, 120_000);
+
   it("refuses with the relay's reason (no token on a relay that needs one)", async () => {
     const t = await cli("tail", "--run", "r1", authed.url).done;
     expect(t.code).toBe(1);

@@ -1,6 +1,7 @@
 // The README stays a front page (at most 12,000 bytes), and every relative link in it, in
 // docs/*.md, in ARCHITECTURE.md and in the Python client's README resolves: the file exists, and
-// an #anchor names a heading of the target page as GitHub slugs it (or an explicit id).
+// an #anchor names a heading of the target page as GitHub slugs it (or an explicit id); every table row has as
+// many cells as its header.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { expect, it } from "vitest";
@@ -147,4 +148,29 @@ it("every docs page is reachable from the index, and the index from the README",
     (p) => p.startsWith("docs/") && p !== "docs/README.md" && !index.has(p.slice("docs/".length)),
   );
   expect(unlisted).toEqual([]);
+});
+
+/** A table row's cells as GitHub splits them: on every `|` not escaped (`\|`), code spans included. */
+function cells(row: string): number {
+  return row
+    .trim()
+    .replace(/^\|/, "")
+    .replace(/\|$/, "")
+    .split(/(?<!\\)\|/).length;
+}
+
+it("every table's rows have as many cells as its header (a cell more shows as a stray column)", () => {
+  const bad: string[] = [];
+  for (const page of pages) {
+    const lines = readFileSync(join(root, page), "utf8")
+      .replace(/^(```|~~~)[\s\S]*?^\1/gm, "")
+      .split("\n");
+    for (let i = 1; i < lines.length; i++) {
+      if (!/^\|(\s*:?-+:?\s*\|)+\s*$/.test(lines[i]!.trim())) continue; // a table's delimiter row
+      const width = cells(lines[i - 1]!);
+      for (let j = i + 1; j < lines.length && lines[j]!.trim().startsWith("|"); j++)
+        if (cells(lines[j]!) !== width) bad.push(`${page}:${j + 1}: ${cells(lines[j]!)} cells under ${width} headers`);
+    }
+  }
+  expect(bad).toEqual([]);
 });

@@ -314,18 +314,37 @@ describe("episode-relay groups", () => {
       "size",
       "finished",
       "reward mean±std",
+      "spread",
       "correct mean±std",
       "format mean±std",
     ]);
     const row = (id: string) => lines.find((l) => l.startsWith(`${id} `))!.split(/\s{2,}/);
     // VARIED's rewards 1.125, 0.125, 0.25, 1.0: mean 0.625, population std 0.442
-    expect(row(VARIED)).toEqual([VARIED, TASK_KEY, "4", "4", "0.625±0.442", "0.500±0.500", "0.500±0.354"]);
-    expect(row(ZERO)).toEqual([ZERO, TASK_KEY, "3", "3", "1.125±0.000", "1.000±0.000", "0.500±0.000"]);
-    expect(row(TASK_KEY).slice(0, 4)).toEqual([TASK_KEY, TASK_KEY, "1", "0"]);
+    // its spread: max − min = 1.125 − 0.125
+    expect(row(VARIED)).toEqual([VARIED, TASK_KEY, "4", "4", "0.625±0.442", "1.000", "0.500±0.500", "0.500±0.354"]);
+    expect(row(ZERO)).toEqual([ZERO, TASK_KEY, "3", "3", "1.125±0.000", "0.000", "1.000±0.000", "0.500±0.000"]);
+    expect(row(TASK_KEY).slice(0, 6)).toEqual([TASK_KEY, TASK_KEY, "1", "0", "-", "-"]);
     // --sort size: largest first
     expect(lines.indexOf(lines.find((l) => l.startsWith(`${VARIED} `))!)).toBeLessThan(
       lines.indexOf(lines.find((l) => l.startsWith(`${ZERO} `))!),
     );
+
+    // --sort spread: the column it sorts by, largest first
+    const bySpread = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--sort", "spread");
+    expect(bySpread.code, bySpread.stderr).toBe(0);
+    const spreadAt = bySpread.stdout
+      .split("\n")
+      .find((l) => l.startsWith("id "))!
+      .split(/\s{2,}/)
+      .indexOf("spread");
+    const spreads = bySpread.stdout
+      .split("\n")
+      .filter((l) => ALL_GROUPS.some((g) => l.startsWith(`${g} `)))
+      .map((l) => l.split(/\s{2,}/)[spreadAt]!)
+      .filter((x) => x !== "-")
+      .map(Number);
+    expect(spreads.length).toBeGreaterThan(1);
+    expect(spreads).toEqual([...spreads].sort((a, b) => b - a));
 
     const json = await cli("groups", "--run", RUN, relay.url, "--token", relay.admin, "--json");
     expect(json.code, json.stderr).toBe(0);

@@ -50,8 +50,6 @@ export const ROLLOUT_COLUMNS: readonly Column[] = [
   s("stop_condition"),
   b("is_truncated"),
   b("is_timeout"),
-  // deprecated alias of is_timeout, one release (docs/export.md)
-  b("truncated"),
   s("error"),
   s("flags"),
   s("ended"),
@@ -76,7 +74,6 @@ export const BRANCH_COLUMNS: readonly Column[] = [
   s("stop_condition"),
   b("is_truncated"),
   b("is_timeout"),
-  b("truncated"),
 ];
 
 type Obj = Record<string, unknown>;
@@ -195,10 +192,10 @@ export function rolloutRecord(row: Obj, episode: Obj): Obj {
     output_tokens: traces.reduce((n, t) => n + int(t.num_output_tokens), 0),
     tokens: traces.reduce((n, t) => n + int(t.num_total_tokens), 0),
     stop_condition: str(first.stop_condition),
-    // the trainer's truncation over every trace (truncation.ts); the first trace's timeout by its name
+    // the trainer's truncation over every trace (truncation.ts); the first trace's timeout by its name only (no
+    // `truncated` column: the API's deprecated alias of is_timeout would read as the trainer's truncation)
     is_truncated: episodeTruncated(traces.map(traceEnd)),
     is_timeout: first.is_timeout === true,
-    truncated: first.is_timeout === true,
     error: str(row.error),
     flags: JSON.stringify(flags),
     ended: str(row.ended),
@@ -246,7 +243,6 @@ export function branchRecords(row: Obj, episode: Obj): Obj[] {
         stop_condition: str(t.stop_condition),
         is_truncated: traceTruncated(traceEnd(t)),
         is_timeout: t.is_timeout === true,
-        truncated: t.is_timeout === true,
       });
     });
   }

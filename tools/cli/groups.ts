@@ -1,7 +1,8 @@
 // `episode-relay groups --run R URL [--sort spread|size|task] [--json] [--token T]`: the run's
 // groups (the rollouts sharing the reply head's `group.id`), the share of finished groups whose
 // rewards do not vary (no learning signal), and a table: id, task, size, finished, the reward's
-// mean±std, per reward key mean±std. `episode-relay groups --run R --group G URL [--json] [--token T]`:
+// mean±std, its spread (max − min over the finished rollouts: what `--sort spread` orders by), per reward key
+// mean±std. `episode-relay groups --run R --group G URL [--json] [--token T]`:
 // the group's rollouts, best reward first, with their advantage on the reward and per reward key. The
 // reward is the trainer's (src/protocol/registry/rewards.ts: per rewarded trace Σ score × weight, the
 // mean over those traces; per key the mean over the traces).
@@ -51,17 +52,18 @@ export async function groups(
   console.log(`zero-variance share: ${zeroVariance(page)}`);
   if (page.groups.length === 0) return 0;
   const keys = rewardKeys(page.groups.map((g) => g.rewards));
-  const head = ["id", "task", "size", "finished", "reward mean±std", ...keys.map((k) => `${k} mean±std`)];
+  const head = ["id", "task", "size", "finished", "reward mean±std", "spread", ...keys.map((k) => `${k} mean±std`)];
   const rows = page.groups.map((g) => [
     g.id,
     clip(g.task ?? "-", 24),
     String(g.size),
     String(g.finished),
     g.mean_reward === null || g.std_reward === null ? "-" : `${num(g.mean_reward)}±${num(g.std_reward)}`,
+    g.spread === null ? "-" : num(g.spread),
     ...keys.map((k) => meanStd(g.rewards[k])),
   ]);
   console.log("");
-  for (const line of table(head, rows, new Set([2, 3]))) console.log(line);
+  for (const line of table(head, rows, new Set([2, 3, 5]))) console.log(line);
   return 0;
 }
 

@@ -23,7 +23,9 @@ const USAGE = `usage: episode-relay <command> ...
                                                  a second call resumes after the last one written (DIR/.cursor)
   groups --run R URL [--sort spread|size|task] [--json] [--token T]
                                                  run R's groups (rollouts sharing the reply head's group.id): the
-                                                 zero-variance share and per group its size and reward mean±std
+                                                 zero-variance share and per group its size, reward mean±std and
+                                                 spread (max − min of its finished rollouts' rewards: the learning
+                                                 signal, 0 when all are equal); --sort spread: largest first
   groups --run R --group G URL [--json] [--token T]
                                                  the group's rollouts, best reward first, with their advantages
   episodes --run R URL [--status S] [--task T] [--stop S] [--truncated|--not-truncated]

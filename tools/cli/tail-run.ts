@@ -1,7 +1,8 @@
 // `episode-relay tail --run RUN URL [--token T] [--json]`: follow every rollout of a run. The run's
 // socket (`GET /v1/runs/{run}` upgraded, the dashboard's run page's) says which rollouts there are
 // and when each ends; each rollout that is live, or arrives while this runs, is watched from its
-// start, and each of its turns (an assistant node) is a line naming the rollout, its step and group;
+// start, and each of its turns (an assistant node) is a line naming the rollout, its step and group
+// (none while only its task key stands in for the group: groups.ts `settledGroup`, one group per rollout);
 // when it ends, a line with its reward (the row's own `reward`, as the relay computes it) or its
 // error. Rollouts already ended when it starts get their end line only; a run nobody wrote yet is
 // waited for. Runs until Ctrl-C; resumes after drops like `tail`.
@@ -9,7 +10,13 @@ import WebSocket from "ws";
 import { RelayRefusal } from "../../clients/typescript/refusal.js";
 import { bearer, refusalOf, relayFetch } from "../../clients/typescript/relay-fetch.js";
 import { type EpisodeWatch, reconnectDelay, watchEpisode } from "../../clients/typescript/watch.js";
-import { type IndexEntry, parseRunMessage, WS_PROTOCOL, WS_TOKEN_PREFIX } from "../../src/protocol/index.js";
+import {
+  type IndexEntry,
+  parseRunMessage,
+  settledGroup,
+  WS_PROTOCOL,
+  WS_TOKEN_PREFIX,
+} from "../../src/protocol/index.js";
 import { CLI_HINTS } from "./hints.js";
 import { deltaLines, formatLine, newContext, type RenderContext, snapshotLines, type TailLine } from "./render.js";
 
@@ -43,12 +50,14 @@ export async function tailRun(
   /** Until the first snapshot: rows in it that already ended get their end line only. */
   let first = true;
 
-  const label = (r: IndexEntry) => `${r.id} · step ${r.step ?? "-"} · group ${r.group ?? "-"}`;
+  const label = (r: IndexEntry) => `${r.id} · step ${r.step ?? "-"} · group ${settledGroup(r) ?? "-"}`;
   const turns = (ro: Rollout, lines: TailLine[]) => {
     for (const l of lines) {
       if (l.type !== "node" || l.role !== "assistant") continue; // a turn: the model's node
       if (json)
-        write(JSON.stringify({ ...l, type: "turn", rollout: ro.row.id, step: ro.row.step, group: ro.row.group }));
+        write(
+          JSON.stringify({ ...l, type: "turn", rollout: ro.row.id, step: ro.row.step, group: settledGroup(ro.row) }),
+        );
       else for (const s of formatLine(l, width, `${label(ro.row)} `)) write(s);
     }
   };
@@ -62,7 +71,7 @@ export async function tailRun(
           type: r.status,
           rollout: r.id,
           step: r.step,
-          group: r.group,
+          group: settledGroup(r),
           reward: r.reward,
           rewards: r.rewards,
           error: r.error,

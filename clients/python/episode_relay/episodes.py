@@ -67,6 +67,8 @@ class EpisodeEntry(TypedDict, total=False):
     stop_condition: Optional[str]
     is_truncated: Optional[bool]
     is_timeout: bool
+    #: Deprecated alias of ``is_timeout`` (not the trainer's truncation: that is ``is_truncated``); the relay
+    #: drops it in its next release (docs/http-api.md).
     truncated: bool
     run_name: Optional[str]
 

@@ -47,14 +47,13 @@ from .transport import MSGPACK, RelayError, auth_headers, check_base_url, check_
 ROLLOUT_COLUMNS = (
     "id", "run", "status", "kind", "env", "group", "task", "step", "policy_version", "staleness",
     "reward", "rewards", "metrics", "final_answer", "expected_answer", "turns", "calls", "traces", "branches",
-    "input_tokens", "output_tokens", "tokens", "stop_condition", "is_truncated", "is_timeout", "truncated", "error",
+    "input_tokens", "output_tokens", "tokens", "stop_condition", "is_truncated", "is_timeout", "error",
     "flags", "ended",
 )
 #: Columns of a branch's row (see :func:`branch_records`): the rollout's identity, then the branch's.
 BRANCH_COLUMNS = (
     "id", "run", "kind", "env", "group", "task", "step", "policy_version", "reward",
     "trace", "branch", "leaf", "nodes", "tokens", "final_answer", "stop_condition", "is_truncated", "is_timeout",
-    "truncated",
 )
 #: Columns written as JSON text in files (dicts and lists: their keys vary from run to run).
 JSON_COLUMNS = ("rewards", "metrics", "flags")
@@ -437,11 +436,10 @@ def rollout_record(row: Mapping[str, Any], episode: Mapping[str, Any]) -> Dict[s
         "output_tokens": sum(_num(t.get("num_output_tokens")) for t in traces),
         "tokens": sum(_num(t.get("num_total_tokens")) for t in traces),
         "stop_condition": first.get("stop_condition"),
-        # the trainer's truncation over every trace; the first trace's timeout by its name (``truncated``: its
-        # deprecated alias, one release)
+        # the trainer's truncation over every trace; the first trace's timeout by its name (no ``truncated``
+        # column: the API's deprecated alias of ``is_timeout`` would read as the trainer's truncation)
         "is_truncated": any(trace_truncated(t) for t in traces),
         "is_timeout": bool(first.get("is_timeout")),
-        "truncated": bool(first.get("is_timeout")),
         "error": row.get("error"),
         "flags": [f.get("rule") for f in flags if isinstance(f, Mapping)],
         "ended": row.get("ended"),
@@ -499,7 +497,6 @@ def branch_records(row: Mapping[str, Any], episode: Mapping[str, Any]) -> List[D
                     "stop_condition": t.get("stop_condition"),
                     "is_truncated": trace_truncated(t),
                     "is_timeout": bool(t.get("is_timeout")),
-                    "truncated": bool(t.get("is_timeout")),
                 }
             )
     return out
@@ -786,13 +783,13 @@ def _arrow_schema(pa: Any, per: str) -> Any:
             "id": s, "run": s, "status": s, "kind": s, "env": s, "group": s, "task": s, "step": i, "policy_version": i,
             "staleness": i, "reward": f, "rewards": s, "metrics": s, "final_answer": s, "expected_answer": s, "turns": i, "calls": i,
             "traces": i, "branches": i, "input_tokens": i, "output_tokens": i, "tokens": i, "stop_condition": s,
-            "is_truncated": b, "is_timeout": b, "truncated": b, "error": s, "flags": s, "ended": s,
+            "is_truncated": b, "is_timeout": b, "error": s, "flags": s, "ended": s,
         }
         return pa.schema([(c, types[c]) for c in ROLLOUT_COLUMNS])
     types = {
         "id": s, "run": s, "kind": s, "env": s, "group": s, "task": s, "step": i, "policy_version": i, "reward": f,
         "trace": s, "branch": i, "leaf": i, "nodes": i, "tokens": i, "final_answer": s, "stop_condition": s, "is_truncated": b,
-        "is_timeout": b, "truncated": b,
+        "is_timeout": b,
     }
     return pa.schema([(c, types[c]) for c in BRANCH_COLUMNS])
 

@@ -108,7 +108,8 @@ class GroupRollout(TypedDict):
     is_truncated: Optional[bool]
     #: The first trace's ``is_timeout``.
     is_timeout: bool
-    #: Deprecated alias of ``is_timeout`` (one release).
+    #: Deprecated alias of ``is_timeout`` (not the trainer's truncation: that is ``is_truncated``); the relay
+    #: drops it in its next release (docs/http-api.md).
     truncated: bool
     error: Optional[str]
 

@@ -96,7 +96,7 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
                 "calls": sum(len(t["calls"]) for t in traces),
                 "tokens": sum(t["num_total_tokens"] for t in traces),
                 "output_tokens": sum(t["num_output_tokens"] for t in traces),
-                "stop_condition": t0["stop_condition"], "truncated": t0["is_timeout"],
+                "stop_condition": t0["stop_condition"],
                 # the trainer's truncation, any trace: a framework limit, or the last call without an error cut at "length"
                 "is_truncated": any(
                     t.get("stop_condition") in LIMITS
@@ -112,12 +112,12 @@ def recount(relay: Relay, run: str, keep=lambda e: True) -> List[Dict[str, Any]]
 
 
 def frame_rows(df: Any) -> List[Dict[str, Any]]:
-    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "calls", "tokens", "output_tokens", "stop_condition", "truncated", "is_truncated", "is_timeout", "traces", "branches"]
+    cols = ["id", "kind", "step", "group", "policy_version", "task", "reward", "rewards", "turns", "calls", "tokens", "output_tokens", "stop_condition", "is_truncated", "is_timeout", "traces", "branches"]
     rows = df.sort_values("id")[cols].to_dict("records")
     for r in rows:
         for c in ("step", "policy_version", "turns", "calls", "tokens", "output_tokens", "traces", "branches"):
             r[c] = int(r[c])
-        for c in ("truncated", "is_truncated", "is_timeout"):
+        for c in ("is_truncated", "is_timeout"):
             r[c] = bool(r[c])
         r["reward"] = None if pd.isna(r["reward"]) else r["reward"]
     return rows
@@ -138,6 +138,8 @@ def test_read_run_equals_a_recount_from_the_exact_episodes(relay: Relay, run: st
     df = read_run(relay.url, run, token=relay.token, batch=5)
     assert len(df) == len(PLAN) and df["id"].is_unique
     assert same(frame_rows(df), recount(relay, run))
+    # the timeout by its name only: no `truncated` column (the API's deprecated alias of is_timeout) beside is_truncated
+    assert "truncated" not in df.columns and {"is_truncated", "is_timeout"} <= set(df.columns)
     # the reward is the trainer's, the relay's row says the same
     rows = {e["id"]: e for e in listed(relay, run)}
     for r in frame_rows(df):
@@ -158,6 +160,7 @@ def test_per_branch_rows(relay: Relay, run: str) -> None:
     expected = {r["id"]: r["branches"] for r in recount(relay, run)}
     assert by_rollout == expected
     assert set(df["kind"]) == {"train", "eval"} and (df["nodes"] >= 1).all()
+    assert "truncated" not in df.columns and {"is_truncated", "is_timeout"} <= set(df.columns)
 
 
 def test_filters_select_what_the_list_selects(relay: Relay, run: str) -> None:
@@ -169,11 +172,11 @@ def test_filters_select_what_the_list_selects(relay: Relay, run: str) -> None:
     assert ids(step=(2, 3)) == sorted(e["id"] for e in rows if 2 <= e["step"] <= 3)
     assert ids(step=4, kind="train") == sorted(e["id"] for e in rows if e["step"] == 4 and e["kind"] == "train")
     assert ids(policy_version=0) == sorted(e["id"] for e in rows if e["policy_version"] == 0)
-    assert ids(stop="max_turns", truncated=True) == sorted(e["id"] for e in rows if e["stop_condition"] == "max_turns" and e["truncated"])
+    assert ids(stop="max_turns", is_timeout=True) == sorted(e["id"] for e in rows if e["stop_condition"] == "max_turns" and e["is_timeout"])
     assert ids(rewards={"correct": (1, None)}) == sorted(f"{run}:r{i:02d}" for i, p in enumerate(PLAN) if p[0] in ("chat_basic", "tool_calls_pending"))
     assert ids(kind="nope") == []
     empty = read_run(relay.url, run, token=relay.token, kind="nope")
-    assert list(empty.columns)[:3] == ["id", "run", "status"]
+    assert list(empty.columns)[:3] == ["id", "run", "status"] and "truncated" not in empty.columns
     with pytest.raises(RelayError) as e:
         read_run(relay.url, run, token=relay.token, step=(3, 1))
     assert e.value.field == "step"

@@ -1,7 +1,7 @@
 """The export's truncation columns without pandas (the DataFrame tests need it; these rows do not):
 ``is_truncated`` is the trainer's (a trace stopped at a framework limit, or its last call without an
-``error`` finished with ``length``; any trace for a rollout), ``is_timeout`` the first trace's, and
-``truncated`` its deprecated alias."""
+``error`` finished with ``length``; any trace for a rollout) and ``is_timeout`` the first trace's; no
+``truncated`` column (the API's deprecated alias of ``is_timeout``, which reads as the trainer's truncation)."""
 
 from __future__ import annotations
 
@@ -28,18 +28,19 @@ def test_a_trace_is_truncated_by_its_stop_or_its_last_successful_call() -> None:
     assert not trace_truncated(trace("g", []))
 
 
-def test_rollout_and_branch_rows_carry_both_names_and_the_alias() -> None:
+def test_rollout_and_branch_rows_carry_both_names_and_not_the_alias() -> None:
     row = {"id": "r:1", "run": "r", "status": "finished"}
     # the first trace timed out and ended well; the second (a judge) was cut at `length`
     episode = {"traces": [trace("t0", [call("stop")], timeout=True), trace("t1", [call("length")])]}
     rec = rollout_record(row, episode)
-    assert set(ROLLOUT_COLUMNS) <= set(rec)
-    assert (rec["is_truncated"], rec["is_timeout"], rec["truncated"]) == (True, True, True)
+    assert set(ROLLOUT_COLUMNS) == set(rec)
+    assert "truncated" not in ROLLOUT_COLUMNS and "truncated" not in BRANCH_COLUMNS
+    assert (rec["is_truncated"], rec["is_timeout"]) == (True, True)
     branches = branch_records(row, episode)
-    assert all(set(BRANCH_COLUMNS) <= set(b) for b in branches)
-    assert [(b["trace"], b["is_truncated"], b["is_timeout"], b["truncated"]) for b in branches] == [
-        ("t0", False, True, True),
-        ("t1", True, False, False),
+    assert all(set(BRANCH_COLUMNS) == set(b) for b in branches)
+    assert [(b["trace"], b["is_truncated"], b["is_timeout"]) for b in branches] == [
+        ("t0", False, True),
+        ("t1", True, False),
     ]
     calm = rollout_record(row, {"traces": [trace("t0", [call("stop")])]})
-    assert (calm["is_truncated"], calm["is_timeout"], calm["truncated"]) == (False, False, False)
+    assert (calm["is_truncated"], calm["is_timeout"]) == (False, False)

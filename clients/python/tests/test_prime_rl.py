@@ -118,6 +118,30 @@ def test_golden_run_written_while_the_bridge_runs(relay: RelayFixture, tmp_path:
     assert stats["finished"] == len(cases()) - 1 and stats.get("refused", 0) == 0, stats
 
 
+def test_no_line_per_http_request_unless_verbose() -> None:
+    """httpx (0.24 and later) logs every request at INFO: the bridge's default keeps a line per pass, and its
+    own request lines (DEBUG) show with --verbose only. Whatever httpx this runs with."""
+    import logging
+
+    from episode_relay.prime_rl.__main__ import PER_REQUEST_LOGGERS, configure_logging
+
+    names = (*PER_REQUEST_LOGGERS, "episode_relay.prime_rl")
+    kept = {n: logging.getLogger(n).level for n in names}
+    try:
+        configure_logging()
+        assert not any(logging.getLogger(n).isEnabledFor(logging.INFO) for n in PER_REQUEST_LOGGERS)
+        assert not logging.getLogger("episode_relay.prime_rl.http").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("episode_relay.prime_rl").isEnabledFor(logging.INFO)  # its progress lines
+        configure_logging(quiet=True)
+        assert not logging.getLogger("episode_relay.prime_rl").isEnabledFor(logging.INFO)
+        configure_logging(verbose=True)
+        assert logging.getLogger("episode_relay.prime_rl.http").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)  # the bridge's line, not httpx's too
+    finally:
+        for n, level in kept.items():
+            logging.getLogger(n).setLevel(level)
+
+
 def test_recorded_rollout(relay: RelayFixture, tmp_path: Path) -> None:
     """The hand-recorded rollout (fixtures/prime-rl/recorded): its live file, pending file and
     finished record, bridged with --once: the fold of the file, the identity from its open line,
@@ -129,8 +153,13 @@ def test_recorded_rollout(relay: RelayFixture, tmp_path: Path) -> None:
     assert stats["finished"] == 1 and stats["announced"] == 1 and stats["lines"] == 4, stats
     # it says how far it got while it runs, not only at its exit; --quiet leaves that out (the same files into a new run)
     assert re.search(r"INFO progress: .*\b4 lines\b", stats["log"]), stats["log"]
+    # a line per pass, not one per HTTP request (httpx 0.24+ logs each at INFO): those only with --verbose
+    assert "HTTP" not in stats["log"], stats["log"]
     quiet = once(out, relay.url, relay.token, tmp_path / "quiet-state.json", "--run", run_name("recq"), "--quiet")
     assert quiet["lines"] == 4 and "progress:" not in quiet["log"] and " INFO " not in quiet["log"], quiet["log"]
+    loud = once(out, relay.url, relay.token, tmp_path / "loud-state.json", "--run", run_name("recv"), "--verbose")
+    assert loud["lines"] == 4 and "progress:" in loud["log"] and re.search(r"DEBUG HTTP POST http://\S+/v1/episodes/\S+: 200\n", loud["log"]), loud["log"]
+    assert "HTTP Request" not in loud["log"], loud["log"]  # the bridge's line, not httpx's too
     traces_dir = out / TRACES
     record = stream_records(traces_dir)[0]
     open_line = json.loads((traces_dir / "live" / "5f0c2d6e9a8b4c1d8e7f6a5b4c3d2e1f.jsonl").read_bytes().split(b"\n")[0])

@@ -68,10 +68,11 @@ const RATE_FIELD: Record<RateKind, "failed" | "timeout" | "truncated"> = {
   timeout_rate: "timeout",
   truncation_rate: "truncated",
 };
-const RATE_WORDS: Record<RateKind, string> = {
-  failure_rate: "failed",
-  timeout_rate: "timed out",
-  truncation_rate: "were truncated",
+/** What the counted rollouts did, as a verb phrase after their count (one rollout, several). */
+const RATE_WORDS: Record<RateKind, [string, string]> = {
+  failure_rate: ["failed", "failed"],
+  timeout_rate: ["timed out", "timed out"],
+  truncation_rate: ["was truncated", "were truncated"],
 };
 
 /** The flag rules a `flag` alert rule covers. */
@@ -111,13 +112,15 @@ export function rateCheck(
   const field = RATE_FIELD[rule.kind];
   const hits = last.filter((o) => o[field]);
   const value = last.length ? hits.length / last.length : 0;
-  const envName = env === "" ? "rollouts without an env" : `env ${env}`;
+  // "2 of the last 10 rollouts of env gsm8k were truncated": the rollouts are counted, not the env
+  const counted = `${plural(last.length, "rollout")} ${env === "" ? "without an env" : `of env ${env}`}`;
+  const [one, several] = RATE_WORDS[rule.kind];
   return {
     over: last.length < rule.window ? null : value > rule.above,
     finding: {
       rule,
       subject: `env:${env}`,
-      what: `${hits.length} of the last ${last.length} ${envName} ${RATE_WORDS[rule.kind]} (${pct(value)}, above ${pct(rule.above)})`,
+      what: `${hits.length} of the last ${counted} ${hits.length === 1 ? one : several} (${pct(value)}, above ${pct(rule.above)})`,
       value,
       threshold: rule.above,
       evidence: {
@@ -149,7 +152,7 @@ export function zeroVarianceCheck(
     finding: {
       rule,
       subject: stepSubject(step),
-      what: `${stepName(step)}: ${step.groups.zero_variance} of ${step.groups.complete} complete groups have zero reward variance (${pct(share ?? 0)}, above ${pct(rule.above)})`,
+      what: `${stepName(step)}: ${step.groups.zero_variance} of ${plural(step.groups.complete, "complete group")} ${step.groups.zero_variance === 1 ? "has" : "have"} zero reward variance (${pct(share ?? 0)}, above ${pct(rule.above)})`,
       value: share,
       threshold: rule.above,
       evidence: stepEvidence(step),
@@ -179,12 +182,18 @@ export function rewardDropCheck(
     finding: {
       rule,
       subject: stepSubject(step),
-      what: `${stepName(step)}: mean reward ${num(step.mean_reward)} is below the previous ${prev.length} step(s)' ${num(baseline)} by more than ${num(rule.by)}`,
+      what: `${stepName(step)}: mean reward ${num(step.mean_reward)} is more than ${num(rule.by)} below ${baselineName(prev.length, baseline)}`,
       value: step.mean_reward,
       threshold,
       evidence: stepEvidence(step),
     },
   };
+}
+
+/** The baseline a step's mean reward is held against, by what it is the mean of. */
+function baselineName(steps: number, baseline: number | null): string {
+  if (steps === 0) return "a baseline: no previous step has a mean reward";
+  return `${num(baseline)}, ${steps === 1 ? "the previous step's" : `the mean of the previous ${steps} steps`}`;
 }
 
 function stepSubject(step: Pick<StepJson, "step" | "kind">): string {
@@ -204,6 +213,11 @@ function stepEvidence(step: StepJson): Evidence {
     flag: null,
     excerpt: `${step.finished} finished, ${step.failed} failed, mean reward ${num(step.mean_reward)}, zero-variance share ${step.zero_variance_share === null ? "none" : pct(step.zero_variance_share)}`,
   };
+}
+
+/** "1 rollout", "10 rollouts". */
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
 }
 
 function pct(x: number): string {

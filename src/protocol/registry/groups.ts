@@ -4,6 +4,7 @@
 // from its members whenever one of them changes (index-store.ts), so a group's numbers always
 // equal a recount, whatever the order rows arrive, finish, fail or go.
 
+import { dispatchFacts } from "../envelope/dispatch.js";
 import type { Json } from "../wire/json-view.js";
 import type { ZeroVarianceTrend } from "./aggregates.js";
 import { type IndexRow, type IndexStatus, timedOut } from "./entry.js";
@@ -19,6 +20,15 @@ export function rolloutGroup(
   taskKey: string | null,
 ): string | null {
   return dispatchGroup ?? headGroupId ?? taskKey;
+}
+
+/**
+ * A row's group once it is the rollout's for good: its `group`, except while it is live without a dispatch group
+ * (the task key stands in until the reply names the group; null), so a rollout shown live and ended names one group.
+ */
+export function settledGroup(r: Pick<IndexRow, "group" | "status" | "dispatch">): string | null {
+  if (r.status === "live" && dispatchFacts(r.dispatch).group === null) return null;
+  return r.group ?? null;
 }
 
 /** One reward key over a group's finished rollouts: population std (what GRPO normalises by). */

@@ -39,13 +39,31 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument(
         "--tokenizer", metavar="PATH|ORG/NAME", help="the model's tokenizer.json, or a model name in the local Hugging Face cache: sent once, so pages decode token ids"
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    talk.add_argument("-v", "--verbose", action="store_true", help="a DEBUG line per HTTP request too")
     return p.parse_args(argv)
+
+
+#: Libraries that log a line per HTTP request at INFO (httpx 0.24 and later: "HTTP Request: POST ..."); the
+#: bridge's own request lines (DEBUG, ``episode_relay.prime_rl.http``) stand in for them with --verbose.
+PER_REQUEST_LOGGERS = ("httpx", "httpcore")
+
+
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    """The bridge's own lines at INFO (its start, a ``progress:`` line per pass that moved something, at most
+    every 10 s), warnings and errors; ``quiet``: warnings and errors only; ``verbose``: its DEBUG lines too,
+    a line per HTTP request (thousands an hour on a busy run: never by default)."""
+    level = logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("episode_relay.prime_rl").setLevel(logging.DEBUG if verbose else level)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    configure_logging(quiet=args.quiet, verbose=args.verbose)
     try:
         bridge = Bridge(
             args.output_dir,

@@ -44,6 +44,13 @@ from .files import Chunks, Cursor, SealedChunk, cursor_at, follow, whole_lines
 from .state import State
 
 logger = logging.getLogger("episode_relay.prime_rl")
+#: A line per HTTP request, at DEBUG (``--verbose``): thousands an hour on a busy run, so never by default.
+http_logger = logging.getLogger("episode_relay.prime_rl.http")
+
+
+async def _log_request(response: httpx.Response) -> None:
+    if http_logger.isEnabledFor(logging.DEBUG):
+        http_logger.debug("HTTP %s %s: %d", response.request.method, response.request.url, response.status_code)
 
 T = TypeVar("T")
 
@@ -208,7 +215,9 @@ class Bridge:
         """Cycles until cancelled (``once``: until a cycle finds nothing new), saving the state
         after each; returns the stats."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=httpx.Limits(max_connections=self._parallel))
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(60.0), limits=httpx.Limits(max_connections=self._parallel), event_hooks={"response": [_log_request]}
+            )
         try:
             if self._tokenizer is not None:
                 await self._tokenizer.ship(self._client)
