@@ -182,12 +182,16 @@ async function waitZeroShare(page: Page, share: number | null): Promise<void> {
 }
 
 /** The solve rate of a task at (key, threshold), over its finished rollouts, as the relay defines it. */
-function solveRate(task: string, key: keyof Scores, threshold: number): number | null {
-  const scores = rollouts.filter((r) => r.task === task && r.outcome === "finished").map((r) => r.scores[key]);
+/** A key's score; `reward`: the trainer's, Σ score × weight (one trace). */
+const scoreOf = (s: Scores, key: keyof Scores | "reward") =>
+  key === "reward" ? s.correct * WEIGHTS.correct + s.format * WEIGHTS.format : s[key];
+
+function solveRate(task: string, key: keyof Scores | "reward", threshold: number): number | null {
+  const scores = rollouts.filter((r) => r.task === task && r.outcome === "finished").map((r) => scoreOf(r.scores, key));
   return scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null;
 }
 
-async function waitSolveRates(page: Page, key: keyof Scores, threshold: number): Promise<void> {
+async function waitSolveRates(page: Page, key: keyof Scores | "reward", threshold: number): Promise<void> {
   const want = Object.fromEntries([...TASKS, LIVE_GROUP].map((t) => [t, String(solveRate(t, key, threshold))]));
   await page.waitForFunction(
     (w) =>
@@ -358,12 +362,19 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     );
     expect(tasks).toEqual([...tasks].sort());
 
-    // tasks: key `correct` (the first of the aggregates' keys), threshold 1
-    expect(await page.locator("#task-key").inputValue()).toBe("correct");
-    // "reward": the trainer's reward, kept beside the keys since issue 40
-    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["correct", "format", "reward"]);
+    // tasks: key `reward` (the trainer's, as the API's default), listed first, then the keys by name; threshold 1;
+    // the mean column named after the key it shows (trial 9: "Mean reward" over `correct`)
+    expect(await page.locator("#task-key").inputValue()).toBe("reward");
+    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["reward", "correct", "format"]);
     expect(await page.locator("#task-threshold").inputValue()).toBe("1");
+    await waitSolveRates(page, "reward", 1);
+    expect(await page.locator("#tasks-mean-head").innerText()).toMatch(/^mean reward$/i);
+    // the reward range under Filters: the same order and default
+    expect(await page.locator("#filter-reward-key option").allTextContents()).toEqual(["reward", "correct", "format"]);
+    expect(await page.locator("#filter-reward-key").inputValue()).toBe("reward");
+    await page.selectOption("#task-key", "correct");
     await waitSolveRates(page, "correct", 1);
+    expect(await page.locator("#tasks-mean-head").innerText()).toMatch(/^mean correct$/i);
     const a = page.locator('#tasks .t-row[data-task="task-a"]');
     expect(await a.locator('[data-k="rollouts"]').innerText()).toBe(
       String(rollouts.filter((r) => r.task === "task-a").length),
