@@ -17,6 +17,25 @@ export function rewardKeyOrder(keys: Iterable<string>): string[] {
   return [...all.filter((k) => k === "reward"), ...all.filter((k) => k !== "reward")];
 }
 
+/**
+ * A reward key's colour slot on one page (the tk-N tones of rewards.css), the same in every chart: `reward` the
+ * first; each other key the next slot when the page first meets it (by name among those met together), kept for the
+ * page's life, so a key met later never recolours the ones drawn.
+ */
+export class KeyTones {
+  private readonly tones = new Map<string, number>([["reward", 0]]);
+
+  /** Give the keys not met yet their slots. */
+  meet(keys: Iterable<string>): void {
+    for (const k of rewardKeyOrder(keys)) if (!this.tones.has(k)) this.tones.set(k, this.tones.size);
+  }
+
+  tone(key: string): number {
+    this.meet([key]);
+    return this.tones.get(key)!;
+  }
+}
+
 /** The statistics to show: every episode's, or the finished ones'. */
 export function shownRewards<T>(
   a: { rewards: Record<string, T>; finished_rewards: Record<string, T> },
