@@ -225,12 +225,13 @@ describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
     expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(ids.tools);
     await page.fill("#episode-filter", "");
 
-    // a row opens its episode; a failed run says so, and why; the breadcrumb leads back to the run
+    // a row opens its episode; a failed rollout says so, and why (as "the rollout": "run" is the training run on every
+    // page, trial 9); the breadcrumb leads back to the run
     await episodeRow(page, ids.failed).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(ids.failed)}`);
     await waitConnection(page, "failed");
     await waitStatus(page, "failed");
-    expect(await page.locator("#ep-banner").innerText()).toContain("sandbox crashed");
+    expect(await page.locator("#ep-banner").innerText()).toMatch(/^The rollout failed: .*sandbox crashed/);
     expect(await page.locator("#crumb-run").innerText()).toBe(run);
     await shoot(page, "episode-failed");
     await page.click("#crumb-run");

@@ -75,9 +75,10 @@ export function unknownText(unknown: readonly string[]): string {
 }
 
 function bannerText(status: string, error: string | null): string {
-  if (status === "failed") return `The run failed${error ? `: ${error}` : ""}`;
+  // "run" is the training run everywhere else on the dashboard
+  if (status === "failed") return `The rollout failed${error ? `: ${error}` : ""}`;
   if (status === "finish_refused") {
-    return `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The run stays open for a corrected reply.`;
+    return `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The rollout stays open for a corrected reply.`;
   }
   return error ? `Finish error: ${error}` : "";
 }
