@@ -646,8 +646,13 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator("#connection").innerText()).toMatch(/relay\s*connected/);
     await waitStatus(page, "missing");
     expect(await page.locator("#ep-status").innerText()).toMatch(/not found/i);
+    // nothing to download or route yet (trial 9: the buttons stood beside "not found"), nor counts of nothing
+    for (const tool of ["#download-json", "#download-msgpack", "#routing-toggle", ".ep-stats"])
+      expect(await page.locator(tool).isVisible(), tool).toBe(false);
     await p.send(2); // open + the first turn (system, user, assistant with a tool call)
     await page.locator('li.turn[data-node="2"]').waitFor();
+    for (const tool of ["#download-json", "#routing-toggle", ".ep-stats"])
+      expect(await page.locator(tool).isVisible(), tool).toBe(true);
     expect(await page.locator('li.turn[data-node="2"] .tool-call').innerText()).toMatch(
       /calculator[\s\S]*expr: "6\*7"/,
     );
