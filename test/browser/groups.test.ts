@@ -270,6 +270,32 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / GROUPS));
     expect(await page.locator(`${zv} rect.zv-bar`).count()).toBeGreaterThan(0);
 
+    // at 1280 px every counter's label shows whole (trial 9: "FINISH REFU…", "EPISODES / …"), and each tile is as
+    // tall as what it holds (they were all stretched to the zero-variance tile's ~160 px)
+    expect(page.viewportSize()!.width).toBe(1280);
+    const fit = await page.$$eval("#run-stats .stat", (tiles) =>
+      tiles.map((t: any) => {
+        const label = t.querySelector(".stat-label");
+        const last = [...t.children].filter((c: any) => c.offsetHeight > 0).at(-1);
+        const pad =
+          Number.parseFloat(getComputedStyle(t).paddingBottom) +
+          Number.parseFloat(getComputedStyle(t).borderBottomWidth);
+        const ls = getComputedStyle(label);
+        const lineHeight = Number.parseFloat(ls.lineHeight) || Number.parseFloat(ls.fontSize) * 1.2;
+        return {
+          key: t.dataset.stat as string,
+          cut: label.scrollWidth > label.clientWidth || label.scrollHeight > label.clientHeight,
+          lines: Math.round(label.getBoundingClientRect().height / lineHeight),
+          slack: t.getBoundingClientRect().bottom - last.getBoundingClientRect().bottom - pad,
+        };
+      }),
+    );
+    for (const f of fit) {
+      expect(f.cut, f.key).toBe(false);
+      expect(f.lines, f.key).toBe(1);
+      expect(f.slack, f.key).toBeLessThan(2);
+    }
+
     // the reward over run time beside the throughput: `correct` per point over the finished rollouts (the
     // aggregates' timeline, from the run's first rollout; issue 40: it was the last hour's reward trend)
     const finishedCorrect = rollouts.filter((r) => r.outcome === "finished").map((r) => r.scores.correct);
