@@ -256,6 +256,11 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     );
     expect(await page.locator("#groups .g-row[data-group] .cell-gstep").first().isVisible()).toBe(false);
     expect(await page.locator("#episodes .ep-row[data-id] .cell-kind").first().isVisible()).toBe(false);
+    // the list's heads each fit their column (trial 9: "TRUNCATEDUPDATED" without the identity columns)
+    const spill = await page.$$eval("#episodes .ep-head [role=columnheader]", (heads) =>
+      heads.filter((e: any) => e.offsetWidth > 0 && e.scrollWidth > e.clientWidth).map((e: any) => e.textContent),
+    );
+    expect(spill).toEqual([]);
     const tile = page.locator('.stat[data-stat="zero_variance"]');
     expect(await tile.locator(".stat-value").innerText()).toBe("25%");
     expect(await tile.locator(".stat-sub").innerText()).toBe(`${ZERO.size} of ${GROUPS} finished groups`);
