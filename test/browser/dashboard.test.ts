@@ -393,6 +393,48 @@ async function showAll(page: Page, n: number): Promise<void> {
   expect(await page.locator("#episodes-more").isHidden()).toBe(true);
 }
 
+describe("a run the relay has not got", () => {
+  it("says so once and looks again after a growing wait (each look a 404 the browser logs), not every few seconds", async () => {
+    const run = freshId("norun");
+    const path = `/v1/runs/${encodeURIComponent(run)}`;
+    const { context, page, errors } = await openPage(
+      browser,
+      `${relay.url}/runs/${encodeURIComponent(run)}`,
+      {},
+      {
+        clock: true,
+      },
+    );
+    let looks = 0;
+    page.on("request", (r) => {
+      if (new URL(r.url()).pathname === path) looks++;
+    });
+    await waitConnection(page, "waiting");
+    await page.waitForFunction(() =>
+      /No run .* to show/.test((globalThis as any).document.querySelector("main")?.textContent),
+    );
+    const first = looks; // the first look may have gone before the listener
+    const quiet = async (ms: number) => {
+      await page.clock.fastForward(ms);
+      await page.waitForTimeout(300);
+      return looks;
+    };
+    const next = async (ms: number, want: number) => {
+      await page.clock.fastForward(ms);
+      await expect.poll(() => looks, { timeout: 5_000 }).toBe(want);
+    };
+    // 3 s, then 6 s (trial 9: every ~3 s, jittered from 250 ms up, for as long as the page stayed open)
+    expect(await quiet(2_000)).toBe(first);
+    await next(1_500, first + 1);
+    expect(await quiet(5_000)).toBe(first + 1);
+    await next(1_500, first + 2);
+    expect(await page.locator("#connection .conn-label").innerText()).toBe("waiting for the run");
+    expect((await page.locator("main").innerText()).match(/No run /g)).toHaveLength(1);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
+
 describe("a run of 240 episodes", () => {
   const run = freshId("grpo");
   const plans = Array.from({ length: 240 }, (_, n) => planned(run, n));
