@@ -2,7 +2,8 @@
 // covers the whole run, as the aggregates do, so the run page shows them only with aggregates):
 //
 // - groups (`GET /v1/runs/{run}/groups?sort=&limit=&cursor=`): id (opens the group), task, size,
-//   finished, per reward key mean ± std, spread; ordered by the relay (spread, size or task),
+//   finished, the trainer's reward and each key's mean ± std, the reward's spread (max − min); ordered by the
+//   relay (spread, size or task),
 //   paged with "show more";
 // - tasks (`GET /v1/runs/{run}/tasks?key=&threshold=&limit=&cursor=`): rollouts, solve rate at the
 //   chosen reward key (the trainer's `reward` unless another is picked) and threshold, that key's
@@ -13,6 +14,7 @@
 
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates, TaskSummary, TasksPage } from "../../src/protocol/index.js";
+import { REWARD_DEFINITION, TOTAL_KEY } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { fmtNumber, h } from "./dom.js";
 import { groupHref } from "./links.js";
@@ -128,10 +130,21 @@ function groupsHead(): HTMLElement {
     h("span.num", { role: "columnheader" }, "Finished"),
     h(
       "span",
-      { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" },
+      {
+        role: "columnheader",
+        title: "the trainer's reward (first), then each key, over the finished rollouts: mean ± population std",
+      },
       "Rewards (mean ± std)",
     ),
-    h("span.num", { role: "columnheader", title: "the largest max − min over the reward keys" }, "Spread"),
+    h(
+      "span.num",
+      {
+        role: "columnheader",
+        title:
+          "max − min of the trainer's reward over the finished rollouts: 0 is no learning signal (all advantages 0)",
+      },
+      "Reward spread",
+    ),
   );
 }
 
@@ -184,12 +197,16 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
 }
 
 function rewardCells(g: GroupSummary): HTMLElement | HTMLElement[] {
-  if (Object.keys(g.rewards).length === 0) return h("span.muted", null, "no rewards yet");
+  if (Object.keys(g.rewards).length === 0 && g.mean_reward === null) return h("span.muted", null, "no rewards yet");
+  // the trainer's reward first (what GRPO normalises on); a bare-number reward, the key "reward", shown once as it
+  const total =
+    g.mean_reward === null ? [] : [[TOTAL_KEY, g.mean_reward, g.std_reward ?? 0, REWARD_DEFINITION] as const];
+  const keys = Object.entries(g.rewards)
+    .filter(([k]) => total.length === 0 || k !== TOTAL_KEY)
+    .map(([k, r]) => [k, r.mean, r.std, `min ${num(r.min)} · max ${num(r.max)}`] as const);
   // coloured by the mean
-  return Object.entries(g.rewards).map(([k, r]) =>
-    rewardChip(k, r.mean, `${num(r.mean)} ± ${num(r.std)}`, {
-      attrs: { "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
-    }),
+  return [...total, ...keys].map(([k, mean, std, title]) =>
+    rewardChip(k, mean, `${num(mean)} ± ${num(std)}`, { attrs: { "data-mean": mean, "data-std": std, title } }),
   );
 }
 

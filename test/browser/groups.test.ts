@@ -123,6 +123,8 @@ interface GroupsPage {
     size: number;
     finished: number;
     spread: number | null;
+    mean_reward: number | null;
+    std_reward: number | null;
     rewards: Record<string, { mean: number; std: number }>;
   }>;
   cursor: string | null;
@@ -372,9 +374,20 @@ describe("rollout groups on the run page (/runs/{run})", () => {
           `${g.id} ${k}`,
         ).toBeCloseTo(s.std, 9);
       }
+      // the trainer's reward first, mean ± std (what GRPO normalises on; trial 9 wished it shown)
+      if (g.mean_reward !== null) {
+        const total = row.locator(".cell-stats .reward").first();
+        expect(await total.getAttribute("data-key"), g.id).toBe("reward");
+        expect(Number(await total.getAttribute("data-mean")), g.id).toBeCloseTo(g.mean_reward, 9);
+        expect(Number(await total.getAttribute("data-std")), g.id).toBeCloseTo(g.std_reward!, 9);
+      }
       const i = Number(g.id.slice(1));
       expect(await row.getAttribute("data-zero"), g.id).toBe(String(g.id !== LIVE_GROUP && ZERO.has(i)));
     }
+    // the spread says what it measures: the trainer's reward, max − min
+    const spreadHead = page.locator("#groups .g-head [role=columnheader]").last();
+    expect(await spreadHead.innerText()).toMatch(/^reward spread$/i);
+    expect(await spreadHead.getAttribute("title")).toMatch(/max − min of the trainer's reward/);
     const g01 = first.groups.find((g) => g.id === "g01")!;
     const xs = rollouts.filter((r) => r.group === "g01").map((r) => r.scores.correct);
     expect(g01.rewards.correct!.std).toBeCloseTo(pstd(xs), 9);
