@@ -198,6 +198,7 @@ export function mountRun(shell: Shell, run: string): () => void {
         return false;
       }
       if (typeof b?.covered === "boolean") partial.hidden = b.covered;
+      alerts.poke(); // the run is there: its alerts (a first read, or a late one once the run came)
       // the counters show before the socket's snapshot arrives
       if (b?.aggregates) drawAggregates(b.aggregates);
       return true;

@@ -405,15 +405,21 @@ describe("a run the relay has not got", () => {
         clock: true,
       },
     );
+    // every request from a load of the page on (the first load's went before a listener could be)
     let looks = 0;
+    let alerts = 0;
     page.on("request", (r) => {
-      if (new URL(r.url()).pathname === path) looks++;
+      const at = new URL(r.url()).pathname;
+      if (at === path) looks++;
+      if (at === `${path}/alerts`) alerts++;
     });
+    await reloadPage(page);
     await waitConnection(page, "waiting");
     await page.waitForFunction(() =>
       /No run .* to show/.test((globalThis as any).document.querySelector("main")?.textContent),
     );
-    const first = looks; // the first look may have gone before the listener
+    const first = looks;
+    expect(first).toBe(1);
     const quiet = async (ms: number) => {
       await page.clock.fastForward(ms);
       await page.waitForTimeout(300);
@@ -430,6 +436,8 @@ describe("a run the relay has not got", () => {
     await next(1_500, first + 2);
     expect(await page.locator("#connection .conn-label").innerText()).toBe("waiting for the run");
     expect((await page.locator("main").innerText()).match(/No run /g)).toHaveLength(1);
+    // nor are its alerts asked for (another 404) before the run is there
+    expect(alerts).toBe(0);
     expect(errors).toEqual([]);
     await context.close();
   });
