@@ -282,6 +282,7 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(page.viewportSize()!.width).toBe(1280);
     const fit = await page.$$eval("#run-stats .stat", (tiles) =>
       tiles.map((t: any) => {
+        const { getComputedStyle } = globalThis as any;
         const label = t.querySelector(".stat-label");
         const last = [...t.children].filter((c: any) => c.offsetHeight > 0).at(-1);
         const pad =
