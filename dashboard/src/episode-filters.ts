@@ -8,6 +8,7 @@
 
 import { filterParams, isFiltered, NO_FILTER, parseRowFilter, type RowFilter } from "../../src/protocol/index.js";
 import { h } from "./dom.js";
+import { rewardKeyOrder } from "./reward-choice.js";
 
 /** Typing settles for this long before the list is asked again. */
 const TYPING_MS = 350;
@@ -66,6 +67,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   const clearBtn = h("button.btn", { type: "button", id: "filter-clear" }, "Clear filters");
   let keys: string[] = range ? [range.key] : [];
   let chosenKey = range?.key ?? null;
+  // until the reader picks a key (or the URL names one), the first: the trainer's `reward` when the run has it
+  let keyPicked = range !== null;
   let current = initial;
   let timer = 0;
   fillKeys();
@@ -75,6 +78,7 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   for (const s of [truncated, timedOut, errored, kind]) s.addEventListener("change", () => settle(0));
   key.addEventListener("change", () => {
     chosenKey = key.value;
+    keyPicked = true;
     settle(0);
   });
   clearBtn.addEventListener("click", () => {
@@ -107,8 +111,8 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
   );
 
   function fillKeys(): void {
+    if (!keyPicked) chosenKey = keys[0] ?? null;
     key.replaceChildren(...keys.map((k) => h("option", { value: k, selected: k === chosenKey ? true : undefined }, k)));
-    if (chosenKey === null && keys[0] !== undefined) chosenKey = keys[0];
   }
 
   function settle(ms: number): void {
@@ -152,8 +156,10 @@ export function episodeFilters(initial: RowFilter, onChange: (f: RowFilter) => v
     el,
     value: () => current,
     rewardKeys(next) {
-      if (next.join("\u0000") === keys.join("\u0000")) return;
-      keys = [...new Set([...next, ...(chosenKey ? [chosenKey] : [])])];
+      // the trainer's `reward` first (the default), as the tasks' key
+      const offered = rewardKeyOrder([...next, ...(keyPicked && chosenKey ? [chosenKey] : [])]);
+      if (offered.join("\u0000") === keys.join("\u0000")) return;
+      keys = offered;
       fillKeys();
     },
   };

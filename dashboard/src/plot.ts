@@ -121,6 +121,7 @@ export class Plot {
         kind: s.kind,
         label: s.label,
         dashed: s.dashed === true,
+        tone: s.tone,
         points: [...s.points].sort((a, b) => a[0] - b[0]),
         ...(s.spread ? { spread: [...s.spread].sort((a, b) => a[0] - b[0]) } : {}),
       })),

@@ -7,6 +7,7 @@
 import type { RunTimeline } from "../../src/protocol/index.js";
 import { fmtNumber, h } from "./dom.js";
 import type { PlotSeries } from "./plot.js";
+import type { KeyTones } from "./reward-choice.js";
 import { perPoint, pointX, type RunTimeChart, runTimeAxis, runTimeChart } from "./run-time.js";
 
 /** Keys drawn (the trainer's total first, then by name); more would not be told apart. */
@@ -31,35 +32,37 @@ export function trendKeys(t: RunTimeline): string[] {
   return [...all.filter((k) => k === "reward"), ...all.filter((k) => k !== "reward")].slice(0, MAX_KEYS);
 }
 
-export function rewardTrendChart(): RunTimeChart {
+/** `tones`: the page's reward key colours (the same in the per-step charts). */
+export function rewardTrendChart(tones: KeyTones): RunTimeChart {
   return runTimeChart(
     "reward-trend",
     "Reward over run time",
     "No episode has finished with a reward yet.",
     (t, { el, sub, stats }) => {
       const keys = t ? trendKeys(t) : [];
+      tones.meet(keys);
       el.dataset.keys = keys.join(",");
       sub.textContent = t ? `mean of the episodes finished ${perPoint(t)}` : "";
       stats.replaceChildren(
-        ...keys.map((k, i) => {
+        ...keys.map((k) => {
           const m = runMean(t!.rewards[k]!);
           return h(
             "div",
             { "data-stat": k, "data-mean": m ?? "", title: "mean over every finished episode of the run" },
-            h(`dt.tk-key.tk-${i}` as "dt", null, k),
+            h(`dt.tk-key.tk-${tones.tone(k) % 4}` as "dt", null, k),
             h("dd", null, m === null ? "–" : round(m)),
           );
         }),
       );
       if (!t || keys.length === 0) return null;
-      const series: PlotSeries[] = keys.map((key, tone) => {
+      const series: PlotSeries[] = keys.map((key) => {
         const k = t.rewards[key]!;
         // only the points where some finished: a point without is joined across, not a fall to 0
         const points = new Map<number, number | null>();
         k.count.forEach((c, i) => {
           if (c > 0) points.set(pointX(t, i), k.mean[i]!);
         });
-        return { label: key, key, kind: "finished", tone, points };
+        return { label: key, key, kind: "finished", tone: tones.tone(key), points };
       });
       return {
         ...runTimeAxis(t),

@@ -22,7 +22,7 @@ interface AlertsAnswer {
 
 export interface RunAlerts {
   el: HTMLElement;
-  /** The run changed: read the alerts again (soon, at most every READ_MS). */
+  /** The run is there (its probe answered) or changed: read the alerts (soon, at most every READ_MS). */
   poke(): void;
   stop(): void;
 }
@@ -122,7 +122,7 @@ export function runAlerts(run: string): RunAlerts {
     first = false;
   }
 
-  void read();
+  // read first once the run page knows the run is there (poke): a run the relay has not got would answer a 404
   return {
     el,
     poke,

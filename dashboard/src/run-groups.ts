@@ -2,21 +2,25 @@
 // covers the whole run, as the aggregates do, so the run page shows them only with aggregates):
 //
 // - groups (`GET /v1/runs/{run}/groups?sort=&limit=&cursor=`): id (opens the group), task, size,
-//   finished, per reward key mean ± std, spread; ordered by the relay (spread, size or task),
+//   finished, the trainer's reward and each key's mean ± std, the reward's spread (max − min); ordered by the
+//   relay (spread, size or task),
 //   paged with "show more";
 // - tasks (`GET /v1/runs/{run}/tasks?key=&threshold=&limit=&cursor=`): rollouts, solve rate at the
-//   chosen reward key and threshold, mean reward, mean turns, mean tokens.
+//   chosen reward key (the trainer's `reward` unless another is picked) and threshold, that key's
+//   mean (the column named after it), mean turns, mean tokens.
 //
 // Both are paged tables (paged-table.ts): they re-read what they show (from the top, as many rows
 // as are loaded) when the run's aggregates change, at most every REFRESH_MS.
 
 import type { GroupSort, GroupSummary, GroupsPage } from "../../clients/typescript/groups.js";
 import type { RunAggregates, TaskSummary, TasksPage } from "../../src/protocol/index.js";
+import { REWARD_DEFINITION, TOTAL_KEY } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
 import { fmtNumber, h } from "./dom.js";
 import { groupHref } from "./links.js";
 import { pagedTable } from "./paged-table.js";
 import { rewardChip } from "./reward-chip.js";
+import { rewardKeyOrder } from "./reward-choice.js";
 import { percent } from "./run-stats.js";
 import { segmented } from "./segmented.js";
 import { kindChip } from "./stage-chip.js";
@@ -126,10 +130,21 @@ function groupsHead(): HTMLElement {
     h("span.num", { role: "columnheader" }, "Finished"),
     h(
       "span",
-      { role: "columnheader", title: "per reward key, over the finished rollouts: mean ± population std" },
+      {
+        role: "columnheader",
+        title: "the trainer's reward (first), then each key, over the finished rollouts: mean ± population std",
+      },
       "Rewards (mean ± std)",
     ),
-    h("span.num", { role: "columnheader", title: "the largest max − min over the reward keys" }, "Spread"),
+    h(
+      "span.num",
+      {
+        role: "columnheader",
+        title:
+          "max − min of the trainer's reward over the finished rollouts: 0 is no learning signal (all advantages 0)",
+      },
+      "Reward spread",
+    ),
   );
 }
 
@@ -182,12 +197,16 @@ function groupRow(run: string, g: GroupSummary): HTMLElement {
 }
 
 function rewardCells(g: GroupSummary): HTMLElement | HTMLElement[] {
-  if (Object.keys(g.rewards).length === 0) return h("span.muted", null, "no rewards yet");
+  if (Object.keys(g.rewards).length === 0 && g.mean_reward === null) return h("span.muted", null, "no rewards yet");
+  // the trainer's reward first (what GRPO normalises on); a bare-number reward, the key "reward", shown once as it
+  const total =
+    g.mean_reward === null ? [] : [[TOTAL_KEY, g.mean_reward, g.std_reward ?? 0, REWARD_DEFINITION] as const];
+  const keys = Object.entries(g.rewards)
+    .filter(([k]) => total.length === 0 || k !== TOTAL_KEY)
+    .map(([k, r]) => [k, r.mean, r.std, `min ${num(r.min)} · max ${num(r.max)}`] as const);
   // coloured by the mean
-  return Object.entries(g.rewards).map(([k, r]) =>
-    rewardChip(k, r.mean, `${num(r.mean)} ± ${num(r.std)}`, {
-      attrs: { "data-mean": r.mean, "data-std": r.std, title: `min ${num(r.min)} · max ${num(r.max)}` },
-    }),
+  return [...total, ...keys].map(([k, mean, std, title]) =>
+    rewardChip(k, mean, `${num(mean)} ± ${num(std)}`, { attrs: { "data-mean": mean, "data-std": std, title } }),
   );
 }
 
@@ -195,6 +214,14 @@ export function runTasks(run: string): RunSection {
   const base = `/v1/runs/${encodeURIComponent(run)}/tasks`;
   let key = "";
   let threshold = 1;
+  const meanHead = h(
+    "span.num",
+    { role: "columnheader", id: "tasks-mean-head", title: "mean score of the key over the finished rollouts" },
+    "Mean",
+  );
+  const nameMean = () => {
+    meanHead.textContent = key ? `Mean ${key}` : "Mean";
+  };
   const table = pagedTable<TaskSummary>({
     page: TASKS_PAGE,
     async fetchPage(limit, cursor) {
@@ -205,8 +232,8 @@ export function runTasks(run: string): RunSection {
       return { items: p.tasks, cursor: p.cursor };
     },
     table: { sel: "div.t-list", id: "tasks", label: "results per task", bodySel: "div.t-body" },
-    head: tasksHead(),
-    row: taskRow,
+    head: tasksHead(meanHead),
+    row: (t) => taskRow(t, key),
     emptyId: "tasks-empty",
     moreId: "tasks-more",
     failed: "Could not list the tasks",
@@ -215,6 +242,7 @@ export function runTasks(run: string): RunSection {
   const keys = keyChoice((k) => {
     key = k;
     el.dataset.key = k;
+    nameMean();
     table.restart();
   });
   const thresholdInput = thresholdField((v) => {
@@ -242,6 +270,7 @@ export function runTasks(run: string): RunSection {
       if (offered !== null) {
         key = offered;
         el.dataset.key = key;
+        nameMean();
       }
       const means = Object.fromEntries(Object.entries(a.rewards).map(([x, r]) => [x, [r.count, r.mean]]));
       table.changed(JSON.stringify([a.counts, a.episodes, a.groups ?? null, means]), keyChanged);
@@ -265,17 +294,23 @@ function tasksToolbar(keys: HTMLElement, threshold: HTMLElement): HTMLElement {
 /** The reward key the solve rate is measured on: a select of the run's keys. */
 function keyChoice(onPick: (key: string) => void): { el: HTMLSelectElement; set(keys: string[]): string | null } {
   const el = h("select.select", { id: "task-key", "aria-label": "reward key the solve rate is measured on" });
-  el.addEventListener("change", () => onPick(el.value));
+  // until the reader picks one, the first key (the trainer's `reward` when the run has it), as the API defaults
+  let picked = false;
+  el.addEventListener("change", () => {
+    picked = true;
+    onPick(el.value);
+  });
   let shown: string[] = [];
   return {
     el,
     /**
-     * Offer `keys` (the chosen one kept while offered, else the first): the key chosen now, or null when the keys are
-     * the same.
+     * Offer `keys`, `reward` first (the picked one kept while offered, else the first): the key chosen now, or null
+     * when the keys are the same.
      */
-    set(keys) {
+    set(offered) {
+      const keys = rewardKeyOrder(offered);
       if (keys.join("\n") === shown.join("\n")) return null;
-      const want = keys.includes(el.value) ? el.value : (keys[0] ?? "");
+      const want = picked && keys.includes(el.value) ? el.value : (keys[0] ?? "");
       shown = keys;
       el.replaceChildren(
         ...(keys.length
@@ -318,7 +353,7 @@ function thresholdField(onChange: (v: number) => void): { el: HTMLInputElement; 
   };
 }
 
-function tasksHead(): HTMLElement {
+function tasksHead(meanHead: HTMLElement): HTMLElement {
   return h(
     "div.t-row.t-head",
     { role: "row" },
@@ -332,13 +367,13 @@ function tasksHead(): HTMLElement {
       },
       "Solve rate",
     ),
-    h("span.num", { role: "columnheader", title: "mean score of the key over the finished rollouts" }, "Mean reward"),
+    meanHead,
     h("span.num", { role: "columnheader", title: `${TURNS_HINT}, per rollout` }, "Mean turns"),
     h("span.num", { role: "columnheader" }, "Mean tokens"),
   );
 }
 
-function taskRow(t: TaskSummary): HTMLElement {
+function taskRow(t: TaskSummary, key: string): HTMLElement {
   return h(
     "div.t-row",
     {
@@ -364,7 +399,7 @@ function taskRow(t: TaskSummary): HTMLElement {
     h(
       "span.cell-n.num",
       { role: "cell", "data-k": "mean_reward" },
-      h("span.n-k", null, "mean reward "),
+      h("span.n-k", null, `mean ${key || "reward"} `),
       num(t.mean_reward),
     ),
     h(

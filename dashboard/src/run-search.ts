@@ -7,7 +7,7 @@
 // same results.
 import { type IndexEntry, identityOf } from "../../src/protocol/index.js";
 import { getJson } from "./api.js";
-import { h, plural } from "./dom.js";
+import { fmtNumber, h, plural } from "./dom.js";
 import { episodeHref, groupHref, idInRun } from "./links.js";
 
 /** Rollouts one search shows. */
@@ -145,7 +145,8 @@ function hitFacts(run: string, row: IndexEntry): HTMLElement {
   return h(
     "span.search-facts.muted.small",
     null,
-    h("span", { "data-k": "reward" }, `reward ${row.reward === null ? "–" : String(Number(row.reward.toFixed(4)))}`),
+    // written as every page writes a number (0.188, not 0.1875)
+    h("span", { "data-k": "reward" }, `reward ${fmtNumber(row.reward)}`),
     step === null ? null : h("span", { "data-k": "step" }, ` · step ${step}`),
     row.group
       ? h(

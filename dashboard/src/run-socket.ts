@@ -28,6 +28,14 @@ export interface RunSocketOptions<M> {
 /** Idle sockets are closed by proxies: ping now and then (the relay answers "pong" itself). */
 const PING_MS = 10_000;
 
+/**
+ * Looking again for a run the relay has not got (each look a 404 the browser logs): after 3 s, then twice as long
+ * each time, at most a minute apart (a run that starts soon shows soon; a mistyped one costs a line a minute).
+ */
+export const WAIT_FIRST_MS = 3_000;
+export const WAIT_CAP_MS = 60_000;
+const waitDelay = (looks: number) => Math.min(WAIT_CAP_MS, WAIT_FIRST_MS * 2 ** looks);
+
 export function runSocket<M>(o: RunSocketOptions<M>): () => void {
   let stopped = false;
   let ws: WebSocket | null = null;
@@ -37,6 +45,8 @@ export function runSocket<M>(o: RunSocketOptions<M>): () => void {
 
   /** Waiting for something the relay has not got yet (a run with no rollout): each probe keeps the pill saying so. */
   let waiting = false;
+  /** Looks for it so far (the wait between them grows). */
+  let looks = 0;
 
   async function connect(): Promise<void> {
     if (stopped) return;
@@ -59,8 +69,14 @@ export function runSocket<M>(o: RunSocketOptions<M>): () => void {
         o.shell.setConnection("forbidden", "this token covers nothing here");
         return;
       }
-      // "later": the same backoff as after a drop, however the socket last closed; nothing dropped, so not "reconnecting"
-      if (go === "later") return schedule(1006, "", "waiting");
+      // "later": look again after a growing wait; nothing dropped, so not "reconnecting"
+      if (go === "later") {
+        waiting = true;
+        o.shell.setConnection("waiting");
+        retry = setTimeout(() => void connect(), waitDelay(looks++));
+        return;
+      }
+      looks = 0;
     } catch {
       return schedule();
     }

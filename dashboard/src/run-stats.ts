@@ -18,6 +18,7 @@ type StatKey =
   | "mean_tokens"
   | "zero_variance";
 
+// Labels short enough for one line in a tile at 1280 px (they wrap rather than cut); the hint says it whole.
 const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
   { key: "episodes", label: "episodes", hint: "episodes in the run" },
   { key: "live", label: "live", hint: "still streaming" },
@@ -25,10 +26,10 @@ const TILES: Array<{ key: StatKey; label: string; hint: string }> = [
   { key: "failed", label: "failed", hint: "ended with a failure reply" },
   {
     key: "finish_refused",
-    label: "finish refused",
-    hint: "the reply disagreed with the assembled episode; waiting for a corrected one",
+    label: "refused",
+    hint: "finish refused: the reply disagreed with the assembled episode; waiting for a corrected one",
   },
-  { key: "per_minute", label: "episodes / min", hint: "episodes ended per minute, over the last 10 minutes" },
+  { key: "per_minute", label: "ended / min", hint: "episodes ended per minute, over the last 10 minutes" },
   { key: "mean_turns", label: "mean turns", hint: `${TURNS_HINT}, per episode` },
   { key: "mean_tokens", label: "mean tokens", hint: "total tokens per episode, all traces" },
   {

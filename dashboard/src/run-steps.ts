@@ -11,6 +11,7 @@ import { getJson } from "./api.js";
 import { h } from "./dom.js";
 import { runHref } from "./links.js";
 import { Plot } from "./plot.js";
+import type { KeyTones } from "./reward-choice.js";
 import { hasValues, kindName, stepCards } from "./step-charts.js";
 
 /** Steps asked per page (the relay's largest), and pages read at most (100,000 steps). */
@@ -41,7 +42,8 @@ export interface RunSteps {
   destroy(): void;
 }
 
-export function runSteps(run: string): RunSteps {
+/** `tones`: the page's reward key colours (the same in the run page's other charts). */
+export function runSteps(run: string, tones: KeyTones): RunSteps {
   const steps = new Map<string, StepJson>();
   /** Keys the socket changed or removed while a read was on its way (that read leaves them be). */
   let touched: Set<string> | null = null;
@@ -119,7 +121,7 @@ export function runSteps(run: string): RunSteps {
     }
     if (none) return;
     const drawn = new Set<string>();
-    for (const spec of stepCards(list)) {
+    for (const spec of stepCards(list, tones)) {
       const c = cards.get(spec.id as (typeof CARD_IDS)[number])!;
       drawn.add(spec.id);
       const any = hasValues(spec.spec);

@@ -8,7 +8,7 @@
 import { type AccessProblem, tokenEpisodes } from "./api.js";
 import { agoSpan, clear, h, tickAges } from "./dom.js";
 import { homeHref, runLabel } from "./links.js";
-import { shownRewards } from "./reward-choice.js";
+import { KeyTones, shownRewards } from "./reward-choice.js";
 import { rewardHistogram } from "./reward-histogram.js";
 import { rewardScope } from "./reward-scope.js";
 import { runSocket } from "./run-socket.js";
@@ -56,7 +56,9 @@ export function mountRun(shell: Shell, run: string): () => void {
   const charts = h("section.charts", { id: "run-charts", "aria-label": "rewards and throughput" });
   // kept across redraws (each draws its plot again only when its numbers moved)
   const throughput = throughputChart();
-  const rewardTrend = rewardTrendChart();
+  // one colour per reward key in every chart of the page
+  const tones = new KeyTones();
+  const rewardTrend = rewardTrendChart(tones);
   let shown: RunAggregates | null = null;
   const scope = rewardScope(() => drawAggregates(shown));
   const overview = h("div.run-overview", { hidden: true }, stats.el, h("div.charts-bar", null, scope.el), charts);
@@ -66,7 +68,7 @@ export function mountRun(shell: Shell, run: string): () => void {
   });
   const search = runSearch(run);
   const alerts = runAlerts(run);
-  const steps = runSteps(run);
+  const steps = runSteps(run, tones);
   const groups = runGroups(run);
   const tasks = runTasks(run);
   // the run's display name: the reply heads' `run.name` (rows carry it as `run_name` once finished)
@@ -98,6 +100,7 @@ export function mountRun(shell: Shell, run: string): () => void {
     if (a) episodes.rewardKeys(Object.keys(a.rewards));
     if (!a) return;
     stats.update(a);
+    tones.meet(Object.keys(a.rewards));
     clear(charts);
     const all = scope.includeAll();
     const keys = Object.entries(shownRewards(a, all));
@@ -195,6 +198,7 @@ export function mountRun(shell: Shell, run: string): () => void {
         return false;
       }
       if (typeof b?.covered === "boolean") partial.hidden = b.covered;
+      alerts.poke(); // the run is there: its alerts (a first read, or a late one once the run came)
       // the counters show before the socket's snapshot arrives
       if (b?.aggregates) drawAggregates(b.aggregates);
       return true;

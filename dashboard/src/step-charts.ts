@@ -7,11 +7,12 @@
 import type { StepJson } from "../../src/protocol/index.js";
 import { fmtNumber } from "./dom.js";
 import type { PlotSeries, PlotSpec } from "./plot.js";
+import { type KeyTones, rewardKeyOrder } from "./reward-choice.js";
 
 /** A step's kind as the charts name it (rollouts whose identity names none: "other"). */
 export const kindName = (k: string | null) => k ?? "other";
 
-/** Reward keys drawn (the first by name). */
+/** Reward keys drawn (`reward` first, then by name), each in its page colour (KeyTones). */
 const MAX_KEYS = 4;
 
 export interface StepCard {
@@ -30,7 +31,7 @@ const round3 = (v: number) => fmtNumber(Math.round(v * 1000) / 1000);
 const pct = (v: number) => `${fmtNumber(Math.round(v * 1000) / 10)}%`;
 const tokens = (v: number) => Math.round(v).toLocaleString("en-US");
 
-export function stepCards(list: StepJson[]): StepCard[] {
+export function stepCards(list: StepJson[], tones: KeyTones): StepCard[] {
   const kinds = [...new Set(list.map((s) => kindName(s.kind)))].sort((a, b) =>
     a === "train" ? -1 : b === "train" ? 1 : a.localeCompare(b),
   );
@@ -51,7 +52,8 @@ export function stepCards(list: StepJson[]): StepCard[] {
         ...(spread ? { spread: new Map(of(kind).map((s) => [s.step, spread(s)])) } : {}),
       })),
     );
-  const keys = [...new Set(list.flatMap((s) => Object.keys(s.mean_rewards)))].sort().slice(0, MAX_KEYS);
+  const keys = rewardKeyOrder(list.flatMap((s) => Object.keys(s.mean_rewards))).slice(0, MAX_KEYS);
+  tones.meet(keys);
   const stale = list.some((s) => s.staleness.mean !== null);
   const base = { xLabel: "training step", integerX: true };
   const cards: StepCard[] = [
@@ -65,7 +67,10 @@ export function stepCards(list: StepJson[]): StepCard[] {
         yMin: 0,
         yMax: 1,
         format: round3,
-        series: per([{ key: "reward", label: "reward", tone: 0, value: (s) => s.mean_reward }], (s) => s.std_reward),
+        series: per(
+          [{ key: "reward", label: "reward", tone: tones.tone("reward"), value: (s) => s.mean_reward }],
+          (s) => s.std_reward,
+        ),
       },
       empty: "No step has a finished rollout with a reward yet.",
     },
@@ -79,7 +84,9 @@ export function stepCards(list: StepJson[]): StepCard[] {
         yMin: 0,
         yMax: 1,
         format: round3,
-        series: per(keys.map((key, tone) => ({ key, label: key, tone, value: (s) => s.mean_rewards[key] ?? null }))),
+        series: per(
+          keys.map((key) => ({ key, label: key, tone: tones.tone(key), value: (s) => s.mean_rewards[key] ?? null })),
+        ),
       },
       empty: "No step has a finished rollout with a reward yet.",
     },

@@ -273,7 +273,8 @@ export async function runAlerts(
 /**
  * `GET`/`HEAD /v1/runs/{run}/tokenizer`: the run's `tokenizer.json` as its producer uploaded it (any
  * token covering an episode of the run may read it: a page decodes that episode's token ids with
- * it), 404 `not_found` when none was; `ETag` is its SHA-256. `PUT` (admin, or a producer covering
+ * it), 404 `not_found` when none was (`?optional=1`: 204, for a page that asks only in case there is
+ * one: a 404 would be an error line in the browser's console); `ETag` is its SHA-256. `PUT` (admin, or a producer covering
  * the whole run): keep these bytes (a JSON object with a `model`, at most MAX_TOKENIZER_BYTES);
  * the same bytes again change nothing (`changed: false`), others replace them. The run's index is told
  * first: the bytes live as long as the run (RETENTION_SECONDS on a run with no row yet, as its rules do),
@@ -289,7 +290,11 @@ export async function runTokenizer(
   const key = tokenizerKey(a.run);
   if (request.method !== "PUT") {
     const object = await env.ARCHIVE.get(key);
-    if (object === null) throw new RelayError("not_found", `run ${a.run} has no tokenizer`);
+    if (object === null) {
+      if (new URL(request.url).searchParams.get("optional") === "1")
+        return new Response(null, { status: 204, headers: { "cache-control": "no-cache" } });
+      throw new RelayError("not_found", `run ${a.run} has no tokenizer`);
+    }
     const etag = `"${object.customMetadata?.sha256 ?? object.etag}"`;
     const headers = { "content-type": "application/json", "cache-control": "no-cache", etag };
     if (request.headers.get("if-none-match") === etag || request.method === "HEAD") {

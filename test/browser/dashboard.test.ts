@@ -226,12 +226,13 @@ describe("runs page (/) and run page (/runs/{run}) with golden cases", () => {
     expect(await page.locator(".ep-row[data-id]").first().getAttribute("data-id")).toBe(ids.tools);
     await page.fill("#episode-filter", "");
 
-    // a row opens its episode; a failed run says so, and why; the breadcrumb leads back to the run
+    // a row opens its episode; a failed rollout says so, and why (as "the rollout": "run" is the training run on every
+    // page, trial 9); the breadcrumb leads back to the run
     await episodeRow(page, ids.failed).click();
     await page.waitForURL(`**/episodes/${encodeURIComponent(ids.failed)}`);
     await waitConnection(page, "failed");
     await waitStatus(page, "failed");
-    expect(await page.locator("#ep-banner").innerText()).toContain("sandbox crashed");
+    expect(await page.locator("#ep-banner").innerText()).toMatch(/^The rollout failed: .*sandbox crashed/);
     expect(await page.locator("#crumb-run").innerText()).toBe(run);
     await shoot(page, "episode-failed");
     await page.click("#crumb-run");
@@ -392,6 +393,56 @@ async function showAll(page: Page, n: number): Promise<void> {
   }
   expect(await page.locator("#episodes-more").isHidden()).toBe(true);
 }
+
+describe("a run the relay has not got", () => {
+  it("says so once and looks again after a growing wait (each look a 404 the browser logs), not every few seconds", async () => {
+    const run = freshId("norun");
+    const path = `/v1/runs/${encodeURIComponent(run)}`;
+    const { context, page, errors } = await openPage(
+      browser,
+      `${relay.url}/runs/${encodeURIComponent(run)}`,
+      {},
+      {
+        clock: true,
+      },
+    );
+    // every request from a load of the page on (the first load's went before a listener could be)
+    let looks = 0;
+    let alerts = 0;
+    page.on("request", (r) => {
+      const at = new URL(r.url()).pathname;
+      if (at === path) looks++;
+      if (at === `${path}/alerts`) alerts++;
+    });
+    await reloadPage(page);
+    await waitConnection(page, "waiting");
+    await page.waitForFunction(() =>
+      /No run .* to show/.test((globalThis as any).document.querySelector("main")?.textContent),
+    );
+    const first = looks;
+    expect(first).toBe(1);
+    const quiet = async (ms: number) => {
+      await page.clock.fastForward(ms);
+      await page.waitForTimeout(300);
+      return looks;
+    };
+    const next = async (ms: number, want: number) => {
+      await page.clock.fastForward(ms);
+      await expect.poll(() => looks, { timeout: 5_000 }).toBe(want);
+    };
+    // 3 s, then 6 s (trial 9: every ~3 s, jittered from 250 ms up, for as long as the page stayed open)
+    expect(await quiet(2_000)).toBe(first);
+    await next(1_500, first + 1);
+    expect(await quiet(5_000)).toBe(first + 1);
+    await next(1_500, first + 2);
+    expect(await page.locator("#connection .conn-label").innerText()).toBe("waiting for the run");
+    expect((await page.locator("main").innerText()).match(/No run /g)).toHaveLength(1);
+    // nor are its alerts asked for (another 404) before the run is there
+    expect(alerts).toBe(0);
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
 
 describe("a run of 240 episodes", () => {
   const run = freshId("grpo");
@@ -646,8 +697,13 @@ describe("episode page (/episodes/{id})", () => {
     expect(await page.locator("#connection").innerText()).toMatch(/relay\s*connected/);
     await waitStatus(page, "missing");
     expect(await page.locator("#ep-status").innerText()).toMatch(/not found/i);
+    // nothing to download or route yet (trial 9: the buttons stood beside "not found"), nor counts of nothing
+    for (const tool of ["#download-json", "#download-msgpack", "#routing-toggle", ".ep-stats"])
+      expect(await page.locator(tool).isVisible(), tool).toBe(false);
     await p.send(2); // open + the first turn (system, user, assistant with a tool call)
     await page.locator('li.turn[data-node="2"]').waitFor();
+    for (const tool of ["#download-json", "#routing-toggle", ".ep-stats"])
+      expect(await page.locator(tool).isVisible(), tool).toBe(true);
     expect(await page.locator('li.turn[data-node="2"] .tool-call').innerText()).toMatch(
       /calculator[\s\S]*expr: "6\*7"/,
     );

@@ -123,6 +123,8 @@ interface GroupsPage {
     size: number;
     finished: number;
     spread: number | null;
+    mean_reward: number | null;
+    std_reward: number | null;
     rewards: Record<string, { mean: number; std: number }>;
   }>;
   cursor: string | null;
@@ -183,12 +185,16 @@ async function waitZeroShare(page: Page, share: number | null): Promise<void> {
 }
 
 /** The solve rate of a task at (key, threshold), over its finished rollouts, as the relay defines it. */
-function solveRate(task: string, key: keyof Scores, threshold: number): number | null {
-  const scores = rollouts.filter((r) => r.task === task && r.outcome === "finished").map((r) => r.scores[key]);
+/** A key's score; `reward`: the trainer's, Σ score × weight (one trace). */
+const scoreOf = (s: Scores, key: keyof Scores | "reward") =>
+  key === "reward" ? s.correct * WEIGHTS.correct + s.format * WEIGHTS.format : s[key];
+
+function solveRate(task: string, key: keyof Scores | "reward", threshold: number): number | null {
+  const scores = rollouts.filter((r) => r.task === task && r.outcome === "finished").map((r) => scoreOf(r.scores, key));
   return scores.length ? scores.filter((s) => s >= threshold).length / scores.length : null;
 }
 
-async function waitSolveRates(page: Page, key: keyof Scores, threshold: number): Promise<void> {
+async function waitSolveRates(page: Page, key: keyof Scores | "reward", threshold: number): Promise<void> {
   const want = Object.fromEntries([...TASKS, LIVE_GROUP].map((t) => [t, String(solveRate(t, key, threshold))]));
   await page.waitForFunction(
     (w) =>
@@ -253,6 +259,11 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     );
     expect(await page.locator("#groups .g-row[data-group] .cell-gstep").first().isVisible()).toBe(false);
     expect(await page.locator("#episodes .ep-row[data-id] .cell-kind").first().isVisible()).toBe(false);
+    // the list's heads each fit their column (trial 9: "TRUNCATEDUPDATED" without the identity columns)
+    const spill = await page.$$eval("#episodes .ep-head [role=columnheader]", (heads) =>
+      heads.filter((e: any) => e.offsetWidth > 0 && e.scrollWidth > e.clientWidth).map((e: any) => e.textContent),
+    );
+    expect(spill).toEqual([]);
     const tile = page.locator('.stat[data-stat="zero_variance"]');
     expect(await tile.locator(".stat-value").innerText()).toBe("25%");
     expect(await tile.locator(".stat-sub").innerText()).toBe(`${ZERO.size} of ${GROUPS} finished groups`);
@@ -266,6 +277,33 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     expect(await page.locator(zv).getAttribute("data-zero")).toBe(String(ZERO.size));
     expect(await page.locator(zv).getAttribute("data-last")).toBe(String(ZERO.size / GROUPS));
     expect(await page.locator(`${zv} rect.zv-bar`).count()).toBeGreaterThan(0);
+
+    // at 1280 px every counter's label shows whole (trial 9: "FINISH REFU…", "EPISODES / …"), and each tile is as
+    // tall as what it holds (they were all stretched to the zero-variance tile's ~160 px)
+    expect(page.viewportSize()!.width).toBe(1280);
+    const fit = await page.$$eval("#run-stats .stat", (tiles) =>
+      tiles.map((t: any) => {
+        const { getComputedStyle } = globalThis as any;
+        const label = t.querySelector(".stat-label");
+        const last = [...t.children].filter((c: any) => c.offsetHeight > 0).at(-1);
+        const pad =
+          Number.parseFloat(getComputedStyle(t).paddingBottom) +
+          Number.parseFloat(getComputedStyle(t).borderBottomWidth);
+        const ls = getComputedStyle(label);
+        const lineHeight = Number.parseFloat(ls.lineHeight) || Number.parseFloat(ls.fontSize) * 1.2;
+        return {
+          key: t.dataset.stat as string,
+          cut: label.scrollWidth > label.clientWidth || label.scrollHeight > label.clientHeight,
+          lines: Math.round(label.getBoundingClientRect().height / lineHeight),
+          slack: t.getBoundingClientRect().bottom - last.getBoundingClientRect().bottom - pad,
+        };
+      }),
+    );
+    for (const f of fit) {
+      expect(f.cut, f.key).toBe(false);
+      expect(f.lines, f.key).toBe(1);
+      expect(f.slack, f.key).toBeLessThan(2);
+    }
 
     // the reward over run time beside the throughput: `correct` per point over the finished rollouts (the
     // aggregates' timeline, from the run's first rollout; issue 40: it was the last hour's reward trend)
@@ -338,9 +376,20 @@ describe("rollout groups on the run page (/runs/{run})", () => {
           `${g.id} ${k}`,
         ).toBeCloseTo(s.std, 9);
       }
+      // the trainer's reward first, mean ± std (what GRPO normalises on; trial 9 wished it shown)
+      if (g.mean_reward !== null) {
+        const total = row.locator(".cell-stats .reward").first();
+        expect(await total.getAttribute("data-key"), g.id).toBe("reward");
+        expect(Number(await total.getAttribute("data-mean")), g.id).toBeCloseTo(g.mean_reward, 9);
+        expect(Number(await total.getAttribute("data-std")), g.id).toBeCloseTo(g.std_reward!, 9);
+      }
       const i = Number(g.id.slice(1));
       expect(await row.getAttribute("data-zero"), g.id).toBe(String(g.id !== LIVE_GROUP && ZERO.has(i)));
     }
+    // the spread says what it measures: the trainer's reward, max − min
+    const spreadHead = page.locator("#groups .g-head [role=columnheader]").last();
+    expect(await spreadHead.innerText()).toMatch(/^reward spread$/i);
+    expect(await spreadHead.getAttribute("title")).toMatch(/max − min of the trainer's reward/);
     const g01 = first.groups.find((g) => g.id === "g01")!;
     const xs = rollouts.filter((r) => r.group === "g01").map((r) => r.scores.correct);
     expect(g01.rewards.correct!.std).toBeCloseTo(pstd(xs), 9);
@@ -359,12 +408,19 @@ describe("rollout groups on the run page (/runs/{run})", () => {
     );
     expect(tasks).toEqual([...tasks].sort());
 
-    // tasks: key `correct` (the first of the aggregates' keys), threshold 1
-    expect(await page.locator("#task-key").inputValue()).toBe("correct");
-    // "reward": the trainer's reward, kept beside the keys since issue 40
-    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["correct", "format", "reward"]);
+    // tasks: key `reward` (the trainer's, as the API's default), listed first, then the keys by name; threshold 1;
+    // the mean column named after the key it shows (trial 9: "Mean reward" over `correct`)
+    expect(await page.locator("#task-key").inputValue()).toBe("reward");
+    expect(await page.locator("#task-key option").allInnerTexts()).toEqual(["reward", "correct", "format"]);
     expect(await page.locator("#task-threshold").inputValue()).toBe("1");
+    await waitSolveRates(page, "reward", 1);
+    expect(await page.locator("#tasks-mean-head").innerText()).toMatch(/^mean reward$/i);
+    // the reward range under Filters: the same order and default
+    expect(await page.locator("#filter-reward-key option").allTextContents()).toEqual(["reward", "correct", "format"]);
+    expect(await page.locator("#filter-reward-key").inputValue()).toBe("reward");
+    await page.selectOption("#task-key", "correct");
     await waitSolveRates(page, "correct", 1);
+    expect(await page.locator("#tasks-mean-head").innerText()).toMatch(/^mean correct$/i);
     const a = page.locator('#tasks .t-row[data-task="task-a"]');
     expect(await a.locator('[data-k="rollouts"]').innerText()).toBe(
       String(rollouts.filter((r) => r.task === "task-a").length),

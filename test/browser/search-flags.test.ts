@@ -141,6 +141,20 @@ describe("search and flags in the dashboard", () => {
     await reloadPage(page);
     await hit.first().waitFor({ timeout: 15_000 });
     expect(await page.locator("#run-search").inputValue()).toBe("grader checks");
+    // a reward of more decimals: as every page writes it (dom.ts fmtNumber, 3 decimals; trial 9 saw "0.1875")
+    const searches = "**/search?*";
+    await page.route(searches, async (route) => {
+      const res = await route.fetch();
+      const body = (await res.json()) as { episodes: Array<{ row?: { reward: number | null } }> };
+      for (const ep of body.episodes) if (ep.row) ep.row.reward = 0.1875;
+      await route.fulfill({ response: res, json: body });
+    });
+    await page.locator("#run-search").fill("grader");
+    await page.locator("#run-search").press("Enter");
+    await expect
+      .poll(() => facts.first().locator('[data-k="reward"]').innerText(), { timeout: 15_000 })
+      .toBe("reward 0.188");
+    await page.unroute(searches);
     expect(errors).toEqual([]);
   });
 

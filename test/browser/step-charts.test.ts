@@ -105,6 +105,8 @@ interface PlotData {
     key: string;
     kind: string;
     label: string;
+    /** Its colour slot. */
+    tone: number;
     points: Array<[number, number | null]>;
     spread?: Array<[number, number | null]>;
   }>;
@@ -199,6 +201,18 @@ describe("per-step charts", () => {
       for (const key of ["correct", "format", "reward"])
         expect(valueAt(keys, key, k, s.step)).toBe(s.mean_rewards[key]);
     }
+    // a reward key has one colour on the page (trial 9: `reward` was the first colour in one chart, the third in the
+    // next): the same slot in the per-step charts and the reward over run time, `reward` the first
+    const trend = await plotOf(page, "reward-trend");
+    const toneOf = (p: PlotData, key: string) => [...new Set(p.series.filter((s) => s.key === key).map((s) => s.tone))];
+    expect(toneOf(reward, "reward")).toEqual([0]);
+    const keyTones = ["reward", "correct", "format"].map((key) => {
+      expect(toneOf(keys, key), key).toEqual(toneOf(trend, key));
+      expect(toneOf(keys, key), key).toHaveLength(1);
+      return toneOf(keys, key)[0];
+    });
+    expect(keyTones[0]).toBe(0);
+    expect(new Set(keyTones).size).toBe(3);
     await page.screenshot({ path: join(SHOTS, "step-charts-1400.png") });
     await page.screenshot({ path: join(SHOTS, "step-charts-1400-full.png"), fullPage: true });
     await page.locator("#step-charts").screenshot({ path: join(SHOTS, "step-charts-section-1400.png") });

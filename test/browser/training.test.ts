@@ -195,14 +195,14 @@ describe("per-step charts on the run page", () => {
     // the live step 4 has no finished rollout: no reward value there
     for (const key of ["correct", "format", "reward"])
       expect((await points("step-rewards", "train", key))!.find(([s]) => s === 4)?.[1] ?? null).toBeNull();
-    // eval series are dashed, train solid: one per key and one for the trainer's reward (mean_rewards.reward)
+    // eval series are dashed, train solid: one for the trainer's reward (mean_rewards.reward), first, and one per key
     const evalSeries = await page.$eval("#step-rewards .plot", (el: any) =>
       JSON.parse(el.dataset.series).map((x: any) => [x.kind, x.key, x.dashed]),
     );
     expect(evalSeries.filter(([k]: string[]) => k === "eval")).toEqual([
+      ["eval", "reward", true],
       ["eval", "correct", true],
       ["eval", "format", true],
-      ["eval", "reward", true],
     ]);
     expect(evalSeries.filter(([k]: string[]) => k === "train").every(([, , d]: unknown[]) => d === false)).toBe(true);
     expect(await page.locator("#step-rewards .u-legend .u-label").allInnerTexts()).toContain("reward · eval");

@@ -2,7 +2,7 @@
 // taking back parts in any order, they equal a recount, to the unit (aggregates.ts,
 // reward-trend.ts, zero-variance-trend.ts); the run timeline's points (run-timeline.ts); the API forms; and the dashboard's choices from them.
 import { describe, expect, it } from "vitest";
-import { primaryRewardKey, shownRewards } from "../../dashboard/src/reward-choice.js";
+import { KeyTones, primaryRewardKey, rewardKeyOrder, shownRewards } from "../../dashboard/src/reward-choice.js";
 import { stepPath } from "../../dashboard/src/step-path.js";
 import {
   applyContribution,
@@ -197,6 +197,21 @@ describe("the dashboard's choices", () => {
     expect(primaryRewardKey({ format: 1, correct: 0.5 })).toBe("correct");
     expect(primaryRewardKey({})).toBeNull();
     expect(primaryRewardKey(undefined)).toBeNull();
+  });
+
+  it("a run's reward keys in its selects: the trainer's `reward` first (the default), then by name", () => {
+    expect(rewardKeyOrder(["format", "correct", "reward"])).toEqual(["reward", "correct", "format"]);
+    expect(rewardKeyOrder(["format", "correct", "format"])).toEqual(["correct", "format"]);
+    expect(rewardKeyOrder([])).toEqual([]);
+  });
+
+  it("a reward key's colour: `reward` the first, each key one slot for the page's life, whichever chart asks first", () => {
+    const tones = new KeyTones();
+    tones.meet(["format", "correct"]);
+    expect([tones.tone("correct"), tones.tone("format"), tones.tone("reward")]).toEqual([1, 2, 0]);
+    // a key met later takes the next slot: the others keep theirs
+    tones.meet(["accuracy", "correct", "reward"]);
+    expect([tones.tone("accuracy"), tones.tone("correct"), tones.tone("format")]).toEqual([3, 1, 2]);
   });
 
   it("a trend's step line: a level per minute, joined when minutes follow, a gap where one has no value", () => {

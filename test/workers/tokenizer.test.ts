@@ -29,9 +29,10 @@ async function call(
   run: string,
   body?: BodyInit,
   headers: Record<string, string> = {},
+  query = "",
 ): Promise<Response> {
   return worker.fetch(
-    new Request(`${HOST}/v1/runs/${run}/tokenizer`, {
+    new Request(`${HOST}/v1/runs/${run}/tokenizer${query}`, {
       method,
       body,
       headers: { authorization: `Bearer ${token}`, ...headers },
@@ -50,6 +51,9 @@ describe("a run's tokenizer", () => {
     const producer = await sign("producer", [`${RUN}:*`]);
     const watcherOne = await sign("watcher", [`${RUN}:ep-1`]);
     expect((await call(watcherOne, "GET", RUN)).status).toBe(404); // none kept yet
+    // a page that only wants it if there is one asks ?optional=1: 204, not a 404 for the browser's console
+    const none = await call(watcherOne, "GET", RUN, undefined, {}, "?optional=1");
+    expect([none.status, await none.text()]).toEqual([204, ""]);
     const put = await call(producer, "PUT", RUN, TOKENIZER, { "content-type": "application/json" });
     expect(put.status, await put.clone().text()).toBe(200);
     const digest = await sha256(TOKENIZER);
@@ -66,6 +70,7 @@ describe("a run's tokenizer", () => {
     expect(got.headers.get("content-type")).toBe("application/json");
     expect(got.headers.get("etag")).toBe(`"${digest}"`);
     expect(await got.text()).toBe(TOKENIZER);
+    expect(await (await call(watcherOne, "GET", RUN, undefined, {}, "?optional=1")).text()).toBe(TOKENIZER);
     const again = await call(watcherOne, "GET", RUN, undefined, { "if-none-match": `"${digest}"` });
     expect(again.status).toBe(304);
     const head = await call(watcherOne, "HEAD", RUN);

@@ -30,7 +30,9 @@ export class RunDecoder {
 
   private async load(): Promise<void> {
     try {
-      const res = await fetch(new URL(`/v1/runs/${encodeURIComponent(this.run)}/tokenizer`, relayUrl), {
+      // optional=1: none is a 204, not a 404 the browser would log as an error
+      const path = `/v1/runs/${encodeURIComponent(this.run)}/tokenizer?optional=1`;
+      const res = await fetch(new URL(path, relayUrl), {
         headers: { accept: "application/json", ...authHeaders() },
       });
       if (res.status !== 200) {
@@ -38,7 +40,7 @@ export class RunDecoder {
         this.state = {
           kind: "none",
           why:
-            res.status === 404
+            res.status === 204 || res.status === 404
               ? "no tokenizer for this run: its producer sends one with tokenizer= (docs/python.md)"
               : `the tokenizer could not be read (${res.status})`,
         };

@@ -1,5 +1,5 @@
 // The episode page's head: its id, the status badge, the counts line and the page's tools
-// (downloads, the routing toggle); below it, the failure banner and the line that stands in for
+// (downloads, the routing toggle; neither while the episode is not found or not allowed); below it, the failure banner and the line that stands in for
 // the traces while there are none (connecting, not on the relay yet, refused), and the note that
 // names the delta keys this relay does not know (a newer verifiers' fields: kept, but worth knowing).
 import type { EpisodeWatch } from "../../../clients/typescript/watch.js";
@@ -34,6 +34,10 @@ export function episodeHead(id: string, tools: HTMLElement[]): EpisodeHead {
   const unknownNote = h("p.note", { id: "ep-unknown", hidden: true });
   const row = h("div.page-head", null, h("h1.ep-title", { title: id }, id), statusPill, stats, h("div.spacer"), tools);
   const drawStatus = (status: string) => {
+    // an episode not on the relay (or not this token's) has nothing to download or route: no tools, no counts
+    const nothing = status === "missing" || status === "denied";
+    for (const t of tools) t.hidden = nothing;
+    stats.hidden = nothing;
     statusPill.className = `pill s-${status}`;
     statusPill.dataset.status = status;
     statusPill.textContent = STATUS_LABELS[status] ?? status;
@@ -75,9 +79,10 @@ export function unknownText(unknown: readonly string[]): string {
 }
 
 function bannerText(status: string, error: string | null): string {
-  if (status === "failed") return `The run failed${error ? `: ${error}` : ""}`;
+  // "run" is the training run everywhere else on the dashboard
+  if (status === "failed") return `The rollout failed${error ? `: ${error}` : ""}`;
   if (status === "finish_refused") {
-    return `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The run stays open for a corrected reply.`;
+    return `Finish refused: the reply's counts disagree with the assembled episode (${error ?? ""}). The rollout stays open for a corrected reply.`;
   }
   return error ? `Finish error: ${error}` : "";
 }
