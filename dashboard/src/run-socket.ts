@@ -30,10 +30,11 @@ const PING_MS = 10_000;
 
 /**
  * Looking again for a run the relay has not got (each look a 404 the browser logs): after 3 s, then twice as long
- * each time, at most a minute apart (a run that starts soon shows soon; a mistyped one costs a line a minute).
+ * each time, at most 15 s apart (a page opened before its training starts shows the run within 15 s of its first
+ * rollout; a mistyped one costs a console line each 15 s).
  */
 export const WAIT_FIRST_MS = 3_000;
-export const WAIT_CAP_MS = 60_000;
+export const WAIT_CAP_MS = 15_000;
 const waitDelay = (looks: number) => Math.min(WAIT_CAP_MS, WAIT_FIRST_MS * 2 ** looks);
 
 export function runSocket<M>(o: RunSocketOptions<M>): () => void {
