@@ -72,7 +72,7 @@ export function sharedPage(browser: () => Browser, base: () => string, options: 
 }
 
 /**
- * `page.goto(url)`, loaded again (up to twice) when the navigation fails with an error status and
+ * `page.goto(url)`, loaded again (up to three times, after 0.5, 1 and 2 s) when the navigation fails with an error status and
  * no body (ERR_HTTP_RESPONSE_CODE_FAILURE), as a reader would reload. The local runtime's asset
  * server answers 500 with an empty body when a read of dashboard/dist fails inside workerd (seen
  * once, mid-suite, for a page the same test had loaded seconds before); the pages' own behaviour
@@ -97,11 +97,13 @@ async function loadAgain(page: Page, url: string, load: () => Promise<Response |
     try {
       return await load();
     } catch (e) {
-      if (attempt >= 3 || !String(e).includes("ERR_HTTP_RESPONSE_CODE_FAILURE")) throw e;
+      if (attempt >= 4 || !String(e).includes("ERR_HTTP_RESPONSE_CODE_FAILURE")) throw e;
       console.warn(
         `[browser] ${url.split("#")[0]} answered ${status.join(", ") || "an error"} with no body; loading it again`,
       );
-      // a reload of the error page would load the error page: the URL it failed on is loaded instead
+      // a reload of the error page would load the error page: the URL it failed on is loaded instead, after a
+      // growing pause (CI run 39: three loads in a row met it on a busy machine, so the condition lasts a moment)
+      await page.waitForTimeout(500 * 2 ** (attempt - 1));
       load = () => page.goto(url);
     } finally {
       page.off("response", onResponse);
