@@ -30,7 +30,31 @@ export async function openPage(
       errors.push(msg.text());
   });
   await gotoPage(page, url);
+  await booted(page, url);
   return { context, page, errors };
+}
+
+/** The app drew into #app (a page that is not the app's passes at once). */
+const APP_DRAWN =
+  "() => { const app = document.querySelector('#app'); return app === null || app.childElementCount > 0; }";
+
+/**
+ * Wait for the app to draw; loaded again (up to twice, after 1 and 2 s) if it did not within 10 s. On a busy machine
+ * the local asset server answered an empty 500 for the app's script (CI run 40: the page loaded, the app never
+ * started, and every test of the file failed), which no load status shows. Each reload is said.
+ */
+async function booted(page: Page, url: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await page.waitForFunction(APP_DRAWN, null, { timeout: 10_000, polling: 100 });
+      return;
+    } catch (e) {
+      if (attempt >= 3) throw e;
+      console.warn(`[browser] ${url.split("#")[0]}: the app did not start; loading it again`);
+      await page.waitForTimeout(1000 * attempt);
+      await gotoPage(page, url);
+    }
+  }
 }
 
 /**
