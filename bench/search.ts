@@ -262,17 +262,18 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
       }),
     );
     await http.post(`/v1/episodes/${encodeURIComponent(fresh)}/deltas`, encodeEnvelope(producer.envelope(turn)));
-    const sent = performance.now();
-    let foundMs = Number.NaN;
-    for (;;) {
-      const res = await http.request("GET", `/v1/runs/${runName}/search?q=${unseen}`);
-      if ((JSON.parse(res.body.toString()) as { episodes: unknown[] }).episodes.length > 0) {
-        foundMs = performance.now() - sent;
-        break;
+    /** Ms from now until the run's search finds `unseen` (NaN: not within 30 s). */
+    const foundAfter = async (): Promise<number> => {
+      const since = performance.now();
+      for (;;) {
+        const res = await http.request("GET", `/v1/runs/${runName}/search?q=${unseen}`);
+        if ((JSON.parse(res.body.toString()) as { episodes: unknown[] }).episodes.length > 0)
+          return performance.now() - since;
+        if (performance.now() - since > 30_000) return Number.NaN;
+        await sleep(50);
       }
-      if (performance.now() - sent > 30_000) break;
-      await sleep(50);
-    }
+    };
+    const foundMs = await foundAfter();
     // a live rollout's later text waits up to SEARCH_FLUSH_MS (300 s) in the index; a finished one's goes at once
     // its reply as assembled: the open and the one new node
     const reply = encodeLossless(
@@ -283,17 +284,7 @@ export async function run(opts: BenchOptions): Promise<Record<string, unknown>> 
     });
     if (replied.status !== 200)
       throw new Error(`reply ${fresh}: ${replied.status} ${replied.body.toString().slice(0, 200)}`);
-    const finished = performance.now();
-    let finishedFoundMs = Number.NaN;
-    for (;;) {
-      const res = await http.request("GET", `/v1/runs/${runName}/search?q=${unseen}`);
-      if ((JSON.parse(res.body.toString()) as { episodes: unknown[] }).episodes.length > 0) {
-        finishedFoundMs = performance.now() - finished;
-        break;
-      }
-      if (performance.now() - finished > 30_000) break;
-      await sleep(50);
-    }
+    const finishedFoundMs = await foundAfter();
 
     // what the text costs the index, per rollout
     const usage = JSON.parse((await http.request("GET", `/v1/runs/${runName}/usage`)).body.toString()) as {
