@@ -291,16 +291,15 @@ export class SqlStore implements Bodies {
   // ---- Bodies: reads ----
 
   node(t: TraceState, index: number): NodeState {
-    const data = this.appends?.one(t.tnum, NODES, index) ?? nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver);
-    // stored bodies were validated when they arrived
-    return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
+    return parsedNode(
+      this.appends?.one(t.tnum, NODES, index) ?? nodeBody(this.sql, t.tnum, index, t.nodes[index]!.ver),
+      index,
+    );
   }
 
   /** Current nodes [from, to), parsed: a frame's nodes (or a run's) are read once for all of them, not once each. */
   nodeRange(t: TraceState, from: number, to: number): NodeState[] {
-    return this.nodes(t.tnum, from, to).map((data = new Uint8Array(0), i) =>
-      readNode(new Reader(data, 0, data.length, true), `nodes[${from + i}]`),
-    );
+    return this.nodes(t.tnum, from, to).map((data = new Uint8Array(0), i) => parsedNode(data, from + i));
   }
 
   /** Current nodes [from, to): the newest version of each. */
@@ -520,4 +519,9 @@ const SRC = { open: 0, set: 1, extra: 2 } as const;
 
 function listsJson(t: TraceState): string {
   return JSON.stringify(t.items);
+}
+
+/** A stored node body parsed (stored bodies were validated when they arrived). */
+function parsedNode(data: Uint8Array, index: number): NodeState {
+  return readNode(new Reader(data, 0, data.length, true), `nodes[${index}]`);
 }
